@@ -1,0 +1,33 @@
+"""vaswani_hf: the original Transformer (Vaswani et al., 2017) as a native Hugging Face transformers model.
+
+Importing the package registers the model with transformers' Auto classes, so that
+`AutoModelForSeq2SeqLM.from_pretrained(folder)` works without `trust_remote_code`, and marks the classes for
+`save_pretrained` to write `auto_map` and copy the configuration/modeling files, so that the same folder also
+loads with `trust_remote_code=True` on a machine without this package.
+"""
+
+from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+
+from .configuration_vaswani import VaswaniConfig
+from .modeling_vaswani import (
+    VaswaniForConditionalGeneration,
+    VaswaniModel,
+    VaswaniPreTrainedModel,
+)
+
+__version__ = "0.1.0"
+
+AutoConfig.register(VaswaniConfig.model_type, VaswaniConfig, exist_ok=True)
+AutoModel.register(VaswaniConfig, VaswaniModel, exist_ok=True)
+AutoModelForSeq2SeqLM.register(VaswaniConfig, VaswaniForConditionalGeneration, exist_ok=True)
+
+VaswaniConfig.register_for_auto_class()
+VaswaniModel.register_for_auto_class("AutoModel")
+VaswaniForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
+
+__all__ = [
+    "VaswaniConfig",
+    "VaswaniModel",
+    "VaswaniForConditionalGeneration",
+    "VaswaniPreTrainedModel",
+]

@@ -1,0 +1,706 @@
+"""The original Transformer ("Attention Is All You Need", Vaswani et al., 2017) as a native transformers model.
+
+Read top to bottom, this file follows the paper's Section 3:
+    positions (3.5) -> attention (3.2, Eq. 1) -> feed-forward (3.3, Eq. 2) -> encoder / decoder layers (3.1)
+    -> encoder / decoder stacks with shared, scaled embeddings (3.4) -> the seq2seq model and its loss (5.4).
+
+Shapes: B batch, S source length, T target length, D d_model, H heads, V vocabulary.
+
+This file is copied next to the weights on `save_pretrained` and runs under `trust_remote_code=True` on machines
+without `vaswani_hf`, so it imports only torch, transformers and its own configuration file (relative import).
+Where the paper is silent we follow tensor2tensor's first release (t2t v1, June 2017) and say so.
+"""
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from transformers import initialization as init
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.generation import GenerationMixin
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
+from transformers.utils import can_return_tuple, logging
+from transformers.utils.generic import merge_with_config_defaults
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
+
+from .configuration_vaswani import VaswaniConfig
+
+logger = logging.get_logger(__name__)
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Teacher forcing input: the target shifted one step right, starting with `decoder_start_token_id` (3.1).
+
+    labels: (B, T) with -100 at ignored positions -> (B, T) decoder input ids.
+    """
+    shifted = labels.new_full(labels.shape, pad_token_id)
+    shifted[:, 1:] = labels[:, :-1]
+    shifted[:, 0] = decoder_start_token_id
+    return shifted.masked_fill_(shifted == -100, pad_token_id)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Section 3.5: positional encodings
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def sinusoid_table(num_positions: int, d_model: int, layout: str = "interleaved") -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)) (Section 3.5).
+
+    layout "interleaved" is the paper's formula (sin on even, cos on odd dimensions); "concatenated" puts the
+    d_model/2 sines first and the cosines after them, as tensor2tensor, fairseq and Marian do. Both use the paper's
+    frequencies (t2t and fairseq divide by d_model/2 - 1 instead of d_model/2; Marian uses the paper's).
+    Returns (num_positions, d_model) in float32.
+    """
+    position = torch.arange(num_positions, dtype=torch.float64).unsqueeze(1)  # (P, 1)
+    inv_freq = torch.pow(10000.0, -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (D/2,)
+    angles = position * inv_freq  # (P, D/2)
+    if layout == "interleaved":
+        table = torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1)  # (P, D): sin, cos, sin, cos, ...
+    elif layout == "concatenated":
+        table = torch.cat([angles.sin(), angles.cos()], dim=-1)  # (P, D): sin ... sin, cos ... cos
+    else:
+        raise ValueError(f"Unknown sinusoid layout {layout!r}: use 'interleaved' or 'concatenated'.")
+    return table.float()
+
+
+class VaswaniSinusoidalPositionalEncoding(nn.Module):
+    """Fixed sinusoids (Section 3.5). Not a parameter and not saved; grown on demand for longer inputs."""
+
+    def __init__(self, config: VaswaniConfig):
+        super().__init__()
+        self.d_model = config.d_model
+        self.layout = config.sinusoid_layout
+        table = sinusoid_table(config.max_position_embeddings, config.d_model, config.sinusoid_layout)
+        self.register_buffer("table", table, persistent=False)
+
+    def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
+        """position_ids: (T,) or (B, T) -> (..., D)."""
+        needed = int(position_ids.max()) + 1 if position_ids.numel() else 0
+        if needed > self.table.shape[0]:  # extrapolate to lengths unseen in training, as the paper allows
+            self.table = sinusoid_table(needed, self.d_model, self.layout).to(self.table.device)
+        return self.table[position_ids]
+
+
+class VaswaniLearnedPositionalEmbedding(nn.Embedding):
+    """Learned positions, Table 3 row (E). Limited to `max_position_embeddings` positions."""
+
+    def __init__(self, config: VaswaniConfig):
+        super().__init__(config.max_position_embeddings, config.d_model)
+
+    def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
+        if position_ids.numel() and int(position_ids.max()) >= self.num_embeddings:
+            raise ValueError(
+                f"Sequence of {int(position_ids.max()) + 1} positions is longer than max_position_embeddings="
+                f"{self.num_embeddings} of this model's learned positional embedding (Table 3, row E). Shorten the "
+                "input or use position_encoding='sinusoidal', which extrapolates."
+            )
+        return super().forward(position_ids)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Section 3.2: scaled dot-product attention and multi-head attention
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,  # (B, H, T_q, d_k)
+    key: torch.Tensor,  # (B, H, T_k, d_k)
+    value: torch.Tensor,  # (B, H, T_k, d_v)
+    attention_mask: torch.Tensor | None,  # additive (B, 1, T_q, T_k) or boolean
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+):
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, Eq. (1). Returns ((B, T_q, H, d_v), (B, H, T_q, T_k))."""
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # (B, H, T_q, T_k)
+    if attention_mask is not None:
+        if attention_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+        else:
+            scores = scores + attention_mask
+    weights = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    weights = nn.functional.dropout(weights, p=dropout, training=module.training)
+    output = torch.matmul(weights, value).transpose(1, 2).contiguous()  # (B, T_q, H, d_v)
+    return output, weights
+
+
+class VaswaniAttention(nn.Module):
+    """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V) (3.2.2).
+
+    The h projections of each kind are one linear layer: W^Q, W^K: D -> h*d_k, W^V: D -> h*d_v, W^O: h*d_v -> D.
+    The paper's projections have no bias (`config.attention_bias=False`).
+    With `is_cross_attention` the keys and values come from the encoder output and are computed once per source
+    sentence during generation (kept in the cross-attention cache).
+    """
+
+    def __init__(self, config: VaswaniConfig, is_causal: bool = False, is_cross_attention: bool = False,
+                 layer_idx: int | None = None):
+        super().__init__()
+        self.config = config
+        self.num_heads = config.num_heads
+        self.d_k = config.d_k
+        self.d_v = config.d_v
+        self.scaling = config.d_k ** -0.5  # the 1/sqrt(d_k) of Eq. (1)
+        self.dropout = config.attention_dropout
+        self.is_causal = is_causal
+        self.is_cross_attention = is_cross_attention
+        self.layer_idx = layer_idx
+        bias = config.attention_bias
+        self.q_proj = nn.Linear(config.d_model, self.num_heads * self.d_k, bias=bias)
+        self.k_proj = nn.Linear(config.d_model, self.num_heads * self.d_k, bias=bias)
+        self.v_proj = nn.Linear(config.d_model, self.num_heads * self.d_v, bias=bias)
+        self.out_proj = nn.Linear(self.num_heads * self.d_v, config.d_model, bias=bias)
+
+    def _split_heads(self, x: torch.Tensor, width: int) -> torch.Tensor:
+        return x.view(*x.shape[:-1], self.num_heads, width).transpose(1, 2)  # (B, L, H*w) -> (B, H, L, w)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,  # (B, T_q, D)
+        key_value_states: torch.Tensor | None = None,  # (B, S, D) encoder output for cross-attention
+        attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        batch, q_len = hidden_states.shape[:2]
+        query = self._split_heads(self.q_proj(hidden_states), self.d_k)  # (B, H, T_q, d_k)
+
+        cache = None
+        if past_key_values is not None:
+            if isinstance(past_key_values, EncoderDecoderCache):
+                cache = (past_key_values.cross_attention_cache if self.is_cross_attention
+                         else past_key_values.self_attention_cache)
+            else:
+                cache = past_key_values
+
+        if self.is_cross_attention and cache is not None and past_key_values.is_updated.get(self.layer_idx):
+            # the source's K/V were projected at the first decoding step: reuse them
+            key = cache.layers[self.layer_idx].keys
+            value = cache.layers[self.layer_idx].values
+        else:
+            source = key_value_states if self.is_cross_attention else hidden_states
+            key = self._split_heads(self.k_proj(source), self.d_k)  # (B, H, T_k, d_k)
+            value = self._split_heads(self.v_proj(source), self.d_v)  # (B, H, T_k, d_v)
+            if cache is not None:
+                key, value = cache.update(key, value, self.layer_idx)
+                if self.is_cross_attention:
+                    past_key_values.is_updated[self.layer_idx] = True
+
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        output, weights = attention_interface(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=self.dropout if self.training else 0.0,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        output = self.out_proj(output.reshape(batch, q_len, self.num_heads * self.d_v))  # (B, T_q, D)
+        return output, weights
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Section 3.3: position-wise feed-forward network
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class VaswaniFeedForward(nn.Module):
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, Eq. (2); inner width d_ff.
+
+    `relu_dropout` (not in the paper, t2t v1 default 0.0) drops the ReLU output.
+    """
+
+    def __init__(self, config: VaswaniConfig):
+        super().__init__()
+        self.fc1 = nn.Linear(config.d_model, config.d_ff)
+        self.fc2 = nn.Linear(config.d_ff, config.d_model)
+        self.relu_dropout = config.relu_dropout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = nn.functional.relu(self.fc1(x))  # (B, L, d_ff)
+        hidden = nn.functional.dropout(hidden, p=self.relu_dropout, training=self.training)
+        return self.fc2(hidden)  # (B, L, D)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Section 3.1: encoder and decoder layers, post-norm: LayerNorm(x + Dropout(Sublayer(x)))
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class VaswaniEncoderLayer(GradientCheckpointingLayer):
+    """Self-attention, then feed-forward; each wrapped as LayerNorm(x + Dropout(Sublayer(x))) (3.1, 5.4)."""
+
+    def __init__(self, config: VaswaniConfig, layer_idx: int | None = None):
+        super().__init__()
+        self.self_attn = VaswaniAttention(config, layer_idx=layer_idx)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.feed_forward = VaswaniFeedForward(config)
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.dropout = config.dropout
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
+        residual = hidden_states
+        hidden_states, _ = self.self_attn(hidden_states, attention_mask=attention_mask, **kwargs)
+        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        hidden_states = self.self_attn_layer_norm(residual + hidden_states)
+
+        residual = hidden_states
+        hidden_states = self.feed_forward(hidden_states)
+        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        return self.final_layer_norm(residual + hidden_states)  # (B, S, D)
+
+
+class VaswaniDecoderLayer(GradientCheckpointingLayer):
+    """Masked self-attention, encoder-decoder attention, feed-forward; each post-normed (3.1, 3.2.3)."""
+
+    def __init__(self, config: VaswaniConfig, layer_idx: int | None = None):
+        super().__init__()
+        self.self_attn = VaswaniAttention(config, is_causal=True, layer_idx=layer_idx)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.encoder_attn = VaswaniAttention(config, is_cross_attention=True, layer_idx=layer_idx)
+        self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.feed_forward = VaswaniFeedForward(config)
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.dropout = config.dropout
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,  # (B, T, D)
+        attention_mask: torch.Tensor | None = None,  # causal + target padding
+        encoder_hidden_states: torch.Tensor | None = None,  # (B, S, D)
+        encoder_attention_mask: torch.Tensor | None = None,  # source padding
+        past_key_values: Cache | None = None,
+        **kwargs,
+    ) -> torch.Tensor:
+        residual = hidden_states
+        hidden_states, _ = self.self_attn(
+            hidden_states, attention_mask=attention_mask, past_key_values=past_key_values, **kwargs
+        )
+        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        hidden_states = self.self_attn_layer_norm(residual + hidden_states)
+
+        residual = hidden_states
+        hidden_states, _ = self.encoder_attn(
+            hidden_states,
+            key_value_states=encoder_hidden_states,
+            attention_mask=encoder_attention_mask,
+            past_key_values=past_key_values,
+            **kwargs,
+        )
+        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        hidden_states = self.encoder_attn_layer_norm(residual + hidden_states)
+
+        residual = hidden_states
+        hidden_states = self.feed_forward(hidden_states)
+        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        return self.final_layer_norm(residual + hidden_states)  # (B, T, D)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Pretrained-model plumbing: initialisation (t2t v1, the paper is silent) and capabilities
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class VaswaniPreTrainedModel(PreTrainedModel):
+    config: VaswaniConfig
+    config_class = VaswaniConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["VaswaniEncoderLayer", "VaswaniDecoderLayer"]
+    _supports_sdpa = True
+    _supports_flex_attn = True
+    _supports_flash_attn = False  # d_k may differ from d_v (Table 3, row B)
+    _can_compile_fullgraph = False
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module):
+        """t2t v1 initialisation (the paper does not give one):
+        - linear weights "uniform unit scaling": U(-a, a) with a = sqrt(3 / fan_in), i.e. variance 1 / fan_in;
+          biases zero;
+        - token embeddings N(0, d_model^-0.5) (`config.init_std` overrides), so that embedding * sqrt(d_model) has
+          unit variance; the <pad> row is zero (it is the decoder's start vector, see `VaswaniConfig`);
+        - LayerNorm gain 1, bias 0; learned positions like token embeddings.
+        """
+        std = self.config.init_std if self.config.init_std is not None else self.config.d_model ** -0.5
+        if isinstance(module, nn.Linear):
+            bound = math.sqrt(3.0 / module.in_features)
+            init.uniform_(module.weight, -bound, bound)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                module.weight[module.padding_idx].zero_()
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        elif isinstance(module, VaswaniSinusoidalPositionalEncoding):
+            init.copy_(module.table, sinusoid_table(module.table.shape[0], module.d_model, module.layout))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Sections 3.1, 3.4: encoder and decoder stacks with shared embeddings scaled by sqrt(d_model)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _positional_encoding(config: VaswaniConfig) -> nn.Module:
+    if config.position_encoding == "learned":
+        return VaswaniLearnedPositionalEmbedding(config)
+    return VaswaniSinusoidalPositionalEncoding(config)
+
+
+class VaswaniEncoder(VaswaniPreTrainedModel):
+    """N identical layers over Dropout(Embedding(x) * sqrt(d_model) + PE) (Sections 3.1, 3.4, 3.5, 5.4)."""
+
+    _can_record_outputs = {
+        "hidden_states": VaswaniEncoderLayer,
+        "attentions": OutputRecorder(VaswaniAttention, index=1, layer_name="self_attn"),
+    }
+
+    def __init__(self, config: VaswaniConfig):
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_positions = _positional_encoding(config)
+        self.dropout = config.dropout
+        self.layers = nn.ModuleList([VaswaniEncoderLayer(config, i) for i in range(config.num_encoder_layers)])
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,  # (B, S)
+        attention_mask: torch.Tensor | None = None,  # (B, S), 1 for tokens, 0 for padding
+        inputs_embeds: torch.Tensor | None = None,  # (B, S, D), unscaled token embeddings
+        **kwargs,
+    ) -> BaseModelOutput:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("VaswaniEncoder: pass exactly one of input_ids or inputs_embeds.")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        positions = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)  # (S,)
+        hidden_states = inputs_embeds * self.embed_scale + self.embed_positions(positions).to(inputs_embeds.dtype)
+        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+
+        attention_mask = create_bidirectional_mask(
+            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
+        )
+        for layer in self.layers:
+            hidden_states = layer(hidden_states, attention_mask, **kwargs)
+        return BaseModelOutput(last_hidden_state=hidden_states)  # (B, S, D); no final LayerNorm (post-norm)
+
+
+class VaswaniDecoder(VaswaniPreTrainedModel):
+    """N identical layers over Dropout(Embedding(y_shifted) * sqrt(d_model) + PE), masked so that position i sees only
+    positions < i+1 (Section 3.1), attending to the encoder output."""
+
+    _can_record_outputs = {
+        "hidden_states": VaswaniDecoderLayer,
+        "attentions": OutputRecorder(VaswaniAttention, index=1, layer_name="self_attn"),
+        "cross_attentions": OutputRecorder(VaswaniAttention, index=1, layer_name="encoder_attn"),
+    }
+
+    def __init__(self, config: VaswaniConfig):
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_positions = _positional_encoding(config)
+        self.dropout = config.dropout
+        self.layers = nn.ModuleList([VaswaniDecoderLayer(config, i) for i in range(config.num_decoder_layers)])
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,  # (B, T)
+        attention_mask: torch.Tensor | None = None,  # (B, T_past + T) target padding
+        encoder_hidden_states: torch.Tensor | None = None,  # (B, S, D)
+        encoder_attention_mask: torch.Tensor | None = None,  # (B, S)
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,  # (B, T, D), unscaled token embeddings
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("VaswaniDecoder: pass exactly one of input_ids or inputs_embeds.")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        if use_cache and past_key_values is None:
+            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        batch, length = inputs_embeds.shape[:2]
+
+        positions = torch.arange(past_length, past_length + length, device=inputs_embeds.device)  # (T,)
+        hidden_states = inputs_embeds * self.embed_scale + self.embed_positions(positions).to(inputs_embeds.dtype)
+        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+
+        if attention_mask is None:
+            attention_mask = torch.ones(batch, past_length + length, device=inputs_embeds.device, dtype=torch.long)
+        self_attn_cache = (
+            past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache)
+            else past_key_values
+        )
+        causal_mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=attention_mask,
+            past_key_values=self_attn_cache,
+            position_ids=positions.unsqueeze(0),
+        )
+        encoder_attention_mask = create_bidirectional_mask(
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=encoder_attention_mask,
+            encoder_hidden_states=encoder_hidden_states,
+        )
+        for layer in self.layers:
+            hidden_states = layer(
+                hidden_states,
+                causal_mask,
+                encoder_hidden_states,  # positional, for gradient checkpointing
+                encoder_attention_mask=encoder_attention_mask,
+                past_key_values=past_key_values,
+                **kwargs,
+            )
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=hidden_states, past_key_values=past_key_values
+        )
+
+
+class VaswaniModel(VaswaniPreTrainedModel):
+    """Encoder-decoder without the output projection. With `tie_word_embeddings` (the paper, Section 3.4) one matrix
+    `shared` serves as source and target embedding."""
+
+    def __init__(self, config: VaswaniConfig):
+        super().__init__(config)
+        if config.tie_word_embeddings:
+            self.shared = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+            self._tied_weights_keys = {
+                "encoder.embed_tokens.weight": "shared.weight",
+                "decoder.embed_tokens.weight": "shared.weight",
+            }
+        self.encoder = VaswaniEncoder(config)
+        self.decoder = VaswaniDecoder(config)
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.shared if self.config.tie_word_embeddings else self.encoder.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        if self.config.tie_word_embeddings:
+            self.shared = value
+            self.decoder.embed_tokens = value
+        self.encoder.embed_tokens = value
+
+    def get_encoder(self):
+        return self.encoder
+
+    def _keep_pad_row_zero(self):
+        """The <pad> embedding row is the decoder's start vector and stays zero, as t2t's zero start vector.
+        nn.Embedding(padding_idx) already blocks its gradient through the lookup; with tied weights the output
+        projection would still train it, so a gradient hook zeroes that row (registered once per parameter)."""
+        pad = self.config.pad_token_id
+        for embedding in {id(m): m for m in (self.encoder.embed_tokens, self.decoder.embed_tokens)}.values():
+            weight = embedding.weight
+            if pad is not None and weight.requires_grad and not getattr(weight, "_vaswani_pad_hook", False):
+                weight.register_hook(lambda grad: grad.index_fill(0, grad.new_tensor([pad], dtype=torch.long), 0.0))
+                weight._vaswani_pad_hook = True
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: tuple | BaseModelOutput | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> Seq2SeqModelOutput:
+        if self.training:
+            self._keep_pad_row_zero()
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(
+                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
+            )
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(
+                last_hidden_state=encoder_outputs[0],
+                hidden_states=encoder_outputs[1] if len(encoder_outputs) > 1 else None,
+                attentions=encoder_outputs[2] if len(encoder_outputs) > 2 else None,
+            )
+        decoder_outputs = self.decoder(
+            input_ids=decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            encoder_hidden_states=encoder_outputs.last_hidden_state,
+            encoder_attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        return Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            past_key_values=decoder_outputs.past_key_values,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Section 5.4: label-smoothed cross-entropy
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def label_smoothed_cross_entropy(
+    logits: torch.Tensor, labels: torch.Tensor, epsilon: float, ignore_index: int = -100
+) -> tuple[torch.Tensor, int]:
+    """Summed label-smoothed cross-entropy over the non-ignored targets, and their count (Section 5.4).
+
+    The target keeps probability 1 - epsilon and the other V - 1 classes share epsilon equally, as t2t v1
+    (`smoothing_cross_entropy`) and fairseq do (transformers' `LabelSmoother` spreads epsilon over all V classes).
+    Unlike t2t we do not subtract the smoothed distribution's entropy, so epsilon = 0 gives plain cross-entropy.
+
+    logits: (B, T, V); labels: (B, T) with `ignore_index` at padding. Returns (scalar sum, number of targets).
+    """
+    vocab = logits.shape[-1]
+    keep = labels != ignore_index  # (B, T)
+    lprobs = torch.log_softmax(logits[keep].float(), dim=-1)  # (N, V)
+    target = labels[keep]  # (N,)
+    nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (N,)
+    if epsilon == 0.0:
+        return nll.sum(), int(target.numel())
+    off_target = epsilon / (vocab - 1)
+    # -(1 - eps) log p_y - off * sum_{j != y} log p_j  =  (1 - eps - off) nll - off * sum_j log p_j
+    loss = (1.0 - epsilon - off_target) * nll - off_target * lprobs.sum(-1)
+    return loss.sum(), int(target.numel())
+
+
+class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
+    """The Transformer for translation: `VaswaniModel` plus the pre-softmax projection, which shares the embedding
+    matrix (Section 3.4), and the label-smoothed loss (Section 5.4).
+
+    Loss normalisation: the summed loss is divided by the number of target tokens, or by `num_items_in_batch` when
+    `Trainer` passes it, so gradient accumulation gives the same update as one large batch.
+    """
+
+    _tied_weights_keys = {
+        "lm_head.weight": "model.shared.weight",
+        "model.encoder.embed_tokens.weight": "model.shared.weight",
+        "model.decoder.embed_tokens.weight": "model.shared.weight",
+    }
+
+    def __init__(self, config: VaswaniConfig):
+        super().__init__(config)
+        self.model = VaswaniModel(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        if not config.tie_word_embeddings:
+            self._tied_weights_keys = {}
+        self.post_init()
+
+    def get_encoder(self):
+        return self.model.encoder
+
+    def get_decoder(self):
+        return self.model.decoder
+
+    def get_output_embeddings(self):
+        return self.lm_head
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head = new_embeddings
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,  # (B, S)
+        attention_mask: torch.Tensor | None = None,  # (B, S)
+        decoder_input_ids: torch.LongTensor | None = None,  # (B, T)
+        decoder_attention_mask: torch.Tensor | None = None,  # (B, T)
+        encoder_outputs: tuple | BaseModelOutput | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,  # (B, T), -100 where ignored
+        use_cache: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        **kwargs,
+    ) -> Seq2SeqLMOutput:
+        if labels is not None:
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = shift_tokens_right(
+                    labels, self.config.pad_token_id, self.config.decoder_start_token_id
+                )
+        outputs: Seq2SeqModelOutput = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        logits = self.lm_head(outputs.last_hidden_state)  # (B, T, V)
+
+        loss = None
+        if labels is not None:
+            loss_sum, num_tokens = label_smoothed_cross_entropy(logits, labels, self.config.label_smoothing)
+            denominator = num_items_in_batch if num_items_in_batch is not None else max(num_tokens, 1)
+            if isinstance(denominator, torch.Tensor):
+                denominator = denominator.to(loss_sum.device)
+            loss = loss_sum / denominator
+
+        return Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+        )
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+
+__all__ = [
+    "VaswaniPreTrainedModel",
+    "VaswaniModel",
+    "VaswaniForConditionalGeneration",
+    "sinusoid_table",
+    "label_smoothed_cross_entropy",
+    "shift_tokens_right",
+]
