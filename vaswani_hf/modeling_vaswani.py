@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.generation import GenerationMixin
+from transformers.generation import GenerationConfig, GenerationMixin, LogitsProcessor, LogitsProcessorList
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
@@ -602,6 +602,69 @@ def label_smoothed_cross_entropy(
     return loss.sum(), int(target.numel())
 
 
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Section 6.1: decoding as the paper did it -- beam 4, GNMT length penalty alpha 0.6, max length input + 50
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def gnmt_length_penalty(length, alpha: float):
+    """lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al., 2016), the penalty the paper's beam search divides scores by.
+    |Y| counts the generated tokens including </s> (t2t v1 does the same)."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def default_generation_config(config: VaswaniConfig) -> GenerationConfig:
+    """The paper's decoding settings (Section 6.1), saved as `generation_config.json`:
+
+    - beam size 4, length penalty alpha = 0.6 with the GNMT formula (`length_penalty_type="gnmt"`;
+      `"hf"` selects transformers' score / |Y| ** alpha);
+    - maximum output length = input length + 50, per sentence (`max_length_a * source_length + max_length_b`,
+      counted in tokens including </s>; set `max_length_b=None` to turn the rule off);
+    - "terminate early when possible": `early_stopping="never"` is transformers' name for tensor2tensor's rule,
+      which stops a sentence once no running beam, even at the maximum length, can beat the worst finished one.
+      (`early_stopping=True` stops as soon as 4 hypotheses have finished: faster, not the paper's.)
+    """
+    return GenerationConfig(
+        num_beams=4,
+        length_penalty=0.6,
+        length_penalty_type="gnmt",
+        early_stopping="never",
+        max_length_a=1.0,
+        max_length_b=50,
+        decoder_start_token_id=config.decoder_start_token_id,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+        pad_token_id=config.pad_token_id,
+    )
+
+
+class SourceLengthLimitLogitsProcessor(LogitsProcessor):
+    """Forces </s> once a hypothesis reaches its own sentence's limit `floor(a * source_length + b)` (Section 6.1:
+    "maximum output length to input length + 50"). transformers only has a global `max_length`.
+
+    source_lengths: (B,) non-pad source tokens per sentence; rows of `input_ids` are the B sentences each repeated
+    `num_beams * num_return_sequences` times consecutively, as `generate()` expands them.
+    """
+
+    def __init__(self, source_lengths: torch.Tensor, a: float, b: int, eos_token_id: int):
+        self.limits = torch.floor(source_lengths.float() * a + b).long().clamp(min=1)  # (B,) tokens incl. </s>
+        self.eos_token_id = eos_token_id
+        self.prompt_length = None
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.prompt_length is None:
+            self.prompt_length = input_ids.shape[1]  # the decoder start token
+        generated = input_ids.shape[1] - self.prompt_length  # tokens already emitted by every row
+        limits = self.limits.to(scores.device).repeat_interleave(scores.shape[0] // self.limits.shape[0])
+        at_limit = generated + 1 >= limits  # (rows,): the next token is the last one allowed
+        if bool(at_limit.any()):
+            forced = torch.full_like(scores[0], -float("inf"))
+            forced[self.eos_token_id] = 0.0
+            scores = torch.where(at_limit.unsqueeze(-1), forced, scores)
+        return scores
+
+
 class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
     """The Transformer for translation: `VaswaniModel` plus the pre-softmax projection, which shares the embedding
     matrix (Section 3.4), and the label-smoothed loss (Section 5.4).
@@ -623,6 +686,8 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         if not config.tie_word_embeddings:
             self._tied_weights_keys = {}
         self.post_init()
+        self.generation_config = default_generation_config(config)
+        self._length_penalty_type = "hf"  # set for the duration of each beam search from its generation config
 
     def get_encoder(self):
         return self.model.encoder
@@ -695,6 +760,71 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
+    # -- decoding (Section 6.1) ---------------------------------------------------------------------------------
+    # transformers' beam search divides finished scores by |Y| ** alpha. The GNMT penalty of the paper is applied by
+    # overriding the two private hooks where that division happens (`_update_finished_beams`,
+    # `_check_early_stop_heuristic`); tests/test_generation_scoring.py pins their behaviour so that a transformers
+    # upgrade that changes them fails a test instead of silently changing scores.
+
+    def generate(self, inputs=None, generation_config=None, logits_processor=None, **kwargs):
+        """`GenerationMixin.generate` plus the paper's per-sentence maximum length (input length + 50).
+
+        Extra keyword arguments (defaults from `generation_config`): `max_length_a`, `max_length_b` (the limit is
+        `floor(a * source_length + b)` generated tokens including </s>; `max_length_b=None` disables it) and
+        `length_penalty_type` ("gnmt" or "hf"). An explicit `max_new_tokens` / `max_length` stays a global cap.
+        """
+        config = generation_config if generation_config is not None else self.generation_config
+        a = kwargs.pop("max_length_a", getattr(config, "max_length_a", None))
+        b = kwargs.pop("max_length_b", getattr(config, "max_length_b", None))
+        input_ids = inputs if inputs is not None else kwargs.get("input_ids")
+        attention_mask = kwargs.get("attention_mask")
+        if b is not None and (input_ids is not None or attention_mask is not None):
+            if attention_mask is not None:
+                source_lengths = attention_mask.sum(-1)
+            else:
+                source_lengths = (input_ids != self.config.pad_token_id).sum(-1)
+            eos = kwargs.get("eos_token_id", config.eos_token_id)
+            eos = eos[0] if isinstance(eos, (list, tuple)) else eos
+            limiter = SourceLengthLimitLogitsProcessor(source_lengths, 1.0 if a is None else a, b, eos)
+            logits_processor = LogitsProcessorList([*(logits_processor or []), limiter])
+            if kwargs.get("max_new_tokens") is None and kwargs.get("max_length") is None:
+                kwargs["max_new_tokens"] = int(limiter.limits.max())
+        return super().generate(inputs, generation_config=generation_config, logits_processor=logits_processor,
+                                **kwargs)
+
+    def _beam_search(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
+                     **model_kwargs):
+        penalty_type = getattr(generation_config, "length_penalty_type", "hf")
+        if penalty_type not in ("gnmt", "hf"):
+            raise ValueError(f"length_penalty_type must be 'gnmt' or 'hf', got {penalty_type!r}.")
+        self._length_penalty_type = penalty_type
+        try:
+            return super()._beam_search(input_ids, logits_processor, stopping_criteria, generation_config,
+                                        synced_gpus=synced_gpus, **model_kwargs)
+        finally:
+            self._length_penalty_type = "hf"
+
+    def _update_finished_beams(self, **kwargs):
+        """Scores of hypotheses finishing now: log P(Y) / lp(Y) with the GNMT lp when selected."""
+        if self._length_penalty_type == "gnmt":
+            length = kwargs["cur_len"] + 1 - kwargs["decoder_prompt_len"]
+            kwargs["topk_log_probs"] = kwargs["topk_log_probs"] / gnmt_length_penalty(length, kwargs["length_penalty"])
+            kwargs["length_penalty"] = 0.0  # transformers then divides by length ** 0 == 1
+        return super()._update_finished_beams(**kwargs)
+
+    def _check_early_stop_heuristic(self, **kwargs):
+        """Can the best running beam still beat the worst finished one? With GNMT, its best possible score is
+        log P / lp(max_length) for early_stopping="never" (t2t v1's bound), log P / lp(current length) otherwise."""
+        if self._length_penalty_type == "gnmt":
+            alpha = kwargs["length_penalty"]
+            if kwargs["early_stopping"] == "never" and alpha > 0.0:
+                length = kwargs["max_length"] - kwargs["decoder_prompt_len"]
+            else:
+                length = kwargs["cur_len"] - kwargs["decoder_prompt_len"]
+            kwargs["running_beam_scores"] = kwargs["running_beam_scores"] / gnmt_length_penalty(length, alpha)
+            kwargs["length_penalty"] = 0.0
+        return super()._check_early_stop_heuristic(**kwargs)
+
 
 __all__ = [
     "VaswaniPreTrainedModel",
@@ -703,4 +833,7 @@ __all__ = [
     "sinusoid_table",
     "label_smoothed_cross_entropy",
     "shift_tokens_right",
+    "gnmt_length_penalty",
+    "default_generation_config",
+    "SourceLengthLimitLogitsProcessor",
 ]

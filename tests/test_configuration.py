@@ -1,0 +1,74 @@
+import pytest
+
+from vaswani_hf import VaswaniConfig
+
+
+def test_base_and_big_presets_are_the_papers_models():
+    base, big = VaswaniConfig.base(), VaswaniConfig.big()
+    assert (base.d_model, base.d_ff, base.num_heads, base.d_k, base.d_v) == (512, 2048, 8, 64, 64)
+    assert (base.num_encoder_layers, base.num_decoder_layers, base.dropout, base.label_smoothing) == (6, 6, 0.1, 0.1)
+    assert (big.d_model, big.d_ff, big.num_heads, big.d_k, big.d_v, big.dropout) == (1024, 4096, 16, 64, 64, 0.3)
+    assert base.sinusoid_layout == "interleaved" and base.position_encoding == "sinusoidal"
+    assert base.tie_word_embeddings and base.scale_embedding and not base.attention_bias
+
+
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        (dict(num_heads=1), dict(d_k=512, d_v=512)),  # Table 3 (A): d_k = d_v = d_model / h
+        (dict(num_heads=32), dict(d_k=16, d_v=16)),
+        (dict(d_k=16), dict(d_k=16, d_v=64)),  # (B): d_k alone
+        (dict(num_encoder_layers=2, num_decoder_layers=2), dict(num_hidden_layers=2, decoder_layers=2)),  # (C)
+        (dict(d_model=256), dict(d_k=32, hidden_size=256)),  # (C)
+        (dict(d_ff=1024), dict(intermediate_size=1024)),  # (C)
+        (dict(dropout=0.0, label_smoothing=0.0), dict(dropout=0.0, label_smoothing=0.0)),  # (D)
+        (dict(position_encoding="learned"), dict(position_encoding="learned")),  # (E)
+    ],
+)
+def test_every_table3_row_is_an_override(overrides, expected):
+    config = VaswaniConfig.base(**overrides)
+    for key, value in expected.items():
+        assert getattr(config, key) == value
+
+
+def test_generic_names_map_to_paper_names():
+    config = VaswaniConfig(d_model=128, num_heads=4, num_encoder_layers=3, num_decoder_layers=2, d_ff=256)
+    assert config.hidden_size == 128 and config.num_attention_heads == 4
+    assert config.encoder_layers == 3 and config.decoder_layers == 2 and config.encoder_ffn_dim == 256
+
+
+def test_save_and_reload(tmp_path):
+    config = VaswaniConfig.big(d_k=32, sinusoid_layout="concatenated")
+    config.save_pretrained(tmp_path)
+    again = VaswaniConfig.from_pretrained(tmp_path)
+    assert again.to_dict() == config.to_dict()
+
+
+def test_builds_without_arguments_and_keeps_generation_settings_out():
+    config = VaswaniConfig()
+    assert "num_beams" not in config.to_dict() and "length_penalty" not in config.to_dict()
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(num_heads=7), "d_model=512 is not divisible by num_heads=7"),
+        (dict(sinusoid_layout="sideways"), "unknown sinusoid_layout 'sideways'"),
+        (dict(position_encoding="rotary"), "unknown position_encoding 'rotary'"),
+        (dict(dropout=-0.1), "dropout must be in [0, 1)"),
+        (dict(attention_dropout=1.5), "attention_dropout must be in [0, 1)"),
+        (dict(label_smoothing=-0.2), "label_smoothing must be in [0, 1)"),
+        (dict(d_model=0), "d_model must be a positive integer"),
+        (dict(d_model=33, num_heads=3), "even d_model"),
+        (dict(vocab_size=0), "vocab_size must be a positive integer"),
+    ],
+)
+def test_bad_settings_raise_a_clear_value_error(overrides, message):
+    with pytest.raises(ValueError) as error:
+        VaswaniConfig(**overrides)
+    assert message in str(error.value)
+
+
+def test_d_k_given_explicitly_allows_indivisible_heads():
+    config = VaswaniConfig(num_heads=7, d_k=64, d_v=64)
+    assert config.d_k == 64

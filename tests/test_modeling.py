@@ -1,0 +1,331 @@
+"""The model itself: paper architecture details, cache, attention backends, padding, loss, save/load, learning."""
+
+import json
+import math
+import time
+
+import pytest
+import torch
+from conftest import padded_batch, randomize_norms_and_biases, run_python, tiny_config
+from safetensors import safe_open
+
+from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
+from vaswani_hf.modeling_vaswani import label_smoothed_cross_entropy, shift_tokens_right, sinusoid_table
+
+
+def make_model(seed=0, **overrides):
+    torch.manual_seed(seed)
+    return randomize_norms_and_biases(VaswaniForConditionalGeneration(tiny_config(**overrides))).eval()
+
+
+def decoder_batch(lengths, seed=1):
+    ids, mask = padded_batch(lengths, seed=seed)
+    return shift_tokens_right(ids.masked_fill(mask == 0, -100), 0, 0), torch.cat(
+        [torch.ones_like(mask[:, :1]), mask[:, :-1]], dim=1
+    )
+
+
+# --- Section 3.5 -------------------------------------------------------------------------------------------------
+
+
+def test_sinusoids_follow_the_papers_formula_in_both_layouts():
+    d = 16
+    table = sinusoid_table(50, d, "interleaved")
+    concatenated = sinusoid_table(50, d, "concatenated")
+    for pos in (0, 1, 7, 49):
+        for i in range(d // 2):
+            angle = pos / 10000 ** (2 * i / d)
+            assert table[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
+            assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
+            assert concatenated[pos, i].item() == pytest.approx(math.sin(angle), abs=1e-6)
+            assert concatenated[pos, d // 2 + i].item() == pytest.approx(math.cos(angle), abs=1e-6)
+
+
+def test_sinusoids_extend_beyond_the_table_and_learned_positions_refuse():
+    ids, mask = padded_batch([40])
+    model = make_model(max_position_embeddings=16)
+    out = model(input_ids=ids, attention_mask=mask, decoder_input_ids=ids[:, :20])
+    assert out.logits.shape == (1, 20, 64) and torch.isfinite(out.logits).all()
+    learned = make_model(max_position_embeddings=16, position_encoding="learned")
+    with pytest.raises(ValueError, match="longer than max_position_embeddings=16"):
+        learned(input_ids=ids, attention_mask=mask, decoder_input_ids=ids[:, :10])
+
+
+# --- Sections 3.1-3.4: architecture ---------------------------------------------------------------------------------
+
+
+def test_post_norm_layers_and_no_final_layer_norm():
+    model = make_model()
+    layer = model.model.encoder.layers[0]
+    x = torch.randn(2, 5, 32)
+    attn, _ = layer.self_attn(x)
+    h = layer.self_attn_layer_norm(x + attn)
+    expected = layer.final_layer_norm(h + layer.feed_forward(h))  # LayerNorm(x + Sublayer(x)), twice
+    assert torch.allclose(layer(x), expected, atol=1e-6)
+    names = [n for n, _ in model.named_modules()]
+    assert not any(n.endswith(("encoder.layer_norm", "decoder.layer_norm", "layernorm_embedding")) for n in names)
+    last = model.model.encoder.layers[-1].final_layer_norm
+    ids, mask = padded_batch([6])
+    enc = model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
+    # the encoder output is the last sub-layer's LayerNorm output, with its gain and bias: nothing after it
+    normalised = (enc - last.bias) / last.weight
+    assert torch.allclose(normalised.mean(-1), torch.zeros(1, 6), atol=1e-4)
+
+
+def test_one_shared_matrix_scaled_by_sqrt_d_model_and_tied_output():
+    model = make_model()
+    shared = model.model.shared.weight
+    assert model.lm_head.weight is shared
+    assert model.model.encoder.embed_tokens.weight is shared and model.model.decoder.embed_tokens.weight is shared
+    assert model.model.encoder.embed_scale == math.sqrt(32)
+    assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in set(model.parameters()))
+    untied = VaswaniForConditionalGeneration(tiny_config(tie_word_embeddings=False))
+    assert untied.lm_head.weight is not untied.model.encoder.embed_tokens.weight
+    assert untied.model.decoder.embed_tokens.weight is not untied.model.encoder.embed_tokens.weight
+
+
+def test_inputs_embeds_path_equals_input_ids_path():
+    model = make_model()
+    ids, mask = padded_batch([7, 4])
+    dec, dec_mask = decoder_batch([5, 3])
+    by_ids = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, decoder_attention_mask=dec_mask).logits
+    embed = model.get_input_embeddings()
+    by_embeds = model(inputs_embeds=embed(ids), attention_mask=mask, decoder_inputs_embeds=embed(dec),
+                      decoder_attention_mask=dec_mask).logits
+    assert torch.allclose(by_ids, by_embeds, atol=1e-6)
+
+
+def test_attention_without_bias_and_table3_row_b_widths():
+    model = make_model(d_k=4, d_v=16)
+    attn = model.model.encoder.layers[0].self_attn
+    assert attn.q_proj.bias is None and attn.out_proj.bias is None
+    assert attn.q_proj.weight.shape == (4 * 4, 32) and attn.v_proj.weight.shape == (4 * 16, 32)
+    ids, mask = padded_batch([5, 3])
+    assert model(input_ids=ids, attention_mask=mask, decoder_input_ids=ids).logits.shape == (2, 5, 64)
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "concatenated"])
+def test_sdpa_equals_eager(layout):
+    model = make_model(sinusoid_layout=layout)
+    ids, mask = padded_batch([9, 5, 2])
+    dec, dec_mask = decoder_batch([6, 4, 1])
+    kwargs = dict(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, decoder_attention_mask=dec_mask)
+    model.set_attn_implementation("sdpa")
+    sdpa = model(**kwargs).logits
+    model.set_attn_implementation("eager")
+    eager = model(**kwargs).logits
+    assert (sdpa - eager).abs().max() < 1e-5
+
+
+def test_output_attentions_returns_every_layer_and_masks_padding():
+    model = make_model()
+    model.set_attn_implementation("eager")
+    ids, mask = padded_batch([6, 3])
+    dec, dec_mask = decoder_batch([4, 2])
+    out = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, decoder_attention_mask=dec_mask,
+                output_attentions=True)
+    assert len(out.encoder_attentions) == len(out.decoder_attentions) == len(out.cross_attentions) == 2
+    enc, dec_self, cross = out.encoder_attentions[0], out.decoder_attentions[0], out.cross_attentions[0]
+    assert enc.shape == (2, 4, 6, 6) and dec_self.shape == (2, 4, 4, 4) and cross.shape == (2, 4, 4, 6)
+    assert torch.allclose(enc.sum(-1), torch.ones(2, 4, 6), atol=1e-5)
+    assert enc[1, :, :, 3:].abs().max() == 0 and cross[1, :, :, 3:].abs().max() == 0  # padded source keys
+    assert torch.triu(dec_self[0], diagonal=1).abs().max() == 0  # causal: nothing from the future
+
+
+# --- incremental decoding and padding ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("position_encoding", ["sinusoidal", "learned"])
+def test_incremental_decoding_with_cache_equals_full_forward(position_encoding):
+    model = make_model(position_encoding=position_encoding)
+    ids, mask = padded_batch([8, 5])
+    dec = torch.randint(3, 64, (2, 7), generator=torch.Generator().manual_seed(3))
+    dec[:, 0] = 0
+    full = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec).logits
+    encoder_outputs = model.get_encoder()(input_ids=ids, attention_mask=mask)
+    past, steps = None, []
+    for t in range(dec.shape[1]):
+        out = model(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=dec[:, t:t + 1],
+                    past_key_values=past, use_cache=True)
+        past = out.past_key_values
+        steps.append(out.logits)
+    assert (torch.cat(steps, dim=1) - full).abs().max() < 1e-5
+    # cross-attention K/V were projected once and reused
+    assert all(past.is_updated[i] for i in range(2))
+
+
+def test_a_sentence_gives_the_same_outputs_alone_and_inside_a_padded_batch():
+    model = make_model()
+    ids, mask = padded_batch([3, 9, 6], seed=5)
+    dec, dec_mask = decoder_batch([2, 7, 4], seed=6)
+    batch = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, decoder_attention_mask=dec_mask).logits
+    for row, (src_len, tgt_len) in enumerate([(3, 2), (9, 7), (6, 4)]):
+        alone = model(input_ids=ids[row:row + 1, :src_len], decoder_input_ids=dec[row:row + 1, :tgt_len]).logits
+        assert (alone[0] - batch[row, :tgt_len]).abs().max() < 1e-5
+
+
+# --- Section 5.4: loss ---------------------------------------------------------------------------------------------
+
+
+def test_label_smoothing_matches_a_dense_smoothed_target_distribution():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 3, 10)
+    labels = torch.tensor([[1, 4, -100], [9, -100, -100]])
+    total, count = label_smoothed_cross_entropy(logits, labels, epsilon=0.1)
+    assert count == 3
+    expected = 0.0
+    for b, t in [(0, 0), (0, 1), (1, 0)]:
+        target = torch.full((10,), 0.1 / 9)
+        target[labels[b, t]] = 0.9
+        expected += -(target * torch.log_softmax(logits[b, t], -1)).sum()
+    assert total.item() == pytest.approx(expected.item(), rel=1e-6)
+    plain, _ = label_smoothed_cross_entropy(logits, labels, epsilon=0.0)
+    ce = torch.nn.functional.cross_entropy(logits.view(-1, 10), labels.view(-1), reduction="sum")
+    assert plain.item() == pytest.approx(ce.item(), rel=1e-6)
+
+
+def test_loss_is_per_target_token_or_per_num_items_in_batch():
+    model = make_model(label_smoothing=0.1)
+    ids, mask = padded_batch([5, 3])
+    labels = torch.tensor([[7, 8, 9, 2], [5, 2, -100, -100]])
+    out = model(input_ids=ids, attention_mask=mask, labels=labels)
+    total, count = label_smoothed_cross_entropy(out.logits, labels, 0.1)
+    assert out.loss.item() == pytest.approx(total.item() / 6, rel=1e-6) and count == 6
+    with_items = model(input_ids=ids, attention_mask=mask, labels=labels, num_items_in_batch=torch.tensor(12))
+    assert with_items.loss.item() == pytest.approx(total.item() / 12, rel=1e-6)
+
+
+def test_pad_row_stays_zero_while_training():
+    model = make_model()
+    model.train()
+    assert model.model.shared.weight[0].abs().max() == 0
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    ids, mask = padded_batch([5, 3])
+    for _ in range(3):
+        loss = model(input_ids=ids, attention_mask=mask, labels=torch.tensor([[7, 8, 2], [5, 2, -100]])).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    assert model.model.shared.weight[0].abs().max() == 0  # the decoder's zero start vector (t2t)
+    assert model.model.shared.weight[5].abs().max() > 0
+
+
+def test_gradient_checkpointing_gives_the_same_gradients():
+    ids, mask = padded_batch([6, 4])
+    labels = torch.tensor([[7, 8, 9, 2], [5, 2, -100, -100]])
+    grads = []
+    for checkpointing in (False, True):
+        model = make_model()
+        model.train()
+        if checkpointing:
+            model.gradient_checkpointing_enable()
+        model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys()
+    assert all(torch.allclose(grads[0][n], grads[1][n], atol=1e-6) for n in grads[0])
+
+
+def test_resize_token_embeddings_keeps_one_shared_matrix():
+    model = make_model()
+    model.resize_token_embeddings(80)
+    assert model.config.vocab_size == 80 and model.lm_head.weight.shape == (80, 32)
+    assert model.lm_head.weight is model.model.encoder.embed_tokens.weight is model.model.decoder.embed_tokens.weight
+    ids, mask = padded_batch([4])
+    assert model(input_ids=ids, attention_mask=mask, decoder_input_ids=ids).logits.shape == (1, 4, 80)
+
+
+# --- save / load ---------------------------------------------------------------------------------------------------
+
+
+def test_save_load_round_trip_stores_the_tied_matrix_once(tmp_path):
+    model = make_model()
+    model.save_pretrained(tmp_path)
+    with safe_open(tmp_path / "model.safetensors", "pt") as f:
+        keys = set(f.keys())
+    assert "model.shared.weight" in keys
+    assert not keys & {"lm_head.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"}
+    assert not any("embed_positions" in k for k in keys)  # sinusoids are computed, not stored
+    assert json.loads((tmp_path / "config.json").read_text())["auto_map"]["AutoModelForSeq2SeqLM"] == (
+        "modeling_vaswani.VaswaniForConditionalGeneration"
+    )
+    again = VaswaniForConditionalGeneration.from_pretrained(tmp_path).eval()
+    assert again.lm_head.weight is again.model.shared.weight
+    ids, mask = padded_batch([6, 3])
+    assert torch.equal(model(input_ids=ids, attention_mask=mask, decoder_input_ids=ids).logits,
+                       again(input_ids=ids, attention_mask=mask, decoder_input_ids=ids).logits)
+
+
+def test_trust_remote_code_load_in_a_fresh_process_without_the_package(tmp_path):
+    model = make_model()
+    folder = tmp_path / "model"
+    model.save_pretrained(folder)
+    ids, mask = padded_batch([6, 3])
+    expected = model(input_ids=ids, attention_mask=mask, decoder_input_ids=ids).logits
+    torch.save({"ids": ids, "mask": mask}, tmp_path / "inputs.pt")
+    code = f"""
+import torch
+from transformers import AutoModelForSeq2SeqLM
+model = AutoModelForSeq2SeqLM.from_pretrained({str(folder)!r}, trust_remote_code=True).eval()
+assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+batch = torch.load({str(tmp_path / 'inputs.pt')!r})
+logits = model(input_ids=batch["ids"], attention_mask=batch["mask"], decoder_input_ids=batch["ids"]).logits
+torch.save(logits, {str(tmp_path / 'logits.pt')!r})
+print(type(model).__name__)
+"""
+    out = run_python(code, cwd=tmp_path, env={"HF_MODULES_CACHE": str(tmp_path / "modules")}, block_package=True)
+    assert "VaswaniForConditionalGeneration" in out
+    assert torch.equal(torch.load(tmp_path / "logits.pt"), expected)
+
+
+def test_auto_classes_load_without_trust_remote_code_when_the_package_is_imported(tmp_path):
+    from transformers import AutoConfig, AutoModelForSeq2SeqLM
+
+    model = make_model()
+    model.save_pretrained(tmp_path)
+    assert type(AutoConfig.from_pretrained(tmp_path)) is VaswaniConfig
+    assert type(AutoModelForSeq2SeqLM.from_pretrained(tmp_path)) is VaswaniForConditionalGeneration
+
+
+# --- size and learning ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("preset, paper_millions", [("base", 65), ("big", 213)])
+def test_parameter_counts_match_table3(preset, paper_millions):
+    config = getattr(VaswaniConfig, preset)(vocab_size=37000)
+    with torch.device("meta"):
+        model = VaswaniForConditionalGeneration(config)
+    millions = sum(p.numel() for p in model.parameters()) / 1e6
+    print(f"\n{preset}: {millions:.1f}M parameters with a 37k shared vocabulary (paper, Table 3: {paper_millions}M)")
+    assert abs(millions - paper_millions) / paper_millions < 0.05
+
+
+def test_a_tiny_model_learns_to_reverse_sequences():
+    """Teacher-forced training on random sequences, then greedy decoding: >= 99% token accuracy on new ones."""
+    torch.manual_seed(0)
+    config = tiny_config(vocab_size=16, d_model=64, d_ff=128, num_heads=4, label_smoothing=0.0, dropout=0.0)
+    model = VaswaniForConditionalGeneration(config)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98), eps=1e-9)
+
+    def batch(n, generator):
+        src = torch.randint(3, 16, (n, 8), generator=generator)
+        src = torch.cat([src, torch.full((n, 1), 2)], dim=1)  # ... </s>
+        tgt = torch.cat([src[:, :-1].flip(1), src[:, -1:]], dim=1)
+        return src, tgt
+
+    generator = torch.Generator().manual_seed(1)
+    start = time.time()
+    model.train()
+    for step in range(600):
+        src, tgt = batch(64, generator)
+        loss = model(input_ids=src, labels=tgt).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        if time.time() - start > 55:
+            break
+    model.eval()
+    src, tgt = batch(200, torch.Generator().manual_seed(99))
+    out = model.generate(input_ids=src, num_beams=1, max_new_tokens=9, max_length_b=None)[:, 1:]
+    accuracy = (out == tgt).float().mean().item()
+    print(f"\nreverse task: {step + 1} steps, {time.time() - start:.0f}s, greedy token accuracy {accuracy:.4f}")
+    assert accuracy >= 0.99

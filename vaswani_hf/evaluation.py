@@ -1,0 +1,208 @@
+"""Translation quality metrics for the Transformer (Vaswani et al., 2017), each clearly labelled.
+
+Scores reported by :func:`compute_all`:
+
+``sacrebleu``
+    sacreBLEU corpus BLEU on detokenized text (default tokenizer 13a) with its signature (Post, 2018).
+    This is the number comparable across papers and toolkits.
+``chrf``
+    chrF (character n-gram F-score, beta=2) via sacreBLEU, with its signature.
+``bleu_tok_compound_split``
+    The paper's tokenized BLEU. Section 6.1 of the paper reports newstest2014 EN-DE BLEU as computed by
+    tensor2tensor's ``utils/get_ende_bleu.sh``: Moses ``tokenizer.perl -l de`` (here: its port ``sacremoses``,
+    after replace-unicode-punctuation), compound splitting ``s{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g`` on
+    hypothesis and reference, then ``multi-bleu.perl`` (case-sensitive BLEU on whitespace tokens, no smoothing).
+    It is inflated by the splitting and only comparable with numbers computed the same way (e.g. 27.3 / 28.4
+    in the paper's Table 2).
+``bleu_tok_none``
+    BLEU on the whitespace tokens as given (sacreBLEU ``tokenize="none"``), for already tokenized (and
+    lowercased) references such as Multi30k's tok files; this is the kind of number fairseq reports (e.g. 41.0).
+
+The computations live in ``evaluate`` metric modules shipped in ``vaswani_hf/metrics/<name>/<name>.py`` and
+loaded by path with :func:`load_metric`, which needs no network (``evaluate.load`` of a Hub name fails offline).
+The same modules back :func:`make_compute_metrics` for ``Seq2SeqTrainer``, so training-time and final scores
+come from the same code.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import evaluate
+import numpy as np
+from tqdm.auto import tqdm
+
+METRICS_DIR = Path(__file__).resolve().parent / "metrics"
+METRIC_NAMES = ("sacrebleu_local", "chrf_local", "tok_bleu")
+
+DESCRIPTIONS = {
+    "sacrebleu": "sacreBLEU corpus BLEU on detokenized text (the comparable number)",
+    "chrf": "chrF via sacreBLEU, character n-gram F-score (beta=2)",
+    "bleu_tok_compound_split": (
+        "paper-style tokenized BLEU (Vaswani et al. 2017, sec. 6.1; t2t get_ende_bleu.sh): Moses tokenization "
+        "(sacremoses) + ##AT##-##AT## compound splitting + multi-bleu-style BLEU, case-sensitive"
+    ),
+    "bleu_tok_none": "BLEU on whitespace tokens as given (sacreBLEU tokenize=none), for pre-tokenized references",
+}
+
+
+def load_metric(name: str, **kwargs) -> evaluate.EvaluationModule:
+    """``evaluate.load`` of one of the package's metric modules by path (works offline).
+
+    ``name`` is one of ``"sacrebleu_local"``, ``"chrf_local"``, ``"tok_bleu"``. Keyword arguments go to
+    ``evaluate.load``; ``keep_in_memory`` defaults to True (no cache files; pass False for distributed use).
+    """
+    if name not in METRIC_NAMES:
+        raise ValueError(f"unknown metric {name!r}; available: {', '.join(METRIC_NAMES)}")
+    kwargs.setdefault("keep_in_memory", True)
+    return evaluate.load(str(METRICS_DIR / name), **kwargs)
+
+
+def read_lines(path: str | os.PathLike) -> list[str]:
+    """Lines of a UTF-8 text file without their line ends (one segment per line, empty lines kept)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"file not found: {path}")
+    with open(path, encoding="utf-8", newline="\n") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def check_line_counts(hypotheses: tuple[str, list], references: list[tuple[str, list]]) -> None:
+    """Raise ``ValueError`` naming both sides and their counts if a reference has another number of lines.
+
+    Each argument pairs a name (a file name, or a label) with its lines.
+    """
+    hyp_name, hyp_lines = hypotheses
+    for ref_name, ref_lines in references:
+        if len(ref_lines) != len(hyp_lines):
+            raise ValueError(
+                f"line count mismatch: {hyp_name} has {len(hyp_lines)} lines but {ref_name} has {len(ref_lines)} lines"
+            )
+
+
+def _reference_streams(references) -> list[list[str]]:
+    """Accept one reference stream (list of str) or several (list of lists, sacreBLEU's layout)."""
+    if isinstance(references, (str, bytes)) or not len(references):
+        raise ValueError("references must be a non-empty list of strings or a list of reference streams")
+    if isinstance(references[0], str):
+        return [list(references)]
+    return [list(stream) for stream in references]
+
+
+def compute_all(
+    hypotheses: list[str],
+    references: list[str] | list[list[str]],
+    target_lang: str = "de",
+    tokenize: str = "13a",
+    lowercase: bool = False,
+) -> dict:
+    """All scores with their signatures, via the package's ``evaluate`` modules.
+
+    Args:
+        hypotheses: one detokenized translation per segment.
+        references: one reference per segment (a list of str), or several reference streams
+            (a list of such lists, each as long as ``hypotheses``, as in ``sacrebleu.corpus_bleu``).
+        target_lang: language for the Moses tokenizer of the paper-style BLEU.
+        tokenize: sacreBLEU tokenizer for ``sacrebleu`` (default "13a").
+        lowercase: case-insensitive ``sacrebleu``, ``chrf`` and ``bleu_tok_none``; the paper-style BLEU stays
+            case-sensitive, as in the paper.
+
+    Returns:
+        ``{name: {"score", "signature", "description", ...details}}`` for the names ``sacrebleu``, ``chrf``,
+        ``bleu_tok_compound_split``, ``bleu_tok_none``.
+    """
+    hypotheses = list(hypotheses)
+    streams = _reference_streams(references)
+    check_line_counts(
+        ("hypotheses", hypotheses), [(f"references[{i}]", stream) for i, stream in enumerate(streams)]
+    )
+    if not hypotheses:
+        raise ValueError("no segments to score")
+    per_segment = [list(refs) for refs in zip(*streams)]
+
+    sacrebleu_metric = load_metric("sacrebleu_local")
+    chrf_metric = load_metric("chrf_local")
+    tok_bleu_metric = load_metric("tok_bleu")
+    scores = {
+        "sacrebleu": sacrebleu_metric.compute(
+            predictions=hypotheses, references=per_segment, tokenize=tokenize, lowercase=lowercase
+        ),
+        "chrf": chrf_metric.compute(predictions=hypotheses, references=per_segment, lowercase=lowercase),
+        "bleu_tok_compound_split": tok_bleu_metric.compute(
+            predictions=hypotheses, references=per_segment, lang=target_lang
+        ),
+        "bleu_tok_none": sacrebleu_metric.compute(
+            predictions=hypotheses, references=per_segment, tokenize="none", lowercase=lowercase, force=True
+        ),
+    }
+    for name, result in scores.items():
+        result["description"] = DESCRIPTIONS[name]
+    return scores
+
+
+def format_table(scores: dict) -> str:
+    """A readable table of :func:`compute_all`'s result: name, score, signature, then what each one is."""
+    width = max(len(name) for name in scores)
+    lines = [f"{'metric':<{width}}  {'score':>6}  signature", "-" * (width + 2 + 6 + 2 + 60)]
+    for name, result in scores.items():
+        lines.append(f"{name:<{width}}  {result['score']:>6.2f}  {result.get('signature', '')}")
+    lines.append("")
+    for name, result in scores.items():
+        if result.get("description"):
+            lines.append(f"{name}: {result['description']}")
+    return "\n".join(lines)
+
+
+def make_compute_metrics(tokenizer, tokenize: str = "13a"):
+    """``compute_metrics`` for ``Seq2SeqTrainer(predict_with_generate=True)``: sacreBLEU, chrF, mean length.
+
+    Decodes generated ids and labels (label positions set to -100 by the collator, and any -100 in the
+    predictions, become the pad id first), strips special tokens and surrounding whitespace, and scores with the
+    package's ``sacrebleu_local`` (tokenizer ``tokenize``, default 13a) and ``chrf_local`` modules.
+    Returns ``{"bleu", "chrf", "gen_len"}`` where ``gen_len`` is the mean number of non-pad generated tokens.
+    """
+    bleu_metric = load_metric("sacrebleu_local")
+    chrf_metric = load_metric("chrf_local")
+    pad_id = tokenizer.pad_token_id
+
+    def compute_metrics(eval_prediction):
+        predictions, labels = eval_prediction.predictions, eval_prediction.label_ids
+        if isinstance(predictions, tuple):
+            predictions = predictions[0]
+        predictions = np.where(np.asarray(predictions) != -100, predictions, pad_id)
+        labels = np.where(np.asarray(labels) != -100, labels, pad_id)
+        decoded_predictions = [t.strip() for t in tokenizer.batch_decode(predictions, skip_special_tokens=True)]
+        decoded_labels = [t.strip() for t in tokenizer.batch_decode(labels, skip_special_tokens=True)]
+        bleu = bleu_metric.compute(predictions=decoded_predictions, references=decoded_labels, tokenize=tokenize)
+        chrf = chrf_metric.compute(predictions=decoded_predictions, references=decoded_labels)
+        gen_len = float(np.mean(np.count_nonzero(predictions != pad_id, axis=-1))) if len(predictions) else 0.0
+        return {"bleu": bleu["score"], "chrf": chrf["score"], "gen_len": gen_len}
+
+    return compute_metrics
+
+
+def translate_lines(model, tokenizer, lines, batch_size=32, num_beams=None, device="cpu") -> list[str]:
+    """Translate ``lines`` with ``model.generate``, batched, order preserved, with a progress bar.
+
+    The single decoding seam of the evaluation: decoding settings other than ``num_beams`` (length penalty,
+    maximum length, early stopping) come from the model's ``generation_config``; ``num_beams=None`` uses its value.
+    Lines are sorted by length to batch similar lengths together (less padding); empty or whitespace-only lines
+    translate to empty lines without calling the model.
+    """
+    import torch
+
+    model = model.to(device).eval()
+    outputs = [""] * len(lines)
+    todo = sorted((i for i, line in enumerate(lines) if line.strip()), key=lambda i: len(lines[i]), reverse=True)
+    generate_kwargs = {} if num_beams is None else {"num_beams": num_beams}
+    with torch.inference_mode(), tqdm(total=len(todo), desc="translating", unit="sent") as progress:
+        for start in range(0, len(todo), batch_size):
+            batch = todo[start : start + batch_size]
+            encoded = tokenizer([lines[i].strip() for i in batch], return_tensors="pt", padding=True)
+            inputs = {key: encoded[key].to(device) for key in ("input_ids", "attention_mask")}
+            generated = model.generate(**inputs, **generate_kwargs)
+            for i, text in zip(batch, tokenizer.batch_decode(generated, skip_special_tokens=True)):
+                outputs[i] = text.strip()
+            progress.update(len(batch))
+    return outputs

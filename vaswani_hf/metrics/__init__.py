@@ -1,0 +1,12 @@
+"""`evaluate` metric modules shipped inside the package, loaded by path (works offline).
+
+Each sub-folder holds one script named like the folder (`evaluate.load`'s rule for local modules):
+
+- ``sacrebleu_local``: sacreBLEU corpus BLEU with its signature.
+- ``chrf_local``: chrF / chrF++ via sacreBLEU, with its signature.
+- ``tok_bleu``: the paper's tokenized BLEU for EN-DE as tensor2tensor's ``get_ende_bleu.sh`` computed it
+  (Moses tokenization, ``##AT##`` compound splitting, multi-bleu-style BLEU).
+
+Load them with :func:`vaswani_hf.evaluation.load_metric` (``evaluate.load(<folder path>)``); the sub-folders are
+also regular Python packages so their helpers can be imported directly.
+"""
