@@ -185,3 +185,227 @@ def from_marian(marian: MarianMTModel, sinusoid_layout: str = "concatenated", **
     model.load_state_dict(ours, strict=False)
     model.tie_weights()
     return model.train(marian.training)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# CTranslate2 export (issue 8): a `ctranslate2.specs.TransformerSpec` filled directly from our weights
+# ---------------------------------------------------------------------------------------------------------------------
+
+CT2_METADATA_FILE = "vaswani_ctranslate2.json"
+_CT2_DEFAULT_MAX_POSITIONS = 1024
+
+
+def _import_ctranslate2():
+    try:
+        import ctranslate2  # noqa: F401
+        from ctranslate2.specs import common_spec, transformer_spec
+    except ImportError as error:  # pragma: no cover - exercised only without the extra
+        raise ImportError(
+            "The CTranslate2 export needs the optional dependency `ctranslate2`: "
+            "pip install 'vaswani_hf[ct2]'  (or: pip install ctranslate2)"
+        ) from error
+    return ctranslate2, common_spec, transformer_spec
+
+
+def _ct2_vocabulary(tokenizer, config: VaswaniConfig) -> list[str]:
+    """Our token strings in id order 0..V-1, exactly as the tokenizer maps them (no reordering, no <pad> removal).
+
+    Ids the tokenizer does not know (a model vocabulary padded beyond the tokenizer) get unique placeholders.
+    """
+    id_to_token = {index: token for token, index in tokenizer.get_vocab().items()}
+    if id_to_token and max(id_to_token) >= config.vocab_size:
+        raise ValueError(
+            f"to_ctranslate2: the tokenizer has ids up to {max(id_to_token)} but the model's vocab_size is "
+            f"{config.vocab_size}; they must describe the same vocabulary."
+        )
+    tokens = [id_to_token.get(i, f"<vaswani_unused_{i}>") for i in range(config.vocab_size)]
+    if len(set(tokens)) != len(tokens):
+        raise ValueError("to_ctranslate2: the vocabulary has duplicate token strings; CTranslate2 maps tokens by string.")
+    for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
+        index = getattr(config, name)
+        if not isinstance(index, int) or not 0 <= index < config.vocab_size or index not in id_to_token:
+            raise ValueError(f"to_ctranslate2: config.{name}={index!r} is not an id of the tokenizer's vocabulary.")
+    return tokens
+
+
+def _ct2_special_token(tokens: list[str], index, fallback: str) -> str:
+    return tokens[index] if isinstance(index, int) and 0 <= index < len(tokens) else fallback
+
+
+def _load_for_ctranslate2(model_or_folder, tokenizer):
+    from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+    if isinstance(model_or_folder, VaswaniForConditionalGeneration):
+        model, folder = model_or_folder, None
+    else:
+        folder = str(model_or_folder)
+        model = VaswaniForConditionalGeneration.from_pretrained(folder, dtype=torch.float32)
+    if tokenizer is None:
+        if folder is None:
+            raise ValueError("to_ctranslate2: pass `tokenizer=` (a tokenizer or its folder) with an in-memory model.")
+        tokenizer = folder
+    if not isinstance(tokenizer, PreTrainedTokenizerBase):
+        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer))
+    return model, tokenizer
+
+
+@torch.no_grad()
+def _ct2_spec(model: VaswaniForConditionalGeneration, tokens: list[str], max_positions: int, unk_token: str = "<unk>"):
+    """Fill a CTranslate2 `TransformerSpec` that computes exactly `model`'s function."""
+    import math
+
+    from .modeling_vaswani import sinusoid_table
+
+    _, common_spec, transformer_spec = _import_ctranslate2()
+    config = model.config
+    if config.d_k != config.d_v:
+        raise ValueError(
+            f"to_ctranslate2: CTranslate2 attention needs d_k == d_v (one head_dim); got d_k={config.d_k}, "
+            f"d_v={config.d_v} (Table 3, row B)."
+        )
+    head_dim = None if config.d_k * config.num_heads == config.d_model else config.d_k
+    state = {name: tensor.detach().float().contiguous() for name, tensor in model.state_dict().items()}
+
+    def spec_kwargs():
+        return dict(pre_norm=False, activation=common_spec.Activation.RELU, head_dim=head_dim)
+
+    # pre_norm=False: post-norm layers LayerNorm(x + Sublayer(x)) and no final LayerNorm on either stack (CTranslate2
+    # creates `layer_norm` at the end of a stack only for pre-norm models).
+    encoder_spec = transformer_spec.TransformerEncoderSpec(config.num_encoder_layers, config.num_heads, **spec_kwargs())
+    decoder_spec = transformer_spec.TransformerDecoderSpec(config.num_decoder_layers, config.num_heads, **spec_kwargs())
+    spec = transformer_spec.TransformerSpec(encoder_spec, decoder_spec)
+
+    def linear(linear_spec, prefixes):
+        """One CTranslate2 linear layer from one or more of ours, fused along the output axis (Q|K|V, K|V)."""
+        linear_spec.weight = torch.cat([state[f"{p}.weight"] for p in prefixes], dim=0)
+        if f"{prefixes[0]}.bias" in state:  # no bias in the paper's projections: leave CTranslate2's optional bias unset
+            linear_spec.bias = torch.cat([state[f"{p}.bias"] for p in prefixes], dim=0)
+
+    def layer_norm(norm_spec, prefix):
+        norm_spec.gamma = state[f"{prefix}.weight"]
+        norm_spec.beta = state[f"{prefix}.bias"]
+
+    def positions(stack):
+        if config.position_encoding == "sinusoidal":
+            # Always written explicitly: CTranslate2's built-in sinusoids are OpenNMT-tf's (timescale denominator
+            # d/2 - 1, positions from 1, [sin | cos]), not the paper's. The table is in the model's own layout, so
+            # interleaved and concatenated models both export exactly, with no permutation of the weights.
+            return sinusoid_table(max_positions, config.d_model, config.sinusoid_layout)
+        return state[f"model.{stack}.embed_positions.weight"]  # learned (Table 3, row E): max_position_embeddings rows
+
+    embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+    if config.tie_word_embeddings:
+        source_embedding = target_embedding = projection = state["model.shared.weight"]
+    else:
+        source_embedding = state["model.encoder.embed_tokens.weight"]
+        target_embedding = state["model.decoder.embed_tokens.weight"]
+        projection = state["lm_head.weight"]
+
+    for stack, stack_spec in (("encoder", spec.encoder), ("decoder", spec.decoder)):
+        stack_spec.scale_embeddings = embed_scale
+        stack_spec.position_encodings.encodings = positions(stack)
+        for i, layer_spec in enumerate(stack_spec.layer):
+            prefix = f"model.{stack}.layers.{i}"
+            attn = f"{prefix}.self_attn"
+            linear(layer_spec.self_attention.linear[0], [f"{attn}.q_proj", f"{attn}.k_proj", f"{attn}.v_proj"])
+            linear(layer_spec.self_attention.linear[1], [f"{attn}.out_proj"])
+            layer_norm(layer_spec.self_attention.layer_norm, f"{prefix}.self_attn_layer_norm")
+            if stack == "decoder":
+                cross = f"{prefix}.encoder_attn"
+                linear(layer_spec.attention.linear[0], [f"{cross}.q_proj"])
+                linear(layer_spec.attention.linear[1], [f"{cross}.k_proj", f"{cross}.v_proj"])
+                linear(layer_spec.attention.linear[2], [f"{cross}.out_proj"])
+                layer_norm(layer_spec.attention.layer_norm, f"{prefix}.encoder_attn_layer_norm")
+            linear(layer_spec.ffn.linear_0, [f"{prefix}.feed_forward.fc1"])
+            linear(layer_spec.ffn.linear_1, [f"{prefix}.feed_forward.fc2"])
+            layer_norm(layer_spec.ffn.layer_norm, f"{prefix}.final_layer_norm")
+    spec.encoder.embeddings[0].weight = source_embedding
+    spec.decoder.embeddings.weight = target_embedding
+    spec.decoder.projection.weight = projection  # no output bias; identical tensors are aliased on save
+    # The decoder starts from the real embedding of decoder_start_token (<pad>, whose row is zero in our models),
+    # so `start_from_zero_embedding` stays False and a non-zero start row would also be reproduced exactly.
+
+    spec.config.layer_norm_epsilon = float(config.layer_norm_eps)
+    spec.config.unk_token = unk_token
+    spec.config.bos_token = _ct2_special_token(tokens, config.bos_token_id, "<s>")
+    eos = config.eos_token_id[0] if isinstance(config.eos_token_id, list) else config.eos_token_id
+    spec.config.eos_token = tokens[eos]
+    spec.config.decoder_start_token = tokens[config.decoder_start_token_id]
+    # Our tokenizer appends </s> to every source sentence itself: CTranslate2 must not add BOS/EOS again.
+    spec.config.add_source_bos = False
+    spec.config.add_source_eos = False
+    spec.register_source_vocabulary(tokens)
+    spec.register_target_vocabulary(tokens)
+    return spec
+
+
+def to_ctranslate2(model_or_folder, out_dir, quantization: str | None = None, tokenizer=None, *,
+                   max_positions: int | None = None, force: bool = False):
+    """Write a CTranslate2 model (`ctranslate2.Translator` loads it) computing exactly our model's function.
+
+    The `TransformerSpec` is filled directly (not through CTranslate2's Marian converter, which assumes Marian C++
+    conventions: `<pad>` last in the vocabulary and removed, decoder started from a zero vector with `</s>`):
+    post-norm, ReLU, shared scaled embeddings, no final LayerNorm, no attention biases (unless the model has them),
+    our vocabulary in our id order (<pad>=0 <s>=1 </s>=2 <unk>=3), decoder start token <pad>, and the position table
+    written out in the model's own sinusoid layout (interleaved or concatenated).
+
+    Args:
+        model_or_folder: a `VaswaniForConditionalGeneration` or a folder saved by `save_pretrained`.
+        out_dir: output folder (created). Holds model.bin, config.json, shared_vocabulary.json, the tokenizer files
+            and `vaswani_ctranslate2.json` (position-table size and generation defaults, read by
+            `vaswani_hf.ctranslate2_backend`).
+        quantization: None (float32 weights), "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
+            "float16", "bfloat16" (CTranslate2's weight types; the compute type is chosen when loading).
+        tokenizer: tokenizer or its folder; default: the model folder. Its files are copied next to the model.
+        max_positions: rows of the exported sinusoid table, i.e. the longest source and the longest output
+            (start token included) CTranslate2 can process; default max(max_position_embeddings, 1024). CTranslate2
+            cannot extend the table on demand as our model does. Learned positions keep their own table.
+        force: overwrite a non-empty `out_dir`.
+
+    Source sentences must be given to CTranslate2 as our tokenizer produces them, `</s>` included
+    (`add_source_eos` is False); `vaswani_hf.ctranslate2_backend.translate_ctranslate2` does this for you.
+
+    Returns:
+        the output folder as a `Path`.
+    """
+    import json
+    import shutil
+    from pathlib import Path
+
+    ctranslate2, _, _ = _import_ctranslate2()
+    out_dir = Path(out_dir)
+    if out_dir.exists() and any(out_dir.iterdir()):
+        if not force:
+            raise FileExistsError(f"to_ctranslate2: {out_dir} exists and is not empty; pass force=True to overwrite.")
+        shutil.rmtree(out_dir)
+    model, tokenizer = _load_for_ctranslate2(model_or_folder, tokenizer)
+    config = model.config
+    if config.position_encoding == "sinusoidal":
+        max_positions = int(max_positions or max(config.max_position_embeddings, _CT2_DEFAULT_MAX_POSITIONS))
+    else:
+        if max_positions not in (None, config.max_position_embeddings):
+            raise ValueError("to_ctranslate2: learned positions have exactly max_position_embeddings rows.")
+        max_positions = config.max_position_embeddings
+    tokens = _ct2_vocabulary(tokenizer, config)
+    spec = _ct2_spec(model, tokens, max_positions, unk_token=tokenizer.unk_token or "<unk>")
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    spec.save(str(out_dir))
+    tokenizer.save_pretrained(str(out_dir))
+
+    generation = getattr(model, "generation_config", None)
+    metadata = {
+        "format": "vaswani_hf CTranslate2 export",
+        "ctranslate2_version": ctranslate2.__version__,
+        "quantization": quantization or "float32",
+        "max_positions": max_positions,
+        "position_encoding": config.position_encoding,
+        "sinusoid_layout": config.sinusoid_layout,
+        "source_ends_with_eos": True,
+        "generation": {
+            key: getattr(generation, key, None) for key in ("num_beams", "length_penalty", "max_new_tokens")
+        },
+    }
+    (out_dir / CT2_METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
+    return out_dir
