@@ -132,3 +132,15 @@ def test_per_sentence_maximum_length_is_input_length_plus_b():
             assert generated.index(EOS) + 1 == source_length + 3  # |Y| including </s> == input length + b
     out = model.generate(input_ids=ids, attention_mask=mask, num_beams=1, **never_stop)
     assert out.shape[1] == 1 + 9 + 50  # the paper's rule by default: input length + 50
+
+
+@pytest.mark.parametrize("encoder_layers, decoder_layers", [(1, 3), (3, 1)])
+def test_beam_search_with_unequal_encoder_and_decoder_depths(encoder_layers, decoder_layers):
+    """Table 3 (C) varies N; transformers sizes the decoder cache from the config, which must report the decoder's."""
+    torch.manual_seed(0)
+    model = VaswaniForConditionalGeneration(
+        tiny_config(vocab_size=24, num_encoder_layers=encoder_layers, num_decoder_layers=decoder_layers)
+    ).eval()
+    ids, mask = padded_batch([5, 3], vocab_size=24)
+    cached = model.generate(input_ids=ids, attention_mask=mask, max_length_b=4)
+    assert torch.equal(cached, model.generate(input_ids=ids, attention_mask=mask, max_length_b=4, use_cache=False))

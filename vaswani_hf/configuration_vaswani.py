@@ -8,6 +8,8 @@ Field names follow the paper (Section 3 and Table 3); transformers' generic name
 Where the paper is silent we follow tensor2tensor's first release (`transformer_base`, June 2017) and say so.
 """
 
+import copy
+
 from huggingface_hub.dataclasses import strict
 from transformers.configuration_utils import PreTrainedConfig
 
@@ -140,6 +142,15 @@ class VaswaniConfig(PreTrainedConfig):
             raise ValueError(f"VaswaniConfig: sinusoidal positions need an even d_model, got {self.d_model}.")
         if self.layer_norm_eps <= 0:
             raise ValueError(f"VaswaniConfig: layer_norm_eps must be positive, got {self.layer_norm_eps!r}.")
+
+    def get_text_config(self, decoder=None, encoder=None) -> "VaswaniConfig":
+        """transformers sizes decoder caches from `get_text_config(decoder=True).num_hidden_layers`, which the
+        attribute map points at the encoder: answer with a copy whose layer count is the decoder's."""
+        if decoder and not encoder and self.num_decoder_layers != self.num_encoder_layers:
+            decoder_view = copy.deepcopy(self)
+            decoder_view.num_encoder_layers = self.num_decoder_layers
+            return decoder_view
+        return super().get_text_config(decoder=decoder, encoder=encoder)
 
     @classmethod
     def base(cls, **overrides) -> "VaswaniConfig":
