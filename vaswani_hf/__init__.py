@@ -15,6 +15,14 @@ from .modeling_vaswani import (
     VaswaniPreTrainedModel,
 )
 
+from .generation import (
+    load_for_inference,
+    register_pipeline,
+    save_pretrained_with_pipeline,
+    translate,
+    translation_pipeline,
+)
+
 __version__ = "0.1.0"
 
 AutoConfig.register(VaswaniConfig.model_type, VaswaniConfig, exist_ok=True)
@@ -24,10 +32,16 @@ AutoModelForSeq2SeqLM.register(VaswaniConfig, VaswaniForConditionalGeneration, e
 VaswaniConfig.register_for_auto_class()
 VaswaniModel.register_for_auto_class("AutoModel")
 VaswaniForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
+register_pipeline()  # "translation" -> VaswaniTranslationPipeline (transformers 5 removed its own)
 
 __all__ = [
     "VaswaniConfig",
     "VaswaniModel",
     "VaswaniForConditionalGeneration",
     "VaswaniPreTrainedModel",
+    "translate",
+    "translation_pipeline",
+    "load_for_inference",
+    "save_pretrained_with_pipeline",
+    "register_pipeline",
 ]

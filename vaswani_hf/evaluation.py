@@ -183,26 +183,9 @@ def make_compute_metrics(tokenizer, tokenize: str = "13a"):
 
 
 def translate_lines(model, tokenizer, lines, batch_size=32, num_beams=None, device="cpu") -> list[str]:
-    """Translate ``lines`` with ``model.generate``, batched, order preserved, with a progress bar.
+    """Translate ``lines`` for scoring: `vaswani_hf.generation.translate` (token-budget batches, order preserved,
+    progress bar; empty lines give empty outputs without calling the model). Decoding settings other than
+    ``num_beams`` come from the model's ``generation_config``; ``num_beams=None`` uses its value."""
+    from .generation import translate
 
-    The single decoding seam of the evaluation: decoding settings other than ``num_beams`` (length penalty,
-    maximum length, early stopping) come from the model's ``generation_config``; ``num_beams=None`` uses its value.
-    Lines are sorted by length to batch similar lengths together (less padding); empty or whitespace-only lines
-    translate to empty lines without calling the model.
-    """
-    import torch
-
-    model = model.to(device).eval()
-    outputs = [""] * len(lines)
-    todo = sorted((i for i, line in enumerate(lines) if line.strip()), key=lambda i: len(lines[i]), reverse=True)
-    generate_kwargs = {} if num_beams is None else {"num_beams": num_beams}
-    with torch.inference_mode(), tqdm(total=len(todo), desc="translating", unit="sent") as progress:
-        for start in range(0, len(todo), batch_size):
-            batch = todo[start : start + batch_size]
-            encoded = tokenizer([lines[i].strip() for i in batch], return_tensors="pt", padding=True)
-            inputs = {key: encoded[key].to(device) for key in ("input_ids", "attention_mask")}
-            generated = model.generate(**inputs, **generate_kwargs)
-            for i, text in zip(batch, tokenizer.batch_decode(generated, skip_special_tokens=True)):
-                outputs[i] = text.strip()
-            progress.update(len(batch))
-    return outputs
+    return translate(model, tokenizer, list(lines), batch_size=batch_size, num_beams=num_beams, device=device)

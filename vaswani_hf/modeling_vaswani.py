@@ -453,19 +453,22 @@ class VaswaniDecoder(VaswaniPreTrainedModel):
         hidden_states = inputs_embeds * self.embed_scale + self.embed_positions(positions).to(inputs_embeds.dtype)
         hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
 
-        if attention_mask is None:
-            attention_mask = torch.ones(batch, past_length + length, device=inputs_embeds.device, dtype=torch.long)
-        self_attn_cache = (
-            past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache)
-            else past_key_values
-        )
-        causal_mask = create_causal_mask(
-            config=self.config,
-            inputs_embeds=hidden_states,
-            attention_mask=attention_mask,
-            past_key_values=self_attn_cache,
-            position_ids=positions.unsqueeze(0),
-        )
+        if attention_mask is None and length == 1:
+            causal_mask = None  # one new query without target padding may see every earlier position
+        else:
+            if attention_mask is None:
+                attention_mask = torch.ones(batch, past_length + length, device=inputs_embeds.device, dtype=torch.long)
+            self_attn_cache = (
+                past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache)
+                else past_key_values
+            )
+            causal_mask = create_causal_mask(
+                config=self.config,
+                inputs_embeds=hidden_states,
+                attention_mask=attention_mask,
+                past_key_values=self_attn_cache,
+                position_ids=positions.unsqueeze(0),
+            )
         encoder_attention_mask = create_bidirectional_mask(
             config=self.config,
             inputs_embeds=hidden_states,
@@ -791,6 +794,16 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
                 kwargs["max_new_tokens"] = int(limiter.limits.max())
         return super().generate(inputs, generation_config=generation_config, logits_processor=logits_processor,
                                 **kwargs)
+
+    def _reorder_cache(self, past_key_values: Cache, beam_idx: torch.LongTensor) -> Cache:
+        """Beam search keeps the surviving beams' self-attention K/V. The cross-attention K/V are the same for every
+        beam of a sentence (beams never move across sentences), so they are left in place instead of being copied
+        at every step as transformers' default reorder does."""
+        if isinstance(past_key_values, EncoderDecoderCache):
+            past_key_values.self_attention_cache.reorder_cache(beam_idx)
+        else:
+            past_key_values.reorder_cache(beam_idx)
+        return past_key_values
 
     def _beam_search(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
                      **model_kwargs):

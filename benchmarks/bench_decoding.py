@@ -1,0 +1,247 @@
+#!/usr/bin/env python
+"""Decoding speed: our `VaswaniForConditionalGeneration` vs transformers' `MarianMTModel` with IDENTICAL weights.
+
+Not a test. Multi30k test_2016_flickr EN->DE sources (read from the shared data folder, never copied into the repo),
+CPU, both models in one run, the same batches (token-budget batches from `vaswani_hf.generation.make_batches`), the
+same `generate()` arguments, measured alternately (ours, Marian, ours, Marian, ...), one torch thread. Speeds are per
+second of the process's CPU time (`time.process_time`), the repetition with the least CPU time kept: on a shared
+machine wall time mostly measures the other processes (wall-time ratios are reported too). Reports sentences/s and
+target tokens/s and the ratios ours / Marian.
+
+Two modes:
+- `--model_dir DIR`: a trained model folder; natural decoding (each model stops at its own </s>). The Marian copy
+  comes from `vaswani_hf.convert.to_marian`, so both produce the same tokens up to float rounding.
+- default: a RANDOM model of a stated size with a BPE tokenizer trained on Multi30k train (en+de). Random weights
+  would decode to the maximum length, so every sentence is forced to exactly `--target_length` new tokens
+  (`min_new_tokens = max_new_tokens`), the same for both models: equal work, a fair speed comparison.
+
+Decoding settings compared:
+- greedy: num_beams=1.
+- beam4_hf: beam 4, length penalty alpha 0.6 with transformers' |Y|^alpha for BOTH (apples to apples).
+- beam4_gnmt: beam 4, alpha 0.6, ours with the paper's GNMT ((5+|Y|)/6)^alpha vs Marian with |Y|^alpha (Marian has
+  no GNMT option): informational; with forced lengths the work is the same, only the scoring code differs.
+Ours decodes with `max_length_b=None` (no per-sentence "input + 50" limit) in the forced-length mode, as Marian has
+no such limit; in `--model_dir` mode it keeps the model's default (the limit is active, as in real use).
+
+    python benchmarks/bench_decoding.py                          # random model, ~3-5 min on 1 CPU thread
+    python benchmarks/bench_decoding.py --model_dir runs/x/final  # trained model
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = REPO.parent / "shared" / "data" / "multi30k" / "raw"
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model_dir", default=None, help="trained model folder (default: random model, forced lengths)")
+    p.add_argument("--data_dir", default=str(DEFAULT_DATA), help="Multi30k raw folder (test_2016_flickr.en, train.*)")
+    p.add_argument("--num_sentences", type=int, default=1000, help="first N sentences of test_2016_flickr.en")
+    p.add_argument("--max_tokens", type=int, default=1024, help="padded source tokens per batch (both models)")
+    p.add_argument("--batch_size", type=int, default=64, help="at most this many sentences per batch (both models)")
+    p.add_argument("--target_length", type=int, default=16,
+                   help="random model: new tokens forced per sentence (Multi30k German references: ~16 BPE tokens)")
+    p.add_argument("--vocab_size", type=int, default=8000, help="random model: BPE vocabulary trained on Multi30k")
+    p.add_argument("--d_model", type=int, default=256)
+    p.add_argument("--d_ff", type=int, default=1024)
+    p.add_argument("--num_heads", type=int, default=4)
+    p.add_argument("--num_layers", type=int, default=3, help="random model: encoder and decoder layers each")
+    p.add_argument("--repeats", type=int, default=2, help="timed repetitions per model and setting (best kept)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (1: least sensitive to a loaded machine)")
+    p.add_argument("--settings", default="greedy,beam4_hf,beam4_gnmt")
+    p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "decoding"), help="output path stem")
+    return p.parse_args(argv)
+
+
+def build_random(args, data_dir: Path):
+    from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
+    from vaswani_hf.tokenization import train_bpe_tokenizer
+
+    tokenizer = train_bpe_tokenizer([str(data_dir / "train.en"), str(data_dir / "train.de")],
+                                    vocab_size=args.vocab_size, show_progress=False)
+    torch.manual_seed(0)
+    config = VaswaniConfig(vocab_size=len(tokenizer), d_model=args.d_model, d_ff=args.d_ff, num_heads=args.num_heads,
+                           num_encoder_layers=args.num_layers, num_decoder_layers=args.num_layers)
+    return VaswaniForConditionalGeneration(config).eval(), tokenizer
+
+
+def generated_lengths(generated: torch.Tensor, eos_id: int) -> torch.Tensor:
+    """New tokens per row up to and including the first </s> (the decoder start token excluded)."""
+    new = generated[:, 1:]
+    is_eos = new == eos_id
+    first = torch.where(is_eos.any(-1), is_eos.float().argmax(-1) + 1, torch.full_like(new[:, 0], new.shape[1]))
+    return first
+
+
+def run(model, batches, kwargs, eos_id):
+    """Decode every batch; returns (CPU seconds, wall seconds, sentences, target tokens, outputs as lists).
+
+    CPU seconds (`time.process_time`, this process's CPU time) are the primary measure: on a shared machine the
+    wall time mostly measures the other processes. With one torch thread, CPU time is the work done."""
+    outputs = []
+    tokens = 0
+    cpu_start, start = time.process_time(), time.perf_counter()
+    with torch.inference_mode():
+        for input_ids, attention_mask in batches:
+            generated = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+            tokens += int(generated_lengths(generated, eos_id).sum())
+            outputs.extend(generated.tolist())
+    cpu_seconds, seconds = time.process_time() - cpu_start, time.perf_counter() - start
+    return cpu_seconds, seconds, sum(b[0].shape[0] for b in batches), tokens, outputs
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    from vaswani_hf.convert import to_marian
+    from vaswani_hf.generation import _pad, load_for_inference, make_batches
+
+    data_dir = Path(args.data_dir)
+    source_path = data_dir / "test_2016_flickr.en"
+    sources = source_path.read_text(encoding="utf-8").splitlines()[: args.num_sentences]
+    load_before = os.getloadavg()
+    t0 = time.perf_counter()
+    if args.model_dir:
+        model, tokenizer = load_for_inference(args.model_dir, device="cpu")
+        mode = "trained"
+    else:
+        model, tokenizer = build_random(args, data_dir)
+        mode = "random-forced-length"
+    marian = to_marian(model).eval()
+    setup_seconds = time.perf_counter() - t0
+    config = model.config
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"{mode} model: d_model={config.d_model} d_ff={config.d_ff} heads={config.num_heads} "
+          f"layers={config.num_encoder_layers}+{config.num_decoder_layers} vocab={config.vocab_size} "
+          f"params={n_params / 1e6:.1f}M; setup {setup_seconds:.1f}s", file=sys.stderr)
+
+    encoded = tokenizer([s.strip() for s in sources])["input_ids"]
+    batch_ids = make_batches([len(e) for e in encoded], args.max_tokens, args.batch_size)
+    batches = [_pad([encoded[i] for i in b], tokenizer.pad_token_id, torch.device("cpu")) for b in batch_ids]
+    eos = config.eos_token_id
+
+    common = {}
+    if mode == "random-forced-length":
+        common = dict(min_new_tokens=args.target_length, max_new_tokens=args.target_length)
+    settings = {
+        "greedy": (dict(num_beams=1), dict(num_beams=1)),
+        "beam4_hf": (dict(num_beams=4, length_penalty=0.6, length_penalty_type="hf", early_stopping="never"),
+                     dict(num_beams=4, length_penalty=0.6, early_stopping="never")),
+        "beam4_gnmt": (dict(num_beams=4, length_penalty=0.6, length_penalty_type="gnmt", early_stopping="never"),
+                       dict(num_beams=4, length_penalty=0.6, early_stopping="never")),
+    }
+    results = {}
+    for name in args.settings.split(","):
+        ours_kwargs, marian_kwargs = ({**common, **settings[name][0]}, {**common, **settings[name][1]})
+        if mode == "random-forced-length":
+            ours_kwargs["max_length_b"] = None
+        # warm-up on the first (largest) batch
+        run(model, batches[:1], ours_kwargs, eos)
+        run(marian, batches[:1], marian_kwargs, eos)
+        best = {"ours": None, "marian": None}
+        for _ in range(args.repeats):
+            for who, m, kw in (("ours", model, ours_kwargs), ("marian", marian, marian_kwargs)):
+                cpu_seconds, seconds, sentences, tokens, outputs = run(m, batches, kw, eos)
+                if best[who] is None or cpu_seconds < best[who]["cpu_seconds"]:
+                    best[who] = dict(cpu_seconds=cpu_seconds, wall_seconds=seconds, sentences=sentences,
+                                     target_tokens=tokens, outputs=outputs)
+                print(f"  {name:10s} {who:6s} cpu {cpu_seconds:7.2f}s wall {seconds:7.2f}s  "
+                      f"{sentences / cpu_seconds:7.1f} sent/cpu-s  {tokens / cpu_seconds:8.1f} tok/cpu-s",
+                      file=sys.stderr)
+        same = sum(a == b for a, b in zip(best["ours"]["outputs"], best["marian"]["outputs"]))
+        entry = {}
+        for who in ("ours", "marian"):
+            r = best[who]
+            entry[who] = dict(cpu_seconds=round(r["cpu_seconds"], 3), wall_seconds=round(r["wall_seconds"], 3),
+                              sentences=r["sentences"], target_tokens=r["target_tokens"],
+                              sentences_per_s=round(r["sentences"] / r["cpu_seconds"], 2),
+                              target_tokens_per_s=round(r["target_tokens"] / r["cpu_seconds"], 1),
+                              wall_sentences_per_s=round(r["sentences"] / r["wall_seconds"], 2))
+        entry["ratio_ours_over_marian"] = dict(
+            sentences_per_s=round(entry["ours"]["sentences_per_s"] / entry["marian"]["sentences_per_s"], 3),
+            target_tokens_per_s=round(entry["ours"]["target_tokens_per_s"] / entry["marian"]["target_tokens_per_s"], 3),
+            wall_sentences_per_s=round(
+                entry["ours"]["wall_sentences_per_s"] / entry["marian"]["wall_sentences_per_s"], 3),
+        )
+        entry["identical_outputs"] = f"{same}/{len(best['ours']['outputs'])}"
+        entry["generate_kwargs"] = {"ours": ours_kwargs, "marian": marian_kwargs}
+        results[name] = entry
+
+    report = {
+        "benchmark": "decoding speed, VaswaniForConditionalGeneration vs MarianMTModel (identical weights, to_marian)",
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "mode": mode,
+        "model_dir": args.model_dir,
+        "model": dict(d_model=config.d_model, d_ff=config.d_ff, num_heads=config.num_heads,
+                      num_encoder_layers=config.num_encoder_layers, num_decoder_layers=config.num_decoder_layers,
+                      vocab_size=config.vocab_size, parameters=n_params),
+        "data": f"Multi30k test_2016_flickr.en, first {len(sources)} sentences",
+        "batching": dict(max_tokens=args.max_tokens, batch_size=args.batch_size, batches=len(batches)),
+        "forced_target_length": args.target_length if mode == "random-forced-length" else None,
+        "repeats": args.repeats,
+        "hardware": dict(device="cpu", torch_threads=args.threads, cpu_count=os.cpu_count(),
+                         load_average_before=[round(x, 2) for x in load_before],
+                         load_average_after=[round(x, 2) for x in os.getloadavg()]),
+        "versions": dict(python=platform.python_version(), torch=torch.__version__,
+                         transformers=__import__("transformers").__version__),
+        "results": results,
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    out.with_suffix(".md").write_text(markdown(report), encoding="utf-8")
+    print(markdown(report))
+
+
+def markdown(report) -> str:
+    m = report["model"]
+    lines = [
+        "# Decoding speed: ours vs MarianMTModel (identical weights)",
+        "",
+        f"- {report['date']}, {report['data']}, CPU, {report['hardware']['torch_threads']} torch thread(s), "
+        f"load average before/after {report['hardware']['load_average_before'][0]} / "
+        f"{report['hardware']['load_average_after'][0]} on {report['hardware']['cpu_count']} cores (shared machine)",
+        f"- mode: {report['mode']}; model d_model={m['d_model']}, d_ff={m['d_ff']}, heads={m['num_heads']}, "
+        f"layers={m['num_encoder_layers']}+{m['num_decoder_layers']}, vocab={m['vocab_size']}, "
+        f"{m['parameters'] / 1e6:.1f}M parameters",
+        f"- batches: max_tokens={report['batching']['max_tokens']}, batch_size<={report['batching']['batch_size']}, "
+        f"{report['batching']['batches']} batches, identical for both models; best of {report['repeats']} "
+        "alternating repetitions",
+        "- speeds are per second of this process's CPU time (time.process_time, 1 thread): the machine is shared, "
+        "so wall time mostly measures other processes; the wall-time ratio is given for reference",
+    ]
+    if report["forced_target_length"]:
+        lines.append(f"- random weights: every sentence forced to exactly {report['forced_target_length']} new tokens "
+                     "(min_new_tokens = max_new_tokens) for both models, so both do the same work")
+    lines += [
+        "- beam4_hf: both with |Y|^0.6 (apples to apples); beam4_gnmt: ours with GNMT ((5+|Y|)/6)^0.6, Marian with "
+        "|Y|^0.6 (Marian has no GNMT)",
+        "",
+        "| setting | ours sent/s | Marian sent/s | ours tok/s | Marian tok/s | ratio ours/Marian (sent/s) "
+        "| ratio (tok/s) | ratio (wall sent/s) | identical outputs |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in report["results"].items():
+        lines.append(
+            f"| {name} | {r['ours']['sentences_per_s']} | {r['marian']['sentences_per_s']} | "
+            f"{r['ours']['target_tokens_per_s']} | {r['marian']['target_tokens_per_s']} | "
+            f"{r['ratio_ours_over_marian']['sentences_per_s']} | {r['ratio_ours_over_marian']['target_tokens_per_s']} "
+            f"| {r['ratio_ours_over_marian']['wall_sentences_per_s']} | {r['identical_outputs']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,322 @@
+"""Translating text with the Transformer (Vaswani et al., 2017): batched decoding, loading, and the pipeline.
+
+The decoding itself is `model.generate`, whose defaults for this model are the paper's Section 6.1 settings, stored
+in the model's `generation_config` (see `modeling_vaswani.default_generation_config`):
+
+    beam size 4, length penalty alpha = 0.6 with GNMT's lp(Y) = ((5 + |Y|) / 6) ** alpha
+    (`length_penalty_type="gnmt"`; "hf" is transformers' |Y| ** alpha), maximum output length = input length + 50
+    per sentence (`max_length_a * source_length + max_length_b` with a = 1, b = 50), and early termination
+    (`early_stopping="never"`: a sentence stops once no running beam can beat its worst finished hypothesis).
+
+This module adds what the paper's decoder did around that: sentences are grouped into batches by a token budget
+(as tensor2tensor and fairseq batch by tokens, not sentences), sorted by length so that little padding is decoded,
+and returned in their original order.
+
+Public API:
+    translate(model, tokenizer, sentences, ...) -> list[str]
+    load_for_inference(model_dir, device=None, dtype=None) -> (model, tokenizer)
+    make_batches(lengths, max_tokens, batch_size=None) -> list[list[int]]
+    translation_pipeline(model, tokenizer, ...) -> VaswaniTranslationPipeline
+    save_pretrained_with_pipeline(model, tokenizer, save_directory)
+    register_pipeline()
+
+Empty-input rule: a sentence that is empty or contains only whitespace translates to "" and is never given to the
+model (the model would still emit some sentence for an input made of `</s>` alone). Other sentences are stripped of
+leading and trailing whitespace before tokenization, and every output is a single line (line breaks the model might
+produce, e.g. byte-level BPE's newline byte, are replaced by spaces), so that N input lines give N output lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from .pipeline_vaswani import VaswaniTranslationPipeline
+
+__all__ = [
+    "DEFAULT_MAX_TOKENS",
+    "DTYPES",
+    "translate",
+    "load_for_inference",
+    "make_batches",
+    "resolve_device",
+    "resolve_dtype",
+    "translation_pipeline",
+    "save_pretrained_with_pipeline",
+    "register_pipeline",
+    "VaswaniTranslationPipeline",
+]
+
+# Padded source tokens per batch (batch size x longest source, </s> included), as fairseq's --max-tokens. Decoding
+# memory grows with num_beams x batch x (source + target) length; 4096 fits a base model with beam 4 on any GPU and
+# keeps CPU batches around 200 Multi30k sentences.
+DEFAULT_MAX_TOKENS = 4096
+
+_UNSET = object()  # "keep the generation config's value" where None is itself a meaningful value
+
+DTYPES = {
+    "fp32": torch.float32,
+    "float32": torch.float32,
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+    "fp16": torch.float16,
+    "float16": torch.float16,
+}
+
+
+def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
+    """"fp32" / "bf16" / "fp16" (or their long names, or a torch.dtype) -> torch.dtype; None stays None."""
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    key = str(dtype).lower().removeprefix("torch.")
+    if key not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of fp32, bf16, fp16")
+    return DTYPES[key]
+
+
+def resolve_device(device: str | torch.device | None = None) -> torch.device:
+    """`device`, or the available accelerator (CUDA, MPS, XPU, ...) when None, else the CPU."""
+    if device is not None:
+        return torch.device(device)
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and accelerator.is_available():
+        return accelerator.current_accelerator()
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def _autocast(device: torch.device, dtype: torch.dtype | None):
+    """Mixed-precision context for `dtype` (bf16/fp16) on `device`; a no-op for None / fp32."""
+    if dtype is None or dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def load_for_inference(model_dir: str | os.PathLike, device: str | torch.device | None = None,
+                       dtype: str | torch.dtype | None = None, *, trust_remote_code: bool = False):
+    """Load a saved model folder (weights, config, generation config, tokenizer) for decoding.
+
+    Args:
+        model_dir: folder written by `save_pretrained` (model and tokenizer), or a Hub id.
+        device: where to put the model; None picks the available accelerator, else the CPU.
+        dtype: dtype of the WEIGHTS ("fp32" default, "bf16", "fp16"). Casting the weights halves memory and is the
+            fastest on a GPU; to keep fp32 weights and compute in low precision instead, load in fp32 and pass
+            `dtype=` to `translate` (autocast).
+        trust_remote_code: needed only for folders of models whose code is not installed (this package registers
+            its own classes with the Auto classes when imported).
+
+    Returns:
+        (model in eval mode on `device`, tokenizer).
+    """
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    path = Path(model_dir)
+    if path.exists():
+        if not path.is_dir():
+            raise NotADirectoryError(f"model path is not a folder: {path}")
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"no config.json in model folder {path} (was it written by save_pretrained?)")
+    elif str(model_dir).startswith((".", "/", "~")) or str(model_dir).count("/") > 1:  # not a Hub id
+        raise FileNotFoundError(f"model folder not found: {path}")
+    weights_dtype = resolve_dtype(dtype) or torch.float32
+    device = resolve_device(device)
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=trust_remote_code)
+    model = AutoModelForSeq2SeqLM.from_pretrained(str(model_dir), dtype=weights_dtype,
+                                                  trust_remote_code=trust_remote_code)
+    return model.to(device).eval(), tokenizer
+
+
+def make_batches(lengths: Sequence[int], max_tokens: int | None = DEFAULT_MAX_TOKENS,
+                 batch_size: int | None = None) -> list[list[int]]:
+    """Group indices of `lengths` into batches, longest sentences first.
+
+    A batch holds sentences of similar length whose padded size (number of sentences x longest length) stays within
+    `max_tokens`, and at most `batch_size` sentences when given. A sentence longer than `max_tokens` forms a batch
+    of its own (it is never dropped or truncated). The longest batch comes first, so that running out of memory
+    happens at once rather than at the end. Ties keep the input order (stable sort).
+    """
+    if max_tokens is None and batch_size is None:
+        raise ValueError("make_batches: give max_tokens, batch_size, or both")
+    if max_tokens is not None and max_tokens <= 0:
+        raise ValueError(f"max_tokens must be positive, got {max_tokens}")
+    if batch_size is not None and batch_size <= 0:
+        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for i in order:
+        new_longest = max(longest, lengths[i])
+        too_many_tokens = max_tokens is not None and new_longest * (len(current) + 1) > max_tokens
+        too_many_sentences = batch_size is not None and len(current) >= batch_size
+        if current and (too_many_tokens or too_many_sentences):
+            batches.append(current)
+            current, new_longest = [], lengths[i]
+        current.append(i)
+        longest = new_longest
+    if current:
+        batches.append(current)
+    return batches
+
+
+def _one_line(text: str) -> str:
+    """Join the lines of `text` with spaces (any str.splitlines boundary) and strip it."""
+    return " ".join(text.splitlines()).strip()
+
+
+def _pad(sequences: list[list[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad token lists -> (input_ids (B, S), attention_mask (B, S))."""
+    longest = max(len(s) for s in sequences)
+    input_ids = torch.full((len(sequences), longest), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(sequences), longest), dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        input_ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+        attention_mask[row, : len(seq)] = 1
+    return input_ids.to(device), attention_mask.to(device)
+
+
+def translate(
+    model,
+    tokenizer,
+    sentences: Sequence[str],
+    *,
+    max_tokens: int | None = DEFAULT_MAX_TOKENS,
+    batch_size: int | None = None,
+    num_beams: int | None = None,
+    length_penalty: float | None = None,
+    length_penalty_type: str | None = None,
+    max_length_a: float | None = None,
+    max_length_b: int | None = _UNSET,
+    early_stopping: bool | str | None = None,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = None,
+    progress: bool = True,
+    progress_desc: str = "translating",
+    **generate_kwargs,
+) -> list[str]:
+    """Translate `sentences` with `model.generate`, batched by a token budget, in the original order.
+
+    Decoding settings left as None come from `model.generation_config`: for this model the paper's (Section 6.1:
+    beam 4, GNMT length penalty alpha 0.6, max length input + 50, early termination). Any `generate()` argument can
+    be added as a keyword (e.g. `max_new_tokens`, `num_beams=1` for greedy decoding).
+
+    Args:
+        model: a seq2seq model (`VaswaniForConditionalGeneration`, or any `AutoModelForSeq2SeqLM`).
+        tokenizer: its tokenizer (appends `</s>` to the source, as in training).
+        sentences: the source sentences. Empty / whitespace-only ones give "" (see the module docstring).
+        max_tokens: budget of padded source tokens per batch (see `make_batches`); None for no budget.
+        batch_size: at most this many sentences per batch (None: only the token budget limits it).
+        num_beams, length_penalty, early_stopping: as in `generate()`; None keeps the generation config's value.
+        length_penalty_type: "gnmt" (the paper, ((5+|Y|)/6)^alpha) or "hf" (|Y|^alpha); Vaswani models only.
+        max_length_a, max_length_b: per-sentence limit floor(a * source_length + b) tokens (paper: a=1, b=50);
+            Vaswani models only. Unset keeps the generation config's; `max_length_b=None` turns the limit off
+            (then give `max_new_tokens`, or transformers' global default `max_length=20` applies).
+        device: where to decode; None keeps the model where it is. The model is moved there if needed.
+        dtype: None/"fp32" (default), or "bf16"/"fp16" to decode under `torch.autocast` on `device` (meant for GPUs;
+            the weights are not cast). See `load_for_inference` to cast the weights instead.
+        progress: show a tqdm progress bar (on stderr), counted in sentences.
+
+    Returns:
+        One single-line string per input sentence, in the input order.
+    """
+    if isinstance(sentences, str):
+        raise TypeError("translate: `sentences` must be a sequence of strings, not a single string")
+    sentences = list(sentences)
+    for i, sentence in enumerate(sentences):
+        if not isinstance(sentence, str):
+            raise TypeError(f"translate: sentence {i} is a {type(sentence).__name__}, not a str")
+    device = torch.device(device) if device is not None else model.device
+    if model.device != device:
+        model.to(device)
+    autocast_dtype = resolve_dtype(dtype)
+
+    options = dict(num_beams=num_beams, length_penalty=length_penalty, length_penalty_type=length_penalty_type,
+                   max_length_a=max_length_a, early_stopping=early_stopping)
+    kwargs = {key: value for key, value in options.items() if value is not None}
+    if max_length_b is not _UNSET:  # None is meaningful here: no per-sentence limit
+        kwargs["max_length_b"] = max_length_b
+    kwargs.update(generate_kwargs)
+
+    outputs = [""] * len(sentences)
+    todo = [i for i, sentence in enumerate(sentences) if sentence.strip()]
+    if not todo:
+        return outputs
+    encoded = tokenizer([sentences[i].strip() for i in todo], add_special_tokens=True)["input_ids"]
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else model.config.pad_token_id
+    batches = make_batches([len(ids) for ids in encoded], max_tokens, batch_size)
+
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode(), _autocast(device, autocast_dtype), tqdm(
+            total=len(todo), desc=progress_desc, unit="sent", disable=not progress, file=sys.stderr, leave=False
+        ) as bar:
+            for batch in batches:
+                input_ids, attention_mask = _pad([encoded[j] for j in batch], pad_id, device)
+                generated = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+                texts = tokenizer.batch_decode(generated, skip_special_tokens=True)
+                per_input = len(texts) // len(batch)  # num_return_sequences > 1: keep the best (first) one
+                for j, text in zip(batch, texts[::per_input]):
+                    outputs[todo[j]] = _one_line(text)
+                bar.update(len(batch))
+    finally:
+        model.train(was_training)
+    return outputs
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The "translation" pipeline (transformers 5 removed its own)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def register_pipeline() -> None:
+    """Register `VaswaniTranslationPipeline` as the "translation" task in transformers' `PIPELINE_REGISTRY`.
+
+    Idempotent. After it, `Pipeline.save_pretrained` (see `save_pretrained_with_pipeline`) records the task in the
+    saved `config.json` (`custom_pipelines`) and copies `pipeline_vaswani.py`, which is what makes
+    `pipeline("translation", model=folder, trust_remote_code=True)` work where this package is not installed.
+    """
+    from transformers import AutoModelForSeq2SeqLM
+    from transformers.pipelines import PIPELINE_REGISTRY
+
+    current = PIPELINE_REGISTRY.supported_tasks.get("translation")
+    if current is not None and current.get("impl") is VaswaniTranslationPipeline:
+        return
+    PIPELINE_REGISTRY.register_pipeline(
+        "translation", pipeline_class=VaswaniTranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
+    )
+
+
+def translation_pipeline(model, tokenizer, *, device: str | torch.device | None = None,
+                         **kwargs) -> VaswaniTranslationPipeline:
+    """A translation pipeline around an in-memory model and tokenizer, for users of this package.
+
+    (`transformers.pipeline("translation", ...)` refuses the removed task name unless the model's config names a
+    custom pipeline, so we build the class directly.) `device` defaults to the model's device; other keywords go to
+    the pipeline (e.g. `batch_size=32`, `num_beams=1`).
+
+        pipe = translation_pipeline(model, tokenizer)
+        pipe(["A dog runs.", "Two men talk."], batch_size=16)  # -> [{"translation_text": ...}, ...]
+    """
+    register_pipeline()
+    return VaswaniTranslationPipeline(
+        model=model, tokenizer=tokenizer, task="translation",
+        device=model.device if device is None else device, **kwargs
+    )
+
+
+def save_pretrained_with_pipeline(model, tokenizer, save_directory: str | os.PathLike, **kwargs) -> None:
+    """`model.save_pretrained` + `tokenizer.save_pretrained` + the translation pipeline, in one folder.
+
+    The folder then loads with `pipeline("translation", model=folder, trust_remote_code=True)` on a machine without
+    this package (and with `AutoModelForSeq2SeqLM.from_pretrained(folder)` as usual). Sets
+    `model.config.custom_pipelines` as a side effect. Keywords go to `save_pretrained` (e.g. `push_to_hub`).
+    """
+    translation_pipeline(model, tokenizer).save_pretrained(str(save_directory), **kwargs)
