@@ -164,8 +164,19 @@ def translate_with_pytorch(args, lines: list[str]) -> list[str]:
     )
 
 
+def translate_with_ctranslate2(args, lines: list[str]) -> list[str]:
+    """CTranslate2 (`pip install vaswani_hf[ct2]`): a folder from scripts/export_ctranslate2.py, or a model folder,
+    exported on the fly. Differences from `generate()` are documented in vaswani_hf/ctranslate2_backend.py."""
+    from vaswani_hf.ctranslate2_backend import translate_ctranslate2
+
+    compute_type = {None: "default", "fp32": "default", "bf16": "bfloat16", "fp16": "float16"}[args.dtype]
+    return translate_ctranslate2(args.model, lines, batch_size=args.batch_size, max_tokens=args.max_tokens,
+                                 device=args.device or "cpu", compute_type=compute_type, **decoding_options(args))
+
+
 ENGINES = {
     "pytorch": translate_with_pytorch,
+    "ctranslate2": translate_with_ctranslate2,
 }
 
 

@@ -220,7 +220,7 @@ def _ct2_vocabulary(tokenizer, config: VaswaniConfig) -> list[str]:
         )
     tokens = [id_to_token.get(i, f"<vaswani_unused_{i}>") for i in range(config.vocab_size)]
     if len(set(tokens)) != len(tokens):
-        raise ValueError("to_ctranslate2: the vocabulary has duplicate token strings; CTranslate2 maps tokens by string.")
+        raise ValueError("to_ctranslate2: duplicate token strings in the vocabulary ; CTranslate2 maps by string.")
     for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
         index = getattr(config, name)
         if not isinstance(index, int) or not 0 <= index < config.vocab_size or index not in id_to_token:
@@ -264,7 +264,9 @@ def _ct2_spec(model: VaswaniForConditionalGeneration, tokens: list[str], max_pos
             f"d_v={config.d_v} (Table 3, row B)."
         )
     head_dim = None if config.d_k * config.num_heads == config.d_model else config.d_k
-    state = {name: tensor.detach().float().contiguous() for name, tensor in model.state_dict().items()}
+    # Copies: CTranslate2's quantization works in place on numpy views of the tensors it is given.
+    state = {name: tensor.detach().to(torch.float32, copy=True).contiguous()
+             for name, tensor in model.state_dict().items()}
 
     def spec_kwargs():
         return dict(pre_norm=False, activation=common_spec.Activation.RELU, head_dim=head_dim)
@@ -278,7 +280,7 @@ def _ct2_spec(model: VaswaniForConditionalGeneration, tokens: list[str], max_pos
     def linear(linear_spec, prefixes):
         """One CTranslate2 linear layer from one or more of ours, fused along the output axis (Q|K|V, K|V)."""
         linear_spec.weight = torch.cat([state[f"{p}.weight"] for p in prefixes], dim=0)
-        if f"{prefixes[0]}.bias" in state:  # no bias in the paper's projections: leave CTranslate2's optional bias unset
+        if f"{prefixes[0]}.bias" in state:  # the paper's projections have none: CTranslate2's bias stays unset
             linear_spec.bias = torch.cat([state[f"{p}.bias"] for p in prefixes], dim=0)
 
     def layer_norm(norm_spec, prefix):
@@ -403,8 +405,9 @@ def to_ctranslate2(model_or_folder, out_dir, quantization: str | None = None, to
         "position_encoding": config.position_encoding,
         "sinusoid_layout": config.sinusoid_layout,
         "source_ends_with_eos": True,
-        "generation": {
-            key: getattr(generation, key, None) for key in ("num_beams", "length_penalty", "max_new_tokens")
+        "generation": {  # defaults for vaswani_hf.ctranslate2_backend (None: not set in the model's config)
+            key: getattr(generation, key, None)
+            for key in ("num_beams", "length_penalty", "length_penalty_type", "max_length_a", "max_length_b")
         },
     }
     (out_dir / CT2_METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
