@@ -1,0 +1,181 @@
+#!/usr/bin/env python
+"""Benchmark (not a test): train the `multi30k-en-de` recipe on this machine under a wall-clock budget and report
+tokenized BLEU on Multi30k test_2016_flickr next to the published 41.0 of a tiny fairseq Transformer.
+
+    python benchmarks/multi30k_quality.py                          # 120-minute budget (the goal: >= 41.0 in 2 h)
+    python benchmarks/multi30k_quality.py --budget_minutes 5 --eval_steps 200 --max_eval_samples 200   # smoke run
+    python benchmarks/multi30k_quality.py --budget_minutes 120 --torch_threads 2 --dropout 0.2          # overrides
+
+What is measured (all written to benchmarks/results/multi30k_quality[_TAG].json and a PNG):
+- test BLEU: the final model (average of the last checkpoints, Section 6.1) translates
+  test_2016_flickr.lc.norm.tok.en with the model's generation config (beam 4, GNMT length penalty, max src+50);
+  BLEU = sacreBLEU with tokenize="none" against test_2016_flickr.lc.norm.tok.de, the lowercased tokenized
+  references, read from the file (no tokenizer round trip) -- the way fairseq's number is computed.
+- time-to-BLEU: validation BLEU (greedy, val set, measured during training) against wall-clock minutes, plus the
+  final test point; the dashed line is the published 41.0.
+- throughput: training target tokens per second (real, non-padding tokens; evaluation excluded from the token
+  count but not from the wall clock), and the padding share of the training batches (token batching, 5.1).
+Machine: whatever runs it; the JSON records the CPU count, torch threads and the load average at start.
+Recipe keys can be overridden with --key value, as for scripts/train.py.
+"""
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != REPO / "scripts"]
+sys.path.insert(0, str(REPO))
+
+PUBLISHED_BLEU = 41.0  # tiny fairseq Transformer, Multi30k EN-DE test_2016_flickr, tokenized lowercased BLEU
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--budget_minutes", type=float, default=120.0, help="wall-clock training budget")
+    parser.add_argument("--output_dir", default=str(REPO / "outputs" / "bench-multi30k"))
+    parser.add_argument("--results_dir", default=str(REPO / "benchmarks" / "results"))
+    parser.add_argument("--tag", default="", help="suffix of the result files (e.g. smoke)")
+    parser.add_argument("--score_only", action="store_true",
+                        help="do not train: score the model exported by an earlier run in --output_dir")
+    args, rest = parser.parse_known_args(argv)
+
+    from vaswani_hf.training import RecipeError, load_recipe, parse_override, read_history, run_training
+
+    overrides = {}
+    i = 0
+    while i < len(rest):
+        if not rest[i].startswith("--") or i + 1 >= len(rest):
+            parser.error(f"expected --key value pairs, got {rest[i:]}")
+        key = rest[i][2:].replace("-", "_")
+        try:
+            overrides[key] = parse_override(key, rest[i + 1])
+        except RecipeError as e:
+            parser.error(str(e))
+        i += 2
+    overrides.update({"output_dir": args.output_dir, "max_train_minutes": args.budget_minutes,
+                      "test_data": None})  # the test set is scored below from the files themselves
+    overrides.setdefault("disable_tqdm", True)
+    try:
+        recipe = load_recipe("multi30k-en-de", overrides)
+    except RecipeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+    from vaswani_hf.training import resolve_path
+
+    test_prefix = resolve_path("test_2016_flickr.lc.norm.tok", recipe["data_dir"])
+    src_file = Path(f"{test_prefix}.{recipe['src_lang']}")
+    ref_file = Path(f"{test_prefix}.{recipe['tgt_lang']}")
+    for f in (src_file, ref_file):
+        if not f.is_file():
+            print(f"error: test file not found: {f}", file=sys.stderr)
+            return 2
+
+    load = os.getloadavg()
+    t0 = time.time()
+    if args.score_only:
+        metrics_file = Path(recipe["output_dir"]) / "metrics.json"
+        if not metrics_file.is_file():
+            parser.error(f"--score_only: no metrics.json in {recipe['output_dir']}")
+        metrics = json.loads(metrics_file.read_text())
+        train_wall = metrics.get("data_prep_seconds", 0) + metrics.get("train_seconds", 0)
+    else:
+        metrics = run_training(recipe)
+        train_wall = time.time() - t0
+
+    import sacrebleu
+    import torch
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from vaswani_hf.evaluation import read_lines, translate_lines
+
+    model_dir = Path(metrics["export_dir"])
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir)
+    sources, refs = read_lines(src_file), read_lines(ref_file)
+    t1 = time.time()
+    hyps = translate_lines(model, tokenizer, sources, batch_size=64)
+    decode_seconds = time.time() - t1
+    scorer = sacrebleu.BLEU(tokenize="none", force=True)
+    bleu = scorer.corpus_score(hyps, [refs])
+    sig = str(scorer.get_signature())
+
+    results_dir = Path(args.results_dir)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    stem = "multi30k_quality" + (f"_{args.tag}" if args.tag else "")
+    (results_dir / f"{stem}_hypotheses.de").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+
+    history = read_history(Path(recipe["output_dir"]) / "history.jsonl")
+    curve = [{"minutes": h["time_s"] / 60, "step": h["step"], "valid_bleu": h["eval_bleu"]}
+             for h in history if "eval_bleu" in h]
+    result = {
+        "test_bleu_tok_none": bleu.score,
+        "bleu_signature": sig,
+        "bleu_detail": str(bleu),
+        "published_fairseq_tiny": PUBLISHED_BLEU,
+        "beats_published": bleu.score >= PUBLISHED_BLEU,
+        "budget_minutes": args.budget_minutes,
+        "train_wall_minutes_incl_data_eval_export": train_wall / 60,
+        "training_minutes": metrics.get("train_seconds", 0) / 60,
+        "global_step": metrics.get("global_step"),
+        "epochs": metrics.get("train/epoch"),
+        "train_tgt_tokens_per_second": metrics.get("train_tgt_tokens_per_second"),
+        "padding_share_tgt": metrics.get("padding_share_tgt"),
+        "padding_share_src": metrics.get("padding_share_src"),
+        "valid_bleu_final_beam": metrics.get("valid/bleu"),
+        "valid_loss_final": metrics.get("valid/loss"),
+        "first_logged_loss": metrics.get("first_logged_loss"),
+        "last_logged_loss": metrics.get("last_logged_loss"),
+        "averaged_checkpoints": metrics.get("averaged_checkpoints"),
+        "test_decode_seconds": decode_seconds,
+        "num_beams": int(model.generation_config.num_beams or 1),
+        "params": metrics.get("params"),
+        "time_to_valid_bleu": curve,
+        "machine": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "loadavg_at_start": load,
+                    "platform": platform.platform(), "torch": torch.__version__},
+        "recipe": {k: v for k, v in recipe.items() if not k.startswith("_")},
+    }
+    plot_time_to_bleu(curve, result, results_dir / f"{stem}_time_to_bleu.png")
+    (results_dir / f"{stem}.json").write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
+    print(f"\nMulti30k EN-DE test_2016_flickr, tokenized lowercased BLEU: {bleu.score:.2f} "
+          f"(published tiny fairseq Transformer: {PUBLISHED_BLEU})  [{sig}]")
+    print(f"training {result['training_minutes']:.1f} min, {result['global_step']} updates, "
+          f"{result['train_tgt_tokens_per_second']:.0f} target tokens/s, padding share "
+          f"{100 * (result['padding_share_tgt'] or 0):.1f}% (target)")
+    print(f"results: {results_dir / (stem + '.json')}")
+    return 0
+
+
+def plot_time_to_bleu(curve, result, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    if curve:
+        ax.plot([c["minutes"] for c in curve], [c["valid_bleu"] for c in curve], "o-",
+                label="validation BLEU (greedy, during training)")
+    ax.plot([result["train_wall_minutes_incl_data_eval_export"]], [result["test_bleu_tok_none"]], "r*", ms=14,
+            label=f"test_2016_flickr, {'averaged' if result['averaged_checkpoints'] else 'final'} model, "
+                  f"beam {result['num_beams']}: {result['test_bleu_tok_none']:.1f}")
+    ax.axhline(PUBLISHED_BLEU, color="gray", ls="--", label=f"published tiny fairseq Transformer ({PUBLISHED_BLEU})")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("wall-clock minutes on this machine")
+    ax.set_ylabel("BLEU (tokenize=none, lowercased tokenized refs)")
+    ax.set_title("Multi30k EN-DE: time to BLEU")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
