@@ -15,7 +15,7 @@ from vaswani_hf import visualize as V
 SENTENCES = [
     "A man is riding a bicycle.", "Ein Mann fährt Fahrrad.",
     "Two children are playing in the park.", "Zwei Kinder spielen im Park.",
-    "The woman is reading a book.", "Die Frau liest ein Buch.",
+    "The old woman reads a letter.", "Die alte Frau liest einen Brief.",
 ]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
