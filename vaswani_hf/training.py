@@ -1019,9 +1019,18 @@ def export_hub_folder(model, tokenizer, out_dir: str | os.PathLike, metrics: Map
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     metrics = dict(metrics or {})
-    model.save_pretrained(tmp)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(tmp)
+    from .generation import save_pretrained_with_pipeline
+    from .hub import add_handler
+    from .modeling_vaswani import default_generation_config
+
+    # Seq2SeqTrainer writes transformers' defaults (max_length=20, ...) into the generation config while it
+    # evaluates: ship the paper's decoding settings (Section 6.1) instead.
+    model.generation_config = default_generation_config(model.config)
+    if tokenizer is not None:  # + the translation pipeline (custom_pipelines), so pipeline("translation", ...) works
+        save_pretrained_with_pipeline(model, tokenizer, tmp)
+    else:
+        model.save_pretrained(tmp)
+    add_handler(tmp)  # Inference Endpoints handler.py + requirements.txt
     write_json(tmp / "training_metrics.json", metrics)
     if recipe is not None:
         (tmp / "recipe.yaml").write_text(
