@@ -423,7 +423,9 @@ def _word_of_token(tokenizer, text: str) -> list[int | None]:
     words = []
     for start, end in tokenizer(text, return_offsets_mapping=True)["offset_mapping"]:
         inside = [char_word[c] for c in range(start, end) if char_word[c] is not None]
-        words.append(inside[0] if inside else None)
+        if not inside and end > start:  # a token of only the space before a word (byte-level "Ġ") joins that word
+            inside = [w for w in char_word[end:] if w is not None][:1]
+        words.append(inside[0] if inside else None)  # special tokens have empty spans: no word
     return words
 
 
