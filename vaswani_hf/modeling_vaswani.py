@@ -389,7 +389,34 @@ def _positional_encoding(config: VaswaniConfig) -> nn.Module:
     return VaswaniSinusoidalPositionalEncoding(config)
 
 
-class VaswaniEncoder(VaswaniPreTrainedModel):
+class VaswaniStack(VaswaniPreTrainedModel):
+    """What the encoder and decoder stacks share: N layers over Dropout(Embedding(x) * sqrt(d_model) + PE)
+    (Sections 3.1, 3.4, 3.5, 5.4)."""
+
+    layer_class: type[nn.Module]
+
+    def __init__(self, config: VaswaniConfig, num_layers: int):
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_positions = _positional_encoding(config)
+        self.dropout = config.dropout
+        self.layers = nn.ModuleList([self.layer_class(config, i) for i in range(num_layers)])
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    def embed(self, input_ids, inputs_embeds, first_position: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, L) ids or (B, L, D) unscaled embeddings -> (B, L, D) layer input, and the (L,) positions used."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError(f"{type(self).__name__}: pass exactly one of input_ids or inputs_embeds.")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        positions = torch.arange(first_position, first_position + inputs_embeds.shape[1], device=inputs_embeds.device)
+        hidden_states = inputs_embeds * self.embed_scale + self.embed_positions(positions).to(inputs_embeds.dtype)
+        return nn.functional.dropout(hidden_states, p=self.dropout, training=self.training), positions
+
+
+class VaswaniEncoder(VaswaniStack):
     """N identical layers over Dropout(Embedding(x) * sqrt(d_model) + PE) (Sections 3.1, 3.4, 3.5, 5.4)."""
 
     _can_record_outputs = {
@@ -397,15 +424,10 @@ class VaswaniEncoder(VaswaniPreTrainedModel):
         "attentions": OutputRecorder(VaswaniAttention, index=1, layer_name="self_attn"),
     }
 
+    layer_class = VaswaniEncoderLayer
+
     def __init__(self, config: VaswaniConfig):
-        super().__init__(config)
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
-        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.embed_positions = _positional_encoding(config)
-        self.dropout = config.dropout
-        self.layers = nn.ModuleList([VaswaniEncoderLayer(config, i) for i in range(config.num_encoder_layers)])
-        self.gradient_checkpointing = False
-        self.post_init()
+        super().__init__(config, config.num_encoder_layers)
 
     @merge_with_config_defaults
     @capture_outputs
@@ -416,13 +438,7 @@ class VaswaniEncoder(VaswaniPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,  # (B, S, D), unscaled token embeddings
         **kwargs,
     ) -> BaseModelOutput:
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("VaswaniEncoder: pass exactly one of input_ids or inputs_embeds.")
-        if inputs_embeds is None:
-            inputs_embeds = self.embed_tokens(input_ids)
-        positions = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)  # (S,)
-        hidden_states = inputs_embeds * self.embed_scale + self.embed_positions(positions).to(inputs_embeds.dtype)
-        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        hidden_states, _ = self.embed(input_ids, inputs_embeds)  # (B, S, D)
 
         attention_mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
@@ -432,7 +448,7 @@ class VaswaniEncoder(VaswaniPreTrainedModel):
         return BaseModelOutput(last_hidden_state=hidden_states)  # (B, S, D); no final LayerNorm (post-norm)
 
 
-class VaswaniDecoder(VaswaniPreTrainedModel):
+class VaswaniDecoder(VaswaniStack):
     """N identical layers over Dropout(Embedding(y_shifted) * sqrt(d_model) + PE), masked so that position i sees only
     positions < i+1 (Section 3.1), attending to the encoder output.
 
@@ -451,15 +467,10 @@ class VaswaniDecoder(VaswaniPreTrainedModel):
         "cross_attentions": OutputRecorder(VaswaniAttention, index=1, layer_name="encoder_attn"),
     }
 
+    layer_class = VaswaniDecoderLayer
+
     def __init__(self, config: VaswaniConfig):
-        super().__init__(config)
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
-        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.embed_positions = _positional_encoding(config)
-        self.dropout = config.dropout
-        self.layers = nn.ModuleList([VaswaniDecoderLayer(config, i) for i in range(config.num_decoder_layers)])
-        self.gradient_checkpointing = False
-        self.post_init()
+        super().__init__(config, config.num_decoder_layers)
 
     @merge_with_config_defaults
     @capture_outputs
@@ -474,24 +485,17 @@ class VaswaniDecoder(VaswaniPreTrainedModel):
         use_cache: bool | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPastAndCrossAttentions:
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("VaswaniDecoder: pass exactly one of input_ids or inputs_embeds.")
-        if inputs_embeds is None:
-            inputs_embeds = self.embed_tokens(input_ids)
         if use_cache and past_key_values is None:
             past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        batch, length = inputs_embeds.shape[:2]
-
-        positions = torch.arange(past_length, past_length + length, device=inputs_embeds.device)  # (T,)
-        hidden_states = inputs_embeds * self.embed_scale + self.embed_positions(positions).to(inputs_embeds.dtype)
-        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        hidden_states, positions = self.embed(input_ids, inputs_embeds, past_length)  # (B, T, D), (T,)
+        batch, length = hidden_states.shape[:2]
 
         if attention_mask is None and length == 1:
             causal_mask = None  # one new query without target padding may see every earlier position
         else:
             if attention_mask is None:
-                attention_mask = torch.ones(batch, past_length + length, device=inputs_embeds.device, dtype=torch.long)
+                attention_mask = torch.ones(batch, past_length + length, device=hidden_states.device, dtype=torch.long)
             self_attn_cache = (
                 past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache)
                 else past_key_values
