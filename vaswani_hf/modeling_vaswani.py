@@ -679,21 +679,21 @@ def label_smoothed_cross_entropy(
 
     The target keeps probability 1 - epsilon and the other V - 1 classes share epsilon equally, as t2t v1
     (`smoothing_cross_entropy`) and fairseq do (transformers' `LabelSmoother` spreads epsilon over all V classes).
+    PyTorch's fused `cross_entropy(label_smoothing=e)` gives the target 1 - e + e/V and the others e/V: with
+    e = epsilon * V / (V - 1) that is exactly the distribution above, without materialising log-probabilities.
     Unlike t2t we do not subtract the smoothed distribution's entropy, so epsilon = 0 gives plain cross-entropy.
 
     logits: (B, T, V); labels: (B, T) with `ignore_index` at padding. Returns (scalar sum, number of targets).
     """
     vocab = logits.shape[-1]
-    keep = labels != ignore_index  # (B, T)
-    lprobs = torch.log_softmax(logits[keep].float(), dim=-1)  # (N, V)
-    target = labels[keep]  # (N,)
-    nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (N,)
-    if epsilon == 0.0:
-        return nll.sum(), int(target.numel())
-    off_target = epsilon / (vocab - 1)
-    # -(1 - eps) log p_y - off * sum_{j != y} log p_j  =  (1 - eps - off) nll - off * sum_j log p_j
-    loss = (1.0 - epsilon - off_target) * nll - off_target * lprobs.sum(-1)
-    return loss.sum(), int(target.numel())
+    loss = nn.functional.cross_entropy(
+        logits.reshape(-1, vocab).float(),
+        labels.reshape(-1),
+        ignore_index=ignore_index,
+        reduction="sum",
+        label_smoothing=epsilon * vocab / (vocab - 1),
+    )
+    return loss, int((labels != ignore_index).sum())
 
 
 
