@@ -83,9 +83,12 @@ class VaswaniSinusoidalPositionalEncoding(nn.Module):
         table = sinusoid_table(config.max_position_embeddings, config.d_model, config.sinusoid_layout)
         self.register_buffer("table", table, persistent=False)
 
-    def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
-        """position_ids: (T,) or (B, T) -> (..., D)."""
-        needed = int(position_ids.max()) + 1 if position_ids.numel() else 0
+    def forward(self, position_ids: torch.Tensor, num_positions: int | None = None) -> torch.Tensor:
+        """position_ids: (T,) or (B, T) -> (..., D). `num_positions` (max id + 1), when the caller knows it, saves
+        reading the ids back from the device at every decoding step."""
+        needed = num_positions
+        if needed is None:
+            needed = int(position_ids.max()) + 1 if position_ids.numel() else 0
         if needed > self.table.shape[0]:  # extrapolate to lengths unseen in training, as the paper allows
             self.table = sinusoid_table(needed, self.d_model, self.layout).to(self.table.device)
         return self.table[position_ids]
@@ -97,10 +100,12 @@ class VaswaniLearnedPositionalEmbedding(nn.Embedding):
     def __init__(self, config: VaswaniConfig):
         super().__init__(config.max_position_embeddings, config.d_model)
 
-    def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
-        if position_ids.numel() and int(position_ids.max()) >= self.num_embeddings:
+    def forward(self, position_ids: torch.Tensor, num_positions: int | None = None) -> torch.Tensor:
+        if num_positions is None:
+            num_positions = int(position_ids.max()) + 1 if position_ids.numel() else 0
+        if num_positions > self.num_embeddings:
             raise ValueError(
-                f"Sequence of {int(position_ids.max()) + 1} positions is longer than max_position_embeddings="
+                f"Sequence of {num_positions} positions is longer than max_position_embeddings="
                 f"{self.num_embeddings} of this model's learned positional embedding (Table 3, row E). Shorten the "
                 "input or use position_encoding='sinusoidal', which extrapolates."
             )
@@ -411,8 +416,9 @@ class VaswaniStack(VaswaniPreTrainedModel):
             raise ValueError(f"{type(self).__name__}: pass exactly one of input_ids or inputs_embeds.")
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
-        positions = torch.arange(first_position, first_position + inputs_embeds.shape[1], device=inputs_embeds.device)
-        hidden_states = inputs_embeds * self.embed_scale + self.embed_positions(positions).to(inputs_embeds.dtype)
+        end = first_position + inputs_embeds.shape[1]
+        positions = torch.arange(first_position, end, device=inputs_embeds.device)
+        hidden_states = inputs_embeds * self.embed_scale + self.embed_positions(positions, end).to(inputs_embeds.dtype)
         return nn.functional.dropout(hidden_states, p=self.dropout, training=self.training), positions
 
 
