@@ -455,7 +455,19 @@ def test_default_recipe_end_to_end(tmp_path):
                  "configuration_vaswani.py", "tokenizer.json", "README.md", "loss.png", "learning_rate.png",
                  "training_metrics.json"):
         assert (hub / name).is_file(), name
-    assert "auto_map" in json.loads((hub / "config.json").read_text())
+    config = json.loads((hub / "config.json").read_text())
+    assert "auto_map" in config and "translation" in config["custom_pipelines"]
+    for name in ("pipeline_vaswani.py", "handler.py"):
+        assert (hub / name).is_file(), name
+    generation = json.loads((hub / "generation_config.json").read_text())
+    assert (generation["num_beams"], generation["length_penalty_type"], generation.get("max_length")) == (4, "gnmt", None)
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(hub / "README.md")  # the card carries this run's real test score and its signature
+    results = card.data.eval_results
+    bleu = next(r for r in results if r.metric_type == "sacrebleu")
+    assert bleu.metric_value == pytest.approx(metrics["test/bleu"], abs=0.01)
+    assert "tok:13a" in card.text and "version:" in card.text
 
 
 @pytest.mark.slow

@@ -957,16 +957,28 @@ def _minimal_model_card(metrics: Mapping, recipe: Mapping | None) -> str:
     return "\n".join(lines)
 
 
+def _sacrebleu_signatures(tokenize: str) -> dict[str, str]:
+    """The sacreBLEU signatures of the scores `make_compute_metrics` computes (one reference, `tokenize`, defaults
+    otherwise), taken from sacrebleu itself on a one-sentence corpus so that they name the installed version."""
+    import sacrebleu
+
+    bleu, chrf = sacrebleu.metrics.BLEU(tokenize=tokenize), sacrebleu.metrics.CHRF()
+    bleu.corpus_score(["a"], [["a"]])
+    chrf.corpus_score(["a"], [["a"]])
+    return {"bleu": str(bleu.get_signature()), "chrf": str(chrf.get_signature())}
+
+
 def card_inputs_from_recipe(metrics: Mapping[str, Any], recipe: Mapping[str, Any] | None) -> tuple[dict, dict]:
     """(scores, training_info) for `vaswani_hf.hub.write_model_card`: only real test scores, named by what they are
     (`bleu_tok_none` for pre-tokenized references, else sacreBLEU), and the facts of the run."""
     r = dict(recipe or {})
     scores = {}
     bleu_name = "bleu_tok_none" if r.get("bleu_tokenize") == "none" else "sacrebleu"
-    for key, name in (("test/bleu", bleu_name), ("test/chrf", "chrf")):
+    signatures = _sacrebleu_signatures(r.get("bleu_tokenize") or "13a")
+    for key, name, metric in (("test/bleu", bleu_name, "bleu"), ("test/chrf", "chrf", "chrf")):
         v = metrics.get(key)
         if isinstance(v, (int, float)) and math.isfinite(v):
-            scores[name] = float(v)
+            scores[name] = {"score": float(v), "signature": signatures[metric]}
     info: dict[str, Any] = {"source_lang": r.get("src_lang", "en"), "target_lang": r.get("tgt_lang", "de")}
     if scores:
         if r.get("data_format") == "hub":
