@@ -460,7 +460,8 @@ def test_default_recipe_end_to_end(tmp_path):
     for name in ("pipeline_vaswani.py", "handler.py"):
         assert (hub / name).is_file(), name
     generation = json.loads((hub / "generation_config.json").read_text())
-    assert (generation["num_beams"], generation["length_penalty_type"], generation.get("max_length")) == (4, "gnmt", None)
+    paper = (generation["num_beams"], generation["length_penalty_type"], generation.get("max_length"))
+    assert paper == (4, "gnmt", None)  # not Seq2SeqTrainer's evaluation defaults
     from huggingface_hub import ModelCard
 
     card = ModelCard.load(hub / "README.md")  # the card carries this run's real test score and its signature
