@@ -31,9 +31,9 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 PACKAGE_DIR = Path(__file__).resolve().parent
 TEMPLATES_DIR = PACKAGE_DIR / "templates"
 HANDLER_TEMPLATE = TEMPLATES_DIR / "handler.py"
-# The card template lives in the repository's `model_cards/` folder (next to the package in a source checkout or an
-# editable install). Pass `template_path=` to use another one.
-DEFAULT_CARD_TEMPLATE = PACKAGE_DIR.parent / "model_cards" / "vaswani_template.md"
+# The card template lives in the repository's `model_cards/` folder; `templates/model_card.md` is a link to it, which
+# a wheel build copies into the package. Pass `template_path=` to use another one.
+DEFAULT_CARD_TEMPLATE = TEMPLATES_DIR / "model_card.md"
 METRICS_FILE = "metrics.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
 
