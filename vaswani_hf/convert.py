@@ -201,7 +201,7 @@ def _import_ctranslate2():
         from ctranslate2.specs import common_spec, transformer_spec
     except ImportError as error:  # pragma: no cover - exercised only without the extra
         raise ImportError(
-            "The CTranslate2 export needs the optional dependency `ctranslate2`: "
+            "CTranslate2 export and decoding need the optional dependency `ctranslate2`: "
             "pip install 'vaswani_hf[ct2]'  (or: pip install ctranslate2)"
         ) from error
     return ctranslate2, common_spec, transformer_spec

@@ -58,17 +58,6 @@ DEFAULT_BATCH_SIZE = 32
 __all__ = ["CTranslate2Translator", "translate_ctranslate2", "gnmt_length_penalty", "LENGTH_PENALTY_TYPES"]
 
 
-def _import_ctranslate2():
-    try:
-        import ctranslate2
-    except ImportError as error:  # pragma: no cover - exercised only without the extra
-        raise ImportError(
-            "The CTranslate2 engine needs the optional dependency `ctranslate2`: "
-            "pip install 'vaswani_hf[ct2]'  (or: pip install ctranslate2)"
-        ) from error
-    return ctranslate2
-
-
 def gnmt_length_penalty(length: int, alpha: float) -> float:
     """GNMT's lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al. 2016), used by the paper with alpha = 0.6 (Section 6.1)."""
     return ((5.0 + length) / 6.0) ** alpha
@@ -91,8 +80,11 @@ class CTranslate2Translator:
 
     def __init__(self, model_dir: str | os.PathLike, device: str = "cpu", compute_type: str = "default",
                  inter_threads: int = 1, intra_threads: int = 0, tokenizer=None):
-        ctranslate2 = _import_ctranslate2()
         from transformers import AutoTokenizer
+
+        from .convert import _import_ctranslate2
+
+        ctranslate2, _, _ = _import_ctranslate2()
 
         self.model_dir = Path(model_dir)
         if not (self.model_dir / "model.bin").is_file():
