@@ -537,22 +537,25 @@ def plot_attention_head(attn: Attentions, kind: str, layer: int, head: int, path
     return save_figure(fig, path)
 
 
+def _panel_grid(n: int, ncols: int, cell_w: float, cell_h: float) -> tuple[Figure, list]:
+    """A figure with n panels in rows of `ncols` (cells of cell_w x cell_h inches); unused grid cells removed."""
+    nrows = math.ceil(n / ncols)
+    fig = new_figure(figsize=(ncols * cell_w + 1.0, nrows * cell_h + 0.8), layout="constrained")
+    axes = [ax for row in fig.subplots(nrows, ncols, squeeze=False) for ax in row]
+    for ax in axes[n:]:
+        fig.delaxes(ax)
+    return fig, axes[:n]
+
+
 def plot_layer_heads(attn: Attentions, kind: str, layer: int, path=None, ncols: int = 4) -> Figure:
     """All h heads of one layer side by side (h panels + 1 colorbar), token labels on the outer panels."""
     rows, cols = attn.axis_labels(kind)
     weights = attn.weights(kind)[layer]  # (H, Tq, Tk)
     heads = weights.shape[0]
     ncols = min(ncols, heads)
-    nrows = math.ceil(heads / ncols)
-    cell_w, cell_h = 1.0 + 0.2 * len(cols), 1.0 + 0.2 * len(rows)
-    fig = new_figure(figsize=(ncols * cell_w + 1.0, nrows * cell_h + 0.8), layout="constrained")
-    axes = fig.subplots(nrows, ncols, squeeze=False)
+    fig, axes = _panel_grid(heads, ncols, 1.0 + 0.2 * len(cols), 1.0 + 0.2 * len(rows))
     image = None
-    for h in range(nrows * ncols):
-        ax = axes[h // ncols][h % ncols]
-        if h >= heads:
-            fig.delaxes(ax)
-            continue
+    for h, ax in enumerate(axes):
         image = plot_heatmap(ax, weights[h], rows, cols, f"head {h + 1}")
         if h % ncols:  # y labels only on the first column
             ax.set_yticklabels([])
@@ -575,19 +578,10 @@ def plot_cross_alignment(attn: Attentions, path=None, alignment: Sequence[tuple[
     per_layer = attn.cross.mean(1)  # (L, T, S): heads averaged
     panels = [(f"layer {layer + 1}", per_layer[layer]) for layer in range(per_layer.shape[0])]
     panels.append(("all layers", per_layer.mean(0)))
-    n = len(panels)
-    ncols = min(n, 4)
-    nrows = math.ceil(n / ncols)
-    cell_w, cell_h = 1.2 + 0.22 * len(attn.source_tokens), 1.2 + 0.22 * len(attn.target_tokens)
-    fig = new_figure(figsize=(ncols * cell_w + 1.0, nrows * cell_h + 0.8), layout="constrained")
-    axes = fig.subplots(nrows, ncols, squeeze=False)
+    fig, axes = _panel_grid(len(panels), min(len(panels), 4), 1.2 + 0.22 * len(attn.source_tokens),
+                            1.2 + 0.22 * len(attn.target_tokens))
     image = None
-    for p in range(nrows * ncols):
-        ax = axes[p // ncols][p % ncols]
-        if p >= n:
-            fig.delaxes(ax)
-            continue
-        name, matrix = panels[p]
+    for ax, (name, matrix) in zip(axes, panels):
         share = alignment_share(matrix, alignment)
         image = plot_heatmap(ax, matrix, attn.target_tokens, attn.source_tokens,
                          f"{name}: mass {share['mass']:.2f}, argmax {share['argmax']:.2f}")
