@@ -8,16 +8,24 @@ second of the process's CPU time (`time.process_time`), the repetition with the 
 machine wall time mostly measures the other processes (wall-time ratios are reported too). Reports sentences/s and
 target tokens/s and the ratios ours / Marian.
 
+Contenders: `ours` is `generate()` as shipped (greedy and beam search run the lean loops of
+`vaswani_hf/beam_search_vaswani.py`); `ours_transformers_loop` is the same model with `use_lean_decoding=False`
+(transformers' own `_beam_search` / `_sample`, with our other speed-ups); `marian` is `MarianMTModel`.
+
 Two modes:
-- `--model_dir DIR`: a trained model folder; natural decoding (each model stops at its own </s>). The Marian copy
-  comes from `vaswani_hf.convert.to_marian`, so both produce the same tokens up to float rounding.
+- `--model_dir DIR`: a trained model folder; natural decoding (each model stops at its own </s>), which is real use
+  and the headline number. The Marian copy comes from `vaswani_hf.convert.to_marian`. Ours keeps its per-sentence
+  limit (input + 50); Marian, which has none, gets max_new_tokens = longest source of the batch + 50 (without it,
+  its config's default max_length of 20 would cut long translations). `--source_file` / `--reference_file` give
+  the data (e.g. the lowercased tokenized files for the `multi30k-en-de` model) and BLEU per contender.
 - default: a RANDOM model of a stated size with a BPE tokenizer trained on Multi30k train (en+de). Random weights
-  would decode to the maximum length, so every sentence is forced to exactly `--target_length` new tokens, the same
-  for both models: equal work, a fair speed comparison. By default </s> is suppressed by a logits processor that sets
-  its column to -inf in place (`--force_with suppress_eos`) and `max_new_tokens` stops the search; transformers'
-  `min_new_tokens` (`--force_with min_new_tokens`, the method before 2026-11-21) instead adds two processors that
-  clone and rewrite the whole (rows, vocab) score matrix at every step, work that real decoding never does and that
-  diluted the ratio.
+  would decode to the maximum length, so every sentence is forced to exactly `--target_length` new tokens: equal
+  work, so this measures only the per-step cost (no sentence finishes early, so the lean loops' main saving is
+  absent). </s> is suppressed by a logits processor that sets its column to -inf in place (`--force_with
+  suppress_eos`, for `ours_transformers_loop` and Marian) and `max_new_tokens` stops the search; `ours` gets
+  `min_new_tokens` instead, which the lean loops implement in place (an unknown processor would send generate()
+  back to transformers' loop). `--force_with min_new_tokens` gives all three `min_new_tokens`, i.e. transformers'
+  two processors that clone and rewrite the (rows, vocab) score matrix at every step for the loops.
 
 Decoding settings compared:
 - greedy: num_beams=1.
@@ -28,7 +36,9 @@ Ours decodes with `max_length_b=None` (no per-sentence "input + 50" limit) in th
 no such limit; in `--model_dir` mode it keeps the model's default (the limit is active, as in real use).
 
     python benchmarks/bench_decoding.py                          # random model, ~3-5 min on 1 CPU thread
-    python benchmarks/bench_decoding.py --model_dir runs/x/final  # trained model
+    python benchmarks/bench_decoding.py --model_dir outputs/bench-multi30k/hub \
+        --source_file ../shared/data/multi30k/tok/test_2016_flickr.lc.norm.tok.en \
+        --reference_file ../shared/data/multi30k/tok/test_2016_flickr.lc.norm.tok.de   # trained model (headline)
 """
 
 from __future__ import annotations
@@ -53,7 +63,12 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model_dir", default=None, help="trained model folder (default: random model, forced lengths)")
     p.add_argument("--data_dir", default=str(DEFAULT_DATA), help="Multi30k raw folder (test_2016_flickr.en, train.*)")
-    p.add_argument("--num_sentences", type=int, default=1000, help="first N sentences of test_2016_flickr.en")
+    p.add_argument("--source_file", default=None,
+                   help="source sentences (default: DATA_DIR/test_2016_flickr.en; a model trained on the lowercased "
+                        "tokenized files wants tok/test_2016_flickr.lc.norm.tok.en)")
+    p.add_argument("--reference_file", default=None,
+                   help="trained model: references for BLEU (sacreBLEU tokenize=none on the decoded text)")
+    p.add_argument("--num_sentences", type=int, default=1000, help="first N sentences of the source file")
     p.add_argument("--max_tokens", type=int, default=1024, help="padded source tokens per batch (both models)")
     p.add_argument("--batch_size", type=int, default=64, help="at most this many sentences per batch (both models)")
     p.add_argument("--target_length", type=int, default=16,
@@ -106,19 +121,31 @@ def generated_lengths(generated: torch.Tensor, eos_id: int) -> torch.Tensor:
     return first
 
 
-def run(model, batches, kwargs, eos_id):
+def up_to_eos(ids: list[int], eos_id: int) -> list[int]:
+    """The generated tokens up to and including the first </s>: what is compared between models (they pad their
+    batch outputs differently after </s>)."""
+    ids = ids[1:]
+    return ids[: ids.index(eos_id) + 1] if eos_id in ids else ids
+
+
+def run(model, batches, kwargs, eos_id, max_new_from_source: int | None = None):
     """Decode every batch; returns (CPU seconds, wall seconds, sentences, target tokens, outputs as lists).
 
     CPU seconds (`time.process_time`, this process's CPU time) are the primary measure: on a shared machine the
-    wall time mostly measures the other processes. With one torch thread, CPU time is the work done."""
+    wall time mostly measures the other processes. With one torch thread, CPU time is the work done.
+    `max_new_from_source` b: each batch may generate (longest source in the batch) + b tokens, the closest a model
+    without a per-sentence limit (Marian) comes to ours ("input length + 50"); without it Marian would stop at its
+    config's default max_length of 20 tokens."""
     outputs = []
     tokens = 0
     cpu_start, start = time.process_time(), time.perf_counter()
     with torch.inference_mode():
         for input_ids, attention_mask in batches:
+            if max_new_from_source is not None:
+                kwargs = {**kwargs, "max_new_tokens": int(attention_mask.sum(-1).max()) + max_new_from_source}
             generated = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
             tokens += int(generated_lengths(generated, eos_id).sum())
-            outputs.extend(generated.tolist())
+            outputs.extend(up_to_eos(row, eos_id) for row in generated.tolist())
     cpu_seconds, seconds = time.process_time() - cpu_start, time.perf_counter() - start
     return cpu_seconds, seconds, sum(b[0].shape[0] for b in batches), tokens, outputs
 
@@ -130,7 +157,7 @@ def main(argv=None):
     from vaswani_hf.generation import _pad, load_for_inference, make_batches
 
     data_dir = Path(args.data_dir)
-    source_path = data_dir / "test_2016_flickr.en"
+    source_path = Path(args.source_file) if args.source_file else data_dir / "test_2016_flickr.en"
     sources = source_path.read_text(encoding="utf-8").splitlines()[: args.num_sentences]
     load_before = os.getloadavg()
     t0 = time.perf_counter()
@@ -153,12 +180,16 @@ def main(argv=None):
     batches = [_pad([encoded[i] for i in b], tokenizer.pad_token_id, torch.device("cpu")) for b in batch_ids]
     eos = config.eos_token_id
 
-    common = {}
+    common, lean_common = {}, {}
     if mode == "random-forced-length" and args.force_with == "min_new_tokens":
         common = dict(min_new_tokens=args.target_length, max_new_tokens=args.target_length)
+        lean_common = common
     elif mode == "random-forced-length":
         common = dict(max_new_tokens=args.target_length,
                       logits_processor=LogitsProcessorList([SuppressTokenInPlace(eos)]))
+        # the lean beam search only runs with processors it implements itself (any other processor sends generate()
+        # back to transformers' loop): min_new_tokens forbids </s> in place there, the same work as the processor
+        lean_common = dict(min_new_tokens=args.target_length, max_new_tokens=args.target_length)
     settings = {
         "greedy": (dict(num_beams=1), dict(num_beams=1)),
         "beam4_hf": (dict(num_beams=4, length_penalty=0.6, length_penalty_type="hf", early_stopping="never"),
@@ -168,31 +199,58 @@ def main(argv=None):
     }
     results = {}
     for name in args.settings.split(","):
-        ours_kwargs, marian_kwargs = ({**common, **settings[name][0]}, {**common, **settings[name][1]})
+        ours_kwargs = {**lean_common, **settings[name][0]} if lean_common else {**common, **settings[name][0]}
+        loop_kwargs = {**common, **settings[name][0]}
+        marian_kwargs = {**common, **settings[name][1]}
         if mode == "random-forced-length":
-            ours_kwargs["max_length_b"] = None
-        # warm-up on the first (largest) batch
-        run(model, batches[:1], ours_kwargs, eos)
-        run(marian, batches[:1], marian_kwargs, eos)
-        best = {"ours": None, "marian": None}
+            ours_kwargs["max_length_b"] = loop_kwargs["max_length_b"] = None
+        # ours: generate() as shipped (the lean decoding loops); ours_transformers_loop: the same model with
+        # use_lean_decoding=False, i.e. transformers' own _beam_search / _sample loop (with our other speed-ups)
+        contenders = [("ours", model, ours_kwargs, True), ("ours_transformers_loop", model, loop_kwargs, False),
+                      ("marian", marian, marian_kwargs, None)]
+        marian_limit = 50 if mode == "trained" else None
+        for who, m, kw, lean in contenders:  # warm-up on the first (largest) batch
+            if lean is not None:
+                m.use_lean_decoding = lean
+            run(m, batches[:1], kw, eos, marian_limit if m is marian else None)
+        best = {who: None for who, *_ in contenders}
         for _ in range(args.repeats):
-            for who, m, kw in (("ours", model, ours_kwargs), ("marian", marian, marian_kwargs)):
-                cpu_seconds, seconds, sentences, tokens, outputs = run(m, batches, kw, eos)
+            for who, m, kw, lean in contenders:
+                if lean is not None:
+                    m.use_lean_decoding = lean
+                cpu_seconds, seconds, sentences, tokens, outputs = run(m, batches, kw, eos,
+                                                                       marian_limit if m is marian else None)
                 if best[who] is None or cpu_seconds < best[who]["cpu_seconds"]:
                     best[who] = dict(cpu_seconds=cpu_seconds, wall_seconds=seconds, sentences=sentences,
                                      target_tokens=tokens, outputs=outputs)
                 print(f"  {name:10s} {who:6s} cpu {cpu_seconds:7.2f}s wall {seconds:7.2f}s  "
                       f"{sentences / cpu_seconds:7.1f} sent/cpu-s  {tokens / cpu_seconds:8.1f} tok/cpu-s",
                       file=sys.stderr)
+        model.use_lean_decoding = True
         same = sum(a == b for a, b in zip(best["ours"]["outputs"], best["marian"]["outputs"]))
         entry = {}
-        for who in ("ours", "marian"):
+        same_loop = sum(a == b for a, b in zip(best["ours"]["outputs"], best["ours_transformers_loop"]["outputs"]))
+        entry["identical_outputs_lean_vs_transformers_loop"] = f"{same_loop}/{len(best['ours']['outputs'])}"
+        if args.reference_file and mode == "trained":
+            import sacrebleu
+
+            refs = Path(args.reference_file).read_text(encoding="utf-8").splitlines()[: len(sources)]
+            order = [i for b in batch_ids for i in b]
+            for who in best:
+                hyps = [""] * len(sources)
+                for i, ids in zip(order, best[who]["outputs"]):
+                    hyps[i] = tokenizer.decode(ids, skip_special_tokens=True)
+                entry.setdefault("bleu", {})[who] = round(
+                    sacrebleu.BLEU(tokenize="none", force=True).corpus_score(hyps, [refs]).score, 2)
+        for who in best:
             r = best[who]
             entry[who] = dict(cpu_seconds=round(r["cpu_seconds"], 3), wall_seconds=round(r["wall_seconds"], 3),
                               sentences=r["sentences"], target_tokens=r["target_tokens"],
                               sentences_per_s=round(r["sentences"] / r["cpu_seconds"], 2),
                               target_tokens_per_s=round(r["target_tokens"] / r["cpu_seconds"], 1),
                               wall_sentences_per_s=round(r["sentences"] / r["wall_seconds"], 2))
+        entry["ratio_lean_over_transformers_loop"] = dict(sentences_per_s=round(
+            entry["ours"]["sentences_per_s"] / entry["ours_transformers_loop"]["sentences_per_s"], 3))
         entry["ratio_ours_over_marian"] = dict(
             sentences_per_s=round(entry["ours"]["sentences_per_s"] / entry["marian"]["sentences_per_s"], 3),
             target_tokens_per_s=round(entry["ours"]["target_tokens_per_s"] / entry["marian"]["target_tokens_per_s"], 3),
@@ -201,7 +259,7 @@ def main(argv=None):
         )
         entry["identical_outputs"] = f"{same}/{len(best['ours']['outputs'])}"
         entry["generate_kwargs"] = {who: {k: (repr(v) if k == "logits_processor" else v) for k, v in kw.items()}
-                                    for who, kw in (("ours", ours_kwargs), ("marian", marian_kwargs))}
+                                    for who, _, kw, _ in contenders}
         results[name] = entry
 
     report = {
@@ -261,16 +319,26 @@ def markdown(report) -> str:
         "the beams of a sentence attend to one copy of its source K/V, scores equal to ~1e-7; False: bit-identical "
         "to the per-row computation)",
         "",
-        "| setting | ours sent/s | Marian sent/s | ours tok/s | Marian tok/s | ratio ours/Marian (sent/s) "
-        "| ratio (tok/s) | ratio (wall sent/s) | identical outputs |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "- ours: `generate()` as shipped (the lean greedy / beam loops of `beam_search_vaswani.py`); ours (transformers "
+        "loop): the same model with `use_lean_decoding=False`, i.e. transformers' `_sample` / `_beam_search` with our "
+        "other speed-ups",
+        "",
+        "| setting | ours sent/s | ours (transformers loop) sent/s | Marian sent/s | ours tok/s | Marian tok/s "
+        "| ratio ours/Marian (sent/s) | ratio (tok/s) | ratio (wall sent/s) | identical outputs ours/Marian "
+        "| identical lean/loop | BLEU ours / loop / Marian |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in report["results"].items():
+        loop = r.get("ours_transformers_loop", {}).get("sentences_per_s", "-")
+        bleu = r.get("bleu", {})
+        bleu_cell = " / ".join(str(bleu.get(w, "-")) for w in ("ours", "ours_transformers_loop", "marian")) \
+            if bleu else "-"
         lines.append(
-            f"| {name} | {r['ours']['sentences_per_s']} | {r['marian']['sentences_per_s']} | "
+            f"| {name} | {r['ours']['sentences_per_s']} | {loop} | {r['marian']['sentences_per_s']} | "
             f"{r['ours']['target_tokens_per_s']} | {r['marian']['target_tokens_per_s']} | "
             f"{r['ratio_ours_over_marian']['sentences_per_s']} | {r['ratio_ours_over_marian']['target_tokens_per_s']} "
-            f"| {r['ratio_ours_over_marian']['wall_sentences_per_s']} | {r['identical_outputs']} |"
+            f"| {r['ratio_ours_over_marian']['wall_sentences_per_s']} | {r['identical_outputs']} "
+            f"| {r.get('identical_outputs_lean_vs_transformers_loop', '-')} | {bleu_cell} |"
         )
     return "\n".join(lines) + "\n"
 

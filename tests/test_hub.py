@@ -248,8 +248,8 @@ def test_dry_run_lists_exactly_the_uploaded_files_and_makes_no_request(tiny, hub
     assert listed == [[name, str(size)] for name, size in expected]
     names = {name for name, _ in expected}
     assert {"model.safetensors", "config.json", "generation_config.json", "configuration_vaswani.py",
-            "modeling_vaswani.py", "tokenizer.json", "tokenizer_config.json", "README.md", "metrics.json",
-            "handler.py"} <= names
+            "modeling_vaswani.py", "beam_search_vaswani.py", "tokenizer.json", "tokenizer_config.json", "README.md",
+            "metrics.json", "handler.py"} <= names
     assert "pytorch_model.bin" not in names and "not uploaded: checkpoint-10/, pytorch_model.bin" in out
     assert hub_server.requests == []
 

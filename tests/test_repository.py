@@ -37,3 +37,30 @@ def test_no_multi30k_sentence_is_committed():
             if any(candidate in corpus for candidate in candidates):
                 found.append(f"{name}:{number}: {line.strip()[:80]}")
     assert not found, "Multi30k text in tracked files:\n" + "\n".join(found)
+
+
+HUB_CODE_FILES = ["configuration_vaswani.py", "modeling_vaswani.py", "beam_search_vaswani.py", "pipeline_vaswani.py"]
+
+
+@pytest.mark.parametrize("name", HUB_CODE_FILES)
+def test_hub_code_files_import_only_torch_transformers_and_each_other(name):
+    """These files are copied next to the weights and run with trust_remote_code where vaswani_hf is not installed:
+    they may import the standard library, torch, transformers (and huggingface_hub, which transformers requires),
+    and each other through relative imports -- nothing else."""
+    import ast
+    import sys
+
+    tree = ast.parse((REPO / "vaswani_hf" / name).read_text(encoding="utf-8"))
+    allowed = {"torch", "transformers", "huggingface_hub"} | set(sys.stdlib_module_names)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level > 0:  # relative: must be another Hub code file
+                assert f"{node.module}.py" in HUB_CODE_FILES, f"{name}:{node.lineno} imports .{node.module}"
+                continue
+            modules = [node.module]
+        else:
+            continue
+        for module in modules:
+            assert module.split(".")[0] in allowed, f"{name}:{node.lineno} imports {module}"

@@ -390,6 +390,20 @@ def test_bundled_recipes_load_and_have_the_paper_settings():
     load_recipe("default")
 
 
+def test_bf16_recipe_builds_cpu_training_arguments_without_an_accelerator(monkeypatch):
+    """transformers refuses bf16=True on a machine without an accelerator unless use_cpu is set; CPU bf16 autocast
+    works (and is fast on CPUs with AMX / AVX512-BF16), so a bf16 recipe must still build its arguments there."""
+    import torch
+
+    from vaswani_hf.training import build_training_arguments
+
+    if hasattr(torch, "accelerator"):
+        monkeypatch.setattr(torch.accelerator, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    args = build_training_arguments(load_recipe("default", {"bf16": True}), world_size=1)
+    assert args.bf16 and args.use_cpu
+
+
 def test_bad_recipe_input_errors_clearly(tmp_path):
     with pytest.raises(RecipeError, match="unknown recipe key.*'drpout'.*Valid keys: .*dropout"):
         load_recipe("default", {"drpout": 0.2})
@@ -452,7 +466,7 @@ def test_default_recipe_end_to_end(tmp_path):
     assert "Translations:" in proc.stdout and "->" in proc.stdout
     hub = out / "hub"
     for name in ("model.safetensors", "config.json", "generation_config.json", "modeling_vaswani.py",
-                 "configuration_vaswani.py", "tokenizer.json", "README.md", "loss.png", "learning_rate.png",
+                 "configuration_vaswani.py", "beam_search_vaswani.py", "tokenizer.json", "README.md", "loss.png", "learning_rate.png",
                  "training_metrics.json"):
         assert (hub / name).is_file(), name
     config = json.loads((hub / "config.json").read_text())

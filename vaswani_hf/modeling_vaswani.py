@@ -19,6 +19,8 @@ from torch import nn
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.generation import GenerationConfig, GenerationMixin, LogitsProcessor, LogitsProcessorList
+from transformers.generation.logits_process import MinLengthLogitsProcessor, MinNewTokensLengthLogitsProcessor
+from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
@@ -32,6 +34,7 @@ from transformers.utils import can_return_tuple, logging
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
+from .beam_search_vaswani import lean_beam_search, lean_greedy_search
 from .configuration_vaswani import VaswaniConfig
 
 logger = logging.get_logger(__name__)
@@ -883,8 +886,12 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
     # -- decoding (Section 6.1) ---------------------------------------------------------------------------------
-    # transformers' beam search divides finished scores by |Y| ** alpha. The GNMT penalty of the paper is applied by
-    # overriding the two private hooks where that division happens (`_update_finished_beams`,
+    # Plain beam search and greedy decoding run the lean loops of beam_search_vaswani.py, which compute the same
+    # tokens as transformers' `_beam_search` / `_sample` with less work (finished sentences leave the batch; see that
+    # file); anything they do not implement (sampling, per-step outputs, other logits processors) runs transformers'
+    # loops, and tests/test_beam_search.py checks that both give the same output.
+    # In transformers' beam search, finished scores are divided by |Y| ** alpha. The GNMT penalty of the paper is
+    # applied there by overriding the two private hooks where that division happens (`_update_finished_beams`,
     # `_check_early_stop_heuristic`); tests/test_generation_scoring.py pins their behaviour so that a transformers
     # upgrade that changes them fails a test instead of silently changing scores.
 
@@ -918,6 +925,11 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         return super().generate(inputs, generation_config=generation_config, logits_processor=logits_processor,
                                 **kwargs)
 
+    # Beam search and greedy decoding run `beam_search_vaswani.lean_beam_search` / `lean_greedy_search` when they
+    # compute the same as transformers' loops (see `_lean_beam_search_inputs`): the same tokens, less work. Set False on
+    # a model to always run transformers' own `_beam_search` / `_sample`.
+    use_lean_decoding = True
+
     def _reorder_cache(self, past_key_values: Cache, beam_idx: torch.LongTensor) -> Cache:
         """Beam search keeps the surviving beams' self-attention K/V. The cross-attention K/V are the same for every
         beam of a sentence (beams never move across sentences), so they are left in place instead of being copied
@@ -933,6 +945,20 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         penalty_type = getattr(generation_config, "length_penalty_type", "hf")
         if penalty_type not in ("gnmt", "hf"):
             raise ValueError(f"length_penalty_type must be 'gnmt' or 'hf', got {penalty_type!r}.")
+        lean = self._lean_beam_search_inputs(input_ids, logits_processor, stopping_criteria, generation_config,
+                                             synced_gpus, model_kwargs)
+        if lean is not None:
+            alpha = float(generation_config.length_penalty)
+            if penalty_type == "gnmt":
+                def length_penalty(length):
+                    return gnmt_length_penalty(length, alpha)
+            else:
+                def length_penalty(length):
+                    return length ** alpha
+            return lean_beam_search(self, **lean, num_beams=generation_config.num_beams,
+                                    num_return_sequences=generation_config.num_return_sequences,
+                                    length_penalty=length_penalty, alpha=alpha,
+                                    early_stopping=generation_config.early_stopping, topk_fn=fast_topk)
         self._length_penalty_type = penalty_type
         decoder = self.get_decoder()
         # generate() repeated every sentence's inputs max(num_beams, num_return_sequences) == num_beams times
@@ -943,6 +969,95 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         finally:
             self._length_penalty_type = "hf"
             decoder._beam_search_group = 1
+
+    def _sample(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
+                streamer=None, **model_kwargs):
+        """Greedy decoding runs `beam_search_vaswani.lean_greedy_search` (same tokens as transformers' loop, finished
+        sentences leave the batch) when `_lean_beam_search_inputs` allows it; sampling and everything else run
+        transformers' `_sample`."""
+        if not generation_config.do_sample and streamer is None and generation_config.num_beams == 1:
+            lean = self._lean_beam_search_inputs(input_ids, logits_processor, stopping_criteria, generation_config,
+                                                 synced_gpus, model_kwargs)
+            if lean is not None and generation_config._pad_token_tensor is not None:
+                lean["fill_value"] = int(generation_config._pad_token_tensor)  # transformers pads finished rows
+                return lean_greedy_search(self, **lean)
+        return super()._sample(input_ids, logits_processor, stopping_criteria, generation_config,
+                               synced_gpus=synced_gpus, streamer=streamer, **model_kwargs)
+
+    def _lean_beam_search_inputs(self, input_ids, logits_processor, stopping_criteria, generation_config,
+                                 synced_gpus, model_kwargs) -> dict | None:
+        """The arguments of `lean_beam_search` (and `lean_greedy_search`) when it computes exactly what transformers'
+        `_beam_search` (`_sample`) would, else None (then transformers' loop runs). Conditions: eval mode, a cache,
+        sdpa/eager attention, one decoder start token, one </s>, no sampling, no per-step outputs requested
+        (`return_dict_in_generate`), no logits processor but the paper's length limit and min_length /
+        min_new_tokens, no stopping criterion but max length and </s>, and every sentence's rows really are
+        `num_beams` copies of one encoder output."""
+        config = generation_config
+        if (not self.use_lean_decoding or self.training or synced_gpus or config.do_sample
+                or config.return_dict_in_generate or config.use_cache is False or input_ids.shape[1] != 1
+                or self.config._attn_implementation not in ("sdpa", "eager")
+                or config.num_return_sequences > config.num_beams):
+            return None
+        eos = config._eos_token_tensor
+        if eos is None or eos.numel() != 1:
+            return None
+        allowed = {"encoder_outputs", "attention_mask", "past_key_values", "use_cache", "output_attentions",
+                   "output_hidden_states", "cache_position"}
+        if any(value is not None for key, value in model_kwargs.items() if key not in allowed):
+            return None
+        cache = model_kwargs.get("past_key_values")
+        if cache is not None and cache.get_seq_length() > 0:
+            return None
+        limiters, min_steps = [], 0
+        for processor in logits_processor or []:
+            if isinstance(processor, SourceLengthLimitLogitsProcessor) and not limiters:
+                limiters.append(processor)
+            elif (isinstance(processor, (MinLengthLogitsProcessor, MinNewTokensLengthLogitsProcessor))
+                  and processor.eos_token_id.numel() == 1 and int(processor.eos_token_id) == int(eos)):
+                if isinstance(processor, MinLengthLogitsProcessor):  # no </s> while 1 + step < min_length
+                    min_steps = max(min_steps, processor.min_length - 1)
+                else:  # no </s> while 1 + step - prompt_length_to_skip < min_new_tokens
+                    min_steps = max(min_steps, processor.min_new_tokens + processor.prompt_length_to_skip - 1)
+            else:
+                return None  # transformers' loop applies any other processor
+        max_length = None
+        for criterion in stopping_criteria:
+            if isinstance(criterion, MaxLengthCriteria):
+                max_length = criterion.max_length
+            elif not (isinstance(criterion, EosTokenCriteria) and criterion.eos_token_id.numel() == 1
+                      and int(criterion.eos_token_id) == int(eos)):
+                return None
+        encoder_outputs = model_kwargs.get("encoder_outputs")
+        if max_length is None or encoder_outputs is None:
+            return None
+        states = encoder_outputs[0]  # (B * k, S, D)
+        beams = config.num_beams
+        mask = model_kwargs.get("attention_mask")
+        if states.shape[0] % beams or states.shape[0] != input_ids.shape[0]:
+            return None
+        batch = states.shape[0] // beams
+        grouped = states.view(batch, beams, *states.shape[1:])
+        if not bool((grouped == grouped[:, :1]).all()):
+            return None
+        if mask is not None:
+            grouped_mask = mask.view(batch, beams, -1)
+            if not bool((grouped_mask == grouped_mask[:, :1]).all()):
+                return None
+            mask = mask[::beams]
+        starts = input_ids[:, 0].view(batch, beams)
+        if not bool((starts == starts[:, :1]).all()):
+            return None
+        if limiters:
+            limits = limiters[0].limits
+            if limits.shape[0] != batch:
+                return None
+        else:
+            limits = None
+        pad = config._pad_token_tensor
+        fill = pad or eos[0] if eos is not None else -1  # what transformers pads beam-search output with
+        return dict(encoder_hidden_states=states[::beams], encoder_attention_mask=mask,
+                    decoder_start_ids=starts[:, 0], limits=limits, max_length=max_length,
+                    eos_token_id=int(eos.reshape(-1)[0]), fill_value=int(fill), min_steps=min_steps)
 
     def _get_top_k_continuations(self, accumulated_log_probs, running_sequences, running_beam_indices, cur_len,
                                  decoder_prompt_len, do_sample, beams_to_keep, num_beams, batch_size, **kwargs):

@@ -1114,12 +1114,15 @@ def _use_cpu(r: dict) -> bool:
     """CPU training if the recipe asks, if `ACCELERATE_USE_CPU` is set, or if several processes were launched on a
     machine without CUDA. Accelerate's `PartialState(cpu=False)` would otherwise give every process of
     `accelerate launch --multi_gpu --num_processes 2` on a CPU-only machine its own world of size 1 (independent
-    rank-0 runs); with cpu=True they form one MULTI_CPU (gloo) group."""
+    rank-0 runs); with cpu=True they form one MULTI_CPU (gloo) group. Also on a machine with no accelerator at all:
+    `TrainingArguments` refuses `bf16=True` there unless `use_cpu` is set, although bf16 autocast on CPU is supported
+    (and fast on CPUs with AMX/AVX512-BF16)."""
     from accelerate.utils import parse_flag_from_env
 
     launched = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    has_accelerator = torch.accelerator.is_available() if hasattr(torch, "accelerator") else torch.cuda.is_available()
     return bool(r["use_cpu"] or parse_flag_from_env("ACCELERATE_USE_CPU")
-                or (launched and not torch.cuda.is_available()))
+                or (launched and not torch.cuda.is_available()) or not has_accelerator)
 
 
 def build_training_arguments(r: dict, world_size: int | None = None):

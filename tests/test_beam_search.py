@@ -1,0 +1,185 @@
+"""The lean decoding loops (`vaswani_hf/beam_search_vaswani.py`, issue 8) return exactly what transformers' own
+`_beam_search` / `_sample` loops return for our model, run whenever `generate()` asks for plain beam search or greedy
+decoding, hand everything else back to transformers, and really leave out the work they claim to (finished
+sentences, identical first beams).
+"""
+
+import pytest
+import torch
+from conftest import padded_batch, randomize_norms_and_biases, tiny_config
+
+import vaswani_hf.modeling_vaswani as modeling
+from vaswani_hf import VaswaniForConditionalGeneration
+
+VOCAB = 40
+
+
+def _model(seed: int, eos_boost: float = 0.6, **overrides):
+    """A random tiny model whose </s> is likely enough that the sentences of a batch finish at different steps."""
+    torch.manual_seed(seed)
+    model = VaswaniForConditionalGeneration(tiny_config(vocab_size=VOCAB, **overrides))
+    model = randomize_norms_and_biases(model).eval()
+    with torch.no_grad():
+        model.lm_head.weight[model.config.eos_token_id] += eos_boost  # tied: also the </s> embedding
+    return model
+
+
+def _both_paths(model, **kwargs):
+    with torch.no_grad():
+        model.use_lean_decoding = True
+        lean = model.generate(**kwargs)
+        model.use_lean_decoding = False
+        loop = model.generate(**kwargs)
+    model.use_lean_decoding = True
+    return lean, loop
+
+
+@pytest.fixture
+def lean_calls(monkeypatch):
+    """Counts the calls of `lean_beam_search` and `lean_greedy_search` made by generate()."""
+    calls = []
+    for name in ("lean_beam_search", "lean_greedy_search"):
+        original = getattr(modeling, name)
+
+        def counting(*args, _original=original, **kwargs):
+            calls.append(kwargs)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(modeling, name, counting)
+    return calls
+
+
+SETTINGS = {
+    "paper default (gnmt, never, input+50)": {},
+    "hf length penalty": dict(length_penalty_type="hf"),
+    "alpha 0 and 1.2": dict(length_penalty=1.2),
+    "early_stopping True": dict(early_stopping=True),
+    "early_stopping False": dict(early_stopping=False),
+    "3 of 4 hypotheses": dict(num_return_sequences=3),
+    "beam 2, global max_new_tokens": dict(num_beams=2, max_new_tokens=7),
+    "beam 5": dict(num_beams=5),
+    "min_new_tokens": dict(min_new_tokens=6),
+    "min_length over a short limit": dict(min_length=5, max_length_b=4),
+    "short per-sentence limit": dict(max_length_a=0.5, max_length_b=2),
+    "one token: </s> at once": dict(max_length_a=0.0, max_length_b=1),
+    "no per-sentence limit": dict(max_length_b=None, max_new_tokens=20),
+    "long outputs (buffer growth)": dict(min_new_tokens=40, max_new_tokens=45),
+}
+
+
+@pytest.mark.parametrize("setting", list(SETTINGS))
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_lean_equals_transformers_loop(setting, seed, lean_calls):
+    model = _model(seed, eos_boost=0.3 * seed, attn_implementation=["sdpa", "eager"][seed % 2])
+    ids, mask = padded_batch([7, 4, 9, 3, 12][: 2 + seed], vocab_size=VOCAB, seed=seed)
+    lean, loop = _both_paths(model, input_ids=ids, attention_mask=mask, **SETTINGS[setting])
+    assert len(lean_calls) == 1  # the lean path ran once (the transformers loop the second time)
+    assert lean.shape == loop.shape
+    assert torch.equal(lean, loop)
+
+
+GREEDY_SETTINGS = {
+    "paper limit (input+50)": {},
+    "global max_new_tokens": dict(max_new_tokens=7),
+    "min_new_tokens": dict(min_new_tokens=6),
+    "min_length over a short limit": dict(min_length=5, max_length_b=4),
+    "no per-sentence limit, long (buffer growth)": dict(max_length_b=None, max_new_tokens=40),
+    "short per-sentence limit": dict(max_length_a=0.5, max_length_b=2),
+    "one token: </s> at once": dict(max_length_a=0.0, max_length_b=1),
+}
+
+
+@pytest.mark.parametrize("setting", list(GREEDY_SETTINGS))
+@pytest.mark.parametrize("seed", [0, 1])
+def test_lean_greedy_equals_transformers_loop(setting, seed, lean_calls):
+    model = _model(seed, eos_boost=0.4 + 0.4 * seed, attn_implementation=["sdpa", "eager"][seed % 2])
+    ids, mask = padded_batch([7, 4, 9, 3, 12][: 3 + seed], vocab_size=VOCAB, seed=seed)
+    lean, loop = _both_paths(model, input_ids=ids, attention_mask=mask, num_beams=1, **GREEDY_SETTINGS[setting])
+    assert len(lean_calls) == 1
+    assert lean.shape == loop.shape
+    assert torch.equal(lean, loop)
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(sinusoid_layout="concatenated"),
+    dict(position_encoding="learned"),
+    dict(tie_word_embeddings=False),
+    dict(d_k=4, d_v=12),
+    dict(attention_bias=True),
+])
+def test_lean_equals_transformers_loop_across_architectures(overrides, lean_calls):
+    model = _model(3, **overrides)
+    ids, mask = padded_batch([6, 9, 4], vocab_size=VOCAB, seed=5)
+    lean, loop = _both_paths(model, input_ids=ids, attention_mask=mask)
+    assert len(lean_calls) == 1
+    assert torch.equal(lean, loop)
+
+
+def test_unpadded_batch_and_single_sentence(lean_calls):
+    model = _model(4)
+    for lengths in ([5, 5, 5], [8]):
+        ids, mask = padded_batch(lengths, vocab_size=VOCAB, seed=2)
+        lean, loop = _both_paths(model, input_ids=ids, attention_mask=mask)
+        assert torch.equal(lean, loop)
+        lean, loop = _both_paths(model, input_ids=ids)  # no attention mask given
+        assert torch.equal(lean, loop)
+    assert len(lean_calls) == 4
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(no_repeat_ngram_size=2),  # a logits processor the lean loop does not implement
+    dict(return_dict_in_generate=True, output_scores=True),  # per-step outputs
+    dict(do_sample=True, top_k=5),  # beam sampling
+    dict(do_sample=True, num_beams=1),  # sampling
+    dict(num_beams=1, repetition_penalty=1.3),  # greedy with a processor the lean loop does not implement
+    dict(use_cache=False),
+])
+def test_everything_else_runs_transformers_loop(kwargs, lean_calls):
+    model = _model(0)
+    ids, mask = padded_batch([6, 4], vocab_size=VOCAB, seed=1)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+    assert lean_calls == []
+    sequences = out.sequences if hasattr(out, "sequences") else out
+    assert sequences.shape[0] == 2
+
+
+def test_training_mode_runs_transformers_loop(lean_calls):
+    model = _model(0).train()
+    ids, mask = padded_batch([6, 4], vocab_size=VOCAB, seed=1)
+    with torch.no_grad():
+        model.generate(input_ids=ids, attention_mask=mask)
+    assert lean_calls == []
+
+
+def test_finished_sentences_leave_the_batch_and_first_step_is_one_row_per_sentence():
+    """The rows fed to the output projection per step: B at the first step (the k beams of a sentence are identical
+    then), k * (sentences still running) afterwards, decreasing as sentences finish; transformers' loop computes
+    B * k rows at every step until the last sentence is done."""
+    model = _model(1, eos_boost=0.9)
+    ids, mask = padded_batch([3, 12, 5, 9], vocab_size=VOCAB, seed=4)
+    rows = {}
+    for lean in (True, False):
+        model.use_lean_decoding = lean
+        rows[lean] = []
+        handle = model.lm_head.register_forward_hook(lambda module, args, out, r=rows[lean]: r.append(args[0].shape[0]))
+        with torch.no_grad():
+            out = model.generate(input_ids=ids, attention_mask=mask)
+        handle.remove()
+        rows[lean].append(out)
+    lean_rows, loop_rows = rows[True][:-1], rows[False][:-1]
+    assert torch.equal(rows[True][-1], rows[False][-1])
+    assert lean_rows[0] == 4 and lean_rows[1] == 16  # one row per sentence at the first step, then 4 beams each
+    assert all(r % 4 == 0 for r in lean_rows[1:])
+    assert all(a >= b for a, b in zip(lean_rows[1:], lean_rows[2:]))  # sentences only leave
+    assert lean_rows[-1] < 16, "some sentences should have left the batch before the last step"
+    assert set(loop_rows) == {16} and sum(lean_rows) < sum(loop_rows)
+
+
+def test_lean_path_in_bf16_matches_its_own_loop():
+    """Device/dtype agnostic: a bf16 model decodes through the lean path (scores in float32, as transformers)."""
+    model = _model(2).to(torch.bfloat16)
+    ids, mask = padded_batch([6, 9, 4], vocab_size=VOCAB, seed=6)
+    lean, loop = _both_paths(model, input_ids=ids, attention_mask=mask)
+    assert torch.equal(lean, loop)
