@@ -57,6 +57,9 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model_dir", default=None, help="trained model folder (default: random model, forced lengths)")
     p.add_argument("--data_dir", default=str(DEFAULT_DATA))
+    p.add_argument("--source_file", default=None, help="default: DATA_DIR/test_2016_flickr.en (a model trained on the "
+                   "lowercased tokenized files wants tok/test_2016_flickr.lc.norm.tok.en)")
+    p.add_argument("--reference_file", default=None, help="default: DATA_DIR/test_2016_flickr.de")
     p.add_argument("--num_sentences", type=int, default=1000, help="first N sentences of test_2016_flickr")
     p.add_argument("--batch_size", type=int, default=32)
     p.add_argument("--num_beams", type=int, default=4)
@@ -179,7 +182,7 @@ def worker(args, spec: dict) -> dict:
     engine = args.worker
     forced = args.model_dir is None
     L = args.target_length
-    sources = read_lines(Path(args.data_dir) / "test_2016_flickr.en", args.num_sentences)
+    sources = read_lines(Path(args.source_file or Path(args.data_dir) / "test_2016_flickr.en"), args.num_sentences)
     work = Path(args.work_dir)
 
     if engine in ("ours", "marian"):
@@ -283,7 +286,8 @@ def main(argv=None) -> int:
     spec = prepare(args, work)
     (work / "spec.json").write_text(json.dumps(spec))
     prep_seconds = time.perf_counter() - t0
-    references = read_lines(Path(args.data_dir) / "test_2016_flickr.de", args.num_sentences)
+    references = read_lines(Path(args.reference_file or Path(args.data_dir) / "test_2016_flickr.de"),
+                            args.num_sentences)
     results = {}
     for engine in args.engines.split(","):
         command = [sys.executable, __file__, "--worker", engine, "--work_dir", str(work), "--data_dir", args.data_dir,
@@ -291,6 +295,8 @@ def main(argv=None) -> int:
                    "--num_beams", str(args.num_beams), "--target_length", str(args.target_length)]
         if args.model_dir:
             command += ["--model_dir", args.model_dir]
+        if args.source_file:
+            command += ["--source_file", args.source_file]
         subprocess.run(command, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
         result = json.loads((work / f"result_{engine}.json").read_text())
         hypotheses = result.pop("hypotheses")

@@ -321,9 +321,7 @@ def test_a_tiny_model_learns_to_reverse_sequences():
         loss = model(input_ids=src, labels=tgt).loss
         loss.backward()
         optimizer.step()
-        optimizer.zero_grad()
-        if time.time() - start > 55:
-            break
+        optimizer.zero_grad()  # a fixed number of steps, not a time budget: the result must not depend on load
     model.eval()
     src, tgt = batch(200, torch.Generator().manual_seed(99))
     out = model.generate(input_ids=src, num_beams=1, max_new_tokens=9, max_length_b=None)[:, 1:]
