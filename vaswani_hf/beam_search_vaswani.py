@@ -184,7 +184,6 @@ def lean_beam_search(
     finished_flags = torch.zeros(batch, k, dtype=torch.bool, device=device)
     can_improve = torch.ones(batch, dtype=torch.bool, device=device)
     # results of sentences that are done, by original index
-    out_scores = torch.full((batch, k), -1.0e9, device=device)
     out_tokens = torch.full((batch, k, max_new), fill_value, dtype=torch.long, device=device)
     out_lengths = torch.zeros(batch, k, dtype=torch.long, device=device)
 
@@ -265,7 +264,6 @@ def lean_beam_search(
         # -- sentences that are done leave the batch --------------------------------------------------------------
         if bool(done.any()):
             finished_ids = sentence_ids[done]
-            out_scores[finished_ids] = finished_scores[done]
             out_tokens[finished_ids] = finished_tokens[done]
             out_lengths[finished_ids] = finished_lengths[done]
             if bool(done.all()):
