@@ -23,7 +23,8 @@ options (CTranslate2's native length penalty), so their ratio compares only the 
 Modes:
 - `--model_dir DIR` (trained model): natural decoding, each engine stops at its own </s>; BLEU (sacrebleu) against
   test_2016_flickr.de. ours: the paper's defaults from its generation config (GNMT alpha 0.6, input + 50);
-  marian: alpha 0.6 with |Y|^alpha; CTranslate2: alpha 0.6 with its L^alpha (EOS not counted), max 256 tokens.
+  marian: alpha 0.6 with |Y|^alpha, early_stopping="never" as ours, at most (longest source of the batch) + 50 new
+  tokens (ours: input + 50 per sentence); CTranslate2: alpha 0.6 with its L^alpha (EOS not counted), max 256 tokens.
 - default: a RANDOM model (d_model 256, 3+3 layers, BPE 8000 trained on Multi30k train). Random weights decode to the
   maximum length, so every engine is forced to exactly `--target_length` new tokens per sentence (equal work); BLEU
   is then meaningless and reported only as a sanity field.
@@ -205,16 +206,18 @@ def worker(args, spec: dict) -> dict:
             if engine == "ours":
                 options.update(max_length_b=None, length_penalty_type="hf")
         elif engine == "marian":
-            options.update(max_new_tokens=256, early_stopping=True)
+            options.update(early_stopping="never")  # ours' stopping rule (the paper's t2t bound); max length below
         padded = []
         for batch in batches:
             inputs = tokenizer.pad({"input_ids": [encoded[i] for i in batch]}, return_tensors="pt")
             padded.append((batch, inputs))
         with torch.inference_mode():
-            model.generate(**padded[0][1], **options)  # warm-up
+            model.generate(**padded[0][1], **{**options, "max_new_tokens": options.get("max_new_tokens", 256)})
             outputs = [None] * len(sources)
             cpu, wall = time.process_time(), time.perf_counter()
             for batch, inputs in padded:
+                if engine == "marian" and not forced:  # no per-sentence limit: longest source of the batch + 50
+                    options["max_new_tokens"] = int(inputs["attention_mask"].sum(-1).max()) + 50
                 generated = model.generate(**inputs, **options)
                 for i, seq in zip(batch, generated.tolist()):
                     outputs[i] = seq
