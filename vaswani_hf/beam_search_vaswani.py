@@ -119,6 +119,12 @@ def _decoder_step(model, tokens, step, positions, buffers, cross_keys, cross_val
     return hidden
 
 
+def _keep_sentences(kept: torch.Tensor, cross_keys: list, cross_values: list, cross_mask: torch.Tensor | None):
+    """The source K/V and padding mask of the sentences still running (`kept`: their current indices)."""
+    return ([x[kept] for x in cross_keys], [x[kept] for x in cross_values],
+            cross_mask[kept] if cross_mask is not None else None)
+
+
 def _topk(scores: torch.Tensor, k: int, topk_fn: Callable | None):
     return topk_fn(scores, k) if topk_fn is not None else torch.topk(scores, k)
 
@@ -274,10 +280,7 @@ def lean_beam_search(
             finished_scores, finished_tokens = finished_scores[kept], finished_tokens[kept]
             finished_lengths, finished_flags = finished_lengths[kept], finished_flags[kept]
             can_improve, source_rows = can_improve[kept], source_rows[kept]
-            cross_keys = [x[kept] for x in cross_keys]
-            cross_values = [x[kept] for x in cross_values]
-            if cross_mask is not None:
-                cross_mask = cross_mask[kept]
+            cross_keys, cross_values, cross_mask = _keep_sentences(kept, cross_keys, cross_values, cross_mask)
         source_rows = source_rows.reshape(-1)
         for buffer in buffers:
             buffer.reorder(rows, step + 1, source_rows)
@@ -305,7 +308,6 @@ def lean_greedy_search(
     eos_token_id: int,
     fill_value: int,
     min_steps: int = 0,
-    **unused,
 ) -> torch.Tensor:
     """Greedy decoding (`num_beams=1`) as transformers' `_sample` computes it without sampling -- the argmax of the
     logits, </s> forced at a sentence's length limit and forbidden before `min_steps` tokens -- with a sentence leaving
@@ -345,10 +347,7 @@ def lean_greedy_search(
         if bool(done.any()):
             kept = (~done).nonzero().squeeze(1)
             sentence_ids, tokens = sentence_ids[kept], tokens[kept]
-            cross_keys = [x[kept] for x in cross_keys]
-            cross_values = [x[kept] for x in cross_values]
-            if cross_mask is not None:
-                cross_mask = cross_mask[kept]
+            cross_keys, cross_values, cross_mask = _keep_sentences(kept, cross_keys, cross_values, cross_mask)
             for buffer in buffers:
                 buffer.reorder(rows, step + 1, kept)
     sequences = torch.full((batch, 1 + longest), fill_value, dtype=torch.long, device=device)

@@ -457,6 +457,21 @@ class VaswaniEncoder(VaswaniStack):
         return BaseModelOutput(last_hidden_state=hidden_states)  # (B, S, D); no final LayerNorm (post-norm)
 
 
+def _rows_are_repeated(states: torch.Tensor, mask: torch.Tensor | None, group: int) -> bool:
+    """True when the rows of `states` (and of `mask`) are consecutive groups of `group` identical copies, as
+    `generate()` repeats every sentence's inputs for its beams."""
+    rows = states.shape[0]
+    if group < 1 or rows % group:
+        return False
+    grouped = states.view(rows // group, group, *states.shape[1:])
+    if not bool((grouped == grouped[:, :1]).all()):
+        return False
+    if mask is None:
+        return True
+    grouped_mask = mask.view(rows // group, group, *mask.shape[1:])
+    return bool((grouped_mask == grouped_mask[:, :1]).all())
+
+
 class VaswaniDecoder(VaswaniStack):
     """N identical layers over Dropout(Embedding(y_shifted) * sqrt(d_model) + PE), masked so that position i sees only
     positions < i+1 (Section 3.1), attending to the encoder output.
@@ -551,17 +566,8 @@ class VaswaniDecoder(VaswaniStack):
         if past_key_values.is_updated.get(0) or group <= 1 or self.config._attn_implementation not in ("sdpa",
                                                                                                          "eager"):
             group = 1  # cross K/V already projected for every row, or an attention kernel we did not check
-        else:
-            batch = encoder_hidden_states.shape[0]
-            if batch % group:
-                group = 1
-            else:
-                states = encoder_hidden_states.view(batch // group, group, *encoder_hidden_states.shape[1:])
-                same = bool((states == states[:, :1]).all())
-                if same and encoder_attention_mask is not None:
-                    masks = encoder_attention_mask.view(batch // group, group, *encoder_attention_mask.shape[1:])
-                    same = bool((masks == masks[:, :1]).all())
-                group = group if same else 1
+        elif not _rows_are_repeated(encoder_hidden_states, encoder_attention_mask, group):
+            group = 1
         past_key_values._vaswani_cross_group = group
         return group
 
@@ -926,7 +932,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
                                 **kwargs)
 
     # Beam search and greedy decoding run `beam_search_vaswani.lean_beam_search` / `lean_greedy_search` when they
-    # compute the same as transformers' loops (see `_lean_beam_search_inputs`): the same tokens, less work. Set False on
+    # compute the same as transformers' loops (see `_lean_decoding_inputs`): the same tokens, less work. Set False on
     # a model to always run transformers' own `_beam_search` / `_sample`.
     use_lean_decoding = True
 
@@ -945,7 +951,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         penalty_type = getattr(generation_config, "length_penalty_type", "hf")
         if penalty_type not in ("gnmt", "hf"):
             raise ValueError(f"length_penalty_type must be 'gnmt' or 'hf', got {penalty_type!r}.")
-        lean = self._lean_beam_search_inputs(input_ids, logits_processor, stopping_criteria, generation_config,
+        lean = self._lean_decoding_inputs(input_ids, logits_processor, stopping_criteria, generation_config,
                                              synced_gpus, model_kwargs)
         if lean is not None:
             alpha = float(generation_config.length_penalty)
@@ -973,10 +979,10 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
     def _sample(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
                 streamer=None, **model_kwargs):
         """Greedy decoding runs `beam_search_vaswani.lean_greedy_search` (same tokens as transformers' loop, finished
-        sentences leave the batch) when `_lean_beam_search_inputs` allows it; sampling and everything else run
+        sentences leave the batch) when `_lean_decoding_inputs` allows it; sampling and everything else run
         transformers' `_sample`."""
-        if not generation_config.do_sample and streamer is None and generation_config.num_beams == 1:
-            lean = self._lean_beam_search_inputs(input_ids, logits_processor, stopping_criteria, generation_config,
+        if not generation_config.do_sample and streamer is None:
+            lean = self._lean_decoding_inputs(input_ids, logits_processor, stopping_criteria, generation_config,
                                                  synced_gpus, model_kwargs)
             if lean is not None and generation_config._pad_token_tensor is not None:
                 lean["fill_value"] = int(generation_config._pad_token_tensor)  # transformers pads finished rows
@@ -984,7 +990,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         return super()._sample(input_ids, logits_processor, stopping_criteria, generation_config,
                                synced_gpus=synced_gpus, streamer=streamer, **model_kwargs)
 
-    def _lean_beam_search_inputs(self, input_ids, logits_processor, stopping_criteria, generation_config,
+    def _lean_decoding_inputs(self, input_ids, logits_processor, stopping_criteria, generation_config,
                                  synced_gpus, model_kwargs) -> dict | None:
         """The arguments of `lean_beam_search` (and `lean_greedy_search`) when it computes exactly what transformers'
         `_beam_search` (`_sample`) would, else None (then transformers' loop runs). Conditions: eval mode, a cache,
@@ -1033,20 +1039,11 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         states = encoder_outputs[0]  # (B * k, S, D)
         beams = config.num_beams
         mask = model_kwargs.get("attention_mask")
-        if states.shape[0] % beams or states.shape[0] != input_ids.shape[0]:
+        if (states.shape[0] != input_ids.shape[0] or not _rows_are_repeated(states, mask, beams)
+                or not _rows_are_repeated(input_ids, None, beams)):
             return None
         batch = states.shape[0] // beams
-        grouped = states.view(batch, beams, *states.shape[1:])
-        if not bool((grouped == grouped[:, :1]).all()):
-            return None
-        if mask is not None:
-            grouped_mask = mask.view(batch, beams, -1)
-            if not bool((grouped_mask == grouped_mask[:, :1]).all()):
-                return None
-            mask = mask[::beams]
-        starts = input_ids[:, 0].view(batch, beams)
-        if not bool((starts == starts[:, :1]).all()):
-            return None
+        mask = mask[::beams] if mask is not None else None
         if limiters:
             limits = limiters[0].limits
             if limits.shape[0] != batch:
@@ -1056,7 +1053,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         pad = config._pad_token_tensor
         fill = pad or eos[0] if eos is not None else -1  # what transformers pads beam-search output with
         return dict(encoder_hidden_states=states[::beams], encoder_attention_mask=mask,
-                    decoder_start_ids=starts[:, 0], limits=limits, max_length=max_length,
+                    decoder_start_ids=input_ids[::beams, 0], limits=limits, max_length=max_length,
                     eos_token_id=int(eos.reshape(-1)[0]), fill_value=int(fill), min_steps=min_steps)
 
     def _get_top_k_continuations(self, accumulated_log_probs, running_sequences, running_beam_indices, cur_len,
