@@ -180,14 +180,14 @@ def main(argv=None):
     batches = [_pad([encoded[i] for i in b], tokenizer.pad_token_id, torch.device("cpu")) for b in batch_ids]
     eos = config.eos_token_id
 
-    common, lean_common = {}, {}
+    common = {}  # generate() options of ours_transformers_loop and Marian; `lean_common` those of ours
     if mode == "random-forced-length" and args.force_with == "min_new_tokens":
         common = dict(min_new_tokens=args.target_length, max_new_tokens=args.target_length)
-        lean_common = common
-    elif mode == "random-forced-length":
+    lean_common = common
+    if mode == "random-forced-length" and args.force_with == "suppress_eos":
         common = dict(max_new_tokens=args.target_length,
                       logits_processor=LogitsProcessorList([SuppressTokenInPlace(eos)]))
-        # the lean beam search only runs with processors it implements itself (any other processor sends generate()
+        # the lean loops only run with processors it implements itself (any other processor sends generate()
         # back to transformers' loop): min_new_tokens forbids </s> in place there, the same work as the processor
         lean_common = dict(min_new_tokens=args.target_length, max_new_tokens=args.target_length)
     settings = {
@@ -199,7 +199,7 @@ def main(argv=None):
     }
     results = {}
     for name in args.settings.split(","):
-        ours_kwargs = {**lean_common, **settings[name][0]} if lean_common else {**common, **settings[name][0]}
+        ours_kwargs = {**lean_common, **settings[name][0]}
         loop_kwargs = {**common, **settings[name][0]}
         marian_kwargs = {**common, **settings[name][1]}
         if mode == "random-forced-length":

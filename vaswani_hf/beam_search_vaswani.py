@@ -1,10 +1,10 @@
-"""A lean beam search for the Transformer's decoder (Section 6.1 decoding), used by
-`VaswaniForConditionalGeneration.generate()` in place of transformers' generic `_beam_search` loop.
+"""Lean decoding loops for the Transformer's decoder (Section 6.1 decoding), used by
+`VaswaniForConditionalGeneration.generate()` in place of transformers' generic `_beam_search` and greedy `_sample`.
 
-It computes what transformers' beam search computes -- the same candidates (top 2k of k beams x V tokens), the same
-rule for which hypotheses finish and which beams go on, the same length-normalised scores -- so its translations and
-scores are those of the generic loop (tests/test_fast_decoding.py checks this on trained and random models). The work
-it leaves out:
+They compute what transformers' loops compute -- for beam search the same candidates (top 2k of k beams x V tokens),
+the same rule for which hypotheses finish and which beams go on, the same length-normalised scores; for greedy the
+same argmax -- so their translations are those of the generic loops (tests/test_beam_search.py checks this). The work
+they leave out:
 
 - sentences leave the batch as soon as their result is final (transformers keeps computing every sentence until the
   last one is done, so a batch costs as much as its longest translation);
@@ -125,8 +125,12 @@ def _keep_sentences(kept: torch.Tensor, cross_keys: list, cross_values: list, cr
             cross_mask[kept] if cross_mask is not None else None)
 
 
-def _topk(scores: torch.Tensor, k: int, topk_fn: Callable | None):
-    return topk_fn(scores, k) if topk_fn is not None else torch.topk(scores, k)
+def force_eos(scores: torch.Tensor, rows: torch.Tensor, eos_token_id: int) -> torch.Tensor:
+    """(N, V) scores with the rows where `rows` (N,) is True replaced by 0 for </s> and -inf elsewhere: those rows can
+    only end (the per-sentence length limit; `SourceLengthLimitLogitsProcessor` and both loops use it)."""
+    forced = torch.full_like(scores[0], -float("inf"))
+    forced[eos_token_id] = 0.0
+    return torch.where(rows.unsqueeze(-1), forced, scores)
 
 
 @torch.no_grad()
@@ -146,7 +150,7 @@ def lean_beam_search(
     length_penalty: Callable,  # number of generated tokens (int or tensor) -> the divisor of log P(Y)
     alpha: float,
     early_stopping: bool | str,
-    topk_fn: Callable | None = None,  # torch.topk or an equal but faster function
+    topk_fn: Callable = torch.topk,  # or an equal but faster function
 ) -> torch.Tensor:
     """Beam search over `model`'s decoder (a VaswaniForConditionalGeneration in eval mode).
 
@@ -196,7 +200,6 @@ def lean_beam_search(
     buffers = _buffers(model, batch * k, max_new, dtype, device)
     positions = torch.arange(max_new, device=device)
     top_num_beams = torch.arange(keep, device=device) < k  # only the best k candidates may finish (transformers)
-    forced_eos = None
     never_bound = early_stopping == "never" and alpha > 0.0
 
     tokens = decoder_start_ids.to(device)  # (rows,) the last token of every running beam
@@ -213,15 +216,12 @@ def lean_beam_search(
         # a beam at its sentence's length limit may only emit </s> (SourceLengthLimitLogitsProcessor's rule)
         at_limit = step + 1 >= limits[sentence_ids] if limits is not None else None  # (A,)
         if at_limit is not None and bool(at_limit.any()):
-            if forced_eos is None:
-                forced_eos = torch.full((vocab,), -float("inf"), device=device)
-                forced_eos[eos_token_id] = 0.0
-            log_probs = torch.where(at_limit.repeat_interleave(group)[:, None], forced_eos, log_probs)
+            log_probs = force_eos(log_probs, at_limit.repeat_interleave(group), eos_token_id)
 
         # -- the 2k best candidates of each sentence -----------------------------------------------------------------
         log_probs = log_probs.view(alive, group, vocab).expand(alive, k, vocab)  # group 1: k identical beams
         scores = (log_probs + running_scores[:, :, None]).reshape(alive, k * vocab)
-        top_scores, top_indices = _topk(scores, keep, topk_fn)  # (A, 2k)
+        top_scores, top_indices = topk_fn(scores, keep)  # (A, 2k)
         origins, new_tokens = top_indices // vocab, top_indices % vocab
         hits = new_tokens == eos_token_id
         if step + 2 >= max_length:  # transformers' MaxLengthCriteria: every candidate ends here
@@ -334,10 +334,8 @@ def lean_greedy_search(
             logits[:, eos_token_id] = -float("inf")
         if limits is not None:
             at_limit = step + 1 >= limits[sentence_ids]
-            if bool(at_limit.any()):  # the limit processor's row: 0 for </s>, -inf elsewhere
-                forced = torch.full_like(logits[0], -float("inf"))
-                forced[eos_token_id] = 0.0
-                logits = torch.where(at_limit[:, None], forced, logits)
+            if bool(at_limit.any()):
+                logits = force_eos(logits, at_limit, eos_token_id)
         tokens = logits.argmax(-1)  # (rows,)
         generated[sentence_ids, step] = tokens
         longest = step + 1

@@ -34,7 +34,7 @@ from transformers.utils import can_return_tuple, logging
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from .beam_search_vaswani import lean_beam_search, lean_greedy_search
+from .beam_search_vaswani import force_eos, lean_beam_search, lean_greedy_search
 from .configuration_vaswani import VaswaniConfig
 
 logger = logging.get_logger(__name__)
@@ -790,9 +790,7 @@ class SourceLengthLimitLogitsProcessor(LogitsProcessor):
         limits = self.limits.to(scores.device).repeat_interleave(scores.shape[0] // self.limits.shape[0])
         at_limit = generated + 1 >= limits  # (rows,): the next token is the last one allowed
         if bool(at_limit.any()):
-            forced = torch.full_like(scores[0], -float("inf"))
-            forced[self.eos_token_id] = 0.0
-            scores = torch.where(at_limit.unsqueeze(-1), forced, scores)
+            scores = force_eos(scores, at_limit, self.eos_token_id)
         return scores
 
 
