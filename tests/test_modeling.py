@@ -328,3 +328,23 @@ def test_a_tiny_model_learns_to_reverse_sequences():
     accuracy = (out == tgt).float().mean().item()
     print(f"\nreverse task: {step + 1} steps, {time.time() - start:.0f}s, greedy token accuracy {accuracy:.4f}")
     assert accuracy >= 0.99
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cpu_dropout_has_dropouts_distribution_and_gradient(dtype):
+    """The CPU dropout draws its mask from `rand` instead of `bernoulli_`: it must still keep each element with
+    probability 1 - p, scale kept ones by 1 / (1 - p), keep the input's dtype, pass the gradient only through kept
+    elements, and be the identity in eval mode or at p = 0."""
+    from vaswani_hf.modeling_vaswani import dropout
+
+    torch.manual_seed(0)
+    x = torch.ones(1000, 1000, dtype=dtype, requires_grad=True)
+    y = dropout(x, 0.3, True)
+    assert y.dtype == dtype
+    kept = y != 0
+    assert abs(kept.float().mean().item() - 0.7) < 0.003  # 1e6 draws: std 0.00046
+    torch.testing.assert_close(y[kept].float(), torch.full((int(kept.sum()),), 1 / 0.7), rtol=1e-2, atol=0)
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, y.detach())  # d(sum)/dx = mask / (1 - p)
+    assert dropout(x, 0.3, False) is x and dropout(x, 0.0, True) is x
+    assert not dropout(x, 1.0, True).any()
