@@ -64,3 +64,18 @@ def test_hub_code_files_import_only_torch_transformers_and_each_other(name):
             continue
         for module in modules:
             assert module.split(".")[0] in allowed, f"{name}:{node.lineno} imports {module}"
+
+
+def test_wheel_carries_the_recipes_and_the_sample_corpus(tmp_path):
+    """`--recipe NAME` and the default recipe's sample corpus must work from an installed wheel, not only from a
+    clone: the built wheel holds every recipe of `recipes/` (through the `vaswani_hf/recipes` link) and the corpus."""
+    import sys
+    import zipfile
+
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(REPO),
+                    "-w", str(tmp_path)], check=True, capture_output=True)
+    (wheel,) = tmp_path.glob("vaswani_hf-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    recipes = sorted(p.name for p in (REPO / "recipes").glob("*.yaml"))
+    assert recipes and all(f"vaswani_hf/recipes/{name}" in names for name in recipes), recipes
+    assert {"vaswani_hf/sample_data/train.en", "vaswani_hf/sample_data/train.de"} <= names

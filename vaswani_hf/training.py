@@ -46,7 +46,9 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 logger = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-RECIPES_DIR = REPO_ROOT / "recipes"
+# `vaswani_hf/recipes` is a link to the repository's `recipes/`, so that a built wheel carries the recipes as package
+# data (pyproject.toml) and `--recipe NAME` works from an installed package too.
+RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
 
 __all__ = [
     "RecipeError",
