@@ -51,6 +51,11 @@ def main(argv=None):
                         help="comma-separated GNMT length-penalty alphas tried on the validation set, e.g. "
                              "0.6,0.8,1.0,1.2 (default: only the paper's 0.6, i.e. no tuning)")
     args, rest = parser.parse_known_args(argv)
+    try:  # checked before training, not after it
+        grid = [(int(b), float(a)) for b in args.tune_beams.split(",") for a in args.tune_alphas.split(",")]
+    except ValueError:
+        parser.error(f"--tune_beams wants integers and --tune_alphas numbers, comma-separated; got "
+                     f"{args.tune_beams!r} and {args.tune_alphas!r}")
 
     from vaswani_hf.training import RecipeError, load_recipe, parse_override, read_history, run_training
 
@@ -107,7 +112,6 @@ def main(argv=None):
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForSeq2SeqLM.from_pretrained(model_dir)
     scorer = sacrebleu.BLEU(tokenize="none", force=True)
-    grid = [(int(b), float(a)) for b in args.tune_beams.split(",") for a in args.tune_alphas.split(",")]
     tuning = []
     if len(grid) > 1:  # the paper's procedure (6.1): beam size and alpha chosen on the development set
         valid_prefix = resolve_path(recipe["valid_data"], recipe["data_dir"])
@@ -119,7 +123,7 @@ def main(argv=None):
             tuning.append({"num_beams": beams, "alpha": alpha,
                            "valid_bleu": scorer.corpus_score(valid_hyps, [valid_ref]).score})
             print(f"validation beam {beams} alpha {alpha}: BLEU {tuning[-1]['valid_bleu']:.2f}", flush=True)
-        best = max(tuning, key=lambda t: t["valid_bleu"])  # first of equals: the grid's order (the paper's first)
+        best = max(tuning, key=lambda t: t["valid_bleu"])  # ties: the earlier in the grid
         num_beams, alpha = best["num_beams"], best["alpha"]
     else:
         num_beams, alpha = grid[0]
