@@ -187,7 +187,7 @@ def main(argv=None):
     if mode == "random-forced-length" and args.force_with == "suppress_eos":
         common = dict(max_new_tokens=args.target_length,
                       logits_processor=LogitsProcessorList([SuppressTokenInPlace(eos)]))
-        # the lean loops only run with processors it implements itself (any other processor sends generate()
+        # the lean loops only run with processors they implement themselves (any other processor sends generate()
         # back to transformers' loop): min_new_tokens forbids </s> in place there, the same work as the processor
         lean_common = dict(min_new_tokens=args.target_length, max_new_tokens=args.target_length)
     settings = {
