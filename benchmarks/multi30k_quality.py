@@ -136,7 +136,10 @@ def main(argv=None):
     averaged_from = metrics.get("averaged_checkpoints")
     average_tuning = []
     if windows:  # how many final checkpoints to average (6.1 averaged 5 / 20), chosen on the development set
-        from vaswani_hf.training import average_checkpoints, last_checkpoints, save_averaged_checkpoint
+        from safetensors.torch import load_file
+
+        from vaswani_hf.training import (average_checkpoints, last_checkpoints, load_averaged_weights,
+                                         save_averaged_checkpoint)
 
         checkpoints = last_checkpoints(recipe["output_dir"], 0)
         if len(checkpoints) < max(windows):
@@ -145,10 +148,7 @@ def main(argv=None):
             return 2
         beams, alpha = grid[0]
         for n in windows:
-            missing, unexpected = model.load_state_dict(average_checkpoints(checkpoints[-n:]), strict=False)
-            if unexpected:
-                raise RuntimeError(f"averaged weights have unexpected keys: {unexpected[:5]}")
-            model.tie_weights()
+            load_averaged_weights(model, average_checkpoints(checkpoints[-n:]))
             valid_hyps = translate(model, tokenizer, valid_src, batch_size=64, num_beams=beams, length_penalty=alpha,
                                    progress_desc=f"validation, average of the last {n}")
             average_tuning.append({"average_last": n, "checkpoints": [c.name for c in checkpoints[-n:]],
@@ -157,11 +157,10 @@ def main(argv=None):
                   f"BLEU {average_tuning[-1]['valid_bleu']:.2f}", flush=True)
         best = max(average_tuning, key=lambda t: t["valid_bleu"])  # ties: the earlier in the list
         chosen = checkpoints[-best["average_last"]:]
-        model.load_state_dict(average_checkpoints(chosen), strict=False)
-        model.tie_weights()
         averaged_from = [c.name for c in chosen]
         # the model that is scored, as a loadable folder (the Hub export keeps the recipe's average_last)
-        save_averaged_checkpoint(chosen, Path(recipe["output_dir"]) / f"averaged-tuned-last{len(chosen)}")
+        tuned_dir = save_averaged_checkpoint(chosen, Path(recipe["output_dir"]) / f"averaged-tuned-last{len(chosen)}")
+        load_averaged_weights(model, load_file(str(tuned_dir / "model.safetensors")))
     tuning = []
     if len(grid) > 1:  # the paper's procedure (6.1): beam size and alpha chosen on the development set
         for beams, alpha in grid:

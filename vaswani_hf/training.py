@@ -68,6 +68,7 @@ __all__ = [
     "BatchStatsCollator",
     "average_checkpoints",
     "last_checkpoints",
+    "load_averaged_weights",
     "save_averaged_checkpoint",
     "plot_history",
     "export_hub_folder",
@@ -829,6 +830,16 @@ def average_checkpoints(folders: Sequence[str | os.PathLike]) -> dict[str, torch
     return out
 
 
+def load_averaged_weights(model, weights: Mapping[str, torch.Tensor]) -> None:
+    """Put averaged `weights` (from `average_checkpoints` or an averaged `model.safetensors`) into `model` in place and
+    re-tie the shared embedding / output projection. A tensor the model does not have is an error (another
+    architecture); tied copies the checkpoint left out are fine."""
+    _, unexpected = model.load_state_dict(weights, strict=False)
+    if unexpected:
+        raise RuntimeError(f"averaged weights have unexpected keys: {unexpected[:5]}")
+    model.tie_weights()
+
+
 def save_averaged_checkpoint(folders: Sequence[str | os.PathLike], out_dir: str | os.PathLike) -> Path:
     """Average `folders` and write a loadable model folder: averaged `model.safetensors` plus the newest checkpoint's
     config, generation config, tokenizer and code files (no optimizer/scheduler/RNG state). Written atomically."""
@@ -1312,14 +1323,10 @@ def run_training(r: dict, callbacks: Sequence[TrainerCallback] = ()) -> dict:
             trainer.accelerator.wait_for_everyone()
             from safetensors.torch import load_file
 
-            unwrapped = trainer.accelerator.unwrap_model(trainer.model)
-            missing, unexpected = unwrapped.load_state_dict(load_file(str(avg_dir / "model.safetensors")),
-                                                            strict=False)
-            unwrapped.tie_weights()
+            load_averaged_weights(trainer.accelerator.unwrap_model(trainer.model),
+                                  load_file(str(avg_dir / "model.safetensors")))
             averaged_from = [c.name for c in ckpts]
             logger.info("averaged %d checkpoints: %s", len(ckpts), ", ".join(averaged_from))
-            if unexpected:
-                raise RuntimeError(f"averaged weights have unexpected keys: {unexpected[:5]}")
         else:
             logger.warning("average_last=%d but only %d checkpoint(s) exist: using the final weights",
                            r["average_last"], len(ckpts))
