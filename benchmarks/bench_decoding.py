@@ -113,6 +113,22 @@ class SuppressTokenInPlace(LogitsProcessor):
         return f"SuppressTokenInPlace({self.token_id})"
 
 
+class RowStepCounter:
+    """Counts the rows the output projection (`lm_head`) computes, summed over decoding steps: every loop (ours,
+    transformers', Marian's) calls it once per step on all its running rows, so this is the decoder's work in
+    row-steps. The ratio Marian / ours says how much of the speed-up comes from computing fewer rows (sentences
+    leaving the batch, one row per sentence at the first step), and CPU time per row-step how much from computing
+    each row more cheaply."""
+
+    def __init__(self, module: torch.nn.Module):
+        self.count = 0
+        module.register_forward_pre_hook(self)
+
+    def __call__(self, module, args):
+        hidden = args[0]  # (rows, D) or (rows, positions, D)
+        self.count += hidden.numel() // hidden.shape[-1]
+
+
 def generated_lengths(generated: torch.Tensor, eos_id: int) -> torch.Tensor:
     """New tokens per row up to and including the first </s> (the decoder start token excluded)."""
     new = generated[:, 1:]
@@ -129,7 +145,8 @@ def up_to_eos(ids: list[int], eos_id: int) -> list[int]:
 
 
 def run(model, batches, kwargs, eos_id, max_new_from_source: int | None = None):
-    """Decode every batch; returns (CPU seconds, wall seconds, sentences, target tokens, outputs as lists).
+    """Decode every batch; returns (CPU seconds, wall seconds, sentences, target tokens, outputs as lists, decoder
+    row-steps (see `RowStepCounter`; the model's `row_steps` attribute)).
 
     CPU seconds (`time.process_time`, this process's CPU time) are the primary measure: on a shared machine the
     wall time mostly measures the other processes. With one torch thread, CPU time is the work done.
@@ -138,6 +155,7 @@ def run(model, batches, kwargs, eos_id, max_new_from_source: int | None = None):
     config's default max_length of 20 tokens."""
     outputs = []
     tokens = 0
+    row_steps_start = model.row_steps.count
     cpu_start, start = time.process_time(), time.perf_counter()
     with torch.inference_mode():
         for input_ids, attention_mask in batches:
@@ -147,7 +165,8 @@ def run(model, batches, kwargs, eos_id, max_new_from_source: int | None = None):
             tokens += int(generated_lengths(generated, eos_id).sum())
             outputs.extend(up_to_eos(row, eos_id) for row in generated.tolist())
     cpu_seconds, seconds = time.process_time() - cpu_start, time.perf_counter() - start
-    return cpu_seconds, seconds, sum(b[0].shape[0] for b in batches), tokens, outputs
+    return (cpu_seconds, seconds, sum(b[0].shape[0] for b in batches), tokens, outputs,
+            model.row_steps.count - row_steps_start)
 
 
 def main(argv=None):
@@ -168,6 +187,7 @@ def main(argv=None):
         model, tokenizer = build_random(args, data_dir)
         mode = "random-forced-length"
     marian = to_marian(model).eval()
+    model.row_steps, marian.row_steps = RowStepCounter(model.lm_head), RowStepCounter(marian.lm_head)
     setup_seconds = time.perf_counter() - t0
     config = model.config
     n_params = sum(p.numel() for p in model.parameters())
@@ -218,11 +238,11 @@ def main(argv=None):
             for who, m, kw, lean in contenders:
                 if lean is not None:
                     m.use_lean_decoding = lean
-                cpu_seconds, seconds, sentences, tokens, outputs = run(m, batches, kw, eos,
-                                                                       marian_limit if m is marian else None)
+                cpu_seconds, seconds, sentences, tokens, outputs, row_steps = run(
+                    m, batches, kw, eos, marian_limit if m is marian else None)
                 if best[who] is None or cpu_seconds < best[who]["cpu_seconds"]:
                     best[who] = dict(cpu_seconds=cpu_seconds, wall_seconds=seconds, sentences=sentences,
-                                     target_tokens=tokens, outputs=outputs)
+                                     target_tokens=tokens, outputs=outputs, row_steps=row_steps)
                 print(f"  {name:10s} {who:6s} cpu {cpu_seconds:7.2f}s wall {seconds:7.2f}s  "
                       f"{sentences / cpu_seconds:7.1f} sent/cpu-s  {tokens / cpu_seconds:8.1f} tok/cpu-s",
                       file=sys.stderr)
@@ -248,7 +268,15 @@ def main(argv=None):
                               sentences=r["sentences"], target_tokens=r["target_tokens"],
                               sentences_per_s=round(r["sentences"] / r["cpu_seconds"], 2),
                               target_tokens_per_s=round(r["target_tokens"] / r["cpu_seconds"], 1),
-                              wall_sentences_per_s=round(r["sentences"] / r["wall_seconds"], 2))
+                              wall_sentences_per_s=round(r["sentences"] / r["wall_seconds"], 2),
+                              decoder_row_steps=r["row_steps"],
+                              cpu_ms_per_1k_row_steps=round(1e6 * r["cpu_seconds"] / max(r["row_steps"], 1),
+                                                            2))
+        # speed ratio = (Marian's row-steps / ours) x (Marian's CPU time per row-step / ours)
+        entry["row_steps_marian_over_ours"] = round(entry["marian"]["decoder_row_steps"]
+                                                    / max(entry["ours"]["decoder_row_steps"], 1), 3)
+        entry["cost_per_row_step_marian_over_ours"] = round(entry["marian"]["cpu_ms_per_1k_row_steps"]
+                                                            / max(entry["ours"]["cpu_ms_per_1k_row_steps"], 1e-9), 3)
         entry["ratio_lean_over_transformers_loop"] = dict(sentences_per_s=round(
             entry["ours"]["sentences_per_s"] / entry["ours_transformers_loop"]["sentences_per_s"], 3))
         entry["ratio_ours_over_marian"] = dict(
@@ -304,8 +332,8 @@ def markdown(report) -> str:
         f"- batches: max_tokens={report['batching']['max_tokens']}, batch_size<={report['batching']['batch_size']}, "
         f"{report['batching']['batches']} batches, identical for both models; best of {report['repeats']} "
         "alternating repetitions",
-        "- speeds are per second of this process's CPU time (time.process_time, 1 thread): the machine is shared, "
-        "so wall time mostly measures other processes; the wall-time ratio is given for reference",
+        "- speeds are per second of this process's CPU time (time.process_time, summed over its threads): the machine "
+        "is shared, so wall time mostly measures other processes; the wall-time ratio is given for reference",
     ]
     if report["forced_target_length"]:
         how = ("min_new_tokens = max_new_tokens" if report.get("force_with") == "min_new_tokens"
@@ -340,6 +368,23 @@ def markdown(report) -> str:
             f"| {r['ratio_ours_over_marian']['wall_sentences_per_s']} | {r['identical_outputs']} "
             f"| {r.get('identical_outputs_lean_vs_transformers_loop', '-')} | {bleu_cell} |"
         )
+    lines += [
+        "",
+        "Where the ratio comes from: decoder row-steps (rows the output projection computes, summed over steps) and "
+        "CPU time per row-step; ratio ours/Marian = (Marian's row-steps / ours) x (Marian's time per row-step / ours).",
+        "",
+        "| setting | row-steps ours | row-steps (transformers loop) | row-steps Marian | Marian / ours "
+        "| CPU ms per 1k row-steps ours / loop / Marian | Marian / ours |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, r in report["results"].items():
+        if "decoder_row_steps" not in r["ours"]:
+            continue
+        cost = " / ".join(str(r[w]["cpu_ms_per_1k_row_steps"]) for w in ("ours", "ours_transformers_loop", "marian"))
+        loop = r["ours_transformers_loop"]["decoder_row_steps"]
+        lines.append(f"| {name} | {r['ours']['decoder_row_steps']} | {loop} "
+                     f"| {r['marian']['decoder_row_steps']} | {r['row_steps_marian_over_ours']} | {cost} "
+                     f"| {r['cost_per_row_step_marian_over_ours']} |")
     return "\n".join(lines) + "\n"
 
 

@@ -36,3 +36,18 @@ def test_multi30k_quality_needs_enough_kept_checkpoints_for_the_averaging_window
                     "--output_dir", str(tmp_path), "--results_dir", str(tmp_path)])
     assert exit_info.value.code == 2
     assert "needs --keep_last >= 8" in capsys.readouterr().err
+
+
+def test_decoding_benchmark_counts_rows_of_the_output_projection():
+    """bench_decoding's row-step counter: rows x positions of every call (the lean loops pass (rows, D), transformers'
+    loops (rows, 1, D)), only while hooked to that module."""
+    import torch
+
+    bench = load_benchmark("bench_decoding")
+    head, other = torch.nn.Linear(8, 5), torch.nn.Linear(8, 5)
+    counter = bench.RowStepCounter(head)
+    head(torch.zeros(3, 8))
+    head(torch.zeros(4, 1, 8))
+    head(torch.zeros(2, 6, 8))
+    other(torch.zeros(7, 8))
+    assert counter.count == 3 + 4 + 12
