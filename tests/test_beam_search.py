@@ -183,3 +183,21 @@ def test_lean_path_in_bf16_matches_its_own_loop():
     ids, mask = padded_batch([6, 9, 4], vocab_size=VOCAB, seed=6)
     lean, loop = _both_paths(model, input_ids=ids, attention_mask=mask)
     assert torch.equal(lean, loop)
+
+
+def test_search_stops_once_the_returned_hypotheses_are_final():
+    """With num_return_sequences=1 a sentence leaves the batch once no running beam can beat its best finished
+    hypothesis (even at its longest), without waiting for k of them: fewer decoder rows than asking for all k, and
+    the same best hypothesis, which is also transformers' (test_lean_equals_transformers_loop)."""
+    model = _model(2, eos_boost=0.9)
+    ids, mask = padded_batch([3, 12, 5, 9, 7, 4], vocab_size=VOCAB, seed=4)
+    rows, outputs = {}, {}
+    for n in (1, 4):
+        rows[n] = []
+        handle = model.lm_head.register_forward_hook(lambda module, args, out, r=rows[n]: r.append(args[0].shape[0]))
+        with torch.no_grad():
+            outputs[n] = model.generate(input_ids=ids, attention_mask=mask, num_return_sequences=n)
+        handle.remove()
+    best_of_four = outputs[4][::4]
+    assert torch.equal(outputs[1], best_of_four[:, : outputs[1].shape[1]])
+    assert sum(rows[1]) < sum(rows[4])

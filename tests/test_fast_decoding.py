@@ -1,6 +1,7 @@
 """The lean decoding path (issue 8) gives exactly what the plain path gives.
 
-- `fast_topk` == `torch.topk`, and our `_get_top_k_continuations` override == transformers' own;
+- `fast_topk` == `torch.topk`, the lean beam search's `top_candidates` == `torch.topk` over all sums, and our
+  `_get_top_k_continuations` override == transformers' own;
 - beam search's cross-attention K/V projected once per sentence gives the same logits and cross-attention weights as
   the per-row path (bit-identical when repeated per beam; to ~1e-6 when the beams share one copy,
   `share_cross_attention_across_beams`), and is only used when the rows really are repeated;
@@ -15,6 +16,7 @@ from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.generation import GenerationMixin
 
 from vaswani_hf import VaswaniForConditionalGeneration
+from vaswani_hf.beam_search_vaswani import top_candidates
 from vaswani_hf.modeling_vaswani import VaswaniDecoder, fast_topk
 
 
@@ -31,6 +33,26 @@ def test_fast_topk_matches_torch_topk(width, k):
     assert torch.equal(values, ref_values)
     assert torch.equal(indices[2:], ref_indices[2:])
     assert torch.equal(scores.gather(1, indices), ref_values)  # row 1 has ties at -inf: any of them is right
+
+
+@pytest.mark.parametrize("vocab", [8000, 37000, 4096, 200, 40])
+@pytest.mark.parametrize("first_step", [False, True])
+def test_top_candidates_match_topk_over_all_sums(vocab, first_step):
+    """The lean beam search's candidate step == torch.topk over every beam score + log-prob sum (values bit-equal,
+    indices equal): vocabularies with and without a partial last block, short ones (plain fallback), and the first
+    step's k identical beams (an expanded view, one live beam score, the others -1e9)."""
+    alive, k, keep = 6, 4, 8
+    g = torch.Generator().manual_seed(vocab)
+    log_probs = torch.log_softmax(3 * torch.randn(alive, 1 if first_step else k, vocab, generator=g), dim=-1)
+    log_probs[0, 0, -2] = -1.0e-3  # a best token in the last, partial block
+    log_probs = log_probs.expand(alive, k, vocab)
+    running = -10 * torch.rand(alive, k, generator=g)
+    if first_step:
+        running[:, 1:] = -1.0e9
+    values, indices = top_candidates(log_probs, running, keep)
+    ref_values, ref_indices = torch.topk((log_probs + running[:, :, None]).reshape(alive, k * vocab), keep)
+    assert torch.equal(values, ref_values)
+    assert torch.equal(indices, ref_indices)
 
 
 def test_top_k_continuations_override_matches_transformers():

@@ -983,7 +983,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
             return lean_beam_search(self, **lean, num_beams=generation_config.num_beams,
                                     num_return_sequences=generation_config.num_return_sequences,
                                     length_penalty=length_penalty, alpha=alpha,
-                                    early_stopping=generation_config.early_stopping, topk_fn=fast_topk)
+                                    early_stopping=generation_config.early_stopping)
         self._length_penalty_type = penalty_type
         decoder = self.get_decoder()
         # generate() repeated every sentence's inputs max(num_beams, num_return_sequences) == num_beams times
