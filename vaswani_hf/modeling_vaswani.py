@@ -34,7 +34,7 @@ from transformers.utils import can_return_tuple, logging
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from .beam_search_vaswani import force_eos, lean_beam_search, lean_greedy_search
+from .beam_search_vaswani import force_eos, lean_beam_search, lean_greedy_search, top_candidates
 from .configuration_vaswani import VaswaniConfig
 
 logger = logging.get_logger(__name__)
@@ -770,25 +770,12 @@ def default_generation_config(config: VaswaniConfig) -> GenerationConfig:
 
 
 def fast_topk(scores: torch.Tensor, k: int, chunk: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
-    """`torch.topk(scores, k)` (largest, sorted) over the last dimension of a 2D tensor, in two passes: the maximum of
-    each block of `chunk` scores, then an exact top-k over the k blocks with the largest maxima (and the < chunk
-    scores left over at the end). Every top-k score lies in one of those blocks, so values and indices are the same
-    as `torch.topk`'s (up to the order among exactly equal scores); on CPU it is several times faster for a beam
-    search's (batch, beams * vocab) scores. Falls back to `torch.topk` when the row is short."""
-    rows, width = scores.shape
-    blocks = width // chunk
-    if blocks < 4 * k or scores.device.type != "cpu":
-        return torch.topk(scores, k)
-    main = scores[:, : blocks * chunk].view(rows, blocks, chunk)
-    top_blocks = torch.topk(main.amax(-1), k).indices  # (rows, k)
-    candidates = main.gather(1, top_blocks.unsqueeze(-1).expand(rows, k, chunk)).view(rows, k * chunk)
-    offsets = (top_blocks.unsqueeze(-1) * chunk + torch.arange(chunk, device=scores.device)).view(rows, k * chunk)
-    if blocks * chunk < width:  # the tail that does not fill a block
-        candidates = torch.cat([candidates, scores[:, blocks * chunk:]], dim=1)
-        tail = torch.arange(blocks * chunk, width, device=scores.device).expand(rows, -1)
-        offsets = torch.cat([offsets, tail], dim=1)
-    values, picked = torch.topk(candidates, k)
-    return values, offsets.gather(1, picked)
+    """`torch.topk(scores, k)` (largest, sorted) over the last dimension of a 2D tensor, blocked: the maximum of each
+    block of `chunk` scores, then an exact top-k over the k blocks with the largest maxima (and the < chunk scores
+    left over at the end). Values and indices are `torch.topk`'s (up to the order among exactly equal scores); on CPU
+    it is several times faster for a beam search's (batch, beams * vocab) scores. It is the lean beam search's
+    `top_candidates` with a single beam whose score is 0."""
+    return top_candidates(scores.unsqueeze(1), scores.new_zeros(scores.shape[0], 1), k, chunk)
 
 
 class SourceLengthLimitLogitsProcessor(LogitsProcessor):
