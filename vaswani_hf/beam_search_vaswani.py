@@ -236,7 +236,6 @@ def lean_beam_search(
     buffers = _buffers(model, batch * k, max_new, dtype, device)
     positions = torch.arange(max_new, device=device)
     top_num_beams = torch.arange(keep, device=device) < k  # only the best k candidates may finish (transformers)
-    never_bound = early_stopping == "never" and alpha > 0.0
     n = num_return_sequences
 
     tokens = decoder_start_ids.to(device)  # (rows,) the last token of every running beam
@@ -293,19 +292,24 @@ def lean_beam_search(
         source_rows = source_rows + torch.arange(alive, device=device)[:, None] * group  # (A, k) rows of this step
 
         # -- can a running beam still beat the worst finished hypothesis? ----------------------------------------------
-        lengths_bound = length_bounds[sentence_ids] if never_bound else torch.full_like(sentence_ids, step + 1)
-        best_possible = running_scores[:, 0] / length_penalty(lengths_bound.float())
+        # The best score any running beam can still finish with (exact: log P only falls as a beam grows, and lp(|Y|)
+        # grows with it for alpha > 0, shrinks for alpha < 0): "never" compares it with the worst finished
+        # hypothesis; False uses the current length instead (transformers' heuristic).
+        current_length = torch.full_like(sentence_ids, step + 1)
+        exact_bound = running_scores[:, 0] / length_penalty(
+            (length_bounds[sentence_ids] if alpha > 0.0 else current_length).float())
+        if early_stopping == "never":
+            best_possible = exact_bound
+        else:
+            best_possible = running_scores[:, 0] / length_penalty(current_length.float())
         worst_finished = torch.where(finished_flags, finished_scores.min(1, keepdim=True).values, -1.0e9)
         can_improve = can_improve & (best_possible[:, None] > worst_finished).any(1)
         done = ~can_improve
         # The n hypotheses returned are final once no running beam can beat the n-th best finished one even at its
         # longest: only hypotheses that score below it could still finish, and they cannot enter the n best, so the
-        # result is transformers' (whose loop goes on until k have finished) with fewer steps. The bound is exact:
-        # log P only falls as a beam grows, and lp(|Y|) grows with it for alpha > 0 (shrinks for alpha < 0). The
-        # 1e-6 slack keeps float rounding of lp from ever stopping a sentence that could still change.
-        bound_lengths = length_bounds[sentence_ids] if alpha > 0.0 else torch.full_like(sentence_ids, step + 1)
-        upper_bound = running_scores[:, 0] / length_penalty(bound_lengths.float())
-        upper_bound = upper_bound + upper_bound.abs() * 1.0e-6
+        # result is transformers' (whose loop goes on until k have finished) with fewer steps. The 1e-6 slack keeps
+        # float rounding of lp from ever stopping a sentence that could still change.
+        upper_bound = exact_bound + exact_bound.abs() * 1.0e-6
         done = done | (finished_flags[:, n - 1] & (upper_bound < finished_scores[:, n - 1]))
         if early_stopping is True:
             done = done | finished_flags.all(1)
