@@ -347,9 +347,9 @@ def markdown(report) -> str:
         "the beams of a sentence attend to one copy of its source K/V, scores equal to ~1e-7; False: bit-identical "
         "to the per-row computation)",
         "",
-        "- ours: `generate()` as shipped (the lean greedy / beam loops of `beam_search_vaswani.py`); ours (transformers "
-        "loop): the same model with `use_lean_decoding=False`, i.e. transformers' `_sample` / `_beam_search` with our "
-        "other speed-ups",
+        "- ours: `generate()` as shipped (the lean greedy / beam loops of `beam_search_vaswani.py`); ours "
+        "(transformers loop): the same model with `use_lean_decoding=False`, i.e. transformers' `_sample` / "
+        "`_beam_search` with our other speed-ups",
         "",
         "| setting | ours sent/s | ours (transformers loop) sent/s | Marian sent/s | ours tok/s | Marian tok/s "
         "| ratio ours/Marian (sent/s) | ratio (tok/s) | ratio (wall sent/s) | identical outputs ours/Marian "

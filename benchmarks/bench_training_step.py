@@ -100,7 +100,8 @@ def main():
     parser.add_argument("--length", type=int, default=32)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3, help="A/B rounds, each in fresh processes")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per process (1: steadier on a shared machine)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads per process (1: steadier on a shared machine)")
     parser.add_argument("--variant", help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -126,7 +127,8 @@ def main():
     speed_ratios = [o["tokens_per_second"] / m["tokens_per_second"] for o, m in zip(runs["ours"], runs["marian"])]
     same_loss_ratios = [o["tokens_per_second"] / m["tokens_per_second"]
                         for o, m in zip(runs["ours_no_smoothing"], runs["marian"])]
-    ckpt_time = [c["tokens_per_second"] / o["tokens_per_second"] for c, o in zip(runs["ours_checkpointing"], runs["ours"])]
+    ckpt_time = [c["tokens_per_second"] / o["tokens_per_second"]
+                 for c, o in zip(runs["ours_checkpointing"], runs["ours"])]
     summary = {
         "setup": {"preset": args.preset, "vocab": args.vocab, "batch": args.batch, "length": args.length,
                   "steps": args.steps, "rounds": args.rounds, "torch": torch.__version__,

@@ -466,8 +466,8 @@ def test_default_recipe_end_to_end(tmp_path):
     assert "Translations:" in proc.stdout and "->" in proc.stdout
     hub = out / "hub"
     for name in ("model.safetensors", "config.json", "generation_config.json", "modeling_vaswani.py",
-                 "configuration_vaswani.py", "beam_search_vaswani.py", "tokenizer.json", "README.md", "loss.png", "learning_rate.png",
-                 "training_metrics.json"):
+                 "configuration_vaswani.py", "beam_search_vaswani.py", "tokenizer.json", "README.md", "loss.png",
+                 "learning_rate.png", "training_metrics.json"):
         assert (hub / name).is_file(), name
     config = json.loads((hub / "config.json").read_text())
     assert "auto_map" in config and "translation" in config["custom_pipelines"]

@@ -142,7 +142,8 @@ def from_marian(marian: MarianMTModel, sinusoid_layout: str = "concatenated", **
     if mc.activation_function != "relu":
         raise ValueError(f"from_marian: the paper's FFN uses ReLU; this Marian model uses {mc.activation_function!r}.")
     if bool(marian.final_logits_bias.abs().max() > 0):
-        raise ValueError("from_marian: non-zero final_logits_bias cannot be represented (the paper has no output bias).")
+        raise ValueError("from_marian: non-zero final_logits_bias cannot be represented "
+                         "(the paper has no output bias).")
     if mc.decoder_vocab_size not in (None, mc.vocab_size):
         raise ValueError("from_marian: source and target vocabularies differ; the paper shares one vocabulary.")
     state = marian.state_dict()
