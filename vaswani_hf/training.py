@@ -460,7 +460,7 @@ def paper_optimizer_cls_and_kwargs(r: dict) -> tuple[type, dict]:
                               "betas": (r["adam_beta1"], r["adam_beta2"]), "eps": r["adam_epsilon"]}
 
 
-# Device types whose fused Adam kernel we have run (CPU here; CUDA is torch's own fast path).
+# Device types given the fused Adam kernel: CPU is tested here; CUDA, where torch ships the same kernel, only on a GPU.
 FUSED_ADAM_DEVICE_TYPES = ("cpu", "cuda")
 
 
