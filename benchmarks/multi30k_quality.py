@@ -17,6 +17,7 @@ What is measured (all written to benchmarks/results/multi30k_quality[_TAG].json 
   written every 10 minutes; the right window depends on how fast the model still moves), chosen the same way;
   BLEU = sacreBLEU with tokenize="none" against test_2016_flickr.lc.norm.tok.de, the lowercased tokenized
   references, read from the file (no tokenizer round trip) -- the way fairseq's number is computed.
+- noise: the half-width of sacreBLEU's 95% bootstrap interval of the test BLEU (1,000 resamples of the test set).
 - time-to-BLEU: validation BLEU (greedy, val set, measured during training) against wall-clock minutes, plus the
   final test point; the dashed line is the published 41.0.
 - throughput: training target tokens per second (real, non-padding tokens; evaluation excluded from the token
@@ -32,6 +33,8 @@ import platform
 import sys
 import time
 from pathlib import Path
+
+import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != REPO / "scripts"]
@@ -114,9 +117,13 @@ def main(argv=None):
         if not metrics_file.is_file():
             parser.error(f"--score_only: no metrics.json in {recipe['output_dir']}")
         metrics = json.loads(metrics_file.read_text())
+        # the recipe the run was trained with (its own overrides, e.g. lr_multiplier), not today's recipe file
+        trained_file = Path(recipe["output_dir"]) / "recipe.yaml"
+        trained_recipe = yaml.safe_load(trained_file.read_text()) if trained_file.is_file() else None
         train_wall = metrics.get("data_prep_seconds", 0) + metrics.get("train_seconds", 0)
     else:
         metrics = run_training(recipe)
+        trained_recipe = None
         train_wall = time.time() - t0
 
     import sacrebleu
@@ -127,6 +134,13 @@ def main(argv=None):
     from vaswani_hf.generation import translate
 
     model_dir = Path(metrics["export_dir"])
+    if args.score_only and not model_dir.is_dir():
+        # metrics.json records the absolute export path; a run folder that was moved since keeps its export inside
+        moved = Path(recipe["output_dir"]) / model_dir.name
+        if not moved.is_dir():
+            parser.error(f"--score_only: the exported model {model_dir} recorded in {metrics_file} is gone, "
+                         f"and {moved} does not exist either")
+        model_dir = moved
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForSeq2SeqLM.from_pretrained(model_dir)
     scorer = sacrebleu.BLEU(tokenize="none", force=True)
@@ -179,6 +193,9 @@ def main(argv=None):
     decode_seconds = time.time() - t1
     bleu = scorer.corpus_score(hyps, [refs])
     sig = str(scorer.get_signature())
+    # How much of a gap to 41.0 is noise: sacreBLEU's bootstrap over the 1,000 test sentences (1,000 resamples, its
+    # fixed seed), reported as the half-width of the 95% interval, as `sacrebleu --confidence` prints it.
+    bootstrap = sacrebleu.BLEU(tokenize="none", force=True).corpus_score(hyps, [refs], n_bootstrap=1000)
 
     results_dir = Path(args.results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
@@ -188,10 +205,12 @@ def main(argv=None):
     history = read_history(Path(recipe["output_dir"]) / "history.jsonl")
     curve = [{"minutes": h["time_s"] / 60, "step": h["step"], "valid_bleu": h["eval_bleu"]}
              for h in history if "eval_bleu" in h]
+    trained_recipe = trained_recipe or {k: v for k, v in recipe.items() if not k.startswith("_")}
     result = {
         "test_bleu_tok_none": bleu.score,
         "bleu_signature": sig,
         "bleu_detail": str(bleu),
+        "test_bleu_bootstrap_ci95": json.loads(bootstrap.format(signature=sig, is_json=True))["confidence_var"],
         "published_fairseq_tiny": PUBLISHED_BLEU,
         "beats_published": bleu.score >= PUBLISHED_BLEU,
         "budget_minutes": args.budget_minutes,
@@ -216,7 +235,7 @@ def main(argv=None):
         "time_to_valid_bleu": curve,
         "machine": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "loadavg_at_start": load,
                     "platform": platform.platform(), "torch": torch.__version__},
-        "recipe": {k: v for k, v in recipe.items() if not k.startswith("_")},
+        "recipe": trained_recipe,
     }
     plot_time_to_bleu(curve, result, results_dir / f"{stem}_time_to_bleu.png")
     (results_dir / f"{stem}.json").write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")

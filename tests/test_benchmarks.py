@@ -51,3 +51,37 @@ def test_decoding_benchmark_counts_rows_of_the_output_projection():
     head(torch.zeros(2, 6, 8))
     other(torch.zeros(7, 8))
     assert counter.count == 3 + 4 + 12
+
+
+def test_multi30k_quality_score_only_names_a_missing_export(capsys, tmp_path):
+    """--score_only on a run folder whose recorded export is gone (moved or deleted) fails naming both places looked."""
+    if not MULTI30K.is_dir():
+        pytest.skip(f"Multi30k not found at {MULTI30K}")
+    import json
+
+    (tmp_path / "metrics.json").write_text(json.dumps({"export_dir": "/moved/away/r/hub", "train_seconds": 1}))
+    bench = load_benchmark("multi30k_quality")
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--score_only", "--output_dir", str(tmp_path), "--results_dir", str(tmp_path)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "/moved/away/r/hub" in err and str(tmp_path / "hub") in err
+
+
+def test_multi30k_runs_table_lists_what_differs_from_the_recipe():
+    runs = load_benchmark("multi30k_runs")
+    current = {"d_ff": 512, "lr_multiplier": 1.0, "vocab_size": 8000, "output_dir": "outputs/x"}
+    trained = {"d_ff": 1024, "lr_multiplier": 1.0, "vocab_size": 8000, "output_dir": "/elsewhere",  # path: not listed
+               "attention_dropout": 0.0, "max_train_minutes": 120.0}  # a default and the budget: not listed
+    assert runs.differences(trained, current) == "d_ff 1024"
+    assert runs.differences(current, current) == "-"
+    assert runs.run_name("multi30k_quality") == "run 1"
+    assert runs.run_name("multi30k_quality_run4_paper_decoding") == "run 4 (paper decoding)"
+    result = {"name": "run 9", "file": "multi30k_quality_run9.json", "recipe": trained, "params": 7.6e6,
+              "budget_minutes": 120.0, "global_step": 6000, "epochs": 46.5, "train_tgt_tokens_per_second": 3000.0,
+              "padding_share_tgt": 0.124, "averaged_checkpoints": ["a", "b", "c"], "num_beams": 6,
+              "length_penalty_alpha": 1.2, "decoding_tuned_on_valid": [{"valid_bleu": 40.0}, {"valid_bleu": 41.5}],
+              "test_bleu_tok_none": 40.5, "test_bleu_bootstrap_ci95": 1.6}
+    row = runs.table([result], current).splitlines()[-1]
+    assert row == ("| [run 9](multi30k_quality_run9.json) | d_ff 1024 | 7.6M | 120 | 6,000 | 46 | 3,000 | 12.4% | last 3 "
+                   "| 6 / 1.2 | 41.50 | **40.50** ± 1.60 |")
