@@ -111,19 +111,19 @@ def main(argv=None):
             return 2
 
     load = os.getloadavg()
+    trained_recipe = {k: v for k, v in recipe.items() if not k.startswith("_")}
     t0 = time.time()
     if args.score_only:
         metrics_file = Path(recipe["output_dir"]) / "metrics.json"
         if not metrics_file.is_file():
             parser.error(f"--score_only: no metrics.json in {recipe['output_dir']}")
         metrics = json.loads(metrics_file.read_text())
-        # the recipe the run was trained with (its own overrides, e.g. lr_multiplier), not today's recipe file
         trained_file = Path(recipe["output_dir"]) / "recipe.yaml"
-        trained_recipe = yaml.safe_load(trained_file.read_text()) if trained_file.is_file() else None
+        if trained_file.is_file():  # what the run was trained with (its overrides, e.g. lr_multiplier), not today's
+            trained_recipe = yaml.safe_load(trained_file.read_text())
         train_wall = metrics.get("data_prep_seconds", 0) + metrics.get("train_seconds", 0)
     else:
         metrics = run_training(recipe)
-        trained_recipe = None
         train_wall = time.time() - t0
 
     import sacrebleu
@@ -205,7 +205,6 @@ def main(argv=None):
     history = read_history(Path(recipe["output_dir"]) / "history.jsonl")
     curve = [{"minutes": h["time_s"] / 60, "step": h["step"], "valid_bleu": h["eval_bleu"]}
              for h in history if "eval_bleu" in h]
-    trained_recipe = trained_recipe or {k: v for k, v in recipe.items() if not k.startswith("_")}
     result = {
         "test_bleu_tok_none": bleu.score,
         "bleu_signature": sig,
