@@ -21,10 +21,11 @@ sys.path.insert(0, str(REPO))
 RESULTS = REPO / "benchmarks" / "results"
 PUBLISHED_BLEU = 41.0  # tiny fairseq Transformer, Multi30k EN-DE test_2016_flickr, tokenized lowercased BLEU
 
-# Recipe keys that change what is learned (paths, logging and checkpoint cadence are left out).
+# Recipe keys that change what is learned (paths, logging and checkpoint cadence are left out; the budget has its
+# own column).
 QUALITY_KEYS = ["vocab_size", "d_model", "d_ff", "num_heads", "num_encoder_layers", "num_decoder_layers", "dropout",
                 "attention_dropout", "relu_dropout", "label_smoothing", "position_encoding", "warmup_steps",
-                "lr_multiplier", "max_tokens_per_device", "gradient_accumulation_steps", "max_train_minutes"]
+                "lr_multiplier", "max_tokens_per_device", "gradient_accumulation_steps"]
 
 # Run names of the result files (the first run predates tags).
 NAMES = {"multi30k_quality": "run 1"}
@@ -64,7 +65,7 @@ def run_name(stem):
     match = re.fullmatch(r"run(\d+)(?:_(\w+))?", tag)
     if match:
         return f"run {match.group(1)}" + (f" ({match.group(2).replace('_', ' ')})" if match.group(2) else "")
-    return NAMES.get(tag.split("_")[0], tag.replace("_", " "))
+    return tag.replace("_", " ")  # e.g. --tag smoke
 
 
 def differences(recipe, current):
@@ -72,7 +73,7 @@ def differences(recipe, current):
     changed = []
     for key in QUALITY_KEYS:
         ours, now = recipe.get(key), current.get(key)
-        if key != "max_train_minutes" and ours is not None and ours != now:
+        if ours is not None and ours != now:
             changed.append(f"{key} {ours}")
     return ", ".join(changed) or "-"
 
@@ -86,7 +87,11 @@ def load_runs():
         result["name"] = run_name(path.stem)
         result["file"] = path.name
         runs.append(result)
-    return sorted(runs, key=lambda r: (int(re.search(r"\d+", r["name"]).group()), r["name"]))
+    def order(r):  # numbered runs first, in numeric order (run 10 after run 9), then other tags
+        number = re.match(r"run (\d+)", r["name"])
+        return (int(number.group(1)) if number else float("inf"), r["name"])
+
+    return sorted(runs, key=order)
 
 
 def valid_bleu(result):

@@ -78,6 +78,7 @@ def test_multi30k_runs_table_lists_what_differs_from_the_recipe():
     assert runs.differences(current, current) == "-"
     assert runs.run_name("multi30k_quality") == "run 1"
     assert runs.run_name("multi30k_quality_run4_paper_decoding") == "run 4 (paper decoding)"
+    assert runs.run_name("multi30k_quality_smoke") == "smoke"
     result = {"name": "run 9", "file": "multi30k_quality_run9.json", "recipe": trained, "params": 7.6e6,
               "budget_minutes": 120.0, "global_step": 6000, "epochs": 46.5, "train_tgt_tokens_per_second": 3000.0,
               "padding_share_tgt": 0.124, "averaged_checkpoints": ["a", "b", "c"], "num_beams": 6,
