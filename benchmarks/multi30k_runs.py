@@ -75,6 +75,11 @@ def run_name(stem):
     return tag.replace("_", " ")  # e.g. --tag smoke
 
 
+def is_rescoring(run):
+    """A row that re-decodes an earlier run's checkpoints: run_name gives those a note in brackets."""
+    return "(" in run["name"]
+
+
 def differences(recipe, current):
     """The quality-relevant keys where a run's recipe differs from the current recipe file, as `key value`."""
     changed = []
@@ -140,7 +145,7 @@ def plot(runs, current, path):
     fig, ax = plt.subplots(figsize=(8, 5))
     for r in runs:
         curve = r.get("time_to_valid_bleu") or []
-        if not curve or "(" in r["name"]:  # re-scorings of a run share its curve
+        if not curve or is_rescoring(r):  # re-scorings of a run share its curve
             continue
         changed = differences(r["recipe"], current)
         line, = ax.plot([c["minutes"] for c in curve], [c["valid_bleu"] for c in curve], "o-", ms=3,
@@ -166,7 +171,7 @@ def main():
 
     current = load_recipe("multi30k-en-de", check_paths=False)  # the recipe file with every default filled in
     runs = load_runs()
-    trained = [r for r in runs if "(" not in r["name"]]  # runs, not re-decodings of a run
+    trained = [r for r in runs if not is_rescoring(r)]
     best = max(trained, key=lambda r: r["test_bleu_tok_none"])
     best_valid = max(trained, key=valid_bleu)
     text = f"""# Multi30k EN-DE quality runs
