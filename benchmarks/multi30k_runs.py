@@ -51,9 +51,9 @@ NOTES = """\
   not better. 0.25 (run 10) lies between them: greedy 19.3 / 31.0 / 35.9 at 800 / 1,600 / 2,400 updates, its loss
   flat from 4,000 updates on (3.051 / 3.060 / 3.040 / 3.050 / 3.078 to 7,200), tuned validation 41.14 (average of 5,
   beam 6, alpha 1.2) and test 40.43 ± 1.58; with the paper's decoding 40.91 / 40.55. Its 8,202 updates (3,963 target
-  tokens/s) reflect that session's machine: dropout's rate does not change the work per update. Across 0.2 / 0.25 / 0.3, tuned validation
-  spans 41.14-41.28 and test 40.33-40.60: dropout in this range does not move the result beyond the noise, and the
-  recipe keeps 0.3.
+  tokens/s) reflect that session's machine: dropout's rate does not change the work per update. Across 0.2 / 0.25 /
+  0.3, tuned validation spans 41.14-41.28 and test 40.33-40.60: dropout in this range does not move the result beyond
+  the noise, and the recipe keeps 0.3.
 - **Noise**: sacreBLEU's bootstrap gives a 95% interval of ±1.6 BLEU on the 1,000 test sentences (run 4: 40.33 ± 1.62,
   run 8: 39.72 ± 1.62), so 41.0 lies inside run 4's interval, and run-to-run differences below ~0.5 (runs 1-3 with
   one recipe: 39.4 / 38.8 / 39.1) are not evidence either way. `multi30k_quality.py` now records the interval.
