@@ -432,6 +432,30 @@ def test_trainer_uses_token_batches(tmp_path, corpus_dir, tok):
     assert len(model.seen) == 3 and all(s[0] * s[1] <= 600 and l[0] * l[1] <= 600 for s, l in model.seen)
 
 
+def test_eval_loss_is_per_target_token_whatever_the_budget(tmp_path, corpus_dir, tok):
+    """transformers' evaluation_loop weights every batch alike (the first batch's size); with token batches that
+    made eval_loss depend on eval_max_tokens. Ours is the loss per target token, the same for every budget."""
+    from transformers import Seq2SeqTrainingArguments
+
+    data, _ = prepare_dataset(load_moses(corpus_dir / "train", "en", "de"), tok, "en", "de")
+    torch.manual_seed(0)
+    model = TinySeq2Seq().eval()
+    collate = Seq2SeqCollator()
+    with torch.no_grad():  # reference: one sentence at a time, summed over tokens
+        sums = [(model(**collate([data[i]]))["loss"] * len(data[i]["labels"]), len(data[i]["labels"]))
+                for i in range(len(data))]
+    per_token = float(sum(s for s, _ in sums) / sum(n for _, n in sums))
+    losses = []
+    for budget in (200, 800):
+        args = Seq2SeqTrainingArguments(output_dir=str(tmp_path / f"out{budget}"), report_to=[], use_cpu=True,
+                                        disable_tqdm=True)
+        trainer = TokenBatchingSeq2SeqTrainer(model=model, args=args, eval_dataset=data, eval_max_tokens=budget)
+        sizes = [b["input_ids"].shape[0] for b in trainer.get_eval_dataloader()]
+        assert len(set(sizes)) > 1  # batches of unequal sentence counts: the case the plain Trainer gets wrong
+        losses.append(trainer.evaluate()["eval_loss"])
+    assert losses[0] == pytest.approx(per_token, rel=1e-5) and losses[1] == pytest.approx(per_token, rel=1e-5)
+
+
 @pytest.mark.parametrize("rank", [0, 1])
 def test_accelerate_prepare_shards_once(rank, pairs):
     """What `accelerator.prepare` does with 2 processes (accelerate.data_loader.prepare_data_loader) plus our
