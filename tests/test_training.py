@@ -542,7 +542,8 @@ def test_two_cpu_processes_match_one_process(tmp_path):
     normalisation (a factor of 2 from world size or accumulation would be off by ~30% in the loss)."""
     corpus = write_corpus(tmp_path / "corpus", n_train=64)
     values = {**TINY, "data_dir": str(corpus), "dropout": 0.0, "max_steps": 3, "debug_log_batches": True,
-              "max_sentences": 4, "save_every_minutes": 60.0}  # exercises the rank-0 broadcast of save decisions
+              "max_sentences": 4, "save_every_minutes": 60.0,  # exercises the rank-0 broadcast of save decisions
+              "valid_data": "valid"}
     recipe = write_recipe_yaml(tmp_path / "ddp.yaml", values)
     env = _env()
     single = subprocess.run(
@@ -561,6 +562,10 @@ def test_two_cpu_processes_match_one_process(tmp_path):
     assert [i["world_size"] for i in info] == [2, 2] and [i["process_index"] for i in info] == [0, 1]
     assert all("MULTI_CPU" in i["distributed_type"] for i in info)
     assert json.loads((tmp_path / "one" / "run_info_rank0.json").read_text())["world_size"] == 1
+    # The final validation loss is per target token over both ranks' shards (loss sums and token counts summed across
+    # processes), so it equals the single process's; rank 0's shard alone gives 4.68 against 4.64.
+    m_one, m_two = (json.loads((tmp_path / d / "metrics.json").read_text()) for d in ("one", "two"))
+    assert m_two["valid/loss"] == pytest.approx(m_one["valid/loss"], rel=1e-3), (m_one, m_two)
 
     one, two = losses_by_step(tmp_path / "one"), losses_by_step(tmp_path / "two")
     assert sorted(one) == sorted(two) == [1, 2, 3]
