@@ -452,7 +452,13 @@ def test_eval_loss_is_per_target_token_whatever_the_budget(tmp_path, corpus_dir,
         trainer = TokenBatchingSeq2SeqTrainer(model=model, args=args, eval_dataset=data, eval_max_tokens=budget)
         sizes = [b["input_ids"].shape[0] for b in trainer.get_eval_dataloader()]
         assert len(set(sizes)) > 1  # batches of unequal sentence counts: the case the plain Trainer gets wrong
-        losses.append(trainer.evaluate()["eval_loss"])
+        metrics = trainer.evaluate()
+        losses.append(metrics["eval_loss"])
+        # the speed metrics count real batches, not sentences / per_device_eval_batch_size
+        assert metrics["eval_steps_per_second"] * metrics["eval_runtime"] == pytest.approx(len(sizes), rel=1e-2)
+        assert metrics["eval_samples_per_second"] * metrics["eval_runtime"] == pytest.approx(len(data), rel=1e-2)
+        predicted = trainer.predict(data).metrics
+        assert predicted["test_steps_per_second"] * predicted["test_runtime"] == pytest.approx(len(sizes), rel=1e-2)
     assert losses[0] == pytest.approx(per_token, rel=1e-5) and losses[1] == pytest.approx(per_token, rel=1e-5)
 
 

@@ -729,6 +729,7 @@ class TokenBatchingSeq2SeqTrainer(Seq2SeqTrainer):
         self.max_tokens = max_tokens
         self.eval_max_tokens = eval_max_tokens or max_tokens
         self.max_sentences = max_sentences
+        self._eval_batches = {}
 
     # Evaluation loss, weighted by target tokens.  transformers' `evaluation_loop` repeats each batch's mean loss by
     # the FIRST batch's sentence count (`losses.repeat(batch_size)`), i.e. an unweighted mean of batch means: right
@@ -749,6 +750,7 @@ class TokenBatchingSeq2SeqTrainer(Seq2SeqTrainer):
     def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None,
                         metric_key_prefix="eval"):
         self._eval_loss_totals = torch.zeros(2, device=self.args.device)
+        self._eval_batches[metric_key_prefix] = len(dataloader)
         try:
             output = super().evaluation_loop(dataloader, description, prediction_loss_only=prediction_loss_only,
                                              ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
@@ -759,6 +761,26 @@ class TokenBatchingSeq2SeqTrainer(Seq2SeqTrainer):
             loss_sum, tokens = self.accelerator.reduce(totals, reduction="sum").tolist()
             if tokens > 0:
                 output.metrics[key] = loss_sum / tokens
+        return output
+
+    # `evaluate` / `predict` report `{prefix}_steps_per_second` as samples / per_device_eval_batch_size per second,
+    # which is the samples' rate again with token batches (per_device_eval_batch_size is 1).  Both hooks below replace
+    # it by this process's batches per second: `evaluate` logs its metrics through `log`, `predict` returns them.
+    _eval_batches: dict[str, int]
+
+    def _fix_steps_per_second(self, metrics: dict[str, float]) -> None:
+        for prefix in [p for p in self._eval_batches if f"{p}_steps_per_second" in metrics]:
+            batches, runtime = self._eval_batches.pop(prefix), metrics.get(f"{prefix}_runtime")
+            if runtime:
+                metrics[f"{prefix}_steps_per_second"] = round(batches / runtime, 3)
+
+    def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
+        self._fix_steps_per_second(logs)
+        super().log(logs, *args, **kwargs)
+
+    def predict(self, *args: Any, **kwargs: Any):
+        output = super().predict(*args, **kwargs)
+        self._fix_steps_per_second(output.metrics)
         return output
 
     def _token_dataloader(self, dataset: datasets.Dataset, *, training: bool, description: str) -> DataLoader:
