@@ -91,6 +91,7 @@ def main(argv=None):
     overrides.update({"output_dir": args.output_dir, "max_train_minutes": args.budget_minutes,
                       "test_data": None})  # the test set is scored below from the files themselves
     overrides.setdefault("disable_tqdm", True)
+    overrides.setdefault("max_steps", 10**7)  # the budget, not the recipe's step count, ends a benchmark run
     try:
         recipe = load_recipe("multi30k-en-de", overrides)
     except RecipeError as e:
