@@ -428,8 +428,11 @@ def test_trainer_uses_token_batches(tmp_path, corpus_dir, tok):
     assert set(batches[0]) == {"input_ids", "attention_mask", "labels", "decoder_input_ids"}
     edl = trainer.get_eval_dataloader()
     assert all(b["input_ids"].numel() <= 800 for b in edl)
-    trainer.train()
+    metrics = trainer.train().metrics
     assert len(model.seen) == 3 and all(s[0] * s[1] <= 600 and l[0] * l[1] <= 600 for s, l in model.seen)
+    # the samples' rate counts sentences, not batches x per_device_train_batch_size
+    sentences = sum(s[0] for s, _ in model.seen)
+    assert metrics["train_samples_per_second"] * metrics["train_runtime"] == pytest.approx(sentences, rel=1e-2)
 
 
 def test_eval_loss_is_per_target_token_whatever_the_budget(tmp_path, corpus_dir, tok):

@@ -583,3 +583,11 @@ def test_two_cpu_processes_match_one_process(tmp_path):
     # global step k = micro-batches 2k-1, 2k of the single run = batch k of rank 0 and batch k of rank 1
     for k in range(3):
         assert sorted(single_batches[2 * k] + single_batches[2 * k + 1]) == sorted(rank0[k] + rank1[k])
+
+    # The end-of-training samples' rate counts the sentences of all processes (not steps x per_device batch size)
+    def sentences_trained(path):
+        end = [json.loads(x) for x in (path / "history.jsonl").read_text().splitlines() if "train_runtime" in x]
+        return end[-1]["train_samples_per_second"] * end[-1]["train_runtime"]
+
+    assert sentences_trained(tmp_path / "two") == pytest.approx(len(seen), rel=1e-2)
+    assert sentences_trained(tmp_path / "one") == pytest.approx(sum(map(len, single_batches)), rel=1e-2)

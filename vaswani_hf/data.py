@@ -763,10 +763,16 @@ class TokenBatchingSeq2SeqTrainer(Seq2SeqTrainer):
                 output.metrics[key] = loss_sum / tokens
         return output
 
-    # `evaluate` / `predict` report `{prefix}_steps_per_second` as samples / per_device_eval_batch_size per second,
-    # which is the samples' rate again with token batches (per_device_eval_batch_size is 1).  Both hooks below replace
-    # it by this process's batches per second: `evaluate` logs its metrics through `log`, `predict` returns them.
+    # Speed metrics.  transformers counts samples as batches x per_device_*_batch_size (1 here), so with token batches
+    # `train_samples_per_second` repeated the steps' rate, and `evaluate` / `predict` reported the sentences' rate as
+    # `{prefix}_steps_per_second`.  The hooks below put in the sentences trained (summed over processes) and this
+    # process's evaluation batches: `train` and `evaluate` log their metrics through `log`, `predict` returns them.
     _eval_batches: dict[str, int]
+    _train_sentences: int = 0
+
+    def training_step(self, model, inputs, *args: Any, **kwargs: Any):
+        self._train_sentences += int(inputs["labels"].shape[0])
+        return super().training_step(model, inputs, *args, **kwargs)
 
     def _fix_steps_per_second(self, metrics: dict[str, float]) -> None:
         for prefix in [p for p in self._eval_batches if f"{p}_steps_per_second" in metrics]:
@@ -776,6 +782,11 @@ class TokenBatchingSeq2SeqTrainer(Seq2SeqTrainer):
 
     def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
         self._fix_steps_per_second(logs)
+        if "train_samples_per_second" in logs and logs.get("train_runtime"):  # the end of `train` (all processes)
+            sentences = torch.tensor([self._train_sentences], device=self.args.device)
+            self._train_sentences = 0
+            sentences = int(self.accelerator.reduce(sentences, reduction="sum").item())
+            logs["train_samples_per_second"] = round(sentences / logs["train_runtime"], 3)
         super().log(logs, *args, **kwargs)
 
     def predict(self, *args: Any, **kwargs: Any):
