@@ -75,8 +75,8 @@ NOTES = """\
   2.786. Tuned (average of the last 3, beam 4, alpha 1.2): validation 42.91, 1.4 above any earlier run and well beyond
   the ~0.5 run-to-run noise, and test 40.96 ± 1.63, the best so far (0.04 short of 41.0). With the paper's decoding
   (average 5, beam 4, alpha 0.6): 42.39 / 40.76, against run 11's 41.38 / 40.41. The recipe now uses 1,024 and warmup
-  4,000. Three halvings of the batch have each helped on validation; on this 29k-pair corpus the paper's 25k-token
-  batches would be ~13 updates per epoch.
+  4,000. Both halvings of the batch (4,096 to 2,048 to 1,024) have helped on validation; on this 29k-pair corpus the
+  paper's 25k-token batches would be ~13 updates per epoch.
 - **Noise**: sacreBLEU's bootstrap gives a 95% interval of ±1.6 BLEU on the 1,000 test sentences (run 4: 40.33 ± 1.62,
   run 8: 39.72 ± 1.62), so 41.0 lies inside run 4's interval, and run-to-run differences below ~0.5 (runs 1-3 with
   one recipe: 39.4 / 38.8 / 39.1) are not evidence either way. `multi30k_quality.py` now records the interval.
