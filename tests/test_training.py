@@ -539,7 +539,11 @@ def test_two_cpu_processes_match_one_process(tmp_path):
     additions differs (all-reduce of gradients, gather of token counts), ~1e-7 relative per operation. Step 1 runs
     before any update, so it must agree to 1e-5; steps 2-3 come after Adam updates of size ~lr whose direction can
     flip only for gradient entries that are ~0 anyway, so 1e-3 relative is ample and still catches any wrong
-    normalisation (a factor of 2 from world size or accumulation would be off by ~30% in the loss)."""
+    normalisation (a factor of 2 from world size or accumulation would be off by ~30% in the loss).
+
+    `max_sentences: 4` gives 16 equal batches, so the 1-process and 2-process runs have the same global batches and
+    their losses can be compared step by step; the launch paths users run, with the recipes' own batching, are
+    tests/test_distributed.py."""
     corpus = write_corpus(tmp_path / "corpus", n_train=64)
     values = {**TINY, "data_dir": str(corpus), "dropout": 0.0, "max_steps": 3, "debug_log_batches": True,
               "max_sentences": 4, "save_every_minutes": 60.0,  # exercises the rank-0 broadcast of save decisions

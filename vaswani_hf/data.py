@@ -44,6 +44,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_TOKENS = 25000  # paper, Section 5.1: ~25000 source and ~25000 target tokens per batch
 LABEL_PAD_ID = -100  # ignored by torch.nn.CrossEntropyLoss (ignore_index default) and by transformers' losses
+EXAMPLE_INDEX = "example_index"  # row of an evaluation example in its dataset, carried through the collator
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -678,12 +679,41 @@ class Seq2SeqCollator:
             dec[dec == self.label_pad_token_id] = self.pad_token_id
             batch["labels"] = labels
             batch["decoder_input_ids"] = dec
+        if EXAMPLE_INDEX in features[0]:  # evaluation: which dataset row each batch row is
+            batch[EXAMPLE_INDEX] = torch.tensor([int(f[EXAMPLE_INDEX]) for f in features], dtype=torch.long)
         return batch
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Trainer
 # ---------------------------------------------------------------------------------------------------------------------
+
+
+def _per_sentence(rows: list[int], predictions: torch.Tensor, labels: torch.Tensor | None,
+                  pad_id: int) -> list[tuple[int, list[int], list[int]]]:
+    """One (row, prediction ids, label ids) per sentence of a batch, padding removed: (B, T) tensors -> lists."""
+    items = []
+    for b, row in enumerate(rows):
+        prediction = predictions[b].tolist()
+        while prediction and prediction[-1] in (pad_id, LABEL_PAD_ID):
+            prediction.pop()
+        label = [] if labels is None else [t for t in labels[b].tolist() if t != LABEL_PAD_ID]
+        items.append((int(row), prediction, label))
+    return items
+
+
+def _stack_sentences(sentences: list[tuple[int, list[int], list[int]]], pad_id: int):
+    """(predictions (N, T_max) padded with `pad_id`, labels (N, L_max) padded with -100) as numpy, or (None, None)."""
+    if not sentences:
+        return None, None
+    longest = max(1, max(len(p) for _, p, _ in sentences))
+    predictions = np.full((len(sentences), longest), pad_id, dtype=np.int64)
+    longest = max(1, max(len(lab) for _, _, lab in sentences))
+    labels = np.full((len(sentences), longest), LABEL_PAD_ID, dtype=np.int64)
+    for i, (_, prediction, label) in enumerate(sentences):
+        predictions[i, : len(prediction)] = prediction
+        labels[i, : len(label)] = label
+    return predictions, labels
 
 
 def unshard_prepared_loader(prepared: DataLoader, sampler: TokenBatchSampler) -> DataLoader:
@@ -731,37 +761,77 @@ class TokenBatchingSeq2SeqTrainer(Seq2SeqTrainer):
         self.max_sentences = max_sentences
         self._eval_batches = {}
 
-    # Evaluation loss, weighted by target tokens.  transformers' `evaluation_loop` repeats each batch's mean loss by
-    # the FIRST batch's sentence count (`losses.repeat(batch_size)`), i.e. an unweighted mean of batch means: right
-    # for fixed-size batches, but with token batches (few long sentences, many short ones) it depends on the budget.
-    # Multi30k, one model: eval_loss 2.88 with 2,048-token batches, 3.07 with 4,096; per target token it is 2.82.
-    # The sum and count are accumulated per step and summed over processes, as fairseq reports its loss.
-    _eval_loss_totals: torch.Tensor | None = None
-
-    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
-        loss, *rest = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys,
-                                              **gen_kwargs)
-        labels = inputs.get("labels")
-        if loss is not None and labels is not None and self._eval_loss_totals is not None:
-            tokens = (labels != LABEL_PAD_ID).sum().to(self._eval_loss_totals)
-            self._eval_loss_totals += torch.stack([loss.detach().float().to(tokens) * tokens, tokens])
-        return (loss, *rest)
+    # Evaluation, written here rather than inherited: transformers' `evaluation_loop` gathers every batch across
+    # processes with `all_gather`, which needs the same tensor shapes on every rank in the same number of calls, and
+    # pads only the length dimension. A token batch holds a different number of sentences on each rank, so two
+    # processes died at their first evaluation (gloo: "Received data size doesn't match expected size"; NCCL hangs).
+    # It also weights every batch's mean loss by the FIRST batch's sentence count, so with token batches the loss
+    # depended on the budget (Multi30k, one model: 2.88 at 2,048 tokens, 3.07 at 4,096, 2.82 per target token).
+    # Here each process evaluates its own shard with no collective inside the loop, keeps each sentence's prediction
+    # under its row index in the dataset, and then every process makes the same two calls whatever its number of
+    # batches: one all-reduce of (loss x tokens, tokens) and one all_gather_object of the sentences. Metrics are
+    # computed on the union in dataset order, each sentence exactly once (the sampler gives every row to one rank).
 
     def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None,
                         metric_key_prefix="eval"):
-        self._eval_loss_totals = torch.zeros(2, device=self.args.device)
+        from transformers.trainer_utils import EvalLoopOutput, EvalPrediction, denumpify_detensorize
+
+        prediction_loss_only = self.args.prediction_loss_only if prediction_loss_only is None else prediction_loss_only
+        model = self._prepare_model_for_evaluation()
         self._eval_batches[metric_key_prefix] = len(dataloader)
-        try:
-            output = super().evaluation_loop(dataloader, description, prediction_loss_only=prediction_loss_only,
-                                             ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
-        finally:
-            totals, self._eval_loss_totals = self._eval_loss_totals, None
-        key = f"{metric_key_prefix}_loss"
-        if key in output.metrics:
-            loss_sum, tokens = self.accelerator.reduce(totals, reduction="sum").tolist()
-            if tokens > 0:
-                output.metrics[key] = loss_sum / tokens
-        return output
+        self.callback_handler.eval_dataloader = dataloader
+        totals = torch.zeros(2, dtype=torch.float64, device=self.args.device)  # loss x target tokens, target tokens
+        sentences: list[tuple[int, list[int], list[int]]] = []  # (row index, prediction ids, label ids)
+        for inputs in dataloader:
+            rows = inputs.pop(EXAMPLE_INDEX).tolist()
+            loss, predictions, labels = self.prediction_step(model, inputs, prediction_loss_only,
+                                                             ignore_keys=ignore_keys)
+            labels = inputs.get("labels") if labels is None else labels
+            if loss is not None and labels is not None:
+                tokens = (labels != LABEL_PAD_ID).sum().to(totals)
+                totals += torch.stack([loss.detach().to(totals) * tokens, tokens])
+            if not prediction_loss_only and predictions is not None:
+                if predictions.dim() == 3:  # logits (predict_with_generate off): their argmax ids
+                    predictions = predictions.argmax(-1)
+                sentences.extend(_per_sentence(rows, predictions, labels, self._pad_id()))
+            self.control = self.callback_handler.on_prediction_step(self.args, self.state, self.control)
+        loss_sum, tokens = self.accelerator.reduce(totals, reduction="sum").tolist()
+        if self.args.world_size > 1 and not prediction_loss_only:
+            from accelerate.utils import gather_object
+
+            sentences = gather_object(sentences)
+        sentences.sort(key=lambda item: item[0])
+        predictions, label_ids = _stack_sentences(sentences, self._pad_id())
+        metrics = {}
+        if self.compute_metrics is not None and predictions is not None and len(sentences):
+            metrics = denumpify_detensorize(self.compute_metrics(EvalPrediction(predictions, label_ids)))
+        if tokens > 0:
+            metrics["loss"] = loss_sum / tokens
+        metrics = {(k if k.startswith(f"{metric_key_prefix}_") else f"{metric_key_prefix}_{k}"): v
+                   for k, v in metrics.items()}
+        num_samples = len(sentences) if sentences else len(getattr(dataloader, "dataset", []) or [])
+        self.last_eval_rows = [row for row, _, _ in sentences]
+        return EvalLoopOutput(predictions=predictions, label_ids=label_ids, metrics=metrics, num_samples=num_samples)
+
+    def _prepare_model_for_evaluation(self):
+        """The model `evaluation_loop` runs: transformers' own preparation (unwrapped under DDP, where evaluation
+        needs no gradient synchronisation; prepared once under FSDP/DeepSpeed when evaluating without training)."""
+        model = self._wrap_model(self.model, training=False)
+        if len(self.accelerator._models) == 0 and model is self.model:
+            if self.is_deepspeed_enabled or self.is_fsdp_enabled:
+                model = self.accelerator.prepare(model)
+                if self.is_fsdp_enabled:
+                    self.model = model
+                if model is not self.model:
+                    self.model_wrapped = model
+            else:
+                model = self.accelerator.prepare_model(model, evaluation_mode=True)
+        model.eval()
+        return model
+
+    def _pad_id(self) -> int:
+        pad = getattr(self.processing_class, "pad_token_id", None)
+        return PAD_ID if pad is None else int(pad)
 
     # Speed metrics.  transformers counts samples as batches x per_device_*_batch_size (1 here), so with token batches
     # `train_samples_per_second` repeated the steps' rate, and `evaluate` / `predict` reported the sentences' rate as
@@ -806,6 +876,8 @@ class TokenBatchingSeq2SeqTrainer(Seq2SeqTrainer):
         if not isinstance(dataset, datasets.Dataset):
             raise TypeError(f"token batching needs a tokenized datasets.Dataset, got {type(dataset).__name__}")
         dataset = self._remove_unused_columns(dataset, description=description)
+        if not training:  # evaluation_loop keys every sentence's result by its row
+            dataset = dataset.add_column(EXAMPLE_INDEX, np.arange(len(dataset), dtype=np.int64))
         world, rank = max(1, self.args.world_size), (self.args.process_index if self.args.world_size > 1 else 0)
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
         sampler = TokenBatchSampler.from_dataset(

@@ -980,6 +980,13 @@ def write_json(path: str | os.PathLike, data: Any) -> None:
     os.replace(tmp, path)
 
 
+def write_hypotheses(path: str | os.PathLike, tokenizer, predictions) -> None:
+    """The decoded translations of an evaluation, one line per evaluated sentence in corpus order (as
+    `TokenBatchingSeq2SeqTrainer.evaluation_loop` returns them, whatever the number of processes)."""
+    texts = tokenizer.batch_decode(predictions, skip_special_tokens=True)
+    Path(path).write_text("".join(" ".join(t.splitlines()).strip() + "\n" for t in texts), encoding="utf-8")
+
+
 def _minimal_model_card(metrics: Mapping, recipe: Mapping | None) -> str:
     r = recipe or {}
     lines = [
@@ -1368,14 +1375,15 @@ def run_training(r: dict, callbacks: Sequence[TrainerCallback] = ()) -> dict:
 
     # --- validation and test with the final (averaged) model; beam from generation_config unless overridden
     num_beams = r["test_num_beams"] or trainer.accelerator.unwrap_model(trainer.model).generation_config.num_beams
-    if valid_ds is not None:
-        m = trainer.evaluate(valid_ds, metric_key_prefix="valid", num_beams=num_beams)
-        metrics.update({k.replace("valid_", "valid/"): v for k, v in m.items()})
-    if test_ds is not None:
-        if valid_ds is None:
-            trainer.compute_metrics = make_compute_metrics(tokenizer, tokenize=r["bleu_tokenize"])
-        pred = trainer.predict(test_ds, metric_key_prefix="test", num_beams=num_beams)
-        metrics.update({k.replace("test_", "test/"): v for k, v in pred.metrics.items()})
+    if test_ds is not None and valid_ds is None:
+        trainer.compute_metrics = make_compute_metrics(tokenizer, tokenize=r["bleu_tokenize"])
+    for split, dataset in (("valid", valid_ds), ("test", test_ds)):
+        if dataset is None:
+            continue
+        pred = trainer.predict(dataset, metric_key_prefix=split, num_beams=num_beams)
+        metrics.update({k.replace(f"{split}_", f"{split}/", 1): v for k, v in pred.metrics.items()})
+        if state.is_main_process and pred.predictions is not None:  # every sentence once, in corpus order
+            write_hypotheses(out / f"{split}_hypotheses.txt", tokenizer, pred.predictions)
     metrics["final_num_beams"] = num_beams
 
     if state.is_main_process:
