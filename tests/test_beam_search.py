@@ -1,17 +1,28 @@
 """The lean decoding loops (`vaswani_hf/beam_search_vaswani.py`, issue 8) return exactly what transformers' own
 `_beam_search` / `_sample` loops return for our model, run whenever `generate()` asks for plain beam search or greedy
 decoding, hand everything else back to transformers, and really leave out the work they claim to (finished
-sentences, identical first beams).
+sentences, identical first beams). Their decoder step runs the model's own layers (`VaswaniDecoderLayer.sublayers`)
+and gives the logits of `forward`; their candidate step (`top_candidates`) is `torch.topk` over all sums.
 """
 
 import pytest
 import torch
 from conftest import padded_batch, randomize_norms_and_biases, tiny_config
 
-import vaswani_hf.modeling_vaswani as modeling
+import vaswani_hf.generation_vaswani as generation
 from vaswani_hf import VaswaniForConditionalGeneration
+from vaswani_hf.beam_search_vaswani import _buffers, decoder_step, project_source, top_candidates
 
 VOCAB = 40
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny models: one intra-op thread avoids oversubscribing the 2 shared cores; restored for other modules."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def _model(seed: int, eos_boost: float = 0.6, **overrides):
@@ -39,13 +50,13 @@ def lean_calls(monkeypatch):
     """Counts the calls of `lean_beam_search` and `lean_greedy_search` made by generate()."""
     calls = []
     for name in ("lean_beam_search", "lean_greedy_search"):
-        original = getattr(modeling, name)
+        original = getattr(generation, name)
 
         def counting(*args, _original=original, **kwargs):
             calls.append(kwargs)
             return _original(*args, **kwargs)
 
-        monkeypatch.setattr(modeling, name, counting)
+        monkeypatch.setattr(generation, name, counting)
     return calls
 
 
@@ -201,3 +212,52 @@ def test_search_stops_once_the_returned_hypotheses_are_final():
     best_of_four = outputs[4][::4]
     assert torch.equal(outputs[1], best_of_four[:, : outputs[1].shape[1]])
     assert sum(rows[1]) < sum(rows[4])
+
+
+@pytest.mark.parametrize("vocab", [8000, 37000, 4096, 200, 40])
+@pytest.mark.parametrize("first_step", [False, True])
+def test_top_candidates_match_topk_over_all_sums(vocab, first_step):
+    """The lean beam search's candidate step == torch.topk over every beam score + log-prob sum (values bit-equal,
+    indices equal): vocabularies with and without a partial last block, short ones (plain fallback), and the first
+    step's k identical beams (an expanded view, one live beam score, the others -1e9)."""
+    alive, k, keep = 6, 4, 8
+    g = torch.Generator().manual_seed(vocab)
+    log_probs = torch.log_softmax(3 * torch.randn(alive, 1 if first_step else k, vocab, generator=g), dim=-1)
+    log_probs[0, 0, -2] = -1.0e-3  # a best token in the last, partial block
+    log_probs = log_probs.expand(alive, k, vocab)
+    running = -10 * torch.rand(alive, k, generator=g)
+    if first_step:
+        running[:, 1:] = -1.0e9
+    values, indices = top_candidates(log_probs, running, keep)
+    ref_values, ref_indices = torch.topk((log_probs + running[:, :, None]).reshape(alive, k * vocab), keep)
+    assert torch.equal(values, ref_values)
+    assert torch.equal(indices, ref_indices)
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+@pytest.mark.parametrize("overrides", [{}, dict(d_k=4, d_v=12, attention_bias=True), dict(position_encoding="learned")])
+def test_decoder_step_gives_the_logits_of_forward(attn, overrides):
+    """The lean loops' `decoder_step` -- the model's own embedding and `VaswaniDecoderLayer.sublayers`, attending over
+    preallocated buffers, the source K/V projected once per sentence and queried by a sentence's beams together --
+    gives the logits of `forward` over the whole prefix (per row, with the source repeated per beam), step by step.
+    Beams of a sentence decode different prefixes; the buffers are reordered between steps as beam search does."""
+    beams, steps = 3, 6
+    torch.manual_seed(0)
+    model = randomize_norms_and_biases(VaswaniForConditionalGeneration(
+        tiny_config(vocab_size=VOCAB, attn_implementation=attn, **overrides))).eval()
+    ids, mask = padded_batch([7, 4, 9], vocab_size=VOCAB, seed=2)
+    prefixes = torch.randint(3, VOCAB, (ids.shape[0] * beams, steps), generator=torch.Generator().manual_seed(1))
+    prefixes[:, 0] = model.config.decoder_start_token_id
+    with torch.no_grad():
+        states = model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
+        source = project_source(model, states, mask)
+        buffers = _buffers(model, prefixes.shape[0], steps, states.dtype, states.device)
+        rows = prefixes.shape[0]
+        for step in range(steps):
+            lean = model.lm_head(decoder_step(model, prefixes[:, step], step, buffers, source, beams))
+            full = model(input_ids=ids.repeat_interleave(beams, 0), attention_mask=mask.repeat_interleave(beams, 0),
+                         decoder_input_ids=prefixes[:, : step + 1]).logits[:, -1]
+            torch.testing.assert_close(lean, full, rtol=1e-5, atol=1e-5)
+            for buffer in buffers:  # the identity reorder, as beam search does after every step
+                buffer.reorder(rows, step + 1, torch.arange(rows))
+

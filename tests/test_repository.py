@@ -39,7 +39,8 @@ def test_no_multi30k_sentence_is_committed():
     assert not found, "Multi30k text in tracked files:\n" + "\n".join(found)
 
 
-HUB_CODE_FILES = ["configuration_vaswani.py", "modeling_vaswani.py", "beam_search_vaswani.py", "pipeline_vaswani.py"]
+HUB_CODE_FILES = ["configuration_vaswani.py", "modeling_vaswani.py", "generation_vaswani.py", "beam_search_vaswani.py",
+                  "pipeline_vaswani.py"]
 
 
 @pytest.mark.parametrize("name", HUB_CODE_FILES)

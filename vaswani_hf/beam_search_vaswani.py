@@ -1,27 +1,37 @@
 """Lean decoding loops for the Transformer's decoder (Section 6.1 decoding), used by
-`VaswaniForConditionalGeneration.generate()` in place of transformers' generic `_beam_search` and greedy `_sample`.
+`VaswaniForConditionalGeneration.generate()` (generation_vaswani.py) in place of transformers' generic `_beam_search`
+and greedy `_sample`.
 
 They compute what transformers' loops compute -- for beam search the same candidates (top 2k of k beams x V tokens),
 the same rule for which hypotheses finish and which beams go on, the same length-normalised scores; for greedy the
-same argmax -- so their translations are those of the generic loops (tests/test_beam_search.py checks this). The work
-they leave out:
+same argmax -- so their translations are those of the generic loops (tests/test_beam_search.py checks this). Why they
+are hand-written: the work they leave out.
 
 - sentences leave the batch as soon as their result is final (transformers keeps computing every sentence until the
   last one is done, so a batch costs as much as its longest translation);
 - at the first step the k beams of a sentence have the same prefix: one row is computed instead of k;
-- one decoder step is the layer arithmetic itself (no output dataclasses, mask builders, cache objects or
-  logits-processor plumbing per step): the source K/V are projected once per sentence, a sentence's beams query them
-  together, and the self-attention K/V live in two preallocated buffers, so reordering beams is one copy per step
-  instead of transformers' copy + concatenation;
+- a decoder step runs each layer's own `VaswaniDecoderLayer.sublayers` (the structure `forward` runs) with attention
+  done here, without output dataclasses, mask builders, cache objects or logits-processor plumbing per step: the
+  source K/V are projected once per sentence, a sentence's beams query them together, and the self-attention K/V
+  live in two preallocated buffers, so reordering beams is one copy per step instead of transformers' copy +
+  concatenation;
 - sequence bookkeeping touches only the generated prefix, not a (batch, 2k, max_length) tensor per step.
 
-This file is copied next to the weights with the modeling file (a relative import), so it imports only torch.
+Shapes: A sentences still running, k beams, rows = A * k (A at the first step), V vocabulary, H heads.
+This file is copied next to the weights with the modeling files (a relative import), so it imports only torch.
 """
 
 from collections.abc import Callable
+from dataclasses import dataclass, fields
+from functools import partial
 
 import torch
 from torch import nn
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# One decoder step (Section 3.1) over the loops' own K/V storage
+# ---------------------------------------------------------------------------------------------------------------------
 
 
 class _SelfAttentionBuffers:
@@ -53,12 +63,12 @@ class _SelfAttentionBuffers:
         self.values[0][:, :length] = values[:, :length]
 
     def append(self, rows: int, position: int, key: torch.Tensor, value: torch.Tensor):
-        """Write one position's (rows, H, d) key and value; return the (rows, H, position + 1, d) prefixes."""
+        """Write one position's (rows, 1, H, d) key and value; return the (rows, H, position + 1, d) prefixes."""
         if position >= self.keys[self.current].shape[1]:
             self._grow(position)
         keys, values = self.keys[self.current], self.values[self.current]
-        keys[:rows, position] = key
-        values[:rows, position] = value
+        keys[:rows, position: position + 1] = key
+        values[:rows, position: position + 1] = value
         return keys[:rows, : position + 1].transpose(1, 2), values[:rows, : position + 1].transpose(1, 2)
 
     def reorder(self, rows: int, length: int, source_rows: torch.Tensor):
@@ -78,54 +88,72 @@ def _buffers(model, rows: int, max_positions: int, dtype, device) -> list[_SelfA
             for _ in model.get_decoder().layers]
 
 
-def _project_source(model, encoder_hidden_states, encoder_attention_mask):
-    """Every decoder layer's source K/V, (B, H, S, d), projected once per sentence; the additive padding mask
-    (B, 1, 1, S), or None when nothing is padded."""
-    config, dtype = model.config, encoder_hidden_states.dtype
-    keys, values = [], []
-    for layer in model.get_decoder().layers:
-        attn = layer.encoder_attn
-        keys.append(attn._split_heads(attn.k_proj(encoder_hidden_states), config.d_k))
-        values.append(attn._split_heads(attn.v_proj(encoder_hidden_states), config.d_v))
+@dataclass
+class _Source:
+    """Every decoder layer's source keys and values, (A, H, S, d), projected once per sentence, and the additive
+    padding mask (A, 1, 1, S), or None when nothing is padded."""
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    mask: torch.Tensor | None
+
+    def select(self, kept: torch.Tensor) -> "_Source":
+        """The sentences still running (`kept`: their current indices)."""
+        return _Source([x[kept] for x in self.keys], [x[kept] for x in self.values],
+                       self.mask[kept] if self.mask is not None else None)
+
+
+def project_source(model, encoder_hidden_states: torch.Tensor, encoder_attention_mask: torch.Tensor | None) -> _Source:
+    """The source K/V of every decoder layer's encoder-decoder attention (3.2.3) from the (A, S, D) encoder output."""
+    dtype = encoder_hidden_states.dtype
+    layers = model.get_decoder().layers
+    keys = [layer.encoder_attn.keys(encoder_hidden_states).transpose(1, 2) for layer in layers]  # (A, H, S, d_k)
+    values = [layer.encoder_attn.values(encoder_hidden_states).transpose(1, 2) for layer in layers]  # (A, H, S, d_v)
     mask = None
     if encoder_attention_mask is not None and not bool(encoder_attention_mask.bool().all()):
         batch, length = encoder_attention_mask.shape
         mask = torch.zeros(batch, 1, 1, length, dtype=dtype, device=encoder_hidden_states.device)
         mask.masked_fill_(~encoder_attention_mask.bool()[:, None, None, :], torch.finfo(dtype).min)
-    return keys, values, mask
+    return _Source(keys, values, mask)
 
 
-def _decoder_step(model, tokens, step, positions, buffers, cross_keys, cross_values, cross_mask, group):
-    """One decoder step for every running row (Section 3.1; dropout is off in eval): (rows,) last tokens -> (rows, D)
-    final hidden states. Rows are sentences x `group` consecutive beams; the beams of a sentence query its source
-    K/V together."""
-    config, decoder = model.config, model.get_decoder()
-    heads, d_k, d_v = config.num_heads, config.d_k, config.d_v
-    rows = tokens.shape[0]
-    alive = rows // group
-    hidden = decoder.embed_tokens(tokens) * decoder.embed_scale  # (rows, D)
-    hidden = hidden + decoder.embed_positions(positions[step: step + 1], step + 1).to(hidden.dtype)
-    for layer, buffer, keys_x, values_x in zip(decoder.layers, buffers, cross_keys, cross_values):
-        attn = layer.self_attn
-        query = attn.q_proj(hidden).view(rows, heads, 1, d_k)
-        keys, values = buffer.append(rows, step, attn.k_proj(hidden).view(rows, heads, d_k),
-                                     attn.v_proj(hidden).view(rows, heads, d_v))
-        out = nn.functional.scaled_dot_product_attention(query, keys, values, scale=attn.scaling)  # (rows, H, 1, d_v)
-        hidden = layer.self_attn_layer_norm(hidden + attn.out_proj(out.view(rows, heads * d_v)))
-
-        attn = layer.encoder_attn
-        query = attn.q_proj(hidden).view(alive, group, heads, d_k).transpose(1, 2)  # (A, H, group, d_k)
-        out = nn.functional.scaled_dot_product_attention(query, keys_x, values_x, attn_mask=cross_mask,
-                                                         scale=attn.scaling)  # (A, H, group, d_v)
-        hidden = layer.encoder_attn_layer_norm(hidden + attn.out_proj(out.transpose(1, 2).reshape(rows, heads * d_v)))
-        hidden = layer.final_layer_norm(hidden + layer.feed_forward(hidden))
-    return hidden
+def _self_attention(attn, hidden: torch.Tensor, buffer: _SelfAttentionBuffers, step: int) -> torch.Tensor:
+    """Masked self-attention (3.2.3) of the new position: its key and value join the row's earlier ones in `buffer`
+    and its query attends to all step + 1 of them (no later position exists, so no mask). (rows, 1, D) -> same."""
+    keys, values = buffer.append(hidden.shape[0], step, attn.keys(hidden), attn.values(hidden))  # (rows, H, step+1, d)
+    query = attn.queries(hidden).transpose(1, 2)  # (rows, H, 1, d_k)
+    out = nn.functional.scaled_dot_product_attention(query, keys, values, scale=attn.scaling)  # (rows, H, 1, d_v)
+    return attn.output(out.transpose(1, 2))  # (rows, 1, D)
 
 
-def _keep_sentences(kept: torch.Tensor, cross_keys: list, cross_values: list, cross_mask: torch.Tensor | None):
-    """The source K/V and padding mask of the sentences still running (`kept`: their current indices)."""
-    return ([x[kept] for x in cross_keys], [x[kept] for x in cross_values],
-            cross_mask[kept] if cross_mask is not None else None)
+def _cross_attention(attn, hidden: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None,
+                     group: int) -> torch.Tensor:
+    """Encoder-decoder attention (3.2.3): the `group` consecutive rows of a sentence (its beams) query its source K/V,
+    (A, H, S, d), together. (rows, 1, D) -> (rows, 1, D)."""
+    rows, heads = hidden.shape[0], attn.num_heads
+    query = attn.queries(hidden).view(rows // group, group, heads, attn.d_k).transpose(1, 2)  # (A, H, group, d_k)
+    out = nn.functional.scaled_dot_product_attention(query, keys, values, attn_mask=mask,
+                                                     scale=attn.scaling)  # (A, H, group, d_v)
+    return attn.output(out.transpose(1, 2).reshape(rows, 1, heads, attn.d_v))  # (rows, 1, D)
+
+
+def decoder_step(model, tokens: torch.Tensor, step: int, buffers: list[_SelfAttentionBuffers], source: _Source,
+                 group: int) -> torch.Tensor:
+    """One decoder position for every running row (Section 3.1; the model is in eval mode, so dropout is off):
+    (rows,) last tokens -> (rows, D) final hidden states. The embedding and every layer are the model's own
+    (`VaswaniStack.embed`, `VaswaniDecoderLayer.sublayers`); only how attention reads its keys and values is done
+    here. Rows are sentences x `group` consecutive beams."""
+    decoder = model.get_decoder()
+    hidden, _ = decoder.embed(tokens[:, None], None, step)  # (rows, 1, D), position `step`
+    for layer, buffer, keys, values in zip(decoder.layers, buffers, source.keys, source.values):
+        hidden = layer.sublayers(hidden, partial(_self_attention, buffer=buffer, step=step),
+                                 partial(_cross_attention, keys=keys, values=values, mask=source.mask, group=group))
+    return hidden[:, 0]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Candidate scores: the length limit, min_length, and the top 2k
+# ---------------------------------------------------------------------------------------------------------------------
 
 
 def force_eos(scores: torch.Tensor, rows: torch.Tensor, eos_token_id: int) -> torch.Tensor:
@@ -134,6 +162,18 @@ def force_eos(scores: torch.Tensor, rows: torch.Tensor, eos_token_id: int) -> to
     forced = torch.full_like(scores[0], -float("inf"))
     forced[eos_token_id] = 0.0
     return torch.where(rows.unsqueeze(-1), forced, scores)
+
+
+def _restrict(scores: torch.Tensor, step: int, min_steps: int, at_limit: torch.Tensor | None,
+              eos_token_id: int) -> torch.Tensor:
+    """What transformers' processors would do to the (rows, V) scores: no </s> before `min_steps` tokens
+    (MinLength / MinNewTokensLength, in place), and rows at their sentence's length limit may only emit </s>
+    (`SourceLengthLimitLogitsProcessor`'s rule)."""
+    if step < min_steps:
+        scores[:, eos_token_id] = -float("inf")
+    if at_limit is not None and bool(at_limit.any()):
+        scores = force_eos(scores, at_limit, eos_token_id)
+    return scores
 
 
 def top_candidates(log_probs: torch.Tensor, running_scores: torch.Tensor, keep: int, chunk: int = 128):
@@ -168,6 +208,140 @@ def top_candidates(log_probs: torch.Tensor, running_scores: torch.Tensor, keep: 
     return top, offsets.gather(1, picked)
 
 
+# ---------------------------------------------------------------------------------------------------------------------
+# Beam search: per-sentence state and the steps of transformers' `_beam_search`
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Beams:
+    """What beam search keeps per running sentence: A sentences (original index `ids`), k beams, at most `max_new`
+    generated tokens. Finished hypotheses are kept best first, scored log P / length_penalty(|Y|)."""
+
+    ids: torch.Tensor  # (A,)
+    running_scores: torch.Tensor  # (A, k) accumulated log P
+    running_tokens: torch.Tensor  # (A, k, max_new)
+    finished_scores: torch.Tensor  # (A, k)
+    finished_tokens: torch.Tensor  # (A, k, max_new)
+    finished_lengths: torch.Tensor  # (A, k)
+    finished_flags: torch.Tensor  # (A, k) a real hypothesis (not a -1e9 placeholder)
+    can_improve: torch.Tensor  # (A,) a running beam may still beat the worst finished hypothesis
+    source: _Source
+
+    @classmethod
+    def start(cls, batch: int, k: int, max_new: int, fill_value: int, source: _Source, device) -> "_Beams":
+        running_scores = torch.full((batch, k), -1.0e9, device=device)
+        running_scores[:, 0] = 0.0  # all beams start identical: only the first one may expand at step 1
+        return cls(
+            ids=torch.arange(batch, device=device),
+            running_scores=running_scores,
+            running_tokens=torch.full((batch, k, max_new), fill_value, dtype=torch.long, device=device),
+            finished_scores=torch.full((batch, k), -1.0e9, device=device),
+            finished_tokens=torch.full((batch, k, max_new), fill_value, dtype=torch.long, device=device),
+            finished_lengths=torch.zeros(batch, k, dtype=torch.long, device=device),
+            finished_flags=torch.zeros(batch, k, dtype=torch.bool, device=device),
+            can_improve=torch.ones(batch, dtype=torch.bool, device=device),
+            source=source,
+        )
+
+    def select(self, kept: torch.Tensor) -> "_Beams":
+        """The sentences still running (`kept`: their current indices)."""
+        return _Beams(**{f.name: getattr(self, f.name)[kept] for f in fields(self) if f.name != "source"},
+                      source=self.source.select(kept))
+
+
+def _candidates(log_probs: torch.Tensor, beams: _Beams, group: int, keep: int, step: int):
+    """Step 2: the `keep` = 2k best (beam, token) candidates of each sentence by accumulated log P: their scores,
+    beams of origin and new tokens (A, 2k), and their token sequences (A, 2k, step + 1)."""
+    alive, k = beams.running_scores.shape
+    vocab = log_probs.shape[-1]
+    log_probs = log_probs.view(alive, group, vocab).expand(alive, k, vocab)  # group 1: k identical beams
+    top_scores, top_indices = top_candidates(log_probs, beams.running_scores, keep)  # (A, 2k)
+    origins, new_tokens = top_indices // vocab, top_indices % vocab
+    prefixes = beams.running_tokens[:, :, :step].gather(1, origins[:, :, None].expand(alive, keep, step))
+    return top_scores, origins, new_tokens, torch.cat([prefixes, new_tokens[:, :, None]], dim=2)
+
+
+def _add_finished(beams: _Beams, top_scores, candidates, just_finished, step: int, length_penalty: Callable,
+                  early_stopping, fill_value: int):
+    """Step 4: candidates among the best k that finished now, scored log P / lp(|Y|), enter the sentence's k best
+    finished hypotheses (unless it can no longer improve, or, with `early_stopping=True`, already has k)."""
+    alive, keep, _ = candidates.shape
+    k, max_new = beams.finished_tokens.shape[1:]
+    normalised = top_scores / length_penalty(step + 1)
+    if early_stopping is True:
+        normalised = normalised + beams.finished_flags.all(1, keepdim=True).float() * -1.0e9
+    normalised = normalised + (~beams.can_improve)[:, None].float() * -1.0e9
+    normalised = normalised + (~just_finished) * -1.0e9
+    merged_scores = torch.cat([beams.finished_scores, normalised], dim=1)  # (A, 3k)
+    best = torch.topk(merged_scores, k).indices
+    beams.finished_scores = merged_scores.gather(1, best)
+    beams.finished_flags = torch.cat([beams.finished_flags, just_finished], dim=1).gather(1, best)
+    padded = torch.full((alive, keep, max_new), fill_value, dtype=torch.long, device=candidates.device)
+    padded[:, :, : step + 1] = candidates
+    beams.finished_tokens = torch.cat([beams.finished_tokens, padded], dim=1).gather(
+        1, best[:, :, None].expand(alive, k, max_new))
+    lengths = torch.full((alive, keep), step + 1, dtype=torch.long, device=candidates.device)
+    beams.finished_lengths = torch.cat([beams.finished_lengths, lengths], dim=1).gather(1, best)
+
+
+def _run_on(beams: _Beams, top_scores, hits, candidates, origins, group: int, step: int) -> torch.Tensor:
+    """Step 3: the k best candidates that did not finish run on. Returns (A, k): the row of this step each of them
+    continues (for reordering the self-attention buffers)."""
+    alive, k = beams.running_scores.shape
+    running_all = top_scores + hits.float() * -1.0e9
+    chosen = torch.topk(running_all, k).indices  # (A, k)
+    beams.running_scores = running_all.gather(1, chosen)
+    beams.running_tokens[:, :, : step + 1] = candidates.gather(1, chosen[:, :, None].expand(alive, k, step + 1))
+    source_rows = origins.gather(1, chosen) if group > 1 else torch.zeros_like(chosen)
+    return source_rows + torch.arange(alive, device=chosen.device)[:, None] * group
+
+
+def _sentences_done(beams: _Beams, step: int, length_bounds, length_penalty: Callable, alpha: float, early_stopping,
+                    num_return_sequences: int, max_length: int) -> torch.Tensor:
+    """Step 5: (A,) True for the sentences whose result is final; updates `beams.can_improve`.
+
+    The best score a running beam can still finish with is exact: log P only falls as a beam grows, and lp(|Y|) grows
+    with it for alpha > 0 (shrinks for alpha < 0), so it is log P / lp(the sentence's longest |Y|) (for alpha > 0).
+    `early_stopping="never"` (the paper's t2t bound) compares it with the worst finished hypothesis; False uses the
+    current length instead (transformers' heuristic); True also stops once k hypotheses have finished.
+    """
+    current_length = torch.full_like(beams.ids, step + 1)
+    exact_bound = beams.running_scores[:, 0] / length_penalty(
+        (length_bounds[beams.ids] if alpha > 0.0 else current_length).float())
+    if early_stopping == "never":
+        best_possible = exact_bound
+    else:
+        best_possible = beams.running_scores[:, 0] / length_penalty(current_length.float())
+    worst_finished = torch.where(beams.finished_flags, beams.finished_scores.min(1, keepdim=True).values, -1.0e9)
+    beams.can_improve = beams.can_improve & (best_possible[:, None] > worst_finished).any(1)
+    done = ~beams.can_improve
+    # The n hypotheses returned are final once no running beam can beat the n-th best finished one even at its
+    # longest: only hypotheses that score below it could still finish, and they cannot enter the n best, so the
+    # result is transformers' (whose loop goes on until k have finished) with fewer steps. The 1e-6 slack keeps
+    # float rounding of lp from ever stopping a sentence that could still change.
+    n = num_return_sequences
+    upper_bound = exact_bound + exact_bound.abs() * 1.0e-6
+    done = done | (beams.finished_flags[:, n - 1] & (upper_bound < beams.finished_scores[:, n - 1]))
+    if early_stopping is True:
+        done = done | beams.finished_flags.all(1)
+    if step + 2 >= max_length:
+        done = torch.ones_like(done)
+    return done
+
+
+def _sequences(tokens: torch.Tensor, lengths: torch.Tensor, decoder_start_ids: torch.Tensor, n: int,
+               fill_value: int) -> torch.Tensor:
+    """(B, >= n, max_new) tokens best first and their lengths -> (B * n, 1 + longest): the start token and the n best
+    hypotheses of every sentence, padded with `fill_value`."""
+    batch = tokens.shape[0]
+    longest = int(lengths[:, :n].max()) if batch else 0
+    sequences = torch.full((batch * n, 1 + longest), fill_value, dtype=torch.long, device=tokens.device)
+    sequences[:, 0] = decoder_start_ids.to(tokens.device).repeat_interleave(n)
+    sequences[:, 1:] = tokens[:, :n, :longest].reshape(batch * n, longest)
+    return sequences
+
+
 @torch.no_grad()
 def lean_beam_search(
     model: nn.Module,
@@ -191,157 +365,63 @@ def lean_beam_search(
     Per step and per sentence, as transformers' `GenerationMixin._beam_search` (v5) does:
     1. log P of every next token for every running beam; a beam at its sentence's length limit may only emit </s>,
        and none may before `min_steps` tokens;
-    2. the 2k best (beam, token) candidates by accumulated log P;
-    3. the best k candidates that did not finish (</s> or the global max length) run on;
+    2. the 2k best (beam, token) candidates by accumulated log P (`_candidates`);
+    3. the best k candidates that did not finish (</s> or the global max length) run on (`_run_on`);
     4. those among the best k that did finish enter the sentence's k finished hypotheses if their score
-       log P / length_penalty(|Y|) is among the k best so far (unless the sentence can no longer improve);
-    5. the sentence is done when no running beam can beat its worst finished hypothesis even at full length
-       (`early_stopping="never"`, the paper's t2t bound; the bound here uses the sentence's own length limit, which is
-       still an upper bound, so results are unchanged and sentences stop sooner), at the current length
-       (`early_stopping=False`), or once k hypotheses have finished (`early_stopping=True`); and, whatever the rule,
-       as soon as the `num_return_sequences` best are final: no running beam, even at its longest, can beat the n-th
-       best finished one (with n = 1, the usual case, the search need not wait for k hypotheses to finish).
+       log P / length_penalty(|Y|) is among the k best so far (`_add_finished`);
+    5. a sentence is done when no running beam can beat its worst finished hypothesis even at full length (`"never"`,
+       the paper's t2t bound, here with the sentence's own length limit: still an upper bound, so the same results,
+       sooner), at the current length (False), once k hypotheses have finished (True), or, whatever the rule, as
+       soon as its `num_return_sequences` best are final (`_sentences_done`). Done sentences leave the batch.
 
-    Returns (B * num_return_sequences, 1 + longest) token ids: the start token, the best hypotheses in descending
-    score order, padded with `fill_value` (as transformers pads).
-    """
+    Returns (B * num_return_sequences, 1 + longest) ids: the start token, the best hypotheses in descending score
+    order, padded with `fill_value` (as transformers pads)."""
     device, dtype = encoder_hidden_states.device, encoder_hidden_states.dtype
     batch = encoder_hidden_states.shape[0]
     k, keep = num_beams, 2 * num_beams  # transformers keeps (1 + number of eos ids) * k candidates per step
     max_new = max_length - 1  # generated tokens after the start token
-    if limits is not None:
-        limits = limits.to(device)  # (B,) a beam reaching its limit may only emit </s>
-        length_bounds = limits.clamp(max=max_new)  # (B,) no hypothesis can be longer (for the early-stop bound)
-    else:
-        length_bounds = torch.full((batch,), max_new, dtype=torch.long, device=device)
-    if isinstance(alpha, torch.Tensor):
-        alpha = float(alpha)
-
-    # -- per-sentence state (A = sentences still running) ------------------------------------------------------------
-    sentence_ids = torch.arange(batch, device=device)  # original index of each running sentence
-    cross_keys, cross_values, cross_mask = _project_source(model, encoder_hidden_states, encoder_attention_mask)
-
-    running_scores = torch.full((batch, k), -1.0e9, device=device)  # (A, k) accumulated log P
-    running_scores[:, 0] = 0.0  # all beams start identical: only the first one may expand at step 1
-    running_tokens = torch.full((batch, k, max_new), fill_value, dtype=torch.long, device=device)
-    finished_scores = torch.full((batch, k), -1.0e9, device=device)  # (A, k) normalised scores, best first
-    finished_tokens = torch.full((batch, k, max_new), fill_value, dtype=torch.long, device=device)
-    finished_lengths = torch.zeros(batch, k, dtype=torch.long, device=device)
-    finished_flags = torch.zeros(batch, k, dtype=torch.bool, device=device)
-    can_improve = torch.ones(batch, dtype=torch.bool, device=device)
-    # results of sentences that are done, by original index
-    out_tokens = torch.full((batch, k, max_new), fill_value, dtype=torch.long, device=device)
+    limits = limits.to(device) if limits is not None else None  # (B,) a beam at its limit may only emit </s>
+    # (B,) no hypothesis can be longer (for the early-stop bound)
+    length_bounds = limits.clamp(max=max_new) if limits is not None else torch.full((batch,), max_new, device=device)
+    alpha = float(alpha)
+    source = project_source(model, encoder_hidden_states, encoder_attention_mask)
+    beams = _Beams.start(batch, k, max_new, fill_value, source, device)
+    out_tokens = torch.full((batch, k, max_new), fill_value, dtype=torch.long, device=device)  # by original index
     out_lengths = torch.zeros(batch, k, dtype=torch.long, device=device)
-
     buffers = _buffers(model, batch * k, max_new, dtype, device)
-    positions = torch.arange(max_new, device=device)
     top_num_beams = torch.arange(keep, device=device) < k  # only the best k candidates may finish (transformers)
-    n = num_return_sequences
 
     tokens = decoder_start_ids.to(device)  # (rows,) the last token of every running beam
     group = 1  # rows per sentence: 1 at the first step (identical beams), then k
     for step in range(max_new):
-        alive, rows = sentence_ids.shape[0], tokens.shape[0]
-
-        hidden = _decoder_step(model, tokens, step, positions, buffers, cross_keys, cross_values, cross_mask, group)
+        rows = tokens.shape[0]
+        hidden = decoder_step(model, tokens, step, buffers, beams.source, group)
         log_probs = nn.functional.log_softmax(model.lm_head(hidden).float(), dim=-1)  # (rows, V)
-        vocab = log_probs.shape[-1]
-
-        if step < min_steps:  # transformers' MinLength / MinNewTokensLength processors: no </s> yet
-            log_probs[:, eos_token_id] = -float("inf")
-        # a beam at its sentence's length limit may only emit </s> (SourceLengthLimitLogitsProcessor's rule)
-        at_limit = step + 1 >= limits[sentence_ids] if limits is not None else None  # (A,)
-        if at_limit is not None and bool(at_limit.any()):
-            log_probs = force_eos(log_probs, at_limit.repeat_interleave(group), eos_token_id)
-
-        # -- the 2k best candidates of each sentence -----------------------------------------------------------------
-        log_probs = log_probs.view(alive, group, vocab).expand(alive, k, vocab)  # group 1: k identical beams
-        top_scores, top_indices = top_candidates(log_probs, running_scores, keep)  # (A, 2k)
-        origins, new_tokens = top_indices // vocab, top_indices % vocab
+        at_limit = (step + 1 >= limits[beams.ids]).repeat_interleave(group) if limits is not None else None
+        log_probs = _restrict(log_probs, step, min_steps, at_limit, eos_token_id)
+        top_scores, origins, new_tokens, candidates = _candidates(log_probs, beams, group, keep, step)
         hits = new_tokens == eos_token_id
         if step + 2 >= max_length:  # transformers' MaxLengthCriteria: every candidate ends here
             hits = torch.ones_like(hits)
-        prefixes = running_tokens[:, :, :step].gather(1, origins[:, :, None].expand(alive, keep, step))
-        candidates = torch.cat([prefixes, new_tokens[:, :, None]], dim=2)  # (A, 2k, step + 1)
-
-        # -- finished hypotheses: log P / lp(|Y|), merged with the sentence's k best so far --------------------------
         just_finished = hits & top_num_beams
         if bool(just_finished.any()):
-            normalised = top_scores / length_penalty(step + 1)
-            if early_stopping is True:
-                normalised = normalised + finished_flags.all(1, keepdim=True).float() * -1.0e9
-            normalised = normalised + (~can_improve)[:, None].float() * -1.0e9
-            normalised = normalised + (~just_finished) * -1.0e9
-            merged_scores = torch.cat([finished_scores, normalised], dim=1)  # (A, 3k)
-            best = torch.topk(merged_scores, k).indices
-            finished_scores = merged_scores.gather(1, best)
-            finished_flags = torch.cat([finished_flags, just_finished], dim=1).gather(1, best)
-            padded = torch.full((alive, keep, max_new), fill_value, dtype=torch.long, device=device)
-            padded[:, :, : step + 1] = candidates
-            finished_tokens = torch.cat([finished_tokens, padded], dim=1).gather(
-                1, best[:, :, None].expand(alive, k, max_new))
-            lengths = torch.full((alive, keep), step + 1, dtype=torch.long, device=device)
-            finished_lengths = torch.cat([finished_lengths, lengths], dim=1).gather(1, best)
-
-        # -- the k best unfinished candidates run on -----------------------------------------------------------------
-        running_all = top_scores + hits.float() * -1.0e9
-        chosen = torch.topk(running_all, k).indices  # (A, k)
-        running_scores = running_all.gather(1, chosen)
-        running_tokens[:, :, : step + 1] = candidates.gather(1, chosen[:, :, None].expand(alive, k, step + 1))
-        source_rows = origins.gather(1, chosen) if group > 1 else torch.zeros_like(chosen)
-        source_rows = source_rows + torch.arange(alive, device=device)[:, None] * group  # (A, k) rows of this step
-
-        # -- can a running beam still beat the worst finished hypothesis? ----------------------------------------------
-        # The best score any running beam can still finish with (exact: log P only falls as a beam grows, and lp(|Y|)
-        # grows with it for alpha > 0, shrinks for alpha < 0): "never" compares it with the worst finished
-        # hypothesis; False uses the current length instead (transformers' heuristic).
-        current_length = torch.full_like(sentence_ids, step + 1)
-        exact_bound = running_scores[:, 0] / length_penalty(
-            (length_bounds[sentence_ids] if alpha > 0.0 else current_length).float())
-        if early_stopping == "never":
-            best_possible = exact_bound
-        else:
-            best_possible = running_scores[:, 0] / length_penalty(current_length.float())
-        worst_finished = torch.where(finished_flags, finished_scores.min(1, keepdim=True).values, -1.0e9)
-        can_improve = can_improve & (best_possible[:, None] > worst_finished).any(1)
-        done = ~can_improve
-        # The n hypotheses returned are final once no running beam can beat the n-th best finished one even at its
-        # longest: only hypotheses that score below it could still finish, and they cannot enter the n best, so the
-        # result is transformers' (whose loop goes on until k have finished) with fewer steps. The 1e-6 slack keeps
-        # float rounding of lp from ever stopping a sentence that could still change.
-        upper_bound = exact_bound + exact_bound.abs() * 1.0e-6
-        done = done | (finished_flags[:, n - 1] & (upper_bound < finished_scores[:, n - 1]))
-        if early_stopping is True:
-            done = done | finished_flags.all(1)
-        if step + 2 >= max_length:
-            done = torch.ones_like(done)
-
-        # -- sentences that are done leave the batch --------------------------------------------------------------
-        if bool(done.any()):
-            finished_ids = sentence_ids[done]
-            out_tokens[finished_ids] = finished_tokens[done]
-            out_lengths[finished_ids] = finished_lengths[done]
+            _add_finished(beams, top_scores, candidates, just_finished, step, length_penalty, early_stopping,
+                          fill_value)
+        source_rows = _run_on(beams, top_scores, hits, candidates, origins, group, step)  # (A, k)
+        done = _sentences_done(beams, step, length_bounds, length_penalty, alpha, early_stopping,
+                               num_return_sequences, max_length)
+        if bool(done.any()):  # sentences that are done leave the batch
+            out_tokens[beams.ids[done]] = beams.finished_tokens[done]
+            out_lengths[beams.ids[done]] = beams.finished_lengths[done]
             if bool(done.all()):
                 break
             kept = (~done).nonzero().squeeze(1)
-            sentence_ids = sentence_ids[kept]
-            running_scores, running_tokens = running_scores[kept], running_tokens[kept]
-            finished_scores, finished_tokens = finished_scores[kept], finished_tokens[kept]
-            finished_lengths, finished_flags = finished_lengths[kept], finished_flags[kept]
-            can_improve, source_rows = can_improve[kept], source_rows[kept]
-            cross_keys, cross_values, cross_mask = _keep_sentences(kept, cross_keys, cross_values, cross_mask)
-        source_rows = source_rows.reshape(-1)
+            beams, source_rows = beams.select(kept), source_rows[kept]
         for buffer in buffers:
-            buffer.reorder(rows, step + 1, source_rows)
-        tokens = running_tokens[:, :, step].reshape(-1)
+            buffer.reorder(rows, step + 1, source_rows.reshape(-1))
+        tokens = beams.running_tokens[:, :, step].reshape(-1)
         group = k
-
-    # -- the best `num_return_sequences` hypotheses of each sentence ------------------------------------------------
-    longest = int(out_lengths[:, :n].max()) if batch else 0
-    sequences = torch.full((batch * n, 1 + longest), fill_value, dtype=torch.long, device=device)
-    sequences[:, 0] = decoder_start_ids.to(device).repeat_interleave(n)
-    sequences[:, 1:] = out_tokens[:, :n, :longest].reshape(batch * n, longest)
-    return sequences
+    return _sequences(out_tokens, out_lengths, decoder_start_ids, num_return_sequences, fill_value)
 
 
 @torch.no_grad()
@@ -365,38 +445,28 @@ def lean_greedy_search(
     device, dtype = encoder_hidden_states.device, encoder_hidden_states.dtype
     batch = encoder_hidden_states.shape[0]
     max_new = max_length - 1
-    cross_keys, cross_values, cross_mask = _project_source(model, encoder_hidden_states, encoder_attention_mask)
+    source = project_source(model, encoder_hidden_states, encoder_attention_mask)
     buffers = _buffers(model, batch, max_new, dtype, device)
-    positions = torch.arange(max_new, device=device)
     if limits is not None:
         limits = limits.to(device)
     sentence_ids = torch.arange(batch, device=device)
-    generated = torch.full((batch, max(max_new, 0)), fill_value, dtype=torch.long, device=device)
+    generated = torch.full((batch, 1, max(max_new, 0)), fill_value, dtype=torch.long, device=device)
     tokens = decoder_start_ids.to(device)
     longest = 0
     for step in range(max_new):
         rows = tokens.shape[0]
-        hidden = _decoder_step(model, tokens, step, positions, buffers, cross_keys, cross_values, cross_mask, 1)
-        logits = model.lm_head(hidden).float()  # (rows, V)
-        if step < min_steps:
-            logits[:, eos_token_id] = -float("inf")
-        if limits is not None:
-            at_limit = step + 1 >= limits[sentence_ids]
-            if bool(at_limit.any()):
-                logits = force_eos(logits, at_limit, eos_token_id)
-        tokens = logits.argmax(-1)  # (rows,)
-        generated[sentence_ids, step] = tokens
+        logits = model.lm_head(decoder_step(model, tokens, step, buffers, source, 1)).float()  # (rows, V)
+        at_limit = step + 1 >= limits[sentence_ids] if limits is not None else None
+        tokens = _restrict(logits, step, min_steps, at_limit, eos_token_id).argmax(-1)  # (rows,)
+        generated[sentence_ids, 0, step] = tokens
         longest = step + 1
         done = tokens == eos_token_id
         if bool(done.all()):
             break
         if bool(done.any()):
             kept = (~done).nonzero().squeeze(1)
-            sentence_ids, tokens = sentence_ids[kept], tokens[kept]
-            cross_keys, cross_values, cross_mask = _keep_sentences(kept, cross_keys, cross_values, cross_mask)
+            sentence_ids, tokens, source = sentence_ids[kept], tokens[kept], source.select(kept)
             for buffer in buffers:
                 buffer.reorder(rows, step + 1, kept)
-    sequences = torch.full((batch, 1 + longest), fill_value, dtype=torch.long, device=device)
-    sequences[:, 0] = decoder_start_ids.to(device)
-    sequences[:, 1:] = generated[:, :longest]
-    return sequences
+    lengths = torch.full((batch, 1), longest, dtype=torch.long, device=device)
+    return _sequences(generated, lengths, decoder_start_ids, 1, fill_value)

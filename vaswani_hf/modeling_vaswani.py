@@ -1,13 +1,18 @@
 """The original Transformer ("Attention Is All You Need", Vaswani et al., 2017) as a native transformers model.
 
 Read top to bottom, this file follows the paper's Section 3:
-    positions (3.5) -> attention (3.2, Eq. 1) -> feed-forward (3.3, Eq. 2) -> encoder / decoder layers (3.1)
-    -> encoder / decoder stacks with shared, scaled embeddings (3.4) -> the seq2seq model and its loss (5.4).
+    positions (3.5) -> attention (3.2, Eq. 1) -> feed-forward (3.3, Eq. 2) -> encoder / decoder layers (3.1) with
+    residual dropout (5.4) -> encoder / decoder stacks with shared, scaled embeddings (3.4) -> the seq2seq model and
+    its label-smoothed loss (5.4).
+Decoding (Section 6.1: beam 4, GNMT length penalty, input + 50) is `VaswaniGenerationMixin` in
+generation_vaswani.py, which `VaswaniForConditionalGeneration` inherits (as transformers' Marian inherits
+`GenerationMixin`); its lean beam search and greedy loops (beam_search_vaswani.py) run the decoder layers through the
+same `VaswaniDecoderLayer.sublayers` as `forward` does.
 
 Shapes: B batch, S source length, T target length, D d_model, H heads, V vocabulary.
 
 This file is copied next to the weights on `save_pretrained` and runs under `trust_remote_code=True` on machines
-without `vaswani_hf`, so it imports only torch, transformers and its own configuration file (relative import).
+without `vaswani_hf`, so it imports only torch, transformers and its sibling files (relative imports).
 Where the paper is silent we follow tensor2tensor's first release (t2t v1, June 2017) and say so.
 """
 
@@ -18,9 +23,6 @@ import torch
 from torch import nn
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.generation import GenerationConfig, GenerationMixin, LogitsProcessor, LogitsProcessorList
-from transformers.generation.logits_process import MinLengthLogitsProcessor, MinNewTokensLengthLogitsProcessor
-from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
@@ -34,21 +36,14 @@ from transformers.utils import can_return_tuple, logging
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from .beam_search_vaswani import force_eos, lean_beam_search, lean_greedy_search, top_candidates
 from .configuration_vaswani import VaswaniConfig
+from .generation_vaswani import VaswaniGenerationMixin, default_generation_config
+
+# Section 6.1 decoding lives in generation_vaswani.py; these names stay importable from here for the package modules
+# that still import them from modeling_vaswani (to be switched to generation_vaswani).
+from .generation_vaswani import SourceLengthLimitLogitsProcessor, fast_topk, gnmt_length_penalty  # noqa: F401, E402
 
 logger = logging.get_logger(__name__)
-
-
-def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
-    """Teacher forcing input: the target shifted one step right, starting with `decoder_start_token_id` (3.1).
-
-    labels: (B, T) with -100 at ignored positions -> (B, T) decoder input ids.
-    """
-    shifted = labels.new_full(labels.shape, pad_token_id)
-    shifted[:, 1:] = labels[:, :-1]
-    shifted[:, 0] = decoder_start_token_id
-    return shifted.masked_fill_(shifted == -100, pad_token_id)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -171,6 +166,9 @@ class VaswaniAttention(nn.Module):
     The paper's projections have no bias (`config.attention_bias=False`).
     With `is_cross_attention` the keys and values come from the encoder output and are computed once per source
     sentence during generation (kept in the cross-attention cache).
+
+    `queries`, `keys`, `values` and `output` are the four projections with the heads split / merged; `forward` uses
+    them, and so do the lean decoding loops (beam_search_vaswani.py), which attend over their own K/V buffers.
     """
 
     def __init__(self, config: VaswaniConfig, is_causal: bool = False, is_cross_attention: bool = False,
@@ -191,8 +189,21 @@ class VaswaniAttention(nn.Module):
         self.v_proj = nn.Linear(config.d_model, self.num_heads * self.d_v, bias=bias)
         self.out_proj = nn.Linear(self.num_heads * self.d_v, config.d_model, bias=bias)
 
-    def _split_heads(self, x: torch.Tensor, width: int) -> torch.Tensor:
-        return x.view(*x.shape[:-1], self.num_heads, width).transpose(1, 2)  # (B, L, H*w) -> (B, H, L, w)
+    def queries(self, x: torch.Tensor) -> torch.Tensor:
+        """Q W^Q for every head: (..., D) -> (..., H, d_k)."""
+        return self.q_proj(x).unflatten(-1, (self.num_heads, self.d_k))
+
+    def keys(self, x: torch.Tensor) -> torch.Tensor:
+        """K W^K for every head: (..., D) -> (..., H, d_k)."""
+        return self.k_proj(x).unflatten(-1, (self.num_heads, self.d_k))
+
+    def values(self, x: torch.Tensor) -> torch.Tensor:
+        """V W^V for every head: (..., D) -> (..., H, d_v)."""
+        return self.v_proj(x).unflatten(-1, (self.num_heads, self.d_v))
+
+    def output(self, heads: torch.Tensor) -> torch.Tensor:
+        """Concat(head_1, ..., head_h) W^O: (..., H, d_v) -> (..., D)."""
+        return self.out_proj(heads.flatten(-2))
 
     def forward(
         self,
@@ -200,26 +211,14 @@ class VaswaniAttention(nn.Module):
         key_value_states: torch.Tensor | None = None,  # (B, S, D) encoder output for cross-attention
         attention_mask: torch.Tensor | None = None,
         past_key_values: Cache | None = None,
-        cross_group: int = 1,
-        group_queries: bool = False,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """`cross_group` g > 1 (beam search, cross-attention only): the rows of `hidden_states` are B sentences times
-        g beams, consecutive, and the g copies of each sentence's encoder output are identical, so the source K/V are
-        projected once per sentence. With `group_queries` they are also kept once per sentence, (B/g, H, S, d), and
-        the g beams' queries attend to them together (less memory traffic; equal up to float rounding, ~1e-7);
-        otherwise they are repeated for the g beams (bit-identical to projecting every row).
-        """
-        batch, q_len = hidden_states.shape[:2]
-        query = self._split_heads(self.q_proj(hidden_states), self.d_k)  # (B, H, T_q, d_k)
+        query = self.queries(hidden_states).transpose(1, 2)  # (B, H, T_q, d_k)
 
-        cache = None
-        if past_key_values is not None:
-            if isinstance(past_key_values, EncoderDecoderCache):
-                cache = (past_key_values.cross_attention_cache if self.is_cross_attention
-                         else past_key_values.self_attention_cache)
-            else:
-                cache = past_key_values
+        cache = past_key_values
+        if isinstance(past_key_values, EncoderDecoderCache):
+            cache = (past_key_values.cross_attention_cache if self.is_cross_attention
+                     else past_key_values.self_attention_cache)
 
         if self.is_cross_attention and cache is not None and past_key_values.is_updated.get(self.layer_idx):
             # the source's K/V were projected at the first decoding step: reuse them
@@ -227,12 +226,8 @@ class VaswaniAttention(nn.Module):
             value = cache.layers[self.layer_idx].values
         else:
             source = key_value_states if self.is_cross_attention else hidden_states
-            if cross_group > 1:
-                source = source[::cross_group]  # one copy per sentence
-            key = self._split_heads(self.k_proj(source), self.d_k)  # (B, H, T_k, d_k)
-            value = self._split_heads(self.v_proj(source), self.d_v)  # (B, H, T_k, d_v)
-            if cross_group > 1 and not group_queries:
-                key, value = key.repeat_interleave(cross_group, 0), value.repeat_interleave(cross_group, 0)
+            key = self.keys(source).transpose(1, 2)  # (B, H, T_k, d_k)
+            value = self.values(source).transpose(1, 2)  # (B, H, T_k, d_v)
             if cache is not None:
                 key, value = cache.update(key, value, self.layer_idx)
                 if self.is_cross_attention:
@@ -241,11 +236,6 @@ class VaswaniAttention(nn.Module):
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
-        if not group_queries:
-            cross_group = 1
-        if cross_group > 1:  # (B*g, H, T_q, d_k) -> (B, H, g*T_q, d_k): a sentence's beams share its K/V
-            query = query.view(batch // cross_group, cross_group, self.num_heads, q_len, self.d_k).transpose(1, 2)
-            query = query.reshape(batch // cross_group, self.num_heads, cross_group * q_len, self.d_k)
         output, weights = attention_interface(
             self,
             query,
@@ -256,12 +246,7 @@ class VaswaniAttention(nn.Module):
             scaling=self.scaling,
             **kwargs,
         )
-        if cross_group > 1 and weights is not None:  # (B, H, g*T_q, S) -> (B*g, H, T_q, S)
-            weights = weights.view(batch // cross_group, self.num_heads, cross_group, q_len, -1).transpose(1, 2)
-            weights = weights.reshape(batch, self.num_heads, q_len, -1)
-        # (B, T_q, H, d_v), or (B/g, g*T_q, H, d_v) grouped, which has the same memory layout
-        output = self.out_proj(output.reshape(batch, q_len, self.num_heads * self.d_v))  # (B, T_q, D)
-        return output, weights
+        return self.output(output), weights  # (B, T_q, D), (B, H, T_q, T_k) or None
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -292,6 +277,13 @@ class VaswaniFeedForward(nn.Module):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+def add_and_norm(norm: nn.LayerNorm, x: torch.Tensor, sublayer_output: torch.Tensor, p: float,
+                 training: bool) -> torch.Tensor:
+    """LayerNorm(x + Dropout(Sublayer(x))): the residual connection around every sub-layer, followed by layer
+    normalisation (Section 3.1, "Add & Norm" in Figure 1), with residual dropout on the sub-layer's output (5.4)."""
+    return norm(x + dropout(sublayer_output, p, training))
+
+
 class VaswaniEncoderLayer(GradientCheckpointingLayer):
     """Self-attention, then feed-forward; each wrapped as LayerNorm(x + Dropout(Sublayer(x))) (3.1, 5.4)."""
 
@@ -304,19 +296,23 @@ class VaswaniEncoderLayer(GradientCheckpointingLayer):
         self.dropout = config.dropout
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
-        residual = hidden_states
-        hidden_states, _ = self.self_attn(hidden_states, attention_mask=attention_mask, **kwargs)
-        hidden_states = dropout(hidden_states, self.dropout, self.training)
-        hidden_states = self.self_attn_layer_norm(residual + hidden_states)
+        attended, _ = self.self_attn(hidden_states, attention_mask=attention_mask, **kwargs)
+        hidden_states = add_and_norm(self.self_attn_layer_norm, hidden_states, attended, self.dropout, self.training)
+        return add_and_norm(self.final_layer_norm, hidden_states, self.feed_forward(hidden_states), self.dropout,
+                            self.training)  # (B, S, D)
 
-        residual = hidden_states
-        hidden_states = self.feed_forward(hidden_states)
-        hidden_states = dropout(hidden_states, self.dropout, self.training)
-        return self.final_layer_norm(residual + hidden_states)  # (B, S, D)
+
+# How a decoder layer attends: (attention module, (B, T, D) queries' input) -> (B, T, D) sub-layer output.
+Attend = Callable[[VaswaniAttention, torch.Tensor], torch.Tensor]
 
 
 class VaswaniDecoderLayer(GradientCheckpointingLayer):
-    """Masked self-attention, encoder-decoder attention, feed-forward; each post-normed (3.1, 3.2.3)."""
+    """Masked self-attention, encoder-decoder attention, feed-forward; each post-normed (3.1, 3.2.3).
+
+    `sublayers` is the layer's structure, with how attention is computed left to the caller: `forward` attends with
+    transformers' cache objects and masks (training, transformers' generation loops); the lean decoding loops of
+    beam_search_vaswani.py attend over their own preallocated K/V for one new position. Both run this one layer.
+    """
 
     def __init__(self, config: VaswaniConfig, layer_idx: int | None = None):
         super().__init__()
@@ -328,6 +324,15 @@ class VaswaniDecoderLayer(GradientCheckpointingLayer):
         self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.dropout = config.dropout
 
+    def sublayers(self, hidden: torch.Tensor, self_attend: Attend, cross_attend: Attend) -> torch.Tensor:
+        """x = LN(x + Dropout(SelfAttn(x))); x = LN(x + Dropout(CrossAttn(x, encoder))); x = LN(x + Dropout(FFN(x)))
+        (Section 3.1). hidden: (B, T, D) -> (B, T, D)."""
+        hidden = add_and_norm(self.self_attn_layer_norm, hidden, self_attend(self.self_attn, hidden), self.dropout,
+                              self.training)
+        hidden = add_and_norm(self.encoder_attn_layer_norm, hidden, cross_attend(self.encoder_attn, hidden),
+                              self.dropout, self.training)
+        return add_and_norm(self.final_layer_norm, hidden, self.feed_forward(hidden), self.dropout, self.training)
+
     def forward(
         self,
         hidden_states: torch.Tensor,  # (B, T, D)
@@ -335,34 +340,16 @@ class VaswaniDecoderLayer(GradientCheckpointingLayer):
         encoder_hidden_states: torch.Tensor | None = None,  # (B, S, D)
         encoder_attention_mask: torch.Tensor | None = None,  # source padding
         past_key_values: Cache | None = None,
-        cross_group: int = 1,
-        group_queries: bool = False,
         **kwargs,
     ) -> torch.Tensor:
-        residual = hidden_states
-        hidden_states, _ = self.self_attn(
-            hidden_states, attention_mask=attention_mask, past_key_values=past_key_values, **kwargs
-        )
-        hidden_states = dropout(hidden_states, self.dropout, self.training)
-        hidden_states = self.self_attn_layer_norm(residual + hidden_states)
+        def self_attend(attn: VaswaniAttention, hidden: torch.Tensor) -> torch.Tensor:
+            return attn(hidden, attention_mask=attention_mask, past_key_values=past_key_values, **kwargs)[0]
 
-        residual = hidden_states
-        hidden_states, _ = self.encoder_attn(
-            hidden_states,
-            key_value_states=encoder_hidden_states,
-            attention_mask=encoder_attention_mask,
-            past_key_values=past_key_values,
-            cross_group=cross_group,
-            group_queries=group_queries,
-            **kwargs,
-        )
-        hidden_states = dropout(hidden_states, self.dropout, self.training)
-        hidden_states = self.encoder_attn_layer_norm(residual + hidden_states)
+        def cross_attend(attn: VaswaniAttention, hidden: torch.Tensor) -> torch.Tensor:
+            return attn(hidden, key_value_states=encoder_hidden_states, attention_mask=encoder_attention_mask,
+                        past_key_values=past_key_values, **kwargs)[0]
 
-        residual = hidden_states
-        hidden_states = self.feed_forward(hidden_states)
-        hidden_states = dropout(hidden_states, self.dropout, self.training)
-        return self.final_layer_norm(residual + hidden_states)  # (B, T, D)
+        return self.sublayers(hidden_states, self_attend, cross_attend)  # (B, T, D)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -478,33 +465,9 @@ class VaswaniEncoder(VaswaniStack):
         return BaseModelOutput(last_hidden_state=hidden_states)  # (B, S, D); no final LayerNorm (post-norm)
 
 
-def _rows_are_repeated(states: torch.Tensor, mask: torch.Tensor | None, group: int) -> bool:
-    """True when the rows of `states` (and of `mask`) are consecutive groups of `group` identical copies, as
-    `generate()` repeats every sentence's inputs for its beams."""
-    rows = states.shape[0]
-    if group < 1 or rows % group:
-        return False
-    grouped = states.view(rows // group, group, *states.shape[1:])
-    if not bool((grouped == grouped[:, :1]).all()):
-        return False
-    if mask is None:
-        return True
-    grouped_mask = mask.view(rows // group, group, *mask.shape[1:])
-    return bool((grouped_mask == grouped_mask[:, :1]).all())
-
-
 class VaswaniDecoder(VaswaniStack):
     """N identical layers over Dropout(Embedding(y_shifted) * sqrt(d_model) + PE), masked so that position i sees only
-    positions < i+1 (Section 3.1), attending to the encoder output.
-
-    `share_cross_attention_across_beams` (beam search only): the beams of a sentence attend together to one copy of
-    its source K/V instead of a copy per beam: ~8% faster beam search on CPU, scores equal up to float rounding
-    (~1e-7 relative; the tokens agreed on every benchmark sentence). Set it to False on the decoder for results
-    bit-identical to the per-row computation (the K/V are then still projected once per sentence, then repeated).
-    """
-
-    share_cross_attention_across_beams = True
-    _beam_search_group = 1  # set by VaswaniForConditionalGeneration._beam_search for its duration
+    positions < i+1 (Section 3.1), attending to the encoder output."""
 
     _can_record_outputs = {
         "hidden_states": VaswaniDecoderLayer,
@@ -552,9 +515,11 @@ class VaswaniDecoder(VaswaniStack):
                 past_key_values=self_attn_cache,
                 position_ids=positions.unsqueeze(0),
             )
-        cross_group = self._cross_group(past_key_values, encoder_hidden_states, encoder_attention_mask)
-        encoder_attention_mask = self._encoder_mask(
-            past_key_values, hidden_states, encoder_hidden_states, encoder_attention_mask, cross_group
+        encoder_attention_mask = create_bidirectional_mask(
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=encoder_attention_mask,
+            encoder_hidden_states=encoder_hidden_states,
         )
         for layer in self.layers:
             hidden_states = layer(
@@ -563,57 +528,11 @@ class VaswaniDecoder(VaswaniStack):
                 encoder_hidden_states,  # positional, for gradient checkpointing
                 encoder_attention_mask=encoder_attention_mask,
                 past_key_values=past_key_values,
-                cross_group=cross_group,
-                group_queries=self.share_cross_attention_across_beams,
                 **kwargs,
             )
         return BaseModelOutputWithPastAndCrossAttentions(
             last_hidden_state=hidden_states, past_key_values=past_key_values
         )
-
-    # -- decoding speed-ups, all scoped to one generation cache (one `generate()` call) -------------------------------
-
-    def _cross_group(self, past_key_values, encoder_hidden_states, encoder_attention_mask) -> int:
-        """Beam search repeats each sentence's encoder output once per beam (consecutive rows). When
-        `_beam_search` announces g beams, the first step checks that the rows really are g identical copies and
-        records g on the cache; from then on the cross-attention K/V are projected and kept once per sentence
-        (g times less work and memory), which gives the same numbers as the repeated rows."""
-        if not isinstance(past_key_values, EncoderDecoderCache) or encoder_hidden_states is None:
-            return 1
-        group = getattr(past_key_values, "_vaswani_cross_group", None)
-        if group is not None:
-            return group
-        group = self._beam_search_group
-        if past_key_values.is_updated.get(0) or group <= 1 or self.config._attn_implementation not in ("sdpa",
-                                                                                                         "eager"):
-            group = 1  # cross K/V already projected for every row, or an attention kernel we did not check
-        elif not _rows_are_repeated(encoder_hidden_states, encoder_attention_mask, group):
-            group = 1
-        past_key_values._vaswani_cross_group = group
-        return group
-
-    def _encoder_mask(self, past_key_values, hidden_states, encoder_hidden_states, encoder_attention_mask,
-                      cross_group: int):
-        """The cross-attention mask from the 2D source mask; during generation it is the same at every step, so it
-        is built once and kept on the cache (reused while the same 2D mask tensor comes back)."""
-        if not self.share_cross_attention_across_beams:
-            cross_group = 1  # the per-row mask of the repeated K/V
-        if cross_group > 1:  # the g * T_q grouped queries share one (B/g, 1, 1, S) padding mask
-            hidden_states = hidden_states[::cross_group, :1]
-        key = (self.config._attn_implementation, cross_group, hidden_states.shape[1], hidden_states.dtype)
-        cached = getattr(past_key_values, "_vaswani_encoder_mask", None)
-        if cached is not None and cached[0] is encoder_attention_mask and cached[1] == key:
-            return cached[2]
-        mask = create_bidirectional_mask(
-            config=self.config,
-            inputs_embeds=hidden_states,
-            attention_mask=encoder_attention_mask[::cross_group] if encoder_attention_mask is not None else None,
-            encoder_hidden_states=(encoder_hidden_states[::cross_group] if encoder_hidden_states is not None
-                                   else None),
-        )
-        if isinstance(past_key_values, EncoderDecoderCache):
-            past_key_values._vaswani_encoder_mask = (encoder_attention_mask, key, mask)
-        return mask
 
 
 class VaswaniModel(VaswaniPreTrainedModel):
@@ -732,77 +651,18 @@ def label_smoothed_cross_entropy(
     return loss, int((labels != ignore_index).sum())
 
 
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Teacher forcing input: the target shifted one step right, starting with `decoder_start_token_id` (3.1).
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Section 6.1: decoding as the paper did it -- beam 4, GNMT length penalty alpha 0.6, max length input + 50
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-def gnmt_length_penalty(length, alpha: float):
-    """lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al., 2016), the penalty the paper's beam search divides scores by.
-    |Y| counts the generated tokens including </s> (t2t v1 does the same)."""
-    return ((5.0 + length) / 6.0) ** alpha
-
-
-def default_generation_config(config: VaswaniConfig) -> GenerationConfig:
-    """The paper's decoding settings (Section 6.1), saved as `generation_config.json`:
-
-    - beam size 4, length penalty alpha = 0.6 with the GNMT formula (`length_penalty_type="gnmt"`;
-      `"hf"` selects transformers' score / |Y| ** alpha);
-    - maximum output length = input length + 50, per sentence (`max_length_a * source_length + max_length_b`,
-      counted in tokens including </s>; set `max_length_b=None` to turn the rule off);
-    - "terminate early when possible": `early_stopping="never"` is transformers' name for tensor2tensor's rule,
-      which stops a sentence once no running beam, even at the maximum length, can beat the worst finished one.
-      (`early_stopping=True` stops as soon as 4 hypotheses have finished: faster, not the paper's.)
+    labels: (B, T) with -100 at ignored positions -> (B, T) decoder input ids.
     """
-    return GenerationConfig(
-        num_beams=4,
-        length_penalty=0.6,
-        length_penalty_type="gnmt",
-        early_stopping="never",
-        max_length_a=1.0,
-        max_length_b=50,
-        decoder_start_token_id=config.decoder_start_token_id,
-        bos_token_id=config.bos_token_id,
-        eos_token_id=config.eos_token_id,
-        pad_token_id=config.pad_token_id,
-    )
+    shifted = labels.new_full(labels.shape, pad_token_id)
+    shifted[:, 1:] = labels[:, :-1]
+    shifted[:, 0] = decoder_start_token_id
+    return shifted.masked_fill_(shifted == -100, pad_token_id)
 
 
-def fast_topk(scores: torch.Tensor, k: int, chunk: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
-    """`torch.topk(scores, k)` (largest, sorted) over the last dimension of a 2D tensor, blocked: the maximum of each
-    block of `chunk` scores, then an exact top-k over the k blocks with the largest maxima (and the < chunk scores
-    left over at the end). Values and indices are `torch.topk`'s (up to the order among exactly equal scores); on CPU
-    it is several times faster for a beam search's (batch, beams * vocab) scores. It is the lean beam search's
-    `top_candidates` with a single beam whose score is 0."""
-    return top_candidates(scores.unsqueeze(1), scores.new_zeros(scores.shape[0], 1), k, chunk)
-
-
-class SourceLengthLimitLogitsProcessor(LogitsProcessor):
-    """Forces </s> once a hypothesis reaches its own sentence's limit `floor(a * source_length + b)` (Section 6.1:
-    "maximum output length to input length + 50"). transformers only has a global `max_length`.
-
-    source_lengths: (B,) non-pad source tokens per sentence; rows of `input_ids` are the B sentences each repeated
-    `num_beams * num_return_sequences` times consecutively, as `generate()` expands them.
-    """
-
-    def __init__(self, source_lengths: torch.Tensor, a: float, b: int, eos_token_id: int):
-        self.limits = torch.floor(source_lengths.float() * a + b).long().clamp(min=1)  # (B,) tokens incl. </s>
-        self.eos_token_id = eos_token_id
-        self.prompt_length = None
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        if self.prompt_length is None:
-            self.prompt_length = input_ids.shape[1]  # the decoder start token
-        generated = input_ids.shape[1] - self.prompt_length  # tokens already emitted by every row
-        limits = self.limits.to(scores.device).repeat_interleave(scores.shape[0] // self.limits.shape[0])
-        at_limit = generated + 1 >= limits  # (rows,): the next token is the last one allowed
-        if bool(at_limit.any()):
-            scores = force_eos(scores, at_limit, self.eos_token_id)
-        return scores
-
-
-class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
+class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationMixin):
     """The Transformer for translation: `VaswaniModel` plus the pre-softmax projection, which shares the embedding
     matrix (Section 3.4), and the label-smoothed loss (Section 5.4).
 
@@ -823,8 +683,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         if not config.tie_word_embeddings:
             self._tied_weights_keys = {}
         self.post_init()
-        self.generation_config = default_generation_config(config)
-        self._length_penalty_type = "hf"  # set for the duration of each beam search from its generation config
+        self.generation_config = default_generation_config(config)  # the paper's decoding (Section 6.1)
 
     def get_encoder(self):
         return self.model.encoder
@@ -897,215 +756,6 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
-    # -- decoding (Section 6.1) ---------------------------------------------------------------------------------
-    # Plain beam search and greedy decoding run the lean loops of beam_search_vaswani.py, which compute the same
-    # tokens as transformers' `_beam_search` / `_sample` with less work (finished sentences leave the batch; see that
-    # file); anything they do not implement (sampling, per-step outputs, other logits processors) runs transformers'
-    # loops, and tests/test_beam_search.py checks that both give the same output.
-    # In transformers' beam search, finished scores are divided by |Y| ** alpha. The GNMT penalty of the paper is
-    # applied there by overriding the two private hooks where that division happens (`_update_finished_beams`,
-    # `_check_early_stop_heuristic`); tests/test_generation_scoring.py pins their behaviour so that a transformers
-    # upgrade that changes them fails a test instead of silently changing scores.
-
-    def generate(self, inputs=None, generation_config=None, logits_processor=None, **kwargs):
-        """`GenerationMixin.generate` plus the paper's per-sentence maximum length (input length + 50).
-
-        Extra keyword arguments (defaults from `generation_config`): `max_length_a`, `max_length_b` (the limit is
-        `floor(a * source_length + b)` generated tokens including </s>; `max_length_b=None` disables it) and
-        `length_penalty_type` ("gnmt" or "hf"). An explicit `max_new_tokens` / `max_length` stays a global cap.
-        """
-        config = generation_config if generation_config is not None else self.generation_config
-        a = kwargs.pop("max_length_a", getattr(config, "max_length_a", None))
-        b = kwargs.pop("max_length_b", getattr(config, "max_length_b", None))
-        input_ids = inputs if inputs is not None else kwargs.get("input_ids")
-        attention_mask = kwargs.get("attention_mask")
-        if b is not None and (input_ids is not None or attention_mask is not None):
-            if attention_mask is not None:
-                source_lengths = attention_mask.sum(-1)
-            else:
-                source_lengths = (input_ids != self.config.pad_token_id).sum(-1)
-            eos = kwargs.get("eos_token_id", config.eos_token_id)
-            eos = eos[0] if isinstance(eos, (list, tuple)) else eos
-            limiter = SourceLengthLimitLogitsProcessor(source_lengths, 1.0 if a is None else a, b, eos)
-            logits_processor = LogitsProcessorList([*(logits_processor or []), limiter])
-            if (kwargs.get("max_new_tokens") is None and kwargs.get("max_length") is None
-                    and getattr(config, "max_new_tokens", None) is None):
-                # the global bound is the longest sentence's limit; given as max_length (start token included), it
-                # also overrides a max_length that Seq2SeqTrainer writes into the generation config (default 20)
-                prompt = kwargs.get("decoder_input_ids")
-                kwargs["max_length"] = (1 if prompt is None else prompt.shape[-1]) + int(limiter.limits.max())
-        return super().generate(inputs, generation_config=generation_config, logits_processor=logits_processor,
-                                **kwargs)
-
-    # Beam search and greedy decoding run `beam_search_vaswani.lean_beam_search` / `lean_greedy_search` when they
-    # compute the same as transformers' loops (see `_lean_decoding_inputs`): the same tokens, less work. Set False on
-    # a model to always run transformers' own `_beam_search` / `_sample`.
-    use_lean_decoding = True
-
-    def _reorder_cache(self, past_key_values: Cache, beam_idx: torch.LongTensor) -> Cache:
-        """Beam search keeps the surviving beams' self-attention K/V. The cross-attention K/V are the same for every
-        beam of a sentence (beams never move across sentences), so they are left in place instead of being copied
-        at every step as transformers' default reorder does."""
-        if isinstance(past_key_values, EncoderDecoderCache):
-            past_key_values.self_attention_cache.reorder_cache(beam_idx)
-        else:
-            past_key_values.reorder_cache(beam_idx)
-        return past_key_values
-
-    def _beam_search(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
-                     **model_kwargs):
-        penalty_type = getattr(generation_config, "length_penalty_type", "hf")
-        if penalty_type not in ("gnmt", "hf"):
-            raise ValueError(f"length_penalty_type must be 'gnmt' or 'hf', got {penalty_type!r}.")
-        lean = self._lean_decoding_inputs(input_ids, logits_processor, stopping_criteria, generation_config,
-                                             synced_gpus, model_kwargs)
-        if lean is not None:
-            alpha = float(generation_config.length_penalty)
-            if penalty_type == "gnmt":
-                def length_penalty(length):
-                    return gnmt_length_penalty(length, alpha)
-            else:
-                def length_penalty(length):
-                    return length ** alpha
-            return lean_beam_search(self, **lean, num_beams=generation_config.num_beams,
-                                    num_return_sequences=generation_config.num_return_sequences,
-                                    length_penalty=length_penalty, alpha=alpha,
-                                    early_stopping=generation_config.early_stopping)
-        self._length_penalty_type = penalty_type
-        decoder = self.get_decoder()
-        # generate() repeated every sentence's inputs max(num_beams, num_return_sequences) == num_beams times
-        decoder._beam_search_group = generation_config.num_beams
-        try:
-            return super()._beam_search(input_ids, logits_processor, stopping_criteria, generation_config,
-                                        synced_gpus=synced_gpus, **model_kwargs)
-        finally:
-            self._length_penalty_type = "hf"
-            decoder._beam_search_group = 1
-
-    def _sample(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
-                streamer=None, **model_kwargs):
-        """Greedy decoding runs `beam_search_vaswani.lean_greedy_search` (same tokens as transformers' loop, finished
-        sentences leave the batch) when `_lean_decoding_inputs` allows it; sampling and everything else run
-        transformers' `_sample`."""
-        if not generation_config.do_sample and streamer is None:
-            lean = self._lean_decoding_inputs(input_ids, logits_processor, stopping_criteria, generation_config,
-                                                 synced_gpus, model_kwargs)
-            if lean is not None and generation_config._pad_token_tensor is not None:
-                lean["fill_value"] = int(generation_config._pad_token_tensor)  # transformers pads finished rows
-                return lean_greedy_search(self, **lean)
-        return super()._sample(input_ids, logits_processor, stopping_criteria, generation_config,
-                               synced_gpus=synced_gpus, streamer=streamer, **model_kwargs)
-
-    def _lean_decoding_inputs(self, input_ids, logits_processor, stopping_criteria, generation_config,
-                                 synced_gpus, model_kwargs) -> dict | None:
-        """The arguments of `lean_beam_search` (and `lean_greedy_search`) when it computes exactly what transformers'
-        `_beam_search` (`_sample`) would, else None (then transformers' loop runs). Conditions: eval mode, a cache,
-        sdpa/eager attention, one decoder start token, one </s>, no sampling, no per-step outputs requested
-        (`return_dict_in_generate`), no logits processor but the paper's length limit and min_length /
-        min_new_tokens, no stopping criterion but max length and </s>, and every sentence's rows really are
-        `num_beams` copies of one encoder output."""
-        config = generation_config
-        if (not self.use_lean_decoding or self.training or synced_gpus or config.do_sample
-                or config.return_dict_in_generate or config.use_cache is False or input_ids.shape[1] != 1
-                or self.config._attn_implementation not in ("sdpa", "eager")
-                or config.num_return_sequences > config.num_beams):
-            return None
-        eos = config._eos_token_tensor
-        if eos is None or eos.numel() != 1:
-            return None
-        allowed = {"encoder_outputs", "attention_mask", "past_key_values", "use_cache", "output_attentions",
-                   "output_hidden_states", "cache_position"}
-        if any(value is not None for key, value in model_kwargs.items() if key not in allowed):
-            return None
-        cache = model_kwargs.get("past_key_values")
-        if cache is not None and cache.get_seq_length() > 0:
-            return None
-        limiters, min_steps = [], 0
-        for processor in logits_processor or []:
-            if isinstance(processor, SourceLengthLimitLogitsProcessor) and not limiters:
-                limiters.append(processor)
-            elif (isinstance(processor, (MinLengthLogitsProcessor, MinNewTokensLengthLogitsProcessor))
-                  and processor.eos_token_id.numel() == 1 and int(processor.eos_token_id) == int(eos)):
-                if isinstance(processor, MinLengthLogitsProcessor):  # no </s> while 1 + step < min_length
-                    min_steps = max(min_steps, processor.min_length - 1)
-                else:  # no </s> while 1 + step - prompt_length_to_skip < min_new_tokens
-                    min_steps = max(min_steps, processor.min_new_tokens + processor.prompt_length_to_skip - 1)
-            else:
-                return None  # transformers' loop applies any other processor
-        max_length = None
-        for criterion in stopping_criteria:
-            if isinstance(criterion, MaxLengthCriteria):
-                max_length = criterion.max_length
-            elif not (isinstance(criterion, EosTokenCriteria) and criterion.eos_token_id.numel() == 1
-                      and int(criterion.eos_token_id) == int(eos)):
-                return None
-        encoder_outputs = model_kwargs.get("encoder_outputs")
-        if max_length is None or encoder_outputs is None:
-            return None
-        states = encoder_outputs[0]  # (B * k, S, D)
-        beams = config.num_beams
-        mask = model_kwargs.get("attention_mask")
-        if (states.shape[0] != input_ids.shape[0] or not _rows_are_repeated(states, mask, beams)
-                or not _rows_are_repeated(input_ids, None, beams)):
-            return None
-        batch = states.shape[0] // beams
-        mask = mask[::beams] if mask is not None else None
-        if limiters:
-            limits = limiters[0].limits
-            if limits.shape[0] != batch:
-                return None
-        else:
-            limits = None
-        pad = config._pad_token_tensor
-        fill = pad or eos[0] if eos is not None else -1  # what transformers pads beam-search output with
-        return dict(encoder_hidden_states=states[::beams], encoder_attention_mask=mask,
-                    decoder_start_ids=input_ids[::beams, 0], limits=limits, max_length=max_length,
-                    eos_token_id=int(eos.reshape(-1)[0]), fill_value=int(fill), min_steps=min_steps)
-
-    def _get_top_k_continuations(self, accumulated_log_probs, running_sequences, running_beam_indices, cur_len,
-                                 decoder_prompt_len, do_sample, beams_to_keep, num_beams, batch_size, **kwargs):
-        """transformers' top-K step with `torch.topk` over the (B, beams * V) scores replaced by `fast_topk` (the
-        same values and indices, several times faster on CPU for K << beams * V); the rest is unchanged."""
-        if do_sample:
-            return super()._get_top_k_continuations(
-                accumulated_log_probs=accumulated_log_probs, running_sequences=running_sequences,
-                running_beam_indices=running_beam_indices, cur_len=cur_len, decoder_prompt_len=decoder_prompt_len,
-                do_sample=do_sample, beams_to_keep=beams_to_keep, num_beams=num_beams, batch_size=batch_size,
-                **kwargs,
-            )
-        topk_log_probs, topk_indices = fast_topk(accumulated_log_probs, beams_to_keep)
-        vocab_size = accumulated_log_probs.shape[-1] // num_beams
-        topk_current_beam_indices = topk_indices // vocab_size
-        topk_running_beam_indices = self._gather_beams(running_beam_indices, topk_current_beam_indices)
-        topk_running_sequences = self._gather_beams(running_sequences, topk_current_beam_indices)
-        topk_ids = topk_indices % vocab_size
-        topk_running_sequences[:, :, cur_len] = topk_ids
-        batch_offset = torch.arange(batch_size, device=topk_ids.device).view(-1, 1) * num_beams
-        topk_running_beam_indices[:, :, cur_len - decoder_prompt_len] = topk_current_beam_indices + batch_offset
-        return topk_log_probs, topk_running_sequences, topk_running_beam_indices
-
-    def _update_finished_beams(self, **kwargs):
-        """Scores of hypotheses finishing now: log P(Y) / lp(Y) with the GNMT lp when selected."""
-        if self._length_penalty_type == "gnmt":
-            length = kwargs["cur_len"] + 1 - kwargs["decoder_prompt_len"]
-            kwargs["topk_log_probs"] = kwargs["topk_log_probs"] / gnmt_length_penalty(length, kwargs["length_penalty"])
-            kwargs["length_penalty"] = 0.0  # transformers then divides by length ** 0 == 1
-        return super()._update_finished_beams(**kwargs)
-
-    def _check_early_stop_heuristic(self, **kwargs):
-        """Can the best running beam still beat the worst finished one? With GNMT, its best possible score is
-        log P / lp(max_length) for early_stopping="never" (t2t v1's bound), log P / lp(current length) otherwise."""
-        if self._length_penalty_type == "gnmt":
-            alpha = kwargs["length_penalty"]
-            if kwargs["early_stopping"] == "never" and alpha > 0.0:
-                length = kwargs["max_length"] - kwargs["decoder_prompt_len"]
-            else:
-                length = kwargs["cur_len"] - kwargs["decoder_prompt_len"]
-            kwargs["running_beam_scores"] = kwargs["running_beam_scores"] / gnmt_length_penalty(length, alpha)
-            kwargs["length_penalty"] = 0.0
-        return super()._check_early_stop_heuristic(**kwargs)
-
-
 __all__ = [
     "VaswaniPreTrainedModel",
     "VaswaniModel",
@@ -1113,8 +763,4 @@ __all__ = [
     "sinusoid_table",
     "label_smoothed_cross_entropy",
     "shift_tokens_right",
-    "gnmt_length_penalty",
-    "fast_topk",
-    "default_generation_config",
-    "SourceLengthLimitLogitsProcessor",
 ]

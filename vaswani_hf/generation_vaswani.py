@@ -1,0 +1,340 @@
+"""Decoding as the paper did it (Section 6.1): beam size 4, length penalty alpha = 0.6, maximum output length input
+length + 50, "terminate early when possible" -- inside transformers' `generate()`.
+
+`VaswaniForConditionalGeneration` inherits `VaswaniGenerationMixin` (as transformers' Marian inherits
+`GenerationMixin` instead of writing decoding inside its modeling file), so modeling_vaswani.py holds the paper's
+model only. What is hand-written here, and why:
+
+- `generate`: transformers has one global `max_length`; the paper's limit is per sentence
+  (`SourceLengthLimitLogitsProcessor`).
+- `_update_finished_beams`, `_check_early_stop_heuristic`: transformers divides finished scores by |Y| ** alpha; the
+  paper (through tensor2tensor) divides by GNMT's ((5 + |Y|) / 6) ** alpha (`gnmt_length_penalty`). Both are private
+  hooks of transformers' beam search; tests/test_generation_vaswani.py pins them so that an upgrade that changes them
+  fails a test instead of silently changing scores.
+- `_beam_search`, `_sample`: plain beam search and greedy decoding run the lean loops of beam_search_vaswani.py (the
+  same tokens as transformers' loops, less work: see that file) when `_lean_decoding_inputs` finds they compute the
+  same thing; everything else (sampling, per-step outputs, other logits processors) runs transformers' loops.
+- `_get_top_k_continuations`: transformers' candidate step with `fast_topk` (several times faster on CPU).
+- `_reorder_cache`: the cross-attention K/V are the same for every beam of a sentence, so they are not copied.
+
+This file is copied next to the weights with modeling_vaswani.py (which imports it relatively) and runs under
+`trust_remote_code` where vaswani_hf is not installed: it imports only torch, transformers and its sibling files.
+"""
+
+import contextvars
+
+import torch
+from transformers.cache_utils import Cache, EncoderDecoderCache
+from transformers.generation import GenerationConfig, GenerationMixin, LogitsProcessor, LogitsProcessorList
+from transformers.generation.logits_process import MinLengthLogitsProcessor, MinNewTokensLengthLogitsProcessor
+from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
+
+from .beam_search_vaswani import force_eos, lean_beam_search, lean_greedy_search, top_candidates
+from .configuration_vaswani import VaswaniConfig
+
+
+def gnmt_length_penalty(length, alpha: float):
+    """lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al., 2016), the penalty the paper's beam search divides log P(Y) by
+    (Section 6.1, alpha = 0.6). |Y| counts the generated tokens including </s> (t2t v1 does the same)."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def default_generation_config(config: VaswaniConfig) -> GenerationConfig:
+    """The paper's decoding settings (Section 6.1), saved as `generation_config.json`:
+
+    - beam size 4, length penalty alpha = 0.6 with the GNMT formula (`length_penalty_type="gnmt"`;
+      `"hf"` selects transformers' score / |Y| ** alpha);
+    - maximum output length = input length + 50, per sentence (`max_length_a * source_length + max_length_b`,
+      counted in tokens including </s>; set `max_length_b=None` to turn the rule off);
+    - "terminate early when possible": `early_stopping="never"` is transformers' name for tensor2tensor's rule,
+      which stops a sentence once no running beam, even at the maximum length, can beat the worst finished one.
+      (`early_stopping=True` stops as soon as 4 hypotheses have finished: faster, not the paper's.)
+    """
+    return GenerationConfig(
+        num_beams=4,
+        length_penalty=0.6,
+        length_penalty_type="gnmt",
+        early_stopping="never",
+        max_length_a=1.0,
+        max_length_b=50,
+        decoder_start_token_id=config.decoder_start_token_id,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+        pad_token_id=config.pad_token_id,
+    )
+
+
+def fast_topk(scores: torch.Tensor, k: int, chunk: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+    """`torch.topk(scores, k)` (largest, sorted) over the last dimension of a 2D tensor, blocked: the maximum of each
+    block of `chunk` scores, then an exact top-k over the k blocks with the largest maxima (and the < chunk scores
+    left over at the end). Values and indices are `torch.topk`'s (up to the order among exactly equal scores); on CPU
+    it is several times faster for a beam search's (batch, beams * vocab) scores. It is the lean beam search's
+    `top_candidates` with a single beam whose score is 0."""
+    return top_candidates(scores.unsqueeze(1), scores.new_zeros(scores.shape[0], 1), k, chunk)
+
+
+class SourceLengthLimitLogitsProcessor(LogitsProcessor):
+    """Forces </s> once a hypothesis reaches its own sentence's limit `floor(a * source_length + b)` (Section 6.1:
+    "maximum output length to input length + 50"). transformers only has a global `max_length`.
+
+    source_lengths: (B,) non-pad source tokens per sentence; rows of `input_ids` are the B sentences each repeated
+    `num_beams * num_return_sequences` times consecutively, as `generate()` expands them.
+    """
+
+    def __init__(self, source_lengths: torch.Tensor, a: float, b: int, eos_token_id: int):
+        self.limits = torch.floor(source_lengths.float() * a + b).long().clamp(min=1)  # (B,) tokens incl. </s>
+        self.eos_token_id = eos_token_id
+        self.prompt_length = None
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.prompt_length is None:
+            self.prompt_length = input_ids.shape[1]  # the decoder start token
+        generated = input_ids.shape[1] - self.prompt_length  # tokens already emitted by every row
+        limits = self.limits.to(scores.device).repeat_interleave(scores.shape[0] // self.limits.shape[0])
+        at_limit = generated + 1 >= limits  # (rows,): the next token is the last one allowed
+        if bool(at_limit.any()):
+            scores = force_eos(scores, at_limit, self.eos_token_id)
+        return scores
+
+
+# The length penalty ("gnmt" or "hf") of the beam search running in this context. transformers calls the two scoring
+# hooks without the generation config, so `_beam_search` sets it for the duration of transformers' loop (per call and
+# per thread, never stored on the model).
+_length_penalty_type: contextvars.ContextVar[str] = contextvars.ContextVar("vaswani_length_penalty_type",
+                                                                          default="hf")
+
+
+def _rows_are_repeated(states: torch.Tensor, mask: torch.Tensor | None, group: int) -> bool:
+    """True when the rows of `states` (and of `mask`) are consecutive groups of `group` identical copies, as
+    `generate()` repeats every sentence's inputs for its beams."""
+    rows = states.shape[0]
+    if group < 1 or rows % group:
+        return False
+    grouped = states.view(rows // group, group, *states.shape[1:])
+    if not bool((grouped == grouped[:, :1]).all()):
+        return False
+    if mask is None:
+        return True
+    grouped_mask = mask.view(rows // group, group, *mask.shape[1:])
+    return bool((grouped_mask == grouped_mask[:, :1]).all())
+
+
+def _processors_the_lean_loops_apply(logits_processor, eos: int):
+    """(the per-sentence limit processor or None, min_steps) when every processor is one the lean loops implement
+    themselves -- the paper's length limit, min_length / min_new_tokens for </s> -- else None."""
+    limiter, min_steps = None, 0
+    for processor in logits_processor or []:
+        if isinstance(processor, SourceLengthLimitLogitsProcessor) and limiter is None:
+            limiter = processor
+        elif (isinstance(processor, (MinLengthLogitsProcessor, MinNewTokensLengthLogitsProcessor))
+              and processor.eos_token_id.numel() == 1 and int(processor.eos_token_id) == eos):
+            if isinstance(processor, MinLengthLogitsProcessor):  # no </s> while 1 + step < min_length
+                min_steps = max(min_steps, processor.min_length - 1)
+            else:  # no </s> while 1 + step - prompt_length_to_skip < min_new_tokens
+                min_steps = max(min_steps, processor.min_new_tokens + processor.prompt_length_to_skip - 1)
+        else:
+            return None  # transformers' loop applies any other processor
+    return limiter, min_steps
+
+
+def _max_length_of(stopping_criteria, eos: int) -> int | None:
+    """transformers' global max_length when the only criteria are it and </s>, else None."""
+    max_length = None
+    for criterion in stopping_criteria:
+        if isinstance(criterion, MaxLengthCriteria):
+            max_length = criterion.max_length
+        elif not (isinstance(criterion, EosTokenCriteria) and criterion.eos_token_id.numel() == 1
+                  and int(criterion.eos_token_id) == eos):
+            return None
+    return max_length
+
+
+class VaswaniGenerationMixin(GenerationMixin):
+    """`GenerationMixin` with the paper's decoding (Section 6.1); see the module docstring for what is overridden."""
+
+    # Beam search and greedy decoding run `beam_search_vaswani.lean_beam_search` / `lean_greedy_search` when they
+    # compute the same as transformers' loops (see `_lean_decoding_inputs`): the same tokens, less work. Set False on
+    # a model to always run transformers' own `_beam_search` / `_sample`.
+    use_lean_decoding = True
+
+    def generate(self, inputs=None, generation_config=None, logits_processor=None, **kwargs):
+        """`GenerationMixin.generate` plus the paper's per-sentence maximum length (input length + 50).
+
+        Extra keyword arguments (defaults from `generation_config`): `max_length_a`, `max_length_b` (the limit is
+        `floor(a * source_length + b)` generated tokens including </s>; `max_length_b=None` disables it) and
+        `length_penalty_type` ("gnmt" or "hf"). An explicit `max_new_tokens` / `max_length` stays a global cap.
+        """
+        config = generation_config if generation_config is not None else self.generation_config
+        a = kwargs.pop("max_length_a", getattr(config, "max_length_a", None))
+        b = kwargs.pop("max_length_b", getattr(config, "max_length_b", None))
+        input_ids = inputs if inputs is not None else kwargs.get("input_ids")
+        attention_mask = kwargs.get("attention_mask")
+        if b is not None and (input_ids is not None or attention_mask is not None):
+            if attention_mask is not None:
+                source_lengths = attention_mask.sum(-1)
+            else:
+                source_lengths = (input_ids != self.config.pad_token_id).sum(-1)
+            eos = kwargs.get("eos_token_id", config.eos_token_id)
+            eos = eos[0] if isinstance(eos, (list, tuple)) else eos
+            limiter = SourceLengthLimitLogitsProcessor(source_lengths, 1.0 if a is None else a, b, eos)
+            logits_processor = LogitsProcessorList([*(logits_processor or []), limiter])
+            if (kwargs.get("max_new_tokens") is None and kwargs.get("max_length") is None
+                    and getattr(config, "max_new_tokens", None) is None):
+                # the global bound is the longest sentence's limit; given as max_length (start token included), it
+                # also overrides a max_length that Seq2SeqTrainer writes into the generation config (default 20)
+                prompt = kwargs.get("decoder_input_ids")
+                kwargs["max_length"] = (1 if prompt is None else prompt.shape[-1]) + int(limiter.limits.max())
+        return super().generate(inputs, generation_config=generation_config, logits_processor=logits_processor,
+                                **kwargs)
+
+    def _beam_search(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
+                     **model_kwargs):
+        """Beam search with the length penalty of `generation_config.length_penalty_type`: the lean loop when
+        `_lean_decoding_inputs` allows it, else transformers' loop with the scoring hooks below."""
+        penalty_type = getattr(generation_config, "length_penalty_type", "hf")
+        if penalty_type not in ("gnmt", "hf"):
+            raise ValueError(f"length_penalty_type must be 'gnmt' or 'hf', got {penalty_type!r}.")
+        lean = self._lean_decoding_inputs(input_ids, logits_processor, stopping_criteria, generation_config,
+                                          synced_gpus, model_kwargs)
+        if lean is not None:
+            alpha = float(generation_config.length_penalty)
+            if penalty_type == "gnmt":
+                def length_penalty(length):
+                    return gnmt_length_penalty(length, alpha)
+            else:
+                def length_penalty(length):
+                    return length ** alpha
+            return lean_beam_search(self, **lean, num_beams=generation_config.num_beams,
+                                    num_return_sequences=generation_config.num_return_sequences,
+                                    length_penalty=length_penalty, alpha=alpha,
+                                    early_stopping=generation_config.early_stopping)
+        token = _length_penalty_type.set(penalty_type)
+        try:
+            return super()._beam_search(input_ids, logits_processor, stopping_criteria, generation_config,
+                                        synced_gpus=synced_gpus, **model_kwargs)
+        finally:
+            _length_penalty_type.reset(token)
+
+    def _sample(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
+                streamer=None, **model_kwargs):
+        """Greedy decoding runs `beam_search_vaswani.lean_greedy_search` (same tokens as transformers' loop, finished
+        sentences leave the batch) when `_lean_decoding_inputs` allows it; sampling and everything else run
+        transformers' `_sample`."""
+        if not generation_config.do_sample and streamer is None:
+            lean = self._lean_decoding_inputs(input_ids, logits_processor, stopping_criteria, generation_config,
+                                              synced_gpus, model_kwargs)
+            if lean is not None and generation_config._pad_token_tensor is not None:
+                lean["fill_value"] = int(generation_config._pad_token_tensor)  # transformers pads finished rows
+                return lean_greedy_search(self, **lean)
+        return super()._sample(input_ids, logits_processor, stopping_criteria, generation_config,
+                               synced_gpus=synced_gpus, streamer=streamer, **model_kwargs)
+
+    def _lean_decoding_inputs(self, input_ids, logits_processor, stopping_criteria, generation_config,
+                              synced_gpus, model_kwargs) -> dict | None:
+        """The arguments of `lean_beam_search` (and `lean_greedy_search`) when it computes exactly what transformers'
+        `_beam_search` (`_sample`) would, else None (then transformers' loop runs). Conditions: eval mode, a cache,
+        sdpa/eager attention, one decoder start token, one </s>, no sampling, no per-step outputs requested
+        (`return_dict_in_generate`), no logits processor but the paper's length limit and min_length /
+        min_new_tokens, no stopping criterion but max length and </s>, and every sentence's rows really are
+        `num_beams` copies of one encoder output."""
+        config = generation_config
+        if (not self.use_lean_decoding or self.training or synced_gpus or config.do_sample
+                or config.return_dict_in_generate or config.use_cache is False or input_ids.shape[1] != 1
+                or self.config._attn_implementation not in ("sdpa", "eager")
+                or config.num_return_sequences > config.num_beams):
+            return None
+        eos = config._eos_token_tensor
+        if eos is None or eos.numel() != 1:
+            return None
+        eos = int(eos.reshape(-1)[0])
+        allowed = {"encoder_outputs", "attention_mask", "past_key_values", "use_cache", "output_attentions",
+                   "output_hidden_states", "cache_position"}
+        if any(value is not None for key, value in model_kwargs.items() if key not in allowed):
+            return None
+        cache = model_kwargs.get("past_key_values")
+        if cache is not None and cache.get_seq_length() > 0:
+            return None
+        processors = _processors_the_lean_loops_apply(logits_processor, eos)
+        max_length = _max_length_of(stopping_criteria, eos)
+        encoder_outputs = model_kwargs.get("encoder_outputs")
+        if processors is None or max_length is None or encoder_outputs is None:
+            return None
+        limiter, min_steps = processors
+        states = encoder_outputs[0]  # (B * k, S, D)
+        beams = config.num_beams
+        mask = model_kwargs.get("attention_mask")
+        if (states.shape[0] != input_ids.shape[0] or not _rows_are_repeated(states, mask, beams)
+                or not _rows_are_repeated(input_ids, None, beams)):
+            return None
+        batch = states.shape[0] // beams
+        limits = limiter.limits if limiter is not None else None
+        if limits is not None and limits.shape[0] != batch:
+            return None
+        # transformers pads beam-search output with `pad_token_id or eos_token_id[0]`: </s> when the pad id is 0
+        fill = int(config._pad_token_tensor or eos)
+        return dict(encoder_hidden_states=states[::beams],
+                    encoder_attention_mask=mask[::beams] if mask is not None else None,
+                    decoder_start_ids=input_ids[::beams, 0], limits=limits, max_length=max_length,
+                    eos_token_id=eos, fill_value=fill, min_steps=min_steps)
+
+    def _reorder_cache(self, past_key_values: Cache, beam_idx: torch.LongTensor) -> Cache:
+        """Beam search keeps the surviving beams' self-attention K/V. The cross-attention K/V are the same for every
+        beam of a sentence (beams never move across sentences), so they are left in place instead of being copied
+        at every step as transformers' default reorder does."""
+        if isinstance(past_key_values, EncoderDecoderCache):
+            past_key_values.self_attention_cache.reorder_cache(beam_idx)
+        else:
+            past_key_values.reorder_cache(beam_idx)
+        return past_key_values
+
+    def _get_top_k_continuations(self, accumulated_log_probs, running_sequences, running_beam_indices, cur_len,
+                                 decoder_prompt_len, do_sample, beams_to_keep, num_beams, batch_size, **kwargs):
+        """transformers' top-K step with `torch.topk` over the (B, beams * V) scores replaced by `fast_topk` (the
+        same values and indices, several times faster on CPU for K << beams * V); the rest is unchanged."""
+        if do_sample:
+            return super()._get_top_k_continuations(
+                accumulated_log_probs=accumulated_log_probs, running_sequences=running_sequences,
+                running_beam_indices=running_beam_indices, cur_len=cur_len, decoder_prompt_len=decoder_prompt_len,
+                do_sample=do_sample, beams_to_keep=beams_to_keep, num_beams=num_beams, batch_size=batch_size,
+                **kwargs,
+            )
+        topk_log_probs, topk_indices = fast_topk(accumulated_log_probs, beams_to_keep)
+        vocab_size = accumulated_log_probs.shape[-1] // num_beams
+        topk_current_beam_indices = topk_indices // vocab_size
+        topk_running_beam_indices = self._gather_beams(running_beam_indices, topk_current_beam_indices)
+        topk_running_sequences = self._gather_beams(running_sequences, topk_current_beam_indices)
+        topk_ids = topk_indices % vocab_size
+        topk_running_sequences[:, :, cur_len] = topk_ids
+        batch_offset = torch.arange(batch_size, device=topk_ids.device).view(-1, 1) * num_beams
+        topk_running_beam_indices[:, :, cur_len - decoder_prompt_len] = topk_current_beam_indices + batch_offset
+        return topk_log_probs, topk_running_sequences, topk_running_beam_indices
+
+    def _update_finished_beams(self, **kwargs):
+        """Scores of hypotheses finishing now: log P(Y) / lp(Y) with the GNMT lp when selected."""
+        if _length_penalty_type.get() == "gnmt":
+            length = kwargs["cur_len"] + 1 - kwargs["decoder_prompt_len"]
+            kwargs["topk_log_probs"] = kwargs["topk_log_probs"] / gnmt_length_penalty(length, kwargs["length_penalty"])
+            kwargs["length_penalty"] = 0.0  # transformers then divides by length ** 0 == 1
+        return super()._update_finished_beams(**kwargs)
+
+    def _check_early_stop_heuristic(self, **kwargs):
+        """Can the best running beam still beat the worst finished one? With GNMT, its best possible score is
+        log P / lp(max_length) for early_stopping="never" (t2t v1's bound), log P / lp(current length) otherwise."""
+        if _length_penalty_type.get() == "gnmt":
+            alpha = kwargs["length_penalty"]
+            if kwargs["early_stopping"] == "never" and alpha > 0.0:
+                length = kwargs["max_length"] - kwargs["decoder_prompt_len"]
+            else:
+                length = kwargs["cur_len"] - kwargs["decoder_prompt_len"]
+            kwargs["running_beam_scores"] = kwargs["running_beam_scores"] / gnmt_length_penalty(length, alpha)
+            kwargs["length_penalty"] = 0.0
+        return super()._check_early_stop_heuristic(**kwargs)
+
+
+__all__ = [
+    "VaswaniGenerationMixin",
+    "gnmt_length_penalty",
+    "default_generation_config",
+    "fast_topk",
+    "SourceLengthLimitLogitsProcessor",
+]
