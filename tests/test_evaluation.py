@@ -1,4 +1,5 @@
-"""Tests of vaswani_hf.evaluation, its evaluate metric modules and scripts/evaluate.py (no trained model)."""
+"""Tests of vaswani_hf.evaluation, its evaluate metric modules and the evaluate tool (`vaswani_hf.cli.evaluate`, run
+through its thin wrapper scripts/evaluate_translations.py; no trained model)."""
 
 import json
 import math
@@ -24,6 +25,7 @@ from vaswani_hf.evaluation import (
     make_compute_metrics,
     translate_lines,
 )
+from vaswani_hf.io import UsageError
 from vaswani_hf.metrics.tok_bleu.tok_bleu import moses_tokenize, split_compounds
 
 REPO = Path(__file__).resolve().parents[1]
@@ -210,10 +212,13 @@ def test_compute_all_and_table():
 
 
 def test_line_count_mismatch_errors_clearly():
-    with pytest.raises(ValueError, match=r"hypotheses has 3 lines but references\[0\] has 2 lines"):
+    # a UsageError (still a ValueError): the tools report it in one line with exit status 2
+    with pytest.raises(UsageError, match=r"hypotheses has 3 lines but references\[0\] has 2 lines"):
         compute_all(HYPOTHESES, REFERENCES[:2])
-    with pytest.raises(ValueError, match=r"hyp\.de has 3 lines but ref\.de has 2 lines"):
+    with pytest.raises(UsageError, match=r"hyp\.de has 3 lines but ref\.de has 2 lines"):
         check_line_counts(("hyp.de", HYPOTHESES), [("ref.de", REFERENCES[:2])])
+    assert issubclass(UsageError, ValueError)
+    check_line_counts(("hyp.de", HYPOTHESES), [("ref.de", REFERENCES), ("ref2.de", REFERENCES_2)])  # equal: fine
 
 
 # --- evaluate.load by path, offline -------------------------------------------------------------------------------
@@ -283,11 +288,24 @@ def test_make_compute_metrics(word_tokenizer):
     predictions = np.concatenate([np.zeros((3, 1), dtype=int), ids(HYPOTHESES, 0)], axis=1)  # start token = pad
     labels = ids(REFERENCES, -100)
     compute_metrics = make_compute_metrics(word_tokenizer)
+    assert compute_metrics.signatures == {}  # nothing computed yet
     metrics = compute_metrics(EvalPrediction(predictions=(predictions,), label_ids=labels))
     assert set(metrics) == {"bleu", "chrf", "gen_len"}
     assert metrics["bleu"] == pytest.approx(BLEU().corpus_score(HYPOTHESES, [REFERENCES]).score)
     assert metrics["chrf"] == pytest.approx(CHRF().corpus_score(HYPOTHESES, [REFERENCES]).score)
     assert metrics["gen_len"] == pytest.approx(np.mean([len(h.split()) + 1 for h in HYPOTHESES]))
+    # the Trainer keeps numbers only; the signatures of the last computation stay on the callable
+    bleu, chrf = BLEU(), CHRF()
+    bleu.corpus_score(HYPOTHESES, [REFERENCES])
+    chrf.corpus_score(HYPOTHESES, [REFERENCES])
+    assert compute_metrics.signatures == {"bleu": str(bleu.get_signature()), "chrf": str(chrf.get_signature())}
+    # -100 in the predictions (padding of gathered generations) is read as padding too
+    padded = np.where(predictions == 0, -100, predictions)
+    assert compute_metrics(EvalPrediction(predictions=padded, label_ids=labels)) == metrics
+    tokenized = make_compute_metrics(word_tokenizer, tokenize="none")
+    assert tokenized(EvalPrediction(predictions=predictions, label_ids=labels))["bleu"] == pytest.approx(
+        BLEU(tokenize="none").corpus_score(HYPOTHESES, [REFERENCES]).score)
+    assert "tok:none" in tokenized.signatures["bleu"]
 
 
 class _EchoModel(torch.nn.Module):
@@ -317,14 +335,74 @@ def test_translate_lines_keeps_order_and_empty_lines(word_tokenizer):
     assert all(call["num_beams"] == 4 for call in model.calls)
 
 
-# --- scripts/evaluate.py --hypotheses, end to end -----------------------------------------------------------------
+# --- scripts/evaluate_translations.py (vaswani-evaluate), end to end ---------------------------------------------
 
 
 def _run_script(args, tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([sys.executable, str(REPO / "scripts" / "evaluate.py"), *args], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, str(REPO / "scripts" / "evaluate_translations.py"), *args], env=env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+
+
+def _one_error_line(err: str) -> str:
+    """The tool's error: one line on stderr, `prog: error: ...`, no traceback."""
+    assert err.count("\n") == 1 and err.endswith("\n"), err
+    assert ": error: " in err and "Traceback" not in err, err
+    return err
+
+
+def test_script_name_does_not_shadow_the_evaluate_library():
+    assert not (REPO / "scripts" / "evaluate.py").exists()
+    assert (REPO / "scripts" / "evaluate_translations.py").is_file()
+
+
+def test_tool_reads_text_as_io_does(tmp_path, monkeypatch, capsys):
+    """Hypotheses and references go through vaswani_hf.io's reader: a BOM, CRLF and lone-CR line ends and a missing
+    final newline give the same segments (and scores) as a plain file."""
+    from vaswani_hf.cli import evaluate as cli
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "hyp.de").write_bytes(("\ufeff" + "\r\n".join(HYPOTHESES)).encode("utf-8"))
+    (tmp_path / "ref.de").write_bytes(("\r".join(REFERENCES) + "\r").encode("utf-8"))
+    assert cli.main(["--hypotheses", "hyp.de", "--references", "ref.de", "--out", "scores.json"]) == 0
+    capsys.readouterr()
+    report = json.loads((tmp_path / "scores.json").read_text(encoding="utf-8"))
+    expected = compute_all(HYPOTHESES, REFERENCES)
+    assert report["meta"]["num_segments"] == 3
+    for name in expected:
+        assert report["scores"][name]["score"] == pytest.approx(expected[name]["score"])
+    (tmp_path / "bad.de").write_bytes(b"ok\r\nStra\xdfe\nok\n")
+    assert cli.main(["--hypotheses", "bad.de", "--references", "ref.de"]) == 2
+    assert "bad.de:2: not valid UTF-8" in _one_error_line(capsys.readouterr().err)
+
+
+def test_tool_refuses_to_overwrite_outputs(tmp_path, monkeypatch, capsys):
+    """Contract change: an existing --out (or --save_hypotheses) file is replaced only with --overwrite, and the
+    check runs before anything is read or scored."""
+    from vaswani_hf.cli import evaluate as cli
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "hyp.de").write_text("\n".join(HYPOTHESES) + "\n", encoding="utf-8")
+    (tmp_path / "ref.de").write_text("\n".join(REFERENCES) + "\n", encoding="utf-8")
+    (tmp_path / "scores.json").write_text("old", encoding="utf-8")
+    args = ["--hypotheses", "hyp.de", "--references", "ref.de", "--out", "scores.json"]
+    assert cli.main(args) == 2
+    assert "--out scores.json exists; pass --overwrite to replace it" in _one_error_line(capsys.readouterr().err)
+    assert (tmp_path / "scores.json").read_text(encoding="utf-8") == "old"
+    assert cli.main(args + ["--overwrite"]) == 0
+    assert json.loads((tmp_path / "scores.json").read_text(encoding="utf-8"))["meta"]["num_segments"] == 3
+    capsys.readouterr()
+    (tmp_path / "hyp.txt").write_text("old", encoding="utf-8")
+    assert cli.main(["--model", "model", "--source", "hyp.de", "--references", "ref.de",
+                     "--save_hypotheses", "hyp.txt"]) == 2  # refused before the (absent) model is looked at
+    assert "--save_hypotheses hyp.txt exists; pass --overwrite" in _one_error_line(capsys.readouterr().err)
+    assert cli.main(["--model", "model", "--source", "hyp.de", "--references", "ref.de", "--out", "x.json",
+                     "--save_hypotheses", "x.json"]) == 2
+    assert "name the same file" in _one_error_line(capsys.readouterr().err)
+    assert cli.main(["--model", "model", "--source", "hyp.de", "--references", "ref.de", "--out", "new.json"]) == 2
+    assert "--model not found: model" in _one_error_line(capsys.readouterr().err)
+    assert not (tmp_path / "new.json").exists()
 
 
 @pytest.mark.slow
@@ -332,6 +410,12 @@ def test_script_scores_hypotheses_file(tmp_path):
     (tmp_path / "hyp.de").write_text("\n".join(HYPOTHESES) + "\n", encoding="utf-8")
     (tmp_path / "ref.de").write_text("\n".join(REFERENCES) + "\n", encoding="utf-8")
     (tmp_path / "ref2.de").write_text("\n".join(REFERENCES_2) + "\n", encoding="utf-8")
+    # contract change: the output guard of vaswani_hf.io no longer creates a missing folder for --out (one rule for
+    # every tool, as translate's --output always had): it says so before any work
+    refused = _run_script(["--hypotheses", "hyp.de", "--references", "ref.de", "--out", "out/scores.json"], tmp_path)
+    assert refused.returncode == 2
+    assert "--out out/scores.json: folder out does not exist; create it first" in _one_error_line(refused.stderr)
+    (tmp_path / "out").mkdir()
     result = _run_script(["--hypotheses", "hyp.de", "--references", "ref.de", "--out", "out/scores.json"], tmp_path)
     assert result.returncode == 0, result.stderr
     report = json.loads((tmp_path / "out" / "scores.json").read_text(encoding="utf-8"))
@@ -353,14 +437,14 @@ def test_script_errors_clearly(tmp_path):
     (tmp_path / "hyp.de").write_text("\n".join(HYPOTHESES) + "\n", encoding="utf-8")
     (tmp_path / "short.de").write_text("\n".join(REFERENCES[:2]) + "\n", encoding="utf-8")
     mismatch = _run_script(["--hypotheses", "hyp.de", "--references", "short.de"], tmp_path)
-    assert mismatch.returncode != 0
-    assert "hyp.de has 3 lines but short.de has 2 lines" in mismatch.stderr
+    assert mismatch.returncode == 2
+    assert "hyp.de has 3 lines but short.de has 2 lines" in _one_error_line(mismatch.stderr)
 
     missing = _run_script(["--hypotheses", "nope.de", "--references", "short.de"], tmp_path)
-    assert missing.returncode != 0 and "file not found: nope.de" in missing.stderr
+    assert missing.returncode == 2 and "file not found: nope.de" in _one_error_line(missing.stderr)
 
     neither = _run_script(["--references", "short.de"], tmp_path)
-    assert neither.returncode == 2 and "--hypotheses" in neither.stderr
+    assert neither.returncode == 2 and "--hypotheses" in _one_error_line(neither.stderr)
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from vaswani_hf.io import UsageError
 from vaswani_hf.tokenization import (
     BOS_ID,
     EOS_ID,
@@ -185,7 +186,8 @@ def test_lowercase_and_normalization_options():
 
 
 def test_bad_arguments_raise_clearly(tmp_path):
-    with pytest.raises(FileNotFoundError, match="missing.en"):
+    # contract change: files are read by vaswani_hf.io, whose errors are UsageErrors naming the file (and line)
+    with pytest.raises(UsageError, match=r"tokenizer training file not found: .*missing\.en"):
         train_bpe_tokenizer([tmp_path / "missing.en"], vocab_size=400, show_progress=False)
     with pytest.raises(ValueError, match="vocab_size=100"):
         train_bpe_tokenizer(["a b"], vocab_size=100, show_progress=False)
@@ -193,8 +195,45 @@ def test_bad_arguments_raise_clearly(tmp_path):
         train_bpe_tokenizer(["a b"], vocab_size=400, normalization="NFX", show_progress=False)
     bad = tmp_path / "bad.en"
     bad.write_bytes(b"fine\nlatin1 \xe9t\xe9\n")
-    with pytest.raises(ValueError, match=r"bad.en: line 2: invalid UTF-8"):
+    with pytest.raises(UsageError, match=r"bad\.en:2: not valid UTF-8 \(byte 0xe9 at byte 8 of the line\)"):
         train_bpe_tokenizer([bad], vocab_size=400, show_progress=False)
+    with pytest.raises(UsageError, match=r"bad\.en:2: not valid UTF-8"):
+        train_bpe_tokenizer(bad, vocab_size=400, show_progress=False)  # one path, not in a list
+
+
+def test_training_files_are_read_as_io_reads_them(tmp_path):
+    """A byte-order mark and CRLF / lone-CR line ends are not text: the vocabulary is the plain file's."""
+    en, de = synthetic_pairs()
+    (tmp_path / "plain.en").write_text("\n".join(en + de) + "\n", encoding="utf-8")
+    (tmp_path / "crlf.en").write_bytes(("\ufeff" + "\r\n".join(en) + "\r\n" + "\r".join(de)).encode("utf-8"))
+    kw = dict(vocab_size=400, min_frequency=1, show_progress=False)
+    plain = train_bpe_tokenizer([tmp_path / "plain.en"], **kw)
+    windows = train_bpe_tokenizer([tmp_path / "crlf.en"], **kw)
+    assert windows.get_vocab() == plain.get_vocab()
+    assert not any("\r" in token or "\ufeff" in token for token in windows.get_vocab())
+
+
+def test_load_tokenizer_errors_name_the_folder(tmp_path, small_tok):
+    # contract change: a broken tokenizer folder is a UsageError naming the folder or file
+    small_tok.save_pretrained(tmp_path / "tok")
+    assert load_tokenizer(tmp_path / "tok")("a book")["input_ids"] == small_tok("a book")["input_ids"]
+    with pytest.raises(UsageError, match=r"tokenizer .*tokenizer\.json is a file; give the folder"):
+        load_tokenizer(tmp_path / "tok" / "tokenizer.json")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(UsageError, match=r"tokenizer\.json of tokenizer folder .*empty not found"):
+        load_tokenizer(empty)
+    text = (tmp_path / "tok" / "tokenizer.json").read_text(encoding="utf-8")
+    (tmp_path / "tok" / "tokenizer.json").write_text(text[: len(text) // 2], encoding="utf-8")  # a cut copy
+    with pytest.raises(UsageError, match=r"tok/tokenizer\.json:\d+: invalid JSON"):
+        load_tokenizer(tmp_path / "tok")
+    from transformers import PreTrainedTokenizerFast
+
+    other = PreTrainedTokenizerFast(tokenizer_object=small_tok.backend_tokenizer, pad_token="</s>",
+                                    eos_token="<pad>", unk_token="<unk>", bos_token="<s>")
+    other.save_pretrained(tmp_path / "other")
+    with pytest.raises(UsageError, match=r"special ids pad/bos/eos/unk=\(2, 1, 0, 3\), expected \(0, 1, 2, 3\)"):
+        load_tokenizer(tmp_path / "other")
 
 
 def test_cli(tmp_path):
@@ -207,11 +246,45 @@ def test_cli(tmp_path):
     spec = importlib.util.spec_from_file_location("train_tokenizer", script)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    mod.main(["--files", str(tmp_path / "c.en"), str(tmp_path / "c.de"), "--vocab_size", "400",
-              "--min_frequency", "1", "--out_dir", str(tmp_path / "tok")])
+    files = ["--files", str(tmp_path / "c.en"), str(tmp_path / "c.de"), "--vocab_size", "400", "--min_frequency", "1"]
+    assert mod.main(files + ["--out_dir", str(tmp_path / "tok")]) == 0
     tok = load_tokenizer(tmp_path / "tok")
     assert tok("The old man.")["input_ids"][-1] == EOS_ID
-    mod.main(["--corpus", str(tmp_path / "c"), "--src_lang", "en", "--tgt_lang", "de", "--vocab_size", "400",
-              "--min_frequency", "1", "--lowercase", "--out_dir", str(tmp_path / "tok2")])
+    assert mod.main(["--corpus", str(tmp_path / "c"), "--src_lang", "en", "--tgt_lang", "de", "--vocab_size", "400",
+                     "--min_frequency", "1", "--lowercase", "--out_dir", str(tmp_path / "tok2")]) == 0
     assert load_tokenizer(tmp_path / "tok2").decode(load_tokenizer(tmp_path / "tok2")("ABC")["input_ids"],
                                                     skip_special_tokens=True) == "abc"
+
+
+def test_cli_errors_and_out_dir_guard(tmp_path, capsys):
+    """Contract change: errors are one stderr line with exit status 2, and a non-empty --out_dir is replaced only
+    with --overwrite (and then whole, atomically)."""
+    from vaswani_hf.cli import train_tokenizer as cli
+
+    en, de = synthetic_pairs()
+    (tmp_path / "c.en").write_text("\n".join(en) + "\n", encoding="utf-8")
+    out = tmp_path / "tok"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine", encoding="utf-8")
+    args = ["--files", str(tmp_path / "c.en"), "--vocab_size", "400", "--min_frequency", "1", "--out_dir", str(out)]
+
+    def one_error_line():
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and ": error: " in err and "Traceback" not in err, err
+        return err
+
+    assert cli.main(args) == 2
+    assert f"--out_dir {out} exists and is not empty; pass --overwrite" in one_error_line()
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    assert cli.main(args + ["--overwrite"]) == 0
+    assert (out / "tokenizer.json").is_file() and not (out / "notes.txt").exists()
+    capsys.readouterr()
+    assert cli.main(["--files", str(tmp_path / "nope.en"), "--out_dir", str(tmp_path / "t2")]) == 2
+    assert f"--files not found: {tmp_path / 'nope.en'}" in one_error_line()
+    assert cli.main(["--files", str(tmp_path / "c.en"), "--vocab_size", "100", "--out_dir", str(tmp_path / "t3")]) == 2
+    assert "--vocab_size must exceed the 4 special tokens + 256 byte symbols, got 100" in one_error_line()
+    (tmp_path / "blank.en").write_text("\n\n", encoding="utf-8")
+    assert cli.main(["--files", str(tmp_path / "blank.en"), "--vocab_size", "400", "--out_dir",
+                     str(tmp_path / "t4")]) == 2
+    assert "no text to learn from (2 lines, all empty)" in one_error_line()
+    assert not (tmp_path / "t2").exists() and not (tmp_path / "t3").exists() and not (tmp_path / "t4").exists()

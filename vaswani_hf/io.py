@@ -200,7 +200,7 @@ def write_lines(path: str | os.PathLike | None, lines: Iterable[str], *, overwri
     """Write one line per item ("\\n" ends every line; an item's own line breaks become spaces, so N items give N
     lines). `path` None or "-" is standard output; a file is written atomically and, unless `overwrite`, must not
     exist yet (see `check_output_file`)."""
-    text = "".join(" ".join(str(line).splitlines()) + "\n" for line in lines)
+    text = "".join(" ".join(_split(str(line), final=True)) + "\n" for line in lines)  # the reader's line ends only
     if path is None or str(path) == STDIO:
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -393,7 +393,7 @@ def load_model_folder(path: str | os.PathLike, *, device=None, dtype=None, trust
         tokenizer = AutoTokenizer.from_pretrained(str(source), trust_remote_code=trust_remote_code)
         model = AutoModelForSeq2SeqLM.from_pretrained(str(source), dtype=dtype or torch.float32,
                                                       trust_remote_code=trust_remote_code, **model_kwargs)
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, KeyError) as error:  # KeyError: a JSON file without the keys transformers needs
         if isinstance(source, Path):
             raise UsageError(f"{what} {source}: cannot be loaded ({_one_line(error)})") from error
         raise UsageError(f"{what} {source}: not a local folder, and not loadable from the Hub "

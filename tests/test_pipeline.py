@@ -1,0 +1,74 @@
+"""The "translation" pipeline (`vaswani_hf.pipeline_vaswani`, built and saved by `vaswani_hf.inference`): it gives what
+`translate` gives, in this process and from a saved folder in a process that cannot import vaswani_hf."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from translation_model import SUBPROCESS_ENV, model, one_thread, saved_folder, tokenizer  # noqa: F401
+
+from vaswani_hf.inference import register_pipeline, translate, translation_pipeline
+
+
+def test_translation_pipeline_helper(model, tokenizer):
+    pipe = translation_pipeline(model, tokenizer, num_beams=1)
+    expected = translate(model, tokenizer, ["dog", "", "a man runs"], num_beams=1, progress=False)
+    assert [r["translation_text"] for r in pipe(["dog", "", "a man runs"], batch_size=2)] == expected
+    assert pipe("dog") == [{"translation_text": expected[0]}]
+
+
+def test_register_pipeline_is_idempotent():
+    from transformers.pipelines import PIPELINE_REGISTRY
+
+    from vaswani_hf.pipeline_vaswani import VaswaniTranslationPipeline
+
+    register_pipeline()
+    register_pipeline()
+    assert PIPELINE_REGISTRY.supported_tasks["translation"]["impl"] is VaswaniTranslationPipeline
+
+
+def test_pipeline_from_saved_folder_without_the_package(model, tokenizer, saved_folder, tmp_path):
+    """`pipeline("translation", model=folder, trust_remote_code=True)` in a fresh process that cannot import
+    vaswani_hf: the remote-code pipeline, model (GNMT beam search included) and tokenizer reproduce translate()."""
+    config = json.loads((saved_folder / "config.json").read_text())
+    assert config["custom_pipelines"]["translation"]["impl"] == "pipeline_vaswani.VaswaniTranslationPipeline"
+    assert (saved_folder / "pipeline_vaswani.py").is_file()
+    inputs = ["dog", "", "the big red ball near water with a child", "a man runs in the park"]
+    code = textwrap.dedent(f"""
+        import json, sys
+
+        class BlockVaswani:
+            def find_spec(self, name, path=None, target=None):
+                if name == "vaswani_hf" or name.startswith("vaswani_hf."):
+                    raise ImportError("vaswani_hf is blocked in this test")
+
+        sys.meta_path.insert(0, BlockVaswani())
+        try:
+            import vaswani_hf
+            raise SystemExit("vaswani_hf should not be importable here")
+        except ImportError:
+            pass
+        from transformers import pipeline
+
+        pipe = pipeline("translation", model={str(saved_folder)!r}, trust_remote_code=True, device="cpu")
+        out = {{
+            "beam": [r["translation_text"] for r in pipe({inputs!r}, batch_size=3)],
+            "greedy": [r["translation_text"] for r in pipe({inputs!r}, num_beams=1)],
+            "pipeline_module": type(pipe).__module__,
+            "model_module": type(pipe.model).__module__,
+            "leaked": sorted(m for m in sys.modules if m.startswith("vaswani_hf")),
+        }}
+        print("RESULT" + json.dumps(out))
+    """)
+    env = {**os.environ, **SUBPROCESS_ENV, "HF_MODULES_CACHE": str(tmp_path / "modules"), "PYTHONPATH": ""}
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.split("RESULT", 1)[1])
+    assert out["leaked"] == []
+    assert out["pipeline_module"].startswith("transformers_modules.")
+    assert out["model_module"].startswith("transformers_modules.")
+    assert out["beam"] == translate(model, tokenizer, inputs, progress=False)
+    assert out["greedy"] == translate(model, tokenizer, inputs, num_beams=1, progress=False)

@@ -1,0 +1,165 @@
+"""Tests of vaswani_hf.training.trainer.VaswaniTrainer's token batching (paper, Section 5.1) and evaluation loss:
+token-budget DataLoaders, sentence-counting speed metrics, losses per target token whatever the budget, and the
+one-time sharding of batches under Accelerate.
+
+(The objective and the model under transformers' own Seq2SeqTrainer: tests/test_training_trainer_lead.py.)
+"""
+
+from __future__ import annotations
+
+import math
+
+import datasets
+import pytest
+import torch
+from data_helpers import random_lengths, synthetic_pairs, write_text
+from torch.utils.data import DataLoader
+from transformers.modeling_outputs import Seq2SeqLMOutput
+
+from vaswani_hf.data import Seq2SeqCollator, TokenBatchSampler, load_moses, prepare_dataset
+from vaswani_hf.tokenization import train_bpe_tokenizer
+from vaswani_hf.training.trainer import VaswaniTrainer, unshard_prepared_loader
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    return synthetic_pairs()
+
+
+@pytest.fixture(scope="module")
+def tok(pairs):
+    en, de = pairs
+    return train_bpe_tokenizer(en + de, vocab_size=500, min_frequency=1, show_progress=False)
+
+
+@pytest.fixture
+def corpus_dir(tmp_path, pairs):
+    en, de = pairs
+    write_text(tmp_path / "train.en", en)
+    write_text(tmp_path / "train.de", de)
+    return tmp_path
+
+
+class TinySeq2Seq(torch.nn.Module):
+    """Stand-in model with the seq2seq forward signature (keeps this test independent of the modeling code).
+
+    VaswaniTrainer computes the loss from the logits itself (its `compute_loss_func`), so it calls forward without
+    labels: what the model saw is recorded from the decoder inputs, which have the labels' shape."""
+
+    def __init__(self, vocab=500):
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab, 8)
+        self.out = torch.nn.Linear(8, vocab)
+        self.seen = []
+
+    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, labels=None):
+        self.seen.append((tuple(input_ids.shape), tuple(decoder_input_ids.shape)))
+        mask = attention_mask[..., None]
+        ctx = (self.emb(input_ids) * mask).sum(1, keepdim=True) / mask.sum(1, keepdim=True)
+        logits = self.out(self.emb(decoder_input_ids) + ctx)
+        loss = None
+        if labels is not None:
+            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+        return Seq2SeqLMOutput(loss=loss, logits=logits)
+
+
+def _smoothed_sum(logits: torch.Tensor, labels: torch.Tensor, epsilon: float) -> torch.Tensor:
+    """Label-smoothed cross-entropy summed over the labelled positions, by its definition (Section 5.4): the target
+    keeps 1 - epsilon, each of the V - 1 other classes gets epsilon / (V - 1)."""
+    logp = torch.log_softmax(logits.double(), dim=-1)
+    keep = labels != -100
+    logp, target = logp[keep], labels[keep]
+    vocab = logp.shape[-1]
+    target_logp = logp.gather(-1, target[:, None])[:, 0]
+    others = logp.sum(-1) - target_logp
+    return -((1 - epsilon) * target_logp + epsilon / (vocab - 1) * others).sum()
+
+
+def _args(tmp_path, name, **kwargs):
+    from transformers import Seq2SeqTrainingArguments
+
+    return Seq2SeqTrainingArguments(output_dir=str(tmp_path / name), report_to=[], use_cpu=True, disable_tqdm=True,
+                                    **kwargs)
+
+
+def test_trainer_uses_token_batches(tmp_path, corpus_dir, tok):
+    data, _ = prepare_dataset(load_moses(corpus_dir / "train", "en", "de"), tok, "en", "de")
+    model = TinySeq2Seq()
+    args = _args(tmp_path, "out", max_steps=3, per_device_train_batch_size=2, save_strategy="no", logging_steps=1,
+                 seed=5)
+    trainer = VaswaniTrainer(model=model, args=args, train_dataset=data, eval_dataset=data, max_tokens=600,
+                             eval_max_tokens=800)
+    dl = trainer.get_train_dataloader()
+    sampler = TokenBatchSampler.from_dataset(data, 600, seed=5)
+    assert len(dl) == len(sampler)
+    batches = list(dl)
+    assert sum(b["input_ids"].shape[0] for b in batches) == len(data)
+    assert all(b["input_ids"].numel() <= 600 and b["labels"].numel() <= 600 for b in batches)
+    assert max(b["input_ids"].shape[0] for b in batches) > 2  # not per_device_train_batch_size
+    assert set(batches[0]) == {"input_ids", "attention_mask", "labels", "decoder_input_ids"}
+    edl = trainer.get_eval_dataloader()
+    assert all(b["input_ids"].numel() <= 800 for b in edl)
+    metrics = trainer.train().metrics
+    assert len(model.seen) == 3 and all(s[0] * s[1] <= 600 and l[0] * l[1] <= 600 for s, l in model.seen)
+    # the samples' rate counts sentences, not batches x per_device_train_batch_size
+    sentences = sum(s[0] for s, _ in model.seen)
+    assert metrics["train_samples_per_second"] * metrics["train_runtime"] == pytest.approx(sentences, rel=1e-2)
+
+
+def test_eval_loss_is_per_target_token_whatever_the_budget(tmp_path, corpus_dir, tok):
+    """transformers' evaluation_loop weights every batch alike (the first batch's size); with token batches that
+    made eval_loss depend on eval_max_tokens. Ours are per target token, the same for every budget: eval_loss is
+    the training objective (label-smoothed, epsilon 0.1 by default), eval_nll the plain cross-entropy and eval_ppl
+    its exponential."""
+    data, _ = prepare_dataset(load_moses(corpus_dir / "train", "en", "de"), tok, "en", "de")
+    torch.manual_seed(0)
+    model = TinySeq2Seq().eval()
+    collate = Seq2SeqCollator()
+    with torch.no_grad():  # reference: one sentence at a time, summed over tokens
+        sums, smoothed = [], []
+        for i in range(len(data)):
+            batch = collate([data[i]])
+            out = model(**batch)
+            sums.append((out.loss * len(data[i]["labels"]), len(data[i]["labels"])))
+            smoothed.append(_smoothed_sum(out.logits, batch["labels"], 0.1))
+    tokens = sum(n for _, n in sums)
+    per_token = float(sum(s for s, _ in sums) / tokens)
+    smoothed_per_token = float(sum(smoothed) / tokens)
+    assert abs(smoothed_per_token - per_token) > 1e-3  # two different numbers, told apart by the checks below
+    losses, nlls = [], []
+    for budget in (200, 800):
+        trainer = VaswaniTrainer(model=model, args=_args(tmp_path, f"out{budget}"), eval_dataset=data,
+                                 eval_max_tokens=budget)
+        sizes = [b["input_ids"].shape[0] for b in trainer.get_eval_dataloader()]
+        assert len(set(sizes)) > 1  # batches of unequal sentence counts: the case the plain Trainer gets wrong
+        metrics = trainer.evaluate()
+        losses.append(metrics["eval_loss"])
+        nlls.append(metrics["eval_nll"])
+        assert metrics["eval_ppl"] == pytest.approx(math.exp(metrics["eval_nll"]), rel=1e-9)
+        # the speed metrics count real batches, not sentences / per_device_eval_batch_size
+        assert metrics["eval_steps_per_second"] * metrics["eval_runtime"] == pytest.approx(len(sizes), rel=1e-2)
+        assert metrics["eval_samples_per_second"] * metrics["eval_runtime"] == pytest.approx(len(data), rel=1e-2)
+        predicted = trainer.predict(data).metrics
+        assert predicted["test_steps_per_second"] * predicted["test_runtime"] == pytest.approx(len(sizes), rel=1e-2)
+        assert predicted["test_loss"] == pytest.approx(metrics["eval_loss"], rel=1e-9)
+    assert nlls[0] == pytest.approx(per_token, rel=1e-5) and nlls[1] == pytest.approx(per_token, rel=1e-5)
+    assert losses[0] == pytest.approx(smoothed_per_token, rel=1e-5)
+    assert losses[1] == pytest.approx(smoothed_per_token, rel=1e-5)
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_accelerate_prepare_shards_once(rank):
+    """What `accelerator.prepare` does with 2 processes (accelerate.data_loader.prepare_data_loader) plus our
+    pass-through fix: rank r gets exactly the sampler's rank-r batches, not half of them."""
+    from accelerate.data_loader import prepare_data_loader
+
+    src, tgt = random_lengths(n=400)
+    ds = datasets.Dataset.from_dict({"input_ids": [[5] * int(n) for n in src], "labels": [[6] * int(n) for n in tgt]})
+    sampler = TokenBatchSampler(src, tgt, 700, seed=2, num_replicas=2, rank=rank)
+    loader = DataLoader(ds, batch_sampler=sampler, collate_fn=lambda x: x)
+    prepared = prepare_data_loader(loader, num_processes=2, process_index=rank, put_on_device=False)
+    assert prepared.batch_sampler.batch_sampler is sampler  # Accelerate wrapped it in BatchSamplerShard ...
+    assert len(prepared) == -(-len(sampler) // 2)  # ... which would shard a second time
+    prepared = unshard_prepared_loader(prepared, sampler)
+    assert len(prepared) == len(sampler)
+    assert [len(b) for b in prepared] == [len(b) for b in sampler]
