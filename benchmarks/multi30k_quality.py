@@ -75,7 +75,7 @@ def main(argv=None):
     if any(n < 1 for n in windows):
         parser.error(f"--tune_average: each number of checkpoints must be >= 1, got {args.tune_average!r}")
 
-    from vaswani_hf.training import RecipeError, load_recipe, parse_override, read_history, run_training
+    from vaswani_hf.training import RecipeError, load_recipe, read_history, run_training, value_from_text
 
     overrides = {}
     i = 0
@@ -84,7 +84,7 @@ def main(argv=None):
             parser.error(f"expected --key value pairs, got {rest[i:]}")
         key = rest[i][2:].replace("-", "_")
         try:
-            overrides[key] = parse_override(key, rest[i + 1])
+            overrides[key] = value_from_text(key, rest[i + 1])
         except RecipeError as e:
             parser.error(str(e))
         i += 2
@@ -112,7 +112,7 @@ def main(argv=None):
             return 2
 
     load = os.getloadavg()
-    trained_recipe = {k: v for k, v in recipe.items() if not k.startswith("_")}
+    trained_recipe = dict(recipe)
     t0 = time.time()
     if args.score_only:
         metrics_file = Path(recipe["output_dir"]) / "metrics.json"
@@ -131,8 +131,8 @@ def main(argv=None):
     import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    from vaswani_hf.evaluation import read_lines
-    from vaswani_hf.generation import translate
+    from vaswani_hf.inference import translate
+    from vaswani_hf.io import read_lines
 
     model_dir = Path(metrics["export_dir"])
     if args.score_only and not model_dir.is_dir():
