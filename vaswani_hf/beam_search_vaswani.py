@@ -63,12 +63,12 @@ class _SelfAttentionBuffers:
         self.values[0][:, :length] = values[:, :length]
 
     def append(self, rows: int, position: int, key: torch.Tensor, value: torch.Tensor):
-        """Write one position's (rows, 1, H, d) key and value; return the (rows, H, position + 1, d) prefixes."""
+        """Write one position's (rows, H, d) key and value; return the (rows, H, position + 1, d) prefixes."""
         if position >= self.keys[self.current].shape[1]:
             self._grow(position)
         keys, values = self.keys[self.current], self.values[self.current]
-        keys[:rows, position: position + 1] = key
-        values[:rows, position: position + 1] = value
+        keys[:rows, position] = key
+        values[:rows, position] = value
         return keys[:rows, : position + 1].transpose(1, 2), values[:rows, : position + 1].transpose(1, 2)
 
     def reorder(self, rows: int, length: int, source_rows: torch.Tensor):
@@ -119,22 +119,22 @@ def project_source(model, encoder_hidden_states: torch.Tensor, encoder_attention
 
 def _self_attention(attn, hidden: torch.Tensor, buffer: _SelfAttentionBuffers, step: int) -> torch.Tensor:
     """Masked self-attention (3.2.3) of the new position: its key and value join the row's earlier ones in `buffer`
-    and its query attends to all step + 1 of them (no later position exists, so no mask). (rows, 1, D) -> same."""
+    and its query attends to all step + 1 of them (no later position exists, so no mask). (rows, D) -> (rows, D)."""
     keys, values = buffer.append(hidden.shape[0], step, attn.keys(hidden), attn.values(hidden))  # (rows, H, step+1, d)
-    query = attn.queries(hidden).transpose(1, 2)  # (rows, H, 1, d_k)
+    query = attn.queries(hidden).unsqueeze(2)  # (rows, H, 1, d_k)
     out = nn.functional.scaled_dot_product_attention(query, keys, values, scale=attn.scaling)  # (rows, H, 1, d_v)
-    return attn.output(out.transpose(1, 2))  # (rows, 1, D)
+    return attn.output(out.squeeze(2))  # (rows, D)
 
 
 def _cross_attention(attn, hidden: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None,
                      group: int) -> torch.Tensor:
     """Encoder-decoder attention (3.2.3): the `group` consecutive rows of a sentence (its beams) query its source K/V,
-    (A, H, S, d), together. (rows, 1, D) -> (rows, 1, D)."""
+    (A, H, S, d), together. (rows, D) -> (rows, D)."""
     rows, heads = hidden.shape[0], attn.num_heads
     query = attn.queries(hidden).view(rows // group, group, heads, attn.d_k).transpose(1, 2)  # (A, H, group, d_k)
     out = nn.functional.scaled_dot_product_attention(query, keys, values, attn_mask=mask,
                                                      scale=attn.scaling)  # (A, H, group, d_v)
-    return attn.output(out.transpose(1, 2).reshape(rows, 1, heads, attn.d_v))  # (rows, 1, D)
+    return attn.output(out.transpose(1, 2).reshape(rows, heads, attn.d_v))  # (rows, D)
 
 
 def decoder_step(model, tokens: torch.Tensor, step: int, buffers: list[_SelfAttentionBuffers], source: _Source,
@@ -142,13 +142,13 @@ def decoder_step(model, tokens: torch.Tensor, step: int, buffers: list[_SelfAtte
     """One decoder position for every running row (Section 3.1; the model is in eval mode, so dropout is off):
     (rows,) last tokens -> (rows, D) final hidden states. The embedding and every layer are the model's own
     (`VaswaniStack.embed`, `VaswaniDecoderLayer.sublayers`); only how attention reads its keys and values is done
-    here. Rows are sentences x `group` consecutive beams."""
+    here, on (rows, D) states (one position: no sequence dimension). Rows are sentences x `group` consecutive beams."""
     decoder = model.get_decoder()
-    hidden, _ = decoder.embed(tokens[:, None], None, step)  # (rows, 1, D), position `step`
+    hidden = decoder.embed(tokens[:, None], None, step)[0][:, 0]  # (rows, D) at position `step`
     for layer, buffer, keys, values in zip(decoder.layers, buffers, source.keys, source.values):
         hidden = layer.sublayers(hidden, partial(_self_attention, buffer=buffer, step=step),
                                  partial(_cross_attention, keys=keys, values=values, mask=source.mask, group=group))
-    return hidden[:, 0]
+    return hidden
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -302,7 +302,7 @@ class VaswaniEncoderLayer(GradientCheckpointingLayer):
                             self.training)  # (B, S, D)
 
 
-# How a decoder layer attends: (attention module, (B, T, D) queries' input) -> (B, T, D) sub-layer output.
+# How a decoder layer attends: (attention module, (..., D) queries' input) -> (..., D) sub-layer output.
 Attend = Callable[[VaswaniAttention, torch.Tensor], torch.Tensor]
 
 
@@ -326,7 +326,7 @@ class VaswaniDecoderLayer(GradientCheckpointingLayer):
 
     def sublayers(self, hidden: torch.Tensor, self_attend: Attend, cross_attend: Attend) -> torch.Tensor:
         """x = LN(x + Dropout(SelfAttn(x))); x = LN(x + Dropout(CrossAttn(x, encoder))); x = LN(x + Dropout(FFN(x)))
-        (Section 3.1). hidden: (B, T, D) -> (B, T, D)."""
+        (Section 3.1). hidden: (B, T, D) -> (B, T, D), or (rows, D) for the lean loops' one position."""
         hidden = add_and_norm(self.self_attn_layer_norm, hidden, self_attend(self.self_attn, hidden), self.dropout,
                               self.training)
         hidden = add_and_norm(self.encoder_attn_layer_norm, hidden, cross_attend(self.encoder_attn, hidden),
