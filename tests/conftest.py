@@ -1,6 +1,8 @@
-"""Shared fixtures: tiny models and the location of the Multi30k data (read at run time, never copied)."""
+"""Shared fixtures: tiny models, a tiny learnable corpus and recipe, and the location of the Multi30k data (read at
+run time, never copied)."""
 
 import os
+import random
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,16 @@ REPO = Path(__file__).resolve().parents[1]
 MULTI30K = Path(os.environ.get("VASWANI_MULTI30K_DIR", REPO.parent / "shared" / "data" / "multi30k"))
 
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models: one intra-op thread avoids oversubscribing the 2 shared cores (a test module with
+    `pytestmark = pytest.mark.usefixtures("one_torch_thread")` runs with it); restored for other modules."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def tiny_config(**overrides):
@@ -75,3 +87,65 @@ def run_python(code: str, cwd, env=None, block_package=False, timeout=300):
                             text=True, timeout=timeout)
     assert result.returncode == 0, f"subprocess failed:\nSTDOUT:\n{result.stdout}\nSTDERR:\n{result.stderr[-4000:]}"
     return result.stdout
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A tiny learnable corpus and recipe (training tests)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+EN = "the a man woman dog cat runs sleeps eats sees big small red blue house tree car ball near under".split()
+DE = "der ein mann frau hund katze läuft schläft isst sieht groß klein rot blau haus baum auto ball nahe unter".split()
+
+
+def write_corpus(folder: Path, n_train: int = 64, n_valid: int = 16, seed: int = 0) -> Path:
+    """Word-for-word 'translation' (en word i -> de word i): learnable in a few dozen steps. Unique source lines."""
+    rng = random.Random(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    seen = set()
+    splits = {"train": n_train, "valid": n_valid, "test": n_valid}
+    for split, n in splits.items():
+        src, tgt = [], []
+        while len(src) < n:
+            ids = [rng.randrange(len(EN)) for _ in range(rng.randint(3, 8))]
+            line = " ".join(EN[i] for i in ids)
+            if line in seen:
+                continue
+            seen.add(line)
+            src.append(line)
+            tgt.append(" ".join(DE[i] for i in ids))
+        (folder / f"{split}.en").write_text("\n".join(src) + "\n", encoding="utf-8")
+        (folder / f"{split}.de").write_text("\n".join(tgt) + "\n", encoding="utf-8")
+    return folder
+
+
+TINY = {
+    "data_format": "moses", "train_data": "train", "valid_data": None, "test_data": None,
+    "vocab_size": 300, "d_model": 32, "d_ff": 64, "num_heads": 2, "num_encoder_layers": 1, "num_decoder_layers": 1,
+    "warmup_steps": 4, "lr_multiplier": 2.0, "max_tokens_per_device": 4096, "max_sentences": 8,
+    "save_every_minutes": 0.0, "keep_last": 0, "average_last": 0, "logging_steps": 1, "eval_steps": 0,
+    "translate_examples": [], "disable_tqdm": True, "torch_threads": 1, "seed": 7,
+}
+
+
+def tiny_recipe(tmp_path: Path, **overrides) -> dict:
+    corpus = tmp_path / "corpus"
+    if not (corpus / "train.en").is_file():
+        write_corpus(corpus)
+    values = {**TINY, "data_dir": str(corpus), "output_dir": str(tmp_path / "run"), **overrides}
+    from vaswani_hf.training import load_recipe
+
+    return load_recipe("default", values)
+
+
+def write_recipe_yaml(path: Path, recipe_values: dict) -> Path:
+    import yaml
+
+    path.write_text(yaml.safe_dump(recipe_values, sort_keys=False))
+    return path
+
+
+def losses_by_step(output_dir: Path) -> dict[int, float]:
+    from vaswani_hf.training import read_history
+
+    return {h["step"]: h["loss"] for h in read_history(Path(output_dir) / "history.jsonl") if "loss" in h}

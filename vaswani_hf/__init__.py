@@ -15,7 +15,7 @@ from .modeling_vaswani import (
     VaswaniPreTrainedModel,
 )
 
-from .generation import (
+from .inference import (
     load_for_inference,
     register_pipeline,
     save_pretrained_with_pipeline,

@@ -26,12 +26,12 @@ come from the same code.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import evaluate
 import numpy as np
-from tqdm.auto import tqdm
+
+from .io import UsageError
 
 METRICS_DIR = Path(__file__).resolve().parent / "metrics"
 METRIC_NAMES = ("sacrebleu_local", "chrf_local", "tok_bleu")
@@ -59,26 +59,17 @@ def load_metric(name: str, **kwargs) -> evaluate.EvaluationModule:
     return evaluate.load(str(METRICS_DIR / name), **kwargs)
 
 
-def read_lines(path: str | os.PathLike) -> list[str]:
-    """Lines of a UTF-8 text file without their line ends (one segment per line, empty lines kept)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"file not found: {path}")
-    with open(path, encoding="utf-8", newline="\n") as f:
-        return [line.rstrip("\n") for line in f]
-
-
 def check_line_counts(hypotheses: tuple[str, list], references: list[tuple[str, list]]) -> None:
-    """Raise ``ValueError`` naming both sides and their counts if a reference has another number of lines.
+    """Raise ``UsageError`` naming both sides and their counts if a reference has another number of lines.
 
     Each argument pairs a name (a file name, or a label) with its lines.
     """
     hyp_name, hyp_lines = hypotheses
     for ref_name, ref_lines in references:
         if len(ref_lines) != len(hyp_lines):
-            raise ValueError(
-                f"line count mismatch: {hyp_name} has {len(hyp_lines)} lines but {ref_name} has {len(ref_lines)} lines"
-            )
+            raise UsageError(
+                f"line count mismatch: {hyp_name} has {len(hyp_lines)} lines but {ref_name} has {len(ref_lines)} "
+                "lines; a reference file has one line per segment of the hypotheses")
 
 
 def _reference_streams(references) -> list[list[str]]:
@@ -154,38 +145,48 @@ def format_table(scores: dict) -> str:
     return "\n".join(lines)
 
 
-def make_compute_metrics(tokenizer, tokenize: str = "13a"):
+class TranslationMetrics:
     """``compute_metrics`` for ``Seq2SeqTrainer(predict_with_generate=True)``: sacreBLEU, chrF, mean length.
 
     Decodes generated ids and labels (label positions set to -100 by the collator, and any -100 in the
     predictions, become the pad id first), strips special tokens and surrounding whitespace, and scores with the
     package's ``sacrebleu_local`` (tokenizer ``tokenize``, default 13a) and ``chrf_local`` modules.
-    Returns ``{"bleu", "chrf", "gen_len"}`` where ``gen_len`` is the mean number of non-pad generated tokens.
+    Returns ``{"bleu", "chrf", "gen_len"}`` where ``gen_len`` is the mean number of non-pad generated tokens; the
+    sacreBLEU signatures of the last computation are kept in ``signatures`` (the Trainer's metrics are numbers only),
+    so that a model card names exactly how its scores were computed.
     """
-    bleu_metric = load_metric("sacrebleu_local")
-    chrf_metric = load_metric("chrf_local")
-    pad_id = tokenizer.pad_token_id
 
-    def compute_metrics(eval_prediction):
+    def __init__(self, tokenizer, tokenize: str = "13a"):
+        self.tokenizer, self.tokenize = tokenizer, tokenize
+        self.bleu_metric, self.chrf_metric = load_metric("sacrebleu_local"), load_metric("chrf_local")
+        self.signatures: dict[str, str] = {}
+
+    def __call__(self, eval_prediction) -> dict[str, float]:
+        pad_id = self.tokenizer.pad_token_id
         predictions, labels = eval_prediction.predictions, eval_prediction.label_ids
         if isinstance(predictions, tuple):
             predictions = predictions[0]
         predictions = np.where(np.asarray(predictions) != -100, predictions, pad_id)
         labels = np.where(np.asarray(labels) != -100, labels, pad_id)
-        decoded_predictions = [t.strip() for t in tokenizer.batch_decode(predictions, skip_special_tokens=True)]
-        decoded_labels = [t.strip() for t in tokenizer.batch_decode(labels, skip_special_tokens=True)]
-        bleu = bleu_metric.compute(predictions=decoded_predictions, references=decoded_labels, tokenize=tokenize)
-        chrf = chrf_metric.compute(predictions=decoded_predictions, references=decoded_labels)
+        decode = self.tokenizer.batch_decode
+        hypotheses = [t.strip() for t in decode(predictions, skip_special_tokens=True)]
+        references = [t.strip() for t in decode(labels, skip_special_tokens=True)]
+        bleu = self.bleu_metric.compute(predictions=hypotheses, references=references, tokenize=self.tokenize)
+        chrf = self.chrf_metric.compute(predictions=hypotheses, references=references)
+        self.signatures = {"bleu": bleu["signature"], "chrf": chrf["signature"]}
         gen_len = float(np.mean(np.count_nonzero(predictions != pad_id, axis=-1))) if len(predictions) else 0.0
         return {"bleu": bleu["score"], "chrf": chrf["score"], "gen_len": gen_len}
 
-    return compute_metrics
+
+def make_compute_metrics(tokenizer, tokenize: str = "13a") -> TranslationMetrics:
+    """The Trainer's ``compute_metrics`` (see `TranslationMetrics`)."""
+    return TranslationMetrics(tokenizer, tokenize)
 
 
 def translate_lines(model, tokenizer, lines, batch_size=32, num_beams=None, device="cpu") -> list[str]:
     """Translate ``lines`` for scoring: `vaswani_hf.generation.translate` (token-budget batches, order preserved,
     progress bar; empty lines give empty outputs without calling the model). Decoding settings other than
     ``num_beams`` come from the model's ``generation_config``; ``num_beams=None`` uses its value."""
-    from .generation import translate
+    from .inference import translate
 
     return translate(model, tokenizer, list(lines), batch_size=batch_size, num_beams=num_beams, device=device)

@@ -47,6 +47,8 @@ from typing import Any
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+from .io import UsageError, iter_lines, read_json
+
 logger = logging.getLogger(__name__)
 
 PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN = "<pad>", "<s>", "</s>", "<unk>"
@@ -103,19 +105,6 @@ def _add_post_processor(tok: Tokenizer) -> None:
     )
 
 
-def _read_lines(path: str | os.PathLike) -> Iterator[str]:
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"tokenizer training file not found: {path}")
-    with open(path, "rb") as f:  # decoded line by line so that a bad byte is reported with its line number
-        for lineno, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise ValueError(f"{path}: line {lineno}: invalid UTF-8 byte(s) {raw[e.start:e.end]!r}") from None
-            yield line.rstrip("\r\n")
-
-
 def _looks_like_file(x: Any) -> bool:
     if isinstance(x, os.PathLike):
         return True
@@ -137,7 +126,7 @@ def iter_training_text(corpus: Any, languages: Sequence[str] | None = None) -> I
     import datasets  # local import: the tokenizer module should not require `datasets` for plain files
 
     if isinstance(corpus, (str, os.PathLike)):
-        yield from _read_lines(corpus)
+        yield from iter_lines(corpus, what="tokenizer training file")
     elif isinstance(corpus, datasets.Dataset):
         if "translation" not in corpus.column_names:
             raise ValueError(f"dataset has no 'translation' column (columns: {corpus.column_names})")
@@ -152,7 +141,7 @@ def iter_training_text(corpus: Any, languages: Sequence[str] | None = None) -> I
         # A list whose first item is a Path or an existing file is a list of files (a missing one is then an error,
         # not a sentence).
         for p in corpus:
-            yield from _read_lines(p)
+            yield from iter_lines(p, what="tokenizer training file")
     elif isinstance(corpus, Iterable):
         for x in corpus:
             if not isinstance(x, str):
@@ -233,11 +222,18 @@ def train_bpe_tokenizer(
 
 
 def load_tokenizer(path: str | os.PathLike) -> PreTrainedTokenizerFast:
-    """Load a tokenizer saved by `train_bpe_tokenizer` (a folder or Hub id), checking the fixed special ids."""
+    """Load a tokenizer saved by `train_bpe_tokenizer` (a folder or Hub id), checking its tokenizer.json and the fixed
+    special ids. Raises UsageError naming the folder or file."""
+    folder = Path(path)
+    if folder.exists():
+        if not folder.is_dir():
+            raise UsageError(f"tokenizer {folder} is a file; give the folder that holds tokenizer.json")
+        read_json(folder / "tokenizer.json", what=f"tokenizer.json of tokenizer folder {folder}")
     tok = AutoTokenizer.from_pretrained(str(path))
     got = (tok.pad_token_id, tok.bos_token_id, tok.eos_token_id, tok.unk_token_id)
     if got != (PAD_ID, BOS_ID, EOS_ID, UNK_ID):
-        raise ValueError(
-            f"tokenizer at {path} has special ids pad/bos/eos/unk={got}, expected {(PAD_ID, BOS_ID, EOS_ID, UNK_ID)}"
+        raise UsageError(
+            f"tokenizer at {path} has special ids pad/bos/eos/unk={got}, expected {(PAD_ID, BOS_ID, EOS_ID, UNK_ID)}; "
+            "train it with vaswani-train-tokenizer"
         )
     return tok

@@ -1,4 +1,4 @@
-"""Translating text with the Transformer (Vaswani et al., 2017): batched decoding, loading, and the pipeline.
+"""Translating text with a trained Transformer (Vaswani et al., 2017): loading, batched decoding, the pipeline.
 
 The decoding itself is `model.generate`, whose defaults for this model are the paper's Section 6.1 settings, stored
 in the model's `generation_config` (see `modeling_vaswani.default_generation_config`):
@@ -9,13 +9,13 @@ in the model's `generation_config` (see `modeling_vaswani.default_generation_con
     (`early_stopping="never"`: a sentence stops once no running beam can beat its worst finished hypothesis).
 
 This module adds what the paper's decoder did around that: sentences are grouped into batches by a token budget
-(as tensor2tensor and fairseq batch by tokens, not sentences), sorted by length so that little padding is decoded,
-and returned in their original order.
+(as tensor2tensor and fairseq batch by tokens, not sentences; the package's one batcher,
+`vaswani_hf.data.batching.make_batches`), sorted by length so that little padding is decoded, and returned in their
+original order.
 
 Public API:
     translate(model, tokenizer, sentences, ...) -> list[str]
     load_for_inference(model_dir, device=None, dtype=None) -> (model, tokenizer)
-    make_batches(lengths, max_tokens, batch_size=None) -> list[list[int]]
     translation_pipeline(model, tokenizer, ...) -> VaswaniTranslationPipeline
     save_pretrained_with_pipeline(model, tokenizer, save_directory)
     register_pipeline()
@@ -32,19 +32,18 @@ import contextlib
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
+from .data.batching import TRANSLATE_MAX_TOKENS, make_batches
+from .io import UsageError, load_model_folder
 from .pipeline_vaswani import VaswaniTranslationPipeline
 
 __all__ = [
-    "DEFAULT_MAX_TOKENS",
     "DTYPES",
     "translate",
     "load_for_inference",
-    "make_batches",
     "resolve_device",
     "resolve_dtype",
     "translation_pipeline",
@@ -52,11 +51,6 @@ __all__ = [
     "register_pipeline",
     "VaswaniTranslationPipeline",
 ]
-
-# Padded source tokens per batch (batch size x longest source, </s> included), as fairseq's --max-tokens. Decoding
-# memory grows with num_beams x batch x (source + target) length; 4096 fits a base model with beam 4 on any GPU and
-# keeps CPU batches around 200 Multi30k sentences.
-DEFAULT_MAX_TOKENS = 4096
 
 _UNSET = object()  # "keep the generation config's value" where None is itself a meaningful value
 
@@ -76,7 +70,7 @@ def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
         return dtype
     key = str(dtype).lower().removeprefix("torch.")
     if key not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}; use one of fp32, bf16, fp16")
+        raise UsageError(f"unknown dtype {dtype!r}; use one of fp32, bf16, fp16")
     return DTYPES[key]
 
 
@@ -104,7 +98,8 @@ def load_for_inference(model_dir: str | os.PathLike, device: str | torch.device 
     """Load a saved model folder (weights, config, generation config, tokenizer) for decoding.
 
     Args:
-        model_dir: folder written by `save_pretrained` (model and tokenizer), or a Hub id.
+        model_dir: folder written by `save_pretrained` (model and tokenizer), or a Hub id. Checked by
+            `vaswani_hf.io.load_model_folder`: a missing or broken file is a UsageError naming it.
         device: where to put the model; None picks the available accelerator, else the CPU.
         dtype: dtype of the WEIGHTS ("fp32" default, "bf16", "fp16"). Casting the weights halves memory and is the
             fastest on a GPU; to keep fp32 weights and compute in low precision instead, load in fp32 and pass
@@ -115,55 +110,8 @@ def load_for_inference(model_dir: str | os.PathLike, device: str | torch.device 
     Returns:
         (model in eval mode on `device`, tokenizer).
     """
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-    path = Path(model_dir)
-    if path.exists():
-        if not path.is_dir():
-            raise NotADirectoryError(f"model path is not a folder: {path}")
-        if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"no config.json in model folder {path} (was it written by save_pretrained?)")
-    elif str(model_dir).startswith((".", "/", "~")) or str(model_dir).count("/") > 1:  # not a Hub id
-        raise FileNotFoundError(f"model folder not found: {path}")
-    weights_dtype = resolve_dtype(dtype) or torch.float32
-    device = resolve_device(device)
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=trust_remote_code)
-    model = AutoModelForSeq2SeqLM.from_pretrained(str(model_dir), dtype=weights_dtype,
-                                                  trust_remote_code=trust_remote_code)
-    return model.to(device).eval(), tokenizer
-
-
-def make_batches(lengths: Sequence[int], max_tokens: int | None = DEFAULT_MAX_TOKENS,
-                 batch_size: int | None = None) -> list[list[int]]:
-    """Group indices of `lengths` into batches, longest sentences first.
-
-    A batch holds sentences of similar length whose padded size (number of sentences x longest length) stays within
-    `max_tokens`, and at most `batch_size` sentences when given. A sentence longer than `max_tokens` forms a batch
-    of its own (it is never dropped or truncated). The longest batch comes first, so that running out of memory
-    happens at once rather than at the end. Ties keep the input order (stable sort).
-    """
-    if max_tokens is None and batch_size is None:
-        raise ValueError("make_batches: give max_tokens, batch_size, or both")
-    if max_tokens is not None and max_tokens <= 0:
-        raise ValueError(f"max_tokens must be positive, got {max_tokens}")
-    if batch_size is not None and batch_size <= 0:
-        raise ValueError(f"batch_size must be positive, got {batch_size}")
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batches: list[list[int]] = []
-    current: list[int] = []
-    longest = 0
-    for i in order:
-        new_longest = max(longest, lengths[i])
-        too_many_tokens = max_tokens is not None and new_longest * (len(current) + 1) > max_tokens
-        too_many_sentences = batch_size is not None and len(current) >= batch_size
-        if current and (too_many_tokens or too_many_sentences):
-            batches.append(current)
-            current, new_longest = [], lengths[i]
-        current.append(i)
-        longest = new_longest
-    if current:
-        batches.append(current)
-    return batches
+    return load_model_folder(model_dir, device=resolve_device(device), dtype=resolve_dtype(dtype),
+                             trust_remote_code=trust_remote_code)
 
 
 def _one_line(text: str) -> str:
@@ -187,7 +135,7 @@ def translate(
     tokenizer,
     sentences: Sequence[str],
     *,
-    max_tokens: int | None = DEFAULT_MAX_TOKENS,
+    max_tokens: int | None = TRANSLATE_MAX_TOKENS,
     batch_size: int | None = None,
     num_beams: int | None = None,
     length_penalty: float | None = None,

@@ -1,0 +1,85 @@
+"""Recipes: the bundled recipes carry the paper's settings, bad keys and values are refused with the key named, and the
+command line parses into the same Recipe."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import REPO, write_recipe_yaml
+
+from vaswani_hf.training import RecipeError, load_recipe
+
+TRAIN = REPO / "scripts" / "train.py"
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def test_bundled_recipes_load_and_have_the_paper_settings():
+    base = load_recipe("wmt14-en-de-base", check_paths=False)
+    big = load_recipe("wmt14-en-de-big", check_paths=False)
+    fr = load_recipe("wmt14-en-fr-big", check_paths=False)
+    for r in (base, big, fr):
+        assert (r["adam_beta1"], r["adam_beta2"], r["adam_epsilon"], r["warmup_steps"]) == (0.9, 0.98, 1e-9, 4000)
+        assert r["hub_dataset"] == "wmt14" and r["label_smoothing"] == 0.1 and r["weight_decay"] == 0.0
+        assert r["tokens_per_step"] == 25000 and r["gradient_accumulation_steps"] == "auto"
+        assert r["save_every_minutes"] == 10.0 and r["keep_last"] >= r["average_last"]
+    assert (base["max_steps"], base["dropout"], base["average_last"], base["vocab_size"]) == (100000, 0.1, 5, 37000)
+    assert (big["max_steps"], big["dropout"], big["average_last"], big["d_model"]) == (300000, 0.3, 20, 1024)
+    assert (fr["max_steps"], fr["dropout"], fr["average_last"], fr["vocab_size"]) == (300000, 0.1, 20, 32000)
+    assert fr["tgt_lang"] == "fr" and fr["hub_config"] == "fr-en"
+    assert [base.gradient_accumulation(w) for w in (1, 2, 8)] == [8, 4, 1]  # 25000 tokens per update
+    m30k = load_recipe("multi30k-en-de")  # data found relative to the repository
+    assert m30k["bleu_tokenize"] == "none" and "tok" in m30k["data_dir"]
+    load_recipe("default")
+
+
+def test_bf16_recipe_builds_cpu_training_arguments_without_an_accelerator(monkeypatch):
+    """transformers refuses bf16=True on a machine without an accelerator unless use_cpu is set; CPU bf16 autocast
+    works (and is fast on CPUs with AMX / AVX512-BF16), so a bf16 recipe must still build its arguments there."""
+    import torch
+
+    from vaswani_hf.training import build_training_arguments
+
+    if hasattr(torch, "accelerator"):
+        monkeypatch.setattr(torch.accelerator, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    args = build_training_arguments(load_recipe("default", {"bf16": True}), world_size=1)
+    assert args.bf16 and args.use_cpu
+
+
+def test_bad_recipe_input_errors_clearly(tmp_path):
+    with pytest.raises(RecipeError, match="unknown recipe key 'drpout' \\(did you mean 'dropout'\\?\\).*Valid recipe keys: .*dropout"):
+        load_recipe("default", {"drpout": 0.2})
+    with pytest.raises(RecipeError, match="d_model must be int, got 'wide'"):
+        load_recipe("default", {"d_model": "wide"})
+    with pytest.raises(RecipeError, match="max_steps must be int"):
+        load_recipe("default", {"max_steps": 1.5})
+    with pytest.raises(RecipeError, match="corpus file not found: .*missing.en"):
+        load_recipe("default", {"data_format": "moses", "data_dir": str(tmp_path), "train_data": "missing"})
+    with pytest.raises(RecipeError, match="data_dir not found"):
+        load_recipe("multi30k-en-de", {"data_dir": str(tmp_path / "nowhere")})
+    bad_yaml = write_recipe_yaml(tmp_path / "bad.yaml", {"d_model": 64, "nonsense": 1})
+    with pytest.raises(RecipeError, match="unknown recipe key.*'nonsense'"):
+        load_recipe(bad_yaml)
+    with pytest.raises(RecipeError, match="keep_last"):
+        load_recipe("default", {"keep_last": 2, "average_last": 5})
+
+
+@pytest.mark.slow
+def test_cli_rejects_bad_input_before_training(tmp_path):
+    out = tmp_path / "never"
+    cases = [
+        (["--drpout", "0.3"], "unknown option --drpout (did you mean --dropout?). Valid recipe keys:"),
+        (["--max_steps", "many"], "max_steps"),
+        (["--recipe", "multi30k-en-de", "--data_dir", str(tmp_path / "nope")], "data_dir not found"),
+    ]
+    for extra, message in cases:
+        proc = subprocess.run([sys.executable, str(TRAIN), "--output_dir", str(out), *extra], capture_output=True,
+                              text=True, timeout=120, cwd=tmp_path)
+        assert proc.returncode == 2, proc.stderr
+        assert message in proc.stderr and "Traceback" not in proc.stderr
+        assert not out.exists()  # nothing was started

@@ -1,0 +1,69 @@
+"""Average the weights of the last N checkpoints of a run (Vaswani et al. 2017, Section 6.1: "we used a single
+model obtained by averaging the last 5 checkpoints, which were written at 10-minute intervals"; 20 for big models).
+
+    vaswani-average-checkpoints --run_dir outputs/wmt14-en-de-base --last 5 --out outputs/avg5
+    vaswani-average-checkpoints --checkpoints outputs/run/checkpoint-900 outputs/run/checkpoint-1000 --out avg
+
+The output folder holds the averaged `model.safetensors` and the newest checkpoint's config, generation config,
+tokenizer and code files, so it loads with `AutoModelForSeq2SeqLM.from_pretrained(out)` (no optimizer state). An
+existing --out is replaced only with --overwrite, and never when it holds the checkpoints being averaged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..io import ArgumentParser, UsageError, add_debug_argument, check_output_dir, check_safetensors, run_cli
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="vaswani-average-checkpoints", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--run_dir", help="training output folder holding checkpoint-N folders")
+    source.add_argument("--checkpoints", nargs="+", help="explicit checkpoint folders (averaged with equal weight)")
+    parser.add_argument("--last", type=int, default=5, help="with --run_dir: number of newest checkpoints (default 5)")
+    parser.add_argument("--out", required=True, help="output model folder")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
+    add_debug_argument(parser)
+    return parser
+
+
+def _main(argv: Sequence[str]) -> int:
+    from ..training.checkpoints import last_checkpoints, save_averaged_checkpoint
+
+    args = build_parser().parse_args(argv)
+    if args.last < 1:
+        raise UsageError(f"--last must be at least 1, got {args.last}")
+    check_output_dir(args.out, overwrite=args.overwrite, what="--out")
+    if args.run_dir:
+        run_dir = Path(args.run_dir)
+        if not run_dir.is_dir():
+            raise UsageError(f"--run_dir {run_dir}: {'is a file' if run_dir.exists() else 'folder not found'}")
+        folders = last_checkpoints(run_dir, args.last)
+        if not folders:
+            raise UsageError(f"--run_dir {run_dir} holds no checkpoint-N folder")
+        if len(folders) < args.last:
+            print(f"warning: asked for the last {args.last} checkpoints, found {len(folders)}", file=sys.stderr)
+    else:
+        folders = [Path(p) for p in args.checkpoints]
+    for folder in folders:  # every input named before anything is written
+        if not folder.is_dir():
+            raise UsageError(f"checkpoint folder not found: {folder}")
+        if not (folder / "model.safetensors").is_file():
+            raise UsageError(f"{folder}: no model.safetensors; averaging needs safetensors checkpoints")
+        check_safetensors(folder / "model.safetensors")
+    out = save_averaged_checkpoint(folders, args.out, overwrite=args.overwrite)
+    print(f"averaged {len(folders)} checkpoints ({', '.join(f.name for f in folders)}) -> {out}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_cli(_main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""Score translations: sacreBLEU, chrF, the paper's tokenized BLEU (compound split) and tokenized BLEU.
+
+Translate a source file with a saved model and score it::
+
+    vaswani-evaluate --model outputs/model --source newstest2014.en --references newstest2014.de \\
+        --out scores.json [--num_beams 4] [--batch_size 32] [--device cpu] [--save_hypotheses hyp.de]
+
+or score an existing output file::
+
+    vaswani-evaluate --hypotheses hyp.de --references newstest2014.de --out scores.json
+
+Several reference files may follow --references (multi-reference BLEU). Prints a table and writes the scores with
+their signatures as JSON. Text files are read as every tool of the package reads them (strict UTF-8 with file:line
+errors, byte-order mark dropped, CRLF/CR accepted); every input is read and every output checked before anything is
+translated; existing --out / --save_hypotheses files are replaced only with --overwrite. See vaswani_hf.evaluation
+for what each score is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from ..io import (
+    ArgumentParser,
+    UsageError,
+    add_debug_argument,
+    check_model_folder,
+    check_output_file,
+    read_lines,
+    replace_atomically,
+    run_cli,
+    write_lines,
+)
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="vaswani-evaluate", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--references", nargs="+", required=True, metavar="FILE",
+                        help="reference file(s), one segment per line")
+    parser.add_argument("--hypotheses", metavar="FILE", help="score this output file instead of translating")
+    parser.add_argument("--model", metavar="DIR", help="saved model folder (with its tokenizer)")
+    parser.add_argument("--source", metavar="FILE", help="source file to translate with --model")
+    parser.add_argument("--out", metavar="FILE", help="write the scores as JSON here")
+    parser.add_argument("--save_hypotheses", metavar="FILE", help="write the model's translations here")
+    parser.add_argument("--overwrite", action="store_true", help="replace existing --out / --save_hypotheses files")
+    parser.add_argument("--num_beams", type=int, default=None, help="beam size (default: the model's generation_config)")
+    parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--device", default=None, help="torch device (default: the accelerator if any, else cpu)")
+    parser.add_argument("--target_lang", default="de", help="target language for the Moses tokenizer")
+    parser.add_argument("--tokenize", default="13a", help="sacreBLEU tokenizer for the 'sacrebleu' score")
+    parser.add_argument("--lowercase", action="store_true",
+                        help="case-insensitive sacrebleu, chrf and bleu_tok_none (the paper-style BLEU stays cased)")
+    add_debug_argument(parser)
+    return parser
+
+
+def check_arguments(args) -> None:
+    """Everything cheap, before any file is read: the flags' combination and values, the output files."""
+    if args.hypotheses and (args.model or args.source):
+        raise UsageError("give either --hypotheses, or --model with --source, not both")
+    if not args.hypotheses and not (args.model and args.source):
+        raise UsageError("give --hypotheses FILE, or --model DIR and --source FILE")
+    for name in ("num_beams", "batch_size"):
+        if getattr(args, name) is not None and getattr(args, name) <= 0:
+            raise UsageError(f"--{name} must be positive, got {getattr(args, name)}")
+    outputs = [(flag, getattr(args, flag)) for flag in ("out", "save_hypotheses") if getattr(args, flag)]
+    if len({str(path) for _, path in outputs}) < len(outputs):
+        raise UsageError("--out and --save_hypotheses name the same file")
+    for flag, path in outputs:
+        check_output_file(path, overwrite=args.overwrite, what=f"--{flag}")
+
+
+def translate_file(args, sources: list[str]) -> tuple[list[str], int]:
+    """Load the model folder and translate `sources`; returns (hypotheses, beam size)."""
+    from ..inference import load_for_inference, resolve_device, translate
+
+    model, tokenizer = load_for_inference(args.model, device=args.device)
+    num_beams = args.num_beams if args.num_beams is not None else model.generation_config.num_beams
+    print(f"translating {len(sources)} lines of {args.source} on {resolve_device(args.device)} with "
+          f"num_beams={num_beams}", file=sys.stderr)
+    return translate(model, tokenizer, sources, batch_size=args.batch_size, num_beams=num_beams), num_beams
+
+
+def _main(argv: Sequence[str]) -> int:
+    from ..evaluation import check_line_counts, compute_all, format_table
+
+    args = build_parser().parse_args(argv)
+    check_arguments(args)
+    references = [(name, read_lines(name, what="reference file")) for name in args.references]
+    meta = {"references": args.references}
+    if args.hypotheses:
+        hypotheses = read_lines(args.hypotheses, what="hypotheses file")
+        check_line_counts((args.hypotheses, hypotheses), references)
+        meta["hypotheses"] = args.hypotheses
+    else:
+        sources = read_lines(args.source, what="source file")
+        check_line_counts((args.source, sources), references)
+        check_model_folder(args.model, what="--model")
+        hypotheses, num_beams = translate_file(args, sources)
+        meta.update(model=args.model, source=args.source, num_beams=num_beams)
+        if args.save_hypotheses:
+            write_lines(args.save_hypotheses, hypotheses, overwrite=args.overwrite, what="--save_hypotheses")
+            meta["hypotheses"] = args.save_hypotheses
+    meta["num_segments"] = len(hypotheses)
+    if not hypotheses:
+        raise UsageError(f"{args.hypotheses or args.source}: no segments to score (the file is empty)")
+    scores = compute_all(hypotheses, [lines for _, lines in references], target_lang=args.target_lang,
+                         tokenize=args.tokenize, lowercase=args.lowercase)
+    print(format_table(scores))
+    if args.out:
+        with replace_atomically(check_output_file(args.out, overwrite=args.overwrite, what="--out")) as tmp:
+            tmp.write_text(json.dumps({"scores": scores, "meta": meta}, indent=2) + "\n", encoding="utf-8")
+        print(f"\nwrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_cli(_main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

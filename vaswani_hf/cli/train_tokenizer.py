@@ -1,0 +1,118 @@
+"""Train the shared source+target BPE tokenizer (paper, Section 5.1) and save it for `AutoTokenizer.from_pretrained`.
+
+    # the bundled EN-DE sample corpus
+    vaswani-train-tokenizer --sample --vocab_size 8000 --out_dir outputs/tokenizer
+    # Moses-style files, both sides into one vocabulary
+    vaswani-train-tokenizer --files data/train.en data/train.de --vocab_size 37000 --out_dir outputs/tok
+    # any format vaswani_hf.data.load_parallel reads (prefix, .tsv with a header line, .jsonl, Hub name)
+    vaswani-train-tokenizer --corpus data/train --src_lang en --tgt_lang de --out_dir outputs/tok
+
+Text files are read as every tool of the package reads them (strict UTF-8 with file:line errors, byte-order mark
+dropped, CRLF/CR accepted). --out_dir must be absent or empty unless --overwrite; it appears whole when training is
+done.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..io import (
+    ArgumentParser,
+    UsageError,
+    add_debug_argument,
+    atomic_output_dir,
+    check_input_file,
+    check_output_dir,
+    run_cli,
+)
+from ..tokenization import DEFAULT_MODEL_MAX_LENGTH, DEFAULT_VOCAB_SIZE, SPECIAL_TOKENS
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="vaswani-train-tokenizer", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--files", nargs="+", type=Path, help="plain-text files, one sentence per line (all sides)")
+    source.add_argument("--corpus", help="anything vaswani_hf.data.load_parallel reads (needs --src_lang/--tgt_lang)")
+    source.add_argument("--sample", action="store_true", help="the bundled EN-DE sample corpus (train split)")
+    parser.add_argument("--src_lang", default="en")
+    parser.add_argument("--tgt_lang", default="de")
+    parser.add_argument("--hub_config", default=None, help="config name for a Hub dataset (e.g. de-en for wmt14)")
+    parser.add_argument("--split", default="train")
+    parser.add_argument("--vocab_size", type=int, default=DEFAULT_VOCAB_SIZE)
+    parser.add_argument("--min_frequency", type=int, default=2)
+    parser.add_argument("--lowercase", action="store_true")
+    parser.add_argument("--normalization", default="NFC", type=str.upper, choices=("NFC", "NFKC", "NFD", "NFKD", "NONE"),
+                        help="Unicode normalisation: NFC (default), NFKC, NFD, NFKD or none")
+    parser.add_argument("--model_max_length", type=int, default=DEFAULT_MODEL_MAX_LENGTH)
+    parser.add_argument("--out_dir", type=Path, required=True)
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --out_dir")
+    add_debug_argument(parser)
+    return parser
+
+
+def _corpus(args):
+    """The training text: files (checked, streamed when training), or a parallel corpus loaded in full (which checks
+    every line)."""
+    if args.files:
+        for path in args.files:
+            check_input_file(path, "--files")
+        return args.files
+    from ..data.corpora import load_parallel, load_sample_corpus
+
+    if args.sample:
+        return load_sample_corpus("train", args.src_lang, args.tgt_lang)
+    return load_parallel(args.corpus, args.src_lang, args.tgt_lang, config=args.hub_config, split=args.split)
+
+
+class _Counted:
+    """An iterator of lines that counts them (a tokenizer learned from nothing is refused)."""
+
+    def __init__(self, lines):
+        self.lines, self.count, self.non_empty = lines, 0, 0
+
+    def __iter__(self):
+        for line in self.lines:
+            self.count += 1
+            self.non_empty += bool(line.strip())
+            yield line
+
+
+def _main(argv: Sequence[str]) -> int:
+    from ..tokenization import iter_training_text, train_bpe_tokenizer
+
+    args = build_parser().parse_args(argv)
+    if args.vocab_size <= len(SPECIAL_TOKENS) + 256:
+        raise UsageError(f"--vocab_size must exceed the {len(SPECIAL_TOKENS)} special tokens + 256 byte symbols, "
+                         f"got {args.vocab_size}")
+    for name in ("min_frequency", "model_max_length"):
+        if getattr(args, name) <= 0:
+            raise UsageError(f"--{name} must be positive, got {getattr(args, name)}")
+    check_output_dir(args.out_dir, overwrite=args.overwrite, what="--out_dir")
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    lines = _Counted(iter_training_text(_corpus(args), None if args.files else [args.src_lang, args.tgt_lang]))
+    started = time.perf_counter()
+    with atomic_output_dir(args.out_dir) as tmp:
+        tok = train_bpe_tokenizer(
+            lines, vocab_size=args.vocab_size, min_frequency=args.min_frequency, lowercase=args.lowercase,
+            normalization=None if args.normalization == "NONE" else args.normalization,
+            model_max_length=args.model_max_length, save_dir=tmp)
+        if lines.non_empty == 0:
+            raise UsageError(f"no text to learn from ({lines.count} lines, all empty): give the training corpus")
+    print(json.dumps({"out_dir": str(args.out_dir), "vocab_size": len(tok),
+                      "seconds": round(time.perf_counter() - started, 2)}))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_cli(_main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""Translate a text file (one sentence per line) with a saved Transformer model folder.
+
+    vaswani-translate input.en --model runs/base/hub > output.de
+    cat input.en | vaswani-translate --model DIR --num_beams 1 --output out.de
+
+Decoding defaults come from the model's generation config: the paper's Section 6.1 settings (beam 4, GNMT length
+penalty alpha = 0.6, maximum output length = input length + 50, early termination). Options override them.
+
+Line rule: the output has exactly one line per input line, in the same order. Input is read as every tool of the
+package reads text (vaswani_hf.io: strict UTF-8, byte-order mark dropped, CRLF/CR line ends accepted). A line that is
+empty or only whitespace gives an empty output line without being decoded; other lines are stripped of surrounding
+whitespace; a translation never contains a line break. --output is written only when everything is translated,
+atomically, and an existing file is replaced only with --overwrite. Bad input (missing or non-UTF-8 file, a folder,
+a broken model folder, an existing --output) is reported in one line with exit status 2 before the model is loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..io import (
+    STDIO,
+    ArgumentParser,
+    UsageError,
+    add_debug_argument,
+    check_model_folder,
+    check_output_file,
+    read_lines,
+    run_cli,
+    write_lines,
+)
+
+
+def _int_or_none(text: str):
+    if text.lower() == "none":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'none', got {text!r}") from None
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="vaswani-translate", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("input", nargs="?", default=STDIO,
+                        help="text file to translate, one sentence per line (default: '-', standard input)")
+    parser.add_argument("--model", required=True, metavar="DIR", help="model folder (save_pretrained: model + "
+                        "tokenizer), or a CTranslate2 folder with --engine ctranslate2")
+    parser.add_argument("--output", "-o", metavar="FILE", help="write translations here (default: standard output)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
+    parser.add_argument("--engine", default="pytorch", choices=("pytorch", "ctranslate2"), help="decoding backend")
+    batching = parser.add_argument_group("batching")
+    batching.add_argument("--max_tokens", type=_positive, default=None,
+                          help="padded source tokens per batch (default: 4096, vaswani_hf.data.TRANSLATE_MAX_TOKENS)")
+    batching.add_argument("--batch_size", type=_positive, default=None, help="at most this many sentences per batch")
+    decoding = parser.add_argument_group("decoding (default: the model's generation_config)")
+    decoding.add_argument("--num_beams", type=_positive, default=None, help="beam size (paper: 4; 1 = greedy)")
+    decoding.add_argument("--length_penalty", type=float, default=None, help="alpha of the length penalty (paper: 0.6)")
+    decoding.add_argument("--length_penalty_type", choices=("gnmt", "hf"), default=None,
+                          help="gnmt: ((5+|Y|)/6)^alpha as in the paper; hf: transformers' |Y|^alpha")
+    decoding.add_argument("--max_length_a", type=float, default=None,
+                          help="per-sentence limit a * source_length + b tokens (paper: a=1)")
+    decoding.add_argument("--max_length_b", type=_int_or_none, default=argparse.SUPPRESS,
+                          help="the b of --max_length_a (paper: 50); 'none' turns the per-sentence limit off")
+    decoding.add_argument("--max_new_tokens", type=_positive, default=None, help="global cap on generated tokens")
+    hardware = parser.add_argument_group("hardware")
+    hardware.add_argument("--device", default=None, help="cpu, cuda, cuda:1, mps, ... (default: accelerator if any)")
+    hardware.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
+                          help="compute dtype: bf16/fp16 run under torch.autocast (for GPUs); weights stay fp32")
+    parser.add_argument("--no_progress", action="store_true", help="no progress bar on stderr")
+    add_debug_argument(parser)
+    return parser
+
+
+def decoding_options(args) -> dict:
+    """The command-line decoding options that were set (unset ones keep the model's generation config)."""
+    names = ("num_beams", "length_penalty", "length_penalty_type", "max_length_a", "max_new_tokens")
+    options = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    if hasattr(args, "max_length_b"):  # given, possibly as 'none' (= no per-sentence limit)
+        options["max_length_b"] = args.max_length_b
+    return options
+
+
+def translate_with_pytorch(args, lines: list[str]) -> list[str]:
+    from ..data.batching import TRANSLATE_MAX_TOKENS
+    from ..inference import load_for_inference, translate
+
+    model, tokenizer = load_for_inference(args.model, device=args.device)
+    return translate(model, tokenizer, lines, max_tokens=args.max_tokens or TRANSLATE_MAX_TOKENS,
+                     batch_size=args.batch_size, dtype=args.dtype, progress=not args.no_progress,
+                     **decoding_options(args))
+
+
+def translate_with_ctranslate2(args, lines: list[str]) -> list[str]:
+    """CTranslate2 (`pip install vaswani_hf[ct2]`): a folder from vaswani-export-ctranslate2, or a model folder,
+    exported on the fly. Differences from `generate()` are documented in vaswani_hf/export/ctranslate2.py."""
+    from ..export.ctranslate2 import translate_ctranslate2
+
+    compute_type = {"fp32": "default", "bf16": "bfloat16", "fp16": "float16"}[args.dtype]
+    return translate_ctranslate2(args.model, lines, batch_size=args.batch_size, max_tokens=args.max_tokens,
+                                 device=args.device or "cpu", compute_type=compute_type, **decoding_options(args))
+
+
+ENGINES = {"pytorch": translate_with_pytorch, "ctranslate2": translate_with_ctranslate2}
+
+
+def _main(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "max_length_b", 0) is None and args.max_new_tokens is None:
+        raise UsageError("--max_length_b none turns the per-sentence limit off: give --max_new_tokens as the limit")
+    if args.output is not None and args.output != STDIO:  # checked before any work
+        check_output_file(args.output, overwrite=args.overwrite, what="--output")
+    lines = read_lines(args.input)
+    if args.engine == "pytorch":
+        check_model_folder(args.model, what="--model")
+    elif not Path(args.model).is_dir():
+        raise UsageError(f"--model {args.model}: folder not found")
+    start = time.perf_counter()
+    translations = ENGINES[args.engine](args, lines)
+    if len(translations) != len(lines):  # an engine bug must never silently misalign lines
+        raise RuntimeError(f"engine {args.engine} returned {len(translations)} lines for {len(lines)} inputs")
+    write_lines(args.output, translations, overwrite=args.overwrite, what="--output")
+    if not args.no_progress:
+        print(f"translated {len(lines)} lines in {time.perf_counter() - start:.1f}s with engine {args.engine}",
+              file=sys.stderr)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_cli(_main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

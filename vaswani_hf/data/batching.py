@@ -1,0 +1,253 @@
+"""Token-budget batching (Section 5.1) and collation: the one batcher of the package, for training, evaluation and
+translation.
+
+Vaswani et al. (2017), Section 5.1: "Sentence pairs were batched together by approximate sequence length. Each training
+batch contained a set of sentence pairs containing approximately 25000 source tokens and 25000 target tokens."
+transformers has no token-budget batching (its `train_sampling_strategy="group_by_length"` groups by length but keeps
+a fixed number of *sentences* per batch), so the packing is written here, once: `pack_by_tokens` cuts an order of
+sentences greedily into batches whose padded size (sentences x longest) stays within a budget. `TokenBatchSampler`
+(training and evaluation: sorted by length, shuffled batch order per epoch, sharded across ranks) and `make_batches`
+(translation: longest first, an over-long sentence alone) both use it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import datasets
+import numpy as np
+import torch
+from torch.utils.data import Sampler
+
+from ..tokenization import PAD_ID
+from .preprocessing import sequence_lengths
+
+TRAIN_MAX_TOKENS = 25000  # paper, Section 5.1: ~25000 source and ~25000 target tokens per training batch
+# Translation: padded source tokens per batch, as fairseq's --max-tokens. Decoding memory grows with num_beams x batch x
+# (source + target) length; 4096 fits a base model with beam 4 on any GPU and keeps CPU batches around 200 Multi30k
+# sentences.
+TRANSLATE_MAX_TOKENS = 4096
+LABEL_PAD_ID = -100  # ignored by torch.nn.CrossEntropyLoss (ignore_index default) and by transformers' losses
+EXAMPLE_INDEX = "example_index"  # row of an evaluation example in its dataset, carried through the collator
+
+
+def pack_by_tokens(order: Sequence[int] | np.ndarray, lengths: Sequence[Sequence[int] | np.ndarray],
+                   max_tokens: int | None, max_sentences: int | None = None) -> list[list[int]]:
+    """Cut `order` (indices) greedily, in that order, into batches: a batch grows while, for every array of
+    `lengths`, (sentences in the batch) x (longest of them) stays within `max_tokens`, and while it holds at most
+    `max_sentences` sentences. A sentence that alone exceeds the budget forms a batch of its own (callers that must
+    refuse it check first). O(N) Python: ~1 s per million sentences (fairseq's `batch_by_size` does the same)."""
+    if not 1 <= len(lengths) <= 2:
+        raise ValueError("pack_by_tokens: give one array of lengths (source) or two (source, target)")
+    first = np.asarray(lengths[0], dtype=np.int64).tolist()  # Python ints: ~5x faster to index than numpy scalars
+    second = np.asarray(lengths[-1], dtype=np.int64).tolist() if len(lengths) == 2 else first
+    budget = max_tokens if max_tokens is not None else float("inf")
+    cap = max_sentences if max_sentences is not None else float("inf")
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest_first = longest_second = 0
+    for i in (order.tolist() if isinstance(order, np.ndarray) else order):
+        a, b = max(longest_first, first[i]), max(longest_second, second[i])
+        count = len(current) + 1
+        if current and (count * a > budget or count * b > budget or count > cap):
+            batches.append(current)
+            current, a, b = [], first[i], second[i]
+        current.append(i)
+        longest_first, longest_second = a, b
+    if current:
+        batches.append(current)
+    return batches
+
+
+def make_batches(lengths: Sequence[int], max_tokens: int | None = TRANSLATE_MAX_TOKENS,
+                 batch_size: int | None = None) -> list[list[int]]:
+    """Translation batches: indices of `lengths`, longest sentences first (ties keep the input order), packed by
+    `pack_by_tokens` within `max_tokens` padded source tokens and at most `batch_size` sentences. A sentence longer
+    than `max_tokens` forms a batch of its own (it is never dropped or truncated). The longest batch comes first, so
+    that running out of memory happens at once rather than at the end."""
+    if max_tokens is None and batch_size is None:
+        raise ValueError("make_batches: give max_tokens, batch_size, or both")
+    if max_tokens is not None and max_tokens <= 0:
+        raise ValueError(f"max_tokens must be positive, got {max_tokens}")
+    if batch_size is not None and batch_size <= 0:
+        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    return pack_by_tokens(order, (lengths,), max_tokens, batch_size)
+
+
+class TokenBatchSampler(Sampler[list[int]]):
+    """Batch sampler that packs sentence pairs of similar length into batches of at most `max_tokens` padded source
+    tokens and at most `max_tokens` padded target tokens (paper, Section 5.1: ~25000 + ~25000 per batch).
+
+    Padded tokens of a batch = (number of pairs) x (longest sequence in the batch), `</s>` included: exactly the
+    size of the [batch, seq] tensors the collator builds, so the budget bounds memory.
+
+    Algorithm (fairseq's `batch_by_size`, written here because neither transformers nor Accelerate has one):
+    order the pairs by source length, then target length, ties broken randomly with `seed`; cut that order
+    greedily into batches as large as the budget allows.  Batches are built ONCE, so `__len__` is stable (the
+    Trainer sizes its schedule from it); each epoch shuffles the *order* of the batches with `(seed, epoch)`.
+    Call `set_epoch(epoch)` before each epoch (the Trainer subclass below does).
+
+    Distributed: every rank builds the same global batch list and takes every `num_replicas`-th batch of the epoch's
+    order starting at `rank`, so ranks get disjoint batches that together cover every example exactly once.  For
+    equal batch counts per rank the list is made a multiple of `num_replicas` at construction by splitting the
+    batches holding the most pairs in two (a half still fits the budget) -- neither repeating batches (which would
+    double-count examples, wrong for evaluation metrics) nor dropping them (which loses data).  This needs at least
+    as many batches' worth of pairs as ranks; otherwise a ValueError is raised.
+
+    Args:
+        src_lengths, tgt_lengths: tokens per example, shape [N] (see `sequence_lengths`).
+        max_tokens: budget for padded source tokens and, separately, for padded target tokens per batch.
+        max_sentences: optional cap on pairs per batch.
+        shuffle: shuffle batch order per epoch (training); False keeps length order (evaluation).
+        seed: base seed; the same seed gives the same batches and the same order on every run.
+        num_replicas, rank: data-parallel world size and this process's index.
+        pad_to_multiple_of: if the collator rounds lengths up, pass the same value so the budget accounts for it.
+
+    Raises:
+        ValueError: an example alone exceeds `max_tokens` (names it; filter with `filter_pairs` or raise the budget).
+    """
+
+    def __init__(
+        self,
+        src_lengths: Sequence[int] | np.ndarray,
+        tgt_lengths: Sequence[int] | np.ndarray,
+        max_tokens: int = TRAIN_MAX_TOKENS,
+        *,
+        max_sentences: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        num_replicas: int = 1,
+        rank: int = 0,
+        pad_to_multiple_of: int | None = None,
+    ):
+        src = np.asarray(src_lengths, dtype=np.int64)
+        tgt = np.asarray(tgt_lengths, dtype=np.int64)
+        if src.shape != tgt.shape or src.ndim != 1:
+            raise ValueError(f"src_lengths and tgt_lengths must be 1-D of equal size, got {src.shape} and {tgt.shape}")
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank={rank} must be in [0, num_replicas={num_replicas})")
+        if max_tokens <= 0:
+            raise ValueError(f"max_tokens={max_tokens} must be positive")
+        if pad_to_multiple_of:
+            src = -(-src // pad_to_multiple_of) * pad_to_multiple_of
+            tgt = -(-tgt // pad_to_multiple_of) * pad_to_multiple_of
+        too_big = np.flatnonzero((src > max_tokens) | (tgt > max_tokens))
+        if too_big.size:
+            i = int(too_big[0])
+            raise ValueError(
+                f"{too_big.size} example(s) exceed max_tokens={max_tokens} on their own, e.g. example {i} "
+                f"({src[i]} source / {tgt[i]} target tokens); remove them with filter_pairs(max_length=...) "
+                "or raise max_tokens"
+            )
+        self.max_tokens, self.max_sentences = int(max_tokens), max_sentences
+        self.shuffle, self.seed, self.epoch = shuffle, int(seed), 0
+        self.num_replicas, self.rank = int(num_replicas), int(rank)
+        self.batches = self._make_batches(src, tgt)  # global list, same on every rank
+        self.num_examples = int(src.size)
+
+    @classmethod
+    def from_dataset(
+        cls, dataset: datasets.Dataset, max_tokens: int = TRAIN_MAX_TOKENS, **kwargs: Any
+    ) -> TokenBatchSampler:
+        """Lengths from the `input_ids` and `labels` columns of a tokenized dataset."""
+        return cls(sequence_lengths(dataset, "input_ids"), sequence_lengths(dataset, "labels"), max_tokens, **kwargs)
+
+    def _make_batches(self, src: np.ndarray, tgt: np.ndarray) -> list[list[int]]:
+        rng = np.random.default_rng(self.seed)
+        order = rng.permutation(src.size)  # random tie-breaking among equal lengths
+        order = order[np.argsort(tgt[order], kind="stable")]
+        order = order[np.argsort(src[order], kind="stable")]  # by source length, then target length
+        return self._balance(pack_by_tokens(order, (src, tgt), self.max_tokens, self.max_sentences), src.size)
+
+    def _balance(self, batches: list[list[int]], n: int) -> list[list[int]]:
+        """Split the most populous batches until the count is a multiple of num_replicas (see class docstring)."""
+        r = self.num_replicas
+        if n == 0:
+            return []
+        target = max(r, -(-len(batches) // r) * r)
+        if target > n:
+            raise ValueError(
+                f"cannot give {r} ranks the same number of distinct non-empty batches from {n} examples "
+                f"({len(batches)} batches); use fewer processes or more data"
+            )
+        while len(batches) < target:
+            j = max(range(len(batches)), key=lambda b: len(batches[b]))
+            big = batches[j]
+            half = len(big) // 2
+            batches[j : j + 1] = [big[:half], big[half:]]  # keep length order: halves stay adjacent
+        return batches
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the batch order of `epoch` (same as torch's DistributedSampler.set_epoch)."""
+        self.epoch = int(epoch)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        if self.shuffle:
+            order = np.random.default_rng([self.seed, self.epoch]).permutation(len(self.batches))
+        else:
+            order = np.arange(len(self.batches))
+        for j in order[self.rank :: self.num_replicas].tolist():
+            yield list(self.batches[j])
+
+    def __len__(self) -> int:
+        """Batches per rank per epoch."""
+        return len(self.batches) // self.num_replicas
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Collation
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Seq2SeqCollator:
+    """Pad a list of tokenized pairs into tensors for the encoder-decoder.
+
+    Returns (shapes: B pairs, S = longest source, T = longest target, all int64):
+      input_ids [B, S] padded with `pad_token_id`; attention_mask [B, S] (1 = real token);
+      labels [B, T] padded with -100 (ignored by the loss); decoder_input_ids [B, T] = labels shifted right by one,
+      starting with `decoder_start_token_id` (= `<pad>` = 0, the model's tensor2tensor-style zero start), with -100
+      replaced by pad.  Rows without `labels` (inference) give only input_ids and attention_mask.
+
+    Hand-written rather than `transformers.DataCollatorForSeq2Seq`: that one builds `decoder_input_ids` only through
+    a model's `prepare_decoder_input_ids_from_labels` and pads through `tokenizer.pad`, which is slower per batch;
+    here it is three tensor fills.
+    """
+
+    pad_token_id: int = PAD_ID
+    decoder_start_token_id: int = PAD_ID
+    label_pad_token_id: int = LABEL_PAD_ID
+    pad_to_multiple_of: int | None = None
+
+    def _round(self, n: int) -> int:
+        m = self.pad_to_multiple_of
+        return n if not m else -(-n // m) * m
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        bsz = len(features)
+        src = [list(f["input_ids"]) for f in features]
+        s_len = self._round(max(len(x) for x in src))
+        input_ids = torch.full((bsz, s_len), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((bsz, s_len), dtype=torch.long)
+        for i, x in enumerate(src):
+            input_ids[i, : len(x)] = torch.as_tensor(x, dtype=torch.long)
+            attention_mask[i, : len(x)] = 1
+        batch = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if "labels" in features[0] and features[0]["labels"] is not None:
+            tgt = [list(f["labels"]) for f in features]
+            t_len = self._round(max(len(y) for y in tgt))
+            labels = torch.full((bsz, t_len), self.label_pad_token_id, dtype=torch.long)
+            for i, y in enumerate(tgt):
+                labels[i, : len(y)] = torch.as_tensor(y, dtype=torch.long)
+            dec = torch.full((bsz, t_len), self.pad_token_id, dtype=torch.long)
+            dec[:, 0] = self.decoder_start_token_id
+            dec[:, 1:] = labels[:, :-1]
+            dec[dec == self.label_pad_token_id] = self.pad_token_id
+            batch["labels"] = labels
+            batch["decoder_input_ids"] = dec
+        if EXAMPLE_INDEX in features[0]:  # evaluation: which dataset row each batch row is
+            batch[EXAMPLE_INDEX] = torch.tensor([int(f[EXAMPLE_INDEX]) for f in features], dtype=torch.long)
+        return batch

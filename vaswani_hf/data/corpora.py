@@ -1,0 +1,324 @@
+"""Parallel corpora -> one `datasets.Dataset` schema (Section 5.1's training data, from any source).
+
+One schema for every source: a `datasets.Dataset` with a single column
+`translation: Translation(languages=[src_lang, tgt_lang])`, i.e. rows `{"translation": {src_lang: str, tgt_lang: str}}`,
+the schema of the Hub's WMT datasets. Sources: Moses-style file pairs (`train.en`, `train.de`), TSV with a header line
+naming the languages, JSON lines, a Hub dataset or a `save_to_disk` folder, and the bundled sample corpus.
+
+Empty lines.  An empty line in one file of a parallel pair (or a pair with an empty side in TSV/JSONL/Hub data) is
+a data problem but not a fatal one: the loaders keep the pair (so row i is still line i, useful when debugging) and log
+how many such pairs there are and where; `filter_pairs` removes them and reports the count.  Nothing is dropped
+silently.
+
+Text files are read by `vaswani_hf.io` (the package's one reader); the formats' own errors (a line-count mismatch
+naming both files, a malformed TSV/JSON line) are `CorpusError`s naming the file and line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import zip_longest
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import datasets
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .. import io
+from ..io import UsageError
+
+logger = logging.getLogger(__name__)
+
+
+class CorpusError(UsageError):
+    """Bad parallel-corpus input; the message names the file, line and/or argument at fault."""
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------------------------------------------------
+# The readers below are hand-written rather than `load_dataset("text"/"csv"/"json")` because the required errors
+# (file + line of a bad UTF-8 byte, both files and both counts on a length mismatch, the line of a malformed TSV/JSON
+# record) are not what those builders report, and because `csv` would interpret quote characters that are plain text
+# in MT data.  The result is handed to `datasets` immediately.
+
+
+def read_lines(path: str | os.PathLike, *, strip: bool = True) -> list[str]:
+    """The lines of a one-sentence-per-line corpus file, read by `vaswani_hf.io.read_lines` (strict UTF-8 with
+    file:line errors, BOM dropped, CRLF/CR normalised, line count kept). `strip=True` also removes surrounding
+    whitespace: leading/trailing blanks carry no content in sentence-per-line corpora, and a trailing space would
+    otherwise become a token the model must learn to emit."""
+    lines = io.read_lines(path, what="corpus file")
+    return [line.strip() for line in lines] if strip else lines
+
+
+def _features(src_lang: str, tgt_lang: str) -> datasets.Features:
+    return datasets.Features({"translation": datasets.Translation(languages=[src_lang, tgt_lang])})
+
+
+def _pair_dataset(pairs: Iterable[tuple[str, str]], src_lang: str, tgt_lang: str, where: str,
+                  chunk: int = 1_000_000) -> datasets.Dataset:
+    """The common schema from a stream of (source, target) pairs, built in Arrow a chunk at a time (no Python dict
+    per row and no list of all sentences, which matters for the 4.5M pairs of WMT14). Pairs with an empty side are
+    kept and reported (see the module docstring)."""
+    if src_lang == tgt_lang:
+        raise CorpusError(f"src_lang and tgt_lang are both {src_lang!r}")
+    names = sorted((src_lang, tgt_lang))  # Translation stores a struct with the languages in sorted order
+    chunks, src, tgt, empty, total = [], [], [], [], 0
+    for s, t in pairs:
+        if not s or not t:
+            empty.append(total)
+        src.append(s)
+        tgt.append(t)
+        total += 1
+        if len(src) == chunk:
+            chunks.append(_struct(src, tgt, src_lang, tgt_lang, names))
+            src, tgt = [], []
+    if src or not chunks:
+        chunks.append(_struct(src, tgt, src_lang, tgt_lang, names))
+    if empty:
+        first = ", ".join(str(i + 1) for i in empty[:10]) + (", ..." if len(empty) > 10 else "")
+        logger.warning("%s: %d of %d pairs have an empty side (line/row %s); kept for now, removed by filter_pairs",
+                       where, len(empty), total, first)
+    table = pa.table({"translation": pa.chunked_array(chunks)})
+    return datasets.Dataset(table, info=datasets.DatasetInfo(features=_features(src_lang, tgt_lang)))
+
+
+def _struct(src: list[str], tgt: list[str], src_lang: str, tgt_lang: str, names: list[str]) -> pa.StructArray:
+    columns = {src_lang: pa.array(src, type=pa.string()), tgt_lang: pa.array(tgt, type=pa.string())}
+    return pa.StructArray.from_arrays([columns[n] for n in names], names=names)
+
+
+def make_parallel_dataset(src: Sequence[str], tgt: Sequence[str], src_lang: str, tgt_lang: str, *,
+                          where: str = "pairs") -> datasets.Dataset:
+    """Build the common schema from two aligned lists of sentences."""
+    if len(src) != len(tgt):
+        raise CorpusError(f"{where}: {len(src)} source sentences but {len(tgt)} target sentences")
+    return _pair_dataset(zip(src, tgt), src_lang, tgt_lang, where)
+
+
+def moses_paths(prefix: str | os.PathLike, src_lang: str, tgt_lang: str) -> tuple[Path, Path]:
+    """`{prefix}.{src_lang}` and `{prefix}.{tgt_lang}`, or a CorpusError naming the missing file and the languages that
+    do have a file."""
+    prefix = Path(prefix)
+    paths = (Path(f"{prefix}.{src_lang}"), Path(f"{prefix}.{tgt_lang}"))
+    for lang, p in zip((src_lang, tgt_lang), paths):
+        if p.is_dir():
+            raise CorpusError(f"corpus file {p} is a folder; data_format moses expects PREFIX.{lang} files")
+        if not p.is_file():
+            found = sorted(q.name[len(prefix.name) + 1:] for q in prefix.parent.glob(f"{prefix.name}.*")
+                           if q.is_file())
+            if not found:
+                raise CorpusError(f"corpus file not found: {p} (no file matches {prefix}.*)")
+            raise CorpusError(f"unknown language code {lang!r} for prefix {prefix}: {p} not found; languages "
+                              f"available: {found}")
+    return paths
+
+
+def iter_moses(prefix: str | os.PathLike, src_lang: str, tgt_lang: str, *,
+               strip: bool = True) -> Iterator[tuple[str, str]]:
+    """(source, target) pairs of Moses-style files `{prefix}.{src_lang}` / `{prefix}.{tgt_lang}`, streamed; a
+    line-count mismatch names both files and both counts."""
+    src_path, tgt_path = moses_paths(prefix, src_lang, tgt_lang)
+    pairs = zip_longest(io.iter_lines(src_path, "corpus file"), io.iter_lines(tgt_path, "corpus file"))
+    for n, (s, t) in enumerate(pairs):
+        if s is None or t is None:
+            longer = n + 1 + sum(1 for _ in pairs)
+            counts = (n, longer) if s is None else (longer, n)
+            raise CorpusError(f"line count mismatch: {src_path} has {counts[0]} lines but {tgt_path} has "
+                              f"{counts[1]} lines; line i of each file must be the same sentence pair")
+        yield (s.strip(), t.strip()) if strip else (s, t)
+
+
+def iter_tsv(path: str | os.PathLike, src_lang: str, tgt_lang: str, *, header: bool = True,
+             strip: bool = True) -> Iterator[tuple[str, str]]:
+    """Pairs of a tab-separated file. With `header=True` (default) the first line names the language of each column
+    (e.g. `en<TAB>de`, more columns allowed) and columns are picked by language code; with `header=False` there must
+    be exactly two columns, source then target. No quoting is interpreted: quotes are text."""
+    lines = io.iter_lines(path, "corpus file")
+    index_src, index_tgt, width, first = 0, 1, 2, 1
+    if header:
+        columns = [c.strip() for c in next(lines, "").split("\t")]
+        if columns == [""]:
+            raise CorpusError(f"{path}:1: empty, expected a header line naming the languages (e.g. "
+                              f"{src_lang}<TAB>{tgt_lang})")
+        for lang in (src_lang, tgt_lang):
+            if lang not in columns:
+                raise CorpusError(f"{path}:1: unknown language code {lang!r}: the header line names the columns "
+                                  f"{columns}; a TSV corpus starts with a header such as {src_lang}<TAB>{tgt_lang}")
+        index_src, index_tgt, width, first = columns.index(src_lang), columns.index(tgt_lang), len(columns), 2
+    for number, line in enumerate(lines, first):
+        fields = line.split("\t")
+        if len(fields) != width:
+            raise CorpusError(f"{path}:{number}: expected {width} tab-separated fields, found {len(fields)}")
+        s, t = fields[index_src], fields[index_tgt]
+        yield (s.strip(), t.strip()) if strip else (s, t)
+
+
+def iter_jsonl(path: str | os.PathLike, src_lang: str, tgt_lang: str, *,
+               strip: bool = True) -> Iterator[tuple[str, str]]:
+    """Pairs of a JSON-lines file, one object per line: `{"translation": {"en": ..., "de": ...}}` (the Hub schema, as
+    written by `Dataset.to_json`) or flat `{"en": ..., "de": ...}`. Blank lines are not allowed (they would shift
+    rows)."""
+    for number, line in enumerate(io.iter_lines(path, "corpus file"), 1):
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise CorpusError(f"{path}:{number}: invalid JSON ({e.msg} at column {e.colno})") from None
+        pair = obj.get("translation", obj) if isinstance(obj, dict) else None
+        if not isinstance(pair, dict):
+            raise CorpusError(f"{path}:{number}: expected a JSON object with language keys, got {line[:80]!r}")
+        for lang in (src_lang, tgt_lang):
+            if lang not in pair:
+                raise CorpusError(f"{path}:{number}: unknown language code {lang!r}: the line has keys {sorted(pair)}")
+            if not isinstance(pair[lang], str):
+                raise CorpusError(f"{path}:{number}: value for {lang!r} is not a string")
+        s, t = pair[src_lang], pair[tgt_lang]
+        yield (s.strip(), t.strip()) if strip else (s, t)
+
+
+def load_moses(prefix: str | os.PathLike, src_lang: str, tgt_lang: str, *, strip: bool = True) -> datasets.Dataset:
+    """Moses-style parallel files `{prefix}.{src_lang}` and `{prefix}.{tgt_lang}` (e.g. `train.en`, `train.de`) in the
+    common schema (see `iter_moses`)."""
+    return _pair_dataset(iter_moses(prefix, src_lang, tgt_lang, strip=strip), src_lang, tgt_lang,
+                         f"{prefix}.{{{src_lang},{tgt_lang}}}")
+
+
+def load_tsv(path: str | os.PathLike, src_lang: str, tgt_lang: str, *, header: bool = True,
+             strip: bool = True) -> datasets.Dataset:
+    """A tab-separated file of sentence pairs in the common schema (see `iter_tsv`)."""
+    return _pair_dataset(iter_tsv(path, src_lang, tgt_lang, header=header, strip=strip), src_lang, tgt_lang,
+                         str(path))
+
+
+def load_jsonl(path: str | os.PathLike, src_lang: str, tgt_lang: str, *, strip: bool = True) -> datasets.Dataset:
+    """A JSON-lines file of sentence pairs in the common schema (see `iter_jsonl`)."""
+    return _pair_dataset(iter_jsonl(path, src_lang, tgt_lang, strip=strip), src_lang, tgt_lang, str(path))
+
+
+FILE_FORMATS = {"moses": iter_moses, "tsv": iter_tsv, "jsonl": iter_jsonl}
+
+
+def scan_corpus(source: str | os.PathLike, src_lang: str, tgt_lang: str, format: str) -> tuple[int, int]:
+    """(pairs, pairs with both sides non-empty) of a corpus file (or Moses prefix), streamed: every line is decoded
+    and parsed as loading would, so every error loading would raise is raised here, cheaply (`--check`)."""
+    total = usable = 0
+    for s, t in FILE_FORMATS[format](source, src_lang, tgt_lang):
+        total += 1
+        usable += bool(s and t)
+    return total, usable
+
+
+def load_hub(
+    name: str | os.PathLike,
+    src_lang: str,
+    tgt_lang: str,
+    *,
+    config: str | None = None,
+    split: str = "train",
+    **load_kwargs: Any,
+) -> datasets.Dataset:
+    """Load a Hub dataset with a `translation` column through `datasets.load_dataset(name, config, split=split)`,
+    e.g. `load_hub("wmt14", "en", "de", config="de-en")`.  A local folder written by `Dataset.save_to_disk` is read
+    with `datasets.load_from_disk`.  Texts are kept as they are (no stripping); empty sides are reported.
+    """
+    p = Path(name)
+    if p.is_dir() and ((p / "dataset_info.json").is_file() or (p / "dataset_dict.json").is_file()):
+        ds = datasets.load_from_disk(str(p))
+        if isinstance(ds, datasets.DatasetDict):
+            if split not in ds:
+                raise CorpusError(f"split {split!r} not in {p} (splits: {list(ds)})")
+            ds = ds[split]
+    else:
+        ds = datasets.load_dataset(str(name), config, split=split, **load_kwargs)
+    if not isinstance(ds, datasets.Dataset):
+        raise CorpusError(f"load_dataset({name!r}, {config!r}, split={split!r}) returned {type(ds).__name__}")
+    if "translation" not in ds.column_names:
+        raise CorpusError(f"dataset {name!r} has no 'translation' column (columns: {ds.column_names})")
+    feat = ds.features["translation"]
+    langs = list(feat.languages) if isinstance(feat, datasets.Translation) else list(feat)
+    for lang in (src_lang, tgt_lang):
+        if lang not in langs:
+            raise CorpusError(f"unknown language code {lang!r}: dataset {name!r} ({config}) has languages {langs}")
+    ds = ds.select_columns(["translation"])
+    if sorted(langs) != sorted([src_lang, tgt_lang]):  # multilingual data: keep the two requested sides
+        ds = ds.map(
+            lambda b: {"translation": [{src_lang: x[src_lang], tgt_lang: x[tgt_lang]} for x in b["translation"]]},
+            batched=True,
+            features=_features(src_lang, tgt_lang),
+            desc="selecting languages",
+        )
+    ds = ds.cast(_features(src_lang, tgt_lang))
+    tbl = ds.with_format("arrow")[:]["translation"]
+    n_empty = pc.sum(
+        pc.or_(pc.equal(pc.utf8_length(pc.struct_field(tbl, src_lang)), 0),
+               pc.equal(pc.utf8_length(pc.struct_field(tbl, tgt_lang)), 0))
+    ).as_py() or 0
+    if n_empty:
+        logger.warning("%s: %d of %d pairs have an empty side; kept for now, removed by filter_pairs",
+                       name, n_empty, len(ds))
+    return ds
+
+
+_SUFFIX_FORMATS = {".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
+
+
+def load_parallel(
+    source: str | os.PathLike,
+    src_lang: str,
+    tgt_lang: str,
+    *,
+    format: str = "auto",
+    config: str | None = None,
+    split: str = "train",
+    **kwargs: Any,
+) -> datasets.Dataset:
+    """Load parallel data from any supported source into the common schema.
+
+    `format`: "moses" (`source` is a prefix), "tsv", "jsonl", "hub" (a Hub name or a `save_to_disk` folder), or
+    "auto": `.tsv` -> tsv, `.jsonl`/`.json` -> jsonl, an existing folder -> hub (load_from_disk), an existing
+    `{source}.{src_lang}` file -> moses, anything else -> hub (`datasets.load_dataset(source, config)`).
+    """
+    fmt = format
+    if fmt == "auto":
+        s = Path(source)
+        if s.suffix in _SUFFIX_FORMATS and s.is_file():
+            fmt = _SUFFIX_FORMATS[s.suffix]
+        elif s.is_dir():
+            fmt = "hub"
+        elif Path(f"{source}.{src_lang}").is_file() or Path(f"{source}.{tgt_lang}").is_file():
+            fmt = "moses"
+        elif s.suffix in _SUFFIX_FORMATS or any(s.parent.glob(f"{s.name}.*")):
+            raise CorpusError(f"corpus not found: {source} (format=auto)")
+        else:
+            fmt = "hub"
+    if fmt == "moses":
+        return load_moses(source, src_lang, tgt_lang, **kwargs)
+    if fmt == "tsv":
+        return load_tsv(source, src_lang, tgt_lang, **kwargs)
+    if fmt == "jsonl":
+        return load_jsonl(source, src_lang, tgt_lang, **kwargs)
+    if fmt == "hub":
+        return load_hub(source, src_lang, tgt_lang, config=config, split=split, **kwargs)
+    raise ValueError(f"format={format!r}: expected 'auto', 'moses', 'tsv', 'jsonl' or 'hub'")
+
+
+def sample_corpus_path() -> Path:
+    """Folder of the bundled EN-DE sample corpus (`{train,valid,test}.{en,de}`, package data of `vaswani_hf`)."""
+    return Path(str(resources.files("vaswani_hf") / "sample_data"))
+
+
+def load_sample_corpus(split: str = "train", src_lang: str = "en", tgt_lang: str = "de") -> datasets.Dataset:
+    """The bundled sample corpus split ("train", "valid" or "test") in the common schema."""
+    folder = sample_corpus_path()
+    if not Path(f"{folder / split}.{src_lang}").is_file():
+        raise CorpusError(f"sample corpus split {split!r} not found in {folder} (expected {split}.{src_lang})")
+    return load_moses(folder / split, src_lang, tgt_lang)
+
+
+# ---------------------------------------------------------------------------------------------------------------------

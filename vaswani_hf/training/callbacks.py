@@ -1,0 +1,121 @@
+"""Trainer callbacks and the statistics collator of a training run: batch order per epoch, the history of every
+logged value with wall-clock time, and the tokens and padding of the training batches."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from ..data.batching import LABEL_PAD_ID, TokenBatchSampler
+
+
+def _find_token_batch_sampler(loader) -> Any:
+    obj, seen = loader, 0
+    while obj is not None and seen < 8:
+        if isinstance(obj, TokenBatchSampler):
+            return obj
+        obj = getattr(obj, "batch_sampler", None) or getattr(obj, "base_dataloader", None)
+        seen += 1
+    return None
+
+
+class SamplerEpochCallback(TrainerCallback):
+    """Make sure the token batch sampler knows the epoch, also when resuming mid-epoch.
+
+    `Trainer` reaches a sampler wrapped in Accelerate's `BatchSamplerShard`, but after `skip_first_batches`
+    (resume) the wrapper chain is one level deeper and `set_epoch` can miss it, which would replay epoch 0's batch
+    order. Setting it from `state.epoch` at each epoch start is idempotent when the Trainer got it right.
+    """
+
+    def on_epoch_begin(self, args, state, control, train_dataloader=None, **kwargs):
+        sampler = _find_token_batch_sampler(train_dataloader)
+        if sampler is not None:
+            sampler.set_epoch(int(math.floor((state.epoch or 0.0) + 1e-6)))
+
+
+class HistoryCallback(TrainerCallback):
+    """Append every log (loss, learning rate, eval loss/BLEU) with wall-clock seconds to `history.jsonl`.
+
+    `trainer.state.log_history` has the values but no times; the time-to-BLEU curve needs them. Appending keeps the
+    history of an interrupted run when it is resumed (the time offset continues from the last record).
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.offset = 0.0
+        self.t0 = time.monotonic()
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.t0 = time.monotonic()
+        if not state.is_world_process_zero or not self.path.is_file():
+            return
+        # a fresh run in an old folder starts a new history; a resumed one drops what came after its checkpoint
+        records = [rec for rec in read_history(self.path) if rec.get("step", 0) <= state.global_step]
+        if state.global_step == 0:
+            records = []
+        self.offset = max((rec.get("time_s", 0.0) for rec in records), default=0.0)
+        self.path.write_text("".join(json.dumps(rec) + "\n" for rec in records), encoding="utf-8")
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        rec = {"step": state.global_step, "time_s": round(self.offset + time.monotonic() - self.t0, 3), **logs}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(rec) + "\n")
+
+
+def read_history(path: str | os.PathLike) -> list[dict]:
+    p = Path(path)
+    if not p.is_file():
+        return []
+    return [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
+
+
+class BatchStatsCollator:
+    """Wraps a collator to count target tokens and padding of the training batches (for tokens/s and padding share),
+    and optionally to log a hash of every example per process (`debug_log_batches`, used by the tests to show that
+    no batch is seen twice across ranks). Counting is switched off during evaluation by :class:`VaswaniTrainer`.
+    """
+
+    def __init__(self, inner, log_path: str | os.PathLike | None = None):
+        self.inner = inner
+        self.pad_to_multiple_of = getattr(inner, "pad_to_multiple_of", None)
+        self.log_path = Path(log_path) if log_path else None
+        self.active = True
+        self.batches = 0
+        self.src_tokens = self.src_slots = self.tgt_tokens = self.tgt_slots = 0
+
+    def __call__(self, features):
+        batch = self.inner(features)
+        if self.active:
+            self.batches += 1
+            mask = batch["attention_mask"]
+            self.src_tokens += int(mask.sum())
+            self.src_slots += mask.numel()
+            if "labels" in batch:
+                labels = batch["labels"]
+                self.tgt_tokens += int((labels != LABEL_PAD_ID).sum())
+                self.tgt_slots += labels.numel()
+            if self.log_path is not None:
+                rows = [hashlib.sha1(json.dumps([list(map(int, f["input_ids"])), list(map(int, f["labels"]))])
+                                     .encode()).hexdigest()[:16] for f in features]
+                with open(self.log_path, "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps({"batch": self.batches, "examples": rows}) + "\n")
+        return batch
+
+    def stats(self) -> dict:
+        return {
+            "train_batches": self.batches,
+            "train_src_tokens": self.src_tokens,
+            "train_tgt_tokens": self.tgt_tokens,
+            "padding_share_src": 1 - self.src_tokens / self.src_slots if self.src_slots else 0.0,
+            "padding_share_tgt": 1 - self.tgt_tokens / self.tgt_slots if self.tgt_slots else 0.0,
+        }

@@ -1,0 +1,222 @@
+"""Checkpoints (Section 6.1): written atomically at time intervals, found again for `--resume`, and averaged.
+
+"For the base models, we used a single model obtained by averaging the last 5 checkpoints, which were written at
+10-minute intervals. For the big models, we averaged the last 20 checkpoints." (Section 6.1)
+
+Hand-written, each for a reason given in its docstring: the atomic rename of a checkpoint (transformers writes into
+the final folder), the time-interval save decision (TrainingArguments saves by steps or epochs only), the choice of
+the newest checkpoint that loads (transformers takes the newest, loadable or not) and the averaging (neither
+transformers nor Accelerate has one; fairseq's `average_checkpoints.py` does the same for its own format).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import torch
+from transformers import TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, sort_checkpoints
+
+from ..io import UsageError, _fsync, atomic_output_dir, check_output_dir, check_safetensors, read_json
+
+logger = logging.getLogger(__name__)
+
+STAGING_DIR = ".staging"
+WEIGHTS = "model.safetensors"
+# What a checkpoint holds besides the model folder's files; left out of averaged folders.
+TRAINING_STATE_FILES = {"optimizer.pt", "scheduler.pt", "scaler.pt", "trainer_state.json", "training_args.bin"}
+
+
+def publish_checkpoint(staged: Path, final: Path) -> None:
+    """Move a checkpoint written completely into `OUTPUT/.staging/checkpoint-N` to `OUTPUT/checkpoint-N` in one
+    rename (atomic within a file system), so that a kill never leaves a half-written checkpoint for `--resume`."""
+    _fsync(staged)
+    if final.exists():  # the same step saved twice (e.g. a time-interval save at the final step)
+        shutil.rmtree(final)
+    os.rename(staged, final)
+    try:
+        staged.parent.rmdir()  # the staging folder, now empty
+    except OSError:
+        pass
+    _fsync(final.parent)
+
+
+def checkpoints(output_dir: str | os.PathLike) -> list[Path]:
+    """The `checkpoint-N` folders of `output_dir`, oldest first (by step number)."""
+    if not Path(output_dir).is_dir():
+        return []
+    return [Path(p) for p in sort_checkpoints(str(output_dir), PREFIX_CHECKPOINT_DIR, use_mtime=False)]
+
+
+def last_checkpoints(output_dir: str | os.PathLike, n: int) -> list[Path]:
+    """The `n` newest `checkpoint-N` folders of `output_dir` by step number, oldest first (n <= 0: all)."""
+    found = checkpoints(output_dir)
+    return found[-n:] if n > 0 else found
+
+
+def checkpoint_problem(folder: Path) -> str | None:
+    """Why `folder` cannot be resumed from (a missing or broken file), or None when it looks complete."""
+    try:
+        check_safetensors(folder / WEIGHTS) if (folder / WEIGHTS).is_file() else None
+        if not (folder / WEIGHTS).is_file():
+            return f"no {WEIGHTS}"
+        read_json(folder / "trainer_state.json")
+        read_json(folder / "config.json")
+    except UsageError as error:
+        return str(error)
+    for name in ("optimizer.pt", "scheduler.pt"):
+        if not (folder / name).is_file() or (folder / name).stat().st_size == 0:
+            return f"{name} missing or empty"
+    return None
+
+
+def resumable_checkpoint(output_dir: str | os.PathLike) -> Path | None:
+    """The newest checkpoint of `output_dir` that is complete; broken newer ones are named in a warning and passed
+    over (transformers' `get_last_checkpoint` takes the newest whatever its state, and the run then crashes)."""
+    for folder in reversed(checkpoints(output_dir)):
+        problem = checkpoint_problem(folder)
+        if problem is None:
+            return folder
+        logger.warning("--resume: skipping %s (%s); trying the previous checkpoint", folder.name, problem)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Time-interval checkpoints and the wall-clock budget
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _broadcast_code(code: int, device: torch.device | str = "cpu") -> int:
+    """Rank 0's decision for every rank (clocks differ; all ranks must save the same step together)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return code
+    if dist.get_backend() == "nccl":
+        device = torch.device("cuda", torch.cuda.current_device())
+    t = torch.tensor([code], dtype=torch.int32, device=device)
+    dist.broadcast(t, src=0)
+    return int(t.item())
+
+
+class WallClockCallback(TrainerCallback):
+    """Time-interval checkpoints (the paper wrote one every 10 minutes, Section 6.1) and a wall-clock budget.
+
+    `TrainingArguments` only saves by steps or epochs. Rank 0 measures the time and broadcasts the decision, so all
+    processes save the same step. A save is also forced at the last step and when the budget stops training, so the
+    final state is always a checkpoint (needed for averaging and `--resume`).
+    """
+
+    def __init__(self, save_every_minutes: float = 10.0, max_train_minutes: float = 0.0, save_steps: int = 0):
+        self.save_every = save_every_minutes * 60.0
+        self.budget = max_train_minutes * 60.0
+        self.save_steps = save_steps
+        self.start = self.last_save = time.monotonic()
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = self.last_save = time.monotonic()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.budget > 0 or self.save_every > 0:
+            now = time.monotonic()
+            over_budget = self.budget > 0 and now - self.start >= self.budget
+            time_to_save = self.save_every > 0 and now - self.last_save >= self.save_every
+            code = _broadcast_code(2 * int(over_budget) + int(time_to_save), args.device)
+            over_budget, time_to_save = bool(code & 2), bool(code & 1)
+            if time_to_save:
+                control.should_save = True
+            if over_budget:
+                logger.info("wall-clock budget of %.1f min reached at step %d: stopping", self.budget / 60,
+                            state.global_step)
+                control.should_training_stop = True
+                control.should_save = True
+                control.should_evaluate = False
+        if self.save_steps > 0 and state.global_step % self.save_steps == 0:
+            control.should_save = True
+        if state.max_steps > 0 and state.global_step >= state.max_steps:
+            control.should_save = True
+        return control
+
+    def on_save(self, args, state, control, **kwargs):
+        self.last_save = time.monotonic()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Section 6.1: checkpoint averaging
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _load_weights(folder: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    if not (folder / WEIGHTS).is_file():
+        raise UsageError(f"{folder}: no {WEIGHTS}; averaging needs safetensors checkpoints")
+    check_safetensors(folder / WEIGHTS)
+    return load_file(str(folder / WEIGHTS))
+
+
+def average_checkpoints(folders: Sequence[str | os.PathLike]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of the weights of several checkpoints (Section 6.1), accumulated in float64 and returned in
+    each tensor's original dtype. All checkpoints must have the same tensor names and shapes."""
+    if not folders:
+        raise UsageError("no checkpoints to average")
+    total: dict[str, torch.Tensor] = {}
+    dtypes: dict[str, torch.dtype] = {}
+    for i, folder in enumerate(folders):
+        weights = _load_weights(Path(folder))
+        if i == 0:
+            dtypes = {k: v.dtype for k, v in weights.items()}
+            total = {k: v.to(torch.float64).clone() for k, v in weights.items()}
+            continue
+        if set(weights) != set(total):
+            diff = sorted(set(weights) ^ set(total))[:5]
+            raise UsageError(f"{folder} has other tensors than {folders[0]} (e.g. {diff}); average checkpoints of "
+                             "one run")
+        for k, v in weights.items():
+            if v.shape != total[k].shape:
+                raise UsageError(f"{folder}: {k} has shape {tuple(v.shape)}, expected {tuple(total[k].shape)} as in "
+                                 f"{folders[0]}; average checkpoints of one architecture")
+            total[k] += v.to(torch.float64)
+    newest = _load_weights(Path(folders[-1]))
+    # integer buffers (none in this model) keep the newest checkpoint's value
+    return {k: (v / len(folders)).to(dtypes[k]) if dtypes[k].is_floating_point else newest[k]
+            for k, v in total.items()}
+
+
+def load_averaged_weights(model, weights: Mapping[str, torch.Tensor]) -> None:
+    """Put averaged `weights` (from `average_checkpoints` or an averaged `model.safetensors`) into `model` in place and
+    re-tie the shared embedding / output projection. A tensor the model does not have is an error (another
+    architecture); tied copies the checkpoint left out are fine."""
+    _, unexpected = model.load_state_dict(weights, strict=False)
+    if unexpected:
+        raise UsageError(f"averaged weights have tensors this model does not have: {unexpected[:5]}")
+    model.tie_weights()
+
+
+def save_averaged_checkpoint(folders: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
+                             overwrite: bool = False) -> Path:
+    """Average `folders` and write a loadable model folder: averaged `model.safetensors` plus the newest checkpoint's
+    config, generation config, tokenizer and code files (every file but the training state: optimizer, scheduler,
+    RNG states, trainer state), and `averaged_from.json`. The folder appears whole (written beside, then renamed); an
+    existing `out_dir` is replaced only with `overwrite`."""
+    from safetensors.torch import save_file
+
+    out_dir = check_output_dir(out_dir, overwrite=overwrite, what="averaged model folder")
+    newest = Path(folders[-1])
+    if any(Path(f).resolve() in (out_dir.resolve(), *out_dir.resolve().parents) for f in folders):
+        raise UsageError(f"--out {out_dir} would replace the checkpoints being averaged; choose another folder")
+    averaged = average_checkpoints(folders)
+    with atomic_output_dir(out_dir) as tmp:
+        for f in newest.iterdir():
+            if f.is_file() and f.name not in TRAINING_STATE_FILES and f.name != WEIGHTS \
+                    and not f.name.startswith("rng_state") and f.suffix != ".pth":
+                shutil.copy2(f, tmp / f.name)
+        save_file({k: v.contiguous() for k, v in averaged.items()}, str(tmp / WEIGHTS), metadata={"format": "pt"})
+        (tmp / "averaged_from.json").write_text(
+            "[\n" + ",\n".join(f' "{Path(f).name}"' for f in folders) + "\n]", encoding="utf-8")
+    return out_dir

@@ -1,0 +1,374 @@
+"""`VaswaniTrainer`: transformers' `Seq2SeqTrainer` with the paper's batching, objective, schedule and checkpoints.
+
+What it changes, and why each is hand-written:
+- Section 5.1 batching: train and eval DataLoaders use `TokenBatchSampler` (~N source + N target tokens per batch,
+  grouped by length); transformers batches by sentence count only.
+- Section 5.4 objective: label-smoothed cross-entropy (eps/(V-1) on the other classes, as t2t v1 and fairseq),
+  through transformers' own `compute_loss_func` hook; the model's `forward(labels=...)` stays the plain
+  cross-entropy, as in every transformers model. Evaluation reports the smoothed loss (the training objective,
+  `eval_loss`), the plain per-token NLL (`eval_nll`) and its perplexity (`eval_ppl`).
+- Section 5.3: Adam(0.9, 0.98, 1e-9) (torch's fused kernel where it applies) and the exact learning-rate formula.
+- Evaluation across processes: transformers gathers each batch with `all_gather`, which needs equal shapes on every
+  rank; token batches differ (see `evaluation_loop`).
+- Atomic checkpoints: transformers writes straight into `checkpoint-N`; a kill leaves a half-written folder that
+  `--resume` would pick (see `_save_checkpoint`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import shutil
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import datasets
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+from transformers import Seq2SeqTrainer
+from transformers.trainer_utils import (
+    PREFIX_CHECKPOINT_DIR,
+    EvalLoopOutput,
+    EvalPrediction,
+    denumpify_detensorize,
+    rotate_checkpoints,
+    seed_worker,
+)
+
+from ..data.batching import EXAMPLE_INDEX, LABEL_PAD_ID, TRAIN_MAX_TOKENS, Seq2SeqCollator, TokenBatchSampler
+from ..modeling_vaswani import label_smoothed_cross_entropy
+from ..tokenization import PAD_ID
+from .checkpoints import STAGING_DIR, publish_checkpoint
+from .schedule import get_paper_schedule, with_fused_adam
+
+logger = logging.getLogger(__name__)
+
+
+class LabelSmoothedLoss:
+    """The training objective (Section 5.4): label-smoothed cross-entropy summed over the target tokens and divided by
+    the tokens of the whole update (`num_items_in_batch`, over accumulation steps and processes, as transformers
+    counts them), so that gradient accumulation gives the same update as one large batch. Used as the Trainer's
+    `compute_loss_func`."""
+
+    def __init__(self, epsilon: float):
+        self.epsilon = epsilon
+
+    def __call__(self, outputs, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
+        loss_sum, tokens = label_smoothed_cross_entropy(outputs.logits, labels, self.epsilon)
+        denominator = num_items_in_batch if num_items_in_batch is not None else max(tokens, 1)
+        if isinstance(denominator, torch.Tensor):
+            denominator = denominator.to(loss_sum.device)
+        return loss_sum / denominator
+
+
+def unshard_prepared_loader(prepared: DataLoader, sampler: TokenBatchSampler) -> DataLoader:
+    """Make the `BatchSamplerShard` that `accelerate.prepare_data_loader` wraps around a batch sampler in
+    multi-process runs a pass-through, because `sampler` is already rank-aware: batches are split across ranks once.
+    In single-process runs Accelerate does not wrap the sampler and this is a no-op."""
+    shard = getattr(prepared, "batch_sampler", None)
+    if shard is sampler:
+        return prepared
+    if getattr(shard, "batch_sampler", None) is not sampler:
+        raise RuntimeError(f"unexpected batch sampler after accelerator.prepare: {type(shard).__name__}")
+    shard.num_processes, shard.process_index = 1, 0
+    return prepared
+
+
+def _per_sentence(rows: list[int], predictions: torch.Tensor, labels: torch.Tensor | None,
+                  pad_id: int) -> list[tuple[int, list[int], list[int]]]:
+    """One (row, prediction ids, label ids) per sentence of a batch, padding removed: (B, T) tensors -> lists."""
+    items = []
+    for b, row in enumerate(rows):
+        prediction = predictions[b].tolist()
+        while prediction and prediction[-1] in (pad_id, LABEL_PAD_ID):
+            prediction.pop()
+        label = [] if labels is None else [t for t in labels[b].tolist() if t != LABEL_PAD_ID]
+        items.append((int(row), prediction, label))
+    return items
+
+
+def _stack_sentences(sentences: list[tuple[int, list[int], list[int]]], pad_id: int):
+    """(predictions (N, T) padded with `pad_id`, labels (N, L) padded with -100) as numpy, or (None, None)."""
+    if not sentences:
+        return None, None
+    predictions = np.full((len(sentences), max(1, max(len(p) for _, p, _ in sentences))), pad_id, dtype=np.int64)
+    labels = np.full((len(sentences), max(1, max(len(x) for _, _, x in sentences))), LABEL_PAD_ID, dtype=np.int64)
+    for i, (_, prediction, label) in enumerate(sentences):
+        predictions[i, : len(prediction)] = prediction
+        labels[i, : len(label)] = label
+    return predictions, labels
+
+
+class VaswaniTrainer(Seq2SeqTrainer):
+    """`Seq2SeqTrainer` for the paper's recipe (see the module docstring).
+
+    `per_device_*_batch_size` and `train_sampling_strategy` are ignored: each device's batch holds up to `max_tokens`
+    padded source and `max_tokens` padded target tokens. The paper's ~25000 + 25000 tokens are per training step over
+    its 8 GPUs: choose `max_tokens x world_size x gradient_accumulation_steps ~= 25000`. Sharding happens once: the
+    sampler is rank-aware and the `BatchSamplerShard` that `accelerator.prepare` wraps around it is made a
+    pass-through (as transformers does for its own rank-aware samplers); Accelerate's `split_batches` and
+    `dispatch_batches`, which re-cut batches by sentence count, are refused.
+
+    Pass `optimizer_cls_and_kwargs=paper_optimizer_cls_and_kwargs(recipe)` for Section 5.3's Adam with
+    `learning_rate = multiplier * d_model^-0.5`.
+    """
+
+    def __init__(self, *args: Any, max_tokens: int = TRAIN_MAX_TOKENS, eval_max_tokens: int | None = None,
+                 max_sentences: int | None = None, paper_warmup_steps: int = 4000, label_smoothing: float | None = None,
+                 optimizer_cls_and_kwargs=None, **kwargs: Any):
+        if kwargs.get("data_collator") is None:
+            kwargs["data_collator"] = Seq2SeqCollator()
+        model = kwargs.get("model", args[0] if args else None)
+        if label_smoothing is None:
+            label_smoothing = getattr(getattr(model, "config", None), "label_smoothing", 0.1)
+        if kwargs.get("compute_loss_func") is None:
+            kwargs["compute_loss_func"] = LabelSmoothedLoss(label_smoothing)
+        super().__init__(*args, **kwargs)
+        self.label_smoothing = label_smoothing
+        self.max_tokens, self.eval_max_tokens = max_tokens, eval_max_tokens or max_tokens
+        self.max_sentences = max_sentences
+        self.paper_warmup_steps = paper_warmup_steps
+        if optimizer_cls_and_kwargs is not None:  # Seq2SeqTrainer's __init__ does not forward Trainer's argument
+            self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
+        self._eval_batches: dict[str, int] = {}
+        self._eval_sums: torch.Tensor | None = None
+        self._train_sentences = 0
+        self._staging = False
+
+    # -- Section 5.1: token-budget DataLoaders --------------------------------------------------------------------
+
+    def _token_dataloader(self, dataset: datasets.Dataset, *, training: bool, description: str) -> DataLoader:
+        cfg = getattr(self.accelerator, "dataloader_config", None)
+        if cfg is not None and (cfg.split_batches or cfg.dispatch_batches):
+            raise ValueError("VaswaniTrainer does not support accelerator_config split_batches/dispatch_batches: "
+                             "they re-cut token batches by sentence count")
+        if not isinstance(dataset, datasets.Dataset):
+            raise TypeError(f"token batching needs a tokenized datasets.Dataset, got {type(dataset).__name__}")
+        dataset = self._remove_unused_columns(dataset, description=description)
+        if not training:  # evaluation_loop keys every sentence's result by its row
+            dataset = dataset.add_column(EXAMPLE_INDEX, np.arange(len(dataset), dtype=np.int64))
+        world, rank = max(1, self.args.world_size), (self.args.process_index if self.args.world_size > 1 else 0)
+        sampler = TokenBatchSampler.from_dataset(
+            dataset, self.max_tokens if training else self.eval_max_tokens, max_sentences=self.max_sentences,
+            shuffle=training, seed=self.args.data_seed if self.args.data_seed is not None else self.args.seed,
+            num_replicas=world, rank=rank, pad_to_multiple_of=getattr(self.data_collator, "pad_to_multiple_of", None))
+        workers = self.args.dataloader_num_workers
+        loader = DataLoader(
+            dataset, batch_sampler=sampler, collate_fn=self.data_collator, num_workers=workers,
+            pin_memory=self.args.dataloader_pin_memory,
+            persistent_workers=self.args.dataloader_persistent_workers and workers > 0,
+            worker_init_fn=partial(seed_worker, num_workers=workers, rank=rank) if training else None)
+        return unshard_prepared_loader(self.accelerator.prepare(loader), sampler)
+
+    def get_train_dataloader(self) -> DataLoader:
+        if self.train_dataset is None:
+            raise ValueError("Trainer: training requires a train_dataset.")
+        return self._token_dataloader(self.train_dataset, training=True, description="Training")
+
+    def get_eval_dataloader(self, eval_dataset: str | datasets.Dataset | None = None) -> DataLoader:
+        if eval_dataset is None and self.eval_dataset is None:
+            raise ValueError("Trainer: evaluation requires an eval_dataset.")
+        if isinstance(eval_dataset, str):
+            eval_dataset = self.eval_dataset[eval_dataset]
+        return self._token_dataloader(eval_dataset if eval_dataset is not None else self.eval_dataset,
+                                      training=False, description="Evaluation")
+
+    def get_test_dataloader(self, test_dataset: datasets.Dataset) -> DataLoader:
+        return self._token_dataloader(test_dataset, training=False, description="test")
+
+    # -- Section 5.3: optimizer and schedule ---------------------------------------------------------------------
+
+    def create_optimizer(self, model=None):
+        # the fused kernel is decided here, where the parameters are on their device (and wrapped, under FSDP)
+        cls_kwargs = getattr(self, "optimizer_cls_and_kwargs", None)
+        if self.optimizer is None and cls_kwargs is not None and cls_kwargs[0] is torch.optim.Adam:
+            self.optimizer_cls_and_kwargs = (cls_kwargs[0],
+                                             with_fused_adam(cls_kwargs[1], self.model if model is None else model))
+        return super().create_optimizer(model)
+
+    def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
+        if self.lr_scheduler is None:
+            self.lr_scheduler = get_paper_schedule(optimizer or self.optimizer, self.paper_warmup_steps)
+            self._created_lr_scheduler = True
+        return self.lr_scheduler
+
+    # -- atomic checkpoints (Section 6.1's checkpoints are averaged and resumed from) -----------------------------
+
+    def _get_output_dir(self, trial):
+        run_dir = super()._get_output_dir(trial)
+        return os.path.join(run_dir, STAGING_DIR) if self._staging else run_dir
+
+    def _save_checkpoint(self, model, trial):
+        """transformers writes model, optimizer, scheduler, RNG states and trainer state (all ranks, its own code)
+        into `OUTPUT/.staging/checkpoint-N`; once every rank is done, rank 0 renames it into place and rotates the
+        kept checkpoints by step number."""
+        run_dir = super()._get_output_dir(trial)
+        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        staged, final = Path(run_dir, STAGING_DIR, name), Path(run_dir, name)
+        if self.args.should_save and staged.exists():
+            shutil.rmtree(staged)
+        self.accelerator.wait_for_everyone()
+        self._staging = True
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self._staging = False
+        self.accelerator.wait_for_everyone()
+        if self.args.should_save:
+            publish_checkpoint(staged, final)
+            rotate_checkpoints(run_dir, save_total_limit=self.args.save_total_limit,
+                               best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=False)
+            logger.info("checkpoint written atomically: %s", final)
+        self.accelerator.wait_for_everyone()
+
+    # -- speed metrics: transformers counts samples as batches x per_device_*_batch_size (1 here) -----------------
+
+    def training_step(self, model, inputs, *args: Any, **kwargs: Any):
+        self._train_sentences += int(inputs["labels"].shape[0])
+        return super().training_step(model, inputs, *args, **kwargs)
+
+    def _fix_steps_per_second(self, metrics: dict[str, float]) -> None:
+        for prefix in [p for p in self._eval_batches if f"{p}_steps_per_second" in metrics]:
+            batches, runtime = self._eval_batches.pop(prefix), metrics.get(f"{prefix}_runtime")
+            if runtime:
+                metrics[f"{prefix}_steps_per_second"] = round(batches / runtime, 3)
+
+    def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
+        """`train_samples_per_second` counts the sentences trained, summed over processes (the end of `train`, on
+        every process), and the evaluation rates count this process's real batches."""
+        self._fix_steps_per_second(logs)
+        if "train_samples_per_second" in logs and logs.get("train_runtime"):
+            sentences = torch.tensor([self._train_sentences], device=self.args.device)
+            self._train_sentences = 0
+            sentences = int(self.accelerator.reduce(sentences, reduction="sum").item())
+            logs["train_samples_per_second"] = round(sentences / logs["train_runtime"], 3)
+        super().log(logs, *args, **kwargs)
+
+    @contextlib.contextmanager
+    def _not_counting(self):
+        """Batch statistics (tokens/s, padding) count training batches only."""
+        collator = self.data_collator
+        old = getattr(collator, "active", None)
+        if old is not None:
+            collator.active = False
+        try:
+            yield
+        finally:
+            if old is not None:
+                collator.active = old
+
+    def evaluate(self, *args: Any, **kwargs: Any):
+        with self._not_counting():
+            return super().evaluate(*args, **kwargs)
+
+    def predict(self, *args: Any, **kwargs: Any):
+        with self._not_counting():
+            output = super().predict(*args, **kwargs)
+        self._fix_steps_per_second(output.metrics)
+        return output
+
+    # -- evaluation, correct for any number of processes and any token budget ------------------------------------
+    # transformers' `evaluation_loop` gathers every batch across processes with `all_gather`, which needs the same
+    # shapes on every rank in the same number of calls: a token batch holds a different number of sentences on each
+    # rank, so two processes died at their first evaluation (gloo: "Received data size doesn't match expected
+    # size"; NCCL hangs). It also weights each batch's mean loss by the FIRST batch's size, so with token batches the
+    # loss depended on the budget (Multi30k: 2.88 at 2,048 tokens, 3.07 at 4,096, 2.82 per target token). Here each
+    # process evaluates its own shard with no collective inside the loop, keeps each sentence's prediction under its
+    # row in the dataset, and then every process makes the same two calls whatever its number of batches: one
+    # all-reduce of the loss sums and token count, one all_gather_object of the sentences. Metrics are computed on
+    # the union in dataset order, each sentence exactly once (the sampler gives every row to one rank).
+
+    def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None,
+                        metric_key_prefix="eval"):
+        prediction_loss_only = self.args.prediction_loss_only if prediction_loss_only is None else prediction_loss_only
+        model = self._prepare_model_for_evaluation()
+        self._eval_batches[metric_key_prefix] = len(dataloader)
+        self.callback_handler.eval_dataloader = dataloader
+        self._eval_sums = torch.zeros(3, dtype=torch.float64, device=self.args.device)  # smoothed, nll, tokens
+        sentences: list[tuple[int, list[int], list[int]]] = []  # (row index, prediction ids, label ids)
+        for inputs in dataloader:
+            rows = inputs.pop(EXAMPLE_INDEX).tolist()
+            _, predictions, labels = self.prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
+            if predictions is not None:
+                sentences.extend(_per_sentence(rows, predictions, labels, self._pad_id()))
+            self.control = self.callback_handler.on_prediction_step(self.args, self.state, self.control)
+        smoothed, nll, tokens = self.accelerator.reduce(self._eval_sums, reduction="sum").tolist()
+        self._eval_sums = None
+        if self.args.world_size > 1 and not prediction_loss_only:
+            from accelerate.utils import gather_object
+
+            sentences = gather_object(sentences)
+        sentences.sort(key=lambda item: item[0])
+        predictions, label_ids = _stack_sentences(sentences, self._pad_id())
+        metrics = {}
+        if self.compute_metrics is not None and predictions is not None:
+            metrics = denumpify_detensorize(self.compute_metrics(EvalPrediction(predictions, label_ids)))
+        if tokens > 0:
+            metrics.update(loss=smoothed / tokens, nll=nll / tokens, ppl=math.exp(min(nll / tokens, 700.0)))
+        metrics = {(k if k.startswith(f"{metric_key_prefix}_") else f"{metric_key_prefix}_{k}"): v
+                   for k, v in metrics.items()}
+        num_samples = len(sentences) if sentences else len(getattr(dataloader, "dataset", None) or [])
+        return EvalLoopOutput(predictions=predictions, label_ids=label_ids, metrics=metrics, num_samples=num_samples)
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
+        """The label-smoothed loss and the plain NLL of a batch from one forward pass (added to the evaluation's
+        sums), and with `predict_with_generate` the generated ids. Returns (mean smoothed loss, ids, labels)."""
+        inputs = self._prepare_inputs(inputs)
+        labels, loss = inputs.get("labels"), None
+        if labels is not None:
+            with torch.no_grad(), self.compute_loss_context_manager():
+                logits = model(**{k: v for k, v in inputs.items() if k != "labels"}).logits
+            smoothed, tokens = label_smoothed_cross_entropy(logits, labels, self.label_smoothing)
+            nll, _ = label_smoothed_cross_entropy(logits, labels, 0.0)
+            if self._eval_sums is not None:
+                self._eval_sums += torch.stack([smoothed.double(), nll.double(),
+                                                torch.tensor(float(tokens), device=smoothed.device).double()]
+                                               ).to(self._eval_sums.device)
+            loss = smoothed.detach() / max(tokens, 1)
+        if prediction_loss_only or not self.args.predict_with_generate:
+            return loss, None, labels
+        return loss, self._generate(inputs, gen_kwargs), labels
+
+    def _generate(self, inputs: dict, gen_kwargs: dict) -> torch.Tensor:
+        """`model.generate` as `Seq2SeqTrainer.prediction_step` calls it: its evaluation settings (`num_beams`, ...),
+        synchronised steps under FSDP/DeepSpeed ZeRO-3, the source only (not the teacher-forcing inputs)."""
+        from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
+        from transformers.integrations.fsdp import is_fsdp_managed_module
+
+        if not gen_kwargs and hasattr(self, "_gen_kwargs"):
+            gen_kwargs = self._gen_kwargs.copy()
+        gen_kwargs = {k: v for k, v in gen_kwargs.items() if not (k in ("num_beams", "max_length") and v is None)}
+        gen_kwargs.setdefault("synced_gpus", is_deepspeed_zero3_enabled() or is_fsdp_managed_module(self.model))
+        source = {k: v for k, v in inputs.items() if k not in ("labels", "decoder_input_ids", "decoder_attention_mask")}
+        summon = contextlib.nullcontext()
+        if torch.distributed.is_available():
+            from torch.distributed.fsdp import FullyShardedDataParallel
+
+            if isinstance(self.model, FullyShardedDataParallel):
+                summon = FullyShardedDataParallel.summon_full_params(self.model)
+        with summon, torch.no_grad():
+            return self.model.generate(**source, **gen_kwargs)
+
+    def _prepare_model_for_evaluation(self):
+        """The model `evaluation_loop` runs: transformers' own preparation (unwrapped under DDP, where evaluation
+        needs no gradient synchronisation; prepared once under FSDP/DeepSpeed when evaluating without training)."""
+        model = self._wrap_model(self.model, training=False)
+        if len(self.accelerator._models) == 0 and model is self.model:
+            if self.is_deepspeed_enabled or self.is_fsdp_enabled:
+                model = self.accelerator.prepare(model)
+                if self.is_fsdp_enabled:
+                    self.model = model
+                if model is not self.model:
+                    self.model_wrapped = model
+            else:
+                model = self.accelerator.prepare_model(model, evaluation_mode=True)
+        model.eval()
+        return model
+
+    def _pad_id(self) -> int:
+        pad = getattr(self.processing_class, "pad_token_id", None)
+        return PAD_ID if pad is None else int(pad)
