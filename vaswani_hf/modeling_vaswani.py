@@ -41,7 +41,7 @@ from .generation_vaswani import VaswaniGenerationMixin, default_generation_confi
 
 # Section 6.1 decoding lives in generation_vaswani.py; these names stay importable from here for the package modules
 # that still import them from modeling_vaswani (to be switched to generation_vaswani).
-from .generation_vaswani import SourceLengthLimitLogitsProcessor, fast_topk, gnmt_length_penalty  # noqa: F401, E402
+from .generation_vaswani import SourceLengthLimitLogitsProcessor, fast_topk, gnmt_length_penalty  # noqa: F401
 
 logger = logging.get_logger(__name__)
 
