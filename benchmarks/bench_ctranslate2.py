@@ -7,8 +7,8 @@ high-water RSS, VmHWM: `ru_maxrss` survives execve and would include the parent'
 tokenisation excluded from the timings):
 
 - ours:          `VaswaniForConditionalGeneration.generate()`
-- marian:        `MarianMTModel.generate()` with the same weights (`vaswani_hf.convert.to_marian`)
-- ct2_fp32/int8: our export (`vaswani_hf.convert.to_ctranslate2`), float32 / int8 weights
+- marian:        `MarianMTModel.generate()` with the same weights (`vaswani_hf.export.marian.to_marian`)
+- ct2_fp32/int8: our export (`vaswani_hf.export.to_ctranslate2`), float32 / int8 weights
 - ct2_native_fp32/int8: CTranslate2's OWN converter (`TransformersConverter`) on the Marian folder, i.e. "an
   equivalent native model". That converter assumes Marian C++ conventions (`<pad>` the LAST vocabulary entry, which
   it deletes; decoder started from a zero vector), so the Marian folder given to it has its vocabulary rotated by one
@@ -84,7 +84,7 @@ def read_lines(path: Path, n: int) -> list[str]:
 def prepare(args, work: Path) -> dict:
     import torch
     from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
-    from vaswani_hf.convert import to_ctranslate2, to_marian
+    from vaswani_hf.export import to_ctranslate2, to_marian
     from vaswani_hf.tokenization import load_tokenizer, train_bpe_tokenizer
 
     work.mkdir(parents=True, exist_ok=True)
@@ -367,7 +367,7 @@ def main(argv=None) -> int:
                      f"{r['sentences_per_wall_s']:.1f} | {r['peak_rss_mb']:.0f} | {r['bleu']:.2f} |")
     lines += ["", "Ratios and agreement:", ""] + [f"- {k}: {v}" for k, v in summary.items()]
     lines += ["", "ct2_native_*: CTranslate2's own TransformersConverter on the `to_marian` folder (with <pad> moved "
-              "last, the Marian convention that converter requires); ct2_*: `vaswani_hf.convert.to_ctranslate2`."]
+              "last, the Marian convention that converter requires); ct2_*: `vaswani_hf.export.to_ctranslate2`."]
     (RESULTS / "ctranslate2.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -173,7 +173,7 @@ def run(model, batches, kwargs, eos_id, max_new_from_source: int | None = None):
 def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    from vaswani_hf.convert import to_marian
+    from vaswani_hf.export.marian import to_marian
     from vaswani_hf.generation import _pad, load_for_inference, make_batches
 
     data_dir = Path(args.data_dir)

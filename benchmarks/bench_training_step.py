@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
-from vaswani_hf.convert import to_marian
+from vaswani_hf.export.marian import to_marian
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

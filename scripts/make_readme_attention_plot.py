@@ -8,7 +8,7 @@
 Three panels for one sentence and the model's own translation (or --target):
   (a) encoder-decoder attention averaged over all heads and layers, red dots on each target token's most attended
       source token: the learned soft alignment;
-  (b) the most focused head (lowest entropy, see vaswani_hf/visualize.py) of the last encoder layer, the kind of
+  (b) the most focused head (lowest entropy, see vaswani_hf/visualize/) of the last encoder layer, the kind of
       head the paper's Figures 3-5 show (encoder self-attention, layer 5 of 6);
   (c) the most focused encoder-decoder head of the last decoder layer.
 The diagnostics (entropy, attention mass on padding, alignment share with the diagonal heuristic) are printed.

@@ -1,13 +1,15 @@
 """Attention visualisation (vaswani_hf.visualize): the plotted matrices are the model's attention weights, padding
-gets no attention, figures have the expected panels, and everything works on a `trust_remote_code` model in a
-process that cannot import vaswani_hf."""
+gets no attention, figures have the expected panels, everything works on a `trust_remote_code` model in a process
+that cannot import vaswani_hf, and vaswani-visualize-attention refuses bad input before any work."""
 
 import json
 import math
+import shutil
 
 import pytest
 import torch
 
+from cli_helpers import assert_one_line_error, truncate
 from conftest import REPO, run_python
 from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
 from vaswani_hf import visualize as V
@@ -203,7 +205,9 @@ def test_works_on_a_trust_remote_code_model_without_the_package(model, tokenizer
 import importlib.util, json, sys
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-spec = importlib.util.spec_from_file_location("visualize_standalone", {str(REPO / "vaswani_hf" / "visualize.py")!r})
+package = {str(REPO / "vaswani_hf" / "visualize")!r}
+spec = importlib.util.spec_from_file_location("visualize_standalone", package + "/__init__.py",
+                                              submodule_search_locations=[package])
 V = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = V
 spec.loader.exec_module(V)
@@ -244,3 +248,83 @@ print(json.dumps(dict(
     assert report["padding"] == 0.0 and report["batch_padding"] == 0.0 and report["invariance"] < 1e-5
     assert report["grid_axes"] == 4 + 1 and report["png"]
     assert "<svg" in (tmp_path / "out" / "cross_alignment.svg").read_text()[:1000]
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# vaswani-visualize-attention
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def saved(model, tokenizer, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("saved") / "model"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("case", ["missing", "file", "truncated", "config", "tokenizer", "existing", "out_is_file",
+                                  "alignment_without_target", "bad_alignment", "num_beams"])
+def test_cli_refusals_are_one_line_exit_2_and_change_nothing(saved, tmp_path, capsys, case):
+    from vaswani_hf.cli import visualize_attention as cli
+
+    folder = shutil.copytree(saved, tmp_path / "model")
+    out, extra = tmp_path / "out", []
+    expected = {"missing": ["--model_dir not found"], "file": ["is a file"],
+                "truncated": ["model.safetensors: truncated or corrupt safetensors weights"],
+                "config": ["config.json:1: invalid JSON"], "tokenizer": ["no tokenizer.json"],
+                "existing": ["--out", "exists and is not empty", "--overwrite"], "out_is_file": ["--out", "is a file"],
+                "alignment_without_target": ["--alignment", "--target"],
+                "bad_alignment": ["--alignment", "'0:0'", "i-j"], "num_beams": ["--num_beams"]}[case]
+    if case == "missing":  # before: "Repo id must be in the form ..." from deep inside transformers
+        folder = tmp_path / "absent"
+    elif case == "file":
+        folder = folder / "config.json"
+    elif case == "truncated":
+        truncate(folder / "model.safetensors")
+    elif case == "config":
+        (folder / "config.json").write_text("{not json", encoding="utf-8")
+    elif case == "tokenizer":
+        (folder / "tokenizer.json").unlink()
+    elif case == "existing":
+        out.mkdir()
+        (out / "mine.txt").write_text("keep", encoding="utf-8")
+    elif case == "out_is_file":
+        out.write_text("keep", encoding="utf-8")
+    elif case == "alignment_without_target":
+        extra = ["--alignment", "0-0"]
+    elif case == "bad_alignment":
+        extra = ["--target", SENTENCES[1], "--alignment", "0-0 0:0"]
+    else:
+        extra = ["--num_beams", "0"]
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    argv = ["--model_dir", str(folder), "--source", SENTENCES[0], "--out", str(out), *extra]
+    assert_one_line_error(cli.main, argv, capsys, 2, *expected)
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+def test_cli_replaces_output_only_with_overwrite_and_reports_padding_leaks(saved, tmp_path, capsys, monkeypatch):
+    import vaswani_hf.visualize
+    from vaswani_hf.cli import visualize_attention as cli
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old.txt").write_text("old", encoding="utf-8")
+    argv = ["--model_dir", str(saved), "--source", SENTENCES[0], "--out", str(out), "--max_new_tokens", "4"]
+    assert cli.main([*argv, "--overwrite"]) == 0
+    assert not (out / "old.txt").exists() and (out / "diagnostics.txt").is_file()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # written beside, renamed into place
+
+    real = vaswani_hf.visualize.visualize
+
+    def leaking(*args, **kwargs):  # a model whose attention reaches padding: a finding, exit status 1
+        result = real(*args, **kwargs)
+        result["diagnostics"]["padding_mass"]["cross"][0, 0] = 0.25
+        return result
+
+    monkeypatch.setattr(vaswani_hf.visualize, "visualize", leaking)
+    capsys.readouterr()
+    assert cli.main([*argv, "--overwrite"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.splitlines()[-1] == "ERROR: attention mass on padding in cross" and "wrote" in captured.out
+    assert "Traceback" not in captured.err

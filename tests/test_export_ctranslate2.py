@@ -1,9 +1,15 @@
-"""CTranslate2 export (issue 8): the exported network computes our function, and decoding reproduces `generate()`.
+"""CTranslate2 export (vaswani_hf.export.ctranslate2_spec, vaswani_hf.export.ctranslate2): the exported network
+computes our function, decoding reproduces `generate()`, and vaswani-export-ctranslate2 refuses bad input.
 
 A tiny model is trained for a few seconds on a toy task (reverse a sequence of words) so that it produces
 non-trivial, input-dependent outputs; a random model would emit one repeated token and hide decoding mismatches.
+
+Nothing here depends on the CPU: the two float32 implementations add in different orders, so "identical outputs"
+allows a difference only at a near tie (tests/decoding_checks.py), and int8 is checked where it is exact (int8
+weights computed in float32) and, for the CPU's own int8 kernels, with a tolerance that holds without VNNI too.
 """
 
+import copy
 import json
 import random
 from pathlib import Path
@@ -19,9 +25,16 @@ ctranslate2 = pytest.importorskip(
 from tokenizers import Tokenizer, models, pre_tokenizers, processors  # noqa: E402
 from transformers import PreTrainedTokenizerFast  # noqa: E402
 
+from cli_helpers import assert_one_line_error, truncate  # noqa: E402
+from decoding_checks import assert_same_or_near_tie, assert_same_texts_or_near_ties  # noqa: E402
 from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration  # noqa: E402
-from vaswani_hf.convert import from_marian, to_ctranslate2, to_marian  # noqa: E402
-from vaswani_hf.ctranslate2_backend import CTranslate2Translator, gnmt_length_penalty  # noqa: E402
+from vaswani_hf.cli import export_ctranslate2 as cli  # noqa: E402
+from vaswani_hf.export.ctranslate2 import CTranslate2Translator, gnmt_length_penalty  # noqa: E402
+from vaswani_hf.export.ctranslate2_spec import to_ctranslate2  # noqa: E402
+from vaswani_hf.export.marian import from_marian, to_marian  # noqa: E402
+from vaswani_hf.io import UsageError  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 WORDS = [f"w{i}" for i in range(24)]
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
@@ -56,8 +69,6 @@ def trained(tmp_path_factory):
     optimizer = torch.optim.Adam(model.parameters(), lr=2e-3)
     train = toy_pairs(6000, seed=1)
     model.train()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matrices: one thread is as fast, and far faster on a loaded machine
     for step in range(220):  # ~10 s of CPU
         batch = train[(step * 48) % len(train):][:48]
         inputs = tokenizer([s for s, _ in batch], padding=True, return_tensors="pt")
@@ -67,7 +78,6 @@ def trained(tmp_path_factory):
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    torch.set_num_threads(threads)
     model.eval()
     root = tmp_path_factory.mktemp("ct2")
     before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
@@ -76,8 +86,10 @@ def trained(tmp_path_factory):
     # CTranslate2 quantizes numpy views in place: the export must work on copies and leave the model untouched
     assert all(torch.equal(before[name], tensor) for name, tensor in model.state_dict().items())
     test = [s for s, _ in toy_pairs(64, seed=2)]
+    model.save_pretrained(root / "model")
+    tokenizer.save_pretrained(root / "model")
     return dict(model=model, tokenizer=tokenizer, root=root, fp32=export, int8=export_int8, test=test,
-                final_loss=float(loss.detach()))
+                final_loss=float(loss.detach()), folder=root / "model")
 
 
 def our_generate(model, tokenizer, sentences, **kwargs) -> list[str]:
@@ -168,7 +180,8 @@ def test_greedy_translations_identical(trained):
     model, tokenizer = trained["model"], trained["tokenizer"]
     ours = our_generate(model, tokenizer, trained["test"], num_beams=1)
     theirs = CTranslate2Translator(trained["fp32"]).translate(trained["test"], num_beams=1, batch_size=16)
-    assert theirs == ours
+    assert_same_texts_or_near_ties(model, tokenizer, trained["test"], ours, theirs)
+    assert agreement(ours, theirs) >= 0.95  # near ties are rare: nearly all outputs are the same strings
 
 
 def agreement(a, b) -> float:
@@ -206,35 +219,102 @@ def test_per_sentence_max_length_rule(trained, num_beams):
     lengths = [len(tokenizer(s)["input_ids"]) for s in sentences]
     assert all(len(t.split()) <= int(0.5 * n + 1) - 1 for t, n in zip(theirs, lengths))
     assert any(len(t.split()) == int(0.5 * n + 1) - 1 for t, n in zip(theirs, lengths))  # the limit did bind
-    assert agreement(ours, theirs) >= (1.0 if num_beams == 1 else 0.9)
+    if num_beams == 1:
+        assert_same_texts_or_near_ties(model, tokenizer, sentences, ours, theirs)
+    else:
+        assert agreement(ours, theirs) >= 0.9
 
 
 def test_empty_lines_rule(trained):
     out = CTranslate2Translator(trained["fp32"]).translate(["", "  ", " w1 w2 w3 "], num_beams=1)
-    assert out[:2] == ["", ""] and out[2] == our_generate(trained["model"], trained["tokenizer"], ["w1 w2 w3"],
-                                                            num_beams=1)[0]
+    assert out[:2] == ["", ""]
+    ours = our_generate(trained["model"], trained["tokenizer"], ["w1 w2 w3"], num_beams=1)
+    assert_same_texts_or_near_ties(trained["model"], trained["tokenizer"], ["w1 w2 w3"], ours, out[2:])
 
 
-def test_int8_close_to_float32(trained):
-    fp32 = CTranslate2Translator(trained["fp32"]).translate(trained["test"], return_tokens=True)
-    int8 = CTranslate2Translator(trained["int8"]).translate(trained["test"], return_tokens=True)
-    sentence_agreement = np.mean([a == b for a, b in zip(fp32, int8)])
-    same = sum(x == y for a, b in zip(fp32, int8) for x, y in zip(a, b))
-    token_agreement = same / max(sum(max(len(a), len(b)) for a, b in zip(fp32, int8)), 1)
-    print(f"int8 vs float32: sentence agreement {sentence_agreement:.3f}, token agreement {token_agreement:.3f}")
-    assert sentence_agreement >= 0.9 and token_agreement >= 0.95
+def int8_weights(model):
+    """Our model with CTranslate2's int8 weights, dequantized in float32: every weight matrix CTranslate2 quantizes
+    (linear layers and embeddings; not the position table, LayerNorms or biases) rounded per output row to
+    q = rint(w * 127 / max|row|), then q / scale (`ctranslate2/specs/model_spec.py`, `_quantize`)."""
+    quantized = copy.deepcopy(model).eval()
+    with torch.no_grad():
+        for name, parameter in quantized.named_parameters():
+            if parameter.ndim != 2 or "embed_positions" in name:
+                continue
+            w = parameter.detach().float().numpy().copy()
+            amax = np.abs(w).max(axis=1)
+            amax[amax == 0] = 127.0
+            scale = (np.float32(127.0) / amax.astype(np.float32))[:, None]
+            parameter.copy_(torch.from_numpy(np.rint(w * scale).astype(np.int8).astype(np.float32) / scale))
+    return quantized
+
+
+def test_int8_weights_are_exactly_the_rounded_float32_weights(trained):
+    """Holds on every CPU: the int8 export computed in float32 (compute_type="float32" dequantizes the weights) gives
+    the log-probabilities of our model with the same per-row rounding, to float32 rounding (1e-4, as for the float32
+    export). The rounding itself (at most max|row| / 254 per weight) moves them little on this model."""
+    model, tokenizer = trained["model"], trained["tokenizer"]
+    quantized = int8_weights(model)
+    translator = CTranslate2Translator(trained["int8"], compute_type="float32")
+    sources = trained["test"][:16]
+    targets = [" ".join(reversed(s.split())) for s in sources]
+    ct2 = ct2_token_log_probs(translator, sources, targets)
+    exact, rounding = 0.0, []
+    for source, target, theirs in zip(sources, targets, ct2):
+        ours_int8 = our_token_log_probs(quantized, tokenizer, source, target)
+        exact = max(exact, float(np.abs(ours_int8 - theirs).max()))
+        rounding.append(np.abs(our_token_log_probs(model, tokenizer, source, target) - ours_int8))
+    rounding = np.concatenate(rounding)
+    assert exact < 1e-4, exact
+    assert rounding.max() > 1e-3  # the export did quantize (else this test would compare float32 with itself)
+    assert rounding.mean() < 0.05, rounding.mean()  # measured 0.004 nats
+
+
+def corpus_bleu(hypotheses, references) -> float:
+    import sacrebleu
+
+    return sacrebleu.corpus_bleu(hypotheses, [references]).score
+
+
+def test_int8_kernels_keep_the_task(trained):
+    """The CPU's own int8 matrix products (compute_type "default" = int8 with float32 activations) depend on its
+    instruction set. Measured on this task with the paper's decoding: with AVX-512 VNNI, int8 BLEU equals float32's
+    (92); without VNNI (oneDNN limited with ONEDNN_MAX_CPU_ISA=AVX2, as on AVX2-only CPUs) it is 82, and greedy
+    decoding falls to 77% of float32's BLEU. The test asks for half of float32's BLEU: a broken int8 path (a wrong
+    scale, a wrong vocabulary) gives ~0 on every CPU, while no CPU's kernels are assumed; the exactness of the
+    exported int8 weights is the test above."""
+    references = [" ".join(reversed(s.split())) for s in trained["test"]]
+    fp32 = CTranslate2Translator(trained["fp32"]).translate(trained["test"])
+    int8 = CTranslate2Translator(trained["int8"]).translate(trained["test"])
+    bleu_fp32, bleu_int8 = corpus_bleu(fp32, references), corpus_bleu(int8, references)
+    print(f"BLEU float32 {bleu_fp32:.1f}, int8 kernels {bleu_int8:.1f}")
+    assert bleu_fp32 > 80 and bleu_int8 >= 0.5 * bleu_fp32, (bleu_fp32, bleu_int8)
+
+
+def test_near_tie_check_catches_a_real_difference(trained):
+    """Guards tests/decoding_checks.py: a changed token where the model is confident is not excused as a tie."""
+    model, tokenizer = trained["model"], trained["tokenizer"]
+    source = trained["test"][0]
+    ours = tokenizer(our_generate(model, tokenizer, [source], num_beams=1)[0])["input_ids"]
+    changed = [ours[0] + 1 if ours[0] + 1 < len(SPECIALS) + len(WORDS) else 4] + ours[1:]
+    assert_same_or_near_tie(model, tokenizer(source)["input_ids"], ours, ours)
+    with pytest.raises(AssertionError, match="not at a tie"):
+        assert_same_or_near_tie(model, tokenizer(source)["input_ids"], ours, changed)
 
 
 def test_source_longer_than_position_table_is_an_error(trained):
     folder = to_ctranslate2(trained["model"], trained["root"] / "short", tokenizer=trained["tokenizer"],
                             max_positions=8, force=True)
-    with pytest.raises(ValueError, match="position"):
-        CTranslate2Translator(folder).translate(["w1 " * 12], num_beams=1)
+    with pytest.raises(UsageError, match="position") as error:
+        CTranslate2Translator(folder).translate(["w1 w2", "", "w1 " * 12], num_beams=1)
+    assert str(error.value).startswith("line 3: 13 source tokens")  # names the line; nothing was decoded
 
 
 def test_existing_output_folder_needs_force(trained):
-    with pytest.raises(FileExistsError):
+    before = {p.name: p.read_bytes() for p in trained["fp32"].iterdir()}
+    with pytest.raises(UsageError, match="exists and is not empty"):
         to_ctranslate2(trained["model"], trained["fp32"], tokenizer=trained["tokenizer"])
+    assert {p.name: p.read_bytes() for p in trained["fp32"].iterdir()} == before
 
 
 def test_translate_script_ctranslate2_engine_matches_pytorch_engine(trained, tmp_path):
@@ -252,5 +332,64 @@ def test_translate_script_ctranslate2_engine_matches_pytorch_engine(trained, tmp
                         "--num_beams", "1", "--output", str(tmp_path / "out.txt"), "--no_progress"])
     assert code in (0, None)
     out = (tmp_path / "out.txt").read_text(encoding="utf-8").split("\n")[:-1]
-    expected = our_generate(trained["model"], trained["tokenizer"], [line for line in lines if line], num_beams=1)
-    assert out[3] == "" and [line for i, line in enumerate(out) if i != 3] == expected
+    sources = [line for line in lines if line]
+    expected = our_generate(trained["model"], trained["tokenizer"], sources, num_beams=1)
+    assert len(out) == len(lines) and out[3] == ""
+    assert_same_texts_or_near_ties(trained["model"], trained["tokenizer"], sources, expected,
+                                   [line for i, line in enumerate(out) if i != 3])
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# vaswani-export-ctranslate2
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def test_cli_exports_and_replaces_only_with_overwrite(trained, tmp_path, capsys):
+    out = tmp_path / "ct2"
+    assert cli.main(["--model_dir", str(trained["folder"]), "--out_dir", str(out), "--quantization", "int8"]) == 0
+    assert (out / "model.bin").is_file() and capsys.readouterr().out.strip() == str(out)
+    assert json.loads((out / "vaswani_ctranslate2.json").read_text())["quantization"] == "int8"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # written beside, renamed into place
+    for flag in ("--overwrite", "--force"):
+        (out / "marker").write_text("old", encoding="utf-8")
+        assert cli.main(["--model_dir", str(trained["folder"]), "--out_dir", str(out), flag]) == 0
+        assert not (out / "marker").exists()
+        assert json.loads((out / "vaswani_ctranslate2.json").read_text())["quantization"] == "float32"
+
+
+@pytest.mark.parametrize("case", ["missing", "file", "truncated", "config", "tokenizer", "tokenizer_flag",
+                                  "existing", "same", "max_positions"])
+def test_cli_refusals_are_one_line_exit_2_and_change_nothing(trained, tmp_path, capsys, case):
+    import shutil
+
+    folder = Path(shutil.copytree(trained["folder"], tmp_path / "model"))
+    out, extra = tmp_path / "out", []
+    expected = {"missing": ["--model_dir not found"], "file": ["is a file"],
+                "truncated": ["model.safetensors: truncated or corrupt safetensors weights"],
+                "config": ["config.json:1: invalid JSON"], "tokenizer": ["no tokenizer.json"],
+                "tokenizer_flag": ["--tokenizer folder not found"],
+                "existing": ["--out_dir", "exists and is not empty", "--overwrite"],
+                "same": ["is --model_dir"], "max_positions": ["--max_positions", "must be positive"]}[case]
+    if case == "missing":
+        folder = tmp_path / "absent"
+    elif case == "file":
+        folder = folder / "config.json"
+    elif case == "truncated":
+        truncate(folder / "model.safetensors", keep=0.9)
+    elif case == "config":
+        (folder / "config.json").write_text("{not json", encoding="utf-8")
+    elif case == "tokenizer":
+        (folder / "tokenizer.json").unlink()
+    elif case == "tokenizer_flag":
+        extra = ["--tokenizer", str(tmp_path / "no_tokenizer")]
+    elif case == "existing":
+        out.mkdir()
+        (out / "mine.txt").write_text("keep", encoding="utf-8")
+    elif case == "same":
+        out, extra = folder, ["--overwrite"]  # even with --overwrite the model folder is never replaced
+    else:
+        extra = ["--max_positions", "0"]
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert_one_line_error(cli.main, ["--model_dir", str(folder), "--out_dir", str(out), *extra], capsys, 2,
+                          *expected)
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before

@@ -1,0 +1,164 @@
+"""Marian export (vaswani_hf.export.marian): the exact conversion both ways (an independent implementation of the same
+architecture to check ours against), the native MarianMTModel folder, and vaswani-export-marian's refusals."""
+
+import json
+
+import pytest
+import torch
+from conftest import padded_batch, randomize_norms_and_biases, tiny_config
+from huggingface_hub import ModelCard
+from transformers import AutoTokenizer, MarianMTModel
+
+from cli_helpers import assert_one_line_error, truncate
+from decoding_checks import assert_same_generations_or_near_ties
+from hub_helpers import DECODER_INPUT_IDS, SOURCES, copy_folder, tiny  # noqa: F401
+from vaswani_hf import VaswaniForConditionalGeneration, hub
+from vaswani_hf.cli import export_marian as cli
+from vaswani_hf.export.marian import from_marian, interleaved_to_concatenated, to_marian
+from vaswani_hf.modeling_vaswani import shift_tokens_right, sinusoid_table
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def test_the_two_layouts_differ_by_the_permutation():
+    perm = interleaved_to_concatenated(16)
+    interleaved, concatenated = sinusoid_table(30, 16, "interleaved"), sinusoid_table(30, 16, "concatenated")
+    assert torch.equal(concatenated[:, perm], interleaved)
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "concatenated"])
+@pytest.mark.parametrize("attention_bias", [False, True])
+@pytest.mark.parametrize("tied", [True, False])
+def test_marian_with_identical_weights_gives_the_same_logits(layout, attention_bias, tied):
+    torch.manual_seed(0)
+    model = VaswaniForConditionalGeneration(
+        tiny_config(sinusoid_layout=layout, attention_bias=attention_bias, tie_word_embeddings=tied)
+    )
+    model = randomize_norms_and_biases(model).eval()
+    marian = to_marian(model)
+    assert isinstance(marian, MarianMTModel) and not marian.training
+    ids, mask = padded_batch([9, 4, 6])
+    labels, label_mask = padded_batch([5, 7, 2], seed=3)
+    dec = shift_tokens_right(labels.masked_fill(label_mask == 0, -100), 0, 0)
+    dec_mask = torch.cat([torch.ones_like(label_mask[:, :1]), label_mask[:, :-1]], dim=1)
+    kwargs = dict(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, decoder_attention_mask=dec_mask)
+    ours, theirs = model(**kwargs).logits, marian(**kwargs).logits
+    valid = dec_mask.bool()
+    assert (ours[valid] - theirs[valid]).abs().max() <= 1e-4
+
+    back = from_marian(marian, sinusoid_layout=layout)
+    assert back.config.attention_bias == attention_bias and back.config.tie_word_embeddings == tied
+    original, restored = model.state_dict(), back.state_dict()
+    assert original.keys() == restored.keys()
+    assert all(torch.equal(original[k], restored[k]) for k in original)  # exact round trip
+
+
+def test_marian_greedy_generation_agrees(tmp_path):
+    torch.manual_seed(1)
+    model = randomize_norms_and_biases(VaswaniForConditionalGeneration(tiny_config())).eval()
+    marian = to_marian(model)
+    ids, mask = padded_batch([7, 3, 5])
+    ours = model.generate(input_ids=ids, attention_mask=mask, num_beams=1, max_new_tokens=12, max_length_b=None)
+    theirs = marian.generate(input_ids=ids, attention_mask=mask, num_beams=1, max_new_tokens=12)
+    assert_same_generations_or_near_ties(model, ids, mask, ours, theirs)  # identical up to rounding-order ties
+
+
+def test_unsupported_settings_are_refused_clearly():
+    with pytest.raises(ValueError, match="learned"):
+        to_marian(VaswaniForConditionalGeneration(tiny_config(position_encoding="learned")))
+    with pytest.raises(ValueError, match="d_k = d_v = d_model / num_heads"):
+        to_marian(VaswaniForConditionalGeneration(tiny_config(d_k=4)))
+    marian = to_marian(VaswaniForConditionalGeneration(tiny_config()))
+    with torch.no_grad():
+        marian.final_logits_bias.fill_(0.5)
+    with pytest.raises(ValueError, match="final_logits_bias"):
+        from_marian(marian)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# the native MarianMTModel folder
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def test_marian_export_loads_natively_and_matches(tiny, tmp_path):
+    out = tmp_path / "marian"
+    argv = ["--model_dir", str(tiny["folder"]), "--out", str(out), "--repo_id", "org/vaswani-base-marian"]
+    assert cli.main(argv) == 0
+    marian = MarianMTModel.from_pretrained(out).eval()
+    assert type(marian) is MarianMTModel and marian.config.model_type == "marian"
+    tokenizer = AutoTokenizer.from_pretrained(out)  # our tokenizer.json, not Marian's SentencePiece tokenizer
+    assert json.loads((out / "tokenizer_config.json").read_text())["tokenizer_class"] == "PreTrainedTokenizerFast"
+    batch = tokenizer(SOURCES, return_tensors="pt", padding=True)
+    assert batch["input_ids"].tolist() == tiny["input_ids"]
+    with torch.no_grad():
+        logits = marian(**batch, decoder_input_ids=torch.tensor(DECODER_INPUT_IDS)).logits
+        # Marian reloads its LayerNorms with eps 1e-5 (ours 1e-6): differences ~1e-5
+        torch.testing.assert_close(logits, tiny["logits"], atol=1e-4, rtol=1e-4)
+        greedy_marian = marian.generate(**batch, num_beams=1, max_new_tokens=12)
+        greedy_ours = tiny["model"].generate(**batch, num_beams=1, max_new_tokens=12, max_length_b=None)
+    assert_same_generations_or_near_ties(tiny["model"], batch["input_ids"], batch["attention_mask"], greedy_ours,
+                                         greedy_marian)
+    card = ModelCard((out / "README.md").read_text(encoding="utf-8"))
+    assert card.data.pipeline_tag == "translation" and card.data.library_name == "transformers"
+    assert "marian" in card.data.tags and "custom_code" not in card.data.tags
+    # scores were measured with GNMT-penalty decoding, which built-in generate lacks: body only, no model-index
+    assert card.data.eval_results is None and "| sacreBLEU | 12.35 |" in card.text
+    assert f"| Parameters | {hub.count_parameters(tiny['model']):,} |" in card.text
+    assert "MarianMTModel.from_pretrained(\"org/vaswani-base-marian\")" in card.text
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # written beside, renamed into place
+
+
+def test_marian_export_without_card_inputs_and_with_languages(tiny, tmp_path, capsys):
+    folder = copy_folder(tiny["folder"], tmp_path / "model")
+    (folder / "metrics.json").unlink()
+    assert cli.main(["--model_dir", str(folder), "--out", str(tmp_path / "bare")]) == 0
+    assert not (tmp_path / "bare" / "README.md").exists() and "without card" in capsys.readouterr().out
+    assert cli.main(["--model_dir", str(folder), "--out", str(tmp_path / "carded"), "--source_lang", "en",
+                     "--target_lang", "de"]) == 0
+    assert ModelCard.load(tmp_path / "carded" / "README.md").data.eval_results is None
+
+
+@pytest.mark.parametrize("case", ["missing", "file", "truncated", "config", "tokenizer", "metrics", "existing",
+                                  "out_is_file", "same", "one_language"])
+def test_cli_refusals_are_one_line_exit_2_and_change_nothing(tiny, tmp_path, capsys, case):
+    folder = copy_folder(tiny["folder"], tmp_path / "model")
+    out, extra = tmp_path / "out", []
+    expected = {"missing": ["--model_dir not found"], "file": ["is a file"],
+                "truncated": ["model.safetensors: truncated or corrupt safetensors weights"],
+                "config": ["config.json:1: invalid JSON"], "tokenizer": ["no tokenizer.json"],
+                "metrics": ["metrics.json:1: invalid JSON"], "existing": ["--out", "exists and is not empty",
+                                                                          "--overwrite"],
+                "out_is_file": ["--out", "is a file"], "same": ["is the model folder"],
+                "one_language": ["--source_lang and --target_lang"]}[case]
+    if case == "missing":
+        folder = tmp_path / "absent"
+    elif case == "file":
+        folder = folder / "config.json"
+    elif case == "truncated":
+        truncate(folder / "model.safetensors")
+    elif case == "config":
+        (folder / "config.json").write_text("{not json", encoding="utf-8")
+    elif case == "tokenizer":
+        (folder / "tokenizer.json").unlink()
+    elif case == "metrics":
+        (folder / "metrics.json").write_text("{", encoding="utf-8")
+    elif case == "existing":
+        out.mkdir()
+        (out / "mine.txt").write_text("keep", encoding="utf-8")
+    elif case == "out_is_file":
+        out.write_text("keep", encoding="utf-8")
+    elif case == "same":
+        out, extra = folder, ["--overwrite"]  # even with --overwrite the model folder is never replaced
+    else:
+        extra = ["--source_lang", "en"]
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert_one_line_error(cli.main, ["--model_dir", str(folder), "--out", str(out), *extra], capsys, 2, *expected)
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+def test_existing_output_is_replaced_only_with_overwrite(tiny, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old.txt").write_text("old", encoding="utf-8")
+    assert cli.main(["--model_dir", str(tiny["folder"]), "--out", str(out), "--overwrite"]) == 0
+    assert not (out / "old.txt").exists() and (out / "model.safetensors").is_file()

@@ -1,0 +1,63 @@
+"""Write a native transformers `MarianMTModel` folder from a saved vaswani_hf model folder.
+
+    vaswani-export-marian --model_dir outputs/model --out outputs/model-marian [--repo_id org/name-marian]
+        [--source_lang en --target_lang de] [--overwrite]
+
+The conversion is exact (`vaswani_hf.export.marian.to_marian`: same function, fp32 logits agree to ~1e-6; Marian
+reloads its LayerNorms with eps 1e-5). The folder loads with plain `MarianMTModel.from_pretrained` and
+`AutoTokenizer.from_pretrained` (our byte-level BPE tokenizer.json; Marian's SentencePiece `MarianTokenizer` does
+not apply), so the Hub widget and Inference Endpoints, which run only built-in architectures, can serve it.
+The card reuses `metrics.json` of the model folder (written by `vaswani_hf.hub.write_model_card`); without it,
+give --source_lang/--target_lang for a card without scores. Push the result with vaswani-push-to-hub.
+The model folder and --out are checked before any work; --out appears whole, and an existing non-empty --out is
+replaced only with --overwrite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..io import ArgumentParser, UsageError, add_debug_argument, check_model_folder, check_output_dir, run_cli
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="vaswani-export-marian", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model_dir", required=True, help="saved vaswani_hf model folder (with tokenizer)")
+    parser.add_argument("--out", required=True, help="output folder for the MarianMTModel repository")
+    parser.add_argument("--repo_id", default=None, help="repository id used in the card's usage snippet")
+    parser.add_argument("--source_lang", default=None, help="source language code (if the folder has no metrics.json)")
+    parser.add_argument("--target_lang", default=None, help="target language code (if the folder has no metrics.json)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing non-empty --out folder")
+    add_debug_argument(parser)
+    return parser
+
+
+def _main(argv: Sequence[str]) -> int:
+    from ..export.marian import export_marian
+    from ..hub.card import read_card_inputs
+
+    args = build_parser().parse_args(argv)
+    if bool(args.source_lang) != bool(args.target_lang):
+        raise UsageError("give both --source_lang and --target_lang, or neither")
+    model_dir = check_model_folder(Path(args.model_dir), what="--model_dir")
+    check_output_dir(args.out, overwrite=args.overwrite, what="--out")
+    training_info = read_card_inputs(model_dir).get("training_info")
+    if training_info is None and args.source_lang:
+        training_info = {"source_lang": args.source_lang, "target_lang": args.target_lang}
+    out = export_marian(model_dir, args.out, training_info=training_info, repo_id=args.repo_id,
+                        overwrite=args.overwrite)
+    card = "with README.md" if (out / "README.md").exists() else "without card (give --source_lang/--target_lang)"
+    print(f"wrote MarianMTModel folder {out} {card}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_cli(_main, argv, prog="vaswani-export-marian")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

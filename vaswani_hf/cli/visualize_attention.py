@@ -1,0 +1,100 @@
+"""Plot every attention head of a saved model for one sentence, and print attention diagnostics.
+
+    vaswani-visualize-attention --model_dir outputs/default/model --source "A man is riding a bike." \\
+        [--target "Ein Mann fährt Fahrrad."] [--alignment "0-0 1-1 3-2 4-3"] [--num_beams 4] [--format svg] \\
+        [--per_head] --out attention/ [--overwrite]
+
+Without --target the model's own translation is plotted (decoded as its generation_config says, or with
+--num_beams). --alignment is a word alignment of source and --target (Pharaoh "i-j", whitespace words, 0-based);
+without it the share of cross-attention on aligned tokens uses the diagonal heuristic (see vaswani_hf/visualize/).
+
+Writes to --out: {encoder,decoder,cross}_layer{l}.{fmt} (all heads of a layer), cross_alignment.{fmt} (heads
+averaged, per layer), diagnostics.{fmt} (per-head entropy, attention mass on padding) and diagnostics.txt, whose
+content is also printed. --out appears whole; an existing non-empty one is replaced only with --overwrite. Exits
+with status 1 if any real token attends to padding (a finding about the model, reported after the plots).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..io import ArgumentParser, UsageError, add_debug_argument, atomic_output_dir, check_model_folder, \
+    check_output_dir, load_model_folder, run_cli
+
+_LINK = re.compile(r"^\d+[-?p]\d+$")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="vaswani-visualize-attention", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model_dir", required=True, help="saved model folder with its tokenizer")
+    parser.add_argument("--source", required=True, help="source sentence")
+    parser.add_argument("--target", default=None, help="reference translation (default: the model's translation)")
+    parser.add_argument("--alignment", default=None, help='word alignment of source and --target, e.g. "0-0 1-2"')
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--num_beams", type=_positive, default=None,
+                        help="beam size for the model's own translation (default: its generation_config)")
+    parser.add_argument("--max_new_tokens", type=_positive, default=None)
+    parser.add_argument("--format", default="png", choices=["png", "svg", "pdf"])
+    parser.add_argument("--per_head", action="store_true", help="also write one file per head")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing non-empty --out folder")
+    add_debug_argument(parser)
+    return parser
+
+
+def _check_arguments(args) -> None:
+    if not args.source.strip():
+        raise UsageError("--source is empty; give a sentence")
+    if args.alignment is not None:
+        if not args.target:
+            raise UsageError("--alignment refers to the words of --target: give --target too")
+        bad = [link for link in args.alignment.split() if not _LINK.match(link)]
+        if bad or not args.alignment.split():
+            raise UsageError(f"--alignment: {bad[0] if bad else 'empty'!r} is not a link 'i-j' (source word i, "
+                             "target word j, 0-based), e.g. --alignment \"0-0 1-2\"")
+
+
+def _main(argv: Sequence[str]) -> int:
+    from ..visualize import KINDS, visualize
+
+    args = build_parser().parse_args(argv)
+    _check_arguments(args)
+    model_dir = check_model_folder(Path(args.model_dir), what="--model_dir")
+    out = check_output_dir(args.out, overwrite=args.overwrite, what="--out")
+    # trust_remote_code: the folder's own code runs if the package's classes are not registered (any saved model)
+    model, tokenizer = load_model_folder(model_dir, device=args.device, trust_remote_code=True, what="--model_dir",
+                                         attn_implementation="eager")
+    with atomic_output_dir(out) as tmp:
+        result = visualize(model, tokenizer, args.source, args.target, tmp, fmt=args.format,
+                           num_beams=args.num_beams, max_new_tokens=args.max_new_tokens, per_head=args.per_head,
+                           word_alignment=args.alignment)
+    print(result["report"])
+    print(f"wrote {len(result['files'])} files to {out}")
+    leaks = [kind for kind in KINDS if result["diagnostics"]["padding_mass"][kind].max().item() != 0.0]
+    if leaks:
+        print(f"ERROR: attention mass on padding in {', '.join(leaks)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_cli(_main, argv, prog="vaswani-visualize-attention")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,234 @@
+"""CTranslate2 export: a `ctranslate2.specs.TransformerSpec` filled directly from our weights.
+
+Hand-written because CTranslate2's own converters do not fit: its Marian converter assumes Marian C++ conventions
+(`<pad>` last in the vocabulary and removed, the decoder started from a zero vector with `</s>`), and its built-in
+sinusoids are OpenNMT-tf's, not the paper's. Filling the spec keeps our vocabulary in our id order, the decoder start
+token <pad>, post-norm layers without final LayerNorms, and writes the position table out in the model's own layout,
+so the exported network computes exactly our function (float32 log-probabilities agree to ~1e-5).
+Translating with the export: `vaswani_hf.export.ctranslate2`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+
+from ..configuration_vaswani import VaswaniConfig
+from ..io import UsageError, atomic_output_dir, check_model_folder, check_output_dir, read_json
+from ..modeling_vaswani import VaswaniForConditionalGeneration, sinusoid_table
+
+CT2_METADATA_FILE = "vaswani_ctranslate2.json"
+_CT2_DEFAULT_MAX_POSITIONS = 1024
+QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
+
+
+def import_ctranslate2():
+    """(ctranslate2, common_spec, transformer_spec), or a UsageError saying how to install the optional extra."""
+    try:
+        import ctranslate2
+        from ctranslate2.specs import common_spec, transformer_spec
+    except ImportError:  # pragma: no cover - exercised only without the extra
+        raise UsageError("CTranslate2 export and decoding need the optional dependency `ctranslate2`: "
+                         "pip install 'vaswani_hf[ct2]'  (or: pip install ctranslate2)") from None
+    return ctranslate2, common_spec, transformer_spec
+
+
+def _vocabulary(tokenizer, config: VaswaniConfig) -> list[str]:
+    """Our token strings in id order 0..V-1, exactly as the tokenizer maps them (no reordering, no <pad> removal).
+
+    Ids the tokenizer does not know (a model vocabulary padded beyond the tokenizer) get unique placeholders.
+    """
+    id_to_token = {index: token for token, index in tokenizer.get_vocab().items()}
+    if id_to_token and max(id_to_token) >= config.vocab_size:
+        raise ValueError(
+            f"to_ctranslate2: the tokenizer has ids up to {max(id_to_token)} but the model's vocab_size is "
+            f"{config.vocab_size}; they must describe the same vocabulary."
+        )
+    tokens = [id_to_token.get(i, f"<vaswani_unused_{i}>") for i in range(config.vocab_size)]
+    if len(set(tokens)) != len(tokens):
+        raise ValueError("to_ctranslate2: duplicate token strings in the vocabulary ; CTranslate2 maps by string.")
+    for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
+        index = getattr(config, name)
+        if not isinstance(index, int) or not 0 <= index < config.vocab_size or index not in id_to_token:
+            raise ValueError(f"to_ctranslate2: config.{name}={index!r} is not an id of the tokenizer's vocabulary.")
+    return tokens
+
+
+def _load(model_or_folder, tokenizer):
+    """(model, tokenizer) from a model object or a checked model folder (the tokenizer: given, or the folder's)."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+    if isinstance(model_or_folder, VaswaniForConditionalGeneration):
+        model, folder = model_or_folder, None
+    else:
+        folder = check_model_folder(Path(model_or_folder), tokenizer=tokenizer is None)
+        model_type = read_json(folder / "config.json").get("model_type")
+        if model_type != "vaswani":
+            raise UsageError(f"{folder / 'config.json'}: model_type is {model_type!r}, not 'vaswani'")
+        model = VaswaniForConditionalGeneration.from_pretrained(folder, dtype=torch.float32)
+    if tokenizer is None:
+        if folder is None:
+            raise ValueError("to_ctranslate2: pass `tokenizer=` (a tokenizer or its folder) with an in-memory model.")
+        tokenizer = folder
+    if not isinstance(tokenizer, PreTrainedTokenizerBase):
+        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer))
+    return model.eval(), tokenizer
+
+
+def _linear(state: dict, linear_spec, prefixes: list[str]) -> None:
+    """One CTranslate2 linear layer from one or more of ours, fused along the output axis (Q|K|V, K|V)."""
+    linear_spec.weight = torch.cat([state[f"{p}.weight"] for p in prefixes], dim=0)
+    if f"{prefixes[0]}.bias" in state:  # the paper's projections have none: CTranslate2's bias stays unset
+        linear_spec.bias = torch.cat([state[f"{p}.bias"] for p in prefixes], dim=0)
+
+
+def _layer_norm(state: dict, norm_spec, prefix: str) -> None:
+    norm_spec.gamma = state[f"{prefix}.weight"]
+    norm_spec.beta = state[f"{prefix}.bias"]
+
+
+def _fill_layer(state: dict, layer_spec, prefix: str, decoder: bool) -> None:
+    attn = f"{prefix}.self_attn"
+    _linear(state, layer_spec.self_attention.linear[0], [f"{attn}.q_proj", f"{attn}.k_proj", f"{attn}.v_proj"])
+    _linear(state, layer_spec.self_attention.linear[1], [f"{attn}.out_proj"])
+    _layer_norm(state, layer_spec.self_attention.layer_norm, f"{prefix}.self_attn_layer_norm")
+    if decoder:
+        cross = f"{prefix}.encoder_attn"
+        _linear(state, layer_spec.attention.linear[0], [f"{cross}.q_proj"])
+        _linear(state, layer_spec.attention.linear[1], [f"{cross}.k_proj", f"{cross}.v_proj"])
+        _linear(state, layer_spec.attention.linear[2], [f"{cross}.out_proj"])
+        _layer_norm(state, layer_spec.attention.layer_norm, f"{prefix}.encoder_attn_layer_norm")
+    _linear(state, layer_spec.ffn.linear_0, [f"{prefix}.feed_forward.fc1"])
+    _linear(state, layer_spec.ffn.linear_1, [f"{prefix}.feed_forward.fc2"])
+    _layer_norm(state, layer_spec.ffn.layer_norm, f"{prefix}.final_layer_norm")
+
+
+def _set_tokens(spec, tokens: list[str], config: VaswaniConfig, unk_token: str) -> None:
+    def special(index, fallback: str) -> str:
+        return tokens[index] if isinstance(index, int) and 0 <= index < len(tokens) else fallback
+
+    spec.config.layer_norm_epsilon = float(config.layer_norm_eps)
+    spec.config.unk_token = unk_token
+    spec.config.bos_token = special(config.bos_token_id, "<s>")
+    eos = config.eos_token_id[0] if isinstance(config.eos_token_id, list) else config.eos_token_id
+    spec.config.eos_token = tokens[eos]
+    spec.config.decoder_start_token = tokens[config.decoder_start_token_id]
+    # Our tokenizer appends </s> to every source sentence itself: CTranslate2 must not add BOS/EOS again.
+    spec.config.add_source_bos = False
+    spec.config.add_source_eos = False
+    spec.register_source_vocabulary(tokens)
+    spec.register_target_vocabulary(tokens)
+
+
+@torch.no_grad()
+def _spec(model: VaswaniForConditionalGeneration, tokens: list[str], max_positions: int, unk_token: str = "<unk>"):
+    """Fill a CTranslate2 `TransformerSpec` that computes exactly `model`'s function."""
+    _, common_spec, transformer_spec = import_ctranslate2()
+    config = model.config
+    if config.d_k != config.d_v:
+        raise ValueError(f"to_ctranslate2: CTranslate2 attention needs d_k == d_v (one head_dim); got "
+                         f"d_k={config.d_k}, d_v={config.d_v} (Table 3, row B).")
+    head_dim = None if config.d_k * config.num_heads == config.d_model else config.d_k
+    # Copies: CTranslate2's quantization works in place on numpy views of the tensors it is given.
+    state = {name: tensor.detach().to(torch.float32, copy=True).contiguous()
+             for name, tensor in model.state_dict().items()}
+    # pre_norm=False: post-norm layers LayerNorm(x + Sublayer(x)) and no final LayerNorm on either stack (CTranslate2
+    # creates `layer_norm` at the end of a stack only for pre-norm models).
+    kwargs = dict(pre_norm=False, activation=common_spec.Activation.RELU, head_dim=head_dim)
+    spec = transformer_spec.TransformerSpec(
+        transformer_spec.TransformerEncoderSpec(config.num_encoder_layers, config.num_heads, **kwargs),
+        transformer_spec.TransformerDecoderSpec(config.num_decoder_layers, config.num_heads, **kwargs))
+    for stack, stack_spec in (("encoder", spec.encoder), ("decoder", spec.decoder)):
+        stack_spec.scale_embeddings = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        if config.position_encoding == "sinusoidal":
+            # Always written explicitly: CTranslate2's built-in sinusoids are OpenNMT-tf's (timescale denominator
+            # d/2 - 1, positions from 1, [sin | cos]), not the paper's. The table is in the model's own layout, so
+            # interleaved and concatenated models both export exactly, with no permutation of the weights.
+            stack_spec.position_encodings.encodings = sinusoid_table(max_positions, config.d_model,
+                                                                     config.sinusoid_layout)
+        else:  # learned (Table 3, row E): max_position_embeddings rows
+            stack_spec.position_encodings.encodings = state[f"model.{stack}.embed_positions.weight"]
+        for i, layer_spec in enumerate(stack_spec.layer):
+            _fill_layer(state, layer_spec, f"model.{stack}.layers.{i}", decoder=stack == "decoder")
+    if config.tie_word_embeddings:
+        source = target = projection = state["model.shared.weight"]
+    else:
+        source, target = state["model.encoder.embed_tokens.weight"], state["model.decoder.embed_tokens.weight"]
+        projection = state["lm_head.weight"]
+    spec.encoder.embeddings[0].weight = source
+    spec.decoder.embeddings.weight = target
+    spec.decoder.projection.weight = projection  # no output bias; identical tensors are aliased on save
+    # The decoder starts from the real embedding of decoder_start_token (<pad>, whose row is zero in our models),
+    # so `start_from_zero_embedding` stays False and a non-zero start row would also be reproduced exactly.
+    _set_tokens(spec, tokens, config, unk_token)
+    return spec
+
+
+def _max_positions(config: VaswaniConfig, max_positions: int | None) -> int:
+    if config.position_encoding == "sinusoidal":
+        return int(max_positions or max(config.max_position_embeddings, _CT2_DEFAULT_MAX_POSITIONS))
+    if max_positions not in (None, config.max_position_embeddings):
+        raise ValueError("to_ctranslate2: learned positions have exactly max_position_embeddings rows.")
+    return config.max_position_embeddings
+
+
+def _metadata(ctranslate2, model, quantization: str | None, max_positions: int) -> dict:
+    """What `vaswani_hf.export.ctranslate2` reads back: the position-table size and the generation defaults."""
+    generation = getattr(model, "generation_config", None)
+    return {
+        "format": "vaswani_hf CTranslate2 export",
+        "ctranslate2_version": ctranslate2.__version__,
+        "quantization": quantization or "float32",
+        "max_positions": max_positions,
+        "position_encoding": model.config.position_encoding,
+        "sinusoid_layout": model.config.sinusoid_layout,
+        "source_ends_with_eos": True,
+        "generation": {  # None: not set in the model's generation config
+            key: getattr(generation, key, None)
+            for key in ("num_beams", "length_penalty", "length_penalty_type", "max_length_a", "max_length_b")
+        },
+    }
+
+
+def to_ctranslate2(model_or_folder, out_dir, quantization: str | None = None, tokenizer=None, *,
+                   max_positions: int | None = None, force: bool = False) -> Path:
+    """Write a CTranslate2 model folder (`ctranslate2.Translator` loads it) computing exactly our model's function.
+
+    model_or_folder: a `VaswaniForConditionalGeneration` or a folder saved by `save_pretrained` (checked first).
+    out_dir: holds model.bin, config.json, shared_vocabulary.json, the tokenizer files and `vaswani_ctranslate2.json`
+        (position-table size and generation defaults). Written beside and renamed into place; an existing non-empty
+        folder is a UsageError unless `force` (then it is replaced).
+    quantization: None (float32 weights) or one of QUANTIZATIONS (CTranslate2's weight types; the compute type is
+        chosen when loading).
+    tokenizer: tokenizer or its folder; default: the model folder. Its files are copied next to the model.
+    max_positions: rows of the exported sinusoid table, i.e. the longest source and the longest output (start token
+        included) CTranslate2 can process; default max(max_position_embeddings, 1024). CTranslate2 cannot extend the
+        table on demand as our model does. Learned positions keep their own table.
+
+    Source sentences must be given to CTranslate2 as our tokenizer produces them, `</s>` included (`add_source_eos`
+    is False); `vaswani_hf.export.ctranslate2.translate_ctranslate2` does this.
+    """
+    ctranslate2, _, _ = import_ctranslate2()
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        raise UsageError(f"quantization {quantization!r} is not one of {', '.join(QUANTIZATIONS)}")
+    out_dir = check_output_dir(out_dir, overwrite=force, what="CTranslate2 output folder")
+    if not isinstance(model_or_folder, VaswaniForConditionalGeneration) and \
+            Path(model_or_folder).resolve() == out_dir.resolve():
+        raise UsageError(f"output folder {out_dir} is the model folder; choose another")
+    model, tokenizer = _load(model_or_folder, tokenizer)
+    max_positions = _max_positions(model.config, max_positions)
+    spec = _spec(model, _vocabulary(tokenizer, model.config), max_positions, unk_token=tokenizer.unk_token or "<unk>")
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    with atomic_output_dir(out_dir) as tmp:
+        spec.save(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
+        metadata = _metadata(ctranslate2, model, quantization, max_positions)
+        (tmp / CT2_METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
+    return out_dir
+
+
+__all__ = ["to_ctranslate2", "import_ctranslate2", "CT2_METADATA_FILE", "QUANTIZATIONS"]

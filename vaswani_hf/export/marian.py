@@ -1,0 +1,294 @@
+"""Exact conversion between `VaswaniForConditionalGeneration` and transformers' `MarianMTModel`.
+
+Marian's architecture is the paper's (post-norm, ReLU, sinusoids, shared scaled embeddings) with three differences,
+each handled exactly here:
+- Marian always has attention-projection biases and a `final_logits_bias`: we write zeros when
+  `attention_bias=False`, and refuse to import a non-zero `final_logits_bias` (our model has none).
+- Marian lays sinusoids out as [sin | cos] ("concatenated"). The paper's interleaved layout differs by a fixed
+  permutation of the model dimension; every weight that reads or writes the residual stream is permuted with it,
+  which leaves the function unchanged (LayerNorm is permutation-equivariant).
+- Marian's LayerNorm epsilon is fixed at 1e-5 (our default is t2t's 1e-6). The converted model's LayerNorms get our
+  epsilon in memory, so outputs match; a Marian folder saved from it reloads with 1e-5 (differences ~1e-6).
+
+This gives an independent implementation to test ours against, and a way to serve trained weights through a
+native architecture (the Hub widget and Inference Endpoints do not run custom code): `export_marian` writes such a
+folder (weights, our tokenizer, a generation config built-in `generate` understands, and a card).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+from transformers import GenerationConfig, MarianConfig, MarianMTModel
+
+from ..configuration_vaswani import VaswaniConfig
+from ..io import UsageError, atomic_output_dir, check_model_folder, check_output_dir, read_json
+from ..modeling_vaswani import VaswaniForConditionalGeneration
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
+
+
+def interleaved_to_concatenated(d_model: int) -> torch.Tensor:
+    """Index map `perm` with concatenated[..., perm[j]] == interleaved[..., j] (Section 3.5's two layouts).
+
+    Interleaved dimension 2i holds sin_i and 2i+1 holds cos_i; concatenated holds sin_i at i and cos_i at d/2 + i.
+    """
+    j = torch.arange(d_model)
+    return torch.where(j % 2 == 0, j // 2, d_model // 2 + j // 2)
+
+
+# (our parameter suffix, Marian parameter suffix, axes along the model dimension D of the weight / bias)
+_ATTENTION = [("q_proj", "q_proj", 1), ("k_proj", "k_proj", 1), ("v_proj", "v_proj", 1), ("out_proj", "out_proj", 0)]
+_FEED_FORWARD = [("feed_forward.fc1", "fc1", 1), ("feed_forward.fc2", "fc2", 0)]
+_LAYER_NORMS = ["self_attn_layer_norm", "encoder_attn_layer_norm", "final_layer_norm"]
+
+
+def _layer_map(config: VaswaniConfig):
+    """Yield (our name, Marian name, D axis or None) for every per-layer tensor."""
+    for stack, num_layers in (("encoder", config.num_encoder_layers), ("decoder", config.num_decoder_layers)):
+        attentions = ["self_attn"] + (["encoder_attn"] if stack == "decoder" else [])
+        for i in range(num_layers):
+            prefix = f"model.{stack}.layers.{i}"
+            for attention in attentions:
+                for ours, theirs, axis in _ATTENTION:
+                    yield f"{prefix}.{attention}.{ours}.weight", f"{prefix}.{attention}.{theirs}.weight", axis
+                    # a bias has the output axis only: the D axis for out_proj, none for the input projections
+                    yield (f"{prefix}.{attention}.{ours}.bias", f"{prefix}.{attention}.{theirs}.bias",
+                           0 if ours == "out_proj" else None)
+            for ours, theirs, axis in _FEED_FORWARD:
+                yield f"{prefix}.{ours}.weight", f"{prefix}.{theirs}.weight", axis
+                yield f"{prefix}.{ours}.bias", f"{prefix}.{theirs}.bias", 0 if axis == 0 else None
+            for norm in _LAYER_NORMS:
+                if norm == "encoder_attn_layer_norm" and stack == "encoder":
+                    continue
+                yield f"{prefix}.{norm}.weight", f"{prefix}.{norm}.weight", 0
+                yield f"{prefix}.{norm}.bias", f"{prefix}.{norm}.bias", 0
+
+
+def _embedding_map(config: VaswaniConfig):
+    if config.tie_word_embeddings:
+        return [("model.shared.weight", "model.shared.weight", 1)]
+    return [
+        ("model.encoder.embed_tokens.weight", "model.encoder.embed_tokens.weight", 1),
+        ("model.decoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", 1),
+        ("lm_head.weight", "lm_head.weight", 1),
+    ]
+
+
+def marian_config_from(config: VaswaniConfig) -> MarianConfig:
+    """The `MarianConfig` that computes the same function as `config`."""
+    if config.position_encoding != "sinusoidal":
+        raise ValueError("to_marian: MarianMTModel has only sinusoidal positions; this model uses learned ones.")
+    if config.d_k * config.num_heads != config.d_model or config.d_v * config.num_heads != config.d_model:
+        raise ValueError(
+            f"to_marian: MarianMTModel needs d_k = d_v = d_model / num_heads; got d_k={config.d_k}, d_v={config.d_v}, "
+            f"d_model={config.d_model}, num_heads={config.num_heads}."
+        )
+    return MarianConfig(
+        vocab_size=config.vocab_size,
+        decoder_vocab_size=config.vocab_size,
+        d_model=config.d_model,
+        encoder_layers=config.num_encoder_layers,
+        decoder_layers=config.num_decoder_layers,
+        encoder_attention_heads=config.num_heads,
+        decoder_attention_heads=config.num_heads,
+        encoder_ffn_dim=config.d_ff,
+        decoder_ffn_dim=config.d_ff,
+        activation_function="relu",
+        dropout=config.dropout,
+        attention_dropout=config.attention_dropout,
+        activation_dropout=config.relu_dropout,
+        max_position_embeddings=config.max_position_embeddings,
+        scale_embedding=config.scale_embedding,
+        pad_token_id=config.pad_token_id,
+        eos_token_id=config.eos_token_id,
+        bos_token_id=config.bos_token_id,
+        decoder_start_token_id=config.decoder_start_token_id,
+        forced_eos_token_id=None,
+        share_encoder_decoder_embeddings=config.tie_word_embeddings,
+        tie_word_embeddings=config.tie_word_embeddings,
+    )
+
+
+@torch.no_grad()
+def to_marian(model: VaswaniForConditionalGeneration) -> MarianMTModel:
+    """A `MarianMTModel` computing exactly the same function as `model` (fp32 logits agree to ~1e-6)."""
+    config = model.config
+    marian = MarianMTModel(marian_config_from(config)).to(dtype=model.dtype)
+    ours = model.state_dict()
+    theirs = marian.state_dict()
+    perm = interleaved_to_concatenated(config.d_model) if config.sinusoid_layout == "interleaved" else None
+    for our_name, marian_name, axis in [*_embedding_map(config), *_layer_map(config)]:
+        if our_name not in ours:  # no attention bias in the paper's model: Marian's stays zero
+            theirs[marian_name].zero_()
+            continue
+        tensor = ours[our_name]
+        if perm is not None and axis is not None:
+            # concatenated[..., perm[j]] = interleaved[..., j]
+            tensor = torch.empty_like(tensor).index_copy_(axis, perm.to(tensor.device), tensor)
+        theirs[marian_name].copy_(tensor)
+    theirs["final_logits_bias"].zero_()
+    marian.load_state_dict(theirs, strict=False)
+    marian.tie_weights()
+    for module in marian.modules():
+        if isinstance(module, torch.nn.LayerNorm):
+            module.eps = config.layer_norm_eps
+    marian.generation_config.decoder_start_token_id = config.decoder_start_token_id
+    return marian.train(model.training)
+
+
+@torch.no_grad()
+def from_marian(marian: MarianMTModel, sinusoid_layout: str = "concatenated", **config_overrides
+                ) -> VaswaniForConditionalGeneration:
+    """A `VaswaniForConditionalGeneration` computing exactly the same function as `marian`.
+
+    With `sinusoid_layout="interleaved"` the model dimension is permuted so that the result uses the paper's layout.
+    The attention biases are kept (`attention_bias=True`) unless they are all zero.
+    """
+    mc = marian.config
+    if mc.activation_function != "relu":
+        raise ValueError(f"from_marian: the paper's FFN uses ReLU; this Marian model uses {mc.activation_function!r}.")
+    if bool(marian.final_logits_bias.abs().max() > 0):
+        raise ValueError("from_marian: non-zero final_logits_bias cannot be represented "
+                         "(the paper has no output bias).")
+    if mc.decoder_vocab_size not in (None, mc.vocab_size):
+        raise ValueError("from_marian: source and target vocabularies differ; the paper shares one vocabulary.")
+    state = marian.state_dict()
+    bias_names = [name for name in state if name.endswith(("_proj.bias",)) and "attn" in name]
+    attention_bias = any(bool(state[name].abs().max() > 0) for name in bias_names)
+    layer_norm_eps = next(m.eps for m in marian.modules() if isinstance(m, torch.nn.LayerNorm))
+    settings = dict(
+        vocab_size=mc.vocab_size,
+        d_model=mc.d_model,
+        d_ff=mc.encoder_ffn_dim,
+        num_heads=mc.encoder_attention_heads,
+        num_encoder_layers=mc.encoder_layers,
+        num_decoder_layers=mc.decoder_layers,
+        dropout=mc.dropout,
+        attention_dropout=mc.attention_dropout,
+        relu_dropout=mc.activation_dropout,
+        max_position_embeddings=mc.max_position_embeddings,
+        sinusoid_layout=sinusoid_layout,
+        attention_bias=attention_bias,
+        layer_norm_eps=layer_norm_eps,
+        scale_embedding=mc.scale_embedding,
+        tie_word_embeddings=bool(mc.share_encoder_decoder_embeddings and mc.tie_word_embeddings),
+        pad_token_id=mc.pad_token_id,
+        eos_token_id=mc.eos_token_id,
+        bos_token_id=mc.bos_token_id,
+        decoder_start_token_id=mc.decoder_start_token_id,
+    )
+    settings.update(config_overrides)
+    config = VaswaniConfig(**settings)
+    model = VaswaniForConditionalGeneration(config).to(dtype=marian.dtype)
+    ours = model.state_dict()
+    perm = interleaved_to_concatenated(config.d_model) if sinusoid_layout == "interleaved" else None
+    for our_name, marian_name, axis in [*_embedding_map(config), *_layer_map(config)]:
+        if our_name not in ours:
+            continue
+        tensor = state[marian_name]
+        if perm is not None and axis is not None:
+            tensor = tensor.index_select(axis, perm.to(tensor.device))  # interleaved[..., j] = concatenated[perm[j]]
+        ours[our_name].copy_(tensor)
+    model.load_state_dict(ours, strict=False)
+    model.tie_weights()
+    return model.train(marian.training)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A native MarianMTModel folder
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def marian_generation_config(generation: dict, config) -> GenerationConfig:
+    """Our decoding settings restricted to what transformers' built-in `generate` understands."""
+    keys = ("num_beams", "length_penalty", "early_stopping", "no_repeat_ngram_size")
+    settings = {key: generation[key] for key in keys if generation.get(key) is not None}
+    return GenerationConfig(
+        **settings,
+        max_length=config.max_position_embeddings,  # Marian's sinusoid table has this many rows
+        decoder_start_token_id=config.decoder_start_token_id,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+        pad_token_id=config.pad_token_id,
+        forced_eos_token_id=None,
+    )
+
+
+def _copy_tokenizer(model_dir: Path, out_dir: Path) -> None:
+    """The tokenizer files as they are (loading and re-saving would add loader state to tokenizer_config.json)."""
+    for name in TOKENIZER_FILES:
+        if (model_dir / name).is_file():
+            shutil.copyfile(model_dir / name, out_dir / name)
+    tokenizer_config = out_dir / "tokenizer_config.json"
+    if tokenizer_config.is_file():
+        # transformers 5 saves `tokenizer_class: "TokenizersBackend"`, a name transformers 4 does not know; serving
+        # stacks may run 4.x. "PreTrainedTokenizerFast" (tokenizer.json) is understood by both.
+        settings = read_json(tokenizer_config)
+        settings["tokenizer_class"] = "PreTrainedTokenizerFast"
+        tokenizer_config.write_text(json.dumps(settings, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _check_marian_paths(model_dir, out_dir, overwrite: bool) -> tuple[Path, Path]:
+    """Both folders checked before any work: the input is a complete vaswani model folder with its tokenizer, the
+    output differs from it and is new (or empty, or `overwrite`)."""
+    model_dir = check_model_folder(Path(model_dir), what="model folder")
+    out_dir = Path(out_dir)
+    if out_dir.resolve() == model_dir.resolve():
+        raise UsageError(f"output folder {out_dir} is the model folder; choose another")
+    model_type = read_json(model_dir / "config.json").get("model_type")
+    if model_type != "vaswani":
+        raise UsageError(f"{model_dir / 'config.json'}: model_type is {model_type!r}, not 'vaswani'; "
+                         "give a folder saved from VaswaniForConditionalGeneration")
+    return model_dir, check_output_dir(out_dir, overwrite=overwrite, what="Marian output folder")
+
+
+def export_marian(
+    model_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    metrics: Mapping | None = None,
+    training_info: Mapping | None = None,
+    repo_id: str | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write a native `MarianMTModel` folder computing exactly the function of the `vaswani_hf` model in `model_dir`,
+    with its tokenizer (our `tokenizer.json`, loaded by `AutoTokenizer`), a generation config and a card.
+
+    `metrics` / `training_info` default to the `metrics.json` written by `write_model_card` in `model_dir`; without
+    `training_info` (languages), no card is written. Both folders are checked before any work (UsageError); the
+    folder is written beside `out_dir` and renamed into place, and an existing non-empty `out_dir` is replaced only
+    with `overwrite`. Returns `out_dir`.
+    """
+    from transformers import AutoTokenizer
+
+    from ..hub.card import read_card_inputs, render_model_card
+
+    model_dir, out_dir = _check_marian_paths(model_dir, out_dir, overwrite)
+    record = read_card_inputs(model_dir)
+    metrics = metrics if metrics is not None else record.get("metrics")
+    training_info = training_info if training_info is not None else record.get("training_info")
+    model = VaswaniForConditionalGeneration.from_pretrained(model_dir).eval()
+    marian = to_marian(model).eval()
+    gen_path = model_dir / "generation_config.json"
+    generation = read_json(gen_path) if gen_path.is_file() else model.generation_config.to_dict()
+    marian.generation_config = marian_generation_config(generation, model.config)
+    with atomic_output_dir(out_dir) as tmp:
+        marian.save_pretrained(tmp)
+        _copy_tokenizer(model_dir, tmp)
+        AutoTokenizer.from_pretrained(tmp)  # fail here, not on the Hub, if the copy does not load
+        if training_info:
+            # the card's decoding section describes the settings the scores were measured with (the original's)
+            card = render_model_card(marian, metrics, training_info, repo_id=repo_id, variant="marian",
+                                     widget_examples=record.get("widget_examples"), generation_config=generation)
+            card.save(tmp / "README.md")
+    return out_dir
+
+
+__all__ = ["interleaved_to_concatenated", "marian_config_from", "to_marian", "from_marian",
+           "marian_generation_config", "export_marian"]

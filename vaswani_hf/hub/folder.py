@@ -1,0 +1,183 @@
+"""The Hub-ready model folder: everything a repository needs so that the model loads, translates and is described
+where this package is not installed, written in one place and appearing whole.
+
+`save_hub_folder` writes weights (safetensors), config.json with `auto_map` and `custom_pipelines`, the code files
+they name (copied by transformers' `save_pretrained` for registered classes), the tokenizer, the paper's
+`generation_config.json`, the Inference Endpoints handler (`add_handler`), the caller's extra files and the model
+card. `missing_code_files` checks that a folder carries every code file its config.json needs under
+`trust_remote_code` (transformers copies them, but a folder assembled by hand, e.g. an averaged checkpoint copied
+from an older run, may lack one), so a broken folder is refused here instead of failing on the Hub.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..io import RunFailure, atomic_output_dir, check_output_dir, read_json
+from .card import PACKAGE_DIR, write_model_card
+
+logger = logging.getLogger(__name__)
+
+HANDLER_TEMPLATE = PACKAGE_DIR / "templates" / "handler.py"
+HANDLER_REQUIREMENTS = "transformers>=5.0,<6\nsafetensors>=0.4\n"
+_RELATIVE_IMPORT = re.compile(r"^\s*from\s+\.([A-Za-z_][A-Za-z0-9_]*)\s+import\s", re.MULTILINE)
+
+
+def add_handler(folder: str | os.PathLike) -> Path:
+    """Copy the Inference Endpoints custom handler (`EndpointHandler`) into `folder` as `handler.py`, and a
+    `requirements.txt` naming transformers 5 (the endpoint image may ship an older one) unless one exists.
+    Returns the handler's path."""
+    folder = Path(folder)
+    target = folder / "handler.py"
+    shutil.copyfile(HANDLER_TEMPLATE, target)
+    requirements = folder / "requirements.txt"
+    if not requirements.exists():
+        requirements.write_text(HANDLER_REQUIREMENTS, encoding="utf-8")
+    return target
+
+
+def referenced_code_files(config: Mapping) -> list[str]:
+    """The code files a config.json names: the modules of `auto_map` entries ("module.Class", or
+    "repo--module.Class") and of `custom_pipelines` implementations."""
+    auto_map = config.get("auto_map") or {}
+    references = [ref for value in auto_map.values() for ref in (value if isinstance(value, list) else [value])
+                  if isinstance(ref, str)]
+    for pipeline in (config.get("custom_pipelines") or {}).values():
+        impl = pipeline.get("impl") if isinstance(pipeline, Mapping) else None
+        if impl:
+            references.append(impl)
+    return sorted({f"{ref.split('--')[-1].rsplit('.', 1)[0]}.py" for ref in references})
+
+
+def missing_code_files(folder: str | os.PathLike, names: set[str] | None = None) -> list[str]:
+    """Problems that would stop `trust_remote_code` loading of `folder` (empty list: none): a code file that
+    config.json references (auto_map, custom_pipelines) is absent, or a present code file imports a sibling
+    (`from .x import`) that is absent, e.g. modeling_vaswani.py's generation_vaswani.py. `names`: the files that
+    will be there (default: the folder's files)."""
+    folder = Path(folder)
+    names = names if names is not None else {p.name for p in folder.iterdir() if p.is_file()}
+    problems = []
+    config = read_json(folder / "config.json", what="config.json") if "config.json" in names else {}
+    for name in referenced_code_files(config if isinstance(config, Mapping) else {}):
+        if name not in names:
+            problems.append(f"code file {name} referenced by config.json is missing")
+    for name in sorted(n for n in names if n.endswith(".py")):
+        for module in _RELATIVE_IMPORT.findall((folder / name).read_text(encoding="utf-8")):
+            if f"{module}.py" not in names:
+                problems.append(f"{name} imports .{module}, but {module}.py is not in the folder")
+    return problems
+
+
+def _minimal_model_card(scores: Mapping | None, training_info: Mapping | None, folder: Path) -> str:
+    """A plain README.md for when the real card cannot be rendered (e.g. the run has no languages or a score is not
+    a number): the trained model must not be lost over its description."""
+    info = dict(training_info or {})
+    lines = [
+        "---",
+        "library_name: transformers",
+        "tags: [translation, transformer, vaswani2017]",
+        f"language: [{info.get('source_lang', 'en')}, {info.get('target_lang', 'de')}]",
+        "---",
+        "",
+        f"# Transformer ({info.get('model_name', 'vaswani_hf')})",
+        "",
+        "The original Transformer (Vaswani et al., 2017, \"Attention Is All You Need\") trained with `vaswani_hf`.",
+        "Load with `AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)`.",
+        "",
+        "## Metrics",
+        "",
+    ]
+    for name, value in sorted((scores or {}).items()):
+        value = value.get("score") if isinstance(value, Mapping) else value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            lines.append(f"- {name}: {value:.4g}" if isinstance(value, float) else f"- {name}: {value}")
+    files = sorted(p.name for p in folder.iterdir() if p.suffix == ".png" or p.name == "training_metrics.json")
+    if files:
+        lines += ["", "Also in this folder: " + ", ".join(f"`{name}`" for name in files) + "."]
+    return "\n".join(lines + [""])
+
+
+def _write_card(folder: Path, scores: Mapping | None, training_info: Mapping | None) -> None:
+    try:
+        write_model_card(folder, scores, training_info or {})
+        if (folder / "README.md").is_file():
+            return
+    except Exception as error:  # noqa: BLE001 - a card problem (any) must not lose the trained model
+        logger.warning("the model card could not be rendered (%s: %s); writing a minimal README.md",
+                       type(error).__name__, error)
+    (folder / "README.md").write_text(_minimal_model_card(scores, training_info, folder), encoding="utf-8")
+
+
+def _unwrap(model):
+    """The model itself when `model` is a transformers `Trainer` (its possibly wrapped model, unwrapped)."""
+    if hasattr(model, "model") and hasattr(model, "args") and hasattr(model, "accelerator"):
+        return model.accelerator.unwrap_model(model.model)
+    return model
+
+
+def _save_with_pipeline(model, tokenizer, folder: Path) -> None:
+    """`save_pretrained_with_pipeline`, without its side effect on the model: the pipeline's `save_pretrained` sets
+    `model.config.custom_pipelines`, after which a plain `model.save_pretrained` (a later checkpoint, an averaged
+    folder) would write a config.json naming pipeline_vaswani.py without copying it."""
+    from ..inference import save_pretrained_with_pipeline
+
+    had, previous = hasattr(model.config, "custom_pipelines"), getattr(model.config, "custom_pipelines", None)
+    try:
+        save_pretrained_with_pipeline(model, tokenizer, folder)
+    finally:
+        if had:
+            model.config.custom_pipelines = previous
+        elif hasattr(model.config, "custom_pipelines"):
+            del model.config.custom_pipelines
+
+
+def save_hub_folder(model, tokenizer, out_dir: str | os.PathLike, *, scores: Mapping | None = None,
+                    training_info: Mapping | None = None, extra_files: Mapping[str, str | bytes] | None = None,
+                    write_extra: Callable[[Path], Any] | None = None, overwrite: bool = False) -> Path:
+    """Write a Hub-ready model folder at `out_dir` and return it.
+
+    Contents: the model with the paper's decoding settings as its generation config (Section 6.1, not the
+    defaults Seq2SeqTrainer leaves there) and the tokenizer with the translation pipeline
+    (`vaswani_hf.inference.save_pretrained_with_pipeline`: weights, config with auto_map and custom_pipelines,
+    code files), the endpoint handler and requirements.txt (`add_handler`), `extra_files` (file name -> text or
+    bytes), whatever `write_extra(folder)` writes (e.g. plots), and the model card `write_model_card(folder, scores,
+    training_info)`; if the card cannot be rendered, a minimal README.md (with a warning). `model` may be a
+    `Trainer` (its unwrapped model is saved); its config is left without `custom_pipelines` as it was. A folder
+    that would lack a code file its config.json or code needs (`missing_code_files`) is not written (RunFailure).
+
+    `out_dir` is checked first (a file, or a non-empty folder without `overwrite`, is a UsageError); the folder is
+    written beside it and renamed into place, so it appears whole or not at all.
+    """
+    from ..generation_vaswani import default_generation_config
+
+    out_dir = check_output_dir(out_dir, overwrite=overwrite, what="Hub folder")
+    for name in extra_files or {}:
+        if Path(name).name != name or name in ("", ".", ".."):
+            raise ValueError(f"extra_files: {name!r} is not a plain file name")
+    model = _unwrap(model)
+    if getattr(model.config, "model_type", None) == "vaswani":
+        model.generation_config = default_generation_config(model.config)
+    with atomic_output_dir(out_dir) as tmp:
+        if tokenizer is not None:  # + the translation pipeline (custom_pipelines): pipeline("translation", ...)
+            _save_with_pipeline(model, tokenizer, tmp)
+        else:
+            model.save_pretrained(tmp)
+        add_handler(tmp)
+        for name, content in (extra_files or {}).items():
+            if isinstance(content, bytes):
+                (tmp / name).write_bytes(content)
+            else:
+                (tmp / name).write_text(content, encoding="utf-8")
+        if write_extra is not None:
+            write_extra(tmp)
+        _write_card(tmp, scores, training_info)
+        problems = missing_code_files(tmp)
+        if problems:  # a bug of the installation, not of the input: the folder would not load elsewhere
+            raise RunFailure(f"Hub folder {out_dir} not written: " + "; ".join(problems))
+    return out_dir

@@ -1,0 +1,228 @@
+"""Upload a model folder to the Hugging Face Hub: `HfApi.create_repo`, then `HfApi.upload_folder` in one commit with
+exactly the files `list_upload_files` lists (weights as safetensors, config with auto_map, code, tokenizer,
+generation config, metrics, card, handler; never checkpoints, optimizer states or pickled weights).
+
+`check_folder` refuses, before any network call, a folder that would give an unusable repository (no or truncated
+weights, broken config.json, missing tokenizer, card or code file) and an invalid repository id. The token comes
+from the `token` argument, `HF_TOKEN` or the cached login (huggingface_hub resolves it) and is never printed;
+network and authentication failures are one-line `RunFailure`s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from pathlib import Path
+
+from huggingface_hub import ModelCard
+from huggingface_hub.errors import HFValidationError, HTTPError
+from huggingface_hub.utils import filter_repo_objects, validate_repo_id
+
+from ..io import RunFailure, UsageError, check_safetensors, read_json
+from .card import METRICS_FILE
+from .folder import missing_code_files
+
+# Top-level files of a model folder that are uploaded; anything else (checkpoints, optimizer states, pickled weights,
+# logs) stays local. `list_upload_files` applies them exactly as `upload_folder` does (huggingface_hub's
+# `filter_repo_objects`), so the dry run lists what the commit holds.
+UPLOAD_PATTERNS = (
+    "README.md",
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "model-*-of-*.safetensors",
+    "model.safetensors.index.json",
+    "*.py",  # configuration/modeling/generation/pipeline code (auto_map, custom_pipelines) and handler.py
+    "requirements.txt",  # for handler.py on Inference Endpoints
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "*.spm",
+    METRICS_FILE,
+    "training_metrics.json",  # written by vaswani_hf.training's report, with recipe.yaml and plots
+    "recipe.yaml",
+    "*.png",
+    "all_results.json",
+    "eval_results.json",
+    "train_results.json",
+    "test_results.json",
+    "scores.json",
+)
+# Sub-folders (checkpoint-N/, runs/) are never uploaded: fnmatch's "*" also matches "/", so "*.py" alone would
+# take checkpoint-10/modeling_vaswani.py too.
+IGNORE_PATTERNS = ("*/*",)
+DEFAULT_COMMIT_MESSAGE = "Upload Vaswani Transformer (weights, code, tokenizer, card)"
+
+
+def list_upload_files(model_dir: str | os.PathLike) -> list[tuple[str, int]]:
+    """`[(path in repo, size in bytes)]` of the files `push_folder` uploads from `model_dir`, sorted."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise UsageError(f"model folder not found: {model_dir}" if not model_dir.exists()
+                         else f"model folder {model_dir} is a file; give the folder that holds config.json")
+    names = sorted(p.name for p in model_dir.iterdir() if p.is_file())
+    chosen = filter_repo_objects(names, allow_patterns=list(UPLOAD_PATTERNS), ignore_patterns=list(IGNORE_PATTERNS))
+    return [(name, (model_dir / name).stat().st_size) for name in chosen]
+
+
+def _weight_problems(model_dir: Path, names: set[str]) -> list[str]:
+    """No safetensors weights, or truncated / corrupt ones (each file checked against its header)."""
+    shards = sorted(n for n in names if n == "model.safetensors" or n.endswith(".safetensors"))
+    if not shards:
+        extra = " (pickled pytorch_model.bin is not uploaded: save with safetensors)" if (
+            model_dir / "pytorch_model.bin").exists() else ""
+        return [f"no safetensors weights{extra}"]
+    problems = []
+    if "model.safetensors.index.json" in names:
+        try:
+            index = read_json(model_dir / "model.safetensors.index.json")
+            listed = set(index.get("weight_map", {}).values()) if isinstance(index, dict) else set()
+            problems += [f"weight shard {name} named by model.safetensors.index.json is missing"
+                         for name in sorted(listed - names)]
+        except UsageError as error:
+            problems.append(str(error))
+    for name in shards:
+        try:
+            check_safetensors(model_dir / name)
+        except UsageError as error:
+            problems.append(str(error))
+    return problems
+
+
+def _card_and_tokenizer_problems(model_dir: Path, names: set[str]) -> list[str]:
+    problems = []
+    if "tokenizer.json" not in names and "tokenizer_config.json" not in names:
+        problems.append("no tokenizer files (save the tokenizer into the folder)")
+    elif "tokenizer.json" in names:
+        try:
+            read_json(model_dir / "tokenizer.json", what="tokenizer.json")
+        except UsageError as error:
+            problems.append(str(error))
+    if "README.md" not in names:
+        problems.append("no README.md model card (vaswani_hf.hub.write_model_card writes one)")
+    else:
+        try:
+            ModelCard((model_dir / "README.md").read_text(encoding="utf-8"))
+        except Exception as error:  # noqa: BLE001 - report any parse error of the card
+            problems.append(f"README.md metadata does not parse: {' '.join(str(error).split())}")
+    return problems
+
+
+def check_folder(model_dir: str | os.PathLike, files: list[tuple[str, int]] | None = None, *,
+                 repo_id: str | None = None) -> list[str]:
+    """Problems that would make the uploaded repository unusable (empty list: none): an invalid `repo_id`, a
+    missing or broken config.json, missing or truncated safetensors weights, no tokenizer, no or unparsable card,
+    a code file that config.json or another code file needs but that is absent."""
+    model_dir = Path(model_dir)
+    names = {name for name, _ in (files if files is not None else list_upload_files(model_dir))}
+    problems = []
+    if repo_id is not None:
+        try:
+            validate_repo_id(repo_id)
+        except HFValidationError as error:
+            problems.append(f"repository id {repo_id!r} is invalid ({' '.join(str(error).split())}); "
+                            "give 'name' or 'namespace/name'")
+    if "config.json" not in names:
+        return problems + [f"{model_dir} has no config.json"]
+    try:
+        config = read_json(model_dir / "config.json", what="config.json")
+    except UsageError as error:
+        return problems + [str(error)]
+    if not isinstance(config, dict) or "model_type" not in config:
+        return problems + [f"{model_dir / 'config.json'} has no model_type; it is not a transformers model config"]
+    problems += _weight_problems(model_dir, names)
+    problems += _card_and_tokenizer_problems(model_dir, names)
+    if config.get("model_type") == "vaswani":
+        auto_map = config.get("auto_map") or {}
+        if "AutoConfig" not in auto_map or "AutoModelForSeq2SeqLM" not in auto_map:
+            problems.append("config.json has no auto_map for AutoConfig/AutoModelForSeq2SeqLM (import vaswani_hf "
+                            "before save_pretrained: it registers the classes for remote code)")
+    problems += missing_code_files(model_dir, names)
+    return problems
+
+
+def _format_size(size: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return str(size)
+
+
+def _print_dry_run(model_dir: Path, files, repo_id: str, private: bool, revision: str | None, out) -> None:
+    total = sum(size for _, size in files)
+    print(f"dry run: would upload {len(files)} files ({_format_size(total)}) to {repo_id}"
+          f"{' (private)' if private else ''} @ {revision or 'main'} in one commit:", file=out)
+    for name, size in files:
+        print(f"  {name}  {size} bytes ({_format_size(size)})", file=out)
+    uploaded = {name for name, _ in files}
+    skipped = sorted(p.name + ("/" if p.is_dir() else "") for p in model_dir.iterdir() if p.name not in uploaded)
+    if skipped:
+        print("not uploaded: " + ", ".join(skipped), file=out)
+
+
+@contextlib.contextmanager
+def _network_failures(repo_id: str, token: str | None):
+    """HTTP, connection and offline-mode errors of huggingface_hub -> one-line RunFailure, the token blanked out."""
+    try:
+        yield
+    except (HTTPError, OSError) as error:
+        from huggingface_hub import get_token
+
+        text = " ".join(str(error).split()) or type(error).__name__
+        for secret in {token, get_token()} - {None, ""}:
+            text = text.replace(secret, "***")
+        raise RunFailure(f"upload to {repo_id} failed: {text}") from error
+
+
+def push_folder(
+    model_dir: str | os.PathLike,
+    repo_id: str,
+    private: bool = False,
+    revision: str | None = None,
+    token: str | None = None,
+    dry_run: bool = False,
+    commit_message: str = DEFAULT_COMMIT_MESSAGE,
+    commit_description: str | None = None,
+    out=None,
+):
+    """Upload the files of `list_upload_files(model_dir)` to `repo_id` in ONE commit (`HfApi.upload_folder`).
+
+    Creates the repository if needed (`private` applies only then) and the branch `revision` if it does not exist.
+    The token is `token`, else `HF_TOKEN`, else the cached login (`hf auth login`); it is never printed.
+    With `dry_run`, prints and returns the files (path, size) without any network call.
+    Returns the `CommitInfo` of the commit (or the file list for a dry run). Raises UsageError (a ValueError) if the
+    folder or the repo id would give an unusable repository (see `check_folder`), RunFailure (a RuntimeError) without
+    a token or when the Hub cannot be reached or refuses the upload.
+    """
+    from huggingface_hub import HfApi, get_token
+
+    out = out or sys.stdout
+    model_dir = Path(model_dir)
+    files = list_upload_files(model_dir)
+    problems = check_folder(model_dir, files, repo_id=repo_id)
+    if problems:
+        raise UsageError(f"{model_dir} is not ready to upload: " + "; ".join(problems))
+    if dry_run:
+        _print_dry_run(model_dir, files, repo_id, private, revision, out)
+        return files
+    if token is None and get_token() is None:
+        raise RunFailure("no Hugging Face token: set HF_TOKEN or run `hf auth login` (the token is never printed)")
+    api = HfApi(token=token)
+    with _network_failures(repo_id, token):
+        user = api.whoami()
+        print(f"authenticated as {user.get('name', '?')}", file=out)
+        repo_url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+        if revision not in (None, "main"):
+            api.create_branch(repo_id, branch=revision, exist_ok=True, repo_type="model")
+        info = api.upload_folder(
+            repo_id=repo_id, folder_path=str(model_dir), repo_type="model", revision=revision,
+            commit_message=commit_message, commit_description=commit_description,
+            allow_patterns=list(UPLOAD_PATTERNS), ignore_patterns=list(IGNORE_PATTERNS),
+        )
+    print(f"uploaded {len(files)} files to {repo_url} in commit {info.oid}", file=out)
+    return info

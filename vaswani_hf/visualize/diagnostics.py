@@ -1,0 +1,178 @@
+"""Attention diagnostics computed from the weights: per-head entropy, attention mass on padding, padding
+invariance, and the share of cross-attention on aligned source tokens (definitions in the package docstring).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from .attention import KIND_TITLES, KINDS, Attentions, batch_attentions
+
+__all__ = ["head_entropy", "single_sentence_entropy", "padding_mass", "attention_diagnostics", "diagonal_alignment",
+           "token_alignment_from_words", "alignment_share", "format_diagnostics"]
+
+
+def _visible_keys(kind: str, query_mask: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
+    """(B, Tq, Tk) bool: the keys each query may attend to (key padding mask, and causal for the decoder)."""
+    visible = key_mask.bool()[:, None, :].expand(-1, query_mask.shape[1], -1)
+    if kind == "decoder":
+        visible = visible & torch.ones(query_mask.shape[1], key_mask.shape[1], dtype=torch.bool).tril()
+    return visible
+
+
+def single_sentence_entropy(attn: Attentions, kind: str) -> torch.Tensor:
+    """(L, H) normalised entropy of one sentence's heads (no padding; 1 = uniform attention)."""
+    weights = attn.weights(kind).unsqueeze(1)  # (L, 1, H, Tq, Tk)
+    query_mask = torch.ones(1, weights.shape[-2], dtype=torch.long)
+    key_mask = torch.ones(1, weights.shape[-1], dtype=torch.long)
+    return head_entropy(weights, query_mask, key_mask, kind, normalize=True)
+
+
+def head_entropy(
+    weights: torch.Tensor, query_mask: torch.Tensor, key_mask: torch.Tensor, kind: str, normalize: bool = False
+) -> torch.Tensor:
+    """(L, B, H, Tq, Tk) weights -> (L, H) mean row entropy over real query rows, in nats; with `normalize`, each
+    row's entropy divided by log(number of keys it may see) (1 = uniform), rows seeing one key left out."""
+    p = weights.clamp_min(0)
+    entropy = -(p * torch.log(p.clamp_min(1e-30))).sum(-1)  # (L, B, H, Tq); 0 log 0 = 0
+    rows = query_mask.bool()  # (B, Tq)
+    if normalize:
+        n_visible = _visible_keys(kind, query_mask, key_mask).sum(-1).float()  # (B, Tq)
+        rows = rows & (n_visible > 1)
+        entropy = entropy / torch.log(n_visible.clamp_min(2))[None, :, None, :]
+    rows = rows[None, :, None, :].float()  # (1, B, 1, Tq)
+    return (entropy * rows).sum((1, 3)) / rows.sum((1, 3)).clamp_min(1)
+
+
+def padding_mass(weights: torch.Tensor, query_mask: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
+    """(L, B, H, Tq, Tk) weights -> (L, H): the largest attention mass a real query row puts on padding keys.
+    Padding is what the attention mask says, not the <pad> id (the decoder's start token has the <pad> id)."""
+    on_padding = (weights * (~key_mask.bool())[None, :, None, None, :].float()).sum(-1)  # (L, B, H, Tq)
+    on_padding = on_padding * query_mask.bool()[None, :, None, :].float()
+    return on_padding.amax(dim=(1, 3))
+
+
+def _masks(batch: dict, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
+    source, target = batch["attention_mask"], batch["decoder_attention_mask"]
+    return {"encoder": (source, source), "decoder": (target, target), "cross": (target, source)}[kind]
+
+
+def attention_diagnostics(
+    model,
+    tokenizer,
+    sources: Sequence[str],
+    targets: Sequence[str] | Sequence[Sequence[int]] | None = None,
+    *,
+    extra_padding: int = 3,
+    num_beams: int | None = None,
+    max_new_tokens: int | None = None,
+) -> dict:
+    """Per-head entropy and padding mass of every attention kind over a right-padded batch (module docstring).
+
+    Besides the padding the batch already has, `extra_padding` masked positions are appended, and the weights are
+    compared with an unpadded pass of each sentence ("padding_invariance": max |difference| on real positions).
+    Returns {"entropy": {kind: (L, H)}, "entropy_normalized": {...}, "padding_mass": {kind: (L, H)},
+    "padding_invariance": {kind: float}, "num_sentences": B}.
+    """
+    padded = batch_attentions(
+        model, tokenizer, sources, targets, extra_padding=extra_padding, num_beams=num_beams,
+        max_new_tokens=max_new_tokens,
+    )
+    result = {"entropy": {}, "entropy_normalized": {}, "padding_mass": {}, "padding_invariance": {},
+              "num_sentences": len(sources)}
+    for kind in KINDS:
+        query_mask, key_mask = _masks(padded, kind)
+        w = padded[kind]
+        result["entropy"][kind] = head_entropy(w, query_mask, key_mask, kind)
+        result["entropy_normalized"][kind] = head_entropy(w, query_mask, key_mask, kind, normalize=True)
+        result["padding_mass"][kind] = padding_mass(w, query_mask, key_mask)
+        result["padding_invariance"][kind] = 0.0
+    for b, source in enumerate(sources):  # each sentence alone, without any padding, on the same target tokens
+        alone = batch_attentions(model, tokenizer, [source], [padded["label_ids"][b]])
+        for kind in KINDS:
+            q, k = alone[kind].shape[-2:]
+            diff = (padded[kind][:, b, :, :q, :k] - alone[kind][:, 0]).abs().max().item()
+            result["padding_invariance"][kind] = max(result["padding_invariance"][kind], diff)
+    return result
+
+
+def diagonal_alignment(target_len: int, source_len: int, window: int = 1) -> list[tuple[int, int]]:
+    """The heuristic alignment A(i) = {j : |j - round(i (S-1)/(T-1))| <= window} as (target, source) pairs."""
+    pairs = []
+    for i in range(target_len):
+        centre = round(i * (source_len - 1) / (target_len - 1)) if target_len > 1 else 0
+        pairs += [(i, j) for j in range(max(0, centre - window), min(source_len, centre + window + 1))]
+    return pairs
+
+
+def _word_of_token(tokenizer, text: str) -> list[int | None]:
+    """Whitespace-word index of each token of `text` (None for special tokens), from the fast tokenizer's offsets."""
+    char_word, word = [None] * len(text), -1
+    for c, ch in enumerate(text):
+        if not ch.isspace() and (c == 0 or text[c - 1].isspace()):
+            word += 1
+        char_word[c] = None if ch.isspace() else word
+    words = []
+    for start, end in tokenizer(text, return_offsets_mapping=True)["offset_mapping"]:
+        inside = [char_word[c] for c in range(start, end) if char_word[c] is not None]
+        if not inside and end > start:  # a token of only the space before a word (byte-level "Ġ") joins that word
+            inside = [w for w in char_word[end:] if w is not None][:1]
+        words.append(inside[0] if inside else None)  # special tokens have empty spans: no word
+    return words
+
+
+def token_alignment_from_words(tokenizer, source: str, target: str, pharaoh: str) -> list[tuple[int, int]]:
+    """Convert a word alignment "i-j ..." (Pharaoh format: source word i, target word j, 0-based, whitespace words,
+    "p" links such as "i?j" or "ipj" accepted as links) into (target token, source token) position pairs: every
+    subword of target word j is aligned to every subword of source word i. Needs a fast tokenizer (offsets)."""
+    source_words = _word_of_token(tokenizer, source)
+    target_words = _word_of_token(tokenizer, target)
+    pairs = set()
+    for link in pharaoh.split():
+        i, j = (int(x) for x in link.replace("?", "-").replace("p", "-").split("-"))
+        pairs.update((t, s) for t, tw in enumerate(target_words) if tw == j
+                     for s, sw in enumerate(source_words) if sw == i)
+    return sorted(pairs)
+
+
+def alignment_share(cross: torch.Tensor, alignment: Sequence[tuple[int, int]]) -> dict:
+    """Share of cross-attention on aligned source tokens (module docstring). cross: (T, S), rows summing to 1, e.g.
+    `attn.cross[layer].mean(0)`; alignment: (target position, source position) pairs.
+    Returns {"mass", "argmax", "uniform", "num_aligned_targets"}."""
+    target_len, source_len = cross.shape
+    aligned: dict[int, set[int]] = {}
+    for t, s in alignment:
+        if 0 <= t < target_len and 0 <= s < source_len:
+            aligned.setdefault(t, set()).add(s)
+    if not aligned:
+        return {"mass": float("nan"), "argmax": float("nan"), "uniform": float("nan"), "num_aligned_targets": 0}
+    best = cross.argmax(-1)
+    mass = [cross[t, sorted(js)].sum().item() for t, js in aligned.items()]
+    hits = [int(best[t]) in js for t, js in aligned.items()]
+    uniform = [len(js) / source_len for js in aligned.values()]
+    n = len(aligned)
+    return {"mass": sum(mass) / n, "argmax": sum(hits) / n, "uniform": sum(uniform) / n, "num_aligned_targets": n}
+
+
+def format_diagnostics(diagnostics: dict, alignment: dict | None = None) -> str:
+    """Human-readable report of `attention_diagnostics` (and of per-layer `alignment_share` results)."""
+    lines = [f"attention diagnostics over {diagnostics['num_sentences']} sentence(s)"]
+    for kind in KINDS:
+        entropy, normalized = diagnostics["entropy"][kind], diagnostics["entropy_normalized"][kind]
+        pad = diagnostics["padding_mass"][kind].max().item()
+        status = "OK" if pad == 0.0 else "NONZERO: the padding mask is not applied"
+        lines.append(f"{KIND_TITLES[kind]}: max attention mass on padding = {pad:.3g} ({status}); "
+                     f"padded vs unpadded max |diff| = {diagnostics['padding_invariance'][kind]:.2g}")
+        lines.append("  entropy per head in nats (normalised, 1 = uniform):")
+        for layer in range(entropy.shape[0]):
+            cells = " ".join(f"{e:5.2f}({n:.2f})" for e, n in zip(entropy[layer].tolist(), normalized[layer].tolist()))
+            lines.append(f"    layer {layer + 1}: {cells}")
+    if alignment:
+        lines.append(f"cross-attention on aligned source tokens ({alignment.get('reference', 'alignment')}):")
+        for name, share in alignment.items():
+            if isinstance(share, dict):
+                lines.append(f"  {name}: mass {share['mass']:.3f}, argmax agreement {share['argmax']:.3f} "
+                             f"(uniform attention: {share['uniform']:.3f}; {share['num_aligned_targets']} targets)")
+    return "\n".join(lines)

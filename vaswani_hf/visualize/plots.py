@@ -1,0 +1,230 @@
+"""Figures of attention weights and diagnostics (matplotlib's object API on the Agg canvas: no pyplot state, no
+display), and `visualize`, which writes every figure of one sentence. Every figure has one axes per panel plus one
+colorbar axes.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+
+import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from .attention import KIND_TITLES, KINDS, Attentions, collect_attentions
+from .diagnostics import (alignment_share, attention_diagnostics, diagonal_alignment, format_diagnostics,
+                          token_alignment_from_words)
+
+CMAP = "viridis"
+
+__all__ = ["plot_heatmap", "plot_attention_head", "plot_layer_heads", "plot_cross_alignment", "plot_diagnostics",
+           "new_figure", "save_figure", "visualize"]
+
+
+def _fontsize(n: int) -> float:
+    return max(4.0, min(9.0, 200.0 / max(n, 1)))
+
+
+def plot_heatmap(ax, matrix: torch.Tensor, row_labels: Sequence[str], col_labels: Sequence[str], title: str,
+             show_labels: bool = True):
+    """Draw one (Tq, Tk) attention matrix on `ax` (rows = queries, columns = keys, colour scale 0..1)."""
+    image = ax.imshow(matrix.numpy(), cmap=CMAP, vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
+    ax.set_title(title, fontsize=9)
+    ax.set_xticks(range(len(col_labels)))
+    ax.set_yticks(range(len(row_labels)))
+    if show_labels:
+        ax.set_xticklabels(col_labels, rotation=90, fontsize=_fontsize(len(col_labels)))
+        ax.set_yticklabels(row_labels, fontsize=_fontsize(len(row_labels)))
+    else:
+        ax.set_xticklabels([])
+        ax.set_yticklabels([])
+    return image
+
+
+def new_figure(**kwargs) -> Figure:
+    """A matplotlib Figure on the Agg canvas, without pyplot: no global figure state to leak, no display needed."""
+    fig = Figure(**kwargs)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def save_figure(fig: Figure, path: str | os.PathLike | None, dpi: int = 120) -> Figure:
+    """Write `fig` if `path` is given; the format follows the suffix (.png, .svg, .pdf)."""
+    if path is not None:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        fig.savefig(path, dpi=dpi)
+    return fig
+
+
+def plot_attention_head(attn: Attentions, kind: str, layer: int, head: int, path=None) -> Figure:
+    """One head's (Tq, Tk) attention matrix of layer `layer` (0-based), rows = queries, columns = keys."""
+    rows, cols = attn.axis_labels(kind)
+    matrix = attn.weights(kind)[layer, head]
+    fig = new_figure(figsize=(2.0 + 0.28 * len(cols), 1.5 + 0.28 * len(rows)), layout="constrained")
+    ax = fig.add_subplot()
+    image = plot_heatmap(ax, matrix, rows, cols, f"{KIND_TITLES[kind]}, layer {layer + 1}, head {head + 1}")
+    ax.set_xlabel("keys")
+    ax.set_ylabel("queries")
+    fig.colorbar(image, ax=ax, fraction=0.04)
+    return save_figure(fig, path)
+
+
+def _panel_grid(n: int, ncols: int, cell_w: float, cell_h: float) -> tuple[Figure, list]:
+    """A figure with n panels in rows of `ncols` (cells of cell_w x cell_h inches); unused grid cells removed."""
+    nrows = math.ceil(n / ncols)
+    fig = new_figure(figsize=(ncols * cell_w + 1.0, nrows * cell_h + 0.8), layout="constrained")
+    axes = [ax for row in fig.subplots(nrows, ncols, squeeze=False) for ax in row]
+    for ax in axes[n:]:
+        fig.delaxes(ax)
+    return fig, axes[:n]
+
+
+def plot_layer_heads(attn: Attentions, kind: str, layer: int, path=None, ncols: int = 4) -> Figure:
+    """All h heads of one layer side by side (h panels + 1 colorbar), token labels on the outer panels."""
+    rows, cols = attn.axis_labels(kind)
+    weights = attn.weights(kind)[layer]  # (H, Tq, Tk)
+    heads = weights.shape[0]
+    ncols = min(ncols, heads)
+    fig, axes = _panel_grid(heads, ncols, 1.0 + 0.2 * len(cols), 1.0 + 0.2 * len(rows))
+    image = None
+    for h, ax in enumerate(axes):
+        image = plot_heatmap(ax, weights[h], rows, cols, f"head {h + 1}")
+        if h % ncols:  # y labels only on the first column
+            ax.set_yticklabels([])
+        if h + ncols < heads:  # x labels only on the lowest panel of each column
+            ax.set_xticklabels([])
+    fig.suptitle(f"{KIND_TITLES[kind]}, layer {layer + 1}, {attn.target_origin} target")
+    fig.colorbar(image, ax=[ax for ax in fig.axes], fraction=0.02)
+    return save_figure(fig, path)
+
+
+def plot_cross_alignment(attn: Attentions, path=None, alignment: Sequence[tuple[int, int]] | None = None,
+                         reference: str | None = None) -> Figure:
+    """Encoder-decoder attention averaged over heads, one panel per decoder layer and one averaged over all layers
+    (L_dec + 1 panels + 1 colorbar). Red dots: each target token's most-attended source token; white squares: the
+    alignment A(i) (given, or the diagonal heuristic when None); panel titles give `alignment_share`."""
+    if alignment is None:
+        alignment = diagonal_alignment(len(attn.target_tokens), len(attn.source_tokens))
+        reference = reference or "diagonal heuristic"
+    reference = reference or "given alignment"
+    per_layer = attn.cross.mean(1)  # (L, T, S): heads averaged
+    panels = [(f"layer {layer + 1}", per_layer[layer]) for layer in range(per_layer.shape[0])]
+    panels.append(("all layers", per_layer.mean(0)))
+    fig, axes = _panel_grid(len(panels), min(len(panels), 4), 1.2 + 0.22 * len(attn.source_tokens),
+                            1.2 + 0.22 * len(attn.target_tokens))
+    image = None
+    for ax, (name, matrix) in zip(axes, panels):
+        share = alignment_share(matrix, alignment)
+        image = plot_heatmap(ax, matrix, attn.target_tokens, attn.source_tokens,
+                         f"{name}: mass {share['mass']:.2f}, argmax {share['argmax']:.2f}")
+        best = matrix.argmax(-1)
+        ax.scatter(best.numpy(), range(len(best)), s=8, c="red", marker="o")
+        t_idx, s_idx = zip(*alignment) if alignment else ((), ())
+        ax.scatter(s_idx, t_idx, s=40, facecolors="none", edgecolors="white", marker="s", linewidths=0.6)
+        ax.set_xlim(-0.5, matrix.shape[1] - 0.5)
+        ax.set_ylim(matrix.shape[0] - 0.5, -0.5)
+    fig.suptitle(f"encoder-decoder attention, heads averaged ({attn.target_origin} target); "
+                 f"red: argmax, squares: {reference}")
+    fig.colorbar(image, ax=[ax for ax in fig.axes], fraction=0.02)
+    return save_figure(fig, path)
+
+
+def plot_diagnostics(diagnostics: dict, path=None) -> Figure:
+    """Normalised per-head entropy (layers x heads, 1 = uniform) of the three attention kinds, and the largest
+    attention mass on padding per kind (must be 0): 4 panels + 1 colorbar."""
+    fig = new_figure(figsize=(13, 3.6), layout="constrained")
+    axes = fig.subplots(1, 4)
+    image = None
+    for ax, kind in zip(axes[:3], KINDS):
+        values = diagnostics["entropy_normalized"][kind]  # (L, H)
+        image = ax.imshow(values.numpy(), cmap="magma", vmin=0.0, vmax=1.0, aspect="auto")
+        ax.set_title(f"{KIND_TITLES[kind]}\nentropy / log(#keys)", fontsize=9)
+        ax.set_xticks(range(values.shape[1]), [str(h + 1) for h in range(values.shape[1])], fontsize=7)
+        ax.set_yticks(range(values.shape[0]), [str(layer + 1) for layer in range(values.shape[0])], fontsize=7)
+        ax.set_xlabel("head")
+        ax.set_ylabel("layer")
+        for (layer, h), v in _ndenumerate(values):
+            ax.text(h, layer, f"{v:.2f}", ha="center", va="center", fontsize=6, color="white" if v < 0.6 else "black")
+    masses = [diagnostics["padding_mass"][kind].max().item() for kind in KINDS]
+    ax = axes[3]
+    ax.bar(range(3), masses, color=["tab:green" if m == 0 else "tab:red" for m in masses])
+    ax.set_xticks(range(3), ["enc self", "dec self", "cross"], fontsize=8)
+    ax.set_ylim(0, max(1e-3, max(masses) * 1.2))
+    ax.set_title("max attention mass on padding\n(must be 0)", fontsize=9)
+    for x, m in enumerate(masses):
+        ax.text(x, 0, f"{m:.2g}", ha="center", va="bottom", fontsize=8)
+    ax.yaxis.tick_right()
+    fig.colorbar(image, ax=axes[2], fraction=0.05)
+    return save_figure(fig, path)
+
+
+def _ndenumerate(values: torch.Tensor):
+    for layer in range(values.shape[0]):
+        for h in range(values.shape[1]):
+            yield (layer, h), float(values[layer, h])
+
+
+def visualize(
+    model,
+    tokenizer,
+    source: str,
+    target: str | None = None,
+    out_dir: str | os.PathLike = "attention",
+    *,
+    fmt: str = "png",
+    num_beams: int | None = None,
+    max_new_tokens: int | None = None,
+    per_head: bool = False,
+    word_alignment: str | None = None,
+) -> dict:
+    """Write all plots for one sentence pair to `out_dir` and return {"attentions", "diagnostics", "alignment",
+    "report", "files"}:
+
+    {kind}_layer{l}.{fmt} (all heads of each layer, for the three kinds), cross_alignment.{fmt} (heads averaged,
+    per layer), diagnostics.{fmt} and diagnostics.txt; with `per_head`, also {kind}_layer{l}_head{h}.{fmt}.
+    `word_alignment` ("i-j" source-target word pairs, Pharaoh format) needs the reference `target`; without it the
+    alignment share uses the diagonal heuristic.
+    """
+    os.makedirs(out_dir, exist_ok=True)
+    attn = collect_attentions(model, tokenizer, source, target, num_beams=num_beams, max_new_tokens=max_new_tokens)
+    files = []
+
+    def out(name: str) -> str:
+        files.append(os.path.join(out_dir, f"{name}.{fmt}"))
+        return files[-1]
+
+    for kind in KINDS:
+        weights = attn.weights(kind)
+        for layer in range(weights.shape[0]):
+            plot_layer_heads(attn, kind, layer, out(f"{kind}_layer{layer + 1}"))
+            if per_head:
+                for head in range(weights.shape[1]):
+                    plot_attention_head(attn, kind, layer, head, out(f"{kind}_layer{layer + 1}_head{head + 1}"))
+
+    if word_alignment is not None:
+        if target is None:
+            raise ValueError("word_alignment refers to the words of a reference target: pass target too.")
+        alignment, reference = token_alignment_from_words(tokenizer, source, target, word_alignment), "given alignment"
+    else:
+        alignment = diagonal_alignment(len(attn.target_tokens), len(attn.source_tokens))
+        reference = "diagonal heuristic"
+    plot_cross_alignment(attn, out("cross_alignment"), alignment=alignment, reference=reference)
+    per_layer = attn.cross.mean(1)
+    shares = {"reference": reference}
+    shares.update({f"layer {layer + 1}": alignment_share(per_layer[layer], alignment)
+                   for layer in range(per_layer.shape[0])})
+    shares["all layers"] = alignment_share(per_layer.mean(0), alignment)
+
+    diagnostics = attention_diagnostics(model, tokenizer, [source], [attn.target_ids])
+    plot_diagnostics(diagnostics, out("diagnostics"))
+    report = "\n".join([
+        f"source: {' '.join(attn.source_tokens)}",
+        f"target ({attn.target_origin}): {' '.join(attn.target_tokens)}",
+        format_diagnostics(diagnostics, shares),
+    ])
+    with open(os.path.join(out_dir, "diagnostics.txt"), "w", encoding="utf-8") as f:
+        f.write(report + "\n")
+    files.append(os.path.join(out_dir, "diagnostics.txt"))
+    return {"attentions": attn, "diagnostics": diagnostics, "alignment": shares, "report": report, "files": files}
