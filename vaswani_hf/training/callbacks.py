@@ -119,3 +119,58 @@ class BatchStatsCollator:
             "padding_share_src": 1 - self.src_tokens / self.src_slots if self.src_slots else 0.0,
             "padding_share_tgt": 1 - self.tgt_tokens / self.tgt_slots if self.tgt_slots else 0.0,
         }
+
+
+class RunClock(TrainerCallback):
+    """Where a run's time and memory go: wall seconds and peak resident memory (this process, and its largest child,
+    e.g. a `Dataset.map` worker) after each named stage, and the time from launch to the first update. Logged and
+    written into metrics.json (`stages`), so that a user sees what a launch costs before the GPU hours start."""
+
+    def __init__(self):
+        import psutil
+
+        self.launched = psutil.Process().create_time()
+        self.stages: dict[str, dict[str, float]] = {}
+        self.first_update: dict[str, float] = {}
+        self._update_started = None
+
+    @staticmethod
+    def peak_memory_mb() -> tuple[float, float]:
+        """(peak RSS of this process, peak RSS of its largest finished child) in MiB (Linux reports KiB)."""
+        import resource
+
+        own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        return own, child
+
+    def since_launch(self) -> float:
+        return time.time() - self.launched
+
+    def stage(self, name: str):
+        """A context manager timing one stage of the run."""
+        import contextlib
+
+        @contextlib.contextmanager
+        def timed():
+            started = time.perf_counter()
+            yield
+            own, child = self.peak_memory_mb()
+            self.stages[name] = {"seconds": round(time.perf_counter() - started, 3), "peak_rss_mb": round(own, 1),
+                                 "peak_child_rss_mb": round(child, 1), "at_s": round(self.since_launch(), 3)}
+
+        return timed()
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if self._update_started is None:
+            self._update_started = time.perf_counter()
+            self.first_update["started_s"] = round(self.since_launch(), 3)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if "done_s" not in self.first_update:
+            self.first_update["done_s"] = round(self.since_launch(), 3)
+            self.first_update["seconds"] = round(time.perf_counter() - self._update_started, 3)
+
+    def report(self) -> dict[str, Any]:
+        own, child = self.peak_memory_mb()
+        return {"stages": self.stages, "first_update": self.first_update, "peak_rss_mb": round(own, 1),
+                "peak_child_rss_mb": round(child, 1)}

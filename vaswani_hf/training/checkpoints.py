@@ -198,6 +198,23 @@ def load_averaged_weights(model, weights: Mapping[str, torch.Tensor]) -> None:
     model.tie_weights()
 
 
+def _complete_code_files(folder: Path) -> None:
+    """The code files config.json names (auto_map, custom_pipelines) and their relative imports, so that the folder
+    loads with `trust_remote_code` without this package: a checkpoint saved by plain `save_pretrained` after the
+    model went through `save_pretrained_with_pipeline` names `pipeline_vaswani.py` without holding it. Missing ones
+    are copied from the package, as `save_pretrained` would copy them."""
+    from ..hub import missing_code_files
+
+    package = Path(__file__).resolve().parent.parent
+    for name in ("configuration_vaswani.py", "modeling_vaswani.py", "generation_vaswani.py", "beam_search_vaswani.py",
+                 "pipeline_vaswani.py"):
+        if not (folder / name).is_file() and any(name in problem for problem in missing_code_files(folder)):
+            shutil.copy2(package / name, folder / name)
+    problems = missing_code_files(folder)
+    if problems:
+        raise UsageError(f"{folder}: {problems[0]}; the checkpoint's config names code this package does not have")
+
+
 def save_averaged_checkpoint(folders: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
                              overwrite: bool = False) -> Path:
     """Average `folders` and write a loadable model folder: averaged `model.safetensors` plus the newest checkpoint's
@@ -216,6 +233,7 @@ def save_averaged_checkpoint(folders: Sequence[str | os.PathLike], out_dir: str 
             if f.is_file() and f.name not in TRAINING_STATE_FILES and f.name != WEIGHTS \
                     and not f.name.startswith("rng_state") and f.suffix != ".pth":
                 shutil.copy2(f, tmp / f.name)
+        _complete_code_files(tmp)
         save_file({k: v.contiguous() for k, v in averaged.items()}, str(tmp / WEIGHTS), metadata={"format": "pt"})
         (tmp / "averaged_from.json").write_text(
             "[\n" + ",\n".join(f' "{Path(f).name}"' for f in folders) + "\n]", encoding="utf-8")

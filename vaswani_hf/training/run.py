@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from .callbacks import BatchStatsCollator, HistoryCallback, SamplerEpochCallback, read_history
+from .callbacks import BatchStatsCollator, HistoryCallback, RunClock, SamplerEpochCallback, read_history
 from .checkpoints import (
     STAGING_DIR,
     WallClockCallback,
@@ -135,7 +135,7 @@ def load_corpora(recipe: Recipe) -> dict[str, Any]:
     return splits
 
 
-def prepare_data(recipe: Recipe, splits: dict[str, Any], state) -> RunData:
+def prepare_data(recipe: Recipe, splits: dict[str, Any], state, clock: RunClock) -> RunData:
     """Shared BPE (trained on the training pairs, or loaded) and the tokenized, filtered splits. A training split with
     no usable pair after filtering is refused (nothing would be learned)."""
     from ..data.preprocessing import prepare_dataset
@@ -143,7 +143,7 @@ def prepare_data(recipe: Recipe, splits: dict[str, Any], state) -> RunData:
 
     started = time.time()
     tok_dir = Path(recipe.tokenizer_path) if recipe.tokenizer_path else Path(recipe.output_dir) / "tokenizer"
-    with state.main_process_first():
+    with clock.stage("tokenizer"), state.main_process_first():
         if tok_dir.is_dir():
             tokenizer = load_tokenizer(tok_dir)
             logger.info("tokenizer loaded from %s (%d tokens)", tok_dir, len(tokenizer))
@@ -153,15 +153,16 @@ def prepare_data(recipe: Recipe, splits: dict[str, Any], state) -> RunData:
                                             save_dir=tok_dir, show_progress=not recipe.disable_tqdm)
             logger.info("trained joint BPE: %d tokens -> %s", len(tokenizer), tok_dir)
     prep = dict(num_proc=recipe.preprocessing_num_workers)
-    train, report = prepare_dataset(splits["train"], tokenizer, recipe.src_lang, recipe.tgt_lang,
-                                    max_length=recipe.max_length, max_ratio=recipe.max_length_ratio, **prep)
+    with clock.stage("tokenize and filter"):
+        train, report = prepare_dataset(splits["train"], tokenizer, recipe.src_lang, recipe.tgt_lang,
+                                        max_length=recipe.max_length, max_ratio=recipe.max_length_ratio, **prep)
+        held_out = {name: prepare_dataset(splits[name], tokenizer, recipe.src_lang, recipe.tgt_lang, max_length=None,
+                                          max_ratio=None, **prep)[0] if splits[name] is not None else None
+                    for name in ("valid", "test")}
     logger.info("training pairs: %s", report)
     if report.kept == 0:
         raise RecipeError(f"train_data: no usable training pair ({report}); check the corpus, max_length and "
                           "max_length_ratio")
-    held_out = {name: prepare_dataset(splits[name], tokenizer, recipe.src_lang, recipe.tgt_lang, max_length=None,
-                                      max_ratio=None, **prep)[0] if splits[name] is not None else None
-                for name in ("valid", "test")}
     return RunData(tokenizer, train, held_out["valid"], held_out["test"], report, time.time() - started)
 
 
@@ -327,16 +328,27 @@ def run_training(recipe: Recipe, callbacks: Sequence[TrainerCallback] = (), *, o
     """Run a validated recipe end to end: data, tokenizer, model, training, averaging, evaluation, export.
     `callbacks` are added to the Trainer's (e.g. to observe the run in tests). `overwrite`: replace a previous run in
     output_dir (without it, and without `recipe.resume`, a folder holding a run is refused). Returns the final
-    metrics (also written to OUTPUT_DIR/metrics.json by the main process)."""
-    state, resume_from, splits = start(recipe, overwrite)
-    data = prepare_data(recipe, splits, state)
-    trainer = build_trainer(recipe, build_model(recipe, data.tokenizer), data, state, callbacks)
+    metrics (also written to OUTPUT_DIR/metrics.json by the main process), with the time and memory of each stage
+    (`run_clock`)."""
+    clock = RunClock()
+    with clock.stage("checks and corpora"):
+        state, resume_from, splits = start(recipe, overwrite)
+    data = prepare_data(recipe, splits, state, clock)
+    with clock.stage("model"):
+        model = build_model(recipe, data.tokenizer)
+    trainer = build_trainer(recipe, model, data, state, [clock, *callbacks])
     if resume_from is not None:
         logger.info("resuming from %s", resume_from)
-    metrics = train(trainer, resume_from, data)
-    metrics["averaged_checkpoints"] = average(trainer, recipe, state)
-    metrics.update(final_scores(trainer, recipe, data, state))
+    with clock.stage("training"):
+        metrics = train(trainer, resume_from, data)
+    logger.info("first update: started %.1f s after launch, took %.1f s", clock.first_update.get("started_s", -1),
+                clock.first_update.get("seconds", -1))
+    with clock.stage("averaging"):
+        metrics["averaged_checkpoints"] = average(trainer, recipe, state)
+    with clock.stage("final scores"):
+        metrics.update(final_scores(trainer, recipe, data, state))
     if state.is_main_process:
+        metrics["run_clock"] = clock.report()
         finish(trainer, recipe, data, metrics)
     trainer.accelerator.wait_for_everyone()
     return metrics
