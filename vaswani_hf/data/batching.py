@@ -33,32 +33,40 @@ LABEL_PAD_ID = -100  # ignored by torch.nn.CrossEntropyLoss (ignore_index defaul
 EXAMPLE_INDEX = "example_index"  # row of an evaluation example in its dataset, carried through the collator
 
 
-def pack_by_tokens(order: Sequence[int] | np.ndarray, lengths: Sequence[Sequence[int] | np.ndarray],
-                   max_tokens: int | None, max_sentences: int | None = None) -> list[list[int]]:
-    """Cut `order` (indices) greedily, in that order, into batches: a batch grows while, for every array of
-    `lengths`, (sentences in the batch) x (longest of them) stays within `max_tokens`, and while it holds at most
-    `max_sentences` sentences. A sentence that alone exceeds the budget forms a batch of its own (callers that must
-    refuse it check first). O(N) Python: ~1 s per million sentences (fairseq's `batch_by_size` does the same)."""
+def batch_ends(order: Sequence[int] | np.ndarray, lengths: Sequence[Sequence[int] | np.ndarray],
+               max_tokens: int | None, max_sentences: int | None = None) -> list[int]:
+    """Cut `order` (indices) greedily, in that order, into batches, and return where each batch ends (positions in
+    `order`, exclusive): a batch grows while, for every array of `lengths`, (sentences in the batch) x (longest of
+    them) stays within `max_tokens`, and while it holds at most `max_sentences` sentences. A sentence that alone
+    exceeds the budget forms a batch of its own (callers that must refuse it check first). O(N) Python: ~1 s per
+    million sentences (fairseq's `batch_by_size` does the same); the batches themselves are never built as lists."""
     if not 1 <= len(lengths) <= 2:
         raise ValueError("pack_by_tokens: give one array of lengths (source) or two (source, target)")
-    first = np.asarray(lengths[0], dtype=np.int64).tolist()  # Python ints: ~5x faster to index than numpy scalars
-    second = np.asarray(lengths[-1], dtype=np.int64).tolist() if len(lengths) == 2 else first
+    order = np.asarray(order, dtype=np.int64)
+    first = np.asarray(lengths[0], dtype=np.int64)[order].tolist()  # Python ints in order: fast to index
+    second = np.asarray(lengths[-1], dtype=np.int64)[order].tolist() if len(lengths) == 2 else first
     budget = max_tokens if max_tokens is not None else float("inf")
     cap = max_sentences if max_sentences is not None else float("inf")
-    batches: list[list[int]] = []
-    current: list[int] = []
-    longest_first = longest_second = 0
-    for i in (order.tolist() if isinstance(order, np.ndarray) else order):
-        a, b = max(longest_first, first[i]), max(longest_second, second[i])
-        count = len(current) + 1
-        if current and (count * a > budget or count * b > budget or count > cap):
-            batches.append(current)
-            current, a, b = [], first[i], second[i]
-        current.append(i)
+    ends: list[int] = []
+    start = longest_first = longest_second = 0
+    for position, (x, y) in enumerate(zip(first, second)):
+        a, b = max(longest_first, x), max(longest_second, y)
+        count = position - start + 1
+        if count > 1 and (count * a > budget or count * b > budget or count > cap):
+            ends.append(position)
+            start, a, b = position, x, y
         longest_first, longest_second = a, b
-    if current:
-        batches.append(current)
-    return batches
+    if len(first) > start:
+        ends.append(len(first))
+    return ends
+
+
+def pack_by_tokens(order: Sequence[int] | np.ndarray, lengths: Sequence[Sequence[int] | np.ndarray],
+                   max_tokens: int | None, max_sentences: int | None = None) -> list[list[int]]:
+    """The batches of `batch_ends`, as lists of indices (for a few thousand sentences, e.g. a file to translate)."""
+    order = np.asarray(order, dtype=np.int64)
+    starts = [0, *batch_ends(order, lengths, max_tokens, max_sentences)]
+    return [order[a:b].tolist() for a, b in zip(starts[:-1], starts[1:])]
 
 
 def make_batches(lengths: Sequence[int], max_tokens: int | None = TRANSLATE_MAX_TOKENS,
@@ -88,7 +96,7 @@ class TokenBatchSampler(Sampler[list[int]]):
     order the pairs by source length, then target length, ties broken randomly with `seed`; cut that order
     greedily into batches as large as the budget allows.  Batches are built ONCE, so `__len__` is stable (the
     Trainer sizes its schedule from it); each epoch shuffles the *order* of the batches with `(seed, epoch)`.
-    Call `set_epoch(epoch)` before each epoch (the Trainer subclass below does).
+    Call `set_epoch(epoch)` before each epoch (`VaswaniTrainer` does).
 
     Distributed: every rank builds the same global batch list and takes every `num_replicas`-th batch of the epoch's
     order starting at `rank`, so ranks get disjoint batches that together cover every example exactly once.  For
@@ -145,7 +153,7 @@ class TokenBatchSampler(Sampler[list[int]]):
         self.max_tokens, self.max_sentences = int(max_tokens), max_sentences
         self.shuffle, self.seed, self.epoch = shuffle, int(seed), 0
         self.num_replicas, self.rank = int(num_replicas), int(rank)
-        self.batches = self._make_batches(src, tgt)  # global list, same on every rank
+        self._order, self._bounds = self._make_batches(src, tgt)  # the global batches, same on every rank
         self.num_examples = int(src.size)
 
     @classmethod
@@ -155,46 +163,56 @@ class TokenBatchSampler(Sampler[list[int]]):
         """Lengths from the `input_ids` and `labels` columns of a tokenized dataset."""
         return cls(sequence_lengths(dataset, "input_ids"), sequence_lengths(dataset, "labels"), max_tokens, **kwargs)
 
-    def _make_batches(self, src: np.ndarray, tgt: np.ndarray) -> list[list[int]]:
+    def _make_batches(self, src: np.ndarray, tgt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(order, bounds): the examples in batch order and where each batch starts and ends in it (batch j is
+        `order[bounds[j]:bounds[j + 1]]`). Two arrays, not a list per batch: 4.5M pairs take 36 MB, not ~200 MB of
+        Python lists."""
         rng = np.random.default_rng(self.seed)
         order = rng.permutation(src.size)  # random tie-breaking among equal lengths
         order = order[np.argsort(tgt[order], kind="stable")]
         order = order[np.argsort(src[order], kind="stable")]  # by source length, then target length
-        return self._balance(pack_by_tokens(order, (src, tgt), self.max_tokens, self.max_sentences), src.size)
+        ends = batch_ends(order, (src, tgt), self.max_tokens, self.max_sentences)
+        return order, np.asarray(self._balance([0, *ends], src.size), dtype=np.int64)
 
-    def _balance(self, batches: list[list[int]], n: int) -> list[list[int]]:
+    def _balance(self, bounds: list[int], n: int) -> list[int]:
         """Split the most populous batches until the count is a multiple of num_replicas (see class docstring)."""
         r = self.num_replicas
         if n == 0:
-            return []
-        target = max(r, -(-len(batches) // r) * r)
+            return [0]
+        count = len(bounds) - 1
+        target = max(r, -(-count // r) * r)
         if target > n:
             raise ValueError(
                 f"cannot give {r} ranks the same number of distinct non-empty batches from {n} examples "
-                f"({len(batches)} batches); use fewer processes or more data"
+                f"({count} batches); use fewer processes or more data"
             )
-        while len(batches) < target:
-            j = max(range(len(batches)), key=lambda b: len(batches[b]))
-            big = batches[j]
-            half = len(big) // 2
-            batches[j : j + 1] = [big[:half], big[half:]]  # keep length order: halves stay adjacent
-        return batches
+        while len(bounds) - 1 < target:  # at most r - 1 splits
+            sizes = np.diff(bounds)
+            j = int(np.argmax(sizes))  # the first of the most populous
+            bounds.insert(j + 1, bounds[j] + int(sizes[j]) // 2)  # keep length order: halves stay adjacent
+        return bounds
+
+    @property
+    def batches(self) -> list[list[int]]:
+        """Every batch as a list of example indices, in length order (for inspection: O(N) Python objects)."""
+        return [self._order[a:b].tolist() for a, b in zip(self._bounds[:-1], self._bounds[1:])]
 
     def set_epoch(self, epoch: int) -> None:
         """Select the batch order of `epoch` (same as torch's DistributedSampler.set_epoch)."""
         self.epoch = int(epoch)
 
     def __iter__(self) -> Iterator[list[int]]:
+        count = len(self._bounds) - 1
         if self.shuffle:
-            order = np.random.default_rng([self.seed, self.epoch]).permutation(len(self.batches))
+            order = np.random.default_rng([self.seed, self.epoch]).permutation(count)
         else:
-            order = np.arange(len(self.batches))
+            order = np.arange(count)
         for j in order[self.rank :: self.num_replicas].tolist():
-            yield list(self.batches[j])
+            yield self._order[self._bounds[j]:self._bounds[j + 1]].tolist()
 
     def __len__(self) -> int:
         """Batches per rank per epoch."""
-        return len(self.batches) // self.num_replicas
+        return (len(self._bounds) - 1) // self.num_replicas
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -59,7 +59,7 @@ def resolve_path(path: str | os.PathLike, data_dir: str | os.PathLike | None = N
 # ---------------------------------------------------------------------------------------------------------------------
 
 _POSITIVE = ("vocab_size", "d_model", "d_ff", "num_heads", "num_encoder_layers", "num_decoder_layers",
-             "max_tokens_per_device", "warmup_steps", "logging_steps", "eval_num_beams")
+             "warmup_steps", "logging_steps", "eval_num_beams")
 _NOT_NEGATIVE = ("torch_threads", "max_train_samples", "max_eval_samples", "tokens_per_step", "max_sentences",
                  "eval_max_tokens", "save_every_minutes", "save_steps", "keep_last", "average_last",
                  "max_train_minutes", "eval_steps", "test_num_beams", "dataloader_num_workers", "weight_decay",
@@ -78,8 +78,14 @@ def validate_recipe(recipe: Recipe, check_paths: bool = True) -> Recipe:
         raise RecipeError(f"vocab_size must exceed the 4 special tokens + 256 byte symbols, got {recipe.vocab_size}")
     if recipe.max_steps <= 0 and recipe.num_train_epochs <= 0:
         raise RecipeError("set max_steps > 0 or num_train_epochs > 0")
-    if recipe.gradient_accumulation_steps == "auto" and recipe.tokens_per_step <= 0:
-        raise RecipeError("gradient_accumulation_steps: auto needs tokens_per_step > 0 (paper: 25000)")
+    if recipe.max_tokens_per_device != "auto" and recipe.max_tokens_per_device <= 0:
+        raise RecipeError(f"max_tokens_per_device must be positive or auto, got {recipe.max_tokens_per_device!r}")
+    for name in ("gradient_accumulation_steps", "max_tokens_per_device"):
+        if recipe[name] == "auto" and recipe.tokens_per_step <= 0:
+            raise RecipeError(f"{name}: auto needs tokens_per_step > 0 (paper: 25000)")
+    if recipe.max_tokens_per_device == "auto" and recipe.gradient_accumulation_steps != "auto":
+        raise RecipeError("max_tokens_per_device: auto chooses the accumulation too: set gradient_accumulation_steps: "
+                          "auto")
     if isinstance(recipe.gradient_accumulation_steps, int) and recipe.gradient_accumulation_steps < 1:
         raise RecipeError("gradient_accumulation_steps must be >= 1 or 'auto'")
     if recipe.average_last > 1 and 0 < recipe.keep_last < recipe.average_last:

@@ -128,7 +128,9 @@ class OptimizationKeys:
     adam_epsilon: float = key(1e-9, "Adam epsilon (Section 5.3)")
     weight_decay: float = key(0.0, "L2 weight decay (the paper uses none)")
     max_grad_norm: float = key(0.0, "gradient clipping (0: none, as the paper and t2t v1)")
-    max_tokens_per_device: int = key(4096, "padded source (and target) tokens per micro-batch per process")
+    max_tokens_per_device: IntOrAuto = key(
+        4096, "padded source (and target) tokens per micro-batch per process; auto: from tokens_per_step, the "
+              "process count and the device's memory (vaswani_hf.training.budget)")
     tokens_per_step: int = key(0, "target tokens per optimizer update for gradient_accumulation_steps: auto")
     gradient_accumulation_steps: IntOrAuto = key(1, "micro-batches per update; auto: ceil(tokens_per_step / "
                                                     "(max_tokens_per_device x processes))")
@@ -205,12 +207,12 @@ class Recipe(Mapping):
 
         return VaswaniConfig(vocab_size=vocab_size, **dataclasses.asdict(self._sections[ModelKeys]))
 
-    def gradient_accumulation(self, world_size: int) -> int:
-        """Micro-batches per update: the recipe's number, or for "auto" enough to reach `tokens_per_step` target
-        tokens over `world_size` processes (Section 5.1's ~25000; `max_tokens_per_device x processes x this`)."""
-        if self.gradient_accumulation_steps == "auto":
-            return max(1, -(-self.tokens_per_step // (self.max_tokens_per_device * world_size)))
-        return int(self.gradient_accumulation_steps)
+    def tokens_per_device(self, world_size: int, device="cpu", local_processes: int = 1) -> tuple[int, int]:
+        """(max_tokens_per_device, gradient_accumulation_steps) on `world_size` processes of `device`: Section 5.1's
+        ~25000 tokens per update as `max_tokens_per_device x processes x accumulation` (see `budget`)."""
+        from .budget import tokens_per_device
+
+        return tokens_per_device(self, world_size, device=device, local_processes=local_processes)
 
 
 def defaults() -> dict[str, Any]:

@@ -141,8 +141,7 @@ def card_inputs_from_recipe(metrics: Mapping[str, Any], recipe: Mapping[str, Any
     facts = {
         "dataset_name": r.get("hub_dataset") or r.get("data_dir") or r.get("data_format"),
         "steps": metrics.get("global_step"),
-        "tokens_per_batch": (r.get("max_tokens_per_device", 0) * metrics.get("world_size", 1)
-                             * metrics.get("gradient_accumulation_steps", 1)) or None,
+        "tokens_per_batch": metrics.get("tokens_per_update"),
         "optimizer": f"Adam(beta1={r.get('adam_beta1')}, beta2={r.get('adam_beta2')}, eps={r.get('adam_epsilon')})",
         "lr_schedule": "d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (Section 5.3)"
                        + (f" x {r.get('lr_multiplier')}" if r.get("lr_multiplier", 1.0) != 1.0 else ""),

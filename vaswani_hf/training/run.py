@@ -67,21 +67,30 @@ def use_cpu(recipe: Recipe) -> bool:
                 or (launched and not torch.cuda.is_available()) or not has_accelerator)
 
 
+def local_processes(world_size: int) -> int:
+    """Processes on this machine (they share its memory on a CPU)."""
+    import os
+
+    return int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+
+
 def build_training_arguments(recipe: Recipe, world_size: int | None = None):
     """The `Seq2SeqTrainingArguments` of a recipe. Batch sizes are token budgets (the trainer's own); saving is
     decided by `WallClockCallback`; the learning rate is the Section 5.3 formula's constant factor."""
     from accelerate import PartialState
     from transformers import Seq2SeqTrainingArguments
 
-    if world_size is None:
-        world_size = PartialState(cpu=use_cpu(recipe)).num_processes
     cpu = use_cpu(recipe)
+    state = PartialState(cpu=cpu)
+    if world_size is None:
+        world_size = state.num_processes
+    _, accumulation = recipe.tokens_per_device(world_size, state.device, local_processes(world_size))
     return Seq2SeqTrainingArguments(
         output_dir=recipe.output_dir, max_steps=recipe.max_steps if recipe.max_steps > 0 else -1,
         num_train_epochs=recipe.num_train_epochs, learning_rate=paper_base_lr(recipe.d_model, recipe.lr_multiplier),
         weight_decay=recipe.weight_decay, adam_beta1=recipe.adam_beta1, adam_beta2=recipe.adam_beta2,
         adam_epsilon=recipe.adam_epsilon, max_grad_norm=recipe.max_grad_norm,
-        gradient_accumulation_steps=recipe.gradient_accumulation(world_size),
+        gradient_accumulation_steps=accumulation,
         logging_steps=recipe.logging_steps, logging_first_step=True,
         eval_strategy="steps" if recipe.eval_steps > 0 else "no",
         eval_steps=recipe.eval_steps if recipe.eval_steps > 0 else None,
@@ -186,9 +195,11 @@ def build_trainer(recipe: Recipe, model, data: RunData, state, callbacks: Sequen
 
     out = Path(recipe.output_dir)
     args = build_training_arguments(recipe, state.num_processes)
-    logger.info("batching: %d tokens/device x %d processes x %d accumulation = %d tokens per update (target)",
-                recipe.max_tokens_per_device, state.num_processes, args.gradient_accumulation_steps,
-                recipe.max_tokens_per_device * state.num_processes * args.gradient_accumulation_steps)
+    max_tokens, _ = recipe.tokens_per_device(state.num_processes, state.device, local_processes(state.num_processes))
+    logger.info("batching: %d tokens/device x %d processes x %d accumulation = %d tokens per update (target)%s",
+                max_tokens, state.num_processes, args.gradient_accumulation_steps,
+                max_tokens * state.num_processes * args.gradient_accumulation_steps,
+                " (max_tokens_per_device: auto)" if recipe.max_tokens_per_device == "auto" else "")
     batch_log = out / f"batches_rank{state.process_index}.jsonl" if recipe.debug_log_batches else None
     if batch_log is not None and batch_log.exists() and not recipe.resume:
         batch_log.unlink()
@@ -199,8 +210,8 @@ def build_trainer(recipe: Recipe, model, data: RunData, state, callbacks: Sequen
         compute_metrics=make_compute_metrics(data.tokenizer, tokenize=recipe.bleu_tokenize) if has_scores else None,
         callbacks=[WallClockCallback(recipe.save_every_minutes, recipe.max_train_minutes, recipe.save_steps),
                    SamplerEpochCallback(), HistoryCallback(out / "history.jsonl"), *callbacks],
-        optimizer_cls_and_kwargs=paper_optimizer_cls_and_kwargs(recipe), max_tokens=recipe.max_tokens_per_device,
-        eval_max_tokens=recipe.eval_max_tokens or recipe.max_tokens_per_device,
+        optimizer_cls_and_kwargs=paper_optimizer_cls_and_kwargs(recipe), max_tokens=max_tokens,
+        eval_max_tokens=recipe.eval_max_tokens or max_tokens,
         max_sentences=recipe.max_sentences or None, paper_warmup_steps=recipe.warmup_steps,
         label_smoothing=recipe.label_smoothing)
 
@@ -213,6 +224,9 @@ def train(trainer: VaswaniTrainer, resume_from: Path | None, data: RunData) -> d
     metrics: dict[str, Any] = {f"train/{k}": v for k, v in result.metrics.items()}
     metrics.update(world_size=trainer.args.world_size, global_step=trainer.state.global_step,
                    gradient_accumulation_steps=trainer.args.gradient_accumulation_steps,
+                   max_tokens_per_device=trainer.max_tokens,
+                   tokens_per_update=trainer.max_tokens * trainer.args.world_size
+                   * trainer.args.gradient_accumulation_steps,
                    params=sum(p.numel() for p in trainer.model.parameters()), data_prep_seconds=data.seconds,
                    train_seconds=seconds, filter_report=data.filter_report.as_dict())
     stats = trainer.data_collator.stats()

@@ -1,0 +1,73 @@
+"""Section 5.1's ~25000 tokens per update on any number of processes and any device, without editing a recipe
+(`max_tokens_per_device: auto`, vaswani_hf/training/budget.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
+from vaswani_hf.training import build_training_arguments, load_recipe
+from vaswani_hf.training.budget import (
+    activation_bytes_per_token,
+    approximate_parameters,
+    device_capacity,
+    split_update,
+)
+
+GB = 10 ** 9
+
+
+@pytest.mark.parametrize("preset", ["base", "big"])
+def test_parameter_count_without_building_the_model(preset):
+    config = getattr(VaswaniConfig, preset)(vocab_size=37000)
+    assert approximate_parameters(config) == sum(p.numel() for p in VaswaniForConditionalGeneration(config).parameters())
+
+
+@pytest.mark.parametrize("world", [1, 2, 8])
+@pytest.mark.parametrize("memory, bf16", [(80 * GB, True), (40 * GB, True), (16 * GB, False), (24 * GB, False)])
+def test_every_update_holds_about_25k_tokens(world, memory, bf16):
+    """For 1, 2 and 8 processes on devices of 16-80 GB (fp32 and bf16): the micro-batch fits the device's estimated
+    capacity, and micro-batch x processes x accumulation is the recipe's 25000 rounded up by at most one token per
+    micro-batch."""
+    config = VaswaniConfig.base(vocab_size=37000)
+    capacity = device_capacity(config, approximate_parameters(config), memory, bf16=bf16)
+    tokens, accumulation = split_update(25000, world, capacity)
+    assert tokens <= capacity
+    assert 25000 <= tokens * world * accumulation < 25000 + world * accumulation
+    assert accumulation == -(-(-(-25000 // world)) // capacity)  # the fewest micro-batches that fit
+
+
+def test_one_large_gpu_takes_the_whole_update_and_eight_share_it():
+    config = VaswaniConfig.base(vocab_size=37000)
+    capacity = device_capacity(config, approximate_parameters(config), 80 * GB, bf16=True)
+    assert split_update(25000, 1, capacity) == (25000, 1)  # one H100: no accumulation of 8 tiny micro-batches
+    assert split_update(25000, 8, capacity) == (3125, 1)  # the paper's 8 GPUs
+    small = device_capacity(config, approximate_parameters(config), 16 * GB)
+    assert split_update(25000, 1, small) == (6250, 4)
+
+
+def test_memory_estimate_matches_the_measured_base_model():
+    """Measured on CPU (module docstring of budget.py): ~1.15 MB per token for the base model in fp32, the big model's
+    per-token cost higher, and bf16 lower."""
+    base, big = VaswaniConfig.base(vocab_size=37000), VaswaniConfig.big(vocab_size=37000)
+    assert 1.0e6 < activation_bytes_per_token(base) < 1.3e6
+    assert activation_bytes_per_token(big) > activation_bytes_per_token(base)
+    assert activation_bytes_per_token(base, bf16=True) < activation_bytes_per_token(base)
+
+
+@pytest.mark.parametrize("world", [1, 2, 8])
+def test_the_wmt_recipe_on_cpu_processes(world):
+    """The recipe as shipped, on `world` CPU processes of this machine (their RAM shared): the Trainer's accumulation
+    and the per-device budget give ~25000 tokens per update."""
+    recipe = load_recipe("wmt14-en-de-base", check_paths=False)
+    assert recipe.max_tokens_per_device == "auto" and recipe.tokens_per_step == 25000
+    tokens, accumulation = recipe.tokens_per_device(world, "cpu", local_processes=world)
+    assert tokens <= 4096 and 25000 <= tokens * world * accumulation < 25000 + world * accumulation
+    assert build_training_arguments(recipe, world_size=world).gradient_accumulation_steps == accumulation
+
+
+def test_a_number_in_the_recipe_wins():
+    recipe = load_recipe("wmt14-en-de-base", {"max_tokens_per_device": 2000}, check_paths=False)
+    assert [recipe.tokens_per_device(w) for w in (1, 2, 8)] == [(2000, 13), (2000, 7), (2000, 2)]
+    fixed = load_recipe("default", check_paths=False)
+    assert fixed.tokens_per_device(2) == (1024, 1)
