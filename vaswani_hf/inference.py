@@ -37,12 +37,13 @@ import torch
 from tqdm.auto import tqdm
 
 from .data.batching import TRANSLATE_MAX_TOKENS, make_batches
-from .io import UsageError, load_model_folder
+from .io import InputLineError, UsageError, load_model_folder
 from .pipeline_vaswani import VaswaniTranslationPipeline
 
 __all__ = [
     "DTYPES",
     "translate",
+    "position_limit",
     "load_for_inference",
     "resolve_device",
     "resolve_dtype",
@@ -114,6 +115,15 @@ def load_for_inference(model_dir: str | os.PathLike, device: str | torch.device 
                              trust_remote_code=trust_remote_code)
 
 
+def position_limit(model) -> int | None:
+    """The longest sequence (in tokens, `</s>` included) the model can embed: `max_position_embeddings` for learned
+    positions (Table 3, row E); None for sinusoids, which extend to any length (Section 3.5)."""
+    config = getattr(model, "config", None)
+    if getattr(config, "position_encoding", None) == "learned":
+        return int(config.max_position_embeddings)
+    return None
+
+
 def _one_line(text: str) -> str:
     """Join the lines of `text` with spaces (any str.splitlines boundary) and strip it."""
     return " ".join(text.splitlines()).strip()
@@ -173,6 +183,10 @@ def translate(
 
     Returns:
         One single-line string per input sentence, in the input order.
+
+    Raises:
+        InputLineError (a UsageError) naming the sentence (1-based) when a model with learned positions cannot embed
+        it (`position_limit`), before anything is decoded.
     """
     if isinstance(sentences, str):
         raise TypeError("translate: `sentences` must be a sequence of strings, not a single string")
@@ -197,6 +211,11 @@ def translate(
     if not todo:
         return outputs
     encoded = tokenizer([sentences[i].strip() for i in todo], add_special_tokens=True)["input_ids"]
+    limit = position_limit(model)
+    for j, ids in enumerate(encoded if limit is not None else ()):  # checked before anything is decoded
+        if len(ids) > limit:
+            raise InputLineError(todo[j] + 1, f"{len(ids)} source tokens, but the model's learned position "
+                                              f"embeddings cover {limit} positions; shorten or split the line")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else model.config.pad_token_id
     batches = make_batches([len(ids) for ids in encoded], max_tokens, batch_size)
 

@@ -30,6 +30,7 @@ import os
 import shutil
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,7 +41,7 @@ BOM = "\ufeff"
 CHUNK_BYTES = 1 << 24  # text is decoded in 16 MiB blocks: C-speed decoding, bounded memory for WMT-sized corpora
 
 __all__ = [
-    "VaswaniError", "UsageError", "RunFailure", "ArgumentParser", "run_cli", "add_debug_argument",
+    "VaswaniError", "UsageError", "RunFailure", "InputLineError", "ArgumentParser", "run_cli", "add_debug_argument",
     "iter_lines", "read_lines", "write_lines", "check_input_file",
     "check_output_file", "check_output_dir", "replace_atomically", "atomic_output_dir",
     "check_model_folder", "load_model_folder", "check_safetensors", "read_json",
@@ -71,6 +72,21 @@ class RunFailure(VaswaniError, RuntimeError):
     exit_code = 1
 
 
+class InputLineError(UsageError):
+    """Bad input at one line of a list of sentences (1-based `line`), raised where the file is not known (e.g. a
+    sentence longer than the model's positions); a tool that read the sentences from a file names it with
+    `in_file`."""
+
+    def __init__(self, line: int, message: str):
+        super().__init__(f"line {line}: {message}")
+        self.line, self.message = line, message
+
+    def in_file(self, label: str | os.PathLike) -> UsageError:
+        """The same error naming the file as `file:line: ...` ("-" is standard input)."""
+        label = "<stdin>" if str(label) == STDIO else str(label)
+        return UsageError(f"{label}:{self.line}: {self.message}")
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse, but a usage error is a `UsageError` (one line through `run_cli`) instead of usage text + exit."""
 
@@ -96,14 +112,17 @@ def run_cli(main: Callable[[list[str]], int | None], argv: Sequence[str] | None 
             prog: str | None = None) -> int:
     """Run a tool's `main(argv)` under the contract: its return value is the exit status (None: 0); a
     `VaswaniError` is one line on stderr and its exit status; Ctrl-C is "interrupted" and 130. With `--debug` (or
-    VASWANI_DEBUG=1) errors propagate with their traceback."""
+    VASWANI_DEBUG=1) errors propagate with their traceback. transformers' own progress bars (loading and writing
+    weights) are off meanwhile."""
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = prog or Path(sys.argv[0]).name
     if _debug_requested(argv):
-        code = main(argv)
+        with _library_progress_bars_off():
+            code = main(argv)
         return 0 if code is None else int(code)
     try:
-        code = main(argv)
+        with _library_progress_bars_off():
+            code = main(argv)
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
@@ -111,6 +130,36 @@ def run_cli(main: Callable[[list[str]], int | None], argv: Sequence[str] | None 
         print(f"{prog}: error: {_one_line(error)}", file=sys.stderr)
         return error.exit_code
     return 0 if code is None else int(code)
+
+
+@contextmanager
+def _library_progress_bars_off():
+    """transformers' own progress bars (loading and writing weights) are off while a tool runs: they are not the
+    tool's progress, and a bar left on stderr before an error would break the one-line rule. The tools' own bars and
+    huggingface_hub's download bars stay; the previous state is restored afterwards (for in-process callers)."""
+    try:
+        from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+        from transformers.utils import logging as transformers_logging
+    except ImportError:
+        yield
+        return
+    was_enabled, hub_was_disabled = transformers_logging.is_progress_bar_enabled(), are_progress_bars_disabled()
+
+    def switch(transformers_on: bool) -> None:
+        """transformers' switch also switches the hub's bars: the hub's own state is put back each time."""
+        with warnings.catch_warnings():  # the hub warns when HF_HUB_DISABLE_PROGRESS_BARS forbids a change
+            warnings.simplefilter("ignore")
+            if transformers_on:
+                transformers_logging.enable_progress_bar()
+            else:
+                transformers_logging.disable_progress_bar()
+            (disable_progress_bars if hub_was_disabled else enable_progress_bars)()
+
+    switch(False)
+    try:
+        yield
+    finally:
+        switch(was_enabled)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ model obtained by averaging the last 5 checkpoints, which were written at 10-min
 
 The output folder holds the averaged `model.safetensors` and the newest checkpoint's config, generation config,
 tokenizer and code files, so it loads with `AutoModelForSeq2SeqLM.from_pretrained(out)` (no optimizer state). An
-existing --out is replaced only with --overwrite, and never when it holds the checkpoints being averaged.
+existing --out is replaced only with --overwrite, and never when it is, holds or lies inside a checkpoint being
+averaged. Every checkpoint is checked (config.json, complete safetensors weights) before anything is written.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..io import ArgumentParser, UsageError, add_debug_argument, check_output_dir, check_safetensors, run_cli
+from ..io import ArgumentParser, UsageError, add_debug_argument, check_model_folder, check_output_dir, run_cli
 
 
 def build_parser() -> ArgumentParser:
@@ -39,6 +40,7 @@ def _main(argv: Sequence[str]) -> int:
     if args.last < 1:
         raise UsageError(f"--last must be at least 1, got {args.last}")
     check_output_dir(args.out, overwrite=args.overwrite, what="--out")
+    warning = None
     if args.run_dir:
         run_dir = Path(args.run_dir)
         if not run_dir.is_dir():
@@ -47,15 +49,21 @@ def _main(argv: Sequence[str]) -> int:
         if not folders:
             raise UsageError(f"--run_dir {run_dir} holds no checkpoint-N folder")
         if len(folders) < args.last:
-            print(f"warning: asked for the last {args.last} checkpoints, found {len(folders)}", file=sys.stderr)
+            warning = f"warning: asked for the last {args.last} checkpoints, found {len(folders)}"
     else:
         folders = [Path(p) for p in args.checkpoints]
+    out = Path(args.out).resolve()
     for folder in folders:  # every input named before anything is written
-        if not folder.is_dir():
-            raise UsageError(f"checkpoint folder not found: {folder}")
-        if not (folder / "model.safetensors").is_file():
+        if folder.is_dir() and not (folder / "model.safetensors").is_file():
             raise UsageError(f"{folder}: no model.safetensors; averaging needs safetensors checkpoints")
-        check_safetensors(folder / "model.safetensors")
+        # exists, is a folder, config.json (copied to --out) is valid, the weights are complete
+        check_model_folder(folder, what="checkpoint folder", tokenizer=False)
+        here = folder.resolve()
+        if out == here or out in here.parents or here in out.parents:  # --out the run folder, a checkpoint, or in one
+            raise UsageError(f"--out {args.out} would replace the checkpoints being averaged ({folder}); choose "
+                             "another folder")
+    if warning:
+        print(warning, file=sys.stderr)
     out = save_averaged_checkpoint(folders, args.out, overwrite=args.overwrite)
     print(f"averaged {len(folders)} checkpoints ({', '.join(f.name for f in folders)}) -> {out}")
     return 0

@@ -21,10 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Sequence
 
 from ..io import (
     ArgumentParser,
+    InputLineError,
     UsageError,
     add_debug_argument,
     check_model_folder,
@@ -80,9 +82,15 @@ def translate_file(args, sources: list[str]) -> tuple[list[str], int]:
 
     model, tokenizer = load_for_inference(args.model, device=args.device)
     num_beams = args.num_beams if args.num_beams is not None else model.generation_config.num_beams
-    print(f"translating {len(sources)} lines of {args.source} on {resolve_device(args.device)} with "
-          f"num_beams={num_beams}", file=sys.stderr)
-    return translate(model, tokenizer, sources, batch_size=args.batch_size, num_beams=num_beams), num_beams
+    started = time.perf_counter()
+    try:
+        hypotheses = translate(model, tokenizer, sources, batch_size=args.batch_size, num_beams=num_beams)
+    except InputLineError as error:  # e.g. a line longer than the model's positions: named as file:line
+        raise error.in_file(args.source) from error
+    # reported after the work, so that a refused source is one line on stderr (translate shows its own progress)
+    print(f"translated {len(sources)} lines of {args.source} on {resolve_device(args.device)} with "
+          f"num_beams={num_beams} in {time.perf_counter() - started:.1f}s", file=sys.stderr)
+    return hypotheses, num_beams
 
 
 def _main(argv: Sequence[str]) -> int:

@@ -20,6 +20,7 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..io import (
@@ -71,17 +72,50 @@ def _corpus(args):
     return load_parallel(args.corpus, args.src_lang, args.tgt_lang, config=args.hub_config, split=args.split)
 
 
-class _Counted:
-    """An iterator of lines that counts them (a tokenizer learned from nothing is refused)."""
+def _source(args) -> str:
+    """The training text as the command line named it (for error messages)."""
+    if args.files:
+        return "--files " + ", ".join(map(str, args.files))
+    return f"--corpus {args.corpus}" if args.corpus else "--sample"
 
-    def __init__(self, lines):
-        self.lines, self.count, self.non_empty = lines, 0, 0
+
+class _Counted:
+    """An iterator of lines that counts them; a text without one non-empty line is refused when it ends, before the
+    tokenizer learned from nothing is logged or saved."""
+
+    def __init__(self, lines, source: str):
+        self.lines, self.source, self.count, self.non_empty = lines, source, 0, 0
 
     def __iter__(self):
         for line in self.lines:
             self.count += 1
             self.non_empty += bool(line.strip())
             yield line
+        if self.non_empty == 0:
+            raise UsageError(f"{self.source}: no text to learn from ({self.count} lines, all empty); give the "
+                             "training corpus")
+
+
+@contextmanager
+def _held_back(name: str):
+    """Log records of logger `name` (e.g. the corpus loader's warning about empty sides) are held back inside the
+    block and emitted after it succeeds, so that a refused corpus is one line on stderr."""
+    logger, held = logging.getLogger(name), []
+
+    class Hold(logging.Handler):
+        def emit(self, record):
+            held.append(record)
+
+    handler, propagate = Hold(), logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+    for record in held:
+        logging.getLogger(record.name).handle(record)
 
 
 def _main(argv: Sequence[str]) -> int:
@@ -96,15 +130,20 @@ def _main(argv: Sequence[str]) -> int:
             raise UsageError(f"--{name} must be positive, got {getattr(args, name)}")
     check_output_dir(args.out_dir, overwrite=args.overwrite, what="--out_dir")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    lines = _Counted(iter_training_text(_corpus(args), None if args.files else [args.src_lang, args.tgt_lang]))
+    languages = None if args.files else [args.src_lang, args.tgt_lang]
+    with _held_back("vaswani_hf.data"):
+        corpus = _corpus(args)
+        # a loaded corpus is checked now (files are streamed: checked when they end, in _Counted)
+        if not args.files and not any(line.strip() for line in iter_training_text(corpus, languages)):
+            raise UsageError(f"{_source(args)}: no text to learn from ({len(corpus)} pairs, all empty); give the "
+                             "training corpus")
+    lines = _Counted(iter_training_text(corpus, languages), _source(args))
     started = time.perf_counter()
     with atomic_output_dir(args.out_dir) as tmp:
         tok = train_bpe_tokenizer(
             lines, vocab_size=args.vocab_size, min_frequency=args.min_frequency, lowercase=args.lowercase,
             normalization=None if args.normalization == "NONE" else args.normalization,
             model_max_length=args.model_max_length, save_dir=tmp)
-        if lines.non_empty == 0:
-            raise UsageError(f"no text to learn from ({lines.count} lines, all empty): give the training corpus")
     print(json.dumps({"out_dir": str(args.out_dir), "vocab_size": len(tok),
                       "seconds": round(time.perf_counter() - started, 2)}))
     return 0

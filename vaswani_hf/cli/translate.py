@@ -11,7 +11,9 @@ package reads text (vaswani_hf.io: strict UTF-8, byte-order mark dropped, CRLF/C
 empty or only whitespace gives an empty output line without being decoded; other lines are stripped of surrounding
 whitespace; a translation never contains a line break. --output is written only when everything is translated,
 atomically, and an existing file is replaced only with --overwrite. Bad input (missing or non-UTF-8 file, a folder,
-a broken model folder, an existing --output) is reported in one line with exit status 2 before the model is loaded.
+a broken model folder, an existing --output) is reported in one line with exit status 2 before the model is loaded;
+a line the model cannot take (longer than its learned positions, or than a CTranslate2 export's position table) is
+named as file:line before anything is decoded.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 from ..io import (
     STDIO,
     ArgumentParser,
+    InputLineError,
     UsageError,
     add_debug_argument,
     check_model_folder,
@@ -131,7 +134,10 @@ def _main(argv: Sequence[str]) -> int:
     elif not Path(args.model).is_dir():
         raise UsageError(f"--model {args.model}: folder not found")
     start = time.perf_counter()
-    translations = ENGINES[args.engine](args, lines)
+    try:
+        translations = ENGINES[args.engine](args, lines)
+    except InputLineError as error:  # e.g. a line longer than the model's positions: named as file:line
+        raise error.in_file(args.input) from error
     if len(translations) != len(lines):  # an engine bug must never silently misalign lines
         raise RuntimeError(f"engine {args.engine} returned {len(translations)} lines for {len(lines)} inputs")
     write_lines(args.output, translations, overwrite=args.overwrite, what="--output")

@@ -69,6 +69,22 @@ def _check_arguments(args) -> None:
                              "target word j, 0-based), e.g. --alignment \"0-0 1-2\"")
 
 
+def _check_lengths(args, model, tokenizer) -> None:
+    """A sentence longer than a learned-position model's table is refused before anything is computed."""
+    from ..inference import position_limit
+
+    limit = position_limit(model)
+    if limit is None:
+        return
+    lengths = {"--source": len(tokenizer(args.source)["input_ids"])}
+    if args.target is not None:
+        lengths["--target"] = len(tokenizer(text_target=args.target)["input_ids"])
+    for flag, n in lengths.items():
+        if n > limit:
+            raise UsageError(f"{flag}: {n} tokens (with </s>), but the model's learned position embeddings cover "
+                             f"{limit} positions; give a shorter sentence")
+
+
 def _main(argv: Sequence[str]) -> int:
     from ..visualize import KINDS, visualize
 
@@ -79,6 +95,7 @@ def _main(argv: Sequence[str]) -> int:
     # trust_remote_code: the folder's own code runs if the package's classes are not registered (any saved model)
     model, tokenizer = load_model_folder(model_dir, device=args.device, trust_remote_code=True, what="--model_dir",
                                          attn_implementation="eager")
+    _check_lengths(args, model, tokenizer)
     with atomic_output_dir(out) as tmp:
         result = visualize(model, tokenizer, args.source, args.target, tmp, fmt=args.format,
                            num_beams=args.num_beams, max_new_tokens=args.max_new_tokens, per_head=args.per_head,

@@ -235,7 +235,12 @@ def load_hub(
                 raise CorpusError(f"split {split!r} not in {p} (splits: {list(ds)})")
             ds = ds[split]
     else:
-        ds = datasets.load_dataset(str(name), config, split=split, **load_kwargs)
+        try:
+            ds = datasets.load_dataset(str(name), config, split=split, **load_kwargs)
+        except FileNotFoundError as error:  # no such local path, and no such dataset on the Hub
+            raise CorpusError(f"corpus not found: {name} is no local corpus (PREFIX.{src_lang} + PREFIX.{tgt_lang}, "
+                              f".tsv, .jsonl, a save_to_disk folder) and no dataset datasets.load_dataset finds "
+                              f"({' '.join(str(error).split())})") from None
     if not isinstance(ds, datasets.Dataset):
         raise CorpusError(f"load_dataset({name!r}, {config!r}, split={split!r}) returned {type(ds).__name__}")
     if "translation" not in ds.column_names:

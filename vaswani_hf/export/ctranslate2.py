@@ -51,7 +51,7 @@ from pathlib import Path
 
 from ..data.batching import TRANSLATE_MAX_TOKENS, make_batches
 from ..generation_vaswani import gnmt_length_penalty
-from ..io import UsageError, read_json
+from ..io import InputLineError, UsageError, read_json
 from .ctranslate2_spec import CT2_METADATA_FILE, import_ctranslate2, to_ctranslate2
 
 LENGTH_PENALTY_TYPES = ("gnmt", "hf", "ctranslate2")
@@ -138,10 +138,10 @@ class CTranslate2Translator:
         checked against the position table first: nothing is decoded if one line is too long."""
         for tokens, line in zip(sources, lines):
             if self.max_positions is not None and len(tokens) > self.max_positions:
-                raise UsageError(
-                    f"line {line}: {len(tokens)} source tokens, but this CTranslate2 export has position encodings "
-                    f"for {self.max_positions} positions; shorten or split the line, or re-export with a larger "
-                    "--max_positions")
+                raise InputLineError(
+                    line, f"{len(tokens)} source tokens, but this CTranslate2 export has position encodings for "
+                          f"{self.max_positions} positions; shorten or split the line, or re-export with a larger "
+                          "--max_positions")
         steps, forced_eos = [], []
         for tokens in sources:
             rule = int(a * len(tokens) + b) if b is not None else None
