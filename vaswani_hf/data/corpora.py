@@ -204,6 +204,16 @@ def load_jsonl(path: str | os.PathLike, src_lang: str, tgt_lang: str, *, strip: 
 FILE_FORMATS = {"moses": iter_moses, "tsv": iter_tsv, "jsonl": iter_jsonl}
 
 
+def usable_pairs(dataset: datasets.Dataset, src_lang: str, tgt_lang: str) -> int:
+    """Pairs of a dataset in the common schema with both sides non-empty (computed in Arrow)."""
+    if len(dataset) == 0:
+        return 0
+    pairs = dataset.select_columns(["translation"]).with_format("arrow")[:]["translation"]
+    empty = pc.or_(pc.equal(pc.utf8_length(pc.struct_field(pairs, src_lang)), 0),
+                   pc.equal(pc.utf8_length(pc.struct_field(pairs, tgt_lang)), 0))
+    return len(dataset) - int(pc.sum(empty).as_py() or 0)
+
+
 def scan_corpus(source: str | os.PathLike, src_lang: str, tgt_lang: str, format: str) -> tuple[int, int]:
     """(pairs, pairs with both sides non-empty) of a corpus file (or Moses prefix), streamed: every line is decoded
     and parsed as loading would, so every error loading would raise is raised here, cheaply (`--check`)."""

@@ -75,15 +75,16 @@ def checkpoint_problem(folder: Path) -> str | None:
     return None
 
 
-def resumable_checkpoint(output_dir: str | os.PathLike) -> Path | None:
-    """The newest checkpoint of `output_dir` that is complete; broken newer ones are named in a warning and passed
-    over (transformers' `get_last_checkpoint` takes the newest whatever its state, and the run then crashes)."""
+def resumable_checkpoint(output_dir: str | os.PathLike) -> tuple[Path | None, list[str]]:
+    """The newest checkpoint of `output_dir` that is complete, and why each newer one was passed over
+    (transformers' `get_last_checkpoint` takes the newest whatever its state, and the run then crashes)."""
+    skipped = []
     for folder in reversed(checkpoints(output_dir)):
         problem = checkpoint_problem(folder)
         if problem is None:
-            return folder
-        logger.warning("--resume: skipping %s (%s); trying the previous checkpoint", folder.name, problem)
-    return None
+            return folder, skipped
+        skipped.append(f"{folder.name} ({problem})")
+    return None, skipped
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -103,6 +103,12 @@ def validate_recipe(recipe: Recipe, check_paths: bool = True) -> Recipe:
             import tensorboard  # noqa: F401
         except ImportError:
             raise RecipeError("report_to tensorboard needs `pip install tensorboard`") from None
+    if check_paths and recipe.tokenizer_path is not None:
+        folder = resolve_dir(recipe.tokenizer_path)
+        if not folder.is_dir():
+            raise RecipeError(f"tokenizer_path {recipe.tokenizer_path}: folder not found (looked in {Path.cwd()} and "
+                              f"{REPO_ROOT}); give a folder written by vaswani-train-tokenizer, or null to train one")
+        read_json(folder / "tokenizer.json", what=f"tokenizer.json of tokenizer_path {folder}")
     try:
         recipe.model_config(vocab_size=recipe.vocab_size)
     except (ValueError, TypeError) as e:
@@ -180,6 +186,11 @@ def check_output_dir(recipe: Recipe, *, overwrite: bool = False) -> Path | None:
     out = Path(recipe.output_dir)
     if out.exists() and not out.is_dir():
         raise RecipeError(f"output_dir {out} is a file; give a folder")
+    for parent in out.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise RecipeError(f"output_dir {out}: {parent} is a file, not a folder")
+            break
     export = Path(recipe.export_dir) if recipe.export_dir else None
     if export is not None and out not in export.parents:
         if export.exists() and not export.is_dir():
@@ -193,12 +204,14 @@ def check_output_dir(recipe: Recipe, *, overwrite: bool = False) -> Path | None:
         return None
     previous = previous_run_files(out)
     if recipe.resume:
-        checkpoint = resumable_checkpoint(out)
+        checkpoint, skipped = resumable_checkpoint(out)
         if checkpoint is None and checkpoints(out):
-            raise RecipeError(f"--resume: no checkpoint in {out} loads (all are incomplete or corrupt); remove them "
-                              "or train into another output_dir")
+            raise RecipeError(f"--resume: no checkpoint in {out} loads ({'; '.join(skipped)}); remove them or train "
+                              "into another output_dir")
         if checkpoint is not None:
             check_same_architecture(recipe, checkpoint)
+            for reason in skipped:
+                logger.warning("--resume: skipping %s; resuming from %s", reason, checkpoint.name)
         return checkpoint
     if overwrite:
         return None

@@ -403,8 +403,8 @@ class RecipeParser(HfArgumentParser):
         super().__init__((CommandOptions, *SECTIONS), prog="vaswani-train", description=__doc__,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
         add_debug_argument(self)
-        for action in self._actions:  # `null` and YAML lists on the command line, by each key's declared type
-            if action.dest in _HINTS and action.dest not in ("recipe",):
+        for action in self._actions:  # `null` on the command line, by each key's declared type (lists: below)
+            if action.dest in _HINTS and typing.get_origin(_HINTS[action.dest]) is not list:
                 action.type = _text_converter(action.dest)
 
     def error(self, message: str):
@@ -447,6 +447,9 @@ def parse_command_line(argv: Sequence[str]) -> tuple[Recipe | None, CommandOptio
     values = {}
     for section in sections:
         values.update(dataclasses.asdict(section))
+    for name, value in values.items():  # a list option: several values, or one in YAML syntax ('["a", "b"]')
+        if typing.get_origin(_HINTS[name]) is list and len(value) == 1 and value[0].lstrip().startswith("["):
+            values[name] = value_from_text(name, value[0])
     values = {name: check_value(name, value, f"--{name}") for name, value in values.items()}
     return Recipe(values, path.stem, str(path)), options
 

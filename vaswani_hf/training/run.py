@@ -29,7 +29,7 @@ from .checkpoints import (
     load_averaged_weights,
     save_averaged_checkpoint,
 )
-from .preflight import check_output_dir, clear_previous_run, resolve_path
+from .preflight import check_output_dir, clear_previous_run, resolve_dir, resolve_path
 from .recipe import Recipe, RecipeError
 from .report import export_hub_folder, plot_history, recipe_yaml, write_hypotheses, write_json
 from .schedule import paper_base_lr, paper_optimizer_cls_and_kwargs
@@ -136,7 +136,15 @@ def _load_split(recipe: Recipe, name: str):
 
 def load_corpora(recipe: Recipe) -> dict[str, Any]:
     """The raw splits (every line decoded and parsed: a bad file is refused here, before anything is written)."""
+    from ..data.corpora import usable_pairs
+
     splits = {name: _load_split(recipe, f"{name}_data") for name in ("train", "valid", "test")}
+    for name, split in splits.items():
+        if split is not None and usable_pairs(split, recipe.src_lang, recipe.tgt_lang) == 0:
+            where = recipe[f"{name}_data"] if recipe.data_format in ("sample", "hub") else \
+                resolve_path(recipe[f"{name}_data"], recipe.data_dir)
+            raise RecipeError(f"{name}_data: {where} has no sentence pair with both sides non-empty ({len(split)} "
+                              f"pairs); nothing to {'train on' if name == 'train' else 'score'}")
     if recipe.max_train_samples > 0:
         splits["train"] = splits["train"].select(range(min(recipe.max_train_samples, len(splits["train"]))))
     if splits["valid"] is not None and recipe.max_eval_samples > 0:
@@ -151,7 +159,7 @@ def prepare_data(recipe: Recipe, splits: dict[str, Any], state, clock: RunClock)
     from ..tokenization import load_tokenizer, train_bpe_tokenizer
 
     started = time.time()
-    tok_dir = Path(recipe.tokenizer_path) if recipe.tokenizer_path else Path(recipe.output_dir) / "tokenizer"
+    tok_dir = resolve_dir(recipe.tokenizer_path) if recipe.tokenizer_path else Path(recipe.output_dir) / "tokenizer"
     with clock.stage("tokenizer"), state.main_process_first():
         if tok_dir.is_dir():
             tokenizer = load_tokenizer(tok_dir)
