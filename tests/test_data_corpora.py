@@ -91,11 +91,47 @@ def test_large_corpus_is_built_in_arrow_chunks(tmp_path, pairs, monkeypatch):
     write_text(tmp_path / "c.en", en)
     write_text(tmp_path / "c.de", de)
     whole = load_moses(tmp_path / "c", "en", "de").to_list()
-    original = corpora._pair_dataset
-    monkeypatch.setattr(corpora, "_pair_dataset", lambda *a, **k: original(*a, **{**k, "chunk": 7}))
+    original = corpora._pair_batches
+    monkeypatch.setattr(corpora, "_pair_batches", lambda *a, **k: original(*a, **{**k, "chunk": 7}))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "other-cache"))
+    monkeypatch.setattr("datasets.config.HF_DATASETS_CACHE", tmp_path / "other-cache")
     assert load_moses(tmp_path / "c", "en", "de").to_list() == whole
     assert load_tsv(write_text(tmp_path / "c.tsv", ["en\tde"] + [f"{e}\t{d}" for e, d in zip(en, de)]),
                     "en", "de").to_list() == whole
+
+
+def test_a_corpus_file_is_read_once_then_memory_mapped(tmp_path, pairs, monkeypatch, caplog):
+    """The first load writes the corpus as an Arrow file in the datasets cache; the next one maps that file without
+    reading the text again (a second launch on WMT-sized data), keeps reporting empty pairs, and an edited file is
+    read again."""
+    import datasets
+
+    from vaswani_hf.data import corpora
+
+    monkeypatch.setattr("datasets.config.HF_DATASETS_CACHE", tmp_path / "cache")
+    en, de = pairs
+    write_text(tmp_path / "c.en", en[:-1] + [""])
+    write_text(tmp_path / "c.de", de)
+    first = load_moses(tmp_path / "c", "en", "de")
+    assert first.cache_files and str(tmp_path / "cache") in first.cache_files[0]["filename"]
+    def unread(*args, **kwargs):  # a generator: fails only if the text is read
+        raise AssertionError("read again")
+        yield
+
+    monkeypatch.setattr(corpora, "iter_moses", unread)
+    caplog.clear()
+    second = load_moses(tmp_path / "c", "en", "de")
+    assert second.to_list() == first.to_list() and second._fingerprint == first._fingerprint
+    assert "1 of %d pairs have an empty side" % len(en) in caplog.text
+    monkeypatch.undo()
+    monkeypatch.setattr("datasets.config.HF_DATASETS_CACHE", tmp_path / "cache")
+    write_text(tmp_path / "c.en", en)  # edited: another size or time, another key
+    assert load_moses(tmp_path / "c", "en", "de")["translation"][-1]["en"] == en[-1]
+    datasets.disable_caching()
+    try:
+        assert not load_moses(tmp_path / "c", "en", "de").cache_files  # caching off: in memory, as before
+    finally:
+        datasets.enable_caching()
 
 
 def test_hub_load_dataset_call(monkeypatch, tmp_path, pairs):

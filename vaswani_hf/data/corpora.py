@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 
 from .. import io
 from ..io import UsageError
+from . import cache
 
 logger = logging.getLogger(__name__)
 
@@ -61,37 +62,52 @@ def _features(src_lang: str, tgt_lang: str) -> datasets.Features:
     return datasets.Features({"translation": datasets.Translation(languages=[src_lang, tgt_lang])})
 
 
-def _pair_dataset(pairs: Iterable[tuple[str, str]], src_lang: str, tgt_lang: str, where: str,
-                  chunk: int = 1_000_000) -> datasets.Dataset:
-    """The common schema from a stream of (source, target) pairs, built in Arrow a chunk at a time (no Python dict
-    per row and no list of all sentences, which matters for the 4.5M pairs of WMT14). Pairs with an empty side are
-    kept and reported (see the module docstring)."""
-    if src_lang == tgt_lang:
-        raise CorpusError(f"src_lang and tgt_lang are both {src_lang!r}")
+def _pair_batches(pairs: Iterable[tuple[str, str]], src_lang: str, tgt_lang: str, stats: dict,
+                  chunk: int = 500_000) -> Iterator[pa.RecordBatch]:
+    """Record batches of the common schema from a stream of pairs, `chunk` pairs at a time (no Python dict per row
+    and no list of all sentences); counts pairs and pairs with an empty side into `stats`."""
     names = sorted((src_lang, tgt_lang))  # Translation stores a struct with the languages in sorted order
-    chunks, src, tgt, empty, total = [], [], [], [], 0
+    src, tgt = [], []
     for s, t in pairs:
         if not s or not t:
-            empty.append(total)
+            stats["empty"] += 1
+            if len(stats["first_empty"]) < 10:
+                stats["first_empty"].append(stats["pairs"] + 1)
         src.append(s)
         tgt.append(t)
-        total += 1
+        stats["pairs"] += 1
         if len(src) == chunk:
-            chunks.append(_struct(src, tgt, src_lang, tgt_lang, names))
+            yield _batch(src, tgt, src_lang, tgt_lang, names)
             src, tgt = [], []
-    if src or not chunks:
-        chunks.append(_struct(src, tgt, src_lang, tgt_lang, names))
-    if empty:
-        first = ", ".join(str(i + 1) for i in empty[:10]) + (", ..." if len(empty) > 10 else "")
-        logger.warning("%s: %d of %d pairs have an empty side (line/row %s); kept for now, removed by filter_pairs",
-                       where, len(empty), total, first)
-    table = pa.table({"translation": pa.chunked_array(chunks)})
-    return datasets.Dataset(table, info=datasets.DatasetInfo(features=_features(src_lang, tgt_lang)))
+    if src or stats["pairs"] == 0:
+        yield _batch(src, tgt, src_lang, tgt_lang, names)
 
 
-def _struct(src: list[str], tgt: list[str], src_lang: str, tgt_lang: str, names: list[str]) -> pa.StructArray:
+def _batch(src: list[str], tgt: list[str], src_lang: str, tgt_lang: str, names: list[str]) -> pa.RecordBatch:
     columns = {src_lang: pa.array(src, type=pa.string()), tgt_lang: pa.array(tgt, type=pa.string())}
-    return pa.StructArray.from_arrays([columns[n] for n in names], names=names)
+    struct = pa.StructArray.from_arrays([columns[n] for n in names], names=names)
+    return pa.RecordBatch.from_arrays([struct], names=["translation"])
+
+
+def _pair_dataset(pairs: Iterable[tuple[str, str]], src_lang: str, tgt_lang: str, where: str,
+                  cache_name: str | None = None) -> datasets.Dataset:
+    """The common schema from a stream of pairs: cached as a memory-mapped Arrow file under `cache_name` (see
+    `vaswani_hf.data.cache`), or in memory. Pairs with an empty side are kept and reported (module docstring)."""
+    if src_lang == tgt_lang:
+        raise CorpusError(f"src_lang and tgt_lang are both {src_lang!r}")
+    features = _features(src_lang, tgt_lang)
+    stats = {"pairs": 0, "empty": 0, "first_empty": []}
+    if cache_name is not None and cache.enabled():
+        dataset, stats = cache.arrow_dataset(cache_name, lambda: _pair_batches(pairs, src_lang, tgt_lang, stats),
+                                             features, stats)
+    else:
+        table = pa.Table.from_batches(list(_pair_batches(pairs, src_lang, tgt_lang, stats)))
+        dataset = datasets.Dataset(table, info=datasets.DatasetInfo(features=features))
+    if stats["empty"]:
+        first = ", ".join(map(str, stats["first_empty"])) + (", ..." if stats["empty"] > 10 else "")
+        logger.warning("%s: %d of %d pairs have an empty side (line/row %s); kept for now, removed by filter_pairs",
+                       where, stats["empty"], stats["pairs"], first)
+    return dataset
 
 
 def make_parallel_dataset(src: Sequence[str], tgt: Sequence[str], src_lang: str, tgt_lang: str, *,
@@ -185,20 +201,25 @@ def iter_jsonl(path: str | os.PathLike, src_lang: str, tgt_lang: str, *,
 def load_moses(prefix: str | os.PathLike, src_lang: str, tgt_lang: str, *, strip: bool = True) -> datasets.Dataset:
     """Moses-style parallel files `{prefix}.{src_lang}` and `{prefix}.{tgt_lang}` (e.g. `train.en`, `train.de`) in the
     common schema (see `iter_moses`)."""
+    files = moses_paths(prefix, src_lang, tgt_lang)
+    name = f"moses-{cache.key('moses', src_lang, tgt_lang, strip, files=files)}"
     return _pair_dataset(iter_moses(prefix, src_lang, tgt_lang, strip=strip), src_lang, tgt_lang,
-                         f"{prefix}.{{{src_lang},{tgt_lang}}}")
+                         f"{prefix}.{{{src_lang},{tgt_lang}}}", cache_name=name)
 
 
 def load_tsv(path: str | os.PathLike, src_lang: str, tgt_lang: str, *, header: bool = True,
              strip: bool = True) -> datasets.Dataset:
     """A tab-separated file of sentence pairs in the common schema (see `iter_tsv`)."""
+    name = f"tsv-{cache.key('tsv', src_lang, tgt_lang, header, strip, files=[io.check_input_file(path, 'corpus file')])}"
     return _pair_dataset(iter_tsv(path, src_lang, tgt_lang, header=header, strip=strip), src_lang, tgt_lang,
-                         str(path))
+                         str(path), cache_name=name)
 
 
 def load_jsonl(path: str | os.PathLike, src_lang: str, tgt_lang: str, *, strip: bool = True) -> datasets.Dataset:
     """A JSON-lines file of sentence pairs in the common schema (see `iter_jsonl`)."""
-    return _pair_dataset(iter_jsonl(path, src_lang, tgt_lang, strip=strip), src_lang, tgt_lang, str(path))
+    name = f"jsonl-{cache.key('jsonl', src_lang, tgt_lang, strip, files=[io.check_input_file(path, 'corpus file')])}"
+    return _pair_dataset(iter_jsonl(path, src_lang, tgt_lang, strip=strip), src_lang, tgt_lang, str(path),
+                         cache_name=name)
 
 
 FILE_FORMATS = {"moses": iter_moses, "tsv": iter_tsv, "jsonl": iter_jsonl}

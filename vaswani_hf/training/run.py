@@ -156,21 +156,12 @@ def prepare_data(recipe: Recipe, splits: dict[str, Any], state, clock: RunClock)
     """Shared BPE (trained on the training pairs, or loaded) and the tokenized, filtered splits. A training split with
     no usable pair after filtering is refused (nothing would be learned)."""
     from ..data.preprocessing import prepare_dataset
-    from ..tokenization import load_tokenizer, train_bpe_tokenizer
 
     started = time.time()
-    tok_dir = resolve_dir(recipe.tokenizer_path) if recipe.tokenizer_path else Path(recipe.output_dir) / "tokenizer"
     with clock.stage("tokenizer"), state.main_process_first():
-        if tok_dir.is_dir():
-            tokenizer = load_tokenizer(tok_dir)
-            logger.info("tokenizer loaded from %s (%d tokens)", tok_dir, len(tokenizer))
-        else:
-            tokenizer = train_bpe_tokenizer(splits["train"], vocab_size=recipe.vocab_size,
-                                            min_frequency=recipe.bpe_min_frequency, lowercase=recipe.lowercase,
-                                            save_dir=tok_dir, show_progress=not recipe.disable_tqdm)
-            logger.info("trained joint BPE: %d tokens -> %s", len(tokenizer), tok_dir)
+        tokenizer = shared_bpe(recipe, splits["train"])
     prep = dict(num_proc=recipe.preprocessing_num_workers)
-    with clock.stage("tokenize and filter"):
+    with clock.stage("tokenize and filter"), state.main_process_first():  # the others read the main one's cache
         train, report = prepare_dataset(splits["train"], tokenizer, recipe.src_lang, recipe.tgt_lang,
                                         max_length=recipe.max_length, max_ratio=recipe.max_length_ratio, **prep)
         held_out = {name: prepare_dataset(splits[name], tokenizer, recipe.src_lang, recipe.tgt_lang, max_length=None,
@@ -181,6 +172,35 @@ def prepare_data(recipe: Recipe, splits: dict[str, Any], state, clock: RunClock)
         raise RecipeError(f"train_data: no usable training pair ({report}); check the corpus, max_length and "
                           "max_length_ratio")
     return RunData(tokenizer, train, held_out["valid"], held_out["test"], report, time.time() - started)
+
+
+def shared_bpe(recipe: Recipe, train_split):
+    """Section 5.1's one BPE vocabulary for source and target: OUTPUT_DIR/tokenizer (or `tokenizer_path`) if it
+    exists; else the one trained earlier on the same corpus with the same settings (kept in the datasets cache, see
+    vaswani_hf.data.cache); else trained on the training pairs now, and kept."""
+    import shutil
+
+    from ..data import cache
+    from ..tokenization import load_tokenizer, train_bpe_tokenizer
+
+    folder = resolve_dir(recipe.tokenizer_path) if recipe.tokenizer_path else Path(recipe.output_dir) / "tokenizer"
+    name = None
+    if train_split.cache_files and cache.enabled():  # a file-backed corpus has a stable fingerprint
+        name = "bpe-" + cache.key(train_split._fingerprint, recipe.vocab_size, recipe.bpe_min_frequency,
+                                  recipe.lowercase, recipe.src_lang, recipe.tgt_lang)
+    if not folder.is_dir() and name and cache.cached_tokenizer(name):
+        shutil.copytree(cache.cached_tokenizer(name), folder)
+        logger.info("joint BPE of this corpus and these settings taken from the cache: %s", cache.cached_tokenizer(name))
+    if folder.is_dir():
+        tokenizer = load_tokenizer(folder)
+        logger.info("tokenizer loaded from %s (%d tokens)", folder, len(tokenizer))
+        return tokenizer
+    tokenizer = train_bpe_tokenizer(train_split, vocab_size=recipe.vocab_size, min_frequency=recipe.bpe_min_frequency,
+                                    lowercase=recipe.lowercase, save_dir=folder, show_progress=not recipe.disable_tqdm)
+    logger.info("trained joint BPE: %d tokens -> %s", len(tokenizer), folder)
+    if name:
+        cache.keep_tokenizer(name, folder)
+    return tokenizer
 
 
 def build_model(recipe: Recipe, tokenizer):

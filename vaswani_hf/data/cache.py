@@ -1,0 +1,82 @@
+"""Caches that make a second launch on the same corpus cheap, and keep memory flat as the corpus grows.
+
+A corpus read from text files is written once as an Arrow file and memory-mapped from then on (`datasets` does the
+same for Hub datasets): the main process and the `Dataset.map` workers read pages of one file instead of each holding
+the corpus (at 0.5M pairs the in-memory corpus and its 8 tokenisation workers held ~11 GB; they now share the page
+cache). The tokenized splits are `datasets`' own map caches beside it, and the joint BPE is kept under a key of the
+training corpus and the tokenizer settings, so that a new run on the same data does not train it again.
+
+Everything lives under `datasets`' cache folder (HF_DATASETS_CACHE, by default ~/.cache/huggingface/datasets) in
+`vaswani_hf/`; a key covers the input files' paths, sizes and modification times, so an edited corpus is read again.
+With `datasets.disable_caching()` nothing is written and corpora stay in memory, as before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import datasets
+import pyarrow as pa
+
+from ..io import replace_atomically
+
+logger = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1  # bump when what a cached corpus or tokenizer holds changes
+
+
+def enabled() -> bool:
+    return datasets.is_caching_enabled()
+
+
+def root() -> Path:
+    return Path(datasets.config.HF_DATASETS_CACHE) / "vaswani_hf"
+
+
+def key(*parts: Any, files: Sequence[str | os.PathLike] = ()) -> str:
+    """A short hash of `parts` and of each file's resolved path, size and modification time."""
+    identity = [[str(Path(f).resolve()), os.stat(f).st_size, os.stat(f).st_mtime_ns] for f in files]
+    text = json.dumps([FORMAT_VERSION, identity, *parts], default=str, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def arrow_dataset(name: str, build: Callable[[], Iterable[pa.RecordBatch]], features: datasets.Features,
+                  info: dict | None = None) -> tuple[datasets.Dataset, dict]:
+    """The dataset cached as `root()/corpora/{name}.arrow`, written from `build()`'s record batches on a miss (one
+    batch in memory at a time; the file appears whole). `info` (e.g. counts of empty pairs) is kept beside it and
+    returned again on a hit."""
+    path = root() / "corpora" / f"{name}.arrow"
+    sidecar = path.with_suffix(".json")
+    if not (path.is_file() and sidecar.is_file()):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with replace_atomically(path) as temporary:
+            with pa.OSFile(str(temporary), "wb") as sink, pa.ipc.new_stream(sink, features.arrow_schema) as writer:
+                for batch in build():
+                    writer.write_batch(batch)
+        with replace_atomically(sidecar) as temporary:
+            temporary.write_text(json.dumps(info or {}), encoding="utf-8")
+        logger.info("cached corpus: %s", path)
+    dataset = datasets.Dataset.from_file(str(path), info=datasets.DatasetInfo(features=features))
+    return dataset, json.loads(sidecar.read_text(encoding="utf-8"))
+
+
+def cached_tokenizer(name: str) -> Path | None:
+    """The folder of a tokenizer cached under `name`, if there is one."""
+    folder = root() / "tokenizers" / name
+    return folder if (folder / "tokenizer.json").is_file() else None
+
+
+def keep_tokenizer(name: str, folder: str | os.PathLike) -> None:
+    """Copy a trained tokenizer folder into the cache under `name` (whole or not at all)."""
+    if not enabled():
+        return
+    target = root() / "tokenizers" / name
+    with replace_atomically(target, folder=True) as temporary:
+        shutil.copytree(folder, temporary, dirs_exist_ok=True)
