@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
+from ..modeling_vaswani import shift_tokens_right
 from ..tokenization import PAD_ID
 from .preprocessing import sequence_lengths
 
@@ -260,10 +261,7 @@ class Seq2SeqCollator:
             labels = torch.full((bsz, t_len), self.label_pad_token_id, dtype=torch.long)
             for i, y in enumerate(tgt):
                 labels[i, : len(y)] = torch.as_tensor(y, dtype=torch.long)
-            dec = torch.full((bsz, t_len), self.pad_token_id, dtype=torch.long)
-            dec[:, 0] = self.decoder_start_token_id
-            dec[:, 1:] = labels[:, :-1]
-            dec[dec == self.label_pad_token_id] = self.pad_token_id
+            dec = shift_tokens_right(labels, self.pad_token_id, self.decoder_start_token_id)
             batch["labels"] = labels
             batch["decoder_input_ids"] = dec
         if EXAMPLE_INDEX in features[0]:  # evaluation: which dataset row each batch row is
