@@ -53,17 +53,20 @@ def run_sampled(command: list[str], env: dict, log: Path) -> dict:
     with open(log, "w") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
         parent = psutil.Process(proc.pid)
-        peak_tree = peak_single = 0
+        peak_tree = peak_single = peak_private = 0
         while proc.poll() is None:
             try:
-                processes = [parent, *parent.children(recursive=True)]
-                sizes = [p.memory_info().rss for p in processes]
+                infos = [p.memory_info() for p in [parent, *parent.children(recursive=True)]]
             except psutil.Error:
-                sizes = [0]
+                infos = []
+            sizes = [i.rss for i in infos] or [0]
+            private = sum(i.rss - getattr(i, "shared", 0) for i in infos)  # without file pages (the mapped corpus)
             peak_tree, peak_single = max(peak_tree, sum(sizes)), max(peak_single, max(sizes))
+            peak_private = max(peak_private, private)
             time.sleep(0.2)
     return {"exit": proc.returncode, "wall_s": round(time.perf_counter() - started, 1),
-            "peak_tree_rss_mb": round(peak_tree / 2 ** 20, 1), "peak_process_rss_mb": round(peak_single / 2 ** 20, 1)}
+            "peak_tree_rss_mb": round(peak_tree / 2 ** 20, 1), "peak_process_rss_mb": round(peak_single / 2 ** 20, 1),
+            "peak_tree_private_mb": round(peak_private / 2 ** 20, 1)}
 
 
 def launch(corpus: Path, out: Path, cache: Path, log: Path, extra: list[str], threads: int) -> dict:
@@ -85,18 +88,20 @@ def launch(corpus: Path, out: Path, cache: Path, log: Path, extra: list[str], th
     return result
 
 
-def sharding(cache: Path, out: Path) -> dict:
-    """Build the token batcher of the cached training set for 1 and 2 ranks (in a fresh process: its memory too)."""
+def sharding(corpus: Path, cache: Path, out: Path) -> dict:
+    """The cached training set as a third launch sees it (corpus and tokenized data from the caches), and the token
+    batcher built on it for 1 and 2 ranks, timed in a fresh process (its peak memory too)."""
     code = f"""
 import json, resource, time
-from vaswani_hf.data.batching import TokenBatchSampler
-from vaswani_hf.data.preprocessing import sequence_lengths
-import datasets
-files = sorted(__import__("pathlib").Path({str(cache)!r}).rglob("tokenized-*.arrow")) or \\
-    sorted(__import__("pathlib").Path({str(cache)!r}).rglob("cache-*.arrow"))
-ds = datasets.concatenate_datasets([datasets.Dataset.from_file(str(f)) for f in files[-1:]])
-t = time.perf_counter(); src, tgt = sequence_lengths(ds, "input_ids"), sequence_lengths(ds, "labels")
-result = {{"pairs": len(ds), "lengths_s": round(time.perf_counter() - t, 2)}}
+t0 = time.perf_counter()
+from vaswani_hf.data import TokenBatchSampler, load_moses, prepare_dataset, sequence_lengths
+from vaswani_hf.tokenization import load_tokenizer
+raw = load_moses({str(corpus / "train")!r}, "en", "de")
+tok = load_tokenizer({str(out / "tokenizer")!r})
+t = time.perf_counter(); train, _ = prepare_dataset(raw, tok, "en", "de", max_length=256, max_ratio=9.0)
+result = {{"pairs": len(train), "cached_data_s": round(time.perf_counter() - t0, 2)}}
+t = time.perf_counter(); src, tgt = sequence_lengths(train, "input_ids"), sequence_lengths(train, "labels")
+result["lengths_s"] = round(time.perf_counter() - t, 2)
 for world in (1, 2):
     t = time.perf_counter()
     samplers = [TokenBatchSampler(src, tgt, 3125, num_replicas=world, rank=r, seed=42) for r in range(world)]
@@ -105,8 +110,63 @@ for world in (1, 2):
 result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 print(json.dumps(result))
 """
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
-    return json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {"error": proc.stderr[-500:]}
+    env = dict(os.environ, HF_DATASETS_CACHE=str(cache))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env)
+    return json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {"error": proc.stderr[-800:]}
+
+
+def _stage(launch: dict, name: str) -> float | None:
+    return ((launch.get("run_clock") or {}).get("stages") or {}).get(name, {}).get("seconds")
+
+
+def report(results: dict, stem: str) -> None:
+    """benchmarks/results/wmt_scale.md (a table) and .png (time and memory against corpus size)."""
+    rows = sorted(results["sizes"].items(), key=lambda item: int(item[0]))
+    lines = ["| pairs | corpus | BPE 37k | tokenize + filter | cold: to first update | one update (25k tokens) | "
+             "cold: peak memory (tree / private) | warm: to first update | warm: peak memory | caches | batcher, 1 / 2 "
+             "ranks |", "|" + "---|" * 11]
+    for size, row in rows:
+        cold, warm, shard = row["cold"], row["warm"], row.get("sharding", {})
+        first = (cold.get("run_clock") or {}).get("first_update", {})
+        warm_first = (warm.get("run_clock") or {}).get("first_update", {})
+        lines.append(
+            f"| {int(size) / 1e6:g}M | {row['corpus_mb'] / 1024:.2f} GB | {_stage(cold, 'tokenizer') or 0:.0f} s | "
+            f"{_stage(cold, 'tokenize and filter') or 0:.0f} s | {first.get('started_s', 0):.0f} s | "
+            f"{first.get('seconds', 0):.0f} s | {cold['peak_tree_rss_mb'] / 1024:.1f} / "
+            f"{cold.get('peak_tree_private_mb', 0) / 1024:.1f} GB | {warm_first.get('started_s', 0):.0f} s | "
+            f"{warm['peak_tree_rss_mb'] / 1024:.1f} GB | {cold['cache_mb'] / 1024:.2f} GB | "
+            f"{shard.get('ranks1_s', '-')} / {shard.get('ranks2_s', '-')} s |")
+    Path(stem + ".md").write_text("\n".join(lines) + "\n")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = [int(size) / 1e6 for size, _ in rows]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    series = {"cold launch to first update": [(r["cold"].get("run_clock") or {}).get("first_update", {})
+                                              .get("started_s") for _, r in rows],
+              "BPE 37k": [_stage(r["cold"], "tokenizer") for _, r in rows],
+              "tokenize + filter": [_stage(r["cold"], "tokenize and filter") for _, r in rows],
+              "warm launch to first update": [(r["warm"].get("run_clock") or {}).get("first_update", {})
+                                              .get("started_s") for _, r in rows]}
+    for label, values in series.items():
+        left.plot(sizes, [v if v is not None else float("nan") for v in values], "o-", label=label)
+    left.set(xlabel="training pairs (millions)", ylabel="seconds", title="Time (2 CPU cores)")
+    left.axhline(120, color="grey", ls=":", lw=1)
+    for label, key in (("cold, process tree", "peak_tree_rss_mb"), ("cold, private (without mapped files)",
+                                                                    "peak_tree_private_mb")):
+        right.plot(sizes, [r["cold"].get(key, 0) / 1024 for _, r in rows], "o-", label=label)
+    right.plot(sizes, [r["warm"]["peak_tree_rss_mb"] / 1024 for _, r in rows], "o-", label="warm, process tree")
+    right.axhline(8, color="grey", ls=":", lw=1)
+    right.set(xlabel="training pairs (millions)", ylabel="GiB", title="Peak resident memory")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("wmt14-en-de-base pipeline on a synthetic WMT-shaped corpus")
+    fig.tight_layout()
+    fig.savefig(stem + ".png", dpi=100)
+    plt.close(fig)
 
 
 def main(argv=None) -> int:
@@ -129,11 +189,12 @@ def main(argv=None) -> int:
         row["cold"] = launch(corpus, out, cache, work / f"cold-{size}.log", ["--max_steps", "2"], args.threads)
         row["warm"] = launch(corpus, out, cache, work / f"warm-{size}.log", ["--max_steps", "3", "--resume"],
                              args.threads)
-        row["sharding"] = sharding(cache, out)
+        row["sharding"] = sharding(corpus, cache, out)
         row["load_after"] = os.getloadavg()
         results["sizes"][str(size)] = row
         print(json.dumps({size: row}, indent=1), flush=True)
         Path(args.out + ".json").write_text(json.dumps(results, indent=1) + "\n")
+        report(results, args.out)
     return 0
 
 
