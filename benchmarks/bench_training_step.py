@@ -25,6 +25,8 @@ import torch
 
 from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
 from vaswani_hf.export.marian import to_marian
+from vaswani_hf.modeling_vaswani import shift_tokens_right
+from vaswani_hf.training.trainer import LabelSmoothedLoss
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -57,8 +59,15 @@ def make_batch(batch: int, length: int, vocab: int, seed: int = 0):
 
 
 def train_step(model, optimizer, batch):
-    out = model(**batch)
-    loss = out.loss
+    """One update as the trainer makes it: ours with the paper's objective (`LabelSmoothedLoss`, the trainer's
+    compute_loss_func, from the logits), Marian and `ours_no_smoothing` with the model's own plain cross-entropy."""
+    smoothing = getattr(model.config, "label_smoothing", 0.0) if model.config.model_type == "vaswani" else 0.0
+    if smoothing:
+        inputs = {k: v for k, v in batch.items() if k != "labels"}
+        out = model(**inputs, decoder_input_ids=shift_tokens_right(batch["labels"], 0, 0))
+        loss = LabelSmoothedLoss(smoothing)(out, batch["labels"])
+    else:
+        loss = model(**batch).loss
     loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)

@@ -35,7 +35,8 @@ class VaswaniConfig(PreTrainedConfig):
             (Section 5.4; 0.1 base, 0.3 big EN-DE).
         attention_dropout: dropout on attention weights. The paper does not use it; t2t v1 default 0.0.
         relu_dropout: dropout after the ReLU of the feed-forward network. Not in the paper; t2t v1 default 0.0.
-        label_smoothing: epsilon_ls of Section 5.4 (0.1), used by the loss when `labels` are given.
+        label_smoothing: epsilon_ls of Section 5.4 (0.1): the training objective of `VaswaniTrainer` (the model's own
+            `forward(labels=...)` loss is the plain cross-entropy, as in every transformers model).
         max_position_embeddings: rows of the learned position table; sinusoids are computed for this many
             positions and extended on demand (Section 3.5: they "may allow the model to extrapolate").
         position_encoding: "sinusoidal" (Section 3.5) or "learned" (Table 3, row E).

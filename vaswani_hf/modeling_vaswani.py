@@ -664,10 +664,14 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
 
 class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationMixin):
     """The Transformer for translation: `VaswaniModel` plus the pre-softmax projection, which shares the embedding
-    matrix (Section 3.4), and the label-smoothed loss (Section 5.4).
+    matrix (Section 3.4).
 
-    Loss normalisation: the summed loss is divided by the number of target tokens, or by `num_items_in_batch` when
-    `Trainer` passes it, so gradient accumulation gives the same update as one large batch.
+    `forward(..., labels=...)` returns the plain cross-entropy of the labels, as every transformers model does (its
+    gradient is that of the negative log-likelihood; perplexity follows from it). The paper's objective, the
+    label-smoothed cross-entropy of Section 5.4 (`label_smoothed_cross_entropy`, epsilon = `config.label_smoothing`),
+    is what `vaswani_hf.training.VaswaniTrainer` trains with. Normalisation: the summed loss is divided by the number
+    of target tokens, or by `num_items_in_batch` when `Trainer` passes it, so gradient accumulation gives the same
+    update as one large batch.
     """
 
     _tied_weights_keys = {
@@ -735,7 +739,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationM
 
         loss = None
         if labels is not None:
-            loss_sum, num_tokens = label_smoothed_cross_entropy(logits, labels, self.config.label_smoothing)
+            loss_sum, num_tokens = label_smoothed_cross_entropy(logits, labels, 0.0)  # plain cross-entropy
             denominator = num_items_in_batch if num_items_in_batch is not None else max(num_tokens, 1)
             if isinstance(denominator, torch.Tensor):
                 denominator = denominator.to(loss_sum.device)
