@@ -80,3 +80,35 @@ def test_wheel_carries_the_recipes_and_the_sample_corpus(tmp_path):
     recipes = sorted(p.name for p in (REPO / "recipes").glob("*.yaml"))
     assert recipes and all(f"vaswani_hf/recipes/{name}" in names for name in recipes), recipes
     assert {"vaswani_hf/sample_data/train.en", "vaswani_hf/sample_data/train.de"} <= names
+
+
+def _python_files(*folders: str):
+    for folder in folders:
+        yield from sorted((REPO / folder).rglob("*.py"))
+
+
+def test_modules_and_functions_stay_short():
+    """The house rules (docs/architecture.md): a module does one job in at most 500 lines (modeling_vaswani.py, the
+    paper's Sections 3.1-3.5 in one readable file: 800); a function fits on a screen, at most 80 lines."""
+    import ast
+
+    too_long = []
+    for path in _python_files("vaswani_hf", "scripts"):
+        text = path.read_text(encoding="utf-8")
+        limit = 800 if path.name == "modeling_vaswani.py" else 500
+        if len(text.splitlines()) > limit:
+            too_long.append(f"{path.relative_to(REPO)}: {len(text.splitlines())} lines (limit {limit})")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 80:
+                too_long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}: "
+                                f"{node.end_lineno - node.lineno + 1} lines (limit 80)")
+    assert not too_long, "\n".join(too_long)
+
+
+def test_no_script_shadows_a_library():
+    """`python scripts/X.py` puts scripts/ first on sys.path: a script named like an installed module (e.g. the
+    `evaluate` library that vaswani_hf.evaluation imports) would be imported instead of it."""
+    import importlib.util
+
+    shadows = [p.name for p in (REPO / "scripts").glob("*.py") if importlib.util.find_spec(p.stem) is not None]
+    assert not shadows, shadows

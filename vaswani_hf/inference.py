@@ -161,9 +161,8 @@ def translate(
 ) -> list[str]:
     """Translate `sentences` with `model.generate`, batched by a token budget, in the original order.
 
-    Decoding settings left as None come from `model.generation_config`: for this model the paper's (Section 6.1:
-    beam 4, GNMT length penalty alpha 0.6, max length input + 50, early termination). Any `generate()` argument can
-    be added as a keyword (e.g. `max_new_tokens`, `num_beams=1` for greedy decoding).
+    Decoding settings left as None come from `model.generation_config` (for this model the paper's, Section 6.1);
+    any `generate()` argument can be added as a keyword (e.g. `max_new_tokens`, `num_beams=1` for greedy decoding).
 
     Args:
         model: a seq2seq model (`VaswaniForConditionalGeneration`, or any `AutoModelForSeq2SeqLM`).
@@ -188,44 +187,29 @@ def translate(
         InputLineError (a UsageError) naming the sentence (1-based) when a model with learned positions cannot embed
         it (`position_limit`), before anything is decoded.
     """
-    if isinstance(sentences, str):
-        raise TypeError("translate: `sentences` must be a sequence of strings, not a single string")
-    sentences = list(sentences)
-    for i, sentence in enumerate(sentences):
-        if not isinstance(sentence, str):
-            raise TypeError(f"translate: sentence {i} is a {type(sentence).__name__}, not a str")
+    sentences = _checked_sentences(sentences)
     device = torch.device(device) if device is not None else model.device
     if model.device != device:
         model.to(device)
-    autocast_dtype = resolve_dtype(dtype)
-
-    options = dict(num_beams=num_beams, length_penalty=length_penalty, length_penalty_type=length_penalty_type,
-                   max_length_a=max_length_a, early_stopping=early_stopping)
-    kwargs = {key: value for key, value in options.items() if value is not None}
-    if max_length_b is not _UNSET:  # None is meaningful here: no per-sentence limit
-        kwargs["max_length_b"] = max_length_b
-    kwargs.update(generate_kwargs)
+    kwargs = dict(num_beams=num_beams, length_penalty=length_penalty, length_penalty_type=length_penalty_type,
+                  max_length_a=max_length_a, early_stopping=early_stopping, max_length_b=max_length_b)
+    kwargs = {key: v for key, v in kwargs.items() if v is not None and v is not _UNSET} | generate_kwargs
+    if max_length_b is None:  # meaningful here: no per-sentence limit
+        kwargs["max_length_b"] = None
 
     outputs = [""] * len(sentences)
     todo = [i for i, sentence in enumerate(sentences) if sentence.strip()]
     if not todo:
         return outputs
-    encoded = tokenizer([sentences[i].strip() for i in todo], add_special_tokens=True)["input_ids"]
-    limit = position_limit(model)
-    for j, ids in enumerate(encoded if limit is not None else ()):  # checked before anything is decoded
-        if len(ids) > limit:
-            raise InputLineError(todo[j] + 1, f"{len(ids)} source tokens, but the model's learned position "
-                                              f"embeddings cover {limit} positions; shorten or split the line")
+    encoded = _encode(model, tokenizer, [sentences[i].strip() for i in todo], todo)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else model.config.pad_token_id
-    batches = make_batches([len(ids) for ids in encoded], max_tokens, batch_size)
-
     was_training = model.training
     model.eval()
     try:
-        with torch.inference_mode(), _autocast(device, autocast_dtype), tqdm(
+        with torch.inference_mode(), _autocast(device, resolve_dtype(dtype)), tqdm(
             total=len(todo), desc=progress_desc, unit="sent", disable=not progress, file=sys.stderr, leave=False
         ) as bar:
-            for batch in batches:
+            for batch in make_batches([len(ids) for ids in encoded], max_tokens, batch_size):
                 input_ids, attention_mask = _pad([encoded[j] for j in batch], pad_id, device)
                 generated = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
                 texts = tokenizer.batch_decode(generated, skip_special_tokens=True)
@@ -236,6 +220,28 @@ def translate(
     finally:
         model.train(was_training)
     return outputs
+
+
+def _checked_sentences(sentences: Sequence[str]) -> list[str]:
+    if isinstance(sentences, str):
+        raise TypeError("translate: `sentences` must be a sequence of strings, not a single string")
+    sentences = list(sentences)
+    for i, sentence in enumerate(sentences):
+        if not isinstance(sentence, str):
+            raise TypeError(f"translate: sentence {i} is a {type(sentence).__name__}, not a str")
+    return sentences
+
+
+def _encode(model, tokenizer, texts: list[str], lines: list[int]) -> list[list[int]]:
+    """Token ids of `texts` (`</s>` appended); a text longer than a learned position table is refused, naming its
+    line (`lines`: 0-based), before anything is decoded."""
+    encoded = tokenizer(texts, add_special_tokens=True)["input_ids"]
+    limit = position_limit(model)
+    for j, ids in enumerate(encoded if limit is not None else ()):
+        if len(ids) > limit:
+            raise InputLineError(lines[j] + 1, f"{len(ids)} source tokens, but the model's learned position "
+                                               f"embeddings cover {limit} positions; shorten or split the line")
+    return encoded
 
 
 # ---------------------------------------------------------------------------------------------------------------------
