@@ -88,10 +88,27 @@ class InputLineError(UsageError):
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse, but a usage error is a `UsageError` (one line through `run_cli`) instead of usage text + exit."""
+    """argparse, but a usage error is a `UsageError` (one line through `run_cli`) instead of usage text + exit, every
+    tool has `--debug`, and the description (the tool's module docstring) keeps its line breaks."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+        add_debug_argument(self)
 
     def error(self, message: str):
         raise UsageError(f"{message} (see --help)")
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number above 0 (a usage error names the option otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
 
 
 def add_debug_argument(parser: argparse.ArgumentParser) -> None:

@@ -12,24 +12,21 @@ averaged. Every checkpoint is checked (config.json, complete safetensors weights
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..io import ArgumentParser, UsageError, add_debug_argument, check_model_folder, check_output_dir, run_cli
+from ..io import ArgumentParser, UsageError, check_model_folder, check_output_dir, run_cli
 
 
 def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(prog="vaswani-average-checkpoints", description=__doc__,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(prog="vaswani-average-checkpoints", description=__doc__)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--run_dir", help="training output folder holding checkpoint-N folders")
     source.add_argument("--checkpoints", nargs="+", help="explicit checkpoint folders (averaged with equal weight)")
     parser.add_argument("--last", type=int, default=5, help="with --run_dir: number of newest checkpoints (default 5)")
     parser.add_argument("--out", required=True, help="output model folder")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
-    add_debug_argument(parser)
     return parser
 
 

@@ -18,7 +18,6 @@ for what each score is.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -28,9 +27,9 @@ from ..io import (
     ArgumentParser,
     InputLineError,
     UsageError,
-    add_debug_argument,
     check_model_folder,
     check_output_file,
+    positive_int,
     read_lines,
     replace_atomically,
     run_cli,
@@ -39,8 +38,7 @@ from ..io import (
 
 
 def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(prog="vaswani-evaluate", description=__doc__,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(prog="vaswani-evaluate", description=__doc__)
     parser.add_argument("--references", nargs="+", required=True, metavar="FILE",
                         help="reference file(s), one segment per line")
     parser.add_argument("--hypotheses", metavar="FILE", help="score this output file instead of translating")
@@ -49,14 +47,14 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--out", metavar="FILE", help="write the scores as JSON here")
     parser.add_argument("--save_hypotheses", metavar="FILE", help="write the model's translations here")
     parser.add_argument("--overwrite", action="store_true", help="replace existing --out / --save_hypotheses files")
-    parser.add_argument("--num_beams", type=int, default=None, help="beam size (default: the model's generation_config)")
-    parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--num_beams", type=positive_int, default=None,
+                        help="beam size (default: the model's generation_config)")
+    parser.add_argument("--batch_size", type=positive_int, default=32)
     parser.add_argument("--device", default=None, help="torch device (default: the accelerator if any, else cpu)")
     parser.add_argument("--target_lang", default="de", help="target language for the Moses tokenizer")
     parser.add_argument("--tokenize", default="13a", help="sacreBLEU tokenizer for the 'sacrebleu' score")
     parser.add_argument("--lowercase", action="store_true",
                         help="case-insensitive sacrebleu, chrf and bleu_tok_none (the paper-style BLEU stays cased)")
-    add_debug_argument(parser)
     return parser
 
 
@@ -66,9 +64,6 @@ def check_arguments(args) -> None:
         raise UsageError("give either --hypotheses, or --model with --source, not both")
     if not args.hypotheses and not (args.model and args.source):
         raise UsageError("give --hypotheses FILE, or --model DIR and --source FILE")
-    for name in ("num_beams", "batch_size"):
-        if getattr(args, name) is not None and getattr(args, name) <= 0:
-            raise UsageError(f"--{name} must be positive, got {getattr(args, name)}")
     outputs = [(flag, getattr(args, flag)) for flag in ("out", "save_hypotheses") if getattr(args, flag)]
     if len({str(path) for _, path in outputs}) < len(outputs):
         raise UsageError("--out and --save_hypotheses name the same file")

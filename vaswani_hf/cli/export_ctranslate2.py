@@ -12,39 +12,33 @@ existing non-empty one is replaced only with --overwrite (or its older name --fo
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from ..export.ctranslate2_spec import QUANTIZATIONS
-from ..io import ArgumentParser, UsageError, add_debug_argument, check_model_folder, check_output_dir, read_json, \
-    run_cli
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
+from ..io import (
+    ArgumentParser,
+    UsageError,
+    check_model_folder,
+    check_output_dir,
+    positive_int,
+    read_json,
+    run_cli,
+)
 
 
 def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(prog="vaswani-export-ctranslate2", description=__doc__,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(prog="vaswani-export-ctranslate2", description=__doc__)
     parser.add_argument("--model_dir", required=True, help="folder saved by save_pretrained (model + tokenizer)")
     parser.add_argument("--out_dir", required=True, help="CTranslate2 model folder to write")
     parser.add_argument("--quantization", default=None, choices=QUANTIZATIONS, help="weight type (default: float32)")
     parser.add_argument("--tokenizer", default=None, help="tokenizer folder (default: --model_dir)")
-    parser.add_argument("--max_positions", type=_positive, default=None,
+    parser.add_argument("--max_positions", type=positive_int, default=None,
                         help="rows of the exported sinusoid table = longest source/output CTranslate2 accepts "
                              "(default: max(max_position_embeddings, 1024))")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --out_dir")
     parser.add_argument("--force", action="store_true", help="the same as --overwrite (its older name)")
-    add_debug_argument(parser)
     return parser
 
 

@@ -15,24 +15,21 @@ replaced only with --overwrite.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..io import ArgumentParser, UsageError, add_debug_argument, check_model_folder, check_output_dir, run_cli
+from ..io import ArgumentParser, UsageError, check_model_folder, check_output_dir, run_cli
 
 
 def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(prog="vaswani-export-marian", description=__doc__,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(prog="vaswani-export-marian", description=__doc__)
     parser.add_argument("--model_dir", required=True, help="saved vaswani_hf model folder (with tokenizer)")
     parser.add_argument("--out", required=True, help="output folder for the MarianMTModel repository")
     parser.add_argument("--repo_id", default=None, help="repository id used in the card's usage snippet")
     parser.add_argument("--source_lang", default=None, help="source language code (if the folder has no metrics.json)")
     parser.add_argument("--target_lang", default=None, help="target language code (if the folder has no metrics.json)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing non-empty --out folder")
-    add_debug_argument(parser)
     return parser
 
 

@@ -14,26 +14,23 @@ network call. The Hub address is huggingface_hub's (HF_ENDPOINT to point elsewhe
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..io import ArgumentParser, add_debug_argument, check_model_folder, run_cli
+from ..io import ArgumentParser, check_model_folder, run_cli
 
 
 def build_parser() -> ArgumentParser:
     from ..hub.upload import DEFAULT_COMMIT_MESSAGE
 
-    parser = ArgumentParser(prog="vaswani-push-to-hub", description=__doc__,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(prog="vaswani-push-to-hub", description=__doc__)
     parser.add_argument("--model_dir", required=True, help="saved model folder (model + tokenizer + card)")
     parser.add_argument("--repo_id", required=True, help="target repository, e.g. org/vaswani-base")
     parser.add_argument("--private", action="store_true", help="create the repository as private (new repos only)")
     parser.add_argument("--revision", default=None, help="branch to commit to (created if missing; default main)")
     parser.add_argument("--dry_run", action="store_true", help="list the files that would be uploaded, and stop")
     parser.add_argument("--commit_message", default=DEFAULT_COMMIT_MESSAGE)
-    add_debug_argument(parser)
     return parser
 
 

@@ -14,7 +14,6 @@ done.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
@@ -26,7 +25,6 @@ from pathlib import Path
 from ..io import (
     ArgumentParser,
     UsageError,
-    add_debug_argument,
     atomic_output_dir,
     check_input_file,
     check_output_dir,
@@ -36,8 +34,7 @@ from ..tokenization import DEFAULT_MODEL_MAX_LENGTH, DEFAULT_VOCAB_SIZE, SPECIAL
 
 
 def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(prog="vaswani-train-tokenizer", description=__doc__,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(prog="vaswani-train-tokenizer", description=__doc__)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--files", nargs="+", type=Path, help="plain-text files, one sentence per line (all sides)")
     source.add_argument("--corpus", help="anything vaswani_hf.data.load_parallel reads (needs --src_lang/--tgt_lang)")
@@ -49,12 +46,12 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--vocab_size", type=int, default=DEFAULT_VOCAB_SIZE)
     parser.add_argument("--min_frequency", type=int, default=2)
     parser.add_argument("--lowercase", action="store_true")
-    parser.add_argument("--normalization", default="NFC", type=str.upper, choices=("NFC", "NFKC", "NFD", "NFKD", "NONE"),
+    parser.add_argument("--normalization", default="NFC", type=str.upper,
+                        choices=("NFC", "NFKC", "NFD", "NFKD", "NONE"),
                         help="Unicode normalisation: NFC (default), NFKC, NFD, NFKD or none")
     parser.add_argument("--model_max_length", type=int, default=DEFAULT_MODEL_MAX_LENGTH)
     parser.add_argument("--out_dir", type=Path, required=True)
     parser.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --out_dir")
-    add_debug_argument(parser)
     return parser
 
 

@@ -29,9 +29,9 @@ from ..io import (
     ArgumentParser,
     InputLineError,
     UsageError,
-    add_debug_argument,
     check_model_folder,
     check_output_file,
+    positive_int,
     read_lines,
     run_cli,
     write_lines,
@@ -47,19 +47,9 @@ def _int_or_none(text: str):
         raise argparse.ArgumentTypeError(f"expected an integer or 'none', got {text!r}") from None
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
-
 
 def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(prog="vaswani-translate", description=__doc__,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(prog="vaswani-translate", description=__doc__)
     parser.add_argument("input", nargs="?", default=STDIO,
                         help="text file to translate, one sentence per line (default: '-', standard input)")
     parser.add_argument("--model", required=True, metavar="DIR", help="model folder (save_pretrained: model + "
@@ -68,11 +58,11 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     parser.add_argument("--engine", default="pytorch", choices=("pytorch", "ctranslate2"), help="decoding backend")
     batching = parser.add_argument_group("batching")
-    batching.add_argument("--max_tokens", type=_positive, default=None,
+    batching.add_argument("--max_tokens", type=positive_int, default=None,
                           help="padded source tokens per batch (default: 4096, vaswani_hf.data.TRANSLATE_MAX_TOKENS)")
-    batching.add_argument("--batch_size", type=_positive, default=None, help="at most this many sentences per batch")
+    batching.add_argument("--batch_size", type=positive_int, default=None, help="at most this many sentences per batch")
     decoding = parser.add_argument_group("decoding (default: the model's generation_config)")
-    decoding.add_argument("--num_beams", type=_positive, default=None, help="beam size (paper: 4; 1 = greedy)")
+    decoding.add_argument("--num_beams", type=positive_int, default=None, help="beam size (paper: 4; 1 = greedy)")
     decoding.add_argument("--length_penalty", type=float, default=None, help="alpha of the length penalty (paper: 0.6)")
     decoding.add_argument("--length_penalty_type", choices=("gnmt", "hf"), default=None,
                           help="gnmt: ((5+|Y|)/6)^alpha as in the paper; hf: transformers' |Y|^alpha")
@@ -80,13 +70,12 @@ def build_parser() -> ArgumentParser:
                           help="per-sentence limit a * source_length + b tokens (paper: a=1)")
     decoding.add_argument("--max_length_b", type=_int_or_none, default=argparse.SUPPRESS,
                           help="the b of --max_length_a (paper: 50); 'none' turns the per-sentence limit off")
-    decoding.add_argument("--max_new_tokens", type=_positive, default=None, help="global cap on generated tokens")
+    decoding.add_argument("--max_new_tokens", type=positive_int, default=None, help="global cap on generated tokens")
     hardware = parser.add_argument_group("hardware")
     hardware.add_argument("--device", default=None, help="cpu, cuda, cuda:1, mps, ... (default: accelerator if any)")
     hardware.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
                           help="compute dtype: bf16/fp16 run under torch.autocast (for GPUs); weights stay fp32")
     parser.add_argument("--no_progress", action="store_true", help="no progress bar on stderr")
-    add_debug_argument(parser)
     return parser
 
 

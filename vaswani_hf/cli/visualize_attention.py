@@ -16,44 +16,40 @@ with status 1 if any real token attends to padding (a finding about the model, r
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..io import ArgumentParser, UsageError, add_debug_argument, atomic_output_dir, check_model_folder, \
-    check_output_dir, load_model_folder, run_cli
+from ..io import (
+    ArgumentParser,
+    UsageError,
+    atomic_output_dir,
+    check_model_folder,
+    check_output_dir,
+    load_model_folder,
+    positive_int,
+    run_cli,
+)
 
 _LINK = re.compile(r"^\d+[-?p]\d+$")
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
-
 
 def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(prog="vaswani-visualize-attention", description=__doc__,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(prog="vaswani-visualize-attention", description=__doc__)
     parser.add_argument("--model_dir", required=True, help="saved model folder with its tokenizer")
     parser.add_argument("--source", required=True, help="source sentence")
     parser.add_argument("--target", default=None, help="reference translation (default: the model's translation)")
     parser.add_argument("--alignment", default=None, help='word alignment of source and --target, e.g. "0-0 1-2"')
     parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--num_beams", type=_positive, default=None,
+    parser.add_argument("--num_beams", type=positive_int, default=None,
                         help="beam size for the model's own translation (default: its generation_config)")
-    parser.add_argument("--max_new_tokens", type=_positive, default=None)
+    parser.add_argument("--max_new_tokens", type=positive_int, default=None)
     parser.add_argument("--format", default="png", choices=["png", "svg", "pdf"])
     parser.add_argument("--per_head", action="store_true", help="also write one file per head")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing non-empty --out folder")
-    add_debug_argument(parser)
     return parser
 
 
