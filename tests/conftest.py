@@ -42,6 +42,34 @@ def randomize_norms_and_biases(model):
     return model
 
 
+@pytest.fixture(scope="module")
+def pairs():
+    """Synthetic EN-DE sentence pairs written for the tests (data_helpers.synthetic_pairs)."""
+    from data_helpers import synthetic_pairs
+
+    return synthetic_pairs()
+
+
+@pytest.fixture(scope="module")
+def tok(pairs):
+    """A joint BPE of 500 tokens trained on `pairs`."""
+    from vaswani_hf.tokenization import train_bpe_tokenizer
+
+    en, de = pairs
+    return train_bpe_tokenizer(en + de, vocab_size=500, min_frequency=1, show_progress=False)
+
+
+@pytest.fixture
+def corpus_dir(tmp_path, pairs):
+    """A folder holding `pairs` as Moses files train.en / train.de."""
+    from data_helpers import write_text
+
+    en, de = pairs
+    write_text(tmp_path / "train.en", en)
+    write_text(tmp_path / "train.de", de)
+    return tmp_path
+
+
 @pytest.fixture
 def tiny_model():
     from vaswani_hf import VaswaniForConditionalGeneration

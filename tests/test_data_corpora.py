@@ -8,7 +8,7 @@ import logging
 
 import datasets
 import pytest
-from data_helpers import synthetic_pairs, write_text
+from data_helpers import write_text
 
 from vaswani_hf.data import (
     CorpusError,
@@ -27,20 +27,6 @@ from vaswani_hf.data import (
     scan_corpus,
 )
 from vaswani_hf.io import UsageError
-
-
-@pytest.fixture(scope="module")
-def pairs():
-    return synthetic_pairs()
-
-
-@pytest.fixture
-def corpus_dir(tmp_path, pairs):
-    en, de = pairs
-    write_text(tmp_path / "train.en", en)
-    write_text(tmp_path / "train.de", de)
-    return tmp_path
-
 
 # ------------------------------------------------------------------------------------------------------ loading
 

@@ -8,7 +8,7 @@ import logging
 import datasets
 import numpy as np
 import pytest
-from data_helpers import synthetic_pairs, write_text
+from data_helpers import write_text
 
 from vaswani_hf.data import (
     CorpusError,
@@ -20,26 +20,7 @@ from vaswani_hf.data import (
     sequence_lengths,
     tokenize_pairs,
 )
-from vaswani_hf.tokenization import EOS_ID, train_bpe_tokenizer
-
-
-@pytest.fixture(scope="module")
-def pairs():
-    return synthetic_pairs()
-
-
-@pytest.fixture(scope="module")
-def tok(pairs):
-    en, de = pairs
-    return train_bpe_tokenizer(en + de, vocab_size=500, min_frequency=1, show_progress=False)
-
-
-@pytest.fixture
-def corpus_dir(tmp_path, pairs):
-    en, de = pairs
-    write_text(tmp_path / "train.en", en)
-    write_text(tmp_path / "train.de", de)
-    return tmp_path
+from vaswani_hf.tokenization import EOS_ID
 
 
 def test_empty_lines_reported_then_filtered(tmp_path, pairs, tok, caplog):

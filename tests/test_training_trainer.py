@@ -14,33 +14,18 @@ import datasets
 import pytest
 import torch
 from conftest import write_corpus
-from data_helpers import random_lengths, synthetic_pairs, write_text
+from data_helpers import random_lengths
 from torch.utils.data import DataLoader
 from transformers.modeling_outputs import Seq2SeqLMOutput
 
 from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
-from vaswani_hf.data import Seq2SeqCollator, TokenBatchSampler, load_moses, prepare_dataset
-from vaswani_hf.tokenization import train_bpe_tokenizer
+from vaswani_hf.data import (
+    Seq2SeqCollator,
+    TokenBatchSampler,
+    load_moses,
+    prepare_dataset,
+)
 from vaswani_hf.training.trainer import VaswaniTrainer, unshard_prepared_loader
-
-
-@pytest.fixture(scope="module")
-def pairs():
-    return synthetic_pairs()
-
-
-@pytest.fixture(scope="module")
-def tok(pairs):
-    en, de = pairs
-    return train_bpe_tokenizer(en + de, vocab_size=500, min_frequency=1, show_progress=False)
-
-
-@pytest.fixture
-def corpus_dir(tmp_path, pairs):
-    en, de = pairs
-    write_text(tmp_path / "train.en", en)
-    write_text(tmp_path / "train.de", de)
-    return tmp_path
 
 
 class TinySeq2Seq(torch.nn.Module):
@@ -226,7 +211,12 @@ def _tokenized_corpus(tmp_path, n=32):
 
 
 def _grads_after_one_update(tmp_path, tok, ds, batch_size, accumulation):
-    from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments, TrainerCallback
+    from transformers import (
+        DataCollatorForSeq2Seq,
+        Seq2SeqTrainer,
+        Seq2SeqTrainingArguments,
+        TrainerCallback,
+    )
 
     grads = {}
 
@@ -262,7 +252,11 @@ def test_gradient_accumulation_equals_large_batch(tmp_path):
 
 @pytest.mark.slow
 def test_plain_seq2seq_trainer_trains_and_generates(tmp_path):
-    from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments
+    from transformers import (
+        DataCollatorForSeq2Seq,
+        Seq2SeqTrainer,
+        Seq2SeqTrainingArguments,
+    )
 
     from vaswani_hf.evaluation import make_compute_metrics
 

@@ -5,10 +5,11 @@ Wraps ``sacrebleu.metrics.CHRF`` and returns the corpus score with sacreBLEU's s
 ``word_order=2`` gives chrF++.
 """
 
-import datasets
 import evaluate
 import sacrebleu
 from sacrebleu.metrics import CHRF
+
+from vaswani_hf.metrics.common import TRANSLATION_FEATURES, transpose_references
 
 _CITATION = """\
 @inproceedings{popovic-2015-chrf,
@@ -49,15 +50,6 @@ Returns:
 """
 
 
-def transpose_references(references):
-    """Per-segment references (a str or a list of str per segment) -> sacreBLEU's reference streams."""
-    if references and isinstance(references[0], str):
-        references = [[ref] for ref in references]
-    references_per_prediction = len(references[0]) if references else 0
-    if any(len(refs) != references_per_prediction for refs in references):
-        raise ValueError("sacreBLEU requires the same number of references for every prediction")
-    return [[refs[i] for refs in references] for i in range(references_per_prediction)]
-
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class ChrfLocal(evaluate.Metric):
@@ -67,20 +59,7 @@ class ChrfLocal(evaluate.Metric):
             citation=_CITATION,
             homepage="https://github.com/mjpost/sacrebleu",
             inputs_description=_KWARGS_DESCRIPTION,
-            features=[
-                datasets.Features(
-                    {
-                        "predictions": datasets.Value("string", id="sequence"),
-                        "references": datasets.Sequence(datasets.Value("string", id="sequence"), id="references"),
-                    }
-                ),
-                datasets.Features(
-                    {
-                        "predictions": datasets.Value("string", id="sequence"),
-                        "references": datasets.Value("string", id="sequence"),
-                    }
-                ),
-            ],
+            features=TRANSLATION_FEATURES,
             codebase_urls=["https://github.com/mjpost/sacrebleu"],
             reference_urls=["https://github.com/m-popovic/chrF"],
         )

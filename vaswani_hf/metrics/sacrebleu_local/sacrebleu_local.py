@@ -6,10 +6,11 @@ score together with sacreBLEU's signature string, which names every setting that
 (number of references, case, tokenizer, smoothing, sacreBLEU version). Report the signature with the score.
 """
 
-import datasets
 import evaluate
 import sacrebleu
 from sacrebleu.metrics import BLEU
+
+from vaswani_hf.metrics.common import TRANSLATION_FEATURES, transpose_references
 
 _CITATION = """\
 @inproceedings{post-2018-call,
@@ -51,15 +52,6 @@ Example:
 """
 
 
-def transpose_references(references):
-    """Per-segment references (a str or a list of str per segment) -> sacreBLEU's reference streams."""
-    if references and isinstance(references[0], str):
-        references = [[ref] for ref in references]
-    references_per_prediction = len(references[0]) if references else 0
-    if any(len(refs) != references_per_prediction for refs in references):
-        raise ValueError("sacreBLEU requires the same number of references for every prediction")
-    return [[refs[i] for refs in references] for i in range(references_per_prediction)]
-
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class SacrebleuLocal(evaluate.Metric):
@@ -69,20 +61,7 @@ class SacrebleuLocal(evaluate.Metric):
             citation=_CITATION,
             homepage="https://github.com/mjpost/sacrebleu",
             inputs_description=_KWARGS_DESCRIPTION,
-            features=[
-                datasets.Features(
-                    {
-                        "predictions": datasets.Value("string", id="sequence"),
-                        "references": datasets.Sequence(datasets.Value("string", id="sequence"), id="references"),
-                    }
-                ),
-                datasets.Features(
-                    {
-                        "predictions": datasets.Value("string", id="sequence"),
-                        "references": datasets.Value("string", id="sequence"),
-                    }
-                ),
-            ],
+            features=TRANSLATION_FEATURES,
             codebase_urls=["https://github.com/mjpost/sacrebleu"],
             reference_urls=["https://github.com/mjpost/sacrebleu"],
         )

@@ -31,12 +31,13 @@ number is only comparable with papers that used the same script; report sacreBLE
 
 import re
 
-import datasets
 import evaluate
 import sacrebleu
 import sacremoses
 from sacrebleu.metrics import BLEU
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
+
+from vaswani_hf.metrics.common import TRANSLATION_FEATURES, transpose_references
 
 _CITATION = """\
 @inproceedings{vaswani2017attention,
@@ -92,15 +93,6 @@ def preprocess(lines, lang="de", tokenize=True, compounds=True):
     return [split_compounds(line) for line in lines] if compounds else lines
 
 
-def transpose_references(references):
-    """Per-segment references (a str or a list of str per segment) -> sacreBLEU's reference streams."""
-    if references and isinstance(references[0], str):
-        references = [[ref] for ref in references]
-    references_per_prediction = len(references[0]) if references else 0
-    if any(len(refs) != references_per_prediction for refs in references):
-        raise ValueError("BLEU requires the same number of references for every prediction")
-    return [[refs[i] for refs in references] for i in range(references_per_prediction)]
-
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class TokBleu(evaluate.Metric):
@@ -110,20 +102,7 @@ class TokBleu(evaluate.Metric):
             citation=_CITATION,
             homepage="https://github.com/tensorflow/tensor2tensor/blob/master/tensor2tensor/utils/get_ende_bleu.sh",
             inputs_description=_KWARGS_DESCRIPTION,
-            features=[
-                datasets.Features(
-                    {
-                        "predictions": datasets.Value("string", id="sequence"),
-                        "references": datasets.Sequence(datasets.Value("string", id="sequence"), id="references"),
-                    }
-                ),
-                datasets.Features(
-                    {
-                        "predictions": datasets.Value("string", id="sequence"),
-                        "references": datasets.Value("string", id="sequence"),
-                    }
-                ),
-            ],
+            features=TRANSLATION_FEATURES,
             codebase_urls=["https://github.com/hplt-project/sacremoses", "https://github.com/mjpost/sacrebleu"],
             reference_urls=["https://arxiv.org/abs/1706.03762"],
         )
