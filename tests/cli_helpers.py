@@ -47,3 +47,22 @@ def truncate(path: Path, keep: float = 0.5) -> None:
     """Cut a file to a fraction of its size, as an interrupted copy or download leaves it."""
     data = path.read_bytes()
     path.write_bytes(data[: int(len(data) * keep)])
+
+
+BROKEN_FOLDER_CASES = ("missing", "file", "truncated", "config", "tokenizer")
+
+
+def break_model_folder(folder: Path, case: str, tmp_path: Path) -> Path:
+    """The model folder to pass after breaking `folder` as `case` says: absent, a file instead of the folder, truncated
+    weights, an invalid config.json, no tokenizer.json (any other case: the folder unchanged)."""
+    if case == "missing":
+        return tmp_path / "absent"
+    if case == "file":
+        return folder / "config.json"
+    if case == "truncated":
+        truncate(folder / "model.safetensors")
+    elif case == "config":
+        (folder / "config.json").write_text("{not json", encoding="utf-8")
+    elif case == "tokenizer":
+        (folder / "tokenizer.json").unlink()
+    return folder

@@ -11,18 +11,16 @@ from conftest import padded_batch, randomize_norms_and_biases, tiny_config
 
 import vaswani_hf.generation_vaswani as generation
 from vaswani_hf import VaswaniForConditionalGeneration
-from vaswani_hf.beam_search_vaswani import _buffers, decoder_step, project_source, top_candidates
+from vaswani_hf.beam_search_vaswani import (
+    _buffers,
+    decoder_step,
+    project_source,
+    top_candidates,
+)
 
 VOCAB = 40
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: one intra-op thread avoids oversubscribing the 2 shared cores; restored for other modules."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _model(seed: int, eos_boost: float = 0.6, **overrides):

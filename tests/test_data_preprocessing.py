@@ -8,7 +8,6 @@ import logging
 import datasets
 import numpy as np
 import pytest
-from data_helpers import write_text
 
 from vaswani_hf.data import (
     CorpusError,
@@ -23,15 +22,12 @@ from vaswani_hf.data import (
 from vaswani_hf.tokenization import EOS_ID
 
 
-def test_empty_lines_reported_then_filtered(tmp_path, pairs, tok, caplog):
+def test_empty_pairs_are_filtered_and_counted(pairs, tok, caplog):
+    """Pairs with an empty side (kept and reported at load time: tests/test_data_corpora.py) are removed by
+    filter_pairs, counted and located."""
     en, de = list(pairs[0][:50]), list(pairs[1][:50])
-    en[3], de[10], en[20], de[20] = "", "   ", "", ""
-    write_text(tmp_path / "e.en", en)
-    write_text(tmp_path / "e.de", de)
-    with caplog.at_level(logging.WARNING, logger="vaswani_hf.data"):
-        ds = load_moses(tmp_path / "e", "en", "de")
-    assert len(ds) == 50  # kept at load time: row i is line i+1
-    assert "3 of 50 pairs have an empty side (line/row 4, 11, 21)" in caplog.text
+    en[3], de[10], en[20], de[20] = "", "", "", ""
+    ds = make_parallel_dataset(en, de, "en", "de")
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="vaswani_hf.data"):
         out, report = prepare_dataset(ds, tok, "en", "de")

@@ -5,13 +5,13 @@ import json
 
 import pytest
 import torch
+from cli_helpers import assert_one_line_error, break_model_folder
 from conftest import padded_batch, randomize_norms_and_biases, tiny_config
+from decoding_checks import assert_same_generations_or_near_ties
+from hub_helpers import DECODER_INPUT_IDS, SOURCES, copy_folder, tiny  # noqa: F401
 from huggingface_hub import ModelCard
 from transformers import AutoTokenizer, MarianMTModel
 
-from cli_helpers import assert_one_line_error, truncate
-from decoding_checks import assert_same_generations_or_near_ties
-from hub_helpers import DECODER_INPUT_IDS, SOURCES, copy_folder, tiny  # noqa: F401
 from vaswani_hf import VaswaniForConditionalGeneration, hub
 from vaswani_hf.cli import export_marian as cli
 from vaswani_hf.export.marian import from_marian, interleaved_to_concatenated, to_marian
@@ -130,17 +130,8 @@ def test_cli_refusals_are_one_line_exit_2_and_change_nothing(tiny, tmp_path, cap
                                                                           "--overwrite"],
                 "out_is_file": ["--out", "is a file"], "same": ["is the model folder"],
                 "one_language": ["--source_lang and --target_lang"]}[case]
-    if case == "missing":
-        folder = tmp_path / "absent"
-    elif case == "file":
-        folder = folder / "config.json"
-    elif case == "truncated":
-        truncate(folder / "model.safetensors")
-    elif case == "config":
-        (folder / "config.json").write_text("{not json", encoding="utf-8")
-    elif case == "tokenizer":
-        (folder / "tokenizer.json").unlink()
-    elif case == "metrics":
+    folder = break_model_folder(folder, case, tmp_path)
+    if case == "metrics":
         (folder / "metrics.json").write_text("{", encoding="utf-8")
     elif case == "existing":
         out.mkdir()
@@ -149,7 +140,7 @@ def test_cli_refusals_are_one_line_exit_2_and_change_nothing(tiny, tmp_path, cap
         out.write_text("keep", encoding="utf-8")
     elif case == "same":
         out, extra = folder, ["--overwrite"]  # even with --overwrite the model folder is never replaced
-    else:
+    elif case == "one_language":
         extra = ["--source_lang", "en"]
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     assert_one_line_error(cli.main, ["--model_dir", str(folder), "--out", str(out), *extra], capsys, 2, *expected)

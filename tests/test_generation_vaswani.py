@@ -17,23 +17,23 @@ import torch
 from conftest import padded_batch, randomize_norms_and_biases, tiny_config
 from transformers import GenerationConfig
 from transformers.generation import GenerationMixin
-from transformers.generation.stopping_criteria import MaxLengthCriteria, StoppingCriteriaList
+from transformers.generation.stopping_criteria import (
+    MaxLengthCriteria,
+    StoppingCriteriaList,
+)
 from transformers.modeling_outputs import Seq2SeqLMOutput
 
 import vaswani_hf.generation_vaswani as generation
 from vaswani_hf import VaswaniForConditionalGeneration
-from vaswani_hf.generation_vaswani import VaswaniGenerationMixin, fast_topk, gnmt_length_penalty
+from vaswani_hf.generation_vaswani import (
+    VaswaniGenerationMixin,
+    fast_topk,
+    gnmt_length_penalty,
+)
 
 PAD, EOS, A, B, C, D = 0, 2, 3, 4, 5, 6
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: one intra-op thread avoids oversubscribing the 2 shared cores; restored for other modules."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 class MarkovModel(VaswaniForConditionalGeneration):

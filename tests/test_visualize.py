@@ -8,9 +8,9 @@ import shutil
 
 import pytest
 import torch
-
-from cli_helpers import assert_one_line_error, truncate
+from cli_helpers import assert_one_line_error, break_model_folder
 from conftest import REPO, run_python
+
 from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
 from vaswani_hf import visualize as V
 
@@ -276,17 +276,8 @@ def test_cli_refusals_are_one_line_exit_2_and_change_nothing(saved, tmp_path, ca
                 "existing": ["--out", "exists and is not empty", "--overwrite"], "out_is_file": ["--out", "is a file"],
                 "alignment_without_target": ["--alignment", "--target"],
                 "bad_alignment": ["--alignment", "'0:0'", "i-j"], "num_beams": ["--num_beams"]}[case]
-    if case == "missing":  # before: "Repo id must be in the form ..." from deep inside transformers
-        folder = tmp_path / "absent"
-    elif case == "file":
-        folder = folder / "config.json"
-    elif case == "truncated":
-        truncate(folder / "model.safetensors")
-    elif case == "config":
-        (folder / "config.json").write_text("{not json", encoding="utf-8")
-    elif case == "tokenizer":
-        (folder / "tokenizer.json").unlink()
-    elif case == "existing":
+    folder = break_model_folder(folder, case, tmp_path)
+    if case == "existing":
         out.mkdir()
         (out / "mine.txt").write_text("keep", encoding="utf-8")
     elif case == "out_is_file":
@@ -295,7 +286,7 @@ def test_cli_refusals_are_one_line_exit_2_and_change_nothing(saved, tmp_path, ca
         extra = ["--alignment", "0-0"]
     elif case == "bad_alignment":
         extra = ["--target", SENTENCES[1], "--alignment", "0-0 0:0"]
-    else:
+    elif case == "num_beams":
         extra = ["--num_beams", "0"]
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     argv = ["--model_dir", str(folder), "--source", SENTENCES[0], "--out", str(out), *extra]
