@@ -327,21 +327,13 @@ def test_parameter_counts_match_table3(preset, paper_millions):
     assert abs(millions - paper_millions) / paper_millions < 0.05
 
 
-@pytest.fixture
-def one_thread():
-    """Tiny models: one intra-op thread. Two threads on two shared, loaded cores made the learning test below take
-    8.4 minutes on CI (the threads wait for each other); restored afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def test_a_tiny_model_learns_to_reverse_sequences(one_thread):
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_tiny_model_learns_to_reverse_sequences():
     """Teacher-forced training on random sequences, then greedy decoding: >= 99% token accuracy on new ones.
 
-    400 steps: with this seed the greedy accuracy is >= 99.8% from step 300 on (1 and 2 threads); 600 steps was twice
-    what the task needs."""
+    One torch thread: two threads on two shared, loaded cores made this test take 8.4 minutes on CI (the threads wait
+    for each other). 400 steps: with this seed the greedy accuracy is >= 99.8% from step 300 on (1 and 2 threads); 600
+    steps was twice what the task needs."""
     torch.manual_seed(0)
     config = tiny_config(vocab_size=16, d_model=64, d_ff=128, num_heads=4, label_smoothing=0.0, dropout=0.0)
     model = VaswaniForConditionalGeneration(config)
