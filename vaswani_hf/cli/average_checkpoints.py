@@ -16,7 +16,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..io import ArgumentParser, UsageError, check_model_folder, check_output_dir, run_cli
+from ..io import (
+    ArgumentParser,
+    UsageError,
+    check_model_folder,
+    check_output_dir,
+    run_cli,
+)
 
 
 def build_parser() -> ArgumentParser:

@@ -23,22 +23,11 @@ import sys
 import time
 from collections.abc import Sequence
 
-from ..io import (
-    ArgumentParser,
-    InputLineError,
-    UsageError,
-    check_model_folder,
-    check_output_file,
-    positive_int,
-    read_lines,
-    replace_atomically,
-    run_cli,
-    write_lines,
-)
+from .. import io
 
 
-def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(prog="vaswani-evaluate", description=__doc__)
+def build_parser() -> io.ArgumentParser:
+    parser = io.ArgumentParser(prog="vaswani-evaluate", description=__doc__)
     parser.add_argument("--references", nargs="+", required=True, metavar="FILE",
                         help="reference file(s), one segment per line")
     parser.add_argument("--hypotheses", metavar="FILE", help="score this output file instead of translating")
@@ -47,9 +36,9 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--out", metavar="FILE", help="write the scores as JSON here")
     parser.add_argument("--save_hypotheses", metavar="FILE", help="write the model's translations here")
     parser.add_argument("--overwrite", action="store_true", help="replace existing --out / --save_hypotheses files")
-    parser.add_argument("--num_beams", type=positive_int, default=None,
+    parser.add_argument("--num_beams", type=io.positive_int, default=None,
                         help="beam size (default: the model's generation_config)")
-    parser.add_argument("--batch_size", type=positive_int, default=32)
+    parser.add_argument("--batch_size", type=io.positive_int, default=32)
     parser.add_argument("--device", default=None, help="torch device (default: the accelerator if any, else cpu)")
     parser.add_argument("--target_lang", default="de", help="target language for the Moses tokenizer")
     parser.add_argument("--tokenize", default="13a", help="sacreBLEU tokenizer for the 'sacrebleu' score")
@@ -61,14 +50,14 @@ def build_parser() -> ArgumentParser:
 def check_arguments(args) -> None:
     """Everything cheap, before any file is read: the flags' combination and values, the output files."""
     if args.hypotheses and (args.model or args.source):
-        raise UsageError("give either --hypotheses, or --model with --source, not both")
+        raise io.UsageError("give either --hypotheses, or --model with --source, not both")
     if not args.hypotheses and not (args.model and args.source):
-        raise UsageError("give --hypotheses FILE, or --model DIR and --source FILE")
+        raise io.UsageError("give --hypotheses FILE, or --model DIR and --source FILE")
     outputs = [(flag, getattr(args, flag)) for flag in ("out", "save_hypotheses") if getattr(args, flag)]
     if len({str(path) for _, path in outputs}) < len(outputs):
-        raise UsageError("--out and --save_hypotheses name the same file")
+        raise io.UsageError("--out and --save_hypotheses name the same file")
     for flag, path in outputs:
-        check_output_file(path, overwrite=args.overwrite, what=f"--{flag}")
+        io.check_output_file(path, overwrite=args.overwrite, what=f"--{flag}")
 
 
 def translate_file(args, sources: list[str]) -> tuple[list[str], int]:
@@ -80,7 +69,7 @@ def translate_file(args, sources: list[str]) -> tuple[list[str], int]:
     started = time.perf_counter()
     try:
         hypotheses = translate(model, tokenizer, sources, batch_size=args.batch_size, num_beams=num_beams)
-    except InputLineError as error:  # e.g. a line longer than the model's positions: named as file:line
+    except io.InputLineError as error:  # e.g. a line longer than the model's positions: named as file:line
         raise error.in_file(args.source) from error
     # reported after the work, so that a refused source is one line on stderr (translate shows its own progress)
     print(f"translated {len(sources)} lines of {args.source} on {resolve_device(args.device)} with "
@@ -93,36 +82,36 @@ def _main(argv: Sequence[str]) -> int:
 
     args = build_parser().parse_args(argv)
     check_arguments(args)
-    references = [(name, read_lines(name, what="reference file")) for name in args.references]
+    references = [(name, io.read_lines(name, what="reference file")) for name in args.references]
     meta = {"references": args.references}
     if args.hypotheses:
-        hypotheses = read_lines(args.hypotheses, what="hypotheses file")
+        hypotheses = io.read_lines(args.hypotheses, what="hypotheses file")
         check_line_counts((args.hypotheses, hypotheses), references)
         meta["hypotheses"] = args.hypotheses
     else:
-        sources = read_lines(args.source, what="source file")
+        sources = io.read_lines(args.source, what="source file")
         check_line_counts((args.source, sources), references)
-        check_model_folder(args.model, what="--model")
+        io.check_model_folder(args.model, what="--model")
         hypotheses, num_beams = translate_file(args, sources)
         meta.update(model=args.model, source=args.source, num_beams=num_beams)
         if args.save_hypotheses:
-            write_lines(args.save_hypotheses, hypotheses, overwrite=args.overwrite, what="--save_hypotheses")
+            io.write_lines(args.save_hypotheses, hypotheses, overwrite=args.overwrite, what="--save_hypotheses")
             meta["hypotheses"] = args.save_hypotheses
     meta["num_segments"] = len(hypotheses)
     if not hypotheses:
-        raise UsageError(f"{args.hypotheses or args.source}: no segments to score (the file is empty)")
+        raise io.UsageError(f"{args.hypotheses or args.source}: no segments to score (the file is empty)")
     scores = compute_all(hypotheses, [lines for _, lines in references], target_lang=args.target_lang,
                          tokenize=args.tokenize, lowercase=args.lowercase)
     print(format_table(scores))
     if args.out:
-        with replace_atomically(check_output_file(args.out, overwrite=args.overwrite, what="--out")) as tmp:
+        with io.replace_atomically(io.check_output_file(args.out, overwrite=args.overwrite, what="--out")) as tmp:
             tmp.write_text(json.dumps({"scores": scores, "meta": meta}, indent=2) + "\n", encoding="utf-8")
         print(f"\nwrote {args.out}", file=sys.stderr)
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli(_main, argv)
+    return io.run_cli(_main, argv)
 
 
 if __name__ == "__main__":

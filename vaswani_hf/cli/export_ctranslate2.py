@@ -16,25 +16,17 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from .. import io
 from ..export.ctranslate2_spec import QUANTIZATIONS
-from ..io import (
-    ArgumentParser,
-    UsageError,
-    check_model_folder,
-    check_output_dir,
-    positive_int,
-    read_json,
-    run_cli,
-)
 
 
-def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(prog="vaswani-export-ctranslate2", description=__doc__)
+def build_parser() -> io.ArgumentParser:
+    parser = io.ArgumentParser(prog="vaswani-export-ctranslate2", description=__doc__)
     parser.add_argument("--model_dir", required=True, help="folder saved by save_pretrained (model + tokenizer)")
     parser.add_argument("--out_dir", required=True, help="CTranslate2 model folder to write")
     parser.add_argument("--quantization", default=None, choices=QUANTIZATIONS, help="weight type (default: float32)")
     parser.add_argument("--tokenizer", default=None, help="tokenizer folder (default: --model_dir)")
-    parser.add_argument("--max_positions", type=positive_int, default=None,
+    parser.add_argument("--max_positions", type=io.positive_int, default=None,
                         help="rows of the exported sinusoid table = longest source/output CTranslate2 accepts "
                              "(default: max(max_position_embeddings, 1024))")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --out_dir")
@@ -45,12 +37,13 @@ def build_parser() -> ArgumentParser:
 def _check_tokenizer_folder(path: str) -> Path:
     folder = Path(path)
     if not folder.exists():
-        raise UsageError(f"--tokenizer folder not found: {folder}")
+        raise io.UsageError(f"--tokenizer folder not found: {folder}")
     if not folder.is_dir():
-        raise UsageError(f"--tokenizer {folder} is a file; give the folder that holds tokenizer.json")
+        raise io.UsageError(f"--tokenizer {folder} is a file; give the folder that holds tokenizer.json")
     if not (folder / "tokenizer.json").is_file():
-        raise UsageError(f"--tokenizer {folder}: no tokenizer.json; give a folder written by tokenizer.save_pretrained")
-    read_json(folder / "tokenizer.json", what="tokenizer.json")
+        raise io.UsageError(f"--tokenizer {folder}: no tokenizer.json; give a folder written by "
+                            "tokenizer.save_pretrained")
+    io.read_json(folder / "tokenizer.json", what="tokenizer.json")
     return folder
 
 
@@ -59,11 +52,11 @@ def _main(argv: Sequence[str]) -> int:
 
     args = build_parser().parse_args(argv)
     overwrite = args.overwrite or args.force
-    model_dir = check_model_folder(Path(args.model_dir), what="--model_dir", tokenizer=args.tokenizer is None)
+    model_dir = io.check_model_folder(Path(args.model_dir), what="--model_dir", tokenizer=args.tokenizer is None)
     tokenizer = _check_tokenizer_folder(args.tokenizer) if args.tokenizer else None
-    out_dir = check_output_dir(args.out_dir, overwrite=overwrite, what="--out_dir")
+    out_dir = io.check_output_dir(args.out_dir, overwrite=overwrite, what="--out_dir")
     if out_dir.resolve() == model_dir.resolve():
-        raise UsageError(f"--out_dir {out_dir} is --model_dir; choose another folder")
+        raise io.UsageError(f"--out_dir {out_dir} is --model_dir; choose another folder")
     import_ctranslate2()  # the optional dependency, before any work
     out = to_ctranslate2(model_dir, out_dir, quantization=args.quantization, tokenizer=tokenizer,
                          max_positions=args.max_positions, force=overwrite)
@@ -72,7 +65,7 @@ def _main(argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli(_main, argv, prog="vaswani-export-ctranslate2")
+    return io.run_cli(_main, argv, prog="vaswani-export-ctranslate2")
 
 
 if __name__ == "__main__":

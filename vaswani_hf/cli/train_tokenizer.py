@@ -22,19 +22,12 @@ from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..io import (
-    ArgumentParser,
-    UsageError,
-    atomic_output_dir,
-    check_input_file,
-    check_output_dir,
-    run_cli,
-)
+from .. import io
 from ..tokenization import DEFAULT_MODEL_MAX_LENGTH, DEFAULT_VOCAB_SIZE, SPECIAL_TOKENS
 
 
-def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(prog="vaswani-train-tokenizer", description=__doc__)
+def build_parser() -> io.ArgumentParser:
+    parser = io.ArgumentParser(prog="vaswani-train-tokenizer", description=__doc__)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--files", nargs="+", type=Path, help="plain-text files, one sentence per line (all sides)")
     source.add_argument("--corpus", help="anything vaswani_hf.data.load_parallel reads (needs --src_lang/--tgt_lang)")
@@ -60,7 +53,7 @@ def _corpus(args):
     every line)."""
     if args.files:
         for path in args.files:
-            check_input_file(path, "--files")
+            io.check_input_file(path, "--files")
         return args.files
     from ..data.corpora import load_parallel, load_sample_corpus
 
@@ -89,7 +82,7 @@ class _Counted:
             self.non_empty += bool(line.strip())
             yield line
         if self.non_empty == 0:
-            raise UsageError(f"{self.source}: no text to learn from ({self.count} lines, all empty); give the "
+            raise io.UsageError(f"{self.source}: no text to learn from ({self.count} lines, all empty); give the "
                              "training corpus")
 
 
@@ -120,23 +113,23 @@ def _main(argv: Sequence[str]) -> int:
 
     args = build_parser().parse_args(argv)
     if args.vocab_size <= len(SPECIAL_TOKENS) + 256:
-        raise UsageError(f"--vocab_size must exceed the {len(SPECIAL_TOKENS)} special tokens + 256 byte symbols, "
+        raise io.UsageError(f"--vocab_size must exceed the {len(SPECIAL_TOKENS)} special tokens + 256 byte symbols, "
                          f"got {args.vocab_size}")
     for name in ("min_frequency", "model_max_length"):
         if getattr(args, name) <= 0:
-            raise UsageError(f"--{name} must be positive, got {getattr(args, name)}")
-    check_output_dir(args.out_dir, overwrite=args.overwrite, what="--out_dir")
+            raise io.UsageError(f"--{name} must be positive, got {getattr(args, name)}")
+    io.check_output_dir(args.out_dir, overwrite=args.overwrite, what="--out_dir")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     languages = None if args.files else [args.src_lang, args.tgt_lang]
     with _held_back("vaswani_hf.data"):
         corpus = _corpus(args)
         # a loaded corpus is checked now (files are streamed: checked when they end, in _Counted)
         if not args.files and not any(line.strip() for line in iter_training_text(corpus, languages)):
-            raise UsageError(f"{_source(args)}: no text to learn from ({len(corpus)} pairs, all empty); give the "
+            raise io.UsageError(f"{_source(args)}: no text to learn from ({len(corpus)} pairs, all empty); give the "
                              "training corpus")
     lines = _Counted(iter_training_text(corpus, languages), _source(args))
     started = time.perf_counter()
-    with atomic_output_dir(args.out_dir) as tmp:
+    with io.atomic_output_dir(args.out_dir) as tmp:
         tok = train_bpe_tokenizer(
             lines, vocab_size=args.vocab_size, min_frequency=args.min_frequency, lowercase=args.lowercase,
             normalization=None if args.normalization == "NONE" else args.normalization,
@@ -147,7 +140,7 @@ def _main(argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli(_main, argv)
+    return io.run_cli(_main, argv)
 
 
 if __name__ == "__main__":

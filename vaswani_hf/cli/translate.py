@@ -24,18 +24,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..io import (
-    STDIO,
-    ArgumentParser,
-    InputLineError,
-    UsageError,
-    check_model_folder,
-    check_output_file,
-    positive_int,
-    read_lines,
-    run_cli,
-    write_lines,
-)
+from .. import io
 
 
 def _int_or_none(text: str):
@@ -48,9 +37,9 @@ def _int_or_none(text: str):
 
 
 
-def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(prog="vaswani-translate", description=__doc__)
-    parser.add_argument("input", nargs="?", default=STDIO,
+def build_parser() -> io.ArgumentParser:
+    parser = io.ArgumentParser(prog="vaswani-translate", description=__doc__)
+    parser.add_argument("input", nargs="?", default=io.STDIO,
                         help="text file to translate, one sentence per line (default: '-', standard input)")
     parser.add_argument("--model", required=True, metavar="DIR", help="model folder (save_pretrained: model + "
                         "tokenizer), or a CTranslate2 folder with --engine ctranslate2")
@@ -58,11 +47,12 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     parser.add_argument("--engine", default="pytorch", choices=("pytorch", "ctranslate2"), help="decoding backend")
     batching = parser.add_argument_group("batching")
-    batching.add_argument("--max_tokens", type=positive_int, default=None,
+    batching.add_argument("--max_tokens", type=io.positive_int, default=None,
                           help="padded source tokens per batch (default: 4096, vaswani_hf.data.TRANSLATE_MAX_TOKENS)")
-    batching.add_argument("--batch_size", type=positive_int, default=None, help="at most this many sentences per batch")
+    batching.add_argument("--batch_size", type=io.positive_int, default=None,
+                          help="at most this many sentences per batch")
     decoding = parser.add_argument_group("decoding (default: the model's generation_config)")
-    decoding.add_argument("--num_beams", type=positive_int, default=None, help="beam size (paper: 4; 1 = greedy)")
+    decoding.add_argument("--num_beams", type=io.positive_int, default=None, help="beam size (paper: 4; 1 = greedy)")
     decoding.add_argument("--length_penalty", type=float, default=None, help="alpha of the length penalty (paper: 0.6)")
     decoding.add_argument("--length_penalty_type", choices=("gnmt", "hf"), default=None,
                           help="gnmt: ((5+|Y|)/6)^alpha as in the paper; hf: transformers' |Y|^alpha")
@@ -70,7 +60,7 @@ def build_parser() -> ArgumentParser:
                           help="per-sentence limit a * source_length + b tokens (paper: a=1)")
     decoding.add_argument("--max_length_b", type=_int_or_none, default=argparse.SUPPRESS,
                           help="the b of --max_length_a (paper: 50); 'none' turns the per-sentence limit off")
-    decoding.add_argument("--max_new_tokens", type=positive_int, default=None, help="global cap on generated tokens")
+    decoding.add_argument("--max_new_tokens", type=io.positive_int, default=None, help="global cap on generated tokens")
     hardware = parser.add_argument_group("hardware")
     hardware.add_argument("--device", default=None, help="cpu, cuda, cuda:1, mps, ... (default: accelerator if any)")
     hardware.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
@@ -114,22 +104,22 @@ ENGINES = {"pytorch": translate_with_pytorch, "ctranslate2": translate_with_ctra
 def _main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "max_length_b", 0) is None and args.max_new_tokens is None:
-        raise UsageError("--max_length_b none turns the per-sentence limit off: give --max_new_tokens as the limit")
-    if args.output is not None and args.output != STDIO:  # checked before any work
-        check_output_file(args.output, overwrite=args.overwrite, what="--output")
-    lines = read_lines(args.input)
+        raise io.UsageError("--max_length_b none turns the per-sentence limit off: give --max_new_tokens as the limit")
+    if args.output is not None and args.output != io.STDIO:  # checked before any work
+        io.check_output_file(args.output, overwrite=args.overwrite, what="--output")
+    lines = io.read_lines(args.input)
     if args.engine == "pytorch":
-        check_model_folder(args.model, what="--model")
+        io.check_model_folder(args.model, what="--model")
     elif not Path(args.model).is_dir():
-        raise UsageError(f"--model {args.model}: folder not found")
+        raise io.UsageError(f"--model {args.model}: folder not found")
     start = time.perf_counter()
     try:
         translations = ENGINES[args.engine](args, lines)
-    except InputLineError as error:  # e.g. a line longer than the model's positions: named as file:line
+    except io.InputLineError as error:  # e.g. a line longer than the model's positions: named as file:line
         raise error.in_file(args.input) from error
     if len(translations) != len(lines):  # an engine bug must never silently misalign lines
         raise RuntimeError(f"engine {args.engine} returned {len(translations)} lines for {len(lines)} inputs")
-    write_lines(args.output, translations, overwrite=args.overwrite, what="--output")
+    io.write_lines(args.output, translations, overwrite=args.overwrite, what="--output")
     if not args.no_progress:
         print(f"translated {len(lines)} lines in {time.perf_counter() - start:.1f}s with engine {args.engine}",
               file=sys.stderr)
@@ -137,7 +127,7 @@ def _main(argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli(_main, argv)
+    return io.run_cli(_main, argv)
 
 
 if __name__ == "__main__":

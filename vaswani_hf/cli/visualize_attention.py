@@ -21,31 +21,22 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..io import (
-    ArgumentParser,
-    UsageError,
-    atomic_output_dir,
-    check_model_folder,
-    check_output_dir,
-    load_model_folder,
-    positive_int,
-    run_cli,
-)
+from .. import io
 
 _LINK = re.compile(r"^\d+[-?p]\d+$")
 
 
 
-def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(prog="vaswani-visualize-attention", description=__doc__)
+def build_parser() -> io.ArgumentParser:
+    parser = io.ArgumentParser(prog="vaswani-visualize-attention", description=__doc__)
     parser.add_argument("--model_dir", required=True, help="saved model folder with its tokenizer")
     parser.add_argument("--source", required=True, help="source sentence")
     parser.add_argument("--target", default=None, help="reference translation (default: the model's translation)")
     parser.add_argument("--alignment", default=None, help='word alignment of source and --target, e.g. "0-0 1-2"')
     parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--num_beams", type=positive_int, default=None,
+    parser.add_argument("--num_beams", type=io.positive_int, default=None,
                         help="beam size for the model's own translation (default: its generation_config)")
-    parser.add_argument("--max_new_tokens", type=positive_int, default=None)
+    parser.add_argument("--max_new_tokens", type=io.positive_int, default=None)
     parser.add_argument("--format", default="png", choices=["png", "svg", "pdf"])
     parser.add_argument("--per_head", action="store_true", help="also write one file per head")
     parser.add_argument("--device", default="cpu")
@@ -55,13 +46,13 @@ def build_parser() -> ArgumentParser:
 
 def _check_arguments(args) -> None:
     if not args.source.strip():
-        raise UsageError("--source is empty; give a sentence")
+        raise io.UsageError("--source is empty; give a sentence")
     if args.alignment is not None:
         if not args.target:
-            raise UsageError("--alignment refers to the words of --target: give --target too")
+            raise io.UsageError("--alignment refers to the words of --target: give --target too")
         bad = [link for link in args.alignment.split() if not _LINK.match(link)]
         if bad or not args.alignment.split():
-            raise UsageError(f"--alignment: {bad[0] if bad else 'empty'!r} is not a link 'i-j' (source word i, "
+            raise io.UsageError(f"--alignment: {bad[0] if bad else 'empty'!r} is not a link 'i-j' (source word i, "
                              "target word j, 0-based), e.g. --alignment \"0-0 1-2\"")
 
 
@@ -77,7 +68,7 @@ def _check_lengths(args, model, tokenizer) -> None:
         lengths["--target"] = len(tokenizer(text_target=args.target)["input_ids"])
     for flag, n in lengths.items():
         if n > limit:
-            raise UsageError(f"{flag}: {n} tokens (with </s>), but the model's learned position embeddings cover "
+            raise io.UsageError(f"{flag}: {n} tokens (with </s>), but the model's learned position embeddings cover "
                              f"{limit} positions; give a shorter sentence")
 
 
@@ -86,13 +77,13 @@ def _main(argv: Sequence[str]) -> int:
 
     args = build_parser().parse_args(argv)
     _check_arguments(args)
-    model_dir = check_model_folder(Path(args.model_dir), what="--model_dir")
-    out = check_output_dir(args.out, overwrite=args.overwrite, what="--out")
+    model_dir = io.check_model_folder(Path(args.model_dir), what="--model_dir")
+    out = io.check_output_dir(args.out, overwrite=args.overwrite, what="--out")
     # trust_remote_code: the folder's own code runs if the package's classes are not registered (any saved model)
-    model, tokenizer = load_model_folder(model_dir, device=args.device, trust_remote_code=True, what="--model_dir",
+    model, tokenizer = io.load_model_folder(model_dir, device=args.device, trust_remote_code=True, what="--model_dir",
                                          attn_implementation="eager")
     _check_lengths(args, model, tokenizer)
-    with atomic_output_dir(out) as tmp:
+    with io.atomic_output_dir(out) as tmp:
         result = visualize(model, tokenizer, args.source, args.target, tmp, fmt=args.format,
                            num_beams=args.num_beams, max_new_tokens=args.max_new_tokens, per_head=args.per_head,
                            word_alignment=args.alignment)
@@ -106,7 +97,7 @@ def _main(argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli(_main, argv, prog="vaswani-visualize-attention")
+    return io.run_cli(_main, argv, prog="vaswani-visualize-attention")
 
 
 if __name__ == "__main__":

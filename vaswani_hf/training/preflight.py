@@ -14,6 +14,7 @@ import os
 import shutil
 from pathlib import Path
 
+from .. import io
 from ..io import read_json
 from .checkpoints import STAGING_DIR, checkpoints, resumable_checkpoint
 from .recipe import REPO_ROOT, Recipe, RecipeError
@@ -183,21 +184,10 @@ def check_output_dir(recipe: Recipe, *, overwrite: bool = False) -> Path | None:
     """Decide what this run may do with `output_dir`, before anything is written. Returns the checkpoint to resume
     from (None: start from scratch). Refuses: output_dir is a file; it holds a previous run and neither --resume nor
     --overwrite was given; it holds other files only; --resume with a checkpoint of another architecture."""
-    out = Path(recipe.output_dir)
-    if out.exists() and not out.is_dir():
-        raise RecipeError(f"output_dir {out} is a file; give a folder")
-    for parent in out.absolute().parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise RecipeError(f"output_dir {out}: {parent} is a file, not a folder")
-            break
+    out = io.check_output_dir(recipe.output_dir, overwrite=True, what="output_dir")  # a folder (or none yet)
     export = Path(recipe.export_dir) if recipe.export_dir else None
     if export is not None and out not in export.parents:
-        if export.exists() and not export.is_dir():
-            raise RecipeError(f"export_dir {export} is a file; give a folder")
-        if export.is_dir() and any(export.iterdir()) and not (overwrite or recipe.resume):
-            raise RecipeError(f"export_dir {export} exists and is not empty; pass --overwrite to replace it, or "
-                              "choose another export_dir")
+        io.check_output_dir(export, overwrite=overwrite or recipe.resume, what="export_dir")
     if not out.is_dir() or not any(out.iterdir()):
         if recipe.resume:
             logger.warning("--resume: %s holds no run yet, starting from scratch", out)
