@@ -208,6 +208,14 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         self._error(404, "Invalid rev id", "RevisionNotFound", head=head)
         return None
 
+    def _files_at(self, repo_id: str, revision: str, write: bool = False):
+        """(repository, commit id) of `revision`, or None after answering the error the Hub gives."""
+        repo = self._repo(repo_id, write=write)
+        if repo is None:
+            return None
+        commit = self._resolve(repo, revision)
+        return None if commit is None else (repo, commit)
+
     def _tree_entry(self, path: str, entry: dict) -> dict:
         item = {"type": "file", "path": path, "oid": entry["oid"], "size": entry["size"]}
         if entry["lfs"]:
@@ -252,12 +260,10 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         return self._json(200, {"errors": [], "warnings": []})
 
     def preupload(self, repo_id, revision, body, query):
-        repo = self._repo(repo_id, write=True)
-        if repo is None:
+        found = self._files_at(repo_id, revision, write=True)
+        if found is None:
             return None
-        commit = self._resolve(repo, revision)
-        if commit is None:
-            return None
+        repo, commit = found
         current = repo.commits[commit]["files"]
         files = []
         for item in json.loads(body)["files"]:
@@ -361,12 +367,10 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         return self._json(200, {})
 
     def model_info(self, repo_id, revision=None, body=None, query=None):
-        repo = self._repo(repo_id)
-        if repo is None:
+        found = self._files_at(repo_id, revision or "main")
+        if found is None:
             return None
-        commit = self._resolve(repo, revision or "main")
-        if commit is None:
-            return None
+        repo, commit = found
         files = repo.commits[commit]["files"]
         return self._json(200, {
             "id": repo_id, "modelId": repo_id, "author": repo_id.split("/")[0], "sha": commit,
@@ -379,12 +383,10 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         return self.model_info(repo_id, None, body=body, query=query)
 
     def tree(self, repo_id, revision, subpath="", body=None, query=None):
-        repo = self._repo(repo_id)
-        if repo is None:
+        found = self._files_at(repo_id, revision)
+        if found is None:
             return None
-        commit = self._resolve(repo, revision)
-        if commit is None:
-            return None
+        repo, commit = found
         prefix = subpath.strip("/")
         files = repo.commits[commit]["files"]
         recursive = query and query.get("recursive", ["false"])[0].lower() in ("1", "true")
@@ -406,12 +408,10 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         return self.tree(repo_id, revision, "", body=body, query=query)
 
     def paths_info(self, repo_id, revision, body, query):
-        repo = self._repo(repo_id)
-        if repo is None:
+        found = self._files_at(repo_id, revision)
+        if found is None:
             return None
-        commit = self._resolve(repo, revision)
-        if commit is None:
-            return None
+        repo, commit = found
         files = repo.commits[commit]["files"]
         raw = body.decode()
         if raw.startswith("{"):

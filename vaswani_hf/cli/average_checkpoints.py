@@ -16,17 +16,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..io import (
-    ArgumentParser,
-    UsageError,
-    check_model_folder,
-    check_output_dir,
-    run_cli,
-)
+from .. import io
 
 
-def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(prog="vaswani-average-checkpoints", description=__doc__)
+def build_parser() -> io.ArgumentParser:
+    parser = io.ArgumentParser(prog="vaswani-average-checkpoints", description=__doc__)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--run_dir", help="training output folder holding checkpoint-N folders")
     source.add_argument("--checkpoints", nargs="+", help="explicit checkpoint folders (averaged with equal weight)")
@@ -41,16 +35,16 @@ def _main(argv: Sequence[str]) -> int:
 
     args = build_parser().parse_args(argv)
     if args.last < 1:
-        raise UsageError(f"--last must be at least 1, got {args.last}")
-    check_output_dir(args.out, overwrite=args.overwrite, what="--out")
+        raise io.UsageError(f"--last must be at least 1, got {args.last}")
+    io.check_output_dir(args.out, overwrite=args.overwrite, what="--out")
     warning = None
     if args.run_dir:
         run_dir = Path(args.run_dir)
         if not run_dir.is_dir():
-            raise UsageError(f"--run_dir {run_dir}: {'is a file' if run_dir.exists() else 'folder not found'}")
+            raise io.UsageError(f"--run_dir {run_dir}: {'is a file' if run_dir.exists() else 'folder not found'}")
         folders = last_checkpoints(run_dir, args.last)
         if not folders:
-            raise UsageError(f"--run_dir {run_dir} holds no checkpoint-N folder")
+            raise io.UsageError(f"--run_dir {run_dir} holds no checkpoint-N folder")
         if len(folders) < args.last:
             warning = f"warning: asked for the last {args.last} checkpoints, found {len(folders)}"
     else:
@@ -58,12 +52,12 @@ def _main(argv: Sequence[str]) -> int:
     out = Path(args.out).resolve()
     for folder in folders:  # every input named before anything is written
         if folder.is_dir() and not (folder / "model.safetensors").is_file():
-            raise UsageError(f"{folder}: no model.safetensors; averaging needs safetensors checkpoints")
+            raise io.UsageError(f"{folder}: no model.safetensors; averaging needs safetensors checkpoints")
         # exists, is a folder, config.json (copied to --out) is valid, the weights are complete
-        check_model_folder(folder, what="checkpoint folder", tokenizer=False)
+        io.check_model_folder(folder, what="checkpoint folder", tokenizer=False)
         here = folder.resolve()
         if out == here or out in here.parents or here in out.parents:  # --out the run folder, a checkpoint, or in one
-            raise UsageError(f"--out {args.out} would replace the checkpoints being averaged ({folder}); choose "
+            raise io.UsageError(f"--out {args.out} would replace the checkpoints being averaged ({folder}); choose "
                              "another folder")
     if warning:
         print(warning, file=sys.stderr)
@@ -73,7 +67,7 @@ def _main(argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli(_main, argv)
+    return io.run_cli(_main, argv)
 
 
 if __name__ == "__main__":

@@ -19,17 +19,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..io import (
-    ArgumentParser,
-    UsageError,
-    check_model_folder,
-    check_output_dir,
-    run_cli,
-)
+from .. import io
 
 
-def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(prog="vaswani-export-marian", description=__doc__)
+def build_parser() -> io.ArgumentParser:
+    parser = io.ArgumentParser(prog="vaswani-export-marian", description=__doc__)
     parser.add_argument("--model_dir", required=True, help="saved vaswani_hf model folder (with tokenizer)")
     parser.add_argument("--out", required=True, help="output folder for the MarianMTModel repository")
     parser.add_argument("--repo_id", default=None, help="repository id used in the card's usage snippet")
@@ -45,9 +39,9 @@ def _main(argv: Sequence[str]) -> int:
 
     args = build_parser().parse_args(argv)
     if bool(args.source_lang) != bool(args.target_lang):
-        raise UsageError("give both --source_lang and --target_lang, or neither")
-    model_dir = check_model_folder(Path(args.model_dir), what="--model_dir")
-    check_output_dir(args.out, overwrite=args.overwrite, what="--out")
+        raise io.UsageError("give both --source_lang and --target_lang, or neither")
+    model_dir = io.check_model_folder(Path(args.model_dir), what="--model_dir")
+    io.check_output_dir(args.out, overwrite=args.overwrite, what="--out")
     training_info = read_card_inputs(model_dir).get("training_info")
     if training_info is None and args.source_lang:
         training_info = {"source_lang": args.source_lang, "target_lang": args.target_lang}
@@ -59,7 +53,7 @@ def _main(argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli(_main, argv, prog="vaswani-export-marian")
+    return io.run_cli(_main, argv, prog="vaswani-export-marian")
 
 
 if __name__ == "__main__":

@@ -18,13 +18,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..io import ArgumentParser, check_model_folder, run_cli
+from .. import io
 
 
-def build_parser() -> ArgumentParser:
+def build_parser() -> io.ArgumentParser:
     from ..hub.upload import DEFAULT_COMMIT_MESSAGE
 
-    parser = ArgumentParser(prog="vaswani-push-to-hub", description=__doc__)
+    parser = io.ArgumentParser(prog="vaswani-push-to-hub", description=__doc__)
     parser.add_argument("--model_dir", required=True, help="saved model folder (model + tokenizer + card)")
     parser.add_argument("--repo_id", required=True, help="target repository, e.g. org/vaswani-base")
     parser.add_argument("--private", action="store_true", help="create the repository as private (new repos only)")
@@ -38,14 +38,14 @@ def _main(argv: Sequence[str]) -> int:
     from ..hub.upload import push_folder
 
     args = build_parser().parse_args(argv)
-    model_dir = check_model_folder(Path(args.model_dir), what="--model_dir")
+    model_dir = io.check_model_folder(Path(args.model_dir), what="--model_dir")
     push_folder(model_dir, args.repo_id, private=args.private, revision=args.revision, dry_run=args.dry_run,
                 commit_message=args.commit_message)
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli(_main, argv, prog="vaswani-push-to-hub")
+    return io.run_cli(_main, argv, prog="vaswani-push-to-hub")
 
 
 if __name__ == "__main__":
