@@ -274,3 +274,17 @@ def test_lean_loops_only_when_rows_are_repeated():
     assert model._lean_decoding_inputs(starts, [], criteria, config, False, different) is None
     lean = model._lean_decoding_inputs(starts, [], criteria, config, False, copies)
     assert lean is not None and lean["encoder_hidden_states"].shape[0] == 2
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_learned_positions_cap_the_output_length(num_beams):
+    """Table 3 row (E): a learned position table of P rows cannot embed a P+1-th decoder position, so generate() ends
+    every output by P tokens (</s> included), also when the per-sentence limit (input + b) or an explicit
+    max_new_tokens asks for more; sinusoidal models keep extrapolating."""
+    torch.manual_seed(0)
+    model = VaswaniForConditionalGeneration(tiny_config(position_encoding="learned",
+                                                        max_position_embeddings=12)).eval()
+    input_ids, attention_mask = padded_batch([10, 6])
+    for kwargs in ({"max_length_b": 50}, {"max_length_b": None, "max_new_tokens": 40}):
+        out = model.generate(input_ids=input_ids, attention_mask=attention_mask, num_beams=num_beams, **kwargs)
+        assert out.shape[1] - 1 <= 12  # generated tokens after the start token

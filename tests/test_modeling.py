@@ -203,7 +203,7 @@ def test_loss_is_per_target_token_or_per_num_items_in_batch():
     ids, mask = padded_batch([5, 3])
     labels = torch.tensor([[7, 8, 9, 2], [5, 2, -100, -100]])
     out = model(input_ids=ids, attention_mask=mask, labels=labels)
-    total, count = label_smoothed_cross_entropy(out.logits, labels, 0.1)
+    total, count = label_smoothed_cross_entropy(out.logits, labels, 0.0)  # the model's loss: plain cross-entropy
     assert out.loss.item() == pytest.approx(total.item() / 6, rel=1e-6) and count == 6
     with_items = model(input_ids=ids, attention_mask=mask, labels=labels, num_items_in_batch=torch.tensor(12))
     assert with_items.loss.item() == pytest.approx(total.item() / 12, rel=1e-6)

@@ -78,11 +78,12 @@ class SourceLengthLimitLogitsProcessor(LogitsProcessor):
     "maximum output length to input length + 50"). transformers only has a global `max_length`.
 
     source_lengths: (B,) non-pad source tokens per sentence; rows of `input_ids` are the B sentences each repeated
-    `num_beams * num_return_sequences` times consecutively, as `generate()` expands them.
+    `num_beams * num_return_sequences` times consecutively, as `generate()` expands them. `cap`: at most this many
+    tokens whatever the source (a learned position table's rows).
     """
 
-    def __init__(self, source_lengths: torch.Tensor, a: float, b: int, eos_token_id: int):
-        self.limits = torch.floor(source_lengths.float() * a + b).long().clamp(min=1)  # (B,) tokens incl. </s>
+    def __init__(self, source_lengths: torch.Tensor, a: float, b: int, eos_token_id: int, cap: int | None = None):
+        self.limits = torch.floor(source_lengths.float() * a + b).long().clamp(min=1, max=cap)  # (B,) incl. </s>
         self.eos_token_id = eos_token_id
         self.prompt_length = None
 
@@ -163,6 +164,8 @@ class VaswaniGenerationMixin(GenerationMixin):
         Extra keyword arguments (defaults from `generation_config`): `max_length_a`, `max_length_b` (the limit is
         `floor(a * source_length + b)` generated tokens including </s>; `max_length_b=None` disables it) and
         `length_penalty_type` ("gnmt" or "hf"). An explicit `max_new_tokens` / `max_length` stays a global cap.
+        A model with learned positions (Table 3, row E) cannot embed more decoder positions than its table has rows,
+        so its outputs are capped there (sinusoids extrapolate: no cap).
         """
         config = generation_config if generation_config is not None else self.generation_config
         a = kwargs.pop("max_length_a", getattr(config, "max_length_a", None))
@@ -176,7 +179,8 @@ class VaswaniGenerationMixin(GenerationMixin):
                 source_lengths = (input_ids != self.config.pad_token_id).sum(-1)
             eos = kwargs.get("eos_token_id", config.eos_token_id)
             eos = eos[0] if isinstance(eos, (list, tuple)) else eos
-            limiter = SourceLengthLimitLogitsProcessor(source_lengths, 1.0 if a is None else a, b, eos)
+            limiter = SourceLengthLimitLogitsProcessor(source_lengths, 1.0 if a is None else a, b, eos,
+                                                       cap=self._learned_positions())
             logits_processor = LogitsProcessorList([*(logits_processor or []), limiter])
             if (kwargs.get("max_new_tokens") is None and kwargs.get("max_length") is None
                     and getattr(config, "max_new_tokens", None) is None):
@@ -184,8 +188,18 @@ class VaswaniGenerationMixin(GenerationMixin):
                 # also overrides a max_length that Seq2SeqTrainer writes into the generation config (default 20)
                 prompt = kwargs.get("decoder_input_ids")
                 kwargs["max_length"] = (1 if prompt is None else prompt.shape[-1]) + int(limiter.limits.max())
+        table = self._learned_positions()
+        if table is not None:  # the decoder reads positions 0 .. max_length - 2
+            for key, bound in (("max_length", table + 1), ("max_new_tokens", table)):
+                given = kwargs.get(key, getattr(config, key, None))
+                if given is not None and given > bound:
+                    kwargs[key] = bound
         return super().generate(inputs, generation_config=generation_config, logits_processor=logits_processor,
                                 **kwargs)
+
+    def _learned_positions(self) -> int | None:
+        """Rows of the learned position table (Table 3, row E), or None for sinusoids."""
+        return self.config.max_position_embeddings if self.config.position_encoding == "learned" else None
 
     def _beam_search(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
                      **model_kwargs):

@@ -39,10 +39,6 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 from .configuration_vaswani import VaswaniConfig
 from .generation_vaswani import VaswaniGenerationMixin, default_generation_config
 
-# Section 6.1 decoding lives in generation_vaswani.py; these names stay importable from here for the package modules
-# that still import them from modeling_vaswani (to be switched to generation_vaswani).
-from .generation_vaswani import SourceLengthLimitLogitsProcessor, fast_topk, gnmt_length_penalty  # noqa: F401
-
 logger = logging.get_logger(__name__)
 
 
