@@ -372,9 +372,8 @@ def test_load_model_folder_names_the_folder(tmp_path):
 
 def _tool(error: BaseException | None = None, code=None):
     def main(argv):
-        parser = io.ArgumentParser(prog="tool")
+        parser = io.ArgumentParser(prog="tool")  # has --debug, as every tool's parser
         parser.add_argument("--n", type=int, default=1)
-        io.add_debug_argument(parser)
         parser.parse_args(argv)
         if error is not None:
             raise error
