@@ -2,7 +2,7 @@
 """Decoding speed: our `VaswaniForConditionalGeneration` vs transformers' `MarianMTModel` with IDENTICAL weights.
 
 Not a test. Multi30k test_2016_flickr EN->DE sources (read from the shared data folder, never copied into the repo),
-CPU, both models in one run, the same batches (token-budget batches from `vaswani_hf.generation.make_batches`), the
+CPU, both models in one run, the same batches (token-budget batches from `vaswani_hf.data.batching.make_batches`), the
 same `generate()` arguments, measured alternately (ours, Marian, ours, Marian, ...), one torch thread. Speeds are per
 second of the process's CPU time (`time.process_time`), the repetition with the least CPU time kept: on a shared
 machine wall time mostly measures the other processes (wall-time ratios are reported too). Reports sentences/s and
@@ -15,7 +15,7 @@ Contenders: `ours` is `generate()` as shipped (greedy and beam search run the le
 
 Two modes:
 - `--model_dir DIR`: a trained model folder; natural decoding (each model stops at its own </s>), which is real use
-  and the headline number. The Marian copy comes from `vaswani_hf.convert.to_marian`. Ours keeps its per-sentence
+  and the headline number. The Marian copy comes from `vaswani_hf.export.marian.to_marian`. Ours keeps its per-sentence
   limit (input + 50); Marian, which has none, gets max_new_tokens = longest source of the batch + 50 (without it,
   its config's default max_length of 20 would cut long translations). `--source_file` / `--reference_file` give
   the data (e.g. the lowercased tokenized files for the `multi30k-en-de` model) and BLEU per contender.
@@ -174,7 +174,8 @@ def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     from vaswani_hf.export.marian import to_marian
-    from vaswani_hf.generation import _pad, load_for_inference, make_batches
+    from vaswani_hf.data.batching import make_batches
+    from vaswani_hf.inference import _pad, load_for_inference
 
     data_dir = Path(args.data_dir)
     source_path = Path(args.source_file) if args.source_file else data_dir / "test_2016_flickr.en"

@@ -184,7 +184,7 @@ def make_compute_metrics(tokenizer, tokenize: str = "13a") -> TranslationMetrics
 
 
 def translate_lines(model, tokenizer, lines, batch_size=32, num_beams=None, device="cpu") -> list[str]:
-    """Translate ``lines`` for scoring: `vaswani_hf.generation.translate` (token-budget batches, order preserved,
+    """Translate ``lines`` for scoring: `vaswani_hf.inference.translate` (token-budget batches, order preserved,
     progress bar; empty lines give empty outputs without calling the model). Decoding settings other than
     ``num_beams`` come from the model's ``generation_config``; ``num_beams=None`` uses its value."""
     from .inference import translate

@@ -15,7 +15,7 @@ settings (beam size 4, length penalty alpha = 0.6, maximum output length = input
 any `generate()` argument (`num_beams=1`, `length_penalty=...`, `max_new_tokens=...`) can be passed to the pipeline's
 constructor or to a call and overrides them.
 
-Empty-input rule (the same as `vaswani_hf.generation.translate`): an input that is empty or only whitespace
+Empty-input rule (the same as `vaswani_hf.inference.translate`): an input that is empty or only whitespace
 translates to "" and is not decoded (a model fed nothing but `</s>` would still emit some sentence). Other inputs are
 stripped of leading/trailing whitespace before tokenization.
 """
