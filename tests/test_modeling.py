@@ -10,7 +10,7 @@ from conftest import padded_batch, randomize_norms_and_biases, run_python, tiny_
 from safetensors import safe_open
 
 from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
-from vaswani_hf.modeling_vaswani import label_smoothed_cross_entropy, shift_tokens_right, sinusoid_table
+from vaswani_hf.modeling_vaswani import CACHE_NAME, label_smoothed_cross_entropy, shift_tokens_right, sinusoid_table
 
 
 def make_model(seed=0, **overrides):
@@ -149,8 +149,9 @@ def test_output_attentions_returns_every_layer_and_masks_padding():
 # --- incremental decoding and padding ------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("cache_argument", ["cache", "past_key_values"])  # transformers >= 5.24 / < 5.24
 @pytest.mark.parametrize("position_encoding", ["sinusoidal", "learned"])
-def test_incremental_decoding_with_cache_equals_full_forward(position_encoding):
+def test_incremental_decoding_with_cache_equals_full_forward(position_encoding, cache_argument):
     model = make_model(position_encoding=position_encoding)
     ids, mask = padded_batch([8, 5])
     dec = torch.randint(3, 64, (2, 7), generator=torch.Generator().manual_seed(3))
@@ -160,8 +161,8 @@ def test_incremental_decoding_with_cache_equals_full_forward(position_encoding):
     past, steps = None, []
     for t in range(dec.shape[1]):
         out = model(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=dec[:, t:t + 1],
-                    past_key_values=past, use_cache=True)
-        past = out.past_key_values
+                    use_cache=True, **{cache_argument: past})
+        past = getattr(out, CACHE_NAME)
         steps.append(out.logits)
     assert (torch.cat(steps, dim=1) - full).abs().max() < 1e-5
     # cross-attention K/V were projected once and reused

@@ -52,7 +52,7 @@ class VaswaniConfig(PreTrainedConfig):
     """
 
     model_type = "vaswani"
-    keys_to_ignore_at_inference = ["past_key_values"]
+    keys_to_ignore_at_inference = ["cache", "past_key_values"]  # the cache's output name from / before transformers 5.24
     attribute_map = {
         "hidden_size": "d_model",
         "num_attention_heads": "num_heads",

@@ -261,11 +261,11 @@ class VaswaniGenerationMixin(GenerationMixin):
         if eos is None or eos.numel() != 1:
             return None
         eos = int(eos.reshape(-1)[0])
-        allowed = {"encoder_outputs", "attention_mask", "past_key_values", "use_cache", "output_attentions",
-                   "output_hidden_states", "cache_position"}
+        allowed = {"encoder_outputs", "attention_mask", "cache", "past_key_values", "use_cache", "output_attentions",
+                   "output_hidden_states", "cache_position"}  # the cache is `past_key_values` before transformers 5.24
         if any(value is not None for key, value in model_kwargs.items() if key not in allowed):
             return None
-        cache = model_kwargs.get("past_key_values")
+        cache = model_kwargs.get("cache", model_kwargs.get("past_key_values"))
         if cache is not None and cache.get_seq_length() > 0:
             return None
         processors = _processors_the_lean_loops_apply(logits_processor, eos)
@@ -291,15 +291,15 @@ class VaswaniGenerationMixin(GenerationMixin):
                     decoder_start_ids=input_ids[::beams, 0], limits=limits, max_length=max_length,
                     eos_token_id=eos, fill_value=fill, min_steps=min_steps)
 
-    def _reorder_cache(self, past_key_values: Cache, beam_idx: torch.LongTensor) -> Cache:
+    def _reorder_cache(self, cache: Cache, beam_idx: torch.LongTensor) -> Cache:
         """Beam search keeps the surviving beams' self-attention K/V. The cross-attention K/V are the same for every
         beam of a sentence (beams never move across sentences), so they are left in place instead of being copied
         at every step as transformers' default reorder does."""
-        if isinstance(past_key_values, EncoderDecoderCache):
-            past_key_values.self_attention_cache.reorder_cache(beam_idx)
+        if isinstance(cache, EncoderDecoderCache):
+            cache.self_attention_cache.reorder_cache(beam_idx)
         else:
-            past_key_values.reorder_cache(beam_idx)
-        return past_key_values
+            cache.reorder_cache(beam_idx)
+        return cache
 
     def _get_top_k_continuations(self, accumulated_log_probs, running_sequences, running_beam_indices, cur_len,
                                  decoder_prompt_len, do_sample, beams_to_keep, num_beams, batch_size, **kwargs):

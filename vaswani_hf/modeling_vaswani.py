@@ -41,6 +41,17 @@ from .generation_vaswani import VaswaniGenerationMixin, default_generation_confi
 
 logger = logging.get_logger(__name__)
 
+# transformers 5.24 renamed the KV cache's argument and output field from `past_key_values` to `cache`. This file runs
+# under whichever 5.x the user has installed, so every forward takes either name and passes on and returns the name
+# the installed version reads.
+CACHE_NAME = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
+
+
+def pop_cache(cache: Cache | None, kwargs: dict) -> Cache | None:
+    """The cache given as `cache` or, by transformers < 5.24, as `past_key_values` (removed from kwargs)."""
+    legacy = kwargs.pop("past_key_values", None)
+    return cache if cache is not None else legacy
+
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Section 3.5: positional encodings
@@ -206,17 +217,17 @@ class VaswaniAttention(nn.Module):
         hidden_states: torch.Tensor,  # (B, T_q, D)
         key_value_states: torch.Tensor | None = None,  # (B, S, D) encoder output for cross-attention
         attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         query = self.queries(hidden_states).transpose(1, 2)  # (B, H, T_q, d_k)
 
-        cache = past_key_values
-        if isinstance(past_key_values, EncoderDecoderCache):
-            cache = (past_key_values.cross_attention_cache if self.is_cross_attention
-                     else past_key_values.self_attention_cache)
+        full_cache = pop_cache(cache, kwargs)
+        cache = full_cache
+        if isinstance(full_cache, EncoderDecoderCache):
+            cache = full_cache.cross_attention_cache if self.is_cross_attention else full_cache.self_attention_cache
 
-        if self.is_cross_attention and cache is not None and past_key_values.is_updated.get(self.layer_idx):
+        if self.is_cross_attention and cache is not None and full_cache.is_updated.get(self.layer_idx):
             # the source's K/V were projected at the first decoding step: reuse them
             key = cache.layers[self.layer_idx].keys
             value = cache.layers[self.layer_idx].values
@@ -227,7 +238,7 @@ class VaswaniAttention(nn.Module):
             if cache is not None:
                 key, value = cache.update(key, value, self.layer_idx)
                 if self.is_cross_attention:
-                    past_key_values.is_updated[self.layer_idx] = True
+                    full_cache.is_updated[self.layer_idx] = True
 
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
@@ -335,15 +346,17 @@ class VaswaniDecoderLayer(GradientCheckpointingLayer):
         attention_mask: torch.Tensor | None = None,  # causal + target padding
         encoder_hidden_states: torch.Tensor | None = None,  # (B, S, D)
         encoder_attention_mask: torch.Tensor | None = None,  # source padding
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         **kwargs,
     ) -> torch.Tensor:
+        cache = pop_cache(cache, kwargs)
+
         def self_attend(attn: VaswaniAttention, hidden: torch.Tensor) -> torch.Tensor:
-            return attn(hidden, attention_mask=attention_mask, past_key_values=past_key_values, **kwargs)[0]
+            return attn(hidden, attention_mask=attention_mask, cache=cache, **kwargs)[0]
 
         def cross_attend(attn: VaswaniAttention, hidden: torch.Tensor) -> torch.Tensor:
             return attn(hidden, key_value_states=encoder_hidden_states, attention_mask=encoder_attention_mask,
-                        past_key_values=past_key_values, **kwargs)[0]
+                        cache=cache, **kwargs)[0]
 
         return self.sublayers(hidden_states, self_attend, cross_attend)  # (B, T, D)
 
@@ -484,14 +497,15 @@ class VaswaniDecoder(VaswaniStack):
         attention_mask: torch.Tensor | None = None,  # (B, T_past + T) target padding
         encoder_hidden_states: torch.Tensor | None = None,  # (B, S, D)
         encoder_attention_mask: torch.Tensor | None = None,  # (B, S)
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,  # (B, T, D), unscaled token embeddings
         use_cache: bool | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPastAndCrossAttentions:
-        if use_cache and past_key_values is None:
-            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        cache = pop_cache(cache, kwargs)
+        if use_cache and cache is None:
+            cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        past_length = cache.get_seq_length() if cache is not None else 0
         hidden_states, positions = self.embed(input_ids, inputs_embeds, past_length)  # (B, T, D), (T,)
         batch, length = hidden_states.shape[:2]
 
@@ -500,16 +514,10 @@ class VaswaniDecoder(VaswaniStack):
         else:
             if attention_mask is None:
                 attention_mask = torch.ones(batch, past_length + length, device=hidden_states.device, dtype=torch.long)
-            self_attn_cache = (
-                past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache)
-                else past_key_values
-            )
+            self_attn_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+            # the cache positionally: its keyword is `past_key_values` before transformers 5.24, `cache` after
             causal_mask = create_causal_mask(
-                config=self.config,
-                inputs_embeds=hidden_states,
-                attention_mask=attention_mask,
-                past_key_values=self_attn_cache,
-                position_ids=positions.unsqueeze(0),
+                self.config, hidden_states, attention_mask, self_attn_cache, position_ids=positions.unsqueeze(0)
             )
         encoder_attention_mask = create_bidirectional_mask(
             config=self.config,
@@ -523,12 +531,10 @@ class VaswaniDecoder(VaswaniStack):
                 causal_mask,
                 encoder_hidden_states,  # positional, for gradient checkpointing
                 encoder_attention_mask=encoder_attention_mask,
-                past_key_values=past_key_values,
+                **{CACHE_NAME: cache},  # the name GradientCheckpointingLayer clears when checkpointing
                 **kwargs,
             )
-        return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=hidden_states, past_key_values=past_key_values
-        )
+        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, **{CACHE_NAME: cache})
 
 
 class VaswaniModel(VaswaniPreTrainedModel):
@@ -578,12 +584,13 @@ class VaswaniModel(VaswaniPreTrainedModel):
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: tuple | BaseModelOutput | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
         **kwargs,
     ) -> Seq2SeqModelOutput:
+        cache = pop_cache(cache, kwargs)
         if self.training:
             self._keep_pad_row_zero()
         if encoder_outputs is None:
@@ -601,14 +608,14 @@ class VaswaniModel(VaswaniPreTrainedModel):
             attention_mask=decoder_attention_mask,
             encoder_hidden_states=encoder_outputs.last_hidden_state,
             encoder_attention_mask=attention_mask,
-            past_key_values=past_key_values,
+            cache=cache,
             inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
             **kwargs,
         )
         return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
+            **{CACHE_NAME: getattr(decoder_outputs, CACHE_NAME)},
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
@@ -705,7 +712,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationM
         decoder_input_ids: torch.LongTensor | None = None,  # (B, T)
         decoder_attention_mask: torch.Tensor | None = None,  # (B, T)
         encoder_outputs: tuple | BaseModelOutput | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,  # (B, T), -100 where ignored
@@ -713,6 +720,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationM
         num_items_in_batch: int | torch.Tensor | None = None,
         **kwargs,
     ) -> Seq2SeqLMOutput:
+        cache = pop_cache(cache, kwargs)
         if labels is not None:
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
@@ -725,7 +733,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationM
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values,
+            cache=cache,
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
@@ -744,7 +752,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationM
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **{CACHE_NAME: getattr(outputs, CACHE_NAME)},
             decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions,
             cross_attentions=outputs.cross_attentions,
