@@ -181,3 +181,38 @@ def test_default_recipe_logs_the_recorded_losses(tmp_path):
             assert values[step] == pytest.approx(value, rel=1e-3), (name, step)
     nll = {h["step"]: h["eval_nll"] for h in history if "eval_nll" in h}
     assert set(nll) == {50, 100} and all(nll[s] < float(logged["eval_loss_label_smoothed"][str(s)]) for s in nll)
+
+
+def _cache_files(cache: Path) -> dict[str, int]:
+    return {str(p.relative_to(cache)): p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()}
+
+
+@pytest.mark.slow
+def test_second_launch_on_the_same_corpus_reuses_every_cache(tmp_path):
+    """The pipeline as the WMT recipe runs it (local Moses files, joint BPE, `datasets` map, length filter, token
+    batching), launched twice into two new run folders on one corpus: the first launch writes the Arrow corpus, the
+    BPE and the tokenized splits to the datasets cache; the second trains on them without computing or writing any
+    of them again (every file in the cache unchanged) and learns from the same tokenizer."""
+    corpus = write_corpus(tmp_path / "corpus", n_train=200)
+    cache = tmp_path / "datasets-cache"
+    env = dict(_env(), HF_DATASETS_CACHE=str(cache))
+    common = ["--recipe", "default", "--data_format", "moses", "--data_dir", str(corpus), "--train_data", "train",
+              "--valid_data", "valid", "--test_data", "null", "--vocab_size", "300", "--max_steps", "2",
+              "--save_steps", "0", "--eval_steps", "0", "--average_last", "0", "--disable_tqdm", "true"]
+    logs, snapshots = [], []
+    for name in ("first", "second"):
+        proc = subprocess.run([sys.executable, str(TRAIN), *common, "--output_dir", str(tmp_path / name)],
+                              capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        logs.append(proc.stdout + proc.stderr)
+        snapshots.append(_cache_files(cache))
+    first, second = snapshots
+    assert any(f.startswith("vaswani_hf/corpora/") and f.endswith(".arrow") for f in first)  # the corpus
+    assert any(f.startswith("vaswani_hf/tokenizers/") and f.endswith("tokenizer.json") for f in first)  # the BPE
+    assert any(Path(f).name.startswith("cache-") and f.endswith(".arrow") for f in first), first  # the tokenized data
+    assert second == first  # nothing written, nothing replaced
+    assert "trained joint BPE" in logs[0] and "taken from the cache" in logs[1] and "trained joint BPE" not in logs[1]
+    tokenizers = [(tmp_path / name / "tokenizer" / "tokenizer.json").read_text() for name in ("first", "second")]
+    assert tokenizers[0] == tokenizers[1]
+    metrics = [json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("first", "second")]
+    assert metrics[1]["global_step"] == 2 and metrics[0]["first_logged_loss"] == metrics[1]["first_logged_loss"]
