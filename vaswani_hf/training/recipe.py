@@ -71,7 +71,10 @@ class RunKeys:
 @dataclass
 class DataKeys:
     _argument_group_name = "data (Section 5.1; relative paths: current folder, then the repository)"
-    data_format: Literal["sample", "moses", "tsv", "jsonl", "hub"] = key("sample", "where the corpus comes from")
+    data_format: Literal["sample", "moses", "tsv", "jsonl", "hub"] = key(
+        "sample", "where the corpus comes from: sample (bundled); moses (PREFIX.SRC + PREFIX.TGT, a sentence a line); "
+        "tsv (a file whose first line names the columns' languages, e.g. en<TAB>de); jsonl (a file, "
+        '{"en": ..., "de": ...} or {"translation": {...}} a line); hub (hub_dataset)')
     data_dir: str | None = key(None, "folder that relative train/valid/test paths are joined to")
     train_data: str = key("train", "moses: file prefix (PREFIX.src, PREFIX.tgt); tsv/jsonl: file; hub/sample: split")
     valid_data: str | None = key("valid", "like train_data; the dev set for validation loss/BLEU (null: none)")
