@@ -14,6 +14,7 @@ Results: benchmarks/results/training_step.json and .md.
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -71,7 +72,7 @@ def train_step(model, optimizer, batch):
     loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return float(loss)
+    return float(loss.detach())
 
 
 def run_variant(args) -> dict:
@@ -120,6 +121,7 @@ def main():
 
     variants = ["ours", "marian", "ours_no_smoothing", "ours_checkpointing"]
     runs = {v: [] for v in variants}
+    load_before = os.getloadavg()[0]  # 1-minute load: other work on the machine skews every ratio
     for round_ in range(args.rounds):
         for variant in variants:
             cmd = [sys.executable, __file__, "--variant", variant, "--preset", args.preset, "--vocab", str(args.vocab),
@@ -141,11 +143,13 @@ def main():
     summary = {
         "setup": {"preset": args.preset, "vocab": args.vocab, "batch": args.batch, "length": args.length,
                   "steps": args.steps, "rounds": args.rounds, "torch": torch.__version__,
-                  "threads": torch.get_num_threads(), "device": "cpu"},
+                  "threads": torch.get_num_threads(), "device": "cpu",
+                  "load_1min_before": load_before, "load_1min_after": os.getloadavg()[0]},
         "tokens_per_second": {v: median(v, "tokens_per_second") for v in variants},
         "peak_rss_mib": {v: median(v, "peak_rss_mib") for v in variants},
         "speed_ratio_ours_over_marian": statistics.median(speed_ratios),
         "speed_ratio_same_loss_over_marian": statistics.median(same_loss_ratios),
+        "speed_ratios_per_round": speed_ratios,
         "memory_ratio_ours_over_marian": median("ours", "peak_rss_mib") / median("marian", "peak_rss_mib"),
         "checkpointing_speed_ratio": statistics.median(ckpt_time),
         "checkpointing_memory_ratio": median("ours_checkpointing", "peak_rss_mib") / median("ours", "peak_rss_mib"),
@@ -159,7 +163,8 @@ def main():
         "",
         f"batch {args.batch} x {args.length} tokens (25% of rows padded by a quarter), vocab {args.vocab}, "
         f"forward+backward+Adam, median of {args.rounds} rounds x {args.steps} steps, torch {torch.__version__}, "
-        f"{torch.get_num_threads()} threads.",
+        f"{torch.get_num_threads()} threads; 1-minute load {summary['setup']['load_1min_before']:.1f} before, "
+        f"{summary['setup']['load_1min_after']:.1f} after (the benchmark's own process counts 1).",
         "",
         "`ours`: the paper's loss (label smoothing 0.1); `ours_no_smoothing`: plain cross-entropy like Marian's.",
         "",
@@ -167,7 +172,8 @@ def main():
         "|---|---:|---:|",
         *[f"| {v} | {summary['tokens_per_second'][v]:.1f} | {summary['peak_rss_mib'][v]:.0f} |" for v in variants],
         "",
-        f"- speed ours / Marian: **{summary['speed_ratio_ours_over_marian']:.3f}x** (median of per-round ratios)",
+        f"- speed ours / Marian: **{summary['speed_ratio_ours_over_marian']:.3f}x** (median of per-round ratios; "
+        f"rounds {min(speed_ratios):.3f}-{max(speed_ratios):.3f})",
         f"- speed ours without label smoothing (Marian's loss is plain cross-entropy) / Marian: "
         f"**{summary['speed_ratio_same_loss_over_marian']:.3f}x**",
         f"- peak memory ours / Marian: **{summary['memory_ratio_ours_over_marian']:.3f}x**",
