@@ -130,11 +130,11 @@ def report(results: dict, stem: str) -> None:
         first = (cold.get("run_clock") or {}).get("first_update", {})
         warm_first = (warm.get("run_clock") or {}).get("first_update", {})
         lines.append(
-            f"| {int(size) / 1e6:g}M | {row['corpus_mb'] / 1024:.2f} GB | {_stage(cold, 'tokenizer') or 0:.0f} s | "
+            f"| {int(size) / 1e6:g}M | {row['corpus_mb'] / 1024:.2f} GiB | {_stage(cold, 'tokenizer') or 0:.0f} s | "
             f"{_stage(cold, 'tokenize and filter') or 0:.0f} s | {first.get('started_s', 0):.0f} s | "
             f"{first.get('seconds', 0):.0f} s | {cold['peak_tree_rss_mb'] / 1024:.1f} / "
-            f"{cold.get('peak_tree_private_mb', 0) / 1024:.1f} GB | {warm_first.get('started_s', 0):.0f} s | "
-            f"{warm['peak_tree_rss_mb'] / 1024:.1f} GB | {cold['cache_mb'] / 1024:.2f} GB | "
+            f"{cold.get('peak_tree_private_mb', 0) / 1024:.1f} GiB | {warm_first.get('started_s', 0):.0f} s | "
+            f"{warm['peak_tree_rss_mb'] / 1024:.1f} GiB | {cold['cache_mb'] / 1024:.2f} GiB | "
             f"{shard.get('ranks1_s', '-')} / {shard.get('ranks2_s', '-')} s |")
     Path(stem + ".md").write_text("\n".join(lines) + "\n")
     import matplotlib
