@@ -6,7 +6,8 @@ from vaswani_hf import VaswaniConfig
 def test_base_and_big_presets_are_the_papers_models():
     base, big = VaswaniConfig.base(), VaswaniConfig.big()
     assert (base.d_model, base.d_ff, base.num_heads, base.d_k, base.d_v) == (512, 2048, 8, 64, 64)
-    assert (base.num_encoder_layers, base.num_decoder_layers, base.dropout, base.label_smoothing) == (6, 6, 0.1, 0.1)
+    assert (base.num_encoder_layers, base.num_decoder_layers, base.dropout) == (6, 6, 0.1)
+    assert not hasattr(base, "label_smoothing")  # a training setting (vaswani_hf.training.objective)
     assert (big.d_model, big.d_ff, big.num_heads, big.d_k, big.d_v, big.dropout) == (1024, 4096, 16, 64, 64, 0.3)
     assert base.sinusoid_layout == "interleaved" and base.position_encoding == "sinusoidal"
     assert base.tie_word_embeddings and base.scale_embedding and not base.attention_bias
@@ -21,7 +22,7 @@ def test_base_and_big_presets_are_the_papers_models():
         (dict(num_encoder_layers=2, num_decoder_layers=2), dict(num_hidden_layers=2, decoder_layers=2)),  # (C)
         (dict(d_model=256), dict(d_k=32, hidden_size=256)),  # (C)
         (dict(d_ff=1024), dict(intermediate_size=1024)),  # (C)
-        (dict(dropout=0.0, label_smoothing=0.0), dict(dropout=0.0, label_smoothing=0.0)),  # (D)
+        (dict(dropout=0.0), dict(dropout=0.0)),  # (D); its eps_ls = 0 is the objective's setting
         (dict(position_encoding="learned"), dict(position_encoding="learned")),  # (E)
     ],
 )
@@ -57,7 +58,6 @@ def test_builds_without_arguments_and_keeps_generation_settings_out():
         (dict(position_encoding="rotary"), "unknown position_encoding 'rotary'"),
         (dict(dropout=-0.1), "dropout must be in [0, 1)"),
         (dict(attention_dropout=1.5), "attention_dropout must be in [0, 1)"),
-        (dict(label_smoothing=-0.2), "label_smoothing must be in [0, 1)"),
         (dict(d_model=0), "d_model must be a positive integer"),
         (dict(d_model=33, num_heads=3), "even d_model"),
         (dict(vocab_size=0), "vocab_size must be a positive integer"),

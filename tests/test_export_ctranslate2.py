@@ -63,7 +63,7 @@ def trained(tmp_path_factory):
     torch.manual_seed(0)
     tokenizer = make_tokenizer()
     config = VaswaniConfig(vocab_size=len(SPECIALS) + len(WORDS), d_model=64, d_ff=128, num_heads=4,
-                           num_encoder_layers=2, num_decoder_layers=2, dropout=0.0, label_smoothing=0.0,
+                           num_encoder_layers=2, num_decoder_layers=2, dropout=0.0,
                            sinusoid_layout="interleaved")
     model = VaswaniForConditionalGeneration(config)
     optimizer = torch.optim.Adam(model.parameters(), lr=2e-3)

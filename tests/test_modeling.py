@@ -10,7 +10,8 @@ from conftest import padded_batch, randomize_norms_and_biases, run_python, tiny_
 from safetensors import safe_open
 
 from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
-from vaswani_hf.modeling_vaswani import CACHE_NAME, label_smoothed_cross_entropy, shift_tokens_right, sinusoid_table
+from vaswani_hf.modeling_vaswani import CACHE_NAME, shift_tokens_right, sinusoid_table
+from vaswani_hf.training.objective import label_smoothed_nll
 
 
 def make_model(seed=0, **overrides):
@@ -186,7 +187,7 @@ def test_label_smoothing_matches_a_dense_smoothed_target_distribution():
     torch.manual_seed(0)
     logits = torch.randn(2, 3, 10)
     labels = torch.tensor([[1, 4, -100], [9, -100, -100]])
-    total, count = label_smoothed_cross_entropy(logits, labels, epsilon=0.1)
+    total, count = label_smoothed_nll(logits, labels, epsilon=0.1)
     assert count == 3
     expected = 0.0
     for b, t in [(0, 0), (0, 1), (1, 0)]:
@@ -194,17 +195,17 @@ def test_label_smoothing_matches_a_dense_smoothed_target_distribution():
         target[labels[b, t]] = 0.9
         expected += -(target * torch.log_softmax(logits[b, t], -1)).sum()
     assert total.item() == pytest.approx(expected.item(), rel=1e-6)
-    plain, _ = label_smoothed_cross_entropy(logits, labels, epsilon=0.0)
+    plain, _ = label_smoothed_nll(logits, labels, epsilon=0.0)
     ce = torch.nn.functional.cross_entropy(logits.view(-1, 10), labels.view(-1), reduction="sum")
     assert plain.item() == pytest.approx(ce.item(), rel=1e-6)
 
 
 def test_loss_is_per_target_token_or_per_num_items_in_batch():
-    model = make_model(label_smoothing=0.1)
+    model = make_model()
     ids, mask = padded_batch([5, 3])
     labels = torch.tensor([[7, 8, 9, 2], [5, 2, -100, -100]])
     out = model(input_ids=ids, attention_mask=mask, labels=labels)
-    total, count = label_smoothed_cross_entropy(out.logits, labels, 0.0)  # the model's loss: plain cross-entropy
+    total, count = label_smoothed_nll(out.logits, labels, 0.0)  # the model's loss: plain cross-entropy
     assert out.loss.item() == pytest.approx(total.item() / 6, rel=1e-6) and count == 6
     with_items = model(input_ids=ids, attention_mask=mask, labels=labels, num_items_in_batch=torch.tensor(12))
     assert with_items.loss.item() == pytest.approx(total.item() / 12, rel=1e-6)
@@ -336,7 +337,7 @@ def test_a_tiny_model_learns_to_reverse_sequences():
     for each other). 400 steps: with this seed the greedy accuracy is >= 99.8% from step 300 on (1 and 2 threads); 600
     steps was twice what the task needs."""
     torch.manual_seed(0)
-    config = tiny_config(vocab_size=16, d_model=64, d_ff=128, num_heads=4, label_smoothing=0.0, dropout=0.0)
+    config = tiny_config(vocab_size=16, d_model=64, d_ff=128, num_heads=4, dropout=0.0)
     model = VaswaniForConditionalGeneration(config)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98), eps=1e-9)
 
@@ -389,7 +390,7 @@ def test_forward_loss_is_the_plain_cross_entropy_of_the_labels():
     logits against the labels, with the same gradient. The paper's label smoothing is the trainer's objective
     (tests/test_training_trainer.py), not the model's loss: with it, the gradient would not be the NLL's."""
     torch.manual_seed(0)
-    model = VaswaniForConditionalGeneration(tiny_config(label_smoothing=0.1)).train()
+    model = VaswaniForConditionalGeneration(tiny_config()).train()
     input_ids, attention_mask = padded_batch([7, 5, 3])
     labels = torch.randint(4, 64, (3, 6))
     labels[1, 4:] = -100
@@ -428,7 +429,7 @@ def test_bf16_forward_and_backward_match_fp32_and_never_nan(padding):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             logits = model(input_ids=input_ids, attention_mask=attention_mask,
                            decoder_input_ids=shift_tokens_right(labels, 0, 0)).logits
-            loss_sum, tokens = label_smoothed_cross_entropy(logits, labels, 0.1)
+            loss_sum, tokens = label_smoothed_nll(logits, labels, 0.1)
         (loss_sum / tokens).backward()
         return logits.float(), (loss_sum / tokens).item(), {n: p.grad.clone() for n, p in model.named_parameters()
                                                           if p.grad is not None}

@@ -162,10 +162,10 @@ def test_training_objective_is_label_smoothed_hand_computed():
     """The trainer's objective (Section 5.4): eps = 0.1 over V = 4 classes: the target keeps 0.9, each other class
     gets 0.1 / 3 (t2t / fairseq), averaged over the target tokens (or over `num_items_in_batch`, the tokens of the
     whole update); the model's own loss stays the plain cross-entropy."""
-    from vaswani_hf.training.trainer import LabelSmoothedLoss
+    from vaswani_hf.training.objective import LabelSmoothedLoss, label_smoothed_nll
 
     config = VaswaniConfig(vocab_size=4, d_model=8, d_ff=8, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
-                           label_smoothing=0.1, dropout=0.0)
+                           dropout=0.0)
     torch.manual_seed(0)
     model = VaswaniForConditionalGeneration(config).eval()
     input_ids = torch.tensor([[3, 1, 2]])
@@ -187,9 +187,7 @@ def test_training_objective_is_label_smoothed_hand_computed():
     assert out.loss.item() == pytest.approx(plain / count, rel=1e-5)  # the model's own loss: plain cross-entropy
     # a concrete number: uniform logits -> loss = log(4) whatever the smoothing
     uniform = torch.zeros(1, 1, 4)
-    from vaswani_hf.modeling_vaswani import label_smoothed_cross_entropy
-
-    loss, n = label_smoothed_cross_entropy(uniform, torch.tensor([[2]]), 0.1)
+    loss, n = label_smoothed_nll(uniform, torch.tensor([[2]]), 0.1)
     assert n == 1 and loss.item() == pytest.approx(math.log(4), rel=1e-6)
 
 

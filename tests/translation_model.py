@@ -51,7 +51,7 @@ def model(tokenizer):
 
     torch.manual_seed(0)
     config = VaswaniConfig(vocab_size=len(tokenizer), d_model=32, d_ff=64, num_heads=4, num_encoder_layers=2,
-                           num_decoder_layers=2, dropout=0.0, label_smoothing=0.0)
+                           num_decoder_layers=2, dropout=0.0)
     model = VaswaniForConditionalGeneration(config)
     optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
     data = sentences(2000, 1)

@@ -35,8 +35,6 @@ class VaswaniConfig(PreTrainedConfig):
             (Section 5.4; 0.1 base, 0.3 big EN-DE).
         attention_dropout: dropout on attention weights. The paper does not use it; t2t v1 default 0.0.
         relu_dropout: dropout after the ReLU of the feed-forward network. Not in the paper; t2t v1 default 0.0.
-        label_smoothing: epsilon_ls of Section 5.4 (0.1): the training objective of `VaswaniTrainer` (the model's own
-            `forward(labels=...)` loss is the plain cross-entropy, as in every transformers model).
         max_position_embeddings: rows of the learned position table; sinusoids are computed for this many
             positions and extended on demand (Section 3.5: they "may allow the model to extrapolate").
         position_encoding: "sinusoidal" (Section 3.5) or "learned" (Table 3, row E).
@@ -78,7 +76,6 @@ class VaswaniConfig(PreTrainedConfig):
     dropout: float | int = 0.1
     attention_dropout: float | int = 0.0
     relu_dropout: float | int = 0.0
-    label_smoothing: float | int = 0.1
     max_position_embeddings: int = 1024
     position_encoding: str = "sinusoidal"
     sinusoid_layout: str = "interleaved"
@@ -126,7 +123,7 @@ class VaswaniConfig(PreTrainedConfig):
             value = getattr(self, name)
             if value is None or value <= 0:
                 raise ValueError(f"VaswaniConfig: {name} must be a positive integer, got {value!r}.")
-        for name in ("dropout", "attention_dropout", "relu_dropout", "label_smoothing"):
+        for name in ("dropout", "attention_dropout", "relu_dropout"):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"VaswaniConfig: {name} must be in [0, 1), got {value!r}.")
@@ -155,7 +152,8 @@ class VaswaniConfig(PreTrainedConfig):
 
     @classmethod
     def base(cls, **overrides) -> "VaswaniConfig":
-        """The paper's base model (Table 3, "base"): N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1, eps_ls=0.1.
+        """The paper's base model (Table 3, "base"): N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1 (its eps_ls=0.1 is
+        a training setting: `vaswani_hf.training.objective`).
 
         Every other Table 3 row is an override, e.g. `base(num_heads=16)` (A; d_k = d_v = d_model / h follow),
         `base(d_k=16)` (B), `base(num_encoder_layers=2, num_decoder_layers=2)` (C), `base(dropout=0.0)` (D),

@@ -2,8 +2,9 @@
 
 Read top to bottom, this file follows the paper's Section 3:
     positions (3.5) -> attention (3.2, Eq. 1) -> feed-forward (3.3, Eq. 2) -> encoder / decoder layers (3.1) with
-    residual dropout (5.4) -> encoder / decoder stacks with shared, scaled embeddings (3.4) -> the seq2seq model and
-    its label-smoothed loss (5.4).
+    residual dropout (5.4) -> encoder / decoder stacks with shared, scaled embeddings (3.4) -> the seq2seq model with
+    the plain cross-entropy of transformers' models (the paper's label-smoothed objective is a training setting:
+    vaswani_hf/training/objective.py).
 Decoding (Section 6.1: beam 4, GNMT length penalty, input + 50) is `VaswaniGenerationMixin` in
 generation_vaswani.py, which `VaswaniForConditionalGeneration` inherits (as transformers' Marian inherits
 `GenerationMixin`); its lean beam search and greedy loops (beam_search_vaswani.py) run the decoder layers through the
@@ -626,43 +627,33 @@ class VaswaniModel(VaswaniPreTrainedModel):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Section 5.4: label-smoothed cross-entropy
+# The loss of `forward(labels=...)`: plain cross-entropy per target token
 # ---------------------------------------------------------------------------------------------------------------------
 
+IGNORE_INDEX = -100  # label of a padded target position (transformers' convention)
 
-def label_smoothed_cross_entropy(
-    logits: torch.Tensor, labels: torch.Tensor, epsilon: float, ignore_index: int = -100
-) -> tuple[torch.Tensor, int]:
-    """Summed label-smoothed cross-entropy over the non-ignored targets, and their count (Section 5.4).
 
-    The target keeps probability 1 - epsilon and the other V - 1 classes share epsilon equally, as t2t v1
-    (`smoothing_cross_entropy`) and fairseq do (transformers' `LabelSmoother` spreads epsilon over all V classes).
-    PyTorch's fused `cross_entropy(label_smoothing=e)` gives the target 1 - e + e/V and the others e/V: with
-    e = epsilon * V / (V - 1) that is exactly the distribution above, without materialising log-probabilities.
-    Unlike t2t we do not subtract the smoothed distribution's entropy, so epsilon = 0 gives plain cross-entropy.
-
-    logits: (B, T, V); labels: (B, T) with `ignore_index` at padding. Returns (scalar sum, number of targets).
-    """
-    vocab = logits.shape[-1]
-    loss = nn.functional.cross_entropy(
-        logits.reshape(-1, vocab).float(),
-        labels.reshape(-1),
-        ignore_index=ignore_index,
-        reduction="sum",
-        label_smoothing=epsilon * vocab / (vocab - 1),
-    )
-    return loss, int((labels != ignore_index).sum())
+def per_target_token(loss_sum: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
+    """A summed loss divided by the batch's target tokens, or by `num_items_in_batch` when `Trainer` passes it (the
+    targets of the whole update, over accumulation steps and processes), so that gradient accumulation gives the same
+    update as one large batch. The count stays on the device: no host synchronisation, no `torch.compile` graph
+    break."""
+    if num_items_in_batch is None:
+        return loss_sum / (labels != IGNORE_INDEX).sum().clamp(min=1)
+    if isinstance(num_items_in_batch, torch.Tensor):
+        num_items_in_batch = num_items_in_batch.to(loss_sum.device)
+    return loss_sum / num_items_in_batch
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
     """Teacher forcing input: the target shifted one step right, starting with `decoder_start_token_id` (3.1).
 
-    labels: (B, T) with -100 at ignored positions -> (B, T) decoder input ids.
+    labels: (B, T) with IGNORE_INDEX (-100) at ignored positions -> (B, T) decoder input ids.
     """
     shifted = labels.new_full(labels.shape, pad_token_id)
     shifted[:, 1:] = labels[:, :-1]
     shifted[:, 0] = decoder_start_token_id
-    return shifted.masked_fill_(shifted == -100, pad_token_id)
+    return shifted.masked_fill_(shifted == IGNORE_INDEX, pad_token_id)
 
 
 class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationMixin):
@@ -670,11 +661,9 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationM
     matrix (Section 3.4).
 
     `forward(..., labels=...)` returns the plain cross-entropy of the labels, as every transformers model does (its
-    gradient is that of the negative log-likelihood; perplexity follows from it). The paper's objective, the
-    label-smoothed cross-entropy of Section 5.4 (`label_smoothed_cross_entropy`, epsilon = `config.label_smoothing`),
-    is what `vaswani_hf.training.VaswaniTrainer` trains with. Normalisation: the summed loss is divided by the number
-    of target tokens, or by `num_items_in_batch` when `Trainer` passes it, so gradient accumulation gives the same
-    update as one large batch.
+    gradient is that of the negative log-likelihood; perplexity follows from it), per target token
+    (`per_target_token`). The paper's objective, the label-smoothed cross-entropy of Section 5.4, is a training
+    setting: `vaswani_hf.training.objective`, which `VaswaniTrainer` trains with.
     """
 
     _tied_weights_keys = {
@@ -743,11 +732,10 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationM
 
         loss = None
         if labels is not None:
-            loss_sum, num_tokens = label_smoothed_cross_entropy(logits, labels, 0.0)  # plain cross-entropy
-            denominator = num_items_in_batch if num_items_in_batch is not None else max(num_tokens, 1)
-            if isinstance(denominator, torch.Tensor):
-                denominator = denominator.to(loss_sum.device)
-            loss = loss_sum / denominator
+            loss_sum = nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=IGNORE_INDEX,
+                reduction="sum")
+            loss = per_target_token(loss_sum, labels, num_items_in_batch)
 
         return Seq2SeqLMOutput(
             loss=loss,
@@ -769,6 +757,6 @@ __all__ = [
     "VaswaniModel",
     "VaswaniForConditionalGeneration",
     "sinusoid_table",
-    "label_smoothed_cross_entropy",
+    "per_target_token",
     "shift_tokens_right",
 ]

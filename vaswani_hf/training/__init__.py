@@ -41,13 +41,14 @@ from .schedule import (
     paper_optimizer_cls_and_kwargs,
     with_fused_adam,
 )
-from .trainer import LabelSmoothedLoss, VaswaniTrainer
+from .objective import LabelSmoothedLoss, label_smoothed_nll
+from .trainer import VaswaniTrainer
 
 __all__ = [
     "Recipe", "RecipeError", "SECTIONS", "defaults", "format_keys", "load_recipe", "parse_command_line",
     "recipe_path", "list_recipes", "value_from_text", "validate_recipe", "check_corpora", "check_output_dir",
     "resolve_path", "resolve_dir", "paper_learning_rate", "paper_lr_lambda", "get_paper_schedule",
-    "paper_optimizer_cls_and_kwargs", "with_fused_adam", "VaswaniTrainer", "LabelSmoothedLoss", "WallClockCallback",
+    "paper_optimizer_cls_and_kwargs", "with_fused_adam", "VaswaniTrainer", "LabelSmoothedLoss", "label_smoothed_nll", "WallClockCallback",
     "SamplerEpochCallback", "HistoryCallback", "BatchStatsCollator", "read_history", "average_checkpoints",
     "last_checkpoints", "resumable_checkpoint", "load_averaged_weights", "save_averaged_checkpoint", "plot_history",
     "write_json", "export_hub_folder", "build_training_arguments", "run_training",

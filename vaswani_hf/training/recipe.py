@@ -112,7 +112,6 @@ class ModelKeys:
     dropout: float = key(0.1, "residual dropout P_drop (Section 5.4; 0.3 for big EN-DE)")
     attention_dropout: float = key(0.0, "dropout on attention weights (not in the paper)")
     relu_dropout: float = key(0.0, "dropout after the FFN ReLU (not in the paper)")
-    label_smoothing: float = key(0.1, "eps_ls of the training loss (Section 5.4)")
     position_encoding: Literal["sinusoidal", "learned"] = key("sinusoidal",
                                                               "positional encoding (Section 3.5 / Table 3 E)")
     sinusoid_layout: Literal["interleaved", "concatenated"] = key("interleaved", "sin/cos layout")
@@ -126,6 +125,8 @@ class OptimizationKeys:
     num_train_epochs: float = key(1.0, "epochs, only if max_steps <= 0")
     warmup_steps: int = key(4000, "warmup_steps of the learning-rate formula (Section 5.3)")
     lr_multiplier: float = key(1.0, "constant factor in front of the Section 5.3 formula (paper: 1)")
+    label_smoothing: float = key(0.1, "eps_ls of the training objective (Section 5.4; the model's own loss stays plain "
+                                      "cross-entropy)")
     adam_beta1: float = key(0.9, "Adam beta1 (Section 5.3)")
     adam_beta2: float = key(0.98, "Adam beta2 (Section 5.3)")
     adam_epsilon: float = key(1e-9, "Adam epsilon (Section 5.3)")

@@ -3,9 +3,9 @@
 What it changes, and why each is hand-written:
 - Section 5.1 batching: train and eval DataLoaders use `TokenBatchSampler` (~N source + N target tokens per batch,
   grouped by length); transformers batches by sentence count only.
-- Section 5.4 objective: label-smoothed cross-entropy (eps/(V-1) on the other classes, as t2t v1 and fairseq),
-  through transformers' own `compute_loss_func` hook; the model's `forward(labels=...)` stays the plain
-  cross-entropy, as in every transformers model. Evaluation reports the smoothed loss (the training objective,
+- Section 5.4 objective: label-smoothed cross-entropy (`objective.LabelSmoothedLoss`, eps/(V-1) on the other
+  classes, as t2t v1 and fairseq), through transformers' own `compute_loss_func` hook; the model's
+  `forward(labels=...)` stays the plain cross-entropy, as in every transformers model. Evaluation reports the smoothed loss (the training objective,
   `eval_loss`), the plain per-token NLL (`eval_nll`) and its perplexity (`eval_ppl`).
 - Section 5.3: Adam(0.9, 0.98, 1e-9) (torch's fused kernel where it applies) and the exact learning-rate formula.
 - Evaluation across processes: transformers gathers each batch with `all_gather`, which needs equal shapes on every
@@ -40,29 +40,12 @@ from transformers.trainer_utils import (
 )
 
 from ..data.batching import EXAMPLE_INDEX, LABEL_PAD_ID, TRAIN_MAX_TOKENS, Seq2SeqCollator, TokenBatchSampler
-from ..modeling_vaswani import label_smoothed_cross_entropy
 from ..tokenization import PAD_ID
 from .checkpoints import STAGING_DIR, publish_checkpoint
+from .objective import PAPER_LABEL_SMOOTHING, LabelSmoothedLoss, label_smoothed_nll
 from .schedule import get_paper_schedule, with_fused_adam
 
 logger = logging.getLogger(__name__)
-
-
-class LabelSmoothedLoss:
-    """The training objective (Section 5.4): label-smoothed cross-entropy summed over the target tokens and divided by
-    the tokens of the whole update (`num_items_in_batch`, over accumulation steps and processes, as transformers
-    counts them), so that gradient accumulation gives the same update as one large batch. Used as the Trainer's
-    `compute_loss_func`."""
-
-    def __init__(self, epsilon: float):
-        self.epsilon = epsilon
-
-    def __call__(self, outputs, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
-        loss_sum, tokens = label_smoothed_cross_entropy(outputs.logits, labels, self.epsilon)
-        denominator = num_items_in_batch if num_items_in_batch is not None else max(tokens, 1)
-        if isinstance(denominator, torch.Tensor):
-            denominator = denominator.to(loss_sum.device)
-        return loss_sum / denominator
 
 
 def unshard_prepared_loader(prepared: DataLoader, sampler: TokenBatchSampler) -> DataLoader:
@@ -118,13 +101,10 @@ class VaswaniTrainer(Seq2SeqTrainer):
     """
 
     def __init__(self, *args: Any, max_tokens: int = TRAIN_MAX_TOKENS, eval_max_tokens: int | None = None,
-                 max_sentences: int | None = None, paper_warmup_steps: int = 4000, label_smoothing: float | None = None,
-                 optimizer_cls_and_kwargs=None, **kwargs: Any):
+                 max_sentences: int | None = None, paper_warmup_steps: int = 4000,
+                 label_smoothing: float = PAPER_LABEL_SMOOTHING, optimizer_cls_and_kwargs=None, **kwargs: Any):
         if kwargs.get("data_collator") is None:
             kwargs["data_collator"] = Seq2SeqCollator()
-        model = kwargs.get("model", args[0] if args else None)
-        if label_smoothing is None:
-            label_smoothing = getattr(getattr(model, "config", None), "label_smoothing", 0.1)
         if kwargs.get("compute_loss_func") is None:
             kwargs["compute_loss_func"] = LabelSmoothedLoss(label_smoothing)
         super().__init__(*args, **kwargs)
@@ -322,13 +302,12 @@ class VaswaniTrainer(Seq2SeqTrainer):
         if labels is not None:
             with torch.no_grad(), self.compute_loss_context_manager():
                 logits = model(**{k: v for k, v in inputs.items() if k != "labels"}).logits
-            smoothed, tokens = label_smoothed_cross_entropy(logits, labels, self.label_smoothing)
-            nll, _ = label_smoothed_cross_entropy(logits, labels, 0.0)
+            smoothed, tokens = label_smoothed_nll(logits, labels, self.label_smoothing)
+            nll, _ = label_smoothed_nll(logits, labels, 0.0)
             if self._eval_sums is not None:
-                self._eval_sums += torch.stack([smoothed.double(), nll.double(),
-                                                torch.tensor(float(tokens), device=smoothed.device).double()]
+                self._eval_sums += torch.stack([smoothed.double(), nll.double(), tokens.double()]
                                                ).to(self._eval_sums.device)
-            loss = smoothed.detach() / max(tokens, 1)
+            loss = smoothed.detach() / tokens.clamp(min=1)
         if prediction_loss_only or not self.args.predict_with_generate:
             return loss, None, labels
         return loss, self._generate(inputs, gen_kwargs), labels
