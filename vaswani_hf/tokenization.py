@@ -61,6 +61,7 @@ DEFAULT_VOCAB_SIZE = 37000  # paper, Section 5.1 (EN-DE shared vocabulary)
 # positions (Section 3.5) and has no hard limit; 1024 is a generous bound for sentence-level MT (WMT14 EN-DE
 # sentences are < 250 tokens after the usual length filtering) and only drives truncation warnings.
 DEFAULT_MODEL_MAX_LENGTH = 1024
+TOKENIZER_FOLDER = "tokenizer folder"  # the kind of output vaswani-train-tokenizer writes (vaswani_hf.io.outputs)
 
 _NORMALIZERS = {"NFC": normalizers.NFC, "NFKC": normalizers.NFKC, "NFD": normalizers.NFD, "NFKD": normalizers.NFKD}
 

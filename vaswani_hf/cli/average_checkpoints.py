@@ -17,26 +17,30 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import io
+from ..constraints import number
+from .contract import ArgumentParser, declare_paths, run_cli
 
 
-def build_parser() -> io.ArgumentParser:
-    parser = io.ArgumentParser(prog="vaswani-average-checkpoints", description=__doc__)
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="vaswani-average-checkpoints", description=__doc__)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--run_dir", help="training output folder holding checkpoint-N folders")
     source.add_argument("--checkpoints", nargs="+", help="explicit checkpoint folders (averaged with equal weight)")
-    parser.add_argument("--last", type=int, default=5, help="with --run_dir: number of newest checkpoints (default 5)")
+    parser.add_argument("--last", type=number(int, min=1, max=10**6), default=5,
+                        help="with --run_dir: number of newest checkpoints (default 5)")
     parser.add_argument("--out", required=True, help="output model folder")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
     return parser
 
 
 def _main(argv: Sequence[str]) -> int:
-    from ..training.checkpoints import last_checkpoints, save_averaged_checkpoint
+    from ..training.checkpoints import AVERAGED, last_checkpoints, save_averaged_checkpoint
 
     args = build_parser().parse_args(argv)
-    if args.last < 1:
-        raise io.UsageError(f"--last must be at least 1, got {args.last}")
-    io.check_output_dir(args.out, overwrite=args.overwrite, what="--out")
+    inputs = {"--run_dir": args.run_dir} if args.run_dir else \
+        {f"--checkpoints ({i + 1})": path for i, path in enumerate(args.checkpoints)}
+    declare_paths(inputs=inputs, outputs={"--out": args.out})
+    io.check_output_dir(args.out, overwrite=args.overwrite, what="--out", kind=AVERAGED)
     warning = None
     if args.run_dir:
         run_dir = Path(args.run_dir)
@@ -49,16 +53,11 @@ def _main(argv: Sequence[str]) -> int:
             warning = f"warning: asked for the last {args.last} checkpoints, found {len(folders)}"
     else:
         folders = [Path(p) for p in args.checkpoints]
-    out = Path(args.out).resolve()
     for folder in folders:  # every input named before anything is written
         if folder.is_dir() and not (folder / "model.safetensors").is_file():
             raise io.UsageError(f"{folder}: no model.safetensors; averaging needs safetensors checkpoints")
         # exists, is a folder, config.json (copied to --out) is valid, the weights are complete
         io.check_model_folder(folder, what="checkpoint folder", tokenizer=False)
-        here = folder.resolve()
-        if out == here or out in here.parents or here in out.parents:  # --out the run folder, a checkpoint, or in one
-            raise io.UsageError(f"--out {args.out} would replace the checkpoints being averaged ({folder}); choose "
-                             "another folder")
     if warning:
         print(warning, file=sys.stderr)
     out = save_averaged_checkpoint(folders, args.out, overwrite=args.overwrite)
@@ -67,7 +66,7 @@ def _main(argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return io.run_cli(_main, argv)
+    return run_cli(_main, argv)
 
 
 if __name__ == "__main__":

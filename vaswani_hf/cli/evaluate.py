@@ -24,10 +24,13 @@ import time
 from collections.abc import Sequence
 
 from .. import io
+from ..constraints import MAX_BEAMS, MAX_SENTENCES, device, number
+from ..metrics import SACREBLEU_TOKENIZERS
+from .contract import ArgumentParser, declare_paths, run_cli
 
 
-def build_parser() -> io.ArgumentParser:
-    parser = io.ArgumentParser(prog="vaswani-evaluate", description=__doc__)
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="vaswani-evaluate", description=__doc__)
     parser.add_argument("--references", nargs="+", required=True, metavar="FILE",
                         help="reference file(s), one segment per line")
     parser.add_argument("--hypotheses", metavar="FILE", help="score this output file instead of translating")
@@ -36,12 +39,14 @@ def build_parser() -> io.ArgumentParser:
     parser.add_argument("--out", metavar="FILE", help="write the scores as JSON here")
     parser.add_argument("--save_hypotheses", metavar="FILE", help="write the model's translations here")
     parser.add_argument("--overwrite", action="store_true", help="replace existing --out / --save_hypotheses files")
-    parser.add_argument("--num_beams", type=io.positive_int, default=None,
+    parser.add_argument("--num_beams", type=number(int, min=1, max=MAX_BEAMS), default=None,
                         help="beam size (default: the model's generation_config)")
-    parser.add_argument("--batch_size", type=io.positive_int, default=32)
-    parser.add_argument("--device", default=None, help="torch device (default: the accelerator if any, else cpu)")
+    parser.add_argument("--batch_size", type=number(int, min=1, max=MAX_SENTENCES), default=32)
+    parser.add_argument("--device", type=device, default=None,
+                        help="torch device (default: the accelerator if any, else cpu)")
     parser.add_argument("--target_lang", default="de", help="target language for the Moses tokenizer")
-    parser.add_argument("--tokenize", default="13a", help="sacreBLEU tokenizer for the 'sacrebleu' score")
+    parser.add_argument("--tokenize", default="13a", choices=SACREBLEU_TOKENIZERS,
+                        help="sacreBLEU tokenizer for the 'sacrebleu' score")
     parser.add_argument("--lowercase", action="store_true",
                         help="case-insensitive sacrebleu, chrf and bleu_tok_none (the paper-style BLEU stays cased)")
     return parser
@@ -53,9 +58,10 @@ def check_arguments(args) -> None:
         raise io.UsageError("give either --hypotheses, or --model with --source, not both")
     if not args.hypotheses and not (args.model and args.source):
         raise io.UsageError("give --hypotheses FILE, or --model DIR and --source FILE")
+    inputs = {f"--references ({i + 1})": path for i, path in enumerate(args.references)}
+    inputs.update({"--hypotheses": args.hypotheses, "--source": args.source, "--model": args.model})
+    declare_paths(inputs=inputs, outputs={"--out": args.out, "--save_hypotheses": args.save_hypotheses})
     outputs = [(flag, getattr(args, flag)) for flag in ("out", "save_hypotheses") if getattr(args, flag)]
-    if len({str(path) for _, path in outputs}) < len(outputs):
-        raise io.UsageError("--out and --save_hypotheses name the same file")
     for flag, path in outputs:
         io.check_output_file(path, overwrite=args.overwrite, what=f"--{flag}")
 
@@ -111,7 +117,7 @@ def _main(argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return io.run_cli(_main, argv)
+    return run_cli(_main, argv)
 
 
 if __name__ == "__main__":

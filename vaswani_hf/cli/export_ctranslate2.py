@@ -17,16 +17,20 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import io
+from ..constraints import MAX_POSITIONS, number
 from ..export.ctranslate2_spec import QUANTIZATIONS
+from .contract import ArgumentParser, declare_paths, run_cli
+
+CT2_FOLDER = "CTranslate2 model folder"  # the kind of output vaswani_hf.export.ctranslate2_spec writes
 
 
-def build_parser() -> io.ArgumentParser:
-    parser = io.ArgumentParser(prog="vaswani-export-ctranslate2", description=__doc__)
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="vaswani-export-ctranslate2", description=__doc__)
     parser.add_argument("--model_dir", required=True, help="folder saved by save_pretrained (model + tokenizer)")
     parser.add_argument("--out_dir", required=True, help="CTranslate2 model folder to write")
     parser.add_argument("--quantization", default=None, choices=QUANTIZATIONS, help="weight type (default: float32)")
     parser.add_argument("--tokenizer", default=None, help="tokenizer folder (default: --model_dir)")
-    parser.add_argument("--max_positions", type=io.positive_int, default=None,
+    parser.add_argument("--max_positions", type=number(int, min=1, max=MAX_POSITIONS), default=None,
                         help="rows of the exported sinusoid table = longest source/output CTranslate2 accepts "
                              "(default: max(max_position_embeddings, 1024))")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --out_dir")
@@ -52,11 +56,11 @@ def _main(argv: Sequence[str]) -> int:
 
     args = build_parser().parse_args(argv)
     overwrite = args.overwrite or args.force
+    declare_paths(inputs={"--model_dir": args.model_dir, "--tokenizer": args.tokenizer},
+                  outputs={"--out_dir": args.out_dir})
     model_dir = io.check_model_folder(Path(args.model_dir), what="--model_dir", tokenizer=args.tokenizer is None)
     tokenizer = _check_tokenizer_folder(args.tokenizer) if args.tokenizer else None
-    out_dir = io.check_output_dir(args.out_dir, overwrite=overwrite, what="--out_dir")
-    if out_dir.resolve() == model_dir.resolve():
-        raise io.UsageError(f"--out_dir {out_dir} is --model_dir; choose another folder")
+    out_dir = io.check_output_dir(args.out_dir, overwrite=overwrite, what="--out_dir", kind=CT2_FOLDER)
     import_ctranslate2()  # the optional dependency, before any work
     out = to_ctranslate2(model_dir, out_dir, quantization=args.quantization, tokenizer=tokenizer,
                          max_positions=args.max_positions, force=overwrite)
@@ -65,7 +69,7 @@ def _main(argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return io.run_cli(_main, argv, prog="vaswani-export-ctranslate2")
+    return run_cli(_main, argv, prog="vaswani-export-ctranslate2")
 
 
 if __name__ == "__main__":

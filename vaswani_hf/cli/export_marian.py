@@ -20,10 +20,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import io
+from .contract import ArgumentParser, declare_paths, run_cli
+
+MARIAN_FOLDER = "MarianMTModel folder"  # the kind of output vaswani_hf.export.marian.export_marian writes
 
 
-def build_parser() -> io.ArgumentParser:
-    parser = io.ArgumentParser(prog="vaswani-export-marian", description=__doc__)
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="vaswani-export-marian", description=__doc__)
     parser.add_argument("--model_dir", required=True, help="saved vaswani_hf model folder (with tokenizer)")
     parser.add_argument("--out", required=True, help="output folder for the MarianMTModel repository")
     parser.add_argument("--repo_id", default=None, help="repository id used in the card's usage snippet")
@@ -40,8 +43,9 @@ def _main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(argv)
     if bool(args.source_lang) != bool(args.target_lang):
         raise io.UsageError("give both --source_lang and --target_lang, or neither")
+    declare_paths(inputs={"--model_dir": args.model_dir}, outputs={"--out": args.out})
     model_dir = io.check_model_folder(Path(args.model_dir), what="--model_dir")
-    io.check_output_dir(args.out, overwrite=args.overwrite, what="--out")
+    io.check_output_dir(args.out, overwrite=args.overwrite, what="--out", kind=MARIAN_FOLDER)
     training_info = read_card_inputs(model_dir).get("training_info")
     if training_info is None and args.source_lang:
         training_info = {"source_lang": args.source_lang, "target_lang": args.target_lang}
@@ -53,7 +57,7 @@ def _main(argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return io.run_cli(_main, argv, prog="vaswani-export-marian")
+    return run_cli(_main, argv, prog="vaswani-export-marian")
 
 
 if __name__ == "__main__":

@@ -19,12 +19,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import io
+from .contract import ArgumentParser, run_cli
 
 
-def build_parser() -> io.ArgumentParser:
+def build_parser() -> ArgumentParser:
     from ..hub.upload import DEFAULT_COMMIT_MESSAGE
 
-    parser = io.ArgumentParser(prog="vaswani-push-to-hub", description=__doc__)
+    parser = ArgumentParser(prog="vaswani-push-to-hub", description=__doc__)
     parser.add_argument("--model_dir", required=True, help="saved model folder (model + tokenizer + card)")
     parser.add_argument("--repo_id", required=True, help="target repository, e.g. org/vaswani-base")
     parser.add_argument("--private", action="store_true", help="create the repository as private (new repos only)")
@@ -45,7 +46,7 @@ def _main(argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return io.run_cli(_main, argv, prog="vaswani-push-to-hub")
+    return run_cli(_main, argv, prog="vaswani-push-to-hub")
 
 
 if __name__ == "__main__":

@@ -9,30 +9,118 @@
 
 Every recipe key can be overridden with `--key value` (lists as several values or in YAML syntax:
 `--translate_examples '["a", "b"]'`, null with `--key null`). `--list-keys` prints all keys with their types,
-defaults and meaning; `--list-recipes` the bundled recipes; `--check` validates the recipe, the output folder and
-every line of the corpus files, then exits. A folder that holds a previous run is continued with `--resume` or
-replaced with `--overwrite`; otherwise it is refused. Bad input is reported in one line (exit 2) before anything is
-loaded, trained or written.
+ranges, defaults and meaning; `--list-recipes` the bundled recipes; `--check` validates the recipe, the output
+folder and every line of the corpus files, then exits. A folder that holds a previous run is continued with
+`--resume` or replaced with `--overwrite`; a finished run resumed does nothing and says so; a folder another run is
+writing into is refused. Outputs never replace inputs (a corpus file, the tokenizer_path). Bad input is reported in
+one line (exit 2) before anything is loaded, trained or written.
 """
 
 from __future__ import annotations
 
+import argparse
+import copy
+import dataclasses
 import sys
+import types
+import typing
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from ..io import run_cli
+from transformers import HfArgumentParser
+
+from ..training.recipe import (
+    SECTIONS,
+    RecipeError,
+    help_text,
+    key,
+    type_name,
+    unknown_keys,
+    value_from_text,
+)
+from .contract import add_debug_argument, run_cli
 
 
-def build_parser():
-    """The command line: the recipe keys (vaswani_hf.training.recipe) and the command's own options."""
-    from ..training.recipe import RecipeParser
+@dataclass
+class CommandOptions:
+    _argument_group_name = "command"
+    recipe: str = key("default", "bundled recipe name (see --list-recipes) or path to a YAML file")
+    check: bool = key(False, "validate the recipe, output folder and corpus files (streamed), then exit")
+    list_keys: bool = key(False, "print every recipe key with its type, range, default and meaning, then exit")
+    list_recipes: bool = key(False, "print the bundled recipes, then exit")
+    overwrite: bool = key(False, "replace a previous run's files in output_dir (without it, a non-empty output_dir "
+                                 "is refused unless --resume)")
 
-    return RecipeParser()
+
+_KEYS = {f.name for section in SECTIONS for f in dataclasses.fields(section)}
+_LISTS = {f.name for section in SECTIONS for f in dataclasses.fields(section)
+          if typing.get_origin(typing.get_type_hints(section)[f.name]) is list}
+
+
+class RecipeParser(HfArgumentParser):
+    """HfArgumentParser over the recipe sections and the command's own options. Only the keys given on the command
+    line are returned (`load_recipe` merges them over the recipe file); a usage error is a RecipeError (one line,
+    exit 2) rather than argparse's usage text."""
+
+    def __init__(self):
+        super().__init__((CommandOptions, *SECTIONS), prog="vaswani-train", description=__doc__,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+        add_debug_argument(self)
+        for action in self._actions:
+            if action.dest in _KEYS:
+                action.default = argparse.SUPPRESS  # absent keys keep the recipe file's value
+                action.help = help_text(action.dest)
+                if action.dest not in _LISTS and action.type not in (None, bool) and action.nargs != 0:
+                    action.type = _text_converter(action.dest)
+
+    def error(self, message: str):
+        raise RecipeError(f"{message} (see --help)")
+
+    @staticmethod
+    def _parse_dataclass_field(parser, field):
+        """HfArgumentParser passes a field's metadata to argparse as keywords: the recipe's range (`bound`) is ours."""
+        plain = copy.copy(field)
+        plain.metadata = types.MappingProxyType({k: v for k, v in field.metadata.items() if k != "bound"})
+        HfArgumentParser._parse_dataclass_field(parser, plain)
+
+
+def _text_converter(name: str):
+    def convert(text: str):
+        try:
+            return value_from_text(name, text)
+        except RecipeError as error:
+            raise argparse.ArgumentTypeError(str(error).split(": ", 1)[-1]) from None
+
+    convert.__name__ = type_name(name)
+    return convert
+
+
+def parse_command_line(argv: Sequence[str]):
+    """`--recipe NAME_OR_PATH` and `--key value` pairs -> (the checked Recipe, the command's options). The recipe is
+    None for --list-keys and --list-recipes."""
+    from ..training.recipe import load_recipe
+
+    parser = RecipeParser()
+    namespace, remaining = parser.parse_known_args(list(argv))
+    if remaining:
+        unknown = [a[2:].split("=")[0].replace("-", "_") for a in remaining if a.startswith("--")]
+        if unknown:
+            raise unknown_keys(unknown, "command line")
+        raise RecipeError(f"unexpected argument {remaining[0]!r}: use --recipe NAME_OR_PATH and --key value pairs")
+    values = vars(namespace)
+    options = CommandOptions(**{f.name: values.pop(f.name) for f in dataclasses.fields(CommandOptions)})
+    values.pop("debug", None)
+    if options.list_keys or options.list_recipes:
+        return None, options
+    for name in [n for n in values if n in _LISTS]:  # several values, or one in YAML syntax ('["a", "b"]')
+        value = values[name]
+        values[name] = value_from_text(name, value[0]) if len(value) == 1 and value[0].lstrip().startswith("[") \
+            else value
+    return load_recipe(options.recipe, values), options
 
 
 def _main(argv: Sequence[str]) -> int:
-    from ..training.preflight import check_corpora, check_output_dir, validate_recipe
-    from ..training.recipe import format_keys, list_recipes, parse_command_line
+    from ..training.recipe import format_keys, list_recipes
 
     recipe, options = parse_command_line(argv)
     if options.list_keys:
@@ -41,13 +129,13 @@ def _main(argv: Sequence[str]) -> int:
     if options.list_recipes:
         print("\n".join(list_recipes()))
         return 0
-    validate_recipe(recipe)
-    resume_from = check_output_dir(recipe, overwrite=options.overwrite)
+    from ..training.plan import plan_run
+
+    plan = plan_run(recipe, overwrite=options.overwrite)
     if options.check:
-        counts = check_corpora(recipe)
-        corpus = ", ".join(f"{k}: {n:,} pairs ({u:,} usable)" for k, (n, u) in counts.items())
-        start = f"resume from {resume_from.name}" if resume_from else "start from scratch"
-        print(f"recipe {recipe.name} OK; output_dir {recipe.output_dir}: {start}" + (f"; {corpus}" if corpus else ""))
+        counts = {source.key: source.scan() for source in plan.sources.values() if source is not None}
+        corpus = ", ".join(f"{k}: {c[0]:,} pairs ({c[1]:,} usable)" for k, c in counts.items() if c is not None)
+        print(f"recipe {recipe.name} OK; {plan.describe()}" + (f"; {corpus}" if corpus else ""))
         return 0
     from ..training.run import run_training
 

@@ -23,11 +23,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .. import io
-from ..tokenization import DEFAULT_MODEL_MAX_LENGTH, DEFAULT_VOCAB_SIZE, SPECIAL_TOKENS
+from ..constraints import MAX_TOKENS, number
+from ..tokenization import DEFAULT_MODEL_MAX_LENGTH, DEFAULT_VOCAB_SIZE, SPECIAL_TOKENS, TOKENIZER_FOLDER
+from .contract import ArgumentParser, declare_paths, run_cli
 
 
-def build_parser() -> io.ArgumentParser:
-    parser = io.ArgumentParser(prog="vaswani-train-tokenizer", description=__doc__)
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="vaswani-train-tokenizer", description=__doc__)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--files", nargs="+", type=Path, help="plain-text files, one sentence per line (all sides)")
     source.add_argument("--corpus", help="anything vaswani_hf.data.load_parallel reads (needs --src_lang/--tgt_lang)")
@@ -36,13 +38,15 @@ def build_parser() -> io.ArgumentParser:
     parser.add_argument("--tgt_lang", default="de")
     parser.add_argument("--hub_config", default=None, help="config name for a Hub dataset (e.g. de-en for wmt14)")
     parser.add_argument("--split", default="train")
-    parser.add_argument("--vocab_size", type=int, default=DEFAULT_VOCAB_SIZE)
-    parser.add_argument("--min_frequency", type=int, default=2)
+    parser.add_argument("--vocab_size", type=number(int, min=len(SPECIAL_TOKENS) + 257, max=2**24),
+                        default=DEFAULT_VOCAB_SIZE,
+                        help=f"more than the {len(SPECIAL_TOKENS)} special tokens + 256 byte symbols")
+    parser.add_argument("--min_frequency", type=number(int, min=1, max=10**12), default=2)
     parser.add_argument("--lowercase", action="store_true")
     parser.add_argument("--normalization", default="NFC", type=str.upper,
                         choices=("NFC", "NFKC", "NFD", "NFKD", "NONE"),
                         help="Unicode normalisation: NFC (default), NFKC, NFD, NFKD or none")
-    parser.add_argument("--model_max_length", type=int, default=DEFAULT_MODEL_MAX_LENGTH)
+    parser.add_argument("--model_max_length", type=number(int, min=1, max=MAX_TOKENS), default=DEFAULT_MODEL_MAX_LENGTH)
     parser.add_argument("--out_dir", type=Path, required=True)
     parser.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --out_dir")
     return parser
@@ -112,13 +116,10 @@ def _main(argv: Sequence[str]) -> int:
     from ..tokenization import iter_training_text, train_bpe_tokenizer
 
     args = build_parser().parse_args(argv)
-    if args.vocab_size <= len(SPECIAL_TOKENS) + 256:
-        raise io.UsageError(f"--vocab_size must exceed the {len(SPECIAL_TOKENS)} special tokens + 256 byte symbols, "
-                         f"got {args.vocab_size}")
-    for name in ("min_frequency", "model_max_length"):
-        if getattr(args, name) <= 0:
-            raise io.UsageError(f"--{name} must be positive, got {getattr(args, name)}")
-    io.check_output_dir(args.out_dir, overwrite=args.overwrite, what="--out_dir")
+    inputs = {f"--files ({i + 1})": path for i, path in enumerate(args.files or [])}
+    inputs["--corpus"] = args.corpus
+    declare_paths(inputs=inputs, outputs={"--out_dir": args.out_dir})
+    io.check_output_dir(args.out_dir, overwrite=args.overwrite, what="--out_dir", kind=TOKENIZER_FOLDER)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     languages = None if args.files else [args.src_lang, args.tgt_lang]
     with _held_back("vaswani_hf.data"):
@@ -129,7 +130,7 @@ def _main(argv: Sequence[str]) -> int:
                              "training corpus")
     lines = _Counted(iter_training_text(corpus, languages), _source(args))
     started = time.perf_counter()
-    with io.atomic_output_dir(args.out_dir) as tmp:
+    with io.atomic_output_dir(args.out_dir, kind=TOKENIZER_FOLDER) as tmp:
         tok = train_bpe_tokenizer(
             lines, vocab_size=args.vocab_size, min_frequency=args.min_frequency, lowercase=args.lowercase,
             normalization=None if args.normalization == "NONE" else args.normalization,
@@ -140,7 +141,7 @@ def _main(argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return io.run_cli(_main, argv)
+    return run_cli(_main, argv)
 
 
 if __name__ == "__main__":

@@ -25,20 +25,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import io
+from ..constraints import MAX_BEAMS, MAX_POSITIONS, MAX_SENTENCES, MAX_TOKENS, device, number
+from .contract import ArgumentParser, declare_paths, run_cli
 
 
-def _int_or_none(text: str):
-    if text.lower() == "none":
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer or 'none', got {text!r}") from None
-
-
-
-def build_parser() -> io.ArgumentParser:
-    parser = io.ArgumentParser(prog="vaswani-translate", description=__doc__)
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="vaswani-translate", description=__doc__)
     parser.add_argument("input", nargs="?", default=io.STDIO,
                         help="text file to translate, one sentence per line (default: '-', standard input)")
     parser.add_argument("--model", required=True, metavar="DIR", help="model folder (save_pretrained: model + "
@@ -47,22 +39,27 @@ def build_parser() -> io.ArgumentParser:
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     parser.add_argument("--engine", default="pytorch", choices=("pytorch", "ctranslate2"), help="decoding backend")
     batching = parser.add_argument_group("batching")
-    batching.add_argument("--max_tokens", type=io.positive_int, default=None,
+    batching.add_argument("--max_tokens", type=number(int, min=1, max=MAX_TOKENS), default=None,
                           help="padded source tokens per batch (default: 4096, vaswani_hf.data.TRANSLATE_MAX_TOKENS)")
-    batching.add_argument("--batch_size", type=io.positive_int, default=None,
+    batching.add_argument("--batch_size", type=number(int, min=1, max=MAX_SENTENCES), default=None,
                           help="at most this many sentences per batch")
     decoding = parser.add_argument_group("decoding (default: the model's generation_config)")
-    decoding.add_argument("--num_beams", type=io.positive_int, default=None, help="beam size (paper: 4; 1 = greedy)")
-    decoding.add_argument("--length_penalty", type=float, default=None, help="alpha of the length penalty (paper: 0.6)")
+    decoding.add_argument("--num_beams", type=number(int, min=1, max=MAX_BEAMS), default=None,
+                          help="beam size (paper: 4; 1 = greedy)")
+    decoding.add_argument("--length_penalty", type=number(float, min=-100, max=100), default=None,
+                          help="alpha of the length penalty (paper: 0.6)")
     decoding.add_argument("--length_penalty_type", choices=("gnmt", "hf"), default=None,
                           help="gnmt: ((5+|Y|)/6)^alpha as in the paper; hf: transformers' |Y|^alpha")
-    decoding.add_argument("--max_length_a", type=float, default=None,
+    decoding.add_argument("--max_length_a", type=number(float, min=0, max=100), default=None,
                           help="per-sentence limit a * source_length + b tokens (paper: a=1)")
-    decoding.add_argument("--max_length_b", type=_int_or_none, default=argparse.SUPPRESS,
+    decoding.add_argument("--max_length_b", type=number(int, min=0, max=MAX_POSITIONS, none="none"),
+                          default=argparse.SUPPRESS,
                           help="the b of --max_length_a (paper: 50); 'none' turns the per-sentence limit off")
-    decoding.add_argument("--max_new_tokens", type=io.positive_int, default=None, help="global cap on generated tokens")
+    decoding.add_argument("--max_new_tokens", type=number(int, min=1, max=MAX_POSITIONS), default=None,
+                          help="global cap on generated tokens")
     hardware = parser.add_argument_group("hardware")
-    hardware.add_argument("--device", default=None, help="cpu, cuda, cuda:1, mps, ... (default: accelerator if any)")
+    hardware.add_argument("--device", type=device, default=None,
+                          help="cpu, cuda, cuda:1, mps, ... (default: accelerator if any)")
     hardware.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
                           help="compute dtype: bf16/fp16 run under torch.autocast (for GPUs); weights stay fp32")
     parser.add_argument("--no_progress", action="store_true", help="no progress bar on stderr")
@@ -105,6 +102,7 @@ def _main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "max_length_b", 0) is None and args.max_new_tokens is None:
         raise io.UsageError("--max_length_b none turns the per-sentence limit off: give --max_new_tokens as the limit")
+    declare_paths(inputs={"input": args.input, "--model": args.model}, outputs={"--output": args.output})
     if args.output is not None and args.output != io.STDIO:  # checked before any work
         io.check_output_file(args.output, overwrite=args.overwrite, what="--output")
     lines = io.read_lines(args.input)
@@ -127,7 +125,7 @@ def _main(argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return io.run_cli(_main, argv)
+    return run_cli(_main, argv)
 
 
 if __name__ == "__main__":

@@ -22,24 +22,28 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import io
+from ..constraints import MAX_BEAMS, device, number
+from .contract import ArgumentParser, declare_paths, run_cli
 
 _LINK = re.compile(r"^\d+[-?p]\d+$")
+ATTENTION_FOLDER = "attention plot folder"  # the kind of output this tool writes (vaswani_hf.io.outputs)
+MAX_PLOT_TOKENS = 200  # a head's plot is tokens x tokens cells; longer sentences make unreadable, huge figures
 
 
-
-def build_parser() -> io.ArgumentParser:
-    parser = io.ArgumentParser(prog="vaswani-visualize-attention", description=__doc__)
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="vaswani-visualize-attention", description=__doc__)
     parser.add_argument("--model_dir", required=True, help="saved model folder with its tokenizer")
     parser.add_argument("--source", required=True, help="source sentence")
     parser.add_argument("--target", default=None, help="reference translation (default: the model's translation)")
     parser.add_argument("--alignment", default=None, help='word alignment of source and --target, e.g. "0-0 1-2"')
     parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--num_beams", type=io.positive_int, default=None,
+    parser.add_argument("--num_beams", type=number(int, min=1, max=MAX_BEAMS), default=None,
                         help="beam size for the model's own translation (default: its generation_config)")
-    parser.add_argument("--max_new_tokens", type=io.positive_int, default=None)
+    parser.add_argument("--max_new_tokens", type=number(int, min=1, max=MAX_PLOT_TOKENS), default=None,
+                        help=f"cap on the model's own translation (at most {MAX_PLOT_TOKENS}: a plot's size)")
     parser.add_argument("--format", default="png", choices=["png", "svg", "pdf"])
     parser.add_argument("--per_head", action="store_true", help="also write one file per head")
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", type=device, default="cpu")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing non-empty --out folder")
     return parser
 
@@ -57,19 +61,20 @@ def _check_arguments(args) -> None:
 
 
 def _check_lengths(args, model, tokenizer) -> None:
-    """A sentence longer than a learned-position model's table is refused before anything is computed."""
+    """A sentence longer than a plot can show (MAX_PLOT_TOKENS), or than a learned-position model's table, is
+    refused before anything is computed."""
     from ..inference import position_limit
 
-    limit = position_limit(model)
-    if limit is None:
-        return
+    limit, why = MAX_PLOT_TOKENS, f"an attention plot shows at most {MAX_PLOT_TOKENS} tokens"
+    positions = position_limit(model)
+    if positions is not None and positions < limit:
+        limit, why = positions, f"the model's learned position embeddings cover {positions} positions"
     lengths = {"--source": len(tokenizer(args.source)["input_ids"])}
     if args.target is not None:
         lengths["--target"] = len(tokenizer(text_target=args.target)["input_ids"])
     for flag, n in lengths.items():
         if n > limit:
-            raise io.UsageError(f"{flag}: {n} tokens (with </s>), but the model's learned position embeddings cover "
-                             f"{limit} positions; give a shorter sentence")
+            raise io.UsageError(f"{flag}: {n} tokens (with </s>), but {why}; give a shorter sentence")
 
 
 def _main(argv: Sequence[str]) -> int:
@@ -77,13 +82,14 @@ def _main(argv: Sequence[str]) -> int:
 
     args = build_parser().parse_args(argv)
     _check_arguments(args)
+    declare_paths(inputs={"--model_dir": args.model_dir}, outputs={"--out": args.out})
     model_dir = io.check_model_folder(Path(args.model_dir), what="--model_dir")
-    out = io.check_output_dir(args.out, overwrite=args.overwrite, what="--out")
+    out = io.check_output_dir(args.out, overwrite=args.overwrite, what="--out", kind=ATTENTION_FOLDER)
     # trust_remote_code: the folder's own code runs if the package's classes are not registered (any saved model)
     model, tokenizer = io.load_model_folder(model_dir, device=args.device, trust_remote_code=True, what="--model_dir",
                                          attn_implementation="eager")
     _check_lengths(args, model, tokenizer)
-    with io.atomic_output_dir(out) as tmp:
+    with io.atomic_output_dir(out, kind=ATTENTION_FOLDER) as tmp:
         result = visualize(model, tokenizer, args.source, args.target, tmp, fmt=args.format,
                            num_beams=args.num_beams, max_new_tokens=args.max_new_tokens, per_head=args.per_head,
                            word_alignment=args.alignment)
@@ -97,7 +103,7 @@ def _main(argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return io.run_cli(_main, argv, prog="vaswani-visualize-attention")
+    return run_cli(_main, argv, prog="vaswani-visualize-attention")
 
 
 if __name__ == "__main__":

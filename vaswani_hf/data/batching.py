@@ -21,7 +21,8 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from ..modeling_vaswani import shift_tokens_right
+from ..errors import UsageError
+from ..modeling_vaswani import IGNORE_INDEX, shift_tokens_right
 from ..tokenization import PAD_ID
 from .preprocessing import sequence_lengths
 
@@ -30,8 +31,12 @@ TRAIN_MAX_TOKENS = 25000  # paper, Section 5.1: ~25000 source and ~25000 target 
 # (source + target) length; 4096 fits a base model with beam 4 on any GPU and keeps CPU batches around 200 Multi30k
 # sentences.
 TRANSLATE_MAX_TOKENS = 4096
-LABEL_PAD_ID = -100  # ignored by torch.nn.CrossEntropyLoss (ignore_index default) and by transformers' losses
+LABEL_PAD_ID = IGNORE_INDEX  # -100: ignored by torch.nn.CrossEntropyLoss (ignore_index default) and transformers
 EXAMPLE_INDEX = "example_index"  # row of an evaluation example in its dataset, carried through the collator
+
+
+class BatchingError(UsageError):
+    """Training examples cannot be batched with these settings (the message says which and what to do)."""
 
 
 def batch_ends(order: Sequence[int] | np.ndarray, lengths: Sequence[Sequence[int] | np.ndarray],
@@ -114,9 +119,13 @@ class TokenBatchSampler(Sampler[list[int]]):
         seed: base seed; the same seed gives the same batches and the same order on every run.
         num_replicas, rank: data-parallel world size and this process's index.
         pad_to_multiple_of: if the collator rounds lengths up, pass the same value so the budget accounts for it.
+        evaluation: batches for evaluation: an example longer than the budget forms a batch of its own (as in
+            translation: a held-out sentence is never dropped), and ranks may get different numbers of batches (the
+            evaluation loop synchronises only at its end).
 
     Raises:
-        ValueError: an example alone exceeds `max_tokens` (names it; filter with `filter_pairs` or raise the budget).
+        BatchingError: for training, an example alone exceeds `max_tokens` (filter with `filter_pairs` or raise the
+            budget), or there are fewer batches' worth of examples than ranks.
     """
 
     def __init__(
@@ -131,6 +140,7 @@ class TokenBatchSampler(Sampler[list[int]]):
         num_replicas: int = 1,
         rank: int = 0,
         pad_to_multiple_of: int | None = None,
+        evaluation: bool = False,
     ):
         src = np.asarray(src_lengths, dtype=np.int64)
         tgt = np.asarray(tgt_lengths, dtype=np.int64)
@@ -144,9 +154,9 @@ class TokenBatchSampler(Sampler[list[int]]):
             src = -(-src // pad_to_multiple_of) * pad_to_multiple_of
             tgt = -(-tgt // pad_to_multiple_of) * pad_to_multiple_of
         too_big = np.flatnonzero((src > max_tokens) | (tgt > max_tokens))
-        if too_big.size:
+        if too_big.size and not evaluation:
             i = int(too_big[0])
-            raise ValueError(
+            raise BatchingError(
                 f"{too_big.size} example(s) exceed max_tokens={max_tokens} on their own, e.g. example {i} "
                 f"({src[i]} source / {tgt[i]} target tokens); remove them with filter_pairs(max_length=...) "
                 "or raise max_tokens"
@@ -154,6 +164,7 @@ class TokenBatchSampler(Sampler[list[int]]):
         self.max_tokens, self.max_sentences = int(max_tokens), max_sentences
         self.shuffle, self.seed, self.epoch = shuffle, int(seed), 0
         self.num_replicas, self.rank = int(num_replicas), int(rank)
+        self.evaluation = evaluation
         self._order, self._bounds = self._make_batches(src, tgt)  # the global batches, same on every rank
         self.num_examples = int(src.size)
 
@@ -180,10 +191,12 @@ class TokenBatchSampler(Sampler[list[int]]):
         r = self.num_replicas
         if n == 0:
             return [0]
+        if self.evaluation:  # each rank evaluates its share with no collective per batch: counts may differ
+            return bounds
         count = len(bounds) - 1
         target = max(r, -(-count // r) * r)
         if target > n:
-            raise ValueError(
+            raise BatchingError(
                 f"cannot give {r} ranks the same number of distinct non-empty batches from {n} examples "
                 f"({count} batches); use fewer processes or more data"
             )

@@ -10,3 +10,8 @@ Each sub-folder holds one script named like the folder (`evaluate.load`'s rule f
 Load them with :func:`vaswani_hf.evaluation.load_metric` (``evaluate.load(<folder path>)``); the sub-folders are
 also regular Python packages so their helpers can be imported directly.
 """
+
+# The sacreBLEU tokenizers the recipe key `bleu_tokenize` and `vaswani-evaluate --tokenize` accept, checked before
+# anything is translated (sacreBLEU itself reports an unknown name only when it scores). The mecab ones need their
+# extra packages and flores101/200 download a SentencePiece model on first use.
+SACREBLEU_TOKENIZERS = ("13a", "none", "intl", "char", "zh", "ja-mecab", "ko-mecab", "flores101", "flores200")

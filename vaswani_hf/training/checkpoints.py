@@ -22,7 +22,15 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, sort_checkpoints
 
-from ..io import UsageError, _fsync, atomic_output_dir, check_output_dir, check_safetensors, read_json
+from ..io import (
+    UsageError,
+    apply_umask,
+    atomic_output_dir,
+    check_output_dir,
+    check_safetensors,
+    fsync_tree,
+    read_json,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +43,8 @@ TRAINING_STATE_FILES = {"optimizer.pt", "scheduler.pt", "scaler.pt", "trainer_st
 def publish_checkpoint(staged: Path, final: Path) -> None:
     """Move a checkpoint written completely into `OUTPUT/.staging/checkpoint-N` to `OUTPUT/checkpoint-N` in one
     rename (atomic within a file system), so that a kill never leaves a half-written checkpoint for `--resume`."""
-    _fsync(staged)
+    apply_umask(staged)
+    fsync_tree(staged)
     if final.exists():  # the same step saved twice (e.g. a time-interval save at the final step)
         shutil.rmtree(final)
     os.rename(staged, final)
@@ -43,7 +52,7 @@ def publish_checkpoint(staged: Path, final: Path) -> None:
         staged.parent.rmdir()  # the staging folder, now empty
     except OSError:
         pass
-    _fsync(final.parent)
+    fsync_tree(final.parent, recursive=False)
 
 
 def checkpoints(output_dir: str | os.PathLike) -> list[Path]:
@@ -59,8 +68,15 @@ def last_checkpoints(output_dir: str | os.PathLike, n: int) -> list[Path]:
     return found[-n:] if n > 0 else found
 
 
-def checkpoint_problem(folder: Path) -> str | None:
-    """Why `folder` cannot be resumed from (a missing or broken file), or None when it looks complete."""
+def rng_state_files(processes: int) -> list[str]:
+    """The RNG-state files transformers writes into a checkpoint of a run on `processes` processes (and reads back
+    on resume): without them a resumed run draws other dropout masks and batch orders than the run it continues."""
+    return ["rng_state.pth"] if processes <= 1 else [f"rng_state_{rank}.pth" for rank in range(processes)]
+
+
+def checkpoint_problem(folder: Path, processes: int = 1) -> str | None:
+    """Why `folder` cannot be resumed from exactly by `processes` processes (a missing or broken file), or None when
+    it is complete."""
     try:
         check_safetensors(folder / WEIGHTS) if (folder / WEIGHTS).is_file() else None
         if not (folder / WEIGHTS).is_file():
@@ -69,18 +85,23 @@ def checkpoint_problem(folder: Path) -> str | None:
         read_json(folder / "config.json")
     except UsageError as error:
         return str(error)
-    for name in ("optimizer.pt", "scheduler.pt"):
+    for name in ("optimizer.pt", "scheduler.pt", *rng_state_files(processes)):
         if not (folder / name).is_file() or (folder / name).stat().st_size == 0:
+            saved = sorted(p.name for p in folder.glob("rng_state*.pth"))
+            if name.startswith("rng_state") and saved:
+                return f"no {name}: it was saved by {max(1, len(saved))} process(es) ({', '.join(saved)}), this run " \
+                       f"has {processes}"
             return f"{name} missing or empty"
     return None
 
 
-def resumable_checkpoint(output_dir: str | os.PathLike) -> tuple[Path | None, list[str]]:
-    """The newest checkpoint of `output_dir` that is complete, and why each newer one was passed over
-    (transformers' `get_last_checkpoint` takes the newest whatever its state, and the run then crashes)."""
+def resumable_checkpoint(output_dir: str | os.PathLike, processes: int = 1) -> tuple[Path | None, list[str]]:
+    """The newest checkpoint of `output_dir` that `processes` processes can resume from exactly, and why each newer
+    one was passed over (transformers' `get_last_checkpoint` takes the newest whatever its state, and the run then
+    crashes or continues with other random numbers)."""
     skipped = []
     for folder in reversed(checkpoints(output_dir)):
-        problem = checkpoint_problem(folder)
+        problem = checkpoint_problem(folder, processes)
         if problem is None:
             return folder, skipped
         skipped.append(f"{folder.name} ({problem})")
@@ -216,20 +237,25 @@ def _complete_code_files(folder: Path) -> None:
         raise UsageError(f"{folder}: {problems[0]}; the checkpoint's config names code this package does not have")
 
 
+AVERAGED = "averaged model folder"  # the kind of output save_averaged_checkpoint writes (vaswani_hf.io.outputs)
+
+
 def save_averaged_checkpoint(folders: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
-                             overwrite: bool = False) -> Path:
+                             overwrite: bool = False, own: bool = False) -> Path:
     """Average `folders` and write a loadable model folder: averaged `model.safetensors` plus the newest checkpoint's
     config, generation config, tokenizer and code files (every file but the training state: optimizer, scheduler,
     RNG states, trainer state), and `averaged_from.json`. The folder appears whole (written beside, then renamed); an
-    existing `out_dir` is replaced only with `overwrite`."""
+    existing `out_dir` is replaced only with `overwrite`, and only if it is an averaged folder this package wrote
+    (or, `own`, the training run's own OUTPUT/averaged, which the run's preflight already vouched for)."""
     from safetensors.torch import save_file
 
-    out_dir = check_output_dir(out_dir, overwrite=overwrite, what="averaged model folder")
+    out_dir = check_output_dir(out_dir, overwrite=overwrite, what="averaged model folder",
+                               kind=None if own else AVERAGED)
     newest = Path(folders[-1])
     if any(Path(f).resolve() in (out_dir.resolve(), *out_dir.resolve().parents) for f in folders):
         raise UsageError(f"--out {out_dir} would replace the checkpoints being averaged; choose another folder")
     averaged = average_checkpoints(folders)
-    with atomic_output_dir(out_dir) as tmp:
+    with atomic_output_dir(out_dir, kind=AVERAGED) as tmp:
         for f in newest.iterdir():
             if f.is_file() and f.name not in TRAINING_STATE_FILES and f.name != WEIGHTS \
                     and not f.name.startswith("rng_state") and f.suffix != ".pth":

@@ -1,18 +1,19 @@
-"""Recipes: every setting of a training run, declared once as dataclasses with help text.
+"""Recipes: every setting of a training run, declared once as dataclasses with help text and constraints.
 
 A recipe is a YAML file of keys (`recipes/*.yaml`, or any path) whose values override the defaults below (the paper's
-base model, Section 5 and Table 3); any key can be overridden again on the command line (`--dropout 0.2`). The same
-declaration gives the command line (transformers' `HfArgumentParser`: one option per key, grouped in `--help`),
-`--list-keys`, the validation (unknown keys and wrong types are refused with the file and key named, before anything
-is loaded) and the objects built from a recipe: `Recipe.model_config()` -> `VaswaniConfig` (the model section's keys
-are VaswaniConfig's own fields) and `training_arguments()` in `vaswani_hf.training.run`.
+base model, Section 5 and Table 3); any key can be overridden again on the command line (`--dropout 0.2`). Each key
+is declared here once, with its default, its help text and its constraint (`key(0.1, "...", **UNIT)`: the range a
+number must lie in; NaN and infinity are refused everywhere). The same declaration gives the command line
+(`vaswani_hf.cli.train`, through transformers' `HfArgumentParser`), `--list-keys`, and `load_recipe`, the one way a
+recipe is built: unknown keys, wrong types, values out of range and contradictory keys are refused with the file or
+key named, before anything is loaded. What the recipe means for a run on this machine (data sources, token budget,
+output folder) is resolved once by `vaswani_hf.training.plan`.
 
 Where the paper is silent, defaults follow tensor2tensor's first release (t2t v1) and say so.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import difflib
 import os
@@ -22,16 +23,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NewType
 
-import yaml
-from transformers import HfArgumentParser
-
-from ..io import UsageError, add_debug_argument
+from ..constraints import MAX_BEAMS, MAX_POSITIONS, MAX_SEED, MAX_SENTENCES, MAX_TOKENS, UNIT, Bound
+from ..errors import UsageError, one_line
+from ..metrics import SACREBLEU_TOKENIZERS
+from .recipe_files import read_yaml_mapping
 
 # `vaswani_hf/recipes` is a link to the repository's `recipes/`, so that a built wheel carries the recipes as package
 # data (pyproject.toml) and `--recipe NAME` works from an installed package too.
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NULLS = ("null", "None", "none", "~")
+BIG = 10**12  # the ceiling of counts that only cost time (steps, samples)
 
 IntOrAuto = NewType("IntOrAuto", str)  # an int, or "auto" (gradient accumulation derived from tokens_per_step)
 
@@ -40,11 +42,16 @@ class RecipeError(UsageError):
     """A recipe (YAML file or command-line override) is invalid; raised before any data is read or model built."""
 
 
-def key(default: Any, help: str):  # noqa: A002 - `help` is argparse's name
-    """A recipe key: its default and the help text shown by `--help` and `--list-keys`."""
+def key(default: Any, help: str, *, min=None, max=None, min_exclusive=False, max_exclusive=False):  # noqa: A002
+    """A recipe key: its default, the help text shown by `--help` and `--list-keys`, and the range a number must lie
+    in (NaN and infinity are always refused)."""
+    metadata = {"help": help, "bound": Bound(min, max, min_exclusive, max_exclusive)}
     if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata={"help": help})
-    return field(default=default, metadata={"help": help})
+        return field(default_factory=lambda: list(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+PROBABILITY = {"min": UNIT.min, "max": UNIT.max, "max_exclusive": True}  # [0, 1)
 
 
 @dataclass
@@ -52,17 +59,20 @@ class RunKeys:
     _argument_group_name = "run"
     description: str | None = key(None, "free text describing the recipe")
     output_dir: str = key("outputs/run", "checkpoints, logs, metrics, plots and the exported model go here")
-    seed: int = key(42, "seed of model init, dropout and batch order")
-    torch_threads: int = key(0, "torch.set_num_threads per process (0: leave torch's default)")
+    seed: int = key(42, "seed of model init, dropout and batch order", min=0, max=MAX_SEED)
+    torch_threads: int = key(0, "torch.set_num_threads per process (0: leave torch's default)", min=0, max=1024)
     resume: bool = key(False, "continue from the latest checkpoint in output_dir")
-    logging_steps: int = key(50, "log loss and learning rate every N updates")
-    report_to: str = key("none", "Trainer integrations: none, tensorboard, ...")
+    logging_steps: int = key(50, "log loss and learning rate every N updates", min=1, max=BIG)
+    report_to: str = key("none", "Trainer integrations, comma-separated: none, all, tensorboard, ... (each must be "
+                                 "installed)")
     disable_tqdm: bool = key(False, "hide progress bars")
     use_cpu: bool = key(False, "train on CPU even if a GPU is present (multi-process CPU DDP over gloo)")
-    bf16: bool = key(False, "bf16 mixed precision (Accelerate)")
-    fp16: bool = key(False, "fp16 mixed precision (Accelerate)")
+    bf16: bool = key(False, "bf16 mixed precision (Accelerate; CPU autocast where there is no GPU)")
+    fp16: bool = key(False, "fp16 mixed precision (Accelerate; needs a CUDA GPU)")
+    torch_compile: bool = key(False, "compile the training step with torch.compile (transformers' own "
+                                     "TrainingArguments.torch_compile)")
     dataloader_num_workers: int = key(0, "DataLoader worker processes (> 0: collation runs in the workers, so the "
-                                         "tokens/s and padding statistics are not counted)")
+                                         "tokens/s and padding statistics are not counted)", min=0, max=256)
     translate_examples: list[str] = key([], "sentences translated and printed at the end")
     export_dir: str | None = key(None, "Hub-ready folder (default: OUTPUT_DIR/hub)")
     debug_log_batches: bool = key(False, "write a hash of every training example seen, per process (tests)")
@@ -83,19 +93,22 @@ class DataKeys:
     hub_config: str | None = key(None, "data_format hub: dataset configuration (e.g. de-en)")
     src_lang: str = key("en", "source language code")
     tgt_lang: str = key("de", "target language code")
-    max_length: int | None = key(256, "drop training pairs with a side longer than this many BPE tokens (null: keep)")
-    max_length_ratio: float | None = key(9.0, "drop training pairs whose length ratio exceeds this (null: keep)")
-    max_train_samples: int = key(0, "use only the first N training pairs (0: all)")
-    max_eval_samples: int = key(0, "validate on the first N dev pairs (0: all)")
-    preprocessing_num_workers: int | None = key(None, "processes for Dataset.map tokenisation")
+    max_length: int | None = key(256, "drop training pairs with a side longer than this many BPE tokens (null: keep "
+                                      "what fits max_tokens_per_device)", min=1, max=MAX_POSITIONS)
+    max_length_ratio: float | None = key(9.0, "drop training pairs whose length ratio exceeds this (null: keep)",
+                                         min=1.0, max=10**6)
+    max_train_samples: int = key(0, "use only the first N training pairs (0: all)", min=0, max=BIG)
+    max_eval_samples: int = key(0, "validate on the first N dev pairs (0: all)", min=0, max=BIG)
+    preprocessing_num_workers: int | None = key(None, "processes for Dataset.map tokenisation", min=1, max=256)
 
 
 @dataclass
 class TokenizerKeys:
     _argument_group_name = "tokenizer (Section 5.1: one BPE vocabulary shared by source and target)"
     tokenizer_path: str | None = key(None, "existing tokenizer folder; null: train a joint BPE on the training data")
-    vocab_size: int = key(37000, "joint BPE vocabulary size (paper: ~37000 EN-DE, 32000 EN-FR)")
-    bpe_min_frequency: int = key(2, "minimum pair frequency for a BPE merge")
+    vocab_size: int = key(37000, "joint BPE vocabulary size (paper: ~37000 EN-DE, 32000 EN-FR); more than the 4 "
+                                 "special tokens + 256 byte symbols", min=261, max=2**24)
+    bpe_min_frequency: int = key(2, "minimum pair frequency for a BPE merge", min=0, max=BIG)
     lowercase: bool = key(False, "lowercase in the tokenizer (the paper's BLEU is cased)")
 
 
@@ -104,14 +117,14 @@ class ModelKeys:
     """Every key here is the VaswaniConfig field of the same name (Table 3; defaults: base)."""
 
     _argument_group_name = "model (Table 3; defaults: base)"
-    d_model: int = key(512, "model width")
-    d_ff: int = key(2048, "feed-forward inner width")
-    num_heads: int = key(8, "attention heads")
-    num_encoder_layers: int = key(6, "encoder layers N")
-    num_decoder_layers: int = key(6, "decoder layers N")
-    dropout: float = key(0.1, "residual dropout P_drop (Section 5.4; 0.3 for big EN-DE)")
-    attention_dropout: float = key(0.0, "dropout on attention weights (not in the paper)")
-    relu_dropout: float = key(0.0, "dropout after the FFN ReLU (not in the paper)")
+    d_model: int = key(512, "model width", min=1, max=65536)
+    d_ff: int = key(2048, "feed-forward inner width", min=1, max=2**20)
+    num_heads: int = key(8, "attention heads", min=1, max=1024)
+    num_encoder_layers: int = key(6, "encoder layers N", min=1, max=1000)
+    num_decoder_layers: int = key(6, "decoder layers N", min=1, max=1000)
+    dropout: float = key(0.1, "residual dropout P_drop (Section 5.4; 0.3 for big EN-DE)", **PROBABILITY)
+    attention_dropout: float = key(0.0, "dropout on attention weights (not in the paper)", **PROBABILITY)
+    relu_dropout: float = key(0.0, "dropout after the FFN ReLU (not in the paper)", **PROBABILITY)
     position_encoding: Literal["sinusoidal", "learned"] = key("sinusoidal",
                                                               "positional encoding (Section 3.5 / Table 3 E)")
     sinusoid_layout: Literal["interleaved", "concatenated"] = key("interleaved", "sin/cos layout")
@@ -120,57 +133,67 @@ class ModelKeys:
 
 @dataclass
 class OptimizationKeys:
-    _argument_group_name = "optimisation (Sections 5.2, 5.3)"
-    max_steps: int = key(100000, "optimizer updates (paper: 100k base, 300k big); <= 0: use num_train_epochs")
-    num_train_epochs: float = key(1.0, "epochs, only if max_steps <= 0")
-    warmup_steps: int = key(4000, "warmup_steps of the learning-rate formula (Section 5.3)")
-    lr_multiplier: float = key(1.0, "constant factor in front of the Section 5.3 formula (paper: 1)")
-    label_smoothing: float = key(0.1, "eps_ls of the training objective (Section 5.4; the model's own loss stays plain "
-                                      "cross-entropy)")
-    adam_beta1: float = key(0.9, "Adam beta1 (Section 5.3)")
-    adam_beta2: float = key(0.98, "Adam beta2 (Section 5.3)")
-    adam_epsilon: float = key(1e-9, "Adam epsilon (Section 5.3)")
-    weight_decay: float = key(0.0, "L2 weight decay (the paper uses none)")
-    max_grad_norm: float = key(0.0, "gradient clipping (0: none, as the paper and t2t v1)")
+    _argument_group_name = "optimisation and objective (Sections 5.2-5.4)"
+    max_steps: int = key(100000, "optimizer updates (paper: 100k base, 300k big); 0 or -1: use num_train_epochs",
+                         min=-1, max=BIG)
+    num_train_epochs: float = key(1.0, "epochs, only if max_steps <= 0", min=0, max=10**6)
+    warmup_steps: int = key(4000, "warmup_steps of the learning-rate formula (Section 5.3)", min=1, max=BIG)
+    lr_multiplier: float = key(1.0, "constant factor in front of the Section 5.3 formula (paper: 1)", min=0,
+                               min_exclusive=True, max=1000)
+    label_smoothing: float = key(0.1, "eps_ls of the training objective (Section 5.4; the model's own loss stays "
+                                      "plain cross-entropy)", **PROBABILITY)
+    adam_beta1: float = key(0.9, "Adam beta1 (Section 5.3)", **PROBABILITY)
+    adam_beta2: float = key(0.98, "Adam beta2 (Section 5.3)", **PROBABILITY)
+    adam_epsilon: float = key(1e-9, "Adam epsilon (Section 5.3)", min=0, min_exclusive=True, max=1)
+    weight_decay: float = key(0.0, "L2 weight decay (the paper uses none)", min=0, max=1)
+    max_grad_norm: float = key(0.0, "gradient clipping (0: none, as the paper and t2t v1)", min=0, max=10**6)
     max_tokens_per_device: IntOrAuto = key(
         4096, "padded source (and target) tokens per micro-batch per process; auto: from tokens_per_step, the "
-              "process count and the device's memory (vaswani_hf.training.budget)")
-    tokens_per_step: int = key(0, "target tokens per optimizer update for gradient_accumulation_steps: auto")
+              "process count and the device's memory (vaswani_hf.training.budget)", min=1, max=MAX_TOKENS)
+    tokens_per_step: int = key(0, "target tokens per optimizer update for gradient_accumulation_steps: auto",
+                               min=0, max=MAX_TOKENS)
     gradient_accumulation_steps: IntOrAuto = key(1, "micro-batches per update; auto: ceil(tokens_per_step / "
-                                                    "(max_tokens_per_device x processes))")
-    max_sentences: int = key(0, "cap on pairs per micro-batch (0: none)")
-    eval_max_tokens: int = key(0, "token budget of evaluation batches (0: max_tokens_per_device)")
+                                                    "(max_tokens_per_device x processes))", min=1, max=10**6)
+    max_sentences: int = key(0, "cap on pairs per micro-batch (0: none)", min=0, max=MAX_SENTENCES)
+    eval_max_tokens: int = key(0, "token budget of evaluation batches (0: max_tokens_per_device)", min=0,
+                               max=MAX_TOKENS)
 
 
 @dataclass
 class CheckpointKeys:
     _argument_group_name = "checkpoints (Section 6.1)"
-    save_every_minutes: float = key(10.0, "checkpoint every N minutes of training (paper: 10; 0: off)")
-    save_steps: int = key(0, "also checkpoint every N updates (0: off)")
-    keep_last: int = key(5, "keep the last K checkpoints (0: keep all)")
-    average_last: int = key(5, "average the last N checkpoints at the end (paper: 5 base, 20 big; 0/1: off)")
-    max_train_minutes: float = key(0.0, "stop training after this wall-clock budget (0: none)")
+    save_every_minutes: float = key(10.0, "checkpoint every N minutes of training (paper: 10; 0: off)", min=0,
+                                    max=10**8)
+    save_steps: int = key(0, "also checkpoint every N updates (0: off)", min=0, max=BIG)
+    keep_last: int = key(5, "keep the last K checkpoints (0: keep all)", min=0, max=10**6)
+    average_last: int = key(5, "average the last N checkpoints at the end (paper: 5 base, 20 big; 0/1: off)", min=0,
+                            max=10**6)
+    max_train_minutes: float = key(0.0, "stop training after this wall-clock budget (0: none)", min=0, max=10**8)
 
 
 @dataclass
 class EvaluationKeys:
     _argument_group_name = "evaluation"
-    eval_steps: int = key(0, "validation loss + BLEU every N updates (0: only at the end)")
-    eval_num_beams: int = key(4, "beam size for validation BLEU during training (paper decoding: 4)")
-    test_num_beams: int = key(0, "beam size for the final scores (0: the model's generation_config)")
-    bleu_tokenize: Literal["13a", "none", "intl", "char", "zh", "ja-mecab", "ko-mecab", "flores101", "flores200"] = \
-        key("13a", "sacreBLEU tokenizer; 'none' for pre-tokenized references (Multi30k tok)")
+    eval_steps: int = key(0, "validation loss + BLEU every N updates (0: only at the end)", min=0, max=BIG)
+    eval_num_beams: int = key(4, "beam size for validation BLEU during training (paper decoding: 4)", min=1,
+                              max=MAX_BEAMS)
+    test_num_beams: int = key(0, "beam size for the final scores (0: the model's generation_config)", min=0,
+                              max=MAX_BEAMS)
+    bleu_tokenize: Literal[SACREBLEU_TOKENIZERS] = key(
+        "13a", "sacreBLEU tokenizer; 'none' for pre-tokenized references (Multi30k tok)")
     eval_on_start: bool = key(False, "validate before the first update")
 
 
 SECTIONS = (RunKeys, DataKeys, TokenizerKeys, ModelKeys, OptimizationKeys, CheckpointKeys, EvaluationKeys)
+_FIELDS = {f.name: f for section in SECTIONS for f in dataclasses.fields(section)}
 _HINTS = {f.name: typing.get_type_hints(section)[f.name] for section in SECTIONS for f in dataclasses.fields(section)}
 _SECTION_OF = {f.name: section for section in SECTIONS for f in dataclasses.fields(section)}
 
 
 class Recipe(Mapping):
-    """A validated recipe: the values of every section, read as `recipe.d_model` or `recipe["d_model"]` (a read-only
-    mapping of all keys, so `dict(recipe)` and `yaml.safe_dump(dict(recipe))` give the full recipe)."""
+    """A checked recipe: the values of every section, read as `recipe.d_model` or `recipe["d_model"]` (a read-only
+    mapping of all keys, so `dict(recipe)` and `yaml.safe_dump(dict(recipe))` give the full recipe). Build one with
+    `load_recipe`."""
 
     def __init__(self, values: Mapping[str, Any], name: str = "custom", file: str | None = None):
         self._sections = {section: section(**{f.name: values[f.name] for f in dataclasses.fields(section)})
@@ -199,24 +222,11 @@ class Recipe(Mapping):
     def __repr__(self) -> str:
         return f"Recipe({self.name!r}, {dict(self)!r})"
 
-    def replace(self, **changes) -> Recipe:
-        """A copy with some keys changed (checked like overrides)."""
-        values = dict(self)
-        values.update({name: check_value(name, value, "replace") for name, value in changes.items()})
-        return Recipe(values, self.name, self.file)
-
     def model_config(self, vocab_size: int):
         """The `VaswaniConfig` of this recipe's model, for a tokenizer of `vocab_size` tokens."""
         from ..configuration_vaswani import VaswaniConfig
 
         return VaswaniConfig(vocab_size=vocab_size, **dataclasses.asdict(self._sections[ModelKeys]))
-
-    def tokens_per_device(self, world_size: int, device="cpu", local_processes: int = 1) -> tuple[int, int]:
-        """(max_tokens_per_device, gradient_accumulation_steps) on `world_size` processes of `device`: Section 5.1's
-        ~25000 tokens per update as `max_tokens_per_device x processes x accumulation` (see `budget`)."""
-        from .budget import tokens_per_device
-
-        return tokens_per_device(self, world_size, device=device, local_processes=local_processes)
 
 
 def defaults() -> dict[str, Any]:
@@ -227,8 +237,15 @@ def defaults() -> dict[str, Any]:
     return values
 
 
+def help_text(name: str) -> str:
+    """A key's help text with its range, as `--help` and `--list-keys` show it."""
+    bound = _FIELDS[name].metadata["bound"]
+    limits = "" if bound == Bound() else f" [{bound.describe()}]"
+    return _FIELDS[name].metadata["help"] + limits
+
+
 # ---------------------------------------------------------------------------------------------------------------------
-# Types: one checker for YAML values, programmatic overrides and command-line text
+# Values: one checker for YAML values, programmatic overrides and command-line text
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -245,10 +262,17 @@ def type_name(name: str) -> str:
     return str(hint) if typing.get_origin(hint) else hint.__name__
 
 
+def shown(value: Any, limit: int = 60) -> str:
+    """A value as an error message quotes it: its repr, cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 4] + " ..."
+
+
 def check_value(name: str, value: Any, where: str) -> Any:
-    """`value` for key `name`, checked against its declared type (int -> float allowed); RecipeError otherwise."""
+    """`value` for key `name`, checked against its declared type (int -> float allowed) and its declared range;
+    RecipeError otherwise, naming `where` (a file, `--key`) and the key."""
     if name not in _HINTS:
-        raise _unknown_keys([name], where)
+        raise unknown_keys([name], where)
     hint = _HINTS[name]
     args = typing.get_args(hint)
     if value is None and type(None) in args:
@@ -258,9 +282,12 @@ def check_value(name: str, value: Any, where: str) -> Any:
     if inner is IntOrAuto:
         ok = is_int or value == "auto"
     elif typing.get_origin(inner) is Literal:
-        ok = value in typing.get_args(inner)
+        ok = isinstance(value, str) and value in typing.get_args(inner)
     elif inner is float:
-        value = float(value) if is_int else value
+        try:
+            value = float(value) if is_int else value
+        except OverflowError:  # an int beyond float's range is out of every declared range
+            raise RecipeError(f"{where}: {name} must be {help_range(name)}, got {shown(value)}") from None
         ok = isinstance(value, float)
     elif inner is int:
         ok = is_int
@@ -269,24 +296,34 @@ def check_value(name: str, value: Any, where: str) -> Any:
     else:
         ok = isinstance(value, inner)
     if not ok:
-        raise RecipeError(f"{where}: {name} must be {type_name(name)}, got {value!r} ({type(value).__name__})")
+        raise RecipeError(f"{where}: {name} must be {type_name(name)}, got {shown(value)} ({type(value).__name__})")
+    problem = _FIELDS[name].metadata["bound"].problem(value)
+    if problem:
+        raise RecipeError(f"{where}: {name} must {problem}, got {shown(value)}")
     return value
+
+
+def help_range(name: str) -> str:
+    return _FIELDS[name].metadata["bound"].describe()
 
 
 def value_from_text(name: str, text: str) -> Any:
     """A command-line value (text) -> Python by the key's declared type: `null` for None, YAML syntax for lists,
-    true/false for booleans."""
+    true/false for booleans; then checked (`check_value`)."""
     if name not in _HINTS:
-        raise _unknown_keys([name], "command line")
+        raise unknown_keys([name], "command line")
     hint = _HINTS[name]
     args = typing.get_args(hint)
     if text in NULLS and type(None) in args:
         return None
     inner = next((a for a in args if a is not type(None)), hint) if type(None) in args else hint
     if inner is str or typing.get_origin(inner) is Literal:
-        return text  # strings verbatim ("1e-3" as a path name stays a string)
+        return check_value(name, text, f"--{name}")  # strings verbatim ("1e-3" as a path name stays a string)
     if typing.get_origin(inner) is list:
-        return yaml.safe_load(text) if text.lstrip().startswith("[") else [text]
+        from .recipe_files import read_yaml_text
+
+        value = read_yaml_text(text, f"--{name}", RecipeError) if text.lstrip().startswith("[") else [text]
+        return check_value(name, value, f"--{name}")
     if inner is bool:
         low = text.lower()
         if low in ("true", "yes", "1", "on", "false", "no", "0", "off"):
@@ -295,37 +332,94 @@ def value_from_text(name: str, text: str) -> Any:
         return "auto" if text == "auto" else _number(name, text, int)
     elif inner in (int, float):
         return _number(name, text, inner)
-    raise RecipeError(f"command line: --{name} expects {type_name(name)}, got {text!r}")
+    raise RecipeError(f"command line: --{name} expects {type_name(name)}, got {shown(text)}")
 
 
 def _number(name: str, text: str, kind: type) -> Any:
     try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
-        value = text
-    if kind is float and isinstance(value, str):
-        try:
-            value = float(value)
+        value = int(text) if kind is int else float(text)
+    except ValueError:
+        try:  # YAML spellings: 1e3 for an int key is refused below as a float, .inf is infinite
+            value = float(text)
         except ValueError:
-            pass
+            value = text
     return check_value(name, value, f"--{name}")
 
 
-def _unknown_keys(names: Sequence[str], where: str) -> RecipeError:
+def unknown_keys(names: Sequence[str], where: str) -> RecipeError:
     option = where == "command line"
     hints = []
     for name in names:
         close = difflib.get_close_matches(name, list(_HINTS), n=1)
-        shown, guess = (f"--{name}", f"--{close[0]}" if close else "") if option else \
-            (repr(name), repr(close[0]) if close else "")
-        hints.append(shown + (f" (did you mean {guess}?)" if guess else ""))
+        shown_name, guess = (f"--{name}", f"--{close[0]}" if close else "") if option else \
+            (shown(name), repr(close[0]) if close else "")
+        hints.append(shown_name + (f" (did you mean {guess}?)" if guess else ""))
     kind = "unknown option" if option else f"{where}: unknown recipe key"
-    return RecipeError(f"{kind}{'s' if len(names) > 1 else ''} {', '.join(hints)}. Valid recipe keys: "
+    return RecipeError(f"{kind}{'s' if len(names) > 1 else ''} {', '.join(hints[:5])}. Valid recipe keys: "
                        f"{', '.join(sorted(_HINTS))} (`--list-keys` explains each)")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Loading: YAML file + overrides -> Recipe
+# Rules between keys, and the model the keys describe
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def check_rules(recipe: Recipe) -> Recipe:
+    """The rules that involve several keys, and the model settings (VaswaniConfig's own checks). RecipeError naming
+    the keys otherwise. Values are already in range (`check_value`)."""
+    r = recipe
+    if r.max_steps <= 0 and r.num_train_epochs <= 0:
+        raise RecipeError("set max_steps > 0 or num_train_epochs > 0")
+    if r.src_lang == r.tgt_lang or not r.src_lang.strip() or not r.tgt_lang.strip():
+        raise RecipeError(f"src_lang and tgt_lang must be two different language codes, got {shown(r.src_lang)} and "
+                          f"{shown(r.tgt_lang)}")
+    for name in ("gradient_accumulation_steps", "max_tokens_per_device"):
+        if r[name] == "auto" and r.tokens_per_step <= 0:
+            raise RecipeError(f"{name}: auto needs tokens_per_step > 0 (paper: 25000)")
+    if r.max_tokens_per_device == "auto" and r.gradient_accumulation_steps != "auto":
+        raise RecipeError("max_tokens_per_device: auto chooses the accumulation too: set gradient_accumulation_steps: "
+                          "auto")
+    if r.max_tokens_per_device != "auto" and r.max_length is not None and r.max_tokens_per_device < r.max_length:
+        raise RecipeError(f"max_tokens_per_device {r.max_tokens_per_device} is below max_length {r.max_length}: a "
+                          "training pair of max_length tokens would not fit one micro-batch; raise "
+                          "max_tokens_per_device or lower max_length")
+    if r.average_last > 1 and 0 < r.keep_last < r.average_last:
+        raise RecipeError(f"average_last={r.average_last} needs keep_last >= {r.average_last} (or 0: keep all); got "
+                          f"keep_last={r.keep_last}")
+    if r.eval_steps > 0 and r.valid_data is None:
+        raise RecipeError("eval_steps > 0 needs valid_data (a dev set); set eval_steps 0 or give valid_data")
+    if r.bf16 and r.fp16:
+        raise RecipeError("choose at most one of bf16 and fp16")
+    if r.data_format == "hub" and not r.hub_dataset:
+        raise RecipeError("data_format hub needs hub_dataset (e.g. wmt14) and usually hub_config (e.g. de-en)")
+    check_report_to(r.report_to)
+    try:
+        r.model_config(vocab_size=r.vocab_size)
+    except (ValueError, TypeError) as error:
+        raise RecipeError(f"model settings: {one_line(error)}") from None
+    return recipe
+
+
+def check_report_to(value: str) -> None:
+    """report_to names Trainer integrations that are installed ("none", "all", or a comma-separated list)."""
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    if names in (["none"], ["all"]):
+        return
+    from transformers.integrations import get_available_reporting_integrations
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+    available = set(get_available_reporting_integrations())
+    for name in names or [""]:
+        if name not in INTEGRATION_TO_CALLBACK:
+            raise RecipeError(f"report_to: unknown integration {shown(name)}; known: none, all, "
+                              f"{', '.join(sorted(INTEGRATION_TO_CALLBACK))}")
+        if name not in available:
+            raise RecipeError(f"report_to {name}: the integration is not installed (`pip install {name}`), or use "
+                              "report_to none")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Building a recipe: YAML file + overrides -> Recipe (the one way)
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -339,123 +433,37 @@ def recipe_path(name_or_path: str | os.PathLike) -> Path:
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml") or p.exists():
         if not p.is_file():
-            raise RecipeError(f"recipe file not found: {p}")
+            raise RecipeError(f"recipe file not found: {p}" if not p.exists() else f"recipe {p} is not a file")
         return p
     candidate = RECIPES_DIR / f"{name_or_path}.yaml"
     if not candidate.is_file():
-        raise RecipeError(f"unknown recipe {str(name_or_path)!r}; bundled recipes: {', '.join(list_recipes())} "
+        raise RecipeError(f"unknown recipe {shown(str(name_or_path))}; bundled recipes: {', '.join(list_recipes())} "
                           "(or pass a path to a .yaml file)")
     return candidate
 
 
 def read_recipe_file(path: Path) -> dict[str, Any]:
     """The checked key/value pairs of a recipe file (not yet merged with the defaults)."""
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (yaml.YAMLError, UnicodeDecodeError) as error:
-        raise RecipeError(f"{path}: invalid YAML: {' '.join(str(error).split())}") from None
-    if not isinstance(data, dict):
-        raise RecipeError(f"{path}: a recipe is a mapping of keys to values, got {type(data).__name__}")
+    data = read_yaml_mapping(path, RecipeError)
     unknown = [k for k in data if k not in _HINTS]
     if unknown:
-        raise _unknown_keys(unknown, str(path))
+        raise unknown_keys([str(k) for k in unknown], str(path))
     return {k: check_value(k, v, str(path)) for k, v in data.items()}
 
 
-def load_recipe(name_or_path: str | os.PathLike = "default", overrides: Mapping[str, Any] | None = None,
-                check_paths: bool = True) -> Recipe:
-    """Load a recipe, apply overrides (typed values, or text as on the command line), validate it.
-
-    Unknown keys, wrong types and missing data paths raise `RecipeError` naming the file or key.
-    """
-    from .preflight import validate_recipe
-
+def load_recipe(name_or_path: str | os.PathLike = "default", overrides: Mapping[str, Any] | None = None) -> Recipe:
+    """The one way to build a recipe: a bundled name or a YAML file, then `overrides` (typed values, or text as on the
+    command line), every value and rule checked. Paths are not looked at here: `vaswani_hf.training.plan` resolves
+    them. Raises RecipeError naming the file or key."""
     path = recipe_path(name_or_path)
     values = {**defaults(), **read_recipe_file(path)}
     for name, value in (overrides or {}).items():
         if name not in _HINTS:
-            raise _unknown_keys([name], "overrides")
+            raise unknown_keys([name], "overrides")
         if isinstance(value, str) and _HINTS[name] is not str:
             value = value_from_text(name, value)
         values[name] = check_value(name, value, f"--{name}")
-    recipe = Recipe(values, path.stem, str(path))
-    validate_recipe(recipe, check_paths=check_paths)
-    return recipe
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# The command line of `vaswani-train` / scripts/train.py
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class CommandOptions:
-    _argument_group_name = "command"
-    recipe: str = key("default", "bundled recipe name (see --list-recipes) or path to a YAML file")
-    check: bool = key(False, "validate the recipe, output folder and corpus files (streamed), then exit")
-    list_keys: bool = key(False, "print every recipe key with its type, default and meaning, then exit")
-    list_recipes: bool = key(False, "print the bundled recipes, then exit")
-    overwrite: bool = key(False, "replace a previous run's files in output_dir (without it, a non-empty output_dir "
-                                 "is refused unless --resume)")
-
-
-class RecipeParser(HfArgumentParser):
-    """HfArgumentParser over the recipe sections and the command's own options; a usage error is a RecipeError
-    (one line, exit 2) rather than argparse's usage text."""
-
-    def __init__(self):
-        super().__init__((CommandOptions, *SECTIONS), prog="vaswani-train", description=__doc__,
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
-        add_debug_argument(self)
-        for action in self._actions:  # `null` on the command line, by each key's declared type (lists: below)
-            if action.dest in _HINTS and typing.get_origin(_HINTS[action.dest]) is not list:
-                action.type = _text_converter(action.dest)
-
-    def error(self, message: str):
-        raise RecipeError(f"{message} (see --help)")
-
-
-def _text_converter(name: str):
-    def convert(text: str):
-        try:
-            return value_from_text(name, text)
-        except RecipeError as error:
-            raise argparse.ArgumentTypeError(str(error).split(": ", 1)[-1]) from None
-
-    convert.__name__ = type_name(name)
-    return convert
-
-
-def parse_command_line(argv: Sequence[str]) -> tuple[Recipe | None, CommandOptions]:
-    """`--recipe NAME_OR_PATH` and `--key value` pairs -> (Recipe, options). The recipe is None for --list-keys and
-    --list-recipes. Validation of data paths is left to the caller (`--check` streams the corpus files)."""
-    first = argparse.ArgumentParser(add_help=False)
-    first.add_argument("--recipe", default="default")
-    known, _ = first.parse_known_args(list(argv))
-    parser = RecipeParser()
-    listing = any(a in argv for a in ("--list-keys", "--list_keys", "--list-recipes", "--list_recipes", "-h",
-                                      "--help"))
-    path = None if listing else recipe_path(known.recipe)
-    if path is not None:
-        parser.set_defaults(**read_recipe_file(path))
-    *parsed, remaining = parser.parse_args_into_dataclasses(args=list(argv), return_remaining_strings=True)
-    if remaining:
-        unknown = [a[2:].split("=")[0].replace("-", "_") for a in remaining if a.startswith("--")]
-        if unknown:
-            raise _unknown_keys(unknown, "command line")
-        raise RecipeError(f"unexpected argument {remaining[0]!r}: use --recipe NAME_OR_PATH and --key value pairs")
-    options = parsed[0]
-    sections = [x for x in parsed[1:] if dataclasses.is_dataclass(x)]  # (argparse's Namespace holds --debug)
-    if path is None:
-        return None, options
-    values = {}
-    for section in sections:
-        values.update(dataclasses.asdict(section))
-    for name, value in values.items():  # a list option: several values, or one in YAML syntax ('["a", "b"]')
-        if typing.get_origin(_HINTS[name]) is list and len(value) == 1 and value[0].lstrip().startswith("["):
-            values[name] = value_from_text(name, value[0])
-    values = {name: check_value(name, value, f"--{name}") for name, value in values.items()}
-    return Recipe(values, path.stem, str(path)), options
+    return check_rules(Recipe(values, path.stem, str(path)))
 
 
 def format_keys() -> str:
@@ -465,5 +473,5 @@ def format_keys() -> str:
         lines.append(f"# {section._argument_group_name}")
         for f in dataclasses.fields(section):
             default = f.default_factory() if f.default is dataclasses.MISSING else f.default
-            lines.append(f"--{f.name:<28} {type_name(f.name):<14} default {default!r}\n      {f.metadata['help']}")
+            lines.append(f"--{f.name:<28} {type_name(f.name):<14} default {default!r}\n      {help_text(f.name)}")
     return "\n".join(lines)

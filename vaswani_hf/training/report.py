@@ -10,33 +10,18 @@ import json
 import logging
 import math
 import os
-import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from ..io import atomic_output_dir, check_output_dir, write_lines
+from ..io import to_json, write_lines
+
+if TYPE_CHECKING:
+    from .plan import RunPlan
 
 logger = logging.getLogger(__name__)
-
-
-def write_json(path: str | os.PathLike, data: Any) -> None:
-    """JSON written atomically (temporary file, then rename); numbers from numpy/torch and paths as themselves."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=_json_default), encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def _json_default(o):
-    if isinstance(o, Path):
-        return str(o)
-    if hasattr(o, "item"):
-        return o.item()
-    return str(o)
 
 
 def recipe_yaml(recipe: Mapping[str, Any]) -> str:
@@ -115,63 +100,64 @@ def plot_history(history: Sequence[dict], out_dir: str | os.PathLike) -> dict[st
     return written
 
 
-def card_inputs_from_recipe(metrics: Mapping[str, Any], recipe: Mapping[str, Any] | None,
-                            signatures: Mapping[str, str] | None = None) -> tuple[dict, dict]:
+def card_inputs(plan: RunPlan, metrics: Mapping[str, Any], signatures: Mapping[str, str] | None = None
+                ) -> tuple[dict, dict]:
     """(scores, training_info) for `vaswani_hf.hub.write_model_card`: only real test scores, named by what they are
     (`bleu_tok_none` for pre-tokenized references, else sacreBLEU) with the signatures of the computation that made
     them, and the facts of the run."""
-    r = dict(recipe or {})
+    r = plan.recipe
     scores = {}
-    bleu_name = "bleu_tok_none" if r.get("bleu_tokenize") == "none" else "sacrebleu"
+    bleu_name = "bleu_tok_none" if r.bleu_tokenize == "none" else "sacrebleu"
     for key, name, metric in (("test/bleu", bleu_name, "bleu"), ("test/chrf", "chrf", "chrf")):
         v = metrics.get(key)
         if isinstance(v, (int, float)) and math.isfinite(v):
             scores[name] = {"score": float(v), "signature": (signatures or {}).get(metric)}
-    info: dict[str, Any] = {"source_lang": r.get("src_lang", "en"), "target_lang": r.get("tgt_lang", "de")}
-    if scores:
-        if r.get("data_format") == "hub":
-            info["eval_dataset"] = {"name": f"{r.get('hub_dataset')} {r.get('test_data')}",
-                                    "id": r.get("hub_dataset"), "config": r.get("hub_config"),
-                                    "split": r.get("test_data")}
-        elif r.get("data_format") == "sample":
-            info["eval_dataset"] = {"name": f"vaswani_hf bundled sample corpus, {r.get('test_data')} split"}
-        else:
-            where = "/".join(Path(str(r.get("data_dir") or "")).parts[-2:])  # e.g. multi30k/tok
-            info["eval_dataset"] = {"name": f"{where + '/' if where else ''}{r.get('test_data')}"}
+    info: dict[str, Any] = {"source_lang": r.src_lang, "target_lang": r.tgt_lang}
+    if scores and plan.sources.get("test") is not None:
+        info["eval_dataset"] = plan.sources["test"].describe()
     facts = {
-        "dataset_name": r.get("hub_dataset") or r.get("data_dir") or r.get("data_format"),
+        "dataset_name": r.hub_dataset or r.data_dir or r.data_format,
         "steps": metrics.get("global_step"),
         "tokens_per_batch": metrics.get("tokens_per_update"),
-        "optimizer": f"Adam(beta1={r.get('adam_beta1')}, beta2={r.get('adam_beta2')}, eps={r.get('adam_epsilon')})",
+        "optimizer": f"Adam(beta1={r.adam_beta1}, beta2={r.adam_beta2}, eps={r.adam_epsilon})",
         "lr_schedule": "d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (Section 5.3)"
-                       + (f" x {r.get('lr_multiplier')}" if r.get("lr_multiplier", 1.0) != 1.0 else ""),
-        "warmup_steps": r.get("warmup_steps"),
-        "dropout": r.get("dropout"),
-        "label_smoothing": r.get("label_smoothing"),
+                       + (f" x {r.lr_multiplier}" if r.lr_multiplier != 1.0 else ""),
+        "warmup_steps": r.warmup_steps,
+        "dropout": r.dropout,
+        "label_smoothing": plan.label_smoothing,
         "checkpoint_averaging": (f"last {len(metrics['averaged_checkpoints'])} checkpoints"
                                  if metrics.get("averaged_checkpoints") else "none"),
         "training_time": (f"{metrics['train_seconds'] / 60:.1f} min on {metrics.get('world_size', 1)} process(es)"
                           if metrics.get("train_seconds") else None),
-        "seed": r.get("seed"),
+        "distributed": distributed_strategy(metrics),
+        "seed": r.seed,
     }
     info.update({k: v for k, v in facts.items() if v is not None})
     return scores, info
 
 
-def export_hub_folder(model, tokenizer, out_dir: str | os.PathLike, metrics: Mapping[str, Any] | None = None, *,
-                      recipe: Mapping[str, Any] | None = None, history: Sequence[dict] | None = None,
-                      signatures: Mapping[str, str] | None = None, overwrite: bool = True) -> Path:
-    """Write a Hub-ready folder: `vaswani_hf.hub.save_hub_folder` (weights, config with auto_map, code, tokenizer,
-    the paper's generation config, translation pipeline, endpoint handler, model card with the run's real test
-    scores) plus `training_metrics.json`, `recipe.yaml` and the PNG plots. The folder appears whole (written beside,
-    then renamed). `overwrite`: the folder may replace an earlier export of this run."""
+def distributed_strategy(metrics: Mapping[str, Any]) -> str | None:
+    """How the run was spread over processes, as the card states it (Accelerate's distributed type)."""
+    kind, processes = metrics.get("distributed_type"), metrics.get("world_size", 1)
+    if kind is None:
+        return None
+    names = {"NO": "one process", "MULTI_CPU": "DDP over gloo (CPU)", "MULTI_GPU": "DDP (GPUs)", "FSDP": "FSDP",
+             "DEEPSPEED": "DeepSpeed"}
+    return f"{names.get(kind, kind)}, {processes} process(es)"
+
+
+def export_hub_folder(model, tokenizer, plan: RunPlan, metrics: Mapping[str, Any] | None = None, *,
+                      history: Sequence[dict] | None = None, signatures: Mapping[str, str] | None = None) -> Path:
+    """Write the run's Hub-ready folder (`plan.export_dir`): `vaswani_hf.hub.save_hub_folder` (weights, config with
+    auto_map, code, tokenizer, the paper's generation config, translation pipeline, endpoint handler, model card with
+    the run's real test scores) plus `training_metrics.json`, `recipe.yaml` and the PNG plots. The folder appears
+    whole (written beside, then renamed); it replaces only this run's own earlier export (the plan checked it)."""
     from ..hub import save_hub_folder
 
     metrics = dict(metrics or {})
-    scores, info = card_inputs_from_recipe(metrics, recipe, signatures)
-    extra = {"training_metrics.json": json.dumps(metrics, indent=2, default=_json_default)}
-    if recipe is not None:
-        extra["recipe.yaml"] = recipe_yaml(recipe)
-    return save_hub_folder(model, tokenizer, out_dir, scores=scores, training_info=info, extra_files=extra,
+    scores, info = card_inputs(plan, metrics, signatures)
+    extra = {"training_metrics.json": to_json(metrics),
+             "recipe.yaml": recipe_yaml(plan.recipe)}
+    return save_hub_folder(model, tokenizer, plan.export_dir, scores=scores, training_info=info, extra_files=extra,
                            write_extra=(lambda folder: plot_history(history, folder)) if history else None,
-                           overwrite=overwrite)
+                           overwrite=True)

@@ -1,0 +1,38 @@
+"""Files in and out, in one place: every tool and loader of vaswani_hf reads text, checks and loads model folders and
+guards its outputs through this package, so each rule is written once.
+
+- `io.text`: the one text reader and writer (strict UTF-8 naming file and line, BOM, CRLF/CR, one item per line),
+  JSON, what counts as an input file.
+- `io.outputs`: what a command may write (an output never is, contains or lies inside an input; only regular files
+  and folders this package wrote are replaced, with `--overwrite`), atomic writes with the umask's modes, the run
+  folder's lock.
+- `io.models`: model folders, checked cheaply and loaded strictly.
+
+The errors they raise (`UsageError`: exit status 2; `RunFailure`: 1) are `vaswani_hf.errors`'; the command-line
+contract that reports them is `vaswani_hf.cli.contract`.
+"""
+
+from ..errors import STDIO, InputLineError, RunFailure, UsageError, VaswaniError
+from .models import WEIGHTS, WEIGHTS_INDEX, check_model_folder, check_safetensors, load_model_folder
+from .outputs import (
+    MARKER,
+    FolderLock,
+    apply_umask,
+    atomic_output_dir,
+    check_output_dir,
+    check_output_file,
+    check_paths,
+    folder_in_use,
+    fsync_tree,
+    replace_atomically,
+    written_by,
+)
+from .text import check_input_file, iter_lines, read_json, read_lines, to_json, write_json, write_lines
+
+__all__ = [
+    "STDIO", "VaswaniError", "UsageError", "RunFailure", "InputLineError",
+    "iter_lines", "read_lines", "write_lines", "read_json", "write_json", "to_json", "check_input_file",
+    "check_paths", "check_output_file", "check_output_dir", "replace_atomically", "atomic_output_dir", "fsync_tree",
+    "written_by", "MARKER", "FolderLock", "folder_in_use", "apply_umask",
+    "WEIGHTS", "WEIGHTS_INDEX", "check_model_folder", "load_model_folder", "check_safetensors",
+]

@@ -1,0 +1,286 @@
+"""Outputs: what a command may write, decided before any work; written atomically with the user's umask.
+
+The rules, each written once here and applied to every path a command declares:
+- `check_paths(inputs, outputs)`: an output never is, contains or lies inside an input (or another output), whatever
+  `--overwrite` says: `--overwrite` means "replace my previous output", never "delete my input". Paths are compared
+  after following symbolic links, so a link to an input is the input.
+- `check_output_file`: an output file is absent, or (with `overwrite`) a regular file; a symbolic link, a device, a
+  FIFO or a socket is never replaced by a file.
+- `check_output_dir`: an output folder is absent or empty, or (with `overwrite`) a folder that this package wrote as
+  the same kind of output: every folder a tool writes carries a small marker (`MARKER`) naming what it is, and a
+  folder without it (a model folder downloaded from the Hub, a corpus folder, a parent of the input) is not replaced.
+- `replace_atomically`: the new file or folder appears whole, in one rename, with the modes the umask gives (not the
+  0600/0700 of temporary files), flushed to disk.
+- `FolderLock`: one run at a time writes into a training run's folder.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..errors import STDIO, UsageError
+
+MARKER = ".vaswani_hf.json"  # {"written_by": KIND}: what wrote this folder (see check_output_dir)
+
+
+def _resolved(path: Path, what: str) -> Path:
+    """`path` with every symbolic link followed (as far as it exists); a link loop is a UsageError naming it."""
+    try:
+        return Path(os.path.realpath(path, strict=False))
+    except OSError as error:
+        raise UsageError(f"{what} {path}: {os.strerror(error.errno) if error.errno else error}") from None
+
+
+def _loop_check(path: Path, what: str) -> None:
+    try:
+        path.resolve(strict=False)
+    except (RuntimeError, OSError):  # Python reports a symlink loop as RuntimeError or OSError(ELOOP)
+        raise UsageError(f"{what} {path}: too many levels of symbolic links (a link loop); fix or remove the "
+                         "link") from None
+
+
+def check_paths(inputs: Mapping[str, str | os.PathLike | None],
+                outputs: Mapping[str, str | os.PathLike | None]) -> None:
+    """Refuse, before any work, an output that is, contains or lies inside an input or another output. `inputs` and
+    `outputs` map what the command line calls each path (a flag, a recipe key) to the path; None, "-" and paths that
+    name nothing local (a Hub id) are skipped for inputs that do not exist."""
+    ins = {name: Path(p) for name, p in inputs.items() if p is not None and str(p) != STDIO}
+    outs = {name: Path(p) for name, p in outputs.items() if p is not None and str(p) != STDIO}
+    for name, path in {**ins, **outs}.items():
+        _loop_check(path, name)
+    real_in = {name: _resolved(p, name) for name, p in ins.items() if os.path.lexists(p)}
+    real_out = {name: _resolved(p, name) for name, p in outs.items()}
+    for out_name, out in real_out.items():
+        for in_name, inp in real_in.items():
+            relation = _relation(out, inp)
+            if relation:
+                raise UsageError(f"{out_name} {outs[out_name]} {relation} {in_name} {ins[in_name]}, which this command "
+                                 f"reads; writing it would destroy the input whatever --overwrite says: choose "
+                                 f"another {out_name}")
+    names = list(real_out)
+    for i, first in enumerate(names):
+        for second in names[i + 1:]:
+            relation = _relation(real_out[first], real_out[second])
+            if relation:
+                raise UsageError(f"{first} {outs[first]} {relation} {second} {outs[second]}; give the outputs "
+                                 "separate places")
+
+
+def _relation(out: Path, other: Path) -> str | None:
+    """How output `out` overlaps path `other` (both resolved), as a phrase, or None."""
+    if out == other or (out.exists() and other.exists() and os.path.samefile(out, other)):
+        return "is"
+    if out in other.parents:
+        return "contains"
+    if other in out.parents:
+        return "lies inside"
+    return None
+
+
+def _existing_kind(path: Path) -> str | None:
+    """What `path` is when it exists and is neither a regular file nor a folder (nor a link to one), else None."""
+    from .text import file_kind
+
+    if path.is_symlink():
+        return "a symbolic link" + ("" if path.exists() else " to nothing")
+    if not path.exists():
+        return None
+    mode = path.stat().st_mode
+    return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else file_kind(mode)
+
+
+def _check_parent(path: Path, what: str) -> None:
+    for parent in path.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UsageError(f"{what} {path}: {parent} is a file, not a folder")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise UsageError(f"{what} {path}: folder {parent} is not writable; check its permissions")
+            return
+
+
+def check_output_file(path: str | os.PathLike, *, overwrite: bool = False, what: str = "output file") -> Path:
+    """`path` can be written: not a folder, its folder exists, and it does not exist yet, or (with `overwrite`) it is a
+    regular file."""
+    p = Path(path)
+    _loop_check(p, what)
+    kind = _existing_kind(p)
+    if kind:
+        raise UsageError(f"{what} {p} is {kind}; a tool replaces only a regular file it wrote: give a new file name")
+    if p.is_dir():
+        raise UsageError(f"{what} {p} is a folder; give a file name")
+    if not p.parent.is_dir():
+        raise UsageError(f"{what} {p}: folder {p.parent} does not exist; create it first")
+    _check_parent(p, what)
+    if p.exists() and not overwrite:
+        raise UsageError(f"{what} {p} exists; pass --overwrite to replace it")
+    return p
+
+
+def written_by(folder: str | os.PathLike) -> str | None:
+    """The kind of output that this package wrote into `folder` (its marker), or None."""
+    try:
+        return json.loads((Path(folder) / MARKER).read_text(encoding="utf-8")).get("written_by")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def check_output_dir(path: str | os.PathLike, *, overwrite: bool = False, what: str = "output folder",
+                     kind: str | None = None, replaced: bool = True) -> Path:
+    """`path` can become an output folder: absent or empty; or, with `overwrite`, a folder this package wrote as an
+    output of `kind` (its marker says so). Without `kind`, `overwrite` accepts any folder (callers that replace only
+    their own files, such as a training run, check those themselves). A folder that is written into rather than
+    `replaced` as a whole may be a symbolic link to a folder."""
+    p = Path(path)
+    _loop_check(p, what)
+    existing = _existing_kind(p)
+    if existing and not (not replaced and p.is_dir()):
+        raise UsageError(f"{what} {p} is {existing}; give a folder")
+    if p.exists() and not p.is_dir():
+        raise UsageError(f"{what} {p} is a file; give a folder")
+    _check_parent(p, what)
+    if p.is_dir() and any(p.iterdir()):
+        if not overwrite:
+            raise UsageError(f"{what} {p} exists and is not empty; pass --overwrite to replace it, or choose another")
+        if kind is not None and written_by(p) != kind:
+            found = written_by(p)
+            owner = f"it holds a {found}" if found else "it was not written by this tool"
+            raise UsageError(f"{what} {p} is not an earlier {kind} ({owner}: {_first_entries(p)}); --overwrite "
+                             "replaces only a folder this tool wrote: choose another folder or remove it yourself")
+    return p
+
+
+def _first_entries(folder: Path, n: int = 3) -> str:
+    names = sorted(x.name for x in folder.iterdir() if x.name != MARKER)
+    return ", ".join(names[:n]) + (", ..." if len(names) > n else "")
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def apply_umask(path: str | os.PathLike) -> None:
+    """Give a file, or every file and folder of a tree, the modes a plain `open`/`mkdir` would (0666/0777 less the
+    umask): temporary files and folders are created 0600/0700, and libraries that write through them (transformers
+    saves weights that way) would otherwise leave outputs that only their owner can read."""
+    mask, path = _umask(), Path(path)
+    trees = os.walk(path) if path.is_dir() and not path.is_symlink() else [(str(path.parent), [], [path.name])]
+    for root, folders, files in trees:
+        for name in files:
+            if not os.path.islink(os.path.join(root, name)):
+                os.chmod(os.path.join(root, name), 0o666 & ~mask)
+        for name in folders:
+            os.chmod(os.path.join(root, name), 0o777 & ~mask)
+    if path.is_dir():
+        os.chmod(path, 0o777 & ~mask)
+
+
+@contextmanager
+def replace_atomically(target: str | os.PathLike, *, folder: bool = False, kind: str | None = None):
+    """Yield a temporary path beside `target` to write into (a file, or a folder with `folder=True`); on success it
+    replaces `target` in one rename (the old content, if any, removed only after the new one is in place), with the
+    modes the umask gives and, for a folder of `kind`, the marker; on failure it is removed and `target` is
+    untouched."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if folder:
+        temporary = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    else:
+        handle, name = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        os.close(handle)
+        temporary = Path(name)
+    try:
+        yield temporary
+        if folder and kind is not None:
+            (temporary / MARKER).write_text(json.dumps({"written_by": kind}) + "\n", encoding="utf-8")
+        apply_umask(temporary)
+        fsync_tree(temporary)
+        if folder and target.exists():
+            old = target.with_name(f".{target.name}.old-{os.getpid()}")
+            os.rename(target, old)
+            os.rename(temporary, target)
+            shutil.rmtree(old) if old.is_dir() else old.unlink()
+        else:
+            os.replace(temporary, target)
+        fsync_tree(target.parent, recursive=False)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True) if temporary.is_dir() else temporary.unlink(missing_ok=True)
+        raise
+
+
+def atomic_output_dir(target: str | os.PathLike, kind: str | None = None):
+    """`replace_atomically(target, folder=True, kind=kind)`: a whole output folder appears at once."""
+    return replace_atomically(target, folder=True, kind=kind)
+
+
+def fsync_tree(path: str | os.PathLike, recursive: bool = True) -> None:
+    """Flush a file, a folder's entries, or (recursive) every regular file of a folder tree to disk, best effort
+    (some file systems refuse it on folders). Only regular files and folders are opened: opening a FIFO would wait
+    for a writer forever."""
+    path = Path(path)
+    paths = [path]
+    if recursive and path.is_dir():
+        paths = [Path(root) / name for root, _, files in os.walk(path) for name in files] + [path]
+    for p in paths:
+        try:
+            mode = os.lstat(p).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                continue
+            fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
+
+
+class FolderLock:
+    """An exclusive lock on a folder for as long as a run writes into it (`flock` on the folder itself, so no file
+    is created and a killed run leaves no stale lock). A second run into the same folder is refused in one line."""
+
+    def __init__(self, folder: str | os.PathLike, what: str = "output folder"):
+        self.folder, self.what, self._fd = Path(folder), what, None
+
+    def acquire(self) -> FolderLock:
+        fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise UsageError(f"{self.what} {self.folder} is in use by another run (it holds the folder's lock); "
+                             "wait for it to finish, or choose another folder") from None
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor releases the lock
+            self._fd = None
+
+    def __enter__(self) -> FolderLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def folder_in_use(folder: str | os.PathLike) -> bool:
+    """Whether another run holds `folder`'s lock (a read-only probe, for `--check`)."""
+    if not Path(folder).is_dir():
+        return False
+    try:
+        FolderLock(folder).acquire().release()
+    except UsageError:
+        return True
+    return False

@@ -1,0 +1,172 @@
+"""Text files in and out: the one reader and writer of sentences, and JSON.
+
+Strict UTF-8: a bad byte is an error naming the file and line, never a silent replacement. A UTF-8 byte-order mark at
+the start is dropped; "\\r\\n" and a lone "\\r" end a line like "\\n" (Python's universal newlines; the Unicode
+separators U+2028/U+0085 that `str.splitlines` would also split on occur inside sentences and are text). One item per
+line, empty lines kept: N lines in, N items out; a final newline adds no empty line. "-" is standard input /
+output. Written files end every line with "\\n" and appear whole or not at all.
+
+An input is a regular file or a pipe (`<(command)`, "-"); a device, a socket or a folder is refused by name: reading
+/dev/zero or /dev/urandom would never end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ..errors import STDIO, UsageError
+from .outputs import check_output_file, replace_atomically
+
+BOM = "\ufeff"
+CHUNK_BYTES = 1 << 24  # text is decoded in 16 MiB blocks: C-speed decoding, bounded memory for WMT-sized corpora
+
+
+def check_input_file(path: str | os.PathLike, what: str = "input file") -> Path:
+    """The path of an existing regular file (or a pipe), or a UsageError naming it."""
+    p = Path(path)
+    try:
+        info = p.stat()
+    except FileNotFoundError:
+        raise UsageError(f"{what} not found: {p}" + (" (a symlink to a missing file)" if p.is_symlink() else "")) \
+            from None
+    except OSError as error:  # a symlink loop, a name too long, a folder without search permission
+        raise UsageError(f"{what} {p}: {os.strerror(error.errno) if error.errno else error}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise UsageError(f"{what} {p} is a folder; give a file (one sentence per line)")
+    if not (stat.S_ISREG(info.st_mode) or stat.S_ISFIFO(info.st_mode)):
+        raise UsageError(f"{what} {p} is {file_kind(info.st_mode)}, not a text file; give a regular file "
+                         f"(or {STDIO} for standard input)")
+    if not os.access(p, os.R_OK):
+        raise UsageError(f"{what} {p} is not readable; check its permissions")
+    return p
+
+
+def file_kind(mode: int) -> str:
+    """'a character device', 'a FIFO', ... for a stat mode (error messages)."""
+    for test, name in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"),
+                       (stat.S_ISLNK, "a symbolic link"), (stat.S_ISREG, "a regular file")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+@contextmanager
+def _open_binary(path: str | os.PathLike, what: str):
+    if str(path) == STDIO:
+        yield sys.stdin.buffer
+        return
+    p = check_input_file(path, what)
+    with open(p, "rb") as handle:
+        yield handle
+
+
+def _decode(data: bytes, label: str, first_line: int) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        before = data[: error.start]
+        line = first_line + before.count(b"\n") + before.replace(b"\r\n", b"\n").count(b"\r")
+        column = error.start - max(before.rfind(b"\n"), before.rfind(b"\r")) - 1
+        raise UsageError(
+            f"{label}:{line}: not valid UTF-8 (byte 0x{data[error.start]:02x} at byte {column + 1} of the line); "
+            "re-encode the file as UTF-8, e.g. `iconv -f latin1 -t utf-8`") from None
+
+
+def _split(text: str, final: bool) -> list[str]:
+    """Lines of `text` (universal newlines). Unless `final`, `text` ends with a line end, which adds no line."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def iter_lines(path: str | os.PathLike, what: str = "input file") -> Iterator[str]:
+    """The lines of a UTF-8 text file ("-": standard input) without their line ends, streamed (see the module
+    docstring for the rules). Raises UsageError naming the file (and line) for a missing, unreadable or non-UTF-8
+    file."""
+    label = "<stdin>" if str(path) == STDIO else str(path)
+    with _open_binary(path, what) as handle:
+        pending, line_number, first = b"", 1, True
+        while True:
+            block = handle.read(CHUNK_BYTES)
+            if not block:
+                break
+            data = pending + block
+            cut = data.rfind(b"\n")  # decode whole lines only; a "\r\n" split across blocks stays together
+            if cut < 0:
+                pending = data
+                continue
+            text, pending = _decode(data[: cut + 1], label, line_number), data[cut + 1:]
+            if first:
+                text, first = text.removeprefix(BOM), False
+            lines = _split(text, final=False)
+            line_number += len(lines)
+            yield from lines
+        if pending:
+            text = _decode(pending, label, line_number)
+            yield from _split(text.removeprefix(BOM) if first else text, final=True)
+
+
+def read_lines(path: str | os.PathLike, what: str = "input file") -> list[str]:
+    """`iter_lines` as a list."""
+    return list(iter_lines(path, what))
+
+
+def write_lines(path: str | os.PathLike | None, lines: Iterable[str], *, overwrite: bool = False,
+                what: str = "output file") -> None:
+    """Write one line per item ("\\n" ends every line; an item's own line breaks become spaces, so N items give N
+    lines). `path` None or "-" is standard output; a file is written atomically and, unless `overwrite`, must not
+    exist yet (see `check_output_file`)."""
+    text = "".join(" ".join(_split(str(line), final=True)) + "\n" for line in lines)  # the reader's line ends only
+    if path is None or str(path) == STDIO:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    target = check_output_file(path, overwrite=overwrite, what=what)
+    with replace_atomically(target) as temporary:
+        temporary.write_text(text, encoding="utf-8", newline="\n")
+
+
+def read_json(path: str | os.PathLike, what: str = "JSON file") -> Any:
+    """A JSON file's content, or a UsageError naming the file, line and column of the problem."""
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"{what} not found: {p}")
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise UsageError(f"{p}: not UTF-8 text; the file is corrupt, write it again") from None
+    except json.JSONDecodeError as error:
+        raise UsageError(f"{p}:{error.lineno}: invalid JSON ({error.msg} at column {error.colno}); "
+                         "the file is corrupt, write it again") from None
+    except RecursionError:
+        raise UsageError(f"{p}: JSON nested too deeply to read; the file is corrupt, write it again") from None
+
+
+def write_json(path: str | os.PathLike, data: Any, *, overwrite: bool = True) -> None:
+    """JSON written atomically (indented, UTF-8); numbers from numpy/torch and paths written as themselves. A file
+    of the caller's own run: replaced unless `overwrite` is False."""
+    target = check_output_file(path, overwrite=overwrite, what="JSON file") if not overwrite else Path(path)
+    with replace_atomically(target) as temporary:
+        temporary.write_text(to_json(data) + "\n", encoding="utf-8")
+
+
+def to_json(data: Any) -> str:
+    """Indented JSON text; numbers from numpy/torch and paths written as themselves."""
+    return json.dumps(data, indent=2, default=_json_default)
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, Path):
+        return str(o)
+    if hasattr(o, "item"):
+        return o.item()
+    return str(o)

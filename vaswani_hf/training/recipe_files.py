@@ -1,0 +1,56 @@
+"""Reading recipe YAML safely: bounded work on any input.
+
+PyYAML's safe loader builds plain data only, but it still expands aliases: a 1 KB file of nested aliases ("billion
+laughs") describes billions of nodes, and rendering such a value in an error message never ends. A recipe is a flat
+mapping of keys to scalars and short lists, so the loader here refuses any alias, and files larger than any real
+recipe, with one line naming the file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+MAX_RECIPE_BYTES = 1 << 20  # a recipe is a few kilobytes
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses aliases (`*name`): a recipe needs none, and they are how a tiny file expands into
+    an enormous value."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.YAMLError(f"line {event.start_mark.line + 1}: YAML aliases (*{event.anchor}) are not allowed in "
+                                 "a recipe; write the value out")
+        return super().compose_node(parent, index)
+
+
+def read_yaml_text(text: str, where: str, error: type[Exception] = ValueError) -> Any:
+    """Parse YAML `text` (a recipe or a command-line value) without aliases; `error` names `where` on failure."""
+    try:
+        return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as problem:
+        raise error(f"{where}: invalid YAML: {' '.join(str(problem).split())[:300]}") from None
+    except RecursionError:
+        raise error(f"{where}: YAML nested too deeply") from None
+
+
+def read_yaml_mapping(path: Path, error: type[Exception]) -> dict[str, Any]:
+    """The mapping a recipe file holds, or `error` naming the file: not found, too large, not UTF-8, invalid YAML
+    (aliases included), or not a mapping."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_RECIPE_BYTES:
+            raise error(f"{path}: {size:,} bytes is not a recipe (a recipe is a short YAML mapping of keys to values)")
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise error(f"{path}: not UTF-8 text; save the recipe as UTF-8") from None
+    except OSError as problem:
+        raise error(f"recipe {path}: {problem.strerror or problem}") from None
+    data = read_yaml_text(text, str(path), error) or {}
+    if not isinstance(data, dict):
+        raise error(f"{path}: a recipe is a mapping of keys to values, got {type(data).__name__}")
+    return data

@@ -1,0 +1,207 @@
+"""Where a run's data comes from (Section 5.1's training data, a dev set, a test set): one object per split.
+
+`split_sources(recipe)` turns the data keys of a recipe (data_format, data_dir, train/valid/test_data, hub_*) into a
+`Source` per split, the only place that branches on `data_format`. Each source can
+- name the local files it reads (`files`: for the output guard, which never lets an output replace an input),
+- `check` them cheaply (they exist: before any work),
+- `scan` every line (`--check`: decoding and parsing errors as loading would raise them, streamed),
+- `load` the split into the common `datasets` schema, refusing a split without one usable pair,
+- `describe` itself for the model card.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .recipe import REPO_ROOT, Recipe, RecipeError
+
+SPLITS = ("train", "valid", "test")
+
+
+def resolve_dir(path: str | os.PathLike) -> Path:
+    """A folder path: absolute as given; relative, looked up in the current folder, then in the repository."""
+    p = Path(os.path.expanduser(str(path)))
+    if p.is_absolute():
+        return p
+    for base in (Path.cwd(), REPO_ROOT):
+        if (base / p).is_dir():
+            return (base / p).resolve()
+    return (Path.cwd() / p).resolve()
+
+
+def resolve_path(path: str | os.PathLike, data_dir: str | os.PathLike | None = None) -> Path:
+    """A corpus path (a file or a Moses prefix) joined to `data_dir`; a relative result is looked up in the current
+    folder first, then in the repository."""
+    p = Path(os.path.expanduser(str(path)))
+    if not p.is_absolute() and data_dir is not None:
+        p = resolve_dir(data_dir) / p
+    if not p.is_absolute():
+        for base in (Path.cwd(), REPO_ROOT):
+            if (base / p).exists() or any((base / p).parent.glob((base / p).name + ".*")):
+                return (base / p).resolve()
+        return (Path.cwd() / p).resolve()
+    return p
+
+
+@dataclass
+class Source:
+    """One split of a run's data. `key` is its recipe key (train_data, ...)."""
+
+    key: str
+    src_lang: str
+    tgt_lang: str
+
+    def files(self) -> dict[str, Path]:
+        return {}
+
+    def check(self) -> None:
+        """Cheap: what the split needs exists (before any work)."""
+
+    def scan(self) -> tuple[int, int] | None:
+        """(pairs, pairs with both sides non-empty) from every line, streamed; None where only loading can tell."""
+        return None
+
+    def _load(self):
+        raise NotImplementedError
+
+    def load(self, limit: int = 0):
+        """The split in the common schema (every line decoded and parsed), its first `limit` pairs (0: all).
+        A split without one pair with both sides non-empty is refused: there is nothing to train on or score."""
+        from ..data.corpora import usable_pairs
+
+        dataset = self._load()
+        require_usable(self, len(dataset), usable_pairs(dataset, self.src_lang, self.tgt_lang))
+        return dataset.select(range(min(limit, len(dataset)))) if limit > 0 else dataset
+
+    def describe(self) -> dict[str, Any]:
+        """The split as a model card names its evaluation data."""
+        return {"name": str(self)}
+
+
+def require_usable(source: Source, pairs: int, usable: int) -> None:
+    if usable == 0:
+        purpose = "train on" if source.key == "train_data" else "score"
+        raise RecipeError(f"{source.key}: {source} has no sentence pair with both sides non-empty ({pairs} pairs); "
+                          f"nothing to {purpose}")
+
+
+@dataclass
+class SampleSource(Source):
+    """A split of the bundled sample corpus."""
+
+    split: str = "train"
+
+    def __str__(self) -> str:
+        return f"the bundled sample corpus, split {self.split}"
+
+    def check(self) -> None:
+        from ..data.corpora import sample_corpus_path
+
+        for lang in (self.src_lang, self.tgt_lang):
+            path = sample_corpus_path() / f"{self.split}.{lang}"
+            if not path.is_file():
+                raise RecipeError(f"{self.key}: sample corpus file missing: {path} (splits: train, valid, test)")
+
+    def _load(self):
+        from ..data.corpora import load_sample_corpus
+
+        return load_sample_corpus(self.split, self.src_lang, self.tgt_lang)
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": f"vaswani_hf bundled sample corpus, {self.split} split"}
+
+
+@dataclass
+class FileSource(Source):
+    """Local files: a Moses prefix (PREFIX.SRC + PREFIX.TGT), a TSV or a JSONL file."""
+
+    format: str = "moses"
+    path: Path = Path()
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def files(self) -> dict[str, Path]:
+        if self.format == "moses":
+            return {f"{self.key} ({lang})": Path(f"{self.path}.{lang}") for lang in (self.src_lang, self.tgt_lang)}
+        return {self.key: self.path}
+
+    def check(self) -> None:
+        from ..data.corpora import moses_paths
+        from ..errors import UsageError
+        from ..io import check_input_file
+
+        if self.format != "moses" and self.path.is_dir():
+            raise RecipeError(f"{self.key}: {self.path} is a folder; data_format {self.format} expects a file")
+        try:
+            paths = moses_paths(self.path, self.src_lang, self.tgt_lang) if self.format == "moses" else (self.path,)
+            for path in paths:
+                check_input_file(path, "corpus file")
+        except UsageError as error:
+            raise RecipeError(f"{self.key}: {error}") from None
+
+    def scan(self) -> tuple[int, int]:
+        from ..data.corpora import scan_corpus
+
+        counts = scan_corpus(self.path, self.src_lang, self.tgt_lang, self.format)
+        require_usable(self, *counts)
+        return counts
+
+    def _load(self):
+        from ..data.corpora import load_parallel
+
+        return load_parallel(str(self.path), self.src_lang, self.tgt_lang, format=self.format)
+
+    def describe(self) -> dict[str, Any]:
+        parts = self.path.parts
+        return {"name": "/".join(parts[-3:-1] + (parts[-1],)) if len(parts) >= 3 else str(self.path)}
+
+
+@dataclass
+class HubSource(Source):
+    """A split of a `datasets` dataset (the Hub, or its cache offline)."""
+
+    dataset: str = ""
+    config: str | None = None
+    split: str = "train"
+
+    def __str__(self) -> str:
+        return f"{self.dataset} ({self.config}) split {self.split}" if self.config else \
+            f"{self.dataset} split {self.split}"
+
+    def _load(self):
+        from ..data.corpora import load_parallel
+
+        return load_parallel(self.dataset, self.src_lang, self.tgt_lang, format="hub", config=self.config,
+                             split=self.split)
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": f"{self.dataset} {self.split}", "id": self.dataset, "config": self.config,
+                "split": self.split}
+
+
+def split_sources(recipe: Recipe) -> dict[str, Source | None]:
+    """{"train"|"valid"|"test": its Source, or None for a split the recipe leaves out (null)}."""
+    found: dict[str, Source | None] = {}
+    for split in SPLITS:
+        key = f"{split}_data"
+        value = recipe[key]
+        common = dict(key=key, src_lang=recipe.src_lang, tgt_lang=recipe.tgt_lang)
+        if value is None:
+            found[split] = None
+        elif recipe.data_format == "sample":
+            found[split] = SampleSource(**common, split=value)
+        elif recipe.data_format == "hub":
+            found[split] = HubSource(**common, dataset=recipe.hub_dataset, config=recipe.hub_config, split=value)
+        else:
+            found[split] = FileSource(**common, format=recipe.data_format, path=resolve_path(value, recipe.data_dir))
+    return found
+
+
+def check_data_dir(recipe: Recipe) -> None:
+    if recipe.data_dir is not None and recipe.data_format not in ("sample", "hub") \
+            and not resolve_dir(recipe.data_dir).is_dir():
+        raise RecipeError(f"data_dir not found: {recipe.data_dir} (looked in {Path.cwd()} and {REPO_ROOT})")
