@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from hub_server import FakeHubServer, git_blob_sha1
+from hub_server import FakeHubServer
+from hub_store import git_blob_sha1
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 REPO_ID = "org/vaswani-base"

@@ -22,13 +22,14 @@ from vaswani_hf.data import (
 )
 from vaswani_hf.tokenization import EOS_ID, PAD_ID, train_bpe_tokenizer
 
-# ------------------------------------------------------------------------------------------------ the old packers
-# Verbatim copies of the two implementations that pack_by_tokens replaced (vaswani_hf/data.py's
-# TokenBatchSampler._make_batches and vaswani_hf/generation.py's make_batches, before the restructuring): both users
-# must give exactly the batches they gave.
+# ------------------------------------------------------------------------------------------------ reference packers
+# The batching rules of pack_by_tokens' two users, each written out as one plain loop that shares no code with
+# vaswani_hf.data: TokenBatchSampler and make_batches must give exactly these batches.
 
 
-def old_sampler_batches(src, tgt, max_tokens, max_sentences, seed):
+def reference_sampler_batches(src, tgt, max_tokens, max_sentences, seed):
+    """Training batches: the pairs by source length, then target length, then a seeded random order; a batch grows
+    while sentences x longest stays within `max_tokens` on each side and, with `max_sentences`, up to that many."""
     n = src.size
     rng = np.random.default_rng(seed)
     order = rng.permutation(n)
@@ -51,7 +52,9 @@ def old_sampler_batches(src, tgt, max_tokens, max_sentences, seed):
     return batches
 
 
-def old_make_batches(lengths, max_tokens=4096, batch_size=None):
+def reference_translation_batches(lengths, max_tokens=4096, batch_size=None):
+    """Translation batches: the longest sentences first (ties in input order); a batch grows while sentences x
+    longest stays within `max_tokens` and, with `batch_size`, up to that many."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     batches, current = [], []
     longest = 0
@@ -120,19 +123,20 @@ def test_pack_by_tokens_max_sentences():
 @pytest.mark.parametrize("max_tokens", [120, 150, 1000, 25000])
 @pytest.mark.parametrize("max_sentences", [None, 7, 64])
 @pytest.mark.parametrize("seed", [0, 5])
-def test_sampler_gives_the_old_sampler_batches(max_tokens, max_sentences, seed):
+def test_sampler_gives_the_reference_batches(max_tokens, max_sentences, seed):
     src, tgt = random_lengths(n=1500, seed=seed)
     sampler = TokenBatchSampler(src, tgt, max_tokens, max_sentences=max_sentences, seed=seed)
-    assert sampler.batches == old_sampler_batches(src, tgt, max_tokens, max_sentences, seed)
+    assert sampler.batches == reference_sampler_batches(src, tgt, max_tokens, max_sentences, seed)
 
 
 @pytest.mark.parametrize("max_tokens, batch_size", [(4096, None), (100, None), (50, None), (12, None), (1, None),
                                                     (None, 1), (None, 7), (100, 5), (300, 16), (7, 2)])
-def test_make_batches_gives_the_old_translation_batches(max_tokens, batch_size):
+def test_make_batches_gives_the_reference_translation_batches(max_tokens, batch_size):
     rng = np.random.default_rng(3)
     lengths = rng.integers(1, 60, size=700).tolist()  # many ties: the order among equals must be kept too
     lengths[10] = lengths[400] = 4000  # longer than most budgets
-    assert make_batches(lengths, max_tokens, batch_size) == old_make_batches(lengths, max_tokens, batch_size)
+    expected = reference_translation_batches(lengths, max_tokens, batch_size)
+    assert make_batches(lengths, max_tokens, batch_size) == expected
     assert make_batches(lengths[:0], max_tokens, batch_size) == []
 
 

@@ -143,9 +143,8 @@ def test_hub_load_dataset_call(monkeypatch, tmp_path, pairs):
 
 
 def test_missing_file(tmp_path, corpus_dir):
-    # contract change: missing corpus files are UsageErrors (exit status 2 in the tools), no longer
-    # FileNotFoundError; the Moses and format=auto paths raise CorpusError (a UsageError), load_tsv/load_jsonl the
-    # UsageError of vaswani_hf.io's reader
+    """A missing corpus file is a UsageError naming it (exit status 2 in the tools): CorpusError (a UsageError) from
+    the Moses and format=auto paths, vaswani_hf.io's reader's UsageError from load_tsv/load_jsonl."""
     with pytest.raises(CorpusError, match=r"corpus file not found: .*nothere\.en \(no file matches .*nothere\.\*\)"):
         load_moses(tmp_path / "nothere", "en", "de")
     with pytest.raises(UsageError, match=r"corpus file not found: .*missing\.tsv"):
@@ -171,8 +170,8 @@ def test_mismatched_line_counts_names_both_files(tmp_path, pairs):
 
 
 def test_non_utf8_names_file_and_line(tmp_path, pairs):
-    # contract change: the bad byte is reported by vaswani_hf.io's reader as "file:line" in a UsageError (the base
-    # of CorpusError), with the byte and its position in the line
+    """A byte that is not UTF-8 is reported by vaswani_hf.io's reader as "file:line" in a UsageError (the base of
+    CorpusError), with the byte and its position in the line."""
     en, de = pairs
     write_text(tmp_path / "u.en", en)
     raw = "".join(f"{x}\n" for x in de).encode("utf-8").split(b"\n")
@@ -252,7 +251,7 @@ def test_sample_corpus_helpers():
     folder = sample_corpus_path()
     assert folder.name == "sample_data" and folder.parent.name == "vaswani_hf"
     if not (folder / "train.en").is_file():
-        with pytest.raises(CorpusError, match="sample corpus split 'train' not found"):  # was FileNotFoundError
+        with pytest.raises(CorpusError, match="sample corpus split 'train' not found"):  # a UsageError: exit 2
             load_sample_corpus("train")
         pytest.skip("bundled sample corpus not written yet (vaswani_hf/sample_data)")
     for split in ("train", "valid", "test"):

@@ -378,8 +378,8 @@ def test_tool_reads_text_as_io_does(tmp_path, monkeypatch, capsys):
 
 
 def test_tool_refuses_to_overwrite_outputs(tmp_path, monkeypatch, capsys):
-    """Contract change: an existing --out (or --save_hypotheses) file is replaced only with --overwrite, and the
-    check runs before anything is read or scored."""
+    """An existing --out (or --save_hypotheses) file is replaced only with --overwrite, and the check runs before
+    anything is read or scored."""
     from vaswani_hf.cli import evaluate as cli
 
     monkeypatch.chdir(tmp_path)
@@ -410,8 +410,8 @@ def test_script_scores_hypotheses_file(tmp_path):
     (tmp_path / "hyp.de").write_text("\n".join(HYPOTHESES) + "\n", encoding="utf-8")
     (tmp_path / "ref.de").write_text("\n".join(REFERENCES) + "\n", encoding="utf-8")
     (tmp_path / "ref2.de").write_text("\n".join(REFERENCES_2) + "\n", encoding="utf-8")
-    # contract change: the output guard of vaswani_hf.io no longer creates a missing folder for --out (one rule for
-    # every tool, as translate's --output always had): it says so before any work
+    # a missing folder for --out is refused before any work, not created (vaswani_hf.io's output guard: one rule for
+    # every tool)
     refused = _run_script(["--hypotheses", "hyp.de", "--references", "ref.de", "--out", "out/scores.json"], tmp_path)
     assert refused.returncode == 2
     assert "--out out/scores.json: folder out does not exist; create it first" in _one_error_line(refused.stderr)

@@ -11,7 +11,7 @@ import pytest
 from cli_helpers import assert_one_line_error, assert_script_error, run_script, truncate
 from hub_helpers import (REPO_ID, REPO_ROOT, assert_same_outputs, clean_env, copy_folder, hub_server,  # noqa: F401
                          load_in_subprocess, run, tiny)
-from hub_server import TEST_TOKEN
+from hub_store import TEST_TOKEN
 from vaswani_hf import hub
 from vaswani_hf.cli import push_to_hub as cli
 from vaswani_hf.io import RunFailure

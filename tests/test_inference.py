@@ -86,7 +86,7 @@ def test_load_for_inference(model, tokenizer, saved_folder, tmp_path):
     assert half.dtype == torch.bfloat16
     with pytest.raises(UsageError, match=r"unknown dtype 'int8'; use one of fp32, bf16, fp16"):
         load_for_inference(saved_folder, device="cpu", dtype="int8")
-    # contract change: a missing or broken folder is a UsageError naming it, before transformers is asked
+    # a missing or broken folder is a UsageError naming it, before transformers is asked
     with pytest.raises(UsageError, match=r"model folder not found: .*absent"):
         load_for_inference(tmp_path / "absent", device="cpu")
     broken = tmp_path / "broken"
@@ -134,7 +134,7 @@ def test_script_keeps_order_and_line_count(model, tokenizer, saved_folder, tmp_p
 
 
 def test_script_refuses_to_overwrite_output(model, tokenizer, saved_folder, tmp_path, capsys):
-    """Contract change: an existing --output is replaced only with --overwrite (checked before any work)."""
+    """An existing --output is replaced only with --overwrite (checked before any work)."""
     from vaswani_hf.cli import translate as cli
 
     source = tmp_path / "in.txt"
@@ -169,7 +169,7 @@ def test_script_stdin_to_stdout_subprocess(model, tokenizer, saved_folder):
 
 @pytest.mark.parametrize("case", ["missing", "directory", "not_utf8"])
 def test_script_unreadable_input_errors_clearly(saved_folder, tmp_path, capsys, case):
-    # contract change: the messages are vaswani_hf.io's ("file:line: not valid UTF-8", "is a folder")
+    # the messages are vaswani_hf.io's ("file:line: not valid UTF-8", "is a folder")
     script = _load_script()
     if case == "missing":
         path, expected = tmp_path / "nope.en", f"input file not found: {tmp_path / 'nope.en'}"
@@ -214,7 +214,7 @@ def test_script_permission_denied(saved_folder, tmp_path, capsys):
 
 
 def test_script_bad_options(saved_folder, capsys):
-    # contract change: bad options were argparse's SystemExit with usage text; now one line and exit status 2
+    # a bad option is one stderr line and exit status 2 (no usage text, no SystemExit)
     script = _load_script()
     assert script.main(["-", "--model", str(saved_folder), "--max_length_b", "none"]) == 2  # no limit at all
     assert "--max_length_b none turns the per-sentence limit off" in _one_error_line(capsys.readouterr().err)

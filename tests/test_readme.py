@@ -4,7 +4,8 @@ A command `[ENV=1] [accelerate launch OPTIONS] python scripts/X.py ARGS [> FILE]
 that `scripts/X.py` runs (`vaswani_hf.cli.<tool>.build_parser()`): unknown options, wrong types and missing required
 options fail here. `scripts/train.py` commands go further: they run with `--check` (recipe, keys, types, data paths
 and the output folder validated, nothing written; run from an empty folder, so that a user's earlier outputs/ do
-not matter). Both in-process: no interpreter per command.
+not matter). Both in-process: no interpreter per command. A command that reads Multi30k reads it where conftest says
+($VASWANI_MULTI30K_DIR, else ../shared/data/multi30k) and is skipped where it is absent.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
+from conftest import MULTI30K, REPO
 
-REPO = Path(__file__).resolve().parent.parent
-MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
+RECIPES_MULTI30K = REPO.parent / "shared" / "data" / "multi30k"  # where the recipes' data_dir points
 
 
 def readme_commands() -> list[str]:
@@ -52,6 +54,22 @@ def cli_module(script: str):
     return importlib.import_module(found.group(1)) if found else None
 
 
+def multi30k_data_dir(arguments: list[str]) -> list[str]:
+    """["--data_dir", MULTI30K/<sub>] for a command whose recipe reads ../shared/data/multi30k/<sub> while the data
+    lies elsewhere ($VASWANI_MULTI30K_DIR); [] where the command names its own data_dir, its recipe reads no
+    Multi30k, or the data lies where the recipe looks."""
+    if MULTI30K.resolve() == RECIPES_MULTI30K.resolve() or "--data_dir" in arguments or "--recipe" not in arguments:
+        return []
+    recipe = REPO / "recipes" / f"{arguments[arguments.index('--recipe') + 1]}.yaml"
+    data_dir = yaml.safe_load(recipe.read_text(encoding="utf-8")).get("data_dir") if recipe.is_file() else None
+    if not data_dir:
+        return []
+    try:
+        return ["--data_dir", str(MULTI30K / (REPO / data_dir).resolve().relative_to(RECIPES_MULTI30K.resolve()))]
+    except ValueError:  # not below ../shared/data/multi30k
+        return []
+
+
 COMMANDS = [c for c in readme_commands() if script_and_arguments(c) is not None]
 
 
@@ -73,7 +91,7 @@ def test_readme_command_parses(command, monkeypatch, capsys, tmp_path):
                               text=True, timeout=120)
         assert proc.returncode == 0, f"{command}\n{proc.stderr[-2000:]}"
     elif script == "train.py":
-        code = module.main([*arguments, "--check"])
+        code = module.main([*arguments, *multi30k_data_dir(arguments), "--check"])
         assert code == 0, f"{command}\n{capsys.readouterr().err}"
     else:
         module.build_parser().parse_args(arguments)  # a UsageError names the option

@@ -186,7 +186,7 @@ def test_lowercase_and_normalization_options():
 
 
 def test_bad_arguments_raise_clearly(tmp_path):
-    # contract change: files are read by vaswani_hf.io, whose errors are UsageErrors naming the file (and line)
+    # files are read by vaswani_hf.io, whose errors are UsageErrors naming the file (and line)
     with pytest.raises(UsageError, match=r"tokenizer training file not found: .*missing\.en"):
         train_bpe_tokenizer([tmp_path / "missing.en"], vocab_size=400, show_progress=False)
     with pytest.raises(ValueError, match="vocab_size=100"):
@@ -214,7 +214,7 @@ def test_training_files_are_read_as_io_reads_them(tmp_path):
 
 
 def test_load_tokenizer_errors_name_the_folder(tmp_path, small_tok):
-    # contract change: a broken tokenizer folder is a UsageError naming the folder or file
+    # a broken tokenizer folder is a UsageError naming the folder or file
     small_tok.save_pretrained(tmp_path / "tok")
     assert load_tokenizer(tmp_path / "tok")("a book")["input_ids"] == small_tok("a book")["input_ids"]
     with pytest.raises(UsageError, match=r"tokenizer .*tokenizer\.json is a file; give the folder"):
@@ -257,8 +257,8 @@ def test_cli(tmp_path):
 
 
 def test_cli_errors_and_out_dir_guard(tmp_path, capsys):
-    """Contract change: errors are one stderr line with exit status 2, and a non-empty --out_dir is replaced only
-    with --overwrite (and then whole, atomically)."""
+    """Errors are one stderr line with exit status 2, and a non-empty --out_dir is replaced only with --overwrite
+    (and then whole, atomically)."""
     from vaswani_hf.cli import train_tokenizer as cli
 
     en, de = synthetic_pairs()

@@ -1,0 +1,241 @@
+"""The harness of the command-line contract battery (tests/test_cli_<tool>.py: every tool x every input class that
+applies to it).
+
+Each case calls a tool's `main(argv)` in this process (fd-level capture) and asserts:
+
+* the exit status: 2 for bad arguments or input, 1 for a failure of the run itself (an unreachable Hub), 130 for
+  Ctrl-C, 0 where the input class must be handled (byte-order mark, CRLF, lone CR, `--overwrite`);
+* for a failure: exactly one line on stderr, naming the offending file (and line, where there is one) or the flag or
+  recipe key, and no traceback (no Python warning either: in a real process it would be a second line);
+* every file and folder under the case's folder and under the shared assets is unchanged afterwards, except what
+  the case says the tool may write (a successful run's output). A refused run writes nothing, not even a temporary
+  file or an empty folder.
+
+A test file registers its cases with `case = Cases("<tool>")` and `@case("<name>")` on a builder `(t, a) -> Call`
+(t: the case's folder, a: the shared `Assets`); each case's id is `<tool>-<name>`, and `run_case` runs one. The
+shared assets (a tiny model folder with tokenizer and card, one with learned positions, a CTranslate2 export, a
+finished two-checkpoint training run) are the session-scoped fixture `assets` of the plugin cli_assets.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import io
+import logging
+import os
+import shutil
+import warnings
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from cli_helpers import truncate
+
+from vaswani_hf.io import read_lines
+
+TOOLS = ("train", "translate", "evaluate", "train_tokenizer", "average_checkpoints", "export_marian",
+         "export_ctranslate2", "visualize_attention", "push_to_hub")
+LINES = ["a man is riding a horse .", "two dogs play in the snow .", "a woman reads a book in the park ."]
+GERMAN = ["ein mann reitet ein pferd .", "zwei hunde spielen im schnee .", "eine frau liest ein buch im park ."]
+LATIN1 = b"a man is riding a horse .\nna\xefve caf\xe9 au lait .\n"  # line 2 is latin-1, not UTF-8
+LONG = " ".join(["a man is riding a horse ."] * 6)  # ~90 tokens: beyond 32 learned / 24 exported positions
+BOM = "\ufeff"
+TRANSLATE_OPTIONS = ["--num_beams", "1", "--no_progress", "--device", "cpu"]  # + the saved max_length_b 4
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Files, snapshots, a tool's main
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def write(path: Path, data: bytes | str | list[str]) -> Path:
+    """A file with exactly these bytes (str: UTF-8; a list: lines ending with "\\n")."""
+    if isinstance(data, list):
+        data = "".join(line + "\n" for line in data)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+    return path
+
+
+def snapshot(*roots: Path) -> dict[str, str]:
+    """{path: sha256 of the file, or "<dir>"} of everything under `roots` (hidden files included)."""
+    state = {}
+    for root in roots:
+        for p in root.rglob("*"):
+            state[str(p)] = "<dir>" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
+    return state
+
+
+def changes(before: dict, after: dict) -> set[str]:
+    """The paths created, removed or changed between two snapshots."""
+    return {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
+
+
+def under(path: str, allowed) -> bool:
+    """Whether `path` is one of `allowed` or lies below one of them."""
+    return any(path == str(a) or path.startswith(str(a) + os.sep) for a in allowed)
+
+
+def copy(source: Path, target: Path) -> Path:
+    shutil.copytree(source, target)
+    return target
+
+
+@contextmanager
+def fresh_logging():
+    """The root logger as in a new process (no handler), whatever pytest or earlier tools attached; restored after."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    root.handlers = []
+    root.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        root.handlers = handlers
+        root.setLevel(level)
+
+
+def stdout_has(*fragments):
+    """A check: every fragment is in the tool's stdout."""
+    def check(stdout, stderr):
+        for fragment in fragments:
+            assert fragment in stdout, (fragment, stdout)
+    return check
+
+
+def translated(out: Path, expected: list[str]):
+    """A check: the file `out` holds exactly the lines `expected`."""
+    def check(stdout, stderr):
+        lines = read_lines(out)
+        assert lines == expected, (lines, expected)
+    return check
+
+
+def interrupted(*args, **kwargs):
+    raise KeyboardInterrupt
+
+
+def run_main(tool: str, argv) -> tuple[int, list]:
+    """`main(argv)` of a tool, with the warnings a fresh process would print recorded (they would be stderr lines)."""
+    main = importlib.import_module(f"vaswani_hf.cli.{tool}").main
+    with fresh_logging(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+            warnings.simplefilter("ignore", category)  # Python's defaults outside __main__
+        code = main([str(a) for a in argv])
+    return code, [f"{w.category.__name__}: {w.message}" for w in caught]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The shared assets (built by cli_assets.py)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Assets:
+    root: Path
+    model: Path  # tiny model + tokenizer + card + handler (sinusoidal positions)
+    learned: Path  # the same with learned positions for 32 positions
+    ct2: Path  # CTranslate2 export of `model` with a 24-position table
+    corpus: Path  # Moses corpus folder: train.en, train.de
+    recipe: Path  # the tiny recipe (moses corpus, 4 steps, checkpoints at 2 and 4)
+    run: Path  # a finished run of `recipe`
+    plain: Path  # LINES, LF
+    translations: list[str] = field(default_factory=list)  # of `plain` with TRANSLATE_OPTIONS
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Cases
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Call:
+    argv: list
+    code: int = 2
+    expect: tuple = ()  # fragments of the one stderr line (failures)
+    may_change: tuple = ()  # paths the tool may create, change or remove (and everything under them)
+    check: Callable | None = None  # check(stdout, stderr) after the call
+    interrupt: str | None = None  # "module.attr" replaced by a function raising KeyboardInterrupt
+    env: dict = field(default_factory=dict)
+    patch: dict = field(default_factory=dict)  # "module.attr" -> value
+    stdin: bytes | None = None  # standard input, as bytes
+
+
+@dataclass
+class Cases:
+    """The cases of one tool: `@cases(name, *marks)` registers a builder `(t, a) -> Call` as the case `<tool>-<name>`;
+    `params` parametrises ("tool, build")."""
+
+    tool: str
+    params: list = field(default_factory=list)
+
+    def __call__(self, name: str, *marks):
+        def register(build):
+            self.params.append(pytest.param(self.tool, build, id=f"{self.tool}-{name}", marks=marks))
+            return build
+        return register
+
+
+def model_classes(case: Cases, flag: str, argv: Callable[[Path, Assets, Path], list]):
+    """The five broken-model-folder classes for a tool whose model folder is given by `flag`."""
+
+    @case("model-missing")
+    def _(t, a):
+        return Call(argv(t, a, t / "absent"), 2, (f"{flag} not found", str(t / "absent")))
+
+    @case("model-is-a-file")
+    def _(t, a):
+        return Call(argv(t, a, write(t / "model.txt", "x")), 2, (flag, str(t / "model.txt"), "is a file"))
+
+    @case("model-truncated-safetensors")
+    def _(t, a):
+        folder = copy(a.model, t / "model")
+        truncate(folder / "model.safetensors")
+        return Call(argv(t, a, folder), 2, (str(folder / "model.safetensors"), "truncated or corrupt"))
+
+    @case("model-invalid-config-json")
+    def _(t, a):
+        folder = copy(a.model, t / "model")
+        write(folder / "config.json", "{not json")
+        return Call(argv(t, a, folder), 2, (str(folder / "config.json") + ":1: invalid JSON",))
+
+    @case("model-missing-tokenizer-json")
+    def _(t, a):
+        folder = copy(a.model, t / "model")
+        (folder / "tokenizer.json").unlink()
+        return Call(argv(t, a, folder), 2, (str(folder), "no tokenizer.json"))
+
+
+def run_case(tool: str, build, tmp_path: Path, assets: Assets, capfd, monkeypatch) -> None:
+    """Build the case in `tmp_path`, run the tool, and assert the contract (see the module docstring)."""
+    monkeypatch.chdir(tmp_path)  # anything written to the current folder is caught too
+    monkeypatch.delenv("VASWANI_DEBUG", raising=False)
+    call = build(tmp_path, assets)
+    for name, value in call.env.items():
+        monkeypatch.delenv(name, raising=False) if value is None else monkeypatch.setenv(name, value)
+    for target, value in call.patch.items():
+        monkeypatch.setattr(target, value)
+    if call.interrupt:
+        monkeypatch.setattr(call.interrupt, interrupted)
+    if call.stdin is not None:
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(call.stdin), encoding="utf-8"))
+    before = snapshot(tmp_path, assets.root)
+    capfd.readouterr()
+    code, warned = run_main(tool, call.argv)
+    out, err = capfd.readouterr()
+    assert code == call.code, \
+        f"exit status {code}, expected {call.code}\nSTDOUT:\n{out[-3000:]}\nSTDERR:\n{err[-3000:]}"
+    if call.code != 0:
+        lines = err.splitlines() + warned
+        assert len(lines) == 1 and "Traceback" not in err, f"expected one stderr line, got:\n{err}{warned}"
+        for fragment in (*call.expect, "interrupted") if call.code == 130 else call.expect:
+            assert fragment in lines[0], f"{fragment!r} not in the error line:\n{lines[0]}"
+    changed = changes(before, snapshot(tmp_path, assets.root))
+    unexpected = sorted(p for p in changed if not under(p, call.may_change))
+    assert not unexpected, f"changed, created or removed although the contract forbids it: {unexpected}"
+    if call.check:
+        call.check(out, err)

@@ -1,0 +1,113 @@
+"""The command-line contract's parts that every tool shares: each tool has its battery of cases
+(tests/test_cli_<tool>.py); `--debug` and VASWANI_DEBUG=1 let an error or Ctrl-C through with its traceback; each
+`scripts/` wrapper and console entry point is the tool's `main`, and in a fresh interpreter an error is still one
+stderr line, after everything the libraries print while loading a model.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from cli_contract import GERMAN, LATIN1, LINES, LONG, TOOLS, interrupted, run_main, snapshot, write
+from cli_helpers import REPO, run_script
+from hub_helpers import REPO_ID
+
+from vaswani_hf.io import UsageError
+
+pytest_plugins = ["cli_assets"]
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def test_every_tool_has_cases():
+    counts = {tool: len(importlib.import_module(f"test_cli_{tool}").case.params) for tool in TOOLS}
+    assert all(n >= 6 for n in counts.values()), counts
+
+
+DEBUG_ARGV = {  # a bad input for each tool: with --debug the error propagates with its traceback
+    "train": lambda t: ["--recipe", t / "absent.yaml", "--check"],
+    "translate": lambda t: [t / "absent.txt", "--model", t / "model"],
+    "evaluate": lambda t: ["--hypotheses", t / "absent.txt", "--references", t / "absent.txt"],
+    "train_tokenizer": lambda t: ["--files", t / "absent.txt", "--out_dir", t / "tok"],
+    "average_checkpoints": lambda t: ["--run_dir", t / "absent", "--out", t / "avg"],
+    "export_marian": lambda t: ["--model_dir", t / "absent", "--out", t / "marian"],
+    "export_ctranslate2": lambda t: ["--model_dir", t / "absent", "--out_dir", t / "ct2"],
+    "visualize_attention": lambda t: ["--model_dir", t / "absent", "--source", "a", "--out", t / "vis"],
+    "push_to_hub": lambda t: ["--model_dir", t / "absent", "--repo_id", REPO_ID],
+}
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_debug_lets_the_error_through(tool, tmp_path, monkeypatch):
+    """--debug (or VASWANI_DEBUG=1): the error is not caught, so Python prints its traceback (see the subprocess
+    check below)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError):
+        run_main(tool, [*DEBUG_ARGV[tool](tmp_path), "--debug"])
+    monkeypatch.setenv("VASWANI_DEBUG", "1")
+    with pytest.raises(UsageError):
+        run_main(tool, DEBUG_ARGV[tool](tmp_path))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_debug_lets_ctrl_c_through(tmp_path, monkeypatch, assets):
+    monkeypatch.setattr("vaswani_hf.evaluation.compute_all", interrupted)
+    hyp, ref = write(tmp_path / "hyp.txt", GERMAN), write(tmp_path / "ref.txt", GERMAN)
+    with pytest.raises(KeyboardInterrupt):
+        run_main("evaluate", ["--hypotheses", hyp, "--references", ref, "--debug"])
+
+
+# --- the real wrappers, in fresh interpreters -------------------------------------------------------------------------
+
+
+def test_scripts_and_entry_points_are_the_cli_mains():
+    """Each scripts/<tool>.py imports `main` from its vaswani_hf.cli module and exits with its status; each console
+    entry point names the same function."""
+    scripts = {"evaluate": "evaluate_translations"}
+    entry_points = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    for tool in TOOLS:
+        tree = ast.parse((REPO / "scripts" / f"{scripts.get(tool, tool)}.py").read_text(encoding="utf-8"))
+        imports = [(node.module, [a.name for a in node.names]) for node in ast.walk(tree)
+                   if isinstance(node, ast.ImportFrom)]
+        assert (f"vaswani_hf.cli.{tool}", ["main"]) in imports, tool
+        assert "sys.exit(main())" in ast.unparse(tree), tool
+        assert entry_points[f"vaswani-{tool.replace('_', '-')}"] == f"vaswani_hf.cli.{tool}:main"
+
+
+@pytest.mark.slow
+def test_script_wrapper_one_line_and_debug_traceback(tmp_path):
+    hyp, ref = write(tmp_path / "hyp.txt", LATIN1), write(tmp_path / "ref.txt", GERMAN[:2])
+    before = snapshot(tmp_path)
+    result = run_script("evaluate_translations",
+                        ["--hypotheses", hyp, "--references", ref, "--out", tmp_path / "s.json"], cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith(f"evaluate_translations.py: error: {hyp}:2: not valid UTF-8")
+    debug = run_script("train_tokenizer", ["--files", tmp_path / "absent.txt", "--out_dir", tmp_path / "tok",
+                                           "--debug"], cwd=tmp_path)
+    assert debug.returncode == 1 and "Traceback (most recent call last)" in debug.stderr
+    assert f"UsageError: --files not found: {tmp_path / 'absent.txt'}" in debug.stderr
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.slow
+def test_console_entry_point_one_line_after_loading_the_model(tmp_path, assets):
+    """In a fresh process everything the libraries print counts too: the model is loaded (transformers' logger and
+    bars), then the over-long line is refused in one line."""
+    source = write(tmp_path / "long.txt", [LINES[0], LONG])
+    before = snapshot(tmp_path, assets.root)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VASWANI_DEBUG")}
+    result = subprocess.run([str(Path(sys.executable).parent / "vaswani-translate"), str(source), "--model",
+                             str(assets.learned), "--output", str(tmp_path / "out.txt")], capture_output=True,
+                            text=True, env=env, cwd=tmp_path, timeout=180, stdin=subprocess.DEVNULL)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"vaswani-translate: error: {source}:2: "), result.stderr
+    assert "learned position embeddings cover 32 positions" in lines[0]
+    assert snapshot(tmp_path, assets.root) == before

@@ -1,0 +1,68 @@
+"""The command-line contract of `vaswani-export-ctranslate2` (vaswani_hf.cli.export_ctranslate2), for every input class
+that applies to it: a broken model or tokenizer folder, an --out_dir that exists, is a file or is the model folder, a
+bad --max_positions, Ctrl-C. What each case asserts, and the shared assets: cli_contract.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from cli_contract import Call, Cases, copy, model_classes, run_case, write
+
+pytest_plugins = ["cli_assets"]
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+case = Cases("export_ctranslate2")
+
+
+model_classes(case, "--model_dir", lambda t, a, m: ["--model_dir", m, "--out_dir", t / "ct2"])
+
+
+@case("tokenizer-folder-without-tokenizer-json")
+def _(t, a):
+    (t / "tok").mkdir()
+    return Call(["--model_dir", a.model, "--tokenizer", t / "tok", "--out_dir", t / "ct2"], 2,
+                ("--tokenizer", str(t / "tok"), "no tokenizer.json"))
+
+
+@case("out-dir-exists")
+def _(t, a):
+    write(t / "ct2" / "mine.txt", "keep")
+    return Call(["--model_dir", a.model, "--out_dir", t / "ct2"], 2, ("--out_dir", str(t / "ct2"), "--overwrite"))
+
+
+@case("out-dir-exists-overwrite")
+def _(t, a):
+    write(t / "ct2" / "mine.txt", "old")
+
+    def check(stdout, stderr):
+        assert not (t / "ct2" / "mine.txt").exists() and (t / "ct2" / "model.bin").is_file()
+    return Call(["--model_dir", a.model, "--out_dir", t / "ct2", "--overwrite"], 0, may_change=(t / "ct2",),
+                check=check)
+
+
+@case("out-dir-is-a-file")
+def _(t, a):
+    return Call(["--model_dir", a.model, "--out_dir", write(t / "ct2", "x")], 2,
+                ("--out_dir", str(t / "ct2"), "is a file"))
+
+
+@case("out-dir-is-the-model-dir-overwrite")
+def _(t, a):
+    folder = copy(a.model, t / "model")
+    return Call(["--model_dir", folder, "--out_dir", folder, "--overwrite"], 2, ("--out_dir", str(folder)))
+
+
+@case("max-positions-0")
+def _(t, a):
+    return Call(["--model_dir", a.model, "--out_dir", t / "ct2", "--max_positions", "0"], 2, ("--max_positions",))
+
+
+@case("ctrl-c")
+def _(t, a):
+    return Call(["--model_dir", a.model, "--out_dir", t / "ct2"], 130, ("interrupted",),
+                interrupt="vaswani_hf.export.ctranslate2_spec._metadata")  # inside the atomically written folder
+
+
+@pytest.mark.parametrize("tool, build", case.params)
+def test_cli_contract(tool, build, tmp_path, assets, capfd, monkeypatch):
+    run_case(tool, build, tmp_path, assets, capfd, monkeypatch)

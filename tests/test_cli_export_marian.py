@@ -1,0 +1,65 @@
+"""The command-line contract of `vaswani-export-marian` (vaswani_hf.cli.export_marian), for every input class that
+applies to it: a broken model folder, an --out that exists, is a file or is the model folder, one language given without
+the other, Ctrl-C. What each case asserts, and the shared assets: cli_contract.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from cli_contract import Call, Cases, copy, model_classes, run_case, write
+
+pytest_plugins = ["cli_assets"]
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+case = Cases("export_marian")
+
+
+model_classes(case, "--model_dir", lambda t, a, m: ["--model_dir", m, "--out", t / "marian"])
+
+
+@case("out-exists")
+def _(t, a):
+    write(t / "marian" / "mine.txt", "keep")
+    return Call(["--model_dir", a.model, "--out", t / "marian"], 2, ("--out", str(t / "marian"), "--overwrite"))
+
+
+@case("out-exists-overwrite", pytest.mark.slow)
+def _(t, a):
+    write(t / "marian" / "mine.txt", "old")
+
+    def check(stdout, stderr):
+        assert not (t / "marian" / "mine.txt").exists()
+        assert json.loads((t / "marian" / "config.json").read_text())["model_type"] == "marian"
+    return Call(["--model_dir", a.model, "--out", t / "marian", "--overwrite"], 0, may_change=(t / "marian",),
+                check=check)
+
+
+@case("out-is-a-file")
+def _(t, a):
+    return Call(["--model_dir", a.model, "--out", write(t / "marian", "x")], 2,
+                ("--out", str(t / "marian"), "is a file"))
+
+
+@case("out-is-the-model-dir-overwrite")
+def _(t, a):
+    folder = copy(a.model, t / "model")
+    return Call(["--model_dir", folder, "--out", folder, "--overwrite"], 2, (str(folder), "model folder"))
+
+
+@case("one-language-only")
+def _(t, a):
+    return Call(["--model_dir", a.model, "--out", t / "marian", "--source_lang", "en"], 2,
+                ("--source_lang", "--target_lang"))
+
+
+@case("ctrl-c")
+def _(t, a):
+    return Call(["--model_dir", a.model, "--out", t / "marian"], 130, ("interrupted",),
+                interrupt="vaswani_hf.export.marian._copy_tokenizer")  # inside the atomically written folder
+
+
+@pytest.mark.parametrize("tool, build", case.params)
+def test_cli_contract(tool, build, tmp_path, assets, capfd, monkeypatch):
+    run_case(tool, build, tmp_path, assets, capfd, monkeypatch)

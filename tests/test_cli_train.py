@@ -1,0 +1,316 @@
+"""The command-line contract of `vaswani-train` (vaswani_hf.cli.train), for every input class that applies to it: recipe
+and flag errors, unreadable or empty corpora in every format, tokenizer_path and output folder errors (each refused by
+--check and by a run, before anything is written), a previous run (refused, resumed, replaced), Ctrl-C. What each case
+asserts, and the shared assets: cli_contract.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_contract import BOM, GERMAN, LATIN1, LINES, Call, Cases, copy, run_case, run_main, stdout_has, write
+from cli_helpers import truncate
+
+from vaswani_hf.io import check_safetensors
+
+pytest_plugins = ["cli_assets"]
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+case = Cases("train")
+
+
+def train_argv(t, a, *extra, corpus=None, check=True):
+    return ["--recipe", a.recipe, "--data_dir", corpus or a.corpus, "--output_dir", t / "run", *extra] + \
+        (["--check"] if check else [])
+
+
+def moses(t: Path, en, de) -> Path:
+    write(t / "corpus" / "train.en", en)
+    write(t / "corpus" / "train.de", de)
+    return t / "corpus"
+
+
+def tsv(t: Path, lines) -> list:
+    write(t / "corpus" / "train.tsv", lines)
+    return ["--data_format", "tsv", "--train_data", "train.tsv"]
+
+
+def jsonl(t: Path, lines) -> list:
+    write(t / "corpus" / "train.jsonl", lines)
+    return ["--data_format", "jsonl", "--train_data", "train.jsonl"]
+
+
+@case("check-ok-writes-nothing")
+def _(t, a):
+    return Call(train_argv(t, a), 0, check=stdout_has("recipe tiny OK"))
+
+
+@case("check-output-dir-is-a-file")
+def _(t, a):
+    write(t / "run", "x")
+    return Call(train_argv(t, a), 2, ("output_dir", str(t / "run"), "is a file"))
+
+
+@case("check-output-dir-below-a-file")
+def _(t, a):
+    write(t / "file", "x")
+    return Call(train_argv(t, a, "--output_dir", t / "file" / "run"), 2, ("output_dir", str(t / "file")))
+
+
+@case("output-dir-below-a-file")
+def _(t, a):
+    write(t / "file", "x")
+    return Call(train_argv(t, a, "--output_dir", t / "file" / "run", check=False), 2, ("output_dir", str(t / "file")))
+
+
+@case("check-negative-vocab-size")
+def _(t, a):
+    return Call(train_argv(t, a, "--vocab_size", "-5"), 2, ("vocab_size", "-5"))
+
+
+@case("check-latin1-corpus")
+def _(t, a):
+    corpus = moses(t, LINES[:2], LATIN1)
+    return Call(train_argv(t, a, corpus=corpus), 2, (f"{corpus / 'train.de'}:2:", "not valid UTF-8"))
+
+
+@case("check-line-count-mismatch")
+def _(t, a):
+    corpus = moses(t, LINES, GERMAN[:2])
+    return Call(train_argv(t, a, corpus=corpus), 2,
+                (f"{corpus / 'train.en'} has 3 lines", f"{corpus / 'train.de'} has 2 lines"))
+
+
+@case("check-tsv-wrong-field-count")
+def _(t, a):
+    extra = tsv(t, ["en\tde", f"{LINES[0]}\t{GERMAN[0]}", LINES[1]])
+    return Call(train_argv(t, a, *extra, corpus=t / "corpus"), 2,
+                (f"{t / 'corpus' / 'train.tsv'}:3:", "expected 2 tab-separated fields, found 1"))
+
+
+@case("check-tsv-missing-header")
+def _(t, a):
+    extra = tsv(t, [f"{e}\t{d}" for e, d in zip(LINES, GERMAN)])
+    return Call(train_argv(t, a, *extra, corpus=t / "corpus"), 2, (f"{t / 'corpus' / 'train.tsv'}:1:", "header"))
+
+
+@case("check-jsonl-bad-json")
+def _(t, a):
+    extra = jsonl(t, [json.dumps({"en": LINES[0], "de": GERMAN[0]}), "{'en': 'single quotes'}"])
+    return Call(train_argv(t, a, *extra, corpus=t / "corpus"), 2,
+                (f"{t / 'corpus' / 'train.jsonl'}:2:", "invalid JSON"))
+
+
+@case("check-jsonl-missing-language")
+def _(t, a):
+    extra = jsonl(t, [json.dumps({"translation": {"en": LINES[0]}})])
+    return Call(train_argv(t, a, *extra, corpus=t / "corpus"), 2, (f"{t / 'corpus' / 'train.jsonl'}:1:", "'de'"))
+
+
+@case("check-0-byte-corpus")
+def _(t, a):
+    corpus = moses(t, b"", b"")
+    return Call(train_argv(t, a, corpus=corpus), 2, ("train_data", str(corpus / "train"), "no sentence pair"))
+
+
+@case("check-blank-lines-corpus")
+def _(t, a):
+    corpus = moses(t, ["", ""], [" ", ""])
+    return Call(train_argv(t, a, corpus=corpus), 2, ("train_data", str(corpus / "train"), "no sentence pair"))
+
+
+@case("check-bom-crlf-cr-corpus-handled")
+def _(t, a):
+    corpus = moses(t, BOM + "\r\n".join(LINES) + "\r\n", "\r".join(GERMAN))
+    return Call(train_argv(t, a, corpus=corpus), 0,
+                check=stdout_has("train_data: 3 pairs (3 usable)"))
+
+
+@case("check-corpus-missing")
+def _(t, a):
+    (t / "corpus").mkdir()
+    return Call(train_argv(t, a, corpus=t / "corpus"), 2, ("train_data", str(t / "corpus" / "train.en"), "not found"))
+
+
+@case("check-corpus-is-a-folder")
+def _(t, a):
+    (t / "corpus" / "train.tsv").mkdir(parents=True)
+    return Call(train_argv(t, a, "--data_format", "tsv", "--train_data", "train.tsv", corpus=t / "corpus"), 2,
+                ("train_data", str(t / "corpus" / "train.tsv"), "is a folder"))
+
+
+@case("check-data-dir-missing")
+def _(t, a):
+    return Call(train_argv(t, a, corpus=t / "absent"), 2, ("data_dir not found", str(t / "absent")))
+
+
+@case("check-tokenizer-path-missing")
+def _(t, a):
+    return Call(train_argv(t, a, "--tokenizer_path", t / "absent"), 2, ("tokenizer_path", str(t / "absent")))
+
+
+@case("check-tokenizer-path-without-tokenizer-json")
+def _(t, a):
+    (t / "tok").mkdir()
+    return Call(train_argv(t, a, "--tokenizer_path", t / "tok"), 2, (str(t / "tok"), "tokenizer.json"))
+
+
+@case("tokenizer-path-without-tokenizer-json-writes-nothing")
+def _(t, a):
+    (t / "tok").mkdir()
+    return Call(train_argv(t, a, "--tokenizer_path", t / "tok", check=False), 2, (str(t / "tok"), "tokenizer.json"))
+
+
+@case("recipe-missing")
+def _(t, a):
+    return Call(["--recipe", t / "absent.yaml", "--check"], 2, ("recipe file not found", str(t / "absent.yaml")))
+
+
+@case("recipe-invalid-yaml")
+def _(t, a):
+    recipe = write(t / "r.yaml", "d_model: [32\n")
+    return Call(["--recipe", recipe, "--check"], 2, (str(recipe), "invalid YAML"))
+
+
+@case("recipe-unknown-key")
+def _(t, a):
+    recipe = write(t / "r.yaml", "d_modle: 32\n")
+    return Call(["--recipe", recipe, "--check"], 2, (str(recipe), "'d_modle'", "'d_model'"))
+
+
+@case("recipe-latin1")
+def _(t, a):
+    recipe = write(t / "r.yaml", b"description: caf\xe9\n")
+    return Call(["--recipe", recipe, "--check"], 2, (str(recipe),))
+
+
+@case("unknown-flag")
+def _(t, a):
+    return Call(train_argv(t, a, "--d_modle", "32"), 2, ("--d_modle", "--d_model"))
+
+
+@case("bad-flag-type")
+def _(t, a):
+    return Call(train_argv(t, a, "--d_model", "wide"), 2, ("--d_model", "wide"))
+
+
+@case("translate-examples-yaml-list")
+def _(t, a):
+    return Call(train_argv(t, a, "--translate_examples", '["a b .", "c d ."]'), 0)
+
+
+@case("latin1-corpus-writes-nothing")
+def _(t, a):
+    corpus = moses(t, LINES[:2], LATIN1)
+    return Call(train_argv(t, a, corpus=corpus, check=False), 2, (f"{corpus / 'train.de'}:2:", "not valid UTF-8"))
+
+
+@case("line-count-mismatch-writes-nothing")
+def _(t, a):
+    corpus = moses(t, LINES, GERMAN[:2])
+    return Call(train_argv(t, a, corpus=corpus, check=False), 2,
+                (f"{corpus / 'train.en'} has 3 lines", f"{corpus / 'train.de'} has 2 lines"))
+
+
+@case("zero-usable-pairs-blank-lines")
+def _(t, a):
+    corpus = moses(t, ["", "", ""], ["", "", ""])
+    return Call(train_argv(t, a, corpus=corpus, check=False), 2, ("train_data",))
+
+
+@case("zero-usable-pairs-0-byte")
+def _(t, a):
+    corpus = moses(t, b"", b"")
+    return Call(train_argv(t, a, corpus=corpus, check=False), 2, ("train_data",))
+
+
+@case("previous-run-refused")
+def _(t, a):
+    copy(a.run, t / "run")
+    return Call(train_argv(t, a, check=False), 2, ("output_dir", str(t / "run"), "previous run", "--resume",
+                                                  "--overwrite"))
+
+
+@case("previous-run-refused-by-check")
+def _(t, a):
+    copy(a.run, t / "run")
+    return Call(train_argv(t, a), 2, ("output_dir", str(t / "run"), "previous run", "--resume", "--overwrite"))
+
+
+@case("output-dir-not-a-run")
+def _(t, a):
+    write(t / "run" / "mine.txt", "keep")
+    return Call(train_argv(t, a, check=False), 2, ("output_dir", str(t / "run"), "not empty"))
+
+
+@case("export-dir-is-a-file")
+def _(t, a):
+    write(t / "export", "x")
+    return Call(train_argv(t, a, "--export_dir", t / "export"), 2, ("export_dir", str(t / "export"), "is a file"))
+
+
+@case("resume-changed-architecture")
+def _(t, a):
+    copy(a.run, t / "run")
+    return Call(train_argv(t, a, "--resume", "--d_model", "64", "--max_steps", "6", check=False), 2,
+                ("--resume", "d_model=32", "64"))
+
+
+@case("resume-all-checkpoints-corrupt")
+def _(t, a):
+    copy(a.run, t / "run")
+    for step in (2, 4):
+        truncate(t / "run" / f"checkpoint-{step}" / "model.safetensors")
+    return Call(train_argv(t, a, "--resume", "--max_steps", "6", check=False), 2,
+                ("--resume", "no checkpoint", str(t / "run")))
+
+
+@case("resume-newest-checkpoint-corrupt-falls-back", pytest.mark.slow)
+def _(t, a):
+    run = copy(a.run, t / "run")
+    truncate(run / "checkpoint-4" / "model.safetensors")
+
+    def check(stdout, stderr):
+        assert "skipping checkpoint-4" in stdout + stderr and "resuming from" in stdout
+        state = json.loads((run / "checkpoint-6" / "trainer_state.json").read_text(encoding="utf-8"))
+        assert state["global_step"] == 6
+        check_safetensors(run / "checkpoint-4" / "model.safetensors")  # written again, whole
+        assert json.loads((run / "metrics.json").read_text(encoding="utf-8"))["global_step"] == 6
+    return Call(train_argv(t, a, "--resume", "--max_steps", "6", check=False), 0, may_change=(run,), check=check)
+
+
+@case("overwrite-replaces-previous-run", pytest.mark.slow)
+def _(t, a):
+    run = copy(a.run, t / "run")
+    write(run / "notes.txt", "mine, not the run's")
+    write(run / "checkpoint-4" / "stale.txt", "from the previous run")
+    (run / "checkpoint-8").mkdir()
+
+    def check(stdout, stderr):
+        assert (run / "notes.txt").read_text(encoding="utf-8") == "mine, not the run's"
+        assert not (run / "checkpoint-4" / "stale.txt").exists() and not (run / "checkpoint-8").exists()
+        assert (run / "hub" / "model.safetensors").is_file() and (run / "checkpoint-4" / "model.safetensors").is_file()
+    return Call(train_argv(t, a, "--overwrite", check=False), 0, may_change=(run,), check=check)
+
+
+@case("ctrl-c")
+def _(t, a):
+    return Call(train_argv(t, a, check=False), 130, ("interrupted",), interrupt="vaswani_hf.training.run.run_training")
+
+
+@pytest.mark.parametrize("tool, build", case.params)
+def test_cli_contract(tool, build, tmp_path, assets, capfd, monkeypatch):
+    run_case(tool, build, tmp_path, assets, capfd, monkeypatch)
+
+
+def test_train_on_zero_usable_pairs_exports_no_model(tmp_path, assets, capfd, monkeypatch):
+    """A training split whose pairs are all blank (one side holding a space) ends with exit status 2 and the error,
+    naming train_data, as stderr's last line; no model or checkpoint is exported."""
+    monkeypatch.chdir(tmp_path)
+    corpus = moses(tmp_path, ["", "", ""], ["", " ", ""])
+    code, _ = run_main("train", train_argv(tmp_path, assets, corpus=corpus, check=False))
+    err = capfd.readouterr().err
+    assert code == 2 and "Traceback" not in err and "train_data" in err.splitlines()[-1]
+    assert not (tmp_path / "run" / "hub").exists() and not list((tmp_path / "run").glob("checkpoint-*"))

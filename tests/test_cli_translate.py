@@ -1,0 +1,162 @@
+"""The command-line contract of `vaswani-translate` (vaswani_hf.cli.translate), for every input class that applies to
+it: a broken model folder, a missing or unreadable input, byte-order marks, CRLF and lone CR, input from stdin, lines
+beyond a model's positions, an existing or impossible --output, Ctrl-C. What each case asserts, and the shared assets:
+cli_contract.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from cli_contract import (BOM, LATIN1, LINES, LONG, TRANSLATE_OPTIONS, Assets, Call, Cases, model_classes, run_case,
+                          translated, write)
+
+pytest_plugins = ["cli_assets"]
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+case = Cases("translate")
+
+
+def translate_argv(t, a, source, *extra, model=None):
+    return [source, "--model", model or a.model, *TRANSLATE_OPTIONS, *extra]
+
+
+model_classes(case, "--model", lambda t, a, m: translate_argv(t, a, a.plain, "--output", t / "o.txt", model=m))
+
+
+@case("input-missing")
+def _(t, a):
+    return Call(translate_argv(t, a, t / "absent.txt"), 2, ("input file not found", str(t / "absent.txt")))
+
+
+@case("input-is-a-folder")
+def _(t, a):
+    (t / "texts").mkdir()
+    return Call(translate_argv(t, a, t / "texts"), 2, (str(t / "texts"), "is a folder"))
+
+
+@case("input-0-byte")
+def _(t, a):
+    return Call(translate_argv(t, a, write(t / "in.txt", b""), "--output", t / "o.txt"), 0,
+                may_change=(t / "o.txt",), check=translated(t / "o.txt", []))
+
+
+@case("input-empty-lines")
+def _(t, a):
+    return Call(translate_argv(t, a, write(t / "in.txt", ["", " ", ""]), "--output", t / "o.txt"), 0,
+                may_change=(t / "o.txt",), check=translated(t / "o.txt", ["", "", ""]))
+
+
+@case("bom-only-first-line")
+def _(t, a):
+    source = write(t / "in.txt", BOM + "\n" + "\n".join(LINES) + "\n")
+    return Call(translate_argv(t, a, source, "--output", t / "o.txt"), 0, may_change=(t / "o.txt",),
+                check=translated(t / "o.txt", ["", *a.translations]))
+
+
+@case("bom-before-text")
+def _(t, a):
+    source = write(t / "in.txt", BOM + "\n".join(LINES) + "\n")
+    return Call(translate_argv(t, a, source, "--output", t / "o.txt"), 0, may_change=(t / "o.txt",),
+                check=translated(t / "o.txt", a.translations))
+
+
+@case("crlf")
+def _(t, a):
+    source = write(t / "in.txt", "\r\n".join(LINES) + "\r\n")
+    return Call(translate_argv(t, a, source, "--output", t / "o.txt"), 0, may_change=(t / "o.txt",),
+                check=translated(t / "o.txt", a.translations))
+
+
+@case("lone-cr")
+def _(t, a):
+    source = write(t / "in.txt", "\r".join(LINES))
+    return Call(translate_argv(t, a, source, "--output", t / "o.txt"), 0, may_change=(t / "o.txt",),
+                check=translated(t / "o.txt", a.translations))
+
+
+@case("latin1")
+def _(t, a):
+    source = write(t / "latin1.txt", LATIN1)
+    return Call(translate_argv(t, a, source, "--output", t / "o.txt"), 2, (f"{source}:2:", "not valid UTF-8"))
+
+
+@case("stdin-latin1")
+def _(t, a):
+    return Call(translate_argv(t, a, "-", "--output", t / "o.txt"), 2, ("<stdin>:2:", "not valid UTF-8"), stdin=LATIN1)
+
+
+@case("stdin-bom-crlf")
+def _(t, a):
+    return Call(translate_argv(t, a, "-", "--output", t / "o.txt"), 0, may_change=(t / "o.txt",),
+                stdin=(BOM + "\r\n".join(LINES) + "\r\n").encode(), check=translated(t / "o.txt", a.translations))
+
+
+@case("over-long-line-learned-positions")
+def _(t, a):
+    source = write(t / "long.txt", [LINES[0], LONG])
+    return Call(translate_argv(t, a, source, "--output", t / "o.txt", model=a.learned), 2, (f"{source}:2",))
+
+
+def line_of_tokens(a: Assets, low: int, high: int) -> str:
+    """A sentence of `low`..`high` tokens (with </s>) for the tiny model's tokenizer."""
+    from transformers import AutoTokenizer
+
+    tokenizer, words = AutoTokenizer.from_pretrained(a.model), []
+    for word in LONG.split():
+        words.append(word)
+        if low <= len(tokenizer(" ".join(words))["input_ids"]) <= high:
+            return " ".join(words)
+    raise AssertionError("no such sentence")
+
+
+@case("line-fits-but-output-limit-exceeds-learned-positions")
+def _(t, a):
+    source = write(t / "long.txt", [LINES[0], line_of_tokens(a, 29, 31)])
+    return Call(translate_argv(t, a, source, "--output", t / "o.txt", model=a.learned), 0, may_change=(t / "o.txt",))
+
+
+@case("over-long-line-ctranslate2")
+def _(t, a):
+    source = write(t / "long.txt", [LINES[0], LONG])
+    return Call(translate_argv(t, a, source, "--output", t / "o.txt", "--engine", "ctranslate2", model=a.ct2), 2,
+                (f"{source}:2",))
+
+
+@case("output-exists")
+def _(t, a):
+    return Call(translate_argv(t, a, a.plain, "--output", write(t / "o.txt", "mine\n")), 2,
+                ("--output", str(t / "o.txt"), "exists", "--overwrite"))
+
+
+@case("output-exists-overwrite")
+def _(t, a):
+    return Call(translate_argv(t, a, a.plain, "--output", write(t / "o.txt", "mine\n"), "--overwrite"), 0,
+                may_change=(t / "o.txt",), check=translated(t / "o.txt", a.translations))
+
+
+@case("output-is-a-folder")
+def _(t, a):
+    (t / "out").mkdir()
+    return Call(translate_argv(t, a, a.plain, "--output", t / "out"), 2, ("--output", str(t / "out"), "is a folder"))
+
+
+@case("output-folder-missing")
+def _(t, a):
+    return Call(translate_argv(t, a, a.plain, "--output", t / "nowhere" / "o.txt"), 2,
+                ("--output", str(t / "nowhere"), "does not exist"))
+
+
+@case("bad-flag-value")
+def _(t, a):
+    return Call(translate_argv(t, a, a.plain, "--num_beams", "0"), 2, ("--num_beams",))
+
+
+@case("ctrl-c")
+def _(t, a):
+    return Call(translate_argv(t, a, a.plain, "--output", t / "o.txt"), 130, ("interrupted",),
+                interrupt="vaswani_hf.inference.translate")
+
+
+@pytest.mark.parametrize("tool, build", case.params)
+def test_cli_contract(tool, build, tmp_path, assets, capfd, monkeypatch):
+    run_case(tool, build, tmp_path, assets, capfd, monkeypatch)

@@ -1,0 +1,74 @@
+"""The command-line contract of `vaswani-visualize-attention` (vaswani_hf.cli.visualize_attention), for every input
+class that applies to it: a broken model folder, an --out that exists or is a file, an empty or over-long source or
+target, a bad --alignment, Ctrl-C. What each case asserts, and the shared assets: cli_contract.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from cli_contract import GERMAN, LINES, LONG, Call, Cases, model_classes, run_case, write
+
+pytest_plugins = ["cli_assets"]
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+case = Cases("visualize_attention")
+
+
+def visualize_argv(t, model, source=LINES[0], *extra):
+    return ["--model_dir", model, "--source", source, "--out", t / "vis", "--num_beams", "1", "--max_new_tokens", "3",
+            *extra]
+
+
+model_classes(case, "--model_dir", lambda t, a, m: visualize_argv(t, m))
+
+
+@case("out-exists")
+def _(t, a):
+    write(t / "vis" / "mine.txt", "keep")
+    return Call(visualize_argv(t, a.model), 2, ("--out", str(t / "vis"), "not empty", "--overwrite"))
+
+
+@case("out-exists-overwrite", pytest.mark.slow)
+def _(t, a):
+    write(t / "vis" / "mine.txt", "old")
+
+    def check(stdout, stderr):
+        assert not (t / "vis" / "mine.txt").exists() and (t / "vis" / "diagnostics.txt").is_file()
+    return Call(visualize_argv(t, a.model, LINES[0], "--overwrite"), 0, may_change=(t / "vis",), check=check)
+
+
+@case("out-is-a-file")
+def _(t, a):
+    write(t / "vis", "x")
+    return Call(visualize_argv(t, a.model), 2, ("--out", str(t / "vis"), "is a file"))
+
+
+@case("empty-source")
+def _(t, a):
+    return Call(visualize_argv(t, a.model, " "), 2, ("--source", "empty"))
+
+
+@case("over-long-source-learned-positions")
+def _(t, a):
+    return Call(visualize_argv(t, a.learned, LONG), 2, ("--source", "32 positions"))
+
+
+@case("over-long-target-learned-positions")
+def _(t, a):
+    return Call(visualize_argv(t, a.learned, LINES[0], "--target", LONG), 2, ("--target", "32 positions"))
+
+
+@case("bad-alignment")
+def _(t, a):
+    return Call(visualize_argv(t, a.model, LINES[0], "--target", GERMAN[0], "--alignment", "0-0 1:1"), 2,
+                ("--alignment", "'1:1'"))
+
+
+@case("ctrl-c")
+def _(t, a):
+    return Call(visualize_argv(t, a.model), 130, ("interrupted",), interrupt="vaswani_hf.visualize.visualize")
+
+
+@pytest.mark.parametrize("tool, build", case.params)
+def test_cli_contract(tool, build, tmp_path, assets, capfd, monkeypatch):
+    run_case(tool, build, tmp_path, assets, capfd, monkeypatch)
