@@ -6,12 +6,13 @@ from __future__ import annotations
 import pytest
 
 from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
-from vaswani_hf.training import build_training_arguments, load_recipe
+from vaswani_hf.training import World, build_training_arguments, load_recipe, plan_run
 from vaswani_hf.training.budget import (
     activation_bytes_per_token,
     approximate_parameters,
     device_capacity,
     split_update,
+    tokens_per_device,
 )
 
 GB = 10 ** 9
@@ -56,18 +57,20 @@ def test_memory_estimate_matches_the_measured_base_model():
 
 
 @pytest.mark.parametrize("world", [1, 2, 8])
-def test_the_wmt_recipe_on_cpu_processes(world):
-    """The recipe as shipped, on `world` CPU processes of this machine (their RAM shared): the Trainer's accumulation
-    and the per-device budget give ~25000 tokens per update."""
-    recipe = load_recipe("wmt14-en-de-base", check_paths=False)
+def test_the_wmt_recipe_on_cpu_processes(world, tmp_path):
+    """The recipe as shipped, on `world` CPU processes of this machine (their RAM shared): the run's plan holds the
+    per-device budget, and the Trainer's accumulation with it gives ~25000 tokens per update."""
+    recipe = load_recipe("wmt14-en-de-base", {"output_dir": str(tmp_path / "run")})
     assert recipe.max_tokens_per_device == "auto" and recipe.tokens_per_step == 25000
-    tokens, accumulation = recipe.tokens_per_device(world, "cpu", local_processes=world)
+    plan = plan_run(recipe, world=World(processes=world, local_processes=world))
+    tokens, accumulation = plan.max_tokens, plan.accumulation
+    assert (tokens, accumulation) == tokens_per_device(recipe, world, device="cpu", local_processes=world)
     assert tokens <= 4096 and 25000 <= tokens * world * accumulation < 25000 + world * accumulation
-    assert build_training_arguments(recipe, world_size=world).gradient_accumulation_steps == accumulation
+    assert plan.tokens_per_update == tokens * world * accumulation
+    assert build_training_arguments(plan).gradient_accumulation_steps == accumulation
 
 
 def test_a_number_in_the_recipe_wins():
-    recipe = load_recipe("wmt14-en-de-base", {"max_tokens_per_device": 2000}, check_paths=False)
-    assert [recipe.tokens_per_device(w) for w in (1, 2, 8)] == [(2000, 13), (2000, 7), (2000, 2)]
-    fixed = load_recipe("default", check_paths=False)
-    assert fixed.tokens_per_device(2) == (1024, 1)
+    recipe = load_recipe("wmt14-en-de-base", {"max_tokens_per_device": 2000})
+    assert [tokens_per_device(recipe, w) for w in (1, 2, 8)] == [(2000, 13), (2000, 7), (2000, 2)]
+    assert tokens_per_device(load_recipe("default"), 2) == (1024, 1)

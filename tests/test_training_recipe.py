@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import REPO, write_recipe_yaml
 
-from vaswani_hf.training import RecipeError, load_recipe
+from vaswani_hf.training import RecipeError, World, load_recipe, plan_run
 
 TRAIN = REPO / "scripts" / "train.py"
 
@@ -19,9 +19,9 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_bundled_recipes_load_and_have_the_paper_settings():
-    base = load_recipe("wmt14-en-de-base", check_paths=False)
-    big = load_recipe("wmt14-en-de-big", check_paths=False)
-    fr = load_recipe("wmt14-en-fr-big", check_paths=False)
+    base = load_recipe("wmt14-en-de-base")
+    big = load_recipe("wmt14-en-de-big")
+    fr = load_recipe("wmt14-en-fr-big")
     for r in (base, big, fr):
         assert (r["adam_beta1"], r["adam_beta2"], r["adam_epsilon"], r["warmup_steps"]) == (0.9, 0.98, 1e-9, 4000)
         assert r["hub_dataset"] == "wmt14" and r["label_smoothing"] == 0.1 and r["weight_decay"] == 0.0
@@ -32,12 +32,19 @@ def test_bundled_recipes_load_and_have_the_paper_settings():
     assert (fr["max_steps"], fr["dropout"], fr["average_last"], fr["vocab_size"]) == (300000, 0.1, 20, 32000)
     assert fr["tgt_lang"] == "fr" and fr["hub_config"] == "fr-en"
     assert base["max_tokens_per_device"] == "auto"  # 25000 tokens per update on any device: test_training_budget.py
-    m30k = load_recipe("multi30k-en-de")  # data found relative to the repository
+    m30k = load_recipe("multi30k-en-de")
     assert m30k["bleu_tokenize"] == "none" and "tok" in m30k["data_dir"]
     load_recipe("default")
 
 
-def test_bf16_recipe_builds_cpu_training_arguments_without_an_accelerator(monkeypatch):
+def test_the_multi30k_recipe_finds_its_data_relative_to_the_repository(tmp_path):
+    plan = plan_run(load_recipe("multi30k-en-de", {"output_dir": str(tmp_path / "run")}))
+    if not plan.sources["train"].path.parent.is_dir():
+        pytest.skip("Multi30k not found")
+    assert plan.sources["train"].path.name == "train.lc.norm.tok"
+
+
+def test_bf16_recipe_builds_cpu_training_arguments_without_an_accelerator(monkeypatch, tmp_path):
     """transformers refuses bf16=True on a machine without an accelerator unless use_cpu is set; CPU bf16 autocast
     works (and is fast on CPUs with AMX / AVX512-BF16), so a bf16 recipe must still build its arguments there."""
     import torch
@@ -47,7 +54,8 @@ def test_bf16_recipe_builds_cpu_training_arguments_without_an_accelerator(monkey
     if hasattr(torch, "accelerator"):
         monkeypatch.setattr(torch.accelerator, "is_available", lambda: False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    args = build_training_arguments(load_recipe("default", {"bf16": True}), world_size=1)
+    plan = plan_run(load_recipe("default", {"bf16": True, "output_dir": str(tmp_path / "run")}), world=World())
+    args = build_training_arguments(plan)
     assert args.bf16 and args.use_cpu
 
 
@@ -58,10 +66,10 @@ def test_bad_recipe_input_errors_clearly(tmp_path):
         load_recipe("default", {"d_model": "wide"})
     with pytest.raises(RecipeError, match="max_steps must be int"):
         load_recipe("default", {"max_steps": 1.5})
-    with pytest.raises(RecipeError, match="corpus file not found: .*missing.en"):
-        load_recipe("default", {"data_format": "moses", "data_dir": str(tmp_path), "train_data": "missing"})
+    with pytest.raises(RecipeError, match="train_data: corpus file not found: .*missing.en"):
+        plan_run(load_recipe("default", {"data_format": "moses", "data_dir": str(tmp_path), "train_data": "missing"}))
     with pytest.raises(RecipeError, match="data_dir not found"):
-        load_recipe("multi30k-en-de", {"data_dir": str(tmp_path / "nowhere")})
+        plan_run(load_recipe("multi30k-en-de", {"data_dir": str(tmp_path / "nowhere")}))
     bad_yaml = write_recipe_yaml(tmp_path / "bad.yaml", {"d_model": 64, "nonsense": 1})
     with pytest.raises(RecipeError, match="unknown recipe key.*'nonsense'"):
         load_recipe(bad_yaml)
@@ -83,3 +91,50 @@ def test_cli_rejects_bad_input_before_training(tmp_path):
         assert proc.returncode == 2, proc.stderr
         assert message in proc.stderr and "Traceback" not in proc.stderr
         assert not out.exists()  # nothing was started
+
+
+def test_every_key_declares_its_range_and_the_recipe_checks_it():
+    """Each numeric key refuses NaN and infinity and a value beyond its declared range, naming the key; the bound is
+    shown by --list-keys."""
+    from vaswani_hf.training.recipe import _FIELDS, _HINTS, format_keys
+
+    numeric = [name for name, hint in _HINTS.items() if hint in (int, float) or
+               set(__import__("typing").get_args(hint)) & {int, float}]
+    assert len(numeric) > 30
+    for name in numeric:
+        bound = _FIELDS[name].metadata["bound"]
+        assert bound.min is not None and bound.max is not None, f"{name} declares no range"
+        for bad in ([float("nan"), float("inf"), -float("inf")] if float in (_HINTS[name],
+                    *__import__("typing").get_args(_HINTS[name])) else []) + [bound.max * 10 + 1]:
+            with pytest.raises(RecipeError, match=rf"--{name}: {name} must "):
+                load_recipe("default", {name: bad})
+    assert "[in [0, 1)]" in format_keys()
+
+
+@pytest.mark.parametrize("text, message", [
+    ("a: &x [1, 2]\nb: *x\n", "YAML aliases (*x) are not allowed"),
+    ("".join(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9 if i else ["lol"] * 9) + "]\n" for i in range(9)),
+     "YAML aliases"),  # the "billion laughs": refused before anything expands
+    ("d_model: [1, 2\n", "invalid YAML"),
+    ("- just\n- a list\n", "a recipe is a mapping of keys to values, got list"),
+    ("d_model: 64\n" * 2 + "x" * 2_000_000, "is not a recipe"),
+])
+def test_recipe_files_are_read_with_bounded_work(tmp_path, text, message):
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    with pytest.raises(RecipeError) as error:
+        load_recipe(path)
+    assert str(error.value).startswith(str(path)) and message in str(error.value)
+    assert len(str(error.value)) < 500
+
+
+def test_keys_that_contradict_each_other_are_refused():
+    cases = [({"max_tokens_per_device": 64, "max_length": 128}, "max_tokens_per_device 64 is below max_length 128"),
+             ({"src_lang": "en", "tgt_lang": "en"}, "two different language codes"),
+             ({"bf16": True, "fp16": True}, "at most one of bf16 and fp16"),
+             ({"data_format": "hub"}, "needs hub_dataset"),
+             ({"report_to": "nonsense"}, "unknown integration 'nonsense'"),
+             ({"max_steps": 0, "num_train_epochs": 0.0}, "set max_steps > 0 or num_train_epochs > 0")]
+    for overrides, message in cases:
+        with pytest.raises(RecipeError, match=message):
+            load_recipe("default", overrides)

@@ -37,10 +37,6 @@ def _main(argv: Sequence[str]) -> int:
     from ..training.checkpoints import AVERAGED, last_checkpoints, save_averaged_checkpoint
 
     args = build_parser().parse_args(argv)
-    inputs = {"--run_dir": args.run_dir} if args.run_dir else \
-        {f"--checkpoints ({i + 1})": path for i, path in enumerate(args.checkpoints)}
-    declare_paths(inputs=inputs, outputs={"--out": args.out})
-    io.check_output_dir(args.out, overwrite=args.overwrite, what="--out", kind=AVERAGED)
     warning = None
     if args.run_dir:
         run_dir = Path(args.run_dir)
@@ -53,6 +49,10 @@ def _main(argv: Sequence[str]) -> int:
             warning = f"warning: asked for the last {args.last} checkpoints, found {len(folders)}"
     else:
         folders = [Path(p) for p in args.checkpoints]
+    # the inputs are the checkpoints averaged: --out may be a new folder inside --run_dir, never one of them
+    flag = "--run_dir" if args.run_dir else "--checkpoints"
+    declare_paths(inputs={f"{flag}'s {folder.name}": folder for folder in folders}, outputs={"--out": args.out})
+    io.check_output_dir(args.out, overwrite=args.overwrite, what="--out", kind=AVERAGED)
     for folder in folders:  # every input named before anything is written
         if folder.is_dir() and not (folder / "model.safetensors").is_file():
             raise io.UsageError(f"{folder}: no model.safetensors; averaging needs safetensors checkpoints")

@@ -22,7 +22,17 @@ from .checkpoints import (
 )
 from .objective import LabelSmoothedLoss, label_smoothed_nll
 from .plan import RunPlan, World, plan_run
-from .recipe import SECTIONS, Recipe, RecipeError, defaults, format_keys, list_recipes, load_recipe, recipe_path
+from .recipe import (
+    SECTIONS,
+    Recipe,
+    RecipeError,
+    defaults,
+    format_keys,
+    list_recipes,
+    load_recipe,
+    recipe_path,
+    value_from_text,
+)
 from .report import export_hub_folder, plot_history
 from .run import build_training_arguments, run_training
 from .schedule import (
@@ -37,6 +47,7 @@ from .trainer import VaswaniTrainer
 
 __all__ = [
     "Recipe", "RecipeError", "SECTIONS", "defaults", "format_keys", "load_recipe", "recipe_path", "list_recipes",
+    "value_from_text",
     "RunPlan", "World", "plan_run", "split_sources", "resolve_path", "resolve_dir",
     "paper_learning_rate", "paper_lr_lambda", "get_paper_schedule", "paper_optimizer_cls_and_kwargs",
     "with_fused_adam", "VaswaniTrainer", "LabelSmoothedLoss", "label_smoothed_nll", "WallClockCallback",

@@ -151,12 +151,10 @@ def plan_run(recipe: Recipe, *, overwrite: bool = False, world: World | None = N
 
 
 def _guard(inputs: dict, outputs: dict) -> None:
-    """The one output guard, with the errors as recipe errors."""
+    """The one output guard, each output against the inputs (export_dir may lie inside output_dir: `preflight`)."""
     for name, path in outputs.items():
-        try:
+        with preflight.recipe_errors():
             io.check_paths(inputs, {name: path})
-        except io.UsageError as error:
-            raise RecipeError(str(error)) from None
 
 
 def check_devices(recipe: Recipe, world: World) -> None:

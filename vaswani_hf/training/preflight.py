@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,9 +54,21 @@ def previous_run_files(output_dir: Path) -> list[Path]:
     return sorted({p for pattern in RUN_FILES for p in output_dir.glob(pattern)})
 
 
+@contextmanager
+def recipe_errors():
+    """The file rules' UsageErrors as RecipeErrors (the same one line and exit status; callers catch RecipeError)."""
+    try:
+        yield
+    except RecipeError:
+        raise
+    except io.UsageError as error:
+        raise RecipeError(str(error)) from None
+
+
 def decide_output_dir(recipe: Recipe, out: Path, *, overwrite: bool, processes: int = 1) -> OutputDecision:
     """The output folder decision (see the module docstring), or RecipeError."""
-    io.check_output_dir(out, overwrite=True, what="output_dir", replaced=False)  # a folder, or nothing yet
+    with recipe_errors():
+        io.check_output_dir(out, overwrite=True, what="output_dir", replaced=False)  # a folder, or nothing yet
     if io.folder_in_use(out):
         raise RecipeError(f"output_dir {out} is in use by another run (it holds the folder's lock); wait for it to "
                           "finish, or choose another output_dir")
@@ -122,7 +135,8 @@ def check_export_dir(export: Path, out: Path, *, overwrite: bool) -> None:
                               "export_dir")
         if first == "hub" or not export.exists():
             return
-    io.check_output_dir(export, overwrite=overwrite, what="export_dir", kind=HUB_FOLDER)
+    with recipe_errors():
+        io.check_output_dir(export, overwrite=overwrite, what="export_dir", kind=HUB_FOLDER)
 
 
 def check_same_architecture(recipe: Recipe, checkpoint: Path) -> None:

@@ -1,0 +1,115 @@
+"""vaswani_hf.io.models: model folders checked cheaply before loading, and loaded strictly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vaswani_hf import io
+from vaswani_hf.io import (
+    UsageError,
+    check_model_folder,
+    check_safetensors,
+)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Model folders
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _weights(path: Path) -> Path:
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({"w": torch.arange(64, dtype=torch.float32), "b": torch.zeros(3)}, str(path))
+    return path
+
+
+def _model_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "vaswani", "d_model": 32}, indent=2))
+    _weights(folder / "model.safetensors")
+    (folder / "tokenizer.json").write_text(json.dumps({"version": "1.0"}))
+    return folder
+
+
+def test_check_safetensors(tmp_path):
+    path = _weights(tmp_path / "w.safetensors")
+    header = check_safetensors(path)
+    assert set(header) >= {"w", "b"} and header["w"]["shape"] == [64]
+    data = path.read_bytes()
+    for cut in (len(data) - 1, len(data) - 200, 100, 9, 4, 0):
+        broken = tmp_path / f"cut{cut}.safetensors"
+        broken.write_bytes(data[:cut])
+        with pytest.raises(UsageError) as error:
+            check_safetensors(broken)
+        assert str(error.value).startswith(f"{broken}: truncated or corrupt safetensors weights"), cut
+    garbage = tmp_path / "garbage.safetensors"
+    garbage.write_bytes((20).to_bytes(8, "little") + b"\xff" * 30)
+    with pytest.raises(UsageError, match=r"garbage\.safetensors: truncated or corrupt .*unreadable header"):
+        check_safetensors(garbage)
+
+
+def test_check_model_folder(tmp_path):
+    folder = _model_folder(tmp_path)
+    assert check_model_folder(folder) == folder
+    assert check_model_folder(str(folder)) == folder
+    assert check_model_folder("some-org/some-model") == "some-org/some-model"  # a Hub id: checked when loaded
+
+    with pytest.raises(UsageError, match=r"^--model not found: .*absent$"):
+        check_model_folder(tmp_path / "absent", what="--model")
+    with pytest.raises(UsageError, match=r"^model folder .*config\.json is a file; give the folder"):
+        check_model_folder(folder / "config.json")
+
+    (folder / "tokenizer.json").unlink()
+    with pytest.raises(UsageError, match=r"model: no tokenizer\.json; save the tokenizer into the model folder"):
+        check_model_folder(folder)
+    assert check_model_folder(folder, tokenizer=False) == folder
+    (folder / "tokenizer.json").write_text("{\n")
+    with pytest.raises(UsageError, match=r"tokenizer\.json:2: invalid JSON"):
+        check_model_folder(folder)
+    (folder / "tokenizer.json").write_text("{}")
+
+    data = (folder / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(data[:-10])
+    with pytest.raises(UsageError, match=r"model\.safetensors: truncated or corrupt"):
+        check_model_folder(folder)
+    (folder / "model.safetensors").unlink()
+    (folder / "pytorch_model.bin").write_bytes(b"pickle")
+    with pytest.raises(UsageError, match=r"no model\.safetensors \(pytorch_model\.bin is not read"):
+        check_model_folder(folder)
+    _weights(folder / "model.safetensors")
+
+    (folder / "config.json").write_text('{\n  "model_type": "vaswani",\n  "d_model": 32,\n}\n')
+    with pytest.raises(UsageError) as error:
+        check_model_folder(folder)
+    assert str(error.value).startswith(f"{folder / 'config.json'}:4: invalid JSON")
+    (folder / "config.json").write_text('{"d_model": 32}')
+    with pytest.raises(UsageError, match=r"config\.json: no model_type"):
+        check_model_folder(folder)
+    (folder / "config.json").unlink()
+    with pytest.raises(UsageError, match=r"config\.json of model folder .* not found"):
+        check_model_folder(folder)
+
+
+def test_check_model_folder_sharded_weights(tmp_path):
+    folder = _model_folder(tmp_path)
+    (folder / "model.safetensors").rename(folder / "model-00001-of-00002.safetensors")
+    index = {"weight_map": {"w": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(UsageError, match=r"model-00002-of-00002\.safetensors: weight shard named by .* is missing"):
+        check_model_folder(folder)
+    _weights(folder / "model-00002-of-00002.safetensors")
+    assert check_model_folder(folder) == folder
+
+
+def test_load_model_folder_names_the_folder(tmp_path):
+    """A folder that passes the cheap check but does not load is still one UsageError naming it (here a
+    tokenizer.json that is JSON but no tokenizer: transformers raises KeyError)."""
+    folder = _model_folder(tmp_path)
+    with pytest.raises(UsageError, match=r"^--model .*model: cannot be loaded \("):
+        io.load_model_folder(folder, what="--model")
