@@ -32,6 +32,7 @@ from vaswani_hf.cli import export_ctranslate2 as cli  # noqa: E402
 from vaswani_hf.export.ctranslate2 import CTranslate2Translator, gnmt_length_penalty  # noqa: E402
 from vaswani_hf.export.ctranslate2_spec import to_ctranslate2  # noqa: E402
 from vaswani_hf.export.marian import from_marian, to_marian  # noqa: E402
+from vaswani_hf.generation_vaswani import default_generation_config  # noqa: E402
 from vaswani_hf.io import UsageError  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -40,8 +41,8 @@ WORDS = [f"w{i}" for i in range(24)]
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
 
 
-def make_tokenizer() -> PreTrainedTokenizerFast:
-    vocab = {token: i for i, token in enumerate(SPECIALS + WORDS)}
+def make_tokenizer(words=WORDS) -> PreTrainedTokenizerFast:
+    vocab = {token: i for i, token in enumerate(SPECIALS + words)}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 2)])
@@ -232,6 +233,48 @@ def test_empty_lines_rule(trained):
     assert_same_texts_or_near_ties(trained["model"], trained["tokenizer"], ["w1 w2 w3"], ours, out[2:])
 
 
+def test_outputs_follow_the_front_end_both_engines_share(trained, monkeypatch):
+    """Lines in, lines out by vaswani_hf.translation_frontend, as for our generate(): an output the tokenizer decodes
+    with line breaks or surrounding spaces comes back as one stripped line; empty lines are not decoded."""
+    translator = CTranslate2Translator(trained["fp32"])
+    searched = []
+    monkeypatch.setattr(translator, "_search", lambda sources, *args: searched.append(len(sources)) or
+                        [["w1"] for _ in sources])
+    monkeypatch.setattr(translator, "decode", lambda tokens: " w1\nw2\u2028 ")
+    assert translator.translate([" w3 ", "", "\t", "w4"], num_beams=1) == ["w1 w2", "", "", "w1 w2"]
+    assert sum(searched) == 2
+
+
+def test_unset_options_come_from_the_export_else_from_the_paper(trained, tmp_path):
+    """Options left unset keep the generation config recorded in the export; what it does not record is the paper's
+    (generation_vaswani.default_generation_config), not a copy of it."""
+    import shutil
+
+    folder = Path(shutil.copytree(trained["fp32"], tmp_path / "ct2"))
+    metadata_path = folder / "vaswani_ctranslate2.json"
+    metadata = json.loads(metadata_path.read_text())
+    assert CTranslate2Translator(folder).generation_defaults["num_beams"] == metadata["generation"]["num_beams"]
+    metadata["generation"] = {key: None for key in metadata["generation"]} | {"length_penalty": 0.25}
+    metadata_path.write_text(json.dumps(metadata))
+    paper = default_generation_config(trained["model"].config)
+    defaults = CTranslate2Translator(folder).generation_defaults
+    assert defaults == {"num_beams": paper.num_beams, "length_penalty": 0.25,
+                        "length_penalty_type": paper.length_penalty_type, "max_length_a": paper.max_length_a,
+                        "max_length_b": paper.max_length_b, "max_new_tokens": None}
+
+
+def test_a_tokenizer_of_another_vocabulary_is_refused_before_any_work(trained, tmp_path):
+    other = make_tokenizer(WORDS + ["w24", "w25"])
+    with pytest.raises(UsageError, match=r"^the given tokenizer has 30 tokens but the given model has vocab_size 28"):
+        to_ctranslate2(trained["model"], tmp_path / "out", tokenizer=other)
+    other.save_pretrained(tmp_path / "tok")
+    with pytest.raises(UsageError) as error:
+        to_ctranslate2(trained["folder"], tmp_path / "out", tokenizer=tmp_path / "tok")
+    assert str(error.value).startswith(f"the tokenizer in {tmp_path / 'tok'} has 30 tokens but the model in "
+                                       f"{trained['folder']} has vocab_size 28")
+    assert not (tmp_path / "out").exists()
+
+
 def int8_weights(model):
     """Our model with CTranslate2's int8 weights, dequantized in float32: every weight matrix CTranslate2 quantizes
     (linear layers and embeddings; not the position table, LayerNorms or biases) rounded per output row to
@@ -358,7 +401,7 @@ def test_cli_exports_and_replaces_only_with_overwrite(trained, tmp_path, capsys)
 
 
 @pytest.mark.parametrize("case", ["missing", "file", "truncated", "config", "tokenizer", "tokenizer_flag",
-                                  "existing", "same", "max_positions"])
+                                  "tokenizer_vocabulary", "existing", "same", "max_positions"])
 def test_cli_refusals_are_one_line_exit_2_and_change_nothing(trained, tmp_path, capsys, case):
     import shutil
 
@@ -368,6 +411,8 @@ def test_cli_refusals_are_one_line_exit_2_and_change_nothing(trained, tmp_path, 
                 "truncated": ["model.safetensors: truncated or corrupt safetensors weights"],
                 "config": ["config.json:1: invalid JSON"], "tokenizer": ["no tokenizer.json"],
                 "tokenizer_flag": ["--tokenizer folder not found"],
+                "tokenizer_vocabulary": [f"the tokenizer in {tmp_path / 'tok'} has 30 tokens but the model in "
+                                         f"{folder} has vocab_size 28"],
                 "existing": ["--out_dir", "exists and is not empty", "--overwrite"],
                 "same": ["is --model_dir"], "max_positions": ["--max_positions", "must be positive"]}[case]
     if case == "missing":
@@ -382,6 +427,9 @@ def test_cli_refusals_are_one_line_exit_2_and_change_nothing(trained, tmp_path, 
         (folder / "tokenizer.json").unlink()
     elif case == "tokenizer_flag":
         extra = ["--tokenizer", str(tmp_path / "no_tokenizer")]
+    elif case == "tokenizer_vocabulary":  # another vocabulary: exit 0 with a useless export before
+        make_tokenizer(WORDS + ["w24", "w25"]).save_pretrained(tmp_path / "tok")
+        extra = ["--tokenizer", str(tmp_path / "tok")]
     elif case == "existing":
         out.mkdir()
         (out / "mine.txt").write_text("keep", encoding="utf-8")

@@ -16,6 +16,7 @@ from vaswani_hf import VaswaniForConditionalGeneration, hub
 from vaswani_hf.cli import export_marian as cli
 from vaswani_hf.export.marian import from_marian, interleaved_to_concatenated, to_marian
 from vaswani_hf.modeling_vaswani import shift_tokens_right, sinusoid_table
+from vaswani_hf.tokenization import train_bpe_tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -118,20 +119,25 @@ def test_marian_export_without_card_inputs_and_with_languages(tiny, tmp_path, ca
     assert ModelCard.load(tmp_path / "carded" / "README.md").data.eval_results is None
 
 
-@pytest.mark.parametrize("case", ["missing", "file", "truncated", "config", "tokenizer", "metrics", "existing",
-                                  "out_is_file", "same", "one_language"])
+@pytest.mark.parametrize("case", ["missing", "file", "truncated", "config", "tokenizer", "vocabulary", "metrics",
+                                  "existing", "out_is_file", "same", "one_language"])
 def test_cli_refusals_are_one_line_exit_2_and_change_nothing(tiny, tmp_path, capsys, case):
     folder = copy_folder(tiny["folder"], tmp_path / "model")
     out, extra = tmp_path / "out", []
     expected = {"missing": ["--model_dir not found"], "file": ["is a file"],
                 "truncated": ["model.safetensors: truncated or corrupt safetensors weights"],
                 "config": ["config.json:1: invalid JSON"], "tokenizer": ["no tokenizer.json"],
+                "vocabulary": [f"the tokenizer in {folder} has 260 tokens but the model in {folder} has vocab_size "
+                               f"{tiny['model'].config.vocab_size}"],
                 "metrics": ["metrics.json:1: invalid JSON"], "existing": ["--out", "exists and is not empty",
                                                                           "--overwrite"],
                 "out_is_file": ["--out", "is a file"], "same": ["is the model folder"],
                 "one_language": ["--source_lang and --target_lang"]}[case]
     folder = break_model_folder(folder, case, tmp_path)
-    if case == "metrics":
+    if case == "vocabulary":  # a tokenizer of another vocabulary: exit 0 with a useless export before
+        train_bpe_tokenizer(["a b"], vocab_size=300, show_progress=False).save_pretrained(tmp_path / "other")
+        (folder / "tokenizer.json").write_bytes((tmp_path / "other" / "tokenizer.json").read_bytes())
+    elif case == "metrics":
         (folder / "metrics.json").write_text("{", encoding="utf-8")
     elif case == "existing":
         out.mkdir()
@@ -153,3 +159,16 @@ def test_existing_output_is_replaced_only_with_overwrite(tiny, tmp_path):
     (out / "old.txt").write_text("old", encoding="utf-8")
     assert cli.main(["--model_dir", str(tiny["folder"]), "--out", str(out), "--overwrite"]) == 0
     assert not (out / "old.txt").exists() and (out / "model.safetensors").is_file()
+
+
+def test_a_greedy_generation_config_exports(tiny, tmp_path):
+    """num_beams=1 with the paper's alpha and early stopping: beam-only settings transformers refuses to save with
+    greedy search are left out of the Marian generation config (the card still shows the original's decoding)."""
+    folder = copy_folder(tiny["folder"], tmp_path / "model")
+    generation = json.loads((folder / "generation_config.json").read_text())
+    generation["num_beams"] = 1
+    (folder / "generation_config.json").write_text(json.dumps(generation), encoding="utf-8")
+    assert cli.main(["--model_dir", str(folder), "--out", str(tmp_path / "marian")]) == 0
+    saved = json.loads((tmp_path / "marian" / "generation_config.json").read_text())
+    assert saved.get("num_beams", 1) == 1 and "length_penalty" not in saved and "early_stopping" not in saved
+    assert "| Beam size | 1 |" in (tmp_path / "marian" / "README.md").read_text(encoding="utf-8")

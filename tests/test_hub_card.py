@@ -1,6 +1,7 @@
 """The model card (vaswani_hf.hub.card): valid Hub metadata carrying the real metrics, nothing invented, placeholder
 scores refused."""
 
+import dataclasses
 import json
 import math
 
@@ -93,3 +94,38 @@ def test_card_inputs_round_trip_and_broken_metrics_file_is_named(tiny, tmp_path)
     (tmp_path / "metrics.json").write_text('{"metrics": ', encoding="utf-8")
     with pytest.raises(ValueError, match="metrics.json:1: invalid JSON"):
         hub.read_card_inputs(tmp_path)
+
+
+def test_a_card_variant_describes_another_kind_of_repository(tiny):
+    """What differs between kinds of repository (an export's, e.g. export.marian.MARIAN_CARD) is given by a
+    CardVariant: tags, architecture table, and whether the scores were measured with the repository's own decoding
+    (if not: the scores stay in the body, out of the model-index, with the variant's notes)."""
+    variant = hub.CardVariant(
+        name="other", tags=("other-architecture",),
+        architecture=lambda config: dataclasses.replace(card_module.vaswani_architecture(config),
+                                                        name="Other (converted)"),
+        count_parameters=lambda model: 7, decodes_as_measured=lambda generation: False,
+        decoding_note="DECODING NOTE", results_note="RESULTS NOTE")
+    card = hub.render_model_card(tiny["model"], METRICS, TRAINING_INFO, variant=variant)
+    text = str(card)
+    assert "other-architecture" in card.data.tags and "custom_code" not in card.data.tags
+    assert card.data.eval_results is None and "| sacreBLEU | 12.35 |" in text
+    assert "DECODING NOTE" in text and "RESULTS NOTE" in text
+    assert "| Architecture | Other (converted) |" in text and "| Parameters | 7 |" in text
+    default = str(hub.render_model_card(tiny["model"], METRICS, TRAINING_INFO))
+    assert "NOTE" not in default and "model-index" in default
+    with pytest.raises(ValueError, match="CardVariant"):
+        hub.render_model_card(tiny["folder"], None, TRAINING_INFO, variant="marian")
+
+
+def test_the_hub_package_imports_no_export():
+    """Exports build on the card (export.marian -> hub.card); the hub never imports an export back."""
+    import ast
+    from pathlib import Path
+
+    for path in Path(card_module.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                assert "export" not in (node.module or "").split("."), (path.name, node.module)
+            elif isinstance(node, ast.Import):
+                assert not any("export" in alias.name.split(".") for alias in node.names), path.name

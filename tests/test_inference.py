@@ -15,8 +15,8 @@ import torch
 from translation_model import LINES, REPO, SUBPROCESS_ENV, model, one_thread, saved_folder, tokenizer  # noqa: F401
 
 from vaswani_hf.data.batching import make_batches
-from vaswani_hf.inference import load_for_inference, resolve_dtype, translate
-from vaswani_hf.io import UsageError
+from vaswani_hf.inference import load_for_inference, position_limit, resolve_dtype, translate
+from vaswani_hf.io import InputLineError, UsageError
 
 SCRIPT = REPO / "scripts" / "translate.py"
 
@@ -75,6 +75,34 @@ def test_translate_refuses_a_single_string_and_non_strings(model, tokenizer):
         translate(model, tokenizer, "dog", progress=False)
     with pytest.raises(TypeError, match="sentence 1 is a int"):
         translate(model, tokenizer, ["dog", 3], progress=False)
+
+
+def test_position_limit_is_the_learned_table_as_generate_caps_it(tokenizer):
+    """position_limit reads generate()'s own cap (Table 3, row E); sinusoids and other models have none."""
+    from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
+    from vaswani_hf.export.marian import to_marian
+
+    settings = dict(vocab_size=len(tokenizer), d_model=16, d_ff=32, num_heads=2, num_encoder_layers=1,
+                    num_decoder_layers=1, max_position_embeddings=12)
+    learned = VaswaniForConditionalGeneration(VaswaniConfig(position_encoding="learned", **settings)).eval()
+    sinusoidal = VaswaniForConditionalGeneration(VaswaniConfig(**settings)).eval()
+    assert position_limit(learned) == 12
+    assert position_limit(sinusoidal) is None and position_limit(to_marian(sinusoidal)) is None
+
+
+def test_translate_refuses_a_line_longer_than_learned_positions_before_decoding(tokenizer, monkeypatch):
+    from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
+
+    learned = VaswaniForConditionalGeneration(VaswaniConfig(
+        vocab_size=len(tokenizer), d_model=16, d_ff=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
+        position_encoding="learned", max_position_embeddings=12)).eval()
+    calls = []
+    monkeypatch.setattr(learned, "generate", lambda **kw: calls.append(kw))
+    long_line = " ".join(["water"] * 40)
+    with pytest.raises(InputLineError, match=r"^line 3: \d+ source tokens, but the model's learned position "
+                                             r"embeddings cover 12 positions; shorten or split the line$"):
+        translate(learned, tokenizer, ["dog", "", long_line], progress=False)
+    assert calls == []
 
 
 def test_load_for_inference(model, tokenizer, saved_folder, tmp_path):

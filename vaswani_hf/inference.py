@@ -1,7 +1,7 @@
 """Translating text with a trained Transformer (Vaswani et al., 2017): loading, batched decoding, the pipeline.
 
 The decoding itself is `model.generate`, whose defaults for this model are the paper's Section 6.1 settings, stored
-in the model's `generation_config` (see `modeling_vaswani.default_generation_config`):
+in the model's `generation_config` (see `generation_vaswani.default_generation_config`):
 
     beam size 4, length penalty alpha = 0.6 with GNMT's lp(Y) = ((5 + |Y|) / 6) ** alpha
     (`length_penalty_type="gnmt"`; "hf" is transformers' |Y| ** alpha), maximum output length = input length + 50
@@ -20,10 +20,9 @@ Public API:
     save_pretrained_with_pipeline(model, tokenizer, save_directory)
     register_pipeline()
 
-Empty-input rule: a sentence that is empty or contains only whitespace translates to "" and is never given to the
-model (the model would still emit some sentence for an input made of `</s>` alone). Other sentences are stripped of
-leading and trailing whitespace before tokenization, and every output is a single line (line breaks the model might
-produce, e.g. byte-level BPE's newline byte, are replaced by spaces), so that N input lines give N output lines.
+Lines in, lines out: the rules every engine shares (an empty or whitespace-only sentence gives "" without decoding,
+others are stripped, every output is one line, a source longer than a learned position table is refused naming its
+line) are `vaswani_hf.translation_frontend`'s; `translate` is the engine behind them.
 """
 
 from __future__ import annotations
@@ -37,8 +36,9 @@ import torch
 from tqdm.auto import tqdm
 
 from .data.batching import TRANSLATE_MAX_TOKENS, make_batches
-from .io import InputLineError, UsageError, load_model_folder
+from .io import UsageError, load_model_folder
 from .pipeline_vaswani import VaswaniTranslationPipeline
+from .translation_frontend import UNSET, PositionTable, given_options, translate_lines
 
 __all__ = [
     "DTYPES",
@@ -52,8 +52,6 @@ __all__ = [
     "register_pipeline",
     "VaswaniTranslationPipeline",
 ]
-
-_UNSET = object()  # "keep the generation config's value" where None is itself a meaningful value
 
 DTYPES = {
     "fp32": torch.float32,
@@ -116,17 +114,11 @@ def load_for_inference(model_dir: str | os.PathLike, device: str | torch.device 
 
 
 def position_limit(model) -> int | None:
-    """The longest sequence (in tokens, `</s>` included) the model can embed: `max_position_embeddings` for learned
-    positions (Table 3, row E); None for sinusoids, which extend to any length (Section 3.5)."""
-    config = getattr(model, "config", None)
-    if getattr(config, "position_encoding", None) == "learned":
-        return int(config.max_position_embeddings)
-    return None
-
-
-def _one_line(text: str) -> str:
-    """Join the lines of `text` with spaces (any str.splitlines boundary) and strip it."""
-    return " ".join(text.splitlines()).strip()
+    """The longest sequence (in tokens, `</s>` included) the model can embed: the rows of a learned position table
+    (Table 3, row E), as `generate()` caps its outputs there; None for sinusoids, which extend to any length
+    (Section 3.5), and for models without our generation mixin."""
+    learned_positions = getattr(model, "_learned_positions", None)  # generation_vaswani.VaswaniGenerationMixin
+    return learned_positions() if callable(learned_positions) else None
 
 
 def _pad(sequences: list[list[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -151,7 +143,7 @@ def translate(
     length_penalty: float | None = None,
     length_penalty_type: str | None = None,
     max_length_a: float | None = None,
-    max_length_b: int | None = _UNSET,
+    max_length_b: int | None = UNSET,
     early_stopping: bool | str | None = None,
     device: str | torch.device | None = None,
     dtype: str | torch.dtype | None = None,
@@ -163,11 +155,13 @@ def translate(
 
     Decoding settings left as None come from `model.generation_config` (for this model the paper's, Section 6.1);
     any `generate()` argument can be added as a keyword (e.g. `max_new_tokens`, `num_beams=1` for greedy decoding).
+    Lines in, lines out by `vaswani_hf.translation_frontend.translate_lines`: empty / whitespace-only sentences give
+    "" without decoding, others are stripped, every output is one line.
 
     Args:
         model: a seq2seq model (`VaswaniForConditionalGeneration`, or any `AutoModelForSeq2SeqLM`).
         tokenizer: its tokenizer (appends `</s>` to the source, as in training).
-        sentences: the source sentences. Empty / whitespace-only ones give "" (see the module docstring).
+        sentences: the source sentences.
         max_tokens: budget of padded source tokens per batch (see `make_batches`); None for no budget.
         batch_size: at most this many sentences per batch (None: only the token budget limits it).
         num_beams, length_penalty, early_stopping: as in `generate()`; None keeps the generation config's value.
@@ -187,61 +181,48 @@ def translate(
         InputLineError (a UsageError) naming the sentence (1-based) when a model with learned positions cannot embed
         it (`position_limit`), before anything is decoded.
     """
-    sentences = _checked_sentences(sentences)
     device = torch.device(device) if device is not None else model.device
     if model.device != device:
         model.to(device)
-    kwargs = dict(num_beams=num_beams, length_penalty=length_penalty, length_penalty_type=length_penalty_type,
-                  max_length_a=max_length_a, early_stopping=early_stopping, max_length_b=max_length_b)
-    kwargs = {key: v for key, v in kwargs.items() if v is not None and v is not _UNSET} | generate_kwargs
-    if max_length_b is None:  # meaningful here: no per-sentence limit
-        kwargs["max_length_b"] = None
+    options = given_options(num_beams=num_beams, length_penalty=length_penalty,
+                            length_penalty_type=length_penalty_type, max_length_a=max_length_a,
+                            max_length_b=max_length_b, early_stopping=early_stopping) | generate_kwargs
 
-    outputs = [""] * len(sentences)
-    todo = [i for i, sentence in enumerate(sentences) if sentence.strip()]
-    if not todo:
-        return outputs
-    encoded = _encode(model, tokenizer, [sentences[i].strip() for i in todo], todo)
+    def encode(texts: list[str]) -> list[list[int]]:
+        return tokenizer(texts, add_special_tokens=True)["input_ids"]
+
+    def decode(encoded: list[list[int]]) -> list[str]:
+        return _generate(model, tokenizer, encoded, options, device=device, dtype=dtype, max_tokens=max_tokens,
+                         batch_size=batch_size, progress=progress, progress_desc=progress_desc)
+
+    limit = position_limit(model)
+    table = None if limit is None else PositionTable(limit, "the model's learned position embeddings cover")
+    return translate_lines(sentences, encode, decode, table)
+
+
+def _generate(model, tokenizer, encoded: list[list[int]], options: dict, *, device: torch.device, dtype,
+              max_tokens: int | None, batch_size: int | None, progress: bool, progress_desc: str) -> list[str]:
+    """`model.generate(**options)` over token-budget batches of `encoded`; the decoded best output of each sentence,
+    in the order of `encoded`."""
+    outputs = [""] * len(encoded)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else model.config.pad_token_id
     was_training = model.training
     model.eval()
     try:
         with torch.inference_mode(), _autocast(device, resolve_dtype(dtype)), tqdm(
-            total=len(todo), desc=progress_desc, unit="sent", disable=not progress, file=sys.stderr, leave=False
+            total=len(encoded), desc=progress_desc, unit="sent", disable=not progress, file=sys.stderr, leave=False
         ) as bar:
             for batch in make_batches([len(ids) for ids in encoded], max_tokens, batch_size):
                 input_ids, attention_mask = _pad([encoded[j] for j in batch], pad_id, device)
-                generated = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+                generated = model.generate(input_ids=input_ids, attention_mask=attention_mask, **options)
                 texts = tokenizer.batch_decode(generated, skip_special_tokens=True)
                 per_input = len(texts) // len(batch)  # num_return_sequences > 1: keep the best (first) one
                 for j, text in zip(batch, texts[::per_input]):
-                    outputs[todo[j]] = _one_line(text)
+                    outputs[j] = text
                 bar.update(len(batch))
     finally:
         model.train(was_training)
     return outputs
-
-
-def _checked_sentences(sentences: Sequence[str]) -> list[str]:
-    if isinstance(sentences, str):
-        raise TypeError("translate: `sentences` must be a sequence of strings, not a single string")
-    sentences = list(sentences)
-    for i, sentence in enumerate(sentences):
-        if not isinstance(sentence, str):
-            raise TypeError(f"translate: sentence {i} is a {type(sentence).__name__}, not a str")
-    return sentences
-
-
-def _encode(model, tokenizer, texts: list[str], lines: list[int]) -> list[list[int]]:
-    """Token ids of `texts` (`</s>` appended); a text longer than a learned position table is refused, naming its
-    line (`lines`: 0-based), before anything is decoded."""
-    encoded = tokenizer(texts, add_special_tokens=True)["input_ids"]
-    limit = position_limit(model)
-    for j, ids in enumerate(encoded if limit is not None else ()):
-        if len(ids) > limit:
-            raise InputLineError(lines[j] + 1, f"{len(ids)} source tokens, but the model's learned position "
-                                               f"embeddings cover {limit} positions; shorten or split the line")
-    return encoded
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -33,8 +33,11 @@ Maximum output length (`max_length_a`, `max_length_b`, `max_new_tokens`):
 
 Other details:
     - ``min_decoding_length=0``: transformers lets ``</s>`` come first; CTranslate2's default (1) would forbid it.
-    - Empty / whitespace-only sentences give "" without decoding, others are stripped, outputs are single lines
-      (`vaswani_hf.inference`'s rule, so that N lines in give N lines out).
+    - Lines in, lines out by the front end both engines share, `vaswani_hf.translation_frontend.translate_lines`:
+      empty / whitespace-only sentences give "" without decoding, others are stripped, every output is one stripped
+      line, a source longer than the exported position table is refused naming its line.
+    - Options left unset keep the generation config saved with the export (`vaswani_ctranslate2.json`); what it does
+      not record is the paper's (`vaswani_hf.generation_vaswani.default_generation_config`).
     - Batching: the package's one batcher, `vaswani_hf.data.batching.make_batches` (``max_tokens`` padded source
       tokens, default 4096, and/or ``batch_size`` sentences per batch, longest first); each batch is one
       `translate_batch` call, which CTranslate2 does not re-split; results come back in input order.
@@ -49,15 +52,14 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..configuration_vaswani import VaswaniConfig
 from ..data.batching import TRANSLATE_MAX_TOKENS, make_batches
-from ..generation_vaswani import gnmt_length_penalty
-from ..io import InputLineError, UsageError, read_json
-from .ctranslate2_spec import CT2_METADATA_FILE, import_ctranslate2, to_ctranslate2
+from ..generation_vaswani import default_generation_config, gnmt_length_penalty
+from ..io import UsageError, read_json
+from ..translation_frontend import UNSET, PositionTable, resolve_options, translate_lines
+from .ctranslate2_spec import CT2_METADATA_FILE, GENERATION_KEYS, import_ctranslate2, to_ctranslate2
 
 LENGTH_PENALTY_TYPES = ("gnmt", "hf", "ctranslate2")
-_UNSET = object()  # "keep the exported generation config's value" where None is itself meaningful
-_PAPER_DEFAULTS = dict(num_beams=4, length_penalty=0.6, length_penalty_type="gnmt", max_length_a=1.0,
-                       max_length_b=50, max_new_tokens=None)
 
 __all__ = ["CTranslate2Translator", "translate_ctranslate2", "to_ctranslate2", "gnmt_length_penalty",
            "LENGTH_PENALTY_TYPES"]
@@ -70,6 +72,14 @@ def _split_device(device: str | None) -> tuple[str, int]:
     if name not in ("cpu", "cuda", "auto"):
         raise UsageError(f"CTranslate2 runs on 'cpu' or 'cuda[:N]', not {device!r}")
     return name, int(index or 0)
+
+
+def _generation_defaults(saved: dict) -> dict:
+    """The decoding options an export was saved with (`vaswani_ctranslate2.json`: None = not recorded), the paper's
+    (`default_generation_config`, Section 6.1) for those it does not record."""
+    paper = default_generation_config(VaswaniConfig())
+    defaults = {key: getattr(paper, key, None) for key in (*GENERATION_KEYS, "max_new_tokens")}
+    return {**defaults, **{key: value for key, value in saved.items() if key in GENERATION_KEYS and value is not None}}
 
 
 class CTranslate2Translator:
@@ -97,9 +107,7 @@ class CTranslate2Translator:
         metadata_path = self.model_dir / CT2_METADATA_FILE
         self.metadata = read_json(metadata_path) if metadata_path.is_file() else {}
         self.max_positions = self.metadata.get("max_positions")  # None: unknown (not exported by us), no check
-        self.generation_defaults = {**_PAPER_DEFAULTS, **{
-            k: v for k, v in self.metadata.get("generation", {}).items() if k in _PAPER_DEFAULTS and v is not None
-        }}
+        self.generation_defaults = _generation_defaults(self.metadata.get("generation", {}))
 
     # -- tokenisation --------------------------------------------------------------------------------------------------
 
@@ -109,39 +117,31 @@ class CTranslate2Translator:
         return [self.tokenizer.convert_ids_to_tokens(x) for x in ids]
 
     def decode(self, tokens: list[str]) -> str:
-        text = self.tokenizer.decode(self.tokenizer.convert_tokens_to_ids(tokens), skip_special_tokens=True)
-        return " ".join(text.splitlines()) if ("\n" in text or "\r" in text) else text
+        """The text of target token strings (the front end makes it one line)."""
+        return self.tokenizer.decode(self.tokenizer.convert_tokens_to_ids(tokens), skip_special_tokens=True)
 
     # -- translation ---------------------------------------------------------------------------------------------------
 
-    def _options(self, num_beams, length_penalty, length_penalty_type, max_length_a, max_length_b, max_new_tokens):
-        """(num_beams, alpha, penalty type, a, b): given values, else the export's generation defaults."""
-        g = self.generation_defaults
-        num_beams = g["num_beams"] if num_beams is None else num_beams
-        alpha = g["length_penalty"] if length_penalty is None else length_penalty
-        penalty_type = g["length_penalty_type"] if length_penalty_type is None else length_penalty_type
-        a = g["max_length_a"] if max_length_a is None else max_length_a
-        b = g["max_length_b"] if max_length_b is _UNSET else max_length_b
-        if penalty_type not in LENGTH_PENALTY_TYPES:
-            raise UsageError(f"length_penalty_type must be one of {LENGTH_PENALTY_TYPES}, got {penalty_type!r}")
-        if num_beams < 1:
-            raise UsageError(f"num_beams must be >= 1, got {num_beams}")
-        if b is None and max_new_tokens is None:
+    def _options(self, **options) -> tuple:
+        """(num_beams, alpha, penalty type, a, b, max_new_tokens): the options set, else the export's generation
+        defaults (`vaswani_hf.translation_frontend.resolve_options`), checked."""
+        o = resolve_options(self.generation_defaults, **options)
+        if o["length_penalty_type"] not in LENGTH_PENALTY_TYPES:
+            raise UsageError(f"length_penalty_type must be one of {LENGTH_PENALTY_TYPES}, "
+                             f"got {o['length_penalty_type']!r}")
+        if o["num_beams"] < 1:
+            raise UsageError(f"num_beams must be >= 1, got {o['num_beams']}")
+        if o["max_length_b"] is None and o["max_new_tokens"] is None:
             raise UsageError("max_length_b=None turns the per-sentence limit off: give max_new_tokens as the limit")
-        return num_beams, alpha, penalty_type, a, b
+        return (o["num_beams"], o["length_penalty"], o["length_penalty_type"], o["max_length_a"], o["max_length_b"],
+                o["max_new_tokens"])
 
-    def _limits(self, sources, lines, a, b, max_new_tokens) -> tuple[list[int], list[bool]]:
+    def _limits(self, sources, a, b, max_new_tokens) -> tuple[list[int], list[bool]]:
         """Per sentence: the free tokens CTranslate2 may produce, and whether our rule forces </s> after them.
 
         Our generate() allows `limit` tokens, </s> included, forcing </s> as the limit-th (the rule) or stopping
-        after max_new_tokens (a global cap), so CTranslate2 may produce limit - 1 free tokens. Every source is
-        checked against the position table first: nothing is decoded if one line is too long."""
-        for tokens, line in zip(sources, lines):
-            if self.max_positions is not None and len(tokens) > self.max_positions:
-                raise InputLineError(
-                    line, f"{len(tokens)} source tokens, but this CTranslate2 export has position encodings for "
-                          f"{self.max_positions} positions; shorten or split the line, or re-export with a larger "
-                          "--max_positions")
+        after max_new_tokens (a global cap), so CTranslate2 may produce limit - 1 free tokens. The sources were
+        checked against the position table before (`translate_lines`)."""
         steps, forced_eos = [], []
         for tokens in sources:
             rule = int(a * len(tokens) + b) if b is not None else None
@@ -155,10 +155,9 @@ class CTranslate2Translator:
 
     def translate(self, sentences: Sequence[str], *, num_beams: int | None = None,
                   length_penalty: float | None = None, length_penalty_type: str | None = None,
-                  max_length_a: float | None = None, max_length_b: int | None = _UNSET,
+                  max_length_a: float | None = None, max_length_b: int | None = UNSET,
                   max_new_tokens: int | None = None, exact_max_length: bool = True, batch_size: int | None = None,
-                  max_tokens: int | None = None, patience: float = 1.0,
-                  return_tokens: bool = False) -> list[str] | list[list[str]]:
+                  max_tokens: int | None = None, patience: float = 1.0) -> list[str]:
         """Translate `sentences` (plain text); one single-line string per sentence, in input order.
 
         Options have the names and meanings of `vaswani_hf.inference.translate` / `generate()`; None (or unset
@@ -167,22 +166,33 @@ class CTranslate2Translator:
         ranking). max_length_a, max_length_b: per-sentence limit floor(a * source_length + b) tokens, </s>
         included (`max_length_b=None`: off, then `max_new_tokens` is required). exact_max_length: group sentences by
         their limit (module docstring). max_tokens / batch_size: `make_batches`' budget (default 4096 tokens).
-        patience: CTranslate2's beam patience. return_tokens: output token strings (no `</s>`) instead of text.
-        A source longer than the exported position table is a UsageError naming its line (1-based).
+        patience: CTranslate2's beam patience. Lines in, lines out by `translate_lines` (module docstring); a source
+        longer than the exported position table is a UsageError naming its line (1-based).
         """
-        if isinstance(sentences, str):
-            raise TypeError("translate: `sentences` must be a sequence of strings, not a single string")
-        num_beams, alpha, penalty_type, a, b = self._options(num_beams, length_penalty, length_penalty_type,
-                                                             max_length_a, max_length_b, max_new_tokens)
-        sentences = list(sentences)
-        todo = [i for i, sentence in enumerate(sentences) if sentence.strip()]
-        sources = self.encode([sentences[i].strip() for i in todo])
-        steps, forced_eos = self._limits(sources, [i + 1 for i in todo], a, b, max_new_tokens)
+        options = self._options(num_beams=num_beams, length_penalty=length_penalty,
+                                length_penalty_type=length_penalty_type, max_length_a=max_length_a,
+                                max_length_b=max_length_b, max_new_tokens=max_new_tokens)
+        if max_tokens is None and batch_size is None:
+            max_tokens = TRANSLATE_MAX_TOKENS
+
+        def decode(sources: list[list[str]]) -> list[str]:
+            found = self._translate_tokens(sources, *options, exact_max_length=exact_max_length,
+                                           batch_size=batch_size, max_tokens=max_tokens, patience=patience)
+            return [self.decode(tokens) for tokens in found]
+
+        table = None if self.max_positions is None else PositionTable(
+            self.max_positions, "this CTranslate2 export has position encodings for",
+            ", or re-export with a larger --max_positions")
+        return translate_lines(sentences, self.encode, decode, table)
+
+    def _translate_tokens(self, sources, num_beams, alpha, penalty_type, a, b, max_new_tokens, *,
+                          exact_max_length, batch_size, max_tokens, patience) -> list[list[str]]:
+        """The best hypothesis (token strings, no `</s>`) of each source, in order: sources grouped by their length
+        limit (`exact_max_length`), each group in `make_batches`' batches, one `_search` per batch."""
+        steps, forced_eos = self._limits(sources, a, b, max_new_tokens)
         groups: dict[int, list[int]] = defaultdict(list)
         for k, cap in enumerate(steps):
             groups[cap if exact_max_length else max(steps)].append(k)
-        if max_tokens is None and batch_size is None:
-            max_tokens = TRANSLATE_MAX_TOKENS
         hypotheses: list[list[str]] = [[] for _ in sources]
         for cap, members in groups.items():
             if cap <= 0:  # the rule leaves room for </s> only
@@ -193,10 +203,7 @@ class CTranslate2Translator:
                                      [forced_eos[k] and exact_max_length for k in chosen])
                 for k, tokens in zip(chosen, found):
                     hypotheses[k] = tokens
-        outputs: list = [[] if return_tokens else "" for _ in sentences]
-        for i, tokens in zip(todo, hypotheses):
-            outputs[i] = tokens if return_tokens else self.decode(tokens)
-        return outputs
+        return hypotheses
 
     def _search(self, sources, cap, num_beams, alpha, penalty_type, patience, forced_eos):
         """One `translate_batch` call on one of our batches; the best hypothesis of each sentence, our ranking."""
@@ -235,7 +242,7 @@ def translate_ctranslate2(
     length_penalty: float | None = None,
     length_penalty_type: str | None = None,
     max_length_a: float | None = None,
-    max_length_b: int | None = _UNSET,
+    max_length_b: int | None = UNSET,
     max_new_tokens: int | None = None,
     exact_max_length: bool = True,
     batch_size: int | None = None,
@@ -257,10 +264,8 @@ def translate_ctranslate2(
     import tempfile
 
     options = dict(num_beams=num_beams, length_penalty=length_penalty, length_penalty_type=length_penalty_type,
-                   max_length_a=max_length_a, max_new_tokens=max_new_tokens, exact_max_length=exact_max_length,
-                   batch_size=batch_size, max_tokens=max_tokens)
-    if max_length_b is not _UNSET:
-        options["max_length_b"] = max_length_b
+                   max_length_a=max_length_a, max_length_b=max_length_b, max_new_tokens=max_new_tokens,
+                   exact_max_length=exact_max_length, batch_size=batch_size, max_tokens=max_tokens)
     loader = dict(device=device, compute_type=compute_type, inter_threads=inter_threads,
                   intra_threads=intra_threads)
     if (Path(model_dir) / "model.bin").is_file():

@@ -19,9 +19,12 @@ import torch
 from ..configuration_vaswani import VaswaniConfig
 from ..io import UsageError, atomic_output_dir, check_model_folder, check_output_dir, read_json
 from ..modeling_vaswani import VaswaniForConditionalGeneration, sinusoid_table
+from ..vocabulary import check_same_vocabulary
 
 CT2_METADATA_FILE = "vaswani_ctranslate2.json"
 _CT2_DEFAULT_MAX_POSITIONS = 1024
+# The decoding options the export records for `vaswani_hf.export.ctranslate2` (None: not set in the model's config)
+GENERATION_KEYS = ("num_beams", "length_penalty", "length_penalty_type", "max_length_a", "max_length_b")
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 
 
@@ -39,7 +42,8 @@ def import_ctranslate2():
 def _vocabulary(tokenizer, config: VaswaniConfig) -> list[str]:
     """Our token strings in id order 0..V-1, exactly as the tokenizer maps them (no reordering, no <pad> removal).
 
-    Ids the tokenizer does not know (a model vocabulary padded beyond the tokenizer) get unique placeholders.
+    Ids the tokenizer does not use (gaps in its id range) get unique placeholders; the sizes agree
+    (`_checked_sources`).
     """
     id_to_token = {index: token for token, index in tokenizer.get_vocab().items()}
     if id_to_token and max(id_to_token) >= config.vocab_size:
@@ -57,22 +61,28 @@ def _vocabulary(tokenizer, config: VaswaniConfig) -> list[str]:
     return tokens
 
 
+def _checked_sources(model_or_folder, tokenizer):
+    """(model object or checked folder, tokenizer object or folder), checked before anything is loaded: a complete
+    vaswani model folder, and a tokenizer of the model's vocabulary (`vaswani_hf.vocabulary`)."""
+    if isinstance(model_or_folder, VaswaniForConditionalGeneration):
+        if tokenizer is None:
+            raise ValueError("to_ctranslate2: pass `tokenizer=` (a tokenizer or its folder) with an in-memory model.")
+    else:
+        model_or_folder = check_model_folder(Path(model_or_folder), tokenizer=tokenizer is None)
+        model_type = read_json(model_or_folder / "config.json").get("model_type")
+        if model_type != "vaswani":
+            raise UsageError(f"{model_or_folder / 'config.json'}: model_type is {model_type!r}, not 'vaswani'")
+        tokenizer = model_or_folder if tokenizer is None else tokenizer
+    check_same_vocabulary(model_or_folder, tokenizer)
+    return model_or_folder, tokenizer
+
+
 def _load(model_or_folder, tokenizer):
-    """(model, tokenizer) from a model object or a checked model folder (the tokenizer: given, or the folder's)."""
+    """(model in eval mode, tokenizer object) from what `_checked_sources` returned."""
     from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-    if isinstance(model_or_folder, VaswaniForConditionalGeneration):
-        model, folder = model_or_folder, None
-    else:
-        folder = check_model_folder(Path(model_or_folder), tokenizer=tokenizer is None)
-        model_type = read_json(folder / "config.json").get("model_type")
-        if model_type != "vaswani":
-            raise UsageError(f"{folder / 'config.json'}: model_type is {model_type!r}, not 'vaswani'")
-        model = VaswaniForConditionalGeneration.from_pretrained(folder, dtype=torch.float32)
-    if tokenizer is None:
-        if folder is None:
-            raise ValueError("to_ctranslate2: pass `tokenizer=` (a tokenizer or its folder) with an in-memory model.")
-        tokenizer = folder
+    model = model_or_folder if isinstance(model_or_folder, VaswaniForConditionalGeneration) else \
+        VaswaniForConditionalGeneration.from_pretrained(model_or_folder, dtype=torch.float32)
     if not isinstance(tokenizer, PreTrainedTokenizerBase):
         tokenizer = AutoTokenizer.from_pretrained(str(tokenizer))
     return model.eval(), tokenizer
@@ -186,10 +196,7 @@ def _metadata(ctranslate2, model, quantization: str | None, max_positions: int) 
         "position_encoding": model.config.position_encoding,
         "sinusoid_layout": model.config.sinusoid_layout,
         "source_ends_with_eos": True,
-        "generation": {  # None: not set in the model's generation config
-            key: getattr(generation, key, None)
-            for key in ("num_beams", "length_penalty", "length_penalty_type", "max_length_a", "max_length_b")
-        },
+        "generation": {key: getattr(generation, key, None) for key in GENERATION_KEYS},
     }
 
 
@@ -203,7 +210,8 @@ def to_ctranslate2(model_or_folder, out_dir, quantization: str | None = None, to
         folder is a UsageError unless `force` (then it is replaced).
     quantization: None (float32 weights) or one of QUANTIZATIONS (CTranslate2's weight types; the compute type is
         chosen when loading).
-    tokenizer: tokenizer or its folder; default: the model folder. Its files are copied next to the model.
+    tokenizer: tokenizer or its folder; default: the model folder. Its files are copied next to the model. It must
+        have exactly the model's vocab_size tokens (else a UsageError naming both and both sizes, before any work).
     max_positions: rows of the exported sinusoid table, i.e. the longest source and the longest output (start token
         included) CTranslate2 can process; default max(max_position_embeddings, 1024). CTranslate2 cannot extend the
         table on demand as our model does. Learned positions keep their own table.
@@ -218,7 +226,7 @@ def to_ctranslate2(model_or_folder, out_dir, quantization: str | None = None, to
     if not isinstance(model_or_folder, VaswaniForConditionalGeneration) and \
             Path(model_or_folder).resolve() == out_dir.resolve():
         raise UsageError(f"output folder {out_dir} is the model folder; choose another")
-    model, tokenizer = _load(model_or_folder, tokenizer)
+    model, tokenizer = _load(*_checked_sources(model_or_folder, tokenizer))
     max_positions = _max_positions(model.config, max_positions)
     spec = _spec(model, _vocabulary(tokenizer, model.config), max_positions, unk_token=tokenizer.unk_token or "<unk>")
     spec.validate()
@@ -231,4 +239,4 @@ def to_ctranslate2(model_or_folder, out_dir, quantization: str | None = None, to
     return out_dir
 
 
-__all__ = ["to_ctranslate2", "import_ctranslate2", "CT2_METADATA_FILE", "QUANTIZATIONS"]
+__all__ = ["to_ctranslate2", "import_ctranslate2", "CT2_METADATA_FILE", "GENERATION_KEYS", "QUANTIZATIONS"]

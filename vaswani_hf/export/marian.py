@@ -27,8 +27,10 @@ import torch
 from transformers import GenerationConfig, MarianConfig, MarianMTModel
 
 from ..configuration_vaswani import VaswaniConfig
+from ..hub.card import Architecture, CardVariant, read_card_inputs, render_model_card
 from ..io import UsageError, atomic_output_dir, check_model_folder, check_output_dir, read_json
 from ..modeling_vaswani import VaswaniForConditionalGeneration
+from ..vocabulary import check_same_vocabulary
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
 
@@ -209,6 +211,8 @@ def marian_generation_config(generation: dict, config) -> GenerationConfig:
     """Our decoding settings restricted to what transformers' built-in `generate` understands."""
     keys = ("num_beams", "length_penalty", "early_stopping", "no_repeat_ngram_size")
     settings = {key: generation[key] for key in keys if generation.get(key) is not None}
+    if settings.get("num_beams", 1) == 1:  # beam-search settings: transformers refuses to save them with greedy search
+        settings = {key: value for key, value in settings.items() if key not in ("length_penalty", "early_stopping")}
     return GenerationConfig(
         **settings,
         max_length=config.max_position_embeddings,  # Marian's sinusoid table has this many rows
@@ -234,9 +238,61 @@ def _copy_tokenizer(model_dir: Path, out_dir: Path) -> None:
         tokenizer_config.write_text(json.dumps(settings, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
+def count_marian_parameters(marian: MarianMTModel) -> int:
+    """Parameters of a `MarianMTModel` converted by `to_marian`, counted as the original's: the fixed sinusoid tables
+    (`embed_positions`) and the all-zero attention biases, which Marian stores but the paper's model does not have,
+    are left out."""
+    total = 0
+    for name, parameter in marian.named_parameters():
+        if "embed_positions" in name:
+            continue
+        if name.endswith("_proj.bias") and "attn" in name and not bool(parameter.detach().abs().max() > 0):
+            continue
+        total += parameter.numel()
+    return total
+
+
+def _marian_architecture(config: dict) -> Architecture:
+    """The card's architecture table of a `marian` config.json."""
+    d_model, heads = config["d_model"], config["encoder_attention_heads"]
+    return Architecture(
+        name="MarianMTModel (converted)", encoder_layers=config["encoder_layers"],
+        decoder_layers=config["decoder_layers"], d_model=d_model, d_ff=config["encoder_ffn_dim"], heads=heads,
+        d_k=d_model // heads, d_v=d_model // heads, positions="sinusoidal ([sin | cos] layout)",
+        vocab_size=config["vocab_size"], tied=config.get("tie_word_embeddings", True))
+
+
+def _decodes_like_ours(generation: dict) -> bool:
+    """True when transformers' built-in beam search decodes like our `generate` with these settings: transformers'
+    length penalty (or greedy search) and no per-sentence limit."""
+    return (generation.get("length_penalty_type", "hf") == "hf" or generation.get("num_beams", 1) == 1) and (
+        generation.get("max_length_b") is None
+    )
+
+
+# How the card of a native Marian folder differs from ours (vaswani_hf.hub.card.CardVariant).
+MARIAN_CARD = CardVariant(
+    name="marian",
+    tags=("marian",),
+    architecture=_marian_architecture,
+    count_parameters=count_marian_parameters,
+    decodes_as_measured=_decodes_like_ours,
+    decoding_note=(
+        "The original model decodes with the GNMT length penalty and a per-sentence length limit (input + 50); "
+        "`generation_config.json` here keeps the beam size and alpha for transformers' built-in beam search, "
+        "which divides by |Y| ** alpha instead and uses one global `max_length`."),
+    results_note=(
+        "These scores were measured with the original implementation's decoding (see Decoding). The native "
+        "MarianMTModel computes the same function, but transformers' built-in beam search normalises lengths "
+        "differently and has no per-sentence length limit, so its translations, and scores, can differ "
+        "slightly; they are therefore not declared as this repository's model-index results."),
+    global_max_length=True,
+)
+
+
 def _check_marian_paths(model_dir, out_dir, overwrite: bool) -> tuple[Path, Path]:
-    """Both folders checked before any work: the input is a complete vaswani model folder with its tokenizer, the
-    output differs from it and is new (or empty, or `overwrite`)."""
+    """Both folders checked before any work: the input is a complete vaswani model folder with a tokenizer of its
+    vocabulary (`vaswani_hf.vocabulary`), the output differs from it and is new (or empty, or `overwrite`)."""
     model_dir = check_model_folder(Path(model_dir), what="model folder")
     out_dir = Path(out_dir)
     if out_dir.resolve() == model_dir.resolve():
@@ -245,6 +301,7 @@ def _check_marian_paths(model_dir, out_dir, overwrite: bool) -> tuple[Path, Path
     if model_type != "vaswani":
         raise UsageError(f"{model_dir / 'config.json'}: model_type is {model_type!r}, not 'vaswani'; "
                          "give a folder saved from VaswaniForConditionalGeneration")
+    check_same_vocabulary(model_dir, model_dir)
     return model_dir, check_output_dir(out_dir, overwrite=overwrite, what="Marian output folder")
 
 
@@ -267,8 +324,6 @@ def export_marian(
     """
     from transformers import AutoTokenizer
 
-    from ..hub.card import read_card_inputs, render_model_card
-
     model_dir, out_dir = _check_marian_paths(model_dir, out_dir, overwrite)
     record = read_card_inputs(model_dir)
     metrics = metrics if metrics is not None else record.get("metrics")
@@ -284,11 +339,11 @@ def export_marian(
         AutoTokenizer.from_pretrained(tmp)  # fail here, not on the Hub, if the copy does not load
         if training_info:
             # the card's decoding section describes the settings the scores were measured with (the original's)
-            card = render_model_card(marian, metrics, training_info, repo_id=repo_id, variant="marian",
+            card = render_model_card(marian, metrics, training_info, repo_id=repo_id, variant=MARIAN_CARD,
                                      widget_examples=record.get("widget_examples"), generation_config=generation)
             card.save(tmp / "README.md")
     return out_dir
 
 
 __all__ = ["interleaved_to_concatenated", "marian_config_from", "to_marian", "from_marian",
-           "marian_generation_config", "export_marian"]
+           "marian_generation_config", "count_marian_parameters", "MARIAN_CARD", "export_marian"]

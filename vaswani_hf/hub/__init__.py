@@ -1,10 +1,9 @@
 """Hugging Face Hub integration: the model card (`card`), the Hub-ready model folder with its Inference Endpoints
-handler (`folder`), and the one-commit upload (`upload`). The native Marian export lives in
-`vaswani_hf.export.marian` and is re-exported here, as before."""
+handler (`folder`), and the one-commit upload (`upload`). Exports that write Hub folders of other architectures
+(`vaswani_hf.export.marian`) build on these; nothing here imports them."""
 
-from ..export.marian import export_marian, marian_generation_config
-from .card import count_parameters, count_parameters_in_folder, normalize_metrics, read_card_inputs, \
-    render_model_card, write_model_card
+from .card import (VASWANI_CARD, Architecture, CardVariant, count_parameters, count_parameters_in_folder,
+                   normalize_metrics, read_card_inputs, render_model_card, write_model_card)
 from .folder import add_handler, missing_code_files, save_hub_folder
 from .upload import UPLOAD_PATTERNS, check_folder, list_upload_files, push_folder
 
@@ -19,8 +18,9 @@ __all__ = [
     "list_upload_files",
     "check_folder",
     "push_folder",
-    "export_marian",
-    "marian_generation_config",
+    "CardVariant",
+    "Architecture",
+    "VASWANI_CARD",
     "UPLOAD_PATTERNS",
     "save_hub_folder",
     "missing_code_files",

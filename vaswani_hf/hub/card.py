@@ -13,7 +13,8 @@ import json
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -73,17 +74,43 @@ DEFAULT_WIDGET_TEXT = {
 }
 LANGUAGE_NAMES = {"en": "English", "de": "German", "fr": "French", "cs": "Czech", "ro": "Romanian", "ru": "Russian",
                   "es": "Spanish", "it": "Italian", "zh": "Chinese", "ja": "Japanese"}
-MARIAN_RESULTS_NOTE = (
-    "These scores were measured with the original implementation's decoding (see Decoding). The native "
-    "MarianMTModel computes the same function, but transformers' built-in beam search normalises lengths "
-    "differently and has no per-sentence length limit, so its translations, and scores, can differ "
-    "slightly; they are therefore not declared as this repository's model-index results."
-)
-MARIAN_DECODING_NOTE = (
-    "The original model decodes with the GNMT length penalty and a per-sentence length limit (input + 50); "
-    "`generation_config.json` here keeps the beam size and alpha for transformers' built-in beam search, "
-    "which divides by |Y| ** alpha instead and uses one global `max_length`."
-)
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """The card's architecture table, read from a config.json (`CardVariant.architecture`)."""
+
+    name: str
+    encoder_layers: int
+    decoder_layers: int
+    d_model: int
+    d_ff: int
+    heads: int
+    d_k: int
+    d_v: int
+    positions: str
+    vocab_size: int
+    tied: bool
+    attention_bias: bool = False  # shown only when there are biases (the paper has none)
+
+
+@dataclass(frozen=True)
+class CardVariant:
+    """How a card describes one kind of repository: `name` selects the template's text (introduction, usage),
+    `tags` go to the metadata, `architecture` reads the table from config.json, `count_parameters` counts a model
+    object's parameters as the paper does. `decodes_as_measured(generation config)` says whether the repository's
+    own `generate()` decodes as the scores were measured: if not, the scores stay in the body, out of the
+    model-index, and `results_note` / `decoding_note` say why. `global_max_length`: show a global `max_length` when
+    there is no per-sentence limit."""
+
+    name: str
+    tags: tuple[str, ...]
+    architecture: Callable[[dict], Architecture]
+    count_parameters: Callable[[Any], int]
+    decodes_as_measured: Callable[[dict], bool] = lambda generation: True
+    decoding_note: str = ""
+    results_note: str = ""
+    global_max_length: bool = False
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -155,23 +182,11 @@ def count_parameters_in_folder(model_dir: str | os.PathLike) -> int:
 
 
 def count_parameters(model) -> int:
-    """Number of distinct parameters of a model object (a shared tensor counts once, as `parameters()` yields it).
-
-    For a `MarianMTModel` converted by `to_marian`, the fixed sinusoid tables (`embed_positions`) and all-zero
-    attention biases, which Marian stores as parameters but the paper's model does not have, are not counted, so the
-    number equals the original model's."""
-    total = 0
-    for name, p in model.named_parameters():
-        if getattr(model.config, "model_type", None) == "marian":
-            if "embed_positions" in name:
-                continue
-            if name.endswith("_proj.bias") and "attn" in name and not bool(p.detach().abs().max() > 0):
-                continue
-        total += p.numel()
-    return total
+    """Number of distinct parameters of a model object (a shared tensor counts once, as `parameters()` yields it)."""
+    return sum(p.numel() for p in model.parameters())
 
 
-def _describe_source(model_dir_or_model) -> tuple[dict, dict, int, Path | None]:
+def _describe_source(model_dir_or_model, variant: CardVariant) -> tuple[dict, dict, int, Path | None]:
     """(config dict, generation config dict, parameter count, folder or None)."""
     if isinstance(model_dir_or_model, (str, os.PathLike)):
         folder = Path(model_dir_or_model)
@@ -184,7 +199,7 @@ def _describe_source(model_dir_or_model) -> tuple[dict, dict, int, Path | None]:
     model = model_dir_or_model
     config = model.config.to_dict()
     generation = model.generation_config.to_dict() if getattr(model, "generation_config", None) is not None else {}
-    return config, generation, count_parameters(model), None
+    return config, generation, variant.count_parameters(model), None
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -200,36 +215,40 @@ def _format_count(n: int) -> str:
     return f"{n:,}"
 
 
-def _architecture_rows(config: dict, num_parameters: int, variant: str) -> list[tuple[str, str]]:
-    if config.get("model_type") == "marian":
-        d_model, d_ff = config["d_model"], config["encoder_ffn_dim"]
-        heads, n_enc, n_dec = config["encoder_attention_heads"], config["encoder_layers"], config["decoder_layers"]
-        d_k = d_v = d_model // heads
-        positions, tied = "sinusoidal ([sin | cos] layout)", config.get("tie_word_embeddings", True)
-    else:
-        d_model, d_ff, heads = config["d_model"], config["d_ff"], config["num_heads"]
-        n_enc, n_dec = config["num_encoder_layers"], config["num_decoder_layers"]
-        d_k, d_v = config.get("d_k") or d_model // heads, config.get("d_v") or d_model // heads
-        positions = config.get("position_encoding", "sinusoidal")
-        if positions == "sinusoidal":
-            positions += f" ({config.get('sinusoid_layout', 'interleaved')} layout)"
-        tied = config.get("tie_word_embeddings", True)
+def vaswani_architecture(config: dict) -> Architecture:
+    """The architecture table of a `vaswani` config.json."""
+    d_model, heads = config["d_model"], config["num_heads"]
+    positions = config.get("position_encoding", "sinusoidal")
+    if positions == "sinusoidal":
+        positions += f" ({config.get('sinusoid_layout', 'interleaved')} layout)"
+    return Architecture(
+        name="Transformer encoder-decoder, post-norm", encoder_layers=config["num_encoder_layers"],
+        decoder_layers=config["num_decoder_layers"], d_model=d_model, d_ff=config["d_ff"], heads=heads,
+        d_k=config.get("d_k") or d_model // heads, d_v=config.get("d_v") or d_model // heads, positions=positions,
+        vocab_size=config["vocab_size"], tied=config.get("tie_word_embeddings", True),
+        attention_bias=bool(config.get("attention_bias")))
+
+
+def _architecture_rows(arch: Architecture, num_parameters: int) -> list[tuple[str, str]]:
     rows = [
-        ("Architecture",
-         "MarianMTModel (converted)" if variant == "marian" else "Transformer encoder-decoder, post-norm"),
-        ("Layers (encoder / decoder), N", f"{n_enc} / {n_dec}"),
-        ("d_model", str(d_model)),
-        ("d_ff", str(d_ff)),
-        ("Attention heads, h", str(heads)),
-        ("d_k / d_v", f"{d_k} / {d_v}"),
-        ("Positional encoding", positions),
-        ("Vocabulary (shared source/target)", f"{config['vocab_size']:,}"),
-        ("Tied embeddings (encoder, decoder, pre-softmax)", "yes" if tied else "no"),
+        ("Architecture", arch.name),
+        ("Layers (encoder / decoder), N", f"{arch.encoder_layers} / {arch.decoder_layers}"),
+        ("d_model", str(arch.d_model)),
+        ("d_ff", str(arch.d_ff)),
+        ("Attention heads, h", str(arch.heads)),
+        ("d_k / d_v", f"{arch.d_k} / {arch.d_v}"),
+        ("Positional encoding", arch.positions),
+        ("Vocabulary (shared source/target)", f"{arch.vocab_size:,}"),
+        ("Tied embeddings (encoder, decoder, pre-softmax)", "yes" if arch.tied else "no"),
         ("Parameters", _format_count(num_parameters)),
     ]
-    if variant != "marian" and config.get("attention_bias"):
+    if arch.attention_bias:
         rows.append(("Attention projection biases", "yes (not in the paper)"))
     return rows
+
+
+# This package's model, with its code in the repository (trust_remote_code): it decodes as the scores were measured.
+VASWANI_CARD = CardVariant("vaswani", ("custom_code", "vaswani"), vaswani_architecture, count_parameters)
 
 
 def _cell(text: str) -> str:
@@ -260,7 +279,7 @@ def _training_rows(info: Mapping) -> list[tuple[str, str]]:
     return rows
 
 
-def _decoding_rows(generation: dict, variant: str) -> list[tuple[str, str]]:
+def _decoding_rows(generation: dict, variant: CardVariant) -> list[tuple[str, str]]:
     rows = []
     if "num_beams" in generation:
         rows.append(("Beam size", str(generation["num_beams"])))
@@ -272,18 +291,11 @@ def _decoding_rows(generation: dict, variant: str) -> list[tuple[str, str]]:
     if generation.get("max_length_b") is not None:
         a = generation.get("max_length_a", 1.0)
         rows.append(("Maximum output length", f"{a:g} x source length + {generation['max_length_b']} tokens"))
-    elif generation.get("max_length") is not None and variant == "marian":
+    elif generation.get("max_length") is not None and variant.global_max_length:
         rows.append(("Maximum output length", f"{generation['max_length']} tokens (global)"))
     if generation.get("early_stopping") is not None:
         rows.append(("early_stopping", str(generation["early_stopping"])))
     return rows
-
-
-def _decoding_equivalent_in_marian(generation: dict) -> bool:
-    """True when transformers' built-in beam search decodes like our `generate` with these settings."""
-    return (generation.get("length_penalty_type", "hf") == "hf" or generation.get("num_beams", 1) == 1) and (
-        generation.get("max_length_b") is None
-    )
 
 
 def _results(scores: dict, eval_dataset: dict, direction: str, declare: bool) -> tuple[list[dict], list[EvalResult]]:
@@ -323,10 +335,10 @@ def _eval_dataset_text(eval_dataset: dict) -> str:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def _check_card_inputs(variant: str, info: dict, scores: dict) -> dict:
+def _check_card_inputs(variant: CardVariant, info: dict, scores: dict) -> dict:
     """The evaluation set of `info`, after refusing what would make a misleading card (ValueError)."""
-    if variant not in ("vaswani", "marian"):
-        raise ValueError(f"variant must be 'vaswani' or 'marian', got {variant!r}")
+    if not isinstance(variant, CardVariant):
+        raise ValueError(f"variant must be a CardVariant (VASWANI_CARD, or an export's), got {variant!r}")
     if not info.get("source_lang") or not info.get("target_lang"):
         raise ValueError("training_info needs 'source_lang' and 'target_lang' (ISO 639-1 codes, e.g. 'en', 'de')")
     eval_dataset = dict(info.get("eval_dataset") or {})
@@ -338,7 +350,7 @@ def _check_card_inputs(variant: str, info: dict, scores: dict) -> dict:
     return eval_dataset
 
 
-def _card_data(info: dict, scores: dict, eval_dataset: dict, variant: str, model_name: str,
+def _card_data(info: dict, scores: dict, eval_dataset: dict, variant: CardVariant, model_name: str,
                eval_results: list, widgets: list[str] | None) -> ModelCardData:
     """The card's YAML metadata (huggingface_hub's `ModelCardData`)."""
     datasets = info.get("dataset")
@@ -347,7 +359,7 @@ def _card_data(info: dict, scores: dict, eval_dataset: dict, variant: str, model
     if eval_dataset.get("id") and eval_dataset["id"] not in (datasets or []):
         datasets = [*(datasets or []), eval_dataset["id"]]
     tags = ["translation", "transformer", "attention-is-all-you-need", "vaswani2017", "seq2seq"]
-    tags += ["marian"] if variant == "marian" else ["custom_code", "vaswani"]
+    tags += list(variant.tags)
     tags += list(info.get("tags") or [])
     metric_ids = sorted({METRIC_INFO.get(name, (name, name))[1] for name in scores}) or None
     return ModelCardData(
@@ -372,34 +384,37 @@ def render_model_card(
     repo_id: str | None = None,
     template_path: str | os.PathLike | None = None,
     widget_examples: list[str] | None = None,
-    variant: str = "vaswani",
+    variant: CardVariant | None = None,
     generation_config: Mapping | None = None,
 ) -> ModelCard:
     """Render the model card of a trained model from real numbers only; returns a `huggingface_hub.ModelCard`
     (`card.data` is its `ModelCardData`).
 
     model_dir_or_model: a saved folder (config.json, safetensors weights, optional generation_config.json) or a model
-    object (`VaswaniForConditionalGeneration`, or a `MarianMTModel` with `variant="marian"`); architecture and
+    object (`VaswaniForConditionalGeneration`, or an export's model with that export's `variant`); architecture and
     parameter count are read from it. metrics: scores of the run (forms: `normalize_metrics`), `None`/`{}` for none:
     the card then says so and has no model-index. training_info: `source_lang`, `target_lang` (ISO 639-1) required;
     with metrics also `eval_dataset = {"name", "id", "config", "split"}` (`name` required: a score without its test
     set means nothing); optional `license` (default "apache-2.0"), `model_name`, `tags`, `widget_examples`,
     `summary`, `extra_limitations`, and the training facts of TRAINING_FIELDS (any other key is shown as given).
     repo_id: for the usage snippets. template_path: another Jinja template. widget_examples: Hub widget inputs
-    (default: training_info's, else two built-in sentences for en/de/fr). variant: "vaswani" (custom code repo) or
-    "marian" (native export). generation_config: the decoding the metrics were measured with (default: the model's).
+    (default: training_info's, else two built-in sentences for en/de/fr). variant: the kind of repository
+    (`VASWANI_CARD`, the default: this package's model with its code; an export brings its own, e.g.
+    `vaswani_hf.export.marian.MARIAN_CARD`). generation_config: the decoding the metrics were measured with
+    (default: the model's).
     """
+    variant = VASWANI_CARD if variant is None else variant
     info = dict(training_info or {})
     scores = normalize_metrics(metrics)
     eval_dataset = _check_card_inputs(variant, info, scores)
     src, tgt = info["source_lang"], info["target_lang"]
-    config, generation, num_parameters, folder = _describe_source(model_dir_or_model)
+    config, generation, num_parameters, folder = _describe_source(model_dir_or_model, variant)
     if generation_config is not None:
         generation = dict(generation_config)
     src_name, tgt_name = LANGUAGE_NAMES.get(src, src), LANGUAGE_NAMES.get(tgt, tgt)
     model_name = info.get("model_name") or (repo_id.split("/")[-1] if repo_id else f"vaswani-transformer-{src}-{tgt}")
     # body rows for every score; model-index entries only where this repository decodes as the scores were measured
-    decoding_same = variant != "marian" or _decoding_equivalent_in_marian(generation)
+    decoding_same = variant.decodes_as_measured(generation)
     results, eval_results = _results(scores, eval_dataset, f"{src_name} to {tgt_name}", decoding_same)
     widgets = widget_examples if widget_examples is not None else info.get("widget_examples")
     if widgets is None:
@@ -410,16 +425,16 @@ def render_model_card(
     return ModelCard.from_template(
         _card_data(info, scores, eval_dataset, variant, model_name, eval_results, widgets),
         template_path=str(template),
-        variant=variant,
+        variant=variant.name,
         title=model_name,
         summary=info.get("summary") or (
             f"A Transformer ({src_name} to {tgt_name}) trained with the recipe of Vaswani et al. (2017)."),
-        architecture=_rows(_architecture_rows(config, num_parameters, variant)),
+        architecture=_rows(_architecture_rows(variant.architecture(config), num_parameters)),
         training_rows=_rows(_training_rows(info)),
         decoding_rows=_rows(_decoding_rows(generation, variant)),
-        decoding_note=MARIAN_DECODING_NOTE if not decoding_same else "",
+        decoding_note=variant.decoding_note if not decoding_same else "",
         results=results,
-        results_note=MARIAN_RESULTS_NOTE if scores and not decoding_same else "",
+        results_note=variant.results_note if scores and not decoding_same else "",
         eval_dataset_text=_eval_dataset_text(eval_dataset),
         repo_id=repo_id or "path/to/model",
         example_literal=repr(widgets[:1]) if widgets else repr(["..."]),

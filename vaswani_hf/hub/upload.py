@@ -20,6 +20,7 @@ from huggingface_hub.errors import HFValidationError, HTTPError
 from huggingface_hub.utils import filter_repo_objects, validate_repo_id
 
 from ..io import RunFailure, UsageError, check_safetensors, read_json
+from ..vocabulary import check_same_vocabulary
 from .card import METRICS_FILE
 from .folder import missing_code_files
 
@@ -93,30 +94,37 @@ def _weight_problems(model_dir: Path, names: set[str]) -> list[str]:
     return problems
 
 
-def _card_and_tokenizer_problems(model_dir: Path, names: set[str]) -> list[str]:
-    problems = []
+def _tokenizer_problems(model_dir: Path, names: set[str], config: dict) -> list[str]:
+    """No tokenizer, a broken tokenizer.json, or one of another vocabulary than the model's."""
     if "tokenizer.json" not in names and "tokenizer_config.json" not in names:
-        problems.append("no tokenizer files (save the tokenizer into the folder)")
-    elif "tokenizer.json" in names:
-        try:
-            read_json(model_dir / "tokenizer.json", what="tokenizer.json")
-        except UsageError as error:
-            problems.append(str(error))
+        return ["no tokenizer files (save the tokenizer into the folder)"]
+    if "tokenizer.json" not in names:
+        return []
+    try:
+        read_json(model_dir / "tokenizer.json", what="tokenizer.json")
+        if isinstance(config.get("vocab_size"), int):
+            check_same_vocabulary(model_dir, model_dir)
+    except UsageError as error:
+        return [str(error)]
+    return []
+
+
+def _card_problems(model_dir: Path, names: set[str]) -> list[str]:
     if "README.md" not in names:
-        problems.append("no README.md model card (vaswani_hf.hub.write_model_card writes one)")
-    else:
-        try:
-            ModelCard((model_dir / "README.md").read_text(encoding="utf-8"))
-        except Exception as error:  # noqa: BLE001 - report any parse error of the card
-            problems.append(f"README.md metadata does not parse: {' '.join(str(error).split())}")
-    return problems
+        return ["no README.md model card (vaswani_hf.hub.write_model_card writes one)"]
+    try:
+        ModelCard((model_dir / "README.md").read_text(encoding="utf-8"))
+    except Exception as error:  # noqa: BLE001 - report any parse error of the card
+        return [f"README.md metadata does not parse: {' '.join(str(error).split())}"]
+    return []
 
 
 def check_folder(model_dir: str | os.PathLike, files: list[tuple[str, int]] | None = None, *,
                  repo_id: str | None = None) -> list[str]:
     """Problems that would make the uploaded repository unusable (empty list: none): an invalid `repo_id`, a
-    missing or broken config.json, missing or truncated safetensors weights, no tokenizer, no or unparsable card,
-    a code file that config.json or another code file needs but that is absent."""
+    missing or broken config.json, missing or truncated safetensors weights, no tokenizer, a tokenizer of another
+    vocabulary than the model's, no or unparsable card, a code file that config.json or another code file needs but
+    that is absent."""
     model_dir = Path(model_dir)
     names = {name for name, _ in (files if files is not None else list_upload_files(model_dir))}
     problems = []
@@ -135,7 +143,8 @@ def check_folder(model_dir: str | os.PathLike, files: list[tuple[str, int]] | No
     if not isinstance(config, dict) or "model_type" not in config:
         return problems + [f"{model_dir / 'config.json'} has no model_type; it is not a transformers model config"]
     problems += _weight_problems(model_dir, names)
-    problems += _card_and_tokenizer_problems(model_dir, names)
+    problems += _tokenizer_problems(model_dir, names, config)
+    problems += _card_problems(model_dir, names)
     if config.get("model_type") == "vaswani":
         auto_map = config.get("auto_map") or {}
         if "AutoConfig" not in auto_map or "AutoModelForSeq2SeqLM" not in auto_map:

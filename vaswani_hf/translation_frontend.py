@@ -1,0 +1,103 @@
+"""The translation front end: the rules every decoding engine shares, written once.
+
+Both engines, our `generate()` (`vaswani_hf.inference.translate`) and CTranslate2
+(`vaswani_hf.export.ctranslate2.CTranslate2Translator`), run their sentences through `translate_lines`, which applies:
+
+- a sentence that is empty or only whitespace translates to "" and is never given to the engine (a model would still
+  emit some sentence for a source made of `</s>` alone);
+- other sentences are stripped of leading and trailing whitespace before tokenization;
+- every output is a single stripped line: line breaks an engine may produce (byte-level BPE's newline byte, U+2028,
+  any `str.splitlines` boundary) become spaces, so that N input lines give N output lines, in order;
+- a source longer than the engine's position table (`PositionTable`) is refused before anything is decoded, naming
+  its sentence (1-based) in a `vaswani_hf.io.InputLineError`, which the translate tool turns into `file:line`.
+
+An engine provides only `encode` (the token sequences of the stripped sentences, `</s>` included) and `decode` (the
+translation of each encoded sentence, in order).
+
+Decoding options keep the names of `generate()`. One left unset keeps the model's generation config (for this model
+the paper's, Section 6.1: `vaswani_hf.generation_vaswani.default_generation_config`): `given_options` keeps the ones
+that were set, `resolve_options` fills the others from a generation config. For `max_length_b` None is itself a
+value (no per-sentence limit), so "unset" there is the `UNSET` sentinel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from .io import InputLineError
+
+__all__ = ["UNSET", "PositionTable", "given_options", "resolve_options", "one_line", "translate_lines"]
+
+UNSET = object()  # "keep the generation config's value" where None is itself a meaningful value (max_length_b)
+_NONE_IS_A_VALUE = ("max_length_b",)  # None turns the per-sentence limit off
+
+
+def given_options(**options) -> dict:
+    """The decoding options that were set: None and `UNSET` mean "keep the generation config's value", except for
+    `max_length_b`, where None turns the per-sentence limit off and only `UNSET` keeps the config's value."""
+    return {key: value for key, value in options.items()
+            if value is not UNSET and (value is not None or key in _NONE_IS_A_VALUE)}
+
+
+def resolve_options(defaults: Mapping, **options) -> dict:
+    """Every option of `defaults` (a generation config's values), replaced by those of `options` that were set."""
+    return {**defaults, **given_options(**options)}
+
+
+@dataclass(frozen=True)
+class PositionTable:
+    """The longest source, in tokens with `</s>`, an engine can embed (`rows`), and how its refusal describes the
+    table: "N source tokens, but {covers} {rows} positions; shorten or split the line{remedy}"."""
+
+    rows: int
+    covers: str
+    remedy: str = ""
+
+    def check(self, encoded: Sequence[Sequence], lines: Sequence[int]) -> None:
+        """InputLineError naming the first sentence (`lines`: 1-based) longer than the table."""
+        for tokens, line in zip(encoded, lines):
+            if len(tokens) > self.rows:
+                raise InputLineError(line, f"{len(tokens)} source tokens, but {self.covers} {self.rows} positions; "
+                                           f"shorten or split the line{self.remedy}")
+
+
+def one_line(text: str) -> str:
+    """`text` as one line: its lines (any `str.splitlines` boundary) joined with spaces, stripped."""
+    return " ".join(text.splitlines()).strip()
+
+
+def checked_sentences(sentences: Sequence[str]) -> list[str]:
+    """`sentences` as a list of str; a single string or a non-str item is a TypeError (a caller's bug)."""
+    if isinstance(sentences, str):
+        raise TypeError("translate: `sentences` must be a sequence of strings, not a single string")
+    sentences = list(sentences)
+    for i, sentence in enumerate(sentences):
+        if not isinstance(sentence, str):
+            raise TypeError(f"translate: sentence {i} is a {type(sentence).__name__}, not a str")
+    return sentences
+
+
+def translate_lines(sentences: Sequence[str], encode: Callable[[list[str]], list[Sequence]],
+                    decode: Callable[[list[Sequence]], Sequence[str]],
+                    table: PositionTable | None = None) -> list[str]:
+    """One single-line translation per sentence, in order, by the rules of the module docstring.
+
+    encode: stripped non-empty sentences -> their token sequences (`</s>` included), as the engine takes them.
+    decode: those token sequences -> one translation each, in the same order.
+    table: the engine's position table, if it has a limit (None: sinusoids, any length).
+    """
+    sentences = checked_sentences(sentences)
+    outputs = [""] * len(sentences)
+    todo = [i for i, sentence in enumerate(sentences) if sentence.strip()]
+    if not todo:
+        return outputs
+    encoded = encode([sentences[i].strip() for i in todo])
+    if table is not None:
+        table.check(encoded, [i + 1 for i in todo])
+    translations = list(decode(encoded))
+    if len(translations) != len(todo):  # an engine bug must never silently misalign lines
+        raise RuntimeError(f"the engine returned {len(translations)} translations for {len(todo)} sentences")
+    for i, text in zip(todo, translations):
+        outputs[i] = one_line(text)
+    return outputs
