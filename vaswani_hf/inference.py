@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 from .data.batching import TRANSLATE_MAX_TOKENS, make_batches
 from .io import UsageError, load_model_folder
 from .pipeline_vaswani import VaswaniTranslationPipeline
-from .translation_frontend import UNSET, PositionTable, given_options, translate_lines
+from .translation_frontend import MAX_SOURCE_TOKENS, UNSET, PositionTable, given_options, translate_lines
 
 __all__ = [
     "DTYPES",
@@ -145,6 +145,7 @@ def translate(
     max_length_a: float | None = None,
     max_length_b: int | None = UNSET,
     early_stopping: bool | str | None = None,
+    max_input_tokens: int | None = MAX_SOURCE_TOKENS,
     device: str | torch.device | None = None,
     dtype: str | torch.dtype | None = None,
     progress: bool = True,
@@ -169,6 +170,8 @@ def translate(
         max_length_a, max_length_b: per-sentence limit floor(a * source_length + b) tokens (paper: a=1, b=50);
             Vaswani models only. Unset keeps the generation config's; `max_length_b=None` turns the limit off
             (then give `max_new_tokens`, or transformers' global default `max_length=20` applies).
+        max_input_tokens: the longest source a sentence may have, in tokens with `</s>` (None: no limit); a longer
+            one is refused before anything is decoded.
         device: where to decode; None keeps the model where it is. The model is moved there if needed.
         dtype: None/"fp32" (default), or "bf16"/"fp16" to decode under `torch.autocast` on `device` (meant for GPUs;
             the weights are not cast). See `load_for_inference` to cast the weights instead.
@@ -197,7 +200,7 @@ def translate(
 
     limit = position_limit(model)
     table = None if limit is None else PositionTable(limit, "the model's learned position embeddings cover")
-    return translate_lines(sentences, encode, decode, table)
+    return translate_lines(sentences, encode, decode, table, max_source_tokens=max_input_tokens)
 
 
 def _generate(model, tokenizer, encoded: list[list[int]], options: dict, *, device: torch.device, dtype,

@@ -8,8 +8,10 @@ Both engines, our `generate()` (`vaswani_hf.inference.translate`) and CTranslate
 - other sentences are stripped of leading and trailing whitespace before tokenization;
 - every output is a single stripped line: line breaks an engine may produce (byte-level BPE's newline byte, U+2028,
   any `str.splitlines` boundary) become spaces, so that N input lines give N output lines, in order;
-- a source longer than the engine's position table (`PositionTable`) is refused before anything is decoded, naming
-  its sentence (1-based) in a `vaswani_hf.io.InputLineError`, which the translate tool turns into `file:line`.
+- a source longer than the engine's position table (`PositionTable`), or than `max_source_tokens` (default
+  `MAX_SOURCE_TOKENS`: bounded work on unbounded input, a 1 MB line is no sentence), is refused before anything is
+  decoded, naming its sentence (1-based) in a `vaswani_hf.io.InputLineError`, which the translate tool turns into
+  `file:line`.
 
 An engine provides only `encode` (the token sequences of the stripped sentences, `</s>` included) and `decode` (the
 translation of each encoded sentence, in order).
@@ -27,7 +29,10 @@ from dataclasses import dataclass
 
 from .io import InputLineError
 
-__all__ = ["UNSET", "PositionTable", "given_options", "resolve_options", "one_line", "translate_lines"]
+__all__ = ["UNSET", "MAX_SOURCE_TOKENS", "PositionTable", "given_options", "resolve_options", "one_line",
+           "translate_lines"]
+
+MAX_SOURCE_TOKENS = 1024  # per line, `</s>` included: WMT sentences stay under 250 after the usual filtering
 
 UNSET = object()  # "keep the generation config's value" where None is itself a meaningful value (max_length_b)
 _NONE_IS_A_VALUE = ("max_length_b",)  # None turns the per-sentence limit off
@@ -80,12 +85,13 @@ def checked_sentences(sentences: Sequence[str]) -> list[str]:
 
 def translate_lines(sentences: Sequence[str], encode: Callable[[list[str]], list[Sequence]],
                     decode: Callable[[list[Sequence]], Sequence[str]],
-                    table: PositionTable | None = None) -> list[str]:
+                    table: PositionTable | None = None, max_source_tokens: int | None = MAX_SOURCE_TOKENS) -> list[str]:
     """One single-line translation per sentence, in order, by the rules of the module docstring.
 
     encode: stripped non-empty sentences -> their token sequences (`</s>` included), as the engine takes them.
     decode: those token sequences -> one translation each, in the same order.
     table: the engine's position table, if it has a limit (None: sinusoids, any length).
+    max_source_tokens: the longest source a line may have (None: no limit).
     """
     sentences = checked_sentences(sentences)
     outputs = [""] * len(sentences)
@@ -95,6 +101,11 @@ def translate_lines(sentences: Sequence[str], encode: Callable[[list[str]], list
     encoded = encode([sentences[i].strip() for i in todo])
     if table is not None:
         table.check(encoded, [i + 1 for i in todo])
+    if max_source_tokens is not None:
+        for tokens, i in zip(encoded, todo):
+            if len(tokens) > max_source_tokens:
+                raise InputLineError(i + 1, f"{len(tokens):,} source tokens, more than the {max_source_tokens:,} a "
+                                            "line may have; split the line, or raise the limit (--max_input_tokens)")
     translations = list(decode(encoded))
     if len(translations) != len(todo):  # an engine bug must never silently misalign lines
         raise RuntimeError(f"the engine returned {len(translations)} translations for {len(todo)} sentences")

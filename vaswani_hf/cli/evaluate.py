@@ -24,8 +24,9 @@ import time
 from collections.abc import Sequence
 
 from .. import io
-from ..constraints import MAX_BEAMS, MAX_SENTENCES, device, number
+from ..constraints import MAX_BEAMS, MAX_POSITIONS, MAX_SENTENCES, device, number
 from ..metrics import SACREBLEU_TOKENIZERS
+from ..translation_frontend import MAX_SOURCE_TOKENS
 from .contract import ArgumentParser, declare_paths, run_cli
 
 
@@ -42,6 +43,9 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--num_beams", type=number(int, min=1, max=MAX_BEAMS), default=None,
                         help="beam size (default: the model's generation_config)")
     parser.add_argument("--batch_size", type=number(int, min=1, max=MAX_SENTENCES), default=32)
+    parser.add_argument("--max_input_tokens", type=number(int, min=1, max=MAX_POSITIONS), default=MAX_SOURCE_TOKENS,
+                        help="a source line with more tokens (</s> included) is refused before anything is "
+                             f"translated (default {MAX_SOURCE_TOKENS})")
     parser.add_argument("--device", type=device, default=None,
                         help="torch device (default: the accelerator if any, else cpu)")
     parser.add_argument("--target_lang", default="de", help="target language for the Moses tokenizer")
@@ -74,7 +78,8 @@ def translate_file(args, sources: list[str]) -> tuple[list[str], int]:
     num_beams = args.num_beams if args.num_beams is not None else model.generation_config.num_beams
     started = time.perf_counter()
     try:
-        hypotheses = translate(model, tokenizer, sources, batch_size=args.batch_size, num_beams=num_beams)
+        hypotheses = translate(model, tokenizer, sources, batch_size=args.batch_size, num_beams=num_beams,
+                               max_input_tokens=args.max_input_tokens)
     except io.InputLineError as error:  # e.g. a line longer than the model's positions: named as file:line
         raise error.in_file(args.source) from error
     # reported after the work, so that a refused source is one line on stderr (translate shows its own progress)

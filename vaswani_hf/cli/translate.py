@@ -26,6 +26,7 @@ from pathlib import Path
 
 from .. import io
 from ..constraints import MAX_BEAMS, MAX_POSITIONS, MAX_SENTENCES, MAX_TOKENS, device, number
+from ..translation_frontend import MAX_SOURCE_TOKENS
 from .contract import ArgumentParser, declare_paths, run_cli
 
 
@@ -43,6 +44,10 @@ def build_parser() -> ArgumentParser:
                           help="padded source tokens per batch (default: 4096, vaswani_hf.data.TRANSLATE_MAX_TOKENS)")
     batching.add_argument("--batch_size", type=number(int, min=1, max=MAX_SENTENCES), default=None,
                           help="at most this many sentences per batch")
+    batching.add_argument("--max_input_tokens", type=number(int, min=1, max=MAX_POSITIONS),
+                          default=MAX_SOURCE_TOKENS,
+                          help=f"a line with more source tokens (</s> included) is refused, naming it, before "
+                               f"anything is decoded (default {MAX_SOURCE_TOKENS})")
     decoding = parser.add_argument_group("decoding (default: the model's generation_config)")
     decoding.add_argument("--num_beams", type=number(int, min=1, max=MAX_BEAMS), default=None,
                           help="beam size (paper: 4; 1 = greedy)")
@@ -82,7 +87,7 @@ def translate_with_pytorch(args, lines: list[str]) -> list[str]:
     model, tokenizer = load_for_inference(args.model, device=args.device)
     return translate(model, tokenizer, lines, max_tokens=args.max_tokens or TRANSLATE_MAX_TOKENS,
                      batch_size=args.batch_size, dtype=args.dtype, progress=not args.no_progress,
-                     **decoding_options(args))
+                     max_input_tokens=args.max_input_tokens, **decoding_options(args))
 
 
 def translate_with_ctranslate2(args, lines: list[str]) -> list[str]:
@@ -92,7 +97,8 @@ def translate_with_ctranslate2(args, lines: list[str]) -> list[str]:
 
     compute_type = {"fp32": "default", "bf16": "bfloat16", "fp16": "float16"}[args.dtype]
     return translate_ctranslate2(args.model, lines, batch_size=args.batch_size, max_tokens=args.max_tokens,
-                                 device=args.device or "cpu", compute_type=compute_type, **decoding_options(args))
+                                 device=args.device or "cpu", compute_type=compute_type,
+                                 max_input_tokens=args.max_input_tokens, **decoding_options(args))
 
 
 ENGINES = {"pytorch": translate_with_pytorch, "ctranslate2": translate_with_ctranslate2}

@@ -56,7 +56,7 @@ from ..configuration_vaswani import VaswaniConfig
 from ..data.batching import TRANSLATE_MAX_TOKENS, make_batches
 from ..generation_vaswani import default_generation_config, gnmt_length_penalty
 from ..io import UsageError, read_json
-from ..translation_frontend import UNSET, PositionTable, resolve_options, translate_lines
+from ..translation_frontend import MAX_SOURCE_TOKENS, UNSET, PositionTable, resolve_options, translate_lines
 from .ctranslate2_spec import CT2_METADATA_FILE, GENERATION_KEYS, import_ctranslate2, to_ctranslate2
 
 LENGTH_PENALTY_TYPES = ("gnmt", "hf", "ctranslate2")
@@ -157,7 +157,8 @@ class CTranslate2Translator:
                   length_penalty: float | None = None, length_penalty_type: str | None = None,
                   max_length_a: float | None = None, max_length_b: int | None = UNSET,
                   max_new_tokens: int | None = None, exact_max_length: bool = True, batch_size: int | None = None,
-                  max_tokens: int | None = None, patience: float = 1.0) -> list[str]:
+                  max_tokens: int | None = None, patience: float = 1.0,
+                  max_input_tokens: int | None = MAX_SOURCE_TOKENS) -> list[str]:
         """Translate `sentences` (plain text); one single-line string per sentence, in input order.
 
         Options have the names and meanings of `vaswani_hf.inference.translate` / `generate()`; None (or unset
@@ -167,7 +168,8 @@ class CTranslate2Translator:
         included (`max_length_b=None`: off, then `max_new_tokens` is required). exact_max_length: group sentences by
         their limit (module docstring). max_tokens / batch_size: `make_batches`' budget (default 4096 tokens).
         patience: CTranslate2's beam patience. Lines in, lines out by `translate_lines` (module docstring); a source
-        longer than the exported position table is a UsageError naming its line (1-based).
+        longer than the exported position table, or than `max_input_tokens`, is a UsageError naming its line
+        (1-based).
         """
         options = self._options(num_beams=num_beams, length_penalty=length_penalty,
                                 length_penalty_type=length_penalty_type, max_length_a=max_length_a,
@@ -183,7 +185,7 @@ class CTranslate2Translator:
         table = None if self.max_positions is None else PositionTable(
             self.max_positions, "this CTranslate2 export has position encodings for",
             ", or re-export with a larger --max_positions")
-        return translate_lines(sentences, self.encode, decode, table)
+        return translate_lines(sentences, self.encode, decode, table, max_source_tokens=max_input_tokens)
 
     def _translate_tokens(self, sources, num_beams, alpha, penalty_type, a, b, max_new_tokens, *,
                           exact_max_length, batch_size, max_tokens, patience) -> list[list[str]]:
@@ -247,6 +249,7 @@ def translate_ctranslate2(
     exact_max_length: bool = True,
     batch_size: int | None = None,
     max_tokens: int | None = None,
+    max_input_tokens: int | None = MAX_SOURCE_TOKENS,
     device: str | None = "cpu",
     compute_type: str = "default",
     quantization: str | None = None,
@@ -265,7 +268,8 @@ def translate_ctranslate2(
 
     options = dict(num_beams=num_beams, length_penalty=length_penalty, length_penalty_type=length_penalty_type,
                    max_length_a=max_length_a, max_length_b=max_length_b, max_new_tokens=max_new_tokens,
-                   exact_max_length=exact_max_length, batch_size=batch_size, max_tokens=max_tokens)
+                   exact_max_length=exact_max_length, batch_size=batch_size, max_tokens=max_tokens,
+                   max_input_tokens=max_input_tokens)
     loader = dict(device=device, compute_type=compute_type, inter_threads=inter_threads,
                   intra_threads=intra_threads)
     if (Path(model_dir) / "model.bin").is_file():

@@ -19,7 +19,7 @@ import torch
 from ..configuration_vaswani import VaswaniConfig
 from ..io import UsageError, atomic_output_dir, check_model_folder, check_output_dir, read_json
 from ..modeling_vaswani import VaswaniForConditionalGeneration, sinusoid_table
-from ..vocabulary import check_same_vocabulary
+from ..io import check_same_vocabulary
 
 CT2_METADATA_FILE = "vaswani_ctranslate2.json"
 _CT2_DEFAULT_MAX_POSITIONS = 1024

@@ -30,7 +30,7 @@ from ..configuration_vaswani import VaswaniConfig
 from ..hub.card import Architecture, CardVariant, read_card_inputs, render_model_card
 from ..io import UsageError, atomic_output_dir, check_model_folder, check_output_dir, read_json
 from ..modeling_vaswani import VaswaniForConditionalGeneration
-from ..vocabulary import check_same_vocabulary
+from ..io import check_same_vocabulary
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
 

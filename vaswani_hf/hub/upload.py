@@ -20,7 +20,7 @@ from huggingface_hub.errors import HFValidationError, HTTPError
 from huggingface_hub.utils import filter_repo_objects, validate_repo_id
 
 from ..io import RunFailure, UsageError, check_safetensors, read_json
-from ..vocabulary import check_same_vocabulary
+from ..io import check_same_vocabulary
 from .card import METRICS_FILE
 from .folder import missing_code_files
 

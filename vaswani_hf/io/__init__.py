@@ -6,14 +6,23 @@ guards its outputs through this package, so each rule is written once.
 - `io.outputs`: what a command may write (an output never is, contains or lies inside an input; only regular files
   and folders this package wrote are replaced, with `--overwrite`), atomic writes with the umask's modes, the run
   folder's lock.
-- `io.models`: model folders, checked cheaply and loaded strictly.
+- `io.models`: model folders, checked cheaply and loaded strictly; tokenizer and weights of one vocabulary.
 
 The errors they raise (`UsageError`: exit status 2; `RunFailure`: 1) are `vaswani_hf.errors`'; the command-line
 contract that reports them is `vaswani_hf.cli.contract`.
 """
 
 from ..errors import STDIO, InputLineError, RunFailure, UsageError, VaswaniError
-from .models import WEIGHTS, WEIGHTS_INDEX, check_model_folder, check_safetensors, load_model_folder
+from .models import (
+    WEIGHTS,
+    WEIGHTS_INDEX,
+    check_model_folder,
+    check_safetensors,
+    check_same_vocabulary,
+    load_model_folder,
+    model_vocab_size,
+    tokenizer_size,
+)
 from .outputs import (
     MARKER,
     FolderLock,
@@ -35,4 +44,5 @@ __all__ = [
     "check_paths", "check_output_file", "check_output_dir", "replace_atomically", "atomic_output_dir", "fsync_tree",
     "written_by", "MARKER", "FolderLock", "folder_in_use", "apply_umask",
     "WEIGHTS", "WEIGHTS_INDEX", "check_model_folder", "load_model_folder", "check_safetensors",
+    "check_same_vocabulary", "tokenizer_size", "model_vocab_size",
 ]

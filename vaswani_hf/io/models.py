@@ -113,10 +113,7 @@ def load_model_folder(path: str | os.PathLike, *, device=None, dtype=None, trust
     except (OSError, ValueError, KeyError) as error:  # KeyError: a JSON file without the keys transformers needs
         raise UsageError(f"{where}: cannot be loaded ({one_line(error)})") from error
     check_loading_report(report, where)
-    vocab = getattr(model.config, "vocab_size", None)
-    if vocab is not None and len(tokenizer) > vocab:
-        raise UsageError(f"{where}: the tokenizer has {len(tokenizer):,} tokens but the model's vocabulary only "
-                         f"{vocab:,}; the tokenizer belongs to another model")
+    check_same_vocabulary(model, tokenizer)
     if device is not None:
         model = model.to(device)
     return model.eval(), tokenizer
@@ -133,3 +130,59 @@ def check_loading_report(report: dict, where: str) -> None:
             shown = ", ".join(str(n) for n in names[:3]) + (f", ... ({len(names)} in all)" if len(names) > 3 else "")
             raise UsageError(f"{where}: config.json and the weights disagree: tensors {meaning}: {shown}; the config "
                              "and model.safetensors come from different models: save the model again")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# One vocabulary for tokenizer and weights
+# ---------------------------------------------------------------------------------------------------------------------
+# The model has one embedding matrix shared by source, target and the pre-softmax projection (Section 3.4), indexed by
+# the tokenizer's ids; training sizes it to the tokenizer (`vocab_size = len(tokenizer)`). A tokenizer of another size
+# belongs to another model: its ids would select the wrong rows, or rows that do not exist, and the pair would
+# translate garbage without an error. Every place that pairs a tokenizer with weights (loading, the exports, the
+# upload) checks here, before any work. Sizes are read from the files; nothing is loaded for a folder with a
+# tokenizer.json.
+
+
+def tokenizer_size(tokenizer) -> int:
+    """Number of tokens of a tokenizer object, or of the tokenizer saved in a folder (added tokens included, as
+    `len(tokenizer)` counts them)."""
+    if not isinstance(tokenizer, (str, os.PathLike)):
+        return len(tokenizer)
+    folder = Path(tokenizer)
+    path = folder / "tokenizer.json"
+    if path.is_file():
+        from tokenizers import Tokenizer
+
+        try:
+            return Tokenizer.from_file(str(path)).get_vocab_size(with_added_tokens=True)
+        except Exception as error:  # noqa: BLE001 - the tokenizers library raises a plain Exception
+            raise UsageError(f"{path}: not a tokenizer file ({' '.join(str(error).split())})") from error
+    from transformers import AutoTokenizer
+
+    return len(AutoTokenizer.from_pretrained(str(folder)))
+
+
+def model_vocab_size(model) -> int:
+    """`vocab_size` of a model object (its config), or of the `config.json` in a model folder."""
+    if not isinstance(model, (str, os.PathLike)):
+        return int(model.config.vocab_size)
+    path = Path(model) / "config.json"
+    config = read_json(path, what="config.json")
+    if not isinstance(config, dict) or not isinstance(config.get("vocab_size"), int):
+        raise UsageError(f"{path}: no integer vocab_size")
+    return config["vocab_size"]
+
+
+def _label(source, what: str) -> str:
+    return f"the {what} in {source}" if isinstance(source, (str, os.PathLike)) else f"the given {what}"
+
+
+def check_same_vocabulary(model, tokenizer) -> None:
+    """UsageError, in one line naming both (folders or "the given ...") and both sizes, unless the tokenizer has
+    exactly as many tokens as the model's vocabulary. `model`: a model object or folder; `tokenizer`: a tokenizer
+    object or folder."""
+    tokens, rows = tokenizer_size(tokenizer), model_vocab_size(model)
+    if tokens != rows:
+        raise UsageError(f"{_label(tokenizer, 'tokenizer')} has {tokens} tokens but {_label(model, 'model')} has "
+                         f"vocab_size {rows}: they are not one vocabulary; pair the model with the tokenizer it was "
+                         "trained with")

@@ -1,4 +1,4 @@
-"""One vocabulary for tokenizer and weights (vaswani_hf.vocabulary), and the upload's check of it. The exports' own
+"""One vocabulary for tokenizer and weights (vaswani_hf.io.models), and the upload's check of it. The exports' own
 refusals: tests/test_export_ctranslate2.py and tests/test_export_marian.py."""
 
 import pytest
@@ -7,7 +7,7 @@ from hub_helpers import copy_folder, tiny  # noqa: F401
 from vaswani_hf import hub
 from vaswani_hf.io import UsageError
 from vaswani_hf.tokenization import train_bpe_tokenizer
-from vaswani_hf.vocabulary import check_same_vocabulary, model_vocab_size, tokenizer_size
+from vaswani_hf.io import check_same_vocabulary, model_vocab_size, tokenizer_size
 
 
 def test_sizes_read_from_files_equal_the_loaded_objects(tiny):
