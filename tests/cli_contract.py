@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import io
+import json
 import logging
 import os
 import shutil
@@ -77,6 +78,17 @@ def changes(before: dict, after: dict) -> set[str]:
 def under(path: str, allowed) -> bool:
     """Whether `path` is one of `allowed` or lies below one of them."""
     return any(path == str(a) or path.startswith(str(a) + os.sep) for a in allowed)
+
+
+def earlier_output(folder: Path, kind: str, *names: str) -> Path:
+    """A folder as a tool of this package left it: some files and the marker naming what it is (`kind`), so that
+    `--overwrite` may replace it."""
+    from vaswani_hf.io import MARKER
+
+    for name in names or ("mine.txt",):
+        write(folder / name, "old")
+    write(folder / MARKER, json.dumps({"written_by": kind}))
+    return folder
 
 
 def copy(source: Path, target: Path) -> Path:

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_contract import Assets, Call, Cases, copy, run_case, write
+from cli_contract import Assets, Call, Cases, copy, earlier_output, run_case, write
 from cli_helpers import truncate
 
 from vaswani_hf.io import check_safetensors
@@ -90,8 +90,10 @@ def _(t, a):
 
 @case("out-exists-overwrite")
 def _(t, a):
+    from vaswani_hf.training.checkpoints import AVERAGED
+
     run = run_copy(t, a)
-    write(t / "avg" / "mine.txt", "old")
+    earlier_output(t / "avg", AVERAGED)
 
     def check(stdout, stderr):
         assert not (t / "avg" / "mine.txt").exists()
@@ -110,14 +112,23 @@ def _(t, a):
 @case("out-is-the-run-dir-overwrite")
 def _(t, a):
     run = run_copy(t, a)
-    return Call(["--run_dir", run, "--out", run, "--overwrite"], 2, ("--out", str(run), "checkpoints being averaged"))
+    return Call(["--run_dir", run, "--out", run, "--overwrite"], 2,
+                ("--out", str(run), "contains --run_dir's checkpoint-2", "which this command reads"))
+
+
+@case("out-foreign-overwrite")
+def _(t, a):
+    run = run_copy(t, a)
+    write(t / "avg" / "mine.txt", "precious")
+    return Call(["--run_dir", run, "--out", t / "avg", "--overwrite"], 2,
+                ("--out", str(t / "avg"), "not an earlier averaged model folder", "mine.txt"))
 
 
 @case("out-is-a-checkpoint-overwrite")
 def _(t, a):
     run = run_copy(t, a)
     return Call(["--run_dir", run, "--out", run / "checkpoint-4", "--overwrite"], 2,
-                ("--out", str(run / "checkpoint-4"), "checkpoints being averaged"))
+                ("--out", str(run / "checkpoint-4"), "is --run_dir's checkpoint-4"))
 
 
 @case("out-is-a-file")

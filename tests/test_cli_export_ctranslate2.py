@@ -6,7 +6,7 @@ bad --max_positions, Ctrl-C. What each case asserts, and the shared assets: cli_
 from __future__ import annotations
 
 import pytest
-from cli_contract import Call, Cases, copy, model_classes, run_case, write
+from cli_contract import Call, Cases, copy, earlier_output, model_classes, run_case, write
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -32,12 +32,27 @@ def _(t, a):
 
 @case("out-dir-exists-overwrite")
 def _(t, a):
-    write(t / "ct2" / "mine.txt", "old")
+    from vaswani_hf.export.ctranslate2_spec import CT2_FOLDER
+
+    earlier_output(t / "ct2", CT2_FOLDER)
 
     def check(stdout, stderr):
         assert not (t / "ct2" / "mine.txt").exists() and (t / "ct2" / "model.bin").is_file()
     return Call(["--model_dir", a.model, "--out_dir", t / "ct2", "--overwrite"], 0, may_change=(t / "ct2",),
                 check=check)
+
+
+@case("out-dir-foreign-overwrite")
+def _(t, a):
+    write(t / "ct2" / "mine.txt", "precious")
+    return Call(["--model_dir", a.model, "--out_dir", t / "ct2", "--overwrite"], 2,
+                ("--out_dir", "not an earlier CTranslate2 model folder", "mine.txt"))
+
+
+@case("out-dir-inside-the-model-dir")
+def _(t, a):
+    folder = copy(a.model, t / "model")
+    return Call(["--model_dir", folder, "--out_dir", folder / "ct2"], 2, ("--out_dir", "lies inside --model_dir"))
 
 
 @case("out-dir-is-a-file")

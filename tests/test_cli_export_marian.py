@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_contract import Call, Cases, copy, model_classes, run_case, write
+from cli_contract import Call, Cases, copy, earlier_output, model_classes, run_case, write
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -27,7 +27,9 @@ def _(t, a):
 
 @case("out-exists-overwrite", pytest.mark.slow)
 def _(t, a):
-    write(t / "marian" / "mine.txt", "old")
+    from vaswani_hf.export.marian import MARIAN_FOLDER
+
+    earlier_output(t / "marian", MARIAN_FOLDER)
 
     def check(stdout, stderr):
         assert not (t / "marian" / "mine.txt").exists()
@@ -45,7 +47,14 @@ def _(t, a):
 @case("out-is-the-model-dir-overwrite")
 def _(t, a):
     folder = copy(a.model, t / "model")
-    return Call(["--model_dir", folder, "--out", folder, "--overwrite"], 2, (str(folder), "model folder"))
+    return Call(["--model_dir", folder, "--out", folder, "--overwrite"], 2, (str(folder), "is --model_dir"))
+
+
+@case("out-contains-the-model-dir-overwrite")
+def _(t, a):
+    folder = copy(a.model, t / "models" / "model")
+    return Call(["--model_dir", folder, "--out", t / "models", "--overwrite"], 2,
+                ("--out", "contains --model_dir", "whatever --overwrite says"))
 
 
 @case("one-language-only")

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_contract import BOM, GERMAN, LATIN1, LINES, Call, Cases, run_case, write
+from cli_contract import BOM, GERMAN, LATIN1, LINES, Call, Cases, earlier_output, run_case, write
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -153,11 +153,28 @@ def _(t, a):
 
 @case("out-dir-exists-overwrite")
 def _(t, a):
-    write(t / "tok" / "mine.txt", "keep")
+    from vaswani_hf.io import MARKER
+    from vaswani_hf.tokenization import TOKENIZER_FOLDER
+
+    earlier_output(t / "tok", TOKENIZER_FOLDER)
 
     def check(stdout, stderr):
-        assert sorted(p.name for p in (t / "tok").iterdir()) == ["tokenizer.json", "tokenizer_config.json"]
+        assert sorted(p.name for p in (t / "tok").iterdir()) == [MARKER, "tokenizer.json", "tokenizer_config.json"]
     return Call(tokenizer_argv(t, "--files", a.plain, extra=["--overwrite"]), 0, may_change=(t / "tok",), check=check)
+
+
+@case("out-dir-foreign-overwrite")
+def _(t, a):
+    write(t / "tok" / "mine.txt", "keep")
+    return Call(tokenizer_argv(t, "--files", a.plain, extra=["--overwrite"]), 2,
+                ("--out_dir", "not an earlier tokenizer folder", "mine.txt"))
+
+
+@case("out-dir-holds-the-corpus-overwrite")
+def _(t, a):
+    corpus = write(t / "tok" / "corpus.en", LINES)
+    return Call(tokenizer_argv(t, "--files", corpus, extra=["--overwrite"]), 2,
+                ("--out_dir", "contains --files (1)", "whatever --overwrite says"))
 
 
 @case("out-dir-is-a-file")

@@ -6,7 +6,7 @@ target, a bad --alignment, Ctrl-C. What each case asserts, and the shared assets
 from __future__ import annotations
 
 import pytest
-from cli_contract import GERMAN, LINES, LONG, Call, Cases, model_classes, run_case, write
+from cli_contract import GERMAN, LINES, LONG, Call, Cases, copy, earlier_output, model_classes, run_case, write
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -30,11 +30,19 @@ def _(t, a):
 
 @case("out-exists-overwrite", pytest.mark.slow)
 def _(t, a):
-    write(t / "vis" / "mine.txt", "old")
+    from vaswani_hf.cli.visualize_attention import ATTENTION_FOLDER
+
+    earlier_output(t / "vis", ATTENTION_FOLDER)
 
     def check(stdout, stderr):
         assert not (t / "vis" / "mine.txt").exists() and (t / "vis" / "diagnostics.txt").is_file()
     return Call(visualize_argv(t, a.model, LINES[0], "--overwrite"), 0, may_change=(t / "vis",), check=check)
+
+
+@case("out-is-the-model-dir-overwrite")
+def _(t, a):
+    folder = copy(a.model, t / "model")
+    return Call(["--model_dir", folder, "--source", LINES[0], "--out", folder, "--overwrite"], 2, ("--out", "is --model_dir"))
 
 
 @case("out-is-a-file")

@@ -18,10 +18,8 @@ from pathlib import Path
 
 from .. import io
 from ..constraints import MAX_POSITIONS, number
-from ..export.ctranslate2_spec import QUANTIZATIONS
+from ..export.ctranslate2_spec import CT2_FOLDER, QUANTIZATIONS
 from .contract import ArgumentParser, declare_paths, run_cli
-
-CT2_FOLDER = "CTranslate2 model folder"  # the kind of output vaswani_hf.export.ctranslate2_spec writes
 
 
 def build_parser() -> ArgumentParser:

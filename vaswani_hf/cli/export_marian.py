@@ -20,9 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import io
+from ..export.marian import MARIAN_FOLDER
 from .contract import ArgumentParser, declare_paths, run_cli
-
-MARIAN_FOLDER = "MarianMTModel folder"  # the kind of output vaswani_hf.export.marian.export_marian writes
 
 
 def build_parser() -> ArgumentParser:

@@ -27,6 +27,8 @@ _CT2_DEFAULT_MAX_POSITIONS = 1024
 GENERATION_KEYS = ("num_beams", "length_penalty", "length_penalty_type", "max_length_a", "max_length_b")
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 
+CT2_FOLDER = "CTranslate2 model folder"  # what this module writes (vaswani_hf.io.outputs)
+
 
 def import_ctranslate2():
     """(ctranslate2, common_spec, transformer_spec), or a UsageError saying how to install the optional extra."""
@@ -222,7 +224,7 @@ def to_ctranslate2(model_or_folder, out_dir, quantization: str | None = None, to
     ctranslate2, _, _ = import_ctranslate2()
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise UsageError(f"quantization {quantization!r} is not one of {', '.join(QUANTIZATIONS)}")
-    out_dir = check_output_dir(out_dir, overwrite=force, what="CTranslate2 output folder")
+    out_dir = check_output_dir(out_dir, overwrite=force, what="CTranslate2 output folder", kind=CT2_FOLDER)
     if not isinstance(model_or_folder, VaswaniForConditionalGeneration) and \
             Path(model_or_folder).resolve() == out_dir.resolve():
         raise UsageError(f"output folder {out_dir} is the model folder; choose another")
@@ -231,7 +233,7 @@ def to_ctranslate2(model_or_folder, out_dir, quantization: str | None = None, to
     spec = _spec(model, _vocabulary(tokenizer, model.config), max_positions, unk_token=tokenizer.unk_token or "<unk>")
     spec.validate()
     spec.optimize(quantization=quantization)
-    with atomic_output_dir(out_dir) as tmp:
+    with atomic_output_dir(out_dir, kind=CT2_FOLDER) as tmp:
         spec.save(str(tmp))
         tokenizer.save_pretrained(str(tmp))
         metadata = _metadata(ctranslate2, model, quantization, max_positions)

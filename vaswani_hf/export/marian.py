@@ -34,6 +34,8 @@ from ..io import check_same_vocabulary
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
 
+MARIAN_FOLDER = "MarianMTModel folder"  # what this module writes (vaswani_hf.io.outputs)
+
 
 def interleaved_to_concatenated(d_model: int) -> torch.Tensor:
     """Index map `perm` with concatenated[..., perm[j]] == interleaved[..., j] (Section 3.5's two layouts).
@@ -302,7 +304,7 @@ def _check_marian_paths(model_dir, out_dir, overwrite: bool) -> tuple[Path, Path
         raise UsageError(f"{model_dir / 'config.json'}: model_type is {model_type!r}, not 'vaswani'; "
                          "give a folder saved from VaswaniForConditionalGeneration")
     check_same_vocabulary(model_dir, model_dir)
-    return model_dir, check_output_dir(out_dir, overwrite=overwrite, what="Marian output folder")
+    return model_dir, check_output_dir(out_dir, overwrite=overwrite, what="Marian output folder", kind=MARIAN_FOLDER)
 
 
 def export_marian(
@@ -333,7 +335,7 @@ def export_marian(
     gen_path = model_dir / "generation_config.json"
     generation = read_json(gen_path) if gen_path.is_file() else model.generation_config.to_dict()
     marian.generation_config = marian_generation_config(generation, model.config)
-    with atomic_output_dir(out_dir) as tmp:
+    with atomic_output_dir(out_dir, kind=MARIAN_FOLDER) as tmp:
         marian.save_pretrained(tmp)
         _copy_tokenizer(model_dir, tmp)
         AutoTokenizer.from_pretrained(tmp)  # fail here, not on the Hub, if the copy does not load
