@@ -106,9 +106,10 @@ def _uneven_corpus(folder: Path) -> tuple[Path, int]:
 
 
 def test_two_processes_score_the_same_model_as_one(tmp_path):
-    """Uneven validation shards by construction; one process trains, then two processes resume the finished run
-    (nothing left to train), average the same checkpoints and score the same weights: the validation loss per target
-    token, the BLEU and every hypothesis, in order, equal the single process's."""
+    """Uneven validation shards by construction; one process trains; its final scores are removed (a run stopped
+    after its last checkpoint, before scoring), and two processes resume it: nothing is trained again, they average
+    the same checkpoints and score the same weights: the validation loss per target token, the BLEU and every
+    hypothesis, in order, equal the single process's."""
     corpus, n_valid = _uneven_corpus(tmp_path / "corpus")
     out = tmp_path / "run"
     common = [str(TRAIN), "--data_format", "moses", "--data_dir", str(corpus), "--output_dir", str(out),
@@ -117,6 +118,7 @@ def test_two_processes_score_the_same_model_as_one(tmp_path):
     _run([sys.executable, *common], cwd=tmp_path)
     one = json.loads((out / "metrics.json").read_text())
     one_hypotheses = (out / "valid_hypotheses.txt").read_text(encoding="utf-8").splitlines()
+    (out / "metrics.json").unlink()
 
     # The two ranks' validation shards really are uneven (sentences per rank, with the recipe's evaluation budget).
     from vaswani_hf.data import TokenBatchSampler, load_moses, prepare_dataset
@@ -133,6 +135,7 @@ def test_two_processes_score_the_same_model_as_one(tmp_path):
     two = json.loads((out / "metrics.json").read_text())
     assert two["world_size"] == 2 and two["global_step"] == one["global_step"] == 400
     assert two["averaged_checkpoints"] == one["averaged_checkpoints"] == ["checkpoint-200", "checkpoint-400"]
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-200", "checkpoint-400"]  # no update more
     two_hypotheses = (out / "valid_hypotheses.txt").read_text(encoding="utf-8").splitlines()
     assert len(two_hypotheses) == len(one_hypotheses) == n_valid
     assert two_hypotheses == one_hypotheses

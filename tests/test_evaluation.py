@@ -399,7 +399,7 @@ def test_tool_refuses_to_overwrite_outputs(tmp_path, monkeypatch, capsys):
     assert "--save_hypotheses hyp.txt exists; pass --overwrite" in _one_error_line(capsys.readouterr().err)
     assert cli.main(["--model", "model", "--source", "hyp.de", "--references", "ref.de", "--out", "x.json",
                      "--save_hypotheses", "x.json"]) == 2
-    assert "name the same file" in _one_error_line(capsys.readouterr().err)
+    assert "--out x.json is --save_hypotheses x.json; give the outputs separate places" in _one_error_line(capsys.readouterr().err)
     assert cli.main(["--model", "model", "--source", "hyp.de", "--references", "ref.de", "--out", "new.json"]) == 2
     assert "--model not found: model" in _one_error_line(capsys.readouterr().err)
     assert not (tmp_path / "new.json").exists()

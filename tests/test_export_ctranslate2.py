@@ -414,7 +414,7 @@ def test_cli_refusals_are_one_line_exit_2_and_change_nothing(trained, tmp_path, 
                 "tokenizer_vocabulary": [f"the tokenizer in {tmp_path / 'tok'} has 30 tokens but the model in "
                                          f"{folder} has vocab_size 28"],
                 "existing": ["--out_dir", "exists and is not empty", "--overwrite"],
-                "same": ["is --model_dir"], "max_positions": ["--max_positions", "must be positive"]}[case]
+                "same": ["is --model_dir"], "max_positions": ["--max_positions", "must be in [1, 65,536], got 0"]}[case]
     if case == "missing":
         folder = tmp_path / "absent"
     elif case == "file":

@@ -131,7 +131,7 @@ def test_cli_refusals_are_one_line_exit_2_and_change_nothing(tiny, tmp_path, cap
                                f"{tiny['model'].config.vocab_size}"],
                 "metrics": ["metrics.json:1: invalid JSON"], "existing": ["--out", "exists and is not empty",
                                                                           "--overwrite"],
-                "out_is_file": ["--out", "is a file"], "same": ["is the model folder"],
+                "out_is_file": ["--out", "is a file"], "same": ["is --model_dir", "whatever --overwrite says"],
                 "one_language": ["--source_lang and --target_lang"]}[case]
     folder = break_model_folder(folder, case, tmp_path)
     if case == "vocabulary":  # a tokenizer of another vocabulary: exit 0 with a useless export before
@@ -154,11 +154,19 @@ def test_cli_refusals_are_one_line_exit_2_and_change_nothing(tiny, tmp_path, cap
 
 
 def test_existing_output_is_replaced_only_with_overwrite(tiny, tmp_path):
+    """An earlier export is replaced with --overwrite; a folder the tool did not write is not, whatever --overwrite
+    says."""
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "old.txt").write_text("old", encoding="utf-8")
+    assert cli.main(["--model_dir", str(tiny["folder"]), "--out", str(out)]) == 0
+    (out / "config.json").write_text("{}", encoding="utf-8")
+    assert cli.main(["--model_dir", str(tiny["folder"]), "--out", str(out)]) == 2
     assert cli.main(["--model_dir", str(tiny["folder"]), "--out", str(out), "--overwrite"]) == 0
-    assert not (out / "old.txt").exists() and (out / "model.safetensors").is_file()
+    assert json.loads((out / "config.json").read_text())["model_type"] == "marian"
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "old.txt").write_text("old", encoding="utf-8")
+    assert cli.main(["--model_dir", str(tiny["folder"]), "--out", str(foreign), "--overwrite"]) == 2
+    assert (foreign / "old.txt").read_text(encoding="utf-8") == "old"
 
 
 def test_a_greedy_generation_config_exports(tiny, tmp_path):

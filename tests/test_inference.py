@@ -178,8 +178,14 @@ def test_script_refuses_to_overwrite_output(model, tokenizer, saved_folder, tmp_
     capsys.readouterr()
     assert output.read_text(encoding="utf-8").split("\n")[:-1] == \
         translate(model, tokenizer, ["dog", "snow"], num_beams=1, progress=False)
-    assert cli.main([str(source), "--model", str(saved_folder), "--output", str(tmp_path)]) == 2
+    (tmp_path / "outputs").mkdir()
+    assert cli.main([str(source), "--model", str(saved_folder), "--output", str(tmp_path / "outputs")]) == 2
     assert "is a folder" in _one_error_line(capsys.readouterr().err)
+    assert cli.main([str(source), "--model", str(saved_folder), "--output", str(tmp_path), "--overwrite"]) == 2
+    assert f"--output {tmp_path} contains input {source}" in _one_error_line(capsys.readouterr().err)
+    assert cli.main([str(source), "--model", str(saved_folder), "--output", str(source), "--overwrite"]) == 2
+    assert "whatever --overwrite says" in _one_error_line(capsys.readouterr().err)
+    assert source.read_text(encoding="utf-8") == "dog\nsnow\n"
 
 
 def test_script_stdin_to_stdout_subprocess(model, tokenizer, saved_folder):
@@ -249,7 +255,7 @@ def test_script_bad_options(saved_folder, capsys):
     assert script.main(["-", "--model", str(saved_folder), "--dtype", "int8"]) == 2
     assert "argument --dtype: invalid choice: 'int8'" in _one_error_line(capsys.readouterr().err)
     assert script.main(["-", "--model", str(saved_folder), "--max_tokens", "0"]) == 2
-    assert "argument --max_tokens: must be positive, got 0" in _one_error_line(capsys.readouterr().err)
+    assert "argument --max_tokens: must be in [1, 1,000,000,000], got 0" in _one_error_line(capsys.readouterr().err)
 
 
 def test_tool_help_and_entry_point():

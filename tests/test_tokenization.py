@@ -275,14 +275,18 @@ def test_cli_errors_and_out_dir_guard(tmp_path, capsys):
 
     assert cli.main(args) == 2
     assert f"--out_dir {out} exists and is not empty; pass --overwrite" in one_error_line()
+    assert cli.main(args + ["--overwrite"]) == 2  # not a folder this tool wrote: kept whatever --overwrite says
+    assert f"--out_dir {out} is not an earlier tokenizer folder" in one_error_line()
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
-    assert cli.main(args + ["--overwrite"]) == 0
-    assert (out / "tokenizer.json").is_file() and not (out / "notes.txt").exists()
+    (out / "notes.txt").unlink()
+    assert cli.main(args) == 0
+    assert cli.main(args + ["--overwrite"]) == 0  # its own earlier output: replaced whole
+    assert (out / "tokenizer.json").is_file()
     capsys.readouterr()
     assert cli.main(["--files", str(tmp_path / "nope.en"), "--out_dir", str(tmp_path / "t2")]) == 2
     assert f"--files not found: {tmp_path / 'nope.en'}" in one_error_line()
     assert cli.main(["--files", str(tmp_path / "c.en"), "--vocab_size", "100", "--out_dir", str(tmp_path / "t3")]) == 2
-    assert "--vocab_size must exceed the 4 special tokens + 256 byte symbols, got 100" in one_error_line()
+    assert "argument --vocab_size: must be in [261, 16,777,216], got 100" in one_error_line()
     (tmp_path / "blank.en").write_text("\n\n", encoding="utf-8")
     assert cli.main(["--files", str(tmp_path / "blank.en"), "--vocab_size", "400", "--out_dir",
                      str(tmp_path / "t4")]) == 2

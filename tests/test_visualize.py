@@ -302,8 +302,12 @@ def test_cli_replaces_output_only_with_overwrite_and_reports_padding_leaks(saved
     out.mkdir()
     (out / "old.txt").write_text("old", encoding="utf-8")
     argv = ["--model_dir", str(saved), "--source", SENTENCES[0], "--out", str(out), "--max_new_tokens", "4"]
-    assert cli.main([*argv, "--overwrite"]) == 0
-    assert not (out / "old.txt").exists() and (out / "diagnostics.txt").is_file()
+    assert cli.main([*argv, "--overwrite"]) == 2  # a folder this tool did not write: kept
+    assert (out / "old.txt").read_text(encoding="utf-8") == "old"
+    (out / "old.txt").unlink()
+    assert cli.main(argv) == 0
+    assert cli.main([*argv, "--overwrite"]) == 0  # its own earlier output: replaced whole
+    assert (out / "diagnostics.txt").is_file()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # written beside, renamed into place
 
     real = vaswani_hf.visualize.visualize

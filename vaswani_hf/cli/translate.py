@@ -108,6 +108,8 @@ def _main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "max_length_b", 0) is None and args.max_new_tokens is None:
         raise io.UsageError("--max_length_b none turns the per-sentence limit off: give --max_new_tokens as the limit")
+    if args.input != io.STDIO:  # the input itself first: a folder or a device is named as such
+        io.check_input_file(args.input)
     declare_paths(inputs={"input": args.input, "--model": args.model}, outputs={"--output": args.output})
     if args.output is not None and args.output != io.STDIO:  # checked before any work
         io.check_output_file(args.output, overwrite=args.overwrite, what="--output")

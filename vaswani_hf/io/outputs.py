@@ -85,10 +85,18 @@ def _relation(out: Path, other: Path) -> str | None:
     return None
 
 
+def file_kind(mode: int) -> str:
+    """'a character device', 'a FIFO', ... for a stat mode (error messages)."""
+    for test, name in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"),
+                       (stat.S_ISLNK, "a symbolic link"), (stat.S_ISREG, "a regular file")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
 def _existing_kind(path: Path) -> str | None:
     """What `path` is when it exists and is neither a regular file nor a folder (nor a link to one), else None."""
-    from .text import file_kind
-
     if path.is_symlink():
         return "a symbolic link" + ("" if path.exists() else " to nothing")
     if not path.exists():

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import STDIO, UsageError
-from .outputs import check_output_file, replace_atomically
+from .outputs import check_output_file, file_kind, replace_atomically
 
 BOM = "\ufeff"
 CHUNK_BYTES = 1 << 24  # text is decoded in 16 MiB blocks: C-speed decoding, bounded memory for WMT-sized corpora
@@ -46,16 +46,6 @@ def check_input_file(path: str | os.PathLike, what: str = "input file") -> Path:
     if not os.access(p, os.R_OK):
         raise UsageError(f"{what} {p} is not readable; check its permissions")
     return p
-
-
-def file_kind(mode: int) -> str:
-    """'a character device', 'a FIFO', ... for a stat mode (error messages)."""
-    for test, name in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"),
-                       (stat.S_ISLNK, "a symbolic link"), (stat.S_ISREG, "a regular file")):
-        if test(mode):
-            return name
-    return "not a regular file"
 
 
 @contextmanager

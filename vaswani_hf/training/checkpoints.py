@@ -74,9 +74,9 @@ def rng_state_files(processes: int) -> list[str]:
     return ["rng_state.pth"] if processes <= 1 else [f"rng_state_{rank}.pth" for rank in range(processes)]
 
 
-def checkpoint_problem(folder: Path, processes: int = 1) -> str | None:
-    """Why `folder` cannot be resumed from exactly by `processes` processes (a missing or broken file), or None when
-    it is complete."""
+def checkpoint_problem(folder: Path, processes: int = 1, rng: bool = True) -> str | None:
+    """Why `folder` cannot be resumed from exactly by `processes` processes (a missing or broken file; `rng`: its
+    RNG states included), or None when it is complete."""
     try:
         check_safetensors(folder / WEIGHTS) if (folder / WEIGHTS).is_file() else None
         if not (folder / WEIGHTS).is_file():
@@ -85,7 +85,7 @@ def checkpoint_problem(folder: Path, processes: int = 1) -> str | None:
         read_json(folder / "config.json")
     except UsageError as error:
         return str(error)
-    for name in ("optimizer.pt", "scheduler.pt", *rng_state_files(processes)):
+    for name in ("optimizer.pt", "scheduler.pt", *(rng_state_files(processes) if rng else ())):
         if not (folder / name).is_file() or (folder / name).stat().st_size == 0:
             saved = sorted(p.name for p in folder.glob("rng_state*.pth"))
             if name.startswith("rng_state") and saved:
@@ -95,13 +95,14 @@ def checkpoint_problem(folder: Path, processes: int = 1) -> str | None:
     return None
 
 
-def resumable_checkpoint(output_dir: str | os.PathLike, processes: int = 1) -> tuple[Path | None, list[str]]:
+def resumable_checkpoint(output_dir: str | os.PathLike, processes: int = 1,
+                         rng: bool = True) -> tuple[Path | None, list[str]]:
     """The newest checkpoint of `output_dir` that `processes` processes can resume from exactly, and why each newer
     one was passed over (transformers' `get_last_checkpoint` takes the newest whatever its state, and the run then
     crashes or continues with other random numbers)."""
     skipped = []
     for folder in reversed(checkpoints(output_dir)):
-        problem = checkpoint_problem(folder, processes)
+        problem = checkpoint_problem(folder, processes, rng)
         if problem is None:
             return folder, skipped
         skipped.append(f"{folder.name} ({problem})")

@@ -134,10 +134,6 @@ def plan_run(recipe: Recipe, *, overwrite: bool = False, world: World | None = N
               for name, path in source.files().items()}
     if recipe.tokenizer_path:
         inputs["tokenizer_path"] = tokenizer_dir
-    if recipe.data_dir and recipe.data_format not in ("sample", "hub"):
-        inputs["data_dir"] = resolve_dir(recipe.data_dir)
-    if recipe.file:
-        inputs["--recipe"] = recipe.file
     _guard(inputs, {"output_dir": out, "export_dir": export})
     output = preflight.decide_output_dir(recipe, out, overwrite=overwrite, processes=world.processes)
     preflight.check_export_dir(export, out, overwrite=overwrite or recipe.resume)

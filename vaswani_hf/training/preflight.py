@@ -36,7 +36,8 @@ HUB_FOLDER = "Hub model folder"  # the kind of output an export_dir is (vaswani_
 @dataclass
 class OutputDecision:
     """What the run does with its output folder: "new", "resume" (from `resume_from`), "overwrite" (removing
-    `previous`) or "finished" (a completed run, resumed: nothing to do, at update `finished_at`)."""
+    `previous`), "score" (training done at update `finished_at`, the final averaging and scores not: do those) or
+    "finished" (a completed run, resumed: nothing to do)."""
 
     start: str
     resume_from: Path | None = None
@@ -46,6 +47,7 @@ class OutputDecision:
     def describe(self) -> str:
         return {"new": "start from scratch", "overwrite": f"replace the previous run ({len(self.previous)} entries)",
                 "resume": f"resume from {self.resume_from.name if self.resume_from else ''}",
+                "score": f"training finished at update {self.finished_at}: average its checkpoints and score them",
                 "finished": f"the run finished at update {self.finished_at}: nothing to do"}[self.start]
 
 
@@ -88,20 +90,28 @@ def decide_output_dir(recipe: Recipe, out: Path, *, overwrite: bool, processes: 
 
 
 def _resume_decision(recipe: Recipe, out: Path, processes: int) -> OutputDecision:
-    checkpoint, skipped = resumable_checkpoint(out, processes)
+    """--resume: the newest complete checkpoint. Training to go needs its RNG state for this number of processes
+    (else the run would continue with other dropout masks and batch orders); a run whose training is done needs
+    none: it is "finished" (nothing to do) or, stopped before its final scores, is averaged and scored ("score")."""
+    checkpoint, skipped = resumable_checkpoint(out, processes, rng=False)
     if checkpoint is None and checkpoints(out):
-        raise RecipeError(f"--resume: no checkpoint in {out} can be resumed ({'; '.join(skipped)}); resume with the "
-                          "process count the run was saved with, remove the checkpoints, or train into another "
-                          "output_dir")
+        raise RecipeError(f"--resume: no checkpoint in {out} is complete ({'; '.join(skipped)}); remove them, or train "
+                          "into another output_dir")
     if checkpoint is None:
         return OutputDecision("new")
     check_same_architecture(recipe, checkpoint)
+    step = io.read_json(checkpoint / "trainer_state.json").get("global_step")
+    if recipe.max_steps > 0 and isinstance(step, int) and step >= recipe.max_steps:
+        finished = finished_at(recipe, out, checkpoint)
+        start = "finished" if finished is not None else "score"
+        return OutputDecision(start, resume_from=checkpoint, finished_at=step)
+    exact, skipped = resumable_checkpoint(out, processes)
+    if exact is None:
+        raise RecipeError(f"--resume: no checkpoint in {out} can be resumed exactly ({'; '.join(skipped)}); resume "
+                          "with the process count the run was saved with, or train into another output_dir")
     for reason in skipped:
-        logger.warning("--resume: skipping %s; resuming from %s", reason, checkpoint.name)
-    finished = finished_at(recipe, out, checkpoint)
-    if finished is not None:
-        return OutputDecision("finished", resume_from=checkpoint, finished_at=finished)
-    return OutputDecision("resume", resume_from=checkpoint)
+        logger.warning("--resume: skipping %s; resuming from %s", reason, exact.name)
+    return OutputDecision("resume", resume_from=exact)
 
 
 def finished_at(recipe: Recipe, out: Path, checkpoint: Path) -> int | None:

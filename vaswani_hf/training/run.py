@@ -183,12 +183,23 @@ def build_trainer(plan: RunPlan, model, data: RunData, callbacks: Sequence[Train
 
 
 def train(trainer: VaswaniTrainer, plan: RunPlan, data: RunData) -> dict[str, Any]:
-    """Train; the metrics of training: losses, speed (target tokens/s summed over processes), padding."""
+    """Train; the metrics of training: losses, speed (target tokens/s summed over processes), padding. A run whose
+    training is done ("score": stopped before its final scores) is not trained again: transformers would take one
+    more update from its last checkpoint; its state and weights are loaded instead."""
     started = time.time()
-    resume_from = plan.resume_from
-    result = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    if plan.output.start == "score":
+        from safetensors.torch import load_file
+        from transformers import TrainerState
+
+        checkpoint = plan.output.resume_from
+        trainer.state = TrainerState.load_from_json(str(checkpoint / "trainer_state.json"))
+        load_averaged_weights(trainer.model, load_file(str(checkpoint / "model.safetensors")))
+        metrics: dict[str, Any] = {}
+    else:
+        resume_from = plan.resume_from
+        result = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+        metrics = {f"train/{k}": v for k, v in result.metrics.items()}
     seconds = time.time() - started
-    metrics: dict[str, Any] = {f"train/{k}": v for k, v in result.metrics.items()}
     metrics.update(world_size=plan.world.processes, distributed_type=plan.world.distributed_type,
                    global_step=trainer.state.global_step, gradient_accumulation_steps=plan.accumulation,
                    max_tokens_per_device=plan.max_tokens, tokens_per_update=plan.tokens_per_update,
@@ -348,8 +359,8 @@ def _run(plan: RunPlan, state, splits, clock: RunClock, callbacks: Sequence[Trai
     with clock.stage("model"):
         model = build_model(plan, data.tokenizer)
     trainer = build_trainer(plan, model, data, [clock, *callbacks])
-    if plan.resume_from is not None:
-        logger.info("resuming from %s", plan.resume_from)
+    if plan.output.resume_from is not None:
+        logger.info("%s: %s", plan.output_dir, plan.output.describe())
     with clock.stage("training"):
         metrics = train(trainer, plan, data)
     logger.info("first update: started %.1f s after launch, took %.1f s", clock.first_update.get("started_s", -1),
