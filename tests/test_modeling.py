@@ -3,6 +3,7 @@
 import json
 import math
 import time
+import warnings
 
 import pytest
 import torch
@@ -160,12 +161,18 @@ def test_incremental_decoding_with_cache_equals_full_forward(position_encoding, 
     full = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec).logits
     encoder_outputs = model.get_encoder()(input_ids=ids, attention_mask=mask)
     past, steps = None, []
-    for t in range(dec.shape[1]):
-        out = model(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=dec[:, t:t + 1],
-                    use_cache=True, **{cache_argument: past})
-        past = getattr(out, CACHE_NAME)
-        steps.append(out.logits)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for t in range(dec.shape[1]):
+            out = model(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=dec[:, t:t + 1],
+                        use_cache=True, **{cache_argument: past})
+            past = getattr(out, CACHE_NAME)
+            steps.append(out.logits)
     assert (torch.cat(steps, dim=1) - full).abs().max() < 1e-5
+    # the old name is deprecated the transformers way where transformers renamed it (5.24), silent where it is current
+    deprecated = [w for w in caught if "`past_key_values` is deprecated" in str(w.message)]
+    assert bool(deprecated) == (cache_argument == "past_key_values" != CACHE_NAME)
+    assert all(w.category is FutureWarning for w in deprecated)
     # cross-attention K/V were projected once and reused
     assert all(past.is_updated[i] for i in range(2))
 

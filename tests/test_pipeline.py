@@ -10,6 +10,7 @@ import textwrap
 from translation_model import SUBPROCESS_ENV, model, one_thread, saved_folder, tokenizer  # noqa: F401
 
 from vaswani_hf.inference import register_pipeline, translate, translation_pipeline
+from vaswani_hf.pipeline_vaswani import TASKS, register_pipeline_tasks
 
 
 def test_translation_pipeline_helper(model, tokenizer):
@@ -26,13 +27,26 @@ def test_register_pipeline_is_idempotent():
 
     register_pipeline()
     register_pipeline()
-    assert PIPELINE_REGISTRY.supported_tasks["translation"]["impl"] is VaswaniTranslationPipeline
+    register_pipeline_tasks()
+    for task in TASKS:  # all of them, also where Pipeline.save_pretrained looks (one task per class by default)
+        assert PIPELINE_REGISTRY.supported_tasks[task]["impl"] is VaswaniTranslationPipeline
+        assert task in VaswaniTranslationPipeline._registered_impl
+
+
+def test_text2text_generation_records_are_keyed_as_transformers_4_keyed_them(model, tokenizer):
+    from vaswani_hf.pipeline_vaswani import VaswaniTranslationPipeline
+
+    pipe = VaswaniTranslationPipeline(model=model, tokenizer=tokenizer, task="text2text-generation", num_beams=1)
+    expected = translate(model, tokenizer, ["dog", ""], num_beams=1, progress=False)
+    assert pipe(["dog", ""]) == [{"generated_text": text} for text in expected]
+    assert set(pipe("dog", return_tensors=True)[0]) == {"generated_text", "generated_token_ids"}
 
 
 def test_pipeline_from_saved_folder_without_the_package(model, tokenizer, saved_folder, tmp_path):
     """`pipeline("translation", model=folder, trust_remote_code=True)` in a fresh process that cannot import
     vaswani_hf: the remote-code pipeline, model (GNMT beam search included) and tokenizer reproduce translate()."""
     config = json.loads((saved_folder / "config.json").read_text())
+    assert set(config["custom_pipelines"]) == set(TASKS)  # as the config names them, whoever saves it
     assert config["custom_pipelines"]["translation"]["impl"] == "pipeline_vaswani.VaswaniTranslationPipeline"
     assert (saved_folder / "pipeline_vaswani.py").is_file()
     inputs = ["dog", "", "the big red ball near water with a child", "a man runs in the park"]

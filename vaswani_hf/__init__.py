@@ -2,8 +2,9 @@
 
 Importing the package registers the model with transformers' Auto classes, so that
 `AutoModelForSeq2SeqLM.from_pretrained(folder)` works without `trust_remote_code`, and marks the classes for
-`save_pretrained` to write `auto_map` and copy the configuration/modeling files, so that the same folder also
-loads with `trust_remote_code=True` on a machine without this package.
+`save_pretrained` to write `auto_map` and copy the configuration/modeling files (and, through their relative imports,
+the decoding and pipeline files), so that the same folder also loads with `trust_remote_code=True` on a machine
+without this package, where `pipeline("translation", model=folder, trust_remote_code=True)` works too.
 """
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
@@ -14,6 +15,7 @@ from .modeling_vaswani import (
     VaswaniModel,
     VaswaniPreTrainedModel,
 )
+from .pipeline_vaswani import register_pipeline_tasks
 
 from .inference import (
     load_for_inference,
@@ -32,7 +34,7 @@ AutoModelForSeq2SeqLM.register(VaswaniConfig, VaswaniForConditionalGeneration, e
 VaswaniConfig.register_for_auto_class()
 VaswaniModel.register_for_auto_class("AutoModel")
 VaswaniForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
-register_pipeline()  # "translation" -> VaswaniTranslationPipeline (transformers 5 removed its own)
+register_pipeline_tasks()  # "translation", "text2text-generation" -> VaswaniTranslationPipeline (5 removed both)
 
 __all__ = [
     "VaswaniConfig",

@@ -1,7 +1,9 @@
 """Configuration of the original Transformer ("Attention Is All You Need", Vaswani et al., 2017).
 
 This file is copied next to the weights when a model is saved, and is run by `trust_remote_code=True` on machines
-without `vaswani_hf`: it imports only `transformers` (and `huggingface_hub`, which transformers depends on).
+without `vaswani_hf`: it imports only `transformers` (and `huggingface_hub`, which transformers depends on) and its
+sibling pipeline_vaswani.py, whose pipeline every config names (`custom_pipelines`): the relative import is what makes
+every `save_pretrained`, by any client, copy that file too (transformers copies a saved class's relative imports).
 
 Field names follow the paper (Section 3 and Table 3); transformers' generic names (`hidden_size`,
 `num_attention_heads`, `encoder_layers`, ...) are mapped onto them through `attribute_map`.
@@ -12,6 +14,8 @@ import copy
 
 from huggingface_hub.dataclasses import strict
 from transformers.configuration_utils import PreTrainedConfig
+
+from .pipeline_vaswani import custom_pipelines as translation_pipelines
 
 POSITION_ENCODINGS = ("sinusoidal", "learned")
 SINUSOID_LAYOUTS = ("interleaved", "concatenated")
@@ -47,6 +51,10 @@ class VaswaniConfig(PreTrainedConfig):
             (Section 3.4). When False, all three are separate.
         init_std: standard deviation of the embedding initialisation; `None` means d_model ** -0.5 as in t2t v1,
             so that embeddings times sqrt(d_model) have unit variance.
+        custom_pipelines: the pipelines `transformers.pipeline(task, model=folder, trust_remote_code=True)` finds in
+            config.json; `None` means this model's translation pipeline under "translation" and
+            "text2text-generation" (`pipeline_vaswani.custom_pipelines`; pass its result with a language pair to add
+            "translation_xx_to_yy").
     """
 
     model_type = "vaswani"
@@ -84,6 +92,7 @@ class VaswaniConfig(PreTrainedConfig):
     scale_embedding: bool = True
     tie_word_embeddings: bool = True
     init_std: float | None = None
+    custom_pipelines: dict | None = None
     # Token ids agree with `vaswani_hf.tokenization`: <pad>=0, <s>=1, </s>=2, <unk>=3.
     # The decoder starts from <pad>, whose embedding row is zero and never trained: this is tensor2tensor's
     # "shift right with a zero vector" start (and Marian's), which the paper does not specify.
@@ -99,6 +108,8 @@ class VaswaniConfig(PreTrainedConfig):
             self.d_k = self._head_width("d_k")
         if self.d_v is None:
             self.d_v = self._head_width("d_v")
+        if self.custom_pipelines is None:
+            self.custom_pipelines = translation_pipelines()
         self._check_settings()  # plain ValueError here; `@strict` wraps errors raised by validate_* methods
         super().__post_init__(**kwargs)
 

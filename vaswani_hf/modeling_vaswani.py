@@ -34,6 +34,7 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.utils import can_return_tuple, logging
+from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
@@ -52,6 +53,15 @@ def pop_cache(cache: Cache | None, kwargs: dict) -> Cache | None:
     """The cache given as `cache` or, by transformers < 5.24, as `past_key_values` (removed from kwargs)."""
     legacy = kwargs.pop("past_key_values", None)
     return cache if cache is not None else legacy
+
+
+def renamed_cache_argument(forward: Callable) -> Callable:
+    """Where the installed transformers calls the cache `cache` (5.24+), `past_key_values=` still works and warns, by
+    transformers' own `deprecate_kwarg` with its models' removal version, as Marian's forwards do. Before 5.24 it is
+    the name transformers itself passes: no warning, and `pop_cache` reads it."""
+    if CACHE_NAME == "cache":
+        return deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")(forward)
+    return forward
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -167,6 +177,15 @@ def eager_attention_forward(
     return output, weights
 
 
+def split_heads(projected: torch.Tensor, heads: int, width: int) -> torch.Tensor:
+    """(..., L, H * width) -> (..., L, H, width), a view. The length is left to `-1` and the leading sizes are read
+    from the tensor, so that the TorchScript ONNX exporter (`torch.onnx.export(..., dynamo=False)` with dynamic axes)
+    keeps every length dynamic. With `unflatten(-1, (H, width))` it fixed the traced length in a later reshape
+    (transformers' SDPA wrapper reshapes by the query length; torch 2.13), and another source length failed in
+    onnxruntime. L may be the rows of the lean decoding loops' one position: (rows, D) -> (rows, H, width)."""
+    return projected.view(*projected.shape[:-2], -1, heads, width)
+
+
 class VaswaniAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V) (3.2.2).
 
@@ -198,21 +217,22 @@ class VaswaniAttention(nn.Module):
         self.out_proj = nn.Linear(self.num_heads * self.d_v, config.d_model, bias=bias)
 
     def queries(self, x: torch.Tensor) -> torch.Tensor:
-        """Q W^Q for every head: (..., D) -> (..., H, d_k)."""
-        return self.q_proj(x).unflatten(-1, (self.num_heads, self.d_k))
+        """Q W^Q for every head: (..., L, D) -> (..., L, H, d_k)."""
+        return split_heads(self.q_proj(x), self.num_heads, self.d_k)
 
     def keys(self, x: torch.Tensor) -> torch.Tensor:
-        """K W^K for every head: (..., D) -> (..., H, d_k)."""
-        return self.k_proj(x).unflatten(-1, (self.num_heads, self.d_k))
+        """K W^K for every head: (..., L, D) -> (..., L, H, d_k)."""
+        return split_heads(self.k_proj(x), self.num_heads, self.d_k)
 
     def values(self, x: torch.Tensor) -> torch.Tensor:
-        """V W^V for every head: (..., D) -> (..., H, d_v)."""
-        return self.v_proj(x).unflatten(-1, (self.num_heads, self.d_v))
+        """V W^V for every head: (..., L, D) -> (..., L, H, d_v)."""
+        return split_heads(self.v_proj(x), self.num_heads, self.d_v)
 
     def output(self, heads: torch.Tensor) -> torch.Tensor:
         """Concat(head_1, ..., head_h) W^O: (..., H, d_v) -> (..., D)."""
         return self.out_proj(heads.flatten(-2))
 
+    @renamed_cache_argument
     def forward(
         self,
         hidden_states: torch.Tensor,  # (B, T_q, D)
@@ -341,6 +361,7 @@ class VaswaniDecoderLayer(GradientCheckpointingLayer):
                               self.dropout, self.training)
         return add_and_norm(self.final_layer_norm, hidden, self.feed_forward(hidden), self.dropout, self.training)
 
+    @renamed_cache_argument
     def forward(
         self,
         hidden_states: torch.Tensor,  # (B, T, D)
@@ -492,6 +513,7 @@ class VaswaniDecoder(VaswaniStack):
 
     @merge_with_config_defaults
     @capture_outputs
+    @renamed_cache_argument
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,  # (B, T)
@@ -578,6 +600,7 @@ class VaswaniModel(VaswaniPreTrainedModel):
                 weight._vaswani_pad_hook = True
 
     @can_return_tuple
+    @renamed_cache_argument
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -694,6 +717,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationM
         self.lm_head = new_embeddings
 
     @can_return_tuple
+    @renamed_cache_argument
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,  # (B, S)

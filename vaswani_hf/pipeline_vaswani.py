@@ -1,14 +1,19 @@
 """A "translation" pipeline for the Transformer (Vaswani et al., 2017), for transformers 5.
 
-transformers 5 removed its `translation` (and `text2text-generation`) pipelines. This class brings the task back for
-encoder-decoder models. It is saved next to the weights (`Pipeline.save_pretrained` copies this file and writes
-`custom_pipelines` into `config.json`), so that on a machine without `vaswani_hf`
+transformers 5 removed its `translation`, `translation_xx_to_yy` and `text2text-generation` pipelines. This class
+brings those task names back for this model: `VaswaniConfig` names them in `config.json` (`custom_pipelines`, from
+`custom_pipelines()` here), and configuration_vaswani.py imports this file, so every `save_pretrained` of the model
+or its config (`Trainer.save_model`, PEFT's merged model, `Pipeline.save_pretrained`, ...) copies it next to the
+weights, as transformers copies a registered class's relative imports. On a machine without `vaswani_hf`
 
     pipe = transformers.pipeline("translation", model=folder, trust_remote_code=True)
     pipe("A man is riding a bike.")          # -> [{"translation_text": "..."}]
     pipe(["One.", "", "Two."], batch_size=8)  # -> [{"translation_text": ...}, {"translation_text": ""}, ...]
+    transformers.pipeline("text2text-generation", model=folder, trust_remote_code=True)  # -> "generated_text"
 
-works. This file therefore imports only torch and transformers (no `vaswani_hf`, no relative imports).
+works; `translation_en_to_de`-style names work where config.json names the pair (`custom_pipelines("en", "de")`;
+the Hub folder of a training run does). This file imports only torch and transformers (no `vaswani_hf`, no
+relative imports).
 
 Decoding settings come from the model's `generation_config`, which for this model holds the paper's Section 6.1
 settings (beam size 4, length penalty alpha = 0.6, maximum output length = input length + 50, early termination);
@@ -23,7 +28,39 @@ stripped of leading/trailing whitespace before tokenization.
 import torch
 from transformers import Pipeline
 
-__all__ = ["VaswaniTranslationPipeline"]
+__all__ = ["VaswaniTranslationPipeline", "TASKS", "custom_pipelines", "register_pipeline_tasks"]
+
+# The task names this pipeline answers to: transformers 4's names for what it did (5 removed them). A
+# "translation_xx_to_yy" name is added per language pair (`custom_pipelines(source_lang, target_lang)`).
+TASKS = ("translation", "text2text-generation")
+_IMPL = "pipeline_vaswani.VaswaniTranslationPipeline"  # module.Class, as `Pipeline.save_pretrained` writes it
+
+
+def custom_pipelines(source_lang: str | None = None, target_lang: str | None = None) -> dict:
+    """The `custom_pipelines` entry of config.json, in the form `Pipeline.save_pretrained` writes it: every name in
+    `TASKS`, plus `translation_{source_lang}_to_{target_lang}` when both languages are given. `pipeline(task,
+    model=folder, trust_remote_code=True)` looks a task up there by its exact name."""
+    tasks = list(TASKS)
+    if source_lang and target_lang:
+        tasks.append(f"translation_{source_lang}_to_{target_lang}")
+    return {task: {"impl": _IMPL, "pt": ["AutoModelForSeq2SeqLM"], "type": "text"} for task in tasks}
+
+
+def register_pipeline_tasks(source_lang: str | None = None, target_lang: str | None = None) -> None:
+    """Register `VaswaniTranslationPipeline` under every task name of `custom_pipelines(...)` in transformers'
+    `PIPELINE_REGISTRY` (idempotent), so that `Pipeline.save_pretrained` writes all of them into config.json:
+    `register_pipeline` keeps only the last task per class, so the class's `_registered_impl` is set to all."""
+    from transformers import AutoModelForSeq2SeqLM
+    from transformers.pipelines import PIPELINE_REGISTRY
+
+    tasks = list(custom_pipelines(source_lang, target_lang))
+    for task in tasks:
+        if PIPELINE_REGISTRY.supported_tasks.get(task, {}).get("impl") is not VaswaniTranslationPipeline:
+            PIPELINE_REGISTRY.register_pipeline(task, pipeline_class=VaswaniTranslationPipeline,
+                                                pt_model=AutoModelForSeq2SeqLM, type="text")
+    registered = {task: info for task, info in PIPELINE_REGISTRY.supported_tasks.items()
+                  if info.get("impl") is VaswaniTranslationPipeline}
+    VaswaniTranslationPipeline._registered_impl = registered
 
 
 class VaswaniTranslationPipeline(Pipeline):
@@ -37,7 +74,9 @@ class VaswaniTranslationPipeline(Pipeline):
         any other keyword: a `generate()` argument (`num_beams`, `length_penalty`, `num_return_sequences`, ...).
 
     Returns one list of records per input (one record per returned sequence); for a list of strings with one
-    sequence each, a flat list of records, as the transformers 4 translation pipeline did.
+    sequence each, a flat list of records, as the transformers 4 translation pipeline did. Records are keyed
+    `translation_text` / `translation_token_ids`, or `generated_text` / `generated_token_ids` when the pipeline was
+    built as "text2text-generation" (transformers 4's keys for each task).
     """
 
     _pipeline_calls_generate = True
@@ -47,7 +86,9 @@ class VaswaniTranslationPipeline(Pipeline):
     _load_feature_extractor = False
     _load_video_processor = False
 
-    return_name = "translation"
+    @property
+    def return_name(self) -> str:
+        return "generated" if self.task == "text2text-generation" else "translation"
 
     def _sanitize_parameters(
         self,

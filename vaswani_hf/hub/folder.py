@@ -2,11 +2,11 @@
 where this package is not installed, written in one place and appearing whole.
 
 `save_hub_folder` writes weights (safetensors), config.json with `auto_map` and `custom_pipelines`, the code files
-they name (copied by transformers' `save_pretrained` for registered classes), the tokenizer, the paper's
-`generation_config.json`, the Inference Endpoints handler (`add_handler`), the caller's extra files and the model
-card. `missing_code_files` checks that a folder carries every code file its config.json needs under
-`trust_remote_code` (transformers copies them, but a folder assembled by hand, e.g. an averaged checkpoint copied
-from an older run, may lack one), so a broken folder is refused here instead of failing on the Hub.
+(transformers' `save_pretrained` copies the registered classes' files and their relative imports, the pipeline's
+included), the tokenizer, the paper's `generation_config.json`, the Inference Endpoints handler (`add_handler`), the
+caller's extra files and the model card. `missing_code_files` checks that a folder carries every code file its
+config.json needs under `trust_remote_code`: transformers copies them, but a folder assembled by hand (files copied
+from an older run) may lack one, and the upload refuses it instead of failing on the Hub.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..io import RunFailure, atomic_output_dir, check_output_dir, read_json
+from ..io import atomic_output_dir, check_output_dir, read_json
 from .card import PACKAGE_DIR, write_model_card
 
 logger = logging.getLogger(__name__)
@@ -121,40 +121,25 @@ def _unwrap(model):
     return model
 
 
-def _save_with_pipeline(model, tokenizer, folder: Path) -> None:
-    """`save_pretrained_with_pipeline`, without its side effect on the model: the pipeline's `save_pretrained` sets
-    `model.config.custom_pipelines`, after which a plain `model.save_pretrained` (a later checkpoint, an averaged
-    folder) would write a config.json naming pipeline_vaswani.py without copying it."""
-    from ..inference import save_pretrained_with_pipeline
-
-    had, previous = hasattr(model.config, "custom_pipelines"), getattr(model.config, "custom_pipelines", None)
-    try:
-        save_pretrained_with_pipeline(model, tokenizer, folder)
-    finally:
-        if had:
-            model.config.custom_pipelines = previous
-        elif hasattr(model.config, "custom_pipelines"):
-            del model.config.custom_pipelines
-
-
 def save_hub_folder(model, tokenizer, out_dir: str | os.PathLike, *, scores: Mapping | None = None,
                     training_info: Mapping | None = None, extra_files: Mapping[str, str | bytes] | None = None,
                     write_extra: Callable[[Path], Any] | None = None, overwrite: bool = False) -> Path:
     """Write a Hub-ready model folder at `out_dir` and return it.
 
-    Contents: the model with the paper's decoding settings as its generation config (Section 6.1, not the
-    defaults Seq2SeqTrainer leaves there) and the tokenizer with the translation pipeline
-    (`vaswani_hf.inference.save_pretrained_with_pipeline`: weights, config with auto_map and custom_pipelines,
-    code files), the endpoint handler and requirements.txt (`add_handler`), `extra_files` (file name -> text or
-    bytes), whatever `write_extra(folder)` writes (e.g. plots), and the model card `write_model_card(folder, scores,
-    training_info)`; if the card cannot be rendered, a minimal README.md (with a warning). `model` may be a
-    `Trainer` (its unwrapped model is saved); its config is left without `custom_pipelines` as it was. A folder
-    that would lack a code file its config.json or code needs (`missing_code_files`) is not written (RunFailure).
+    Contents: the model (weights, config with auto_map and custom_pipelines, code files) with the paper's decoding
+    settings as its generation config (Section 6.1, not the defaults Seq2SeqTrainer leaves there), the tokenizer,
+    the endpoint handler and requirements.txt (`add_handler`), `extra_files` (file name -> text or bytes), whatever
+    `write_extra(folder)` writes (e.g. plots), and the model card `write_model_card(folder, scores, training_info)`;
+    if the card cannot be rendered, a minimal README.md (with a warning). `model` may be a `Trainer` (its unwrapped
+    model is saved). With `source_lang` and `target_lang` in `training_info`, the model's config also names the
+    pipeline "translation_{source}_to_{target}" (besides "translation" and "text2text-generation", which every
+    config names), so `pipeline("translation_en_to_de", model=folder, trust_remote_code=True)` works.
 
     `out_dir` is checked first (a file, or a non-empty folder without `overwrite`, is a UsageError); the folder is
     written beside it and renamed into place, so it appears whole or not at all.
     """
     from ..generation_vaswani import default_generation_config
+    from ..pipeline_vaswani import custom_pipelines
 
     out_dir = check_output_dir(out_dir, overwrite=overwrite, what="Hub folder")
     for name in extra_files or {}:
@@ -163,11 +148,13 @@ def save_hub_folder(model, tokenizer, out_dir: str | os.PathLike, *, scores: Map
     model = _unwrap(model)
     if getattr(model.config, "model_type", None) == "vaswani":
         model.generation_config = default_generation_config(model.config)
+        info = training_info or {}
+        model.config.custom_pipelines = {**(model.config.custom_pipelines or {}),
+                                         **custom_pipelines(info.get("source_lang"), info.get("target_lang"))}
     with atomic_output_dir(out_dir) as tmp:
-        if tokenizer is not None:  # + the translation pipeline (custom_pipelines): pipeline("translation", ...)
-            _save_with_pipeline(model, tokenizer, tmp)
-        else:
-            model.save_pretrained(tmp)
+        model.save_pretrained(tmp)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
         add_handler(tmp)
         for name, content in (extra_files or {}).items():
             if isinstance(content, bytes):
@@ -177,7 +164,4 @@ def save_hub_folder(model, tokenizer, out_dir: str | os.PathLike, *, scores: Map
         if write_extra is not None:
             write_extra(tmp)
         _write_card(tmp, scores, training_info)
-        problems = missing_code_files(tmp)
-        if problems:  # a bug of the installation, not of the input: the folder would not load elsewhere
-            raise RunFailure(f"Hub folder {out_dir} not written: " + "; ".join(problems))
     return out_dir
