@@ -115,8 +115,13 @@ def test_hub_folder_refuses_existing_output_and_replaces_it_only_with_overwrite(
     (tmp_path / "a_file").write_text("x", encoding="utf-8")
     with pytest.raises(UsageError, match="is a file"):
         hub.save_hub_folder(model, tokenizer, tmp_path / "a_file", training_info=INFO)
-    hub.save_hub_folder(model, tokenizer, existing, training_info=INFO, overwrite=True)
-    assert not (existing / "notes.txt").exists() and (existing / "model.safetensors").is_file()
+    with pytest.raises(UsageError, match="is not an earlier Hub model folder"):  # not ours, whatever overwrite says
+        hub.save_hub_folder(model, tokenizer, existing, training_info=INFO, overwrite=True)
+    assert [p.name for p in existing.iterdir()] == ["notes.txt"]
+    ours = hub.save_hub_folder(model, tokenizer, tmp_path / "ours", training_info=INFO)
+    (ours / "notes.txt").write_text("stale", encoding="utf-8")
+    hub.save_hub_folder(model, tokenizer, ours, training_info=INFO, overwrite=True)
+    assert not (ours / "notes.txt").exists() and (ours / "model.safetensors").is_file()
 
 
 def test_hub_folder_with_an_unrenderable_card_gets_a_minimal_one(hub_folder, tmp_path, caplog):

@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 
 from .data.batching import TRANSLATE_MAX_TOKENS, make_batches
 from .io import UsageError, load_model_folder
-from .pipeline_vaswani import VaswaniTranslationPipeline
+from .pipeline_vaswani import VaswaniTranslationPipeline, register_pipeline_tasks
 from .translation_frontend import MAX_SOURCE_TOKENS, UNSET, PositionTable, given_options, translate_lines
 
 __all__ = [
@@ -234,21 +234,10 @@ def _generate(model, tokenizer, encoded: list[list[int]], options: dict, *, devi
 
 
 def register_pipeline() -> None:
-    """Register `VaswaniTranslationPipeline` as the "translation" task in transformers' `PIPELINE_REGISTRY`.
-
-    Idempotent. After it, `Pipeline.save_pretrained` (see `save_pretrained_with_pipeline`) records the task in the
-    saved `config.json` (`custom_pipelines`) and copies `pipeline_vaswani.py`, which is what makes
-    `pipeline("translation", model=folder, trust_remote_code=True)` work where this package is not installed.
-    """
-    from transformers import AutoModelForSeq2SeqLM
-    from transformers.pipelines import PIPELINE_REGISTRY
-
-    current = PIPELINE_REGISTRY.supported_tasks.get("translation")
-    if current is not None and current.get("impl") is VaswaniTranslationPipeline:
-        return
-    PIPELINE_REGISTRY.register_pipeline(
-        "translation", pipeline_class=VaswaniTranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
-    )
+    """Register `VaswaniTranslationPipeline` in transformers' `PIPELINE_REGISTRY` under every task name it answers
+    ("translation", "text2text-generation"): `pipeline_vaswani.register_pipeline_tasks`, which importing the package
+    already did. Idempotent."""
+    register_pipeline_tasks()
 
 
 def translation_pipeline(model, tokenizer, *, device: str | torch.device | None = None,
@@ -270,10 +259,9 @@ def translation_pipeline(model, tokenizer, *, device: str | torch.device | None 
 
 
 def save_pretrained_with_pipeline(model, tokenizer, save_directory: str | os.PathLike, **kwargs) -> None:
-    """`model.save_pretrained` + `tokenizer.save_pretrained` + the translation pipeline, in one folder.
-
-    The folder then loads with `pipeline("translation", model=folder, trust_remote_code=True)` on a machine without
-    this package (and with `AutoModelForSeq2SeqLM.from_pretrained(folder)` as usual). Sets
-    `model.config.custom_pipelines` as a side effect. Keywords go to `save_pretrained` (e.g. `push_to_hub`).
-    """
+    """`model.save_pretrained` + `tokenizer.save_pretrained` in one folder, through the translation pipeline's own
+    `save_pretrained` (transformers' mechanism for a custom pipeline). A plain `model.save_pretrained` already writes
+    `pipeline_vaswani.py` and `custom_pipelines` (configuration_vaswani.py imports the pipeline, and transformers
+    copies a saved class's relative imports), so the folder loads with `pipeline("translation", model=folder,
+    trust_remote_code=True)` either way. Keywords go to `save_pretrained` (e.g. `push_to_hub`)."""
     translation_pipeline(model, tokenizer).save_pretrained(str(save_directory), **kwargs)

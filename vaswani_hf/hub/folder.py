@@ -19,13 +19,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..io import atomic_output_dir, check_output_dir, read_json
+from ..io import atomic_output_dir, check_output_dir, check_same_vocabulary, read_json
 from .card import PACKAGE_DIR, write_model_card
 
 logger = logging.getLogger(__name__)
 
 HANDLER_TEMPLATE = PACKAGE_DIR / "templates" / "handler.py"
 HANDLER_REQUIREMENTS = "transformers>=5.0,<6\nsafetensors>=0.4\n"
+HUB_FOLDER = "Hub model folder"  # what save_hub_folder writes (its marker: vaswani_hf.io.outputs)
 _RELATIVE_IMPORT = re.compile(r"^\s*from\s+\.([A-Za-z_][A-Za-z0-9_]*)\s+import\s", re.MULTILINE)
 
 
@@ -123,7 +124,8 @@ def _unwrap(model):
 
 def save_hub_folder(model, tokenizer, out_dir: str | os.PathLike, *, scores: Mapping | None = None,
                     training_info: Mapping | None = None, extra_files: Mapping[str, str | bytes] | None = None,
-                    write_extra: Callable[[Path], Any] | None = None, overwrite: bool = False) -> Path:
+                    write_extra: Callable[[Path], Any] | None = None, overwrite: bool = False,
+                    own: bool = False) -> Path:
     """Write a Hub-ready model folder at `out_dir` and return it.
 
     Contents: the model (weights, config with auto_map and custom_pipelines, code files) with the paper's decoding
@@ -135,23 +137,27 @@ def save_hub_folder(model, tokenizer, out_dir: str | os.PathLike, *, scores: Map
     pipeline "translation_{source}_to_{target}" (besides "translation" and "text2text-generation", which every
     config names), so `pipeline("translation_en_to_de", model=folder, trust_remote_code=True)` works.
 
-    `out_dir` is checked first (a file, or a non-empty folder without `overwrite`, is a UsageError); the folder is
-    written beside it and renamed into place, so it appears whole or not at all.
+    `out_dir` is checked first: a file, a non-empty folder without `overwrite`, or (with it) a folder that is not an
+    earlier Hub folder of this package (`HUB_FOLDER`; `own`: the caller's own earlier export, which it vouches for)
+    is a UsageError, and so is a tokenizer of another vocabulary than the model's. The folder is written beside it
+    and renamed into place, so it appears whole or not at all.
     """
     from ..generation_vaswani import default_generation_config
     from ..pipeline_vaswani import custom_pipelines
 
-    out_dir = check_output_dir(out_dir, overwrite=overwrite, what="Hub folder")
+    out_dir = check_output_dir(out_dir, overwrite=overwrite, what="Hub folder", kind=None if own else HUB_FOLDER)
     for name in extra_files or {}:
         if Path(name).name != name or name in ("", ".", ".."):
             raise ValueError(f"extra_files: {name!r} is not a plain file name")
     model = _unwrap(model)
+    if tokenizer is not None:
+        check_same_vocabulary(model, tokenizer)
     if getattr(model.config, "model_type", None) == "vaswani":
         model.generation_config = default_generation_config(model.config)
         info = training_info or {}
         model.config.custom_pipelines = {**(model.config.custom_pipelines or {}),
                                          **custom_pipelines(info.get("source_lang"), info.get("target_lang"))}
-    with atomic_output_dir(out_dir) as tmp:
+    with atomic_output_dir(out_dir, kind=HUB_FOLDER) as tmp:
         model.save_pretrained(tmp)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)

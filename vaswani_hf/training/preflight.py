@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import io
+from ..hub.folder import HUB_FOLDER
 from .checkpoints import STAGING_DIR, checkpoints, resumable_checkpoint
 from .recipe import Recipe, RecipeError
 
@@ -30,7 +31,6 @@ RUN_FILES = ("checkpoint-*", STAGING_DIR, "averaged", "hub", "tokenizer", "metri
 # The model keys that must agree between a checkpoint and the recipe that resumes it (VaswaniConfig field names).
 ARCHITECTURE_KEYS = ("d_model", "d_ff", "num_heads", "num_encoder_layers", "num_decoder_layers", "position_encoding",
                      "sinusoid_layout", "tie_word_embeddings")
-HUB_FOLDER = "Hub model folder"  # the kind of output an export_dir is (vaswani_hf.hub.save_hub_folder's marker)
 
 
 @dataclass

@@ -160,4 +160,4 @@ def export_hub_folder(model, tokenizer, plan: RunPlan, metrics: Mapping[str, Any
              "recipe.yaml": recipe_yaml(plan.recipe)}
     return save_hub_folder(model, tokenizer, plan.export_dir, scores=scores, training_info=info, extra_files=extra,
                            write_extra=(lambda folder: plot_history(history, folder)) if history else None,
-                           overwrite=True)
+                           overwrite=True, own=True)
