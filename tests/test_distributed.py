@@ -142,3 +142,18 @@ def test_two_processes_score_the_same_model_as_one(tmp_path):
     assert two["valid/loss"] == pytest.approx(one["valid/loss"], rel=1e-6)
     assert two["valid/bleu"] == pytest.approx(one["valid/bleu"], abs=1e-9) and one["valid/bleu"] > 1.0
     assert two["test/bleu"] == pytest.approx(one["test/bleu"], abs=1e-9)
+
+
+def test_fsdp_asked_for_on_the_cpu_is_refused_before_anything_runs(tmp_path):
+    """Accelerate turns FSDP on only for GPU back-ends: launched on CPU processes with the FSDP config, a run would
+    silently be plain DDP. It is refused in one line of ours (rank 0's; the launcher then reports that its processes
+    failed), before any data is read or anything written."""
+    _, env = _two_processes(29547)
+    launch = [*ACCELERATE, "--config_file", str(REPO / "accelerate_configs" / "fsdp_bf16.yaml"), "--num_processes", "2",
+              "--main_process_port", "29547"]
+    proc = subprocess.run([*launch, str(TRAIN), "--output_dir", str(tmp_path / "run"), "--max_steps", "2"],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert proc.returncode != 0
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("train.py: error:")]
+    assert len(ours) == 1 and "FSDP was asked for" in ours[0] and "this run is on the CPU" in ours[0], proc.stderr
+    assert not (tmp_path / "run").exists()

@@ -112,7 +112,7 @@ def run_cli(main: Callable[[list[str]], int | None], argv: Sequence[str] | None 
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     except VaswaniError as error:
-        print(f"{prog}: error: {one_line(error)}", file=sys.stderr)
+        _report(f"{prog}: error: {one_line(error)}")
         return error.exit_code
     except Exception as error:  # an OS condition is one line; anything else is a bug and keeps its traceback
         failure = expected_os_failure(error)
@@ -120,11 +120,18 @@ def run_cli(main: Callable[[list[str]], int | None], argv: Sequence[str] | None 
             raise
         if isinstance(error, BrokenPipeError) or getattr(error, "errno", None) == errno.EPIPE:
             _silence_stdout()
-        print(f"{prog}: error: {failure[1]}", file=sys.stderr)
+        _report(f"{prog}: error: {failure[1]}")
         return failure[0]
     finally:
         _declared_outputs.clear()
     return 0 if code is None else int(code)
+
+
+def _report(line: str) -> None:
+    """The one error line, on stderr. Under a multi-process launcher every process refuses the same input the same
+    way: only the first process (rank 0) says so, so that the user reads the line once."""
+    if int(os.environ.get("RANK", "0") or 0) == 0:
+        print(line, file=sys.stderr)
 
 
 def _flush_stdout() -> None:
