@@ -278,3 +278,41 @@ def test_plain_seq2seq_trainer_trains_and_generates(tmp_path):
     metrics = trainer.evaluate()
     assert {"eval_loss", "eval_bleu", "eval_chrf", "eval_gen_len"} <= metrics.keys()
     assert 0.0 <= metrics["eval_bleu"] <= 100.0 and metrics["eval_gen_len"] > 0
+
+
+@pytest.mark.slow
+def test_the_torch_compile_key_compiles_the_step_through_the_trainer_and_it_equals_eager(tmp_path, monkeypatch):
+    """`torch_compile: true` reaches transformers' own mechanism (TrainingArguments.torch_compile -> Accelerate's
+    dynamo plugin): the model the Trainer steps is compiled, with no graph break (no `.item()` or `int(tensor)`, a
+    device-to-host sync on a GPU, inside the step), and the compiled updates give the eager run's losses. The backend
+    is aot_eager here (the same kernels as eager, traced through dynamo and AOT autograd, where a break or a sync
+    would show) because inductor's C++ code generation takes minutes on 2 CPU cores."""
+    from conftest import losses_by_step, tiny_recipe
+    from torch._dynamo.utils import counters
+
+    from vaswani_hf.training import run as run_module
+    from vaswani_hf.training import run_training
+
+    build = run_module.build_training_arguments
+
+    def aot_eager(plan):
+        args = build(plan)
+        if args.torch_compile:
+            args.torch_compile_backend = "aot_eager"
+        return args
+
+    monkeypatch.setattr(run_module, "build_training_arguments", aot_eager)
+    losses = {}
+    for compiled in (False, True):
+        torch._dynamo.reset()
+        counters.clear()
+        recipe = tiny_recipe(tmp_path / str(compiled), max_steps=4, torch_compile=compiled, dropout=0.0)
+        assert run_training(recipe)["global_step"] == 4
+        losses[compiled] = losses_by_step(recipe.output_dir)
+        if compiled:
+            assert counters["stats"]["unique_graphs"] >= 1  # the step ran compiled
+            assert not counters["graph_break"], dict(counters["graph_break"])
+    torch._dynamo.reset()
+    assert list(losses[True]) == [1, 2, 3, 4]
+    for step, loss in losses[False].items():
+        assert losses[True][step] == pytest.approx(loss, rel=1e-5), step
