@@ -190,23 +190,6 @@ def test_a_sentence_gives_the_same_outputs_alone_and_inside_a_padded_batch():
 # --- Section 5.4: loss ---------------------------------------------------------------------------------------------
 
 
-def test_label_smoothing_matches_a_dense_smoothed_target_distribution():
-    torch.manual_seed(0)
-    logits = torch.randn(2, 3, 10)
-    labels = torch.tensor([[1, 4, -100], [9, -100, -100]])
-    total, count = label_smoothed_nll(logits, labels, epsilon=0.1)
-    assert count == 3
-    expected = 0.0
-    for b, t in [(0, 0), (0, 1), (1, 0)]:
-        target = torch.full((10,), 0.1 / 9)
-        target[labels[b, t]] = 0.9
-        expected += -(target * torch.log_softmax(logits[b, t], -1)).sum()
-    assert total.item() == pytest.approx(expected.item(), rel=1e-6)
-    plain, _ = label_smoothed_nll(logits, labels, epsilon=0.0)
-    ce = torch.nn.functional.cross_entropy(logits.view(-1, 10), labels.view(-1), reduction="sum")
-    assert plain.item() == pytest.approx(ce.item(), rel=1e-6)
-
-
 def test_loss_is_per_target_token_or_per_num_items_in_batch():
     model = make_model()
     ids, mask = padded_batch([5, 3])
