@@ -58,7 +58,8 @@ class VaswaniConfig(PreTrainedConfig):
     """
 
     model_type = "vaswani"
-    keys_to_ignore_at_inference = ["cache", "past_key_values"]  # the cache's output name from / before transformers 5.24
+    # the cache's output name from / before transformers 5.24
+    keys_to_ignore_at_inference = ["cache", "past_key_values"]
     attribute_map = {
         "hidden_size": "d_model",
         "num_attention_heads": "num_heads",

@@ -4,10 +4,11 @@ translation.
 Vaswani et al. (2017), Section 5.1: "Sentence pairs were batched together by approximate sequence length. Each training
 batch contained a set of sentence pairs containing approximately 25000 source tokens and 25000 target tokens."
 transformers has no token-budget batching (its `train_sampling_strategy="group_by_length"` groups by length but keeps
-a fixed number of *sentences* per batch), so the packing is written here, once: `pack_by_tokens` cuts an order of
-sentences greedily into batches whose padded size (sentences x longest) stays within a budget. `TokenBatchSampler`
-(training and evaluation: sorted by length, shuffled batch order per epoch, sharded across ranks) and `make_batches`
-(translation: longest first, an over-long sentence alone) both use it.
+a fixed number of *sentences* per batch), so the packing is written here, once: `batch_ends` cuts an order of
+sentences greedily into batches whose padded size (sentences x longest) stays within a budget (`pack_by_tokens`
+gives the batches as lists). `TokenBatchSampler` (training and evaluation: sorted by length, shuffled batch order per
+epoch, sharded across ranks) and `make_batches` (translation: longest first, an over-long sentence alone) both use
+it.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def batch_ends(order: Sequence[int] | np.ndarray, lengths: Sequence[Sequence[int
     exceeds the budget forms a batch of its own (callers that must refuse it check first). O(N) Python: ~1 s per
     million sentences (fairseq's `batch_by_size` does the same); the batches themselves are never built as lists."""
     if not 1 <= len(lengths) <= 2:
-        raise ValueError("pack_by_tokens: give one array of lengths (source) or two (source, target)")
+        raise ValueError("batch_ends: give one array of lengths (source) or two (source, target)")
     order = np.asarray(order, dtype=np.int64)
     first = np.asarray(lengths[0], dtype=np.int64)[order].tolist()  # Python ints in order: fast to index
     second = np.asarray(lengths[-1], dtype=np.int64)[order].tolist() if len(lengths) == 2 else first

@@ -210,7 +210,8 @@ def load_moses(prefix: str | os.PathLike, src_lang: str, tgt_lang: str, *, strip
 def load_tsv(path: str | os.PathLike, src_lang: str, tgt_lang: str, *, header: bool = True,
              strip: bool = True) -> datasets.Dataset:
     """A tab-separated file of sentence pairs in the common schema (see `iter_tsv`)."""
-    name = f"tsv-{cache.key('tsv', src_lang, tgt_lang, header, strip, files=[io.check_input_file(path, 'corpus file')])}"
+    files = [io.check_input_file(path, "corpus file")]
+    name = f"tsv-{cache.key('tsv', src_lang, tgt_lang, header, strip, files=files)}"
     return _pair_dataset(iter_tsv(path, src_lang, tgt_lang, header=header, strip=strip), src_lang, tgt_lang,
                          str(path), cache_name=name)
 

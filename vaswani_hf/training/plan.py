@@ -63,7 +63,8 @@ def use_cpu(recipe: Recipe) -> bool:
     machine without CUDA. Accelerate's `PartialState(cpu=False)` would otherwise give every process of
     `accelerate launch --multi_gpu --num_processes 2` on a CPU-only machine its own world of size 1 (independent
     rank-0 runs); with cpu=True they form one MULTI_CPU (gloo) group. Also on a machine with no accelerator at all:
-    `TrainingArguments` refuses `bf16=True` there unless `use_cpu` is set, although bf16 autocast on CPU is supported."""
+    `TrainingArguments` refuses `bf16=True` there unless `use_cpu` is set, although bf16 autocast on CPU is
+    supported."""
     from accelerate.utils import parse_flag_from_env
 
     launched = int(os.environ.get("WORLD_SIZE", "1")) > 1

@@ -6,7 +6,6 @@ run's own files: `training_metrics.json` (everything measured), `recipe.yaml`, t
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os

@@ -16,7 +16,6 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -24,7 +23,13 @@ from transformers import TrainerCallback
 
 from .. import io
 from .callbacks import BatchStatsCollator, HistoryCallback, RunClock, SamplerEpochCallback, read_history
-from .checkpoints import STAGING_DIR, WallClockCallback, last_checkpoints, load_averaged_weights, save_averaged_checkpoint
+from .checkpoints import (
+    STAGING_DIR,
+    WallClockCallback,
+    last_checkpoints,
+    load_averaged_weights,
+    save_averaged_checkpoint,
+)
 from .plan import RunPlan, World, plan_run, use_cpu
 from .preflight import clear_previous_run
 from .recipe import Recipe, RecipeError
@@ -132,7 +137,8 @@ def shared_bpe(plan: RunPlan, train_split):
                                   recipe.lowercase, recipe.src_lang, recipe.tgt_lang)
     if not folder.is_dir() and name and cache.cached_tokenizer(name):
         shutil.copytree(cache.cached_tokenizer(name), folder)
-        logger.info("joint BPE of this corpus and these settings taken from the cache: %s", cache.cached_tokenizer(name))
+        logger.info("joint BPE of this corpus and these settings taken from the cache: %s",
+                    cache.cached_tokenizer(name))
     if folder.is_dir():
         tokenizer = load_tokenizer(folder)
         logger.info("tokenizer loaded from %s (%d tokens)", folder, len(tokenizer))
@@ -235,7 +241,8 @@ def average(trainer: VaswaniTrainer, plan: RunPlan, state) -> list[str]:
     trainer.accelerator.wait_for_everyone()
     from safetensors.torch import load_file
 
-    load_averaged_weights(trainer.accelerator.unwrap_model(trainer.model), load_file(str(averaged / "model.safetensors")))
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    load_averaged_weights(model, load_file(str(averaged / "model.safetensors")))
     logger.info("averaged %d checkpoints: %s", len(found), ", ".join(f.name for f in found))
     return [f.name for f in found]
 

@@ -65,8 +65,8 @@ FUSED_ADAM_DEVICE_TYPES = ("cpu", "cuda")
 def with_fused_adam(optimizer_kwargs: dict, model: torch.nn.Module) -> dict:
     """Add `fused=True` to Adam's kwargs when every trainable parameter can take torch's fused kernel.
 
-    Same update as the default implementation, to float rounding (`tests/test_training_schedule.py` checks 1e-6), but one
-    kernel for all parameters: on CPU torch otherwise takes its per-parameter loop (16.5 ms per update against
+    Same update as the default implementation, to float rounding (`tests/test_training_schedule.py` checks 1e-6), but
+    one kernel for all parameters: on CPU torch otherwise takes its per-parameter loop (16.5 ms per update against
     3.1 ms for the 6M-parameter Multi30k model, benchmarks/bench_adam.py). `fused=True` raises on other device types
     and on parameter kinds it does not handle, so anything unusual (DTensors of FSDP2, integer or mixed devices) keeps
     torch's default. A recipe that sets `fused` or `foreach` itself is left alone.

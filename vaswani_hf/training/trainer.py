@@ -5,8 +5,8 @@ What it changes, and why each is hand-written:
   grouped by length); transformers batches by sentence count only.
 - Section 5.4 objective: label-smoothed cross-entropy (`objective.LabelSmoothedLoss`, eps/(V-1) on the other
   classes, as t2t v1 and fairseq), through transformers' own `compute_loss_func` hook; the model's
-  `forward(labels=...)` stays the plain cross-entropy, as in every transformers model. Evaluation reports the smoothed loss (the training objective,
-  `eval_loss`), the plain per-token NLL (`eval_nll`) and its perplexity (`eval_ppl`).
+  `forward(labels=...)` stays the plain cross-entropy, as in every transformers model. Evaluation reports the smoothed
+  loss (the training objective, `eval_loss`), the plain per-token NLL (`eval_nll`) and its perplexity (`eval_ppl`).
 - Section 5.3: Adam(0.9, 0.98, 1e-9) (torch's fused kernel where it applies) and the exact learning-rate formula.
 - Evaluation across processes: transformers gathers each batch with `all_gather`, which needs equal shapes on every
   rank; token batches differ (see `evaluation_loop`).
