@@ -1,4 +1,4 @@
-"""Checks of the command-line contract (vaswani_hf.io.run_cli) shared by the tests of the tools: an expected error is
+"""Checks of the command-line contract (vaswani_hf.cli.contract.run_cli) shared by the tests of the tools: an expected error is
 exactly one line on stderr, without a traceback, with the tool's exit status."""
 
 from __future__ import annotations
