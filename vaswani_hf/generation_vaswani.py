@@ -180,7 +180,7 @@ class VaswaniGenerationMixin(GenerationMixin):
             eos = kwargs.get("eos_token_id", config.eos_token_id)
             eos = eos[0] if isinstance(eos, (list, tuple)) else eos
             limiter = SourceLengthLimitLogitsProcessor(source_lengths, 1.0 if a is None else a, b, eos,
-                                                       cap=self._learned_positions())
+                                                       cap=self.learned_positions())
             logits_processor = LogitsProcessorList([*(logits_processor or []), limiter])
             if (kwargs.get("max_new_tokens") is None and kwargs.get("max_length") is None
                     and getattr(config, "max_new_tokens", None) is None):
@@ -188,7 +188,7 @@ class VaswaniGenerationMixin(GenerationMixin):
                 # also overrides a max_length that Seq2SeqTrainer writes into the generation config (default 20)
                 prompt = kwargs.get("decoder_input_ids")
                 kwargs["max_length"] = (1 if prompt is None else prompt.shape[-1]) + int(limiter.limits.max())
-        table = self._learned_positions()
+        table = self.learned_positions()
         if table is not None:  # the decoder reads positions 0 .. max_length - 2
             for key, bound in (("max_length", table + 1), ("max_new_tokens", table)):
                 given = kwargs.get(key, getattr(config, key, None))
@@ -197,7 +197,7 @@ class VaswaniGenerationMixin(GenerationMixin):
         return super().generate(inputs, generation_config=generation_config, logits_processor=logits_processor,
                                 **kwargs)
 
-    def _learned_positions(self) -> int | None:
+    def learned_positions(self) -> int | None:
         """Rows of the learned position table (Table 3, row E), or None for sinusoids."""
         return self.config.max_position_embeddings if self.config.position_encoding == "learned" else None
 

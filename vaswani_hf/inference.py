@@ -117,7 +117,7 @@ def position_limit(model) -> int | None:
     """The longest sequence (in tokens, `</s>` included) the model can embed: the rows of a learned position table
     (Table 3, row E), as `generate()` caps its outputs there; None for sinusoids, which extend to any length
     (Section 3.5), and for models without our generation mixin."""
-    learned_positions = getattr(model, "_learned_positions", None)  # generation_vaswani.VaswaniGenerationMixin
+    learned_positions = getattr(model, "learned_positions", None)  # generation_vaswani.VaswaniGenerationMixin
     return learned_positions() if callable(learned_positions) else None
 
 
