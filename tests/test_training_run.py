@@ -39,9 +39,10 @@ def test_trainer_uses_exact_schedule_and_adam(tmp_path):
         assert lr == pytest.approx(paper_learning_rate(step, 32, 4), rel=1e-9)
         assert tuple(betas) == (0.9, 0.98) and eps == 1e-9 and wd == 0.0 and name == "Adam"
         assert fused is True  # CPU parameters: torch's fused kernel, not its per-parameter loop
-    logged = {h["step"]: h["learning_rate"] for h in read_history(Path(r["output_dir"]) / "history.jsonl")
-              if "learning_rate" in h}
+    history = read_history(Path(r["output_dir"]) / "history.jsonl")
+    logged = {h["step"]: h["learning_rate"] for h in history if "learning_rate" in h}
     assert logged[1] == pytest.approx(paper_learning_rate(1, 32, 4), rel=1e-6)  # the log shows the lr used
+    assert not any("grad_norm" in h for h in history)  # no clipping (the paper's): the norm is not computed
 
 
 def _env():
