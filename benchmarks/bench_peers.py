@@ -209,7 +209,8 @@ def run_one(system: str, round_index: int, args, shared, spec) -> dict:
     events = peer_report.read_events(out / "events.jsonl")
     curve, seconds = evaluate(system, events, args, shared, out)
     summary = peer_report.summarize(system, watch, events, curve, args.minutes, args.target_bleu, seconds)
-    summary["round"] = round_index
+    summary.update(round=round_index, minutes=args.minutes, checkpoints=args.checkpoints)
+    summary["command"] = json.loads((out / "command.json").read_text(encoding="utf-8"))
     metrics = out / "model" / "metrics.json"
     if system == "ours" and metrics.is_file():  # our run's own account of its stages (run_clock)
         ours = json.loads(metrics.read_text(encoding="utf-8"))
@@ -229,7 +230,15 @@ def machine() -> dict:
 
 
 def report(args, runs: list[dict], shared, spec, systems: list[str], started: dict) -> Path:
+    """peers[_TAG].{json,md,png} from `runs`; the budget and checkpoint count are the runs' own (--report_only)."""
     root = Path(args.venvs)
+    settings = {(r.get("minutes", args.minutes), r.get("checkpoints", args.checkpoints)) for r in runs}
+    if len(settings) > 1:
+        raise io.UsageError(f"the finished runs in {args.work} used different budgets or checkpoint counts "
+                            f"({sorted(settings)}); report them from separate work folders")
+    if runs:
+        args.minutes, args.checkpoints = settings.pop()
+        started["load_at_start"] = runs[0]["load"]["load_before"]
     versions = {"ours": peer_setup.versions(sys.executable, "ours")}
     versions.update({s: peer_setup.versions(peer_setup.python(root, s), s) for s in systems if s != "ours"})
     result = {

@@ -134,13 +134,14 @@ def test_bench_peers_eole_config_has_the_shared_recipe_and_takes_overrides():
 
 
 @pytest.mark.slow
-def test_bench_peers_smoke_trains_ours_scores_it_and_skips_absent_peers(tmp_path, capsys):
+def test_bench_peers_smoke_trains_ours_scores_it_and_skips_absent_peers(tmp_path, capsys, monkeypatch):
     """The peer benchmark's smoke mode end to end (1-minute budget on the bundled sample corpus): peers whose virtual
     environment is absent are skipped with a message and not created; ours trains through scripts/train.py's code,
     its checkpoints are scored, and the report is written. The benchmark's count of real target tokens is the one our
     own training reports (both see the same batches)."""
     import json
 
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "datasets-cache"))  # our training run's Arrow caches
     bench = load_benchmark("bench_peers")
     results = tmp_path / "results"
     assert bench.main(["--smoke", "--venvs", str(tmp_path / "venvs"), "--work_dir", str(tmp_path / "work"),

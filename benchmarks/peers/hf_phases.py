@@ -6,6 +6,8 @@ and transformers. `install(events, trainer_cls, collator_cls)` wraps, on the giv
 - `get_batch_samples`: data loading (the DataLoader, the sampler and the collator), with the collator's own share;
 - `training_step`: forward + loss + backward;
 - the optimizer step (between the `on_pre_optimizer_step` and `on_optimizer_step` callbacks);
+- `_get_grad_norm`: transformers 5 computes the gradient norm at every update for its logs, also when nothing is
+  clipped (`max_grad_norm` 0: `clip_grad_norm_(params, inf)`, a pass over every gradient);
 - `log`, `_evaluate`, `_save_checkpoint`: logging, evaluation with generation, checkpoint writes.
 "other" is the loop's wall time minus all of these (callbacks, the learning-rate scheduler, zeroing gradients).
 The collator wrapper also counts the target tokens of every training batch: real ones (labels != -100) and slots.
@@ -100,7 +102,8 @@ def install(events_path: str, trainer_cls, collator_cls) -> Recorder:
     """Wrap `trainer_cls` and `collator_cls` (classes, before any instance exists) to time and count training."""
     recorder = Recorder(events_path)
     for name, phase in (("get_batch_samples", "data loading"), ("training_step", "forward + backward"),
-                        ("log", "logging"), ("_evaluate", "evaluation"), ("_save_checkpoint", "checkpoint writes")):
+                        ("_get_grad_norm", "gradient norm"), ("log", "logging"), ("_evaluate", "evaluation"),
+                        ("_save_checkpoint", "checkpoint writes")):
         setattr(trainer_cls, name, recorder.timed(phase, getattr(trainer_cls, name)))
 
     original_evaluate = trainer_cls._evaluate

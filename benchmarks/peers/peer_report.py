@@ -9,8 +9,8 @@ from pathlib import Path
 
 from peer_systems import DIFFERENCES, LABELS
 
-PHASE_ORDER = ("data loading", "collation", "forward + backward", "optimizer step", "logging", "evaluation",
-               "checkpoint writes", "other")
+PHASE_ORDER = ("data loading", "collation", "forward + backward", "optimizer step", "gradient norm", "logging",
+               "evaluation", "checkpoint writes", "other")
 
 
 def read_events(path: Path) -> list[dict]:
@@ -81,6 +81,8 @@ def aggregate(runs: list[dict], target: float) -> dict:
         for fraction in ("0.25", "0.5", "1"):
             for kind in ("greedy", "beam4"):
                 entry[f"{kind}_at_{fraction}"] = _median([r[f"bleu_at_{fraction}"][kind] for r in mine])
+        entry["load_during_mean"] = _median([r["load"]["load_during"]["mean"] for r in mine])
+        entry["load_during_max"] = max(r["load"]["load_during"]["max"] for r in mine)
         entry["phases_share"] = {k: _median([r["phases_share"].get(k) for r in mine]) for k in PHASE_ORDER}
         systems[system] = entry
     if "ours" in systems:
@@ -101,7 +103,7 @@ def markdown(result: dict) -> str:
     at = " / ".join(marks)
     rows = [(f"| system | runs | updates | real target tokens/s (range) | target tokens/update | padding | peak RSS | "
              f"launch to training loop | greedy BLEU at {at} min | beam-4 BLEU at {at} min | minutes to greedy "
-             f"{target:g} |"), "|" + "---|" * 11]
+             f"{target:g} | load during (mean, max) |"), "|" + "---|" * 12]
     for system, s in result["systems"].items():
         greedy = " / ".join(_fmt(s[f"greedy_at_{f}"], "{:.2f}") for f in ("0.25", "0.5", "1"))
         beam = " / ".join(_fmt(s[f"beam4_at_{f}"], "{:.2f}") for f in ("0.25", "0.5", "1"))
@@ -110,7 +112,8 @@ def markdown(result: dict) -> str:
                     f"{s['speed_range'][1]:,.0f}) | {_fmt(s['tgt_tokens_per_update'], '{:,.0f}')} | "
                     f"{_fmt(s['padding_share_tgt'], '{:.1%}')} | {_fmt(s['peak_rss_gib'], '{:.2f} GiB')} | "
                     f"{_fmt(s['launch_to_loop_s'], '{:.0f} s')} | {greedy} | {beam} | "
-                    f"{_fmt(s[f'minutes_to_greedy_bleu_{target:g}'], '{:.1f}', 'not reached')} |")
+                    f"{_fmt(s[f'minutes_to_greedy_bleu_{target:g}'], '{:.1f}', 'not reached')} | "
+                    f"{s['load_during_mean']:.1f}, {s['load_during_max']:.1f} |")
     ours = result["systems"].get("ours", {})
     ratios = ", ".join(f"{ours[f'speed_vs_{p}']:.2f}x {p}" for p in ("eole", "marian") if f"speed_vs_{p}" in ours)
     phase_rows = ["| system | launch to loop | " + " | ".join(PHASE_ORDER) + " | after the loop |",
@@ -137,7 +140,23 @@ def markdown(result: dict) -> str:
                          "outside the loop here, one validation pass per checkpoint (incl. process start for the "
                          "peers):"), "\n".join(decode_rows), _ours_before_loop(result),
                         "## What is not the same", differences,
-                        "## Machine", _machine(result)]) + "\n"
+                        "## Machine", _machine(result), _readme_row(result)]) + "\n"
+
+
+def _readme_row(result: dict) -> str:
+    """The row for the README's results table, from these numbers."""
+    systems = result["systems"]
+    ours = systems.get("ours")
+    if not ours or not any(f"speed_vs_{p}" in ours for p in ("eole", "marian")):
+        return ""
+    speed = " and ".join(f"**{ours[f'speed_vs_{p}']:.2f}x** {'eole' if p == 'eole' else 'the Marian path'}'s"
+                         for p in ("eole", "marian") if f"speed_vs_{p}" in ours)
+    bleu = "; ".join(f"{name} {_fmt(s['greedy_at_0.5'], '{:.1f}')} / {_fmt(s['greedy_at_1'], '{:.1f}')}"
+                     for name, s in systems.items())
+    return (f"README row: | training end to end vs eole and Seq2SeqTrainer + MarianMTModel (Multi30k, "
+            f"{result['minutes']:g} min each, {result['threads']} threads) | {speed} real target tokens/s; "
+            f"validation BLEU (greedy) at {result['minutes'] / 2:g} / {result['minutes']:g} min: {bleu} | "
+            "[peers](benchmarks/results/peers.md) |")
 
 
 def _ours_before_loop(result: dict) -> str:
@@ -171,7 +190,8 @@ def _intro(result: dict, marks: list[str]) -> str:
 def _machine(result: dict) -> str:
     machine = result["machine"]
     return (f"{machine['cpus']} CPUs ({machine['cpu_model']}), {machine['platform']}; load average before the first "
-            f"run {machine['load_at_start']}; the 1-minute load during each run (min / mean / max) is in the JSON. "
+            f"run {machine['load_at_start']}; the load column is the 1-minute load average sampled every 15 s "
+            "during training (on a quiet 2-core machine about 2 while one system trains with 2 threads). "
             f"Versions: {json.dumps(result['versions'])}.")
 
 
