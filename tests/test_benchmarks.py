@@ -87,3 +87,76 @@ def test_multi30k_runs_table_lists_what_differs_from_the_recipe():
     row = runs.table([result], current).splitlines()[-1]
     assert row == ("| [run 9](multi30k_quality_run9.json) | d_ff 1024 | 7.6M | 120 | 6,000 | 46 | 3,000 | 12.4% | last 3 "
                    "| 6 / 1.2 | 41.50 | **40.50** ± 1.60 |")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# bench_peers: ours against eole and the Seq2SeqTrainer + MarianMTModel path
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_bench_peers_refuses_an_unknown_system_before_any_work(tmp_path):
+    from vaswani_hf.io import UsageError
+
+    bench = load_benchmark("bench_peers")
+    with pytest.raises(UsageError, match="--systems: unknown"):
+        bench.main(["--systems", "ours,fairseq", "--work_dir", str(tmp_path / "work")])
+    with pytest.raises(UsageError, match="--eole_set wants KEY=VALUE"):
+        bench.main(["--smoke", "--eole_set", "num_workers", "--work_dir", str(tmp_path / "work")])
+    assert not (tmp_path / "work").exists()
+
+
+def test_bench_peers_time_to_bleu_interpolates_between_checkpoints():
+    load_benchmark("bench_peers")  # puts benchmarks/peers on sys.path
+    from peer_report import time_to_bleu
+
+    curve = [{"minutes": 5.0, "greedy": 10.0}, {"minutes": 10.0, "greedy": 20.0}, {"minutes": 15.0, "greedy": 40.0}]
+    assert time_to_bleu(curve, 30.0) == 12.5
+    assert time_to_bleu(curve, 10.0) == 5.0
+    assert time_to_bleu(curve, 41.0) is None
+
+
+def test_bench_peers_eole_config_has_the_shared_recipe_and_takes_overrides():
+    load_benchmark("bench_peers")
+    from peer_data import SharedData
+    from peer_systems import eole_config, spec_from_recipe
+
+    spec = spec_from_recipe(1024)
+    shared = SharedData(folder="d", train="d/train", valid="d/valid", bpe_dir="d/bpe", train_pieces="d/train.pieces",
+                        valid_pieces="d/valid.pieces", piece_vocab="d/pieces.vocab", vocab_size=8000,
+                        train_pairs=29000, valid_pairs=1014, mean_target_tokens=15.5)
+    config = eole_config(spec, shared, "m", {"training.num_workers": 0, "model.layer_norm": "rms"})
+    training, model = config["training"], config["model"]
+    assert (model["hidden_size"], model["transformer_ff"], model["heads"]) == (256, 512, 4)
+    assert model["encoder"]["layers"] == model["decoder"]["layers"] == 3
+    assert (training["batch_type"], training["batch_size"], training["decay_method"]) == ("tokens", 1024, "noam")
+    assert training["learning_rate"] == 1.0 and training["warmup_steps"] == spec["warmup_steps"]  # Section 5.3
+    assert training["bucket_size"] == 29000 and training["num_workers"] == 0 and model["layer_norm"] == "rms"
+
+
+@pytest.mark.slow
+def test_bench_peers_smoke_trains_ours_scores_it_and_skips_absent_peers(tmp_path, capsys, monkeypatch):
+    """The peer benchmark's smoke mode end to end (1-minute budget on the bundled sample corpus): peers whose virtual
+    environment is absent are skipped with a message and not created; ours trains through scripts/train.py's code,
+    its checkpoints are scored, and the report is written. The benchmark's count of real target tokens is the one our
+    own training reports (both see the same batches)."""
+    import json
+
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "datasets-cache"))  # our training run's Arrow caches
+    bench = load_benchmark("bench_peers")
+    results = tmp_path / "results"
+    assert bench.main(["--smoke", "--venvs", str(tmp_path / "venvs"), "--work_dir", str(tmp_path / "work"),
+                       "--results_dir", str(results)]) == 0
+    out = capsys.readouterr().out
+    assert "skipping eole" in out and "skipping marian" in out
+    assert not (tmp_path / "venvs").exists()
+    result = json.loads((results / "peers_smoke.json").read_text())
+    (run,) = result["runs"]
+    assert run["system"] == "ours" and run["updates"] > 0 and run["real_tgt_tokens_per_s"] > 0
+    assert run["own_count"]["global_step"] == run["updates"]
+    assert run["own_count"]["train_tgt_tokens"] == run["tgt_tokens"]
+    assert 0 <= run["padding_share_tgt"] < 1 and run["peak_rss_gib"] > 0
+    assert len(run["curve"]) >= 2 and all(p["greedy"] is not None for p in run["curve"])
+    assert any(p["beam4"] is not None for p in run["curve"])
+    assert set(run["phases_s"]) >= {"data loading", "forward + backward", "optimizer step", "checkpoint writes"}
+    assert "| ours (scripts/train.py --recipe multi30k-en-de) | 1 | " in (results / "peers_smoke.md").read_text()
+    assert (results / "peers_smoke_time_to_bleu.png").stat().st_size > 0
