@@ -43,6 +43,8 @@ import peer_systems  # noqa: E402
 from peer_monitor import loadavg, run_watched, thread_env  # noqa: E402
 
 from vaswani_hf import io  # noqa: E402
+from vaswani_hf.cli import contract  # noqa: E402
+from vaswani_hf.constraints import positive_int  # noqa: E402
 
 CACHE = Path.home() / ".cache" / "vaswani_hf_bench"
 MULTI30K = Path(os.environ.get("VASWANI_MULTI30K_DIR", REPO.parent / "shared" / "data" / "multi30k"))
@@ -50,15 +52,15 @@ BEAM_FRACTIONS = (0.25, 0.5, 1.0)
 
 
 def build_parser():
-    parser = io.ArgumentParser(description=__doc__)
+    parser = contract.ArgumentParser(description=__doc__)
     parser.add_argument("--minutes", type=float, default=None, help="training budget per system (default 40; smoke 1)")
     parser.add_argument("--systems", default="ours,eole,marian", help="comma-separated: ours, eole, marian")
-    parser.add_argument("--repeats", type=io.positive_int, default=1, help="rounds of every system, interleaved")
-    parser.add_argument("--checkpoints", type=io.positive_int, default=None,
+    parser.add_argument("--repeats", type=positive_int, default=1, help="rounds of every system, interleaved")
+    parser.add_argument("--checkpoints", type=positive_int, default=None,
                         help="checkpoints per run, evenly spaced (default 8; smoke 4)")
     parser.add_argument("--target_bleu", type=float, default=30.0, help="greedy validation BLEU for time-to-BLEU")
-    parser.add_argument("--threads", type=io.positive_int, default=2)
-    parser.add_argument("--max_tokens", type=io.positive_int, default=1024, help="target tokens per batch")
+    parser.add_argument("--threads", type=positive_int, default=2)
+    parser.add_argument("--max_tokens", type=positive_int, default=1024, help="target tokens per batch")
     parser.add_argument("--smoke", action="store_true", help="1-minute budget on the bundled sample corpus")
     parser.add_argument("--setup", action="store_true", help="create the missing peers' virtual environments")
     parser.add_argument("--eole_version", default="0.6.4")
@@ -70,7 +72,7 @@ def build_parser():
     parser.add_argument("--results_dir", default=str(REPO / "benchmarks" / "results"))
     parser.add_argument("--tag", default=None, help="suffix of the result files (default: none; smoke: smoke)")
     parser.add_argument("--multi30k", default=str(MULTI30K), help="Multi30k folder (with tok/)")
-    parser.add_argument("--vocab_size", type=io.positive_int, default=None, help="joint BPE size (8000; smoke 2000)")
+    parser.add_argument("--vocab_size", type=positive_int, default=None, help="joint BPE size (8000; smoke 2000)")
     parser.add_argument("--max_valid", type=int, default=None,
                         help="score only the first N validation sentences (default: all; smoke: 20)")
     parser.add_argument("--rerun", action="store_true", help="train again even where a finished run exists")
@@ -290,4 +292,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(io.run_cli(main))
+    sys.exit(contract.run_cli(main))

@@ -72,7 +72,7 @@ def test_multi30k_runs_table_lists_what_differs_from_the_recipe():
     from vaswani_hf.training import load_recipe
 
     runs = load_benchmark("multi30k_runs")
-    current = load_recipe("multi30k-en-de", check_paths=False)
+    current = load_recipe("multi30k-en-de")
     trained = dict(current, d_ff=1024, output_dir="/elsewhere", max_train_minutes=120.0)  # path, budget: not listed
     assert runs.differences(trained, current) == "d_ff 1024"
     assert runs.differences(current, current) == "-"

@@ -47,7 +47,7 @@ DIFFERENCES = {
 def spec_from_recipe(max_tokens: int) -> dict:
     from vaswani_hf.training import load_recipe
 
-    recipe = load_recipe("multi30k-en-de", check_paths=False)
+    recipe = load_recipe("multi30k-en-de")
     spec = {key: recipe[key] for key in SPEC_KEYS}
     spec["max_tokens"] = max_tokens
     return spec
