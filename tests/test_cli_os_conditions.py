@@ -1,0 +1,271 @@
+"""The operating system's conditions while a command writes, for every command that writes: a full disk, Ctrl-C in the
+middle of writing, and a standard output closed by its reader.
+
+- Disk full: the output goes to a small tmpfs (mounted under tmp_path; root only, skipped otherwise) that holds a
+  one-page filler and `free` bytes more, so the command starts, writes until the disk is full, and stops: exit status
+  1, one error line saying "no space left" and naming the output, no traceback; on the disk nothing but the filler
+  (no partial output, no temporary file; a training run keeps its complete files, never a partial checkpoint or a
+  staging folder), no file descriptor left open on it, and every input unchanged. Each command runs with no byte
+  free and with part of its output's size free.
+- Ctrl-C while writing (the writers' last step before the output appears is made to raise KeyboardInterrupt), for
+  the commands whose existing Ctrl-C case (tests/test_cli_<tool>.py) stops them before they write: exit status 130,
+  "interrupted", no partial output left.
+- A closed pipe: the console script in a real process, its standard output read by a reader that closes early (after
+  one line of a long output through a one-page pipe, or before anything was written): exit status 1, one line
+  "broken pipe", no traceback and no "Exception ignored" from Python's final flush.
+
+Commands that do work before they fail may print their progress or log lines first (a training run logs each step):
+then exactly one line is an error line (`<prog>: error: ...` or `<prog>: interrupted`), and it is the last.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from cli_contract import GERMAN, LINES, TRANSLATE_OPTIONS, Assets, changes, interrupted, run_main, snapshot, write
+
+pytest_plugins = ["cli_assets"]
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+PAGE = 4096
+MANY = 600  # lines: their translations (~20 characters each) fill several pages
+ERROR_LINE = re.compile(r"^\S+: (error: .*|interrupted)$")
+
+
+def many_lines(t: Path) -> Path:
+    return write(t / "in" / "many.txt", [LINES[i % len(LINES)] for i in range(MANY)])
+
+
+def assert_one_error_line(err: str, code: int, expected_code: int, *fragments: str, shown: str = "") -> str:
+    """The exit status, no traceback, exactly one error line, the last one, holding every fragment."""
+    shown = f"exit status {code}\n{shown}\nSTDERR:\n{err[-3000:]}"
+    assert code == expected_code, shown
+    assert "Traceback" not in err and "Exception ignored" not in err, shown
+    lines = [line for line in err.replace("\r", "\n").splitlines() if line.strip()]
+    errors = [line for line in lines if ERROR_LINE.match(line) or "Error" in line]
+    assert errors == lines[-1:], f"expected one error line, the last one\n{shown}"
+    for fragment in fragments:
+        assert fragment in lines[-1], f"{fragment!r} not in the error line\n{shown}"
+    return lines[-1]
+
+
+def open_descriptors_under(folder: Path) -> list[str]:
+    """This process's open files and folders under `folder` (a failed command must release what it held)."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target == str(folder) or target.startswith(str(folder) + os.sep):
+            found.append(target)
+    return found
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A full disk
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """`mount(free)`: a tmpfs under tmp_path holding a one-page filler and `free` bytes (whole pages) more."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mounted = []
+
+    def mount(free: int) -> Path:
+        disk = tmp_path / "disk"
+        disk.mkdir()
+        result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={PAGE + free},mode=0755", "tmpfs", str(disk)],
+                                capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
+        mounted.append(disk)
+        write(disk / "filler", b"x" * PAGE)
+        return disk
+
+    yield mount
+    for disk in mounted:
+        subprocess.run(["umount", "--lazy", str(disk)], capture_output=True, check=False)
+
+
+@dataclass(frozen=True)
+class Writer:
+    """A command that writes: `argv(assets, case folder, disk)`; `output` names the output in the error line;
+    `part` bytes free let it start and stop part way (measured: its output is larger)."""
+
+    id: str
+    tool: str
+    argv: Callable[[Assets, Path, Path], list]
+    output: str
+    part: int
+
+
+WRITERS = [
+    Writer("translate", "translate",
+           lambda a, t, d: [many_lines(t), "--model", a.model, *TRANSLATE_OPTIONS, "--output", d / "out.txt"],
+           "--output", PAGE),
+    Writer("evaluate-out", "evaluate",
+           lambda a, t, d: ["--hypotheses", write(t / "in" / "hyp.txt", GERMAN), "--references",
+                            write(t / "in" / "ref.txt", GERMAN), "--out", d / "scores.json"], "--out", 0),
+    Writer("evaluate-save_hypotheses", "evaluate",
+           lambda a, t, d: ["--model", a.model, "--source", many_lines(t), "--references", many_lines(t), "--num_beams",
+                            "1", "--device", "cpu", "--save_hypotheses", d / "hyp.txt"], "--save_hypotheses", PAGE),
+    Writer("train_tokenizer", "train_tokenizer",
+           lambda a, t, d: ["--files", a.plain, a.corpus / "train.de", "--vocab_size", "300", "--out_dir", d / "tok"],
+           "--out_dir", 2 * PAGE),
+    Writer("average_checkpoints", "average_checkpoints",
+           lambda a, t, d: ["--checkpoints", a.run / "checkpoint-2", a.run / "checkpoint-4", "--out", d / "avg"],
+           "--out", 16 * PAGE),
+    Writer("export_marian", "export_marian", lambda a, t, d: ["--model_dir", a.model, "--out", d / "marian"], "--out",
+           16 * PAGE),
+    Writer("export_ctranslate2", "export_ctranslate2",
+           lambda a, t, d: ["--model_dir", a.model, "--out_dir", d / "ct2"], "--out_dir", 16 * PAGE),
+    Writer("visualize_attention", "visualize_attention",
+           lambda a, t, d: ["--model_dir", a.model, "--source", LINES[0], "--device", "cpu", "--out", d / "vis"],
+           "--out", 16 * PAGE),
+    Writer("train", "train",
+           lambda a, t, d: ["--recipe", a.recipe, "--data_dir", a.corpus, "--output_dir", d / "run"], "output_dir",
+           64 * PAGE),
+]
+DISK_CASES = [pytest.param(w, free, id=f"{w.id}-{free // PAGE}-pages-free",
+                           marks=[pytest.mark.slow] if w.tool == "train" else [])
+              for w in WRITERS for free in sorted({0, w.part})]
+
+
+def leftovers(disk: Path, writer: Writer) -> list[str]:
+    """What a failed command left on the disk besides the filler: nothing, or for a training run its complete files
+    only (a hidden name is a temporary or staging file; a checkpoint folder without trainer_state.json is partial)."""
+    left = []
+    for path in sorted(disk.rglob("*")):
+        relative = path.relative_to(disk)
+        if relative == Path("filler"):
+            continue
+        hidden = any(part.startswith(".") and part != ".vaswani_hf.json" for part in relative.parts)
+        partial = path.is_dir() and path.name.startswith("checkpoint-") and not (path / "trainer_state.json").is_file()
+        if writer.tool != "train" or hidden or partial:
+            left.append(str(relative))
+    return left
+
+
+@pytest.mark.parametrize("writer, free", DISK_CASES)
+def test_a_full_disk_stops_the_command_cleanly(writer, free, small_disk, assets, tmp_path, capfd, monkeypatch):
+    disk = small_disk(free)
+    monkeypatch.chdir(tmp_path)
+    argv = writer.argv(assets, tmp_path, disk)
+    inputs = [assets.root] + ([tmp_path / "in"] if (tmp_path / "in").exists() else [])
+    before = snapshot(*inputs)
+    capfd.readouterr()
+    code, warned = run_main(writer.tool, argv)
+    _, err = capfd.readouterr()
+    shown = f"{writer.tool} {' '.join(map(str, argv))} ({free} bytes free)"
+    line = assert_one_error_line(err + "".join(f"{w}\n" for w in warned), code, 1, "no space left", shown=shown)
+    problems = [] if writer.output in line or str(disk) in line else [f"the error line names no output: {line}"]
+    problems += [f"left on the full disk: {p}" for p in leftovers(disk, writer)]
+    problems += [] if (disk / "filler").read_bytes() == b"x" * PAGE else ["the filler changed"]
+    problems += [f"still open after the command: {p}" for p in open_descriptors_under(disk)]
+    problems += [f"input changed: {p}" for p in sorted(changes(before, snapshot(*inputs)))]
+    assert not problems, "\n".join([shown, *problems])
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Ctrl-C while writing
+# ---------------------------------------------------------------------------------------------------------------------
+
+# The last step of an atomic write before the output appears (the whole new content is in its temporary file).
+BEFORE_THE_RENAME = "vaswani_hf.io.outputs.fsync_tree"
+INTERRUPTED_WRITES = {
+    "translate --output": (lambda a, t: [a.plain, "--model", a.model, *TRANSLATE_OPTIONS, "--output", t / "out.txt"],
+                           BEFORE_THE_RENAME),
+    "evaluate --out": (lambda a, t: ["--hypotheses", write(t / "in" / "hyp.txt", GERMAN), "--references",
+                                     write(t / "in" / "ref.txt", GERMAN), "--out", t / "scores.json"],
+                       BEFORE_THE_RENAME),
+    "evaluate --save_hypotheses": (lambda a, t: ["--model", a.model, "--source", a.plain, "--references", a.plain,
+                                                 "--num_beams", "1", "--device", "cpu", "--save_hypotheses",
+                                                 t / "hyp.txt", "--out", t / "scores.json"], BEFORE_THE_RENAME),
+    # the first checkpoint, written completely into the staging folder, before its rename into place
+    "train checkpoint": (lambda a, t: ["--recipe", a.recipe, "--data_dir", a.corpus, "--output_dir", t / "run"],
+                         "vaswani_hf.training.trainer.publish_checkpoint"),
+}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.slow] if n.startswith("train") else [])
+                                  for n in INTERRUPTED_WRITES])
+def test_ctrl_c_while_writing_leaves_no_partial_output(name, assets, tmp_path, capfd, monkeypatch):
+    build, target = INTERRUPTED_WRITES[name]
+    monkeypatch.chdir(tmp_path)
+    argv = build(assets, tmp_path)
+    monkeypatch.setattr(target, interrupted)
+    before = snapshot(assets.root, tmp_path)
+    capfd.readouterr()
+    code, warned = run_main(name.split()[0], argv)
+    _, err = capfd.readouterr()
+    assert_one_error_line(err + "".join(f"{w}\n" for w in warned), code, 130, "interrupted", shown=name)
+    created = sorted(changes(before, snapshot(assets.root, tmp_path)))
+    if name.startswith("train"):  # the run keeps its complete files; no checkpoint, no staging folder, no lock
+        run = tmp_path / "run"
+        partial = [p.name for p in [*run.glob("checkpoint-*"), *run.glob(".*")]]
+        assert not partial and not open_descriptors_under(run), f"left behind: {partial}, still open: " \
+                                                                 f"{open_descriptors_under(run)}"
+    else:
+        assert created == [], f"left behind: {created}"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A closed standard output
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def console_script(tool: str) -> str:
+    return str(Path(sys.executable).parent / f"vaswani-{tool.replace('_', '-')}")
+
+
+def run_into_closed_pipe(argv: list, lines_read: int, cwd: Path) -> tuple[int, str]:
+    """Run a console script with standard output into a one-page pipe whose reader reads `lines_read` lines (0: none)
+    and closes it. Returns (exit status, stderr)."""
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, PAGE)
+    env = {k: v for k, v in os.environ.items() if k != "VASWANI_DEBUG"}
+    process = subprocess.Popen([str(a) for a in argv], stdout=write_end, stderr=subprocess.PIPE,
+                               stdin=subprocess.DEVNULL, cwd=cwd, env=env)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb", buffering=0) as reader:
+        for _ in range(lines_read):
+            line = b""
+            while not line.endswith(b"\n"):
+                chunk = reader.read(1)
+                if not chunk:
+                    break
+                line += chunk
+    _, err = process.communicate(timeout=300)
+    return process.returncode, err.decode("utf-8", "replace")
+
+
+PIPE_CASES = {
+    "translate to stdout, reader closes after one line": (
+        lambda a, t: [console_script("translate"), many_lines(t), "--model", a.model, *TRANSLATE_OPTIONS], 1),
+    "evaluate table, reader closes at once": (
+        lambda a, t: [console_script("evaluate"), "--hypotheses", write(t / "in" / "hyp.txt", GERMAN), "--references",
+                      write(t / "in" / "ref.txt", GERMAN)], 0),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(PIPE_CASES))
+def test_a_closed_standard_output_is_one_line(name, assets, tmp_path):
+    build, lines_read = PIPE_CASES[name]
+    argv = build(assets, tmp_path)
+    before = snapshot(assets.root, tmp_path)
+    code, err = run_into_closed_pipe(argv, lines_read, tmp_path)
+    assert_one_error_line(err, code, 1, "broken pipe", shown=" ".join(map(str, argv)))
+    assert len(err.splitlines()) == 1, err
+    assert not changes(before, snapshot(assets.root, tmp_path))
