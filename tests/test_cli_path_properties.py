@@ -2,14 +2,16 @@
 output and an input, a command refuses it before any work, in one line naming the output's flag (or recipe key), with
 exit status 2, and every file that existed before is unchanged.
 
-The relations are generated (hypothesis), not listed: the output is the input (spelled as given, relative to the
-current folder, with `./` and `d/..`, with a trailing slash), a hard link to it, a symbolic link to it (absolute or
-relative target, or a chain of links), a folder that contains it (any ancestor), a path inside it (any depth, also
-through a link to its folder), the input given through a link whose target is the output; or the output is a device
-(/dev/null), a FIFO, a dangling link, a link loop, or lies below one of them; each with and without --overwrite. The
-folders the inputs lie in have generated names (spaces, dots, non-ASCII letters). Inputs are copies of the shared
-assets in a temporary folder of each example, so a command that wrongly writes cannot spoil the next example. The
-input side too: an input replaced by a link to /dev/null, a dangling link or a link loop is named in one line.
+The relations are generated (hypothesis), not listed, and each example checks every one for every input of the
+command: the output is the input (spelled as given, relative to the current folder, with `./` and `d/..`, with a
+trailing slash), a hard link to it, a symbolic link to it (absolute or relative target, or a chain of links), a folder
+that contains it (its folder, any ancestor), a path inside it (any depth, also through a link to its folder), the
+input given through a link whose target is the output; or the output is a device (/dev/null), a FIFO, a dangling
+link, a link loop, or lies below one of them; each with and without --overwrite. The folders the inputs lie in have
+generated names (spaces, dots, non-ASCII letters); a training recipe lies in its own folder as `recipe.yaml`, as a
+run folder keeps it. Inputs are copies of the shared assets in a temporary folder of each example, so a command that
+wrongly writes cannot spoil the next example. The input side too: an input replaced by a link to /dev/null, a
+dangling link or a link loop is named in one line.
 """
 
 from __future__ import annotations
@@ -82,7 +84,8 @@ def _model_and_text(f: Path, a: Assets) -> dict[str, Path]:
 def _train_inputs(f: Path, a: Assets) -> dict[str, Path]:
     corpus = copy_folder(a.corpus, f / "corpus")
     return {"corpus (en)": corpus / "train.en", "corpus (de)": corpus / "train.de",
-            "tokenizer_path": copy_folder(a.model, f / "tokenizer"), "--recipe": copy_file(a.recipe, f / "tiny.yaml")}
+            "tokenizer_path": copy_folder(a.model, f / "tokenizer"),
+            "--recipe": copy_file(a.recipe, f / "recipes" / "recipe.yaml")}  # as a run folder keeps it
 
 
 def _train_argv(i: dict[str, Path], *outputs) -> list:
@@ -138,7 +141,7 @@ COMMANDS = [
             lambda i, o, w: _train_argv(i, "--output_dir", o, *_overwrite(w)), "output_dir",
             derived=("corpus (en)", "corpus (de)")),
     Command("train-export_dir", "train", _train_inputs,
-            lambda i, o, w: _train_argv(i, "--output_dir", Path(i["--recipe"]).parent / "fresh-run", "--export_dir",
+            lambda i, o, w: _train_argv(i, "--output_dir", i["tokenizer_path"].parent / "fresh-run", "--export_dir",
                                         o, *_overwrite(w)), "export_dir", derived=("corpus (en)", "corpus (de)")),
     Command("push_to_hub", "push_to_hub", lambda f, a: {"--model_dir": copy_folder(a.model, f / "model")},
             lambda i, o, w: ["--model_dir", i["--model_dir"], "--repo_id", REPO_ID, "--dry_run"], None),
@@ -150,7 +153,7 @@ WRITERS = [c for c in COMMANDS if c.output is not None]
 # The relations, generated
 # ---------------------------------------------------------------------------------------------------------------------
 
-OVERLAPS = ("is", "hard-link", "symlink", "symlink-chain", "ancestor", "symlink-to-ancestor", "inside",
+OVERLAPS = ("is", "hard-link", "symlink", "symlink-chain", "parent", "ancestor", "symlink-to-ancestor", "inside",
             "inside-through-symlink", "input-given-through-symlink")  # the output overlaps an input
 NOT_WRITABLE = ("dev-null", "fifo", "dangling-symlink", "symlink-loop", "self-loop", "below-dangling-symlink",
                 "below-dev-null", "below-fifo")  # the output is no file or folder a tool may replace
@@ -161,7 +164,8 @@ NAME = st.text(st.sampled_from("abcxyzÄé019 _-.+"), min_size=1, max_size=8).fi
 
 @dataclass(frozen=True)
 class Example:
-    """One generated example; the test checks every relation of a family with it (`relation` set in turn)."""
+    """One generated example; a test checks it with every relation of a family, for every input of the command
+    (`role` and `relation` set in turn)."""
 
     layout: tuple[str, ...]  # generated folder names the inputs lie in
     role: str  # the input the output relates to
@@ -180,12 +184,16 @@ def examples(draw, command: Command) -> Example:
                    draw(st.booleans()))
 
 
-def each_relation(command: Command, e: Example, family: tuple[str, ...]) -> list[Example]:
-    """`e` with every relation of `family` that applies to its input: a folder has no hard link, and an input the
-    command line does not name itself (a corpus file found in --data_dir) cannot be given through a link."""
-    skip = {"hard-link"} if e.role in FOLDER_ROLES else set()
-    skip |= {"input-given-through-symlink"} if e.role in command.derived else set()
-    return [dataclasses.replace(e, relation=r) for r in family if r not in skip]
+def each_relation(command: Command, e: Example, family: tuple[str, ...], every_input: bool = True) -> list[Example]:
+    """`e` for every input of the command (or its own), with every relation of `family` that applies to the input: a
+    folder has no hard link, and an input the command line does not name itself (a corpus file found in --data_dir)
+    cannot be given through a link."""
+    cases = []
+    for role in input_roles(command) if every_input else [e.role]:
+        skip = {"hard-link"} if role in FOLDER_ROLES else set()
+        skip |= {"input-given-through-symlink"} if role in command.derived else set()
+        cases += [dataclasses.replace(e, role=role, relation=r) for r in family if r not in skip]
+    return cases
 
 
 FOLDER_ROLES = ("--model", "--model_dir", "--tokenizer", "tokenizer_path", "checkpoint-2", "checkpoint-4")
@@ -228,6 +236,8 @@ def overlapping_output(work: Path, x: Path, e: Example, inputs: dict[str, Path])
         return link(links / e.name, x, rel)
     if e.relation == "symlink-chain":
         return link(work / "chain" / e.name, link(links / e.name, x, rel), not rel)
+    if e.relation == "parent":
+        return x.parent
     if e.relation == "ancestor":
         return ancestors(x, work)[e.depth % len(ancestors(x, work))]
     if e.relation == "symlink-to-ancestor":
@@ -350,7 +360,7 @@ def test_the_roles_are_the_inputs(assets, tmp_path):
 
 
 @pytest.mark.parametrize("command", WRITERS, ids=lambda c: c.id)
-@PROPERTY_SETTINGS
+@settings(PROPERTY_SETTINGS, max_examples=4)
 @given(example=st.data())
 def test_an_output_that_overlaps_an_input_is_refused(command, example, assets, tmp_path, capfd):
     """The output is, holds or lies inside an input (however spelled or linked): refused, naming the output, without
@@ -361,7 +371,7 @@ def test_an_output_that_overlaps_an_input_is_refused(command, example, assets, t
             output = overlapping_output(work, inputs[e.role], e, inputs)
             argv = command.argv(inputs, spelled(output, work, e, output.is_dir()), e.overwrite)
             assert_refused(command, argv, e, (command.output,), (work, assets.root), capfd,
-                           forbid=("pass --overwrite",))
+                           forbid=("--overwrite to replace",))
 
 
 @pytest.mark.parametrize("command", WRITERS, ids=lambda c: c.id)
@@ -370,7 +380,7 @@ def test_an_output_that_overlaps_an_input_is_refused(command, example, assets, t
 def test_an_output_that_no_tool_may_replace_is_refused(command, example, assets, tmp_path, capfd):
     """The output is /dev/null, a FIFO, a dangling link, a link loop, or lies below one: refused, naming the output;
     nothing changes (a FIFO is not opened: the command would hang)."""
-    for e in each_relation(command, example.draw(examples(command)), NOT_WRITABLE):
+    for e in each_relation(command, example.draw(examples(command)), NOT_WRITABLE, every_input=False):
         with example_folder(tmp_path) as work:
             inputs = command.inputs(work.joinpath(*e.layout), assets)
             output = unwritable_output(work, e)
@@ -394,7 +404,7 @@ def replace_input(x: Path, work: Path, e: Example) -> None:
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c.id)
-@PROPERTY_SETTINGS
+@settings(PROPERTY_SETTINGS, max_examples=4)
 @given(example=st.data())
 def test_an_input_that_is_no_file_or_folder_is_named(command, example, assets, tmp_path, capfd):
     """An input replaced by a link to /dev/null, a dangling link or a link loop: refused in one line naming the input
