@@ -42,6 +42,10 @@ def _main(argv: Sequence[str]) -> int:
         run_dir = Path(args.run_dir)
         if not run_dir.is_dir():
             raise io.UsageError(f"--run_dir {run_dir}: {'is a file' if run_dir.exists() else 'folder not found'}")
+        for entry in sorted(run_dir.glob("checkpoint-*")):  # a broken entry is named, not silently passed over
+            if not entry.is_dir():
+                raise io.UsageError(f"--run_dir {run_dir}: {entry.name} is {io.path_kind(entry)}, not a checkpoint "
+                                    "folder; remove it or give the checkpoints with --checkpoints")
         folders = last_checkpoints(run_dir, args.last)
         if not folders:
             raise io.UsageError(f"--run_dir {run_dir} holds no checkpoint-N folder")

@@ -48,10 +48,12 @@ def add_debug_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def declare_paths(inputs: Mapping[str, str | os.PathLike | None],
-                  outputs: Mapping[str, str | os.PathLike | None]) -> None:
-    """A command's inputs and outputs by flag: checked by `io.check_paths` before any work, and named by the error
-    boundary when the system reports a failed write without a file name."""
-    io.check_paths(inputs, outputs)
+                  outputs: Mapping[str, str | os.PathLike | None], *, check: bool = True) -> None:
+    """A command's inputs and outputs by flag: checked by `io.check_paths` before any work (`check=False`: the
+    caller checked them, e.g. a training run's plan), and named by the error boundary when the disk fills (the
+    system names no file for a failed write, or names the file being copied from)."""
+    if check:
+        io.check_paths(inputs, outputs)
     _declared_outputs[:] = [f"{flag} {path}" for flag, path in outputs.items() if path is not None]
 
 
@@ -82,8 +84,9 @@ def expected_os_failure(error: BaseException) -> tuple[int, str] | None:
         return 1, "standard output was closed before all output was written (broken pipe)"
     if isinstance(error, OSError) and error.errno in OS_CONDITIONS:
         code, meaning, action = OS_CONDITIONS[error.errno]
-        where = error.filename or (" and ".join(_declared_outputs) if error.errno in (errno.ENOSPC, errno.EDQUOT)
-                                   else None)
+        where = error.filename
+        if error.errno in (errno.ENOSPC, errno.EDQUOT) and _declared_outputs:
+            where = " and ".join(_declared_outputs)
         return code, f"{where}: {meaning}; {action}" if where else f"{meaning}; {action}"
     text = str(error).lower()
     if isinstance(error, (OSError, RuntimeError, Exception)) and any(t in text for t in _DISK_FULL_TEXT):

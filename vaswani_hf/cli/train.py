@@ -38,7 +38,7 @@ from ..training.recipe import (
     unknown_keys,
     value_from_text,
 )
-from .contract import add_debug_argument, run_cli
+from .contract import add_debug_argument, declare_paths, run_cli
 
 
 @dataclass
@@ -131,7 +131,8 @@ def _main(argv: Sequence[str]) -> int:
         return 0
     from ..training.plan import plan_run
 
-    plan = plan_run(recipe, overwrite=options.overwrite)
+    plan = plan_run(recipe, overwrite=options.overwrite)  # checks every path (the plan's guard)
+    declare_paths(inputs={}, outputs={"output_dir": plan.output_dir, "export_dir": plan.export_dir}, check=False)
     if options.check:
         counts = {source.key: source.scan() for source in plan.sources.values() if source is not None}
         corpus = ", ".join(f"{k}: {c[0]:,} pairs ({c[1]:,} usable)" for k, c in counts.items() if c is not None)

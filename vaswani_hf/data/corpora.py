@@ -126,6 +126,8 @@ def moses_paths(prefix: str | os.PathLike, src_lang: str, tgt_lang: str) -> tupl
     for lang, p in zip((src_lang, tgt_lang), paths):
         if p.is_dir():
             raise CorpusError(f"corpus file {p} is a folder; data_format moses expects PREFIX.{lang} files")
+        if os.path.lexists(p) and not p.is_file():  # a device, a FIFO, a link to nothing or a loop
+            raise CorpusError(f"corpus file {p} is {io.path_kind(p)}, not a text file; give the corpus file itself")
         if not p.is_file():
             found = sorted(q.name[len(prefix.name) + 1:] for q in prefix.parent.glob(f"{prefix.name}.*")
                            if q.is_file())

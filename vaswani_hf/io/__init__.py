@@ -32,6 +32,8 @@ from .outputs import (
     check_output_file,
     check_paths,
     folder_in_use,
+    file_kind,
+    path_kind,
     fsync_tree,
     replace_atomically,
     written_by,
@@ -42,7 +44,7 @@ __all__ = [
     "STDIO", "VaswaniError", "UsageError", "RunFailure", "InputLineError",
     "iter_lines", "read_lines", "write_lines", "read_json", "write_json", "to_json", "check_input_file",
     "check_paths", "check_output_file", "check_output_dir", "replace_atomically", "atomic_output_dir", "fsync_tree",
-    "written_by", "MARKER", "FolderLock", "folder_in_use", "apply_umask",
+    "written_by", "MARKER", "FolderLock", "folder_in_use", "apply_umask", "file_kind", "path_kind",
     "WEIGHTS", "WEIGHTS_INDEX", "check_model_folder", "load_model_folder", "check_safetensors",
     "check_same_vocabulary", "tokenizer_size", "model_vocab_size",
 ]

@@ -95,6 +95,22 @@ def file_kind(mode: int) -> str:
     return "not a regular file"
 
 
+def path_kind(path: str | os.PathLike) -> str:
+    """What `path` is, as a message says it: "a folder", "a regular file", "a character device", ..., "a symbolic
+    link to nothing", "a symbolic-link loop", or "nothing"."""
+    p = Path(path)
+    if p.is_symlink():
+        try:
+            return "a symbolic link to " + file_kind(p.stat().st_mode)
+        except FileNotFoundError:
+            return "a symbolic link to nothing"
+        except OSError:
+            return "a symbolic-link loop"
+    if p.is_file():
+        return "a file"
+    return file_kind(os.lstat(p).st_mode) if os.path.lexists(p) else "nothing"
+
+
 def _existing_kind(path: Path) -> str | None:
     """What `path` is when it exists and is neither a regular file nor a folder (nor a link to one), else None."""
     if path.is_symlink():
@@ -106,10 +122,12 @@ def _existing_kind(path: Path) -> str | None:
 
 
 def _check_parent(path: Path, what: str) -> None:
+    """The nearest existing folder above `path` (a link to a folder counts) is a folder we may write into; anything
+    else there (a file, a device, a dangling link) is named."""
     for parent in path.absolute().parents:
-        if parent.exists():
+        if os.path.lexists(parent):
             if not parent.is_dir():
-                raise UsageError(f"{what} {path}: {parent} is a file, not a folder")
+                raise UsageError(f"{what} {path}: {parent} is {path_kind(parent)}, not a folder")
             if not os.access(parent, os.W_OK | os.X_OK):
                 raise UsageError(f"{what} {path}: folder {parent} is not writable; check its permissions")
             return

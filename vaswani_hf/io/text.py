@@ -12,6 +12,7 @@ An input is a regular file or a pipe (`<(command)`, "-"); a device, a socket or 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -117,12 +118,30 @@ def write_lines(path: str | os.PathLike | None, lines: Iterable[str], *, overwri
     exist yet (see `check_output_file`)."""
     text = "".join(" ".join(_split(str(line), final=True)) + "\n" for line in lines)  # the reader's line ends only
     if path is None or str(path) == STDIO:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        write_stdout(text)
         return
     target = check_output_file(path, overwrite=overwrite, what=what)
     with replace_atomically(target) as temporary:
         temporary.write_text(text, encoding="utf-8", newline="\n")
+
+
+def write_stdout(text: str) -> None:
+    """`text` to standard output as UTF-8, all of it or a BrokenPipeError: a pipe whose reader closes during a large
+    write takes part of it and Python's text layer drops the rest silently, so the descriptor is written directly and
+    every count checked. (Standard output that is no file descriptor, e.g. captured by a caller, is written as text.)"""
+    sys.stdout.flush()
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    data = memoryview(text.encode("utf-8"))
+    while data:
+        written = os.write(fd, data[: 1 << 20])
+        if written <= 0:
+            raise BrokenPipeError(errno.EPIPE, "standard output closed")
+        data = data[written:]
 
 
 def read_json(path: str | os.PathLike, what: str = "JSON file") -> Any:

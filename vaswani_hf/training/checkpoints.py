@@ -43,16 +43,19 @@ TRAINING_STATE_FILES = {"optimizer.pt", "scheduler.pt", "scaler.pt", "trainer_st
 def publish_checkpoint(staged: Path, final: Path) -> None:
     """Move a checkpoint written completely into `OUTPUT/.staging/checkpoint-N` to `OUTPUT/checkpoint-N` in one
     rename (atomic within a file system), so that a kill never leaves a half-written checkpoint for `--resume`."""
-    apply_umask(staged)
-    fsync_tree(staged)
-    if final.exists():  # the same step saved twice (e.g. a time-interval save at the final step)
-        shutil.rmtree(final)
-    os.rename(staged, final)
+    earlier = None
     try:
-        staged.parent.rmdir()  # the staging folder, now empty
-    except OSError:
-        pass
-    fsync_tree(final.parent, recursive=False)
+        apply_umask(staged)
+        fsync_tree(staged)
+        if final.exists():  # the same step saved twice (e.g. a time-interval save at the final step)
+            earlier = staged.parent / f"{final.name}.earlier"
+            os.rename(final, earlier)
+        os.rename(staged, final)
+        fsync_tree(final.parent, recursive=False)
+    finally:  # whatever happened (Ctrl-C included): a checkpoint-N in place, and no staged part behind
+        if earlier is not None and earlier.exists() and not final.exists():
+            os.rename(earlier, final)
+        shutil.rmtree(staged.parent, ignore_errors=True)
 
 
 def checkpoints(output_dir: str | os.PathLike) -> list[Path]:

@@ -135,6 +135,8 @@ def plan_run(recipe: Recipe, *, overwrite: bool = False, world: World | None = N
               for name, path in source.files().items()}
     if recipe.tokenizer_path:
         inputs["tokenizer_path"] = tokenizer_dir
+    if recipe.file:  # a recipe kept in the run's folder would be replaced (recipe.yaml) or left among a new run's files
+        inputs["--recipe"] = Path(recipe.file)
     _guard(inputs, {"output_dir": out, "export_dir": export})
     output = preflight.decide_output_dir(recipe, out, overwrite=overwrite, processes=world.processes)
     preflight.check_export_dir(export, out, overwrite=overwrite or recipe.resume)

@@ -289,9 +289,9 @@ def finish(trainer: VaswaniTrainer, plan: RunPlan, data: RunData, metrics: dict[
     logger.info("model folder: %s | metrics: %s", plan.export_dir, out / "metrics.json")
 
 
-def start(plan: RunPlan, state) -> io.FolderLock | None:
-    """The main process takes the output folder (its lock: one run at a time), clears a run it replaces and writes
-    the recipe; every process learns whether that succeeded. Returns the lock the main process holds."""
+def take_folder(plan: RunPlan, state) -> io.FolderLock | None:
+    """The main process takes the output folder (its lock: one run at a time); every process learns whether it got
+    it. Returns the lock the main process holds."""
     from accelerate.utils import broadcast_object_list
 
     lock, refusal = None, [None]
@@ -305,8 +305,13 @@ def start(plan: RunPlan, state) -> io.FolderLock | None:
         broadcast_object_list(refusal, from_process=0)
     if refusal[0]:
         raise RecipeError(refusal[0])
+    return lock
+
+
+def start(plan: RunPlan, state) -> None:
+    """The main process clears a run it replaces and writes the recipe and its run info; then every process."""
+    out = plan.output_dir
     if state.is_main_process:
-        out = plan.output_dir
         if plan.output.start == "overwrite":
             removed = clear_previous_run(out)
             if removed:
@@ -314,13 +319,13 @@ def start(plan: RunPlan, state) -> io.FolderLock | None:
         if (out / STAGING_DIR).exists():  # leftovers of a save interrupted by a crash
             shutil.rmtree(out / STAGING_DIR)
         io.write_json(out / f"run_info_rank{state.process_index}.json", run_info(plan))
-        (out / "recipe.yaml").write_text(recipe_yaml(plan.recipe), encoding="utf-8")
+        with io.replace_atomically(out / "recipe.yaml") as temporary:
+            temporary.write_text(recipe_yaml(plan.recipe), encoding="utf-8")
     state.wait_for_everyone()
     if not state.is_main_process:
-        io.write_json(plan.output_dir / f"run_info_rank{state.process_index}.json", run_info(plan))
+        io.write_json(out / f"run_info_rank{state.process_index}.json", run_info(plan))
     logger.info("recipe %s | world size %d (%s) | process %d", plan.recipe.name, plan.world.processes,
                 plan.world.distributed_type, plan.world.index)
-    return lock
 
 
 def run_info(plan: RunPlan) -> dict[str, Any]:
@@ -353,8 +358,9 @@ def run_training(recipe: Recipe, callbacks: Sequence[TrainerCallback] = (), *, o
             print(f"output_dir {plan.output_dir}: {plan.output.describe()} (raise max_steps to train on)")
             return io.read_json(plan.output_dir / "metrics.json")
         splits = load_corpora(plan)
-        lock = start(plan, state)
+        lock = take_folder(plan, state)
     try:
+        start(plan, state)
         return _run(plan, state, splits, clock, callbacks)
     finally:
         if lock is not None:

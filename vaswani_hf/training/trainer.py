@@ -193,21 +193,28 @@ class VaswaniTrainer(Seq2SeqTrainer):
     def _save_checkpoint(self, model, trial):
         """transformers writes model, optimizer, scheduler, RNG states and trainer state (all ranks, its own code)
         into `OUTPUT/.staging/checkpoint-N`; once every rank is done, rank 0 renames it into place and rotates the
-        kept checkpoints by step number."""
+        kept checkpoints by step number. A save that fails (a full disk) or is interrupted leaves no staged part."""
         run_dir = super()._get_output_dir(trial)
         name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-        staged, final = Path(run_dir, STAGING_DIR, name), Path(run_dir, name)
+        staging = Path(run_dir, STAGING_DIR)
+        staged, final = staging / name, Path(run_dir, name)
         if self.args.should_save and staged.exists():
             shutil.rmtree(staged)
         self.accelerator.wait_for_everyone()
         self._staging = True
         try:
             super()._save_checkpoint(model, trial)
+            self._staging = False
+            self.accelerator.wait_for_everyone()
+            if self.args.should_save:
+                publish_checkpoint(staged, final)
+        except BaseException:
+            if self.args.should_save:
+                shutil.rmtree(staging, ignore_errors=True)
+            raise
         finally:
             self._staging = False
-        self.accelerator.wait_for_everyone()
         if self.args.should_save:
-            publish_checkpoint(staged, final)
             rotate_checkpoints(run_dir, save_total_limit=self.args.save_total_limit,
                                best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=False)
             logger.info("checkpoint written atomically: %s", final)
