@@ -18,51 +18,24 @@ the benchmark to pick the checkpoints and compute tokens per second.
 from __future__ import annotations
 
 import functools
-import json
 import time
-from collections import defaultdict
+
+from phase_clock import PhaseClock
 
 LABEL_PAD = -100
 
 
-class Recorder:
+class Recorder(PhaseClock):
     def __init__(self, events_path: str):
-        self.events_path = events_path
-        self.seconds: dict[str, float] = defaultdict(float)
-        self.loop_start: float | None = None
-        self.tgt_tokens = self.tgt_slots = self.src_tokens = self.batches = 0
+        super().__init__(events_path)
         self.counting = True
-
-    def elapsed(self) -> float:
-        return 0.0 if self.loop_start is None else time.perf_counter() - self.loop_start
-
-    def event(self, **record) -> None:
-        record["wall_time"] = time.time()
-        with open(self.events_path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record) + "\n")
-
-    def timed(self, phase: str, function):
-        recorder = self
-
-        @functools.wraps(function)
-        def wrapper(*args, **kwargs):
-            started = time.perf_counter()
-            try:
-                return function(*args, **kwargs)
-            finally:
-                recorder.seconds[phase] += time.perf_counter() - started
-
-        return wrapper
 
     def count(self, batch) -> None:
         if not self.counting or "labels" not in batch:
             return
         labels = batch["labels"]
-        self.batches += 1
-        self.tgt_tokens += int((labels != LABEL_PAD).sum())
-        self.tgt_slots += labels.numel()
-        if "attention_mask" in batch:
-            self.src_tokens += int(batch["attention_mask"].sum())
+        source = int(batch["attention_mask"].sum()) if "attention_mask" in batch else 0
+        self.add_batch(int((labels != LABEL_PAD).sum()), labels.numel(), source)
 
 
 def _callback(recorder: Recorder):
@@ -73,7 +46,7 @@ def _callback(recorder: Recorder):
             self.optimizer_started = 0.0
 
         def on_train_begin(self, args, state, control, **kwargs):
-            recorder.loop_start = time.perf_counter()
+            recorder.start = time.perf_counter()
             recorder.seconds.clear()
             recorder.event(event="train_begin", step=state.global_step)
 
@@ -88,12 +61,9 @@ def _callback(recorder: Recorder):
                            path=f"{args.output_dir}/checkpoint-{state.global_step}")
 
         def on_train_end(self, args, state, control, **kwargs):
-            loop = recorder.elapsed()
             phases = dict(recorder.seconds)
-            phases["other"] = max(0.0, loop - sum(v for k, v in phases.items() if k != "collation"))
-            recorder.event(event="train_end", step=state.global_step, train_s=loop, phases=phases,
-                           tgt_tokens=recorder.tgt_tokens, tgt_slots=recorder.tgt_slots,
-                           src_tokens=recorder.src_tokens, batches=recorder.batches)
+            phases["other"] = max(0.0, recorder.elapsed() - sum(v for k, v in phases.items() if k != "collation"))
+            recorder.finish(state.global_step, phases)
 
     return PhaseCallback()
 

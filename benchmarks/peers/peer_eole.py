@@ -12,46 +12,23 @@ Events go to `--events` as JSON lines, in the format of `hf_phases` (train_begin
 """
 
 import argparse
-import functools
-import json
 import os
 import sys
 import time
-from collections import defaultdict
+
+from phase_clock import PhaseClock
 
 
-class Clock:
+class Clock(PhaseClock):
+    """The shared phase clock, with the wall-clock budget and the checkpoint marks eole lacks."""
+
     def __init__(self, events_path: str, budget_s: float, marks: list[float]):
-        self.events_path, self.budget_s, self.marks = events_path, budget_s, sorted(marks)
-        self.seconds: dict[str, float] = defaultdict(float)
-        self.start = None
-        self.tgt_tokens = self.tgt_slots = self.src_tokens = self.batches = 0
-
-    def elapsed(self) -> float:
-        return 0.0 if self.start is None else time.perf_counter() - self.start
-
-    def event(self, **record) -> None:
-        record["wall_time"] = time.time()
-        with open(self.events_path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record) + "\n")
-
-    def timed(self, phase: str, function):
-        @functools.wraps(function)
-        def wrapper(*args, **kwargs):
-            started = time.perf_counter()
-            try:
-                return function(*args, **kwargs)
-            finally:
-                self.seconds[phase] += time.perf_counter() - started
-
-        return wrapper
+        super().__init__(events_path)
+        self.budget_s, self.marks = budget_s, sorted(marks)
 
     def count(self, batch, pad: int) -> None:
         target = batch["tgt"][:, 1:]  # the positions the decoder predicts (after the start token)
-        self.batches += 1
-        self.tgt_tokens += int(target.ne(pad).sum())
-        self.tgt_slots += target.numel()
-        self.src_tokens += int(batch["srclen"].sum())
+        self.add_batch(int(target.ne(pad).sum()), target.numel(), int(batch["srclen"].sum()))
 
 
 def instrument(clock: Clock) -> None:
@@ -110,9 +87,7 @@ def instrument(clock: Clock) -> None:
         phases["forward + backward"] = max(0.0, step_total - phases.get("optimizer step", 0.0))
         phases["other"] = max(0.0, loop - step_total - sum(v for k, v in phases.items()
                                                            if k not in ("forward + backward", "optimizer step")))
-        clock.event(event="train_end", step=self.optim.training_step - 1, train_s=loop, phases=phases,
-                    tgt_tokens=clock.tgt_tokens, tgt_slots=clock.tgt_slots, src_tokens=clock.src_tokens,
-                    batches=clock.batches)
+        clock.finish(self.optim.training_step - 1, phases)
         return stats
 
     Trainer._accum_batches, Trainer.train = accum, train
