@@ -96,8 +96,8 @@ def file_kind(mode: int) -> str:
 
 
 def path_kind(path: str | os.PathLike) -> str:
-    """What `path` is, as a message says it: "a folder", "a regular file", "a character device", ..., "a symbolic
-    link to nothing", "a symbolic-link loop", or "nothing"."""
+    """What `path` is, as a message says it: "a file", "a folder", "a character device", ..., "a symbolic link to a
+    folder", "a symbolic link to nothing", "a symbolic-link loop", or "nothing"."""
     p = Path(path)
     if p.is_symlink():
         try:
@@ -112,13 +112,11 @@ def path_kind(path: str | os.PathLike) -> str:
 
 
 def _existing_kind(path: Path) -> str | None:
-    """What `path` is when it exists and is neither a regular file nor a folder (nor a link to one), else None."""
-    if path.is_symlink():
-        return "a symbolic link" + ("" if path.exists() else " to nothing")
-    if not path.exists():
-        return None
-    mode = path.stat().st_mode
-    return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else file_kind(mode)
+    """What `path` is (`path_kind`) when it is a symbolic link, or exists and is neither a regular file nor a folder;
+    else None."""
+    if path.is_symlink() or (os.path.lexists(path) and not (path.is_file() or path.is_dir())):
+        return path_kind(path)
+    return None
 
 
 def _check_parent(path: Path, what: str) -> None:
