@@ -37,6 +37,11 @@ Ours decodes with `max_length_b=None` (no per-sentence "input + 50" limit) in th
 no such limit; in `--model_dir` mode it keeps the model's default (the limit is active, as in real use).
 
     python benchmarks/bench_decoding.py                          # random model, ~3-5 min on 1 CPU thread
+    python benchmarks/bench_decoding.py --device cuda --batch_size 256 --max_tokens 65536   # on a GPU
+
+On a GPU (`--device cuda`) the primary clock is the wall time with the device synchronised (a process's CPU time
+measures only the thread that launches the kernels); the result keys keep their names (`cpu_seconds`, `sentences_per_s`)
+and the report's `hardware.clock` says which clock they hold.
     python benchmarks/bench_decoding.py --model_dir outputs/bench-multi30k/hub \
         --source_file ../shared/data/multi30k/tok/test_2016_flickr.lc.norm.tok.en \
         --reference_file ../shared/data/multi30k/tok/test_2016_flickr.lc.norm.tok.de   # trained model (headline)
@@ -81,6 +86,7 @@ def parse_args(argv=None):
     p.add_argument("--num_layers", type=int, default=3, help="random model: encoder and decoder layers each")
     p.add_argument("--repeats", type=int, default=2, help="timed repetitions per model and setting (best kept)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1: least sensitive to a loaded machine)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda: where both models decode")
     p.add_argument("--settings", default="greedy,beam4_hf,beam4_gnmt")
     p.add_argument("--force_with", choices=("suppress_eos", "min_new_tokens"), default="suppress_eos",
                    help="random model: how the target length is forced (see the module docstring)")
@@ -157,7 +163,11 @@ def run(model, batches, kwargs, eos_id, max_new_from_source: int | None = None):
     outputs = []
     tokens = 0
     row_steps_start = model.row_steps.count
-    cpu_start, start = time.process_time(), time.perf_counter()
+    on_gpu = model.device.type == "cuda"
+    clock = time.perf_counter if on_gpu else time.process_time  # the primary clock (module docstring)
+    if on_gpu:
+        torch.cuda.synchronize(model.device)
+    cpu_start, start = clock(), time.perf_counter()
     with torch.inference_mode():
         for input_ids, attention_mask in batches:
             if max_new_from_source is not None:
@@ -165,7 +175,9 @@ def run(model, batches, kwargs, eos_id, max_new_from_source: int | None = None):
             generated = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
             tokens += int(generated_lengths(generated, eos_id).sum())
             outputs.extend(up_to_eos(row, eos_id) for row in generated.tolist())
-    cpu_seconds, seconds = time.process_time() - cpu_start, time.perf_counter() - start
+    if on_gpu:
+        torch.cuda.synchronize(model.device)
+    cpu_seconds, seconds = clock() - cpu_start, time.perf_counter() - start
     return (cpu_seconds, seconds, sum(b[0].shape[0] for b in batches), tokens, outputs,
             model.row_steps.count - row_steps_start)
 
@@ -188,7 +200,9 @@ def main(argv=None):
     else:
         model, tokenizer = build_random(args, data_dir)
         mode = "random-forced-length"
-    marian = to_marian(model).eval()
+    device = torch.device(args.device)
+    model = model.to(device)
+    marian = to_marian(model).eval().to(device)
     model.row_steps, marian.row_steps = RowStepCounter(model.lm_head), RowStepCounter(marian.lm_head)
     setup_seconds = time.perf_counter() - t0
     config = model.config
@@ -199,7 +213,7 @@ def main(argv=None):
 
     encoded = tokenizer([s.strip() for s in sources])["input_ids"]
     batch_ids = make_batches([len(e) for e in encoded], args.max_tokens, args.batch_size)
-    batches = [_pad([encoded[i] for i in b], tokenizer.pad_token_id, torch.device("cpu")) for b in batch_ids]
+    batches = [_pad([encoded[i] for i in b], tokenizer.pad_token_id, device) for b in batch_ids]
     eos = config.eos_token_id
 
     common = {}  # generate() options of ours_transformers_loop and Marian; `lean_common` those of ours
@@ -305,7 +319,8 @@ def main(argv=None):
         "forced_target_length": args.target_length if mode == "random-forced-length" else None,
         "force_with": args.force_with if mode == "random-forced-length" else None,
         "repeats": args.repeats,
-        "hardware": dict(device="cpu", torch_threads=args.threads, cpu_count=os.cpu_count(),
+        "hardware": dict(device=args.device, torch_threads=args.threads, cpu_count=os.cpu_count(),
+                         clock="wall time, CUDA synchronised" if device.type == "cuda" else "process CPU time",
                          load_average_before=[round(x, 2) for x in load_before],
                          load_average_after=[round(x, 2) for x in os.getloadavg()]),
         "versions": dict(python=platform.python_version(), torch=torch.__version__,
@@ -317,6 +332,7 @@ def main(argv=None):
     out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     out.with_suffix(".md").write_text(markdown(report), encoding="utf-8")
     print(markdown(report))
+    return report
 
 
 def markdown(report) -> str:
@@ -324,7 +340,8 @@ def markdown(report) -> str:
     lines = [
         "# Decoding speed: ours vs MarianMTModel (identical weights)",
         "",
-        f"- {report['date']}, {report['data']}, CPU, {report['hardware']['torch_threads']} torch thread(s), "
+        f"- {report['date']}, {report['data']}, {report['hardware']['device']}, "
+        f"{report['hardware']['torch_threads']} torch thread(s), "
         f"load average before/after {report['hardware']['load_average_before'][0]} / "
         f"{report['hardware']['load_average_after'][0]} on {report['hardware']['cpu_count']} cores (shared machine)",
         f"- mode: {report['mode']}; model d_model={m['d_model']}, d_ff={m['d_ff']}, heads={m['num_heads']}, "
@@ -336,6 +353,8 @@ def markdown(report) -> str:
         "- speeds are per second of this process's CPU time (time.process_time, summed over its threads): the machine "
         "is shared, so wall time mostly measures other processes; the wall-time ratio is given for reference",
     ]
+    if report["hardware"].get("clock", "process CPU time") != "process CPU time":
+        lines[-1] = f"- speeds are per second of {report['hardware']['clock']} (columns keep their CPU-time names)"
     if report["forced_target_length"]:
         how = ("min_new_tokens = max_new_tokens" if report.get("force_with") == "min_new_tokens"
                else "</s> suppressed in place by a logits processor, max_new_tokens")

@@ -75,7 +75,7 @@ def main(argv=None):
     if any(n < 1 for n in windows):
         parser.error(f"--tune_average: each number of checkpoints must be >= 1, got {args.tune_average!r}")
 
-    from vaswani_hf.training import RecipeError, load_recipe, read_history, run_training, value_from_text
+    from vaswani_hf.training import RecipeError, load_recipe, plan_run, read_history, run_training, value_from_text
 
     overrides = {}
     i = 0
@@ -124,7 +124,7 @@ def main(argv=None):
             trained_recipe = yaml.safe_load(trained_file.read_text())
         train_wall = metrics.get("data_prep_seconds", 0) + metrics.get("train_seconds", 0)
     else:
-        metrics = run_training(recipe)
+        metrics = run_training(plan_run(recipe))
         train_wall = time.time() - t0
 
     import sacrebleu

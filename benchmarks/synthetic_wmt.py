@@ -32,11 +32,11 @@ NUCLEI = ["a", "e", "i", "o", "u", "au", "ei", "ie", "ea", "ou", "ä", "ö", "ü
 CODAS = ["", "", "n", "r", "s", "t", "l", "m", "ng", "ck", "nd", "st"]
 
 
-def vocabulary(seed: int) -> np.ndarray:
-    """TYPES distinct words, rank 0 the most frequent; word length grows with rank (1-3 syllables)."""
+def vocabulary(seed: int, types: int = TYPES) -> np.ndarray:
+    """`types` distinct words, rank 0 the most frequent; word length grows with rank (1-3 syllables)."""
     rng = np.random.default_rng(seed)
     words, seen = [], set()
-    while len(words) < TYPES:
+    while len(words) < types:
         rank = len(words)
         syllables = 1 + (rank >= 1_000) + (rank >= 20_000)  # ~5 letters a word on average, as in English text
         word = "".join(ONSETS[rng.integers(len(ONSETS))] + NUCLEI[rng.integers(len(NUCLEI))]
@@ -56,7 +56,7 @@ def sentence_lengths(rng: np.random.Generator, n: int) -> np.ndarray:
 
 def write_split(folder: Path, name: str, pairs: int, seed: int, words: dict[str, np.ndarray]) -> None:
     rng = np.random.default_rng(seed)
-    zipf = 1.0 / np.arange(1, TYPES + 1) ** 1.07
+    zipf = 1.0 / np.arange(1, len(words["en"]) + 1) ** 1.07
     cumulative = np.cumsum(zipf / zipf.sum())
     with open(folder / f"{name}.en", "w", encoding="utf-8") as en, open(folder / f"{name}.de", "w",
                                                                         encoding="utf-8") as de:
@@ -77,11 +77,12 @@ def write_split(folder: Path, name: str, pairs: int, seed: int, words: dict[str,
                 de.write(" ".join(words["de"][t]) + ".\n")
 
 
-def write_corpus(folder: str | Path, pairs: int, *, seed: int = 0, held_out: int = 3000) -> Path:
-    """train (`pairs` lines), valid and test (`held_out` lines each) as Moses files `{split}.{en,de}` in `folder`."""
+def write_corpus(folder: str | Path, pairs: int, *, seed: int = 0, held_out: int = 3000, types: int = TYPES) -> Path:
+    """train (`pairs` lines), valid and test (`held_out` lines each) as Moses files `{split}.{en,de}` in `folder`.
+    `types`: word types per side (fewer only for tiny smoke-test corpora, which need no 100k-word vocabulary)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    words = {"en": vocabulary(seed), "de": vocabulary(seed + 1)}
+    words = {"en": vocabulary(seed, types), "de": vocabulary(seed + 1, types)}
     for offset, (name, n) in enumerate((("train", pairs), ("valid", held_out), ("test", held_out))):
         write_split(folder, name, n, seed + 10 + offset, words)
     return folder

@@ -18,6 +18,17 @@ from urllib.parse import parse_qs
 from hub_store import LFS_PATTERNS, LFS_SIZE_THRESHOLD, TEST_ORGS, TEST_TOKEN, TEST_USER, Repo, git_blob_sha1
 
 
+SPACE_SDKS = ("gradio", "docker", "static")
+
+
+def _in_spaces(endpoint):
+    """The same endpoint for a Space (`/api/spaces/...`, `/spaces/...`): the double keeps a Space as the repository
+    "spaces/{id}"."""
+    def space_endpoint(self, repo_id, *args, **kwargs):
+        return endpoint(self, f"spaces/{repo_id}", *args, **kwargs)
+    return space_endpoint
+
+
 class HubEndpoints:
     # -- helpers ----------------------------------------------------------------------------------------------------
 
@@ -76,16 +87,21 @@ class HubEndpoints:
         if not self._authorized():
             return self._error(401, "Invalid credentials in Authorization header")
         payload = json.loads(body or b"{}")
-        if payload.get("type", "model") != "model":
-            return self._error(400, "test double: only model repos")
+        kind = payload.get("type", "model")
+        if kind not in ("model", "space"):
+            return self._error(400, "test double: only model and Space repos")
+        if kind == "space" and payload.get("sdk") not in SPACE_SDKS:
+            return self._error(400, f"Invalid sdk: {payload.get('sdk')!r}")
         namespace = payload.get("organization") or TEST_USER
         if namespace not in (TEST_USER, *TEST_ORGS):
-            return self._error(403, f"You don't have the rights to create a model under the namespace {namespace}")
+            return self._error(403, f"You don't have the rights to create a {kind} under the namespace {namespace}")
         repo_id = f"{namespace}/{payload['name']}"
-        url = f"{self._base()}/{repo_id}"
-        if repo_id in self.server.hub.repos:
-            return self._json(409, {"error": "You already created this model repo", "url": url})
-        self.server.hub.create_repo(repo_id, private=payload.get("visibility") == "private")
+        key = repo_id if kind == "model" else f"spaces/{repo_id}"  # a Space is stored as "spaces/{id}"
+        url = f"{self._base()}/{key}"
+        if key in self.server.hub.repos:
+            return self._json(409, {"error": f"You already created this {kind} repo", "url": url})
+        repo = self.server.hub.create_repo(key, private=payload.get("visibility") == "private")
+        repo.space_sdk = payload.get("sdk")
         return self._json(200, {"url": url, "name": repo_id, "id": hashlib.sha1(repo_id.encode()).hexdigest()[:24]})
 
     def validate_yaml(self, body, query):
@@ -302,6 +318,11 @@ class HubEndpoints:
         (rf"/api/models/{_REPO}/paths-info/([^/]+)", "POST", paths_info),
         (rf"/api/models/{_REPO}", "GET", model_info_main),
         (rf"/{_REPO}\.git/info/lfs/objects/batch", "POST", lfs_batch),
+        (rf"/api/spaces/{_REPO}/preupload/([^/]+)", "POST", _in_spaces(preupload)),
+        (rf"/api/spaces/{_REPO}/commit/([^/]+)", "POST", _in_spaces(commit)),
+        (rf"/spaces/{_REPO}\.git/info/lfs/objects/batch", "POST", _in_spaces(lfs_batch)),
+        (rf"/api/spaces/{_REPO}/revision/([^/]+)", "GET", _in_spaces(model_info)),
+        (rf"/api/spaces/{_REPO}", "GET", _in_spaces(model_info_main)),
         (r"/_lfs/verify", "POST", lfs_verify),
         (r"/_lfs/([0-9a-f]{64})", "PUT", lfs_put),
         (rf"/{_REPO}/resolve/([^/]+)/(.+)", "GET", resolve),

@@ -8,12 +8,16 @@ redirects, no server-side YAML validation beyond parsing, no git. It keeps every
 `file_download.py`, `utils/_http.py`), so it follows what that client sends and expects:
 
     GET  /api/whoami-v2                                  token check
-    POST /api/repos/create                               409 if it exists (the client's exist_ok handles it)
+    POST /api/repos/create                               model or Space (sdk checked); 409 if it exists (the
+                                                         client's exist_ok handles it)
     POST /api/validate-yaml                              README.md metadata, parsed with huggingface_hub.ModelCard
     POST /api/models/{repo}/preupload/{rev}              uploadMode "lfs" | "regular" per file, remote oid
     POST /{repo}.git/info/lfs/objects/batch              LFS batch API, "basic" transfer to PUT /_lfs/{oid}
     PUT  /_lfs/{oid}, POST /_lfs/verify                  object storage (sha256 checked)
     POST /api/models/{repo}/commit/{rev}                 NDJSON: header, file (base64), lfsFile, deletedFile/Folder
+    POST /api/spaces/{repo}/preupload|commit/{rev},      the same for a Space (`create_repo(repo_type="space")`),
+         /spaces/{repo}.git/info/lfs/objects/batch,      stored as the repository "spaces/{id}"
+    GET  /api/spaces/{repo}[/revision/{rev}]
     POST /api/models/{repo}/branch/{branch}              create a branch from main
     GET  /api/models/{repo}[/revision/{rev}]             model info (sha, siblings)
     GET  /api/models/{repo}/tree/{rev}[/{path}]          file listing

@@ -1,4 +1,4 @@
-"""The lean decoding loops (`vaswani_hf/beam_search_vaswani.py`, issue 8) return exactly what transformers' own
+"""The lean decoding loops (`vaswani_hf/beam_search_vaswani.py`) return exactly what transformers' own
 `_beam_search` / `_sample` loops return for our model, run whenever `generate()` asks for plain beam search or greedy
 decoding, hand everything else back to transformers, and really leave out the work they claim to (finished
 sentences, identical first beams). Their decoder step runs the model's own layers (`VaswaniDecoderLayer.sublayers`)

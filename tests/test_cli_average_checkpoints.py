@@ -13,7 +13,7 @@ import pytest
 from cli_contract import Assets, Call, Cases, copy, earlier_output, run_case, write
 from cli_helpers import truncate
 
-from vaswani_hf.io import check_safetensors
+from vaswani_hf.io import UsageError, check_safetensors
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -78,7 +78,128 @@ def _(t, a):
 def _(t, a):
     run = run_copy(t, a)
     return Call(["--checkpoints", a.model, run / "checkpoint-4", "--out", t / "avg"], 2,
-                (str(run / "checkpoint-4"), "other tensors"))
+                (str(run / "checkpoint-4"), "different architectures", "config.json field"))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Inputs that must agree: one architecture, one tokenizer, each checkpoint once
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def edit_json(path: Path, change) -> None:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    path.write_text(json.dumps(change(data) or data), encoding="utf-8")
+
+
+@pytest.mark.parametrize("field, value", [("sinusoid_layout", "concatenated"), ("layer_norm_eps", 1e-5),
+                                          ("attention_bias", True), ("scale_embedding", False)])
+def test_checkpoints_of_other_architectures_with_the_same_tensors_are_refused(field, value, tmp_path, assets):
+    """Interleaved against concatenated sinusoids (and any other field that changes the function) give tensors of
+    the same names and shapes: only config.json tells them apart."""
+    from vaswani_hf.training.checkpoints import check_checkpoints_agree
+
+    run = run_copy(tmp_path, assets)
+    edit_json(run / "checkpoint-4" / "config.json", lambda c: c.update({field: value}))
+    with pytest.raises(UsageError, match=rf"checkpoint-4 and .*checkpoint-2 are of different architectures "
+                                         rf"\(config\.json field {field}:"):
+        check_checkpoints_agree([run / "checkpoint-2", run / "checkpoint-4"])
+    edit_json(run / "checkpoint-4" / "config.json", lambda c: c.update({"dropout": 0.3, "transformers_version": "x"}))
+    edit_json(run / "checkpoint-2" / "config.json", lambda c: c.update({field: value}))
+    check_checkpoints_agree([run / "checkpoint-2", run / "checkpoint-4"])  # training-only fields may differ
+
+
+def swap_two_tokens(path: Path) -> None:
+    """The same tokenizer size, two tokens' ids exchanged: other ids for the same text."""
+    def change(data):
+        vocab = data["model"]["vocab"]
+        a, b = sorted(vocab, key=vocab.get)[-2:]
+        vocab[a], vocab[b] = vocab[b], vocab[a]
+    edit_json(path, change)
+
+
+@case("other-tokenizer-same-size")
+def _(t, a):
+    run = run_copy(t, a)
+    swap_two_tokens(run / "checkpoint-4" / "tokenizer.json")
+    return Call(["--run_dir", run, "--last", "2", "--out", t / "avg"], 2,
+                (str(run / "checkpoint-4"), "different tokenizers"))
+
+
+@case("other-sinusoid-layout")
+def _(t, a):
+    run = run_copy(t, a)
+    edit_json(run / "checkpoint-4" / "config.json", lambda c: c.update(sinusoid_layout="concatenated"))
+    return Call(["--run_dir", run, "--last", "2", "--out", t / "avg"], 2,
+                (str(run / "checkpoint-4"), "different architectures", "sinusoid_layout"))
+
+
+@case("listed-twice")
+def _(t, a):
+    run = run_copy(t, a)
+    return Call(["--checkpoints", run / "checkpoint-2", run / "checkpoint-4", run / "checkpoint-2", "--out", t / "avg"],
+                2, (str(run / "checkpoint-2"), "given twice"))
+
+
+@case("second-name-dotdot")
+def _(t, a):
+    run = run_copy(t, a)
+    return Call(["--checkpoints", run / "checkpoint-2", run / "checkpoint-4" / ".." / "checkpoint-2", "--out",
+                 t / "avg"], 2, ("checkpoint-2", "given twice"))
+
+
+@case("second-name-symlink")
+def _(t, a):
+    run = run_copy(t, a)
+    (t / "alias").symlink_to(run / "checkpoint-4", target_is_directory=True)
+    return Call(["--checkpoints", run / "checkpoint-4", t / "alias", "--out", t / "avg"], 2,
+                (str(t / "alias"), "given twice"))
+
+
+@case("second-name-hardlinked-weights")
+def _(t, a):
+    run = run_copy(t, a)
+    other = copy(run / "checkpoint-4", t / "other")
+    (other / "model.safetensors").unlink()
+    (other / "model.safetensors").hardlink_to(run / "checkpoint-4" / "model.safetensors")
+    return Call(["--checkpoints", run / "checkpoint-4", other, "--out", t / "avg"], 2,
+                (str(other / "model.safetensors"), "same file"))
+
+
+@case("copied-checkpoint")
+def _(t, a):
+    run = run_copy(t, a)
+    return Call(["--checkpoints", run / "checkpoint-2", copy(run / "checkpoint-2", t / "copy"), "--out", t / "avg"],
+                2, (str(t / "copy" / "model.safetensors"), "exactly the weights"))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Files of the right name and the wrong shape
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@case("config-json-is-a-list")
+def _(t, a):
+    run = run_copy(t, a)
+    write(run / "checkpoint-4" / "config.json", "[]")
+    return Call(["--run_dir", run, "--out", t / "avg"], 2,
+                (str(run / "checkpoint-4" / "config.json"), "must be an object"))
+
+
+@case("config-json-field-of-wrong-type")
+def _(t, a):
+    run = run_copy(t, a)
+    edit_json(run / "checkpoint-4" / "config.json", lambda c: c.update(d_model="16"))
+    return Call(["--run_dir", run, "--out", t / "avg"], 2,
+                (str(run / "checkpoint-4" / "config.json"), "field d_model must be an integer"))
+
+
+@case("safetensors-header-is-a-list")
+def _(t, a):
+    run = run_copy(t, a)
+    header = b"[]"
+    write(run / "checkpoint-4" / "model.safetensors", len(header).to_bytes(8, "little") + header)
+    return Call(["--run_dir", run, "--out", t / "avg"], 2,
+                (str(run / "checkpoint-4" / "model.safetensors"), "must be an object"))
 
 
 @case("out-exists")

@@ -13,9 +13,12 @@ middle of writing, and a standard output closed by its reader.
 - A closed pipe: the console script in a real process, its standard output read by a reader that closes early (after
   one line of a long output through a one-page pipe, or before anything was written): exit status 1, one line
   "broken pipe", no traceback and no "Exception ignored" from Python's final flush.
+- The process's surroundings (closed standard streams, a deleted working folder, malformed launcher variables,
+  SIGTERM and SIGHUP), for every command: tests/test_cli_surroundings.py.
 
 Commands that do work before they fail may print their progress or log lines first (a training run logs each step):
-then exactly one line is an error line (`<prog>: error: ...` or `<prog>: interrupted`), and it is the last.
+then exactly one line is an error line (`<prog>: error: ...`, `<prog>: interrupted` or `<prog>: interrupted by
+SIGTERM`), and it is the last.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 PAGE = 4096
 MANY = 600  # lines: their translations (~20 characters each) fill several pages
-ERROR_LINE = re.compile(r"^\S+: (error: .*|interrupted)$")
+ERROR_LINE = re.compile(r"^\S+: (error: .*|interrupted|interrupted by SIG[A-Z]+)$")
 
 
 def many_lines(t: Path) -> Path:

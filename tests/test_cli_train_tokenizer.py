@@ -62,6 +62,33 @@ def _(t, a):
     return Call(tokenizer_argv(t, "--files", write(t / "a.txt", ["", " ", ""])), 2, (str(t / "a.txt"), "no text"))
 
 
+@case("files-stdin")
+def _(t, a):
+    return Call(tokenizer_argv(t, "--files", "-"), 0, may_change=(t / "tok",), stdin="\n".join(TOKENIZER_TEXT).encode(),
+                check=lambda out, err: json.loads(out)["vocab_size"] > 0)
+
+
+@case("files-stdin-twice")
+def _(t, a):
+    return Call(tokenizer_argv(t, "--files", "-", "-"), 2, ("--files (1) and --files (2)", "standard input"),
+                stdin=b"a b\n")
+
+
+@case("files-stdin-closed")
+def _(t, a):
+    return Call(tokenizer_argv(t, "--files", "-"), 2, ("standard input is closed",), patch={"sys.stdin": None})
+
+
+@case("files-dev-null")  # the null device is an empty input, as an empty file is
+def _(t, a):
+    return Call(tokenizer_argv(t, "--files", "/dev/null"), 2, ("/dev/null", "no text"))
+
+
+@case("files-dev-zero")  # any other device is refused: reading it would never end
+def _(t, a):
+    return Call(tokenizer_argv(t, "--files", "/dev/zero"), 2, ("/dev/zero", "character device"))
+
+
 @case("bom-never-learned")
 def _(t, a):
     files = [write(t / f"{i}.txt", BOM + "\n".join(TOKENIZER_TEXT) + "\n") for i in range(4)]

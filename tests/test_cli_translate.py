@@ -7,8 +7,8 @@ cli_contract.py.
 from __future__ import annotations
 
 import pytest
-from cli_contract import (BOM, LATIN1, LINES, LONG, TRANSLATE_OPTIONS, Assets, Call, Cases, model_classes, run_case,
-                          translated, write)
+from cli_contract import (BOM, LATIN1, LINES, LONG, TRANSLATE_OPTIONS, Assets, Call, Cases, copy, model_classes,
+                          run_case, translated, write)
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -120,6 +120,49 @@ def _(t, a):
     source = write(t / "long.txt", [LINES[0], LONG])
     return Call(translate_argv(t, a, source, "--output", t / "o.txt", "--engine", "ctranslate2", model=a.ct2), 2,
                 (f"{source}:2",))
+
+
+@case("over-long-line-refused-before-tokenising")  # 1 MB on one line: refused by its characters, before tokenising
+def _(t, a):
+    source = write(t / "long.txt", [LINES[0], ("a man is riding a horse . " * 40000)[:1_000_000]])
+    return Call(translate_argv(t, a, source, "--output", t / "o.txt"), 2,
+                (f"{source}:2", "1,000,000 characters", "65,536"))
+
+
+@case("token-indices-warning-never-precedes-the-refusal")  # the tokenizer warns beyond its 1,024 tokens
+def _(t, a):
+    source = write(t / "long.txt", [LINES[0], " ".join(["a man is riding a horse ."] * 250)])
+    return Call(translate_argv(t, a, source, "--output", t / "o.txt", "--max_input_tokens", "1100"), 2,
+                (f"{source}:2", "source tokens, more than the 1,100"))
+
+
+@case("model-missing-a-layer")  # transformers' LOAD REPORT table never precedes the one line
+def _(t, a):
+    import json
+
+    folder = copy(a.model, t / "model")
+    config = json.loads((folder / "config.json").read_text())
+    config["num_encoder_layers"] += 1
+    (folder / "config.json").write_text(json.dumps(config))
+    return Call(translate_argv(t, a, a.plain, "--output", t / "o.txt", model=folder), 2,
+                (str(folder), "missing from the weights"))
+
+
+@case("input-dev-null")  # the null device is an empty input, as an empty file is
+def _(t, a):
+    return Call(translate_argv(t, a, "/dev/null", "--output", t / "o.txt"), 0, may_change=(t / "o.txt",),
+                check=translated(t / "o.txt", []))
+
+
+@case("stdin-closed")
+def _(t, a):
+    return Call(translate_argv(t, a, "-", "--output", t / "o.txt"), 2, ("standard input is closed",),
+                patch={"sys.stdin": None})
+
+
+@case("stdout-closed")
+def _(t, a):
+    return Call(translate_argv(t, a, a.plain), 1, ("standard output is closed",), patch={"sys.stdout": None})
 
 
 @case("output-exists")

@@ -72,6 +72,24 @@ def _(t, a):
                 ("--alignment", "'1:1'"))
 
 
+@case("alignment-past-the-target")
+def _(t, a):
+    return Call(visualize_argv(t, a.model, LINES[0], "--target", "drei kleine Wörter", "--alignment", "0-0 9-99"), 2,
+                ("--alignment", "'9-99'", "target word 99", "--target has 3", f"--source has {len(LINES[0].split())}"))
+
+
+@case("alignment-past-the-source")
+def _(t, a):
+    return Call(visualize_argv(t, a.model, "zwei Wörter", "--target", "drei kleine Wörter", "--alignment", "2p1"), 2,
+                ("--alignment", "'2p1'", "source word 2", "--source has 2 words"))
+
+
+@case("alignment-of-whitespace-only")
+def _(t, a):
+    return Call(visualize_argv(t, a.model, LINES[0], "--target", GERMAN[0], "--alignment", "  "), 2,
+                ("--alignment", "empty"))
+
+
 @case("ctrl-c")
 def _(t, a):
     return Call(visualize_argv(t, a.model), 130, ("interrupted",), interrupt="vaswani_hf.visualize.visualize")
@@ -80,3 +98,13 @@ def _(t, a):
 @pytest.mark.parametrize("tool, build", case.params)
 def test_cli_contract(tool, build, tmp_path, assets, capfd, monkeypatch):
     run_case(tool, build, tmp_path, assets, capfd, monkeypatch)
+
+
+def test_alignment_links_within_both_sentences():
+    from vaswani_hf.cli.visualize_attention import alignment_links
+    from vaswani_hf.io import UsageError
+
+    assert alignment_links("0-0 1?2 2p1", "a b c", "x y z") == [(0, 0), (1, 2), (2, 1)]
+    for bad in ("3-0", "0-3", "9-99", "0-0 1-1 2-3"):
+        with pytest.raises(UsageError, match=r"--source has 3 words and --target has 3"):
+            alignment_links(bad, "a b c", "x\ty  z")  # whitespace words, as the converter counts them

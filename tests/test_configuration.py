@@ -54,19 +54,39 @@ def test_builds_without_arguments_and_keeps_generation_settings_out():
     "overrides, message",
     [
         (dict(num_heads=7), "d_model=512 is not divisible by num_heads=7"),
-        (dict(sinusoid_layout="sideways"), "unknown sinusoid_layout 'sideways'"),
-        (dict(position_encoding="rotary"), "unknown position_encoding 'rotary'"),
+        (dict(sinusoid_layout="sideways"), "sinusoid_layout must be one of 'interleaved', 'concatenated', got 'sideways'"),
+        (dict(position_encoding="rotary"), "position_encoding must be one of 'sinusoidal', 'learned', got 'rotary'"),
         (dict(dropout=-0.1), "dropout must be in [0, 1)"),
         (dict(attention_dropout=1.5), "attention_dropout must be in [0, 1)"),
-        (dict(d_model=0), "d_model must be a positive integer"),
+        (dict(d_model=0), "d_model must be in [1, 65,536], got 0"),
         (dict(d_model=33, num_heads=3), "even d_model"),
-        (dict(vocab_size=0), "vocab_size must be a positive integer"),
+        (dict(vocab_size=0), "vocab_size must be in [1, 16,777,216], got 0"),
     ],
 )
 def test_bad_settings_raise_a_clear_value_error(overrides, message):
     with pytest.raises(ValueError) as error:
         VaswaniConfig(**overrides)
     assert message in str(error.value)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(layer_norm_eps=float("nan")), "VaswaniConfig: layer_norm_eps must be a finite number (in (0, 1]), got nan"),
+    (dict(layer_norm_eps=0.0), "layer_norm_eps must be in (0, 1], got 0.0"),
+    (dict(d_model=2**40), "d_model must be in [1, 65,536], got 1099511627776"),
+    (dict(num_heads=True), "num_heads must be an integer in [1, 1024], got True (bool)"),
+    (dict(dropout="0.1"), "dropout must be a number in [0, 1), got '0.1' (str)"),
+    (dict(eos_token_id=37000), "eos_token_id must be a token id of the vocabulary, in [0, 36999], got 37000"),
+])
+def test_a_setting_is_checked_against_its_declaration_in_one_line(overrides, message):
+    """Every field is declared with its type and range (MODEL_SETTINGS; tests/test_settings_properties.py tries them
+    all): NaN, huge values and wrong types are a SettingError (a ValueError) naming the field, not a multi-line
+    validation error or a model that allocates terabytes."""
+    from vaswani_hf.configuration_vaswani import SettingError
+
+    with pytest.raises(SettingError) as error:
+        VaswaniConfig(**overrides)
+    assert str(error.value) == message or message in str(error.value)
+    assert "\n" not in str(error.value)
 
 
 def test_d_k_given_explicitly_allows_indivisible_heads():

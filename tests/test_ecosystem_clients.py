@@ -104,7 +104,8 @@ def peft_merged(hub_folder, tokenizer, tmp_path_factory):
 def test_every_saved_folder_carries_the_pipeline_its_config_names(hub_folder, resaved, trainer_saved, peft_merged):
     for folder in (hub_folder, resaved["folder"], trainer_saved["folder"], peft_merged["folder"]):
         config = json.loads((folder / "config.json").read_text())
-        assert {"translation", "text2text-generation", "translation_en_to_de"} <= set(config["custom_pipelines"])
+        assert set(config["custom_pipelines"]) == {"translation"}  # one task: `pipeline(model=folder)` infers it
+        assert config["langs"] == ["en", "de"]  # the pair: "translation_en_to_de" and src_lang/tgt_lang checks
         assert {info["impl"] for info in config["custom_pipelines"].values()} == {
             "pipeline_vaswani.VaswaniTranslationPipeline"}
         assert (folder / "pipeline_vaswani.py").read_bytes() == (hub_folder / "pipeline_vaswani.py").read_bytes()

@@ -7,7 +7,7 @@ import pytest
 import torch
 from cli_helpers import assert_one_line_error, break_model_folder
 from conftest import padded_batch, randomize_norms_and_biases, tiny_config
-from decoding_checks import assert_same_generations_or_near_ties
+from decoding_checks import assert_same_generations_or_near_ties, assert_same_or_near_tie
 from hub_helpers import DECODER_INPUT_IDS, SOURCES, copy_folder, tiny  # noqa: F401
 from huggingface_hub import ModelCard
 from transformers import AutoTokenizer, MarianMTModel
@@ -89,16 +89,28 @@ def test_marian_export_loads_natively_and_matches(tiny, tmp_path):
     assert type(marian) is MarianMTModel and marian.config.model_type == "marian"
     tokenizer = AutoTokenizer.from_pretrained(out)  # our tokenizer.json, not Marian's SentencePiece tokenizer
     assert json.loads((out / "tokenizer_config.json").read_text())["tokenizer_class"] == "PreTrainedTokenizerFast"
+    # Marian's token order: <pad> last, every other token one id down (weights and tokenizer relabelled together)
+    V = marian.config.vocab_size
+    new_of_old = torch.tensor([(i - 1) % V for i in range(V)])
+    assert tokenizer.convert_ids_to_tokens(V - 1) == "<pad>" == tiny["tokenizer"].convert_ids_to_tokens(0)
+    assert tokenizer.get_vocab() == {token: (i - 1) % V for token, i in tiny["tokenizer"].get_vocab().items()}
+    config = marian.config
+    assert (config.pad_token_id, config.decoder_start_token_id, config.bos_token_id, config.eos_token_id) == (
+        V - 1, V - 1, 0, 1)
+    assert marian.generation_config.decoder_start_token_id == V - 1 and marian.generation_config.eos_token_id == 1
     batch = tokenizer(SOURCES, return_tensors="pt", padding=True)
-    assert batch["input_ids"].tolist() == tiny["input_ids"]
+    ours_batch = tiny["tokenizer"](SOURCES, return_tensors="pt", padding=True)
+    assert torch.equal(batch["input_ids"], new_of_old[ours_batch["input_ids"]])
     with torch.no_grad():
-        logits = marian(**batch, decoder_input_ids=torch.tensor(DECODER_INPUT_IDS)).logits
-        # Marian reloads its LayerNorms with eps 1e-5 (ours 1e-6): differences ~1e-5
-        torch.testing.assert_close(logits, tiny["logits"], atol=1e-4, rtol=1e-4)
+        logits = marian(**batch, decoder_input_ids=new_of_old[torch.tensor(DECODER_INPUT_IDS)]).logits
+        # the same function: Marian's logits are ours with the vocabulary axis relabelled. Marian reloads its
+        # LayerNorms with eps 1e-5 (ours 1e-6): differences ~1e-5
+        torch.testing.assert_close(logits[..., new_of_old], tiny["logits"], atol=1e-4, rtol=1e-4)
         greedy_marian = marian.generate(**batch, num_beams=1, max_new_tokens=12)
-        greedy_ours = tiny["model"].generate(**batch, num_beams=1, max_new_tokens=12, max_length_b=None)
-    assert_same_generations_or_near_ties(tiny["model"], batch["input_ids"], batch["attention_mask"], greedy_ours,
-                                         greedy_marian)
+        greedy_ours = tiny["model"].generate(**ours_batch, num_beams=1, max_new_tokens=12, max_length_b=None)
+    old_of_new = torch.argsort(new_of_old)
+    assert_same_generations_or_near_ties(tiny["model"], ours_batch["input_ids"], ours_batch["attention_mask"],
+                                         greedy_ours, old_of_new[greedy_marian])
     card = ModelCard((out / "README.md").read_text(encoding="utf-8"))
     assert card.data.pipeline_tag == "translation" and card.data.library_name == "transformers"
     assert "marian" in card.data.tags and "custom_code" not in card.data.tags
@@ -180,3 +192,117 @@ def test_a_greedy_generation_config_exports(tiny, tmp_path):
     saved = json.loads((tmp_path / "marian" / "generation_config.json").read_text())
     assert saved.get("num_beams", 1) == 1 and "length_penalty" not in saved and "early_stopping" not in saved
     assert "| Beam size | 1 |" in (tmp_path / "marian" / "README.md").read_text(encoding="utf-8")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# the OPUS-MT tool chain: CTranslate2's own converter (`ct2-transformers-converter`) on the export
+# ----------------------------------------------------------------------------------------------------------------------
+
+CT2_SOURCES = ["a man is riding a horse .", "two dogs play in the snow .", "a woman reads a book .", "the dog",
+               "two men ride a horse in the park ."]
+
+
+@pytest.fixture(scope="module")
+def trained_export(tmp_path_factory):
+    """A tiny model trained for 60 steps on three pairs (it translates them, ends sentences and varies its output, so
+    that beam and greedy search differ and </s> matters), saved and exported; with its Marian folder."""
+    from hub_helpers import TRAIN_TEXT, make_tiny_model
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    model, tokenizer = make_tiny_model(seed=0)
+    batch = tokenizer(TRAIN_TEXT[0:6:2], return_tensors="pt", padding=True)
+    labels = tokenizer(TRAIN_TEXT[1:6:2], return_tensors="pt", padding=True)["input_ids"]
+    labels = labels.masked_fill(labels == tokenizer.pad_token_id, -100)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    model.train()
+    for _ in range(60):
+        model(**batch, labels=labels).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.eval()
+    folder, out = tmp_path_factory.mktemp("trained") / "model", tmp_path_factory.mktemp("trained") / "marian"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    assert cli.main(["--model_dir", str(folder), "--out", str(out)]) == 0
+    yield {"model": model, "tokenizer": tokenizer, "out": out}
+    torch.set_num_threads(threads)
+
+
+def test_ctranslate2s_own_converter_takes_the_export_and_translates_as_ours(trained_export, tmp_path):
+    """`ctranslate2.converters.TransformersConverter` (what `ct2-transformers-converter --model EXPORT` runs) needs
+    Marian's layout, <pad> last: it drops the last vocabulary entry and embedding row and starts the decoder from a
+    zero vector, which is our <pad> row. Its model gives our log-probabilities (renormalised without <pad>, which it
+    never emits) and our greedy and beam-search tokens, and the exported MarianMTModel's."""
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    model, tokenizer, out = trained_export["model"], trained_export["tokenizer"], trained_export["out"]
+    ctranslate2.converters.TransformersConverter(str(out)).convert(str(tmp_path / "ct2"))
+    vocabulary = json.loads((tmp_path / "ct2" / "shared_vocabulary.json").read_text(encoding="utf-8"))
+    assert vocabulary == tokenizer.convert_ids_to_tokens(list(range(1, len(tokenizer))))  # ours without <pad>
+    translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", intra_threads=1)
+    marian, marian_tokenizer = MarianMTModel.from_pretrained(out).eval(), AutoTokenizer.from_pretrained(out)
+    pad, eos = model.config.pad_token_id, model.config.eos_token_id
+    sources = [tokenizer(text)["input_ids"] for text in CT2_SOURCES]
+    source_tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in sources]  # with </s>, as Marian's tokenizer
+
+    # the same function: CTranslate2's log-probabilities of our greedy output are ours without <pad>
+    targets = [[t for t in model.generate(input_ids=torch.tensor([ids]), num_beams=1, max_new_tokens=20,
+                                          max_length_b=None)[0, 1:].tolist() if t != eos] for ids in sources]
+    scored = translator.score_batch(source_tokens, [tokenizer.convert_ids_to_tokens(t) for t in targets])
+    for ids, target, result in zip(sources, targets, scored):  # CTranslate2 scores the target and </s>
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([ids]), decoder_input_ids=torch.tensor([[pad, *target]])).logits[0]
+        ours = logits.index_fill(-1, torch.tensor([pad]), float("-inf")).log_softmax(-1)
+        expected = ours.gather(-1, torch.tensor([*target, eos])[:, None])[:, 0]
+        torch.testing.assert_close(torch.tensor(result.log_probs), expected, atol=1e-4, rtol=1e-4)
+
+    # the same tokens: CTranslate2 stops a beam search once `beam_size` hypotheses finished (early_stopping=True)
+    varied = set()
+    for beams in (1, 4):
+        options = dict(num_beams=beams, max_new_tokens=20, length_penalty=1.0, early_stopping=True)
+        results = translator.translate_batch(source_tokens, beam_size=beams, length_penalty=1.0,
+                                             max_decoding_length=20, min_decoding_length=0)
+        for ids, result in zip(sources, results):
+            theirs = tokenizer.convert_tokens_to_ids(result.hypotheses[0])
+            theirs += [eos] if len(theirs) < 20 else []  # CTranslate2 leaves </s> out; a cut output has none
+            generated = model.generate(input_ids=torch.tensor([ids]), suppress_tokens=[pad], max_length_b=None,
+                                       length_penalty_type="hf", **options)[0, 1:].tolist()
+            exported = marian.generate(input_ids=torch.tensor([[(i - 1) % len(tokenizer) for i in ids]]),
+                                       suppress_tokens=[marian.config.pad_token_id], **options)[0, 1:].tolist()
+            assert marian_tokenizer.convert_ids_to_tokens(exported) == tokenizer.convert_ids_to_tokens(generated)
+            assert_same_or_near_tie(model, ids, generated, theirs)
+            varied.add((beams, tuple(theirs)))
+    assert len(varied) >= 2 * 4 and any(len(tokens) < 20 for _, tokens in varied)  # a test that can fail
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# what MarianMTModel cannot express: refused by vaswani-export-marian in one line (vaswani_hf.export.marian_limits)
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("change, expected", [
+    ({"position_encoding": "learned"}, "position_encoding is 'learned'"),
+    ({"d_k": 4}, "d_k is 4: MarianMTModel needs d_k = d_v = d_model / num_heads"),
+    ({"d_v": 4}, "d_v is 4"),
+    ({"layer_norm_eps": 1e-3}, "layer_norm_eps is 0.001: a MarianMTModel's LayerNorms reload with 1e-05"),
+    ({"layer_norm_eps": 1e-4}, "layer_norm_eps is 0.0001"),
+])
+def test_cli_refuses_a_model_marian_cannot_express(tiny, tmp_path, capsys, change, expected):
+    """Learned positions, d_k != d_model / h, and a LayerNorm epsilon a reloaded Marian would not keep: one line
+    naming config.json and the field, exit 2, nothing written (the conversion's own ValueError was a traceback)."""
+    folder = copy_folder(tiny["folder"], tmp_path / "model")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **change}))
+    out = tmp_path / "out"
+    assert_one_line_error(cli.main, ["--model_dir", str(folder), "--out", str(out)], capsys, 2,
+                          str(folder / "config.json"), "cannot be exported to MarianMTModel", expected)
+    assert not out.exists()
+
+
+def test_marian_keeps_epsilons_near_its_own():
+    from vaswani_hf.export.marian_limits import marian_layer_norm_eps, marian_refusals
+
+    assert marian_layer_norm_eps() == 1e-5
+    for eps in (1e-5, 1e-6, 1e-12, 2e-5):  # our default 1e-6 reloads within the conversion's accuracy
+        assert marian_refusals(tiny_config(layer_norm_eps=eps)) == [], eps
+    assert len(marian_refusals(tiny_config(layer_norm_eps=1e-3, position_encoding="learned"))) == 2

@@ -10,6 +10,7 @@ input + 50, beam 4 -- and transformers' own loops with our overrides.
   every sentence really are repeated.
 """
 
+import inspect
 import math
 
 import pytest
@@ -93,8 +94,10 @@ def test_alpha_zero_is_no_penalty(penalty_type):
 
 
 def test_unknown_penalty_type_is_refused():
-    with pytest.raises(ValueError, match="length_penalty_type"):
+    with pytest.raises(ValueError, match="generate\\(\\): length_penalty_type must be one of 'gnmt', 'hf'"):
         markov_search(length_penalty_type="wu")
+    with pytest.raises(ValueError, match="length_penalty_type must be one of 'gnmt', 'hf'"):  # greedy too
+        markov_search(length_penalty_type="wu", num_beams=1)
 
 
 def test_returned_scores_are_log_probability_over_gnmt_penalty_on_a_real_model():
@@ -218,6 +221,8 @@ def test_top_k_continuations_override_matches_transformers():
     beam_indices = torch.randint(0, 12, (batch, beams, max_len - 1), dtype=torch.int32)
     args = dict(accumulated_log_probs=log_probs, running_beam_indices=beam_indices, cur_len=cur_len,
                 decoder_prompt_len=1, do_sample=False, beams_to_keep=keep, num_beams=beams, batch_size=batch)
+    if "vocab_size" in inspect.signature(GenerationMixin._get_top_k_continuations).parameters:
+        args["vocab_size"] = 2048  # transformers 5.17 (the GPU image's) still asks for it; later versions do not
     ours = model._get_top_k_continuations(running_sequences=sequences.clone(), **args)
     theirs = GenerationMixin._get_top_k_continuations(model, running_sequences=sequences.clone(), **args)
     for a, b in zip(ours, theirs):

@@ -97,7 +97,7 @@ def test_hub_folder_contents(hub_folder):
     assert generation["length_penalty_type"] == "gnmt" and generation["early_stopping"] == "never"
     assert (generation["max_length_a"], generation["max_length_b"]) == (1.0, 50)
     config = json.loads((folder / "config.json").read_text())
-    assert set(config["custom_pipelines"]) == {"translation", "text2text-generation", "translation_en_to_de"}
+    assert set(config["custom_pipelines"]) == {"translation"} and config["langs"] == ["en", "de"]
     assert hub.missing_code_files(folder) == []
     assert hub.check_folder(folder, repo_id=REPO_ID) == []
     assert "| BLEU (sacreBLEU) | 12.50 |" in (folder / "README.md").read_text()
@@ -153,17 +153,27 @@ def test_hub_folder_from_a_trainer_saves_the_unwrapped_model(hub_folder, tmp_pat
 def test_hub_and_averaged_folders_load_with_remote_code_without_the_package(hub_folder, tmp_path):
     """Both folders carry every code file config.json and the code need: generation runs where vaswani_hf is not
     installed, with the same result as in this process."""
+    import copy
+
+    import torch
+    from transformers import AutoModelForSeq2SeqLM
+
     from vaswani_hf.inference import translate
     from vaswani_hf.training.checkpoints import save_averaged_checkpoint
 
     model, tokenizer = hub_folder["model"], hub_folder["tokenizer"]
     for step in (1, 2):  # two "checkpoints" as the Trainer writes them (save_pretrained of the registered classes)
-        model.save_pretrained(tmp_path / "run" / f"checkpoint-{step}")
+        checkpoint = copy.deepcopy(model)
+        with torch.no_grad():  # two distinct checkpoints (averaging refuses one checkpoint given twice)
+            checkpoint.model.encoder.layers[0].final_layer_norm.bias.add_(1e-3 * step)
+        checkpoint.save_pretrained(tmp_path / "run" / f"checkpoint-{step}")
         tokenizer.save_pretrained(tmp_path / "run" / f"checkpoint-{step}")
     averaged = save_averaged_checkpoint([tmp_path / "run" / "checkpoint-1", tmp_path / "run" / "checkpoint-2"],
                                         tmp_path / "averaged")
     assert hub.missing_code_files(averaged) == []
     expected = translate(model, tokenizer, SOURCES, num_beams=1, max_new_tokens=8, progress=False)
+    expected_averaged = translate(AutoModelForSeq2SeqLM.from_pretrained(averaged).eval(), tokenizer, SOURCES,
+                                  num_beams=1, max_new_tokens=8, progress=False)
     code = f"""
 import json
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
@@ -181,9 +191,9 @@ print(json.dumps(out))
     # one thread, as in this process: the same code on the same CPU then adds in the same order
     stdout = run_python(code, cwd=tmp_path, block_package=True, env={"OMP_NUM_THREADS": "1"})
     result = json.loads(stdout.strip().splitlines()[-1])
-    for name in (str(hub_folder["folder"]), str(averaged)):
+    for name, want in ((str(hub_folder["folder"]), expected), (str(averaged), expected_averaged)):
         module, texts = result[name]
-        assert module.startswith("transformers_modules.") and texts == expected, (name, result[name])
+        assert module.startswith("transformers_modules.") and texts == want, (name, result[name])
     assert [t.strip() for t in result["pipeline"]] == expected
 
 
@@ -192,7 +202,7 @@ def test_missing_code_files_names_what_config_json_references(hub_folder, tmp_pa
     (a re-save of a model whose config came from a Hub folder, as a fine-tuning run's checkpoints are). A folder
     assembled by hand may still lack a file: the check names it."""
     model = hub_folder["model"]
-    assert "translation_en_to_de" in model.config.custom_pipelines  # the Hub folder's language pair stays
+    assert model.config.langs == ["en", "de"]  # the Hub folder's language pair stays
     model.save_pretrained(tmp_path / "checkpoint-1")
     assert (tmp_path / "checkpoint-1" / "pipeline_vaswani.py").is_file()
     assert hub.missing_code_files(tmp_path / "checkpoint-1") == []

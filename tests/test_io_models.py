@@ -33,8 +33,14 @@ def _model_folder(tmp_path: Path) -> Path:
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"model_type": "vaswani", "d_model": 32}, indent=2))
     _weights(folder / "model.safetensors")
-    (folder / "tokenizer.json").write_text(json.dumps({"version": "1.0"}))
+    (folder / "tokenizer.json").write_text(_tokenizer_json())
     return folder
+
+
+def _tokenizer_json() -> str:
+    from tokenizers import Tokenizer, models
+
+    return Tokenizer(models.WordLevel({"<unk>": 0, "a": 1}, unk_token="<unk>")).to_str()
 
 
 def test_check_safetensors(tmp_path):
@@ -72,7 +78,10 @@ def test_check_model_folder(tmp_path):
     (folder / "tokenizer.json").write_text("{\n")
     with pytest.raises(UsageError, match=r"tokenizer\.json:2: invalid JSON"):
         check_model_folder(folder)
-    (folder / "tokenizer.json").write_text("{}")
+    (folder / "tokenizer.json").write_text("{}")  # valid JSON, but no tokenizer
+    with pytest.raises(UsageError, match=r"tokenizer\.json: not a tokenizer file: field model is missing"):
+        check_model_folder(folder)
+    (folder / "tokenizer.json").write_text(_tokenizer_json())
 
     data = (folder / "model.safetensors").read_bytes()
     (folder / "model.safetensors").write_bytes(data[:-10])
@@ -89,7 +98,7 @@ def test_check_model_folder(tmp_path):
         check_model_folder(folder)
     assert str(error.value).startswith(f"{folder / 'config.json'}:4: invalid JSON")
     (folder / "config.json").write_text('{"d_model": 32}')
-    with pytest.raises(UsageError, match=r"config\.json: no model_type"):
+    with pytest.raises(UsageError, match=r"config\.json: field model_type is missing"):
         check_model_folder(folder)
     (folder / "config.json").unlink()
     with pytest.raises(UsageError, match=r"config\.json of model folder .* not found"):
@@ -108,8 +117,12 @@ def test_check_model_folder_sharded_weights(tmp_path):
 
 
 def test_load_model_folder_names_the_folder(tmp_path):
-    """A folder that passes the cheap check but does not load is still one UsageError naming it (here a
-    tokenizer.json that is JSON but no tokenizer: transformers raises KeyError)."""
+    """A folder that passes the cheap check but does not load is still one UsageError naming it (here weights that
+    are not the model's config.json describes); a tokenizer.json that is JSON but no tokenizer is refused by the
+    cheap check, naming the file, before transformers reads it."""
     folder = _model_folder(tmp_path)
-    with pytest.raises(UsageError, match=r"^--model .*model: cannot be loaded \("):
+    with pytest.raises(UsageError, match=r"^--model .*model: config\.json and the weights disagree"):
+        io.load_model_folder(folder, what="--model")
+    (folder / "tokenizer.json").write_text(json.dumps({"version": "1.0", "model": []}))
+    with pytest.raises(UsageError, match=r"tokenizer\.json: not a tokenizer file: field model must be an object"):
         io.load_model_folder(folder, what="--model")

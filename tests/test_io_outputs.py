@@ -162,11 +162,22 @@ def test_outputs_follow_the_umask(tmp_path):
     assert {p.stat().st_mode & 0o777 for p in (tmp_path / "folder").iterdir() if p.is_file()} == {0o644}
 
 
-def test_flushing_a_folder_never_opens_a_fifo(tmp_path):
-    """A FIFO inside a written folder would block `open` until a writer comes: the flush skips it."""
+def test_flushing_a_folder_never_opens_a_fifo(tmp_path, monkeypatch):
+    """A FIFO inside a written folder would block `open` until a writer comes: the flush opens the folder and its
+    regular files, never the FIFO (an attempt fails here at once instead of blocking)."""
     os.mkfifo(tmp_path / "pipe")
     (tmp_path / "file").write_text("x")
-    io.fsync_tree(tmp_path)  # returns at once
+    opened, real_open = [], os.open
+
+    def recording_open(path, flags, *args, **kwargs):
+        opened.append(Path(path))
+        if Path(path) == tmp_path / "pipe":
+            raise AssertionError("fsync_tree opened the FIFO")
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", recording_open)
+    io.fsync_tree(tmp_path)
+    assert set(opened) == {tmp_path, tmp_path / "file"}
 
 
 def test_one_run_at_a_time_holds_a_folder(tmp_path):
@@ -176,3 +187,11 @@ def test_one_run_at_a_time_holds_a_folder(tmp_path):
             io.FolderLock(tmp_path, "output_dir").acquire()
     assert not io.folder_in_use(tmp_path)
     assert list(tmp_path.iterdir()) == []  # the lock is on the folder itself: no lock file
+
+
+def test_standard_input_or_output_is_one_stream(tmp_path):
+    with pytest.raises(UsageError, match=r"--files \(1\) and --files \(2\) all name standard input \(-\)"):
+        io.check_paths({"--files (1)": "-", "--files (2)": "-"}, {"--out_dir": tmp_path / "tok"})
+    with pytest.raises(UsageError, match=r"--out and --save_hypotheses all name standard output"):
+        io.check_paths({}, {"--out": "-", "--save_hypotheses": "-"})
+    io.check_paths({"input": "-", "--references": tmp_path / "ref.txt"}, {"--output": "-"})  # one each is fine

@@ -214,3 +214,22 @@ def test_write_lines_is_atomic(tmp_path):
         assert path.read_text() == "old\n"  # nothing visible until the block ends
     assert path.read_text() == "whole\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
+
+
+def test_the_null_device_is_an_empty_input_and_other_devices_are_refused():
+    assert read_lines(os.devnull) == []
+    with pytest.raises(UsageError, match=r"/dev/zero is a character device, not a text file"):
+        read_lines("/dev/zero")
+
+
+def test_a_link_to_the_null_device_is_the_null_device(tmp_path):
+    (tmp_path / "empty").symlink_to(os.devnull)
+    assert read_lines(tmp_path / "empty") == []
+
+
+def test_a_closed_standard_input_is_named(monkeypatch):
+    from vaswani_hf.cli.surroundings import ClosedInput
+
+    monkeypatch.setattr(sys, "stdin", ClosedInput())
+    with pytest.raises(UsageError, match=r"^standard input is closed"):
+        read_lines("-")

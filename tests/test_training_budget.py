@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+import vaswani_hf
 from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
 from vaswani_hf.training import World, build_training_arguments, load_recipe, plan_run
 from vaswani_hf.training.budget import (
@@ -74,3 +77,60 @@ def test_a_number_in_the_recipe_wins():
     recipe = load_recipe("wmt14-en-de-base", {"max_tokens_per_device": 2000})
     assert [tokens_per_device(recipe, w) for w in (1, 2, 8)] == [(2000, 13), (2000, 7), (2000, 2)]
     assert tokens_per_device(load_recipe("default"), 2) == (1024, 1)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# One source: the recipe declares the budget, the plan resolves it, every constructor takes it
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_the_evaluation_budget_and_the_length_filter_each_have_one_rule(tmp_path):
+    """The evaluation budget falls back to the training micro-batch's; the length filter is max_length, or with none
+    what one micro-batch holds. The plan applies the rules of `budget`, and the trainer the same one."""
+    from conftest import tiny_recipe
+
+    from vaswani_hf.training.budget import evaluation_budget, longest_training_pair
+
+    assert [evaluation_budget(4096, e) for e in (0, None, 800)] == [4096, 4096, 800]
+    assert [longest_training_pair(4096, m) for m in (None, 100)] == [4096, 100]
+    for eval_max_tokens, max_length in ((0, None), (800, 100)):
+        plan = plan_run(tiny_recipe(tmp_path, max_tokens_per_device=2048, eval_max_tokens=eval_max_tokens,
+                                    max_length=max_length), world=World())
+        assert plan.batching.eval_max_tokens == evaluation_budget(2048, eval_max_tokens)
+        assert plan.data.max_length == longest_training_pair(2048, max_length)
+
+
+def test_a_budget_below_max_length_is_refused_by_one_rule(tmp_path, monkeypatch):
+    """A number in the recipe is refused when it is loaded, `auto`'s number when the run is planned: one rule
+    (`budget.check_length_fits`), and no other module words it."""
+    from vaswani_hf.training import RecipeError, budget
+
+    with pytest.raises(RecipeError, match="max_tokens_per_device 64 is below max_length 128"):
+        load_recipe("default", {"max_tokens_per_device": 64, "max_length": 128})
+    monkeypatch.setattr(budget, "device_capacity", lambda *args, **kwargs: 200)
+    recipe = load_recipe("wmt14-en-de-base", {"output_dir": str(tmp_path / "run"), "max_length": 256})
+    with pytest.raises(RecipeError, match="auto gives 200 tokens per micro-batch here, below max_length 256"):
+        plan_run(recipe, world=World())
+    modules = Path(vaswani_hf.__file__).parent.rglob("*.py")
+    wording = [p.name for p in modules if "below max_length" in p.read_text(encoding="utf-8")]
+    assert wording == ["budget.py"]
+
+
+def test_no_token_budget_default_outside_the_recipe():
+    """The paper's 25000 tokens are a recipe's value (tokens_per_step in recipes/*.yaml): no module of the package
+    holds the number, and the batcher and the trainer take their budget as a required argument."""
+    import ast
+    import inspect
+
+    from vaswani_hf.data.batching import TokenBatchSampler
+    from vaswani_hf.training import VaswaniTrainer
+
+    root = Path(vaswani_hf.__file__).parent
+    holders = [str(p.relative_to(root)) for p in root.rglob("*.py")
+               if any(isinstance(n, ast.Constant) and type(n.value) in (int, float) and n.value == 25000
+                      for n in ast.walk(ast.parse(p.read_text(encoding="utf-8"))))]
+    assert holders == []
+    for function in (TokenBatchSampler.__init__, TokenBatchSampler.from_dataset, VaswaniTrainer.__init__):
+        assert inspect.signature(function).parameters["max_tokens"].default is inspect.Parameter.empty, function
+    shipped = {p.stem: p.read_text(encoding="utf-8") for p in (root / "recipes").glob("wmt14-*.yaml")}
+    assert shipped and all("tokens_per_step: 25000" in text for text in shipped.values())

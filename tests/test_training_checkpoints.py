@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import errno
+import json
+import os
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -9,7 +15,7 @@ import torch
 from conftest import losses_by_step, tiny_recipe
 
 from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
-from vaswani_hf.training import WallClockCallback, average_checkpoints, last_checkpoints, run_training
+from vaswani_hf.training import WallClockCallback, average_checkpoints, last_checkpoints, plan_run, run_training
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -46,9 +52,9 @@ def test_resume_reproduces_uninterrupted_run(tmp_path):
     incomplete save in `.staging` is ignored."""
     common = dict(dropout=0.1, save_steps=5, keep_last=2)
     full = tiny_recipe(tmp_path, max_steps=12, output_dir=str(tmp_path / "full"), **common)
-    run_training(full)
+    run_training(plan_run(full))
     part = tiny_recipe(tmp_path, max_steps=10, output_dir=str(tmp_path / "part"), **common)
-    run_training(part)
+    run_training(plan_run(part))
     out = Path(part["output_dir"])
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-10", "checkpoint-5"]
     assert not (out / ".staging").exists()
@@ -56,7 +62,7 @@ def test_resume_reproduces_uninterrupted_run(tmp_path):
     staged.mkdir(parents=True)
     (staged / "model.safetensors").write_bytes(b"truncated")
     resumed = tiny_recipe(tmp_path, max_steps=12, output_dir=str(out), resume=True, **common)
-    run_training(resumed)
+    run_training(plan_run(resumed))
     a, b = losses_by_step(tmp_path / "full"), losses_by_step(out)
     assert sorted(a) == list(range(1, 13)) and sorted(b) == list(range(1, 13))
     for step in range(1, 13):
@@ -95,3 +101,103 @@ def test_checkpoint_averaging_equals_mean_of_weights(tmp_path):
         mean = torch.stack([q[name].detach().double() for q in params]).mean(0)
         torch.testing.assert_close(p.detach().double(), mean, rtol=0, atol=1e-6, msg=name)
     assert loaded.lm_head.weight.data_ptr() == loaded.model.shared.weight.data_ptr()  # still tied
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A checkpoint and its state must agree; a trainer_state.json of the wrong shape is named
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _checkpoint(folder: Path, step: int) -> Path:
+    """A complete checkpoint-N as the trainer leaves it (the state files' content does not matter here)."""
+    _save_random_model(folder, step)
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": step, "epoch": 1.5, "log_history": []}))
+    for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth"):
+        (folder / name).write_bytes(b"state")
+    return folder
+
+
+def test_a_checkpoint_whose_state_belongs_to_another_step_is_refused(tmp_path):
+    from vaswani_hf.io import UsageError
+    from vaswani_hf.training.checkpoints import InconsistentCheckpoint, resumable_checkpoint
+
+    _checkpoint(tmp_path / "checkpoint-10", 10)
+    newest = _checkpoint(tmp_path / "checkpoint-20", 20)
+    assert resumable_checkpoint(tmp_path) == (newest, [])
+    shutil.copy(tmp_path / "checkpoint-10" / "trainer_state.json", newest / "trainer_state.json")
+    with pytest.raises(InconsistentCheckpoint, match=r"checkpoint-20/trainer_state\.json: field global_step is 10, "
+                                                     r"but the folder is checkpoint-20") as error:
+        resumable_checkpoint(tmp_path)
+    assert isinstance(error.value, UsageError) and "\n" not in str(error.value)
+
+
+def test_resume_refuses_a_checkpoint_whose_state_belongs_to_another_step(tmp_path):
+    """Through the one planning step of `vaswani-train --resume`: one line naming the file, before any work."""
+    from conftest import tiny_recipe
+
+    from vaswani_hf.io import UsageError
+    from vaswani_hf.training import plan_run
+
+    run = tmp_path / "run"
+    _checkpoint(run / "checkpoint-2", 2)
+    newest = _checkpoint(run / "checkpoint-4", 4)
+    (newest / "trainer_state.json").write_text(json.dumps({"global_step": 2, "log_history": []}))
+    with pytest.raises(UsageError, match=r"checkpoint-4/trainer_state\.json: field global_step is 2, but the folder "
+                                         r"is checkpoint-4"):
+        plan_run(tiny_recipe(tmp_path, max_steps=8, resume=True, output_dir=str(run)))
+
+
+@pytest.mark.parametrize("state, field", [
+    ([], "not a trainer_state.json: the file must be an object"),
+    ({"epoch": 1.0}, "field global_step is missing"),
+    ({"global_step": "20"}, "field global_step must be an integer"),
+    ({"global_step": -1}, "field global_step must be an integer >= 0"),
+    ({"global_step": 20, "log_history": {}}, "field log_history must be a list"),
+    ({"global_step": 20, "log_history": [[]]}, r"field log_history\[0\] must be an object"),
+    ({"global_step": 20, "epoch": "one"}, "field epoch must be a number"),
+    ({"global_step": 20, "surprise": 1}, "field surprise is not a known field"),  # TrainerState refuses it
+])
+def test_a_trainer_state_of_the_wrong_shape_is_named_and_passed_over(state, field, tmp_path):
+    """Broken like a truncated file: the newer checkpoint is passed over with a reason naming file and field."""
+    from vaswani_hf.training.checkpoints import resumable_checkpoint
+
+    older = _checkpoint(tmp_path / "checkpoint-10", 10)
+    newest = _checkpoint(tmp_path / "checkpoint-20", 20)
+    (newest / "trainer_state.json").write_text(json.dumps(state))
+    found, skipped = resumable_checkpoint(tmp_path)
+    assert found == older and len(skipped) == 1
+    assert re.search(rf"checkpoint-20 \(.*checkpoint-20/trainer_state\.json: {field}", skipped[0]), skipped[0]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A full disk while the optimizer state is written
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_a_full_disk_in_torch_save_is_the_os_error_it_is(tmp_path):
+    """torch.save reports a failed write as RuntimeError("... unexpected pos ...") without errno: inside
+    `checkpoint_write_errors` it is OSError(ENOSPC) naming the file, which the command line reports in one line."""
+    from vaswani_hf.cli.contract import expected_os_failure
+    from vaswani_hf.training.checkpoints import checkpoint_write_errors
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        staged, final = disk / ".staging" / "checkpoint-7", tmp_path / "run" / "checkpoint-7"
+        staged.mkdir(parents=True)
+        with pytest.raises(OSError) as error:
+            with checkpoint_write_errors(staged, final):
+                torch.save({"exp_avg": torch.zeros(100_000)}, staged / "optimizer.pt")
+        assert error.value.errno == errno.ENOSPC and error.value.filename == str(final / "optimizer.pt")
+        code, line = expected_os_failure(error.value)
+        assert code == 1 and line.endswith("checkpoint-7/optimizer.pt: no space left on device; free some space or "
+                                           "write elsewhere")
+    finally:
+        subprocess.run(["umount", "--lazy", str(disk)], capture_output=True, check=False)
+    with pytest.raises(RuntimeError, match="a bug"):  # anything else passes unchanged (with plenty of space)
+        with checkpoint_write_errors(tmp_path, tmp_path / "checkpoint-1"):
+            raise RuntimeError("a bug: unexpected pos")

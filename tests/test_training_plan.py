@@ -49,3 +49,153 @@ def test_device_checks(tmp_path):
         plan_run(tiny_recipe(tmp_path, **huge), world=World(device="cpu"))
 
 
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Planned once: the plan carries every value the run uses, and the run reads nothing else
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _values(obj, seen=None):
+    """Every value reachable from a plan: dataclass fields, mapping values, sequence items (a Recipe is a Mapping)."""
+    import dataclasses
+    from collections.abc import Mapping
+
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return
+    seen.add(id(obj))
+    yield obj
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            yield from _values(getattr(obj, f.name), seen)
+    elif isinstance(obj, Mapping):
+        for v in obj.values():
+            yield from _values(v, seen)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _values(v, seen)
+
+
+def test_the_plan_resolves_every_value_and_holds_no_recipe(tmp_path):
+    """Both token budgets, the length filter, the final beam size, Adam's settings and the folders are values of
+    the plan (resolved from the recipe's keys and the machine), and the plan is frozen and keeps no recipe."""
+    import dataclasses
+
+    from vaswani_hf.generation_vaswani import GENERATION_SETTINGS
+    from vaswani_hf.training import Recipe
+
+    plan = plan_run(tiny_recipe(tmp_path, max_length=None, eval_max_tokens=0, test_num_beams=0),
+                    world=World(device="cpu"))
+    assert (plan.batching.max_tokens, plan.batching.eval_max_tokens, plan.data.max_length) == (4096, 4096, 4096)
+    assert plan.evaluation.final_num_beams == GENERATION_SETTINGS["num_beams"].default == 4
+    assert plan.optimizer.learning_rate == pytest.approx(2.0 * 32 ** -0.5)  # lr_multiplier 2, d_model 32
+    assert (plan.optimizer.betas, plan.optimizer.eps, plan.optimizer.fused) == ((0.9, 0.98), 1e-9, True)
+    assert plan.export.recipe_name == "default" and "d_model: 32" in plan.export.recipe_text
+    assert not any(isinstance(v, Recipe) for v in _values(plan))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.batching.max_tokens = 1
+
+    plan = plan_run(tiny_recipe(tmp_path, max_length=100, eval_max_tokens=800, test_num_beams=2, adam_beta2=0.997),
+                    world=World(device="mps"))
+    assert (plan.batching.eval_max_tokens, plan.data.max_length, plan.evaluation.final_num_beams) == (800, 100, 2)
+    assert plan.optimizer.betas == (0.9, 0.997) and plan.optimizer.fused is False  # no fused kernel on mps
+
+
+def test_every_section_field_says_what_it_means():
+    """Each field of the plan's sections carries its one-line meaning beside it (a `#` comment)."""
+    import dataclasses
+    import inspect
+
+    from vaswani_hf.training import plan as plan_module
+
+    sections = [plan_module.World, plan_module.RunPlan] + [f.type for f in dataclasses.fields(plan_module.RunPlan)
+                                                           if f.type.endswith("Plan")]
+    for section in sections:
+        section = getattr(plan_module, section) if isinstance(section, str) else section
+        source = inspect.getsource(section)
+        for f in dataclasses.fields(section):
+            line = next(x for x in source.splitlines() if x.strip().startswith(f"{f.name}:"))
+            assert "#" in line or dataclasses.is_dataclass(getattr(plan_module, f.type, None)), (section, f.name)
+
+
+def test_run_py_has_no_access_to_the_recipe():
+    """`run.py` executes a plan: it imports neither the recipe's type nor the planner, and names no recipe."""
+    import ast
+    import inspect
+
+    from vaswani_hf.training import run as run_module
+
+    tree = ast.parse(inspect.getsource(run_module))
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {a.arg for n in ast.walk(tree)
+                                                                         if isinstance(n, ast.arguments)
+                                                                         for a in n.args + n.kwonlyargs}
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    assert not {"recipe", "Recipe", "plan_run", "load_recipe"} & (names | imported)
+    assert not any(isinstance(n, ast.Attribute) and n.attr == "recipe" for n in ast.walk(tree))
+
+
+def test_run_training_takes_a_plan(tmp_path):
+    from vaswani_hf.training import run_training
+
+    with pytest.raises(TypeError, match=r"plan_run\(recipe\)"):
+        run_training(tiny_recipe(tmp_path))
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_training_run_is_planned_once_and_reads_no_recipe_key_afterwards(tmp_path, monkeypatch):
+    """`scripts/train.py` through the CLI's main, in this process: `--check` and the run each call `plan_run` once
+    (and the budget and output-folder decisions inside it once); after planning, no recipe key is read (every read
+    of a Recipe's key is recorded); the trainer gets the plan's two token budgets."""
+    from conftest import TINY, write_corpus, write_recipe_yaml
+
+    from vaswani_hf.cli.train import main
+    from vaswani_hf.training import Recipe, budget, preflight
+    from vaswani_hf.training import plan as plan_module
+    from vaswani_hf.training import run as run_module
+
+    calls, reads, planned, budgets = [], [], [], []
+    real_plan_run, real_getattr, real_getitem = plan_module.plan_run, Recipe.__getattr__, Recipe.__getitem__
+
+    def counting_plan_run(*args, **kwargs):
+        calls.append("plan_run")
+        plan = real_plan_run(*args, **kwargs)
+        planned.append(plan)
+        return plan
+
+    def counted(name, real):
+        def wrapper(*args, **kwargs):
+            calls.append(name)
+            return real(*args, **kwargs)
+        return wrapper
+
+    def recording(real):
+        def read(self, key):
+            if planned:
+                reads.append(key)
+            return real(self, key)
+        return read
+
+    class SpyTrainer(run_module.VaswaniTrainer):
+        def __init__(self, *args, **kwargs):
+            budgets.append((kwargs["max_tokens"], kwargs["eval_max_tokens"]))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(plan_module, "plan_run", counting_plan_run)
+    monkeypatch.setattr(budget, "tokens_per_device", counted("tokens_per_device", budget.tokens_per_device))
+    monkeypatch.setattr(preflight, "decide_output_dir", counted("decide_output_dir", preflight.decide_output_dir))
+    monkeypatch.setattr(Recipe, "__getattr__", recording(real_getattr))
+    monkeypatch.setattr(Recipe, "__getitem__", recording(real_getitem))
+    monkeypatch.setattr(run_module, "VaswaniTrainer", SpyTrainer)
+    corpus = write_corpus(tmp_path / "corpus", n_train=24, n_valid=4)
+    recipe = write_recipe_yaml(tmp_path / "tiny.yaml", {**TINY, "data_dir": str(corpus), "max_steps": 2,
+                                                        "valid_data": "valid", "eval_max_tokens": 512})
+    argv = ["--recipe", str(recipe), "--output_dir", str(tmp_path / "run")]
+    assert main([*argv, "--check"]) == 0
+    assert sorted(calls) == ["decide_output_dir", "plan_run", "tokens_per_device"]
+    calls.clear(), planned.clear()
+    assert main(argv) == 0
+    assert sorted(calls) == ["decide_output_dir", "plan_run", "tokens_per_device"]
+    assert reads == []  # run_training and everything it calls read the plan only
+    assert budgets == [(planned[0].batching.max_tokens, 512)] and planned[0].batching.max_tokens == 4096
+    assert (tmp_path / "run" / "metrics.json").is_file()

@@ -138,3 +138,14 @@ def test_keys_that_contradict_each_other_are_refused():
     for overrides, message in cases:
         with pytest.raises(RecipeError, match=message):
             load_recipe("default", overrides)
+
+
+def test_label_smoothing_is_stated_once():
+    """eps_ls = 0.1 (Section 5.4) is the objective's constant: the recipe key defaults to it, and no bundled recipe
+    states it again (a recipe that changes it still may)."""
+    from vaswani_hf.training.objective import PAPER_LABEL_SMOOTHING
+    from vaswani_hf.training.recipe import RECIPES_DIR, defaults, read_recipe_file
+
+    assert defaults()["label_smoothing"] == PAPER_LABEL_SMOOTHING
+    for path in sorted(RECIPES_DIR.glob("*.yaml")):
+        assert read_recipe_file(path).get("label_smoothing") != PAPER_LABEL_SMOOTHING, path

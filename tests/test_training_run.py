@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import REPO, TINY, losses_by_step, tiny_recipe, write_corpus, write_recipe_yaml
 
-from vaswani_hf.training import paper_learning_rate, read_history, run_training
+from vaswani_hf.training import paper_learning_rate, plan_run, read_history, run_training
 
 TRAIN = REPO / "scripts" / "train.py"
 
@@ -21,19 +21,23 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_trainer_uses_exact_schedule_and_adam(tmp_path):
-    """Through the real Trainer: lr seen by each update, Adam hyper-parameters, no weight decay."""
+    """Through the real Trainer: lr seen by each update, Adam hyper-parameters, no weight decay; Adam's settings are
+    stated once, in the TrainingArguments the optimizer is built from (what the Trainer reports is what it uses)."""
     from transformers import TrainerCallback
 
-    seen = []
+    seen, stated, used = [], [], []
 
     class Spy(TrainerCallback):
         def on_pre_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
             group = optimizer.param_groups[0]
             seen.append((state.global_step + 1, group["lr"], group["betas"], group["eps"], group["weight_decay"],
                          type(getattr(optimizer, "optimizer", optimizer)).__name__, group["fused"]))
+            stated.append((args.learning_rate, (args.adam_beta1, args.adam_beta2), args.adam_epsilon))
+            used.append((group["initial_lr"], tuple(group["betas"]), group["eps"]))
 
     r = tiny_recipe(tmp_path, max_steps=6, warmup_steps=4, lr_multiplier=1.0)
-    run_training(r, callbacks=[Spy()])
+    run_training(plan_run(r), callbacks=[Spy()])
+    assert stated == used and stated[0][0] == pytest.approx(32 ** -0.5)  # lr_multiplier x d_model^-0.5
     assert [s[0] for s in seen] == [1, 2, 3, 4, 5, 6]
     for step, lr, betas, eps, wd, name, fused in seen:
         assert lr == pytest.approx(paper_learning_rate(step, 32, 4), rel=1e-9)

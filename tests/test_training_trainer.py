@@ -117,7 +117,7 @@ def test_eval_loss_is_per_target_token_whatever_the_budget(tmp_path, corpus_dir,
     losses, nlls = [], []
     for budget in (200, 800):
         trainer = VaswaniTrainer(model=model, args=_args(tmp_path, f"out{budget}"), eval_dataset=data,
-                                 eval_max_tokens=budget)
+                                 max_tokens=budget)
         sizes = [b["input_ids"].shape[0] for b in trainer.get_eval_dataloader()]
         assert len(set(sizes)) > 1  # batches of unequal sentence counts: the case the plain Trainer gets wrong
         metrics = trainer.evaluate()
@@ -258,7 +258,7 @@ def test_the_torch_compile_key_compiles_the_step_through_the_trainer_and_it_equa
     from torch._dynamo.utils import counters
 
     from vaswani_hf.training import run as run_module
-    from vaswani_hf.training import run_training
+    from vaswani_hf.training import plan_run, run_training
 
     build = run_module.build_training_arguments
 
@@ -274,7 +274,7 @@ def test_the_torch_compile_key_compiles_the_step_through_the_trainer_and_it_equa
         torch._dynamo.reset()
         counters.clear()
         recipe = tiny_recipe(tmp_path / str(compiled), max_steps=4, torch_compile=compiled, dropout=0.0)
-        assert run_training(recipe)["global_step"] == 4
+        assert run_training(plan_run(recipe))["global_step"] == 4
         losses[compiled] = losses_by_step(recipe.output_dir)
         if compiled:
             assert counters["stats"]["unique_graphs"] >= 1  # the step ran compiled
@@ -283,3 +283,30 @@ def test_the_torch_compile_key_compiles_the_step_through_the_trainer_and_it_equa
     assert list(losses[True]) == [1, 2, 3, 4]
     for step, loss in losses[False].items():
         assert losses[True][step] == pytest.approx(loss, rel=1e-5), step
+
+
+def test_the_loss_chunk_tokens_key_trains_with_the_plain_losses(tmp_path):
+    """`loss_chunk_tokens` (the chunked label-smoothed loss, for GPU memory) through the whole run: the trainer calls
+    the model with its projection deferred and projects 5 target tokens at a time, and every update's loss equals the
+    plain path's (so do the updates: the later losses would drift otherwise). Checks that the trainer's objective
+    stays the same when chunked."""
+    from conftest import losses_by_step, tiny_recipe
+
+    from vaswani_hf.training import plan_run, run_training
+
+    losses = {}
+    for chunk in (0, 5):
+        recipe = tiny_recipe(tmp_path / str(chunk), max_steps=4, dropout=0.0, loss_chunk_tokens=chunk)
+        assert run_training(plan_run(recipe))["global_step"] == 4
+        losses[chunk] = losses_by_step(recipe.output_dir)
+    assert list(losses[5]) == list(losses[0]) == [1, 2, 3, 4]
+    for step, loss in losses[0].items():
+        assert losses[5][step] == pytest.approx(loss, rel=1e-5), step
+
+
+def test_a_chunked_loss_refuses_a_custom_objective(tmp_path):
+    model = VaswaniForConditionalGeneration(VaswaniConfig(vocab_size=20, d_model=8, d_ff=8, num_heads=2,
+                                                          num_encoder_layers=1, num_decoder_layers=1))
+    with pytest.raises(ValueError, match="compute_loss_func"):
+        VaswaniTrainer(model=model, args=_args(tmp_path, "x"), max_tokens=64, loss_chunk_tokens=8,
+                       compute_loss_func=lambda outputs, labels, num_items_in_batch=None: outputs.logits.sum())

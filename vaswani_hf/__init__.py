@@ -4,8 +4,12 @@ Importing the package registers the model with transformers' Auto classes, so th
 `AutoModelForSeq2SeqLM.from_pretrained(folder)` works without `trust_remote_code`, and marks the classes for
 `save_pretrained` to write `auto_map` and copy the configuration/modeling files (and, through their relative imports,
 the decoding and pipeline files), so that the same folder also loads with `trust_remote_code=True` on a machine
-without this package, where `pipeline("translation", model=folder, trust_remote_code=True)` works too.
+without this package, where `pipeline(model=folder, trust_remote_code=True)` (task "translation") works too.
 """
+
+from .cli.surroundings import prepare_process as _prepare_process
+
+_prepare_process()  # before torch/transformers: closed standard descriptors, a command's deleted working folder
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
@@ -34,7 +38,8 @@ AutoModelForSeq2SeqLM.register(VaswaniConfig, VaswaniForConditionalGeneration, e
 VaswaniConfig.register_for_auto_class()
 VaswaniModel.register_for_auto_class("AutoModel")
 VaswaniForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
-register_pipeline_tasks()  # "translation", "text2text-generation" -> VaswaniTranslationPipeline (5 removed both)
+register_pipeline_tasks()  # "translation", "text2text-generation" -> VaswaniTranslationPipeline (5 removed both;
+#                           every VaswaniConfig registers them too, with its pair's "translation_xx_to_yy")
 
 __all__ = [
     "VaswaniConfig",

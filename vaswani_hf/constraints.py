@@ -1,9 +1,16 @@
-"""What values a setting may take, declared next to the setting: one vocabulary for recipe keys and command-line flags.
+"""What values a setting may take: one vocabulary for the model's and decoding's settings, recipe keys and flags.
+
+The model's and decoding's settings are declared once, beside what they configure, in the files that go to the Hub
+(`configuration_vaswani.MODEL_SETTINGS`, `generation_vaswani.GENERATION_SETTINGS`: `Setting`s with a type, a default,
+a meaning and a `Bound`); those files check every value that reaches them (`VaswaniConfig(...)`, config.json,
+generation_config.json, `generate()`). Here they become command-line flags (`setting_flag`), as the recipe's model
+keys become recipe keys (`vaswani_hf.training.recipe`), so a flag cannot disagree with the setting it sets.
 
 A `Bound` says what a number must satisfy: finite (NaN and infinity are refused everywhere), a lowest and a highest
-value, each inclusive or exclusive. Recipe keys declare theirs in `vaswani_hf.training.recipe` (`key(default, help,
-min=1)`), and every flag of every command declares its own as an argparse type (`number(int, min=1)`, `device`), so
-a value is checked where it is declared and before any work: no value reaches torch or transformers unchecked.
+value, each inclusive or exclusive. The other recipe keys declare theirs in `vaswani_hf.training.recipe`
+(`key(default, help, min=1)`), and every other flag declares its own as an argparse type (`number(int, min=1)`,
+`device`), so a value is checked where it is declared and before any work: no value reaches torch or transformers
+unchecked.
 
 Upper bounds exist where a huge value would exhaust memory or overflow a library's integer (a seed beyond 2^32,
 a beam of a million hypotheses) rather than fail with a message; they are far above any real use.
@@ -12,50 +19,13 @@ a beam of a million hypotheses) rather than fail with a message; they are far ab
 from __future__ import annotations
 
 import argparse
-import math
-from dataclasses import dataclass
-from typing import Any
+
+from .configuration_vaswani import MAX_POSITIONS, Bound, Setting
+from .generation_vaswani import MAX_BEAMS
 
 MAX_SEED = 2**32 - 1  # numpy's and Python's seeding accept 0 .. 2^32 - 1
-MAX_BEAMS = 1024
 MAX_SENTENCES = 10**7  # batch sizes, counts of sentences
 MAX_TOKENS = 10**9  # token budgets
-MAX_POSITIONS = 65536  # rows of a position table (each row is d_model floats)
-
-
-@dataclass(frozen=True)
-class Bound:
-    """A numeric constraint: `min <= value` (or `min < value` with `min_exclusive`), `value <= max` (or `<` with
-    `max_exclusive`), and always finite."""
-
-    min: float | None = None
-    max: float | None = None
-    min_exclusive: bool = False
-    max_exclusive: bool = False
-
-    def problem(self, value: Any) -> str | None:
-        """Why `value` breaks this bound (a phrase to follow "must ..."), or None."""
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return None  # types are checked by the caller
-        if isinstance(value, float) and not math.isfinite(value):
-            return f"be a finite number ({self.describe()})"
-        low = self.min is not None and (value <= self.min if self.min_exclusive else value < self.min)
-        high = self.max is not None and (value >= self.max if self.max_exclusive else value > self.max)
-        return f"be {self.describe()}" if low or high else None
-
-    def describe(self) -> str:
-        if self.min is not None and self.max is not None:
-            return f"in {'(' if self.min_exclusive else '['}{_num(self.min)}, {_num(self.max)}" \
-                   f"{')' if self.max_exclusive else ']'}"
-        if self.min is not None:
-            return f"{'>' if self.min_exclusive else '>='} {_num(self.min)}"
-        if self.max is not None:
-            return f"{'<' if self.max_exclusive else '<='} {_num(self.max)}"
-        return "finite"
-
-
-def _num(x: float) -> str:
-    return f"{x:,}" if isinstance(x, int) and abs(x) >= 10**4 else f"{x:g}" if isinstance(x, float) else str(x)
 
 
 UNIT = Bound(0.0, 1.0, max_exclusive=True)  # a probability that must leave something: dropout, smoothing, beta
@@ -89,6 +59,16 @@ def number(kind: type = int, *, min: float | None = None, max: float | None = No
 positive_int = number(int, min=1)
 
 
+def setting_flag(setting: Setting, *, none: str | None = None) -> dict:
+    """`add_argument` keywords of the flag that sets a declared `Setting`: its choices, or an argparse type with its
+    kind and bound (`number`), and its meaning as help. `none`: a word that gives None."""
+    if setting.choices:
+        return {"choices": setting.choices, "help": setting.help}
+    b = setting.bound
+    return {"type": number(setting.type, min=b.min, max=b.max, min_exclusive=b.min_exclusive,
+                           max_exclusive=b.max_exclusive, none=none), "help": setting.help}
+
+
 def device(text: str):
     """An argparse type for `--device`: a torch device this machine has (cpu; cuda / cuda:N with N below the GPU
     count; mps where available), checked before anything is loaded."""
@@ -119,5 +99,5 @@ def device_problem(text: str) -> str | None:
     return f"{text!r}: device type {dev.type} is not supported here (use cpu, cuda or mps)"
 
 
-__all__ = ["Bound", "UNIT", "number", "positive_int", "device", "device_problem", "MAX_SEED", "MAX_BEAMS",
-           "MAX_SENTENCES", "MAX_TOKENS", "MAX_POSITIONS"]
+__all__ = ["Bound", "Setting", "UNIT", "number", "positive_int", "setting_flag", "device", "device_problem",
+           "MAX_SEED", "MAX_BEAMS", "MAX_SENTENCES", "MAX_TOKENS", "MAX_POSITIONS"]

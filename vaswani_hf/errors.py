@@ -4,6 +4,13 @@ Expected bad input is a `UsageError` (exit status 2): its message names the file
 at fault and says what to do. An expected failure of the run itself (network, a full disk, a refused upload) is a
 `RunFailure` (exit status 1). `vaswani_hf.cli.contract.run_cli` prints either as one line without a traceback;
 anything else is a bug and keeps its traceback.
+
+Code that cannot import this module declares its refusals by a class attribute instead: the files copied to the Hub
+(configuration_vaswani.py, generation_vaswani.py, ...) import only torch and transformers, so a settings check there
+raises, e.g., `class VaswaniSettingsError(ValueError): exit_code = 2`. `refusal_exit_code` is the one rule the
+boundary applies: a `VaswaniError`, or an exception whose class (or a base) defined in this package's modules (or in
+their remote-code copies, `transformers_modules.*`) sets `exit_code` to 1 or 2, is an expected failure with that exit
+status. A plain ValueError or TypeError, or one a library raises, is a bug: it keeps its traceback.
 """
 
 from __future__ import annotations
@@ -47,6 +54,43 @@ class InputLineError(UsageError):
         return UsageError(f"{label}:{self.line}: {self.message}")
 
 
+class StandardStreamClosed(VaswaniError):
+    """A tool read from a standard input, or wrote to a standard output, that the caller closed (`<&-`, `>&-`):
+    `StandardInputClosed` is bad input (exit status 2), `StandardOutputClosed` fails like a closed pipe (exit
+    status 1)."""
+
+    stream, redirection, remedy = "a standard stream", "", ""
+
+    def __init__(self):
+        super().__init__(f"{self.stream} is closed (the command ran with {self.redirection}); {self.remedy}")
+
+
+class StandardInputClosed(StandardStreamClosed, UsageError):
+    stream, redirection, remedy = "standard input", "<&-", "give the input as a file, or pipe text into it"
+
+
+class StandardOutputClosed(StandardStreamClosed, RunFailure):
+    stream, redirection, remedy = ("standard output", ">&-",
+                                   "write the output to a file instead, or leave standard output open")
+
+
+# The modules whose classes may declare an `exit_code` (this package; its files as remote code under transformers).
+_OWN_MODULES = ("vaswani_hf", "transformers_modules")
+
+
+def refusal_exit_code(error: BaseException) -> int | None:
+    """The exit status of an expected failure (see the module docstring), or None: a bug, which keeps its
+    traceback."""
+    if isinstance(error, VaswaniError):
+        return error.exit_code
+    for cls in type(error).__mro__:
+        if "exit_code" in vars(cls):
+            code = vars(cls)["exit_code"]
+            own = cls.__module__.split(".")[0] in _OWN_MODULES
+            return code if own and isinstance(code, int) and code in (1, 2) else None
+    return None
+
+
 def one_line(error: BaseException | str, limit: int = 400) -> str:
     """An error message on one line (whitespace runs become one space), at most `limit` characters: a message that
     quotes user input (a recipe value, a line of text) never floods the terminal."""
@@ -54,4 +98,6 @@ def one_line(error: BaseException | str, limit: int = 400) -> str:
     return text if len(text) <= limit else text[: limit - 5] + " ..."
 
 
-__all__ = ["STDIO", "VaswaniError", "UsageError", "RunFailure", "InputLineError", "one_line"]
+__all__ = ["STDIO", "VaswaniError", "UsageError", "RunFailure", "InputLineError", "StandardStreamClosed",
+           "StandardInputClosed", "StandardOutputClosed",
+           "refusal_exit_code", "one_line"]

@@ -22,6 +22,8 @@ This file is copied next to the weights with modeling_vaswani.py (which imports 
 """
 
 import contextvars
+import json
+import os
 
 import torch
 from transformers.cache_utils import Cache, EncoderDecoderCache
@@ -30,7 +32,87 @@ from transformers.generation.logits_process import MinLengthLogitsProcessor, Min
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 
 from .beam_search_vaswani import force_eos, lean_beam_search, lean_greedy_search, top_candidates
-from .configuration_vaswani import VaswaniConfig
+from .configuration_vaswani import MAX_POSITIONS, Bound, Setting, SettingError, VaswaniConfig
+
+MAX_BEAMS = 1024  # a beam of a million hypotheses would exhaust memory rather than fail with a message
+LENGTH_PENALTY_TYPES = ("gnmt", "hf")
+
+
+def _decoding(name, kind, default, help, bound=Bound(), choices=(), token_id=False, many=False):  # noqa: A002
+    return Setting(name, kind, default, help, bound, choices, nullable=True, token_id=token_id, many=many)
+
+
+# The decoding settings, declared once: their defaults are the paper's (Section 6.1; `default_generation_config`
+# writes them into generation_config.json), and every entry checks a value against them -- generation_config.json
+# when a model is loaded (`adjust_generation_fn`), `generate()`'s arguments and the generation config it runs with;
+# vaswani_hf derives its command-line flags from them. None means "not set" (transformers' default), except for
+# max_length_b, where it turns the per-sentence limit off.
+GENERATION_SETTINGS = {s.name: s for s in (
+    _decoding("num_beams", int, 4, "beam size (Section 6.1: 4; 1: greedy decoding)", Bound(1, MAX_BEAMS)),
+    _decoding("num_return_sequences", int, None, "hypotheses returned per sentence (at most num_beams)",
+              Bound(1, MAX_BEAMS)),
+    _decoding("length_penalty", float, 0.6, "alpha of the length penalty (Section 6.1: 0.6)", Bound(-100, 100)),
+    _decoding("length_penalty_type", str, "gnmt", "gnmt: ((5 + |Y|) / 6) ** alpha, the paper's (through t2t); hf: "
+              "transformers' |Y| ** alpha", choices=LENGTH_PENALTY_TYPES),
+    _decoding("early_stopping", object, "never", "never: stop a sentence once no running beam can beat the worst "
+              "finished one (the paper's \"terminate early when possible\", t2t's rule); true: once num_beams "
+              "hypotheses have finished", choices=(True, False, "never")),
+    _decoding("max_length_a", float, 1.0, "per-sentence limit floor(a * source_length + b) generated tokens, </s> "
+              "included (Section 6.1: a = 1)", Bound(0, 100)),
+    _decoding("max_length_b", int, 50, "the b of max_length_a (Section 6.1: 50); None ('none' on the command "
+              "line) turns the per-sentence limit off", Bound(0, MAX_POSITIONS)),
+    _decoding("max_new_tokens", int, None, "global cap on generated tokens", Bound(1, MAX_POSITIONS)),
+    _decoding("max_length", int, None, "global cap on output tokens, the decoder start included (so at least 2)",
+              Bound(2, MAX_POSITIONS + 1)),
+    _decoding("min_length", int, None, "no </s> before this many output tokens", Bound(0, MAX_POSITIONS)),
+    _decoding("min_new_tokens", int, None, "no </s> before this many generated tokens", Bound(0, MAX_POSITIONS)),
+    _decoding("eos_token_id", int, None, "</s>: ends a hypothesis", token_id=True, many=True),
+    _decoding("pad_token_id", int, None, "fills finished rows", token_id=True),
+    _decoding("bos_token_id", int, None, "<s>", token_id=True),
+    _decoding("decoder_start_token_id", int, None, "the decoder's first input", token_id=True),
+    _decoding("forced_bos_token_id", int, None, "the first generated token, forced", token_id=True),
+    _decoding("forced_eos_token_id", int, None, "the token forced at the maximum length", token_id=True, many=True),
+    # transformers' other decoding settings (not the paper's), which it checks late or not at all
+    _decoding("do_sample", bool, None, "sample instead of searching (not the paper's decoding)"),
+    _decoding("temperature", float, None, "sampling temperature", Bound(0, 100, min_exclusive=True)),
+    _decoding("top_k", int, None, "sample among the k most likely tokens (0: all)", Bound(0, 2**24)),
+    _decoding("top_p", float, None, "nucleus sampling mass", Bound(0, 1, min_exclusive=True)),
+    _decoding("repetition_penalty", float, None, "CTRL's repetition penalty (1: none)",
+              Bound(0, 100, min_exclusive=True)),
+    _decoding("no_repeat_ngram_size", int, None, "no n-gram of this size twice (0: off)", Bound(0, MAX_POSITIONS)),
+    *(_decoding(name, bool, None, f"transformers' {name}") for name in (
+        "use_cache", "output_scores", "output_logits", "return_dict_in_generate", "output_attentions",
+        "output_hidden_states")),
+)}
+
+
+def check_generation_settings(values, vocab_size: int | None, where: str) -> None:
+    """SettingError "{where}: {name} must ..., got ..." for the first declared setting among `values` (a mapping;
+    other keys are transformers' to check) that breaks its declaration; token ids must lie in the vocabulary."""
+    for name, value in values.items():
+        declared = GENERATION_SETTINGS.get(name)
+        if declared is not None:
+            declared.check(value.tolist() if isinstance(value, torch.Tensor) else value, where, vocab_size)
+
+
+def generation_settings_of(config: GenerationConfig) -> dict:
+    """The declared settings a generation config holds (transformers keeps unknown keys such as max_length_a as
+    attributes)."""
+    return {name: getattr(config, name) for name in GENERATION_SETTINGS if hasattr(config, name)}
+
+
+def read_generation_file(path: str | os.PathLike) -> dict:
+    """The settings of a generation_config.json. transformers turns an unreadable file into an OSError that
+    `from_pretrained` swallows (it then decodes greedily with max_length 20): here it is a SettingError naming it."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise SettingError(f"{path}: not a valid JSON file ({error}); fix it, or save the model again") from None
+    if not isinstance(data, dict):
+        raise SettingError(f"{path}: a generation config is a JSON object of settings, got {type(data).__name__}; "
+                           "fix it, or save the model again")
+    return data
 
 
 def gnmt_length_penalty(length, alpha: float):
@@ -40,23 +122,12 @@ def gnmt_length_penalty(length, alpha: float):
 
 
 def default_generation_config(config: VaswaniConfig) -> GenerationConfig:
-    """The paper's decoding settings (Section 6.1), saved as `generation_config.json`:
-
-    - beam size 4, length penalty alpha = 0.6 with the GNMT formula (`length_penalty_type="gnmt"`;
-      `"hf"` selects transformers' score / |Y| ** alpha);
-    - maximum output length = input length + 50, per sentence (`max_length_a * source_length + max_length_b`,
-      counted in tokens including </s>; set `max_length_b=None` to turn the rule off);
-    - "terminate early when possible": `early_stopping="never"` is transformers' name for tensor2tensor's rule,
-      which stops a sentence once no running beam, even at the maximum length, can beat the worst finished one.
-      (`early_stopping=True` stops as soon as 4 hypotheses have finished: faster, not the paper's.)
-    """
+    """The paper's decoding settings (Section 6.1), the defaults of `GENERATION_SETTINGS` -- beam size 4, GNMT length
+    penalty alpha = 0.6, at most input length + 50 tokens per sentence, "terminate early when possible"
+    (`early_stopping="never"`, tensor2tensor's rule) -- with the model's token ids; saved as generation_config.json."""
+    paper = {name: s.default for name, s in GENERATION_SETTINGS.items() if s.default is not None}
     return GenerationConfig(
-        num_beams=4,
-        length_penalty=0.6,
-        length_penalty_type="gnmt",
-        early_stopping="never",
-        max_length_a=1.0,
-        max_length_b=50,
+        **paper,
         decoder_start_token_id=config.decoder_start_token_id,
         bos_token_id=config.bos_token_id,
         eos_token_id=config.eos_token_id,
@@ -150,6 +221,25 @@ def _max_length_of(stopping_criteria, eos: int) -> int | None:
     return max_length
 
 
+def _generation_file(source, download_kwargs: dict) -> str | None:
+    """The local path of `source`'s generation_config.json (a folder, or a Hub repository through transformers'
+    cache, as `GenerationConfig.from_pretrained` finds it), or None where there is none."""
+    from transformers.utils import GENERATION_CONFIG_NAME, cached_file
+
+    subfolder = download_kwargs.get("subfolder") or ""
+    if os.path.isdir(str(source)):
+        path = os.path.join(str(source), subfolder, GENERATION_CONFIG_NAME)
+        return path if os.path.isfile(path) else None
+    names = ("cache_dir", "force_download", "proxies", "local_files_only", "token", "revision", "_commit_hash")
+    try:
+        return cached_file(str(source), GENERATION_CONFIG_NAME, subfolder=subfolder,
+                           _raise_exceptions_for_missing_entries=False,
+                           _raise_exceptions_for_connection_errors=False,
+                           **{k: download_kwargs[k] for k in names if k in download_kwargs})
+    except OSError:  # transformers reports what it cannot fetch itself
+        return None
+
+
 class VaswaniGenerationMixin(GenerationMixin):
     """`GenerationMixin` with the paper's decoding (Section 6.1); see the module docstring for what is overridden."""
 
@@ -168,6 +258,7 @@ class VaswaniGenerationMixin(GenerationMixin):
         so its outputs are capped there (sinusoids extrapolate: no cap).
         """
         config = generation_config if generation_config is not None else self.generation_config
+        self._check_generate_arguments(config, inputs if inputs is not None else kwargs.get("input_ids"), kwargs)
         a = kwargs.pop("max_length_a", getattr(config, "max_length_a", None))
         b = kwargs.pop("max_length_b", getattr(config, "max_length_b", None))
         input_ids = inputs if inputs is not None else kwargs.get("input_ids")
@@ -197,6 +288,41 @@ class VaswaniGenerationMixin(GenerationMixin):
         return super().generate(inputs, generation_config=generation_config, logits_processor=logits_processor,
                                 **kwargs)
 
+    def _check_generate_arguments(self, config, input_ids, kwargs) -> None:
+        """Every declared setting `generate()` runs with (its keyword arguments over the generation config) against
+        its declaration, and input_ids that hold a sentence; SettingError naming the setting or input otherwise.
+        A keyword argument given as None is not set (but `max_length_b=None` turns the limit off)."""
+        vocab = self.config.vocab_size
+        check_generation_settings(kwargs, vocab, "generate()")
+        for name in [n for n, v in kwargs.items() if v is None and n in GENERATION_SETTINGS]:
+            if name != "max_length_b" and not GENERATION_SETTINGS[name].token_id:
+                del kwargs[name]  # not set (transformers would use the None itself)
+        settings = generation_settings_of(config)
+        check_generation_settings({k: v for k, v in settings.items() if k not in kwargs}, vocab, "generation_config")
+        settings.update(kwargs)
+        beams, returned = settings.get("num_beams") or 1, settings.get("num_return_sequences") or 1
+        if returned > beams and not settings.get("do_sample"):
+            raise SettingError(f"generate(): num_return_sequences={returned} must be at most num_beams={beams} (a "
+                               "search returns at most its beams)")
+        if isinstance(input_ids, torch.Tensor) and input_ids.numel() == 0:
+            raise SettingError(f"generate(): input_ids of shape {tuple(input_ids.shape)} hold no token; give at least "
+                               "one sentence of at least one token (its </s>)")
+
+    def adjust_generation_fn(self, generation_config, from_auto_class, from_pipeline, pretrained_model_name_or_path,
+                             *args, **kwargs):
+        """`from_pretrained` reads generation_config.json here. transformers falls back silently to a greedy config
+        built from config.json when the file is unreadable (its `except OSError`): the file is read and checked
+        first (`read_generation_file`, `check_generation_settings`), so a broken file or a setting out of range is
+        a SettingError naming the file, before any decoding with other settings."""
+        if generation_config is None and pretrained_model_name_or_path is not None:
+            path = _generation_file(pretrained_model_name_or_path, kwargs)
+            if path is not None:
+                check_generation_settings(read_generation_file(path), self.config.vocab_size, str(path))
+        super().adjust_generation_fn(generation_config, from_auto_class, from_pipeline, pretrained_model_name_or_path,
+                                     *args, **kwargs)
+        check_generation_settings(generation_settings_of(self.generation_config), self.config.vocab_size,
+                                  "generation_config")
+
     def learned_positions(self) -> int | None:
         """Rows of the learned position table (Table 3, row E), or None for sinusoids."""
         return self.config.max_position_embeddings if self.config.position_encoding == "learned" else None
@@ -205,9 +331,8 @@ class VaswaniGenerationMixin(GenerationMixin):
                      **model_kwargs):
         """Beam search with the length penalty of `generation_config.length_penalty_type`: the lean loop when
         `_lean_decoding_inputs` allows it, else transformers' loop with the scoring hooks below."""
-        penalty_type = getattr(generation_config, "length_penalty_type", "hf")
-        if penalty_type not in ("gnmt", "hf"):
-            raise ValueError(f"length_penalty_type must be 'gnmt' or 'hf', got {penalty_type!r}.")
+        penalty_type = getattr(generation_config, "length_penalty_type", None) or "hf"
+        GENERATION_SETTINGS["length_penalty_type"].check(penalty_type, "generation_config")
         lean = self._lean_decoding_inputs(input_ids, logits_processor, stopping_criteria, generation_config,
                                           synced_gpus, model_kwargs)
         if lean is not None:
@@ -351,4 +476,9 @@ __all__ = [
     "default_generation_config",
     "fast_topk",
     "SourceLengthLimitLogitsProcessor",
+    "GENERATION_SETTINGS",
+    "LENGTH_PENALTY_TYPES",
+    "MAX_BEAMS",
+    "check_generation_settings",
+    "read_generation_file",
 ]

@@ -233,25 +233,28 @@ def _generate(model, tokenizer, encoded: list[list[int]], options: dict, *, devi
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def register_pipeline() -> None:
+def register_pipeline(langs=None) -> None:
     """Register `VaswaniTranslationPipeline` in transformers' `PIPELINE_REGISTRY` under every task name it answers
-    ("translation", "text2text-generation"): `pipeline_vaswani.register_pipeline_tasks`, which importing the package
+    ("translation", "text2text-generation", and "translation_{src}_to_{tgt}" for `langs` = [src, tgt]):
+    `pipeline_vaswani.register_pipeline_tasks`, which importing the package and building any `VaswaniConfig`
     already did. Idempotent."""
-    register_pipeline_tasks()
+    register_pipeline_tasks(langs)
 
 
 def translation_pipeline(model, tokenizer, *, device: str | torch.device | None = None,
                          **kwargs) -> VaswaniTranslationPipeline:
     """A translation pipeline around an in-memory model and tokenizer, for users of this package.
 
-    (`transformers.pipeline("translation", ...)` refuses the removed task name unless the model's config names a
-    custom pipeline, so we build the class directly.) `device` defaults to the model's device; other keywords go to
-    the pipeline (e.g. `batch_size=32`, `num_beams=1`).
+    The same as `transformers.pipeline("translation", model=model, tokenizer=tokenizer)`, which works because every
+    `VaswaniConfig` registers the task (`register_pipeline`), but also where transformers refuses the name (a model
+    whose code predates that registration: "The task translation has been removed from transformers"), as it builds
+    the class directly. `device` defaults to the model's device; other keywords go to the pipeline (e.g.
+    `batch_size=32`, `num_beams=1`).
 
         pipe = translation_pipeline(model, tokenizer)
         pipe(["A dog runs.", "Two men talk."], batch_size=16)  # -> [{"translation_text": ...}, ...]
     """
-    register_pipeline()
+    register_pipeline(getattr(model.config, "langs", None))
     return VaswaniTranslationPipeline(
         model=model, tokenizer=tokenizer, task="translation",
         device=model.device if device is None else device, **kwargs
@@ -262,6 +265,6 @@ def save_pretrained_with_pipeline(model, tokenizer, save_directory: str | os.Pat
     """`model.save_pretrained` + `tokenizer.save_pretrained` in one folder, through the translation pipeline's own
     `save_pretrained` (transformers' mechanism for a custom pipeline). A plain `model.save_pretrained` already writes
     `pipeline_vaswani.py` and `custom_pipelines` (configuration_vaswani.py imports the pipeline, and transformers
-    copies a saved class's relative imports), so the folder loads with `pipeline("translation", model=folder,
+    copies a saved class's relative imports), so the folder loads with `pipeline(model=folder,
     trust_remote_code=True)` either way. Keywords go to `save_pretrained` (e.g. `push_to_hub`)."""
     translation_pipeline(model, tokenizer).save_pretrained(str(save_directory), **kwargs)

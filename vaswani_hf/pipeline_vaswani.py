@@ -1,19 +1,37 @@
 """A "translation" pipeline for the Transformer (Vaswani et al., 2017), for transformers 5.
 
 transformers 5 removed its `translation`, `translation_xx_to_yy` and `text2text-generation` pipelines. This class
-brings those task names back for this model: `VaswaniConfig` names them in `config.json` (`custom_pipelines`, from
-`custom_pipelines()` here), and configuration_vaswani.py imports this file, so every `save_pretrained` of the model
-or its config (`Trainer.save_model`, PEFT's merged model, `Pipeline.save_pretrained`, ...) copies it next to the
-weights, as transformers copies a registered class's relative imports. On a machine without `vaswani_hf`
+brings those task names back for this model, in two ways, both transformers' own mechanisms:
 
-    pipe = transformers.pipeline("translation", model=folder, trust_remote_code=True)
+- config.json names the pipeline (`custom_pipelines`, from `custom_pipelines()` here: the one task "translation",
+  so that `pipeline(model=folder, trust_remote_code=True)` infers it: transformers infers a task from a config only
+  when it names exactly one), and configuration_vaswani.py imports this file, so every `save_pretrained` of the model
+  or its config (`Trainer.save_model`, PEFT's merged model, `Pipeline.save_pretrained`, ...) copies it next to the
+  weights, as transformers copies a registered class's relative imports;
+- `register_pipeline_tasks()`, which every `VaswaniConfig` runs (with or without the package: also the copy of this
+  file that `trust_remote_code` runs), registers the class in transformers' `PIPELINE_REGISTRY` under
+  "translation" and "text2text-generation", and makes every "translation_{src}_to_{tgt}" name an alias of
+  "translation", whatever the pair. Two monkeypatches, both in `register_pipeline_tasks`: transformers 5 refuses
+  those names in `_resolve_deprecated_task` (`pipelines.REMOVED_TASKS`) before it looks at the registry, so they are
+  taken out of that dict; and the registry's `task_aliases` dict, which knows exact names only, is replaced by a
+  copy that also maps any "translation_{src}_to_{tgt}" to "translation" (`_PairTaskAliases`). Without them
+  `pipeline("translation", model=model, tokenizer=tokenizer)` with objects in memory (no config.json to read)
+  cannot work. The class then decides, with the task name as given: any other model gets the KeyError transformers
+  itself gives for that name, a model of this type whose config knows another pair a ValueError naming both pairs,
+  one whose config knows no pair is accepted (it translates one pair whatever the name says).
+
+On a machine without `vaswani_hf`:
+
+    pipe = transformers.pipeline(model=folder, trust_remote_code=True)   # the task is "translation"
     pipe("A man is riding a bike.")          # -> [{"translation_text": "..."}]
     pipe(["One.", "", "Two."], batch_size=8)  # -> [{"translation_text": ...}, {"translation_text": ""}, ...]
     transformers.pipeline("text2text-generation", model=folder, trust_remote_code=True)  # -> "generated_text"
+    transformers.pipeline("translation", model=model, tokenizer=tokenizer)  # objects in memory
 
-works; `translation_en_to_de`-style names work where config.json names the pair (`custom_pipelines("en", "de")`;
-the Hub folder of a training run does). This file imports only torch and transformers (no `vaswani_hf`, no
-relative imports).
+`translation_en_to_de`-style names and transformers 4's `src_lang=` / `tgt_lang=` call arguments are checked against
+the pair the config knows (`langs`; the Hub folder of a training run has it). A call may not ask for generate()'s
+extra outputs (`return_dict_in_generate=True`): the pipeline returns texts; call `model.generate` for scores. This file
+imports only torch and transformers (no `vaswani_hf`, no relative imports).
 
 Decoding settings come from the model's `generation_config`, which for this model holds the paper's Section 6.1
 settings (beam size 4, length penalty alpha = 0.6, maximum output length = input length + 50, early termination);
@@ -25,42 +43,132 @@ translates to "" and is not decoded (a model fed nothing but `</s>` would still 
 stripped of leading/trailing whitespace before tokenization.
 """
 
+import re
+
 import torch
 from transformers import Pipeline
 
-__all__ = ["VaswaniTranslationPipeline", "TASKS", "custom_pipelines", "register_pipeline_tasks"]
+__all__ = ["VaswaniTranslationPipeline", "TASK", "TASKS", "custom_pipelines", "pipeline_settings",
+           "register_pipeline_tasks", "pair_task"]
 
-# The task names this pipeline answers to: transformers 4's names for what it did (5 removed them). A
-# "translation_xx_to_yy" name is added per language pair (`custom_pipelines(source_lang, target_lang)`).
-TASKS = ("translation", "text2text-generation")
+TASK = "translation"  # the one task config.json names: `pipeline(model=folder)` infers it
+# The task names this pipeline answers to: transformers 4's names for what it did (5 removed them); every
+# "translation_xx_to_yy" name is an alias of TASK (`_PairTaskAliases`).
+TASKS = (TASK, "text2text-generation")
 _IMPL = "pipeline_vaswani.VaswaniTranslationPipeline"  # module.Class, as `Pipeline.save_pretrained` writes it
+_PAIR_TASK = re.compile(r"^translation_(.+)_to_(.+)$")
+_MIGRATION = "https://github.com/huggingface/transformers/blob/main/MIGRATION_GUIDE_V5.md#pipelines"
 
 
-def custom_pipelines(source_lang: str | None = None, target_lang: str | None = None) -> dict:
-    """The `custom_pipelines` entry of config.json, in the form `Pipeline.save_pretrained` writes it: every name in
-    `TASKS`, plus `translation_{source_lang}_to_{target_lang}` when both languages are given. `pipeline(task,
-    model=folder, trust_remote_code=True)` looks a task up there by its exact name."""
-    tasks = list(TASKS)
-    if source_lang and target_lang:
-        tasks.append(f"translation_{source_lang}_to_{target_lang}")
-    return {task: {"impl": _IMPL, "pt": ["AutoModelForSeq2SeqLM"], "type": "text"} for task in tasks}
+class _PairTaskAliases(dict):
+    """transformers' `PIPELINE_REGISTRY.task_aliases` (the same entries), in which every "translation_{src}_to_{tgt}"
+    name is also an alias of "translation", so that `pipeline()` hands any such name, unchanged, to the class that
+    "translation" names. The registry looks names up with `in` and `[]` only (`PipelineRegistry.check_task`).
+
+    It also keeps what transformers says of the names this file takes out of `REMOVED_TASKS` (`removed_advice`),
+    shared by every copy of this file that runs (the package's, `trust_remote_code` copies): other models still get
+    transformers' own refusal under these names."""
+
+    vaswani_pair_tasks = True  # the mark `register_pipeline_tasks` checks, whichever copy of this file made it
+
+    def __init__(self, aliases=()):
+        super().__init__(aliases)
+        self.removed_advice: dict = dict(getattr(aliases, "removed_advice", {}))
+
+    def __contains__(self, task) -> bool:
+        return dict.__contains__(self, task) or (isinstance(task, str) and _PAIR_TASK.match(task) is not None)
+
+    def __missing__(self, task):
+        if isinstance(task, str) and _PAIR_TASK.match(task):
+            return TASK
+        raise KeyError(task)
+
+    def get(self, task, default=None):
+        return self[task] if task in self else default
 
 
-def register_pipeline_tasks(source_lang: str | None = None, target_lang: str | None = None) -> None:
-    """Register `VaswaniTranslationPipeline` under every task name of `custom_pipelines(...)` in transformers'
-    `PIPELINE_REGISTRY` (idempotent), so that `Pipeline.save_pretrained` writes all of them into config.json:
-    `register_pipeline` keeps only the last task per class, so the class's `_registered_impl` is set to all."""
+def pair_task(langs) -> str | None:
+    """"translation_{src}_to_{tgt}" for a config's `langs` ([src, tgt]); None where no pair is known."""
+    if not langs or len(langs) != 2 or not all(isinstance(lang, str) and lang for lang in langs):
+        return None
+    return f"translation_{langs[0]}_to_{langs[1]}"
+
+
+def custom_pipelines() -> dict:
+    """The `custom_pipelines` entry of config.json, in the form `Pipeline.save_pretrained` writes it: the one task
+    `TASK`. `pipeline(task, model=folder, trust_remote_code=True)` looks a task up there by its exact name, and
+    `pipeline(model=folder, trust_remote_code=True)` takes the only one; the other names come from the registry."""
+    return {TASK: {"impl": _IMPL, "pt": ["AutoModelForSeq2SeqLM"], "type": "text"}}
+
+
+def pipeline_settings(pipelines: dict | None, langs) -> tuple[dict, list | None]:
+    """A config's (`custom_pipelines`, `langs`): None -> `custom_pipelines()`; a config.json written before
+    `langs` existed (this pipeline under several names, the pair as a "translation_xx_to_yy" key) -> this
+    pipeline under `TASK` only, plus other pipelines it names, and the pair moved to `langs`."""
+    if pipelines is None:
+        return custom_pipelines(), langs
+    ours = [task for task, info in pipelines.items()
+            if isinstance(info, dict) and str(info.get("impl", "")).endswith(".VaswaniTranslationPipeline")]
+    if not ours:
+        return pipelines, langs
+    for task in ours:
+        match = _PAIR_TASK.match(task)
+        if match and not langs:
+            langs = [match.group(1), match.group(2)]
+    kept = {task: info for task, info in pipelines.items() if task not in ours}
+    return {**custom_pipelines(), **kept}, langs
+
+
+def register_pipeline_tasks(langs=None) -> None:
+    """Let `transformers.pipeline` build `VaswaniTranslationPipeline` under every name in `TASKS` and every
+    "translation_{src}_to_{tgt}" name, idempotently. Run by every `VaswaniConfig`; `langs` is accepted for older
+    callers and not needed (every pair name resolves, and the class checks the pair).
+
+    transformers' `PIPELINE_REGISTRY.register_pipeline` where no copy of this class (the package's or a
+    `trust_remote_code` copy) holds the name yet; and the monkeypatches: the names are taken out of
+    `transformers.pipelines.REMOVED_TASKS` (transformers >= 5.2x; 5.17 has no such dict), which `pipeline()` checks
+    before the registry, and the registry's `task_aliases` becomes a `_PairTaskAliases` with the same entries. The
+    class's `_registered_impl`, which `Pipeline.save_pretrained` writes into config.json, is `TASK` alone."""
     from transformers import AutoModelForSeq2SeqLM
-    from transformers.pipelines import PIPELINE_REGISTRY
+    from transformers import pipelines
 
-    tasks = list(custom_pipelines(source_lang, target_lang))
-    for task in tasks:
-        if PIPELINE_REGISTRY.supported_tasks.get(task, {}).get("impl") is not VaswaniTranslationPipeline:
-            PIPELINE_REGISTRY.register_pipeline(task, pipeline_class=VaswaniTranslationPipeline,
-                                                pt_model=AutoModelForSeq2SeqLM, type="text")
-    registered = {task: info for task, info in PIPELINE_REGISTRY.supported_tasks.items()
-                  if info.get("impl") is VaswaniTranslationPipeline}
-    VaswaniTranslationPipeline._registered_impl = registered
+    registry = pipelines.PIPELINE_REGISTRY
+    if not getattr(registry.task_aliases, "vaswani_pair_tasks", False):
+        registry.task_aliases = _PairTaskAliases(registry.task_aliases)
+    removed = getattr(pipelines, "REMOVED_TASKS", {})
+    for task in TASKS:
+        if task in removed:
+            registry.task_aliases.removed_advice.setdefault(task, removed.pop(task))
+        impl = registry.supported_tasks.get(task, {}).get("impl")
+        if getattr(impl, "__name__", None) != VaswaniTranslationPipeline.__name__:
+            registry.register_pipeline(task, pipeline_class=VaswaniTranslationPipeline,
+                                       pt_model=AutoModelForSeq2SeqLM, type="text")
+    VaswaniTranslationPipeline._registered_impl = {
+        TASK: {"impl": VaswaniTranslationPipeline, "pt": (AutoModelForSeq2SeqLM,), "type": "text"}}
+
+
+def transformers_refusal(task: str) -> KeyError:
+    """The KeyError transformers itself gives for `task` (one of `TASKS` or a pair name) where this pipeline is not
+    registered: "has been removed" with transformers' advice (>= 5.2x), or "Unknown task" (earlier 5.x)."""
+    from transformers import pipelines
+
+    registry = pipelines.PIPELINE_REGISTRY
+    removed = TASK if _PAIR_TASK.match(task) else task
+    advice = getattr(registry.task_aliases, "removed_advice", {})
+    if removed in advice:
+        return KeyError(f"The task {task} has been removed from transformers. {advice[removed]} See the migration "
+                        f"guide for more details: {_MIGRATION}")
+    others = sorted(name for name in registry.get_supported_tasks() if name not in TASKS and not _PAIR_TASK.match(name))
+    return KeyError(f"Unknown task {task}, available tasks are {others}")
+
+
+def _refuse_dict_outputs(generate_kwargs: dict) -> None:
+    """A call asking for generate()'s dict outputs (scores, attentions) gets a ValueError saying what to call: they
+    are per beam and per step, for the non-empty inputs only, and the pipeline returns texts."""
+    if generate_kwargs.get("return_dict_in_generate"):
+        raise ValueError("translation pipeline: return_dict_in_generate is not supported: the pipeline returns "
+                         "texts; call model.generate(**tokenizer(texts, return_tensors=\"pt\", padding=True), "
+                         "return_dict_in_generate=True, output_scores=True) for scores")
 
 
 class VaswaniTranslationPipeline(Pipeline):
@@ -71,7 +179,13 @@ class VaswaniTranslationPipeline(Pipeline):
             sinusoidal positions extrapolate, Section 3.5).
         return_text / return_tensors: return `translation_text` (default) and/or `translation_token_ids`.
         clean_up_tokenization_spaces: passed to `tokenizer.decode`.
-        any other keyword: a `generate()` argument (`num_beams`, `length_penalty`, `num_return_sequences`, ...).
+        src_lang / tgt_lang: transformers 4's translation arguments. The model translates one fixed pair, so they
+            select nothing: they are checked against the pair the model's config knows (`langs`; a task name
+            "translation_xx_to_yy" is checked the same way), and a different pair is a ValueError naming both.
+            Where the config knows no pair they are accepted and ignored.
+        any other keyword: a `generate()` argument (`num_beams`, `length_penalty`, `num_return_sequences`, ...),
+            except `return_dict_in_generate=True` (a ValueError: the pipeline returns texts; call `model.generate`
+            for scores). Where the model's generation config sets it, the pipeline uses the returned sequences.
 
     Returns one list of records per input (one record per returned sequence); for a list of strings with one
     sequence each, a flat list of records, as the transformers 4 translation pipeline did. Records are keyed
@@ -86,9 +200,36 @@ class VaswaniTranslationPipeline(Pipeline):
     _load_feature_extractor = False
     _load_video_processor = False
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if getattr(self.model.config, "model_type", None) != "vaswani":
+            # The names are back for this model only: any other model gets transformers' own refusal, unchanged.
+            raise transformers_refusal(self.task or TASK)
+        if self.tokenizer is None:
+            raise ValueError("translation pipeline: no tokenizer; pass `tokenizer=` (the model's, e.g. "
+                             "`AutoTokenizer.from_pretrained(FOLDER)`) to `pipeline(...)`")
+        _refuse_dict_outputs(getattr(self, "_generate_kwargs", {}))  # transformers >= 5.2x sets these aside
+        match = _PAIR_TASK.match(self.task or "")
+        if match:
+            self._check_languages(match.group(1), match.group(2), f"the task {self.task!r}",
+                                  f'use the task "{TASK}" or a model for that pair')
+
     @property
     def return_name(self) -> str:
         return "generated" if self.task == "text2text-generation" else "translation"
+
+    def _check_languages(self, src_lang, tgt_lang, asked_by="src_lang/tgt_lang",
+                         remedy="drop src_lang/tgt_lang or use a model for that pair") -> None:
+        """Refuse a language pair other than the model's (config `langs`), naming both; accept any where the
+        config knows none (the model translates one pair whatever the arguments say)."""
+        langs = getattr(self.model.config, "langs", None)
+        if pair_task(langs) is None or (src_lang is None and tgt_lang is None):
+            return
+        asked = (src_lang or langs[0], tgt_lang or langs[1])
+        if asked != tuple(langs):
+            raise ValueError(
+                f"translation pipeline: this model translates {langs[0]} -> {langs[1]} (config `langs`), but "
+                f"{asked_by} asks for {asked[0]} -> {asked[1]}; {remedy}")
 
     def _sanitize_parameters(
         self,
@@ -96,8 +237,12 @@ class VaswaniTranslationPipeline(Pipeline):
         return_text=None,
         return_tensors=None,
         clean_up_tokenization_spaces=None,
+        src_lang=None,
+        tgt_lang=None,
         **generate_kwargs,
     ):
+        self._check_languages(src_lang, tgt_lang)
+        _refuse_dict_outputs(generate_kwargs)
         preprocess_params = {}
         if truncation is not None:
             preprocess_params["truncation"] = truncation
@@ -115,6 +260,8 @@ class VaswaniTranslationPipeline(Pipeline):
             return super().__call__(inputs, *args, **kwargs)
         if isinstance(inputs, tuple):
             inputs = list(inputs)
+        if isinstance(inputs, list) and not inputs:  # no sentence, no translation (transformers' call fails on [])
+            return []
         result = super().__call__(inputs, *args, **kwargs)
         if isinstance(inputs, list) and all(isinstance(x, str) for x in inputs) and all(len(r) == 1 for r in result):
             return [r[0] for r in result]
@@ -133,7 +280,10 @@ class VaswaniTranslationPipeline(Pipeline):
         is_empty = model_inputs.pop("is_empty").bool().reshape(-1)  # (B,)
         input_ids = model_inputs["input_ids"]  # (B, S)
         batch = input_ids.shape[0]
-        generate_kwargs = self._prepare_generate_kwargs(generate_kwargs)
+        if hasattr(self, "_prepare_generate_kwargs"):  # transformers >= 5.2x: the call's settings over the init's
+            generate_kwargs = self._prepare_generate_kwargs(generate_kwargs)
+        elif "generation_config" not in generate_kwargs:  # earlier 5.x (the GPU image's 5.17): the pipeline's own
+            generate_kwargs = {"generation_config": self.generation_config, **generate_kwargs}
         num_return = generate_kwargs.get("num_return_sequences")
         if num_return is None and generate_kwargs.get("generation_config") is not None:
             num_return = generate_kwargs["generation_config"].num_return_sequences
@@ -145,6 +295,8 @@ class VaswaniTranslationPipeline(Pipeline):
         if keep.numel():
             inputs = {key: value[keep] for key, value in model_inputs.items()}
             generated = self.model.generate(**inputs, **generate_kwargs)  # (b * n, T)
+            # a generation config that asks generate() for a dict (return_dict_in_generate): its sequences
+            generated = getattr(generated, "sequences", generated)
             generated = generated.reshape(keep.numel(), -1, generated.shape[-1])  # (b, n, T)
             full = torch.full((batch, generated.shape[1], generated.shape[2]), pad, dtype=generated.dtype,
                               device=generated.device)

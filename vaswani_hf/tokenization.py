@@ -47,7 +47,7 @@ from typing import Any
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from .io import UsageError, iter_lines, read_json
+from .io import UsageError, check_tokenizer_file, iter_lines
 
 logger = logging.getLogger(__name__)
 
@@ -229,7 +229,8 @@ def load_tokenizer(path: str | os.PathLike) -> PreTrainedTokenizerFast:
     if folder.exists():
         if not folder.is_dir():
             raise UsageError(f"tokenizer {folder} is a file; give the folder that holds tokenizer.json")
-        read_json(folder / "tokenizer.json", what=f"tokenizer.json of tokenizer folder {folder}")
+        # its declared shape and the tokenizers library's own reading (valid JSON is not yet a tokenizer)
+        check_tokenizer_file(folder / "tokenizer.json", what=f"tokenizer.json of tokenizer folder {folder}")
     tok = AutoTokenizer.from_pretrained(str(path))
     got = (tok.pad_token_id, tok.bos_token_id, tok.eos_token_id, tok.unk_token_id)
     if got != (PAD_ID, BOS_ID, EOS_ID, UNK_ID):

@@ -11,7 +11,12 @@ Both engines, our `generate()` (`vaswani_hf.inference.translate`) and CTranslate
 - a source longer than the engine's position table (`PositionTable`), or than `max_source_tokens` (default
   `MAX_SOURCE_TOKENS`: bounded work on unbounded input, a 1 MB line is no sentence), is refused before anything is
   decoded, naming its sentence (1-based) in a `vaswani_hf.io.InputLineError`, which the translate tool turns into
-  `file:line`.
+  `file:line`;
+- and before anything is even tokenised, a sentence of more characters than that token limit times
+  `MAX_CHARS_PER_TOKEN` (`max_source_chars`: 65,536 characters for the default 1,024 tokens) is refused the same
+  way: it cannot fit, and tokenising a line of megabytes costs the time the limit is there to bound. The bound is
+  generous (a BPE token of natural text has far fewer characters), so that a line it lets through is judged by its
+  token count.
 
 An engine provides only `encode` (the token sequences of the stripped sentences, `</s>` included) and `decode` (the
 translation of each encoded sentence, in order).
@@ -29,10 +34,11 @@ from dataclasses import dataclass
 
 from .io import InputLineError
 
-__all__ = ["UNSET", "MAX_SOURCE_TOKENS", "PositionTable", "given_options", "resolve_options", "one_line",
-           "translate_lines"]
+__all__ = ["UNSET", "MAX_SOURCE_TOKENS", "MAX_CHARS_PER_TOKEN", "PositionTable", "given_options", "max_source_chars",
+           "resolve_options", "one_line", "translate_lines"]
 
 MAX_SOURCE_TOKENS = 1024  # per line, `</s>` included: WMT sentences stay under 250 after the usual filtering
+MAX_CHARS_PER_TOKEN = 64  # characters one source token may cover at most, for the limit checked before tokenising
 
 UNSET = object()  # "keep the generation config's value" where None is itself a meaningful value (max_length_b)
 _NONE_IS_A_VALUE = ("max_length_b",)  # None turns the per-sentence limit off
@@ -83,6 +89,30 @@ def checked_sentences(sentences: Sequence[str]) -> list[str]:
     return sentences
 
 
+def max_source_chars(table: PositionTable | None, max_source_tokens: int | None) -> int | None:
+    """The most characters a sentence may have: the engine's token limit (the smaller of its position table and
+    `max_source_tokens`) times `MAX_CHARS_PER_TOKEN`; None when there is no token limit."""
+    limits = [n for n in (table.rows if table is not None else None, max_source_tokens) if n is not None]
+    return min(limits) * MAX_CHARS_PER_TOKEN if limits else None
+
+
+def _check_characters(sentences: Sequence[str], todo: Sequence[int], table: PositionTable | None,
+                      max_source_tokens: int | None) -> None:
+    """InputLineError naming the first sentence of more characters than `max_source_chars` allows."""
+    limit = max_source_chars(table, max_source_tokens)
+    if limit is None:
+        return
+    tokens = limit // MAX_CHARS_PER_TOKEN
+    by_table = table is not None and table.rows == tokens
+    remedy = table.remedy if by_table else ", or raise the limit (--max_input_tokens)"
+    for i in todo:
+        length = len(sentences[i].strip())
+        if length > limit:
+            raise InputLineError(i + 1, f"{length:,} characters, more than the {limit:,} a line of at most {tokens:,} "
+                                        f"source tokens may have ({MAX_CHARS_PER_TOKEN} per token); split the "
+                                        f"line{remedy}")
+
+
 def translate_lines(sentences: Sequence[str], encode: Callable[[list[str]], list[Sequence]],
                     decode: Callable[[list[Sequence]], Sequence[str]],
                     table: PositionTable | None = None, max_source_tokens: int | None = MAX_SOURCE_TOKENS) -> list[str]:
@@ -98,6 +128,7 @@ def translate_lines(sentences: Sequence[str], encode: Callable[[list[str]], list
     todo = [i for i, sentence in enumerate(sentences) if sentence.strip()]
     if not todo:
         return outputs
+    _check_characters(sentences, todo, table, max_source_tokens)
     encoded = encode([sentences[i].strip() for i in todo])
     if table is not None:
         table.check(encoded, [i + 1 for i in todo])

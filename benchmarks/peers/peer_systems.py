@@ -29,15 +29,19 @@ SPEC_KEYS = ("d_model", "d_ff", "num_heads", "num_encoder_layers", "num_decoder_
              "warmup_steps", "adam_beta1", "adam_beta2", "adam_epsilon", "max_length", "seed", "logging_steps")
 DIFFERENCES = {
     "ours": "the recipe: post-norm, interleaved sinusoids, one shared embedding x sqrt(d_model), attention without "
-            "biases, t2t initialisation, label smoothing eps/(V-1), fused Adam, batches of <= 1,024 padded source "
-            "and target tokens",
-    "eole": "pre-norm with a final LayerNorm (eole's decoder has no post-norm layer; `encoder_layer_style: postnorm` "
+            "biases, t2t initialisation, LayerNorm epsilon 1e-6, dropout 0.3 on sub-layer outputs and embeddings "
+            "only (none inside the feed-forward, none on attention weights: t2t v1), `</s>` at the end of the "
+            "source, label smoothing eps/(V-1), fused Adam, batches of <= 1,024 padded source and target tokens",
+    "eole": "dropout 0.3 also inside the feed-forward (after its ReLU: eole's `dropout` covers both), source "
+            "without `</s>` (eole appends none by default), "
+            "pre-norm with a final LayerNorm (eole's decoder has no post-norm layer; `encoder_layer_style: postnorm` "
             "exists for the encoder only, so the standard pre-norm model is used on both sides), a bias on the "
             "output projection, decoding starts from <s>, xavier_uniform initialisation, torch's single-tensor Adam "
             "(its default `use_amp: true` picks torch.optim over optimi); batches: sentences x longest side <= "
             "1,024 tokens; one bucket = one epoch (bucket_size = training pairs; eole's default 262,144 would read "
             "Multi30k 9 times before the first batch); one DataLoader worker",
     "marian": "post-norm, concatenated sinusoids, attention projections with biases, final_logits_bias, "
+              "transformers' Marian initialisation (normal, std 0.02; embeddings too), LayerNorm epsilon 1e-5, "
               "transformers' LabelSmoother (eps over all V classes), default fused AdamW (weight decay 0), "
               "inverse_sqrt schedule = the paper's curve one step late; a fixed number of sentences per batch "
               "(1,024 / the mean target length) grouped by length (group_by_length's mega-batches)",

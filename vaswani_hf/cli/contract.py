@@ -2,10 +2,16 @@
 
 - `run_cli(main, argv)`: the tool's return value is its exit status. Expected bad input (`UsageError`) is one line on
   stderr naming the file, line, flag or key and what to do, exit status 2; an expected failure of the run itself
-  (`RunFailure`, a full disk, a closed output pipe) is one line and exit status 1; Ctrl-C is exit status 130.
-  The operating system's conditions (no space left, permission denied, a symbolic-link loop, a read-only file system)
-  are mapped to one line too, naming the file, or the outputs the command declared when the system does not say
-  which file. Anything else is a bug and keeps its traceback. `--debug` (or VASWANI_DEBUG=1) shows every traceback.
+  (`RunFailure`, a full disk, a closed output pipe) is one line and exit status 1; Ctrl-C is exit status 130,
+  SIGTERM 143 and SIGHUP 129 (they interrupt as Ctrl-C does, so that the same cleanup runs). A refusal declared by a
+  module that cannot import `vaswani_hf.errors` (a class attribute `exit_code`: `errors.refusal_exit_code`) is one
+  line too. The operating system's conditions (no space left, permission denied, a symbolic-link loop, a read-only
+  file system) are mapped to one line, naming the file, or the outputs the command declared when the system does not
+  say which file. Anything else is a bug and keeps its traceback. `--debug` (or VASWANI_DEBUG=1) shows every
+  traceback. Before the tool runs, the boundary owns the process's surroundings (`surroundings`: closed standard
+  streams, a deleted working folder, malformed launcher variables such as RANK=abc: one line, exit status 2); while
+  it runs, what libraries report on their own (transformers' LOAD REPORT, its warnings) is held back and shown only
+  when the tool succeeds or fails with a bug (`library_reports`).
 - `ArgumentParser`: argparse whose usage errors are `UsageError`s; flags declare their constraints as argparse types
   (`vaswani_hf.constraints`: `number(int, min=1)`, `device`), so a bad value names its flag before any work.
 - `declare_paths(inputs=..., outputs=...)`: what a command reads and writes, checked by the one guard
@@ -18,13 +24,22 @@ import argparse
 import errno
 import os
 import sys
-import warnings
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 
 from .. import io
-from ..errors import STDIO, UsageError, VaswaniError, one_line
+from ..errors import STDIO, UsageError, one_line, refusal_exit_code
+from .library_reports import HeldReports, library_progress_bars_off, release_library_reports
+from .surroundings import (
+    Terminated,
+    check_distributed_environment,
+    check_working_folder,
+    own_streams,
+    process_rank,
+    signals_as_interrupts,
+    stderr_or_none,
+    working_folder_problem,
+)
 
 _declared_outputs: list[str] = []  # "--flag path" of the running command's outputs (for OS error messages)
 
@@ -98,50 +113,83 @@ def expected_os_failure(error: BaseException) -> tuple[int, str] | None:
 
 def run_cli(main: Callable[[list[str]], int | None], argv: Sequence[str] | None = None,
             prog: str | None = None) -> int:
-    """Run a tool's `main(argv)` under the contract (see the module docstring). transformers' own progress bars
-    (loading and writing weights) are off meanwhile."""
+    """Run a tool's `main(argv)` under the contract (see the module docstring), in surroundings the boundary owns
+    (`surroundings`: closed standard streams, the working folder, the launchers' variables, SIGTERM and SIGHUP) and
+    with the libraries' own reports held back (`library_reports`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = prog or Path(sys.argv[0]).name
     _declared_outputs.clear()
+    try:
+        with own_streams(), signals_as_interrupts():
+            return _run(main, argv, prog)
+    finally:
+        _declared_outputs.clear()
+
+
+def _check_surroundings() -> None:
+    check_working_folder()
+    check_distributed_environment()
+
+
+def _run(main: Callable[[list[str]], int | None], argv: list[str], prog: str) -> int:
     if _debug_requested(argv):
-        with _library_progress_bars_off():
+        _check_surroundings()
+        with library_progress_bars_off():
             code = main(argv)
         return 0 if code is None else int(code)
+    held = HeldReports()
     try:
-        with _library_progress_bars_off():
+        _check_surroundings()
+        with library_progress_bars_off(), held:
             code = main(argv)
-        _flush_stdout()
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
+            _flush_stdout()
+    except KeyboardInterrupt as error:
+        held.discard()
+        if isinstance(error, Terminated):
+            _report(f"{prog}: interrupted by {error.name}")
+            return error.exit_code
+        _report(f"{prog}: interrupted")
         return 130
-    except VaswaniError as error:
-        _report(f"{prog}: error: {one_line(error)}")
-        return error.exit_code
-    except Exception as error:  # an OS condition is one line; anything else is a bug and keeps its traceback
-        failure = expected_os_failure(error)
+    except Exception as error:  # an expected failure is one line; anything else is a bug and keeps its traceback
+        failure = expected_failure(error)
         if failure is None:
+            held.replay()
             raise
+        held.discard()
         if isinstance(error, BrokenPipeError) or getattr(error, "errno", None) == errno.EPIPE:
             _silence_stdout()
         _report(f"{prog}: error: {failure[1]}")
         return failure[0]
-    finally:
-        _declared_outputs.clear()
     return 0 if code is None else int(code)
 
 
+def expected_failure(error: BaseException) -> tuple[int, str] | None:
+    """(exit status, one line) for an expected failure: a refusal (`errors.refusal_exit_code`: ours, or one a
+    module of this package declares), a working folder deleted meanwhile, an operating-system condition; or None (a
+    bug: traceback)."""
+    code = refusal_exit_code(error)
+    if code is not None:
+        return code, one_line(error)
+    if isinstance(error, FileNotFoundError) and error.filename is None and working_folder_problem():
+        return 2, working_folder_problem()
+    return expected_os_failure(error)
+
+
 def _report(line: str) -> None:
-    """The one error line, on stderr. Under a multi-process launcher every process refuses the same input the same
-    way: only the first process (rank 0) says so, so that the user reads the line once."""
-    if int(os.environ.get("RANK", "0") or 0) == 0:
-        print(line, file=sys.stderr)
+    """The one error line, on stderr (dropped when stderr is closed). Under a multi-process launcher every process
+    refuses the same input the same way: only the first process (rank 0) says so, so that the user reads the line
+    once."""
+    stream = stderr_or_none()
+    if stream is not None and process_rank() == 0:
+        print(line, file=stream)
+        stream.flush()
 
 
 def _flush_stdout() -> None:
     """Flush standard output inside the boundary, so that a closed pipe is reported here, not at interpreter exit."""
     try:
         sys.stdout.flush()
-    except ValueError:  # stdout already closed
+    except (ValueError, AttributeError):  # stdout already closed, or None
         pass
 
 
@@ -156,34 +204,5 @@ def _silence_stdout() -> None:
         pass
 
 
-@contextmanager
-def _library_progress_bars_off():
-    """transformers' own progress bars (loading and writing weights) are off while a tool runs: they are not the
-    tool's progress, and a bar left on stderr before an error would break the one-line rule. The tools' own bars and
-    huggingface_hub's download bars stay; the previous state is restored afterwards (for in-process callers)."""
-    try:
-        from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
-        from transformers.utils import logging as transformers_logging
-    except ImportError:
-        yield
-        return
-    was_enabled, hub_was_disabled = transformers_logging.is_progress_bar_enabled(), are_progress_bars_disabled()
-
-    def switch(transformers_on: bool) -> None:
-        """transformers' switch also switches the hub's bars: the hub's own state is put back each time."""
-        with warnings.catch_warnings():  # the hub warns when HF_HUB_DISABLE_PROGRESS_BARS forbids a change
-            warnings.simplefilter("ignore")
-            if transformers_on:
-                transformers_logging.enable_progress_bar()
-            else:
-                transformers_logging.disable_progress_bar()
-            (disable_progress_bars if hub_was_disabled else enable_progress_bars)()
-
-    switch(False)
-    try:
-        yield
-    finally:
-        switch(was_enabled)
-
-
-__all__ = ["ArgumentParser", "add_debug_argument", "declare_paths", "run_cli", "expected_os_failure", "STDIO"]
+__all__ = ["ArgumentParser", "add_debug_argument", "declare_paths", "run_cli", "expected_failure",
+           "expected_os_failure", "release_library_reports", "STDIO"]

@@ -45,7 +45,7 @@ def _check_tokenizer_folder(path: str) -> Path:
     if not (folder / "tokenizer.json").is_file():
         raise io.UsageError(f"--tokenizer {folder}: no tokenizer.json; give a folder written by "
                             "tokenizer.save_pretrained")
-    io.read_json(folder / "tokenizer.json", what="tokenizer.json")
+    io.check_tokenizer_file(folder / "tokenizer.json")
     return folder
 
 

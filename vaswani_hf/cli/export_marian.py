@@ -9,7 +9,9 @@ reloads its LayerNorms with eps 1e-5). The folder loads with plain `MarianMTMode
 not apply), so the Hub widget and Inference Endpoints, which run only built-in architectures, can serve it.
 The card reuses `metrics.json` of the model folder (written by `vaswani_hf.hub.write_model_card`); without it,
 give --source_lang/--target_lang for a card without scores. Push the result with vaswani-push-to-hub.
-The model folder and --out are checked before any work; --out appears whole, and an existing non-empty --out is
+A model Marian cannot express (learned positions, d_k != d_model / num_heads, a LayerNorm epsilon other than
+Marian's 1e-5 within 1e-5) is refused naming the config.json field. The model folder and --out are checked before
+any work; --out appears whole, and an existing non-empty --out is
 replaced only with --overwrite.
 """
 
@@ -21,6 +23,7 @@ from pathlib import Path
 
 from .. import io
 from ..export.marian import MARIAN_FOLDER
+from ..export.marian_limits import check_marian_exportable
 from .contract import ArgumentParser, declare_paths, run_cli
 
 
@@ -44,6 +47,7 @@ def _main(argv: Sequence[str]) -> int:
         raise io.UsageError("give both --source_lang and --target_lang, or neither")
     declare_paths(inputs={"--model_dir": args.model_dir}, outputs={"--out": args.out})
     model_dir = io.check_model_folder(Path(args.model_dir), what="--model_dir")
+    check_marian_exportable(model_dir)  # learned positions, d_k != d_model / h, a LayerNorm eps Marian cannot hold
     io.check_output_dir(args.out, overwrite=args.overwrite, what="--out", kind=MARIAN_FOLDER)
     training_info = read_card_inputs(model_dir).get("training_info")
     if training_info is None and args.source_lang:

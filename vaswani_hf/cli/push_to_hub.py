@@ -1,7 +1,7 @@
 """Upload a saved model folder to the Hugging Face Hub in one commit.
 
     vaswani-push-to-hub --model_dir outputs/model --repo_id org/name [--private] [--revision BRANCH] [--dry_run]
-        [--commit_message "..."]
+        [--commit_message "..."] [--space_id org/name-demo [--space_only]]
 
 Uploads exactly the files listed by --dry_run (see `vaswani_hf.hub.UPLOAD_PATTERNS`): safetensors weights,
 config.json with auto_map, the configuration/modeling/generation/pipeline code, tokenizer files,
@@ -10,6 +10,11 @@ folder and the repository id are checked before any network call (a missing, tru
 code file, an invalid id: one line, exit status 2). The token comes from HF_TOKEN or the cached login (`hf auth
 login`) and is never printed; a network or authentication failure is one line, exit status 1. --dry_run makes no
 network call. The Hub address is huggingface_hub's (HF_ENDPOINT to point elsewhere).
+
+--space_id also creates (or updates) a Gradio Space of that id serving --repo_id: a page that translates with the
+paper's decoding and draws every attention head (`vaswani_hf.space`; files: `vaswani_hf.hub.space`), uploaded in
+one commit after the model. --space_only uploads only the Space, for a model repository that exists already (no
+--model_dir needed).
 """
 
 from __future__ import annotations
@@ -26,12 +31,17 @@ def build_parser() -> ArgumentParser:
     from ..hub.upload import DEFAULT_COMMIT_MESSAGE
 
     parser = ArgumentParser(prog="vaswani-push-to-hub", description=__doc__)
-    parser.add_argument("--model_dir", required=True, help="saved model folder (model + tokenizer + card)")
+    parser.add_argument("--model_dir", default=None, help="saved model folder (model + tokenizer + card); required "
+                        "unless --space_only")
     parser.add_argument("--repo_id", required=True, help="target repository, e.g. org/vaswani-base")
     parser.add_argument("--private", action="store_true", help="create the repository as private (new repos only)")
     parser.add_argument("--revision", default=None, help="branch to commit to (created if missing; default main)")
     parser.add_argument("--dry_run", action="store_true", help="list the files that would be uploaded, and stop")
     parser.add_argument("--commit_message", default=DEFAULT_COMMIT_MESSAGE)
+    parser.add_argument("--space_id", default=None,
+                        help="also create/update a Gradio Space of this id that serves --repo_id (e.g. org/name-demo)")
+    parser.add_argument("--space_only", action="store_true",
+                        help="with --space_id: upload only the Space (the model repository exists already)")
     return parser
 
 
@@ -39,9 +49,22 @@ def _main(argv: Sequence[str]) -> int:
     from ..hub.upload import push_folder
 
     args = build_parser().parse_args(argv)
-    model_dir = io.check_model_folder(Path(args.model_dir), what="--model_dir")
-    push_folder(model_dir, args.repo_id, private=args.private, revision=args.revision, dry_run=args.dry_run,
-                commit_message=args.commit_message)
+    if args.space_only and args.space_id is None:
+        raise io.UsageError("--space_only needs --space_id, the Space to create (see --help)")
+    if args.model_dir is None and not args.space_only:
+        raise io.UsageError("the following arguments are required: --model_dir (see --help)")
+    if args.space_id is not None:
+        from ..hub.space import _check_id
+
+        _check_id(args.space_id, "--space_id")  # before the model is uploaded
+    if not args.space_only:
+        model_dir = io.check_model_folder(Path(args.model_dir), what="--model_dir")
+        push_folder(model_dir, args.repo_id, private=args.private, revision=args.revision, dry_run=args.dry_run,
+                    commit_message=args.commit_message)
+    if args.space_id is not None:
+        from ..hub.space import push_space
+
+        push_space(args.repo_id, args.space_id, private=args.private, dry_run=args.dry_run)
     return 0
 
 

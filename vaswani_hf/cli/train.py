@@ -38,7 +38,7 @@ from ..training.recipe import (
     unknown_keys,
     value_from_text,
 )
-from .contract import add_debug_argument, declare_paths, run_cli
+from .contract import add_debug_argument, declare_paths, release_library_reports, run_cli
 
 
 @dataclass
@@ -131,7 +131,11 @@ def _main(argv: Sequence[str]) -> int:
         return 0
     from ..training.plan import plan_run
 
-    plan = plan_run(recipe, overwrite=options.overwrite)  # checks every path (the plan's guard)
+    if not options.check:  # the run's log (standard output) shows what planning decides, e.g. a checkpoint skipped
+        from ..training.run import setup_logging
+
+        setup_logging()
+    plan = plan_run(recipe, overwrite=options.overwrite)  # checks every path (the plan's guard); the one plan
     declare_paths(inputs={}, outputs={"output_dir": plan.output_dir, "export_dir": plan.export_dir}, check=False)
     if options.check:
         counts = {source.key: source.scan() for source in plan.sources.values() if source is not None}
@@ -140,7 +144,8 @@ def _main(argv: Sequence[str]) -> int:
         return 0
     from ..training.run import run_training
 
-    run_training(recipe, overwrite=options.overwrite)
+    release_library_reports()  # the run's plan holds: what libraries say while it trains is shown when said
+    run_training(plan)
     return 0
 
 

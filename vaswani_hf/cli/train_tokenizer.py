@@ -8,8 +8,8 @@
     vaswani-train-tokenizer --corpus data/train --src_lang en --tgt_lang de --out_dir outputs/tok
 
 Text files are read as every tool of the package reads them (strict UTF-8 with file:line errors, byte-order mark
-dropped, CRLF/CR accepted). --out_dir must be absent or empty unless --overwrite; it appears whole when training is
-done.
+dropped, CRLF/CR accepted; "-" is standard input, /dev/null an empty file). --out_dir must be absent or empty
+unless --overwrite; it appears whole when training is done (Ctrl-C, SIGTERM or SIGHUP leave nothing behind).
 """
 
 from __future__ import annotations
@@ -19,19 +19,21 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
-from contextlib import contextmanager
 from pathlib import Path
 
 from .. import io
 from ..constraints import MAX_TOKENS, number
 from ..tokenization import DEFAULT_MODEL_MAX_LENGTH, DEFAULT_VOCAB_SIZE, SPECIAL_TOKENS, TOKENIZER_FOLDER
 from .contract import ArgumentParser, declare_paths, run_cli
+from .library_reports import HeldReports
+from .surroundings import raise_if_stopped
 
 
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="vaswani-train-tokenizer", description=__doc__)
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--files", nargs="+", type=Path, help="plain-text files, one sentence per line (all sides)")
+    source.add_argument("--files", nargs="+", type=Path,
+                        help=f"plain-text files, one sentence per line (all sides); {io.STDIO} is standard input")
     source.add_argument("--corpus", help="anything vaswani_hf.data.load_parallel reads (needs --src_lang/--tgt_lang)")
     source.add_argument("--sample", action="store_true", help="the bundled EN-DE sample corpus (train split)")
     parser.add_argument("--src_lang", default="en")
@@ -57,7 +59,8 @@ def _corpus(args):
     every line)."""
     if args.files:
         for path in args.files:
-            io.check_input_file(path, "--files")
+            if str(path) != io.STDIO:  # "-": standard input, as for every tool that reads text
+                io.check_input_file(path, "--files")
         return args.files
     from ..data.corpora import load_parallel, load_sample_corpus
 
@@ -75,7 +78,8 @@ def _source(args) -> str:
 
 class _Counted:
     """An iterator of lines that counts them; a text without one non-empty line is refused when it ends, before the
-    tokenizer learned from nothing is logged or saved."""
+    tokenizer learned from nothing is logged or saved. The tokenizers library pulls it from its own threads, where
+    Python does not run signal handlers: it stops the training on SIGTERM/SIGHUP itself (`raise_if_stopped`)."""
 
     def __init__(self, lines, source: str):
         self.lines, self.source, self.count, self.non_empty = lines, source, 0, 0
@@ -84,32 +88,18 @@ class _Counted:
         for line in self.lines:
             self.count += 1
             self.non_empty += bool(line.strip())
+            if self.count % 1024 == 0:
+                raise_if_stopped()
             yield line
         if self.non_empty == 0:
             raise io.UsageError(f"{self.source}: no text to learn from ({self.count} lines, all empty); give the "
                              "training corpus")
 
 
-@contextmanager
-def _held_back(name: str):
-    """Log records of logger `name` (e.g. the corpus loader's warning about empty sides) are held back inside the
-    block and emitted after it succeeds, so that a refused corpus is one line on stderr."""
-    logger, held = logging.getLogger(name), []
-
-    class Hold(logging.Handler):
-        def emit(self, record):
-            held.append(record)
-
-    handler, propagate = Hold(), logger.propagate
-    logger.addHandler(handler)
-    logger.propagate = False
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-        logger.propagate = propagate
-    for record in held:
-        logging.getLogger(record.name).handle(record)
+def _interactive() -> bool:
+    """Whether standard output and error are terminals: the tokenizers library's progress bar ends each stage with a
+    line break on standard output, which would precede the JSON summary there (or be the only output of a refusal)."""
+    return all(getattr(stream, "isatty", lambda: False)() for stream in (sys.stdout, sys.stderr))
 
 
 def _main(argv: Sequence[str]) -> int:
@@ -122,7 +112,9 @@ def _main(argv: Sequence[str]) -> int:
     io.check_output_dir(args.out_dir, overwrite=args.overwrite, what="--out_dir", kind=TOKENIZER_FOLDER)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     languages = None if args.files else [args.src_lang, args.tgt_lang]
-    with _held_back("vaswani_hf.data"):
+    # the corpus loader's warnings (e.g. about empty sides) are shown once the corpus is accepted: a refused corpus
+    # is one line on stderr
+    with HeldReports(("vaswani_hf.data",), hold_warnings=False):
         corpus = _corpus(args)
         # a loaded corpus is checked now (files are streamed: checked when they end, in _Counted)
         if not args.files and not any(line.strip() for line in iter_training_text(corpus, languages)):
@@ -134,7 +126,7 @@ def _main(argv: Sequence[str]) -> int:
         tok = train_bpe_tokenizer(
             lines, vocab_size=args.vocab_size, min_frequency=args.min_frequency, lowercase=args.lowercase,
             normalization=None if args.normalization == "NONE" else args.normalization,
-            model_max_length=args.model_max_length, save_dir=tmp)
+            model_max_length=args.model_max_length, save_dir=tmp, show_progress=_interactive())
     print(json.dumps({"out_dir": str(args.out_dir), "vocab_size": len(tok),
                       "seconds": round(time.perf_counter() - started, 2)}))
     return 0

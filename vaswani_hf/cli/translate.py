@@ -12,8 +12,10 @@ empty or only whitespace gives an empty output line without being decoded; other
 whitespace; a translation never contains a line break. --output is written only when everything is translated,
 atomically, and an existing file is replaced only with --overwrite. Bad input (missing or non-UTF-8 file, a folder,
 a broken model folder, an existing --output) is reported in one line with exit status 2 before the model is loaded;
-a line the model cannot take (longer than its learned positions, or than a CTranslate2 export's position table) is
-named as file:line before anything is decoded.
+a line the model cannot take (longer than its learned positions, or than a CTranslate2 export's position table, or
+than --max_input_tokens) is named as file:line before anything is decoded, and a line of more characters than that
+limit allows (64 per token: vaswani_hf.translation_frontend) before it is even tokenised. "-" is standard input,
+/dev/null an empty input.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import io
-from ..constraints import MAX_BEAMS, MAX_POSITIONS, MAX_SENTENCES, MAX_TOKENS, device, number
+from ..constraints import MAX_POSITIONS, MAX_SENTENCES, MAX_TOKENS, device, number, setting_flag
+from ..generation_vaswani import GENERATION_SETTINGS
 from ..translation_frontend import MAX_SOURCE_TOKENS
 from .contract import ArgumentParser, declare_paths, run_cli
 
@@ -49,19 +52,10 @@ def build_parser() -> ArgumentParser:
                           help=f"a line with more source tokens (</s> included) is refused, naming it, before "
                                f"anything is decoded (default {MAX_SOURCE_TOKENS})")
     decoding = parser.add_argument_group("decoding (default: the model's generation_config)")
-    decoding.add_argument("--num_beams", type=number(int, min=1, max=MAX_BEAMS), default=None,
-                          help="beam size (paper: 4; 1 = greedy)")
-    decoding.add_argument("--length_penalty", type=number(float, min=-100, max=100), default=None,
-                          help="alpha of the length penalty (paper: 0.6)")
-    decoding.add_argument("--length_penalty_type", choices=("gnmt", "hf"), default=None,
-                          help="gnmt: ((5+|Y|)/6)^alpha as in the paper; hf: transformers' |Y|^alpha")
-    decoding.add_argument("--max_length_a", type=number(float, min=0, max=100), default=None,
-                          help="per-sentence limit a * source_length + b tokens (paper: a=1)")
-    decoding.add_argument("--max_length_b", type=number(int, min=0, max=MAX_POSITIONS, none="none"),
-                          default=argparse.SUPPRESS,
-                          help="the b of --max_length_a (paper: 50); 'none' turns the per-sentence limit off")
-    decoding.add_argument("--max_new_tokens", type=number(int, min=1, max=MAX_POSITIONS), default=None,
-                          help="global cap on generated tokens")
+    for name in ("num_beams", "length_penalty", "length_penalty_type", "max_length_a", "max_new_tokens"):
+        decoding.add_argument(f"--{name}", default=None, **setting_flag(GENERATION_SETTINGS[name]))
+    decoding.add_argument("--max_length_b", default=argparse.SUPPRESS,
+                          **setting_flag(GENERATION_SETTINGS["max_length_b"], none="none"))
     hardware = parser.add_argument_group("hardware")
     hardware.add_argument("--device", type=device, default=None,
                           help="cpu, cuda, cuda:1, mps, ... (default: accelerator if any)")

@@ -5,7 +5,8 @@
         [--per_head] --out attention/ [--overwrite]
 
 Without --target the model's own translation is plotted (decoded as its generation_config says, or with
---num_beams). --alignment is a word alignment of source and --target (Pharaoh "i-j", whitespace words, 0-based);
+--num_beams). --alignment is a word alignment of source and --target (Pharaoh "i-j", whitespace words, 0-based,
+each link within both sentences);
 without it the share of cross-attention on aligned tokens uses the diagonal heuristic (see vaswani_hf/visualize/).
 
 Writes to --out: {encoder,decoder,cross}_layer{l}.{fmt} (all heads of a layer), cross_alignment.{fmt} (heads
@@ -48,16 +49,36 @@ def build_parser() -> ArgumentParser:
     return parser
 
 
+def alignment_links(alignment: str, source: str, target: str) -> list[tuple[int, int]]:
+    """The (source word, target word) pairs of a Pharaoh word alignment ("i-j", "i?j", "ipj"; 0-based whitespace
+    words, as `vaswani_hf.visualize.token_alignment_from_words` reads them), each within the sentences' words: a
+    link past either sentence would silently align nothing. Raises UsageError naming the link and both lengths."""
+    links = alignment.split()
+    if not links:
+        raise io.UsageError("--alignment: 'empty' is not a link 'i-j' (source word i, target word j, 0-based), e.g. "
+                            "--alignment \"0-0 1-2\"")
+    words = len(source.split()), len(target.split())
+    pairs = []
+    for link in links:
+        if not _LINK.match(link):
+            raise io.UsageError(f"--alignment: {link!r} is not a link 'i-j' (source word i, target word j, 0-based), "
+                                "e.g. --alignment \"0-0 1-2\"")
+        i, j = (int(x) for x in re.split(r"[-?p]", link))
+        if i >= words[0] or j >= words[1]:
+            raise io.UsageError(f"--alignment: link {link!r} pairs source word {i} with target word {j}, but --source "
+                                f"has {words[0]} words and --target has {words[1]} (0-based: source 0..{words[0] - 1}, "
+                                f"target 0..{words[1] - 1}); give links within both sentences")
+        pairs.append((i, j))
+    return pairs
+
+
 def _check_arguments(args) -> None:
     if not args.source.strip():
         raise io.UsageError("--source is empty; give a sentence")
     if args.alignment is not None:
         if not args.target:
             raise io.UsageError("--alignment refers to the words of --target: give --target too")
-        bad = [link for link in args.alignment.split() if not _LINK.match(link)]
-        if bad or not args.alignment.split():
-            raise io.UsageError(f"--alignment: {bad[0] if bad else 'empty'!r} is not a link 'i-j' (source word i, "
-                             "target word j, 0-based), e.g. --alignment \"0-0 1-2\"")
+        alignment_links(args.alignment, args.source, args.target)
 
 
 def _check_lengths(args, model, tokenizer) -> None:

@@ -8,7 +8,6 @@
 from .batching import (
     EXAMPLE_INDEX,
     LABEL_PAD_ID,
-    TRAIN_MAX_TOKENS,
     TRANSLATE_MAX_TOKENS,
     Seq2SeqCollator,
     TokenBatchSampler,
@@ -38,7 +37,7 @@ __all__ = [
     "CorpusError", "read_lines", "make_parallel_dataset", "iter_moses", "iter_tsv", "iter_jsonl", "load_moses",
     "load_tsv", "load_jsonl", "load_hub", "load_parallel", "sample_corpus_path", "load_sample_corpus", "scan_corpus",
     "tokenize_pairs", "FilterReport", "filter_pairs", "prepare_dataset", "sequence_lengths",
-    "TRAIN_MAX_TOKENS", "TRANSLATE_MAX_TOKENS", "LABEL_PAD_ID", "EXAMPLE_INDEX", "batch_ends", "pack_by_tokens",
+    "TRANSLATE_MAX_TOKENS", "LABEL_PAD_ID", "EXAMPLE_INDEX", "batch_ends", "pack_by_tokens",
     "make_batches",
     "TokenBatchSampler", "Seq2SeqCollator",
 ]

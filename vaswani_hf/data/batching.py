@@ -27,7 +27,6 @@ from ..modeling_vaswani import IGNORE_INDEX, shift_tokens_right
 from ..tokenization import PAD_ID
 from .preprocessing import sequence_lengths
 
-TRAIN_MAX_TOKENS = 25000  # paper, Section 5.1: ~25000 source and ~25000 target tokens per training batch
 # Translation: padded source tokens per batch, as fairseq's --max-tokens. Decoding memory grows with num_beams x batch x
 # (source + target) length; 4096 fits a base model with beam 4 on any GPU and keeps CPU batches around 200 Multi30k
 # sentences.
@@ -133,7 +132,7 @@ class TokenBatchSampler(Sampler[list[int]]):
         self,
         src_lengths: Sequence[int] | np.ndarray,
         tgt_lengths: Sequence[int] | np.ndarray,
-        max_tokens: int = TRAIN_MAX_TOKENS,
+        max_tokens: int,
         *,
         max_sentences: int | None = None,
         shuffle: bool = True,
@@ -171,7 +170,7 @@ class TokenBatchSampler(Sampler[list[int]]):
 
     @classmethod
     def from_dataset(
-        cls, dataset: datasets.Dataset, max_tokens: int = TRAIN_MAX_TOKENS, **kwargs: Any
+        cls, dataset: datasets.Dataset, max_tokens: int, **kwargs: Any
     ) -> TokenBatchSampler:
         """Lengths from the `input_ids` and `labels` columns of a tokenized dataset."""
         return cls(sequence_lengths(dataset, "input_ids"), sequence_lengths(dataset, "labels"), max_tokens, **kwargs)

@@ -54,12 +54,15 @@ from pathlib import Path
 
 from ..configuration_vaswani import VaswaniConfig
 from ..data.batching import TRANSLATE_MAX_TOKENS, make_batches
+from ..generation_vaswani import LENGTH_PENALTY_TYPES as GENERATE_LENGTH_PENALTY_TYPES
 from ..generation_vaswani import default_generation_config, gnmt_length_penalty
-from ..io import UsageError, read_json
+from ..io import UsageError
+from ..io.files import CT2_METADATA, check_ctranslate2_folder, read_json
 from ..translation_frontend import MAX_SOURCE_TOKENS, UNSET, PositionTable, resolve_options, translate_lines
 from .ctranslate2_spec import CT2_METADATA_FILE, GENERATION_KEYS, import_ctranslate2, to_ctranslate2
 
-LENGTH_PENALTY_TYPES = ("gnmt", "hf", "ctranslate2")
+# generate()'s scorings, and CTranslate2's own (its hypotheses as it scored them, not re-ranked)
+LENGTH_PENALTY_TYPES = (*GENERATE_LENGTH_PENALTY_TYPES, "ctranslate2")
 
 __all__ = ["CTranslate2Translator", "translate_ctranslate2", "to_ctranslate2", "gnmt_length_penalty",
            "LENGTH_PENALTY_TYPES"]
@@ -93,11 +96,7 @@ class CTranslate2Translator:
         from transformers import AutoTokenizer
 
         ctranslate2, _, _ = import_ctranslate2()
-        self.model_dir = Path(model_dir)
-        if not (self.model_dir / "model.bin").is_file():
-            raise UsageError(
-                f"{self.model_dir} is not a CTranslate2 model folder (no model.bin); create one with "
-                "`vaswani-export-ctranslate2 --model_dir ... --out_dir ...`")
+        self.model_dir = check_ctranslate2_folder(model_dir)  # model.bin complete, config, vocabulary: one line
         device, device_index = _split_device(device)
         self.translator = ctranslate2.Translator(
             str(self.model_dir), device=device, device_index=device_index, compute_type=compute_type,
@@ -105,7 +104,7 @@ class CTranslate2Translator:
         )
         self.tokenizer = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(str(self.model_dir))
         metadata_path = self.model_dir / CT2_METADATA_FILE
-        self.metadata = read_json(metadata_path) if metadata_path.is_file() else {}
+        self.metadata = read_json(metadata_path, CT2_METADATA) if metadata_path.is_file() else {}
         self.max_positions = self.metadata.get("max_positions")  # None: unknown (not exported by us), no check
         self.generation_defaults = _generation_defaults(self.metadata.get("generation", {}))
 

@@ -17,7 +17,8 @@ from pathlib import Path
 import torch
 
 from ..configuration_vaswani import VaswaniConfig
-from ..io import UsageError, atomic_output_dir, check_model_folder, check_output_dir, read_json
+from ..io import UsageError, atomic_output_dir, check_model_folder, check_output_dir
+from ..io.files import CONFIG, read_json
 from ..modeling_vaswani import VaswaniForConditionalGeneration, sinusoid_table
 from ..io import check_same_vocabulary
 
@@ -49,17 +50,17 @@ def _vocabulary(tokenizer, config: VaswaniConfig) -> list[str]:
     """
     id_to_token = {index: token for token, index in tokenizer.get_vocab().items()}
     if id_to_token and max(id_to_token) >= config.vocab_size:
-        raise ValueError(
+        raise UsageError(
             f"to_ctranslate2: the tokenizer has ids up to {max(id_to_token)} but the model's vocab_size is "
             f"{config.vocab_size}; they must describe the same vocabulary."
         )
     tokens = [id_to_token.get(i, f"<vaswani_unused_{i}>") for i in range(config.vocab_size)]
     if len(set(tokens)) != len(tokens):
-        raise ValueError("to_ctranslate2: duplicate token strings in the vocabulary ; CTranslate2 maps by string.")
+        raise UsageError("to_ctranslate2: duplicate token strings in the vocabulary ; CTranslate2 maps by string.")
     for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
         index = getattr(config, name)
         if not isinstance(index, int) or not 0 <= index < config.vocab_size or index not in id_to_token:
-            raise ValueError(f"to_ctranslate2: config.{name}={index!r} is not an id of the tokenizer's vocabulary.")
+            raise UsageError(f"to_ctranslate2: config.{name}={index!r} is not an id of the tokenizer's vocabulary.")
     return tokens
 
 
@@ -71,7 +72,7 @@ def _checked_sources(model_or_folder, tokenizer):
             raise ValueError("to_ctranslate2: pass `tokenizer=` (a tokenizer or its folder) with an in-memory model.")
     else:
         model_or_folder = check_model_folder(Path(model_or_folder), tokenizer=tokenizer is None)
-        model_type = read_json(model_or_folder / "config.json").get("model_type")
+        model_type = read_json(model_or_folder / "config.json", CONFIG)["model_type"]
         if model_type != "vaswani":
             raise UsageError(f"{model_or_folder / 'config.json'}: model_type is {model_type!r}, not 'vaswani'")
         tokenizer = model_or_folder if tokenizer is None else tokenizer
@@ -141,7 +142,7 @@ def _spec(model: VaswaniForConditionalGeneration, tokens: list[str], max_positio
     _, common_spec, transformer_spec = import_ctranslate2()
     config = model.config
     if config.d_k != config.d_v:
-        raise ValueError(f"to_ctranslate2: CTranslate2 attention needs d_k == d_v (one head_dim); got "
+        raise UsageError(f"to_ctranslate2: CTranslate2 attention needs d_k == d_v (one head_dim); got "
                          f"d_k={config.d_k}, d_v={config.d_v} (Table 3, row B).")
     head_dim = None if config.d_k * config.num_heads == config.d_model else config.d_k
     # Copies: CTranslate2's quantization works in place on numpy views of the tensors it is given.
@@ -183,7 +184,9 @@ def _max_positions(config: VaswaniConfig, max_positions: int | None) -> int:
     if config.position_encoding == "sinusoidal":
         return int(max_positions or max(config.max_position_embeddings, _CT2_DEFAULT_MAX_POSITIONS))
     if max_positions not in (None, config.max_position_embeddings):
-        raise ValueError("to_ctranslate2: learned positions have exactly max_position_embeddings rows.")
+        raise UsageError(f"to_ctranslate2: --max_positions {max_positions}: a model with learned positions exports "
+                         f"exactly its {config.max_position_embeddings} rows (max_position_embeddings); leave "
+                         "--max_positions out")
     return config.max_position_embeddings
 
 

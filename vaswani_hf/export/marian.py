@@ -12,7 +12,9 @@ each handled exactly here:
 
 This gives an independent implementation to test ours against, and a way to serve trained weights through a
 native architecture (the Hub widget and Inference Endpoints do not run custom code): `export_marian` writes such a
-folder (weights, our tokenizer, a generation config built-in `generate` understands, and a card).
+folder (weights, our tokenizer, a generation config built-in `generate` understands, and a card), with its token ids
+in Marian's order, `<pad>` last (`marian_vocabulary`), which CTranslate2's own converter requires. `to_marian` and
+`from_marian` keep our ids (the same function on the same ids, for comparing implementations).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from ..hub.card import Architecture, CardVariant, read_card_inputs, render_model
 from ..io import UsageError, atomic_output_dir, check_model_folder, check_output_dir, read_json
 from ..modeling_vaswani import VaswaniForConditionalGeneration
 from ..io import check_same_vocabulary
+from .marian_vocabulary import check_relabelled_tokenizer, move_pad_last, relabel_tokenizer_files
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
 
@@ -226,11 +229,13 @@ def marian_generation_config(generation: dict, config) -> GenerationConfig:
     )
 
 
-def _copy_tokenizer(model_dir: Path, out_dir: Path) -> None:
-    """The tokenizer files as they are (loading and re-saving would add loader state to tokenizer_config.json)."""
+def _copy_tokenizer(model_dir: Path, out_dir: Path, new_of_old: list[int]) -> None:
+    """The tokenizer files, relabelled to the export's token order (`marian_vocabulary`) but otherwise as they are
+    (loading and re-saving would add loader state to tokenizer_config.json)."""
     for name in TOKENIZER_FILES:
         if (model_dir / name).is_file():
             shutil.copyfile(model_dir / name, out_dir / name)
+    relabel_tokenizer_files(out_dir, new_of_old)
     tokenizer_config = out_dir / "tokenizer_config.json"
     if tokenizer_config.is_file():
         # transformers 5 saves `tokenizer_class: "TokenizersBackend"`, a name transformers 4 does not know; serving
@@ -319,6 +324,10 @@ def export_marian(
     """Write a native `MarianMTModel` folder computing exactly the function of the `vaswani_hf` model in `model_dir`,
     with its tokenizer (our `tokenizer.json`, loaded by `AutoTokenizer`), a generation config and a card.
 
+    The folder's token ids follow Marian's order, `<pad>` last (`marian_vocabulary`: id i -> (i - pad - 1) mod V,
+    weights and tokenizer relabelled together), so that CTranslate2's own converter and the rest of the OPUS-MT tool
+    chain take it; on the same text its logits are ours with the vocabulary axis permuted.
+
     `metrics` / `training_info` default to the `metrics.json` written by `write_model_card` in `model_dir`; without
     `training_info` (languages), no card is written. Both folders are checked before any work (UsageError); the
     folder is written beside `out_dir` and renamed into place, and an existing non-empty `out_dir` is replaced only
@@ -335,10 +344,13 @@ def export_marian(
     gen_path = model_dir / "generation_config.json"
     generation = read_json(gen_path) if gen_path.is_file() else model.generation_config.to_dict()
     marian.generation_config = marian_generation_config(generation, model.config)
+    new_of_old = move_pad_last(marian)  # <pad> last, as the OPUS-MT tool chain expects (marian_vocabulary)
     with atomic_output_dir(out_dir, kind=MARIAN_FOLDER) as tmp:
         marian.save_pretrained(tmp)
-        _copy_tokenizer(model_dir, tmp)
-        AutoTokenizer.from_pretrained(tmp)  # fail here, not on the Hub, if the copy does not load
+        _copy_tokenizer(model_dir, tmp, new_of_old)
+        # fail here, not on the Hub, if the copy does not load or disagrees with the relabelled weights
+        check_relabelled_tokenizer(AutoTokenizer.from_pretrained(model_dir), AutoTokenizer.from_pretrained(tmp),
+                                   new_of_old, tmp)
         if training_info:
             # the card's decoding section describes the settings the scores were measured with (the original's)
             card = render_model_card(marian, metrics, training_info, repo_id=repo_id, variant=MARIAN_CARD,

@@ -133,9 +133,10 @@ def save_hub_folder(model, tokenizer, out_dir: str | os.PathLike, *, scores: Map
     the endpoint handler and requirements.txt (`add_handler`), `extra_files` (file name -> text or bytes), whatever
     `write_extra(folder)` writes (e.g. plots), and the model card `write_model_card(folder, scores, training_info)`;
     if the card cannot be rendered, a minimal README.md (with a warning). `model` may be a `Trainer` (its unwrapped
-    model is saved). With `source_lang` and `target_lang` in `training_info`, the model's config also names the
-    pipeline "translation_{source}_to_{target}" (besides "translation" and "text2text-generation", which every
-    config names), so `pipeline("translation_en_to_de", model=folder, trust_remote_code=True)` works.
+    model is saved). With `source_lang` and `target_lang` in `training_info`, the model's config records the pair
+    (`langs`), so `pipeline("translation_en_to_de", model=folder, trust_remote_code=True)` works too, and the
+    pipeline checks `src_lang` / `tgt_lang` against it; config.json names the one pipeline task "translation", which
+    `pipeline(model=folder, trust_remote_code=True)` infers.
 
     `out_dir` is checked first: a file, a non-empty folder without `overwrite`, or (with it) a folder that is not an
     earlier Hub folder of this package (`HUB_FOLDER`; `own`: the caller's own earlier export, which it vouches for)
@@ -143,7 +144,7 @@ def save_hub_folder(model, tokenizer, out_dir: str | os.PathLike, *, scores: Map
     and renamed into place, so it appears whole or not at all.
     """
     from ..generation_vaswani import default_generation_config
-    from ..pipeline_vaswani import custom_pipelines
+    from ..pipeline_vaswani import pipeline_settings, register_pipeline_tasks
 
     out_dir = check_output_dir(out_dir, overwrite=overwrite, what="Hub folder", kind=None if own else HUB_FOLDER)
     for name in extra_files or {}:
@@ -155,8 +156,11 @@ def save_hub_folder(model, tokenizer, out_dir: str | os.PathLike, *, scores: Map
     if getattr(model.config, "model_type", None) == "vaswani":
         model.generation_config = default_generation_config(model.config)
         info = training_info or {}
-        model.config.custom_pipelines = {**(model.config.custom_pipelines or {}),
-                                         **custom_pipelines(info.get("source_lang"), info.get("target_lang"))}
+        if info.get("source_lang") and info.get("target_lang"):
+            model.config.langs = [info["source_lang"], info["target_lang"]]
+        model.config.custom_pipelines, model.config.langs = pipeline_settings(model.config.custom_pipelines,
+                                                                              model.config.langs)
+        register_pipeline_tasks(model.config.langs)
     with atomic_output_dir(out_dir, kind=HUB_FOLDER) as tmp:
         model.save_pretrained(tmp)
         if tokenizer is not None:

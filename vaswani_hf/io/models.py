@@ -9,38 +9,21 @@ vocabulary fits the model's; a config.json whose fields have the wrong type is n
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from ..errors import UsageError, one_line
-from .text import read_json
+from .files import (
+    CONFIG,
+    GENERATION_CONFIG,
+    WEIGHTS_INDEX_SHAPE,
+    check_safetensors,
+    check_tokenizer_file,
+    read_json,
+)
 
 WEIGHTS = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
-
-
-def check_safetensors(path: str | os.PathLike) -> dict:
-    """The header of a safetensors file, after checking that the file is as long as the header says (a truncated
-    download or an interrupted copy is named here, not deep inside a loader). Raises UsageError."""
-    p = Path(path)
-    size = p.stat().st_size
-    broken = f"{p}: truncated or corrupt safetensors weights"
-    with open(p, "rb") as handle:
-        head = handle.read(8)
-        if len(head) < 8:
-            raise UsageError(f"{broken} ({size} bytes); copy or save the model again")
-        length = int.from_bytes(head, "little")
-        if length <= 0 or 8 + length > size:
-            raise UsageError(f"{broken} (header of {length} bytes in a file of {size}); copy or save the model again")
-        try:
-            header = json.loads(handle.read(length))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise UsageError(f"{broken} (unreadable header); copy or save the model again") from None
-    end = max((entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"), default=0)
-    if 8 + length + end > size:
-        raise UsageError(f"{broken} ({size} of {8 + length + end} bytes); copy or save the model again")
-    return header
 
 
 def _looks_like_hub_id(text: str) -> bool:
@@ -50,8 +33,9 @@ def _looks_like_hub_id(text: str) -> bool:
 
 
 def check_model_folder(path: str | os.PathLike, *, what: str = "model folder", tokenizer: bool = True) -> Path | str:
-    """A saved model folder, checked cheaply (nothing is loaded): config.json is valid JSON with a model_type, the
-    safetensors weights are complete, and (with `tokenizer`) tokenizer.json is valid JSON. Returns the folder, or the
+    """A saved model folder, checked cheaply (no weights are loaded): config.json, generation_config.json and
+    tokenizer.json (with `tokenizer`) have their declared shapes (`vaswani_hf.io.files`), the safetensors weights
+    are complete and agree with their header. Returns the folder, or the
     text itself for a Hub id (`org/name`) that is not a local path: loading checks that one. Raises UsageError
     naming the missing or broken file."""
     if isinstance(path, str) and _looks_like_hub_id(path):
@@ -61,12 +45,12 @@ def check_model_folder(path: str | os.PathLike, *, what: str = "model folder", t
         raise UsageError(f"{what} not found: {folder}")
     if not folder.is_dir():
         raise UsageError(f"{what} {folder} is a file; give the folder that holds config.json")
-    config = read_json(folder / "config.json", what=f"config.json of {what} {folder} (written by save_pretrained)")
-    if not isinstance(config, dict) or "model_type" not in config:
-        raise UsageError(f"{folder / 'config.json'}: no model_type; it is not a transformers model config")
+    read_json(folder / "config.json", CONFIG, what=f"config.json of {what} {folder} (written by save_pretrained)")
+    if (folder / "generation_config.json").is_file():
+        check_generation_config_file(folder / "generation_config.json")
     if (folder / WEIGHTS_INDEX).is_file():
-        index = read_json(folder / WEIGHTS_INDEX)
-        shards = sorted(set(index.get("weight_map", {}).values())) if isinstance(index, dict) else []
+        index = read_json(folder / WEIGHTS_INDEX, WEIGHTS_INDEX_SHAPE)
+        shards = sorted(set(index["weight_map"].values()))
         for shard in shards:
             if not (folder / shard).is_file():
                 raise UsageError(f"{folder / shard}: weight shard named by {WEIGHTS_INDEX} is missing")
@@ -81,8 +65,17 @@ def check_model_folder(path: str | os.PathLike, *, what: str = "model folder", t
         if not (folder / "tokenizer.json").is_file():
             raise UsageError(f"{folder}: no tokenizer.json; save the tokenizer into the model folder "
                              "(tokenizer.save_pretrained(folder))")
-        read_json(folder / "tokenizer.json", what="tokenizer.json")
+        check_tokenizer_file(folder / "tokenizer.json")
     return folder
+
+
+def check_generation_config_file(path: str | os.PathLike) -> dict:
+    """generation_config.json of a model folder: a JSON object (a file that is not one is refused, not silently
+    replaced by transformers' defaults), then its settings against their declared bounds.
+
+    HOOK: the generation settings' own check (their types and bounds, declared beside the generation code) is called
+    here, once it exists; this module declares only the file's shape (`vaswani_hf.io.files.GENERATION_CONFIG`)."""
+    return read_json(path, GENERATION_CONFIG)
 
 
 def load_model_folder(path: str | os.PathLike, *, device=None, dtype=None, trust_remote_code: bool = False,
@@ -151,12 +144,7 @@ def tokenizer_size(tokenizer) -> int:
     folder = Path(tokenizer)
     path = folder / "tokenizer.json"
     if path.is_file():
-        from tokenizers import Tokenizer
-
-        try:
-            return Tokenizer.from_file(str(path)).get_vocab_size(with_added_tokens=True)
-        except Exception as error:  # noqa: BLE001 - the tokenizers library raises a plain Exception
-            raise UsageError(f"{path}: not a tokenizer file ({' '.join(str(error).split())})") from error
+        return check_tokenizer_file(path).get_vocab_size(with_added_tokens=True)
     from transformers import AutoTokenizer
 
     return len(AutoTokenizer.from_pretrained(str(folder)))
@@ -167,9 +155,9 @@ def model_vocab_size(model) -> int:
     if not isinstance(model, (str, os.PathLike)):
         return int(model.config.vocab_size)
     path = Path(model) / "config.json"
-    config = read_json(path, what="config.json")
-    if not isinstance(config, dict) or not isinstance(config.get("vocab_size"), int):
-        raise UsageError(f"{path}: no integer vocab_size")
+    config = read_json(path, CONFIG)
+    if not isinstance(config.get("vocab_size"), int) or isinstance(config.get("vocab_size"), bool):
+        raise UsageError(f"{path}: field vocab_size is missing or not an integer; save the model again")
     return config["vocab_size"]
 
 

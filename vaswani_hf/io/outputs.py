@@ -49,9 +49,16 @@ def _loop_check(path: Path, what: str) -> None:
 
 def check_paths(inputs: Mapping[str, str | os.PathLike | None],
                 outputs: Mapping[str, str | os.PathLike | None]) -> None:
-    """Refuse, before any work, an output that is, contains or lies inside an input or another output. `inputs` and
+    """Refuse, before any work, an output that is, contains or lies inside an input or another output, and
+    standard input (or output), "-", named by more than one input (or output): it is one stream. `inputs` and
     `outputs` map what the command line calls each path (a flag, a recipe key) to the path; None, "-" and paths that
     name nothing local (a Hub id) are skipped for inputs that do not exist."""
+    for role, paths in (("inputs", inputs), ("outputs", outputs)):
+        streams = [name for name, p in paths.items() if p is not None and str(p) == STDIO]
+        if len(streams) > 1:
+            stream = "standard input" if role == "inputs" else "standard output"
+            raise UsageError(f"{' and '.join(streams)} all name {stream} ({STDIO}), which holds one stream; give files "
+                             f"for all but one")
     ins = {name: Path(p) for name, p in inputs.items() if p is not None and str(p) != STDIO}
     outs = {name: Path(p) for name, p in outputs.items() if p is not None and str(p) != STDIO}
     for name, path in {**ins, **outs}.items():

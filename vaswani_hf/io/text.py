@@ -6,8 +6,9 @@ separators U+2028/U+0085 that `str.splitlines` would also split on occur inside 
 line, empty lines kept: N lines in, N items out; a final newline adds no empty line. "-" is standard input /
 output. Written files end every line with "\\n" and appear whole or not at all.
 
-An input is a regular file or a pipe (`<(command)`, "-"); a device, a socket or a folder is refused by name: reading
-/dev/zero or /dev/urandom would never end.
+An input is a regular file or a pipe (`<(command)`, "-"), or the null device (/dev/null: an empty input, as an empty
+file would be); any other device, a socket or a folder is refused by name: reading /dev/zero or /dev/urandom would
+never end.
 """
 
 from __future__ import annotations
@@ -41,12 +42,21 @@ def check_input_file(path: str | os.PathLike, what: str = "input file") -> Path:
         raise UsageError(f"{what} {p}: {os.strerror(error.errno) if error.errno else error}") from None
     if stat.S_ISDIR(info.st_mode):
         raise UsageError(f"{what} {p} is a folder; give a file (one sentence per line)")
-    if not (stat.S_ISREG(info.st_mode) or stat.S_ISFIFO(info.st_mode)):
+    if not (stat.S_ISREG(info.st_mode) or stat.S_ISFIFO(info.st_mode) or is_null_device(info)):
         raise UsageError(f"{what} {p} is {file_kind(info.st_mode)}, not a text file; give a regular file "
                          f"(or {STDIO} for standard input)")
     if not os.access(p, os.R_OK):
         raise UsageError(f"{what} {p} is not readable; check its permissions")
     return p
+
+
+def is_null_device(info: os.stat_result) -> bool:
+    """Whether `info` (a stat result) is the null device, which reads as empty."""
+    try:
+        null = os.stat(os.devnull)
+    except OSError:
+        return False
+    return stat.S_ISCHR(info.st_mode) and stat.S_ISCHR(null.st_mode) and info.st_rdev == null.st_rdev
 
 
 @contextmanager

@@ -11,11 +11,16 @@ transformers nor Accelerate has one; fairseq's `average_checkpoints.py` does the
 
 from __future__ import annotations
 
+import errno
+import hashlib
+import json
 import logging
 import os
+import re
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -29,8 +34,9 @@ from ..io import (
     check_output_dir,
     check_safetensors,
     fsync_tree,
-    read_json,
 )
+from ..configuration_vaswani import MODEL_SETTINGS
+from ..io.files import CONFIG, TOKENIZER, TRAINER_STATE, read_json
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +64,35 @@ def publish_checkpoint(staged: Path, final: Path) -> None:
         shutil.rmtree(staged.parent, ignore_errors=True)
 
 
+# How torch.save reports a write that failed (its C++ writer keeps no errno): "[enforce fail at inline_container.cc]
+# unexpected pos N vs M", "PytorchStreamWriter failed writing file ...: file write failed"
+_TORCH_WRITE_FAILED = ("unexpected pos", "file write failed", "PytorchStreamWriter failed")
+LOW_SPACE_BYTES = 64 << 20  # less free space than this after a failed write: the disk was full
+
+
+def _free_bytes(path: Path) -> int:
+    for folder in (path, *path.parents):
+        if folder.exists():
+            return shutil.disk_usage(folder).free
+    return 1 << 62
+
+
+@contextmanager
+def checkpoint_write_errors(staged: Path, final: Path) -> Iterator[None]:
+    """Writing a checkpoint into `staged` (published as `final`): a full disk while transformers writes the optimizer
+    or scheduler state with `torch.save` arrives as a RuntimeError without errno; it is raised as the
+    OSError(ENOSPC) it is, naming the file being written, so that the command line reports it in one line ("no
+    space left on device") like any other full disk. Other errors pass unchanged."""
+    try:
+        yield
+    except RuntimeError as error:
+        if not any(text in str(error) for text in _TORCH_WRITE_FAILED) or _free_bytes(staged) > LOW_SPACE_BYTES:
+            raise
+        written = sorted((p for p in staged.glob("*") if p.is_file()), key=lambda p: p.stat().st_mtime_ns)
+        name = final / written[-1].name if written else final
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(name)) from error
+
+
 def checkpoints(output_dir: str | os.PathLike) -> list[Path]:
     """The `checkpoint-N` folders of `output_dir`, oldest first (by step number)."""
     if not Path(output_dir).is_dir():
@@ -77,15 +112,44 @@ def rng_state_files(processes: int) -> list[str]:
     return ["rng_state.pth"] if processes <= 1 else [f"rng_state_{rank}.pth" for rank in range(processes)]
 
 
+class InconsistentCheckpoint(UsageError):
+    """A checkpoint whose files are complete but disagree with each other (its trainer_state.json belongs to another
+    step): refused, not passed over, since resuming it would continue another run's state silently."""
+
+
+def checkpoint_step(folder: Path) -> int | None:
+    """N of a `checkpoint-N` folder, or None for another name."""
+    match = re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)", Path(folder).name)
+    return int(match.group(1)) if match else None
+
+
+def check_checkpoint_state(folder: Path) -> dict:
+    """The checkpoint's trainer_state.json (its declared shape: `vaswani_hf.io.files.TRAINER_STATE`), which must
+    belong to the checkpoint's own step: `checkpoint-N` holds the state of update N. Raises UsageError (shape) or
+    InconsistentCheckpoint (another step)."""
+    path = folder / "trainer_state.json"
+    state = read_json(path, TRAINER_STATE)
+    step = checkpoint_step(folder)
+    if step is not None and state["global_step"] != step:
+        raise InconsistentCheckpoint(
+            f"{path}: field global_step is {state['global_step']}, but the folder is {folder.name}: the state belongs "
+            "to another step (copied from another checkpoint?); remove the checkpoint or restore its own "
+            "trainer_state.json")
+    return state
+
+
 def checkpoint_problem(folder: Path, processes: int = 1, rng: bool = True) -> str | None:
-    """Why `folder` cannot be resumed from exactly by `processes` processes (a missing or broken file; `rng`: its
-    RNG states included), or None when it is complete."""
+    """Why `folder` cannot be resumed from exactly by `processes` processes (a missing or broken file, or one of
+    another shape than declared; `rng`: its RNG states included), or None when it is complete. A checkpoint whose
+    state belongs to another step is not passed over: InconsistentCheckpoint."""
     try:
         check_safetensors(folder / WEIGHTS) if (folder / WEIGHTS).is_file() else None
         if not (folder / WEIGHTS).is_file():
             return f"no {WEIGHTS}"
-        read_json(folder / "trainer_state.json")
-        read_json(folder / "config.json")
+        read_json(folder / "config.json", CONFIG)
+        check_checkpoint_state(folder)
+    except InconsistentCheckpoint:
+        raise
     except UsageError as error:
         return str(error)
     for name in ("optimizer.pt", "scheduler.pt", *(rng_state_files(processes) if rng else ())):
@@ -180,17 +244,101 @@ class WallClockCallback(TrainerCallback):
 def _load_weights(folder: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
-    if not (folder / WEIGHTS).is_file():
-        raise UsageError(f"{folder}: no {WEIGHTS}; averaging needs safetensors checkpoints")
     check_safetensors(folder / WEIGHTS)
     return load_file(str(folder / WEIGHTS))
 
 
+# config.json fields that decide the function a checkpoint's weights compute: the model settings declared as
+# architecture (`VaswaniConfig`'s declarations); they must agree between checkpoints averaged together, while
+# training-only settings (dropout) and bookkeeping (versions, the pipeline, the language pair) may differ.
+ARCHITECTURE_FIELDS = frozenset(name for name, s in MODEL_SETTINGS.items() if s.architecture)
+# tokenizer.json fields that do not change which id a text gets (they are set per call)
+_NOT_VOCABULARY = ("truncation", "padding")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _digest(path: Path) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def _check_distinct(folders: Sequence[Path]) -> None:
+    """Each checkpoint once: not the same folder under a second name (a `..` path, a symbolic link), nor the same
+    weights (a hard link, a copy), which would weight one checkpoint twice."""
+    for i, folder in enumerate(folders):
+        for earlier in folders[:i]:
+            if earlier.resolve() == folder.resolve() or _same_file(earlier, folder):
+                raise UsageError(f"{folder} is {earlier} again (the same checkpoint given twice); give each "
+                                 "checkpoint once")
+            if _same_file(earlier / WEIGHTS, folder / WEIGHTS):
+                raise UsageError(f"{folder / WEIGHTS} is the same file as {earlier / WEIGHTS} (a link): one "
+                                 "checkpoint under two names; give each checkpoint once")
+    sizes: dict[int, list[Path]] = {}
+    for folder in folders:  # only files of equal size can be equal: hash those
+        sizes.setdefault((folder / WEIGHTS).stat().st_size, []).append(folder)
+    for group in (g for g in sizes.values() if len(g) > 1):
+        seen: dict[str, Path] = {}
+        for folder in group:
+            digest = _digest(folder / WEIGHTS)
+            if digest in seen:
+                raise UsageError(f"{folder / WEIGHTS} holds exactly the weights of {seen[digest] / WEIGHTS} (a copy of "
+                                 "one checkpoint); give each checkpoint once")
+            seen[digest] = folder
+
+
+def _vocabulary_fingerprint(folder: Path) -> str | None:
+    """A hash of what decides the token ids of `folder`'s tokenizer.json (None: the folder has none): two
+    tokenizers of the same size but other merges or tokens give other ids to the same text."""
+    path = folder / "tokenizer.json"
+    if not path.is_file():
+        return None
+    data = read_json(path, TOKENIZER)
+    kept = {k: v for k, v in data.items() if k not in _NOT_VOCABULARY}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def check_checkpoints_agree(folders: Sequence[str | os.PathLike]) -> None:
+    """Checkpoints averaged together (Section 6.1: the last checkpoints of one run) must be distinct, of one
+    architecture (every config.json field in ARCHITECTURE_FIELDS: e.g. interleaved against concatenated sinusoids
+    give tensors of the same shapes and another function) and of one tokenizer (same size is not enough). Raises
+    UsageError naming both checkpoints and the first difference."""
+    folders = [Path(f) for f in folders]
+    _check_distinct(folders)
+    first = folders[0]
+    config = read_json(first / "config.json", CONFIG)
+    vocabulary = _vocabulary_fingerprint(first)
+    for folder in folders[1:]:
+        other = read_json(folder / "config.json", CONFIG)
+        for key in sorted((set(config) | set(other)) & ARCHITECTURE_FIELDS):
+            if config.get(key) != other.get(key):
+                raise UsageError(f"{folder} and {first} are of different architectures (config.json field {key}: "
+                                 f"{json.dumps(other.get(key))} against {json.dumps(config.get(key))}); average "
+                                 "checkpoints of one run")
+        theirs = _vocabulary_fingerprint(folder)
+        if theirs != vocabulary:
+            detail = (f"has no tokenizer.json, {first} has one" if theirs is None else
+                      f"has a tokenizer.json, {first} has none" if vocabulary is None else
+                      f"and {first} have different tokenizers (tokenizer.json: other tokens or merges)")
+            raise UsageError(f"{folder} {detail}: they may give other ids to the same text; average checkpoints of "
+                             "one run")
+
+
 def average_checkpoints(folders: Sequence[str | os.PathLike]) -> dict[str, torch.Tensor]:
     """Element-wise mean of the weights of several checkpoints (Section 6.1), accumulated in float64 and returned in
-    each tensor's original dtype. All checkpoints must have the same tensor names and shapes."""
+    each tensor's original dtype. The checkpoints must agree (`check_checkpoints_agree`) and have the same tensor
+    names and shapes."""
     if not folders:
         raise UsageError("no checkpoints to average")
+    for folder in folders:
+        if not (Path(folder) / WEIGHTS).is_file():
+            raise UsageError(f"{folder}: no {WEIGHTS}; averaging needs safetensors checkpoints")
+    check_checkpoints_agree(folders)
     total: dict[str, torch.Tensor] = {}
     dtypes: dict[str, torch.dtype] = {}
     for i, folder in enumerate(folders):

@@ -1,64 +1,82 @@
 """A run's plan: what a recipe means on this machine, resolved once, before any work.
 
 `plan_run(recipe)` reads the recipe (already checked: `vaswani_hf.training.recipe`) together with the world it runs
-in (processes, device, memory) and the file system, and returns a `RunPlan` that every later step only reads:
+in (processes, device, memory) and the file system, and returns a frozen `RunPlan` that every later step only reads
+(`vaswani_hf.training.run` never sees the recipe):
+- the process layout (`World`: processes, rank, device), read from the launcher's variables as Accelerate reads them;
 - the data sources of each split (`sources`), and what files the run reads and writes, checked by the one output
   guard (`vaswani_hf.io.check_paths`: output_dir and export_dir never are, contain or lie inside an input);
-- what happens to the output folder (new, resume, overwrite, or nothing for a finished run: `preflight`);
-- the token budget: tokens per micro-batch and micro-batches per update (Section 5.1, `budget`);
-- the model's settings (`model_config`) and the objective's epsilon (Section 5.4);
+- what happens to the output folder (new, resume, overwrite, score, or nothing for a finished run: `preflight`);
+- both token budgets (training micro-batch and evaluation batch), micro-batches per update and the length filter
+  (Section 5.1, `budget`: each rule written there once);
+- the model's settings, the objective (Section 5.4), Adam and its learning rate (Section 5.3: the formula's constant
+  factor, betas, epsilon, fused kernel or not), the beam sizes, checkpoints (6.1) and the export;
 - the device checks: the precision and the distributed strategy asked for exist here, and the model fits.
-`RunPlan.lock()` then takes the output folder for this run alone.
+`RunPlan.lock()` then takes the output folder for this run alone. The CLI plans once (`--check` and the run alike)
+and hands the plan to `run_training`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 import torch
 
 from .. import io
 from . import preflight
-from .recipe import Recipe, RecipeError
-from .sources import Source, check_data_dir, resolve_dir, split_sources
+from .budget import check_length_fits, evaluation_budget, longest_training_pair
+from .recipe import MODEL_KEYS, Recipe, RecipeError
+from .sources import check_data_dir, resolve_dir, split_sources
 
 logger = logging.getLogger(__name__)
+
+# The launchers' variables as Accelerate reads them (torchrun / accelerate launch, then MPI's for multi-CPU runs)
+_PROCESSES = ["WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"]
+_RANK = ["RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK"]
+_LOCAL_PROCESSES = ["LOCAL_WORLD_SIZE", "MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE"]
+_LOCAL_RANK = ["LOCAL_RANK", "MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK"]
 
 
 @dataclass(frozen=True)
 class World:
     """The processes a run is launched on, as seen by one of them."""
 
-    processes: int = 1
-    index: int = 0
-    local_processes: int = 1
-    device: str = "cpu"
-    distributed_type: str = "NO"
-
-    @classmethod
-    def from_state(cls, state) -> World:
-        """From Accelerate's `PartialState` (the run itself)."""
-        return cls(state.num_processes, state.process_index, int(os.environ.get("LOCAL_WORLD_SIZE",
-                                                                                 state.num_processes)),
-                   str(state.device), str(state.distributed_type).split(".")[-1])
+    processes: int = 1  # processes of the run, all machines
+    index: int = 0  # this process's rank
+    local_processes: int = 1  # processes on this machine (they share its RAM on a CPU)
+    device: str = "cpu"  # this process's device: "cpu" or "cuda:N"
 
     @classmethod
     def from_environment(cls, recipe: Recipe) -> World:
-        """From the launcher's environment, without starting a process group (`--check`)."""
-        processes = int(os.environ.get("WORLD_SIZE", "1"))
-        device = "cpu" if use_cpu(recipe) else f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
-        return cls(processes, int(os.environ.get("RANK", "0")),
-                   int(os.environ.get("LOCAL_WORLD_SIZE", processes)), device)
+        """From the launcher's environment, without starting a process group: the plan is made before the run
+        starts one (`run_training` checks that Accelerate's state agrees)."""
+        from accelerate.utils import get_int_from_env
+
+        processes = get_int_from_env(_PROCESSES, 1)
+        device = "cpu" if use_cpu(recipe, processes) else f"cuda:{get_int_from_env(_LOCAL_RANK, 0)}"
+        return cls(processes, get_int_from_env(_RANK, 0), get_int_from_env(_LOCAL_PROCESSES, processes), device)
 
     @property
     def is_main(self) -> bool:
         return self.index == 0
 
+    @property
+    def cpu(self) -> bool:
+        return self.device.startswith("cpu")
 
-def use_cpu(recipe: Recipe) -> bool:
+    def check_state(self, state) -> None:
+        """Accelerate's `PartialState`, started by the run, is the world this plan was made for."""
+        seen = (state.num_processes, state.process_index, torch.device(state.device).type)
+        if seen != (self.processes, self.index, torch.device(self.device).type):
+            raise RecipeError(f"the launched processes ({seen[0]} processes, this one {seen[1]}, on {seen[2]}) are not "
+                              f"the ones the run was planned for ({self.processes}, {self.index}, {self.device}): "
+                              "launch with torchrun or accelerate launch, with consistent distributed variables")
+
+
+def use_cpu(recipe: Recipe, processes: int = 1) -> bool:
     """CPU training if the recipe asks, if `ACCELERATE_USE_CPU` is set, or if several processes were launched on a
     machine without CUDA. Accelerate's `PartialState(cpu=False)` would otherwise give every process of
     `accelerate launch --multi_gpu --num_processes 2` on a CPU-only machine its own world of size 1 (independent
@@ -67,41 +85,206 @@ def use_cpu(recipe: Recipe) -> bool:
     supported."""
     from accelerate.utils import parse_flag_from_env
 
-    launched = int(os.environ.get("WORLD_SIZE", "1")) > 1
     has_accelerator = torch.accelerator.is_available() if hasattr(torch, "accelerator") else torch.cuda.is_available()
     return bool(recipe.use_cpu or parse_flag_from_env("ACCELERATE_USE_CPU")
-                or (launched and not torch.cuda.is_available()) or not has_accelerator)
+                or (processes > 1 and not torch.cuda.is_available()) or not has_accelerator)
 
 
-@dataclass
+def _sharded() -> bool:
+    """An Accelerate launch config asked for FSDP or DeepSpeed (parameters then are not plain tensors)."""
+    from accelerate.utils import parse_flag_from_env
+
+    return parse_flag_from_env("ACCELERATE_USE_FSDP") or parse_flag_from_env("ACCELERATE_USE_DEEPSPEED")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The plan's sections: every value a run uses, resolved
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DataPlan:
+    """Section 5.1's data: where each split comes from, which training pairs are kept, the shared BPE."""
+
+    sources: MappingProxyType  # split name (train, valid, test) -> its Source, or None where the recipe has none
+    src_lang: str  # source language code (a column of every split)
+    tgt_lang: str  # target language code
+    max_length: int  # training pairs with a side longer than this many BPE tokens are dropped (fits a micro-batch)
+    max_length_ratio: float | None  # training pairs whose length ratio exceeds this are dropped (None: kept)
+    train_limit: int  # the first N training pairs are used (0: all)
+    valid_limit: int  # the first N dev pairs are scored (0: all)
+    workers: int | None  # processes of the tokenisation's Dataset.map (None: one)
+    tokenizer_dir: Path  # the shared BPE's folder: tokenizer_path, or OUTPUT_DIR/tokenizer (trained when missing)
+    vocab_size: int  # size of a BPE trained here
+    bpe_min_frequency: int  # minimum pair frequency of a BPE merge trained here
+    lowercase: bool  # a BPE trained here lowercases
+
+
+@dataclass(frozen=True)
+class BatchingPlan:
+    """Section 5.1's token batches and how they reach the device."""
+
+    max_tokens: int  # padded source (and target) tokens of a training micro-batch, per process
+    accumulation: int  # micro-batches per optimizer update
+    eval_max_tokens: int  # padded tokens of an evaluation batch
+    max_sentences: int | None  # at most this many pairs a micro-batch (None: no cap)
+    pad_to_multiple_of: int | None  # batch lengths padded up to a multiple of this (None: to the longest)
+    chosen: bool  # max_tokens and accumulation were derived from tokens_per_step and the device (`auto`)
+    num_workers: int  # DataLoader workers asked for (-1: chosen for the device, `data_path`)
+    pin_memory: bool | None  # pinned host memory asked for (None: chosen for the device)
+    prefetch_factor: int | None  # batches each worker loads ahead (None: chosen for the device)
+    log_batches: bool  # write a hash of every training example seen, per process
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """Table 3's model and Section 5.4's objective."""
+
+    settings: MappingProxyType  # the VaswaniConfig settings of the recipe's model keys (the vocabulary comes later)
+    label_smoothing: float  # eps_ls of the training objective
+    loss_chunk_tokens: int  # the training loss computed this many target tokens at a time (0: in one piece)
+
+    def config(self, vocab_size: int):
+        """The `VaswaniConfig` of the model, for a tokenizer of `vocab_size` tokens."""
+        from ..configuration_vaswani import VaswaniConfig
+
+        return VaswaniConfig(vocab_size=vocab_size, **self.settings)
+
+
+@dataclass(frozen=True)
+class OptimizerPlan:
+    """Section 5.3's Adam: stated here once, handed to `TrainingArguments`, from which the optimizer is built."""
+
+    learning_rate: float  # Adam's lr: the formula's constant factor, lr_multiplier x d_model^-0.5 (the schedule
+    # multiplies it by min(step^-0.5, step x warmup^-1.5))
+    betas: tuple[float, float]  # Adam's beta1, beta2
+    eps: float  # Adam's epsilon
+    weight_decay: float  # coupled L2 decay (the paper: none)
+    max_grad_norm: float  # gradient clipping (0: none)
+    fused: bool  # torch's fused Adam kernel (one kernel for all parameters; plain tensors on CPU or CUDA only)
+
+
+@dataclass(frozen=True)
+class SchedulePlan:
+    """How long the run trains, and Section 5.3's learning-rate formula."""
+
+    max_steps: int  # optimizer updates (-1: num_train_epochs decides)
+    num_train_epochs: float  # epochs, when max_steps is -1
+    warmup_steps: int  # warmup_steps of the formula
+    lr_multiplier: float  # the factor in front of the formula (the card states it)
+    max_train_minutes: float  # stop after this wall-clock budget (0: none)
+    logging_steps: int  # log loss and learning rate every N updates
+
+
+@dataclass(frozen=True)
+class EvaluationPlan:
+    """Validation during training and the final scores (Section 6)."""
+
+    eval_steps: int  # validation every N updates (0: only at the end)
+    eval_on_start: bool  # validate before the first update (only with a dev set)
+    eval_num_beams: int  # beam size of validation BLEU during training
+    final_num_beams: int  # beam size of the final scores and example translations (test_num_beams, or the paper's)
+    bleu_tokenize: str  # sacreBLEU tokenizer ("none": pre-tokenized references)
+    translate_examples: tuple[str, ...]  # sentences translated and printed at the end
+
+
+@dataclass(frozen=True)
+class CheckpointPlan:
+    """Section 6.1's checkpoints and their average."""
+
+    save_every_minutes: float  # a checkpoint every N minutes of training (0: off)
+    save_steps: int  # also every N updates (0: off)
+    keep_last: int  # the last K checkpoints kept (0: all)
+    average_last: int  # the last N checkpoints averaged at the end (0 or 1: the final weights)
+
+
+@dataclass(frozen=True)
+class ExportPlan:
+    """The Hub-ready folder and what the run records of itself."""
+
+    export_dir: Path  # the Hub-ready folder (export_dir, or OUTPUT_DIR/hub)
+    recipe_name: str  # the recipe's name (its file's stem)
+    recipe_text: str  # the full recipe as YAML, written as recipe.yaml beside the run and into the export
+    dataset_name: str  # the training data as the model card names it
+
+
+@dataclass(frozen=True)
+class ProcessPlan:
+    """How each process runs: seed, threads, precision, compilation, reporting."""
+
+    seed: int  # model initialisation, dropout and batch order
+    torch_threads: int  # torch.set_num_threads per process (0: torch's default)
+    bf16: bool  # bf16 mixed precision
+    fp16: bool  # fp16 mixed precision
+    torch_compile: bool  # the training step compiled with torch.compile
+    report_to: tuple[str, ...]  # Trainer integrations (("all",): every one installed; (): none)
+    show_progress: bool  # progress bars
+
+
+@dataclass(frozen=True)
 class RunPlan:
     """Everything a run needs to know, resolved once (see the module docstring)."""
 
-    recipe: Recipe
-    world: World
-    sources: dict[str, Source | None]
-    output_dir: Path
-    export_dir: Path
-    tokenizer_dir: Path
-    output: preflight.OutputDecision
-    max_tokens: int
-    accumulation: int
-    eval_max_tokens: int
+    world: World  # the process layout
+    output_dir: Path  # checkpoints, logs, metrics and plots
+    output: preflight.OutputDecision  # new, resume, overwrite, score or finished
+    process: ProcessPlan
+    data: DataPlan
+    batching: BatchingPlan
+    model: ModelPlan
+    optimizer: OptimizerPlan
+    schedule: SchedulePlan
+    evaluation: EvaluationPlan
+    checkpoints: CheckpointPlan
+    export: ExportPlan
+
+    @property
+    def sources(self) -> MappingProxyType:
+        return self.data.sources
+
+    @property
+    def export_dir(self) -> Path:
+        return self.export.export_dir
+
+    @property
+    def tokenizer_dir(self) -> Path:
+        return self.data.tokenizer_dir
+
+    @property
+    def max_tokens(self) -> int:
+        return self.batching.max_tokens
+
+    @property
+    def eval_max_tokens(self) -> int:
+        return self.batching.eval_max_tokens
+
+    @property
+    def accumulation(self) -> int:
+        return self.batching.accumulation
 
     @property
     def label_smoothing(self) -> float:
-        return self.recipe.label_smoothing
+        return self.model.label_smoothing
 
     @property
     def tokens_per_update(self) -> int:
-        return self.max_tokens * self.world.processes * self.accumulation
+        return self.batching.max_tokens * self.world.processes * self.batching.accumulation
 
     @property
     def resume_from(self) -> Path | None:
         return self.output.resume_from if self.output.start == "resume" else None
 
+    @property
+    def data_path(self):
+        """The DataLoader settings for this world's device (`vaswani_hf.training.data_path`)."""
+        from .data_path import choose_data_path
+
+        b = self.batching
+        return choose_data_path(self.world.device, b.num_workers, processes=self.world.local_processes,
+                                pin_memory=b.pin_memory, prefetch_factor=b.prefetch_factor)
+
     def model_config(self, vocab_size: int):
-        return self.recipe.model_config(vocab_size)
+        return self.model.config(vocab_size)
 
     def lock(self) -> io.FolderLock:
         """This run's hold on its output folder (created if needed), for as long as the run writes into it."""
@@ -111,12 +294,17 @@ class RunPlan:
     def describe(self) -> str:
         budget = f"{self.max_tokens} tokens/device x {self.world.processes} processes x {self.accumulation} " \
                  f"accumulation = {self.tokens_per_update} tokens per update"
-        return f"output_dir {self.recipe.output_dir}: {self.output.describe()}; {budget}"
+        return f"output_dir {self.output_dir}: {self.output.describe()}; {budget}"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Planning
+# ---------------------------------------------------------------------------------------------------------------------
 
 
 def plan_run(recipe: Recipe, *, overwrite: bool = False, world: World | None = None) -> RunPlan:
     """Resolve `recipe` on this machine and file system (see the module docstring). RecipeError (one line naming
-    the key or path) for anything that would fail later."""
+    the key or path) for anything that would fail later. `world`: the process layout (default: the launcher's)."""
     from .budget import tokens_per_device
 
     world = world or World.from_environment(recipe)
@@ -129,24 +317,85 @@ def plan_run(recipe: Recipe, *, overwrite: bool = False, world: World | None = N
     out = Path(recipe.output_dir)
     export = Path(recipe.export_dir) if recipe.export_dir else out / "hub"
     tokenizer_dir = resolve_dir(recipe.tokenizer_path) if recipe.tokenizer_path else out / "tokenizer"
-    if recipe.tokenizer_path:
-        preflight.check_tokenizer_path(tokenizer_dir, recipe.tokenizer_path)
     inputs = {name: path for source in sources.values() if source is not None
               for name, path in source.files().items()}
     if recipe.tokenizer_path:
         inputs["tokenizer_path"] = tokenizer_dir
     if recipe.file:  # a recipe kept in the run's folder would be replaced (recipe.yaml) or left among a new run's files
         inputs["--recipe"] = Path(recipe.file)
-    _guard(inputs, {"output_dir": out, "export_dir": export})
+    _guard(inputs, {"output_dir": out, "export_dir": export})  # where the files lie first, then what they hold
+    if recipe.tokenizer_path:
+        preflight.check_tokenizer_path(tokenizer_dir, recipe.tokenizer_path)
     output = preflight.decide_output_dir(recipe, out, overwrite=overwrite, processes=world.processes)
     preflight.check_export_dir(export, out, overwrite=overwrite or recipe.resume)
     max_tokens, accumulation = tokens_per_device(recipe, world.processes, device=world.device,
                                                  local_processes=world.local_processes)
-    if recipe.max_length is not None and max_tokens < recipe.max_length:
-        raise RecipeError(f"max_tokens_per_device: auto gives {max_tokens} tokens per micro-batch here, below "
-                          f"max_length {recipe.max_length}; lower max_length or give max_tokens_per_device")
-    return RunPlan(recipe, world, sources, out, export, tokenizer_dir, output, max_tokens, accumulation,
-                   recipe.eval_max_tokens or max_tokens)
+    check_length_fits(max_tokens, recipe.max_length, auto=recipe.max_tokens_per_device == "auto")
+    return RunPlan(
+        world=world, output_dir=out, output=output, process=_process(recipe),
+        data=_data(recipe, sources, tokenizer_dir, max_tokens), batching=_batching(recipe, max_tokens, accumulation),
+        model=ModelPlan(MappingProxyType({k: recipe[k] for k in MODEL_KEYS}), recipe.label_smoothing,
+                        recipe.loss_chunk_tokens),
+        optimizer=_optimizer(recipe, world),
+        schedule=SchedulePlan(recipe.max_steps if recipe.max_steps > 0 else -1, recipe.num_train_epochs,
+                              recipe.warmup_steps, recipe.lr_multiplier, recipe.max_train_minutes,
+                              recipe.logging_steps),
+        evaluation=_evaluation(recipe),
+        checkpoints=CheckpointPlan(recipe.save_every_minutes, recipe.save_steps, recipe.keep_last,
+                                   recipe.average_last),
+        export=_export(recipe, export))
+
+
+def _process(recipe: Recipe) -> ProcessPlan:
+    names = tuple(name.strip() for name in recipe.report_to.split(",") if name.strip())
+    report_to = () if names == ("none",) else names
+    return ProcessPlan(recipe.seed, recipe.torch_threads, recipe.bf16, recipe.fp16, recipe.torch_compile, report_to,
+                       not recipe.disable_tqdm)
+
+
+def _data(recipe: Recipe, sources: dict, tokenizer_dir: Path, max_tokens: int) -> DataPlan:
+    return DataPlan(
+        sources=MappingProxyType(dict(sources)), src_lang=recipe.src_lang, tgt_lang=recipe.tgt_lang,
+        max_length=longest_training_pair(max_tokens, recipe.max_length), max_length_ratio=recipe.max_length_ratio,
+        train_limit=recipe.max_train_samples, valid_limit=recipe.max_eval_samples,
+        workers=recipe.preprocessing_num_workers, tokenizer_dir=tokenizer_dir, vocab_size=recipe.vocab_size,
+        bpe_min_frequency=recipe.bpe_min_frequency, lowercase=recipe.lowercase)
+
+
+def _batching(recipe: Recipe, max_tokens: int, accumulation: int) -> BatchingPlan:
+    return BatchingPlan(
+        max_tokens=max_tokens, accumulation=accumulation,
+        eval_max_tokens=evaluation_budget(max_tokens, recipe.eval_max_tokens),
+        max_sentences=recipe.max_sentences or None, pad_to_multiple_of=recipe.pad_to_multiple_of or None,
+        chosen=recipe.max_tokens_per_device == "auto", num_workers=recipe.dataloader_num_workers,
+        pin_memory=recipe.dataloader_pin_memory, prefetch_factor=recipe.dataloader_prefetch_factor,
+        log_batches=recipe.debug_log_batches)
+
+
+def _optimizer(recipe: Recipe, world: World) -> OptimizerPlan:
+    """Section 5.3's Adam. The fused kernel where torch has it for this device and the parameters stay plain
+    tensors (not under FSDP or DeepSpeed): the same update to float rounding, one kernel for all parameters."""
+    from .schedule import FUSED_ADAM_DEVICE_TYPES, paper_base_lr
+
+    fused = torch.device(world.device).type in FUSED_ADAM_DEVICE_TYPES and not _sharded()
+    return OptimizerPlan(paper_base_lr(recipe.d_model, recipe.lr_multiplier), (recipe.adam_beta1, recipe.adam_beta2),
+                         recipe.adam_epsilon, recipe.weight_decay, recipe.max_grad_norm, fused)
+
+
+def _evaluation(recipe: Recipe) -> EvaluationPlan:
+    from ..generation_vaswani import GENERATION_SETTINGS
+
+    paper_beams = GENERATION_SETTINGS["num_beams"].default  # what the exported generation_config.json says
+    return EvaluationPlan(recipe.eval_steps, recipe.eval_on_start and recipe.valid_data is not None,
+                          recipe.eval_num_beams, recipe.test_num_beams or paper_beams, recipe.bleu_tokenize,
+                          tuple(recipe.translate_examples))
+
+
+def _export(recipe: Recipe, export: Path) -> ExportPlan:
+    from .report import recipe_yaml
+
+    return ExportPlan(export, recipe.name, recipe_yaml(recipe),
+                      str(recipe.hub_dataset or recipe.data_dir or recipe.data_format))
 
 
 def _guard(inputs: dict, outputs: dict) -> None:
@@ -161,12 +410,11 @@ def check_devices(recipe: Recipe, world: World) -> None:
     model's training state fits its memory."""
     from accelerate.utils import parse_flag_from_env
 
-    on_cpu = world.device.startswith("cpu")
-    if recipe.fp16 and on_cpu:
+    if recipe.fp16 and world.cpu:
         raise RecipeError("fp16: fp16 mixed precision needs a CUDA GPU and this run is on the CPU; use bf16 (CPU "
                           "autocast) or fp32")
     for strategy, flag in (("FSDP", "ACCELERATE_USE_FSDP"), ("DeepSpeed", "ACCELERATE_USE_DEEPSPEED")):
-        if on_cpu and parse_flag_from_env(flag):
+        if world.cpu and parse_flag_from_env(flag):
             raise RecipeError(f"{strategy} was asked for (the accelerate launch config sets {flag}) but this run is on "
                               f"the CPU, where Accelerate runs plain DDP instead: launch on GPUs, or without the "
                               f"{strategy} config (accelerate_configs/README.md)")

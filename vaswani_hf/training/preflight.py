@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import io
+from ..configuration_vaswani import MODEL_SETTINGS
 from ..hub.folder import HUB_FOLDER
 from .checkpoints import STAGING_DIR, checkpoints, resumable_checkpoint
-from .recipe import Recipe, RecipeError
+from .recipe import MODEL_KEYS, Recipe, RecipeError
 
 logger = logging.getLogger(__name__)
 
@@ -28,9 +29,9 @@ logger = logging.getLogger(__name__)
 RUN_FILES = ("checkpoint-*", STAGING_DIR, "averaged", "hub", "tokenizer", "metrics.json", "history.jsonl",
              "recipe.yaml", "loss.png", "learning_rate.png", "bleu.png", "run_info_rank*.json",
              "batches_rank*.jsonl", "*_hypotheses.txt")
-# The model keys that must agree between a checkpoint and the recipe that resumes it (VaswaniConfig field names).
-ARCHITECTURE_KEYS = ("d_model", "d_ff", "num_heads", "num_encoder_layers", "num_decoder_layers", "position_encoding",
-                     "sinusoid_layout", "tie_word_embeddings")
+# The model keys that must agree between a checkpoint and the recipe that resumes it: the recipe's model keys whose
+# VaswaniConfig declaration says the weights' meaning depends on them (dropout may change on resume).
+ARCHITECTURE_KEYS = tuple(name for name in MODEL_KEYS if MODEL_SETTINGS[name].architecture)
 
 
 @dataclass
@@ -164,7 +165,7 @@ def check_tokenizer_path(folder: Path, given: str) -> None:
     if not folder.is_dir():
         raise RecipeError(f"tokenizer_path {given}: folder not found ({folder}); give a folder written by "
                           "vaswani-train-tokenizer, or null to train one")
-    io.read_json(folder / "tokenizer.json", what=f"tokenizer.json of tokenizer_path {folder}")
+    io.check_tokenizer_file(folder / "tokenizer.json", what=f"tokenizer.json of tokenizer_path {folder}")
 
 
 def clear_previous_run(output_dir: Path) -> list[str]:

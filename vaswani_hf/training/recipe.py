@@ -24,8 +24,10 @@ from pathlib import Path
 from typing import Any, Literal, NewType
 
 from ..constraints import MAX_BEAMS, MAX_POSITIONS, MAX_SEED, MAX_SENTENCES, MAX_TOKENS, UNIT, Bound
+from ..configuration_vaswani import MODEL_SETTINGS
 from ..errors import UsageError, one_line
 from ..metrics import SACREBLEU_TOKENIZERS
+from .objective import PAPER_LABEL_SMOOTHING
 from .recipe_files import read_yaml_mapping
 
 # `vaswani_hf/recipes` is a link to the repository's `recipes/`, so that a built wheel carries the recipes as package
@@ -72,7 +74,12 @@ class RunKeys:
     torch_compile: bool = key(False, "compile the training step with torch.compile (transformers' own "
                                      "TrainingArguments.torch_compile)")
     dataloader_num_workers: int = key(0, "DataLoader worker processes (> 0: collation runs in the workers, so the "
-                                         "tokens/s and padding statistics are not counted)", min=0, max=256)
+                                         "tokens/s and padding statistics are not counted; -1: auto, 2 per process "
+                                         "on CUDA, 0 on the CPU)", min=-1, max=256)
+    dataloader_pin_memory: bool | None = key(None, "pinned host memory and non-blocking copies to the device (null: "
+                                                   "on for CUDA, off otherwise; vaswani_hf.training.data_path)")
+    dataloader_prefetch_factor: int | None = key(None, "batches each DataLoader worker loads ahead (null: 4 on CUDA, "
+                                                       "torch's 2 otherwise; only with workers)", min=1, max=1024)
     translate_examples: list[str] = key([], "sentences translated and printed at the end")
     export_dir: str | None = key(None, "Hub-ready folder (default: OUTPUT_DIR/hub)")
     debug_log_batches: bool = key(False, "write a hash of every training example seen, per process (tests)")
@@ -112,23 +119,25 @@ class TokenizerKeys:
     lowercase: bool = key(False, "lowercase in the tokenizer (the paper's BLEU is cased)")
 
 
-@dataclass
-class ModelKeys:
-    """Every key here is the VaswaniConfig field of the same name (Table 3; defaults: base)."""
+# The model's settings a recipe sets: each is the VaswaniConfig field of the same name, and its key takes its type,
+# default (the base model, Table 3), meaning and range from that field's declaration (`MODEL_SETTINGS`).
+MODEL_KEYS = ("d_model", "d_ff", "num_heads", "num_encoder_layers", "num_decoder_layers", "dropout",
+              "attention_dropout", "relu_dropout", "position_encoding", "sinusoid_layout", "tie_word_embeddings")
 
-    _argument_group_name = "model (Table 3; defaults: base)"
-    d_model: int = key(512, "model width", min=1, max=65536)
-    d_ff: int = key(2048, "feed-forward inner width", min=1, max=2**20)
-    num_heads: int = key(8, "attention heads", min=1, max=1024)
-    num_encoder_layers: int = key(6, "encoder layers N", min=1, max=1000)
-    num_decoder_layers: int = key(6, "decoder layers N", min=1, max=1000)
-    dropout: float = key(0.1, "residual dropout P_drop (Section 5.4; 0.3 for big EN-DE)", **PROBABILITY)
-    attention_dropout: float = key(0.0, "dropout on attention weights (not in the paper)", **PROBABILITY)
-    relu_dropout: float = key(0.0, "dropout after the FFN ReLU (not in the paper)", **PROBABILITY)
-    position_encoding: Literal["sinusoidal", "learned"] = key("sinusoidal",
-                                                              "positional encoding (Section 3.5 / Table 3 E)")
-    sinusoid_layout: Literal["interleaved", "concatenated"] = key("interleaved", "sin/cos layout")
-    tie_word_embeddings: bool = key(True, "share source/target embeddings and output projection (Section 3.4)")
+
+def model_key(name: str) -> tuple[str, Any, Any]:
+    """(name, type, field) of the recipe key for the VaswaniConfig setting `name`, from its declaration."""
+    declared = MODEL_SETTINGS[name]
+    hint = Literal[declared.choices] if declared.choices else declared.type
+    if declared.nullable:
+        hint = typing.Optional[hint]
+    return name, hint, field(default=declared.default, metadata={"help": declared.help, "bound": declared.bound})
+
+
+ModelKeys = dataclasses.make_dataclass(
+    "ModelKeys", [model_key(name) for name in MODEL_KEYS],
+    namespace={"_argument_group_name": "model (Table 3; defaults: base)",
+               "__doc__": "Every key here is the VaswaniConfig setting of the same name (MODEL_SETTINGS)."})
 
 
 @dataclass
@@ -140,8 +149,8 @@ class OptimizationKeys:
     warmup_steps: int = key(4000, "warmup_steps of the learning-rate formula (Section 5.3)", min=1, max=BIG)
     lr_multiplier: float = key(1.0, "constant factor in front of the Section 5.3 formula (paper: 1)", min=0,
                                min_exclusive=True, max=1000)
-    label_smoothing: float = key(0.1, "eps_ls of the training objective (Section 5.4; the model's own loss stays "
-                                      "plain cross-entropy)", **PROBABILITY)
+    label_smoothing: float = key(PAPER_LABEL_SMOOTHING, "eps_ls of the training objective (Section 5.4; the "
+                                                        "model's own loss stays plain cross-entropy)", **PROBABILITY)
     adam_beta1: float = key(0.9, "Adam beta1 (Section 5.3)", **PROBABILITY)
     adam_beta2: float = key(0.98, "Adam beta2 (Section 5.3)", **PROBABILITY)
     adam_epsilon: float = key(1e-9, "Adam epsilon (Section 5.3)", min=0, min_exclusive=True, max=1)
@@ -157,6 +166,11 @@ class OptimizationKeys:
     max_sentences: int = key(0, "cap on pairs per micro-batch (0: none)", min=0, max=MAX_SENTENCES)
     eval_max_tokens: int = key(0, "token budget of evaluation batches (0: max_tokens_per_device)", min=0,
                                max=MAX_TOKENS)
+    pad_to_multiple_of: int = key(0, "pad batch lengths up to a multiple of this (8: tensor-core friendly, 64: few "
+                                     "shapes for torch_compile; 0: to the longest sentence)", min=0, max=MAX_TOKENS)
+    loss_chunk_tokens: int = key(0, "compute the training loss this many target tokens at a time, never the whole "
+                                    "(tokens x vocabulary) logits (GPU memory: e.g. 4096; 0: in one piece)", min=0,
+                                 max=MAX_TOKENS)
 
 
 @dataclass
@@ -379,10 +393,10 @@ def check_rules(recipe: Recipe) -> Recipe:
     if r.max_tokens_per_device == "auto" and r.gradient_accumulation_steps != "auto":
         raise RecipeError("max_tokens_per_device: auto chooses the accumulation too: set gradient_accumulation_steps: "
                           "auto")
-    if r.max_tokens_per_device != "auto" and r.max_length is not None and r.max_tokens_per_device < r.max_length:
-        raise RecipeError(f"max_tokens_per_device {r.max_tokens_per_device} is below max_length {r.max_length}: a "
-                          "training pair of max_length tokens would not fit one micro-batch; raise "
-                          "max_tokens_per_device or lower max_length")
+    if r.max_tokens_per_device != "auto":  # auto's number is checked when the run is planned, by the same rule
+        from .budget import check_length_fits
+
+        check_length_fits(r.max_tokens_per_device, r.max_length)
     if r.average_last > 1 and 0 < r.keep_last < r.average_last:
         raise RecipeError(f"average_last={r.average_last} needs keep_last >= {r.average_last} (or 0: keep all); got "
                           f"keep_last={r.keep_last}")

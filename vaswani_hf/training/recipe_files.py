@@ -1,9 +1,11 @@
-"""Reading recipe YAML safely: bounded work on any input.
+"""Reading recipe YAML safely: bounded work on any input, and one value per key.
 
 PyYAML's safe loader builds plain data only, but it still expands aliases: a 1 KB file of nested aliases ("billion
 laughs") describes billions of nodes, and rendering such a value in an error message never ends. A recipe is a flat
 mapping of keys to scalars and short lists, so the loader here refuses any alias, and files larger than any real
-recipe, with one line naming the file.
+recipe, with one line naming the file. PyYAML also keeps the last of a key given twice, silently (YAML 1.2 forbids
+duplicate keys): the loader here refuses it, naming the key and both lines. The values' types and bounds are the
+recipe keys' own declarations (`vaswani_hf.training.recipe`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,23 @@ class _NoAliasLoader(yaml.SafeLoader):
             raise yaml.YAMLError(f"line {event.start_mark.line + 1}: YAML aliases (*{event.anchor}) are not allowed in "
                                  "a recipe; write the value out")
         return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):
+        """A mapping whose keys are given once: the second of two equal keys is refused, naming both lines."""
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                try:
+                    hash(key)
+                except TypeError:  # an unhashable key: PyYAML's own error follows
+                    continue
+                if key in seen:
+                    raise yaml.YAMLError(f"line {line}: key {key!r} is given twice (first on line {seen[key]}); "
+                                         "keep one")
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
 
 
 def read_yaml_text(text: str, where: str, error: type[Exception] = ValueError) -> Any:

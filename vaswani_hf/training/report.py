@@ -104,32 +104,32 @@ def card_inputs(plan: RunPlan, metrics: Mapping[str, Any], signatures: Mapping[s
     """(scores, training_info) for `vaswani_hf.hub.write_model_card`: only real test scores, named by what they are
     (`bleu_tok_none` for pre-tokenized references, else sacreBLEU) with the signatures of the computation that made
     them, and the facts of the run."""
-    r = plan.recipe
+    data, optimizer, schedule = plan.data, plan.optimizer, plan.schedule
     scores = {}
-    bleu_name = "bleu_tok_none" if r.bleu_tokenize == "none" else "sacrebleu"
+    bleu_name = "bleu_tok_none" if plan.evaluation.bleu_tokenize == "none" else "sacrebleu"
     for key, name, metric in (("test/bleu", bleu_name, "bleu"), ("test/chrf", "chrf", "chrf")):
         v = metrics.get(key)
         if isinstance(v, (int, float)) and math.isfinite(v):
             scores[name] = {"score": float(v), "signature": (signatures or {}).get(metric)}
-    info: dict[str, Any] = {"source_lang": r.src_lang, "target_lang": r.tgt_lang}
+    info: dict[str, Any] = {"source_lang": data.src_lang, "target_lang": data.tgt_lang}
     if scores and plan.sources.get("test") is not None:
         info["eval_dataset"] = plan.sources["test"].describe()
     facts = {
-        "dataset_name": r.hub_dataset or r.data_dir or r.data_format,
+        "dataset_name": plan.export.dataset_name,
         "steps": metrics.get("global_step"),
         "tokens_per_batch": metrics.get("tokens_per_update"),
-        "optimizer": f"Adam(beta1={r.adam_beta1}, beta2={r.adam_beta2}, eps={r.adam_epsilon})",
+        "optimizer": f"Adam(beta1={optimizer.betas[0]}, beta2={optimizer.betas[1]}, eps={optimizer.eps})",
         "lr_schedule": "d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (Section 5.3)"
-                       + (f" x {r.lr_multiplier}" if r.lr_multiplier != 1.0 else ""),
-        "warmup_steps": r.warmup_steps,
-        "dropout": r.dropout,
+                       + (f" x {schedule.lr_multiplier}" if schedule.lr_multiplier != 1.0 else ""),
+        "warmup_steps": schedule.warmup_steps,
+        "dropout": plan.model.settings["dropout"],
         "label_smoothing": plan.label_smoothing,
         "checkpoint_averaging": (f"last {len(metrics['averaged_checkpoints'])} checkpoints"
                                  if metrics.get("averaged_checkpoints") else "none"),
         "training_time": (f"{metrics['train_seconds'] / 60:.1f} min on {metrics.get('world_size', 1)} process(es)"
                           if metrics.get("train_seconds") else None),
         "distributed": distributed_strategy(metrics),
-        "seed": r.seed,
+        "seed": plan.process.seed,
     }
     info.update({k: v for k, v in facts.items() if v is not None})
     return scores, info
@@ -156,7 +156,7 @@ def export_hub_folder(model, tokenizer, plan: RunPlan, metrics: Mapping[str, Any
     metrics = dict(metrics or {})
     scores, info = card_inputs(plan, metrics, signatures)
     extra = {"training_metrics.json": to_json(metrics),
-             "recipe.yaml": recipe_yaml(plan.recipe)}
+             "recipe.yaml": plan.export.recipe_text}
     return save_hub_folder(model, tokenizer, plan.export_dir, scores=scores, training_info=info, extra_files=extra,
                            write_extra=(lambda folder: plot_history(history, folder)) if history else None,
                            overwrite=True, own=True)

@@ -3,7 +3,8 @@ token batches, Adam and the warm-up schedule (5.1-5.4), checkpoint averaging (6.
 the averaged model, and a Hub-ready folder.
 
 Every step is a short function that reads the run's plan (`vaswani_hf.training.plan`, resolved once before any
-work); `run_training` calls them in order. Multi-process runs (Accelerate/DDP) run the same steps on every process;
+work, the only source of every value here: this module neither sees the recipe nor keeps a default of its own);
+`run_training` calls them in order. Multi-process runs (Accelerate/DDP) run the same steps on every process;
 what writes files runs on the main process while the others wait.
 """
 
@@ -30,11 +31,11 @@ from .checkpoints import (
     load_averaged_weights,
     save_averaged_checkpoint,
 )
-from .plan import RunPlan, World, plan_run, use_cpu
+from .plan import RunPlan
 from .preflight import clear_previous_run
-from .recipe import Recipe, RecipeError
-from .report import export_hub_folder, plot_history, recipe_yaml, write_hypotheses
-from .schedule import paper_base_lr, paper_optimizer_cls_and_kwargs
+from .recipe import RecipeError
+from .report import export_hub_folder, plot_history, write_hypotheses
+from .schedule import paper_optimizer_cls_and_kwargs
 from .trainer import VaswaniTrainer
 
 logger = logging.getLogger(__name__)
@@ -55,27 +56,27 @@ def setup_logging(level=logging.INFO) -> None:
 
 def build_training_arguments(plan: RunPlan):
     """The `Seq2SeqTrainingArguments` of a plan. Batch sizes are token budgets (the trainer's own); saving is decided
-    by `WallClockCallback`; the learning rate is the Section 5.3 formula's constant factor."""
+    by `WallClockCallback`. Adam's settings are stated here once (the plan's), and the optimizer is built from them
+    (`paper_optimizer_cls_and_kwargs`): its learning rate is the Section 5.3 formula's constant factor, which the
+    schedule multiplies, so the lr transformers logs is the one each update used."""
     from transformers import Seq2SeqTrainingArguments
 
-    recipe, cpu = plan.recipe, plan.world.device.startswith("cpu")
+    process, schedule, optimizer, evaluation = plan.process, plan.schedule, plan.optimizer, plan.evaluation
+    keep = plan.checkpoints.keep_last
     return Seq2SeqTrainingArguments(
-        output_dir=recipe.output_dir, max_steps=recipe.max_steps if recipe.max_steps > 0 else -1,
-        num_train_epochs=recipe.num_train_epochs, learning_rate=paper_base_lr(recipe.d_model, recipe.lr_multiplier),
-        weight_decay=recipe.weight_decay, adam_beta1=recipe.adam_beta1, adam_beta2=recipe.adam_beta2,
-        adam_epsilon=recipe.adam_epsilon, max_grad_norm=recipe.max_grad_norm,
-        gradient_accumulation_steps=plan.accumulation,
-        logging_steps=recipe.logging_steps, logging_first_step=True,
-        eval_strategy="steps" if recipe.eval_steps > 0 else "no",
-        eval_steps=recipe.eval_steps if recipe.eval_steps > 0 else None,
-        eval_on_start=recipe.eval_on_start and recipe.valid_data is not None,
+        output_dir=str(plan.output_dir), max_steps=schedule.max_steps, num_train_epochs=schedule.num_train_epochs,
+        learning_rate=optimizer.learning_rate, weight_decay=optimizer.weight_decay, adam_beta1=optimizer.betas[0],
+        adam_beta2=optimizer.betas[1], adam_epsilon=optimizer.eps, max_grad_norm=optimizer.max_grad_norm,
+        gradient_accumulation_steps=plan.batching.accumulation,
+        logging_steps=schedule.logging_steps, logging_first_step=True,
+        eval_strategy="steps" if evaluation.eval_steps > 0 else "no",
+        eval_steps=evaluation.eval_steps if evaluation.eval_steps > 0 else None, eval_on_start=evaluation.eval_on_start,
         save_strategy="no",  # saves are decided by WallClockCallback (time, steps, end of training)
-        save_total_limit=recipe.keep_last if recipe.keep_last > 0 else None,
-        predict_with_generate=True, generation_num_beams=recipe.eval_num_beams, seed=recipe.seed,
-        report_to=[] if recipe.report_to == "none" else recipe.report_to, disable_tqdm=recipe.disable_tqdm,
-        use_cpu=cpu, bf16=recipe.bf16, fp16=recipe.fp16, dataloader_num_workers=recipe.dataloader_num_workers,
-        dataloader_pin_memory=torch.cuda.is_available() and not cpu, ddp_find_unused_parameters=False,
-        torch_compile=recipe.torch_compile,
+        save_total_limit=keep if keep > 0 else None,
+        predict_with_generate=True, generation_num_beams=evaluation.eval_num_beams, seed=process.seed,
+        report_to=list(process.report_to), disable_tqdm=not process.show_progress,
+        use_cpu=plan.world.cpu, bf16=process.bf16, fp16=process.fp16, ddp_find_unused_parameters=False,
+        **plan.data_path.training_arguments(), torch_compile=process.torch_compile,
         remove_unused_columns=True, per_device_train_batch_size=1, per_device_eval_batch_size=1)
 
 
@@ -96,25 +97,24 @@ class RunData:
 
 def load_corpora(plan: RunPlan) -> dict[str, Any]:
     """The raw splits (every line decoded and parsed: a bad file is refused here, before anything is written)."""
-    limits = {"train": plan.recipe.max_train_samples, "valid": plan.recipe.max_eval_samples, "test": 0}
+    limits = {"train": plan.data.train_limit, "valid": plan.data.valid_limit, "test": 0}
     return {name: source.load(limits[name]) if source is not None else None for name, source in plan.sources.items()}
 
 
 def prepare_data(plan: RunPlan, splits: dict[str, Any], state, clock: RunClock) -> RunData:
     """Shared BPE (trained on the training pairs, or loaded) and the tokenized, filtered splits. Training pairs longer
-    than max_length, or than one micro-batch holds, are dropped and counted; a training split with no usable pair
-    left is refused (nothing would be learned). Held-out pairs are all kept."""
+    than the plan's length filter (max_length, or what one micro-batch holds) are dropped and counted; a training
+    split with no usable pair left is refused (nothing would be learned). Held-out pairs are all kept."""
     from ..data.preprocessing import prepare_dataset
 
-    recipe, started = plan.recipe, time.time()
+    data, started = plan.data, time.time()
     with clock.stage("tokenizer"), state.main_process_first():
         tokenizer = shared_bpe(plan, splits["train"])
-    prep = dict(num_proc=recipe.preprocessing_num_workers)
-    longest = min(recipe.max_length or plan.max_tokens, plan.max_tokens)
+    prep = dict(num_proc=data.workers)
     with clock.stage("tokenize and filter"), state.main_process_first():  # the others read the main one's cache
-        train, report = prepare_dataset(splits["train"], tokenizer, recipe.src_lang, recipe.tgt_lang,
-                                        max_length=longest, max_ratio=recipe.max_length_ratio, **prep)
-        held_out = {name: prepare_dataset(splits[name], tokenizer, recipe.src_lang, recipe.tgt_lang, max_length=None,
+        train, report = prepare_dataset(splits["train"], tokenizer, data.src_lang, data.tgt_lang,
+                                        max_length=data.max_length, max_ratio=data.max_length_ratio, **prep)
+        held_out = {name: prepare_dataset(splits[name], tokenizer, data.src_lang, data.tgt_lang, max_length=None,
                                           max_ratio=None, **prep)[0] if splits[name] is not None else None
                     for name in ("valid", "test")}
     logger.info("training pairs: %s", report)
@@ -131,10 +131,10 @@ def shared_bpe(plan: RunPlan, train_split):
     from ..data import cache
     from ..tokenization import load_tokenizer, train_bpe_tokenizer
 
-    recipe, folder, name = plan.recipe, plan.tokenizer_dir, None
+    data, folder, name = plan.data, plan.data.tokenizer_dir, None
     if train_split.cache_files and cache.enabled():  # a file-backed corpus has a stable fingerprint
-        name = "bpe-" + cache.key(train_split._fingerprint, recipe.vocab_size, recipe.bpe_min_frequency,
-                                  recipe.lowercase, recipe.src_lang, recipe.tgt_lang)
+        name = "bpe-" + cache.key(train_split._fingerprint, data.vocab_size, data.bpe_min_frequency,
+                                  data.lowercase, data.src_lang, data.tgt_lang)
     if not folder.is_dir() and name and cache.cached_tokenizer(name):
         shutil.copytree(cache.cached_tokenizer(name), folder)
         logger.info("joint BPE of this corpus and these settings taken from the cache: %s",
@@ -143,8 +143,8 @@ def shared_bpe(plan: RunPlan, train_split):
         tokenizer = load_tokenizer(folder)
         logger.info("tokenizer loaded from %s (%d tokens)", folder, len(tokenizer))
         return tokenizer
-    tokenizer = train_bpe_tokenizer(train_split, vocab_size=recipe.vocab_size, min_frequency=recipe.bpe_min_frequency,
-                                    lowercase=recipe.lowercase, save_dir=folder, show_progress=not recipe.disable_tqdm)
+    tokenizer = train_bpe_tokenizer(train_split, vocab_size=data.vocab_size, min_frequency=data.bpe_min_frequency,
+                                    lowercase=data.lowercase, save_dir=folder, show_progress=plan.process.show_progress)
     logger.info("trained joint BPE: %d tokens -> %s", len(tokenizer), folder)
     if name:
         cache.keep_tokenizer(name, folder)
@@ -157,7 +157,7 @@ def build_model(plan: RunPlan, tokenizer):
     from ..modeling_vaswani import VaswaniForConditionalGeneration
 
     config = plan.model_config(vocab_size=len(tokenizer))
-    set_seed(plan.recipe.seed)  # the same initial weights on every run and rank
+    set_seed(plan.process.seed)  # the same initial weights on every run and rank
     model = VaswaniForConditionalGeneration(config)
     logger.info("model: d_model=%d d_ff=%d heads=%d layers=%d/%d vocab=%d params=%.2fM", config.d_model, config.d_ff,
                 config.num_heads, config.num_encoder_layers, config.num_decoder_layers, config.vocab_size,
@@ -169,26 +169,31 @@ def build_trainer(plan: RunPlan, model, data: RunData, callbacks: Sequence[Train
     from ..data.batching import Seq2SeqCollator
     from ..evaluation import make_compute_metrics
 
-    recipe, out = plan.recipe, plan.output_dir
+    batching, out = plan.batching, plan.output_dir
     logger.info("batching: %d tokens/device x %d processes x %d accumulation = %d tokens per update (target)%s",
-                plan.max_tokens, plan.world.processes, plan.accumulation, plan.tokens_per_update,
-                " (max_tokens_per_device: auto)" if recipe.max_tokens_per_device == "auto" else "")
-    batch_log = out / f"batches_rank{plan.world.index}.jsonl" if recipe.debug_log_batches else None
+                batching.max_tokens, plan.world.processes, batching.accumulation, plan.tokens_per_update,
+                " (max_tokens_per_device: auto)" if batching.chosen else "")
+    batch_log = out / f"batches_rank{plan.world.index}.jsonl" if batching.log_batches else None
     if batch_log is not None and batch_log.exists() and plan.output.start != "resume":
         batch_log.unlink()
     has_scores = data.valid is not None or data.test is not None
+    args = build_training_arguments(plan)
+    wall_clock = WallClockCallback(plan.checkpoints.save_every_minutes, plan.schedule.max_train_minutes,
+                                   plan.checkpoints.save_steps)
     return VaswaniTrainer(
-        model=model, args=build_training_arguments(plan), train_dataset=data.train, eval_dataset=data.valid,
-        processing_class=data.tokenizer, data_collator=BatchStatsCollator(Seq2SeqCollator(), log_path=batch_log),
-        compute_metrics=make_compute_metrics(data.tokenizer, tokenize=recipe.bleu_tokenize) if has_scores else None,
-        callbacks=[WallClockCallback(recipe.save_every_minutes, recipe.max_train_minutes, recipe.save_steps),
-                   SamplerEpochCallback(), HistoryCallback(out / "history.jsonl"), *callbacks],
-        optimizer_cls_and_kwargs=paper_optimizer_cls_and_kwargs(recipe), max_tokens=plan.max_tokens,
-        eval_max_tokens=plan.eval_max_tokens, max_sentences=recipe.max_sentences or None,
-        paper_warmup_steps=recipe.warmup_steps, label_smoothing=plan.label_smoothing)
+        model=model, args=args, train_dataset=data.train, eval_dataset=data.valid, processing_class=data.tokenizer,
+        data_collator=BatchStatsCollator(Seq2SeqCollator(pad_to_multiple_of=batching.pad_to_multiple_of),
+                                         log_path=batch_log),
+        compute_metrics=make_compute_metrics(data.tokenizer, tokenize=plan.evaluation.bleu_tokenize)
+        if has_scores else None,
+        callbacks=[wall_clock, SamplerEpochCallback(), HistoryCallback(out / "history.jsonl"), *callbacks],
+        optimizer_cls_and_kwargs=paper_optimizer_cls_and_kwargs(args, fused=plan.optimizer.fused),
+        max_tokens=batching.max_tokens, eval_max_tokens=batching.eval_max_tokens,
+        max_sentences=batching.max_sentences, paper_warmup_steps=plan.schedule.warmup_steps,
+        label_smoothing=plan.model.label_smoothing, loss_chunk_tokens=plan.model.loss_chunk_tokens)
 
 
-def train(trainer: VaswaniTrainer, plan: RunPlan, data: RunData) -> dict[str, Any]:
+def train(trainer: VaswaniTrainer, plan: RunPlan, data: RunData, state) -> dict[str, Any]:
     """Train; the metrics of training: losses, speed (target tokens/s summed over processes), padding. A run whose
     training is done ("score": stopped before its final scores) is not trained again: transformers would take one
     more update from its last checkpoint; its state and weights are loaded instead."""
@@ -206,7 +211,7 @@ def train(trainer: VaswaniTrainer, plan: RunPlan, data: RunData) -> dict[str, An
         result = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
         metrics = {f"train/{k}": v for k, v in result.metrics.items()}
     seconds = time.time() - started
-    metrics.update(world_size=plan.world.processes, distributed_type=plan.world.distributed_type,
+    metrics.update(world_size=plan.world.processes, distributed_type=distributed_type(state),
                    global_step=trainer.state.global_step, gradient_accumulation_steps=plan.accumulation,
                    max_tokens_per_device=plan.max_tokens, tokens_per_update=plan.tokens_per_update,
                    params=sum(p.numel() for p in trainer.model.parameters()), data_prep_seconds=data.seconds,
@@ -227,7 +232,7 @@ def average(trainer: VaswaniTrainer, plan: RunPlan, state) -> list[str]:
     """Section 6.1: the average of the last N checkpoints, written by the main process to OUTPUT/averaged and loaded
     into the model on every process. Returns the checkpoints averaged (none: the final weights are kept)."""
     trainer.accelerator.wait_for_everyone()
-    average_last = plan.recipe.average_last
+    average_last = plan.checkpoints.average_last
     if average_last <= 1:
         return []
     found = last_checkpoints(plan.output_dir, average_last)
@@ -249,9 +254,8 @@ def average(trainer: VaswaniTrainer, plan: RunPlan, state) -> list[str]:
 
 def final_scores(trainer: VaswaniTrainer, plan: RunPlan, data: RunData, state) -> dict[str, Any]:
     """Validation and test scores of the final (averaged) model, every process taking part; each split's hypotheses
-    written in corpus order. Beam size: the model's generation config unless `test_num_beams`."""
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    num_beams = plan.recipe.test_num_beams or model.generation_config.num_beams
+    written in corpus order, with the plan's final beam size."""
+    num_beams = plan.evaluation.final_num_beams
     metrics: dict[str, Any] = {"final_num_beams": num_beams}
     for split, dataset in (("valid", data.valid), ("test", data.test)):
         if dataset is None:
@@ -265,16 +269,16 @@ def final_scores(trainer: VaswaniTrainer, plan: RunPlan, data: RunData, state) -
 
 def finish(trainer: VaswaniTrainer, plan: RunPlan, data: RunData, metrics: dict[str, Any]) -> None:
     """Main process: example translations, plots, metrics.json and the Hub-ready folder."""
-    recipe, out = plan.recipe, plan.output_dir
+    examples, out = list(plan.evaluation.translate_examples), plan.output_dir
     model = trainer.accelerator.unwrap_model(trainer.model)
-    if recipe.translate_examples:
+    if examples:
         from ..inference import translate
 
-        outputs = translate(model, data.tokenizer, recipe.translate_examples, num_beams=metrics["final_num_beams"],
+        outputs = translate(model, data.tokenizer, examples, num_beams=plan.evaluation.final_num_beams,
                             device=trainer.args.device, progress=False)
-        metrics["examples"] = [{"source": s, "translation": t} for s, t in zip(recipe.translate_examples, outputs)]
+        metrics["examples"] = [{"source": s, "translation": t} for s, t in zip(examples, outputs)]
         print("\nTranslations:")
-        for s, t in zip(recipe.translate_examples, outputs):
+        for s, t in zip(examples, outputs):
             print(f"  {s}\n    -> {t}")
     history = read_history(out / "history.jsonl") or trainer.state.log_history
     metrics["plots"] = plot_history(history, out)
@@ -318,42 +322,49 @@ def start(plan: RunPlan, state) -> None:
                 logger.warning("--overwrite: removed the previous run's %s", ", ".join(removed))
         if (out / STAGING_DIR).exists():  # leftovers of a save interrupted by a crash
             shutil.rmtree(out / STAGING_DIR)
-        io.write_json(out / f"run_info_rank{state.process_index}.json", run_info(plan))
+        io.write_json(out / f"run_info_rank{state.process_index}.json", run_info(plan, state))
         with io.replace_atomically(out / "recipe.yaml") as temporary:
-            temporary.write_text(recipe_yaml(plan.recipe), encoding="utf-8")
+            temporary.write_text(plan.export.recipe_text, encoding="utf-8")
     state.wait_for_everyone()
     if not state.is_main_process:
-        io.write_json(out / f"run_info_rank{state.process_index}.json", run_info(plan))
-    logger.info("recipe %s | world size %d (%s) | process %d", plan.recipe.name, plan.world.processes,
-                plan.world.distributed_type, plan.world.index)
+        io.write_json(out / f"run_info_rank{state.process_index}.json", run_info(plan, state))
+    logger.info("recipe %s | world size %d (%s) | process %d", plan.export.recipe_name, plan.world.processes,
+                distributed_type(state), plan.world.index)
 
 
-def run_info(plan: RunPlan) -> dict[str, Any]:
+def distributed_type(state) -> str:
+    """How Accelerate spread the run (NO, MULTI_CPU, MULTI_GPU, FSDP, ...): what it did, recorded, not planned."""
+    return str(state.distributed_type).split(".")[-1]
+
+
+def run_info(plan: RunPlan, state) -> dict[str, Any]:
     return {"world_size": plan.world.processes, "process_index": plan.world.index,
-            "distributed_type": plan.world.distributed_type, "device": plan.world.device,
+            "distributed_type": distributed_type(state), "device": plan.world.device,
             "torch_threads": torch.get_num_threads()}
 
 
-def prepare_run(recipe: Recipe, overwrite: bool):
-    """Logging, threads, the distributed state and the plan; checks on every process before anything is written."""
+def start_processes(plan: RunPlan):
+    """Logging, threads and the distributed state of the plan's world (checked to be that world)."""
     from accelerate import PartialState
 
     setup_logging()
-    if recipe.torch_threads > 0:
-        torch.set_num_threads(recipe.torch_threads)
-    state = PartialState(cpu=use_cpu(recipe))
-    return state, plan_run(recipe, overwrite=overwrite, world=World.from_state(state))
+    if plan.process.torch_threads > 0:
+        torch.set_num_threads(plan.process.torch_threads)
+    state = PartialState(cpu=plan.world.cpu)
+    plan.world.check_state(state)
+    return state
 
 
-def run_training(recipe: Recipe, callbacks: Sequence[TrainerCallback] = (), *, overwrite: bool = False) -> dict:
-    """Run a checked recipe end to end: data, tokenizer, model, training, averaging, evaluation, export.
-    `callbacks` are added to the Trainer's (e.g. to observe the run in tests). `overwrite`: replace a previous run in
-    output_dir (without it, and without `recipe.resume`, a folder holding a run is refused). A finished run resumed
-    does nothing and returns its metrics. Returns the final metrics (also written to OUTPUT_DIR/metrics.json by the
-    main process), with the time and memory of each stage (`run_clock`)."""
+def run_training(plan: RunPlan, callbacks: Sequence[TrainerCallback] = ()) -> dict:
+    """Run a plan (`vaswani_hf.training.plan.plan_run`) end to end: data, tokenizer, model, training, averaging,
+    evaluation, export. `callbacks` are added to the Trainer's (e.g. to observe the run in tests). A finished run
+    resumed does nothing and returns its metrics. Returns the final metrics (also written to OUTPUT_DIR/metrics.json
+    by the main process), with the time and memory of each stage (`run_clock`)."""
+    if not isinstance(plan, RunPlan):
+        raise TypeError(f"run_training takes the run's plan (plan_run(recipe)), not a {type(plan).__name__}")
     clock = RunClock()
     with clock.stage("checks and corpora"):
-        state, plan = prepare_run(recipe, overwrite)
+        state = start_processes(plan)
         if plan.output.start == "finished":
             print(f"output_dir {plan.output_dir}: {plan.output.describe()} (raise max_steps to train on)")
             return io.read_json(plan.output_dir / "metrics.json")
@@ -375,7 +386,7 @@ def _run(plan: RunPlan, state, splits, clock: RunClock, callbacks: Sequence[Trai
     if plan.output.resume_from is not None:
         logger.info("%s: %s", plan.output_dir, plan.output.describe())
     with clock.stage("training"):
-        metrics = train(trainer, plan, data)
+        metrics = train(trainer, plan, data, state)
     logger.info("first update: started %.1f s after launch, took %.1f s", clock.first_update.get("started_s", -1),
                 clock.first_update.get("seconds", -1))
     with clock.stage("averaging"):

@@ -51,11 +51,15 @@ def paper_base_lr(d_model: int, multiplier: float = 1.0) -> float:
     return multiplier * d_model ** -0.5
 
 
-def paper_optimizer_cls_and_kwargs(recipe) -> tuple[type, dict]:
-    """`Trainer(optimizer_cls_and_kwargs=...)`: Section 5.3's Adam. torch's `Adam` (not `AdamW`): the paper has no
-    weight decay, and L2 decay, if a recipe asks for it, is Adam's coupled kind."""
-    return torch.optim.Adam, {"lr": paper_base_lr(recipe["d_model"], recipe["lr_multiplier"]),
-                              "betas": (recipe["adam_beta1"], recipe["adam_beta2"]), "eps": recipe["adam_epsilon"]}
+def paper_optimizer_cls_and_kwargs(args, fused: bool | None = None) -> tuple[type, dict]:
+    """`Trainer(optimizer_cls_and_kwargs=...)`: Section 5.3's Adam, built from the `TrainingArguments` `args` (their
+    `learning_rate`, `adam_beta1`, `adam_beta2` and `adam_epsilon`, as transformers builds its own optimizers: the
+    arguments state them once, and what the Trainer reports is what the optimizer uses). torch's `Adam` (not
+    `AdamW`): the paper has no weight decay, and L2 decay (`weight_decay`, which the Trainer puts in the parameter
+    groups), if a recipe asks for it, is Adam's coupled kind. `fused`: torch's fused kernel or not (None: decided
+    from the parameters, `with_fused_adam`)."""
+    kwargs = {"lr": args.learning_rate, "betas": (args.adam_beta1, args.adam_beta2), "eps": args.adam_epsilon}
+    return torch.optim.Adam, kwargs if fused is None else {**kwargs, "fused": fused}
 
 
 # Device types given the fused Adam kernel: CPU is tested here; CUDA, where torch ships the same kernel, only on a GPU.

@@ -5,7 +5,9 @@ What it changes, and why each is hand-written:
   grouped by length); transformers batches by sentence count only.
 - Section 5.4 objective: label-smoothed cross-entropy (`objective.LabelSmoothedLoss`, eps/(V-1) on the other
   classes, as t2t v1 and fairseq), through transformers' own `compute_loss_func` hook; the model's
-  `forward(labels=...)` stays the plain cross-entropy, as in every transformers model. Evaluation reports the smoothed
+  `forward(labels=...)` stays the plain cross-entropy, as in every transformers model. With `loss_chunk_tokens` the
+  training loss is computed from the decoder's hidden states, that many tokens' logits at a time (GPU memory; see
+  `compute_loss`). Evaluation reports the smoothed
   loss (the training objective, `eval_loss`), the plain per-token NLL (`eval_nll`) and its perplexity (`eval_ppl`).
 - Section 5.3: Adam(0.9, 0.98, 1e-9) (torch's fused kernel where it applies) and the exact learning-rate formula.
 - Evaluation across processes: transformers gathers each batch with `all_gather`, which needs equal shapes on every
@@ -39,10 +41,11 @@ from transformers.trainer_utils import (
     seed_worker,
 )
 
-from ..data.batching import EXAMPLE_INDEX, LABEL_PAD_ID, TRAIN_MAX_TOKENS, Seq2SeqCollator, TokenBatchSampler
+from ..data.batching import EXAMPLE_INDEX, LABEL_PAD_ID, Seq2SeqCollator, TokenBatchSampler
 from ..tokenization import PAD_ID
-from .checkpoints import STAGING_DIR, publish_checkpoint
-from .objective import PAPER_LABEL_SMOOTHING, LabelSmoothedLoss, label_smoothed_nll
+from .budget import evaluation_budget
+from .checkpoints import STAGING_DIR, checkpoint_write_errors, publish_checkpoint
+from .objective import PAPER_LABEL_SMOOTHING, LabelSmoothedLoss, label_smoothed_nll, output_projection_deferred
 from .schedule import get_paper_schedule, with_fused_adam
 
 logger = logging.getLogger(__name__)
@@ -89,27 +92,39 @@ def _stack_sentences(sentences: list[tuple[int, list[int], list[int]]], pad_id: 
 class VaswaniTrainer(Seq2SeqTrainer):
     """`Seq2SeqTrainer` for the paper's recipe (see the module docstring).
 
-    `per_device_*_batch_size` and `train_sampling_strategy` are ignored: each device's batch holds up to `max_tokens`
-    padded source and `max_tokens` padded target tokens. The paper's ~25000 + 25000 tokens are per training step over
-    its 8 GPUs: choose `max_tokens x world_size x gradient_accumulation_steps ~= 25000`. Sharding happens once: the
-    sampler is rank-aware and the `BatchSamplerShard` that `accelerator.prepare` wraps around it is made a
-    pass-through (as transformers does for its own rank-aware samplers); Accelerate's `split_batches` and
-    `dispatch_batches`, which re-cut batches by sentence count, are refused.
+    `per_device_*_batch_size` and `train_sampling_strategy` are ignored: each device's batch holds up to
+    `max_tokens` (required: the run's plan decides it) padded source and `max_tokens` padded target tokens; an
+    evaluation batch `eval_max_tokens` (None: `max_tokens`, `budget.evaluation_budget`). The paper's ~25000 + 25000
+    tokens are per training step over its 8 GPUs: choose `max_tokens x world_size x gradient_accumulation_steps ~=
+    25000`. Sharding happens once: the sampler is rank-aware and the `BatchSamplerShard` that `accelerator.prepare`
+    wraps around it is made a pass-through (as transformers does for its own rank-aware samplers); Accelerate's
+    `split_batches` and `dispatch_batches`, which re-cut batches by sentence count, are refused.
 
-    Pass `optimizer_cls_and_kwargs=paper_optimizer_cls_and_kwargs(recipe)` for Section 5.3's Adam with
-    `learning_rate = multiplier * d_model^-0.5`.
+    Pass `optimizer_cls_and_kwargs=paper_optimizer_cls_and_kwargs(args)` for Section 5.3's Adam with
+    `learning_rate = multiplier * d_model^-0.5`. `loss_chunk_tokens` > 0: the training loss never materialises the
+    (target tokens x V) logits (`objective.chunked_label_smoothed_nll`); 0 (default): the plain path.
     """
 
-    def __init__(self, *args: Any, max_tokens: int = TRAIN_MAX_TOKENS, eval_max_tokens: int | None = None,
+    def __init__(self, *args: Any, max_tokens: int, eval_max_tokens: int | None = None,
                  max_sentences: int | None = None, paper_warmup_steps: int = 4000,
-                 label_smoothing: float = PAPER_LABEL_SMOOTHING, optimizer_cls_and_kwargs=None, **kwargs: Any):
+                 label_smoothing: float = PAPER_LABEL_SMOOTHING, optimizer_cls_and_kwargs=None,
+                 loss_chunk_tokens: int = 0, **kwargs: Any):
         if kwargs.get("data_collator") is None:
             kwargs["data_collator"] = Seq2SeqCollator()
+        if loss_chunk_tokens and kwargs.get("compute_loss_func") is not None:
+            raise ValueError("loss_chunk_tokens chunks VaswaniTrainer's own objective: leave compute_loss_func unset")
         if kwargs.get("compute_loss_func") is None:
             kwargs["compute_loss_func"] = LabelSmoothedLoss(label_smoothing)
         super().__init__(*args, **kwargs)
+        self.loss_chunk_tokens = loss_chunk_tokens
+        if loss_chunk_tokens:
+            if self.is_fsdp_enabled or self.is_deepspeed_enabled:
+                raise ValueError("loss_chunk_tokens reads the output projection's weight outside the model's forward, "
+                                 "where FSDP/DeepSpeed ZeRO keep it sharded: set loss_chunk_tokens 0")
+            self.compute_loss_func = LabelSmoothedLoss(label_smoothing, loss_chunk_tokens,
+                                                       self.model.get_output_embeddings())
         self.label_smoothing = label_smoothing
-        self.max_tokens, self.eval_max_tokens = max_tokens, eval_max_tokens or max_tokens
+        self.max_tokens, self.eval_max_tokens = max_tokens, evaluation_budget(max_tokens, eval_max_tokens)
         self.max_sentences = max_sentences
         self.paper_warmup_steps = paper_warmup_steps
         if optimizer_cls_and_kwargs is not None:  # Seq2SeqTrainer's __init__ does not forward Trainer's argument
@@ -136,10 +151,11 @@ class VaswaniTrainer(Seq2SeqTrainer):
             dataset, self.max_tokens if training else self.eval_max_tokens, max_sentences=self.max_sentences,
             shuffle=training, seed=self.args.data_seed if self.args.data_seed is not None else self.args.seed,
             num_replicas=world, rank=rank, pad_to_multiple_of=getattr(self.data_collator, "pad_to_multiple_of", None))
-        workers = self.args.dataloader_num_workers
+        workers = self.args.dataloader_num_workers  # the data path of the run: vaswani_hf.training.data_path
         loader = DataLoader(
             dataset, batch_sampler=sampler, collate_fn=self.data_collator, num_workers=workers,
             pin_memory=self.args.dataloader_pin_memory,
+            prefetch_factor=self.args.dataloader_prefetch_factor if workers > 0 else None,
             persistent_workers=self.args.dataloader_persistent_workers and workers > 0,
             worker_init_fn=partial(seed_worker, num_workers=workers, rank=rank) if training else None)
         return unshard_prepared_loader(self.accelerator.prepare(loader), sampler)
@@ -203,7 +219,8 @@ class VaswaniTrainer(Seq2SeqTrainer):
         self.accelerator.wait_for_everyone()
         self._staging = True
         try:
-            super()._save_checkpoint(model, trial)
+            with checkpoint_write_errors(staged, final):  # a full disk in torch.save: one line, not a traceback
+                super()._save_checkpoint(model, trial)
             self._staging = False
             self.accelerator.wait_for_everyone()
             if self.args.should_save:
@@ -219,6 +236,18 @@ class VaswaniTrainer(Seq2SeqTrainer):
                                best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=False)
             logger.info("checkpoint written atomically: %s", final)
         self.accelerator.wait_for_everyone()
+
+    # -- the training loss, optionally chunked ----------------------------------------------------------------------
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """transformers' own `compute_loss` (labels popped, the model called through its wrappers, `compute_loss_func`
+        applied, the multi-process scaling); with `loss_chunk_tokens` the model is called with its output projection
+        deferred (`output_projection_deferred`), so the outputs' `logits` are the decoder's hidden states and the
+        objective projects them chunk by chunk. With `return_outputs` those outputs hold hidden states, not logits."""
+        if not self.loss_chunk_tokens:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        with output_projection_deferred(self.model):
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
     # -- speed metrics: transformers counts samples as batches x per_device_*_batch_size (1 here) -----------------
 

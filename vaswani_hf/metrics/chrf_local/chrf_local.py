@@ -9,7 +9,7 @@ import evaluate
 import sacrebleu
 from sacrebleu.metrics import CHRF
 
-from vaswani_hf.metrics.common import TRANSLATION_FEATURES, transpose_references
+from vaswani_hf.metrics.common import TRANSLATION_FEATURES, NumericOnlyOption, transpose_references
 
 _CITATION = """\
 @inproceedings{popovic-2015-chrf,
@@ -43,7 +43,8 @@ Args:
     lowercase (`bool`): case-insensitive scoring. Default False.
     whitespace (`bool`): include whitespace in character n-grams. Default False.
     eps_smoothing (`bool`): chrF++.py / NLTK / Moses-style epsilon smoothing instead of sacreBLEU's default.
-Returns:
+Returns (loaded with `numeric_only=True`: the numeric fields only, for evaluate's bootstrap strategy; the
+string fields are then in `metric.string_fields`):
     score (`float`): chrF in [0, 100].
     signature (`str`): sacreBLEU signature, e.g. "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0".
     char_order, word_order, beta (`int`): the settings used.
@@ -52,7 +53,7 @@ Returns:
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class ChrfLocal(evaluate.Metric):
+class ChrfLocal(NumericOnlyOption, evaluate.Metric):
     def _info(self):
         return evaluate.MetricInfo(
             description=_DESCRIPTION,
@@ -84,11 +85,11 @@ class ChrfLocal(evaluate.Metric):
             eps_smoothing=eps_smoothing,
         )
         result = chrf.corpus_score(list(predictions), transpose_references(references))
-        return {
+        return self._fields({
             "score": result.score,
             "signature": str(chrf.get_signature()),
             "char_order": result.char_order,
             "word_order": result.word_order,
             "beta": result.beta,
             "sacrebleu_version": sacrebleu.__version__,
-        }
+        })

@@ -10,7 +10,7 @@ import evaluate
 import sacrebleu
 from sacrebleu.metrics import BLEU
 
-from vaswani_hf.metrics.common import TRANSLATION_FEATURES, transpose_references
+from vaswani_hf.metrics.common import TRANSLATION_FEATURES, NumericOnlyOption, transpose_references
 
 _CITATION = """\
 @inproceedings{post-2018-call,
@@ -39,7 +39,8 @@ Args:
     smooth_value (`float`): value for "floor"/"add-k" smoothing.
     use_effective_order (`bool`): only use n-gram orders that have matches (sentence-level use). Default False.
     force (`bool`): silence sacreBLEU's warning about input that looks tokenized. Default False.
-Returns:
+Returns (loaded with `numeric_only=True`: the numeric fields only, for evaluate's bootstrap strategy; the
+string fields are then in `metric.string_fields`):
     score (`float`): BLEU in [0, 100].
     signature (`str`): sacreBLEU signature, e.g. "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0".
     counts, totals (`list` of `int`): matched and total n-grams for n = 1..4.
@@ -54,7 +55,7 @@ Example:
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class SacrebleuLocal(evaluate.Metric):
+class SacrebleuLocal(NumericOnlyOption, evaluate.Metric):
     def _info(self):
         return evaluate.MetricInfo(
             description=_DESCRIPTION,
@@ -86,7 +87,7 @@ class SacrebleuLocal(evaluate.Metric):
             effective_order=use_effective_order,
         )
         result = bleu.corpus_score(list(predictions), transpose_references(references))
-        return {
+        return self._fields({
             "score": result.score,
             "signature": str(bleu.get_signature()),
             "counts": result.counts,
@@ -96,4 +97,4 @@ class SacrebleuLocal(evaluate.Metric):
             "sys_len": result.sys_len,
             "ref_len": result.ref_len,
             "sacrebleu_version": sacrebleu.__version__,
-        }
+        })

@@ -37,7 +37,7 @@ import sacremoses
 from sacrebleu.metrics import BLEU
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
-from vaswani_hf.metrics.common import TRANSLATION_FEATURES, transpose_references
+from vaswani_hf.metrics.common import TRANSLATION_FEATURES, NumericOnlyOption, transpose_references
 
 _CITATION = """\
 @inproceedings{vaswani2017attention,
@@ -64,7 +64,8 @@ Args:
     tokenize_references (`bool`): normalise and Moses-tokenize the references too. Set False when they are
         already Moses-tokenized (like t2t's newstest2014.tok.de); compound splitting still applies. Default True.
     lowercase (`bool`): case-insensitive BLEU (multi-bleu's -lc). Default False, as in the paper.
-Returns:
+Returns (loaded with `numeric_only=True`: the numeric fields only, for evaluate's bootstrap strategy; the
+string fields are then in `metric.string_fields`):
     score (`float`): BLEU in [0, 100].
     signature (`str`): the preprocessing followed by sacreBLEU's signature of the final scoring.
     counts, totals, precisions, bp, sys_len, ref_len: as in sacreBLEU.
@@ -95,7 +96,7 @@ def preprocess(lines, lang="de", tokenize=True, compounds=True):
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class TokBleu(evaluate.Metric):
+class TokBleu(NumericOnlyOption, evaluate.Metric):
     def _info(self):
         return evaluate.MetricInfo(
             description=_DESCRIPTION,
@@ -121,7 +122,7 @@ class TokBleu(evaluate.Metric):
             steps[0] += "[hyp-only]"
         if split_compounds:
             steps.append("atat-compound-split")
-        return {
+        return self._fields({
             "score": result.score,
             "signature": f"pretok:{'+'.join(steps)}|{bleu.get_signature()}",
             "counts": result.counts,
@@ -131,4 +132,4 @@ class TokBleu(evaluate.Metric):
             "sys_len": result.sys_len,
             "ref_len": result.ref_len,
             "sacrebleu_version": sacrebleu.__version__,
-        }
+        })

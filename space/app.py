@@ -1,0 +1,13 @@
+"""A Hugging Face Space (Gradio): translate with the original Transformer and look at its attention.
+
+The model is --model, else $VASWANI_MODEL, else the first entry of `models:` in this folder's README.md, else
+outputs/default/hub (the bundled model of `python scripts/train.py`). Locally: python space/app.py [--model FOLDER],
+or vaswani-space --model FOLDER. The page itself is vaswani_hf.space; this file only starts it.
+"""
+
+import sys
+
+from vaswani_hf.space import main, model_from_readme
+
+if __name__ == "__main__":
+    sys.exit(main(default_model=model_from_readme(__file__)))

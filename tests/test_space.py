@@ -1,0 +1,369 @@
+"""The Space (vaswani_hf.space, vaswani_hf.space_logic, space/): the page's checks, translation and attention maps
+in this process, and the page itself as a person uses it: `python -m vaswani_hf.space` serving a tiny model on the
+loopback address, driven by a real headless Chromium through Selenium (skipped, saying why, where Chromium, its
+driver, Selenium or Gradio is not installed). Nothing leaves the machine: Gradio's analytics are off, the Hub is
+offline."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+import urllib.request
+
+import pytest
+import torch
+from cli_helpers import REPO, assert_one_line_error
+from hub_helpers import tiny  # noqa: F401 - the saved tiny model folder
+
+from vaswani_hf import space_logic as logic
+from vaswani_hf import translate
+from vaswani_hf.errors import UsageError
+from vaswani_hf.hub import space as hub_space
+from vaswani_hf.visualize import KIND_TITLES
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+SENTENCE = "a man is riding a horse ."
+CHINESE = "我们今天下午去公园散步吧"
+ARABIC = "ذهب الرجل إلى السوق صباحا"
+
+
+@pytest.fixture(scope="module")
+def space(tiny):  # noqa: F811
+    return logic.load_space_model(str(tiny["folder"]))
+
+
+# --- the page's logic, without the page ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, fragments", [
+    ("", ["text box is empty"]),
+    (" \n\t ", ["text box is empty"]),
+    (None, ["text box is empty"]),
+    ("a" * 10_000, ["10,000 characters", f"up to {logic.MAX_CHARACTERS:,}", "Shorten it"]),
+    (CHINESE, ["Chinese/Japanese (CJK) script", "never saw in training", "Latin script only"]),
+    (ARABIC, ["Arabic script", "Latin script only"]),
+    ("Мы идём домой", ["Cyrillic script"]),
+])
+def test_bad_text_is_refused_with_a_message_saying_what_to_do(space, text, fragments):
+    with pytest.raises(UsageError) as error:
+        logic.translate_text(space, text, 4, 0.6)
+    message = str(error.value)
+    assert "\n" not in message and len(message) < 400
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+
+
+def test_text_is_one_line_and_a_few_unknown_letters_pass(space):
+    assert logic.check_text("  a man\nis riding  ", space) == "a man is riding"
+    assert logic.check_text("a man is riding a horse in 東京", space)  # 2 of 16 letters unknown: translated
+    assert logic.check_text("!!! 123 ...", space) == "!!! 123 ..."  # no letters at all: nothing to judge
+
+
+def test_the_known_script_comes_from_the_vocabulary(space):
+    assert space.script == "LATIN"
+    assert set("amnhorse") <= space.known and "我" not in space.known and "\ufffd" not in space.known
+
+
+@pytest.mark.parametrize("beams, alpha, fragment", [
+    (0, 0.6, "beam size must be a whole number from 1"), (13, 0.6, "from 1 to 12"), (2.5, 0.6, "whole number"),
+    ("x", 0.6, "must be numbers"), (4, -0.1, "length penalty must be between"), (4, math.nan, "between 0.0 and 2.0"),
+])
+def test_decoding_settings_out_of_range_are_refused(beams, alpha, fragment):
+    with pytest.raises(UsageError, match=fragment):
+        logic.check_decoding(beams, alpha)
+
+
+def test_translation_is_the_packages_translate_with_the_chosen_settings(space, tiny):  # noqa: F811
+    for beams, alpha in ((1, 0.6), (4, 0.6), (3, 1.5)):
+        result = logic.translate_text(space, f"  {SENTENCE} ", beams, alpha)
+        expected = translate(tiny["model"], tiny["tokenizer"], [SENTENCE], num_beams=beams, length_penalty=alpha,
+                             progress=False)[0]
+        assert result.text == expected and (result.num_beams, result.length_penalty) == (beams, alpha)
+    assert result.attentions.target_origin == "beam-3"
+
+
+def test_attention_weights_are_those_of_the_source_and_the_shown_translation(space, tiny):  # noqa: F811
+    result = logic.translate_text(space, SENTENCE, 4, 0.6)
+    attn, tokenizer = result.attentions, tiny["tokenizer"]
+    source_ids = tokenizer([SENTENCE])["input_ids"][0]
+    assert attn.source_ids == source_ids
+    assert tokenizer.decode(attn.target_ids, skip_special_tokens=True) == result.text
+    S, T = len(source_ids), len(attn.target_ids)
+    assert attn.encoder.shape == (2, 4, S, S) and attn.decoder.shape == (2, 4, T, T)
+    assert attn.cross.shape == (2, 4, T, S)
+    torch.testing.assert_close(attn.cross.sum(-1), torch.ones(2, 4, T), atol=1e-5, rtol=0)  # rows of Eq. (1)
+
+
+def test_a_heat_map_is_the_packages_plot_of_the_chosen_layer_and_head(space):
+    attn = logic.translate_text(space, SENTENCE, 2, 0.6).attentions
+    fig = logic.attention_figure(space, attn, "encoder", "2", "3")  # the page's choices are 1-based
+    ax = fig.axes[0]
+    assert ax.get_title() == f"{KIND_TITLES['encoder']}, layer 2, head 3"
+    torch.testing.assert_close(torch.as_tensor(ax.images[0].get_array().data), attn.encoder[1, 2])
+    assert [t.get_text() for t in ax.get_xticklabels()] == attn.source_tokens
+    all_heads = logic.attention_figure(space, attn, "cross", 1, logic.ALL_HEADS)
+    assert sum(1 for ax in all_heads.axes if ax.images) == 4  # 4 heads + 1 colorbar axes
+    image = logic.figure_image(all_heads)
+    assert image.format is None and image.mode in ("RGBA", "RGB") and min(image.size) > 100
+    assert max(image.size) <= logic.MAX_IMAGE_PIXELS
+
+
+@pytest.mark.parametrize("view, fragment", [
+    (("cross", 3, "all"), "has 2 layers: choose a layer from 1 to 2"), (("cross", 0, "1"), "from 1 to 2"),
+    (("encoder", 1, "5"), "4 heads per layer"), (("encoder", 1, "x"), "head must be 'all'"),
+    (("self", 1, "1"), "attention must be one of encoder, decoder, cross"),
+])
+def test_a_view_the_model_does_not_have_is_refused(space, view, fragment):
+    with pytest.raises(UsageError, match=fragment):
+        logic.check_view(space, *view)
+
+
+def test_the_page_answers_bad_input_with_a_message_and_no_exception(space, monkeypatch):
+    from vaswani_hf import space as page
+
+    translation, message, image, weights = page.on_translate(space, CHINESE, 4, 0.6, "cross", 2, "all")
+    assert (translation, image, weights) == ("", None, None) and "CJK" in message
+    monkeypatch.setattr(logic, "translate_text", lambda *a: 1 / 0)  # a bug: logged, the page says so in one line
+    translation, message, image, _ = page.on_translate(space, SENTENCE, 4, 0.6, "cross", 2, "all")
+    assert translation == "" and image is None and "could not translate this (ZeroDivisionError)" in message
+
+
+# --- the files of space/ and the command line ------------------------------------------------------------------------
+
+
+def test_space_folder_is_what_push_space_writes():
+    """space/ in the repository is the Space `push_space` uploads (less the model id and the package source)."""
+    from huggingface_hub import SpaceCard
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+
+    folder = REPO / "space"
+    assert (folder / "app.py").read_text(encoding="utf-8") == hub_space.SPACE_APP
+    assert (folder / "README.md").read_text(encoding="utf-8") == hub_space.render_space_readme()
+    assert (folder / "requirements.txt").read_text(encoding="utf-8") == hub_space.space_requirements()
+    card = SpaceCard.load(folder / "README.md").data
+    assert (card.sdk, card.app_file, card.sdk_version) == ("gradio", "app.py", hub_space.GRADIO_SDK_VERSION)
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    listed = {str(Requirement(line)) for line in hub_space.space_requirements().splitlines()
+              if line and not line.startswith(("#", "-"))}
+    assert listed == {str(Requirement(r)) for r in project["dependencies"]}  # reinstall (pip install -e .) if not
+    (gradio,) = [Requirement(r) for r in project["optional-dependencies"]["space"]]
+    assert gradio.name == "gradio" and hub_space.GRADIO_SDK_VERSION in SpecifierSet(str(gradio.specifier))
+    assert project["scripts"]["vaswani-space"] == "vaswani_hf.space:main"
+
+
+def test_model_comes_from_the_flag_the_environment_the_readme_then_the_bundled_folder(tmp_path, monkeypatch):
+    from vaswani_hf import space as page
+
+    monkeypatch.delenv(page.MODEL_ENV, raising=False)
+    assert page.resolve_model(None) == "outputs/default/hub"
+    (tmp_path / "README.md").write_text(hub_space.render_space_readme("org/vaswani-base"), encoding="utf-8")
+    readme_model = page.model_from_readme(tmp_path / "app.py")
+    assert readme_model == "org/vaswani-base" and page.model_from_readme(REPO / "space" / "app.py") is None
+    assert page.resolve_model(None, readme_model) == "org/vaswani-base"
+    monkeypatch.setenv(page.MODEL_ENV, "env/model")
+    assert page.resolve_model(None, readme_model) == "env/model"
+    assert page.resolve_model("flag/model", readme_model) == "flag/model"
+
+
+def test_command_line_refuses_a_missing_model_in_one_line(tmp_path, capsys):
+    from vaswani_hf import space as page
+
+    assert_one_line_error(page.main, ["--model", str(tmp_path / "absent")], capsys, 2, "vaswani-space: error:",
+                          str(tmp_path / "absent"))
+    assert_one_line_error(page.main, ["--port", "0"], capsys, 2, "--port")
+
+
+# --- the page in a real browser --------------------------------------------------------------------------------------
+
+
+def _browser_or_skip():
+    missing = [name for name in ("gradio", "selenium") if not _importable(name)]
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    missing += [] if chromium else ["Chromium (apt-get install chromium)"]
+    missing += [] if driver else ["its driver (apt-get install chromium-driver)"]
+    if missing:
+        pytest.skip("the browser test needs " + ", ".join(missing))
+    return chromium, driver
+
+
+def _importable(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for_page(url: str, server: subprocess.Popen, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            pytest.fail(f"the page's server exited with {server.returncode}: {server.stderr.read()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    pytest.fail(f"the page did not answer at {url} within {timeout:.0f} s")
+
+
+@pytest.fixture
+def page_server(tiny, tmp_path):  # noqa: F811
+    """`python -m vaswani_hf.space --model TINY --port P` on 127.0.0.1, offline; stopped (by its id) afterwards."""
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "GRADIO_")) and k != "PYTHONPATH"}
+    env.update(GRADIO_ANALYTICS_ENABLED="False", GRADIO_TEMP_DIR=str(tmp_path / "gradio"), HF_HUB_OFFLINE="1",
+               HF_HOME=str(tmp_path / "hf"), MPLCONFIGDIR=str(tmp_path / "mpl"), OMP_NUM_THREADS="1",
+               TOKENIZERS_PARALLELISM="false", NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
+    server = subprocess.Popen([sys.executable, "-m", "vaswani_hf.space", "--model", str(tiny["folder"]),
+                               "--port", str(port)], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        _wait_for_page(url, server)
+        yield url, server
+    finally:
+        server.send_signal(signal.SIGINT)
+        try:
+            server.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.communicate()
+
+
+@pytest.fixture
+def browser(monkeypatch):
+    chromium, driver_path = _browser_or_skip()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    monkeypatch.setenv("SE_OFFLINE", "true")  # Selenium Manager must not look for a driver on the network
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    profile = tempfile.mkdtemp(prefix="chromium_profile_")
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--window-size=1200,1400", f"--user-data-dir={profile}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})  # every request the page makes
+    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+def _element(driver, css: str):
+    from selenium.webdriver.common.by import By
+
+    return driver.find_element(By.CSS_SELECTOR, css)
+
+
+def _wait(driver, condition, what: str, timeout: float = 90.0):
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        return WebDriverWait(driver, timeout, poll_frequency=0.2).until(lambda d: condition())
+    except TimeoutException:
+        pytest.fail(f"the page did not show {what} within {timeout:.0f} s; it shows: {_page_text(driver)[:1500]}")
+
+
+def _page_text(driver) -> str:
+    return _element(driver, "body").text
+
+
+def _translation(driver) -> str:
+    return _element(driver, "#translation textarea").get_attribute("value")
+
+
+def _heat_map(driver):
+    """The heat map's <img> once it has loaded (naturalWidth > 0), else None."""
+    from selenium.webdriver.common.by import By
+
+    images = driver.find_elements(By.CSS_SELECTOR, "#attention img")
+    if images and driver.execute_script("return arguments[0].complete && arguments[0].naturalWidth", images[0]):
+        return images[0]
+    return None
+
+
+def _submit(driver, text: str, paste: bool = False) -> None:
+    """Type `text` into the source box (or paste it: one input event, as a paste gives) and press Translate."""
+    from selenium.webdriver.common.keys import Keys
+
+    box = _element(driver, "#source textarea")
+    box.send_keys(Keys.CONTROL, "a")  # select all and delete, as a person clears the box (the page sees it)
+    box.send_keys(Keys.DELETE)
+    if paste:
+        driver.execute_script("arguments[0].value = arguments[1];"
+                              "arguments[0].dispatchEvent(new Event('input', {bubbles: true}));", box, text)
+    elif text:
+        box.send_keys(text)
+    _element(driver, "#translate").click()
+
+
+def _expect_refusal(driver, text: str, fragment: str, paste: bool = False) -> None:
+    _submit(driver, text, paste)
+    _wait(driver, lambda: fragment in _element(driver, "#status").text, f"the message {fragment!r}")
+    assert _translation(driver) == "" and _heat_map(driver) is None
+
+
+@pytest.mark.slow
+def test_a_person_translates_looks_at_the_attention_and_gets_messages_for_bad_input(browser, page_server, space):
+    url, server = page_server
+    expected = logic.translate_text(space, SENTENCE, 4, 0.6)  # the page's defaults: the generation config's
+    browser.get(url)
+    _wait(browser, lambda: browser.find_elements("css selector", "#source textarea"), "the source box")
+    assert "The Transformer (Vaswani et al., 2017)" in _page_text(browser)
+
+    _submit(browser, SENTENCE)
+    _wait(browser, lambda: _translation(browser) and _heat_map(browser), "a translation and its heat map")
+    assert _translation(browser) == expected.text
+    assert f"{len(expected.attentions.source_tokens)} source and" in _element(browser, "#status").text
+    first = _heat_map(browser).get_attribute("src")
+    browser.find_element("xpath", "//label[contains(., 'encoder self-attention')]").click()  # another kind
+    _wait(browser, lambda: _heat_map(browser) and _heat_map(browser).get_attribute("src") != first,
+          "the encoder self-attention map")
+
+    _expect_refusal(browser, "", "text box is empty")
+    _expect_refusal(browser, "x" * 10_000, "10,000 characters", paste=True)
+    _expect_refusal(browser, CHINESE, "Chinese/Japanese (CJK) script")
+    _expect_refusal(browser, ARABIC, "Arabic script")
+    assert "Traceback" not in _page_text(browser) and "Error" not in _page_text(browser)
+
+    _submit(browser, SENTENCE)  # the server is still up and still translates
+    _wait(browser, lambda: _translation(browser) == expected.text and _heat_map(browser), "the translation again")
+    with urllib.request.urlopen(url, timeout=10) as response:
+        assert response.status == 200
+    assert server.poll() is None
+    assert _requested_hosts(browser) == {"127.0.0.1"}  # the page loads nothing from elsewhere (fonts, analytics)
+
+
+def _requested_hosts(driver) -> set[str]:
+    import json
+    from urllib.parse import urlsplit
+
+    hosts = set()
+    for entry in driver.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message["method"] == "Network.requestWillBeSent":
+            url = message["params"]["request"]["url"]
+            if urlsplit(url).scheme in ("http", "https", "ws", "wss"):  # not data:, blob:, Chromium's own chrome:
+                hosts.add(urlsplit(url).hostname)
+    return hosts

@@ -1,0 +1,151 @@
+"""Create or update a Gradio Space that serves a model repository of the Hub (`vaswani_hf.space`, the page that
+translates and draws the attention maps).
+
+The Space holds, in one commit (`HfApi.create_repo(repo_type="space", space_sdk="gradio")`, then
+`HfApi.upload_folder`):
+
+- `app.py`: `SPACE_APP`, a few lines that start `vaswani_hf.space` (the same file as the repository's space/app.py);
+- `README.md`: the Space's YAML front matter (`render_space_readme`): sdk gradio at `GRADIO_SDK_VERSION`, app_file,
+  licence, and `models: [MODEL_REPO_ID]`, the Hub's link from a Space to the model it uses, which is also where
+  app.py reads the model id from (the environment variable VASWANI_MODEL overrides it);
+- `requirements.txt`: the package's own dependencies, read from its installed metadata (`space_requirements`; Gradio
+  itself comes with the Space's sdk_version);
+- `vaswani_hf/`: this package's source (no caches, no sample corpus), which the Hub does not install otherwise.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
+
+from ..io import RunFailure, UsageError
+from .upload import _format_size, _network_failures
+
+GRADIO_SDK_VERSION = "6.31.0"  # the Gradio the page is tested with (the `space` extra allows 6.x)
+PYTHON_VERSION = "3.11"
+DEFAULT_SPACE_COMMIT_MESSAGE = "Upload the Vaswani Transformer Space (translation and attention maps)"
+PACKAGE = "vaswani_hf"
+_PACKAGE_IGNORE = ("__pycache__", "*.pyc", "sample_data")
+# CPU wheels of torch: a Space on the free CPU hardware needs no CUDA libraries (pip prefers the +cpu build).
+_TORCH_INDEX = "--extra-index-url https://download.pytorch.org/whl/cpu"
+
+SPACE_APP = '''\
+"""A Hugging Face Space (Gradio): translate with the original Transformer and look at its attention.
+
+The model is --model, else $VASWANI_MODEL, else the first entry of `models:` in this folder's README.md, else
+outputs/default/hub (the bundled model of `python scripts/train.py`). Locally: python space/app.py [--model FOLDER],
+or vaswani-space --model FOLDER. The page itself is vaswani_hf.space; this file only starts it.
+"""
+
+import sys
+
+from vaswani_hf.space import main, model_from_readme
+
+if __name__ == "__main__":
+    sys.exit(main(default_model=model_from_readme(__file__)))
+'''
+
+__all__ = ["GRADIO_SDK_VERSION", "SPACE_APP", "space_requirements", "render_space_readme", "write_space_folder",
+           "push_space"]
+
+
+def space_requirements() -> str:
+    """requirements.txt of the Space: the installed package's dependencies (its extras left out)."""
+    try:
+        requires = importlib.metadata.requires(PACKAGE) or []
+    except importlib.metadata.PackageNotFoundError as error:
+        raise UsageError(f"{PACKAGE} is not installed (pip install -e .): its dependencies are read from it") from error
+    lines = sorted(r for r in requires if "extra ==" not in r)
+    return "\n".join(["# vaswani_hf's dependencies (Gradio comes with the Space's sdk_version)", _TORCH_INDEX,
+                      *lines]) + "\n"
+
+
+def render_space_readme(model_repo_id: str | None = None, title: str = "Vaswani Transformer") -> str:
+    """The Space's README.md: YAML front matter (the Hub's Space configuration) and a short description."""
+    models = f"models:\n  - {model_repo_id}\n" if model_repo_id else ""
+    serves = f"[{model_repo_id}](https://huggingface.co/{model_repo_id})" if model_repo_id else \
+        "the model named by $VASWANI_MODEL (default: outputs/default/hub)"
+    return (
+        "---\n"
+        f"title: {title}\n"
+        "emoji: 🔤\n"
+        "colorFrom: blue\n"
+        "colorTo: purple\n"
+        "sdk: gradio\n"
+        f"sdk_version: {GRADIO_SDK_VERSION}\n"
+        f"python_version: \"{PYTHON_VERSION}\"\n"
+        "app_file: app.py\n"
+        "license: apache-2.0\n"
+        "short_description: Translate and see every attention head (Vaswani et al., 2017)\n"
+        f"{models}"
+        "tags:\n  - translation\n  - attention-visualization\n  - vaswani\n"
+        "---\n\n"
+        f"# {title}\n\n"
+        f"Translate with {serves}, the original Transformer (Vaswani et al., 2017, \"Attention Is All You Need\"), "
+        "decoded as in the paper (beam search with length penalty; both adjustable), and look at its encoder self-, "
+        "decoder self- and encoder-decoder attention: any layer, one head or all heads, as heat maps over the subword "
+        "pieces. Built with vaswani_hf (`vaswani_hf.space`).\n"
+    )
+
+
+def _check_id(repo_id: str, what: str) -> None:
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        raise UsageError(f"{what} {repo_id!r} is invalid ({' '.join(str(error).split())}); give 'namespace/name'") \
+            from error
+
+
+def write_space_folder(folder: str | os.PathLike, model_repo_id: str) -> list[tuple[str, int]]:
+    """Write the Space's files into `folder` (see the module docstring); returns [(path, size)], sorted."""
+    import vaswani_hf
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "app.py").write_text(SPACE_APP, encoding="utf-8")
+    (folder / "README.md").write_text(render_space_readme(model_repo_id), encoding="utf-8")
+    (folder / "requirements.txt").write_text(space_requirements(), encoding="utf-8")
+    shutil.copytree(Path(vaswani_hf.__file__).parent, folder / PACKAGE, symlinks=False, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns(*_PACKAGE_IGNORE))
+    return sorted((p.relative_to(folder).as_posix(), p.stat().st_size) for p in folder.rglob("*") if p.is_file())
+
+
+def push_space(model_repo_id: str, space_id: str, *, private: bool = False, token: str | None = None,
+               dry_run: bool = False, commit_message: str = DEFAULT_SPACE_COMMIT_MESSAGE, out=None):
+    """Create (if needed) the Gradio Space `space_id` and upload, in one commit, a page serving `model_repo_id`.
+
+    The ids are checked before any network call (UsageError). With `dry_run`, prints and returns the files (path,
+    size) without any network call. The token is `token`, else HF_TOKEN, else the cached login; never printed.
+    Network and authentication failures are a one-line RunFailure. Returns the commit's `CommitInfo`.
+    """
+    from huggingface_hub import HfApi, get_token
+
+    out = out or sys.stdout
+    _check_id(model_repo_id, "model repository id")
+    _check_id(space_id, "Space id")
+    with tempfile.TemporaryDirectory(prefix="vaswani_space_") as staging:
+        files = write_space_folder(staging, model_repo_id)
+        if dry_run:
+            total = sum(size for _, size in files)
+            print(f"dry run: would upload {len(files)} files ({_format_size(total)}) to the Gradio Space {space_id}"
+                  f"{' (private)' if private else ''}, serving {model_repo_id}, in one commit:", file=out)
+            for name, size in files:
+                print(f"  {name}  {size} bytes", file=out)
+            return files
+        if token is None and get_token() is None:
+            raise RunFailure("no Hugging Face token: set HF_TOKEN or run `hf auth login` (the token is never printed)")
+        api = HfApi(token=token)
+        with _network_failures(space_id, token):
+            url = api.create_repo(space_id, repo_type="space", space_sdk="gradio", private=private, exist_ok=True)
+            info = api.upload_folder(repo_id=space_id, repo_type="space", folder_path=staging,
+                                     commit_message=commit_message)
+    print(f"uploaded the Space ({len(files)} files) to {url} in commit {info.oid}; it serves {model_repo_id}",
+          file=out)
+    return info

@@ -1,0 +1,437 @@
+"""The declared shape of every file the package reads, checked when it is read.
+
+A file of the right name can have the wrong shape: a `trainer_state.json` that is a list, a `config.json` whose
+`d_model` is a string, a safetensors header whose offsets disagree with its shapes, a `tokenizer.json` that is valid
+JSON but no tokenizer, a truncated CTranslate2 `model.bin`. Each is refused here in one line naming the file and the
+field (`UsageError`, exit status 2), before a library meets it and fails with a traceback deep inside.
+
+- A tiny declarative spec for JSON: `Is(int)`, `ListOf(...)`, `Obj(required=..., optional=..., extra=...)`,
+  `Nullable(...)`, `OneOf(...)`; `spec_of(annotation)` builds one from a dataclass annotation, so that the fields of
+  `VaswaniConfig` and transformers' `TrainerState` are declared once, by those classes.
+- `read_json(path, shape)`: parse (`vaswani_hf.io.text.read_json`) and check. The shapes: `CONFIG`,
+  `TRAINER_STATE`, `TOKENIZER`, `WEIGHTS_INDEX_SHAPE`, `GENERATION_CONFIG`, `CT2_CONFIG`, `CT2_METADATA`.
+- Binary files, header only (hand-written: the libraries read them in native code and report a broken file as a
+  panic or a multi-line error): `check_safetensors` (the safetensors format rules: a JSON-object header of tensors
+  whose dtype, shape and byte ranges agree and cover the data exactly) and `check_ctranslate2_folder` (model.bin's
+  variable table against its bytes, config.json, the vocabulary files).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import struct
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError, one_line
+from .text import read_json as _parse_json
+
+
+class ShapeError(Exception):
+    """A value that does not have its declared shape: `field` (dotted path, "" for the whole file) and what it must
+    be. Becomes a UsageError naming the file in `check_shape`."""
+
+    def __init__(self, field: str, problem: str, kind_ok: bool = False):
+        super().__init__(problem)
+        self.field, self.problem, self.kind_ok = field, problem, kind_ok  # kind_ok: of the right kind, out of bounds
+
+
+def _got(value: Any) -> str:
+    if value is None:
+        return "null"
+    name = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
+            dict: "an object"}.get(type(value), type(value).__name__)
+    shown = json.dumps(value, ensure_ascii=False, default=str) if isinstance(value, (bool, int, float, str)) else ""
+    return f"{name} {one_line(shown, 40)}".rstrip()
+
+
+def _at(path: str, key: Any) -> str:
+    return f"{path}[{key}]" if isinstance(key, int) else (f"{path}.{key}" if path else str(key))
+
+
+class Spec:
+    """The shape of a JSON value; `check(value, path)` raises ShapeError."""
+
+    what = "a value"
+
+    def check(self, value: Any, path: str = "") -> None:
+        raise NotImplementedError
+
+
+class Anything(Spec):
+    def check(self, value, path=""):
+        return None
+
+
+class Is(Spec):
+    """A scalar of one of `kinds` (bool is not an int; an int is a float), within [min, max], one of `choices`;
+    `finite`: no NaN or infinity (Python's JSON reader accepts both)."""
+
+    def __init__(self, *kinds: type, min: float | None = None, max: float | None = None,  # noqa: A002
+                 choices: tuple | None = None, finite: bool = True):
+        self.kinds, self.min, self.max, self.choices, self.finite = kinds, min, max, choices, finite
+        names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+                 type(None): "null"}
+        self.what = " or ".join(names.get(k, k.__name__) for k in kinds)
+        if min is not None:
+            self.what += f" >= {min}"
+        if choices:
+            self.what = "one of " + ", ".join(json.dumps(c) for c in choices)
+
+    def _kind_ok(self, value) -> bool:
+        for kind in self.kinds:
+            if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+                return True
+            if kind is int and isinstance(value, int) and not isinstance(value, bool):
+                return True
+            if kind not in (int, float) and isinstance(value, kind):
+                return True
+        return False
+
+    def check(self, value, path=""):
+        if not self._kind_ok(value) or (self.choices and value not in self.choices):
+            raise ShapeError(path, f"must be {self.what}, got {_got(value)}")
+        if isinstance(value, float) and self.finite and not math.isfinite(value):
+            raise ShapeError(path, f"must be a finite number, got {value}", kind_ok=True)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and \
+                ((self.min is not None and value < self.min) or (self.max is not None and value > self.max)):
+            raise ShapeError(path, f"must be {self.what}{'' if self.max is None else f' and <= {self.max}'}, "
+                                   f"got {value}", kind_ok=True)
+
+
+class Nullable(Spec):
+    def __init__(self, spec: Spec):
+        self.spec, self.what = spec, f"{spec.what} or null"
+
+    def check(self, value, path=""):
+        if value is not None:
+            self.spec.check(value, path)
+
+
+class OneOf(Spec):
+    def __init__(self, *specs: Spec):
+        self.specs, self.what = specs, " or ".join(s.what for s in specs)
+
+    def check(self, value, path=""):
+        problems = []
+        for spec in self.specs:
+            try:
+                return spec.check(value, path)
+            except ShapeError as error:
+                problems.append(error)
+        closer = [p for p in problems if p.kind_ok or p.field != path]  # the value's kind matched this alternative
+        if closer:
+            raise closer[0]
+        raise ShapeError(path, f"must be {self.what}, got {_got(value)}")
+
+
+class ListOf(Spec):
+    """A list of `item`s, of exactly `length` items when given."""
+
+    def __init__(self, item: Spec = Anything(), length: int | None = None):
+        self.item, self.length = item, length
+        self.what = f"a list of {length} items" if length is not None else "a list"
+
+    def check(self, value, path=""):
+        if not isinstance(value, list) or (self.length is not None and len(value) != self.length):
+            raise ShapeError(path, f"must be {self.what}, got {_got(value)}"
+                                   + (f" of {len(value)} items" if isinstance(value, list) else ""))
+        for i, item in enumerate(value):
+            self.item.check(item, _at(path, i))
+
+
+class Obj(Spec):
+    """A JSON object: `required` and `optional` fields with their specs; any other field matches `extra` (a Spec),
+    is allowed (True) or refused (False)."""
+
+    what = "an object"
+
+    def __init__(self, required: Mapping[str, Spec] | None = None, optional: Mapping[str, Spec] | None = None,
+                 extra: Spec | bool = True):
+        self.required, self.optional, self.extra = dict(required or {}), dict(optional or {}), extra
+
+    def check(self, value, path=""):
+        if not isinstance(value, dict):
+            raise ShapeError(path, f"must be an object {{...}}, got {_got(value)}")
+        for key in self.required:
+            if key not in value:
+                raise ShapeError(_at(path, key), "is missing")
+        for key, item in value.items():
+            spec = self.required.get(key) or self.optional.get(key)
+            if spec is None and self.extra is False:
+                known = ", ".join(sorted({*self.required, *self.optional}))
+                raise ShapeError(_at(path, key), f"is not a known field (known: {one_line(known, 200)})")
+            spec = spec or (self.extra if isinstance(self.extra, Spec) else Anything())
+            spec.check(item, _at(path, key))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Specs from dataclass annotations: a class's fields are declared once, by the class
+# ---------------------------------------------------------------------------------------------------------------------
+_NAMES = {"int": int, "float": float, "str": str, "bool": bool, "list": list, "dict": dict, "None": None,
+          "Optional": typing.Optional, "Union": typing.Union, "Any": typing.Any}
+
+
+def spec_of(annotation: Any, finite: bool = True) -> Spec:
+    """The Spec of a type annotation (`int | None`, `list[int]`, `dict[str, float]`, or their text); names it does
+    not know (a library class, `Literal`) accept anything."""
+    if isinstance(annotation, str):
+        try:
+            annotation = eval(annotation, {"__builtins__": {}}, _NAMES)  # noqa: S307 - annotations of our classes
+        except Exception:  # noqa: BLE001 - a name outside _NAMES (torch.dtype, a library class)
+            return Anything()
+    if annotation is None or annotation is type(None):
+        return Is(type(None))
+    if annotation in (int, float, str, bool):
+        return Is(annotation, finite=finite)
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation is list or origin is list:
+        return ListOf(spec_of(args[0], finite) if args else Anything())
+    if annotation is dict or origin is dict:
+        return Obj(extra=spec_of(args[1], finite) if len(args) == 2 else True)
+    if origin in (typing.Union, types.UnionType):
+        specs = [spec_of(a, finite) for a in args if a is not type(None)]
+        spec = specs[0] if len(specs) == 1 else OneOf(*specs)
+        return Nullable(spec) if type(None) in args else spec
+    return Anything()
+
+
+def fields_of(cls, finite: bool = True, **overrides: Spec) -> dict[str, Spec]:
+    """{field: Spec} of a dataclass (`overrides` replace the spec of a field whose annotation is not what is saved)."""
+    return {f.name: overrides.get(f.name) or spec_of(f.type, finite) for f in dataclasses.fields(cls)}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The declared JSON files
+# ---------------------------------------------------------------------------------------------------------------------
+STR, INT, COUNT = Is(str), Is(int), Is(int, min=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class FileShape:
+    """What a file is (for the message), its spec and what a user does about a wrong one."""
+
+    name: str
+    spec: Spec | typing.Callable[[Any], Spec]
+    advice: str
+    prefix: str = ""  # said before the field ("not a tokenizer file: "), where the file is more than its fields
+
+
+def _config_spec(data: Any) -> Spec:
+    """config.json: an object with a model_type; a vaswani config's fields have VaswaniConfig's types."""
+    optional: dict[str, Spec] = {}
+    if isinstance(data, dict) and data.get("model_type") == "vaswani":
+        from ..configuration_vaswani import VaswaniConfig
+
+        optional = {k: v for k, v in fields_of(VaswaniConfig).items() if not isinstance(v, Anything)}
+        return Obj(required={"model_type": STR}, optional=optional)
+    return Obj(required={"model_type": STR})
+
+
+def _trainer_state_spec(data: Any) -> Spec:
+    """trainer_state.json: transformers' `TrainerState` fields only (it refuses others when resuming), global_step
+    required (the step the checkpoint holds)."""
+    from transformers import TrainerState
+
+    fields = fields_of(TrainerState, finite=False, stateful_callbacks=Nullable(Obj()),
+                       log_history=ListOf(Obj()), trial_params=Nullable(Obj()))
+    return Obj(required={"global_step": COUNT}, optional=fields, extra=False)
+
+
+CONFIG = FileShape("config.json", _config_spec, "save the model again (save_pretrained) or fix the field")
+TRAINER_STATE = FileShape("trainer_state.json", _trainer_state_spec,
+                          "the checkpoint is not one this training wrote: remove it or save it again")
+_TOKEN = Obj(required={"id": COUNT, "content": STR})
+TOKENIZER = FileShape("tokenizer.json", Obj(
+    required={"model": Obj(optional={"type": STR, "vocab": OneOf(Obj(extra=COUNT), ListOf())})},
+    optional={"added_tokens": ListOf(_TOKEN), "version": STR,
+              **{k: Nullable(Obj()) for k in ("normalizer", "pre_tokenizer", "post_processor", "decoder",
+                                              "truncation", "padding")}}),
+    "give the tokenizer.json written by tokenizer.save_pretrained (vaswani-train-tokenizer)",
+    prefix="not a tokenizer file: ")
+WEIGHTS_INDEX_SHAPE = FileShape("model.safetensors.index.json", Obj(
+    required={"weight_map": Obj(extra=STR)}, optional={"metadata": Nullable(Obj())}), "save the model again")
+# generation_config.json: the file is an object here; its settings' bounds are the generation settings' own check
+# (`check_generation_config_file` in vaswani_hf.io.models is the hook that calls it).
+GENERATION_CONFIG = FileShape("generation_config.json", Obj(), "save the model again or fix the file")
+CT2_CONFIG = FileShape("CTranslate2 config.json", Obj(optional={
+    "add_source_bos": Is(bool), "add_source_eos": Is(bool), "bos_token": STR, "eos_token": STR, "unk_token": STR,
+    "decoder_start_token": Nullable(STR), "layer_norm_epsilon": Nullable(Is(float))}),
+    "export the model again (vaswani-export-ctranslate2)")
+CT2_METADATA = FileShape("vaswani_ctranslate2.json", Obj(optional={
+    "max_positions": Nullable(Is(int, min=1)), "generation": Obj(), "quantization": STR}),
+    "export the model again (vaswani-export-ctranslate2)")
+CT2_VOCABULARY = FileShape("CTranslate2 vocabulary", ListOf(STR), "export the model again (vaswani-export-ctranslate2)")
+
+
+def check_shape(data: Any, shape: FileShape, path: str | os.PathLike) -> Any:
+    """`data` (read from `path`) if it has `shape`, else a UsageError naming the file and the field."""
+    spec = shape.spec if isinstance(shape.spec, Spec) else shape.spec(data)
+    try:
+        spec.check(data)
+    except ShapeError as error:
+        where = f"field {error.field} " if error.field else \
+            "the file " if shape.prefix else f"not a {shape.name}: the file "
+        raise UsageError(f"{path}: {shape.prefix}{where}{error.problem}; {shape.advice}") from None
+    return data
+
+
+def read_json(path: str | os.PathLike, shape: FileShape, what: str | None = None) -> Any:
+    """The content of a JSON file of declared `shape`; a UsageError naming the file (and line, or field) if it is
+    missing, not JSON, or of another shape."""
+    return check_shape(_parse_json(path, what=what or shape.name), shape, path)
+
+
+def check_tokenizer_file(path: str | os.PathLike, what: str | None = None):
+    """The `tokenizers.Tokenizer` of a tokenizer.json, checked: its declared shape, then the library itself (which
+    reports a file of the right shape but broken content in a multi-line message)."""
+    data = read_json(path, TOKENIZER, what=what)
+    from tokenizers import Tokenizer
+
+    try:
+        return Tokenizer.from_str(json.dumps(data))
+    except Exception as error:  # noqa: BLE001 - the tokenizers library raises a plain Exception
+        raise UsageError(f"{path}: not a tokenizer file ({one_line(error, 160)}); {TOKENIZER.advice}") from None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# safetensors: the header against the bytes
+# ---------------------------------------------------------------------------------------------------------------------
+# Bits per element of the safetensors dtypes (its format description and `safetensors/src/tensor.rs`)
+SAFETENSORS_DTYPE_BITS = {"BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "I16": 16,
+                          "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "I64": 64, "U64": 64,
+                          "F64": 64, "C64": 64, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6}
+MAX_SAFETENSORS_HEADER = 100_000_000  # the format's own limit
+_TENSOR = Obj(required={"dtype": Is(str, choices=tuple(SAFETENSORS_DTYPE_BITS)), "shape": ListOf(COUNT),
+                        "data_offsets": ListOf(COUNT, length=2)}, extra=False)
+SAFETENSORS_HEADER = FileShape("safetensors header", Obj(optional={"__metadata__": Nullable(Obj(extra=STR))},
+                                                         extra=_TENSOR),
+                               "the weights are corrupt: copy or save the model again")
+
+
+def check_safetensors(path: str | os.PathLike) -> dict:
+    """The header of a safetensors file, checked by the format's rules without reading the data: 8 bytes of header
+    length, a JSON object of tensors {dtype, shape, data_offsets}, each tensor's bytes = its elements x its dtype's
+    size, and the byte ranges tile the data exactly up to the end of the file (no gap, no overlap, nothing missing:
+    a truncated download is named here, not deep inside a loader). Raises UsageError naming the file and tensor."""
+    p = Path(path)
+    size = p.stat().st_size
+    broken = f"{p}: truncated or corrupt safetensors weights"
+    advice = "copy or save the model again"
+    with open(p, "rb") as handle:
+        head = handle.read(8)
+        if len(head) < 8:
+            raise UsageError(f"{broken} ({size} bytes); {advice}")
+        length = int.from_bytes(head, "little")
+        if length <= 0 or length > MAX_SAFETENSORS_HEADER or 8 + length > size:
+            raise UsageError(f"{broken} (header of {length} bytes in a file of {size}); {advice}")
+        try:
+            header = json.loads(handle.read(length))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            raise UsageError(f"{broken} (unreadable header); {advice}") from None
+    check_shape(header, SAFETENSORS_HEADER, p)
+    spans = []
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        bits = math.prod(entry["shape"]) * SAFETENSORS_DTYPE_BITS[entry["dtype"]]
+        if end < begin or end - begin != bits // 8 or bits % 8:
+            raise UsageError(f"{p}: tensor {name}: data_offsets {begin}..{end} ({end - begin} bytes) disagree with "
+                             f"its shape {entry['shape']} of {entry['dtype']} ({bits / 8:g} bytes); {advice}")
+        spans.append((begin, end, name))
+    position = 0
+    for begin, end, name in sorted(spans):
+        if begin != position:
+            raise UsageError(f"{p}: tensor {name} starts at byte {begin} of the data, expected {position} (the "
+                             f"tensors {'overlap' if begin < position else 'leave a gap'}); {advice}")
+        position = end
+    if 8 + length + position != size:
+        raise UsageError(f"{broken} ({size} bytes, the header describes {8 + length + position}); {advice}")
+    return header
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# CTranslate2 model folders
+# ---------------------------------------------------------------------------------------------------------------------
+CT2_DTYPE_BYTES = (4, 1, 2, 4, 2, 2)  # float32 int8 int16 int32 float16 bfloat16 (ctranslate2 DataType order)
+
+
+def _ct2_variables(handle, size: int) -> None:
+    """Walk model.bin's variable table (CTranslate2's binary layout, versions 4-6: name, rank, dims, dtype, byte
+    count, bytes), checking each variable's byte count against its dims and the file's length; raises ValueError."""
+    def read(fmt: str):
+        data = handle.read(struct.calcsize("<" + fmt))
+        if len(data) != struct.calcsize("<" + fmt):
+            raise ValueError(f"ends at byte {handle.tell()} inside its variable table")
+        return struct.unpack("<" + fmt, data)
+
+    def string() -> str:
+        (n,) = read("H")
+        data = handle.read(n)
+        if len(data) != n:
+            raise ValueError(f"ends at byte {handle.tell()} inside a name")
+        return data.rstrip(b"\0").decode("utf-8", "replace")
+
+    string(), read("I")  # spec name and revision
+    (count,) = read("I")
+    for _ in range(count):
+        name = string()
+        (rank,) = read("B")
+        dims = read("I" * rank)
+        dtype, num_bytes = read("BI")
+        if dtype >= len(CT2_DTYPE_BYTES) or num_bytes != math.prod(dims) * CT2_DTYPE_BYTES[dtype]:
+            raise ValueError(f"variable {name}: {num_bytes} bytes disagree with its shape {list(dims)}")
+        if handle.tell() + num_bytes > size:
+            raise ValueError(f"variable {name} needs bytes up to {handle.tell() + num_bytes}, the file has {size}")
+        handle.seek(num_bytes, os.SEEK_CUR)
+    (aliases,) = read("I")
+    for _ in range(2 * aliases):
+        string()
+
+
+def check_ctranslate2_folder(folder: str | os.PathLike, what: str = "CTranslate2 model folder") -> Path:
+    """A CTranslate2 model folder checked before CTranslate2 reads it (it aborts or prints its own error on a broken
+    one): model.bin complete, config.json an object of its settings, the vocabulary files lists of token strings,
+    our vaswani_ctranslate2.json (if present) of its shape. Raises UsageError naming the file."""
+    folder = Path(folder)
+    model = folder / "model.bin"
+    if not model.is_file():
+        raise UsageError(f"{folder} is not a {what} (no model.bin); create one with `vaswani-export-ctranslate2 "
+                         "--model_dir ... --out_dir ...`")
+    size = model.stat().st_size
+    with open(model, "rb") as handle:
+        head = handle.read(4)
+        version = int.from_bytes(head, "little") if len(head) == 4 else 0
+        if not 1 <= version <= 64:
+            raise UsageError(f"{model}: not a CTranslate2 model file ({size} bytes); {CT2_CONFIG.advice}")
+        if 4 <= version <= 6:  # layouts this check knows; others are left to CTranslate2
+            try:
+                _ct2_variables(handle, size)
+            except (ValueError, struct.error) as error:
+                raise UsageError(f"{model}: truncated or corrupt ({error}); {CT2_CONFIG.advice}") from None
+    read_json(folder / "config.json", CT2_CONFIG, what=f"config.json of {what} {folder}")
+    vocabularies = [folder / f"{name}_vocabulary.json" for name in ("shared",)] \
+        if (folder / "shared_vocabulary.json").is_file() or not (folder / "source_vocabulary.json").is_file() \
+        else [folder / f"{name}_vocabulary.json" for name in ("source", "target")]
+    for path in vocabularies:
+        if not path.is_file() and path.with_suffix(".txt").is_file():
+            continue  # the older text form: one token per line
+        tokens = read_json(path, CT2_VOCABULARY, what=f"vocabulary of {what} {folder}")
+        if not tokens:
+            raise UsageError(f"{path}: an empty vocabulary; {CT2_VOCABULARY.advice}")
+    if (folder / "vaswani_ctranslate2.json").is_file():
+        read_json(folder / "vaswani_ctranslate2.json", CT2_METADATA)
+    return folder
+
+
+__all__ = ["Spec", "Anything", "Is", "Nullable", "OneOf", "ListOf", "Obj", "ShapeError", "spec_of", "fields_of",
+           "FileShape", "CONFIG", "TRAINER_STATE", "TOKENIZER", "WEIGHTS_INDEX_SHAPE", "GENERATION_CONFIG",
+           "CT2_CONFIG", "CT2_METADATA", "CT2_VOCABULARY", "SAFETENSORS_HEADER", "check_shape", "read_json",
+           "check_tokenizer_file", "check_safetensors", "check_ctranslate2_folder"]
