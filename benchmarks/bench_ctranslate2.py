@@ -125,50 +125,18 @@ def prepare(args, work: Path) -> dict:
 
 
 def save_marian_native_convention(marian, tokenizer, folder: Path) -> None:
-    """The same Marian model with <pad> moved to the last id (Marian C++ convention): id i -> (i - 1) mod V."""
-    import torch
-    from transformers import PreTrainedTokenizerFast
+    """The same Marian model with <pad> moved to the last id (Marian C++ convention), relabelled by the package's
+    own Marian export code (`vaswani_hf.export.marian_vocabulary`), weights and tokenizer together."""
+    import copy
 
-    V = marian.config.vocab_size
-    pad = marian.config.pad_token_id
-    assert pad == 0, "the rotation below assumes <pad> = 0"
-    new_of_old = [(i - 1) % V for i in range(V)]
-    old_of_new = torch.tensor([(j + 1) % V for j in range(V)])
-    rotated = type(marian)(marian.config)
-    state = marian.state_dict()
-    for name in list(state):
-        if state[name].shape[:1] == (V,) and ("embed_tokens" in name or name in ("model.shared.weight",
-                                                                                  "lm_head.weight")):
-            state[name] = state[name][old_of_new].clone()
-        elif name == "final_logits_bias":
-            state[name] = state[name][:, old_of_new].clone()
-    rotated.load_state_dict(state, strict=False)
-    rotated.tie_weights()
-    for key, old in (("pad_token_id", pad), ("eos_token_id", marian.config.eos_token_id),
-                     ("bos_token_id", marian.config.bos_token_id),
-                     ("decoder_start_token_id", marian.config.decoder_start_token_id)):
-        setattr(rotated.config, key, new_of_old[old])
-    rotated.generation_config.decoder_start_token_id = rotated.config.decoder_start_token_id
-    rotated.generation_config.pad_token_id = rotated.config.pad_token_id
-    rotated.generation_config.eos_token_id = rotated.config.eos_token_id
-    rotated.generation_config.bos_token_id = rotated.config.bos_token_id
+    from vaswani_hf.export.marian_vocabulary import move_pad_last, relabel_tokenizer_files
+
+    relabelled = copy.deepcopy(marian)
+    new_of_old = move_pad_last(relabelled)
     folder.mkdir(parents=True, exist_ok=True)
-    rotated.save_pretrained(folder)
-
-    spec = json.loads(tokenizer.backend_tokenizer.to_str())
-    vocab = spec["model"]["vocab"]
-    spec["model"]["vocab"] = {token: new_of_old[i] for token, i in vocab.items()}
-    for added in spec.get("added_tokens", []):
-        added["id"] = new_of_old[added["id"]]
-    post = spec.get("post_processor") or {}
-    for entry in (post.get("special_tokens") or {}).values():
-        entry["ids"] = [new_of_old[i] for i in entry["ids"]]
-    from tokenizers import Tokenizer
-
-    fast = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(spec)), pad_token="<pad>",
-                                   bos_token="<s>", eos_token="</s>", unk_token="<unk>")
-    assert fast.convert_tokens_to_ids("<pad>") == V - 1
-    fast.save_pretrained(folder)
+    relabelled.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    relabel_tokenizer_files(folder, new_of_old)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

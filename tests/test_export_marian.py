@@ -121,6 +121,35 @@ def test_marian_export_loads_natively_and_matches(tiny, tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # written beside, renamed into place
 
 
+def test_an_untied_model_exports_with_its_three_matrices(tiny, tmp_path):
+    """`tie_word_embeddings=False` (separate encoder, decoder and output embeddings) is MarianMTModel's
+    `share_encoder_decoder_embeddings=False`: the export reloads untied and gives the same logits (the relabelling
+    once failed on the untied model's missing `shared` matrix, exit 1)."""
+    torch.manual_seed(2)
+    config = tiny["model"].config.to_dict()
+    config.update(tie_word_embeddings=False)
+    model = VaswaniForConditionalGeneration(type(tiny["model"].config).from_dict(config)).eval()
+    folder = tmp_path / "untied"
+    model.save_pretrained(folder)
+    tiny["tokenizer"].save_pretrained(folder)
+    out = tmp_path / "marian"
+    assert cli.main(["--model_dir", str(folder), "--out", str(out)]) == 0
+    marian = MarianMTModel.from_pretrained(out).eval()
+    assert not marian.config.share_encoder_decoder_embeddings and not marian.config.tie_word_embeddings
+    embeddings = (marian.model.encoder.embed_tokens.weight, marian.model.decoder.embed_tokens.weight,
+                  marian.lm_head.weight)
+    assert len({w.data_ptr() for w in embeddings}) == 3 and not torch.equal(embeddings[1], embeddings[2])
+    V = marian.config.vocab_size
+    new_of_old = torch.tensor([(i - 1) % V for i in range(V)])
+    batch = tiny["tokenizer"](SOURCES, return_tensors="pt", padding=True)
+    decoder_input_ids = torch.tensor(DECODER_INPUT_IDS)
+    with torch.no_grad():
+        ours = model(**batch, decoder_input_ids=decoder_input_ids).logits
+        theirs = marian(input_ids=new_of_old[batch["input_ids"]], attention_mask=batch["attention_mask"],
+                        decoder_input_ids=new_of_old[decoder_input_ids]).logits
+    torch.testing.assert_close(theirs[..., new_of_old], ours, atol=1e-4, rtol=1e-4)  # Marian reloads eps 1e-5
+
+
 def test_marian_export_without_card_inputs_and_with_languages(tiny, tmp_path, capsys):
     folder = copy_folder(tiny["folder"], tmp_path / "model")
     (folder / "metrics.json").unlink()

@@ -6,6 +6,7 @@ offline."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import shutil
@@ -48,6 +49,12 @@ def space(tiny):  # noqa: F811
     ("", ["text box is empty"]),
     (" \n\t ", ["text box is empty"]),
     (None, ["text box is empty"]),
+    ("\u200b\u200b\u200d\ufeff \u2060", ["text box is empty"]),  # zero-width spaces, joiner, BOM, word joiner
+    ("\x00 \x07\x1b", ["text box is empty"]),  # NUL and other control characters
+    ("\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069", ["text box is empty"]),  # bidi marks
+    ("😀😀😀 🐶🐱", ["Nothing to translate: the text has no words"]),
+    ("!!! ... ??? ,,, ;;;", ["Nothing to translate: the text has no words"]),
+    ("\u0301\u0301", ["the text has no words"]),  # combining accents, on nothing
     ("a" * 10_000, ["10,000 characters", f"up to {logic.MAX_CHARACTERS:,}", "Shorten it"]),
     (CHINESE, ["Chinese/Japanese (CJK) script", "never saw in training", "Latin script only"]),
     (ARABIC, ["Arabic script", "Latin script only"]),
@@ -65,7 +72,26 @@ def test_bad_text_is_refused_with_a_message_saying_what_to_do(space, text, fragm
 def test_text_is_one_line_and_a_few_unknown_letters_pass(space):
     assert logic.check_text("  a man\nis riding  ", space) == "a man is riding"
     assert logic.check_text("a man is riding a horse in 東京", space)  # 2 of 16 letters unknown: translated
-    assert logic.check_text("!!! 123 ...", space) == "!!! 123 ..."  # no letters at all: nothing to judge
+    assert logic.check_text("!!! 123 ...", space) == "!!! 123 ..."  # digits only: no script to judge
+    assert logic.check_text("A dog 🐶 runs in the park!!!", space) == "A dog 🐶 runs in the park!!!"
+    assert logic.check_text("\u200ba man\u200b", space) == "\u200ba man\u200b"  # visible words: the tokenizer's
+
+
+def test_a_sentence_over_the_token_limit_is_refused_in_words_for_the_page(space):
+    text = " ".join(["man"] * (logic.MAX_SOURCE_TOKENS + 5))
+    with pytest.raises(UsageError) as error:
+        logic.translate_text(space, text, 1, 0.6)
+    message = str(error.value)
+    assert f"at most {logic.MAX_SOURCE_TOKENS} are allowed here" in message and "the sentence has" in message
+    assert "a line may have" not in message and "--max_input_tokens" not in message
+
+
+def test_the_status_line_says_no_length_penalty_with_beam_1(space):
+    from vaswani_hf import space as page
+
+    note = page.on_translate(space, SENTENCE, 1, 0.6, "cross", 2, "all")[1]
+    assert "beam size 1 (no length penalty with beam 1)." in note and "0.6" not in note
+    assert "beam size 4, length penalty 0.6." in page.on_translate(space, SENTENCE, 4, 0.6, "cross", 2, "all")[1]
 
 
 def test_the_known_script_comes_from_the_vocabulary(space):
@@ -121,6 +147,10 @@ def test_a_heat_map_is_the_packages_plot_of_the_chosen_layer_and_head(space):
     (("cross", 3, "all"), "has 2 layers: choose a layer from 1 to 2"), (("cross", 0, "1"), "from 1 to 2"),
     (("encoder", 1, "5"), "4 heads per layer"), (("encoder", 1, "x"), "head must be 'all'"),
     (("self", 1, "1"), "attention must be one of encoder, decoder, cross"),
+    (("cross", 1.5, "1"), "layer must be a whole number from 1 to 2, not 1.5"),
+    (("cross", "1.5", "all"), "layer must be a whole number"), (("cross", math.nan, "all"), "whole number"),
+    (("encoder", 1, 1.5), "head must be 'all' or a whole number from 1 to 4, not 1.5"),
+    (("encoder", 1, "2.5"), "whole number"),
 ])
 def test_a_view_the_model_does_not_have_is_refused(space, view, fragment):
     with pytest.raises(UsageError, match=fragment):
@@ -175,6 +205,96 @@ def test_model_comes_from_the_flag_the_environment_the_readme_then_the_bundled_f
     assert page.resolve_model("flag/model", readme_model) == "flag/model"
 
 
+def test_an_empty_model_name_is_refused_not_replaced(monkeypatch):
+    from vaswani_hf import space as page
+
+    monkeypatch.setenv(page.MODEL_ENV, "env/model")
+    for empty in ("", "  "):
+        with pytest.raises(UsageError, match="--model is empty"):
+            page.resolve_model(empty, "org/readme-model")
+    monkeypatch.setenv(page.MODEL_ENV, "")
+    with pytest.raises(UsageError, match=f"{page.MODEL_ENV} is set but empty"):
+        page.resolve_model(None, "org/readme-model")
+
+
+@pytest.fixture
+def taken_port():
+    """A port on 127.0.0.1 that another program listens on."""
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        yield other.getsockname()[1]
+
+
+@pytest.fixture
+def no_gradio_variables(monkeypatch):
+    from vaswani_hf import space as page
+
+    for name in (page.HOST_ENV, page.PORT_ENV):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.usefixtures("no_gradio_variables")
+def test_the_address_is_checked_and_named_by_its_flag_or_variable(taken_port, monkeypatch):
+    from vaswani_hf import space as page
+
+    port = _free_port()
+    assert page.listen_address(None, port) == ("127.0.0.1", port) and page.listen_address() == ("127.0.0.1", None)
+    cases = [((None, taken_port), {}, f"--port {taken_port}: the port is in use"),
+             (("999.1.1.1", None), {}, "--host '999.1.1.1' is not an address or a host name this machine knows"),
+             (("192.0.2.1", port), {}, "--host '192.0.2.1' is not an address of this machine"),  # TEST-NET-1
+             (("", None), {}, "--host is empty"),
+             ((None, None), {page.PORT_ENV: "abc"}, "GRADIO_SERVER_PORT='abc' is not a port number"),
+             ((None, None), {page.PORT_ENV: "70000"}, "GRADIO_SERVER_PORT='70000' is not a port number"),
+             ((None, None), {page.PORT_ENV: str(taken_port)}, f"GRADIO_SERVER_PORT={taken_port}: the port is in use"),
+             ((None, None), {page.HOST_ENV: "999.1.1.1"}, "GRADIO_SERVER_NAME '999.1.1.1' is not an address")]
+    for arguments, environment, fragment in cases:
+        with monkeypatch.context() as patch:
+            for name, value in environment.items():
+                patch.setenv(name, value)
+            with pytest.raises(UsageError) as error:
+                page.listen_address(*arguments)
+        assert fragment in str(error.value) and "\n" not in str(error.value), (arguments, environment, error.value)
+    monkeypatch.setenv(page.PORT_ENV, str(port))
+    assert page.listen_address("127.0.0.1", None) == ("127.0.0.1", port)  # the variable, as Gradio reads it
+
+
+@pytest.mark.usefixtures("no_gradio_variables")
+def test_command_line_refuses_a_bad_address_before_loading_the_model(tiny, taken_port, capsys,  # noqa: F811
+                                                                     monkeypatch):
+    from vaswani_hf import space as page
+
+    monkeypatch.setattr(logic, "load_space_model", lambda *a, **k: pytest.fail("the model was loaded first"))
+    folder = str(tiny["folder"])
+    assert_one_line_error(page.main, ["--model", folder, "--port", str(taken_port)], capsys, 2,
+                          "vaswani-space: error: --port", "in use")
+    assert_one_line_error(page.main, ["--model", folder, "--host", "999.1.1.1"], capsys, 2, "--host '999.1.1.1'")
+    assert_one_line_error(page.main, ["--model", ""], capsys, 2, "--model is empty")
+    monkeypatch.setenv(page.PORT_ENV, "abc")
+    assert_one_line_error(page.main, ["--model", folder], capsys, 2, "GRADIO_SERVER_PORT='abc'")
+
+
+@pytest.mark.slow
+def test_vaswani_space_with_its_port_taken_is_one_line_exit_2(tiny, taken_port, tmp_path):  # noqa: F811
+    """The real process: the refusal comes before Gradio is imported and the model loaded (no traceback)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "GRADIO_")) and k != "PYTHONPATH"}
+    env.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    for argv, extra, fragment in ((["--port", str(taken_port)], {}, f"--port {taken_port}: the port is in use"),
+                                  ([], {"GRADIO_SERVER_PORT": "abc"}, "GRADIO_SERVER_PORT='abc'")):
+        done = subprocess.run([sys.executable, "-m", "vaswani_hf.space", "--model", str(tiny["folder"]), *argv],
+                              env={**env, **extra}, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                              stdin=subprocess.DEVNULL)
+        assert done.returncode == 2 and done.stdout == "", done
+        assert done.stderr.count("\n") == 1 and fragment in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.skipif(not importlib.util.find_spec("gradio"), reason="the page needs Gradio")
+def test_the_page_deletes_its_heat_maps_from_gradios_cache(space):
+    from vaswani_hf import space as page
+
+    assert page.build_demo(space).delete_cache == (page.CACHE_SECONDS, page.CACHE_SECONDS)
+
+
 def test_command_line_refuses_a_missing_model_in_one_line(tmp_path, capsys):
     from vaswani_hf import space as page
 
@@ -225,10 +345,12 @@ def _wait_for_page(url: str, server: subprocess.Popen, timeout: float = 120.0) -
 
 @pytest.fixture
 def page_server(tiny, tmp_path):  # noqa: F811
-    """`python -m vaswani_hf.space --model TINY --port P` on 127.0.0.1, offline; stopped (by its id) afterwards."""
+    """`python -m vaswani_hf.space --model TINY --port P` on 127.0.0.1, offline, its temporary folder in tmp_path;
+    stopped (by its id) afterwards."""
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "GRADIO_")) and k != "PYTHONPATH"}
-    env.update(GRADIO_ANALYTICS_ENABLED="False", GRADIO_TEMP_DIR=str(tmp_path / "gradio"), HF_HUB_OFFLINE="1",
+    (tmp_path / "tmp").mkdir()  # the server's temporary files, its Gradio cache folder among them
+    env.update(GRADIO_ANALYTICS_ENABLED="False", TMPDIR=str(tmp_path / "tmp"), HF_HUB_OFFLINE="1",
                HF_HOME=str(tmp_path / "hf"), MPLCONFIGDIR=str(tmp_path / "mpl"), OMP_NUM_THREADS="1",
                TOKENIZERS_PARALLELISM="false", NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
     server = subprocess.Popen([sys.executable, "-m", "vaswani_hf.space", "--model", str(tiny["folder"]),
@@ -239,12 +361,19 @@ def page_server(tiny, tmp_path):  # noqa: F811
         _wait_for_page(url, server)
         yield url, server
     finally:
-        server.send_signal(signal.SIGINT)
-        try:
-            server.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.communicate()
+        _stop(server)
+
+
+def _stop(server: subprocess.Popen) -> None:
+    """Stop the page's server as Ctrl-C does (Gradio shuts down and cleans its cache); kill it if it hangs."""
+    if server.poll() is not None:
+        return
+    server.send_signal(signal.SIGINT)
+    try:
+        server.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.communicate()
 
 
 @pytest.fixture
@@ -325,7 +454,8 @@ def _expect_refusal(driver, text: str, fragment: str, paste: bool = False) -> No
 
 
 @pytest.mark.slow
-def test_a_person_translates_looks_at_the_attention_and_gets_messages_for_bad_input(browser, page_server, space):
+def test_a_person_translates_looks_at_the_attention_and_gets_messages_for_bad_input(browser, page_server, space,
+                                                                                    tmp_path):
     url, server = page_server
     expected = logic.translate_text(space, SENTENCE, 4, 0.6)  # the page's defaults: the generation config's
     browser.get(url)
@@ -353,6 +483,11 @@ def test_a_person_translates_looks_at_the_attention_and_gets_messages_for_bad_in
         assert response.status == 200
     assert server.poll() is None
     assert _requested_hosts(browser) == {"127.0.0.1"}  # the page loads nothing from elsewhere (fonts, analytics)
+
+    (cache,) = (tmp_path / "tmp").glob("vaswani_space_*")  # the server's own Gradio cache: the heat maps ...
+    assert list(cache.rglob("*.png"))
+    _stop(server)
+    assert server.returncode is not None and not cache.exists()  # ... are deleted when it stops
 
 
 def _requested_hosts(driver) -> set[str]:

@@ -49,6 +49,8 @@ def test_the_space_readme_links_the_model_it_serves():
     (["--repo_id", REPO_ID, "--space_only"], ["--space_only needs --space_id"]),
     (["--repo_id", REPO_ID], ["required: --model_dir"]),
     (["--repo_id", "bad repo//x", "--space_id", SPACE_ID, "--space_only"], ["model repository id 'bad repo//x'"]),
+    (["--model_dir", "outputs/x", "--repo_id", REPO_ID, "--space_id", SPACE_ID, "--space_only"],
+     ["--model_dir and --space_only exclude each other"]),
 ])
 def test_bad_space_arguments_are_one_line_exit_2_before_any_request(argv, fragments, capsys, hub_server):  # noqa: F811
     for dry_run in ([], ["--dry_run"]):
@@ -60,6 +62,16 @@ def test_a_bad_space_id_is_refused_before_the_model_is_uploaded(tiny, capsys, hu
     assert_one_line_error(cli.main, ["--model_dir", str(tiny["folder"]), "--repo_id", REPO_ID, "--space_id",
                                      "bad id//x"], capsys, 2, "--space_id 'bad id//x' is invalid")
     assert hub_server.requests == []
+
+
+def test_space_only_for_a_model_repository_that_does_not_exist_is_refused(capsys, hub_server,  # noqa: F811
+                                                                          monkeypatch):
+    """Only a read of the model repository's info: no Space is created for a page that could serve nothing."""
+    monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", hub_server.endpoint)
+    monkeypatch.setenv("HF_TOKEN", TEST_TOKEN)
+    assert_one_line_error(cli.main, ["--repo_id", "org/absent", "--space_id", SPACE_ID, "--space_only"], capsys, 2,
+                          "the model repository org/absent does not exist on the Hub", "push the model first")
+    assert {method for method, _ in hub_server.requests} == {"GET"} and f"spaces/{SPACE_ID}" not in hub_server.hub.repos
 
 
 SPACE_CHECK = r'''
@@ -109,13 +121,19 @@ def test_push_model_and_space_then_the_space_serves_the_model_by_its_id(tiny, hu
 
 @pytest.mark.slow
 def test_space_only_updates_an_existing_space_in_a_new_commit(hub_server, tmp_path):  # noqa: F811
-    """--space_only uploads no model; pointing the Space at another model is one more commit, the same one none."""
+    """--space_only uploads no model, for models that exist; pointing the Space at another model is one more
+    commit, the same one none."""
+    from huggingface_hub import HfApi
+
+    models = (REPO_ID, "org/other-model")
+    for model in models:
+        HfApi(endpoint=hub_server.endpoint, token=TEST_TOKEN).create_repo(model)
     env = clean_env(HF_ENDPOINT=hub_server.endpoint, HF_TOKEN=TEST_TOKEN, HF_HOME=str(tmp_path / "home"),
                     HF_HUB_DISABLE_XET="1")
     for model in (REPO_ID, "org/other-model", "org/other-model"):
         run([sys.executable, str(REPO_ROOT / "scripts" / "push_to_hub.py"), "--repo_id", model, "--space_id",
              SPACE_ID, "--space_only"], env, cwd=tmp_path)
-    assert REPO_ID not in hub_server.hub.repos and "org/other-model" not in hub_server.hub.repos
+    assert [hub_server.history(model) for model in models] == [["initial commit"]] * 2  # no model uploaded
     key = f"spaces/{SPACE_ID}"
     assert len(hub_server.history(key)) == 3  # initial, REPO_ID, org/other-model; the unchanged push: no commit
     readme = hub_server.hub.content(hub_server.files(key)["README.md"]).decode()

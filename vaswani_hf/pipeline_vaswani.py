@@ -147,7 +147,7 @@ def register_pipeline_tasks(langs=None) -> None:
         TASK: {"impl": VaswaniTranslationPipeline, "pt": (AutoModelForSeq2SeqLM,), "type": "text"}}
 
 
-def transformers_refusal(task: str) -> KeyError:
+def _transformers_refusal(task: str) -> KeyError:
     """The KeyError transformers itself gives for `task` (one of `TASKS` or a pair name) where this pipeline is not
     registered: "has been removed" with transformers' advice (>= 5.2x), or "Unknown task" (earlier 5.x)."""
     from transformers import pipelines
@@ -204,15 +204,25 @@ class VaswaniTranslationPipeline(Pipeline):
         super().__init__(*args, **kwargs)
         if getattr(self.model.config, "model_type", None) != "vaswani":
             # The names are back for this model only: any other model gets transformers' own refusal, unchanged.
-            raise transformers_refusal(self.task or TASK)
+            raise _transformers_refusal(self.task or TASK)
         if self.tokenizer is None:
             raise ValueError("translation pipeline: no tokenizer; pass `tokenizer=` (the model's, e.g. "
                              "`AutoTokenizer.from_pretrained(FOLDER)`) to `pipeline(...)`")
-        _refuse_dict_outputs(getattr(self, "_generate_kwargs", {}))  # transformers >= 5.2x sets these aside
+        self._refuse_constructor_dict_outputs()
         match = _PAIR_TASK.match(self.task or "")
         if match:
             self._check_languages(match.group(1), match.group(2), f"the task {self.task!r}",
                                   f'use the task "{TASK}" or a model for that pair')
+
+    def _refuse_constructor_dict_outputs(self) -> None:
+        """`_refuse_dict_outputs` for the constructor's generate() arguments, which transformers takes before
+        `_sanitize_parameters`: set aside (>= 5.2x), or merged into a copy of the model's generation config (5.17:
+        asked for where the copy differs from the model's own setting)."""
+        asked = dict(getattr(self, "_generate_kwargs", {}))
+        merged = getattr(getattr(self, "generation_config", None), "return_dict_in_generate", False)
+        if merged and not self.model.generation_config.return_dict_in_generate:
+            asked["return_dict_in_generate"] = True
+        _refuse_dict_outputs(asked)
 
     @property
     def return_name(self) -> str:

@@ -10,16 +10,24 @@ drawn by `vaswani_hf.visualize`. Bad input (an empty box, a pasted page, text in
 answered in the page with one sentence saying what to do; the server stays up. The model comes from --model, else
 the environment variable VASWANI_MODEL, else (in a Space) the `models:` entry of its README.md, else
 outputs/default/hub (the bundled model of `python scripts/train.py`).
-The page makes no request outside the machine: Gradio's analytics and version check are off.
+The page makes no request outside the machine: Gradio's analytics and version check are off. The address
+(--host/--port, else $GRADIO_SERVER_NAME/$GRADIO_SERVER_PORT) is checked before the model is loaded: a port in use,
+an unknown host or a bad variable is one line, exit status 2. The heat maps Gradio serves are written to a temporary
+folder of this server, removed when it stops (or, with GRADIO_TEMP_DIR set, pruned after an hour).
 
 Needs the `space` extra: pip install "vaswani_hf[space]" (Gradio). The testable parts: `vaswani_hf.space_logic`.
 """
 
 from __future__ import annotations
 
+import atexit
+import errno
 import logging
 import os
+import shutil
+import socket
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -29,6 +37,10 @@ from .visualize import KIND_TITLES, KINDS
 
 DEFAULT_MODEL = "outputs/default/hub"
 MODEL_ENV = "VASWANI_MODEL"
+HOST_ENV, PORT_ENV = "GRADIO_SERVER_NAME", "GRADIO_SERVER_PORT"  # Gradio's own variables, honoured as defaults
+CACHE_ENV = "GRADIO_TEMP_DIR"  # where Gradio writes the files it serves (the heat maps)
+DEFAULT_HOST = "127.0.0.1"
+CACHE_SECONDS = 3600  # the heat maps Gradio writes to its cache folder are deleted after an hour, and at shutdown
 log = logging.getLogger(__name__)
 
 INTRO = """# The Transformer (Vaswani et al., 2017): translate, and look at the attention
@@ -36,12 +48,14 @@ Model: `{name}`. Decoding as in the paper (Section 6.1): beam search with length
 ((5 + |Y|) / 6)<sup>α</sup>, at most input length + 50 tokens. The heat map shows one layer's attention weights
 softmax(QK<sup>T</sup>/√d<sub>k</sub>) (Eq. 1): one row per query token, one column per key token."""
 
-__all__ = ["build_demo", "launch", "main", "model_from_readme", "resolve_model", "DEFAULT_MODEL", "MODEL_ENV"]
+__all__ = ["build_demo", "launch", "listen_address", "main", "model_from_readme", "resolve_model", "DEFAULT_MODEL",
+           "MODEL_ENV"]
 
 
 def _gradio():
     """Gradio, imported with its analytics off (read at import: no telemetry, no version check over the network)."""
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    _port_from_environment()  # Gradio reads it at import and fails there with a traceback
     try:
         import gradio
     except ImportError as error:
@@ -64,8 +78,10 @@ def on_translate(space: logic.SpaceModel, text, num_beams, length_penalty, kind,
         log.exception("translation failed")
         return "", _message(f"The server could not translate this ({type(error).__name__}); try another text."), \
             None, None
+    penalty = f", length penalty {result.length_penalty:g}" if result.num_beams > 1 else \
+        " (no length penalty with beam 1)"  # greedy decoding compares no hypotheses of different lengths
     note = (f"{len(result.attentions.source_tokens)} source and {len(result.attentions.target_tokens)} target "
-            f"tokens; beam size {result.num_beams}, length penalty {result.length_penalty:g}.")
+            f"tokens; beam size {result.num_beams}{penalty}.")
     return result.text, note, image, result.attentions
 
 
@@ -87,7 +103,8 @@ def build_demo(space: logic.SpaceModel):
     gr = _gradio()
     generation = space.model.generation_config
     most_layers = max(space.layers.values())
-    with gr.Blocks(title="Vaswani Transformer: translation and attention", analytics_enabled=False) as demo:
+    with gr.Blocks(title="Vaswani Transformer: translation and attention", analytics_enabled=False,
+                   delete_cache=(CACHE_SECONDS, CACHE_SECONDS)) as demo:
         gr.Markdown(INTRO.format(name=space.name))
         source = gr.Textbox(label="Source sentence", lines=2, elem_id="source",
                             placeholder="Type a sentence in the model's source language")
@@ -127,8 +144,18 @@ def build_demo(space: logic.SpaceModel):
 
 
 def resolve_model(argument: str | None, default: str | None = None) -> str:
-    """--model, else $VASWANI_MODEL, else `default` (a Space's README), else the bundled model folder."""
-    return argument or os.environ.get(MODEL_ENV) or default or DEFAULT_MODEL
+    """--model, else $VASWANI_MODEL, else `default` (a Space's README), else the bundled model folder. An empty
+    --model or $VASWANI_MODEL is refused: it would silently serve another model."""
+    if argument is not None:
+        if not argument.strip():
+            raise UsageError("--model is empty: give a model folder or a Hub id (org/name)")
+        return argument
+    from_environment = os.environ.get(MODEL_ENV)
+    if from_environment is not None:
+        if not from_environment.strip():
+            raise UsageError(f"{MODEL_ENV} is set but empty: give a model folder or a Hub id, or unset it")
+        return from_environment
+    return default or DEFAULT_MODEL
 
 
 def model_from_readme(app_file: str | os.PathLike) -> str | None:
@@ -143,20 +170,98 @@ def model_from_readme(app_file: str | os.PathLike) -> str | None:
     return str(models[0]) if models else None
 
 
+def _port_from_environment() -> int | None:
+    """$GRADIO_SERVER_PORT as a port number (None when unset), or a UsageError naming it."""
+    text = os.environ.get(PORT_ENV)
+    if text is None:
+        return None
+    try:
+        port = int(text.strip())
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise UsageError(f"{PORT_ENV}={text!r} is not a port number: give a whole number from 1 to 65535, or unset it")
+    return port
+
+
+def listen_address(host: str | None = None, port: int | None = None) -> tuple[str, int | None]:
+    """(host, port) the page will listen on: --host, else $GRADIO_SERVER_NAME, else 127.0.0.1; --port, else
+    $GRADIO_SERVER_PORT, else None (Gradio takes the first free port from 7860). Checked by binding a test socket,
+    before the model is loaded (which takes a while): an unknown host, an address of another machine, a port in use
+    or reserved is a UsageError naming the flag or variable it came from."""
+    host_from = "--host"
+    if host is None:
+        host, host_from = os.environ.get(HOST_ENV), HOST_ENV
+    if host is None:
+        host, host_from = DEFAULT_HOST, "the default host"
+    port_from = "--port"
+    if port is None:
+        port, port_from = _port_from_environment(), PORT_ENV
+    if not host.strip():
+        raise UsageError(f"{host_from} is empty: give an address to listen on, e.g. 127.0.0.1 (this machine only) "
+                         "or 0.0.0.0 (every network interface)")
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host  # [::1] as a browser writes it
+    try:
+        family, kind, protocol, _, address = socket.getaddrinfo(bare, port or 0, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError) as error:
+        raise UsageError(f"{host_from} {host!r} is not an address or a host name this machine knows "
+                         f"({getattr(error, 'strerror', None) or error}); give e.g. 127.0.0.1 or 0.0.0.0") from error
+    with socket.socket(family, kind, protocol) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server will: a port in TIME_WAIT is free
+        try:
+            probe.bind(address)
+        except OSError as error:
+            raise UsageError(_bind_refusal(error, host, host_from, port, port_from)) from error
+    return host, port
+
+
+def _bind_refusal(error: OSError, host: str, host_from: str, port: int | None, port_from: str) -> str:
+    named_port = f"{port_from} {port}" if port_from.startswith("--") else f"{port_from}={port}"
+    if error.errno == errno.EADDRINUSE:
+        return f"{named_port}: the port is in use on {host} (another server?); choose another port or stop that one"
+    if error.errno == errno.EACCES:
+        return f"{named_port}: this user may not listen on ports below 1024; choose a port from 1024 to 65535"
+    if error.errno == errno.EADDRNOTAVAIL:
+        return f"{host_from} {host!r} is not an address of this machine; give e.g. 127.0.0.1 or 0.0.0.0"
+    return f"cannot listen on {host} port {port or 'any'} ({error.strerror or error}); choose another --host or --port"
+
+
 def launch(model: str | None = None, host: str | None = None, port: int | None = None, *,
            default_model: str | None = None, **launch_kwargs):
-    """Load the model, build the page and serve it on `host` (None: $GRADIO_SERVER_NAME, else 127.0.0.1); blocks
-    until stopped unless `prevent_thread_lock=True`."""
+    """Check the address (`listen_address`), load the model, build the page and serve it; blocks until stopped
+    unless `prevent_thread_lock=True`."""
     from .io import check_model_folder
 
     name = resolve_model(model, default_model)
+    host, port = listen_address(host, port)  # before the model: loading it takes a while
     check_model_folder(name)  # cheap: a missing or broken folder is named before Gradio is even imported
-    _gradio()
-    space = logic.load_space_model(name)
-    demo = build_demo(space)
-    demo.queue(default_concurrency_limit=1)  # one decoding at a time: the model is not shared between requests
-    demo.launch(server_name=host, server_port=port, show_error=False, footer_links=[], **launch_kwargs)
+    cache = _own_cache_folder()
+    try:
+        _gradio()
+        space = logic.load_space_model(name)
+        demo = build_demo(space)
+        demo.queue(default_concurrency_limit=1)  # one decoding at a time: the model is not shared between requests
+        try:
+            demo.launch(server_name=host, server_port=port, show_error=False, footer_links=[], **launch_kwargs)
+        except OSError as error:  # e.g. the port taken since listen_address checked it
+            raise UsageError(f"could not start the page's server on {host} port {port or 'from 7860'} "
+                             f"({str(error).split('. ')[0]}); choose another --port or --host") from error
+    finally:
+        if cache is not None and not launch_kwargs.get("prevent_thread_lock"):
+            shutil.rmtree(cache, ignore_errors=True)  # the server has stopped (else: at exit, see _own_cache_folder)
     return demo
+
+
+def _own_cache_folder() -> str | None:
+    """A temporary folder of this server for the heat maps Gradio writes (its GRADIO_TEMP_DIR), removed when the
+    server stops or the process exits; None when GRADIO_TEMP_DIR is set (the user's folder: `CACHE_SECONDS` prunes
+    it). Gradio's own default, a shared /tmp/gradio, would keep every map of every run forever."""
+    if os.environ.get(CACHE_ENV):
+        return None
+    folder = tempfile.mkdtemp(prefix="vaswani_space_")
+    os.environ[CACHE_ENV] = folder
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 def _main(argv: Sequence[str], default_model: str | None = None) -> int:

@@ -19,6 +19,8 @@ knows), a source longer than the model's positions, decoding settings out of ran
 from __future__ import annotations
 
 import io
+import math
+import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
@@ -95,10 +97,22 @@ def load_space_model(name_or_path: str, device: str | None = "cpu") -> SpaceMode
                       heads=heads)
 
 
+def _visible(text: str) -> str:
+    """`text` without the characters that show nothing: control characters (NUL, ESC, ...; Unicode category Cc,
+    whitespace aside) and format characters (Cf: zero-width spaces and joiners U+200B-U+200D, U+2060, the byte order
+    mark U+FEFF, the bidirectional marks and overrides U+200E/F, U+202A-E, U+2066-9)."""
+    return "".join(ch for ch in text if ch.isspace() or unicodedata.category(ch) not in ("Cc", "Cf"))
+
+
 def check_text(text, space: SpaceModel) -> str:
-    """The text to translate, as one stripped line, or a UsageError saying what is wrong with it."""
-    if not isinstance(text, str) or not text.strip():
+    """The text to translate, as one stripped line, or a UsageError saying what is wrong with it: nothing visible
+    (the box looks empty), no word at all (no letter or digit: emoji or punctuation only), too long, or a script the
+    model never saw. Invisible characters inside a real sentence are left to the tokenizer."""
+    if not isinstance(text, str) or not _visible(text).strip():
         raise UsageError("Type a sentence to translate: the text box is empty.")
+    if not any(ch.isalnum() for ch in text):
+        raise UsageError("Nothing to translate: the text has no words (no letter or digit, only symbols, emoji or "
+                         "punctuation). Type a sentence in the model's source language.")
     text = " ".join(text.split())
     if len(text) > MAX_CHARACTERS:
         raise UsageError(f"The text has {len(text):,} characters; this page translates up to {MAX_CHARACTERS:,} "
@@ -133,21 +147,29 @@ def check_view(space: SpaceModel, kind, layer, head) -> tuple[str, int, int | No
     if kind not in KINDS:
         raise UsageError(f"attention must be one of {', '.join(KINDS)}, not {kind!r}")
     layers = space.layers[kind]
-    try:
-        layer = int(layer)
-    except (TypeError, ValueError) as error:
-        raise UsageError(f"layer must be a number from 1 to {layers}, not {layer!r}") from error
-    if not 1 <= layer <= layers:
+    number = _whole_number(layer)
+    if number is None:
+        raise UsageError(f"layer must be a whole number from 1 to {layers}, not {layer!r}")
+    if not 1 <= number <= layers:
         raise UsageError(f"the model's {KIND_TITLES[kind]} has {layers} layers: choose a layer from 1 to {layers}")
     if head in (None, ALL_HEADS):
-        return kind, layer - 1, None
-    try:
-        head = int(head)
-    except (TypeError, ValueError) as error:
-        raise UsageError(f"head must be '{ALL_HEADS}' or a number from 1 to {space.heads}, not {head!r}") from error
-    if not 1 <= head <= space.heads:
+        return kind, number - 1, None
+    chosen = _whole_number(head)
+    if chosen is None:
+        raise UsageError(f"head must be '{ALL_HEADS}' or a whole number from 1 to {space.heads}, not {head!r}")
+    if not 1 <= chosen <= space.heads:
         raise UsageError(f"the model has {space.heads} heads per layer: choose a head from 1 to {space.heads}")
-    return kind, layer - 1, head - 1
+    return kind, number - 1, chosen - 1
+
+
+def _whole_number(value) -> int | None:
+    """`value` (a number, or its text as the page sends it) as an int if it is a whole number, else None: 1.5 is
+    refused, not truncated to 1."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return int(number) if math.isfinite(number) and number == int(number) else None
 
 
 @dataclass
@@ -167,10 +189,22 @@ def translate_text(space: SpaceModel, text, num_beams, length_penalty) -> Transl
         translation = translate(space.model, space.tokenizer, [source], num_beams=beams, length_penalty=alpha,
                                 max_input_tokens=MAX_SOURCE_TOKENS, progress=False)[0]
     except InputLineError as error:  # too many tokens for the page, or for the model's positions
-        raise UsageError(f"The text is too long: {error.message.split('; ')[0]}. Shorten it.") from error
+        raise UsageError(f"The text is too long: {_too_long(error.message)}. Shorten it.") from error
     attentions = collect_attentions(space.model, space.tokenizer, source, translation)
     attentions.target_origin = f"beam-{beams}" if beams > 1 else "greedy"
     return Translation(source, translation, attentions, beams, alpha)
+
+
+def _too_long(message: str) -> str:
+    """The translation frontend's refusal of a long line (worded for a file of lines: "201 source tokens, more than
+    the 200 a line may have; split the line ...") reworded for the page's one sentence."""
+    limit = re.match(r"([\d,]+) (source tokens|characters), more than the ([\d,]+)", message)
+    if limit:
+        return f"the sentence has {limit[1]} {limit[2].split()[-1]}; at most {limit[3]} are allowed here"
+    positions = re.match(r"([\d,]+) source tokens, but .*?([\d,]+) positions", message)
+    if positions:
+        return f"the sentence has {positions[1]} tokens; the model has positions for at most {positions[2]}"
+    return message.split("; ")[0]
 
 
 def attention_figure(space: SpaceModel, attentions: Attentions, kind, layer, head):

@@ -13,8 +13,8 @@ network call. The Hub address is huggingface_hub's (HF_ENDPOINT to point elsewhe
 
 --space_id also creates (or updates) a Gradio Space of that id serving --repo_id: a page that translates with the
 paper's decoding and draws every attention head (`vaswani_hf.space`; files: `vaswani_hf.hub.space`), uploaded in
-one commit after the model. --space_only uploads only the Space, for a model repository that exists already (no
---model_dir needed).
+one commit after the model. --space_only uploads only the Space, for a model repository that exists already (checked
+before the upload; no --model_dir).
 """
 
 from __future__ import annotations
@@ -51,6 +51,9 @@ def _main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.space_only and args.space_id is None:
         raise io.UsageError("--space_only needs --space_id, the Space to create (see --help)")
+    if args.space_only and args.model_dir is not None:
+        raise io.UsageError("--model_dir and --space_only exclude each other: --space_only uploads no model (drop "
+                            "--model_dir to update only the Space, or --space_only to push the model too)")
     if args.model_dir is None and not args.space_only:
         raise io.UsageError("the following arguments are required: --model_dir (see --help)")
     if args.space_id is not None:

@@ -44,16 +44,19 @@ def _relabel_id(value, new_of_old: list[int]):
 def move_pad_last(marian: MarianMTModel) -> list[int]:
     """Relabel `marian` (from `to_marian`) in place so that `<pad>` is its last id; returns `new_of_old`.
 
-    The rows of the (shared or separate) embeddings and of the output projection, the columns of
-    `final_logits_bias`, and the special ids of the config and generation config are permuted together: logits of
-    the relabelled model at Marian id `new_of_old[i]` are the original's at id i.
+    The rows of the embeddings and of the output projection (one shared matrix, or three with
+    `tie_word_embeddings=False`), the columns of `final_logits_bias`, and the special ids of the config and
+    generation config are permuted together: logits of the relabelled model at Marian id `new_of_old[i]` are the
+    original's at id i.
     """
     config = marian.config
     new_of_old = pad_last_order(config.vocab_size, config.pad_token_id)
     old_of_new = torch.empty(config.vocab_size, dtype=torch.long)
     old_of_new[torch.tensor(new_of_old)] = torch.arange(config.vocab_size)
-    weights = {id(w): w for w in (marian.model.encoder.embed_tokens.weight, marian.model.decoder.embed_tokens.weight,
-                                  marian.model.shared.weight, marian.lm_head.weight)}
+    embeddings = [marian.model.encoder.embed_tokens, marian.model.decoder.embed_tokens, marian.lm_head]
+    if getattr(marian.model, "shared", None) is not None:  # untied models (share_encoder_decoder_embeddings=False)
+        embeddings.append(marian.model.shared)  # have three separate matrices and no `shared`
+    weights = {id(module.weight): module.weight for module in embeddings}
     for weight in weights.values():  # tied weights are one tensor: permute each tensor once
         weight.copy_(weight[old_of_new.to(weight.device)])
     bias = marian.final_logits_bias

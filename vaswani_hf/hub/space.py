@@ -122,7 +122,9 @@ def push_space(model_repo_id: str, space_id: str, *, private: bool = False, toke
     """Create (if needed) the Gradio Space `space_id` and upload, in one commit, a page serving `model_repo_id`.
 
     The ids are checked before any network call (UsageError). With `dry_run`, prints and returns the files (path,
-    size) without any network call. The token is `token`, else HF_TOKEN, else the cached login; never printed.
+    size) without any network call. Otherwise `model_repo_id` must exist on the Hub (UsageError before the Space is
+    created: a page serving a missing model would only fail when someone opens it). The token is `token`, else
+    HF_TOKEN, else the cached login; never printed.
     Network and authentication failures are a one-line RunFailure. Returns the commit's `CommitInfo`.
     """
     from huggingface_hub import HfApi, get_token
@@ -143,6 +145,9 @@ def push_space(model_repo_id: str, space_id: str, *, private: bool = False, toke
             raise RunFailure("no Hugging Face token: set HF_TOKEN or run `hf auth login` (the token is never printed)")
         api = HfApi(token=token)
         with _network_failures(space_id, token):
+            if not api.repo_exists(model_repo_id, repo_type="model"):
+                raise UsageError(f"the model repository {model_repo_id} does not exist on the Hub (or this token "
+                                 "cannot see it): push the model first (--model_dir), or fix --repo_id")
             url = api.create_repo(space_id, repo_type="space", space_sdk="gradio", private=private, exist_ok=True)
             info = api.upload_folder(repo_id=space_id, repo_type="space", folder_path=staging,
                                      commit_message=commit_message)

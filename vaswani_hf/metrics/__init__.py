@@ -9,9 +9,9 @@ Each sub-folder holds one script named like the folder (`evaluate.load`'s rule f
 
 Load them with :func:`vaswani_hf.evaluation.load_metric` (``evaluate.load(<folder path>)``); the sub-folders are
 also regular Python packages so their helpers can be imported directly. Loaded with ``numeric_only=True``
-(``load_metric(name, numeric_only=True)``), a module returns its numeric fields only, which evaluate's
-``strategy="bootstrap"`` needs, and keeps the signature in ``metric.string_fields``
-(:class:`vaswani_hf.metrics.common.NumericOnlyOption`).
+(``load_metric(name, numeric_only=True)``), a module returns only the statistics that vary with the data, as floats,
+which evaluate's ``strategy="bootstrap"`` needs, and keeps the signature in ``metric.string_fields`` and the fixed
+settings (chrF's ``char_order``, ...) in ``metric.settings`` (:class:`vaswani_hf.metrics.common.NumericOnlyOption`).
 """
 
 # The sacreBLEU tokenizers the recipe key `bleu_tokenize` and `vaswani-evaluate --tokenize` accept, checked before

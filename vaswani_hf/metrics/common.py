@@ -31,26 +31,45 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _as_float(value):
+    """A statistic as float(s): scipy's bootstrap (BCa) gives NaN intervals for integer-valued statistics."""
+    return [float(v) for v in value] if isinstance(value, (list, tuple)) else float(value)
+
+
 class NumericOnlyOption:
     """The load-time option `numeric_only` of the three metric modules (a mixin before `evaluate.Metric`).
 
-    evaluate's evaluators with `strategy="bootstrap"` resample every field the metric returns and fail on a string
-    ("unsupported operand type(s) for /: 'numpy.str_' and 'int'"); they pass no arguments to `compute`, so the
-    choice is made when the metric is loaded: `evaluate.load(path, numeric_only=True)` (or
-    `vaswani_hf.evaluation.load_metric(name, numeric_only=True)`) returns only the numeric fields (score, counts,
-    totals, ...). The string fields (sacreBLEU's signature, versions) are not dropped: after every `compute` they
-    are in `metric.string_fields`, e.g. `metric.string_fields["signature"]`, to be reported with the score. The
-    default keeps every field in the result, as before.
+    evaluate's evaluators with `strategy="bootstrap"` resample every field the metric returns: they fail on a string
+    ("unsupported operand type(s) for /: 'numpy.str_' and 'int'") and scipy's bootstrap gives NaN intervals, with
+    DegenerateDataWarning / RuntimeWarning, for a field that never changes (a setting such as chrF's `char_order`)
+    and for integer-valued ones (n-gram counts, lengths). They pass no arguments to `compute`, so the choice is made
+    when the metric is loaded: `evaluate.load(path, numeric_only=True)` (or
+    `vaswani_hf.evaluation.load_metric(name, numeric_only=True)`) returns only the statistics that vary with the
+    data, all as floats (score, counts, totals, ...). Nothing is lost: after every `compute` the string fields
+    (sacreBLEU's signature, versions) are in `metric.string_fields`, e.g. `metric.string_fields["signature"]`, to be
+    reported with the score, and the fixed settings a module returns (`SETTINGS`, e.g. chrF's `char_order`,
+    `word_order`, `beta`) in `metric.settings`. The default (False) keeps every field in the result, as it is.
+
+    `numeric_only` must be a bool: `numeric_only="false"` would otherwise turn the option on (`bool("false")`).
     """
 
+    SETTINGS: tuple = ()  # result fields that restate the call's settings: fixed, never resampled
+
     def __init__(self, *args, numeric_only: bool = False, **kwargs):
-        self.numeric_only = bool(numeric_only)
+        if not isinstance(numeric_only, bool):
+            raise ValueError(f"numeric_only must be True or False, got {numeric_only!r} "
+                             f"({type(numeric_only).__name__}); e.g. load_metric(name, numeric_only=True)")
+        self.numeric_only = numeric_only
         self.string_fields: dict = {}
+        self.settings: dict = {}
         super().__init__(*args, **kwargs)
 
     def _fields(self, result: dict) -> dict:
-        """`result`, or its numeric fields only (`numeric_only`); the other fields are kept in `string_fields`."""
+        """`result`, or (`numeric_only`) its statistics as floats; the string fields are kept in `string_fields`
+        and the fixed settings in `settings` either way."""
         self.string_fields = {key: value for key, value in result.items() if not _is_number(value)}
+        self.settings = {key: result[key] for key in self.SETTINGS if key in result}
         if not self.numeric_only:
             return result
-        return {key: value for key, value in result.items() if key not in self.string_fields}
+        return {key: _as_float(value) for key, value in result.items()
+                if key not in self.string_fields and key not in self.settings}

@@ -43,17 +43,22 @@ Args:
     lowercase (`bool`): case-insensitive scoring. Default False.
     whitespace (`bool`): include whitespace in character n-grams. Default False.
     eps_smoothing (`bool`): chrF++.py / NLTK / Moses-style epsilon smoothing instead of sacreBLEU's default.
-Returns (loaded with `numeric_only=True`: the numeric fields only, for evaluate's bootstrap strategy; the
-string fields are then in `metric.string_fields`):
+Returns:
     score (`float`): chrF in [0, 100].
     signature (`str`): sacreBLEU signature, e.g. "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0".
     char_order, word_order, beta (`int`): the settings used.
+    sacrebleu_version (`str`).
+    Loaded with `numeric_only=True` (for evaluate's bootstrap strategy): `score` only, as a float; the string
+    fields are then in `metric.string_fields` and the settings (char_order, word_order, beta) in
+    `metric.settings`.
 """
 
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class ChrfLocal(NumericOnlyOption, evaluate.Metric):
+    SETTINGS = ("char_order", "word_order", "beta")  # with numeric_only=True: in `metric.settings`, not the result
+
     def _info(self):
         return evaluate.MetricInfo(
             description=_DESCRIPTION,

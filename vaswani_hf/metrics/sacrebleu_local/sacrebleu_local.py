@@ -39,8 +39,8 @@ Args:
     smooth_value (`float`): value for "floor"/"add-k" smoothing.
     use_effective_order (`bool`): only use n-gram orders that have matches (sentence-level use). Default False.
     force (`bool`): silence sacreBLEU's warning about input that looks tokenized. Default False.
-Returns (loaded with `numeric_only=True`: the numeric fields only, for evaluate's bootstrap strategy; the
-string fields are then in `metric.string_fields`):
+Returns (loaded with `numeric_only=True`, for evaluate's bootstrap strategy: the statistics only, all as floats,
+i.e. score, counts, totals, precisions, bp, sys_len, ref_len; the string fields are then in `metric.string_fields`):
     score (`float`): BLEU in [0, 100].
     signature (`str`): sacreBLEU signature, e.g. "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0".
     counts, totals (`list` of `int`): matched and total n-grams for n = 1..4.

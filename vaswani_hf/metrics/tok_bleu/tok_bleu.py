@@ -64,8 +64,8 @@ Args:
     tokenize_references (`bool`): normalise and Moses-tokenize the references too. Set False when they are
         already Moses-tokenized (like t2t's newstest2014.tok.de); compound splitting still applies. Default True.
     lowercase (`bool`): case-insensitive BLEU (multi-bleu's -lc). Default False, as in the paper.
-Returns (loaded with `numeric_only=True`: the numeric fields only, for evaluate's bootstrap strategy; the
-string fields are then in `metric.string_fields`):
+Returns (loaded with `numeric_only=True`, for evaluate's bootstrap strategy: the statistics only, all as floats,
+i.e. score, counts, totals, precisions, bp, sys_len, ref_len; the string fields are then in `metric.string_fields`):
     score (`float`): BLEU in [0, 100].
     signature (`str`): the preprocessing followed by sacreBLEU's signature of the final scoring.
     counts, totals, precisions, bp, sys_len, ref_len: as in sacreBLEU.
