@@ -35,10 +35,10 @@ from pathlib import Path
 import pytest
 from cli_helpers import truncate
 
+from vaswani_hf.cli.registry import COMMANDS
 from vaswani_hf.io import read_lines
 
-TOOLS = ("train", "translate", "evaluate", "train_tokenizer", "average_checkpoints", "export_marian",
-         "export_ctranslate2", "visualize_attention", "push_to_hub")
+TOOLS = tuple(COMMANDS)  # every tool of the registry (vaswani_hf.cli.registry), in its order
 LINES = ["a man is riding a horse .", "two dogs play in the snow .", "a woman reads a book in the park ."]
 GERMAN = ["ein mann reitet ein pferd .", "zwei hunde spielen im schnee .", "eine frau liest ein buch im park ."]
 LATIN1 = b"a man is riding a horse .\nna\xefve caf\xe9 au lait .\n"  # line 2 is latin-1, not UTF-8

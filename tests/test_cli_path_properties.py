@@ -407,12 +407,38 @@ def replace_input(x: Path, work: Path, e: Example) -> None:
 @settings(PROPERTY_SETTINGS, max_examples=4)
 @given(example=st.data())
 def test_an_input_that_is_no_file_or_folder_is_named(command, example, assets, tmp_path, capfd):
-    """An input replaced by a link to /dev/null, a dangling link or a link loop: refused in one line naming the input
-    (its flag or its path); nothing changes."""
+    """An input replaced by a dangling link or a link loop: refused in one line naming the input (its flag or its
+    path); nothing changes. A file input replaced by a link to /dev/null reads as an empty file: the tool answers
+    exactly as it does to an empty regular file there (a folder input is still refused)."""
     for e in each_relation(command, example.draw(examples(command)), INPUT_REPLACEMENTS):
         with example_folder(tmp_path) as work:
             inputs = command.inputs(work.joinpath(*e.layout), assets)
+            if e.relation == "link-to-dev-null" and e.role not in FOLDER_ROLES:
+                assert_dev_null_reads_as_empty(command, inputs, e, work, capfd)
+                continue
             replace_input(inputs[e.role], work, e)
             argv = command.argv(inputs, str(work / "fresh-output"), e.overwrite)
             names = (e.role.split(" ")[0], str(inputs[e.role]), str(inputs[e.role].parent))
             assert_refused(command, argv, e, names, (work, assets.root), capfd)
+
+
+def assert_dev_null_reads_as_empty(command: Command, inputs: dict[str, Path], e: Example, work: Path, capfd) -> None:
+    """The same command line with the input an empty regular file, then a link to /dev/null: the same exit status,
+    and where refused, one line (no traceback) either way."""
+    outcomes = []
+    for attempt in ("empty-file", "dev-null"):
+        x = inputs[e.role]
+        x.unlink()
+        if attempt == "empty-file":
+            x.write_bytes(b"")
+        else:
+            link(x, Path(os.devnull), False)
+        argv = command.argv(inputs, str(work / f"output-{attempt}"), e.overwrite)
+        capfd.readouterr()
+        code, warned = run_main(command.tool, argv)
+        _, err = capfd.readouterr()
+        lines = err.splitlines() + warned
+        shown = f"{e}\n{command.tool} {' '.join(map(str, argv))}\nexit status {code}\nSTDERR:\n{err[-3000:]}"
+        assert "Traceback" not in err and (code == 0 or len(lines) == 1), shown
+        outcomes.append(code)
+    assert outcomes[0] == outcomes[1], f"an empty file gives exit {outcomes[0]}, /dev/null {outcomes[1]}"

@@ -180,6 +180,18 @@ def _(t, a):
     return Call(["--recipe", recipe, "--check"], 2, (str(recipe), "'d_modle'", "'d_model'"))
 
 
+@case("recipe-empty")
+def _(t, a):
+    recipe = write(t / "r.yaml", "")  # would silently train the code defaults (100k updates into outputs/run)
+    return Call(["--recipe", recipe, "--check"], 2, (str(recipe), "is empty", "--recipe default"))
+
+
+@case("recipe-comments-only")
+def _(t, a):
+    recipe = write(t / "r.yaml", "# my recipe\n\n")
+    return Call(["--recipe", recipe, "--check"], 2, (str(recipe), "is empty", "--recipe default"))
+
+
 @case("recipe-latin1")
 def _(t, a):
     recipe = write(t / "r.yaml", b"description: caf\xe9\n")

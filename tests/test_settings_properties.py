@@ -88,6 +88,9 @@ def within(s: Setting, vocab_size: int, small: bool = False) -> st.SearchStrateg
     """Values the declaration allows (`small`: integers near the low end, for settings that cost work)."""
     if s.choices:
         values = st.sampled_from(s.choices)
+    elif s.token_id and s.type is list:  # a list of ids (bad_words_ids: of non-empty lists of ids)
+        ids = st.lists(st.integers(0, vocab_size - 1), min_size=int(getattr(s, "nested", False)), max_size=3)
+        values = st.lists(ids, min_size=1, max_size=2) if getattr(s, "nested", False) else ids
     elif s.token_id:
         values = st.integers(0, vocab_size - 1)
     elif s.type is bool:

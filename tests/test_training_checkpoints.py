@@ -113,7 +113,7 @@ def _checkpoint(folder: Path, step: int) -> Path:
     _save_random_model(folder, step)
     (folder / "trainer_state.json").write_text(json.dumps({"global_step": step, "epoch": 1.5, "log_history": []}))
     for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth"):
-        (folder / name).write_bytes(b"state")
+        torch.save({"state": torch.zeros(3)}, folder / name)
     return folder
 
 

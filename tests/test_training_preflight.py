@@ -25,10 +25,10 @@ def fake_checkpoint(run: Path, step: int, processes: int = 1, *, rng: bool = Tru
                                                     "num_decoder_layers": 1}))
     (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
     for name in ("optimizer.pt", "scheduler.pt"):
-        (folder / name).write_bytes(b"state")
+        torch.save({"state": 1}, folder / name)
     if rng:
         for name in (["rng_state.pth"] if processes == 1 else [f"rng_state_{i}.pth" for i in range(processes)]):
-            (folder / name).write_bytes(b"rng")
+            torch.save({"cpu": torch.zeros(2)}, folder / name)
     return folder
 
 
@@ -107,3 +107,128 @@ def test_a_tokenizer_path_inside_output_dir_is_refused(tmp_path):
     with pytest.raises(RecipeError, match=r"output_dir .*run contains tokenizer_path"):
         plan_run(tiny_recipe(tmp_path, tokenizer_path=str(tokenizer)), overwrite=True)
     assert (tokenizer / "tokenizer.json").read_text() == "{}"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# --resume: a damaged state file makes a checkpoint incomplete, like a missing one
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _random_bytes(path: Path) -> None:
+    path.write_bytes(bytes(torch.randint(0, 256, (path.stat().st_size,), generator=torch.Generator().manual_seed(0),
+                                         dtype=torch.uint8).tolist()))
+
+
+def _flip_stored_byte(path: Path) -> None:
+    """One byte of a stored tensor changed (the zip structure intact, the member's CRC no longer matches)."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        member = next(i for i in archive.infolist() if "/data/" in i.filename)
+    data = bytearray(path.read_bytes())
+    start = data.index(b"\0" * 4, member.header_offset + 30)  # inside the member's zero-filled tensor bytes
+    data[start] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("name, damage", [
+    ("optimizer.pt", _truncate),  # a copy or a save cut short
+    ("rng_state.pth", lambda p: p.write_bytes(p.read_bytes()[:100])),
+    ("scheduler.pt", _random_bytes),
+    ("scheduler.pt", lambda p: p.write_text("{}")),  # not a torch archive at all
+    ("rng_state.pth", _flip_stored_byte),
+    ("scaler.pt", lambda p: p.write_bytes(b"\0" * 64)),  # optional, but read when present
+])
+def test_a_damaged_state_file_makes_the_checkpoint_incomplete(tmp_path, caplog, name, damage):
+    """transformers reads optimizer, scheduler, scaler and RNG states only after training started: a damaged one
+    ended the run with a traceback. It is passed over like a missing file, with one warning naming it."""
+    import logging
+
+    older = fake_checkpoint(tmp_path / "run", 2)
+    newest = fake_checkpoint(tmp_path / "run", 4)
+    if name == "scaler.pt":
+        torch.save({"scale": 1.0}, newest / name)
+    damage(newest / name)
+    with caplog.at_level(logging.WARNING, logger="vaswani_hf.training.preflight"):
+        plan = plan_run(tiny_recipe(tmp_path, max_steps=8, resume=True))
+    assert plan.resume_from == older
+    warned = [r.getMessage() for r in caplog.records if r.name == "vaswani_hf.training.preflight"]
+    assert len(warned) == 1 and f"skipping checkpoint-4 ({name} is damaged (" in warned[0], warned
+    assert "resume from checkpoint-2" in plan.describe()
+    damage(older / name) if name != "scaler.pt" else (older / name).write_bytes(b"\0")
+    refused = (rf"--resume: no checkpoint in .* (is complete|can be resumed exactly) \(checkpoint-4 \({name} is "
+               rf"damaged .*checkpoint-2 \({name} is damaged .*\); remove (them|the damaged checkpoints), or train "
+               r"into another output_dir$")
+    with pytest.raises(RecipeError, match=refused):
+        plan_run(tiny_recipe(tmp_path, max_steps=8, resume=True))
+
+
+def test_intact_state_files_are_not_passed_over(tmp_path):
+    from vaswani_hf.training.checkpoints import torch_archive_problem
+
+    newest = fake_checkpoint(tmp_path / "run", 4)
+    torch.save({"exp_avg": torch.randn(1000), "step": 3}, newest / "optimizer.pt")
+    assert all(torch_archive_problem(newest / n) is None for n in ("optimizer.pt", "scheduler.pt", "rng_state.pth"))
+    assert plan_run(tiny_recipe(tmp_path, max_steps=8, resume=True)).resume_from == newest
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# --resume keeps the run's tokenizer: another vocab_size or tokenizer is refused, not recorded
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _tokenizer_run(tmp_path: Path, tok) -> tuple[Path, dict]:
+    """A run that trained `tok` (OUTPUT/tokenizer, and the checkpoint's copy) with the recipe it recorded."""
+    from vaswani_hf.training.report import recipe_yaml
+
+    recipe = tiny_recipe(tmp_path, max_steps=8, vocab_size=500)
+    run = tmp_path / "run"
+    checkpoint = fake_checkpoint(run, 4)
+    tok.save_pretrained(str(run / "tokenizer"))
+    tok.save_pretrained(str(checkpoint))
+    (run / "recipe.yaml").write_text(recipe_yaml(recipe))
+    return run, recipe
+
+
+def _other_tokenizer(tok, folder: Path) -> Path:
+    """`tok` with two token ids exchanged: the same size, other ids for the same text."""
+    tok.save_pretrained(str(folder))
+    data = json.loads((folder / "tokenizer.json").read_text())
+    vocab = data["model"]["vocab"]
+    a, b = sorted(vocab, key=vocab.get)[-2:]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    (folder / "tokenizer.json").write_text(json.dumps(data))
+    return folder
+
+
+@pytest.mark.parametrize("key, value, was", [("vocab_size", 3000, 500), ("bpe_min_frequency", 5, None),
+                                             ("lowercase", True, False)])
+def test_resume_refuses_other_tokenizer_keys(tmp_path, tok, key, value, was):
+    run, recipe = _tokenizer_run(tmp_path, tok)
+    was = recipe[key] if was is None else was
+    assert plan_run(tiny_recipe(tmp_path, max_steps=8, vocab_size=500, resume=True)).resume_from.name == "checkpoint-4"
+    with pytest.raises(RecipeError) as error:
+        plan_run(tiny_recipe(tmp_path, max_steps=8, resume=True, **{"vocab_size": 500, key: value}))
+    message = str(error.value)
+    assert message.startswith(f"--resume: {key} is {value!r} in the recipe, {was!r} in the run's "), message
+    assert str(run / "recipe.yaml") in message and "\n" not in message
+
+
+def test_resume_refuses_another_tokenizer_of_the_same_size(tmp_path, tok):
+    run, _ = _tokenizer_run(tmp_path, tok)
+    other = _other_tokenizer(tok, tmp_path / "other_tok")
+    same = tmp_path / "same_tok"
+    tok.save_pretrained(str(same))
+    plan = plan_run(tiny_recipe(tmp_path, max_steps=8, vocab_size=500, resume=True, tokenizer_path=str(same)))
+    assert plan.resume_from.name == "checkpoint-4"  # a copy of the run's tokenizer elsewhere is the same tokenizer
+    with pytest.raises(RecipeError, match=r"^--resume: tokenizer_path .*other_tok holds another tokenizer than "
+                                          r"checkpoint-4 was trained with \(.*other tokens or merges; the run's "
+                                          r"tokenizer_path: None\)"):
+        plan_run(tiny_recipe(tmp_path, max_steps=8, vocab_size=500, resume=True, tokenizer_path=str(other)))
+    _other_tokenizer(tok, run / "tokenizer")  # the run's own folder replaced behind its back
+    with pytest.raises(RecipeError, match=r"^--resume: the run's tokenizer folder .*run/tokenizer holds another"):
+        plan_run(tiny_recipe(tmp_path, max_steps=8, vocab_size=500, resume=True))

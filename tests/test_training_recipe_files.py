@@ -46,8 +46,21 @@ def test_a_recipe_is_a_mapping(tmp_path, text, got):
         read_yaml_mapping(path, UsageError)
 
 
-def test_an_empty_recipe_is_an_empty_mapping(tmp_path):
-    assert read_yaml_mapping(_recipe(tmp_path, "# nothing\n"), UsageError) == {}
+@pytest.mark.parametrize("text", ["", "\n  \n", "# nothing\n", "---\n", "null\n", "{}\n", "--- # a comment\n...\n"])
+def test_an_empty_recipe_is_refused_naming_the_file(tmp_path, text):
+    """An empty file would silently train the code defaults (100k updates into outputs/run): refused in one line that
+    names the file and the bundled default recipe, through the one recipe loader too."""
+    path = _recipe(tmp_path, text)
+    for read in (lambda: read_yaml_mapping(path, UsageError), lambda: load_recipe(path)):
+        with pytest.raises(UsageError) as error:
+            read()
+        message = str(error.value)
+        assert message.startswith(f"{path} is empty (no keys); a recipe needs at least one key"), message
+        assert "--recipe default" in message and "\n" not in message
+
+
+def test_a_recipe_with_one_key_is_not_empty(tmp_path):
+    assert read_yaml_mapping(_recipe(tmp_path, "# the tiny model\nmax_steps: 10\n"), UsageError) == {"max_steps": 10}
 
 
 def test_aliases_are_refused(tmp_path):

@@ -6,7 +6,9 @@ length + 50, "terminate early when possible" -- inside transformers' `generate()
 model only. What is hand-written here, and why:
 
 - `generate`: transformers has one global `max_length`; the paper's limit is per sentence
-  (`SourceLengthLimitLogitsProcessor`).
+  (`SourceLengthLimitLogitsProcessor`). `max_length` / `max_new_tokens`, from `generate()` or generation_config.json,
+  stay a global cap over it (the shorter wins); `min_length` > `max_length` (or `min_new_tokens` > `max_new_tokens`)
+  is refused: no output could satisfy both.
 - `_update_finished_beams`, `_check_early_stop_heuristic`: transformers divides finished scores by |Y| ** alpha; the
   paper (through tensor2tensor) divides by GNMT's ((5 + |Y|) / 6) ** alpha (`gnmt_length_penalty`). Both are private
   hooks of transformers' beam search; tests/test_generation_vaswani.py pins them so that an upgrade that changes them
@@ -24,6 +26,7 @@ This file is copied next to the weights with modeling_vaswani.py (which imports 
 import contextvars
 import json
 import os
+from dataclasses import dataclass
 
 import torch
 from transformers.cache_utils import Cache, EncoderDecoderCache
@@ -40,6 +43,27 @@ LENGTH_PENALTY_TYPES = ("gnmt", "hf")
 
 def _decoding(name, kind, default, help, bound=Bound(), choices=(), token_id=False, many=False):  # noqa: A002
     return Setting(name, kind, default, help, bound, choices, nullable=True, token_id=token_id, many=many)
+
+
+@dataclass(frozen=True)
+class TokenIdLists(Setting):
+    """A list of token ids (`nested`: of non-empty lists of them, as bad_words_ids) in [0, vocab_size): transformers
+    indexes the scores with them (an id outside the vocabulary fails mid-search, or does nothing)."""
+    nested: bool = False
+
+    def describe(self) -> str:
+        return f"a list of {'non-empty lists of ' * self.nested}token ids (integers in [0, vocab_size)) or None"
+
+    def right_type(self, value) -> bool:
+        groups = value if self.nested and isinstance(value, (list, tuple)) else [value]
+        return bool(value or not self.nested) and all(isinstance(g, (list, tuple)) and (g or not self.nested) and all(
+            isinstance(t, int) and not isinstance(t, bool) for t in g) for g in groups)
+
+    def _token_id_problem(self, value, vocab_size):
+        if not self.right_type(value):
+            return f"be {self.describe()}"
+        groups = value if self.nested else [value]
+        return next((p for p in (Setting._token_id_problem(self, list(g), vocab_size) for g in groups if g) if p), None)
 
 
 # The decoding settings, declared once: their defaults are the paper's (Section 6.1; `default_generation_config`
@@ -73,6 +97,9 @@ GENERATION_SETTINGS = {s.name: s for s in (
     _decoding("forced_bos_token_id", int, None, "the first generated token, forced", token_id=True),
     _decoding("forced_eos_token_id", int, None, "the token forced at the maximum length", token_id=True, many=True),
     # transformers' other decoding settings (not the paper's), which it checks late or not at all
+    *(TokenIdLists(name, list, None, help, nullable=True, token_id=True, many=True, nested=name == "bad_words_ids")
+      for name, help in (("bad_words_ids", "token sequences never generated"), ("suppress_tokens", "tokens never "
+                         "generated"), ("begin_suppress_tokens", "tokens not generated first"))),
     _decoding("do_sample", bool, None, "sample instead of searching (not the paper's decoding)"),
     _decoding("temperature", float, None, "sampling temperature", Bound(0, 100, min_exclusive=True)),
     _decoding("top_k", int, None, "sample among the k most likely tokens (0: all)", Bound(0, 2**24)),
@@ -93,6 +120,16 @@ def check_generation_settings(values, vocab_size: int | None, where: str) -> Non
         declared = GENERATION_SETTINGS.get(name)
         if declared is not None:
             declared.check(value.tolist() if isinstance(value, torch.Tensor) else value, where, vocab_size)
+    _check_pairs(values, where)
+
+
+def _check_pairs(values, where: str) -> None:
+    """Settings that bound each other, where both are set: returned hypotheses <= beams, minimum <= maximum."""
+    for low, high in (("num_return_sequences", "num_beams"), ("min_length", "max_length"),
+                      ("min_new_tokens", "max_new_tokens")):
+        a, b = values.get(low), values.get(high)
+        if a is not None and b is not None and a > b and not (high == "num_beams" and values.get("do_sample")):
+            raise SettingError(f"{where}: {low}={a} must be at most {high}={b}")
 
 
 def generation_settings_of(config: GenerationConfig) -> dict:
@@ -113,6 +150,23 @@ def read_generation_file(path: str | os.PathLike) -> dict:
         raise SettingError(f"{path}: a generation config is a JSON object of settings, got {type(data).__name__}; "
                            "fix it, or save the model again")
     return data
+
+
+def _check_input_ids(input_ids, vocab_size: int) -> None:
+    """input_ids of `generate()`: (batch, length), not empty, ids in [0, vocab_size) (else a bare IndexError, or a
+    device-side assert); once per call, not in the forward (which stays free of host synchronisation)."""
+    if input_ids is None:
+        return
+    ids = input_ids if isinstance(input_ids, torch.Tensor) else torch.as_tensor(input_ids)
+    if ids.dim() != 2:
+        raise SettingError(f"generate(): input_ids must be (batch, length), got shape {tuple(ids.shape)}")
+    if ids.numel() == 0:
+        raise SettingError(f"generate(): input_ids of shape {tuple(ids.shape)} hold no token; give at least "
+                           "one sentence of at least one token (its </s>)")
+    bad = ids[(ids < 0) | (ids >= vocab_size)]
+    if bad.numel():
+        raise SettingError(f"generate(): input_ids holds token id {int(bad[0])}, outside the vocabulary of "
+                           f"{vocab_size} tokens [0, {vocab_size - 1}]; encode with the model's tokenizer")
 
 
 def gnmt_length_penalty(length, alpha: float):
@@ -136,21 +190,16 @@ def default_generation_config(config: VaswaniConfig) -> GenerationConfig:
 
 
 def fast_topk(scores: torch.Tensor, k: int, chunk: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
-    """`torch.topk(scores, k)` (largest, sorted) over the last dimension of a 2D tensor, blocked: the maximum of each
-    block of `chunk` scores, then an exact top-k over the k blocks with the largest maxima (and the < chunk scores
-    left over at the end). Values and indices are `torch.topk`'s (up to the order among exactly equal scores); on CPU
-    it is several times faster for a beam search's (batch, beams * vocab) scores. It is the lean beam search's
-    `top_candidates` with a single beam whose score is 0."""
+    """`torch.topk(scores, k)` over the last dimension of a 2D tensor, blocked (`top_candidates` of the lean beam
+    search with one beam of score 0): the same values and indices, several times faster on CPU for (B, beams * V)."""
     return top_candidates(scores.unsqueeze(1), scores.new_zeros(scores.shape[0], 1), k, chunk)
 
 
 class SourceLengthLimitLogitsProcessor(LogitsProcessor):
     """Forces </s> once a hypothesis reaches its own sentence's limit `floor(a * source_length + b)` (Section 6.1:
-    "maximum output length to input length + 50"). transformers only has a global `max_length`.
-
-    source_lengths: (B,) non-pad source tokens per sentence; rows of `input_ids` are the B sentences each repeated
-    `num_beams * num_return_sequences` times consecutively, as `generate()` expands them. `cap`: at most this many
-    tokens whatever the source (a learned position table's rows).
+    "maximum output length to input length + 50"); transformers only has a global `max_length`. source_lengths: (B,)
+    non-pad source tokens per sentence; rows of `input_ids` are the B sentences each repeated `num_beams *
+    num_return_sequences` times consecutively, as `generate()` expands them. `cap`: a learned position table's rows.
     """
 
     def __init__(self, source_lengths: torch.Tensor, a: float, b: int, eos_token_id: int, cap: int | None = None):
@@ -169,11 +218,9 @@ class SourceLengthLimitLogitsProcessor(LogitsProcessor):
         return scores
 
 
-# The length penalty ("gnmt" or "hf") of the beam search running in this context. transformers calls the two scoring
-# hooks without the generation config, so `_beam_search` sets it for the duration of transformers' loop (per call and
-# per thread, never stored on the model).
-_length_penalty_type: contextvars.ContextVar[str] = contextvars.ContextVar("vaswani_length_penalty_type",
-                                                                          default="hf")
+# The length penalty ("gnmt" or "hf") of the running beam search: transformers calls the two scoring hooks without the
+# generation config, so `_beam_search` sets it around transformers' loop (per call and thread, not on the model).
+_length_penalty_type = contextvars.ContextVar("vaswani_length_penalty_type", default="hf")
 
 
 def _rows_are_repeated(states: torch.Tensor, mask: torch.Tensor | None, group: int) -> bool:
@@ -182,13 +229,8 @@ def _rows_are_repeated(states: torch.Tensor, mask: torch.Tensor | None, group: i
     rows = states.shape[0]
     if group < 1 or rows % group:
         return False
-    grouped = states.view(rows // group, group, *states.shape[1:])
-    if not bool((grouped == grouped[:, :1]).all()):
-        return False
-    if mask is None:
-        return True
-    grouped_mask = mask.view(rows // group, group, *mask.shape[1:])
-    return bool((grouped_mask == grouped_mask[:, :1]).all())
+    grouped = (t.view(rows // group, group, *t.shape[1:]) for t in (states, mask) if t is not None)
+    return all(bool((g == g[:, :1]).all()) for g in grouped)
 
 
 def _processors_the_lean_loops_apply(logits_processor, eos: int):
@@ -233,8 +275,7 @@ def _generation_file(source, download_kwargs: dict) -> str | None:
     names = ("cache_dir", "force_download", "proxies", "local_files_only", "token", "revision", "_commit_hash")
     try:
         return cached_file(str(source), GENERATION_CONFIG_NAME, subfolder=subfolder,
-                           _raise_exceptions_for_missing_entries=False,
-                           _raise_exceptions_for_connection_errors=False,
+                           _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False,
                            **{k: download_kwargs[k] for k in names if k in download_kwargs})
     except OSError:  # transformers reports what it cannot fetch itself
         return None
@@ -253,7 +294,7 @@ class VaswaniGenerationMixin(GenerationMixin):
 
         Extra keyword arguments (defaults from `generation_config`): `max_length_a`, `max_length_b` (the limit is
         `floor(a * source_length + b)` generated tokens including </s>; `max_length_b=None` disables it) and
-        `length_penalty_type` ("gnmt" or "hf"). An explicit `max_new_tokens` / `max_length` stays a global cap.
+        `length_penalty_type` ("gnmt" or "hf"). `max_new_tokens` / `max_length` (argument or config) stay global caps.
         A model with learned positions (Table 3, row E) cannot embed more decoder positions than its table has rows,
         so its outputs are capped there (sinusoids extrapolate: no cap).
         """
@@ -264,21 +305,19 @@ class VaswaniGenerationMixin(GenerationMixin):
         input_ids = inputs if inputs is not None else kwargs.get("input_ids")
         attention_mask = kwargs.get("attention_mask")
         if b is not None and (input_ids is not None or attention_mask is not None):
-            if attention_mask is not None:
-                source_lengths = attention_mask.sum(-1)
-            else:
-                source_lengths = (input_ids != self.config.pad_token_id).sum(-1)
+            source_lengths = attention_mask.sum(-1) if attention_mask is not None else \
+                (input_ids != self.config.pad_token_id).sum(-1)
             eos = kwargs.get("eos_token_id", config.eos_token_id)
             eos = eos[0] if isinstance(eos, (list, tuple)) else eos
             limiter = SourceLengthLimitLogitsProcessor(source_lengths, 1.0 if a is None else a, b, eos,
                                                        cap=self.learned_positions())
             logits_processor = LogitsProcessorList([*(logits_processor or []), limiter])
-            if (kwargs.get("max_new_tokens") is None and kwargs.get("max_length") is None
-                    and getattr(config, "max_new_tokens", None) is None):
-                # the global bound is the longest sentence's limit; given as max_length (start token included), it
-                # also overrides a max_length that Seq2SeqTrainer writes into the generation config (default 20)
+            if all(kwargs.get(k, getattr(config, k, None)) is None for k in ("max_new_tokens", "max_length")):
+                # no global cap given: the longest sentence's limit (as max_length: the start token included)
                 prompt = kwargs.get("decoder_input_ids")
                 kwargs["max_length"] = (1 if prompt is None else prompt.shape[-1]) + int(limiter.limits.max())
+                _check_pairs({"min_length": kwargs.get("min_length", getattr(config, "min_length", None)), "max_length":
+                              kwargs["max_length"]}, "generate(): with the per-sentence limit a * source length + b")
         table = self.learned_positions()
         if table is not None:  # the decoder reads positions 0 .. max_length - 2
             for key, bound in (("max_length", table + 1), ("max_new_tokens", table)):
@@ -289,9 +328,8 @@ class VaswaniGenerationMixin(GenerationMixin):
                                 **kwargs)
 
     def _check_generate_arguments(self, config, input_ids, kwargs) -> None:
-        """Every declared setting `generate()` runs with (its keyword arguments over the generation config) against
-        its declaration, and input_ids that hold a sentence; SettingError naming the setting or input otherwise.
-        A keyword argument given as None is not set (but `max_length_b=None` turns the limit off)."""
+        """The declared settings `generate()` runs with (its arguments over the generation config; None is not set,
+        but `max_length_b=None` turns the limit off) and its input_ids; SettingError naming the one that breaks."""
         vocab = self.config.vocab_size
         check_generation_settings(kwargs, vocab, "generate()")
         for name in [n for n, v in kwargs.items() if v is None and n in GENERATION_SETTINGS]:
@@ -300,20 +338,13 @@ class VaswaniGenerationMixin(GenerationMixin):
         settings = generation_settings_of(config)
         check_generation_settings({k: v for k, v in settings.items() if k not in kwargs}, vocab, "generation_config")
         settings.update(kwargs)
-        beams, returned = settings.get("num_beams") or 1, settings.get("num_return_sequences") or 1
-        if returned > beams and not settings.get("do_sample"):
-            raise SettingError(f"generate(): num_return_sequences={returned} must be at most num_beams={beams} (a "
-                               "search returns at most its beams)")
-        if isinstance(input_ids, torch.Tensor) and input_ids.numel() == 0:
-            raise SettingError(f"generate(): input_ids of shape {tuple(input_ids.shape)} hold no token; give at least "
-                               "one sentence of at least one token (its </s>)")
+        _check_pairs({**settings, "num_beams": settings.get("num_beams") or 1}, "generate()")
+        _check_input_ids(input_ids, vocab)
 
     def adjust_generation_fn(self, generation_config, from_auto_class, from_pipeline, pretrained_model_name_or_path,
                              *args, **kwargs):
-        """`from_pretrained` reads generation_config.json here. transformers falls back silently to a greedy config
-        built from config.json when the file is unreadable (its `except OSError`): the file is read and checked
-        first (`read_generation_file`, `check_generation_settings`), so a broken file or a setting out of range is
-        a SettingError naming the file, before any decoding with other settings."""
+        """`from_pretrained` reads generation_config.json here; transformers silently falls back to a greedy config
+        on an unreadable file (`except OSError`): it is read and checked first, a SettingError naming the file."""
         if generation_config is None and pretrained_model_name_or_path is not None:
             path = _generation_file(pretrained_model_name_or_path, kwargs)
             if path is not None:
@@ -337,12 +368,9 @@ class VaswaniGenerationMixin(GenerationMixin):
                                           synced_gpus, model_kwargs)
         if lean is not None:
             alpha = float(generation_config.length_penalty)
-            if penalty_type == "gnmt":
-                def length_penalty(length):
-                    return gnmt_length_penalty(length, alpha)
-            else:
-                def length_penalty(length):
-                    return length ** alpha
+
+            def length_penalty(length):
+                return gnmt_length_penalty(length, alpha) if penalty_type == "gnmt" else length ** alpha
             return lean_beam_search(self, **lean, num_beams=generation_config.num_beams,
                                     num_return_sequences=generation_config.num_return_sequences,
                                     length_penalty=length_penalty, alpha=alpha,
@@ -372,10 +400,9 @@ class VaswaniGenerationMixin(GenerationMixin):
                               synced_gpus, model_kwargs) -> dict | None:
         """The arguments of `lean_beam_search` (and `lean_greedy_search`) when it computes exactly what transformers'
         `_beam_search` (`_sample`) would, else None (then transformers' loop runs). Conditions: eval mode, a cache,
-        sdpa/eager attention, one decoder start token, one </s>, no sampling, no per-step outputs requested
-        (`return_dict_in_generate`), no logits processor but the paper's length limit and min_length /
-        min_new_tokens, no stopping criterion but max length and </s>, and every sentence's rows really are
-        `num_beams` copies of one encoder output."""
+        sdpa/eager attention, one decoder start token, one </s>, no sampling nor `return_dict_in_generate`, no logits
+        processor but the length limit and min_length / min_new_tokens, no stopping criterion but max length and
+        </s>, and every sentence's rows really are `num_beams` copies of one encoder output."""
         config = generation_config
         if (not self.use_lean_decoding or self.training or synced_gpus or config.do_sample
                 or config.return_dict_in_generate or config.use_cache is False or input_ids.shape[1] != 1
@@ -434,9 +461,7 @@ class VaswaniGenerationMixin(GenerationMixin):
             return super()._get_top_k_continuations(
                 accumulated_log_probs=accumulated_log_probs, running_sequences=running_sequences,
                 running_beam_indices=running_beam_indices, cur_len=cur_len, decoder_prompt_len=decoder_prompt_len,
-                do_sample=do_sample, beams_to_keep=beams_to_keep, num_beams=num_beams, batch_size=batch_size,
-                **kwargs,
-            )
+                do_sample=do_sample, beams_to_keep=beams_to_keep, num_beams=num_beams, batch_size=batch_size, **kwargs)
         topk_log_probs, topk_indices = fast_topk(accumulated_log_probs, beams_to_keep)
         vocab_size = accumulated_log_probs.shape[-1] // num_beams
         topk_current_beam_indices = topk_indices // vocab_size
@@ -470,15 +495,6 @@ class VaswaniGenerationMixin(GenerationMixin):
         return super()._check_early_stop_heuristic(**kwargs)
 
 
-__all__ = [
-    "VaswaniGenerationMixin",
-    "gnmt_length_penalty",
-    "default_generation_config",
-    "fast_topk",
-    "SourceLengthLimitLogitsProcessor",
-    "GENERATION_SETTINGS",
-    "LENGTH_PENALTY_TYPES",
-    "MAX_BEAMS",
-    "check_generation_settings",
-    "read_generation_file",
-]
+__all__ = ["VaswaniGenerationMixin", "gnmt_length_penalty", "default_generation_config", "fast_topk",
+           "SourceLengthLimitLogitsProcessor", "GENERATION_SETTINGS", "LENGTH_PENALTY_TYPES", "MAX_BEAMS",
+           "TokenIdLists", "check_generation_settings", "read_generation_file"]

@@ -436,6 +436,13 @@ def _positional_encoding(config: VaswaniConfig) -> nn.Module:
     return VaswaniSinusoidalPositionalEncoding(config)
 
 
+def check_mask_shape(mask, shape: tuple, name: str) -> None:
+    """A 2D padding mask must be (batch, length) of its sequence (shapes only: no device synchronisation); another
+    shape would broadcast or be sliced into a wrong result without an error. 4D masks are the caller's own."""
+    if mask is not None and mask.dim() != 4 and tuple(mask.shape) != tuple(shape):
+        raise ValueError(f"{name} must be (batch, length) = {tuple(shape)} of its ids, got {tuple(mask.shape)}")
+
+
 class VaswaniStack(VaswaniPreTrainedModel):
     """What the encoder and decoder stacks share: N layers over Dropout(Embedding(x) * sqrt(d_model) + PE)
     (Sections 3.1, 3.4, 3.5, 5.4)."""
@@ -487,6 +494,7 @@ class VaswaniEncoder(VaswaniStack):
         **kwargs,
     ) -> BaseModelOutput:
         hidden_states, _ = self.embed(input_ids, inputs_embeds)  # (B, S, D)
+        check_mask_shape(attention_mask, hidden_states.shape[:2], "attention_mask")
 
         attention_mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
@@ -531,6 +539,9 @@ class VaswaniDecoder(VaswaniStack):
         past_length = cache.get_seq_length() if cache is not None else 0
         hidden_states, positions = self.embed(input_ids, inputs_embeds, past_length)  # (B, T, D), (T,)
         batch, length = hidden_states.shape[:2]
+        check_mask_shape(attention_mask, (batch, past_length + length), "decoder_attention_mask")
+        if encoder_hidden_states is not None:
+            check_mask_shape(encoder_attention_mask, encoder_hidden_states.shape[:2], "attention_mask (source)")
 
         if attention_mask is None and length == 1:
             causal_mask = None  # one new query without target padding may see every earlier position

@@ -48,6 +48,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from .io import UsageError, check_tokenizer_file, iter_lines
+from .io.models import check_tokenizer_configs
 
 logger = logging.getLogger(__name__)
 
@@ -231,6 +232,7 @@ def load_tokenizer(path: str | os.PathLike) -> PreTrainedTokenizerFast:
             raise UsageError(f"tokenizer {folder} is a file; give the folder that holds tokenizer.json")
         # its declared shape and the tokenizers library's own reading (valid JSON is not yet a tokenizer)
         check_tokenizer_file(folder / "tokenizer.json", what=f"tokenizer.json of tokenizer folder {folder}")
+        check_tokenizer_configs(folder)  # tokenizer_config.json, special_tokens_map.json: transformers reads them
     tok = AutoTokenizer.from_pretrained(str(path))
     got = (tok.pad_token_id, tok.bos_token_id, tok.eos_token_id, tok.unk_token_id)
     if got != (PAD_ID, BOS_ID, EOS_ID, UNK_ID):

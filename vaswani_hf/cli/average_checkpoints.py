@@ -18,7 +18,8 @@ from pathlib import Path
 
 from .. import io
 from ..constraints import number
-from .contract import ArgumentParser, declare_paths, run_cli
+from .command import SAFETENSORS_CHECKPOINT, Command, Paths, Use, output_folder, run_command
+from .contract import ArgumentParser
 
 
 def build_parser() -> ArgumentParser:
@@ -33,44 +34,62 @@ def build_parser() -> ArgumentParser:
     return parser
 
 
-def _main(argv: Sequence[str]) -> int:
-    from ..training.checkpoints import AVERAGED, last_checkpoints, save_averaged_checkpoint
+def _checkpoints(args) -> tuple[list[Path], str | None]:
+    """The checkpoint folders to average (--checkpoints, or the newest --last of --run_dir) and a warning when
+    --run_dir holds fewer."""
+    from ..training.checkpoints import last_checkpoints
 
-    args = build_parser().parse_args(argv)
-    warning = None
-    if args.run_dir:
-        run_dir = Path(args.run_dir)
-        if not run_dir.is_dir():
-            raise io.UsageError(f"--run_dir {run_dir}: {'is a file' if run_dir.exists() else 'folder not found'}")
-        for entry in sorted(run_dir.glob("checkpoint-*")):  # a broken entry is named, not silently passed over
-            if not entry.is_dir():
-                raise io.UsageError(f"--run_dir {run_dir}: {entry.name} is {io.path_kind(entry)}, not a checkpoint "
-                                    "folder; remove it or give the checkpoints with --checkpoints")
-        folders = last_checkpoints(run_dir, args.last)
-        if not folders:
-            raise io.UsageError(f"--run_dir {run_dir} holds no checkpoint-N folder")
-        if len(folders) < args.last:
-            warning = f"warning: asked for the last {args.last} checkpoints, found {len(folders)}"
-    else:
-        folders = [Path(p) for p in args.checkpoints]
-    # the inputs are the checkpoints averaged: --out may be a new folder inside --run_dir, never one of them
+    if not args.run_dir:
+        return [Path(p) for p in args.checkpoints], None
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        raise io.UsageError(f"--run_dir {run_dir}: {'is a file' if run_dir.exists() else 'folder not found'}")
+    for entry in sorted(run_dir.glob("checkpoint-*")):  # a broken entry is named, not silently passed over
+        if not entry.is_dir():
+            raise io.UsageError(f"--run_dir {run_dir}: {entry.name} is {io.path_kind(entry)}, not a checkpoint "
+                                "folder; remove it or give the checkpoints with --checkpoints")
+    folders = last_checkpoints(run_dir, args.last)
+    if not folders:
+        raise io.UsageError(f"--run_dir {run_dir} holds no checkpoint-N folder")
+    if len(folders) < args.last:
+        return folders, f"warning: asked for the last {args.last} checkpoints, found {len(folders)}"
+    return folders, None
+
+
+def _paths(args) -> Paths:
+    """The inputs are the checkpoints averaged: --out may be a new folder inside --run_dir, never one of them."""
+    from ..training.checkpoints import AVERAGED
+
+    folders, args.warning = _checkpoints(args)
+    args.folders = folders
     flag = "--run_dir" if args.run_dir else "--checkpoints"
-    declare_paths(inputs={f"{flag}'s {folder.name}": folder for folder in folders}, outputs={"--out": args.out})
-    io.check_output_dir(args.out, overwrite=args.overwrite, what="--out", kind=AVERAGED)
-    for folder in folders:  # every input named before anything is written
-        if folder.is_dir() and not (folder / "model.safetensors").is_file():
-            raise io.UsageError(f"{folder}: no model.safetensors; averaging needs safetensors checkpoints")
-        # exists, is a folder, config.json (copied to --out) is valid, the weights are complete
-        io.check_model_folder(folder, what="checkpoint folder", tokenizer=False)
-    if warning:
-        print(warning, file=sys.stderr)
-    out = save_averaged_checkpoint(folders, args.out, overwrite=args.overwrite)
-    print(f"averaged {len(folders)} checkpoints ({', '.join(f.name for f in folders)}) -> {out}")
+    return Paths(inputs=[Use(f"{flag}'s {folder.name}", folder, SAFETENSORS_CHECKPOINT) for folder in folders],
+                 outputs=(Use("--out", args.out, output_folder(AVERAGED)),), overwrite=args.overwrite)
+
+
+def _agree(args, checked) -> None:
+    """One run's checkpoints: distinct, of one architecture and one tokenizer."""
+    from ..training.checkpoints import check_checkpoints_agree
+
+    check_checkpoints_agree(args.folders)
+
+
+def _run(args) -> int:
+    from ..training.checkpoints import save_averaged_checkpoint
+
+    if args.warning:
+        print(args.warning, file=sys.stderr)
+    out = save_averaged_checkpoint(args.folders, args.out, overwrite=args.overwrite)
+    print(f"averaged {len(args.folders)} checkpoints ({', '.join(f.name for f in args.folders)}) -> {out}")
     return 0
 
 
+COMMAND = Command("average_checkpoints", "vaswani-average-checkpoints", build_parser, _run, paths=_paths,
+                  agree=_agree, invoked_name=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli(_main, argv)
+    return run_command(COMMAND, argv)
 
 
 if __name__ == "__main__":

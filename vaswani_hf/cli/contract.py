@@ -15,12 +15,14 @@
 - `ArgumentParser`: argparse whose usage errors are `UsageError`s; flags declare their constraints as argparse types
   (`vaswani_hf.constraints`: `number(int, min=1)`, `device`), so a bad value names its flag before any work.
 - `declare_paths(inputs=..., outputs=...)`: what a command reads and writes, checked by the one guard
-  (`vaswani_hf.io.check_paths`: no output is, contains or lies inside an input) and remembered for the messages above.
+  (`vaswani_hf.io.check_paths`: no output is, contains or lies inside an input) and remembered for the messages above
+  (for the running call only). `command.run_command` calls it with the paths a tool's declaration states.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextvars
 import errno
 import os
 import sys
@@ -41,7 +43,9 @@ from .surroundings import (
     working_folder_problem,
 )
 
-_declared_outputs: list[str] = []  # "--flag path" of the running command's outputs (for OS error messages)
+# "--flag path" of the running command's outputs (for OS error messages): set by `declare_paths` (the runner of
+# `command.Command` declarations calls it with the running declaration's outputs), reset by `run_cli`
+_declared_outputs: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("declared_outputs", default=())
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -69,7 +73,7 @@ def declare_paths(inputs: Mapping[str, str | os.PathLike | None],
     system names no file for a failed write, or names the file being copied from)."""
     if check:
         io.check_paths(inputs, outputs)
-    _declared_outputs[:] = [f"{flag} {path}" for flag, path in outputs.items() if path is not None]
+    _declared_outputs.set(tuple(f"{flag} {path}" for flag, path in outputs.items() if path is not None))
 
 
 def _debug_requested(argv: Sequence[str]) -> bool:
@@ -100,12 +104,12 @@ def expected_os_failure(error: BaseException) -> tuple[int, str] | None:
     if isinstance(error, OSError) and error.errno in OS_CONDITIONS:
         code, meaning, action = OS_CONDITIONS[error.errno]
         where = error.filename
-        if error.errno in (errno.ENOSPC, errno.EDQUOT) and _declared_outputs:
-            where = " and ".join(_declared_outputs)
+        if error.errno in (errno.ENOSPC, errno.EDQUOT) and _declared_outputs.get():
+            where = " and ".join(_declared_outputs.get())
         return code, f"{where}: {meaning}; {action}" if where else f"{meaning}; {action}"
     text = str(error).lower()
     if isinstance(error, (OSError, RuntimeError, Exception)) and any(t in text for t in _DISK_FULL_TEXT):
-        where = " and ".join(_declared_outputs) or "an output"
+        where = " and ".join(_declared_outputs.get()) or "an output"
         return 1, f"{where}: writing failed, no space left on device ({one_line(error, 160)}); free some space or " \
                   "write elsewhere"
     return None
@@ -118,12 +122,12 @@ def run_cli(main: Callable[[list[str]], int | None], argv: Sequence[str] | None 
     with the libraries' own reports held back (`library_reports`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = prog or Path(sys.argv[0]).name
-    _declared_outputs.clear()
+    token = _declared_outputs.set(())
     try:
         with own_streams(), signals_as_interrupts():
             return _run(main, argv, prog)
     finally:
-        _declared_outputs.clear()
+        _declared_outputs.reset(token)
 
 
 def _check_surroundings() -> None:

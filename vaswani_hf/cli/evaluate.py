@@ -27,7 +27,8 @@ from .. import io
 from ..constraints import MAX_BEAMS, MAX_POSITIONS, MAX_SENTENCES, device, number
 from ..metrics import SACREBLEU_TOKENIZERS
 from ..translation_frontend import MAX_SOURCE_TOKENS
-from .contract import ArgumentParser, declare_paths, run_cli
+from .command import OUTPUT_FILE, Command, Paths, Use, run_command
+from .contract import ArgumentParser
 
 
 def build_parser() -> ArgumentParser:
@@ -57,17 +58,21 @@ def build_parser() -> ArgumentParser:
 
 
 def check_arguments(args) -> None:
-    """Everything cheap, before any file is read: the flags' combination and values, the output files."""
+    """The flags' combination, before any path is looked at."""
     if args.hypotheses and (args.model or args.source):
         raise io.UsageError("give either --hypotheses, or --model with --source, not both")
     if not args.hypotheses and not (args.model and args.source):
         raise io.UsageError("give --hypotheses FILE, or --model DIR and --source FILE")
-    inputs = {f"--references ({i + 1})": path for i, path in enumerate(args.references)}
-    inputs.update({"--hypotheses": args.hypotheses, "--source": args.source, "--model": args.model})
-    declare_paths(inputs=inputs, outputs={"--out": args.out, "--save_hypotheses": args.save_hypotheses})
-    outputs = [(flag, getattr(args, flag)) for flag in ("out", "save_hypotheses") if getattr(args, flag)]
-    for flag, path in outputs:
-        io.check_output_file(path, overwrite=args.overwrite, what=f"--{flag}")
+
+
+def _paths(args) -> Paths:
+    """Text files are checked when read (every line, before anything is translated); the model folder after the
+    line counts agree (`_resolve`); the output files before anything is read."""
+    inputs = [Use(f"--references ({i + 1})", path) for i, path in enumerate(args.references)]
+    inputs += [Use("--hypotheses", args.hypotheses), Use("--source", args.source), Use("--model", args.model)]
+    return Paths(inputs=inputs, outputs=(Use("--out", args.out, OUTPUT_FILE),
+                                         Use("--save_hypotheses", args.save_hypotheses, OUTPUT_FILE)),
+                 overwrite=args.overwrite)
 
 
 def translate_file(args, sources: list[str]) -> tuple[list[str], int]:
@@ -88,22 +93,31 @@ def translate_file(args, sources: list[str]) -> tuple[list[str], int]:
     return hypotheses, num_beams
 
 
-def _main(argv: Sequence[str]) -> int:
-    from ..evaluation import check_line_counts, compute_all, format_table
+def _resolve(args, checked):
+    """Every input read, the line counts compared and the model folder checked, before anything is translated."""
+    from ..evaluation import check_line_counts
 
-    args = build_parser().parse_args(argv)
-    check_arguments(args)
     references = [(name, io.read_lines(name, what="reference file")) for name in args.references]
-    meta = {"references": args.references}
     if args.hypotheses:
         hypotheses = io.read_lines(args.hypotheses, what="hypotheses file")
         check_line_counts((args.hypotheses, hypotheses), references)
+        return args, references, hypotheses
+    sources = io.read_lines(args.source, what="source file")
+    check_line_counts((args.source, sources), references)
+    io.check_model_folder(args.model, what="--model")
+    return args, references, sources
+
+
+def _run(plan) -> int:
+    from ..evaluation import compute_all, format_table
+
+    args, references, lines = plan
+    meta = {"references": args.references}
+    if args.hypotheses:
+        hypotheses = lines
         meta["hypotheses"] = args.hypotheses
     else:
-        sources = io.read_lines(args.source, what="source file")
-        check_line_counts((args.source, sources), references)
-        io.check_model_folder(args.model, what="--model")
-        hypotheses, num_beams = translate_file(args, sources)
+        hypotheses, num_beams = translate_file(args, lines)
         meta.update(model=args.model, source=args.source, num_beams=num_beams)
         if args.save_hypotheses:
             io.write_lines(args.save_hypotheses, hypotheses, overwrite=args.overwrite, what="--save_hypotheses")
@@ -121,8 +135,12 @@ def _main(argv: Sequence[str]) -> int:
     return 0
 
 
+COMMAND = Command("evaluate", "vaswani-evaluate", build_parser, _run, paths=_paths, validate=check_arguments,
+                  resolve=_resolve, script="evaluate_translations.py", invoked_name=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli(_main, argv)
+    return run_command(COMMAND, argv)
 
 
 if __name__ == "__main__":

@@ -14,12 +14,20 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
-from .. import io
 from ..constraints import MAX_POSITIONS, number
 from ..export.ctranslate2_spec import CT2_FOLDER, QUANTIZATIONS
-from .contract import ArgumentParser, declare_paths, run_cli
+from .command import (
+    MODEL_FOLDER,
+    MODEL_WITHOUT_TOKENIZER,
+    TOKENIZER_FOLDER,
+    Command,
+    Paths,
+    Use,
+    output_folder,
+    run_command,
+)
+from .contract import ArgumentParser
 
 
 def build_parser() -> ArgumentParser:
@@ -36,38 +44,39 @@ def build_parser() -> ArgumentParser:
     return parser
 
 
-def _check_tokenizer_folder(path: str) -> Path:
-    folder = Path(path)
-    if not folder.exists():
-        raise io.UsageError(f"--tokenizer folder not found: {folder}")
-    if not folder.is_dir():
-        raise io.UsageError(f"--tokenizer {folder} is a file; give the folder that holds tokenizer.json")
-    if not (folder / "tokenizer.json").is_file():
-        raise io.UsageError(f"--tokenizer {folder}: no tokenizer.json; give a folder written by "
-                            "tokenizer.save_pretrained")
-    io.check_tokenizer_file(folder / "tokenizer.json")
-    return folder
+def _paths(args) -> Paths:
+    """The model folder (with its tokenizer unless --tokenizer names another folder), --out_dir."""
+    model = MODEL_FOLDER if args.tokenizer is None else MODEL_WITHOUT_TOKENIZER
+    return Paths(inputs=(Use("--model_dir", args.model_dir, model),
+                         Use("--tokenizer", args.tokenizer, TOKENIZER_FOLDER)),
+                 outputs=(Use("--out_dir", args.out_dir, output_folder(CT2_FOLDER)),),
+                 overwrite=args.overwrite or args.force)
 
 
-def _main(argv: Sequence[str]) -> int:
-    from ..export.ctranslate2_spec import import_ctranslate2, to_ctranslate2
+def _resolve(args, checked):
+    from ..export.ctranslate2_spec import import_ctranslate2
 
-    args = build_parser().parse_args(argv)
-    overwrite = args.overwrite or args.force
-    declare_paths(inputs={"--model_dir": args.model_dir, "--tokenizer": args.tokenizer},
-                  outputs={"--out_dir": args.out_dir})
-    model_dir = io.check_model_folder(Path(args.model_dir), what="--model_dir", tokenizer=args.tokenizer is None)
-    tokenizer = _check_tokenizer_folder(args.tokenizer) if args.tokenizer else None
-    out_dir = io.check_output_dir(args.out_dir, overwrite=overwrite, what="--out_dir", kind=CT2_FOLDER)
     import_ctranslate2()  # the optional dependency, before any work
-    out = to_ctranslate2(model_dir, out_dir, quantization=args.quantization, tokenizer=tokenizer,
-                         max_positions=args.max_positions, force=overwrite)
+    return args, checked
+
+
+def _run(plan) -> int:
+    from ..export.ctranslate2_spec import to_ctranslate2
+
+    args, checked = plan
+    out = to_ctranslate2(checked["--model_dir"], checked["--out_dir"], quantization=args.quantization,
+                         tokenizer=checked.get("--tokenizer"), max_positions=args.max_positions,
+                         force=args.overwrite or args.force)
     print(out)
     return 0
 
 
+COMMAND = Command("export_ctranslate2", "vaswani-export-ctranslate2", build_parser, _run, paths=_paths,
+                  resolve=_resolve)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli(_main, argv, prog="vaswani-export-ctranslate2")
+    return run_command(COMMAND, argv)
 
 
 if __name__ == "__main__":

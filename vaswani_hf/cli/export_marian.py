@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from .. import io
 from ..export.marian import MARIAN_FOLDER
 from ..export.marian_limits import check_marian_exportable
-from .contract import ArgumentParser, declare_paths, run_cli
+from .command import MODEL_FOLDER, Command, Paths, Use, output_folder, run_command
+from .contract import ArgumentParser
 
 
 def build_parser() -> ArgumentParser:
@@ -38,17 +38,30 @@ def build_parser() -> ArgumentParser:
     return parser
 
 
-def _main(argv: Sequence[str]) -> int:
+def _validate(args) -> None:
+    if bool(args.source_lang) != bool(args.target_lang):
+        raise io.UsageError("give both --source_lang and --target_lang, or neither")
+
+
+def _paths(args) -> Paths:
+    return Paths(inputs=(Use("--model_dir", args.model_dir, MODEL_FOLDER),),
+                 outputs=(Use("--out", args.out, output_folder(MARIAN_FOLDER)),), overwrite=args.overwrite)
+
+
+def _agree(args, checked) -> None:
+    """The model and Marian: learned positions, d_k != d_model / h, a LayerNorm eps Marian cannot hold."""
+    check_marian_exportable(checked["--model_dir"])
+
+
+def _resolve(args, checked):
+    return args, checked["--model_dir"]
+
+
+def _run(plan) -> int:
     from ..export.marian import export_marian
     from ..hub.card import read_card_inputs
 
-    args = build_parser().parse_args(argv)
-    if bool(args.source_lang) != bool(args.target_lang):
-        raise io.UsageError("give both --source_lang and --target_lang, or neither")
-    declare_paths(inputs={"--model_dir": args.model_dir}, outputs={"--out": args.out})
-    model_dir = io.check_model_folder(Path(args.model_dir), what="--model_dir")
-    check_marian_exportable(model_dir)  # learned positions, d_k != d_model / h, a LayerNorm eps Marian cannot hold
-    io.check_output_dir(args.out, overwrite=args.overwrite, what="--out", kind=MARIAN_FOLDER)
+    args, model_dir = plan
     training_info = read_card_inputs(model_dir).get("training_info")
     if training_info is None and args.source_lang:
         training_info = {"source_lang": args.source_lang, "target_lang": args.target_lang}
@@ -59,8 +72,12 @@ def _main(argv: Sequence[str]) -> int:
     return 0
 
 
+COMMAND = Command("export_marian", "vaswani-export-marian", build_parser, _run, paths=_paths, validate=_validate,
+                  agree=_agree, resolve=_resolve)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli(_main, argv, prog="vaswani-export-marian")
+    return run_command(COMMAND, argv)
 
 
 if __name__ == "__main__":

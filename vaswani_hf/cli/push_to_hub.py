@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from .. import io
-from .contract import ArgumentParser, run_cli
+from .command import MODEL_FOLDER, Command, Paths, Use, run_command
+from .contract import ArgumentParser
 
 
 def build_parser() -> ArgumentParser:
@@ -45,10 +45,8 @@ def build_parser() -> ArgumentParser:
     return parser
 
 
-def _main(argv: Sequence[str]) -> int:
-    from ..hub.upload import push_folder
-
-    args = build_parser().parse_args(argv)
+def _validate(args) -> None:
+    """The flags' combination, and the Space's id before the model is uploaded."""
     if args.space_only and args.space_id is None:
         raise io.UsageError("--space_only needs --space_id, the Space to create (see --help)")
     if args.space_only and args.model_dir is not None:
@@ -59,9 +57,24 @@ def _main(argv: Sequence[str]) -> int:
     if args.space_id is not None:
         from ..hub.space import _check_id
 
-        _check_id(args.space_id, "--space_id")  # before the model is uploaded
-    if not args.space_only:
-        model_dir = io.check_model_folder(Path(args.model_dir), what="--model_dir")
+        _check_id(args.space_id, "--space_id")
+
+
+def _paths(args) -> Paths:
+    return Paths(inputs=(Use("--model_dir", args.model_dir, MODEL_FOLDER),))  # None with --space_only
+
+
+def _resolve(args, checked):
+    return args, checked.get("--model_dir")
+
+
+def _run(plan) -> int:
+    """The model (unless --space_only), then the Space: each upload checks its repository id before any network
+    call; --dry_run lists and stops."""
+    from ..hub.upload import push_folder
+
+    args, model_dir = plan
+    if model_dir is not None:
         push_folder(model_dir, args.repo_id, private=args.private, revision=args.revision, dry_run=args.dry_run,
                     commit_message=args.commit_message)
     if args.space_id is not None:
@@ -71,8 +84,12 @@ def _main(argv: Sequence[str]) -> int:
     return 0
 
 
+COMMAND = Command("push_to_hub", "vaswani-push-to-hub", build_parser, _run, paths=_paths, validate=_validate,
+                  resolve=_resolve)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli(_main, argv, prog="vaswani-push-to-hub")
+    return run_command(COMMAND, argv)
 
 
 if __name__ == "__main__":

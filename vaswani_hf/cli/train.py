@@ -38,7 +38,8 @@ from ..training.recipe import (
     unknown_keys,
     value_from_text,
 )
-from .contract import add_debug_argument, declare_paths, release_library_reports, run_cli
+from .command import Command, run_command
+from .contract import add_debug_argument, declare_paths, release_library_reports
 
 
 @dataclass
@@ -119,38 +120,49 @@ def parse_command_line(argv: Sequence[str]):
     return load_recipe(options.recipe, values), options
 
 
-def _main(argv: Sequence[str]) -> int:
+def _resolve(parsed, checked):
+    """(what to do, ...): the listings, or the one plan of the run (`plan_run` checks every path: the plan's guard;
+    its outputs are what the error boundary names when the disk fills)."""
     from ..training.recipe import format_keys, list_recipes
 
-    recipe, options = parse_command_line(argv)
+    recipe, options = parsed
     if options.list_keys:
-        print(format_keys())
-        return 0
+        return "print", format_keys()
     if options.list_recipes:
-        print("\n".join(list_recipes()))
-        return 0
+        return "print", "\n".join(list_recipes())
     from ..training.plan import plan_run
 
     if not options.check:  # the run's log (standard output) shows what planning decides, e.g. a checkpoint skipped
         from ..training.run import setup_logging
 
         setup_logging()
-    plan = plan_run(recipe, overwrite=options.overwrite)  # checks every path (the plan's guard); the one plan
+    plan = plan_run(recipe, overwrite=options.overwrite)
     declare_paths(inputs={}, outputs={"output_dir": plan.output_dir, "export_dir": plan.export_dir}, check=False)
     if options.check:
         counts = {source.key: source.scan() for source in plan.sources.values() if source is not None}
         corpus = ", ".join(f"{k}: {c[0]:,} pairs ({c[1]:,} usable)" for k, c in counts.items() if c is not None)
-        print(f"recipe {recipe.name} OK; {plan.describe()}" + (f"; {corpus}" if corpus else ""))
+        return "print", f"recipe {recipe.name} OK; {plan.describe()}" + (f"; {corpus}" if corpus else "")
+    return "train", plan
+
+
+def _run(resolved) -> int:
+    what, value = resolved
+    if what == "print":
+        print(value)
         return 0
     from ..training.run import run_training
 
     release_library_reports()  # the run's plan holds: what libraries say while it trains is shown when said
-    run_training(plan)
+    run_training(value)
     return 0
 
 
+COMMAND = Command("train", "vaswani-train", RecipeParser, _run, parse=parse_command_line, resolve=_resolve,
+                  invoked_name=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli(_main, argv)
+    return run_command(COMMAND, argv)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ from pathlib import Path
 from .. import io
 from ..constraints import MAX_TOKENS, number
 from ..tokenization import DEFAULT_MODEL_MAX_LENGTH, DEFAULT_VOCAB_SIZE, SPECIAL_TOKENS, TOKENIZER_FOLDER
-from .contract import ArgumentParser, declare_paths, run_cli
+from .command import TEXT_OR_STDIN, Command, Paths, Use, output_folder, run_command
+from .contract import ArgumentParser
 from .library_reports import HeldReports
 from .surroundings import raise_if_stopped
 
@@ -55,12 +56,9 @@ def build_parser() -> ArgumentParser:
 
 
 def _corpus(args):
-    """The training text: files (checked, streamed when training), or a parallel corpus loaded in full (which checks
-    every line)."""
+    """The training text: files (checked by the runner, streamed when training), or a parallel corpus loaded in full
+    (which checks every line)."""
     if args.files:
-        for path in args.files:
-            if str(path) != io.STDIO:  # "-": standard input, as for every tool that reads text
-                io.check_input_file(path, "--files")
         return args.files
     from ..data.corpora import load_parallel, load_sample_corpus
 
@@ -102,14 +100,17 @@ def _interactive() -> bool:
     return all(getattr(stream, "isatty", lambda: False)() for stream in (sys.stdout, sys.stderr))
 
 
-def _main(argv: Sequence[str]) -> int:
+def _paths(args) -> Paths:
+    """--files ("-": standard input, as for every tool that reads text), --corpus (checked when loaded), --out_dir."""
+    inputs = [Use(f"--files ({i + 1})", path, TEXT_OR_STDIN, what="--files") for i, path in enumerate(args.files or [])]
+    inputs.append(Use("--corpus", args.corpus))
+    return Paths(inputs=inputs, outputs=(Use("--out_dir", args.out_dir, output_folder(TOKENIZER_FOLDER)),),
+                 overwrite=args.overwrite)
+
+
+def _run(args) -> int:
     from ..tokenization import iter_training_text, train_bpe_tokenizer
 
-    args = build_parser().parse_args(argv)
-    inputs = {f"--files ({i + 1})": path for i, path in enumerate(args.files or [])}
-    inputs["--corpus"] = args.corpus
-    declare_paths(inputs=inputs, outputs={"--out_dir": args.out_dir})
-    io.check_output_dir(args.out_dir, overwrite=args.overwrite, what="--out_dir", kind=TOKENIZER_FOLDER)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     languages = None if args.files else [args.src_lang, args.tgt_lang]
     # the corpus loader's warnings (e.g. about empty sides) are shown once the corpus is accepted: a refused corpus
@@ -119,7 +120,7 @@ def _main(argv: Sequence[str]) -> int:
         # a loaded corpus is checked now (files are streamed: checked when they end, in _Counted)
         if not args.files and not any(line.strip() for line in iter_training_text(corpus, languages)):
             raise io.UsageError(f"{_source(args)}: no text to learn from ({len(corpus)} pairs, all empty); give the "
-                             "training corpus")
+                                "training corpus")
     lines = _Counted(iter_training_text(corpus, languages), _source(args))
     started = time.perf_counter()
     with io.atomic_output_dir(args.out_dir, kind=TOKENIZER_FOLDER) as tmp:
@@ -132,8 +133,11 @@ def _main(argv: Sequence[str]) -> int:
     return 0
 
 
+COMMAND = Command("train_tokenizer", "vaswani-train-tokenizer", build_parser, _run, paths=_paths, invoked_name=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli(_main, argv)
+    return run_command(COMMAND, argv)
 
 
 if __name__ == "__main__":

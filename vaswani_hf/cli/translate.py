@@ -24,13 +24,13 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 from .. import io
 from ..constraints import MAX_POSITIONS, MAX_SENTENCES, MAX_TOKENS, device, number, setting_flag
 from ..generation_vaswani import GENERATION_SETTINGS
 from ..translation_frontend import MAX_SOURCE_TOKENS
-from .contract import ArgumentParser, declare_paths, run_cli
+from .command import FOLDER, MODEL_FOLDER, OUTPUT_FILE_OR_STDOUT, TEXT_OR_STDIN, Command, Paths, Use, run_command
+from .contract import ArgumentParser
 
 
 def build_parser() -> ArgumentParser:
@@ -98,20 +98,26 @@ def translate_with_ctranslate2(args, lines: list[str]) -> list[str]:
 ENGINES = {"pytorch": translate_with_pytorch, "ctranslate2": translate_with_ctranslate2}
 
 
-def _main(argv: Sequence[str]) -> int:
-    args = build_parser().parse_args(argv)
+def _validate(args) -> None:
     if getattr(args, "max_length_b", 0) is None and args.max_new_tokens is None:
         raise io.UsageError("--max_length_b none turns the per-sentence limit off: give --max_new_tokens as the limit")
-    if args.input != io.STDIO:  # the input itself first: a folder or a device is named as such
-        io.check_input_file(args.input)
-    declare_paths(inputs={"input": args.input, "--model": args.model}, outputs={"--output": args.output})
-    if args.output is not None and args.output != io.STDIO:  # checked before any work
-        io.check_output_file(args.output, overwrite=args.overwrite, what="--output")
-    lines = io.read_lines(args.input)
-    if args.engine == "pytorch":
-        io.check_model_folder(args.model, what="--model")
-    elif not Path(args.model).is_dir():
-        raise io.UsageError(f"--model {args.model}: folder not found")
+
+
+def _paths(args) -> Paths:
+    """The input first (a folder or a device is named as such), the model folder (a CTranslate2 export is a folder
+    of its own kind, checked when loaded), --output checked before any work."""
+    model = MODEL_FOLDER if args.engine == "pytorch" else FOLDER
+    return Paths(inputs=(Use("input", args.input, TEXT_OR_STDIN, what="input file", first=True),
+                         Use("--model", args.model, model)),
+                 outputs=(Use("--output", args.output, OUTPUT_FILE_OR_STDOUT),), overwrite=args.overwrite)
+
+
+def _resolve(args, checked) -> tuple:
+    return args, io.read_lines(args.input)
+
+
+def _run(plan) -> int:
+    args, lines = plan
     start = time.perf_counter()
     try:
         translations = ENGINES[args.engine](args, lines)
@@ -126,8 +132,12 @@ def _main(argv: Sequence[str]) -> int:
     return 0
 
 
+COMMAND = Command("translate", "vaswani-translate", build_parser, _run, paths=_paths, validate=_validate,
+                  resolve=_resolve, invoked_name=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli(_main, argv)
+    return run_command(COMMAND, argv)
 
 
 if __name__ == "__main__":

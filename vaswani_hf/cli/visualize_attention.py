@@ -20,11 +20,11 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from .. import io
 from ..constraints import MAX_BEAMS, device, number
-from .contract import ArgumentParser, declare_paths, run_cli
+from .command import MODEL_FOLDER, Command, Paths, Use, output_folder, run_command
+from .contract import ArgumentParser
 
 _LINK = re.compile(r"^\d+[-?p]\d+$")
 ATTENTION_FOLDER = "attention plot folder"  # the kind of output this tool writes (vaswani_hf.io.outputs)
@@ -98,18 +98,24 @@ def _check_lengths(args, model, tokenizer) -> None:
             raise io.UsageError(f"{flag}: {n} tokens (with </s>), but {why}; give a shorter sentence")
 
 
-def _main(argv: Sequence[str]) -> int:
+def _paths(args) -> Paths:
+    return Paths(inputs=(Use("--model_dir", args.model_dir, MODEL_FOLDER),),
+                 outputs=(Use("--out", args.out, output_folder(ATTENTION_FOLDER)),), overwrite=args.overwrite)
+
+
+def _resolve(args, checked):
+    """The model loaded and the sentences' lengths checked, before anything is computed."""
+    # trust_remote_code: the folder's own code runs if the package's classes are not registered (any saved model)
+    model, tokenizer = io.load_model_folder(checked["--model_dir"], device=args.device, trust_remote_code=True,
+                                            what="--model_dir", attn_implementation="eager")
+    _check_lengths(args, model, tokenizer)
+    return args, checked["--out"], model, tokenizer
+
+
+def _run(plan) -> int:
     from ..visualize import KINDS, visualize
 
-    args = build_parser().parse_args(argv)
-    _check_arguments(args)
-    declare_paths(inputs={"--model_dir": args.model_dir}, outputs={"--out": args.out})
-    model_dir = io.check_model_folder(Path(args.model_dir), what="--model_dir")
-    out = io.check_output_dir(args.out, overwrite=args.overwrite, what="--out", kind=ATTENTION_FOLDER)
-    # trust_remote_code: the folder's own code runs if the package's classes are not registered (any saved model)
-    model, tokenizer = io.load_model_folder(model_dir, device=args.device, trust_remote_code=True, what="--model_dir",
-                                         attn_implementation="eager")
-    _check_lengths(args, model, tokenizer)
+    args, out, model, tokenizer = plan
     with io.atomic_output_dir(out, kind=ATTENTION_FOLDER) as tmp:
         result = visualize(model, tokenizer, args.source, args.target, tmp, fmt=args.format,
                            num_beams=args.num_beams, max_new_tokens=args.max_new_tokens, per_head=args.per_head,
@@ -123,8 +129,12 @@ def _main(argv: Sequence[str]) -> int:
     return 0
 
 
+COMMAND = Command("visualize_attention", "vaswani-visualize-attention", build_parser, _run, paths=_paths,
+                  validate=_check_arguments, resolve=_resolve)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli(_main, argv, prog="vaswani-visualize-attention")
+    return run_command(COMMAND, argv)
 
 
 if __name__ == "__main__":

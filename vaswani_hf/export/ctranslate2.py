@@ -57,9 +57,17 @@ from ..data.batching import TRANSLATE_MAX_TOKENS, make_batches
 from ..generation_vaswani import LENGTH_PENALTY_TYPES as GENERATE_LENGTH_PENALTY_TYPES
 from ..generation_vaswani import default_generation_config, gnmt_length_penalty
 from ..io import UsageError
-from ..io.files import CT2_METADATA, check_ctranslate2_folder, read_json
+from ..io.files import CT2_VOCABULARY, check_ctranslate2_folder, read_json
 from ..translation_frontend import MAX_SOURCE_TOKENS, UNSET, PositionTable, resolve_options, translate_lines
-from .ctranslate2_spec import CT2_METADATA_FILE, GENERATION_KEYS, import_ctranslate2, to_ctranslate2
+from .ctranslate2_spec import (
+    CT2_METADATA_FILE,
+    GENERATION_KEYS,
+    check_metadata,
+    import_ctranslate2,
+    to_ctranslate2,
+    tokenizer_tokens,
+    vocabulary_difference,
+)
 
 # generate()'s scorings, and CTranslate2's own (its hypotheses as it scored them, not re-ranked)
 LENGTH_PENALTY_TYPES = (*GENERATE_LENGTH_PENALTY_TYPES, "ctranslate2")
@@ -85,6 +93,22 @@ def _generation_defaults(saved: dict) -> dict:
     return {**defaults, **{key: value for key, value in saved.items() if key in GENERATION_KEYS and value is not None}}
 
 
+def _check_tokenizer(folder: Path, tokenizer, given: bool) -> None:
+    """The tokenizer must be the export's vocabulary: CTranslate2 maps token strings to rows by its own vocabulary
+    files, so a tokenizer of other tokens (even of the same size) would translate garbage. UsageError naming both
+    files and the first id where they differ."""
+    ours = tokenizer_tokens(tokenizer)
+    for name in ("shared", "source", "target"):
+        path = folder / f"{name}_vocabulary.json"
+        if not path.is_file():
+            continue
+        difference = vocabulary_difference(ours, dict(enumerate(read_json(path, CT2_VOCABULARY))))
+        if difference is not None:
+            which = "the given tokenizer" if given else f"the tokenizer {folder / 'tokenizer.json'}"
+            raise UsageError(f"{which} and {path} are not one vocabulary ({difference}); the tokenizer files "
+                             "were replaced: export the model again (vaswani-export-ctranslate2)")
+
+
 class CTranslate2Translator:
     """A loaded CTranslate2 export plus its tokenizer; `translate` maps our decoding options (see module docstring).
 
@@ -97,14 +121,15 @@ class CTranslate2Translator:
 
         ctranslate2, _, _ = import_ctranslate2()
         self.model_dir = check_ctranslate2_folder(model_dir)  # model.bin complete, config, vocabulary: one line
+        metadata_path = self.model_dir / CT2_METADATA_FILE
+        self.metadata = check_metadata(metadata_path) if metadata_path.is_file() else {}
         device, device_index = _split_device(device)
+        self.tokenizer = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(str(self.model_dir))
+        _check_tokenizer(self.model_dir, self.tokenizer, given=tokenizer is not None)
         self.translator = ctranslate2.Translator(
             str(self.model_dir), device=device, device_index=device_index, compute_type=compute_type,
             inter_threads=inter_threads, intra_threads=intra_threads,
         )
-        self.tokenizer = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(str(self.model_dir))
-        metadata_path = self.model_dir / CT2_METADATA_FILE
-        self.metadata = read_json(metadata_path, CT2_METADATA) if metadata_path.is_file() else {}
         self.max_positions = self.metadata.get("max_positions")  # None: unknown (not exported by us), no check
         self.generation_defaults = _generation_defaults(self.metadata.get("generation", {}))
 

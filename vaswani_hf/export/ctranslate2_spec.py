@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import torch
 
 from ..configuration_vaswani import VaswaniConfig
 from ..io import UsageError, atomic_output_dir, check_model_folder, check_output_dir
-from ..io.files import CONFIG, read_json
+from ..configuration_vaswani import SettingError
+from ..generation_vaswani import GENERATION_SETTINGS
+from ..io.files import CONFIG, CT2_METADATA, check_tokenizer_file, read_json
 from ..modeling_vaswani import VaswaniForConditionalGeneration, sinusoid_table
 from ..io import check_same_vocabulary
 
@@ -64,6 +67,63 @@ def _vocabulary(tokenizer, config: VaswaniConfig) -> list[str]:
     return tokens
 
 
+def tokenizer_tokens(tokenizer) -> dict[int, str]:
+    """{id: token string} of a tokenizer object, or of the tokenizer saved in a folder (tokenizer.json checked
+    first; added tokens included)."""
+    if isinstance(tokenizer, (str, os.PathLike)):
+        path = Path(tokenizer) / "tokenizer.json"
+        if path.is_file():
+            vocab = check_tokenizer_file(path).get_vocab(with_added_tokens=True)
+        else:
+            from transformers import AutoTokenizer
+
+            vocab = AutoTokenizer.from_pretrained(str(tokenizer)).get_vocab()
+    else:
+        vocab = tokenizer.get_vocab()
+    return {index: token for token, index in vocab.items()}
+
+
+def vocabulary_difference(ours: dict[int, str], theirs: dict[int, str]) -> str | None:
+    """None if two {id: token} maps are one vocabulary (ids absent from `ours` match the export's placeholders
+    `<vaswani_unused_N>`), else where they first differ ("id 7 is 'a' in one, 'b' in the other")."""
+    for index in sorted(set(ours) | set(theirs)):
+        mine = ours.get(index, f"<vaswani_unused_{index}>")
+        other = theirs.get(index)
+        if mine != other:
+            return f"id {index} is {mine!r} in one, {'absent' if other is None else repr(other)} in the other"
+    return None
+
+
+def check_metadata(path: str | os.PathLike) -> dict:
+    """vaswani_ctranslate2.json of a CTranslate2 export, checked: the file's shape (`CT2_METADATA`), then each
+    recorded decoding option of "generation" against its declaration (`GENERATION_SETTINGS`: types and bounds;
+    null = not recorded). UsageError naming the file and the field."""
+    metadata = read_json(path, CT2_METADATA)
+    for key, value in metadata.get("generation", {}).items():
+        if key in GENERATION_KEYS and value is not None:
+            try:
+                GENERATION_SETTINGS[key].check(value, f"{path}: field generation")
+            except SettingError as error:
+                raise UsageError(f"{error}; export the model again (vaswani-export-ctranslate2)") from None
+    return metadata
+
+
+def _check_folder_tokenizer(folder: Path, tokenizer) -> None:
+    """An explicit tokenizer given with a model folder that has its own: both must be one vocabulary (same tokens
+    at the same ids; the sizes alone do not show a retrained tokenizer)."""
+    if not (folder / "tokenizer.json").is_file():
+        return
+    if isinstance(tokenizer, (str, os.PathLike)) and Path(tokenizer).resolve() == folder.resolve():
+        return
+    difference = vocabulary_difference(tokenizer_tokens(tokenizer), tokenizer_tokens(folder))
+    if difference is not None:
+        given = f"the tokenizer in {tokenizer}" if isinstance(tokenizer, (str, os.PathLike)) else \
+            "the given tokenizer"
+        raise UsageError(f"to_ctranslate2: {given} and the model's own tokenizer ({folder / 'tokenizer.json'}) "
+                         f"are not one vocabulary ({difference}); leave the tokenizer out or give the one the "
+                         "model was trained with")
+
+
 def _checked_sources(model_or_folder, tokenizer):
     """(model object or checked folder, tokenizer object or folder), checked before anything is loaded: a complete
     vaswani model folder, and a tokenizer of the model's vocabulary (`vaswani_hf.vocabulary`)."""
@@ -77,6 +137,8 @@ def _checked_sources(model_or_folder, tokenizer):
             raise UsageError(f"{model_or_folder / 'config.json'}: model_type is {model_type!r}, not 'vaswani'")
         tokenizer = model_or_folder if tokenizer is None else tokenizer
     check_same_vocabulary(model_or_folder, tokenizer)
+    if isinstance(model_or_folder, Path):
+        _check_folder_tokenizer(model_or_folder, tokenizer)
     return model_or_folder, tokenizer
 
 
@@ -244,4 +306,5 @@ def to_ctranslate2(model_or_folder, out_dir, quantization: str | None = None, to
     return out_dir
 
 
-__all__ = ["to_ctranslate2", "import_ctranslate2", "CT2_METADATA_FILE", "GENERATION_KEYS", "QUANTIZATIONS"]
+__all__ = ["to_ctranslate2", "import_ctranslate2", "CT2_METADATA_FILE", "GENERATION_KEYS", "QUANTIZATIONS",
+           "tokenizer_tokens", "vocabulary_difference", "check_metadata"]

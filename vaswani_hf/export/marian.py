@@ -29,7 +29,7 @@ import torch
 from transformers import GenerationConfig, MarianConfig, MarianMTModel
 
 from ..configuration_vaswani import VaswaniConfig
-from ..hub.card import Architecture, CardVariant, read_card_inputs, render_model_card
+from ..hub.card import Architecture, CardVariant, check_card_identity, read_card_inputs, render_model_card
 from ..io import UsageError, atomic_output_dir, check_model_folder, check_output_dir, read_json
 from ..modeling_vaswani import VaswaniForConditionalGeneration
 from ..io import check_same_vocabulary
@@ -339,6 +339,8 @@ def export_marian(
     record = read_card_inputs(model_dir)
     metrics = metrics if metrics is not None else record.get("metrics")
     training_info = training_info if training_info is not None else record.get("training_info")
+    info = training_info if isinstance(training_info, Mapping) else {}
+    check_card_identity(repo_id, info.get("source_lang"), info.get("target_lang"))  # before any work
     model = VaswaniForConditionalGeneration.from_pretrained(model_dir).eval()
     marian = to_marian(model).eval()
     gen_path = model_dir / "generation_config.json"

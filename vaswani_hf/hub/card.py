@@ -335,12 +335,38 @@ def _eval_dataset_text(eval_dataset: dict) -> str:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+_LANGUAGE_CODE = re.compile(r"[A-Za-z0-9_-]{1,16}")
+
+
+def check_card_identity(repo_id: str | None = None, source_lang: str | None = None,
+                        target_lang: str | None = None) -> None:
+    """What a card writes into its metadata and usage snippets, checked before any work: `repo_id` a valid Hub id
+    (huggingface_hub's `validate_repo_id`), the language codes letters, digits, '-' or '_' (1-16 characters, e.g.
+    'en', 'de', 'pt-BR'). UsageError naming the parameter (None: not given, not checked)."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    from ..errors import UsageError
+
+    if repo_id is not None:
+        try:
+            validate_repo_id(repo_id)
+        except HFValidationError as error:
+            raise UsageError(f"repo_id {repo_id!r} is not a Hub repository id ({' '.join(str(error).split())}); "
+                             "give 'name' or 'namespace/name'") from None
+    for name, code in (("source_lang", source_lang), ("target_lang", target_lang)):
+        if code is not None and (not isinstance(code, str) or not _LANGUAGE_CODE.fullmatch(code)):
+            raise UsageError(f"{name} {code!r} is not a language code: 1-16 letters, digits, '-' or '_' "
+                             "(e.g. 'en', 'de')")
+
+
 def _check_card_inputs(variant: CardVariant, info: dict, scores: dict) -> dict:
     """The evaluation set of `info`, after refusing what would make a misleading card (ValueError)."""
     if not isinstance(variant, CardVariant):
         raise ValueError(f"variant must be a CardVariant (VASWANI_CARD, or an export's), got {variant!r}")
     if not info.get("source_lang") or not info.get("target_lang"):
         raise ValueError("training_info needs 'source_lang' and 'target_lang' (ISO 639-1 codes, e.g. 'en', 'de')")
+    check_card_identity(None, info["source_lang"], info["target_lang"])
     eval_dataset = dict(info.get("eval_dataset") or {})
     if scores and not eval_dataset.get("name"):
         raise ValueError(

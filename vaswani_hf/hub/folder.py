@@ -11,6 +11,7 @@ from an older run) may lack one, and the upload refuses it instead of failing on
 
 from __future__ import annotations
 
+import ast
 import logging
 import os
 import re
@@ -69,9 +70,47 @@ def missing_code_files(folder: str | os.PathLike, names: set[str] | None = None)
         if name not in names:
             problems.append(f"code file {name} referenced by config.json is missing")
     for name in sorted(n for n in names if n.endswith(".py")):
-        for module in _RELATIVE_IMPORT.findall((folder / name).read_text(encoding="utf-8")):
+        source = (folder / name).read_text(encoding="utf-8", errors="replace")
+        for module in _RELATIVE_IMPORT.findall(source):
             if f"{module}.py" not in names:
                 problems.append(f"{name} imports .{module}, but {module}.py is not in the folder")
+    return problems + _undefined_references(folder, names, config if isinstance(config, Mapping) else {})
+
+
+def _top_level_names(source: str) -> set[str] | None:
+    """Names a module defines at top level (classes, functions, assignments, imports); None if it does not parse
+    (the upload check names that file)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    defined = set()
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            defined |= {t.id for t in targets if isinstance(t, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            defined |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+    return defined
+
+
+def _undefined_references(folder: Path, names: set[str], config: Mapping) -> list[str]:
+    """An auto_map entry "module.Class" whose module (present) does not define Class: trust_remote_code would fail
+    on the user's machine, not here."""
+    auto_map = config.get("auto_map") or {}
+    references = [ref for value in auto_map.values() for ref in (value if isinstance(value, list) else [value])
+                  if isinstance(ref, str) and "." in ref]
+    problems = []
+    for ref in sorted(set(references)):
+        module, _, attribute = ref.split("--")[-1].rpartition(".")
+        if f"{module}.py" not in names:
+            continue  # reported as missing
+        defined = _top_level_names((folder / f"{module}.py").read_text(encoding="utf-8", errors="replace"))
+        if defined is not None and attribute not in defined:
+            problems.append(f"{folder / (module + '.py')} does not define {attribute}, which config.json's auto_map "
+                            "names; copy the code files again (save_hub_folder)")
     return problems
 
 

@@ -2,8 +2,10 @@
 exactly the files `list_upload_files` lists (weights as safetensors, config with auto_map, code, tokenizer,
 generation config, metrics, card, handler; never checkpoints, optimizer states or pickled weights).
 
-`check_folder` refuses, before any network call, a folder that would give an unusable repository (no or truncated
-weights, broken config.json, missing tokenizer, card or code file) and an invalid repository id. The token comes
+`check_folder` refuses, before any network call (dry run included), a folder that would give an unusable
+repository (no or truncated weights, broken config.json, missing tokenizer, card or code file, a code file that does
+not compile, a JSON file that does not parse or has the wrong shape, out-of-bounds generation settings, a tokenizer
+that does not load or is not the model's) and an invalid repository id or revision. The token comes
 from the `token` argument, `HF_TOKEN` or the cached login (huggingface_hub resolves it) and is never printed;
 network and authentication failures are one-line `RunFailure`s.
 """
@@ -19,8 +21,9 @@ from huggingface_hub import ModelCard
 from huggingface_hub.errors import HFValidationError, HTTPError
 from huggingface_hub.utils import filter_repo_objects, validate_repo_id
 
-from ..io import RunFailure, UsageError, check_safetensors, read_json
+from ..io import RunFailure, UsageError, check_model_folder, check_safetensors, read_json
 from ..io import check_same_vocabulary
+from ..io.files import COUNT, STR, FileShape, Nullable, Obj, OneOf, check_shape
 from .card import METRICS_FILE
 from .folder import missing_code_files
 
@@ -120,11 +123,13 @@ def _card_problems(model_dir: Path, names: set[str]) -> list[str]:
 
 
 def check_folder(model_dir: str | os.PathLike, files: list[tuple[str, int]] | None = None, *,
-                 repo_id: str | None = None) -> list[str]:
-    """Problems that would make the uploaded repository unusable (empty list: none): an invalid `repo_id`, a
-    missing or broken config.json, missing or truncated safetensors weights, no tokenizer, a tokenizer of another
-    vocabulary than the model's, no or unparsable card, a code file that config.json or another code file needs but
-    that is absent."""
+                 repo_id: str | None = None, revision: str | None = None) -> list[str]:
+    """Problems that would make the uploaded repository unusable (empty list: none), each naming its file: an
+    invalid `repo_id` or `revision` (git's branch-name rules), a missing or broken config.json, missing or truncated
+    safetensors weights, no tokenizer, a tokenizer of another vocabulary than the model's or that transformers
+    cannot load, no or unparsable card, a code file that config.json or another code file needs but that is absent,
+    that does not compile or lacks the class auto_map names, an uploaded *.json that does not parse or lacks its
+    declared shape (`UPLOAD_JSON_SHAPES`), generation settings out of their declared bounds."""
     model_dir = Path(model_dir)
     names = {name for name, _ in (files if files is not None else list_upload_files(model_dir))}
     problems = []
@@ -134,6 +139,8 @@ def check_folder(model_dir: str | os.PathLike, files: list[tuple[str, int]] | No
         except HFValidationError as error:
             problems.append(f"repository id {repo_id!r} is invalid ({' '.join(str(error).split())}); "
                             "give 'name' or 'namespace/name'")
+    problems += [p for p in [revision_problem(revision)] if p]
+    problems += _file_problems(model_dir, names)
     if "config.json" not in names:
         return problems + [f"{model_dir} has no config.json"]
     try:
@@ -151,6 +158,110 @@ def check_folder(model_dir: str | os.PathLike, files: list[tuple[str, int]] | No
             problems.append("config.json has no auto_map for AutoConfig/AutoModelForSeq2SeqLM (import vaswani_hf "
                             "before save_pretrained: it registers the classes for remote code)")
     problems += missing_code_files(model_dir, names)
+    if not problems:  # the loaders' own checks, once the folder is complete (each problem is named once)
+        problems += _strict_problems(model_dir, config)
+    return problems
+
+
+# The declared shape of the JSON files uploaded beside the model that no loader checks when the folder is written
+# (config.json, generation_config.json, tokenizer.json and the weights index are the model folder's own:
+# `check_model_folder`). Any other *.json uploaded must at least parse.
+_SPECIAL_TOKEN = Nullable(OneOf(STR, Obj(required={"content": STR})))  # a string or transformers' AddedToken
+_SPECIAL_TOKENS = {name: _SPECIAL_TOKEN for name in (
+    "bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token")}
+_FIX = "write the folder again (save_hub_folder / vaswani-train) or fix the file"
+UPLOAD_JSON_SHAPES = {
+    METRICS_FILE: FileShape(METRICS_FILE, Obj(), _FIX),
+    "training_metrics.json": FileShape("training_metrics.json", Obj(), _FIX),
+    **{name: FileShape(name, Obj(), _FIX) for name in (
+        "all_results.json", "eval_results.json", "train_results.json", "test_results.json", "scores.json")},
+    "tokenizer_config.json": FileShape("tokenizer_config.json", Obj(optional=_SPECIAL_TOKENS), _FIX),
+    "special_tokens_map.json": FileShape("special_tokens_map.json", Obj(optional=_SPECIAL_TOKENS), _FIX),
+    "added_tokens.json": FileShape("added_tokens.json", Obj(extra=COUNT), _FIX),
+    "vocab.json": FileShape("vocab.json", Obj(extra=COUNT), _FIX),
+}
+# git check-ref-format's rules for a branch name (huggingface_hub does not validate revisions before a request)
+_BAD_REF_CHARACTERS = set(" ~^:?*[\\\x7f") | {chr(i) for i in range(32)}
+
+
+def revision_problem(revision: str | None) -> str | None:
+    """Why `revision` is not a valid git branch name (git check-ref-format's rules), None if it is (or is None)."""
+    if revision is None:
+        return None
+    problem = None
+    if not revision or revision == "@":
+        problem = "it is empty" if not revision else "'@' is not a branch name"
+    elif set(revision) & _BAD_REF_CHARACTERS:
+        problem = "spaces, control characters and ~ ^ : ? * [ \\ are not allowed"
+    elif ".." in revision or "@{" in revision or "//" in revision:
+        problem = "'..', '@{' and '//' are not allowed"
+    elif revision.startswith(("/", ".")) or revision.endswith(("/", ".", ".lock")):
+        problem = "it must not start with '/' or '.', nor end with '/', '.' or '.lock'"
+    elif any(part.startswith(".") or part.endswith(".lock") for part in revision.split("/")):
+        problem = "no path component may start with '.' or end with '.lock'"
+    if problem is None:
+        return None
+    return f"revision {revision!r} is not a valid branch name ({problem}); give a name such as 'main' or 'v1'"
+
+
+_CHECKED_ELSEWHERE = {"config.json", "tokenizer.json", "model.safetensors.index.json"}  # check_folder's own checks
+
+
+def _file_problems(model_dir: Path, names: set[str]) -> list[str]:
+    """Every uploaded *.json parses and has its declared shape (`UPLOAD_JSON_SHAPES`); every *.py compiles (the Hub
+    runs them under trust_remote_code: a syntax error would surface only on the user's machine)."""
+    problems = []
+    for name in sorted(names - _CHECKED_ELSEWHERE):
+        path = model_dir / name
+        try:
+            if name.endswith(".json"):
+                data = read_json(path, what=name)
+                if name in UPLOAD_JSON_SHAPES:
+                    check_shape(data, UPLOAD_JSON_SHAPES[name], path)
+            elif name.endswith(".py"):
+                compile(path.read_bytes(), str(path), "exec")
+        except UsageError as error:
+            problems.append(str(error))
+        except (SyntaxError, ValueError) as error:  # ValueError: null bytes in the source
+            line = f":{error.lineno}" if getattr(error, "lineno", None) else ""
+            problems.append(f"{path}{line}: does not compile ({getattr(error, 'msg', None) or error}); fix the file "
+                            "or write the folder again")
+    return problems
+
+
+def _strict_problems(model_dir: Path, config: dict) -> list[str]:
+    """The checks loading does, before any upload: the model folder (`check_model_folder`: config fields, weights,
+    tokenizer.json), generation_config.json's settings against their declarations, and the tokenizer as
+    transformers loads it, whose special tokens must be the config's ids."""
+    from ..configuration_vaswani import SettingError
+    from ..generation_vaswani import check_generation_settings, read_generation_file
+
+    try:
+        check_model_folder(model_dir)
+        path = model_dir / "generation_config.json"
+        if path.is_file():
+            vocab_size = config.get("vocab_size") if isinstance(config.get("vocab_size"), int) else None
+            check_generation_settings(read_generation_file(path), vocab_size, str(path))
+    except (UsageError, SettingError) as error:
+        return [str(error)]
+    return _loaded_tokenizer_problems(model_dir, config)
+
+
+def _loaded_tokenizer_problems(model_dir: Path, config: dict) -> list[str]:
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    except Exception as error:  # noqa: BLE001 - transformers raises many kinds on a broken tokenizer file
+        return [f"{model_dir}: the tokenizer (tokenizer.json, tokenizer_config.json) does not load "
+                f"({' '.join(str(error).split())[:200]}); save the tokenizer into the folder again"]
+    problems = []
+    for name in ("eos_token_id", "pad_token_id", "bos_token_id"):
+        expected, got = config.get(name), getattr(tokenizer, name, None)
+        expected = expected[0] if isinstance(expected, list) and expected else expected
+        if isinstance(expected, int) and got is not None and got != expected:
+            problems.append(f"{model_dir / 'tokenizer_config.json'}: the tokenizer's {name} is {got} but "
+                            f"config.json says {expected}; the tokenizer is not the model's: save it again")
     return problems
 
 
@@ -213,7 +324,7 @@ def push_folder(
     out = out or sys.stdout
     model_dir = Path(model_dir)
     files = list_upload_files(model_dir)
-    problems = check_folder(model_dir, files, repo_id=repo_id)
+    problems = check_folder(model_dir, files, repo_id=repo_id, revision=revision)
     if problems:
         raise UsageError(f"{model_dir} is not ready to upload: " + "; ".join(problems))
     if dry_run:

@@ -9,7 +9,8 @@ field (`UsageError`, exit status 2), before a library meets it and fails with a 
   `Nullable(...)`, `OneOf(...)`; `spec_of(annotation)` builds one from a dataclass annotation, so that the fields of
   `VaswaniConfig` and transformers' `TrainerState` are declared once, by those classes.
 - `read_json(path, shape)`: parse (`vaswani_hf.io.text.read_json`) and check. The shapes: `CONFIG`,
-  `TRAINER_STATE`, `TOKENIZER`, `WEIGHTS_INDEX_SHAPE`, `GENERATION_CONFIG`, `CT2_CONFIG`, `CT2_METADATA`.
+  `TRAINER_STATE`, `TOKENIZER`, `TOKENIZER_CONFIG`, `SPECIAL_TOKENS_MAP`, `WEIGHTS_INDEX_SHAPE`, `GENERATION_CONFIG`,
+  `CT2_CONFIG`, `CT2_METADATA`.
 - Binary files, header only (hand-written: the libraries read them in native code and report a broken file as a
   panic or a multi-line error): `check_safetensors` (the safetensors format rules: a JSON-object header of tensors
   whose dtype, shape and byte ranges agree and cover the data exactly) and `check_ctranslate2_folder` (model.bin's
@@ -48,7 +49,7 @@ def _got(value: Any) -> str:
     name = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
             dict: "an object"}.get(type(value), type(value).__name__)
     shown = json.dumps(value, ensure_ascii=False, default=str) if isinstance(value, (bool, int, float, str)) else ""
-    return f"{name} {one_line(shown, 40)}".rstrip()
+    return f"{name} {one_line(shown, 40)}" if shown else name
 
 
 def _at(path: str, key: Any) -> str:
@@ -255,6 +256,24 @@ TOKENIZER = FileShape("tokenizer.json", Obj(
                                               "truncation", "padding")}}),
     "give the tokenizer.json written by tokenizer.save_pretrained (vaswani-train-tokenizer)",
     prefix="not a tokenizer file: ")
+# tokenizer_config.json / special_tokens_map.json (transformers' tokenizer files beside tokenizer.json): a special
+# token is its text or an AddedToken's fields; transformers meets another shape with a traceback.
+TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")  # what transformers 5 / 4 save for tokenizer.json
+_ADDED_TOKEN = Obj(required={"content": STR}, optional={
+    k: Is(bool) for k in ("lstrip", "rstrip", "normalized", "single_word", "special")})
+_SPECIAL = OneOf(STR, _ADDED_TOKEN)
+_SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+_SPECIAL_FIELDS = {**{k: Nullable(_SPECIAL) for k in _SPECIAL_NAMES},
+                   "additional_special_tokens": Nullable(ListOf(_SPECIAL))}
+TOKENIZER_CONFIG = FileShape("tokenizer_config.json", Obj(optional={
+    **_SPECIAL_FIELDS, "model_max_length": Is(int, float, min=1, finite=False),
+    "tokenizer_class": Nullable(Is(str, choices=TOKENIZER_CLASSES)), "padding_side": Is(str, choices=("right", "left")),
+    "truncation_side": Is(str, choices=("right", "left")), "clean_up_tokenization_spaces": Is(bool),
+    "added_tokens_decoder": Obj(extra=_ADDED_TOKEN),
+    "extra_special_tokens": OneOf(ListOf(_SPECIAL), Obj(extra=_SPECIAL)), "backend": STR}),
+    "save the tokenizer again (tokenizer.save_pretrained) or fix the field")
+SPECIAL_TOKENS_MAP = FileShape("special_tokens_map.json", Obj(optional=_SPECIAL_FIELDS),
+                               "save the tokenizer again (tokenizer.save_pretrained) or fix the field")
 WEIGHTS_INDEX_SHAPE = FileShape("model.safetensors.index.json", Obj(
     required={"weight_map": Obj(extra=STR)}, optional={"metadata": Nullable(Obj())}), "save the model again")
 # generation_config.json: the file is an object here; its settings' bounds are the generation settings' own check
@@ -432,6 +451,7 @@ def check_ctranslate2_folder(folder: str | os.PathLike, what: str = "CTranslate2
 
 
 __all__ = ["Spec", "Anything", "Is", "Nullable", "OneOf", "ListOf", "Obj", "ShapeError", "spec_of", "fields_of",
-           "FileShape", "CONFIG", "TRAINER_STATE", "TOKENIZER", "WEIGHTS_INDEX_SHAPE", "GENERATION_CONFIG",
+           "FileShape", "CONFIG", "TRAINER_STATE", "TOKENIZER", "TOKENIZER_CONFIG",
+           "SPECIAL_TOKENS_MAP", "WEIGHTS_INDEX_SHAPE", "GENERATION_CONFIG",
            "CT2_CONFIG", "CT2_METADATA", "CT2_VOCABULARY", "SAFETENSORS_HEADER", "check_shape", "read_json",
            "check_tokenizer_file", "check_safetensors", "check_ctranslate2_folder"]

@@ -9,6 +9,7 @@ vocabulary fits the model's; a config.json whose fields have the wrong type is n
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from ..errors import UsageError, one_line
 from .files import (
     CONFIG,
     GENERATION_CONFIG,
+    SPECIAL_TOKENS_MAP,
+    TOKENIZER_CONFIG,
     WEIGHTS_INDEX_SHAPE,
     check_safetensors,
     check_tokenizer_file,
@@ -45,18 +48,21 @@ def check_model_folder(path: str | os.PathLike, *, what: str = "model folder", t
         raise UsageError(f"{what} not found: {folder}")
     if not folder.is_dir():
         raise UsageError(f"{what} {folder} is a file; give the folder that holds config.json")
-    read_json(folder / "config.json", CONFIG, what=f"config.json of {what} {folder} (written by save_pretrained)")
+    config = read_json(folder / "config.json", CONFIG, what=f"config.json of {what} {folder} (written by "
+                                                                "save_pretrained)")
+    check_vaswani_config(config, folder / "config.json")
+    check_tokenizer_configs(folder)
     if (folder / "generation_config.json").is_file():
-        check_generation_config_file(folder / "generation_config.json")
+        check_generation_config_file(folder / "generation_config.json", config.get("vocab_size"))
     if (folder / WEIGHTS_INDEX).is_file():
         index = read_json(folder / WEIGHTS_INDEX, WEIGHTS_INDEX_SHAPE)
         shards = sorted(set(index["weight_map"].values()))
         for shard in shards:
             if not (folder / shard).is_file():
                 raise UsageError(f"{folder / shard}: weight shard named by {WEIGHTS_INDEX} is missing")
-            check_safetensors(folder / shard)
+            check_weight_dtypes(check_safetensors(folder / shard), folder / shard)
     elif (folder / WEIGHTS).is_file():
-        check_safetensors(folder / WEIGHTS)
+        check_weight_dtypes(check_safetensors(folder / WEIGHTS), folder / WEIGHTS)
     else:
         pickled = " (pytorch_model.bin is not read: save with safetensors)" if \
             (folder / "pytorch_model.bin").exists() else ""
@@ -69,13 +75,82 @@ def check_model_folder(path: str | os.PathLike, *, what: str = "model folder", t
     return folder
 
 
-def check_generation_config_file(path: str | os.PathLike) -> dict:
-    """generation_config.json of a model folder: a JSON object (a file that is not one is refused, not silently
-    replaced by transformers' defaults), then its settings against their declared bounds.
+MODEL_TYPE, ARCHITECTURE = "vaswani", "VaswaniForConditionalGeneration"
 
-    HOOK: the generation settings' own check (their types and bounds, declared beside the generation code) is called
-    here, once it exists; this module declares only the file's shape (`vaswani_hf.io.files.GENERATION_CONFIG`)."""
-    return read_json(path, GENERATION_CONFIG)
+
+def check_vaswani_config(config: dict, path: Path) -> None:
+    """A config.json of this package's model: model_type "vaswani" and, where it names its architectures, this
+    model's class. Another model's config (a Marian's "bart", a typo) would otherwise be loaded by transformers as
+    that model -- a long load report and a traceback -- or refused with advice about trust_remote_code."""
+    if config.get("model_type") != MODEL_TYPE:
+        raise UsageError(f"{path}: field model_type is {json.dumps(config.get('model_type'))}, not \"{MODEL_TYPE}\": "
+                         "not a vaswani_hf model; give a folder written by vaswani-train (save_pretrained)")
+    names = config.get("architectures")
+    if names is not None and (not isinstance(names, list) or any(n != ARCHITECTURE for n in names)):
+        raise UsageError(f"{path}: field architectures is {one_line(json.dumps(names), 80)}, not "
+                         f"[\"{ARCHITECTURE}\"]: another model's config; give a folder written by vaswani-train")
+
+
+def check_tokenizer_configs(folder: Path) -> None:
+    """tokenizer_config.json and special_tokens_map.json of a folder, where present, of their declared shapes
+    (`vaswani_hf.io.files`): transformers reads them with tracebacks on a wrong field."""
+    vocabulary = None
+    for name, shape in (("tokenizer_config.json", TOKENIZER_CONFIG), ("special_tokens_map.json", SPECIAL_TOKENS_MAP)):
+        if not (folder / name).is_file():
+            continue
+        data = read_json(folder / name, shape)
+        for field in ("bos_token", "eos_token", "unk_token", "pad_token"):
+            token = data.get(field)
+            token = token.get("content") if isinstance(token, dict) else token
+            if token is None or not (folder / "tokenizer.json").is_file():
+                continue
+            if vocabulary is None:
+                vocabulary = check_tokenizer_file(folder / "tokenizer.json").get_vocab(with_added_tokens=True)
+            if token not in vocabulary:  # transformers would add it: a token the model has no row for
+                raise UsageError(f"{folder / name}: field {field} is {json.dumps(token)}, a token tokenizer.json does "
+                                 "not have; save the tokenizer again (tokenizer.save_pretrained) or fix the field")
+
+
+def check_generation_config_file(path: str | os.PathLike, vocab_size: int | None = None) -> dict:
+    """generation_config.json of a model folder: a JSON object (a file that is not one is refused, not silently
+    replaced by transformers' defaults), then its settings against their declarations (`GENERATION_SETTINGS`, token
+    ids within `vocab_size`), as a UsageError naming the file and the setting."""
+    from ..configuration_vaswani import SettingError
+    from ..generation_vaswani import check_generation_settings
+
+    data = read_json(path, GENERATION_CONFIG)
+    vocab = vocab_size if isinstance(vocab_size, int) and not isinstance(vocab_size, bool) else None
+    try:
+        check_generation_settings(data, vocab, str(path))
+    except SettingError as error:
+        raise UsageError(f"{one_line(error)}; fix the file or save the model again") from None
+    return data
+
+
+# A parameter of this model is floating point; a safetensors dtype of another kind would be cast silently by the
+# loader (integer weights are a damaged or foreign file, not a quantisation this package writes).
+_FLOATING = frozenset({"F16", "BF16", "F32", "F64"})
+
+
+def check_weight_dtypes(header: dict, path: Path) -> None:
+    """Every tensor of a safetensors header (`check_safetensors`) is floating point, as the model's parameters."""
+    for name, entry in header.items():
+        if name != "__metadata__" and entry["dtype"] not in _FLOATING:
+            dtype = entry["dtype"].lower().replace("i", "int").replace("u", "uint").replace("f", "float")
+            raise UsageError(f"{path}: tensor {name} is {dtype}; the model's weights are floating point: the file is "
+                             "damaged or not this model's: save the model again")
+
+
+def check_finite_weights(tensors, path) -> None:
+    """Every floating tensor of `tensors` ({name: tensor}) holds only finite values: NaN or infinity (a diverged
+    run, a damaged file) would translate to empty lines and average into every checkpoint without an error.
+    One reduction per tensor (cheap next to reading the file)."""
+    import torch
+
+    for name, tensor in tensors.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise UsageError(f"{path}: tensor {name} holds NaN/inf values; the checkpoint is damaged (a diverged "
+                             "run?): use an earlier checkpoint")
 
 
 def load_model_folder(path: str | os.PathLike, *, device=None, dtype=None, trust_remote_code: bool = False,
@@ -106,7 +181,9 @@ def load_model_folder(path: str | os.PathLike, *, device=None, dtype=None, trust
     except (OSError, ValueError, KeyError) as error:  # KeyError: a JSON file without the keys transformers needs
         raise UsageError(f"{where}: cannot be loaded ({one_line(error)})") from error
     check_loading_report(report, where)
+    check_finite_weights(dict(model.named_parameters()), source / WEIGHTS if isinstance(source, Path) else where)
     check_same_vocabulary(model, tokenizer)
+    check_special_ids(model, tokenizer, where)
     if device is not None:
         model = model.to(device)
     return model.eval(), tokenizer
@@ -123,6 +200,18 @@ def check_loading_report(report: dict, where: str) -> None:
             shown = ", ".join(str(n) for n in names[:3]) + (f", ... ({len(names)} in all)" if len(names) > 3 else "")
             raise UsageError(f"{where}: config.json and the weights disagree: tensors {meaning}: {shown}; the config "
                              "and model.safetensors come from different models: save the model again")
+
+
+def check_special_ids(model, tokenizer, where: str) -> None:
+    """The tokenizer's padding and </s> are the model's (config.json): a tokenizer_config.json naming another token
+    would pad sources with a token the encoder attends to, or end sentences the model never ends."""
+    for name in ("pad_token_id", "eos_token_id"):
+        ours, theirs = getattr(model.config, name, None), getattr(tokenizer, name, None)
+        ours = ours[0] if isinstance(ours, list) and ours else ours
+        if ours is not None and theirs is not None and ours != theirs:
+            raise UsageError(f"{where}: the tokenizer's {name} is {theirs} but config.json's is {ours}; the "
+                             "tokenizer files (tokenizer_config.json, special_tokens_map.json) do not belong to this "
+                             "model: save the tokenizer again")
 
 
 # ---------------------------------------------------------------------------------------------------------------------

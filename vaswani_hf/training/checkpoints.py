@@ -152,13 +152,53 @@ def checkpoint_problem(folder: Path, processes: int = 1, rng: bool = True) -> st
         raise
     except UsageError as error:
         return str(error)
-    for name in ("optimizer.pt", "scheduler.pt", *(rng_state_files(processes) if rng else ())):
+    required = ("optimizer.pt", "scheduler.pt", *(rng_state_files(processes) if rng else ()))
+    for name in required:
         if not (folder / name).is_file() or (folder / name).stat().st_size == 0:
             saved = sorted(p.name for p in folder.glob("rng_state*.pth"))
             if name.startswith("rng_state") and saved:
                 return f"no {name}: it was saved by {max(1, len(saved))} process(es) ({', '.join(saved)}), this run " \
                        f"has {processes}"
             return f"{name} missing or empty"
+    optional = [name for name in ("scaler.pt",) if (folder / name).is_file()]
+    for name in (*required, *optional):
+        damage = torch_archive_problem(folder / name)
+        if damage is not None:
+            return f"{name} is damaged ({damage}); it cannot be loaded"
+    return None
+
+
+FULL_CHECK_BYTES = 64 << 20  # torch archives up to this size are read whole (CRC of every member); larger: structure
+
+
+def torch_archive_problem(path: Path) -> str | None:
+    """Why `path` is not a readable `torch.save` archive (a zip file of stored members with a `data.pkl`), or None.
+
+    The resume path (transformers' `_load_optimizer_and_scheduler`, `_load_rng_state`) reads these files only after
+    training has started, and a truncated or overwritten one then ends the run with a traceback. Checked here
+    cheaply instead: the zip central directory (at the file's end: a truncated file has none), each member's
+    declared extent inside the file, and, for files up to FULL_CHECK_BYTES (the scheduler and RNG states, the
+    optimizer state of small models), every member's CRC. Hand-written because `torch.load` of a large optimizer
+    state costs its full size in memory."""
+    import zipfile
+
+    try:
+        size = path.stat().st_size
+        with zipfile.ZipFile(path) as archive:
+            members = sorted(archive.infolist(), key=lambda info: info.header_offset)
+            if not any(info.filename.endswith("/data.pkl") or info.filename == "data.pkl" for info in members):
+                return "not a torch archive: no data.pkl"
+            ends = [info.header_offset for info in members[1:]] + [archive.start_dir]
+            for info, end in zip(members, ends):
+                if info.header_offset + info.compress_size > end or end > size:
+                    return f"member {info.filename} extends past its end"
+            bad = archive.testzip() if size <= FULL_CHECK_BYTES else None
+            if bad is not None:
+                return f"member {bad} fails its checksum"
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OverflowError) as error:
+        return f"not a readable torch archive: {error}"
+    except OSError as error:
+        return f"not readable: {error.strerror or error}"
     return None
 
 
@@ -242,10 +282,16 @@ class WallClockCallback(TrainerCallback):
 
 
 def _load_weights(folder: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a checkpoint's weights, checked: floating point and finite (a NaN of a diverged run would
+    average into every tensor it meets; `vaswani_hf.io.models`)."""
     from safetensors.torch import load_file
 
-    check_safetensors(folder / WEIGHTS)
-    return load_file(str(folder / WEIGHTS))
+    from ..io.models import check_finite_weights, check_weight_dtypes
+
+    check_weight_dtypes(check_safetensors(folder / WEIGHTS), folder / WEIGHTS)
+    weights = load_file(str(folder / WEIGHTS))
+    check_finite_weights(weights, folder / WEIGHTS)
+    return weights
 
 
 # config.json fields that decide the function a checkpoint's weights compute: the model settings declared as

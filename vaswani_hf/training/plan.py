@@ -326,7 +326,8 @@ def plan_run(recipe: Recipe, *, overwrite: bool = False, world: World | None = N
     _guard(inputs, {"output_dir": out, "export_dir": export})  # where the files lie first, then what they hold
     if recipe.tokenizer_path:
         preflight.check_tokenizer_path(tokenizer_dir, recipe.tokenizer_path)
-    output = preflight.decide_output_dir(recipe, out, overwrite=overwrite, processes=world.processes)
+    output = preflight.decide_output_dir(recipe, out, overwrite=overwrite, processes=world.processes,
+                                         tokenizer_dir=tokenizer_dir)
     preflight.check_export_dir(export, out, overwrite=overwrite or recipe.resume)
     max_tokens, accumulation = tokens_per_device(recipe, world.processes, device=world.device,
                                                  local_processes=world.local_processes)

@@ -20,7 +20,7 @@ from pathlib import Path
 from .. import io
 from ..configuration_vaswani import MODEL_SETTINGS
 from ..hub.folder import HUB_FOLDER
-from .checkpoints import STAGING_DIR, checkpoints, resumable_checkpoint
+from .checkpoints import STAGING_DIR, _vocabulary_fingerprint, checkpoints, resumable_checkpoint
 from .recipe import MODEL_KEYS, Recipe, RecipeError
 
 logger = logging.getLogger(__name__)
@@ -32,6 +32,10 @@ RUN_FILES = ("checkpoint-*", STAGING_DIR, "averaged", "hub", "tokenizer", "metri
 # The model keys that must agree between a checkpoint and the recipe that resumes it: the recipe's model keys whose
 # VaswaniConfig declaration says the weights' meaning depends on them (dropout may change on resume).
 ARCHITECTURE_KEYS = tuple(name for name in MODEL_KEYS if MODEL_SETTINGS[name].architecture)
+# The keys that decide the run's tokenizer (Section 5.1's shared BPE) when it trains one: a resumed run keeps the
+# tokenizer its checkpoint was trained with, so a change of one of them would only be recorded, not done. (A
+# tokenizer_path is compared by content: the checkpoint's tokenizer.json.)
+TOKENIZER_KEYS = ("vocab_size", "bpe_min_frequency", "lowercase")
 
 
 @dataclass
@@ -68,8 +72,10 @@ def recipe_errors():
         raise RecipeError(str(error)) from None
 
 
-def decide_output_dir(recipe: Recipe, out: Path, *, overwrite: bool, processes: int = 1) -> OutputDecision:
-    """The output folder decision (see the module docstring), or RecipeError."""
+def decide_output_dir(recipe: Recipe, out: Path, *, overwrite: bool, processes: int = 1,
+                      tokenizer_dir: Path | None = None) -> OutputDecision:
+    """The output folder decision (see the module docstring), or RecipeError. `tokenizer_dir`: the tokenizer folder
+    the run would use (tokenizer_path, or OUTPUT_DIR/tokenizer), which a resumed checkpoint's must equal."""
     with recipe_errors():
         io.check_output_dir(out, overwrite=True, what="output_dir", replaced=False)  # a folder, or nothing yet
     if io.folder_in_use(out):
@@ -80,7 +86,7 @@ def decide_output_dir(recipe: Recipe, out: Path, *, overwrite: bool, processes: 
             logger.warning("--resume: %s holds no run yet, starting from scratch", out)
         return OutputDecision("new")
     if recipe.resume:
-        return _resume_decision(recipe, out, processes)
+        return _resume_decision(recipe, out, processes, tokenizer_dir)
     previous = previous_run_files(out)
     if overwrite:
         return OutputDecision("overwrite", previous=previous)
@@ -90,7 +96,7 @@ def decide_output_dir(recipe: Recipe, out: Path, *, overwrite: bool, processes: 
     raise RecipeError(f"output_dir {out} is not empty and holds no training run; choose an empty or new folder")
 
 
-def _resume_decision(recipe: Recipe, out: Path, processes: int) -> OutputDecision:
+def _resume_decision(recipe: Recipe, out: Path, processes: int, tokenizer_dir: Path | None) -> OutputDecision:
     """--resume: the newest complete checkpoint. Training to go needs its RNG state for this number of processes
     (else the run would continue with other dropout masks and batch orders); a run whose training is done needs
     none: it is "finished" (nothing to do) or, stopped before its final scores, is averaged and scored ("score")."""
@@ -101,6 +107,7 @@ def _resume_decision(recipe: Recipe, out: Path, processes: int) -> OutputDecisio
     if checkpoint is None:
         return OutputDecision("new")
     check_same_architecture(recipe, checkpoint)
+    check_same_tokenizer(recipe, out, checkpoint, tokenizer_dir)
     step = io.read_json(checkpoint / "trainer_state.json").get("global_step")
     if recipe.max_steps > 0 and isinstance(step, int) and step >= recipe.max_steps:
         finished = finished_at(recipe, out, checkpoint)
@@ -108,8 +115,10 @@ def _resume_decision(recipe: Recipe, out: Path, processes: int) -> OutputDecisio
         return OutputDecision(start, resume_from=checkpoint, finished_at=step)
     exact, skipped = resumable_checkpoint(out, processes)
     if exact is None:
-        raise RecipeError(f"--resume: no checkpoint in {out} can be resumed exactly ({'; '.join(skipped)}); resume "
-                          "with the process count the run was saved with, or train into another output_dir")
+        advice = "resume with the process count the run was saved with" if any(
+            "process(es)" in reason for reason in skipped) else "remove the damaged checkpoints"
+        raise RecipeError(f"--resume: no checkpoint in {out} can be resumed exactly ({'; '.join(skipped)}); {advice}, "
+                          "or train into another output_dir")
     for reason in skipped:
         logger.warning("--resume: skipping %s; resuming from %s", reason, exact.name)
     return OutputDecision("resume", resume_from=exact)
@@ -158,6 +167,40 @@ def check_same_architecture(recipe: Recipe, checkpoint: Path) -> None:
     if different:
         raise RecipeError(f"--resume: the recipe's model differs from the checkpoint's ({'; '.join(different)}); "
                           "resume with the same architecture, or train into another output_dir")
+
+
+def _previous_recipe(out: Path) -> dict:
+    """The recipe the run in `out` was started with (OUTPUT_DIR/recipe.yaml; {} when absent or unreadable)."""
+    from .recipe_files import read_yaml_mapping
+
+    try:
+        return read_yaml_mapping(out / "recipe.yaml", io.UsageError) if (out / "recipe.yaml").is_file() else {}
+    except io.UsageError:
+        return {}
+
+
+def check_same_tokenizer(recipe: Recipe, out: Path, checkpoint: Path, tokenizer_dir: Path | None) -> None:
+    """--resume refuses, before writing anything, a recipe whose tokenizer keys (TOKENIZER_KEYS) differ from the
+    run's recipe.yaml, and a tokenizer folder (tokenizer_path, or OUTPUT_DIR/tokenizer) whose tokenizer.json gives
+    other ids than the checkpoint's (the same size is not enough): the run would go on with the checkpoint's
+    tokenizer while recipe.yaml recorded another, or train on other ids than the weights learned."""
+    previous = _previous_recipe(out)
+    for key in TOKENIZER_KEYS:
+        if key in previous and previous[key] != recipe[key]:
+            raise RecipeError(f"--resume: {key} is {recipe[key]!r} in the recipe, {previous[key]!r} in the run's "
+                              f"{out / 'recipe.yaml'}; a resumed run keeps its tokenizer: resume with {key}: "
+                              f"{previous[key]!r}, or train into another output_dir")
+    if tokenizer_dir is None or not (tokenizer_dir / "tokenizer.json").is_file():
+        return
+    with recipe_errors():
+        theirs, ours = _vocabulary_fingerprint(checkpoint), _vocabulary_fingerprint(tokenizer_dir)
+    if theirs is not None and theirs != ours:
+        key = "tokenizer_path" if recipe.tokenizer_path else "the run's tokenizer folder"
+        was = _previous_recipe(out).get("tokenizer_path")
+        raise RecipeError(f"--resume: {key} {tokenizer_dir} holds another tokenizer than {checkpoint.name} was trained "
+                          f"with ({tokenizer_dir / 'tokenizer.json'} against {checkpoint / 'tokenizer.json'}: other "
+                          f"tokens or merges; the run's tokenizer_path: {was!r}); resume with the run's tokenizer, or "
+                          "train into another output_dir")
 
 
 def check_tokenizer_path(folder: Path, given: str) -> None:

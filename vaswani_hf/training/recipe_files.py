@@ -59,7 +59,8 @@ def read_yaml_text(text: str, where: str, error: type[Exception] = ValueError) -
 
 def read_yaml_mapping(path: Path, error: type[Exception]) -> dict[str, Any]:
     """The mapping a recipe file holds, or `error` naming the file: not found, too large, not UTF-8, invalid YAML
-    (aliases included), or not a mapping."""
+    (aliases included), not a mapping, or empty (a file with no keys would silently train with the code defaults:
+    the base model's 100k updates into outputs/run, which no one asks for by writing nothing)."""
     try:
         size = path.stat().st_size
         if size > MAX_RECIPE_BYTES:
@@ -69,7 +70,10 @@ def read_yaml_mapping(path: Path, error: type[Exception]) -> dict[str, Any]:
         raise error(f"{path}: not UTF-8 text; save the recipe as UTF-8") from None
     except OSError as problem:
         raise error(f"recipe {path}: {problem.strerror or problem}") from None
-    data = read_yaml_text(text, str(path), error) or {}
+    data = read_yaml_text(text, str(path), error)
+    if data is None or data == {}:  # no keys: nothing, blanks, comments, `---`, `null` or `{}`
+        raise error(f"{path} is empty (no keys); a recipe needs at least one key (output_dir, data and model keys: "
+                    "see --list-keys); to start from the bundled defaults pass --recipe default")
     if not isinstance(data, dict):
         raise error(f"{path}: a recipe is a mapping of keys to values, got {type(data).__name__}")
     return data

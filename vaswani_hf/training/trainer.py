@@ -25,6 +25,7 @@ import os
 import shutil
 from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import datasets
@@ -199,6 +200,20 @@ class VaswaniTrainer(Seq2SeqTrainer):
         if grad_norm is None and self.args.max_grad_norm <= 0:
             return None
         return super()._get_grad_norm(model, grad_norm=grad_norm)
+
+    def _issue_warnings_after_load(self, load_result) -> None:
+        """transformers warns of every key a resumed checkpoint lacks, and safetensors keeps one name of tied tensors
+        (Section 3.4: the embeddings and the pre-softmax projection share `model.shared.weight`): every clean resume
+        would warn "missing keys ... lm_head.weight". A key tied to a tensor that was loaded is not missing (it is
+        re-tied here); any other missing or unexpected key is still reported by transformers' own warning."""
+        model = self.accelerator.unwrap_model(self.model)
+        tied = dict(getattr(model, "all_tied_weights_keys", None) or {})
+        missing = list(load_result.missing_keys)
+        kept = [key for key in missing if not (key in tied and tied[key] not in missing)]
+        if len(kept) < len(missing):
+            model.tie_weights()
+        super()._issue_warnings_after_load(SimpleNamespace(missing_keys=kept,
+                                                           unexpected_keys=list(load_result.unexpected_keys)))
 
     # -- atomic checkpoints (Section 6.1's checkpoints are averaged and resumed from) -----------------------------
 

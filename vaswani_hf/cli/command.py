@@ -1,0 +1,187 @@
+"""A command-line tool is one declaration (`Command`), executed by one runner (`run_command`) in one order.
+
+A `Command` states what the tool is: its name and program name, its parser, the paths it reads and writes by role
+and kind (`Paths`, a function of the parsed arguments: which paths a command touches can depend on its flags, e.g.
+translate's --engine), the inputs that must agree with each other (`agree`: checkpoints averaged together, a model
+and what an export can express), `resolve(args, checked) -> plan` and `run(plan) -> exit status`. `run_command`
+executes any declaration inside `contract.run_cli`'s one error boundary, always in this order:
+
+    parse -> validate (flags that exclude or need each other) -> [inputs marked `first`, by kind] -> paths
+    declared and checked (`declare_paths`: no output is, holds or lies inside an input; the declared outputs are
+    what the boundary names when the disk fills) -> inputs checked by kind -> agreement -> outputs checked by kind
+    (the overwrite rules) -> resolve -> run
+
+so that every bad input is one line before any work, and a new tool is one declaration (vaswani_hf.cli.registry)
+plus its test file. A tool whose sequencing is its own (train: --check, --resume, the run lock; push_to_hub:
+--dry_run, --space_only) keeps it in its resolve/run. Kinds are the package's own checks (vaswani_hf.io), named
+here once: a kind is a check of one path (`Kind.check(path, what, overwrite) -> the checked value`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import io
+from .contract import declare_paths, run_cli
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What a path must be: `check(path, what, overwrite)` raises UsageError naming `what` (the flag), or returns the
+    checked path (or what the check makes of it)."""
+    name: str
+    check: Callable[[Any, str, bool], Any]
+
+
+def _text_file(path, what, overwrite):
+    return io.check_input_file(path, what)
+
+
+def _text_or_stdin(path, what, overwrite):
+    return path if str(path) == io.STDIO else io.check_input_file(path, what)
+
+
+def _folder(path, what, overwrite):
+    if not Path(path).is_dir():
+        raise io.UsageError(f"{what} {path}: folder not found")
+    return Path(path)
+
+
+def _tokenizer_folder(path, what, overwrite):
+    folder = Path(path)
+    if not folder.exists():
+        raise io.UsageError(f"{what} folder not found: {folder}")
+    if not folder.is_dir():
+        raise io.UsageError(f"{what} {folder} is a file; give the folder that holds tokenizer.json")
+    if not (folder / "tokenizer.json").is_file():
+        raise io.UsageError(f"{what} {folder}: no tokenizer.json; give a folder written by tokenizer.save_pretrained")
+    io.check_tokenizer_file(folder / "tokenizer.json")
+    return folder
+
+
+def _safetensors_checkpoint(path, what, overwrite):
+    folder = Path(path)
+    if folder.is_dir() and not (folder / "model.safetensors").is_file():
+        raise io.UsageError(f"{folder}: no model.safetensors; averaging needs safetensors checkpoints")
+    # exists, is a folder, config.json (copied to the output) is valid, the weights are complete
+    return io.check_model_folder(folder, what="checkpoint folder", tokenizer=False)
+
+
+def _output_file_or_stdout(path, what, overwrite):
+    return path if str(path) == io.STDIO else io.check_output_file(path, overwrite=overwrite, what=what)
+
+
+TEXT_FILE = Kind("text file", _text_file)
+TEXT_OR_STDIN = Kind("text file or - (standard input)", _text_or_stdin)
+MODEL_FOLDER = Kind("model folder (model + tokenizer)", lambda p, w, o: io.check_model_folder(Path(p), what=w))
+MODEL_WITHOUT_TOKENIZER = Kind("model folder (tokenizer elsewhere)",
+                               lambda p, w, o: io.check_model_folder(Path(p), what=w, tokenizer=False))
+SAFETENSORS_CHECKPOINT = Kind("checkpoint folder with model.safetensors", _safetensors_checkpoint)
+FOLDER = Kind("folder", _folder)
+TOKENIZER_FOLDER = Kind("tokenizer folder", _tokenizer_folder)
+PATH = Kind("path (declared for the relation check only; its reader checks it)", lambda p, w, o: p)
+OUTPUT_FILE = Kind("output file", lambda p, w, o: io.check_output_file(p, overwrite=o, what=w))
+OUTPUT_FILE_OR_STDOUT = Kind("output file or - (standard output)", _output_file_or_stdout)
+
+
+def output_folder(marker: str) -> Kind:
+    """An output folder that holds one kind of thing (`io.check_output_dir`'s marker: replaced only with overwrite,
+    and only if it holds that kind)."""
+    return Kind(f"output folder of {marker}",
+                lambda p, w, o: io.check_output_dir(p, overwrite=o, what=w, kind=marker))
+
+
+@dataclass(frozen=True)
+class Use:
+    """One path a command reads or writes: the flag that names it, the path, its kind, and (where the message says
+    something else than the flag) what the check calls it."""
+    flag: str
+    path: Any
+    kind: Kind = PATH
+    what: str | None = None
+    first: bool = False  # an input checked by kind before the paths' relations: its kind is the clearer message
+    # (translate's input named as a folder or a device rather than as a folder that holds --output)
+
+
+@dataclass(frozen=True)
+class Paths:
+    """A command's paths by role (in the order they are checked)."""
+    inputs: Sequence[Use] = ()
+    outputs: Sequence[Use] = ()
+    overwrite: bool = False  # the command's --overwrite: whether an existing output may be replaced
+
+
+def _no_paths(args) -> Paths:
+    return Paths()
+
+
+def _nothing(args) -> None:
+    return None
+
+
+def _no_plan(args, checked):
+    return args
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command-line tool (see the module docstring)."""
+    name: str  # module name: vaswani_hf.cli.<name>, tests/test_cli_<name>.py, scripts/<script>
+    prog: str  # the console script, [project.scripts] in pyproject.toml
+    build_parser: Callable[[], argparse.ArgumentParser]
+    run: Callable[[Any], int | None]
+    paths: Callable[[Any], Paths] = _no_paths
+    validate: Callable[[Any], None] = _nothing
+    agree: Callable[[Any, Mapping[str, Any]], None] = lambda args, checked: None
+    resolve: Callable[[Any, Mapping[str, Any]], Any] = _no_plan
+    parse: Callable[[Sequence[str]], Any] | None = None  # a parser of its own (train: recipe keys); default argparse
+    script: str | None = None  # scripts/<script> (default <name>.py)
+    module: str | None = None  # the module whose main is the console script (default vaswani_hf.cli.<name>)
+    invoked_name: bool = False  # error lines start with the name it was invoked by (sys.argv[0]), not prog
+
+    @property
+    def entry_point(self) -> str:
+        return f"{self.module or f'vaswani_hf.cli.{self.name}'}:main"
+
+    @property
+    def script_name(self) -> str:
+        return self.script or f"{self.name}.py"
+
+    def main(self, argv: Sequence[str] | None = None) -> int:
+        return run_command(self, argv)
+
+
+def execute(command: Command, argv: Sequence[str]) -> int:
+    """The one order (module docstring), inside the error boundary."""
+    args = command.parse(argv) if command.parse else command.build_parser().parse_args(list(argv))
+    command.validate(args)
+    paths = command.paths(args)
+    checked: dict[str, Any] = {}
+
+    def check(uses: Sequence[Use]) -> None:
+        for use in uses:
+            if use.path is not None:
+                checked[use.flag] = use.kind.check(use.path, use.what or use.flag, paths.overwrite)
+
+    check([use for use in paths.inputs if use.first])
+    declare_paths(inputs={use.flag: use.path for use in paths.inputs},
+                  outputs={use.flag: use.path for use in paths.outputs})
+    check([use for use in paths.inputs if not use.first])
+    command.agree(args, checked)
+    check(paths.outputs)
+    code = command.run(command.resolve(args, checked))
+    return 0 if code is None else int(code)
+
+
+def run_command(command: Command, argv: Sequence[str] | None = None) -> int:
+    """Run a declaration under the command-line contract (`contract.run_cli`)."""
+    return run_cli(lambda args: execute(command, args), argv, prog=None if command.invoked_name else command.prog)
+
+
+__all__ = ["Command", "Kind", "Paths", "Use", "run_command", "execute", "output_folder", "TEXT_FILE",
+           "TEXT_OR_STDIN", "MODEL_FOLDER", "MODEL_WITHOUT_TOKENIZER", "SAFETENSORS_CHECKPOINT", "FOLDER",
+           "TOKENIZER_FOLDER", "PATH", "OUTPUT_FILE", "OUTPUT_FILE_OR_STDOUT"]
