@@ -346,3 +346,13 @@ def test_a_long_run_releases_what_libraries_said(monkeypatch):
         assert run_cli(main, [], prog="tool") == 2
     finally:
         logging.getLogger("datasets").removeHandler(handler)
+
+
+def test_a_path_that_cannot_be_created_is_one_line_but_an_unnamed_enoent_stays_a_bug():
+    """`--out /proc/x`: the folder's parent exists, but the system answers "no such file" when the tool creates its
+    staging folder there: one line naming the path, exit 2. The same error without a file name is no user's input."""
+    from vaswani_hf.cli.contract import expected_os_failure
+
+    code, line = expected_os_failure(FileNotFoundError(errno.ENOENT, "No such file or directory", "/proc/.x.tmp"))
+    assert code == 2 and line.startswith("/proc/.x.tmp: no such file or folder")
+    assert expected_os_failure(FileNotFoundError(errno.ENOENT, "No such file or directory")) is None

@@ -53,7 +53,9 @@ def refused(folder: Path, *names: str) -> str:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fields, field", [({"model_type": "bart"}, "model_type"), ({"model_type": "foo"}, "model_type"),
+# a known translation model's type over our class: named by the class its type needs (a Marian export is taken)
+@pytest.mark.parametrize("fields, field", [({"model_type": "bart"}, "architectures"),
+                                           ({"model_type": "foo"}, "model_type"),
                                            ({"architectures": ["MarianMTModel"]}, "architectures"),
                                            ({"architectures": "VaswaniForConditionalGeneration"}, "architectures")])
 def test_a_config_of_another_model_is_refused_before_transformers_loads_it(fields, field, saved, tmp_path):
@@ -167,6 +169,10 @@ def test_integer_weights_are_refused_not_cast(saved, tmp_path):
     folder = copy_of(saved, tmp_path)
     name = rewrite_weights(folder, lambda t: t.to(torch.int32))
     refused(folder, str(folder / "model.safetensors"), f"tensor {name} is int32", "floating point")
+    from vaswani_hf.training.checkpoints import average_checkpoints
+
+    with pytest.raises(UsageError, match=f"tensor {name} is int32"):
+        average_checkpoints([saved["folder"], folder])
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
@@ -203,7 +209,8 @@ def test_masks_of_another_shape_than_their_ids_are_refused(saved):
     with pytest.raises(ValueError, match=r"decoder_attention_mask must be .*\(2, 4\).*got \(2, 3\)"):
         model(input_ids=ids, decoder_input_ids=ids[:, :4], decoder_attention_mask=short)
     with torch.no_grad():  # the right shapes pass
-        model(input_ids=ids, attention_mask=torch.ones(2, 9), decoder_input_ids=ids[:, :3], decoder_attention_mask=short)
+        model(input_ids=ids, attention_mask=torch.ones(2, 9), decoder_input_ids=ids[:, :3],
+              decoder_attention_mask=short)
 
 
 @pytest.mark.parametrize("ids, message", [

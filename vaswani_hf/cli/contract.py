@@ -91,6 +91,7 @@ OS_CONDITIONS = {
     errno.ENAMETOOLONG: (2, "file name too long", "use a shorter name"),
     errno.EISDIR: (2, "is a folder", "give a file"),
     errno.ENOTDIR: (2, "a part of the path is not a folder", "check the path"),
+    errno.ENOENT: (2, "no such file or folder (or it cannot be created there)", "check the path"),
     errno.EMFILE: (1, "too many open files", "raise the limit (ulimit -n)"),
 }
 # Libraries that write through their own code (Rust, C++) report a full disk in their message only.
@@ -101,7 +102,7 @@ def expected_os_failure(error: BaseException) -> tuple[int, str] | None:
     """(exit status, one line) for an operating-system condition a user can act on, or None (a bug: traceback)."""
     if isinstance(error, BrokenPipeError) or getattr(error, "errno", None) == errno.EPIPE:
         return 1, "standard output was closed before all output was written (broken pipe)"
-    if isinstance(error, OSError) and error.errno in OS_CONDITIONS:
+    if isinstance(error, OSError) and error.errno in OS_CONDITIONS and (error.errno != errno.ENOENT or error.filename):
         code, meaning, action = OS_CONDITIONS[error.errno]
         where = error.filename
         if error.errno in (errno.ENOSPC, errno.EDQUOT) and _declared_outputs.get():

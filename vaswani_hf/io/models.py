@@ -4,7 +4,10 @@ A folder written by `save_pretrained`: config.json, safetensors weights, tokeniz
 file is named in one line before anything is loaded. Loading is strict: every tensor the config's model needs is in
 the weights, every tensor of the weights is used, and their shapes agree (transformers only logs a report and
 initialises missing layers at random, which would translate with a dropped or random layer); the tokenizer's
-vocabulary fits the model's; a config.json whose fields have the wrong type is named as such.
+vocabulary fits the model's; a config.json whose fields have the wrong type is named as such. Before transformers
+reads anything: config.json is this model's (model_type "vaswani"), the tokenizer files and generation_config.json
+have their declared shapes and settings, every weight tensor is floating point; after loading, every weight is finite
+(a NaN from a diverged run would translate to empty lines).
 """
 
 from __future__ import annotations
@@ -36,9 +39,10 @@ def _looks_like_hub_id(text: str) -> bool:
 
 
 def check_model_folder(path: str | os.PathLike, *, what: str = "model folder", tokenizer: bool = True) -> Path | str:
-    """A saved model folder, checked cheaply (no weights are loaded): config.json, generation_config.json and
-    tokenizer.json (with `tokenizer`) have their declared shapes (`vaswani_hf.io.files`), the safetensors weights
-    are complete and agree with their header. Returns the folder, or the
+    """A saved model folder, checked cheaply (no weights are loaded): config.json (of model_type "vaswani"),
+    generation_config.json, tokenizer_config.json / special_tokens_map.json and tokenizer.json (with `tokenizer`)
+    have their declared shapes (`vaswani_hf.io.files`), the safetensors weights are complete, agree with their
+    header and are floating point. Returns the folder, or the
     text itself for a Hub id (`org/name`) that is not a local path: loading checks that one. Raises UsageError
     naming the missing or broken file."""
     if isinstance(path, str) and _looks_like_hub_id(path):
@@ -79,16 +83,26 @@ MODEL_TYPE, ARCHITECTURE = "vaswani", "VaswaniForConditionalGeneration"
 
 
 def check_vaswani_config(config: dict, path: Path) -> None:
-    """A config.json of this package's model: model_type "vaswani" and, where it names its architectures, this
-    model's class. Another model's config (a Marian's "bart", a typo) would otherwise be loaded by transformers as
-    that model -- a long load report and a traceback -- or refused with advice about trust_remote_code."""
-    if config.get("model_type") != MODEL_TYPE:
-        raise UsageError(f"{path}: field model_type is {json.dumps(config.get('model_type'))}, not \"{MODEL_TYPE}\": "
-                         "not a vaswani_hf model; give a folder written by vaswani-train (save_pretrained)")
-    names = config.get("architectures")
-    if names is not None and (not isinstance(names, list) or any(n != ARCHITECTURE for n in names)):
+    """A config.json of this package's model (model_type "vaswani", architectures this model's class), or of one of
+    transformers' own translation models that names its class (a `MarianMTModel` export, which the decoding and
+    evaluation tools also take). Anything else -- another model's type over our weights, a typo -- would be loaded
+    by transformers as that model (a long load report and a traceback) or refused with advice about
+    trust_remote_code."""
+    model_type, names = config.get("model_type"), config.get("architectures")
+    if model_type == MODEL_TYPE:
+        expected = ARCHITECTURE
+    else:
+        from transformers.models.auto.modeling_auto import MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES
+
+        expected = MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES.get(model_type) if isinstance(model_type, str) \
+            else None
+        if expected is None or names is None:
+            raise UsageError(f"{path}: field model_type is {json.dumps(model_type)}, not \"{MODEL_TYPE}\": not a "
+                             "vaswani_hf model; give a folder written by vaswani-train (save_pretrained)")
+    if names is not None and (not isinstance(names, list) or any(n != expected for n in names)):
         raise UsageError(f"{path}: field architectures is {one_line(json.dumps(names), 80)}, not "
-                         f"[\"{ARCHITECTURE}\"]: another model's config; give a folder written by vaswani-train")
+                         f"[\"{expected}\"] as model_type {json.dumps(model_type)} needs: another model's config; "
+                         "give a folder written by vaswani-train")
 
 
 def check_tokenizer_configs(folder: Path) -> None:
