@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 
 from .errors import InputLineError, UsageError
 from .inference import load_for_inference, translate
-from .visualize import KIND_TITLES, KINDS, Attentions, collect_attentions, plot_attention_head, plot_layer_heads
+from .visualize import (KIND_TITLES, KINDS, MAX_PLOT_TOKENS, Attentions, collect_attentions, plot_attention_head,
+                        plot_layer_heads)
 
 MAX_CHARACTERS = 1000  # a sentence or two: the maps are tokens x tokens cells, and a CPU Space decodes slowly
-MAX_SOURCE_TOKENS = 200  # longer sources make unreadable maps (as vaswani-visualize-attention's MAX_PLOT_TOKENS)
+MAX_SOURCE_TOKENS = MAX_PLOT_TOKENS  # longer sources make unreadable maps (vaswani-visualize-attention's limit)
 MAX_BEAMS = 12
 LENGTH_PENALTY_RANGE = (0.0, 2.0)
 UNKNOWN_SHARE = 0.5  # refuse text when more than this share of its letters are characters the model never saw

@@ -23,12 +23,12 @@ from collections.abc import Sequence
 
 from .. import io
 from ..constraints import MAX_BEAMS, device, number
+from ..visualize import MAX_PLOT_TOKENS
 from .command import MODEL_FOLDER, Command, Paths, Use, output_folder, run_command
 from .contract import ArgumentParser
 
 _LINK = re.compile(r"^\d+[-?p]\d+$")
 ATTENTION_FOLDER = "attention plot folder"  # the kind of output this tool writes (vaswani_hf.io.outputs)
-MAX_PLOT_TOKENS = 200  # a head's plot is tokens x tokens cells; longer sentences make unreadable, huge figures
 
 
 def build_parser() -> ArgumentParser:

@@ -51,7 +51,7 @@ def _vocabulary(tokenizer, config: VaswaniConfig) -> list[str]:
     Ids the tokenizer does not use (gaps in its id range) get unique placeholders; the sizes agree
     (`_checked_sources`).
     """
-    id_to_token = {index: token for token, index in tokenizer.get_vocab().items()}
+    id_to_token = tokenizer_tokens(tokenizer)
     if id_to_token and max(id_to_token) >= config.vocab_size:
         raise UsageError(
             f"to_ctranslate2: the tokenizer has ids up to {max(id_to_token)} but the model's vocab_size is "

@@ -23,7 +23,7 @@ from huggingface_hub.utils import filter_repo_objects, validate_repo_id
 
 from ..io import RunFailure, UsageError, check_model_folder, check_safetensors, read_json
 from ..io import check_same_vocabulary
-from ..io.files import COUNT, STR, FileShape, Nullable, Obj, OneOf, check_shape
+from ..io.files import COUNT, SPECIAL_TOKENS_MAP, TOKENIZER_CONFIG, FileShape, Obj, check_shape
 from .card import METRICS_FILE
 from .folder import missing_code_files
 
@@ -166,17 +166,14 @@ def check_folder(model_dir: str | os.PathLike, files: list[tuple[str, int]] | No
 # The declared shape of the JSON files uploaded beside the model that no loader checks when the folder is written
 # (config.json, generation_config.json, tokenizer.json and the weights index are the model folder's own:
 # `check_model_folder`). Any other *.json uploaded must at least parse.
-_SPECIAL_TOKEN = Nullable(OneOf(STR, Obj(required={"content": STR})))  # a string or transformers' AddedToken
-_SPECIAL_TOKENS = {name: _SPECIAL_TOKEN for name in (
-    "bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token")}
 _FIX = "write the folder again (save_hub_folder / vaswani-train) or fix the file"
 UPLOAD_JSON_SHAPES = {
     METRICS_FILE: FileShape(METRICS_FILE, Obj(), _FIX),
     "training_metrics.json": FileShape("training_metrics.json", Obj(), _FIX),
     **{name: FileShape(name, Obj(), _FIX) for name in (
         "all_results.json", "eval_results.json", "train_results.json", "test_results.json", "scores.json")},
-    "tokenizer_config.json": FileShape("tokenizer_config.json", Obj(optional=_SPECIAL_TOKENS), _FIX),
-    "special_tokens_map.json": FileShape("special_tokens_map.json", Obj(optional=_SPECIAL_TOKENS), _FIX),
+    "tokenizer_config.json": TOKENIZER_CONFIG,  # the loaders' own declarations (io.files)
+    "special_tokens_map.json": SPECIAL_TOKENS_MAP,
     "added_tokens.json": FileShape("added_tokens.json", Obj(extra=COUNT), _FIX),
     "vocab.json": FileShape("vocab.json", Obj(extra=COUNT), _FIX),
 }
@@ -234,14 +231,9 @@ def _strict_problems(model_dir: Path, config: dict) -> list[str]:
     tokenizer.json), generation_config.json's settings against their declarations, and the tokenizer as
     transformers loads it, whose special tokens must be the config's ids."""
     from ..configuration_vaswani import SettingError
-    from ..generation_vaswani import check_generation_settings, read_generation_file
 
     try:
-        check_model_folder(model_dir)
-        path = model_dir / "generation_config.json"
-        if path.is_file():
-            vocab_size = config.get("vocab_size") if isinstance(config.get("vocab_size"), int) else None
-            check_generation_settings(read_generation_file(path), vocab_size, str(path))
+        check_model_folder(model_dir)  # generation_config.json included (io.models.check_generation_config_file)
     except (UsageError, SettingError) as error:
         return [str(error)]
     return _loaded_tokenizer_problems(model_dir, config)

@@ -338,7 +338,7 @@ def _check_distinct(folders: Sequence[Path]) -> None:
             seen[digest] = folder
 
 
-def _vocabulary_fingerprint(folder: Path) -> str | None:
+def vocabulary_fingerprint(folder: Path) -> str | None:
     """A hash of what decides the token ids of `folder`'s tokenizer.json (None: the folder has none): two
     tokenizers of the same size but other merges or tokens give other ids to the same text."""
     path = folder / "tokenizer.json"
@@ -358,7 +358,7 @@ def check_checkpoints_agree(folders: Sequence[str | os.PathLike]) -> None:
     _check_distinct(folders)
     first = folders[0]
     config = read_json(first / "config.json", CONFIG)
-    vocabulary = _vocabulary_fingerprint(first)
+    vocabulary = vocabulary_fingerprint(first)
     for folder in folders[1:]:
         other = read_json(folder / "config.json", CONFIG)
         for key in sorted((set(config) | set(other)) & ARCHITECTURE_FIELDS):
@@ -366,7 +366,7 @@ def check_checkpoints_agree(folders: Sequence[str | os.PathLike]) -> None:
                 raise UsageError(f"{folder} and {first} are of different architectures (config.json field {key}: "
                                  f"{json.dumps(other.get(key))} against {json.dumps(config.get(key))}); average "
                                  "checkpoints of one run")
-        theirs = _vocabulary_fingerprint(folder)
+        theirs = vocabulary_fingerprint(folder)
         if theirs != vocabulary:
             detail = (f"has no tokenizer.json, {first} has one" if theirs is None else
                       f"has a tokenizer.json, {first} has none" if vocabulary is None else

@@ -20,7 +20,7 @@ from pathlib import Path
 from .. import io
 from ..configuration_vaswani import MODEL_SETTINGS
 from ..hub.folder import HUB_FOLDER
-from .checkpoints import STAGING_DIR, _vocabulary_fingerprint, checkpoints, resumable_checkpoint
+from .checkpoints import STAGING_DIR, vocabulary_fingerprint, checkpoints, resumable_checkpoint
 from .recipe import MODEL_KEYS, Recipe, RecipeError
 
 logger = logging.getLogger(__name__)
@@ -193,7 +193,7 @@ def check_same_tokenizer(recipe: Recipe, out: Path, checkpoint: Path, tokenizer_
     if tokenizer_dir is None or not (tokenizer_dir / "tokenizer.json").is_file():
         return
     with recipe_errors():
-        theirs, ours = _vocabulary_fingerprint(checkpoint), _vocabulary_fingerprint(tokenizer_dir)
+        theirs, ours = vocabulary_fingerprint(checkpoint), vocabulary_fingerprint(tokenizer_dir)
     if theirs is not None and theirs != ours:
         key = "tokenizer_path" if recipe.tokenizer_path else "the run's tokenizer folder"
         was = _previous_recipe(out).get("tokenizer_path")

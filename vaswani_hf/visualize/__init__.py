@@ -47,14 +47,15 @@ Diagnostics, computed from the weights (`attention_diagnostics`, `alignment_shar
   pairs with similar word order (EN-DE verb movement breaks it); use a reference alignment for real measurements.
 """
 
-from .attention import KIND_TITLES, KINDS, START_LABEL, Attentions, batch_attentions, collect_attentions, \
-    eager_attention
+from .attention import KIND_TITLES, KINDS, MAX_PLOT_TOKENS, START_LABEL, Attentions, batch_attentions, \
+    collect_attentions, eager_attention
 from .diagnostics import _masks, alignment_share, attention_diagnostics, diagonal_alignment, format_diagnostics, \
     head_entropy, padding_mass, single_sentence_entropy, token_alignment_from_words
 from .plots import CMAP, new_figure, plot_attention_head, plot_cross_alignment, plot_diagnostics, plot_heatmap, \
     plot_layer_heads, save_figure, visualize
 
 __all__ = [
+    "MAX_PLOT_TOKENS",
     "KINDS",
     "Attentions",
     "eager_attention",
