@@ -55,9 +55,9 @@ def _validate(args) -> None:
     if args.model_dir is None and not args.space_only:
         raise io.UsageError("the following arguments are required: --model_dir (see --help)")
     if args.space_id is not None:
-        from ..hub.space import _check_id
+        from ..hub.space import check_repo_id
 
-        _check_id(args.space_id, "--space_id")
+        check_repo_id(args.space_id, "--space_id")
 
 
 def _paths(args) -> Paths:

@@ -22,10 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from huggingface_hub.errors import HFValidationError
-from huggingface_hub.utils import validate_repo_id
-
 from ..io import RunFailure, UsageError
+from .card import repo_id_problem
 from .upload import _format_size, _network_failures
 
 GRADIO_SDK_VERSION = "6.31.0"  # the Gradio the page is tested with (the `space` extra allows 6.x)
@@ -95,12 +93,11 @@ def render_space_readme(model_repo_id: str | None = None, title: str = "Vaswani 
     )
 
 
-def _check_id(repo_id: str, what: str) -> None:
-    try:
-        validate_repo_id(repo_id)
-    except HFValidationError as error:
-        raise UsageError(f"{what} {repo_id!r} is invalid ({' '.join(str(error).split())}); give 'namespace/name'") \
-            from error
+def check_repo_id(repo_id: str, what: str) -> None:
+    """A repository id (`what`: the flag or parameter naming it) valid on the Hub, else one line."""
+    problem = repo_id_problem(repo_id)
+    if problem:
+        raise UsageError(f"{what} {repo_id!r} is invalid ({problem}); give 'namespace/name'")
 
 
 def write_space_folder(folder: str | os.PathLike, model_repo_id: str) -> list[tuple[str, int]]:
@@ -130,8 +127,8 @@ def push_space(model_repo_id: str, space_id: str, *, private: bool = False, toke
     from huggingface_hub import HfApi, get_token
 
     out = out or sys.stdout
-    _check_id(model_repo_id, "model repository id")
-    _check_id(space_id, "Space id")
+    check_repo_id(model_repo_id, "model repository id")
+    check_repo_id(space_id, "Space id")
     with tempfile.TemporaryDirectory(prefix="vaswani_space_") as staging:
         files = write_space_folder(staging, model_repo_id)
         if dry_run:

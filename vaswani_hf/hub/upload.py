@@ -18,13 +18,13 @@ import sys
 from pathlib import Path
 
 from huggingface_hub import ModelCard
-from huggingface_hub.errors import HFValidationError, HTTPError
-from huggingface_hub.utils import filter_repo_objects, validate_repo_id
+from huggingface_hub.errors import HTTPError
+from huggingface_hub.utils import filter_repo_objects
 
 from ..io import RunFailure, UsageError, check_model_folder, check_safetensors, read_json
 from ..io import check_same_vocabulary
 from ..io.files import COUNT, SPECIAL_TOKENS_MAP, TOKENIZER_CONFIG, FileShape, Obj, check_shape
-from .card import METRICS_FILE
+from .card import METRICS_FILE, repo_id_problem
 from .folder import missing_code_files
 
 # Top-level files of a model folder that are uploaded; anything else (checkpoints, optimizer states, pickled weights,
@@ -133,12 +133,9 @@ def check_folder(model_dir: str | os.PathLike, files: list[tuple[str, int]] | No
     model_dir = Path(model_dir)
     names = {name for name, _ in (files if files is not None else list_upload_files(model_dir))}
     problems = []
-    if repo_id is not None:
-        try:
-            validate_repo_id(repo_id)
-        except HFValidationError as error:
-            problems.append(f"repository id {repo_id!r} is invalid ({' '.join(str(error).split())}); "
-                            "give 'name' or 'namespace/name'")
+    problem = None if repo_id is None else repo_id_problem(repo_id)
+    if problem:
+        problems.append(f"repository id {repo_id!r} is invalid ({problem}); give 'name' or 'namespace/name'")
     problems += [p for p in [revision_problem(revision)] if p]
     problems += _file_problems(model_dir, names)
     if "config.json" not in names:
