@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from ..io import RunFailure, UsageError
-from .card import repo_id_problem
+from .ids import repo_id_problem
 from .upload import _format_size, _network_failures
 
 GRADIO_SDK_VERSION = "6.31.0"  # the Gradio the page is tested with (the `space` extra allows 6.x)

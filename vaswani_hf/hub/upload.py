@@ -24,7 +24,8 @@ from huggingface_hub.utils import filter_repo_objects
 from ..io import RunFailure, UsageError, check_model_folder, check_safetensors, read_json
 from ..io import check_same_vocabulary
 from ..io.files import COUNT, SPECIAL_TOKENS_MAP, TOKENIZER_CONFIG, FileShape, Obj, check_shape
-from .card import METRICS_FILE, repo_id_problem
+from .card import METRICS_FILE
+from .ids import repo_id_problem
 from .folder import missing_code_files
 
 # Top-level files of a model folder that are uploaded; anything else (checkpoints, optimizer states, pickled weights,
