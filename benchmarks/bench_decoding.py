@@ -33,6 +33,11 @@ Decoding settings compared:
 - beam4_hf: beam 4, length penalty alpha 0.6 with transformers' |Y|^alpha for BOTH (apples to apples).
 - beam4_gnmt: beam 4, alpha 0.6, ours with the paper's GNMT ((5+|Y|)/6)^alpha vs Marian with |Y|^alpha (Marian has
   no GNMT option): informational; with forced lengths the work is the same, only the scoring code differs.
+- beam4_default_stopping: each tool at its default stopping rule, beam 4, alpha 0.6: ours as shipped (GNMT penalty, the
+  paper's search: a sentence ends once no running beam can beat its worst finished one, `early_stopping="never"`),
+  Marian with transformers' default `early_stopping=False` (a heuristic that stops once k beams have finished and
+  the best running score, at the current length, cannot beat them: less work, a different search). Trained models
+  only (`--model_dir`): with forced lengths every beam ends at the limit, whatever the rule.
 Ours decodes with `max_length_b=None` (no per-sentence "input + 50" limit) in the forced-length mode, as Marian has
 no such limit; in `--model_dir` mode it keeps the model's default (the limit is active, as in real use).
 
@@ -232,9 +237,16 @@ def main(argv=None):
                      dict(num_beams=4, length_penalty=0.6, early_stopping="never")),
         "beam4_gnmt": (dict(num_beams=4, length_penalty=0.6, length_penalty_type="gnmt", early_stopping="never"),
                        dict(num_beams=4, length_penalty=0.6, early_stopping="never")),
+        # each tool at its own default stopping rule: ours as shipped (the paper's), Marian with transformers'
+        "beam4_default_stopping": (dict(num_beams=4, length_penalty=0.6, length_penalty_type="gnmt",
+                                        early_stopping="never"),
+                                   dict(num_beams=4, length_penalty=0.6, early_stopping=False)),
     }
     results = {}
     for name in args.settings.split(","):
+        if name == "beam4_default_stopping" and mode != "trained":  # forced lengths: every beam ends at the limit
+            print("beam4_default_stopping skipped: with forced lengths no stopping rule can differ (--model_dir)")
+            continue
         ours_kwargs = {**lean_common, **settings[name][0]}
         loop_kwargs = {**common, **settings[name][0]}
         marian_kwargs = {**common, **settings[name][1]}

@@ -5,8 +5,10 @@ DataCollatorForSeq2Seq + group_by_length) with a MarianMTModel. Same model sizes
 data, same joint BPE subwords, ~1,024 target tokens per batch, same threads; one system at a time.
 
     python benchmarks/bench_peers.py --setup --systems eole,marian --minutes 0   # only create the peers' venvs (once)
-    python benchmarks/bench_peers.py                          # 40 min each: ours, eole, marian; results/peers.*
-    python benchmarks/bench_peers.py --repeats 3              # interleaved rounds: ours eole marian ours eole ...
+    python benchmarks/bench_peers.py                          # 40 min each: ours, eole, marian, marian-target
+    python benchmarks/bench_peers.py --repeats 3 --minutes 8 --score none --checkpoints 1 --tag speed
+                                                              # speed: 3 interleaved rounds, each round's order
+                                                              # rotated (ours eole marian marian-target, eole ...)
     python benchmarks/bench_peers.py --systems eole           # one system; earlier finished runs are reused
     python benchmarks/bench_peers.py --report_only            # tables and plot from the finished runs
     python benchmarks/bench_peers.py --smoke                  # 1 minute on the bundled sample corpus (peers skipped
@@ -54,10 +56,13 @@ BEAM_FRACTIONS = (0.25, 0.5, 1.0)
 def build_parser():
     parser = contract.ArgumentParser(description=__doc__)
     parser.add_argument("--minutes", type=float, default=None, help="training budget per system (default 40; smoke 1)")
-    parser.add_argument("--systems", default="ours,eole,marian", help="comma-separated: ours, eole, marian")
+    parser.add_argument("--systems", default=",".join(peer_systems.SYSTEMS),
+                        help=f"comma-separated: {', '.join(peer_systems.SYSTEMS)}")
     parser.add_argument("--repeats", type=positive_int, default=1, help="rounds of every system, interleaved")
     parser.add_argument("--checkpoints", type=positive_int, default=None,
                         help="checkpoints per run, evenly spaced (default 8; smoke 4)")
+    parser.add_argument("--score", choices=("all", "none"), default="all",
+                        help="score the checkpoints after training (all) or measure speed only (none: no BLEU)")
     parser.add_argument("--target_bleu", type=float, default=30.0, help="greedy validation BLEU for time-to-BLEU")
     parser.add_argument("--threads", type=positive_int, default=2)
     parser.add_argument("--max_tokens", type=positive_int, default=1024, help="target tokens per batch")
@@ -118,13 +123,14 @@ def available(args) -> list[str]:
         if system == "ours":
             ready.append(system)
             continue
-        if not peer_setup.ready(root, system) and args.setup:
+        venv = peer_systems.VENV[system]
+        if not peer_setup.ready(root, venv) and args.setup:
             args.work.mkdir(parents=True, exist_ok=True)
-            peer_setup.create(root, system, args.eole_version, args.work / f"setup-{system}.log")
-        if peer_setup.ready(root, system):
+            peer_setup.create(root, venv, args.eole_version, args.work / f"setup-{venv}.log")
+        if peer_setup.ready(root, venv):
             ready.append(system)
         else:
-            print(f"skipping {system}: no virtual environment at {root / system} (create it with --setup)", flush=True)
+            print(f"skipping {system}: no virtual environment at {root / venv} (create it with --setup)", flush=True)
     return ready
 
 
@@ -146,7 +152,8 @@ def train(system: str, args, shared, spec, out: Path) -> dict:
                                             args.threads)
     else:
         command = peer_systems.marian_command(peer_setup.python(root, "marian"), spec, shared, out, events,
-                                              args.minutes, marks, args.threads)
+                                              args.minutes, marks, args.threads,
+                                              group_by="target" if system == "marian-target" else "source")
     (out / "command.json").write_text(json.dumps(command, indent=1), encoding="utf-8")
     watch = run_watched(command, out / "train.log", env=thread_env(args.threads), cwd=str(REPO),
                         timeout_s=args.minutes * 60 + 1800)
@@ -201,17 +208,22 @@ def run_one(system: str, round_index: int, args, shared, spec) -> dict:
     out = args.work / "runs" / f"{system}-r{round_index}"
     done = out / "result.json"
     if done.is_file() and not args.rerun:
+        finished = json.loads(done.read_text(encoding="utf-8"))
+        if finished.get("score", "all") != args.score:
+            raise io.UsageError(f"the finished run in {out} was made with --score {finished.get('score', 'all')}, "
+                                f"not {args.score}: pass --rerun, or another --tag / --work_dir")
         print(f"[{system} round {round_index}] reusing the finished run in {out}", flush=True)
-        return json.loads(done.read_text(encoding="utf-8"))
+        return finished
     if out.exists():
         shutil.rmtree(out)  # this benchmark's own unfinished or replaced run
     out.mkdir(parents=True)
     print(f"[{system} round {round_index}] training for {args.minutes:g} min, load {loadavg()}", flush=True)
     watch = train(system, args, shared, spec, out)
     events = peer_report.read_events(out / "events.jsonl")
-    curve, seconds = evaluate(system, events, args, shared, out)
+    curve, seconds = evaluate(system, events, args, shared, out) if args.score == "all" else ([], {})
     summary = peer_report.summarize(system, watch, events, curve, args.minutes, args.target_bleu, seconds)
-    summary.update(round=round_index, minutes=args.minutes, checkpoints=args.checkpoints)
+    summary.update(round=round_index, minutes=args.minutes, checkpoints=args.checkpoints, score=args.score,
+                   started=datetime.datetime.fromtimestamp(watch["launched_at"]).isoformat(timespec="seconds"))
     summary["command"] = json.loads((out / "command.json").read_text(encoding="utf-8"))
     metrics = out / "model" / "metrics.json"
     if system == "ours" and metrics.is_file():  # our run's own account of its stages (run_clock)
@@ -226,9 +238,13 @@ def run_one(system: str, round_index: int, args, shared, spec) -> dict:
 
 
 def machine() -> dict:
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), "unknown") if Path("/proc/cpuinfo").is_file() else "unknown"
-    return {"cpus": os.cpu_count(), "cpu_model": model, "platform": platform.platform(), "load_at_start": loadavg()}
+    """The processor (its name and widest vector unit: the ratios between systems depend on it), platform, load."""
+    lines = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []
+    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown")
+    flags = set(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
+    vector = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+    return {"cpus": os.cpu_count(), "cpu_model": model, "vector_isa": vector, "amx": "amx_tile" in flags,
+            "platform": platform.platform(), "load_at_start": loadavg()}
 
 
 def report(args, runs: list[dict], shared, spec, systems: list[str], started: dict) -> Path:
@@ -242,12 +258,14 @@ def report(args, runs: list[dict], shared, spec, systems: list[str], started: di
         args.minutes, args.checkpoints = settings.pop()
         started["load_at_start"] = runs[0]["load"]["load_before"]
     versions = {"ours": peer_setup.versions(sys.executable, "ours")}
-    versions.update({s: peer_setup.versions(peer_setup.python(root, s), s) for s in systems if s != "ours"})
+    versions.update({s: peer_setup.versions(peer_setup.python(root, peer_systems.VENV[s]), peer_systems.VENV[s])
+                     for s in systems if s != "ours"})
     result = {
         "title_note": "**Smoke run: not a measurement.** " if args.smoke else "",
         "command": " ".join(args.argv) or "(defaults)", "date": datetime.date.today().isoformat(),
         "minutes": args.minutes, "checkpoints": args.checkpoints, "threads": args.threads,
         "target_bleu": args.target_bleu, "spec": spec, "eole_overrides": args.eole_overrides,
+        "score": "none" if any(r.get("score") == "none" for r in runs) else args.score,
         "data": {"train_pairs": shared.train_pairs, "valid_pairs": shared.valid_pairs,
                  "vocab_size": shared.vocab_size, "source": str(args.corpus[0])},
         "machine": started, "versions": versions,
@@ -256,12 +274,19 @@ def report(args, runs: list[dict], shared, spec, systems: list[str], started: di
     results = Path(args.results_dir)
     results.mkdir(parents=True, exist_ok=True)
     stem = "peers" + (f"_{args.tag}" if args.tag else "")
+    result["page"] = f"{stem}.md"
     (results / f"{stem}.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
     (results / f"{stem}.md").write_text(peer_report.markdown(result), encoding="utf-8")
-    if runs:
+    if any(r["curve"] for r in runs):
         peer_report.plot(result, results / f"{stem}_time_to_bleu.png")
     print(f"wrote {results / (stem + '.md')}", flush=True)
     return results / f"{stem}.json"
+
+
+def rotated(systems: list[str], round_index: int) -> list[str]:
+    """Round r starts with the r-th system: no system always runs first (a fresh machine) or last."""
+    shift = (round_index - 1) % len(systems)
+    return systems[shift:] + systems[:shift]
 
 
 def main(argv: list[str]) -> int:
@@ -281,7 +306,8 @@ def main(argv: list[str]) -> int:
     spec = peer_systems.spec_from_recipe(args.max_tokens)
     runs = []
     for round_index in range(1, args.repeats + 1):
-        for system in systems:
+        # (finished runs are read in the systems' order; their own start times, where recorded, give the real one)
+        for system in systems if args.report_only else rotated(systems, round_index):
             if args.report_only:
                 done = args.work / "runs" / f"{system}-r{round_index}" / "result.json"
                 runs += [json.loads(done.read_text(encoding="utf-8"))] if done.is_file() else []

@@ -124,13 +124,14 @@ def test_bench_peers_eole_config_has_the_shared_recipe_and_takes_overrides():
     shared = SharedData(folder="d", train="d/train", valid="d/valid", bpe_dir="d/bpe", train_pieces="d/train.pieces",
                         valid_pieces="d/valid.pieces", piece_vocab="d/pieces.vocab", vocab_size=8000,
                         train_pairs=29000, valid_pairs=1014, mean_target_tokens=15.5)
-    config = eole_config(spec, shared, "m", {"training.num_workers": 0, "model.layer_norm": "rms"})
+    config = eole_config(spec, shared, "m", {"training.num_workers": 1, "model.layer_norm": "rms"})
     training, model = config["training"], config["model"]
     assert (model["hidden_size"], model["transformer_ff"], model["heads"]) == (256, 512, 4)
     assert model["encoder"]["layers"] == model["decoder"]["layers"] == 3
     assert (training["batch_type"], training["batch_size"], training["decay_method"]) == ("tokens", 1024, "noam")
     assert training["learning_rate"] == 1.0 and training["warmup_steps"] == spec["warmup_steps"]  # Section 5.3
-    assert training["bucket_size"] == 29000 and training["num_workers"] == 0 and model["layer_norm"] == "rms"
+    assert training["bucket_size"] == 29000 and training["num_workers"] == 1 and model["layer_norm"] == "rms"
+    assert eole_config(spec, shared, "m", {})["training"]["use_amp"] is False  # optimi's Adam: eole at its best
 
 
 @pytest.mark.slow
@@ -160,3 +161,124 @@ def test_bench_peers_smoke_trains_ours_scores_it_and_skips_absent_peers(tmp_path
     assert set(run["phases_s"]) >= {"data loading", "forward + backward", "optimizer step", "checkpoint writes"}
     assert "| ours (scripts/train.py --recipe multi30k-en-de) | 1 | " in (results / "peers_smoke.md").read_text()
     assert (results / "peers_smoke_time_to_bleu.png").stat().st_size > 0
+
+
+def test_bench_peers_marian_target_grouping_batches_sentences_of_like_target_length():
+    """`--group_by target` (the system marian-target): group_by_length's mega-batches sorted by the labels' lengths,
+    handed to the sampler by peer_marian.py because transformers drops a `length_column_name` column first."""
+    import random
+    from types import SimpleNamespace
+
+    import datasets
+    import torch
+    from transformers import Seq2SeqTrainer
+
+    load_benchmark("bench_peers")
+    from peer_marian import target_grouped
+
+    rng = random.Random(0)
+    sources, targets = rng.sample(range(1, 200), 64), rng.sample(range(1, 200), 64)  # distinct lengths
+    dataset = datasets.Dataset.from_dict({"input_ids": [[5] * n for n in sources],
+                                          "labels": [[5] * n for n in targets]})
+    fake = SimpleNamespace(args=SimpleNamespace(train_batch_size=4, gradient_accumulation_steps=1),
+                           train_dataset=dataset)
+    sampler = target_grouped(Seq2SeqTrainer)._get_train_sampler(fake, dataset)
+    assert list(sampler.lengths) == targets and sampler.batch_size == 4
+    torch.manual_seed(0)  # the sampler shuffles with torch's global generator
+    order = list(sampler)
+    assert sorted(order) == list(range(64))
+    assert order[0] == targets.index(max(targets))  # the longest target first (memory shows at once)
+    mega = [order[i + 1:i + 16] for i in range(0, 64, 16)]  # 64 // (4 x 4) = 4 mega-batches of 16, each sorted
+    # (the first of each is left out: the longest of all was swapped to the front of the first)
+    assert all([targets[i] for i in m] == sorted((targets[i] for i in m), reverse=True) for m in mega)
+    assert not all([sources[i] for i in m] == sorted((sources[i] for i in m), reverse=True) for m in mega)
+
+
+def _peer_run(system, round_index, seconds_per_update):
+    load_benchmark("bench_peers")
+    from peer_report import summarize
+
+    loop = 100.0
+    events = [{"event": "train_begin", "wall_time": 1.0},
+              {"event": "train_end", "train_s": loop, "step": int(loop / seconds_per_update), "tgt_tokens": 90_000,
+               "tgt_slots": 100_000 * seconds_per_update, "batches": 100, "wall_time": 101.0,
+               "phases": {"forward + backward": 90.0, "data loading": 5.0}}]
+    watch = {"peak_rss_gib": 1.0, "peak_processes": 1, "launched_at": 0.0, "wall_s": 103.0, "load_before": [1, 1, 1],
+             "load_during": {"mean": 2.0, "max": 2.2}, "load_after": [2, 2, 2]}
+    run = summarize(system, watch, events, [], 1.5, 30.0, {})
+    run["real_tgt_tokens_per_s"] = round(run["real_tgt_tokens_per_s"] / seconds_per_update, 1)
+    run["padded_tgt_slots_per_s"] = None
+    run.update(round=round_index, minutes=1.5, checkpoints=1)
+    return run
+
+
+def test_bench_peers_speed_rounds_report_ratio_spread_per_round_and_no_bleu_columns():
+    load_benchmark("bench_peers")
+    from peer_report import aggregate, markdown
+
+    runs = [_peer_run("ours", 1, 1.0), _peer_run("eole", 1, 1.25), _peer_run("ours", 2, 1.0),
+            _peer_run("eole", 2, 1.1), _peer_run("ours", 3, 1.0), _peer_run("eole", 3, 1.2)]
+    systems = aggregate(runs, 30.0)
+    assert systems["ours"]["round_ratios_vs_eole"]["real"] == [1.25, 1.1, 1.2]
+    assert systems["ours"]["speed_vs_eole"] == 1.2  # the medians' ratio
+    result = {"title_note": "", "command": "--score none --repeats 3", "date": "2026-11-26", "minutes": 1.5,
+              "checkpoints": 1, "threads": 2, "target_bleu": 30.0, "score": "none", "eole_overrides": {},
+              "spec": {"d_model": 256, "d_ff": 512, "num_heads": 4, "num_encoder_layers": 3, "num_decoder_layers": 3,
+                       "dropout": 0.3, "label_smoothing": 0.1, "warmup_steps": 4000, "max_tokens": 1024},
+              "data": {"train_pairs": 29000, "valid_pairs": 1014, "vocab_size": 8000, "source": "m"},
+              "machine": {"cpus": 2, "cpu_model": "X", "vector_isa": "AVX2", "amx": False, "platform": "p",
+                          "load_at_start": [1, 1, 1]},
+              "versions": {}, "systems": systems, "runs": runs}
+    page = markdown(result)
+    assert "1.20x eole (rounds 1.10-1.25)" in page
+    table = page.split("| system |")[1].split("\n\n")[0]
+    assert "BLEU" not in table and "one checkpoint (s)" not in page
+    assert "3 round(s), 2 threads, X, AVX2)" in page and "validation BLEU" not in page.split("README row:")[1]
+
+
+@pytest.mark.slow
+def test_bench_step_profile_caps_the_kernels_and_profiles_both_steps(tmp_path):
+    """The operator profile of ours and Marian: both configurations run, the AVX2 cap reaches torch's dispatch, and
+    each step's operators include its matrix products."""
+    import json
+    from pathlib import Path
+
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.is_file() or " avx2" not in cpuinfo.read_text():
+        pytest.skip("an x86 processor with AVX2 is needed to cap the kernels at AVX2")
+    bench = load_benchmark("bench_step_profile")
+    assert bench.main(["--steps", "1", "--warmup", "1", "--profiled", "1", "--batch", "4", "--length", "6",
+                       "--vocab", "64", "--results_dir", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "step_profile.json").read_text())
+    assert result["configurations"]["avx2"]["capability"] == "AVX2"
+    for config in result["configurations"].values():
+        for variant in ("ours", "marian"):
+            found = config["variants"][variant]
+            assert found["tokens_per_s"] > 0 and 0 < found["target_tokens"] < 24
+            assert {"aten::mm", "aten::addmm", "aten::bmm"} & set(found["ops_ms"])
+    assert "| all operators |" in (tmp_path / "step_profile.md").read_text()
+
+
+def test_bench_peers_rounds_rotate_and_the_report_names_the_order_and_the_target_grouped_path():
+    bench = load_benchmark("bench_peers")
+    from peer_report import aggregate, markdown
+
+    systems = ["ours", "eole", "marian", "marian-target"]
+    firsts = [bench.rotated(systems, r)[0] for r in (1, 2, 3, 4, 5)]
+    assert firsts == ["ours", "eole", "marian", "marian-target", "ours"]
+    runs = [_peer_run("marian-target", 1, 1.5), _peer_run("ours", 1, 1.0),
+            _peer_run("ours", 2, 1.0), _peer_run("marian-target", 2, 1.25)]
+    runs[0]["started"], runs[1]["started"] = "2026-11-26T10:00:00", "2026-11-26T10:09:00"
+    runs[2]["started"], runs[3]["started"] = "2026-11-26T10:18:00", "2026-11-26T10:27:00"
+    result = {"title_note": "", "command": "", "date": "2026-11-26", "minutes": 1.5, "checkpoints": 1, "threads": 2,
+              "target_bleu": 30.0, "score": "none", "eole_overrides": {},
+              "spec": {"d_model": 256, "d_ff": 512, "num_heads": 4, "num_encoder_layers": 3, "num_decoder_layers": 3,
+                       "dropout": 0.3, "label_smoothing": 0.1, "warmup_steps": 4000, "max_tokens": 1024},
+              "data": {"train_pairs": 29000, "valid_pairs": 1014, "vocab_size": 8000, "source": "m"},
+              "machine": {"cpus": 2, "cpu_model": "X", "platform": "p", "load_at_start": [1, 1, 1]},
+              "versions": {}, "systems": aggregate(runs, 30.0), "runs": runs}
+    page = markdown(result)
+    assert "in the order marian-target, ours; ours, marian-target." in page
+    assert "1.36x marian-target (rounds 1.25-1.50)" in page
+    assert "grouped by target length" in page.split("**marian-target**")[1]
+    assert "the Marian path grouped by target's" in page.split("README row:")[1]

@@ -9,7 +9,8 @@ Runs in its own environment (torch, transformers, datasets, accelerate): it impo
     python peer_marian.py train --spec JSON --bpe DIR --train PREFIX --out DIR --events FILE --minutes M --marks S,S
     python peer_marian.py translate --checkpoint DIR --bpe DIR --source FILE --beams 4 --out FILE
 
-What run_translation.py does not have and this script adds: a wall-clock budget and checkpoints at fixed training
+What run_translation.py does not have and this script adds: `--group_by target` (its mega-batches sorted by target
+length, see `target_grouped`), a wall-clock budget and checkpoints at fixed training
 times (a callback, as `save_strategy` knows only steps and epochs), and `hf_phases`' clock and token counts.
 """
 
@@ -76,6 +77,23 @@ def budget_callback(budget_s: float, marks: list[float]):
     return WallClock()
 
 
+def target_grouped(trainer_class):
+    """`trainer_class` with group_by_length over target lengths, the grouping a maintainer would pick for a
+    seq2seq model whose cost is the target side. Hand-written because the documented way does not work in
+    transformers 5.24: a `length` column (`length_column_name`) is removed by `_remove_unused_columns` before
+    `_get_train_sampler` reads it, so the sampler silently falls back to the source length (input_ids)."""
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    class TargetGrouped(trainer_class):
+        def _get_train_sampler(self, train_dataset=None):
+            dataset = train_dataset if train_dataset is not None else self.train_dataset
+            lengths = [len(labels) for labels in dataset["labels"]]
+            return LengthGroupedSampler(self.args.train_batch_size * self.args.gradient_accumulation_steps,
+                                        lengths=lengths)
+
+    return TargetGrouped
+
+
 def train(args) -> int:
     import torch
     from hf_phases import install
@@ -105,12 +123,14 @@ def train(args) -> int:
         save_strategy="no", eval_strategy="no", report_to=[], disable_tqdm=True, use_cpu=True, seed=spec["seed"],
         dataloader_num_workers=0)
     install(args.events, Seq2SeqTrainer, DataCollatorForSeq2Seq)
-    trainer = Seq2SeqTrainer(
+    trainer_class = target_grouped(Seq2SeqTrainer) if args.group_by == "target" else Seq2SeqTrainer
+    trainer = trainer_class(
         model=model, args=training_args, train_dataset=train_set, processing_class=tokenizer,
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
         callbacks=[budget_callback(args.minutes * 60, [float(m) for m in args.marks.split(",") if m])])
     print(f"MarianMTModel: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, "
-          f"{args.batch_sentences} sentences a batch, optimizer {training_args.optim}", flush=True)
+          f"{args.batch_sentences} sentences a batch grouped by {args.group_by} length, "
+          f"optimizer {training_args.optim}", flush=True)
     trainer.train()
     return 0
 
@@ -152,6 +172,8 @@ def main(argv=None) -> int:
     fit.add_argument("--marks", default="", help="training seconds at which to save, comma-separated")
     fit.add_argument("--batch_sentences", type=int, required=True)
     fit.add_argument("--threads", type=int, default=2)
+    fit.add_argument("--group_by", choices=("source", "target"), default="source",
+                     help="group_by_length over source lengths (run_translation.py's) or target lengths")
     run = commands.add_parser("translate")
     run.add_argument("--checkpoint", required=True)
     run.add_argument("--bpe", required=True)

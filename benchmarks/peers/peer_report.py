@@ -7,7 +7,7 @@ import json
 import statistics
 from pathlib import Path
 
-from peer_systems import DIFFERENCES, LABELS
+from peer_systems import DIFFERENCES, LABELS, PEERS
 
 PHASE_ORDER = ("data loading", "collation", "forward + backward", "optimizer step", "gradient norm", "logging",
                "evaluation", "checkpoint writes", "other")
@@ -88,13 +88,27 @@ def aggregate(runs: list[dict], target: float) -> dict:
         entry["phases_share"] = {k: _median([r["phases_share"].get(k) for r in mine]) for k in PHASE_ORDER}
         systems[system] = entry
     if "ours" in systems:
-        for peer in ("eole", "marian"):
+        for peer in PEERS:
             if peer in systems and systems[peer]["real_tgt_tokens_per_s"]:
                 systems["ours"][f"speed_vs_{peer}"] = round(systems["ours"]["real_tgt_tokens_per_s"]
                                                             / systems[peer]["real_tgt_tokens_per_s"], 3)
                 systems["ours"][f"slot_speed_vs_{peer}"] = round(systems["ours"]["padded_tgt_slots_per_s"]
                                                                  / systems[peer]["padded_tgt_slots_per_s"], 3)
+                systems["ours"][f"round_ratios_vs_{peer}"] = round_ratios(runs, peer)
     return systems
+
+
+def round_ratios(runs: list[dict], peer: str) -> dict:
+    """Ours over `peer` within each round (both runs inside the same stretch of time), real tokens and padded
+    slots: the spread of the ratio, which the spread of each system's own speed overstates when the machine
+    drifts. Runs without speed (none trained) are left out."""
+    by_round = {}
+    for run in runs:
+        by_round.setdefault(run.get("round", 1), {})[run["system"]] = run
+    pairs = [(r["ours"], r[peer]) for r in by_round.values() if "ours" in r and peer in r
+             and r[peer]["real_tgt_tokens_per_s"] and _padded_slots_per_s(r[peer])]
+    return {"real": [round(o["real_tgt_tokens_per_s"] / p["real_tgt_tokens_per_s"], 3) for o, p in pairs],
+            "slots": [round(_padded_slots_per_s(o) / _padded_slots_per_s(p), 3) for o, p in pairs]}
 
 
 def _padded_slots_per_s(run: dict) -> float:
@@ -105,31 +119,47 @@ def _padded_slots_per_s(run: dict) -> float:
     return round(run["real_tgt_tokens_per_s"] / (1 - run["padding_share_tgt"]), 1)
 
 
+def _spread(ours: dict, peer: str, kind: str) -> str:
+    """" (rounds 1.05-1.09)": the range of the per-round ratio, where there was more than one round."""
+    values = ours.get(f"round_ratios_vs_{peer}", {}).get(kind, [])
+    return f" (rounds {min(values):.2f}-{max(values):.2f})" if len(values) > 1 else ""
+
+
 def _fmt(value, spec="{:.1f}", missing="-"):
     return missing if value is None else spec.format(value)
 
 
-def markdown(result: dict) -> str:
-    target, budget = result["target_bleu"], result["minutes"]
-    marks = [f"{budget * f:g}" for f in (0.25, 0.5, 1.0)]
-    at = " / ".join(marks)
-    rows = [(f"| system | runs | updates | real target tokens/s (range) | padded target slots/s | target tokens/update "
-             f"| padding | peak RSS | launch to training loop | greedy BLEU at {at} min | beam-4 BLEU at {at} min | "
-             f"minutes to greedy {target:g} | load during (mean, max) |"), "|" + "---|" * 13]
+def _system_table(result: dict, marks: list[str]) -> str:
+    """One row per system; the BLEU columns only where checkpoints were scored."""
+    target, at, scored = result["target_bleu"], " / ".join(marks), result.get("score", "all") != "none"
+    columns = [("runs", lambda s: f"{s['runs']}"), ("updates", lambda s: _fmt(s["updates"], "{:,.0f}")),
+               ("real target tokens/s (range)", lambda s: f"{_fmt(s['real_tgt_tokens_per_s'], '{:,.0f}')} "
+                                                          f"({s['speed_range'][0]:,.0f}-{s['speed_range'][1]:,.0f})"),
+               ("padded target slots/s", lambda s: _fmt(s.get("padded_tgt_slots_per_s"), "{:,.0f}")),
+               ("target tokens/update", lambda s: _fmt(s["tgt_tokens_per_update"], "{:,.0f}")),
+               ("padding", lambda s: _fmt(s["padding_share_tgt"], "{:.1%}")),
+               ("peak RSS", lambda s: _fmt(s["peak_rss_gib"], "{:.2f} GiB")),
+               ("launch to training loop", lambda s: _fmt(s["launch_to_loop_s"], "{:.0f} s"))]
+    if scored:
+        columns += [(f"{kind} BLEU at {at} min",
+                     lambda s, k=key: " / ".join(_fmt(s[f"{k}_at_{f}"], "{:.2f}") for f in ("0.25", "0.5", "1")))
+                    for kind, key in (("greedy", "greedy"), ("beam-4", "beam4"))]
+        columns.append((f"minutes to greedy {target:g}",
+                        lambda s: _fmt(s[f"minutes_to_greedy_bleu_{target:g}"], "{:.1f}", "not reached")))
+    columns.append(("load during (mean, max)", lambda s: f"{s['load_during_mean']:.1f}, {s['load_during_max']:.1f}"))
+    rows = ["| system | " + " | ".join(name for name, _ in columns) + " |", "|" + "---|" * (len(columns) + 1)]
     for system, s in result["systems"].items():
-        greedy = " / ".join(_fmt(s[f"greedy_at_{f}"], "{:.2f}") for f in ("0.25", "0.5", "1"))
-        beam = " / ".join(_fmt(s[f"beam4_at_{f}"], "{:.2f}") for f in ("0.25", "0.5", "1"))
-        rows.append(f"| {LABELS[system]} | {s['runs']} | {_fmt(s['updates'], '{:,.0f}')} | "
-                    f"{_fmt(s['real_tgt_tokens_per_s'], '{:,.0f}')} ({s['speed_range'][0]:,.0f}-"
-                    f"{s['speed_range'][1]:,.0f}) | {_fmt(s.get('padded_tgt_slots_per_s'), '{:,.0f}')} | "
-                    f"{_fmt(s['tgt_tokens_per_update'], '{:,.0f}')} | "
-                    f"{_fmt(s['padding_share_tgt'], '{:.1%}')} | {_fmt(s['peak_rss_gib'], '{:.2f} GiB')} | "
-                    f"{_fmt(s['launch_to_loop_s'], '{:.0f} s')} | {greedy} | {beam} | "
-                    f"{_fmt(s[f'minutes_to_greedy_bleu_{target:g}'], '{:.1f}', 'not reached')} | "
-                    f"{s['load_during_mean']:.1f}, {s['load_during_max']:.1f} |")
+        rows.append(f"| {LABELS[system]} | " + " | ".join(cell(s) for _, cell in columns) + " |")
+    return "\n".join(rows)
+
+
+def markdown(result: dict) -> str:
+    budget = result["minutes"]
+    marks = [f"{budget * f:g}" for f in (0.25, 0.5, 1.0)]
     ours = result["systems"].get("ours", {})
-    ratios = ", ".join(f"{ours[f'speed_vs_{p}']:.2f}x {p}" for p in ("eole", "marian") if f"speed_vs_{p}" in ours)
-    slot_ratios = ", ".join(f"{ours[f'slot_speed_vs_{p}']:.2f}x {p}" for p in ("eole", "marian")
+    ratios = ", ".join(f"{ours[f'speed_vs_{p}']:.2f}x {p}{_spread(ours, p, 'real')}" for p in PEERS
+                       if f"speed_vs_{p}" in ours)
+    slot_ratios = ", ".join(f"{ours[f'slot_speed_vs_{p}']:.2f}x {p}{_spread(ours, p, 'slots')}" for p in PEERS
                             if f"slot_speed_vs_{p}" in ours)
     phase_rows = ["| system | launch to loop | " + " | ".join(PHASE_ORDER) + " | after the loop |",
                   "|" + "---|" * (len(PHASE_ORDER) + 3)]
@@ -138,14 +168,10 @@ def markdown(result: dict) -> str:
         after = _median([r["after_loop_s"] for r in result["runs"] if r["system"] == system])
         phase_rows.append(f"| {system} | {_fmt(s['launch_to_loop_s'], '{:.0f} s')} | " + " | ".join(cells)
                           + f" | {_fmt(after, '{:.0f} s')} |")
-    decode_rows = ["| system | greedy, one checkpoint (s) | beam 4, one checkpoint (s) |", "|---|---|---|"]
-    for system in result["systems"]:
-        mine = [r["decode_seconds"] for r in result["runs"] if r["system"] == system]
-        decode_rows.append(f"| {system} | {_fmt(_median([_median(d.get('greedy', [])) for d in mine]), '{:.0f}')} | "
-                           f"{_fmt(_median([_median(d.get('beam4', [])) for d in mine]), '{:.0f}')} |")
     differences = "\n".join(f"- **{s}**: {DIFFERENCES[s]}" for s in result["systems"])
-    return "\n\n".join(["# Peers: ours against eole and the Seq2SeqTrainer + MarianMTModel path, end to end",
-                        _intro(result, marks), "\n".join(rows),
+    title = "# Peers: ours against eole and the Seq2SeqTrainer + MarianMTModel path, end to end"
+    return "\n\n".join(part for part in [title,
+                        _intro(result, marks), _system_table(result, marks),
                         ("Real target tokens per second: non-padding target tokens (end of sentence included) over "
                          f"the training loop's wall time. Ours: **{ratios or 'no peer ran'}**. Padded target slots "
                          "per second (real tokens + padding: the training step's own speed, whatever the batching "
@@ -154,30 +180,45 @@ def markdown(result: dict) -> str:
                         "## Where the time goes (share of the training loop; medians)", "\n".join(phase_rows),
                         ('"launch to loop": process start to the first batch (imports, data, model); "after the '
                          'loop": final checkpoint to exit (ours: also the Hub folder export). Data loading includes '
-                         'collation; "other" is the loop minus every named phase. Evaluation with generation is '
-                         "outside the loop here, one validation pass per checkpoint (incl. process start for the "
-                         "peers):"), "\n".join(decode_rows), _ours_before_loop(result),
-                        "## What is not the same", differences,
-                        "## Machine", _machine(result), _readme_row(result)]) + "\n"
+                         'collation; "other" is the loop minus every named phase.'), _decode_table(result),
+                        _ours_before_loop(result), "## What is not the same", differences,
+                        "## Machine", _machine(result), _readme_row(result)] if part) + "\n"
+
+
+def _decode_table(result: dict) -> str:
+    """Seconds to decode the validation set with one checkpoint, per system (only where checkpoints were scored)."""
+    if result.get("score") == "none":
+        return ""
+    rows = ["Evaluation with generation is outside the loop here, one validation pass per checkpoint (incl. process "
+            "start for the peers):", "", "| system | greedy, one checkpoint (s) | beam 4, one checkpoint (s) |",
+            "|---|---|---|"]
+    for system in result["systems"]:
+        mine = [r["decode_seconds"] for r in result["runs"] if r["system"] == system]
+        rows.append(f"| {system} | {_fmt(_median([_median(d.get('greedy', [])) for d in mine]), '{:.0f}')} | "
+                    f"{_fmt(_median([_median(d.get('beam4', [])) for d in mine]), '{:.0f}')} |")
+    return "\n".join(rows)
 
 
 def _readme_row(result: dict) -> str:
     """The row for the README's results table, from these numbers."""
     systems = result["systems"]
     ours = systems.get("ours")
-    if not ours or not any(f"speed_vs_{p}" in ours for p in ("eole", "marian")):
+    if not ours or not any(f"speed_vs_{p}" in ours for p in PEERS):
         return ""
-    speed = " and ".join(f"**{ours[f'speed_vs_{p}']:.2f}x** {'eole' if p == 'eole' else 'the Marian path'}'s"
-                         for p in ("eole", "marian") if f"speed_vs_{p}" in ours)
+    names = {"eole": "eole", "marian": "the Marian path", "marian-target": "the Marian path grouped by target"}
+    speed = ", ".join(f"**{ours[f'speed_vs_{p}']:.2f}x** {names[p]}'s" for p in PEERS if f"speed_vs_{p}" in ours)
     bleu = "; ".join(f"{name} {_fmt(s['greedy_at_0.5'], '{:.1f}')} / {_fmt(s['greedy_at_1'], '{:.1f}')}"
                      for name, s in systems.items())
-    slots = ", ".join(f"{ours[f'slot_speed_vs_{p}']:.2f}x {p}" for p in ("eole", "marian")
-                      if f"slot_speed_vs_{p}" in ours)
+    slots = ", ".join(f"{ours[f'slot_speed_vs_{p}']:.2f}x {p}" for p in PEERS if f"slot_speed_vs_{p}" in ours)
+    machine = result["machine"]
+    rounds = max((s["runs"] for s in systems.values()), default=1)
+    quality = "" if result.get("score") == "none" else \
+        f"; validation BLEU (greedy) at {result['minutes'] / 2:g} / {result['minutes']:g} min: {bleu}"
     return (f"README row: | training end to end vs eole and Seq2SeqTrainer + MarianMTModel (Multi30k, "
-            f"{result['minutes']:g} min each, {result['threads']} threads, {result['machine']['cpu_model']}) | "
-            f"{speed} real target tokens/s (per padded slot: {slots}); "
-            f"validation BLEU (greedy) at {result['minutes'] / 2:g} / {result['minutes']:g} min: {bleu} | "
-            "[peers](benchmarks/results/peers.md) |")
+            f"{result['minutes']:g} min each, {rounds} round(s), {result['threads']} threads, {machine['cpu_model']}"
+            f"{', ' + machine['vector_isa'] if machine.get('vector_isa') else ''}) | "
+            f"{speed} real target tokens/s (per padded slot: {slots}){quality} | "
+            f"[peers](benchmarks/results/{result.get('page', 'peers.md')}) |")
 
 
 def _ours_before_loop(result: dict) -> str:
@@ -201,18 +242,41 @@ def _intro(result: dict, marks: list[str]) -> str:
             f"{spec['warmup_steps']}, ~{spec['max_tokens']:,} target tokens per batch) on the same "
             f"{data['train_pairs']:,} training pairs and the same joint BPE of {data['vocab_size']:,} subwords, for "
             f"{result['minutes']:g} minutes of training loop, {result['threads']} threads, one system at a time, each "
-            f"in its own virtual environment. Checkpoints every {result['minutes'] / result['checkpoints']:g} minutes "
-            f"are scored after training (not in the budget) on {data['valid_pairs']:,} validation sentences: greedy "
-            f"at every checkpoint, beam 4 at {', '.join(marks)} minutes. BLEU is sacreBLEU with tokenize=none on the "
-            "lowercased tokenized references, the same call for every system, on text detokenized by the same "
-            "tokenizer. Numbers are medians over the runs (runs: peers.json).")
+            f"in its own virtual environment. {_scoring(result, marks)} Numbers are medians over the runs (runs: "
+            f"the .json beside this page); {_order(result)}")
+
+
+def _order(result: dict) -> str:
+    """How the runs were ordered: rounds interleave the systems; each ratio's range is over the rounds."""
+    rounds = sorted({r.get("round", 1) for r in result["runs"]})
+    if len(rounds) < 2:
+        return "one run per system, one after the other."
+    orders = []
+    for index in rounds:
+        mine = [r for r in result["runs"] if r.get("round", 1) == index]
+        if all(r.get("started") for r in mine):
+            mine.sort(key=lambda r: r["started"])
+        orders.append(", ".join(r["system"] for r in mine))
+    return (f"{len(rounds)} rounds, each running every system once, in the order "
+            + "; ".join(orders) + ". Each ratio's range is over the rounds (ours over the peer within a round).")
+
+
+def _scoring(result: dict, marks: list[str]) -> str:
+    if result.get("score") == "none":
+        return "Speed only: no checkpoint is scored (`--score none`; the 40-minute round is the quality reading)."
+    data = result["data"]
+    return (f"Checkpoints every {result['minutes'] / result['checkpoints']:g} minutes are scored after training "
+            f"(not in the budget) on {data['valid_pairs']:,} validation sentences: greedy at every checkpoint, beam "
+            f"4 at {', '.join(marks)} minutes. BLEU is sacreBLEU with tokenize=none on the lowercased tokenized "
+            "references, the same call for every system, on text detokenized by the same tokenizer.")
 
 
 def _machine(result: dict) -> str:
     machine = result["machine"]
-    return (f"{machine['cpus']} CPUs ({machine['cpu_model']}), {machine['platform']}; load average before the first "
-            f"run {machine['load_at_start']}; the load column is the 1-minute load average sampled every 15 s "
-            "during training (on a quiet 2-core machine about 2 while one system trains with 2 threads). "
+    isa = f", {machine['vector_isa']}{' with AMX' if machine.get('amx') else ''}" if machine.get("vector_isa") else ""
+    return (f"{machine['cpus']} CPUs ({machine['cpu_model']}{isa}), {machine['platform']}; load average before "
+            f"the first run {machine['load_at_start']}; the load column is the 1-minute load average sampled every "
+            "15 s during training (on a quiet 2-core machine about 2 while one system trains with 2 threads). "
             f"Versions: {json.dumps(result['versions'])}.")
 
 
@@ -223,7 +287,7 @@ def plot(result: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 5))
-    colours = {"ours": "tab:red", "eole": "tab:blue", "marian": "tab:green"}
+    colours = {"ours": "tab:red", "eole": "tab:blue", "marian": "tab:green", "marian-target": "tab:olive"}
     for system in result["systems"]:
         for i, run in enumerate(r for r in result["runs"] if r["system"] == system):
             curve = run["curve"]
@@ -237,7 +301,7 @@ def plot(result: dict, path: Path) -> None:
     ax.set_ylim(bottom=0)
     ax.set_xlabel(f"minutes of training loop ({result['threads']} threads, one system at a time)")
     ax.set_ylabel("validation BLEU (tokenize=none)")
-    ax.set_title("Time to BLEU: the same model, data and subwords in three toolkits")
+    ax.set_title("Time to BLEU: the same model, data and subwords in each toolkit")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()

@@ -8,6 +8,8 @@ recipe; where a peer cannot match them, `DIFFERENCES` says so and the report pri
   smoothing, shared embeddings, on the same subword pieces. Decoding: `eole predict`.
 - marian: `peer_marian.py`, the run_translation.py path (Seq2SeqTrainer + DataCollatorForSeq2Seq +
   group_by_length) with a MarianMTModel of the same sizes, on the same tokenizer.
+- marian-target: the same path grouped by target length (its maintainers' choice for a seq2seq model: the cost
+  and the padding that matter are the target's), in the same environment as marian.
 """
 
 from __future__ import annotations
@@ -21,10 +23,13 @@ import yaml
 from peer_data import SharedData, pieces_to_text
 
 HERE = Path(__file__).resolve().parent
-SYSTEMS = ("ours", "eole", "marian")
+SYSTEMS = ("ours", "eole", "marian", "marian-target")
+PEERS = SYSTEMS[1:]
+VENV = {"eole": "eole", "marian": "marian", "marian-target": "marian"}  # the peer environment each system runs in
 LABELS = {"ours": "ours (scripts/train.py --recipe multi30k-en-de)",
           "eole": "eole (token batches, noam, pre-norm)",
-          "marian": "Seq2SeqTrainer + MarianMTModel, group_by_length"}
+          "marian": "Seq2SeqTrainer + MarianMTModel, group_by_length (source lengths)",
+          "marian-target": "Seq2SeqTrainer + MarianMTModel, group_by_length over target lengths"}
 SPEC_KEYS = ("d_model", "d_ff", "num_heads", "num_encoder_layers", "num_decoder_layers", "dropout", "label_smoothing",
              "warmup_steps", "adam_beta1", "adam_beta2", "adam_epsilon", "max_length", "seed", "logging_steps")
 DIFFERENCES = {
@@ -36,16 +41,28 @@ DIFFERENCES = {
             "without `</s>` (eole appends none by default), "
             "pre-norm with a final LayerNorm (eole's decoder has no post-norm layer; `encoder_layer_style: postnorm` "
             "exists for the encoder only, so the standard pre-norm model is used on both sides), a bias on the "
-            "output projection, decoding starts from <s>, xavier_uniform initialisation, torch's single-tensor Adam "
-            "(its default `use_amp: true` picks torch.optim over optimi); batches: sentences x longest side <= "
-            "1,024 tokens; one bucket = one epoch (bucket_size = training pairs; eole's default 262,144 would read "
-            "Multi30k 9 times before the first batch); one DataLoader worker",
+            "output projection, decoding starts from <s>, xavier_uniform initialisation; batches: sentences x longest "
+            "side <= 1,024 tokens; one bucket = one epoch (bucket_size = training pairs; eole's default 262,144 "
+            "would read Multi30k 9 times before the first batch). The settings a maintainer would pick on this CPU "
+            "(benchmarks/results/peers_eole_settings.md, single 3-minute runs): `use_amp: false`, so that eole "
+            "builds optimi's Adam rather than torch's single-tensor one (+4% in one run), `num_workers: 0` (speed "
+            "within noise, 0.3 GiB less memory); `torch_compile` fails at eole 0.6.4's first checkpoint save "
+            "(shared embeddings under `_orig_mod.`)",
     "marian": "post-norm, concatenated sinusoids, attention projections with biases, final_logits_bias, "
               "transformers' Marian initialisation (normal, std 0.02; embeddings too), LayerNorm epsilon 1e-5, "
               "transformers' LabelSmoother (eps over all V classes), default fused AdamW (weight decay 0), "
               "inverse_sqrt schedule = the paper's curve one step late; a fixed number of sentences per batch "
-              "(1,024 / the mean target length) grouped by length (group_by_length's mega-batches)",
+              "(1,024 / the mean target length) grouped by source length (group_by_length's mega-batches over "
+              "input_ids, run_translation.py's grouping)",
 }
+_SOURCE_GROUPING = ("grouped by source length (group_by_length's mega-batches over input_ids, run_translation.py's "
+                    "grouping)")
+assert _SOURCE_GROUPING in DIFFERENCES["marian"]  # the target-grouped system's text is derived from it
+DIFFERENCES["marian-target"] = DIFFERENCES["marian"].replace(
+    _SOURCE_GROUPING,
+    "grouped by target length (the same mega-batches over the labels' lengths: `length_column_name` is the "
+    "documented way, but transformers 5.24 removes that column before the sampler reads it, so peer_marian.py "
+    "hands the lengths to the sampler itself)")
 
 
 def spec_from_recipe(max_tokens: int) -> dict:
@@ -90,8 +107,8 @@ def eole_config(spec: dict, shared: SharedData, model_dir: Path, overrides: dict
         "training": {
             "model_path": str(model_dir), "keep_checkpoint": -1, "save_checkpoint_steps": 0, "train_steps": 10**7,
             "valid_steps": 10**7, "batch_type": "tokens", "batch_size": spec["max_tokens"],
-            "bucket_size": shared.train_pairs, "num_workers": 1, "world_size": 1, "gpu_ranks": [],
-            "optim": "adam", "adam_beta1": spec["adam_beta1"], "adam_beta2": spec["adam_beta2"],
+            "bucket_size": shared.train_pairs, "num_workers": 0, "world_size": 1, "gpu_ranks": [],
+            "use_amp": False, "optim": "adam", "adam_beta1": spec["adam_beta1"], "adam_beta2": spec["adam_beta2"],
             "adam_eps": spec["adam_epsilon"], "learning_rate": 1.0, "decay_method": "noam",
             "warmup_steps": spec["warmup_steps"], "max_grad_norm": 0, "label_smoothing": spec["label_smoothing"],
             "dropout": [spec["dropout"]], "attention_dropout": [0.0], "dropout_steps": [0],
@@ -121,12 +138,12 @@ def eole_command(python: Path, config_path: Path, events: Path, minutes: float, 
 
 
 def marian_command(python: Path, spec: dict, shared: SharedData, out: Path, events: Path, minutes: float,
-                   marks: list[float], threads: int) -> list[str]:
+                   marks: list[float], threads: int, group_by: str = "source") -> list[str]:
     sentences = max(1, round(spec["max_tokens"] / shared.mean_target_tokens))
     return [str(python), str(HERE / "peer_marian.py"), "train", "--spec", json.dumps(spec), "--bpe", shared.bpe_dir,
             "--train", shared.train, "--out", str(out / "model"), "--events", str(events), "--minutes", str(minutes),
             "--marks", ",".join(f"{m:.1f}" for m in marks), "--batch_sentences", str(sentences),
-            "--threads", str(threads)]
+            "--threads", str(threads), "--group_by", group_by]
 
 
 def write_eole_config(spec: dict, shared: SharedData, out: Path, overrides: dict) -> Path:
