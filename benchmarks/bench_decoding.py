@@ -70,6 +70,9 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "multi30k" / "raw"
 
 
+SETTING_NAMES = ("greedy", "beam4_hf", "beam4_gnmt", "beam4_default_stopping")  # `main`'s settings table
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model_dir", default=None, help="trained model folder (default: random model, forced lengths)")
@@ -96,7 +99,18 @@ def parse_args(argv=None):
     p.add_argument("--force_with", choices=("suppress_eos", "min_new_tokens"), default="suppress_eos",
                    help="random model: how the target length is forced (see the module docstring)")
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "decoding"), help="output path stem")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    unknown = [name for name in args.settings.split(",") if name not in SETTING_NAMES]
+    if unknown:
+        p.error(f"--settings: unknown {', '.join(unknown)}; choose from {', '.join(SETTING_NAMES)}")
+    if not args.model_dir and args.settings.split(",") == ["beam4_default_stopping"]:
+        p.error("--settings beam4_default_stopping needs --model_dir (with forced lengths no stopping rule differs)")
+    for name in ("threads", "repeats", "batch_size", "max_tokens", "num_sentences"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if Path(args.out).parent.exists() and not Path(args.out).parent.is_dir():
+        p.error(f"--out {args.out}: {Path(args.out).parent} is not a folder")
+    return args
 
 
 def build_random(args, data_dir: Path):
@@ -242,6 +256,7 @@ def main(argv=None):
                                         early_stopping="never"),
                                    dict(num_beams=4, length_penalty=0.6, early_stopping=False)),
     }
+    assert tuple(settings) == SETTING_NAMES  # the names parse_args accepts
     results = {}
     for name in args.settings.split(","):
         if name == "beam4_default_stopping" and mode != "trained":  # forced lengths: every beam ends at the limit
@@ -339,6 +354,9 @@ def main(argv=None):
                          transformers=__import__("transformers").__version__),
         "results": results,
     }
+    if not results:
+        print("no setting ran: nothing written")
+        return
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

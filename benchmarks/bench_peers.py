@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import os
 import platform
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -51,6 +53,7 @@ from vaswani_hf.constraints import positive_int  # noqa: E402
 CACHE = Path.home() / ".cache" / "vaswani_hf_bench"
 MULTI30K = Path(os.environ.get("VASWANI_MULTI30K_DIR", REPO.parent / "shared" / "data" / "multi30k"))
 BEAM_FRACTIONS = (0.25, 0.5, 1.0)
+RUN_MARK = ".bench_peers_run"  # a run folder this benchmark made (and may replace)
 
 
 def build_parser():
@@ -87,13 +90,13 @@ def build_parser():
 
 def check(args) -> None:
     """Every check before any work: a bad option or a missing corpus is one line and exit 2."""
-    args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    args.systems = list(dict.fromkeys(s.strip() for s in args.systems.split(",") if s.strip()))  # each once
     unknown = [s for s in args.systems if s not in peer_systems.SYSTEMS]
     if unknown or not args.systems:
         raise io.UsageError(f"--systems: unknown {unknown or 'empty list'}; choose from "
                             f"{', '.join(peer_systems.SYSTEMS)}")
     args.minutes = args.minutes if args.minutes is not None else (1.0 if args.smoke else 40.0)
-    if args.minutes < 0 or (args.minutes == 0 and not args.setup):
+    if not math.isfinite(args.minutes) or args.minutes < 0 or (args.minutes == 0 and not args.setup):
         raise io.UsageError(f"--minutes must be > 0 (0 only with --setup, to create the venvs), got {args.minutes:g}")
     args.checkpoints = args.checkpoints or (4 if args.smoke else 8)
     args.vocab_size = args.vocab_size or (2000 if args.smoke else 8000)
@@ -106,14 +109,35 @@ def check(args) -> None:
             raise io.UsageError(f"--eole_set wants KEY=VALUE (e.g. training.num_workers=0), got {item!r}")
         import yaml
 
-        overrides[key] = yaml.safe_load(value)
+        try:
+            overrides[key] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise io.UsageError(f"--eole_set {item}: {value!r} is not a YAML value (quote strings, close brackets)")
     args.eole_overrides = overrides
+    check_places(args)
     folder, splits = peer_data.corpus_source(args.smoke, Path(args.multi30k))
     missing = peer_data.missing_corpus_files(folder, splits)
     if missing and not args.report_only and args.minutes > 0:
         raise io.UsageError(f"corpus file not found: {missing[0]} (--multi30k names the folder holding tok/)")
     args.corpus = (folder, splits)
     args.work = Path(args.work_dir) if args.work_dir else CACHE / "work" / (args.tag or "full")
+
+
+def check_places(args) -> None:
+    """The tag names files and a folder: plain characters only; the results folder must be a folder."""
+    if args.tag and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", args.tag):
+        raise io.UsageError(f"--tag {args.tag!r}: use letters, digits, '_', '.' and '-' (it names result files)")
+    results = Path(args.results_dir)
+    if results.exists() and not results.is_dir():
+        raise io.UsageError(f"--results_dir {results}: exists and is not a folder; name a folder")
+    if args.max_valid is not None and args.max_valid < 0:
+        raise io.UsageError(f"--max_valid must be >= 0 (0: all validation sentences), got {args.max_valid}")
+
+
+def check_ours(out: Path) -> None:
+    """A run folder is replaced only when this benchmark made it."""
+    if out.exists() and not any((out / name).exists() for name in (RUN_MARK, "command.json", "result.json")):
+        raise io.UsageError(f"{out} exists and was not made by this benchmark: move it, or choose another --work_dir")
 
 
 def available(args) -> list[str]:
@@ -215,8 +239,10 @@ def run_one(system: str, round_index: int, args, shared, spec) -> dict:
         print(f"[{system} round {round_index}] reusing the finished run in {out}", flush=True)
         return finished
     if out.exists():
+        check_ours(out)
         shutil.rmtree(out)  # this benchmark's own unfinished or replaced run
     out.mkdir(parents=True)
+    (out / RUN_MARK).write_text("made by benchmarks/bench_peers.py; replaced by its next run\n", encoding="utf-8")
     print(f"[{system} round {round_index}] training for {args.minutes:g} min, load {loadavg()}", flush=True)
     watch = train(system, args, shared, spec, out)
     events = peer_report.read_events(out / "events.jsonl")
@@ -265,7 +291,7 @@ def report(args, runs: list[dict], shared, spec, systems: list[str], started: di
         "command": " ".join(args.argv) or "(defaults)", "date": datetime.date.today().isoformat(),
         "minutes": args.minutes, "checkpoints": args.checkpoints, "threads": args.threads,
         "target_bleu": args.target_bleu, "spec": spec, "eole_overrides": args.eole_overrides,
-        "score": "none" if any(r.get("score") == "none" for r in runs) else args.score,
+        "score": "none" if any(r.get("score") == "none" or not r.get("curve") for r in runs) else args.score,
         "data": {"train_pairs": shared.train_pairs, "valid_pairs": shared.valid_pairs,
                  "vocab_size": shared.vocab_size, "source": str(args.corpus[0])},
         "machine": started, "versions": versions,
@@ -297,10 +323,16 @@ def main(argv: list[str]) -> int:
     if args.minutes == 0:  # --setup only
         return 0
     started = machine()
-    args.work.mkdir(parents=True, exist_ok=True)
+    for round_index in range(1, args.repeats + 1):  # before any work: no folder of someone else's is replaced
+        for system in systems:
+            check_ours(args.work / "runs" / f"{system}-r{round_index}")
+    data = args.work / "data"
+    if data.exists() and not (data / "settings.json").is_file():
+        raise io.UsageError(f"{data} exists and was not made by this benchmark: move it, or choose another --work_dir")
     record = args.work / "data" / "shared.json"
     if args.report_only and not record.is_file():
         raise io.UsageError(f"--report_only: no finished benchmark data in {args.work} (no {record})")
+    args.work.mkdir(parents=True, exist_ok=True)
     shared = peer_data.SharedData.load(record) if args.report_only else \
         peer_data.prepare(args.work, *args.corpus, args.vocab_size, args.max_valid)
     spec = peer_systems.spec_from_recipe(args.max_tokens)

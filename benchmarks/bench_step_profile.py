@@ -175,19 +175,27 @@ def markdown(result: dict) -> str:
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from vaswani_hf import io
+    from vaswani_hf.cli import contract
+    from vaswani_hf.constraints import positive_int
+
+    parser = contract.ArgumentParser(description=__doc__)
     parser.add_argument("--isa", choices=("both", "native", "avx2"), default="both")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=20, help="timed steps per variant")
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--profiled", type=int, default=5, help="profiled steps per variant")
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--length", type=int, default=16)
-    parser.add_argument("--vocab", type=int, default=8000)
-    parser.add_argument("--top", type=int, default=12, help="operators per configuration in the table")
+    parser.add_argument("--threads", type=positive_int, default=2)
+    parser.add_argument("--steps", type=positive_int, default=20, help="timed steps per variant")
+    parser.add_argument("--warmup", type=positive_int, default=5)
+    parser.add_argument("--profiled", type=positive_int, default=5, help="profiled steps per variant")
+    parser.add_argument("--batch", type=positive_int, default=64)
+    parser.add_argument("--length", type=positive_int, default=16)
+    parser.add_argument("--vocab", type=positive_int, default=8000)
+    parser.add_argument("--top", type=positive_int, default=12, help="operators per configuration in the table")
     parser.add_argument("--results_dir", default=str(RESULTS))
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    results = Path(args.results_dir)
+    if results.exists() and not results.is_dir():
+        raise io.UsageError(f"--results_dir {results}: exists and is not a folder; name a folder")
+    return args
 
 
 def main(argv: list[str]) -> int:
@@ -219,4 +227,8 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    if "--child" in sys.argv:
+        sys.exit(main(sys.argv[1:]))
+    from vaswani_hf.cli import contract
+
+    sys.exit(contract.run_cli(main))

@@ -79,6 +79,11 @@ def prepare(work: Path, folder: Path, splits: dict[str, str], vocab_size: int,
             json.loads((data / "settings.json").read_text()) == settings:
         return SharedData.load(record)
     if data.exists():
+        if not (data / "settings.json").is_file():
+            from vaswani_hf.io import UsageError
+
+            raise UsageError(f"{data} exists and was not made by the peer benchmark (no settings.json): move it, or "
+                             "choose another --work_dir")
         shutil.rmtree(data)  # the benchmark's own folder, from a run with other settings
     data.mkdir(parents=True)
     pairs = {}
