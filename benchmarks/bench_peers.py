@@ -44,7 +44,7 @@ import peer_data  # noqa: E402
 import peer_report  # noqa: E402
 import peer_setup  # noqa: E402
 import peer_systems  # noqa: E402
-from peer_monitor import loadavg, run_watched, thread_env  # noqa: E402
+from peer_monitor import loadavg, processor, run_watched, thread_env  # noqa: E402
 
 from vaswani_hf import io  # noqa: E402
 from vaswani_hf.cli import contract  # noqa: E402
@@ -265,11 +265,8 @@ def run_one(system: str, round_index: int, args, shared, spec) -> dict:
 
 def machine() -> dict:
     """The processor (its name and widest vector unit: the ratios between systems depend on it), platform, load."""
-    lines = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []
-    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown")
-    flags = set(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
-    vector = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
-    return {"cpus": os.cpu_count(), "cpu_model": model, "vector_isa": vector, "amx": "amx_tile" in flags,
+    cpu = processor()
+    return {"cpus": os.cpu_count(), "cpu_model": cpu["cpu_model"], "vector_isa": cpu["vector_isa"], "amx": cpu["amx"],
             "platform": platform.platform(), "load_at_start": loadavg()}
 
 
@@ -326,9 +323,6 @@ def main(argv: list[str]) -> int:
     for round_index in range(1, args.repeats + 1):  # before any work: no folder of someone else's is replaced
         for system in systems:
             check_ours(args.work / "runs" / f"{system}-r{round_index}")
-    data = args.work / "data"
-    if data.exists() and not (data / "settings.json").is_file():
-        raise io.UsageError(f"{data} exists and was not made by this benchmark: move it, or choose another --work_dir")
     record = args.work / "data" / "shared.json"
     if args.report_only and not record.is_file():
         raise io.UsageError(f"--report_only: no finished benchmark data in {args.work} (no {record})")

@@ -129,11 +129,12 @@ def run_configuration(isa: str, args) -> dict:
 
 
 def cpu() -> dict:
-    lines = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []
-    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown")
-    flags = set(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
-    return {"model": model, "avx512f": "avx512f" in flags, "avx2": "avx2" in flags, "amx": "amx_tile" in flags,
-            "cpus": os.cpu_count()}
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
+    from peer_monitor import processor
+
+    found = processor()
+    return {"model": found["cpu_model"], "avx512f": found["avx512f"], "avx2": found["avx2"], "amx": found["amx"],
+            "vector_isa": found["vector_isa"], "cpus": os.cpu_count()}
 
 
 def markdown(result: dict) -> str:
@@ -160,7 +161,7 @@ def markdown(result: dict) -> str:
     return "\n\n".join([
         "# The training step, operator by operator: ours and MarianMTModel, native and AVX2-capped kernels",
         f"`python benchmarks/bench_step_profile.py {result['command']}` ({result['date']}), {info['model']} "
-        f"({'AVX-512' if info['avx512f'] else 'AVX2' if info['avx2'] else 'no AVX2'}{', AMX' if info['amx'] else ''}), "
+        f"({info['vector_isa']}{', AMX' if info['amx'] else ''}), "
         f"{result['threads']} threads, "
         f"torch {result['torch']}; load average before {result['load_before']}, after {result['load_after']}. "
         f"Model and batch as the peer benchmark trains them ({result['batch']} x {result['length']} tokens, "

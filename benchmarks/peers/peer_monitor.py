@@ -13,6 +13,18 @@ from pathlib import Path
 import psutil
 
 
+def processor() -> dict:
+    """This machine's processor from /proc/cpuinfo: its name and the vector units the ratios between systems
+    depend on (`vector_isa`: the widest of AVX-512 / AVX2)."""
+    info = Path("/proc/cpuinfo")
+    lines = info.read_text().splitlines() if info.is_file() else []
+    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown")
+    flags = set(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
+    found = {"cpu_model": model, "avx512f": "avx512f" in flags, "avx2": "avx2" in flags, "amx": "amx_tile" in flags}
+    found["vector_isa"] = "AVX-512" if found["avx512f"] else "AVX2" if found["avx2"] else "no AVX2"
+    return found
+
+
 def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
