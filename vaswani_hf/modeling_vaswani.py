@@ -90,7 +90,8 @@ def sinusoid_table(num_positions: int, d_model: int, layout: str = "interleaved"
 
 
 class VaswaniSinusoidalPositionalEncoding(nn.Module):
-    """Fixed sinusoids (Section 3.5). Not a parameter and not saved; grown on demand for longer inputs."""
+    """Fixed sinusoids (Section 3.5). Not a parameter and not saved; grown on demand for longer inputs, and rebuilt
+    after every move (`_apply`), since no checkpoint restores it."""
 
     def __init__(self, config: VaswaniConfig):
         super().__init__()
@@ -108,6 +109,15 @@ class VaswaniSinusoidalPositionalEncoding(nn.Module):
         if needed > self.table.shape[0]:  # extrapolate to lengths unseen in training, as the paper allows
             self.table = sinusoid_table(needed, self.d_model, self.layout).to(self.table.device)
         return self.table[position_ids]
+
+    def _apply(self, fn, recurse=True):
+        """Every `to`, `half`, `to_empty` goes through here: rebuild the table where it lands (a function of its shape,
+        in its dtype). `to("meta")` then `to_empty` (how accelerate and FSDP materialise a model) would otherwise leave
+        uninitialised memory that no `load_state_dict` overwrites."""
+        super()._apply(fn, recurse)
+        if not self.table.is_meta:
+            self.table = sinusoid_table(self.table.shape[0], self.d_model, self.layout).to(self.table)
+        return self
 
 
 class VaswaniLearnedPositionalEmbedding(nn.Embedding):
@@ -423,6 +433,16 @@ class VaswaniPreTrainedModel(PreTrainedModel):
             init.zeros_(module.bias)
         elif isinstance(module, VaswaniSinusoidalPositionalEncoding):
             init.copy_(module.table, sinusoid_table(module.table.shape[0], module.d_model, module.layout))
+
+    def _apply(self, fn, recurse=True):
+        """Tie the shared embeddings (Section 3.4) again before a move when a loader broke the tie: accelerate's
+        `init_empty_weights` re-creates every parameter assigned to a module, so `__init__` ties nothing, and
+        `load_checkpoint_and_dispatch` fills only the saved `model.shared.weight`; its `model.to(device)` lands here."""
+        pairs = getattr(self, "all_tied_weights_keys", None) or {}
+        missing = {name for pair in pairs.items() for name in pair if self.get_parameter(name).is_meta}
+        if missing and any(name not in missing for pair in pairs.items() for name in pair):
+            self.tie_weights(missing_keys=missing)
+        return super()._apply(fn, recurse)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -47,7 +47,7 @@ from typing import Any
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from .io import UsageError, check_tokenizer_file, iter_lines
+from .io import UsageError, check_tokenizer_file, iter_lines, read_json, write_json
 from .io.models import check_tokenizer_configs
 
 logger = logging.getLogger(__name__)
@@ -221,6 +221,14 @@ def train_bpe_tokenizer(
     if save_dir is not None:
         hf_tok.save_pretrained(save_dir)
     return hf_tok
+
+
+def declare_plain_tokenizer(folder: str | os.PathLike) -> None:
+    """Name `PreTrainedTokenizerFast` in the folder's tokenizer_config.json: transformers 5 saves "TokenizersBackend",
+    a name transformers 4 does not know; both read tokenizer.json with the plain class, which needs no code of ours."""
+    path = Path(folder) / "tokenizer_config.json"
+    if path.is_file():
+        write_json(path, {**read_json(path), "tokenizer_class": "PreTrainedTokenizerFast"})
 
 
 def load_tokenizer(path: str | os.PathLike) -> PreTrainedTokenizerFast:

@@ -19,7 +19,6 @@ in Marian's order, `<pad>` last (`marian_vocabulary`), which CTranslate2's own c
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from collections.abc import Mapping
@@ -32,6 +31,7 @@ from ..configuration_vaswani import VaswaniConfig
 from ..hub.card import Architecture, CardVariant, check_card_identity, read_card_inputs, render_model_card
 from ..io import UsageError, atomic_output_dir, check_model_folder, check_output_dir, read_json
 from ..modeling_vaswani import VaswaniForConditionalGeneration
+from ..tokenization import declare_plain_tokenizer
 from ..io import check_same_vocabulary
 from .marian_vocabulary import check_relabelled_tokenizer, move_pad_last, relabel_tokenizer_files
 
@@ -236,13 +236,7 @@ def _copy_tokenizer(model_dir: Path, out_dir: Path, new_of_old: list[int]) -> No
         if (model_dir / name).is_file():
             shutil.copyfile(model_dir / name, out_dir / name)
     relabel_tokenizer_files(out_dir, new_of_old)
-    tokenizer_config = out_dir / "tokenizer_config.json"
-    if tokenizer_config.is_file():
-        # transformers 5 saves `tokenizer_class: "TokenizersBackend"`, a name transformers 4 does not know; serving
-        # stacks may run 4.x. "PreTrainedTokenizerFast" (tokenizer.json) is understood by both.
-        settings = read_json(tokenizer_config)
-        settings["tokenizer_class"] = "PreTrainedTokenizerFast"
-        tokenizer_config.write_text(json.dumps(settings, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    declare_plain_tokenizer(out_dir)  # serving stacks may run transformers 4
 
 
 def count_marian_parameters(marian: MarianMTModel) -> int:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..io import atomic_output_dir, check_output_dir, check_same_vocabulary, read_json
+from ..tokenization import declare_plain_tokenizer
 from .card import PACKAGE_DIR, write_model_card
 
 logger = logging.getLogger(__name__)
@@ -197,6 +198,7 @@ def save_hub_folder(model, tokenizer, out_dir: str | os.PathLike, *, scores: Map
         info = training_info or {}
         if info.get("source_lang") and info.get("target_lang"):
             model.config.langs = [info["source_lang"], info["target_lang"]]
+        model.config.use_cache = True  # the Trainer writes its args.use_cache (False) into the config it trains
         model.config.custom_pipelines, model.config.langs = pipeline_settings(model.config.custom_pipelines,
                                                                               model.config.langs)
         register_pipeline_tasks(model.config.langs)
@@ -204,6 +206,7 @@ def save_hub_folder(model, tokenizer, out_dir: str | os.PathLike, *, scores: Map
         model.save_pretrained(tmp)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
+            declare_plain_tokenizer(tmp)
         add_handler(tmp)
         for name, content in (extra_files or {}).items():
             if isinstance(content, bytes):
