@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -21,9 +22,9 @@ from hub_helpers import tiny  # noqa: F401 - the saved tiny model folder
 
 from vaswani_hf import space_logic as logic
 from vaswani_hf import translate
+from vaswani_hf.configuration_vaswani import SettingError
 from vaswani_hf.errors import UsageError
 from vaswani_hf.hub import space as hub_space
-from vaswani_hf.visualize import KIND_TITLES
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -84,9 +85,9 @@ def test_a_sentence_over_the_token_limit_is_refused_in_words_for_the_page(space)
 def test_the_status_line_says_no_length_penalty_with_beam_1(space):
     from vaswani_hf import space as page
 
-    note = page.on_translate(space, SENTENCE, 1, 0.6, "cross", 2, "all")[1]
+    note = page.on_translate(space, SENTENCE, 1, 0.6)[1]
     assert "beam size 1 (no length penalty with beam 1)." in note and "0.6" not in note
-    assert "beam size 4, length penalty 0.6." in page.on_translate(space, SENTENCE, 4, 0.6, "cross", 2, "all")[1]
+    assert "beam size 4, length penalty 0.6." in page.on_translate(space, SENTENCE, 4.0, 0.6)[1]  # a slider's 4.0
 
 
 def test_the_known_script_comes_from_the_vocabulary(space):
@@ -95,12 +96,27 @@ def test_the_known_script_comes_from_the_vocabulary(space):
 
 
 @pytest.mark.parametrize("beams, alpha, fragment", [
-    (0, 0.6, "beam size must be a whole number from 1"), (13, 0.6, "from 1 to 12"), (2.5, 0.6, "whole number"),
-    ("x", 0.6, "must be numbers"), (4, -0.1, "length penalty must be between"), (4, math.nan, "between 0.0 and 2.0"),
+    (0, 0.6, "beam size: num_beams must be in [1, 12], got 0"), (13, 0.6, "in [1, 12], got 13"),
+    (2.5, 0.6, "num_beams must be an integer in [1, 12], got 2.5 (float)"), ("4", 0.6, "got '4' (str)"),
+    (True, 0.6, "an integer"), (4, -0.1, "alpha: length_penalty must be in [0, 2], got -0.1"),
+    (4, math.nan, "a finite number"), (4, "x", "length_penalty must be a number in [0, 2]"),
 ])
 def test_decoding_settings_out_of_range_are_refused(beams, alpha, fragment):
-    with pytest.raises(UsageError, match=fragment):
+    with pytest.raises(SettingError) as error:
         logic.check_decoding(beams, alpha)
+    assert fragment in str(error.value)
+
+
+def test_the_pages_ranges_are_narrower_views_of_the_declared_settings():
+    """The sliders and the checks come from GENERATION_SETTINGS (the same Setting: type, meaning, message), with
+    bounds inside the declared ones; no second range check."""
+    from vaswani_hf.generation_vaswani import GENERATION_SETTINGS
+
+    for name, narrow in logic.PAGE_SETTINGS.items():
+        declared = GENERATION_SETTINGS[name]
+        assert (narrow.name, narrow.type, narrow.help, narrow.default) == (declared.name, declared.type,
+                                                                            declared.help, declared.default)
+        assert declared.bound.min <= narrow.bound.min <= narrow.default <= narrow.bound.max <= declared.bound.max
 
 
 def test_translation_is_the_packages_translate_with_the_chosen_settings(space, tiny):  # noqa: F811
@@ -124,42 +140,140 @@ def test_attention_weights_are_those_of_the_source_and_the_shown_translation(spa
     torch.testing.assert_close(attn.cross.sum(-1), torch.ones(2, 4, T), atol=1e-5, rtol=0)  # rows of Eq. (1)
 
 
-def test_a_heat_map_is_the_packages_plot_of_the_chosen_layer_and_head(space):
+def test_the_payload_carries_every_weight_for_the_page_to_draw(space):
+    """The page's script gets all kinds, layers and heads once per translation (uint16 steps of 1/65535)."""
+    import base64
+
+    import numpy as np
+
     attn = logic.translate_text(space, SENTENCE, 2, 0.6).attentions
-    fig = logic.attention_figure(space, attn, "encoder", "2", "3")  # the page's choices are 1-based
-    ax = fig.axes[0]
-    assert ax.get_title() == f"{KIND_TITLES['encoder']}, layer 2, head 3"
-    torch.testing.assert_close(torch.as_tensor(ax.images[0].get_array().data), attn.encoder[1, 2])
-    assert [t.get_text() for t in ax.get_xticklabels()] == attn.source_tokens
-    all_heads = logic.attention_figure(space, attn, "cross", 1, logic.ALL_HEADS)
-    assert sum(1 for ax in all_heads.axes if ax.images) == 4  # 4 heads + 1 colorbar axes
-    image = logic.figure_image(all_heads)
-    assert image.format is None and image.mode in ("RGBA", "RGB") and min(image.size) > 100
-    assert max(image.size) <= logic.MAX_IMAGE_PIXELS
+    payload = logic.attention_payload(space, attn)
+    assert "view" not in payload and payload["heads"] == 4
+    for kind in ("encoder", "decoder", "cross"):
+        packed = payload["kinds"][kind]
+        assert (packed["queries"], packed["keys"]) == attn.axis_labels(kind)
+        values = np.frombuffer(base64.b64decode(packed["data"]), dtype="<u2").reshape(packed["shape"]) / 65535
+        np.testing.assert_allclose(values, attn.weights(kind).numpy(), atol=1 / 65535)
+
+
+def test_an_examples_view_is_the_papers_and_fits_the_model(space):
+    """Figure 3's example opens encoder self-attention, layer 5 (the last of this 2-layer model), at "making"."""
+    text, view, label = logic.EXAMPLES[0]
+    assert "Figure 3" in label and view == {"kind": "encoder", "layer": 5, "head": "all", "token": "making"}
+    attn = logic.translate_text(space, text, 1, 0.6).attentions
+    shown = logic.attention_payload(space, attn, view)["view"]
+    tokens = attn.source_tokens
+    assert shown["kind"] == "encoder" and shown["layer"] == 2 and shown["head"] == "all"
+    word_end = next(i for i in range(shown["query"] + 1, len(tokens)) if tokens[i].startswith(logic.WORD_START))
+    assert "".join(tokens[shown["query"]:word_end]) == "▁making"
+    assert logic.word_index(tokens, "absent") is None and logic.word_index(tokens, None) is None
+    assert "its" in logic.EXAMPLES[1][0] and logic.EXAMPLES[1][1]["token"] == "its"
+
+
+def test_the_api_gives_one_view_as_numbers_with_its_tokens(space):
+    attn = logic.translate_text(space, SENTENCE, 2, 0.6).attentions
+    one = logic.attention_numbers(space, attn, "cross", 2, "3")
+    assert (one["kind"], one["layer"], one["head"]) == ("cross", 2, 3)
+    assert (one["queries"], one["keys"]) == (attn.target_tokens, attn.source_tokens)
+    torch.testing.assert_close(torch.tensor(one["weights"]), attn.cross[1, 2], atol=1e-6, rtol=0)
+    every = logic.attention_numbers(space, attn, "decoder", 1, "all")
+    assert every["head"] == "all" and len(every["weights"]) == 4
+    torch.testing.assert_close(torch.tensor(every["weights"]), attn.decoder[0], atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize("view, fragment", [
-    (("cross", 3, "all"), "has 2 layers: choose a layer from 1 to 2"), (("cross", 0, "1"), "from 1 to 2"),
-    (("encoder", 1, "5"), "4 heads per layer"), (("encoder", 1, "x"), "head must be 'all'"),
-    (("self", 1, "1"), "attention must be one of encoder, decoder, cross"),
+    (("cross", 3, "all"), "has 2 layers: layer must be a whole number from 1 to 2, not 3"),
+    (("cross", 0, "1"), "from 1 to 2"), (("encoder", 1, "5"), "4 heads per layer"),
+    (("encoder", 1, "x"), "head must be 'all'"), (("self", 1, "1"), "kind must be one of encoder, decoder, cross"),
     (("cross", 1.5, "1"), "layer must be a whole number from 1 to 2, not 1.5"),
     (("cross", "1.5", "all"), "layer must be a whole number"), (("cross", math.nan, "all"), "whole number"),
+    (("cross", True, "all"), "whole number"),
     (("encoder", 1, 1.5), "head must be 'all' or a whole number from 1 to 4, not 1.5"),
     (("encoder", 1, "2.5"), "whole number"),
 ])
 def test_a_view_the_model_does_not_have_is_refused(space, view, fragment):
-    with pytest.raises(UsageError, match=fragment):
+    with pytest.raises(UsageError, match=re.escape(fragment)):
         logic.check_view(space, *view)
+
+
+def test_the_page_says_what_the_model_is_never_where_it_is(space, tiny):  # noqa: F811
+    from vaswani_hf import space as page
+
+    facts = space.facts
+    assert (facts.source_lang, facts.target_lang, facts.title) == ("en", "de", "vaswani-base")
+    assert facts.parameters == sum(p.numel() for p in tiny["model"].parameters())
+    text = page.intro(facts)
+    assert "English → German" in text and f"{facts.parameters:,} parameters" in text
+    assert "BLEU 12.35 sacreBLEU on Multi30k test2016" in text
+    assert str(tiny["folder"]) not in text and str(tiny["folder"].parent) not in text
+    assert facts.card_text and "vaswani-base" in facts.card_text  # the card, shown in the page
+    hub = logic.ModelFacts("org/m", "en", "de", 10**6, card_url="https://huggingface.co/org/m")
+    assert "[model card](https://huggingface.co/org/m)" in page.intro(hub) and "1.0M parameters" in page.intro(hub)
+
+
+@pytest.mark.skipif(not importlib.util.find_spec("py3langid"), reason="the language warning needs py3langid")
+def test_a_source_in_another_language_is_translated_with_a_warning(space):
+    german = "Das Gesetz wird niemals perfekt sein, aber seine Anwendung sollte gerecht sein."
+    assert "looks like German, not English" in logic.translate_text(space, german, 1, 0.6).warning
+    assert logic.translate_text(space, "The law will never be perfect, but it should be just.", 1, 0.6).warning \
+        is None
+    assert logic.language_warning("ein Mann", space) is None  # two words: too little to tell
 
 
 def test_the_page_answers_bad_input_with_a_message_and_no_exception(space, monkeypatch):
     from vaswani_hf import space as page
 
-    translation, message, image, weights = page.on_translate(space, CHINESE, 4, 0.6, "cross", 2, "all")
-    assert (translation, image, weights) == ("", None, None) and "CJK" in message
+    assert page.on_translate(space, CHINESE, 4, 0.6)[::2] == ("", "") and "CJK" in page.on_translate(
+        space, CHINESE, 4, 0.6)[1]
+    assert "num_beams must be in [1, 12]" in page.on_translate(space, SENTENCE, 40, 0.6)[1]
     monkeypatch.setattr(logic, "translate_text", lambda *a: 1 / 0)  # a bug: logged, the page says so in one line
-    translation, message, image, _ = page.on_translate(space, SENTENCE, 4, 0.6, "cross", 2, "all")
-    assert translation == "" and image is None and "could not translate this (ZeroDivisionError)" in message
+    translation, message, payload = page.on_translate(space, SENTENCE, 4, 0.6)
+    assert translation == payload == "" and "could not translate this (ZeroDivisionError)" in message
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not importlib.util.find_spec("gradio"), reason="the page needs Gradio")
+def test_the_api_is_two_named_endpoints_that_answer_bad_values_in_one_sentence(space, capfd, tmp_path, monkeypatch):
+    """Through gradio_client: /translate and /attention only; a wrong type is a clear message and no traceback in
+    the server's log; an upload (the page has none) of 100 MB is refused."""
+    import urllib.error
+    import urllib.request
+
+    from gradio_client import Client
+    from gradio_client.exceptions import AppError
+
+    from vaswani_hf import space as page
+
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path))  # where Gradio would store an upload
+    demo = page.build_demo(space).queue(default_concurrency_limit=page.QUEUE_CONCURRENCY)
+    port = _free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+                max_file_size=page.MAX_UPLOAD)
+    try:
+        client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+        api = client.view_api(return_format="dict", print_info=False)
+        assert set(api["named_endpoints"]) == {"/translate", "/attention"} and not api["unnamed_endpoints"]
+        expected = logic.translate_text(space, SENTENCE, 2, 0.6)
+        assert client.predict(SENTENCE, 2, 0.6, api_name="/translate") == expected.text
+        view = client.predict(SENTENCE, "cross", 2, "all", 2, 0.6, api_name="/attention")
+        assert view["translation"] == expected.text and view["keys"] == expected.attentions.source_tokens
+        torch.testing.assert_close(torch.tensor(view["weights"]), expected.attentions.cross[1], atol=1e-6, rtol=0)
+        for arguments, name, fragment in (((SENTENCE, "four", 0.6), "/translate", "num_beams must be an integer"),
+                                          ((12345, 4, 0.6), "/translate", "The text must be a string, not int"),
+                                          ((SENTENCE, "self", 1, "all", 2, 0.6), "/attention", "kind must be one of")):
+            with pytest.raises(AppError, match=fragment):
+                client.predict(*arguments, api_name=name)
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/gradio_api/upload", method="POST",
+                                         data=b"--x\r\nContent-Disposition: form-data; name=\"files\"; "
+                                              b"filename=\"big.bin\"\r\n\r\n" + b"0" * 100_000_000 + b"\r\n--x--\r\n",
+                                         headers={"Content-Type": "multipart/form-data; boundary=x"})
+        with pytest.raises(urllib.error.URLError) as refused:  # 413, or the connection closed mid-upload
+            urllib.request.urlopen(request, timeout=120)
+        assert getattr(refused.value, "code", 413) == 413 or isinstance(refused.value.reason, ConnectionResetError)
+    finally:
+        demo.close()
+    assert not [f for f in tmp_path.rglob("*") if f.is_file() and f.stat().st_size > 10_000]  # nothing stored
+    assert "Traceback" not in capfd.readouterr().err
 
 
 # --- the files of space/ and the command line ------------------------------------------------------------------------
@@ -180,9 +294,11 @@ def test_space_folder_is_what_push_space_writes():
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     listed = {str(Requirement(line)) for line in hub_space.space_requirements().splitlines()
               if line and not line.startswith(("#", "-"))}
-    assert listed == {str(Requirement(r)) for r in project["dependencies"]}  # reinstall (pip install -e .) if not
-    (gradio,) = [Requirement(r) for r in project["optional-dependencies"]["space"]]
+    wanted = project["dependencies"] + [r for r in project["optional-dependencies"]["space"] if "gradio" not in r]
+    assert listed == {str(Requirement(r)) for r in wanted}  # reinstall (pip install -e .) if not
+    gradio, langid = [Requirement(r) for r in project["optional-dependencies"]["space"]]
     assert gradio.name == "gradio" and hub_space.GRADIO_SDK_VERSION in SpecifierSet(str(gradio.specifier))
+    assert langid.name == "py3langid"
     assert project["scripts"]["vaswani-space"] == "vaswani_hf.space:main"
 
 
@@ -281,13 +397,6 @@ def test_vaswani_space_with_its_port_taken_is_one_line_exit_2(tiny, taken_port, 
                               stdin=subprocess.DEVNULL)
         assert done.returncode == 2 and done.stdout == "", done
         assert done.stderr.count("\n") == 1 and fragment in done.stderr and "Traceback" not in done.stderr
-
-
-@pytest.mark.skipif(not importlib.util.find_spec("gradio"), reason="the page needs Gradio")
-def test_the_page_deletes_its_heat_maps_from_gradios_cache(space):
-    from vaswani_hf import space as page
-
-    assert page.build_demo(space).delete_cache == (page.CACHE_SECONDS, page.CACHE_SECONDS)
 
 
 def test_command_line_refuses_a_missing_model_in_one_line(tmp_path, capsys):

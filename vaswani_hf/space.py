@@ -3,50 +3,57 @@
     vaswani-space --model outputs/default/hub [--host 127.0.0.1] [--port 7860]
     python -m vaswani_hf.space --model org/name          (a Hub id works too)
 
-Type a sentence, press Translate: the page shows the translation, decoded as the paper does (Section 6.1: beam
-search with GNMT's length penalty; the beam size and alpha are sliders), and a heat map of the encoder self-, decoder
-self- or encoder-decoder attention (Section 3.2.3) of any layer, one head or all heads, over the subword pieces,
-drawn by `vaswani_hf.visualize`. Bad input (an empty box, a pasted page, text in a script the model never saw) is
-answered in the page with one sentence saying what to do; the server stays up. The model comes from --model, else
-the environment variable VASWANI_MODEL, else (in a Space) the `models:` entry of its README.md, else
-outputs/default/hub (the bundled model of `python scripts/train.py`).
-The page makes no request outside the machine: Gradio's analytics and version check are off. The address
-(--host/--port, else $GRADIO_SERVER_NAME/$GRADIO_SERVER_PORT) is checked before the model is loaded: a port in use,
-an unknown host or a bad variable is one line, exit status 2. The heat maps Gradio serves are written to a temporary
-folder of this server, removed when it stops (or, with GRADIO_TEMP_DIR set, pruned after an hour).
+The page says what the model is (language pair, size, BLEU and a link to its card: never where it is stored), offers
+example sentences (among them the paper's attention figures, Figures 3-5, each opening the view the paper shows),
+translates on Enter or the button, decoded as the paper does (Section 6.1: beam search with GNMT's length penalty; beam
+size and alpha are sliders, narrower views of the declared settings), and warns when the text does not look like the
+model's source language. Its attention viewer (templates/space_view.js, the page's own script) gets every weight of
+encoder self-, decoder self- and encoder-decoder attention (Section 3.2.3) once per translation and draws them in the
+browser: a head view with the weight, query and key under the pointer and a query's weights over the key tokens, a
+model view of every layer and head, downloads as JSON and CSV. A change of view sends the server nothing.
 
-Needs the `space` extra: pip install "vaswani_hf[space]" (Gradio). The testable parts: `vaswani_hf.space_logic`.
+The API (gradio_client): `/translate` (text, num_beams, alpha -> translation) and `/attention` (text, kind, layer,
+head, num_beams, alpha -> the weights with their tokens); the page's own events are private. A bad value is one
+sentence (gr.Error), never a traceback in the server log. Uploads are refused above `MAX_UPLOAD` (the page has no
+file input); the queue runs `QUEUE_CONCURRENCY` request at a time, the others wait their turn.
+
+The model comes from --model, else the environment variable VASWANI_MODEL, else (in a Space) the `models:` entry of
+its README.md, else outputs/default/hub (the bundled model of `python scripts/train.py`). The page makes no request
+outside the machine: Gradio's analytics and version check are off. The address (--host/--port, else
+$GRADIO_SERVER_NAME/$GRADIO_SERVER_PORT) is checked before the model is loaded: a port in use, an unknown host or a
+bad variable is one line, exit status 2.
+
+Needs the `space` extra: pip install "vaswani_hf[space]" (Gradio; py3langid for the language warning). The testable
+parts: `vaswani_hf.space_logic`.
 """
 
 from __future__ import annotations
 
-import atexit
 import errno
+import json
 import logging
 import os
-import shutil
 import socket
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from . import space_logic as logic
+from .configuration_vaswani import SettingError
 from .errors import UsageError, one_line
-from .visualize import KIND_TITLES, KINDS
 
 DEFAULT_MODEL = "outputs/default/hub"
 MODEL_ENV = "VASWANI_MODEL"
 HOST_ENV, PORT_ENV = "GRADIO_SERVER_NAME", "GRADIO_SERVER_PORT"  # Gradio's own variables, honoured as defaults
-CACHE_ENV = "GRADIO_TEMP_DIR"  # where Gradio writes the files it serves (the heat maps)
 DEFAULT_HOST = "127.0.0.1"
-CACHE_SECONDS = 3600  # the heat maps Gradio writes to its cache folder are deleted after an hour, and at shutdown
+MAX_UPLOAD = "10kb"  # the page has no file input: Gradio's upload route refuses anything larger
+QUEUE_CONCURRENCY = 1  # one decoding at a time: the model is not shared between requests
+VIEWER = Path(__file__).resolve().parent / "templates"
 log = logging.getLogger(__name__)
 
-INTRO = """# The Transformer (Vaswani et al., 2017): translate, and look at the attention
-Model: `{name}`. Decoding as in the paper (Section 6.1): beam search with length penalty
-((5 + |Y|) / 6)<sup>α</sup>, at most input length + 50 tokens. The heat map shows one layer's attention weights
-softmax(QK<sup>T</sup>/√d<sub>k</sub>) (Eq. 1): one row per query token, one column per key token."""
+MARKER_NOTE = (f"Token labels: **{logic.WORD_START}** marks a token that starts a word; a label without it continues "
+               "the word before it (the model reads subword pieces, Section 5.1). `<start>` is the decoder's first "
+               "input, `</s>` the end of the sentence.")
 
 __all__ = ["build_demo", "launch", "listen_address", "main", "model_from_readme", "resolve_model", "DEFAULT_MODEL",
            "MODEL_ENV"]
@@ -63,84 +70,121 @@ def _gradio():
     return gradio
 
 
-def _message(error: BaseException) -> str:
-    return f"**⚠ {one_line(error, limit=600)}**"
+def intro(facts: logic.ModelFacts) -> str:
+    """The page's heading: what the model is, from its card and config."""
+    pair = (f"{logic.language_name(facts.source_lang)} → {logic.language_name(facts.target_lang)}"
+            if facts.source_lang else "language pair not stated in its card")
+    parts = [pair, f"{facts.parameters / 1e6:.1f}M parameters" if facts.parameters >= 1e5 else
+             f"{facts.parameters:,} parameters"]
+    parts.append(f"BLEU {facts.bleu}" if facts.bleu else "no BLEU in its card")
+    if facts.card_url:
+        parts.append(f"[model card]({facts.card_url})")
+    return (f"# {facts.title}: the Transformer (Vaswani et al., 2017)\n**{' · '.join(parts)}**. Decoding as in the "
+            "paper (Section 6.1): beam search with length penalty ((5 + |Y|) / 6)<sup>α</sup>, at most input length "
+            "+ 50 tokens. The attention maps show softmax(QK<sup>T</sup>/√d<sub>k</sub>) (Eq. 1): one row per query "
+            "token, one column per key token.")
 
 
-def on_translate(space: logic.SpaceModel, text, num_beams, length_penalty, kind, layer, head):
-    """The Translate button: (translation, message, heat map image, attentions for later views)."""
+def _answer(call, what: str):
+    """`call()`, with a refusal (UsageError, SettingError) as one sentence and a bug as a one-line gr.Error whose
+    traceback goes to the log only: the client sees a clear message, the server log no traceback for bad input."""
+    gr = _gradio()
     try:
-        result = logic.translate_text(space, text, num_beams, length_penalty)
-        image = logic.figure_image(logic.attention_figure(space, result.attentions, kind, layer, head))
-    except UsageError as error:
-        return "", _message(error), None, None
-    except Exception as error:  # noqa: BLE001 - a bug must not take the page down; its traceback goes to the log
-        log.exception("translation failed")
-        return "", _message(f"The server could not translate this ({type(error).__name__}); try another text."), \
-            None, None
+        return call()
+    except (UsageError, SettingError) as error:
+        raise gr.Error(one_line(error, limit=600), print_exception=False) from None
+    except Exception as error:  # noqa: BLE001 - a bug must not take the page down
+        log.exception("%s failed", what)
+        raise gr.Error(f"The server could not {what} this ({type(error).__name__}); try another text.",
+                       print_exception=False) from None
+
+
+def on_translate(space: logic.SpaceModel, text, num_beams, length_penalty, view=None):
+    """Enter, the button or an example: (translation, status, the viewer's weights as JSON). The status says what
+    was decoded, and warns when the text looks like another language; a refusal is the status, nothing else."""
+    try:
+        result = _answer(lambda: logic.translate_text(space, text, num_beams, length_penalty), "translate")
+    except Exception as error:  # noqa: BLE001 - gr.Error from _answer: shown in the page's status
+        return "", f"**⚠ {error}**", ""
     penalty = f", length penalty {result.length_penalty:g}" if result.num_beams > 1 else \
         " (no length penalty with beam 1)"  # greedy decoding compares no hypotheses of different lengths
-    note = (f"{len(result.attentions.source_tokens)} source and {len(result.attentions.target_tokens)} target "
-            f"tokens; beam size {result.num_beams}{penalty}.")
-    return result.text, note, image, result.attentions
+    status = (f"{len(result.attentions.source_tokens)} source and {len(result.attentions.target_tokens)} target "
+              f"tokens; beam size {result.num_beams}{penalty}.")
+    if result.warning:
+        status = f"**⚠ {result.warning}** {status}"
+    payload = logic.attention_payload(space, result.attentions, json.loads(view) if view else None)
+    return result.text, status, json.dumps(payload, separators=(",", ":"))
 
 
-def on_view(space: logic.SpaceModel, attentions, kind, layer, head):
-    """A new choice of attention kind, layer or head: (message, heat map image) from the stored weights."""
-    if attentions is None:
-        return "", None
-    try:
-        return "", logic.figure_image(logic.attention_figure(space, attentions, kind, layer, head))
-    except UsageError as error:
-        return _message(error), None
-    except Exception as error:  # noqa: BLE001
-        log.exception("drawing failed")
-        return _message(f"The server could not draw this map ({type(error).__name__})."), None
+def api_functions(space: logic.SpaceModel):
+    """The public endpoints, typed for gradio_client: /translate and /attention."""
+    settings = logic.PAGE_SETTINGS
+    beams_default, alpha_default = settings["num_beams"].default, settings["length_penalty"].default
+
+    def translate(text: str, num_beams: int = beams_default, alpha: float = alpha_default) -> str:
+        """Translate one sentence with beam search (num_beams 1-12) and GNMT's length penalty alpha (0-2)."""
+        return _answer(lambda: logic.translate_text(space, text, num_beams, alpha).text, "translate")
+
+    def attention(text: str, kind: str = "encoder", layer: int = 1, head: str = logic.ALL_HEADS,
+                  num_beams: int = beams_default, alpha: float = alpha_default) -> dict:
+        """Translate one sentence and return one view of its attention as numbers: kind encoder, decoder or cross,
+        1-based layer, head 'all' or 1-based; {translation, kind, layer, head, queries, keys, weights}."""
+        def call():
+            result = logic.translate_text(space, text, num_beams, alpha)
+            return {"translation": result.text,
+                    **logic.attention_numbers(space, result.attentions, kind, layer, head)}
+        return _answer(call, "compute the attention of")
+
+    return translate, attention
 
 
 def build_demo(space: logic.SpaceModel):
     """The Gradio page (gradio.Blocks) for a loaded model."""
     gr = _gradio()
+    facts, settings = space.facts, logic.PAGE_SETTINGS
     generation = space.model.generation_config
-    most_layers = max(space.layers.values())
-    with gr.Blocks(title="Vaswani Transformer: translation and attention", analytics_enabled=False,
-                   delete_cache=(CACHE_SECONDS, CACHE_SECONDS)) as demo:
-        gr.Markdown(INTRO.format(name=space.name))
-        source = gr.Textbox(label="Source sentence", lines=2, elem_id="source",
-                            placeholder="Type a sentence in the model's source language")
+    beams, alpha = settings["num_beams"], settings["length_penalty"]
+    with gr.Blocks(title=f"{facts.title}: translation and attention", analytics_enabled=False,
+                   delete_cache=(3600, 3600)) as demo:
+        gr.Markdown(intro(facts), elem_id="intro")
+        source = gr.Textbox(label=f"Source sentence ({logic.language_name(facts.source_lang)}); Enter translates",
+                            lines=1, max_lines=4, elem_id="source", submit_btn="Translate",
+                            placeholder="Type a sentence in the model's source language and press Enter")
         with gr.Row():
-            beams = gr.Slider(1, logic.MAX_BEAMS, step=1, value=min(generation.num_beams or 1, logic.MAX_BEAMS),
-                              label="beam size", elem_id="num_beams")
-            alpha = gr.Slider(*logic.LENGTH_PENALTY_RANGE, step=0.1, label="length penalty α", elem_id="alpha",
-                              value=generation.length_penalty if generation.length_penalty is not None else 0.6)
-        button = gr.Button("Translate", variant="primary", elem_id="translate")
+            num_beams = gr.Slider(beams.bound.min, beams.bound.max, step=1, label=beams.help,
+                                  value=min(max(generation.num_beams or 1, 1), beams.bound.max), elem_id="num_beams")
+            length_penalty = gr.Slider(alpha.bound.min, alpha.bound.max, step=0.1, label=f"α, {alpha.help}",
+                                       value=generation.length_penalty if generation.length_penalty is not None
+                                       else alpha.default, elem_id="alpha")
         translation = gr.Textbox(label="Translation", interactive=False, elem_id="translation")
         status = gr.Markdown(elem_id="status")
-        with gr.Row():
-            kind = gr.Radio([(KIND_TITLES[k], k) for k in KINDS], value="cross", label="attention", elem_id="kind")
-            layer = gr.Slider(1, most_layers, step=1, value=space.layers["cross"], label="layer", elem_id="layer")
-            head = gr.Dropdown([logic.ALL_HEADS] + [str(h) for h in range(1, space.heads + 1)],
-                               value=logic.ALL_HEADS, label="head", elem_id="head")
-        image = gr.Image(label="attention heat map (rows: queries, columns: keys)", type="pil", format="png",
-                         interactive=False, elem_id="attention")
-        weights = gr.State(None)
+        view = gr.Textbox(visible=False)  # the view an example opens (JSON), for the viewer
+        gr.Markdown(MARKER_NOTE, elem_id="marker-note")
+        viewer = gr.HTML("", html_template='<div class="vz"></div>', elem_id="viewer",
+                         css_template=(VIEWER / "space_view.css").read_text(encoding="utf-8"),
+                         js_on_load=(VIEWER / "space_view.js").read_text(encoding="utf-8"))
 
-        def translate_(text, num_beams, length_penalty, kind_, layer_, head_):
-            return on_translate(space, text, num_beams, length_penalty, kind_, layer_, head_)
+        def translate_(text, beams_, alpha_, view_):
+            return on_translate(space, text, beams_, alpha_, view_)
 
-        def view(attentions, kind_, layer_, head_):
-            return on_view(space, attentions, kind_, layer_, head_)
-
-        def layers_of(kind_, layer_):
-            return gr.Slider(maximum=space.layers[kind_], value=min(int(layer_), space.layers[kind_]))
-
-        inputs = [source, beams, alpha, kind, layer, head]
-        button.click(translate_, inputs, [translation, status, image, weights])
-        source.submit(translate_, inputs, [translation, status, image, weights])
-        kind.change(layers_of, [kind, layer], layer).then(view, [weights, kind, layer, head], [status, image])
-        layer.release(view, [weights, kind, layer, head], [status, image])
-        head.change(view, [weights, kind, layer, head], [status, image])
+        outputs = [translation, status, viewer]
+        inputs = [source, num_beams, length_penalty, view]
+        examples = gr.Examples([[text, json.dumps(v) if v else ""] for text, v, _ in logic.EXAMPLES], [source, view],
+                               api_visibility="private", example_labels=[label for _, _, label in logic.EXAMPLES],
+                               elem_id="examples")
+        examples.load_input_event.then(translate_, inputs, outputs, api_visibility="private")
+        source.submit(translate_, inputs, outputs, api_visibility="private")
+        source.input(lambda: "", None, view, api_visibility="private", queue=False)  # typed text: the viewer's view
+        _usage(gr)
+        for fn in api_functions(space):
+            gr.api(fn, api_name=fn.__name__)
     return demo
+
+
+def _usage(gr) -> None:
+    """The page's code snippet (as the Hub widget offers one): the API through gradio_client."""
+    with gr.Accordion("Use it from Python (gradio_client)", open=False):
+        gr.Markdown(logic.API_EXAMPLE)
 
 
 def resolve_model(argument: str | None, default: str | None = None) -> str:
@@ -235,33 +279,16 @@ def launch(model: str | None = None, host: str | None = None, port: int | None =
     name = resolve_model(model, default_model)
     host, port = listen_address(host, port)  # before the model: loading it takes a while
     check_model_folder(name)  # cheap: a missing or broken folder is named before Gradio is even imported
-    cache = _own_cache_folder()
+    _gradio()
+    demo = build_demo(logic.load_space_model(name))
+    demo.queue(default_concurrency_limit=QUEUE_CONCURRENCY)
     try:
-        _gradio()
-        space = logic.load_space_model(name)
-        demo = build_demo(space)
-        demo.queue(default_concurrency_limit=1)  # one decoding at a time: the model is not shared between requests
-        try:
-            demo.launch(server_name=host, server_port=port, show_error=False, footer_links=[], **launch_kwargs)
-        except OSError as error:  # e.g. the port taken since listen_address checked it
-            raise UsageError(f"could not start the page's server on {host} port {port or 'from 7860'} "
-                             f"({str(error).split('. ')[0]}); choose another --port or --host") from error
-    finally:
-        if cache is not None and not launch_kwargs.get("prevent_thread_lock"):
-            shutil.rmtree(cache, ignore_errors=True)  # the server has stopped (else: at exit, see _own_cache_folder)
+        demo.launch(server_name=host, server_port=port, show_error=False, footer_links=["api"],
+                    max_file_size=MAX_UPLOAD, **launch_kwargs)
+    except OSError as error:  # e.g. the port taken since listen_address checked it
+        raise UsageError(f"could not start the page's server on {host} port {port or 'from 7860'} "
+                         f"({str(error).split('. ')[0]}); choose another --port or --host") from error
     return demo
-
-
-def _own_cache_folder() -> str | None:
-    """A temporary folder of this server for the heat maps Gradio writes (its GRADIO_TEMP_DIR), removed when the
-    server stops or the process exits; None when GRADIO_TEMP_DIR is set (the user's folder: `CACHE_SECONDS` prunes
-    it). Gradio's own default, a shared /tmp/gradio, would keep every map of every run forever."""
-    if os.environ.get(CACHE_ENV):
-        return None
-    folder = tempfile.mkdtemp(prefix="vaswani_space_")
-    os.environ[CACHE_ENV] = folder
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    return folder
 
 
 def _main(argv: Sequence[str], default_model: str | None = None) -> int:

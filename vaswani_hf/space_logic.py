@@ -1,46 +1,92 @@
-"""What the Space's page does, without the page: check the text, translate it with the paper's decoding, and draw one
-attention map. `vaswani_hf.space` puts these behind a Gradio page; they need no web framework, so tests call them.
+"""What the Space's page does, without the page: what the model is, the checks of a text and of the decoding settings,
+translation with the paper's decoding, and every attention weight of it, packed for the page's own script and as
+numbers for the API. `vaswani_hf.space` puts these behind a Gradio page; they need no web framework, so tests call
+them.
 
-Translation is `vaswani_hf.inference.translate`, i.e. `model.generate` with the model's generation config (for this
-model the paper's Section 6.1 decoding: beam search, length penalty alpha with GNMT's ((5 + |Y|) / 6) ** alpha,
-output length <= input length + 50), with the page's beam size and alpha. The attention maps are the package's own
-(`vaswani_hf.visualize`): `collect_attentions` runs one teacher-forced pass over (source, translation) with
-`output_attentions=True`, and `plot_attention_head` / `plot_layer_heads` draw encoder self-, decoder self- and
-encoder-decoder attention (Section 3.2.3) of one layer as heat maps labelled with the subword pieces. The forced
-pass reads the translation's tokens as the tokenizer writes them; the decoder's weights over that prefix are the
-ones it used while generating it (same prefix, dropout off).
+Translation is `vaswani_hf.inference.translate`, i.e. `model.generate` with the model's generation config (Section 6.1:
+beam search, GNMT's length penalty ((5 + |Y|) / 6) ** alpha, output length <= input length + 50), with the page's beam
+size and alpha. Its attention weights come from `vaswani_hf.visualize.collect_attentions` (one teacher-forced pass
+over source and translation with `output_attentions=True`): encoder self-, decoder self- and encoder-decoder attention
+(Section 3.2.3), every layer and head. `attention_payload` packs them all for the page, which draws them itself, so
+that a change of view costs the server nothing; `attention_numbers` gives one view as numbers (the `/attention` API).
 
-A page cannot refuse input with an exit status, so every expected refusal is a `UsageError` whose message the page
-shows: empty text, more than `MAX_CHARACTERS` characters, text whose letters are mostly characters the model never
-saw in training (another script than its source language's: the tokenizer's vocabulary says which characters it
-knows), a source longer than the model's positions, decoding settings out of range.
+A page cannot refuse input with an exit status, so every expected refusal is a `UsageError` (or the declarations'
+`SettingError`) whose message the page shows: empty text, more than `MAX_CHARACTERS` characters, text whose letters
+are mostly characters the model never saw (the tokenizer's vocabulary says which it knows), a source longer than the
+page's limit, decoding settings outside the page's views of their declarations (`PAGE_SETTINGS`). Text that looks like
+another language than the model's source language is translated, with a warning (`language_warning`; it needs the
+optional py3langid, the `space` extra).
 """
 
 from __future__ import annotations
 
-import io
+import base64
+import dataclasses
+import functools
 import math
 import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import numpy as np
+
+from .configuration_vaswani import Bound
 from .errors import InputLineError, UsageError
+from .generation_vaswani import GENERATION_SETTINGS
+from .hub.card import LANGUAGE_NAMES, count_parameters
 from .inference import load_for_inference, translate
-from .visualize import (KIND_TITLES, KINDS, MAX_PLOT_TOKENS, Attentions, collect_attentions, plot_attention_head,
-                        plot_layer_heads)
+from .visualize import KIND_TITLES, KINDS, MAX_PLOT_TOKENS, Attentions, collect_attentions
 
 MAX_CHARACTERS = 1000  # a sentence or two: the maps are tokens x tokens cells, and a CPU Space decodes slowly
 MAX_SOURCE_TOKENS = MAX_PLOT_TOKENS  # longer sources make unreadable maps (vaswani-visualize-attention's limit)
-MAX_BEAMS = 12
-LENGTH_PENALTY_RANGE = (0.0, 2.0)
 UNKNOWN_SHARE = 0.5  # refuse text when more than this share of its letters are characters the model never saw
-MAX_IMAGE_PIXELS = 2400  # the longer side of a drawn map, in pixels: the resolution drops for long sentences
+LANGUAGE_CONFIDENCE = 0.9  # warn when the identifier is this sure that the text is in another language
 ALL_HEADS = "all"
+WORD_START = "▁"  # the token labels' mark of a word-initial subword (`vaswani_hf.visualize`)
 
-__all__ = ["MAX_CHARACTERS", "MAX_SOURCE_TOKENS", "MAX_BEAMS", "LENGTH_PENALTY_RANGE", "ALL_HEADS", "SpaceModel",
-           "Translation", "load_space_model", "known_characters", "check_text", "check_decoding", "check_view",
-           "translate_text", "attention_figure", "figure_image"]
+
+def _narrowed(name: str, low: float, high: float):
+    """The page's view of a declared decoding setting: the same `Setting` (its type, meaning and message), with a
+    bound narrowed to [low, high] within the declared one -- a slider, not a second range check."""
+    declared = GENERATION_SETTINGS[name]
+    bound = declared.bound
+    low = low if bound.min is None else max(low, bound.min)
+    high = high if bound.max is None else min(high, bound.max)
+    return dataclasses.replace(declared, bound=Bound(low, high), nullable=False)
+
+
+# beam sizes past 12 and alphas past 2 change nothing visible on a page's sentence but the waiting time
+PAGE_SETTINGS = {"num_beams": _narrowed("num_beams", 1, 12), "length_penalty": _narrowed("length_penalty", 0.0, 2.0)}
+
+# The paper's attention figures (Figures 3-5: encoder self-attention in layer 5 of 6), each with the view it shows.
+EXAMPLES = [
+    ("It is in this spirit that a majority of American governments have passed new laws since 2009 making the "
+     "registration or voting process more difficult.",
+     {"kind": "encoder", "layer": 5, "head": ALL_HEADS, "token": "making"},
+     "Figure 3: the long-distance dependency of \"making ... more difficult\" (encoder self-attention, layer 5)"),
+    ("The Law will never be perfect, but its application should be just - this is what we are missing, in my "
+     "opinion.", {"kind": "encoder", "layer": 5, "head": ALL_HEADS, "token": "its"},
+     "Figures 4-5: the anaphora of \"its\" (encoder self-attention, layer 5)"),
+    ("A man is riding a horse on the beach.", {"kind": "cross", "layer": 6, "head": ALL_HEADS, "token": None},
+     "Encoder-decoder attention: which source words each target word reads (last layer)"),
+    ("Two young children are playing in the snow with their dog.", None, "A Multi30k-like sentence"),
+]
+
+# The page's code snippet and the Space README's: the API through gradio_client.
+API_EXAMPLE = """```python
+from gradio_client import Client
+
+client = Client("http://127.0.0.1:7860/")          # or the Space's id, e.g. Client("org/space")
+text = client.predict("A man is riding a horse.", 4, 0.6, api_name="/translate")
+view = client.predict("A man is riding a horse.", "cross", 6, "all", 4, 0.6, api_name="/attention")
+view["queries"], view["keys"], view["weights"]      # weights[head][query][key] ("all") or [query][key]
+```"""
+
+__all__ = ["API_EXAMPLE", "MAX_CHARACTERS", "MAX_SOURCE_TOKENS", "ALL_HEADS", "PAGE_SETTINGS", "EXAMPLES", "ModelFacts",
+           "SpaceModel", "Translation", "load_space_model", "known_characters", "check_text", "language_warning",
+           "check_decoding", "check_view", "translate_text", "attention_payload", "attention_numbers"]
 
 
 def known_characters(tokenizer) -> frozenset[str]:
@@ -69,13 +115,52 @@ def _main_script(characters) -> str:
     return letters.most_common(1)[0][0] if letters else "unnamed"
 
 
+def language_name(code: str | None) -> str:
+    return LANGUAGE_NAMES.get(code, code) if code else "an unknown language"
+
+
+@dataclass
+class ModelFacts:
+    """What the page says the model is, from its card (README.md) and config; never where it is stored."""
+
+    title: str
+    source_lang: str | None = None
+    target_lang: str | None = None
+    parameters: int = 0
+    bleu: str | None = None  # "27.3 sacreBLEU on newstest2014", as the card's model-index declares it
+    card_url: str | None = None  # the card on the Hub, for a Hub id
+    card_text: str | None = None  # the card's text, for a model folder (shown in the page)
+
+
+def read_facts(name_or_path: str, model) -> ModelFacts:
+    """The model's title, language pair, size and BLEU from its card and config; a Hub id links to its card."""
+    from huggingface_hub import ModelCard
+
+    folder = Path(name_or_path)
+    hub_id = None if folder.exists() else str(name_or_path)
+    try:
+        card = ModelCard.load(folder / "README.md" if hub_id is None else hub_id)
+    except Exception:  # noqa: BLE001 - no card (or none readable): the page says what the config says
+        card = None
+    data = card.data if card is not None else None
+    langs = (getattr(data, "language", None) or getattr(model.config, "langs", None) or [None, None])
+    langs = [langs] if isinstance(langs, str) else list(langs) + [None, None]
+    bleu = next((r for r in (getattr(data, "eval_results", None) or []) if "bleu" in r.metric_type.lower()), None)
+    title = (getattr(data, "model_name", None) or hub_id or folder.resolve().name)
+    return ModelFacts(title=str(title), source_lang=langs[0], target_lang=langs[1],
+                      parameters=count_parameters(model),
+                      bleu=f"{bleu.metric_value:g} {bleu.metric_name or 'BLEU'} on {bleu.dataset_name}" if bleu else None,
+                      card_url=f"https://huggingface.co/{hub_id}" if hub_id else None,
+                      card_text=card.text if card is not None and hub_id is None else None)
+
+
 @dataclass
 class SpaceModel:
     """A loaded model with what the page needs to know about it."""
 
     model: object
     tokenizer: object
-    name: str
+    facts: ModelFacts
     known: frozenset = field(default_factory=frozenset)
     layers: dict = field(default_factory=dict)  # kind -> number of layers
     heads: int = 0
@@ -93,7 +178,8 @@ def load_space_model(name_or_path: str, device: str | None = "cpu") -> SpaceMode
     encoder_layers = getattr(config, "num_encoder_layers", None) or config.encoder_layers
     decoder_layers = getattr(config, "num_decoder_layers", None) or config.decoder_layers
     heads = getattr(config, "num_heads", None) or config.encoder_attention_heads
-    return SpaceModel(model=model, tokenizer=tokenizer, name=str(name_or_path), known=known_characters(tokenizer),
+    return SpaceModel(model=model, tokenizer=tokenizer, facts=read_facts(name_or_path, model),
+                      known=known_characters(tokenizer),
                       layers={"encoder": encoder_layers, "decoder": decoder_layers, "cross": decoder_layers},
                       heads=heads)
 
@@ -106,10 +192,12 @@ def _visible(text: str) -> str:
 
 
 def check_text(text, space: SpaceModel) -> str:
-    """The text to translate, as one stripped line, or a UsageError saying what is wrong with it: nothing visible
-    (the box looks empty), no word at all (no letter or digit: emoji or punctuation only), too long, or a script the
-    model never saw. Invisible characters inside a real sentence are left to the tokenizer."""
-    if not isinstance(text, str) or not _visible(text).strip():
+    """The text to translate, as one stripped line, or a UsageError saying what is wrong with it: not a text, nothing
+    visible (the box looks empty), no word at all (no letter or digit: emoji or punctuation only), too long, or a
+    script the model never saw. Invisible characters inside a real sentence are left to the tokenizer."""
+    if text is not None and not isinstance(text, str):
+        raise UsageError(f"The text must be a string, not {type(text).__name__}.")
+    if not text or not _visible(text).strip():
         raise UsageError("Type a sentence to translate: the text box is empty.")
     if not any(ch.isalnum() for ch in text):
         raise UsageError("Nothing to translate: the text has no words (no letter or digit, only symbols, emoji or "
@@ -129,43 +217,62 @@ def check_text(text, space: SpaceModel) -> str:
     return text
 
 
-def check_decoding(num_beams, length_penalty) -> tuple[int, float]:
-    """(beam size, length penalty alpha) within the page's ranges, or a UsageError."""
+@functools.lru_cache(maxsize=1)
+def _language_identifier():
+    """py3langid's identifier with probabilities, or None without the optional package (the `space` extra)."""
     try:
-        beams, alpha = int(num_beams), float(length_penalty)
-    except (TypeError, ValueError) as error:
-        raise UsageError(f"beam size and length penalty must be numbers ({error})") from error
-    if beams != float(num_beams) or not 1 <= beams <= MAX_BEAMS:
-        raise UsageError(f"beam size must be a whole number from 1 to {MAX_BEAMS}, not {num_beams}")
-    low, high = LENGTH_PENALTY_RANGE
-    if not low <= alpha <= high:
-        raise UsageError(f"length penalty must be between {low} and {high}, not {length_penalty}")
-    return beams, alpha
+        from py3langid.langid import MODEL_FILE, LanguageIdentifier  # optional: the `space` extra
+    except ImportError:
+        return None
+    return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+
+
+def language_warning(text: str, space: SpaceModel) -> str | None:
+    """A sentence warning that `text` looks like another language than the model's source language (py3langid at
+    `LANGUAGE_CONFIDENCE`), or None: the model translates anything into something, which says nothing of the text."""
+    facts, identifier = space.facts, _language_identifier()
+    if not facts.source_lang or identifier is None or len(text.split()) < 3:
+        return None  # a word or two is too little to tell a language
+    found, probability = identifier.classify(text)
+    if found == facts.source_lang.split("-")[0].lower() or probability < LANGUAGE_CONFIDENCE:
+        return None
+    return (f"This looks like {language_name(found)}, not {language_name(facts.source_lang)}: the model translates "
+            f"{language_name(facts.source_lang)} to {language_name(facts.target_lang)} and makes no sense of other "
+            "languages.")
+
+
+def check_decoding(num_beams, length_penalty) -> tuple[int, float]:
+    """(beam size, length penalty alpha) within `PAGE_SETTINGS`, or the declarations' SettingError. A whole float
+    (the page's sliders send 4.0) counts as an integer."""
+    if isinstance(num_beams, float) and math.isfinite(num_beams) and num_beams == int(num_beams):
+        num_beams = int(num_beams)
+    beams = PAGE_SETTINGS["num_beams"].check(num_beams, "beam size")
+    alpha = PAGE_SETTINGS["length_penalty"].check(length_penalty, "alpha")
+    return beams, float(alpha)
 
 
 def check_view(space: SpaceModel, kind, layer, head) -> tuple[str, int, int | None]:
-    """(kind, 0-based layer, 0-based head or None for all heads) from the page's 1-based choices, or a UsageError."""
+    """(kind, 0-based layer, 0-based head or None for all heads) from 1-based choices, or a UsageError."""
     if kind not in KINDS:
-        raise UsageError(f"attention must be one of {', '.join(KINDS)}, not {kind!r}")
+        raise UsageError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
     layers = space.layers[kind]
     number = _whole_number(layer)
-    if number is None:
-        raise UsageError(f"layer must be a whole number from 1 to {layers}, not {layer!r}")
-    if not 1 <= number <= layers:
-        raise UsageError(f"the model's {KIND_TITLES[kind]} has {layers} layers: choose a layer from 1 to {layers}")
+    if number is None or not 1 <= number <= layers:
+        raise UsageError(f"the model's {KIND_TITLES[kind]} has {layers} layers: layer must be a whole number from 1 "
+                         f"to {layers}, not {layer!r}")
     if head in (None, ALL_HEADS):
         return kind, number - 1, None
     chosen = _whole_number(head)
-    if chosen is None:
-        raise UsageError(f"head must be '{ALL_HEADS}' or a whole number from 1 to {space.heads}, not {head!r}")
-    if not 1 <= chosen <= space.heads:
-        raise UsageError(f"the model has {space.heads} heads per layer: choose a head from 1 to {space.heads}")
+    if chosen is None or not 1 <= chosen <= space.heads:
+        raise UsageError(f"the model has {space.heads} heads per layer: head must be '{ALL_HEADS}' or a whole "
+                         f"number from 1 to {space.heads}, not {head!r}")
     return kind, number - 1, chosen - 1
 
 
 def _whole_number(value) -> int | None:
-    """`value` (a number, or its text as the page sends it) as an int if it is a whole number, else None: 1.5 is
-    refused, not truncated to 1."""
+    """`value` (a number, or its text) as an int if it is a whole number, else None: 1.5 is refused, not truncated."""
+    if isinstance(value, bool):
+        return None
     try:
         number = float(value)
     except (TypeError, ValueError, OverflowError):
@@ -180,6 +287,7 @@ class Translation:
     attentions: Attentions
     num_beams: int
     length_penalty: float
+    warning: str | None = None
 
 
 def translate_text(space: SpaceModel, text, num_beams, length_penalty) -> Translation:
@@ -193,7 +301,7 @@ def translate_text(space: SpaceModel, text, num_beams, length_penalty) -> Transl
         raise UsageError(f"The text is too long: {_too_long(error.message)}. Shorten it.") from error
     attentions = collect_attentions(space.model, space.tokenizer, source, translation)
     attentions.target_origin = f"beam-{beams}" if beams > 1 else "greedy"
-    return Translation(source, translation, attentions, beams, alpha)
+    return Translation(source, translation, attentions, beams, alpha, language_warning(source, space))
 
 
 def _too_long(message: str) -> str:
@@ -208,22 +316,48 @@ def _too_long(message: str) -> str:
     return message.split("; ")[0]
 
 
-def attention_figure(space: SpaceModel, attentions: Attentions, kind, layer, head):
-    """The heat map of one head (rows: queries, columns: keys) or of all heads of one layer, as a matplotlib Figure
-    drawn by `vaswani_hf.visualize`."""
-    kind, layer, head = check_view(space, kind, layer, head)
-    if head is None:
-        return plot_layer_heads(attentions, kind, layer)
-    return plot_attention_head(attentions, kind, layer, head)
+def word_index(tokens: list[str], word: str | None) -> int | None:
+    """The index of the first subword of `word` (case-insensitive) among token labels, or None."""
+    if not word:
+        return None
+    starts = [i for i, t in enumerate(tokens) if t.startswith(WORD_START) or i == 0] + [len(tokens)]
+    for start, end in zip(starts, starts[1:]):
+        if "".join(tokens[start:end]).lstrip(WORD_START).lower() == word.lower():
+            return start
+    return None
 
 
-def figure_image(fig):
-    """The figure as a PIL image (PNG), at most `MAX_IMAGE_PIXELS` on its longer side."""
-    from PIL import Image
+def _packed(weights) -> str:
+    """Weights in [0, 1] as base64 of little-endian uint16 (steps of 1/65535: the page shows 3 decimals)."""
+    quantised = np.rint(weights.float().clamp(0, 1).numpy() * 65535).astype("<u2")
+    return base64.b64encode(quantised.tobytes()).decode("ascii")
 
-    dpi = min(100.0, MAX_IMAGE_PIXELS / max(fig.get_size_inches()))
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=dpi)
-    buffer.seek(0)
-    with Image.open(buffer) as image:
-        return image.copy()
+
+def attention_payload(space: SpaceModel, attentions: Attentions, view: dict | None = None) -> dict:
+    """Every weight of every kind, layer and head with its tokens, for the page's script to draw; `view` (kind,
+    1-based layer, head, token: an example's figure) is clamped to this model's layers and found among the tokens."""
+    kinds = {}
+    for kind in KINDS:
+        queries, keys = attentions.axis_labels(kind)
+        weights = attentions.weights(kind)
+        kinds[kind] = {"title": KIND_TITLES[kind], "queries": queries, "keys": keys,
+                       "shape": list(weights.shape), "data": _packed(weights)}
+    payload = {"kinds": kinds, "heads": space.heads}
+    if view:
+        kind = view.get("kind", "encoder")
+        queries = kinds[kind]["queries"]
+        payload["view"] = {"kind": kind, "layer": min(int(view.get("layer", 1)), space.layers[kind]),
+                           "head": view.get("head", ALL_HEADS), "query": word_index(queries, view.get("token"))}
+    return payload
+
+
+def attention_numbers(space: SpaceModel, attentions: Attentions, kind, layer, head) -> dict:
+    """One view's weights as numbers: {kind, layer, head, queries, keys, weights}; weights[q][k] for one head,
+    weights[h][q][k] for all heads (1-based layer and head, as given)."""
+    kind, layer_index, head_index = check_view(space, kind, layer, head)
+    queries, keys = attentions.axis_labels(kind)
+    weights = attentions.weights(kind)[layer_index]
+    if head_index is not None:
+        weights = weights[head_index]
+    return {"kind": kind, "layer": layer_index + 1, "head": ALL_HEADS if head_index is None else head_index + 1,
+            "queries": queries, "keys": keys, "weights": np.round(weights.float().numpy(), 6).tolist()}

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import re
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
 from ..io import RunFailure, UsageError
+from ..space_logic import API_EXAMPLE
 from .ids import repo_id_problem
 from .upload import _format_size, _network_failures
 
@@ -55,12 +57,14 @@ __all__ = ["GRADIO_SDK_VERSION", "SPACE_APP", "space_requirements", "render_spac
 
 
 def space_requirements() -> str:
-    """requirements.txt of the Space: the installed package's dependencies (its extras left out)."""
+    """requirements.txt of the Space: the installed package's dependencies and its `space` extra (py3langid for
+    the language warning), other extras left out; Gradio comes with the Space's sdk_version."""
     try:
         requires = importlib.metadata.requires(PACKAGE) or []
     except importlib.metadata.PackageNotFoundError as error:
         raise UsageError(f"{PACKAGE} is not installed (pip install -e .): its dependencies are read from it") from error
-    lines = sorted(r for r in requires if "extra ==" not in r)
+    space = [r.split(";")[0].strip() for r in requires if re.search(r"extra\s*==\s*[\"']space[\"']", r)]
+    lines = sorted([r for r in requires if "extra ==" not in r] + [r for r in space if not r.startswith("gradio")])
     return "\n".join(["# vaswani_hf's dependencies (Gradio comes with the Space's sdk_version)", _TORCH_INDEX,
                       *lines]) + "\n"
 
@@ -88,8 +92,15 @@ def render_space_readme(model_repo_id: str | None = None, title: str = "Vaswani 
         f"# {title}\n\n"
         f"Translate with {serves}, the original Transformer (Vaswani et al., 2017, \"Attention Is All You Need\"), "
         "decoded as in the paper (beam search with length penalty; both adjustable), and look at its encoder self-, "
-        "decoder self- and encoder-decoder attention: any layer, one head or all heads, as heat maps over the subword "
-        "pieces. Built with vaswani_hf (`vaswani_hf.space`).\n"
+        "decoder self- and encoder-decoder attention in the browser: the weight, query and key under the pointer, "
+        "every layer and head at once, the paper's Figures 3-5 as examples, the weights as JSON or CSV. "
+        "Built with vaswani_hf (`vaswani_hf.space`).\n\n"
+        "## API\n\n"
+        "Two endpoints, `/translate` (text, num_beams 1-12, alpha 0-2 -> the translation) and `/attention` (text, "
+        "kind `encoder`/`decoder`/`cross`, 1-based layer, head `all` or 1-based, num_beams, alpha -> the "
+        "translation and the weights with their tokens). A bad value is answered with one sentence. Requests are "
+        "queued and run one at a time; the page accepts no uploads.\n\n"
+        f"{API_EXAMPLE}\n"
     )
 
 
