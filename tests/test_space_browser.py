@@ -5,6 +5,8 @@ logic without the page: tests/test_space.py."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import os
 import shutil
 import signal
@@ -15,6 +17,7 @@ import time
 import urllib.request
 
 import pytest
+from cli_helpers import REPO
 from hub_helpers import tiny  # noqa: F401 - the saved tiny model folder
 from test_space import ARABIC, CHINESE, SENTENCE, _free_port, space  # noqa: F401 - space: the page's model
 
@@ -55,17 +58,18 @@ def _wait_for_page(url: str, server: subprocess.Popen, timeout: float = 120.0) -
     pytest.fail(f"the page did not answer at {url} within {timeout:.0f} s")
 
 
-@pytest.fixture
-def page_server(tiny, tmp_path):  # noqa: F811
-    """`python -m vaswani_hf.space --model TINY --port P` on 127.0.0.1, offline, its temporary folder in tmp_path;
-    stopped (by its id) afterwards."""
+@contextlib.contextmanager
+def _serve(folder, tmp_path):
+    """`python -m vaswani_hf.space --model FOLDER --port P` (this checkout's package) on 127.0.0.1, offline, its
+    temporary folder in tmp_path; stopped (by its id) afterwards."""
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "GRADIO_")) and k != "PYTHONPATH"}
-    (tmp_path / "tmp").mkdir()  # the server's temporary files, its Gradio cache folder among them
+    (tmp_path / "tmp").mkdir(exist_ok=True)  # the server's temporary files
     env.update(GRADIO_ANALYTICS_ENABLED="False", TMPDIR=str(tmp_path / "tmp"), HF_HUB_OFFLINE="1",
                HF_HOME=str(tmp_path / "hf"), MPLCONFIGDIR=str(tmp_path / "mpl"), OMP_NUM_THREADS="1",
-               TOKENIZERS_PARALLELISM="false", NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
-    server = subprocess.Popen([sys.executable, "-m", "vaswani_hf.space", "--model", str(tiny["folder"]),
+               TOKENIZERS_PARALLELISM="false", NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost",
+               PYTHONPATH=str(REPO))
+    server = subprocess.Popen([sys.executable, "-m", "vaswani_hf.space", "--model", str(folder),
                                "--port", str(port)], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
     url = f"http://127.0.0.1:{port}/"
@@ -74,6 +78,12 @@ def page_server(tiny, tmp_path):  # noqa: F811
         yield url, server
     finally:
         _stop(server)
+
+
+@pytest.fixture
+def page_server(tiny, tmp_path):  # noqa: F811
+    with _serve(tiny["folder"], tmp_path) as served:
+        yield served
 
 
 def _stop(server: subprocess.Popen) -> None:
@@ -134,18 +144,16 @@ def _translation(driver) -> str:
     return _element(driver, "#translation textarea").get_attribute("value")
 
 
-def _heat_map(driver):
-    """The heat map's <img> once it has loaded (naturalWidth > 0), else None."""
-    from selenium.webdriver.common.by import By
+def _status(driver) -> str:
+    return _element(driver, "#status").text
 
-    images = driver.find_elements(By.CSS_SELECTOR, "#attention img")
-    if images and driver.execute_script("return arguments[0].complete && arguments[0].naturalWidth", images[0]):
-        return images[0]
-    return None
+
+def _cells(driver):
+    return driver.find_elements("css selector", "#viewer rect.vz-cell")
 
 
 def _submit(driver, text: str, paste: bool = False) -> None:
-    """Type `text` into the source box (or paste it: one input event, as a paste gives) and press Translate."""
+    """Type `text` into the source box (or paste it: one input event, as a paste gives) and press Enter."""
     from selenium.webdriver.common.keys import Keys
 
     box = _element(driver, "#source textarea")
@@ -156,50 +164,133 @@ def _submit(driver, text: str, paste: bool = False) -> None:
                               "arguments[0].dispatchEvent(new Event('input', {bubbles: true}));", box, text)
     elif text:
         box.send_keys(text)
-    _element(driver, "#translate").click()
+    box.send_keys(Keys.ENTER)
 
 
 def _expect_refusal(driver, text: str, fragment: str, paste: bool = False) -> None:
     _submit(driver, text, paste)
-    _wait(driver, lambda: fragment in _element(driver, "#status").text, f"the message {fragment!r}")
-    assert _translation(driver) == "" and _heat_map(driver) is None
+    _wait(driver, lambda: fragment in _status(driver), f"the message {fragment!r}")
+    assert _translation(driver) == "" and not _cells(driver)
+
+
+def _hover(driver, element) -> str:
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    ActionChains(driver).move_to_element(element).perform()
+    return _element(driver, "#vz-tip").text
+
+
+def _choose(driver, select_id: str, value: str) -> None:
+    from selenium.webdriver.support.ui import Select
+
+    Select(_element(driver, f"#{select_id}")).select_by_value(value)
+
+
+def _server_requests(driver) -> list[str]:
+    """The requests the page sent since the last call (Chromium's performance log is read once)."""
+    import json
+
+    return [json.loads(e["message"])["message"]["params"]["request"]["url"] for e in driver.get_log("performance")
+            if json.loads(e["message"])["message"]["method"] == "Network.requestWillBeSent"]
+
+
+def _open_page(browser, url):
+    browser.get(url)
+    _wait(browser, lambda: browser.find_elements("css selector", "#source textarea"), "the source box")
 
 
 @pytest.mark.slow
-def test_a_person_translates_looks_at_the_attention_and_gets_messages_for_bad_input(browser, page_server, space,
-                                                                                    tmp_path):
+def test_a_person_translates_and_explores_the_attention_in_the_browser(browser, page_server, space, tiny):  # noqa: F811
     url, server = page_server
     expected = logic.translate_text(space, SENTENCE, 4, 0.6)  # the page's defaults: the generation config's
-    browser.get(url)
-    _wait(browser, lambda: browser.find_elements("css selector", "#source textarea"), "the source box")
-    assert "The Transformer (Vaswani et al., 2017)" in _page_text(browser)
+    _open_page(browser, url)
+    text = _page_text(browser)
+    assert "English → German" in text and "parameters" in text and "BLEU 12.35" in text
+    assert str(tiny["folder"]) not in text and "marks a token that starts a word" in text
 
-    _submit(browser, SENTENCE)
-    _wait(browser, lambda: _translation(browser) and _heat_map(browser), "a translation and its heat map")
+    _submit(browser, SENTENCE)  # Enter translates
+    _wait(browser, lambda: _translation(browser) and _cells(browser), "a translation and its attention")
     assert _translation(browser) == expected.text
-    assert f"{len(expected.attentions.source_tokens)} source and" in _element(browser, "#status").text
-    first = _heat_map(browser).get_attribute("src")
-    browser.find_element("xpath", "//label[contains(., 'encoder self-attention')]").click()  # another kind
-    _wait(browser, lambda: _heat_map(browser) and _heat_map(browser).get_attribute("src") != first,
-          "the encoder self-attention map")
+    status = _status(browser)
+    assert f"{len(expected.attentions.source_tokens)} source and" in status
+    S = len(expected.attentions.source_tokens)
+    assert len(_cells(browser)) == S * S  # encoder self-attention, layer 1, the heads' mean
+    cell = next(c for c in _cells(browser) if (c.get_attribute("data-q"), c.get_attribute("data-k")) == ("1", "2"))
+    tip = _hover(browser, cell)
+    tokens = expected.attentions.source_tokens
+    weight = float(expected.attentions.encoder[0, :, 1, 2].mean())
+    assert f'query "{tokens[1]}" → key "{tokens[2]}": {weight:.3f}' in tip or abs(
+        float(tip.split(": ")[1].split(" ")[0]) - weight) < 2e-3, tip
+    assert "per head" in tip
+
+    _server_requests(browser)  # a change of view asks the server nothing, and the status stays
+    _choose(browser, "vz-kind", "cross")
+    _choose(browser, "vz-layer", "2")
+    _choose(browser, "vz-head", "3")
+    T = len(expected.attentions.target_tokens)
+    _wait(browser, lambda: len(_cells(browser)) == T * S, "the cross-attention map")
+    tip = _hover(browser, _cells(browser)[0])
+    assert f"{float(expected.attentions.cross[1, 2, 0, 0]):.3f}" in tip and "head 3" in tip
+    _element(browser, "#vz-mode-model").click()
+    thumbs = browser.find_elements("css selector", "#viewer .vz-thumb")
+    assert len(thumbs) == 2 * 4  # every layer and head of this 2-layer, 4-head model
+    thumbs[5].click()  # layer 2, head 2, opened large
+    _wait(browser, lambda: _cells(browser), "the opened head")
+    assert (_element(browser, "#vz-layer").get_attribute("value"), _element(browser, "#vz-head").get_attribute(
+        "value")) == ("2", "2")
+    browser.find_element("css selector", "#viewer text.vz-q").click()  # a query token: its weights over the keys
+    assert "attends to" in _element(browser, "#vz-strip").text
+    assert not [u for u in _server_requests(browser) if "127.0.0.1" in u] and _status(browser) == status
+
+    figure, view, _ = logic.EXAMPLES[0]  # the example opens the paper's view: encoder self-attention at "making"
+    result = logic.translate_text(space, figure, 4, 0.6)
+    shown = logic.attention_payload(space, result.attentions, view)["view"]
+    browser.find_element("xpath", "//*[@id='examples']//*[contains(text(), 'Figure 3')]").click()
+    _wait(browser, lambda: _element(browser, "#vz-kind").get_attribute("value") == "encoder"
+          and browser.find_elements("css selector", "#vz-strip"), "Figure 3's view")
+    assert _element(browser, "#source textarea").get_attribute("value") == figure
+    assert _element(browser, "#vz-layer").get_attribute("value") == str(shown["layer"]) == "2"  # 5 of 6: the last
+    assert _element(browser, "#vz-strip b").text == result.attentions.source_tokens[shown["query"]]
 
     _expect_refusal(browser, "", "text box is empty")
     _expect_refusal(browser, "x" * 10_000, "10,000 characters", paste=True)
     _expect_refusal(browser, CHINESE, "Chinese/Japanese (CJK) script")
     _expect_refusal(browser, ARABIC, "Arabic script")
-    assert "Traceback" not in _page_text(browser) and "Error" not in _page_text(browser)
+    assert "Traceback" not in _page_text(browser)
+    if importlib.util.find_spec("py3langid"):
+        _submit(browser, "Das Gesetz wird niemals perfekt sein, aber seine Anwendung sollte gerecht sein.")
+        _wait(browser, lambda: "looks like German" in _status(browser), "the language warning")
+        assert _translation(browser)
 
     _submit(browser, SENTENCE)  # the server is still up and still translates
-    _wait(browser, lambda: _translation(browser) == expected.text and _heat_map(browser), "the translation again")
-    with urllib.request.urlopen(url, timeout=10) as response:
-        assert response.status == 200
+    _wait(browser, lambda: _translation(browser) == expected.text and _cells(browser), "the translation again")
     assert server.poll() is None
     assert _requested_hosts(browser) == {"127.0.0.1"}  # the page loads nothing from elsewhere (fonts, analytics)
 
-    (cache,) = (tmp_path / "tmp").glob("vaswani_space_*")  # the server's own Gradio cache: the heat maps ...
-    assert list(cache.rglob("*.png"))
-    _stop(server)
-    assert server.returncode is not None and not cache.exists()  # ... are deleted when it stops
+
+TRAINED = REPO / "outputs" / "default" / "hub"  # the bundled model of `python scripts/train.py`
+DOCS = REPO / "docs"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (TRAINED / "config.json").is_file(), reason="train the bundled model first: python "
+                    "scripts/train.py (the screenshots in docs/ show a trained model)")
+def test_the_screenshots_in_docs_show_the_papers_figure_on_a_trained_model(browser, tmp_path):
+    """docs/space_screenshot.png (Figure 3's example: head view, a hovered weight) and
+    docs/space_screenshot_model_view.png, taken from the page serving the trained bundled model."""
+    with _serve(TRAINED, tmp_path) as (url, _):
+        browser.set_window_size(1200, 1700)
+        _open_page(browser, url)
+        browser.find_element("xpath", "//*[@id='examples']//*[contains(text(), 'Figure 3')]").click()
+        _wait(browser, lambda: browser.find_elements("css selector", "#vz-strip") and _cells(browser), "Figure 3")
+        query = _element(browser, "#vz-strip b").text  # the first subword of "making"
+        assert query.startswith("▁") and "making".startswith(query[1:])
+        _hover(browser, _cells(browser)[len(_cells(browser)) // 3])
+        browser.save_screenshot(str(DOCS / "space_screenshot.png"))
+        _element(browser, "#vz-mode-model").click()
+        _hover(browser, browser.find_elements("css selector", "#viewer .vz-thumb")[0])
+        browser.execute_script("document.querySelector('#viewer').scrollIntoView()")
+        browser.save_screenshot(str(DOCS / "space_screenshot_model_view.png"))
 
 
 def _requested_hosts(driver) -> set[str]:

@@ -77,8 +77,8 @@ def intro(facts: logic.ModelFacts) -> str:
     parts = [pair, f"{facts.parameters / 1e6:.1f}M parameters" if facts.parameters >= 1e5 else
              f"{facts.parameters:,} parameters"]
     parts.append(f"BLEU {facts.bleu}" if facts.bleu else "no BLEU in its card")
-    if facts.card_url:
-        parts.append(f"[model card]({facts.card_url})")
+    if facts.card_url or facts.card_text:
+        parts.append(f"[model card]({facts.card_url})" if facts.card_url else "its model card below")
     return (f"# {facts.title}: the Transformer (Vaswani et al., 2017)\n**{' · '.join(parts)}**. Decoding as in the "
             "paper (Section 6.1): beam search with length penalty ((5 + |Y|) / 6)<sup>α</sup>, at most input length "
             "+ 50 tokens. The attention maps show softmax(QK<sup>T</sup>/√d<sub>k</sub>) (Eq. 1): one row per query "
@@ -150,6 +150,10 @@ def build_demo(space: logic.SpaceModel):
         source = gr.Textbox(label=f"Source sentence ({logic.language_name(facts.source_lang)}); Enter translates",
                             lines=1, max_lines=4, elem_id="source", submit_btn="Translate",
                             placeholder="Type a sentence in the model's source language and press Enter")
+        view = gr.Textbox(visible=False)  # the view an example opens (JSON), for the viewer
+        examples = gr.Examples([[text, json.dumps(v) if v else ""] for text, v, _ in logic.EXAMPLES], [source, view],
+                               api_visibility="private", example_labels=[label for _, _, label in logic.EXAMPLES],
+                               elem_id="examples")
         with gr.Row():
             num_beams = gr.Slider(beams.bound.min, beams.bound.max, step=1, label=beams.help,
                                   value=min(max(generation.num_beams or 1, 1), beams.bound.max), elem_id="num_beams")
@@ -158,7 +162,6 @@ def build_demo(space: logic.SpaceModel):
                                        else alpha.default, elem_id="alpha")
         translation = gr.Textbox(label="Translation", interactive=False, elem_id="translation")
         status = gr.Markdown(elem_id="status")
-        view = gr.Textbox(visible=False)  # the view an example opens (JSON), for the viewer
         gr.Markdown(MARKER_NOTE, elem_id="marker-note")
         viewer = gr.HTML("", html_template='<div class="vz"></div>', elem_id="viewer",
                          css_template=(VIEWER / "space_view.css").read_text(encoding="utf-8"),
@@ -169,13 +172,13 @@ def build_demo(space: logic.SpaceModel):
 
         outputs = [translation, status, viewer]
         inputs = [source, num_beams, length_penalty, view]
-        examples = gr.Examples([[text, json.dumps(v) if v else ""] for text, v, _ in logic.EXAMPLES], [source, view],
-                               api_visibility="private", example_labels=[label for _, _, label in logic.EXAMPLES],
-                               elem_id="examples")
         examples.load_input_event.then(translate_, inputs, outputs, api_visibility="private")
         source.submit(translate_, inputs, outputs, api_visibility="private")
         source.input(lambda: "", None, view, api_visibility="private", queue=False)  # typed text: the viewer's view
         _usage(gr)
+        if facts.card_text:  # a model folder's card, in the page (no address to link to)
+            with gr.Accordion("Model card", open=False, elem_id="card"):
+                gr.Markdown(facts.card_text)
         for fn in api_functions(space):
             gr.api(fn, api_name=fn.__name__)
     return demo

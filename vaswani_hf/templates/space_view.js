@@ -23,7 +23,7 @@ function weight(kind, layer, head, q, c) {  // 0-based layer, head (or "all": th
   for (let h = 0; h < H; h++) sum += at(h);
   return sum / H;
 }
-const colour = (w) => `rgba(30, 90, 200, ${Math.min(1, w * 1.25).toFixed(3)})`;
+const colour = (w, top) => `rgba(30, 90, 200, ${Math.min(1, w / (top || 1)).toFixed(3)})`;  // darkest: the map's top
 const headIndex = () => (state.head === "all" ? "all" : Number(state.head) - 1);
 
 function controls() {
@@ -43,10 +43,13 @@ function controls() {
 function headView() {
   const k = state.data.kinds[state.kind], [, , Q, K] = k.shape, layer = state.layer - 1, head = headIndex();
   const size = Math.max(10, Math.min(26, Math.floor(620 / Math.max(Q, K)))), left = 110, top = 90;
+  const w = [];
+  for (let q = 0; q < Q; q++) for (let c = 0; c < K; c++) w.push(weight(state.kind, layer, head, q, c));
+  const most = Math.max(...w);
   let cells = "";
   for (let q = 0; q < Q; q++) for (let c = 0; c < K; c++) {
     cells += `<rect class="vz-cell" data-q="${q}" data-k="${c}" x="${left + c * size}" y="${top + q * size}" ` +
-      `width="${size - 1}" height="${size - 1}" fill="${colour(weight(state.kind, layer, head, q, c))}"/>`;
+      `width="${size - 1}" height="${size - 1}" fill="${colour(w[q * K + c], most)}"/>`;
   }
   const rows = k.queries.map((t, q) => `<text class="vz-q${q === state.query ? " on" : ""}" data-q="${q}" ` +
     `x="${left - 4}" y="${top + q * size + size * 0.7}" text-anchor="end">${esc(t)}</text>`).join("");
@@ -54,22 +57,21 @@ function headView() {
     `${top - 4}) rotate(-60)">${esc(t)}</text>`).join("");
   const svg = `<svg class="vz-map" width="${left + K * size + 10}" height="${top + Q * size + 10}">${cols}${rows}${cells}</svg>`;
   return `<div class="vz-caption">${esc(k.title)}, layer ${state.layer}, ${head === "all" ? "mean of all heads" : "head " + state.head}` +
-    `: rows are queries, columns keys; click a query token to follow its weights.</div>${strip()}<div class="vz-scroll">${svg}</div>`;
+    `: rows are queries, columns keys (darkest: ${most.toFixed(3)}); click a query token to follow its weights.</div>${strip()}<div class="vz-scroll">${svg}</div>`;
 }
 
 function strip() {  // the query's weights over the key tokens, as bertviz links a token to what it attends to
   const k = state.data.kinds[state.kind];
   if (state.query === null || state.query >= k.queries.length) return "";
-  const chips = k.keys.map((t, c) => {
-    const w = weight(state.kind, state.layer - 1, headIndex(), state.query, c);
-    return `<span class="vz-chip" title="${w.toFixed(3)}" style="background:${colour(w)}">${esc(t)}</span>`;
-  }).join("");
+  const w = k.keys.map((_, c) => weight(state.kind, state.layer - 1, headIndex(), state.query, c)), most = Math.max(...w);
+  const chips = k.keys.map((t, c) => `<span class="vz-chip" title="${w[c].toFixed(3)}" ` +
+    `style="background:${colour(w[c], most)}">${esc(t)}</span>`).join("");
   return `<div class="vz-strip" id="vz-strip"><b>${esc(k.queries[state.query])}</b> attends to: ${chips}</div>`;
 }
 
 function modelView() {
   const [L, H] = state.data.kinds[state.kind].shape;
-  let grid = `<div class="vz-grid" style="grid-template-columns: repeat(${H}, auto)">`;
+  let grid = `<div class="vz-grid" style="grid-template-columns: repeat(${H}, 80px)">`;
   for (let l = 0; l < L; l++) for (let h = 0; h < H; h++) {
     grid += `<figure class="vz-thumb" data-layer="${l + 1}" data-head="${h + 1}"><canvas width="72" height="72"></canvas>` +
       `<figcaption>L${l + 1} H${h + 1}</figcaption></figure>`;
@@ -83,8 +85,10 @@ function paintThumbs() {
   element.querySelectorAll(".vz-thumb").forEach((fig) => {
     const ctx = fig.querySelector("canvas").getContext("2d"), w = 72 / K, h = 72 / Q;
     const layer = Number(fig.dataset.layer) - 1, head = Number(fig.dataset.head) - 1;
+    let most = 0;
+    for (let q = 0; q < Q; q++) for (let c = 0; c < K; c++) most = Math.max(most, weight(state.kind, layer, head, q, c));
     for (let q = 0; q < Q; q++) for (let c = 0; c < K; c++) {
-      ctx.fillStyle = colour(weight(state.kind, layer, head, q, c));
+      ctx.fillStyle = colour(weight(state.kind, layer, head, q, c), most);
       ctx.fillRect(c * w, q * h, Math.ceil(w), Math.ceil(h));
     }
   });
