@@ -1,21 +1,10 @@
-"""What the Space's page does, without the page: what the model is, the checks of a text and of the decoding settings,
-translation with the paper's decoding, and every attention weight of it, packed for the page's own script and as
-numbers for the API. `vaswani_hf.space` puts these behind a Gradio page; they need no web framework, so tests call
-them.
-
-Translation is `vaswani_hf.inference.translate`, i.e. `model.generate` with the model's generation config (Section 6.1:
-beam search, GNMT's length penalty ((5 + |Y|) / 6) ** alpha, output length <= input length + 50), with the page's beam
-size and alpha. Its attention weights come from `vaswani_hf.visualize.collect_attentions` (one teacher-forced pass
-over source and translation with `output_attentions=True`): encoder self-, decoder self- and encoder-decoder attention
-(Section 3.2.3), every layer and head. `attention_payload` packs them all for the page, which draws them itself, so
-that a change of view costs the server nothing; `attention_numbers` gives one view as numbers (the `/attention` API).
-
-A page cannot refuse input with an exit status, so every expected refusal is a `UsageError` (or the declarations'
-`SettingError`) whose message the page shows: empty text, more than `MAX_CHARACTERS` characters, text whose letters
-are mostly characters the model never saw (the tokenizer's vocabulary says which it knows), a source longer than the
-page's limit, decoding settings outside the page's views of their declarations (`PAGE_SETTINGS`). Text that looks like
-another language than the model's source language is translated, with a warning (`language_warning`; it needs the
-optional py3langid, the `space` extra).
+"""What the Space's page does, without the page (tests call these): what the model is (`read_facts`), the checks of a
+text and of the decoding settings, translation with the paper's decoding (`vaswani_hf.inference.translate`, Section
+6.1), and every attention weight of it (`vaswani_hf.visualize.collect_attentions`: encoder self-, decoder self- and
+encoder-decoder attention, Section 3.2.3), packed for the page's own script (`attention_payload`) or one view as
+numbers for the API (`attention_numbers`). Every expected refusal is a `UsageError` (or the declarations'
+`SettingError`) whose one sentence the page shows; text in another language than the model's source language is
+translated with a warning (`language_warning`, with the optional py3langid of the `space` extra).
 """
 
 from __future__ import annotations
