@@ -174,7 +174,7 @@ def build_demo(space: logic.SpaceModel):
         inputs = [source, num_beams, length_penalty, view]
         examples.load_input_event.then(translate_, inputs, outputs, api_visibility="private")
         source.submit(translate_, inputs, outputs, api_visibility="private")
-        source.input(lambda: "", None, view, api_visibility="private", queue=False)  # typed text: the viewer's view
+        source.input(None, None, view, js="() => ''")  # typed text keeps the viewer's view (in the browser)
         _usage(gr)
         if facts.card_text:  # a model folder's card, in the page (no address to link to)
             with gr.Accordion("Model card", open=False, elem_id="card"):
