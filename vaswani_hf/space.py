@@ -187,7 +187,8 @@ def build_demo(space: logic.SpaceModel):
 def _usage(gr) -> None:
     """The page's code snippet (as the Hub widget offers one): the API through gradio_client."""
     with gr.Accordion("Use it from Python (gradio_client)", open=False):
-        gr.Markdown(logic.API_EXAMPLE)
+        gr.Markdown(f"{logic.API_EXAMPLE}\nRequests wait in one queue and run {QUEUE_CONCURRENCY} at a time; "
+                    "a bad value is answered with one sentence.")
 
 
 def resolve_model(argument: str | None, default: str | None = None) -> str:
