@@ -70,13 +70,10 @@ def renamed_cache_argument(forward: Callable) -> Callable:
 
 
 def sinusoid_table(num_positions: int, d_model: int, layout: str = "interleaved") -> torch.Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)) (Section 3.5).
-
-    layout "interleaved" is the paper's formula (sin on even, cos on odd dimensions); "concatenated" puts the
-    d_model/2 sines first and the cosines after them, as tensor2tensor, fairseq and Marian do. Both use the paper's
-    frequencies (t2t and fairseq divide by d_model/2 - 1 instead of d_model/2; Marian uses the paper's).
-    Returns (num_positions, d_model) in float32.
-    """
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)) (Section 3.5), as
+    (num_positions, d_model) float32. layout "interleaved" is the paper's formula (sin on even, cos on odd dimensions);
+    "concatenated" puts the d_model/2 sines first, as tensor2tensor, fairseq and Marian do. Both use the paper's
+    frequencies (t2t and fairseq divide by d_model/2 - 1 instead of d_model/2; Marian uses the paper's)."""
     position = torch.arange(num_positions, dtype=torch.float64).unsqueeze(1)  # (P, 1)
     inv_freq = torch.pow(10000.0, -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (D/2,)
     angles = position * inv_freq  # (P, D/2)
@@ -90,34 +87,23 @@ def sinusoid_table(num_positions: int, d_model: int, layout: str = "interleaved"
 
 
 class VaswaniSinusoidalPositionalEncoding(nn.Module):
-    """Fixed sinusoids (Section 3.5). Not a parameter and not saved; grown on demand for longer inputs, and rebuilt
-    after every move (`_apply`), since no checkpoint restores it."""
+    """Fixed sinusoids (Section 3.5), computed once per device and grown on demand for longer inputs; held outside the
+    module's state, so that no checkpoint, move or materialisation (`to_empty`, as accelerate does) leaves it stale."""
 
     def __init__(self, config: VaswaniConfig):
         super().__init__()
-        self.d_model = config.d_model
-        self.layout = config.sinusoid_layout
-        table = sinusoid_table(config.max_position_embeddings, config.d_model, config.sinusoid_layout)
-        self.register_buffer("table", table, persistent=False)
+        self.size, self.layout = [config.max_position_embeddings, config.d_model], config.sinusoid_layout
+        self.tables = {}  # device -> (positions, d_model) float32
 
     def forward(self, position_ids: torch.Tensor, num_positions: int | None = None) -> torch.Tensor:
-        """position_ids: (T,) or (B, T) -> (..., D). `num_positions` (max id + 1), when the caller knows it, saves
-        reading the ids back from the device at every decoding step."""
-        needed = num_positions
-        if needed is None:
-            needed = int(position_ids.max()) + 1 if position_ids.numel() else 0
-        if needed > self.table.shape[0]:  # extrapolate to lengths unseen in training, as the paper allows
-            self.table = sinusoid_table(needed, self.d_model, self.layout).to(self.table.device)
-        return self.table[position_ids]
-
-    def _apply(self, fn, recurse=True):
-        """Every `to`, `half`, `to_empty` goes through here: rebuild the table where it lands (a function of its shape,
-        in its dtype). `to("meta")` then `to_empty` (how accelerate and FSDP materialise a model) would otherwise leave
-        uninitialised memory that no `load_state_dict` overwrites."""
-        super()._apply(fn, recurse)
-        if not self.table.is_meta:
-            self.table = sinusoid_table(self.table.shape[0], self.d_model, self.layout).to(self.table)
-        return self
+        """position_ids: (T,) or (B, T) -> (..., D); `num_positions` (max id + 1), if known, saves a device read."""
+        needed = num_positions if num_positions is not None else (
+            int(position_ids.max()) + 1 if position_ids.numel() else 0)
+        device, table = position_ids.device, self.tables.get(position_ids.device)
+        if table is None or needed > table.shape[0]:  # extrapolate to lengths unseen in training, as the paper allows
+            self.size[0] = max(self.size[0], needed)
+            table = self.tables[device] = sinusoid_table(*self.size, self.layout).to(device)
+        return table[position_ids]
 
 
 class VaswaniLearnedPositionalEmbedding(nn.Embedding):
@@ -431,13 +417,9 @@ class VaswaniPreTrainedModel(PreTrainedModel):
         elif isinstance(module, nn.LayerNorm):
             init.ones_(module.weight)
             init.zeros_(module.bias)
-        elif isinstance(module, VaswaniSinusoidalPositionalEncoding):
-            init.copy_(module.table, sinusoid_table(module.table.shape[0], module.d_model, module.layout))
 
     def _apply(self, fn, recurse=True):
-        """Tie the shared embeddings (Section 3.4) again before a move when a loader broke the tie: accelerate's
-        `init_empty_weights` re-creates every parameter assigned to a module, so `__init__` ties nothing, and
-        `load_checkpoint_and_dispatch` fills only the saved `model.shared.weight`; its `model.to(device)` lands here."""
+        """Tie the shared embeddings (Section 3.4) again if accelerate's `init_empty_weights` left some on meta."""
         pairs = getattr(self, "all_tied_weights_keys", None) or {}
         missing = {name for pair in pairs.items() for name in pair if self.get_parameter(name).is_meta}
         if missing and any(name not in missing for pair in pairs.items() for name in pair):
