@@ -170,6 +170,22 @@ def test_an_examples_view_is_the_papers_and_fits_the_model(space):
     assert "its" in logic.EXAMPLES[1][0] and logic.EXAMPLES[1][1]["token"] == "its"
 
 
+@pytest.mark.parametrize("view, shown", [
+    ("not json", None), ('["encoder"]', None), ('{"kind": ["x"]}', None), ('{"kind": "self"}', None),
+    ('{"kind": "cross", "layer": "abc", "head": 99, "token": 5}', {"kind": "cross", "layer": 1, "head": "all",
+                                                                  "query": None}),
+    ('{"kind": "decoder", "layer": 9, "head": 3}', {"kind": "decoder", "layer": 2, "head": 3, "query": None}),
+])
+def test_a_view_the_page_did_not_write_is_ignored_or_clamped(space, view, shown):
+    """The hidden box holds an example's view; whatever a browser sends there, the page translates."""
+    import json
+
+    from vaswani_hf import space as page
+
+    translation, _, payload = page.on_translate(space, SENTENCE, 1, 0.6, view)
+    assert translation and json.loads(payload).get("view") == shown
+
+
 def test_the_api_gives_one_view_as_numbers_with_its_tokens(space):
     attn = logic.translate_text(space, SENTENCE, 2, 0.6).attentions
     one = logic.attention_numbers(space, attn, "cross", 2, "3")

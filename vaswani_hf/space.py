@@ -112,7 +112,11 @@ def on_translate(space: logic.SpaceModel, text, num_beams, length_penalty, view=
               f"tokens; beam size {result.num_beams}{penalty}.")
     if result.warning:
         status = f"**⚠ {result.warning}** {status}"
-    payload = logic.attention_payload(space, result.attentions, json.loads(view) if view else None)
+    try:
+        chosen = json.loads(view) if view else None  # an example's view, from the page's hidden box
+    except ValueError:
+        chosen = None
+    payload = logic.attention_payload(space, result.attentions, chosen if isinstance(chosen, dict) else None)
     return result.text, status, json.dumps(payload, separators=(",", ":"))
 
 
@@ -174,7 +178,7 @@ def build_demo(space: logic.SpaceModel):
         inputs = [source, num_beams, length_penalty, view]
         examples.load_input_event.then(translate_, inputs, outputs, api_visibility="private")
         source.submit(translate_, inputs, outputs, api_visibility="private")
-        source.input(None, None, view, js="() => ''")  # typed text keeps the viewer's view (in the browser)
+        source.input(None, None, view, js="() => ''")  # typing forgets the example's view, in the browser
         _usage(gr)
         if facts.card_text:  # a model folder's card, in the page (no address to link to)
             with gr.Accordion("Model card", open=False, elem_id="card"):

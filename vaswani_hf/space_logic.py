@@ -307,7 +307,7 @@ def _too_long(message: str) -> str:
 
 def word_index(tokens: list[str], word: str | None) -> int | None:
     """The index of the first subword of `word` (case-insensitive) among token labels, or None."""
-    if not word:
+    if not isinstance(word, str) or not word:
         return None
     starts = [i for i, t in enumerate(tokens) if t.startswith(WORD_START) or i == 0] + [len(tokens)]
     for start, end in zip(starts, starts[1:]):
@@ -332,11 +332,14 @@ def attention_payload(space: SpaceModel, attentions: Attentions, view: dict | No
         kinds[kind] = {"title": KIND_TITLES[kind], "queries": queries, "keys": keys,
                        "shape": list(weights.shape), "data": _packed(weights)}
     payload = {"kinds": kinds, "heads": space.heads}
-    if view:
-        kind = view.get("kind", "encoder")
+    if view and isinstance(view.get("kind"), str) and view["kind"] in kinds:
+        kind = view["kind"]
         queries = kinds[kind]["queries"]
-        payload["view"] = {"kind": kind, "layer": min(int(view.get("layer", 1)), space.layers[kind]),
-                           "head": view.get("head", ALL_HEADS), "query": word_index(queries, view.get("token"))}
+        layer = max(1, min(_whole_number(view.get("layer")) or 1, space.layers[kind]))
+        head = _whole_number(view.get("head"))
+        payload["view"] = {"kind": kind, "layer": layer,
+                           "head": head if head in range(1, space.heads + 1) else ALL_HEADS,
+                           "query": word_index(queries, view.get("token"))}
     return payload
 
 
