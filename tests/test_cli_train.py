@@ -309,7 +309,7 @@ def _(t, a):
 
 @case("ctrl-c")
 def _(t, a):
-    return Call(train_argv(t, a, check=False), 130, ("interrupted",), interrupt="vaswani_hf.training.run.run_training")
+    return Call(train_argv(t, a, check=False), 130, ("interrupted",), interrupt="vaswani_hf.cli.train.run_training")
 
 
 @pytest.mark.parametrize("tool, build", case.params)

@@ -11,21 +11,13 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import yaml
-
+from ..hub import save_hub_folder
 from ..io import to_json, write_lines
-
-if TYPE_CHECKING:
-    from .plan import RunPlan
+from .plan import RunPlan
 
 logger = logging.getLogger(__name__)
-
-
-def recipe_yaml(recipe: Mapping[str, Any]) -> str:
-    """The full recipe as YAML (every key, defaults included)."""
-    return yaml.safe_dump(dict(recipe), sort_keys=False)
 
 
 def write_hypotheses(path: str | os.PathLike, tokenizer, predictions) -> None:
@@ -112,8 +104,8 @@ def card_inputs(plan: RunPlan, metrics: Mapping[str, Any], signatures: Mapping[s
         if isinstance(v, (int, float)) and math.isfinite(v):
             scores[name] = {"score": float(v), "signature": (signatures or {}).get(metric)}
     info: dict[str, Any] = {"source_lang": data.src_lang, "target_lang": data.tgt_lang}
-    if scores and plan.sources.get("test") is not None:
-        info["eval_dataset"] = plan.sources["test"].describe()
+    if scores and plan.data.sources.get("test") is not None:
+        info["eval_dataset"] = plan.data.sources["test"].describe()
     facts = {
         "dataset_name": plan.export.dataset_name,
         "steps": metrics.get("global_step"),
@@ -123,7 +115,7 @@ def card_inputs(plan: RunPlan, metrics: Mapping[str, Any], signatures: Mapping[s
                        + (f" x {schedule.lr_multiplier}" if schedule.lr_multiplier != 1.0 else ""),
         "warmup_steps": schedule.warmup_steps,
         "dropout": plan.model.settings["dropout"],
-        "label_smoothing": plan.label_smoothing,
+        "label_smoothing": plan.model.label_smoothing,
         "checkpoint_averaging": (f"last {len(metrics['averaged_checkpoints'])} checkpoints"
                                  if metrics.get("averaged_checkpoints") else "none"),
         "training_time": (f"{metrics['train_seconds'] / 60:.1f} min on {metrics.get('world_size', 1)} process(es)"
@@ -147,16 +139,13 @@ def distributed_strategy(metrics: Mapping[str, Any]) -> str | None:
 
 def export_hub_folder(model, tokenizer, plan: RunPlan, metrics: Mapping[str, Any] | None = None, *,
                       history: Sequence[dict] | None = None, signatures: Mapping[str, str] | None = None) -> Path:
-    """Write the run's Hub-ready folder (`plan.export_dir`): `vaswani_hf.hub.save_hub_folder` (weights, config with
-    auto_map, code, tokenizer, the paper's generation config, translation pipeline, endpoint handler, model card with
-    the run's real test scores) plus `training_metrics.json`, `recipe.yaml` and the PNG plots. The folder appears
+    """Write the run's Hub-ready folder (`plan.export.export_dir`): `vaswani_hf.hub.save_hub_folder` (weights, config
+    with auto_map, code, tokenizer, the paper's generation config, translation pipeline, endpoint handler, model card
+    with the run's real test scores) plus `training_metrics.json`, `recipe.yaml` and the PNG plots. The folder appears
     whole (written beside, then renamed); it replaces only this run's own earlier export (the plan checked it)."""
-    from ..hub import save_hub_folder
-
     metrics = dict(metrics or {})
     scores, info = card_inputs(plan, metrics, signatures)
-    extra = {"training_metrics.json": to_json(metrics),
-             "recipe.yaml": plan.export.recipe_text}
-    return save_hub_folder(model, tokenizer, plan.export_dir, scores=scores, training_info=info, extra_files=extra,
-                           write_extra=(lambda folder: plot_history(history, folder)) if history else None,
-                           overwrite=True, own=True)
+    extra = {"training_metrics.json": to_json(metrics), "recipe.yaml": plan.export.recipe_text}
+    return save_hub_folder(model, tokenizer, plan.export.export_dir, scores=scores, training_info=info,
+                           extra_files=extra, overwrite=True, own=True,
+                           write_extra=(lambda folder: plot_history(history, folder)) if history else None)
