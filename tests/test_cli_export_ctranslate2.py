@@ -6,12 +6,19 @@ bad --max_positions, Ctrl-C. What each case asserts, and the shared assets: cli_
 from __future__ import annotations
 
 import pytest
-from cli_contract import Call, Cases, copy, earlier_output, model_classes, run_case, write
+from cli_contract import PAGE, Call, Cases, PathCase, Writer, copy, earlier_output, model_classes, run_case, write
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-case = Cases("export_ctranslate2")
+case = Cases(
+    "export_ctranslate2", refused=lambda t: ["--model_dir", t / "absent", "--out_dir", t / "ct2"],
+    run=lambda a, t: ["--model_dir", a.model, "--out_dir", t / "ct2"],
+    paths=[PathCase("export_ctranslate2", lambda f, a: {"--model_dir": copy(a.model, f / "model"),
+                                                        "--tokenizer": copy(a.model, f / "tokenizer")},
+                    lambda i, o, w: ["--model_dir", i["--model_dir"], "--tokenizer", i["--tokenizer"], "--out_dir", o,
+                                     *["--overwrite"][:w]], "--out_dir", roles=("--model_dir", "--tokenizer"))],
+    writers=[Writer("export_ctranslate2", None, "--out_dir", 16 * PAGE)])
 
 
 model_classes(case, "--model_dir", lambda t, a, m: ["--model_dir", m, "--out_dir", t / "ct2"])

@@ -8,12 +8,17 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_contract import Call, Cases, copy, earlier_output, model_classes, run_case, write
+from cli_contract import PAGE, Call, Cases, PathCase, Writer, copy, earlier_output, model_classes, run_case, write
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-case = Cases("export_marian")
+case = Cases(
+    "export_marian", refused=lambda t: ["--model_dir", t / "absent", "--out", t / "marian"],
+    run=lambda a, t: ["--model_dir", a.model, "--out", t / "marian"],
+    paths=[PathCase("export_marian", lambda f, a: {"--model_dir": copy(a.model, f / "model")},
+                    lambda i, o, w: ["--model_dir", i["--model_dir"], "--out", o, *["--overwrite"][:w]], "--out")],
+    writers=[Writer("export_marian", None, "--out", 16 * PAGE)])
 
 
 model_classes(case, "--model_dir", lambda t, a, m: ["--model_dir", m, "--out", t / "marian"])

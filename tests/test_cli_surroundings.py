@@ -25,8 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_contract import GERMAN, LINES, TOOLS, TRANSLATE_OPTIONS, changes, run_main, snapshot
-from hub_helpers import REPO_ID
+from cli_contract import GERMAN, LINES, TOOLS, TRANSLATE_OPTIONS, changes, every_tool, run_main, snapshot
 from test_cli_os_conditions import assert_one_error_line, console_script
 
 pytest_plugins = ["cli_assets"]
@@ -37,19 +36,9 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 # The process's surroundings, for every command
 # ---------------------------------------------------------------------------------------------------------------------
 
-RUNS = {  # a command line each tool would run to completion: what refuses it below is the surroundings
-    "train": lambda a, t: ["--recipe", a.recipe, "--data_dir", a.corpus, "--output_dir", t / "run"],
-    "translate": lambda a, t: [a.plain, "--model", a.model, *TRANSLATE_OPTIONS, "--output", t / "out.txt"],
-    "evaluate": lambda a, t: ["--hypotheses", a.plain, "--references", a.plain, "--out", t / "scores.json"],
-    "train_tokenizer": lambda a, t: ["--files", a.plain, "--vocab_size", "300", "--out_dir", t / "tok"],
-    "average_checkpoints": lambda a, t: ["--checkpoints", a.run / "checkpoint-2", a.run / "checkpoint-4", "--out",
-                                        t / "avg"],
-    "export_marian": lambda a, t: ["--model_dir", a.model, "--out", t / "marian"],
-    "export_ctranslate2": lambda a, t: ["--model_dir", a.model, "--out_dir", t / "ct2"],
-    "visualize_attention": lambda a, t: ["--model_dir", a.model, "--source", LINES[0], "--device", "cpu", "--out",
-                                        t / "vis"],
-    "push_to_hub": lambda a, t: ["--model_dir", a.model, "--repo_id", REPO_ID, "--dry_run"],
-}
+# A command line each tool would run to completion (its test file's `Cases.run`): what refuses it below is the
+# surroundings.
+RUNS = {tool: case.run for tool, case in every_tool().items()}
 BAD_LAUNCHES = {  # the launcher's variables -> what the one line names
     "RANK=abc": ({"RANK": "abc"}, ("RANK='abc'", "whole number >= 0")),
     "RANK=empty": ({"RANK": ""}, ("RANK=''",)),
@@ -59,10 +48,6 @@ BAD_LAUNCHES = {  # the launcher's variables -> what the one line names
     "MASTER_PORT=99999": ({"MASTER_PORT": "99999"}, ("MASTER_PORT='99999'", "from 1 to 65535")),
     "RANK=2-of-2": ({"RANK": "2", "WORLD_SIZE": "2"}, ("RANK=2 is not below WORLD_SIZE=2",)),
 }
-
-
-def test_every_command_is_in_the_table():
-    assert set(RUNS) == set(TOOLS)
 
 
 def refused_before_any_work(tool: str, argv: list, roots: list[Path], capfd, code: int, *fragments: str,

@@ -10,7 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_contract import BOM, GERMAN, LATIN1, LINES, Call, Cases, copy, run_case, run_main, stdout_has, write
+from cli_contract import (BOM, GERMAN, LATIN1, LINES, PAGE, Call, Cases, PathCase, Writer, copy, run_case, run_main,
+                          stdout_has, write)
 from cli_helpers import truncate
 
 from vaswani_hf.io import check_safetensors
@@ -18,7 +19,30 @@ from vaswani_hf.io import check_safetensors
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-case = Cases("train")
+
+def _path_inputs(f: Path, a) -> dict[str, Path]:
+    corpus = copy(a.corpus, f / "corpus")
+    return {"corpus (en)": corpus / "train.en", "corpus (de)": corpus / "train.de",
+            "tokenizer_path": copy(a.model, f / "tokenizer"),
+            "--recipe": copy(a.recipe, f / "recipes" / "recipe.yaml")}  # as a run folder keeps it
+
+
+def _path_argv(i: dict[str, Path], *outputs) -> list:
+    return ["--recipe", i["--recipe"], "--data_dir", i["corpus (en)"].parent, "--tokenizer_path", i["tokenizer_path"],
+            *outputs]
+
+
+_ROLES = dict(roles=("corpus (en)", "corpus (de)", "tokenizer_path", "--recipe"),
+              derived=("corpus (en)", "corpus (de)"))  # the corpus files are found in --data_dir
+case = Cases(
+    "train", refused=lambda t: ["--recipe", t / "absent.yaml", "--check"],
+    run=lambda a, t: ["--recipe", a.recipe, "--data_dir", a.corpus, "--output_dir", t / "run"],
+    paths=[PathCase("train-output_dir", _path_inputs,
+                    lambda i, o, w: _path_argv(i, "--output_dir", o, *["--overwrite"][:w]), "output_dir", **_ROLES),
+           PathCase("train-export_dir", _path_inputs,
+                    lambda i, o, w: _path_argv(i, "--output_dir", i["tokenizer_path"].parent / "fresh-run",
+                                               "--export_dir", o, *["--overwrite"][:w]), "export_dir", **_ROLES)],
+    writers=[Writer("train", None, "output_dir", 64 * PAGE)])
 
 
 def train_argv(t, a, *extra, corpus=None, check=True):

@@ -6,12 +6,19 @@ target, a bad --alignment, Ctrl-C. What each case asserts, and the shared assets
 from __future__ import annotations
 
 import pytest
-from cli_contract import GERMAN, LINES, LONG, Call, Cases, copy, earlier_output, model_classes, run_case, write
+from cli_contract import (GERMAN, LINES, LONG, PAGE, Call, Cases, PathCase, Writer, copy, earlier_output, model_classes,
+                          run_case, write)
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-case = Cases("visualize_attention")
+case = Cases(
+    "visualize_attention", refused=lambda t: ["--model_dir", t / "absent", "--source", "a", "--out", t / "vis"],
+    run=lambda a, t: ["--model_dir", a.model, "--source", LINES[0], "--device", "cpu", "--out", t / "vis"],
+    paths=[PathCase("visualize_attention", lambda f, a: {"--model_dir": copy(a.model, f / "model")},
+                    lambda i, o, w: ["--model_dir", i["--model_dir"], "--source", "a man", "--device", "cpu", "--out",
+                                     o, *["--overwrite"][:w]], "--out")],
+    writers=[Writer("visualize_attention", None, "--out", 16 * PAGE)])
 
 
 def visualize_argv(t, model, source=LINES[0], *extra):
