@@ -1,23 +1,19 @@
 """The command-line contract's parts that every tool shares: each tool has its battery of cases
-(tests/test_cli_<tool>.py); `--debug` and VASWANI_DEBUG=1 let an error or Ctrl-C through with its traceback; each
-`scripts/` wrapper and console entry point is the tool's `main`, and in a fresh interpreter an error is still one
-stderr line, after everything the libraries print while loading a model.
+(tests/test_cli_<tool>.py); `--debug` and VASWANI_DEBUG=1 let an error or Ctrl-C through with its traceback; in a
+fresh interpreter (a `scripts/` wrapper, a console entry point: each is the tool's `main`, tests/test_cli_registry.py)
+an error is still one stderr line, after everything the libraries print while loading a model.
 """
 
 from __future__ import annotations
 
-import ast
-import importlib
 import os
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
 from cli_contract import GERMAN, LATIN1, LINES, LONG, TOOLS, every_tool, interrupted, run_main, snapshot, write
-from cli_helpers import REPO, run_script
-from hub_helpers import REPO_ID
+from cli_helpers import run_script
 
 from vaswani_hf.io import UsageError
 
