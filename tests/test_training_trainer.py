@@ -19,12 +19,9 @@ from torch.utils.data import DataLoader
 from transformers.modeling_outputs import Seq2SeqLMOutput
 
 from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
-from vaswani_hf.data import (
-    Seq2SeqCollator,
-    TokenBatchSampler,
-    load_moses,
-    prepare_dataset,
-)
+from vaswani_hf.data.batching import Seq2SeqCollator, TokenBatchSampler
+from vaswani_hf.data.corpora import load_moses
+from vaswani_hf.data.preprocessing import prepare_dataset
 from vaswani_hf.training.trainer import VaswaniTrainer, unshard_prepared_loader
 
 
