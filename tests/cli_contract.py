@@ -281,6 +281,21 @@ def model_classes(case: Cases, flag: str, argv: Callable[[Path, Assets, Path], l
         return Call(argv(t, a, folder), 2, (str(folder), "no tokenizer.json"))
 
 
+def model_output_classes(case: Cases, flag: str, argv: Callable[[Path, Path], list]):
+    """An output folder that is a file, or the model folder itself (with --overwrite), for a tool that reads a model
+    folder and writes the folder `flag`: `argv(model, out)` is its command line."""
+
+    @case("out-is-a-file")
+    def _(t, a):
+        out = write(t / "out", "x")
+        return Call(argv(a.model, out), 2, (flag, str(out), "is a file"))
+
+    @case("out-is-the-model-dir-overwrite")
+    def _(t, a):
+        folder = copy(a.model, t / "model")
+        return Call([*argv(folder, folder), "--overwrite"], 2, (flag, str(folder), "is --model_dir"))
+
+
 def run_case(tool: str, build, tmp_path: Path, assets: Assets, capfd, monkeypatch) -> None:
     """Build the case in `tmp_path`, run the tool, and assert the contract (see the module docstring)."""
     monkeypatch.chdir(tmp_path)  # anything written to the current folder is caught too

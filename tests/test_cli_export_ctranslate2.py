@@ -6,7 +6,8 @@ bad --max_positions, Ctrl-C. What each case asserts, and the shared assets: cli_
 from __future__ import annotations
 
 import pytest
-from cli_contract import PAGE, Call, Cases, PathCase, Writer, copy, earlier_output, model_classes, run_case, write
+from cli_contract import (PAGE, Call, Cases, PathCase, Writer, copy, earlier_output, model_classes, model_output_classes,
+                          run_case, write)
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -22,6 +23,7 @@ case = Cases(
 
 
 model_classes(case, "--model_dir", lambda t, a, m: ["--model_dir", m, "--out_dir", t / "ct2"])
+model_output_classes(case, "--out_dir", lambda model, out: ["--model_dir", model, "--out_dir", out])
 
 
 @case("tokenizer-folder-without-tokenizer-json")
@@ -60,18 +62,6 @@ def _(t, a):
 def _(t, a):
     folder = copy(a.model, t / "model")
     return Call(["--model_dir", folder, "--out_dir", folder / "ct2"], 2, ("--out_dir", "lies inside --model_dir"))
-
-
-@case("out-dir-is-a-file")
-def _(t, a):
-    return Call(["--model_dir", a.model, "--out_dir", write(t / "ct2", "x")], 2,
-                ("--out_dir", str(t / "ct2"), "is a file"))
-
-
-@case("out-dir-is-the-model-dir-overwrite")
-def _(t, a):
-    folder = copy(a.model, t / "model")
-    return Call(["--model_dir", folder, "--out_dir", folder, "--overwrite"], 2, ("--out_dir", str(folder)))
 
 
 @case("max-positions-0")

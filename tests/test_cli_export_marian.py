@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_contract import PAGE, Call, Cases, PathCase, Writer, copy, earlier_output, model_classes, run_case, write
+from cli_contract import (PAGE, Call, Cases, PathCase, Writer, copy, earlier_output, model_classes, model_output_classes,
+                          run_case, write)
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -22,6 +23,7 @@ case = Cases(
 
 
 model_classes(case, "--model_dir", lambda t, a, m: ["--model_dir", m, "--out", t / "marian"])
+model_output_classes(case, "--out", lambda model, out: ["--model_dir", model, "--out", out])
 
 
 @case("out-exists")
@@ -41,18 +43,6 @@ def _(t, a):
         assert json.loads((t / "marian" / "config.json").read_text())["model_type"] == "marian"
     return Call(["--model_dir", a.model, "--out", t / "marian", "--overwrite"], 0, may_change=(t / "marian",),
                 check=check)
-
-
-@case("out-is-a-file")
-def _(t, a):
-    return Call(["--model_dir", a.model, "--out", write(t / "marian", "x")], 2,
-                ("--out", str(t / "marian"), "is a file"))
-
-
-@case("out-is-the-model-dir-overwrite")
-def _(t, a):
-    folder = copy(a.model, t / "model")
-    return Call(["--model_dir", folder, "--out", folder, "--overwrite"], 2, (str(folder), "is --model_dir"))
 
 
 @case("out-contains-the-model-dir-overwrite")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from cli_contract import (GERMAN, LINES, LONG, PAGE, Call, Cases, PathCase, Writer, copy, earlier_output, model_classes,
-                          run_case, write)
+                          model_output_classes, run_case, write)
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -27,6 +27,7 @@ def visualize_argv(t, model, source=LINES[0], *extra):
 
 
 model_classes(case, "--model_dir", lambda t, a, m: visualize_argv(t, m))
+model_output_classes(case, "--out", lambda model, out: ["--model_dir", model, "--source", LINES[0], "--out", out])
 
 
 @case("out-exists")
@@ -44,18 +45,6 @@ def _(t, a):
     def check(stdout, stderr):
         assert not (t / "vis" / "mine.txt").exists() and (t / "vis" / "diagnostics.txt").is_file()
     return Call(visualize_argv(t, a.model, LINES[0], "--overwrite"), 0, may_change=(t / "vis",), check=check)
-
-
-@case("out-is-the-model-dir-overwrite")
-def _(t, a):
-    folder = copy(a.model, t / "model")
-    return Call(["--model_dir", folder, "--source", LINES[0], "--out", folder, "--overwrite"], 2, ("--out", "is --model_dir"))
-
-
-@case("out-is-a-file")
-def _(t, a):
-    write(t / "vis", "x")
-    return Call(visualize_argv(t, a.model), 2, ("--out", str(t / "vis"), "is a file"))
 
 
 @case("empty-source")
