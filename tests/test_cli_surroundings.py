@@ -108,32 +108,24 @@ def test_a_refusal_with_standard_error_closed_writes_nothing(tool, assets, tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
-STDIN_READERS = {  # the commands reading standard input ("-")
-    "translate": lambda a, t: ["-", "--model", a.model, *TRANSLATE_OPTIONS, "--output", t / "out.txt"],
-    "evaluate": lambda a, t: ["--hypotheses", "-", "--references", a.plain],
-    "train_tokenizer": lambda a, t: ["--files", "-", "--vocab_size", "300", "--out_dir", t / "tok"],
-}
-STDOUT_WRITERS = {  # the commands writing to standard output
-    "translate": lambda a, t: [a.plain, "--model", a.model, *TRANSLATE_OPTIONS],
-    "evaluate": lambda a, t: ["--hypotheses", a.plain, "--references", a.plain],
+CLOSED_STREAM_USERS = {  # the commands reading standard input ("-") or writing to standard output
+    ("stdin", "translate"): lambda a, t: ["-", "--model", a.model, *TRANSLATE_OPTIONS, "--output", t / "out.txt"],
+    ("stdin", "evaluate"): lambda a, t: ["--hypotheses", "-", "--references", a.plain],
+    ("stdin", "train_tokenizer"): lambda a, t: ["--files", "-", "--vocab_size", "300", "--out_dir", t / "tok"],
+    ("stdout", "translate"): lambda a, t: [a.plain, "--model", a.model, *TRANSLATE_OPTIONS],
+    ("stdout", "evaluate"): lambda a, t: ["--hypotheses", a.plain, "--references", a.plain],
 }
 
 
-@pytest.mark.parametrize("tool", list(STDIN_READERS))
-def test_a_closed_standard_input_is_refused_by_its_readers(tool, assets, tmp_path, capfd, monkeypatch):
+@pytest.mark.parametrize("stream, tool", list(CLOSED_STREAM_USERS))
+def test_a_closed_standard_stream_is_refused_by_its_users(stream, tool, assets, tmp_path, capfd, monkeypatch):
+    """A closed standard input is bad input (2); a closed standard output is a failure of the run (1)."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "stdin", None)
-    refused_before_any_work(tool, STDIN_READERS[tool](assets, tmp_path), [assets.root, tmp_path], capfd, 2,
-                            "standard input is closed")
-    assert sys.stdin is None
-
-
-@pytest.mark.parametrize("tool", list(STDOUT_WRITERS))
-def test_a_closed_standard_output_is_refused_by_its_writers(tool, assets, tmp_path, capfd, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "stdout", None)
-    refused_before_any_work(tool, STDOUT_WRITERS[tool](assets, tmp_path), [assets.root, tmp_path], capfd, 1,
-                            "standard output is closed")
+    monkeypatch.setattr(sys, stream, None)
+    refused_before_any_work(tool, CLOSED_STREAM_USERS[stream, tool](assets, tmp_path), [assets.root, tmp_path],
+                            capfd, 2 if stream == "stdin" else 1,
+                            f"standard {'input' if stream == 'stdin' else 'output'} is closed")
+    assert getattr(sys, stream) is None
 
 
 def test_a_closed_standard_input_does_not_matter_to_a_command_reading_files(assets, tmp_path, monkeypatch):

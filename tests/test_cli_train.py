@@ -192,34 +192,16 @@ def _(t, a):
     return Call(["--recipe", t / "absent.yaml", "--check"], 2, ("recipe file not found", str(t / "absent.yaml")))
 
 
-@case("recipe-invalid-yaml")
-def _(t, a):
-    recipe = write(t / "r.yaml", "d_model: [32\n")
-    return Call(["--recipe", recipe, "--check"], 2, (str(recipe), "invalid YAML"))
-
-
-@case("recipe-unknown-key")
-def _(t, a):
-    recipe = write(t / "r.yaml", "d_modle: 32\n")
-    return Call(["--recipe", recipe, "--check"], 2, (str(recipe), "'d_modle'", "'d_model'"))
-
-
-@case("recipe-empty")
-def _(t, a):
-    recipe = write(t / "r.yaml", "")  # would silently train the code defaults (100k updates into outputs/run)
-    return Call(["--recipe", recipe, "--check"], 2, (str(recipe), "is empty", "--recipe default"))
-
-
-@case("recipe-comments-only")
-def _(t, a):
-    recipe = write(t / "r.yaml", "# my recipe\n\n")
-    return Call(["--recipe", recipe, "--check"], 2, (str(recipe), "is empty", "--recipe default"))
-
-
-@case("recipe-latin1")
-def _(t, a):
-    recipe = write(t / "r.yaml", b"description: caf\xe9\n")
-    return Call(["--recipe", recipe, "--check"], 2, (str(recipe),))
+BAD_RECIPES = {  # the recipe file's bytes -> what the one line names besides the file
+    "invalid-yaml": ("d_model: [32\n", ("invalid YAML",)),
+    "unknown-key": ("d_modle: 32\n", ("'d_modle'", "'d_model'")),
+    "empty": ("", ("is empty", "--recipe default")),  # would silently train the code defaults (100k updates)
+    "comments-only": ("# my recipe\n\n", ("is empty", "--recipe default")),
+    "latin1": (b"description: caf\xe9\n", ()),
+}
+for _name, (_text, _expected) in BAD_RECIPES.items():
+    case(f"recipe-{_name}")(lambda t, a, text=_text, expected=_expected: Call(
+        ["--recipe", write(t / "r.yaml", text), "--check"], 2, (str(t / "r.yaml"), *expected)))
 
 
 @case("unknown-flag")

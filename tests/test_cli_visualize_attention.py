@@ -62,28 +62,18 @@ def _(t, a):
     return Call(visualize_argv(t, a.learned, LINES[0], "--target", LONG), 2, ("--target", "32 positions"))
 
 
-@case("bad-alignment")
-def _(t, a):
-    return Call(visualize_argv(t, a.model, LINES[0], "--target", GERMAN[0], "--alignment", "0-0 1:1"), 2,
-                ("--alignment", "'1:1'"))
-
-
-@case("alignment-past-the-target")
-def _(t, a):
-    return Call(visualize_argv(t, a.model, LINES[0], "--target", "drei kleine Wörter", "--alignment", "0-0 9-99"), 2,
-                ("--alignment", "'9-99'", "target word 99", "--target has 3", f"--source has {len(LINES[0].split())}"))
-
-
-@case("alignment-past-the-source")
-def _(t, a):
-    return Call(visualize_argv(t, a.model, "zwei Wörter", "--target", "drei kleine Wörter", "--alignment", "2p1"), 2,
-                ("--alignment", "'2p1'", "source word 2", "--source has 2 words"))
-
-
-@case("alignment-of-whitespace-only")
-def _(t, a):
-    return Call(visualize_argv(t, a.model, LINES[0], "--target", GERMAN[0], "--alignment", "  "), 2,
-                ("--alignment", "empty"))
+BAD_ALIGNMENTS = {  # (--source, --target, --alignment) -> what the one line names
+    "bad-alignment": ((LINES[0], GERMAN[0], "0-0 1:1"), ("--alignment", "'1:1'")),
+    "alignment-past-the-target": ((LINES[0], "drei kleine Wörter", "0-0 9-99"),
+                                  ("--alignment", "'9-99'", "target word 99", "--target has 3",
+                                   f"--source has {len(LINES[0].split())}")),
+    "alignment-past-the-source": (("zwei Wörter", "drei kleine Wörter", "2p1"),
+                                  ("--alignment", "'2p1'", "source word 2", "--source has 2 words")),
+    "alignment-of-whitespace-only": ((LINES[0], GERMAN[0], "  "), ("--alignment", "empty")),
+}
+for _name, ((_source, _target, _alignment), _expected) in BAD_ALIGNMENTS.items():
+    case(_name)(lambda t, a, s=_source, g=_target, al=_alignment, expected=_expected: Call(
+        visualize_argv(t, a.model, s, "--target", g, "--alignment", al), 2, expected))
 
 
 @case("ctrl-c")
