@@ -239,6 +239,13 @@ class Cases:
         self.writers = [dataclasses.replace(w, tool=self.tool, argv=w.argv or (lambda a, t, disk: run(a, disk)))
                         for w in self.writers]
 
+    def contract_test(self):
+        """The test that runs every case of the tool (assigned to `test_cli_contract` at the end of its file)."""
+        @pytest.mark.parametrize("tool, build", self.params)
+        def test_cli_contract(tool, build, tmp_path, assets, capfd, monkeypatch):
+            run_case(tool, build, tmp_path, assets, capfd, monkeypatch)
+        return test_cli_contract
+
     def __call__(self, name: str, *marks):
         def register(build):
             self.params.append(pytest.param(self.tool, build, id=f"{self.tool}-{name}", marks=marks))

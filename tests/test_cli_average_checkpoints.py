@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_contract import PAGE, Assets, Call, Cases, PathCase, Writer, copy, earlier_output, run_case, write
+from cli_contract import PAGE, Assets, Call, Cases, PathCase, Writer, copy, earlier_output, write
 from cli_helpers import truncate
 
 from vaswani_hf.io import UsageError, check_safetensors
@@ -288,6 +288,4 @@ def _(t, a):
                 interrupt="safetensors.torch.save_file")  # inside the atomically written folder
 
 
-@pytest.mark.parametrize("tool, build", case.params)
-def test_cli_contract(tool, build, tmp_path, assets, capfd, monkeypatch):
-    run_case(tool, build, tmp_path, assets, capfd, monkeypatch)
+test_cli_contract = case.contract_test()  # every case above

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from cli_contract import (BOM, GERMAN, LATIN1, LINES, LONG, PAGE, Call, Cases, PathCase, Writer, copy, many_lines,
-                          model_classes, run_case, translated, write)
+                          model_classes, translated, write)
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -209,6 +209,4 @@ def _(t, a):
                 ("interrupted",), interrupt="vaswani_hf.evaluation.compute_all")
 
 
-@pytest.mark.parametrize("tool, build", case.params)
-def test_cli_contract(tool, build, tmp_path, assets, capfd, monkeypatch):
-    run_case(tool, build, tmp_path, assets, capfd, monkeypatch)
+test_cli_contract = case.contract_test()  # every case above

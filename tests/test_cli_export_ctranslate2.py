@@ -6,8 +6,8 @@ bad --max_positions, Ctrl-C. What each case asserts, and the shared assets: cli_
 from __future__ import annotations
 
 import pytest
-from cli_contract import (PAGE, Call, Cases, PathCase, Writer, copy, earlier_output, model_classes, model_output_classes,
-                          run_case, write)
+from cli_contract import (PAGE, Call, Cases, PathCase, Writer, copy, earlier_output, model_classes,
+                          model_output_classes, write)
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -75,6 +75,4 @@ def _(t, a):
                 interrupt="vaswani_hf.export.ctranslate2_spec._metadata")  # inside the atomically written folder
 
 
-@pytest.mark.parametrize("tool, build", case.params)
-def test_cli_contract(tool, build, tmp_path, assets, capfd, monkeypatch):
-    run_case(tool, build, tmp_path, assets, capfd, monkeypatch)
+test_cli_contract = case.contract_test()  # every case above

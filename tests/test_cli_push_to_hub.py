@@ -6,7 +6,7 @@ What each case asserts, and the shared assets: cli_contract.py.
 from __future__ import annotations
 
 import pytest
-from cli_contract import Call, Cases, PathCase, copy, model_classes, run_case, stdout_has
+from cli_contract import Call, Cases, PathCase, copy, model_classes, stdout_has
 from hub_helpers import REPO_ID
 
 TOKEN = "hf_contractTEST_0123456789abcdefSECRET"
@@ -66,6 +66,4 @@ def _(t, a):
                 env={"HF_TOKEN": TOKEN})
 
 
-@pytest.mark.parametrize("tool, build", case.params)
-def test_cli_contract(tool, build, tmp_path, assets, capfd, monkeypatch):
-    run_case(tool, build, tmp_path, assets, capfd, monkeypatch)
+test_cli_contract = case.contract_test()  # every case above

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_contract import (BOM, GERMAN, LATIN1, LINES, PAGE, Call, Cases, PathCase, Writer, copy, run_case, run_main,
+from cli_contract import (BOM, GERMAN, LATIN1, LINES, PAGE, Call, Cases, PathCase, Writer, copy, run_main,
                           stdout_has, write)
 from cli_helpers import truncate
 
@@ -318,9 +318,7 @@ def _(t, a):
     return Call(train_argv(t, a, check=False), 130, ("interrupted",), interrupt="vaswani_hf.cli.train.run_training")
 
 
-@pytest.mark.parametrize("tool, build", case.params)
-def test_cli_contract(tool, build, tmp_path, assets, capfd, monkeypatch):
-    run_case(tool, build, tmp_path, assets, capfd, monkeypatch)
+test_cli_contract = case.contract_test()  # every case above
 
 
 def test_train_on_zero_usable_pairs_exports_no_model(tmp_path, assets, capfd, monkeypatch):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from cli_contract import (BOM, GERMAN, LATIN1, LINES, PAGE, Call, Cases, PathCase, Writer, copy, earlier_output,
-                          run_case, write)
+                          write)
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -230,6 +230,4 @@ def _(t, a):
                 interrupt="vaswani_hf.tokenization.train_bpe_tokenizer")
 
 
-@pytest.mark.parametrize("tool, build", case.params)
-def test_cli_contract(tool, build, tmp_path, assets, capfd, monkeypatch):
-    run_case(tool, build, tmp_path, assets, capfd, monkeypatch)
+test_cli_contract = case.contract_test()  # every case above

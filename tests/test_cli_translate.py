@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 from cli_contract import (BOM, LATIN1, LINES, LONG, PAGE, TRANSLATE_OPTIONS, Assets, Call, Cases, PathCase, Writer,
-                          copy, many_lines, model_classes, run_case, translated, write)
+                          copy, many_lines, model_classes, translated, write)
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -217,6 +217,4 @@ def _(t, a):
                 interrupt="vaswani_hf.inference.translate")
 
 
-@pytest.mark.parametrize("tool, build", case.params)
-def test_cli_contract(tool, build, tmp_path, assets, capfd, monkeypatch):
-    run_case(tool, build, tmp_path, assets, capfd, monkeypatch)
+test_cli_contract = case.contract_test()  # every case above

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from cli_contract import (GERMAN, LINES, LONG, PAGE, Call, Cases, PathCase, Writer, copy, earlier_output, model_classes,
-                          model_output_classes, run_case, write)
+                          model_output_classes, write)
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -81,9 +81,7 @@ def _(t, a):
     return Call(visualize_argv(t, a.model), 130, ("interrupted",), interrupt="vaswani_hf.visualize.visualize")
 
 
-@pytest.mark.parametrize("tool, build", case.params)
-def test_cli_contract(tool, build, tmp_path, assets, capfd, monkeypatch):
-    run_case(tool, build, tmp_path, assets, capfd, monkeypatch)
+test_cli_contract = case.contract_test()  # every case above
 
 
 def test_alignment_links_within_both_sentences():
