@@ -71,10 +71,6 @@ class World:
         return cls(processes, get_int_from_env(_RANK, 0), get_int_from_env(_LOCAL_PROCESSES, processes), device)
 
     @property
-    def is_main(self) -> bool:
-        return self.index == 0
-
-    @property
     def cpu(self) -> bool:
         return self.device.startswith("cpu")
 
