@@ -19,8 +19,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import datasets
 import torch
-from transformers import TrainerCallback
+import transformers
+from accelerate import PartialState
+from accelerate.utils import broadcast_object_list
+from safetensors.torch import load_file
+from transformers import Seq2SeqTrainingArguments, TrainerCallback, TrainerState, set_seed
 
 from .. import io
 from ..data import cache
@@ -50,9 +55,6 @@ logger = logging.getLogger(__name__)
 
 
 def setup_logging(level=logging.INFO) -> None:
-    import datasets
-    import transformers
-
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S",
                         level=level, stream=sys.stdout, force=True)
     if level <= logging.DEBUG:
@@ -67,8 +69,6 @@ def build_training_arguments(plan: RunPlan):
     by `WallClockCallback`. Adam's settings are stated here once (the plan's), and the optimizer is built from them
     (`paper_optimizer_cls_and_kwargs`): its learning rate is the Section 5.3 formula's constant factor, which the
     schedule multiplies, so the lr transformers logs is the one each update used."""
-    from transformers import Seq2SeqTrainingArguments
-
     process, schedule, optimizer, evaluation = plan.process, plan.schedule, plan.optimizer, plan.evaluation
     keep = plan.checkpoints.keep_last
     return Seq2SeqTrainingArguments(
@@ -163,8 +163,6 @@ def shared_bpe(plan: RunPlan, train_split):
 
 
 def build_model(plan: RunPlan, tokenizer):
-    from transformers import set_seed
-
     config = plan.model.config(vocab_size=len(tokenizer))
     set_seed(plan.process.seed)  # the same initial weights on every run and rank
     model = VaswaniForConditionalGeneration(config)
@@ -205,9 +203,6 @@ def train(trainer: VaswaniTrainer, plan: RunPlan, data: RunData, state) -> dict[
     more update from its last checkpoint; its state and weights are loaded instead."""
     started = time.time()
     if plan.output.start == "score":
-        from safetensors.torch import load_file
-        from transformers import TrainerState
-
         checkpoint = plan.output.resume_from
         trainer.state = TrainerState.load_from_json(str(checkpoint / "trainer_state.json"))
         load_averaged_weights(trainer.model, load_file(str(checkpoint / "model.safetensors")))
@@ -250,8 +245,6 @@ def average(trainer: VaswaniTrainer, plan: RunPlan, state) -> list[str]:
     if state.is_main_process:
         save_averaged_checkpoint(found, averaged, overwrite=True, own=True)  # this run's own folder
     trainer.accelerator.wait_for_everyone()
-    from safetensors.torch import load_file
-
     model = trainer.accelerator.unwrap_model(trainer.model)
     load_averaged_weights(model, load_file(str(averaged / "model.safetensors")))
     logger.info("averaged %d checkpoints: %s", len(found), ", ".join(f.name for f in found))
@@ -300,8 +293,6 @@ def finish(trainer: VaswaniTrainer, plan: RunPlan, data: RunData, metrics: dict[
 def take_folder(plan: RunPlan, state) -> io.FolderLock | None:
     """The main process takes the output folder (its lock: one run at a time); every process learns whether it got
     it. Returns the lock the main process holds."""
-    from accelerate.utils import broadcast_object_list
-
     lock, refusal = None, [None]
     state.wait_for_everyone()  # every process has checked the folder (its lock probe) before the main one takes it
     if state.is_main_process:
@@ -349,8 +340,6 @@ def run_info(plan: RunPlan, state) -> dict[str, Any]:
 
 def start_processes(plan: RunPlan):
     """Logging, threads and the distributed state of the plan's world (checked to be that world)."""
-    from accelerate import PartialState
-
     setup_logging()
     if plan.process.torch_threads > 0:
         torch.set_num_threads(plan.process.torch_threads)
