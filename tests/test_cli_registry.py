@@ -23,7 +23,8 @@ NOT_TOOLS = {"make_readme_attention_plot.py"}  # a maintainer's script that draw
 
 def test_pyproject_scripts_are_the_registry():
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
-    assert scripts == console_scripts()
+    missing = [f'{prog} = "{entry}"' for prog, entry in console_scripts().items() if scripts.get(prog) != entry]
+    assert scripts == console_scripts(), f"pyproject.toml's [project.scripts] lacks or differs in: {missing}"
 
 
 @pytest.mark.parametrize("name", COMMANDS)
@@ -33,6 +34,7 @@ def test_each_tool_is_its_module_s_declaration_with_a_shim_and_a_test_file(name)
     assert module.COMMAND is command and command.name == name
     assert command.build_parser().prog == command.prog
     shim = REPO / "scripts" / command.script_name
+    assert shim.is_file(), f"add {shim.relative_to(REPO)}: `from vaswani_hf.cli.{name} import main`, sys.exit(main())"
     imports = [node for node in ast.walk(ast.parse(shim.read_text(encoding="utf-8")))
                if isinstance(node, ast.ImportFrom)]
     assert [(i.module, [a.name for a in i.names]) for i in imports] == [(f"vaswani_hf.cli.{name}", ["main"])]
