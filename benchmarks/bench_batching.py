@@ -4,7 +4,7 @@ plus BPE training time and tokenization throughput.
 
 Padding efficiency = non-pad tokens / all tokens of the padded [batch, seq] tensors, source and target together
 (also reported per side).  Compared, at the same average number of sentences per batch:
-  * token:  vaswani_hf.data.TokenBatchSampler (max_tokens budget, padded source and target each <= budget);
+  * token:  vaswani_hf.data.batching.TokenBatchSampler (max_tokens budget, padded source and target each <= budget);
   * random: torch RandomSampler + BatchSampler, what Trainer does by default (train_sampling_strategy="random");
   * group_by_length: transformers.trainer_pt_utils.LengthGroupedSampler, the sampler Trainer builds for
     train_sampling_strategy="group_by_length" (Trainer._get_train_sampler), lengths = source input_ids lengths.
@@ -27,7 +27,9 @@ import torch
 from torch.utils.data import BatchSampler, RandomSampler
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
-from vaswani_hf.data import TokenBatchSampler, load_moses, prepare_dataset, sequence_lengths, tokenize_pairs
+from vaswani_hf.data.batching import TokenBatchSampler
+from vaswani_hf.data.corpora import load_moses
+from vaswani_hf.data.preprocessing import prepare_dataset, sequence_lengths, tokenize_pairs
 from vaswani_hf.tokenization import train_bpe_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -32,7 +32,9 @@ from pathlib import Path
 import torch
 
 from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
-from vaswani_hf.data import Seq2SeqCollator, TokenBatchSampler, load_moses, prepare_dataset, sequence_lengths
+from vaswani_hf.data.batching import Seq2SeqCollator, TokenBatchSampler
+from vaswani_hf.data.corpora import load_moses
+from vaswani_hf.data.preprocessing import prepare_dataset, sequence_lengths
 from vaswani_hf.tokenization import train_bpe_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -94,7 +94,9 @@ def sharding(corpus: Path, cache: Path, out: Path) -> dict:
     code = f"""
 import json, resource, time
 t0 = time.perf_counter()
-from vaswani_hf.data import TokenBatchSampler, load_moses, prepare_dataset, sequence_lengths
+from vaswani_hf.data.batching import TokenBatchSampler
+from vaswani_hf.data.corpora import load_moses
+from vaswani_hf.data.preprocessing import prepare_dataset, sequence_lengths
 from vaswani_hf.tokenization import load_tokenizer
 raw = load_moses({str(corpus / "train")!r}, "en", "de")
 tok = load_tokenizer({str(out / "tokenizer")!r})

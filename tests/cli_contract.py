@@ -11,14 +11,18 @@ Each case calls a tool's `main(argv)` in this process (fd-level capture) and ass
   the case says the tool may write (a successful run's output). A refused run writes nothing, not even a temporary
   file or an empty folder.
 
-A test file registers its cases with `case = Cases("<tool>")` and `@case("<name>")` on a builder `(t, a) -> Call`
-(t: the case's folder, a: the shared `Assets`); each case's id is `<tool>-<name>`, and `run_case` runs one. The
+A tool's test file is the one place that states what the batteries need of the tool: `case = Cases("<tool>",
+refused=..., run=..., paths=..., writers=...)` (a command line refused before any work, one that runs to completion,
+the path battery's and the full-disk battery's command lines), and `@case("<name>")` on a builder `(t, a) -> Call`
+(t: the case's folder, a: the shared `Assets`) registers a case with id `<tool>-<name>`; `run_case` runs one. The
+batteries that cover every tool read these declarations through `every_tool()`, for each tool of the registry. The
 shared assets (a tiny model folder with tokenizer and card, one with learned positions, a CTranslate2 export, a
 finished two-checkpoint training run) are the session-scoped fixture `assets` of the plugin cli_assets.py.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import io
@@ -27,7 +31,7 @@ import logging
 import os
 import shutil
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +49,8 @@ LATIN1 = b"a man is riding a horse .\nna\xefve caf\xe9 au lait .\n"  # line 2 is
 LONG = " ".join(["a man is riding a horse ."] * 6)  # ~90 tokens: beyond 32 learned / 24 exported positions
 BOM = "\ufeff"
 TRANSLATE_OPTIONS = ["--num_beams", "1", "--no_progress", "--device", "cpu"]  # + the saved max_length_b 4
+PAGE = 4096
+MANY = 600  # lines: their translations (~20 characters each) fill several pages
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -92,8 +98,17 @@ def earlier_output(folder: Path, kind: str, *names: str) -> Path:
 
 
 def copy(source: Path, target: Path) -> Path:
-    shutil.copytree(source, target)
+    """A copy of a folder, or of a file (its folder created)."""
+    if source.is_dir():
+        shutil.copytree(source, target)
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
     return target
+
+
+def many_lines(t: Path) -> Path:
+    return write(t / "in" / "many.txt", [LINES[i % len(LINES)] for i in range(MANY)])
 
 
 @contextmanager
@@ -177,19 +192,70 @@ class Call:
     stdin: bytes | None = None  # standard input, as bytes
 
 
+@dataclass(frozen=True)
+class PathCase:
+    """A command line with paths, for the path battery (tests/test_cli_path_properties.py): `inputs(folder, assets)`
+    copies its inputs into `folder` ({role: path}; the role is how an error may name the input: `roles`);
+    `argv(inputs, output, overwrite)` is the command line; `output` names the output in an error (a flag or a recipe
+    key; None: the command writes nothing)."""
+
+    id: str
+    inputs: Callable[[Path, Assets], dict[str, Path]]
+    argv: Callable[[dict[str, Path], str, bool], list]
+    output: str | None
+    roles: tuple[str, ...] = ("--model_dir",)
+    derived: tuple[str, ...] = ()  # roles whose path the command line does not name itself (a corpus file)
+    tool: str = ""  # set by `Cases`
+
+
+@dataclass(frozen=True)
+class Writer:
+    """A command line that writes, for the full-disk battery (tests/test_cli_os_conditions.py): `argv(assets, case
+    folder, disk)` (None: the tool's `run` into the disk); `output` names the output in the error line; `part` bytes
+    free let it start and stop part way (measured: its output is larger)."""
+
+    id: str
+    argv: Callable[[Assets, Path, Path], list] | None
+    output: str
+    part: int
+    tool: str = ""  # set by `Cases`
+
+
 @dataclass
 class Cases:
-    """The cases of one tool: `@cases(name, *marks)` registers a builder `(t, a) -> Call` as the case `<tool>-<name>`;
-    `params` parametrises ("tool, build")."""
+    """What the batteries need of one tool (see the module docstring), and its cases: `@cases(name, *marks)` registers
+    a builder `(t, a) -> Call` as the case `<tool>-<name>`; `params` parametrises ("tool, build")."""
 
     tool: str
+    refused: Callable[[Path], list]  # parses, and is refused (an absent input) before any work
+    run: Callable[[Assets, Path], list]  # runs to completion, writing into the case's folder t
+    paths: Sequence[PathCase] = ()
+    writers: Sequence[Writer] = ()
     params: list = field(default_factory=list)
+
+    def __post_init__(self):
+        self.paths = [dataclasses.replace(p, tool=self.tool) for p in self.paths]
+        run = self.run
+        self.writers = [dataclasses.replace(w, tool=self.tool, argv=w.argv or (lambda a, t, disk: run(a, disk)))
+                        for w in self.writers]
+
+    def contract_test(self):
+        """The test that runs every case of the tool (assigned to `test_cli_contract` at the end of its file)."""
+        @pytest.mark.parametrize("tool, build", self.params)
+        def test_cli_contract(tool, build, tmp_path, assets, capfd, monkeypatch):
+            run_case(tool, build, tmp_path, assets, capfd, monkeypatch)
+        return test_cli_contract
 
     def __call__(self, name: str, *marks):
         def register(build):
             self.params.append(pytest.param(self.tool, build, id=f"{self.tool}-{name}", marks=marks))
             return build
         return register
+
+
+def every_tool() -> dict[str, Cases]:
+    """{tool: its `Cases`} for every tool of the registry (each declared in tests/test_cli_<tool>.py)."""
+    return {tool: importlib.import_module(f"test_cli_{tool}").case for tool in TOOLS}
 
 
 def model_classes(case: Cases, flag: str, argv: Callable[[Path, Assets, Path], list]):
@@ -220,6 +286,21 @@ def model_classes(case: Cases, flag: str, argv: Callable[[Path, Assets, Path], l
         folder = copy(a.model, t / "model")
         (folder / "tokenizer.json").unlink()
         return Call(argv(t, a, folder), 2, (str(folder), "no tokenizer.json"))
+
+
+def model_output_classes(case: Cases, flag: str, argv: Callable[[Path, Path], list]):
+    """An output folder that is a file, or the model folder itself (with --overwrite), for a tool that reads a model
+    folder and writes the folder `flag`: `argv(model, out)` is its command line."""
+
+    @case("out-is-a-file")
+    def _(t, a):
+        out = write(t / "out", "x")
+        return Call(argv(a.model, out), 2, (flag, str(out), "is a file"))
+
+    @case("out-is-the-model-dir-overwrite")
+    def _(t, a):
+        folder = copy(a.model, t / "model")
+        return Call([*argv(folder, folder), "--overwrite"], 2, (flag, str(folder), "is --model_dir"))
 
 
 def run_case(tool: str, build, tmp_path: Path, assets: Assets, capfd, monkeypatch) -> None:

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_contract import Assets, Call, Cases, copy, earlier_output, run_case, write
+from cli_contract import PAGE, Assets, Call, Cases, PathCase, Writer, copy, earlier_output, write
 from cli_helpers import truncate
 
 from vaswani_hf.io import UsageError, check_safetensors
@@ -18,7 +18,21 @@ from vaswani_hf.io import UsageError, check_safetensors
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-case = Cases("average_checkpoints")
+def _checkpoints(f: Path, a: Assets) -> dict[str, Path]:
+    return {f"checkpoint-{s}": copy(a.run / f"checkpoint-{s}", f / "run" / f"checkpoint-{s}") for s in (2, 4)}
+
+
+_ROLES = ("checkpoint-2", "checkpoint-4")
+case = Cases(
+    "average_checkpoints", refused=lambda t: ["--run_dir", t / "absent", "--out", t / "avg"],
+    run=lambda a, t: ["--checkpoints", a.run / "checkpoint-2", a.run / "checkpoint-4", "--out", t / "avg"],
+    paths=[PathCase("average_checkpoints", _checkpoints, lambda i, o, w: [
+                "--checkpoints", i["checkpoint-2"], i["checkpoint-4"], "--out", o, *["--overwrite"][:w]], "--out",
+                    roles=_ROLES),
+           PathCase("average_checkpoints-run_dir", _checkpoints, lambda i, o, w: [
+                "--run_dir", i["checkpoint-4"].parent, "--last", "2", "--out", o, *["--overwrite"][:w]], "--out",
+                    roles=_ROLES, derived=_ROLES)],
+    writers=[Writer("average_checkpoints", None, "--out", 16 * PAGE)])
 
 
 def run_copy(t: Path, a: Assets) -> Path:
@@ -274,6 +288,4 @@ def _(t, a):
                 interrupt="safetensors.torch.save_file")  # inside the atomically written folder
 
 
-@pytest.mark.parametrize("tool, build", case.params)
-def test_cli_contract(tool, build, tmp_path, assets, capfd, monkeypatch):
-    run_case(tool, build, tmp_path, assets, capfd, monkeypatch)
+test_cli_contract = case.contract_test()  # every case above

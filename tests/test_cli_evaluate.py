@@ -10,12 +10,33 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_contract import BOM, GERMAN, LATIN1, LINES, LONG, Call, Cases, model_classes, run_case, translated, write
+from cli_contract import (BOM, GERMAN, LATIN1, LINES, LONG, PAGE, Call, Cases, PathCase, Writer, copy, many_lines,
+                          model_classes, translated, write)
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-case = Cases("evaluate")
+case = Cases(
+    "evaluate", refused=lambda t: ["--hypotheses", t / "absent.txt", "--references", t / "absent.txt", "--out",
+                                   t / "s.json"],
+    run=lambda a, t: ["--hypotheses", a.plain, "--references", a.plain, "--out", t / "scores.json"],
+    paths=[PathCase("evaluate-out", lambda f, a: {"--hypotheses": copy(a.plain, f / "hyp.txt"),
+                                                  "--references": copy(a.plain, f / "ref.txt")},
+                    lambda i, o, w: ["--hypotheses", i["--hypotheses"], "--references", i["--references"], "--out", o,
+                                     *["--overwrite"][:w]], "--out", roles=("--hypotheses", "--references")),
+           PathCase("evaluate-save-hypotheses",
+                    lambda f, a: {"input": copy(a.plain, f / "plain.txt"), "--model": copy(a.model, f / "model"),
+                                  "--references": copy(a.plain, f / "ref.txt")},
+                    lambda i, o, w: ["--model", i["--model"], "--source", i["input"], "--references",
+                                     i["--references"], "--num_beams", "1", "--device", "cpu", "--save_hypotheses", o,
+                                     *["--overwrite"][:w]], "--save_hypotheses",
+                    roles=("input", "--model", "--references"))],
+    writers=[Writer("evaluate-out", lambda a, t, d: ["--hypotheses", write(t / "in" / "hyp.txt", GERMAN),
+                                                     "--references", write(t / "in" / "ref.txt", GERMAN), "--out",
+                                                     d / "scores.json"], "--out", 0),
+             Writer("evaluate-save_hypotheses", lambda a, t, d: [
+                 "--model", a.model, "--source", many_lines(t), "--references", many_lines(t), "--num_beams", "1",
+                 "--device", "cpu", "--save_hypotheses", d / "hyp.txt"], "--save_hypotheses", PAGE)])
 
 
 def scored_100(out: Path):
@@ -188,6 +209,4 @@ def _(t, a):
                 ("interrupted",), interrupt="vaswani_hf.evaluation.compute_all")
 
 
-@pytest.mark.parametrize("tool, build", case.params)
-def test_cli_contract(tool, build, tmp_path, assets, capfd, monkeypatch):
-    run_case(tool, build, tmp_path, assets, capfd, monkeypatch)
+test_cli_contract = case.contract_test()  # every case above

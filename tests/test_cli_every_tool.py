@@ -1,23 +1,19 @@
 """The command-line contract's parts that every tool shares: each tool has its battery of cases
-(tests/test_cli_<tool>.py); `--debug` and VASWANI_DEBUG=1 let an error or Ctrl-C through with its traceback; each
-`scripts/` wrapper and console entry point is the tool's `main`, and in a fresh interpreter an error is still one
-stderr line, after everything the libraries print while loading a model.
+(tests/test_cli_<tool>.py); `--debug` and VASWANI_DEBUG=1 let an error or Ctrl-C through with its traceback; in a
+fresh interpreter (a `scripts/` wrapper, a console entry point: each is the tool's `main`, tests/test_cli_registry.py)
+an error is still one stderr line, after everything the libraries print while loading a model.
 """
 
 from __future__ import annotations
 
-import ast
-import importlib
 import os
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
-from cli_contract import GERMAN, LATIN1, LINES, LONG, TOOLS, interrupted, run_main, snapshot, write
-from cli_helpers import REPO, run_script
-from hub_helpers import REPO_ID
+from cli_contract import GERMAN, LATIN1, LINES, LONG, TOOLS, every_tool, interrupted, run_main, snapshot, write
+from cli_helpers import run_script
 
 from vaswani_hf.io import UsageError
 
@@ -26,21 +22,8 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_every_tool_has_cases():
-    counts = {tool: len(importlib.import_module(f"test_cli_{tool}").case.params) for tool in TOOLS}
+    counts = {tool: len(case.params) for tool, case in every_tool().items()}
     assert all(n >= 6 for n in counts.values()), counts
-
-
-DEBUG_ARGV = {  # a bad input for each tool: with --debug the error propagates with its traceback
-    "train": lambda t: ["--recipe", t / "absent.yaml", "--check"],
-    "translate": lambda t: [t / "absent.txt", "--model", t / "model"],
-    "evaluate": lambda t: ["--hypotheses", t / "absent.txt", "--references", t / "absent.txt"],
-    "train_tokenizer": lambda t: ["--files", t / "absent.txt", "--out_dir", t / "tok"],
-    "average_checkpoints": lambda t: ["--run_dir", t / "absent", "--out", t / "avg"],
-    "export_marian": lambda t: ["--model_dir", t / "absent", "--out", t / "marian"],
-    "export_ctranslate2": lambda t: ["--model_dir", t / "absent", "--out_dir", t / "ct2"],
-    "visualize_attention": lambda t: ["--model_dir", t / "absent", "--source", "a", "--out", t / "vis"],
-    "push_to_hub": lambda t: ["--model_dir", t / "absent", "--repo_id", REPO_ID],
-}
 
 
 @pytest.mark.parametrize("tool", TOOLS)
@@ -49,10 +32,10 @@ def test_debug_lets_the_error_through(tool, tmp_path, monkeypatch):
     check below)."""
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UsageError):
-        run_main(tool, [*DEBUG_ARGV[tool](tmp_path), "--debug"])
+        run_main(tool, [*every_tool()[tool].refused(tmp_path), "--debug"])
     monkeypatch.setenv("VASWANI_DEBUG", "1")
     with pytest.raises(UsageError):
-        run_main(tool, DEBUG_ARGV[tool](tmp_path))
+        run_main(tool, every_tool()[tool].refused(tmp_path))
     assert list(tmp_path.iterdir()) == []
 
 
@@ -64,20 +47,6 @@ def test_debug_lets_ctrl_c_through(tmp_path, monkeypatch, assets):
 
 
 # --- the real wrappers, in fresh interpreters -------------------------------------------------------------------------
-
-
-def test_scripts_and_entry_points_are_the_cli_mains():
-    """Each scripts/<tool>.py imports `main` from its vaswani_hf.cli module and exits with its status; each console
-    entry point names the same function."""
-    scripts = {"evaluate": "evaluate_translations"}
-    entry_points = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
-    for tool in TOOLS:
-        tree = ast.parse((REPO / "scripts" / f"{scripts.get(tool, tool)}.py").read_text(encoding="utf-8"))
-        imports = [(node.module, [a.name for a in node.names]) for node in ast.walk(tree)
-                   if isinstance(node, ast.ImportFrom)]
-        assert (f"vaswani_hf.cli.{tool}", ["main"]) in imports, tool
-        assert "sys.exit(main())" in ast.unparse(tree), tool
-        assert entry_points[f"vaswani-{tool.replace('_', '-')}"] == f"vaswani_hf.cli.{tool}:main"
 
 
 @pytest.mark.slow

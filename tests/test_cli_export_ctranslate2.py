@@ -6,15 +6,24 @@ bad --max_positions, Ctrl-C. What each case asserts, and the shared assets: cli_
 from __future__ import annotations
 
 import pytest
-from cli_contract import Call, Cases, copy, earlier_output, model_classes, run_case, write
+from cli_contract import (PAGE, Call, Cases, PathCase, Writer, copy, earlier_output, model_classes,
+                          model_output_classes, write)
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-case = Cases("export_ctranslate2")
+case = Cases(
+    "export_ctranslate2", refused=lambda t: ["--model_dir", t / "absent", "--out_dir", t / "ct2"],
+    run=lambda a, t: ["--model_dir", a.model, "--out_dir", t / "ct2"],
+    paths=[PathCase("export_ctranslate2", lambda f, a: {"--model_dir": copy(a.model, f / "model"),
+                                                        "--tokenizer": copy(a.model, f / "tokenizer")},
+                    lambda i, o, w: ["--model_dir", i["--model_dir"], "--tokenizer", i["--tokenizer"], "--out_dir", o,
+                                     *["--overwrite"][:w]], "--out_dir", roles=("--model_dir", "--tokenizer"))],
+    writers=[Writer("export_ctranslate2", None, "--out_dir", 16 * PAGE)])
 
 
 model_classes(case, "--model_dir", lambda t, a, m: ["--model_dir", m, "--out_dir", t / "ct2"])
+model_output_classes(case, "--out_dir", lambda model, out: ["--model_dir", model, "--out_dir", out])
 
 
 @case("tokenizer-folder-without-tokenizer-json")
@@ -55,18 +64,6 @@ def _(t, a):
     return Call(["--model_dir", folder, "--out_dir", folder / "ct2"], 2, ("--out_dir", "lies inside --model_dir"))
 
 
-@case("out-dir-is-a-file")
-def _(t, a):
-    return Call(["--model_dir", a.model, "--out_dir", write(t / "ct2", "x")], 2,
-                ("--out_dir", str(t / "ct2"), "is a file"))
-
-
-@case("out-dir-is-the-model-dir-overwrite")
-def _(t, a):
-    folder = copy(a.model, t / "model")
-    return Call(["--model_dir", folder, "--out_dir", folder, "--overwrite"], 2, ("--out_dir", str(folder)))
-
-
 @case("max-positions-0")
 def _(t, a):
     return Call(["--model_dir", a.model, "--out_dir", t / "ct2", "--max_positions", "0"], 2, ("--max_positions",))
@@ -78,6 +75,4 @@ def _(t, a):
                 interrupt="vaswani_hf.export.ctranslate2_spec._metadata")  # inside the atomically written folder
 
 
-@pytest.mark.parametrize("tool, build", case.params)
-def test_cli_contract(tool, build, tmp_path, assets, capfd, monkeypatch):
-    run_case(tool, build, tmp_path, assets, capfd, monkeypatch)
+test_cli_contract = case.contract_test()  # every case above

@@ -8,15 +8,22 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_contract import Call, Cases, copy, earlier_output, model_classes, run_case, write
+from cli_contract import (PAGE, Call, Cases, PathCase, Writer, copy, earlier_output, model_classes,
+                          model_output_classes, write)
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-case = Cases("export_marian")
+case = Cases(
+    "export_marian", refused=lambda t: ["--model_dir", t / "absent", "--out", t / "marian"],
+    run=lambda a, t: ["--model_dir", a.model, "--out", t / "marian"],
+    paths=[PathCase("export_marian", lambda f, a: {"--model_dir": copy(a.model, f / "model")},
+                    lambda i, o, w: ["--model_dir", i["--model_dir"], "--out", o, *["--overwrite"][:w]], "--out")],
+    writers=[Writer("export_marian", None, "--out", 16 * PAGE)])
 
 
 model_classes(case, "--model_dir", lambda t, a, m: ["--model_dir", m, "--out", t / "marian"])
+model_output_classes(case, "--out", lambda model, out: ["--model_dir", model, "--out", out])
 
 
 @case("out-exists")
@@ -38,18 +45,6 @@ def _(t, a):
                 check=check)
 
 
-@case("out-is-a-file")
-def _(t, a):
-    return Call(["--model_dir", a.model, "--out", write(t / "marian", "x")], 2,
-                ("--out", str(t / "marian"), "is a file"))
-
-
-@case("out-is-the-model-dir-overwrite")
-def _(t, a):
-    folder = copy(a.model, t / "model")
-    return Call(["--model_dir", folder, "--out", folder, "--overwrite"], 2, (str(folder), "is --model_dir"))
-
-
 @case("out-contains-the-model-dir-overwrite")
 def _(t, a):
     folder = copy(a.model, t / "models" / "model")
@@ -69,6 +64,4 @@ def _(t, a):
                 interrupt="vaswani_hf.export.marian._copy_tokenizer")  # inside the atomically written folder
 
 
-@pytest.mark.parametrize("tool, build", case.params)
-def test_cli_contract(tool, build, tmp_path, assets, capfd, monkeypatch):
-    run_case(tool, build, tmp_path, assets, capfd, monkeypatch)
+test_cli_contract = case.contract_test()  # every case above

@@ -28,23 +28,18 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from cli_contract import GERMAN, LINES, TRANSLATE_OPTIONS, Assets, changes, interrupted, run_main, snapshot, write
+from cli_contract import (GERMAN, PAGE, TRANSLATE_OPTIONS, Writer, changes, every_tool, interrupted, many_lines,
+                          run_main, snapshot, write)
+
+from vaswani_hf.cli.registry import COMMANDS
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-PAGE = 4096
-MANY = 600  # lines: their translations (~20 characters each) fill several pages
 ERROR_LINE = re.compile(r"^\S+: (error: .*|interrupted|interrupted by SIG[A-Z]+)$")
-
-
-def many_lines(t: Path) -> Path:
-    return write(t / "in" / "many.txt", [LINES[i % len(LINES)] for i in range(MANY)])
 
 
 def assert_one_error_line(err: str, code: int, expected_code: int, *fragments: str, shown: str = "") -> str:
@@ -101,45 +96,7 @@ def small_disk(tmp_path):
         subprocess.run(["umount", "--lazy", str(disk)], capture_output=True, check=False)
 
 
-@dataclass(frozen=True)
-class Writer:
-    """A command that writes: `argv(assets, case folder, disk)`; `output` names the output in the error line;
-    `part` bytes free let it start and stop part way (measured: its output is larger)."""
-
-    id: str
-    tool: str
-    argv: Callable[[Assets, Path, Path], list]
-    output: str
-    part: int
-
-
-WRITERS = [
-    Writer("translate", "translate",
-           lambda a, t, d: [many_lines(t), "--model", a.model, *TRANSLATE_OPTIONS, "--output", d / "out.txt"],
-           "--output", PAGE),
-    Writer("evaluate-out", "evaluate",
-           lambda a, t, d: ["--hypotheses", write(t / "in" / "hyp.txt", GERMAN), "--references",
-                            write(t / "in" / "ref.txt", GERMAN), "--out", d / "scores.json"], "--out", 0),
-    Writer("evaluate-save_hypotheses", "evaluate",
-           lambda a, t, d: ["--model", a.model, "--source", many_lines(t), "--references", many_lines(t), "--num_beams",
-                            "1", "--device", "cpu", "--save_hypotheses", d / "hyp.txt"], "--save_hypotheses", PAGE),
-    Writer("train_tokenizer", "train_tokenizer",
-           lambda a, t, d: ["--files", a.plain, a.corpus / "train.de", "--vocab_size", "300", "--out_dir", d / "tok"],
-           "--out_dir", 2 * PAGE),
-    Writer("average_checkpoints", "average_checkpoints",
-           lambda a, t, d: ["--checkpoints", a.run / "checkpoint-2", a.run / "checkpoint-4", "--out", d / "avg"],
-           "--out", 16 * PAGE),
-    Writer("export_marian", "export_marian", lambda a, t, d: ["--model_dir", a.model, "--out", d / "marian"], "--out",
-           16 * PAGE),
-    Writer("export_ctranslate2", "export_ctranslate2",
-           lambda a, t, d: ["--model_dir", a.model, "--out_dir", d / "ct2"], "--out_dir", 16 * PAGE),
-    Writer("visualize_attention", "visualize_attention",
-           lambda a, t, d: ["--model_dir", a.model, "--source", LINES[0], "--device", "cpu", "--out", d / "vis"],
-           "--out", 16 * PAGE),
-    Writer("train", "train",
-           lambda a, t, d: ["--recipe", a.recipe, "--data_dir", a.corpus, "--output_dir", d / "run"], "output_dir",
-           64 * PAGE),
-]
+WRITERS = [writer for case in every_tool().values() for writer in case.writers]  # each tool's test file
 DISK_CASES = [pytest.param(w, free, id=f"{w.id}-{free // PAGE}-pages-free",
                            marks=[pytest.mark.slow] if w.tool == "train" else [])
               for w in WRITERS for free in sorted({0, w.part})]
@@ -187,8 +144,7 @@ def test_a_full_disk_stops_the_command_cleanly(writer, free, small_disk, assets,
 # The last step of an atomic write before the output appears (the whole new content is in its temporary file).
 BEFORE_THE_RENAME = "vaswani_hf.io.outputs.fsync_tree"
 INTERRUPTED_WRITES = {
-    "translate --output": (lambda a, t: [a.plain, "--model", a.model, *TRANSLATE_OPTIONS, "--output", t / "out.txt"],
-                           BEFORE_THE_RENAME),
+    "translate --output": (every_tool()["translate"].run, BEFORE_THE_RENAME),
     "evaluate --out": (lambda a, t: ["--hypotheses", write(t / "in" / "hyp.txt", GERMAN), "--references",
                                      write(t / "in" / "ref.txt", GERMAN), "--out", t / "scores.json"],
                        BEFORE_THE_RENAME),
@@ -196,8 +152,7 @@ INTERRUPTED_WRITES = {
                                                  "--num_beams", "1", "--device", "cpu", "--save_hypotheses",
                                                  t / "hyp.txt", "--out", t / "scores.json"], BEFORE_THE_RENAME),
     # the first checkpoint, written completely into the staging folder, before its rename into place
-    "train checkpoint": (lambda a, t: ["--recipe", a.recipe, "--data_dir", a.corpus, "--output_dir", t / "run"],
-                         "vaswani_hf.training.trainer.publish_checkpoint"),
+    "train checkpoint": (every_tool()["train"].run, "vaswani_hf.training.trainer.publish_checkpoint"),
 }
 
 
@@ -229,7 +184,7 @@ def test_ctrl_c_while_writing_leaves_no_partial_output(name, assets, tmp_path, c
 
 
 def console_script(tool: str) -> str:
-    return str(Path(sys.executable).parent / f"vaswani-{tool.replace('_', '-')}")
+    return str(Path(sys.executable).parent / COMMANDS[tool].prog)
 
 
 def run_into_closed_pipe(argv: list, lines_read: int, cwd: Path) -> tuple[int, str]:

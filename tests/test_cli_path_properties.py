@@ -22,14 +22,12 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from cli_contract import TRANSLATE_OPTIONS, Assets, changes, run_main, snapshot
-from hub_helpers import REPO_ID
+from cli_contract import PathCase, changes, every_tool, run_main, snapshot
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -44,108 +42,11 @@ PROPERTY_SETTINGS = settings(max_examples=6, deadline=None, derandomize=True, pr
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# The commands: their inputs (copied into the example's folder) and how a command line names an output
+# The commands: each tool's test file declares its command lines with paths (`Cases.paths`)
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def copy_file(source: Path, target: Path) -> Path:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(source, target)
-    return target
-
-
-def copy_folder(source: Path, target: Path) -> Path:
-    shutil.copytree(source, target)
-    return target
-
-
-@dataclass(frozen=True)
-class Command:
-    """A command with paths: `inputs(folder, assets)` copies its inputs into `folder` ({role: path}; the role is how an
-    error may name the input); `argv(inputs, output, overwrite)` is its command line; `output` names the output in an
-    error (a flag or a recipe key; None: the command writes nothing)."""
-
-    id: str
-    tool: str
-    inputs: Callable[[Path, Assets], dict[str, Path]]
-    argv: Callable[[dict[str, Path], str, bool], list]
-    output: str | None
-    derived: tuple[str, ...] = ()  # roles whose path the command line does not name itself (a corpus file)
-
-
-def _overwrite(flag: bool) -> list[str]:
-    return ["--overwrite"] if flag else []
-
-
-def _model_and_text(f: Path, a: Assets) -> dict[str, Path]:
-    return {"input": copy_file(a.plain, f / "plain.txt"), "--model": copy_folder(a.model, f / "model")}
-
-
-def _train_inputs(f: Path, a: Assets) -> dict[str, Path]:
-    corpus = copy_folder(a.corpus, f / "corpus")
-    return {"corpus (en)": corpus / "train.en", "corpus (de)": corpus / "train.de",
-            "tokenizer_path": copy_folder(a.model, f / "tokenizer"),
-            "--recipe": copy_file(a.recipe, f / "recipes" / "recipe.yaml")}  # as a run folder keeps it
-
-
-def _train_argv(i: dict[str, Path], *outputs) -> list:
-    return ["--recipe", i["--recipe"], "--data_dir", i["corpus (en)"].parent, "--tokenizer_path", i["tokenizer_path"],
-            *outputs]
-
-
-def _checkpoints(f: Path, a: Assets) -> dict[str, Path]:
-    return {f"checkpoint-{s}": copy_folder(a.run / f"checkpoint-{s}", f / "run" / f"checkpoint-{s}") for s in (2, 4)}
-
-
-COMMANDS = [
-    Command("translate", "translate", _model_and_text,
-            lambda i, o, w: [i["input"], "--model", i["--model"], *TRANSLATE_OPTIONS, "--output", o, *_overwrite(w)],
-            "--output"),
-    Command("translate-ctranslate2", "translate",
-            lambda f, a: {"input": copy_file(a.plain, f / "plain.txt"), "--model": copy_folder(a.ct2, f / "ct2")},
-            lambda i, o, w: [i["input"], "--model", i["--model"], "--engine", "ctranslate2", *TRANSLATE_OPTIONS,
-                             "--output", o, *_overwrite(w)], "--output"),
-    Command("evaluate-out", "evaluate",
-            lambda f, a: {"--hypotheses": copy_file(a.plain, f / "hyp.txt"),
-                          "--references": copy_file(a.plain, f / "ref.txt")},
-            lambda i, o, w: ["--hypotheses", i["--hypotheses"], "--references", i["--references"], "--out", o,
-                             *_overwrite(w)], "--out"),
-    Command("evaluate-save-hypotheses", "evaluate",
-            lambda f, a: {**_model_and_text(f, a), "--references": copy_file(a.plain, f / "ref.txt")},
-            lambda i, o, w: ["--model", i["--model"], "--source", i["input"], "--references", i["--references"],
-                             "--num_beams", "1", "--device", "cpu", "--save_hypotheses", o, *_overwrite(w)],
-            "--save_hypotheses"),
-    Command("train_tokenizer", "train_tokenizer",
-            lambda f, a: {"--files (1)": copy_file(a.plain, f / "a.txt"),
-                          "--files (2)": copy_file(a.corpus / "train.de", f / "b.txt")},
-            lambda i, o, w: ["--files", i["--files (1)"], i["--files (2)"], "--vocab_size", "300", "--out_dir", o,
-                             *_overwrite(w)], "--out_dir"),
-    Command("average_checkpoints", "average_checkpoints", _checkpoints,
-            lambda i, o, w: ["--checkpoints", i["checkpoint-2"], i["checkpoint-4"], "--out", o, *_overwrite(w)],
-            "--out"),
-    Command("average_checkpoints-run_dir", "average_checkpoints", _checkpoints,
-            lambda i, o, w: ["--run_dir", i["checkpoint-4"].parent, "--last", "2", "--out", o, *_overwrite(w)],
-            "--out", derived=("checkpoint-2", "checkpoint-4")),
-    Command("export_marian", "export_marian", lambda f, a: {"--model_dir": copy_folder(a.model, f / "model")},
-            lambda i, o, w: ["--model_dir", i["--model_dir"], "--out", o, *_overwrite(w)], "--out"),
-    Command("export_ctranslate2", "export_ctranslate2",
-            lambda f, a: {"--model_dir": copy_folder(a.model, f / "model"),
-                          "--tokenizer": copy_folder(a.model, f / "tokenizer")},
-            lambda i, o, w: ["--model_dir", i["--model_dir"], "--tokenizer", i["--tokenizer"], "--out_dir", o,
-                             *_overwrite(w)], "--out_dir"),
-    Command("visualize_attention", "visualize_attention",
-            lambda f, a: {"--model_dir": copy_folder(a.model, f / "model")},
-            lambda i, o, w: ["--model_dir", i["--model_dir"], "--source", "a man", "--device", "cpu", "--out", o,
-                             *_overwrite(w)], "--out"),
-    Command("train-output_dir", "train", _train_inputs,
-            lambda i, o, w: _train_argv(i, "--output_dir", o, *_overwrite(w)), "output_dir",
-            derived=("corpus (en)", "corpus (de)")),
-    Command("train-export_dir", "train", _train_inputs,
-            lambda i, o, w: _train_argv(i, "--output_dir", i["tokenizer_path"].parent / "fresh-run", "--export_dir",
-                                        o, *_overwrite(w)), "export_dir", derived=("corpus (en)", "corpus (de)")),
-    Command("push_to_hub", "push_to_hub", lambda f, a: {"--model_dir": copy_folder(a.model, f / "model")},
-            lambda i, o, w: ["--model_dir", i["--model_dir"], "--repo_id", REPO_ID, "--dry_run"], None),
-]
+COMMANDS = [path_case for case in every_tool().values() for path_case in case.paths]  # each tool's test file
 WRITERS = [c for c in COMMANDS if c.output is not None]
 
 
@@ -178,18 +79,18 @@ class Example:
 
 
 @st.composite
-def examples(draw, command: Command) -> Example:
-    return Example(tuple(draw(st.lists(NAME, min_size=1, max_size=2))), draw(st.sampled_from(input_roles(command))),
+def examples(draw, command: PathCase) -> Example:
+    return Example(tuple(draw(st.lists(NAME, min_size=1, max_size=2))), draw(st.sampled_from(command.roles)),
                    draw(NAME), draw(st.integers(0, 3)), draw(st.booleans()), draw(st.sampled_from(SPELLINGS)),
                    draw(st.booleans()))
 
 
-def each_relation(command: Command, e: Example, family: tuple[str, ...], every_input: bool = True) -> list[Example]:
+def each_relation(command: PathCase, e: Example, family: tuple[str, ...], every_input: bool = True) -> list[Example]:
     """`e` for every input of the command (or its own), with every relation of `family` that applies to the input: a
     folder has no hard link, and an input the command line does not name itself (a corpus file found in --data_dir)
     cannot be given through a link."""
     cases = []
-    for role in input_roles(command) if every_input else [e.role]:
+    for role in command.roles if every_input else [e.role]:
         skip = {"hard-link"} if role in FOLDER_ROLES else set()
         skip |= {"input-given-through-symlink"} if role in command.derived else set()
         cases += [dataclasses.replace(e, role=role, relation=r) for r in family if r not in skip]
@@ -197,21 +98,6 @@ def each_relation(command: Command, e: Example, family: tuple[str, ...], every_i
 
 
 FOLDER_ROLES = ("--model", "--model_dir", "--tokenizer", "tokenizer_path", "checkpoint-2", "checkpoint-4")
-
-
-# The roles of each command's inputs (the keys its `inputs` gives; checked by the first test below).
-ROLES = {"translate": ["input", "--model"], "translate-ctranslate2": ["input", "--model"],
-         "evaluate-out": ["--hypotheses", "--references"],
-         "evaluate-save-hypotheses": ["input", "--model", "--references"],
-         "train_tokenizer": ["--files (1)", "--files (2)"], "average_checkpoints": ["checkpoint-2", "checkpoint-4"],
-         "average_checkpoints-run_dir": ["checkpoint-2", "checkpoint-4"],
-         "export_ctranslate2": ["--model_dir", "--tokenizer"],
-         "train-output_dir": ["corpus (en)", "corpus (de)", "tokenizer_path", "--recipe"],
-         "train-export_dir": ["corpus (en)", "corpus (de)", "tokenizer_path", "--recipe"]}
-
-
-def input_roles(command: Command) -> list[str]:
-    return ROLES.get(command.id, ["--model_dir"])
 
 
 def link(at: Path, target: Path, relative: bool) -> Path:
@@ -328,7 +214,7 @@ def example_folder(tmp_path: Path):
             os.chdir(previous)
 
 
-def assert_refused(command: Command, argv: list, e: Example, names: tuple[str, ...], roots: tuple[Path, ...], capfd,
+def assert_refused(command: PathCase, argv: list, e: Example, names: tuple[str, ...], roots: tuple[Path, ...], capfd,
                    forbid: tuple[str, ...] = ()) -> None:
     """The contract for a refused command line: exit status 2, one stderr line holding one of `names`, no traceback,
     nothing under `roots` created, changed or removed."""
@@ -355,7 +241,7 @@ def assert_refused(command: Command, argv: list, e: Example, names: tuple[str, .
 def test_the_roles_are_the_inputs(assets, tmp_path):
     for command in COMMANDS:
         inputs = command.inputs(tmp_path / command.id, assets)
-        assert sorted(inputs) == sorted(input_roles(command)), command.id
+        assert sorted(inputs) == sorted(command.roles), command.id
         assert all(inputs[role].is_dir() == (role in FOLDER_ROLES) for role in inputs), command.id
 
 
@@ -422,7 +308,7 @@ def test_an_input_that_is_no_file_or_folder_is_named(command, example, assets, t
             assert_refused(command, argv, e, names, (work, assets.root), capfd)
 
 
-def assert_dev_null_reads_as_empty(command: Command, inputs: dict[str, Path], e: Example, work: Path, capfd) -> None:
+def assert_dev_null_reads_as_empty(command: PathCase, inputs: dict[str, Path], e: Example, work: Path, capfd) -> None:
     """The same command line with the input an empty regular file, then a link to /dev/null: the same exit status,
     and where refused, one line (no traceback) either way."""
     outcomes = []

@@ -6,7 +6,7 @@ What each case asserts, and the shared assets: cli_contract.py.
 from __future__ import annotations
 
 import pytest
-from cli_contract import Call, Cases, copy, model_classes, run_case, stdout_has
+from cli_contract import Call, Cases, PathCase, copy, model_classes, stdout_has
 from hub_helpers import REPO_ID
 
 TOKEN = "hf_contractTEST_0123456789abcdefSECRET"
@@ -14,7 +14,11 @@ TOKEN = "hf_contractTEST_0123456789abcdefSECRET"
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-case = Cases("push_to_hub")
+case = Cases(
+    "push_to_hub", refused=lambda t: ["--model_dir", t / "absent", "--repo_id", "org/name", "--dry_run"],
+    run=lambda a, t: ["--model_dir", a.model, "--repo_id", REPO_ID, "--dry_run"],
+    paths=[PathCase("push_to_hub", lambda f, a: {"--model_dir": copy(a.model, f / "model")},
+                    lambda i, o, w: ["--model_dir", i["--model_dir"], "--repo_id", REPO_ID, "--dry_run"], None)])
 
 
 def push_argv(model, *extra, repo_id=REPO_ID):
@@ -62,6 +66,4 @@ def _(t, a):
                 env={"HF_TOKEN": TOKEN})
 
 
-@pytest.mark.parametrize("tool, build", case.params)
-def test_cli_contract(tool, build, tmp_path, assets, capfd, monkeypatch):
-    run_case(tool, build, tmp_path, assets, capfd, monkeypatch)
+test_cli_contract = case.contract_test()  # every case above

@@ -23,7 +23,8 @@ NOT_TOOLS = {"make_readme_attention_plot.py"}  # a maintainer's script that draw
 
 def test_pyproject_scripts_are_the_registry():
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
-    assert scripts == console_scripts()
+    missing = [f'{prog} = "{entry}"' for prog, entry in console_scripts().items() if scripts.get(prog) != entry]
+    assert scripts == console_scripts(), f"pyproject.toml's [project.scripts] lacks or differs in: {missing}"
 
 
 @pytest.mark.parametrize("name", COMMANDS)
@@ -33,9 +34,11 @@ def test_each_tool_is_its_module_s_declaration_with_a_shim_and_a_test_file(name)
     assert module.COMMAND is command and command.name == name
     assert command.build_parser().prog == command.prog
     shim = REPO / "scripts" / command.script_name
+    assert shim.is_file(), f"add {shim.relative_to(REPO)}: `from vaswani_hf.cli.{name} import main`, sys.exit(main())"
     imports = [node for node in ast.walk(ast.parse(shim.read_text(encoding="utf-8")))
                if isinstance(node, ast.ImportFrom)]
     assert [(i.module, [a.name for a in i.names]) for i in imports] == [(f"vaswani_hf.cli.{name}", ["main"])]
+    assert "sys.exit(main())" in shim.read_text(encoding="utf-8")
     assert (REPO / "tests" / f"test_cli_{name}.py").is_file()
 
 
@@ -45,25 +48,23 @@ def test_every_shim_is_a_registered_tool():
     assert not set(OTHER_SCRIPTS) & {command.prog for command in COMMANDS.values()}
 
 
-def test_the_batteries_name_every_registered_tool():
-    from cli_contract import TOOLS
-    from test_cli_every_tool import DEBUG_ARGV
-    from test_cli_path_properties import COMMANDS as PATH_COMMANDS
-    from test_cli_surroundings import RUNS
+def test_each_tool_s_test_file_declares_what_the_batteries_need():
+    """The batteries that cover every tool take each tool's command lines from its test file (`Cases`)."""
+    from cli_contract import TOOLS, every_tool
 
     assert TOOLS == tuple(COMMANDS)
-    assert set(DEBUG_ARGV) == set(COMMANDS) == set(RUNS)
-    assert {c.tool for c in PATH_COMMANDS} == set(COMMANDS)
+    for name, case in every_tool().items():
+        assert case.tool == name and callable(case.refused) and callable(case.run) and case.paths, name
 
 
 def test_the_path_battery_writes_through_every_declared_output(tmp_path):
     """Each output a tool declares (its `paths`) is the output of a case of the path battery, and the reverse (train's
     outputs are its plan's, declared when it is planned)."""
-    from test_cli_path_properties import COMMANDS as PATH_COMMANDS
+    from cli_contract import every_tool
 
     (tmp_path / "checkpoint-1").mkdir()  # a --run_dir's checkpoint (every input of the cases below is this folder)
     declared, tested = defaultdict(set), defaultdict(set)
-    for case in PATH_COMMANDS:
+    for case in [path_case for cases in every_tool().values() for path_case in cases.paths]:
         if case.tool == "train":
             continue
         inputs = defaultdict(lambda: tmp_path / "checkpoint-1")

@@ -25,8 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_contract import GERMAN, LINES, TOOLS, TRANSLATE_OPTIONS, changes, run_main, snapshot
-from hub_helpers import REPO_ID
+from cli_contract import GERMAN, LINES, TOOLS, TRANSLATE_OPTIONS, changes, every_tool, run_main, snapshot
 from test_cli_os_conditions import assert_one_error_line, console_script
 
 pytest_plugins = ["cli_assets"]
@@ -37,19 +36,9 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 # The process's surroundings, for every command
 # ---------------------------------------------------------------------------------------------------------------------
 
-RUNS = {  # a command line each tool would run to completion: what refuses it below is the surroundings
-    "train": lambda a, t: ["--recipe", a.recipe, "--data_dir", a.corpus, "--output_dir", t / "run"],
-    "translate": lambda a, t: [a.plain, "--model", a.model, *TRANSLATE_OPTIONS, "--output", t / "out.txt"],
-    "evaluate": lambda a, t: ["--hypotheses", a.plain, "--references", a.plain, "--out", t / "scores.json"],
-    "train_tokenizer": lambda a, t: ["--files", a.plain, "--vocab_size", "300", "--out_dir", t / "tok"],
-    "average_checkpoints": lambda a, t: ["--checkpoints", a.run / "checkpoint-2", a.run / "checkpoint-4", "--out",
-                                        t / "avg"],
-    "export_marian": lambda a, t: ["--model_dir", a.model, "--out", t / "marian"],
-    "export_ctranslate2": lambda a, t: ["--model_dir", a.model, "--out_dir", t / "ct2"],
-    "visualize_attention": lambda a, t: ["--model_dir", a.model, "--source", LINES[0], "--device", "cpu", "--out",
-                                        t / "vis"],
-    "push_to_hub": lambda a, t: ["--model_dir", a.model, "--repo_id", REPO_ID, "--dry_run"],
-}
+# A command line each tool would run to completion (its test file's `Cases.run`): what refuses it below is the
+# surroundings.
+RUNS = {tool: case.run for tool, case in every_tool().items()}
 BAD_LAUNCHES = {  # the launcher's variables -> what the one line names
     "RANK=abc": ({"RANK": "abc"}, ("RANK='abc'", "whole number >= 0")),
     "RANK=empty": ({"RANK": ""}, ("RANK=''",)),
@@ -59,10 +48,6 @@ BAD_LAUNCHES = {  # the launcher's variables -> what the one line names
     "MASTER_PORT=99999": ({"MASTER_PORT": "99999"}, ("MASTER_PORT='99999'", "from 1 to 65535")),
     "RANK=2-of-2": ({"RANK": "2", "WORLD_SIZE": "2"}, ("RANK=2 is not below WORLD_SIZE=2",)),
 }
-
-
-def test_every_command_is_in_the_table():
-    assert set(RUNS) == set(TOOLS)
 
 
 def refused_before_any_work(tool: str, argv: list, roots: list[Path], capfd, code: int, *fragments: str,
@@ -123,32 +108,24 @@ def test_a_refusal_with_standard_error_closed_writes_nothing(tool, assets, tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
-STDIN_READERS = {  # the commands reading standard input ("-")
-    "translate": lambda a, t: ["-", "--model", a.model, *TRANSLATE_OPTIONS, "--output", t / "out.txt"],
-    "evaluate": lambda a, t: ["--hypotheses", "-", "--references", a.plain],
-    "train_tokenizer": lambda a, t: ["--files", "-", "--vocab_size", "300", "--out_dir", t / "tok"],
-}
-STDOUT_WRITERS = {  # the commands writing to standard output
-    "translate": lambda a, t: [a.plain, "--model", a.model, *TRANSLATE_OPTIONS],
-    "evaluate": lambda a, t: ["--hypotheses", a.plain, "--references", a.plain],
+CLOSED_STREAM_USERS = {  # the commands reading standard input ("-") or writing to standard output
+    ("stdin", "translate"): lambda a, t: ["-", "--model", a.model, *TRANSLATE_OPTIONS, "--output", t / "out.txt"],
+    ("stdin", "evaluate"): lambda a, t: ["--hypotheses", "-", "--references", a.plain],
+    ("stdin", "train_tokenizer"): lambda a, t: ["--files", "-", "--vocab_size", "300", "--out_dir", t / "tok"],
+    ("stdout", "translate"): lambda a, t: [a.plain, "--model", a.model, *TRANSLATE_OPTIONS],
+    ("stdout", "evaluate"): lambda a, t: ["--hypotheses", a.plain, "--references", a.plain],
 }
 
 
-@pytest.mark.parametrize("tool", list(STDIN_READERS))
-def test_a_closed_standard_input_is_refused_by_its_readers(tool, assets, tmp_path, capfd, monkeypatch):
+@pytest.mark.parametrize("stream, tool", list(CLOSED_STREAM_USERS))
+def test_a_closed_standard_stream_is_refused_by_its_users(stream, tool, assets, tmp_path, capfd, monkeypatch):
+    """A closed standard input is bad input (2); a closed standard output is a failure of the run (1)."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "stdin", None)
-    refused_before_any_work(tool, STDIN_READERS[tool](assets, tmp_path), [assets.root, tmp_path], capfd, 2,
-                            "standard input is closed")
-    assert sys.stdin is None
-
-
-@pytest.mark.parametrize("tool", list(STDOUT_WRITERS))
-def test_a_closed_standard_output_is_refused_by_its_writers(tool, assets, tmp_path, capfd, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "stdout", None)
-    refused_before_any_work(tool, STDOUT_WRITERS[tool](assets, tmp_path), [assets.root, tmp_path], capfd, 1,
-                            "standard output is closed")
+    monkeypatch.setattr(sys, stream, None)
+    refused_before_any_work(tool, CLOSED_STREAM_USERS[stream, tool](assets, tmp_path), [assets.root, tmp_path],
+                            capfd, 2 if stream == "stdin" else 1,
+                            f"standard {'input' if stream == 'stdin' else 'output'} is closed")
+    assert getattr(sys, stream) is None
 
 
 def test_a_closed_standard_input_does_not_matter_to_a_command_reading_files(assets, tmp_path, monkeypatch):

@@ -10,7 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_contract import BOM, GERMAN, LATIN1, LINES, Call, Cases, copy, run_case, run_main, stdout_has, write
+from cli_contract import (BOM, GERMAN, LATIN1, LINES, PAGE, Call, Cases, PathCase, Writer, copy, run_main,
+                          stdout_has, write)
 from cli_helpers import truncate
 
 from vaswani_hf.io import check_safetensors
@@ -18,7 +19,30 @@ from vaswani_hf.io import check_safetensors
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-case = Cases("train")
+
+def _path_inputs(f: Path, a) -> dict[str, Path]:
+    corpus = copy(a.corpus, f / "corpus")
+    return {"corpus (en)": corpus / "train.en", "corpus (de)": corpus / "train.de",
+            "tokenizer_path": copy(a.model, f / "tokenizer"),
+            "--recipe": copy(a.recipe, f / "recipes" / "recipe.yaml")}  # as a run folder keeps it
+
+
+def _path_argv(i: dict[str, Path], *outputs) -> list:
+    return ["--recipe", i["--recipe"], "--data_dir", i["corpus (en)"].parent, "--tokenizer_path", i["tokenizer_path"],
+            *outputs]
+
+
+_ROLES = dict(roles=("corpus (en)", "corpus (de)", "tokenizer_path", "--recipe"),
+              derived=("corpus (en)", "corpus (de)"))  # the corpus files are found in --data_dir
+case = Cases(
+    "train", refused=lambda t: ["--recipe", t / "absent.yaml", "--check"],
+    run=lambda a, t: ["--recipe", a.recipe, "--data_dir", a.corpus, "--output_dir", t / "run"],
+    paths=[PathCase("train-output_dir", _path_inputs,
+                    lambda i, o, w: _path_argv(i, "--output_dir", o, *["--overwrite"][:w]), "output_dir", **_ROLES),
+           PathCase("train-export_dir", _path_inputs,
+                    lambda i, o, w: _path_argv(i, "--output_dir", i["tokenizer_path"].parent / "fresh-run",
+                                               "--export_dir", o, *["--overwrite"][:w]), "export_dir", **_ROLES)],
+    writers=[Writer("train", None, "output_dir", 64 * PAGE)])
 
 
 def train_argv(t, a, *extra, corpus=None, check=True):
@@ -168,34 +192,16 @@ def _(t, a):
     return Call(["--recipe", t / "absent.yaml", "--check"], 2, ("recipe file not found", str(t / "absent.yaml")))
 
 
-@case("recipe-invalid-yaml")
-def _(t, a):
-    recipe = write(t / "r.yaml", "d_model: [32\n")
-    return Call(["--recipe", recipe, "--check"], 2, (str(recipe), "invalid YAML"))
-
-
-@case("recipe-unknown-key")
-def _(t, a):
-    recipe = write(t / "r.yaml", "d_modle: 32\n")
-    return Call(["--recipe", recipe, "--check"], 2, (str(recipe), "'d_modle'", "'d_model'"))
-
-
-@case("recipe-empty")
-def _(t, a):
-    recipe = write(t / "r.yaml", "")  # would silently train the code defaults (100k updates into outputs/run)
-    return Call(["--recipe", recipe, "--check"], 2, (str(recipe), "is empty", "--recipe default"))
-
-
-@case("recipe-comments-only")
-def _(t, a):
-    recipe = write(t / "r.yaml", "# my recipe\n\n")
-    return Call(["--recipe", recipe, "--check"], 2, (str(recipe), "is empty", "--recipe default"))
-
-
-@case("recipe-latin1")
-def _(t, a):
-    recipe = write(t / "r.yaml", b"description: caf\xe9\n")
-    return Call(["--recipe", recipe, "--check"], 2, (str(recipe),))
+BAD_RECIPES = {  # the recipe file's bytes -> what the one line names besides the file
+    "invalid-yaml": ("d_model: [32\n", ("invalid YAML",)),
+    "unknown-key": ("d_modle: 32\n", ("'d_modle'", "'d_model'")),
+    "empty": ("", ("is empty", "--recipe default")),  # would silently train the code defaults (100k updates)
+    "comments-only": ("# my recipe\n\n", ("is empty", "--recipe default")),
+    "latin1": (b"description: caf\xe9\n", ()),
+}
+for _name, (_text, _expected) in BAD_RECIPES.items():
+    case(f"recipe-{_name}")(lambda t, a, text=_text, expected=_expected: Call(
+        ["--recipe", write(t / "r.yaml", text), "--check"], 2, (str(t / "r.yaml"), *expected)))
 
 
 @case("unknown-flag")
@@ -309,12 +315,10 @@ def _(t, a):
 
 @case("ctrl-c")
 def _(t, a):
-    return Call(train_argv(t, a, check=False), 130, ("interrupted",), interrupt="vaswani_hf.training.run.run_training")
+    return Call(train_argv(t, a, check=False), 130, ("interrupted",), interrupt="vaswani_hf.cli.train.run_training")
 
 
-@pytest.mark.parametrize("tool, build", case.params)
-def test_cli_contract(tool, build, tmp_path, assets, capfd, monkeypatch):
-    run_case(tool, build, tmp_path, assets, capfd, monkeypatch)
+test_cli_contract = case.contract_test()  # every case above
 
 
 def test_train_on_zero_usable_pairs_exports_no_model(tmp_path, assets, capfd, monkeypatch):

@@ -10,12 +10,21 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_contract import BOM, GERMAN, LATIN1, LINES, Call, Cases, earlier_output, run_case, write
+from cli_contract import (BOM, GERMAN, LATIN1, LINES, PAGE, Call, Cases, PathCase, Writer, copy, earlier_output,
+                          write)
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-case = Cases("train_tokenizer")
+case = Cases(
+    "train_tokenizer", refused=lambda t: ["--files", t / "absent.txt", "--out_dir", t / "tok"],
+    run=lambda a, t: ["--files", a.plain, "--vocab_size", "300", "--out_dir", t / "tok"],
+    paths=[PathCase("train_tokenizer", lambda f, a: {"--files (1)": copy(a.plain, f / "a.txt"),
+                                                     "--files (2)": copy(a.corpus / "train.de", f / "b.txt")},
+                    lambda i, o, w: ["--files", i["--files (1)"], i["--files (2)"], "--vocab_size", "300", "--out_dir",
+                                     o, *["--overwrite"][:w]], "--out_dir", roles=("--files (1)", "--files (2)"))],
+    writers=[Writer("train_tokenizer", lambda a, t, d: ["--files", a.plain, a.corpus / "train.de", "--vocab_size",
+                                                        "300", "--out_dir", d / "tok"], "--out_dir", 2 * PAGE)])
 
 
 TOKENIZER_TEXT = [line for pair in zip(LINES, GERMAN) for line in pair] * 4
@@ -221,6 +230,4 @@ def _(t, a):
                 interrupt="vaswani_hf.tokenization.train_bpe_tokenizer")
 
 
-@pytest.mark.parametrize("tool, build", case.params)
-def test_cli_contract(tool, build, tmp_path, assets, capfd, monkeypatch):
-    run_case(tool, build, tmp_path, assets, capfd, monkeypatch)
+test_cli_contract = case.contract_test()  # every case above

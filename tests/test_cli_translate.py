@@ -7,13 +7,30 @@ cli_contract.py.
 from __future__ import annotations
 
 import pytest
-from cli_contract import (BOM, LATIN1, LINES, LONG, TRANSLATE_OPTIONS, Assets, Call, Cases, copy, model_classes,
-                          run_case, translated, write)
+from cli_contract import (BOM, LATIN1, LINES, LONG, PAGE, TRANSLATE_OPTIONS, Assets, Call, Cases, PathCase, Writer,
+                          copy, many_lines, model_classes, translated, write)
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-case = Cases("translate")
+
+def _path_inputs(model: str):
+    return lambda f, a: {"input": copy(a.plain, f / "plain.txt"), "--model": copy(getattr(a, model), f / model)}
+
+
+def _path_argv(*engine):
+    return lambda i, o, w: [i["input"], "--model", i["--model"], *engine, *TRANSLATE_OPTIONS, "--output", o,
+                            *["--overwrite"][:w]]
+
+
+case = Cases(
+    "translate", refused=lambda t: [t / "absent.txt", "--model", t / "absent-model", "--output", t / "o.txt"],
+    run=lambda a, t: [a.plain, "--model", a.model, *TRANSLATE_OPTIONS, "--output", t / "out.txt"],
+    paths=[PathCase("translate", _path_inputs("model"), _path_argv(), "--output", roles=("input", "--model")),
+           PathCase("translate-ctranslate2", _path_inputs("ct2"), _path_argv("--engine", "ctranslate2"), "--output",
+                    roles=("input", "--model"))],
+    writers=[Writer("translate", lambda a, t, d: [many_lines(t), "--model", a.model, *TRANSLATE_OPTIONS, "--output",
+                                                  d / "out.txt"], "--output", PAGE)])
 
 
 def translate_argv(t, a, source, *extra, model=None):
@@ -200,6 +217,4 @@ def _(t, a):
                 interrupt="vaswani_hf.inference.translate")
 
 
-@pytest.mark.parametrize("tool, build", case.params)
-def test_cli_contract(tool, build, tmp_path, assets, capfd, monkeypatch):
-    run_case(tool, build, tmp_path, assets, capfd, monkeypatch)
+test_cli_contract = case.contract_test()  # every case above

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from cli_contract import TOOLS, changes, run_main, snapshot
+from cli_contract import TOOLS, changes, every_tool, run_main, snapshot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -35,16 +35,7 @@ VALUE_SETTINGS = settings(max_examples=12, deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 # A command line of each tool that parses, and is refused after parsing (a missing input) without any work.
-BASE_ARGV = {
-    "translate": lambda t: [t / "absent.txt", "--model", t / "absent-model", "--output", t / "o.txt"],
-    "evaluate": lambda t: ["--hypotheses", t / "absent.txt", "--references", t / "absent.txt", "--out", t / "s.json"],
-    "train_tokenizer": lambda t: ["--files", t / "absent.txt", "--out_dir", t / "tok"],
-    "average_checkpoints": lambda t: ["--run_dir", t / "absent", "--out", t / "avg"],
-    "export_marian": lambda t: ["--model_dir", t / "absent", "--out", t / "marian"],
-    "export_ctranslate2": lambda t: ["--model_dir", t / "absent", "--out_dir", t / "ct2"],
-    "visualize_attention": lambda t: ["--model_dir", t / "absent", "--source", "a", "--out", t / "vis"],
-    "push_to_hub": lambda t: ["--model_dir", t / "absent", "--repo_id", "org/name", "--dry_run"],
-}
+BASE_ARGV = {tool: case.refused for tool, case in every_tool().items()}
 PARSED_TOOLS = [tool for tool in TOOLS if tool != "train"]  # train's flags are its recipe keys (below)
 
 

@@ -6,12 +6,19 @@ target, a bad --alignment, Ctrl-C. What each case asserts, and the shared assets
 from __future__ import annotations
 
 import pytest
-from cli_contract import GERMAN, LINES, LONG, Call, Cases, copy, earlier_output, model_classes, run_case, write
+from cli_contract import (GERMAN, LINES, LONG, PAGE, Call, Cases, PathCase, Writer, copy, earlier_output, model_classes,
+                          model_output_classes, write)
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-case = Cases("visualize_attention")
+case = Cases(
+    "visualize_attention", refused=lambda t: ["--model_dir", t / "absent", "--source", "a", "--out", t / "vis"],
+    run=lambda a, t: ["--model_dir", a.model, "--source", LINES[0], "--device", "cpu", "--out", t / "vis"],
+    paths=[PathCase("visualize_attention", lambda f, a: {"--model_dir": copy(a.model, f / "model")},
+                    lambda i, o, w: ["--model_dir", i["--model_dir"], "--source", "a man", "--device", "cpu", "--out",
+                                     o, *["--overwrite"][:w]], "--out")],
+    writers=[Writer("visualize_attention", None, "--out", 16 * PAGE)])
 
 
 def visualize_argv(t, model, source=LINES[0], *extra):
@@ -20,6 +27,7 @@ def visualize_argv(t, model, source=LINES[0], *extra):
 
 
 model_classes(case, "--model_dir", lambda t, a, m: visualize_argv(t, m))
+model_output_classes(case, "--out", lambda model, out: ["--model_dir", model, "--source", LINES[0], "--out", out])
 
 
 @case("out-exists")
@@ -39,18 +47,6 @@ def _(t, a):
     return Call(visualize_argv(t, a.model, LINES[0], "--overwrite"), 0, may_change=(t / "vis",), check=check)
 
 
-@case("out-is-the-model-dir-overwrite")
-def _(t, a):
-    folder = copy(a.model, t / "model")
-    return Call(["--model_dir", folder, "--source", LINES[0], "--out", folder, "--overwrite"], 2, ("--out", "is --model_dir"))
-
-
-@case("out-is-a-file")
-def _(t, a):
-    write(t / "vis", "x")
-    return Call(visualize_argv(t, a.model), 2, ("--out", str(t / "vis"), "is a file"))
-
-
 @case("empty-source")
 def _(t, a):
     return Call(visualize_argv(t, a.model, " "), 2, ("--source", "empty"))
@@ -66,28 +62,18 @@ def _(t, a):
     return Call(visualize_argv(t, a.learned, LINES[0], "--target", LONG), 2, ("--target", "32 positions"))
 
 
-@case("bad-alignment")
-def _(t, a):
-    return Call(visualize_argv(t, a.model, LINES[0], "--target", GERMAN[0], "--alignment", "0-0 1:1"), 2,
-                ("--alignment", "'1:1'"))
-
-
-@case("alignment-past-the-target")
-def _(t, a):
-    return Call(visualize_argv(t, a.model, LINES[0], "--target", "drei kleine Wörter", "--alignment", "0-0 9-99"), 2,
-                ("--alignment", "'9-99'", "target word 99", "--target has 3", f"--source has {len(LINES[0].split())}"))
-
-
-@case("alignment-past-the-source")
-def _(t, a):
-    return Call(visualize_argv(t, a.model, "zwei Wörter", "--target", "drei kleine Wörter", "--alignment", "2p1"), 2,
-                ("--alignment", "'2p1'", "source word 2", "--source has 2 words"))
-
-
-@case("alignment-of-whitespace-only")
-def _(t, a):
-    return Call(visualize_argv(t, a.model, LINES[0], "--target", GERMAN[0], "--alignment", "  "), 2,
-                ("--alignment", "empty"))
+BAD_ALIGNMENTS = {  # (--source, --target, --alignment) -> what the one line names
+    "bad-alignment": ((LINES[0], GERMAN[0], "0-0 1:1"), ("--alignment", "'1:1'")),
+    "alignment-past-the-target": ((LINES[0], "drei kleine Wörter", "0-0 9-99"),
+                                  ("--alignment", "'9-99'", "target word 99", "--target has 3",
+                                   f"--source has {len(LINES[0].split())}")),
+    "alignment-past-the-source": (("zwei Wörter", "drei kleine Wörter", "2p1"),
+                                  ("--alignment", "'2p1'", "source word 2", "--source has 2 words")),
+    "alignment-of-whitespace-only": ((LINES[0], GERMAN[0], "  "), ("--alignment", "empty")),
+}
+for _name, ((_source, _target, _alignment), _expected) in BAD_ALIGNMENTS.items():
+    case(_name)(lambda t, a, s=_source, g=_target, al=_alignment, expected=_expected: Call(
+        visualize_argv(t, a.model, s, "--target", g, "--alignment", al), 2, expected))
 
 
 @case("ctrl-c")
@@ -95,9 +81,7 @@ def _(t, a):
     return Call(visualize_argv(t, a.model), 130, ("interrupted",), interrupt="vaswani_hf.visualize.visualize")
 
 
-@pytest.mark.parametrize("tool, build", case.params)
-def test_cli_contract(tool, build, tmp_path, assets, capfd, monkeypatch):
-    run_case(tool, build, tmp_path, assets, capfd, monkeypatch)
+test_cli_contract = case.contract_test()  # every case above
 
 
 def test_alignment_links_within_both_sentences():

@@ -9,16 +9,15 @@ import torch
 from data_helpers import MULTI30K_RAW, padded, random_lengths
 from torch.utils.data import DataLoader
 
-from vaswani_hf.data import (
+from vaswani_hf.data.batching import (
     TRANSLATE_MAX_TOKENS,
     Seq2SeqCollator,
     TokenBatchSampler,
-    load_moses,
     make_batches,
     pack_by_tokens,
-    prepare_dataset,
-    sequence_lengths,
 )
+from vaswani_hf.data.corpora import load_moses
+from vaswani_hf.data.preprocessing import prepare_dataset, sequence_lengths
 from vaswani_hf.tokenization import EOS_ID, PAD_ID, train_bpe_tokenizer
 
 # ------------------------------------------------------------------------------------------------ reference packers
@@ -277,7 +276,7 @@ def test_collator_padding_and_shift():
 
 
 def test_collator_carries_the_example_index():
-    from vaswani_hf.data import EXAMPLE_INDEX
+    from vaswani_hf.data.batching import EXAMPLE_INDEX
 
     out = Seq2SeqCollator()([{"input_ids": [3, 2], "labels": [4, 2], EXAMPLE_INDEX: 7},
                              {"input_ids": [2], "labels": [2], EXAMPLE_INDEX: 2}])

@@ -10,7 +10,7 @@ import datasets
 import pytest
 from data_helpers import write_text
 
-from vaswani_hf.data import (
+from vaswani_hf.data.corpora import (
     CorpusError,
     iter_jsonl,
     iter_moses,

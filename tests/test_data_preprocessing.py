@@ -9,16 +9,8 @@ import datasets
 import numpy as np
 import pytest
 
-from vaswani_hf.data import (
-    CorpusError,
-    FilterReport,
-    filter_pairs,
-    load_moses,
-    make_parallel_dataset,
-    prepare_dataset,
-    sequence_lengths,
-    tokenize_pairs,
-)
+from vaswani_hf.data.corpora import CorpusError, load_moses, make_parallel_dataset
+from vaswani_hf.data.preprocessing import FilterReport, filter_pairs, prepare_dataset, sequence_lengths, tokenize_pairs
 from vaswani_hf.tokenization import EOS_ID
 
 

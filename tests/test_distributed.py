@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from vaswani_hf.data import sample_corpus_path
+from vaswani_hf.data.corpora import sample_corpus_path
 
 REPO = Path(__file__).resolve().parent.parent
 TRAIN = REPO / "scripts" / "train.py"
@@ -121,7 +121,9 @@ def test_two_processes_score_the_same_model_as_one(tmp_path):
     (out / "metrics.json").unlink()
 
     # The two ranks' validation shards really are uneven (sentences per rank, with the recipe's evaluation budget).
-    from vaswani_hf.data import TokenBatchSampler, load_moses, prepare_dataset
+    from vaswani_hf.data.batching import TokenBatchSampler
+    from vaswani_hf.data.corpora import load_moses
+    from vaswani_hf.data.preprocessing import prepare_dataset
     from vaswani_hf.tokenization import load_tokenizer
 
     valid, _ = prepare_dataset(load_moses(corpus / "valid", "en", "de"), load_tokenizer(out / "tokenizer"), "en", "de",

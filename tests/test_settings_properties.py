@@ -213,28 +213,22 @@ def sources(tokenizer) -> dict:
     return dict(tokenizer(["a man runs", "a dog"], return_tensors="pt", padding=True))
 
 
+@pytest.mark.parametrize("given_as", ["generate()", "generation_config"])
 @pytest.mark.parametrize("name", DECODING)
 @FEW
 @given(data=st.data())
-def test_a_decoding_setting_that_breaks_its_declaration_is_refused_by_generate(name, data, tiny_model):
+def test_a_decoding_setting_that_breaks_its_declaration_is_refused_by_generate(name, given_as, data, tiny_model):
+    """As generate()'s argument, or in the generation config generate() runs with."""
     model, tokenizer = tiny_model
     value = data.draw(breaking(GENERATION_SETTINGS[name], model.config.vocab_size), label=name)
+    arguments = {name: value}
+    if given_as == "generation_config":
+        config = model.generation_config.__class__.from_dict(model.generation_config.to_dict())
+        setattr(config, name, value)
+        arguments = {"generation_config": config}
     with pytest.raises(SettingError) as error:
-        model.generate(**sources(tokenizer), **{name: value})
-    assert_names(error.value, "generate()", f"{name} must")
-
-
-@pytest.mark.parametrize("name", DECODING)
-@FEW
-@given(data=st.data())
-def test_the_generation_config_generate_runs_with_is_checked(name, data, tiny_model):
-    model, tokenizer = tiny_model
-    value = data.draw(breaking(GENERATION_SETTINGS[name], model.config.vocab_size), label=name)
-    config = model.generation_config.__class__.from_dict(model.generation_config.to_dict())
-    setattr(config, name, value)
-    with pytest.raises(SettingError) as error:
-        model.generate(**sources(tokenizer), generation_config=config)
-    assert_names(error.value, "generation_config", f"{name} must")
+        model.generate(**sources(tokenizer), **arguments)
+    assert_names(error.value, given_as, f"{name} must")
 
 
 @pytest.mark.parametrize("name", DECODING)

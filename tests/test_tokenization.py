@@ -119,7 +119,7 @@ def test_round_trip_edge_cases_and_no_unk(small_tok, text):
 
 
 def test_round_trip_sample_corpus(tmp_path):
-    from vaswani_hf.data import sample_corpus_path
+    from vaswani_hf.data.corpora import sample_corpus_path
 
     folder = sample_corpus_path()
     if (folder / "train.en").is_file():

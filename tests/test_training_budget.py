@@ -66,10 +66,10 @@ def test_the_wmt_recipe_on_cpu_processes(world, tmp_path):
     recipe = load_recipe("wmt14-en-de-base", {"output_dir": str(tmp_path / "run")})
     assert recipe.max_tokens_per_device == "auto" and recipe.tokens_per_step == 25000
     plan = plan_run(recipe, world=World(processes=world, local_processes=world))
-    tokens, accumulation = plan.max_tokens, plan.accumulation
+    tokens, accumulation = plan.batching.max_tokens, plan.batching.accumulation
     assert (tokens, accumulation) == tokens_per_device(recipe, world, device="cpu", local_processes=world)
     assert tokens <= 4096 and 25000 <= tokens * world * accumulation < 25000 + world * accumulation
-    assert plan.tokens_per_update == tokens * world * accumulation
+    assert plan.batching.tokens_per_update == tokens * world * accumulation
     assert build_training_arguments(plan).gradient_accumulation_steps == accumulation
 
 

@@ -17,7 +17,7 @@ from accelerate.data_loader import skip_first_batches
 from torch.utils.data import DataLoader
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
-from vaswani_hf.data import Seq2SeqCollator, TokenBatchSampler
+from vaswani_hf.data.batching import Seq2SeqCollator, TokenBatchSampler
 from vaswani_hf.training import callbacks
 from vaswani_hf.training.callbacks import (
     BatchStatsCollator,

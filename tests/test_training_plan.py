@@ -13,12 +13,12 @@ from vaswani_hf.training.sources import FileSource
 
 def test_the_plan_holds_sources_budget_and_output(tmp_path):
     plan = plan_run(tiny_recipe(tmp_path, max_steps=4), world=World(processes=2, local_processes=2))
-    assert isinstance(plan.sources["train"], FileSource) and plan.sources["valid"] is None
-    assert plan.sources["train"].files() == {"train_data (en)": tmp_path / "corpus" / "train.en",
+    assert isinstance(plan.data.sources["train"], FileSource) and plan.data.sources["valid"] is None
+    assert plan.data.sources["train"].files() == {"train_data (en)": tmp_path / "corpus" / "train.en",
                                              "train_data (de)": tmp_path / "corpus" / "train.de"}
-    assert (plan.max_tokens, plan.accumulation, plan.tokens_per_update) == (4096, 1, 8192)
-    assert plan.output.start == "new" and plan.export_dir == tmp_path / "run" / "hub"
-    assert plan.tokenizer_dir == tmp_path / "run" / "tokenizer" and plan.label_smoothing == 0.1
+    assert (plan.batching.max_tokens, plan.batching.accumulation, plan.batching.tokens_per_update) == (4096, 1, 8192)
+    assert plan.output.start == "new" and plan.export.export_dir == tmp_path / "run" / "hub"
+    assert plan.data.tokenizer_dir == tmp_path / "run" / "tokenizer" and plan.model.label_smoothing == 0.1
     assert not (tmp_path / "run").exists()  # planning writes nothing
 
 
@@ -149,8 +149,8 @@ def test_a_training_run_is_planned_once_and_reads_no_recipe_key_afterwards(tmp_p
     of a Recipe's key is recorded); the trainer gets the plan's two token budgets."""
     from conftest import TINY, write_corpus, write_recipe_yaml
 
-    from vaswani_hf.cli.train import main
-    from vaswani_hf.training import Recipe, budget, preflight
+    from vaswani_hf.cli import train as train_cli
+    from vaswani_hf.training import Recipe, preflight
     from vaswani_hf.training import plan as plan_module
     from vaswani_hf.training import run as run_module
 
@@ -181,8 +181,8 @@ def test_a_training_run_is_planned_once_and_reads_no_recipe_key_afterwards(tmp_p
             budgets.append((kwargs["max_tokens"], kwargs["eval_max_tokens"]))
             super().__init__(*args, **kwargs)
 
-    monkeypatch.setattr(plan_module, "plan_run", counting_plan_run)
-    monkeypatch.setattr(budget, "tokens_per_device", counted("tokens_per_device", budget.tokens_per_device))
+    monkeypatch.setattr(train_cli, "plan_run", counting_plan_run)
+    monkeypatch.setattr(plan_module, "tokens_per_device", counted("tokens_per_device", plan_module.tokens_per_device))
     monkeypatch.setattr(preflight, "decide_output_dir", counted("decide_output_dir", preflight.decide_output_dir))
     monkeypatch.setattr(Recipe, "__getattr__", recording(real_getattr))
     monkeypatch.setattr(Recipe, "__getitem__", recording(real_getitem))
@@ -191,10 +191,10 @@ def test_a_training_run_is_planned_once_and_reads_no_recipe_key_afterwards(tmp_p
     recipe = write_recipe_yaml(tmp_path / "tiny.yaml", {**TINY, "data_dir": str(corpus), "max_steps": 2,
                                                         "valid_data": "valid", "eval_max_tokens": 512})
     argv = ["--recipe", str(recipe), "--output_dir", str(tmp_path / "run")]
-    assert main([*argv, "--check"]) == 0
+    assert train_cli.main([*argv, "--check"]) == 0
     assert sorted(calls) == ["decide_output_dir", "plan_run", "tokens_per_device"]
     calls.clear(), planned.clear()
-    assert main(argv) == 0
+    assert train_cli.main(argv) == 0
     assert sorted(calls) == ["decide_output_dir", "plan_run", "tokens_per_device"]
     assert reads == []  # run_training and everything it calls read the plan only
     assert budgets == [(planned[0].batching.max_tokens, 512)] and planned[0].batching.max_tokens == 4096

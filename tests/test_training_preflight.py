@@ -53,23 +53,22 @@ def test_resume_and_overwrite_never_replace_a_foreign_export_dir(tmp_path):
 def test_resuming_a_finished_run_does_nothing(tmp_path):
     finished_run(tmp_path, steps=4)
     plan = plan_run(tiny_recipe(tmp_path, max_steps=4, resume=True))
-    assert plan.output.start == "finished" and plan.output.finished_at == 4 and plan.resume_from is None
+    assert plan.output.start == "finished" and plan.output.finished_at == 4
     assert "nothing to do" in plan.describe()
     more = plan_run(tiny_recipe(tmp_path, max_steps=8, resume=True))
-    assert more.output.start == "resume" and more.resume_from == tmp_path / "run" / "checkpoint-4"
+    assert more.output.start == "resume" and more.output.resume_from == tmp_path / "run" / "checkpoint-4"
     (tmp_path / "run" / "metrics.json").unlink()  # stopped after the last checkpoint, before its final scores
     for processes in (1, 2):  # nothing left to train: no RNG state needed, whatever the process count
         score = plan_run(tiny_recipe(tmp_path, max_steps=4, resume=True),
                          world=World(processes=processes, local_processes=processes))
-        assert score.output.start == "score" and score.output.resume_from.name == "checkpoint-4"
-        assert score.resume_from is None  # the Trainer does not train from it
+        assert score.output.start == "score" and score.output.resume_from.name == "checkpoint-4"  # loaded, not trained
 
 
 def test_a_checkpoint_without_its_rng_state_is_not_resumed_silently(tmp_path):
     fake_checkpoint(tmp_path / "run", 2)
     fake_checkpoint(tmp_path / "run", 4, rng=False)
     plan = plan_run(tiny_recipe(tmp_path, max_steps=8, resume=True))
-    assert plan.resume_from.name == "checkpoint-2"  # the newest checkpoint that resumes exactly
+    assert plan.output.resume_from.name == "checkpoint-2"  # the newest checkpoint that resumes exactly
     with pytest.raises(RecipeError, match=r"no checkpoint .* can be resumed .*no rng_state_0\.pth: it was saved by 1 "
                                           r"process\(es\) \(rng_state\.pth\), this run has 2"):
         plan_run(tiny_recipe(tmp_path, max_steps=8, resume=True), world=World(processes=2, local_processes=2))
@@ -155,7 +154,7 @@ def test_a_damaged_state_file_makes_the_checkpoint_incomplete(tmp_path, caplog, 
     damage(newest / name)
     with caplog.at_level(logging.WARNING, logger="vaswani_hf.training.preflight"):
         plan = plan_run(tiny_recipe(tmp_path, max_steps=8, resume=True))
-    assert plan.resume_from == older
+    assert plan.output.resume_from == older
     warned = [r.getMessage() for r in caplog.records if r.name == "vaswani_hf.training.preflight"]
     assert len(warned) == 1 and f"skipping checkpoint-4 ({name} is damaged (" in warned[0], warned
     assert "resume from checkpoint-2" in plan.describe()
@@ -173,7 +172,7 @@ def test_intact_state_files_are_not_passed_over(tmp_path):
     newest = fake_checkpoint(tmp_path / "run", 4)
     torch.save({"exp_avg": torch.randn(1000), "step": 3}, newest / "optimizer.pt")
     assert all(torch_archive_problem(newest / n) is None for n in ("optimizer.pt", "scheduler.pt", "rng_state.pth"))
-    assert plan_run(tiny_recipe(tmp_path, max_steps=8, resume=True)).resume_from == newest
+    assert plan_run(tiny_recipe(tmp_path, max_steps=8, resume=True)).output.resume_from == newest
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -183,7 +182,7 @@ def test_intact_state_files_are_not_passed_over(tmp_path):
 
 def _tokenizer_run(tmp_path: Path, tok) -> tuple[Path, dict]:
     """A run that trained `tok` (OUTPUT/tokenizer, and the checkpoint's copy) with the recipe it recorded."""
-    from vaswani_hf.training.report import recipe_yaml
+    from vaswani_hf.training.plan import recipe_yaml
 
     recipe = tiny_recipe(tmp_path, max_steps=8, vocab_size=500)
     run = tmp_path / "run"
@@ -210,7 +209,8 @@ def _other_tokenizer(tok, folder: Path) -> Path:
 def test_resume_refuses_other_tokenizer_keys(tmp_path, tok, key, value, was):
     run, recipe = _tokenizer_run(tmp_path, tok)
     was = recipe[key] if was is None else was
-    assert plan_run(tiny_recipe(tmp_path, max_steps=8, vocab_size=500, resume=True)).resume_from.name == "checkpoint-4"
+    plan = plan_run(tiny_recipe(tmp_path, max_steps=8, vocab_size=500, resume=True))
+    assert plan.output.resume_from.name == "checkpoint-4"
     with pytest.raises(RecipeError) as error:
         plan_run(tiny_recipe(tmp_path, max_steps=8, resume=True, **{"vocab_size": 500, key: value}))
     message = str(error.value)
@@ -224,7 +224,7 @@ def test_resume_refuses_another_tokenizer_of_the_same_size(tmp_path, tok):
     same = tmp_path / "same_tok"
     tok.save_pretrained(str(same))
     plan = plan_run(tiny_recipe(tmp_path, max_steps=8, vocab_size=500, resume=True, tokenizer_path=str(same)))
-    assert plan.resume_from.name == "checkpoint-4"  # a copy of the run's tokenizer elsewhere is the same tokenizer
+    assert plan.output.resume_from.name == "checkpoint-4"  # a copy of the run's tokenizer elsewhere is the same one
     with pytest.raises(RecipeError, match=r"^--resume: tokenizer_path .*other_tok holds another tokenizer than "
                                           r"checkpoint-4 was trained with \(.*other tokens or merges; the run's "
                                           r"tokenizer_path: None\)"):

@@ -39,9 +39,9 @@ def test_bundled_recipes_load_and_have_the_paper_settings():
 
 def test_the_multi30k_recipe_finds_its_data_relative_to_the_repository(tmp_path):
     plan = plan_run(load_recipe("multi30k-en-de", {"output_dir": str(tmp_path / "run")}))
-    if not plan.sources["train"].path.parent.is_dir():
+    if not plan.data.sources["train"].path.parent.is_dir():
         pytest.skip("Multi30k not found")
-    assert plan.sources["train"].path.name == "train.lc.norm.tok"
+    assert plan.data.sources["train"].path.name == "train.lc.norm.tok"
 
 
 def test_bf16_recipe_builds_cpu_training_arguments_without_an_accelerator(monkeypatch, tmp_path):

@@ -10,9 +10,9 @@ from vaswani_hf.training.sources import HubSource, SampleSource
 
 
 def test_sources_of_every_format(tmp_path):
-    sample = plan_run(load_recipe("default", {"output_dir": str(tmp_path / "a")})).sources
+    sample = plan_run(load_recipe("default", {"output_dir": str(tmp_path / "a")})).data.sources
     assert isinstance(sample["test"], SampleSource) and sample["test"].describe()["name"].endswith("test split")
-    hub = plan_run(load_recipe("wmt14-en-de-base", {"output_dir": str(tmp_path / "b")})).sources
+    hub = plan_run(load_recipe("wmt14-en-de-base", {"output_dir": str(tmp_path / "b")})).data.sources
     assert isinstance(hub["valid"], HubSource)
     assert hub["test"].describe() == {"name": "wmt14 test", "id": "wmt14", "config": "de-en", "split": "test"}
 
@@ -32,13 +32,13 @@ def test_a_split_without_a_usable_pair_is_refused_in_one_place(tmp_path):
     (corpus / "empty.en").write_text("\n \n")
     (corpus / "empty.de").write_text("x\n\n")
     plan = plan_run(tiny_recipe(tmp_path, valid_data="empty"))
-    source = plan.sources["valid"]
+    source = plan.data.sources["valid"]
     assert source.files() == {"valid_data (en)": corpus / "empty.en", "valid_data (de)": corpus / "empty.de"}
     for step in (source.scan, source.load):
         with pytest.raises(RecipeError, match=r"^valid_data: .*empty has no sentence pair with both sides non-empty "
                                               r"\(2 pairs\); nothing to score$"):
             step()
-    train = plan.sources["train"]
+    train = plan.data.sources["train"]
     assert train.scan()[0] == len(train.load()) and len(train.load(limit=3)) == 3
     assert train.describe() == {"name": f"{corpus.parent.name}/corpus/train"}
 
@@ -51,7 +51,7 @@ def test_file_formats_read_one_file(tmp_path, fmt, name, text):
     (tmp_path / name).write_text(text)
     recipe = load_recipe("default", {"data_format": fmt, "data_dir": str(tmp_path), "train_data": name,
                                      "valid_data": None, "test_data": None, "eval_steps": 0, "output_dir": str(tmp_path / "run")})
-    source = plan_run(recipe).sources["train"]
+    source = plan_run(recipe).data.sources["train"]
     assert source.files() == {"train_data": tmp_path / name} and source.scan() == (1, 1)
     assert source.load()[0]["translation"] == {"en": "a b", "de": "c d"}
     (tmp_path / "folder.tsv").mkdir()

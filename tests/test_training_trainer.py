@@ -8,6 +8,7 @@ Seq2SeqTrainer: gradient accumulation equals one large batch.
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import datasets
@@ -16,15 +17,13 @@ import torch
 from conftest import write_corpus
 from data_helpers import random_lengths
 from torch.utils.data import DataLoader
+from transformers import Seq2SeqTrainer, Trainer
 from transformers.modeling_outputs import Seq2SeqLMOutput
 
 from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
-from vaswani_hf.data import (
-    Seq2SeqCollator,
-    TokenBatchSampler,
-    load_moses,
-    prepare_dataset,
-)
+from vaswani_hf.data.batching import Seq2SeqCollator, TokenBatchSampler
+from vaswani_hf.data.corpora import load_moses
+from vaswani_hf.data.preprocessing import prepare_dataset
 from vaswani_hf.training.trainer import VaswaniTrainer, unshard_prepared_loader
 
 
@@ -310,3 +309,33 @@ def test_a_chunked_loss_refuses_a_custom_objective(tmp_path):
     with pytest.raises(ValueError, match="compute_loss_func"):
         VaswaniTrainer(model=model, args=_args(tmp_path, "x"), max_tokens=64, loss_chunk_tokens=8,
                        compute_loss_func=lambda outputs, labels, num_items_in_batch=None: outputs.logits.sum())
+
+
+# transformers' private parts that VaswaniTrainer depends on, where no public mechanism exists. An override of a hook
+# that transformers renamed or stopped calling would be silently bypassed: these tests fail first.
+PRIVATE_HOOKS = {  # overridden: name -> transformers' parameters
+    "_get_grad_norm": ["self", "model", "grad_norm"],  # no extra pass over the gradients when nothing is clipped
+    "_issue_warnings_after_load": ["self", "load_result"],  # keys tied to a loaded tensor are not "missing"
+    "_get_output_dir": ["self", "trial"],  # checkpoints staged beside the run, then renamed (atomic)
+    "_save_checkpoint": ["self", "model", "trial"],
+}
+PRIVATE_USES = {  # read, set or called: name -> where transformers defines or sets it
+    "_created_lr_scheduler": "Trainer",  # set with the paper's schedule, as transformers' create_scheduler does
+    "_gen_kwargs": "Seq2SeqTrainer",  # evaluate()'s decoding settings, read by prediction_step
+    "_prepare_inputs": "Trainer",
+    "_remove_unused_columns": "Trainer",
+    "_wrap_model": "Trainer",
+}
+
+
+def test_the_private_trainer_hooks_overridden_are_still_transformers_own():
+    overridden = {name for name in vars(VaswaniTrainer) if name.startswith("_") and not name.startswith("__")
+                  and hasattr(Seq2SeqTrainer, name)}
+    assert overridden == set(PRIVATE_HOOKS), "a private hook overridden without being listed here (or no more)"
+    loop = inspect.getsource(Trainer)
+    for name, parameters in PRIVATE_HOOKS.items():
+        assert list(inspect.signature(getattr(Seq2SeqTrainer, name)).parameters) == parameters, name
+        assert f"self.{name}(" in loop, f"transformers' Trainer no longer calls {name}: VaswaniTrainer's is dead"
+    sources = {"Trainer": loop, "Seq2SeqTrainer": inspect.getsource(Seq2SeqTrainer)}
+    for name, owner in PRIVATE_USES.items():
+        assert f"self.{name}" in sources[owner] or f"def {name}(" in sources[owner], f"{owner}.{name} is gone"

@@ -1,8 +1,9 @@
-"""Every command-line tool of the package, by name: the one list that pyproject.toml's [project.scripts], the
-`scripts/*.py` shims and the tests' command tables agree with (tests/test_cli_registry.py). A new tool is one
-declaration (`command.Command`, in its module vaswani_hf/cli/<name>.py) added here, plus its test file
-tests/test_cli_<name>.py. The Space's page (`vaswani-space`, vaswani_hf.space) is a server, not a command of this
-contract: it is listed in `OTHER_SCRIPTS`."""
+"""Every command-line tool of the package, by name: the one list that pyproject.toml's [project.scripts] and the
+`scripts/*.py` shims are checked against, and that the tests' batteries cover (tests/test_cli_registry.py). A new tool
+is one declaration (`command.Command`, in its module vaswani_hf/cli/<name>.py) added here, plus its test file
+tests/test_cli_<name>.py, which declares the command lines the batteries run (tests/cli_contract.py). The Space's
+page (`vaswani-space`, vaswani_hf.space) is a server, not a command of this contract: it is listed in
+`OTHER_SCRIPTS`."""
 
 from __future__ import annotations
 

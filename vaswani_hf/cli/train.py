@@ -29,15 +29,20 @@ from dataclasses import dataclass
 
 from transformers import HfArgumentParser
 
+from ..training.plan import plan_run
 from ..training.recipe import (
     SECTIONS,
     RecipeError,
+    format_keys,
     help_text,
     key,
+    list_recipes,
+    load_recipe,
     type_name,
     unknown_keys,
     value_from_text,
 )
+from ..training.run import run_training, setup_logging
 from .command import Command, run_command
 from .contract import add_debug_argument, declare_paths, release_library_reports
 
@@ -99,8 +104,6 @@ def _text_converter(name: str):
 def parse_command_line(argv: Sequence[str]):
     """`--recipe NAME_OR_PATH` and `--key value` pairs -> (the checked Recipe, the command's options). The recipe is
     None for --list-keys and --list-recipes."""
-    from ..training.recipe import load_recipe
-
     parser = RecipeParser()
     namespace, remaining = parser.parse_known_args(list(argv))
     if remaining:
@@ -123,23 +126,17 @@ def parse_command_line(argv: Sequence[str]):
 def _resolve(parsed, checked):
     """(what to do, ...): the listings, or the one plan of the run (`plan_run` checks every path: the plan's guard;
     its outputs are what the error boundary names when the disk fills)."""
-    from ..training.recipe import format_keys, list_recipes
-
     recipe, options = parsed
     if options.list_keys:
         return "print", format_keys()
     if options.list_recipes:
         return "print", "\n".join(list_recipes())
-    from ..training.plan import plan_run
-
     if not options.check:  # the run's log (standard output) shows what planning decides, e.g. a checkpoint skipped
-        from ..training.run import setup_logging
-
         setup_logging()
     plan = plan_run(recipe, overwrite=options.overwrite)
-    declare_paths(inputs={}, outputs={"output_dir": plan.output_dir, "export_dir": plan.export_dir}, check=False)
+    declare_paths(inputs={}, outputs={"output_dir": plan.output_dir, "export_dir": plan.export.export_dir}, check=False)
     if options.check:
-        counts = {source.key: source.scan() for source in plan.sources.values() if source is not None}
+        counts = {source.key: source.scan() for source in plan.data.sources.values() if source is not None}
         corpus = ", ".join(f"{k}: {c[0]:,} pairs ({c[1]:,} usable)" for k, c in counts.items() if c is not None)
         return "print", f"recipe {recipe.name} OK; {plan.describe()}" + (f"; {corpus}" if corpus else "")
     return "train", plan
@@ -150,8 +147,6 @@ def _run(resolved) -> int:
     if what == "print":
         print(value)
         return 0
-    from ..training.run import run_training
-
     release_library_reports()  # the run's plan holds: what libraries say while it trains is shown when said
     run_training(value)
     return 0

@@ -3,14 +3,17 @@ logged value with wall-clock time, and the tokens and padding of the training ba
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import os
+import resource
 import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 from transformers import TrainerCallback
 
 from ..data.batching import LABEL_PAD_ID, TokenBatchSampler
@@ -127,8 +130,6 @@ class RunClock(TrainerCallback):
     written into metrics.json (`stages`), so that a user sees what a launch costs before the GPU hours start."""
 
     def __init__(self):
-        import psutil
-
         self.launched = psutil.Process().create_time()
         self.stages: dict[str, dict[str, float]] = {}
         self.first_update: dict[str, float] = {}
@@ -137,8 +138,6 @@ class RunClock(TrainerCallback):
     @staticmethod
     def peak_memory_mb() -> tuple[float, float]:
         """(peak RSS of this process, peak RSS of its largest finished child) in MiB (Linux reports KiB)."""
-        import resource
-
         own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         return own, child
@@ -146,19 +145,14 @@ class RunClock(TrainerCallback):
     def since_launch(self) -> float:
         return time.time() - self.launched
 
+    @contextlib.contextmanager
     def stage(self, name: str):
-        """A context manager timing one stage of the run."""
-        import contextlib
-
-        @contextlib.contextmanager
-        def timed():
-            started = time.perf_counter()
-            yield
-            own, child = self.peak_memory_mb()
-            self.stages[name] = {"seconds": round(time.perf_counter() - started, 3), "peak_rss_mb": round(own, 1),
-                                 "peak_child_rss_mb": round(child, 1), "at_s": round(self.since_launch(), 3)}
-
-        return timed()
+        """Times one stage of the run."""
+        started = time.perf_counter()
+        yield
+        own, child = self.peak_memory_mb()
+        self.stages[name] = {"seconds": round(time.perf_counter() - started, 3), "peak_rss_mb": round(own, 1),
+                             "peak_child_rss_mb": round(child, 1), "at_s": round(self.since_launch(), 3)}
 
     def on_step_begin(self, args, state, control, **kwargs):
         if self._update_started is None:

@@ -24,11 +24,24 @@ from pathlib import Path
 from types import MappingProxyType
 
 import torch
+import yaml
+from accelerate.utils import get_int_from_env, parse_flag_from_env
 
 from .. import io
+from ..configuration_vaswani import VaswaniConfig
+from ..generation_vaswani import GENERATION_SETTINGS
 from . import preflight
-from .budget import check_length_fits, evaluation_budget, longest_training_pair
+from .budget import (
+    MODEL_STATE_BYTES_PER_PARAMETER,
+    approximate_parameters,
+    check_length_fits,
+    device_memory_bytes,
+    evaluation_budget,
+    longest_training_pair,
+    tokens_per_device,
+)
 from .recipe import MODEL_KEYS, Recipe, RecipeError
+from .schedule import FUSED_ADAM_DEVICE_TYPES, paper_base_lr
 from .sources import check_data_dir, resolve_dir, split_sources
 
 logger = logging.getLogger(__name__)
@@ -53,15 +66,9 @@ class World:
     def from_environment(cls, recipe: Recipe) -> World:
         """From the launcher's environment, without starting a process group: the plan is made before the run
         starts one (`run_training` checks that Accelerate's state agrees)."""
-        from accelerate.utils import get_int_from_env
-
         processes = get_int_from_env(_PROCESSES, 1)
         device = "cpu" if use_cpu(recipe, processes) else f"cuda:{get_int_from_env(_LOCAL_RANK, 0)}"
         return cls(processes, get_int_from_env(_RANK, 0), get_int_from_env(_LOCAL_PROCESSES, processes), device)
-
-    @property
-    def is_main(self) -> bool:
-        return self.index == 0
 
     @property
     def cpu(self) -> bool:
@@ -83,8 +90,6 @@ def use_cpu(recipe: Recipe, processes: int = 1) -> bool:
     rank-0 runs); with cpu=True they form one MULTI_CPU (gloo) group. Also on a machine with no accelerator at all:
     `TrainingArguments` refuses `bf16=True` there unless `use_cpu` is set, although bf16 autocast on CPU is
     supported."""
-    from accelerate.utils import parse_flag_from_env
-
     has_accelerator = torch.accelerator.is_available() if hasattr(torch, "accelerator") else torch.cuda.is_available()
     return bool(recipe.use_cpu or parse_flag_from_env("ACCELERATE_USE_CPU")
                 or (processes > 1 and not torch.cuda.is_available()) or not has_accelerator)
@@ -92,8 +97,6 @@ def use_cpu(recipe: Recipe, processes: int = 1) -> bool:
 
 def _sharded() -> bool:
     """An Accelerate launch config asked for FSDP or DeepSpeed (parameters then are not plain tensors)."""
-    from accelerate.utils import parse_flag_from_env
-
     return parse_flag_from_env("ACCELERATE_USE_FSDP") or parse_flag_from_env("ACCELERATE_USE_DEEPSPEED")
 
 
@@ -126,6 +129,7 @@ class BatchingPlan:
 
     max_tokens: int  # padded source (and target) tokens of a training micro-batch, per process
     accumulation: int  # micro-batches per optimizer update
+    tokens_per_update: int  # max_tokens x processes x accumulation (the paper's ~25,000 source + target tokens)
     eval_max_tokens: int  # padded tokens of an evaluation batch
     max_sentences: int | None  # at most this many pairs a micro-batch (None: no cap)
     pad_to_multiple_of: int | None  # batch lengths padded up to a multiple of this (None: to the longest)
@@ -144,10 +148,8 @@ class ModelPlan:
     label_smoothing: float  # eps_ls of the training objective
     loss_chunk_tokens: int  # the training loss computed this many target tokens at a time (0: in one piece)
 
-    def config(self, vocab_size: int):
+    def config(self, vocab_size: int) -> VaswaniConfig:
         """The `VaswaniConfig` of the model, for a tokenizer of `vocab_size` tokens."""
-        from ..configuration_vaswani import VaswaniConfig
-
         return VaswaniConfig(vocab_size=vocab_size, **self.settings)
 
 
@@ -238,62 +240,15 @@ class RunPlan:
     checkpoints: CheckpointPlan
     export: ExportPlan
 
-    @property
-    def sources(self) -> MappingProxyType:
-        return self.data.sources
-
-    @property
-    def export_dir(self) -> Path:
-        return self.export.export_dir
-
-    @property
-    def tokenizer_dir(self) -> Path:
-        return self.data.tokenizer_dir
-
-    @property
-    def max_tokens(self) -> int:
-        return self.batching.max_tokens
-
-    @property
-    def eval_max_tokens(self) -> int:
-        return self.batching.eval_max_tokens
-
-    @property
-    def accumulation(self) -> int:
-        return self.batching.accumulation
-
-    @property
-    def label_smoothing(self) -> float:
-        return self.model.label_smoothing
-
-    @property
-    def tokens_per_update(self) -> int:
-        return self.batching.max_tokens * self.world.processes * self.batching.accumulation
-
-    @property
-    def resume_from(self) -> Path | None:
-        return self.output.resume_from if self.output.start == "resume" else None
-
-    @property
-    def data_path(self):
-        """The DataLoader settings for this world's device (`vaswani_hf.training.data_path`)."""
-        from .data_path import choose_data_path
-
-        b = self.batching
-        return choose_data_path(self.world.device, b.num_workers, processes=self.world.local_processes,
-                                pin_memory=b.pin_memory, prefetch_factor=b.prefetch_factor)
-
-    def model_config(self, vocab_size: int):
-        return self.model.config(vocab_size)
-
     def lock(self) -> io.FolderLock:
         """This run's hold on its output folder (created if needed), for as long as the run writes into it."""
         self.output_dir.mkdir(parents=True, exist_ok=True)
         return io.FolderLock(self.output_dir, "output_dir").acquire()
 
     def describe(self) -> str:
-        budget = f"{self.max_tokens} tokens/device x {self.world.processes} processes x {self.accumulation} " \
-                 f"accumulation = {self.tokens_per_update} tokens per update"
+        b = self.batching
+        budget = f"{b.max_tokens} tokens/device x {self.world.processes} processes x {b.accumulation} " \
+                 f"accumulation = {b.tokens_per_update} tokens per update"
         return f"output_dir {self.output_dir}: {self.output.describe()}; {budget}"
 
 
@@ -305,8 +260,6 @@ class RunPlan:
 def plan_run(recipe: Recipe, *, overwrite: bool = False, world: World | None = None) -> RunPlan:
     """Resolve `recipe` on this machine and file system (see the module docstring). RecipeError (one line naming
     the key or path) for anything that would fail later. `world`: the process layout (default: the launcher's)."""
-    from .budget import tokens_per_device
-
     world = world or World.from_environment(recipe)
     check_devices(recipe, world)
     check_data_dir(recipe)
@@ -334,7 +287,8 @@ def plan_run(recipe: Recipe, *, overwrite: bool = False, world: World | None = N
     check_length_fits(max_tokens, recipe.max_length, auto=recipe.max_tokens_per_device == "auto")
     return RunPlan(
         world=world, output_dir=out, output=output, process=_process(recipe),
-        data=_data(recipe, sources, tokenizer_dir, max_tokens), batching=_batching(recipe, max_tokens, accumulation),
+        data=_data(recipe, sources, tokenizer_dir, max_tokens),
+        batching=_batching(recipe, max_tokens, accumulation, world.processes),
         model=ModelPlan(MappingProxyType({k: recipe[k] for k in MODEL_KEYS}), recipe.label_smoothing,
                         recipe.loss_chunk_tokens),
         optimizer=_optimizer(recipe, world),
@@ -363,9 +317,9 @@ def _data(recipe: Recipe, sources: dict, tokenizer_dir: Path, max_tokens: int) -
         bpe_min_frequency=recipe.bpe_min_frequency, lowercase=recipe.lowercase)
 
 
-def _batching(recipe: Recipe, max_tokens: int, accumulation: int) -> BatchingPlan:
+def _batching(recipe: Recipe, max_tokens: int, accumulation: int, processes: int) -> BatchingPlan:
     return BatchingPlan(
-        max_tokens=max_tokens, accumulation=accumulation,
+        max_tokens=max_tokens, accumulation=accumulation, tokens_per_update=max_tokens * processes * accumulation,
         eval_max_tokens=evaluation_budget(max_tokens, recipe.eval_max_tokens),
         max_sentences=recipe.max_sentences or None, pad_to_multiple_of=recipe.pad_to_multiple_of or None,
         chosen=recipe.max_tokens_per_device == "auto", num_workers=recipe.dataloader_num_workers,
@@ -376,25 +330,24 @@ def _batching(recipe: Recipe, max_tokens: int, accumulation: int) -> BatchingPla
 def _optimizer(recipe: Recipe, world: World) -> OptimizerPlan:
     """Section 5.3's Adam. The fused kernel where torch has it for this device and the parameters stay plain
     tensors (not under FSDP or DeepSpeed): the same update to float rounding, one kernel for all parameters."""
-    from .schedule import FUSED_ADAM_DEVICE_TYPES, paper_base_lr
-
     fused = torch.device(world.device).type in FUSED_ADAM_DEVICE_TYPES and not _sharded()
     return OptimizerPlan(paper_base_lr(recipe.d_model, recipe.lr_multiplier), (recipe.adam_beta1, recipe.adam_beta2),
                          recipe.adam_epsilon, recipe.weight_decay, recipe.max_grad_norm, fused)
 
 
 def _evaluation(recipe: Recipe) -> EvaluationPlan:
-    from ..generation_vaswani import GENERATION_SETTINGS
-
     paper_beams = GENERATION_SETTINGS["num_beams"].default  # what the exported generation_config.json says
     return EvaluationPlan(recipe.eval_steps, recipe.eval_on_start and recipe.valid_data is not None,
                           recipe.eval_num_beams, recipe.test_num_beams or paper_beams, recipe.bleu_tokenize,
                           tuple(recipe.translate_examples))
 
 
-def _export(recipe: Recipe, export: Path) -> ExportPlan:
-    from .report import recipe_yaml
+def recipe_yaml(recipe: Recipe) -> str:
+    """The full recipe as YAML (every key, defaults included): recipe.yaml beside the run and in its export."""
+    return yaml.safe_dump(dict(recipe), sort_keys=False)
 
+
+def _export(recipe: Recipe, export: Path) -> ExportPlan:
     return ExportPlan(export, recipe.name, recipe_yaml(recipe),
                       str(recipe.hub_dataset or recipe.data_dir or recipe.data_format))
 
@@ -409,8 +362,6 @@ def _guard(inputs: dict, outputs: dict) -> None:
 def check_devices(recipe: Recipe, world: World) -> None:
     """The precision and distributed strategy the recipe and the launcher ask for exist on this device, and the
     model's training state fits its memory."""
-    from accelerate.utils import parse_flag_from_env
-
     if recipe.fp16 and world.cpu:
         raise RecipeError("fp16: fp16 mixed precision needs a CUDA GPU and this run is on the CPU; use bf16 (CPU "
                           "autocast) or fp32")
@@ -425,8 +376,6 @@ def check_devices(recipe: Recipe, world: World) -> None:
 def check_model_fits(recipe: Recipe, world: World) -> None:
     """Refuse a model whose weights, gradients and Adam moments (16 bytes a parameter) alone exceed the memory of
     this process's device: it would be killed for memory after minutes of data preparation."""
-    from .budget import MODEL_STATE_BYTES_PER_PARAMETER, approximate_parameters, device_memory_bytes
-
     parameters = approximate_parameters(recipe.model_config(recipe.vocab_size))
     needed = MODEL_STATE_BYTES_PER_PARAMETER * parameters
     available = device_memory_bytes(world.device, world.local_processes)

@@ -11,21 +11,13 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import yaml
-
+from ..hub import save_hub_folder
 from ..io import to_json, write_lines
-
-if TYPE_CHECKING:
-    from .plan import RunPlan
+from .plan import RunPlan
 
 logger = logging.getLogger(__name__)
-
-
-def recipe_yaml(recipe: Mapping[str, Any]) -> str:
-    """The full recipe as YAML (every key, defaults included)."""
-    return yaml.safe_dump(dict(recipe), sort_keys=False)
 
 
 def write_hypotheses(path: str | os.PathLike, tokenizer, predictions) -> None:
@@ -39,63 +31,48 @@ def write_hypotheses(path: str | os.PathLike, tokenizer, predictions) -> None:
 def plot_history(history: Sequence[dict], out_dir: str | os.PathLike) -> dict[str, str]:
     """PNG plots of the training loss (and validation loss), the learning rate and validation BLEU (by step and by
     wall-clock time). Returns {name: path} of the files written."""
-    import matplotlib
+    import matplotlib  # the backend is chosen before pyplot is imported
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    train = [h for h in history if "loss" in h]
-    evals = [h for h in history if "eval_loss" in h]
-    bleu = [h for h in history if "eval_bleu" in h]
     written = {}
 
-    if train or evals:
-        fig, ax = plt.subplots(figsize=(6, 4))
-        if train:
-            ax.plot([h["step"] for h in train], [h["loss"] for h in train], label="train (label-smoothed)")
-        if evals:
-            ax.plot([h["step"] for h in evals], [h["eval_loss"] for h in evals], "o-",
-                    label="validation (label-smoothed)")
-        nll = [h for h in evals if "eval_nll" in h]
-        if nll:
-            ax.plot([h["step"] for h in nll], [h["eval_nll"] for h in nll], "s--", label="validation NLL")
-        ax.set_xlabel("update")
-        ax.set_ylabel("loss per target token")
-        ax.set_title("Loss")
-        ax.grid(alpha=0.3)
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(out_dir / "loss.png", dpi=100)
-        plt.close(fig)
-        written["loss"] = str(out_dir / "loss.png")
-    lr = [h for h in history if "learning_rate" in h]
-    if lr:
-        fig, ax = plt.subplots(figsize=(6, 4))
-        ax.plot([h["step"] for h in lr], [h["learning_rate"] for h in lr])
-        ax.set_xlabel("update")
-        ax.set_ylabel("learning rate")
-        ax.set_title("Learning rate (Section 5.3)")
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(out_dir / "learning_rate.png", dpi=100)
-        plt.close(fig)
-        written["learning_rate"] = str(out_dir / "learning_rate.png")
-    if bleu:
-        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-        axes[0].plot([h["step"] for h in bleu], [h["eval_bleu"] for h in bleu], "o-")
-        axes[0].set_xlabel("update")
-        axes[1].plot([h.get("time_s", 0) / 60 for h in bleu], [h["eval_bleu"] for h in bleu], "o-")
-        axes[1].set_xlabel("wall-clock minutes")
-        for ax in axes:
-            ax.set_ylabel("validation BLEU")
+    def rows(key: str) -> list[dict]:
+        return [h for h in history if key in h]
+
+    def plot(name: str, title: str, ylabel: str, curves: list[tuple], xlabels=("update",)) -> None:
+        """One PNG: `curves` are (panel, rows, x key, y key, style, label); a panel per x label."""
+        fig, axes = plt.subplots(1, len(xlabels), figsize=(6 if len(xlabels) == 1 else 10, 4), squeeze=False)
+        for panel, points, x, y, style, label in curves:
+            axes[0][panel].plot([x(h) for h in points], [h[y] for h in points], style, label=label)
+        for ax, xlabel in zip(axes[0], xlabels):
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel(ylabel)
             ax.grid(alpha=0.3)
-        fig.suptitle("Validation BLEU")
+        if any(curve[-1] for curve in curves):
+            axes[0][0].legend()
+        fig.suptitle(title)
         fig.tight_layout()
-        fig.savefig(out_dir / "bleu.png", dpi=100)
+        fig.savefig(out_dir / f"{name}.png", dpi=100)
         plt.close(fig)
-        written["bleu"] = str(out_dir / "bleu.png")
+        written[name] = str(out_dir / f"{name}.png")
+
+    step, minutes = (lambda h: h["step"]), (lambda h: h.get("time_s", 0) / 60)
+    losses = [(0, rows("loss"), step, "loss", "-", "train (label-smoothed)"),
+              (0, rows("eval_loss"), step, "eval_loss", "o-", "validation (label-smoothed)"),
+              (0, rows("eval_nll"), step, "eval_nll", "s--", "validation NLL")]
+    if rows("loss") or rows("eval_loss"):
+        plot("loss", "Loss", "loss per target token", [curve for curve in losses if curve[1]])
+    if rows("learning_rate"):
+        plot("learning_rate", "Learning rate (Section 5.3)", "learning rate",
+             [(0, rows("learning_rate"), step, "learning_rate", "-", None)])
+    if rows("eval_bleu"):
+        plot("bleu", "Validation BLEU", "validation BLEU", [(0, rows("eval_bleu"), step, "eval_bleu", "o-", None),
+                                                           (1, rows("eval_bleu"), minutes, "eval_bleu", "o-", None)],
+             xlabels=("update", "wall-clock minutes"))
     return written
 
 
@@ -112,8 +89,8 @@ def card_inputs(plan: RunPlan, metrics: Mapping[str, Any], signatures: Mapping[s
         if isinstance(v, (int, float)) and math.isfinite(v):
             scores[name] = {"score": float(v), "signature": (signatures or {}).get(metric)}
     info: dict[str, Any] = {"source_lang": data.src_lang, "target_lang": data.tgt_lang}
-    if scores and plan.sources.get("test") is not None:
-        info["eval_dataset"] = plan.sources["test"].describe()
+    if scores and plan.data.sources.get("test") is not None:
+        info["eval_dataset"] = plan.data.sources["test"].describe()
     facts = {
         "dataset_name": plan.export.dataset_name,
         "steps": metrics.get("global_step"),
@@ -123,7 +100,7 @@ def card_inputs(plan: RunPlan, metrics: Mapping[str, Any], signatures: Mapping[s
                        + (f" x {schedule.lr_multiplier}" if schedule.lr_multiplier != 1.0 else ""),
         "warmup_steps": schedule.warmup_steps,
         "dropout": plan.model.settings["dropout"],
-        "label_smoothing": plan.label_smoothing,
+        "label_smoothing": plan.model.label_smoothing,
         "checkpoint_averaging": (f"last {len(metrics['averaged_checkpoints'])} checkpoints"
                                  if metrics.get("averaged_checkpoints") else "none"),
         "training_time": (f"{metrics['train_seconds'] / 60:.1f} min on {metrics.get('world_size', 1)} process(es)"
@@ -147,16 +124,13 @@ def distributed_strategy(metrics: Mapping[str, Any]) -> str | None:
 
 def export_hub_folder(model, tokenizer, plan: RunPlan, metrics: Mapping[str, Any] | None = None, *,
                       history: Sequence[dict] | None = None, signatures: Mapping[str, str] | None = None) -> Path:
-    """Write the run's Hub-ready folder (`plan.export_dir`): `vaswani_hf.hub.save_hub_folder` (weights, config with
-    auto_map, code, tokenizer, the paper's generation config, translation pipeline, endpoint handler, model card with
-    the run's real test scores) plus `training_metrics.json`, `recipe.yaml` and the PNG plots. The folder appears
+    """Write the run's Hub-ready folder (`plan.export.export_dir`): `vaswani_hf.hub.save_hub_folder` (weights, config
+    with auto_map, code, tokenizer, the paper's generation config, translation pipeline, endpoint handler, model card
+    with the run's real test scores) plus `training_metrics.json`, `recipe.yaml` and the PNG plots. The folder appears
     whole (written beside, then renamed); it replaces only this run's own earlier export (the plan checked it)."""
-    from ..hub import save_hub_folder
-
     metrics = dict(metrics or {})
     scores, info = card_inputs(plan, metrics, signatures)
-    extra = {"training_metrics.json": to_json(metrics),
-             "recipe.yaml": plan.export.recipe_text}
-    return save_hub_folder(model, tokenizer, plan.export_dir, scores=scores, training_info=info, extra_files=extra,
-                           write_extra=(lambda folder: plot_history(history, folder)) if history else None,
-                           overwrite=True, own=True)
+    extra = {"training_metrics.json": to_json(metrics), "recipe.yaml": plan.export.recipe_text}
+    return save_hub_folder(model, tokenizer, plan.export.export_dir, scores=scores, training_info=info,
+                           extra_files=extra, overwrite=True, own=True,
+                           write_extra=(lambda folder: plot_history(history, folder)) if history else None)

@@ -19,10 +19,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import datasets
 import torch
-from transformers import TrainerCallback
+import transformers
+from accelerate import PartialState
+from accelerate.utils import broadcast_object_list
+from safetensors.torch import load_file
+from transformers import Seq2SeqTrainingArguments, TrainerCallback, TrainerState, set_seed
 
 from .. import io
+from ..data import cache
+from ..data.batching import Seq2SeqCollator
+from ..data.preprocessing import prepare_dataset
+from ..evaluation import make_compute_metrics
+from ..inference import translate
+from ..modeling_vaswani import VaswaniForConditionalGeneration
+from ..tokenization import load_tokenizer, train_bpe_tokenizer
 from .callbacks import BatchStatsCollator, HistoryCallback, RunClock, SamplerEpochCallback, read_history
 from .checkpoints import (
     STAGING_DIR,
@@ -31,6 +43,7 @@ from .checkpoints import (
     load_averaged_weights,
     save_averaged_checkpoint,
 )
+from .data_path import choose_data_path
 from .plan import RunPlan
 from .preflight import clear_previous_run
 from .recipe import RecipeError
@@ -42,9 +55,6 @@ logger = logging.getLogger(__name__)
 
 
 def setup_logging(level=logging.INFO) -> None:
-    import datasets
-    import transformers
-
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S",
                         level=level, stream=sys.stdout, force=True)
     if level <= logging.DEBUG:
@@ -59,8 +69,6 @@ def build_training_arguments(plan: RunPlan):
     by `WallClockCallback`. Adam's settings are stated here once (the plan's), and the optimizer is built from them
     (`paper_optimizer_cls_and_kwargs`): its learning rate is the Section 5.3 formula's constant factor, which the
     schedule multiplies, so the lr transformers logs is the one each update used."""
-    from transformers import Seq2SeqTrainingArguments
-
     process, schedule, optimizer, evaluation = plan.process, plan.schedule, plan.optimizer, plan.evaluation
     keep = plan.checkpoints.keep_last
     return Seq2SeqTrainingArguments(
@@ -76,8 +84,15 @@ def build_training_arguments(plan: RunPlan):
         predict_with_generate=True, generation_num_beams=evaluation.eval_num_beams, seed=process.seed,
         report_to=list(process.report_to), disable_tqdm=not process.show_progress,
         use_cpu=plan.world.cpu, bf16=process.bf16, fp16=process.fp16, ddp_find_unused_parameters=False,
-        **plan.data_path.training_arguments(), torch_compile=process.torch_compile,
+        **_data_path(plan).training_arguments(), torch_compile=process.torch_compile,
         remove_unused_columns=True, per_device_train_batch_size=1, per_device_eval_batch_size=1)
+
+
+def _data_path(plan: RunPlan):
+    """The DataLoader settings for the plan's device (`vaswani_hf.training.data_path`)."""
+    b = plan.batching
+    return choose_data_path(plan.world.device, b.num_workers, processes=plan.world.local_processes,
+                            pin_memory=b.pin_memory, prefetch_factor=b.prefetch_factor)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -98,15 +113,14 @@ class RunData:
 def load_corpora(plan: RunPlan) -> dict[str, Any]:
     """The raw splits (every line decoded and parsed: a bad file is refused here, before anything is written)."""
     limits = {"train": plan.data.train_limit, "valid": plan.data.valid_limit, "test": 0}
-    return {name: source.load(limits[name]) if source is not None else None for name, source in plan.sources.items()}
+    return {name: source.load(limits[name]) if source is not None else None
+            for name, source in plan.data.sources.items()}
 
 
 def prepare_data(plan: RunPlan, splits: dict[str, Any], state, clock: RunClock) -> RunData:
     """Shared BPE (trained on the training pairs, or loaded) and the tokenized, filtered splits. Training pairs longer
     than the plan's length filter (max_length, or what one micro-batch holds) are dropped and counted; a training
     split with no usable pair left is refused (nothing would be learned). Held-out pairs are all kept."""
-    from ..data.preprocessing import prepare_dataset
-
     data, started = plan.data, time.time()
     with clock.stage("tokenizer"), state.main_process_first():
         tokenizer = shared_bpe(plan, splits["train"])
@@ -128,9 +142,6 @@ def shared_bpe(plan: RunPlan, train_split):
     """Section 5.1's one BPE vocabulary for source and target: the plan's tokenizer folder (`tokenizer_path`, or
     OUTPUT_DIR/tokenizer) if it exists; else the one trained earlier on the same corpus with the same settings (kept
     in the datasets cache, see vaswani_hf.data.cache); else trained on the training pairs now, and kept."""
-    from ..data import cache
-    from ..tokenization import load_tokenizer, train_bpe_tokenizer
-
     data, folder, name = plan.data, plan.data.tokenizer_dir, None
     if train_split.cache_files and cache.enabled():  # a file-backed corpus has a stable fingerprint
         name = "bpe-" + cache.key(train_split._fingerprint, data.vocab_size, data.bpe_min_frequency,
@@ -152,11 +163,7 @@ def shared_bpe(plan: RunPlan, train_split):
 
 
 def build_model(plan: RunPlan, tokenizer):
-    from transformers import set_seed
-
-    from ..modeling_vaswani import VaswaniForConditionalGeneration
-
-    config = plan.model_config(vocab_size=len(tokenizer))
+    config = plan.model.config(vocab_size=len(tokenizer))
     set_seed(plan.process.seed)  # the same initial weights on every run and rank
     model = VaswaniForConditionalGeneration(config)
     logger.info("model: d_model=%d d_ff=%d heads=%d layers=%d/%d vocab=%d params=%.2fM", config.d_model, config.d_ff,
@@ -166,12 +173,9 @@ def build_model(plan: RunPlan, tokenizer):
 
 
 def build_trainer(plan: RunPlan, model, data: RunData, callbacks: Sequence[TrainerCallback]) -> VaswaniTrainer:
-    from ..data.batching import Seq2SeqCollator
-    from ..evaluation import make_compute_metrics
-
     batching, out = plan.batching, plan.output_dir
     logger.info("batching: %d tokens/device x %d processes x %d accumulation = %d tokens per update (target)%s",
-                batching.max_tokens, plan.world.processes, batching.accumulation, plan.tokens_per_update,
+                batching.max_tokens, plan.world.processes, batching.accumulation, batching.tokens_per_update,
                 " (max_tokens_per_device: auto)" if batching.chosen else "")
     batch_log = out / f"batches_rank{plan.world.index}.jsonl" if batching.log_batches else None
     if batch_log is not None and batch_log.exists() and plan.output.start != "resume":
@@ -199,21 +203,18 @@ def train(trainer: VaswaniTrainer, plan: RunPlan, data: RunData, state) -> dict[
     more update from its last checkpoint; its state and weights are loaded instead."""
     started = time.time()
     if plan.output.start == "score":
-        from safetensors.torch import load_file
-        from transformers import TrainerState
-
         checkpoint = plan.output.resume_from
         trainer.state = TrainerState.load_from_json(str(checkpoint / "trainer_state.json"))
         load_averaged_weights(trainer.model, load_file(str(checkpoint / "model.safetensors")))
         metrics: dict[str, Any] = {}
     else:
-        resume_from = plan.resume_from
+        resume_from = plan.output.resume_from  # None for a new run or an overwrite
         result = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
         metrics = {f"train/{k}": v for k, v in result.metrics.items()}
     seconds = time.time() - started
     metrics.update(world_size=plan.world.processes, distributed_type=distributed_type(state),
-                   global_step=trainer.state.global_step, gradient_accumulation_steps=plan.accumulation,
-                   max_tokens_per_device=plan.max_tokens, tokens_per_update=plan.tokens_per_update,
+                   global_step=trainer.state.global_step, gradient_accumulation_steps=plan.batching.accumulation,
+                   max_tokens_per_device=plan.batching.max_tokens, tokens_per_update=plan.batching.tokens_per_update,
                    params=sum(p.numel() for p in trainer.model.parameters()), data_prep_seconds=data.seconds,
                    train_seconds=seconds, filter_report=data.filter_report.as_dict())
     stats = trainer.data_collator.stats()
@@ -244,8 +245,6 @@ def average(trainer: VaswaniTrainer, plan: RunPlan, state) -> list[str]:
     if state.is_main_process:
         save_averaged_checkpoint(found, averaged, overwrite=True, own=True)  # this run's own folder
     trainer.accelerator.wait_for_everyone()
-    from safetensors.torch import load_file
-
     model = trainer.accelerator.unwrap_model(trainer.model)
     load_averaged_weights(model, load_file(str(averaged / "model.safetensors")))
     logger.info("averaged %d checkpoints: %s", len(found), ", ".join(f.name for f in found))
@@ -272,8 +271,6 @@ def finish(trainer: VaswaniTrainer, plan: RunPlan, data: RunData, metrics: dict[
     examples, out = list(plan.evaluation.translate_examples), plan.output_dir
     model = trainer.accelerator.unwrap_model(trainer.model)
     if examples:
-        from ..inference import translate
-
         outputs = translate(model, data.tokenizer, examples, num_beams=plan.evaluation.final_num_beams,
                             device=trainer.args.device, progress=False)
         metrics["examples"] = [{"source": s, "translation": t} for s, t in zip(examples, outputs)]
@@ -284,20 +281,18 @@ def finish(trainer: VaswaniTrainer, plan: RunPlan, data: RunData, metrics: dict[
     metrics["plots"] = plot_history(history, out)
     signatures = getattr(trainer.compute_metrics, "signatures", None)
     export_hub_folder(model, data.tokenizer, plan, metrics, history=history, signatures=signatures)
-    metrics["export_dir"] = str(plan.export_dir)
+    metrics["export_dir"] = str(plan.export.export_dir)
     io.write_json(out / "metrics.json", metrics)
     summary = {k: metrics[k] for k in ("first_logged_loss", "last_logged_loss", "valid/loss", "valid/nll",
                                        "valid/bleu", "test/loss", "test/bleu", "train_tgt_tokens_per_second",
                                        "padding_share_tgt") if k in metrics}
     logger.info("done: %s", json.dumps(summary, default=str))
-    logger.info("model folder: %s | metrics: %s", plan.export_dir, out / "metrics.json")
+    logger.info("model folder: %s | metrics: %s", plan.export.export_dir, out / "metrics.json")
 
 
 def take_folder(plan: RunPlan, state) -> io.FolderLock | None:
     """The main process takes the output folder (its lock: one run at a time); every process learns whether it got
     it. Returns the lock the main process holds."""
-    from accelerate.utils import broadcast_object_list
-
     lock, refusal = None, [None]
     state.wait_for_everyone()  # every process has checked the folder (its lock probe) before the main one takes it
     if state.is_main_process:
@@ -345,8 +340,6 @@ def run_info(plan: RunPlan, state) -> dict[str, Any]:
 
 def start_processes(plan: RunPlan):
     """Logging, threads and the distributed state of the plan's world (checked to be that world)."""
-    from accelerate import PartialState
-
     setup_logging()
     if plan.process.torch_threads > 0:
         torch.set_num_threads(plan.process.torch_threads)

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..data.corpora import load_parallel, load_sample_corpus, moses_paths, sample_corpus_path, scan_corpus, usable_pairs
+from ..io import UsageError, check_input_file
 from .recipe import REPO_ROOT, Recipe, RecipeError
 
 SPLITS = ("train", "valid", "test")
@@ -70,8 +72,6 @@ class Source:
     def load(self, limit: int = 0):
         """The split in the common schema (every line decoded and parsed), its first `limit` pairs (0: all).
         A split without one pair with both sides non-empty is refused: there is nothing to train on or score."""
-        from ..data.corpora import usable_pairs
-
         dataset = self._load()
         require_usable(self, len(dataset), usable_pairs(dataset, self.src_lang, self.tgt_lang))
         return dataset.select(range(min(limit, len(dataset)))) if limit > 0 else dataset
@@ -98,16 +98,12 @@ class SampleSource(Source):
         return f"the bundled sample corpus, split {self.split}"
 
     def check(self) -> None:
-        from ..data.corpora import sample_corpus_path
-
         for lang in (self.src_lang, self.tgt_lang):
             path = sample_corpus_path() / f"{self.split}.{lang}"
             if not path.is_file():
                 raise RecipeError(f"{self.key}: sample corpus file missing: {path} (splits: train, valid, test)")
 
     def _load(self):
-        from ..data.corpora import load_sample_corpus
-
         return load_sample_corpus(self.split, self.src_lang, self.tgt_lang)
 
     def describe(self) -> dict[str, Any]:
@@ -130,10 +126,6 @@ class FileSource(Source):
         return {self.key: self.path}
 
     def check(self) -> None:
-        from ..data.corpora import moses_paths
-        from ..errors import UsageError
-        from ..io import check_input_file
-
         if self.format != "moses" and self.path.is_dir():
             raise RecipeError(f"{self.key}: {self.path} is a folder; data_format {self.format} expects a file")
         try:
@@ -144,15 +136,11 @@ class FileSource(Source):
             raise RecipeError(f"{self.key}: {error}") from None
 
     def scan(self) -> tuple[int, int]:
-        from ..data.corpora import scan_corpus
-
         counts = scan_corpus(self.path, self.src_lang, self.tgt_lang, self.format)
         require_usable(self, *counts)
         return counts
 
     def _load(self):
-        from ..data.corpora import load_parallel
-
         return load_parallel(str(self.path), self.src_lang, self.tgt_lang, format=self.format)
 
     def describe(self) -> dict[str, Any]:
@@ -173,8 +161,6 @@ class HubSource(Source):
             f"{self.dataset} split {self.split}"
 
     def _load(self):
-        from ..data.corpora import load_parallel
-
         return load_parallel(self.dataset, self.src_lang, self.tgt_lang, format="hub", config=self.config,
                              split=self.split)
 

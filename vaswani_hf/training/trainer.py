@@ -31,8 +31,11 @@ from typing import Any
 import datasets
 import numpy as np
 import torch
+from accelerate.utils import gather_object
 from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer
+from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
+from transformers.integrations.fsdp import is_fsdp_managed_module
 from transformers.trainer_utils import (
     PREFIX_CHECKPOINT_DIR,
     EvalLoopOutput,
@@ -338,8 +341,6 @@ class VaswaniTrainer(Seq2SeqTrainer):
         smoothed, nll, tokens = self.accelerator.reduce(self._eval_sums, reduction="sum").tolist()
         self._eval_sums = None
         if self.args.world_size > 1 and not prediction_loss_only:
-            from accelerate.utils import gather_object
-
             sentences = gather_object(sentences)
         sentences.sort(key=lambda item: item[0])
         predictions, label_ids = _stack_sentences(sentences, self._pad_id())
@@ -374,9 +375,6 @@ class VaswaniTrainer(Seq2SeqTrainer):
     def _generate(self, inputs: dict, gen_kwargs: dict) -> torch.Tensor:
         """`model.generate` as `Seq2SeqTrainer.prediction_step` calls it: its evaluation settings (`num_beams`, ...),
         synchronised steps under FSDP/DeepSpeed ZeRO-3, the source only (not the teacher-forcing inputs)."""
-        from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
-        from transformers.integrations.fsdp import is_fsdp_managed_module
-
         if not gen_kwargs and hasattr(self, "_gen_kwargs"):
             gen_kwargs = self._gen_kwargs.copy()
         gen_kwargs = {k: v for k, v in gen_kwargs.items() if not (k in ("num_beams", "max_length") and v is None)}
@@ -384,7 +382,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
         source = {k: v for k, v in inputs.items() if k not in ("labels", "decoder_input_ids", "decoder_attention_mask")}
         summon = contextlib.nullcontext()
         if torch.distributed.is_available():
-            from torch.distributed.fsdp import FullyShardedDataParallel
+            from torch.distributed.fsdp import FullyShardedDataParallel  # only where torch.distributed exists
 
             if isinstance(self.model, FullyShardedDataParallel):
                 summon = FullyShardedDataParallel.summon_full_params(self.model)
