@@ -140,12 +140,11 @@ class Command:
     resolve: Callable[[Any, Mapping[str, Any]], Any] = _no_plan
     parse: Callable[[Sequence[str]], Any] | None = None  # a parser of its own (train: recipe keys); default argparse
     script: str | None = None  # scripts/<script> (default <name>.py)
-    module: str | None = None  # the module whose main is the console script (default vaswani_hf.cli.<name>)
     invoked_name: bool = False  # error lines start with the name it was invoked by (sys.argv[0]), not prog
 
     @property
     def entry_point(self) -> str:
-        return f"{self.module or f'vaswani_hf.cli.{self.name}'}:main"
+        return f"vaswani_commands:{self.name}"  # the runner (vaswani_commands.py), which imports the tool's module
 
     @property
     def script_name(self) -> str:
