@@ -51,9 +51,11 @@ def working_folder_problem() -> str | None:
         os.getcwd()
         return None
     except FileNotFoundError:
-        where = os.environ.get("PWD")
-        return (f"the working folder{' ' + where if where else ''} was deleted or moved; cd into an existing folder "
-                "and run the command again")
+        try:  # Linux names the deleted folder ("/x/y (deleted)"); $PWD may be a parent process's
+            where = " " + os.readlink("/proc/self/cwd").removesuffix(" (deleted)")
+        except OSError:
+            where = ""
+        return f"the working folder{where} was deleted; cd into an existing folder and run the command again"
     except OSError as error:
         return (f"the working folder cannot be read ({os.strerror(error.errno) if error.errno else error}); cd into "
                 "a folder you may read and run the command again")

@@ -67,17 +67,17 @@ def test_debug_lets_ctrl_c_through(tmp_path, monkeypatch, assets):
 
 
 def test_scripts_and_entry_points_are_the_cli_mains():
-    """Each scripts/<tool>.py imports `main` from its vaswani_hf.cli module and exits with its status; each console
-    entry point names the same function."""
+    """Each scripts/<tool>.py imports its tool's runner (`vaswani_commands.<tool>`, which prepares the process and runs
+    vaswani_hf.cli.<tool>'s `main`) and exits with its status; each console entry point names the same function."""
     scripts = {"evaluate": "evaluate_translations"}
     entry_points = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
     for tool in TOOLS:
         tree = ast.parse((REPO / "scripts" / f"{scripts.get(tool, tool)}.py").read_text(encoding="utf-8"))
         imports = [(node.module, [a.name for a in node.names]) for node in ast.walk(tree)
                    if isinstance(node, ast.ImportFrom)]
-        assert (f"vaswani_hf.cli.{tool}", ["main"]) in imports, tool
+        assert ("vaswani_commands", [tool]) in imports, tool
         assert "sys.exit(main())" in ast.unparse(tree), tool
-        assert entry_points[f"vaswani-{tool.replace('_', '-')}"] == f"vaswani_hf.cli.{tool}:main"
+        assert entry_points[f"vaswani-{tool.replace('_', '-')}"] == f"vaswani_commands:{tool}"
 
 
 @pytest.mark.slow
