@@ -92,7 +92,7 @@ def _(t, a):
 
 @case("ctrl-c")
 def _(t, a):
-    return Call(visualize_argv(t, a.model), 130, ("interrupted",), interrupt="vaswani_hf.visualize.visualize")
+    return Call(visualize_argv(t, a.model), 130, ("interrupted",), interrupt="vaswani_hf.cli.visualize_attention.visualize")
 
 
 @pytest.mark.parametrize("tool, build", case.params)
