@@ -82,6 +82,11 @@ def limit_problem(error: BaseException) -> str | None:
     return None
 
 
+def debug_requested(argv) -> bool:
+    """--debug among the arguments, or VASWANI_DEBUG=1: every traceback is shown."""
+    return "--debug" in argv or os.environ.get("VASWANI_DEBUG", "").lower() in ("1", "true", "yes")
+
+
 def _refuse(line: str, code: int) -> int:
     if sys.stderr is not None:
         print(f"{Path(sys.argv[0]).name if sys.argv and sys.argv[0] else 'vaswani'}: error: {line}", file=sys.stderr)
@@ -97,8 +102,7 @@ def run(tool: str) -> int:
     try:
         main = import_module(MODULES.get(tool, f"vaswani_hf.cli.{tool}")).main
     except (MemoryError, ImportError, OSError) as error:
-        debug = "--debug" in sys.argv or os.environ.get("VASWANI_DEBUG", "").lower() in ("1", "true", "yes")
-        if debug or limit_problem(error) is None:
+        if debug_requested(sys.argv) or limit_problem(error) is None:
             raise
         return _refuse(limit_problem(error), 1)
     return main()

@@ -30,7 +30,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from vaswani_commands import limit_problem
+from vaswani_commands import debug_requested, limit_problem
 
 from .. import io
 from ..errors import STDIO, UsageError, one_line, refusal_exit_code
@@ -77,10 +77,6 @@ def declare_paths(inputs: Mapping[str, str | os.PathLike | None],
     if check:
         io.check_paths(inputs, outputs)
     _declared_outputs.set(tuple(f"{flag} {path}" for flag, path in outputs.items() if path is not None))
-
-
-def _debug_requested(argv: Sequence[str]) -> bool:
-    return "--debug" in argv or os.environ.get("VASWANI_DEBUG", "").lower() in ("1", "true", "yes")
 
 
 # What the operating system reports -> (exit status, what it means, what to do)
@@ -142,7 +138,7 @@ def _check_surroundings() -> None:
 
 
 def _run(main: Callable[[list[str]], int | None], argv: list[str], prog: str) -> int:
-    if _debug_requested(argv):
+    if debug_requested(argv):
         _check_surroundings()
         with library_progress_bars_off():
             code = main(argv)

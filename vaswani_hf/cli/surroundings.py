@@ -65,9 +65,6 @@ class ClosedInput(io.TextIOBase):
     def readable(self) -> bool:
         return True
 
-    def isatty(self) -> bool:
-        return False
-
     def fileno(self) -> int:
         raise io.UnsupportedOperation("standard input is closed")
 
@@ -86,15 +83,8 @@ class ClosedOutput(io.TextIOBase):
             return 0
         raise StandardOutputClosed()
 
-    def writelines(self, lines) -> None:
-        for line in lines:
-            self.write(line)
-
     def writable(self) -> bool:
         return True
-
-    def isatty(self) -> bool:
-        return False
 
     def flush(self) -> None:
         pass
