@@ -82,6 +82,7 @@ def test_wheel_carries_the_recipes_and_the_sample_corpus(tmp_path):
     recipes = sorted(p.name for p in (REPO / "recipes").glob("*.yaml"))
     assert recipes and all(f"vaswani_hf/recipes/{name}" in names for name in recipes), recipes
     assert {"vaswani_hf/sample_data/train.en", "vaswani_hf/sample_data/train.de"} <= names
+    assert "vaswani_commands.py" in names  # the commands' runner, which every console script names
 
 
 def _python_files(*folders: str):
