@@ -28,6 +28,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 
 from vaswani_commands import debug_requested, limit_problem
@@ -132,24 +133,17 @@ def run_cli(main: Callable[[list[str]], int | None], argv: Sequence[str] | None 
         _declared_outputs.reset(token)
 
 
-def _check_surroundings() -> None:
-    check_working_folder()
-    check_distributed_environment()
-
-
 def _run(main: Callable[[list[str]], int | None], argv: list[str], prog: str) -> int:
-    if debug_requested(argv):
-        _check_surroundings()
-        with library_progress_bars_off():
-            code = main(argv)
-        return 0 if code is None else int(code)
-    held = HeldReports()
+    debug, held = debug_requested(argv), HeldReports()  # --debug: nothing held, every error let through
     try:
-        _check_surroundings()
-        with library_progress_bars_off(), held:
+        check_working_folder()
+        check_distributed_environment()
+        with library_progress_bars_off(), nullcontext() if debug else held:
             code = main(argv)
             _flush_stdout()
     except KeyboardInterrupt as error:
+        if debug:
+            raise
         held.discard()
         if isinstance(error, Terminated):
             _report(f"{prog}: interrupted by {error.name}")
@@ -157,7 +151,7 @@ def _run(main: Callable[[list[str]], int | None], argv: list[str], prog: str) ->
         _report(f"{prog}: interrupted")
         return 130
     except Exception as error:  # an expected failure is one line; anything else is a bug and keeps its traceback
-        failure = expected_failure(error)
+        failure = None if debug else expected_failure(error)
         if failure is None:
             held.replay()
             raise
@@ -184,7 +178,7 @@ def expected_failure(error: BaseException) -> tuple[int, str] | None:
 # What looks like a credential never reaches an error line (argparse echoes an unrecognised `--token hf_...`): a
 # Hugging Face token anywhere, and the value after a flag or header that names a secret (--token, --hub_token,
 # --password, --api_key, ...; Authorization: Bearer ...)
-_CREDENTIALS = (re.compile(r"\bhf_[A-Za-z0-9]{6,}"), re.compile(
+_CREDENTIALS = (re.compile(r"\bhf_[A-Za-z0-9]{20,}"), re.compile(
     r"((?:--?(?:\w*[_-])?(?:token|password|passwd|secret|api[_-]?key|credentials?)\b['\"]?[\s=]+|"
     r"(?:authorization|bearer)\b['\"]?[\s=:]+['\"]?(?:bearer\s+)?)['\"]?)[^\s'\",;)]+", re.IGNORECASE))
 
