@@ -2,8 +2,11 @@
 """Write a native MarianMTModel folder from a model folder (vaswani-export-marian; see --help)."""
 
 import sys
+from pathlib import Path
 
-from vaswani_hf.cli.export_marian import main
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's runner and package
+
+from vaswani_commands import export_marian as main  # noqa: E402 - after the path
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -2,8 +2,11 @@
 """Train the Transformer with a recipe (vaswani-train). See `vaswani_hf/cli/train.py` or --help."""
 
 import sys
+from pathlib import Path
 
-from vaswani_hf.cli.train import main
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's runner and package
+
+from vaswani_commands import train as main  # noqa: E402 - after the path
 
 if __name__ == "__main__":
     sys.exit(main())

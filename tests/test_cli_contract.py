@@ -79,10 +79,15 @@ def test_usage_error_is_a_value_error():
     (RuntimeError("[enforce fail at inline_container.cc:664] . PytorchStreamWriter failed writing file data/0: "
                   "file write failed"), 1, "--output out.de: writing failed, no space left on device"),
     (Exception("No space left on device (os error 28)"), 1, "--output out.de: writing failed"),
+    (MemoryError(), 1, "out of memory (the memory limit, ulimit -v"),
+    (OSError(errno.EMFILE, "Too many open files", "/x/f"), 1, "too many open files (the limit on open descriptors"),
+    (OSError(errno.EFBIG, "File too large", "/x/f"), 1, "/x/f: file too large for the file-size limit (ulimit -f)"),
+    (Exception("Error while serializing: I/O error: File too large (os error 27)"), 1,
+     "--output out.de: file too large for the file-size limit (ulimit -f)"),
 ])
 def test_operating_system_conditions_are_one_line(capsys, monkeypatch, error, code, line):
-    """What the system reports for a full disk, a refused permission, a link loop, a read-only file system or a
-    closed output pipe is one line naming the file (or the declared outputs, when the system does not name it), never
+    """What the system reports for a full disk, a refused permission, a link loop, a read-only file system, a closed
+    output pipe or an exhausted limit (memory, descriptors, file size: Python ignores SIGXFSZ) is one line naming the file (or the declared outputs, when the system does not name it), never
     a traceback; with --debug the error propagates."""
     monkeypatch.delenv("VASWANI_DEBUG", raising=False)
 

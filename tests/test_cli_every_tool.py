@@ -39,6 +39,25 @@ def test_debug_lets_the_error_through(tool, tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+SECRETS = ["--token", "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345", "--hub_token=abcdefghijklmnopqrstuvwxyz0123",
+           "--password", "hunter2-hunter2", "--api-key", "sk-Zyxwvutsrqponmlkjihgfedcba", "Authorization: Bearer Qwerty"]
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_a_credential_is_never_echoed(tool, tmp_path, monkeypatch, capsys):
+    """argparse echoes unrecognised arguments: a value that looks like a credential (a Hugging Face token anywhere,
+    the value after a flag or header naming a secret) is masked in the one error line (argparse may also take
+    `--token` for a flag it abbreviates, e.g. --tokenizer: its value is masked in that flag's message too)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("VASWANI_DEBUG", raising=False)
+    capsys.readouterr()
+    assert run_main(tool, [*DEBUG_ARGV[tool](tmp_path), *SECRETS])[0] == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "***" in err, err
+    for secret in ("AbCdEf", "abcdefghij", "hunter2", "Zyxwvu", "Qwerty"):
+        assert secret not in err, err
+
+
 def test_debug_lets_ctrl_c_through(tmp_path, monkeypatch, assets):
     monkeypatch.setattr("vaswani_hf.evaluation.compute_all", interrupted)
     hyp, ref = write(tmp_path / "hyp.txt", GERMAN), write(tmp_path / "ref.txt", GERMAN)

@@ -13,6 +13,10 @@ middle of writing, and a standard output closed by its reader.
 - A closed pipe: the console script in a real process, its standard output read by a reader that closes early (after
   one line of a long output through a one-page pipe, or before anything was written): exit status 1, one line
   "broken pipe", no traceback and no "Exception ignored" from Python's final flush.
+- The operating system's limits, for real processes (`scripts/<tool>.py`, the runner vaswani_commands): too little
+  memory (RLIMIT_AS 200 MB: torch cannot even be loaded) for every command, a file-size limit (RLIMIT_FSIZE 1 KB: any
+  model is larger; Python ignores SIGXFSZ, so the write fails with EFBIG) for the exports and the averaging, and no
+  descriptor left while a command loads: exit status 1, one line naming the limit and what to do, no traceback.
 - The process's surroundings (closed standard streams, a deleted working folder, malformed launcher variables,
   SIGTERM and SIGHUP), for every command: tests/test_cli_surroundings.py.
 
@@ -31,8 +35,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_contract import (GERMAN, PAGE, TRANSLATE_OPTIONS, Writer, changes, every_tool, interrupted, many_lines,
-                          run_main, snapshot, write)
+from cli_contract import (GERMAN, PAGE, TOOLS, TRANSLATE_OPTIONS, Writer, changes, every_tool, interrupted,
+                          many_lines, run_main, snapshot, write)
+from cli_helpers import REPO
 
 from vaswani_hf.cli.registry import COMMANDS
 
@@ -227,3 +232,70 @@ def test_a_closed_standard_output_is_one_line(name, assets, tmp_path):
     assert_one_error_line(err, code, 1, "broken pipe", shown=" ".join(map(str, argv)))
     assert len(err.splitlines()) == 1, err
     assert not changes(before, snapshot(assets.root, tmp_path))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The operating system's limits
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def run_limited(argv: list, limit: int, value: int, cwd: Path, debug: bool = False) -> tuple[int, str]:
+    """`python ARGV` in a fresh process with the resource limit `limit` set to `value`. Returns (status, stderr)."""
+    import resource
+
+    env = {**{k: v for k, v in os.environ.items() if k != "VASWANI_DEBUG"}, "PYTHONPATH": str(REPO)}
+    result = subprocess.run([sys.executable, *map(str, argv)], cwd=cwd, capture_output=True, text=True, timeout=300,
+                            env={**env, **({"VASWANI_DEBUG": "1"} if debug else {})}, stdin=subprocess.DEVNULL,
+                            preexec_fn=lambda: resource.setrlimit(limit, (value, value)))
+    return result.returncode, result.stderr
+
+
+def script(tool: str) -> Path:
+    return REPO / "scripts" / f"{'evaluate_translations' if tool == 'evaluate' else tool}.py"
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_too_little_memory_is_one_line(tool, assets, tmp_path):
+    """Under a memory limit the import of torch fails (a MemoryError, or the system refusing to map its library)."""
+    import resource
+
+    from test_cli_surroundings import RUNS
+
+    argv = [script(tool), *RUNS[tool](assets, tmp_path)]
+    code, err = run_limited(argv, resource.RLIMIT_AS, 200 * 2**20, tmp_path)
+    assert_one_error_line(err, code, 1, "error: out of memory", "ulimit -v")
+    assert len(err.splitlines()) == 1 and not list(tmp_path.iterdir()), err
+    code, err = run_limited(argv, resource.RLIMIT_AS, 200 * 2**20, tmp_path, debug=True)
+    assert code == 1 and "Traceback" in err
+
+
+@pytest.mark.parametrize("tool", ["export_marian", "export_ctranslate2", "average_checkpoints"])
+def test_a_file_size_limit_is_one_line(tool, assets, tmp_path):
+    import resource
+
+    from test_cli_surroundings import RUNS
+
+    before = snapshot(assets.root)
+    code, err = run_limited([script(tool), *RUNS[tool](assets, tmp_path)], resource.RLIMIT_FSIZE, 1024, tmp_path)
+    assert_one_error_line(err, code, 1, "file too large for the file-size limit (ulimit -f)")
+    assert not list(tmp_path.iterdir()) and not changes(before, snapshot(assets.root))
+
+
+NO_DESCRIPTOR_LEFT = """import os, sys
+from vaswani_commands import run
+while True:  # every descriptor taken: the command's modules cannot be opened
+    try:
+        os.open(os.devnull, os.O_RDONLY)
+    except OSError:
+        break
+sys.argv = ["vaswani-evaluate", *sys.argv[1:]]
+sys.exit(run("evaluate"))
+"""
+
+
+def test_no_descriptor_left_is_one_line(assets, tmp_path):
+    import resource
+
+    argv = ["-c", NO_DESCRIPTOR_LEFT, "--hypotheses", assets.plain, "--references", assets.plain]
+    code, err = run_limited(argv, resource.RLIMIT_NOFILE, 64, tmp_path)
+    assert_one_error_line(err, code, 1, "vaswani-evaluate: error: too many open files", "ulimit -n")

@@ -62,7 +62,7 @@ def _(t, a):
 
 @case("ctrl-c")
 def _(t, a):
-    return Call(push_argv(a.model), 130, ("interrupted",), interrupt="vaswani_hf.hub.upload.push_folder",
+    return Call(push_argv(a.model), 130, ("interrupted",), interrupt="vaswani_hf.cli.push_to_hub.push_folder",
                 env={"HF_TOKEN": TOKEN})
 
 

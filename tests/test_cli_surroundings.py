@@ -92,7 +92,7 @@ def test_a_deleted_working_folder_is_one_line(tool, assets, tmp_path, capfd, mon
     monkeypatch.chdir(gone)
     gone.rmdir()
     refused_before_any_work(tool, RUNS[tool](assets, tmp_path), [assets.root, tmp_path], capfd, 2,
-                            "working folder", "no longer exists")
+                            f"the working folder {gone} was deleted; cd into an existing folder")
 
 
 @pytest.mark.parametrize("tool", TOOLS)
@@ -192,7 +192,8 @@ def test_surroundings_refused_before_torch_is_imported(assets, tmp_path):
                                 str(gone), console_script("evaluate")], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
     out, err = process.communicate(timeout=300)
-    assert_one_error_line(err.decode(), process.returncode, 2, "working folder", "no longer exists")
+    assert_one_error_line(err.decode(), process.returncode, 2,
+                          f"the working folder {gone} was deleted; cd into an existing folder")
     assert len(err.decode().splitlines()) == 1 and out == b""
     code, out, err = run_console("translate", RUNS["translate"](assets, tmp_path), tmp_path, env={"RANK": "abc"})
     assert_one_error_line(err, code, 2, "RANK='abc'")

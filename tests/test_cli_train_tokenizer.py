@@ -227,7 +227,7 @@ def _(t, a):
 @case("ctrl-c")
 def _(t, a):
     return Call(tokenizer_argv(t, "--files", a.plain), 130, ("interrupted",),
-                interrupt="vaswani_hf.tokenization.train_bpe_tokenizer")
+                interrupt="vaswani_hf.cli.train_tokenizer.train_bpe_tokenizer")
 
 
 test_cli_contract = case.contract_test()  # every case above

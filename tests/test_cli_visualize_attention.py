@@ -78,7 +78,7 @@ for _name, ((_source, _target, _alignment), _expected) in BAD_ALIGNMENTS.items()
 
 @case("ctrl-c")
 def _(t, a):
-    return Call(visualize_argv(t, a.model), 130, ("interrupted",), interrupt="vaswani_hf.visualize.visualize")
+    return Call(visualize_argv(t, a.model), 130, ("interrupted",), interrupt="vaswani_hf.cli.visualize_attention.visualize")
 
 
 test_cli_contract = case.contract_test()  # every case above

@@ -100,7 +100,7 @@ def test_ctrl_c_is_exit_130_one_line(tiny, capsys, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("vaswani_hf.hub.upload.push_folder", interrupted)
+    monkeypatch.setattr("vaswani_hf.cli.push_to_hub.push_folder", interrupted)
     assert_one_line_error(cli.main, ["--model_dir", str(tiny["folder"]), "--repo_id", REPO_ID], capsys, 130,
                           "interrupted")
 

@@ -82,6 +82,7 @@ def test_wheel_carries_the_recipes_and_the_sample_corpus(tmp_path):
     recipes = sorted(p.name for p in (REPO / "recipes").glob("*.yaml"))
     assert recipes and all(f"vaswani_hf/recipes/{name}" in names for name in recipes), recipes
     assert {"vaswani_hf/sample_data/train.en", "vaswani_hf/sample_data/train.de"} <= names
+    assert "vaswani_commands.py" in names  # the commands' runner, which every console script names
 
 
 def _python_files(*folders: str):
@@ -115,3 +116,67 @@ def test_no_script_shadows_a_library():
 
     shadows = [p.name for p in (REPO / "scripts").glob("*.py") if importlib.util.find_spec(p.stem) is not None]
     assert not shadows, shadows
+
+
+IMPORT_CHECK = r"""
+import os, signal, sys
+
+def state():
+    def descriptor(fd):
+        try:
+            status = os.fstat(fd)
+            return (status.st_dev, status.st_ino, status.st_mode)
+        except OSError:
+            return "closed"
+    return ([str(signal.getsignal(s)) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)],
+            [descriptor(fd) for fd in (0, 1, 2)], os.getcwd(), dict(os.environ), os.umask(0o022))
+
+import torch, transformers.modeling_utils, transformers.pipelines  # what they do at import is theirs
+before = state()
+import vaswani_hf
+after = state()
+loaded = sorted(m for m in sys.modules if m.startswith("vaswani_hf.cli") or m == "vaswani_commands")
+print(repr((before == after, loaded, before[1], after[1])), file=sys.stderr)
+"""
+
+
+def test_importing_the_package_leaves_the_process_alone(tmp_path):
+    """`import vaswani_hf` registers the classes and does nothing else: no command machinery loaded (vaswani_hf.cli,
+    the runner vaswani_commands), and the signal handlers, the standard descriptors (standard input closed here), the
+    working folder, the environment and the umask are as before (after torch and transformers were imported: what
+    they change is theirs). The process is the commands' runner's."""
+    import ast
+    import os
+    import sys
+
+    result = subprocess.run(["sh", "-c", 'exec "$0" -c "$1" <&-', sys.executable, IMPORT_CHECK], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    same, loaded, before, after = ast.literal_eval(result.stderr.strip().splitlines()[-1])
+    assert before[0] == "closed" and (same, loaded) == (True, []), (before, after, loaded)
+
+
+def test_no_library_module_imports_the_command_boundary():
+    """Only the commands (vaswani_hf/cli/, and the Space's page, a server run as a command) import the command
+    boundary (vaswani_hf.cli) and the runner (vaswani_commands): the library never reaches up to them."""
+    import ast
+    from importlib.util import resolve_name
+
+    upward = []
+    for path in _python_files("vaswani_hf"):
+        relative = path.relative_to(REPO)
+        if relative.parts[1] == "cli" or path.name == "space.py":
+            continue
+        package = ".".join(relative.parts[:-1])
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                module = resolve_name("." * node.level + (node.module or ""), package)
+                names = [module, *(f"{module}.{alias.name}" for alias in node.names)]
+            else:
+                continue
+            if any(name.split(".")[:2] == ["vaswani_hf", "cli"] or name.split(".")[0] == "vaswani_commands"
+                   for name in names):
+                upward.append(f"{relative}:{node.lineno}")
+    assert not upward, upward

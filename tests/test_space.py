@@ -315,7 +315,7 @@ def test_space_folder_is_what_push_space_writes():
     gradio, langid = [Requirement(r) for r in project["optional-dependencies"]["space"]]
     assert gradio.name == "gradio" and hub_space.GRADIO_SDK_VERSION in SpecifierSet(str(gradio.specifier))
     assert langid.name == "py3langid"
-    assert project["scripts"]["vaswani-space"] == "vaswani_hf.space:main"
+    assert project["scripts"]["vaswani-space"] == "vaswani_commands:space"  # the runner, then vaswani_hf.space:main
 
 
 def test_model_comes_from_the_flag_the_environment_the_readme_then_the_bundled_folder(tmp_path, monkeypatch):

@@ -5,7 +5,7 @@ tests/test_inference.py (our generate()) and tests/test_export_ctranslate2.py (C
 import pytest
 
 from vaswani_hf.io import InputLineError
-from vaswani_hf.translation_frontend import UNSET, PositionTable, given_options, one_line, resolve_options, \
+from vaswani_hf.translation_frontend import UNSET, PositionTable, given_options, output_line, resolve_options, \
     translate_lines
 
 
@@ -39,7 +39,7 @@ def test_every_output_is_one_stripped_line(reply):
     engine = FakeEngine(reply=lambda words: reply)
     out = translate_lines(["a", "b"], engine.encode, engine.decode)
     assert out[0] == out[1] and out[0].replace("  ", " ") == "x y" and out[0].splitlines() == [out[0]]
-    assert one_line(reply) == out[0]
+    assert output_line(reply) == out[0]
 
 
 def test_a_source_longer_than_the_position_table_is_refused_naming_its_line_before_decoding():

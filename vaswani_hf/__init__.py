@@ -5,11 +5,8 @@ Importing the package registers the model with transformers' Auto classes, so th
 `save_pretrained` to write `auto_map` and copy the configuration/modeling files (and, through their relative imports,
 the decoding and pipeline files), so that the same folder also loads with `trust_remote_code=True` on a machine
 without this package, where `pipeline(model=folder, trust_remote_code=True)` (task "translation") works too.
+Nothing else: the process (its descriptors, signals, working folder) is the commands' runner's (vaswani_commands).
 """
-
-from .cli.surroundings import prepare_process as _prepare_process
-
-_prepare_process()  # before torch/transformers: closed standard descriptors, a command's deleted working folder
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 

@@ -32,6 +32,7 @@ import evaluate
 import numpy as np
 
 from .io import UsageError
+from .inference import translate
 
 METRICS_DIR = Path(__file__).resolve().parent / "metrics"
 METRIC_NAMES = ("sacrebleu_local", "chrf_local", "tok_bleu")
@@ -187,6 +188,4 @@ def translate_lines(model, tokenizer, lines, batch_size=32, num_beams=None, devi
     """Translate ``lines`` for scoring: `vaswani_hf.inference.translate` (token-budget batches, order preserved,
     progress bar; empty lines give empty outputs without calling the model). Decoding settings other than
     ``num_beams`` come from the model's ``generation_config``; ``num_beams=None`` uses its value."""
-    from .inference import translate
-
     return translate(model, tokenizer, list(lines), batch_size=batch_size, num_beams=num_beams, device=device)

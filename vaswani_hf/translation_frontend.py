@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from .io import InputLineError
 
 __all__ = ["UNSET", "MAX_SOURCE_TOKENS", "MAX_CHARS_PER_TOKEN", "PositionTable", "given_options", "max_source_chars",
-           "resolve_options", "one_line", "translate_lines"]
+           "resolve_options", "output_line", "translate_lines"]
 
 MAX_SOURCE_TOKENS = 1024  # per line, `</s>` included: WMT sentences stay under 250 after the usual filtering
 MAX_CHARS_PER_TOKEN = 64  # characters one source token may cover at most, for the limit checked before tokenising
@@ -73,8 +73,9 @@ class PositionTable:
                                            f"shorten or split the line{self.remedy}")
 
 
-def one_line(text: str) -> str:
-    """`text` as one line: its lines (any `str.splitlines` boundary) joined with spaces, stripped."""
+def output_line(text: str) -> str:
+    """A translation as one output line: its lines (any `str.splitlines` boundary) joined with spaces, stripped; its
+    other whitespace kept (`errors.one_line`, for messages, collapses it and shortens)."""
     return " ".join(text.splitlines()).strip()
 
 
@@ -141,5 +142,5 @@ def translate_lines(sentences: Sequence[str], encode: Callable[[list[str]], list
     if len(translations) != len(todo):  # an engine bug must never silently misalign lines
         raise RuntimeError(f"the engine returned {len(translations)} translations for {len(todo)} sentences")
     for i, text in zip(todo, translations):
-        outputs[i] = one_line(text)
+        outputs[i] = output_line(text)
     return outputs

@@ -37,10 +37,6 @@ class Kind:
     check: Callable[[Any, str, bool], Any]
 
 
-def _text_file(path, what, overwrite):
-    return io.check_input_file(path, what)
-
-
 def _text_or_stdin(path, what, overwrite):
     return path if str(path) == io.STDIO else io.check_input_file(path, what)
 
@@ -75,7 +71,7 @@ def _output_file_or_stdout(path, what, overwrite):
     return path if str(path) == io.STDIO else io.check_output_file(path, overwrite=overwrite, what=what)
 
 
-TEXT_FILE = Kind("text file", _text_file)
+TEXT_FILE = Kind("text file", lambda p, w, o: io.check_input_file(p, w))
 TEXT_OR_STDIN = Kind("text file or - (standard input)", _text_or_stdin)
 MODEL_FOLDER = Kind("model folder (model + tokenizer)", lambda p, w, o: io.check_model_folder(Path(p), what=w))
 MODEL_WITHOUT_TOKENIZER = Kind("model folder (tokenizer elsewhere)",
@@ -115,18 +111,6 @@ class Paths:
     overwrite: bool = False  # the command's --overwrite: whether an existing output may be replaced
 
 
-def _no_paths(args) -> Paths:
-    return Paths()
-
-
-def _nothing(args) -> None:
-    return None
-
-
-def _no_plan(args, checked):
-    return args
-
-
 @dataclass(frozen=True)
 class Command:
     """One command-line tool (see the module docstring)."""
@@ -134,18 +118,17 @@ class Command:
     prog: str  # the console script, [project.scripts] in pyproject.toml
     build_parser: Callable[[], argparse.ArgumentParser]
     run: Callable[[Any], int | None]
-    paths: Callable[[Any], Paths] = _no_paths
-    validate: Callable[[Any], None] = _nothing
+    paths: Callable[[Any], Paths] = lambda args: Paths()
+    validate: Callable[[Any], None] = lambda args: None
     agree: Callable[[Any, Mapping[str, Any]], None] = lambda args, checked: None
-    resolve: Callable[[Any, Mapping[str, Any]], Any] = _no_plan
+    resolve: Callable[[Any, Mapping[str, Any]], Any] = lambda args, checked: args  # the plan: the arguments
     parse: Callable[[Sequence[str]], Any] | None = None  # a parser of its own (train: recipe keys); default argparse
     script: str | None = None  # scripts/<script> (default <name>.py)
-    module: str | None = None  # the module whose main is the console script (default vaswani_hf.cli.<name>)
     invoked_name: bool = False  # error lines start with the name it was invoked by (sys.argv[0]), not prog
 
     @property
     def entry_point(self) -> str:
-        return f"{self.module or f'vaswani_hf.cli.{self.name}'}:main"
+        return f"vaswani_commands:{self.name}"  # the runner (vaswani_commands.py), which imports the tool's module
 
     @property
     def script_name(self) -> str:

@@ -5,9 +5,9 @@
   (`RunFailure`, a full disk, a closed output pipe) is one line and exit status 1; Ctrl-C is exit status 130,
   SIGTERM 143 and SIGHUP 129 (they interrupt as Ctrl-C does, so that the same cleanup runs). A refusal declared by a
   module that cannot import `vaswani_hf.errors` (a class attribute `exit_code`: `errors.refusal_exit_code`) is one
-  line too. The operating system's conditions (no space left, permission denied, a symbolic-link loop, a read-only
-  file system) are mapped to one line, naming the file, or the outputs the command declared when the system does not
-  say which file. Anything else is a bug and keeps its traceback. `--debug` (or VASWANI_DEBUG=1) shows every
+  line too. The operating system's conditions (no space left, permission denied, a link loop, a read-only
+  file system; its limits on memory, descriptors and file size) are one line, naming the file, or the outputs the
+  command declared when the system does not say which file. Anything else is a bug and keeps its traceback. `--debug` (or VASWANI_DEBUG=1) shows every
   traceback. Before the tool runs, the boundary owns the process's surroundings (`surroundings`: closed standard
   streams, a deleted working folder, malformed launcher variables such as RANK=abc: one line, exit status 2); while
   it runs, what libraries report on their own (transformers' LOAD REPORT, its warnings) is held back and shown only
@@ -25,9 +25,13 @@ import argparse
 import contextvars
 import errno
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from pathlib import Path
+
+from vaswani_commands import debug_requested, limit_problem
 
 from .. import io
 from ..errors import STDIO, UsageError, one_line, refusal_exit_code
@@ -76,10 +80,6 @@ def declare_paths(inputs: Mapping[str, str | os.PathLike | None],
     _declared_outputs.set(tuple(f"{flag} {path}" for flag, path in outputs.items() if path is not None))
 
 
-def _debug_requested(argv: Sequence[str]) -> bool:
-    return "--debug" in argv or os.environ.get("VASWANI_DEBUG", "").lower() in ("1", "true", "yes")
-
-
 # What the operating system reports -> (exit status, what it means, what to do)
 OS_CONDITIONS = {
     errno.ENOSPC: (1, "no space left on device", "free some space or write elsewhere"),
@@ -92,7 +92,6 @@ OS_CONDITIONS = {
     errno.EISDIR: (2, "is a folder", "give a file"),
     errno.ENOTDIR: (2, "a part of the path is not a folder", "check the path"),
     errno.ENOENT: (2, "no such file or folder (or it cannot be created there)", "check the path"),
-    errno.EMFILE: (1, "too many open files", "raise the limit (ulimit -n)"),
 }
 # Libraries that write through their own code (Rust, C++) report a full disk in their message only.
 _DISK_FULL_TEXT = ("no space left on device", "os error 28", "disk quota exceeded", "file write failed")
@@ -108,8 +107,11 @@ def expected_os_failure(error: BaseException) -> tuple[int, str] | None:
         if error.errno in (errno.ENOSPC, errno.EDQUOT) and _declared_outputs.get():
             where = " and ".join(_declared_outputs.get())
         return code, f"{where}: {meaning}; {action}" if where else f"{meaning}; {action}"
-    text = str(error).lower()
-    if isinstance(error, (OSError, RuntimeError, Exception)) and any(t in text for t in _DISK_FULL_TEXT):
+    limit = limit_problem(error)  # memory, descriptors, file size (the runner reports them at import the same way)
+    if limit is not None:
+        where = getattr(error, "filename", None) or " and ".join(_declared_outputs.get())
+        return 1, f"{where}: {limit}" if where and "ulimit -f" in limit else limit
+    if any(t in str(error).lower() for t in _DISK_FULL_TEXT):
         where = " and ".join(_declared_outputs.get()) or "an output"
         return 1, f"{where}: writing failed, no space left on device ({one_line(error, 160)}); free some space or " \
                   "write elsewhere"
@@ -131,24 +133,17 @@ def run_cli(main: Callable[[list[str]], int | None], argv: Sequence[str] | None 
         _declared_outputs.reset(token)
 
 
-def _check_surroundings() -> None:
-    check_working_folder()
-    check_distributed_environment()
-
-
 def _run(main: Callable[[list[str]], int | None], argv: list[str], prog: str) -> int:
-    if _debug_requested(argv):
-        _check_surroundings()
-        with library_progress_bars_off():
-            code = main(argv)
-        return 0 if code is None else int(code)
-    held = HeldReports()
+    debug, held = debug_requested(argv), HeldReports()  # --debug: nothing held, every error let through
     try:
-        _check_surroundings()
-        with library_progress_bars_off(), held:
+        check_working_folder()
+        check_distributed_environment()
+        with library_progress_bars_off(), nullcontext() if debug else held:
             code = main(argv)
             _flush_stdout()
     except KeyboardInterrupt as error:
+        if debug:
+            raise
         held.discard()
         if isinstance(error, Terminated):
             _report(f"{prog}: interrupted by {error.name}")
@@ -156,7 +151,7 @@ def _run(main: Callable[[list[str]], int | None], argv: list[str], prog: str) ->
         _report(f"{prog}: interrupted")
         return 130
     except Exception as error:  # an expected failure is one line; anything else is a bug and keeps its traceback
-        failure = expected_failure(error)
+        failure = None if debug else expected_failure(error)
         if failure is None:
             held.replay()
             raise
@@ -180,13 +175,26 @@ def expected_failure(error: BaseException) -> tuple[int, str] | None:
     return expected_os_failure(error)
 
 
+# What looks like a credential never reaches an error line (argparse echoes an unrecognised `--token hf_...`): a
+# Hugging Face token anywhere, and the value after a flag or header that names a secret (--token, --hub_token,
+# --password, --api_key, ...; Authorization: Bearer ...)
+_CREDENTIALS = (re.compile(r"\bhf_[A-Za-z0-9]{20,}"), re.compile(
+    r"((?:--?(?:\w*[_-])?(?:token|password|passwd|secret|api[_-]?key|credentials?)\b['\"]?[\s=]+|"
+    r"(?:authorization|bearer)\b['\"]?[\s=:]+['\"]?(?:bearer\s+)?)['\"]?)[^\s'\",;)]+", re.IGNORECASE))
+
+
+def masked(line: str) -> str:
+    """`line` with every credential-looking value replaced by ***."""
+    return _CREDENTIALS[1].sub(r"\1***", _CREDENTIALS[0].sub("hf_***", line))
+
+
 def _report(line: str) -> None:
-    """The one error line, on stderr (dropped when stderr is closed). Under a multi-process launcher every process
-    refuses the same input the same way: only the first process (rank 0) says so, so that the user reads the line
-    once."""
+    """The one error line (credentials `masked`), on stderr (dropped when stderr is closed). Under a multi-process
+    launcher every process refuses the same input the same way: only the first process (rank 0) says so, so that the
+    user reads the line once."""
     stream = stderr_or_none()
     if stream is not None and process_rank() == 0:
-        print(line, file=stream)
+        print(masked(line), file=stream)
         stream.flush()
 
 

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from ..constraints import MAX_POSITIONS, number
-from ..export.ctranslate2_spec import CT2_FOLDER, QUANTIZATIONS
+from ..export.ctranslate2_spec import CT2_FOLDER, QUANTIZATIONS, import_ctranslate2, to_ctranslate2
 from .command import (
     MODEL_FOLDER,
     MODEL_WITHOUT_TOKENIZER,
@@ -54,15 +54,11 @@ def _paths(args) -> Paths:
 
 
 def _resolve(args, checked):
-    from ..export.ctranslate2_spec import import_ctranslate2
-
     import_ctranslate2()  # the optional dependency, before any work
     return args, checked
 
 
 def _run(plan) -> int:
-    from ..export.ctranslate2_spec import to_ctranslate2
-
     args, checked = plan
     out = to_ctranslate2(checked["--model_dir"], checked["--out_dir"], quantization=args.quantization,
                          tokenizer=checked.get("--tokenizer"), max_positions=args.max_positions,

@@ -21,8 +21,9 @@ import sys
 from collections.abc import Sequence
 
 from .. import io
-from ..export.marian import MARIAN_FOLDER
+from ..export.marian import MARIAN_FOLDER, export_marian
 from ..export.marian_limits import check_marian_exportable
+from ..hub.card import read_card_inputs
 from .command import MODEL_FOLDER, Command, Paths, Use, output_folder, run_command
 from .contract import ArgumentParser
 
@@ -58,8 +59,6 @@ def _resolve(args, checked):
 
 
 def _run(plan) -> int:
-    from ..export.marian import export_marian
-    from ..hub.card import read_card_inputs
 
     args, model_dir = plan
     training_info = read_card_inputs(model_dir).get("training_info")

@@ -19,6 +19,9 @@ import logging
 import warnings
 from contextlib import contextmanager
 
+from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+from transformers.utils import logging as transformers_logging
+
 # The loggers of the libraries whose reports are held (each library logs under its package name).
 LIBRARY_LOGGERS = ("transformers", "huggingface_hub", "datasets", "accelerate", "evaluate", "torch", "tokenizers")
 
@@ -37,7 +40,8 @@ class HeldReports:
         self.warnings: list[tuple] = []
         self._routes: dict[str, tuple[list, bool]] = {}
         self._showwarning = None
-        self._handler = _Hold(self.records)
+        self._handler = logging.Handler()
+        self._handler.emit = self.records.append  # a record is held as it is
 
     def start(self) -> HeldReports:
         for name in self.loggers:
@@ -93,15 +97,6 @@ class HeldReports:
             self.stop()
 
 
-class _Hold(logging.Handler):
-    def __init__(self, records: list):
-        super().__init__()
-        self.records = records
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 def release_library_reports() -> None:
     """Show what the libraries said so far and stop holding it back: a tool whose preparation is done calls this
     before its long work (a training run), so that later reports appear when they are made."""
@@ -114,12 +109,6 @@ def library_progress_bars_off():
     """transformers' own progress bars (loading and writing weights) are off while a tool runs: they are not the
     tool's progress, and a bar left on stderr before an error would break the one-line rule. The tools' own bars and
     huggingface_hub's download bars stay; the previous state is restored afterwards (for in-process callers)."""
-    try:
-        from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
-        from transformers.utils import logging as transformers_logging
-    except ImportError:
-        yield
-        return
     was_enabled, hub_was_disabled = transformers_logging.is_progress_bar_enabled(), are_progress_bars_disabled()
 
     def switch(transformers_on: bool) -> None:

@@ -23,13 +23,13 @@ import sys
 from collections.abc import Sequence
 
 from .. import io
+from ..hub.space import check_repo_id, push_space
+from ..hub.upload import DEFAULT_COMMIT_MESSAGE, push_folder
 from .command import MODEL_FOLDER, Command, Paths, Use, run_command
 from .contract import ArgumentParser
 
 
 def build_parser() -> ArgumentParser:
-    from ..hub.upload import DEFAULT_COMMIT_MESSAGE
-
     parser = ArgumentParser(prog="vaswani-push-to-hub", description=__doc__)
     parser.add_argument("--model_dir", default=None, help="saved model folder (model + tokenizer + card); required "
                         "unless --space_only")
@@ -55,8 +55,6 @@ def _validate(args) -> None:
     if args.model_dir is None and not args.space_only:
         raise io.UsageError("the following arguments are required: --model_dir (see --help)")
     if args.space_id is not None:
-        from ..hub.space import check_repo_id
-
         check_repo_id(args.space_id, "--space_id")
 
 
@@ -71,15 +69,11 @@ def _resolve(args, checked):
 def _run(plan) -> int:
     """The model (unless --space_only), then the Space: each upload checks its repository id before any network
     call; --dry_run lists and stops."""
-    from ..hub.upload import push_folder
-
     args, model_dir = plan
     if model_dir is not None:
         push_folder(model_dir, args.repo_id, private=args.private, revision=args.revision, dry_run=args.dry_run,
                     commit_message=args.commit_message)
     if args.space_id is not None:
-        from ..hub.space import push_space
-
         push_space(args.repo_id, args.space_id, private=args.private, dry_run=args.dry_run)
     return 0
 

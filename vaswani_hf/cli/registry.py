@@ -22,7 +22,7 @@ COMMANDS: dict[str, Command] = {command.name: command for command in (
     TRAIN, TRANSLATE, EVALUATE, TRAIN_TOKENIZER, AVERAGE_CHECKPOINTS, EXPORT_MARIAN, EXPORT_CTRANSLATE2,
     VISUALIZE_ATTENTION, PUSH_TO_HUB)}
 
-OTHER_SCRIPTS = {"vaswani-space": "vaswani_hf.space:main"}  # the Space's page (a Gradio server)
+OTHER_SCRIPTS = {"vaswani-space": "vaswani_commands:space"}  # the Space's page (a Gradio server)
 
 
 def console_scripts() -> dict[str, str]:

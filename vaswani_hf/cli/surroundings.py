@@ -1,14 +1,12 @@
 """The process's surroundings, which the command-line boundary (`contract.run_cli`) owns before a tool runs.
 
 - Standard streams. A stream the caller closed (`<&-`, `>&-`, `2>&-`) is None in Python (`sys.stdin`), and its
-  descriptor number is free: the next file opened would get it, and whatever writes to descriptor 1 or 2 below Python
-  (a library's C++ message, a child process) would write into that file. `prepare_process` (at package import) puts
-  /dev/null on each closed descriptor; `own_streams` gives the tool a closed standard input that refuses in one line
+  descriptor number is free: the commands' runner (vaswani_commands, before the package is imported) and
+  `own_streams` put /dev/null on it; `own_streams` gives the tool a closed standard input that refuses in one line
   when read (exit status 2: bad input), a closed standard output that refuses when written (exit status 1, as a
   closed pipe), and a closed standard error that swallows what is written to it (the exit status still tells).
-- The working folder. When it was deleted, relative paths cannot be resolved, and torch and transformers fail while
-  they are imported: a command says so in one line (exit status 2) before it imports them (`prepare_process`, at the
-  package's import) and again before it runs (`check_working_folder`, for callers in a process).
+- The working folder. When it was deleted, relative paths cannot be resolved: the runner says so in one line (exit
+  status 2) before torch is imported (which fails then), `check_working_folder` again before the tool runs.
 - Distributed variables (`RANK`, `WORLD_SIZE`, ...; `DISTRIBUTED_VARIABLES` declares each once, with its range) are
   read by torch and accelerate with `int()` deep inside a launch: a malformed one is one line naming it, exit 2,
   before any of them reads it.
@@ -28,13 +26,12 @@ import sys
 import threading
 from collections.abc import Mapping
 from contextlib import contextmanager
-from pathlib import Path
+
+from vaswani_commands import occupy_closed_descriptors, working_folder_problem
 
 from ..errors import StandardInputClosed, StandardOutputClosed, UsageError
 
-# (descriptor, attribute of sys, how a message calls it, how /dev/null is opened in its place)
-STREAMS = ((0, "stdin", "standard input", os.O_RDONLY), (1, "stdout", "standard output", os.O_WRONLY),
-           (2, "stderr", "standard error", os.O_WRONLY))
+STREAMS = ("stdin", "stdout", "stderr")
 
 # name -> (lowest value, highest value or None, what it is): the launchers' variables (torchrun, accelerate launch)
 DISTRIBUTED_VARIABLES = {
@@ -54,21 +51,6 @@ RANK_BELOW = (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE"))  # a r
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def occupy_closed_descriptors() -> None:
-    """/dev/null on each standard descriptor (0, 1, 2) that is closed, so that no file opened later takes its
-    number. Python's `sys.stdin` ... stay as they are (None): `own_streams` handles them."""
-    for fd, _, _, mode in STREAMS:
-        try:
-            os.fstat(fd)
-        except OSError:
-            null = os.open(os.devnull, mode)  # the lowest free number: `fd` itself unless a lower one is free too
-            if null != fd:
-                os.dup2(null, fd)
-                os.close(null)
-            else:
-                os.set_inheritable(fd, True)
-
-
 class ClosedInput(io.TextIOBase):
     """`sys.stdin` of a process started with `<&-`: reading it is a `StandardInputClosed` (exit status 2)."""
 
@@ -82,9 +64,6 @@ class ClosedInput(io.TextIOBase):
 
     def readable(self) -> bool:
         return True
-
-    def isatty(self) -> bool:
-        return False
 
     def fileno(self) -> int:
         raise io.UnsupportedOperation("standard input is closed")
@@ -104,15 +83,8 @@ class ClosedOutput(io.TextIOBase):
             return 0
         raise StandardOutputClosed()
 
-    def writelines(self, lines) -> None:
-        for line in lines:
-            self.write(line)
-
     def writable(self) -> bool:
         return True
-
-    def isatty(self) -> bool:
-        return False
 
     def flush(self) -> None:
         pass
@@ -127,7 +99,7 @@ def own_streams():
     (see the module docstring); the previous objects are put back afterwards."""
     occupy_closed_descriptors()
     replaced = {}
-    for _, name, _, _ in STREAMS:
+    for name in STREAMS:
         if getattr(sys, name) is None:
             replaced[name] = {"stdin": ClosedInput, "stdout": ClosedOutput}.get(name, _sink)()
             setattr(sys, name, replaced[name])
@@ -160,55 +132,10 @@ def stderr_or_none():
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def working_folder_problem() -> str | None:
-    """What is wrong with the working folder (deleted, or not readable), as a message, or None."""
-    try:
-        os.getcwd()
-        return None
-    except FileNotFoundError:
-        where = os.environ.get("PWD")
-        return (f"the working folder {where + ' ' if where else ''}no longer exists (it was deleted or moved), so "
-                "relative paths cannot be resolved; cd into an existing folder and run the command again")
-    except OSError as error:
-        return (f"the working folder cannot be determined ({os.strerror(error.errno) if error.errno else error}); "
-                "cd into a folder you may read and run the command again")
-
-
 def check_working_folder() -> None:
     problem = working_folder_problem()
     if problem:
         raise UsageError(problem)
-
-
-def command_name() -> str | None:
-    """The name of the vaswani-* command this process runs (console script, scripts/<tool>.py, or
-    `python -m vaswani_hf.cli.<tool>`), or None when the package is imported by another program."""
-    argv0 = sys.argv[0] if sys.argv else ""
-    if argv0 == "-m":  # `python -m module` while the module is located: the module's name is in the original argv
-        original = list(getattr(sys, "orig_argv", []))
-        module = original[original.index("-m") + 1] if "-m" in original[:-1] else ""
-        tool = module.removeprefix("vaswani_hf.cli.")
-        return f"vaswani-{tool.replace('_', '-')}" if tool != module else None
-    path = Path(argv0)
-    if path.name.startswith("vaswani-"):
-        return path.name
-    if path.suffix == ".py" and path.parent.name == "scripts" and (path.parent.parent / "vaswani_hf").is_dir():
-        return path.name
-    return None
-
-
-def prepare_process() -> None:
-    """At the package's import, before torch and transformers are imported: the closed standard descriptors
-    occupied; a command whose working folder is gone stops with one line, exit status 2 (importing torch would fail
-    with a traceback). A program that imports the package is left to its own devices."""
-    occupy_closed_descriptors()
-    problem = working_folder_problem()
-    name = command_name() if problem else None
-    if problem and name:
-        stream = stderr_or_none()
-        if stream is not None:
-            print(f"{name}: error: {problem}", file=stream)
-        raise SystemExit(2)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -334,5 +261,5 @@ def raise_if_stopped() -> None:
 
 
 __all__ = ["DISTRIBUTED_VARIABLES", "ClosedInput", "ClosedOutput", "Terminated", "check_distributed_environment",
-           "check_working_folder", "command_name", "occupy_closed_descriptors", "own_streams", "prepare_process",
-           "process_rank", "raise_if_stopped", "signals_as_interrupts", "stderr_or_none", "working_folder_problem"]
+           "check_working_folder", "occupy_closed_descriptors", "own_streams", "process_rank", "raise_if_stopped",
+           "signals_as_interrupts", "stderr_or_none", "working_folder_problem"]

@@ -23,7 +23,15 @@ from pathlib import Path
 
 from .. import io
 from ..constraints import MAX_TOKENS, number
-from ..tokenization import DEFAULT_MODEL_MAX_LENGTH, DEFAULT_VOCAB_SIZE, SPECIAL_TOKENS, TOKENIZER_FOLDER
+from ..data.corpora import load_parallel, load_sample_corpus
+from ..tokenization import (
+    DEFAULT_MODEL_MAX_LENGTH,
+    DEFAULT_VOCAB_SIZE,
+    SPECIAL_TOKENS,
+    TOKENIZER_FOLDER,
+    iter_training_text,
+    train_bpe_tokenizer,
+)
 from .command import TEXT_OR_STDIN, Command, Paths, Use, output_folder, run_command
 from .contract import ArgumentParser
 from .library_reports import HeldReports
@@ -60,7 +68,6 @@ def _corpus(args):
     (which checks every line)."""
     if args.files:
         return args.files
-    from ..data.corpora import load_parallel, load_sample_corpus
 
     if args.sample:
         return load_sample_corpus("train", args.src_lang, args.tgt_lang)
@@ -109,8 +116,6 @@ def _paths(args) -> Paths:
 
 
 def _run(args) -> int:
-    from ..tokenization import iter_training_text, train_bpe_tokenizer
-
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     languages = None if args.files else [args.src_lang, args.tgt_lang]
     # the corpus loader's warnings (e.g. about empty sides) are shown once the corpus is accepted: a refused corpus

@@ -23,7 +23,8 @@ from collections.abc import Sequence
 
 from .. import io
 from ..constraints import MAX_BEAMS, device, number
-from ..visualize import MAX_PLOT_TOKENS
+from ..inference import position_limit
+from ..visualize import KINDS, MAX_PLOT_TOKENS, visualize
 from .command import MODEL_FOLDER, Command, Paths, Use, output_folder, run_command
 from .contract import ArgumentParser
 
@@ -84,8 +85,6 @@ def _check_arguments(args) -> None:
 def _check_lengths(args, model, tokenizer) -> None:
     """A sentence longer than a plot can show (MAX_PLOT_TOKENS), or than a learned-position model's table, is
     refused before anything is computed."""
-    from ..inference import position_limit
-
     limit, why = MAX_PLOT_TOKENS, f"an attention plot shows at most {MAX_PLOT_TOKENS} tokens"
     positions = position_limit(model)
     if positions is not None and positions < limit:
@@ -113,8 +112,6 @@ def _resolve(args, checked):
 
 
 def _run(plan) -> int:
-    from ..visualize import KINDS, visualize
-
     args, out, model, tokenizer = plan
     with io.atomic_output_dir(out, kind=ATTENTION_FOLDER) as tmp:
         result = visualize(model, tokenizer, args.source, args.target, tmp, fmt=args.format,

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..io.files import CONFIG, read_json
 
 EPS_TOLERANCE = 1e-5  # |eps - Marian's| at most this: the reloaded logits agree to ~1e-6 relative
 
@@ -55,8 +56,6 @@ def marian_refusals(config: Mapping[str, Any] | Any) -> list[str]:
 
 def check_marian_exportable(model_dir: str | os.PathLike) -> None:
     """UsageError naming the model folder's config.json and the first field MarianMTModel cannot express."""
-    from ..io.files import CONFIG, read_json
-
     path = Path(model_dir) / "config.json"
     problems = marian_refusals(read_json(path, CONFIG))
     if problems:

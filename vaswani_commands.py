@@ -1,0 +1,122 @@
+"""The commands' runner: every vaswani-* console script and `scripts/*.py` starts here, before vaswani_hf is imported.
+
+Importing vaswani_hf imports torch and transformers (it registers the model with the Auto classes), and the package
+itself leaves the process alone. What a command must do to the process before that import, and what can fail during
+it, happens here, in a module that imports only the standard library:
+
+- A standard descriptor (0, 1, 2) the caller closed (`<&-`, `>&-`, `2>&-`) gets /dev/null, so that no file opened
+  later takes its number (whatever writes to descriptor 1 or 2 below Python would write into that file);
+  `vaswani_hf.cli.surroundings.own_streams` then gives the tool stand-ins that refuse in one line.
+- A deleted working folder: torch and transformers fail while imported then, so the command says so in one line,
+  exit status 2, before it imports them.
+- The operating system's limits on the import itself: too little memory (`ulimit -v`) or too few descriptors
+  (`ulimit -n`) is one line naming the limit, exit status 1 (a traceback with --debug or VASWANI_DEBUG=1).
+
+Then the command's `main` runs under the command-line contract (`vaswani_hf.cli.contract.run_cli`). The console
+script `vaswani-<tool>` is `vaswani_commands:<tool>`, the `main` of vaswani_hf/cli/<tool>.py (the Space's page:
+vaswani_hf.space), so that a new tool needs no line here; `python -m vaswani_commands <tool> ARGS` runs it too.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+from importlib import import_module
+from pathlib import Path
+
+STREAMS = ((0, os.O_RDONLY), (1, os.O_WRONLY), (2, os.O_WRONLY))
+MODULES = {"space": "vaswani_hf.space"}  # a tool that is no vaswani_hf.cli command -> its module
+_TOOLS = Path(__file__).resolve().parent / "vaswani_hf" / "cli"
+
+
+def occupy_closed_descriptors() -> None:
+    """/dev/null on each standard descriptor (0, 1, 2) that is closed, so that no file opened later takes its number.
+    Python's `sys.stdin` ... stay as they are (None)."""
+    for fd, mode in STREAMS:
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, mode)  # the lowest free number: `fd` itself unless a lower one is free too
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            else:
+                os.set_inheritable(fd, True)
+
+
+def working_folder_problem() -> str | None:
+    """What is wrong with the working folder (deleted, or not readable), as one line saying what to do, or None."""
+    try:
+        os.getcwd()
+        return None
+    except FileNotFoundError:
+        try:  # Linux names the deleted folder ("/x/y (deleted)"); $PWD may be a parent process's
+            where = " " + os.readlink("/proc/self/cwd").removesuffix(" (deleted)")
+        except OSError:
+            where = ""
+        return f"the working folder{where} was deleted; cd into an existing folder and run the command again"
+    except OSError as error:
+        return (f"the working folder cannot be read ({os.strerror(error.errno) if error.errno else error}); cd into "
+                "a folder you may read and run the command again")
+
+
+def _file_size_limited() -> bool:
+    try:
+        import resource  # Unix only
+    except ImportError:
+        return False
+    return resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY
+
+
+def limit_problem(error: BaseException) -> str | None:
+    """What an operating-system limit that stopped the command is and what to do (memory, descriptors, file size;
+    also for `vaswani_hf.cli.contract` while the tool runs), or None."""
+    text, number = str(error).lower(), getattr(error, "errno", None)
+    if isinstance(error, MemoryError) or number == errno.ENOMEM or "failed to map segment" in text:
+        return "out of memory (the memory limit, ulimit -v, or the machine's); raise the limit or free memory"
+    if number in (errno.EMFILE, errno.ENFILE) or "too many open files" in text:
+        return "too many open files (the limit on open descriptors, ulimit -n); raise it, e.g. ulimit -n 4096"
+    if number == errno.EFBIG or "file too large" in text or (_file_size_limited() and "unexpected pos" in text):
+        return "file too large for the file-size limit (ulimit -f); raise it (ulimit -f unlimited)"
+    return None
+
+
+def debug_requested(argv) -> bool:
+    """--debug among the arguments, or VASWANI_DEBUG=1: every traceback is shown."""
+    return "--debug" in argv or os.environ.get("VASWANI_DEBUG", "").lower() in ("1", "true", "yes")
+
+
+def _refuse(line: str, code: int) -> int:
+    if sys.stderr is not None:
+        print(f"{Path(sys.argv[0]).name if sys.argv and sys.argv[0] else 'vaswani'}: error: {line}", file=sys.stderr)
+    return code
+
+
+def run(tool: str) -> int:
+    """Prepare the process, import the tool's module and run its `main` (see the module docstring)."""
+    occupy_closed_descriptors()
+    problem = working_folder_problem()
+    if problem:
+        return _refuse(problem, 2)
+    try:
+        main = import_module(MODULES.get(tool, f"vaswani_hf.cli.{tool}")).main
+    except (MemoryError, ImportError, OSError) as error:
+        if debug_requested(sys.argv) or limit_problem(error) is None:
+            raise
+        return _refuse(limit_problem(error), 1)
+    return main()
+
+
+def __getattr__(tool: str):
+    """`vaswani_commands.<tool>`: the console script of vaswani_hf/cli/<tool>.py (or of `MODULES`)."""
+    if tool not in MODULES and not (_TOOLS / f"{tool}.py").is_file() or tool.startswith("_"):
+        raise AttributeError(f"module {__name__!r} has no attribute {tool!r}")
+    return lambda: run(tool)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit("usage: python -m vaswani_commands <tool> [arguments]")
+    sys.argv = [f"vaswani-{sys.argv[1].replace('_', '-')}", *sys.argv[2:]]
+    sys.exit(run(sys.argv[0].removeprefix("vaswani-").replace("-", "_")))
