@@ -25,6 +25,7 @@ from .configuration_vaswani import Bound
 from .errors import InputLineError, UsageError
 from .generation_vaswani import GENERATION_SETTINGS
 from .hub.card import LANGUAGE_NAMES, count_parameters
+from .hub.space import API_EXAMPLE
 from .inference import load_for_inference, translate
 from .visualize import KIND_TITLES, KINDS, MAX_PLOT_TOKENS, Attentions, collect_attentions
 
@@ -64,14 +65,6 @@ EXAMPLES = [
 ]
 
 # The page's code snippet and the Space README's: the API through gradio_client.
-API_EXAMPLE = """```python
-from gradio_client import Client
-
-client = Client("http://127.0.0.1:7860/")          # or the Space's id, e.g. Client("org/space")
-text = client.predict("A man is riding a horse.", 4, 0.6, api_name="/translate")
-view = client.predict("A man is riding a horse.", "cross", 6, "all", 4, 0.6, api_name="/attention")
-view["queries"], view["keys"], view["weights"]      # weights[head][query][key] ("all") or [query][key]
-```"""
 
 __all__ = ["API_EXAMPLE", "MAX_CHARACTERS", "MAX_SOURCE_TOKENS", "ALL_HEADS", "PAGE_SETTINGS", "EXAMPLES", "ModelFacts",
            "SpaceModel", "Translation", "load_space_model", "known_characters", "check_text", "language_warning",

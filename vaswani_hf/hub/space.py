@@ -24,9 +24,18 @@ import tempfile
 from pathlib import Path
 
 from ..io import RunFailure, UsageError
-from ..space_logic import API_EXAMPLE
 from .ids import repo_id_problem
 from .upload import _format_size, _network_failures
+
+# How a program calls the Space's two named endpoints (its README and the page show it).
+API_EXAMPLE = """```python
+from gradio_client import Client
+
+client = Client("http://127.0.0.1:7860/")          # or the Space's id, e.g. Client("org/space")
+text = client.predict("A man is riding a horse.", 4, 0.6, api_name="/translate")
+view = client.predict("A man is riding a horse.", "cross", 6, "all", 4, 0.6, api_name="/attention")
+view["queries"], view["keys"], view["weights"]      # weights[head][query][key] ("all") or [query][key]
+```"""
 
 GRADIO_SDK_VERSION = "6.31.0"  # the Gradio the page is tested with (the `space` extra allows 6.x)
 PYTHON_VERSION = "3.11"
