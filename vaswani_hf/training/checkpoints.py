@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import os
+import pickle
 import re
 import shutil
 import time
@@ -113,8 +114,9 @@ def rng_state_files(processes: int) -> list[str]:
 
 
 class InconsistentCheckpoint(UsageError):
-    """A checkpoint whose files are complete but disagree with each other (its trainer_state.json belongs to another
-    step): refused, not passed over, since resuming it would continue another run's state silently."""
+    """A checkpoint refused, not passed over: its files disagree with each other (its trainer_state.json belongs to
+    another step: resuming would continue another run's state silently), or one holds a pickle that torch's safe
+    loader refuses (planted code, or objects no Trainer writes)."""
 
 
 def checkpoint_step(folder: Path) -> int | None:
@@ -168,19 +170,25 @@ def checkpoint_problem(folder: Path, processes: int = 1, rng: bool = True) -> st
     return None
 
 
+_REFUSED_GLOBAL = re.compile(r"Unsupported global: GLOBAL (\S+)")
+
+
 FULL_CHECK_BYTES = 64 << 20  # torch archives up to this size are read whole (CRC of every member); larger: structure
 
 
 def torch_archive_problem(path: Path) -> str | None:
-    """Why `path` is not a readable `torch.save` archive (a zip file of stored members with a `data.pkl`), or None.
+    """Why `path` is not a `torch.save` archive that the resume can load (a zip file of stored members with a
+    `data.pkl`), or None; InconsistentCheckpoint when its pickle needs more than torch's safe loader allows.
 
     The resume path (transformers' `_load_optimizer_and_scheduler`, `_load_rng_state`) reads these files only after
-    training has started, and a truncated or overwritten one then ends the run with a traceback. Checked here
-    cheaply instead: the zip central directory (at the file's end: a truncated file has none), each member's
-    declared extent inside the file, and, for files up to FULL_CHECK_BYTES (the scheduler and RNG states, the
-    optimizer state of small models), every member's CRC. Hand-written because `torch.load` of a large optimizer
-    state costs its full size in memory."""
+    training has started, and a truncated, overwritten or planted one then ends the run with a traceback. Checked
+    here instead: the zip central directory (a truncated file has none), each member's declared extent inside the
+    file, for files up to FULL_CHECK_BYTES every member's CRC, and the pickle opened as the Trainer opens it
+    (`torch.load(weights_only=True)` with its numpy allowlist), memory-mapped so that a large optimizer state costs
+    no memory. The Trainer loads every one of these files with `weights_only=True` too: no unsafe path remains."""
     import zipfile
+
+    from transformers.trainer_pt_utils import safe_globals
 
     try:
         size = path.stat().st_size
@@ -195,8 +203,17 @@ def torch_archive_problem(path: Path) -> str | None:
             bad = archive.testzip() if size <= FULL_CHECK_BYTES else None
             if bad is not None:
                 return f"member {bad} fails its checksum"
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OverflowError) as error:
-        return f"not a readable torch archive: {error}"
+        with safe_globals():
+            torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as error:
+        refused = _REFUSED_GLOBAL.search(str(error))
+        what = f"it calls {refused.group(1)}" if refused else "not plain tensors and numbers"
+        raise InconsistentCheckpoint(
+            f"{path}: holds a pickle that torch's safe loader refuses ({what}); "
+            "it was not loaded: remove this checkpoint (a Trainer never writes such a file), or train into another "
+            "output_dir") from None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OverflowError, RuntimeError) as error:
+        return f"not a readable torch archive: {' '.join(str(error).split())[:200]}"
     except OSError as error:
         return f"not readable: {error.strerror or error}"
     return None
