@@ -224,6 +224,27 @@ def _(t, a):
                 check=check)
 
 
+@case("undeclared-files-left-out-and-named")
+def _(t, a):
+    """Only a model folder's declared files are copied from the newest checkpoint: 5,000 junk files, a pickle-bearing
+    pytorch_model.bin and a stray *.py stay behind, named in one line (a count and the first few names)."""
+    run = run_copy(t, a)
+    newest = run / "checkpoint-4"
+    (newest / "pytorch_model.bin").write_bytes(b"\x80\x04planted pickle")
+    write(newest / "helper.py", "import os\n")
+    for i in range(5000):
+        (newest / f"junk-{i:04d}.txt").write_bytes(b"")
+
+    def check(stdout, stderr):
+        out = sorted(p.name for p in (t / "avg").iterdir())
+        assert not [n for n in out if n.startswith("junk-") or n in ("pytorch_model.bin", "helper.py")], out
+        assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json"} <= set(out), out
+        assert not {"optimizer.pt", "scheduler.pt", "trainer_state.json", "rng_state.pth"} & set(out), out
+        named = [line for line in stderr.splitlines() if "left out 5002 file(s)" in line]
+        assert len(named) == 1 and "helper.py, junk-0000.txt" in named[0] and "optimizer.pt" not in named[0], stderr
+    return Call(["--run_dir", run, "--last", "2", "--out", t / "avg"], 0, may_change=(t / "avg",), check=check)
+
+
 @case("out-is-the-run-dir")
 def _(t, a):
     run = run_copy(t, a)

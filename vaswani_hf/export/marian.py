@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from ..hub.card import Architecture, CardVariant, check_card_identity, read_card
 from ..io import UsageError, atomic_output_dir, check_model_folder, check_output_dir, read_json
 from ..modeling_vaswani import VaswaniForConditionalGeneration
 from ..io import check_same_vocabulary
+from ..io.models import copy_model_files
 from .marian_vocabulary import check_relabelled_tokenizer, move_pad_last, relabel_tokenizer_files
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
@@ -232,9 +232,7 @@ def marian_generation_config(generation: dict, config) -> GenerationConfig:
 def _copy_tokenizer(model_dir: Path, out_dir: Path, new_of_old: list[int]) -> None:
     """The tokenizer files, relabelled to the export's token order (`marian_vocabulary`) but otherwise as they are
     (loading and re-saving would add loader state to tokenizer_config.json)."""
-    for name in TOKENIZER_FILES:
-        if (model_dir / name).is_file():
-            shutil.copyfile(model_dir / name, out_dir / name)
+    copy_model_files(model_dir, out_dir, only=TOKENIZER_FILES)  # the rest is converted; junk is named and left out
     relabel_tokenizer_files(out_dir, new_of_old)
     tokenizer_config = out_dir / "tokenizer_config.json"
     if tokenizer_config.is_file():

@@ -36,6 +36,7 @@ from ..io import (
     check_safetensors,
     fsync_tree,
 )
+from ..io.models import WEIGHTS_INDEX, copy_model_files
 from ..configuration_vaswani import MODEL_SETTINGS
 from ..io.files import CONFIG, TOKENIZER, TRAINER_STATE, read_json
 
@@ -44,7 +45,7 @@ logger = logging.getLogger(__name__)
 STAGING_DIR = ".staging"
 WEIGHTS = "model.safetensors"
 # What a checkpoint holds besides the model folder's files; left out of averaged folders.
-TRAINING_STATE_FILES = {"optimizer.pt", "scheduler.pt", "scaler.pt", "trainer_state.json", "training_args.bin"}
+TRAINING_STATE_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "trainer_state.json", "training_args.bin")
 
 
 def publish_checkpoint(staged: Path, final: Path) -> None:
@@ -458,8 +459,8 @@ AVERAGED = "averaged model folder"  # the kind of output save_averaged_checkpoin
 def save_averaged_checkpoint(folders: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
                              overwrite: bool = False, own: bool = False) -> Path:
     """Average `folders` and write a loadable model folder: averaged `model.safetensors` plus the newest checkpoint's
-    config, generation config, tokenizer and code files (every file but the training state: optimizer, scheduler,
-    RNG states, trainer state), and `averaged_from.json`. The folder appears whole (written beside, then renamed); an
+    declared model files (`vaswani_hf.io.models.copy_model_files`: config, generation config, tokenizer, the code
+    config.json needs; anything else is named and left out), and `averaged_from.json`. The folder appears whole (written beside, then renamed); an
     existing `out_dir` is replaced only with `overwrite`, and only if it is an averaged folder this package wrote
     (or, `own`, the training run's own OUTPUT/averaged, which the run's preflight already vouched for)."""
     from safetensors.torch import save_file
@@ -471,10 +472,8 @@ def save_averaged_checkpoint(folders: Sequence[str | os.PathLike], out_dir: str 
         raise UsageError(f"--out {out_dir} would replace the checkpoints being averaged; choose another folder")
     averaged = average_checkpoints(folders)
     with atomic_output_dir(out_dir, kind=AVERAGED) as tmp:
-        for f in newest.iterdir():
-            if f.is_file() and f.name not in TRAINING_STATE_FILES and f.name != WEIGHTS \
-                    and not f.name.startswith("rng_state") and f.suffix != ".pth":
-                shutil.copy2(f, tmp / f.name)
+        copy_model_files(newest, tmp, exclude=("model*.safetensors", WEIGHTS_INDEX),
+                         known=(*TRAINING_STATE_FILES, "rng_state*.pth"))
         _complete_code_files(tmp)
         save_file({k: v.contiguous() for k, v in averaged.items()}, str(tmp / WEIGHTS), metadata={"format": "pt"})
         (tmp / "averaged_from.json").write_text(
