@@ -245,6 +245,35 @@ def _(t, a):
     return Call(["--run_dir", run, "--last", "2", "--out", t / "avg"], 0, may_change=(t / "avg",), check=check)
 
 
+def two_runs(t: Path, a: Assets) -> tuple[Path, Path]:
+    """checkpoint-2 of the shared run, and checkpoint-4 of "another run": the same architecture and tokenizer, the
+    history of another seed (other losses from the first step on)."""
+    run = run_copy(t, a)
+    other = copy(run / "checkpoint-4", t / "other_run" / "checkpoint-4")
+    state = json.loads((other / "trainer_state.json").read_text())
+    for entry in state["log_history"]:
+        entry["loss"] += 0.25
+    (other / "trainer_state.json").write_text(json.dumps(state))
+    return run / "checkpoint-2", other
+
+
+@case("checkpoints-of-two-runs")
+def _(t, a):
+    mine, other = two_runs(t, a)
+    return Call(["--checkpoints", mine, other, "--out", t / "avg"], 2,
+                (str(other), str(mine), "different runs", "log histories differ at step 1", "--allow_other_runs"))
+
+
+@case("checkpoints-of-two-runs-allowed")
+def _(t, a):
+    mine, other = two_runs(t, a)
+
+    def check(stdout, stderr):
+        check_safetensors(t / "avg" / "model.safetensors")
+    return Call(["--checkpoints", mine, other, "--out", t / "avg", "--allow_other_runs"], 0, may_change=(t / "avg",),
+                check=check)
+
+
 @case("out-is-the-run-dir")
 def _(t, a):
     run = run_copy(t, a)

@@ -367,11 +367,28 @@ def vocabulary_fingerprint(folder: Path) -> str | None:
     return hashlib.sha256(json.dumps(kept, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
-def check_checkpoints_agree(folders: Sequence[str | os.PathLike]) -> None:
+def _check_one_run(folders: Sequence[Path]) -> None:
+    """Checkpoints of one run: each checkpoint's trainer_state.json holds the run's log history up to its step, so an
+    earlier checkpoint's history is the beginning of a later one's (a resumed run continues it). Two independent
+    runs (another seed) agree in architecture and tokenizer, but their histories differ from the first logged step.
+    Checkpoints without a trainer state, or with no logged step in common, cannot be told apart and pass."""
+    states = sorted(((read_json(f / TRAINER_STATE.name, TRAINER_STATE), f) for f in folders
+                     if (f / TRAINER_STATE.name).is_file()), key=lambda pair: pair[0]["global_step"])
+    for (early, early_folder), (late, late_folder) in zip(states, states[1:]):
+        ours, theirs = early.get("log_history") or [], late.get("log_history") or []
+        for mine, other in zip(ours, theirs):
+            if mine != other:
+                raise UsageError(
+                    f"{late_folder} and {early_folder} are checkpoints of different runs (their trainer_state.json "
+                    f"log histories differ at step {mine.get('step', '?')}); Section 6.1 averages the last "
+                    "checkpoints of one run: give those, or pass --allow_other_runs to average them anyway")
+
+
+def check_checkpoints_agree(folders: Sequence[str | os.PathLike], one_run: bool = True) -> None:
     """Checkpoints averaged together (Section 6.1: the last checkpoints of one run) must be distinct, of one
     architecture (every config.json field in ARCHITECTURE_FIELDS: e.g. interleaved against concatenated sinusoids
-    give tensors of the same shapes and another function) and of one tokenizer (same size is not enough). Raises
-    UsageError naming both checkpoints and the first difference."""
+    give tensors of the same shapes and another function), of one tokenizer (same size is not enough) and, with
+    `one_run`, of one run (`_check_one_run`). Raises UsageError naming both checkpoints and the first difference."""
     folders = [Path(f) for f in folders]
     _check_distinct(folders)
     first = folders[0]
@@ -391,9 +408,11 @@ def check_checkpoints_agree(folders: Sequence[str | os.PathLike]) -> None:
                       f"and {first} have different tokenizers (tokenizer.json: other tokens or merges)")
             raise UsageError(f"{folder} {detail}: they may give other ids to the same text; average checkpoints of "
                              "one run")
+    if one_run:
+        _check_one_run(folders)
 
 
-def average_checkpoints(folders: Sequence[str | os.PathLike]) -> dict[str, torch.Tensor]:
+def average_checkpoints(folders: Sequence[str | os.PathLike], one_run: bool = True) -> dict[str, torch.Tensor]:
     """Element-wise mean of the weights of several checkpoints (Section 6.1), accumulated in float64 and returned in
     each tensor's original dtype. The checkpoints must agree (`check_checkpoints_agree`) and have the same tensor
     names and shapes."""
@@ -402,7 +421,7 @@ def average_checkpoints(folders: Sequence[str | os.PathLike]) -> dict[str, torch
     for folder in folders:
         if not (Path(folder) / WEIGHTS).is_file():
             raise UsageError(f"{folder}: no {WEIGHTS}; averaging needs safetensors checkpoints")
-    check_checkpoints_agree(folders)
+    check_checkpoints_agree(folders, one_run)
     total: dict[str, torch.Tensor] = {}
     dtypes: dict[str, torch.dtype] = {}
     for i, folder in enumerate(folders):
@@ -457,12 +476,13 @@ AVERAGED = "averaged model folder"  # the kind of output save_averaged_checkpoin
 
 
 def save_averaged_checkpoint(folders: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
-                             overwrite: bool = False, own: bool = False) -> Path:
+                             overwrite: bool = False, own: bool = False, one_run: bool = True) -> Path:
     """Average `folders` and write a loadable model folder: averaged `model.safetensors` plus the newest checkpoint's
     declared model files (`vaswani_hf.io.models.copy_model_files`: config, generation config, tokenizer, the code
     config.json needs; anything else is named and left out), and `averaged_from.json`. The folder appears whole (written beside, then renamed); an
     existing `out_dir` is replaced only with `overwrite`, and only if it is an averaged folder this package wrote
-    (or, `own`, the training run's own OUTPUT/averaged, which the run's preflight already vouched for)."""
+    (or, `own`, the training run's own OUTPUT/averaged, which the run's preflight already vouched for). `one_run`
+    False: checkpoints of other runs may be averaged too."""
     from safetensors.torch import save_file
 
     out_dir = check_output_dir(out_dir, overwrite=overwrite, what="averaged model folder",
@@ -470,7 +490,7 @@ def save_averaged_checkpoint(folders: Sequence[str | os.PathLike], out_dir: str 
     newest = Path(folders[-1])
     if any(Path(f).resolve() in (out_dir.resolve(), *out_dir.resolve().parents) for f in folders):
         raise UsageError(f"--out {out_dir} would replace the checkpoints being averaged; choose another folder")
-    averaged = average_checkpoints(folders)
+    averaged = average_checkpoints(folders, one_run)
     with atomic_output_dir(out_dir, kind=AVERAGED) as tmp:
         copy_model_files(newest, tmp, exclude=("model*.safetensors", WEIGHTS_INDEX),
                          known=(*TRAINING_STATE_FILES, "rng_state*.pth"))
