@@ -345,7 +345,7 @@ def export_marian(
     generation = read_json(gen_path) if gen_path.is_file() else model.generation_config.to_dict()
     marian.generation_config = marian_generation_config(generation, model.config)
     new_of_old = move_pad_last(marian)  # <pad> last, as the OPUS-MT tool chain expects (marian_vocabulary)
-    with atomic_output_dir(out_dir, kind=MARIAN_FOLDER) as tmp:
+    with atomic_output_dir(out_dir, kind=MARIAN_FOLDER, overwrite=overwrite) as tmp:
         marian.save_pretrained(tmp)
         _copy_tokenizer(model_dir, tmp, new_of_old)
         # fail here, not on the Hub, if the copy does not load or disagrees with the relabelled weights

@@ -185,7 +185,7 @@ def save_hub_folder(model, tokenizer, out_dir: str | os.PathLike, *, scores: Map
         model.config.custom_pipelines, model.config.langs = pipeline_settings(model.config.custom_pipelines,
                                                                               model.config.langs)
         register_pipeline_tasks(model.config.langs)
-    with atomic_output_dir(out_dir, kind=HUB_FOLDER) as tmp:
+    with atomic_output_dir(out_dir, kind=HUB_FOLDER, overwrite=overwrite or own) as tmp:
         model.save_pretrained(tmp)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)

@@ -491,7 +491,7 @@ def save_averaged_checkpoint(folders: Sequence[str | os.PathLike], out_dir: str 
     if any(Path(f).resolve() in (out_dir.resolve(), *out_dir.resolve().parents) for f in folders):
         raise UsageError(f"--out {out_dir} would replace the checkpoints being averaged; choose another folder")
     averaged = average_checkpoints(folders, one_run)
-    with atomic_output_dir(out_dir, kind=AVERAGED) as tmp:
+    with atomic_output_dir(out_dir, kind=AVERAGED, overwrite=overwrite or own) as tmp:
         copy_model_files(newest, tmp, exclude=("model*.safetensors", WEIGHTS_INDEX),
                          known=(*TRAINING_STATE_FILES, "rng_state*.pth"))
         _complete_code_files(tmp)
