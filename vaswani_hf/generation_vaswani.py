@@ -149,8 +149,8 @@ def _check_input_ids(input_ids, vocab_size: int) -> None:
         return
     if not isinstance(input_ids, torch.Tensor) or input_ids.is_floating_point() or input_ids.is_complex():
         kind = f"a {input_ids.dtype} tensor" if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
-        raise TypeError(f"generate(): input_ids must be a torch integer tensor (batch, length), got {kind}; "
-                        "convert with torch.as_tensor(ids, dtype=torch.long) or use the tokenizer's return_tensors='pt'")
+        raise TypeError(f"generate(): input_ids must be a torch integer tensor (batch, length), got {kind}; convert "
+                        "with torch.as_tensor(ids, dtype=torch.long) or the tokenizer's return_tensors='pt'")
     if input_ids.dim() != 2 or input_ids.numel() == 0:
         raise SettingError(f"generate(): input_ids must be (batch, length) with at least one sentence of at least one "
                            f"token (its </s>), got shape {tuple(input_ids.shape)}")

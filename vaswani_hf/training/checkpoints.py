@@ -479,10 +479,10 @@ def save_averaged_checkpoint(folders: Sequence[str | os.PathLike], out_dir: str 
                              overwrite: bool = False, own: bool = False, one_run: bool = True) -> Path:
     """Average `folders` and write a loadable model folder: averaged `model.safetensors` plus the newest checkpoint's
     declared model files (`vaswani_hf.io.models.copy_model_files`: config, generation config, tokenizer, the code
-    config.json needs; anything else is named and left out), and `averaged_from.json`. The folder appears whole (written beside, then renamed); an
-    existing `out_dir` is replaced only with `overwrite`, and only if it is an averaged folder this package wrote
-    (or, `own`, the training run's own OUTPUT/averaged, which the run's preflight already vouched for). `one_run`
-    False: checkpoints of other runs may be averaged too."""
+    config.json needs; anything else is named and left out), and `averaged_from.json`. The folder appears whole
+    (written beside, then renamed); an existing `out_dir` is replaced only with `overwrite`, and only if it is an
+    averaged folder this package wrote (or, `own`, the training run's own OUTPUT/averaged, which the run's preflight
+    already vouched for). `one_run` False: checkpoints of other runs may be averaged too."""
     from safetensors.torch import save_file
 
     out_dir = check_output_dir(out_dir, overwrite=overwrite, what="averaged model folder",
