@@ -18,7 +18,6 @@ import logging
 import os
 import re
 import shutil
-import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -76,7 +75,7 @@ def code_files(folder: Path) -> list[str]:
         config = read_json(folder / "config.json", CONFIG) if (folder / "config.json").is_file() else {}
     except UsageError:
         config = {}
-    todo, found = referenced_code_files(config if isinstance(config, Mapping) else {}), set()
+    todo, found = referenced_code_files(config), set()
     while todo:
         name = todo.pop()
         if name not in found and _regular(folder / name):
@@ -87,49 +86,40 @@ def code_files(folder: Path) -> list[str]:
 
 def _regular(path: Path) -> bool:
     """A regular file, not a symbolic link (a link named tokenizer.json may point at any file of the machine)."""
-    try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except OSError:
-        return False
-
-
-def declared_files(folder: str | os.PathLike) -> tuple[list[str], list[str]]:
-    """(declared, left out): the regular top-level files of `folder` that MODEL_FILES, HUB_FILES or `code_files`
-    name, and every other entry of the folder, sorted."""
-    folder, patterns = Path(folder), MODEL_FILES + HUB_FILES
-    needed = set(code_files(folder))
-    kept, left = [], []
-    for entry in sorted(os.listdir(folder)):
-        wanted = entry in needed or _matches(entry, patterns)
-        (kept if wanted and _regular(folder / entry) else left).append(entry)
-    return kept, left
-
-
-def left_out_line(folder: str | os.PathLike, left: list[str], shown: int = 5) -> str:
-    """One line naming what a tool did not take from `folder`: the count and the first few names."""
-    names = ", ".join(left[:shown]) + (f", ... ({len(left) - shown} more)" if len(left) > shown else "")
-    return f"{folder}: left out {len(left)} file(s) that are not a model folder's declared files: {names}"
+    return path.is_file() and not path.is_symlink()
 
 
 def _matches(name: str, patterns: Iterable[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
 
+def declared_files(folder: str | os.PathLike) -> tuple[list[str], list[str]]:
+    """(declared, left out): the regular top-level files of `folder` that MODEL_FILES, HUB_FILES or `code_files`
+    name, and every other entry of the folder, sorted."""
+    folder, kept, left = Path(folder), [], []
+    code = code_files(folder)
+    for entry in sorted(os.listdir(folder)):
+        wanted = entry in code or _matches(entry, MODEL_FILES + HUB_FILES)
+        (kept if wanted and _regular(folder / entry) else left).append(entry)
+    return kept, left
+
+
 def copy_model_files(source: str | os.PathLike, target: str | os.PathLike, *, only: Iterable[str] = MODEL_FILES,
                      exclude: Iterable[str] = (), known: Iterable[str] = ()) -> list[str]:
     """Copy the declared files of model folder `source` (`declared_files`) that match `only` (default: the model's
     and its code) and not `exclude` (written by the caller instead) into `target`; log one line naming what was left
-    out as undeclared, except entries matching `known` (e.g. a checkpoint's training state). Returns the names
-    copied."""
+    out as undeclared (a count and the first names), except entries matching `known` (a checkpoint's training
+    state). Returns the names copied."""
     source, target = Path(source), Path(target)
     kept, left = declared_files(source)
-    code = set(code_files(source)) if only is MODEL_FILES else set()
+    code = code_files(source) if only is MODEL_FILES else []
     copied = [n for n in kept if (n in code or _matches(n, only)) and not _matches(n, exclude)]
     for name in copied:
         shutil.copyfile(source / name, target / name)
     left = [n for n in left if not _matches(n, known)]
     if left:
-        logger.warning(left_out_line(source, left))
+        logger.warning("%s: left out %d file(s) that are not a model folder's declared files: %s%s", source,
+                       len(left), ", ".join(left[:5]), f", ... ({len(left) - 5} more)" if len(left) > 5 else "")
     return copied
 
 

@@ -178,15 +178,12 @@ FULL_CHECK_BYTES = 64 << 20  # torch archives up to this size are read whole (CR
 
 
 def torch_archive_problem(path: Path) -> str | None:
-    """Why `path` is not a `torch.save` archive that the resume can load (a zip file of stored members with a
-    `data.pkl`), or None; InconsistentCheckpoint when its pickle needs more than torch's safe loader allows.
-
-    The resume path (transformers' `_load_optimizer_and_scheduler`, `_load_rng_state`) reads these files only after
-    training has started, and a truncated, overwritten or planted one then ends the run with a traceback. Checked
-    here instead: the zip central directory (a truncated file has none), each member's declared extent inside the
-    file, for files up to FULL_CHECK_BYTES every member's CRC, and the pickle opened as the Trainer opens it
-    (`torch.load(weights_only=True)` with its numpy allowlist), memory-mapped so that a large optimizer state costs
-    no memory. The Trainer loads every one of these files with `weights_only=True` too: no unsafe path remains."""
+    """Why `path` is not a `torch.save` archive the resume can load, or None; InconsistentCheckpoint when its pickle
+    needs more than torch's safe loader allows. transformers reads these files only after training started (a bad
+    one ended the run in a traceback): checked here, the zip structure (a truncated file has no central directory;
+    members within the file; up to FULL_CHECK_BYTES every CRC), then the pickle opened as the Trainer opens it
+    (`torch.load(weights_only=True)`, its numpy allowlist; memory-mapped: no memory for a large optimizer state).
+    The Trainer loads each of these files with `weights_only=True` too: no unsafe path remains."""
     import zipfile
 
     from transformers.trainer_pt_utils import safe_globals
@@ -368,10 +365,9 @@ def vocabulary_fingerprint(folder: Path) -> str | None:
 
 
 def _check_one_run(folders: Sequence[Path]) -> None:
-    """Checkpoints of one run: each checkpoint's trainer_state.json holds the run's log history up to its step, so an
-    earlier checkpoint's history is the beginning of a later one's (a resumed run continues it). Two independent
-    runs (another seed) agree in architecture and tokenizer, but their histories differ from the first logged step.
-    Checkpoints without a trainer state, or with no logged step in common, cannot be told apart and pass."""
+    """Checkpoints of one run: an earlier checkpoint's trainer_state.json log history is the beginning of a later
+    one's (a resumed run continues it); independent runs (another seed) differ from the first logged step. Without a
+    trainer state or a logged step in common, checkpoints cannot be told apart and pass."""
     states = sorted(((read_json(f / TRAINER_STATE.name, TRAINER_STATE), f) for f in folders
                      if (f / TRAINER_STATE.name).is_file()), key=lambda pair: pair[0]["global_step"])
     for (early, early_folder), (late, late_folder) in zip(states, states[1:]):
