@@ -152,8 +152,10 @@ def _check_input_ids(input_ids, vocab_size: int) -> None:
         raise TypeError(f"generate(): input_ids must be a torch integer tensor (batch, length), got {kind}; convert "
                         "with torch.as_tensor(ids, dtype=torch.long) or the tokenizer's return_tensors='pt'")
     if input_ids.dim() != 2 or input_ids.numel() == 0:
-        raise SettingError(f"generate(): input_ids must be (batch, length) with at least one sentence of at least one "
-                           f"token (its </s>), got shape {tuple(input_ids.shape)}")
+        shape = tuple(input_ids.shape)
+        raise SettingError(f"generate(): input_ids must be (batch, length), got shape {shape}" if input_ids.dim() != 2
+                           else f"generate(): input_ids of shape {shape} hold no token; give at least one sentence "
+                           "of at least one token (its </s>)")
     bad = input_ids[(input_ids < 0) | (input_ids >= vocab_size)]
     if bad.numel():
         raise SettingError(f"generate(): input_ids holds token id {int(bad[0])}, outside the vocabulary of "
@@ -175,8 +177,7 @@ def default_generation_config(config: VaswaniConfig) -> GenerationConfig:
 
 
 def fast_topk(scores: torch.Tensor, k: int, chunk: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
-    """`torch.topk(scores, k)` over the last dimension of a 2D tensor, blocked (`top_candidates` with one beam of
-    score 0): the same values and indices, several times faster on CPU for (B, beams * V)."""
+    """`torch.topk(scores, k)` over a 2D tensor's last dimension, blocked (`top_candidates`): same result, faster."""
     return top_candidates(scores.unsqueeze(1), scores.new_zeros(scores.shape[0], 1), k, chunk)
 
 
@@ -364,8 +365,7 @@ class VaswaniGenerationMixin(GenerationMixin):
 
     def _sample(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
                 streamer=None, **model_kwargs):
-        """Greedy decoding runs `lean_greedy_search` (same tokens as transformers' loop, finished sentences leave the
-        batch) when `_lean_decoding_inputs` allows it; sampling and everything else run transformers' `_sample`."""
+        """Greedy decoding: `lean_greedy_search` where `_lean_decoding_inputs` allows it, else transformers'."""
         if not generation_config.do_sample and streamer is None:
             lean = self._lean_decoding_inputs(input_ids, logits_processor, stopping_criteria, generation_config,
                                               synced_gpus, model_kwargs)
