@@ -47,21 +47,14 @@ def list_upload_files(model_dir: str | os.PathLike) -> list[tuple[str, int]]:
 
 
 def _weight_problems(model_dir: Path, names: set[str]) -> list[str]:
-    """No safetensors weights, or truncated / corrupt ones (each file checked against its header)."""
-    shards = sorted(n for n in names if n == "model.safetensors" or n.endswith(".safetensors"))
+    """No safetensors weights, or truncated / corrupt ones (each file checked against its header; a shard the index
+    names but the folder lacks: `check_model_folder`, in `_strict_problems`)."""
+    shards = sorted(n for n in names if n.endswith(".safetensors"))
     if not shards:
         extra = " (pickled pytorch_model.bin is not uploaded: save with safetensors)" if (
             model_dir / "pytorch_model.bin").exists() else ""
         return [f"no safetensors weights{extra}"]
     problems = []
-    if "model.safetensors.index.json" in names:
-        try:
-            index = read_json(model_dir / "model.safetensors.index.json")
-            listed = set(index.get("weight_map", {}).values()) if isinstance(index, dict) else set()
-            problems += [f"weight shard {name} named by model.safetensors.index.json is missing"
-                         for name in sorted(listed - names)]
-        except UsageError as error:
-            problems.append(str(error))
     for name in shards:
         try:
             check_safetensors(model_dir / name)

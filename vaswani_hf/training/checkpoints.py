@@ -435,9 +435,8 @@ def average_checkpoints(folders: Sequence[str | os.PathLike], one_run: bool = Tr
                 raise UsageError(f"{folder}: {k} has shape {tuple(v.shape)}, expected {tuple(total[k].shape)} as in "
                                  f"{folders[0]}; average checkpoints of one architecture")
             total[k] += v.to(torch.float64)
-    newest = _load_weights(Path(folders[-1]))
-    # integer buffers (none in this model) keep the newest checkpoint's value
-    return {k: (v / len(folders)).to(dtypes[k]) if dtypes[k].is_floating_point else newest[k]
+    # integer buffers (none in this model) keep the newest checkpoint's value (`weights`: the last one loaded)
+    return {k: (v / len(folders)).to(dtypes[k]) if dtypes[k].is_floating_point else weights[k]
             for k, v in total.items()}
 
 
