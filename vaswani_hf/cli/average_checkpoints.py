@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .. import io
 from ..constraints import number
+from ..training.checkpoints import AVERAGED, check_checkpoints_agree, last_checkpoints, save_averaged_checkpoint
 from .command import SAFETENSORS_CHECKPOINT, Command, Paths, Use, output_folder, run_command
 from .contract import ArgumentParser
 
@@ -42,8 +43,6 @@ def build_parser() -> ArgumentParser:
 def _checkpoints(args) -> tuple[list[Path], str | None]:
     """The checkpoint folders to average (--checkpoints, or the newest --last of --run_dir) and a warning when
     --run_dir holds fewer."""
-    from ..training.checkpoints import last_checkpoints
-
     if not args.run_dir:
         return [Path(p) for p in args.checkpoints], None
     run_dir = Path(args.run_dir)
@@ -63,8 +62,6 @@ def _checkpoints(args) -> tuple[list[Path], str | None]:
 
 def _paths(args) -> Paths:
     """The inputs are the checkpoints averaged: --out may be a new folder inside --run_dir, never one of them."""
-    from ..training.checkpoints import AVERAGED
-
     folders, args.warning = _checkpoints(args)
     args.folders = folders
     flag = "--run_dir" if args.run_dir else "--checkpoints"
@@ -74,14 +71,10 @@ def _paths(args) -> Paths:
 
 def _agree(args, checked) -> None:
     """One run's checkpoints: distinct, of one architecture and one tokenizer (and one run, unless allowed)."""
-    from ..training.checkpoints import check_checkpoints_agree
-
     check_checkpoints_agree(args.folders, one_run=not args.allow_other_runs)
 
 
 def _run(args) -> int:
-    from ..training.checkpoints import save_averaged_checkpoint
-
     if args.warning:
         print(args.warning, file=sys.stderr)
     out = save_averaged_checkpoint(args.folders, args.out, overwrite=args.overwrite, one_run=not args.allow_other_runs)
