@@ -238,6 +238,56 @@ def _(t, a):
                 check=check)
 
 
+@case("undeclared-files-left-out-and-named")
+def _(t, a):
+    """Only a model folder's declared files are copied from the newest checkpoint: 5,000 junk files, a pickle-bearing
+    pytorch_model.bin and a stray *.py stay behind, named in one line (a count and the first few names)."""
+    run = run_copy(t, a)
+    newest = run / "checkpoint-4"
+    (newest / "pytorch_model.bin").write_bytes(b"\x80\x04planted pickle")
+    write(newest / "helper.py", "import os\n")
+    for i in range(5000):
+        (newest / f"junk-{i:04d}.txt").write_bytes(b"")
+
+    def check(stdout, stderr):
+        out = sorted(p.name for p in (t / "avg").iterdir())
+        assert not [n for n in out if n.startswith("junk-") or n in ("pytorch_model.bin", "helper.py")], out
+        assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json"} <= set(out), out
+        assert not {"optimizer.pt", "scheduler.pt", "trainer_state.json", "rng_state.pth"} & set(out), out
+        named = [line for line in stderr.splitlines() if "left out 5002 file(s)" in line]
+        assert len(named) == 1 and "helper.py, junk-0000.txt" in named[0] and "optimizer.pt" not in named[0], stderr
+    return Call(["--run_dir", run, "--last", "2", "--out", t / "avg"], 0, may_change=(t / "avg",), check=check)
+
+
+def two_runs(t: Path, a: Assets) -> tuple[Path, Path]:
+    """checkpoint-2 of the shared run, and checkpoint-4 of "another run": the same architecture and tokenizer, the
+    history of another seed (other losses from the first step on)."""
+    run = run_copy(t, a)
+    other = copy(run / "checkpoint-4", t / "other_run" / "checkpoint-4")
+    state = json.loads((other / "trainer_state.json").read_text())
+    for entry in state["log_history"]:
+        entry["loss"] += 0.25
+    (other / "trainer_state.json").write_text(json.dumps(state))
+    return run / "checkpoint-2", other
+
+
+@case("checkpoints-of-two-runs")
+def _(t, a):
+    mine, other = two_runs(t, a)
+    return Call(["--checkpoints", mine, other, "--out", t / "avg"], 2,
+                (str(other), str(mine), "different runs", "log histories differ at step 1", "--allow_other_runs"))
+
+
+@case("checkpoints-of-two-runs-allowed")
+def _(t, a):
+    mine, other = two_runs(t, a)
+
+    def check(stdout, stderr):
+        check_safetensors(t / "avg" / "model.safetensors")
+    return Call(["--checkpoints", mine, other, "--out", t / "avg", "--allow_other_runs"], 0, may_change=(t / "avg",),
+                check=check)
+
+
 @case("out-is-the-run-dir")
 def _(t, a):
     run = run_copy(t, a)

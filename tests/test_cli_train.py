@@ -285,6 +285,21 @@ def _(t, a):
                 ("--resume", "no checkpoint", str(t / "run")))
 
 
+@case("resume-planted-pickle-refused")
+def _(t, a):
+    import torch
+
+    run = copy(a.run, t / "run")
+    torch.save({"state": {0: Planted()}}, run / "checkpoint-4" / "rng_state.pth")
+    return Call(train_argv(t, a, "--resume", "--max_steps", "6", check=False), 2,
+                (str(run / "checkpoint-4" / "rng_state.pth"), "safe loader refuses", "it calls print"))
+
+
+class Planted:
+    def __reduce__(self):
+        return (print, ("PLANTED CODE RAN",))
+
+
 @case("resume-newest-checkpoint-corrupt-falls-back", pytest.mark.slow)
 def _(t, a):
     run = copy(a.run, t / "run")

@@ -219,6 +219,37 @@ def _(t, a):
     return Call(tokenizer_argv(t, "--files", a.plain), 2, ("--out_dir", str(t / "tok"), "is a file"))
 
 
+@case("out-dir-in-use-by-another-training")
+def _(t, a):
+    """Two trainings into one --out_dir at once: the second is refused in one line (the first holds the folder's
+    lock while it writes), not left to replace the other's tokenizer silently."""
+    from vaswani_hf.io import FolderLock
+
+    (t / "tok").mkdir()
+    lock = FolderLock(t / "tok").acquire()
+    return Call(tokenizer_argv(t, "--files", a.plain), 2, ("output folder", str(t / "tok"), "in use by another run"),
+                check=lambda stdout, stderr: lock.release())
+
+
+@case("out-dir-written-by-another-training-meanwhile")
+def _(t, a):
+    """Another training finished into --out_dir after this one's checks: its tokenizer is not replaced."""
+    import vaswani_hf.cli.train_tokenizer as tool
+
+    corpus = tool._corpus
+
+    def other_run_finishes(args):
+        write(t / "tok" / "tokenizer.json", "the other run's")
+        return corpus(args)
+
+    def check(stdout, stderr):
+        assert sorted(p.name for p in (t / "tok").iterdir()) == ["tokenizer.json"]
+        assert (t / "tok" / "tokenizer.json").read_text() == "the other run's"
+    return Call(tokenizer_argv(t, "--files", a.plain), 2, ("output folder", str(t / "tok"), "written by another run"),
+                may_change=(t / "tok",), patch={"vaswani_hf.cli.train_tokenizer._corpus": other_run_finishes},
+                check=check)
+
+
 @case("negative-vocab-size")
 def _(t, a):
     return Call(["--files", a.plain, "--vocab_size", "-5", "--out_dir", t / "tok"], 2, ("--vocab_size", "-5"))

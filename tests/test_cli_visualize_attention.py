@@ -52,6 +52,23 @@ def _(t, a):
     return Call(visualize_argv(t, a.model, " "), 2, ("--source", "empty"))
 
 
+@pytest.mark.parametrize("target", ["", "  \t"])
+def test_an_empty_target_is_refused(target, tmp_path, assets, capfd, monkeypatch):
+    run_case("visualize_attention", lambda t, a: Call(visualize_argv(t, a.model, LINES[0], "--target", target), 2,
+                                                      ("--target", "is empty")), tmp_path, assets, capfd, monkeypatch)
+
+
+@case("out-in-use-by-another-run")
+def _(t, a):
+    """Another run writing the same --out (it holds the folder's lock) is not raced: refused in one line."""
+    from vaswani_hf.io import FolderLock
+
+    (t / "vis").mkdir()
+    lock = FolderLock(t / "vis").acquire()
+    return Call(visualize_argv(t, a.model), 2, ("output folder", str(t / "vis"), "in use by another run"),
+                check=lambda stdout, stderr: lock.release())
+
+
 @case("over-long-source-learned-positions")
 def _(t, a):
     return Call(visualize_argv(t, a.learned, LONG), 2, ("--source", "32 positions"))

@@ -28,6 +28,7 @@ import vaswani_hf.generation_vaswani as generation
 from vaswani_hf import VaswaniForConditionalGeneration
 from vaswani_hf.generation_vaswani import (
     VaswaniGenerationMixin,
+    default_generation_config,
     fast_topk,
     gnmt_length_penalty,
 )
@@ -293,3 +294,37 @@ def test_learned_positions_cap_the_output_length(num_beams):
     for kwargs in ({"max_length_b": 50}, {"max_length_b": None, "max_new_tokens": 40}):
         out = model.generate(input_ids=input_ids, attention_mask=attention_mask, num_beams=num_beams, **kwargs)
         assert out.shape[1] - 1 <= 12  # generated tokens after the start token
+
+
+def test_a_folder_without_generation_config_decodes_as_the_paper(tmp_path, recwarn):
+    """No generation_config.json: the paper's decoding (beam 4, alpha 0.6, input length + 50), not transformers'
+    model-agnostic max_length 20 (translations cut at 21 tokens) with its warning; a file, when present, still wins."""
+    torch.manual_seed(0)
+    tiny = VaswaniForConditionalGeneration(tiny_config()).eval()
+    tiny.save_pretrained(tmp_path)
+    (tmp_path / "generation_config.json").unlink()
+    loaded = VaswaniForConditionalGeneration.from_pretrained(tmp_path)
+    paper = default_generation_config(loaded.config)
+    assert generation.generation_settings_of(loaded.generation_config) == generation.generation_settings_of(paper)
+    ids = torch.tensor([[5, 6, 7, 8, 2]])
+    out = loaded.generate(ids, max_length_a=0.0, max_length_b=40, min_new_tokens=40)
+    assert out.shape[1] == 1 + 40
+    assert loaded.generate(ids).shape[1] <= 1 + 5 + 50
+    assert not [w for w in recwarn.list if "max_length" in str(w.message)]
+    GenerationConfig(num_beams=2, max_new_tokens=3).save_pretrained(tmp_path)
+    assert VaswaniForConditionalGeneration.from_pretrained(tmp_path).generation_config.num_beams == 2
+
+
+def test_generate_takes_torch_tensors_and_refuses_other_forms_with_a_type_error():
+    import numpy as np
+
+    torch.manual_seed(0)
+    tiny = VaswaniForConditionalGeneration(tiny_config()).eval()
+    ids = [[5, 6, 7, 2]]
+    assert tiny.generate(torch.tensor(ids), num_beams=1, max_new_tokens=3).shape[0] == 1
+    assert tiny.generate(torch.tensor(ids, dtype=torch.int32), num_beams=1, max_new_tokens=3).shape[0] == 1
+    for wrong in (np.array(ids), ids, torch.tensor(ids, dtype=torch.float32)):
+        with pytest.raises(TypeError, match="generate\\(\\): input_ids must be a torch integer tensor"):
+            tiny.generate(wrong)
+        with pytest.raises(TypeError, match="input_ids must be a torch integer tensor"):
+            tiny.generate(input_ids=wrong)

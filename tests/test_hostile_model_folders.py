@@ -214,8 +214,8 @@ def test_masks_of_another_shape_than_their_ids_are_refused(saved):
 
 
 @pytest.mark.parametrize("ids, message", [
-    ([[5000, 2]], "token id 5000, outside the vocabulary of 300 tokens"),
-    ([[-1, 2]], "token id -1, outside the vocabulary of 300 tokens"),
+    (torch.tensor([[5000, 2]]), "token id 5000, outside the vocabulary of 300 tokens"),
+    (torch.tensor([[-1, 2]]), "token id -1, outside the vocabulary of 300 tokens"),
     (torch.tensor([[7, 300, 2]]), "token id 300, outside the vocabulary of 300 tokens"),
     (torch.tensor([5, 2]), r"input_ids must be \(batch, length\)")])
 def test_generate_refuses_ids_outside_the_vocabulary_and_ids_of_another_rank(ids, message, saved):

@@ -38,6 +38,22 @@ def test_dry_run_lists_exactly_the_uploaded_files_and_makes_no_request(tiny, hub
     assert hub_server.requests == []
 
 
+def test_only_the_code_config_json_needs_is_uploaded_and_the_dry_run_names_the_rest(tiny, tmp_path):
+    """An unreferenced *.py (one holding a token, a helper script) is not sent: the code files are those config.json
+    names and their relative imports, plus handler.py; the dry run lists exactly the files sent and names the rest."""
+    folder = copy_folder(tiny["folder"], tmp_path / "model")
+    (folder / "my_notes.py").write_text('HF_TOKEN = "hf_planted_secret"\n', encoding="utf-8")
+    (folder / "train_helper.py").write_text("from .modeling_vaswani import X\n", encoding="utf-8")
+    out = io.StringIO()
+    files = hub.push_folder(folder, REPO_ID, dry_run=True, out=out)
+    names = {name for name, _ in files}
+    assert {"modeling_vaswani.py", "generation_vaswani.py", "beam_search_vaswani.py", "handler.py"} <= names
+    assert not names & {"my_notes.py", "train_helper.py"}
+    assert "not uploaded: my_notes.py, train_helper.py" in out.getvalue()
+    listed = {line.split()[0] for line in out.getvalue().splitlines() if line.startswith("  ")}
+    assert listed == names
+
+
 def test_push_refuses_an_incomplete_folder(tiny, tmp_path):
     folder = copy_folder(tiny["folder"], tmp_path / "incomplete")
     (folder / "README.md").unlink()
@@ -118,6 +134,7 @@ def test_push_round_trip_through_local_test_double(tiny, hub_server, tmp_path):
     folder = copy_folder(tiny["folder"], tmp_path / "model")
     (folder / "checkpoint-10").mkdir()  # a sub-folder's files match "*.py" under fnmatch, and are still not sent
     (folder / "checkpoint-10" / "modeling_vaswani.py").write_text("# an old copy\n", encoding="utf-8")
+    (folder / "my_notes.py").write_text('HF_TOKEN = "hf_planted_secret"\n', encoding="utf-8")  # named by nothing
     env = clean_env(HF_ENDPOINT=hub_server.endpoint, HF_TOKEN=TEST_TOKEN, HF_HOME=str(tmp_path / "pusher_home"),
                     HF_HUB_DISABLE_XET="1")
     pushed = run([sys.executable, str(REPO_ROOT / "scripts" / "push_to_hub.py"), "--model_dir", str(folder),
@@ -129,6 +146,7 @@ def test_push_round_trip_through_local_test_double(tiny, hub_server, tmp_path):
     remote = hub_server.files(REPO_ID)
     expected = dict(hub.list_upload_files(folder))
     assert set(remote) == set(expected) | {".gitattributes"}
+    assert "my_notes.py" not in remote
     for name in expected:
         assert hub_server.hub.content(remote[name]) == (folder / name).read_bytes(), name
     assert remote["model.safetensors"]["lfs"] and not remote["config.json"]["lfs"]

@@ -126,3 +126,32 @@ def test_load_model_folder_names_the_folder(tmp_path):
     (folder / "tokenizer.json").write_text(json.dumps({"version": "1.0", "model": []}))
     with pytest.raises(UsageError, match=r"tokenizer\.json: not a tokenizer file: field model must be an object"):
         io.load_model_folder(folder, what="--model")
+
+
+def test_declared_files_take_only_declared_regular_files_and_the_code_config_json_needs(tmp_path, caplog):
+    """One declared list for every copy: a link named like a model file (it may point anywhere), a code file no
+    config.json entry reaches, and junk are left out and named in one line; a referenced code file and its relative
+    imports are taken."""
+    import json
+    import logging
+
+    from vaswani_hf.io.models import copy_model_files, declared_files
+
+    source, target = tmp_path / "source", tmp_path / "target"
+    source.mkdir(), target.mkdir()
+    (source / "config.json").write_text(json.dumps({"model_type": "vaswani", "auto_map": {
+        "AutoModelForSeq2SeqLM": "modeling_vaswani.VaswaniForConditionalGeneration"}}))
+    (source / "modeling_vaswani.py").write_text("from .generation_vaswani import X\n")
+    (source / "generation_vaswani.py").write_text("X = 1\n")
+    (source / "stray.py").write_text("TOKEN = 'hf_x'\n")
+    (source / "secret").write_text("do not copy")
+    (source / "tokenizer.json").symlink_to(source / "secret")
+    (source / "README.md").write_text("card")
+    assert declared_files(source) == (["README.md", "config.json", "generation_vaswani.py", "modeling_vaswani.py"],
+                                      ["secret", "stray.py", "tokenizer.json"])
+    with caplog.at_level(logging.WARNING, logger="vaswani_hf.io.models"):
+        copied = copy_model_files(source, target)
+    assert copied == sorted(p.name for p in target.iterdir()) == ["config.json", "generation_vaswani.py",
+                                                                   "modeling_vaswani.py"]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{source}: left out 3 file(s) that are not a model folder's declared files: secret, stray.py, tokenizer.json"]

@@ -22,15 +22,34 @@ def test_atomic_folder(tmp_path):
     target.mkdir()
     (target / "old.txt").write_text("old")
     with pytest.raises(RuntimeError):
-        with io.atomic_output_dir(target) as temporary:
+        with io.atomic_output_dir(target, overwrite=True) as temporary:
             (temporary / "new.txt").write_text("new")
             raise RuntimeError("interrupted")
     assert sorted(p.name for p in target.iterdir()) == ["old.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
-    with io.atomic_output_dir(target) as temporary:
+    with io.atomic_output_dir(target, overwrite=True) as temporary:
         (temporary / "new.txt").write_text("new")
     assert sorted(p.name for p in target.iterdir()) == ["new.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_two_writers_of_one_output_folder_never_replace_each_other(tmp_path):
+    """A writer claims its folder on entry (created, locked): a second writer meanwhile is refused; one that comes
+    after the first finished does not replace its folder without overwrite; a failed writer leaves nothing."""
+    target = tmp_path / "tok"
+    with io.atomic_output_dir(target) as first:
+        with pytest.raises(UsageError, match=f"output folder {target} is in use by another run"):
+            with io.atomic_output_dir(target):
+                pass
+        (first / "tokenizer.json").write_text("first")
+    with pytest.raises(UsageError, match=f"output folder {target} was written by another run while this one worked"):
+        with io.atomic_output_dir(target):
+            pass
+    assert (target / "tokenizer.json").read_text() == "first"
+    with pytest.raises(RuntimeError):
+        with io.atomic_output_dir(tmp_path / "other"):
+            raise RuntimeError("interrupted")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tok"]
 
 
 def test_check_output_file(tmp_path):

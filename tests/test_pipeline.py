@@ -87,3 +87,25 @@ def test_pipeline_from_saved_folder_without_the_package(model, tokenizer, saved_
     assert out["model_module"].startswith("transformers_modules.")
     assert out["beam"] == translate(model, tokenizer, inputs, progress=False)
     assert out["greedy"] == translate(model, tokenizer, inputs, num_beams=1, progress=False)
+
+
+def test_a_folder_without_generation_config_translates_as_the_paper_through_the_pipeline(model, tokenizer,
+                                                                                           saved_folder, tmp_path):
+    """No generation_config.json: the pipeline decodes with the paper's settings (beam 4, alpha 0.6, input + 50) as
+    the model in memory does, not with transformers' max_length 20, and without its warning."""
+    import shutil
+    import warnings
+
+    from transformers import pipeline
+
+    folder = tmp_path / "model"
+    shutil.copytree(saved_folder, folder)
+    (folder / "generation_config.json").unlink()
+    inputs = ["dog", "the big red ball near water with a child", "a man runs in the park"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pipe = pipeline("translation", model=str(folder), trust_remote_code=True, device="cpu")
+        out = [r["translation_text"] for r in pipe(inputs)]
+    assert (pipe.model.generation_config.num_beams, pipe.model.generation_config.length_penalty) == (4, 0.6)
+    assert out == translate(model, tokenizer, inputs, progress=False)
+    assert not [w for w in caught if "max_length" in str(w.message)]

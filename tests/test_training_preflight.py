@@ -232,3 +232,25 @@ def test_resume_refuses_another_tokenizer_of_the_same_size(tmp_path, tok):
     _other_tokenizer(tok, run / "tokenizer")  # the run's own folder replaced behind its back
     with pytest.raises(RecipeError, match=r"^--resume: the run's tokenizer folder .*run/tokenizer holds another"):
         plan_run(tiny_recipe(tmp_path, max_steps=8, vocab_size=500, resume=True))
+
+
+class _Planted:
+    def __reduce__(self):
+        return (print, ("PLANTED CODE RAN",))
+
+
+@pytest.mark.parametrize("name", ["optimizer.pt", "scheduler.pt", "rng_state.pth", "scaler.pt"])
+def test_a_state_file_the_safe_loader_refuses_is_refused_before_any_work(tmp_path, capsys, name):
+    """A pickle that torch's safe loader (weights_only=True) refuses passed the structural check and ended the
+    resume in a traceback from the Trainer: refused in one line naming the file, the planted code never run, the
+    checkpoint not silently passed over for an older one."""
+    from vaswani_hf.training.checkpoints import InconsistentCheckpoint
+
+    fake_checkpoint(tmp_path / "run", 2)
+    newest = fake_checkpoint(tmp_path / "run", 4)
+    torch.save({"state": {0: _Planted()}}, newest / name)
+    with pytest.raises(InconsistentCheckpoint) as refused:
+        plan_run(tiny_recipe(tmp_path, max_steps=8, resume=True))
+    message = str(refused.value)
+    assert message.startswith(f"{newest / name}: holds a pickle that torch's safe loader refuses (it calls ")
+    assert "\n" not in message and "PLANTED" not in capsys.readouterr().out

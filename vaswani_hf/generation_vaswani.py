@@ -1,26 +1,16 @@
 """Decoding as the paper did it (Section 6.1): beam size 4, length penalty alpha = 0.6, maximum output length input
-length + 50, "terminate early when possible" -- inside transformers' `generate()`.
+length + 50, "terminate early when possible" -- inside transformers' `generate()`, as `VaswaniGenerationMixin` (the
+model class inherits it, as Marian inherits `GenerationMixin`). Hand-written, and why:
 
-`VaswaniForConditionalGeneration` inherits `VaswaniGenerationMixin` (as transformers' Marian inherits
-`GenerationMixin` instead of writing decoding inside its modeling file), so modeling_vaswani.py holds the paper's
-model only. What is hand-written here, and why:
+- `generate`: the paper's limit is per sentence (`SourceLengthLimitLogitsProcessor`), transformers' `max_length` global
+  (it stays a cap: the shorter wins). `adjust_generation_fn`: a folder without generation_config.json decodes as the
+  paper does, not with transformers' model-agnostic max_length 20.
+- `_update_finished_beams`, `_check_early_stop_heuristic`: GNMT's ((5 + |Y|) / 6) ** alpha (through tensor2tensor)
+  instead of transformers' |Y| ** alpha; private hooks, pinned by tests/test_generation_vaswani.py.
+- `_beam_search`, `_sample`: beam_search_vaswani.py's lean loops (same tokens, less work) where they compute the
+  same; `_get_top_k_continuations`: `fast_topk`; `_reorder_cache`: cross-attention K/V are not copied.
 
-- `generate`: transformers has one global `max_length`; the paper's limit is per sentence
-  (`SourceLengthLimitLogitsProcessor`). `max_length` / `max_new_tokens`, from `generate()` or generation_config.json,
-  stay a global cap over it (the shorter wins); `min_length` > `max_length` (or `min_new_tokens` > `max_new_tokens`)
-  is refused: no output could satisfy both.
-- `_update_finished_beams`, `_check_early_stop_heuristic`: transformers divides finished scores by |Y| ** alpha; the
-  paper (through tensor2tensor) divides by GNMT's ((5 + |Y|) / 6) ** alpha (`gnmt_length_penalty`). Both are private
-  hooks of transformers' beam search; tests/test_generation_vaswani.py pins them so that an upgrade that changes them
-  fails a test instead of silently changing scores.
-- `_beam_search`, `_sample`: plain beam search and greedy decoding run the lean loops of beam_search_vaswani.py (the
-  same tokens as transformers' loops, less work: see that file) when `_lean_decoding_inputs` finds they compute the
-  same thing; everything else (sampling, per-step outputs, other logits processors) runs transformers' loops.
-- `_get_top_k_continuations`: transformers' candidate step with `fast_topk` (several times faster on CPU).
-- `_reorder_cache`: the cross-attention K/V are the same for every beam of a sentence, so they are not copied.
-
-This file is copied next to the weights with modeling_vaswani.py (which imports it relatively) and runs under
-`trust_remote_code` where vaswani_hf is not installed: it imports only torch, transformers and its sibling files.
+Copied next to the weights and run under `trust_remote_code`: imports only torch, transformers and its siblings.
 """
 
 import contextvars
@@ -33,6 +23,7 @@ from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.generation import GenerationConfig, GenerationMixin, LogitsProcessor, LogitsProcessorList
 from transformers.generation.logits_process import MinLengthLogitsProcessor, MinNewTokensLengthLogitsProcessor
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
+from transformers.utils import GENERATION_CONFIG_NAME, cached_file
 
 from .beam_search_vaswani import force_eos, lean_beam_search, lean_greedy_search, top_candidates
 from .configuration_vaswani import MAX_POSITIONS, Bound, Setting, SettingError, VaswaniConfig
@@ -133,14 +124,12 @@ def _check_pairs(values, where: str) -> None:
 
 
 def generation_settings_of(config: GenerationConfig) -> dict:
-    """The declared settings a generation config holds (transformers keeps unknown keys such as max_length_a as
-    attributes)."""
+    """The declared settings a generation config holds (unknown keys such as max_length_a are attributes)."""
     return {name: getattr(config, name) for name in GENERATION_SETTINGS if hasattr(config, name)}
 
 
 def read_generation_file(path: str | os.PathLike) -> dict:
-    """The settings of a generation_config.json. transformers turns an unreadable file into an OSError that
-    `from_pretrained` swallows (it then decodes greedily with max_length 20): here it is a SettingError naming it."""
+    """The settings of a generation_config.json; an unreadable one (`from_pretrained` swallows it): SettingError."""
     try:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
@@ -153,17 +142,21 @@ def read_generation_file(path: str | os.PathLike) -> dict:
 
 
 def _check_input_ids(input_ids, vocab_size: int) -> None:
-    """input_ids of `generate()`: (batch, length), not empty, ids in [0, vocab_size) (else a bare IndexError, or a
-    device-side assert); once per call, not in the forward (which stays free of host synchronisation)."""
+    """input_ids of `generate()`: a torch integer tensor (the form transformers' models take; a numpy array or a list
+    is a TypeError here, not deep inside), (batch, length), not empty, ids in [0, vocab_size) (else a bare
+    IndexError, or a device-side assert); once per call, not in the forward (which stays free of host sync)."""
     if input_ids is None:
         return
-    ids = input_ids if isinstance(input_ids, torch.Tensor) else torch.as_tensor(input_ids)
-    if ids.dim() != 2:
-        raise SettingError(f"generate(): input_ids must be (batch, length), got shape {tuple(ids.shape)}")
-    if ids.numel() == 0:
-        raise SettingError(f"generate(): input_ids of shape {tuple(ids.shape)} hold no token; give at least "
-                           "one sentence of at least one token (its </s>)")
-    bad = ids[(ids < 0) | (ids >= vocab_size)]
+    if not isinstance(input_ids, torch.Tensor) or input_ids.is_floating_point() or input_ids.is_complex():
+        kind = f"a {input_ids.dtype} tensor" if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
+        raise TypeError(f"generate(): input_ids must be a torch integer tensor (batch, length), got {kind}; convert "
+                        "with torch.as_tensor(ids, dtype=torch.long) or the tokenizer's return_tensors='pt'")
+    if input_ids.dim() != 2 or input_ids.numel() == 0:
+        shape = tuple(input_ids.shape)
+        raise SettingError(f"generate(): input_ids must be (batch, length), got shape {shape}" if input_ids.dim() != 2
+                           else f"generate(): input_ids of shape {shape} hold no token; give at least one sentence "
+                           "of at least one token (its </s>)")
+    bad = input_ids[(input_ids < 0) | (input_ids >= vocab_size)]
     if bad.numel():
         raise SettingError(f"generate(): input_ids holds token id {int(bad[0])}, outside the vocabulary of "
                            f"{vocab_size} tokens [0, {vocab_size - 1}]; encode with the model's tokenizer")
@@ -176,31 +169,22 @@ def gnmt_length_penalty(length, alpha: float):
 
 
 def default_generation_config(config: VaswaniConfig) -> GenerationConfig:
-    """The paper's decoding settings (Section 6.1), the defaults of `GENERATION_SETTINGS` -- beam size 4, GNMT length
-    penalty alpha = 0.6, at most input length + 50 tokens per sentence, "terminate early when possible"
-    (`early_stopping="never"`, tensor2tensor's rule) -- with the model's token ids; saved as generation_config.json."""
+    """The paper's decoding (Section 6.1), the defaults of `GENERATION_SETTINGS` (beam 4, GNMT alpha 0.6, input length
+    + 50, early_stopping "never": t2t's "terminate early when possible"), with the model's token ids."""
     paper = {name: s.default for name, s in GENERATION_SETTINGS.items() if s.default is not None}
-    return GenerationConfig(
-        **paper,
-        decoder_start_token_id=config.decoder_start_token_id,
-        bos_token_id=config.bos_token_id,
-        eos_token_id=config.eos_token_id,
-        pad_token_id=config.pad_token_id,
-    )
+    ids = ("decoder_start_token_id", "bos_token_id", "eos_token_id", "pad_token_id")
+    return GenerationConfig(**paper, **{name: getattr(config, name) for name in ids})
 
 
 def fast_topk(scores: torch.Tensor, k: int, chunk: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
-    """`torch.topk(scores, k)` over the last dimension of a 2D tensor, blocked (`top_candidates` of the lean beam
-    search with one beam of score 0): the same values and indices, several times faster on CPU for (B, beams * V)."""
+    """`torch.topk(scores, k)` over a 2D tensor's last dimension, blocked (`top_candidates`): same result, faster."""
     return top_candidates(scores.unsqueeze(1), scores.new_zeros(scores.shape[0], 1), k, chunk)
 
 
 class SourceLengthLimitLogitsProcessor(LogitsProcessor):
     """Forces </s> once a hypothesis reaches its own sentence's limit `floor(a * source_length + b)` (Section 6.1:
-    "maximum output length to input length + 50"); transformers only has a global `max_length`. source_lengths: (B,)
-    non-pad source tokens per sentence; rows of `input_ids` are the B sentences each repeated `num_beams *
-    num_return_sequences` times consecutively, as `generate()` expands them. `cap`: a learned position table's rows.
-    """
+    "maximum output length to input length + 50"). source_lengths: (B,) non-pad source tokens; rows of `input_ids`:
+    each sentence repeated consecutively, as `generate()` expands them. `cap`: a learned position table's rows."""
 
     def __init__(self, source_lengths: torch.Tensor, a: float, b: int, eos_token_id: int, cap: int | None = None):
         self.limits = torch.floor(source_lengths.float() * a + b).long().clamp(min=1, max=cap)  # (B,) incl. </s>
@@ -266,15 +250,9 @@ def _max_length_of(stopping_criteria, eos: int) -> int | None:
 def _generation_file(source, download_kwargs: dict) -> str | None:
     """The local path of `source`'s generation_config.json (a folder, or a Hub repository through transformers'
     cache, as `GenerationConfig.from_pretrained` finds it), or None where there is none."""
-    from transformers.utils import GENERATION_CONFIG_NAME, cached_file
-
-    subfolder = download_kwargs.get("subfolder") or ""
-    if os.path.isdir(str(source)):
-        path = os.path.join(str(source), subfolder, GENERATION_CONFIG_NAME)
-        return path if os.path.isfile(path) else None
     names = ("cache_dir", "force_download", "proxies", "local_files_only", "token", "revision", "_commit_hash")
     try:
-        return cached_file(str(source), GENERATION_CONFIG_NAME, subfolder=subfolder,
+        return cached_file(str(source), GENERATION_CONFIG_NAME, subfolder=download_kwargs.get("subfolder") or "",
                            _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False,
                            **{k: download_kwargs[k] for k in names if k in download_kwargs})
     except OSError:  # transformers reports what it cannot fetch itself
@@ -293,16 +271,14 @@ class VaswaniGenerationMixin(GenerationMixin):
         """`GenerationMixin.generate` plus the paper's per-sentence maximum length (input length + 50).
 
         Extra keyword arguments (defaults from `generation_config`): `max_length_a`, `max_length_b` (the limit is
-        `floor(a * source_length + b)` generated tokens including </s>; `max_length_b=None` disables it) and
-        `length_penalty_type` ("gnmt" or "hf"). `max_new_tokens` / `max_length` (argument or config) stay global caps.
-        A model with learned positions (Table 3, row E) cannot embed more decoder positions than its table has rows,
-        so its outputs are capped there (sinusoids extrapolate: no cap).
-        """
+        `floor(a * source_length + b)` generated tokens with </s>; `max_length_b=None`: none), `length_penalty_type`
+        ("gnmt" or "hf"). `max_new_tokens` / `max_length` stay global caps; learned positions (Table 3, row E) cap
+        the output at their table's rows."""
         config = generation_config if generation_config is not None else self.generation_config
-        self._check_generate_arguments(config, inputs if inputs is not None else kwargs.get("input_ids"), kwargs)
+        input_ids = inputs if inputs is not None else kwargs.get("input_ids")
+        self._check_generate_arguments(config, input_ids, kwargs)
         a = kwargs.pop("max_length_a", getattr(config, "max_length_a", None))
         b = kwargs.pop("max_length_b", getattr(config, "max_length_b", None))
-        input_ids = inputs if inputs is not None else kwargs.get("input_ids")
         attention_mask = kwargs.get("attention_mask")
         if b is not None and (input_ids is not None or attention_mask is not None):
             source_lengths = attention_mask.sum(-1) if attention_mask is not None else \
@@ -332,9 +308,9 @@ class VaswaniGenerationMixin(GenerationMixin):
         but `max_length_b=None` turns the limit off) and its input_ids; SettingError naming the one that breaks."""
         vocab = self.config.vocab_size
         check_generation_settings(kwargs, vocab, "generate()")
-        for name in [n for n, v in kwargs.items() if v is None and n in GENERATION_SETTINGS]:
-            if name != "max_length_b" and not GENERATION_SETTINGS[name].token_id:
-                del kwargs[name]  # not set (transformers would use the None itself)
+        for name in [n for n, v in kwargs.items() if v is None and n in GENERATION_SETTINGS and n != "max_length_b"
+                     and not GENERATION_SETTINGS[n].token_id]:
+            del kwargs[name]  # not set (transformers would use the None itself)
         settings = generation_settings_of(config)
         check_generation_settings({k: v for k, v in settings.items() if k not in kwargs}, vocab, "generation_config")
         settings.update(kwargs)
@@ -343,14 +319,19 @@ class VaswaniGenerationMixin(GenerationMixin):
 
     def adjust_generation_fn(self, generation_config, from_auto_class, from_pipeline, pretrained_model_name_or_path,
                              *args, **kwargs):
-        """`from_pretrained` reads generation_config.json here; transformers silently falls back to a greedy config
-        on an unreadable file (`except OSError`): it is read and checked first, a SettingError naming the file."""
+        """`from_pretrained` reads generation_config.json here. transformers silently falls back to a greedy config
+        on an unreadable file (`except OSError`): it is read and checked first, a SettingError naming the file. A
+        folder without one decodes as the paper does (`default_generation_config`), not with transformers'
+        model-agnostic max_length 20 built from config.json."""
+        path = None
         if generation_config is None and pretrained_model_name_or_path is not None:
             path = _generation_file(pretrained_model_name_or_path, kwargs)
             if path is not None:
                 check_generation_settings(read_generation_file(path), self.config.vocab_size, str(path))
         super().adjust_generation_fn(generation_config, from_auto_class, from_pipeline, pretrained_model_name_or_path,
                                      *args, **kwargs)
+        if generation_config is None and path is None:
+            self.generation_config = default_generation_config(self.config)
         check_generation_settings(generation_settings_of(self.generation_config), self.config.vocab_size,
                                   "generation_config")
 
@@ -384,9 +365,7 @@ class VaswaniGenerationMixin(GenerationMixin):
 
     def _sample(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
                 streamer=None, **model_kwargs):
-        """Greedy decoding runs `beam_search_vaswani.lean_greedy_search` (same tokens as transformers' loop, finished
-        sentences leave the batch) when `_lean_decoding_inputs` allows it; sampling and everything else run
-        transformers' `_sample`."""
+        """Greedy decoding: `lean_greedy_search` where `_lean_decoding_inputs` allows it, else transformers'."""
         if not generation_config.do_sample and streamer is None:
             lean = self._lean_decoding_inputs(input_ids, logits_processor, stopping_criteria, generation_config,
                                               synced_gpus, model_kwargs)
@@ -398,21 +377,19 @@ class VaswaniGenerationMixin(GenerationMixin):
 
     def _lean_decoding_inputs(self, input_ids, logits_processor, stopping_criteria, generation_config,
                               synced_gpus, model_kwargs) -> dict | None:
-        """The arguments of `lean_beam_search` (and `lean_greedy_search`) when it computes exactly what transformers'
-        `_beam_search` (`_sample`) would, else None (then transformers' loop runs). Conditions: eval mode, a cache,
-        sdpa/eager attention, one decoder start token, one </s>, no sampling nor `return_dict_in_generate`, no logits
-        processor but the length limit and min_length / min_new_tokens, no stopping criterion but max length and
-        </s>, and every sentence's rows really are `num_beams` copies of one encoder output."""
+        """The arguments of `lean_beam_search` (`lean_greedy_search`) when it computes exactly what transformers'
+        `_beam_search` (`_sample`) would, else None: eval mode, a cache, sdpa/eager attention, one decoder start token,
+        one </s>, no sampling nor `return_dict_in_generate`, no processor but the length limits, no stopping
+        criterion but max length and </s>, and every sentence's rows are `num_beams` copies of one encoder output."""
         config = generation_config
         if (not self.use_lean_decoding or self.training or synced_gpus or config.do_sample
                 or config.return_dict_in_generate or config.use_cache is False or input_ids.shape[1] != 1
                 or self.config._attn_implementation not in ("sdpa", "eager")
                 or config.num_return_sequences > config.num_beams):
             return None
-        eos = config._eos_token_tensor
-        if eos is None or eos.numel() != 1:
+        if config._eos_token_tensor is None or config._eos_token_tensor.numel() != 1:
             return None
-        eos = int(eos.reshape(-1)[0])
+        eos = int(config._eos_token_tensor.reshape(-1)[0])
         allowed = {"encoder_outputs", "attention_mask", "cache", "past_key_values", "use_cache", "output_attentions",
                    "output_hidden_states", "cache_position"}  # the cache is `past_key_values` before transformers 5.24
         if any(value is not None for key, value in model_kwargs.items() if key not in allowed):
@@ -432,9 +409,8 @@ class VaswaniGenerationMixin(GenerationMixin):
         if (states.shape[0] != input_ids.shape[0] or not _rows_are_repeated(states, mask, beams)
                 or not _rows_are_repeated(input_ids, None, beams)):
             return None
-        batch = states.shape[0] // beams
         limits = limiter.limits if limiter is not None else None
-        if limits is not None and limits.shape[0] != batch:
+        if limits is not None and limits.shape[0] != states.shape[0] // beams:
             return None
         # transformers pads beam-search output with `pad_token_id or eos_token_id[0]`: </s> when the pad id is 0
         fill = int(config._pad_token_tensor or eos)
@@ -447,10 +423,7 @@ class VaswaniGenerationMixin(GenerationMixin):
         """Beam search keeps the surviving beams' self-attention K/V. The cross-attention K/V are the same for every
         beam of a sentence (beams never move across sentences), so they are left in place instead of being copied
         at every step as transformers' default reorder does."""
-        if isinstance(cache, EncoderDecoderCache):
-            cache.self_attention_cache.reorder_cache(beam_idx)
-        else:
-            cache.reorder_cache(beam_idx)
+        (cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache).reorder_cache(beam_idx)
         return cache
 
     def _get_top_k_continuations(self, accumulated_log_probs, running_sequences, running_beam_indices, cur_len,
@@ -458,10 +431,9 @@ class VaswaniGenerationMixin(GenerationMixin):
         """transformers' top-K step with `torch.topk` over the (B, beams * V) scores replaced by `fast_topk` (the
         same values and indices, several times faster on CPU for K << beams * V); the rest is unchanged."""
         if do_sample:
-            return super()._get_top_k_continuations(
-                accumulated_log_probs=accumulated_log_probs, running_sequences=running_sequences,
-                running_beam_indices=running_beam_indices, cur_len=cur_len, decoder_prompt_len=decoder_prompt_len,
-                do_sample=do_sample, beams_to_keep=beams_to_keep, num_beams=num_beams, batch_size=batch_size, **kwargs)
+            return super()._get_top_k_continuations(accumulated_log_probs, running_sequences, running_beam_indices,
+                                                    cur_len, decoder_prompt_len, do_sample, beams_to_keep, num_beams,
+                                                    batch_size, **kwargs)
         topk_log_probs, topk_indices = fast_topk(accumulated_log_probs, beams_to_keep)
         vocab_size = accumulated_log_probs.shape[-1] // num_beams
         topk_current_beam_indices = topk_indices // vocab_size
@@ -486,15 +458,13 @@ class VaswaniGenerationMixin(GenerationMixin):
         log P / lp(max_length) for early_stopping="never" (t2t v1's bound), log P / lp(current length) otherwise."""
         if _length_penalty_type.get() == "gnmt":
             alpha = kwargs["length_penalty"]
-            if kwargs["early_stopping"] == "never" and alpha > 0.0:
-                length = kwargs["max_length"] - kwargs["decoder_prompt_len"]
-            else:
-                length = kwargs["cur_len"] - kwargs["decoder_prompt_len"]
+            bound = kwargs["max_length" if kwargs["early_stopping"] == "never" and alpha > 0.0 else "cur_len"]
+            length = bound - kwargs["decoder_prompt_len"]
             kwargs["running_beam_scores"] = kwargs["running_beam_scores"] / gnmt_length_penalty(length, alpha)
             kwargs["length_penalty"] = 0.0
         return super()._check_early_stop_heuristic(**kwargs)
 
 
-__all__ = ["VaswaniGenerationMixin", "gnmt_length_penalty", "default_generation_config", "fast_topk",
-           "SourceLengthLimitLogitsProcessor", "GENERATION_SETTINGS", "LENGTH_PENALTY_TYPES", "MAX_BEAMS",
-           "TokenIdLists", "check_generation_settings", "read_generation_file"]
+__all__ = ["VaswaniGenerationMixin", "gnmt_length_penalty", "default_generation_config", "fast_topk", "MAX_BEAMS",
+           "SourceLengthLimitLogitsProcessor", "GENERATION_SETTINGS", "LENGTH_PENALTY_TYPES", "TokenIdLists",
+           "check_generation_settings", "read_generation_file"]

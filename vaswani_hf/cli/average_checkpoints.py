@@ -7,7 +7,9 @@ model obtained by averaging the last 5 checkpoints, which were written at 10-min
 The output folder holds the averaged `model.safetensors` and the newest checkpoint's config, generation config,
 tokenizer and code files, so it loads with `AutoModelForSeq2SeqLM.from_pretrained(out)` (no optimizer state). An
 existing --out is replaced only with --overwrite, and never when it is, holds or lies inside a checkpoint being
-averaged. Every checkpoint is checked (config.json, complete safetensors weights) before anything is written.
+averaged. Every checkpoint is checked (config.json, complete safetensors weights) before anything is written, and
+checkpoints of different runs (another seed: their trainer_state.json histories differ) are refused unless
+--allow_other_runs. Only a model folder's declared files are copied; anything else is named and left out.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ def build_parser() -> ArgumentParser:
                         help="with --run_dir: number of newest checkpoints (default 5)")
     parser.add_argument("--out", required=True, help="output model folder")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
+    parser.add_argument("--allow_other_runs", action="store_true",
+                        help="average checkpoints of independent runs too (refused by default: Section 6.1 averages "
+                             "the last checkpoints of one run; told apart by their trainer_state.json histories)")
     return parser
 
 
@@ -65,14 +70,14 @@ def _paths(args) -> Paths:
 
 
 def _agree(args, checked) -> None:
-    """One run's checkpoints: distinct, of one architecture and one tokenizer."""
-    check_checkpoints_agree(args.folders)
+    """One run's checkpoints: distinct, of one architecture and one tokenizer (and one run, unless allowed)."""
+    check_checkpoints_agree(args.folders, one_run=not args.allow_other_runs)
 
 
 def _run(args) -> int:
     if args.warning:
         print(args.warning, file=sys.stderr)
-    out = save_averaged_checkpoint(args.folders, args.out, overwrite=args.overwrite)
+    out = save_averaged_checkpoint(args.folders, args.out, overwrite=args.overwrite, one_run=not args.allow_other_runs)
     print(f"averaged {len(args.folders)} checkpoints ({', '.join(f.name for f in args.folders)}) -> {out}")
     return 0
 

@@ -3,7 +3,7 @@
     vaswani-push-to-hub --model_dir outputs/model --repo_id org/name [--private] [--revision BRANCH] [--dry_run]
         [--commit_message "..."] [--space_id org/name-demo [--space_only]]
 
-Uploads exactly the files listed by --dry_run (see `vaswani_hf.hub.UPLOAD_PATTERNS`): safetensors weights,
+Uploads exactly the files listed by --dry_run (see `vaswani_hf.io.models.declared_files`): safetensors weights,
 config.json with auto_map, the configuration/modeling/generation/pipeline code, tokenizer files,
 generation_config.json, metrics and the README.md model card (written by `vaswani_hf.hub.write_model_card`). The
 folder and the repository id are checked before any network call (a missing, truncated or broken file, a missing

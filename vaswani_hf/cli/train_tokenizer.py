@@ -128,7 +128,7 @@ def _run(args) -> int:
                                 "training corpus")
     lines = _Counted(iter_training_text(corpus, languages), _source(args))
     started = time.perf_counter()
-    with io.atomic_output_dir(args.out_dir, kind=TOKENIZER_FOLDER) as tmp:
+    with io.atomic_output_dir(args.out_dir, kind=TOKENIZER_FOLDER, overwrite=args.overwrite) as tmp:
         tok = train_bpe_tokenizer(
             lines, vocab_size=args.vocab_size, min_frequency=args.min_frequency, lowercase=args.lowercase,
             normalization=None if args.normalization == "NONE" else args.normalization,

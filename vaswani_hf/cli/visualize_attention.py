@@ -74,8 +74,9 @@ def alignment_links(alignment: str, source: str, target: str) -> list[tuple[int,
 
 
 def _check_arguments(args) -> None:
-    if not args.source.strip():
-        raise io.UsageError("--source is empty; give a sentence")
+    for flag, text in (("--source", args.source), ("--target", args.target)):
+        if text is not None and not text.strip():
+            raise io.UsageError(f"{flag} is empty; give a sentence{' or leave --target out' * (flag == '--target')}")
     if args.alignment is not None:
         if not args.target:
             raise io.UsageError("--alignment refers to the words of --target: give --target too")
@@ -113,7 +114,7 @@ def _resolve(args, checked):
 
 def _run(plan) -> int:
     args, out, model, tokenizer = plan
-    with io.atomic_output_dir(out, kind=ATTENTION_FOLDER) as tmp:
+    with io.atomic_output_dir(out, kind=ATTENTION_FOLDER, overwrite=args.overwrite) as tmp:
         result = visualize(model, tokenizer, args.source, args.target, tmp, fmt=args.format,
                            num_beams=args.num_beams, max_new_tokens=args.max_new_tokens, per_head=args.per_head,
                            word_alignment=args.alignment)

@@ -298,7 +298,7 @@ def to_ctranslate2(model_or_folder, out_dir, quantization: str | None = None, to
     spec = _spec(model, _vocabulary(tokenizer, model.config), max_positions, unk_token=tokenizer.unk_token or "<unk>")
     spec.validate()
     spec.optimize(quantization=quantization)
-    with atomic_output_dir(out_dir, kind=CT2_FOLDER) as tmp:
+    with atomic_output_dir(out_dir, kind=CT2_FOLDER, overwrite=force) as tmp:
         spec.save(str(tmp))
         tokenizer.save_pretrained(str(tmp))
         metadata = _metadata(ctranslate2, model, quantization, max_positions)

@@ -20,7 +20,6 @@ in Marian's order, `<pad>` last (`marian_vocabulary`), which CTranslate2's own c
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from ..io import UsageError, atomic_output_dir, check_model_folder, check_output
 from ..modeling_vaswani import VaswaniForConditionalGeneration
 from ..tokenization import declare_plain_tokenizer
 from ..io import check_same_vocabulary
+from ..io.models import copy_model_files
 from .marian_vocabulary import check_relabelled_tokenizer, move_pad_last, relabel_tokenizer_files
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
@@ -232,9 +232,7 @@ def marian_generation_config(generation: dict, config) -> GenerationConfig:
 def _copy_tokenizer(model_dir: Path, out_dir: Path, new_of_old: list[int]) -> None:
     """The tokenizer files, relabelled to the export's token order (`marian_vocabulary`) but otherwise as they are
     (loading and re-saving would add loader state to tokenizer_config.json)."""
-    for name in TOKENIZER_FILES:
-        if (model_dir / name).is_file():
-            shutil.copyfile(model_dir / name, out_dir / name)
+    copy_model_files(model_dir, out_dir, only=TOKENIZER_FILES)  # the rest is converted; junk is named and left out
     relabel_tokenizer_files(out_dir, new_of_old)
     declare_plain_tokenizer(out_dir)  # serving stacks may run transformers 4
 
@@ -341,7 +339,7 @@ def export_marian(
     generation = read_json(gen_path) if gen_path.is_file() else model.generation_config.to_dict()
     marian.generation_config = marian_generation_config(generation, model.config)
     new_of_old = move_pad_last(marian)  # <pad> last, as the OPUS-MT tool chain expects (marian_vocabulary)
-    with atomic_output_dir(out_dir, kind=MARIAN_FOLDER) as tmp:
+    with atomic_output_dir(out_dir, kind=MARIAN_FOLDER, overwrite=overwrite) as tmp:
         marian.save_pretrained(tmp)
         _copy_tokenizer(model_dir, tmp, new_of_old)
         # fail here, not on the Hub, if the copy does not load or disagrees with the relabelled weights

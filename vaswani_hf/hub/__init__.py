@@ -5,7 +5,7 @@ handler (`folder`), and the one-commit upload (`upload`). Exports that write Hub
 from .card import (VASWANI_CARD, Architecture, CardVariant, count_parameters, count_parameters_in_folder,
                    normalize_metrics, read_card_inputs, render_model_card, write_model_card)
 from .folder import add_handler, missing_code_files, save_hub_folder
-from .upload import UPLOAD_PATTERNS, check_folder, list_upload_files, push_folder
+from .upload import check_folder, list_upload_files, push_folder
 
 __all__ = [
     "render_model_card",
@@ -21,7 +21,6 @@ __all__ = [
     "CardVariant",
     "Architecture",
     "VASWANI_CARD",
-    "UPLOAD_PATTERNS",
     "save_hub_folder",
     "missing_code_files",
 ]

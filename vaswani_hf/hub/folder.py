@@ -14,13 +14,13 @@ from __future__ import annotations
 import ast
 import logging
 import os
-import re
 import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..io import atomic_output_dir, check_output_dir, check_same_vocabulary, read_json
+from ..io.models import referenced_code_files, relative_imports
 from ..tokenization import declare_plain_tokenizer
 from .card import PACKAGE_DIR, write_model_card
 
@@ -29,7 +29,6 @@ logger = logging.getLogger(__name__)
 HANDLER_TEMPLATE = PACKAGE_DIR / "templates" / "handler.py"
 HANDLER_REQUIREMENTS = "transformers>=5.0,<6\nsafetensors>=0.4\n"
 HUB_FOLDER = "Hub model folder"  # what save_hub_folder writes (its marker: vaswani_hf.io.outputs)
-_RELATIVE_IMPORT = re.compile(r"^\s*from\s+\.([A-Za-z_][A-Za-z0-9_]*)\s+import\s", re.MULTILINE)
 
 
 def add_handler(folder: str | os.PathLike) -> Path:
@@ -45,19 +44,6 @@ def add_handler(folder: str | os.PathLike) -> Path:
     return target
 
 
-def referenced_code_files(config: Mapping) -> list[str]:
-    """The code files a config.json names: the modules of `auto_map` entries ("module.Class", or
-    "repo--module.Class") and of `custom_pipelines` implementations."""
-    auto_map = config.get("auto_map") or {}
-    references = [ref for value in auto_map.values() for ref in (value if isinstance(value, list) else [value])
-                  if isinstance(ref, str)]
-    for pipeline in (config.get("custom_pipelines") or {}).values():
-        impl = pipeline.get("impl") if isinstance(pipeline, Mapping) else None
-        if impl:
-            references.append(impl)
-    return sorted({f"{ref.split('--')[-1].rsplit('.', 1)[0]}.py" for ref in references})
-
-
 def missing_code_files(folder: str | os.PathLike, names: set[str] | None = None) -> list[str]:
     """Problems that would stop `trust_remote_code` loading of `folder` (empty list: none): a code file that
     config.json references (auto_map, custom_pipelines) is absent, or a present code file imports a sibling
@@ -71,10 +57,9 @@ def missing_code_files(folder: str | os.PathLike, names: set[str] | None = None)
         if name not in names:
             problems.append(f"code file {name} referenced by config.json is missing")
     for name in sorted(n for n in names if n.endswith(".py")):
-        source = (folder / name).read_text(encoding="utf-8", errors="replace")
-        for module in _RELATIVE_IMPORT.findall(source):
-            if f"{module}.py" not in names:
-                problems.append(f"{name} imports .{module}, but {module}.py is not in the folder")
+        for module in relative_imports(folder / name):
+            if module not in names:
+                problems.append(f"{name} imports .{module[:-3]}, but {module} is not in the folder")
     return problems + _undefined_references(folder, names, config if isinstance(config, Mapping) else {})
 
 
@@ -202,7 +187,7 @@ def save_hub_folder(model, tokenizer, out_dir: str | os.PathLike, *, scores: Map
         model.config.custom_pipelines, model.config.langs = pipeline_settings(model.config.custom_pipelines,
                                                                               model.config.langs)
         register_pipeline_tasks(model.config.langs)
-    with atomic_output_dir(out_dir, kind=HUB_FOLDER) as tmp:
+    with atomic_output_dir(out_dir, kind=HUB_FOLDER, overwrite=overwrite or own) as tmp:
         model.save_pretrained(tmp)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)

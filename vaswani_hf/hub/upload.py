@@ -13,53 +13,26 @@ network and authentication failures are one-line `RunFailure`s.
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import sys
 from pathlib import Path
 
 from huggingface_hub import ModelCard
 from huggingface_hub.errors import HTTPError
-from huggingface_hub.utils import filter_repo_objects
 
 from ..io import RunFailure, UsageError, check_model_folder, check_safetensors, read_json
 from ..io import check_same_vocabulary
+from ..io.models import declared_files
 from ..io.files import COUNT, SPECIAL_TOKENS_MAP, TOKENIZER_CONFIG, FileShape, Obj, check_shape
 from .card import METRICS_FILE
 from .ids import repo_id_problem
 from .folder import missing_code_files
 
-# Top-level files of a model folder that are uploaded; anything else (checkpoints, optimizer states, pickled weights,
-# logs) stays local. `list_upload_files` applies them exactly as `upload_folder` does (huggingface_hub's
-# `filter_repo_objects`), so the dry run lists what the commit holds.
-UPLOAD_PATTERNS = (
-    "README.md",
-    "config.json",
-    "generation_config.json",
-    "model.safetensors",
-    "model-*-of-*.safetensors",
-    "model.safetensors.index.json",
-    "*.py",  # configuration/modeling/generation/pipeline code (auto_map, custom_pipelines) and handler.py
-    "requirements.txt",  # for handler.py on Inference Endpoints
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.json",
-    "merges.txt",
-    "*.spm",
-    METRICS_FILE,
-    "training_metrics.json",  # written by vaswani_hf.training's report, with recipe.yaml and plots
-    "recipe.yaml",
-    "*.png",
-    "all_results.json",
-    "eval_results.json",
-    "train_results.json",
-    "test_results.json",
-    "scores.json",
-)
-# Sub-folders (checkpoint-N/, runs/) are never uploaded: fnmatch's "*" also matches "/", so "*.py" alone would
-# take checkpoint-10/modeling_vaswani.py too.
-IGNORE_PATTERNS = ("*/*",)
+# What is uploaded: the model folder's declared files (`io.models.declared_files`: the model's, the code its
+# config.json needs, the card, endpoint handler and run report); anything else (checkpoints, optimizer states,
+# pickled weights, logs, a stray *.py) stays local and is named by the dry run. The upload sends exactly the list
+# the dry run shows, not patterns.
 DEFAULT_COMMIT_MESSAGE = "Upload Vaswani Transformer (weights, code, tokenizer, card)"
 
 
@@ -69,27 +42,19 @@ def list_upload_files(model_dir: str | os.PathLike) -> list[tuple[str, int]]:
     if not model_dir.is_dir():
         raise UsageError(f"model folder not found: {model_dir}" if not model_dir.exists()
                          else f"model folder {model_dir} is a file; give the folder that holds config.json")
-    names = sorted(p.name for p in model_dir.iterdir() if p.is_file())
-    chosen = filter_repo_objects(names, allow_patterns=list(UPLOAD_PATTERNS), ignore_patterns=list(IGNORE_PATTERNS))
+    chosen, _ = declared_files(model_dir)
     return [(name, (model_dir / name).stat().st_size) for name in chosen]
 
 
 def _weight_problems(model_dir: Path, names: set[str]) -> list[str]:
-    """No safetensors weights, or truncated / corrupt ones (each file checked against its header)."""
-    shards = sorted(n for n in names if n == "model.safetensors" or n.endswith(".safetensors"))
+    """No safetensors weights, or truncated / corrupt ones (each file checked against its header; a shard the index
+    names but the folder lacks: `check_model_folder`, in `_strict_problems`)."""
+    shards = sorted(n for n in names if n.endswith(".safetensors"))
     if not shards:
         extra = " (pickled pytorch_model.bin is not uploaded: save with safetensors)" if (
             model_dir / "pytorch_model.bin").exists() else ""
         return [f"no safetensors weights{extra}"]
     problems = []
-    if "model.safetensors.index.json" in names:
-        try:
-            index = read_json(model_dir / "model.safetensors.index.json")
-            listed = set(index.get("weight_map", {}).values()) if isinstance(index, dict) else set()
-            problems += [f"weight shard {name} named by model.safetensors.index.json is missing"
-                         for name in sorted(listed - names)]
-        except UsageError as error:
-            problems.append(str(error))
     for name in shards:
         try:
             check_safetensors(model_dir / name)
@@ -269,8 +234,7 @@ def _print_dry_run(model_dir: Path, files, repo_id: str, private: bool, revision
           f"{' (private)' if private else ''} @ {revision or 'main'} in one commit:", file=out)
     for name, size in files:
         print(f"  {name}  {size} bytes ({_format_size(size)})", file=out)
-    uploaded = {name for name, _ in files}
-    skipped = sorted(p.name + ("/" if p.is_dir() else "") for p in model_dir.iterdir() if p.name not in uploaded)
+    skipped = [name + "/" * (model_dir / name).is_dir() for name in declared_files(model_dir)[1]]
     if skipped:
         print("not uploaded: " + ", ".join(skipped), file=out)
 
@@ -329,10 +293,10 @@ def push_folder(
         repo_url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
         if revision not in (None, "main"):
             api.create_branch(repo_id, branch=revision, exist_ok=True, repo_type="model")
-        info = api.upload_folder(
+        info = api.upload_folder(  # exactly the listed files: each name as a pattern that matches only itself
             repo_id=repo_id, folder_path=str(model_dir), repo_type="model", revision=revision,
             commit_message=commit_message, commit_description=commit_description,
-            allow_patterns=list(UPLOAD_PATTERNS), ignore_patterns=list(IGNORE_PATTERNS),
+            allow_patterns=[glob.escape(name) for name, _ in files], ignore_patterns=["*/*"],
         )
     print(f"uploaded {len(files)} files to {repo_url} in commit {info.oid}", file=out)
     return info

@@ -12,8 +12,13 @@ have their declared shapes and settings, every weight tensor is floating point; 
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import logging
 import os
+import re
+import shutil
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from ..errors import UsageError, one_line
@@ -30,6 +35,92 @@ from .files import (
 
 WEIGHTS = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
+logger = logging.getLogger(__name__)
+
+# The files of a model folder, declared once (top-level names or patterns): the model's (MODEL_FILES, with the code
+# files its config.json needs: `code_files`) and those a Hub folder holds beside it (HUB_FILES: card, endpoint
+# handler, run report). What averaging, the exports and an upload take from an input folder is chosen among them
+# (`declared_files`, `copy_model_files`); anything else there (training state, pickled weights, a stray *.py, junk)
+# is named and left out.
+MODEL_FILES = (WEIGHTS, "model-*-of-*.safetensors", WEIGHTS_INDEX, "config.json", "generation_config.json",
+               "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json",
+               "merges.txt", "*.spm")
+HUB_FILES = ("README.md", "handler.py", "requirements.txt", "metrics.json", "training_metrics.json", "recipe.yaml",
+             "*.png", "all_results.json", "eval_results.json", "train_results.json", "test_results.json", "scores.json")
+_RELATIVE_IMPORT = re.compile(r"^\s*from\s+\.([A-Za-z_][A-Za-z0-9_]*)\s+import\s", re.MULTILINE)
+
+
+def referenced_code_files(config: Mapping) -> list[str]:
+    """The code files a config.json names: the modules of `auto_map` entries ("module.Class", or
+    "repo--module.Class") and of `custom_pipelines` implementations."""
+    auto_map = config.get("auto_map") or {}
+    references = [ref for value in auto_map.values() for ref in (value if isinstance(value, list) else [value])
+                  if isinstance(ref, str)]
+    for pipeline in (config.get("custom_pipelines") or {}).values():
+        impl = pipeline.get("impl") if isinstance(pipeline, Mapping) else None
+        if impl:
+            references.append(impl)
+    return sorted({f"{ref.split('--')[-1].rsplit('.', 1)[0]}.py" for ref in references})
+
+
+def relative_imports(path: Path) -> list[str]:
+    """The sibling files a code file imports (`from .x import`): transformers copies and loads them with it."""
+    return [f"{module}.py" for module in _RELATIVE_IMPORT.findall(path.read_text(encoding="utf-8", errors="replace"))]
+
+
+def code_files(folder: Path) -> list[str]:
+    """The code files of `folder` that `trust_remote_code` loads: those its config.json names and, transitively,
+    their relative imports (present ones; `vaswani_hf.hub.missing_code_files` names the absent)."""
+    try:
+        config = read_json(folder / "config.json", CONFIG) if (folder / "config.json").is_file() else {}
+    except UsageError:
+        config = {}
+    todo, found = referenced_code_files(config), set()
+    while todo:
+        name = todo.pop()
+        if name not in found and _regular(folder / name):
+            found.add(name)
+            todo += relative_imports(folder / name)
+    return sorted(found)
+
+
+def _regular(path: Path) -> bool:
+    """A regular file, not a symbolic link (a link named tokenizer.json may point at any file of the machine)."""
+    return path.is_file() and not path.is_symlink()
+
+
+def _matches(name: str, patterns: Iterable[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def declared_files(folder: str | os.PathLike) -> tuple[list[str], list[str]]:
+    """(declared, left out): the regular top-level files of `folder` that MODEL_FILES, HUB_FILES or `code_files`
+    name, and every other entry of the folder, sorted."""
+    folder, kept, left = Path(folder), [], []
+    code = code_files(folder)
+    for entry in sorted(os.listdir(folder)):
+        wanted = entry in code or _matches(entry, MODEL_FILES + HUB_FILES)
+        (kept if wanted and _regular(folder / entry) else left).append(entry)
+    return kept, left
+
+
+def copy_model_files(source: str | os.PathLike, target: str | os.PathLike, *, only: Iterable[str] = MODEL_FILES,
+                     exclude: Iterable[str] = (), known: Iterable[str] = ()) -> list[str]:
+    """Copy the declared files of model folder `source` (`declared_files`) that match `only` (default: the model's
+    and its code) and not `exclude` (written by the caller instead) into `target`; log one line naming what was left
+    out as undeclared (a count and the first names), except entries matching `known` (a checkpoint's training
+    state). Returns the names copied."""
+    source, target = Path(source), Path(target)
+    kept, left = declared_files(source)
+    code = code_files(source) if only is MODEL_FILES else []
+    copied = [n for n in kept if (n in code or _matches(n, only)) and not _matches(n, exclude)]
+    for name in copied:
+        shutil.copyfile(source / name, target / name)
+    left = [n for n in left if not _matches(n, known)]
+    if left:
+        logger.warning("%s: left out %d file(s) that are not a model folder's declared files: %s%s", source,
+                       len(left), ", ".join(left[:5]), f", ... ({len(left) - 5} more)" if len(left) > 5 else "")
+    return copied
 
 
 def _looks_like_hub_id(text: str) -> bool:

@@ -11,7 +11,7 @@ The rules, each written once here and applied to every path a command declares:
   folder without it (a model folder downloaded from the Hub, a corpus folder, a parent of the input) is not replaced.
 - `replace_atomically`: the new file or folder appears whole, in one rename, with the modes the umask gives (not the
   0600/0700 of temporary files), flushed to disk.
-- `FolderLock`: one run at a time writes into a training run's folder.
+- `FolderLock`: one run at a time writes into a training run's folder, or into an output folder (`atomic_output_dir`).
 """
 
 from __future__ import annotations
@@ -249,9 +249,25 @@ def replace_atomically(target: str | os.PathLike, *, folder: bool = False, kind:
         raise
 
 
-def atomic_output_dir(target: str | os.PathLike, kind: str | None = None):
-    """`replace_atomically(target, folder=True, kind=kind)`: a whole output folder appears at once."""
-    return replace_atomically(target, folder=True, kind=kind)
+@contextmanager
+def atomic_output_dir(target: str | os.PathLike, kind: str | None = None, *, overwrite: bool = False):
+    """`replace_atomically(target, folder=True, kind=kind)`: a whole output folder appears at once, one writer at a
+    time. The folder is claimed on entry (created empty if absent, and locked: `FolderLock`), so a second run writing
+    the same folder meanwhile is refused in one line; a folder another run filled since this one's checks is not
+    replaced without `overwrite`. A folder claimed and left empty by a failure is removed again."""
+    target = Path(target)
+    created = not os.path.lexists(target)
+    target.mkdir(parents=True, exist_ok=True)
+    try:
+        with FolderLock(target):
+            if not overwrite and any(target.iterdir()):
+                raise UsageError(f"output folder {target} was written by another run while this one worked; it is "
+                                 "not replaced: pass --overwrite to replace it, or choose another folder")
+            with replace_atomically(target, folder=True, kind=kind) as temporary:
+                yield temporary
+    finally:
+        if created and target.is_dir() and not any(target.iterdir()):
+            target.rmdir()
 
 
 def fsync_tree(path: str | os.PathLike, recursive: bool = True) -> None:

@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import os
+import pickle
 import re
 import shutil
 import time
@@ -35,6 +36,7 @@ from ..io import (
     check_safetensors,
     fsync_tree,
 )
+from ..io.models import WEIGHTS_INDEX, copy_model_files
 from ..configuration_vaswani import MODEL_SETTINGS
 from ..io.files import CONFIG, TOKENIZER, TRAINER_STATE, read_json
 
@@ -43,7 +45,7 @@ logger = logging.getLogger(__name__)
 STAGING_DIR = ".staging"
 WEIGHTS = "model.safetensors"
 # What a checkpoint holds besides the model folder's files; left out of averaged folders.
-TRAINING_STATE_FILES = {"optimizer.pt", "scheduler.pt", "scaler.pt", "trainer_state.json", "training_args.bin"}
+TRAINING_STATE_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "trainer_state.json", "training_args.bin")
 
 
 def publish_checkpoint(staged: Path, final: Path) -> None:
@@ -113,8 +115,9 @@ def rng_state_files(processes: int) -> list[str]:
 
 
 class InconsistentCheckpoint(UsageError):
-    """A checkpoint whose files are complete but disagree with each other (its trainer_state.json belongs to another
-    step): refused, not passed over, since resuming it would continue another run's state silently."""
+    """A checkpoint refused, not passed over: its files disagree with each other (its trainer_state.json belongs to
+    another step: resuming would continue another run's state silently), or one holds a pickle that torch's safe
+    loader refuses (planted code, or objects no Trainer writes)."""
 
 
 def checkpoint_step(folder: Path) -> int | None:
@@ -168,19 +171,22 @@ def checkpoint_problem(folder: Path, processes: int = 1, rng: bool = True) -> st
     return None
 
 
+_REFUSED_GLOBAL = re.compile(r"Unsupported global: GLOBAL (\S+)")
+
+
 FULL_CHECK_BYTES = 64 << 20  # torch archives up to this size are read whole (CRC of every member); larger: structure
 
 
 def torch_archive_problem(path: Path) -> str | None:
-    """Why `path` is not a readable `torch.save` archive (a zip file of stored members with a `data.pkl`), or None.
-
-    The resume path (transformers' `_load_optimizer_and_scheduler`, `_load_rng_state`) reads these files only after
-    training has started, and a truncated or overwritten one then ends the run with a traceback. Checked here
-    cheaply instead: the zip central directory (at the file's end: a truncated file has none), each member's
-    declared extent inside the file, and, for files up to FULL_CHECK_BYTES (the scheduler and RNG states, the
-    optimizer state of small models), every member's CRC. Hand-written because `torch.load` of a large optimizer
-    state costs its full size in memory."""
+    """Why `path` is not a `torch.save` archive the resume can load, or None; InconsistentCheckpoint when its pickle
+    needs more than torch's safe loader allows. transformers reads these files only after training started (a bad
+    one ended the run in a traceback): checked here, the zip structure (a truncated file has no central directory;
+    members within the file; up to FULL_CHECK_BYTES every CRC), then the pickle opened as the Trainer opens it
+    (`torch.load(weights_only=True)`, its numpy allowlist; memory-mapped: no memory for a large optimizer state).
+    The Trainer loads each of these files with `weights_only=True` too: no unsafe path remains."""
     import zipfile
+
+    from transformers.trainer_pt_utils import safe_globals
 
     try:
         size = path.stat().st_size
@@ -195,8 +201,17 @@ def torch_archive_problem(path: Path) -> str | None:
             bad = archive.testzip() if size <= FULL_CHECK_BYTES else None
             if bad is not None:
                 return f"member {bad} fails its checksum"
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OverflowError) as error:
-        return f"not a readable torch archive: {error}"
+        with safe_globals():
+            torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as error:
+        refused = _REFUSED_GLOBAL.search(str(error))
+        what = f"it calls {refused.group(1)}" if refused else "not plain tensors and numbers"
+        raise InconsistentCheckpoint(
+            f"{path}: holds a pickle that torch's safe loader refuses ({what}); "
+            "it was not loaded: remove this checkpoint (a Trainer never writes such a file), or train into another "
+            "output_dir") from None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OverflowError, RuntimeError) as error:
+        return f"not a readable torch archive: {' '.join(str(error).split())[:200]}"
     except OSError as error:
         return f"not readable: {error.strerror or error}"
     return None
@@ -349,11 +364,27 @@ def vocabulary_fingerprint(folder: Path) -> str | None:
     return hashlib.sha256(json.dumps(kept, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
-def check_checkpoints_agree(folders: Sequence[str | os.PathLike]) -> None:
+def _check_one_run(folders: Sequence[Path]) -> None:
+    """Checkpoints of one run: an earlier checkpoint's trainer_state.json log history is the beginning of a later
+    one's (a resumed run continues it); independent runs (another seed) differ from the first logged step. Without a
+    trainer state or a logged step in common, checkpoints cannot be told apart and pass."""
+    states = sorted(((read_json(f / TRAINER_STATE.name, TRAINER_STATE), f) for f in folders
+                     if (f / TRAINER_STATE.name).is_file()), key=lambda pair: pair[0]["global_step"])
+    for (early, early_folder), (late, late_folder) in zip(states, states[1:]):
+        ours, theirs = early.get("log_history") or [], late.get("log_history") or []
+        for mine, other in zip(ours, theirs):
+            if mine != other:
+                raise UsageError(
+                    f"{late_folder} and {early_folder} are checkpoints of different runs (their trainer_state.json "
+                    f"log histories differ at step {mine.get('step', '?')}); Section 6.1 averages the last "
+                    "checkpoints of one run: give those, or pass --allow_other_runs to average them anyway")
+
+
+def check_checkpoints_agree(folders: Sequence[str | os.PathLike], one_run: bool = True) -> None:
     """Checkpoints averaged together (Section 6.1: the last checkpoints of one run) must be distinct, of one
     architecture (every config.json field in ARCHITECTURE_FIELDS: e.g. interleaved against concatenated sinusoids
-    give tensors of the same shapes and another function) and of one tokenizer (same size is not enough). Raises
-    UsageError naming both checkpoints and the first difference."""
+    give tensors of the same shapes and another function), of one tokenizer (same size is not enough) and, with
+    `one_run`, of one run (`_check_one_run`). Raises UsageError naming both checkpoints and the first difference."""
     folders = [Path(f) for f in folders]
     _check_distinct(folders)
     first = folders[0]
@@ -373,9 +404,11 @@ def check_checkpoints_agree(folders: Sequence[str | os.PathLike]) -> None:
                       f"and {first} have different tokenizers (tokenizer.json: other tokens or merges)")
             raise UsageError(f"{folder} {detail}: they may give other ids to the same text; average checkpoints of "
                              "one run")
+    if one_run:
+        _check_one_run(folders)
 
 
-def average_checkpoints(folders: Sequence[str | os.PathLike]) -> dict[str, torch.Tensor]:
+def average_checkpoints(folders: Sequence[str | os.PathLike], one_run: bool = True) -> dict[str, torch.Tensor]:
     """Element-wise mean of the weights of several checkpoints (Section 6.1), accumulated in float64 and returned in
     each tensor's original dtype. The checkpoints must agree (`check_checkpoints_agree`) and have the same tensor
     names and shapes."""
@@ -384,7 +417,7 @@ def average_checkpoints(folders: Sequence[str | os.PathLike]) -> dict[str, torch
     for folder in folders:
         if not (Path(folder) / WEIGHTS).is_file():
             raise UsageError(f"{folder}: no {WEIGHTS}; averaging needs safetensors checkpoints")
-    check_checkpoints_agree(folders)
+    check_checkpoints_agree(folders, one_run)
     total: dict[str, torch.Tensor] = {}
     dtypes: dict[str, torch.dtype] = {}
     for i, folder in enumerate(folders):
@@ -402,9 +435,8 @@ def average_checkpoints(folders: Sequence[str | os.PathLike]) -> dict[str, torch
                 raise UsageError(f"{folder}: {k} has shape {tuple(v.shape)}, expected {tuple(total[k].shape)} as in "
                                  f"{folders[0]}; average checkpoints of one architecture")
             total[k] += v.to(torch.float64)
-    newest = _load_weights(Path(folders[-1]))
-    # integer buffers (none in this model) keep the newest checkpoint's value
-    return {k: (v / len(folders)).to(dtypes[k]) if dtypes[k].is_floating_point else newest[k]
+    # integer buffers (none in this model) keep the newest checkpoint's value (`weights`: the last one loaded)
+    return {k: (v / len(folders)).to(dtypes[k]) if dtypes[k].is_floating_point else weights[k]
             for k, v in total.items()}
 
 
@@ -439,12 +471,13 @@ AVERAGED = "averaged model folder"  # the kind of output save_averaged_checkpoin
 
 
 def save_averaged_checkpoint(folders: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
-                             overwrite: bool = False, own: bool = False) -> Path:
+                             overwrite: bool = False, own: bool = False, one_run: bool = True) -> Path:
     """Average `folders` and write a loadable model folder: averaged `model.safetensors` plus the newest checkpoint's
-    config, generation config, tokenizer and code files (every file but the training state: optimizer, scheduler,
-    RNG states, trainer state), and `averaged_from.json`. The folder appears whole (written beside, then renamed); an
-    existing `out_dir` is replaced only with `overwrite`, and only if it is an averaged folder this package wrote
-    (or, `own`, the training run's own OUTPUT/averaged, which the run's preflight already vouched for)."""
+    declared model files (`vaswani_hf.io.models.copy_model_files`: config, generation config, tokenizer, the code
+    config.json needs; anything else is named and left out), and `averaged_from.json`. The folder appears whole
+    (written beside, then renamed); an existing `out_dir` is replaced only with `overwrite`, and only if it is an
+    averaged folder this package wrote (or, `own`, the training run's own OUTPUT/averaged, which the run's preflight
+    already vouched for). `one_run` False: checkpoints of other runs may be averaged too."""
     from safetensors.torch import save_file
 
     out_dir = check_output_dir(out_dir, overwrite=overwrite, what="averaged model folder",
@@ -452,12 +485,10 @@ def save_averaged_checkpoint(folders: Sequence[str | os.PathLike], out_dir: str 
     newest = Path(folders[-1])
     if any(Path(f).resolve() in (out_dir.resolve(), *out_dir.resolve().parents) for f in folders):
         raise UsageError(f"--out {out_dir} would replace the checkpoints being averaged; choose another folder")
-    averaged = average_checkpoints(folders)
-    with atomic_output_dir(out_dir, kind=AVERAGED) as tmp:
-        for f in newest.iterdir():
-            if f.is_file() and f.name not in TRAINING_STATE_FILES and f.name != WEIGHTS \
-                    and not f.name.startswith("rng_state") and f.suffix != ".pth":
-                shutil.copy2(f, tmp / f.name)
+    averaged = average_checkpoints(folders, one_run)
+    with atomic_output_dir(out_dir, kind=AVERAGED, overwrite=overwrite or own) as tmp:
+        copy_model_files(newest, tmp, exclude=("model*.safetensors", WEIGHTS_INDEX),
+                         known=(*TRAINING_STATE_FILES, "rng_state*.pth"))
         _complete_code_files(tmp)
         save_file({k: v.contiguous() for k, v in averaged.items()}, str(tmp / WEIGHTS), metadata={"format": "pt"})
         (tmp / "averaged_from.json").write_text(
