@@ -58,6 +58,7 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        kwargs.setdefault("allow_abbrev", False)  # a prefix is no flag: `--token X` must not become `--tokenizer X`
         super().__init__(*args, **kwargs)
         add_debug_argument(self)
 
