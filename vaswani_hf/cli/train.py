@@ -70,7 +70,7 @@ class RecipeParser(HfArgumentParser):
 
     def __init__(self):
         super().__init__((CommandOptions, *SECTIONS), prog="vaswani-train", description=__doc__,
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
+                         formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
         add_debug_argument(self)
         for action in self._actions:
             if action.dest in _KEYS:
