@@ -9,7 +9,7 @@
 - The working folder. When it was deleted, relative paths cannot be resolved, and torch and transformers fail while
   they are imported: a command says so in one line (exit status 2) before it imports them (`prepare_process`, at the
   package's import) and again before it runs (`check_working_folder`, for callers in a process).
-- Distributed variables (`RANK`, `WORLD_SIZE`, ...; `DISTRIBUTED_VARIABLES` declares each once, with its range) are
+- Distributed variables (`RANK`, `WORLD_SIZE`, ...; `distributed_variables` declares each once, with its range) are
   read by torch and accelerate with `int()` deep inside a launch: a malformed one is one line naming it, exit 2,
   before any of them reads it.
 - Signals. SIGTERM and SIGHUP (a scheduler's stop, a closed terminal) raise `Terminated`, a KeyboardInterrupt, where
@@ -36,16 +36,24 @@ from ..errors import StandardInputClosed, StandardOutputClosed, UsageError
 STREAMS = ((0, "stdin", "standard input", os.O_RDONLY), (1, "stdout", "standard output", os.O_WRONLY),
            (2, "stderr", "standard error", os.O_WRONLY))
 
-# name -> (lowest value, highest value or None, what it is): the launchers' variables (torchrun, accelerate launch)
-DISTRIBUTED_VARIABLES = {
-    "RANK": (0, None, "this process's rank among all processes"),
-    "WORLD_SIZE": (1, None, "the number of processes"),
-    "LOCAL_RANK": (0, None, "this process's rank on its machine"),
-    "LOCAL_WORLD_SIZE": (1, None, "the number of processes on this machine"),
-    "GROUP_RANK": (0, None, "this machine's rank"),
-    "NODE_RANK": (0, None, "this machine's rank"),
-    "MASTER_PORT": (1, 65535, "the port of the first process's rendezvous"),
-}
+
+def distributed_variables() -> dict:
+    """{name: Setting} of the launchers' variables (torchrun, accelerate launch): each a whole number, its range and
+    what it is. Built when a command checks them (`check_distributed_environment`), by then with the package: the
+    declarations' module loads transformers, which this module must not load before `prepare_process` has run."""
+    from ..configuration_vaswani import Setting  # not at import: see above (the package's import runs this module)
+
+    return {s.name: s for s in (
+        Setting("RANK", int, help="this process's rank among all processes", min=0),
+        Setting("WORLD_SIZE", int, help="the number of processes", min=1),
+        Setting("LOCAL_RANK", int, help="this process's rank on its machine", min=0),
+        Setting("LOCAL_WORLD_SIZE", int, help="the number of processes on this machine", min=1),
+        Setting("GROUP_RANK", int, help="this machine's rank", min=0),
+        Setting("NODE_RANK", int, help="this machine's rank", min=0),
+        Setting("MASTER_PORT", int, help="the port of the first process's rendezvous", min=1, max=65535),
+    )}
+
+
 RANK_BELOW = (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE"))  # a rank lies below its count
 
 
@@ -222,19 +230,20 @@ def _whole_number(text: str) -> int | None:
 
 
 def check_distributed_environment(environ: Mapping[str, str] | None = None) -> None:
-    """UsageError naming the first launcher variable (`DISTRIBUTED_VARIABLES`) that is set but no whole number in its
+    """UsageError naming the first launcher variable (`distributed_variables`) that is set but no whole number in its
     range, or a rank not below its count."""
     environ = os.environ if environ is None else environ
     values = {}
-    for name, (low, high, meaning) in DISTRIBUTED_VARIABLES.items():
+    for name, declared in distributed_variables().items():
         if name not in environ:
             continue
         text = environ[name]
         value = _whole_number(text)
-        if value is None or value < low or (high is not None and value > high):
-            bounds = f"from {low} to {high}" if high is not None else f">= {low}"
-            raise UsageError(f"environment variable {name}={text[:40]!r} is not a whole number {bounds} ({meaning}, "
-                             "set by a launcher such as torchrun or accelerate launch); fix or unset it")
+        if value is None or declared.problem(value):
+            bounds = f"from {declared.min} to {declared.max}" if declared.max is not None else f">= {declared.min}"
+            raise UsageError(f"environment variable {name}={text[:40]!r} is not a whole number {bounds} "
+                             f"({declared.help}, set by a launcher such as torchrun or accelerate launch); fix or "
+                             "unset it")
         values[name] = value
     for rank, count in RANK_BELOW:
         if rank in values and count in values and values[rank] >= values[count]:
@@ -333,6 +342,6 @@ def raise_if_stopped() -> None:
             raise Terminated(number)
 
 
-__all__ = ["DISTRIBUTED_VARIABLES", "ClosedInput", "ClosedOutput", "Terminated", "check_distributed_environment",
+__all__ = ["distributed_variables", "ClosedInput", "ClosedOutput", "Terminated", "check_distributed_environment",
            "check_working_folder", "command_name", "occupy_closed_descriptors", "own_streams", "prepare_process",
            "process_rank", "raise_if_stopped", "signals_as_interrupts", "stderr_or_none", "working_folder_problem"]
