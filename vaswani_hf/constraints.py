@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 
 from .configuration_vaswani import MAX_POSITIONS, Setting, SettingError
-from .generation_vaswani import MAX_BEAMS
 
 MAX_SEED = 2**32 - 1  # numpy's and Python's seeding accept 0 .. 2^32 - 1
 MAX_SENTENCES = 10**7  # batch sizes, counts of sentences
@@ -88,4 +87,4 @@ def device_problem(text: str) -> str | None:
 
 
 __all__ = ["Setting", "flag_type", "number", "positive_int", "setting_flag", "device", "device_problem",
-           "MAX_SEED", "MAX_BEAMS", "MAX_SENTENCES", "MAX_TOKENS", "MAX_POSITIONS"]
+           "MAX_SEED", "MAX_SENTENCES", "MAX_TOKENS", "MAX_POSITIONS"]

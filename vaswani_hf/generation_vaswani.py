@@ -37,7 +37,6 @@ from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengt
 from .beam_search_vaswani import force_eos, lean_beam_search, lean_greedy_search, top_candidates
 from .configuration_vaswani import MAX_POSITIONS, Setting, SettingError, VaswaniConfig
 
-MAX_BEAMS = 1024  # a beam of a million hypotheses would exhaust memory rather than fail with a message
 LENGTH_PENALTY_TYPES = ("gnmt", "hf")
 
 
@@ -72,9 +71,10 @@ class TokenIdLists(Setting):
 # vaswani_hf derives its command-line flags from them. None means "not set" (transformers' default), except for
 # max_length_b, where it turns the per-sentence limit off.
 GENERATION_SETTINGS = {s.name: s for s in (
-    _decoding("num_beams", int, 4, "beam size (Section 6.1: 4; 1: greedy decoding)", min=1, max=MAX_BEAMS),
+    # at most 1024 beams: a beam of a million hypotheses would exhaust memory rather than fail with a message
+    _decoding("num_beams", int, 4, "beam size (Section 6.1: 4; 1: greedy decoding)", min=1, max=1024),
     _decoding("num_return_sequences", int, None, "hypotheses returned per sentence (at most num_beams)", min=1,
-              max=MAX_BEAMS),
+              max=1024),
     _decoding("length_penalty", float, 0.6, "alpha of the length penalty (Section 6.1: 0.6)", min=-100, max=100),
     _decoding("length_penalty_type", str, "gnmt", "gnmt: ((5 + |Y|) / 6) ** alpha, the paper's (through t2t); hf: "
               "transformers' |Y| ** alpha", choices=LENGTH_PENALTY_TYPES),
@@ -496,5 +496,5 @@ class VaswaniGenerationMixin(GenerationMixin):
 
 
 __all__ = ["VaswaniGenerationMixin", "gnmt_length_penalty", "default_generation_config", "fast_topk",
-           "SourceLengthLimitLogitsProcessor", "GENERATION_SETTINGS", "LENGTH_PENALTY_TYPES", "MAX_BEAMS",
+           "SourceLengthLimitLogitsProcessor", "GENERATION_SETTINGS", "LENGTH_PENALTY_TYPES",
            "TokenIdLists", "check_generation_settings", "read_generation_file"]

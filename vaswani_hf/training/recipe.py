@@ -36,7 +36,7 @@ from ..configuration_vaswani import (
 )
 from ..constraints import MAX_SEED, MAX_SENTENCES, MAX_TOKENS
 from ..errors import UsageError, one_line
-from ..generation_vaswani import MAX_BEAMS
+from ..generation_vaswani import GENERATION_SETTINGS
 from ..metrics import SACREBLEU_TOKENIZERS
 from .objective import PAPER_LABEL_SMOOTHING
 from .recipe_files import read_yaml_mapping, read_yaml_text
@@ -187,9 +187,9 @@ class EvaluationKeys:
     _argument_group_name = "evaluation"
     eval_steps: int = setting(0, "validation loss + BLEU every N updates (0: only at the end)", min=0, max=BIG)
     eval_num_beams: int = setting(4, "beam size for validation BLEU during training (paper decoding: 4)", min=1,
-                                  max=MAX_BEAMS)
+                                  max=GENERATION_SETTINGS["num_beams"].max)
     test_num_beams: int = setting(0, "beam size for the final scores (0: the model's generation_config)", min=0,
-                                  max=MAX_BEAMS)
+                                  max=GENERATION_SETTINGS["num_beams"].max)
     bleu_tokenize: str = setting("13a", "sacreBLEU tokenizer; 'none' for pre-tokenized references (Multi30k tok)",
                                  choices=SACREBLEU_TOKENIZERS)
     eval_on_start: bool = setting(False, "validate before the first update")
