@@ -43,7 +43,7 @@ NEUTRAL = dict(d_k=8, d_v=8, position_encoding="learned", pad_token_id=0, bos_to
 
 
 def wrong_types(s: Setting) -> list:
-    values = [["x"], {"x": 1}, b"1"]
+    values = [b"1", [1] if s.type is list and not s.token_id else ["x"]] + ([] if s.type is dict else [{"x": 1}])
     if s.type is not str:
         values.append("1")
     if s.type is not bool and True not in s.choices:
@@ -97,6 +97,10 @@ def within(s: Setting, vocab_size: int, small: bool = False) -> st.SearchStrateg
         values = st.booleans()
     elif s.type is str:
         values = st.text(max_size=8)
+    elif s.type is list:
+        values = st.lists(st.text(max_size=3), max_size=2)
+    elif s.type is dict:
+        values = st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)
     else:
         b = s
         low = b.min if b.min is not None else -1e6
