@@ -200,15 +200,10 @@ class Setting:
         tool or the Space offers of it, e.g. `GENERATION_SETTINGS["num_beams"].narrowed(max=12)`. A value the
         narrower setting allows, this one allows: ValueError for limits beyond this setting's."""
         narrow = dataclasses.replace(self, **limits)
-        ends = [(narrow.min, self.min), (narrow.max, self.max)]
-        wider = any(new is None and old is not None for new, old in ends) or \
-            not set(narrow.choices) <= set(self.choices) or (narrow.nullable and not self.nullable)
-        for value in (narrow.min, narrow.max, *narrow.choices, narrow.default):
-            wider = wider or (value is not None and self.problem(value) is not None
-                              and not (value == self.min and narrow.min_exclusive)
-                              and not (value == self.max and narrow.max_exclusive))
-        if wider or set(limits) - {"min", "max", "min_exclusive", "max_exclusive", "choices", "default", "help",
-                                   "nullable"}:
+        if set(limits) - {"min", "max", "choices", "default", "help"} or any(
+                new is None and old is not None for new, old in ((narrow.min, self.min), (narrow.max, self.max))) or \
+                any(v is not None and self.problem(v) for v in (narrow.min, narrow.max, *narrow.choices,
+                                                                  narrow.default)):
             raise ValueError(f"{self.name}: {limits} does not narrow {self.describe()}")
         return narrow
 

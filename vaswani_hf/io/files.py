@@ -6,9 +6,9 @@ JSON but no tokenizer, a truncated CTranslate2 `model.bin`. Each is refused here
 field (`UsageError`, exit status 2), before a library meets it and fails with a traceback deep inside.
 
 - A tiny declarative spec for JSON: a value is a `Setting` (the one form of a value's rule: `leaf(int, min=0)`),
-  held in `ListOf(...)`, `Obj(required=..., optional=..., extra=...)`, `Nullable(...)`, `OneOf(...)`;
-  `spec_of(annotation)` builds one from a dataclass annotation, so that the fields of `VaswaniConfig` and
-  transformers' `TrainerState` are declared once, by those classes.
+  held in `ListOf(...)`, `Obj(required=..., optional=..., extra=...)`, `Nullable(...)`, `OneOf(...)`; the fields of
+  a vaswani config.json are `VaswaniConfig`'s settings, and `spec_of(annotation)` builds a spec from a dataclass
+  annotation, so that the fields of transformers' `TrainerState` are declared once, by that class.
 - `read_json(path, shape)`: parse (`vaswani_hf.io.text.read_json`) and check. The shapes: `CONFIG`,
   `TRAINER_STATE`, `TOKENIZER`, `TOKENIZER_CONFIG`, `SPECIAL_TOKENS_MAP`, `WEIGHTS_INDEX_SHAPE`, `GENERATION_CONFIG`,
   `CT2_CONFIG`, `CT2_METADATA`.
@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..configuration_vaswani import Setting, VaswaniConfig
+from ..configuration_vaswani import MODEL_SETTINGS, Setting
 from ..errors import UsageError, one_line
 from .text import read_json as _parse_json
 
@@ -163,18 +163,9 @@ class Obj(Spec):
 # ---------------------------------------------------------------------------------------------------------------------
 # Specs from dataclass annotations: a class's fields are declared once, by the class
 # ---------------------------------------------------------------------------------------------------------------------
-_NAMES = {"int": int, "float": float, "str": str, "bool": bool, "list": list, "dict": dict, "None": None,
-          "Optional": typing.Optional, "Union": typing.Union, "Any": typing.Any}
-
-
 def spec_of(annotation: Any, finite: bool = True):
-    """The spec of a type annotation (`int | None`, `list[int]`, `dict[str, float]`, or their text); names it does
-    not know (a library class, `Literal`) accept anything."""
-    if isinstance(annotation, str):
-        try:
-            annotation = eval(annotation, {"__builtins__": {}}, _NAMES)  # noqa: S307 - annotations of our classes
-        except Exception:  # noqa: BLE001 - a name outside _NAMES (torch.dtype, a library class)
-            return Spec()
+    """The spec of a type annotation (`int | None`, `list[int]`, `dict[str, float]`); others (a library class,
+    `Literal`) accept anything."""
     if annotation in (int, float, str, bool):
         return leaf(annotation, finite=finite)
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
@@ -211,11 +202,10 @@ class FileShape:
 
 
 def _config_spec(data: Any) -> Spec:
-    """config.json: an object with a model_type; a vaswani config's fields have VaswaniConfig's types."""
-    if isinstance(data, dict) and data.get("model_type") == "vaswani":
-        return Obj(required={"model_type": STR}, optional={k: v for k, v in fields_of(VaswaniConfig).items()
-                                                           if type(v) is not Spec})
-    return Obj(required={"model_type": STR})
+    """config.json: an object with a model_type; a vaswani config's settings are VaswaniConfig's declarations
+    (`MODEL_SETTINGS`: type and range; token ids are checked against the vocabulary when the config is built)."""
+    vaswani = isinstance(data, dict) and data.get("model_type") == "vaswani"
+    return Obj(required={"model_type": STR}, optional=MODEL_SETTINGS if vaswani else None)
 
 
 def _trainer_state_spec(data: Any) -> Spec:
