@@ -84,9 +84,6 @@ class Spec:
         return None
 
 
-Anything = Spec  # a Spec that allows every value
-
-
 class Nullable(Spec):
     def __init__(self, spec):
         self.spec = spec
@@ -180,11 +177,6 @@ def spec_of(annotation: Any, finite: bool = True):
     return Spec()
 
 
-def fields_of(cls, finite: bool = True, **overrides) -> dict:
-    """{field: spec} of a dataclass (`overrides` replace the spec of a field whose annotation is not what is saved)."""
-    return {f.name: overrides.get(f.name) or spec_of(f.type, finite) for f in dataclasses.fields(cls)}
-
-
 # ---------------------------------------------------------------------------------------------------------------------
 # The declared JSON files
 # ---------------------------------------------------------------------------------------------------------------------
@@ -213,8 +205,8 @@ def _trainer_state_spec(data: Any) -> Spec:
     required (the step the checkpoint holds)."""
     from transformers import TrainerState
 
-    fields = fields_of(TrainerState, finite=False, stateful_callbacks=Nullable(Obj()),
-                       log_history=ListOf(Obj()), trial_params=Nullable(Obj()))
+    saved = {"stateful_callbacks": Nullable(Obj()), "log_history": ListOf(Obj()), "trial_params": Nullable(Obj())}
+    fields = {f.name: saved.get(f.name) or spec_of(f.type, finite=False) for f in dataclasses.fields(TrainerState)}
     return Obj(required={"global_step": COUNT}, optional=fields, extra=False)
 
 
@@ -240,8 +232,8 @@ _SPECIAL_FIELDS = {**{k: Nullable(_SPECIAL) for k in _SPECIAL_NAMES},
                    "additional_special_tokens": Nullable(ListOf(_SPECIAL))}
 TOKENIZER_CONFIG = FileShape("tokenizer_config.json", Obj(optional={
     **_SPECIAL_FIELDS, "model_max_length": leaf(float, min=1, finite=False),
-    "tokenizer_class": Nullable(leaf(str, choices=TOKENIZER_CLASSES)), "padding_side": leaf(str, choices=("right", "left")),
-    "truncation_side": leaf(str, choices=("right", "left")), "clean_up_tokenization_spaces": BOOL,
+    "tokenizer_class": Nullable(leaf(str, choices=TOKENIZER_CLASSES)), "clean_up_tokenization_spaces": BOOL,
+    **{k: leaf(str, choices=("right", "left")) for k in ("padding_side", "truncation_side")},
     "added_tokens_decoder": Obj(extra=_ADDED_TOKEN),
     "extra_special_tokens": OneOf(ListOf(_SPECIAL), Obj(extra=_SPECIAL)), "backend": STR}),
     "save the tokenizer again (tokenizer.save_pretrained) or fix the field")
@@ -423,7 +415,7 @@ def check_ctranslate2_folder(folder: str | os.PathLike, what: str = "CTranslate2
     return folder
 
 
-__all__ = ["Spec", "Anything", "leaf", "check_spec", "Nullable", "OneOf", "ListOf", "Obj", "ShapeError", "spec_of", "fields_of",
+__all__ = ["Spec", "leaf", "check_spec", "Nullable", "OneOf", "ListOf", "Obj", "ShapeError", "spec_of",
            "FileShape", "CONFIG", "TRAINER_STATE", "TOKENIZER", "TOKENIZER_CONFIG",
            "SPECIAL_TOKENS_MAP", "WEIGHTS_INDEX_SHAPE", "GENERATION_CONFIG",
            "CT2_CONFIG", "CT2_METADATA", "CT2_VOCABULARY", "SAFETENSORS_HEADER", "check_shape", "read_json",

@@ -244,7 +244,8 @@ def help_text(name: str) -> str:
 def type_name(name: str) -> str:
     """A key's type as `--list-keys` shows it: "int", "int or auto", "str or null", "one of sample, moses, ..."."""
     s = SETTINGS[name]
-    text = "one of " + ", ".join(map(str, s.choices)) if s.choices else "list of str" if s.type is list else         s.type.__name__
+    text = "one of " + ", ".join(map(str, s.choices)) if s.choices else \
+        "list of str" if s.type is list else s.type.__name__
     return text + "".join(f" or {w}" for w in s.words) + (" or null" if s.nullable else "")
 
 
