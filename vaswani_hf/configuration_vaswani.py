@@ -18,7 +18,6 @@ Where the paper is silent we follow tensor2tensor's first release (`transformer_
 import copy
 import dataclasses
 import math
-import sys
 import types
 import typing
 from dataclasses import dataclass, field
@@ -225,8 +224,7 @@ def declared_settings(cls) -> dict:
         if spec is None or isinstance(spec, Setting):  # a Setting: declared elsewhere (a recipe's model keys)
             table.update({f.name: spec} if spec else {})
             continue
-        hint = eval(f.type, vars(sys.modules[cls.__module__])) if isinstance(f.type, str) else f.type  # noqa: S307
-        kinds = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+        kinds = typing.get_args(f.type) if typing.get_origin(f.type) in (typing.Union, types.UnionType) else (f.type,)
         concrete = [k for k in kinds if k is not type(None)]
         kind = float if float in concrete else typing.get_origin(concrete[0]) or concrete[0]
         many = any(typing.get_origin(k) is list for k in concrete)

@@ -1,20 +1,15 @@
-"""Recipes: every setting of a training run, declared once as a `Setting` (configuration_vaswani) with its default,
-meaning and range.
+"""Recipes: every setting of a training run, declared once as a `Setting` with its default, meaning and range.
 
 A recipe is a YAML file of keys (`recipes/*.yaml`, or any path) whose values override the defaults below (the paper's
-base model, Section 5 and Table 3); any key can be overridden again on the command line (`--dropout 0.2`). Each key
-is declared once: the keys of a run below (`setting(0.1, "...", min=0, max=1)`, grouped in sections), the model's
-in `VaswaniConfig` (a model setting declared with `recipe=True` is a recipe key of the same name, its consumer the
-config). The declarations give the command line (`vaswani_hf.cli.train`, through transformers'
-`HfArgumentParser`), `--list-keys`, and `load_recipe`, the one way a recipe is built: unknown keys, wrong types,
-values out of range (NaN and infinity included) and contradictory keys are refused with the file or key named,
-before anything is loaded. What the recipe means for a run on this machine (data sources, token budget, output
-folder) is resolved once by `vaswani_hf.training.plan`.
+base model, Section 5 and Table 3); any key can be overridden again on the command line (`--dropout 0.2`). A key is
+one declaration and its consumer: the run's keys below (`setting(0.1, "...", min=0, max=1)`, in sections), the
+model's in `VaswaniConfig` (its settings declared with `recipe=True`). The declarations give the command line
+(`vaswani_hf.cli.train`), `--list-keys`, and `load_recipe`, the one way a recipe is built: unknown keys, wrong types,
+values out of range and contradictory keys are refused with the file or key named, before anything is loaded. What
+the recipe means for a run on this machine is resolved once by `vaswani_hf.training.plan`.
 
 Where the paper is silent, defaults follow tensor2tensor's first release (t2t v1) and say so.
 """
-
-from __future__ import annotations
 
 import dataclasses
 import difflib
@@ -257,30 +252,28 @@ def type_name(name: str) -> str:
 def check_value(name: str, value: Any, where: str) -> Any:
     """`value` for key `name`, checked against its declaration (an int is taken as a float where a float is
     declared); RecipeError otherwise, naming `where` (a file, `--key`) and the key."""
-    if name not in SETTINGS:
-        raise unknown_keys([name], where)
-    declared = SETTINGS[name]
-    try:
-        declared.check(value, where)
-    except SettingError as error:
-        raise RecipeError(str(error)) from None
-    return float(value) if declared.type is float and type(value) is int else value
+    return _declared(name, where, lambda declared: declared.check(value, where))
 
 
 def value_from_text(name: str, text: str) -> Any:
     """A command-line value (text) -> Python by the key's declaration (`Setting.parse`: `null` for None, true/false
     for booleans; YAML syntax for lists), checked."""
+    where = f"--{name}"
+    if name in SETTINGS and SETTINGS[name].type is list:
+        return check_value(name, read_yaml_text(text, where, RecipeError) if text.lstrip().startswith("[") else [text],
+                           where)
+    return _declared(name, "command line", lambda s: s.parse(text, where, none=NULLS if s.nullable else ()))
+
+
+def _declared(name: str, where: str, read) -> Any:
+    """`read(the key's Setting)`, a SettingError as a RecipeError; an int where a float is declared as a float."""
     if name not in SETTINGS:
-        raise unknown_keys([name], "command line")
-    declared, where = SETTINGS[name], f"--{name}"
-    if declared.type is list:
-        value = read_yaml_text(text, where, RecipeError) if text.lstrip().startswith("[") else [text]
-        return check_value(name, value, where)
+        raise unknown_keys([name], where)
     try:
-        value = declared.parse(text, where, none=NULLS if declared.nullable else ())
+        value = read(SETTINGS[name])
     except SettingError as error:
         raise RecipeError(str(error)) from None
-    return float(value) if declared.type is float and type(value) is int else value
+    return float(value) if SETTINGS[name].type is float and type(value) is int else value
 
 
 def unknown_keys(names: Sequence[str], where: str) -> RecipeError:
