@@ -200,29 +200,31 @@ def iter_jsonl(path: str | os.PathLike, src_lang: str, tgt_lang: str, *,
         yield (s.strip(), t.strip()) if strip else (s, t)
 
 
+def _load_file(fmt: str, source, src_lang: str, tgt_lang: str, **options) -> datasets.Dataset:
+    """A corpus file (or Moses prefix) of format `fmt` in the common schema, cached under a key of its files."""
+    moses = fmt == "moses"
+    files = moses_paths(source, src_lang, tgt_lang) if moses else [io.check_input_file(source, "corpus file")]
+    name = f"{fmt}-{cache.key(fmt, src_lang, tgt_lang, *options.values(), files=files)}"
+    where = f"{source}.{{{src_lang},{tgt_lang}}}" if moses else str(source)
+    return _pair_dataset(FILE_FORMATS[fmt](source, src_lang, tgt_lang, **options), src_lang, tgt_lang, where,
+                         cache_name=name)
+
+
 def load_moses(prefix: str | os.PathLike, src_lang: str, tgt_lang: str, *, strip: bool = True) -> datasets.Dataset:
     """Moses-style parallel files `{prefix}.{src_lang}` and `{prefix}.{tgt_lang}` (e.g. `train.en`, `train.de`) in the
     common schema (see `iter_moses`)."""
-    files = moses_paths(prefix, src_lang, tgt_lang)
-    name = f"moses-{cache.key('moses', src_lang, tgt_lang, strip, files=files)}"
-    return _pair_dataset(iter_moses(prefix, src_lang, tgt_lang, strip=strip), src_lang, tgt_lang,
-                         f"{prefix}.{{{src_lang},{tgt_lang}}}", cache_name=name)
+    return _load_file("moses", prefix, src_lang, tgt_lang, strip=strip)
 
 
 def load_tsv(path: str | os.PathLike, src_lang: str, tgt_lang: str, *, header: bool = True,
              strip: bool = True) -> datasets.Dataset:
     """A tab-separated file of sentence pairs in the common schema (see `iter_tsv`)."""
-    files = [io.check_input_file(path, "corpus file")]
-    name = f"tsv-{cache.key('tsv', src_lang, tgt_lang, header, strip, files=files)}"
-    return _pair_dataset(iter_tsv(path, src_lang, tgt_lang, header=header, strip=strip), src_lang, tgt_lang,
-                         str(path), cache_name=name)
+    return _load_file("tsv", path, src_lang, tgt_lang, header=header, strip=strip)
 
 
 def load_jsonl(path: str | os.PathLike, src_lang: str, tgt_lang: str, *, strip: bool = True) -> datasets.Dataset:
     """A JSON-lines file of sentence pairs in the common schema (see `iter_jsonl`)."""
-    name = f"jsonl-{cache.key('jsonl', src_lang, tgt_lang, strip, files=[io.check_input_file(path, 'corpus file')])}"
-    return _pair_dataset(iter_jsonl(path, src_lang, tgt_lang, strip=strip), src_lang, tgt_lang, str(path),
-                         cache_name=name)
+    return _load_file("jsonl", path, src_lang, tgt_lang, strip=strip)
 
 
 FILE_FORMATS = {"moses": iter_moses, "tsv": iter_tsv, "jsonl": iter_jsonl}
@@ -293,11 +295,7 @@ def load_hub(
             desc="selecting languages",
         )
     ds = ds.cast(_features(src_lang, tgt_lang))
-    tbl = ds.with_format("arrow")[:]["translation"]
-    n_empty = pc.sum(
-        pc.or_(pc.equal(pc.utf8_length(pc.struct_field(tbl, src_lang)), 0),
-               pc.equal(pc.utf8_length(pc.struct_field(tbl, tgt_lang)), 0))
-    ).as_py() or 0
+    n_empty = len(ds) - usable_pairs(ds, src_lang, tgt_lang)
     if n_empty:
         logger.warning("%s: %d of %d pairs have an empty side; kept for now, removed by filter_pairs",
                        name, n_empty, len(ds))
@@ -336,12 +334,8 @@ def load_parallel(
             raise CorpusError(f"corpus not found: {source} (format=auto)")
         else:
             fmt = "hub"
-    if fmt == "moses":
-        return load_moses(source, src_lang, tgt_lang, **kwargs)
-    if fmt == "tsv":
-        return load_tsv(source, src_lang, tgt_lang, **kwargs)
-    if fmt == "jsonl":
-        return load_jsonl(source, src_lang, tgt_lang, **kwargs)
+    if fmt in FILE_FORMATS:
+        return _load_file(fmt, source, src_lang, tgt_lang, **kwargs)
     if fmt == "hub":
         return load_hub(source, src_lang, tgt_lang, config=config, split=split, **kwargs)
     raise ValueError(f"format={format!r}: expected 'auto', 'moses', 'tsv', 'jsonl' or 'hub'")
@@ -358,6 +352,3 @@ def load_sample_corpus(split: str = "train", src_lang: str = "en", tgt_lang: str
     if not Path(f"{folder / split}.{src_lang}").is_file():
         raise CorpusError(f"sample corpus split {split!r} not found in {folder} (expected {split}.{src_lang})")
     return load_moses(folder / split, src_lang, tgt_lang)
-
-
-# ---------------------------------------------------------------------------------------------------------------------
