@@ -33,6 +33,7 @@ from ..hub.card import Architecture, CardVariant, check_card_identity, read_card
 from ..io import UsageError, atomic_output_dir, check_model_folder, check_output_dir, read_json
 from ..modeling_vaswani import VaswaniForConditionalGeneration
 from ..io import check_same_vocabulary
+from .marian_limits import marian_refusals
 from .marian_vocabulary import check_relabelled_tokenizer, move_pad_last, relabel_tokenizer_files
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
@@ -89,13 +90,10 @@ def _embedding_map(config: VaswaniConfig):
 
 def marian_config_from(config: VaswaniConfig) -> MarianConfig:
     """The `MarianConfig` that computes the same function as `config`."""
-    if config.position_encoding != "sinusoidal":
-        raise ValueError("to_marian: MarianMTModel has only sinusoidal positions; this model uses learned ones.")
-    if config.d_k * config.num_heads != config.d_model or config.d_v * config.num_heads != config.d_model:
-        raise ValueError(
-            f"to_marian: MarianMTModel needs d_k = d_v = d_model / num_heads; got d_k={config.d_k}, d_v={config.d_v}, "
-            f"d_model={config.d_model}, num_heads={config.num_heads}."
-        )
+    # the refusals of an export, but for LayerNorm's epsilon, which the converted model keeps in memory
+    problems = [problem for problem in marian_refusals(config) if not problem.startswith("layer_norm_eps")]
+    if problems:
+        raise ValueError(f"to_marian: {problems[0]}")
     return MarianConfig(
         vocab_size=config.vocab_size,
         decoder_vocab_size=config.vocab_size,
