@@ -16,15 +16,10 @@ with `output_attentions=True` and `generate`, never the package's classes, and i
 outside this folder (its modules import each other relatively, so the folder also works copied on its own).
 Modules: `attention` (getting the weights), `diagnostics` (numbers computed from them), `plots` (figures).
 
-Weights come from one teacher-forced forward pass over (source, target). The target is either a reference or the
-model's own greedy / beam translation (`model.generate`); the decoder's attention over its own translation in a
-forced pass is the attention it used while generating it (same prefix, same weights, dropout off).
+Weights come from one teacher-forced forward pass over (source, target) with eager attention (`attention`).
 Labels: rows of "decoder" and "cross" are the tokens *produced* at each step (y_1 ... </s>); the columns of "decoder"
 are the tokens *fed* at each step (<start>, y_1, ...), so row i sees columns 0..i. The decoder's start token is
-<pad> (id 0, tensor2tensor's zero start vector); it is labelled "<start>" because it is not padding.
-
-Only the eager attention returns weights (sdpa does not); `eager_attention(model)` switches to it and restores the
-previous implementation and train/eval mode afterwards.
+<pad> (tensor2tensor's zero start vector), labelled "<start>" because it is not padding.
 
 Diagnostics, computed from the weights (`attention_diagnostics`, `alignment_share`):
 
@@ -54,27 +49,8 @@ from .diagnostics import _masks, alignment_share, attention_diagnostics, diagona
 from .plots import CMAP, new_figure, plot_attention_head, plot_cross_alignment, plot_diagnostics, plot_heatmap, \
     plot_layer_heads, save_figure, visualize
 
-__all__ = [
-    "MAX_PLOT_TOKENS",
-    "KINDS",
-    "Attentions",
-    "eager_attention",
-    "batch_attentions",
-    "collect_attentions",
-    "head_entropy",
-    "single_sentence_entropy",
-    "padding_mass",
-    "attention_diagnostics",
-    "diagonal_alignment",
-    "token_alignment_from_words",
-    "alignment_share",
-    "format_diagnostics",
-    "plot_heatmap",
-    "plot_attention_head",
-    "plot_layer_heads",
-    "plot_cross_alignment",
-    "plot_diagnostics",
-    "new_figure",
-    "save_figure",
-    "visualize",
-]
+__all__ = ["MAX_PLOT_TOKENS", "KINDS", "Attentions", "eager_attention", "batch_attentions", "collect_attentions",
+           "head_entropy", "single_sentence_entropy", "padding_mass", "attention_diagnostics", "diagonal_alignment",
+           "token_alignment_from_words", "alignment_share", "format_diagnostics", "plot_heatmap",
+           "plot_attention_head", "plot_layer_heads", "plot_cross_alignment", "plot_diagnostics", "new_figure",
+           "save_figure", "visualize"]

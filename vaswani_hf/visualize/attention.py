@@ -15,13 +15,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
+from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 KINDS = ("encoder", "decoder", "cross")
-KIND_TITLES = {
-    "encoder": "encoder self-attention",
-    "decoder": "decoder self-attention (masked)",
-    "cross": "encoder-decoder attention",
-}
+KIND_TITLES = {"encoder": "encoder self-attention", "decoder": "decoder self-attention (masked)",
+               "cross": "encoder-decoder attention"}
 START_LABEL = "<start>"
 
 MAX_PLOT_TOKENS = 200  # a head's plot is tokens x tokens cells; longer sentences make unreadable, huge figures
@@ -110,13 +108,10 @@ def batch_attentions(
 
     with eager_attention(model):
         if targets is None:
-            generated = model.generate(
-                input_ids=_pad_rows(source_rows, pad, 0)[0].to(device),
-                attention_mask=_pad_rows(source_rows, pad, 0)[1].to(device),
-                num_beams=num_beams or model.generation_config.num_beams or 1,
-                do_sample=False,
-                max_new_tokens=max_new_tokens,
-            )
+            unpadded, unpadded_mask = _pad_rows(source_rows, pad, 0)
+            generated = model.generate(input_ids=unpadded.to(device), attention_mask=unpadded_mask.to(device),
+                                       num_beams=num_beams or model.generation_config.num_beams or 1,
+                                       do_sample=False, max_new_tokens=max_new_tokens)
             label_rows = [_cut_at_eos(seq[1:].tolist(), eos) for seq in generated]  # seq[0] is the start token
         elif all(isinstance(t, str) for t in targets):
             label_rows = tokenizer(text_target=list(targets), add_special_tokens=True)["input_ids"]
@@ -128,46 +123,22 @@ def batch_attentions(
         labels, decoder_attention_mask = _pad_rows(label_rows, pad, extra_padding)
         decoder_input_ids, _ = _pad_rows([[start] + r[:-1] for r in label_rows], pad, extra_padding)
 
-        out = model(
-            input_ids=input_ids.to(device),
-            attention_mask=attention_mask.to(device),
-            decoder_input_ids=decoder_input_ids.to(device),
-            decoder_attention_mask=decoder_attention_mask.to(device),
-            output_attentions=True,
-            use_cache=False,
-            return_dict=True,
-        )
+        out = model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
+                    decoder_input_ids=decoder_input_ids.to(device),
+                    decoder_attention_mask=decoder_attention_mask.to(device), output_attentions=True,
+                    use_cache=False, return_dict=True)
     weights = {}
     for kind, name in zip(KINDS, ("encoder_attentions", "decoder_attentions", "cross_attentions")):
         per_layer = getattr(out, name, None)
         if not per_layer or any(w is None for w in per_layer):
             raise RuntimeError(f"The model returned no {name}; it needs eager attention and output_attentions.")
         weights[kind] = torch.stack([w.detach().float().cpu() for w in per_layer])  # (L, B, H, Tq, Tk)
-    return dict(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        decoder_input_ids=decoder_input_ids,
-        decoder_attention_mask=decoder_attention_mask,
-        labels=labels,
-        label_ids=label_rows,
-        **weights,
-    )
+    return dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+                decoder_attention_mask=decoder_attention_mask, labels=labels, label_ids=label_rows, **weights)
 
 
-def _byte_of_char() -> dict[str, int]:
-    """Inverse of GPT-2's byte-level alphabet (`bytes_to_unicode`): printable character -> byte."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), 256)]
-    chars, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            chars[chr(b)] = b
-        else:
-            chars[chr(256 + extra)] = b
-            extra += 1
-    return chars
-
-
-_BYTE_OF_CHAR = _byte_of_char()
+# GPT-2's byte-level alphabet inverted: printable character -> byte
+_BYTE_OF_CHAR = {char: byte for byte, char in bytes_to_unicode().items()}
 
 
 def _token_labels(tokenizer, ids: Sequence[int]) -> list[str]:
