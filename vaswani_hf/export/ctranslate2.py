@@ -40,10 +40,10 @@ from .ctranslate2_spec import (
     CT2_METADATA_FILE,
     GENERATION_KEYS,
     check_metadata,
+    check_one_vocabulary,
     import_ctranslate2,
     to_ctranslate2,
     tokenizer_tokens,
-    vocabulary_difference,
 )
 
 # generate()'s scorings, and CTranslate2's own (its hypotheses as it scored them, not re-ranked)
@@ -71,19 +71,14 @@ def _generation_defaults(saved: dict) -> dict:
 
 
 def _check_tokenizer(folder: Path, tokenizer, given: bool) -> None:
-    """The tokenizer must be the export's vocabulary: CTranslate2 maps token strings to rows by its own vocabulary
-    files, so a tokenizer of other tokens (even of the same size) would translate garbage. UsageError naming both
-    files and the first id where they differ."""
+    """The tokenizer must be the export's vocabulary (`check_one_vocabulary`), naming both files."""
+    which = "the given tokenizer" if given else f"the tokenizer {folder / 'tokenizer.json'}"
     ours = tokenizer_tokens(tokenizer)
-    for name in ("shared", "source", "target"):
-        path = folder / f"{name}_vocabulary.json"
-        if not path.is_file():
-            continue
-        difference = vocabulary_difference(ours, dict(enumerate(read_json(path, CT2_VOCABULARY))))
-        if difference is not None:
-            which = "the given tokenizer" if given else f"the tokenizer {folder / 'tokenizer.json'}"
-            raise UsageError(f"{which} and {path} are not one vocabulary ({difference}); the tokenizer files "
-                             "were replaced: export the model again (vaswani-export-ctranslate2)")
+    for path in (folder / f"{name}_vocabulary.json" for name in ("shared", "source", "target")):
+        if path.is_file():
+            check_one_vocabulary(ours, dict(enumerate(read_json(path, CT2_VOCABULARY))),
+                                 f"{which} and {path}", "the tokenizer files were replaced: export the model again "
+                                 "(vaswani-export-ctranslate2)")
 
 
 class CTranslate2Translator:
@@ -160,18 +155,10 @@ class CTranslate2Translator:
                   max_new_tokens: int | None = None, exact_max_length: bool = True, batch_size: int | None = None,
                   max_tokens: int | None = None, patience: float = 1.0,
                   max_input_tokens: int | None = MAX_SOURCE_TOKENS) -> list[str]:
-        """Translate `sentences` (plain text); one single-line string per sentence, in input order.
-
-        Options have the names and meanings of `vaswani_hf.inference.translate` / `generate()`; None (or unset
-        `max_length_b`) keeps the exported model's generation config (the paper's: beam 4, GNMT alpha 0.6, input
-        length + 50). num_beams: 1 = greedy. length_penalty_type: "gnmt", "hf" or "ctranslate2" (CTranslate2's own
-        ranking). max_length_a, max_length_b: per-sentence limit floor(a * source_length + b) tokens, </s>
-        included (`max_length_b=None`: off, then `max_new_tokens` is required). exact_max_length: group sentences by
-        their limit (module docstring). max_tokens / batch_size: `make_batches`' budget (default 4096 tokens).
-        patience: CTranslate2's beam patience. Lines in, lines out by `translate_lines` (module docstring); a source
-        longer than the exported position table, or than `max_input_tokens`, is a UsageError naming its line
-        (1-based).
-        """
+        """Translate `sentences` (plain text); one single-line string per sentence, in input order. Options have the
+        names and meanings of `vaswani_hf.inference.translate` (None, or an unset `max_length_b`: the export's
+        generation config); how each maps onto CTranslate2 is the module docstring's. A source longer than the
+        exported position table, or than `max_input_tokens`, is a UsageError naming its line."""
         options = self._options(num_beams=num_beams, length_penalty=length_penalty,
                                 length_penalty_type=length_penalty_type, max_length_a=max_length_a,
                                 max_length_b=max_length_b, max_new_tokens=max_new_tokens)

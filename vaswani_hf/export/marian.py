@@ -30,9 +30,8 @@ from transformers import GenerationConfig, MarianConfig, MarianMTModel
 
 from ..configuration_vaswani import VaswaniConfig
 from ..hub.card import Architecture, CardVariant, check_card_identity, read_card_inputs, render_model_card
-from ..io import UsageError, atomic_output_dir, check_model_folder, check_output_dir, read_json
+from ..io import UsageError, atomic_output_dir, check_model_folder, check_output_dir, check_same_vocabulary, read_json
 from ..modeling_vaswani import VaswaniForConditionalGeneration
-from ..io import check_same_vocabulary
 from .marian_limits import marian_refusals
 from .marian_vocabulary import check_relabelled_tokenizer, move_pad_last, relabel_tokenizer_files
 
@@ -310,15 +309,8 @@ def _check_marian_paths(model_dir, out_dir, overwrite: bool) -> tuple[Path, Path
     return model_dir, check_output_dir(out_dir, overwrite=overwrite, what="Marian output folder", kind=MARIAN_FOLDER)
 
 
-def export_marian(
-    model_dir: str | os.PathLike,
-    out_dir: str | os.PathLike,
-    *,
-    metrics: Mapping | None = None,
-    training_info: Mapping | None = None,
-    repo_id: str | None = None,
-    overwrite: bool = False,
-) -> Path:
+def export_marian(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *, metrics: Mapping | None = None,
+                  training_info: Mapping | None = None, repo_id: str | None = None, overwrite: bool = False) -> Path:
     """Write a native `MarianMTModel` folder computing exactly the function of the `vaswani_hf` model in `model_dir`,
     with its tokenizer (our `tokenizer.json`, loaded by `AutoTokenizer`), a generation config and a card.
 
