@@ -20,7 +20,7 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from ..io import read_json
+from ..io import WEIGHTS, WEIGHTS_INDEX, check_safetensors, read_json
 from .ids import check_card_identity  # also imported from here by the exports
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
@@ -159,27 +159,17 @@ def normalize_metrics(metrics: Mapping | None) -> dict[str, dict]:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def _weight_files(model_dir: Path) -> list[Path]:
-    index = model_dir / "model.safetensors.index.json"
-    if index.is_file():
-        return sorted({model_dir / name for name in read_json(index)["weight_map"].values()})
-    single = model_dir / "model.safetensors"
-    return [single] if single.is_file() else []
-
-
 def count_parameters_in_folder(model_dir: str | os.PathLike) -> int:
-    """Number of parameters stored in the folder's safetensors weights (tied matrices are stored, and counted, once)."""
-    from safetensors import safe_open
-
-    files = _weight_files(Path(model_dir))
-    if not files:
+    """Number of parameters stored in the folder's safetensors weights (tied matrices are stored, and counted, once),
+    from their checked headers."""
+    folder = Path(model_dir)
+    index = folder / WEIGHTS_INDEX
+    files = sorted({folder / name for name in read_json(index)["weight_map"].values()}) if index.is_file() \
+        else [folder / WEIGHTS]
+    if not files[0].is_file():
         raise FileNotFoundError(f"no safetensors weights in {model_dir}")
-    total = 0
-    for file in files:
-        with safe_open(str(file), framework="pt") as f:
-            for key in f.keys():
-                total += math.prod(f.get_slice(key).get_shape())
-    return total
+    return sum(math.prod(entry["shape"]) for file in files for name, entry in check_safetensors(file).items()
+               if name != "__metadata__")
 
 
 def count_parameters(model) -> int:
@@ -378,17 +368,10 @@ def _card_data(info: dict, scores: dict, eval_dataset: dict, variant: CardVarian
     )
 
 
-def render_model_card(
-    model_dir_or_model,
-    metrics: Mapping | None,
-    training_info: Mapping,
-    *,
-    repo_id: str | None = None,
-    template_path: str | os.PathLike | None = None,
-    widget_examples: list[str] | None = None,
-    variant: CardVariant | None = None,
-    generation_config: Mapping | None = None,
-) -> ModelCard:
+def render_model_card(model_dir_or_model, metrics: Mapping | None, training_info: Mapping, *,
+                      repo_id: str | None = None, template_path: str | os.PathLike | None = None,
+                      widget_examples: list[str] | None = None, variant: CardVariant | None = None,
+                      generation_config: Mapping | None = None) -> ModelCard:
     """Render the model card of a trained model from real numbers only; returns a `huggingface_hub.ModelCard`
     (`card.data` is its `ModelCardData`).
 
@@ -447,12 +430,7 @@ def render_model_card(
     )
 
 
-def write_model_card(
-    model_dir: str | os.PathLike,
-    metrics: Mapping | None,
-    training_info: Mapping,
-    **kwargs,
-) -> Path:
+def write_model_card(model_dir: str | os.PathLike, metrics: Mapping | None, training_info: Mapping, **kwargs) -> Path:
     """Render the card for the saved folder `model_dir` and write it as `README.md`; also write `metrics.json`
     (`{"metrics": normalised scores with signatures, "training_info": ..., "widget_examples": ...}`), the inputs of
     the card, which the Marian export reuses and the upload carries. Keyword arguments go to `render_model_card`.
