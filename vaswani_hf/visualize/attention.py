@@ -80,16 +80,9 @@ def _pad_rows(rows: Sequence[Sequence[int]], pad: int, extra: int) -> tuple[torc
 
 
 @torch.no_grad()
-def batch_attentions(
-    model,
-    tokenizer,
-    sources: Sequence[str],
-    targets: Sequence[str] | Sequence[Sequence[int]] | None = None,
-    *,
-    num_beams: int | None = None,
-    max_new_tokens: int | None = None,
-    extra_padding: int = 0,
-) -> dict:
+def batch_attentions(model, tokenizer, sources: Sequence[str],
+                     targets: Sequence[str] | Sequence[Sequence[int]] | None = None, *, num_beams: int | None = None,
+                     max_new_tokens: int | None = None, extra_padding: int = 0) -> dict:
     """Attention weights of a right-padded batch in one teacher-forced forward pass.
 
     targets: reference sentences (tokenised with `text_target=`; `</s>` appended if the tokenizer does not), target
@@ -184,15 +177,8 @@ class Attentions:
         return self.target_tokens, self.source_tokens
 
 
-def collect_attentions(
-    model,
-    tokenizer,
-    source: str,
-    target: str | Sequence[int] | None = None,
-    *,
-    num_beams: int | None = None,
-    max_new_tokens: int | None = None,
-) -> Attentions:
+def collect_attentions(model, tokenizer, source: str, target: str | Sequence[int] | None = None, *,
+                       num_beams: int | None = None, max_new_tokens: int | None = None) -> Attentions:
     """The attention weights for one source sentence and a reference `target` (text or label ids) or, if None, the
     model's own translation: greedy (`num_beams=1`), beam search, or by default as its `generation_config` says."""
     batch = batch_attentions(
