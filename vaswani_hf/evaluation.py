@@ -1,22 +1,9 @@
-"""Translation quality metrics for the Transformer (Vaswani et al., 2017), each clearly labelled.
+"""Translation quality metrics for the Transformer (Vaswani et al., 2017), each clearly labelled (`DESCRIPTIONS`).
 
-Scores reported by :func:`compute_all`:
-
-``sacrebleu``
-    sacreBLEU corpus BLEU on detokenized text (default tokenizer 13a) with its signature (Post, 2018).
-    This is the number comparable across papers and toolkits.
-``chrf``
-    chrF (character n-gram F-score, beta=2) via sacreBLEU, with its signature.
-``bleu_tok_compound_split``
-    The paper's tokenized BLEU. Section 6.1 of the paper reports newstest2014 EN-DE BLEU as computed by
-    tensor2tensor's ``utils/get_ende_bleu.sh``: Moses ``tokenizer.perl -l de`` (here: its port ``sacremoses``,
-    after replace-unicode-punctuation), compound splitting ``s{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g`` on
-    hypothesis and reference, then ``multi-bleu.perl`` (case-sensitive BLEU on whitespace tokens, no smoothing).
-    It is inflated by the splitting and only comparable with numbers computed the same way (e.g. 27.3 / 28.4
-    in the paper's Table 2).
-``bleu_tok_none``
-    BLEU on the whitespace tokens as given (sacreBLEU ``tokenize="none"``), for already tokenized (and
-    lowercased) references such as Multi30k's tok files; this is the kind of number fairseq reports (e.g. 41.0).
+:func:`compute_all` reports sacreBLEU (the number comparable across papers), chrF, the paper's tokenized BLEU
+(Section 6.1, tensor2tensor's ``get_ende_bleu.sh``: inflated by compound splitting, comparable only with numbers
+computed the same way, e.g. Table 2's 27.3 / 28.4) and BLEU on the given whitespace tokens (for pre-tokenized
+references such as Multi30k's, the kind of number fairseq reports).
 
 The computations live in ``evaluate`` metric modules shipped in ``vaswani_hf/metrics/<name>/<name>.py`` and
 loaded by path with :func:`load_metric`, which needs no network (``evaluate.load`` of a Hub name fails offline).
@@ -81,13 +68,8 @@ def _reference_streams(references) -> list[list[str]]:
     return [list(stream) for stream in references]
 
 
-def compute_all(
-    hypotheses: list[str],
-    references: list[str] | list[list[str]],
-    target_lang: str = "de",
-    tokenize: str = "13a",
-    lowercase: bool = False,
-) -> dict:
+def compute_all(hypotheses: list[str], references: list[str] | list[list[str]], target_lang: str = "de",
+                tokenize: str = "13a", lowercase: bool = False) -> dict:
     """All scores with their signatures, via the package's ``evaluate`` modules.
 
     Args:

@@ -66,18 +66,8 @@ TOKENIZER_FOLDER = "tokenizer folder"  # the kind of output vaswani-train-tokeni
 
 _NORMALIZERS = {"NFC": normalizers.NFC, "NFKC": normalizers.NFKC, "NFD": normalizers.NFD, "NFKD": normalizers.NFKD}
 
-__all__ = [
-    "PAD_ID",
-    "BOS_ID",
-    "EOS_ID",
-    "UNK_ID",
-    "SPECIAL_TOKENS",
-    "build_bpe_tokenizer",
-    "train_bpe_tokenizer",
-    "wrap_tokenizer",
-    "load_tokenizer",
-    "iter_training_text",
-]
+__all__ = ["PAD_ID", "BOS_ID", "EOS_ID", "UNK_ID", "SPECIAL_TOKENS", "build_bpe_tokenizer", "train_bpe_tokenizer",
+           "wrap_tokenizer", "load_tokenizer", "iter_training_text"]
 
 
 def build_bpe_tokenizer(*, lowercase: bool = False, normalization: str | None = "NFC") -> Tokenizer:
@@ -158,48 +148,25 @@ def wrap_tokenizer(tok: Tokenizer, model_max_length: int = DEFAULT_MODEL_MAX_LEN
     for token, idx in zip(SPECIAL_TOKENS, (PAD_ID, BOS_ID, EOS_ID, UNK_ID)):
         if tok.token_to_id(token) != idx:
             raise ValueError(f"special token {token!r} has id {tok.token_to_id(token)}, expected {idx}")
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        pad_token=PAD_TOKEN,
-        bos_token=BOS_TOKEN,
-        eos_token=EOS_TOKEN,
-        unk_token=UNK_TOKEN,
-        model_max_length=model_max_length,
-        padding_side="right",
-        # The ByteLevel decoder already restores exact spacing; the legacy clean-up would e.g. turn " ." into ".".
-        clean_up_tokenization_spaces=False,
-    )
+    # The ByteLevel decoder already restores exact spacing; the legacy clean-up would e.g. turn " ." into ".".
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD_TOKEN, bos_token=BOS_TOKEN, eos_token=EOS_TOKEN,
+                                   unk_token=UNK_TOKEN, model_max_length=model_max_length, padding_side="right",
+                                   clean_up_tokenization_spaces=False)
 
 
-def train_bpe_tokenizer(
-    corpus: Any,
-    *,
-    vocab_size: int = DEFAULT_VOCAB_SIZE,
-    min_frequency: int = 2,
-    lowercase: bool = False,
-    normalization: str | None = "NFC",
-    languages: Sequence[str] | None = None,
-    model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
-    save_dir: str | os.PathLike | None = None,
-    show_progress: bool = True,
-) -> PreTrainedTokenizerFast:
+def train_bpe_tokenizer(corpus: Any, *, vocab_size: int = DEFAULT_VOCAB_SIZE, min_frequency: int = 2,
+                        lowercase: bool = False, normalization: str | None = "NFC",
+                        languages: Sequence[str] | None = None, model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
+                        save_dir: str | os.PathLike | None = None,
+                        show_progress: bool = True) -> PreTrainedTokenizerFast:
     """Train one BPE vocabulary on the source and target sides together (paper, Section 5.1).
 
-    Args:
-        corpus: files (path or list of paths), an iterable of strings, or a `datasets.Dataset` with a
-            `translation` column; see `iter_training_text`.  Pass both sides (e.g. `[train.en, train.de]`).
-        vocab_size: final vocabulary size, the 4 special tokens and the 256 byte symbols included
-            (paper: ~37000 for EN-DE; use a few thousand for small corpora such as Multi30k).
-        min_frequency: a pair must occur at least this often to be merged (2 avoids merges that only
-            memorise one sentence).
-        lowercase: lowercase before tokenising (off: the paper reports cased BLEU).
-        normalization: "NFC" (default, lossless for reading; see module docstring), "NFKC", "NFD", "NFKD" or None.
-        languages: with a `datasets.Dataset`, the languages to read (default: all in the `translation` column).
-        model_max_length: recorded in the saved tokenizer config.
-        save_dir: if given, `save_pretrained` there.
-
-    Returns:
-        A `PreTrainedTokenizerFast` with `<pad>`=0, `<s>`=1, `</s>`=2, `<unk>`=3 that appends `</s>`.
+    `corpus`: see `iter_training_text`; pass both sides (e.g. `[train.en, train.de]`). `vocab_size` counts the 4
+    special tokens and the 256 byte symbols (paper: ~37000 for EN-DE; a few thousand for Multi30k-sized data).
+    `min_frequency`: a pair must occur this often to be merged (2 avoids merges that memorise one sentence).
+    `lowercase` / `normalization`: module docstring. `languages`: with a `datasets.Dataset`, the languages to read.
+    `save_dir`: if given, `save_pretrained` there. Returns a `PreTrainedTokenizerFast` with `<pad>`=0, `<s>`=1,
+    `</s>`=2, `<unk>`=3 that appends `</s>`.
     """
     if vocab_size <= len(SPECIAL_TOKENS) + 256:
         raise ValueError(f"vocab_size={vocab_size} must exceed the 4 special tokens + 256 byte symbols")
