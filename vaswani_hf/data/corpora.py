@@ -250,15 +250,8 @@ def scan_corpus(source: str | os.PathLike, src_lang: str, tgt_lang: str, format:
     return total, usable
 
 
-def load_hub(
-    name: str | os.PathLike,
-    src_lang: str,
-    tgt_lang: str,
-    *,
-    config: str | None = None,
-    split: str = "train",
-    **load_kwargs: Any,
-) -> datasets.Dataset:
+def load_hub(name: str | os.PathLike, src_lang: str, tgt_lang: str, *, config: str | None = None, split: str = "train",
+             **load_kwargs: Any) -> datasets.Dataset:
     """Load a Hub dataset with a `translation` column through `datasets.load_dataset(name, config, split=split)`,
     e.g. `load_hub("wmt14", "en", "de", config="de-en")`.  A local folder written by `Dataset.save_to_disk` is read
     with `datasets.load_from_disk`.  Texts are kept as they are (no stripping); empty sides are reported.
@@ -305,16 +298,8 @@ def load_hub(
 _SUFFIX_FORMATS = {".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
 
 
-def load_parallel(
-    source: str | os.PathLike,
-    src_lang: str,
-    tgt_lang: str,
-    *,
-    format: str = "auto",
-    config: str | None = None,
-    split: str = "train",
-    **kwargs: Any,
-) -> datasets.Dataset:
+def load_parallel(source: str | os.PathLike, src_lang: str, tgt_lang: str, *, format: str = "auto",
+                  config: str | None = None, split: str = "train", **kwargs: Any) -> datasets.Dataset:
     """Load parallel data from any supported source into the common schema.
 
     `format`: "moses" (`source` is a prefix), "tsv", "jsonl", "hub" (a Hub name or a `save_to_disk` folder), or

@@ -36,18 +36,9 @@ def _tokenize_batch(batch: dict, *, tokenizer: PreTrainedTokenizerBase, src_lang
     return {"input_ids": enc["input_ids"], "labels": enc["labels"]}
 
 
-def tokenize_pairs(
-    dataset: datasets.Dataset,
-    tokenizer: PreTrainedTokenizerBase,
-    src_lang: str,
-    tgt_lang: str,
-    *,
-    num_proc: int | None = None,
-    batch_size: int = 1000,
-    keep_text: bool = False,
-    cache_dir: str | os.PathLike | None = None,
-    load_from_cache_file: bool = True,
-) -> datasets.Dataset:
+def tokenize_pairs(dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, src_lang: str, tgt_lang: str, *,
+                   num_proc: int | None = None, batch_size: int = 1000, keep_text: bool = False,
+                   cache_dir: str | os.PathLike | None = None, load_from_cache_file: bool = True) -> datasets.Dataset:
     """Tokenize with `Dataset.map` (batched, multi-process with `num_proc`, at most one process per CPU).
 
     Adds `input_ids` (source, `</s>` appended) and `labels` (target, `</s>` appended), stored as int32 lists;
@@ -154,16 +145,9 @@ def filter_pairs(
     return dataset.select(np.flatnonzero(keep)), report
 
 
-def prepare_dataset(
-    dataset: datasets.Dataset,
-    tokenizer: PreTrainedTokenizerBase,
-    src_lang: str,
-    tgt_lang: str,
-    *,
-    max_length: int | None = 256,
-    max_ratio: float | None = 9.0,
-    **tokenize_kwargs: Any,
-) -> tuple[datasets.Dataset, FilterReport]:
+def prepare_dataset(dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, src_lang: str, tgt_lang: str, *,
+                    max_length: int | None = 256, max_ratio: float | None = 9.0,
+                    **tokenize_kwargs: Any) -> tuple[datasets.Dataset, FilterReport]:
     """`tokenize_pairs` then `filter_pairs`: the usual path from a loaded corpus to training examples."""
     tokenized = tokenize_pairs(dataset, tokenizer, src_lang, tgt_lang, **tokenize_kwargs)
     return filter_pairs(tokenized, max_length=max_length, max_ratio=max_ratio)
