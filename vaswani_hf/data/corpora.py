@@ -40,9 +40,6 @@ class CorpusError(UsageError):
     """Bad parallel-corpus input; the message names the file, line and/or argument at fault."""
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Loading
-# ---------------------------------------------------------------------------------------------------------------------
 # The readers below are hand-written rather than `load_dataset("text"/"csv"/"json")` because the required errors
 # (file + line of a bad UTF-8 byte, both files and both counts on a length mismatch, the line of a malformed TSV/JSON
 # record) are not what those builders report, and because `csv` would interpret quote characters that are plain text
@@ -50,10 +47,8 @@ class CorpusError(UsageError):
 
 
 def read_lines(path: str | os.PathLike, *, strip: bool = True) -> list[str]:
-    """The lines of a one-sentence-per-line corpus file, read by `vaswani_hf.io.read_lines` (strict UTF-8 with
-    file:line errors, BOM dropped, CRLF/CR normalised, line count kept). `strip=True` also removes surrounding
-    whitespace: leading/trailing blanks carry no content in sentence-per-line corpora, and a trailing space would
-    otherwise become a token the model must learn to emit."""
+    """The lines of a one-sentence-per-line corpus file (`vaswani_hf.io.read_lines`), with `strip` also without
+    surrounding whitespace, which carries no content there and would become a token the model must learn to emit."""
     lines = io.read_lines(path, what="corpus file")
     return [line.strip() for line in lines] if strip else lines
 

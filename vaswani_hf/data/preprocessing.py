@@ -67,18 +67,10 @@ def tokenize_pairs(dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase
         # more workers than CPUs only multiplies memory (8 workers on 2 cores held ~11 GB at 0.5M pairs); a small
         # dataset is tokenized faster than the workers start
         num_proc = min(num_proc, os.cpu_count() or 1) if len(dataset) >= 10 * batch_size else None
-    return dataset.map(
-        partial(_tokenize_batch, tokenizer=tokenizer, src_lang=src_lang, tgt_lang=tgt_lang),
-        batched=True,
-        batch_size=batch_size,
-        num_proc=num_proc,
-        remove_columns=remove,
-        features=features,
-        cache_file_name=cache_file_name,
-        new_fingerprint=key,
-        load_from_cache_file=load_from_cache_file,
-        desc=f"tokenizing {src_lang}-{tgt_lang}",
-    )
+    return dataset.map(partial(_tokenize_batch, tokenizer=tokenizer, src_lang=src_lang, tgt_lang=tgt_lang),
+                       batched=True, batch_size=batch_size, num_proc=num_proc, remove_columns=remove, features=features,
+                       cache_file_name=cache_file_name, new_fingerprint=key, load_from_cache_file=load_from_cache_file,
+                       desc=f"tokenizing {src_lang}-{tgt_lang}")
 
 
 def sequence_lengths(dataset: datasets.Dataset, column: str) -> np.ndarray:

@@ -93,30 +93,17 @@ def marian_config_from(config: VaswaniConfig) -> MarianConfig:
     problems = [problem for problem in marian_refusals(config) if not problem.startswith("layer_norm_eps")]
     if problems:
         raise ValueError(f"to_marian: {problems[0]}")
-    return MarianConfig(
-        vocab_size=config.vocab_size,
-        decoder_vocab_size=config.vocab_size,
-        d_model=config.d_model,
-        encoder_layers=config.num_encoder_layers,
-        decoder_layers=config.num_decoder_layers,
-        encoder_attention_heads=config.num_heads,
-        decoder_attention_heads=config.num_heads,
-        encoder_ffn_dim=config.d_ff,
-        decoder_ffn_dim=config.d_ff,
-        activation_function="relu",
-        dropout=config.dropout,
-        attention_dropout=config.attention_dropout,
-        activation_dropout=config.relu_dropout,
-        max_position_embeddings=config.max_position_embeddings,
-        scale_embedding=config.scale_embedding,
-        pad_token_id=config.pad_token_id,
-        eos_token_id=config.eos_token_id,
-        bos_token_id=config.bos_token_id,
-        decoder_start_token_id=config.decoder_start_token_id,
-        forced_eos_token_id=None,
-        share_encoder_decoder_embeddings=config.tie_word_embeddings,
-        tie_word_embeddings=config.tie_word_embeddings,
-    )
+    return MarianConfig(vocab_size=config.vocab_size, decoder_vocab_size=config.vocab_size, d_model=config.d_model,
+                        encoder_layers=config.num_encoder_layers, decoder_layers=config.num_decoder_layers,
+                        encoder_attention_heads=config.num_heads, decoder_attention_heads=config.num_heads,
+                        encoder_ffn_dim=config.d_ff, decoder_ffn_dim=config.d_ff, activation_function="relu",
+                        dropout=config.dropout, attention_dropout=config.attention_dropout,
+                        activation_dropout=config.relu_dropout, max_position_embeddings=config.max_position_embeddings,
+                        scale_embedding=config.scale_embedding, pad_token_id=config.pad_token_id,
+                        eos_token_id=config.eos_token_id, bos_token_id=config.bos_token_id,
+                        decoder_start_token_id=config.decoder_start_token_id, forced_eos_token_id=None,
+                        share_encoder_decoder_embeddings=config.tie_word_embeddings,
+                        tie_word_embeddings=config.tie_word_embeddings)
 
 
 @torch.no_grad()
@@ -166,27 +153,15 @@ def from_marian(marian: MarianMTModel, sinusoid_layout: str = "concatenated", **
     bias_names = [name for name in state if name.endswith(("_proj.bias",)) and "attn" in name]
     attention_bias = any(bool(state[name].abs().max() > 0) for name in bias_names)
     layer_norm_eps = next(m.eps for m in marian.modules() if isinstance(m, torch.nn.LayerNorm))
-    settings = dict(
-        vocab_size=mc.vocab_size,
-        d_model=mc.d_model,
-        d_ff=mc.encoder_ffn_dim,
-        num_heads=mc.encoder_attention_heads,
-        num_encoder_layers=mc.encoder_layers,
-        num_decoder_layers=mc.decoder_layers,
-        dropout=mc.dropout,
-        attention_dropout=mc.attention_dropout,
-        relu_dropout=mc.activation_dropout,
-        max_position_embeddings=mc.max_position_embeddings,
-        sinusoid_layout=sinusoid_layout,
-        attention_bias=attention_bias,
-        layer_norm_eps=layer_norm_eps,
-        scale_embedding=mc.scale_embedding,
-        tie_word_embeddings=bool(mc.share_encoder_decoder_embeddings and mc.tie_word_embeddings),
-        pad_token_id=mc.pad_token_id,
-        eos_token_id=mc.eos_token_id,
-        bos_token_id=mc.bos_token_id,
-        decoder_start_token_id=mc.decoder_start_token_id,
-    )
+    settings = dict(vocab_size=mc.vocab_size, d_model=mc.d_model, d_ff=mc.encoder_ffn_dim,
+                    num_heads=mc.encoder_attention_heads, num_encoder_layers=mc.encoder_layers,
+                    num_decoder_layers=mc.decoder_layers, dropout=mc.dropout, attention_dropout=mc.attention_dropout,
+                    relu_dropout=mc.activation_dropout, max_position_embeddings=mc.max_position_embeddings,
+                    sinusoid_layout=sinusoid_layout, attention_bias=attention_bias, layer_norm_eps=layer_norm_eps,
+                    scale_embedding=mc.scale_embedding,
+                    tie_word_embeddings=bool(mc.share_encoder_decoder_embeddings and mc.tie_word_embeddings),
+                    pad_token_id=mc.pad_token_id, eos_token_id=mc.eos_token_id, bos_token_id=mc.bos_token_id,
+                    decoder_start_token_id=mc.decoder_start_token_id)
     settings.update(config_overrides)
     config = VaswaniConfig(**settings)
     model = VaswaniForConditionalGeneration(config).to(dtype=marian.dtype)
@@ -311,17 +286,12 @@ def _check_marian_paths(model_dir, out_dir, overwrite: bool) -> tuple[Path, Path
 
 def export_marian(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *, metrics: Mapping | None = None,
                   training_info: Mapping | None = None, repo_id: str | None = None, overwrite: bool = False) -> Path:
-    """Write a native `MarianMTModel` folder computing exactly the function of the `vaswani_hf` model in `model_dir`,
-    with its tokenizer (our `tokenizer.json`, loaded by `AutoTokenizer`), a generation config and a card.
+    """Write a native `MarianMTModel` folder computing exactly the function of the `vaswani_hf` model in `model_dir`:
+    weights with `<pad>` last (`marian_vocabulary`), the relabelled tokenizer, a generation config and a card.
 
-    The folder's token ids follow Marian's order, `<pad>` last (`marian_vocabulary`: id i -> (i - pad - 1) mod V,
-    weights and tokenizer relabelled together), so that CTranslate2's own converter and the rest of the OPUS-MT tool
-    chain take it; on the same text its logits are ours with the vocabulary axis permuted.
-
-    `metrics` / `training_info` default to the `metrics.json` written by `write_model_card` in `model_dir`; without
-    `training_info` (languages), no card is written. Both folders are checked before any work (UsageError); the
-    folder is written beside `out_dir` and renamed into place, and an existing non-empty `out_dir` is replaced only
-    with `overwrite`. Returns `out_dir`.
+    `metrics` / `training_info` default to `model_dir`'s `metrics.json` (`write_model_card`); without `training_info`
+    no card is written. Both folders are checked before any work; the folder is written beside `out_dir` and renamed
+    into place (an existing non-empty `out_dir` only with `overwrite`). Returns `out_dir`.
     """
     from transformers import AutoTokenizer
 

@@ -193,14 +193,8 @@ def collect_attentions(model, tokenizer, source: str, target: str | Sequence[int
     else:
         beams = num_beams or model.generation_config.num_beams or 1
         origin = "greedy" if beams == 1 else f"beam-{beams}"
-    return Attentions(
-        source_tokens=_token_labels(tokenizer, source_ids),
-        target_tokens=_token_labels(tokenizer, target_ids),
-        decoder_input_tokens=[START_LABEL] + _token_labels(tokenizer, decoder_input_ids[1:]),
-        encoder=batch["encoder"][:, 0],
-        decoder=batch["decoder"][:, 0],
-        cross=batch["cross"][:, 0],
-        source_ids=source_ids,
-        target_ids=target_ids,
-        target_origin=origin,
-    )
+    return Attentions(source_tokens=_token_labels(tokenizer, source_ids),
+                      target_tokens=_token_labels(tokenizer, target_ids),
+                      decoder_input_tokens=[START_LABEL] + _token_labels(tokenizer, decoder_input_ids[1:]),
+                      encoder=batch["encoder"][:, 0], decoder=batch["decoder"][:, 0], cross=batch["cross"][:, 0],
+                      source_ids=source_ids, target_ids=target_ids, target_origin=origin)
