@@ -70,20 +70,13 @@ def _reference_streams(references) -> list[list[str]]:
 
 def compute_all(hypotheses: list[str], references: list[str] | list[list[str]], target_lang: str = "de",
                 tokenize: str = "13a", lowercase: bool = False) -> dict:
-    """All scores with their signatures, via the package's ``evaluate`` modules.
+    """``{name: {"score", "signature", "description", ...details}}`` for ``sacrebleu``, ``chrf``,
+    ``bleu_tok_compound_split`` and ``bleu_tok_none``, via the package's ``evaluate`` modules.
 
-    Args:
-        hypotheses: one detokenized translation per segment.
-        references: one reference per segment (a list of str), or several reference streams
-            (a list of such lists, each as long as ``hypotheses``, as in ``sacrebleu.corpus_bleu``).
-        target_lang: language for the Moses tokenizer of the paper-style BLEU.
-        tokenize: sacreBLEU tokenizer for ``sacrebleu`` (default "13a").
-        lowercase: case-insensitive ``sacrebleu``, ``chrf`` and ``bleu_tok_none``; the paper-style BLEU stays
-            case-sensitive, as in the paper.
-
-    Returns:
-        ``{name: {"score", "signature", "description", ...details}}`` for the names ``sacrebleu``, ``chrf``,
-        ``bleu_tok_compound_split``, ``bleu_tok_none``.
+    ``hypotheses``: one detokenized translation per segment; ``references``: one per segment, or several streams as
+    in ``sacrebleu.corpus_bleu``; ``target_lang``: the Moses tokenizer's language for the paper-style BLEU;
+    ``tokenize``: sacreBLEU's tokenizer; ``lowercase``: case-insensitive scores except the paper-style BLEU (cased,
+    as in the paper).
     """
     hypotheses = list(hypotheses)
     streams = _reference_streams(references)
@@ -130,12 +123,9 @@ def format_table(scores: dict) -> str:
 class TranslationMetrics:
     """``compute_metrics`` for ``Seq2SeqTrainer(predict_with_generate=True)``: sacreBLEU, chrF, mean length.
 
-    Decodes generated ids and labels (label positions set to -100 by the collator, and any -100 in the
-    predictions, become the pad id first), strips special tokens and surrounding whitespace, and scores with the
-    package's ``sacrebleu_local`` (tokenizer ``tokenize``, default 13a) and ``chrf_local`` modules.
-    Returns ``{"bleu", "chrf", "gen_len"}`` where ``gen_len`` is the mean number of non-pad generated tokens; the
-    sacreBLEU signatures of the last computation are kept in ``signatures`` (the Trainer's metrics are numbers only),
-    so that a model card names exactly how its scores were computed.
+    Decodes ids and labels (-100 becomes the pad id) without special tokens, scores with ``sacrebleu_local``
+    (tokenizer ``tokenize``) and ``chrf_local``, and returns ``{"bleu", "chrf", "gen_len"}`` (mean non-pad generated
+    tokens); the last signatures are kept in ``signatures`` (the Trainer's metrics are numbers only) for the card.
     """
 
     def __init__(self, tokenizer, tokenize: str = "13a"):
@@ -163,12 +153,3 @@ class TranslationMetrics:
 def make_compute_metrics(tokenizer, tokenize: str = "13a") -> TranslationMetrics:
     """The Trainer's ``compute_metrics`` (see `TranslationMetrics`)."""
     return TranslationMetrics(tokenizer, tokenize)
-
-
-def translate_lines(model, tokenizer, lines, batch_size=32, num_beams=None, device="cpu") -> list[str]:
-    """Translate ``lines`` for scoring: `vaswani_hf.inference.translate` (token-budget batches, order preserved,
-    progress bar; empty lines give empty outputs without calling the model). Decoding settings other than
-    ``num_beams`` come from the model's ``generation_config``; ``num_beams=None`` uses its value."""
-    from .inference import translate
-
-    return translate(model, tokenizer, list(lines), batch_size=batch_size, num_beams=num_beams, device=device)
