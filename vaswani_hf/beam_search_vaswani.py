@@ -225,17 +225,13 @@ class _Beams:
     def start(cls, batch: int, k: int, max_new: int, fill_value: int, source: _Source, device) -> "_Beams":
         running_scores = torch.full((batch, k), -1.0e9, device=device)
         running_scores[:, 0] = 0.0  # all beams start identical: only the first one may expand at step 1
-        return cls(
-            ids=torch.arange(batch, device=device),
-            running_scores=running_scores,
-            running_tokens=torch.full((batch, k, max_new), fill_value, dtype=torch.long, device=device),
-            finished_scores=torch.full((batch, k), -1.0e9, device=device),
-            finished_tokens=torch.full((batch, k, max_new), fill_value, dtype=torch.long, device=device),
-            finished_lengths=torch.zeros(batch, k, dtype=torch.long, device=device),
-            finished_flags=torch.zeros(batch, k, dtype=torch.bool, device=device),
-            can_improve=torch.ones(batch, dtype=torch.bool, device=device),
-            source=source,
-        )
+        return cls(ids=torch.arange(batch, device=device), running_scores=running_scores,
+                   running_tokens=torch.full((batch, k, max_new), fill_value, dtype=torch.long, device=device),
+                   finished_scores=torch.full((batch, k), -1.0e9, device=device),
+                   finished_tokens=torch.full((batch, k, max_new), fill_value, dtype=torch.long, device=device),
+                   finished_lengths=torch.zeros(batch, k, dtype=torch.long, device=device),
+                   finished_flags=torch.zeros(batch, k, dtype=torch.bool, device=device),
+                   can_improve=torch.ones(batch, dtype=torch.bool, device=device), source=source)
 
     def select(self, kept: torch.Tensor) -> "_Beams":
         """The sentences still running (`kept`: their current indices)."""

@@ -204,17 +204,10 @@ class VaswaniTranslationPipeline(Pipeline):
                              clean_up_tokenization_spaces=None, src_lang=None, tgt_lang=None, **generate_kwargs):
         self._check_languages(src_lang, tgt_lang)
         _refuse_dict_outputs(generate_kwargs)
-        preprocess_params = {}
-        if truncation is not None:
-            preprocess_params["truncation"] = truncation
-        postprocess_params = {}
-        if return_tensors is not None:
-            postprocess_params["return_tensors"] = return_tensors
-        if return_text is not None:
-            postprocess_params["return_text"] = return_text
-        if clean_up_tokenization_spaces is not None:
-            postprocess_params["clean_up_tokenization_spaces"] = clean_up_tokenization_spaces
-        return preprocess_params, dict(generate_kwargs), postprocess_params
+        postprocess = dict(return_tensors=return_tensors, return_text=return_text,
+                           clean_up_tokenization_spaces=clean_up_tokenization_spaces)
+        return ({} if truncation is None else {"truncation": truncation}, dict(generate_kwargs),
+                {key: value for key, value in postprocess.items() if value is not None})
 
     def __call__(self, inputs, *args, **kwargs):
         if isinstance(inputs, str):

@@ -4,35 +4,19 @@ Vaswani et al. (2017), Section 5.1 "Training Data and Batching": "Sentences were
 [3], which has a shared source-target vocabulary of about 37000 tokens" (EN-DE). One vocabulary for both sides is
 what lets the model share one embedding matrix between encoder, decoder and pre-softmax projection (Section 3.4).
 
-Everything here is built from the `tokenizers` library (training, normalisation, pre-tokenisation, post-processing,
-decoding) and wrapped in a transformers `PreTrainedTokenizerFast` (an alias of `TokenizersBackend` in transformers 5)
-so that `save_pretrained` / `AutoTokenizer.from_pretrained` and `tok(src, text_target=tgt)` work unchanged.
+Everything here is built from the `tokenizers` library and wrapped in a transformers `PreTrainedTokenizerFast`, so
+that `save_pretrained` / `AutoTokenizer.from_pretrained` and `tok(src, text_target=tgt)` work unchanged. Choices:
 
-Design choices (argued):
-
-* Byte-level BPE, not Metaspace.  Byte-level BPE works on UTF-8 bytes mapped to 256 printable symbols, so *every*
-  input string is representable: there is never an `<unk>`, and `decode(encode(x)) == x` holds by construction
-  (measured: 100% of Multi30k raw lines, see tests/test_tokenization.py).  A Metaspace ("sentencepiece-style")
-  BPE maps characters unseen in training to `<unk>`, which cannot be detokenised (WMT test sets do contain such
-  characters), and with `prepend_scheme="always"` it silently drops a leading space (" a" decodes to "a").
-  Byte-level's regex pre-tokeniser also splits punctuation from words ("world." -> "world" "."), which the
-  Metaspace splitter does not.  Cost: tokens are less readable (`Ġ` marks a space) and rare characters cost 2-4
-  byte tokens; Multi30k needs ~4% more tokens per sentence at 8k vocab.
-* Word-initial tokens are consistent.  GPT-2's byte-level setup gives the first word of a line a different token
-  ("Two") from the same word inside the line ("ĠTwo").  We prepend one space in the normaliser (`Prepend(" ")`)
-  and strip exactly one leading space in the decoder (`Strip(" ", 1, 0)`), so the first word is tokenised like
-  any other word and the round trip stays exact (a line that itself starts with a space keeps it).
-* Unicode normalisation defaults to NFC, not NFKC.  NFC only merges canonically equivalent sequences
-  (e.g. "a" + combining diaeresis -> "ä"), which are the same text, so it never changes what a reader sees and
-  avoids wasting vocabulary on two spellings of one character.  NFKC (sentencepiece's default) also folds
-  compatibility characters (NO-BREAK SPACE -> space, "ﬁ" -> "fi", full-width forms, "½" -> "1⁄2"): useful for
-  noisy web text, but lossy, so decode(encode(x)) != x on such lines (45 of 93042 Multi30k lines contain U+00A0).
-  It is available as an option (`normalization="NFKC"`).
-* Lowercasing is off by default (the paper's BLEU is cased); `lowercase=True` adds a `Lowercase` normaliser,
-  which of course makes the round trip lossy.
-* Special tokens and ids are fixed, because the model config relies on them: `<pad>`=0 (also the decoder start
-  token, tensor2tensor-style zero start), `<s>`=1, `</s>`=2, `<unk>`=3.  The post-processor appends `</s>` to every
-  sequence (`"$A </s>"`); no `<s>` is prepended (the decoder starts from `<pad>`, the encoder needs no BOS).
+* Byte-level BPE, not Metaspace: every input string is representable (never an `<unk>`) and `decode(encode(x)) == x`
+  by construction; a Metaspace BPE maps characters unseen in training to `<unk>` (WMT test sets have them) and with
+  `prepend_scheme="always"` drops a leading space. Cost: `Ġ` marks a space, rare characters cost 2-4 byte tokens.
+* Word-initial tokens are consistent: the normaliser prepends one space (`Prepend(" ")`) and the decoder strips
+  exactly one (`Strip(" ", 1, 0)`), so a line's first word is tokenised like any other and the round trip stays exact.
+* NFC by default, not NFKC: NFC only merges canonically equivalent sequences (the same text); NFKC also folds
+  compatibility characters (NO-BREAK SPACE, "ﬁ", "½"), which is lossy. It is an option (`normalization="NFKC"`),
+  as is `lowercase=True` (off: the paper's BLEU is cased).
+* Fixed special ids, which the model config relies on: `<pad>`=0 (also the decoder start token, tensor2tensor's
+  zero start), `<s>`=1, `</s>`=2, `<unk>`=3. Every sequence gets `</s>` appended (`"$A </s>"`), no `<s>`.
 """
 
 from __future__ import annotations
