@@ -288,13 +288,10 @@ def _run_on(beams: _Beams, top_scores, hits, candidates, origins, group: int, st
 
 def _sentences_done(beams: _Beams, step: int, length_bounds, length_penalty: Callable, alpha: float, early_stopping,
                     num_return_sequences: int, max_length: int) -> torch.Tensor:
-    """Step 5: (A,) True for the sentences whose result is final; updates `beams.can_improve`.
-
-    The best score a running beam can still finish with is exact: log P only falls as a beam grows, and lp(|Y|) grows
-    with it for alpha > 0 (shrinks for alpha < 0), so it is log P / lp(the sentence's longest |Y|) (for alpha > 0).
-    `early_stopping="never"` (the paper's t2t bound) compares it with the worst finished hypothesis; False uses the
-    current length instead (transformers' heuristic); True also stops once k hypotheses have finished.
-    """
+    """Step 5: (A,) True for the sentences whose result is final; updates `beams.can_improve`. log P only falls as a
+    beam grows and lp(|Y|) grows with it (alpha > 0), so the best a running beam can finish with is log P / lp(the
+    sentence's longest |Y|): `early_stopping="never"` (the paper's t2t bound) compares that with the worst finished
+    hypothesis, False the current length (transformers' heuristic); True also stops once k have finished."""
     current_length = torch.full_like(beams.ids, step + 1)
     exact_bound = beams.running_scores[:, 0] / length_penalty(
         (length_bounds[beams.ids] if alpha > 0.0 else current_length).float())

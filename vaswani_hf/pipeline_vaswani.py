@@ -174,9 +174,8 @@ class VaswaniTranslationPipeline(Pipeline):
                                   f'use the task "{TASK}" or a model for that pair')
 
     def _refuse_constructor_dict_outputs(self) -> None:
-        """`_refuse_dict_outputs` for the constructor's generate() arguments, which transformers takes before
-        `_sanitize_parameters`: set aside (>= 5.2x), or merged into a copy of the model's generation config (5.17:
-        asked for where the copy differs from the model's own setting)."""
+        """`_refuse_dict_outputs` for the constructor's generate() arguments: set aside (transformers >= 5.2x), or
+        merged into a copy of the model's generation config (5.17: asked for where it differs from the model's)."""
         asked = dict(getattr(self, "_generate_kwargs", {}))
         merged = getattr(getattr(self, "generation_config", None), "return_dict_in_generate", False)
         if merged and not self.model.generation_config.return_dict_in_generate:

@@ -93,12 +93,9 @@ def _looks_like_file(x: Any) -> bool:
 
 
 def iter_training_text(corpus: Any, languages: Sequence[str] | None = None) -> Iterator[str]:
-    """Yield the training sentences of `corpus`, source and target sides alike (joint vocabulary).
-
-    `corpus` may be: a path or a list of paths to plain-text files (one sentence per line, e.g. `train.en` and
-    `train.de`); a `datasets.Dataset` with a `translation` column (all languages, or only `languages`); or any
-    iterable of strings.
-    """
+    """The training sentences of `corpus`, both sides alike (joint vocabulary): a path or a list of paths to
+    one-sentence-per-line files, a `datasets.Dataset` with a `translation` column (all languages, or `languages`), or
+    any iterable of strings."""
     import datasets  # local import: the tokenizer module should not require `datasets` for plain files
 
     if isinstance(corpus, (str, os.PathLike)):

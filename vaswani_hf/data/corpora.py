@@ -1,17 +1,10 @@
 """Parallel corpora -> one `datasets.Dataset` schema (Section 5.1's training data, from any source).
 
-One schema for every source: a `datasets.Dataset` with a single column
-`translation: Translation(languages=[src_lang, tgt_lang])`, i.e. rows `{"translation": {src_lang: str, tgt_lang: str}}`,
-the schema of the Hub's WMT datasets. Sources: Moses-style file pairs (`train.en`, `train.de`), TSV with a header line
-naming the languages, JSON lines, a Hub dataset or a `save_to_disk` folder, and the bundled sample corpus.
-
-Empty lines.  An empty line in one file of a parallel pair (or a pair with an empty side in TSV/JSONL/Hub data) is
-a data problem but not a fatal one: the loaders keep the pair (so row i is still line i, useful when debugging) and log
-how many such pairs there are and where; `filter_pairs` removes them and reports the count.  Nothing is dropped
-silently.
-
-Text files are read by `vaswani_hf.io` (the package's one reader); the formats' own errors (a line-count mismatch
-naming both files, a malformed TSV/JSON line) are `CorpusError`s naming the file and line.
+One column `translation: Translation(languages=[src_lang, tgt_lang])`, the schema of the Hub's WMT datasets, from
+Moses-style file pairs (`train.en`, `train.de`), TSV with a header line naming the languages, JSON lines, a Hub
+dataset or a `save_to_disk` folder, and the bundled sample corpus. A pair with an empty side is kept (row i stays
+line i) and logged with where it is; `filter_pairs` removes such pairs and reports the count: nothing is dropped
+silently. Text files are read by `vaswani_hf.io`; the formats' own errors are `CorpusError`s naming file and line.
 """
 
 from __future__ import annotations

@@ -41,11 +41,9 @@ def tokenize_pairs(dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase
                    cache_dir: str | os.PathLike | None = None, load_from_cache_file: bool = True) -> datasets.Dataset:
     """Tokenize with `Dataset.map` (batched, multi-process with `num_proc`, at most one process per CPU).
 
-    Adds `input_ids` (source, `</s>` appended) and `labels` (target, `</s>` appended), stored as int32 lists;
-    drops `translation` unless `keep_text`. Caching: the result's fingerprint is a hash of the data's fingerprint,
-    the tokenizer's content (not the Python object, which differs between a tokenizer just trained and the same one
-    loaded from disk) and the arguments, so a file-backed dataset (a cached corpus, a Hub dataset) is tokenized once
-    and read from `datasets`' cache on the next launch; an in-memory dataset is cached only if `cache_dir` is given.
+    Adds int32 `input_ids` and `labels` (`</s>` appended), drops `translation` unless `keep_text`. The fingerprint
+    hashes the data's fingerprint, the tokenizer's content (not the Python object, which differs once reloaded) and the
+    arguments, so a file-backed dataset is tokenized once; an in-memory one is cached only with `cache_dir`.
     """
     for lang in (src_lang, tgt_lang):
         langs = getattr(dataset.features.get("translation"), "languages", None)

@@ -133,11 +133,8 @@ class CTranslate2Translator:
                 o["max_new_tokens"])
 
     def _limits(self, sources, a, b, max_new_tokens) -> tuple[list[int], list[bool]]:
-        """Per sentence: the free tokens CTranslate2 may produce, and whether our rule forces </s> after them.
-
-        Our generate() allows `limit` tokens, </s> included, forcing </s> as the limit-th (the rule) or stopping
-        after max_new_tokens (a global cap), so CTranslate2 may produce limit - 1 free tokens. The sources were
-        checked against the position table before (`translate_lines`)."""
+        """Per sentence: the free tokens CTranslate2 may produce (our limit - 1: generate() forces </s> as the
+        limit-th, or stops after max_new_tokens), and whether our rule forces </s> after them."""
         steps, forced_eos = [], []
         for tokens in sources:
             rule = int(a * len(tokens) + b) if b is not None else None

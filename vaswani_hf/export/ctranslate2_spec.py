@@ -44,17 +44,12 @@ def import_ctranslate2():
 
 
 def _vocabulary(tokenizer, config: VaswaniConfig) -> list[str]:
-    """Our token strings in id order 0..V-1, exactly as the tokenizer maps them (no reordering, no <pad> removal).
-
-    Ids the tokenizer does not use (gaps in its id range) get unique placeholders; the sizes agree
-    (`_checked_sources`).
-    """
+    """Our token strings in id order 0..V-1, exactly as the tokenizer maps them (no reordering, no <pad> removal);
+    ids the tokenizer does not use get unique placeholders."""
     id_to_token = tokenizer_tokens(tokenizer)
     if id_to_token and max(id_to_token) >= config.vocab_size:
-        raise UsageError(
-            f"to_ctranslate2: the tokenizer has ids up to {max(id_to_token)} but the model's vocab_size is "
-            f"{config.vocab_size}; they must describe the same vocabulary."
-        )
+        raise UsageError(f"to_ctranslate2: the tokenizer has ids up to {max(id_to_token)} but the model's vocab_size "
+                         f"is {config.vocab_size}; they must describe the same vocabulary.")
     tokens = [id_to_token.get(i, f"<vaswani_unused_{i}>") for i in range(config.vocab_size)]
     if len(set(tokens)) != len(tokens):
         raise UsageError("to_ctranslate2: duplicate token strings in the vocabulary ; CTranslate2 maps by string.")

@@ -1,20 +1,14 @@
 """Exact conversion between `VaswaniForConditionalGeneration` and transformers' `MarianMTModel`.
 
-Marian's architecture is the paper's (post-norm, ReLU, sinusoids, shared scaled embeddings) with three differences,
-each handled exactly here:
-- Marian always has attention-projection biases and a `final_logits_bias`: we write zeros when
-  `attention_bias=False`, and refuse to import a non-zero `final_logits_bias` (our model has none).
-- Marian lays sinusoids out as [sin | cos] ("concatenated"). The paper's interleaved layout differs by a fixed
-  permutation of the model dimension; every weight that reads or writes the residual stream is permuted with it,
-  which leaves the function unchanged (LayerNorm is permutation-equivariant).
-- Marian's LayerNorm epsilon is fixed at 1e-5 (our default is t2t's 1e-6). The converted model's LayerNorms get our
-  epsilon in memory, so outputs match; a Marian folder saved from it reloads with 1e-5 (differences ~1e-6).
+Marian's architecture is the paper's (post-norm, ReLU, sinusoids, shared scaled embeddings) but for three things,
+each handled exactly: its attention biases and `final_logits_bias` (zeros when `attention_bias=False`; a non-zero
+`final_logits_bias` is refused on import); its [sin | cos] sinusoid layout (the paper's interleaved one differs by a
+permutation of the model dimension, applied to every weight that reads or writes the residual stream, which leaves
+the function unchanged); and its LayerNorm epsilon of 1e-5 (`marian_limits`).
 
-This gives an independent implementation to test ours against, and a way to serve trained weights through a
-native architecture (the Hub widget and Inference Endpoints do not run custom code): `export_marian` writes such a
-folder (weights, our tokenizer, a generation config built-in `generate` understands, and a card), with its token ids
-in Marian's order, `<pad>` last (`marian_vocabulary`), which CTranslate2's own converter requires. `to_marian` and
-`from_marian` keep our ids (the same function on the same ids, for comparing implementations).
+An independent implementation to test ours against, and a way to serve trained weights through a native
+architecture (the Hub widget and Inference Endpoints run no custom code): `export_marian` writes such a folder, its
+ids in Marian's order, `<pad>` last (`marian_vocabulary`). `to_marian` and `from_marian` keep our ids.
 """
 
 from __future__ import annotations

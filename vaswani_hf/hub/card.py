@@ -1,10 +1,7 @@
-"""The model card: a `huggingface_hub.ModelCard` rendered from the Jinja template `vaswani_hf/templates/model_card.md`
-(a link to the repository's `model_cards/vaswani_template.md`) with `ModelCardData` metadata (language, license,
-library_name, pipeline_tag, tags, datasets, metrics, model-index results, widget examples).
-
-Architecture numbers are read from the model (parameter count from the weights); scores only from the metrics given.
-Nothing is invented: without metrics there is no results table and no model-index; invalid scores (NaN, strings)
-are refused. The card itself (YAML header, model-index) is huggingface_hub's: only the body's tables are built here.
+"""The model card: a `huggingface_hub.ModelCard` rendered from the Jinja template `templates/model_card.md` (a link to
+the repository's `model_cards/vaswani_template.md`) with `ModelCardData` metadata; only the body's tables are built
+here. Architecture numbers are read from the model, scores only from the metrics given: without metrics there is no
+results table and no model-index, and invalid scores (NaN, strings) are refused.
 """
 
 from __future__ import annotations
@@ -43,8 +40,9 @@ _NOT_SCORES = {"loss", "runtime", "samples_per_second", "steps_per_second", "epo
 
 # Known keys of `training_info`, in the order shown, with their labels. Other keys are shown after them as given.
 TRAINING_FIELDS = [
-    ("dataset_name", "Training data"), ("dataset", "Training data (Hub id)"), ("dataset_config", "Dataset configuration"),
-    ("train_examples", "Training sentence pairs"), ("tokenizer", "Tokenizer"), ("steps", "Training steps"),
+    ("dataset_name", "Training data"), ("dataset", "Training data (Hub id)"),
+    ("dataset_config", "Dataset configuration"), ("train_examples", "Training sentence pairs"),
+    ("tokenizer", "Tokenizer"), ("steps", "Training steps"),
     ("epochs", "Epochs"), ("tokens_per_batch", "Tokens per batch"), ("batch_size", "Batch size"),
     ("optimizer", "Optimizer"), ("learning_rate", "Learning rate"), ("lr_schedule", "Learning-rate schedule"),
     ("warmup_steps", "Warm-up steps"), ("dropout", "Residual dropout P_drop"),
@@ -103,14 +101,10 @@ class CardVariant:
 
 
 def normalize_metrics(metrics: Mapping | None) -> dict[str, dict]:
-    """Metrics in one form: `{name: {"score": float, "signature": str | None, "description": str | None}}`.
-
-    Accepted inputs: `vaswani_hf.evaluation.compute_all`'s result (`{name: {"score", "signature", ...}}`), the JSON of
-    the evaluation tool (`{"scores": {...}, "meta": {...}}`), this module's `metrics.json` (`{"metrics": {...}}`),
-    or flat numbers (`{"bleu": 27.3}`, Trainer's `{"eval_bleu": 27.3, "eval_loss": ...}`; the `eval_`/`test_`
-    prefix is dropped, losses and throughput are not scores and are skipped).
-    Raises ValueError on a score that is not a finite number: no placeholders.
-    """
+    """Metrics in one form, `{name: {"score": float, "signature": str | None, "description": str | None}}`, from
+    `compute_all`'s result, the evaluation tool's JSON (`{"scores": ...}`), `metrics.json` (`{"metrics": ...}`) or flat
+    numbers (Trainer's `eval_bleu`: the prefix is dropped, losses and throughput skipped). ValueError on a score that is
+    not a finite number: no placeholders."""
     if not metrics:
         return {}
     if "scores" in metrics and isinstance(metrics["scores"], Mapping):

@@ -1,14 +1,7 @@
-"""`evaluate` metric modules shipped inside the package, loaded by path (works offline).
-
-Each sub-folder holds one script named like the folder (`evaluate.load`'s rule for local modules):
-
-- ``sacrebleu_local``: sacreBLEU corpus BLEU with its signature.
-- ``chrf_local``: chrF / chrF++ via sacreBLEU, with its signature.
-- ``tok_bleu``: the paper's tokenized BLEU for EN-DE as tensor2tensor's ``get_ende_bleu.sh`` computed it
-  (Moses tokenization, ``##AT##`` compound splitting, multi-bleu-style BLEU).
-
-Load them with :func:`vaswani_hf.evaluation.load_metric`; what they share (and the load-time option
-``numeric_only`` for evaluate's bootstrap) is :class:`vaswani_hf.metrics.common.TranslationMetric`.
+"""`evaluate` metric modules shipped inside the package, loaded by path (works offline) with
+:func:`vaswani_hf.evaluation.load_metric`; each sub-folder holds one script named like it (`evaluate.load`'s rule):
+``sacrebleu_local`` (sacreBLEU BLEU with its signature), ``chrf_local`` (chrF / chrF++), ``tok_bleu`` (the paper's
+tokenized BLEU, as tensor2tensor's ``get_ende_bleu.sh``). What they share: `vaswani_hf.metrics.common`.
 """
 
 # The sacreBLEU tokenizers the recipe key `bleu_tokenize` and `vaswani-evaluate --tokenize` accept, checked before

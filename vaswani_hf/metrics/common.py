@@ -65,15 +65,11 @@ def _as_float(value):
 class TranslationMetric(evaluate.Metric):
     """Base of the three modules: `MetricInfo` from the class attributes, and the load-time option `numeric_only`.
 
-    evaluate's evaluators with `strategy="bootstrap"` resample every field the metric returns: they fail on a string
-    ("unsupported operand type(s) for /: 'numpy.str_' and 'int'") and scipy's bootstrap gives NaN intervals, with
-    DegenerateDataWarning / RuntimeWarning, for a field that never changes (a setting such as chrF's `char_order`)
-    and for integer-valued ones (n-gram counts, lengths). They pass no arguments to `compute`, so the choice is made
-    when the metric is loaded: `load_metric(name, numeric_only=True)` returns only the statistics that vary with the
-    data, all as floats. Nothing is lost: after every `compute` the string fields (sacreBLEU's signature, versions)
-    are in `metric.string_fields`, to be reported with the score, and the fixed settings a module returns
-    (`SETTINGS`) in `metric.settings`. The default (False) keeps every field in the result, as it is.
-    `numeric_only` must be a bool: `numeric_only="false"` would otherwise turn the option on (`bool("false")`).
+    evaluate's `strategy="bootstrap"` resamples every field a metric returns and passes no arguments to `compute`: it
+    fails on a string and scipy gives NaN intervals (with warnings) for fixed or integer-valued fields. So
+    `load_metric(name, numeric_only=True)` returns only the statistics that vary with the data, as floats; after
+    every `compute` the string fields (the signature, to report with the score) are in `metric.string_fields` and the
+    fixed settings (`SETTINGS`) in `metric.settings`. It must be a bool (`bool("false")` would turn it on).
     """
 
     SETTINGS: tuple = ()  # result fields that restate the call's settings: fixed, never resampled

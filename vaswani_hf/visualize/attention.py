@@ -83,16 +83,13 @@ def _pad_rows(rows: Sequence[Sequence[int]], pad: int, extra: int) -> tuple[torc
 def batch_attentions(model, tokenizer, sources: Sequence[str],
                      targets: Sequence[str] | Sequence[Sequence[int]] | None = None, *, num_beams: int | None = None,
                      max_new_tokens: int | None = None, extra_padding: int = 0) -> dict:
-    """Attention weights of a right-padded batch in one teacher-forced forward pass.
+    """Attention weights of a right-padded batch in one teacher-forced forward pass, `extra_padding` masked <pad>
+    positions appended to both sides. targets: reference sentences (`</s>` appended if the tokenizer does not), label
+    ids, or None for the model's own translation (`model.generate`; `num_beams` None: its generation config).
 
-    targets: reference sentences (tokenised with `text_target=`; `</s>` appended if the tokenizer does not), target
-    token ids (label ids, e.g. a previous translation), or None for the model's own translation by `model.generate`
-    (greedy with `num_beams=1`, beam search with `num_beams` > 1, None: the model's `generation_config`).
-    `extra_padding` masked <pad> positions are appended to both sides.
-
-    Returns a dict with input_ids / attention_mask (B, S), decoder_input_ids / decoder_attention_mask / labels (B, T),
-    label_ids (per sentence, unpadded) and the weights "encoder" (L, B, H, S, S), "decoder" (L, B, H, T, T),
-    "cross" (L, B, H, T, S), as float32 on CPU.
+    Returns input_ids / attention_mask (B, S), decoder_input_ids / decoder_attention_mask / labels (B, T), label_ids
+    (per sentence, unpadded) and the float32 CPU weights "encoder" (L, B, H, S, S), "decoder" (L, B, H, T, T) and
+    "cross" (L, B, H, T, S).
     """
     pad, eos, start = _pad_id(model, tokenizer), _eos_id(model, tokenizer), _start_id(model)
     source_rows = tokenizer(list(sources), add_special_tokens=True)["input_ids"]

@@ -173,14 +173,10 @@ def plot_diagnostics(diagnostics: dict, path=None) -> Figure:
 def visualize(model, tokenizer, source: str, target: str | None = None, out_dir: str | os.PathLike = "attention", *,
               fmt: str = "png", num_beams: int | None = None, max_new_tokens: int | None = None, per_head: bool = False,
               word_alignment: str | None = None) -> dict:
-    """Write all plots for one sentence pair to `out_dir` and return {"attentions", "diagnostics", "alignment",
-    "report", "files"}:
-
-    {kind}_layer{l}.{fmt} (all heads of each layer, for the three kinds), cross_alignment.{fmt} (heads averaged,
-    per layer), diagnostics.{fmt} and diagnostics.txt; with `per_head`, also {kind}_layer{l}_head{h}.{fmt}.
-    `word_alignment` ("i-j" source-target word pairs, Pharaoh format) needs the reference `target`; without it the
-    alignment share uses the diagonal heuristic.
-    """
+    """Write {kind}_layer{l}.{fmt}, cross_alignment.{fmt}, diagnostics.{fmt} and diagnostics.txt (with `per_head`
+    also {kind}_layer{l}_head{h}.{fmt}) for one sentence pair to `out_dir`; return {"attentions", "diagnostics",
+    "alignment", "report", "files"}. `word_alignment` (Pharaoh "i-j" word pairs) needs the reference `target`;
+    without it the alignment share uses the diagonal heuristic."""
     os.makedirs(out_dir, exist_ok=True)
     attn = collect_attentions(model, tokenizer, source, target, num_beams=num_beams, max_new_tokens=max_new_tokens)
     files = []

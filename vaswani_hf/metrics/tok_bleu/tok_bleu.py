@@ -14,16 +14,10 @@ preprocessing: "rich-text format" -> "rich ##AT##-##AT## text format"). The refe
 Moses-tokenized; here raw references go through the same normalisation and tokenization as the hypotheses
 (``tokenize_references=False`` for references that are already tokenized).
 
-This module reproduces that recipe in Python:
-
-1. ``sacremoses.MosesPunctNormalizer.replace_unicode_punct`` (port of replace-unicode-punctuation.perl);
-2. ``sacremoses.MosesTokenizer(lang).tokenize(..., escape=True)`` (port of tokenizer.perl with its defaults:
-   no aggressive hyphen splitting, XML escaping of ``& < > " ' [ ] |``);
-3. compound splitting with the very regex of the script (matches do not overlap, so ``a-b-c`` becomes
-   ``a ##AT##-##AT## b-c``, exactly as perl/sed do);
-4. multi-bleu.perl-style corpus BLEU: sacreBLEU with ``tokenize="none"`` (whitespace split),
-   case-sensitive unless ``lowercase=True`` (multi-bleu's ``-lc``), and ``smooth_method="none"``
-   (multi-bleu gives 0 when an n-gram order has no match).
+Here in Python: sacremoses' ports of replace-unicode-punctuation.perl and tokenizer.perl (default options: no
+aggressive hyphen splitting, XML escaping), the script's very regex (non-overlapping: ``a-b-c`` becomes
+``a ##AT##-##AT## b-c`` as with perl), and multi-bleu.perl-style BLEU (sacreBLEU with ``tokenize="none"``,
+case-sensitive unless ``lowercase=True``, ``smooth_method="none"``).
 
 Compound splitting inflates BLEU (every hyphenated compound becomes three tokens, mostly matched), so this
 number is only comparable with papers that used the same script; report sacreBLEU as well.
