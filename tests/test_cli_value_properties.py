@@ -5,8 +5,9 @@ naming the flag or key (and the recipe file), with exit status 2 and nothing wri
 range is accepted by the value check (the bounds are not tighter than declared); a --device this machine lacks is
 refused by every command that has the flag.
 
-The flags are found by introspection (`build_parser()._actions` whose type carries a `.bound`), the recipe keys and
-their types and bounds from `vaswani_hf.training.recipe`, so a flag or key added later is covered without a new test.
+The flags are found by introspection (`build_parser()._actions` whose type carries the `.setting` it reads), the
+recipe keys and their declarations from `vaswani_hf.training.recipe.SETTINGS`, so a flag or key added later is covered
+without a new test.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import math
-import typing
 from pathlib import Path
 
 import pytest
@@ -24,9 +24,9 @@ from cli_contract import TOOLS, changes, every_tool, run_main, snapshot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vaswani_hf.constraints import Bound
+from vaswani_hf.configuration_vaswani import Setting
 from vaswani_hf.constraints import device as device_type
-from vaswani_hf.training.recipe import _FIELDS, _HINTS, NULLS, IntOrAuto, read_recipe_file, value_from_text
+from vaswani_hf.training.recipe import NULLS, SETTINGS, read_recipe_file, value_from_text
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -48,7 +48,7 @@ def flag_of(action: argparse.Action) -> str:
 
 
 NUMERIC_FLAGS = [(tool, flag_of(a)) for tool in PARSED_TOOLS for a in parser_of(tool)._actions
-                 if getattr(a.type, "bound", None) is not None]
+                 if getattr(a.type, "setting", None) is not None]
 DEVICE_FLAGS = [(tool, flag_of(a)) for tool in PARSED_TOOLS for a in parser_of(tool)._actions if a.type is device_type]
 
 
@@ -76,11 +76,11 @@ def test_the_introspection_finds_the_flags():
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Values that break a bound, and values inside it (an oracle written from the declaration, not from Bound.problem)
+# Values that break a bound, and values inside it (an oracle written from the declaration, not from Setting.problem)
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def breaks(bound: Bound, value: float) -> bool:
+def breaks(bound: Setting, value: float) -> bool:
     """Whether a number lies outside `bound` (or is not finite)."""
     if not math.isfinite(value):
         return True
@@ -88,7 +88,7 @@ def breaks(bound: Bound, value: float) -> bool:
     return low or (bound.max is not None and (value > bound.max or (bound.max_exclusive and value == bound.max)))
 
 
-def out_of_bound_numbers(kind: type, bound: Bound) -> st.SearchStrategy:
+def out_of_bound_numbers(kind: type, bound: Setting) -> st.SearchStrategy:
     """Numbers of `kind` outside `bound`: beyond either end (ends included where exclusive), huge, not finite."""
     options = [st.sampled_from([10**30, -10**30] if kind is int else [math.nan, math.inf, -math.inf, 1e300])]
     for end, side in ((bound.min, "max_value"), (bound.max, "min_value")):
@@ -119,7 +119,7 @@ def as_text(value) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def in_bound_numbers(kind: type, bound: Bound) -> st.SearchStrategy:
+def in_bound_numbers(kind: type, bound: Setting) -> st.SearchStrategy:
     """Numbers of `kind` inside `bound`, its inclusive ends among them."""
     low, high = bound.min, bound.max
     ends = [e for e, exclusive in ((low, bound.min_exclusive), (high, bound.max_exclusive))
@@ -169,7 +169,7 @@ def on_command_line(flag: str, text: str, joined: bool) -> list[str]:
 @given(data=st.data())
 def test_a_flag_value_that_breaks_its_bound_is_refused(tool, flag, data, tmp_path, capfd):
     action = action_of(tool, flag)
-    kind, bound = kind_of(action), action.type.bound
+    kind, bound = kind_of(action), action.type.setting
     specials = st.sampled_from(["nan", "inf", "-inf", "NaN", "Infinity", "1e309", str(10**30)])
     text = data.draw(st.one_of(padded(out_of_bound_numbers(kind, bound).map(as_text)),
                                not_a_number(kind, accepted_words(action)), padded(specials)))
@@ -183,7 +183,7 @@ def test_a_flag_value_that_breaks_its_bound_is_refused(tool, flag, data, tmp_pat
 def test_a_flag_value_inside_its_bound_is_accepted(tool, flag, data, tmp_path):
     """The parser takes every value the declaration allows, the inclusive ends among them, and gives it unchanged."""
     action = action_of(tool, flag)
-    value = data.draw(in_bound_numbers(kind_of(action), action.type.bound))
+    value = data.draw(in_bound_numbers(kind_of(action), action.type.setting))
     args = parser_of(tool).parse_args([*map(str, BASE_ARGV[tool](tmp_path)), *on_command_line(flag, as_text(value),
                                                                                               False)])
     assert getattr(args, action.dest) == value
@@ -209,72 +209,57 @@ def test_a_device_this_machine_lacks_is_refused(tool, flag, device, tmp_path, ca
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def shape(name: str) -> tuple[object, bool]:
-    """(the key's declared type without None, whether null is allowed)."""
-    hint = _HINTS[name]
-    args = typing.get_args(hint)
-    if type(None) in args and typing.get_origin(hint) is not typing.Literal:
-        return next(a for a in args if a is not type(None)), True
-    return hint, False
-
-
-def is_literal(inner) -> bool:
-    return typing.get_origin(inner) is typing.Literal
-
-
-NUMERIC_KEYS = sorted(n for n in _HINTS if shape(n)[0] in (int, float, IntOrAuto))
-ALL_KEYS = sorted(_HINTS)
+NUMERIC_KEYS = sorted(n for n, s in SETTINGS.items() if s.type in (int, float))
+ALL_KEYS = sorted(SETTINGS)
 WRONG_IN_YAML = [1.5, True, "text", [1], {"a": 1}, None]  # each wrong for some types (filtered per key below)
 
 
 def wrong_yaml_values(name: str) -> st.SearchStrategy:
     """Python values that a recipe file may not give key `name`: of another type, or numbers outside its bound."""
-    inner, nullable = shape(name)
-    bound = _FIELDS[name].metadata["bound"]
+    s = SETTINGS[name]
 
     def wrong_type(v) -> bool:
         if v is None:
-            return not nullable
-        if inner in (int, IntOrAuto):
-            return isinstance(v, bool) or not isinstance(v, int) and v != "auto"
-        if inner is float:
+            return not s.nullable
+        if v in s.words:
+            return False
+        if s.choices:
+            return v not in s.choices or not isinstance(v, str)
+        if s.type is int:
+            return isinstance(v, bool) or not isinstance(v, int)
+        if s.type is float:
             return isinstance(v, bool) or not isinstance(v, (int, float))
-        if is_literal(inner):
-            return v not in typing.get_args(inner) or not isinstance(v, str)
-        if typing.get_origin(inner) is list:
+        if s.type is list:
             return not (isinstance(v, list) and all(isinstance(x, str) for x in v))
-        return not isinstance(v, inner) or (inner is int and isinstance(v, bool))
+        return not isinstance(v, s.type)
 
     options = [st.sampled_from([v for v in WRONG_IN_YAML + [0, "auto-x", ["a", 2]] if wrong_type(v)])]
-    if inner in (int, float, IntOrAuto):
-        options.append(out_of_bound_numbers(int, bound))
-    if inner is float:
-        options += [out_of_bound_numbers(float, bound), st.sampled_from([math.nan, math.inf, -math.inf])]
-    if inner in (int, float, IntOrAuto):
-        options.append(st.just(10**400))
+    if s.type in (int, float):
+        options += [out_of_bound_numbers(int, s), st.just(10**400)]
+    if s.type is float:
+        options += [out_of_bound_numbers(float, s), st.sampled_from([math.nan, math.inf, -math.inf])]
     return st.one_of(options)
 
 
 def wrong_texts(name: str) -> st.SearchStrategy | None:
     """Command-line texts for `--name` that its declaration refuses (None: every text is a valid value, as for a
     string or a list of strings)."""
-    inner, nullable = shape(name)
-    bound = _FIELDS[name].metadata["bound"]
-    skip = set(NULLS) if nullable else set()
-    if inner in (int, float, IntOrAuto):
-        kind = float if inner is float else int
-        texts = st.one_of(padded(out_of_bound_numbers(kind, bound).map(as_text)), not_a_number(float),
+    s = SETTINGS[name]
+    skip = set(NULLS) | {"None"} if s.nullable else set()
+    if s.choices:
+        return st.one_of(st.sampled_from(["x", "1", "SAMPLE"]), st.text(max_size=8)).filter(
+            lambda t: t not in s.choices and t not in skip)
+    if s.type in (int, float):
+        kind = s.type
+        texts = st.one_of(padded(out_of_bound_numbers(kind, s).map(as_text)), not_a_number(float),
                           padded(st.sampled_from(["nan", "inf", "-inf", "1e309", str(10**30)])))
-        if inner is not float:  # numbers that are no integers
+        if kind is int:  # numbers that are no integers
             texts = st.one_of(texts, st.sampled_from(["1.5", "2.0", "1e3", "auto-x", "true"]))
-        return texts.filter(lambda t: t not in skip and t != "auto")
-    if inner is bool:
+        return texts.filter(lambda t: t.strip().lower() not in skip and t not in s.words)
+    if s.type is bool:
         truthy = {"true", "false", "yes", "no", "1", "0", "on", "off", "t", "f", "y", "n"}
         return st.one_of(st.sampled_from(["maybe", "2", "-1", "nan"]), st.text(max_size=6)).filter(
-            lambda t: t.lower() not in truthy and t.strip() != "" and t not in skip)
-    if is_literal(inner):
-        return st.one_of(st.sampled_from(["x", "1", "SAMPLE"]), st.text(max_size=8)).filter(
-            lambda t: t not in typing.get_args(inner) and t not in skip)
+            lambda t: t.strip().lower() not in truthy and t.strip() != "" and t.strip().lower() not in skip)
     return None
 
 
@@ -314,8 +299,7 @@ def test_a_recipe_value_inside_its_bound_is_accepted(key, data, tmp_path):
     parser of vaswani-train and from a recipe file. (Rules between keys are not the value check: not run here.)"""
     from vaswani_hf.cli.train import RecipeParser
 
-    inner, _ = shape(key)
-    value = data.draw(in_bound_numbers(float if inner is float else int, _FIELDS[key].metadata["bound"]))
+    value = data.draw(in_bound_numbers(SETTINGS[key].type, SETTINGS[key]))
     assert value_from_text(key, as_text(value)) == value
     namespace, remaining = RecipeParser().parse_known_args([f"--{key}={as_text(value)}"])
     assert not remaining and getattr(namespace, key) == value

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from cli_contract import (GERMAN, LINES, LONG, PAGE, Call, Cases, PathCase, Writer, copy, earlier_output, model_classes,
-                          model_output_classes, write)
+                          model_output_classes, run_case, write)
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

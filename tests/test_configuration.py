@@ -70,7 +70,7 @@ def test_bad_settings_raise_a_clear_value_error(overrides, message):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (dict(layer_norm_eps=float("nan")), "VaswaniConfig: layer_norm_eps must be a finite number (in (0, 1]), got nan"),
+    (dict(layer_norm_eps=float("nan")), "VaswaniConfig: layer_norm_eps must be a finite number in (0, 1], got nan"),
     (dict(layer_norm_eps=0.0), "layer_norm_eps must be in (0, 1], got 0.0"),
     (dict(d_model=2**40), "d_model must be in [1, 65,536], got 1099511627776"),
     (dict(num_heads=True), "num_heads must be an integer in [1, 1024], got True (bool)"),
@@ -92,3 +92,18 @@ def test_a_setting_is_checked_against_its_declaration_in_one_line(overrides, mes
 def test_d_k_given_explicitly_allows_indivisible_heads():
     config = VaswaniConfig(num_heads=7, d_k=64, d_v=64)
     assert config.d_k == 64
+
+
+def test_a_value_is_checked_once_per_construction_and_again_before_saving(monkeypatch, tmp_path):
+    """One check per entry: building a config checks each setting once (not once per wrapper), and saving checks the
+    attributes again, so that an edited one cannot reach config.json."""
+    from vaswani_hf.configuration_vaswani import MODEL_SETTINGS, Setting
+
+    calls = []
+    original = Setting.problem
+    monkeypatch.setattr(Setting, "problem", lambda self, *a, **k: calls.append(self.name) or original(self, *a, **k))
+    config = VaswaniConfig(d_model=64, hidden_size=64)
+    assert calls.count("d_model") == 1 and set(calls) == set(MODEL_SETTINGS)
+    calls.clear()
+    config.save_pretrained(tmp_path)
+    assert calls.count("d_model") == 1

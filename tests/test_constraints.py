@@ -1,5 +1,6 @@
-"""What a value may be (vaswani_hf.constraints): one vocabulary for command-line flags and recipe keys. A value out of
-range is refused naming its flag, before any work."""
+"""What a value may be (`Setting`, and the flags vaswani_hf.constraints derives from it): one form for command-line
+flags, recipe keys, file fields and environment variables. A value out of range is refused naming its flag, before
+any work; a narrower view of a setting allows only values the setting allows."""
 
 from __future__ import annotations
 
@@ -9,26 +10,59 @@ import re
 
 import pytest
 
-from vaswani_hf.constraints import Bound, device, device_problem, number
+from vaswani_hf.configuration_vaswani import Setting, SettingError
+from vaswani_hf.constraints import device, device_problem, number
+from vaswani_hf.generation_vaswani import GENERATION_SETTINGS
 
 
-@pytest.mark.parametrize("bound, good, bad", [
-    (Bound(0, 1, max_exclusive=True), [0, 0.5, 0.999], [-0.1, 1, 1.5, math.nan, math.inf, -math.inf]),
-    (Bound(0, min_exclusive=True), [1e-12, 5, 10**30], [0, -1, math.nan, math.inf]),
-    (Bound(None, 10), [-(10**9), 10], [11, math.nan]),
-    (Bound(), [0, -5, 1e300], [math.nan, math.inf]),
+@pytest.mark.parametrize("limits, good, bad", [
+    (dict(min=0, max=1, max_exclusive=True), [0, 0.5, 0.999], [-0.1, 1, 1.5, math.nan, math.inf, -math.inf]),
+    (dict(min=0, min_exclusive=True), [1e-12, 5, 10**30], [0, -1, math.nan, math.inf]),
+    (dict(max=10), [-(10**9), 10], [11, math.nan]),
+    ({}, [0, -5, 1e300], [math.nan, math.inf]),
 ])
-def test_a_bound_refuses_non_finite_and_out_of_range_values(bound, good, bad):
+def test_a_setting_refuses_non_finite_and_out_of_range_values(limits, good, bad):
+    setting = Setting("x", float, **limits)
     for value in good:
-        assert bound.problem(value) is None, value
+        assert setting.problem(value) is None, value
     for value in bad:
-        assert bound.problem(value), value
+        assert setting.problem(value), value
+        with pytest.raises(SettingError, match=r"^here: x must be "):
+            setting.check(value, "here")
 
 
-def test_describe_reads_as_a_range():
-    assert Bound(0, 1, max_exclusive=True).describe() == "in [0, 1)"
-    assert Bound(1, 10**6).describe() == "in [1, 1,000,000]"
-    assert Bound(0, min_exclusive=True).describe() == "> 0"
+def test_the_range_reads_as_a_range():
+    assert Setting("x", float, min=0, max=1, max_exclusive=True).limits() == "in [0, 1)"
+    assert Setting("x", int, min=1, max=10**6).limits() == "in [1, 1,000,000]"
+    assert Setting("x", float, min=0, min_exclusive=True).limits() == "> 0"
+    assert Setting("x", int, min=1, words=("auto",)).describe() == "an integer >= 1 or 'auto'"
+
+
+def test_text_is_read_by_the_declaration():
+    """One reader of text for flags, recipe keys and environment variables: numbers, words, booleans, None."""
+    count = Setting("n", int, min=1, max=8, words=("auto",), nullable=True)
+    assert [count.parse(t, "w", none=("none",)) for t in ("4", " 8\n", "auto", "None")] == [4, 8, "auto", None]
+    for text in ("0", "1.5", "1e3", "x", "", "nan"):
+        with pytest.raises(SettingError, match=r"^w: n must be "):
+            count.parse(text, "w")
+    flag = Setting("b", bool)
+    assert [flag.parse(t, "w") for t in ("true", "No", "1", "off")] == [True, False, True, False]
+    with pytest.raises(SettingError, match="b must be a boolean, got 'maybe'"):
+        flag.parse("maybe", "w")
+
+
+def test_a_narrower_view_allows_only_what_the_setting_allows():
+    beams = GENERATION_SETTINGS["num_beams"]
+    few = beams.narrowed(max=12)
+    assert (few.name, few.min, few.max, few.help) == (beams.name, 1, 12, beams.help)
+    assert few.problem(12) is None and few.problem(13) and beams.problem(13) is None
+    for wider in (dict(max=beams.max + 1), dict(min=0), dict(max=None), dict(default=0), dict(name="other")):
+        with pytest.raises(ValueError, match="does not narrow"):
+            beams.narrowed(**wider)
+    penalty = GENERATION_SETTINGS["length_penalty_type"]
+    assert penalty.narrowed(choices=("gnmt",)).problem("hf")
+    with pytest.raises(ValueError):
+        penalty.narrowed(choices=("gnmt", "wu"))
 
 
 def test_a_flag_type_names_the_problem_and_argparse_names_the_flag():
@@ -39,10 +73,10 @@ def test_a_flag_type_names_the_problem_and_argparse_names_the_flag():
     assert parser.parse_args(["--num_beams", "4", "--max_length_b", "none", "--alpha", "0.6"]) == \
         argparse.Namespace(num_beams=4, max_length_b=None, alpha=0.6)
     for argv, message in ((["--num_beams", "0"], "argument --num_beams: must be in [1, 8], got 0"),
-                          (["--num_beams", "1e3"], "argument --num_beams: expected an integer, got '1e3'"),
+                          (["--num_beams", "1e3"], "argument --num_beams: must be an integer in [1, 8], got 1000.0"),
                           (["--num_beams", "99999999999999999999"], "must be in [1, 8]"),
                           (["--max_length_b", "-5"], "argument --max_length_b: must be >= 0, got -5"),
-                          (["--max_length_b", "x"], "expected an integer or 'none', got 'x'"),
+                          (["--max_length_b", "x"], "must be an integer >= 0 or 'none', got 'x'"),
                           (["--alpha", "nan"], "argument --alpha: must be a finite number"),
                           (["--alpha", "inf"], "must be a finite number")):
         with pytest.raises(argparse.ArgumentError, match=re.escape(message)):

@@ -23,8 +23,8 @@ from vaswani_hf.evaluation import (
     format_table,
     load_metric,
     make_compute_metrics,
-    translate_lines,
 )
+from vaswani_hf.inference import translate
 from vaswani_hf.io import UsageError
 from vaswani_hf.metrics.tok_bleu.tok_bleu import moses_tokenize, split_compounds
 
@@ -325,10 +325,10 @@ class _EchoModel(torch.nn.Module):
         return torch.cat([start, input_ids * attention_mask], dim=1)
 
 
-def test_translate_lines_keeps_order_and_empty_lines(word_tokenizer):
+def test_translate_for_scoring_keeps_order_and_empty_lines(word_tokenizer):
     lines = [HYPOTHESES[0], "", REFERENCES[1], "   ", HYPOTHESES[2]]
     model = _EchoModel()
-    out = translate_lines(model, word_tokenizer, lines, batch_size=2, num_beams=4, device="cpu")
+    out = translate(model, word_tokenizer, lines, batch_size=2, num_beams=4, device="cpu")
     assert out == [HYPOTHESES[0], "", REFERENCES[1], "", HYPOTHESES[2]]
     batches = [call["batch"] for call in model.calls]
     assert sum(batches) == 3 and max(batches) <= 2  # empty lines never reach the model; batch_size respected

@@ -148,10 +148,11 @@ def test_extra_fields_follow_the_declaration(tmp_path):
     ("layer_norm_eps", float("nan"), "must be a finite number"),
     ("d_model", 16.5, "must be an integer"),
     ("d_model", True, "must be an integer"),
-    ("eos_token_id", [2, "x"], r"eos_token_id\[1\] must be an integer"),
+    ("eos_token_id", [2, "x"], "must be a token id"),
+    ("d_model", -4, r"d_model must be an integer in \[1, 65,536\], got an integer -4"),
     ("custom_pipelines", [], "must be an object"),
 ])
-def test_config_fields_have_vaswani_configs_types(field, value, problem, tmp_path):
+def test_config_fields_have_vaswani_configs_declarations(field, value, problem, tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**_vaswani_config(), field: value}), encoding="utf-8")  # json writes NaN as NaN
     expected = problem if "[" in problem else f"{field} {problem}"

@@ -116,7 +116,7 @@ def test_the_pages_ranges_are_narrower_views_of_the_declared_settings():
         declared = GENERATION_SETTINGS[name]
         assert (narrow.name, narrow.type, narrow.help, narrow.default) == (declared.name, declared.type,
                                                                             declared.help, declared.default)
-        assert declared.bound.min <= narrow.bound.min <= narrow.default <= narrow.bound.max <= declared.bound.max
+        assert declared.min <= narrow.min <= narrow.default <= narrow.max <= declared.max
 
 
 def test_translation_is_the_packages_translate_with_the_chosen_settings(space, tiny):  # noqa: F811

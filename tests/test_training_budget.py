@@ -102,7 +102,7 @@ def test_the_evaluation_budget_and_the_length_filter_each_have_one_rule(tmp_path
 
 def test_a_budget_below_max_length_is_refused_by_one_rule(tmp_path, monkeypatch):
     """A number in the recipe is refused when it is loaded, `auto`'s number when the run is planned: one rule
-    (`budget.check_length_fits`), and no other module words it."""
+    (`recipe.check_length_fits`), and no other module words it."""
     from vaswani_hf.training import RecipeError, budget
 
     with pytest.raises(RecipeError, match="max_tokens_per_device 64 is below max_length 128"):
@@ -113,7 +113,7 @@ def test_a_budget_below_max_length_is_refused_by_one_rule(tmp_path, monkeypatch)
         plan_run(recipe, world=World())
     modules = Path(vaswani_hf.__file__).parent.rglob("*.py")
     wording = [p.name for p in modules if "below max_length" in p.read_text(encoding="utf-8")]
-    assert wording == ["budget.py"]
+    assert wording == ["recipe.py"]
 
 
 def test_no_token_budget_default_outside_the_recipe():

@@ -36,14 +36,9 @@ from torch import nn
 
 class _SelfAttentionBuffers:
     """Self-attention keys and values of one decoder layer for every running row, stored (rows, capacity, H, d) so
-    that a row's prefix of `length` positions is one contiguous block; attention reads them as the (rows, H, length,
-    d) views SDPA expects.
-
-    Two buffers per tensor: reordering the rows after a step (`reorder`) copies the kept rows' prefixes from one into
-    the other with `index_select(out=...)`, a single copy of one block per row (with heads before positions, each row
-    would be H blocks: ~1.6x slower); the capacity starts small and doubles, up to `max_positions`, when the prefix
-    outgrows it.
-    """
+    that a row's prefix is one contiguous block (read as the (rows, H, length, d) views SDPA expects). Two buffers
+    per tensor: `reorder` copies the kept rows' prefixes from one into the other with `index_select(out=...)`, one
+    block per row (heads before positions would be H blocks: ~1.6x slower); the capacity doubles as needed."""
 
     def __init__(self, rows: int, heads: int, d_k: int, d_v: int, max_positions: int, dtype, device):
         self.max_positions = max_positions
@@ -177,15 +172,13 @@ def _restrict(scores: torch.Tensor, step: int, min_steps: int, at_limit: torch.T
 
 
 def top_candidates(log_probs: torch.Tensor, running_scores: torch.Tensor, keep: int, chunk: int = 128):
-    """The `keep` best (beam, token) candidates of each sentence by accumulated log P: the values and flat indices
-    (beam * V + token) of `torch.topk((log_probs + running_scores[..., None]).view(A, k * V), keep)`, equal up to the
-    order among exactly equal scores, without adding the beam scores to all k * V log-probs.
+    """The `keep` best (beam, token) candidates of each sentence by accumulated log P: what
+    `torch.topk((log_probs + running_scores[..., None]).view(A, k * V), keep)` gives (values, flat indices beam * V +
+    token; equal up to the order of exact ties), without adding the beam scores to all k * V log-probs.
 
-    log_probs: (A, k, V), running_scores: (A, k). Rounding is monotone, so the best sum in a block of `chunk` tokens of
-    one beam is the block's best log-prob plus the beam's score (the same float). Every one of the `keep` best sums
-    lies in one of the `keep` blocks with the best such maxima, or in the < `chunk` tokens left over at the end of
-    each beam's row; only those candidates are summed and ranked. Falls back to the plain sum and `torch.topk` off CPU
-    and for short rows."""
+    log_probs: (A, k, V), running_scores: (A, k). Rounding is monotone, so the best sum in a block of `chunk` tokens is
+    the block's best log-prob plus the beam's score; the `keep` best sums lie in the `keep` best blocks or in each
+    row's < `chunk` leftover tokens, and only those are summed and ranked. Plain `torch.topk` off CPU / short rows."""
     alive, k, vocab = log_probs.shape
     blocks = vocab // chunk
     if blocks < keep or log_probs.device.type != "cpu":
@@ -232,17 +225,13 @@ class _Beams:
     def start(cls, batch: int, k: int, max_new: int, fill_value: int, source: _Source, device) -> "_Beams":
         running_scores = torch.full((batch, k), -1.0e9, device=device)
         running_scores[:, 0] = 0.0  # all beams start identical: only the first one may expand at step 1
-        return cls(
-            ids=torch.arange(batch, device=device),
-            running_scores=running_scores,
-            running_tokens=torch.full((batch, k, max_new), fill_value, dtype=torch.long, device=device),
-            finished_scores=torch.full((batch, k), -1.0e9, device=device),
-            finished_tokens=torch.full((batch, k, max_new), fill_value, dtype=torch.long, device=device),
-            finished_lengths=torch.zeros(batch, k, dtype=torch.long, device=device),
-            finished_flags=torch.zeros(batch, k, dtype=torch.bool, device=device),
-            can_improve=torch.ones(batch, dtype=torch.bool, device=device),
-            source=source,
-        )
+        return cls(ids=torch.arange(batch, device=device), running_scores=running_scores,
+                   running_tokens=torch.full((batch, k, max_new), fill_value, dtype=torch.long, device=device),
+                   finished_scores=torch.full((batch, k), -1.0e9, device=device),
+                   finished_tokens=torch.full((batch, k, max_new), fill_value, dtype=torch.long, device=device),
+                   finished_lengths=torch.zeros(batch, k, dtype=torch.long, device=device),
+                   finished_flags=torch.zeros(batch, k, dtype=torch.bool, device=device),
+                   can_improve=torch.ones(batch, dtype=torch.bool, device=device), source=source)
 
     def select(self, kept: torch.Tensor) -> "_Beams":
         """The sentences still running (`kept`: their current indices)."""
@@ -299,13 +288,10 @@ def _run_on(beams: _Beams, top_scores, hits, candidates, origins, group: int, st
 
 def _sentences_done(beams: _Beams, step: int, length_bounds, length_penalty: Callable, alpha: float, early_stopping,
                     num_return_sequences: int, max_length: int) -> torch.Tensor:
-    """Step 5: (A,) True for the sentences whose result is final; updates `beams.can_improve`.
-
-    The best score a running beam can still finish with is exact: log P only falls as a beam grows, and lp(|Y|) grows
-    with it for alpha > 0 (shrinks for alpha < 0), so it is log P / lp(the sentence's longest |Y|) (for alpha > 0).
-    `early_stopping="never"` (the paper's t2t bound) compares it with the worst finished hypothesis; False uses the
-    current length instead (transformers' heuristic); True also stops once k hypotheses have finished.
-    """
+    """Step 5: (A,) True for the sentences whose result is final; updates `beams.can_improve`. log P only falls as a
+    beam grows and lp(|Y|) grows with it (alpha > 0), so the best a running beam can finish with is log P / lp(the
+    sentence's longest |Y|): `early_stopping="never"` (the paper's t2t bound) compares that with the worst finished
+    hypothesis, False the current length (transformers' heuristic); True also stops once k have finished."""
     current_length = torch.full_like(beams.ids, step + 1)
     exact_bound = beams.running_scores[:, 0] / length_penalty(
         (length_bounds[beams.ids] if alpha > 0.0 else current_length).float())
@@ -360,19 +346,12 @@ def lean_beam_search(
     alpha: float,
     early_stopping: bool | str,
 ) -> torch.Tensor:
-    """Beam search over `model`'s decoder (a VaswaniForConditionalGeneration in eval mode).
-
-    Per step and per sentence, as transformers' `GenerationMixin._beam_search` (v5) does:
-    1. log P of every next token for every running beam; a beam at its sentence's length limit may only emit </s>,
-       and none may before `min_steps` tokens;
-    2. the 2k best (beam, token) candidates by accumulated log P (`_candidates`);
-    3. the best k candidates that did not finish (</s> or the global max length) run on (`_run_on`);
-    4. those among the best k that did finish enter the sentence's k finished hypotheses if their score
-       log P / length_penalty(|Y|) is among the k best so far (`_add_finished`);
-    5. a sentence is done when no running beam can beat its worst finished hypothesis even at full length (`"never"`,
-       the paper's t2t bound, here with the sentence's own length limit: still an upper bound, so the same results,
-       sooner), at the current length (False), once k hypotheses have finished (True), or, whatever the rule, as
-       soon as its `num_return_sequences` best are final (`_sentences_done`). Done sentences leave the batch.
+    """Beam search over `model`'s decoder (a VaswaniForConditionalGeneration in eval mode). Per step and sentence,
+    as transformers' `GenerationMixin._beam_search` (v5): log P of every next token (</s> forced at the length limit,
+    forbidden before `min_steps`); the 2k best candidates (`_candidates`); the best k unfinished run on (`_run_on`);
+    finished ones among the best k enter the k best hypotheses by log P / lp(|Y|) (`_add_finished`); a sentence is
+    done by `early_stopping`'s rule or once its `num_return_sequences` best are final (`_sentences_done`), and leaves
+    the batch.
 
     Returns (B * num_return_sequences, 1 + longest) ids: the start token, the best hypotheses in descending score
     order, padded with `fill_value` (as transformers pads)."""

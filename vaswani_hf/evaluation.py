@@ -1,22 +1,9 @@
-"""Translation quality metrics for the Transformer (Vaswani et al., 2017), each clearly labelled.
+"""Translation quality metrics for the Transformer (Vaswani et al., 2017), each clearly labelled (`DESCRIPTIONS`).
 
-Scores reported by :func:`compute_all`:
-
-``sacrebleu``
-    sacreBLEU corpus BLEU on detokenized text (default tokenizer 13a) with its signature (Post, 2018).
-    This is the number comparable across papers and toolkits.
-``chrf``
-    chrF (character n-gram F-score, beta=2) via sacreBLEU, with its signature.
-``bleu_tok_compound_split``
-    The paper's tokenized BLEU. Section 6.1 of the paper reports newstest2014 EN-DE BLEU as computed by
-    tensor2tensor's ``utils/get_ende_bleu.sh``: Moses ``tokenizer.perl -l de`` (here: its port ``sacremoses``,
-    after replace-unicode-punctuation), compound splitting ``s{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g`` on
-    hypothesis and reference, then ``multi-bleu.perl`` (case-sensitive BLEU on whitespace tokens, no smoothing).
-    It is inflated by the splitting and only comparable with numbers computed the same way (e.g. 27.3 / 28.4
-    in the paper's Table 2).
-``bleu_tok_none``
-    BLEU on the whitespace tokens as given (sacreBLEU ``tokenize="none"``), for already tokenized (and
-    lowercased) references such as Multi30k's tok files; this is the kind of number fairseq reports (e.g. 41.0).
+:func:`compute_all` reports sacreBLEU (the number comparable across papers), chrF, the paper's tokenized BLEU
+(Section 6.1, tensor2tensor's ``get_ende_bleu.sh``: inflated by compound splitting, comparable only with numbers
+computed the same way, e.g. Table 2's 27.3 / 28.4) and BLEU on the given whitespace tokens (for pre-tokenized
+references such as Multi30k's, the kind of number fairseq reports).
 
 The computations live in ``evaluate`` metric modules shipped in ``vaswani_hf/metrics/<name>/<name>.py`` and
 loaded by path with :func:`load_metric`, which needs no network (``evaluate.load`` of a Hub name fails offline).
@@ -32,7 +19,6 @@ import evaluate
 import numpy as np
 
 from .io import UsageError
-from .inference import translate
 
 METRICS_DIR = Path(__file__).resolve().parent / "metrics"
 METRIC_NAMES = ("sacrebleu_local", "chrf_local", "tok_bleu")
@@ -82,27 +68,15 @@ def _reference_streams(references) -> list[list[str]]:
     return [list(stream) for stream in references]
 
 
-def compute_all(
-    hypotheses: list[str],
-    references: list[str] | list[list[str]],
-    target_lang: str = "de",
-    tokenize: str = "13a",
-    lowercase: bool = False,
-) -> dict:
-    """All scores with their signatures, via the package's ``evaluate`` modules.
+def compute_all(hypotheses: list[str], references: list[str] | list[list[str]], target_lang: str = "de",
+                tokenize: str = "13a", lowercase: bool = False) -> dict:
+    """``{name: {"score", "signature", "description", ...details}}`` for ``sacrebleu``, ``chrf``,
+    ``bleu_tok_compound_split`` and ``bleu_tok_none``, via the package's ``evaluate`` modules.
 
-    Args:
-        hypotheses: one detokenized translation per segment.
-        references: one reference per segment (a list of str), or several reference streams
-            (a list of such lists, each as long as ``hypotheses``, as in ``sacrebleu.corpus_bleu``).
-        target_lang: language for the Moses tokenizer of the paper-style BLEU.
-        tokenize: sacreBLEU tokenizer for ``sacrebleu`` (default "13a").
-        lowercase: case-insensitive ``sacrebleu``, ``chrf`` and ``bleu_tok_none``; the paper-style BLEU stays
-            case-sensitive, as in the paper.
-
-    Returns:
-        ``{name: {"score", "signature", "description", ...details}}`` for the names ``sacrebleu``, ``chrf``,
-        ``bleu_tok_compound_split``, ``bleu_tok_none``.
+    ``hypotheses``: one detokenized translation per segment; ``references``: one per segment, or several streams as
+    in ``sacrebleu.corpus_bleu``; ``target_lang``: the Moses tokenizer's language for the paper-style BLEU;
+    ``tokenize``: sacreBLEU's tokenizer; ``lowercase``: case-insensitive scores except the paper-style BLEU (cased,
+    as in the paper).
     """
     hypotheses = list(hypotheses)
     streams = _reference_streams(references)
@@ -149,12 +123,9 @@ def format_table(scores: dict) -> str:
 class TranslationMetrics:
     """``compute_metrics`` for ``Seq2SeqTrainer(predict_with_generate=True)``: sacreBLEU, chrF, mean length.
 
-    Decodes generated ids and labels (label positions set to -100 by the collator, and any -100 in the
-    predictions, become the pad id first), strips special tokens and surrounding whitespace, and scores with the
-    package's ``sacrebleu_local`` (tokenizer ``tokenize``, default 13a) and ``chrf_local`` modules.
-    Returns ``{"bleu", "chrf", "gen_len"}`` where ``gen_len`` is the mean number of non-pad generated tokens; the
-    sacreBLEU signatures of the last computation are kept in ``signatures`` (the Trainer's metrics are numbers only),
-    so that a model card names exactly how its scores were computed.
+    Decodes ids and labels (-100 becomes the pad id) without special tokens, scores with ``sacrebleu_local``
+    (tokenizer ``tokenize``) and ``chrf_local``, and returns ``{"bleu", "chrf", "gen_len"}`` (mean non-pad generated
+    tokens); the last signatures are kept in ``signatures`` (the Trainer's metrics are numbers only) for the card.
     """
 
     def __init__(self, tokenizer, tokenize: str = "13a"):
@@ -182,10 +153,3 @@ class TranslationMetrics:
 def make_compute_metrics(tokenizer, tokenize: str = "13a") -> TranslationMetrics:
     """The Trainer's ``compute_metrics`` (see `TranslationMetrics`)."""
     return TranslationMetrics(tokenizer, tokenize)
-
-
-def translate_lines(model, tokenizer, lines, batch_size=32, num_beams=None, device="cpu") -> list[str]:
-    """Translate ``lines`` for scoring: `vaswani_hf.inference.translate` (token-budget batches, order preserved,
-    progress bar; empty lines give empty outputs without calling the model). Decoding settings other than
-    ``num_beams`` come from the model's ``generation_config``; ``num_beams=None`` uses its value."""
-    return translate(model, tokenizer, list(lines), batch_size=batch_size, num_beams=num_beams, device=device)

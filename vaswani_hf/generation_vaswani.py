@@ -26,14 +26,13 @@ from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengt
 from transformers.utils import GENERATION_CONFIG_NAME, cached_file
 
 from .beam_search_vaswani import force_eos, lean_beam_search, lean_greedy_search, top_candidates
-from .configuration_vaswani import MAX_POSITIONS, Bound, Setting, SettingError, VaswaniConfig
+from .configuration_vaswani import MAX_POSITIONS, Setting, SettingError, VaswaniConfig
 
-MAX_BEAMS = 1024  # a beam of a million hypotheses would exhaust memory rather than fail with a message
 LENGTH_PENALTY_TYPES = ("gnmt", "hf")
 
 
-def _decoding(name, kind, default, help, bound=Bound(), choices=(), token_id=False, many=False):  # noqa: A002
-    return Setting(name, kind, default, help, bound, choices, nullable=True, token_id=token_id, many=many)
+def _decoding(name, kind, default, help, **declaration):  # noqa: A002
+    return Setting(name, kind, default, help, nullable=True, **declaration)
 
 
 @dataclass(frozen=True)
@@ -63,24 +62,25 @@ class TokenIdLists(Setting):
 # vaswani_hf derives its command-line flags from them. None means "not set" (transformers' default), except for
 # max_length_b, where it turns the per-sentence limit off.
 GENERATION_SETTINGS = {s.name: s for s in (
-    _decoding("num_beams", int, 4, "beam size (Section 6.1: 4; 1: greedy decoding)", Bound(1, MAX_BEAMS)),
-    _decoding("num_return_sequences", int, None, "hypotheses returned per sentence (at most num_beams)",
-              Bound(1, MAX_BEAMS)),
-    _decoding("length_penalty", float, 0.6, "alpha of the length penalty (Section 6.1: 0.6)", Bound(-100, 100)),
+    # at most 1024 beams: a beam of a million hypotheses would exhaust memory rather than fail with a message
+    _decoding("num_beams", int, 4, "beam size (Section 6.1: 4; 1: greedy decoding)", min=1, max=1024),
+    _decoding("num_return_sequences", int, None, "hypotheses returned per sentence (at most num_beams)", min=1,
+              max=1024),
+    _decoding("length_penalty", float, 0.6, "alpha of the length penalty (Section 6.1: 0.6)", min=-100, max=100),
     _decoding("length_penalty_type", str, "gnmt", "gnmt: ((5 + |Y|) / 6) ** alpha, the paper's (through t2t); hf: "
               "transformers' |Y| ** alpha", choices=LENGTH_PENALTY_TYPES),
     _decoding("early_stopping", object, "never", "never: stop a sentence once no running beam can beat the worst "
               "finished one (the paper's \"terminate early when possible\", t2t's rule); true: once num_beams "
               "hypotheses have finished", choices=(True, False, "never")),
     _decoding("max_length_a", float, 1.0, "per-sentence limit floor(a * source_length + b) generated tokens, </s> "
-              "included (Section 6.1: a = 1)", Bound(0, 100)),
+              "included (Section 6.1: a = 1)", min=0, max=100),
     _decoding("max_length_b", int, 50, "the b of max_length_a (Section 6.1: 50); None ('none' on the command "
-              "line) turns the per-sentence limit off", Bound(0, MAX_POSITIONS)),
-    _decoding("max_new_tokens", int, None, "global cap on generated tokens", Bound(1, MAX_POSITIONS)),
+              "line) turns the per-sentence limit off", min=0, max=MAX_POSITIONS),
+    _decoding("max_new_tokens", int, None, "global cap on generated tokens", min=1, max=MAX_POSITIONS),
     _decoding("max_length", int, None, "global cap on output tokens, the decoder start included (so at least 2)",
-              Bound(2, MAX_POSITIONS + 1)),
-    _decoding("min_length", int, None, "no </s> before this many output tokens", Bound(0, MAX_POSITIONS)),
-    _decoding("min_new_tokens", int, None, "no </s> before this many generated tokens", Bound(0, MAX_POSITIONS)),
+              min=2, max=MAX_POSITIONS + 1),
+    _decoding("min_length", int, None, "no </s> before this many output tokens", min=0, max=MAX_POSITIONS),
+    _decoding("min_new_tokens", int, None, "no </s> before this many generated tokens", min=0, max=MAX_POSITIONS),
     _decoding("eos_token_id", int, None, "</s>: ends a hypothesis", token_id=True, many=True),
     _decoding("pad_token_id", int, None, "fills finished rows", token_id=True),
     _decoding("bos_token_id", int, None, "<s>", token_id=True),
@@ -92,12 +92,12 @@ GENERATION_SETTINGS = {s.name: s for s in (
       for name, help in (("bad_words_ids", "token sequences never generated"), ("suppress_tokens", "tokens never "
                          "generated"), ("begin_suppress_tokens", "tokens not generated first"))),
     _decoding("do_sample", bool, None, "sample instead of searching (not the paper's decoding)"),
-    _decoding("temperature", float, None, "sampling temperature", Bound(0, 100, min_exclusive=True)),
-    _decoding("top_k", int, None, "sample among the k most likely tokens (0: all)", Bound(0, 2**24)),
-    _decoding("top_p", float, None, "nucleus sampling mass", Bound(0, 1, min_exclusive=True)),
-    _decoding("repetition_penalty", float, None, "CTRL's repetition penalty (1: none)",
-              Bound(0, 100, min_exclusive=True)),
-    _decoding("no_repeat_ngram_size", int, None, "no n-gram of this size twice (0: off)", Bound(0, MAX_POSITIONS)),
+    _decoding("temperature", float, None, "sampling temperature", min=0, max=100, min_exclusive=True),
+    _decoding("top_k", int, None, "sample among the k most likely tokens (0: all)", min=0, max=2**24),
+    _decoding("top_p", float, None, "nucleus sampling mass", min=0, max=1, min_exclusive=True),
+    _decoding("repetition_penalty", float, None, "CTRL's repetition penalty (1: none)", min=0, max=100,
+              min_exclusive=True),
+    _decoding("no_repeat_ngram_size", int, None, "no n-gram of this size twice (0: off)", min=0, max=MAX_POSITIONS),
     *(_decoding(name, bool, None, f"transformers' {name}") for name in (
         "use_cache", "output_scores", "output_logits", "return_dict_in_generate", "output_attentions",
         "output_hidden_states")),
@@ -465,6 +465,6 @@ class VaswaniGenerationMixin(GenerationMixin):
         return super()._check_early_stop_heuristic(**kwargs)
 
 
-__all__ = ["VaswaniGenerationMixin", "gnmt_length_penalty", "default_generation_config", "fast_topk", "MAX_BEAMS",
-           "SourceLengthLimitLogitsProcessor", "GENERATION_SETTINGS", "LENGTH_PENALTY_TYPES", "TokenIdLists",
-           "check_generation_settings", "read_generation_file"]
+__all__ = ["VaswaniGenerationMixin", "gnmt_length_penalty", "default_generation_config", "fast_topk",
+           "SourceLengthLimitLogitsProcessor", "GENERATION_SETTINGS", "LENGTH_PENALTY_TYPES",
+           "TokenIdLists", "check_generation_settings", "read_generation_file"]

@@ -1,46 +1,24 @@
 """A "translation" pipeline for the Transformer (Vaswani et al., 2017), for transformers 5.
 
 transformers 5 removed its `translation`, `translation_xx_to_yy` and `text2text-generation` pipelines. This class
-brings those task names back for this model, in two ways, both transformers' own mechanisms:
-
-- config.json names the pipeline (`custom_pipelines`, from `custom_pipelines()` here: the one task "translation",
-  so that `pipeline(model=folder, trust_remote_code=True)` infers it: transformers infers a task from a config only
-  when it names exactly one), and configuration_vaswani.py imports this file, so every `save_pretrained` of the model
-  or its config (`Trainer.save_model`, PEFT's merged model, `Pipeline.save_pretrained`, ...) copies it next to the
-  weights, as transformers copies a registered class's relative imports;
-- `register_pipeline_tasks()`, which every `VaswaniConfig` runs (with or without the package: also the copy of this
-  file that `trust_remote_code` runs), registers the class in transformers' `PIPELINE_REGISTRY` under
-  "translation" and "text2text-generation", and makes every "translation_{src}_to_{tgt}" name an alias of
-  "translation", whatever the pair. Two monkeypatches, both in `register_pipeline_tasks`: transformers 5 refuses
-  those names in `_resolve_deprecated_task` (`pipelines.REMOVED_TASKS`) before it looks at the registry, so they are
-  taken out of that dict; and the registry's `task_aliases` dict, which knows exact names only, is replaced by a
-  copy that also maps any "translation_{src}_to_{tgt}" to "translation" (`_PairTaskAliases`). Without them
-  `pipeline("translation", model=model, tokenizer=tokenizer)` with objects in memory (no config.json to read)
-  cannot work. The class then decides, with the task name as given: any other model gets the KeyError transformers
-  itself gives for that name, a model of this type whose config knows another pair a ValueError naming both pairs,
-  one whose config knows no pair is accepted (it translates one pair whatever the name says).
-
-On a machine without `vaswani_hf`:
+brings those task names back for this model, with transformers' own mechanisms: config.json names the pipeline
+(`custom_pipelines()`: the one task "translation", so that `pipeline(model=folder, trust_remote_code=True)` infers it),
+and configuration_vaswani.py imports this file, so every `save_pretrained` copies it next to the weights. Every
+`VaswaniConfig` runs `register_pipeline_tasks()`, which registers the class under "translation" and
+"text2text-generation" and makes every "translation_{src}_to_{tgt}" an alias of "translation". Two monkeypatches make
+`pipeline("translation", model=model, tokenizer=tokenizer)` work with objects in memory: the names are taken out of
+`pipelines.REMOVED_TASKS` (checked before the registry), and the registry's `task_aliases` becomes a
+`_PairTaskAliases`. The class then decides: any other model gets transformers' own KeyError for that name, a model
+whose config knows another pair (`langs`) a ValueError naming both pairs, one that knows no pair is accepted.
 
     pipe = transformers.pipeline(model=folder, trust_remote_code=True)   # the task is "translation"
-    pipe("A man is riding a bike.")          # -> [{"translation_text": "..."}]
     pipe(["One.", "", "Two."], batch_size=8)  # -> [{"translation_text": ...}, {"translation_text": ""}, ...]
     transformers.pipeline("text2text-generation", model=folder, trust_remote_code=True)  # -> "generated_text"
-    transformers.pipeline("translation", model=model, tokenizer=tokenizer)  # objects in memory
 
-`translation_en_to_de`-style names and transformers 4's `src_lang=` / `tgt_lang=` call arguments are checked against
-the pair the config knows (`langs`; the Hub folder of a training run has it). A call may not ask for generate()'s
-extra outputs (`return_dict_in_generate=True`): the pipeline returns texts; call `model.generate` for scores. This file
-imports only torch and transformers (no `vaswani_hf`, no relative imports).
-
-Decoding settings come from the model's `generation_config`, which for this model holds the paper's Section 6.1
-settings (beam size 4, length penalty alpha = 0.6, maximum output length = input length + 50, early termination);
-any `generate()` argument (`num_beams=1`, `length_penalty=...`, `max_new_tokens=...`) can be passed to the pipeline's
-constructor or to a call and overrides them.
-
-Empty-input rule (the same as `vaswani_hf.inference.translate`): an input that is empty or only whitespace
-translates to "" and is not decoded (a model fed nothing but `</s>` would still emit some sentence). Other inputs are
-stripped of leading/trailing whitespace before tokenization.
+Decoding follows the model's `generation_config` (Section 6.1: beam 4, alpha 0.6, input length + 50); any
+`generate()` argument overrides it, except `return_dict_in_generate=True` (the pipeline returns texts). An empty or
+whitespace-only input translates to "" without decoding, as in `vaswani_hf.inference.translate`; others are stripped.
+This file imports only torch and transformers (no `vaswani_hf`, no relative imports).
 """
 
 import re
@@ -61,13 +39,10 @@ _MIGRATION = "https://github.com/huggingface/transformers/blob/main/MIGRATION_GU
 
 
 class _PairTaskAliases(dict):
-    """transformers' `PIPELINE_REGISTRY.task_aliases` (the same entries), in which every "translation_{src}_to_{tgt}"
-    name is also an alias of "translation", so that `pipeline()` hands any such name, unchanged, to the class that
-    "translation" names. The registry looks names up with `in` and `[]` only (`PipelineRegistry.check_task`).
-
-    It also keeps what transformers says of the names this file takes out of `REMOVED_TASKS` (`removed_advice`),
-    shared by every copy of this file that runs (the package's, `trust_remote_code` copies): other models still get
-    transformers' own refusal under these names."""
+    """transformers' `PIPELINE_REGISTRY.task_aliases` (the same entries, looked up with `in` and `[]` only) in which
+    every "translation_{src}_to_{tgt}" is also an alias of "translation". It keeps what transformers says of the
+    names taken out of `REMOVED_TASKS` (`removed_advice`), shared by every copy of this file, so that other models
+    still get transformers' own refusal under these names."""
 
     vaswani_pair_tasks = True  # the mark `register_pipeline_tasks` checks, whichever copy of this file made it
 
@@ -121,14 +96,9 @@ def pipeline_settings(pipelines: dict | None, langs) -> tuple[dict, list | None]
 
 def register_pipeline_tasks(langs=None) -> None:
     """Let `transformers.pipeline` build `VaswaniTranslationPipeline` under every name in `TASKS` and every
-    "translation_{src}_to_{tgt}" name, idempotently. Run by every `VaswaniConfig`; `langs` is accepted for older
-    callers and not needed (every pair name resolves, and the class checks the pair).
-
-    transformers' `PIPELINE_REGISTRY.register_pipeline` where no copy of this class (the package's or a
-    `trust_remote_code` copy) holds the name yet; and the monkeypatches: the names are taken out of
-    `transformers.pipelines.REMOVED_TASKS` (transformers >= 5.2x; 5.17 has no such dict), which `pipeline()` checks
-    before the registry, and the registry's `task_aliases` becomes a `_PairTaskAliases` with the same entries. The
-    class's `_registered_impl`, which `Pipeline.save_pretrained` writes into config.json, is `TASK` alone."""
+    "translation_{src}_to_{tgt}", idempotently (module docstring; `langs` is not needed: the class checks the pair).
+    `REMOVED_TASKS` exists from transformers 5.2x (5.17 has none). The class's `_registered_impl`, which
+    `Pipeline.save_pretrained` writes into config.json, is `TASK` alone."""
     from transformers import AutoModelForSeq2SeqLM
     from transformers import pipelines
 
@@ -172,25 +142,14 @@ def _refuse_dict_outputs(generate_kwargs: dict) -> None:
 
 
 class VaswaniTranslationPipeline(Pipeline):
-    """Text -> translated text with `model.generate` (beam search with the model's generation config by default).
+    """Text -> translated text with `model.generate` (the model's generation config by default).
 
-    Call arguments (constructor or call):
-        truncation: truncate inputs longer than the tokenizer's `model_max_length` (default False: the model's
-            sinusoidal positions extrapolate, Section 3.5).
-        return_text / return_tensors: return `translation_text` (default) and/or `translation_token_ids`.
-        clean_up_tokenization_spaces: passed to `tokenizer.decode`.
-        src_lang / tgt_lang: transformers 4's translation arguments. The model translates one fixed pair, so they
-            select nothing: they are checked against the pair the model's config knows (`langs`; a task name
-            "translation_xx_to_yy" is checked the same way), and a different pair is a ValueError naming both.
-            Where the config knows no pair they are accepted and ignored.
-        any other keyword: a `generate()` argument (`num_beams`, `length_penalty`, `num_return_sequences`, ...),
-            except `return_dict_in_generate=True` (a ValueError: the pipeline returns texts; call `model.generate`
-            for scores). Where the model's generation config sets it, the pipeline uses the returned sequences.
-
-    Returns one list of records per input (one record per returned sequence); for a list of strings with one
-    sequence each, a flat list of records, as the transformers 4 translation pipeline did. Records are keyed
-    `translation_text` / `translation_token_ids`, or `generated_text` / `generated_token_ids` when the pipeline was
-    built as "text2text-generation" (transformers 4's keys for each task).
+    Call arguments (constructor or call): truncation (default False: sinusoidal positions extrapolate, Section 3.5);
+    return_text / return_tensors (`translation_text`, `translation_token_ids`); clean_up_tokenization_spaces;
+    src_lang / tgt_lang (transformers 4's: checked against the config's `langs`, a different pair is a ValueError);
+    any other keyword is a `generate()` argument. One list of records per input (one per returned sequence); for a
+    list of strings with one sequence each, a flat list, as transformers 4 did. Built as "text2text-generation", the
+    keys are `generated_text` / `generated_token_ids`.
     """
 
     _pipeline_calls_generate = True
@@ -215,9 +174,8 @@ class VaswaniTranslationPipeline(Pipeline):
                                   f'use the task "{TASK}" or a model for that pair')
 
     def _refuse_constructor_dict_outputs(self) -> None:
-        """`_refuse_dict_outputs` for the constructor's generate() arguments, which transformers takes before
-        `_sanitize_parameters`: set aside (>= 5.2x), or merged into a copy of the model's generation config (5.17:
-        asked for where the copy differs from the model's own setting)."""
+        """`_refuse_dict_outputs` for the constructor's generate() arguments: set aside (transformers >= 5.2x), or
+        merged into a copy of the model's generation config (5.17: asked for where it differs from the model's)."""
         asked = dict(getattr(self, "_generate_kwargs", {}))
         merged = getattr(getattr(self, "generation_config", None), "return_dict_in_generate", False)
         if merged and not self.model.generation_config.return_dict_in_generate:
@@ -241,29 +199,14 @@ class VaswaniTranslationPipeline(Pipeline):
                 f"translation pipeline: this model translates {langs[0]} -> {langs[1]} (config `langs`), but "
                 f"{asked_by} asks for {asked[0]} -> {asked[1]}; {remedy}")
 
-    def _sanitize_parameters(
-        self,
-        truncation=None,
-        return_text=None,
-        return_tensors=None,
-        clean_up_tokenization_spaces=None,
-        src_lang=None,
-        tgt_lang=None,
-        **generate_kwargs,
-    ):
+    def _sanitize_parameters(self, truncation=None, return_text=None, return_tensors=None,
+                             clean_up_tokenization_spaces=None, src_lang=None, tgt_lang=None, **generate_kwargs):
         self._check_languages(src_lang, tgt_lang)
         _refuse_dict_outputs(generate_kwargs)
-        preprocess_params = {}
-        if truncation is not None:
-            preprocess_params["truncation"] = truncation
-        postprocess_params = {}
-        if return_tensors is not None:
-            postprocess_params["return_tensors"] = return_tensors
-        if return_text is not None:
-            postprocess_params["return_text"] = return_text
-        if clean_up_tokenization_spaces is not None:
-            postprocess_params["clean_up_tokenization_spaces"] = clean_up_tokenization_spaces
-        return preprocess_params, dict(generate_kwargs), postprocess_params
+        postprocess = dict(return_tensors=return_tensors, return_text=return_text,
+                           clean_up_tokenization_spaces=clean_up_tokenization_spaces)
+        return ({} if truncation is None else {"truncation": truncation}, dict(generate_kwargs),
+                {key: value for key, value in postprocess.items() if value is not None})
 
     def __call__(self, inputs, *args, **kwargs):
         if isinstance(inputs, str):

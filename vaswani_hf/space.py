@@ -159,9 +159,9 @@ def build_demo(space: logic.SpaceModel):
                                api_visibility="private", example_labels=[label for _, _, label in logic.EXAMPLES],
                                elem_id="examples")
         with gr.Row():
-            num_beams = gr.Slider(beams.bound.min, beams.bound.max, step=1, label=beams.help,
-                                  value=min(max(generation.num_beams or 1, 1), beams.bound.max), elem_id="num_beams")
-            length_penalty = gr.Slider(alpha.bound.min, alpha.bound.max, step=0.1, label=f"α, {alpha.help}",
+            num_beams = gr.Slider(beams.min, beams.max, step=1, label=beams.help,
+                                  value=min(max(generation.num_beams or 1, 1), beams.max), elem_id="num_beams")
+            length_penalty = gr.Slider(alpha.min, alpha.max, step=0.1, label=f"α, {alpha.help}",
                                        value=generation.length_penalty if generation.length_penalty is not None
                                        else alpha.default, elem_id="alpha")
         translation = gr.Textbox(label="Translation", interactive=False, elem_id="translation")

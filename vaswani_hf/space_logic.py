@@ -21,7 +21,6 @@ from pathlib import Path
 
 import numpy as np
 
-from .configuration_vaswani import Bound
 from .errors import InputLineError, UsageError
 from .generation_vaswani import GENERATION_SETTINGS
 from .hub.card import LANGUAGE_NAMES, count_parameters
@@ -37,18 +36,9 @@ ALL_HEADS = "all"
 WORD_START = "▁"  # the token labels' mark of a word-initial subword (`vaswani_hf.visualize`)
 
 
-def _narrowed(name: str, low: float, high: float):
-    """The page's view of a declared decoding setting: the same `Setting` (its type, meaning and message), with a
-    bound narrowed to [low, high] within the declared one -- a slider, not a second range check."""
-    declared = GENERATION_SETTINGS[name]
-    bound = declared.bound
-    low = low if bound.min is None else max(low, bound.min)
-    high = high if bound.max is None else min(high, bound.max)
-    return dataclasses.replace(declared, bound=Bound(low, high), nullable=False)
-
-
 # beam sizes past 12 and alphas past 2 change nothing visible on a page's sentence but the waiting time
-PAGE_SETTINGS = {"num_beams": _narrowed("num_beams", 1, 12), "length_penalty": _narrowed("length_penalty", 0.0, 2.0)}
+PAGE_SETTINGS = {"num_beams": GENERATION_SETTINGS["num_beams"].narrowed(min=1, max=12, nullable=False),
+                 "length_penalty": GENERATION_SETTINGS["length_penalty"].narrowed(min=0.0, max=2.0, nullable=False)}
 
 # The paper's attention figures (Figures 3-5: encoder self-attention in layer 5 of 6), each with the view it shows.
 EXAMPLES = [

@@ -4,35 +4,19 @@ Vaswani et al. (2017), Section 5.1 "Training Data and Batching": "Sentences were
 [3], which has a shared source-target vocabulary of about 37000 tokens" (EN-DE). One vocabulary for both sides is
 what lets the model share one embedding matrix between encoder, decoder and pre-softmax projection (Section 3.4).
 
-Everything here is built from the `tokenizers` library (training, normalisation, pre-tokenisation, post-processing,
-decoding) and wrapped in a transformers `PreTrainedTokenizerFast` (an alias of `TokenizersBackend` in transformers 5)
-so that `save_pretrained` / `AutoTokenizer.from_pretrained` and `tok(src, text_target=tgt)` work unchanged.
+Everything here is built from the `tokenizers` library and wrapped in a transformers `PreTrainedTokenizerFast`, so
+that `save_pretrained` / `AutoTokenizer.from_pretrained` and `tok(src, text_target=tgt)` work unchanged. Choices:
 
-Design choices (argued):
-
-* Byte-level BPE, not Metaspace.  Byte-level BPE works on UTF-8 bytes mapped to 256 printable symbols, so *every*
-  input string is representable: there is never an `<unk>`, and `decode(encode(x)) == x` holds by construction
-  (measured: 100% of Multi30k raw lines, see tests/test_tokenization.py).  A Metaspace ("sentencepiece-style")
-  BPE maps characters unseen in training to `<unk>`, which cannot be detokenised (WMT test sets do contain such
-  characters), and with `prepend_scheme="always"` it silently drops a leading space (" a" decodes to "a").
-  Byte-level's regex pre-tokeniser also splits punctuation from words ("world." -> "world" "."), which the
-  Metaspace splitter does not.  Cost: tokens are less readable (`Ġ` marks a space) and rare characters cost 2-4
-  byte tokens; Multi30k needs ~4% more tokens per sentence at 8k vocab.
-* Word-initial tokens are consistent.  GPT-2's byte-level setup gives the first word of a line a different token
-  ("Two") from the same word inside the line ("ĠTwo").  We prepend one space in the normaliser (`Prepend(" ")`)
-  and strip exactly one leading space in the decoder (`Strip(" ", 1, 0)`), so the first word is tokenised like
-  any other word and the round trip stays exact (a line that itself starts with a space keeps it).
-* Unicode normalisation defaults to NFC, not NFKC.  NFC only merges canonically equivalent sequences
-  (e.g. "a" + combining diaeresis -> "ä"), which are the same text, so it never changes what a reader sees and
-  avoids wasting vocabulary on two spellings of one character.  NFKC (sentencepiece's default) also folds
-  compatibility characters (NO-BREAK SPACE -> space, "ﬁ" -> "fi", full-width forms, "½" -> "1⁄2"): useful for
-  noisy web text, but lossy, so decode(encode(x)) != x on such lines (45 of 93042 Multi30k lines contain U+00A0).
-  It is available as an option (`normalization="NFKC"`).
-* Lowercasing is off by default (the paper's BLEU is cased); `lowercase=True` adds a `Lowercase` normaliser,
-  which of course makes the round trip lossy.
-* Special tokens and ids are fixed, because the model config relies on them: `<pad>`=0 (also the decoder start
-  token, tensor2tensor-style zero start), `<s>`=1, `</s>`=2, `<unk>`=3.  The post-processor appends `</s>` to every
-  sequence (`"$A </s>"`); no `<s>` is prepended (the decoder starts from `<pad>`, the encoder needs no BOS).
+* Byte-level BPE, not Metaspace: every input string is representable (never an `<unk>`) and `decode(encode(x)) == x`
+  by construction; a Metaspace BPE maps characters unseen in training to `<unk>` (WMT test sets have them) and with
+  `prepend_scheme="always"` drops a leading space. Cost: `Ġ` marks a space, rare characters cost 2-4 byte tokens.
+* Word-initial tokens are consistent: the normaliser prepends one space (`Prepend(" ")`) and the decoder strips
+  exactly one (`Strip(" ", 1, 0)`), so a line's first word is tokenised like any other and the round trip stays exact.
+* NFC by default, not NFKC: NFC only merges canonically equivalent sequences (the same text); NFKC also folds
+  compatibility characters (NO-BREAK SPACE, "ﬁ", "½"), which is lossy. It is an option (`normalization="NFKC"`),
+  as is `lowercase=True` (off: the paper's BLEU is cased).
+* Fixed special ids, which the model config relies on: `<pad>`=0 (also the decoder start token, tensor2tensor's
+  zero start), `<s>`=1, `</s>`=2, `<unk>`=3. Every sequence gets `</s>` appended (`"$A </s>"`), no `<s>`.
 """
 
 from __future__ import annotations
@@ -66,18 +50,8 @@ TOKENIZER_FOLDER = "tokenizer folder"  # the kind of output vaswani-train-tokeni
 
 _NORMALIZERS = {"NFC": normalizers.NFC, "NFKC": normalizers.NFKC, "NFD": normalizers.NFD, "NFKD": normalizers.NFKD}
 
-__all__ = [
-    "PAD_ID",
-    "BOS_ID",
-    "EOS_ID",
-    "UNK_ID",
-    "SPECIAL_TOKENS",
-    "build_bpe_tokenizer",
-    "train_bpe_tokenizer",
-    "wrap_tokenizer",
-    "load_tokenizer",
-    "iter_training_text",
-]
+__all__ = ["PAD_ID", "BOS_ID", "EOS_ID", "UNK_ID", "SPECIAL_TOKENS", "build_bpe_tokenizer", "train_bpe_tokenizer",
+           "wrap_tokenizer", "load_tokenizer", "iter_training_text"]
 
 
 def build_bpe_tokenizer(*, lowercase: bool = False, normalization: str | None = "NFC") -> Tokenizer:
@@ -119,12 +93,9 @@ def _looks_like_file(x: Any) -> bool:
 
 
 def iter_training_text(corpus: Any, languages: Sequence[str] | None = None) -> Iterator[str]:
-    """Yield the training sentences of `corpus`, source and target sides alike (joint vocabulary).
-
-    `corpus` may be: a path or a list of paths to plain-text files (one sentence per line, e.g. `train.en` and
-    `train.de`); a `datasets.Dataset` with a `translation` column (all languages, or only `languages`); or any
-    iterable of strings.
-    """
+    """The training sentences of `corpus`, both sides alike (joint vocabulary): a path or a list of paths to
+    one-sentence-per-line files, a `datasets.Dataset` with a `translation` column (all languages, or `languages`), or
+    any iterable of strings."""
     import datasets  # local import: the tokenizer module should not require `datasets` for plain files
 
     if isinstance(corpus, (str, os.PathLike)):
@@ -158,48 +129,25 @@ def wrap_tokenizer(tok: Tokenizer, model_max_length: int = DEFAULT_MODEL_MAX_LEN
     for token, idx in zip(SPECIAL_TOKENS, (PAD_ID, BOS_ID, EOS_ID, UNK_ID)):
         if tok.token_to_id(token) != idx:
             raise ValueError(f"special token {token!r} has id {tok.token_to_id(token)}, expected {idx}")
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        pad_token=PAD_TOKEN,
-        bos_token=BOS_TOKEN,
-        eos_token=EOS_TOKEN,
-        unk_token=UNK_TOKEN,
-        model_max_length=model_max_length,
-        padding_side="right",
-        # The ByteLevel decoder already restores exact spacing; the legacy clean-up would e.g. turn " ." into ".".
-        clean_up_tokenization_spaces=False,
-    )
+    # The ByteLevel decoder already restores exact spacing; the legacy clean-up would e.g. turn " ." into ".".
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD_TOKEN, bos_token=BOS_TOKEN, eos_token=EOS_TOKEN,
+                                   unk_token=UNK_TOKEN, model_max_length=model_max_length, padding_side="right",
+                                   clean_up_tokenization_spaces=False)
 
 
-def train_bpe_tokenizer(
-    corpus: Any,
-    *,
-    vocab_size: int = DEFAULT_VOCAB_SIZE,
-    min_frequency: int = 2,
-    lowercase: bool = False,
-    normalization: str | None = "NFC",
-    languages: Sequence[str] | None = None,
-    model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
-    save_dir: str | os.PathLike | None = None,
-    show_progress: bool = True,
-) -> PreTrainedTokenizerFast:
+def train_bpe_tokenizer(corpus: Any, *, vocab_size: int = DEFAULT_VOCAB_SIZE, min_frequency: int = 2,
+                        lowercase: bool = False, normalization: str | None = "NFC",
+                        languages: Sequence[str] | None = None, model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
+                        save_dir: str | os.PathLike | None = None,
+                        show_progress: bool = True) -> PreTrainedTokenizerFast:
     """Train one BPE vocabulary on the source and target sides together (paper, Section 5.1).
 
-    Args:
-        corpus: files (path or list of paths), an iterable of strings, or a `datasets.Dataset` with a
-            `translation` column; see `iter_training_text`.  Pass both sides (e.g. `[train.en, train.de]`).
-        vocab_size: final vocabulary size, the 4 special tokens and the 256 byte symbols included
-            (paper: ~37000 for EN-DE; use a few thousand for small corpora such as Multi30k).
-        min_frequency: a pair must occur at least this often to be merged (2 avoids merges that only
-            memorise one sentence).
-        lowercase: lowercase before tokenising (off: the paper reports cased BLEU).
-        normalization: "NFC" (default, lossless for reading; see module docstring), "NFKC", "NFD", "NFKD" or None.
-        languages: with a `datasets.Dataset`, the languages to read (default: all in the `translation` column).
-        model_max_length: recorded in the saved tokenizer config.
-        save_dir: if given, `save_pretrained` there.
-
-    Returns:
-        A `PreTrainedTokenizerFast` with `<pad>`=0, `<s>`=1, `</s>`=2, `<unk>`=3 that appends `</s>`.
+    `corpus`: see `iter_training_text`; pass both sides (e.g. `[train.en, train.de]`). `vocab_size` counts the 4
+    special tokens and the 256 byte symbols (paper: ~37000 for EN-DE; a few thousand for Multi30k-sized data).
+    `min_frequency`: a pair must occur this often to be merged (2 avoids merges that memorise one sentence).
+    `lowercase` / `normalization`: module docstring. `languages`: with a `datasets.Dataset`, the languages to read.
+    `save_dir`: if given, `save_pretrained` there. Returns a `PreTrainedTokenizerFast` with `<pad>`=0, `<s>`=1,
+    `</s>`=2, `<unk>`=3 that appends `</s>`.
     """
     if vocab_size <= len(SPECIAL_TOKENS) + 256:
         raise ValueError(f"vocab_size={vocab_size} must exceed the 4 special tokens + 256 byte symbols")

@@ -24,7 +24,8 @@ import time
 from collections.abc import Sequence
 
 from .. import io
-from ..constraints import MAX_BEAMS, MAX_POSITIONS, MAX_SENTENCES, device, number
+from ..constraints import MAX_POSITIONS, MAX_SENTENCES, device, flag_type, number
+from ..generation_vaswani import GENERATION_SETTINGS
 from ..metrics import SACREBLEU_TOKENIZERS
 from ..translation_frontend import MAX_SOURCE_TOKENS
 from .command import OUTPUT_FILE, Command, Paths, Use, run_command
@@ -41,7 +42,7 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--out", metavar="FILE", help="write the scores as JSON here")
     parser.add_argument("--save_hypotheses", metavar="FILE", help="write the model's translations here")
     parser.add_argument("--overwrite", action="store_true", help="replace existing --out / --save_hypotheses files")
-    parser.add_argument("--num_beams", type=number(int, min=1, max=MAX_BEAMS), default=None,
+    parser.add_argument("--num_beams", type=flag_type(GENERATION_SETTINGS["num_beams"]), default=None,
                         help="beam size (default: the model's generation_config)")
     parser.add_argument("--batch_size", type=number(int, min=1, max=MAX_SENTENCES), default=32)
     parser.add_argument("--max_input_tokens", type=number(int, min=1, max=MAX_POSITIONS), default=MAX_SOURCE_TOKENS,

@@ -29,20 +29,22 @@ from contextlib import contextmanager
 
 from vaswani_commands import occupy_closed_descriptors, working_folder_problem
 
+from ..configuration_vaswani import Setting
 from ..errors import StandardInputClosed, StandardOutputClosed, UsageError
 
 STREAMS = ("stdin", "stdout", "stderr")
 
-# name -> (lowest value, highest value or None, what it is): the launchers' variables (torchrun, accelerate launch)
-DISTRIBUTED_VARIABLES = {
-    "RANK": (0, None, "this process's rank among all processes"),
-    "WORLD_SIZE": (1, None, "the number of processes"),
-    "LOCAL_RANK": (0, None, "this process's rank on its machine"),
-    "LOCAL_WORLD_SIZE": (1, None, "the number of processes on this machine"),
-    "GROUP_RANK": (0, None, "this machine's rank"),
-    "NODE_RANK": (0, None, "this machine's rank"),
-    "MASTER_PORT": (1, 65535, "the port of the first process's rendezvous"),
-}
+
+# The launchers' variables (torchrun, accelerate launch): each a whole number, its range and what it is.
+DISTRIBUTED_VARIABLES = {s.name: s for s in (
+    Setting("RANK", int, help="this process's rank among all processes", min=0),
+    Setting("WORLD_SIZE", int, help="the number of processes", min=1),
+    Setting("LOCAL_RANK", int, help="this process's rank on its machine", min=0),
+    Setting("LOCAL_WORLD_SIZE", int, help="the number of processes on this machine", min=1),
+    Setting("GROUP_RANK", int, help="this machine's rank", min=0),
+    Setting("NODE_RANK", int, help="this machine's rank", min=0),
+    Setting("MASTER_PORT", int, help="the port of the first process's rendezvous", min=1, max=65535),
+)}
 RANK_BELOW = (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE"))  # a rank lies below its count
 
 
@@ -153,15 +155,16 @@ def check_distributed_environment(environ: Mapping[str, str] | None = None) -> N
     range, or a rank not below its count."""
     environ = os.environ if environ is None else environ
     values = {}
-    for name, (low, high, meaning) in DISTRIBUTED_VARIABLES.items():
+    for name, declared in DISTRIBUTED_VARIABLES.items():
         if name not in environ:
             continue
         text = environ[name]
         value = _whole_number(text)
-        if value is None or value < low or (high is not None and value > high):
-            bounds = f"from {low} to {high}" if high is not None else f">= {low}"
-            raise UsageError(f"environment variable {name}={text[:40]!r} is not a whole number {bounds} ({meaning}, "
-                             "set by a launcher such as torchrun or accelerate launch); fix or unset it")
+        if value is None or declared.problem(value):
+            bounds = f"from {declared.min} to {declared.max}" if declared.max is not None else f">= {declared.min}"
+            raise UsageError(f"environment variable {name}={text[:40]!r} is not a whole number {bounds} "
+                             f"({declared.help}, set by a launcher such as torchrun or accelerate launch); fix or "
+                             "unset it")
         values[name] = value
     for rank, count in RANK_BELOW:
         if rank in values and count in values and values[rank] >= values[count]:

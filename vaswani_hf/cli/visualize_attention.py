@@ -22,7 +22,8 @@ import sys
 from collections.abc import Sequence
 
 from .. import io
-from ..constraints import MAX_BEAMS, device, number
+from ..constraints import device, flag_type
+from ..generation_vaswani import GENERATION_SETTINGS
 from ..inference import position_limit
 from ..visualize import KINDS, MAX_PLOT_TOKENS, visualize
 from .command import MODEL_FOLDER, Command, Paths, Use, output_folder, run_command
@@ -39,9 +40,10 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--target", default=None, help="reference translation (default: the model's translation)")
     parser.add_argument("--alignment", default=None, help='word alignment of source and --target, e.g. "0-0 1-2"')
     parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--num_beams", type=number(int, min=1, max=MAX_BEAMS), default=None,
+    parser.add_argument("--num_beams", type=flag_type(GENERATION_SETTINGS["num_beams"]), default=None,
                         help="beam size for the model's own translation (default: its generation_config)")
-    parser.add_argument("--max_new_tokens", type=number(int, min=1, max=MAX_PLOT_TOKENS), default=None,
+    plot_tokens = GENERATION_SETTINGS["max_new_tokens"].narrowed(max=MAX_PLOT_TOKENS)
+    parser.add_argument("--max_new_tokens", type=flag_type(plot_tokens), default=None,
                         help=f"cap on the model's own translation (at most {MAX_PLOT_TOKENS}: a plot's size)")
     parser.add_argument("--format", default="png", choices=["png", "svg", "pdf"])
     parser.add_argument("--per_head", action="store_true", help="also write one file per head")

@@ -1,17 +1,10 @@
 """Parallel corpora -> one `datasets.Dataset` schema (Section 5.1's training data, from any source).
 
-One schema for every source: a `datasets.Dataset` with a single column
-`translation: Translation(languages=[src_lang, tgt_lang])`, i.e. rows `{"translation": {src_lang: str, tgt_lang: str}}`,
-the schema of the Hub's WMT datasets. Sources: Moses-style file pairs (`train.en`, `train.de`), TSV with a header line
-naming the languages, JSON lines, a Hub dataset or a `save_to_disk` folder, and the bundled sample corpus.
-
-Empty lines.  An empty line in one file of a parallel pair (or a pair with an empty side in TSV/JSONL/Hub data) is
-a data problem but not a fatal one: the loaders keep the pair (so row i is still line i, useful when debugging) and log
-how many such pairs there are and where; `filter_pairs` removes them and reports the count.  Nothing is dropped
-silently.
-
-Text files are read by `vaswani_hf.io` (the package's one reader); the formats' own errors (a line-count mismatch
-naming both files, a malformed TSV/JSON line) are `CorpusError`s naming the file and line.
+One column `translation: Translation(languages=[src_lang, tgt_lang])`, the schema of the Hub's WMT datasets, from
+Moses-style file pairs (`train.en`, `train.de`), TSV with a header line naming the languages, JSON lines, a Hub
+dataset or a `save_to_disk` folder, and the bundled sample corpus. A pair with an empty side is kept (row i stays
+line i) and logged with where it is; `filter_pairs` removes such pairs and reports the count: nothing is dropped
+silently. Text files are read by `vaswani_hf.io`; the formats' own errors are `CorpusError`s naming file and line.
 """
 
 from __future__ import annotations
@@ -40,9 +33,6 @@ class CorpusError(UsageError):
     """Bad parallel-corpus input; the message names the file, line and/or argument at fault."""
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Loading
-# ---------------------------------------------------------------------------------------------------------------------
 # The readers below are hand-written rather than `load_dataset("text"/"csv"/"json")` because the required errors
 # (file + line of a bad UTF-8 byte, both files and both counts on a length mismatch, the line of a malformed TSV/JSON
 # record) are not what those builders report, and because `csv` would interpret quote characters that are plain text
@@ -50,10 +40,8 @@ class CorpusError(UsageError):
 
 
 def read_lines(path: str | os.PathLike, *, strip: bool = True) -> list[str]:
-    """The lines of a one-sentence-per-line corpus file, read by `vaswani_hf.io.read_lines` (strict UTF-8 with
-    file:line errors, BOM dropped, CRLF/CR normalised, line count kept). `strip=True` also removes surrounding
-    whitespace: leading/trailing blanks carry no content in sentence-per-line corpora, and a trailing space would
-    otherwise become a token the model must learn to emit."""
+    """The lines of a one-sentence-per-line corpus file (`vaswani_hf.io.read_lines`), with `strip` also without
+    surrounding whitespace, which carries no content there and would become a token the model must learn to emit."""
     lines = io.read_lines(path, what="corpus file")
     return [line.strip() for line in lines] if strip else lines
 
@@ -200,29 +188,31 @@ def iter_jsonl(path: str | os.PathLike, src_lang: str, tgt_lang: str, *,
         yield (s.strip(), t.strip()) if strip else (s, t)
 
 
+def _load_file(fmt: str, source, src_lang: str, tgt_lang: str, **options) -> datasets.Dataset:
+    """A corpus file (or Moses prefix) of format `fmt` in the common schema, cached under a key of its files."""
+    moses = fmt == "moses"
+    files = moses_paths(source, src_lang, tgt_lang) if moses else [io.check_input_file(source, "corpus file")]
+    name = f"{fmt}-{cache.key(fmt, src_lang, tgt_lang, *options.values(), files=files)}"
+    where = f"{source}.{{{src_lang},{tgt_lang}}}" if moses else str(source)
+    return _pair_dataset(FILE_FORMATS[fmt](source, src_lang, tgt_lang, **options), src_lang, tgt_lang, where,
+                         cache_name=name)
+
+
 def load_moses(prefix: str | os.PathLike, src_lang: str, tgt_lang: str, *, strip: bool = True) -> datasets.Dataset:
     """Moses-style parallel files `{prefix}.{src_lang}` and `{prefix}.{tgt_lang}` (e.g. `train.en`, `train.de`) in the
     common schema (see `iter_moses`)."""
-    files = moses_paths(prefix, src_lang, tgt_lang)
-    name = f"moses-{cache.key('moses', src_lang, tgt_lang, strip, files=files)}"
-    return _pair_dataset(iter_moses(prefix, src_lang, tgt_lang, strip=strip), src_lang, tgt_lang,
-                         f"{prefix}.{{{src_lang},{tgt_lang}}}", cache_name=name)
+    return _load_file("moses", prefix, src_lang, tgt_lang, strip=strip)
 
 
 def load_tsv(path: str | os.PathLike, src_lang: str, tgt_lang: str, *, header: bool = True,
              strip: bool = True) -> datasets.Dataset:
     """A tab-separated file of sentence pairs in the common schema (see `iter_tsv`)."""
-    files = [io.check_input_file(path, "corpus file")]
-    name = f"tsv-{cache.key('tsv', src_lang, tgt_lang, header, strip, files=files)}"
-    return _pair_dataset(iter_tsv(path, src_lang, tgt_lang, header=header, strip=strip), src_lang, tgt_lang,
-                         str(path), cache_name=name)
+    return _load_file("tsv", path, src_lang, tgt_lang, header=header, strip=strip)
 
 
 def load_jsonl(path: str | os.PathLike, src_lang: str, tgt_lang: str, *, strip: bool = True) -> datasets.Dataset:
     """A JSON-lines file of sentence pairs in the common schema (see `iter_jsonl`)."""
-    name = f"jsonl-{cache.key('jsonl', src_lang, tgt_lang, strip, files=[io.check_input_file(path, 'corpus file')])}"
-    return _pair_dataset(iter_jsonl(path, src_lang, tgt_lang, strip=strip), src_lang, tgt_lang, str(path),
-                         cache_name=name)
+    return _load_file("jsonl", path, src_lang, tgt_lang, strip=strip)
 
 
 FILE_FORMATS = {"moses": iter_moses, "tsv": iter_tsv, "jsonl": iter_jsonl}
@@ -248,15 +238,8 @@ def scan_corpus(source: str | os.PathLike, src_lang: str, tgt_lang: str, format:
     return total, usable
 
 
-def load_hub(
-    name: str | os.PathLike,
-    src_lang: str,
-    tgt_lang: str,
-    *,
-    config: str | None = None,
-    split: str = "train",
-    **load_kwargs: Any,
-) -> datasets.Dataset:
+def load_hub(name: str | os.PathLike, src_lang: str, tgt_lang: str, *, config: str | None = None, split: str = "train",
+             **load_kwargs: Any) -> datasets.Dataset:
     """Load a Hub dataset with a `translation` column through `datasets.load_dataset(name, config, split=split)`,
     e.g. `load_hub("wmt14", "en", "de", config="de-en")`.  A local folder written by `Dataset.save_to_disk` is read
     with `datasets.load_from_disk`.  Texts are kept as they are (no stripping); empty sides are reported.
@@ -293,11 +276,7 @@ def load_hub(
             desc="selecting languages",
         )
     ds = ds.cast(_features(src_lang, tgt_lang))
-    tbl = ds.with_format("arrow")[:]["translation"]
-    n_empty = pc.sum(
-        pc.or_(pc.equal(pc.utf8_length(pc.struct_field(tbl, src_lang)), 0),
-               pc.equal(pc.utf8_length(pc.struct_field(tbl, tgt_lang)), 0))
-    ).as_py() or 0
+    n_empty = len(ds) - usable_pairs(ds, src_lang, tgt_lang)
     if n_empty:
         logger.warning("%s: %d of %d pairs have an empty side; kept for now, removed by filter_pairs",
                        name, n_empty, len(ds))
@@ -307,16 +286,8 @@ def load_hub(
 _SUFFIX_FORMATS = {".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
 
 
-def load_parallel(
-    source: str | os.PathLike,
-    src_lang: str,
-    tgt_lang: str,
-    *,
-    format: str = "auto",
-    config: str | None = None,
-    split: str = "train",
-    **kwargs: Any,
-) -> datasets.Dataset:
+def load_parallel(source: str | os.PathLike, src_lang: str, tgt_lang: str, *, format: str = "auto",
+                  config: str | None = None, split: str = "train", **kwargs: Any) -> datasets.Dataset:
     """Load parallel data from any supported source into the common schema.
 
     `format`: "moses" (`source` is a prefix), "tsv", "jsonl", "hub" (a Hub name or a `save_to_disk` folder), or
@@ -336,12 +307,8 @@ def load_parallel(
             raise CorpusError(f"corpus not found: {source} (format=auto)")
         else:
             fmt = "hub"
-    if fmt == "moses":
-        return load_moses(source, src_lang, tgt_lang, **kwargs)
-    if fmt == "tsv":
-        return load_tsv(source, src_lang, tgt_lang, **kwargs)
-    if fmt == "jsonl":
-        return load_jsonl(source, src_lang, tgt_lang, **kwargs)
+    if fmt in FILE_FORMATS:
+        return _load_file(fmt, source, src_lang, tgt_lang, **kwargs)
     if fmt == "hub":
         return load_hub(source, src_lang, tgt_lang, config=config, split=split, **kwargs)
     raise ValueError(f"format={format!r}: expected 'auto', 'moses', 'tsv', 'jsonl' or 'hub'")
@@ -358,6 +325,3 @@ def load_sample_corpus(split: str = "train", src_lang: str = "en", tgt_lang: str
     if not Path(f"{folder / split}.{src_lang}").is_file():
         raise CorpusError(f"sample corpus split {split!r} not found in {folder} (expected {split}.{src_lang})")
     return load_moses(folder / split, src_lang, tgt_lang)
-
-
-# ---------------------------------------------------------------------------------------------------------------------

@@ -36,25 +36,14 @@ def _tokenize_batch(batch: dict, *, tokenizer: PreTrainedTokenizerBase, src_lang
     return {"input_ids": enc["input_ids"], "labels": enc["labels"]}
 
 
-def tokenize_pairs(
-    dataset: datasets.Dataset,
-    tokenizer: PreTrainedTokenizerBase,
-    src_lang: str,
-    tgt_lang: str,
-    *,
-    num_proc: int | None = None,
-    batch_size: int = 1000,
-    keep_text: bool = False,
-    cache_dir: str | os.PathLike | None = None,
-    load_from_cache_file: bool = True,
-) -> datasets.Dataset:
+def tokenize_pairs(dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, src_lang: str, tgt_lang: str, *,
+                   num_proc: int | None = None, batch_size: int = 1000, keep_text: bool = False,
+                   cache_dir: str | os.PathLike | None = None, load_from_cache_file: bool = True) -> datasets.Dataset:
     """Tokenize with `Dataset.map` (batched, multi-process with `num_proc`, at most one process per CPU).
 
-    Adds `input_ids` (source, `</s>` appended) and `labels` (target, `</s>` appended), stored as int32 lists;
-    drops `translation` unless `keep_text`. Caching: the result's fingerprint is a hash of the data's fingerprint,
-    the tokenizer's content (not the Python object, which differs between a tokenizer just trained and the same one
-    loaded from disk) and the arguments, so a file-backed dataset (a cached corpus, a Hub dataset) is tokenized once
-    and read from `datasets`' cache on the next launch; an in-memory dataset is cached only if `cache_dir` is given.
+    Adds int32 `input_ids` and `labels` (`</s>` appended), drops `translation` unless `keep_text`. The fingerprint
+    hashes the data's fingerprint, the tokenizer's content (not the Python object, which differs once reloaded) and the
+    arguments, so a file-backed dataset is tokenized once; an in-memory one is cached only with `cache_dir`.
     """
     for lang in (src_lang, tgt_lang):
         langs = getattr(dataset.features.get("translation"), "languages", None)
@@ -76,18 +65,10 @@ def tokenize_pairs(
         # more workers than CPUs only multiplies memory (8 workers on 2 cores held ~11 GB at 0.5M pairs); a small
         # dataset is tokenized faster than the workers start
         num_proc = min(num_proc, os.cpu_count() or 1) if len(dataset) >= 10 * batch_size else None
-    return dataset.map(
-        partial(_tokenize_batch, tokenizer=tokenizer, src_lang=src_lang, tgt_lang=tgt_lang),
-        batched=True,
-        batch_size=batch_size,
-        num_proc=num_proc,
-        remove_columns=remove,
-        features=features,
-        cache_file_name=cache_file_name,
-        new_fingerprint=key,
-        load_from_cache_file=load_from_cache_file,
-        desc=f"tokenizing {src_lang}-{tgt_lang}",
-    )
+    return dataset.map(partial(_tokenize_batch, tokenizer=tokenizer, src_lang=src_lang, tgt_lang=tgt_lang),
+                       batched=True, batch_size=batch_size, num_proc=num_proc, remove_columns=remove, features=features,
+                       cache_file_name=cache_file_name, new_fingerprint=key, load_from_cache_file=load_from_cache_file,
+                       desc=f"tokenizing {src_lang}-{tgt_lang}")
 
 
 def sequence_lengths(dataset: datasets.Dataset, column: str) -> np.ndarray:
@@ -154,16 +135,9 @@ def filter_pairs(
     return dataset.select(np.flatnonzero(keep)), report
 
 
-def prepare_dataset(
-    dataset: datasets.Dataset,
-    tokenizer: PreTrainedTokenizerBase,
-    src_lang: str,
-    tgt_lang: str,
-    *,
-    max_length: int | None = 256,
-    max_ratio: float | None = 9.0,
-    **tokenize_kwargs: Any,
-) -> tuple[datasets.Dataset, FilterReport]:
+def prepare_dataset(dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, src_lang: str, tgt_lang: str, *,
+                    max_length: int | None = 256, max_ratio: float | None = 9.0,
+                    **tokenize_kwargs: Any) -> tuple[datasets.Dataset, FilterReport]:
     """`tokenize_pairs` then `filter_pairs`: the usual path from a loaded corpus to training examples."""
     tokenized = tokenize_pairs(dataset, tokenizer, src_lang, tgt_lang, **tokenize_kwargs)
     return filter_pairs(tokenized, max_length=max_length, max_ratio=max_ratio)

@@ -1,48 +1,25 @@
 """Translate with a CTranslate2 export of our model (`to_ctranslate2`, re-exported here), with our decoding options.
 
 CTranslate2 runs the exported network exactly (float32 log-probabilities agree with ours to ~1e-5); what it cannot
-copy one-to-one is the search around it, so that part is written here. Options keep the names of
-`vaswani_hf.inference.translate`; how each maps:
+copy one-to-one is the search around it (Section 6.1's beam search), so that part is written here. Options keep the
+names of `vaswani_hf.inference.translate`; how each maps:
 
-Length penalty (`length_penalty_type`):
-    CTranslate2 ranks finished beam hypotheses by ``log P(Y) / L ** alpha`` with ``L`` NOT counting ``</s>``
-    (counting it with ``return_end_token=True``), and has no GNMT formula.
-    - ``"gnmt"`` (our `generate()` default, the paper's Section 6.1): ``lp(Y) = ((5 + |Y|) / 6) ** alpha``
-      (`vaswani_hf.generation_vaswani.gnmt_length_penalty`, the one our beam search uses);
-    - ``"hf"``: transformers' ``|Y| ** alpha``;
-      for both, ``|Y|`` counts ``</s>`` as our `generate()` does. CTranslate2 returns its ``num_beams`` best finished
-      hypotheses with their scores; we undo its normalisation exactly (``score * L ** alpha``) and re-rank them
-      with our formula. Difference left: the candidate set. CTranslate2 stops a sentence once ``num_beams *
-      patience`` hypotheses have finished (transformers' ``early_stopping=True``); our `generate()` default
-      ``early_stopping="never"`` keeps searching while a running beam could still win (t2t's bound), so it can
-      find a hypothesis CTranslate2 never finishes. ``patience`` > 1 narrows the gap at some speed cost.
-    - ``"ctranslate2"``: CTranslate2's native ranking, passed through (no re-ranking).
-    With ``alpha = 0`` all are the plain log-probability; greedy search (``num_beams=1``) ignores them.
-
-Maximum output length (`max_length_a`, `max_length_b`, `max_new_tokens`):
-    Our rule is per sentence: at most ``floor(a * source_length + b)`` tokens, ``</s>`` included (paper: input length
-    + 50; ``source_length`` counts the source tokens with ``</s>``); `generate()` forces ``</s>`` as the last one.
-    CTranslate2's ``max_decoding_length`` is ONE number per `translate_batch` call and it does not force ``</s>``:
-    we give it ``limit - 1`` free tokens (``</s>`` forced by our rule has log-prob 0 and is counted in ``|Y|`` when
-    re-ranking). With ``exact_max_length=True`` (default) sentences are grouped by their limit (i.e. by source
-    length) and each group gets its own calls, which is exact. ``exact_max_length=False`` uses the largest limit for
-    all (shorter sentences get a looser limit; CTranslate2's ``max_input_length`` is no substitute: it truncates the
-    source). The limit only binds for degenerate outputs. ``max_new_tokens`` is a global cap, as in `generate()`.
-    Both are also capped by the exported position table (``max_positions`` of `to_ctranslate2`): CTranslate2 cannot
-    extend sinusoids on demand as our model does. A longer source is an error naming its line, never truncated.
-
-Other details:
-    - ``min_decoding_length=0``: transformers lets ``</s>`` come first; CTranslate2's default (1) would forbid it.
-    - Lines in, lines out by the front end both engines share, `vaswani_hf.translation_frontend.translate_lines`:
-      empty / whitespace-only sentences give "" without decoding, others are stripped, every output is one stripped
-      line, a source longer than the exported position table is refused naming its line.
-    - Options left unset keep the generation config saved with the export (`vaswani_ctranslate2.json`); what it does
-      not record is the paper's (`vaswani_hf.generation_vaswani.default_generation_config`).
-    - Batching: the package's one batcher, `vaswani_hf.data.batching.make_batches` (``max_tokens`` padded source
-      tokens, default 4096, and/or ``batch_size`` sentences per batch, longest first); each batch is one
-      `translate_batch` call, which CTranslate2 does not re-split; results come back in input order.
-    - ``compute_type``: ``"default"`` keeps the exported weight type (an int8 export runs int8 matmuls with float32
-      activations on CPU, whose accuracy depends on the CPU's int8 kernels); ``"float32"`` dequantises it.
+- Length penalty (`length_penalty_type`). CTranslate2 ranks finished hypotheses by ``log P(Y) / L ** alpha``, ``L``
+  not counting ``</s>``, and has no GNMT formula. For ``"gnmt"`` (the paper's ``((5 + |Y|) / 6) ** alpha``) and
+  ``"hf"`` (``|Y| ** alpha``) we undo its normalisation exactly (``score * L ** alpha``) and re-rank its
+  ``num_beams`` finished hypotheses with ours, ``|Y|`` counting ``</s>`` as `generate()` does; ``"ctranslate2"``
+  keeps its own ranking. What still differs is the candidate set: CTranslate2 stops a sentence once ``num_beams *
+  patience`` hypotheses have finished (``early_stopping=True``), our default ``"never"`` searches on while a
+  running beam could still win; ``patience`` > 1 narrows the gap.
+- Maximum output length. Our limit is per sentence, ``floor(a * source_length + b)`` tokens with ``</s>`` forced as
+  the last; CTranslate2's ``max_decoding_length`` is one number per call and forces nothing, so it gets ``limit - 1``
+  free tokens, and with ``exact_max_length=True`` (default) sentences are grouped by their limit, which is exact
+  (False: the largest limit for all). ``max_new_tokens`` is a global cap; both are capped by the exported position
+  table (CTranslate2 cannot extend sinusoids). A longer source is an error naming its line, never truncated.
+- ``min_decoding_length=0``: transformers lets ``</s>`` come first. Lines in, lines out by the front end both
+  engines share (`vaswani_hf.translation_frontend.translate_lines`); batches by the package's one batcher
+  (`make_batches`), one `translate_batch` call each. Unset options keep the export's generation config
+  (`vaswani_ctranslate2.json`), else the paper's. ``compute_type="default"`` keeps the exported weight type.
 """
 
 from __future__ import annotations
@@ -63,10 +40,10 @@ from .ctranslate2_spec import (
     CT2_METADATA_FILE,
     GENERATION_KEYS,
     check_metadata,
+    check_one_vocabulary,
     import_ctranslate2,
     to_ctranslate2,
     tokenizer_tokens,
-    vocabulary_difference,
 )
 
 # generate()'s scorings, and CTranslate2's own (its hypotheses as it scored them, not re-ranked)
@@ -94,19 +71,14 @@ def _generation_defaults(saved: dict) -> dict:
 
 
 def _check_tokenizer(folder: Path, tokenizer, given: bool) -> None:
-    """The tokenizer must be the export's vocabulary: CTranslate2 maps token strings to rows by its own vocabulary
-    files, so a tokenizer of other tokens (even of the same size) would translate garbage. UsageError naming both
-    files and the first id where they differ."""
+    """The tokenizer must be the export's vocabulary (`check_one_vocabulary`), naming both files."""
+    which = "the given tokenizer" if given else f"the tokenizer {folder / 'tokenizer.json'}"
     ours = tokenizer_tokens(tokenizer)
-    for name in ("shared", "source", "target"):
-        path = folder / f"{name}_vocabulary.json"
-        if not path.is_file():
-            continue
-        difference = vocabulary_difference(ours, dict(enumerate(read_json(path, CT2_VOCABULARY))))
-        if difference is not None:
-            which = "the given tokenizer" if given else f"the tokenizer {folder / 'tokenizer.json'}"
-            raise UsageError(f"{which} and {path} are not one vocabulary ({difference}); the tokenizer files "
-                             "were replaced: export the model again (vaswani-export-ctranslate2)")
+    for path in (folder / f"{name}_vocabulary.json" for name in ("shared", "source", "target")):
+        if path.is_file():
+            check_one_vocabulary(ours, dict(enumerate(read_json(path, CT2_VOCABULARY))),
+                                 f"{which} and {path}", "the tokenizer files were replaced: export the model again "
+                                 "(vaswani-export-ctranslate2)")
 
 
 class CTranslate2Translator:
@@ -161,11 +133,8 @@ class CTranslate2Translator:
                 o["max_new_tokens"])
 
     def _limits(self, sources, a, b, max_new_tokens) -> tuple[list[int], list[bool]]:
-        """Per sentence: the free tokens CTranslate2 may produce, and whether our rule forces </s> after them.
-
-        Our generate() allows `limit` tokens, </s> included, forcing </s> as the limit-th (the rule) or stopping
-        after max_new_tokens (a global cap), so CTranslate2 may produce limit - 1 free tokens. The sources were
-        checked against the position table before (`translate_lines`)."""
+        """Per sentence: the free tokens CTranslate2 may produce (our limit - 1: generate() forces </s> as the
+        limit-th, or stops after max_new_tokens), and whether our rule forces </s> after them."""
         steps, forced_eos = [], []
         for tokens in sources:
             rule = int(a * len(tokens) + b) if b is not None else None
@@ -183,18 +152,10 @@ class CTranslate2Translator:
                   max_new_tokens: int | None = None, exact_max_length: bool = True, batch_size: int | None = None,
                   max_tokens: int | None = None, patience: float = 1.0,
                   max_input_tokens: int | None = MAX_SOURCE_TOKENS) -> list[str]:
-        """Translate `sentences` (plain text); one single-line string per sentence, in input order.
-
-        Options have the names and meanings of `vaswani_hf.inference.translate` / `generate()`; None (or unset
-        `max_length_b`) keeps the exported model's generation config (the paper's: beam 4, GNMT alpha 0.6, input
-        length + 50). num_beams: 1 = greedy. length_penalty_type: "gnmt", "hf" or "ctranslate2" (CTranslate2's own
-        ranking). max_length_a, max_length_b: per-sentence limit floor(a * source_length + b) tokens, </s>
-        included (`max_length_b=None`: off, then `max_new_tokens` is required). exact_max_length: group sentences by
-        their limit (module docstring). max_tokens / batch_size: `make_batches`' budget (default 4096 tokens).
-        patience: CTranslate2's beam patience. Lines in, lines out by `translate_lines` (module docstring); a source
-        longer than the exported position table, or than `max_input_tokens`, is a UsageError naming its line
-        (1-based).
-        """
+        """Translate `sentences` (plain text); one single-line string per sentence, in input order. Options have the
+        names and meanings of `vaswani_hf.inference.translate` (None, or an unset `max_length_b`: the export's
+        generation config); how each maps onto CTranslate2 is the module docstring's. A source longer than the
+        exported position table, or than `max_input_tokens`, is a UsageError naming its line."""
         options = self._options(num_beams=num_beams, length_penalty=length_penalty,
                                 length_penalty_type=length_penalty_type, max_length_a=max_length_a,
                                 max_length_b=max_length_b, max_new_tokens=max_new_tokens)
@@ -260,40 +221,17 @@ class CTranslate2Translator:
         return best
 
 
-def translate_ctranslate2(
-    model_dir: str | os.PathLike,
-    sentences: Sequence[str],
-    *,
-    num_beams: int | None = None,
-    length_penalty: float | None = None,
-    length_penalty_type: str | None = None,
-    max_length_a: float | None = None,
-    max_length_b: int | None = UNSET,
-    max_new_tokens: int | None = None,
-    exact_max_length: bool = True,
-    batch_size: int | None = None,
-    max_tokens: int | None = None,
-    max_input_tokens: int | None = MAX_SOURCE_TOKENS,
-    device: str | None = "cpu",
-    compute_type: str = "default",
-    quantization: str | None = None,
-    inter_threads: int = 1,
-    intra_threads: int = 0,
-) -> list[str]:
+def translate_ctranslate2(model_dir: str | os.PathLike, sentences: Sequence[str], *, device: str | None = "cpu",
+                          compute_type: str = "default", quantization: str | None = None, inter_threads: int = 1,
+                          intra_threads: int = 0, **options) -> list[str]:
     """Translate with CTranslate2; one single-line string per sentence, in input order.
 
     `model_dir` is a folder written by `to_ctranslate2` (has model.bin), or a saved Vaswani model folder, which is
-    then exported to a temporary folder first (`quantization`: None = float32, "int8", ...). Decoding options have
-    the names of `vaswani_hf.inference.translate`; None keeps the model's generation config (the paper's: beam 4,
-    GNMT alpha 0.6, input length + 50). The module docstring explains how each maps onto CTranslate2 and where it
-    differs. For repeated calls, build a `CTranslate2Translator` once.
+    then exported to a temporary folder first (`quantization`: None = float32, "int8", ...). `options` are
+    `CTranslate2Translator.translate`'s. For repeated calls, build a `CTranslate2Translator` once.
     """
     import tempfile
 
-    options = dict(num_beams=num_beams, length_penalty=length_penalty, length_penalty_type=length_penalty_type,
-                   max_length_a=max_length_a, max_length_b=max_length_b, max_new_tokens=max_new_tokens,
-                   exact_max_length=exact_max_length, batch_size=batch_size, max_tokens=max_tokens,
-                   max_input_tokens=max_input_tokens)
     loader = dict(device=device, compute_type=compute_type, inter_threads=inter_threads,
                   intra_threads=intra_threads)
     if (Path(model_dir) / "model.bin").is_file():

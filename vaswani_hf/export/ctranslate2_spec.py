@@ -17,13 +17,11 @@ from pathlib import Path
 
 import torch
 
-from ..configuration_vaswani import VaswaniConfig
-from ..io import UsageError, atomic_output_dir, check_model_folder, check_output_dir
-from ..configuration_vaswani import SettingError
+from ..configuration_vaswani import SettingError, VaswaniConfig
 from ..generation_vaswani import GENERATION_SETTINGS
+from ..io import UsageError, atomic_output_dir, check_model_folder, check_output_dir, check_same_vocabulary
 from ..io.files import CONFIG, CT2_METADATA, check_tokenizer_file, read_json
 from ..modeling_vaswani import VaswaniForConditionalGeneration, sinusoid_table
-from ..io import check_same_vocabulary
 
 CT2_METADATA_FILE = "vaswani_ctranslate2.json"
 _CT2_DEFAULT_MAX_POSITIONS = 1024
@@ -46,17 +44,12 @@ def import_ctranslate2():
 
 
 def _vocabulary(tokenizer, config: VaswaniConfig) -> list[str]:
-    """Our token strings in id order 0..V-1, exactly as the tokenizer maps them (no reordering, no <pad> removal).
-
-    Ids the tokenizer does not use (gaps in its id range) get unique placeholders; the sizes agree
-    (`_checked_sources`).
-    """
+    """Our token strings in id order 0..V-1, exactly as the tokenizer maps them (no reordering, no <pad> removal);
+    ids the tokenizer does not use get unique placeholders."""
     id_to_token = tokenizer_tokens(tokenizer)
     if id_to_token and max(id_to_token) >= config.vocab_size:
-        raise UsageError(
-            f"to_ctranslate2: the tokenizer has ids up to {max(id_to_token)} but the model's vocab_size is "
-            f"{config.vocab_size}; they must describe the same vocabulary."
-        )
+        raise UsageError(f"to_ctranslate2: the tokenizer has ids up to {max(id_to_token)} but the model's vocab_size "
+                         f"is {config.vocab_size}; they must describe the same vocabulary.")
     tokens = [id_to_token.get(i, f"<vaswani_unused_{i}>") for i in range(config.vocab_size)]
     if len(set(tokens)) != len(tokens):
         raise UsageError("to_ctranslate2: duplicate token strings in the vocabulary ; CTranslate2 maps by string.")
@@ -83,15 +76,15 @@ def tokenizer_tokens(tokenizer) -> dict[int, str]:
     return {index: token for token, index in vocab.items()}
 
 
-def vocabulary_difference(ours: dict[int, str], theirs: dict[int, str]) -> str | None:
-    """None if two {id: token} maps are one vocabulary (ids absent from `ours` match the export's placeholders
-    `<vaswani_unused_N>`), else where they first differ ("id 7 is 'a' in one, 'b' in the other")."""
+def check_one_vocabulary(ours: dict[int, str], theirs: dict[int, str], which: str, advice: str) -> None:
+    """UsageError "{which} are not one vocabulary (id 7 is 'a' in one, 'b' in the other); {advice}" unless two
+    {id: token} maps are one vocabulary (ids absent from `ours` match the export's placeholders `<vaswani_unused_N>`):
+    CTranslate2 maps token strings to rows, so another tokenizer of the same size would translate garbage."""
     for index in sorted(set(ours) | set(theirs)):
-        mine = ours.get(index, f"<vaswani_unused_{index}>")
-        other = theirs.get(index)
+        mine, other = ours.get(index, f"<vaswani_unused_{index}>"), theirs.get(index)
         if mine != other:
-            return f"id {index} is {mine!r} in one, {'absent' if other is None else repr(other)} in the other"
-    return None
+            raise UsageError(f"{which} are not one vocabulary (id {index} is {mine!r} in one, "
+                             f"{'absent' if other is None else repr(other)} in the other); {advice}")
 
 
 def check_metadata(path: str | os.PathLike) -> dict:
@@ -115,13 +108,10 @@ def _check_folder_tokenizer(folder: Path, tokenizer) -> None:
         return
     if isinstance(tokenizer, (str, os.PathLike)) and Path(tokenizer).resolve() == folder.resolve():
         return
-    difference = vocabulary_difference(tokenizer_tokens(tokenizer), tokenizer_tokens(folder))
-    if difference is not None:
-        given = f"the tokenizer in {tokenizer}" if isinstance(tokenizer, (str, os.PathLike)) else \
-            "the given tokenizer"
-        raise UsageError(f"to_ctranslate2: {given} and the model's own tokenizer ({folder / 'tokenizer.json'}) "
-                         f"are not one vocabulary ({difference}); leave the tokenizer out or give the one the "
-                         "model was trained with")
+    given = f"the tokenizer in {tokenizer}" if isinstance(tokenizer, (str, os.PathLike)) else "the given tokenizer"
+    check_one_vocabulary(tokenizer_tokens(tokenizer), tokenizer_tokens(folder),
+                         f"to_ctranslate2: {given} and the model's own tokenizer ({folder / 'tokenizer.json'})",
+                         "leave the tokenizer out or give the one the model was trained with")
 
 
 def _checked_sources(model_or_folder, tokenizer):
@@ -269,22 +259,16 @@ def _metadata(ctranslate2, model, quantization: str | None, max_positions: int) 
 
 def to_ctranslate2(model_or_folder, out_dir, quantization: str | None = None, tokenizer=None, *,
                    max_positions: int | None = None, force: bool = False) -> Path:
-    """Write a CTranslate2 model folder (`ctranslate2.Translator` loads it) computing exactly our model's function.
+    """Write a CTranslate2 model folder (`ctranslate2.Translator` loads it) computing exactly our model's function:
+    model.bin, config.json, shared_vocabulary.json, the tokenizer files and `vaswani_ctranslate2.json` (position-table
+    size and generation defaults), written beside `out_dir` and renamed into place (an existing non-empty folder only
+    with `force`). Everything is checked before any work.
 
-    model_or_folder: a `VaswaniForConditionalGeneration` or a folder saved by `save_pretrained` (checked first).
-    out_dir: holds model.bin, config.json, shared_vocabulary.json, the tokenizer files and `vaswani_ctranslate2.json`
-        (position-table size and generation defaults). Written beside and renamed into place; an existing non-empty
-        folder is a UsageError unless `force` (then it is replaced).
-    quantization: None (float32 weights) or one of QUANTIZATIONS (CTranslate2's weight types; the compute type is
-        chosen when loading).
-    tokenizer: tokenizer or its folder; default: the model folder. Its files are copied next to the model. It must
-        have exactly the model's vocab_size tokens (else a UsageError naming both and both sizes, before any work).
-    max_positions: rows of the exported sinusoid table, i.e. the longest source and the longest output (start token
-        included) CTranslate2 can process; default max(max_position_embeddings, 1024). CTranslate2 cannot extend the
-        table on demand as our model does. Learned positions keep their own table.
-
-    Source sentences must be given to CTranslate2 as our tokenizer produces them, `</s>` included (`add_source_eos`
-    is False); `vaswani_hf.export.ctranslate2.translate_ctranslate2` does this.
+    model_or_folder: a `VaswaniForConditionalGeneration` or a folder saved by `save_pretrained`. quantization: None
+    (float32) or one of QUANTIZATIONS. tokenizer: a tokenizer or its folder (default: the model folder), of exactly
+    the model's vocabulary. max_positions: rows of the exported sinusoid table, the longest source and output
+    CTranslate2 can process (default max(max_position_embeddings, 1024); it cannot extend the table as our model does).
+    Sources must be given as our tokenizer produces them, `</s>` included (`translate_ctranslate2` does this).
     """
     ctranslate2, _, _ = import_ctranslate2()
     if quantization is not None and quantization not in QUANTIZATIONS:
@@ -307,4 +291,4 @@ def to_ctranslate2(model_or_folder, out_dir, quantization: str | None = None, to
 
 
 __all__ = ["to_ctranslate2", "import_ctranslate2", "CT2_METADATA_FILE", "GENERATION_KEYS", "QUANTIZATIONS",
-           "tokenizer_tokens", "vocabulary_difference", "check_metadata"]
+           "tokenizer_tokens", "check_one_vocabulary", "check_metadata"]

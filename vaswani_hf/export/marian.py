@@ -1,20 +1,14 @@
 """Exact conversion between `VaswaniForConditionalGeneration` and transformers' `MarianMTModel`.
 
-Marian's architecture is the paper's (post-norm, ReLU, sinusoids, shared scaled embeddings) with three differences,
-each handled exactly here:
-- Marian always has attention-projection biases and a `final_logits_bias`: we write zeros when
-  `attention_bias=False`, and refuse to import a non-zero `final_logits_bias` (our model has none).
-- Marian lays sinusoids out as [sin | cos] ("concatenated"). The paper's interleaved layout differs by a fixed
-  permutation of the model dimension; every weight that reads or writes the residual stream is permuted with it,
-  which leaves the function unchanged (LayerNorm is permutation-equivariant).
-- Marian's LayerNorm epsilon is fixed at 1e-5 (our default is t2t's 1e-6). The converted model's LayerNorms get our
-  epsilon in memory, so outputs match; a Marian folder saved from it reloads with 1e-5 (differences ~1e-6).
+Marian's architecture is the paper's (post-norm, ReLU, sinusoids, shared scaled embeddings) but for three things,
+each handled exactly: its attention biases and `final_logits_bias` (zeros when `attention_bias=False`; a non-zero
+`final_logits_bias` is refused on import); its [sin | cos] sinusoid layout (the paper's interleaved one differs by a
+permutation of the model dimension, applied to every weight that reads or writes the residual stream, which leaves
+the function unchanged); and its LayerNorm epsilon of 1e-5 (`marian_limits`).
 
-This gives an independent implementation to test ours against, and a way to serve trained weights through a
-native architecture (the Hub widget and Inference Endpoints do not run custom code): `export_marian` writes such a
-folder (weights, our tokenizer, a generation config built-in `generate` understands, and a card), with its token ids
-in Marian's order, `<pad>` last (`marian_vocabulary`), which CTranslate2's own converter requires. `to_marian` and
-`from_marian` keep our ids (the same function on the same ids, for comparing implementations).
+An independent implementation to test ours against, and a way to serve trained weights through a native
+architecture (the Hub widget and Inference Endpoints run no custom code): `export_marian` writes such a folder, its
+ids in Marian's order, `<pad>` last (`marian_vocabulary`). `to_marian` and `from_marian` keep our ids.
 """
 
 from __future__ import annotations
@@ -28,11 +22,11 @@ from transformers import GenerationConfig, MarianConfig, MarianMTModel
 
 from ..configuration_vaswani import VaswaniConfig
 from ..hub.card import Architecture, CardVariant, check_card_identity, read_card_inputs, render_model_card
-from ..io import UsageError, atomic_output_dir, check_model_folder, check_output_dir, read_json
+from ..io import UsageError, atomic_output_dir, check_model_folder, check_output_dir, check_same_vocabulary, read_json
 from ..modeling_vaswani import VaswaniForConditionalGeneration
-from ..tokenization import declare_plain_tokenizer
-from ..io import check_same_vocabulary
 from ..io.models import copy_model_files
+from ..tokenization import declare_plain_tokenizer
+from .marian_limits import marian_refusals
 from .marian_vocabulary import check_relabelled_tokenizer, move_pad_last, relabel_tokenizer_files
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
@@ -89,37 +83,21 @@ def _embedding_map(config: VaswaniConfig):
 
 def marian_config_from(config: VaswaniConfig) -> MarianConfig:
     """The `MarianConfig` that computes the same function as `config`."""
-    if config.position_encoding != "sinusoidal":
-        raise ValueError("to_marian: MarianMTModel has only sinusoidal positions; this model uses learned ones.")
-    if config.d_k * config.num_heads != config.d_model or config.d_v * config.num_heads != config.d_model:
-        raise ValueError(
-            f"to_marian: MarianMTModel needs d_k = d_v = d_model / num_heads; got d_k={config.d_k}, d_v={config.d_v}, "
-            f"d_model={config.d_model}, num_heads={config.num_heads}."
-        )
-    return MarianConfig(
-        vocab_size=config.vocab_size,
-        decoder_vocab_size=config.vocab_size,
-        d_model=config.d_model,
-        encoder_layers=config.num_encoder_layers,
-        decoder_layers=config.num_decoder_layers,
-        encoder_attention_heads=config.num_heads,
-        decoder_attention_heads=config.num_heads,
-        encoder_ffn_dim=config.d_ff,
-        decoder_ffn_dim=config.d_ff,
-        activation_function="relu",
-        dropout=config.dropout,
-        attention_dropout=config.attention_dropout,
-        activation_dropout=config.relu_dropout,
-        max_position_embeddings=config.max_position_embeddings,
-        scale_embedding=config.scale_embedding,
-        pad_token_id=config.pad_token_id,
-        eos_token_id=config.eos_token_id,
-        bos_token_id=config.bos_token_id,
-        decoder_start_token_id=config.decoder_start_token_id,
-        forced_eos_token_id=None,
-        share_encoder_decoder_embeddings=config.tie_word_embeddings,
-        tie_word_embeddings=config.tie_word_embeddings,
-    )
+    # the refusals of an export, but for LayerNorm's epsilon, which the converted model keeps in memory
+    problems = [problem for problem in marian_refusals(config) if not problem.startswith("layer_norm_eps")]
+    if problems:
+        raise ValueError(f"to_marian: {problems[0]}")
+    return MarianConfig(vocab_size=config.vocab_size, decoder_vocab_size=config.vocab_size, d_model=config.d_model,
+                        encoder_layers=config.num_encoder_layers, decoder_layers=config.num_decoder_layers,
+                        encoder_attention_heads=config.num_heads, decoder_attention_heads=config.num_heads,
+                        encoder_ffn_dim=config.d_ff, decoder_ffn_dim=config.d_ff, activation_function="relu",
+                        dropout=config.dropout, attention_dropout=config.attention_dropout,
+                        activation_dropout=config.relu_dropout, max_position_embeddings=config.max_position_embeddings,
+                        scale_embedding=config.scale_embedding, pad_token_id=config.pad_token_id,
+                        eos_token_id=config.eos_token_id, bos_token_id=config.bos_token_id,
+                        decoder_start_token_id=config.decoder_start_token_id, forced_eos_token_id=None,
+                        share_encoder_decoder_embeddings=config.tie_word_embeddings,
+                        tie_word_embeddings=config.tie_word_embeddings)
 
 
 @torch.no_grad()
@@ -169,27 +147,15 @@ def from_marian(marian: MarianMTModel, sinusoid_layout: str = "concatenated", **
     bias_names = [name for name in state if name.endswith(("_proj.bias",)) and "attn" in name]
     attention_bias = any(bool(state[name].abs().max() > 0) for name in bias_names)
     layer_norm_eps = next(m.eps for m in marian.modules() if isinstance(m, torch.nn.LayerNorm))
-    settings = dict(
-        vocab_size=mc.vocab_size,
-        d_model=mc.d_model,
-        d_ff=mc.encoder_ffn_dim,
-        num_heads=mc.encoder_attention_heads,
-        num_encoder_layers=mc.encoder_layers,
-        num_decoder_layers=mc.decoder_layers,
-        dropout=mc.dropout,
-        attention_dropout=mc.attention_dropout,
-        relu_dropout=mc.activation_dropout,
-        max_position_embeddings=mc.max_position_embeddings,
-        sinusoid_layout=sinusoid_layout,
-        attention_bias=attention_bias,
-        layer_norm_eps=layer_norm_eps,
-        scale_embedding=mc.scale_embedding,
-        tie_word_embeddings=bool(mc.share_encoder_decoder_embeddings and mc.tie_word_embeddings),
-        pad_token_id=mc.pad_token_id,
-        eos_token_id=mc.eos_token_id,
-        bos_token_id=mc.bos_token_id,
-        decoder_start_token_id=mc.decoder_start_token_id,
-    )
+    settings = dict(vocab_size=mc.vocab_size, d_model=mc.d_model, d_ff=mc.encoder_ffn_dim,
+                    num_heads=mc.encoder_attention_heads, num_encoder_layers=mc.encoder_layers,
+                    num_decoder_layers=mc.decoder_layers, dropout=mc.dropout, attention_dropout=mc.attention_dropout,
+                    relu_dropout=mc.activation_dropout, max_position_embeddings=mc.max_position_embeddings,
+                    sinusoid_layout=sinusoid_layout, attention_bias=attention_bias, layer_norm_eps=layer_norm_eps,
+                    scale_embedding=mc.scale_embedding,
+                    tie_word_embeddings=bool(mc.share_encoder_decoder_embeddings and mc.tie_word_embeddings),
+                    pad_token_id=mc.pad_token_id, eos_token_id=mc.eos_token_id, bos_token_id=mc.bos_token_id,
+                    decoder_start_token_id=mc.decoder_start_token_id)
     settings.update(config_overrides)
     config = VaswaniConfig(**settings)
     model = VaswaniForConditionalGeneration(config).to(dtype=marian.dtype)
@@ -304,26 +270,14 @@ def _check_marian_paths(model_dir, out_dir, overwrite: bool) -> tuple[Path, Path
     return model_dir, check_output_dir(out_dir, overwrite=overwrite, what="Marian output folder", kind=MARIAN_FOLDER)
 
 
-def export_marian(
-    model_dir: str | os.PathLike,
-    out_dir: str | os.PathLike,
-    *,
-    metrics: Mapping | None = None,
-    training_info: Mapping | None = None,
-    repo_id: str | None = None,
-    overwrite: bool = False,
-) -> Path:
-    """Write a native `MarianMTModel` folder computing exactly the function of the `vaswani_hf` model in `model_dir`,
-    with its tokenizer (our `tokenizer.json`, loaded by `AutoTokenizer`), a generation config and a card.
+def export_marian(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *, metrics: Mapping | None = None,
+                  training_info: Mapping | None = None, repo_id: str | None = None, overwrite: bool = False) -> Path:
+    """Write a native `MarianMTModel` folder computing exactly the function of the `vaswani_hf` model in `model_dir`:
+    weights with `<pad>` last (`marian_vocabulary`), the relabelled tokenizer, a generation config and a card.
 
-    The folder's token ids follow Marian's order, `<pad>` last (`marian_vocabulary`: id i -> (i - pad - 1) mod V,
-    weights and tokenizer relabelled together), so that CTranslate2's own converter and the rest of the OPUS-MT tool
-    chain take it; on the same text its logits are ours with the vocabulary axis permuted.
-
-    `metrics` / `training_info` default to the `metrics.json` written by `write_model_card` in `model_dir`; without
-    `training_info` (languages), no card is written. Both folders are checked before any work (UsageError); the
-    folder is written beside `out_dir` and renamed into place, and an existing non-empty `out_dir` is replaced only
-    with `overwrite`. Returns `out_dir`.
+    `metrics` / `training_info` default to `model_dir`'s `metrics.json` (`write_model_card`); without `training_info`
+    no card is written. Both folders are checked before any work; the folder is written beside `out_dir` and renamed
+    into place (an existing non-empty `out_dir` only with `overwrite`). Returns `out_dir`.
     """
     from transformers import AutoTokenizer
 

@@ -1,14 +1,10 @@
 """What transformers' `MarianMTModel` can express of our model, checked before an export (`vaswani-export-marian`).
 
-Marian's architecture is the paper's with fixed choices (`transformers/models/marian/modeling_marian.py`): sinusoidal
-positions only, d_k = d_v = d_model / h, and LayerNorms built as `nn.LayerNorm(d_model)`, i.e. with PyTorch's default
-epsilon (1e-5), which MarianConfig has no field to change. `to_marian` sets our epsilon on the converted model in
-memory, but a saved Marian folder reloads with 1e-5: LayerNorm divides by sqrt(var + eps), so the reloaded logits
-move by about |eps - 1e-5| / (2 var) relative. Within EPS_TOLERANCE of 1e-5 (our default 1e-6 included) that is the
-conversion's own accuracy (~1e-6); any other epsilon would reload as another model, so it is refused here.
-
-Kept apart from `vaswani_hf.export.marian` (the conversion itself): these are the refusals a user's model meets, as
-`UsageError`s naming the file and field, before any work.
+Marian's choices are fixed (`modeling_marian.py`): sinusoidal positions, d_k = d_v = d_model / h, and LayerNorms
+with PyTorch's default epsilon (1e-5), which MarianConfig cannot change. A saved Marian folder therefore reloads with
+1e-5 whatever `to_marian` set in memory, moving the logits by about |eps - 1e-5| / (2 var) relative: within
+EPS_TOLERANCE (our default 1e-6 included) that is the conversion's own accuracy, any other epsilon is refused.
+Kept apart from the conversion: these are the refusals a user's model meets, as `UsageError`s, before any work.
 """
 
 from __future__ import annotations

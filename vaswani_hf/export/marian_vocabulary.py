@@ -1,17 +1,11 @@
 """The Marian export's token order: `<pad>` is the LAST id, as in OPUS-MT and Marian C++.
 
-Our vocabulary puts `<pad>` first (id 0, the decoder's zero start vector). Marian C++ and the OPUS-MT models converted
-to transformers put it last, and tools of that tool chain rely on it: CTranslate2's own converter
-(`ct2-transformers-converter`, its Marian loader) drops the last vocabulary entry and the last embedding row, since
-it starts the decoder from a zero vector by itself. An export with `<pad>` = 0 fails there ("Source vocabulary 0
-has size V but the model expected a vocabulary of size V - 1").
-
-So the export relabels the vocabulary with the rotation that moves `<pad>` to the end and keeps every other token in
-order: id i -> (i - pad - 1) mod V (for `<pad>` = 0: everything moves down by one, `<pad>` becomes V - 1). The
-embedding rows, the output projection and its bias, the special ids of the config and generation config, and the
-tokenizer (`tokenizer.json` and the files beside it) are relabelled together, so the exported model computes the
-same function on the same text: its logits are ours with the last axis permuted. This is written here because no
-library relabels a model together with its tokenizer.
+Our vocabulary puts `<pad>` first (id 0, the decoder's zero start vector). The OPUS-MT tool chain relies on it being
+last: CTranslate2's own converter (its Marian loader) drops the last vocabulary entry and embedding row, so an export
+with `<pad>` = 0 fails there. The export relabels id i -> (i - pad - 1) mod V, every other token keeping its order:
+embeddings, output projection and bias, the special ids and the tokenizer files together, so the exported model
+computes the same function on the same text (its logits are ours with the last axis permuted). Written here because
+no library relabels a model together with its tokenizer.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""The model card: a `huggingface_hub.ModelCard` rendered from the Jinja template `vaswani_hf/templates/model_card.md`
-(a link to the repository's `model_cards/vaswani_template.md`) with `ModelCardData` metadata (language, license,
-library_name, pipeline_tag, tags, datasets, metrics, model-index results, widget examples).
-
-Architecture numbers are read from the model (parameter count from the weights); scores only from the metrics given.
-Nothing is invented: without metrics there is no results table and no model-index; invalid scores (NaN, strings)
-are refused. The card itself (YAML header, model-index) is huggingface_hub's: only the body's tables are built here.
+"""The model card: a `huggingface_hub.ModelCard` rendered from the Jinja template `templates/model_card.md` (a link to
+the repository's `model_cards/vaswani_template.md`) with `ModelCardData` metadata; only the body's tables are built
+here. Architecture numbers are read from the model, scores only from the metrics given: without metrics there is no
+results table and no model-index, and invalid scores (NaN, strings) are refused.
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from ..io import read_json
+from ..io import WEIGHTS, WEIGHTS_INDEX, check_safetensors, read_json
 from .ids import check_card_identity  # also imported from here by the exports
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
@@ -43,25 +40,14 @@ _NOT_SCORES = {"loss", "runtime", "samples_per_second", "steps_per_second", "epo
 
 # Known keys of `training_info`, in the order shown, with their labels. Other keys are shown after them as given.
 TRAINING_FIELDS = [
-    ("dataset_name", "Training data"),
-    ("dataset", "Training data (Hub id)"),
-    ("dataset_config", "Dataset configuration"),
-    ("train_examples", "Training sentence pairs"),
-    ("tokenizer", "Tokenizer"),
-    ("steps", "Training steps"),
-    ("epochs", "Epochs"),
-    ("tokens_per_batch", "Tokens per batch"),
-    ("batch_size", "Batch size"),
-    ("optimizer", "Optimizer"),
-    ("learning_rate", "Learning rate"),
-    ("lr_schedule", "Learning-rate schedule"),
-    ("warmup_steps", "Warm-up steps"),
-    ("dropout", "Residual dropout P_drop"),
-    ("label_smoothing", "Label smoothing epsilon_ls"),
-    ("checkpoint_averaging", "Checkpoint averaging"),
-    ("hardware", "Hardware"),
-    ("training_time", "Training time"),
-    ("seed", "Seed"),
+    ("dataset_name", "Training data"), ("dataset", "Training data (Hub id)"),
+    ("dataset_config", "Dataset configuration"), ("train_examples", "Training sentence pairs"),
+    ("tokenizer", "Tokenizer"), ("steps", "Training steps"),
+    ("epochs", "Epochs"), ("tokens_per_batch", "Tokens per batch"), ("batch_size", "Batch size"),
+    ("optimizer", "Optimizer"), ("learning_rate", "Learning rate"), ("lr_schedule", "Learning-rate schedule"),
+    ("warmup_steps", "Warm-up steps"), ("dropout", "Residual dropout P_drop"),
+    ("label_smoothing", "Label smoothing epsilon_ls"), ("checkpoint_averaging", "Checkpoint averaging"),
+    ("hardware", "Hardware"), ("training_time", "Training time"), ("seed", "Seed"),
 ]
 # Keys that describe the run but are rendered elsewhere (metadata, evaluation, title).
 _META_KEYS = {"source_lang", "target_lang", "license", "model_name", "eval_dataset", "widget_examples", "tags",
@@ -114,20 +100,11 @@ class CardVariant:
     global_max_length: bool = False
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Metrics: one form, and refusal of non-numbers
-# ---------------------------------------------------------------------------------------------------------------------
-
-
 def normalize_metrics(metrics: Mapping | None) -> dict[str, dict]:
-    """Metrics in one form: `{name: {"score": float, "signature": str | None, "description": str | None}}`.
-
-    Accepted inputs: `vaswani_hf.evaluation.compute_all`'s result (`{name: {"score", "signature", ...}}`), the JSON of
-    the evaluation tool (`{"scores": {...}, "meta": {...}}`), this module's `metrics.json` (`{"metrics": {...}}`),
-    or flat numbers (`{"bleu": 27.3}`, Trainer's `{"eval_bleu": 27.3, "eval_loss": ...}`; the `eval_`/`test_`
-    prefix is dropped, losses and throughput are not scores and are skipped).
-    Raises ValueError on a score that is not a finite number: no placeholders.
-    """
+    """Metrics in one form, `{name: {"score": float, "signature": str | None, "description": str | None}}`, from
+    `compute_all`'s result, the evaluation tool's JSON (`{"scores": ...}`), `metrics.json` (`{"metrics": ...}`) or flat
+    numbers (Trainer's `eval_bleu`: the prefix is dropped, losses and throughput skipped). ValueError on a score that is
+    not a finite number: no placeholders."""
     if not metrics:
         return {}
     if "scores" in metrics and isinstance(metrics["scores"], Mapping):
@@ -154,32 +131,17 @@ def normalize_metrics(metrics: Mapping | None) -> dict[str, dict]:
     return out
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Reading a model folder (or model object) without instantiating anything unnecessary
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-def _weight_files(model_dir: Path) -> list[Path]:
-    index = model_dir / "model.safetensors.index.json"
-    if index.is_file():
-        return sorted({model_dir / name for name in read_json(index)["weight_map"].values()})
-    single = model_dir / "model.safetensors"
-    return [single] if single.is_file() else []
-
-
 def count_parameters_in_folder(model_dir: str | os.PathLike) -> int:
-    """Number of parameters stored in the folder's safetensors weights (tied matrices are stored, and counted, once)."""
-    from safetensors import safe_open
-
-    files = _weight_files(Path(model_dir))
-    if not files:
+    """Number of parameters stored in the folder's safetensors weights (tied matrices are stored, and counted, once),
+    from their checked headers."""
+    folder = Path(model_dir)
+    index = folder / WEIGHTS_INDEX
+    files = sorted({folder / name for name in read_json(index)["weight_map"].values()}) if index.is_file() \
+        else [folder / WEIGHTS]
+    if not files[0].is_file():
         raise FileNotFoundError(f"no safetensors weights in {model_dir}")
-    total = 0
-    for file in files:
-        with safe_open(str(file), framework="pt") as f:
-            for key in f.keys():
-                total += math.prod(f.get_slice(key).get_shape())
-    return total
+    return sum(math.prod(entry["shape"]) for file in files for name, entry in check_safetensors(file).items()
+               if name != "__metadata__")
 
 
 def count_parameters(model) -> int:
@@ -201,11 +163,6 @@ def _describe_source(model_dir_or_model, variant: CardVariant) -> tuple[dict, di
     config = model.config.to_dict()
     generation = model.generation_config.to_dict() if getattr(model, "generation_config", None) is not None else {}
     return config, generation, variant.count_parameters(model), None
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# The body's tables
-# ---------------------------------------------------------------------------------------------------------------------
 
 
 def _format_count(n: int) -> str:
@@ -311,29 +268,18 @@ def _results(scores: dict, eval_dataset: dict, direction: str, declare: bool) ->
         rows.append({"label": _cell(label), "score_text": f"{result['score']:.2f}",
                      "signature_text": _cell(signature_text)})
         if declare:
-            eval_results.append(EvalResult(
-                task_type="translation",
-                task_name=f"Translation {direction}",
-                dataset_type=eval_dataset.get("id") or eval_dataset["name"],
-                dataset_name=eval_dataset["name"],
-                dataset_config=eval_dataset.get("config"),
-                dataset_split=eval_dataset.get("split"),
-                metric_type=metric_type,
-                metric_name=label,
-                metric_value=round(result["score"], 2),
-                metric_config=signature or None,
-            ))
+            eval_results.append(EvalResult(task_type="translation", task_name=f"Translation {direction}",
+                                           dataset_type=eval_dataset.get("id") or eval_dataset["name"],
+                                           dataset_name=eval_dataset["name"], dataset_config=eval_dataset.get("config"),
+                                           dataset_split=eval_dataset.get("split"), metric_type=metric_type,
+                                           metric_name=label, metric_value=round(result["score"], 2),
+                                           metric_config=signature or None))
     return rows, eval_results
 
 
 def _eval_dataset_text(eval_dataset: dict) -> str:
     return ", ".join(f"{k} `{eval_dataset[k]}`" if k != "name" else str(eval_dataset[k])
                      for k in ("name", "id", "config", "split") if eval_dataset.get(k))
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# The card
-# ---------------------------------------------------------------------------------------------------------------------
 
 
 def _check_card_inputs(variant: CardVariant, info: dict, scores: dict) -> dict:
@@ -364,46 +310,28 @@ def _card_data(info: dict, scores: dict, eval_dataset: dict, variant: CardVarian
     tags += list(variant.tags)
     tags += list(info.get("tags") or [])
     metric_ids = sorted({METRIC_INFO.get(name, (name, name))[1] for name in scores}) or None
-    return ModelCardData(
-        language=[info["source_lang"], info["target_lang"]],
-        license=info.get("license", "apache-2.0"),
-        library_name="transformers",
-        pipeline_tag="translation",
-        tags=tags,
-        datasets=datasets or None,
-        metrics=metric_ids,
-        model_name=model_name if eval_results else None,
-        eval_results=eval_results or None,
-        widget=[{"text": text} for text in widgets] if widgets else None,
-    )
+    return ModelCardData(language=[info["source_lang"], info["target_lang"]], license=info.get("license", "apache-2.0"),
+                         library_name="transformers", pipeline_tag="translation", tags=tags, datasets=datasets or None,
+                         metrics=metric_ids, model_name=model_name if eval_results else None,
+                         eval_results=eval_results or None,
+                         widget=[{"text": text} for text in widgets] if widgets else None)
 
 
-def render_model_card(
-    model_dir_or_model,
-    metrics: Mapping | None,
-    training_info: Mapping,
-    *,
-    repo_id: str | None = None,
-    template_path: str | os.PathLike | None = None,
-    widget_examples: list[str] | None = None,
-    variant: CardVariant | None = None,
-    generation_config: Mapping | None = None,
-) -> ModelCard:
+def render_model_card(model_dir_or_model, metrics: Mapping | None, training_info: Mapping, *,
+                      repo_id: str | None = None, template_path: str | os.PathLike | None = None,
+                      widget_examples: list[str] | None = None, variant: CardVariant | None = None,
+                      generation_config: Mapping | None = None) -> ModelCard:
     """Render the model card of a trained model from real numbers only; returns a `huggingface_hub.ModelCard`
     (`card.data` is its `ModelCardData`).
 
-    model_dir_or_model: a saved folder (config.json, safetensors weights, optional generation_config.json) or a model
-    object (`VaswaniForConditionalGeneration`, or an export's model with that export's `variant`); architecture and
-    parameter count are read from it. metrics: scores of the run (forms: `normalize_metrics`), `None`/`{}` for none:
-    the card then says so and has no model-index. training_info: `source_lang`, `target_lang` (ISO 639-1) required;
-    with metrics also `eval_dataset = {"name", "id", "config", "split"}` (`name` required: a score without its test
-    set means nothing); optional `license` (default "apache-2.0"), `model_name`, `tags`, `widget_examples`,
-    `summary`, `extra_limitations`, and the training facts of TRAINING_FIELDS (any other key is shown as given).
-    repo_id: for the usage snippets. template_path: another Jinja template. widget_examples: Hub widget inputs
-    (default: training_info's, else two built-in sentences for en/de/fr). variant: the kind of repository
-    (`VASWANI_CARD`, the default: this package's model with its code; an export brings its own, e.g.
-    `vaswani_hf.export.marian.MARIAN_CARD`). generation_config: the decoding the metrics were measured with
-    (default: the model's).
+    model_dir_or_model: a saved folder or a model object (an export's with that export's `variant`); architecture
+    and parameter count are read from it. metrics: the run's scores (forms: `normalize_metrics`); none: no results
+    table and no model-index. training_info: `source_lang`, `target_lang` (ISO 639-1) required; with metrics also
+    `eval_dataset = {"name", "id", "config", "split"}` (`name` required: a score without its test set means
+    nothing); optional `license`, `model_name`, `tags`, `widget_examples`, `summary`, `extra_limitations` and the
+    facts of TRAINING_FIELDS (other keys are shown as given). variant: `VASWANI_CARD` by default (this package's
+    model with its code), e.g. `MARIAN_CARD` for the Marian export. generation_config: the decoding the metrics were
+    measured with (default: the model's).
     """
     variant = VASWANI_CARD if variant is None else variant
     info = dict(training_info or {})
@@ -447,12 +375,7 @@ def render_model_card(
     )
 
 
-def write_model_card(
-    model_dir: str | os.PathLike,
-    metrics: Mapping | None,
-    training_info: Mapping,
-    **kwargs,
-) -> Path:
+def write_model_card(model_dir: str | os.PathLike, metrics: Mapping | None, training_info: Mapping, **kwargs) -> Path:
     """Render the card for the saved folder `model_dir` and write it as `README.md`; also write `metrics.json`
     (`{"metrics": normalised scores with signatures, "training_info": ..., "widget_examples": ...}`), the inputs of
     the card, which the Marian export reuses and the upload carries. Keyword arguments go to `render_model_card`.

@@ -5,9 +5,10 @@ A file of the right name can have the wrong shape: a `trainer_state.json` that i
 JSON but no tokenizer, a truncated CTranslate2 `model.bin`. Each is refused here in one line naming the file and the
 field (`UsageError`, exit status 2), before a library meets it and fails with a traceback deep inside.
 
-- A tiny declarative spec for JSON: `Is(int)`, `ListOf(...)`, `Obj(required=..., optional=..., extra=...)`,
-  `Nullable(...)`, `OneOf(...)`; `spec_of(annotation)` builds one from a dataclass annotation, so that the fields of
-  `VaswaniConfig` and transformers' `TrainerState` are declared once, by those classes.
+- A tiny declarative spec for JSON: a value is a `Setting` (the one form of a value's rule: `leaf(int, min=0)`),
+  held in `ListOf(...)`, `Obj(required=..., optional=..., extra=...)`, `Nullable(...)`, `OneOf(...)`; the fields of
+  a vaswani config.json are `VaswaniConfig`'s settings, and `spec_of(annotation)` builds a spec from a dataclass
+  annotation, so that the fields of transformers' `TrainerState` are declared once, by that class.
 - `read_json(path, shape)`: parse (`vaswani_hf.io.text.read_json`) and check. The shapes: `CONFIG`,
   `TRAINER_STATE`, `TOKENIZER`, `TOKENIZER_CONFIG`, `SPECIAL_TOKENS_MAP`, `WEIGHTS_INDEX_SHAPE`, `GENERATION_CONFIG`,
   `CT2_CONFIG`, `CT2_METADATA`.
@@ -30,6 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..configuration_vaswani import MODEL_SETTINGS, Setting
 from ..errors import UsageError, one_line
 from .text import read_json as _parse_json
 
@@ -56,106 +58,90 @@ def _at(path: str, key: Any) -> str:
     return f"{path}[{key}]" if isinstance(key, int) else (f"{path}.{key}" if path else str(key))
 
 
-class Spec:
-    """The shape of a JSON value; `check(value, path)` raises ShapeError."""
+def leaf(kind: type, **declaration) -> Setting:
+    """A JSON value of `kind` (int, float, str, bool) and its limits (`min`, `max`, `choices`, `finite`, ...)."""
+    return Setting("value", kind, **declaration)
 
-    what = "a value"
+
+def check_spec(spec, value: Any, path: str = "") -> None:
+    """ShapeError naming `path` where `value` breaks `spec` (a Spec, or a Setting for a single value)."""
+    if not isinstance(spec, Setting):
+        return spec.check(value, path)
+    problem = spec.problem(value)
+    if problem is not None:
+        kind_ok = spec.right_type(value)
+        phrase = f"be {spec.describe()}" if kind_ok and problem == f"be {spec.limits()}" else problem
+        raise ShapeError(path, f"must {phrase}, got {_got(value)}", kind_ok=kind_ok)
+
+
+class Spec:
+    """The shape of a JSON value that holds others; `check(value, path)` raises ShapeError."""
+
+    def describe(self) -> str:
+        return "a value"
 
     def check(self, value: Any, path: str = "") -> None:
-        raise NotImplementedError
-
-
-class Anything(Spec):
-    def check(self, value, path=""):
         return None
 
 
-class Is(Spec):
-    """A scalar of one of `kinds` (bool is not an int; an int is a float), within [min, max], one of `choices`;
-    `finite`: no NaN or infinity (Python's JSON reader accepts both)."""
-
-    def __init__(self, *kinds: type, min: float | None = None, max: float | None = None,  # noqa: A002
-                 choices: tuple | None = None, finite: bool = True):
-        self.kinds, self.min, self.max, self.choices, self.finite = kinds, min, max, choices, finite
-        names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
-                 type(None): "null"}
-        self.what = " or ".join(names.get(k, k.__name__) for k in kinds)
-        if min is not None:
-            self.what += f" >= {min}"
-        if choices:
-            self.what = "one of " + ", ".join(json.dumps(c) for c in choices)
-
-    def _kind_ok(self, value) -> bool:
-        for kind in self.kinds:
-            if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-                return True
-            if kind is int and isinstance(value, int) and not isinstance(value, bool):
-                return True
-            if kind not in (int, float) and isinstance(value, kind):
-                return True
-        return False
-
-    def check(self, value, path=""):
-        if not self._kind_ok(value) or (self.choices and value not in self.choices):
-            raise ShapeError(path, f"must be {self.what}, got {_got(value)}")
-        if isinstance(value, float) and self.finite and not math.isfinite(value):
-            raise ShapeError(path, f"must be a finite number, got {value}", kind_ok=True)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and \
-                ((self.min is not None and value < self.min) or (self.max is not None and value > self.max)):
-            raise ShapeError(path, f"must be {self.what}{'' if self.max is None else f' and <= {self.max}'}, "
-                                   f"got {value}", kind_ok=True)
-
-
 class Nullable(Spec):
-    def __init__(self, spec: Spec):
-        self.spec, self.what = spec, f"{spec.what} or null"
+    def __init__(self, spec):
+        self.spec = spec
+
+    def describe(self) -> str:
+        return f"{self.spec.describe()} or null"
 
     def check(self, value, path=""):
         if value is not None:
-            self.spec.check(value, path)
+            check_spec(self.spec, value, path)
 
 
 class OneOf(Spec):
-    def __init__(self, *specs: Spec):
-        self.specs, self.what = specs, " or ".join(s.what for s in specs)
+    def __init__(self, *specs):
+        self.specs = specs
+
+    def describe(self) -> str:
+        return " or ".join(s.describe() for s in self.specs)
 
     def check(self, value, path=""):
         problems = []
         for spec in self.specs:
             try:
-                return spec.check(value, path)
+                return check_spec(spec, value, path)
             except ShapeError as error:
                 problems.append(error)
         closer = [p for p in problems if p.kind_ok or p.field != path]  # the value's kind matched this alternative
         if closer:
             raise closer[0]
-        raise ShapeError(path, f"must be {self.what}, got {_got(value)}")
+        raise ShapeError(path, f"must be {self.describe()}, got {_got(value)}")
 
 
 class ListOf(Spec):
     """A list of `item`s, of exactly `length` items when given."""
 
-    def __init__(self, item: Spec = Anything(), length: int | None = None):
+    def __init__(self, item=Spec(), length: int | None = None):
         self.item, self.length = item, length
-        self.what = f"a list of {length} items" if length is not None else "a list"
+
+    def describe(self) -> str:
+        return f"a list of {self.length} items" if self.length is not None else "a list"
 
     def check(self, value, path=""):
         if not isinstance(value, list) or (self.length is not None and len(value) != self.length):
-            raise ShapeError(path, f"must be {self.what}, got {_got(value)}"
+            raise ShapeError(path, f"must be {self.describe()}, got {_got(value)}"
                                    + (f" of {len(value)} items" if isinstance(value, list) else ""))
         for i, item in enumerate(value):
-            self.item.check(item, _at(path, i))
+            check_spec(self.item, item, _at(path, i))
 
 
 class Obj(Spec):
-    """A JSON object: `required` and `optional` fields with their specs; any other field matches `extra` (a Spec),
+    """A JSON object: `required` and `optional` fields with their specs; any other field matches `extra` (a spec),
     is allowed (True) or refused (False)."""
 
-    what = "an object"
-
-    def __init__(self, required: Mapping[str, Spec] | None = None, optional: Mapping[str, Spec] | None = None,
-                 extra: Spec | bool = True):
+    def __init__(self, required: Mapping | None = None, optional: Mapping | None = None, extra=True):
         self.required, self.optional, self.extra = dict(required or {}), dict(optional or {}), extra
+
+    def describe(self) -> str:
+        return "an object"
 
     def check(self, value, path=""):
         if not isinstance(value, dict):
@@ -168,50 +154,33 @@ class Obj(Spec):
             if spec is None and self.extra is False:
                 known = ", ".join(sorted({*self.required, *self.optional}))
                 raise ShapeError(_at(path, key), f"is not a known field (known: {one_line(known, 200)})")
-            spec = spec or (self.extra if isinstance(self.extra, Spec) else Anything())
-            spec.check(item, _at(path, key))
+            check_spec(spec or (Spec() if isinstance(self.extra, bool) else self.extra), item, _at(path, key))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Specs from dataclass annotations: a class's fields are declared once, by the class
 # ---------------------------------------------------------------------------------------------------------------------
-_NAMES = {"int": int, "float": float, "str": str, "bool": bool, "list": list, "dict": dict, "None": None,
-          "Optional": typing.Optional, "Union": typing.Union, "Any": typing.Any}
-
-
-def spec_of(annotation: Any, finite: bool = True) -> Spec:
-    """The Spec of a type annotation (`int | None`, `list[int]`, `dict[str, float]`, or their text); names it does
-    not know (a library class, `Literal`) accept anything."""
-    if isinstance(annotation, str):
-        try:
-            annotation = eval(annotation, {"__builtins__": {}}, _NAMES)  # noqa: S307 - annotations of our classes
-        except Exception:  # noqa: BLE001 - a name outside _NAMES (torch.dtype, a library class)
-            return Anything()
-    if annotation is None or annotation is type(None):
-        return Is(type(None))
+def spec_of(annotation: Any, finite: bool = True):
+    """The spec of a type annotation (`int | None`, `list[int]`, `dict[str, float]`); others (a library class,
+    `Literal`) accept anything."""
     if annotation in (int, float, str, bool):
-        return Is(annotation, finite=finite)
+        return leaf(annotation, finite=finite)
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if annotation is list or origin is list:
-        return ListOf(spec_of(args[0], finite) if args else Anything())
+        return ListOf(spec_of(args[0], finite) if args else Spec())
     if annotation is dict or origin is dict:
         return Obj(extra=spec_of(args[1], finite) if len(args) == 2 else True)
     if origin in (typing.Union, types.UnionType):
         specs = [spec_of(a, finite) for a in args if a is not type(None)]
         spec = specs[0] if len(specs) == 1 else OneOf(*specs)
         return Nullable(spec) if type(None) in args else spec
-    return Anything()
-
-
-def fields_of(cls, finite: bool = True, **overrides: Spec) -> dict[str, Spec]:
-    """{field: Spec} of a dataclass (`overrides` replace the spec of a field whose annotation is not what is saved)."""
-    return {f.name: overrides.get(f.name) or spec_of(f.type, finite) for f in dataclasses.fields(cls)}
+    return Spec()
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # The declared JSON files
 # ---------------------------------------------------------------------------------------------------------------------
-STR, INT, COUNT = Is(str), Is(int), Is(int, min=0)
+STR, INT, COUNT, BOOL = leaf(str), leaf(int), leaf(int, min=0), leaf(bool)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,20 +188,16 @@ class FileShape:
     """What a file is (for the message), its spec and what a user does about a wrong one."""
 
     name: str
-    spec: Spec | typing.Callable[[Any], Spec]
+    spec: Spec | Setting | typing.Callable[[Any], Spec]
     advice: str
     prefix: str = ""  # said before the field ("not a tokenizer file: "), where the file is more than its fields
 
 
 def _config_spec(data: Any) -> Spec:
-    """config.json: an object with a model_type; a vaswani config's fields have VaswaniConfig's types."""
-    optional: dict[str, Spec] = {}
-    if isinstance(data, dict) and data.get("model_type") == "vaswani":
-        from ..configuration_vaswani import VaswaniConfig
-
-        optional = {k: v for k, v in fields_of(VaswaniConfig).items() if not isinstance(v, Anything)}
-        return Obj(required={"model_type": STR}, optional=optional)
-    return Obj(required={"model_type": STR})
+    """config.json: an object with a model_type; a vaswani config's settings are VaswaniConfig's declarations
+    (`MODEL_SETTINGS`: type and range; token ids are checked against the vocabulary when the config is built)."""
+    vaswani = isinstance(data, dict) and data.get("model_type") == "vaswani"
+    return Obj(required={"model_type": STR}, optional=MODEL_SETTINGS if vaswani else None)
 
 
 def _trainer_state_spec(data: Any) -> Spec:
@@ -240,8 +205,8 @@ def _trainer_state_spec(data: Any) -> Spec:
     required (the step the checkpoint holds)."""
     from transformers import TrainerState
 
-    fields = fields_of(TrainerState, finite=False, stateful_callbacks=Nullable(Obj()),
-                       log_history=ListOf(Obj()), trial_params=Nullable(Obj()))
+    saved = {"stateful_callbacks": Nullable(Obj()), "log_history": ListOf(Obj()), "trial_params": Nullable(Obj())}
+    fields = {f.name: saved.get(f.name) or spec_of(f.type, finite=False) for f in dataclasses.fields(TrainerState)}
     return Obj(required={"global_step": COUNT}, optional=fields, extra=False)
 
 
@@ -260,15 +225,15 @@ TOKENIZER = FileShape("tokenizer.json", Obj(
 # token is its text or an AddedToken's fields; transformers meets another shape with a traceback.
 TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")  # what transformers 5 / 4 save for tokenizer.json
 _ADDED_TOKEN = Obj(required={"content": STR}, optional={
-    k: Is(bool) for k in ("lstrip", "rstrip", "normalized", "single_word", "special")})
+    k: BOOL for k in ("lstrip", "rstrip", "normalized", "single_word", "special")})
 _SPECIAL = OneOf(STR, _ADDED_TOKEN)
 _SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 _SPECIAL_FIELDS = {**{k: Nullable(_SPECIAL) for k in _SPECIAL_NAMES},
                    "additional_special_tokens": Nullable(ListOf(_SPECIAL))}
 TOKENIZER_CONFIG = FileShape("tokenizer_config.json", Obj(optional={
-    **_SPECIAL_FIELDS, "model_max_length": Is(int, float, min=1, finite=False),
-    "tokenizer_class": Nullable(Is(str, choices=TOKENIZER_CLASSES)), "padding_side": Is(str, choices=("right", "left")),
-    "truncation_side": Is(str, choices=("right", "left")), "clean_up_tokenization_spaces": Is(bool),
+    **_SPECIAL_FIELDS, "model_max_length": leaf(float, min=1, finite=False),
+    "tokenizer_class": Nullable(leaf(str, choices=TOKENIZER_CLASSES)), "clean_up_tokenization_spaces": BOOL,
+    **{k: leaf(str, choices=("right", "left")) for k in ("padding_side", "truncation_side")},
     "added_tokens_decoder": Obj(extra=_ADDED_TOKEN),
     "extra_special_tokens": OneOf(ListOf(_SPECIAL), Obj(extra=_SPECIAL)), "backend": STR}),
     "save the tokenizer again (tokenizer.save_pretrained) or fix the field")
@@ -280,20 +245,20 @@ WEIGHTS_INDEX_SHAPE = FileShape("model.safetensors.index.json", Obj(
 # (`check_generation_config_file` in vaswani_hf.io.models is the hook that calls it).
 GENERATION_CONFIG = FileShape("generation_config.json", Obj(), "save the model again or fix the file")
 CT2_CONFIG = FileShape("CTranslate2 config.json", Obj(optional={
-    "add_source_bos": Is(bool), "add_source_eos": Is(bool), "bos_token": STR, "eos_token": STR, "unk_token": STR,
-    "decoder_start_token": Nullable(STR), "layer_norm_epsilon": Nullable(Is(float))}),
+    "add_source_bos": BOOL, "add_source_eos": BOOL, "bos_token": STR, "eos_token": STR, "unk_token": STR,
+    "decoder_start_token": Nullable(STR), "layer_norm_epsilon": Nullable(leaf(float))}),
     "export the model again (vaswani-export-ctranslate2)")
 CT2_METADATA = FileShape("vaswani_ctranslate2.json", Obj(optional={
-    "max_positions": Nullable(Is(int, min=1)), "generation": Obj(), "quantization": STR}),
+    "max_positions": Nullable(leaf(int, min=1)), "generation": Obj(), "quantization": STR}),
     "export the model again (vaswani-export-ctranslate2)")
 CT2_VOCABULARY = FileShape("CTranslate2 vocabulary", ListOf(STR), "export the model again (vaswani-export-ctranslate2)")
 
 
 def check_shape(data: Any, shape: FileShape, path: str | os.PathLike) -> Any:
     """`data` (read from `path`) if it has `shape`, else a UsageError naming the file and the field."""
-    spec = shape.spec if isinstance(shape.spec, Spec) else shape.spec(data)
+    spec = shape.spec(data) if callable(shape.spec) else shape.spec
     try:
-        spec.check(data)
+        check_spec(spec, data)
     except ShapeError as error:
         where = f"field {error.field} " if error.field else \
             "the file " if shape.prefix else f"not a {shape.name}: the file "
@@ -327,7 +292,7 @@ SAFETENSORS_DTYPE_BITS = {"BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 
                           "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "I64": 64, "U64": 64,
                           "F64": 64, "C64": 64, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6}
 MAX_SAFETENSORS_HEADER = 100_000_000  # the format's own limit
-_TENSOR = Obj(required={"dtype": Is(str, choices=tuple(SAFETENSORS_DTYPE_BITS)), "shape": ListOf(COUNT),
+_TENSOR = Obj(required={"dtype": leaf(str, choices=tuple(SAFETENSORS_DTYPE_BITS)), "shape": ListOf(COUNT),
                         "data_offsets": ListOf(COUNT, length=2)}, extra=False)
 SAFETENSORS_HEADER = FileShape("safetensors header", Obj(optional={"__metadata__": Nullable(Obj(extra=STR))},
                                                          extra=_TENSOR),
@@ -450,7 +415,7 @@ def check_ctranslate2_folder(folder: str | os.PathLike, what: str = "CTranslate2
     return folder
 
 
-__all__ = ["Spec", "Anything", "Is", "Nullable", "OneOf", "ListOf", "Obj", "ShapeError", "spec_of", "fields_of",
+__all__ = ["Spec", "leaf", "check_spec", "Nullable", "OneOf", "ListOf", "Obj", "ShapeError", "spec_of",
            "FileShape", "CONFIG", "TRAINER_STATE", "TOKENIZER", "TOKENIZER_CONFIG",
            "SPECIAL_TOKENS_MAP", "WEIGHTS_INDEX_SHAPE", "GENERATION_CONFIG",
            "CT2_CONFIG", "CT2_METADATA", "CT2_VOCABULARY", "SAFETENSORS_HEADER", "check_shape", "read_json",

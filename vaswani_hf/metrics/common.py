@@ -1,10 +1,14 @@
-"""What the three metric modules share: their input schema and sacreBLEU's layout of references.
+"""What the three metric modules share: their input schema, sacreBLEU's layout of references, their `MetricInfo`,
+the load-time option `numeric_only`, and BLEU's result fields.
 
-Imported by absolute name (`vaswani_hf.metrics.common`): `evaluate.load(path)` copies each metric script into its own
-module folder, where a relative import would not resolve; the installed package does.
+Imported as a module (`from vaswani_hf.metrics import common`): `evaluate.load(path)` copies each metric script into
+its own module folder, where a relative import would not resolve, and takes the first `evaluate.Metric` subclass in
+the script's namespace as the metric, so the base class must not be imported by name.
 """
 
 import datasets
+import evaluate
+import sacrebleu
 
 # One reference per segment (a string) or several (a list of strings), as evaluate's translation metrics accept.
 TRANSLATION_FEATURES = [
@@ -13,6 +17,21 @@ TRANSLATION_FEATURES = [
     datasets.Features({"predictions": datasets.Value("string", id="sequence"),
                        "references": datasets.Value("string", id="sequence")}),
 ]
+SACREBLEU = "https://github.com/mjpost/sacrebleu"
+POST_2018 = """\
+@inproceedings{post-2018-call,
+    title = "A Call for Clarity in Reporting {BLEU} Scores",
+    author = "Post, Matt",
+    booktitle = "Proceedings of the Third Conference on Machine Translation: Research Papers",
+    year = "2018",
+    pages = "186--191",
+}
+"""
+# The fields every module's docstring ends with.
+NUMERIC_ONLY_DOC = """
+    Loaded with `numeric_only=True` (for evaluate's bootstrap strategy): only the statistics that vary with the
+    data, all as floats; the string fields are then in `metric.string_fields` and fixed settings in `metric.settings`.
+"""
 
 
 def transpose_references(references):
@@ -23,6 +42,13 @@ def transpose_references(references):
     if any(len(refs) != references_per_prediction for refs in references):
         raise ValueError("BLEU and chrF need the same number of references for every prediction")
     return [[refs[i] for refs in references] for i in range(references_per_prediction)]
+
+
+def bleu_fields(result, signature: str) -> dict:
+    """The result of a module that scores with `sacrebleu.metrics.BLEU`."""
+    return {"score": result.score, "signature": signature, "counts": result.counts, "totals": result.totals,
+            "precisions": result.precisions, "bp": result.bp, "sys_len": result.sys_len, "ref_len": result.ref_len,
+            "sacrebleu_version": sacrebleu.__version__}
 
 
 def _is_number(value) -> bool:
@@ -36,24 +62,21 @@ def _as_float(value):
     return [float(v) for v in value] if isinstance(value, (list, tuple)) else float(value)
 
 
-class NumericOnlyOption:
-    """The load-time option `numeric_only` of the three metric modules (a mixin before `evaluate.Metric`).
+class TranslationMetric(evaluate.Metric):
+    """Base of the three modules: `MetricInfo` from the class attributes, and the load-time option `numeric_only`.
 
-    evaluate's evaluators with `strategy="bootstrap"` resample every field the metric returns: they fail on a string
-    ("unsupported operand type(s) for /: 'numpy.str_' and 'int'") and scipy's bootstrap gives NaN intervals, with
-    DegenerateDataWarning / RuntimeWarning, for a field that never changes (a setting such as chrF's `char_order`)
-    and for integer-valued ones (n-gram counts, lengths). They pass no arguments to `compute`, so the choice is made
-    when the metric is loaded: `evaluate.load(path, numeric_only=True)` (or
-    `vaswani_hf.evaluation.load_metric(name, numeric_only=True)`) returns only the statistics that vary with the
-    data, all as floats (score, counts, totals, ...). Nothing is lost: after every `compute` the string fields
-    (sacreBLEU's signature, versions) are in `metric.string_fields`, e.g. `metric.string_fields["signature"]`, to be
-    reported with the score, and the fixed settings a module returns (`SETTINGS`, e.g. chrF's `char_order`,
-    `word_order`, `beta`) in `metric.settings`. The default (False) keeps every field in the result, as it is.
-
-    `numeric_only` must be a bool: `numeric_only="false"` would otherwise turn the option on (`bool("false")`).
+    evaluate's `strategy="bootstrap"` resamples every field a metric returns and passes no arguments to `compute`: it
+    fails on a string and scipy gives NaN intervals (with warnings) for fixed or integer-valued fields. So
+    `load_metric(name, numeric_only=True)` returns only the statistics that vary with the data, as floats; after
+    every `compute` the string fields (the signature, to report with the score) are in `metric.string_fields` and the
+    fixed settings (`SETTINGS`) in `metric.settings`. It must be a bool (`bool("false")` would turn it on).
     """
 
     SETTINGS: tuple = ()  # result fields that restate the call's settings: fixed, never resampled
+    DESCRIPTION = KWARGS_DESCRIPTION = ""
+    CITATION = POST_2018
+    HOMEPAGE = SACREBLEU
+    CODEBASE_URLS = REFERENCE_URLS = (SACREBLEU,)
 
     def __init__(self, *args, numeric_only: bool = False, **kwargs):
         if not isinstance(numeric_only, bool):
@@ -63,6 +86,12 @@ class NumericOnlyOption:
         self.string_fields: dict = {}
         self.settings: dict = {}
         super().__init__(*args, **kwargs)
+
+    def _info(self):
+        return evaluate.MetricInfo(
+            description=self.DESCRIPTION, citation=self.CITATION, homepage=self.HOMEPAGE,
+            inputs_description=self.KWARGS_DESCRIPTION + NUMERIC_ONLY_DOC, features=TRANSLATION_FEATURES,
+            codebase_urls=list(self.CODEBASE_URLS), reference_urls=list(self.REFERENCE_URLS))
 
     def _fields(self, result: dict) -> dict:
         """`result`, or (`numeric_only`) its statistics as floats; the string fields are kept in `string_fields`

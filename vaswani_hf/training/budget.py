@@ -22,6 +22,8 @@ import math
 
 import torch
 
+from .recipe import check_length_fits  # noqa: F401 - the rule between the budget and max_length (plan.py uses it)
+
 MODEL_STATE_BYTES_PER_PARAMETER = 16
 USABLE_FRACTION = 0.6  # of what the model state leaves: allocator fragmentation, temporaries, the CUDA context
 CPU_TOKENS_CAP = 4096  # on a CPU, larger micro-batches do not run faster per token (and memory is shared)
@@ -86,24 +88,8 @@ def tokens_per_device(recipe, world_size: int, config=None, num_parameters: int 
     return split_update(recipe.tokens_per_step, world_size, capacity)
 
 
-def check_length_fits(max_tokens: int, max_length: int | None, *, auto: bool = False) -> None:
-    """The one rule between the two: a training pair of `max_length` tokens must fit one micro-batch of `max_tokens`
-    padded tokens, or no batch could hold it. RecipeError naming the keys otherwise (a number in the recipe is
-    refused when the recipe is loaded; `auto`'s number when the run is planned)."""
-    if max_length is None or max_tokens >= max_length:
-        return
-    from .recipe import RecipeError
-
-    if auto:
-        raise RecipeError(f"max_tokens_per_device: auto gives {max_tokens} tokens per micro-batch here, below "
-                          f"max_length {max_length}; lower max_length or give max_tokens_per_device")
-    raise RecipeError(f"max_tokens_per_device {max_tokens} is below max_length {max_length}: a training pair of "
-                      "max_length tokens would not fit one micro-batch; raise max_tokens_per_device or lower "
-                      "max_length")
-
-
 def longest_training_pair(max_tokens: int, max_length: int | None) -> int:
-    """The length filter of the training pairs: `max_length` (which fits a micro-batch: `check_length_fits`), or
+    """The length filter of the training pairs: `max_length` (which fits a micro-batch: `recipe.check_length_fits`), or
     with none, what one micro-batch of `max_tokens` holds."""
     return max_tokens if max_length is None else max_length
 

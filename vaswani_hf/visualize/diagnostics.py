@@ -59,16 +59,9 @@ def _masks(batch: dict, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
     return {"encoder": (source, source), "decoder": (target, target), "cross": (target, source)}[kind]
 
 
-def attention_diagnostics(
-    model,
-    tokenizer,
-    sources: Sequence[str],
-    targets: Sequence[str] | Sequence[Sequence[int]] | None = None,
-    *,
-    extra_padding: int = 3,
-    num_beams: int | None = None,
-    max_new_tokens: int | None = None,
-) -> dict:
+def attention_diagnostics(model, tokenizer, sources: Sequence[str],
+                          targets: Sequence[str] | Sequence[Sequence[int]] | None = None, *, extra_padding: int = 3,
+                          num_beams: int | None = None, max_new_tokens: int | None = None) -> dict:
     """Per-head entropy and padding mass of every attention kind over a right-padded batch (module docstring).
 
     Besides the padding the batch already has, `extra_padding` masked positions are appended, and the weights are

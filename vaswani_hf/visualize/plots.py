@@ -9,6 +9,7 @@ import math
 import os
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -100,18 +101,27 @@ def plot_layer_heads(attn: Attentions, kind: str, layer: int, path=None, ncols: 
     return save_figure(fig, path)
 
 
+def _alignment(attn: Attentions, alignment, reference: str | None) -> tuple[list, str]:
+    """(alignment, its name): the given one, or the diagonal heuristic."""
+    if alignment is None:
+        return diagonal_alignment(len(attn.target_tokens), len(attn.source_tokens)), reference or "diagonal heuristic"
+    return alignment, reference or "given alignment"
+
+
+def _cross_panels(attn: Attentions) -> list[tuple[str, torch.Tensor]]:
+    """(name, (T, S) heads-averaged cross-attention) per decoder layer, then averaged over all layers."""
+    per_layer = attn.cross.mean(1)  # (L, T, S)
+    return [*((f"layer {layer + 1}", per_layer[layer]) for layer in range(per_layer.shape[0])),
+            ("all layers", per_layer.mean(0))]
+
+
 def plot_cross_alignment(attn: Attentions, path=None, alignment: Sequence[tuple[int, int]] | None = None,
                          reference: str | None = None) -> Figure:
     """Encoder-decoder attention averaged over heads, one panel per decoder layer and one averaged over all layers
     (L_dec + 1 panels + 1 colorbar). Red dots: each target token's most-attended source token; white squares: the
     alignment A(i) (given, or the diagonal heuristic when None); panel titles give `alignment_share`."""
-    if alignment is None:
-        alignment = diagonal_alignment(len(attn.target_tokens), len(attn.source_tokens))
-        reference = reference or "diagonal heuristic"
-    reference = reference or "given alignment"
-    per_layer = attn.cross.mean(1)  # (L, T, S): heads averaged
-    panels = [(f"layer {layer + 1}", per_layer[layer]) for layer in range(per_layer.shape[0])]
-    panels.append(("all layers", per_layer.mean(0)))
+    alignment, reference = _alignment(attn, alignment, reference)
+    panels = _cross_panels(attn)
     fig, axes = _panel_grid(len(panels), min(len(panels), 4), 1.2 + 0.22 * len(attn.source_tokens),
                             1.2 + 0.22 * len(attn.target_tokens))
     image = None
@@ -145,7 +155,7 @@ def plot_diagnostics(diagnostics: dict, path=None) -> Figure:
         ax.set_yticks(range(values.shape[0]), [str(layer + 1) for layer in range(values.shape[0])], fontsize=7)
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
-        for (layer, h), v in _ndenumerate(values):
+        for (layer, h), v in np.ndenumerate(values.numpy()):
             ax.text(h, layer, f"{v:.2f}", ha="center", va="center", fontsize=6, color="white" if v < 0.6 else "black")
     masses = [diagnostics["padding_mass"][kind].max().item() for kind in KINDS]
     ax = axes[3]
@@ -160,33 +170,13 @@ def plot_diagnostics(diagnostics: dict, path=None) -> Figure:
     return save_figure(fig, path)
 
 
-def _ndenumerate(values: torch.Tensor):
-    for layer in range(values.shape[0]):
-        for h in range(values.shape[1]):
-            yield (layer, h), float(values[layer, h])
-
-
-def visualize(
-    model,
-    tokenizer,
-    source: str,
-    target: str | None = None,
-    out_dir: str | os.PathLike = "attention",
-    *,
-    fmt: str = "png",
-    num_beams: int | None = None,
-    max_new_tokens: int | None = None,
-    per_head: bool = False,
-    word_alignment: str | None = None,
-) -> dict:
-    """Write all plots for one sentence pair to `out_dir` and return {"attentions", "diagnostics", "alignment",
-    "report", "files"}:
-
-    {kind}_layer{l}.{fmt} (all heads of each layer, for the three kinds), cross_alignment.{fmt} (heads averaged,
-    per layer), diagnostics.{fmt} and diagnostics.txt; with `per_head`, also {kind}_layer{l}_head{h}.{fmt}.
-    `word_alignment` ("i-j" source-target word pairs, Pharaoh format) needs the reference `target`; without it the
-    alignment share uses the diagonal heuristic.
-    """
+def visualize(model, tokenizer, source: str, target: str | None = None, out_dir: str | os.PathLike = "attention", *,
+              fmt: str = "png", num_beams: int | None = None, max_new_tokens: int | None = None, per_head: bool = False,
+              word_alignment: str | None = None) -> dict:
+    """Write {kind}_layer{l}.{fmt}, cross_alignment.{fmt}, diagnostics.{fmt} and diagnostics.txt (with `per_head`
+    also {kind}_layer{l}_head{h}.{fmt}) for one sentence pair to `out_dir`; return {"attentions", "diagnostics",
+    "alignment", "report", "files"}. `word_alignment` (Pharaoh "i-j" word pairs) needs the reference `target`;
+    without it the alignment share uses the diagonal heuristic."""
     os.makedirs(out_dir, exist_ok=True)
     attn = collect_attentions(model, tokenizer, source, target, num_beams=num_beams, max_new_tokens=max_new_tokens)
     files = []
@@ -203,19 +193,13 @@ def visualize(
                 for head in range(weights.shape[1]):
                     plot_attention_head(attn, kind, layer, head, out(f"{kind}_layer{layer + 1}_head{head + 1}"))
 
-    if word_alignment is not None:
-        if target is None:
-            raise ValueError("word_alignment refers to the words of a reference target: pass target too.")
-        alignment, reference = token_alignment_from_words(tokenizer, source, target, word_alignment), "given alignment"
-    else:
-        alignment = diagonal_alignment(len(attn.target_tokens), len(attn.source_tokens))
-        reference = "diagonal heuristic"
+    if word_alignment is not None and target is None:
+        raise ValueError("word_alignment refers to the words of a reference target: pass target too.")
+    alignment, reference = _alignment(attn, None if word_alignment is None else token_alignment_from_words(
+        tokenizer, source, target, word_alignment), None)
     plot_cross_alignment(attn, out("cross_alignment"), alignment=alignment, reference=reference)
-    per_layer = attn.cross.mean(1)
-    shares = {"reference": reference}
-    shares.update({f"layer {layer + 1}": alignment_share(per_layer[layer], alignment)
-                   for layer in range(per_layer.shape[0])})
-    shares["all layers"] = alignment_share(per_layer.mean(0), alignment)
+    shares = {"reference": reference, **{name: alignment_share(matrix, alignment)
+                                         for name, matrix in _cross_panels(attn)}}
 
     diagnostics = attention_diagnostics(model, tokenizer, [source], [attn.target_ids])
     plot_diagnostics(diagnostics, out("diagnostics"))

@@ -14,16 +14,10 @@ preprocessing: "rich-text format" -> "rich ##AT##-##AT## text format"). The refe
 Moses-tokenized; here raw references go through the same normalisation and tokenization as the hypotheses
 (``tokenize_references=False`` for references that are already tokenized).
 
-This module reproduces that recipe in Python:
-
-1. ``sacremoses.MosesPunctNormalizer.replace_unicode_punct`` (port of replace-unicode-punctuation.perl);
-2. ``sacremoses.MosesTokenizer(lang).tokenize(..., escape=True)`` (port of tokenizer.perl with its defaults:
-   no aggressive hyphen splitting, XML escaping of ``& < > " ' [ ] |``);
-3. compound splitting with the very regex of the script (matches do not overlap, so ``a-b-c`` becomes
-   ``a ##AT##-##AT## b-c``, exactly as perl/sed do);
-4. multi-bleu.perl-style corpus BLEU: sacreBLEU with ``tokenize="none"`` (whitespace split),
-   case-sensitive unless ``lowercase=True`` (multi-bleu's ``-lc``), and ``smooth_method="none"``
-   (multi-bleu gives 0 when an n-gram order has no match).
+Here in Python: sacremoses' ports of replace-unicode-punctuation.perl and tokenizer.perl (default options: no
+aggressive hyphen splitting, XML escaping), the script's very regex (non-overlapping: ``a-b-c`` becomes
+``a ##AT##-##AT## b-c`` as with perl), and multi-bleu.perl-style BLEU (sacreBLEU with ``tokenize="none"``,
+case-sensitive unless ``lowercase=True``, ``smooth_method="none"``).
 
 Compound splitting inflates BLEU (every hyphenated compound becomes three tokens, mostly matched), so this
 number is only comparable with papers that used the same script; report sacreBLEU as well.
@@ -31,45 +25,11 @@ number is only comparable with papers that used the same script; report sacreBLE
 
 import re
 
-import evaluate
-import sacrebleu
 import sacremoses
 from sacrebleu.metrics import BLEU
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
-from vaswani_hf.metrics.common import TRANSLATION_FEATURES, NumericOnlyOption, transpose_references
-
-_CITATION = """\
-@inproceedings{vaswani2017attention,
-    title = {Attention Is All You Need},
-    author = {Vaswani, Ashish and Shazeer, Noam and Parmar, Niki and Uszkoreit, Jakob and Jones, Llion and
-              Gomez, Aidan N. and Kaiser, {\\L}ukasz and Polosukhin, Illia},
-    booktitle = {Advances in Neural Information Processing Systems},
-    year = {2017},
-}
-"""
-
-_DESCRIPTION = """\
-Paper-style tokenized BLEU (Vaswani et al. 2017, section 6.1, as tensor2tensor's get_ende_bleu.sh computed it):
-Moses tokenization (sacremoses) of hypotheses and references, ##AT## compound splitting, multi-bleu-style BLEU.
-"""
-
-_KWARGS_DESCRIPTION = """
-Args:
-    predictions (`list` of `str`): one detokenized hypothesis per segment.
-    references (`list` of `str`, or `list` of `list` of `str`): per segment, one reference or a list of
-        references; every segment must have the same number of references.
-    lang (`str`): language of the Moses tokenizer (the target language). Default "de".
-    split_compounds (`bool`): apply the ##AT## compound splitting. Default True.
-    tokenize_references (`bool`): normalise and Moses-tokenize the references too. Set False when they are
-        already Moses-tokenized (like t2t's newstest2014.tok.de); compound splitting still applies. Default True.
-    lowercase (`bool`): case-insensitive BLEU (multi-bleu's -lc). Default False, as in the paper.
-Returns (loaded with `numeric_only=True`, for evaluate's bootstrap strategy: the statistics only, all as floats,
-i.e. score, counts, totals, precisions, bp, sys_len, ref_len; the string fields are then in `metric.string_fields`):
-    score (`float`): BLEU in [0, 100].
-    signature (`str`): the preprocessing followed by sacreBLEU's signature of the final scoring.
-    counts, totals, precisions, bp, sys_len, ref_len: as in sacreBLEU.
-"""
+from vaswani_hf.metrics import common
 
 _COMPOUND = re.compile(r"(\S)-(\S)", flags=re.ASCII)  # ASCII \S = perl's byte semantics in the t2t script
 
@@ -95,26 +55,39 @@ def preprocess(lines, lang="de", tokenize=True, compounds=True):
 
 
 
-@evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class TokBleu(NumericOnlyOption, evaluate.Metric):
-    def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            homepage="https://github.com/tensorflow/tensor2tensor/blob/master/tensor2tensor/utils/get_ende_bleu.sh",
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=TRANSLATION_FEATURES,
-            codebase_urls=["https://github.com/hplt-project/sacremoses", "https://github.com/mjpost/sacrebleu"],
-            reference_urls=["https://arxiv.org/abs/1706.03762"],
-        )
+class TokBleu(common.TranslationMetric):
+    DESCRIPTION = ("Paper-style tokenized BLEU (Vaswani et al. 2017, section 6.1, as tensor2tensor's get_ende_bleu.sh "
+                   "computed it): Moses tokenization, ##AT## compound splitting, multi-bleu-style BLEU.\n")
+    CITATION = """\
+@inproceedings{vaswani2017attention,
+    title = {Attention Is All You Need},
+    author = {Vaswani, Ashish and Shazeer, Noam and Parmar, Niki and Uszkoreit, Jakob and Jones, Llion and
+              Gomez, Aidan N. and Kaiser, {\\L}ukasz and Polosukhin, Illia},
+    booktitle = {Advances in Neural Information Processing Systems},
+    year = {2017},
+}
+"""
+    HOMEPAGE = "https://github.com/tensorflow/tensor2tensor/blob/master/tensor2tensor/utils/get_ende_bleu.sh"
+    CODEBASE_URLS = ("https://github.com/hplt-project/sacremoses", common.SACREBLEU)
+    REFERENCE_URLS = ("https://arxiv.org/abs/1706.03762",)
+    KWARGS_DESCRIPTION = """
+Args:
+    predictions, references: as sacrebleu_local.
+    lang (`str`): language of the Moses tokenizer (the target language). Default "de".
+    split_compounds (`bool`): apply the ##AT## compound splitting. Default True.
+    tokenize_references (`bool`): normalise and Moses-tokenize the references too (False for references already
+        Moses-tokenized, like t2t's newstest2014.tok.de; compound splitting still applies). Default True.
+    lowercase (`bool`): case-insensitive BLEU (multi-bleu's -lc). Default False, as in the paper.
+Returns:
+    score, counts, totals, precisions, bp, sys_len, ref_len, sacrebleu_version: as sacrebleu_local;
+    signature (`str`): the preprocessing followed by sacreBLEU's signature of the final scoring.
+"""
 
     def _compute(self, predictions, references, lang="de", split_compounds=True, tokenize_references=True,
                  lowercase=False):
         hypotheses = preprocess(predictions, lang, tokenize=True, compounds=split_compounds)
-        streams = [
-            preprocess(stream, lang, tokenize=tokenize_references, compounds=split_compounds)
-            for stream in transpose_references(references)
-        ]
+        streams = [preprocess(stream, lang, tokenize=tokenize_references, compounds=split_compounds)
+                   for stream in common.transpose_references(references)]
         bleu = BLEU(lowercase=lowercase, tokenize="none", smooth_method="none", force=True)
         result = bleu.corpus_score(hypotheses, streams)
         steps = [f"moses-tok({lang},sacremoses-{sacremoses.__version__})"]
@@ -122,14 +95,4 @@ class TokBleu(NumericOnlyOption, evaluate.Metric):
             steps[0] += "[hyp-only]"
         if split_compounds:
             steps.append("atat-compound-split")
-        return self._fields({
-            "score": result.score,
-            "signature": f"pretok:{'+'.join(steps)}|{bleu.get_signature()}",
-            "counts": result.counts,
-            "totals": result.totals,
-            "precisions": result.precisions,
-            "bp": result.bp,
-            "sys_len": result.sys_len,
-            "ref_len": result.ref_len,
-            "sacrebleu_version": sacrebleu.__version__,
-        })
+        return self._fields(common.bleu_fields(result, f"pretok:{'+'.join(steps)}|{bleu.get_signature()}"))
