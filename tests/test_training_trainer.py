@@ -257,7 +257,8 @@ def test_the_torch_compile_key_compiles_the_step_through_the_trainer_and_it_equa
     from torch._dynamo.utils import counters
 
     from vaswani_hf.training import run as run_module
-    from vaswani_hf.training import plan_run, run_training
+    from vaswani_hf.training.plan import plan_run
+    from vaswani_hf.training.run import run_training
 
     build = run_module.build_training_arguments
 
@@ -291,7 +292,8 @@ def test_the_loss_chunk_tokens_key_trains_with_the_plain_losses(tmp_path):
     stays the same when chunked."""
     from conftest import losses_by_step, tiny_recipe
 
-    from vaswani_hf.training import plan_run, run_training
+    from vaswani_hf.training.plan import plan_run
+    from vaswani_hf.training.run import run_training
 
     losses = {}
     for chunk in (0, 5):
