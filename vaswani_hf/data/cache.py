@@ -1,14 +1,10 @@
-"""Caches that make a second launch on the same corpus cheap, and keep memory flat as the corpus grows.
+"""Caches that make a second launch on the same corpus cheap and keep memory flat as the corpus grows.
 
-A corpus read from text files is written once as an Arrow file and memory-mapped from then on (`datasets` does the
-same for Hub datasets): the main process and the `Dataset.map` workers read pages of one file instead of each holding
-the corpus (at 0.5M pairs the in-memory corpus and its 8 tokenisation workers held ~11 GB; they now share the page
-cache). The tokenized splits are `datasets`' own map caches beside it, and the joint BPE is kept under a key of the
-training corpus and the tokenizer settings, so that a new run on the same data does not train it again.
-
-Everything lives under `datasets`' cache folder (HF_DATASETS_CACHE, by default ~/.cache/huggingface/datasets) in
-`vaswani_hf/`; a key covers the input files' paths, sizes and modification times, so an edited corpus is read again.
-With `datasets.disable_caching()` nothing is written and corpora stay in memory, as before.
+A text corpus is written once as an Arrow file and memory-mapped from then on, as `datasets` does for Hub datasets:
+the main process and the `Dataset.map` workers share its pages (at 0.5M pairs the in-memory corpus and 8 workers
+held ~11 GB). Tokenized splits are `datasets`' own map caches; the joint BPE is kept under a key of the training
+corpus and the tokenizer settings. Everything lives in `vaswani_hf/` under HF_DATASETS_CACHE; a key covers the input
+files' paths, sizes and modification times. With `datasets.disable_caching()` nothing is written.
 """
 
 from __future__ import annotations
