@@ -1,19 +1,11 @@
 """A run's plan: what a recipe means on this machine, resolved once, before any work.
 
-`plan_run(recipe)` reads the recipe (already checked: `vaswani_hf.training.recipe`) together with the world it runs
-in (processes, device, memory) and the file system, and returns a frozen `RunPlan` that every later step only reads
-(`vaswani_hf.training.run` never sees the recipe):
-- the process layout (`World`: processes, rank, device), read from the launcher's variables as Accelerate reads them;
-- the data sources of each split (`sources`), and what files the run reads and writes, checked by the one output
-  guard (`vaswani_hf.io.check_paths`: output_dir and export_dir never are, contain or lie inside an input);
-- what happens to the output folder (new, resume, overwrite, score, or nothing for a finished run: `preflight`);
-- both token budgets (training micro-batch and evaluation batch), micro-batches per update and the length filter
-  (Section 5.1, `budget`: each rule written there once);
-- the model's settings, the objective (Section 5.4), Adam and its learning rate (Section 5.3: the formula's constant
-  factor, betas, epsilon, fused kernel or not), the beam sizes, checkpoints (6.1) and the export;
-- the device checks: the precision and the distributed strategy asked for exist here, and the model fits.
-`RunPlan.lock()` then takes the output folder for this run alone. The CLI plans once (`--check` and the run alike)
-and hands the plan to `run_training`.
+`plan_run(recipe)` reads the (checked) recipe with the world it runs in and the file system, and returns a frozen
+`RunPlan` that every later step only reads: the process layout (`World`, from the launcher's variables as Accelerate
+reads them), each split's source, the files read and written (the one output guard, `io.check_paths`), what happens
+to the output folder (`preflight`), the token budgets and length filter (Section 5.1, `budget`), the model, objective
+(5.4), Adam and its learning rate (5.3), beams, checkpoints (6.1) and export, and the device checks. The CLI plans
+once (`--check` and the run alike) and hands the plan to `run_training`.
 """
 
 from __future__ import annotations
@@ -64,8 +56,7 @@ class World:
 
     @classmethod
     def from_environment(cls, recipe: Recipe) -> World:
-        """From the launcher's environment, without starting a process group: the plan is made before the run
-        starts one (`run_training` checks that Accelerate's state agrees)."""
+        """From the launcher's environment, without a process group (`run_training` checks Accelerate's agrees)."""
         processes = get_int_from_env(_PROCESSES, 1)
         device = "cpu" if use_cpu(recipe, processes) else f"cuda:{get_int_from_env(_LOCAL_RANK, 0)}"
         return cls(processes, get_int_from_env(_RANK, 0), get_int_from_env(_LOCAL_PROCESSES, processes), device)
@@ -84,12 +75,9 @@ class World:
 
 
 def use_cpu(recipe: Recipe, processes: int = 1) -> bool:
-    """CPU training if the recipe asks, if `ACCELERATE_USE_CPU` is set, or if several processes were launched on a
-    machine without CUDA. Accelerate's `PartialState(cpu=False)` would otherwise give every process of
-    `accelerate launch --multi_gpu --num_processes 2` on a CPU-only machine its own world of size 1 (independent
-    rank-0 runs); with cpu=True they form one MULTI_CPU (gloo) group. Also on a machine with no accelerator at all:
-    `TrainingArguments` refuses `bf16=True` there unless `use_cpu` is set, although bf16 autocast on CPU is
-    supported."""
+    """CPU training if the recipe or `ACCELERATE_USE_CPU` asks, or there is no accelerator: several processes on a
+    CPU-only machine would otherwise each get a world of size 1 from Accelerate, and `TrainingArguments` refuses
+    bf16 there unless `use_cpu` is set."""
     has_accelerator = torch.accelerator.is_available() if hasattr(torch, "accelerator") else torch.cuda.is_available()
     return bool(recipe.use_cpu or parse_flag_from_env("ACCELERATE_USE_CPU")
                 or (processes > 1 and not torch.cuda.is_available()) or not has_accelerator)
@@ -328,8 +316,7 @@ def _batching(recipe: Recipe, max_tokens: int, accumulation: int, processes: int
 
 
 def _optimizer(recipe: Recipe, world: World) -> OptimizerPlan:
-    """Section 5.3's Adam. The fused kernel where torch has it for this device and the parameters stay plain
-    tensors (not under FSDP or DeepSpeed): the same update to float rounding, one kernel for all parameters."""
+    """Section 5.3's Adam; fused where torch has the kernel for this device and parameters stay plain tensors."""
     fused = torch.device(world.device).type in FUSED_ADAM_DEVICE_TYPES and not _sharded()
     return OptimizerPlan(paper_base_lr(recipe.d_model, recipe.lr_multiplier), (recipe.adam_beta1, recipe.adam_beta2),
                          recipe.adam_epsilon, recipe.weight_decay, recipe.max_grad_norm, fused)
@@ -360,8 +347,7 @@ def _guard(inputs: dict, outputs: dict) -> None:
 
 
 def check_devices(recipe: Recipe, world: World) -> None:
-    """The precision and distributed strategy the recipe and the launcher ask for exist on this device, and the
-    model's training state fits its memory."""
+    """The precision and distributed strategy asked for exist on this device, and the model fits."""
     if recipe.fp16 and world.cpu:
         raise RecipeError("fp16: fp16 mixed precision needs a CUDA GPU and this run is on the CPU; use bf16 (CPU "
                           "autocast) or fp32")
@@ -374,8 +360,7 @@ def check_devices(recipe: Recipe, world: World) -> None:
 
 
 def check_model_fits(recipe: Recipe, world: World) -> None:
-    """Refuse a model whose weights, gradients and Adam moments (16 bytes a parameter) alone exceed the memory of
-    this process's device: it would be killed for memory after minutes of data preparation."""
+    """Refuse a model whose weights, gradients and Adam moments alone exceed this process's device memory."""
     parameters = approximate_parameters(recipe.model_config(recipe.vocab_size))
     needed = MODEL_STATE_BYTES_PER_PARAMETER * parameters
     available = device_memory_bytes(world.device, world.local_processes)

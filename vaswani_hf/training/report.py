@@ -21,9 +21,7 @@ logger = logging.getLogger(__name__)
 
 
 def write_hypotheses(path: str | os.PathLike, tokenizer, predictions) -> None:
-    """The decoded translations of an evaluation, one line per evaluated sentence in corpus order (as
-    `VaswaniTrainer.evaluation_loop` returns them, whatever the number of processes). The file belongs to this run:
-    it is replaced."""
+    """The decoded translations of an evaluation, one line per sentence in corpus order (this run's file: replaced)."""
     texts = tokenizer.batch_decode(predictions, skip_special_tokens=True)
     write_lines(path, [t.strip() for t in texts], overwrite=True)
 
@@ -78,9 +76,8 @@ def plot_history(history: Sequence[dict], out_dir: str | os.PathLike) -> dict[st
 
 def card_inputs(plan: RunPlan, metrics: Mapping[str, Any], signatures: Mapping[str, str] | None = None
                 ) -> tuple[dict, dict]:
-    """(scores, training_info) for `vaswani_hf.hub.write_model_card`: only real test scores, named by what they are
-    (`bleu_tok_none` for pre-tokenized references, else sacreBLEU) with the signatures of the computation that made
-    them, and the facts of the run."""
+    """(scores, training_info) for the model card: real test scores only, named by what they are (`bleu_tok_none` for
+    pre-tokenized references, else sacreBLEU) with their signatures, and the run's facts."""
     data, optimizer, schedule = plan.data, plan.optimizer, plan.schedule
     scores = {}
     bleu_name = "bleu_tok_none" if plan.evaluation.bleu_tokenize == "none" else "sacrebleu"
@@ -124,10 +121,8 @@ def distributed_strategy(metrics: Mapping[str, Any]) -> str | None:
 
 def export_hub_folder(model, tokenizer, plan: RunPlan, metrics: Mapping[str, Any] | None = None, *,
                       history: Sequence[dict] | None = None, signatures: Mapping[str, str] | None = None) -> Path:
-    """Write the run's Hub-ready folder (`plan.export.export_dir`): `vaswani_hf.hub.save_hub_folder` (weights, config
-    with auto_map, code, tokenizer, the paper's generation config, translation pipeline, endpoint handler, model card
-    with the run's real test scores) plus `training_metrics.json`, `recipe.yaml` and the PNG plots. The folder appears
-    whole (written beside, then renamed); it replaces only this run's own earlier export (the plan checked it)."""
+    """The run's Hub-ready folder: `vaswani_hf.hub.save_hub_folder` plus `training_metrics.json`, `recipe.yaml` and
+    the plots, written whole; it replaces only this run's own earlier export (the plan checked it)."""
     metrics = dict(metrics or {})
     scores, info = card_inputs(plan, metrics, signatures)
     extra = {"training_metrics.json": to_json(metrics), "recipe.yaml": plan.export.recipe_text}
