@@ -33,9 +33,6 @@ class CorpusError(UsageError):
     """Bad parallel-corpus input; the message names the file, line and/or argument at fault."""
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Loading
-# ---------------------------------------------------------------------------------------------------------------------
 # The readers below are hand-written rather than `load_dataset("text"/"csv"/"json")` because the required errors
 # (file + line of a bad UTF-8 byte, both files and both counts on a length mismatch, the line of a malformed TSV/JSON
 # record) are not what those builders report, and because `csv` would interpret quote characters that are plain text

@@ -48,7 +48,6 @@ _LOCAL_RANK = ["LOCAL_RANK", "MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "M
 @dataclass(frozen=True)
 class World:
     """The processes a run is launched on, as seen by one of them."""
-
     processes: int = 1  # processes of the run, all machines
     index: int = 0  # this process's rank
     local_processes: int = 1  # processes on this machine (they share its RAM on a CPU)
@@ -88,15 +87,9 @@ def _sharded() -> bool:
     return parse_flag_from_env("ACCELERATE_USE_FSDP") or parse_flag_from_env("ACCELERATE_USE_DEEPSPEED")
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# The plan's sections: every value a run uses, resolved
-# ---------------------------------------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class DataPlan:
     """Section 5.1's data: where each split comes from, which training pairs are kept, the shared BPE."""
-
     sources: MappingProxyType  # split name (train, valid, test) -> its Source, or None where the recipe has none
     src_lang: str  # source language code (a column of every split)
     tgt_lang: str  # target language code
@@ -114,7 +107,6 @@ class DataPlan:
 @dataclass(frozen=True)
 class BatchingPlan:
     """Section 5.1's token batches and how they reach the device."""
-
     max_tokens: int  # padded source (and target) tokens of a training micro-batch, per process
     accumulation: int  # micro-batches per optimizer update
     tokens_per_update: int  # max_tokens x processes x accumulation (the paper's ~25,000 source + target tokens)
@@ -131,7 +123,6 @@ class BatchingPlan:
 @dataclass(frozen=True)
 class ModelPlan:
     """Table 3's model and Section 5.4's objective."""
-
     settings: MappingProxyType  # the VaswaniConfig settings of the recipe's model keys (the vocabulary comes later)
     label_smoothing: float  # eps_ls of the training objective
     loss_chunk_tokens: int  # the training loss computed this many target tokens at a time (0: in one piece)
@@ -144,7 +135,6 @@ class ModelPlan:
 @dataclass(frozen=True)
 class OptimizerPlan:
     """Section 5.3's Adam: stated here once, handed to `TrainingArguments`, from which the optimizer is built."""
-
     learning_rate: float  # Adam's lr: the formula's constant factor, lr_multiplier x d_model^-0.5 (the schedule
     # multiplies it by min(step^-0.5, step x warmup^-1.5))
     betas: tuple[float, float]  # Adam's beta1, beta2
@@ -157,7 +147,6 @@ class OptimizerPlan:
 @dataclass(frozen=True)
 class SchedulePlan:
     """How long the run trains, and Section 5.3's learning-rate formula."""
-
     max_steps: int  # optimizer updates (-1: num_train_epochs decides)
     num_train_epochs: float  # epochs, when max_steps is -1
     warmup_steps: int  # warmup_steps of the formula
@@ -169,7 +158,6 @@ class SchedulePlan:
 @dataclass(frozen=True)
 class EvaluationPlan:
     """Validation during training and the final scores (Section 6)."""
-
     eval_steps: int  # validation every N updates (0: only at the end)
     eval_on_start: bool  # validate before the first update (only with a dev set)
     eval_num_beams: int  # beam size of validation BLEU during training
@@ -181,7 +169,6 @@ class EvaluationPlan:
 @dataclass(frozen=True)
 class CheckpointPlan:
     """Section 6.1's checkpoints and their average."""
-
     save_every_minutes: float  # a checkpoint every N minutes of training (0: off)
     save_steps: int  # also every N updates (0: off)
     keep_last: int  # the last K checkpoints kept (0: all)
@@ -191,7 +178,6 @@ class CheckpointPlan:
 @dataclass(frozen=True)
 class ExportPlan:
     """The Hub-ready folder and what the run records of itself."""
-
     export_dir: Path  # the Hub-ready folder (export_dir, or OUTPUT_DIR/hub)
     recipe_name: str  # the recipe's name (its file's stem)
     recipe_text: str  # the full recipe as YAML, written as recipe.yaml beside the run and into the export
@@ -201,7 +187,6 @@ class ExportPlan:
 @dataclass(frozen=True)
 class ProcessPlan:
     """How each process runs: seed, threads, precision, compilation, reporting."""
-
     seed: int  # model initialisation, dropout and batch order
     torch_threads: int  # torch.set_num_threads per process (0: torch's default)
     bf16: bool  # bf16 mixed precision
@@ -214,7 +199,6 @@ class ProcessPlan:
 @dataclass(frozen=True)
 class RunPlan:
     """Everything a run needs to know, resolved once (see the module docstring)."""
-
     world: World  # the process layout
     output_dir: Path  # checkpoints, logs, metrics and plots
     output: preflight.OutputDecision  # new, resume, overwrite, score or finished
@@ -238,11 +222,6 @@ class RunPlan:
         budget = f"{b.max_tokens} tokens/device x {self.world.processes} processes x {b.accumulation} " \
                  f"accumulation = {b.tokens_per_update} tokens per update"
         return f"output_dir {self.output_dir}: {self.output.describe()}; {budget}"
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Planning
-# ---------------------------------------------------------------------------------------------------------------------
 
 
 def plan_run(recipe: Recipe, *, overwrite: bool = False, world: World | None = None) -> RunPlan:

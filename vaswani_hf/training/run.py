@@ -84,11 +84,6 @@ def build_training_arguments(plan: RunPlan):
         remove_unused_columns=True, per_device_train_batch_size=1, per_device_eval_batch_size=1)
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# The steps
-# ---------------------------------------------------------------------------------------------------------------------
-
-
 @dataclass
 class RunData:
     tokenizer: Any
@@ -292,7 +287,7 @@ def take_folder(plan: RunPlan, state) -> io.FolderLock | None:
 
 
 def start(plan: RunPlan, state) -> None:
-    """The main process clears a run it replaces and writes the recipe and its run info; then every process."""
+    """The main process clears a run it replaces and writes the recipe; then every process its run info."""
     out = plan.output_dir
     if state.is_main_process:
         if plan.output.start == "overwrite":
@@ -301,12 +296,12 @@ def start(plan: RunPlan, state) -> None:
                 logger.warning("--overwrite: removed the previous run's %s", ", ".join(removed))
         if (out / STAGING_DIR).exists():  # leftovers of a save interrupted by a crash
             shutil.rmtree(out / STAGING_DIR)
-        io.write_json(out / f"run_info_rank{state.process_index}.json", run_info(plan, state))
         with io.replace_atomically(out / "recipe.yaml") as temporary:
             temporary.write_text(plan.export.recipe_text, encoding="utf-8")
     state.wait_for_everyone()
-    if not state.is_main_process:
-        io.write_json(out / f"run_info_rank{state.process_index}.json", run_info(plan, state))
+    io.write_json(out / f"run_info_rank{state.process_index}.json", {
+        "world_size": plan.world.processes, "process_index": plan.world.index, "distributed_type":
+        distributed_type(state), "device": plan.world.device, "torch_threads": torch.get_num_threads()})
     logger.info("recipe %s | world size %d (%s) | process %d", plan.export.recipe_name, plan.world.processes,
                 distributed_type(state), plan.world.index)
 
@@ -314,12 +309,6 @@ def start(plan: RunPlan, state) -> None:
 def distributed_type(state) -> str:
     """How Accelerate spread the run (NO, MULTI_CPU, MULTI_GPU, FSDP, ...): what it did, recorded, not planned."""
     return str(state.distributed_type).split(".")[-1]
-
-
-def run_info(plan: RunPlan, state) -> dict[str, Any]:
-    return {"world_size": plan.world.processes, "process_index": plan.world.index,
-            "distributed_type": distributed_type(state), "device": plan.world.device,
-            "torch_threads": torch.get_num_threads()}
 
 
 def start_processes(plan: RunPlan):

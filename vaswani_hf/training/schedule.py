@@ -41,7 +41,7 @@ def paper_base_lr(d_model: int, multiplier: float = 1.0) -> float:
 def paper_optimizer_cls_and_kwargs(args, fused: bool | None = None) -> tuple[type, dict]:
     """`Trainer(optimizer_cls_and_kwargs=...)`: Section 5.3's Adam from the `TrainingArguments` (lr, betas, eps stated
     once there). torch's `Adam`, not `AdamW`: the paper has no decay, and a recipe's `weight_decay` is coupled L2.
-    `fused` None: decided from the parameters (`with_fused_adam`)."""
+    `fused`: the plan's choice for the device (None: torch's default)."""
     kwargs = {"lr": args.learning_rate, "betas": (args.adam_beta1, args.adam_beta2), "eps": args.adam_epsilon}
     return torch.optim.Adam, kwargs if fused is None else {**kwargs, "fused": fused}
 

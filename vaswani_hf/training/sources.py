@@ -17,29 +17,24 @@ from .recipe import REPO_ROOT, Recipe, RecipeError
 SPLITS = ("train", "valid", "test")
 
 
-def resolve_dir(path: str | os.PathLike) -> Path:
-    """A folder path: absolute as given; relative, looked up in the current folder, then in the repository."""
-    p = Path(os.path.expanduser(str(path)))
+def _look_up(p: Path, found) -> Path:
+    """`p` if absolute; else under the first of the current folder and the repository where `found`, else cwd."""
     if p.is_absolute():
         return p
-    for base in (Path.cwd(), REPO_ROOT):
-        if (base / p).is_dir():
-            return (base / p).resolve()
-    return (Path.cwd() / p).resolve()
+    return (next((b for b in (Path.cwd(), REPO_ROOT) if found(b / p)), Path.cwd()) / p).resolve()
+
+
+def resolve_dir(path: str | os.PathLike) -> Path:
+    """A folder path: absolute as given; relative, looked up in the current folder, then in the repository."""
+    return _look_up(Path(os.path.expanduser(str(path))), Path.is_dir)
 
 
 def resolve_path(path: str | os.PathLike, data_dir: str | os.PathLike | None = None) -> Path:
-    """A corpus path (a file or a Moses prefix) joined to `data_dir`; a relative result is looked up in the current
-    folder first, then in the repository."""
+    """A corpus path (a file or a Moses prefix) joined to `data_dir`, looked up as `resolve_dir` does."""
     p = Path(os.path.expanduser(str(path)))
     if not p.is_absolute() and data_dir is not None:
         p = resolve_dir(data_dir) / p
-    if not p.is_absolute():
-        for base in (Path.cwd(), REPO_ROOT):
-            if (base / p).exists() or any((base / p).parent.glob((base / p).name + ".*")):
-                return (base / p).resolve()
-        return (Path.cwd() / p).resolve()
-    return p
+    return _look_up(p, lambda q: q.exists() or any(q.parent.glob(q.name + ".*")))
 
 
 @dataclass

@@ -45,7 +45,7 @@ from ..tokenization import PAD_ID
 from .budget import evaluation_budget
 from .checkpoints import STAGING_DIR, checkpoint_write_errors, publish_checkpoint
 from .objective import PAPER_LABEL_SMOOTHING, LabelSmoothedLoss, label_smoothed_nll, output_projection_deferred
-from .schedule import get_paper_schedule, with_fused_adam
+from .schedule import get_paper_schedule
 
 logger = logging.getLogger(__name__)
 
@@ -168,14 +168,6 @@ class VaswaniTrainer(Seq2SeqTrainer):
         return self._token_dataloader(test_dataset, training=False, description="test")
 
     # -- Section 5.3: optimizer and schedule ---------------------------------------------------------------------
-
-    def create_optimizer(self, model=None):
-        # the fused kernel is decided here, where the parameters are on their device (and wrapped, under FSDP)
-        cls_kwargs = getattr(self, "optimizer_cls_and_kwargs", None)
-        if self.optimizer is None and cls_kwargs is not None and cls_kwargs[0] is torch.optim.Adam:
-            self.optimizer_cls_and_kwargs = (cls_kwargs[0],
-                                             with_fused_adam(cls_kwargs[1], self.model if model is None else model))
-        return super().create_optimizer(model)
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
         if self.lr_scheduler is None:
