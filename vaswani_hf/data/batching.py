@@ -113,6 +113,10 @@ class TokenBatchSampler(Sampler[list[int]]):
                  num_replicas: int = 1, rank: int = 0, pad_to_multiple_of: int | None = None, evaluation: bool = False):
         src = np.asarray(src_lengths, dtype=np.int64)
         tgt = np.asarray(tgt_lengths, dtype=np.int64)
+        if src.shape != tgt.shape or src.ndim != 1:
+            raise ValueError(f"src_lengths and tgt_lengths must be 1-D of equal size, got {src.shape} and {tgt.shape}")
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank={rank} must be in [0, num_replicas={num_replicas})")
         if max_tokens <= 0:
             raise ValueError(f"max_tokens={max_tokens} must be positive")
         if pad_to_multiple_of:

@@ -14,7 +14,7 @@ import os
 import stat
 import sys
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -54,16 +54,6 @@ def is_null_device(info: os.stat_result) -> bool:
     return stat.S_ISCHR(info.st_mode) and stat.S_ISCHR(null.st_mode) and info.st_rdev == null.st_rdev
 
 
-@contextmanager
-def _open_binary(path: str | os.PathLike, what: str):
-    if str(path) == STDIO:
-        yield sys.stdin.buffer
-        return
-    p = check_input_file(path, what)
-    with open(p, "rb") as handle:
-        yield handle
-
-
 def _decode(data: bytes, label: str, first_line: int) -> str:
     try:
         return data.decode("utf-8")
@@ -76,8 +66,8 @@ def _decode(data: bytes, label: str, first_line: int) -> str:
             "re-encode the file as UTF-8, e.g. `iconv -f latin1 -t utf-8`") from None
 
 
-def _split(text: str, final: bool) -> list[str]:
-    """Lines of `text` (universal newlines). Unless `final`, `text` ends with a line end, which adds no line."""
+def _split(text: str) -> list[str]:
+    """Lines of `text` (universal newlines); a final line end adds no line."""
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     if lines[-1] == "":
         lines.pop()
@@ -86,13 +76,11 @@ def _split(text: str, final: bool) -> list[str]:
 
 def iter_lines(path: str | os.PathLike, what: str = "input file") -> Iterator[str]:
     """The lines of a UTF-8 text file ("-": standard input), streamed; UsageError naming the file (and line)."""
-    label = "<stdin>" if str(path) == STDIO else str(path)
-    with _open_binary(path, what) as handle:
+    stdin = str(path) == STDIO
+    label = "<stdin>" if stdin else str(path)
+    with nullcontext(sys.stdin.buffer) if stdin else open(check_input_file(path, what), "rb") as handle:
         pending, line_number, first = b"", 1, True
-        while True:
-            block = handle.read(CHUNK_BYTES)
-            if not block:
-                break
+        for block in iter(lambda: handle.read(CHUNK_BYTES), b""):
             data = pending + block
             cut = data.rfind(b"\n")  # decode whole lines only; a "\r\n" split across blocks stays together
             if cut < 0:
@@ -101,12 +89,12 @@ def iter_lines(path: str | os.PathLike, what: str = "input file") -> Iterator[st
             text, pending = _decode(data[: cut + 1], label, line_number), data[cut + 1:]
             if first:
                 text, first = text.removeprefix(BOM), False
-            lines = _split(text, final=False)
+            lines = _split(text)
             line_number += len(lines)
             yield from lines
         if pending:
             text = _decode(pending, label, line_number)
-            yield from _split(text.removeprefix(BOM) if first else text, final=True)
+            yield from _split(text.removeprefix(BOM) if first else text)
 
 
 def read_lines(path: str | os.PathLike, what: str = "input file") -> list[str]:
@@ -118,7 +106,7 @@ def write_lines(path: str | os.PathLike | None, lines: Iterable[str], *, overwri
                 what: str = "output file") -> None:
     """One line per item (an item's own line breaks become spaces) to `path` (None or "-": standard output), written
     atomically; unless `overwrite`, the file must not exist yet."""
-    text = "".join(" ".join(_split(str(line), final=True)) + "\n" for line in lines)  # the reader's line ends only
+    text = "".join(" ".join(_split(str(line))) + "\n" for line in lines)  # the reader's line ends only
     if path is None or str(path) == STDIO:
         write_stdout(text)
         return

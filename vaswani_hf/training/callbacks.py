@@ -70,9 +70,7 @@ class HistoryCallback(TrainerCallback):
 
 def read_history(path: str | os.PathLike) -> list[dict]:
     p = Path(path)
-    if not p.is_file():
-        return []
-    return [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
+    return [json.loads(x) for x in p.read_text().splitlines() if x.strip()] if p.is_file() else []
 
 
 class BatchStatsCollator:

@@ -44,6 +44,8 @@ def choose_data_path(device: str, num_workers: int = 0, *, processes: int = 1, c
     if num_workers == AUTO:
         spare = (cpu_count or os.cpu_count() or 1) // max(1, processes) - 1  # one core per process runs the step
         num_workers = min(CUDA_WORKERS, max(0, spare)) if cuda else 0
+    if num_workers < 0:
+        raise ValueError(f"num_workers must be -1 (auto) or >= 0, got {num_workers}")
     if prefetch_factor is None and cuda and num_workers > 0:
         prefetch_factor = CUDA_PREFETCH
     return DataPath(

@@ -112,6 +112,8 @@ class LabelSmoothedLoss:
 
     def __init__(self, epsilon: float = PAPER_LABEL_SMOOTHING, chunk_tokens: int = 0,
                  output_projection: nn.Linear | None = None):
+        if chunk_tokens and output_projection is None:
+            raise ValueError("a chunked loss (chunk_tokens > 0) needs the model's output_projection")
         self.epsilon, self.chunk_tokens, self.output_projection = epsilon, chunk_tokens, output_projection
 
     def __call__(self, outputs, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:

@@ -1,7 +1,5 @@
-"""What a training run leaves for people to read: plots, metrics JSON, hypotheses, and the Hub-ready folder.
-
-The folder export is `vaswani_hf.hub`'s model folder (weights, code, tokenizer, pipeline, handler, card) plus the
-run's own files: `training_metrics.json` (everything measured), `recipe.yaml`, the PNG plots.
+"""What a training run leaves for people to read: plots, metrics JSON, hypotheses, and the Hub-ready folder (the
+`vaswani_hf.hub` model folder plus `training_metrics.json`, `recipe.yaml` and the plots).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ def paper_learning_rate(step: int, d_model: int, warmup_steps: int = 4000, multi
     """Section 5.3's lrate of update `step` (1-based: undefined at 0), times `multiplier`."""
     if step < 1:
         raise ValueError(f"step_num starts at 1, got {step}")
-    return multiplier * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
+    return paper_base_lr(d_model, multiplier) * paper_lr_lambda(step - 1, warmup_steps)
 
 
 def paper_lr_lambda(scheduler_step: int, warmup_steps: int) -> float:
