@@ -158,17 +158,10 @@ def wrap_tokenizer(tok: Tokenizer, model_max_length: int = DEFAULT_MODEL_MAX_LEN
     for token, idx in zip(SPECIAL_TOKENS, (PAD_ID, BOS_ID, EOS_ID, UNK_ID)):
         if tok.token_to_id(token) != idx:
             raise ValueError(f"special token {token!r} has id {tok.token_to_id(token)}, expected {idx}")
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        pad_token=PAD_TOKEN,
-        bos_token=BOS_TOKEN,
-        eos_token=EOS_TOKEN,
-        unk_token=UNK_TOKEN,
-        model_max_length=model_max_length,
-        padding_side="right",
-        # The ByteLevel decoder already restores exact spacing; the legacy clean-up would e.g. turn " ." into ".".
-        clean_up_tokenization_spaces=False,
-    )
+    # The ByteLevel decoder already restores exact spacing; the legacy clean-up would e.g. turn " ." into ".".
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD_TOKEN, bos_token=BOS_TOKEN, eos_token=EOS_TOKEN,
+                                   unk_token=UNK_TOKEN, model_max_length=model_max_length, padding_side="right",
+                                   clean_up_tokenization_spaces=False)
 
 
 def train_bpe_tokenizer(

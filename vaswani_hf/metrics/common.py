@@ -5,6 +5,8 @@ module folder, where a relative import would not resolve; the installed package 
 """
 
 import datasets
+import evaluate
+import sacrebleu
 
 # One reference per segment (a string) or several (a list of strings), as evaluate's translation metrics accept.
 TRANSLATION_FEATURES = [
@@ -13,6 +15,20 @@ TRANSLATION_FEATURES = [
     datasets.Features({"predictions": datasets.Value("string", id="sequence"),
                        "references": datasets.Value("string", id="sequence")}),
 ]
+
+
+def metric_info(description, citation, inputs_description, homepage, codebase_urls, reference_urls):
+    """The `evaluate.MetricInfo` of one of the three metrics (their shared input schema)."""
+    return evaluate.MetricInfo(description=description, citation=citation, homepage=homepage,
+                               inputs_description=inputs_description, features=TRANSLATION_FEATURES,
+                               codebase_urls=codebase_urls, reference_urls=reference_urls)
+
+
+def bleu_fields(result, signature: str) -> dict:
+    """What sacrebleu_local and tok_bleu return of a sacreBLEU BLEU score."""
+    return {"score": result.score, "signature": signature, "counts": result.counts, "totals": result.totals,
+            "precisions": result.precisions, "bp": result.bp, "sys_len": result.sys_len, "ref_len": result.ref_len,
+            "sacrebleu_version": sacrebleu.__version__}
 
 
 def transpose_references(references):

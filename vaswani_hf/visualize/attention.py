@@ -143,15 +143,8 @@ def batch_attentions(
         if not per_layer or any(w is None for w in per_layer):
             raise RuntimeError(f"The model returned no {name}; it needs eager attention and output_attentions.")
         weights[kind] = torch.stack([w.detach().float().cpu() for w in per_layer])  # (L, B, H, Tq, Tk)
-    return dict(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        decoder_input_ids=decoder_input_ids,
-        decoder_attention_mask=decoder_attention_mask,
-        labels=labels,
-        label_ids=label_rows,
-        **weights,
-    )
+    return dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+                decoder_attention_mask=decoder_attention_mask, labels=labels, label_ids=label_rows, **weights)
 
 
 def _byte_of_char() -> dict[str, int]:

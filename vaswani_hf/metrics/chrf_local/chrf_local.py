@@ -9,7 +9,7 @@ import evaluate
 import sacrebleu
 from sacrebleu.metrics import CHRF
 
-from vaswani_hf.metrics.common import TRANSLATION_FEATURES, NumericOnlyOption, transpose_references
+from vaswani_hf.metrics.common import NumericOnlyOption, metric_info, transpose_references
 
 _CITATION = """\
 @inproceedings{popovic-2015-chrf,
@@ -60,35 +60,13 @@ class ChrfLocal(NumericOnlyOption, evaluate.Metric):
     SETTINGS = ("char_order", "word_order", "beta")  # with numeric_only=True: in `metric.settings`, not the result
 
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            homepage="https://github.com/mjpost/sacrebleu",
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=TRANSLATION_FEATURES,
-            codebase_urls=["https://github.com/mjpost/sacrebleu"],
-            reference_urls=["https://github.com/m-popovic/chrF"],
-        )
+        return metric_info(_DESCRIPTION, _CITATION, _KWARGS_DESCRIPTION, "https://github.com/mjpost/sacrebleu",
+                           ["https://github.com/mjpost/sacrebleu"], ["https://github.com/m-popovic/chrF"])
 
-    def _compute(
-        self,
-        predictions,
-        references,
-        char_order=CHRF.CHAR_ORDER,
-        word_order=CHRF.WORD_ORDER,
-        beta=CHRF.BETA,
-        lowercase=False,
-        whitespace=False,
-        eps_smoothing=False,
-    ):
-        chrf = CHRF(
-            char_order=char_order,
-            word_order=word_order,
-            beta=beta,
-            lowercase=lowercase,
-            whitespace=whitespace,
-            eps_smoothing=eps_smoothing,
-        )
+    def _compute(self, predictions, references, char_order=CHRF.CHAR_ORDER, word_order=CHRF.WORD_ORDER,
+                 beta=CHRF.BETA, lowercase=False, whitespace=False, eps_smoothing=False):
+        chrf = CHRF(char_order=char_order, word_order=word_order, beta=beta, lowercase=lowercase,
+                    whitespace=whitespace, eps_smoothing=eps_smoothing)
         result = chrf.corpus_score(list(predictions), transpose_references(references))
         return self._fields({
             "score": result.score,

@@ -7,10 +7,9 @@ score together with sacreBLEU's signature string, which names every setting that
 """
 
 import evaluate
-import sacrebleu
 from sacrebleu.metrics import BLEU
 
-from vaswani_hf.metrics.common import TRANSLATION_FEATURES, NumericOnlyOption, transpose_references
+from vaswani_hf.metrics.common import NumericOnlyOption, bleu_fields, metric_info, transpose_references
 
 _CITATION = """\
 @inproceedings{post-2018-call,
@@ -57,44 +56,12 @@ Example:
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class SacrebleuLocal(NumericOnlyOption, evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            homepage="https://github.com/mjpost/sacrebleu",
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=TRANSLATION_FEATURES,
-            codebase_urls=["https://github.com/mjpost/sacrebleu"],
-            reference_urls=["https://github.com/mjpost/sacrebleu"],
-        )
+        return metric_info(_DESCRIPTION, _CITATION, _KWARGS_DESCRIPTION, "https://github.com/mjpost/sacrebleu",
+                           ["https://github.com/mjpost/sacrebleu"], ["https://github.com/mjpost/sacrebleu"])
 
-    def _compute(
-        self,
-        predictions,
-        references,
-        tokenize="13a",
-        lowercase=False,
-        smooth_method="exp",
-        smooth_value=None,
-        use_effective_order=False,
-        force=False,
-    ):
-        bleu = BLEU(
-            lowercase=lowercase,
-            force=force,
-            tokenize=tokenize,
-            smooth_method=smooth_method,
-            smooth_value=smooth_value,
-            effective_order=use_effective_order,
-        )
+    def _compute(self, predictions, references, tokenize="13a", lowercase=False, smooth_method="exp",
+                 smooth_value=None, use_effective_order=False, force=False):
+        bleu = BLEU(lowercase=lowercase, force=force, tokenize=tokenize, smooth_method=smooth_method,
+                    smooth_value=smooth_value, effective_order=use_effective_order)
         result = bleu.corpus_score(list(predictions), transpose_references(references))
-        return self._fields({
-            "score": result.score,
-            "signature": str(bleu.get_signature()),
-            "counts": result.counts,
-            "totals": result.totals,
-            "precisions": result.precisions,
-            "bp": result.bp,
-            "sys_len": result.sys_len,
-            "ref_len": result.ref_len,
-            "sacrebleu_version": sacrebleu.__version__,
-        })
+        return self._fields(bleu_fields(result, str(bleu.get_signature())))

@@ -32,12 +32,11 @@ number is only comparable with papers that used the same script; report sacreBLE
 import re
 
 import evaluate
-import sacrebleu
 import sacremoses
 from sacrebleu.metrics import BLEU
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
-from vaswani_hf.metrics.common import TRANSLATION_FEATURES, NumericOnlyOption, transpose_references
+from vaswani_hf.metrics.common import NumericOnlyOption, bleu_fields, metric_info, transpose_references
 
 _CITATION = """\
 @inproceedings{vaswani2017attention,
@@ -98,15 +97,10 @@ def preprocess(lines, lang="de", tokenize=True, compounds=True):
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class TokBleu(NumericOnlyOption, evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            homepage="https://github.com/tensorflow/tensor2tensor/blob/master/tensor2tensor/utils/get_ende_bleu.sh",
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=TRANSLATION_FEATURES,
-            codebase_urls=["https://github.com/hplt-project/sacremoses", "https://github.com/mjpost/sacrebleu"],
-            reference_urls=["https://arxiv.org/abs/1706.03762"],
-        )
+        return metric_info(_DESCRIPTION, _CITATION, _KWARGS_DESCRIPTION,
+                           "https://github.com/tensorflow/tensor2tensor/blob/master/tensor2tensor/utils/get_ende_bleu.sh",
+                           ["https://github.com/hplt-project/sacremoses", "https://github.com/mjpost/sacrebleu"],
+                           ["https://arxiv.org/abs/1706.03762"])
 
     def _compute(self, predictions, references, lang="de", split_compounds=True, tokenize_references=True,
                  lowercase=False):
@@ -122,14 +116,4 @@ class TokBleu(NumericOnlyOption, evaluate.Metric):
             steps[0] += "[hyp-only]"
         if split_compounds:
             steps.append("atat-compound-split")
-        return self._fields({
-            "score": result.score,
-            "signature": f"pretok:{'+'.join(steps)}|{bleu.get_signature()}",
-            "counts": result.counts,
-            "totals": result.totals,
-            "precisions": result.precisions,
-            "bp": result.bp,
-            "sys_len": result.sys_len,
-            "ref_len": result.ref_len,
-            "sacrebleu_version": sacrebleu.__version__,
-        })
+        return self._fields(bleu_fields(result, f"pretok:{'+'.join(steps)}|{bleu.get_signature()}"))
