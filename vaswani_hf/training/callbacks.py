@@ -122,8 +122,7 @@ class RunClock(TrainerCallback):
     @staticmethod
     def peak_memory_mb() -> tuple[float, float]:
         """(peak RSS of this process, peak RSS of its largest finished child) in MiB (Linux reports KiB)."""
-        own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        own, child = (resource.getrusage(w).ru_maxrss / 1024 for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
         return own, child
 
     def since_launch(self) -> float:

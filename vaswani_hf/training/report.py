@@ -93,15 +93,13 @@ def card_inputs(plan: RunPlan, metrics: Mapping[str, Any], signatures: Mapping[s
         "optimizer": f"Adam(beta1={optimizer.betas[0]}, beta2={optimizer.betas[1]}, eps={optimizer.eps})",
         "lr_schedule": "d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (Section 5.3)"
                        + (f" x {schedule.lr_multiplier}" if schedule.lr_multiplier != 1.0 else ""),
-        "warmup_steps": schedule.warmup_steps,
-        "dropout": plan.model.settings["dropout"],
+        "warmup_steps": schedule.warmup_steps, "dropout": plan.model.settings["dropout"],
         "label_smoothing": plan.model.label_smoothing,
         "checkpoint_averaging": (f"last {len(metrics['averaged_checkpoints'])} checkpoints"
                                  if metrics.get("averaged_checkpoints") else "none"),
         "training_time": (f"{metrics['train_seconds'] / 60:.1f} min on {metrics.get('world_size', 1)} process(es)"
                           if metrics.get("train_seconds") else None),
-        "distributed": distributed_strategy(metrics),
-        "seed": plan.process.seed,
+        "distributed": distributed_strategy(metrics), "seed": plan.process.seed,
     }
     info.update({k: v for k, v in facts.items() if v is not None})
     return scores, info

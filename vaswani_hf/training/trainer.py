@@ -267,8 +267,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
     @contextlib.contextmanager
     def _not_counting(self):
         """Batch statistics (tokens/s, padding) count training batches only."""
-        collator = self.data_collator
-        old = getattr(collator, "active", None)
+        collator, old = self.data_collator, getattr(self.data_collator, "active", None)
         if old is not None:
             collator.active = False
         try:
