@@ -28,7 +28,7 @@ from torch.utils.data import BatchSampler, RandomSampler
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
 from vaswani_hf.data.batching import TokenBatchSampler
-from vaswani_hf.data.corpora import load_moses
+from vaswani_hf.data.corpora import load_corpus
 from vaswani_hf.data.preprocessing import prepare_dataset, sequence_lengths, tokenize_pairs
 from vaswani_hf.tokenization import train_bpe_tokenizer
 
@@ -75,7 +75,7 @@ def main() -> None:
     tok = train_bpe_tokenizer(files, vocab_size=args.vocab_size, show_progress=False)
     train_seconds = time.perf_counter() - t0
 
-    raw = load_moses(args.multi30k / "train", "en", "de")
+    raw = load_corpus("moses", args.multi30k / "train", "en", "de")
     throughput = {}
     for num_proc in (None, 2):
         t0 = time.perf_counter()

@@ -33,7 +33,7 @@ import torch
 
 from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
 from vaswani_hf.data.batching import Seq2SeqCollator, TokenBatchSampler
-from vaswani_hf.data.corpora import load_moses
+from vaswani_hf.data.corpora import load_corpus
 from vaswani_hf.data.preprocessing import prepare_dataset, sequence_lengths
 from vaswani_hf.tokenization import train_bpe_tokenizer
 
@@ -96,7 +96,7 @@ def main() -> None:
     disable_progress_bar()
     tok = train_bpe_tokenizer([args.multi30k / "train.en", args.multi30k / "train.de"], vocab_size=args.vocab_size,
                               show_progress=False)
-    data, _ = prepare_dataset(load_moses(args.multi30k / "train", "en", "de"), tok, "en", "de")
+    data, _ = prepare_dataset(load_corpus("moses", args.multi30k / "train", "en", "de"), tok, "en", "de")
     config = VaswaniConfig(vocab_size=len(tok), d_model=32, d_ff=64, num_heads=4, num_encoder_layers=1,
                            num_decoder_layers=1, dropout=0.0)
     torch.manual_seed(0)

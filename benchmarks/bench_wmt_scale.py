@@ -95,10 +95,10 @@ def sharding(corpus: Path, cache: Path, out: Path) -> dict:
 import json, resource, time
 t0 = time.perf_counter()
 from vaswani_hf.data.batching import TokenBatchSampler
-from vaswani_hf.data.corpora import load_moses
+from vaswani_hf.data.corpora import load_corpus
 from vaswani_hf.data.preprocessing import prepare_dataset, sequence_lengths
 from vaswani_hf.tokenization import load_tokenizer
-raw = load_moses({str(corpus / "train")!r}, "en", "de")
+raw = load_corpus("moses", {str(corpus / "train")!r}, "en", "de")
 tok = load_tokenizer({str(out / "tokenizer")!r})
 t = time.perf_counter(); train, _ = prepare_dataset(raw, tok, "en", "de", max_length=256, max_ratio=9.0)
 result = {{"pairs": len(train), "cached_data_s": round(time.perf_counter() - t0, 2)}}

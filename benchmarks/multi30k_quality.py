@@ -75,7 +75,10 @@ def main(argv=None):
     if any(n < 1 for n in windows):
         parser.error(f"--tune_average: each number of checkpoints must be >= 1, got {args.tune_average!r}")
 
-    from vaswani_hf.training import RecipeError, load_recipe, plan_run, read_history, run_training, value_from_text
+    from vaswani_hf.training.callbacks import read_history
+    from vaswani_hf.training.plan import plan_run
+    from vaswani_hf.training.recipe import RecipeError, load_recipe, value_from_text
+    from vaswani_hf.training.run import run_training
 
     overrides = {}
     i = 0
@@ -101,7 +104,7 @@ def main(argv=None):
         parser.error(f"--tune_average {args.tune_average} needs --keep_last >= {max(windows)} (the recipe keeps "
                      f"the last {recipe['keep_last']} checkpoints; 0 keeps all)")
 
-    from vaswani_hf.training import resolve_path
+    from vaswani_hf.training.sources import resolve_path
 
     test_prefix = resolve_path("test_2016_flickr.lc.norm.tok", recipe["data_dir"])
     src_file = Path(f"{test_prefix}.{recipe['src_lang']}")
@@ -153,8 +156,8 @@ def main(argv=None):
     if windows:  # how many final checkpoints to average (6.1 averaged 5 / 20), chosen on the development set
         from safetensors.torch import load_file
 
-        from vaswani_hf.training import (average_checkpoints, last_checkpoints, load_averaged_weights,
-                                         save_averaged_checkpoint)
+        from vaswani_hf.training.checkpoints import (average_checkpoints, last_checkpoints, load_averaged_weights,
+                                                     save_averaged_checkpoint)
 
         checkpoints = last_checkpoints(recipe["output_dir"], 0)
         if len(checkpoints) < max(windows):

@@ -195,7 +195,7 @@ def plot(runs, current, path):
 
 
 def main():
-    from vaswani_hf.training import load_recipe
+    from vaswani_hf.training.recipe import load_recipe
 
     current = load_recipe("multi30k-en-de")  # the recipe file with every default filled in
     runs = load_runs()

@@ -161,7 +161,7 @@ def tiny_recipe(tmp_path: Path, **overrides) -> dict:
     if not (corpus / "train.en").is_file():
         write_corpus(corpus)
     values = {**TINY, "data_dir": str(corpus), "output_dir": str(tmp_path / "run"), **overrides}
-    from vaswani_hf.training import load_recipe
+    from vaswani_hf.training.recipe import load_recipe
 
     return load_recipe("default", values)
 
@@ -174,6 +174,6 @@ def write_recipe_yaml(path: Path, recipe_values: dict) -> Path:
 
 
 def losses_by_step(output_dir: Path) -> dict[int, float]:
-    from vaswani_hf.training import read_history
+    from vaswani_hf.training.callbacks import read_history
 
     return {h["step"]: h["loss"] for h in read_history(Path(output_dir) / "history.jsonl") if "loss" in h}

@@ -69,7 +69,7 @@ def test_multi30k_quality_score_only_names_a_missing_export(capsys, tmp_path):
 
 
 def test_multi30k_runs_table_lists_what_differs_from_the_recipe():
-    from vaswani_hf.training import load_recipe
+    from vaswani_hf.training.recipe import load_recipe
 
     runs = load_benchmark("multi30k_runs")
     current = load_recipe("multi30k-en-de")

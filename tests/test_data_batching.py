@@ -16,7 +16,7 @@ from vaswani_hf.data.batching import (
     make_batches,
     pack_by_tokens,
 )
-from vaswani_hf.data.corpora import load_moses
+from vaswani_hf.data.corpora import load_corpus
 from vaswani_hf.data.preprocessing import prepare_dataset, sequence_lengths
 from vaswani_hf.tokenization import EOS_ID, PAD_ID, train_bpe_tokenizer
 
@@ -244,7 +244,7 @@ def test_sampler_max_sentences_and_pad_multiple():
 def test_sampler_multi30k_real_lengths():
     if not (MULTI30K_RAW / "train.en").is_file():
         pytest.skip(f"Multi30k not found at {MULTI30K_RAW} (set VASWANI_MULTI30K_DIR to run this test)")
-    ds = load_moses(MULTI30K_RAW / "train", "en", "de")
+    ds = load_corpus("moses", MULTI30K_RAW / "train", "en", "de")
     tok = train_bpe_tokenizer([MULTI30K_RAW / "train.en", MULTI30K_RAW / "train.de"], vocab_size=4000,
                               show_progress=False)
     data, report = prepare_dataset(ds, tok, "en", "de")

@@ -15,12 +15,10 @@ from vaswani_hf.data.corpora import (
     iter_jsonl,
     iter_moses,
     iter_tsv,
+    load_corpus,
     load_hub,
-    load_jsonl,
-    load_moses,
     load_parallel,
     load_sample_corpus,
-    load_tsv,
     make_parallel_dataset,
     read_lines,
     sample_corpus_path,
@@ -35,7 +33,7 @@ def test_all_formats_give_the_same_dataset(tmp_path, pairs):
     en, de = pairs
     write_text(tmp_path / "c.en", en)
     write_text(tmp_path / "c.de", de)
-    ref = load_moses(tmp_path / "c", "en", "de")
+    ref = load_corpus("moses", tmp_path / "c", "en", "de")
     assert ref.column_names == ["translation"] and len(ref) == len(en)
     assert ref[0]["translation"] == {"en": en[0], "de": de[0]}
     assert isinstance(ref.features["translation"], datasets.Translation)
@@ -51,10 +49,10 @@ def test_all_formats_give_the_same_dataset(tmp_path, pairs):
                [json.dumps({"id": i, "translation": {"de": d, "en": e, "fr": "-"}}) for i, (e, d) in
                 enumerate(zip(en, de))])
     loaded = {
-        "tsv header": load_tsv(tmp_path / "h.tsv", "en", "de"),
-        "tsv no header": load_tsv(tmp_path / "n.tsv", "en", "de", header=False),
-        "jsonl nested": load_jsonl(tmp_path / "nested.jsonl", "en", "de"),
-        "jsonl flat": load_jsonl(tmp_path / "flat.jsonl", "en", "de"),
+        "tsv header": load_corpus("tsv", tmp_path / "h.tsv", "en", "de"),
+        "tsv no header": load_corpus("tsv", tmp_path / "n.tsv", "en", "de", header=False),
+        "jsonl nested": load_corpus("jsonl", tmp_path / "nested.jsonl", "en", "de"),
+        "jsonl flat": load_corpus("jsonl", tmp_path / "flat.jsonl", "en", "de"),
         "save_to_disk": load_hub(tmp_path / "saved", "en", "de"),
         "load_dataset": load_hub(str(hub_dir), "en", "de", split="train"),
         "auto moses": load_parallel(tmp_path / "c", "en", "de"),
@@ -76,13 +74,13 @@ def test_large_corpus_is_built_in_arrow_chunks(tmp_path, pairs, monkeypatch):
     en, de = pairs
     write_text(tmp_path / "c.en", en)
     write_text(tmp_path / "c.de", de)
-    whole = load_moses(tmp_path / "c", "en", "de").to_list()
+    whole = load_corpus("moses", tmp_path / "c", "en", "de").to_list()
     original = corpora._pair_batches
     monkeypatch.setattr(corpora, "_pair_batches", lambda *a, **k: original(*a, **{**k, "chunk": 7}))
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "other-cache"))
     monkeypatch.setattr("datasets.config.HF_DATASETS_CACHE", tmp_path / "other-cache")
-    assert load_moses(tmp_path / "c", "en", "de").to_list() == whole
-    assert load_tsv(write_text(tmp_path / "c.tsv", ["en\tde"] + [f"{e}\t{d}" for e, d in zip(en, de)]),
+    assert load_corpus("moses", tmp_path / "c", "en", "de").to_list() == whole
+    assert load_corpus("tsv", write_text(tmp_path / "c.tsv", ["en\tde"] + [f"{e}\t{d}" for e, d in zip(en, de)]),
                     "en", "de").to_list() == whole
 
 
@@ -98,7 +96,7 @@ def test_a_corpus_file_is_read_once_then_memory_mapped(tmp_path, pairs, monkeypa
     en, de = pairs
     write_text(tmp_path / "c.en", en[:-1] + [""])
     write_text(tmp_path / "c.de", de)
-    first = load_moses(tmp_path / "c", "en", "de")
+    first = load_corpus("moses", tmp_path / "c", "en", "de")
     assert first.cache_files and str(tmp_path / "cache") in first.cache_files[0]["filename"]
     def unread(*args, **kwargs):  # a generator: fails only if the text is read
         raise AssertionError("read again")
@@ -106,16 +104,16 @@ def test_a_corpus_file_is_read_once_then_memory_mapped(tmp_path, pairs, monkeypa
 
     monkeypatch.setattr(corpora, "iter_moses", unread)
     caplog.clear()
-    second = load_moses(tmp_path / "c", "en", "de")
+    second = load_corpus("moses", tmp_path / "c", "en", "de")
     assert second.to_list() == first.to_list() and second._fingerprint == first._fingerprint
     assert "1 of %d pairs have an empty side" % len(en) in caplog.text
     monkeypatch.undo()
     monkeypatch.setattr("datasets.config.HF_DATASETS_CACHE", tmp_path / "cache")
     write_text(tmp_path / "c.en", en)  # edited: another size or time, another key
-    assert load_moses(tmp_path / "c", "en", "de")["translation"][-1]["en"] == en[-1]
+    assert load_corpus("moses", tmp_path / "c", "en", "de")["translation"][-1]["en"] == en[-1]
     datasets.disable_caching()
     try:
-        assert not load_moses(tmp_path / "c", "en", "de").cache_files  # caching off: in memory, as before
+        assert not load_corpus("moses", tmp_path / "c", "en", "de").cache_files  # caching off: in memory, as before
     finally:
         datasets.enable_caching()
 
@@ -144,19 +142,19 @@ def test_hub_load_dataset_call(monkeypatch, tmp_path, pairs):
 
 def test_missing_file(tmp_path, corpus_dir):
     """A missing corpus file is a UsageError naming it (exit status 2 in the tools): CorpusError (a UsageError) from
-    the Moses and format=auto paths, vaswani_hf.io's reader's UsageError from load_tsv/load_jsonl."""
+    the Moses and format=auto paths, vaswani_hf.io's reader's UsageError from load_corpus."""
     with pytest.raises(CorpusError, match=r"corpus file not found: .*nothere\.en \(no file matches .*nothere\.\*\)"):
-        load_moses(tmp_path / "nothere", "en", "de")
+        load_corpus("moses", tmp_path / "nothere", "en", "de")
     with pytest.raises(UsageError, match=r"corpus file not found: .*missing\.tsv"):
-        load_tsv(tmp_path / "missing.tsv", "en", "de")
+        load_corpus("tsv", tmp_path / "missing.tsv", "en", "de")
     with pytest.raises(UsageError, match=r"corpus file not found: .*missing\.jsonl"):
-        load_jsonl(tmp_path / "missing.jsonl", "en", "de")
+        load_corpus("jsonl", tmp_path / "missing.jsonl", "en", "de")
     with pytest.raises(CorpusError, match=r"corpus not found: .*missing\.jsonl"):
         load_parallel(tmp_path / "missing.jsonl", "en", "de")
     (tmp_path / "folder.en").mkdir()
     write_text(tmp_path / "folder.de", ["x"])
     with pytest.raises(CorpusError, match=r"corpus file .*folder\.en is a folder"):
-        load_moses(tmp_path / "folder", "en", "de")
+        load_corpus("moses", tmp_path / "folder", "en", "de")
 
 
 def test_mismatched_line_counts_names_both_files(tmp_path, pairs):
@@ -164,7 +162,7 @@ def test_mismatched_line_counts_names_both_files(tmp_path, pairs):
     write_text(tmp_path / "m.en", en)
     write_text(tmp_path / "m.de", de[:-3])
     with pytest.raises(CorpusError) as e:
-        load_moses(tmp_path / "m", "en", "de")
+        load_corpus("moses", tmp_path / "m", "en", "de")
     msg = str(e.value)
     assert f"m.en has {len(en)} lines" in msg and f"m.de has {len(de) - 3} lines" in msg
 
@@ -179,41 +177,41 @@ def test_non_utf8_names_file_and_line(tmp_path, pairs):
     (tmp_path / "u.de").write_bytes(b"\n".join(raw))
     position = len(de[6].encode("utf-8")) + len(" Stra") + 1
     with pytest.raises(UsageError, match=rf"u\.de:7: not valid UTF-8 \(byte 0xdf at byte {position} of the line\)"):
-        load_moses(tmp_path / "u", "en", "de")
+        load_corpus("moses", tmp_path / "u", "en", "de")
 
 
 def test_unknown_language_code(tmp_path, corpus_dir, pairs):
     with pytest.raises(CorpusError, match=r"unknown language code 'fr'.*languages available: \['de', 'en'\]"):
-        load_moses(corpus_dir / "train", "en", "fr")
+        load_corpus("moses", corpus_dir / "train", "en", "fr")
     en, de = pairs
     write_text(tmp_path / "h.tsv", ["en\tde"] + [f"{e}\t{d}" for e, d in zip(en, de)])
     with pytest.raises(CorpusError, match=r"h\.tsv:1: unknown language code 'fr': the header line names the columns "
                                           r"\['en', 'de'\]"):
-        load_tsv(tmp_path / "h.tsv", "fr", "de")
+        load_corpus("tsv", tmp_path / "h.tsv", "fr", "de")
     write_text(tmp_path / "j.jsonl", [json.dumps({"en": e, "de": d}) for e, d in zip(en, de)])
     with pytest.raises(CorpusError, match=r"j\.jsonl:1: unknown language code 'fr': the line has keys "
                                           r"\['de', 'en'\]"):
-        load_jsonl(tmp_path / "j.jsonl", "en", "fr")
+        load_corpus("jsonl", tmp_path / "j.jsonl", "en", "fr")
     with pytest.raises(CorpusError, match="both 'en'"):
-        load_moses(corpus_dir / "train", "en", "en")
+        load_corpus("moses", corpus_dir / "train", "en", "en")
 
 
 def test_malformed_tsv_and_jsonl_lines(tmp_path):
     write_text(tmp_path / "bad.tsv", ["en\tde", "a\tb", "only one field"])
     with pytest.raises(CorpusError, match=r"bad\.tsv:3: expected 2 tab-separated fields, found 1"):
-        load_tsv(tmp_path / "bad.tsv", "en", "de")
+        load_corpus("tsv", tmp_path / "bad.tsv", "en", "de")
     write_text(tmp_path / "bad.jsonl", ['{"en": "a", "de": "b"}', '{"en": "a", "de": '])
     with pytest.raises(CorpusError, match=r"bad\.jsonl:2: invalid JSON"):
-        load_jsonl(tmp_path / "bad.jsonl", "en", "de")
+        load_corpus("jsonl", tmp_path / "bad.jsonl", "en", "de")
     write_text(tmp_path / "list.jsonl", ['["a", "b"]'])
     with pytest.raises(CorpusError, match=r"list\.jsonl:1: expected a JSON object with language keys"):
-        load_jsonl(tmp_path / "list.jsonl", "en", "de")
+        load_corpus("jsonl", tmp_path / "list.jsonl", "en", "de")
     write_text(tmp_path / "num.jsonl", ['{"en": "a", "de": 3}'])
     with pytest.raises(CorpusError, match=r"num\.jsonl:1: value for 'de' is not a string"):
-        load_jsonl(tmp_path / "num.jsonl", "en", "de")
+        load_corpus("jsonl", tmp_path / "num.jsonl", "en", "de")
     (tmp_path / "empty.tsv").write_bytes(b"")
     with pytest.raises(CorpusError, match=r"empty\.tsv:1: empty, expected a header line"):
-        load_tsv(tmp_path / "empty.tsv", "en", "de")
+        load_corpus("tsv", tmp_path / "empty.tsv", "en", "de")
 
 
 def test_empty_lines_are_kept_and_reported(tmp_path, pairs, caplog):
@@ -224,7 +222,7 @@ def test_empty_lines_are_kept_and_reported(tmp_path, pairs, caplog):
     write_text(tmp_path / "e.en", en)
     write_text(tmp_path / "e.de", de)
     with caplog.at_level(logging.WARNING, logger="vaswani_hf.data"):
-        ds = load_moses(tmp_path / "e", "en", "de")
+        ds = load_corpus("moses", tmp_path / "e", "en", "de")
     assert len(ds) == 50  # kept at load time: row i is line i+1
     assert "3 of 50 pairs have an empty side (line/row 4, 11, 21)" in caplog.text
     assert ds[10]["translation"]["de"] == "" and ds[11]["translation"] == {"en": en[11], "de": de[11]}
@@ -233,9 +231,9 @@ def test_empty_lines_are_kept_and_reported(tmp_path, pairs, caplog):
 def test_crlf_bom_and_strip(tmp_path):
     (tmp_path / "w.en").write_bytes("\ufeffHello  there \r\nSecond\r\n".encode("utf-8"))
     (tmp_path / "w.de").write_bytes(b"Hallo\nZweite")  # no final newline
-    ds = load_moses(tmp_path / "w", "en", "de")
+    ds = load_corpus("moses", tmp_path / "w", "en", "de")
     assert ds["translation"] == [{"en": "Hello  there", "de": "Hallo"}, {"en": "Second", "de": "Zweite"}]
-    raw = load_moses(tmp_path / "w", "en", "de", strip=False)
+    raw = load_corpus("moses", tmp_path / "w", "en", "de", strip=False)
     assert raw[0]["translation"]["en"] == "Hello  there "
     assert raw[1]["translation"]["en"] == "Second"  # the line end is not part of the line, stripped or not
 

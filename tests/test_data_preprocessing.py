@@ -9,7 +9,7 @@ import datasets
 import numpy as np
 import pytest
 
-from vaswani_hf.data.corpora import CorpusError, load_moses, make_parallel_dataset
+from vaswani_hf.data.corpora import CorpusError, load_corpus, make_parallel_dataset
 from vaswani_hf.data.preprocessing import FilterReport, filter_pairs, prepare_dataset, sequence_lengths, tokenize_pairs
 from vaswani_hf.tokenization import EOS_ID
 
@@ -29,7 +29,7 @@ def test_empty_pairs_are_filtered_and_counted(pairs, tok, caplog):
 
 
 def test_tokenize_and_filter(tmp_path, corpus_dir, tok):
-    ds = load_moses(corpus_dir / "train", "en", "de")
+    ds = load_corpus("moses", corpus_dir / "train", "en", "de")
     out = tokenize_pairs(ds, tok, "en", "de")
     assert out.column_names == ["input_ids", "labels"]
     assert out.features["input_ids"] == datasets.List(datasets.Value("int32"))

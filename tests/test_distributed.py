@@ -122,11 +122,11 @@ def test_two_processes_score_the_same_model_as_one(tmp_path):
 
     # The two ranks' validation shards really are uneven (sentences per rank, with the recipe's evaluation budget).
     from vaswani_hf.data.batching import TokenBatchSampler
-    from vaswani_hf.data.corpora import load_moses
+    from vaswani_hf.data.corpora import load_corpus
     from vaswani_hf.data.preprocessing import prepare_dataset
     from vaswani_hf.tokenization import load_tokenizer
 
-    valid, _ = prepare_dataset(load_moses(corpus / "valid", "en", "de"), load_tokenizer(out / "tokenizer"), "en", "de",
+    valid, _ = prepare_dataset(load_corpus("moses", corpus / "valid", "en", "de"), load_tokenizer(out / "tokenizer"), "en", "de",
                                max_length=None, max_ratio=None)
     shards = [sum(len(b) for b in TokenBatchSampler.from_dataset(valid, 1024, shuffle=False, num_replicas=2, rank=r))
               for r in (0, 1)]

@@ -9,7 +9,9 @@ import pytest
 
 import vaswani_hf
 from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
-from vaswani_hf.training import World, build_training_arguments, load_recipe, plan_run
+from vaswani_hf.training.plan import World, plan_run
+from vaswani_hf.training.recipe import load_recipe
+from vaswani_hf.training.run import build_training_arguments
 from vaswani_hf.training.budget import (
     activation_bytes_per_token,
     approximate_parameters,
@@ -103,7 +105,8 @@ def test_the_evaluation_budget_and_the_length_filter_each_have_one_rule(tmp_path
 def test_a_budget_below_max_length_is_refused_by_one_rule(tmp_path, monkeypatch):
     """A number in the recipe is refused when it is loaded, `auto`'s number when the run is planned: one rule
     (`recipe.check_length_fits`), and no other module words it."""
-    from vaswani_hf.training import RecipeError, budget
+    from vaswani_hf.training import budget
+    from vaswani_hf.training.recipe import RecipeError
 
     with pytest.raises(RecipeError, match="max_tokens_per_device 64 is below max_length 128"):
         load_recipe("default", {"max_tokens_per_device": 64, "max_length": 128})
@@ -123,7 +126,7 @@ def test_no_token_budget_default_outside_the_recipe():
     import inspect
 
     from vaswani_hf.data.batching import TokenBatchSampler
-    from vaswani_hf.training import VaswaniTrainer
+    from vaswani_hf.training.trainer import VaswaniTrainer
 
     root = Path(vaswani_hf.__file__).parent
     holders = [str(p.relative_to(root)) for p in root.rglob("*.py")

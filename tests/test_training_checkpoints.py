@@ -15,7 +15,9 @@ import torch
 from conftest import losses_by_step, tiny_recipe
 
 from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
-from vaswani_hf.training import WallClockCallback, average_checkpoints, last_checkpoints, plan_run, run_training
+from vaswani_hf.training.checkpoints import WallClockCallback, average_checkpoints, last_checkpoints
+from vaswani_hf.training.plan import plan_run
+from vaswani_hf.training.run import run_training
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -136,7 +138,7 @@ def test_resume_refuses_a_checkpoint_whose_state_belongs_to_another_step(tmp_pat
     from conftest import tiny_recipe
 
     from vaswani_hf.io import UsageError
-    from vaswani_hf.training import plan_run
+    from vaswani_hf.training.plan import plan_run
 
     run = tmp_path / "run"
     _checkpoint(run / "checkpoint-2", 2)

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 from conftest import tiny_recipe
 
-from vaswani_hf.training import World, plan_run
+from vaswani_hf.training.plan import World, plan_run
 from vaswani_hf.training.data_path import DataPath, choose_data_path
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 from conftest import tiny_recipe
 
-from vaswani_hf.training import RecipeError, World, plan_run
+from vaswani_hf.training.plan import World, plan_run
+from vaswani_hf.training.recipe import RecipeError
 from vaswani_hf.training.sources import FileSource
 
 
@@ -83,7 +84,7 @@ def test_the_plan_resolves_every_value_and_holds_no_recipe(tmp_path):
     import dataclasses
 
     from vaswani_hf.generation_vaswani import GENERATION_SETTINGS
-    from vaswani_hf.training import Recipe
+    from vaswani_hf.training.recipe import Recipe
 
     plan = plan_run(tiny_recipe(tmp_path, max_length=None, eval_max_tokens=0, test_num_beams=0),
                     world=World(device="cpu"))
@@ -136,7 +137,7 @@ def test_run_py_has_no_access_to_the_recipe():
 
 
 def test_run_training_takes_a_plan(tmp_path):
-    from vaswani_hf.training import run_training
+    from vaswani_hf.training.run import run_training
 
     with pytest.raises(TypeError, match=r"plan_run\(recipe\)"):
         run_training(tiny_recipe(tmp_path))
@@ -150,7 +151,8 @@ def test_a_training_run_is_planned_once_and_reads_no_recipe_key_afterwards(tmp_p
     from conftest import TINY, write_corpus, write_recipe_yaml
 
     from vaswani_hf.cli import train as train_cli
-    from vaswani_hf.training import Recipe, preflight
+    from vaswani_hf.training import preflight
+    from vaswani_hf.training.recipe import Recipe
     from vaswani_hf.training import plan as plan_module
     from vaswani_hf.training import run as run_module
 

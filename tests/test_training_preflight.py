@@ -12,7 +12,8 @@ from conftest import tiny_recipe
 from safetensors.torch import save_file
 
 from vaswani_hf import io
-from vaswani_hf.training import RecipeError, World, plan_run
+from vaswani_hf.training.plan import World, plan_run
+from vaswani_hf.training.recipe import RecipeError
 
 
 def fake_checkpoint(run: Path, step: int, processes: int = 1, *, rng: bool = True) -> Path:

@@ -11,7 +11,8 @@ import pytest
 import torch
 from conftest import REPO, write_recipe_yaml
 
-from vaswani_hf.training import RecipeError, World, load_recipe, plan_run
+from vaswani_hf.training.plan import World, plan_run
+from vaswani_hf.training.recipe import RecipeError, load_recipe
 
 TRAIN = REPO / "scripts" / "train.py"
 
@@ -49,7 +50,7 @@ def test_bf16_recipe_builds_cpu_training_arguments_without_an_accelerator(monkey
     works (and is fast on CPUs with AMX / AVX512-BF16), so a bf16 recipe must still build its arguments there."""
     import torch
 
-    from vaswani_hf.training import build_training_arguments
+    from vaswani_hf.training.run import build_training_arguments
 
     if hasattr(torch, "accelerator"):
         monkeypatch.setattr(torch.accelerator, "is_available", lambda: False)

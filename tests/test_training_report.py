@@ -8,7 +8,8 @@ import math
 import pytest
 from conftest import tiny_recipe
 
-from vaswani_hf.training import World, load_recipe, plan_run
+from vaswani_hf.training.plan import World, plan_run
+from vaswani_hf.training.recipe import load_recipe
 from vaswani_hf.training.report import card_inputs, distributed_strategy, plot_history, write_hypotheses
 
 METRICS = {"test/bleu": 31.5, "test/chrf": 55.0, "global_step": 800, "tokens_per_update": 1024,

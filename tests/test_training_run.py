@@ -13,7 +13,10 @@ import pytest
 import torch
 from conftest import REPO, TINY, losses_by_step, tiny_recipe, write_corpus, write_recipe_yaml
 
-from vaswani_hf.training import paper_learning_rate, plan_run, read_history, run_training
+from vaswani_hf.training.callbacks import read_history
+from vaswani_hf.training.plan import plan_run
+from vaswani_hf.training.run import run_training
+from vaswani_hf.training.schedule import paper_learning_rate
 
 TRAIN = REPO / "scripts" / "train.py"
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from conftest import tiny_recipe
 
-from vaswani_hf.training import RecipeError, load_recipe, plan_run
+from vaswani_hf.training.plan import plan_run
+from vaswani_hf.training.recipe import RecipeError, load_recipe
 from vaswani_hf.training.sources import HubSource, SampleSource
 
 

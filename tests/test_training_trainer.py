@@ -22,7 +22,7 @@ from transformers.modeling_outputs import Seq2SeqLMOutput
 
 from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
 from vaswani_hf.data.batching import Seq2SeqCollator, TokenBatchSampler
-from vaswani_hf.data.corpora import load_moses
+from vaswani_hf.data.corpora import load_corpus
 from vaswani_hf.data.preprocessing import prepare_dataset
 from vaswani_hf.training.trainer import VaswaniTrainer, unshard_prepared_loader
 
@@ -70,7 +70,7 @@ def _args(tmp_path, name, **kwargs):
 
 
 def test_trainer_uses_token_batches(tmp_path, corpus_dir, tok):
-    data, _ = prepare_dataset(load_moses(corpus_dir / "train", "en", "de"), tok, "en", "de")
+    data, _ = prepare_dataset(load_corpus("moses", corpus_dir / "train", "en", "de"), tok, "en", "de")
     model = TinySeq2Seq()
     args = _args(tmp_path, "out", max_steps=3, per_device_train_batch_size=2, save_strategy="no", logging_steps=1,
                  seed=5)
@@ -98,7 +98,7 @@ def test_eval_loss_is_per_target_token_whatever_the_budget(tmp_path, corpus_dir,
     made eval_loss depend on eval_max_tokens. Ours are per target token, the same for every budget: eval_loss is
     the training objective (label-smoothed, epsilon 0.1 by default), eval_nll the plain cross-entropy and eval_ppl
     its exponential."""
-    data, _ = prepare_dataset(load_moses(corpus_dir / "train", "en", "de"), tok, "en", "de")
+    data, _ = prepare_dataset(load_corpus("moses", corpus_dir / "train", "en", "de"), tok, "en", "de")
     torch.manual_seed(0)
     model = TinySeq2Seq().eval()
     collate = Seq2SeqCollator()
@@ -257,7 +257,8 @@ def test_the_torch_compile_key_compiles_the_step_through_the_trainer_and_it_equa
     from torch._dynamo.utils import counters
 
     from vaswani_hf.training import run as run_module
-    from vaswani_hf.training import plan_run, run_training
+    from vaswani_hf.training.plan import plan_run
+    from vaswani_hf.training.run import run_training
 
     build = run_module.build_training_arguments
 
@@ -291,7 +292,8 @@ def test_the_loss_chunk_tokens_key_trains_with_the_plain_losses(tmp_path):
     stays the same when chunked."""
     from conftest import losses_by_step, tiny_recipe
 
-    from vaswani_hf.training import plan_run, run_training
+    from vaswani_hf.training.plan import plan_run
+    from vaswani_hf.training.run import run_training
 
     losses = {}
     for chunk in (0, 5):

@@ -10,7 +10,6 @@ translated with a warning (`language_warning`, with the optional py3langid of th
 from __future__ import annotations
 
 import base64
-import dataclasses
 import functools
 import math
 import re

@@ -66,7 +66,7 @@ DIFFERENCES["marian-target"] = DIFFERENCES["marian"].replace(
 
 
 def spec_from_recipe(max_tokens: int) -> dict:
-    from vaswani_hf.training import load_recipe
+    from vaswani_hf.training.recipe import load_recipe
 
     recipe = load_recipe("multi30k-en-de")
     spec = {key: recipe[key] for key in SPEC_KEYS}

@@ -92,56 +92,25 @@ def make_batches(lengths: Sequence[int], max_tokens: int | None = TRANSLATE_MAX_
 
 
 class TokenBatchSampler(Sampler[list[int]]):
-    """Batch sampler that packs sentence pairs of similar length into batches of at most `max_tokens` padded source
-    tokens and at most `max_tokens` padded target tokens (paper, Section 5.1: ~25000 + ~25000 per batch).
+    """Batches of sentence pairs of similar length with at most `max_tokens` padded source and `max_tokens` padded
+    target tokens each (Section 5.1: ~25000 + ~25000), padded size = pairs x longest, `</s>` included (the collator's
+    tensors exactly, so the budget bounds memory).
 
-    Padded tokens of a batch = (number of pairs) x (longest sequence in the batch), `</s>` included: exactly the
-    size of the [batch, seq] tensors the collator builds, so the budget bounds memory.
+    fairseq's `batch_by_size`, which neither transformers nor Accelerate has: pairs ordered by source then target
+    length (ties broken with `seed`), cut greedily by `batch_ends`. Batches are built once (`__len__` is stable: the
+    Trainer sizes its schedule from it); each epoch shuffles their order with (seed, epoch) (`set_epoch`).
 
-    Algorithm (fairseq's `batch_by_size`, written here because neither transformers nor Accelerate has one):
-    order the pairs by source length, then target length, ties broken randomly with `seed`; cut that order
-    greedily into batches as large as the budget allows.  Batches are built ONCE, so `__len__` is stable (the
-    Trainer sizes its schedule from it); each epoch shuffles the *order* of the batches with `(seed, epoch)`.
-    Call `set_epoch(epoch)` before each epoch (`VaswaniTrainer` does).
-
-    Distributed: every rank builds the same global batch list and takes every `num_replicas`-th batch of the epoch's
-    order starting at `rank`, so ranks get disjoint batches that together cover every example exactly once.  For
-    equal batch counts per rank the list is made a multiple of `num_replicas` at construction by splitting the
-    batches holding the most pairs in two (a half still fits the budget) -- neither repeating batches (which would
-    double-count examples, wrong for evaluation metrics) nor dropping them (which loses data).  This needs at least
-    as many batches' worth of pairs as ranks; otherwise a ValueError is raised.
-
-    Args:
-        src_lengths, tgt_lengths: tokens per example, shape [N] (see `sequence_lengths`).
-        max_tokens: budget for padded source tokens and, separately, for padded target tokens per batch.
-        max_sentences: optional cap on pairs per batch.
-        shuffle: shuffle batch order per epoch (training); False keeps length order (evaluation).
-        seed: base seed; the same seed gives the same batches and the same order on every run.
-        num_replicas, rank: data-parallel world size and this process's index.
-        pad_to_multiple_of: if the collator rounds lengths up, pass the same value so the budget accounts for it.
-        evaluation: batches for evaluation: an example longer than the budget forms a batch of its own (as in
-            translation: a held-out sentence is never dropped), and ranks may get different numbers of batches (the
-            evaluation loop synchronises only at its end).
-
-    Raises:
-        BatchingError: for training, an example alone exceeds `max_tokens` (filter with `filter_pairs` or raise the
-            budget), or there are fewer batches' worth of examples than ranks.
+    Distributed: every rank builds the same batches and takes every `num_replicas`-th of the epoch's order from
+    `rank`: disjoint, together every example once. For training the count is made a multiple of `num_replicas` by
+    halving the most populous batches (no repeated or dropped example); fewer batches' worth of pairs than ranks is
+    a BatchingError, as is a training example that alone exceeds the budget (`filter_pairs` removes them). With
+    `evaluation` such an example gets a batch of its own and ranks may get different counts (the evaluation loop
+    synchronises only at its end). `pad_to_multiple_of`: the collator's, so that the budget counts its rounding.
     """
 
-    def __init__(
-        self,
-        src_lengths: Sequence[int] | np.ndarray,
-        tgt_lengths: Sequence[int] | np.ndarray,
-        max_tokens: int,
-        *,
-        max_sentences: int | None = None,
-        shuffle: bool = True,
-        seed: int = 0,
-        num_replicas: int = 1,
-        rank: int = 0,
-        pad_to_multiple_of: int | None = None,
-        evaluation: bool = False,
-    ):
+    def __init__(self, src_lengths: Sequence[int] | np.ndarray, tgt_lengths: Sequence[int] | np.ndarray,
+                 max_tokens: int, *, max_sentences: int | None = None, shuffle: bool = True, seed: int = 0,
+                 num_replicas: int = 1, rank: int = 0, pad_to_multiple_of: int | None = None, evaluation: bool = False):
         src = np.asarray(src_lengths, dtype=np.int64)
         tgt = np.asarray(tgt_lengths, dtype=np.int64)
         if src.shape != tgt.shape or src.ndim != 1:
@@ -156,11 +125,9 @@ class TokenBatchSampler(Sampler[list[int]]):
         too_big = np.flatnonzero((src > max_tokens) | (tgt > max_tokens))
         if too_big.size and not evaluation:
             i = int(too_big[0])
-            raise BatchingError(
-                f"{too_big.size} example(s) exceed max_tokens={max_tokens} on their own, e.g. example {i} "
-                f"({src[i]} source / {tgt[i]} target tokens); remove them with filter_pairs(max_length=...) "
-                "or raise max_tokens"
-            )
+            raise BatchingError(f"{too_big.size} example(s) exceed max_tokens={max_tokens} on their own, e.g. example "
+                                f"{i} ({src[i]} source / {tgt[i]} target tokens); remove them with "
+                                "filter_pairs(max_length=...) or raise max_tokens")
         self.max_tokens, self.max_sentences = int(max_tokens), max_sentences
         self.shuffle, self.seed, self.epoch = shuffle, int(seed), 0
         self.num_replicas, self.rank = int(num_replicas), int(rank)
@@ -169,16 +136,13 @@ class TokenBatchSampler(Sampler[list[int]]):
         self.num_examples = int(src.size)
 
     @classmethod
-    def from_dataset(
-        cls, dataset: datasets.Dataset, max_tokens: int, **kwargs: Any
-    ) -> TokenBatchSampler:
+    def from_dataset(cls, dataset: datasets.Dataset, max_tokens: int, **kwargs: Any) -> TokenBatchSampler:
         """Lengths from the `input_ids` and `labels` columns of a tokenized dataset."""
         return cls(sequence_lengths(dataset, "input_ids"), sequence_lengths(dataset, "labels"), max_tokens, **kwargs)
 
     def _make_batches(self, src: np.ndarray, tgt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(order, bounds): the examples in batch order and where each batch starts and ends in it (batch j is
-        `order[bounds[j]:bounds[j + 1]]`). Two arrays, not a list per batch: 4.5M pairs take 36 MB, not ~200 MB of
-        Python lists."""
+        """(order, bounds): batch j is `order[bounds[j]:bounds[j + 1]]` (two arrays: 4.5M pairs take 36 MB, not
+        ~200 MB of Python lists)."""
         rng = np.random.default_rng(self.seed)
         order = rng.permutation(src.size)  # random tie-breaking among equal lengths
         order = order[np.argsort(tgt[order], kind="stable")]
@@ -196,10 +160,8 @@ class TokenBatchSampler(Sampler[list[int]]):
         count = len(bounds) - 1
         target = max(r, -(-count // r) * r)
         if target > n:
-            raise BatchingError(
-                f"cannot give {r} ranks the same number of distinct non-empty batches from {n} examples "
-                f"({count} batches); use fewer processes or more data"
-            )
+            raise BatchingError(f"cannot give {r} ranks the same number of distinct non-empty batches from {n} "
+                                f"examples ({count} batches); use fewer processes or more data")
         while len(bounds) - 1 < target:  # at most r - 1 splits
             sizes = np.diff(bounds)
             j = int(np.argmax(sizes))  # the first of the most populous
@@ -217,10 +179,7 @@ class TokenBatchSampler(Sampler[list[int]]):
 
     def __iter__(self) -> Iterator[list[int]]:
         count = len(self._bounds) - 1
-        if self.shuffle:
-            order = np.random.default_rng([self.seed, self.epoch]).permutation(count)
-        else:
-            order = np.arange(count)
+        order = np.random.default_rng([self.seed, self.epoch]).permutation(count) if self.shuffle else np.arange(count)
         for j in order[self.rank :: self.num_replicas].tolist():
             yield self._order[self._bounds[j]:self._bounds[j + 1]].tolist()
 
@@ -229,25 +188,12 @@ class TokenBatchSampler(Sampler[list[int]]):
         return (len(self._bounds) - 1) // self.num_replicas
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Collation
-# ---------------------------------------------------------------------------------------------------------------------
-
-
 @dataclass
 class Seq2SeqCollator:
-    """Pad a list of tokenized pairs into tensors for the encoder-decoder.
-
-    Returns (shapes: B pairs, S = longest source, T = longest target, all int64):
-      input_ids [B, S] padded with `pad_token_id`; attention_mask [B, S] (1 = real token);
-      labels [B, T] padded with -100 (ignored by the loss); decoder_input_ids [B, T] = labels shifted right by one,
-      starting with `decoder_start_token_id` (= `<pad>` = 0, the model's tensor2tensor-style zero start), with -100
-      replaced by pad.  Rows without `labels` (inference) give only input_ids and attention_mask.
-
-    Hand-written rather than `transformers.DataCollatorForSeq2Seq`: that one builds `decoder_input_ids` only through
-    a model's `prepare_decoder_input_ids_from_labels` and pads through `tokenizer.pad`, which is slower per batch;
-    here it is three tensor fills.
-    """
+    """Tokenized pairs -> int64 tensors: input_ids and attention_mask (B, S); labels (B, T) padded with -100 and
+    decoder_input_ids = labels shifted right after `decoder_start_token_id` (<pad> = 0, t2t's zero start); rows
+    without `labels` give the source only. Hand-written rather than `DataCollatorForSeq2Seq`, which needs the model's
+    `prepare_decoder_input_ids_from_labels` and pads through `tokenizer.pad` (slower): here three tensor fills."""
 
     pad_token_id: int = PAD_ID
     decoder_start_token_id: int = PAD_ID
@@ -274,9 +220,8 @@ class Seq2SeqCollator:
             labels = torch.full((bsz, t_len), self.label_pad_token_id, dtype=torch.long)
             for i, y in enumerate(tgt):
                 labels[i, : len(y)] = torch.as_tensor(y, dtype=torch.long)
-            dec = shift_tokens_right(labels, self.pad_token_id, self.decoder_start_token_id)
             batch["labels"] = labels
-            batch["decoder_input_ids"] = dec
+            batch["decoder_input_ids"] = shift_tokens_right(labels, self.pad_token_id, self.decoder_start_token_id)
         if EXAMPLE_INDEX in features[0]:  # evaluation: which dataset row each batch row is
             batch[EXAMPLE_INDEX] = torch.tensor([int(f[EXAMPLE_INDEX]) for f in features], dtype=torch.long)
         return batch

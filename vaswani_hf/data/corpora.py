@@ -1,10 +1,10 @@
-"""Parallel corpora -> one `datasets.Dataset` schema (Section 5.1's training data, from any source).
+"""Parallel corpora -> one `datasets.Dataset` schema (Section 5.1's training data, from any source): a single column
+`translation: Translation(languages=[src_lang, tgt_lang])`, the schema of the Hub's WMT datasets. Sources: Moses-style
+file pairs (`train.en`, `train.de`), TSV with a header line naming the languages, JSON lines, a Hub dataset or a
+`save_to_disk` folder, and the bundled sample corpus.
 
-One column `translation: Translation(languages=[src_lang, tgt_lang])`, the schema of the Hub's WMT datasets, from
-Moses-style file pairs (`train.en`, `train.de`), TSV with a header line naming the languages, JSON lines, a Hub
-dataset or a `save_to_disk` folder, and the bundled sample corpus. A pair with an empty side is kept (row i stays
-line i) and logged with where it is; `filter_pairs` removes such pairs and reports the count: nothing is dropped
-silently. Text files are read by `vaswani_hf.io`; the formats' own errors are `CorpusError`s naming file and line.
+A pair with an empty side is kept (row i stays line i) and logged; `filter_pairs` removes and counts them. Text is
+read by `vaswani_hf.io`; the formats' own errors are `CorpusError`s naming the file and line.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ class CorpusError(UsageError):
 
 
 def read_lines(path: str | os.PathLike, *, strip: bool = True) -> list[str]:
-    """The lines of a one-sentence-per-line corpus file (`vaswani_hf.io.read_lines`), with `strip` also without
-    surrounding whitespace, which carries no content there and would become a token the model must learn to emit."""
+    """The lines of a one-sentence-per-line corpus file (`vaswani_hf.io.read_lines`), stripped unless `strip` is False
+    (a trailing space would become a token the model must learn to emit)."""
     lines = io.read_lines(path, what="corpus file")
     return [line.strip() for line in lines] if strip else lines
 
@@ -52,8 +52,7 @@ def _features(src_lang: str, tgt_lang: str) -> datasets.Features:
 
 def _pair_batches(pairs: Iterable[tuple[str, str]], src_lang: str, tgt_lang: str, stats: dict,
                   chunk: int = 500_000) -> Iterator[pa.RecordBatch]:
-    """Record batches of the common schema from a stream of pairs, `chunk` pairs at a time (no Python dict per row
-    and no list of all sentences); counts pairs and pairs with an empty side into `stats`."""
+    """Record batches of the common schema, `chunk` pairs at a time; counts pairs and empty sides into `stats`."""
     names = sorted((src_lang, tgt_lang))  # Translation stores a struct with the languages in sorted order
     src, tgt = [], []
     for s, t in pairs:
@@ -79,8 +78,7 @@ def _batch(src: list[str], tgt: list[str], src_lang: str, tgt_lang: str, names: 
 
 def _pair_dataset(pairs: Iterable[tuple[str, str]], src_lang: str, tgt_lang: str, where: str,
                   cache_name: str | None = None) -> datasets.Dataset:
-    """The common schema from a stream of pairs: cached as a memory-mapped Arrow file under `cache_name` (see
-    `vaswani_hf.data.cache`), or in memory. Pairs with an empty side are kept and reported (module docstring)."""
+    """The common schema from a stream of pairs: cached under `cache_name` (`vaswani_hf.data.cache`), or in memory."""
     if src_lang == tgt_lang:
         raise CorpusError(f"src_lang and tgt_lang are both {src_lang!r}")
     features = _features(src_lang, tgt_lang)
@@ -107,8 +105,8 @@ def make_parallel_dataset(src: Sequence[str], tgt: Sequence[str], src_lang: str,
 
 
 def moses_paths(prefix: str | os.PathLike, src_lang: str, tgt_lang: str) -> tuple[Path, Path]:
-    """`{prefix}.{src_lang}` and `{prefix}.{tgt_lang}`, or a CorpusError naming the missing file and the languages that
-    do have a file."""
+    """`{prefix}.{src_lang}` and `{prefix}.{tgt_lang}`, or a CorpusError naming the missing file and the languages
+    found."""
     prefix = Path(prefix)
     paths = (Path(f"{prefix}.{src_lang}"), Path(f"{prefix}.{tgt_lang}"))
     for lang, p in zip((src_lang, tgt_lang), paths):
@@ -128,8 +126,7 @@ def moses_paths(prefix: str | os.PathLike, src_lang: str, tgt_lang: str) -> tupl
 
 def iter_moses(prefix: str | os.PathLike, src_lang: str, tgt_lang: str, *,
                strip: bool = True) -> Iterator[tuple[str, str]]:
-    """(source, target) pairs of Moses-style files `{prefix}.{src_lang}` / `{prefix}.{tgt_lang}`, streamed; a
-    line-count mismatch names both files and both counts."""
+    """Pairs of Moses-style files `{prefix}.{src_lang}` / `{prefix}.{tgt_lang}`, streamed."""
     src_path, tgt_path = moses_paths(prefix, src_lang, tgt_lang)
     pairs = zip_longest(io.iter_lines(src_path, "corpus file"), io.iter_lines(tgt_path, "corpus file"))
     for n, (s, t) in enumerate(pairs):
@@ -143,9 +140,8 @@ def iter_moses(prefix: str | os.PathLike, src_lang: str, tgt_lang: str, *,
 
 def iter_tsv(path: str | os.PathLike, src_lang: str, tgt_lang: str, *, header: bool = True,
              strip: bool = True) -> Iterator[tuple[str, str]]:
-    """Pairs of a tab-separated file. With `header=True` (default) the first line names the language of each column
-    (e.g. `en<TAB>de`, more columns allowed) and columns are picked by language code; with `header=False` there must
-    be exactly two columns, source then target. No quoting is interpreted: quotes are text."""
+    """Pairs of a tab-separated file: columns picked by the header line's language codes (`en<TAB>de`), or with
+    `header=False` exactly two, source then target. Quotes are text."""
     lines = io.iter_lines(path, "corpus file")
     index_src, index_tgt, width, first = 0, 1, 2, 1
     if header:
@@ -168,9 +164,8 @@ def iter_tsv(path: str | os.PathLike, src_lang: str, tgt_lang: str, *, header: b
 
 def iter_jsonl(path: str | os.PathLike, src_lang: str, tgt_lang: str, *,
                strip: bool = True) -> Iterator[tuple[str, str]]:
-    """Pairs of a JSON-lines file, one object per line: `{"translation": {"en": ..., "de": ...}}` (the Hub schema, as
-    written by `Dataset.to_json`) or flat `{"en": ..., "de": ...}`. Blank lines are not allowed (they would shift
-    rows)."""
+    """Pairs of a JSON-lines file: `{"translation": {"en": ..., "de": ...}}` (the Hub schema) or `{"en": ...,
+    "de": ...}` per line; no blank lines (they would shift rows)."""
     for number, line in enumerate(io.iter_lines(path, "corpus file"), 1):
         try:
             obj = json.loads(line)
@@ -188,31 +183,18 @@ def iter_jsonl(path: str | os.PathLike, src_lang: str, tgt_lang: str, *,
         yield (s.strip(), t.strip()) if strip else (s, t)
 
 
-def _load_file(fmt: str, source, src_lang: str, tgt_lang: str, **options) -> datasets.Dataset:
-    """A corpus file (or Moses prefix) of format `fmt` in the common schema, cached under a key of its files."""
-    moses = fmt == "moses"
-    files = moses_paths(source, src_lang, tgt_lang) if moses else [io.check_input_file(source, "corpus file")]
-    name = f"{fmt}-{cache.key(fmt, src_lang, tgt_lang, *options.values(), files=files)}"
-    where = f"{source}.{{{src_lang},{tgt_lang}}}" if moses else str(source)
-    return _pair_dataset(FILE_FORMATS[fmt](source, src_lang, tgt_lang, **options), src_lang, tgt_lang, where,
+def load_corpus(format: str, path: str | os.PathLike, src_lang: str, tgt_lang: str, *, header: bool = True,
+              strip: bool = True) -> datasets.Dataset:
+    """A corpus of `format` "moses" (`path` is the prefix of `train.en`, `train.de`), "tsv" or "jsonl" in the common
+    schema (see `iter_moses`, `iter_tsv`, `iter_jsonl`), cached under its files' identity."""
+    if format == "moses":
+        files, where = moses_paths(path, src_lang, tgt_lang), f"{path}.{{{src_lang},{tgt_lang}}}"
+    else:
+        files, where = [io.check_input_file(path, "corpus file")], str(path)
+    options = dict(header=header, strip=strip) if format == "tsv" else dict(strip=strip)
+    name = f"{format}-{cache.key(format, src_lang, tgt_lang, *options.values(), files=files)}"
+    return _pair_dataset(FILE_FORMATS[format](path, src_lang, tgt_lang, **options), src_lang, tgt_lang, where,
                          cache_name=name)
-
-
-def load_moses(prefix: str | os.PathLike, src_lang: str, tgt_lang: str, *, strip: bool = True) -> datasets.Dataset:
-    """Moses-style parallel files `{prefix}.{src_lang}` and `{prefix}.{tgt_lang}` (e.g. `train.en`, `train.de`) in the
-    common schema (see `iter_moses`)."""
-    return _load_file("moses", prefix, src_lang, tgt_lang, strip=strip)
-
-
-def load_tsv(path: str | os.PathLike, src_lang: str, tgt_lang: str, *, header: bool = True,
-             strip: bool = True) -> datasets.Dataset:
-    """A tab-separated file of sentence pairs in the common schema (see `iter_tsv`)."""
-    return _load_file("tsv", path, src_lang, tgt_lang, header=header, strip=strip)
-
-
-def load_jsonl(path: str | os.PathLike, src_lang: str, tgt_lang: str, *, strip: bool = True) -> datasets.Dataset:
-    """A JSON-lines file of sentence pairs in the common schema (see `iter_jsonl`)."""
-    return _load_file("jsonl", path, src_lang, tgt_lang, strip=strip)
 
 
 FILE_FORMATS = {"moses": iter_moses, "tsv": iter_tsv, "jsonl": iter_jsonl}
@@ -229,8 +211,8 @@ def usable_pairs(dataset: datasets.Dataset, src_lang: str, tgt_lang: str) -> int
 
 
 def scan_corpus(source: str | os.PathLike, src_lang: str, tgt_lang: str, format: str) -> tuple[int, int]:
-    """(pairs, pairs with both sides non-empty) of a corpus file (or Moses prefix), streamed: every line is decoded
-    and parsed as loading would, so every error loading would raise is raised here, cheaply (`--check`)."""
+    """(pairs, pairs with both sides non-empty) of a corpus file (or Moses prefix), streamed, raising every error
+    loading would (`--check`)."""
     total = usable = 0
     for s, t in FILE_FORMATS[format](source, src_lang, tgt_lang):
         total += 1
@@ -238,12 +220,10 @@ def scan_corpus(source: str | os.PathLike, src_lang: str, tgt_lang: str, format:
     return total, usable
 
 
-def load_hub(name: str | os.PathLike, src_lang: str, tgt_lang: str, *, config: str | None = None, split: str = "train",
-             **load_kwargs: Any) -> datasets.Dataset:
-    """Load a Hub dataset with a `translation` column through `datasets.load_dataset(name, config, split=split)`,
-    e.g. `load_hub("wmt14", "en", "de", config="de-en")`.  A local folder written by `Dataset.save_to_disk` is read
-    with `datasets.load_from_disk`.  Texts are kept as they are (no stripping); empty sides are reported.
-    """
+def load_hub(name: str | os.PathLike, src_lang: str, tgt_lang: str, *, config: str | None = None,
+             split: str = "train", **load_kwargs: Any) -> datasets.Dataset:
+    """A Hub dataset with a `translation` column (`datasets.load_dataset(name, config, split=split)`), or a
+    `save_to_disk` folder; texts kept as they are."""
     p = Path(name)
     if p.is_dir() and ((p / "dataset_info.json").is_file() or (p / "dataset_dict.json").is_file()):
         ds = datasets.load_from_disk(str(p))
@@ -269,12 +249,9 @@ def load_hub(name: str | os.PathLike, src_lang: str, tgt_lang: str, *, config: s
             raise CorpusError(f"unknown language code {lang!r}: dataset {name!r} ({config}) has languages {langs}")
     ds = ds.select_columns(["translation"])
     if sorted(langs) != sorted([src_lang, tgt_lang]):  # multilingual data: keep the two requested sides
-        ds = ds.map(
-            lambda b: {"translation": [{src_lang: x[src_lang], tgt_lang: x[tgt_lang]} for x in b["translation"]]},
-            batched=True,
-            features=_features(src_lang, tgt_lang),
-            desc="selecting languages",
-        )
+        ds = ds.map(lambda b: {"translation": [{src_lang: x[src_lang], tgt_lang: x[tgt_lang]}
+                                               for x in b["translation"]]},
+                    batched=True, features=_features(src_lang, tgt_lang), desc="selecting languages")
     ds = ds.cast(_features(src_lang, tgt_lang))
     n_empty = len(ds) - usable_pairs(ds, src_lang, tgt_lang)
     if n_empty:
@@ -288,12 +265,8 @@ _SUFFIX_FORMATS = {".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
 
 def load_parallel(source: str | os.PathLike, src_lang: str, tgt_lang: str, *, format: str = "auto",
                   config: str | None = None, split: str = "train", **kwargs: Any) -> datasets.Dataset:
-    """Load parallel data from any supported source into the common schema.
-
-    `format`: "moses" (`source` is a prefix), "tsv", "jsonl", "hub" (a Hub name or a `save_to_disk` folder), or
-    "auto": `.tsv` -> tsv, `.jsonl`/`.json` -> jsonl, an existing folder -> hub (load_from_disk), an existing
-    `{source}.{src_lang}` file -> moses, anything else -> hub (`datasets.load_dataset(source, config)`).
-    """
+    """Parallel data from any source in the common schema. `format`: "moses", "tsv", "jsonl", "hub", or "auto": by
+    suffix (.tsv, .jsonl/.json), a folder -> hub, an existing `{source}.{src_lang}` -> moses, else hub."""
     fmt = format
     if fmt == "auto":
         s = Path(source)
@@ -308,7 +281,7 @@ def load_parallel(source: str | os.PathLike, src_lang: str, tgt_lang: str, *, fo
         else:
             fmt = "hub"
     if fmt in FILE_FORMATS:
-        return _load_file(fmt, source, src_lang, tgt_lang, **kwargs)
+        return load_corpus(fmt, source, src_lang, tgt_lang, **kwargs)
     if fmt == "hub":
         return load_hub(source, src_lang, tgt_lang, config=config, split=split, **kwargs)
     raise ValueError(f"format={format!r}: expected 'auto', 'moses', 'tsv', 'jsonl' or 'hub'")
@@ -324,4 +297,4 @@ def load_sample_corpus(split: str = "train", src_lang: str = "en", tgt_lang: str
     folder = sample_corpus_path()
     if not Path(f"{folder / split}.{src_lang}").is_file():
         raise CorpusError(f"sample corpus split {split!r} not found in {folder} (expected {split}.{src_lang})")
-    return load_moses(folder / split, src_lang, tgt_lang)
+    return load_corpus("moses", folder / split, src_lang, tgt_lang)

@@ -26,25 +26,19 @@ logger = logging.getLogger(__name__)
 
 def _tokenize_batch(batch: dict, *, tokenizer: PreTrainedTokenizerBase, src_lang: str, tgt_lang: str) -> dict:
     pairs = batch["translation"]
-    enc = tokenizer(
-        [p[src_lang] for p in pairs],
-        text_target=[p[tgt_lang] for p in pairs],
-        truncation=False,  # over-long pairs are filtered (and counted) by filter_pairs, never cut silently
-        return_attention_mask=False,  # the collator derives it from the lengths
-        verbose=False,  # no "longer than model_max_length" warnings: filter_pairs reports lengths
-    )
+    # over-long pairs are filtered and counted by filter_pairs, never cut (nor warned of); the collator makes the mask
+    enc = tokenizer([p[src_lang] for p in pairs], text_target=[p[tgt_lang] for p in pairs], truncation=False,
+                    return_attention_mask=False, verbose=False)
     return {"input_ids": enc["input_ids"], "labels": enc["labels"]}
 
 
 def tokenize_pairs(dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, src_lang: str, tgt_lang: str, *,
                    num_proc: int | None = None, batch_size: int = 1000, keep_text: bool = False,
                    cache_dir: str | os.PathLike | None = None, load_from_cache_file: bool = True) -> datasets.Dataset:
-    """Tokenize with `Dataset.map` (batched, multi-process with `num_proc`, at most one process per CPU).
-
-    Adds int32 `input_ids` and `labels` (`</s>` appended), drops `translation` unless `keep_text`. The fingerprint
-    hashes the data's fingerprint, the tokenizer's content (not the Python object, which differs once reloaded) and the
-    arguments, so a file-backed dataset is tokenized once; an in-memory one is cached only with `cache_dir`.
-    """
+    """`input_ids` (source + `</s>`) and `labels` (target + `</s>`) as int32 lists, by `Dataset.map` (at most one
+    process per CPU); `translation` dropped unless `keep_text`. The fingerprint hashes the tokenizer's content (not
+    the Python object, which differs between a tokenizer just trained and the same one loaded), so a file-backed
+    dataset is tokenized once per launch series; an in-memory one is cached only under `cache_dir`."""
     for lang in (src_lang, tgt_lang):
         langs = getattr(dataset.features.get("translation"), "languages", None)
         if langs is not None and lang not in langs:
@@ -66,9 +60,9 @@ def tokenize_pairs(dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase
         # dataset is tokenized faster than the workers start
         num_proc = min(num_proc, os.cpu_count() or 1) if len(dataset) >= 10 * batch_size else None
     return dataset.map(partial(_tokenize_batch, tokenizer=tokenizer, src_lang=src_lang, tgt_lang=tgt_lang),
-                       batched=True, batch_size=batch_size, num_proc=num_proc, remove_columns=remove, features=features,
-                       cache_file_name=cache_file_name, new_fingerprint=key, load_from_cache_file=load_from_cache_file,
-                       desc=f"tokenizing {src_lang}-{tgt_lang}")
+                       batched=True, batch_size=batch_size, num_proc=num_proc, remove_columns=remove,
+                       features=features, cache_file_name=cache_file_name, new_fingerprint=key,
+                       load_from_cache_file=load_from_cache_file, desc=f"tokenizing {src_lang}-{tgt_lang}")
 
 
 def sequence_lengths(dataset: datasets.Dataset, column: str) -> np.ndarray:
@@ -94,21 +88,15 @@ class FilterReport:
         return asdict(self)
 
     def __str__(self) -> str:
-        return (
-            f"kept {self.kept}/{self.total} pairs; removed {self.empty} empty, {self.too_long} too long, "
-            f"{self.bad_ratio} with a bad length ratio"
-        )
+        return (f"kept {self.kept}/{self.total} pairs; removed {self.empty} empty, {self.too_long} too long, "
+                f"{self.bad_ratio} with a bad length ratio")
 
 
-def filter_pairs(
-    dataset: datasets.Dataset, *, max_length: int | None = 256, max_ratio: float | None = 9.0
-) -> tuple[datasets.Dataset, FilterReport]:
-    """Remove empty and over-long pairs from a tokenized dataset and report the counts (logged and returned).
-
-    Defaults: `max_length=256` tokens per side (tensor2tensor's training cap for WMT; the paper gives none) and
-    `max_ratio=9` (Moses `clean-corpus-n.perl`'s default), both measured in BPE tokens.  Pass None to disable a rule.
-    Empty sides are always removed: the model cannot learn anything from them.
-    """
+def filter_pairs(dataset: datasets.Dataset, *, max_length: int | None = 256, max_ratio: float | None = 9.0
+                 ) -> tuple[datasets.Dataset, FilterReport]:
+    """Remove empty pairs always, and pairs over `max_length` BPE tokens a side (t2t's WMT cap; the paper gives none)
+    or with a length ratio over `max_ratio` (Moses `clean-corpus-n.perl`'s 9); None disables a rule. Counts logged
+    and returned."""
     src = sequence_lengths(dataset, "input_ids") - 1  # without </s>
     tgt = sequence_lengths(dataset, "labels") - 1
     empty = (src <= 0) | (tgt <= 0)
@@ -120,15 +108,9 @@ def filter_pairs(
         longer, shorter = np.maximum(src, tgt), np.maximum(np.minimum(src, tgt), 1)
         bad_ratio = (longer / shorter > max_ratio) & ~empty & ~too_long
     keep = ~(empty | too_long | bad_ratio)
-    report = FilterReport(
-        total=len(dataset),
-        kept=int(keep.sum()),
-        empty=int(empty.sum()),
-        too_long=int(too_long.sum()),
-        bad_ratio=int(bad_ratio.sum()),
-        removed_examples={k: np.flatnonzero(m)[:10].tolist() for k, m in
-                          (("empty", empty), ("too_long", too_long), ("bad_ratio", bad_ratio)) if m.any()},
-    )
+    report = FilterReport(len(dataset), int(keep.sum()), int(empty.sum()), int(too_long.sum()), int(bad_ratio.sum()),
+                          {k: np.flatnonzero(m)[:10].tolist() for k, m in
+                           (("empty", empty), ("too_long", too_long), ("bad_ratio", bad_ratio)) if m.any()})
     (logger.warning if report.kept < report.total else logger.info)("filter_pairs: %s", report)
     if report.kept == report.total:
         return dataset, report
@@ -136,11 +118,8 @@ def filter_pairs(
 
 
 def prepare_dataset(dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, src_lang: str, tgt_lang: str, *,
-                    max_length: int | None = 256, max_ratio: float | None = 9.0,
-                    **tokenize_kwargs: Any) -> tuple[datasets.Dataset, FilterReport]:
+                    max_length: int | None = 256, max_ratio: float | None = 9.0, **tokenize_kwargs: Any
+                    ) -> tuple[datasets.Dataset, FilterReport]:
     """`tokenize_pairs` then `filter_pairs`: the usual path from a loaded corpus to training examples."""
     tokenized = tokenize_pairs(dataset, tokenizer, src_lang, tgt_lang, **tokenize_kwargs)
     return filter_pairs(tokenized, max_length=max_length, max_ratio=max_ratio)
-
-
-# ---------------------------------------------------------------------------------------------------------------------

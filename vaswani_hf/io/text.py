@@ -1,14 +1,9 @@
 """Text files in and out: the one reader and writer of sentences, and JSON.
 
-Strict UTF-8: a bad byte is an error naming the file and line, never a silent replacement. A UTF-8 byte-order mark at
-the start is dropped; "\\r\\n" and a lone "\\r" end a line like "\\n" (Python's universal newlines; the Unicode
-separators U+2028/U+0085 that `str.splitlines` would also split on occur inside sentences and are text). One item per
-line, empty lines kept: N lines in, N items out; a final newline adds no empty line. "-" is standard input /
-output. Written files end every line with "\\n" and appear whole or not at all.
-
-An input is a regular file or a pipe (`<(command)`, "-"), or the null device (/dev/null: an empty input, as an empty
-file would be); any other device, a socket or a folder is refused by name: reading /dev/zero or /dev/urandom would
-never end.
+Strict UTF-8 (a bad byte is an error naming the file and line); a BOM is dropped; "\\r\\n" and "\\r" end a line
+like "\\n" (U+2028/U+0085, which `str.splitlines` would split on, are text). N lines in, N items out; "-" is standard
+input / output. Written files appear whole. An input is a regular file, a pipe or the null device; any other device
+(reading /dev/zero would never end), a socket or a folder is refused by name.
 """
 
 from __future__ import annotations
@@ -19,7 +14,7 @@ import os
 import stat
 import sys
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -59,16 +54,6 @@ def is_null_device(info: os.stat_result) -> bool:
     return stat.S_ISCHR(info.st_mode) and stat.S_ISCHR(null.st_mode) and info.st_rdev == null.st_rdev
 
 
-@contextmanager
-def _open_binary(path: str | os.PathLike, what: str):
-    if str(path) == STDIO:
-        yield sys.stdin.buffer
-        return
-    p = check_input_file(path, what)
-    with open(p, "rb") as handle:
-        yield handle
-
-
 def _decode(data: bytes, label: str, first_line: int) -> str:
     try:
         return data.decode("utf-8")
@@ -81,8 +66,8 @@ def _decode(data: bytes, label: str, first_line: int) -> str:
             "re-encode the file as UTF-8, e.g. `iconv -f latin1 -t utf-8`") from None
 
 
-def _split(text: str, final: bool) -> list[str]:
-    """Lines of `text` (universal newlines). Unless `final`, `text` ends with a line end, which adds no line."""
+def _split(text: str) -> list[str]:
+    """Lines of `text` (universal newlines); a final line end adds no line."""
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     if lines[-1] == "":
         lines.pop()
@@ -90,16 +75,12 @@ def _split(text: str, final: bool) -> list[str]:
 
 
 def iter_lines(path: str | os.PathLike, what: str = "input file") -> Iterator[str]:
-    """The lines of a UTF-8 text file ("-": standard input) without their line ends, streamed (see the module
-    docstring for the rules). Raises UsageError naming the file (and line) for a missing, unreadable or non-UTF-8
-    file."""
-    label = "<stdin>" if str(path) == STDIO else str(path)
-    with _open_binary(path, what) as handle:
+    """The lines of a UTF-8 text file ("-": standard input), streamed; UsageError naming the file (and line)."""
+    stdin = str(path) == STDIO
+    label = "<stdin>" if stdin else str(path)
+    with nullcontext(sys.stdin.buffer) if stdin else open(check_input_file(path, what), "rb") as handle:
         pending, line_number, first = b"", 1, True
-        while True:
-            block = handle.read(CHUNK_BYTES)
-            if not block:
-                break
+        for block in iter(lambda: handle.read(CHUNK_BYTES), b""):
             data = pending + block
             cut = data.rfind(b"\n")  # decode whole lines only; a "\r\n" split across blocks stays together
             if cut < 0:
@@ -108,12 +89,12 @@ def iter_lines(path: str | os.PathLike, what: str = "input file") -> Iterator[st
             text, pending = _decode(data[: cut + 1], label, line_number), data[cut + 1:]
             if first:
                 text, first = text.removeprefix(BOM), False
-            lines = _split(text, final=False)
+            lines = _split(text)
             line_number += len(lines)
             yield from lines
         if pending:
             text = _decode(pending, label, line_number)
-            yield from _split(text.removeprefix(BOM) if first else text, final=True)
+            yield from _split(text.removeprefix(BOM) if first else text)
 
 
 def read_lines(path: str | os.PathLike, what: str = "input file") -> list[str]:
@@ -123,10 +104,9 @@ def read_lines(path: str | os.PathLike, what: str = "input file") -> list[str]:
 
 def write_lines(path: str | os.PathLike | None, lines: Iterable[str], *, overwrite: bool = False,
                 what: str = "output file") -> None:
-    """Write one line per item ("\\n" ends every line; an item's own line breaks become spaces, so N items give N
-    lines). `path` None or "-" is standard output; a file is written atomically and, unless `overwrite`, must not
-    exist yet (see `check_output_file`)."""
-    text = "".join(" ".join(_split(str(line), final=True)) + "\n" for line in lines)  # the reader's line ends only
+    """One line per item (an item's own line breaks become spaces) to `path` (None or "-": standard output), written
+    atomically; unless `overwrite`, the file must not exist yet."""
+    text = "".join(" ".join(_split(str(line))) + "\n" for line in lines)  # the reader's line ends only
     if path is None or str(path) == STDIO:
         write_stdout(text)
         return
@@ -136,9 +116,8 @@ def write_lines(path: str | os.PathLike | None, lines: Iterable[str], *, overwri
 
 
 def write_stdout(text: str) -> None:
-    """`text` to standard output as UTF-8, all of it or a BrokenPipeError: a pipe whose reader closes during a large
-    write takes part of it and Python's text layer drops the rest silently, so the descriptor is written directly and
-    every count checked. (Standard output that is no file descriptor, e.g. captured by a caller, is written as text.)"""
+    """`text` to standard output, all of it or a BrokenPipeError (Python's text layer silently drops what a closing
+    pipe did not take, so the descriptor is written directly; a stdout without one is written as text)."""
     sys.stdout.flush()
     try:
         fd = sys.stdout.fileno()
@@ -171,8 +150,7 @@ def read_json(path: str | os.PathLike, what: str = "JSON file") -> Any:
 
 
 def write_json(path: str | os.PathLike, data: Any, *, overwrite: bool = True) -> None:
-    """JSON written atomically (indented, UTF-8); numbers from numpy/torch and paths written as themselves. A file
-    of the caller's own run: replaced unless `overwrite` is False."""
+    """`to_json(data)` written atomically; replaced unless `overwrite` is False."""
     target = check_output_file(path, overwrite=overwrite, what="JSON file") if not overwrite else Path(path)
     with replace_atomically(target) as temporary:
         temporary.write_text(to_json(data) + "\n", encoding="utf-8")

@@ -30,12 +30,8 @@ def _find_token_batch_sampler(loader) -> Any:
 
 
 class SamplerEpochCallback(TrainerCallback):
-    """Make sure the token batch sampler knows the epoch, also when resuming mid-epoch.
-
-    `Trainer` reaches a sampler wrapped in Accelerate's `BatchSamplerShard`, but after `skip_first_batches`
-    (resume) the wrapper chain is one level deeper and `set_epoch` can miss it, which would replay epoch 0's batch
-    order. Setting it from `state.epoch` at each epoch start is idempotent when the Trainer got it right.
-    """
+    """The token batch sampler's epoch set from `state.epoch` at each epoch start: after `skip_first_batches`
+    (resume) the wrapper chain is one level deeper and transformers' `set_epoch` can miss it (epoch 0's order)."""
 
     def on_epoch_begin(self, args, state, control, train_dataloader=None, **kwargs):
         sampler = _find_token_batch_sampler(train_dataloader)
@@ -44,11 +40,8 @@ class SamplerEpochCallback(TrainerCallback):
 
 
 class HistoryCallback(TrainerCallback):
-    """Append every log (loss, learning rate, eval loss/BLEU) with wall-clock seconds to `history.jsonl`.
-
-    `trainer.state.log_history` has the values but no times; the time-to-BLEU curve needs them. Appending keeps the
-    history of an interrupted run when it is resumed (the time offset continues from the last record).
-    """
+    """Every log with wall-clock seconds appended to `history.jsonl` (`state.log_history` has no times); a resumed
+    run keeps its history up to its checkpoint and continues its clock."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
@@ -77,16 +70,12 @@ class HistoryCallback(TrainerCallback):
 
 def read_history(path: str | os.PathLike) -> list[dict]:
     p = Path(path)
-    if not p.is_file():
-        return []
-    return [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
+    return [json.loads(x) for x in p.read_text().splitlines() if x.strip()] if p.is_file() else []
 
 
 class BatchStatsCollator:
-    """Wraps a collator to count target tokens and padding of the training batches (for tokens/s and padding share),
-    and optionally to log a hash of every example per process (`debug_log_batches`, used by the tests to show that
-    no batch is seen twice across ranks). Counting is switched off during evaluation by :class:`VaswaniTrainer`.
-    """
+    """A collator that counts the training batches' tokens and padding (off during evaluation: `VaswaniTrainer`) and
+    can log a hash of every example per process (`debug_log_batches`: no batch seen twice across ranks)."""
 
     def __init__(self, inner, log_path: str | os.PathLike | None = None):
         self.inner = inner
@@ -115,19 +104,14 @@ class BatchStatsCollator:
         return batch
 
     def stats(self) -> dict:
-        return {
-            "train_batches": self.batches,
-            "train_src_tokens": self.src_tokens,
-            "train_tgt_tokens": self.tgt_tokens,
-            "padding_share_src": 1 - self.src_tokens / self.src_slots if self.src_slots else 0.0,
-            "padding_share_tgt": 1 - self.tgt_tokens / self.tgt_slots if self.tgt_slots else 0.0,
-        }
+        return {"train_batches": self.batches, "train_src_tokens": self.src_tokens, "train_tgt_tokens": self.tgt_tokens,
+                "padding_share_src": 1 - self.src_tokens / self.src_slots if self.src_slots else 0.0,
+                "padding_share_tgt": 1 - self.tgt_tokens / self.tgt_slots if self.tgt_slots else 0.0}
 
 
 class RunClock(TrainerCallback):
-    """Where a run's time and memory go: wall seconds and peak resident memory (this process, and its largest child,
-    e.g. a `Dataset.map` worker) after each named stage, and the time from launch to the first update. Logged and
-    written into metrics.json (`stages`), so that a user sees what a launch costs before the GPU hours start."""
+    """Wall seconds and peak resident memory (this process, its largest child) of each named stage, and the time
+    from launch to the first update, for metrics.json: what a launch costs before the GPU hours start."""
 
     def __init__(self):
         self.launched = psutil.Process().create_time()
@@ -138,8 +122,7 @@ class RunClock(TrainerCallback):
     @staticmethod
     def peak_memory_mb() -> tuple[float, float]:
         """(peak RSS of this process, peak RSS of its largest finished child) in MiB (Linux reports KiB)."""
-        own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        own, child = (resource.getrusage(w).ru_maxrss / 1024 for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
         return own, child
 
     def since_launch(self) -> float:

@@ -1,16 +1,10 @@
-"""How training batches travel from the dataset to the device: DataLoader workers, pinned memory, prefetch and
-non-blocking copies, chosen for the device of the run (CPU runs are unchanged by this choice).
+"""How training batches travel to the device: DataLoader workers, pinned memory, prefetch, non-blocking copies.
 
-On a CUDA device the step runs asynchronously: the host queues the kernels of a step and comes back long before the
-GPU is done (a step of ours reads nothing back to the host, see `objective`). The next batch is collated in that
-time, so collation (a few tensor fills) costs nothing with 0 workers; what matters is the copy to the device. From
-pageable memory `tensor.to("cuda")` is synchronous and staged; from pinned (page-locked) memory with
-`non_blocking=True` it is a DMA that overlaps the running step. So on CUDA: `pin_memory=True` and Accelerate's
-`non_blocking` device placement (transformers' `accelerator_config={"non_blocking": True}`). Workers are the
-recipe's (`dataloader_num_workers`, 0 in the bundled recipes so that the tokens/s and padding statistics, counted by
-the collator in the process that runs it, are kept); -1 chooses them: 2 per process on CUDA when the CPUs allow,
-with `persistent_workers` (no re-fork per epoch and per evaluation) and `prefetch_factor` 4 (batches queued per
-worker). On the CPU nothing is pinned and nothing is prefetched: the batches are already where the step runs.
+On CUDA the step runs asynchronously (ours reads nothing back to the host), so collating the next batch is free with
+0 workers; what matters is the copy: from pinned memory with `non_blocking=True` it overlaps the running step. So on
+CUDA: `pin_memory` and Accelerate's non-blocking placement. Workers are the recipe's (0 in the bundled recipes: the
+collator's statistics are counted in the process that runs it); -1 chooses 2 per process on CUDA where the CPUs allow,
+persistent, prefetching 4. On the CPU nothing changes.
 """
 
 from __future__ import annotations
@@ -44,9 +38,8 @@ class DataPath:
 
 def choose_data_path(device: str, num_workers: int = 0, *, processes: int = 1, cpu_count: int | None = None,
                      pin_memory: bool | None = None, prefetch_factor: int | None = None) -> DataPath:
-    """The data path for a run on `device` ("cpu", "cuda", "cuda:0", "mps", ...) with `processes` processes on this
-    machine: see the module docstring. `num_workers` -1 chooses; `pin_memory` and `prefetch_factor` None choose;
-    any other value is kept (the recipe overrides). Pure: it reads the device's name, not the hardware."""
+    """The data path for `device` ("cpu", "cuda:0", ...) and `processes` on this machine; -1 / None choose, other
+    values are kept. Reads the device's name, not the hardware."""
     cuda = device.split(":")[0] == "cuda"
     if num_workers == AUTO:
         spare = (cpu_count or os.cpu_count() or 1) // max(1, processes) - 1  # one core per process runs the step

@@ -1,19 +1,11 @@
 """A run's plan: what a recipe means on this machine, resolved once, before any work.
 
-`plan_run(recipe)` reads the recipe (already checked: `vaswani_hf.training.recipe`) together with the world it runs
-in (processes, device, memory) and the file system, and returns a frozen `RunPlan` that every later step only reads
-(`vaswani_hf.training.run` never sees the recipe):
-- the process layout (`World`: processes, rank, device), read from the launcher's variables as Accelerate reads them;
-- the data sources of each split (`sources`), and what files the run reads and writes, checked by the one output
-  guard (`vaswani_hf.io.check_paths`: output_dir and export_dir never are, contain or lie inside an input);
-- what happens to the output folder (new, resume, overwrite, score, or nothing for a finished run: `preflight`);
-- both token budgets (training micro-batch and evaluation batch), micro-batches per update and the length filter
-  (Section 5.1, `budget`: each rule written there once);
-- the model's settings, the objective (Section 5.4), Adam and its learning rate (Section 5.3: the formula's constant
-  factor, betas, epsilon, fused kernel or not), the beam sizes, checkpoints (6.1) and the export;
-- the device checks: the precision and the distributed strategy asked for exist here, and the model fits.
-`RunPlan.lock()` then takes the output folder for this run alone. The CLI plans once (`--check` and the run alike)
-and hands the plan to `run_training`.
+`plan_run(recipe)` reads the (checked) recipe with the world it runs in and the file system, and returns a frozen
+`RunPlan` that every later step only reads: the process layout (`World`, from the launcher's variables as Accelerate
+reads them), each split's source, the files read and written (the one output guard, `io.check_paths`), what happens
+to the output folder (`preflight`), the token budgets and length filter (Section 5.1, `budget`), the model, objective
+(5.4), Adam and its learning rate (5.3), beams, checkpoints (6.1) and export, and the device checks. The CLI plans
+once (`--check` and the run alike) and hands the plan to `run_training`.
 """
 
 from __future__ import annotations
@@ -56,7 +48,6 @@ _LOCAL_RANK = ["LOCAL_RANK", "MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "M
 @dataclass(frozen=True)
 class World:
     """The processes a run is launched on, as seen by one of them."""
-
     processes: int = 1  # processes of the run, all machines
     index: int = 0  # this process's rank
     local_processes: int = 1  # processes on this machine (they share its RAM on a CPU)
@@ -64,8 +55,7 @@ class World:
 
     @classmethod
     def from_environment(cls, recipe: Recipe) -> World:
-        """From the launcher's environment, without starting a process group: the plan is made before the run
-        starts one (`run_training` checks that Accelerate's state agrees)."""
+        """From the launcher's environment, without a process group (`run_training` checks Accelerate's agrees)."""
         processes = get_int_from_env(_PROCESSES, 1)
         device = "cpu" if use_cpu(recipe, processes) else f"cuda:{get_int_from_env(_LOCAL_RANK, 0)}"
         return cls(processes, get_int_from_env(_RANK, 0), get_int_from_env(_LOCAL_PROCESSES, processes), device)
@@ -84,12 +74,9 @@ class World:
 
 
 def use_cpu(recipe: Recipe, processes: int = 1) -> bool:
-    """CPU training if the recipe asks, if `ACCELERATE_USE_CPU` is set, or if several processes were launched on a
-    machine without CUDA. Accelerate's `PartialState(cpu=False)` would otherwise give every process of
-    `accelerate launch --multi_gpu --num_processes 2` on a CPU-only machine its own world of size 1 (independent
-    rank-0 runs); with cpu=True they form one MULTI_CPU (gloo) group. Also on a machine with no accelerator at all:
-    `TrainingArguments` refuses `bf16=True` there unless `use_cpu` is set, although bf16 autocast on CPU is
-    supported."""
+    """CPU training if the recipe or `ACCELERATE_USE_CPU` asks, or there is no accelerator: several processes on a
+    CPU-only machine would otherwise each get a world of size 1 from Accelerate, and `TrainingArguments` refuses
+    bf16 there unless `use_cpu` is set."""
     has_accelerator = torch.accelerator.is_available() if hasattr(torch, "accelerator") else torch.cuda.is_available()
     return bool(recipe.use_cpu or parse_flag_from_env("ACCELERATE_USE_CPU")
                 or (processes > 1 and not torch.cuda.is_available()) or not has_accelerator)
@@ -100,15 +87,9 @@ def _sharded() -> bool:
     return parse_flag_from_env("ACCELERATE_USE_FSDP") or parse_flag_from_env("ACCELERATE_USE_DEEPSPEED")
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# The plan's sections: every value a run uses, resolved
-# ---------------------------------------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class DataPlan:
     """Section 5.1's data: where each split comes from, which training pairs are kept, the shared BPE."""
-
     sources: MappingProxyType  # split name (train, valid, test) -> its Source, or None where the recipe has none
     src_lang: str  # source language code (a column of every split)
     tgt_lang: str  # target language code
@@ -126,7 +107,6 @@ class DataPlan:
 @dataclass(frozen=True)
 class BatchingPlan:
     """Section 5.1's token batches and how they reach the device."""
-
     max_tokens: int  # padded source (and target) tokens of a training micro-batch, per process
     accumulation: int  # micro-batches per optimizer update
     tokens_per_update: int  # max_tokens x processes x accumulation (the paper's ~25,000 source + target tokens)
@@ -143,7 +123,6 @@ class BatchingPlan:
 @dataclass(frozen=True)
 class ModelPlan:
     """Table 3's model and Section 5.4's objective."""
-
     settings: MappingProxyType  # the VaswaniConfig settings of the recipe's model keys (the vocabulary comes later)
     label_smoothing: float  # eps_ls of the training objective
     loss_chunk_tokens: int  # the training loss computed this many target tokens at a time (0: in one piece)
@@ -156,7 +135,6 @@ class ModelPlan:
 @dataclass(frozen=True)
 class OptimizerPlan:
     """Section 5.3's Adam: stated here once, handed to `TrainingArguments`, from which the optimizer is built."""
-
     learning_rate: float  # Adam's lr: the formula's constant factor, lr_multiplier x d_model^-0.5 (the schedule
     # multiplies it by min(step^-0.5, step x warmup^-1.5))
     betas: tuple[float, float]  # Adam's beta1, beta2
@@ -169,7 +147,6 @@ class OptimizerPlan:
 @dataclass(frozen=True)
 class SchedulePlan:
     """How long the run trains, and Section 5.3's learning-rate formula."""
-
     max_steps: int  # optimizer updates (-1: num_train_epochs decides)
     num_train_epochs: float  # epochs, when max_steps is -1
     warmup_steps: int  # warmup_steps of the formula
@@ -181,7 +158,6 @@ class SchedulePlan:
 @dataclass(frozen=True)
 class EvaluationPlan:
     """Validation during training and the final scores (Section 6)."""
-
     eval_steps: int  # validation every N updates (0: only at the end)
     eval_on_start: bool  # validate before the first update (only with a dev set)
     eval_num_beams: int  # beam size of validation BLEU during training
@@ -193,7 +169,6 @@ class EvaluationPlan:
 @dataclass(frozen=True)
 class CheckpointPlan:
     """Section 6.1's checkpoints and their average."""
-
     save_every_minutes: float  # a checkpoint every N minutes of training (0: off)
     save_steps: int  # also every N updates (0: off)
     keep_last: int  # the last K checkpoints kept (0: all)
@@ -203,7 +178,6 @@ class CheckpointPlan:
 @dataclass(frozen=True)
 class ExportPlan:
     """The Hub-ready folder and what the run records of itself."""
-
     export_dir: Path  # the Hub-ready folder (export_dir, or OUTPUT_DIR/hub)
     recipe_name: str  # the recipe's name (its file's stem)
     recipe_text: str  # the full recipe as YAML, written as recipe.yaml beside the run and into the export
@@ -213,7 +187,6 @@ class ExportPlan:
 @dataclass(frozen=True)
 class ProcessPlan:
     """How each process runs: seed, threads, precision, compilation, reporting."""
-
     seed: int  # model initialisation, dropout and batch order
     torch_threads: int  # torch.set_num_threads per process (0: torch's default)
     bf16: bool  # bf16 mixed precision
@@ -226,7 +199,6 @@ class ProcessPlan:
 @dataclass(frozen=True)
 class RunPlan:
     """Everything a run needs to know, resolved once (see the module docstring)."""
-
     world: World  # the process layout
     output_dir: Path  # checkpoints, logs, metrics and plots
     output: preflight.OutputDecision  # new, resume, overwrite, score or finished
@@ -250,11 +222,6 @@ class RunPlan:
         budget = f"{b.max_tokens} tokens/device x {self.world.processes} processes x {b.accumulation} " \
                  f"accumulation = {b.tokens_per_update} tokens per update"
         return f"output_dir {self.output_dir}: {self.output.describe()}; {budget}"
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Planning
-# ---------------------------------------------------------------------------------------------------------------------
 
 
 def plan_run(recipe: Recipe, *, overwrite: bool = False, world: World | None = None) -> RunPlan:
@@ -328,8 +295,7 @@ def _batching(recipe: Recipe, max_tokens: int, accumulation: int, processes: int
 
 
 def _optimizer(recipe: Recipe, world: World) -> OptimizerPlan:
-    """Section 5.3's Adam. The fused kernel where torch has it for this device and the parameters stay plain
-    tensors (not under FSDP or DeepSpeed): the same update to float rounding, one kernel for all parameters."""
+    """Section 5.3's Adam; fused where torch has the kernel for this device and parameters stay plain tensors."""
     fused = torch.device(world.device).type in FUSED_ADAM_DEVICE_TYPES and not _sharded()
     return OptimizerPlan(paper_base_lr(recipe.d_model, recipe.lr_multiplier), (recipe.adam_beta1, recipe.adam_beta2),
                          recipe.adam_epsilon, recipe.weight_decay, recipe.max_grad_norm, fused)
@@ -360,8 +326,7 @@ def _guard(inputs: dict, outputs: dict) -> None:
 
 
 def check_devices(recipe: Recipe, world: World) -> None:
-    """The precision and distributed strategy the recipe and the launcher ask for exist on this device, and the
-    model's training state fits its memory."""
+    """The precision and distributed strategy asked for exist on this device, and the model fits."""
     if recipe.fp16 and world.cpu:
         raise RecipeError("fp16: fp16 mixed precision needs a CUDA GPU and this run is on the CPU; use bf16 (CPU "
                           "autocast) or fp32")
@@ -374,8 +339,7 @@ def check_devices(recipe: Recipe, world: World) -> None:
 
 
 def check_model_fits(recipe: Recipe, world: World) -> None:
-    """Refuse a model whose weights, gradients and Adam moments (16 bytes a parameter) alone exceed the memory of
-    this process's device: it would be killed for memory after minutes of data preparation."""
+    """Refuse a model whose weights, gradients and Adam moments alone exceed this process's device memory."""
     parameters = approximate_parameters(recipe.model_config(recipe.vocab_size))
     needed = MODEL_STATE_BYTES_PER_PARAMETER * parameters
     available = device_memory_bytes(world.device, world.local_processes)

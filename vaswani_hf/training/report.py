@@ -1,7 +1,5 @@
-"""What a training run leaves for people to read: plots, metrics JSON, hypotheses, and the Hub-ready folder.
-
-The folder export is `vaswani_hf.hub`'s model folder (weights, code, tokenizer, pipeline, handler, card) plus the
-run's own files: `training_metrics.json` (everything measured), `recipe.yaml`, the PNG plots.
+"""What a training run leaves for people to read: plots, metrics JSON, hypotheses, and the Hub-ready folder (the
+`vaswani_hf.hub` model folder plus `training_metrics.json`, `recipe.yaml` and the plots).
 """
 
 from __future__ import annotations
@@ -21,9 +19,7 @@ logger = logging.getLogger(__name__)
 
 
 def write_hypotheses(path: str | os.PathLike, tokenizer, predictions) -> None:
-    """The decoded translations of an evaluation, one line per evaluated sentence in corpus order (as
-    `VaswaniTrainer.evaluation_loop` returns them, whatever the number of processes). The file belongs to this run:
-    it is replaced."""
+    """The decoded translations of an evaluation, one line per sentence in corpus order (this run's file: replaced)."""
     texts = tokenizer.batch_decode(predictions, skip_special_tokens=True)
     write_lines(path, [t.strip() for t in texts], overwrite=True)
 
@@ -78,9 +74,8 @@ def plot_history(history: Sequence[dict], out_dir: str | os.PathLike) -> dict[st
 
 def card_inputs(plan: RunPlan, metrics: Mapping[str, Any], signatures: Mapping[str, str] | None = None
                 ) -> tuple[dict, dict]:
-    """(scores, training_info) for `vaswani_hf.hub.write_model_card`: only real test scores, named by what they are
-    (`bleu_tok_none` for pre-tokenized references, else sacreBLEU) with the signatures of the computation that made
-    them, and the facts of the run."""
+    """(scores, training_info) for the model card: real test scores only, named by what they are (`bleu_tok_none` for
+    pre-tokenized references, else sacreBLEU) with their signatures, and the run's facts."""
     data, optimizer, schedule = plan.data, plan.optimizer, plan.schedule
     scores = {}
     bleu_name = "bleu_tok_none" if plan.evaluation.bleu_tokenize == "none" else "sacrebleu"
@@ -98,15 +93,13 @@ def card_inputs(plan: RunPlan, metrics: Mapping[str, Any], signatures: Mapping[s
         "optimizer": f"Adam(beta1={optimizer.betas[0]}, beta2={optimizer.betas[1]}, eps={optimizer.eps})",
         "lr_schedule": "d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (Section 5.3)"
                        + (f" x {schedule.lr_multiplier}" if schedule.lr_multiplier != 1.0 else ""),
-        "warmup_steps": schedule.warmup_steps,
-        "dropout": plan.model.settings["dropout"],
+        "warmup_steps": schedule.warmup_steps, "dropout": plan.model.settings["dropout"],
         "label_smoothing": plan.model.label_smoothing,
         "checkpoint_averaging": (f"last {len(metrics['averaged_checkpoints'])} checkpoints"
                                  if metrics.get("averaged_checkpoints") else "none"),
         "training_time": (f"{metrics['train_seconds'] / 60:.1f} min on {metrics.get('world_size', 1)} process(es)"
                           if metrics.get("train_seconds") else None),
-        "distributed": distributed_strategy(metrics),
-        "seed": plan.process.seed,
+        "distributed": distributed_strategy(metrics), "seed": plan.process.seed,
     }
     info.update({k: v for k, v in facts.items() if v is not None})
     return scores, info
@@ -124,10 +117,8 @@ def distributed_strategy(metrics: Mapping[str, Any]) -> str | None:
 
 def export_hub_folder(model, tokenizer, plan: RunPlan, metrics: Mapping[str, Any] | None = None, *,
                       history: Sequence[dict] | None = None, signatures: Mapping[str, str] | None = None) -> Path:
-    """Write the run's Hub-ready folder (`plan.export.export_dir`): `vaswani_hf.hub.save_hub_folder` (weights, config
-    with auto_map, code, tokenizer, the paper's generation config, translation pipeline, endpoint handler, model card
-    with the run's real test scores) plus `training_metrics.json`, `recipe.yaml` and the PNG plots. The folder appears
-    whole (written beside, then renamed); it replaces only this run's own earlier export (the plan checked it)."""
+    """The run's Hub-ready folder: `vaswani_hf.hub.save_hub_folder` plus `training_metrics.json`, `recipe.yaml` and
+    the plots, written whole; it replaces only this run's own earlier export (the plan checked it)."""
     metrics = dict(metrics or {})
     scores, info = card_inputs(plan, metrics, signatures)
     extra = {"training_metrics.json": to_json(metrics), "recipe.yaml": plan.export.recipe_text}

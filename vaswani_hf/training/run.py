@@ -1,11 +1,7 @@
 """A training run end to end, as the paper's recipe has it: data and shared BPE (5.1), model (Table 3), training with
 token batches, Adam and the warm-up schedule (5.1-5.4), checkpoint averaging (6.1), validation and test scores of
-the averaged model, and a Hub-ready folder.
-
-Every step is a short function that reads the run's plan (`vaswani_hf.training.plan`, resolved once before any
-work, the only source of every value here: this module neither sees the recipe nor keeps a default of its own);
-`run_training` calls them in order. Multi-process runs (Accelerate/DDP) run the same steps on every process;
-what writes files runs on the main process while the others wait.
+the averaged model, and a Hub-ready folder. Each step reads only the run's plan (`vaswani_hf.training.plan`); every
+process runs every step, and what writes files runs on the main process while the others wait.
 """
 
 from __future__ import annotations
@@ -65,12 +61,12 @@ def setup_logging(level=logging.INFO) -> None:
 
 
 def build_training_arguments(plan: RunPlan):
-    """The `Seq2SeqTrainingArguments` of a plan. Batch sizes are token budgets (the trainer's own); saving is decided
-    by `WallClockCallback`. Adam's settings are stated here once (the plan's), and the optimizer is built from them
-    (`paper_optimizer_cls_and_kwargs`): its learning rate is the Section 5.3 formula's constant factor, which the
-    schedule multiplies, so the lr transformers logs is the one each update used."""
+    """The `Seq2SeqTrainingArguments` of a plan: batch sizes are the trainer's token budgets, saving is
+    `WallClockCallback`'s, Adam's settings are stated here once and the optimizer built from them."""
     process, schedule, optimizer, evaluation = plan.process, plan.schedule, plan.optimizer, plan.evaluation
-    keep = plan.checkpoints.keep_last
+    keep, b = plan.checkpoints.keep_last, plan.batching
+    data_path = choose_data_path(plan.world.device, b.num_workers, processes=plan.world.local_processes,
+                                 pin_memory=b.pin_memory, prefetch_factor=b.prefetch_factor)
     return Seq2SeqTrainingArguments(
         output_dir=str(plan.output_dir), max_steps=schedule.max_steps, num_train_epochs=schedule.num_train_epochs,
         learning_rate=optimizer.learning_rate, weight_decay=optimizer.weight_decay, adam_beta1=optimizer.betas[0],
@@ -84,20 +80,8 @@ def build_training_arguments(plan: RunPlan):
         predict_with_generate=True, generation_num_beams=evaluation.eval_num_beams, seed=process.seed,
         report_to=list(process.report_to), disable_tqdm=not process.show_progress,
         use_cpu=plan.world.cpu, bf16=process.bf16, fp16=process.fp16, ddp_find_unused_parameters=False,
-        **_data_path(plan).training_arguments(), torch_compile=process.torch_compile,
+        **data_path.training_arguments(), torch_compile=process.torch_compile,
         remove_unused_columns=True, per_device_train_batch_size=1, per_device_eval_batch_size=1)
-
-
-def _data_path(plan: RunPlan):
-    """The DataLoader settings for the plan's device (`vaswani_hf.training.data_path`)."""
-    b = plan.batching
-    return choose_data_path(plan.world.device, b.num_workers, processes=plan.world.local_processes,
-                            pin_memory=b.pin_memory, prefetch_factor=b.prefetch_factor)
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# The steps
-# ---------------------------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -118,9 +102,8 @@ def load_corpora(plan: RunPlan) -> dict[str, Any]:
 
 
 def prepare_data(plan: RunPlan, splits: dict[str, Any], state, clock: RunClock) -> RunData:
-    """Shared BPE (trained on the training pairs, or loaded) and the tokenized, filtered splits. Training pairs longer
-    than the plan's length filter (max_length, or what one micro-batch holds) are dropped and counted; a training
-    split with no usable pair left is refused (nothing would be learned). Held-out pairs are all kept."""
+    """Shared BPE and the tokenized splits: over-long training pairs dropped and counted (none left: refused),
+    held-out pairs all kept."""
     data, started = plan.data, time.time()
     with clock.stage("tokenizer"), state.main_process_first():
         tokenizer = shared_bpe(plan, splits["train"])
@@ -139,9 +122,8 @@ def prepare_data(plan: RunPlan, splits: dict[str, Any], state, clock: RunClock) 
 
 
 def shared_bpe(plan: RunPlan, train_split):
-    """Section 5.1's one BPE vocabulary for source and target: the plan's tokenizer folder (`tokenizer_path`, or
-    OUTPUT_DIR/tokenizer) if it exists; else the one trained earlier on the same corpus with the same settings (kept
-    in the datasets cache, see vaswani_hf.data.cache); else trained on the training pairs now, and kept."""
+    """Section 5.1's one BPE vocabulary for source and target: the plan's tokenizer folder if it exists, else the one
+    cached for this corpus and settings (vaswani_hf.data.cache), else trained now and cached."""
     data, folder, name = plan.data, plan.data.tokenizer_dir, None
     if train_split.cache_files and cache.enabled():  # a file-backed corpus has a stable fingerprint
         name = "bpe-" + cache.key(train_split._fingerprint, data.vocab_size, data.bpe_min_frequency,
@@ -198,9 +180,8 @@ def build_trainer(plan: RunPlan, model, data: RunData, callbacks: Sequence[Train
 
 
 def train(trainer: VaswaniTrainer, plan: RunPlan, data: RunData, state) -> dict[str, Any]:
-    """Train; the metrics of training: losses, speed (target tokens/s summed over processes), padding. A run whose
-    training is done ("score": stopped before its final scores) is not trained again: transformers would take one
-    more update from its last checkpoint; its state and weights are loaded instead."""
+    """Train and return losses, speed (target tokens/s over all processes) and padding. A run stopped before its
+    final scores ("score") loads its last state and weights instead (transformers would take one more update)."""
     started = time.time()
     if plan.output.start == "score":
         checkpoint = plan.output.resume_from
@@ -230,8 +211,8 @@ def train(trainer: VaswaniTrainer, plan: RunPlan, data: RunData, state) -> dict[
 
 
 def average(trainer: VaswaniTrainer, plan: RunPlan, state) -> list[str]:
-    """Section 6.1: the average of the last N checkpoints, written by the main process to OUTPUT/averaged and loaded
-    into the model on every process. Returns the checkpoints averaged (none: the final weights are kept)."""
+    """Section 6.1: the last N checkpoints averaged into OUTPUT/averaged and loaded on every process; returns
+    their names (none: the final weights are kept)."""
     trainer.accelerator.wait_for_everyone()
     average_last = plan.checkpoints.average_last
     if average_last <= 1:
@@ -252,8 +233,7 @@ def average(trainer: VaswaniTrainer, plan: RunPlan, state) -> list[str]:
 
 
 def final_scores(trainer: VaswaniTrainer, plan: RunPlan, data: RunData, state) -> dict[str, Any]:
-    """Validation and test scores of the final (averaged) model, every process taking part; each split's hypotheses
-    written in corpus order, with the plan's final beam size."""
+    """Validation and test scores of the final model with the final beam size; hypotheses in corpus order."""
     num_beams = plan.evaluation.final_num_beams
     metrics: dict[str, Any] = {"final_num_beams": num_beams}
     for split, dataset in (("valid", data.valid), ("test", data.test)):
@@ -291,8 +271,7 @@ def finish(trainer: VaswaniTrainer, plan: RunPlan, data: RunData, metrics: dict[
 
 
 def take_folder(plan: RunPlan, state) -> io.FolderLock | None:
-    """The main process takes the output folder (its lock: one run at a time); every process learns whether it got
-    it. Returns the lock the main process holds."""
+    """The main process locks the output folder (one run at a time) and every process learns whether it got it."""
     lock, refusal = None, [None]
     state.wait_for_everyone()  # every process has checked the folder (its lock probe) before the main one takes it
     if state.is_main_process:
@@ -308,7 +287,7 @@ def take_folder(plan: RunPlan, state) -> io.FolderLock | None:
 
 
 def start(plan: RunPlan, state) -> None:
-    """The main process clears a run it replaces and writes the recipe and its run info; then every process."""
+    """The main process clears a run it replaces and writes the recipe; then every process its run info."""
     out = plan.output_dir
     if state.is_main_process:
         if plan.output.start == "overwrite":
@@ -317,12 +296,12 @@ def start(plan: RunPlan, state) -> None:
                 logger.warning("--overwrite: removed the previous run's %s", ", ".join(removed))
         if (out / STAGING_DIR).exists():  # leftovers of a save interrupted by a crash
             shutil.rmtree(out / STAGING_DIR)
-        io.write_json(out / f"run_info_rank{state.process_index}.json", run_info(plan, state))
         with io.replace_atomically(out / "recipe.yaml") as temporary:
             temporary.write_text(plan.export.recipe_text, encoding="utf-8")
     state.wait_for_everyone()
-    if not state.is_main_process:
-        io.write_json(out / f"run_info_rank{state.process_index}.json", run_info(plan, state))
+    io.write_json(out / f"run_info_rank{state.process_index}.json", {
+        "world_size": plan.world.processes, "process_index": plan.world.index, "distributed_type":
+        distributed_type(state), "device": plan.world.device, "torch_threads": torch.get_num_threads()})
     logger.info("recipe %s | world size %d (%s) | process %d", plan.export.recipe_name, plan.world.processes,
                 distributed_type(state), plan.world.index)
 
@@ -330,12 +309,6 @@ def start(plan: RunPlan, state) -> None:
 def distributed_type(state) -> str:
     """How Accelerate spread the run (NO, MULTI_CPU, MULTI_GPU, FSDP, ...): what it did, recorded, not planned."""
     return str(state.distributed_type).split(".")[-1]
-
-
-def run_info(plan: RunPlan, state) -> dict[str, Any]:
-    return {"world_size": plan.world.processes, "process_index": plan.world.index,
-            "distributed_type": distributed_type(state), "device": plan.world.device,
-            "torch_threads": torch.get_num_threads()}
 
 
 def start_processes(plan: RunPlan):
@@ -349,10 +322,8 @@ def start_processes(plan: RunPlan):
 
 
 def run_training(plan: RunPlan, callbacks: Sequence[TrainerCallback] = ()) -> dict:
-    """Run a plan (`vaswani_hf.training.plan.plan_run`) end to end: data, tokenizer, model, training, averaging,
-    evaluation, export. `callbacks` are added to the Trainer's (e.g. to observe the run in tests). A finished run
-    resumed does nothing and returns its metrics. Returns the final metrics (also written to OUTPUT_DIR/metrics.json
-    by the main process), with the time and memory of each stage (`run_clock`)."""
+    """Run a plan (`plan_run`) end to end; `callbacks` are added to the Trainer's. Returns the final metrics (also
+    OUTPUT_DIR/metrics.json, with each stage's time and memory); a finished run returns its metrics untouched."""
     if not isinstance(plan, RunPlan):
         raise TypeError(f"run_training takes the run's plan (plan_run(recipe)), not a {type(plan).__name__}")
     clock = RunClock()

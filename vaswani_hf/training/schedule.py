@@ -14,35 +14,22 @@ import torch
 
 
 def paper_learning_rate(step: int, d_model: int, warmup_steps: int = 4000, multiplier: float = 1.0) -> float:
-    """Section 5.3: lrate = d_model^-0.5 * min(step_num^-0.5, step_num * warmup_steps^-1.5), times `multiplier`.
-
-    `step` is the 1-based number of the update being made (step_num >= 1; the formula is undefined at 0).
-    """
+    """Section 5.3's lrate of update `step` (1-based: undefined at 0), times `multiplier`."""
     if step < 1:
         raise ValueError(f"step_num starts at 1, got {step}")
-    return multiplier * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
+    return paper_base_lr(d_model, multiplier) * paper_lr_lambda(step - 1, warmup_steps)
 
 
 def paper_lr_lambda(scheduler_step: int, warmup_steps: int) -> float:
-    """Factor for `LambdaLR` whose base lr is `multiplier * d_model^-0.5`.
-
-    The one-step lag: `LambdaLR` evaluates its lambda at 0 when built and after each `scheduler.step()`; the Trainer
-    calls `optimizer.step()` then `scheduler.step()`. So the k-th update (k = 1, 2, ...) runs with lambda(k - 1).
-    We evaluate the formula at k = scheduler_step + 1, which makes the k-th update use exactly lrate(step_num = k);
-    this is also tensor2tensor v1's choice (its "noam" schedule uses global_step + 1). transformers' built-in
-    `inverse_sqrt` instead makes the first update use lr 0 and is one step behind the formula.
-    """
+    """`LambdaLR`'s factor (base lr `multiplier * d_model^-0.5`). The k-th update runs with lambda(k - 1) (the
+    scheduler steps after the optimizer), so the formula is evaluated at scheduler_step + 1, as t2t v1's "noam"."""
     step_num = scheduler_step + 1
     return min(step_num ** -0.5, step_num * warmup_steps ** -1.5)
 
 
 def get_paper_schedule(optimizer: torch.optim.Optimizer, warmup_steps: int = 4000, last_epoch: int = -1):
-    """`LambdaLR` implementing Section 5.3 exactly (see :func:`paper_lr_lambda`). The optimizer's lr must be
-    `multiplier * d_model^-0.5` (what :class:`VaswaniTrainer` sets through `learning_rate`).
-
-    A `functools.partial` of a module-level function (not a lambda), so the scheduler pickles and its state dict is
-    the plain step count, which `Trainer` saves and restores on resume.
-    """
+    """`LambdaLR` of Section 5.3 for an optimizer whose lr is `multiplier * d_model^-0.5`; a `partial` (not a lambda)
+    so that it pickles and its state is the step count the Trainer saves and resumes."""
     return torch.optim.lr_scheduler.LambdaLR(optimizer, partial(paper_lr_lambda, warmup_steps=warmup_steps),
                                              last_epoch=last_epoch)
 
@@ -52,12 +39,9 @@ def paper_base_lr(d_model: int, multiplier: float = 1.0) -> float:
 
 
 def paper_optimizer_cls_and_kwargs(args, fused: bool | None = None) -> tuple[type, dict]:
-    """`Trainer(optimizer_cls_and_kwargs=...)`: Section 5.3's Adam, built from the `TrainingArguments` `args` (their
-    `learning_rate`, `adam_beta1`, `adam_beta2` and `adam_epsilon`, as transformers builds its own optimizers: the
-    arguments state them once, and what the Trainer reports is what the optimizer uses). torch's `Adam` (not
-    `AdamW`): the paper has no weight decay, and L2 decay (`weight_decay`, which the Trainer puts in the parameter
-    groups), if a recipe asks for it, is Adam's coupled kind. `fused`: torch's fused kernel or not (None: decided
-    from the parameters, `with_fused_adam`)."""
+    """`Trainer(optimizer_cls_and_kwargs=...)`: Section 5.3's Adam from the `TrainingArguments` (lr, betas, eps stated
+    once there). torch's `Adam`, not `AdamW`: the paper has no decay, and a recipe's `weight_decay` is coupled L2.
+    `fused`: the plan's choice for the device (None: torch's default)."""
     kwargs = {"lr": args.learning_rate, "betas": (args.adam_beta1, args.adam_beta2), "eps": args.adam_epsilon}
     return torch.optim.Adam, kwargs if fused is None else {**kwargs, "fused": fused}
 
@@ -67,14 +51,9 @@ FUSED_ADAM_DEVICE_TYPES = ("cpu", "cuda")
 
 
 def with_fused_adam(optimizer_kwargs: dict, model: torch.nn.Module) -> dict:
-    """Add `fused=True` to Adam's kwargs when every trainable parameter can take torch's fused kernel.
-
-    Same update as the default implementation, to float rounding (`tests/test_training_schedule.py` checks 1e-6), but
-    one kernel for all parameters: on CPU torch otherwise takes its per-parameter loop (16.5 ms per update against
-    3.1 ms for the 6M-parameter Multi30k model, benchmarks/bench_adam.py). `fused=True` raises on other device types
-    and on parameter kinds it does not handle, so anything unusual (DTensors of FSDP2, integer or mixed devices) keeps
-    torch's default. A recipe that sets `fused` or `foreach` itself is left alone.
-    """
+    """`fused=True` added to Adam's kwargs when every trainable parameter can take torch's fused kernel: the same
+    update to rounding, one kernel (CPU: 3.1 against 16.5 ms per Multi30k update, benchmarks/bench_adam.py). Anything
+    unusual (FSDP2 DTensors, mixed devices) and kwargs naming `fused`/`foreach` are left alone."""
     if "fused" in optimizer_kwargs or "foreach" in optimizer_kwargs:
         return optimizer_kwargs
     params = [p for p in model.parameters() if p.requires_grad]

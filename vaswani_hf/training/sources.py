@@ -1,12 +1,6 @@
-"""Where a run's data comes from (Section 5.1's training data, a dev set, a test set): one object per split.
-
-`split_sources(recipe)` turns the data keys of a recipe (data_format, data_dir, train/valid/test_data, hub_*) into a
-`Source` per split, the only place that branches on `data_format`. Each source can
-- name the local files it reads (`files`: for the output guard, which never lets an output replace an input),
-- `check` them cheaply (they exist: before any work),
-- `scan` every line (`--check`: decoding and parsing errors as loading would raise them, streamed),
-- `load` the split into the common `datasets` schema, refusing a split without one usable pair,
-- `describe` itself for the model card.
+"""Where a run's data comes from (Section 5.1's training data, a dev set, a test set): one `Source` per split, made by
+`split_sources(recipe)`, the only place that branches on `data_format`. A source names its local `files` (for the
+output guard), `check`s them cheaply, `scan`s every line (`--check`), `load`s the split and `describe`s itself.
 """
 
 from __future__ import annotations
@@ -23,29 +17,24 @@ from .recipe import REPO_ROOT, Recipe, RecipeError
 SPLITS = ("train", "valid", "test")
 
 
-def resolve_dir(path: str | os.PathLike) -> Path:
-    """A folder path: absolute as given; relative, looked up in the current folder, then in the repository."""
-    p = Path(os.path.expanduser(str(path)))
+def _look_up(p: Path, found) -> Path:
+    """`p` if absolute; else under the first of the current folder and the repository where `found`, else cwd."""
     if p.is_absolute():
         return p
-    for base in (Path.cwd(), REPO_ROOT):
-        if (base / p).is_dir():
-            return (base / p).resolve()
-    return (Path.cwd() / p).resolve()
+    return (next((b for b in (Path.cwd(), REPO_ROOT) if found(b / p)), Path.cwd()) / p).resolve()
+
+
+def resolve_dir(path: str | os.PathLike) -> Path:
+    """A folder path: absolute as given; relative, looked up in the current folder, then in the repository."""
+    return _look_up(Path(os.path.expanduser(str(path))), Path.is_dir)
 
 
 def resolve_path(path: str | os.PathLike, data_dir: str | os.PathLike | None = None) -> Path:
-    """A corpus path (a file or a Moses prefix) joined to `data_dir`; a relative result is looked up in the current
-    folder first, then in the repository."""
+    """A corpus path (a file or a Moses prefix) joined to `data_dir`, looked up as `resolve_dir` does."""
     p = Path(os.path.expanduser(str(path)))
     if not p.is_absolute() and data_dir is not None:
         p = resolve_dir(data_dir) / p
-    if not p.is_absolute():
-        for base in (Path.cwd(), REPO_ROOT):
-            if (base / p).exists() or any((base / p).parent.glob((base / p).name + ".*")):
-                return (base / p).resolve()
-        return (Path.cwd() / p).resolve()
-    return p
+    return _look_up(p, lambda q: q.exists() or any(q.parent.glob(q.name + ".*")))
 
 
 @dataclass
@@ -70,8 +59,7 @@ class Source:
         raise NotImplementedError
 
     def load(self, limit: int = 0):
-        """The split in the common schema (every line decoded and parsed), its first `limit` pairs (0: all).
-        A split without one pair with both sides non-empty is refused: there is nothing to train on or score."""
+        """The split's first `limit` pairs (0: all); a split without one usable pair is refused."""
         dataset = self._load()
         require_usable(self, len(dataset), usable_pairs(dataset, self.src_lang, self.tgt_lang))
         return dataset.select(range(min(limit, len(dataset)))) if limit > 0 else dataset

@@ -1,18 +1,13 @@
 """`VaswaniTrainer`: transformers' `Seq2SeqTrainer` with the paper's batching, objective, schedule and checkpoints.
 
 What it changes, and why each is hand-written:
-- Section 5.1 batching: train and eval DataLoaders use `TokenBatchSampler` (~N source + N target tokens per batch,
-  grouped by length); transformers batches by sentence count only.
-- Section 5.4 objective: label-smoothed cross-entropy (`objective.LabelSmoothedLoss`, eps/(V-1) on the other
-  classes, as t2t v1 and fairseq), through transformers' own `compute_loss_func` hook; the model's
-  `forward(labels=...)` stays the plain cross-entropy, as in every transformers model. With `loss_chunk_tokens` the
-  training loss is computed from the decoder's hidden states, that many tokens' logits at a time (GPU memory; see
-  `compute_loss`). Evaluation reports the smoothed
-  loss (the training objective, `eval_loss`), the plain per-token NLL (`eval_nll`) and its perplexity (`eval_ppl`).
-- Section 5.3: Adam(0.9, 0.98, 1e-9) (torch's fused kernel where it applies) and the exact learning-rate formula.
-- Evaluation across processes: transformers gathers each batch with `all_gather`, which needs equal shapes on every
-  rank; token batches differ (see `evaluation_loop`).
-- Atomic checkpoints: transformers writes straight into `checkpoint-N`; a kill leaves a half-written folder that
+- Section 5.1: DataLoaders of `TokenBatchSampler` (token budgets; transformers batches by sentence count only);
+- Section 5.4: the label-smoothed objective through transformers' `compute_loss_func` hook (the model's
+  `forward(labels=...)` stays plain cross-entropy), optionally chunked (`compute_loss`); evaluation reports the
+  smoothed loss (`eval_loss`), the plain NLL (`eval_nll`) and perplexity (`eval_ppl`);
+- Section 5.3: Adam(0.9, 0.98, 1e-9) (fused where it applies) and the exact learning-rate formula;
+- evaluation across processes: transformers' per-batch `all_gather` needs equal shapes (see `evaluation_loop`);
+- atomic checkpoints: transformers writes straight into `checkpoint-N`, and a kill leaves a half-written folder that
   `--resume` would pick (see `_save_checkpoint`).
 """
 
@@ -50,15 +45,14 @@ from ..tokenization import PAD_ID
 from .budget import evaluation_budget
 from .checkpoints import STAGING_DIR, checkpoint_write_errors, publish_checkpoint
 from .objective import PAPER_LABEL_SMOOTHING, LabelSmoothedLoss, label_smoothed_nll, output_projection_deferred
-from .schedule import get_paper_schedule, with_fused_adam
+from .schedule import get_paper_schedule
 
 logger = logging.getLogger(__name__)
 
 
 def unshard_prepared_loader(prepared: DataLoader, sampler: TokenBatchSampler) -> DataLoader:
-    """Make the `BatchSamplerShard` that `accelerate.prepare_data_loader` wraps around a batch sampler in
-    multi-process runs a pass-through, because `sampler` is already rank-aware: batches are split across ranks once.
-    In single-process runs Accelerate does not wrap the sampler and this is a no-op."""
+    """Make the `BatchSamplerShard` Accelerate wraps around `sampler` in multi-process runs a pass-through: the
+    sampler is already rank-aware."""
     shard = getattr(prepared, "batch_sampler", None)
     if shard is sampler:
         return prepared
@@ -96,17 +90,10 @@ def _stack_sentences(sentences: list[tuple[int, list[int], list[int]]], pad_id: 
 class VaswaniTrainer(Seq2SeqTrainer):
     """`Seq2SeqTrainer` for the paper's recipe (see the module docstring).
 
-    `per_device_*_batch_size` and `train_sampling_strategy` are ignored: each device's batch holds up to
-    `max_tokens` (required: the run's plan decides it) padded source and `max_tokens` padded target tokens; an
-    evaluation batch `eval_max_tokens` (None: `max_tokens`, `budget.evaluation_budget`). The paper's ~25000 + 25000
-    tokens are per training step over its 8 GPUs: choose `max_tokens x world_size x gradient_accumulation_steps ~=
-    25000`. Sharding happens once: the sampler is rank-aware and the `BatchSamplerShard` that `accelerator.prepare`
-    wraps around it is made a pass-through (as transformers does for its own rank-aware samplers); Accelerate's
-    `split_batches` and `dispatch_batches`, which re-cut batches by sentence count, are refused.
-
-    Pass `optimizer_cls_and_kwargs=paper_optimizer_cls_and_kwargs(args)` for Section 5.3's Adam with
-    `learning_rate = multiplier * d_model^-0.5`. `loss_chunk_tokens` > 0: the training loss never materialises the
-    (target tokens x V) logits (`objective.chunked_label_smoothed_nll`); 0 (default): the plain path.
+    Each device's batch holds up to `max_tokens` padded source and as many target tokens (`per_device_*_batch_size`
+    is ignored), an evaluation batch `eval_max_tokens` (`budget.evaluation_budget`); the paper's ~25000 + 25000 are
+    `max_tokens x world_size x gradient_accumulation_steps`. Accelerate's `split_batches` and `dispatch_batches`,
+    which re-cut batches by sentence count, are refused. `optimizer_cls_and_kwargs`: `paper_optimizer_cls_and_kwargs`.
     """
 
     def __init__(self, *args: Any, max_tokens: int, eval_max_tokens: int | None = None,
@@ -182,14 +169,6 @@ class VaswaniTrainer(Seq2SeqTrainer):
 
     # -- Section 5.3: optimizer and schedule ---------------------------------------------------------------------
 
-    def create_optimizer(self, model=None):
-        # the fused kernel is decided here, where the parameters are on their device (and wrapped, under FSDP)
-        cls_kwargs = getattr(self, "optimizer_cls_and_kwargs", None)
-        if self.optimizer is None and cls_kwargs is not None and cls_kwargs[0] is torch.optim.Adam:
-            self.optimizer_cls_and_kwargs = (cls_kwargs[0],
-                                             with_fused_adam(cls_kwargs[1], self.model if model is None else model))
-        return super().create_optimizer(model)
-
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
         if self.lr_scheduler is None:
             self.lr_scheduler = get_paper_schedule(optimizer or self.optimizer, self.paper_warmup_steps)
@@ -197,18 +176,16 @@ class VaswaniTrainer(Seq2SeqTrainer):
         return self.lr_scheduler
 
     def _get_grad_norm(self, model, grad_norm=None):
-        """transformers computes the gradient norm at every update for its logs, clipping or not (a full pass over
-        every gradient: 1-2% of a Multi30k step on 2 CPU cores). The paper clips nothing (`max_grad_norm` 0): then
-        the norm is not computed and the logs leave it out. With clipping, the clipped norm is transformers' own."""
+        """Without clipping (the paper's `max_grad_norm` 0) the norm transformers logs is not computed (a full pass
+        over every gradient: 1-2% of a Multi30k CPU step)."""
         if grad_norm is None and self.args.max_grad_norm <= 0:
             return None
         return super()._get_grad_norm(model, grad_norm=grad_norm)
 
     def _issue_warnings_after_load(self, load_result) -> None:
-        """transformers warns of every key a resumed checkpoint lacks, and safetensors keeps one name of tied tensors
-        (Section 3.4: the embeddings and the pre-softmax projection share `model.shared.weight`): every clean resume
-        would warn "missing keys ... lm_head.weight". A key tied to a tensor that was loaded is not missing (it is
-        re-tied here); any other missing or unexpected key is still reported by transformers' own warning."""
+        """safetensors keeps one name of tied tensors (Section 3.4: embeddings and pre-softmax projection), so every
+        clean resume would warn "missing keys ... lm_head.weight": a key tied to a loaded tensor is re-tied, not
+        reported; any other key is still reported by transformers' own warning."""
         model = self.accelerator.unwrap_model(self.model)
         tied = dict(getattr(model, "all_tied_weights_keys", None) or {})
         missing = list(load_result.missing_keys)
@@ -225,9 +202,8 @@ class VaswaniTrainer(Seq2SeqTrainer):
         return os.path.join(run_dir, STAGING_DIR) if self._staging else run_dir
 
     def _save_checkpoint(self, model, trial):
-        """transformers writes model, optimizer, scheduler, RNG states and trainer state (all ranks, its own code)
-        into `OUTPUT/.staging/checkpoint-N`; once every rank is done, rank 0 renames it into place and rotates the
-        kept checkpoints by step number. A save that fails (a full disk) or is interrupted leaves no staged part."""
+        """transformers' own save (every rank) into `OUTPUT/.staging/checkpoint-N`; then rank 0 renames it into place
+        and rotates the kept checkpoints by step. A failed or interrupted save leaves no staged part."""
         run_dir = super()._get_output_dir(trial)
         name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         staging = Path(run_dir, STAGING_DIR)
@@ -258,10 +234,8 @@ class VaswaniTrainer(Seq2SeqTrainer):
     # -- the training loss, optionally chunked ----------------------------------------------------------------------
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        """transformers' own `compute_loss` (labels popped, the model called through its wrappers, `compute_loss_func`
-        applied, the multi-process scaling); with `loss_chunk_tokens` the model is called with its output projection
-        deferred (`output_projection_deferred`), so the outputs' `logits` are the decoder's hidden states and the
-        objective projects them chunk by chunk. With `return_outputs` those outputs hold hidden states, not logits."""
+        """transformers' own `compute_loss`; with `loss_chunk_tokens` the output projection is deferred, so `logits`
+        are hidden states that the objective projects chunk by chunk (also in `return_outputs`)."""
         if not self.loss_chunk_tokens:
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         with output_projection_deferred(self.model):
@@ -293,8 +267,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
     @contextlib.contextmanager
     def _not_counting(self):
         """Batch statistics (tokens/s, padding) count training batches only."""
-        collator = self.data_collator
-        old = getattr(collator, "active", None)
+        collator, old = self.data_collator, getattr(self.data_collator, "active", None)
         if old is not None:
             collator.active = False
         try:
@@ -314,15 +287,11 @@ class VaswaniTrainer(Seq2SeqTrainer):
         return output
 
     # -- evaluation, correct for any number of processes and any token budget ------------------------------------
-    # transformers' `evaluation_loop` gathers every batch across processes with `all_gather`, which needs the same
-    # shapes on every rank in the same number of calls: a token batch holds a different number of sentences on each
-    # rank, so two processes died at their first evaluation (gloo: "Received data size doesn't match expected
-    # size"; NCCL hangs). It also weights each batch's mean loss by the FIRST batch's size, so with token batches the
-    # loss depended on the budget (Multi30k: 2.88 at 2,048 tokens, 3.07 at 4,096, 2.82 per target token). Here each
-    # process evaluates its own shard with no collective inside the loop, keeps each sentence's prediction under its
-    # row in the dataset, and then every process makes the same two calls whatever its number of batches: one
-    # all-reduce of the loss sums and token count, one all_gather_object of the sentences. Metrics are computed on
-    # the union in dataset order, each sentence exactly once (the sampler gives every row to one rank).
+    # transformers' `evaluation_loop` gathers every batch with `all_gather`, which needs equal shapes on every rank
+    # (token batches differ: gloo died, NCCL hung), and weights each batch's mean loss by the FIRST batch's size (the
+    # loss then depended on the budget: Multi30k 2.88 at 2,048 tokens, 3.07 at 4,096, 2.82 per target token). Here
+    # each process evaluates its shard with no collective inside the loop, then every process makes the same two
+    # calls: an all-reduce of the loss sums, an all_gather_object of the sentences, scored once each in row order.
 
     def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None,
                         metric_key_prefix="eval"):
@@ -355,8 +324,8 @@ class VaswaniTrainer(Seq2SeqTrainer):
         return EvalLoopOutput(predictions=predictions, label_ids=label_ids, metrics=metrics, num_samples=num_samples)
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
-        """The label-smoothed loss and the plain NLL of a batch from one forward pass (added to the evaluation's
-        sums), and with `predict_with_generate` the generated ids. Returns (mean smoothed loss, ids, labels)."""
+        """(mean smoothed loss, generated ids or None, labels); the smoothed loss and plain NLL sums of one forward
+        pass are added to the evaluation's sums."""
         inputs = self._prepare_inputs(inputs)
         labels, loss = inputs.get("labels"), None
         if labels is not None:
@@ -373,8 +342,8 @@ class VaswaniTrainer(Seq2SeqTrainer):
         return loss, self._generate(inputs, gen_kwargs), labels
 
     def _generate(self, inputs: dict, gen_kwargs: dict) -> torch.Tensor:
-        """`model.generate` as `Seq2SeqTrainer.prediction_step` calls it: its evaluation settings (`num_beams`, ...),
-        synchronised steps under FSDP/DeepSpeed ZeRO-3, the source only (not the teacher-forcing inputs)."""
+        """`model.generate` as `Seq2SeqTrainer.prediction_step` calls it (its settings, synced GPUs under FSDP/ZeRO-3),
+        on the source only."""
         if not gen_kwargs and hasattr(self, "_gen_kwargs"):
             gen_kwargs = self._gen_kwargs.copy()
         gen_kwargs = {k: v for k, v in gen_kwargs.items() if not (k in ("num_beams", "max_length") and v is None)}
@@ -390,8 +359,8 @@ class VaswaniTrainer(Seq2SeqTrainer):
             return self.model.generate(**source, **gen_kwargs)
 
     def _prepare_model_for_evaluation(self):
-        """The model `evaluation_loop` runs: transformers' own preparation (unwrapped under DDP, where evaluation
-        needs no gradient synchronisation; prepared once under FSDP/DeepSpeed when evaluating without training)."""
+        """The model transformers' `evaluation_loop` would run (unwrapped under DDP; prepared once under
+        FSDP/DeepSpeed when evaluating without training)."""
         model = self._wrap_model(self.model, training=False)
         if len(self.accelerator._models) == 0 and model is self.model:
             if self.is_deepspeed_enabled or self.is_fsdp_enabled:
