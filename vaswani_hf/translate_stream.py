@@ -178,12 +178,9 @@ def prepare_staging(staging: Path, state: dict, *, resume: bool, overwrite: bool
     if world.rank == 0:
         if ours and not keep:
             print(f"replacing the interrupted translation in {staging} (--overwrite)", file=sys.stderr)
-            shutil.rmtree(staging)
         if not keep:
-            staging.mkdir()
-            (staging / io.MARKER).write_text(json.dumps({"written_by": PARTIAL_KIND}) + "\n", encoding="utf-8")
-            (staging / STATE).write_text(json.dumps(state, indent=1) + "\n", encoding="utf-8")
-            io.apply_umask(staging)
+            with io.replace_atomically(staging, folder=True, kind=PARTIAL_KIND) as temporary:
+                (temporary / STATE).write_text(json.dumps(state, indent=1) + "\n", encoding="utf-8")
     world.barrier()
     return done if keep else 0
 
@@ -236,7 +233,7 @@ def translate_file(source: str | os.PathLike, output: str | os.PathLike | None, 
                 and (staging is None or not _part(staging, k).is_file())]
         total = sum(min(buffer_lines, fingerprint["lines"] - k * buffer_lines) for k in mine)
         bar = stack.enter_context(tqdm(total=total, unit="line", file=sys.stderr, dynamic_ncols=True,
-                                       desc=f"process {world.rank}/{world.size}" if world.size > 1 else "translate",
+                                       desc=f"process {world.rank}/{world.size}" if world.size > 1 else "translating",
                                        disable=not progress or world.rank != 0 or total == 0))
         if done and world.rank == 0 and progress:
             print(f"resuming {staging}: {done} of {windows} windows done", file=sys.stderr)
