@@ -97,7 +97,7 @@ def test_interrupted_run_resumes_to_the_same_bytes(assets, reference, tmp_path, 
     assert translate(source, out, assets.model, "--buffer_lines", "7")[0] == 2
     assert "--resume" in capfd.readouterr().err and len(list(partial.glob("window-*.txt"))) == 3
     # another setting, another window or another input: refused in one line, nothing changed
-    for extra, name in ((["--num_beams", "2", "--buffer_lines", "7"], "settings"), (["--buffer_lines", "8"],
+    for extra, name in ((["--num_beams", "2", "--buffer_lines", "7"], "settings.num_beams"), (["--buffer_lines", "8"],
                                                                                       "buffer_lines")):
         assert translate(source, out, assets.model, *extra, "--resume")[0] == 2
         err = capfd.readouterr().err.splitlines()

@@ -146,9 +146,16 @@ def _state(engine: Engine, source: dict, size: int) -> dict:
     return {"input": source, "buffer_lines": size, **engine.fingerprint}
 
 
-def _differences(old: dict, new: dict) -> list[str]:
-    keys = sorted(set(old) | set(new))
-    return [key for key in keys if old.get(key) != new.get(key)]
+def _differences(old: dict, new: dict, prefix: str = "") -> list[str]:
+    """The keys whose values differ, those of nested settings as "settings.num_beams"."""
+    differ = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if key == "settings" and isinstance(a, dict) and isinstance(b, dict):
+            differ += _differences(a, b, f"{key}.")
+        elif a != b:
+            differ.append(prefix + key)
+    return differ
 
 
 def prepare_staging(staging: Path, state: dict, *, resume: bool, overwrite: bool, world: Processes) -> int:
@@ -168,8 +175,8 @@ def prepare_staging(staging: Path, state: dict, *, resume: bool, overwrite: bool
             old = {}
         differ = _differences(old, state)
         if differ:
-            raise io.UsageError(f"--resume: {staging} holds a translation with another {', '.join(differ)} than this "
-                                "run; repeat the interrupted command, or start again with --overwrite")
+            raise io.UsageError(f"--resume: {staging} holds a translation whose {', '.join(differ)} differ from this "
+                                "run's; repeat the interrupted command, or start again with --overwrite")
         keep = True
     elif ours and not overwrite:
         raise io.UsageError(f"{staging} holds an interrupted translation ({done} window(s) done): pass --resume to "
