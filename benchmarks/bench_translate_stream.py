@@ -2,17 +2,17 @@
 """Translation at corpus scale: peak resident memory and throughput of `vaswani-translate` against input size.
 
 Not a test. Each measurement is one launch of a command line, as a user runs it, on synthetic input (random words,
-3-30 per line) with a tiny untrained model (d_model 64, 2+2 layers, a BPE of 1,000): the point is the tool's memory
+3-20 per line) with a tiny untrained model (d_model 32, 2+2 layers, a BPE of 1,000): the point is the tool's memory
 and overhead, not translation quality, so decoding is greedy with a fixed output length (`--num_beams 1
---max_length_a 0 --max_length_b 12`). Systems:
+--max_length_a 0 --max_length_b 6`). Systems:
 
 - streaming: today's tool (`--buffer_lines`, default 10,000 lines per window);
 - in-memory: the tool before streaming (commit 2760ba8, taken from git with `git archive`), which reads, tokenises
   and decodes the whole file at once;
 - ctranslate2: CTranslate2's own `Translator.translate_file` on the model's export (`read_batch_size` = the same
   window), when `ctranslate2` is installed;
-- processes: 1 process x 2 threads (`--threads 2`) against 2 processes x 1 thread (`accelerate launch
-  --multi_gpu --num_processes 2` with ACCELERATE_USE_CPU=1), on the same input and windows; their outputs are compared byte for byte;
+- processes: 1 process x 2 threads (`--threads 2`) against 2 processes x 1 thread (`ACCELERATE_USE_CPU=1
+  accelerate launch --multi_gpu --num_processes 2`), on the same input and windows; outputs compared byte for byte;
 - refusal: a file whose last line is too long (`--max_input_tokens 64`): time and memory until the one-line refusal.
 
 Peak resident memory is that of the largest process of the command (`os.wait4`'s ru_maxrss). Throughput is
@@ -41,7 +41,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 BASELINE = "2760ba8"  # the last commit whose translate tool held the whole input in memory
-DECODING = ["--num_beams", "1", "--max_length_a", "0", "--max_length_b", "12", "--no_progress", "--device", "cpu"]
+DECODING = ["--num_beams", "1", "--max_length_a", "0", "--max_length_b", "6", "--no_progress", "--device", "cpu"]
 WORDS = [f"w{i}{chr(97 + i % 26)}" for i in range(200)]
 
 
@@ -73,7 +73,7 @@ def write_input(path: Path, lines: int, bad_last: bool = False) -> Path:
         rng = random.Random(lines)
         with open(path, "w", encoding="utf-8") as handle:
             for _ in range(lines):
-                handle.write(" ".join(rng.choices(WORDS, k=rng.randint(3, 30))) + "\n")
+                handle.write(" ".join(rng.choices(WORDS, k=rng.randint(3, 20))) + "\n")
             if bad_last:
                 handle.write(" ".join(WORDS) + "\n")
     return path
@@ -92,7 +92,7 @@ def make_model(folder: Path) -> Path:
     tokenizer = train_bpe_tokenizer(text, vocab_size=1000, show_progress=False)
     torch.manual_seed(0)
     model = VaswaniForConditionalGeneration(VaswaniConfig(
-        vocab_size=len(tokenizer), d_model=64, d_ff=128, num_heads=4, num_encoder_layers=2, num_decoder_layers=2))
+        vocab_size=len(tokenizer), d_model=32, d_ff=64, num_heads=4, num_encoder_layers=2, num_decoder_layers=2))
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
@@ -142,7 +142,7 @@ def ctranslate2_command(model: Path, source: Path, out: Path, work: Path, window
     code = ("import sys, ctranslate2; from transformers import AutoTokenizer; t = AutoTokenizer.from_pretrained("
             f"{str(model)!r}); tr = ctranslate2.Translator({str(export)!r}, intra_threads=2); "
             "tr.translate_file(sys.argv[1], sys.argv[2], max_batch_size=4096, batch_type='tokens', "
-            f"read_batch_size={window}, beam_size=1, max_decoding_length=12, "
+            f"read_batch_size={window}, beam_size=1, max_decoding_length=6, "
             "source_tokenize_fn=lambda s: t.convert_ids_to_tokens(t(s)['input_ids']), "
             "target_detokenize_fn=lambda x: t.convert_tokens_to_string(x))")
     return [sys.executable, "-c", code, str(source), str(out)]
@@ -155,17 +155,24 @@ def measure(args) -> dict:
     results = {"date": datetime.datetime.now().isoformat(timespec="minutes"), "cpus": os.cpu_count(),
                "load_before": os.getloadavg(), "sizes": {}, "processes": None, "refusal": None}
     old = baseline_tree(args.work) if "in-memory" in systems or args.refusal_lines else None
-    for size in args.sizes:
-        source, row = write_input(args.work / f"in-{size}.txt", size), {}
-        if "streaming" in systems:
-            row["streaming"] = launch(tool(REPO, source, model, args.work / "out.txt", "--threads", "2"), threads=2)
-        if "in-memory" in systems:
-            row["in-memory"] = launch(tool(old, source, model, args.work / "old.txt"), threads=2, pythonpath=old)
-        if "ctranslate2" in systems:
-            command = ctranslate2_command(model, source, args.work / "ct2.txt", args.work, 10_000)
-            row["ctranslate2"] = launch(command, threads=2) if command else "not installed"
-        results["sizes"][size] = row
-        print(size, json.dumps(row), flush=True)
+
+    def sizes(chosen: list[int]) -> None:
+        for size in chosen:
+            source, row = write_input(args.work / f"in-{size}.txt", size), {}
+            if "streaming" in systems:
+                command = tool(REPO, source, model, args.work / "out.txt", "--threads", "2")
+                row["streaming"] = launch(command, threads=2)
+            if "in-memory" in systems:
+                command = tool(old, source, model, args.work / "old.txt")
+                row["in-memory"] = launch(command, threads=2, pythonpath=old)
+            if "ctranslate2" in systems:
+                command = ctranslate2_command(model, source, args.work / "ct2.txt", args.work, 10_000)
+                row["ctranslate2"] = launch(command, threads=2) if command else "not installed"
+            results["sizes"][size] = row
+            print(size, json.dumps(row), flush=True)
+            save(args, results)
+
+    sizes(args.sizes[:1])  # the smallest first, then the other comparisons, then the larger sizes
     if args.process_lines:
         source = write_input(args.work / f"in-{args.process_lines}.txt", args.process_lines)
         window = ["--buffer_lines", str(args.process_window)]
@@ -179,6 +186,7 @@ def measure(args) -> dict:
         results["processes"] = {"lines": args.process_lines, "window": args.process_window,
                                 "1 process x 2 threads": one, "2 processes x 1 thread": two, "identical": same}
         print("processes", json.dumps(results["processes"]), flush=True)
+        save(args, results)
     if args.refusal_lines:
         source = write_input(args.work / f"bad-{args.refusal_lines}.txt", args.refusal_lines, bad_last=True)
         limit = ["--max_input_tokens", "64"]
@@ -187,6 +195,8 @@ def measure(args) -> dict:
                               "in-memory": launch(tool(old, source, model, args.work / "r.txt", *limit), threads=2,
                                                   pythonpath=old)}
         print("refusal", json.dumps(results["refusal"]), flush=True)
+        save(args, results)
+    sizes(args.sizes[1:])
     return results
 
 
@@ -204,7 +214,7 @@ def rate(run, lines: int) -> str:
 def report(results: dict) -> str:
     lines = [f"# Translation at corpus scale ({results['date']}, {results['cpus']} CPUs shared with other work, load "
              f"{results['load_before'][0]:.2f} at the start)", "",
-             "Tiny untrained model, greedy, 12 output tokens per sentence, 2 threads (benchmarks/bench_translate_"
+             "Tiny untrained model, greedy, 6 output tokens per sentence, 2 threads (benchmarks/bench_translate_"
              "stream.py). Peak RSS of the largest process; wall time with model loading. One launch per cell on a "
              "shared machine: differences of a few percent are noise.", "",
              "| lines | streaming | in-memory (before) | ctranslate2 translate_file | streaming sent/s | in-memory "
@@ -227,16 +237,19 @@ def report(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def save(args, results: dict) -> None:
+    """The results so far (a long run stopped early keeps what it measured)."""
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    (args.results_dir / "translate_stream.json").write_text(json.dumps(results, indent=2) + "\n")
+    (args.results_dir / "translate_stream.md").write_text(report(results))
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     unknown = set(args.systems.split(",")) - {"streaming", "in-memory", "ctranslate2"}
     if unknown:
         build_parser().error(f"--systems: unknown {', '.join(sorted(unknown))}")
-    results = measure(args)
-    args.results_dir.mkdir(parents=True, exist_ok=True)
-    (args.results_dir / "translate_stream.json").write_text(json.dumps(results, indent=2) + "\n")
-    (args.results_dir / "translate_stream.md").write_text(report(results))
-    print(report(results))
+    print(report(measure(args)))
     return 0
 
 

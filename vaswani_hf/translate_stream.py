@@ -17,7 +17,8 @@ An interrupted run (Ctrl-C, SIGTERM, a crash, a full disk) keeps the finished wi
 the others and gives the same bytes as an uninterrupted run. A state that does not match (another input, model,
 setting or window) is refused. Under a launcher (`accelerate launch`, `torchrun`: `RANK` and `WORLD_SIZE`), process
 r decodes the windows k with k % N == r on its own device; processes meet at two barriers (torch.distributed over
-gloo: nothing but the barriers travels between them), and rank 0 joins the parts. Part files are per window, not per
+gloo: nothing but the barriers and two counts travel between them), and rank 0 joins the parts. Every process
+checks the whole input (tokenising only, in bounded memory), so that all refuse a bad line alike, before any barrier. Part files are per window, not per
 process, so a run may be resumed with another number of processes. Standard output, which one process writes,
 receives each window as soon as it is done.
 """
