@@ -16,8 +16,8 @@ and overhead, not translation quality, so decoding is greedy with a fixed output
 - refusal: a file whose last line is too long (`--max_input_tokens 64`): time and memory until the one-line refusal.
 
 Peak resident memory is that of the largest process of the command (`os.wait4`'s ru_maxrss). Throughput is
-sentences per second of wall time, model loading included. The load of the machine (`os.getloadavg`) is recorded
-before each launch: on a shared machine, compare rows of one run only.
+sentences per second of wall time and per CPU second (user + system of the whole command), model loading included:
+on a shared machine wall time follows the load (`os.getloadavg`, recorded before each launch), CPU time much less.
 
     python benchmarks/bench_translate_stream.py [--sizes 10000,100000] [--process_lines 20000]
         [--refusal_lines 1000000] [--work /tmp/translate-stream]
@@ -121,7 +121,8 @@ def launch(command: list[str], *, threads: int, pythonpath: Path = REPO, **varia
     _, status, usage = os.wait4(process.pid, 0)
     seconds = time.perf_counter() - started
     code = os.waitstatus_to_exitcode(status)
-    return {"seconds": round(seconds, 2), "exit": code, "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
+    return {"seconds": round(seconds, 2), "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2), "exit": code,
+            "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
             "load_1min": round(load, 2), "stderr_tail": stderr.strip().splitlines()[-1:] if code else []}
 
 
@@ -203,12 +204,16 @@ def measure(args) -> dict:
 def cell(run) -> str:
     if not isinstance(run, dict):
         return str(run)
-    return f"{run['peak_rss_mib']:,.0f} MiB, {run['seconds']:.1f} s (load {run['load_1min']})" + \
+    return f"{run['peak_rss_mib']:,.0f} MiB, {run['seconds']:.1f} s, CPU {run['cpu_seconds']:.1f} s (load " \
+        f"{run['load_1min']})" + \
         ("" if run["exit"] == 0 else f", exit {run['exit']}")
 
 
 def rate(run, lines: int) -> str:
-    return f"{lines / run['seconds']:,.0f}" if isinstance(run, dict) and run["exit"] == 0 else "-"
+    """Sentences per wall second / per CPU second."""
+    if not isinstance(run, dict) or run["exit"] != 0:
+        return "-"
+    return f"{lines / run['seconds']:,.0f} / {lines / run['cpu_seconds']:,.0f}"
 
 
 def report(results: dict) -> str:
@@ -217,16 +222,16 @@ def report(results: dict) -> str:
              "Tiny untrained model, greedy, 6 output tokens per sentence, 2 threads (benchmarks/bench_translate_"
              "stream.py). Peak RSS of the largest process; wall time with model loading. One launch per cell on a "
              "shared machine: differences of a few percent are noise.", "",
-             "| lines | streaming | in-memory (before) | ctranslate2 translate_file | streaming sent/s | in-memory "
-             "sent/s |", "|---|---|---|---|---|---|"]
+             "| lines | streaming | in-memory (before) | ctranslate2 translate_file | sent/s (wall / CPU): streaming | "
+             "in-memory | ctranslate2 |", "|---|---|---|---|---|---|---|"]
     for size, row in results["sizes"].items():
         lines.append(f"| {int(size):,} | {cell(row.get('streaming', '-'))} | {cell(row.get('in-memory', '-'))} | "
                      f"{cell(row.get('ctranslate2', '-'))} | {rate(row.get('streaming'), int(size))} | "
-                     f"{rate(row.get('in-memory'), int(size))} |")
+                     f"{rate(row.get('in-memory'), int(size))} | {rate(row.get('ctranslate2'), int(size))} |")
     if results["processes"]:
         p = results["processes"]
         lines += ["", f"Processes ({p['lines']:,} lines, windows of {p['window']:,}; outputs byte-identical: "
-                      f"{p['identical']}):", "", "| layout | peak RSS, time | sent/s |", "|---|---|---|"]
+                      f"{p['identical']}):", "", "| layout | peak RSS, time | sent/s (wall / CPU) |", "|---|---|---|"]
         for layout in ("1 process x 2 threads", "2 processes x 1 thread"):
             lines.append(f"| {layout} | {cell(p[layout])} | {rate(p[layout], p['lines'])} |")
     if results["refusal"]:
