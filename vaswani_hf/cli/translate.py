@@ -43,8 +43,8 @@ from pathlib import Path
 import torch
 
 from .. import inference, io
-from ..data.batching import TRANSLATE_MAX_TOKENS
 from ..constraints import MAX_POSITIONS, MAX_SENTENCES, MAX_TOKENS, device, number, setting_flag
+from ..data.batching import TRANSLATE_MAX_TOKENS
 from ..generation_vaswani import GENERATION_SETTINGS
 from ..translate_stream import BUFFER_LINES, Engine, Processes, translate_file
 from ..translation_frontend import MAX_SOURCE_TOKENS
