@@ -193,3 +193,19 @@ def test_translate_batch_fn_translates_a_dataset_column(assets, reference):
     mapped = dataset.map(fn, batched=True, batch_size=5)
     assert mapped["de"] == expected and mapped["id"] == list(range(len(lines)))
     assert len(set(expected)) > 1  # input-dependent outputs: an order bug would show
+
+
+def test_front_end_ids_are_the_tokenizers_even_after_a_padded_call(assets):
+    """The fast path (the tokenizers backend) gives `tokenizer(texts)`'s ids, also after a call with padding=True left
+    padding set on the backend."""
+    from transformers import AutoTokenizer
+
+    from vaswani_hf.inference import front_end
+
+    tokenizer = AutoTokenizer.from_pretrained(assets.model)
+    texts = ["a man", "a red ball near the water with a dog"]
+    encode, table = front_end(object(), tokenizer)
+    expected = tokenizer(texts)["input_ids"]
+    assert encode(texts) == expected and table is None and len(expected[0]) < len(expected[1])
+    tokenizer(texts, padding=True)
+    assert encode(texts) == expected

@@ -206,12 +206,13 @@ def translate(
 def front_end(model, tokenizer) -> tuple:
     """What `translation_frontend.translate_lines` needs of this engine besides decoding: `encode` (texts -> token
     ids, `</s>` included) and the position table of a model with learned positions (None for sinusoids). A fast
-    tokenizer's ids come straight from its `tokenizers` backend: the same ids as `tokenizer(texts)` (which calls
-    it), without building a BatchEncoding (3x faster: a file is tokenised twice, to check it, then to decode it)."""
+    tokenizer's ids come straight from its `tokenizers` backend while that pads and truncates nothing (a call with
+    `padding=True` leaves padding set there): the ids of `tokenizer(texts)`, which calls it, without building a
+    BatchEncoding (3x faster: a file is tokenised twice, to check it, then to decode it)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
 
     def encode(texts: list[str]) -> list[list[int]]:
-        if backend is not None:
+        if backend is not None and backend.padding is None and backend.truncation is None:
             return [encoding.ids for encoding in backend.encode_batch(texts, add_special_tokens=True)]
         return tokenizer(texts, add_special_tokens=True)["input_ids"]
 
