@@ -58,6 +58,8 @@ def positive_list(text: str) -> list[int]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=positive_list, default=[10_000, 100_000], help="input lines per measurement")
+    parser.add_argument("--threads", type=int, default=1, help="threads of each single-process command")
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved launches per size and system (median)")
     parser.add_argument("--process_lines", type=int, default=20_000, help="input of the processes comparison (0: off)")
     parser.add_argument("--process_window", type=int, default=5_000, help="--buffer_lines of that comparison")
     parser.add_argument("--refusal_lines", type=int, default=1_000_000, help="lines before the bad one (0: off)")
@@ -126,14 +128,19 @@ def launch(command: list[str], *, threads: int, pythonpath: Path = REPO, **varia
             "load_1min": round(load, 2), "stderr_tail": stderr.strip().splitlines()[-1:] if code else []}
 
 
+def median_run(runs: list[dict]) -> dict:
+    """The launch of median CPU time, with every launch's (wall, CPU) seconds."""
+    chosen = sorted(runs, key=lambda run: run["cpu_seconds"])[(len(runs) - 1) // 2]
+    return {**chosen, "rounds": [[run["seconds"], run["cpu_seconds"]] for run in runs]}
+
+
 def tool(tree: Path, source: Path, model: Path, out: Path, *extra: str) -> list[str]:
-    if out.exists():
-        out.unlink()
     return [sys.executable, str(tree / "scripts" / "translate.py"), str(source), "--model", str(model), *DECODING,
-            "--output", str(out), *extra]
+            "--output", str(out), "--overwrite", *extra]
 
 
-def ctranslate2_command(model: Path, source: Path, out: Path, work: Path, window: int) -> list[str] | None:
+def ctranslate2_command(model: Path, source: Path, out: Path, work: Path, window: int,
+                        threads: int) -> list[str] | None:
     if importlib.util.find_spec("ctranslate2") is None:
         return None
     export = work / "ct2"
@@ -141,7 +148,7 @@ def ctranslate2_command(model: Path, source: Path, out: Path, work: Path, window
         subprocess.run([sys.executable, str(REPO / "scripts" / "export_ctranslate2.py"), "--model_dir", str(model),
                         "--out_dir", str(export)], check=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
     code = ("import sys, ctranslate2; from transformers import AutoTokenizer; t = AutoTokenizer.from_pretrained("
-            f"{str(model)!r}); tr = ctranslate2.Translator({str(export)!r}, intra_threads=2); "
+            f"{str(model)!r}); tr = ctranslate2.Translator({str(export)!r}, intra_threads={threads}); "
             "tr.translate_file(sys.argv[1], sys.argv[2], max_batch_size=4096, batch_type='tokens', "
             f"read_batch_size={window}, beam_size=1, max_decoding_length=6, "
             "source_tokenize_fn=lambda s: t.convert_ids_to_tokens(t(s)['input_ids']), "
@@ -154,26 +161,40 @@ def measure(args) -> dict:
     model = make_model(args.work / "model")
     systems = args.systems.split(",")
     results = {"date": datetime.datetime.now().isoformat(timespec="minutes"), "cpus": os.cpu_count(),
+               "threads": args.threads, "rounds": args.rounds,
                "load_before": os.getloadavg(), "sizes": {}, "processes": None, "refusal": None}
     old = baseline_tree(args.work) if "in-memory" in systems or args.refusal_lines else None
 
     def sizes(chosen: list[int]) -> None:
+        threads = str(args.threads)
         for size in chosen:
-            source, row = write_input(args.work / f"in-{size}.txt", size), {}
-            if "streaming" in systems:
-                command = tool(REPO, source, model, args.work / "out.txt", "--threads", "2")
-                row["streaming"] = launch(command, threads=2)
-            if "in-memory" in systems:
-                command = tool(old, source, model, args.work / "old.txt")
-                row["in-memory"] = launch(command, threads=2, pythonpath=old)
+            source, runs = write_input(args.work / f"in-{size}.txt", size), {}
+            commands = {"streaming": (tool(REPO, source, model, args.work / "out.txt", "--threads", threads), REPO),
+                        "in-memory": (tool(old, source, model, args.work / "old.txt"), old) if old else None}
             if "ctranslate2" in systems:
-                command = ctranslate2_command(model, source, args.work / "ct2.txt", args.work, 10_000)
-                row["ctranslate2"] = launch(command, threads=2) if command else "not installed"
+                command = ctranslate2_command(model, source, args.work / "ct2.txt", args.work, 10_000, args.threads)
+                commands["ctranslate2"] = (command, REPO) if command else None
+            for _ in range(args.rounds):  # interleaved: A B C A B C
+                for name in systems:
+                    if commands.get(name):
+                        runs.setdefault(name, []).append(launch(commands[name][0], threads=args.threads,
+                                                                pythonpath=commands[name][1]))
+            row = {name: median_run(found) for name, found in runs.items()}
+            row.update({name: "not installed" for name in systems if name not in runs})
             results["sizes"][size] = row
             print(size, json.dumps(row), flush=True)
             save(args, results)
 
     sizes(args.sizes[:1])  # the smallest first, then the other comparisons, then the larger sizes
+    if args.refusal_lines:
+        source = write_input(args.work / f"bad-{args.refusal_lines}.txt", args.refusal_lines, bad_last=True)
+        limit = ["--max_input_tokens", "64"]
+        results["refusal"] = {"lines": args.refusal_lines + 1,
+                              "streaming": launch(tool(REPO, source, model, args.work / "r.txt", *limit), threads=2),
+                              "in-memory": launch(tool(old, source, model, args.work / "r.txt", *limit), threads=2,
+                                                  pythonpath=old)}
+        print("refusal", json.dumps(results["refusal"]), flush=True)
+        save(args, results)
     if args.process_lines:
         source = write_input(args.work / f"in-{args.process_lines}.txt", args.process_lines)
         window = ["--buffer_lines", str(args.process_window)]
@@ -187,15 +208,6 @@ def measure(args) -> dict:
         results["processes"] = {"lines": args.process_lines, "window": args.process_window,
                                 "1 process x 2 threads": one, "2 processes x 1 thread": two, "identical": same}
         print("processes", json.dumps(results["processes"]), flush=True)
-        save(args, results)
-    if args.refusal_lines:
-        source = write_input(args.work / f"bad-{args.refusal_lines}.txt", args.refusal_lines, bad_last=True)
-        limit = ["--max_input_tokens", "64"]
-        results["refusal"] = {"lines": args.refusal_lines + 1,
-                              "streaming": launch(tool(REPO, source, model, args.work / "r.txt", *limit), threads=2),
-                              "in-memory": launch(tool(old, source, model, args.work / "r.txt", *limit), threads=2,
-                                                  pythonpath=old)}
-        print("refusal", json.dumps(results["refusal"]), flush=True)
         save(args, results)
     sizes(args.sizes[1:])
     return results
@@ -219,9 +231,10 @@ def rate(run, lines: int) -> str:
 def report(results: dict) -> str:
     lines = [f"# Translation at corpus scale ({results['date']}, {results['cpus']} CPUs shared with other work, load "
              f"{results['load_before'][0]:.2f} at the start)", "",
-             "Tiny untrained model, greedy, 6 output tokens per sentence, 2 threads (benchmarks/bench_translate_"
-             "stream.py). Peak RSS of the largest process; wall time with model loading. One launch per cell on a "
-             "shared machine: differences of a few percent are noise.", "",
+             f"Tiny untrained model, greedy, 6 output tokens per sentence, {results['threads']} thread(s) per "
+             f"command (benchmarks/bench_translate_stream.py). Peak RSS of the largest process; wall and CPU time "
+             f"with model loading; the launch of median CPU time of {results['rounds']} interleaved rounds. A "
+             "shared machine: wall time follows the load, CPU time much less.", "",
              "| lines | streaming | in-memory (before) | ctranslate2 translate_file | sent/s (wall / CPU): streaming | "
              "in-memory | ctranslate2 |", "|---|---|---|---|---|---|---|"]
     for size, row in results["sizes"].items():
