@@ -98,7 +98,8 @@ class Processes:
         return tensor.tolist()
 
     def device(self, device: str | None) -> str | None:
-        """`device`, or, among several processes, this process's own accelerator (CPU under `--cpu`)."""
+        """`device`, or, among several processes, this process's own GPU (`LOCAL_RANK`), or the CPU
+        where there is none or `ACCELERATE_USE_CPU` is set."""
         if device is not None or self.size == 1:
             return device
         use_cpu = os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
