@@ -282,3 +282,29 @@ def test_bench_peers_rounds_rotate_and_the_report_names_the_order_and_the_target
     assert "1.36x marian-target (rounds 1.25-1.50)" in page
     assert "grouped by target length" in page.split("**marian-target**")[1]
     assert "the Marian path grouped by target's" in page.split("README row:")[1]
+
+
+def test_bench_translate_stream_refuses_an_unknown_system_before_any_work(tmp_path, capsys):
+    bench = load_benchmark("bench_translate_stream")
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--systems", "streaming,fairseq", "--work", str(tmp_path / "w"), "--results_dir", str(tmp_path)])
+    assert exit_info.value.code == 2 and "unknown fairseq" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_bench_translate_stream_smoke_measures_the_tool_and_the_two_process_layout(tmp_path):
+    """Tiny sizes: each launch exits 0 with a peak RSS, two processes give the bytes of one, the report has a row
+    per size and per layout."""
+    bench = load_benchmark("bench_translate_stream")
+    assert bench.main(["--sizes", "30", "--systems", "streaming", "--process_lines", "25", "--process_window", "10",
+                       "--refusal_lines", "0", "--work", str(tmp_path / "w"), "--results_dir", str(tmp_path)]) == 0
+    import json
+
+    results = json.loads((tmp_path / "translate_stream.json").read_text())
+    run = results["sizes"]["30"]["streaming"]
+    assert run["exit"] == 0 and run["peak_rss_mib"] > 0
+    assert results["processes"]["identical"] is True
+    assert results["processes"]["2 processes x 1 thread"]["exit"] == 0
+    report = (tmp_path / "translate_stream.md").read_text()
+    assert "| 30 |" in report and "| 2 processes x 1 thread |" in report

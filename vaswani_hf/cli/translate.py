@@ -9,25 +9,44 @@ penalty alpha = 0.6, maximum output length = input length + 50, early terminatio
 Line rule: the output has exactly one line per input line, in the same order. Input is read as every tool of the
 package reads text (vaswani_hf.io: strict UTF-8, byte-order mark dropped, CRLF/CR line ends accepted). A line that is
 empty or only whitespace gives an empty output line without being decoded; other lines are stripped of surrounding
-whitespace; a translation never contains a line break. --output is written only when everything is translated,
-atomically, and an existing file is replaced only with --overwrite. Bad input (missing or non-UTF-8 file, a folder,
-a broken model folder, an existing --output) is reported in one line with exit status 2 before the model is loaded;
-a line the model cannot take (longer than its learned positions, or than a CTranslate2 export's position table, or
-than --max_input_tokens) is named as file:line before anything is decoded, and a line of more characters than that
-limit allows (64 per token: vaswani_hf.translation_frontend) before it is even tokenised. "-" is standard input,
-/dev/null an empty input.
+whitespace; a translation never contains a line break. Bad paths and flags (a missing input, a folder, a broken model
+folder, an existing --output) are reported in one line with exit status 2 before the model is loaded; a bad line (not
+UTF-8, longer than the model's learned positions, than a CTranslate2 export's position table or than
+--max_input_tokens) is named as file:line before anything is decoded, and a line of more characters than that limit
+allows (64 per token: vaswani_hf.translation_frontend) before it is even tokenised. "-" is standard input (copied to
+a temporary file, as it is read twice), /dev/null an empty input.
+
+Any size (vaswani_hf.translate_stream): the input is decoded --buffer_lines lines at a time, so memory depends on
+that window, not on the file. --output appears only when everything is translated, in one rename, and an existing
+file is replaced only with --overwrite; meanwhile the finished windows are kept in <output>.partial/, so that an
+interrupted run (Ctrl-C, SIGTERM, a crash, a full disk) continues with --resume and gives the same bytes. A folder
+left by an interrupted run is continued only with --resume (and the same input, model and settings), replaced only
+with --overwrite. Standard output receives each window when it is done.
+
+Several processes, one per GPU (or CPU processes with a few threads each):
+
+    accelerate launch --num_processes 4 scripts/translate.py big.en --model DIR --output big.de
+
+Process r decodes windows r, r + N, ... on its own device; the first process writes --output, byte-identical to one
+process's.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
+import tempfile
 from collections.abc import Sequence
+from contextlib import ExitStack
+from pathlib import Path
 
-from .. import io
+import torch
+
+from .. import inference, io
 from ..constraints import MAX_POSITIONS, MAX_SENTENCES, MAX_TOKENS, device, number, setting_flag
+from ..data.batching import TRANSLATE_MAX_TOKENS
 from ..generation_vaswani import GENERATION_SETTINGS
+from ..translate_stream import BUFFER_LINES, Engine, Processes, translate_file
 from ..translation_frontend import MAX_SOURCE_TOKENS
 from .command import FOLDER, MODEL_FOLDER, OUTPUT_FILE_OR_STDOUT, TEXT_OR_STDIN, Command, Paths, Use, run_command
 from .contract import ArgumentParser
@@ -41,8 +60,13 @@ def build_parser() -> ArgumentParser:
                         "tokenizer), or a CTranslate2 folder with --engine ctranslate2")
     parser.add_argument("--output", "-o", metavar="FILE", help="write translations here (default: standard output)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
+    parser.add_argument("--resume", action="store_true", help="continue the interrupted translation kept in "
+                        "<output>.partial (the same input, model and settings; refused otherwise)")
     parser.add_argument("--engine", default="pytorch", choices=("pytorch", "ctranslate2"), help="decoding backend")
     batching = parser.add_argument_group("batching")
+    batching.add_argument("--buffer_lines", type=number(int, min=1, max=10_000_000), default=BUFFER_LINES,
+                          help=f"lines read, length-sorted and decoded together: memory depends on this, not on the "
+                               f"file; each of N processes takes every N-th window (default {BUFFER_LINES:,})")
     batching.add_argument("--max_tokens", type=number(int, min=1, max=MAX_TOKENS), default=None,
                           help="padded source tokens per batch (default: 4096, vaswani_hf.data.TRANSLATE_MAX_TOKENS)")
     batching.add_argument("--batch_size", type=number(int, min=1, max=MAX_SENTENCES), default=None,
@@ -59,6 +83,8 @@ def build_parser() -> ArgumentParser:
     hardware = parser.add_argument_group("hardware")
     hardware.add_argument("--device", type=device, default=None,
                           help="cpu, cuda, cuda:1, mps, ... (default: accelerator if any)")
+    hardware.add_argument("--threads", type=number(int, min=1, max=1024), default=None,
+                          help="CPU threads of this process (default: torch's, i.e. OMP_NUM_THREADS, or the cores)")
     hardware.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
                           help="compute dtype: bf16/fp16 run under torch.autocast (for GPUs); weights stay fp32")
     parser.add_argument("--no_progress", action="store_true", help="no progress bar on stderr")
@@ -74,33 +100,62 @@ def decoding_options(args) -> dict:
     return options
 
 
-def translate_with_pytorch(args, lines: list[str]) -> list[str]:
-    from ..data.batching import TRANSLATE_MAX_TOKENS
-    from ..inference import load_for_inference, translate
+def _fingerprint(args) -> dict:
+    """The model folder (path, and name, size and time of each file) and every setting that decides the output: what
+    a resumed run must repeat."""
+    folder = Path(args.model).resolve()
+    files = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir() if p.is_file())
+    settings = {name: getattr(args, name) for name in ("engine", "max_tokens", "batch_size", "max_input_tokens",
+                                                          "dtype")}
+    return {"model": {"folder": str(folder), "files": [list(f) for f in files]},
+            "settings": settings | decoding_options(args)}
 
-    model, tokenizer = load_for_inference(args.model, device=args.device)
-    return translate(model, tokenizer, lines, max_tokens=args.max_tokens or TRANSLATE_MAX_TOKENS,
-                     batch_size=args.batch_size, dtype=args.dtype, progress=not args.no_progress,
-                     max_input_tokens=args.max_input_tokens, **decoding_options(args))
+
+def pytorch_engine(args, device, stack: ExitStack) -> Engine:
+    model, tokenizer = inference.load_for_inference(args.model, device=device)
+    encode, table = inference.front_end(model, tokenizer)
+    options = dict(max_tokens=args.max_tokens or TRANSLATE_MAX_TOKENS, batch_size=args.batch_size, dtype=args.dtype,
+                   max_input_tokens=args.max_input_tokens, **decoding_options(args))
+
+    def run(lines: list[str], bar) -> list[str]:
+        return inference.translate(model, tokenizer, lines, progress=bar, **options)
+
+    return Engine(run, encode, table, args.max_input_tokens, _fingerprint(args))
 
 
-def translate_with_ctranslate2(args, lines: list[str]) -> list[str]:
+def ctranslate2_engine(args, device, stack: ExitStack) -> Engine:
     """CTranslate2 (`pip install vaswani_hf[ct2]`): a folder from vaswani-export-ctranslate2, or a model folder,
     exported on the fly. Differences from `generate()` are documented in vaswani_hf/export/ctranslate2.py."""
-    from ..export.ctranslate2 import translate_ctranslate2
+    from ..export.ctranslate2 import CTranslate2Translator, to_ctranslate2  # optional dependency: ctranslate2
 
+    folder = Path(args.model)
+    if not (folder / "model.bin").is_file():
+        folder = to_ctranslate2(folder, Path(stack.enter_context(tempfile.TemporaryDirectory())) / "ct2")
     compute_type = {"fp32": "default", "bf16": "bfloat16", "fp16": "float16"}[args.dtype]
-    return translate_ctranslate2(args.model, lines, batch_size=args.batch_size, max_tokens=args.max_tokens,
-                                 device=args.device or "cpu", compute_type=compute_type,
-                                 max_input_tokens=args.max_input_tokens, **decoding_options(args))
+    translator = CTranslate2Translator(folder, device=device or "cpu", compute_type=compute_type,
+                                       intra_threads=args.threads or 0)
+    options = dict(batch_size=args.batch_size, max_tokens=args.max_tokens, max_input_tokens=args.max_input_tokens,
+                   **decoding_options(args))
+
+    def run(lines: list[str], bar) -> list[str]:
+        return translator.translate(lines, **options)
+
+    return Engine(run, translator.encode, translator.position_table, args.max_input_tokens, _fingerprint(args))
 
 
-ENGINES = {"pytorch": translate_with_pytorch, "ctranslate2": translate_with_ctranslate2}
+ENGINES = {"pytorch": pytorch_engine, "ctranslate2": ctranslate2_engine}
 
 
 def _validate(args) -> None:
     if getattr(args, "max_length_b", 0) is None and args.max_new_tokens is None:
         raise io.UsageError("--max_length_b none turns the per-sentence limit off: give --max_new_tokens as the limit")
+    to_stdout = args.output is None or str(args.output) == io.STDIO
+    if args.resume and to_stdout:
+        raise io.UsageError("--resume continues an interrupted --output file: give --output")
+    processes = Processes().size
+    if processes > 1 and (to_stdout or str(args.input) == io.STDIO):
+        raise io.UsageError(f"{processes} processes (WORLD_SIZE) read one input file and write one --output file: "
+                            "give both as files")
 
 
 def _paths(args) -> Paths:
@@ -112,28 +167,23 @@ def _paths(args) -> Paths:
                  outputs=(Use("--output", args.output, OUTPUT_FILE_OR_STDOUT),), overwrite=args.overwrite)
 
 
-def _resolve(args, checked) -> tuple:
-    return args, io.read_lines(args.input)
-
-
-def _run(plan) -> int:
-    args, lines = plan
-    start = time.perf_counter()
-    try:
-        translations = ENGINES[args.engine](args, lines)
-    except io.InputLineError as error:  # e.g. a line longer than the model's positions: named as file:line
-        raise error.in_file(args.input) from error
-    if len(translations) != len(lines):  # an engine bug must never silently misalign lines
-        raise RuntimeError(f"engine {args.engine} returned {len(translations)} lines for {len(lines)} inputs")
-    io.write_lines(args.output, translations, overwrite=args.overwrite, what="--output")
-    if not args.no_progress:
-        print(f"translated {len(lines)} lines in {time.perf_counter() - start:.1f}s with engine {args.engine}",
-              file=sys.stderr)
+def _run(args) -> int:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    with Processes() as world, ExitStack() as stack:
+        engine = ENGINES[args.engine](args, world.device(args.device), stack)
+        done = translate_file(args.input, args.output, engine, buffer_lines=args.buffer_lines, resume=args.resume,
+                              overwrite=args.overwrite, progress=not args.no_progress, world=world)
+    if not args.no_progress and world.rank == 0:
+        seconds = max(done["seconds"], 1e-9)
+        print(f"translated {done['lines']} lines in {seconds:.1f}s with engine {args.engine} on {world.size} "
+              f"process(es): {done['lines'] / seconds:.1f} sentences/s, {done['tokens'] / seconds:.0f} target "
+              "tokens/s", file=sys.stderr)
     return 0
 
 
 COMMAND = Command("translate", "vaswani-translate", build_parser, _run, paths=_paths, validate=_validate,
-                  resolve=_resolve, invoked_name=True)
+                  invoked_name=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -167,10 +167,14 @@ class CTranslate2Translator:
                                            batch_size=batch_size, max_tokens=max_tokens, patience=patience)
             return [self.decode(tokens) for tokens in found]
 
-        table = None if self.max_positions is None else PositionTable(
+        return translate_lines(sentences, self.encode, decode, self.position_table, max_source_tokens=max_input_tokens)
+
+    @property
+    def position_table(self) -> PositionTable | None:
+        """The longest source the export embeds (None: not exported by us, no check)."""
+        return None if self.max_positions is None else PositionTable(
             self.max_positions, "this CTranslate2 export has position encodings for",
             ", or re-export with a larger --max_positions")
-        return translate_lines(sentences, self.encode, decode, table, max_source_tokens=max_input_tokens)
 
     def _translate_tokens(self, sources, num_beams, alpha, penalty_type, a, b, max_new_tokens, *,
                           exact_max_length, batch_size, max_tokens, patience) -> list[list[str]]:

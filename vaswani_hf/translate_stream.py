@@ -1,0 +1,272 @@
+"""Translating a file of any size: bounded windows, resumable, across processes.
+
+The input is read twice, a window of lines at a time (`buffer_lines`, as fairseq's `--buffer-size`, Marian's
+maxi-batches or CTranslate2's `read_batch_size`), so that memory depends on the window, not on the file:
+
+1. The check: every window is run through the engine's front end without decoding
+   (`translation_frontend.translate_lines` with a decoder that does nothing), so that a line the model cannot take is
+   named as file:line before anything is decoded; no token list is kept. The same pass counts the lines and hashes
+   their text (the fingerprint of the input).
+2. The decoding: window k (lines k*W+1 .. (k+1)*W) is translated by the engine (which length-sorts and batches it,
+   `data.batching.make_batches`) and written whole, atomically, as one part file of the staging folder
+   `<output>.partial/`; its state file records the input's fingerprint, the model and every decoding setting. At the
+   end the parts are joined, in input order, into `<output>` in one rename (`io.replace_atomically`), and the staging
+   folder is removed.
+
+An interrupted run (Ctrl-C, SIGTERM, a crash, a full disk) keeps the finished windows; `resume=True` continues with
+the others and gives the same bytes as an uninterrupted run. A state that does not match (another input, model,
+setting or window) is refused. Under a launcher (`accelerate launch`, `torchrun`: `RANK` and `WORLD_SIZE`), process
+r decodes the windows k with k % N == r on its own device; processes meet at two barriers (torch.distributed over
+gloo: nothing but the barriers and two counts travel between them), and rank 0 joins the parts. Every process
+checks the whole input (tokenising only, in bounded memory), so that all refuse a bad line alike, before any barrier. Part files are per window, not per
+process, so a run may be resumed with another number of processes. Standard output, which one process writes,
+receives each window as soon as it is done.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from itertools import islice
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from tqdm.auto import tqdm
+
+from . import io
+from .translation_frontend import PositionTable, translate_lines
+
+__all__ = ["BUFFER_LINES", "Engine", "Processes", "translate_file", "partial_folder"]
+
+BUFFER_LINES = 10_000  # lines read, sorted and decoded together: a few MB of text, batches padded as little as sorting
+PARTIAL_KIND = "partial translation"  # the staging folder's marker (io.check_output_dir)
+STATE = "state.json"
+
+
+@dataclass
+class Engine:
+    """What the streaming needs of a decoding engine: `translate(lines, bar)` (one window -> one single-line
+    translation per line, advancing the tqdm `bar` by lines), and its front end's `encode` and position `table`."""
+
+    translate: Callable[[list[str], tqdm], list[str]]
+    encode: Callable[[list[str]], list]
+    table: PositionTable | None
+    max_input_tokens: int | None
+    fingerprint: dict = field(default_factory=dict)  # model and decoding settings: what a resumed run must repeat
+
+
+class Processes:
+    """This process's place among those a launcher started (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`), with the
+    barriers between them (a gloo process group, made here when there are several and none exists)."""
+
+    def __init__(self):
+        self.size, self.rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
+        self.local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
+        self._own_group = False
+
+    def __enter__(self) -> Processes:
+        if self.size > 1 and not dist.is_initialized():
+            # shares are uneven: a process may wait at the last barrier for as long as the others decode
+            dist.init_process_group("gloo", timeout=timedelta(days=7))
+            self._own_group = True
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._own_group:
+            dist.destroy_process_group()
+
+    def barrier(self) -> None:
+        if self.size > 1:
+            dist.barrier()
+
+    def total(self, *values: int) -> list[int]:
+        """The sums over all processes of `values`."""
+        if self.size == 1:
+            return list(values)
+        tensor = torch.tensor(values, dtype=torch.long)
+        dist.all_reduce(tensor)
+        return tensor.tolist()
+
+    def device(self, device: str | None) -> str | None:
+        """`device`, or, among several processes, this process's own GPU (`LOCAL_RANK`), or the CPU
+        where there is none or `ACCELERATE_USE_CPU` is set."""
+        if device is not None or self.size == 1:
+            return device
+        use_cpu = os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
+        return f"cuda:{self.local_rank}" if torch.cuda.is_available() and not use_cpu else "cpu"
+
+
+def partial_folder(output: str | os.PathLike) -> Path:
+    """The staging folder of an output file: `<output>.partial`."""
+    return Path(f"{output}.partial")
+
+
+def _windows(path: str | os.PathLike, size: int) -> Iterator[list[str]]:
+    lines = io.iter_lines(path)
+    while window := list(islice(lines, size)):
+        yield window
+
+
+def check_input(path: str | os.PathLike, label: str, engine: Engine, size: int) -> dict:
+    """The check pass: UsageError naming `label`:line for the first line the engine cannot take, before anything is
+    decoded; else the input's fingerprint {"lines", "sha256"} (of its text as read: line ends normalised)."""
+    digest, count = hashlib.sha256(), 0
+
+    def nothing(encoded: list) -> list[str]:
+        return [""] * len(encoded)
+
+    for window in _windows(path, size):
+        try:
+            translate_lines(window, engine.encode, nothing, engine.table, engine.max_input_tokens)
+        except io.InputLineError as error:
+            raise io.InputLineError(count + error.line, error.message).in_file(label) from None
+        digest.update("".join(line + "\n" for line in window).encode("utf-8", "surrogatepass"))
+        count += len(window)
+    return {"lines": count, "sha256": digest.hexdigest()}
+
+
+def _spool_stdin(stack: ExitStack) -> Path:
+    """Standard input copied, as read (`io.iter_lines`), into a temporary file: it is read twice."""
+    folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="vaswani_stdin_")))
+    with open(folder / "input.txt", "w", encoding="utf-8", newline="\n") as handle:
+        for line in io.iter_lines(io.STDIO):
+            handle.write(line + "\n")
+    return folder / "input.txt"
+
+
+def _state(engine: Engine, source: dict, size: int) -> dict:
+    return {"input": source, "buffer_lines": size, **engine.fingerprint}
+
+
+def _differences(old: dict, new: dict, prefix: str = "") -> list[str]:
+    """The keys whose values differ, those of nested settings as "settings.num_beams"."""
+    differ = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if key == "settings" and isinstance(a, dict) and isinstance(b, dict):
+            differ += _differences(a, b, f"{key}.")
+        elif a != b:
+            differ.append(prefix + key)
+    return differ
+
+
+def prepare_staging(staging: Path, state: dict, *, resume: bool, overwrite: bool, world: Processes) -> int:
+    """Check the staging folder (every process, before any write), then (rank 0) make it or keep it; returns the
+    number of windows already done. A staging folder left by an earlier run is continued only with `resume` and the
+    same state, replaced only with `overwrite`, and never when this package did not write it."""
+    what = f"{staging} (the staging folder of --output)"
+    ours = io.written_by(staging) == PARTIAL_KIND
+    if staging.exists() and not ours:
+        io.check_output_dir(staging, overwrite=overwrite, what=what, kind=PARTIAL_KIND)  # names what is there
+    done = len(list(staging.glob("window-*.txt"))) if ours else 0
+    keep = False
+    if resume and ours:
+        try:
+            old = json.loads((staging / STATE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            old = {}
+        differ = _differences(old, state)
+        if differ:
+            raise io.UsageError(f"--resume: {staging} holds a translation whose {', '.join(differ)} differ from this "
+                                "run's; repeat the interrupted command, or start again with --overwrite")
+        keep = True
+    elif ours and not overwrite:
+        raise io.UsageError(f"{staging} holds an interrupted translation ({done} window(s) done): pass --resume to "
+                            "continue it, or --overwrite to start again")
+    world.barrier()  # every process has looked at the folder before rank 0 changes it
+    if world.rank == 0:
+        if ours and not keep:
+            print(f"replacing the interrupted translation in {staging} (--overwrite)", file=sys.stderr)
+        if not keep:
+            with io.replace_atomically(staging, folder=True, kind=PARTIAL_KIND) as temporary:
+                (temporary / STATE).write_text(json.dumps(state, indent=1) + "\n", encoding="utf-8")
+    world.barrier()
+    return done if keep else 0
+
+
+def _part(staging: Path, k: int) -> Path:
+    return staging / f"window-{k:08d}.txt"
+
+
+def _publish(staging: Path, windows: int, output: str | os.PathLike, overwrite: bool) -> None:
+    """The parts joined, in input order, into `output` in one rename; then the staging folder removed."""
+    target = io.check_output_file(output, overwrite=overwrite, what="--output")
+    with io.replace_atomically(target) as temporary, open(temporary, "wb") as handle:
+        for k in range(windows):
+            with open(_part(staging, k), "rb") as part:
+                shutil.copyfileobj(part, handle)
+    shutil.rmtree(staging)
+
+
+@contextmanager
+def _kept_on_interrupt(staging: Path, world: Processes):
+    """Finished windows stay on an interruption; a staging folder with none is removed (nothing to resume)."""
+    try:
+        yield
+    except BaseException:
+        if world.rank == 0 and world.size == 1 and staging.is_dir() and not any(staging.glob("window-*.txt")):
+            shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def translate_file(source: str | os.PathLike, output: str | os.PathLike | None, engine: Engine, *,
+                   buffer_lines: int = BUFFER_LINES, resume: bool = False, overwrite: bool = False,
+                   progress: bool = True, world: Processes | None = None) -> dict:
+    """Translate the text file `source` ("-": standard input) into `output` (None or "-": standard output) by the
+    rules of the module docstring; returns {"lines", "tokens", "seconds"}: lines decoded by this run over all
+    processes, their target tokens (`</s>` included), wall time."""
+    world = world or Processes()
+    started = time.perf_counter()
+    with ExitStack() as stack:
+        path = _spool_stdin(stack) if str(source) == io.STDIO else source
+        fingerprint = check_input(path, str(source), engine, buffer_lines)
+        windows = -(-fingerprint["lines"] // buffer_lines)
+        to_stdout = output is None or str(output) == io.STDIO
+        staging = None if to_stdout else partial_folder(output)
+        done = 0
+        if staging is not None:
+            done = prepare_staging(staging, _state(engine, fingerprint, buffer_lines), resume=resume,
+                                   overwrite=overwrite, world=world)
+            stack.enter_context(_kept_on_interrupt(staging, world))
+        mine = [k for k in range(windows) if k % world.size == world.rank
+                and (staging is None or not _part(staging, k).is_file())]
+        total = sum(min(buffer_lines, fingerprint["lines"] - k * buffer_lines) for k in mine)
+        bar = stack.enter_context(tqdm(total=total, unit="line", file=sys.stderr, dynamic_ncols=True,
+                                       desc=f"process {world.rank}/{world.size}" if world.size > 1 else "translating",
+                                       disable=not progress or world.rank != 0 or total == 0))
+        if done and world.rank == 0 and progress:
+            print(f"resuming {staging}: {done} of {windows} windows done", file=sys.stderr)
+        lines = tokens = 0
+        todo = set(mine)
+        for k, window in enumerate(_windows(path, buffer_lines)):
+            if k not in todo:
+                continue
+            before = bar.n
+            translations = engine.translate(window, bar)
+            bar.update(len(window) - (bar.n - before))  # the lines the engine did not count (empty ones)
+            if len(translations) != len(window):  # an engine bug must never silently misalign lines
+                raise RuntimeError(f"the engine returned {len(translations)} lines for {len(window)} inputs")
+            if staging is None:
+                io.write_lines(None, translations)
+            else:
+                io.write_lines(_part(staging, k), translations, overwrite=True, what="--output part")
+            lines += len(window)
+            texts = [t for t in translations if t]
+            tokens += sum(len(ids) for ids in engine.encode(texts)) if texts else 0
+        lines, tokens = world.total(lines, tokens)
+        if staging is not None:
+            world.barrier()  # every window is written
+            if world.rank == 0:
+                _publish(staging, windows, output, overwrite)
+            world.barrier()
+    return {"lines": lines, "tokens": tokens, "seconds": time.perf_counter() - started}
