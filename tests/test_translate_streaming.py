@@ -209,3 +209,20 @@ def test_front_end_ids_are_the_tokenizers_even_after_a_padded_call(assets):
     assert encode(texts) == expected and table is None and len(expected[0]) < len(expected[1])
     tokenizer(texts, padding=True)
     assert encode(texts) == expected
+
+
+@pytest.mark.parametrize("normalization", ["NFC", "NFKC", None])
+@pytest.mark.parametrize("lowercase", [False, True])
+def test_the_check_pass_token_bound_is_never_below_the_token_count(normalization, lowercase):
+    """The check pass tokenises only lines whose bound (`inference.token_bound`: UTF-8 length of the normalised text
+    + special tokens) exceeds the limit: the bound must hold for every text, expansions under NFKC included."""
+    from vaswani_hf.tokenization import train_bpe_tokenizer
+
+    texts = corpus(300, seed=1) + ["ﷺ ﬁ ½ Ⅻ ㎏ ＡＢＣ", "İstanbul ǅ ß", "x" * 500, "\u0301e\u0301", "日本語の文", "🙂 " * 20,
+                                   "\ufeffbom", "tab\there", "a\u200bb", "ÅÅ" * 40]
+    tokenizer = train_bpe_tokenizer(corpus(300, seed=2) + texts, vocab_size=300, lowercase=lowercase,
+                                    normalization=normalization)
+    bound = vaswani_hf.inference.token_bound(tokenizer)
+    assert bound is not None
+    for text in texts:
+        assert len(tokenizer(text)["input_ids"]) <= bound(text), text

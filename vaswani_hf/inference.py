@@ -220,6 +220,20 @@ def front_end(model, tokenizer) -> tuple:
     return encode, None if limit is None else PositionTable(limit, "the model's learned position embeddings cover")
 
 
+def token_bound(tokenizer) -> Callable[[str], int] | None:
+    """An upper bound on the token count of a text (`</s>` included) without tokenising it, for a byte-level BPE
+    tokenizer (Section 5.1's shared vocabulary, `tokenization.py`): every token covers at least one byte of the
+    normalised text, so the count is at most its UTF-8 length plus the special tokens the post-processor adds.
+    None for other tokenizers (then every line is tokenised to be checked)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or type(backend.model).__name__ != "BPE" or \
+            type(backend.pre_tokenizer).__name__ != "ByteLevel":
+        return None
+    normalize = backend.normalizer.normalize_str if backend.normalizer is not None else str
+    specials = backend.num_special_tokens_to_add(is_pair=False)
+    return lambda text: len(normalize(text).encode("utf-8", "surrogatepass")) + specials
+
+
 def translate_batch_fn(model, tokenizer=None, *, column: str = "text", output_column: str = "translation",
                        device: str | torch.device | None = None, **options) -> Callable[[dict], dict]:
     """A function for `datasets.Dataset.map(fn, batched=True)` that translates the column `column` into

@@ -63,6 +63,7 @@ class Engine:
     table: PositionTable | None
     max_input_tokens: int | None
     fingerprint: dict = field(default_factory=dict)  # model and decoding settings: what a resumed run must repeat
+    bound: Callable[[str], int] | None = None  # an upper bound on a text's tokens (`inference.token_bound`), if known
 
 
 class Processes:
@@ -125,9 +126,19 @@ def check_input(path: str | os.PathLike, label: str, engine: Engine, size: int) 
     def nothing(encoded: list) -> list[str]:
         return [""] * len(encoded)
 
+    limits = [n for n in (engine.table.rows if engine.table else None, engine.max_input_tokens) if n is not None]
+    limit = min(limits) if limits else None
+
+    def encode(texts: list[str]) -> list:  # a line that provably fits is not tokenised: a placeholder of one token
+        if engine.bound is None or limit is None:
+            return engine.encode(texts)
+        long = [text for text in texts if engine.bound(text) > limit]
+        encoded = iter(engine.encode(long) if long else ())
+        return [next(encoded) if engine.bound(text) > limit else (0,) for text in texts]
+
     for window in _windows(path, size):
         try:
-            translate_lines(window, engine.encode, nothing, engine.table, engine.max_input_tokens)
+            translate_lines(window, encode, nothing, engine.table, engine.max_input_tokens)
         except io.InputLineError as error:
             raise io.InputLineError(count + error.line, error.message).in_file(label) from None
         digest.update("".join(line + "\n" for line in window).encode("utf-8", "surrogatepass"))

@@ -120,7 +120,7 @@ def pytorch_engine(args, device, stack: ExitStack) -> Engine:
     def run(lines: list[str], bar) -> list[str]:
         return inference.translate(model, tokenizer, lines, progress=bar, **options)
 
-    return Engine(run, encode, table, args.max_input_tokens, _fingerprint(args))
+    return Engine(run, encode, table, args.max_input_tokens, _fingerprint(args), inference.token_bound(tokenizer))
 
 
 def ctranslate2_engine(args, device, stack: ExitStack) -> Engine:
