@@ -60,6 +60,12 @@ model_classes(case, "--model",
               lambda t, a, m: evaluate_model_argv(t, a, a.plain, [write(t / "ref.txt", GERMAN)], model=m))
 
 
+@case("target-lang-not-a-code")
+def _(t, a):
+    return Call([*evaluate_argv(write(t / "hyp.txt", GERMAN), write(t / "ref.txt", GERMAN)), "--target_lang",
+                 "de; rm -rf /"], 2, ("--target_lang", "not a language code"))
+
+
 @case("hypotheses-missing")
 def _(t, a):
     return Call(evaluate_argv(t / "absent.txt", write(t / "ref.txt", GERMAN)), 2,

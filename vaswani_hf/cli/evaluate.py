@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from .. import io
 from ..constraints import MAX_POSITIONS, MAX_SENTENCES, device, flag_type, number
 from ..generation_vaswani import GENERATION_SETTINGS
+from ..hub.ids import language_code
 from ..metrics import SACREBLEU_TOKENIZERS
 from ..translation_frontend import MAX_SOURCE_TOKENS
 from .command import OUTPUT_FILE, Command, Paths, Use, run_command
@@ -50,7 +51,8 @@ def build_parser() -> ArgumentParser:
                              f"translated (default {MAX_SOURCE_TOKENS})")
     parser.add_argument("--device", type=device, default=None,
                         help="torch device (default: the accelerator if any, else cpu)")
-    parser.add_argument("--target_lang", default="de", help="target language for the Moses tokenizer")
+    parser.add_argument("--target_lang", default="de", type=language_code,
+                        help="target language code for the Moses tokenizer of the paper-style BLEU (e.g. de, fr)")
     parser.add_argument("--tokenize", default="13a", choices=SACREBLEU_TOKENIZERS,
                         help="sacreBLEU tokenizer for the 'sacrebleu' score")
     parser.add_argument("--lowercase", action="store_true",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 
 from ..errors import UsageError
@@ -31,9 +32,17 @@ def check_card_identity(repo_id: str | None = None, source_lang: str | None = No
     if problem:
         raise UsageError(f"repo_id {repo_id!r} is not a Hub repository id ({problem}); give 'name' or 'namespace/name'")
     for name, code in (("source_lang", source_lang), ("target_lang", target_lang)):
-        if code is not None and (not isinstance(code, str) or not _LANGUAGE_CODE.fullmatch(code)):
-            raise UsageError(f"{name} {code!r} is not a language code: 1-16 letters, digits, '-' or '_' "
-                             "(e.g. 'en', 'de')")
+        try:
+            code is None or language_code(code if isinstance(code, str) else repr(code))
+        except argparse.ArgumentTypeError as error:
+            raise UsageError(f"{name} {error}") from None
 
 
-__all__ = ["repo_id_problem", "check_card_identity"]
+def language_code(text: str) -> str:
+    """`text` if it is a language code (the rule of `check_card_identity`), for a flag's `type=`."""
+    if not _LANGUAGE_CODE.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a language code: 1-16 letters, digits, '-' or '_' (e.g. 'en', 'de')")
+    return text
+
+
+__all__ = ["repo_id_problem", "check_card_identity", "language_code"]
