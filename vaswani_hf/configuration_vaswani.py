@@ -190,19 +190,15 @@ class VaswaniConfig(PreTrainedConfig):
     Configuration of [`VaswaniModel`] / [`VaswaniForConditionalGeneration`]. The defaults are the paper's base model
     (Table 3, first row) with the ~37k shared BPE vocabulary of its EN-DE experiments (Section 5.1).
 
-    Every setting of the model is declared once, below, with its meaning and the values it may take
-    (`setting(...)`; `MODEL_SETTINGS` lists them, and their text is appended to this docstring): a value that breaks
-    its declaration is a `SettingError` naming it, however it arrives (keyword, config.json, an edited attribute
-    before saving).
+    Every setting is declared once, below, with its meaning and the values it may take (`setting(...)`, listed in
+    `MODEL_SETTINGS` and appended to this docstring): a value that breaks its declaration is a `SettingError` naming
+    it, however it arrives (keyword, config.json, an edited attribute before saving).
 
     Args:
-        custom_pipelines: the pipelines `transformers.pipeline(task, model=folder, trust_remote_code=True)` finds in
-            config.json; `None` means this model's translation pipeline under "translation" alone, the one task
-            `pipeline(model=folder)` then infers (`pipeline_vaswani.custom_pipelines`). Every config also registers
-            it under "text2text-generation" (and the pair's name) with transformers (`register_pipeline_tasks`).
-        langs: the language pair `[source, target]` (e.g. `["en", "de"]`), as FSMT's config names it, or `None`
-            where unknown. It adds the task name "translation_{source}_to_{target}" and is what the pipeline's
-            `src_lang` / `tgt_lang` are checked against.
+        custom_pipelines: the pipelines `transformers.pipeline(..., trust_remote_code=True)` finds in config.json;
+            `None`: this model's translation pipeline under "translation" (`pipeline_vaswani.custom_pipelines`).
+        langs: the language pair `[source, target]` (e.g. `["en", "de"]`), as FSMT's config names it, or `None`: adds
+            the task "translation_{source}_to_{target}"; the pipeline's `src_lang` / `tgt_lang` are checked against it.
     """
 
     model_type = "vaswani"
@@ -273,21 +269,16 @@ class VaswaniConfig(PreTrainedConfig):
 
     def __post_init__(self, **kwargs):
         self._check_settings()  # SettingError (a ValueError) here; `@strict` wraps errors raised by validate_* methods
-        if self.d_k is None:
-            self.d_k = self._head_width("d_k")
-        if self.d_v is None:
-            self.d_v = self._head_width("d_v")
+        for name in ("d_k", "d_v"):
+            if getattr(self, name) is None:
+                if self.d_model % self.num_heads:
+                    raise SettingError(f"VaswaniConfig: d_model={self.d_model} is not divisible by num_heads="
+                                       f"{self.num_heads}, so {name} cannot default to d_model // num_heads; pass "
+                                       f"{name} explicitly (Table 3, rows A/B).")
+                setattr(self, name, self.d_model // self.num_heads)
         self.custom_pipelines, self.langs = pipeline_settings(self.custom_pipelines, self.langs)
         register_pipeline_tasks(self.langs)  # the pipeline's task names, with or without the package
         super().__post_init__(**kwargs)
-
-    def _head_width(self, name: str) -> int:
-        if self.d_model % self.num_heads != 0:
-            raise SettingError(
-                f"VaswaniConfig: d_model={self.d_model} is not divisible by num_heads={self.num_heads}, so {name} "
-                f"cannot default to d_model // num_heads; pass {name} explicitly (Table 3, rows A/B)."
-            )
-        return self.d_model // self.num_heads
 
     def validate_vaswani(self):
         """Run by `@strict` after `__init__` and before saving, so that edited attributes are checked again."""
@@ -312,10 +303,8 @@ class VaswaniConfig(PreTrainedConfig):
 
     @classmethod
     def base(cls, **overrides) -> "VaswaniConfig":
-        """The paper's base model (Table 3, "base"): N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1 (its eps_ls=0.1 is
-        a training setting: `vaswani_hf.training.objective`).
-
-        Every other Table 3 row is an override, e.g. `base(num_heads=16)` (A; d_k = d_v = d_model / h follow),
+        """The paper's base model (Table 3, "base"): N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1 (eps_ls=0.1 is a
+        training setting: `vaswani_hf.training.objective`). Every other Table 3 row is an override, e.g. `base(num_heads=16)` (A; d_k = d_v = d_model / h follow),
         `base(d_k=16)` (B), `base(num_encoder_layers=2, num_decoder_layers=2)` (C), `base(dropout=0.0)` (D),
         `base(position_encoding="learned")` (E).
         """
@@ -325,9 +314,7 @@ class VaswaniConfig(PreTrainedConfig):
     def big(cls, **overrides) -> "VaswaniConfig":
         """The paper's big model (Table 3, "big"): d_model=1024, d_ff=4096, h=16, P_drop=0.3 (EN-DE; 0.1 for
         EN-FR, Section 6.1)."""
-        settings = dict(d_model=1024, d_ff=4096, num_heads=16, dropout=0.3)
-        settings.update(overrides)
-        return cls(**settings)
+        return cls(**{"d_model": 1024, "d_ff": 4096, "num_heads": 16, "dropout": 0.3, **overrides})
 
 
 MODEL_SETTINGS = declared_settings(VaswaniConfig)  # {name: Setting}: the declarations above, in field order

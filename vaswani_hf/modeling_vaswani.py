@@ -141,17 +141,10 @@ def dropout(hidden: torch.Tensor, p: float, training: bool) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def eager_attention_forward(
-    module: nn.Module,
-    query: torch.Tensor,  # (B, H, T_q, d_k)
-    key: torch.Tensor,  # (B, H, T_k, d_k)
-    value: torch.Tensor,  # (B, H, T_k, d_v)
-    attention_mask: torch.Tensor | None,  # additive (B, 1, T_q, T_k) or boolean
-    scaling: float,
-    dropout: float = 0.0,
-    **kwargs,
-):
-    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, Eq. (1). Returns ((B, T_q, H, d_v), (B, H, T_q, T_k))."""
+def eager_attention_forward(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                            attention_mask: torch.Tensor | None, scaling: float, dropout: float = 0.0, **kwargs):
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, Eq. (1). query (B, H, T_q, d_k), key (B, H, T_k, d_k), value
+    (B, H, T_k, d_v), attention_mask additive (B, 1, T_q, T_k) or boolean -> ((B, T_q, H, d_v), (B, H, T_q, T_k))."""
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # (B, H, T_q, T_k)
     if attention_mask is not None:
         if attention_mask.dtype == torch.bool:
@@ -335,13 +328,9 @@ class VaswaniPreTrainedModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
-        """t2t v1 initialisation (the paper does not give one):
-        - linear weights "uniform unit scaling": U(-a, a) with a = sqrt(3 / fan_in), i.e. variance 1 / fan_in;
-          biases zero;
-        - token embeddings N(0, d_model^-0.5) (`config.init_std` overrides), so that embedding * sqrt(d_model) has
-          unit variance; the <pad> row is zero (it is the decoder's start vector, see `VaswaniConfig`);
-        - LayerNorm gain 1, bias 0; learned positions like token embeddings.
-        """
+        """t2t v1 initialisation (the paper gives none): linear weights "uniform unit scaling" U(-a, a), a =
+        sqrt(3 / fan_in), biases zero; embeddings N(0, d_model^-0.5) (`config.init_std` overrides) so that embedding *
+        sqrt(d_model) has unit variance, the <pad> row (the decoder's start vector) zero; LayerNorm gain 1, bias 0."""
         std = self.config.init_std if self.config.init_std is not None else self.config.d_model ** -0.5
         if isinstance(module, nn.Linear):
             bound = math.sqrt(3.0 / module.in_features)
@@ -381,9 +370,11 @@ class VaswaniStack(VaswaniPreTrainedModel):
     (Sections 3.1, 3.4, 3.5, 5.4)."""
 
     layer_class: type[nn.Module]
+    num_layers_setting: str  # the config's layer count N of this stack
 
-    def __init__(self, config: VaswaniConfig, num_layers: int):
+    def __init__(self, config: VaswaniConfig):
         super().__init__(config)
+        num_layers = getattr(config, self.num_layers_setting)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
         self.embed_positions = (VaswaniLearnedPositionalEmbedding if config.position_encoding == "learned"
@@ -413,10 +404,7 @@ class VaswaniEncoder(VaswaniStack):
         "attentions": OutputRecorder(VaswaniAttention, index=1, layer_name="self_attn"),
     }
 
-    layer_class = VaswaniEncoderLayer
-
-    def __init__(self, config: VaswaniConfig):
-        super().__init__(config, config.num_encoder_layers)
+    layer_class, num_layers_setting = VaswaniEncoderLayer, "num_encoder_layers"
 
     @merge_with_config_defaults
     @capture_outputs
@@ -443,10 +431,7 @@ class VaswaniDecoder(VaswaniStack):
         "cross_attentions": OutputRecorder(VaswaniAttention, index=1, layer_name="encoder_attn"),
     }
 
-    layer_class = VaswaniDecoderLayer
-
-    def __init__(self, config: VaswaniConfig):
-        super().__init__(config, config.num_decoder_layers)
+    layer_class, num_layers_setting = VaswaniDecoderLayer, "num_decoder_layers"
 
     @merge_with_config_defaults
     @capture_outputs
@@ -513,9 +498,8 @@ class VaswaniModel(VaswaniPreTrainedModel):
         self.encoder.embed_tokens = value
 
     def _keep_pad_row_zero(self):
-        """The <pad> embedding row is the decoder's start vector and stays zero, as t2t's zero start vector.
-        nn.Embedding(padding_idx) already blocks its gradient through the lookup; with tied weights the output
-        projection would still train it, so a gradient hook zeroes that row (registered once per parameter)."""
+        """The <pad> row is the decoder's start vector and stays zero (t2t's zero start vector): with tied weights the
+        output projection would train it despite `padding_idx`, so a gradient hook (once per parameter) zeroes it."""
         pad = self.config.pad_token_id
         for embedding in {id(m): m for m in (self.encoder.embed_tokens, self.decoder.embed_tokens)}.values():
             weight = embedding.weight
@@ -563,9 +547,7 @@ IGNORE_INDEX = -100  # label of a padded target position (transformers' conventi
 
 def per_target_token(loss_sum: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
     """A summed loss divided by the batch's target tokens, or by `num_items_in_batch` when `Trainer` passes it (the
-    targets of the whole update, over accumulation steps and processes), so that gradient accumulation gives the same
-    update as one large batch. The count stays on the device: no host synchronisation, no `torch.compile` graph
-    break."""
+    whole update's, so that gradient accumulation equals one large batch); the count stays on the device."""
     if num_items_in_batch is None:
         return loss_sum / (labels != IGNORE_INDEX).sum().clamp(min=1)
     if isinstance(num_items_in_batch, torch.Tensor):
@@ -574,10 +556,8 @@ def per_target_token(loss_sum: torch.Tensor, labels: torch.Tensor, num_items_in_
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
-    """Teacher forcing input: the target shifted one step right, starting with `decoder_start_token_id` (3.1).
-
-    labels: (B, T) with IGNORE_INDEX (-100) at ignored positions -> (B, T) decoder input ids.
-    """
+    """Teacher forcing input (3.1): labels (B, T), -100 where ignored, shifted one step right after
+    `decoder_start_token_id` -> (B, T) decoder input ids."""
     shifted = labels.new_full(labels.shape, pad_token_id)
     shifted[:, 1:] = labels[:, :-1]
     shifted[:, 0] = decoder_start_token_id
@@ -586,13 +566,8 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
 
 class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationMixin):
     """The Transformer for translation: `VaswaniModel` plus the pre-softmax projection, which shares the embedding
-    matrix (Section 3.4).
-
-    `forward(..., labels=...)` returns the plain cross-entropy of the labels, as every transformers model does (its
-    gradient is that of the negative log-likelihood; perplexity follows from it), per target token
-    (`per_target_token`). The paper's objective, the label-smoothed cross-entropy of Section 5.4, is a training
-    setting: `vaswani_hf.training.objective`, which `VaswaniTrainer` trains with.
-    """
+    matrix (Section 3.4). `forward(..., labels=...)` returns the plain cross-entropy per target token, as every
+    transformers model does; the paper's label-smoothed objective (5.4) is `vaswani_hf.training.objective`."""
 
     _tied_weights_keys = {
         "lm_head.weight": "model.shared.weight",
