@@ -37,11 +37,7 @@ WORD_START = "▁"  # the token labels' mark of a word-initial subword (`vaswani
 def _narrowed(name: str, low: float, high: float):
     """The page's view of a declared decoding setting: the same `Setting` (its type, meaning and message), with a
     bound narrowed to [low, high] within the declared one -- a slider, not a second range check."""
-    declared = GENERATION_SETTINGS[name]
-    bound = declared.bound
-    low = low if bound.min is None else max(low, bound.min)
-    high = high if bound.max is None else min(high, bound.max)
-    return dataclasses.replace(declared, bound=Bound(low, high), nullable=False)
+    return dataclasses.replace(GENERATION_SETTINGS[name], bound=Bound(low, high), nullable=False)
 
 
 # beam sizes past 12 and alphas past 2 change nothing visible on a page's sentence but the waiting time
