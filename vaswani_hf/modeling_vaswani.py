@@ -30,7 +30,7 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
-from transformers.utils import can_return_tuple, logging
+from transformers.utils import can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
@@ -38,7 +38,6 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 from .configuration_vaswani import VaswaniConfig
 from .generation_vaswani import VaswaniGenerationMixin, default_generation_config
 
-logger = logging.get_logger(__name__)
 
 # transformers 5.24 renamed the KV cache's argument and output field from `past_key_values` to `cache`. This file runs
 # under whichever 5.x the user has installed, so every forward takes either name and passes on and returns the name
