@@ -357,11 +357,9 @@ class VaswaniConfig(PreTrainedConfig):
 
     @classmethod
     def base(cls, **overrides) -> "VaswaniConfig":
-        """The paper's base model (Table 3, "base"): N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1 (its eps_ls=0.1 is
-        a training setting: `vaswani_hf.training.objective`).
-
-        Every other Table 3 row is an override, e.g. `base(num_heads=16)` (A; d_k = d_v = d_model / h follow),
-        `base(d_k=16)` (B), `base(num_encoder_layers=2, num_decoder_layers=2)` (C), `base(dropout=0.0)` (D),
+        """The paper's base model (Table 3, "base"): N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1 (eps_ls=0.1 is a
+        training setting: `vaswani_hf.training.objective`). Every other Table 3 row is an override, e.g.
+        `base(num_heads=16)` (A; d_k = d_v = d_model / h follow), `base(d_k=16)` (B), `base(num_encoder_layers=2, num_decoder_layers=2)` (C), `base(dropout=0.0)` (D),
         `base(position_encoding="learned")` (E).
         """
         return cls(**overrides)

@@ -123,8 +123,7 @@ def _check_pairs(values, where: str) -> None:
             raise SettingError(f"{where}: {low}={a} must be at most {high}={b}")
 
 
-def generation_settings_of(config: GenerationConfig) -> dict:
-    """The declared settings a generation config holds (unknown keys such as max_length_a are attributes)."""
+def generation_settings_of(config: GenerationConfig) -> dict:  # unknown keys such as max_length_a are attributes
     return {name: getattr(config, name) for name in GENERATION_SETTINGS if hasattr(config, name)}
 
 
@@ -142,9 +141,8 @@ def read_generation_file(path: str | os.PathLike) -> dict:
 
 
 def _check_input_ids(input_ids, vocab_size: int) -> None:
-    """input_ids of `generate()`: a torch integer tensor (the form transformers' models take; a numpy array or a list
-    is a TypeError here, not deep inside), (batch, length), not empty, ids in [0, vocab_size) (else a bare
-    IndexError, or a device-side assert); once per call, not in the forward (which stays free of host sync)."""
+    """input_ids of `generate()`: a torch integer tensor (else a TypeError here, not deep inside), (batch, length), not
+    empty, ids in [0, vocab_size); once per call, not in the forward (which stays free of host sync)."""
     if input_ids is None:
         return
     if not isinstance(input_ids, torch.Tensor) or input_ids.is_floating_point() or input_ids.is_complex():
@@ -163,8 +161,8 @@ def _check_input_ids(input_ids, vocab_size: int) -> None:
 
 
 def gnmt_length_penalty(length, alpha: float):
-    """lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al., 2016), the penalty the paper's beam search divides log P(Y) by
-    (Section 6.1, alpha = 0.6). |Y| counts the generated tokens including </s> (t2t v1 does the same)."""
+    """lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al., 2016), which the paper's beam search divides log P(Y) by (Section
+    6.1, alpha = 0.6); |Y| counts the generated tokens with </s>, as t2t v1."""
     return ((5.0 + length) / 6.0) ** alpha
 
 
@@ -188,8 +186,7 @@ class SourceLengthLimitLogitsProcessor(LogitsProcessor):
 
     def __init__(self, source_lengths: torch.Tensor, a: float, b: int, eos_token_id: int, cap: int | None = None):
         self.limits = torch.floor(source_lengths.float() * a + b).long().clamp(min=1, max=cap)  # (B,) incl. </s>
-        self.eos_token_id = eos_token_id
-        self.prompt_length = None
+        self.eos_token_id, self.prompt_length = eos_token_id, None
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if self.prompt_length is None:
@@ -197,9 +194,7 @@ class SourceLengthLimitLogitsProcessor(LogitsProcessor):
         generated = input_ids.shape[1] - self.prompt_length  # tokens already emitted by every row
         limits = self.limits.to(scores.device).repeat_interleave(scores.shape[0] // self.limits.shape[0])
         at_limit = generated + 1 >= limits  # (rows,): the next token is the last one allowed
-        if bool(at_limit.any()):
-            scores = force_eos(scores, at_limit, self.eos_token_id)
-        return scores
+        return force_eos(scores, at_limit, self.eos_token_id) if bool(at_limit.any()) else scores
 
 
 # The length penalty ("gnmt" or "hf") of the running beam search: transformers calls the two scoring hooks without the
@@ -208,8 +203,7 @@ _length_penalty_type = contextvars.ContextVar("vaswani_length_penalty_type", def
 
 
 def _rows_are_repeated(states: torch.Tensor, mask: torch.Tensor | None, group: int) -> bool:
-    """True when the rows of `states` (and of `mask`) are consecutive groups of `group` identical copies, as
-    `generate()` repeats every sentence's inputs for its beams."""
+    """Whether the rows of `states` (and `mask`) are consecutive groups of `group` copies, as `generate()` makes."""
     rows = states.shape[0]
     if group < 1 or rows % group:
         return False
@@ -262,18 +256,12 @@ def _generation_file(source, download_kwargs: dict) -> str | None:
 class VaswaniGenerationMixin(GenerationMixin):
     """`GenerationMixin` with the paper's decoding (Section 6.1); see the module docstring for what is overridden."""
 
-    # Beam search and greedy decoding run `beam_search_vaswani.lean_beam_search` / `lean_greedy_search` when they
-    # compute the same as transformers' loops (see `_lean_decoding_inputs`): the same tokens, less work. Set False on
-    # a model to always run transformers' own `_beam_search` / `_sample`.
-    use_lean_decoding = True
+    use_lean_decoding = True  # False: always transformers' own `_beam_search` / `_sample`, never the lean loops
 
     def generate(self, inputs=None, generation_config=None, logits_processor=None, **kwargs):
-        """`GenerationMixin.generate` plus the paper's per-sentence maximum length (input length + 50).
-
-        Extra keyword arguments (defaults from `generation_config`): `max_length_a`, `max_length_b` (the limit is
-        `floor(a * source_length + b)` generated tokens with </s>; `max_length_b=None`: none), `length_penalty_type`
-        ("gnmt" or "hf"). `max_new_tokens` / `max_length` stay global caps; learned positions (Table 3, row E) cap
-        the output at their table's rows."""
+        """`GenerationMixin.generate` plus the paper's per-sentence maximum length (input length + 50): extra keyword
+        arguments `max_length_a`, `max_length_b`, `length_penalty_type` (`GENERATION_SETTINGS`). `max_new_tokens` /
+        `max_length` stay global caps; learned positions (Table 3, row E) cap the output at their table's rows."""
         config = generation_config if generation_config is not None else self.generation_config
         input_ids = inputs if inputs is not None else kwargs.get("input_ids")
         self._check_generate_arguments(config, input_ids, kwargs)
@@ -319,10 +307,9 @@ class VaswaniGenerationMixin(GenerationMixin):
 
     def adjust_generation_fn(self, generation_config, from_auto_class, from_pipeline, pretrained_model_name_or_path,
                              *args, **kwargs):
-        """`from_pretrained` reads generation_config.json here. transformers silently falls back to a greedy config
-        on an unreadable file (`except OSError`): it is read and checked first, a SettingError naming the file. A
-        folder without one decodes as the paper does (`default_generation_config`), not with transformers'
-        model-agnostic max_length 20 built from config.json."""
+        """`from_pretrained` reads generation_config.json here; transformers silently falls back to greedy on an
+        unreadable file: it is checked first (SettingError naming it). A folder without one decodes as the paper does
+        (`default_generation_config`), not with transformers' model-agnostic max_length 20."""
         path = None
         if generation_config is None and pretrained_model_name_or_path is not None:
             path = _generation_file(pretrained_model_name_or_path, kwargs)
@@ -364,8 +351,7 @@ class VaswaniGenerationMixin(GenerationMixin):
             _length_penalty_type.reset(token)
 
     def _sample(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
-                streamer=None, **model_kwargs):
-        """Greedy decoding: `lean_greedy_search` where `_lean_decoding_inputs` allows it, else transformers'."""
+                streamer=None, **model_kwargs):  # greedy: `lean_greedy_search` where it computes the same
         if not generation_config.do_sample and streamer is None:
             lean = self._lean_decoding_inputs(input_ids, logits_processor, stopping_criteria, generation_config,
                                               synced_gpus, model_kwargs)
@@ -378,9 +364,8 @@ class VaswaniGenerationMixin(GenerationMixin):
     def _lean_decoding_inputs(self, input_ids, logits_processor, stopping_criteria, generation_config,
                               synced_gpus, model_kwargs) -> dict | None:
         """The arguments of `lean_beam_search` (`lean_greedy_search`) when it computes exactly what transformers'
-        `_beam_search` (`_sample`) would, else None: eval mode, a cache, sdpa/eager attention, one decoder start token,
-        one </s>, no sampling nor `return_dict_in_generate`, no processor but the length limits, no stopping
-        criterion but max length and </s>, and every sentence's rows are `num_beams` copies of one encoder output."""
+        `_beam_search` (`_sample`) would (eval mode, a cache, sdpa/eager attention, one start token, one </s>, no
+        sampling, only length processors and criteria, each sentence's rows `num_beams` copies), else None."""
         config = generation_config
         if (not self.use_lean_decoding or self.training or synced_gpus or config.do_sample
                 or config.return_dict_in_generate or config.use_cache is False or input_ids.shape[1] != 1
@@ -403,9 +388,7 @@ class VaswaniGenerationMixin(GenerationMixin):
         if processors is None or max_length is None or encoder_outputs is None:
             return None
         limiter, min_steps = processors
-        states = encoder_outputs[0]  # (B * k, S, D)
-        beams = config.num_beams
-        mask = model_kwargs.get("attention_mask")
+        states, beams, mask = encoder_outputs[0], config.num_beams, model_kwargs.get("attention_mask")  # (B * k, S, D)
         if (states.shape[0] != input_ids.shape[0] or not _rows_are_repeated(states, mask, beams)
                 or not _rows_are_repeated(input_ids, None, beams)):
             return None
@@ -420,16 +403,14 @@ class VaswaniGenerationMixin(GenerationMixin):
                     eos_token_id=eos, fill_value=fill, min_steps=min_steps)
 
     def _reorder_cache(self, cache: Cache, beam_idx: torch.LongTensor) -> Cache:
-        """Beam search keeps the surviving beams' self-attention K/V. The cross-attention K/V are the same for every
-        beam of a sentence (beams never move across sentences), so they are left in place instead of being copied
-        at every step as transformers' default reorder does."""
+        """The surviving beams' self-attention K/V; the cross-attention K/V, the same for every beam of a sentence, are
+        not copied at every step as transformers' default reorder does."""
         (cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache).reorder_cache(beam_idx)
         return cache
 
     def _get_top_k_continuations(self, accumulated_log_probs, running_sequences, running_beam_indices, cur_len,
                                  decoder_prompt_len, do_sample, beams_to_keep, num_beams, batch_size, **kwargs):
-        """transformers' top-K step with `torch.topk` over the (B, beams * V) scores replaced by `fast_topk` (the
-        same values and indices, several times faster on CPU for K << beams * V); the rest is unchanged."""
+        """transformers' top-K step with `fast_topk` for `torch.topk` (same result, several times faster on CPU)."""
         if do_sample:
             return super()._get_top_k_continuations(accumulated_log_probs, running_sequences, running_beam_indices,
                                                     cur_len, decoder_prompt_len, do_sample, beams_to_keep, num_beams,

@@ -5,15 +5,12 @@ Read top to bottom, this file follows the paper's Section 3:
     residual dropout (5.4) -> encoder / decoder stacks with shared, scaled embeddings (3.4) -> the seq2seq model with
     the plain cross-entropy of transformers' models (the paper's label-smoothed objective is a training setting:
     vaswani_hf/training/objective.py).
-Decoding (Section 6.1: beam 4, GNMT length penalty, input + 50) is `VaswaniGenerationMixin` in
-generation_vaswani.py, which `VaswaniForConditionalGeneration` inherits (as transformers' Marian inherits
-`GenerationMixin`); its lean beam search and greedy loops (beam_search_vaswani.py) run the decoder layers through the
-same `VaswaniDecoderLayer.sublayers` as `forward` does.
+Decoding (Section 6.1) is `VaswaniGenerationMixin` (generation_vaswani.py), inherited as Marian inherits
+`GenerationMixin`; its lean loops (beam_search_vaswani.py) run the same `VaswaniLayer.sublayers` as `forward`.
 
 Shapes: B batch, S source length, T target length, D d_model, H heads, V vocabulary.
 
-This file is copied next to the weights on `save_pretrained` and runs under `trust_remote_code=True` on machines
-without `vaswani_hf`, so it imports only torch, transformers and its sibling files (relative imports).
+Copied next to the weights and run under `trust_remote_code=True`: imports only torch, transformers and its siblings.
 Where the paper is silent we follow tensor2tensor's first release (t2t v1, June 2017) and say so.
 """
 
@@ -33,7 +30,7 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
-from transformers.utils import can_return_tuple, logging
+from transformers.utils import can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
@@ -41,7 +38,6 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 from .configuration_vaswani import VaswaniConfig
 from .generation_vaswani import VaswaniGenerationMixin, default_generation_config
 
-logger = logging.get_logger(__name__)
 
 # transformers 5.24 renamed the KV cache's argument and output field from `past_key_values` to `cache`. This file runs
 # under whichever 5.x the user has installed, so every forward takes either name and passes on and returns the name
@@ -56,9 +52,7 @@ def pop_cache(cache: Cache | None, kwargs: dict) -> Cache | None:
 
 
 def renamed_cache_argument(forward: Callable) -> Callable:
-    """Where the installed transformers calls the cache `cache` (5.24+), `past_key_values=` still works and warns, by
-    transformers' own `deprecate_kwarg` with its models' removal version, as Marian's forwards do. Before 5.24 it is
-    the name transformers itself passes: no warning, and `pop_cache` reads it."""
+    """From 5.24, `past_key_values=` still works and warns (transformers' `deprecate_kwarg`, as Marian's forwards)."""
     if CACHE_NAME == "cache":
         return deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")(forward)
     return forward
@@ -71,9 +65,8 @@ def renamed_cache_argument(forward: Callable) -> Callable:
 
 def sinusoid_table(num_positions: int, d_model: int, layout: str = "interleaved") -> torch.Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)) (Section 3.5), as
-    (num_positions, d_model) float32. layout "interleaved" is the paper's formula (sin on even, cos on odd dimensions);
-    "concatenated" puts the d_model/2 sines first, as tensor2tensor, fairseq and Marian do. Both use the paper's
-    frequencies (t2t and fairseq divide by d_model/2 - 1 instead of d_model/2; Marian uses the paper's)."""
+    (num_positions, d_model) float32: "interleaved" is the paper's; "concatenated" puts the sines first (t2t, fairseq,
+    Marian), with the paper's frequencies (t2t and fairseq divide by d_model/2 - 1)."""
     position = torch.arange(num_positions, dtype=torch.float64).unsqueeze(1)  # (P, 1)
     inv_freq = torch.pow(10000.0, -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (D/2,)
     angles = position * inv_freq  # (P, D/2)
@@ -84,6 +77,10 @@ def sinusoid_table(num_positions: int, d_model: int, layout: str = "interleaved"
     else:
         raise ValueError(f"Unknown sinusoid layout {layout!r}: use 'interleaved' or 'concatenated'.")
     return table.float()
+
+
+def _num_positions(position_ids: torch.Tensor, known: int | None) -> int:
+    return known if known is not None else (int(position_ids.max()) + 1 if position_ids.numel() else 0)
 
 
 class VaswaniSinusoidalPositionalEncoding(nn.Module):
@@ -97,8 +94,7 @@ class VaswaniSinusoidalPositionalEncoding(nn.Module):
 
     def forward(self, position_ids: torch.Tensor, num_positions: int | None = None) -> torch.Tensor:
         """position_ids: (T,) or (B, T) -> (..., D); `num_positions` (max id + 1), if known, saves a device read."""
-        needed = num_positions if num_positions is not None else (
-            int(position_ids.max()) + 1 if position_ids.numel() else 0)
+        needed = _num_positions(position_ids, num_positions)
         device, table = position_ids.device, self.tables.get(position_ids.device)
         if table is None or needed > table.shape[0]:  # extrapolate to lengths unseen in training, as the paper allows
             self.size[0] = max(self.size[0], needed)
@@ -113,8 +109,7 @@ class VaswaniLearnedPositionalEmbedding(nn.Embedding):
         super().__init__(config.max_position_embeddings, config.d_model)
 
     def forward(self, position_ids: torch.Tensor, num_positions: int | None = None) -> torch.Tensor:
-        if num_positions is None:
-            num_positions = int(position_ids.max()) + 1 if position_ids.numel() else 0
+        num_positions = _num_positions(position_ids, num_positions)
         if num_positions > self.num_embeddings:
             raise ValueError(
                 f"Sequence of {num_positions} positions is longer than max_position_embeddings="
@@ -130,13 +125,8 @@ class VaswaniLearnedPositionalEmbedding(nn.Embedding):
 
 
 def dropout(hidden: torch.Tensor, p: float, training: bool) -> torch.Tensor:
-    """Dropout (Section 5.4): zero each element with probability p and scale the rest by 1 / (1 - p).
-
-    The same distribution as `nn.functional.dropout`. On CPU the keep-mask is drawn as `rand >= p`: PyTorch's CPU
-    dropout draws it with `bernoulli_`, which is about 2.3x slower over forward + backward, and a d_model-256 training
-    step spends ~13% of its time there (measured on a 4096-token batch, 2 cores). Elsewhere (CUDA's fused kernel) it is
-    `nn.functional.dropout`.
-    """
+    """Dropout (Section 5.4), the distribution of `nn.functional.dropout`. Hand-written on CPU: its `bernoulli_`
+    keep-mask is ~2.3x slower over forward + backward than `rand >= p` (~13% of a d_model-256 training step)."""
     if not training or p == 0.0:
         return hidden
     if hidden.device.type != "cpu" or p >= 1.0:
@@ -150,17 +140,10 @@ def dropout(hidden: torch.Tensor, p: float, training: bool) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def eager_attention_forward(
-    module: nn.Module,
-    query: torch.Tensor,  # (B, H, T_q, d_k)
-    key: torch.Tensor,  # (B, H, T_k, d_k)
-    value: torch.Tensor,  # (B, H, T_k, d_v)
-    attention_mask: torch.Tensor | None,  # additive (B, 1, T_q, T_k) or boolean
-    scaling: float,
-    dropout: float = 0.0,
-    **kwargs,
-):
-    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, Eq. (1). Returns ((B, T_q, H, d_v), (B, H, T_q, T_k))."""
+def eager_attention_forward(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                            attention_mask: torch.Tensor | None, scaling: float, dropout: float = 0.0, **kwargs):
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, Eq. (1). query (B, H, T_q, d_k), key (B, H, T_k, d_k), value
+    (B, H, T_k, d_v), attention_mask additive (B, 1, T_q, T_k) or boolean -> ((B, T_q, H, d_v), (B, H, T_q, T_k))."""
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # (B, H, T_q, T_k)
     if attention_mask is not None:
         if attention_mask.dtype == torch.bool:
@@ -174,80 +157,58 @@ def eager_attention_forward(
 
 
 def split_heads(projected: torch.Tensor, heads: int, width: int) -> torch.Tensor:
-    """(..., L, H * width) -> (..., L, H, width), a view. The length is left to `-1` and the leading sizes are read
-    from the tensor, so that the TorchScript ONNX exporter (`torch.onnx.export(..., dynamo=False)` with dynamic axes)
-    keeps every length dynamic. With `unflatten(-1, (H, width))` it fixed the traced length in a later reshape
-    (transformers' SDPA wrapper reshapes by the query length; torch 2.13), and another source length failed in
-    onnxruntime. L may be the rows of the lean decoding loops' one position: (rows, D) -> (rows, H, width)."""
+    """(..., L, H * width) -> (..., L, H, width), a view. Length `-1`, so that the TorchScript ONNX exporter keeps
+    every length dynamic (with `unflatten` it fixed the traced length and another source length failed in
+    onnxruntime; torch 2.13). L may be the lean loops' rows of one position."""
     return projected.view(*projected.shape[:-2], -1, heads, width)
 
 
 class VaswaniAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V) (3.2.2).
 
-    The h projections of each kind are one linear layer: W^Q, W^K: D -> h*d_k, W^V: D -> h*d_v, W^O: h*d_v -> D.
-    The paper's projections have no bias (`config.attention_bias=False`).
-    With `is_cross_attention` the keys and values come from the encoder output and are computed once per source
-    sentence during generation (kept in the cross-attention cache).
-
-    `queries`, `keys`, `values` and `output` are the four projections with the heads split / merged; `forward` uses
-    them, and so do the lean decoding loops (beam_search_vaswani.py), which attend over their own K/V buffers.
+    The h projections of each kind are one linear layer (W^Q, W^K: D -> h*d_k, W^V: D -> h*d_v, W^O: h*d_v -> D),
+    without bias in the paper. Cross-attention K/V come from the encoder output, computed once per source sentence
+    during generation (the cross-attention cache). `queries`, `keys`, `values`, `output` (heads split / merged) serve
+    `forward` and the lean decoding loops (beam_search_vaswani.py), which attend over their own K/V buffers.
     """
 
     def __init__(self, config: VaswaniConfig, is_causal: bool = False, is_cross_attention: bool = False,
                  layer_idx: int | None = None):
         super().__init__()
-        self.config = config
-        self.num_heads = config.num_heads
-        self.d_k = config.d_k
-        self.d_v = config.d_v
+        self.config, self.num_heads, self.d_k, self.d_v = config, config.num_heads, config.d_k, config.d_v
         self.scaling = config.d_k ** -0.5  # the 1/sqrt(d_k) of Eq. (1)
-        self.dropout = config.attention_dropout
-        self.is_causal = is_causal
-        self.is_cross_attention = is_cross_attention
-        self.layer_idx = layer_idx
-        bias = config.attention_bias
+        self.dropout, self.is_causal, self.is_cross_attention = config.attention_dropout, is_causal, is_cross_attention
+        self.layer_idx, bias = layer_idx, config.attention_bias
         self.q_proj = nn.Linear(config.d_model, self.num_heads * self.d_k, bias=bias)
         self.k_proj = nn.Linear(config.d_model, self.num_heads * self.d_k, bias=bias)
         self.v_proj = nn.Linear(config.d_model, self.num_heads * self.d_v, bias=bias)
         self.out_proj = nn.Linear(self.num_heads * self.d_v, config.d_model, bias=bias)
 
-    def queries(self, x: torch.Tensor) -> torch.Tensor:
-        """Q W^Q for every head: (..., L, D) -> (..., L, H, d_k)."""
+    def queries(self, x: torch.Tensor) -> torch.Tensor:  # Q W^Q for every head: (..., L, D) -> (..., L, H, d_k)
         return split_heads(self.q_proj(x), self.num_heads, self.d_k)
 
-    def keys(self, x: torch.Tensor) -> torch.Tensor:
-        """K W^K for every head: (..., L, D) -> (..., L, H, d_k)."""
+    def keys(self, x: torch.Tensor) -> torch.Tensor:  # K W^K: (..., L, D) -> (..., L, H, d_k)
         return split_heads(self.k_proj(x), self.num_heads, self.d_k)
 
-    def values(self, x: torch.Tensor) -> torch.Tensor:
-        """V W^V for every head: (..., L, D) -> (..., L, H, d_v)."""
+    def values(self, x: torch.Tensor) -> torch.Tensor:  # V W^V: (..., L, D) -> (..., L, H, d_v)
         return split_heads(self.v_proj(x), self.num_heads, self.d_v)
 
-    def output(self, heads: torch.Tensor) -> torch.Tensor:
-        """Concat(head_1, ..., head_h) W^O: (..., H, d_v) -> (..., D)."""
+    def output(self, heads: torch.Tensor) -> torch.Tensor:  # Concat(head_1, ..., head_h) W^O: (..., H, d_v) -> (..., D)
         return self.out_proj(heads.flatten(-2))
 
     @renamed_cache_argument
-    def forward(
-        self,
-        hidden_states: torch.Tensor,  # (B, T_q, D)
-        key_value_states: torch.Tensor | None = None,  # (B, S, D) encoder output for cross-attention
-        attention_mask: torch.Tensor | None = None,
-        cache: Cache | None = None,
-        **kwargs,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(self, hidden_states: torch.Tensor, key_value_states: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None, cache: Cache | None = None, **kwargs):
+        """hidden_states (B, T_q, D); key_value_states (B, S, D): the encoder output, for cross-attention."""
         query = self.queries(hidden_states).transpose(1, 2)  # (B, H, T_q, d_k)
 
-        full_cache = pop_cache(cache, kwargs)
-        cache = full_cache
+        cache = full_cache = pop_cache(cache, kwargs)
         if isinstance(full_cache, EncoderDecoderCache):
             cache = full_cache.cross_attention_cache if self.is_cross_attention else full_cache.self_attention_cache
 
         if self.is_cross_attention and cache is not None and full_cache.is_updated.get(self.layer_idx):
             # the source's K/V were projected at the first decoding step: reuse them
-            key = cache.layers[self.layer_idx].keys
-            value = cache.layers[self.layer_idx].values
+            key, value = cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values
         else:
             source = key_value_states if self.is_cross_attention else hidden_states
             key = self.keys(source).transpose(1, 2)  # (B, H, T_k, d_k)
@@ -257,19 +218,10 @@ class VaswaniAttention(nn.Module):
                 if self.is_cross_attention:
                     full_cache.is_updated[self.layer_idx] = True
 
-        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
-            self.config._attn_implementation, eager_attention_forward
-        )
-        output, weights = attention_interface(
-            self,
-            query,
-            key,
-            value,
-            attention_mask,
-            dropout=self.dropout if self.training else 0.0,
-            scaling=self.scaling,
-            **kwargs,
-        )
+        attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation,
+                                                                    eager_attention_forward)
+        output, weights = attention_interface(self, query, key, value, attention_mask, scaling=self.scaling,
+                                              dropout=self.dropout if self.training else 0.0, **kwargs)
         return self.output(output), weights  # (B, T_q, D), (B, H, T_q, T_k) or None
 
 
@@ -279,10 +231,8 @@ class VaswaniAttention(nn.Module):
 
 
 class VaswaniFeedForward(nn.Module):
-    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, Eq. (2); inner width d_ff.
-
-    `relu_dropout` (not in the paper, t2t v1 default 0.0) drops the ReLU output.
-    """
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, Eq. (2); inner width d_ff. `relu_dropout` (not in the paper, t2t v1
+    default 0.0) drops the ReLU output."""
 
     def __init__(self, config: VaswaniConfig):
         super().__init__()
@@ -291,9 +241,7 @@ class VaswaniFeedForward(nn.Module):
         self.relu_dropout = config.relu_dropout
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        hidden = nn.functional.relu(self.fc1(x))  # (B, L, d_ff)
-        hidden = dropout(hidden, self.relu_dropout, self.training)
-        return self.fc2(hidden)  # (B, L, D)
+        return self.fc2(dropout(nn.functional.relu(self.fc1(x)), self.relu_dropout, self.training))  # (B, L, D)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -301,82 +249,64 @@ class VaswaniFeedForward(nn.Module):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def add_and_norm(norm: nn.LayerNorm, x: torch.Tensor, sublayer_output: torch.Tensor, p: float,
-                 training: bool) -> torch.Tensor:
-    """LayerNorm(x + Dropout(Sublayer(x))): the residual connection around every sub-layer, followed by layer
-    normalisation (Section 3.1, "Add & Norm" in Figure 1), with residual dropout on the sub-layer's output (5.4)."""
-    return norm(x + dropout(sublayer_output, p, training))
-
-
-class VaswaniEncoderLayer(GradientCheckpointingLayer):
-    """Self-attention, then feed-forward; each wrapped as LayerNorm(x + Dropout(Sublayer(x))) (3.1, 5.4)."""
-
-    def __init__(self, config: VaswaniConfig, layer_idx: int | None = None):
-        super().__init__()
-        self.self_attn = VaswaniAttention(config, layer_idx=layer_idx)
-        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.feed_forward = VaswaniFeedForward(config)
-        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.dropout = config.dropout
-
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
-        attended, _ = self.self_attn(hidden_states, attention_mask=attention_mask, **kwargs)
-        hidden_states = add_and_norm(self.self_attn_layer_norm, hidden_states, attended, self.dropout, self.training)
-        return add_and_norm(self.final_layer_norm, hidden_states, self.feed_forward(hidden_states), self.dropout,
-                            self.training)  # (B, S, D)
-
-
-# How a decoder layer attends: (attention module, (..., D) queries' input) -> (..., D) sub-layer output.
+# How a layer attends: (attention module, (..., D) queries' input) -> (..., D) sub-layer output.
 Attend = Callable[[VaswaniAttention, torch.Tensor], torch.Tensor]
 
 
-class VaswaniDecoderLayer(GradientCheckpointingLayer):
-    """Masked self-attention, encoder-decoder attention, feed-forward; each post-normed (3.1, 3.2.3).
+class VaswaniLayer(GradientCheckpointingLayer):
+    """Self-attention, [encoder-decoder attention,] feed-forward, each wrapped post-norm as
+    LayerNorm(x + Dropout(Sublayer(x))) (Section 3.1, "Add & Norm" in Figure 1; residual dropout, 5.4).
 
     `sublayers` is the layer's structure, with how attention is computed left to the caller: `forward` attends with
-    transformers' cache objects and masks (training, transformers' generation loops); the lean decoding loops of
-    beam_search_vaswani.py attend over their own preallocated K/V for one new position. Both run this one layer.
+    transformers' cache objects and masks; the lean decoding loops of beam_search_vaswani.py attend over their own
+    preallocated K/V for one new position. Both run this one layer.
     """
 
-    def __init__(self, config: VaswaniConfig, layer_idx: int | None = None):
+    def __init__(self, config: VaswaniConfig, layer_idx: int | None = None, decoder: bool = False):
         super().__init__()
-        self.self_attn = VaswaniAttention(config, is_causal=True, layer_idx=layer_idx)
+        self.self_attn = VaswaniAttention(config, is_causal=decoder, layer_idx=layer_idx)
         self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.encoder_attn = VaswaniAttention(config, is_cross_attention=True, layer_idx=layer_idx)
-        self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        if decoder:
+            self.encoder_attn = VaswaniAttention(config, is_cross_attention=True, layer_idx=layer_idx)
+            self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.feed_forward = VaswaniFeedForward(config)
         self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.dropout = config.dropout
 
-    def sublayers(self, hidden: torch.Tensor, self_attend: Attend, cross_attend: Attend) -> torch.Tensor:
-        """x = LN(x + Dropout(SelfAttn(x))); x = LN(x + Dropout(CrossAttn(x, encoder))); x = LN(x + Dropout(FFN(x)))
-        (Section 3.1). hidden: (B, T, D) -> (B, T, D), or (rows, D) for the lean loops' one position."""
-        hidden = add_and_norm(self.self_attn_layer_norm, hidden, self_attend(self.self_attn, hidden), self.dropout,
-                              self.training)
-        hidden = add_and_norm(self.encoder_attn_layer_norm, hidden, cross_attend(self.encoder_attn, hidden),
-                              self.dropout, self.training)
-        return add_and_norm(self.final_layer_norm, hidden, self.feed_forward(hidden), self.dropout, self.training)
+    def add_and_norm(self, norm: nn.LayerNorm, x: torch.Tensor, sublayer_output: torch.Tensor) -> torch.Tensor:
+        return norm(x + dropout(sublayer_output, self.dropout, self.training))
+
+    def sublayers(self, hidden: torch.Tensor, self_attend: Attend, cross_attend: Attend | None = None):
+        """(B, T, D) -> (B, T, D), or (rows, D) for the lean loops' one position."""
+        hidden = self.add_and_norm(self.self_attn_layer_norm, hidden, self_attend(self.self_attn, hidden))
+        if cross_attend is not None:
+            hidden = self.add_and_norm(self.encoder_attn_layer_norm, hidden, cross_attend(self.encoder_attn, hidden))
+        return self.add_and_norm(self.final_layer_norm, hidden, self.feed_forward(hidden))
+
+
+class VaswaniEncoderLayer(VaswaniLayer):
+    """Self-attention, then feed-forward (3.1)."""
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
+        return self.sublayers(hidden_states, lambda attn, x: attn(x, attention_mask=attention_mask, **kwargs)[0])
+
+
+class VaswaniDecoderLayer(VaswaniLayer):
+    """Masked self-attention, encoder-decoder attention, feed-forward (3.1, 3.2.3)."""
+
+    def __init__(self, config: VaswaniConfig, layer_idx: int | None = None):
+        super().__init__(config, layer_idx, decoder=True)
 
     @renamed_cache_argument
-    def forward(
-        self,
-        hidden_states: torch.Tensor,  # (B, T, D)
-        attention_mask: torch.Tensor | None = None,  # causal + target padding
-        encoder_hidden_states: torch.Tensor | None = None,  # (B, S, D)
-        encoder_attention_mask: torch.Tensor | None = None,  # source padding
-        cache: Cache | None = None,
-        **kwargs,
-    ) -> torch.Tensor:
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                encoder_hidden_states: torch.Tensor | None = None, encoder_attention_mask: torch.Tensor | None = None,
+                cache: Cache | None = None, **kwargs) -> torch.Tensor:
+        """hidden_states (B, T, D); attention_mask: causal + target padding; encoder_attention_mask: source padding."""
         cache = pop_cache(cache, kwargs)
-
-        def self_attend(attn: VaswaniAttention, hidden: torch.Tensor) -> torch.Tensor:
-            return attn(hidden, attention_mask=attention_mask, cache=cache, **kwargs)[0]
-
-        def cross_attend(attn: VaswaniAttention, hidden: torch.Tensor) -> torch.Tensor:
-            return attn(hidden, key_value_states=encoder_hidden_states, attention_mask=encoder_attention_mask,
-                        cache=cache, **kwargs)[0]
-
-        return self.sublayers(hidden_states, self_attend, cross_attend)  # (B, T, D)
+        return self.sublayers(
+            hidden_states, lambda attn, x: attn(x, attention_mask=attention_mask, cache=cache, **kwargs)[0],
+            lambda attn, x: attn(x, key_value_states=encoder_hidden_states, attention_mask=encoder_attention_mask,
+                                 cache=cache, **kwargs)[0])
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -397,13 +327,9 @@ class VaswaniPreTrainedModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
-        """t2t v1 initialisation (the paper does not give one):
-        - linear weights "uniform unit scaling": U(-a, a) with a = sqrt(3 / fan_in), i.e. variance 1 / fan_in;
-          biases zero;
-        - token embeddings N(0, d_model^-0.5) (`config.init_std` overrides), so that embedding * sqrt(d_model) has
-          unit variance; the <pad> row is zero (it is the decoder's start vector, see `VaswaniConfig`);
-        - LayerNorm gain 1, bias 0; learned positions like token embeddings.
-        """
+        """t2t v1 initialisation (the paper gives none): linear weights "uniform unit scaling" U(-a, a), a =
+        sqrt(3 / fan_in), biases zero; embeddings N(0, d_model^-0.5) (`config.init_std` overrides) so that embedding *
+        sqrt(d_model) has unit variance, the <pad> row (the decoder's start vector) zero; LayerNorm gain 1, bias 0."""
         std = self.config.init_std if self.config.init_std is not None else self.config.d_model ** -0.5
         if isinstance(module, nn.Linear):
             bound = math.sqrt(3.0 / module.in_features)
@@ -432,15 +358,8 @@ class VaswaniPreTrainedModel(PreTrainedModel):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def _positional_encoding(config: VaswaniConfig) -> nn.Module:
-    if config.position_encoding == "learned":
-        return VaswaniLearnedPositionalEmbedding(config)
-    return VaswaniSinusoidalPositionalEncoding(config)
-
-
 def check_mask_shape(mask, shape: tuple, name: str) -> None:
-    """A 2D padding mask must be (batch, length) of its sequence (shapes only: no device synchronisation); another
-    shape would broadcast or be sliced into a wrong result without an error. 4D masks are the caller's own."""
+    """A 2D padding mask of another shape than (batch, length) would broadcast into a wrong result silently."""
     if mask is not None and mask.dim() != 4 and tuple(mask.shape) != tuple(shape):
         raise ValueError(f"{name} must be (batch, length) = {tuple(shape)} of its ids, got {tuple(mask.shape)}")
 
@@ -450,12 +369,15 @@ class VaswaniStack(VaswaniPreTrainedModel):
     (Sections 3.1, 3.4, 3.5, 5.4)."""
 
     layer_class: type[nn.Module]
+    num_layers_setting: str  # the config's layer count N of this stack
 
-    def __init__(self, config: VaswaniConfig, num_layers: int):
+    def __init__(self, config: VaswaniConfig):
         super().__init__(config)
+        num_layers = getattr(config, self.num_layers_setting)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.embed_positions = _positional_encoding(config)
+        self.embed_positions = (VaswaniLearnedPositionalEmbedding if config.position_encoding == "learned"
+                                else VaswaniSinusoidalPositionalEncoding)(config)
         self.dropout = config.dropout
         self.layers = nn.ModuleList([self.layer_class(config, i) for i in range(num_layers)])
         self.gradient_checkpointing = False
@@ -481,26 +403,18 @@ class VaswaniEncoder(VaswaniStack):
         "attentions": OutputRecorder(VaswaniAttention, index=1, layer_name="self_attn"),
     }
 
-    layer_class = VaswaniEncoderLayer
-
-    def __init__(self, config: VaswaniConfig):
-        super().__init__(config, config.num_encoder_layers)
+    layer_class, num_layers_setting = VaswaniEncoderLayer, "num_encoder_layers"
 
     @merge_with_config_defaults
     @capture_outputs
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,  # (B, S)
-        attention_mask: torch.Tensor | None = None,  # (B, S), 1 for tokens, 0 for padding
-        inputs_embeds: torch.Tensor | None = None,  # (B, S, D), unscaled token embeddings
-        **kwargs,
-    ) -> BaseModelOutput:
+    def forward(self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
+                inputs_embeds: torch.Tensor | None = None, **kwargs) -> BaseModelOutput:
+        """input_ids (B, S); attention_mask (B, S), 1 for tokens, 0 for padding; inputs_embeds (B, S, D) unscaled."""
         hidden_states, _ = self.embed(input_ids, inputs_embeds)  # (B, S, D)
         check_mask_shape(attention_mask, hidden_states.shape[:2], "attention_mask")
 
-        attention_mask = create_bidirectional_mask(
-            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
-        )
+        attention_mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states,
+                                                   attention_mask=attention_mask)
         for layer in self.layers:
             hidden_states = layer(hidden_states, attention_mask, **kwargs)
         return BaseModelOutput(last_hidden_state=hidden_states)  # (B, S, D); no final LayerNorm (post-norm)
@@ -516,25 +430,17 @@ class VaswaniDecoder(VaswaniStack):
         "cross_attentions": OutputRecorder(VaswaniAttention, index=1, layer_name="encoder_attn"),
     }
 
-    layer_class = VaswaniDecoderLayer
-
-    def __init__(self, config: VaswaniConfig):
-        super().__init__(config, config.num_decoder_layers)
+    layer_class, num_layers_setting = VaswaniDecoderLayer, "num_decoder_layers"
 
     @merge_with_config_defaults
     @capture_outputs
     @renamed_cache_argument
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,  # (B, T)
-        attention_mask: torch.Tensor | None = None,  # (B, T_past + T) target padding
-        encoder_hidden_states: torch.Tensor | None = None,  # (B, S, D)
-        encoder_attention_mask: torch.Tensor | None = None,  # (B, S)
-        cache: Cache | None = None,
-        inputs_embeds: torch.Tensor | None = None,  # (B, T, D), unscaled token embeddings
-        use_cache: bool | None = None,
-        **kwargs,
-    ) -> BaseModelOutputWithPastAndCrossAttentions:
+    def forward(self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
+                encoder_hidden_states: torch.Tensor | None = None, encoder_attention_mask: torch.Tensor | None = None,
+                cache: Cache | None = None, inputs_embeds: torch.Tensor | None = None, use_cache: bool | None = None,
+                **kwargs) -> BaseModelOutputWithPastAndCrossAttentions:
+        """input_ids (B, T); attention_mask (B, T_past + T) target padding; encoder_hidden_states (B, S, D);
+        encoder_attention_mask (B, S); inputs_embeds (B, T, D) unscaled."""
         cache = pop_cache(cache, kwargs)
         if use_cache and cache is None:
             cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
@@ -556,20 +462,12 @@ class VaswaniDecoder(VaswaniStack):
                 self.config, hidden_states, attention_mask, self_attn_cache, position_ids=positions.unsqueeze(0)
             )
         encoder_attention_mask = create_bidirectional_mask(
-            config=self.config,
-            inputs_embeds=hidden_states,
-            attention_mask=encoder_attention_mask,
-            encoder_hidden_states=encoder_hidden_states,
-        )
-        for layer in self.layers:
-            hidden_states = layer(
-                hidden_states,
-                causal_mask,
-                encoder_hidden_states,  # positional, for gradient checkpointing
-                encoder_attention_mask=encoder_attention_mask,
-                **{CACHE_NAME: cache},  # the name GradientCheckpointingLayer clears when checkpointing
-                **kwargs,
-            )
+            config=self.config, inputs_embeds=hidden_states, attention_mask=encoder_attention_mask,
+            encoder_hidden_states=encoder_hidden_states)
+        for layer in self.layers:  # encoder_hidden_states positional, for gradient checkpointing; the cache by the
+            # name GradientCheckpointingLayer clears when checkpointing
+            hidden_states = layer(hidden_states, causal_mask, encoder_hidden_states,
+                                  encoder_attention_mask=encoder_attention_mask, **{CACHE_NAME: cache}, **kwargs)
         return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, **{CACHE_NAME: cache})
 
 
@@ -598,13 +496,9 @@ class VaswaniModel(VaswaniPreTrainedModel):
             self.decoder.embed_tokens = value
         self.encoder.embed_tokens = value
 
-    def get_encoder(self):
-        return self.encoder
-
     def _keep_pad_row_zero(self):
-        """The <pad> embedding row is the decoder's start vector and stays zero, as t2t's zero start vector.
-        nn.Embedding(padding_idx) already blocks its gradient through the lookup; with tied weights the output
-        projection would still train it, so a gradient hook zeroes that row (registered once per parameter)."""
+        """The <pad> row is the decoder's start vector and stays zero (t2t's zero start vector): with tied weights the
+        output projection would train it despite `padding_idx`, so a gradient hook (once per parameter) zeroes it."""
         pad = self.config.pad_token_id
         for embedding in {id(m): m for m in (self.encoder.embed_tokens, self.decoder.embed_tokens)}.values():
             weight = embedding.weight
@@ -614,19 +508,11 @@ class VaswaniModel(VaswaniPreTrainedModel):
 
     @can_return_tuple
     @renamed_cache_argument
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        decoder_input_ids: torch.LongTensor | None = None,
-        decoder_attention_mask: torch.Tensor | None = None,
-        encoder_outputs: tuple | BaseModelOutput | None = None,
-        cache: Cache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        decoder_inputs_embeds: torch.Tensor | None = None,
-        use_cache: bool | None = None,
-        **kwargs,
-    ) -> Seq2SeqModelOutput:
+    def forward(self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
+                decoder_input_ids: torch.LongTensor | None = None, decoder_attention_mask: torch.Tensor | None = None,
+                encoder_outputs: tuple | BaseModelOutput | None = None, cache: Cache | None = None,
+                inputs_embeds: torch.Tensor | None = None, decoder_inputs_embeds: torch.Tensor | None = None,
+                use_cache: bool | None = None, **kwargs) -> Seq2SeqModelOutput:
         cache = pop_cache(cache, kwargs)
         if self.training:
             self._keep_pad_row_zero()
@@ -641,25 +527,14 @@ class VaswaniModel(VaswaniPreTrainedModel):
                 attentions=encoder_outputs[2] if len(encoder_outputs) > 2 else None,
             )
         decoder_outputs = self.decoder(
-            input_ids=decoder_input_ids,
-            attention_mask=decoder_attention_mask,
-            encoder_hidden_states=encoder_outputs.last_hidden_state,
-            encoder_attention_mask=attention_mask,
-            cache=cache,
-            inputs_embeds=decoder_inputs_embeds,
-            use_cache=use_cache,
-            **kwargs,
-        )
+            input_ids=decoder_input_ids, attention_mask=decoder_attention_mask, cache=cache, use_cache=use_cache,
+            encoder_hidden_states=encoder_outputs.last_hidden_state, encoder_attention_mask=attention_mask,
+            inputs_embeds=decoder_inputs_embeds, **kwargs)
         return Seq2SeqModelOutput(
-            last_hidden_state=decoder_outputs.last_hidden_state,
-            **{CACHE_NAME: getattr(decoder_outputs, CACHE_NAME)},
-            decoder_hidden_states=decoder_outputs.hidden_states,
-            decoder_attentions=decoder_outputs.attentions,
-            cross_attentions=decoder_outputs.cross_attentions,
-            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
-            encoder_hidden_states=encoder_outputs.hidden_states,
-            encoder_attentions=encoder_outputs.attentions,
-        )
+            last_hidden_state=decoder_outputs.last_hidden_state, **{CACHE_NAME: getattr(decoder_outputs, CACHE_NAME)},
+            decoder_hidden_states=decoder_outputs.hidden_states, decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions, encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state, encoder_attentions=encoder_outputs.attentions)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -671,9 +546,7 @@ IGNORE_INDEX = -100  # label of a padded target position (transformers' conventi
 
 def per_target_token(loss_sum: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
     """A summed loss divided by the batch's target tokens, or by `num_items_in_batch` when `Trainer` passes it (the
-    targets of the whole update, over accumulation steps and processes), so that gradient accumulation gives the same
-    update as one large batch. The count stays on the device: no host synchronisation, no `torch.compile` graph
-    break."""
+    whole update's, so that gradient accumulation equals one large batch); the count stays on the device."""
     if num_items_in_batch is None:
         return loss_sum / (labels != IGNORE_INDEX).sum().clamp(min=1)
     if isinstance(num_items_in_batch, torch.Tensor):
@@ -682,10 +555,8 @@ def per_target_token(loss_sum: torch.Tensor, labels: torch.Tensor, num_items_in_
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
-    """Teacher forcing input: the target shifted one step right, starting with `decoder_start_token_id` (3.1).
-
-    labels: (B, T) with IGNORE_INDEX (-100) at ignored positions -> (B, T) decoder input ids.
-    """
+    """Teacher forcing input (3.1): labels (B, T), -100 where ignored, shifted one step right after
+    `decoder_start_token_id` -> (B, T) decoder input ids."""
     shifted = labels.new_full(labels.shape, pad_token_id)
     shifted[:, 1:] = labels[:, :-1]
     shifted[:, 0] = decoder_start_token_id
@@ -694,13 +565,8 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
 
 class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationMixin):
     """The Transformer for translation: `VaswaniModel` plus the pre-softmax projection, which shares the embedding
-    matrix (Section 3.4).
-
-    `forward(..., labels=...)` returns the plain cross-entropy of the labels, as every transformers model does (its
-    gradient is that of the negative log-likelihood; perplexity follows from it), per target token
-    (`per_target_token`). The paper's objective, the label-smoothed cross-entropy of Section 5.4, is a training
-    setting: `vaswani_hf.training.objective`, which `VaswaniTrainer` trains with.
-    """
+    matrix (Section 3.4). `forward(..., labels=...)` returns the plain cross-entropy per target token, as every
+    transformers model does; the paper's label-smoothed objective (5.4) is `vaswani_hf.training.objective`."""
 
     _tied_weights_keys = {
         "lm_head.weight": "model.shared.weight",
@@ -717,74 +583,34 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationM
         self.post_init()
         self.generation_config = default_generation_config(config)  # the paper's decoding (Section 6.1)
 
-    def get_encoder(self):
-        return self.model.encoder
-
-    def get_decoder(self):
-        return self.model.decoder
-
-    def get_output_embeddings(self):
-        return self.lm_head
-
-    def set_output_embeddings(self, new_embeddings):
-        self.lm_head = new_embeddings
-
     @can_return_tuple
     @renamed_cache_argument
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,  # (B, S)
-        attention_mask: torch.Tensor | None = None,  # (B, S)
-        decoder_input_ids: torch.LongTensor | None = None,  # (B, T)
-        decoder_attention_mask: torch.Tensor | None = None,  # (B, T)
-        encoder_outputs: tuple | BaseModelOutput | None = None,
-        cache: Cache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        decoder_inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,  # (B, T), -100 where ignored
-        use_cache: bool | None = None,
-        num_items_in_batch: int | torch.Tensor | None = None,
-        **kwargs,
-    ) -> Seq2SeqLMOutput:
+    def forward(self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
+                decoder_input_ids: torch.LongTensor | None = None, decoder_attention_mask: torch.Tensor | None = None,
+                encoder_outputs: tuple | BaseModelOutput | None = None, cache: Cache | None = None,
+                inputs_embeds: torch.Tensor | None = None, decoder_inputs_embeds: torch.Tensor | None = None,
+                labels: torch.LongTensor | None = None, use_cache: bool | None = None,
+                num_items_in_batch: int | torch.Tensor | None = None, **kwargs) -> Seq2SeqLMOutput:
+        """input_ids (B, S); decoder_input_ids (B, T); labels (B, T), -100 where ignored."""
         cache = pop_cache(cache, kwargs)
         if labels is not None:
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
-                decoder_input_ids = shift_tokens_right(
-                    labels, self.config.pad_token_id, self.config.decoder_start_token_id
-                )
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
         outputs: Seq2SeqModelOutput = self.model(
-            input_ids,
-            attention_mask=attention_mask,
-            decoder_input_ids=decoder_input_ids,
-            decoder_attention_mask=decoder_attention_mask,
-            encoder_outputs=encoder_outputs,
-            cache=cache,
-            inputs_embeds=inputs_embeds,
-            decoder_inputs_embeds=decoder_inputs_embeds,
-            use_cache=use_cache,
-            **kwargs,
-        )
+            input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs, cache=cache,
+            inputs_embeds=inputs_embeds, decoder_inputs_embeds=decoder_inputs_embeds, use_cache=use_cache, **kwargs)
         logits = self.lm_head(outputs.last_hidden_state)  # (B, T, V)
 
         loss = None
         if labels is not None:
-            loss_sum = nn.functional.cross_entropy(
+            loss = per_target_token(nn.functional.cross_entropy(
                 logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=IGNORE_INDEX,
-                reduction="sum")
-            loss = per_target_token(loss_sum, labels, num_items_in_batch)
+                reduction="sum"), labels, num_items_in_batch)
 
-        return Seq2SeqLMOutput(
-            loss=loss,
-            logits=logits,
-            **{CACHE_NAME: getattr(outputs, CACHE_NAME)},
-            decoder_hidden_states=outputs.decoder_hidden_states,
-            decoder_attentions=outputs.decoder_attentions,
-            cross_attentions=outputs.cross_attentions,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
-            encoder_attentions=outputs.encoder_attentions,
-        )
+        return Seq2SeqLMOutput(loss=loss, logits=logits,
+                               **{k: v for k, v in outputs.items() if k != "last_hidden_state"})
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)

@@ -3,28 +3,15 @@
     vaswani-space --model outputs/default/hub [--host 127.0.0.1] [--port 7860]
     python -m vaswani_hf.space --model org/name          (a Hub id works too)
 
-The page says what the model is (language pair, size, BLEU and a link to its card: never where it is stored), offers
-example sentences (among them the paper's attention figures, Figures 3-5, each opening the view the paper shows),
-translates on Enter or the button, decoded as the paper does (Section 6.1: beam search with GNMT's length penalty; beam
-size and alpha are sliders, narrower views of the declared settings), and warns when the text does not look like the
-model's source language. Its attention viewer (templates/space_view.js, the page's own script) gets every weight of
-encoder self-, decoder self- and encoder-decoder attention (Section 3.2.3) once per translation and draws them in the
-browser: a head view with the weight, query and key under the pointer and a query's weights over the key tokens, a
-model view of every layer and head, downloads as JSON and CSV. A change of view sends the server nothing.
+The page says what the model is (from its card and config, never where it is stored), offers examples (among them
+the paper's attention figures 3-5), translates with the paper's decoding (Section 6.1; beam size and alpha are sliders,
+narrower views of the declared settings), warns when the text looks like another language than the model's source,
+and draws every attention weight (Section 3.2.3) in the browser (templates/space_view.js): a change of view sends the
+server nothing. The API (gradio_client): `/translate` and `/attention`; a bad value is one sentence (gr.Error).
 
-The API (gradio_client): `/translate` (text, num_beams, alpha -> translation) and `/attention` (text, kind, layer,
-head, num_beams, alpha -> the weights with their tokens); the page's own events are private. A bad value is one
-sentence (gr.Error), never a traceback in the server log. Uploads are refused above `MAX_UPLOAD` (the page has no
-file input); the queue runs `QUEUE_CONCURRENCY` request at a time, the others wait their turn.
-
-The model comes from --model, else the environment variable VASWANI_MODEL, else (in a Space) the `models:` entry of
-its README.md, else outputs/default/hub (the bundled model of `python scripts/train.py`). The page makes no request
-outside the machine: Gradio's analytics and version check are off. The address (--host/--port, else
-$GRADIO_SERVER_NAME/$GRADIO_SERVER_PORT) is checked before the model is loaded: a port in use, an unknown host or a
-bad variable is one line, exit status 2.
-
-Needs the `space` extra: pip install "vaswani_hf[space]" (Gradio; py3langid for the language warning). The testable
-parts: `vaswani_hf.space_logic`.
+The model: --model, else $VASWANI_MODEL, else (in a Space) its README's `models:`, else outputs/default/hub. No request
+leaves the machine (Gradio's analytics off). The address is checked before the model is loaded: one line, exit 2.
+Needs the `space` extra: pip install "vaswani_hf[space]". The testable parts: `vaswani_hf.space_logic`.
 """
 
 from __future__ import annotations
@@ -86,8 +73,7 @@ def intro(facts: logic.ModelFacts) -> str:
 
 
 def _answer(call, what: str):
-    """`call()`, with a refusal (UsageError, SettingError) as one sentence and a bug as a one-line gr.Error whose
-    traceback goes to the log only: the client sees a clear message, the server log no traceback for bad input."""
+    """`call()`; a refusal is one sentence (gr.Error), a bug one line whose traceback goes to the log only."""
     gr = _gradio()
     try:
         return call()
@@ -100,8 +86,8 @@ def _answer(call, what: str):
 
 
 def on_translate(space: logic.SpaceModel, text, num_beams, length_penalty, view=None):
-    """Enter, the button or an example: (translation, status, the viewer's weights as JSON). The status says what
-    was decoded, and warns when the text looks like another language; a refusal is the status, nothing else."""
+    """Enter, the button or an example: (translation, status, the viewer's weights as JSON); a refusal is the
+    status."""
     try:
         result = _answer(lambda: logic.translate_text(space, text, num_beams, length_penalty), "translate")
     except Exception as error:  # noqa: BLE001 - gr.Error from _answer: shown in the page's status
@@ -179,7 +165,9 @@ def build_demo(space: logic.SpaceModel):
         examples.load_input_event.then(translate_, inputs, outputs, api_visibility="private")
         source.submit(translate_, inputs, outputs, api_visibility="private")
         source.input(None, None, view, js="() => ''")  # typing forgets the example's view, in the browser
-        _usage(gr)
+        with gr.Accordion("Use it from Python (gradio_client)", open=False):
+            gr.Markdown(f"{logic.API_EXAMPLE}\nRequests wait in one queue and run {QUEUE_CONCURRENCY} at a time; "
+                        "a bad value is answered with one sentence.")
         if facts.card_text:  # a model folder's card, in the page (no address to link to)
             with gr.Accordion("Model card", open=False, elem_id="card"):
                 gr.Markdown(facts.card_text)
@@ -188,16 +176,9 @@ def build_demo(space: logic.SpaceModel):
     return demo
 
 
-def _usage(gr) -> None:
-    """The page's code snippet (as the Hub widget offers one): the API through gradio_client."""
-    with gr.Accordion("Use it from Python (gradio_client)", open=False):
-        gr.Markdown(f"{logic.API_EXAMPLE}\nRequests wait in one queue and run {QUEUE_CONCURRENCY} at a time; "
-                    "a bad value is answered with one sentence.")
-
-
 def resolve_model(argument: str | None, default: str | None = None) -> str:
-    """--model, else $VASWANI_MODEL, else `default` (a Space's README), else the bundled model folder. An empty
-    --model or $VASWANI_MODEL is refused: it would silently serve another model."""
+    """--model, else $VASWANI_MODEL, else `default` (a Space's README), else the bundled model folder; an empty one is
+    refused (it would silently serve another model)."""
     if argument is not None:
         if not argument.strip():
             raise UsageError("--model is empty: give a model folder or a Hub id (org/name)")
@@ -211,8 +192,7 @@ def resolve_model(argument: str | None, default: str | None = None) -> str:
 
 
 def model_from_readme(app_file: str | os.PathLike) -> str | None:
-    """The first entry of `models:` in the YAML front matter of the README.md next to `app_file` (a Space's link to
-    the model it uses), or None."""
+    """The first `models:` entry of the README.md next to `app_file` (a Space's link to its model), or None."""
     from huggingface_hub import SpaceCard
 
     readme = Path(app_file).resolve().parent / "README.md"
@@ -238,15 +218,12 @@ def _port_from_environment() -> int | None:
 
 def listen_address(host: str | None = None, port: int | None = None) -> tuple[str, int | None]:
     """(host, port) the page will listen on: --host, else $GRADIO_SERVER_NAME, else 127.0.0.1; --port, else
-    $GRADIO_SERVER_PORT, else None (Gradio takes the first free port from 7860). Checked by binding a test socket,
-    before the model is loaded (which takes a while): an unknown host, an address of another machine, a port in use
-    or reserved is a UsageError naming the flag or variable it came from."""
-    host_from = "--host"
+    $GRADIO_SERVER_PORT, else None (Gradio's first free port from 7860). Checked by binding a test socket: a refusal
+    is a UsageError naming the flag or variable it came from."""
+    host_from, port_from = "--host", "--port"
     if host is None:
-        host, host_from = os.environ.get(HOST_ENV), HOST_ENV
-    if host is None:
-        host, host_from = DEFAULT_HOST, "the default host"
-    port_from = "--port"
+        host, host_from = ((os.environ[HOST_ENV], HOST_ENV) if HOST_ENV in os.environ
+                           else (DEFAULT_HOST, "the default host"))
     if port is None:
         port, port_from = _port_from_environment(), PORT_ENV
     if not host.strip():
@@ -280,8 +257,7 @@ def _bind_refusal(error: OSError, host: str, host_from: str, port: int | None, p
 
 def launch(model: str | None = None, host: str | None = None, port: int | None = None, *,
            default_model: str | None = None, **launch_kwargs):
-    """Check the address (`listen_address`), load the model, build the page and serve it; blocks until stopped
-    unless `prevent_thread_lock=True`."""
+    """Check the address, load the model, build the page and serve it (blocks unless `prevent_thread_lock=True`)."""
     from .io import check_model_folder
 
     name = resolve_model(model, default_model)
@@ -317,8 +293,8 @@ def _main(argv: Sequence[str], default_model: str | None = None) -> int:
 
 
 def main(argv: Sequence[str] | None = None, default_model: str | None = None) -> int:
-    """The command line (`vaswani-space`, `python -m vaswani_hf.space`, a Space's app.py with the model of its
-    README as `default_model`); refusals are one line with exit status 2 (vaswani_hf.cli.contract)."""
+    """The command line (`vaswani-space`, `python -m vaswani_hf.space`, a Space's app.py with its README's model as
+    `default_model`); refusals are one line, exit status 2."""
     from .cli.contract import run_cli
 
     return run_cli(lambda args: _main(args, default_model), argv, prog="vaswani-space")

@@ -1,10 +1,7 @@
-"""What the Space's page does, without the page (tests call these): what the model is (`read_facts`), the checks of a
-text and of the decoding settings, translation with the paper's decoding (`vaswani_hf.inference.translate`, Section
-6.1), and every attention weight of it (`vaswani_hf.visualize.collect_attentions`: encoder self-, decoder self- and
-encoder-decoder attention, Section 3.2.3), packed for the page's own script (`attention_payload`) or one view as
-numbers for the API (`attention_numbers`). Every expected refusal is a `UsageError` (or the declarations'
-`SettingError`) whose one sentence the page shows; text in another language than the model's source language is
-translated with a warning (`language_warning`, with the optional py3langid of the `space` extra).
+"""What the Space's page does, without the page: what the model is (`read_facts`), the checks of a text and of the
+decoding settings, translation with the paper's decoding (Section 6.1), and every attention weight of it (Section
+3.2.3), packed for the page's script (`attention_payload`) or one view as numbers for the API (`attention_numbers`).
+A refusal is a `UsageError` (or the declarations' `SettingError`): one sentence the page shows.
 """
 
 from __future__ import annotations
@@ -53,8 +50,6 @@ EXAMPLES = [
     ("Two young children are playing in the snow with their dog.", None, "A Multi30k-like sentence"),
 ]
 
-# The page's code snippet and the Space README's: the API through gradio_client.
-
 __all__ = ["API_EXAMPLE", "MAX_CHARACTERS", "MAX_SOURCE_TOKENS", "ALL_HEADS", "PAGE_SETTINGS", "EXAMPLES", "ModelFacts",
            "SpaceModel", "Translation", "load_space_model", "known_characters", "check_text", "language_warning",
            "check_decoding", "check_view", "translate_text", "attention_payload", "attention_numbers"]
@@ -77,7 +72,7 @@ def _script(ch: str) -> str:
 _SCRIPT_NAMES = {"CJK": "Chinese/Japanese (CJK)", "HANGUL": "Korean (Hangul)"}
 
 
-def _script_name(script: str) -> str:
+def _script_name(script: str) -> str:  # "LATIN" -> "Latin", "CJK" -> "Chinese/Japanese (CJK)"
     return _SCRIPT_NAMES.get(script, script.capitalize())
 
 
@@ -93,7 +88,6 @@ def language_name(code: str | None) -> str:
 @dataclass
 class ModelFacts:
     """What the page says the model is, from its card (README.md) and config; never where it is stored."""
-
     title: str
     source_lang: str | None = None
     target_lang: str | None = None
@@ -118,9 +112,9 @@ def read_facts(name_or_path: str, model) -> ModelFacts:
     langs = [langs] if isinstance(langs, str) else list(langs) + [None, None]
     bleu = next((r for r in (getattr(data, "eval_results", None) or []) if "bleu" in r.metric_type.lower()), None)
     title = (getattr(data, "model_name", None) or hub_id or folder.resolve().name)
-    return ModelFacts(title=str(title), source_lang=langs[0], target_lang=langs[1],
+    bleu = f"{bleu.metric_value:g} {bleu.metric_name or 'BLEU'} on {bleu.dataset_name}" if bleu else None
+    return ModelFacts(title=str(title), source_lang=langs[0], target_lang=langs[1], bleu=bleu,
                       parameters=count_parameters(model),
-                      bleu=f"{bleu.metric_value:g} {bleu.metric_name or 'BLEU'} on {bleu.dataset_name}" if bleu else None,
                       card_url=f"https://huggingface.co/{hub_id}" if hub_id else None,
                       card_text=card.text if card is not None and hub_id is None else None)
 
@@ -128,7 +122,6 @@ def read_facts(name_or_path: str, model) -> ModelFacts:
 @dataclass
 class SpaceModel:
     """A loaded model with what the page needs to know about it."""
-
     model: object
     tokenizer: object
     facts: ModelFacts
@@ -145,27 +138,22 @@ class SpaceModel:
 def load_space_model(name_or_path: str, device: str | None = "cpu") -> SpaceModel:
     """Load a model folder or Hub id (`load_for_inference`: a missing or broken file is a UsageError naming it)."""
     model, tokenizer = load_for_inference(name_or_path, device=device)
-    config = model.config
-    encoder_layers = getattr(config, "num_encoder_layers", None) or config.encoder_layers
-    decoder_layers = getattr(config, "num_decoder_layers", None) or config.decoder_layers
-    heads = getattr(config, "num_heads", None) or config.encoder_attention_heads
+    config = model.config  # transformers' common names (VaswaniConfig's attribute_map)
     return SpaceModel(model=model, tokenizer=tokenizer, facts=read_facts(name_or_path, model),
-                      known=known_characters(tokenizer),
-                      layers={"encoder": encoder_layers, "decoder": decoder_layers, "cross": decoder_layers},
-                      heads=heads)
+                      known=known_characters(tokenizer), heads=config.encoder_attention_heads,
+                      layers={"encoder": config.encoder_layers, "decoder": config.decoder_layers,
+                              "cross": config.decoder_layers})
 
 
 def _visible(text: str) -> str:
-    """`text` without the characters that show nothing: control characters (NUL, ESC, ...; Unicode category Cc,
-    whitespace aside) and format characters (Cf: zero-width spaces and joiners U+200B-U+200D, U+2060, the byte order
-    mark U+FEFF, the bidirectional marks and overrides U+200E/F, U+202A-E, U+2066-9)."""
+    """`text` without the characters that show nothing: control (Cc, whitespace aside) and format characters (Cf:
+    zero-width spaces and joiners, the byte order mark, bidirectional marks and overrides)."""
     return "".join(ch for ch in text if ch.isspace() or unicodedata.category(ch) not in ("Cc", "Cf"))
 
 
 def check_text(text, space: SpaceModel) -> str:
     """The text to translate, as one stripped line, or a UsageError saying what is wrong with it: not a text, nothing
-    visible (the box looks empty), no word at all (no letter or digit: emoji or punctuation only), too long, or a
-    script the model never saw. Invisible characters inside a real sentence are left to the tokenizer."""
+    visible, no letter or digit, too long, or a script the model never saw."""
     if text is not None and not isinstance(text, str):
         raise UsageError(f"The text must be a string, not {type(text).__name__}.")
     if not text or not _visible(text).strip():
@@ -200,7 +188,7 @@ def _language_identifier():
 
 def language_warning(text: str, space: SpaceModel) -> str | None:
     """A sentence warning that `text` looks like another language than the model's source language (py3langid at
-    `LANGUAGE_CONFIDENCE`), or None: the model translates anything into something, which says nothing of the text."""
+    `LANGUAGE_CONFIDENCE`), or None: the model translates anything into something."""
     facts, identifier = space.facts, _language_identifier()
     if not facts.source_lang or identifier is None or len(text.split()) < 3:
         return None  # a word or two is too little to tell a language
@@ -276,8 +264,7 @@ def translate_text(space: SpaceModel, text, num_beams, length_penalty) -> Transl
 
 
 def _too_long(message: str) -> str:
-    """The translation frontend's refusal of a long line (worded for a file of lines: "201 source tokens, more than
-    the 200 a line may have; split the line ...") reworded for the page's one sentence."""
+    """The translation frontend's refusal of a long line (worded for a file of lines) reworded for the page."""
     limit = re.match(r"([\d,]+) (source tokens|characters), more than the ([\d,]+)", message)
     if limit:
         return f"the sentence has {limit[1]} {limit[2].split()[-1]}; at most {limit[3]} are allowed here"

@@ -1,16 +1,7 @@
-"""Create or update a Gradio Space that serves a model repository of the Hub (`vaswani_hf.space`, the page that
-translates and draws the attention maps).
-
-The Space holds, in one commit (`HfApi.create_repo(repo_type="space", space_sdk="gradio")`, then
-`HfApi.upload_folder`):
-
-- `app.py`: `SPACE_APP`, a few lines that start `vaswani_hf.space` (the same file as the repository's space/app.py);
-- `README.md`: the Space's YAML front matter (`render_space_readme`): sdk gradio at `GRADIO_SDK_VERSION`, app_file,
-  licence, and `models: [MODEL_REPO_ID]`, the Hub's link from a Space to the model it uses, which is also where
-  app.py reads the model id from (the environment variable VASWANI_MODEL overrides it);
-- `requirements.txt`: the package's own dependencies, read from its installed metadata (`space_requirements`; Gradio
-  itself comes with the Space's sdk_version);
-- `vaswani_hf/`: this package's source (no caches, no sample corpus), which the Hub does not install otherwise.
+"""Create or update a Gradio Space that serves a model repository of the Hub (the page: `vaswani_hf.space`). One
+commit holds `app.py` (`SPACE_APP`, the repository's space/app.py), `README.md` (`render_space_readme`: sdk_version
+`GRADIO_SDK_VERSION` and `models: [MODEL_REPO_ID]`, the Hub's link to the model, which app.py reads), `requirements.txt`
+(`space_requirements`, from the installed metadata) and `vaswani_hf/`, this package's source.
 """
 
 from __future__ import annotations
@@ -136,14 +127,10 @@ def write_space_folder(folder: str | os.PathLike, model_repo_id: str) -> list[tu
 
 def push_space(model_repo_id: str, space_id: str, *, private: bool = False, token: str | None = None,
                dry_run: bool = False, commit_message: str = DEFAULT_SPACE_COMMIT_MESSAGE, out=None):
-    """Create (if needed) the Gradio Space `space_id` and upload, in one commit, a page serving `model_repo_id`.
-
-    The ids are checked before any network call (UsageError). With `dry_run`, prints and returns the files (path,
-    size) without any network call. Otherwise `model_repo_id` must exist on the Hub (UsageError before the Space is
-    created: a page serving a missing model would only fail when someone opens it). The token is `token`, else
-    HF_TOKEN, else the cached login; never printed.
-    Network and authentication failures are a one-line RunFailure. Returns the commit's `CommitInfo`.
-    """
+    """Create (if needed) the Gradio Space `space_id` and upload, in one commit, a page serving `model_repo_id`, which
+    must exist on the Hub (checked before the Space is created). Ids are checked before any network call; `dry_run`
+    prints and returns the files (path, size) and calls nothing. The token (`token`, HF_TOKEN or the login) is never
+    printed; network failures are a one-line RunFailure. Returns the commit's `CommitInfo`."""
     from huggingface_hub import HfApi, get_token
 
     out = out or sys.stdout
