@@ -288,7 +288,7 @@ def load_model_folder(path: str | os.PathLike, *, device=None, dtype=None, trust
     check_loading_report(report, where)
     check_finite_weights(dict(model.named_parameters()), source / WEIGHTS if isinstance(source, Path) else where)
     check_same_vocabulary(model, tokenizer)
-    check_special_ids(model, tokenizer, where)
+    check_special_ids(model.config, tokenizer, where)
     if device is not None:
         model = model.to(device)
     return model.eval(), tokenizer
@@ -307,12 +307,13 @@ def check_loading_report(report: dict, where: str) -> None:
                              "and model.safetensors come from different models: save the model again")
 
 
-def check_special_ids(model, tokenizer, where: str) -> None:
-    """The tokenizer's padding and </s> are the model's (config.json): a tokenizer_config.json naming another token
-    would pad sources with a token the encoder attends to, or end sentences the model never ends."""
-    for name in ("pad_token_id", "eos_token_id"):
-        ours, theirs = getattr(model.config, name, None), getattr(tokenizer, name, None)
-        ours = ours[0] if isinstance(ours, list) and ours else ours
+def check_special_ids(config, tokenizer, where: str) -> None:
+    """The tokenizer's padding, <s> and </s> are the model's (`config`: config.json as a mapping, or a config): a
+    tokenizer_config.json naming another token would pad sources with a token the encoder attends to, or end
+    sentences the model never ends."""
+    for name in ("pad_token_id", "eos_token_id", "bos_token_id"):
+        ours = config.get(name) if isinstance(config, Mapping) else getattr(config, name, None)
+        ours, theirs = ours[0] if isinstance(ours, list) and ours else ours, getattr(tokenizer, name, None)
         if ours is not None and theirs is not None and ours != theirs:
             raise UsageError(f"{where}: the tokenizer's {name} is {theirs} but config.json's is {ours}; the "
                              "tokenizer files (tokenizer_config.json, special_tokens_map.json) do not belong to this "

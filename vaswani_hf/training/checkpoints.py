@@ -3,10 +3,9 @@
 "For the base models, we used a single model obtained by averaging the last 5 checkpoints, which were written at
 10-minute intervals. For the big models, we averaged the last 20 checkpoints." (Section 6.1)
 
-Hand-written, each for a reason given in its docstring: the atomic rename of a checkpoint (transformers writes into
-the final folder), the time-interval save decision (TrainingArguments saves by steps or epochs only), the choice of
-the newest checkpoint that loads (transformers takes the newest, loadable or not) and the averaging (neither
-transformers nor Accelerate has one; fairseq's `average_checkpoints.py` does the same for its own format).
+Hand-written because transformers has none of them: an atomic checkpoint (it writes into the final folder), saves at
+time intervals (TrainingArguments saves by steps or epochs), the newest checkpoint that loads (`get_last_checkpoint`
+takes the newest, loadable or not) and averaging (fairseq's `average_checkpoints.py` does it for its own format).
 """
 
 from __future__ import annotations
@@ -20,30 +19,26 @@ import pickle
 import re
 import shutil
 import time
+import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+import safetensors.torch
 from transformers import TrainerCallback
+from transformers.trainer_pt_utils import safe_globals
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, sort_checkpoints
 
-from ..io import (
-    UsageError,
-    apply_umask,
-    atomic_output_dir,
-    check_output_dir,
-    check_safetensors,
-    fsync_tree,
-)
-from ..io.models import WEIGHTS_INDEX, copy_model_files
 from ..configuration_vaswani import MODEL_SETTINGS
+from ..hub.folder import missing_code_files  # training may import hub (never the other way round)
+from ..io import UsageError, apply_umask, atomic_output_dir, check_output_dir, check_safetensors, fsync_tree
 from ..io.files import CONFIG, TOKENIZER, TRAINER_STATE, read_json
+from ..io.models import WEIGHTS, WEIGHTS_INDEX, check_finite_weights, check_weight_dtypes, copy_model_files
 
 logger = logging.getLogger(__name__)
 
 STAGING_DIR = ".staging"
-WEIGHTS = "model.safetensors"
 # What a checkpoint holds besides the model folder's files; left out of averaged folders.
 TRAINING_STATE_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "trainer_state.json", "training_args.bin")
 
@@ -145,10 +140,10 @@ def checkpoint_problem(folder: Path, processes: int = 1, rng: bool = True) -> st
     """Why `folder` cannot be resumed from exactly by `processes` processes (a missing or broken file, or one of
     another shape than declared; `rng`: its RNG states included), or None when it is complete. A checkpoint whose
     state belongs to another step is not passed over: InconsistentCheckpoint."""
+    if not (folder / WEIGHTS).is_file():
+        return f"no {WEIGHTS}"
     try:
-        check_safetensors(folder / WEIGHTS) if (folder / WEIGHTS).is_file() else None
-        if not (folder / WEIGHTS).is_file():
-            return f"no {WEIGHTS}"
+        check_safetensors(folder / WEIGHTS)
         read_json(folder / "config.json", CONFIG)
         check_checkpoint_state(folder)
     except InconsistentCheckpoint:
@@ -184,10 +179,6 @@ def torch_archive_problem(path: Path) -> str | None:
     members within the file; up to FULL_CHECK_BYTES every CRC), then the pickle opened as the Trainer opens it
     (`torch.load(weights_only=True)`, its numpy allowlist; memory-mapped: no memory for a large optimizer state).
     The Trainer loads each of these files with `weights_only=True` too: no unsafe path remains."""
-    import zipfile
-
-    from transformers.trainer_pt_utils import safe_globals
-
     try:
         size = path.stat().st_size
         with zipfile.ZipFile(path) as archive:
@@ -298,13 +289,9 @@ class WallClockCallback(TrainerCallback):
 
 def _load_weights(folder: Path) -> dict[str, torch.Tensor]:
     """The tensors of a checkpoint's weights, checked: floating point and finite (a NaN of a diverged run would
-    average into every tensor it meets; `vaswani_hf.io.models`)."""
-    from safetensors.torch import load_file
-
-    from ..io.models import check_finite_weights, check_weight_dtypes
-
+    average into every tensor it meets)."""
     check_weight_dtypes(check_safetensors(folder / WEIGHTS), folder / WEIGHTS)
-    weights = load_file(str(folder / WEIGHTS))
+    weights = safetensors.torch.load_file(str(folder / WEIGHTS))
     check_finite_weights(weights, folder / WEIGHTS)
     return weights
 
@@ -331,26 +318,14 @@ def _digest(path: Path) -> str:
 
 def _check_distinct(folders: Sequence[Path]) -> None:
     """Each checkpoint once: not the same folder under a second name (a `..` path, a symbolic link), nor the same
-    weights (a hard link, a copy), which would weight one checkpoint twice."""
+    weights (a hard link, a copy), which would weight one checkpoint twice. Only weights of equal size are hashed."""
     for i, folder in enumerate(folders):
-        for earlier in folders[:i]:
-            if earlier.resolve() == folder.resolve() or _same_file(earlier, folder):
-                raise UsageError(f"{folder} is {earlier} again (the same checkpoint given twice); give each "
-                                 "checkpoint once")
-            if _same_file(earlier / WEIGHTS, folder / WEIGHTS):
-                raise UsageError(f"{folder / WEIGHTS} is the same file as {earlier / WEIGHTS} (a link): one "
-                                 "checkpoint under two names; give each checkpoint once")
-    sizes: dict[int, list[Path]] = {}
-    for folder in folders:  # only files of equal size can be equal: hash those
-        sizes.setdefault((folder / WEIGHTS).stat().st_size, []).append(folder)
-    for group in (g for g in sizes.values() if len(g) > 1):
-        seen: dict[str, Path] = {}
-        for folder in group:
-            digest = _digest(folder / WEIGHTS)
-            if digest in seen:
-                raise UsageError(f"{folder / WEIGHTS} holds exactly the weights of {seen[digest] / WEIGHTS} (a copy of "
-                                 "one checkpoint); give each checkpoint once")
-            seen[digest] = folder
+        ours = folder / WEIGHTS
+        for earlier in (f for f in folders[:i] if (f / WEIGHTS).stat().st_size == ours.stat().st_size):
+            if _same_file(earlier / WEIGHTS, ours) or _digest(earlier / WEIGHTS) == _digest(ours):
+                raise UsageError(f"{ours} is the same file as, or holds exactly the weights of, {earlier / WEIGHTS}: "
+                                 "one checkpoint given twice (a second name, a link or a copy); give each checkpoint "
+                                 "once")
 
 
 def vocabulary_fingerprint(folder: Path) -> str | None:
@@ -455,8 +430,6 @@ def _complete_code_files(folder: Path) -> None:
     loads with `trust_remote_code` without this package: a checkpoint saved by plain `save_pretrained` after the
     model went through `save_pretrained_with_pipeline` names `pipeline_vaswani.py` without holding it. Missing ones
     are copied from the package, as `save_pretrained` would copy them."""
-    from ..hub import missing_code_files
-
     package = Path(__file__).resolve().parent.parent
     for name in ("configuration_vaswani.py", "modeling_vaswani.py", "generation_vaswani.py", "beam_search_vaswani.py",
                  "pipeline_vaswani.py"):
@@ -478,8 +451,6 @@ def save_averaged_checkpoint(folders: Sequence[str | os.PathLike], out_dir: str 
     (written beside, then renamed); an existing `out_dir` is replaced only with `overwrite`, and only if it is an
     averaged folder this package wrote (or, `own`, the training run's own OUTPUT/averaged, which the run's preflight
     already vouched for). `one_run` False: checkpoints of other runs may be averaged too."""
-    from safetensors.torch import save_file
-
     out_dir = check_output_dir(out_dir, overwrite=overwrite, what="averaged model folder",
                                kind=None if own else AVERAGED)
     newest = Path(folders[-1])
@@ -490,7 +461,8 @@ def save_averaged_checkpoint(folders: Sequence[str | os.PathLike], out_dir: str 
         copy_model_files(newest, tmp, exclude=("model*.safetensors", WEIGHTS_INDEX),
                          known=(*TRAINING_STATE_FILES, "rng_state*.pth"))
         _complete_code_files(tmp)
-        save_file({k: v.contiguous() for k, v in averaged.items()}, str(tmp / WEIGHTS), metadata={"format": "pt"})
+        safetensors.torch.save_file({k: v.contiguous() for k, v in averaged.items()}, str(tmp / WEIGHTS),
+                                    metadata={"format": "pt"})
         (tmp / "averaged_from.json").write_text(
             "[\n" + ",\n".join(f' "{Path(f).name}"' for f in folders) + "\n]", encoding="utf-8")
     return out_dir
