@@ -44,8 +44,8 @@ TRAINING_STATE_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "trainer_st
 
 
 def publish_checkpoint(staged: Path, final: Path) -> None:
-    """Move a checkpoint written completely into `OUTPUT/.staging/checkpoint-N` to `OUTPUT/checkpoint-N` in one
-    rename (atomic within a file system), so that a kill never leaves a half-written checkpoint for `--resume`."""
+    """Move a complete `OUTPUT/.staging/checkpoint-N` to `OUTPUT/checkpoint-N` in one rename: a kill never leaves a
+    half-written checkpoint for `--resume`."""
     earlier = None
     try:
         apply_umask(staged)
@@ -76,10 +76,8 @@ def _free_bytes(path: Path) -> int:
 
 @contextmanager
 def checkpoint_write_errors(staged: Path, final: Path) -> Iterator[None]:
-    """Writing a checkpoint into `staged` (published as `final`): a full disk while transformers writes the optimizer
-    or scheduler state with `torch.save` arrives as a RuntimeError without errno; it is raised as the
-    OSError(ENOSPC) it is, naming the file being written, so that the command line reports it in one line ("no
-    space left on device") like any other full disk. Other errors pass unchanged."""
+    """A full disk while `torch.save` writes the optimizer or scheduler state into `staged` arrives as a RuntimeError
+    without errno: raised as the OSError(ENOSPC) it is, naming the file, so it is one line like any full disk."""
     try:
         yield
     except RuntimeError as error:
@@ -104,8 +102,8 @@ def last_checkpoints(output_dir: str | os.PathLike, n: int) -> list[Path]:
 
 
 def rng_state_files(processes: int) -> list[str]:
-    """The RNG-state files transformers writes into a checkpoint of a run on `processes` processes (and reads back
-    on resume): without them a resumed run draws other dropout masks and batch orders than the run it continues."""
+    """The RNG-state files a checkpoint of a run on `processes` processes holds: without them a resumed run draws
+    other dropout masks and batch orders than the run it continues."""
     return ["rng_state.pth"] if processes <= 1 else [f"rng_state_{rank}.pth" for rank in range(processes)]
 
 
@@ -122,9 +120,7 @@ def checkpoint_step(folder: Path) -> int | None:
 
 
 def check_checkpoint_state(folder: Path) -> dict:
-    """The checkpoint's trainer_state.json (its declared shape: `vaswani_hf.io.files.TRAINER_STATE`), which must
-    belong to the checkpoint's own step: `checkpoint-N` holds the state of update N. Raises UsageError (shape) or
-    InconsistentCheckpoint (another step)."""
+    """The checkpoint's trainer_state.json (`TRAINER_STATE`), which must be of its own step N (`checkpoint-N`)."""
     path = folder / "trainer_state.json"
     state = read_json(path, TRAINER_STATE)
     step = checkpoint_step(folder)
@@ -137,9 +133,8 @@ def check_checkpoint_state(folder: Path) -> dict:
 
 
 def checkpoint_problem(folder: Path, processes: int = 1, rng: bool = True) -> str | None:
-    """Why `folder` cannot be resumed from exactly by `processes` processes (a missing or broken file, or one of
-    another shape than declared; `rng`: its RNG states included), or None when it is complete. A checkpoint whose
-    state belongs to another step is not passed over: InconsistentCheckpoint."""
+    """Why `folder` cannot be resumed from exactly by `processes` processes (a missing, broken or misshapen file;
+    `rng`: its RNG states included), or None. A state of another step raises InconsistentCheckpoint."""
     if not (folder / WEIGHTS).is_file():
         return f"no {WEIGHTS}"
     try:
@@ -174,11 +169,9 @@ FULL_CHECK_BYTES = 64 << 20  # torch archives up to this size are read whole (CR
 
 def torch_archive_problem(path: Path) -> str | None:
     """Why `path` is not a `torch.save` archive the resume can load, or None; InconsistentCheckpoint when its pickle
-    needs more than torch's safe loader allows. transformers reads these files only after training started (a bad
-    one ended the run in a traceback): checked here, the zip structure (a truncated file has no central directory;
-    members within the file; up to FULL_CHECK_BYTES every CRC), then the pickle opened as the Trainer opens it
-    (`torch.load(weights_only=True)`, its numpy allowlist; memory-mapped: no memory for a large optimizer state).
-    The Trainer loads each of these files with `weights_only=True` too: no unsafe path remains."""
+    needs more than torch's safe loader allows. The Trainer reads these only after training started (a traceback):
+    here the zip structure (members within the file; up to FULL_CHECK_BYTES every CRC), then the pickle as the
+    Trainer opens it (`weights_only=True` with its numpy allowlist; memory-mapped)."""
     try:
         size = path.stat().st_size
         with zipfile.ZipFile(path) as archive:
@@ -241,12 +234,8 @@ def _broadcast_code(code: int, device: torch.device | str = "cpu") -> int:
 
 
 class WallClockCallback(TrainerCallback):
-    """Time-interval checkpoints (the paper wrote one every 10 minutes, Section 6.1) and a wall-clock budget.
-
-    `TrainingArguments` only saves by steps or epochs. Rank 0 measures the time and broadcasts the decision, so all
-    processes save the same step. A save is also forced at the last step and when the budget stops training, so the
-    final state is always a checkpoint (needed for averaging and `--resume`).
-    """
+    """Time-interval checkpoints (the paper wrote one every 10 minutes, Section 6.1) and a wall-clock budget. Rank 0
+    decides for all processes; the last step and a budget stop are saved too, for averaging and `--resume`."""
 
     def __init__(self, save_every_minutes: float = 10.0, max_train_minutes: float = 0.0, save_steps: int = 0):
         self.save_every = save_every_minutes * 60.0
@@ -340,9 +329,8 @@ def vocabulary_fingerprint(folder: Path) -> str | None:
 
 
 def _check_one_run(folders: Sequence[Path]) -> None:
-    """Checkpoints of one run: an earlier checkpoint's trainer_state.json log history is the beginning of a later
-    one's (a resumed run continues it); independent runs (another seed) differ from the first logged step. Without a
-    trainer state or a logged step in common, checkpoints cannot be told apart and pass."""
+    """Checkpoints of one run: an earlier checkpoint's trainer_state.json log history begins the later one's;
+    independent runs (another seed) differ from the first logged step. Without one, checkpoints pass."""
     states = sorted(((read_json(f / TRAINER_STATE.name, TRAINER_STATE), f) for f in folders
                      if (f / TRAINER_STATE.name).is_file()), key=lambda pair: pair[0]["global_step"])
     for (early, early_folder), (late, late_folder) in zip(states, states[1:]):
@@ -356,10 +344,9 @@ def _check_one_run(folders: Sequence[Path]) -> None:
 
 
 def check_checkpoints_agree(folders: Sequence[str | os.PathLike], one_run: bool = True) -> None:
-    """Checkpoints averaged together (Section 6.1: the last checkpoints of one run) must be distinct, of one
-    architecture (every config.json field in ARCHITECTURE_FIELDS: e.g. interleaved against concatenated sinusoids
-    give tensors of the same shapes and another function), of one tokenizer (same size is not enough) and, with
-    `one_run`, of one run (`_check_one_run`). Raises UsageError naming both checkpoints and the first difference."""
+    """Checkpoints averaged together (Section 6.1: the last of one run) must be distinct, of one architecture
+    (ARCHITECTURE_FIELDS: other sinusoid layouts give tensors of the same shapes and another function), of one
+    tokenizer and, with `one_run`, of one run. Raises UsageError naming both and the first difference."""
     folders = [Path(f) for f in folders]
     _check_distinct(folders)
     first = folders[0]
@@ -384,9 +371,8 @@ def check_checkpoints_agree(folders: Sequence[str | os.PathLike], one_run: bool 
 
 
 def average_checkpoints(folders: Sequence[str | os.PathLike], one_run: bool = True) -> dict[str, torch.Tensor]:
-    """Element-wise mean of the weights of several checkpoints (Section 6.1), accumulated in float64 and returned in
-    each tensor's original dtype. The checkpoints must agree (`check_checkpoints_agree`) and have the same tensor
-    names and shapes."""
+    """Element-wise mean of the weights of agreeing checkpoints (Section 6.1), accumulated in float64, returned in
+    each tensor's dtype."""
     if not folders:
         raise UsageError("no checkpoints to average")
     for folder in folders:
@@ -416,9 +402,8 @@ def average_checkpoints(folders: Sequence[str | os.PathLike], one_run: bool = Tr
 
 
 def load_averaged_weights(model, weights: Mapping[str, torch.Tensor]) -> None:
-    """Put averaged `weights` (from `average_checkpoints` or an averaged `model.safetensors`) into `model` in place and
-    re-tie the shared embedding / output projection. A tensor the model does not have is an error (another
-    architecture); tied copies the checkpoint left out are fine."""
+    """Put averaged `weights` into `model` in place and re-tie the shared embedding / output projection (Section
+    3.4); a tensor the model does not have is an error, tied copies left out are fine."""
     _, unexpected = model.load_state_dict(weights, strict=False)
     if unexpected:
         raise UsageError(f"averaged weights have tensors this model does not have: {unexpected[:5]}")
@@ -426,10 +411,8 @@ def load_averaged_weights(model, weights: Mapping[str, torch.Tensor]) -> None:
 
 
 def _complete_code_files(folder: Path) -> None:
-    """The code files config.json names (auto_map, custom_pipelines) and their relative imports, so that the folder
-    loads with `trust_remote_code` without this package: a checkpoint saved by plain `save_pretrained` after the
-    model went through `save_pretrained_with_pipeline` names `pipeline_vaswani.py` without holding it. Missing ones
-    are copied from the package, as `save_pretrained` would copy them."""
+    """Copy from the package the code files config.json needs that `folder` lacks (a checkpoint saved by plain
+    `save_pretrained` names `pipeline_vaswani.py` without holding it), so it loads with `trust_remote_code`."""
     package = Path(__file__).resolve().parent.parent
     for name in ("configuration_vaswani.py", "modeling_vaswani.py", "generation_vaswani.py", "beam_search_vaswani.py",
                  "pipeline_vaswani.py"):
@@ -445,12 +428,9 @@ AVERAGED = "averaged model folder"  # the kind of output save_averaged_checkpoin
 
 def save_averaged_checkpoint(folders: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
                              overwrite: bool = False, own: bool = False, one_run: bool = True) -> Path:
-    """Average `folders` and write a loadable model folder: averaged `model.safetensors` plus the newest checkpoint's
-    declared model files (`vaswani_hf.io.models.copy_model_files`: config, generation config, tokenizer, the code
-    config.json needs; anything else is named and left out), and `averaged_from.json`. The folder appears whole
-    (written beside, then renamed); an existing `out_dir` is replaced only with `overwrite`, and only if it is an
-    averaged folder this package wrote (or, `own`, the training run's own OUTPUT/averaged, which the run's preflight
-    already vouched for). `one_run` False: checkpoints of other runs may be averaged too."""
+    """Average `folders` into a loadable model folder, appearing whole: averaged weights, the newest checkpoint's
+    declared model files (`copy_model_files`; anything else named and left out) and `averaged_from.json`. An
+    `out_dir` is replaced only with `overwrite` and if it is an `AVERAGED` folder (or, `own`, the run's own)."""
     out_dir = check_output_dir(out_dir, overwrite=overwrite, what="averaged model folder",
                                kind=None if own else AVERAGED)
     newest = Path(folders[-1])
