@@ -5,16 +5,16 @@ folder assembled by hand may lack under `trust_remote_code` (the upload refuses 
 
 from __future__ import annotations
 
-import ast
 import logging
 import os
 import shutil
+import symtable
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..io import atomic_output_dir, check_output_dir, check_same_vocabulary, read_json
-from ..io.models import referenced_code_files, relative_imports
+from ..io.models import code_references, referenced_code_files, relative_imports
 from ..tokenization import declare_plain_tokenizer
 from .card import PACKAGE_DIR, write_model_card
 
@@ -45,48 +45,36 @@ def missing_code_files(folder: str | os.PathLike, names: set[str] | None = None)
     names = names if names is not None else {p.name for p in folder.iterdir() if p.is_file()}
     problems = []
     config = read_json(folder / "config.json", what="config.json") if "config.json" in names else {}
-    for name in referenced_code_files(config if isinstance(config, Mapping) else {}):
+    config = config if isinstance(config, Mapping) else {}
+    for name in referenced_code_files(config):
         if name not in names:
             problems.append(f"code file {name} referenced by config.json is missing")
     for name in sorted(n for n in names if n.endswith(".py")):
         for module in relative_imports(folder / name):
             if module not in names:
                 problems.append(f"{name} imports .{module[:-3]}, but {module} is not in the folder")
-    return problems + _undefined_references(folder, names, config if isinstance(config, Mapping) else {})
+    return problems + _undefined_references(folder, names, config)
 
 
 def _top_level_names(source: str) -> set[str] | None:
     """Names a module defines at top level; None if it does not parse (the upload check names that file)."""
     try:
-        tree = ast.parse(source)
+        table = symtable.symtable(source, "<code file>", "exec")
     except (SyntaxError, ValueError):
         return None
-    defined = set()
-    for node in tree.body:
-        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            defined.add(node.name)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            defined |= {t.id for t in targets if isinstance(t, ast.Name)}
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            defined |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
-    return defined
+    return {symbol.get_name() for symbol in table.get_symbols() if symbol.is_assigned() or symbol.is_imported()}
 
 
 def _undefined_references(folder: Path, names: set[str], config: Mapping) -> list[str]:
-    """An auto_map entry "module.Class" whose (present) module does not define Class."""
-    auto_map = config.get("auto_map") or {}
-    references = [ref for value in auto_map.values() for ref in (value if isinstance(value, list) else [value])
-                  if isinstance(ref, str) and "." in ref]
+    """A "module.Class" that config.json names whose (present) module does not define Class."""
     problems = []
-    for ref in sorted(set(references)):
-        module, _, attribute = ref.split("--")[-1].rpartition(".")
-        if f"{module}.py" not in names:
-            continue  # reported as missing
+    for module, attribute in sorted(code_references(config)):
+        if not attribute or f"{module}.py" not in names:
+            continue  # a missing module is reported as missing
         defined = _top_level_names((folder / f"{module}.py").read_text(encoding="utf-8", errors="replace"))
         if defined is not None and attribute not in defined:
-            problems.append(f"{folder / (module + '.py')} does not define {attribute}, which config.json's auto_map "
-                            "names; copy the code files again (save_hub_folder)")
+            problems.append(f"{folder / (module + '.py')} does not define {attribute}, which config.json names; "
+                            "copy the code files again (save_hub_folder)")
     return problems
 
 

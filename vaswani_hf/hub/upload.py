@@ -1,13 +1,7 @@
-"""Upload a model folder to the Hugging Face Hub: `HfApi.create_repo`, then `HfApi.upload_folder` in one commit with
-exactly the files `list_upload_files` lists (weights as safetensors, config with auto_map, code, tokenizer,
-generation config, metrics, card, handler; never checkpoints, optimizer states or pickled weights).
-
-`check_folder` refuses, before any network call (dry run included), a folder that would give an unusable
-repository (no or truncated weights, broken config.json, missing tokenizer, card or code file, a code file that does
-not compile, a JSON file that does not parse or has the wrong shape, out-of-bounds generation settings, a tokenizer
-that does not load or is not the model's) and an invalid repository id or revision. The token comes
-from the `token` argument, `HF_TOKEN` or the cached login (huggingface_hub resolves it) and is never printed;
-network and authentication failures are one-line `RunFailure`s.
+"""Upload a model folder to the Hugging Face Hub: `HfApi.upload_folder` in one commit with exactly the files
+`list_upload_files` lists (never checkpoints, optimizer states or pickled weights), after `check_folder` refused,
+before any network call (dry run included), a folder that would give an unusable repository. The token (argument,
+`HF_TOKEN` or the cached login) is never printed; network failures are one-line `RunFailure`s.
 """
 
 from __future__ import annotations
@@ -20,7 +14,6 @@ from pathlib import Path
 
 from huggingface_hub import ModelCard
 from huggingface_hub.errors import HTTPError
-
 from transformers import AutoTokenizer
 
 from ..io import RunFailure, UsageError, check_model_folder, check_same_vocabulary, read_json
@@ -30,15 +23,12 @@ from .card import METRICS_FILE
 from .ids import repo_id_problem
 from .folder import missing_code_files
 
-# What is uploaded: the model folder's declared files (`io.models.declared_files`: the model's, the code its
-# config.json needs, the card, endpoint handler and run report); anything else (checkpoints, optimizer states,
-# pickled weights, logs, a stray *.py) stays local and is named by the dry run. The upload sends exactly the list
-# the dry run shows, not patterns.
 DEFAULT_COMMIT_MESSAGE = "Upload Vaswani Transformer (weights, code, tokenizer, card)"
 
 
 def list_upload_files(model_dir: str | os.PathLike) -> list[tuple[str, int]]:
-    """`[(path in repo, size in bytes)]` of the files `push_folder` uploads from `model_dir`, sorted."""
+    """`[(path in repo, size in bytes)]` of the files `push_folder` uploads from `model_dir`, sorted: its declared
+    files (`io.models.declared_files`); anything else stays local and is named by the dry run."""
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise UsageError(f"model folder not found: {model_dir}" if not model_dir.exists()
@@ -79,7 +69,16 @@ def check_folder(model_dir: str | os.PathLike, files: list[tuple[str, int]] | No
         problems.append("config.json has no auto_map for AutoConfig/AutoModelForSeq2SeqLM (import vaswani_hf "
                         "before save_pretrained: it registers the classes for remote code)")
     problems += missing_code_files(model_dir, names)
-    return problems or _loaded_tokenizer_problems(model_dir, config)
+    if problems:
+        return problems
+    try:  # the tokenizer as transformers loads it, whose special tokens must be the config's ids
+        check_special_ids(config, AutoTokenizer.from_pretrained(str(model_dir)), str(model_dir))
+    except UsageError as error:
+        return [str(error)]
+    except Exception as error:  # noqa: BLE001 - transformers raises many kinds on a broken tokenizer file
+        return [f"{model_dir}: the tokenizer (tokenizer.json, tokenizer_config.json) does not load "
+                f"({' '.join(str(error).split())[:200]}); save the tokenizer into the folder again"]
+    return []
 
 
 # The declared shape of the JSON files uploaded beside the model that no loader checks (the model folder's own are
@@ -142,20 +141,6 @@ def _file_problems(model_dir: Path, names: set[str]) -> list[str]:
     return problems
 
 
-def _loaded_tokenizer_problems(model_dir: Path, config: dict) -> list[str]:
-    """The tokenizer as transformers loads it, whose special tokens must be the config's ids."""
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    except Exception as error:  # noqa: BLE001 - transformers raises many kinds on a broken tokenizer file
-        return [f"{model_dir}: the tokenizer (tokenizer.json, tokenizer_config.json) does not load "
-                f"({' '.join(str(error).split())[:200]}); save the tokenizer into the folder again"]
-    try:
-        check_special_ids(config, tokenizer, str(model_dir))
-    except UsageError as error:
-        return [str(error)]
-    return []
-
-
 def _format_size(size: int) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if size < 1024 or unit == "GB":
@@ -200,15 +185,10 @@ def push_folder(
     commit_description: str | None = None,
     out=None,
 ):
-    """Upload the files of `list_upload_files(model_dir)` to `repo_id` in ONE commit (`HfApi.upload_folder`).
-
-    Creates the repository if needed (`private` applies only then) and the branch `revision` if it does not exist.
-    The token is `token`, else `HF_TOKEN`, else the cached login (`hf auth login`); it is never printed.
-    With `dry_run`, prints and returns the files (path, size) without any network call.
-    Returns the `CommitInfo` of the commit (or the file list for a dry run). Raises UsageError (a ValueError) if the
-    folder or the repo id would give an unusable repository (see `check_folder`), RunFailure (a RuntimeError) without
-    a token or when the Hub cannot be reached or refuses the upload.
-    """
+    """Upload the files of `list_upload_files(model_dir)` to `repo_id` in ONE commit, creating the repository
+    (`private` applies only then) and the branch `revision` if needed; returns the `CommitInfo`. With `dry_run`,
+    prints and returns the files (path, size) without any network call. Raises UsageError (`check_folder`'s
+    problems), RunFailure without a token or when the Hub cannot be reached or refuses the upload."""
     from huggingface_hub import HfApi, get_token
 
     out = out or sys.stdout

@@ -7,32 +7,10 @@ loaded strictly). Their errors are `vaswani_hf.errors`' (`UsageError`: exit 2; `
 from ..errors import STDIO, InputLineError, RunFailure, UsageError, VaswaniError
 from . import files
 from .files import FileShape, check_ctranslate2_folder, check_shape, check_tokenizer_file
-from .models import (
-    WEIGHTS,
-    WEIGHTS_INDEX,
-    check_generation_config_file,
-    check_model_folder,
-    check_safetensors,
-    check_same_vocabulary,
-    load_model_folder,
-    model_vocab_size,
-    tokenizer_size,
-)
-from .outputs import (
-    MARKER,
-    FolderLock,
-    apply_umask,
-    atomic_output_dir,
-    check_output_dir,
-    check_output_file,
-    check_paths,
-    folder_in_use,
-    file_kind,
-    path_kind,
-    fsync_tree,
-    replace_atomically,
-    written_by,
-)
+from .models import (WEIGHTS, WEIGHTS_INDEX, check_generation_config_file, check_model_folder, check_safetensors,
+                     check_same_vocabulary, load_model_folder, model_vocab_size, tokenizer_size)
+from .outputs import (MARKER, FolderLock, apply_umask, atomic_output_dir, check_output_dir, check_output_file,
+                      check_paths, file_kind, folder_in_use, fsync_tree, path_kind, replace_atomically, written_by)
 from .text import check_input_file, iter_lines, read_json, read_lines, to_json, write_json, write_lines
 
 __all__ = [

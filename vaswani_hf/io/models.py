@@ -46,16 +46,18 @@ HUB_FILES = ("README.md", "handler.py", "requirements.txt", "metrics.json", "tra
 _RELATIVE_IMPORT = re.compile(r"^\s*from\s+\.([A-Za-z_][A-Za-z0-9_]*)\s+import\s", re.MULTILINE)
 
 
-def referenced_code_files(config: Mapping) -> list[str]:
-    """The code files a config.json names: modules of `auto_map` ("[repo--]module.Class") and `custom_pipelines`."""
+def code_references(config: Mapping) -> set[tuple[str, str]]:
+    """(module, class) of the code a config.json names: `auto_map` entries ("[repo--]module.Class") and
+    `custom_pipelines` implementations (class "" where a reference names none)."""
     auto_map = config.get("auto_map") or {}
-    references = [ref for value in auto_map.values() for ref in (value if isinstance(value, list) else [value])
-                  if isinstance(ref, str)]
-    for pipeline in (config.get("custom_pipelines") or {}).values():
-        impl = pipeline.get("impl") if isinstance(pipeline, Mapping) else None
-        if impl:
-            references.append(impl)
-    return sorted({f"{ref.split('--')[-1].rsplit('.', 1)[0]}.py" for ref in references})
+    references = [ref for value in auto_map.values() for ref in (value if isinstance(value, list) else [value])]
+    references += [p.get("impl") for p in (config.get("custom_pipelines") or {}).values() if isinstance(p, Mapping)]
+    return {tuple((ref.split("--")[-1].rsplit(".", 1) + [""])[:2]) for ref in references if isinstance(ref, str)}
+
+
+def referenced_code_files(config: Mapping) -> list[str]:
+    """The code files a config.json names (`code_references`)."""
+    return sorted({f"{module}.py" for module, _ in code_references(config)})
 
 
 def relative_imports(path: Path) -> list[str]:

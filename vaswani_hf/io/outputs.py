@@ -175,16 +175,11 @@ def _first_entries(folder: Path, n: int = 3) -> str:
     return ", ".join(names[:n]) + (", ..." if len(names) > n else "")
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def apply_umask(path: str | os.PathLike) -> None:
     """Give a file, or every file and folder of a tree, the modes a plain `open`/`mkdir` would (0666/0777 less the
     umask), not the 0600/0700 of temporary files: outputs that only their owner can read."""
-    mask, path = _umask(), Path(path)
+    mask, path = os.umask(0), Path(path)
+    os.umask(mask)  # read, not changed
     trees = os.walk(path) if path.is_dir() and not path.is_symlink() else [(str(path.parent), [], [path.name])]
     for root, folders, files in trees:
         for name in files:
@@ -292,8 +287,7 @@ class FolderLock:
             os.close(self._fd)  # closing the descriptor releases the lock
             self._fd = None
 
-    def __enter__(self) -> FolderLock:
-        return self.acquire()
+    __enter__ = acquire
 
     def __exit__(self, *exc) -> None:
         self.release()

@@ -379,14 +379,11 @@ def average_checkpoints(folders: Sequence[str | os.PathLike], one_run: bool = Tr
         if not (Path(folder) / WEIGHTS).is_file():
             raise UsageError(f"{folder}: no {WEIGHTS}; averaging needs safetensors checkpoints")
     check_checkpoints_agree(folders, one_run)
-    total: dict[str, torch.Tensor] = {}
-    dtypes: dict[str, torch.dtype] = {}
-    for i, folder in enumerate(folders):
+    weights = _load_weights(Path(folders[0]))  # every tensor floating point (check_weight_dtypes)
+    dtypes = {k: v.dtype for k, v in weights.items()}
+    total = {k: v.to(torch.float64) for k, v in weights.items()}
+    for folder in folders[1:]:
         weights = _load_weights(Path(folder))
-        if i == 0:
-            dtypes = {k: v.dtype for k, v in weights.items()}
-            total = {k: v.to(torch.float64).clone() for k, v in weights.items()}
-            continue
         if set(weights) != set(total):
             diff = sorted(set(weights) ^ set(total))[:5]
             raise UsageError(f"{folder} has other tensors than {folders[0]} (e.g. {diff}); average checkpoints of "
@@ -396,9 +393,7 @@ def average_checkpoints(folders: Sequence[str | os.PathLike], one_run: bool = Tr
                 raise UsageError(f"{folder}: {k} has shape {tuple(v.shape)}, expected {tuple(total[k].shape)} as in "
                                  f"{folders[0]}; average checkpoints of one architecture")
             total[k] += v.to(torch.float64)
-    # integer buffers (none in this model) keep the newest checkpoint's value (`weights`: the last one loaded)
-    return {k: (v / len(folders)).to(dtypes[k]) if dtypes[k].is_floating_point else weights[k]
-            for k, v in total.items()}
+    return {k: (v / len(folders)).to(dtypes[k]) for k, v in total.items()}
 
 
 def load_averaged_weights(model, weights: Mapping[str, torch.Tensor]) -> None:

@@ -106,10 +106,9 @@ def _resume_decision(recipe: Recipe, out: Path, processes: int, tokenizer_dir: P
         return OutputDecision("new")
     check_same_architecture(recipe, checkpoint)
     check_same_tokenizer(recipe, out, checkpoint, tokenizer_dir)
-    step = io.read_json(checkpoint / "trainer_state.json").get("global_step")
-    if recipe.max_steps > 0 and isinstance(step, int) and step >= recipe.max_steps:
-        finished = finished_at(recipe, out, checkpoint)
-        start = "finished" if finished is not None else "score"
+    step = io.read_json(checkpoint / "trainer_state.json").get("global_step")  # checked: resumable_checkpoint
+    if recipe.max_steps > 0 and step >= recipe.max_steps:  # done; its final scores too if metrics.json says so
+        start = "finished" if _recorded_end(out) == step else "score"
         return OutputDecision(start, resume_from=checkpoint, finished_at=step)
     exact, skipped = resumable_checkpoint(out, processes)
     if exact is None:
@@ -122,21 +121,13 @@ def _resume_decision(recipe: Recipe, out: Path, processes: int, tokenizer_dir: P
     return OutputDecision("resume", resume_from=exact)
 
 
-def finished_at(recipe: Recipe, out: Path, checkpoint: Path) -> int | None:
-    """The final update of a completed run in `out` (its metrics.json records the end of training at the newest
-    checkpoint, and the recipe asks for no more), else None."""
+def _recorded_end(out: Path) -> int | None:
+    """The update at which the run's metrics.json records the end of training (None: absent or unreadable)."""
     try:
         metrics = io.read_json(out / "metrics.json")
-        state = io.read_json(checkpoint / "trainer_state.json")
     except io.UsageError:
         return None
-    step = state.get("global_step") if isinstance(state, dict) else None
-    if not isinstance(metrics, dict) or not isinstance(step, int) or metrics.get("global_step") != step:
-        return None
-    if recipe.max_steps > 0:
-        return step if step >= recipe.max_steps else None
-    epoch = metrics.get("train/epoch")
-    return step if isinstance(epoch, (int, float)) and epoch >= recipe.num_train_epochs else None
+    return metrics.get("global_step") if isinstance(metrics, dict) else None
 
 
 def check_export_dir(export: Path, out: Path, *, overwrite: bool) -> None:
