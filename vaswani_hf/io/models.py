@@ -17,6 +17,8 @@ import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from transformers.models.auto.modeling_auto import MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES
+
 from ..errors import UsageError, one_line
 from .files import (
     CONFIG,
@@ -175,8 +177,6 @@ def check_vaswani_config(config: dict, path: Path) -> None:
     if model_type == MODEL_TYPE:
         expected = ARCHITECTURE
     else:
-        from transformers.models.auto.modeling_auto import MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES
-
         expected = MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES.get(model_type) if isinstance(model_type, str) \
             else None
         if expected is None or names is None:

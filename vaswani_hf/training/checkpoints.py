@@ -293,13 +293,6 @@ ARCHITECTURE_FIELDS = frozenset(name for name, s in MODEL_SETTINGS.items() if s.
 _NOT_VOCABULARY = ("truncation", "padding")
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
 def _digest(path: Path) -> str:
     with open(path, "rb") as handle:
         return hashlib.file_digest(handle, "sha256").hexdigest()
@@ -311,7 +304,7 @@ def _check_distinct(folders: Sequence[Path]) -> None:
     for i, folder in enumerate(folders):
         ours = folder / WEIGHTS
         for earlier in (f for f in folders[:i] if (f / WEIGHTS).stat().st_size == ours.stat().st_size):
-            if _same_file(earlier / WEIGHTS, ours) or _digest(earlier / WEIGHTS) == _digest(ours):
+            if os.path.samefile(earlier / WEIGHTS, ours) or _digest(earlier / WEIGHTS) == _digest(ours):
                 raise UsageError(f"{ours} is the same file as, or holds exactly the weights of, {earlier / WEIGHTS}: "
                                  "one checkpoint given twice (a second name, a link or a copy); give each checkpoint "
                                  "once")
