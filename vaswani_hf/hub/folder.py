@@ -109,13 +109,6 @@ def _write_card(folder: Path, scores: Mapping | None, training_info: Mapping | N
     (folder / "README.md").write_text(_minimal_model_card(scores, training_info, folder), encoding="utf-8")
 
 
-def _unwrap(model):
-    """The model itself when `model` is a transformers `Trainer` (its possibly wrapped model, unwrapped)."""
-    if hasattr(model, "model") and hasattr(model, "args") and hasattr(model, "accelerator"):
-        return model.accelerator.unwrap_model(model.model)
-    return model
-
-
 def save_hub_folder(model, tokenizer, out_dir: str | os.PathLike, *, scores: Mapping | None = None,
                     training_info: Mapping | None = None, extra_files: Mapping[str, str | bytes] | None = None,
                     write_extra: Callable[[Path], Any] | None = None, overwrite: bool = False,
@@ -134,7 +127,8 @@ def save_hub_folder(model, tokenizer, out_dir: str | os.PathLike, *, scores: Map
     for name in extra_files or {}:
         if Path(name).name != name or name in ("", ".", ".."):
             raise ValueError(f"extra_files: {name!r} is not a plain file name")
-    model = _unwrap(model)
+    if hasattr(model, "model") and hasattr(model, "args") and hasattr(model, "accelerator"):  # a Trainer
+        model = model.accelerator.unwrap_model(model.model)
     if tokenizer is not None:
         check_same_vocabulary(model, tokenizer)
     if getattr(model.config, "model_type", None) == "vaswani":

@@ -141,12 +141,12 @@ def _file_problems(model_dir: Path, names: set[str]) -> list[str]:
     return problems
 
 
-def _format_size(size: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
+def _format_size(size: float) -> str:
+    for unit in ("B", "KB", "MB"):
+        if size < 1024:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
-    return str(size)
+    return f"{size:.1f} GB"
 
 
 def _print_dry_run(model_dir: Path, files, repo_id: str, private: bool, revision: str | None, out) -> None:

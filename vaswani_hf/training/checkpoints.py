@@ -108,9 +108,8 @@ def rng_state_files(processes: int) -> list[str]:
 
 
 class InconsistentCheckpoint(UsageError):
-    """A checkpoint refused, not passed over: its files disagree with each other (its trainer_state.json belongs to
-    another step: resuming would continue another run's state silently), or one holds a pickle that torch's safe
-    loader refuses (planted code, or objects no Trainer writes)."""
+    """A checkpoint refused, not passed over: its trainer_state.json is of another step (resuming would continue
+    another run's state silently), or a file holds a pickle torch's safe loader refuses (planted code)."""
 
 
 def checkpoint_step(folder: Path) -> int | None:
@@ -162,8 +161,6 @@ def checkpoint_problem(folder: Path, processes: int = 1, rng: bool = True) -> st
 
 
 _REFUSED_GLOBAL = re.compile(r"Unsupported global: GLOBAL (\S+)")
-
-
 FULL_CHECK_BYTES = 64 << 20  # torch archives up to this size are read whole (CRC of every member); larger: structure
 
 

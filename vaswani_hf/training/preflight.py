@@ -40,8 +40,7 @@ TOKENIZER_KEYS = ("vocab_size", "bpe_min_frequency", "lowercase")
 @dataclass
 class OutputDecision:
     """What the run does with its output folder: "new", "resume" (from `resume_from`), "overwrite" (removing
-    `previous`), "score" (training done at update `finished_at`, the final averaging and scores not: do those) or
-    "finished" (a completed run, resumed: nothing to do)."""
+    `previous`), "score" (trained to `finished_at`: average and score) or "finished" (nothing to do)."""
 
     start: str
     resume_from: Path | None = None
