@@ -89,9 +89,7 @@ def checkpoint_write_errors(staged: Path, final: Path) -> Iterator[None]:
 
 
 def checkpoints(output_dir: str | os.PathLike) -> list[Path]:
-    """The `checkpoint-N` folders of `output_dir`, oldest first (by step number)."""
-    if not Path(output_dir).is_dir():
-        return []
+    """The `checkpoint-N` folders of `output_dir` (none if it does not exist), oldest first (by step number)."""
     return [Path(p) for p in sort_checkpoints(str(output_dir), PREFIX_CHECKPOINT_DIR, use_mtime=False)]
 
 
