@@ -13,8 +13,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..generation_vaswani import default_generation_config
 from ..io import atomic_output_dir, check_output_dir, check_same_vocabulary, read_json
 from ..io.models import code_references, referenced_code_files, relative_imports
+from ..pipeline_vaswani import pipeline_settings, register_pipeline_tasks
 from ..tokenization import declare_plain_tokenizer
 from .card import PACKAGE_DIR, write_model_card
 
@@ -120,9 +122,6 @@ def save_hub_folder(model, tokenizer, out_dir: str | os.PathLike, *, scores: Map
     what `write_extra(folder)` writes (plots), and the model card (a minimal README.md if it cannot be rendered).
     `model` may be a `Trainer`. `training_info`'s `source_lang` / `target_lang` become the config's `langs`, so
     `pipeline("translation_en_to_de", model=folder, trust_remote_code=True)` works and checks the pair."""
-    from ..generation_vaswani import default_generation_config
-    from ..pipeline_vaswani import pipeline_settings, register_pipeline_tasks
-
     out_dir = check_output_dir(out_dir, overwrite=overwrite, what="Hub folder", kind=None if own else HUB_FOLDER)
     for name in extra_files or {}:
         if Path(name).name != name or name in ("", ".", ".."):

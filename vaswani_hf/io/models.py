@@ -19,7 +19,9 @@ from pathlib import Path
 
 from transformers.models.auto.modeling_auto import MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES
 
+from ..configuration_vaswani import SettingError
 from ..errors import UsageError, one_line
+from ..generation_vaswani import check_generation_settings
 from .files import (
     CONFIG,
     GENERATION_CONFIG,
@@ -211,9 +213,6 @@ def check_tokenizer_configs(folder: Path) -> None:
 def check_generation_config_file(path: str | os.PathLike, vocab_size: int | None = None) -> dict:
     """generation_config.json: a JSON object (not silently replaced by transformers' defaults) whose settings meet
     their declarations (`GENERATION_SETTINGS`, token ids within `vocab_size`); a UsageError names file and setting."""
-    from ..configuration_vaswani import SettingError
-    from ..generation_vaswani import check_generation_settings
-
     data = read_json(path, GENERATION_CONFIG)
     vocab = vocab_size if isinstance(vocab_size, int) and not isinstance(vocab_size, bool) else None
     try:
