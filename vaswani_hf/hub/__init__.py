@@ -7,20 +7,6 @@ from .card import (VASWANI_CARD, Architecture, CardVariant, count_parameters, co
 from .folder import add_handler, missing_code_files, save_hub_folder
 from .upload import check_folder, list_upload_files, push_folder
 
-__all__ = [
-    "render_model_card",
-    "write_model_card",
-    "read_card_inputs",
-    "normalize_metrics",
-    "count_parameters",
-    "count_parameters_in_folder",
-    "add_handler",
-    "list_upload_files",
-    "check_folder",
-    "push_folder",
-    "CardVariant",
-    "Architecture",
-    "VASWANI_CARD",
-    "save_hub_folder",
-    "missing_code_files",
-]
+__all__ = ["render_model_card", "write_model_card", "read_card_inputs", "normalize_metrics", "count_parameters",
+           "count_parameters_in_folder", "add_handler", "list_upload_files", "check_folder", "push_folder",
+           "CardVariant", "Architecture", "VASWANI_CARD", "save_hub_folder", "missing_code_files"]

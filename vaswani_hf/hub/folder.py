@@ -1,26 +1,22 @@
 """The Hub-ready model folder: everything a repository needs so that the model loads, translates and is described
-where this package is not installed, written in one place and appearing whole.
-
-`save_hub_folder` writes weights (safetensors), config.json with `auto_map` and `custom_pipelines`, the code files
-(transformers' `save_pretrained` copies the registered classes' files and their relative imports, the pipeline's
-included), the tokenizer, the paper's `generation_config.json`, the Inference Endpoints handler (`add_handler`), the
-caller's extra files and the model card. `missing_code_files` checks that a folder carries every code file its
-config.json needs under `trust_remote_code`: transformers copies them, but a folder assembled by hand (files copied
-from an older run) may lack one, and the upload refuses it instead of failing on the Hub.
+where this package is not installed (`save_hub_folder`), appearing whole; and `missing_code_files`, the code files a
+folder assembled by hand may lack under `trust_remote_code` (the upload refuses it instead of failing on the Hub).
 """
 
 from __future__ import annotations
 
-import ast
 import logging
 import os
 import shutil
+import symtable
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..generation_vaswani import default_generation_config
 from ..io import atomic_output_dir, check_output_dir, check_same_vocabulary, read_json
-from ..io.models import referenced_code_files, relative_imports
+from ..io.models import code_references, referenced_code_files, relative_imports
+from ..pipeline_vaswani import pipeline_settings, register_pipeline_tasks
 from ..tokenization import declare_plain_tokenizer
 from .card import PACKAGE_DIR, write_model_card
 
@@ -32,9 +28,8 @@ HUB_FOLDER = "Hub model folder"  # what save_hub_folder writes (its marker: vasw
 
 
 def add_handler(folder: str | os.PathLike) -> Path:
-    """Copy the Inference Endpoints custom handler (`EndpointHandler`) into `folder` as `handler.py`, and a
-    `requirements.txt` naming transformers 5 (the endpoint image may ship an older one) unless one exists.
-    Returns the handler's path."""
+    """Copy the Inference Endpoints handler into `folder` as `handler.py`, and a `requirements.txt` naming
+    transformers 5 (the endpoint image may ship an older one) unless one exists. Returns the handler's path."""
     folder = Path(folder)
     target = folder / "handler.py"
     shutil.copyfile(HANDLER_TEMPLATE, target)
@@ -45,58 +40,43 @@ def add_handler(folder: str | os.PathLike) -> Path:
 
 
 def missing_code_files(folder: str | os.PathLike, names: set[str] | None = None) -> list[str]:
-    """Problems that would stop `trust_remote_code` loading of `folder` (empty list: none): a code file that
-    config.json references (auto_map, custom_pipelines) is absent, or a present code file imports a sibling
-    (`from .x import`) that is absent, e.g. modeling_vaswani.py's generation_vaswani.py. `names`: the files that
-    will be there (default: the folder's files)."""
+    """Problems that would stop `trust_remote_code` loading of `folder` (empty list: none): a code file config.json
+    names, or a sibling a code file imports (`from .x import`), is absent, or lacks the class auto_map names.
+    `names`: the files that will be there (default: the folder's)."""
     folder = Path(folder)
     names = names if names is not None else {p.name for p in folder.iterdir() if p.is_file()}
     problems = []
     config = read_json(folder / "config.json", what="config.json") if "config.json" in names else {}
-    for name in referenced_code_files(config if isinstance(config, Mapping) else {}):
+    config = config if isinstance(config, Mapping) else {}
+    for name in referenced_code_files(config):
         if name not in names:
             problems.append(f"code file {name} referenced by config.json is missing")
     for name in sorted(n for n in names if n.endswith(".py")):
         for module in relative_imports(folder / name):
             if module not in names:
                 problems.append(f"{name} imports .{module[:-3]}, but {module} is not in the folder")
-    return problems + _undefined_references(folder, names, config if isinstance(config, Mapping) else {})
+    return problems + _undefined_references(folder, names, config)
 
 
 def _top_level_names(source: str) -> set[str] | None:
-    """Names a module defines at top level (classes, functions, assignments, imports); None if it does not parse
-    (the upload check names that file)."""
+    """Names a module defines at top level; None if it does not parse (the upload check names that file)."""
     try:
-        tree = ast.parse(source)
+        table = symtable.symtable(source, "<code file>", "exec")
     except (SyntaxError, ValueError):
         return None
-    defined = set()
-    for node in tree.body:
-        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            defined.add(node.name)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            defined |= {t.id for t in targets if isinstance(t, ast.Name)}
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            defined |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
-    return defined
+    return {symbol.get_name() for symbol in table.get_symbols() if symbol.is_assigned() or symbol.is_imported()}
 
 
 def _undefined_references(folder: Path, names: set[str], config: Mapping) -> list[str]:
-    """An auto_map entry "module.Class" whose module (present) does not define Class: trust_remote_code would fail
-    on the user's machine, not here."""
-    auto_map = config.get("auto_map") or {}
-    references = [ref for value in auto_map.values() for ref in (value if isinstance(value, list) else [value])
-                  if isinstance(ref, str) and "." in ref]
+    """A "module.Class" that config.json names whose (present) module does not define Class."""
     problems = []
-    for ref in sorted(set(references)):
-        module, _, attribute = ref.split("--")[-1].rpartition(".")
-        if f"{module}.py" not in names:
-            continue  # reported as missing
+    for module, attribute in sorted(code_references(config)):
+        if not attribute or f"{module}.py" not in names:
+            continue  # a missing module is reported as missing
         defined = _top_level_names((folder / f"{module}.py").read_text(encoding="utf-8", errors="replace"))
         if defined is not None and attribute not in defined:
-            problems.append(f"{folder / (module + '.py')} does not define {attribute}, which config.json's auto_map "
-                            "names; copy the code files again (save_hub_folder)")
+            problems.append(f"{folder / (module + '.py')} does not define {attribute}, which config.json names; "
+                            "copy the code files again (save_hub_folder)")
     return problems
 
 
@@ -104,21 +84,12 @@ def _minimal_model_card(scores: Mapping | None, training_info: Mapping | None, f
     """A plain README.md for when the real card cannot be rendered (e.g. the run has no languages or a score is not
     a number): the trained model must not be lost over its description."""
     info = dict(training_info or {})
-    lines = [
-        "---",
-        "library_name: transformers",
-        "tags: [translation, transformer, vaswani2017]",
-        f"language: [{info.get('source_lang', 'en')}, {info.get('target_lang', 'de')}]",
-        "---",
-        "",
-        f"# Transformer ({info.get('model_name', 'vaswani_hf')})",
-        "",
-        "The original Transformer (Vaswani et al., 2017, \"Attention Is All You Need\") trained with `vaswani_hf`.",
-        "Load with `AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)`.",
-        "",
-        "## Metrics",
-        "",
-    ]
+    lines = ["---", "library_name: transformers", "tags: [translation, transformer, vaswani2017]",
+             f"language: [{info.get('source_lang', 'en')}, {info.get('target_lang', 'de')}]", "---", "",
+             f"# Transformer ({info.get('model_name', 'vaswani_hf')})", "",
+             "The original Transformer (Vaswani et al., 2017, \"Attention Is All You Need\") trained with "
+             "`vaswani_hf`.",
+             "Load with `AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)`.", "", "## Metrics", ""]
     for name, value in sorted((scores or {}).items()):
         value = value.get("score") if isinstance(value, Mapping) else value
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -140,42 +111,23 @@ def _write_card(folder: Path, scores: Mapping | None, training_info: Mapping | N
     (folder / "README.md").write_text(_minimal_model_card(scores, training_info, folder), encoding="utf-8")
 
 
-def _unwrap(model):
-    """The model itself when `model` is a transformers `Trainer` (its possibly wrapped model, unwrapped)."""
-    if hasattr(model, "model") and hasattr(model, "args") and hasattr(model, "accelerator"):
-        return model.accelerator.unwrap_model(model.model)
-    return model
-
-
 def save_hub_folder(model, tokenizer, out_dir: str | os.PathLike, *, scores: Mapping | None = None,
                     training_info: Mapping | None = None, extra_files: Mapping[str, str | bytes] | None = None,
                     write_extra: Callable[[Path], Any] | None = None, overwrite: bool = False,
                     own: bool = False) -> Path:
-    """Write a Hub-ready model folder at `out_dir` and return it.
-
-    Contents: the model (weights, config with auto_map and custom_pipelines, code files) with the paper's decoding
-    settings as its generation config (Section 6.1, not the defaults Seq2SeqTrainer leaves there), the tokenizer,
-    the endpoint handler and requirements.txt (`add_handler`), `extra_files` (file name -> text or bytes), whatever
-    `write_extra(folder)` writes (e.g. plots), and the model card `write_model_card(folder, scores, training_info)`;
-    if the card cannot be rendered, a minimal README.md (with a warning). `model` may be a `Trainer` (its unwrapped
-    model is saved). With `source_lang` and `target_lang` in `training_info`, the model's config records the pair
-    (`langs`), so `pipeline("translation_en_to_de", model=folder, trust_remote_code=True)` works too, and the
-    pipeline checks `src_lang` / `tgt_lang` against it; config.json names the one pipeline task "translation", which
-    `pipeline(model=folder, trust_remote_code=True)` infers.
-
-    `out_dir` is checked first: a file, a non-empty folder without `overwrite`, or (with it) a folder that is not an
-    earlier Hub folder of this package (`HUB_FOLDER`; `own`: the caller's own earlier export, which it vouches for)
-    is a UsageError, and so is a tokenizer of another vocabulary than the model's. The folder is written beside it
-    and renamed into place, so it appears whole or not at all.
-    """
-    from ..generation_vaswani import default_generation_config
-    from ..pipeline_vaswani import pipeline_settings, register_pipeline_tasks
-
+    """Write a Hub-ready model folder at `out_dir` (checked first; replaced only if an earlier `HUB_FOLDER`, or with
+    `own` the caller's own export) and return it: the model (weights, config with auto_map and custom_pipelines, code
+    files saved by `save_pretrained`) with the paper's decoding settings (Section 6.1, not those Seq2SeqTrainer
+    leaves), the tokenizer (of the model's vocabulary), the endpoint handler, `extra_files` (name -> text or bytes),
+    what `write_extra(folder)` writes (plots), and the model card (a minimal README.md if it cannot be rendered).
+    `model` may be a `Trainer`. `training_info`'s `source_lang` / `target_lang` become the config's `langs`, so
+    `pipeline("translation_en_to_de", model=folder, trust_remote_code=True)` works and checks the pair."""
     out_dir = check_output_dir(out_dir, overwrite=overwrite, what="Hub folder", kind=None if own else HUB_FOLDER)
     for name in extra_files or {}:
         if Path(name).name != name or name in ("", ".", ".."):
             raise ValueError(f"extra_files: {name!r} is not a plain file name")
-    model = _unwrap(model)
+    if hasattr(model, "model") and hasattr(model, "args") and hasattr(model, "accelerator"):  # a Trainer
+        model = model.accelerator.unwrap_model(model.model)
     if tokenizer is not None:
         check_same_vocabulary(model, tokenizer)
     if getattr(model.config, "model_type", None) == "vaswani":

@@ -1,13 +1,7 @@
-"""Upload a model folder to the Hugging Face Hub: `HfApi.create_repo`, then `HfApi.upload_folder` in one commit with
-exactly the files `list_upload_files` lists (weights as safetensors, config with auto_map, code, tokenizer,
-generation config, metrics, card, handler; never checkpoints, optimizer states or pickled weights).
-
-`check_folder` refuses, before any network call (dry run included), a folder that would give an unusable
-repository (no or truncated weights, broken config.json, missing tokenizer, card or code file, a code file that does
-not compile, a JSON file that does not parse or has the wrong shape, out-of-bounds generation settings, a tokenizer
-that does not load or is not the model's) and an invalid repository id or revision. The token comes
-from the `token` argument, `HF_TOKEN` or the cached login (huggingface_hub resolves it) and is never printed;
-network and authentication failures are one-line `RunFailure`s.
+"""Upload a model folder to the Hugging Face Hub: `HfApi.upload_folder` in one commit with exactly the files
+`list_upload_files` lists (never checkpoints, optimizer states or pickled weights), after `check_folder` refused,
+before any network call (dry run included), a folder that would give an unusable repository. The token (argument,
+`HF_TOKEN` or the cached login) is never printed; network failures are one-line `RunFailure`s.
 """
 
 from __future__ import annotations
@@ -20,24 +14,21 @@ from pathlib import Path
 
 from huggingface_hub import ModelCard
 from huggingface_hub.errors import HTTPError
+from transformers import AutoTokenizer
 
-from ..io import RunFailure, UsageError, check_model_folder, check_safetensors, read_json
-from ..io import check_same_vocabulary
-from ..io.models import declared_files
-from ..io.files import COUNT, SPECIAL_TOKENS_MAP, TOKENIZER_CONFIG, FileShape, Obj, check_shape
+from ..io import RunFailure, UsageError, check_model_folder, check_same_vocabulary, read_json
+from ..io.files import COUNT, FileShape, Obj, check_shape
+from ..io.models import check_special_ids, declared_files
 from .card import METRICS_FILE
 from .ids import repo_id_problem
 from .folder import missing_code_files
 
-# What is uploaded: the model folder's declared files (`io.models.declared_files`: the model's, the code its
-# config.json needs, the card, endpoint handler and run report); anything else (checkpoints, optimizer states,
-# pickled weights, logs, a stray *.py) stays local and is named by the dry run. The upload sends exactly the list
-# the dry run shows, not patterns.
 DEFAULT_COMMIT_MESSAGE = "Upload Vaswani Transformer (weights, code, tokenizer, card)"
 
 
 def list_upload_files(model_dir: str | os.PathLike) -> list[tuple[str, int]]:
-    """`[(path in repo, size in bytes)]` of the files `push_folder` uploads from `model_dir`, sorted."""
+    """`[(path in repo, size in bytes)]` of the files `push_folder` uploads from `model_dir`, sorted: its declared
+    files (`io.models.declared_files`); anything else stays local and is named by the dry run."""
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise UsageError(f"model folder not found: {model_dir}" if not model_dir.exists()
@@ -46,99 +37,58 @@ def list_upload_files(model_dir: str | os.PathLike) -> list[tuple[str, int]]:
     return [(name, (model_dir / name).stat().st_size) for name in chosen]
 
 
-def _weight_problems(model_dir: Path, names: set[str]) -> list[str]:
-    """No safetensors weights, or truncated / corrupt ones (each file checked against its header; a shard the index
-    names but the folder lacks: `check_model_folder`, in `_strict_problems`)."""
-    shards = sorted(n for n in names if n.endswith(".safetensors"))
-    if not shards:
-        extra = " (pickled pytorch_model.bin is not uploaded: save with safetensors)" if (
-            model_dir / "pytorch_model.bin").exists() else ""
-        return [f"no safetensors weights{extra}"]
-    problems = []
-    for name in shards:
-        try:
-            check_safetensors(model_dir / name)
-        except UsageError as error:
-            problems.append(str(error))
-    return problems
-
-
-def _tokenizer_problems(model_dir: Path, names: set[str], config: dict) -> list[str]:
-    """No tokenizer, a broken tokenizer.json, or one of another vocabulary than the model's."""
-    if "tokenizer.json" not in names and "tokenizer_config.json" not in names:
-        return ["no tokenizer files (save the tokenizer into the folder)"]
-    if "tokenizer.json" not in names:
-        return []
-    try:
-        read_json(model_dir / "tokenizer.json", what="tokenizer.json")
-        if isinstance(config.get("vocab_size"), int):
-            check_same_vocabulary(model_dir, model_dir)
-    except UsageError as error:
-        return [str(error)]
-    return []
-
-
-def _card_problems(model_dir: Path, names: set[str]) -> list[str]:
-    if "README.md" not in names:
-        return ["no README.md model card (vaswani_hf.hub.write_model_card writes one)"]
-    try:
-        ModelCard((model_dir / "README.md").read_text(encoding="utf-8"))
-    except Exception as error:  # noqa: BLE001 - report any parse error of the card
-        return [f"README.md metadata does not parse: {' '.join(str(error).split())}"]
-    return []
-
-
 def check_folder(model_dir: str | os.PathLike, files: list[tuple[str, int]] | None = None, *,
                  repo_id: str | None = None, revision: str | None = None) -> list[str]:
     """Problems that would make the uploaded repository unusable (empty list: none), each naming its file: an
-    invalid `repo_id` or `revision` (git's branch-name rules), a missing or broken config.json, missing or truncated
-    safetensors weights, no tokenizer, a tokenizer of another vocabulary than the model's or that transformers
-    cannot load, no or unparsable card, a code file that config.json or another code file needs but that is absent,
-    that does not compile or lacks the class auto_map names, an uploaded *.json that does not parse or lacks its
-    declared shape (`UPLOAD_JSON_SHAPES`), generation settings out of their declared bounds."""
+    invalid `repo_id` or `revision`, an uploaded *.json or *.py that does not parse or compile (`_file_problems`), no
+    or an unparsable card, what loading refuses (`check_model_folder`: config.json, weights, tokenizer files,
+    generation settings; a tokenizer of another vocabulary), a code file that config.json or another code file needs
+    but that is absent or lacks the class auto_map names, and a tokenizer that transformers cannot load or whose
+    special tokens are not the config's."""
     model_dir = Path(model_dir)
     names = {name for name, _ in (files if files is not None else list_upload_files(model_dir))}
     problems = []
     problem = None if repo_id is None else repo_id_problem(repo_id)
     if problem:
         problems.append(f"repository id {repo_id!r} is invalid ({problem}); give 'name' or 'namespace/name'")
-    problems += [p for p in [revision_problem(revision)] if p]
-    problems += _file_problems(model_dir, names)
-    if "config.json" not in names:
-        return problems + [f"{model_dir} has no config.json"]
+    problems += [p for p in [revision_problem(revision)] if p] + _file_problems(model_dir, names)
+    if "README.md" not in names:
+        problems.append("no README.md model card (vaswani_hf.hub.write_model_card writes one)")
+    else:
+        try:
+            ModelCard((model_dir / "README.md").read_text(encoding="utf-8"))
+        except Exception as error:  # noqa: BLE001 - report any parse error of the card
+            problems.append(f"README.md metadata does not parse: {' '.join(str(error).split())}")
     try:
-        config = read_json(model_dir / "config.json", what="config.json")
+        config = read_json(check_model_folder(model_dir) / "config.json")
+        check_same_vocabulary(model_dir, model_dir)
     except UsageError as error:
         return problems + [str(error)]
-    if not isinstance(config, dict) or "model_type" not in config:
-        return problems + [f"{model_dir / 'config.json'} has no model_type; it is not a transformers model config"]
-    problems += _weight_problems(model_dir, names)
-    problems += _tokenizer_problems(model_dir, names, config)
-    problems += _card_problems(model_dir, names)
-    if config.get("model_type") == "vaswani":
-        auto_map = config.get("auto_map") or {}
-        if "AutoConfig" not in auto_map or "AutoModelForSeq2SeqLM" not in auto_map:
-            problems.append("config.json has no auto_map for AutoConfig/AutoModelForSeq2SeqLM (import vaswani_hf "
-                            "before save_pretrained: it registers the classes for remote code)")
+    if config.get("model_type") == "vaswani" and not {"AutoConfig", "AutoModelForSeq2SeqLM"} <= set(
+            config.get("auto_map") or {}):
+        problems.append("config.json has no auto_map for AutoConfig/AutoModelForSeq2SeqLM (import vaswani_hf "
+                        "before save_pretrained: it registers the classes for remote code)")
     problems += missing_code_files(model_dir, names)
-    if not problems:  # the loaders' own checks, once the folder is complete (each problem is named once)
-        problems += _strict_problems(model_dir, config)
-    return problems
+    if problems:
+        return problems
+    try:  # the tokenizer as transformers loads it, whose special tokens must be the config's ids
+        check_special_ids(config, AutoTokenizer.from_pretrained(str(model_dir)), str(model_dir))
+    except UsageError as error:
+        return [str(error)]
+    except Exception as error:  # noqa: BLE001 - transformers raises many kinds on a broken tokenizer file
+        return [f"{model_dir}: the tokenizer (tokenizer.json, tokenizer_config.json) does not load "
+                f"({' '.join(str(error).split())[:200]}); save the tokenizer into the folder again"]
+    return []
 
 
-# The declared shape of the JSON files uploaded beside the model that no loader checks when the folder is written
-# (config.json, generation_config.json, tokenizer.json and the weights index are the model folder's own:
-# `check_model_folder`). Any other *.json uploaded must at least parse.
+# The declared shape of the JSON files uploaded beside the model that no loader checks (the model folder's own are
+# `check_model_folder`'s). Any other *.json uploaded must at least parse.
 _FIX = "write the folder again (save_hub_folder / vaswani-train) or fix the file"
 UPLOAD_JSON_SHAPES = {
-    METRICS_FILE: FileShape(METRICS_FILE, Obj(), _FIX),
-    "training_metrics.json": FileShape("training_metrics.json", Obj(), _FIX),
-    **{name: FileShape(name, Obj(), _FIX) for name in (
-        "all_results.json", "eval_results.json", "train_results.json", "test_results.json", "scores.json")},
-    "tokenizer_config.json": TOKENIZER_CONFIG,  # the loaders' own declarations (io.files)
-    "special_tokens_map.json": SPECIAL_TOKENS_MAP,
-    "added_tokens.json": FileShape("added_tokens.json", Obj(extra=COUNT), _FIX),
-    "vocab.json": FileShape("vocab.json", Obj(extra=COUNT), _FIX),
+    **{name: FileShape(name, Obj(), _FIX) for name in (METRICS_FILE, "training_metrics.json", "all_results.json",
+                                                       "eval_results.json", "train_results.json", "test_results.json",
+                                                       "scores.json")},
+    **{name: FileShape(name, Obj(extra=COUNT), _FIX) for name in ("added_tokens.json", "vocab.json")},
 }
 # git check-ref-format's rules for a branch name (huggingface_hub does not validate revisions before a request)
 _BAD_REF_CHARACTERS = set(" ~^:?*[\\\x7f") | {chr(i) for i in range(32)}
@@ -164,7 +114,9 @@ def revision_problem(revision: str | None) -> str | None:
     return f"revision {revision!r} is not a valid branch name ({problem}); give a name such as 'main' or 'v1'"
 
 
-_CHECKED_ELSEWHERE = {"config.json", "tokenizer.json", "model.safetensors.index.json"}  # check_folder's own checks
+# The model folder's own files: `check_model_folder` reads them (each problem is named once)
+_CHECKED_ELSEWHERE = {"config.json", "tokenizer.json", "model.safetensors.index.json", "generation_config.json",
+                      "tokenizer_config.json", "special_tokens_map.json"}
 
 
 def _file_problems(model_dir: Path, names: set[str]) -> list[str]:
@@ -189,43 +141,12 @@ def _file_problems(model_dir: Path, names: set[str]) -> list[str]:
     return problems
 
 
-def _strict_problems(model_dir: Path, config: dict) -> list[str]:
-    """The checks loading does, before any upload: the model folder (`check_model_folder`: config fields, weights,
-    tokenizer.json), generation_config.json's settings against their declarations, and the tokenizer as
-    transformers loads it, whose special tokens must be the config's ids."""
-    from ..configuration_vaswani import SettingError
-
-    try:
-        check_model_folder(model_dir)  # generation_config.json included (io.models.check_generation_config_file)
-    except (UsageError, SettingError) as error:
-        return [str(error)]
-    return _loaded_tokenizer_problems(model_dir, config)
-
-
-def _loaded_tokenizer_problems(model_dir: Path, config: dict) -> list[str]:
-    from transformers import AutoTokenizer
-
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    except Exception as error:  # noqa: BLE001 - transformers raises many kinds on a broken tokenizer file
-        return [f"{model_dir}: the tokenizer (tokenizer.json, tokenizer_config.json) does not load "
-                f"({' '.join(str(error).split())[:200]}); save the tokenizer into the folder again"]
-    problems = []
-    for name in ("eos_token_id", "pad_token_id", "bos_token_id"):
-        expected, got = config.get(name), getattr(tokenizer, name, None)
-        expected = expected[0] if isinstance(expected, list) and expected else expected
-        if isinstance(expected, int) and got is not None and got != expected:
-            problems.append(f"{model_dir / 'tokenizer_config.json'}: the tokenizer's {name} is {got} but "
-                            f"config.json says {expected}; the tokenizer is not the model's: save it again")
-    return problems
-
-
-def _format_size(size: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
+def _format_size(size: float) -> str:
+    for unit in ("B", "KB", "MB"):
+        if size < 1024:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
-    return str(size)
+    return f"{size:.1f} GB"
 
 
 def _print_dry_run(model_dir: Path, files, repo_id: str, private: bool, revision: str | None, out) -> None:
@@ -264,15 +185,10 @@ def push_folder(
     commit_description: str | None = None,
     out=None,
 ):
-    """Upload the files of `list_upload_files(model_dir)` to `repo_id` in ONE commit (`HfApi.upload_folder`).
-
-    Creates the repository if needed (`private` applies only then) and the branch `revision` if it does not exist.
-    The token is `token`, else `HF_TOKEN`, else the cached login (`hf auth login`); it is never printed.
-    With `dry_run`, prints and returns the files (path, size) without any network call.
-    Returns the `CommitInfo` of the commit (or the file list for a dry run). Raises UsageError (a ValueError) if the
-    folder or the repo id would give an unusable repository (see `check_folder`), RunFailure (a RuntimeError) without
-    a token or when the Hub cannot be reached or refuses the upload.
-    """
+    """Upload the files of `list_upload_files(model_dir)` to `repo_id` in ONE commit, creating the repository
+    (`private` applies only then) and the branch `revision` if needed; returns the `CommitInfo`. With `dry_run`,
+    prints and returns the files (path, size) without any network call. Raises UsageError (`check_folder`'s
+    problems), RunFailure without a token or when the Hub cannot be reached or refuses the upload."""
     from huggingface_hub import HfApi, get_token
 
     out = out or sys.stdout

@@ -1,48 +1,16 @@
-"""Files in and out, in one place: every tool and loader of vaswani_hf reads text, checks and loads model folders and
-guards its outputs through this package, so each rule is written once.
-
-- `io.text`: the one text reader and writer (strict UTF-8 naming file and line, BOM, CRLF/CR, one item per line),
-  JSON, what counts as an input file.
-- `io.outputs`: what a command may write (an output never is, contains or lies inside an input; only regular files
-  and folders this package wrote are replaced, with `--overwrite`), atomic writes with the umask's modes, the run
-  folder's lock.
-- `io.files`: the declared shape of every file the package reads (config.json, trainer_state.json, tokenizer.json,
-  safetensors headers, CTranslate2 folders, ...), checked when it is read: one line naming the file and the field.
-- `io.models`: model folders, checked cheaply and loaded strictly; tokenizer and weights of one vocabulary.
-
-The errors they raise (`UsageError`: exit status 2; `RunFailure`: 1) are `vaswani_hf.errors`'; the command-line
-contract that reports them is `vaswani_hf.cli.contract`.
+"""Files in and out, in one place, so each rule is written once: `io.text` (the one text and JSON reader and
+writer), `io.outputs` (what a command may write, atomically, one run at a time), `io.files` (the declared shape of
+every file the package reads, one line naming file and field) and `io.models` (model folders, checked cheaply and
+loaded strictly). Their errors are `vaswani_hf.errors`' (`UsageError`: exit 2; `RunFailure`: 1).
 """
 
 from ..errors import STDIO, InputLineError, RunFailure, UsageError, VaswaniError
 from . import files
 from .files import FileShape, check_ctranslate2_folder, check_shape, check_tokenizer_file
-from .models import (
-    WEIGHTS,
-    WEIGHTS_INDEX,
-    check_generation_config_file,
-    check_model_folder,
-    check_safetensors,
-    check_same_vocabulary,
-    load_model_folder,
-    model_vocab_size,
-    tokenizer_size,
-)
-from .outputs import (
-    MARKER,
-    FolderLock,
-    apply_umask,
-    atomic_output_dir,
-    check_output_dir,
-    check_output_file,
-    check_paths,
-    folder_in_use,
-    file_kind,
-    path_kind,
-    fsync_tree,
-    replace_atomically,
-    written_by,
-)
+from .models import (WEIGHTS, WEIGHTS_INDEX, check_generation_config_file, check_model_folder, check_safetensors,
+                     check_same_vocabulary, load_model_folder, model_vocab_size, tokenizer_size)
+from .outputs import (MARKER, FolderLock, apply_umask, atomic_output_dir, check_output_dir, check_output_file,
+                      check_paths, file_kind, folder_in_use, fsync_tree, path_kind, replace_atomically, written_by)
 from .text import check_input_file, iter_lines, read_json, read_lines, to_json, write_json, write_lines
 
 __all__ = [

@@ -1,13 +1,9 @@
-"""Model folders: checked cheaply before anything is loaded, then loaded strictly.
+"""Model folders (written by `save_pretrained`): checked cheaply before anything is loaded, then loaded strictly.
 
-A folder written by `save_pretrained`: config.json, safetensors weights, tokenizer. A missing, truncated or broken
-file is named in one line before anything is loaded. Loading is strict: every tensor the config's model needs is in
-the weights, every tensor of the weights is used, and their shapes agree (transformers only logs a report and
-initialises missing layers at random, which would translate with a dropped or random layer); the tokenizer's
-vocabulary fits the model's; a config.json whose fields have the wrong type is named as such. Before transformers
-reads anything: config.json is this model's (model_type "vaswani"), the tokenizer files and generation_config.json
-have their declared shapes and settings, every weight tensor is floating point; after loading, every weight is finite
-(a NaN from a diverged run would translate to empty lines).
+A missing, truncated or broken file is named in one line before transformers reads anything. Loading is strict: the
+weights hold exactly the tensors the config's model needs, of its shapes (transformers only logs a report and
+initialises missing layers at random), every weight is finite (a NaN from a diverged run translates to empty lines),
+and the tokenizer is the model's vocabulary.
 """
 
 from __future__ import annotations
@@ -21,7 +17,11 @@ import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from transformers.models.auto.modeling_auto import MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES
+
+from ..configuration_vaswani import SettingError
 from ..errors import UsageError, one_line
+from ..generation_vaswani import check_generation_settings
 from .files import (
     CONFIG,
     GENERATION_CONFIG,
@@ -50,17 +50,18 @@ HUB_FILES = ("README.md", "handler.py", "requirements.txt", "metrics.json", "tra
 _RELATIVE_IMPORT = re.compile(r"^\s*from\s+\.([A-Za-z_][A-Za-z0-9_]*)\s+import\s", re.MULTILINE)
 
 
-def referenced_code_files(config: Mapping) -> list[str]:
-    """The code files a config.json names: the modules of `auto_map` entries ("module.Class", or
-    "repo--module.Class") and of `custom_pipelines` implementations."""
+def code_references(config: Mapping) -> set[tuple[str, str]]:
+    """(module, class) of the code a config.json names: `auto_map` entries ("[repo--]module.Class") and
+    `custom_pipelines` implementations (class "" where a reference names none)."""
     auto_map = config.get("auto_map") or {}
-    references = [ref for value in auto_map.values() for ref in (value if isinstance(value, list) else [value])
-                  if isinstance(ref, str)]
-    for pipeline in (config.get("custom_pipelines") or {}).values():
-        impl = pipeline.get("impl") if isinstance(pipeline, Mapping) else None
-        if impl:
-            references.append(impl)
-    return sorted({f"{ref.split('--')[-1].rsplit('.', 1)[0]}.py" for ref in references})
+    references = [ref for value in auto_map.values() for ref in (value if isinstance(value, list) else [value])]
+    references += [p.get("impl") for p in (config.get("custom_pipelines") or {}).values() if isinstance(p, Mapping)]
+    return {tuple((ref.split("--")[-1].rsplit(".", 1) + [""])[:2]) for ref in references if isinstance(ref, str)}
+
+
+def referenced_code_files(config: Mapping) -> list[str]:
+    """The code files a config.json names (`code_references`)."""
+    return sorted({f"{module}.py" for module, _ in code_references(config)})
 
 
 def relative_imports(path: Path) -> list[str]:
@@ -69,8 +70,8 @@ def relative_imports(path: Path) -> list[str]:
 
 
 def code_files(folder: Path) -> list[str]:
-    """The code files of `folder` that `trust_remote_code` loads: those its config.json names and, transitively,
-    their relative imports (present ones; `vaswani_hf.hub.missing_code_files` names the absent)."""
+    """The present code files of `folder` that `trust_remote_code` loads: those config.json names and, transitively,
+    their relative imports (`vaswani_hf.hub.missing_code_files` names the absent)."""
     try:
         config = read_json(folder / "config.json", CONFIG) if (folder / "config.json").is_file() else {}
     except UsageError:
@@ -106,10 +107,9 @@ def declared_files(folder: str | os.PathLike) -> tuple[list[str], list[str]]:
 
 def copy_model_files(source: str | os.PathLike, target: str | os.PathLike, *, only: Iterable[str] = MODEL_FILES,
                      exclude: Iterable[str] = (), known: Iterable[str] = ()) -> list[str]:
-    """Copy the declared files of model folder `source` (`declared_files`) that match `only` (default: the model's
-    and its code) and not `exclude` (written by the caller instead) into `target`; log one line naming what was left
-    out as undeclared (a count and the first names), except entries matching `known` (a checkpoint's training
-    state). Returns the names copied."""
+    """Copy the declared files of `source` that match `only` (default: the model's and its code) and not `exclude`
+    into `target`, and log one line naming what was left out, except entries matching `known` (a checkpoint's
+    training state). Returns the names copied."""
     source, target = Path(source), Path(target)
     kept, left = declared_files(source)
     code = code_files(source) if only is MODEL_FILES else []
@@ -130,12 +130,10 @@ def _looks_like_hub_id(text: str) -> bool:
 
 
 def check_model_folder(path: str | os.PathLike, *, what: str = "model folder", tokenizer: bool = True) -> Path | str:
-    """A saved model folder, checked cheaply (no weights are loaded): config.json (of model_type "vaswani"),
-    generation_config.json, tokenizer_config.json / special_tokens_map.json and tokenizer.json (with `tokenizer`)
-    have their declared shapes (`vaswani_hf.io.files`), the safetensors weights are complete, agree with their
-    header and are floating point. Returns the folder, or the
-    text itself for a Hub id (`org/name`) that is not a local path: loading checks that one. Raises UsageError
-    naming the missing or broken file."""
+    """A saved model folder, checked cheaply (no weights are loaded): config.json (this model's), generation and
+    tokenizer files have their declared shapes (`vaswani_hf.io.files`), the safetensors weights are complete and
+    floating point. Returns the folder, or the text itself for a Hub id (`org/name`), which loading checks. Raises
+    UsageError naming the missing or broken file."""
     if isinstance(path, str) and _looks_like_hub_id(path):
         return path
     folder = Path(path)
@@ -174,17 +172,13 @@ MODEL_TYPE, ARCHITECTURE = "vaswani", "VaswaniForConditionalGeneration"
 
 
 def check_vaswani_config(config: dict, path: Path) -> None:
-    """A config.json of this package's model (model_type "vaswani", architectures this model's class), or of one of
-    transformers' own translation models that names its class (a `MarianMTModel` export, which the decoding and
-    evaluation tools also take). Anything else -- another model's type over our weights, a typo -- would be loaded
-    by transformers as that model (a long load report and a traceback) or refused with advice about
-    trust_remote_code."""
+    """A config.json of this model, or of one of transformers' translation models that names its class (a
+    `MarianMTModel` export, which the decoding tools also take); anything else would load as another model (a long
+    load report and a traceback) or be refused with advice about trust_remote_code."""
     model_type, names = config.get("model_type"), config.get("architectures")
     if model_type == MODEL_TYPE:
         expected = ARCHITECTURE
     else:
-        from transformers.models.auto.modeling_auto import MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES
-
         expected = MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES.get(model_type) if isinstance(model_type, str) \
             else None
         if expected is None or names is None:
@@ -197,8 +191,8 @@ def check_vaswani_config(config: dict, path: Path) -> None:
 
 
 def check_tokenizer_configs(folder: Path) -> None:
-    """tokenizer_config.json and special_tokens_map.json of a folder, where present, of their declared shapes
-    (`vaswani_hf.io.files`): transformers reads them with tracebacks on a wrong field."""
+    """tokenizer_config.json and special_tokens_map.json, where present, of their declared shapes, naming tokens of
+    tokenizer.json (transformers reads them with tracebacks on a wrong field)."""
     vocabulary = None
     for name, shape in (("tokenizer_config.json", TOKENIZER_CONFIG), ("special_tokens_map.json", SPECIAL_TOKENS_MAP)):
         if not (folder / name).is_file():
@@ -217,12 +211,8 @@ def check_tokenizer_configs(folder: Path) -> None:
 
 
 def check_generation_config_file(path: str | os.PathLike, vocab_size: int | None = None) -> dict:
-    """generation_config.json of a model folder: a JSON object (a file that is not one is refused, not silently
-    replaced by transformers' defaults), then its settings against their declarations (`GENERATION_SETTINGS`, token
-    ids within `vocab_size`), as a UsageError naming the file and the setting."""
-    from ..configuration_vaswani import SettingError
-    from ..generation_vaswani import check_generation_settings
-
+    """generation_config.json: a JSON object (not silently replaced by transformers' defaults) whose settings meet
+    their declarations (`GENERATION_SETTINGS`, token ids within `vocab_size`); a UsageError names file and setting."""
     data = read_json(path, GENERATION_CONFIG)
     vocab = vocab_size if isinstance(vocab_size, int) and not isinstance(vocab_size, bool) else None
     try:
@@ -247,9 +237,8 @@ def check_weight_dtypes(header: dict, path: Path) -> None:
 
 
 def check_finite_weights(tensors, path) -> None:
-    """Every floating tensor of `tensors` ({name: tensor}) holds only finite values: NaN or infinity (a diverged
-    run, a damaged file) would translate to empty lines and average into every checkpoint without an error.
-    One reduction per tensor (cheap next to reading the file)."""
+    """Every floating tensor of `tensors` ({name: tensor}) is finite: NaN or infinity (a diverged run, a damaged file)
+    would translate to empty lines and average into every checkpoint without an error."""
     import torch
 
     for name, tensor in tensors.items():
@@ -261,9 +250,7 @@ def check_finite_weights(tensors, path) -> None:
 def load_model_folder(path: str | os.PathLike, *, device=None, dtype=None, trust_remote_code: bool = False,
                       what: str = "model folder", **model_kwargs):
     """(model in eval mode on `device`, tokenizer) from a checked model folder or a Hub id, through transformers'
-    Auto classes (this package registers its classes when imported; `trust_remote_code` is for folders of models
-    whose code is not installed), loaded strictly (see the module docstring). `dtype`: the weights' dtype
-    (torch.dtype or None for float32)."""
+    Auto classes, loaded strictly (see the module docstring). `dtype`: None for float32."""
     import torch
     from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
@@ -288,15 +275,14 @@ def load_model_folder(path: str | os.PathLike, *, device=None, dtype=None, trust
     check_loading_report(report, where)
     check_finite_weights(dict(model.named_parameters()), source / WEIGHTS if isinstance(source, Path) else where)
     check_same_vocabulary(model, tokenizer)
-    check_special_ids(model, tokenizer, where)
+    check_special_ids(model.config, tokenizer, where)
     if device is not None:
         model = model.to(device)
     return model.eval(), tokenizer
 
 
 def check_loading_report(report: dict, where: str) -> None:
-    """Refuse a load that left tensors of the model uninitialised or tensors of the weights unused (a config.json
-    with one layer fewer or more than the weights)."""
+    """Refuse a load that left tensors of the model uninitialised or of the weights unused (a layer more or fewer)."""
     for key, meaning in (("missing_keys", "missing from the weights (they would be random)"),
                          ("unexpected_keys", "in the weights but not in the model config.json describes"),
                          ("mismatched_keys", "of another shape than config.json says")):
@@ -307,12 +293,13 @@ def check_loading_report(report: dict, where: str) -> None:
                              "and model.safetensors come from different models: save the model again")
 
 
-def check_special_ids(model, tokenizer, where: str) -> None:
-    """The tokenizer's padding and </s> are the model's (config.json): a tokenizer_config.json naming another token
-    would pad sources with a token the encoder attends to, or end sentences the model never ends."""
-    for name in ("pad_token_id", "eos_token_id"):
-        ours, theirs = getattr(model.config, name, None), getattr(tokenizer, name, None)
-        ours = ours[0] if isinstance(ours, list) and ours else ours
+def check_special_ids(config, tokenizer, where: str) -> None:
+    """The tokenizer's padding, <s> and </s> are the model's (`config`: config.json as a mapping, or a config): a
+    tokenizer_config.json naming another token would pad sources with a token the encoder attends to, or end
+    sentences the model never ends."""
+    for name in ("pad_token_id", "eos_token_id", "bos_token_id"):
+        ours = config.get(name) if isinstance(config, Mapping) else getattr(config, name, None)
+        ours, theirs = ours[0] if isinstance(ours, list) and ours else ours, getattr(tokenizer, name, None)
         if ours is not None and theirs is not None and ours != theirs:
             raise UsageError(f"{where}: the tokenizer's {name} is {theirs} but config.json's is {ours}; the "
                              "tokenizer files (tokenizer_config.json, special_tokens_map.json) do not belong to this "
@@ -331,8 +318,7 @@ def check_special_ids(model, tokenizer, where: str) -> None:
 
 
 def tokenizer_size(tokenizer) -> int:
-    """Number of tokens of a tokenizer object, or of the tokenizer saved in a folder (added tokens included, as
-    `len(tokenizer)` counts them)."""
+    """`len(tokenizer)` of a tokenizer object or of the tokenizer saved in a folder (added tokens included)."""
     if not isinstance(tokenizer, (str, os.PathLike)):
         return len(tokenizer)
     folder = Path(tokenizer)
@@ -360,9 +346,8 @@ def _label(source, what: str) -> str:
 
 
 def check_same_vocabulary(model, tokenizer) -> None:
-    """UsageError, in one line naming both (folders or "the given ...") and both sizes, unless the tokenizer has
-    exactly as many tokens as the model's vocabulary. `model`: a model object or folder; `tokenizer`: a tokenizer
-    object or folder."""
+    """UsageError naming both and both sizes unless the tokenizer (object or folder) has exactly as many tokens as the
+    model's (object or folder) vocabulary."""
     tokens, rows = tokenizer_size(tokenizer), model_vocab_size(model)
     if tokens != rows:
         raise UsageError(f"{_label(tokenizer, 'tokenizer')} has {tokens} tokens but {_label(model, 'model')} has "

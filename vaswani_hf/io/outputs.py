@@ -1,17 +1,12 @@
 """Outputs: what a command may write, decided before any work; written atomically with the user's umask.
 
-The rules, each written once here and applied to every path a command declares:
-- `check_paths(inputs, outputs)`: an output never is, contains or lies inside an input (or another output), whatever
-  `--overwrite` says: `--overwrite` means "replace my previous output", never "delete my input". Paths are compared
-  after following symbolic links, so a link to an input is the input.
-- `check_output_file`: an output file is absent, or (with `overwrite`) a regular file; a symbolic link, a device, a
-  FIFO or a socket is never replaced by a file.
-- `check_output_dir`: an output folder is absent or empty, or (with `overwrite`) a folder that this package wrote as
-  the same kind of output: every folder a tool writes carries a small marker (`MARKER`) naming what it is, and a
-  folder without it (a model folder downloaded from the Hub, a corpus folder, a parent of the input) is not replaced.
-- `replace_atomically`: the new file or folder appears whole, in one rename, with the modes the umask gives (not the
-  0600/0700 of temporary files), flushed to disk.
-- `FolderLock`: one run at a time writes into a training run's folder, or into an output folder (`atomic_output_dir`).
+- `check_paths`: an output never is, contains or lies inside an input (links followed) or another output, whatever
+  `--overwrite` says: it means "replace my previous output", never "delete my input".
+- `check_output_file` / `check_output_dir`: an output is absent (or an empty folder), or with `overwrite` a regular
+  file, or a folder this package wrote as the same kind of output (its `MARKER`): a link, a device, a downloaded
+  model folder or a corpus folder is never replaced.
+- `replace_atomically`: the new file or folder appears whole, in one rename, with the umask's modes, flushed to disk.
+- `FolderLock`: one run at a time writes into a folder.
 """
 
 from __future__ import annotations
@@ -31,14 +26,6 @@ from ..errors import STDIO, UsageError
 MARKER = ".vaswani_hf.json"  # {"written_by": KIND}: what wrote this folder (see check_output_dir)
 
 
-def _resolved(path: Path, what: str) -> Path:
-    """`path` with every symbolic link followed (as far as it exists); a link loop is a UsageError naming it."""
-    try:
-        return Path(os.path.realpath(path, strict=False))
-    except OSError as error:
-        raise UsageError(f"{what} {path}: {os.strerror(error.errno) if error.errno else error}") from None
-
-
 def _loop_check(path: Path, what: str) -> None:
     try:
         path.resolve(strict=False)
@@ -49,10 +36,9 @@ def _loop_check(path: Path, what: str) -> None:
 
 def check_paths(inputs: Mapping[str, str | os.PathLike | None],
                 outputs: Mapping[str, str | os.PathLike | None]) -> None:
-    """Refuse, before any work, an output that is, contains or lies inside an input or another output, and
-    standard input (or output), "-", named by more than one input (or output): it is one stream. `inputs` and
-    `outputs` map what the command line calls each path (a flag, a recipe key) to the path; None, "-" and paths that
-    name nothing local (a Hub id) are skipped for inputs that do not exist."""
+    """Refuse an output that is, contains or lies inside an input or another output, and "-" named by two inputs (or
+    outputs): it is one stream. `inputs`, `outputs`: {flag or recipe key: path}; None is skipped, and so is an input
+    that does not exist (a Hub id)."""
     for role, paths in (("inputs", inputs), ("outputs", outputs)):
         streams = [name for name, p in paths.items() if p is not None and str(p) == STDIO]
         if len(streams) > 1:
@@ -63,8 +49,8 @@ def check_paths(inputs: Mapping[str, str | os.PathLike | None],
     outs = {name: Path(p) for name, p in outputs.items() if p is not None and str(p) != STDIO}
     for name, path in {**ins, **outs}.items():
         _loop_check(path, name)
-    real_in = {name: _resolved(p, name) for name, p in ins.items() if os.path.lexists(p)}
-    real_out = {name: _resolved(p, name) for name, p in outs.items()}
+    real_in = {name: Path(os.path.realpath(p)) for name, p in ins.items() if os.path.lexists(p)}
+    real_out = {name: Path(os.path.realpath(p)) for name, p in outs.items()}
     for out_name, out in real_out.items():
         for in_name, inp in real_in.items():
             relation = _relation(out, inp)
@@ -103,8 +89,7 @@ def file_kind(mode: int) -> str:
 
 
 def path_kind(path: str | os.PathLike) -> str:
-    """What `path` is, as a message says it: "a file", "a folder", "a character device", ..., "a symbolic link to a
-    folder", "a symbolic link to nothing", "a symbolic-link loop", or "nothing"."""
+    """What `path` is, as a message says it: "a file", "a FIFO", "a symbolic link to a folder", "nothing", ..."""
     p = Path(path)
     if p.is_symlink():
         try:
@@ -119,16 +104,14 @@ def path_kind(path: str | os.PathLike) -> str:
 
 
 def _existing_kind(path: Path) -> str | None:
-    """What `path` is (`path_kind`) when it is a symbolic link, or exists and is neither a regular file nor a folder;
-    else None."""
+    """`path_kind(path)` for a link or something neither file nor folder; else None."""
     if path.is_symlink() or (os.path.lexists(path) and not (path.is_file() or path.is_dir())):
         return path_kind(path)
     return None
 
 
 def _check_parent(path: Path, what: str) -> None:
-    """The nearest existing folder above `path` (a link to a folder counts) is a folder we may write into; anything
-    else there (a file, a device, a dangling link) is named."""
+    """The nearest existing folder above `path` is a folder we may write into; anything else there is named."""
     for parent in path.absolute().parents:
         if os.path.lexists(parent):
             if not parent.is_dir():
@@ -139,8 +122,7 @@ def _check_parent(path: Path, what: str) -> None:
 
 
 def check_output_file(path: str | os.PathLike, *, overwrite: bool = False, what: str = "output file") -> Path:
-    """`path` can be written: not a folder, its folder exists, and it does not exist yet, or (with `overwrite`) it is a
-    regular file."""
+    """`path` can be written: its folder exists, and it is absent or (with `overwrite`) a regular file."""
     p = Path(path)
     _loop_check(p, what)
     kind = _existing_kind(p)
@@ -167,9 +149,8 @@ def written_by(folder: str | os.PathLike) -> str | None:
 def check_output_dir(path: str | os.PathLike, *, overwrite: bool = False, what: str = "output folder",
                      kind: str | None = None, replaced: bool = True) -> Path:
     """`path` can become an output folder: absent or empty; or, with `overwrite`, a folder this package wrote as an
-    output of `kind` (its marker says so). Without `kind`, `overwrite` accepts any folder (callers that replace only
-    their own files, such as a training run, check those themselves). A folder that is written into rather than
-    `replaced` as a whole may be a symbolic link to a folder."""
+    output of `kind` (its marker), or any folder without `kind` (a training run checks its own files). A folder
+    written into rather than `replaced` may be a link to a folder."""
     p = Path(path)
     _loop_check(p, what)
     existing = _existing_kind(p)
@@ -194,17 +175,11 @@ def _first_entries(folder: Path, n: int = 3) -> str:
     return ", ".join(names[:n]) + (", ..." if len(names) > n else "")
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def apply_umask(path: str | os.PathLike) -> None:
     """Give a file, or every file and folder of a tree, the modes a plain `open`/`mkdir` would (0666/0777 less the
-    umask): temporary files and folders are created 0600/0700, and libraries that write through them (transformers
-    saves weights that way) would otherwise leave outputs that only their owner can read."""
-    mask, path = _umask(), Path(path)
+    umask), not the 0600/0700 of temporary files: outputs that only their owner can read."""
+    mask, path = os.umask(0), Path(path)
+    os.umask(mask)  # read, not changed
     trees = os.walk(path) if path.is_dir() and not path.is_symlink() else [(str(path.parent), [], [path.name])]
     for root, folders, files in trees:
         for name in files:
@@ -218,10 +193,9 @@ def apply_umask(path: str | os.PathLike) -> None:
 
 @contextmanager
 def replace_atomically(target: str | os.PathLike, *, folder: bool = False, kind: str | None = None):
-    """Yield a temporary path beside `target` to write into (a file, or a folder with `folder=True`); on success it
-    replaces `target` in one rename (the old content, if any, removed only after the new one is in place), with the
-    modes the umask gives and, for a folder of `kind`, the marker; on failure it is removed and `target` is
-    untouched."""
+    """Yield a temporary file (or folder) beside `target` to write into; on success it replaces `target` in one
+    rename (the old content removed only after), with the umask's modes and, for a folder of `kind`, the marker; on
+    failure it is removed and `target` is untouched."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     if folder:
@@ -251,10 +225,9 @@ def replace_atomically(target: str | os.PathLike, *, folder: bool = False, kind:
 
 @contextmanager
 def atomic_output_dir(target: str | os.PathLike, kind: str | None = None, *, overwrite: bool = False):
-    """`replace_atomically(target, folder=True, kind=kind)`: a whole output folder appears at once, one writer at a
-    time. The folder is claimed on entry (created empty if absent, and locked: `FolderLock`), so a second run writing
-    the same folder meanwhile is refused in one line; a folder another run filled since this one's checks is not
-    replaced without `overwrite`. A folder claimed and left empty by a failure is removed again."""
+    """`replace_atomically(target, folder=True, kind=kind)`, one writer at a time: the folder is claimed (created
+    empty, locked) on entry, a folder another run filled since the checks is not replaced without `overwrite`, and
+    one left empty by a failure is removed again."""
     target = Path(target)
     created = not os.path.lexists(target)
     target.mkdir(parents=True, exist_ok=True)
@@ -271,9 +244,8 @@ def atomic_output_dir(target: str | os.PathLike, kind: str | None = None, *, ove
 
 
 def fsync_tree(path: str | os.PathLike, recursive: bool = True) -> None:
-    """Flush a file, a folder's entries, or (recursive) every regular file of a folder tree to disk, best effort
-    (some file systems refuse it on folders). Only regular files and folders are opened: opening a FIFO would wait
-    for a writer forever."""
+    """Flush a file, a folder's entries or (recursive) a tree to disk, best effort. Only regular files and folders
+    are opened: opening a FIFO would wait for a writer forever."""
     path = Path(path)
     paths = [path]
     if recursive and path.is_dir():
@@ -293,8 +265,8 @@ def fsync_tree(path: str | os.PathLike, recursive: bool = True) -> None:
 
 
 class FolderLock:
-    """An exclusive lock on a folder for as long as a run writes into it (`flock` on the folder itself, so no file
-    is created and a killed run leaves no stale lock). A second run into the same folder is refused in one line."""
+    """An exclusive `flock` on the folder itself while a run writes into it: no lock file, and a killed run leaves
+    no stale lock. A second run into the same folder is refused in one line."""
 
     def __init__(self, folder: str | os.PathLike, what: str = "output folder"):
         self.folder, self.what, self._fd = Path(folder), what, None
@@ -315,8 +287,7 @@ class FolderLock:
             os.close(self._fd)  # closing the descriptor releases the lock
             self._fd = None
 
-    def __enter__(self) -> FolderLock:
-        return self.acquire()
+    __enter__ = acquire
 
     def __exit__(self, *exc) -> None:
         self.release()

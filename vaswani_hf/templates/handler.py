@@ -1,25 +1,16 @@
-"""Inference Endpoints custom handler for a vaswani_hf Transformer repository.
+"""Inference Endpoints custom handler for a vaswani_hf Transformer repository (copied as `handler.py`).
 
-Copied into the model folder as `handler.py` by `vaswani_hf.hub.add_handler`. Inference Endpoints instantiates
-`EndpointHandler(path)` with the repository's local path and calls it with the request's JSON body:
-
-    {"inputs": "A sentence." | ["Sentence one.", "Sentence two."], "parameters": {"num_beams": 4, ...}}
-
-and returns `[{"translation_text": ...}, ...]`, one per input (the output format of transformers' translation
-pipeline). Decoding uses the repository's `generation_config.json` (the paper's beam 4, GNMT length penalty 0.6,
-maximum length input + 50); `parameters` override it per request with any `generate()` keyword.
-
-The model code is loaded from this repository (`trust_remote_code=True`); if `vaswani_hf` is installed in the image
-(e.g. through requirements.txt), its registered classes are used instead. Imports only torch and transformers.
+Request: {"inputs": "A sentence." | ["One.", "Two."], "parameters": {"num_beams": 4, "batch_size": 16, ...}};
+answer: `[{"translation_text": ...}, ...]`, one per input, as transformers' translation pipeline. Decoding follows
+the repository's generation_config.json (the paper's beam 4, length penalty 0.6, maximum length input + 50, Section
+6.1); `parameters` override it per request. The model code comes from the repository (`trust_remote_code=True`).
+Imports only torch and transformers.
 """
 
 from typing import Any
 
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-# Request parameters that are not `generate()` keywords.
-_BATCH_SIZE_KEY = "batch_size"
 
 
 class EndpointHandler:
@@ -38,7 +29,7 @@ class EndpointHandler:
             texts = inputs
         else:
             raise ValueError('expected {"inputs": str | list[str], "parameters": {...}}')
-        batch_size = int(parameters.pop(_BATCH_SIZE_KEY, 16))
+        batch_size = int(parameters.pop("batch_size", 16))
         outputs = []
         with torch.inference_mode():
             for start in range(0, len(texts), batch_size):

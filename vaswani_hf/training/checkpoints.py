@@ -3,10 +3,9 @@
 "For the base models, we used a single model obtained by averaging the last 5 checkpoints, which were written at
 10-minute intervals. For the big models, we averaged the last 20 checkpoints." (Section 6.1)
 
-Hand-written, each for a reason given in its docstring: the atomic rename of a checkpoint (transformers writes into
-the final folder), the time-interval save decision (TrainingArguments saves by steps or epochs only), the choice of
-the newest checkpoint that loads (transformers takes the newest, loadable or not) and the averaging (neither
-transformers nor Accelerate has one; fairseq's `average_checkpoints.py` does the same for its own format).
+Hand-written because transformers has none of them: an atomic checkpoint (it writes into the final folder), saves at
+time intervals (TrainingArguments saves by steps or epochs), the newest checkpoint that loads (`get_last_checkpoint`
+takes the newest, loadable or not) and averaging (fairseq's `average_checkpoints.py` does it for its own format).
 """
 
 from __future__ import annotations
@@ -20,37 +19,33 @@ import pickle
 import re
 import shutil
 import time
+import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+import safetensors.torch
 from transformers import TrainerCallback
+from transformers.trainer_pt_utils import safe_globals
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, sort_checkpoints
 
-from ..io import (
-    UsageError,
-    apply_umask,
-    atomic_output_dir,
-    check_output_dir,
-    check_safetensors,
-    fsync_tree,
-)
-from ..io.models import WEIGHTS_INDEX, copy_model_files
 from ..configuration_vaswani import MODEL_SETTINGS
+from ..hub.folder import missing_code_files  # training may import hub (never the other way round)
+from ..io import UsageError, apply_umask, atomic_output_dir, check_output_dir, check_safetensors, fsync_tree
 from ..io.files import CONFIG, TOKENIZER, TRAINER_STATE, read_json
+from ..io.models import WEIGHTS, WEIGHTS_INDEX, check_finite_weights, check_weight_dtypes, copy_model_files
 
 logger = logging.getLogger(__name__)
 
 STAGING_DIR = ".staging"
-WEIGHTS = "model.safetensors"
 # What a checkpoint holds besides the model folder's files; left out of averaged folders.
 TRAINING_STATE_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "trainer_state.json", "training_args.bin")
 
 
 def publish_checkpoint(staged: Path, final: Path) -> None:
-    """Move a checkpoint written completely into `OUTPUT/.staging/checkpoint-N` to `OUTPUT/checkpoint-N` in one
-    rename (atomic within a file system), so that a kill never leaves a half-written checkpoint for `--resume`."""
+    """Move a complete `OUTPUT/.staging/checkpoint-N` to `OUTPUT/checkpoint-N` in one rename: a kill never leaves a
+    half-written checkpoint for `--resume`."""
     earlier = None
     try:
         apply_umask(staged)
@@ -81,10 +76,8 @@ def _free_bytes(path: Path) -> int:
 
 @contextmanager
 def checkpoint_write_errors(staged: Path, final: Path) -> Iterator[None]:
-    """Writing a checkpoint into `staged` (published as `final`): a full disk while transformers writes the optimizer
-    or scheduler state with `torch.save` arrives as a RuntimeError without errno; it is raised as the
-    OSError(ENOSPC) it is, naming the file being written, so that the command line reports it in one line ("no
-    space left on device") like any other full disk. Other errors pass unchanged."""
+    """A full disk while `torch.save` writes the optimizer or scheduler state into `staged` arrives as a RuntimeError
+    without errno: raised as the OSError(ENOSPC) it is, naming the file, so it is one line like any full disk."""
     try:
         yield
     except RuntimeError as error:
@@ -96,9 +89,7 @@ def checkpoint_write_errors(staged: Path, final: Path) -> Iterator[None]:
 
 
 def checkpoints(output_dir: str | os.PathLike) -> list[Path]:
-    """The `checkpoint-N` folders of `output_dir`, oldest first (by step number)."""
-    if not Path(output_dir).is_dir():
-        return []
+    """The `checkpoint-N` folders of `output_dir` (none if it does not exist), oldest first (by step number)."""
     return [Path(p) for p in sort_checkpoints(str(output_dir), PREFIX_CHECKPOINT_DIR, use_mtime=False)]
 
 
@@ -109,15 +100,14 @@ def last_checkpoints(output_dir: str | os.PathLike, n: int) -> list[Path]:
 
 
 def rng_state_files(processes: int) -> list[str]:
-    """The RNG-state files transformers writes into a checkpoint of a run on `processes` processes (and reads back
-    on resume): without them a resumed run draws other dropout masks and batch orders than the run it continues."""
+    """The RNG-state files a checkpoint of a run on `processes` processes holds: without them a resumed run draws
+    other dropout masks and batch orders than the run it continues."""
     return ["rng_state.pth"] if processes <= 1 else [f"rng_state_{rank}.pth" for rank in range(processes)]
 
 
 class InconsistentCheckpoint(UsageError):
-    """A checkpoint refused, not passed over: its files disagree with each other (its trainer_state.json belongs to
-    another step: resuming would continue another run's state silently), or one holds a pickle that torch's safe
-    loader refuses (planted code, or objects no Trainer writes)."""
+    """A checkpoint refused, not passed over: its trainer_state.json is of another step (resuming would continue
+    another run's state silently), or a file holds a pickle torch's safe loader refuses (planted code)."""
 
 
 def checkpoint_step(folder: Path) -> int | None:
@@ -127,9 +117,7 @@ def checkpoint_step(folder: Path) -> int | None:
 
 
 def check_checkpoint_state(folder: Path) -> dict:
-    """The checkpoint's trainer_state.json (its declared shape: `vaswani_hf.io.files.TRAINER_STATE`), which must
-    belong to the checkpoint's own step: `checkpoint-N` holds the state of update N. Raises UsageError (shape) or
-    InconsistentCheckpoint (another step)."""
+    """The checkpoint's trainer_state.json (`TRAINER_STATE`), which must be of its own step N (`checkpoint-N`)."""
     path = folder / "trainer_state.json"
     state = read_json(path, TRAINER_STATE)
     step = checkpoint_step(folder)
@@ -142,13 +130,12 @@ def check_checkpoint_state(folder: Path) -> dict:
 
 
 def checkpoint_problem(folder: Path, processes: int = 1, rng: bool = True) -> str | None:
-    """Why `folder` cannot be resumed from exactly by `processes` processes (a missing or broken file, or one of
-    another shape than declared; `rng`: its RNG states included), or None when it is complete. A checkpoint whose
-    state belongs to another step is not passed over: InconsistentCheckpoint."""
+    """Why `folder` cannot be resumed from exactly by `processes` processes (a missing, broken or misshapen file;
+    `rng`: its RNG states included), or None. A state of another step raises InconsistentCheckpoint."""
+    if not (folder / WEIGHTS).is_file():
+        return f"no {WEIGHTS}"
     try:
-        check_safetensors(folder / WEIGHTS) if (folder / WEIGHTS).is_file() else None
-        if not (folder / WEIGHTS).is_file():
-            return f"no {WEIGHTS}"
+        check_safetensors(folder / WEIGHTS)
         read_json(folder / "config.json", CONFIG)
         check_checkpoint_state(folder)
     except InconsistentCheckpoint:
@@ -172,22 +159,14 @@ def checkpoint_problem(folder: Path, processes: int = 1, rng: bool = True) -> st
 
 
 _REFUSED_GLOBAL = re.compile(r"Unsupported global: GLOBAL (\S+)")
-
-
 FULL_CHECK_BYTES = 64 << 20  # torch archives up to this size are read whole (CRC of every member); larger: structure
 
 
 def torch_archive_problem(path: Path) -> str | None:
     """Why `path` is not a `torch.save` archive the resume can load, or None; InconsistentCheckpoint when its pickle
-    needs more than torch's safe loader allows. transformers reads these files only after training started (a bad
-    one ended the run in a traceback): checked here, the zip structure (a truncated file has no central directory;
-    members within the file; up to FULL_CHECK_BYTES every CRC), then the pickle opened as the Trainer opens it
-    (`torch.load(weights_only=True)`, its numpy allowlist; memory-mapped: no memory for a large optimizer state).
-    The Trainer loads each of these files with `weights_only=True` too: no unsafe path remains."""
-    import zipfile
-
-    from transformers.trainer_pt_utils import safe_globals
-
+    needs more than torch's safe loader allows. The Trainer reads these only after training started (a traceback):
+    here the zip structure (members within the file; up to FULL_CHECK_BYTES every CRC), then the pickle as the
+    Trainer opens it (`weights_only=True` with its numpy allowlist; memory-mapped)."""
     try:
         size = path.stat().st_size
         with zipfile.ZipFile(path) as archive:
@@ -250,12 +229,8 @@ def _broadcast_code(code: int, device: torch.device | str = "cpu") -> int:
 
 
 class WallClockCallback(TrainerCallback):
-    """Time-interval checkpoints (the paper wrote one every 10 minutes, Section 6.1) and a wall-clock budget.
-
-    `TrainingArguments` only saves by steps or epochs. Rank 0 measures the time and broadcasts the decision, so all
-    processes save the same step. A save is also forced at the last step and when the budget stops training, so the
-    final state is always a checkpoint (needed for averaging and `--resume`).
-    """
+    """Time-interval checkpoints (the paper wrote one every 10 minutes, Section 6.1) and a wall-clock budget. Rank 0
+    decides for all processes; the last step and a budget stop are saved too, for averaging and `--resume`."""
 
     def __init__(self, save_every_minutes: float = 10.0, max_train_minutes: float = 0.0, save_steps: int = 0):
         self.save_every = save_every_minutes * 60.0
@@ -298,13 +273,9 @@ class WallClockCallback(TrainerCallback):
 
 def _load_weights(folder: Path) -> dict[str, torch.Tensor]:
     """The tensors of a checkpoint's weights, checked: floating point and finite (a NaN of a diverged run would
-    average into every tensor it meets; `vaswani_hf.io.models`)."""
-    from safetensors.torch import load_file
-
-    from ..io.models import check_finite_weights, check_weight_dtypes
-
+    average into every tensor it meets)."""
     check_weight_dtypes(check_safetensors(folder / WEIGHTS), folder / WEIGHTS)
-    weights = load_file(str(folder / WEIGHTS))
+    weights = safetensors.torch.load_file(str(folder / WEIGHTS))
     check_finite_weights(weights, folder / WEIGHTS)
     return weights
 
@@ -317,13 +288,6 @@ ARCHITECTURE_FIELDS = frozenset(name for name, s in MODEL_SETTINGS.items() if s.
 _NOT_VOCABULARY = ("truncation", "padding")
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
 def _digest(path: Path) -> str:
     with open(path, "rb") as handle:
         return hashlib.file_digest(handle, "sha256").hexdigest()
@@ -331,26 +295,14 @@ def _digest(path: Path) -> str:
 
 def _check_distinct(folders: Sequence[Path]) -> None:
     """Each checkpoint once: not the same folder under a second name (a `..` path, a symbolic link), nor the same
-    weights (a hard link, a copy), which would weight one checkpoint twice."""
+    weights (a hard link, a copy), which would weight one checkpoint twice. Only weights of equal size are hashed."""
     for i, folder in enumerate(folders):
-        for earlier in folders[:i]:
-            if earlier.resolve() == folder.resolve() or _same_file(earlier, folder):
-                raise UsageError(f"{folder} is {earlier} again (the same checkpoint given twice); give each "
-                                 "checkpoint once")
-            if _same_file(earlier / WEIGHTS, folder / WEIGHTS):
-                raise UsageError(f"{folder / WEIGHTS} is the same file as {earlier / WEIGHTS} (a link): one "
-                                 "checkpoint under two names; give each checkpoint once")
-    sizes: dict[int, list[Path]] = {}
-    for folder in folders:  # only files of equal size can be equal: hash those
-        sizes.setdefault((folder / WEIGHTS).stat().st_size, []).append(folder)
-    for group in (g for g in sizes.values() if len(g) > 1):
-        seen: dict[str, Path] = {}
-        for folder in group:
-            digest = _digest(folder / WEIGHTS)
-            if digest in seen:
-                raise UsageError(f"{folder / WEIGHTS} holds exactly the weights of {seen[digest] / WEIGHTS} (a copy of "
-                                 "one checkpoint); give each checkpoint once")
-            seen[digest] = folder
+        ours = folder / WEIGHTS
+        for earlier in (f for f in folders[:i] if (f / WEIGHTS).stat().st_size == ours.stat().st_size):
+            if os.path.samefile(earlier / WEIGHTS, ours) or _digest(earlier / WEIGHTS) == _digest(ours):
+                raise UsageError(f"{ours} is the same file as, or holds exactly the weights of, {earlier / WEIGHTS}: "
+                                 "one checkpoint given twice (a second name, a link or a copy); give each checkpoint "
+                                 "once")
 
 
 def vocabulary_fingerprint(folder: Path) -> str | None:
@@ -365,9 +317,8 @@ def vocabulary_fingerprint(folder: Path) -> str | None:
 
 
 def _check_one_run(folders: Sequence[Path]) -> None:
-    """Checkpoints of one run: an earlier checkpoint's trainer_state.json log history is the beginning of a later
-    one's (a resumed run continues it); independent runs (another seed) differ from the first logged step. Without a
-    trainer state or a logged step in common, checkpoints cannot be told apart and pass."""
+    """Checkpoints of one run: an earlier checkpoint's trainer_state.json log history begins the later one's;
+    independent runs (another seed) differ from the first logged step. Without one, checkpoints pass."""
     states = sorted(((read_json(f / TRAINER_STATE.name, TRAINER_STATE), f) for f in folders
                      if (f / TRAINER_STATE.name).is_file()), key=lambda pair: pair[0]["global_step"])
     for (early, early_folder), (late, late_folder) in zip(states, states[1:]):
@@ -381,10 +332,9 @@ def _check_one_run(folders: Sequence[Path]) -> None:
 
 
 def check_checkpoints_agree(folders: Sequence[str | os.PathLike], one_run: bool = True) -> None:
-    """Checkpoints averaged together (Section 6.1: the last checkpoints of one run) must be distinct, of one
-    architecture (every config.json field in ARCHITECTURE_FIELDS: e.g. interleaved against concatenated sinusoids
-    give tensors of the same shapes and another function), of one tokenizer (same size is not enough) and, with
-    `one_run`, of one run (`_check_one_run`). Raises UsageError naming both checkpoints and the first difference."""
+    """Checkpoints averaged together (Section 6.1: the last of one run) must be distinct, of one architecture
+    (ARCHITECTURE_FIELDS: other sinusoid layouts give tensors of the same shapes and another function), of one
+    tokenizer and, with `one_run`, of one run. Raises UsageError naming both and the first difference."""
     folders = [Path(f) for f in folders]
     _check_distinct(folders)
     first = folders[0]
@@ -409,23 +359,19 @@ def check_checkpoints_agree(folders: Sequence[str | os.PathLike], one_run: bool 
 
 
 def average_checkpoints(folders: Sequence[str | os.PathLike], one_run: bool = True) -> dict[str, torch.Tensor]:
-    """Element-wise mean of the weights of several checkpoints (Section 6.1), accumulated in float64 and returned in
-    each tensor's original dtype. The checkpoints must agree (`check_checkpoints_agree`) and have the same tensor
-    names and shapes."""
+    """Element-wise mean of the weights of agreeing checkpoints (Section 6.1), accumulated in float64, returned in
+    each tensor's dtype."""
     if not folders:
         raise UsageError("no checkpoints to average")
     for folder in folders:
         if not (Path(folder) / WEIGHTS).is_file():
             raise UsageError(f"{folder}: no {WEIGHTS}; averaging needs safetensors checkpoints")
     check_checkpoints_agree(folders, one_run)
-    total: dict[str, torch.Tensor] = {}
-    dtypes: dict[str, torch.dtype] = {}
-    for i, folder in enumerate(folders):
+    weights = _load_weights(Path(folders[0]))  # every tensor floating point (check_weight_dtypes)
+    dtypes = {k: v.dtype for k, v in weights.items()}
+    total = {k: v.to(torch.float64) for k, v in weights.items()}
+    for folder in folders[1:]:
         weights = _load_weights(Path(folder))
-        if i == 0:
-            dtypes = {k: v.dtype for k, v in weights.items()}
-            total = {k: v.to(torch.float64).clone() for k, v in weights.items()}
-            continue
         if set(weights) != set(total):
             diff = sorted(set(weights) ^ set(total))[:5]
             raise UsageError(f"{folder} has other tensors than {folders[0]} (e.g. {diff}); average checkpoints of "
@@ -435,15 +381,12 @@ def average_checkpoints(folders: Sequence[str | os.PathLike], one_run: bool = Tr
                 raise UsageError(f"{folder}: {k} has shape {tuple(v.shape)}, expected {tuple(total[k].shape)} as in "
                                  f"{folders[0]}; average checkpoints of one architecture")
             total[k] += v.to(torch.float64)
-    # integer buffers (none in this model) keep the newest checkpoint's value (`weights`: the last one loaded)
-    return {k: (v / len(folders)).to(dtypes[k]) if dtypes[k].is_floating_point else weights[k]
-            for k, v in total.items()}
+    return {k: (v / len(folders)).to(dtypes[k]) for k, v in total.items()}
 
 
 def load_averaged_weights(model, weights: Mapping[str, torch.Tensor]) -> None:
-    """Put averaged `weights` (from `average_checkpoints` or an averaged `model.safetensors`) into `model` in place and
-    re-tie the shared embedding / output projection. A tensor the model does not have is an error (another
-    architecture); tied copies the checkpoint left out are fine."""
+    """Put averaged `weights` into `model` in place and re-tie the shared embedding / output projection (Section
+    3.4); a tensor the model does not have is an error, tied copies left out are fine."""
     _, unexpected = model.load_state_dict(weights, strict=False)
     if unexpected:
         raise UsageError(f"averaged weights have tensors this model does not have: {unexpected[:5]}")
@@ -451,12 +394,8 @@ def load_averaged_weights(model, weights: Mapping[str, torch.Tensor]) -> None:
 
 
 def _complete_code_files(folder: Path) -> None:
-    """The code files config.json names (auto_map, custom_pipelines) and their relative imports, so that the folder
-    loads with `trust_remote_code` without this package: a checkpoint saved by plain `save_pretrained` after the
-    model went through `save_pretrained_with_pipeline` names `pipeline_vaswani.py` without holding it. Missing ones
-    are copied from the package, as `save_pretrained` would copy them."""
-    from ..hub import missing_code_files
-
+    """Copy from the package the code files config.json needs that `folder` lacks (a checkpoint saved by plain
+    `save_pretrained` names `pipeline_vaswani.py` without holding it), so it loads with `trust_remote_code`."""
     package = Path(__file__).resolve().parent.parent
     for name in ("configuration_vaswani.py", "modeling_vaswani.py", "generation_vaswani.py", "beam_search_vaswani.py",
                  "pipeline_vaswani.py"):
@@ -472,14 +411,9 @@ AVERAGED = "averaged model folder"  # the kind of output save_averaged_checkpoin
 
 def save_averaged_checkpoint(folders: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
                              overwrite: bool = False, own: bool = False, one_run: bool = True) -> Path:
-    """Average `folders` and write a loadable model folder: averaged `model.safetensors` plus the newest checkpoint's
-    declared model files (`vaswani_hf.io.models.copy_model_files`: config, generation config, tokenizer, the code
-    config.json needs; anything else is named and left out), and `averaged_from.json`. The folder appears whole
-    (written beside, then renamed); an existing `out_dir` is replaced only with `overwrite`, and only if it is an
-    averaged folder this package wrote (or, `own`, the training run's own OUTPUT/averaged, which the run's preflight
-    already vouched for). `one_run` False: checkpoints of other runs may be averaged too."""
-    from safetensors.torch import save_file
-
+    """Average `folders` into a loadable model folder, appearing whole: averaged weights, the newest checkpoint's
+    declared model files (`copy_model_files`; anything else named and left out) and `averaged_from.json`. An
+    `out_dir` is replaced only with `overwrite` and if it is an `AVERAGED` folder (or, `own`, the run's own)."""
     out_dir = check_output_dir(out_dir, overwrite=overwrite, what="averaged model folder",
                                kind=None if own else AVERAGED)
     newest = Path(folders[-1])
@@ -490,7 +424,8 @@ def save_averaged_checkpoint(folders: Sequence[str | os.PathLike], out_dir: str 
         copy_model_files(newest, tmp, exclude=("model*.safetensors", WEIGHTS_INDEX),
                          known=(*TRAINING_STATE_FILES, "rng_state*.pth"))
         _complete_code_files(tmp)
-        save_file({k: v.contiguous() for k, v in averaged.items()}, str(tmp / WEIGHTS), metadata={"format": "pt"})
+        safetensors.torch.save_file({k: v.contiguous() for k, v in averaged.items()}, str(tmp / WEIGHTS),
+                                    metadata={"format": "pt"})
         (tmp / "averaged_from.json").write_text(
             "[\n" + ",\n".join(f' "{Path(f).name}"' for f in folders) + "\n]", encoding="utf-8")
     return out_dir

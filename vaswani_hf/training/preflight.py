@@ -1,12 +1,10 @@
-"""What a training run may do with the file system, decided before any data is read, any model is built or any file is
-written: the run's output folder, its export folder and its tokenizer folder.
+"""What a training run may do with its output, export and tokenizer folders, decided before any data is read, any
+model is built or any file is written.
 
-The output folder rule: a new run needs an absent or empty `output_dir`; a folder that holds a previous run is
-continued with `--resume` (the newest checkpoint that loads, holds the RNG state for this number of processes, and
-has the same architecture; a finished run is left as it is) or replaced with `--overwrite` (the previous run's files
-only, `RUN_FILES`); a folder another run is writing into is refused (its lock); anything else is refused with one line
-that says which. The export folder (default OUTPUT_DIR/hub) is replaced only when it is this run's own or a Hub
-folder this package wrote.
+A new run needs an absent or empty `output_dir`; a previous run there is continued with `--resume` (the newest
+checkpoint that loads, with the RNG state for this number of processes and the same architecture) or replaced with
+`--overwrite` (its `RUN_FILES` only); a folder another run holds, or anything else, is refused in one line. The export
+folder is replaced only when it is this run's own or a Hub folder this package wrote.
 """
 
 from __future__ import annotations
@@ -20,8 +18,9 @@ from pathlib import Path
 from .. import io
 from ..configuration_vaswani import MODEL_SETTINGS
 from ..hub.folder import HUB_FOLDER
-from .checkpoints import STAGING_DIR, vocabulary_fingerprint, checkpoints, resumable_checkpoint
+from .checkpoints import STAGING_DIR, checkpoints, resumable_checkpoint, vocabulary_fingerprint
 from .recipe import MODEL_KEYS, Recipe, RecipeError
+from .recipe_files import read_yaml_mapping
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +40,7 @@ TOKENIZER_KEYS = ("vocab_size", "bpe_min_frequency", "lowercase")
 @dataclass
 class OutputDecision:
     """What the run does with its output folder: "new", "resume" (from `resume_from`), "overwrite" (removing
-    `previous`), "score" (training done at update `finished_at`, the final averaging and scores not: do those) or
-    "finished" (a completed run, resumed: nothing to do)."""
+    `previous`), "score" (trained to `finished_at`: average and score) or "finished" (nothing to do)."""
 
     start: str
     resume_from: Path | None = None
@@ -97,9 +95,8 @@ def decide_output_dir(recipe: Recipe, out: Path, *, overwrite: bool, processes: 
 
 
 def _resume_decision(recipe: Recipe, out: Path, processes: int, tokenizer_dir: Path | None) -> OutputDecision:
-    """--resume: the newest complete checkpoint. Training to go needs its RNG state for this number of processes
-    (else the run would continue with other dropout masks and batch orders); a run whose training is done needs
-    none: it is "finished" (nothing to do) or, stopped before its final scores, is averaged and scored ("score")."""
+    """--resume: the newest complete checkpoint, with its RNG state for this number of processes when training is
+    to go (else other dropout masks and batch orders); a run whose training is done is "finished" or "score"."""
     checkpoint, skipped = resumable_checkpoint(out, processes, rng=False)
     if checkpoint is None and checkpoints(out):
         raise RecipeError(f"--resume: no checkpoint in {out} is complete ({'; '.join(skipped)}); remove them, or train "
@@ -108,10 +105,9 @@ def _resume_decision(recipe: Recipe, out: Path, processes: int, tokenizer_dir: P
         return OutputDecision("new")
     check_same_architecture(recipe, checkpoint)
     check_same_tokenizer(recipe, out, checkpoint, tokenizer_dir)
-    step = io.read_json(checkpoint / "trainer_state.json").get("global_step")
-    if recipe.max_steps > 0 and isinstance(step, int) and step >= recipe.max_steps:
-        finished = finished_at(recipe, out, checkpoint)
-        start = "finished" if finished is not None else "score"
+    step = io.read_json(checkpoint / "trainer_state.json").get("global_step")  # checked: resumable_checkpoint
+    if recipe.max_steps > 0 and step >= recipe.max_steps:  # done; its final scores too if metrics.json says so
+        start = "finished" if _recorded_end(out) == step else "score"
         return OutputDecision(start, resume_from=checkpoint, finished_at=step)
     exact, skipped = resumable_checkpoint(out, processes)
     if exact is None:
@@ -124,21 +120,13 @@ def _resume_decision(recipe: Recipe, out: Path, processes: int, tokenizer_dir: P
     return OutputDecision("resume", resume_from=exact)
 
 
-def finished_at(recipe: Recipe, out: Path, checkpoint: Path) -> int | None:
-    """The final update of a completed run in `out` (its metrics.json records the end of training at the newest
-    checkpoint, and the recipe asks for no more), else None."""
+def _recorded_end(out: Path) -> int | None:
+    """The update at which the run's metrics.json records the end of training (None: absent or unreadable)."""
     try:
         metrics = io.read_json(out / "metrics.json")
-        state = io.read_json(checkpoint / "trainer_state.json")
     except io.UsageError:
         return None
-    step = state.get("global_step") if isinstance(state, dict) else None
-    if not isinstance(metrics, dict) or not isinstance(step, int) or metrics.get("global_step") != step:
-        return None
-    if recipe.max_steps > 0:
-        return step if step >= recipe.max_steps else None
-    epoch = metrics.get("train/epoch")
-    return step if isinstance(epoch, (int, float)) and epoch >= recipe.num_train_epochs else None
+    return metrics.get("global_step") if isinstance(metrics, dict) else None
 
 
 def check_export_dir(export: Path, out: Path, *, overwrite: bool) -> None:
@@ -171,8 +159,6 @@ def check_same_architecture(recipe: Recipe, checkpoint: Path) -> None:
 
 def _previous_recipe(out: Path) -> dict:
     """The recipe the run in `out` was started with (OUTPUT_DIR/recipe.yaml; {} when absent or unreadable)."""
-    from .recipe_files import read_yaml_mapping
-
     try:
         return read_yaml_mapping(out / "recipe.yaml", io.UsageError) if (out / "recipe.yaml").is_file() else {}
     except io.UsageError:
@@ -180,10 +166,9 @@ def _previous_recipe(out: Path) -> dict:
 
 
 def check_same_tokenizer(recipe: Recipe, out: Path, checkpoint: Path, tokenizer_dir: Path | None) -> None:
-    """--resume refuses, before writing anything, a recipe whose tokenizer keys (TOKENIZER_KEYS) differ from the
-    run's recipe.yaml, and a tokenizer folder (tokenizer_path, or OUTPUT_DIR/tokenizer) whose tokenizer.json gives
-    other ids than the checkpoint's (the same size is not enough): the run would go on with the checkpoint's
-    tokenizer while recipe.yaml recorded another, or train on other ids than the weights learned."""
+    """--resume refuses a recipe whose TOKENIZER_KEYS differ from the run's recipe.yaml, and a tokenizer folder whose
+    tokenizer.json gives other ids than the checkpoint's (the same size is not enough): the run would record one
+    tokenizer and use another, or train on other ids than the weights learned."""
     previous = _previous_recipe(out)
     for key in TOKENIZER_KEYS:
         if key in previous and previous[key] != recipe[key]:
@@ -196,7 +181,7 @@ def check_same_tokenizer(recipe: Recipe, out: Path, checkpoint: Path, tokenizer_
         theirs, ours = vocabulary_fingerprint(checkpoint), vocabulary_fingerprint(tokenizer_dir)
     if theirs is not None and theirs != ours:
         key = "tokenizer_path" if recipe.tokenizer_path else "the run's tokenizer folder"
-        was = _previous_recipe(out).get("tokenizer_path")
+        was = previous.get("tokenizer_path")
         raise RecipeError(f"--resume: {key} {tokenizer_dir} holds another tokenizer than {checkpoint.name} was trained "
                           f"with ({tokenizer_dir / 'tokenizer.json'} against {checkpoint / 'tokenizer.json'}: other "
                           f"tokens or merges; the run's tokenizer_path: {was!r}); resume with the run's tokenizer, or "
