@@ -208,7 +208,7 @@ def front_end(model, tokenizer) -> tuple:
     ids, `</s>` included) and the position table of a model with learned positions (None for sinusoids). A fast
     tokenizer's ids come straight from its `tokenizers` backend while that pads and truncates nothing (a call with
     `padding=True` leaves padding set there): the ids of `tokenizer(texts)`, which calls it, without building a
-    BatchEncoding (3x faster: a file is tokenised twice, to check it, then to decode it)."""
+    BatchEncoding (3x faster)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
 
     def encode(texts: list[str]) -> list[list[int]]:
