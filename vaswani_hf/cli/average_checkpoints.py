@@ -15,13 +15,12 @@ checkpoints of different runs (another seed: their trainer_state.json histories 
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 from .. import io
 from ..constraints import number
 from ..training.checkpoints import AVERAGED, check_checkpoints_agree, last_checkpoints, save_averaged_checkpoint
-from .command import SAFETENSORS_CHECKPOINT, Command, Paths, Use, output_folder, run_command
+from .command import SAFETENSORS_CHECKPOINT, Command, Paths, Use, output_folder
 from .contract import ArgumentParser
 
 
@@ -74,21 +73,13 @@ def _agree(args, checked) -> None:
     check_checkpoints_agree(args.folders, one_run=not args.allow_other_runs)
 
 
-def _run(args) -> int:
+def _run(args) -> None:
     if args.warning:
         print(args.warning, file=sys.stderr)
     out = save_averaged_checkpoint(args.folders, args.out, overwrite=args.overwrite, one_run=not args.allow_other_runs)
     print(f"averaged {len(args.folders)} checkpoints ({', '.join(f.name for f in args.folders)}) -> {out}")
-    return 0
 
 
 COMMAND = Command("average_checkpoints", "vaswani-average-checkpoints", build_parser, _run, paths=_paths,
                   agree=_agree, invoked_name=True)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_command(COMMAND, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = COMMAND.main

@@ -17,14 +17,11 @@ replaced only with --overwrite.
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Sequence
-
 from .. import io
 from ..export.marian import MARIAN_FOLDER, export_marian
 from ..export.marian_limits import check_marian_exportable
 from ..hub.card import read_card_inputs
-from .command import MODEL_FOLDER, Command, Paths, Use, output_folder, run_command
+from .command import MODEL_FOLDER, Command, Paths, Use, output_folder
 from .contract import ArgumentParser
 
 
@@ -54,30 +51,16 @@ def _agree(args, checked) -> None:
     check_marian_exportable(checked["--model_dir"])
 
 
-def _resolve(args, checked):
-    return args, checked["--model_dir"]
-
-
-def _run(plan) -> int:
-
-    args, model_dir = plan
-    training_info = read_card_inputs(model_dir).get("training_info")
+def _run(args) -> None:
+    training_info = read_card_inputs(args.model_dir).get("training_info")
     if training_info is None and args.source_lang:
         training_info = {"source_lang": args.source_lang, "target_lang": args.target_lang}
-    out = export_marian(model_dir, args.out, training_info=training_info, repo_id=args.repo_id,
+    out = export_marian(args.model_dir, args.out, training_info=training_info, repo_id=args.repo_id,
                         overwrite=args.overwrite)
     card = "with README.md" if (out / "README.md").exists() else "without card (give --source_lang/--target_lang)"
     print(f"wrote MarianMTModel folder {out} {card}")
-    return 0
 
 
 COMMAND = Command("export_marian", "vaswani-export-marian", build_parser, _run, paths=_paths, validate=_validate,
-                  agree=_agree, resolve=_resolve)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_command(COMMAND, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+                  agree=_agree)
+main = COMMAND.main

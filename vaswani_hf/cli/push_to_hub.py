@@ -19,13 +19,10 @@ before the upload; no --model_dir).
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Sequence
-
 from .. import io
 from ..hub.space import check_repo_id, push_space
 from ..hub.upload import DEFAULT_COMMIT_MESSAGE, push_folder
-from .command import MODEL_FOLDER, Command, Paths, Use, run_command
+from .command import MODEL_FOLDER, Command, Paths, Use
 from .contract import ArgumentParser
 
 
@@ -62,29 +59,15 @@ def _paths(args) -> Paths:
     return Paths(inputs=(Use("--model_dir", args.model_dir, MODEL_FOLDER),))  # None with --space_only
 
 
-def _resolve(args, checked):
-    return args, checked.get("--model_dir")
-
-
-def _run(plan) -> int:
+def _run(args) -> None:
     """The model (unless --space_only), then the Space: each upload checks its repository id before any network
     call; --dry_run lists and stops."""
-    args, model_dir = plan
-    if model_dir is not None:
-        push_folder(model_dir, args.repo_id, private=args.private, revision=args.revision, dry_run=args.dry_run,
+    if args.model_dir is not None:
+        push_folder(args.model_dir, args.repo_id, private=args.private, revision=args.revision, dry_run=args.dry_run,
                     commit_message=args.commit_message)
     if args.space_id is not None:
         push_space(args.repo_id, args.space_id, private=args.private, dry_run=args.dry_run)
-    return 0
 
 
-COMMAND = Command("push_to_hub", "vaswani-push-to-hub", build_parser, _run, paths=_paths, validate=_validate,
-                  resolve=_resolve)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_command(COMMAND, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+COMMAND = Command("push_to_hub", "vaswani-push-to-hub", build_parser, _run, paths=_paths, validate=_validate)
+main = COMMAND.main

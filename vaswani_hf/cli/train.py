@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import sys
 import types
 import typing
 from collections.abc import Sequence
@@ -43,7 +42,7 @@ from ..training.recipe import (
     value_from_text,
 )
 from ..training.run import run_training, setup_logging
-from .command import Command, run_command
+from .command import Command
 from .contract import add_debug_argument, declare_paths, release_library_reports
 
 
@@ -154,11 +153,4 @@ def _run(resolved) -> int:
 
 COMMAND = Command("train", "vaswani-train", RecipeParser, _run, parse=parse_command_line, resolve=_resolve,
                   invoked_name=True)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_command(COMMAND, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = COMMAND.main

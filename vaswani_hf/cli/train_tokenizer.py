@@ -18,7 +18,6 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 from .. import io
@@ -32,7 +31,7 @@ from ..tokenization import (
     iter_training_text,
     train_bpe_tokenizer,
 )
-from .command import TEXT_OR_STDIN, Command, Paths, Use, output_folder, run_command
+from .command import TEXT_OR_STDIN, Command, Paths, Use, output_folder
 from .contract import ArgumentParser
 from .library_reports import HeldReports
 from .surroundings import raise_if_stopped
@@ -115,7 +114,7 @@ def _paths(args) -> Paths:
                  overwrite=args.overwrite)
 
 
-def _run(args) -> int:
+def _run(args) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     languages = None if args.files else [args.src_lang, args.tgt_lang]
     # the corpus loader's warnings (e.g. about empty sides) are shown once the corpus is accepted: a refused corpus
@@ -135,15 +134,7 @@ def _run(args) -> int:
             model_max_length=args.model_max_length, save_dir=tmp, show_progress=_interactive())
     print(json.dumps({"out_dir": str(args.out_dir), "vocab_size": len(tok),
                       "seconds": round(time.perf_counter() - started, 2)}))
-    return 0
 
 
 COMMAND = Command("train_tokenizer", "vaswani-train-tokenizer", build_parser, _run, paths=_paths, invoked_name=True)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_command(COMMAND, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = COMMAND.main

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Sequence
 
 from .. import io
 from ..constraints import MAX_BEAMS, device, number
 from ..inference import position_limit
 from ..visualize import KINDS, MAX_PLOT_TOKENS, visualize
-from .command import MODEL_FOLDER, Command, Paths, Use, output_folder, run_command
+from .command import MODEL_FOLDER, Command, Paths, Use, output_folder
 from .contract import ArgumentParser
 
 _LINK = re.compile(r"^\d+[-?p]\d+$")
@@ -129,11 +128,4 @@ def _run(plan) -> int:
 
 COMMAND = Command("visualize_attention", "vaswani-visualize-attention", build_parser, _run, paths=_paths,
                   validate=_check_arguments, resolve=_resolve)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_command(COMMAND, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = COMMAND.main
