@@ -32,9 +32,7 @@ class RunFailure(VaswaniError, RuntimeError):
 
 
 class InputLineError(UsageError):
-    """Bad input at one line of a list of sentences (1-based `line`), raised where the file is not known (e.g. a
-    sentence longer than the model's positions); a tool that read the sentences from a file names it with
-    `in_file`."""
+    """Bad input at one line (1-based) of a list of sentences whose file is not known here: see `in_file`."""
 
     def __init__(self, line: int, message: str):
         super().__init__(f"line {line}: {message}")

@@ -30,10 +30,6 @@ class Kind:
     check: Callable[[Any, str, bool], Any]
 
 
-def _text_or_stdin(path, what, overwrite):
-    return path if str(path) == io.STDIO else io.check_input_file(path, what)
-
-
 def _folder(path, what, overwrite):
     if not Path(path).is_dir():
         raise io.UsageError(f"{what} {path}: folder not found")
@@ -60,12 +56,12 @@ def _safetensors_checkpoint(path, what, overwrite):
     return io.check_model_folder(folder, what="checkpoint folder", tokenizer=False)
 
 
-def _output_file_or_stdout(path, what, overwrite):
-    return path if str(path) == io.STDIO else io.check_output_file(path, overwrite=overwrite, what=what)
+def _or_stdio(kind: Kind, name: str) -> Kind:
+    """`kind`, or "-": standard input or output."""
+    return Kind(name, lambda p, w, o: p if str(p) == io.STDIO else kind.check(p, w, o))
 
 
 TEXT_FILE = Kind("text file", lambda p, w, o: io.check_input_file(p, w))
-TEXT_OR_STDIN = Kind("text file or - (standard input)", _text_or_stdin)
 MODEL_FOLDER = Kind("model folder (model + tokenizer)", lambda p, w, o: io.check_model_folder(Path(p), what=w))
 MODEL_WITHOUT_TOKENIZER = Kind("model folder (tokenizer elsewhere)",
                                lambda p, w, o: io.check_model_folder(Path(p), what=w, tokenizer=False))
@@ -74,7 +70,8 @@ FOLDER = Kind("folder", _folder)
 TOKENIZER_FOLDER = Kind("tokenizer folder", _tokenizer_folder)
 PATH = Kind("path (declared for the relation check only; its reader checks it)", lambda p, w, o: p)
 OUTPUT_FILE = Kind("output file", lambda p, w, o: io.check_output_file(p, overwrite=o, what=w))
-OUTPUT_FILE_OR_STDOUT = Kind("output file or - (standard output)", _output_file_or_stdout)
+TEXT_OR_STDIN = _or_stdio(TEXT_FILE, "text file or - (standard input)")
+OUTPUT_FILE_OR_STDOUT = _or_stdio(OUTPUT_FILE, "output file or - (standard output)")
 
 
 def output_folder(marker: str) -> Kind:
@@ -113,10 +110,6 @@ class Command:
     parse: Callable[[Sequence[str]], Any] | None = None  # a parser of its own (train: recipe keys); default argparse
     script: str | None = None  # scripts/<script> (default <name>.py)
     invoked_name: bool = False  # error lines start with the name it was invoked by (sys.argv[0]), not prog
-
-    @property
-    def entry_point(self) -> str:
-        return f"vaswani_commands:{self.name}"  # the runner (vaswani_commands.py), which imports the tool's module
 
     @property
     def script_name(self) -> str:

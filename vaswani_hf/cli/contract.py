@@ -22,7 +22,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from pathlib import Path
 
 from vaswani_commands import debug_requested, limit_problem
@@ -33,7 +33,6 @@ from .library_reports import HeldReports, library_progress_bars_off, release_lib
 from .surroundings import (
     Terminated,
     check_distributed_environment,
-    check_working_folder,
     own_streams,
     process_rank,
     signals_as_interrupts,
@@ -126,20 +125,20 @@ def run_cli(main: Callable[[list[str]], int | None], argv: Sequence[str] | None 
 def _run(main: Callable[[list[str]], int | None], argv: list[str], prog: str) -> int:
     debug, held = debug_requested(argv), HeldReports()  # --debug: nothing held, every error let through
     try:
-        check_working_folder()
+        if working_folder_problem():
+            raise UsageError(working_folder_problem())
         check_distributed_environment()
         with library_progress_bars_off(), nullcontext() if debug else held:
             code = main(argv)
-            _flush_stdout()
+            with suppress(ValueError, AttributeError):  # stdout already closed, or None
+                sys.stdout.flush()  # here: a closed pipe is reported by the boundary, not at interpreter exit
     except KeyboardInterrupt as error:
         if debug:
             raise
         held.discard()
-        if isinstance(error, Terminated):
-            _report(f"{prog}: interrupted by {error.name}")
-            return error.exit_code
-        _report(f"{prog}: interrupted")
-        return 130
+        terminated = isinstance(error, Terminated)
+        _report(f"{prog}: interrupted" + (f" by {error.name}" if terminated else ""))
+        return error.exit_code if terminated else 130
     except Exception as error:  # an expected failure is one line; anything else is a bug and keeps its traceback
         failure = None if debug else expected_failure(error)
         if failure is None:
@@ -186,20 +185,10 @@ def _report(line: str) -> None:
         stream.flush()
 
 
-def _flush_stdout() -> None:
-    """Inside the boundary, so that a closed pipe is reported here, not at interpreter exit."""
-    try:
-        sys.stdout.flush()
-    except (ValueError, AttributeError):  # stdout already closed, or None
-        pass
-
-
 def _silence_stdout() -> None:
     """After a broken pipe: /dev/null, so that Python's final flush prints no second error."""
-    try:
+    with suppress(OSError, ValueError, AttributeError):  # stdout is not a real file (tests capture it)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-    except (OSError, ValueError, AttributeError):  # stdout is not a real file (tests capture it)
-        pass
 

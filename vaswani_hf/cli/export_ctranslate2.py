@@ -5,9 +5,8 @@
 
 The folder loads with `ctranslate2.Translator(out_dir)`; translate with
 `vaswani-translate --engine ctranslate2 --model out_dir` or `vaswani_hf.export.ctranslate2.translate_ctranslate2`.
-Source tokens must be given as our tokenizer (copied into the folder) makes them, `</s>` included.
-The model folder (and --tokenizer) and --out_dir are checked before any work; --out_dir appears whole, and an
-existing non-empty one is replaced only with --overwrite (or its older name --force).
+Source tokens must be given as our tokenizer (copied into the folder) makes them, `</s>` included. --out_dir
+appears whole; an existing non-empty one is replaced only with --overwrite (or its older name --force).
 """
 
 from __future__ import annotations

@@ -10,9 +10,8 @@ not apply), so the Hub widget and Inference Endpoints, which run only built-in a
 The card reuses `metrics.json` of the model folder (written by `vaswani_hf.hub.write_model_card`); without it,
 give --source_lang/--target_lang for a card without scores. Push the result with vaswani-push-to-hub.
 A model Marian cannot express (learned positions, d_k != d_model / num_heads, a LayerNorm epsilon other than
-Marian's 1e-5 within 1e-5) is refused naming the config.json field. The model folder and --out are checked before
-any work; --out appears whole, and an existing non-empty --out is
-replaced only with --overwrite.
+Marian's 1e-5 within 1e-5) is refused naming the config.json field. --out appears whole; an existing non-empty
+--out is replaced only with --overwrite.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import signal
@@ -48,17 +49,11 @@ class ClosedInput(io.TextIOBase):
     def _refuse(self, *args, **kwargs):
         raise StandardInputClosed()
 
-    read = readline = readlines = _refuse
+    read = readline = readlines = __next__ = _refuse
     buffer = property(_refuse)
 
     def readable(self) -> bool:
         return True
-
-    def fileno(self) -> int:
-        raise io.UnsupportedOperation("standard input is closed")
-
-    def __next__(self):
-        self._refuse()
 
 
 class ClosedOutput(io.TextIOBase):
@@ -74,12 +69,6 @@ class ClosedOutput(io.TextIOBase):
 
     def writable(self) -> bool:
         return True
-
-    def flush(self) -> None:
-        pass
-
-    def fileno(self) -> int:
-        raise io.UnsupportedOperation("standard output is closed")
 
 
 @contextmanager
@@ -99,25 +88,15 @@ def own_streams():
                 setattr(sys, name, None)
 
 
-_sinks: list = []
-
-
+@functools.cache
 def _sink():
     """/dev/null as a text stream, opened once: a handler that a library bound to it meanwhile may still write."""
-    if not _sinks:
-        _sinks.append(open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 - kept open for the process
-    return _sinks[0]
+    return open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - kept open for the process
 
 
 def stderr_or_none():
     """`sys.stderr` when it can be written to, else None (`print(file=None)` would write to standard output)."""
     return sys.stderr if sys.stderr is not None and not getattr(sys.stderr, "closed", False) else None
-
-
-def check_working_folder() -> None:
-    problem = working_folder_problem()
-    if problem:
-        raise UsageError(problem)
 
 
 def _whole_number(text: str) -> int | None:
@@ -156,10 +135,6 @@ def process_rank() -> int:
     return _whole_number(os.environ.get("RANK", "0")) or 0
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Signals
-# ---------------------------------------------------------------------------------------------------------------------
-
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
@@ -167,13 +142,9 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM or SIGHUP, raised where the program is (see the module docstring)."""
 
     def __init__(self, signum: int):
-        self.signum = int(signum)
-        self.name = signal.Signals(signum).name
+        self.signum, self.name = int(signum), signal.Signals(signum).name
+        self.exit_code = 128 + self.signum  # as the shell reports a process the signal ended
         super().__init__(self.name)
-
-    @property
-    def exit_code(self) -> int:
-        return 128 + self.signum
 
 
 _wakeups: list[tuple[int, list]] = []  # (read end of the wakeup pipe, the signals received) of the running tool

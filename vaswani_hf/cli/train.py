@@ -123,13 +123,13 @@ def parse_command_line(argv: Sequence[str]):
 
 
 def _resolve(parsed, checked):
-    """(what to do, ...): the listings, or the one plan of the run (`plan_run` checks every path: the plan's guard;
-    its outputs are what the error boundary names when the disk fills)."""
+    """A listing to print, or the one plan of the run (`plan_run` checks every path; its outputs are what the error
+    boundary names when the disk fills)."""
     recipe, options = parsed
     if options.list_keys:
-        return "print", format_keys()
+        return format_keys()
     if options.list_recipes:
-        return "print", "\n".join(list_recipes())
+        return "\n".join(list_recipes())
     if not options.check:  # the run's log (standard output) shows what planning decides, e.g. a checkpoint skipped
         setup_logging()
     plan = plan_run(recipe, overwrite=options.overwrite)
@@ -137,18 +137,16 @@ def _resolve(parsed, checked):
     if options.check:
         counts = {source.key: source.scan() for source in plan.data.sources.values() if source is not None}
         corpus = ", ".join(f"{k}: {c[0]:,} pairs ({c[1]:,} usable)" for k, c in counts.items() if c is not None)
-        return "print", f"recipe {recipe.name} OK; {plan.describe()}" + (f"; {corpus}" if corpus else "")
-    return "train", plan
+        return f"recipe {recipe.name} OK; {plan.describe()}" + (f"; {corpus}" if corpus else "")
+    return plan
 
 
-def _run(resolved) -> int:
-    what, value = resolved
-    if what == "print":
-        print(value)
-        return 0
+def _run(plan) -> None:
+    if isinstance(plan, str):  # a listing, or --check's verdict
+        print(plan)
+        return
     release_library_reports()  # the run's plan holds: what libraries say while it trains is shown when said
-    run_training(value)
-    return 0
+    run_training(plan)
 
 
 COMMAND = Command("train", "vaswani-train", RecipeParser, _run, parse=parse_command_line, resolve=_resolve,

@@ -67,7 +67,6 @@ def _corpus(args):
     (which checks every line)."""
     if args.files:
         return args.files
-
     if args.sample:
         return load_sample_corpus("train", args.src_lang, args.tgt_lang)
     return load_parallel(args.corpus, args.src_lang, args.tgt_lang, config=args.hub_config, split=args.split)
@@ -80,29 +79,23 @@ def _source(args) -> str:
     return f"--corpus {args.corpus}" if args.corpus else "--sample"
 
 
-class _Counted:
-    """An iterator of lines that counts them; a text without one non-empty line is refused when it ends, before the
-    tokenizer learned from nothing is logged or saved. The tokenizers library pulls it from its own threads, where
-    Python does not run signal handlers: it stops the training on SIGTERM/SIGHUP itself (`raise_if_stopped`)."""
-
-    def __init__(self, lines, source: str):
-        self.lines, self.source, self.count, self.non_empty = lines, source, 0, 0
-
-    def __iter__(self):
-        for line in self.lines:
-            self.count += 1
-            self.non_empty += bool(line.strip())
-            if self.count % 1024 == 0:
-                raise_if_stopped()
-            yield line
-        if self.non_empty == 0:
-            raise io.UsageError(f"{self.source}: no text to learn from ({self.count} lines, all empty); give the "
-                             "training corpus")
+def _counted(lines, source: str):
+    """The lines; a text without one non-empty line is refused when it ends, before the tokenizer learned from
+    nothing is saved. The tokenizers library pulls them from its own threads, where Python runs no signal handler:
+    this stops the training on SIGTERM/SIGHUP itself (`raise_if_stopped`)."""
+    count = non_empty = 0
+    for count, line in enumerate(lines, 1):
+        non_empty += bool(line.strip())
+        if count % 1024 == 0:
+            raise_if_stopped()
+        yield line
+    if non_empty == 0:
+        raise io.UsageError(f"{source}: no text to learn from ({count} lines, all empty); give the training corpus")
 
 
 def _interactive() -> bool:
-    """Whether standard output and error are terminals: the tokenizers library's progress bar ends each stage with a
-    line break on standard output, which would precede the JSON summary there (or be the only output of a refusal)."""
+    """Whether stdout and stderr are terminals: the tokenizers library's bar ends each stage with a line break on
+    standard output (before the JSON summary, or the only output of a refusal)."""
     return all(getattr(stream, "isatty", lambda: False)() for stream in (sys.stdout, sys.stderr))
 
 
@@ -125,7 +118,7 @@ def _run(args) -> None:
         if not args.files and not any(line.strip() for line in iter_training_text(corpus, languages)):
             raise io.UsageError(f"{_source(args)}: no text to learn from ({len(corpus)} pairs, all empty); give the "
                                 "training corpus")
-    lines = _Counted(iter_training_text(corpus, languages), _source(args))
+    lines = _counted(iter_training_text(corpus, languages), _source(args))
     started = time.perf_counter()
     with io.atomic_output_dir(args.out_dir, kind=TOKENIZER_FOLDER, overwrite=args.overwrite) as tmp:
         tok = train_bpe_tokenizer(

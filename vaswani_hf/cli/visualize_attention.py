@@ -5,8 +5,7 @@
         [--per_head] --out attention/ [--overwrite]
 
 Without --target the model's own translation is plotted (decoded as its generation_config says, or with
---num_beams). --alignment is a word alignment of source and --target (Pharaoh "i-j", whitespace words, 0-based,
-each link within both sentences);
+--num_beams). --alignment is a word alignment of source and --target (Pharaoh "i-j", whitespace words, 0-based);
 without it the share of cross-attention on aligned tokens uses the diagonal heuristic (see vaswani_hf/visualize/).
 
 Writes to --out: {encoder,decoder,cross}_layer{l}.{fmt} (all heads of a layer), cross_alignment.{fmt} (heads
@@ -21,7 +20,8 @@ import re
 import sys
 
 from .. import io
-from ..constraints import MAX_BEAMS, device, number
+from ..constraints import device, number, setting_flag
+from ..generation_vaswani import GENERATION_SETTINGS
 from ..inference import position_limit
 from ..visualize import KINDS, MAX_PLOT_TOKENS, visualize
 from .command import MODEL_FOLDER, Command, Paths, Use, output_folder
@@ -38,8 +38,7 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--target", default=None, help="reference translation (default: the model's translation)")
     parser.add_argument("--alignment", default=None, help='word alignment of source and --target, e.g. "0-0 1-2"')
     parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--num_beams", type=number(int, min=1, max=MAX_BEAMS), default=None,
-                        help="beam size for the model's own translation (default: its generation_config)")
+    parser.add_argument("--num_beams", default=None, **setting_flag(GENERATION_SETTINGS["num_beams"]))
     parser.add_argument("--max_new_tokens", type=number(int, min=1, max=MAX_PLOT_TOKENS), default=None,
                         help=f"cap on the model's own translation (at most {MAX_PLOT_TOKENS}: a plot's size)")
     parser.add_argument("--format", default="png", choices=["png", "svg", "pdf"])
@@ -53,13 +52,9 @@ def alignment_links(alignment: str, source: str, target: str) -> list[tuple[int,
     """The (source word, target word) pairs of a Pharaoh word alignment ("i-j", "i?j", "ipj"; 0-based whitespace
     words, as `vaswani_hf.visualize.token_alignment_from_words` reads them), each within the sentences' words: a
     link past either sentence would silently align nothing. Raises UsageError naming the link and both lengths."""
-    links = alignment.split()
-    if not links:
-        raise io.UsageError("--alignment: 'empty' is not a link 'i-j' (source word i, target word j, 0-based), e.g. "
-                            "--alignment \"0-0 1-2\"")
     words = len(source.split()), len(target.split())
     pairs = []
-    for link in links:
+    for link in alignment.split() or ["empty"]:  # an empty --alignment is named as such
         if not _LINK.match(link):
             raise io.UsageError(f"--alignment: {link!r} is not a link 'i-j' (source word i, target word j, 0-based), "
                                 "e.g. --alignment \"0-0 1-2\"")
