@@ -5,11 +5,10 @@ model obtained by averaging the last 5 checkpoints, which were written at 10-min
     vaswani-average-checkpoints --checkpoints outputs/run/checkpoint-900 outputs/run/checkpoint-1000 --out avg
 
 The output folder holds the averaged `model.safetensors` and the newest checkpoint's config, generation config,
-tokenizer and code files, so it loads with `AutoModelForSeq2SeqLM.from_pretrained(out)` (no optimizer state). An
-existing --out is replaced only with --overwrite, and never when it is, holds or lies inside a checkpoint being
-averaged. Every checkpoint is checked (config.json, complete safetensors weights) before anything is written, and
-checkpoints of different runs (another seed: their trainer_state.json histories differ) are refused unless
---allow_other_runs. Only a model folder's declared files are copied; anything else is named and left out.
+tokenizer and code files, so it loads with `AutoModelForSeq2SeqLM.from_pretrained(out)` (no optimizer state); only
+a model folder's declared files are copied, anything else is named and left out. An existing --out is replaced only
+with --overwrite. Checkpoints of different runs (another seed: their trainer_state.json histories differ) are
+refused unless --allow_other_runs.
 """
 
 from __future__ import annotations

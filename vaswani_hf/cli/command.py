@@ -119,7 +119,7 @@ class Command:
         return run_command(self, argv)
 
 
-def execute(command: Command, argv: Sequence[str]) -> int:
+def execute(command: Command, argv: Sequence[str]) -> int | None:
     args = command.parse(argv) if command.parse else command.build_parser().parse_args(list(argv))
     command.validate(args)
     paths = command.paths(args)
@@ -136,8 +136,7 @@ def execute(command: Command, argv: Sequence[str]) -> int:
     check([use for use in paths.inputs if not use.first])
     command.agree(args, checked)
     check(paths.outputs)
-    code = command.run(command.resolve(args, checked))
-    return 0 if code is None else int(code)
+    return command.run(command.resolve(args, checked))  # None: exit status 0 (`contract.run_cli`)
 
 
 def run_command(command: Command, argv: Sequence[str] | None = None) -> int:

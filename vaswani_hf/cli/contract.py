@@ -25,20 +25,12 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext, suppress
 from pathlib import Path
 
-from vaswani_commands import debug_requested, limit_problem
+from vaswani_commands import debug_requested, limit_problem, working_folder_problem
 
 from .. import io
 from ..errors import UsageError, one_line, refusal_exit_code
 from .library_reports import HeldReports, library_progress_bars_off, release_library_reports  # noqa: F401
-from .surroundings import (
-    Terminated,
-    check_distributed_environment,
-    own_streams,
-    process_rank,
-    signals_as_interrupts,
-    stderr_or_none,
-    working_folder_problem,
-)
+from .surroundings import Terminated, check_distributed_environment, own_streams, process_rank, signals_as_interrupts
 
 # "--flag path" of the running command's outputs (for OS error messages): set by `declare_paths`, reset by `run_cli`
 _declared_outputs: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("declared_outputs", default=())
@@ -163,9 +155,8 @@ def expected_failure(error: BaseException) -> tuple[int, str] | None:
     return expected_os_failure(error)
 
 
-# What looks like a credential never reaches an error line (argparse echoes an unrecognised `--token hf_...`): a
-# Hugging Face token anywhere, and the value after a flag or header that names a secret (--token, --hub_token,
-# --password, --api_key, ...; Authorization: Bearer ...)
+# No credential reaches an error line (argparse echoes an unrecognised `--token hf_...`): a Hugging Face token, and
+# the value after a flag or header that names a secret (--token, --hub_token, --api_key, ...; Authorization: Bearer)
 _CREDENTIALS = (re.compile(r"\bhf_[A-Za-z0-9]{20,}"), re.compile(
     r"((?:--?(?:\w*[_-])?(?:token|password|passwd|secret|api[_-]?key|credentials?)\b['\"]?[\s=]+|"
     r"(?:authorization|bearer)\b['\"]?[\s=:]+['\"]?(?:bearer\s+)?)['\"]?)[^\s'\",;)]+", re.IGNORECASE))
@@ -179,8 +170,8 @@ def masked(line: str) -> str:
 def _report(line: str) -> None:
     """The one error line (credentials `masked`) on stderr, if open; under a launcher only rank 0 says it (every
     process refuses the same input the same way)."""
-    stream = stderr_or_none()
-    if stream is not None and process_rank() == 0:
+    stream = sys.stderr  # None when closed (`print(file=None)` would write to standard output)
+    if stream is not None and not getattr(stream, "closed", False) and process_rank() == 0:
         print(masked(line), file=stream)
         stream.flush()
 

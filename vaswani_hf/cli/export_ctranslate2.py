@@ -32,7 +32,6 @@ def build_parser() -> ArgumentParser:
 
 
 def _paths(args) -> Paths:
-    """The model folder (with its tokenizer unless --tokenizer names another folder), --out_dir."""
     model = MODEL_FOLDER if args.tokenizer is None else MODEL_WITHOUT_TOKENIZER
     return Paths(inputs=(Use("--model_dir", args.model_dir, model),
                          Use("--tokenizer", args.tokenizer, TOKENIZER_FOLDER)),

@@ -46,7 +46,6 @@ def _paths(args) -> Paths:
 
 
 def _agree(args, checked) -> None:
-    """The model and Marian: learned positions, d_k != d_model / h, a LayerNorm eps Marian cannot hold."""
     check_marian_exportable(checked["--model_dir"])
 
 

@@ -63,7 +63,6 @@ class HeldReports:
 
     def replay(self) -> None:
         """Stop holding, and show what was held, in order."""
-        self.stop()
         records, held_warnings = self.records[:], self.warnings[:]
         self.discard()
         for record in records:
@@ -81,8 +80,7 @@ class HeldReports:
         return self.start()
 
     def __exit__(self, kind, error, traceback) -> None:
-        """Success (or SystemExit, e.g. --help) shows what was held; an exception leaves the choice to the caller
-        (`replay` before a traceback, `discard` before an error line)."""
+        """Success (or SystemExit: --help) shows what was held; after an exception the caller chooses."""
         if kind is None or not issubclass(kind, (Exception, KeyboardInterrupt)):
             self.replay()
         else:
@@ -101,14 +99,10 @@ def library_progress_bars_off():
     error line breaks the one-line rule. huggingface_hub's download bars stay; the state is restored afterwards."""
     was_enabled, hub_was_disabled = transformers_logging.is_progress_bar_enabled(), are_progress_bars_disabled()
 
-    def switch(transformers_on: bool) -> None:
-        """transformers' switch also switches the hub's bars: the hub's own state is put back each time."""
+    def switch(on: bool) -> None:  # transformers' switch also switches the hub's bars: the hub's state is put back
         with warnings.catch_warnings():  # the hub warns when HF_HUB_DISABLE_PROGRESS_BARS forbids a change
             warnings.simplefilter("ignore")
-            if transformers_on:
-                transformers_logging.enable_progress_bar()
-            else:
-                transformers_logging.disable_progress_bar()
+            (transformers_logging.enable_progress_bar if on else transformers_logging.disable_progress_bar)()
             (disable_progress_bars if hub_was_disabled else enable_progress_bars)()
 
     switch(False)

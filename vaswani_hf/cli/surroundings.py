@@ -1,9 +1,7 @@
 """The process's surroundings, which the command-line boundary (`contract.run_cli`) owns before a tool runs.
 
-- Standard streams the caller closed (`<&-`, `>&-`, `2>&-`): the runner (vaswani_commands) and `own_streams` put
-  /dev/null on the free descriptor; a closed standard input refuses when read (exit 2), a closed standard output
-  when written (exit 1, as a closed pipe), a closed standard error swallows.
-- A deleted working folder: one line, exit 2 (relative paths cannot be resolved).
+- Standard streams the caller closed (`<&-`, `>&-`, `2>&-`): /dev/null on the free descriptor; a closed standard
+  input refuses when read (exit 2), a closed standard output when written (exit 1), a closed standard error swallows.
 - Launcher variables (`RANK`, `WORLD_SIZE`, ...; `DISTRIBUTED_VARIABLES`), which torch and accelerate read with
   `int()` deep inside a launch: a malformed one is one line naming it, exit 2, before any of them reads it.
 - SIGTERM and SIGHUP raise `Terminated`, a KeyboardInterrupt, where the program is, so that every cleanup a Ctrl-C
@@ -22,7 +20,7 @@ import threading
 from collections.abc import Mapping
 from contextlib import contextmanager
 
-from vaswani_commands import occupy_closed_descriptors, working_folder_problem
+from vaswani_commands import occupy_closed_descriptors
 
 from ..errors import StandardInputClosed, StandardOutputClosed, UsageError
 
@@ -92,11 +90,6 @@ def own_streams():
 def _sink():
     """/dev/null as a text stream, opened once: a handler that a library bound to it meanwhile may still write."""
     return open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - kept open for the process
-
-
-def stderr_or_none():
-    """`sys.stderr` when it can be written to, else None (`print(file=None)` would write to standard output)."""
-    return sys.stderr if sys.stderr is not None and not getattr(sys.stderr, "closed", False) else None
 
 
 def _whole_number(text: str) -> int | None:

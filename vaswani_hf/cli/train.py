@@ -12,8 +12,7 @@ Every recipe key can be overridden with `--key value` (lists as several values o
 ranges, defaults and meaning; `--list-recipes` the bundled recipes; `--check` validates the recipe, the output
 folder and every line of the corpus files, then exits. A folder that holds a previous run is continued with
 `--resume` or replaced with `--overwrite`; a finished run resumed does nothing and says so; a folder another run is
-writing into is refused. Outputs never replace inputs (a corpus file, the tokenizer_path). Bad input is reported in
-one line (exit 2) before anything is loaded, trained or written.
+writing into is refused.
 """
 
 from __future__ import annotations

@@ -93,12 +93,6 @@ def _counted(lines, source: str):
         raise io.UsageError(f"{source}: no text to learn from ({count} lines, all empty); give the training corpus")
 
 
-def _interactive() -> bool:
-    """Whether stdout and stderr are terminals: the tokenizers library's bar ends each stage with a line break on
-    standard output (before the JSON summary, or the only output of a refusal)."""
-    return all(getattr(stream, "isatty", lambda: False)() for stream in (sys.stdout, sys.stderr))
-
-
 def _paths(args) -> Paths:
     """--files ("-": standard input, as for every tool that reads text), --corpus (checked when loaded), --out_dir."""
     inputs = [Use(f"--files ({i + 1})", path, TEXT_OR_STDIN, what="--files") for i, path in enumerate(args.files or [])]
@@ -114,17 +108,19 @@ def _run(args) -> None:
     # is one line on stderr
     with HeldReports(("vaswani_hf.data",), hold_warnings=False):
         corpus = _corpus(args)
-        # a loaded corpus is checked now (files are streamed: checked when they end, in _Counted)
+        # a loaded corpus is checked now (files are streamed: checked when they end, in _counted)
         if not args.files and not any(line.strip() for line in iter_training_text(corpus, languages)):
             raise io.UsageError(f"{_source(args)}: no text to learn from ({len(corpus)} pairs, all empty); give the "
                                 "training corpus")
     lines = _counted(iter_training_text(corpus, languages), _source(args))
+    # the tokenizers library's bar ends each stage with a line break on standard output: only on terminals
+    interactive = all(getattr(stream, "isatty", lambda: False)() for stream in (sys.stdout, sys.stderr))
     started = time.perf_counter()
     with io.atomic_output_dir(args.out_dir, kind=TOKENIZER_FOLDER, overwrite=args.overwrite) as tmp:
         tok = train_bpe_tokenizer(
             lines, vocab_size=args.vocab_size, min_frequency=args.min_frequency, lowercase=args.lowercase,
             normalization=None if args.normalization == "NONE" else args.normalization,
-            model_max_length=args.model_max_length, save_dir=tmp, show_progress=_interactive())
+            model_max_length=args.model_max_length, save_dir=tmp, show_progress=interactive)
     print(json.dumps({"out_dir": str(args.out_dir), "vocab_size": len(tok),
                       "seconds": round(time.perf_counter() - started, 2)}))
 

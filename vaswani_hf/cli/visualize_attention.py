@@ -78,8 +78,7 @@ def _check_arguments(args) -> None:
 
 
 def _check_lengths(args, model, tokenizer) -> None:
-    """A sentence longer than a plot can show (MAX_PLOT_TOKENS), or than a learned-position model's table, is
-    refused before anything is computed."""
+    """A sentence longer than a plot shows, or than a learned-position table, is refused before any work."""
     limit, why = MAX_PLOT_TOKENS, f"an attention plot shows at most {MAX_PLOT_TOKENS} tokens"
     positions = position_limit(model)
     if positions is not None and positions < limit:
