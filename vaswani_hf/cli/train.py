@@ -62,9 +62,8 @@ _LISTS = {f.name for section in SECTIONS for f in dataclasses.fields(section)
 
 
 class RecipeParser(HfArgumentParser):
-    """HfArgumentParser over the recipe sections and the command's own options. Only the keys given on the command
-    line are returned (`load_recipe` merges them over the recipe file); a usage error is a RecipeError (one line,
-    exit 2) rather than argparse's usage text."""
+    """HfArgumentParser over the recipe sections and the command's options: only the keys given are returned
+    (`load_recipe` merges them over the recipe file); a usage error is a RecipeError (one line, exit 2)."""
 
     def __init__(self):
         super().__init__((CommandOptions, *SECTIONS), prog="vaswani-train", description=__doc__,

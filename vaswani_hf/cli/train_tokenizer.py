@@ -80,9 +80,8 @@ def _source(args) -> str:
 
 
 def _counted(lines, source: str):
-    """The lines; a text without one non-empty line is refused when it ends, before the tokenizer learned from
-    nothing is saved. The tokenizers library pulls them from its own threads, where Python runs no signal handler:
-    this stops the training on SIGTERM/SIGHUP itself (`raise_if_stopped`)."""
+    """The lines; a text without a non-empty line is refused when it ends. The tokenizers library pulls them from its
+    own threads, where Python runs no signal handler: this stops on SIGTERM/SIGHUP itself (`raise_if_stopped`)."""
     count = non_empty = 0
     for count, line in enumerate(lines, 1):
         non_empty += bool(line.strip())

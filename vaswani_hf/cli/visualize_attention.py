@@ -49,9 +49,8 @@ def build_parser() -> ArgumentParser:
 
 
 def alignment_links(alignment: str, source: str, target: str) -> list[tuple[int, int]]:
-    """The (source word, target word) pairs of a Pharaoh word alignment ("i-j", "i?j", "ipj"; 0-based whitespace
-    words, as `vaswani_hf.visualize.token_alignment_from_words` reads them), each within the sentences' words: a
-    link past either sentence would silently align nothing. Raises UsageError naming the link and both lengths."""
+    """The (source word, target word) pairs of a Pharaoh alignment ("i-j", "i?j", "ipj"; 0-based whitespace words),
+    each within both sentences (a link past one would silently align nothing), or a UsageError naming the link."""
     words = len(source.split()), len(target.split())
     pairs = []
     for link in alignment.split() or ["empty"]:  # an empty --alignment is named as such
