@@ -83,8 +83,8 @@ def _refuse(line: str, code: int) -> int:
     return code
 
 
-def run(tool: str) -> int:
-    """Prepare the process, import the tool's module and run its `main` (see the module docstring)."""
+def run(tool: str, argv=None) -> int:
+    """Prepare the process, import the tool's module and run its `main(argv)` (see the module docstring)."""
     occupy_closed_descriptors()
     problem = working_folder_problem()
     if problem:
@@ -95,14 +95,14 @@ def run(tool: str) -> int:
         if debug_requested(sys.argv) or limit_problem(error) is None:
             raise
         return _refuse(limit_problem(error), 1)
-    return main()
+    return main(argv)
 
 
 def __getattr__(tool: str):
     """`vaswani_commands.<tool>`: the console script of vaswani_hf/cli/<tool>.py (or of `MODULES`)."""
     if tool not in MODULES and not (_TOOLS / f"{tool}.py").is_file() or tool.startswith("_"):
         raise AttributeError(f"module {__name__!r} has no attribute {tool!r}")
-    return lambda: run(tool)
+    return lambda argv=None: run(tool, argv)
 
 
 if __name__ == "__main__":
