@@ -1,20 +1,12 @@
 """The commands' runner: every vaswani-* console script and `scripts/*.py` starts here, before vaswani_hf is imported.
 
-Importing vaswani_hf imports torch and transformers (it registers the model with the Auto classes), and the package
-itself leaves the process alone. What a command must do to the process before that import, and what can fail during
-it, happens here, in a module that imports only the standard library:
-
-- A standard descriptor (0, 1, 2) the caller closed (`<&-`, `>&-`, `2>&-`) gets /dev/null, so that no file opened
-  later takes its number (whatever writes to descriptor 1 or 2 below Python would write into that file);
-  `vaswani_hf.cli.surroundings.own_streams` then gives the tool stand-ins that refuse in one line.
-- A deleted working folder: torch and transformers fail while imported then, so the command says so in one line,
-  exit status 2, before it imports them.
-- The operating system's limits on the import itself: too little memory (`ulimit -v`) or too few descriptors
-  (`ulimit -n`) is one line naming the limit, exit status 1 (a traceback with --debug or VASWANI_DEBUG=1).
-
-Then the command's `main` runs under the command-line contract (`vaswani_hf.cli.contract.run_cli`). The console
-script `vaswani-<tool>` is `vaswani_commands:<tool>`, the `main` of vaswani_hf/cli/<tool>.py (the Space's page:
-vaswani_hf.space), so that a new tool needs no line here; `python -m vaswani_commands <tool> ARGS` runs it too.
+The package leaves the process alone; what a command must do to the process before importing it (torch,
+transformers), and what can fail during that import, happens here, with the standard library only: a closed
+standard descriptor (0, 1, 2) gets /dev/null, so that no file opened later takes its number; a deleted working
+folder is one line, exit 2; too little memory (`ulimit -v`) or too few descriptors (`ulimit -n`) for the import
+is one line, exit 1. Then `vaswani_hf/cli/<tool>.py`'s `main` runs under `vaswani_hf.cli.contract.run_cli`: the
+console script `vaswani-<tool>` is `vaswani_commands:<tool>` (no line here per tool), and
+`python -m vaswani_commands <tool> ARGS` runs it too.
 """
 
 from __future__ import annotations
@@ -31,8 +23,7 @@ _TOOLS = Path(__file__).resolve().parent / "vaswani_hf" / "cli"
 
 
 def occupy_closed_descriptors() -> None:
-    """/dev/null on each standard descriptor (0, 1, 2) that is closed, so that no file opened later takes its number.
-    Python's `sys.stdin` ... stay as they are (None)."""
+    """/dev/null on each closed standard descriptor (`sys.stdin` ... stay None)."""
     for fd, mode in STREAMS:
         try:
             os.fstat(fd)
@@ -46,7 +37,7 @@ def occupy_closed_descriptors() -> None:
 
 
 def working_folder_problem() -> str | None:
-    """What is wrong with the working folder (deleted, or not readable), as one line saying what to do, or None."""
+    """What is wrong with the working folder (deleted, unreadable) and what to do, or None."""
     try:
         os.getcwd()
         return None
@@ -70,8 +61,7 @@ def _file_size_limited() -> bool:
 
 
 def limit_problem(error: BaseException) -> str | None:
-    """What an operating-system limit that stopped the command is and what to do (memory, descriptors, file size;
-    also for `vaswani_hf.cli.contract` while the tool runs), or None."""
+    """Which operating-system limit (memory, descriptors, file size) stopped the command and what to do, or None."""
     text, number = str(error).lower(), getattr(error, "errno", None)
     if isinstance(error, MemoryError) or number == errno.ENOMEM or "failed to map segment" in text:
         return "out of memory (the memory limit, ulimit -v, or the machine's); raise the limit or free memory"
@@ -93,8 +83,8 @@ def _refuse(line: str, code: int) -> int:
     return code
 
 
-def run(tool: str) -> int:
-    """Prepare the process, import the tool's module and run its `main` (see the module docstring)."""
+def run(tool: str, argv=None) -> int:
+    """Prepare the process, import the tool's module and run its `main(argv)` (see the module docstring)."""
     occupy_closed_descriptors()
     problem = working_folder_problem()
     if problem:
@@ -105,14 +95,14 @@ def run(tool: str) -> int:
         if debug_requested(sys.argv) or limit_problem(error) is None:
             raise
         return _refuse(limit_problem(error), 1)
-    return main()
+    return main(argv)
 
 
 def __getattr__(tool: str):
     """`vaswani_commands.<tool>`: the console script of vaswani_hf/cli/<tool>.py (or of `MODULES`)."""
     if tool not in MODULES and not (_TOOLS / f"{tool}.py").is_file() or tool.startswith("_"):
         raise AttributeError(f"module {__name__!r} has no attribute {tool!r}")
-    return lambda: run(tool)
+    return lambda argv=None: run(tool, argv)
 
 
 if __name__ == "__main__":

@@ -1,16 +1,11 @@
 """The errors every part of vaswani_hf raises for expected failures, and their exit statuses on the command line.
 
-Expected bad input is a `UsageError` (exit status 2): its message names the file (and line) or the flag or recipe key
-at fault and says what to do. An expected failure of the run itself (network, a full disk, a refused upload) is a
-`RunFailure` (exit status 1). `vaswani_hf.cli.contract.run_cli` prints either as one line without a traceback;
-anything else is a bug and keeps its traceback.
+Bad input is a `UsageError` (exit 2) whose message names the file (and line), flag or recipe key and says what to
+do; an expected failure of the run itself (network, a full disk, a refused upload) is a `RunFailure` (exit 1).
+`vaswani_hf.cli.contract.run_cli` prints either as one line; anything else is a bug and keeps its traceback.
 
-Code that cannot import this module declares its refusals by a class attribute instead: the files copied to the Hub
-(configuration_vaswani.py, generation_vaswani.py, ...) import only torch and transformers, so a settings check there
-raises, e.g., `class VaswaniSettingsError(ValueError): exit_code = 2`. `refusal_exit_code` is the one rule the
-boundary applies: a `VaswaniError`, or an exception whose class (or a base) defined in this package's modules (or in
-their remote-code copies, `transformers_modules.*`) sets `exit_code` to 1 or 2, is an expected failure with that exit
-status. A plain ValueError or TypeError, or one a library raises, is a bug: it keeps its traceback.
+The files copied to the Hub import only torch and transformers, so they declare a refusal by a class attribute
+(`class VaswaniSettingsError(ValueError): exit_code = 2`): `refusal_exit_code` is the one rule the boundary applies.
 """
 
 from __future__ import annotations
@@ -27,8 +22,7 @@ class VaswaniError(Exception):
 
 
 class UsageError(VaswaniError, ValueError):
-    """Bad arguments or bad input (a file, a line, a key): exit status 2. The message names what is at fault and
-    says what to do."""
+    """Bad arguments or bad input (a file, a line, a key): exit status 2."""
 
     exit_code = 2
 
@@ -36,13 +30,9 @@ class UsageError(VaswaniError, ValueError):
 class RunFailure(VaswaniError, RuntimeError):
     """The run itself failed for an expected reason outside the input (network, disk, a refused upload): exit 1."""
 
-    exit_code = 1
-
 
 class InputLineError(UsageError):
-    """Bad input at one line of a list of sentences (1-based `line`), raised where the file is not known (e.g. a
-    sentence longer than the model's positions); a tool that read the sentences from a file names it with
-    `in_file`."""
+    """Bad input at one line (1-based) of a list of sentences whose file is not known here: see `in_file`."""
 
     def __init__(self, line: int, message: str):
         super().__init__(f"line {line}: {message}")
@@ -54,24 +44,16 @@ class InputLineError(UsageError):
         return UsageError(f"{label}:{self.line}: {self.message}")
 
 
-class StandardStreamClosed(VaswaniError):
-    """A tool read from a standard input, or wrote to a standard output, that the caller closed (`<&-`, `>&-`):
-    `StandardInputClosed` is bad input (exit status 2), `StandardOutputClosed` fails like a closed pipe (exit
-    status 1)."""
-
-    stream, redirection, remedy = "a standard stream", "", ""
-
+class StandardInputClosed(UsageError):
     def __init__(self):
-        super().__init__(f"{self.stream} is closed (the command ran with {self.redirection}); {self.remedy}")
+        super().__init__("standard input is closed (the command ran with <&-); give the input as a file, or pipe "
+                         "text into it")
 
 
-class StandardInputClosed(StandardStreamClosed, UsageError):
-    stream, redirection, remedy = "standard input", "<&-", "give the input as a file, or pipe text into it"
-
-
-class StandardOutputClosed(StandardStreamClosed, RunFailure):
-    stream, redirection, remedy = ("standard output", ">&-",
-                                   "write the output to a file instead, or leave standard output open")
+class StandardOutputClosed(RunFailure):  # fails as a closed pipe does
+    def __init__(self):
+        super().__init__("standard output is closed (the command ran with >&-); write the output to a file instead, "
+                         "or leave standard output open")
 
 
 # The modules whose classes may declare an `exit_code` (this package; its files as remote code under transformers).
@@ -79,8 +61,8 @@ _OWN_MODULES = ("vaswani_hf", "transformers_modules")
 
 
 def refusal_exit_code(error: BaseException) -> int | None:
-    """The exit status of an expected failure (see the module docstring), or None: a bug, which keeps its
-    traceback."""
+    """The exit status of an expected failure, or None (a bug): a `VaswaniError`, or an exception whose class (or a
+    base) defined in this package (or its remote-code copies) sets `exit_code` to 1 or 2."""
     if isinstance(error, VaswaniError):
         return error.exit_code
     for cls in type(error).__mro__:
@@ -97,7 +79,3 @@ def one_line(error: BaseException | str, limit: int = 400) -> str:
     text = " ".join(str(error).split()) or type(error).__name__
     return text if len(text) <= limit else text[: limit - 5] + " ..."
 
-
-__all__ = ["STDIO", "VaswaniError", "UsageError", "RunFailure", "InputLineError", "StandardStreamClosed",
-           "StandardInputClosed", "StandardOutputClosed",
-           "refusal_exit_code", "one_line"]

@@ -5,23 +5,21 @@ model obtained by averaging the last 5 checkpoints, which were written at 10-min
     vaswani-average-checkpoints --checkpoints outputs/run/checkpoint-900 outputs/run/checkpoint-1000 --out avg
 
 The output folder holds the averaged `model.safetensors` and the newest checkpoint's config, generation config,
-tokenizer and code files, so it loads with `AutoModelForSeq2SeqLM.from_pretrained(out)` (no optimizer state). An
-existing --out is replaced only with --overwrite, and never when it is, holds or lies inside a checkpoint being
-averaged. Every checkpoint is checked (config.json, complete safetensors weights) before anything is written, and
-checkpoints of different runs (another seed: their trainer_state.json histories differ) are refused unless
---allow_other_runs. Only a model folder's declared files are copied; anything else is named and left out.
+tokenizer and code files, so it loads with `AutoModelForSeq2SeqLM.from_pretrained(out)` (no optimizer state); only
+a model folder's declared files are copied, anything else is named and left out. An existing --out is replaced only
+with --overwrite. Checkpoints of different runs (another seed: their trainer_state.json histories differ) are
+refused unless --allow_other_runs.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 from .. import io
 from ..constraints import number
 from ..training.checkpoints import AVERAGED, check_checkpoints_agree, last_checkpoints, save_averaged_checkpoint
-from .command import SAFETENSORS_CHECKPOINT, Command, Paths, Use, output_folder, run_command
+from .command import SAFETENSORS_CHECKPOINT, Command, Paths, Use, output_folder
 from .contract import ArgumentParser
 
 
@@ -74,21 +72,13 @@ def _agree(args, checked) -> None:
     check_checkpoints_agree(args.folders, one_run=not args.allow_other_runs)
 
 
-def _run(args) -> int:
+def _run(args) -> None:
     if args.warning:
         print(args.warning, file=sys.stderr)
     out = save_averaged_checkpoint(args.folders, args.out, overwrite=args.overwrite, one_run=not args.allow_other_runs)
     print(f"averaged {len(args.folders)} checkpoints ({', '.join(f.name for f in args.folders)}) -> {out}")
-    return 0
 
 
 COMMAND = Command("average_checkpoints", "vaswani-average-checkpoints", build_parser, _run, paths=_paths,
                   agree=_agree, invoked_name=True)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_command(COMMAND, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = COMMAND.main

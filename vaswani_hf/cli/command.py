@@ -1,20 +1,14 @@
-"""A command-line tool is one declaration (`Command`), executed by one runner (`run_command`) in one order.
+"""A command-line tool is one declaration (`Command`), executed by one runner (`run_command`) in one order, inside
+`contract.run_cli`'s error boundary:
 
-A `Command` states what the tool is: its name and program name, its parser, the paths it reads and writes by role
-and kind (`Paths`, a function of the parsed arguments: which paths a command touches can depend on its flags, e.g.
-translate's --engine), the inputs that must agree with each other (`agree`: checkpoints averaged together, a model
-and what an export can express), `resolve(args, checked) -> plan` and `run(plan) -> exit status`. `run_command`
-executes any declaration inside `contract.run_cli`'s one error boundary, always in this order:
-
-    parse -> validate (flags that exclude or need each other) -> [inputs marked `first`, by kind] -> paths
-    declared and checked (`declare_paths`: no output is, holds or lies inside an input; the declared outputs are
-    what the boundary names when the disk fills) -> inputs checked by kind -> agreement -> outputs checked by kind
-    (the overwrite rules) -> resolve -> run
+    parse -> validate (flags that exclude or need each other) -> [inputs marked `first`] -> paths declared and
+    checked (`declare_paths`: no output is, holds or lies inside an input) -> inputs checked by kind -> agreement
+    (inputs that must agree: checkpoints averaged together) -> outputs checked by kind (overwrite) -> resolve -> run
 
 so that every bad input is one line before any work, and a new tool is one declaration (vaswani_hf.cli.registry)
-plus its test file. A tool whose sequencing is its own (train: --check, --resume, the run lock; push_to_hub:
---dry_run, --space_only) keeps it in its resolve/run. Kinds are the package's own checks (vaswani_hf.io), named
-here once: a kind is a check of one path (`Kind.check(path, what, overwrite) -> the checked value`).
+plus its test file. Which paths a command touches may depend on its flags (`paths` is a function of the parsed
+arguments). A tool whose sequencing is its own (train: --check, --resume, the run lock) keeps it in resolve/run.
+A `Kind` is one of the package's own checks of one path (vaswani_hf.io), named here once.
 """
 
 from __future__ import annotations
@@ -31,14 +25,9 @@ from .contract import declare_paths, run_cli
 
 @dataclass(frozen=True)
 class Kind:
-    """What a path must be: `check(path, what, overwrite)` raises UsageError naming `what` (the flag), or returns the
-    checked path (or what the check makes of it)."""
+    """What a path must be: `check(path, what, overwrite)` raises UsageError naming `what`, or returns the path."""
     name: str
     check: Callable[[Any, str, bool], Any]
-
-
-def _text_or_stdin(path, what, overwrite):
-    return path if str(path) == io.STDIO else io.check_input_file(path, what)
 
 
 def _folder(path, what, overwrite):
@@ -67,12 +56,12 @@ def _safetensors_checkpoint(path, what, overwrite):
     return io.check_model_folder(folder, what="checkpoint folder", tokenizer=False)
 
 
-def _output_file_or_stdout(path, what, overwrite):
-    return path if str(path) == io.STDIO else io.check_output_file(path, overwrite=overwrite, what=what)
+def _or_stdio(kind: Kind, name: str) -> Kind:
+    """`kind`, or "-": standard input or output."""
+    return Kind(name, lambda p, w, o: p if str(p) == io.STDIO else kind.check(p, w, o))
 
 
 TEXT_FILE = Kind("text file", lambda p, w, o: io.check_input_file(p, w))
-TEXT_OR_STDIN = Kind("text file or - (standard input)", _text_or_stdin)
 MODEL_FOLDER = Kind("model folder (model + tokenizer)", lambda p, w, o: io.check_model_folder(Path(p), what=w))
 MODEL_WITHOUT_TOKENIZER = Kind("model folder (tokenizer elsewhere)",
                                lambda p, w, o: io.check_model_folder(Path(p), what=w, tokenizer=False))
@@ -81,31 +70,28 @@ FOLDER = Kind("folder", _folder)
 TOKENIZER_FOLDER = Kind("tokenizer folder", _tokenizer_folder)
 PATH = Kind("path (declared for the relation check only; its reader checks it)", lambda p, w, o: p)
 OUTPUT_FILE = Kind("output file", lambda p, w, o: io.check_output_file(p, overwrite=o, what=w))
-OUTPUT_FILE_OR_STDOUT = Kind("output file or - (standard output)", _output_file_or_stdout)
+TEXT_OR_STDIN = _or_stdio(TEXT_FILE, "text file or - (standard input)")
+OUTPUT_FILE_OR_STDOUT = _or_stdio(OUTPUT_FILE, "output file or - (standard output)")
 
 
 def output_folder(marker: str) -> Kind:
-    """An output folder that holds one kind of thing (`io.check_output_dir`'s marker: replaced only with overwrite,
-    and only if it holds that kind)."""
+    """An output folder of one kind (`io.check_output_dir`'s marker: replaced only with overwrite and that kind)."""
     return Kind(f"output folder of {marker}",
                 lambda p, w, o: io.check_output_dir(p, overwrite=o, what=w, kind=marker))
 
 
 @dataclass(frozen=True)
 class Use:
-    """One path a command reads or writes: the flag that names it, the path, its kind, and (where the message says
-    something else than the flag) what the check calls it."""
+    """One path a command reads or writes: its flag, the path, its kind, what a message calls it if not the flag."""
     flag: str
     path: Any
     kind: Kind = PATH
     what: str | None = None
-    first: bool = False  # an input checked by kind before the paths' relations: its kind is the clearer message
-    # (translate's input named as a folder or a device rather than as a folder that holds --output)
+    first: bool = False  # checked before the paths' relations: its kind is the clearer message (translate's input)
 
 
 @dataclass(frozen=True)
 class Paths:
-    """A command's paths by role (in the order they are checked)."""
     inputs: Sequence[Use] = ()
     outputs: Sequence[Use] = ()
     overwrite: bool = False  # the command's --overwrite: whether an existing output may be replaced
@@ -113,7 +99,6 @@ class Paths:
 
 @dataclass(frozen=True)
 class Command:
-    """One command-line tool (see the module docstring)."""
     name: str  # module name: vaswani_hf.cli.<name>, tests/test_cli_<name>.py, scripts/<script>
     prog: str  # the console script, [project.scripts] in pyproject.toml
     build_parser: Callable[[], argparse.ArgumentParser]
@@ -127,10 +112,6 @@ class Command:
     invoked_name: bool = False  # error lines start with the name it was invoked by (sys.argv[0]), not prog
 
     @property
-    def entry_point(self) -> str:
-        return f"vaswani_commands:{self.name}"  # the runner (vaswani_commands.py), which imports the tool's module
-
-    @property
     def script_name(self) -> str:
         return self.script or f"{self.name}.py"
 
@@ -138,8 +119,7 @@ class Command:
         return run_command(self, argv)
 
 
-def execute(command: Command, argv: Sequence[str]) -> int:
-    """The one order (module docstring), inside the error boundary."""
+def execute(command: Command, argv: Sequence[str]) -> int | None:
     args = command.parse(argv) if command.parse else command.build_parser().parse_args(list(argv))
     command.validate(args)
     paths = command.paths(args)
@@ -156,15 +136,9 @@ def execute(command: Command, argv: Sequence[str]) -> int:
     check([use for use in paths.inputs if not use.first])
     command.agree(args, checked)
     check(paths.outputs)
-    code = command.run(command.resolve(args, checked))
-    return 0 if code is None else int(code)
+    return command.run(command.resolve(args, checked))  # None: exit status 0 (`contract.run_cli`)
 
 
 def run_command(command: Command, argv: Sequence[str] | None = None) -> int:
-    """Run a declaration under the command-line contract (`contract.run_cli`)."""
     return run_cli(lambda args: execute(command, args), argv, prog=None if command.invoked_name else command.prog)
 
-
-__all__ = ["Command", "Kind", "Paths", "Use", "run_command", "execute", "output_folder", "TEXT_FILE",
-           "TEXT_OR_STDIN", "MODEL_FOLDER", "MODEL_WITHOUT_TOKENIZER", "SAFETENSORS_CHECKPOINT", "FOLDER",
-           "TOKENIZER_FOLDER", "PATH", "OUTPUT_FILE", "OUTPUT_FILE_OR_STDOUT"]

@@ -1,22 +1,16 @@
 """The command-line contract every vaswani-* tool runs under: one error boundary, one parser, one declaration of paths.
 
-- `run_cli(main, argv)`: the tool's return value is its exit status. Expected bad input (`UsageError`) is one line on
-  stderr naming the file, line, flag or key and what to do, exit status 2; an expected failure of the run itself
-  (`RunFailure`, a full disk, a closed output pipe) is one line and exit status 1; Ctrl-C is exit status 130,
-  SIGTERM 143 and SIGHUP 129 (they interrupt as Ctrl-C does, so that the same cleanup runs). A refusal declared by a
-  module that cannot import `vaswani_hf.errors` (a class attribute `exit_code`: `errors.refusal_exit_code`) is one
-  line too. The operating system's conditions (no space left, permission denied, a link loop, a read-only
-  file system; its limits on memory, descriptors and file size) are one line, naming the file, or the outputs the
-  command declared when the system does not say which file. Anything else is a bug and keeps its traceback. `--debug` (or VASWANI_DEBUG=1) shows every
-  traceback. Before the tool runs, the boundary owns the process's surroundings (`surroundings`: closed standard
-  streams, a deleted working folder, malformed launcher variables such as RANK=abc: one line, exit status 2); while
-  it runs, what libraries report on their own (transformers' LOAD REPORT, its warnings) is held back and shown only
-  when the tool succeeds or fails with a bug (`library_reports`).
+- `run_cli(main, argv)`: bad input (`UsageError`) is one line on stderr naming the file, line, flag or key and what to
+  do, exit status 2; an expected failure of the run (`RunFailure`, a full disk, a closed pipe) one line, exit 1;
+  Ctrl-C exits 130, SIGTERM 143, SIGHUP 129 (they interrupt as Ctrl-C does, so that the same cleanup runs). The
+  operating system's conditions and limits are one line naming the file, or the declared outputs when the system
+  names none. Anything else is a bug and keeps its traceback (`--debug` or VASWANI_DEBUG=1: every traceback). The
+  boundary owns the process's surroundings (`surroundings`) and holds back what libraries report on their own
+  while the tool runs (`library_reports`).
 - `ArgumentParser`: argparse whose usage errors are `UsageError`s; flags declare their constraints as argparse types
-  (`vaswani_hf.constraints`: `number(int, min=1)`, `device`), so a bad value names its flag before any work.
-- `declare_paths(inputs=..., outputs=...)`: what a command reads and writes, checked by the one guard
-  (`vaswani_hf.io.check_paths`: no output is, contains or lies inside an input) and remembered for the messages above
-  (for the running call only). `command.run_command` calls it with the paths a tool's declaration states.
+  (`vaswani_hf.constraints`), so a bad value names its flag before any work.
+- `declare_paths(inputs=..., outputs=...)`: checked by the one guard (`vaswani_hf.io.check_paths`) and remembered
+  for the messages above (for the running call only).
 """
 
 from __future__ import annotations
@@ -28,33 +22,22 @@ import os
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from pathlib import Path
 
-from vaswani_commands import debug_requested, limit_problem
+from vaswani_commands import debug_requested, limit_problem, working_folder_problem
 
 from .. import io
-from ..errors import STDIO, UsageError, one_line, refusal_exit_code
-from .library_reports import HeldReports, library_progress_bars_off, release_library_reports
-from .surroundings import (
-    Terminated,
-    check_distributed_environment,
-    check_working_folder,
-    own_streams,
-    process_rank,
-    signals_as_interrupts,
-    stderr_or_none,
-    working_folder_problem,
-)
+from ..errors import UsageError, one_line, refusal_exit_code
+from .library_reports import HeldReports, library_progress_bars_off, release_library_reports  # noqa: F401
+from .surroundings import Terminated, check_distributed_environment, own_streams, process_rank, signals_as_interrupts
 
-# "--flag path" of the running command's outputs (for OS error messages): set by `declare_paths` (the runner of
-# `command.Command` declarations calls it with the running declaration's outputs), reset by `run_cli`
+# "--flag path" of the running command's outputs (for OS error messages): set by `declare_paths`, reset by `run_cli`
 _declared_outputs: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("declared_outputs", default=())
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse, but a usage error is a `UsageError` (one line through `run_cli`) instead of usage text + exit, every
-    tool has `--debug`, and the description (the tool's module docstring) keeps its line breaks."""
+    """argparse whose usage error is a `UsageError`, with `--debug`; the description keeps its line breaks."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
@@ -73,9 +56,8 @@ def add_debug_argument(parser: argparse.ArgumentParser) -> None:
 
 def declare_paths(inputs: Mapping[str, str | os.PathLike | None],
                   outputs: Mapping[str, str | os.PathLike | None], *, check: bool = True) -> None:
-    """A command's inputs and outputs by flag: checked by `io.check_paths` before any work (`check=False`: the
-    caller checked them, e.g. a training run's plan), and named by the error boundary when the disk fills (the
-    system names no file for a failed write, or names the file being copied from)."""
+    """A command's paths by flag: checked by `io.check_paths` (`check=False`: the caller checked them, e.g. a
+    training plan), and named when the disk fills (the system names no file then, or the file copied from)."""
     if check:
         io.check_paths(inputs, outputs)
     _declared_outputs.set(tuple(f"{flag} {path}" for flag, path in outputs.items() if path is not None))
@@ -121,9 +103,7 @@ def expected_os_failure(error: BaseException) -> tuple[int, str] | None:
 
 def run_cli(main: Callable[[list[str]], int | None], argv: Sequence[str] | None = None,
             prog: str | None = None) -> int:
-    """Run a tool's `main(argv)` under the contract (see the module docstring), in surroundings the boundary owns
-    (`surroundings`: closed standard streams, the working folder, the launchers' variables, SIGTERM and SIGHUP) and
-    with the libraries' own reports held back (`library_reports`)."""
+    """Run a tool's `main(argv)` under the contract (see the module docstring)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = prog or Path(sys.argv[0]).name
     token = _declared_outputs.set(())
@@ -137,20 +117,20 @@ def run_cli(main: Callable[[list[str]], int | None], argv: Sequence[str] | None 
 def _run(main: Callable[[list[str]], int | None], argv: list[str], prog: str) -> int:
     debug, held = debug_requested(argv), HeldReports()  # --debug: nothing held, every error let through
     try:
-        check_working_folder()
+        if working_folder_problem():
+            raise UsageError(working_folder_problem())
         check_distributed_environment()
         with library_progress_bars_off(), nullcontext() if debug else held:
             code = main(argv)
-            _flush_stdout()
+            with suppress(ValueError, AttributeError):  # stdout already closed, or None
+                sys.stdout.flush()  # here: a closed pipe is reported by the boundary, not at interpreter exit
     except KeyboardInterrupt as error:
         if debug:
             raise
         held.discard()
-        if isinstance(error, Terminated):
-            _report(f"{prog}: interrupted by {error.name}")
-            return error.exit_code
-        _report(f"{prog}: interrupted")
-        return 130
+        terminated = isinstance(error, Terminated)
+        _report(f"{prog}: interrupted" + (f" by {error.name}" if terminated else ""))
+        return error.exit_code if terminated else 130
     except Exception as error:  # an expected failure is one line; anything else is a bug and keeps its traceback
         failure = None if debug else expected_failure(error)
         if failure is None:
@@ -165,9 +145,8 @@ def _run(main: Callable[[list[str]], int | None], argv: list[str], prog: str) ->
 
 
 def expected_failure(error: BaseException) -> tuple[int, str] | None:
-    """(exit status, one line) for an expected failure: a refusal (`errors.refusal_exit_code`: ours, or one a
-    module of this package declares), a working folder deleted meanwhile, an operating-system condition; or None (a
-    bug: traceback)."""
+    """(exit status, one line) for a refusal (`errors.refusal_exit_code`), a working folder deleted meanwhile or an
+    operating-system condition; or None (a bug: traceback)."""
     code = refusal_exit_code(error)
     if code is not None:
         return code, one_line(error)
@@ -176,9 +155,8 @@ def expected_failure(error: BaseException) -> tuple[int, str] | None:
     return expected_os_failure(error)
 
 
-# What looks like a credential never reaches an error line (argparse echoes an unrecognised `--token hf_...`): a
-# Hugging Face token anywhere, and the value after a flag or header that names a secret (--token, --hub_token,
-# --password, --api_key, ...; Authorization: Bearer ...)
+# No credential reaches an error line (argparse echoes an unrecognised `--token hf_...`): a Hugging Face token, and
+# the value after a flag or header that names a secret (--token, --hub_token, --api_key, ...; Authorization: Bearer)
 _CREDENTIALS = (re.compile(r"\bhf_[A-Za-z0-9]{20,}"), re.compile(
     r"((?:--?(?:\w*[_-])?(?:token|password|passwd|secret|api[_-]?key|credentials?)\b['\"]?[\s=]+|"
     r"(?:authorization|bearer)\b['\"]?[\s=:]+['\"]?(?:bearer\s+)?)['\"]?)[^\s'\",;)]+", re.IGNORECASE))
@@ -190,33 +168,18 @@ def masked(line: str) -> str:
 
 
 def _report(line: str) -> None:
-    """The one error line (credentials `masked`), on stderr (dropped when stderr is closed). Under a multi-process
-    launcher every process refuses the same input the same way: only the first process (rank 0) says so, so that the
-    user reads the line once."""
-    stream = stderr_or_none()
-    if stream is not None and process_rank() == 0:
+    """The one error line (credentials `masked`) on stderr, if open; under a launcher only rank 0 says it (every
+    process refuses the same input the same way)."""
+    stream = sys.stderr  # None when closed (`print(file=None)` would write to standard output)
+    if stream is not None and not getattr(stream, "closed", False) and process_rank() == 0:
         print(masked(line), file=stream)
         stream.flush()
 
 
-def _flush_stdout() -> None:
-    """Flush standard output inside the boundary, so that a closed pipe is reported here, not at interpreter exit."""
-    try:
-        sys.stdout.flush()
-    except (ValueError, AttributeError):  # stdout already closed, or None
-        pass
-
-
 def _silence_stdout() -> None:
-    """After a broken pipe, point standard output at /dev/null so that Python's final flush does not print a
-    second error."""
-    try:
+    """After a broken pipe: /dev/null, so that Python's final flush prints no second error."""
+    with suppress(OSError, ValueError, AttributeError):  # stdout is not a real file (tests capture it)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-    except (OSError, ValueError, AttributeError):  # stdout is not a real file (tests capture it)
-        pass
 
-
-__all__ = ["ArgumentParser", "add_debug_argument", "declare_paths", "run_cli", "expected_failure",
-           "expected_os_failure", "release_library_reports", "STDIO"]

@@ -5,28 +5,15 @@
 
 The folder loads with `ctranslate2.Translator(out_dir)`; translate with
 `vaswani-translate --engine ctranslate2 --model out_dir` or `vaswani_hf.export.ctranslate2.translate_ctranslate2`.
-Source tokens must be given as our tokenizer (copied into the folder) makes them, `</s>` included.
-The model folder (and --tokenizer) and --out_dir are checked before any work; --out_dir appears whole, and an
-existing non-empty one is replaced only with --overwrite (or its older name --force).
+Source tokens must be given as our tokenizer (copied into the folder) makes them, `</s>` included. --out_dir
+appears whole; an existing non-empty one is replaced only with --overwrite (or its older name --force).
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Sequence
-
 from ..constraints import MAX_POSITIONS, number
 from ..export.ctranslate2_spec import CT2_FOLDER, QUANTIZATIONS, import_ctranslate2, to_ctranslate2
-from .command import (
-    MODEL_FOLDER,
-    MODEL_WITHOUT_TOKENIZER,
-    TOKENIZER_FOLDER,
-    Command,
-    Paths,
-    Use,
-    output_folder,
-    run_command,
-)
+from .command import MODEL_FOLDER, MODEL_WITHOUT_TOKENIZER, TOKENIZER_FOLDER, Command, Paths, Use, output_folder
 from .contract import ArgumentParser
 
 
@@ -39,41 +26,29 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--max_positions", type=number(int, min=1, max=MAX_POSITIONS), default=None,
                         help="rows of the exported sinusoid table = longest source/output CTranslate2 accepts "
                              "(default: max(max_position_embeddings, 1024))")
-    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --out_dir")
-    parser.add_argument("--force", action="store_true", help="the same as --overwrite (its older name)")
+    parser.add_argument("--overwrite", "--force", action="store_true", help="replace a non-empty --out_dir (--force: "
+                        "its older name)")
     return parser
 
 
 def _paths(args) -> Paths:
-    """The model folder (with its tokenizer unless --tokenizer names another folder), --out_dir."""
     model = MODEL_FOLDER if args.tokenizer is None else MODEL_WITHOUT_TOKENIZER
     return Paths(inputs=(Use("--model_dir", args.model_dir, model),
                          Use("--tokenizer", args.tokenizer, TOKENIZER_FOLDER)),
                  outputs=(Use("--out_dir", args.out_dir, output_folder(CT2_FOLDER)),),
-                 overwrite=args.overwrite or args.force)
+                 overwrite=args.overwrite)
 
 
 def _resolve(args, checked):
     import_ctranslate2()  # the optional dependency, before any work
-    return args, checked
+    return args
 
 
-def _run(plan) -> int:
-    args, checked = plan
-    out = to_ctranslate2(checked["--model_dir"], checked["--out_dir"], quantization=args.quantization,
-                         tokenizer=checked.get("--tokenizer"), max_positions=args.max_positions,
-                         force=args.overwrite or args.force)
-    print(out)
-    return 0
+def _run(args) -> None:
+    print(to_ctranslate2(args.model_dir, args.out_dir, quantization=args.quantization, tokenizer=args.tokenizer,
+                         max_positions=args.max_positions, force=args.overwrite))
 
 
 COMMAND = Command("export_ctranslate2", "vaswani-export-ctranslate2", build_parser, _run, paths=_paths,
                   resolve=_resolve)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_command(COMMAND, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = COMMAND.main

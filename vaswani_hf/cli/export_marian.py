@@ -10,21 +10,17 @@ not apply), so the Hub widget and Inference Endpoints, which run only built-in a
 The card reuses `metrics.json` of the model folder (written by `vaswani_hf.hub.write_model_card`); without it,
 give --source_lang/--target_lang for a card without scores. Push the result with vaswani-push-to-hub.
 A model Marian cannot express (learned positions, d_k != d_model / num_heads, a LayerNorm epsilon other than
-Marian's 1e-5 within 1e-5) is refused naming the config.json field. The model folder and --out are checked before
-any work; --out appears whole, and an existing non-empty --out is
-replaced only with --overwrite.
+Marian's 1e-5 within 1e-5) is refused naming the config.json field. --out appears whole; an existing non-empty
+--out is replaced only with --overwrite.
 """
 
 from __future__ import annotations
-
-import sys
-from collections.abc import Sequence
 
 from .. import io
 from ..export.marian import MARIAN_FOLDER, export_marian
 from ..export.marian_limits import check_marian_exportable
 from ..hub.card import read_card_inputs
-from .command import MODEL_FOLDER, Command, Paths, Use, output_folder, run_command
+from .command import MODEL_FOLDER, Command, Paths, Use, output_folder
 from .contract import ArgumentParser
 
 
@@ -50,34 +46,19 @@ def _paths(args) -> Paths:
 
 
 def _agree(args, checked) -> None:
-    """The model and Marian: learned positions, d_k != d_model / h, a LayerNorm eps Marian cannot hold."""
     check_marian_exportable(checked["--model_dir"])
 
 
-def _resolve(args, checked):
-    return args, checked["--model_dir"]
-
-
-def _run(plan) -> int:
-
-    args, model_dir = plan
-    training_info = read_card_inputs(model_dir).get("training_info")
+def _run(args) -> None:
+    training_info = read_card_inputs(args.model_dir).get("training_info")
     if training_info is None and args.source_lang:
         training_info = {"source_lang": args.source_lang, "target_lang": args.target_lang}
-    out = export_marian(model_dir, args.out, training_info=training_info, repo_id=args.repo_id,
+    out = export_marian(args.model_dir, args.out, training_info=training_info, repo_id=args.repo_id,
                         overwrite=args.overwrite)
     card = "with README.md" if (out / "README.md").exists() else "without card (give --source_lang/--target_lang)"
     print(f"wrote MarianMTModel folder {out} {card}")
-    return 0
 
 
 COMMAND = Command("export_marian", "vaswani-export-marian", build_parser, _run, paths=_paths, validate=_validate,
-                  agree=_agree, resolve=_resolve)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_command(COMMAND, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+                  agree=_agree)
+main = COMMAND.main

@@ -1,16 +1,10 @@
-"""Libraries that speak first: what transformers, huggingface_hub, datasets, accelerate and evaluate report on their
-own (log records such as transformers' LOAD REPORT table of missing weights or its "Token indices sequence length is
-longer than the specified maximum" warning), and Python warnings, while a tool runs.
+"""What libraries (transformers, huggingface_hub, datasets, ...) report on their own while a tool runs: log records
+such as transformers' LOAD REPORT table, and Python warnings.
 
-The boundary (`contract.run_cli`) holds them back (`HeldReports`) while the tool runs: when the tool refuses its
-input or fails for an expected reason, its one error line says what is wrong and what they said is dropped (a table
-in front of the line would break the one-line rule, and it describes what the line names); when the tool succeeds,
-or fails with a bug (a traceback), they are shown afterwards, in their order. `--debug` holds nothing back. A tool
-whose work is long (a training run) releases them once its preparation is done (`release_library_reports`), so that
-what libraries say while it trains is shown when it is said.
-
-transformers' progress bars (loading and writing weights) are off while a tool runs
-(`library_progress_bars_off`): they are not the tool's progress.
+The boundary (`contract.run_cli`) holds them back (`HeldReports`): when the tool refuses or fails for an expected
+reason, its one error line is all (a table in front of it would break the one-line rule); when it succeeds or fails
+with a bug, they are shown afterwards, in order. `--debug` holds nothing. A long tool (training) releases them once
+its preparation is done (`release_library_reports`). transformers' progress bars are off while a tool runs.
 """
 
 from __future__ import annotations
@@ -29,10 +23,8 @@ _active: list[HeldReports] = []  # the hold of the running tool (a stack: a tool
 
 
 class HeldReports:
-    """Hold the log records of `loggers` (and their children) and, with `hold_warnings`, Python's warnings, from
-    `start()` until `replay()` (show them, in order) or `discard()` (drop them); `stop()` routes new ones to their
-    usual places again and keeps what was held. A tool may hold its own loggers' records the same way (e.g. a corpus
-    loader's warning, until the corpus is accepted)."""
+    """Hold the records of `loggers` (and, with `hold_warnings`, Python's warnings) from `start()` until `replay()`
+    (show them, in order) or `discard()`; `stop()` routes new ones as before and keeps what was held."""
 
     def __init__(self, loggers: tuple[str, ...] = LIBRARY_LOGGERS, hold_warnings: bool = True):
         self.loggers, self.hold_warnings = loggers, hold_warnings
@@ -71,7 +63,6 @@ class HeldReports:
 
     def replay(self) -> None:
         """Stop holding, and show what was held, in order."""
-        self.stop()
         records, held_warnings = self.records[:], self.warnings[:]
         self.discard()
         for record in records:
@@ -89,8 +80,7 @@ class HeldReports:
         return self.start()
 
     def __exit__(self, kind, error, traceback) -> None:
-        """Success (or SystemExit, e.g. --help) shows what was held; an exception leaves the choice to the caller
-        (`replay` before a traceback, `discard` before an error line)."""
+        """Success (or SystemExit: --help) shows what was held; after an exception the caller chooses."""
         if kind is None or not issubclass(kind, (Exception, KeyboardInterrupt)):
             self.replay()
         else:
@@ -98,27 +88,21 @@ class HeldReports:
 
 
 def release_library_reports() -> None:
-    """Show what the libraries said so far and stop holding it back: a tool whose preparation is done calls this
-    before its long work (a training run), so that later reports appear when they are made."""
+    """Show what the libraries said so far and stop holding (before a tool's long work)."""
     for held in _active[::-1]:
         held.replay()
 
 
 @contextmanager
 def library_progress_bars_off():
-    """transformers' own progress bars (loading and writing weights) are off while a tool runs: they are not the
-    tool's progress, and a bar left on stderr before an error would break the one-line rule. The tools' own bars and
-    huggingface_hub's download bars stay; the previous state is restored afterwards (for in-process callers)."""
+    """transformers' own progress bars (loading, writing weights) off: not the tool's progress, and a bar before an
+    error line breaks the one-line rule. huggingface_hub's download bars stay; the state is restored afterwards."""
     was_enabled, hub_was_disabled = transformers_logging.is_progress_bar_enabled(), are_progress_bars_disabled()
 
-    def switch(transformers_on: bool) -> None:
-        """transformers' switch also switches the hub's bars: the hub's own state is put back each time."""
+    def switch(on: bool) -> None:  # transformers' switch also switches the hub's bars: the hub's state is put back
         with warnings.catch_warnings():  # the hub warns when HF_HUB_DISABLE_PROGRESS_BARS forbids a change
             warnings.simplefilter("ignore")
-            if transformers_on:
-                transformers_logging.enable_progress_bar()
-            else:
-                transformers_logging.disable_progress_bar()
+            (transformers_logging.enable_progress_bar if on else transformers_logging.disable_progress_bar)()
             (disable_progress_bars if hub_was_disabled else enable_progress_bars)()
 
     switch(False)
@@ -127,5 +111,3 @@ def library_progress_bars_off():
     finally:
         switch(was_enabled)
 
-
-__all__ = ["LIBRARY_LOGGERS", "HeldReports", "library_progress_bars_off", "release_library_reports"]

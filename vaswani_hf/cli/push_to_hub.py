@@ -3,29 +3,22 @@
     vaswani-push-to-hub --model_dir outputs/model --repo_id org/name [--private] [--revision BRANCH] [--dry_run]
         [--commit_message "..."] [--space_id org/name-demo [--space_only]]
 
-Uploads exactly the files listed by --dry_run (see `vaswani_hf.io.models.declared_files`): safetensors weights,
-config.json with auto_map, the configuration/modeling/generation/pipeline code, tokenizer files,
-generation_config.json, metrics and the README.md model card (written by `vaswani_hf.hub.write_model_card`). The
-folder and the repository id are checked before any network call (a missing, truncated or broken file, a missing
-code file, an invalid id: one line, exit status 2). The token comes from HF_TOKEN or the cached login (`hf auth
-login`) and is never printed; a network or authentication failure is one line, exit status 1. --dry_run makes no
-network call. The Hub address is huggingface_hub's (HF_ENDPOINT to point elsewhere).
+Uploads exactly the files --dry_run lists (the model folder's declared files: weights, config, code, tokenizer,
+generation config, metrics, model card); the folder and the repository id are checked before any network call. The
+token comes from HF_TOKEN or the cached login (`hf auth login`) and is never printed; a network or authentication
+failure is one line, exit status 1. The Hub address is huggingface_hub's (HF_ENDPOINT to point elsewhere).
 
---space_id also creates (or updates) a Gradio Space of that id serving --repo_id: a page that translates with the
-paper's decoding and draws every attention head (`vaswani_hf.space`; files: `vaswani_hf.hub.space`), uploaded in
-one commit after the model. --space_only uploads only the Space, for a model repository that exists already (checked
-before the upload; no --model_dir).
+--space_id also creates (or updates) a Gradio Space of that id serving --repo_id (a page that translates with the
+paper's decoding and draws every attention head), uploaded after the model. --space_only uploads only the Space,
+for a model repository that exists already.
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Sequence
-
 from .. import io
 from ..hub.space import check_repo_id, push_space
 from ..hub.upload import DEFAULT_COMMIT_MESSAGE, push_folder
-from .command import MODEL_FOLDER, Command, Paths, Use, run_command
+from .command import MODEL_FOLDER, Command, Paths, Use
 from .contract import ArgumentParser
 
 
@@ -62,29 +55,15 @@ def _paths(args) -> Paths:
     return Paths(inputs=(Use("--model_dir", args.model_dir, MODEL_FOLDER),))  # None with --space_only
 
 
-def _resolve(args, checked):
-    return args, checked.get("--model_dir")
-
-
-def _run(plan) -> int:
+def _run(args) -> None:
     """The model (unless --space_only), then the Space: each upload checks its repository id before any network
     call; --dry_run lists and stops."""
-    args, model_dir = plan
-    if model_dir is not None:
-        push_folder(model_dir, args.repo_id, private=args.private, revision=args.revision, dry_run=args.dry_run,
+    if args.model_dir is not None:
+        push_folder(args.model_dir, args.repo_id, private=args.private, revision=args.revision, dry_run=args.dry_run,
                     commit_message=args.commit_message)
     if args.space_id is not None:
         push_space(args.repo_id, args.space_id, private=args.private, dry_run=args.dry_run)
-    return 0
 
 
-COMMAND = Command("push_to_hub", "vaswani-push-to-hub", build_parser, _run, paths=_paths, validate=_validate,
-                  resolve=_resolve)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_command(COMMAND, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+COMMAND = Command("push_to_hub", "vaswani-push-to-hub", build_parser, _run, paths=_paths, validate=_validate)
+main = COMMAND.main

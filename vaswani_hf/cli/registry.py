@@ -1,9 +1,6 @@
-"""Every command-line tool of the package, by name: the one list that pyproject.toml's [project.scripts] and the
-`scripts/*.py` shims are checked against, and that the tests' batteries cover (tests/test_cli_registry.py). A new tool
-is one declaration (`command.Command`, in its module vaswani_hf/cli/<name>.py) added here, plus its test file
-tests/test_cli_<name>.py, which declares the command lines the batteries run (tests/cli_contract.py). The Space's
-page (`vaswani-space`, vaswani_hf.space) is a server, not a command of this contract: it is listed in
-`OTHER_SCRIPTS`."""
+"""Every command-line tool, by name: the one list that pyproject.toml's [project.scripts], the `scripts/*.py` shims and
+the tests' batteries are checked against. A new tool is its module (vaswani_hf/cli/<name>.py, a `command.Command`),
+one line here and its test file tests/test_cli_<name>.py. The Space's page is a server: `OTHER_SCRIPTS`."""
 
 from __future__ import annotations
 
@@ -27,7 +24,5 @@ OTHER_SCRIPTS = {"vaswani-space": "vaswani_commands:space"}  # the Space's page 
 
 def console_scripts() -> dict[str, str]:
     """[project.scripts] as the registry declares it: prog -> module:main."""
-    return {**{command.prog: command.entry_point for command in COMMANDS.values()}, **OTHER_SCRIPTS}
+    return {**{c.prog: f"vaswani_commands:{c.name}" for c in COMMANDS.values()}, **OTHER_SCRIPTS}  # the runner
 
-
-__all__ = ["COMMANDS", "OTHER_SCRIPTS", "console_scripts"]

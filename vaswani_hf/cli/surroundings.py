@@ -1,24 +1,17 @@
 """The process's surroundings, which the command-line boundary (`contract.run_cli`) owns before a tool runs.
 
-- Standard streams. A stream the caller closed (`<&-`, `>&-`, `2>&-`) is None in Python (`sys.stdin`), and its
-  descriptor number is free: the commands' runner (vaswani_commands, before the package is imported) and
-  `own_streams` put /dev/null on it; `own_streams` gives the tool a closed standard input that refuses in one line
-  when read (exit status 2: bad input), a closed standard output that refuses when written (exit status 1, as a
-  closed pipe), and a closed standard error that swallows what is written to it (the exit status still tells).
-- The working folder. When it was deleted, relative paths cannot be resolved: the runner says so in one line (exit
-  status 2) before torch is imported (which fails then), `check_working_folder` again before the tool runs.
-- Distributed variables (`RANK`, `WORLD_SIZE`, ...; `DISTRIBUTED_VARIABLES` declares each once, with its range) are
-  read by torch and accelerate with `int()` deep inside a launch: a malformed one is one line naming it, exit 2,
-  before any of them reads it.
-- Signals. SIGTERM and SIGHUP (a scheduler's stop, a closed terminal) raise `Terminated`, a KeyboardInterrupt, where
-  the program is, so that every cleanup a Ctrl-C runs (a staged output folder removed, a lock released) runs too; the
-  exit status is 128 + the signal's number (143 for SIGTERM, 129 for SIGHUP), as the shell reports a process the
-  signal ended. A second signal while that cleanup runs is ignored, so that it completes; a signal the caller ignores
-  (`nohup`) stays ignored.
+- Standard streams the caller closed (`<&-`, `>&-`, `2>&-`): /dev/null on the free descriptor; a closed standard
+  input refuses when read (exit 2), a closed standard output when written (exit 1), a closed standard error swallows.
+- Launcher variables (`RANK`, `WORLD_SIZE`, ...; `DISTRIBUTED_VARIABLES`), which torch and accelerate read with
+  `int()` deep inside a launch: a malformed one is one line naming it, exit 2, before any of them reads it.
+- SIGTERM and SIGHUP raise `Terminated`, a KeyboardInterrupt, where the program is, so that every cleanup a Ctrl-C
+  runs runs too; exit status 128 + the signal's number, as the shell reports it. A second signal during that
+  cleanup is ignored; a signal the caller ignores (`nohup`) stays ignored.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import signal
@@ -27,7 +20,7 @@ import threading
 from collections.abc import Mapping
 from contextlib import contextmanager
 
-from vaswani_commands import occupy_closed_descriptors, working_folder_problem
+from vaswani_commands import occupy_closed_descriptors
 
 from ..configuration_vaswani import Setting
 from ..errors import StandardInputClosed, StandardOutputClosed, UsageError
@@ -48,11 +41,6 @@ DISTRIBUTED_VARIABLES = {s.name: s for s in (
 RANK_BELOW = (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE"))  # a rank lies below its count
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Standard streams
-# ---------------------------------------------------------------------------------------------------------------------
-
-
 class ClosedInput(io.TextIOBase):
     """`sys.stdin` of a process started with `<&-`: reading it is a `StandardInputClosed` (exit status 2)."""
 
@@ -61,17 +49,11 @@ class ClosedInput(io.TextIOBase):
     def _refuse(self, *args, **kwargs):
         raise StandardInputClosed()
 
-    read = readline = readlines = _refuse
+    read = readline = readlines = __next__ = _refuse
     buffer = property(_refuse)
 
     def readable(self) -> bool:
         return True
-
-    def fileno(self) -> int:
-        raise io.UnsupportedOperation("standard input is closed")
-
-    def __next__(self):
-        self._refuse()
 
 
 class ClosedOutput(io.TextIOBase):
@@ -88,17 +70,10 @@ class ClosedOutput(io.TextIOBase):
     def writable(self) -> bool:
         return True
 
-    def flush(self) -> None:
-        pass
-
-    def fileno(self) -> int:
-        raise io.UnsupportedOperation("standard output is closed")
-
 
 @contextmanager
 def own_streams():
-    """While a tool runs: a closed standard input or output refuses in one line, a closed standard error swallows
-    (see the module docstring); the previous objects are put back afterwards."""
+    """While a tool runs, stand-ins for closed standard streams (see the module docstring)."""
     occupy_closed_descriptors()
     replaced = {}
     for name in STREAMS:
@@ -113,36 +88,10 @@ def own_streams():
                 setattr(sys, name, None)
 
 
-_sinks: list = []
-
-
+@functools.cache
 def _sink():
     """/dev/null as a text stream, opened once: a handler that a library bound to it meanwhile may still write."""
-    if not _sinks:
-        _sinks.append(open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 - kept open for the process
-    return _sinks[0]
-
-
-def stderr_or_none():
-    """`sys.stderr` when it can be written to, else None (a message is then dropped: `print(file=None)` would write
-    it to standard output)."""
-    return sys.stderr if sys.stderr is not None and not getattr(sys.stderr, "closed", False) else None
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# The working folder
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-def check_working_folder() -> None:
-    problem = working_folder_problem()
-    if problem:
-        raise UsageError(problem)
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Distributed variables
-# ---------------------------------------------------------------------------------------------------------------------
+    return open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - kept open for the process
 
 
 def _whole_number(text: str) -> int | None:
@@ -173,18 +122,14 @@ def check_distributed_environment(environ: Mapping[str, str] | None = None) -> N
 
 
 def process_rank() -> int:
-    """This process's rank (`RANK`); 0 when it is unset, or when the launchers' variables are malformed (then every
-    process says so: the error reporter must neither fail on them nor trust them)."""
+    """This process's rank (`RANK`); 0 when unset or when the launchers' variables are malformed (every process
+    says so then)."""
     try:
         check_distributed_environment()
     except UsageError:
         return 0
     return _whole_number(os.environ.get("RANK", "0")) or 0
 
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Signals
-# ---------------------------------------------------------------------------------------------------------------------
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
@@ -193,13 +138,9 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM or SIGHUP, raised where the program is (see the module docstring)."""
 
     def __init__(self, signum: int):
-        self.signum = int(signum)
-        self.name = signal.Signals(signum).name
+        self.signum, self.name = int(signum), signal.Signals(signum).name
+        self.exit_code = 128 + self.signum  # as the shell reports a process the signal ended
         super().__init__(self.name)
-
-    @property
-    def exit_code(self) -> int:
-        return 128 + self.signum
 
 
 _wakeups: list[tuple[int, list]] = []  # (read end of the wakeup pipe, the signals received) of the running tool
@@ -207,13 +148,9 @@ _wakeups: list[tuple[int, list]] = []  # (read end of the wakeup pipe, the signa
 
 @contextmanager
 def signals_as_interrupts(signals=STOP_SIGNALS):
-    """While a tool runs, `signals` raise `Terminated` (in the main thread; elsewhere Python cannot install
-    handlers, and nothing changes). The previous handlers are put back afterwards.
-
-    Python runs a signal's handler in the main thread, when that thread next runs Python code: a library that works
-    in its own threads (the tokenizers library trains a BPE while its threads pull our lines) would finish its work
-    first. So the signal's number is also written to a pipe (`signal.set_wakeup_fd`), which `raise_if_stopped`
-    reads from any thread."""
+    """While a tool runs (in the main thread), `signals` raise `Terminated`. Python runs a handler when the main
+    thread next runs Python code: a library working in its own threads (the tokenizers library's BPE training) would
+    finish first, so the signal is also written to a pipe (`signal.set_wakeup_fd`) that `raise_if_stopped` reads."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -248,8 +185,8 @@ def signals_as_interrupts(signals=STOP_SIGNALS):
 
 
 def raise_if_stopped() -> None:
-    """Raise `Terminated` if SIGTERM or SIGHUP arrived and nothing raised it yet: for loops that may run outside the
-    main thread (see `signals_as_interrupts`). Cheap (one non-blocking read); does nothing outside a tool."""
+    """Raise `Terminated` if SIGTERM or SIGHUP arrived unraised: for loops outside the main thread (one
+    non-blocking read)."""
     if not _wakeups:
         return
     read_end, received = _wakeups[-1]
@@ -262,7 +199,3 @@ def raise_if_stopped() -> None:
             received.append(number)
             raise Terminated(number)
 
-
-__all__ = ["DISTRIBUTED_VARIABLES", "ClosedInput", "ClosedOutput", "Terminated", "check_distributed_environment",
-           "check_working_folder", "occupy_closed_descriptors", "own_streams", "process_rank", "raise_if_stopped",
-           "signals_as_interrupts", "stderr_or_none", "working_folder_problem"]

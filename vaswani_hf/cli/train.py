@@ -12,8 +12,7 @@ Every recipe key can be overridden with `--key value` (lists as several values o
 ranges, defaults and meaning; `--list-recipes` the bundled recipes; `--check` validates the recipe, the output
 folder and every line of the corpus files, then exits. A folder that holds a previous run is continued with
 `--resume` or replaced with `--overwrite`; a finished run resumed does nothing and says so; a folder another run is
-writing into is refused. Outputs never replace inputs (a corpus file, the tokenizer_path). Bad input is reported in
-one line (exit 2) before anything is loaded, trained or written.
+writing into is refused.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import sys
 import types
 import typing
 from collections.abc import Sequence
@@ -43,7 +41,7 @@ from ..training.recipe import (
     value_from_text,
 )
 from ..training.run import run_training, setup_logging
-from .command import Command, run_command
+from .command import Command
 from .contract import add_debug_argument, declare_paths, release_library_reports
 
 
@@ -64,9 +62,8 @@ _LISTS = {f.name for section in SECTIONS for f in dataclasses.fields(section)
 
 
 class RecipeParser(HfArgumentParser):
-    """HfArgumentParser over the recipe sections and the command's own options. Only the keys given on the command
-    line are returned (`load_recipe` merges them over the recipe file); a usage error is a RecipeError (one line,
-    exit 2) rather than argparse's usage text."""
+    """HfArgumentParser over the recipe sections and the command's options: only the keys given are returned
+    (`load_recipe` merges them over the recipe file); a usage error is a RecipeError (one line, exit 2)."""
 
     def __init__(self):
         super().__init__((CommandOptions, *SECTIONS), prog="vaswani-train", description=__doc__,
@@ -124,13 +121,13 @@ def parse_command_line(argv: Sequence[str]):
 
 
 def _resolve(parsed, checked):
-    """(what to do, ...): the listings, or the one plan of the run (`plan_run` checks every path: the plan's guard;
-    its outputs are what the error boundary names when the disk fills)."""
+    """A listing to print, or the one plan of the run (`plan_run` checks every path; its outputs are what the error
+    boundary names when the disk fills)."""
     recipe, options = parsed
     if options.list_keys:
-        return "print", format_keys()
+        return format_keys()
     if options.list_recipes:
-        return "print", "\n".join(list_recipes())
+        return "\n".join(list_recipes())
     if not options.check:  # the run's log (standard output) shows what planning decides, e.g. a checkpoint skipped
         setup_logging()
     plan = plan_run(recipe, overwrite=options.overwrite)
@@ -138,27 +135,18 @@ def _resolve(parsed, checked):
     if options.check:
         counts = {source.key: source.scan() for source in plan.data.sources.values() if source is not None}
         corpus = ", ".join(f"{k}: {c[0]:,} pairs ({c[1]:,} usable)" for k, c in counts.items() if c is not None)
-        return "print", f"recipe {recipe.name} OK; {plan.describe()}" + (f"; {corpus}" if corpus else "")
-    return "train", plan
+        return f"recipe {recipe.name} OK; {plan.describe()}" + (f"; {corpus}" if corpus else "")
+    return plan
 
 
-def _run(resolved) -> int:
-    what, value = resolved
-    if what == "print":
-        print(value)
-        return 0
+def _run(plan) -> None:
+    if isinstance(plan, str):  # a listing, or --check's verdict
+        print(plan)
+        return
     release_library_reports()  # the run's plan holds: what libraries say while it trains is shown when said
-    run_training(value)
-    return 0
+    run_training(plan)
 
 
 COMMAND = Command("train", "vaswani-train", RecipeParser, _run, parse=parse_command_line, resolve=_resolve,
                   invoked_name=True)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_command(COMMAND, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = COMMAND.main

@@ -18,7 +18,6 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 from .. import io
@@ -32,7 +31,7 @@ from ..tokenization import (
     iter_training_text,
     train_bpe_tokenizer,
 )
-from .command import TEXT_OR_STDIN, Command, Paths, Use, output_folder, run_command
+from .command import TEXT_OR_STDIN, Command, Paths, Use, output_folder
 from .contract import ArgumentParser
 from .library_reports import HeldReports
 from .surroundings import raise_if_stopped
@@ -68,7 +67,6 @@ def _corpus(args):
     (which checks every line)."""
     if args.files:
         return args.files
-
     if args.sample:
         return load_sample_corpus("train", args.src_lang, args.tgt_lang)
     return load_parallel(args.corpus, args.src_lang, args.tgt_lang, config=args.hub_config, split=args.split)
@@ -81,30 +79,17 @@ def _source(args) -> str:
     return f"--corpus {args.corpus}" if args.corpus else "--sample"
 
 
-class _Counted:
-    """An iterator of lines that counts them; a text without one non-empty line is refused when it ends, before the
-    tokenizer learned from nothing is logged or saved. The tokenizers library pulls it from its own threads, where
-    Python does not run signal handlers: it stops the training on SIGTERM/SIGHUP itself (`raise_if_stopped`)."""
-
-    def __init__(self, lines, source: str):
-        self.lines, self.source, self.count, self.non_empty = lines, source, 0, 0
-
-    def __iter__(self):
-        for line in self.lines:
-            self.count += 1
-            self.non_empty += bool(line.strip())
-            if self.count % 1024 == 0:
-                raise_if_stopped()
-            yield line
-        if self.non_empty == 0:
-            raise io.UsageError(f"{self.source}: no text to learn from ({self.count} lines, all empty); give the "
-                             "training corpus")
-
-
-def _interactive() -> bool:
-    """Whether standard output and error are terminals: the tokenizers library's progress bar ends each stage with a
-    line break on standard output, which would precede the JSON summary there (or be the only output of a refusal)."""
-    return all(getattr(stream, "isatty", lambda: False)() for stream in (sys.stdout, sys.stderr))
+def _counted(lines, source: str):
+    """The lines; a text without a non-empty line is refused when it ends. The tokenizers library pulls them from its
+    own threads, where Python runs no signal handler: this stops on SIGTERM/SIGHUP itself (`raise_if_stopped`)."""
+    count = non_empty = 0
+    for count, line in enumerate(lines, 1):
+        non_empty += bool(line.strip())
+        if count % 1024 == 0:
+            raise_if_stopped()
+        yield line
+    if non_empty == 0:
+        raise io.UsageError(f"{source}: no text to learn from ({count} lines, all empty); give the training corpus")
 
 
 def _paths(args) -> Paths:
@@ -115,35 +100,29 @@ def _paths(args) -> Paths:
                  overwrite=args.overwrite)
 
 
-def _run(args) -> int:
+def _run(args) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     languages = None if args.files else [args.src_lang, args.tgt_lang]
     # the corpus loader's warnings (e.g. about empty sides) are shown once the corpus is accepted: a refused corpus
     # is one line on stderr
     with HeldReports(("vaswani_hf.data",), hold_warnings=False):
         corpus = _corpus(args)
-        # a loaded corpus is checked now (files are streamed: checked when they end, in _Counted)
+        # a loaded corpus is checked now (files are streamed: checked when they end, in _counted)
         if not args.files and not any(line.strip() for line in iter_training_text(corpus, languages)):
             raise io.UsageError(f"{_source(args)}: no text to learn from ({len(corpus)} pairs, all empty); give the "
                                 "training corpus")
-    lines = _Counted(iter_training_text(corpus, languages), _source(args))
+    lines = _counted(iter_training_text(corpus, languages), _source(args))
+    # the tokenizers library's bar ends each stage with a line break on standard output: only on terminals
+    interactive = all(getattr(stream, "isatty", lambda: False)() for stream in (sys.stdout, sys.stderr))
     started = time.perf_counter()
     with io.atomic_output_dir(args.out_dir, kind=TOKENIZER_FOLDER, overwrite=args.overwrite) as tmp:
         tok = train_bpe_tokenizer(
             lines, vocab_size=args.vocab_size, min_frequency=args.min_frequency, lowercase=args.lowercase,
             normalization=None if args.normalization == "NONE" else args.normalization,
-            model_max_length=args.model_max_length, save_dir=tmp, show_progress=_interactive())
+            model_max_length=args.model_max_length, save_dir=tmp, show_progress=interactive)
     print(json.dumps({"out_dir": str(args.out_dir), "vocab_size": len(tok),
                       "seconds": round(time.perf_counter() - started, 2)}))
-    return 0
 
 
 COMMAND = Command("train_tokenizer", "vaswani-train-tokenizer", build_parser, _run, paths=_paths, invoked_name=True)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_command(COMMAND, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = COMMAND.main

@@ -5,8 +5,7 @@
         [--per_head] --out attention/ [--overwrite]
 
 Without --target the model's own translation is plotted (decoded as its generation_config says, or with
---num_beams). --alignment is a word alignment of source and --target (Pharaoh "i-j", whitespace words, 0-based,
-each link within both sentences);
+--num_beams). --alignment is a word alignment of source and --target (Pharaoh "i-j", whitespace words, 0-based);
 without it the share of cross-attention on aligned tokens uses the diagonal heuristic (see vaswani_hf/visualize/).
 
 Writes to --out: {encoder,decoder,cross}_layer{l}.{fmt} (all heads of a layer), cross_alignment.{fmt} (heads
@@ -19,14 +18,13 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Sequence
 
 from .. import io
-from ..constraints import device, flag_type
+from ..constraints import device, flag_type, setting_flag
 from ..generation_vaswani import GENERATION_SETTINGS
 from ..inference import position_limit
 from ..visualize import KINDS, MAX_PLOT_TOKENS, visualize
-from .command import MODEL_FOLDER, Command, Paths, Use, output_folder, run_command
+from .command import MODEL_FOLDER, Command, Paths, Use, output_folder
 from .contract import ArgumentParser
 
 _LINK = re.compile(r"^\d+[-?p]\d+$")
@@ -40,8 +38,7 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--target", default=None, help="reference translation (default: the model's translation)")
     parser.add_argument("--alignment", default=None, help='word alignment of source and --target, e.g. "0-0 1-2"')
     parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--num_beams", type=flag_type(GENERATION_SETTINGS["num_beams"]), default=None,
-                        help="beam size for the model's own translation (default: its generation_config)")
+    parser.add_argument("--num_beams", default=None, **setting_flag(GENERATION_SETTINGS["num_beams"]))
     plot_tokens = GENERATION_SETTINGS["max_new_tokens"].narrowed(max=MAX_PLOT_TOKENS)
     parser.add_argument("--max_new_tokens", type=flag_type(plot_tokens), default=None,
                         help=f"cap on the model's own translation (at most {MAX_PLOT_TOKENS}: a plot's size)")
@@ -53,16 +50,11 @@ def build_parser() -> ArgumentParser:
 
 
 def alignment_links(alignment: str, source: str, target: str) -> list[tuple[int, int]]:
-    """The (source word, target word) pairs of a Pharaoh word alignment ("i-j", "i?j", "ipj"; 0-based whitespace
-    words, as `vaswani_hf.visualize.token_alignment_from_words` reads them), each within the sentences' words: a
-    link past either sentence would silently align nothing. Raises UsageError naming the link and both lengths."""
-    links = alignment.split()
-    if not links:
-        raise io.UsageError("--alignment: 'empty' is not a link 'i-j' (source word i, target word j, 0-based), e.g. "
-                            "--alignment \"0-0 1-2\"")
+    """The (source word, target word) pairs of a Pharaoh alignment ("i-j", "i?j", "ipj"; 0-based whitespace words),
+    each within both sentences (a link past one would silently align nothing), or a UsageError naming the link."""
     words = len(source.split()), len(target.split())
     pairs = []
-    for link in links:
+    for link in alignment.split() or ["empty"]:  # an empty --alignment is named as such
         if not _LINK.match(link):
             raise io.UsageError(f"--alignment: {link!r} is not a link 'i-j' (source word i, target word j, 0-based), "
                                 "e.g. --alignment \"0-0 1-2\"")
@@ -86,8 +78,7 @@ def _check_arguments(args) -> None:
 
 
 def _check_lengths(args, model, tokenizer) -> None:
-    """A sentence longer than a plot can show (MAX_PLOT_TOKENS), or than a learned-position model's table, is
-    refused before anything is computed."""
+    """A sentence longer than a plot shows, or than a learned-position table, is refused before any work."""
     limit, why = MAX_PLOT_TOKENS, f"an attention plot shows at most {MAX_PLOT_TOKENS} tokens"
     positions = position_limit(model)
     if positions is not None and positions < limit:
@@ -131,11 +122,4 @@ def _run(plan) -> int:
 
 COMMAND = Command("visualize_attention", "vaswani-visualize-attention", build_parser, _run, paths=_paths,
                   validate=_check_arguments, resolve=_resolve)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_command(COMMAND, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = COMMAND.main
