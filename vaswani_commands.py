@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
+import traceback
 from importlib import import_module
 from pathlib import Path
 
@@ -89,13 +90,38 @@ def run(tool: str, argv=None) -> int:
     problem = working_folder_problem()
     if problem:
         return _refuse(problem, 2)
+    module = MODULES.get(tool, f"vaswani_hf.cli.{tool}")
     try:
-        main = import_module(MODULES.get(tool, f"vaswani_hf.cli.{tool}")).main
+        main = getattr(import_module(module), "main", None)
     except (MemoryError, ImportError, OSError) as error:
-        if debug_requested(sys.argv) or limit_problem(error) is None:
+        missing = getattr(error, "name", None) or ""
+        if debug_requested(sys.argv):
+            raise
+        if missing == module:
+            return _refuse(f"no tool {tool!r}; the tools: {', '.join(tools())}", 2)
+        if isinstance(error, ModuleNotFoundError) and not missing.startswith("vaswani_hf"):
+            return _refuse(f"the package {missing!r} that vaswani_hf needs is not installed ({sys.executable}); "
+                           "install vaswani_hf with its dependencies (pip install vaswani_hf, or pip install -e .)", 1)
+        if limit_problem(error) is None:
             raise
         return _refuse(limit_problem(error), 1)
-    return main(argv)
+    if main is None:
+        return _refuse(f"no tool {tool!r}; the tools: {', '.join(tools())}", 2)
+    try:
+        return main(argv)
+    except Exception as error:  # --debug let it through: its traceback, then the status its one line would have had
+        from vaswani_hf.cli.contract import expected_failure  # imported with the tool above
+
+        traceback.print_exc()
+        return (expected_failure(error) or (1,))[0]
+
+
+def tools() -> list[str]:
+    """The installed tools' names (the console scripts that start here)."""
+    from importlib.metadata import entry_points
+
+    return sorted(e.value.split(":")[1] for e in entry_points(group="console_scripts")
+                  if e.value.startswith("vaswani_commands:")) or ["(none installed: pip install -e .)"]
 
 
 def __getattr__(tool: str):
@@ -106,7 +132,8 @@ def __getattr__(tool: str):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit("usage: python -m vaswani_commands <tool> [arguments]")
+    if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
+        print(f"usage: python -m vaswani_commands <tool> [arguments]; the tools: {', '.join(tools())}", file=sys.stderr)
+        sys.exit(2)
     sys.argv = [f"vaswani-{sys.argv[1].replace('_', '-')}", *sys.argv[2:]]
     sys.exit(run(sys.argv[0].removeprefix("vaswani-").replace("-", "_")))

@@ -80,7 +80,7 @@ def test_script_wrapper_one_line_and_debug_traceback(tmp_path):
     assert result.stderr.startswith(f"evaluate_translations.py: error: {hyp}:2: not valid UTF-8")
     debug = run_script("train_tokenizer", ["--files", tmp_path / "absent.txt", "--out_dir", tmp_path / "tok",
                                            "--debug"], cwd=tmp_path)
-    assert debug.returncode == 1 and "Traceback (most recent call last)" in debug.stderr
+    assert debug.returncode == 2 and "Traceback (most recent call last)" in debug.stderr  # the status of its line
     assert f"UsageError: --files not found: {tmp_path / 'absent.txt'}" in debug.stderr
     assert snapshot(tmp_path) == before
 
@@ -100,3 +100,29 @@ def test_console_entry_point_one_line_after_loading_the_model(tmp_path, assets):
     assert len(lines) == 1 and lines[0].startswith(f"vaswani-translate: error: {source}:2: "), result.stderr
     assert "learned position embeddings cover 32 positions" in lines[0]
     assert snapshot(tmp_path, assets.root) == before
+
+
+@pytest.mark.slow
+def test_the_runner_names_what_is_no_tool_and_every_module_form_runs(tmp_path):
+    """`python -m vaswani_commands` with no tool, an unknown one or a module that is no tool: one line, exit 2;
+    `python -m vaswani_hf.cli.<tool>` runs the tool (not silently nothing)."""
+    env = {k: v for k, v in os.environ.items() if k != "VASWANI_DEBUG"}
+    for argv in ([], ["no_such_tool"], ["registry"], ["--help"]):
+        result = subprocess.run([sys.executable, "-m", "vaswani_commands", *argv], capture_output=True, text=True,
+                                cwd=tmp_path, env=env, timeout=120, stdin=subprocess.DEVNULL)
+        assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, (argv, result.stderr)
+        assert "translate" in result.stderr and "Traceback" not in result.stderr, result.stderr
+    result = subprocess.run([sys.executable, "-m", "vaswani_hf.cli.export_marian", "--model_dir", tmp_path / "absent",
+                             "--out", tmp_path / "out"], capture_output=True, text=True, cwd=tmp_path, env=env,
+                            timeout=120, stdin=subprocess.DEVNULL)
+    assert result.returncode == 2 and "--model_dir" in result.stderr and "not found" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("value, says", [("", "--model is empty"), ("https://user:hf_Secret123@hub.example/org/m",
+                                                                       "--model is a URL"),
+                                         ("org/m?token=hf_Secret123", "--model not found")])
+def test_a_path_that_is_empty_or_a_url_is_named_and_its_credentials_masked(value, says, tmp_path, capfd):
+    hyp = write(tmp_path / "in.txt", LINES)
+    assert run_main("translate", [hyp, "--model", value])[0] == 2
+    err = capfd.readouterr().err
+    assert len(err.splitlines()) == 1 and says in err and "Secret123" not in err, err

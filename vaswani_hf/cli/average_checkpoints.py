@@ -82,3 +82,6 @@ def _run(args) -> None:
 COMMAND = Command("average_checkpoints", "vaswani-average-checkpoints", build_parser, _run, paths=_paths,
                   agree=_agree, invoked_name=True)
 main = COMMAND.main
+
+if __name__ == "__main__":  # python -m vaswani_hf.cli.<tool> (the console script: vaswani_commands)
+    sys.exit(main())

@@ -14,12 +14,14 @@ A `Kind` is one of the package's own checks of one path (vaswani_hf.io), named h
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import io
+from ..errors import UsageError
 from .contract import declare_paths, run_cli
 
 
@@ -124,6 +126,12 @@ def execute(command: Command, argv: Sequence[str]) -> int | None:
     command.validate(args)
     paths = command.paths(args)
     checked: dict[str, Any] = {}
+
+    for use in (*paths.inputs, *paths.outputs):  # a path, not nothing and not a URL (this tool reads no network)
+        if use.path is not None and (not str(use.path) or re.match(r"[A-Za-z][\w+.-]*://", str(use.path))):
+            raise UsageError(f"{use.flag} is {'empty' if not str(use.path) else 'a URL'}: give a local path"
+                             + (" (download a Hub model first: hf download ORG/NAME --local-dir DIR)"
+                                if use.kind is MODEL_FOLDER and str(use.path) else ""))
 
     def check(uses: Sequence[Use]) -> None:
         for use in uses:

@@ -155,16 +155,18 @@ def expected_failure(error: BaseException) -> tuple[int, str] | None:
     return expected_os_failure(error)
 
 
-# No credential reaches an error line (argparse echoes an unrecognised `--token hf_...`): a Hugging Face token, and
+# No credential reaches an error line (argparse echoes an unrecognised `--token hf_...`): a Hugging Face token, a
+# URL's user:password@ or ?token= part, and
 # the value after a flag or header that names a secret (--token, --hub_token, --api_key, ...; Authorization: Bearer)
-_CREDENTIALS = (re.compile(r"\bhf_[A-Za-z0-9]{20,}"), re.compile(
+_CREDENTIALS = (re.compile(r"\bhf_[A-Za-z0-9]{20,}|(?<=://)[^/\s@]+@|(?<=[?&])(?:\w*token|key|password|secret)=[^&\s]+",
+                           re.IGNORECASE), re.compile(
     r"((?:--?(?:\w*[_-])?(?:token|password|passwd|secret|api[_-]?key|credentials?)\b['\"]?[\s=]+|"
     r"(?:authorization|bearer)\b['\"]?[\s=:]+['\"]?(?:bearer\s+)?)['\"]?)[^\s'\",;)]+", re.IGNORECASE))
 
 
 def masked(line: str) -> str:
     """`line` with every credential-looking value replaced by ***."""
-    return _CREDENTIALS[1].sub(r"\1***", _CREDENTIALS[0].sub("hf_***", line))
+    return _CREDENTIALS[1].sub(r"\1***", _CREDENTIALS[0].sub("***", line))
 
 
 def _report(line: str) -> None:

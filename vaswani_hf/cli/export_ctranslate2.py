@@ -11,6 +11,8 @@ appears whole; an existing non-empty one is replaced only with --overwrite (or i
 
 from __future__ import annotations
 
+import sys
+
 from ..constraints import MAX_POSITIONS, number
 from ..export.ctranslate2_spec import CT2_FOLDER, QUANTIZATIONS, import_ctranslate2, to_ctranslate2
 from .command import MODEL_FOLDER, MODEL_WITHOUT_TOKENIZER, TOKENIZER_FOLDER, Command, Paths, Use, output_folder
@@ -52,3 +54,6 @@ def _run(args) -> None:
 COMMAND = Command("export_ctranslate2", "vaswani-export-ctranslate2", build_parser, _run, paths=_paths,
                   resolve=_resolve)
 main = COMMAND.main
+
+if __name__ == "__main__":  # python -m vaswani_hf.cli.<tool> (the console script: vaswani_commands)
+    sys.exit(main())

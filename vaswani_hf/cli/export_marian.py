@@ -16,6 +16,8 @@ Marian's 1e-5 within 1e-5) is refused naming the config.json field. --out appear
 
 from __future__ import annotations
 
+import sys
+
 from .. import io
 from ..export.marian import MARIAN_FOLDER, export_marian
 from ..export.marian_limits import check_marian_exportable
@@ -62,3 +64,6 @@ def _run(args) -> None:
 COMMAND = Command("export_marian", "vaswani-export-marian", build_parser, _run, paths=_paths, validate=_validate,
                   agree=_agree)
 main = COMMAND.main
+
+if __name__ == "__main__":  # python -m vaswani_hf.cli.<tool> (the console script: vaswani_commands)
+    sys.exit(main())

@@ -15,6 +15,8 @@ for a model repository that exists already.
 
 from __future__ import annotations
 
+import sys
+
 from .. import io
 from ..hub.space import check_repo_id, push_space
 from ..hub.upload import DEFAULT_COMMIT_MESSAGE, push_folder
@@ -67,3 +69,6 @@ def _run(args) -> None:
 
 COMMAND = Command("push_to_hub", "vaswani-push-to-hub", build_parser, _run, paths=_paths, validate=_validate)
 main = COMMAND.main
+
+if __name__ == "__main__":  # python -m vaswani_hf.cli.<tool> (the console script: vaswani_commands)
+    sys.exit(main())

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import sys
 import types
 import typing
 from collections.abc import Sequence
@@ -150,3 +151,6 @@ def _run(plan) -> None:
 COMMAND = Command("train", "vaswani-train", RecipeParser, _run, parse=parse_command_line, resolve=_resolve,
                   invoked_name=True)
 main = COMMAND.main
+
+if __name__ == "__main__":  # python -m vaswani_hf.cli.<tool> (the console script: vaswani_commands)
+    sys.exit(main())

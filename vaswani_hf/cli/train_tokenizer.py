@@ -126,3 +126,6 @@ def _run(args) -> None:
 
 COMMAND = Command("train_tokenizer", "vaswani-train-tokenizer", build_parser, _run, paths=_paths, invoked_name=True)
 main = COMMAND.main
+
+if __name__ == "__main__":  # python -m vaswani_hf.cli.<tool> (the console script: vaswani_commands)
+    sys.exit(main())

@@ -123,3 +123,6 @@ def _run(plan) -> int:
 COMMAND = Command("visualize_attention", "vaswani-visualize-attention", build_parser, _run, paths=_paths,
                   validate=_check_arguments, resolve=_resolve)
 main = COMMAND.main
+
+if __name__ == "__main__":  # python -m vaswani_hf.cli.<tool> (the console script: vaswani_commands)
+    sys.exit(main())
