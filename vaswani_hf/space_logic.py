@@ -109,7 +109,7 @@ def read_facts(name_or_path: str, model) -> ModelFacts:
         card = None
     data = card.data if card is not None else None
     langs = (getattr(data, "language", None) or getattr(model.config, "langs", None) or [None, None])
-    langs = [langs] if isinstance(langs, str) else list(langs) + [None, None]
+    langs = ([langs] if isinstance(langs, str) else list(langs)) + [None, None]  # the card may give one language
     bleu = next((r for r in (getattr(data, "eval_results", None) or []) if "bleu" in r.metric_type.lower()), None)
     title = (getattr(data, "model_name", None) or hub_id or folder.resolve().name)
     bleu = f"{bleu.metric_value:g} {bleu.metric_name or 'BLEU'} on {bleu.dataset_name}" if bleu else None
