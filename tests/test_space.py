@@ -78,8 +78,8 @@ def test_a_sentence_over_the_token_limit_is_refused_in_words_for_the_page(space)
     with pytest.raises(UsageError) as error:
         logic.translate_text(space, text, 1, 0.6)
     message = str(error.value)
-    assert f"at most {logic.MAX_SOURCE_TOKENS} are allowed here" in message and "the sentence has" in message
-    assert "a line may have" not in message and "--max_input_tokens" not in message
+    assert f"source tokens, more than the {logic.MAX_SOURCE_TOKENS})" in message and "too long for this page" in message
+    assert "a line" not in message and "line 1" not in message and "--max_input_tokens" not in message
 
 
 def test_the_status_line_says_no_length_penalty_with_beam_1(space):

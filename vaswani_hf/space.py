@@ -18,6 +18,7 @@ Needs the `space` extra: pip install "vaswani_hf[space]". The testable parts: `v
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import logging
 import os
@@ -183,33 +184,31 @@ def build_demo(space: logic.SpaceModel):
 
 
 class Guard:
-    """ASGI middleware in front of Gradio's routes (`app_kwargs={"middleware": [Middleware(Guard, blocks=demo)]}`):
-    refuses every upload (the page has no file input) and a queued call of a function the page does not have, with
-    the wrong number of values or an example that does not exist, in one sentence (Gradio would print a traceback)."""
+    """ASGI middleware before Gradio's routes (`Middleware(Guard, blocks=demo)`, launch's app_kwargs): refuses every
+    upload (the page has no file input) and a queued call (.../queue/join) of a function the page lacks, with the
+    wrong number of values or an example it lacks, in one sentence where Gradio would print a traceback."""
 
     def __init__(self, app, blocks):
         self.app, self.blocks = app, blocks
 
     async def __call__(self, scope, receive, send):
-        from starlette.responses import JSONResponse  # Gradio's dependency: the optional `space` extra
+        from starlette.responses import JSONResponse  # Gradio's dependency (the optional `space` extra)
 
-        path = scope.get("path", "").rstrip("/")
-        if scope["type"] != "http" or scope["method"] != "POST" or not path.endswith(("/upload", "/queue/join")):
-            return await self.app(scope, receive, send)
+        path = scope["path"].rstrip("/") if scope["type"] == "http" and scope["method"] == "POST" else ""
         if path.endswith("/upload"):
             return await JSONResponse({"detail": "This page accepts no uploads."}, 403)(scope, receive, send)
-        body, message = b"", {"more_body": True}
-        while message.get("more_body"):
-            message = await receive()
-            body += message.get("body", b"")
-        problem = self.problem(body)
-        if problem:
-            return await JSONResponse({"detail": problem}, 422)(scope, receive, send)
-        replayed = [{"type": "http.request", "body": body, "more_body": False}]
-        return await self.app(scope, lambda: _first(replayed, receive), send)
+        if path.endswith("/queue/join"):
+            body, message = b"", {"more_body": True}
+            while message.get("more_body"):
+                message = await receive()
+                body += message.get("body", b"")
+            if problem := self.problem(body):
+                return await JSONResponse({"detail": problem}, 422)(scope, receive, send)
+            receive = functools.partial(_replay, [{"type": "http.request", "body": body}], receive)
+        await self.app(scope, receive, send)
 
     def problem(self, body: bytes) -> str | None:
-        """What is wrong with a /queue/join request in one sentence, or None (a body that is not JSON: Gradio's)."""
+        """The fault of a /queue/join request in one sentence, or None (a body that is not a JSON object: Gradio's)."""
         try:
             request = json.loads(body)
             index, data = request.get("fn_index"), request.get("data")
@@ -219,17 +218,15 @@ class Guard:
         if fn is None:
             return f"This page has no function {repr(index)[:40]}: its API is /translate and /attention."
         if not isinstance(data, list) or len(data) != len(fn.inputs):
-            count = len(data) if isinstance(data, list) else type(data).__name__
-            return f"The function {fn.api_name or fn.name} needs {len(fn.inputs)} values, got {count}."
-        for block, value in zip(fn.inputs, data):
-            examples = getattr(block, "samples", None)  # gr.Dataset: the examples, chosen by their index
-            if examples is not None and not (type(value) is int and 0 <= value < len(examples)):
-                return f"An example is chosen by its index, 0 to {len(examples) - 1}, not {str(value)[:40]}."
-        return None
+            return (f"The function {fn.api_name or fn.name} needs {len(fn.inputs)} values, got "
+                    f"{len(data) if isinstance(data, list) else 'none'}.")
+        examples = [len(block.samples) for block, value in zip(fn.inputs, data) if hasattr(block, "samples")
+                    and not (type(value) is int and 0 <= value < len(block.samples))]  # gr.Dataset: an index
+        return f"An example is chosen by its index, 0 to {examples[0] - 1}." if examples else None
 
 
-async def _first(replayed: list, receive):
-    return replayed.pop() if replayed else await receive()
+async def _replay(messages: list, receive):  # the request's body, read once, then the connection's messages
+    return messages.pop() if messages else await receive()
 
 
 def resolve_model(argument: str | None, default: str | None = None) -> str:
