@@ -128,8 +128,8 @@ def test_raw_requests_are_refused_in_one_sentence_with_no_traceback_and_no_uploa
 
     url, server = page_server
     upload = b'--x\r\nContent-Disposition: form-data; name="files"; filename="in.en"\r\n\r\nA man.\r\n--x--\r\n'
-    for _ in range(3):
-        code, text = _post(f"{url}gradio_api/upload", upload, "multipart/form-data; boundary=x")
+    for route in ("upload", "upload", "upload/", "upload?upload_id=x", "process_recording"):
+        code, text = _post(f"{url}gradio_api/{route}", upload, "multipart/form-data; boundary=x")
         assert code == 403 and "accepts no uploads" in text
     answers = []
     for fn_index, data in ((0, [[0]]), (0, ["x"]), (0, [99]), (4, [SENTENCE]), (5, [SENTENCE, "cross"]),

@@ -195,7 +195,7 @@ class Guard:
         from starlette.responses import JSONResponse  # Gradio's dependency (the optional `space` extra)
 
         path = scope["path"].rstrip("/") if scope["type"] == "http" and scope["method"] == "POST" else ""
-        if path.endswith("/upload"):
+        if path.endswith(("/upload", "/process_recording")):  # Gradio's two routes that store a sent file
             return await JSONResponse({"detail": "This page accepts no uploads."}, 403)(scope, receive, send)
         if path.endswith("/queue/join"):
             body, message = b"", {"more_body": True}
