@@ -78,8 +78,8 @@ def test_a_sentence_over_the_token_limit_is_refused_in_words_for_the_page(space)
     with pytest.raises(UsageError) as error:
         logic.translate_text(space, text, 1, 0.6)
     message = str(error.value)
-    assert f"at most {logic.MAX_SOURCE_TOKENS} are allowed here" in message and "the sentence has" in message
-    assert "a line may have" not in message and "--max_input_tokens" not in message
+    assert f"source tokens, more than the {logic.MAX_SOURCE_TOKENS})" in message and "too long for this page" in message
+    assert "a line" not in message and "line 1" not in message and "--max_input_tokens" not in message
 
 
 def test_the_status_line_says_no_length_penalty_with_beam_1(space):
@@ -227,10 +227,24 @@ def test_the_page_says_what_the_model_is_never_where_it_is(space, tiny):  # noqa
     assert "[model card](https://huggingface.co/org/m)" in page.intro(hub) and "1.0M parameters" in page.intro(hub)
 
 
+def test_a_card_with_one_language_states_the_source_only(space, tmp_path):
+    (tmp_path / "README.md").write_text("---\nlanguage: en\n---\n# a model\n", encoding="utf-8")
+    facts = logic.read_facts(str(tmp_path), space.model)
+    assert (facts.source_lang, facts.target_lang) == ("en", None)
+
+
 @pytest.mark.skipif(not importlib.util.find_spec("py3langid"), reason="the language warning needs py3langid")
 def test_a_source_in_another_language_is_translated_with_a_warning(space):
     german = "Das Gesetz wird niemals perfekt sein, aber seine Anwendung sollte gerecht sein."
     assert "looks like German, not English" in logic.translate_text(space, german, 1, 0.6).warning
+    if importlib.util.find_spec("gradio"):  # the API says it too: gr.Warning (outside a request: warnings.warn)
+        from vaswani_hf import space as page
+
+        translate, attention = page.api_functions(space)
+        with pytest.warns(UserWarning, match="looks like German"):
+            assert translate(german, 1, 0.6)
+        with pytest.warns(UserWarning):
+            assert "looks like German" in attention(german, "cross", 1, "all", 1, 0.6)["warning"]
     assert logic.translate_text(space, "The law will never be perfect, but it should be just.", 1, 0.6).warning \
         is None
     assert logic.language_warning("ein Mann", space) is None  # two words: too little to tell
@@ -251,12 +265,13 @@ def test_the_page_answers_bad_input_with_a_message_and_no_exception(space, monke
 @pytest.mark.skipif(not importlib.util.find_spec("gradio"), reason="the page needs Gradio")
 def test_the_api_is_two_named_endpoints_that_answer_bad_values_in_one_sentence(space, capfd, tmp_path, monkeypatch):
     """Through gradio_client: /translate and /attention only; a wrong type is a clear message and no traceback in
-    the server's log; an upload (the page has none) of 100 MB is refused."""
+    the server's log; an upload (the page has none) of 100 MB is refused; a text in another language is warned of."""
     import urllib.error
     import urllib.request
 
     from gradio_client import Client
     from gradio_client.exceptions import AppError
+    from starlette.middleware import Middleware
 
     from vaswani_hf import space as page
 
@@ -264,7 +279,7 @@ def test_the_api_is_two_named_endpoints_that_answer_bad_values_in_one_sentence(s
     demo = page.build_demo(space).queue(default_concurrency_limit=page.QUEUE_CONCURRENCY)
     port = _free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
-                max_file_size=page.MAX_UPLOAD)
+                app_kwargs={"middleware": [Middleware(page.Guard, blocks=demo)]})
     try:
         client = Client(f"http://127.0.0.1:{port}/", verbose=False)
         api = client.view_api(return_format="dict", print_info=False)
@@ -274,6 +289,12 @@ def test_the_api_is_two_named_endpoints_that_answer_bad_values_in_one_sentence(s
         view = client.predict(SENTENCE, "cross", 2, "all", 2, 0.6, api_name="/attention")
         assert view["translation"] == expected.text and view["keys"] == expected.attentions.source_tokens
         torch.testing.assert_close(torch.tensor(view["weights"]), expected.attentions.cross[1], atol=1e-6, rtol=0)
+        if importlib.util.find_spec("py3langid"):  # a text in another language: a "log" status update of the job
+            job = client.submit("Das Gesetz wird niemals perfekt sein, aber seine Anwendung sollte gerecht sein.", 1,
+                                0.6, api_name="/translate")
+            assert job.result()
+            updates = [job.communicator.updates.get_nowait() for _ in range(job.communicator.updates.qsize())]
+            assert "looks like German" in str([getattr(update, "log", None) for update in updates])
         for arguments, name, fragment in (((SENTENCE, "four", 0.6), "/translate", "num_beams must be an integer"),
                                           ((12345, 4, 0.6), "/translate", "The text must be a string, not int"),
                                           ((SENTENCE, "self", 1, "all", 2, 0.6), "/attention", "kind must be one of")):
@@ -283,9 +304,9 @@ def test_the_api_is_two_named_endpoints_that_answer_bad_values_in_one_sentence(s
                                          data=b"--x\r\nContent-Disposition: form-data; name=\"files\"; "
                                               b"filename=\"big.bin\"\r\n\r\n" + b"0" * 100_000_000 + b"\r\n--x--\r\n",
                                          headers={"Content-Type": "multipart/form-data; boundary=x"})
-        with pytest.raises(urllib.error.URLError) as refused:  # 413, or the connection closed mid-upload
+        with pytest.raises(urllib.error.URLError) as refused:  # 403, or the connection closed mid-upload
             urllib.request.urlopen(request, timeout=120)
-        assert getattr(refused.value, "code", 413) == 413 or isinstance(refused.value.reason, ConnectionResetError)
+        assert getattr(refused.value, "code", 403) == 403 or isinstance(refused.value.reason, ConnectionResetError)
     finally:
         demo.close()
     assert not [f for f in tmp_path.rglob("*") if f.is_file() and f.stat().st_size > 10_000]  # nothing stored

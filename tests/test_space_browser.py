@@ -98,6 +98,58 @@ def _stop(server: subprocess.Popen) -> None:
         server.communicate()
 
 
+def _post(url: str, body: bytes, content_type: str = "application/json") -> tuple[int, str]:
+    import urllib.error
+
+    request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": content_type})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def _answer(url: str, session: str) -> str:
+    """The queue's messages for `session` (the server-sent events of /queue/data), until its event completes."""
+    seen = []
+    with urllib.request.urlopen(f"{url}gradio_api/queue/data?session_hash={session}", timeout=60) as stream:
+        for line in stream:
+            seen.append(line.decode())
+            if "process_completed" in seen[-1]:
+                break
+    return "".join(seen)
+
+
+@pytest.mark.slow
+def test_raw_requests_are_refused_in_one_sentence_with_no_traceback_and_no_upload_is_stored(page_server, tmp_path):
+    """Requests the page never sends (an upload, the wrong number or shape of values, a function it does not have)
+    are answered with a clear message; the server's log shows no traceback and stores nothing."""
+    import json
+
+    url, server = page_server
+    upload = b'--x\r\nContent-Disposition: form-data; name="files"; filename="in.en"\r\n\r\nA man.\r\n--x--\r\n'
+    for route in ("upload", "upload", "upload/", "upload?upload_id=x", "process_recording"):
+        code, text = _post(f"{url}gradio_api/{route}", upload, "multipart/form-data; boundary=x")
+        assert code == 403 and "accepts no uploads" in text
+    answers = []
+    for fn_index, data in ((0, [[0]]), (0, ["x"]), (0, [99]), (4, [SENTENCE]), (5, [SENTENCE, "cross"]),
+                           (99, [SENTENCE]), ("x", []), (4, [SENTENCE, [4], {}])):
+        session = f"s{len(answers)}"
+        body = json.dumps({"fn_index": fn_index, "data": data, "session_hash": session, "event_data": None})
+        code, text = _post(f"{url}gradio_api/queue/join", body.encode())
+        answers.append(text if code != 200 else _answer(url, session))
+        assert code in (200, 422), (fn_index, code, text)
+        assert '"error": null' not in answers[-1] and '"error":null' not in answers[-1], answers[-1]
+    assert all("An example is chosen by its index, 0 to 3" in answer for answer in answers[:3])
+    assert "needs 3 values, got 1" in answers[3] and "needs 6 values, got 2" in answers[4]
+    assert "no function 99" in answers[5] and "no function 'x'" in answers[6] and "num_beams must be" in answers[7]
+    assert "Traceback" not in "".join(answers) and server.poll() is None
+    server.send_signal(signal.SIGINT)
+    log = server.communicate(timeout=30)[1]
+    assert "Traceback" not in log, log[-3000:]
+    assert not [f for f in (tmp_path / "tmp").rglob("in.en")]  # nothing stored
+
+
 @pytest.fixture
 def browser(monkeypatch):
     chromium, driver_path = _browser_or_skip()

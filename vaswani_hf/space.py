@@ -7,7 +7,8 @@ The page says what the model is (from its card and config, never where it is sto
 the paper's attention figures 3-5), translates with the paper's decoding (Section 6.1; beam size and alpha are sliders,
 narrower views of the declared settings), warns when the text looks like another language than the model's source,
 and draws every attention weight (Section 3.2.3) in the browser (templates/space_view.js): a change of view sends the
-server nothing. The API (gradio_client): `/translate` and `/attention`; a bad value is one sentence (gr.Error).
+server nothing. The API (gradio_client): `/translate` and `/attention`; a bad value is one sentence (gr.Error), a
+text in another language a warning (gr.Warning; /attention's "warning"). No upload is accepted (`Guard`).
 
 The model: --model, else $VASWANI_MODEL, else (in a Space) its README's `models:`, else outputs/default/hub. No request
 leaves the machine (Gradio's analytics off). The address is checked before the model is loaded: one line, exit 2.
@@ -17,6 +18,7 @@ Needs the `space` extra: pip install "vaswani_hf[space]". The testable parts: `v
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import logging
 import os
@@ -33,7 +35,6 @@ DEFAULT_MODEL = "outputs/default/hub"
 MODEL_ENV = "VASWANI_MODEL"
 HOST_ENV, PORT_ENV = "GRADIO_SERVER_NAME", "GRADIO_SERVER_PORT"  # Gradio's own variables, honoured as defaults
 DEFAULT_HOST = "127.0.0.1"
-MAX_UPLOAD = "10kb"  # the page has no file input: Gradio's upload route refuses anything larger
 QUEUE_CONCURRENCY = 1  # one decoding at a time: the model is not shared between requests
 VIEWER = Path(__file__).resolve().parent / "templates"
 log = logging.getLogger(__name__)
@@ -108,20 +109,26 @@ def on_translate(space: logic.SpaceModel, text, num_beams, length_penalty, view=
 
 def api_functions(space: logic.SpaceModel):
     """The public endpoints, typed for gradio_client: /translate and /attention."""
-    settings = logic.PAGE_SETTINGS
+    gr, settings = _gradio(), logic.PAGE_SETTINGS
     beams_default, alpha_default = settings["num_beams"].default, settings["length_penalty"].default
+
+    def translated(text, num_beams, alpha) -> logic.Translation:
+        result = logic.translate_text(space, text, num_beams, alpha)
+        if result.warning:  # gradio_client: a "log" status update of the job (warnings.warn outside a request)
+            gr.Warning(result.warning)
+        return result
 
     def translate(text: str, num_beams: int = beams_default, alpha: float = alpha_default) -> str:
         """Translate one sentence with beam search (num_beams 1-12) and GNMT's length penalty alpha (0-2)."""
-        return _answer(lambda: logic.translate_text(space, text, num_beams, alpha).text, "translate")
+        return _answer(lambda: translated(text, num_beams, alpha).text, "translate")
 
     def attention(text: str, kind: str = "encoder", layer: int = 1, head: str = logic.ALL_HEADS,
                   num_beams: int = beams_default, alpha: float = alpha_default) -> dict:
         """Translate one sentence and return one view of its attention as numbers: kind encoder, decoder or cross,
-        1-based layer, head 'all' or 1-based; {translation, kind, layer, head, queries, keys, weights}."""
+        1-based layer, head 'all' or 1-based; {translation, warning, kind, layer, head, queries, keys, weights}."""
         def call():
-            result = logic.translate_text(space, text, num_beams, alpha)
-            return {"translation": result.text,
+            result = translated(text, num_beams, alpha)
+            return {"translation": result.text, "warning": result.warning,
                     **logic.attention_numbers(space, result.attentions, kind, layer, head)}
         return _answer(call, "compute the attention of")
 
@@ -174,6 +181,52 @@ def build_demo(space: logic.SpaceModel):
         for fn in api_functions(space):
             gr.api(fn, api_name=fn.__name__)
     return demo
+
+
+class Guard:
+    """ASGI middleware before Gradio's routes (`Middleware(Guard, blocks=demo)`, launch's app_kwargs): refuses every
+    upload (the page has no file input) and a queued call (.../queue/join) of a function the page lacks, with the
+    wrong number of values or an example it lacks, in one sentence where Gradio would print a traceback."""
+
+    def __init__(self, app, blocks):
+        self.app, self.blocks = app, blocks
+
+    async def __call__(self, scope, receive, send):
+        from starlette.responses import JSONResponse  # Gradio's dependency (the optional `space` extra)
+
+        path = scope["path"].rstrip("/") if scope["type"] == "http" and scope["method"] == "POST" else ""
+        if path.endswith(("/upload", "/process_recording")):  # Gradio's two routes that store a sent file
+            return await JSONResponse({"detail": "This page accepts no uploads."}, 403)(scope, receive, send)
+        if path.endswith("/queue/join"):
+            body, message = b"", {"more_body": True}
+            while message.get("more_body"):
+                message = await receive()
+                body += message.get("body", b"")
+            if problem := self.problem(body):
+                return await JSONResponse({"detail": problem}, 422)(scope, receive, send)
+            receive = functools.partial(_replay, [{"type": "http.request", "body": body}], receive)
+        await self.app(scope, receive, send)
+
+    def problem(self, body: bytes) -> str | None:
+        """The fault of a /queue/join request in one sentence, or None (a body that is not a JSON object: Gradio's)."""
+        try:
+            request = json.loads(body)
+            index, data = request.get("fn_index"), request.get("data")
+        except (ValueError, AttributeError):
+            return None
+        fn = self.blocks.fns.get(index) if isinstance(index, int) else None
+        if fn is None:
+            return f"This page has no function {repr(index)[:40]}: its API is /translate and /attention."
+        if not isinstance(data, list) or len(data) != len(fn.inputs):
+            return (f"The function {fn.api_name or fn.name} needs {len(fn.inputs)} values, got "
+                    f"{len(data) if isinstance(data, list) else 'none'}.")
+        examples = [len(block.samples) for block, value in zip(fn.inputs, data) if hasattr(block, "samples")
+                    and not (type(value) is int and 0 <= value < len(block.samples))]  # gr.Dataset: an index
+        return f"An example is chosen by its index, 0 to {examples[0] - 1}." if examples else None
+
+
+async def _replay(messages: list, receive):  # the request's body, read once, then the connection's messages
+    return messages.pop() if messages else await receive()
 
 
 def resolve_model(argument: str | None, default: str | None = None) -> str:
@@ -266,9 +319,11 @@ def launch(model: str | None = None, host: str | None = None, port: int | None =
     _gradio()
     demo = build_demo(logic.load_space_model(name))
     demo.queue(default_concurrency_limit=QUEUE_CONCURRENCY)
+    from starlette.middleware import Middleware  # Gradio's dependency, imported with it
+
     try:
         demo.launch(server_name=host, server_port=port, show_error=False, footer_links=["api"],
-                    max_file_size=MAX_UPLOAD, **launch_kwargs)
+                    app_kwargs={"middleware": [Middleware(Guard, blocks=demo)]}, **launch_kwargs)
     except OSError as error:  # e.g. the port taken since listen_address checked it
         raise UsageError(f"could not start the page's server on {host} port {port or 'from 7860'} "
                          f"({str(error).split('. ')[0]}); choose another --port or --host") from error

@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import functools
 import math
-import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
@@ -109,7 +108,7 @@ def read_facts(name_or_path: str, model) -> ModelFacts:
         card = None
     data = card.data if card is not None else None
     langs = (getattr(data, "language", None) or getattr(model.config, "langs", None) or [None, None])
-    langs = [langs] if isinstance(langs, str) else list(langs) + [None, None]
+    langs = ([langs] if isinstance(langs, str) else list(langs)) + [None, None]  # the card may give one language
     bleu = next((r for r in (getattr(data, "eval_results", None) or []) if "bleu" in r.metric_type.lower()), None)
     title = (getattr(data, "model_name", None) or hub_id or folder.resolve().name)
     bleu = f"{bleu.metric_value:g} {bleu.metric_name or 'BLEU'} on {bleu.dataset_name}" if bleu else None
@@ -256,22 +255,12 @@ def translate_text(space: SpaceModel, text, num_beams, length_penalty) -> Transl
     try:
         translation = translate(space.model, space.tokenizer, [source], num_beams=beams, length_penalty=alpha,
                                 max_input_tokens=MAX_SOURCE_TOKENS, progress=False)[0]
-    except InputLineError as error:  # too many tokens for the page, or for the model's positions
-        raise UsageError(f"The text is too long: {_too_long(error.message)}. Shorten it.") from error
+    except InputLineError as error:  # more tokens than the page shows, or than the model has positions for
+        too_long = error.message.split("; ")[0].split(" a line")[0]  # worded for a file of lines: its first clause
+        raise UsageError(f"The text is too long for this page ({too_long}). Shorten it.") from error
     attentions = collect_attentions(space.model, space.tokenizer, source, translation)
     attentions.target_origin = f"beam-{beams}" if beams > 1 else "greedy"
     return Translation(source, translation, attentions, beams, alpha, language_warning(source, space))
-
-
-def _too_long(message: str) -> str:
-    """The translation frontend's refusal of a long line (worded for a file of lines) reworded for the page."""
-    limit = re.match(r"([\d,]+) (source tokens|characters), more than the ([\d,]+)", message)
-    if limit:
-        return f"the sentence has {limit[1]} {limit[2].split()[-1]}; at most {limit[3]} are allowed here"
-    positions = re.match(r"([\d,]+) source tokens, but .*?([\d,]+) positions", message)
-    if positions:
-        return f"the sentence has {positions[1]} tokens; the model has positions for at most {positions[2]}"
-    return message.split("; ")[0]
 
 
 def word_index(tokens: list[str], word: str | None) -> int | None:

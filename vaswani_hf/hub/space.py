@@ -26,7 +26,10 @@ client = Client("http://127.0.0.1:7860/")          # or the Space's id, e.g. Cli
 text = client.predict("A man is riding a horse.", 4, 0.6, api_name="/translate")
 view = client.predict("A man is riding a horse.", "cross", 6, "all", 4, 0.6, api_name="/attention")
 view["queries"], view["keys"], view["weights"]      # weights[head][query][key] ("all") or [query][key]
-```"""
+view["warning"]   # None, or a sentence when the text looks like another language than the model's source
+```
+A text in another language is translated with a warning: /attention's "warning", and for both endpoints a gr.Warning
+(a "log" status update of `client.submit(...)`'s job)."""
 
 GRADIO_SDK_VERSION = "6.31.0"  # the Gradio the page is tested with (the `space` extra allows 6.x)
 PYTHON_VERSION = "3.11"
@@ -99,7 +102,7 @@ def render_space_readme(model_repo_id: str | None = None, title: str = "Vaswani 
         "Two endpoints, `/translate` (text, num_beams 1-12, alpha 0-2 -> the translation) and `/attention` (text, "
         "kind `encoder`/`decoder`/`cross`, 1-based layer, head `all` or 1-based, num_beams, alpha -> the "
         "translation and the weights with their tokens). A bad value is answered with one sentence. Requests are "
-        "queued and run one at a time; the page accepts no uploads.\n\n"
+        "queued and run one at a time; the page accepts no uploads (403).\n\n"
         f"{API_EXAMPLE}\n"
     )
 
