@@ -213,9 +213,11 @@ class RunPlan:
     export: ExportPlan
 
     def lock(self) -> io.FolderLock:
-        """This run's hold on its output folder (created if needed), for as long as the run writes into it."""
+        """This run's hold on its output folder (created if needed, and marked as a run's), while the run writes."""
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        return io.FolderLock(self.output_dir, "output_dir").acquire()
+        lock = io.FolderLock(self.output_dir, "output_dir").acquire()
+        io.mark(self.output_dir, preflight.TRAINING_RUN)
+        return lock
 
     def describe(self) -> str:
         b = self.batching
