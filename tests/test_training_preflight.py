@@ -48,7 +48,7 @@ def test_resume_and_overwrite_never_replace_a_foreign_export_dir(tmp_path):
     (foreign / "config.json").write_text("{}")
     finished_run(tmp_path)
     for flags in ({"resume": True, "max_steps": 8}, {}):
-        with pytest.raises(RecipeError, match=r"export_dir .*my_models is not an earlier Hub model folder"):
+        with pytest.raises(io.UsageError, match=r"export_dir .*my_models is not an earlier Hub model folder"):
             plan_run(tiny_recipe(tmp_path, export_dir=str(foreign), **flags), overwrite=not flags)
     assert (foreign / "config.json").read_text() == "{}"
 
@@ -160,7 +160,7 @@ def test_a_tokenizer_path_inside_output_dir_is_refused(tmp_path):
     tokenizer = tmp_path / "run" / "tokenizer"
     tokenizer.mkdir(parents=True)
     (tokenizer / "tokenizer.json").write_text("{}")
-    with pytest.raises(RecipeError, match=r"output_dir .*run contains tokenizer_path"):
+    with pytest.raises(io.UsageError, match=r"output_dir .*run contains tokenizer_path"):
         plan_run(tiny_recipe(tmp_path, tokenizer_path=str(tokenizer)), overwrite=True)
     assert (tokenizer / "tokenizer.json").read_text() == "{}"
 

@@ -167,16 +167,14 @@ def check_output_dir(path: str | os.PathLike, *, overwrite: bool = False, what: 
     if p.is_dir() and any(p.iterdir()):
         if not overwrite:
             raise UsageError(f"{what} {p} exists and is not empty; pass --overwrite to replace it, or choose another")
-        if kind is not None and written_by(p) != kind:
-            found = written_by(p)
+        if kind is not None and (found := written_by(p)) != kind:
             owner = f"it holds a {found}" if found else "it was not written by this tool"
             raise UsageError(f"{what} {p} is not an earlier {kind} ({owner}: {first_entries(p)}); --overwrite "
                              "replaces only a folder this tool wrote: choose another folder or remove it yourself")
     return p
 
 
-def first_entries(folder: Path, n: int = 3) -> str:
-    """The first `n` names in `folder` (its MARKER aside), for a message that says what a folder holds."""
+def first_entries(folder: Path, n: int = 3) -> str:  # what a folder holds, its MARKER aside, for a message
     names = sorted(x.name for x in folder.iterdir() if x.name != MARKER)
     return ", ".join(names[:n]) + (", ..." if len(names) > n else "")
 

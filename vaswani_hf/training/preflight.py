@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,25 +62,13 @@ def previous_run_files(output_dir: Path) -> list[Path]:
     return sorted({p for pattern in RUN_FILES for p in output_dir.glob(pattern)})
 
 
-@contextmanager
-def recipe_errors():
-    """The file rules' UsageErrors as RecipeErrors (the same one line and exit status; callers catch RecipeError)."""
-    try:
-        yield
-    except RecipeError:
-        raise
-    except io.UsageError as error:
-        raise RecipeError(str(error)) from None
-
-
 def decide_output_dir(recipe: Recipe, out: Path, *, overwrite: bool, processes: int = 1,
                       tokenizer_dir: Path | None = None) -> OutputDecision:
-    """The output folder decision (see the module docstring), or RecipeError. `tokenizer_dir`: the tokenizer folder
+    """The output folder decision (see the module docstring), or UsageError. `tokenizer_dir`: the tokenizer folder
     the run would use (tokenizer_path, or OUTPUT_DIR/tokenizer), which a resumed checkpoint's must equal."""
     if overwrite and recipe.resume:
         raise RecipeError("--overwrite replaces the run in output_dir and --resume continues it: pick one")
-    with recipe_errors():
-        io.check_output_dir(out, overwrite=True, what="output_dir", replaced=False)  # a folder, or nothing yet
+    io.check_output_dir(out, overwrite=True, what="output_dir", replaced=False)  # a folder, or nothing yet
     if io.folder_in_use(out):
         raise RecipeError(f"output_dir {out} is in use by another run (it holds the folder's lock); wait for it to "
                           "finish, or choose another output_dir")
@@ -156,8 +143,7 @@ def check_export_dir(export: Path, out: Path, *, overwrite: bool) -> None:
                               "export_dir")
         if first == "hub" or not export.exists():
             return
-    with recipe_errors():
-        io.check_output_dir(export, overwrite=overwrite, what="export_dir", kind=HUB_FOLDER)
+    io.check_output_dir(export, overwrite=overwrite, what="export_dir", kind=HUB_FOLDER)
 
 
 def check_same_architecture(recipe: Recipe, checkpoint: Path) -> None:
@@ -190,8 +176,7 @@ def check_same_tokenizer(recipe: Recipe, out: Path, checkpoint: Path, tokenizer_
                               f"{previous[key]!r}, or train into another output_dir")
     if tokenizer_dir is None or not (tokenizer_dir / "tokenizer.json").is_file():
         return
-    with recipe_errors():
-        theirs, ours = vocabulary_fingerprint(checkpoint), vocabulary_fingerprint(tokenizer_dir)
+    theirs, ours = vocabulary_fingerprint(checkpoint), vocabulary_fingerprint(tokenizer_dir)
     if theirs is not None and theirs != ours:
         key = "tokenizer_path" if recipe.tokenizer_path else "the run's tokenizer folder"
         was = previous.get("tokenizer_path")
