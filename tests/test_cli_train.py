@@ -263,6 +263,27 @@ def _(t, a):
     return Call(train_argv(t, a, check=False), 2, ("output_dir", str(t / "run"), "not empty"))
 
 
+@case("overwrite-refuses-a-folder-no-run-wrote")
+def _(t, a):
+    write(t / "run" / "hub" / "mine.txt", "precious")  # names a run writes, in a folder no run wrote
+    write(t / "run" / "tokenizer" / "tokenizer.json", "{}")
+    write(t / "run" / "metrics.json", "notes")
+    return Call(train_argv(t, a, "--overwrite", check=False), 2,
+                ("output_dir", str(t / "run"), "hub, metrics.json, tokenizer", "choose another output_dir"))
+
+
+@case("overwrite-and-resume-refused")
+def _(t, a):
+    copy(a.run, t / "run")
+    return Call(train_argv(t, a, "--overwrite", "--resume"), 2, ("--overwrite", "--resume", "pick one"))
+
+
+@case("resume-without-recipe-keeps-the-finished-run")
+def _(t, a):
+    copy(a.run, t / "run")  # trained to max_steps 4; the default recipe says 800
+    return Call(["--output_dir", t / "run", "--resume"], 0, check=stdout_has("finished at update 4: nothing to do"))
+
+
 @case("export-dir-is-a-file")
 def _(t, a):
     write(t / "export", "x")

@@ -137,11 +137,13 @@ def test_resume_refuses_a_checkpoint_whose_state_belongs_to_another_step(tmp_pat
     """Through the one planning step of `vaswani-train --resume`: one line naming the file, before any work."""
     from conftest import tiny_recipe
 
-    from vaswani_hf.io import UsageError
+    from vaswani_hf.io import UsageError, mark
     from vaswani_hf.training.plan import plan_run
+    from vaswani_hf.training.preflight import TRAINING_RUN
 
     run = tmp_path / "run"
     _checkpoint(run / "checkpoint-2", 2)
+    mark(run, TRAINING_RUN)  # a folder a run took
     newest = _checkpoint(run / "checkpoint-4", 4)
     (newest / "trainer_state.json").write_text(json.dumps({"global_step": 2, "log_history": []}))
     with pytest.raises(UsageError, match=r"checkpoint-4/trainer_state\.json: field global_step is 2, but the folder "

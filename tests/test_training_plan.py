@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from conftest import tiny_recipe
 
+from vaswani_hf.io import UsageError
 from vaswani_hf.training.plan import World, plan_run
 from vaswani_hf.training.recipe import RecipeError
 from vaswani_hf.training.sources import FileSource
@@ -26,10 +27,10 @@ def test_the_plan_holds_sources_budget_and_output(tmp_path):
 @pytest.mark.parametrize("where", ["output_dir", "export_dir"])
 def test_an_output_folder_never_holds_or_replaces_the_corpus(tmp_path, where):
     recipe = tiny_recipe(tmp_path, **{where: str(tmp_path / "corpus")})
-    with pytest.raises(RecipeError, match=rf"{where} .*corpus contains train_data \(en\)"):
+    with pytest.raises(UsageError, match=rf"{where} .*corpus contains train_data \(en\)"):
         plan_run(recipe)
     recipe = tiny_recipe(tmp_path, **{where: str(tmp_path)})
-    with pytest.raises(RecipeError, match=rf"{where} .* contains train_data"):
+    with pytest.raises(UsageError, match=rf"{where} .* contains train_data"):
         plan_run(recipe)
 
 

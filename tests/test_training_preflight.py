@@ -12,14 +12,16 @@ from conftest import tiny_recipe
 from safetensors.torch import save_file
 
 from vaswani_hf import io
-from vaswani_hf.training.plan import World, plan_run
-from vaswani_hf.training.recipe import RecipeError
+from vaswani_hf.training.plan import World, plan_run, recipe_yaml
+from vaswani_hf.training.preflight import TRAINING_RUN
+from vaswani_hf.training.recipe import RecipeError, load_recipe
 
 
 def fake_checkpoint(run: Path, step: int, processes: int = 1, *, rng: bool = True) -> Path:
-    """A checkpoint folder as the Trainer writes it (complete, small)."""
+    """A checkpoint folder as the Trainer writes it (complete, small), in a folder a run took (its marker)."""
     folder = run / f"checkpoint-{step}"
     folder.mkdir(parents=True)
+    io.mark(run, TRAINING_RUN)
     save_file({"w": torch.zeros(2)}, str(folder / "model.safetensors"))
     (folder / "config.json").write_text(json.dumps({"model_type": "vaswani", "d_model": 32, "d_ff": 64,
                                                     "num_heads": 2, "num_encoder_layers": 1,
@@ -46,7 +48,7 @@ def test_resume_and_overwrite_never_replace_a_foreign_export_dir(tmp_path):
     (foreign / "config.json").write_text("{}")
     finished_run(tmp_path)
     for flags in ({"resume": True, "max_steps": 8}, {}):
-        with pytest.raises(RecipeError, match=r"export_dir .*my_models is not an earlier Hub model folder"):
+        with pytest.raises(io.UsageError, match=r"export_dir .*my_models is not an earlier Hub model folder"):
             plan_run(tiny_recipe(tmp_path, export_dir=str(foreign), **flags), overwrite=not flags)
     assert (foreign / "config.json").read_text() == "{}"
 
@@ -63,6 +65,60 @@ def test_resuming_a_finished_run_does_nothing(tmp_path):
         score = plan_run(tiny_recipe(tmp_path, max_steps=4, resume=True),
                          world=World(processes=processes, local_processes=processes))
         assert score.output.start == "score" and score.output.resume_from.name == "checkpoint-4"  # loaded, not trained
+
+
+def test_overwrite_and_resume_take_only_a_run_of_ours(tmp_path):
+    """--overwrite removed a user's hub/, tokenizer/ and metrics.json from a folder no run ever wrote (their names
+    are RUN_FILES): a non-empty folder without a run's marker is refused, untouched, whatever the flags; a run from
+    before the marker (recipe.yaml beside checkpoints with their trainer_state.json) is still ours."""
+    run = tmp_path / "run"
+    (run / "hub").mkdir(parents=True)
+    (run / "hub" / "mine.txt").write_text("precious")
+    (run / "metrics.json").write_text("notes")
+    for flags, overwrite in (({}, True), ({"resume": True}, False), ({}, False)):
+        with pytest.raises(RecipeError, match=r"^output_dir .*run is not empty \(hub, metrics\.json\) and holds no "
+                                              r"run of this tool: .*choose another output_dir$"):
+            plan_run(tiny_recipe(tmp_path, **flags), overwrite=overwrite)
+    assert (run / "hub" / "mine.txt").read_text() == "precious" and sorted(p.name for p in run.iterdir()) == [
+        "hub", "metrics.json"]
+    (run / "hub" / "mine.txt").unlink()
+    fake_checkpoint(run, 4)
+    (run / io.MARKER).unlink()
+    (run / "recipe.yaml").write_text(recipe_yaml(tiny_recipe(tmp_path)))
+    assert plan_run(tiny_recipe(tmp_path), overwrite=True).output.start == "overwrite"
+    assert plan_run(tiny_recipe(tmp_path, max_steps=8, resume=True)).output.start == "resume"
+    plan_run(tiny_recipe(tmp_path), overwrite=True).lock().release()  # a run takes the folder: marked
+    (run / "recipe.yaml").unlink()
+    assert io.written_by(run) == TRAINING_RUN and plan_run(tiny_recipe(tmp_path), overwrite=True).output.previous
+
+
+def test_overwrite_and_resume_together_are_refused(tmp_path):
+    with pytest.raises(RecipeError, match=r"^--overwrite .* --resume .*: pick one$"):
+        plan_run(tiny_recipe(tmp_path, resume=True), overwrite=True)
+
+
+def test_resume_without_a_recipe_continues_the_run_as_saved(tmp_path, caplog):
+    """`vaswani-train --output_dir run --resume` trained a finished 4-update run on to the default recipe's 800
+    updates, rewriting its recipe.yaml: without a recipe, a resumed run is its own recipe.yaml (command-line keys
+    over it); a key that differs from it, with or without a recipe, is named in one line."""
+    import logging
+
+    run = finished_run(tmp_path, steps=4)
+    saved = recipe_yaml(tiny_recipe(tmp_path, max_steps=4))
+    (run / "recipe.yaml").write_text(saved)
+    own = load_recipe(overrides={"output_dir": str(run), "resume": True})
+    assert own.max_steps == 4 and own.file is None and (own.d_model, own.vocab_size) == (32, 300)
+    with caplog.at_level(logging.WARNING, logger="vaswani_hf.training.preflight"):
+        assert plan_run(own).output.start == "finished"
+        assert not caplog.records
+        more = plan_run(load_recipe(None, {"output_dir": str(run), "resume": "true", "max_steps": 8}))
+        assert more.output.start == "resume" and more.schedule.max_steps == 8
+        plan_run(tiny_recipe(tmp_path, max_steps=8, resume=True, warmup_steps=3, disable_tqdm=True))
+    changed = [r.getMessage() for r in caplog.records]
+    assert len(changed) == 2 and changed[0].endswith("recipe.yaml: max_steps 4 -> 8"), changed
+    assert changed[1].endswith("max_steps 4 -> 8; warmup_steps 4 -> 3"), changed
+    assert (run / "recipe.yaml").read_text() == saved
+    assert load_recipe(overrides={"output_dir": str(run)}).max_steps == 800  # not resuming: the default recipe
 
 
 def test_a_checkpoint_without_its_rng_state_is_not_resumed_silently(tmp_path):
@@ -104,7 +160,7 @@ def test_a_tokenizer_path_inside_output_dir_is_refused(tmp_path):
     tokenizer = tmp_path / "run" / "tokenizer"
     tokenizer.mkdir(parents=True)
     (tokenizer / "tokenizer.json").write_text("{}")
-    with pytest.raises(RecipeError, match=r"output_dir .*run contains tokenizer_path"):
+    with pytest.raises(io.UsageError, match=r"output_dir .*run contains tokenizer_path"):
         plan_run(tiny_recipe(tmp_path, tokenizer_path=str(tokenizer)), overwrite=True)
     assert (tokenizer / "tokenizer.json").read_text() == "{}"
 
@@ -183,8 +239,6 @@ def test_intact_state_files_are_not_passed_over(tmp_path):
 
 def _tokenizer_run(tmp_path: Path, tok) -> tuple[Path, dict]:
     """A run that trained `tok` (OUTPUT/tokenizer, and the checkpoint's copy) with the recipe it recorded."""
-    from vaswani_hf.training.plan import recipe_yaml
-
     recipe = tiny_recipe(tmp_path, max_steps=8, vocab_size=500)
     run = tmp_path / "run"
     checkpoint = fake_checkpoint(run, 4)

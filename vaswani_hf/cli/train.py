@@ -49,7 +49,7 @@ from .contract import add_debug_argument, declare_paths, release_library_reports
 @dataclass
 class CommandOptions:
     _argument_group_name = "command"
-    recipe: str = key("default", "bundled recipe name (see --list-recipes) or path to a YAML file")
+    recipe: str | None = key(None, "bundled recipe name or YAML file (default: default; --resume: the run's own)")
     check: bool = key(False, "validate the recipe, output folder and corpus files (streamed), then exit")
     list_keys: bool = key(False, "print every recipe key with its type, range, default and meaning, then exit")
     list_recipes: bool = key(False, "print the bundled recipes, then exit")

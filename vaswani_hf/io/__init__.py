@@ -10,15 +10,16 @@ from .files import FileShape, check_ctranslate2_folder, check_shape, check_token
 from .models import (WEIGHTS, WEIGHTS_INDEX, check_generation_config_file, check_model_folder, check_safetensors,
                      check_same_vocabulary, load_model_folder, model_vocab_size, tokenizer_size)
 from .outputs import (MARKER, FolderLock, apply_umask, atomic_output_dir, check_output_dir, check_output_file,
-                      check_paths, file_kind, folder_in_use, fsync_tree, path_kind, replace_atomically, written_by)
+                      check_paths, file_kind, first_entries, folder_in_use, fsync_tree, mark, path_kind,
+                      replace_atomically, written_by)
 from .text import check_input_file, iter_lines, read_json, read_lines, to_json, write_json, write_lines
 
 __all__ = [
     "STDIO", "VaswaniError", "UsageError", "RunFailure", "InputLineError",
     "iter_lines", "read_lines", "write_lines", "read_json", "write_json", "to_json", "check_input_file",
     "check_paths", "check_output_file", "check_output_dir", "replace_atomically", "atomic_output_dir", "fsync_tree",
-    "written_by", "MARKER", "FolderLock", "folder_in_use", "apply_umask", "file_kind", "path_kind",
-    "WEIGHTS", "WEIGHTS_INDEX", "check_model_folder", "load_model_folder", "check_safetensors",
+    "written_by", "mark", "first_entries", "MARKER", "FolderLock", "folder_in_use", "apply_umask", "file_kind",
+    "path_kind", "WEIGHTS", "WEIGHTS_INDEX", "check_model_folder", "load_model_folder", "check_safetensors",
     "check_same_vocabulary", "tokenizer_size", "model_vocab_size", "check_generation_config_file",
     "files", "FileShape", "check_shape", "check_tokenizer_file", "check_ctranslate2_folder",
 ]

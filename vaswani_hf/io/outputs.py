@@ -138,6 +138,11 @@ def check_output_file(path: str | os.PathLike, *, overwrite: bool = False, what:
     return p
 
 
+def mark(folder: str | os.PathLike, kind: str) -> None:
+    """Record in `folder` (its MARKER) that this package wrote it as an output of `kind`."""
+    (Path(folder) / MARKER).write_text(json.dumps({"written_by": kind}) + "\n", encoding="utf-8")
+
+
 def written_by(folder: str | os.PathLike) -> str | None:
     """The kind of output that this package wrote into `folder` (its marker), or None."""
     try:
@@ -162,15 +167,14 @@ def check_output_dir(path: str | os.PathLike, *, overwrite: bool = False, what: 
     if p.is_dir() and any(p.iterdir()):
         if not overwrite:
             raise UsageError(f"{what} {p} exists and is not empty; pass --overwrite to replace it, or choose another")
-        if kind is not None and written_by(p) != kind:
-            found = written_by(p)
+        if kind is not None and (found := written_by(p)) != kind:
             owner = f"it holds a {found}" if found else "it was not written by this tool"
-            raise UsageError(f"{what} {p} is not an earlier {kind} ({owner}: {_first_entries(p)}); --overwrite "
+            raise UsageError(f"{what} {p} is not an earlier {kind} ({owner}: {first_entries(p)}); --overwrite "
                              "replaces only a folder this tool wrote: choose another folder or remove it yourself")
     return p
 
 
-def _first_entries(folder: Path, n: int = 3) -> str:
+def first_entries(folder: Path, n: int = 3) -> str:  # what a folder holds, its MARKER aside, for a message
     names = sorted(x.name for x in folder.iterdir() if x.name != MARKER)
     return ", ".join(names[:n]) + (", ..." if len(names) > n else "")
 
@@ -207,7 +211,7 @@ def replace_atomically(target: str | os.PathLike, *, folder: bool = False, kind:
     try:
         yield temporary
         if folder and kind is not None:
-            (temporary / MARKER).write_text(json.dumps({"written_by": kind}) + "\n", encoding="utf-8")
+            mark(temporary, kind)
         apply_umask(temporary)
         fsync_tree(temporary)
         if folder and target.exists():

@@ -43,6 +43,8 @@ _PROCESSES = ["WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_
 _RANK = ["RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK"]
 _LOCAL_PROCESSES = ["LOCAL_WORLD_SIZE", "MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE"]
 _LOCAL_RANK = ["LOCAL_RANK", "MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK"]
+# The sharding strategies an Accelerate launch config asks for (parameters then are not plain tensors)
+_SHARDING = {"FSDP": "ACCELERATE_USE_FSDP", "DeepSpeed": "ACCELERATE_USE_DEEPSPEED"}
 
 
 @dataclass(frozen=True)
@@ -80,11 +82,6 @@ def use_cpu(recipe: Recipe, processes: int = 1) -> bool:
     has_accelerator = torch.accelerator.is_available() if hasattr(torch, "accelerator") else torch.cuda.is_available()
     return bool(recipe.use_cpu or parse_flag_from_env("ACCELERATE_USE_CPU")
                 or (processes > 1 and not torch.cuda.is_available()) or not has_accelerator)
-
-
-def _sharded() -> bool:
-    """An Accelerate launch config asked for FSDP or DeepSpeed (parameters then are not plain tensors)."""
-    return parse_flag_from_env("ACCELERATE_USE_FSDP") or parse_flag_from_env("ACCELERATE_USE_DEEPSPEED")
 
 
 @dataclass(frozen=True)
@@ -213,9 +210,11 @@ class RunPlan:
     export: ExportPlan
 
     def lock(self) -> io.FolderLock:
-        """This run's hold on its output folder (created if needed), for as long as the run writes into it."""
+        """This run's hold on its output folder (created if needed, and marked as a run's), while the run writes."""
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        return io.FolderLock(self.output_dir, "output_dir").acquire()
+        lock = io.FolderLock(self.output_dir, "output_dir").acquire()
+        io.mark(self.output_dir, preflight.TRAINING_RUN)
+        return lock
 
     def describe(self) -> str:
         b = self.batching
@@ -225,7 +224,7 @@ class RunPlan:
 
 
 def plan_run(recipe: Recipe, *, overwrite: bool = False, world: World | None = None) -> RunPlan:
-    """Resolve `recipe` on this machine and file system (see the module docstring). RecipeError (one line naming
+    """Resolve `recipe` on this machine and file system (see the module docstring). UsageError (one line naming
     the key or path) for anything that would fail later. `world`: the process layout (default: the launcher's)."""
     world = world or World.from_environment(recipe)
     check_devices(recipe, world)
@@ -243,7 +242,8 @@ def plan_run(recipe: Recipe, *, overwrite: bool = False, world: World | None = N
         inputs["tokenizer_path"] = tokenizer_dir
     if recipe.file:  # a recipe kept in the run's folder would be replaced (recipe.yaml) or left among a new run's files
         inputs["--recipe"] = Path(recipe.file)
-    _guard(inputs, {"output_dir": out, "export_dir": export})  # where the files lie first, then what they hold
+    for name, path in {"output_dir": out, "export_dir": export}.items():  # the one output guard, each output against
+        io.check_paths(inputs, {name: path})  # the inputs (export_dir may be in output_dir: preflight), before contents
     if recipe.tokenizer_path:
         preflight.check_tokenizer_path(tokenizer_dir, recipe.tokenizer_path)
     output = preflight.decide_output_dir(recipe, out, overwrite=overwrite, processes=world.processes,
@@ -296,7 +296,8 @@ def _batching(recipe: Recipe, max_tokens: int, accumulation: int, processes: int
 
 def _optimizer(recipe: Recipe, world: World) -> OptimizerPlan:
     """Section 5.3's Adam; fused where torch has the kernel for this device and parameters stay plain tensors."""
-    fused = torch.device(world.device).type in FUSED_ADAM_DEVICE_TYPES and not _sharded()
+    fused = torch.device(world.device).type in FUSED_ADAM_DEVICE_TYPES and not any(
+        parse_flag_from_env(flag) for flag in _SHARDING.values())
     return OptimizerPlan(paper_base_lr(recipe.d_model, recipe.lr_multiplier), (recipe.adam_beta1, recipe.adam_beta2),
                          recipe.adam_epsilon, recipe.weight_decay, recipe.max_grad_norm, fused)
 
@@ -318,19 +319,12 @@ def _export(recipe: Recipe, export: Path) -> ExportPlan:
                       str(recipe.hub_dataset or recipe.data_dir or recipe.data_format))
 
 
-def _guard(inputs: dict, outputs: dict) -> None:
-    """The one output guard, each output against the inputs (export_dir may lie inside output_dir: `preflight`)."""
-    for name, path in outputs.items():
-        with preflight.recipe_errors():
-            io.check_paths(inputs, {name: path})
-
-
 def check_devices(recipe: Recipe, world: World) -> None:
     """The precision and distributed strategy asked for exist on this device, and the model fits."""
     if recipe.fp16 and world.cpu:
         raise RecipeError("fp16: fp16 mixed precision needs a CUDA GPU and this run is on the CPU; use bf16 (CPU "
                           "autocast) or fp32")
-    for strategy, flag in (("FSDP", "ACCELERATE_USE_FSDP"), ("DeepSpeed", "ACCELERATE_USE_DEEPSPEED")):
+    for strategy, flag in _SHARDING.items():
         if world.cpu and parse_flag_from_env(flag):
             raise RecipeError(f"{strategy} was asked for (the accelerate launch config sets {flag}) but this run is on "
                               f"the CPU, where Accelerate runs plain DDP instead: launch on GPUs, or without the "

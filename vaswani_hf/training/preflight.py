@@ -1,8 +1,9 @@
 """What a training run may do with its output, export and tokenizer folders, decided before any data is read, any
 model is built or any file is written.
 
-A new run needs an absent or empty `output_dir`; a previous run there is continued with `--resume` (the newest
-checkpoint that loads, with the RNG state for this number of processes and the same architecture) or replaced with
+A new run needs an absent or empty `output_dir`; a previous run there (a folder a run marked `TRAINING_RUN` when it
+took it) is continued with `--resume` (the newest checkpoint that loads, with the RNG state for this number of
+processes and the same architecture; a key changed since the run's recipe.yaml is named) or replaced with
 `--overwrite` (its `RUN_FILES` only); a folder another run holds, or anything else, is refused in one line. The export
 folder is replaced only when it is this run's own or a Hub folder this package wrote.
 """
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +35,9 @@ ARCHITECTURE_KEYS = tuple(name for name in MODEL_KEYS if MODEL_SETTINGS[name].ar
 # tokenizer its checkpoint was trained with, so a change of one of them would only be recorded, not done. (A
 # tokenizer_path is compared by content: the checkpoint's tokenizer.json.)
 TOKENIZER_KEYS = ("vocab_size", "bpe_min_frequency", "lowercase")
+# The keys that do not change what a resumed run computes: a change of any other is named when the run resumes.
+NOT_THE_RUN = ("output_dir", "resume", "description", "disable_tqdm", "report_to")
+TRAINING_RUN = "training run"  # the marker of an output_dir a run took (io.mark): --overwrite replaces only such
 
 
 @dataclass
@@ -59,39 +62,31 @@ def previous_run_files(output_dir: Path) -> list[Path]:
     return sorted({p for pattern in RUN_FILES for p in output_dir.glob(pattern)})
 
 
-@contextmanager
-def recipe_errors():
-    """The file rules' UsageErrors as RecipeErrors (the same one line and exit status; callers catch RecipeError)."""
-    try:
-        yield
-    except RecipeError:
-        raise
-    except io.UsageError as error:
-        raise RecipeError(str(error)) from None
-
-
 def decide_output_dir(recipe: Recipe, out: Path, *, overwrite: bool, processes: int = 1,
                       tokenizer_dir: Path | None = None) -> OutputDecision:
-    """The output folder decision (see the module docstring), or RecipeError. `tokenizer_dir`: the tokenizer folder
+    """The output folder decision (see the module docstring), or UsageError. `tokenizer_dir`: the tokenizer folder
     the run would use (tokenizer_path, or OUTPUT_DIR/tokenizer), which a resumed checkpoint's must equal."""
-    with recipe_errors():
-        io.check_output_dir(out, overwrite=True, what="output_dir", replaced=False)  # a folder, or nothing yet
+    if overwrite and recipe.resume:
+        raise RecipeError("--overwrite replaces the run in output_dir and --resume continues it: pick one")
+    io.check_output_dir(out, overwrite=True, what="output_dir", replaced=False)  # a folder, or nothing yet
     if io.folder_in_use(out):
         raise RecipeError(f"output_dir {out} is in use by another run (it holds the folder's lock); wait for it to "
                           "finish, or choose another output_dir")
-    if not out.is_dir() or not any(out.iterdir()):
+    if not out.is_dir() or not io.first_entries(out):
         if recipe.resume:
             logger.warning("--resume: %s holds no run yet, starting from scratch", out)
         return OutputDecision("new")
+    if not (io.written_by(out) == TRAINING_RUN or (out / "recipe.yaml").is_file() and any(
+            out.glob("checkpoint-*/trainer_state.json"))):  # a run older than the marker: its recipe and checkpoints
+        raise RecipeError(f"output_dir {out} is not empty ({io.first_entries(out)}) and holds no run of this tool: "
+                          "--resume and --overwrite only continue or replace a run it wrote; choose another "
+                          "output_dir")
     if recipe.resume:
         return _resume_decision(recipe, out, processes, tokenizer_dir)
-    previous = previous_run_files(out)
     if overwrite:
-        return OutputDecision("overwrite", previous=previous)
-    if previous:
-        raise RecipeError(f"output_dir {out} holds a previous run ({previous[0].name}, ...); pass --resume to continue "
-                          "it, --overwrite to replace it, or choose another output_dir")
-    raise RecipeError(f"output_dir {out} is not empty and holds no training run; choose an empty or new folder")
+        return OutputDecision("overwrite", previous=previous_run_files(out))
+    raise RecipeError(f"output_dir {out} holds a previous run ({io.first_entries(out)}); pass --resume to continue "
+                      "it, --overwrite to replace it, or choose another output_dir")
 
 
 def _resume_decision(recipe: Recipe, out: Path, processes: int, tokenizer_dir: Path | None) -> OutputDecision:
@@ -104,7 +99,12 @@ def _resume_decision(recipe: Recipe, out: Path, processes: int, tokenizer_dir: P
     if checkpoint is None:
         return OutputDecision("new")
     check_same_architecture(recipe, checkpoint)
-    check_same_tokenizer(recipe, out, checkpoint, tokenizer_dir)
+    previous = _previous_recipe(out)
+    check_same_tokenizer(recipe, out, checkpoint, tokenizer_dir, previous)
+    changed = [f"{k} {previous[k]!r} -> {recipe[k]!r}" for k in recipe if k not in NOT_THE_RUN and k in previous
+               and previous[k] != recipe[k]]
+    if changed:  # the run resumed is not the run saved (max_steps raised to train on, ...): said, not silent
+        logger.warning("--resume: the recipe differs from the run's %s: %s", out / "recipe.yaml", "; ".join(changed))
     step = io.read_json(checkpoint / "trainer_state.json").get("global_step")  # checked: resumable_checkpoint
     if recipe.max_steps > 0 and step >= recipe.max_steps:  # done; its final scores too if metrics.json says so
         start = "finished" if _recorded_end(out) == step else "score"
@@ -143,8 +143,7 @@ def check_export_dir(export: Path, out: Path, *, overwrite: bool) -> None:
                               "export_dir")
         if first == "hub" or not export.exists():
             return
-    with recipe_errors():
-        io.check_output_dir(export, overwrite=overwrite, what="export_dir", kind=HUB_FOLDER)
+    io.check_output_dir(export, overwrite=overwrite, what="export_dir", kind=HUB_FOLDER)
 
 
 def check_same_architecture(recipe: Recipe, checkpoint: Path) -> None:
@@ -165,11 +164,11 @@ def _previous_recipe(out: Path) -> dict:
         return {}
 
 
-def check_same_tokenizer(recipe: Recipe, out: Path, checkpoint: Path, tokenizer_dir: Path | None) -> None:
+def check_same_tokenizer(recipe: Recipe, out: Path, checkpoint: Path, tokenizer_dir: Path | None,
+                         previous: dict) -> None:
     """--resume refuses a recipe whose TOKENIZER_KEYS differ from the run's recipe.yaml, and a tokenizer folder whose
     tokenizer.json gives other ids than the checkpoint's (the same size is not enough): the run would record one
-    tokenizer and use another, or train on other ids than the weights learned."""
-    previous = _previous_recipe(out)
+    tokenizer and use another, or train on other ids than the weights learned. `previous`: the run's recipe.yaml."""
     for key in TOKENIZER_KEYS:
         if key in previous and previous[key] != recipe[key]:
             raise RecipeError(f"--resume: {key} is {recipe[key]!r} in the recipe, {previous[key]!r} in the run's "
@@ -177,8 +176,7 @@ def check_same_tokenizer(recipe: Recipe, out: Path, checkpoint: Path, tokenizer_
                               f"{previous[key]!r}, or train into another output_dir")
     if tokenizer_dir is None or not (tokenizer_dir / "tokenizer.json").is_file():
         return
-    with recipe_errors():
-        theirs, ours = vocabulary_fingerprint(checkpoint), vocabulary_fingerprint(tokenizer_dir)
+    theirs, ours = vocabulary_fingerprint(checkpoint), vocabulary_fingerprint(tokenizer_dir)
     if theirs is not None and theirs != ours:
         key = "tokenizer_path" if recipe.tokenizer_path else "the run's tokenizer folder"
         was = previous.get("tokenizer_path")

@@ -393,18 +393,23 @@ def read_recipe_file(path: Path) -> dict[str, Any]:
     return {k: check_value(k, v, str(path)) for k, v in data.items()}
 
 
-def load_recipe(name_or_path: str | os.PathLike = "default", overrides: Mapping[str, Any] | None = None) -> Recipe:
-    """The one way to build a recipe: a bundled name or a YAML file, then `overrides` (typed values, or text as on the
-    command line), every value and rule checked. Paths are not looked at here: `vaswani_hf.training.plan` resolves
-    them. Raises RecipeError naming the file or key."""
-    path = recipe_path(name_or_path)
-    values = {**defaults(), **read_recipe_file(path)}
+def load_recipe(name_or_path: str | os.PathLike | None = None, overrides: Mapping[str, Any] | None = None) -> Recipe:
+    """The one way to build a recipe: a bundled name or a YAML file (None: `default`, or when `overrides` resume a run,
+    the run's own OUTPUT_DIR/recipe.yaml, so that it goes on as planned), then `overrides` (typed values, or text as
+    on the command line), every value and rule checked. Paths are not looked at here: `vaswani_hf.training.plan`
+    resolves them. Raises RecipeError naming the file or key."""
+    path, given = recipe_path(name_or_path or "default"), {}
     for name, value in (overrides or {}).items():
         if name not in SETTINGS:
             raise unknown_keys([name], "overrides")
         if isinstance(value, str) and SETTINGS[name].type is not str:
             value = value_from_text(name, value)
-        values[name] = check_value(name, value, f"--{name}")
+        given[name] = check_value(name, value, f"--{name}")
+    values = {**defaults(), **read_recipe_file(path), **given}
+    saved = Path(values["output_dir"]) / "recipe.yaml"
+    if name_or_path is None and values["resume"] and saved.is_file():  # no file: the run rewrites its recipe.yaml
+        own = {**defaults(), **read_recipe_file(saved), **given, "output_dir": values["output_dir"], "resume": True}
+        return check_rules(Recipe(own, str(saved)))
     return check_rules(Recipe(values, path.stem, str(path)))
 
 

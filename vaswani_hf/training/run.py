@@ -290,10 +290,8 @@ def start(plan: RunPlan, state) -> None:
     """The main process clears a run it replaces and writes the recipe; then every process its run info."""
     out = plan.output_dir
     if state.is_main_process:
-        if plan.output.start == "overwrite":
-            removed = clear_previous_run(out)
-            if removed:
-                logger.warning("--overwrite: removed the previous run's %s", ", ".join(removed))
+        if plan.output.start == "overwrite" and (removed := clear_previous_run(out)):
+            logger.warning("--overwrite: removed the previous run's %s", ", ".join(removed))
         if (out / STAGING_DIR).exists():  # leftovers of a save interrupted by a crash
             shutil.rmtree(out / STAGING_DIR)
         with io.replace_atomically(out / "recipe.yaml") as temporary:
