@@ -514,6 +514,9 @@ class VaswaniModel(VaswaniPreTrainedModel):
                 inputs_embeds: torch.Tensor | None = None, decoder_inputs_embeds: torch.Tensor | None = None,
                 use_cache: bool | None = None, **kwargs) -> Seq2SeqModelOutput:
         cache = pop_cache(cache, kwargs)
+        if decoder_input_ids is None and decoder_inputs_embeds is None:  # else the decoder's "exactly one of input_ids"
+            raise ValueError("VaswaniModel: no decoder input; pass labels (the model with a head shifts them right), "
+                             "decoder_input_ids or decoder_inputs_embeds; model.generate(...) translates")
         if self.training:
             self._keep_pad_row_zero()
         if encoder_outputs is None:

@@ -144,11 +144,12 @@ def _refuse_dict_outputs(generate_kwargs: dict) -> None:
 class VaswaniTranslationPipeline(Pipeline):
     """Text -> translated text with `model.generate` (the model's generation config by default).
 
-    Call arguments (constructor or call): truncation (default False: sinusoidal positions extrapolate, Section 3.5);
-    return_text / return_tensors (`translation_text`, `translation_token_ids`); clean_up_tokenization_spaces;
-    src_lang / tgt_lang (transformers 4's: checked against the config's `langs`, a different pair is a ValueError);
-    any other keyword is a `generate()` argument. One list of records per input (one per returned sequence); for a
-    list of strings with one sequence each, a flat list, as transformers 4 did. Built as "text2text-generation", the
+    Call arguments (constructor or call): truncation (default False: an input of more tokens than the config's
+    max_position_embeddings, the translate tool's limit, is a ValueError; True cuts it there); return_text /
+    return_tensors (`translation_text`, `translation_token_ids`); clean_up_tokenization_spaces; src_lang / tgt_lang
+    (transformers 4's: checked against the config's `langs`, a different pair is a ValueError); any other keyword is a
+    `generate()` argument. One list of records per input (one per returned sequence); for a list of strings with one
+    sequence each, a flat list, as transformers 4 did. Built as "text2text-generation", the
     keys are `generated_text` / `generated_token_ids`.
     """
 
@@ -224,8 +225,13 @@ class VaswaniTranslationPipeline(Pipeline):
         if not isinstance(text, str):
             raise TypeError(f"translation pipeline: expected a string or a list of strings, got {type(text).__name__}")
         stripped = text.strip()
-        model_inputs = self.tokenizer(stripped, return_tensors="pt", truncation=truncation)
+        limit = self.model.config.max_position_embeddings  # the translate tool's limit (1,024 tokens by default)
+        model_inputs = self.tokenizer(stripped, return_tensors="pt", truncation=truncation,
+                                      **({"max_length": limit} if truncation else {}))
         model_inputs = {"input_ids": model_inputs["input_ids"], "attention_mask": model_inputs["attention_mask"]}
+        if (tokens := model_inputs["input_ids"].shape[-1]) > limit:
+            raise ValueError(f"translation pipeline: an input of {tokens} tokens, but the model takes at most {limit} "
+                             "(config max_position_embeddings); shorten or split it, or pass truncation=True")
         model_inputs["is_empty"] = torch.tensor([not stripped])  # (1,); batched to (B,) by the collate function
         return model_inputs
 
