@@ -54,26 +54,21 @@ class _SelfAttentionBuffers:
         self.keys = [keys.new_empty(rows, capacity, heads, d_k) for _ in range(2)]
         self.values = [values.new_empty(rows, capacity, heads, values.shape[-1]) for _ in range(2)]
         self.current = 0
-        self.keys[0][:, :length] = keys[:, :length]
-        self.values[0][:, :length] = values[:, :length]
+        self.keys[0][:, :length], self.values[0][:, :length] = keys[:, :length], values[:, :length]
 
     def append(self, rows: int, position: int, key: torch.Tensor, value: torch.Tensor):
         """Write one position's (rows, H, d) key and value; return the (rows, H, position + 1, d) prefixes."""
         if position >= self.keys[self.current].shape[1]:
             self._grow(position)
         keys, values = self.keys[self.current], self.values[self.current]
-        keys[:rows, position] = key
-        values[:rows, position] = value
+        keys[:rows, position], values[:rows, position] = key, value
         return keys[:rows, : position + 1].transpose(1, 2), values[:rows, : position + 1].transpose(1, 2)
 
     def reorder(self, rows: int, length: int, source_rows: torch.Tensor):
         """Row r of the next step is row `source_rows[r]` of this one (beam selection, finished sentences)."""
-        nxt = 1 - self.current
-        new_rows = source_rows.shape[0]
-        torch.index_select(self.keys[self.current][:rows, :length], 0, source_rows,
-                           out=self.keys[nxt][:new_rows, :length])
-        torch.index_select(self.values[self.current][:rows, :length], 0, source_rows,
-                           out=self.values[nxt][:new_rows, :length])
+        nxt, new_rows = 1 - self.current, source_rows.shape[0]
+        for both in (self.keys, self.values):
+            torch.index_select(both[self.current][:rows, :length], 0, source_rows, out=both[nxt][:new_rows, :length])
         self.current = nxt
 
 
@@ -426,8 +421,7 @@ def lean_greedy_search(
     max_new = max_length - 1
     source = project_source(model, encoder_hidden_states, encoder_attention_mask)
     buffers = _buffers(model, batch, max_new, dtype, device)
-    if limits is not None:
-        limits = limits.to(device)
+    limits = limits.to(device) if limits is not None else None
     sentence_ids = torch.arange(batch, device=device)
     generated = torch.full((batch, 1, max(max_new, 0)), fill_value, dtype=torch.long, device=device)
     tokens = decoder_start_ids.to(device)

@@ -269,10 +269,7 @@ class VaswaniGenerationMixin(GenerationMixin):
         asked = {key: kwargs.get(key) for key in ("max_length", "max_new_tokens")}
         if kwargs.get("num_beams", config.num_beams) in (None, 1):
             kwargs.pop("length_penalty", None)  # greedy: no penalty to apply, nor transformers' warning that says so
-        attention_mask = self._source_mask(input_ids, kwargs.get("attention_mask"), kwargs.get("eos_token_id",
-                                                                                                 config.eos_token_id))
-        if attention_mask is not None:
-            kwargs["attention_mask"] = attention_mask
+        attention_mask = self._source_mask(input_ids, kwargs, kwargs.get("eos_token_id", config.eos_token_id))
         a = kwargs.pop("max_length_a", getattr(config, "max_length_a", None))
         b = kwargs.pop("max_length_b", getattr(config, "max_length_b", None))
         if b is not None and (input_ids is not None or attention_mask is not None):
@@ -301,14 +298,15 @@ class VaswaniGenerationMixin(GenerationMixin):
         return super().generate(inputs, generation_config=generation_config, logits_processor=logits_processor,
                                 **kwargs)
 
-    def _source_mask(self, input_ids, attention_mask, eos):
-        """generate()'s attention mask: where none is given, inferred from pad tokens as transformers'
+    def _source_mask(self, input_ids, kwargs, eos):
+        """generate()'s attention mask (into `kwargs`): where none is given, inferred from pad tokens as transformers'
         `_prepare_attention_mask_for_generation` does (pad in the input, pad not </s>), which the lean loops would
         bypass; ValueError for a row that masks every token (it would decode from nothing)."""
-        pad, eos = self.config.pad_token_id, eos if isinstance(eos, (list, tuple)) else [eos]
+        pad, attention_mask = self.config.pad_token_id, kwargs.get("attention_mask")
+        eos = eos if isinstance(eos, (list, tuple)) else [eos]
         if attention_mask is None and isinstance(input_ids, torch.Tensor) and pad is not None and pad not in eos \
                 and bool((input_ids == pad).any()):
-            attention_mask = (input_ids != pad).long()
+            attention_mask = kwargs["attention_mask"] = (input_ids != pad).long()
         empty = [] if attention_mask is None else (attention_mask.reshape(attention_mask.shape[0], -1) == 0).all(-1)
         if any(empty):
             raise SettingError(f"generate(): row {int(empty.nonzero()[0])} of attention_mask is all zeros: that "

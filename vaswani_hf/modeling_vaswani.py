@@ -111,11 +111,9 @@ class VaswaniLearnedPositionalEmbedding(nn.Embedding):
     def forward(self, position_ids: torch.Tensor, num_positions: int | None = None) -> torch.Tensor:
         num_positions = _num_positions(position_ids, num_positions)
         if num_positions > self.num_embeddings:
-            raise ValueError(
-                f"Sequence of {num_positions} positions is longer than max_position_embeddings="
-                f"{self.num_embeddings} of this model's learned positional embedding (Table 3, row E). Shorten the "
-                "input or use position_encoding='sinusoidal', which extrapolates."
-            )
+            raise ValueError(f"Sequence of {num_positions} positions is longer than max_position_embeddings="
+                             f"{self.num_embeddings} of this model's learned positional embedding (Table 3, row E). "
+                             "Shorten the input or use position_encoding='sinusoidal', which extrapolates.")
         return super().forward(position_ids)
 
 
@@ -146,10 +144,8 @@ def eager_attention_forward(module: nn.Module, query: torch.Tensor, key: torch.T
     (B, H, T_k, d_v), attention_mask additive (B, 1, T_q, T_k) or boolean -> ((B, T_q, H, d_v), (B, H, T_q, T_k))."""
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # (B, H, T_q, T_k)
     if attention_mask is not None:
-        if attention_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
-        else:
-            scores = scores + attention_mask
+        scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min) \
+            if attention_mask.dtype == torch.bool else scores + attention_mask
     weights = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     weights = nn.functional.dropout(weights, p=dropout, training=module.training)
     output = torch.matmul(weights, value).transpose(1, 2).contiguous()  # (B, T_q, H, d_v)
@@ -211,8 +207,7 @@ class VaswaniAttention(nn.Module):
             key, value = cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values
         else:
             source = key_value_states if self.is_cross_attention else hidden_states
-            key = self.keys(source).transpose(1, 2)  # (B, H, T_k, d_k)
-            value = self.values(source).transpose(1, 2)  # (B, H, T_k, d_v)
+            key, value = self.keys(source).transpose(1, 2), self.values(source).transpose(1, 2)  # (B, H, T_k, d_k|v)
             if cache is not None:
                 key, value = cache.update(key, value, self.layer_idx)
                 if self.is_cross_attention:

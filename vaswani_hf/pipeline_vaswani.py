@@ -243,11 +243,8 @@ class VaswaniTranslationPipeline(Pipeline):
             generate_kwargs = self._prepare_generate_kwargs(generate_kwargs)
         elif "generation_config" not in generate_kwargs:  # earlier 5.x (the GPU image's 5.17): the pipeline's own
             generate_kwargs = {"generation_config": self.generation_config, **generate_kwargs}
-        num_return = generate_kwargs.get("num_return_sequences")
-        if num_return is None and generate_kwargs.get("generation_config") is not None:
-            num_return = generate_kwargs["generation_config"].num_return_sequences
-        if num_return is None:
-            num_return = self.model.generation_config.num_return_sequences or 1
+        num_return = (generate_kwargs.get("num_return_sequences") or getattr(generate_kwargs.get("generation_config"),
+                      "num_return_sequences", None) or self.model.generation_config.num_return_sequences or 1)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         output_ids = torch.full((batch, num_return, 1), pad, dtype=torch.long, device=input_ids.device)
         keep = (~is_empty).nonzero().reshape(-1).to(input_ids.device)
