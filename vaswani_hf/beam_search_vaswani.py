@@ -290,10 +290,8 @@ def _sentences_done(beams: _Beams, step: int, length_bounds, length_penalty: Cal
     current_length = torch.full_like(beams.ids, step + 1)
     exact_bound = beams.running_scores[:, 0] / length_penalty(
         (length_bounds[beams.ids] if alpha > 0.0 else current_length).float())
-    if early_stopping == "never":
-        best_possible = exact_bound
-    else:
-        best_possible = beams.running_scores[:, 0] / length_penalty(current_length.float())
+    best_possible = exact_bound if early_stopping == "never" else \
+        beams.running_scores[:, 0] / length_penalty(current_length.float())
     worst_finished = torch.where(beams.finished_flags, beams.finished_scores.min(1, keepdim=True).values, -1.0e9)
     beams.can_improve = beams.can_improve & (best_possible[:, None] > worst_finished).any(1)
     done = ~beams.can_improve
@@ -306,9 +304,7 @@ def _sentences_done(beams: _Beams, step: int, length_bounds, length_penalty: Cal
     done = done | (beams.finished_flags[:, n - 1] & (upper_bound < beams.finished_scores[:, n - 1]))
     if early_stopping is True:
         done = done | beams.finished_flags.all(1)
-    if step + 2 >= max_length:
-        done = torch.ones_like(done)
-    return done
+    return done | (step + 2 >= max_length)
 
 
 def _sequences(tokens: torch.Tensor, lengths: torch.Tensor, decoder_start_ids: torch.Tensor, n: int,
@@ -374,9 +370,7 @@ def lean_beam_search(
         at_limit = (step + 1 >= limits[beams.ids]).repeat_interleave(group) if limits is not None else None
         log_probs = _restrict(log_probs, step, min_steps, at_limit, eos_token_id)
         top_scores, origins, new_tokens, candidates = _candidates(log_probs, beams, group, keep, step)
-        hits = new_tokens == eos_token_id
-        if step + 2 >= max_length:  # transformers' MaxLengthCriteria: every candidate ends here
-            hits = torch.ones_like(hits)
+        hits = (new_tokens == eos_token_id) | (step + 2 >= max_length)  # MaxLengthCriteria: every candidate ends
         just_finished = hits & top_num_beams
         if bool(just_finished.any()):
             _add_finished(beams, top_scores, candidates, just_finished, step, length_penalty, early_stopping,
@@ -424,8 +418,7 @@ def lean_greedy_search(
     limits = limits.to(device) if limits is not None else None
     sentence_ids = torch.arange(batch, device=device)
     generated = torch.full((batch, 1, max(max_new, 0)), fill_value, dtype=torch.long, device=device)
-    tokens = decoder_start_ids.to(device)
-    longest = 0
+    tokens, longest = decoder_start_ids.to(device), 0
     for step in range(max_new):
         rows = tokens.shape[0]
         logits = model.lm_head(decoder_step(model, tokens, step, buffers, source, 1)).float()  # (rows, V)

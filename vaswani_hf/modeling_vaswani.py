@@ -547,9 +547,8 @@ def per_target_token(loss_sum: torch.Tensor, labels: torch.Tensor, num_items_in_
     whole update's, so that gradient accumulation equals one large batch); the count stays on the device."""
     if num_items_in_batch is None:
         return loss_sum / (labels != IGNORE_INDEX).sum().clamp(min=1)
-    if isinstance(num_items_in_batch, torch.Tensor):
-        num_items_in_batch = num_items_in_batch.to(loss_sum.device)
-    return loss_sum / num_items_in_batch
+    return loss_sum / (num_items_in_batch.to(loss_sum.device) if isinstance(num_items_in_batch, torch.Tensor)
+                       else num_items_in_batch)
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -600,24 +599,14 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationM
             decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs, cache=cache,
             inputs_embeds=inputs_embeds, decoder_inputs_embeds=decoder_inputs_embeds, use_cache=use_cache, **kwargs)
         logits = self.lm_head(outputs.last_hidden_state)  # (B, T, V)
-
-        loss = None
-        if labels is not None:
-            loss = per_target_token(nn.functional.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=IGNORE_INDEX,
-                reduction="sum"), labels, num_items_in_batch)
-
+        loss = None if labels is None else per_target_token(nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=IGNORE_INDEX,
+            reduction="sum"), labels, num_items_in_batch)
         return Seq2SeqLMOutput(loss=loss, logits=logits,
                                **{k: v for k, v in outputs.items() if k != "last_hidden_state"})
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
-__all__ = [
-    "VaswaniPreTrainedModel",
-    "VaswaniModel",
-    "VaswaniForConditionalGeneration",
-    "sinusoid_table",
-    "per_target_token",
-    "shift_tokens_right",
-]
+__all__ = ["VaswaniPreTrainedModel", "VaswaniModel", "VaswaniForConditionalGeneration", "sinusoid_table",
+           "per_target_token", "shift_tokens_right"]

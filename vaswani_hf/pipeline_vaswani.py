@@ -212,8 +212,7 @@ class VaswaniTranslationPipeline(Pipeline):
     def __call__(self, inputs, *args, **kwargs):
         if isinstance(inputs, str):
             return super().__call__(inputs, *args, **kwargs)
-        if isinstance(inputs, tuple):
-            inputs = list(inputs)
+        inputs = list(inputs) if isinstance(inputs, tuple) else inputs
         if isinstance(inputs, list) and not inputs:  # no sentence, no translation (transformers' call fails on [])
             return []
         result = super().__call__(inputs, *args, **kwargs)
