@@ -107,3 +107,16 @@ def test_a_value_is_checked_once_per_construction_and_again_before_saving(monkey
     calls.clear()
     config.save_pretrained(tmp_path)
     assert calls.count("d_model") == 1
+
+
+def test_a_near_miss_of_a_setting_is_refused_other_unknown_keys_are_kept(tmp_path):
+    """VaswaniConfig(num_head=3) would build an 8-head model: a key this close to a setting is a typo. Keys transformers
+    or other tools write (architectures, dtype, ...) stay accepted and stored, and config.json round-trips."""
+    from vaswani_hf.configuration_vaswani import SettingError
+
+    with pytest.raises(SettingError, match="'num_head'; did you mean num_heads"):
+        VaswaniConfig(num_head=3)
+    config = VaswaniConfig(d_model=64, num_heads=4, my_note="kept", architectures=["VaswaniForConditionalGeneration"])
+    config.save_pretrained(tmp_path)
+    loaded = VaswaniConfig.from_pretrained(tmp_path)
+    assert (loaded.num_heads, loaded.my_note, loaded.architectures) == (4, "kept", ["VaswaniForConditionalGeneration"])

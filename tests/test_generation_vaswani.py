@@ -26,6 +26,7 @@ from transformers.modeling_outputs import Seq2SeqLMOutput
 
 import vaswani_hf.generation_vaswani as generation
 from vaswani_hf import VaswaniForConditionalGeneration
+from vaswani_hf.configuration_vaswani import SettingError
 from vaswani_hf.generation_vaswani import (
     VaswaniGenerationMixin,
     default_generation_config,
@@ -285,15 +286,47 @@ def test_lean_loops_only_when_rows_are_repeated():
 @pytest.mark.parametrize("num_beams", [1, 4])
 def test_learned_positions_cap_the_output_length(num_beams):
     """Table 3 row (E): a learned position table of P rows cannot embed a P+1-th decoder position, so generate() ends
-    every output by P tokens (</s> included), also when the per-sentence limit (input + b) or an explicit
-    max_new_tokens asks for more; sinusoidal models keep extrapolating."""
+    every output by P tokens (</s> included) when the per-sentence limit (input + b) asks for more; an explicit
+    max_new_tokens / max_length beyond the table is refused, not silently lowered."""
     torch.manual_seed(0)
     model = VaswaniForConditionalGeneration(tiny_config(position_encoding="learned",
                                                         max_position_embeddings=12)).eval()
     input_ids, attention_mask = padded_batch([10, 6])
-    for kwargs in ({"max_length_b": 50}, {"max_length_b": None, "max_new_tokens": 40}):
-        out = model.generate(input_ids=input_ids, attention_mask=attention_mask, num_beams=num_beams, **kwargs)
-        assert out.shape[1] - 1 <= 12  # generated tokens after the start token
+    out = model.generate(input_ids=input_ids, attention_mask=attention_mask, num_beams=num_beams, max_length_b=50)
+    assert out.shape[1] - 1 <= 12  # generated tokens after the start token
+    for key, value in (("max_new_tokens", 40), ("max_length", 14)):
+        with pytest.raises(SettingError, match=f"{key}={value}, but this model has 12 learned positions"):
+            model.generate(input_ids=input_ids, attention_mask=attention_mask, num_beams=num_beams, **{key: value})
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_a_padded_batch_without_its_mask_decodes_as_with_it(num_beams):
+    """As transformers infers the mask from pad tokens (pad is not </s>), the lean loops must see it too: the short
+    sentence of a padded batch translates the same with or without the tokenizer's attention_mask."""
+    torch.manual_seed(0)
+    model = VaswaniForConditionalGeneration(tiny_config()).eval()
+    input_ids, attention_mask = padded_batch([10, 4])
+    without = model.generate(input_ids, num_beams=num_beams, max_new_tokens=8)
+    assert torch.equal(without, model.generate(input_ids, attention_mask=attention_mask, num_beams=num_beams,
+                                               max_new_tokens=8))
+    attention_mask[1] = 0
+    with pytest.raises(SettingError, match="row 1 of attention_mask is all zeros"):
+        model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=8)
+
+
+def test_greedy_with_a_length_penalty_gets_no_transformers_warning(monkeypatch):
+    """num_beams=1 with the paper's (or any) length_penalty is greedy decoding, where the penalty has no effect: not
+    passed on to transformers, which would warn that the flag is not valid."""
+    from transformers.generation import configuration_utils
+
+    warned = []
+    monkeypatch.setattr(configuration_utils.logger, "warning_once", lambda message, *a, **k: warned.append(message))
+    torch.manual_seed(0)
+    model = VaswaniForConditionalGeneration(tiny_config()).eval()
+    input_ids, attention_mask = padded_batch([6, 4])
+    out = model.generate(input_ids, attention_mask=attention_mask, num_beams=1, length_penalty=0.0, max_new_tokens=4)
+    assert warned == [] and torch.equal(out, model.generate(input_ids, attention_mask=attention_mask, num_beams=1,
+                                                            max_new_tokens=4))
 
 
 def test_a_folder_without_generation_config_decodes_as_the_paper(tmp_path, recwarn):

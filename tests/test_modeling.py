@@ -30,6 +30,15 @@ def decoder_batch(lengths, seed=1):
 # --- Section 3.5 -------------------------------------------------------------------------------------------------
 
 
+def test_a_forward_without_decoder_input_says_what_to_pass():
+    """model(**tokenizer(texts)) has input_ids but no target side: the error names labels / decoder_input_ids, not the
+    decoder's "exactly one of input_ids or inputs_embeds" that the caller did pass."""
+    model = VaswaniForConditionalGeneration(tiny_config()).eval()
+    input_ids, attention_mask = padded_batch([5, 3])
+    with pytest.raises(ValueError, match="no decoder input; pass labels .* decoder_input_ids or decoder_inputs_embeds"):
+        model(input_ids=input_ids, attention_mask=attention_mask)
+
+
 def test_sinusoids_follow_the_papers_formula_in_both_layouts():
     d = 16
     table = sinusoid_table(50, d, "interleaved")

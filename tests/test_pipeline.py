@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from translation_model import SUBPROCESS_ENV, model, one_thread, saved_folder, tokenizer  # noqa: F401
 
 from vaswani_hf.inference import register_pipeline, translate, translation_pipeline
@@ -109,3 +111,12 @@ def test_a_folder_without_generation_config_translates_as_the_paper_through_the_
     assert (pipe.model.generation_config.num_beams, pipe.model.generation_config.length_penalty) == (4, 0.6)
     assert out == translate(model, tokenizer, inputs, progress=False)
     assert not [w for w in caught if "max_length" in str(w.message)]
+
+
+def test_an_input_over_the_models_positions_is_refused_as_the_translate_tool_refuses_it(model, tokenizer):
+    """Over max_position_embeddings (1,024: the translate tool's limit) tokens, output degrades: one ValueError saying
+    so, unless truncation=True cuts the input there."""
+    pipe = translation_pipeline(model, tokenizer, num_beams=1, max_new_tokens=2)
+    with pytest.raises(ValueError, match=r"an input of \d+ tokens, but the model takes at most 1024"):
+        pipe("a " * 3000)
+    assert isinstance(pipe("a " * 3000, truncation=True)[0]["translation_text"], str)

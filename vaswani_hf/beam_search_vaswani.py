@@ -54,26 +54,21 @@ class _SelfAttentionBuffers:
         self.keys = [keys.new_empty(rows, capacity, heads, d_k) for _ in range(2)]
         self.values = [values.new_empty(rows, capacity, heads, values.shape[-1]) for _ in range(2)]
         self.current = 0
-        self.keys[0][:, :length] = keys[:, :length]
-        self.values[0][:, :length] = values[:, :length]
+        self.keys[0][:, :length], self.values[0][:, :length] = keys[:, :length], values[:, :length]
 
     def append(self, rows: int, position: int, key: torch.Tensor, value: torch.Tensor):
         """Write one position's (rows, H, d) key and value; return the (rows, H, position + 1, d) prefixes."""
         if position >= self.keys[self.current].shape[1]:
             self._grow(position)
         keys, values = self.keys[self.current], self.values[self.current]
-        keys[:rows, position] = key
-        values[:rows, position] = value
+        keys[:rows, position], values[:rows, position] = key, value
         return keys[:rows, : position + 1].transpose(1, 2), values[:rows, : position + 1].transpose(1, 2)
 
     def reorder(self, rows: int, length: int, source_rows: torch.Tensor):
         """Row r of the next step is row `source_rows[r]` of this one (beam selection, finished sentences)."""
-        nxt = 1 - self.current
-        new_rows = source_rows.shape[0]
-        torch.index_select(self.keys[self.current][:rows, :length], 0, source_rows,
-                           out=self.keys[nxt][:new_rows, :length])
-        torch.index_select(self.values[self.current][:rows, :length], 0, source_rows,
-                           out=self.values[nxt][:new_rows, :length])
+        nxt, new_rows = 1 - self.current, source_rows.shape[0]
+        for both in (self.keys, self.values):
+            torch.index_select(both[self.current][:rows, :length], 0, source_rows, out=both[nxt][:new_rows, :length])
         self.current = nxt
 
 
@@ -295,10 +290,8 @@ def _sentences_done(beams: _Beams, step: int, length_bounds, length_penalty: Cal
     current_length = torch.full_like(beams.ids, step + 1)
     exact_bound = beams.running_scores[:, 0] / length_penalty(
         (length_bounds[beams.ids] if alpha > 0.0 else current_length).float())
-    if early_stopping == "never":
-        best_possible = exact_bound
-    else:
-        best_possible = beams.running_scores[:, 0] / length_penalty(current_length.float())
+    best_possible = exact_bound if early_stopping == "never" else \
+        beams.running_scores[:, 0] / length_penalty(current_length.float())
     worst_finished = torch.where(beams.finished_flags, beams.finished_scores.min(1, keepdim=True).values, -1.0e9)
     beams.can_improve = beams.can_improve & (best_possible[:, None] > worst_finished).any(1)
     done = ~beams.can_improve
@@ -311,9 +304,7 @@ def _sentences_done(beams: _Beams, step: int, length_bounds, length_penalty: Cal
     done = done | (beams.finished_flags[:, n - 1] & (upper_bound < beams.finished_scores[:, n - 1]))
     if early_stopping is True:
         done = done | beams.finished_flags.all(1)
-    if step + 2 >= max_length:
-        done = torch.ones_like(done)
-    return done
+    return done | (step + 2 >= max_length)
 
 
 def _sequences(tokens: torch.Tensor, lengths: torch.Tensor, decoder_start_ids: torch.Tensor, n: int,
@@ -379,9 +370,7 @@ def lean_beam_search(
         at_limit = (step + 1 >= limits[beams.ids]).repeat_interleave(group) if limits is not None else None
         log_probs = _restrict(log_probs, step, min_steps, at_limit, eos_token_id)
         top_scores, origins, new_tokens, candidates = _candidates(log_probs, beams, group, keep, step)
-        hits = new_tokens == eos_token_id
-        if step + 2 >= max_length:  # transformers' MaxLengthCriteria: every candidate ends here
-            hits = torch.ones_like(hits)
+        hits = (new_tokens == eos_token_id) | (step + 2 >= max_length)  # MaxLengthCriteria: every candidate ends
         just_finished = hits & top_num_beams
         if bool(just_finished.any()):
             _add_finished(beams, top_scores, candidates, just_finished, step, length_penalty, early_stopping,
@@ -426,12 +415,10 @@ def lean_greedy_search(
     max_new = max_length - 1
     source = project_source(model, encoder_hidden_states, encoder_attention_mask)
     buffers = _buffers(model, batch, max_new, dtype, device)
-    if limits is not None:
-        limits = limits.to(device)
+    limits = limits.to(device) if limits is not None else None
     sentence_ids = torch.arange(batch, device=device)
     generated = torch.full((batch, 1, max(max_new, 0)), fill_value, dtype=torch.long, device=device)
-    tokens = decoder_start_ids.to(device)
-    longest = 0
+    tokens, longest = decoder_start_ids.to(device), 0
     for step in range(max_new):
         rows = tokens.shape[0]
         logits = model.lm_head(decoder_step(model, tokens, step, buffers, source, 1)).float()  # (rows, V)

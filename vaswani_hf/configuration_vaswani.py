@@ -17,6 +17,7 @@ Where the paper is silent we follow tensor2tensor's first release (`transformer_
 
 import copy
 import dataclasses
+import difflib
 import math
 import types
 import typing
@@ -324,11 +325,12 @@ class VaswaniConfig(PreTrainedConfig):
     use_cache: bool = setting(True, "reuse the keys and values of earlier steps when decoding")
 
     def __post_init__(self, **kwargs):
+        for key in kwargs.keys() - self.attribute_map.keys():  # transformers keeps unknown keys; not a near miss
+            if near := difflib.get_close_matches(key, MODEL_SETTINGS, n=1, cutoff=0.85):
+                raise SettingError(f"VaswaniConfig: unknown setting {key!r}; did you mean {near[0]}?")
         super().__post_init__(**kwargs)  # transformers' part; it sets generic names (attribute_map) onto settings
         self.validate()
-        for name in ("d_k", "d_v"):
-            if getattr(self, name) is None:
-                setattr(self, name, self.d_model // self.num_heads)
+        self.d_k, self.d_v = (self.d_model // self.num_heads if d is None else d for d in (self.d_k, self.d_v))
         self.custom_pipelines, self.langs = pipeline_settings(self.custom_pipelines, self.langs)
         register_pipeline_tasks(self.langs)  # the pipeline's task names, with or without the package
 

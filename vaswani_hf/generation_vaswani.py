@@ -261,13 +261,17 @@ class VaswaniGenerationMixin(GenerationMixin):
     def generate(self, inputs=None, generation_config=None, logits_processor=None, **kwargs):
         """`GenerationMixin.generate` plus the paper's per-sentence maximum length (input length + 50): extra keyword
         arguments `max_length_a`, `max_length_b`, `length_penalty_type` (`GENERATION_SETTINGS`). `max_new_tokens` /
-        `max_length` stay global caps; learned positions (Table 3, row E) cap the output at their table's rows."""
+        `max_length` stay global caps. Learned positions (Table 3, row E) cap the output at their table's rows: the
+        per-sentence limit and the generation config's caps silently, a larger cap passed here is a SettingError."""
         config = generation_config if generation_config is not None else self.generation_config
         input_ids = inputs if inputs is not None else kwargs.get("input_ids")
         self._check_generate_arguments(config, input_ids, kwargs)
+        asked = {key: kwargs.get(key) for key in ("max_length", "max_new_tokens")}
+        if kwargs.get("num_beams", config.num_beams) in (None, 1):
+            kwargs.pop("length_penalty", None)  # greedy: no penalty to apply, nor transformers' warning that says so
+        attention_mask = self._source_mask(input_ids, kwargs, kwargs.get("eos_token_id", config.eos_token_id))
         a = kwargs.pop("max_length_a", getattr(config, "max_length_a", None))
         b = kwargs.pop("max_length_b", getattr(config, "max_length_b", None))
-        attention_mask = kwargs.get("attention_mask")
         if b is not None and (input_ids is not None or attention_mask is not None):
             source_lengths = attention_mask.sum(-1) if attention_mask is not None else \
                 (input_ids != self.config.pad_token_id).sum(-1)
@@ -285,11 +289,29 @@ class VaswaniGenerationMixin(GenerationMixin):
         table = self.learned_positions()
         if table is not None:  # the decoder reads positions 0 .. max_length - 2
             for key, bound in (("max_length", table + 1), ("max_new_tokens", table)):
+                if asked[key] is not None and asked[key] > bound:
+                    raise SettingError(f"generate(): {key}={asked[key]}, but this model has {table} learned positions "
+                                       f"(Table 3, row E), so {key} is at most {bound}; ask for fewer")
                 given = kwargs.get(key, getattr(config, key, None))
                 if given is not None and given > bound:
                     kwargs[key] = bound
         return super().generate(inputs, generation_config=generation_config, logits_processor=logits_processor,
                                 **kwargs)
+
+    def _source_mask(self, input_ids, kwargs, eos):
+        """generate()'s attention mask (into `kwargs`): where none is given, inferred from pad tokens as transformers'
+        `_prepare_attention_mask_for_generation` does (pad in the input, pad not </s>), which the lean loops would
+        bypass; ValueError for a row that masks every token (it would decode from nothing)."""
+        pad, attention_mask = self.config.pad_token_id, kwargs.get("attention_mask")
+        eos = eos if isinstance(eos, (list, tuple)) else [eos]
+        if attention_mask is None and isinstance(input_ids, torch.Tensor) and pad is not None and pad not in eos \
+                and bool((input_ids == pad).any()):
+            attention_mask = kwargs["attention_mask"] = (input_ids != pad).long()
+        empty = [] if attention_mask is None else (attention_mask.reshape(attention_mask.shape[0], -1) == 0).all(-1)
+        if any(empty):
+            raise SettingError(f"generate(): row {int(empty.nonzero()[0])} of attention_mask is all zeros: that "
+                               "sentence has no token to attend to; mask padding only (the tokenizer's mask)")
+        return attention_mask
 
     def _check_generate_arguments(self, config, input_ids, kwargs) -> None:
         """The declared settings `generate()` runs with (its arguments over the generation config; None is not set,

@@ -111,11 +111,9 @@ class VaswaniLearnedPositionalEmbedding(nn.Embedding):
     def forward(self, position_ids: torch.Tensor, num_positions: int | None = None) -> torch.Tensor:
         num_positions = _num_positions(position_ids, num_positions)
         if num_positions > self.num_embeddings:
-            raise ValueError(
-                f"Sequence of {num_positions} positions is longer than max_position_embeddings="
-                f"{self.num_embeddings} of this model's learned positional embedding (Table 3, row E). Shorten the "
-                "input or use position_encoding='sinusoidal', which extrapolates."
-            )
+            raise ValueError(f"Sequence of {num_positions} positions is longer than max_position_embeddings="
+                             f"{self.num_embeddings} of this model's learned positional embedding (Table 3, row E). "
+                             "Shorten the input or use position_encoding='sinusoidal', which extrapolates.")
         return super().forward(position_ids)
 
 
@@ -146,10 +144,8 @@ def eager_attention_forward(module: nn.Module, query: torch.Tensor, key: torch.T
     (B, H, T_k, d_v), attention_mask additive (B, 1, T_q, T_k) or boolean -> ((B, T_q, H, d_v), (B, H, T_q, T_k))."""
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # (B, H, T_q, T_k)
     if attention_mask is not None:
-        if attention_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
-        else:
-            scores = scores + attention_mask
+        scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min) \
+            if attention_mask.dtype == torch.bool else scores + attention_mask
     weights = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     weights = nn.functional.dropout(weights, p=dropout, training=module.training)
     output = torch.matmul(weights, value).transpose(1, 2).contiguous()  # (B, T_q, H, d_v)
@@ -211,8 +207,7 @@ class VaswaniAttention(nn.Module):
             key, value = cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values
         else:
             source = key_value_states if self.is_cross_attention else hidden_states
-            key = self.keys(source).transpose(1, 2)  # (B, H, T_k, d_k)
-            value = self.values(source).transpose(1, 2)  # (B, H, T_k, d_v)
+            key, value = self.keys(source).transpose(1, 2), self.values(source).transpose(1, 2)  # (B, H, T_k, d_k|v)
             if cache is not None:
                 key, value = cache.update(key, value, self.layer_idx)
                 if self.is_cross_attention:
@@ -514,6 +509,9 @@ class VaswaniModel(VaswaniPreTrainedModel):
                 inputs_embeds: torch.Tensor | None = None, decoder_inputs_embeds: torch.Tensor | None = None,
                 use_cache: bool | None = None, **kwargs) -> Seq2SeqModelOutput:
         cache = pop_cache(cache, kwargs)
+        if decoder_input_ids is None and decoder_inputs_embeds is None:  # else the decoder's "exactly one of input_ids"
+            raise ValueError("VaswaniModel: no decoder input; pass labels (the model with a head shifts them right), "
+                             "decoder_input_ids or decoder_inputs_embeds; model.generate(...) translates")
         if self.training:
             self._keep_pad_row_zero()
         if encoder_outputs is None:
@@ -549,9 +547,8 @@ def per_target_token(loss_sum: torch.Tensor, labels: torch.Tensor, num_items_in_
     whole update's, so that gradient accumulation equals one large batch); the count stays on the device."""
     if num_items_in_batch is None:
         return loss_sum / (labels != IGNORE_INDEX).sum().clamp(min=1)
-    if isinstance(num_items_in_batch, torch.Tensor):
-        num_items_in_batch = num_items_in_batch.to(loss_sum.device)
-    return loss_sum / num_items_in_batch
+    return loss_sum / (num_items_in_batch.to(loss_sum.device) if isinstance(num_items_in_batch, torch.Tensor)
+                       else num_items_in_batch)
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -602,24 +599,14 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationM
             decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs, cache=cache,
             inputs_embeds=inputs_embeds, decoder_inputs_embeds=decoder_inputs_embeds, use_cache=use_cache, **kwargs)
         logits = self.lm_head(outputs.last_hidden_state)  # (B, T, V)
-
-        loss = None
-        if labels is not None:
-            loss = per_target_token(nn.functional.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=IGNORE_INDEX,
-                reduction="sum"), labels, num_items_in_batch)
-
+        loss = None if labels is None else per_target_token(nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=IGNORE_INDEX,
+            reduction="sum"), labels, num_items_in_batch)
         return Seq2SeqLMOutput(loss=loss, logits=logits,
                                **{k: v for k, v in outputs.items() if k != "last_hidden_state"})
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
-__all__ = [
-    "VaswaniPreTrainedModel",
-    "VaswaniModel",
-    "VaswaniForConditionalGeneration",
-    "sinusoid_table",
-    "per_target_token",
-    "shift_tokens_right",
-]
+__all__ = ["VaswaniPreTrainedModel", "VaswaniModel", "VaswaniForConditionalGeneration", "sinusoid_table",
+           "per_target_token", "shift_tokens_right"]

@@ -144,11 +144,12 @@ def _refuse_dict_outputs(generate_kwargs: dict) -> None:
 class VaswaniTranslationPipeline(Pipeline):
     """Text -> translated text with `model.generate` (the model's generation config by default).
 
-    Call arguments (constructor or call): truncation (default False: sinusoidal positions extrapolate, Section 3.5);
-    return_text / return_tensors (`translation_text`, `translation_token_ids`); clean_up_tokenization_spaces;
-    src_lang / tgt_lang (transformers 4's: checked against the config's `langs`, a different pair is a ValueError);
-    any other keyword is a `generate()` argument. One list of records per input (one per returned sequence); for a
-    list of strings with one sequence each, a flat list, as transformers 4 did. Built as "text2text-generation", the
+    Call arguments (constructor or call): truncation (default False: an input of more tokens than the config's
+    max_position_embeddings, the translate tool's limit, is a ValueError; True cuts it there); return_text /
+    return_tensors (`translation_text`, `translation_token_ids`); clean_up_tokenization_spaces; src_lang / tgt_lang
+    (transformers 4's: checked against the config's `langs`, a different pair is a ValueError); any other keyword is a
+    `generate()` argument. One list of records per input (one per returned sequence); for a list of strings with one
+    sequence each, a flat list, as transformers 4 did. Built as "text2text-generation", the
     keys are `generated_text` / `generated_token_ids`.
     """
 
@@ -211,8 +212,7 @@ class VaswaniTranslationPipeline(Pipeline):
     def __call__(self, inputs, *args, **kwargs):
         if isinstance(inputs, str):
             return super().__call__(inputs, *args, **kwargs)
-        if isinstance(inputs, tuple):
-            inputs = list(inputs)
+        inputs = list(inputs) if isinstance(inputs, tuple) else inputs
         if isinstance(inputs, list) and not inputs:  # no sentence, no translation (transformers' call fails on [])
             return []
         result = super().__call__(inputs, *args, **kwargs)
@@ -224,8 +224,13 @@ class VaswaniTranslationPipeline(Pipeline):
         if not isinstance(text, str):
             raise TypeError(f"translation pipeline: expected a string or a list of strings, got {type(text).__name__}")
         stripped = text.strip()
-        model_inputs = self.tokenizer(stripped, return_tensors="pt", truncation=truncation)
+        limit = self.model.config.max_position_embeddings  # the translate tool's limit (1,024 tokens by default)
+        model_inputs = self.tokenizer(stripped, return_tensors="pt", truncation=truncation,
+                                      **({"max_length": limit} if truncation else {}))
         model_inputs = {"input_ids": model_inputs["input_ids"], "attention_mask": model_inputs["attention_mask"]}
+        if (tokens := model_inputs["input_ids"].shape[-1]) > limit:
+            raise ValueError(f"translation pipeline: an input of {tokens} tokens, but the model takes at most {limit} "
+                             "(config max_position_embeddings); shorten or split it, or pass truncation=True")
         model_inputs["is_empty"] = torch.tensor([not stripped])  # (1,); batched to (B,) by the collate function
         return model_inputs
 
@@ -237,11 +242,8 @@ class VaswaniTranslationPipeline(Pipeline):
             generate_kwargs = self._prepare_generate_kwargs(generate_kwargs)
         elif "generation_config" not in generate_kwargs:  # earlier 5.x (the GPU image's 5.17): the pipeline's own
             generate_kwargs = {"generation_config": self.generation_config, **generate_kwargs}
-        num_return = generate_kwargs.get("num_return_sequences")
-        if num_return is None and generate_kwargs.get("generation_config") is not None:
-            num_return = generate_kwargs["generation_config"].num_return_sequences
-        if num_return is None:
-            num_return = self.model.generation_config.num_return_sequences or 1
+        num_return = (generate_kwargs.get("num_return_sequences") or getattr(generate_kwargs.get("generation_config"),
+                      "num_return_sequences", None) or self.model.generation_config.num_return_sequences or 1)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         output_ids = torch.full((batch, num_return, 1), pad, dtype=torch.long, device=input_ids.device)
         keep = (~is_empty).nonzero().reshape(-1).to(input_ids.device)
