@@ -46,7 +46,6 @@ from tqdm.auto import tqdm
 from . import io
 from .translation_frontend import PositionTable, translate_lines
 
-__all__ = ["BUFFER_LINES", "Engine", "Processes", "translate_file", "partial_folder"]
 
 BUFFER_LINES = 10_000  # lines read, sorted and decoded together: a few MB of text, batches padded as little as sorting
 PARTIAL_KIND = "partial translation"  # the staging folder's marker (io.check_output_dir)

@@ -34,8 +34,6 @@ from dataclasses import dataclass
 
 from .io import InputLineError
 
-__all__ = ["UNSET", "MAX_SOURCE_TOKENS", "MAX_CHARS_PER_TOKEN", "PositionTable", "given_options", "max_source_chars",
-           "resolve_options", "output_line", "translate_lines"]
 
 MAX_SOURCE_TOKENS = 1024  # per line, `</s>` included: WMT sentences stay under 250 after the usual filtering
 MAX_CHARS_PER_TOKEN = 64  # characters one source token may cover at most, for the limit checked before tokenising

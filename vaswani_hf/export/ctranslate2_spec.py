@@ -288,7 +288,3 @@ def to_ctranslate2(model_or_folder, out_dir, quantization: str | None = None, to
         metadata = _metadata(ctranslate2, model, quantization, max_positions)
         (tmp / CT2_METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
     return out_dir
-
-
-__all__ = ["to_ctranslate2", "import_ctranslate2", "CT2_METADATA_FILE", "GENERATION_KEYS", "QUANTIZATIONS",
-           "tokenizer_tokens", "check_one_vocabulary", "check_metadata"]

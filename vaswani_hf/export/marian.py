@@ -305,7 +305,3 @@ def export_marian(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *, m
                                      widget_examples=record.get("widget_examples"), generation_config=generation)
             card.save(tmp / "README.md")
     return out_dir
-
-
-__all__ = ["interleaved_to_concatenated", "marian_config_from", "to_marian", "from_marian",
-           "marian_generation_config", "count_marian_parameters", "MARIAN_CARD", "export_marian"]

@@ -57,6 +57,3 @@ def check_marian_exportable(model_dir: str | os.PathLike) -> None:
     if problems:
         raise UsageError(f"{path}: cannot be exported to MarianMTModel: {problems[0]}; export to CTranslate2 "
                          "(vaswani-export-ctranslate2) or serve the model with its own code")
-
-
-__all__ = ["EPS_TOLERANCE", "marian_layer_norm_eps", "marian_refusals", "check_marian_exportable"]

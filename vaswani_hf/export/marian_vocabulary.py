@@ -127,7 +127,3 @@ def check_relabelled_tokenizer(original, relabelled, new_of_old: list[int], fold
     if relabelled.get_vocab() != expected or relabelled(sample)["input_ids"] != encoded:
         raise UsageError(f"{folder}: the tokenizer could not be relabelled to the Marian order (<pad> last); "
                          "report this with the model folder's tokenizer.json")
-
-
-__all__ = ["pad_last_order", "move_pad_last", "relabel_tokenizer_json", "relabel_tokenizer_files",
-           "check_relabelled_tokenizer"]
