@@ -1,26 +1,15 @@
 """Translating a file of any size: bounded windows, resumable, across processes.
 
-The input is read twice, a window of lines at a time (`buffer_lines`, as fairseq's `--buffer-size`, Marian's
-maxi-batches or CTranslate2's `read_batch_size`), so that memory depends on the window, not on the file:
+The input is read twice, `buffer_lines` at a time (as fairseq's `--buffer-size`), so memory depends on the window:
+1. the check: every window through the front end without decoding, so a bad line is named as file:line before
+   anything is decoded; the same pass counts and hashes the lines (the input's fingerprint);
+2. the decoding: window k is translated and written atomically as one part file of `<output>.partial/`, whose state
+   file records the fingerprint, model and settings; the parts are then joined into `<output>` in one rename.
 
-1. The check: every window is run through the engine's front end without decoding
-   (`translation_frontend.translate_lines` with a decoder that does nothing), so that a line the model cannot take is
-   named as file:line before anything is decoded; no token list is kept. The same pass counts the lines and hashes
-   their text (the fingerprint of the input).
-2. The decoding: window k (lines k*W+1 .. (k+1)*W) is translated by the engine (which length-sorts and batches it,
-   `data.batching.make_batches`) and written whole, atomically, as one part file of the staging folder
-   `<output>.partial/`; its state file records the input's fingerprint, the model and every decoding setting. At the
-   end the parts are joined, in input order, into `<output>` in one rename (`io.replace_atomically`), and the staging
-   folder is removed.
-
-An interrupted run (Ctrl-C, SIGTERM, a crash, a full disk) keeps the finished windows; `resume=True` continues with
-the others and gives the same bytes as an uninterrupted run. A state that does not match (another input, model,
-setting or window) is refused. Under a launcher (`accelerate launch`, `torchrun`: `RANK` and `WORLD_SIZE`), process
-r decodes the windows k with k % N == r on its own device; processes meet at two barriers (torch.distributed over
-gloo: nothing but the barriers and two counts travel between them), and rank 0 joins the parts. Every process
-checks the whole input (tokenising only, in bounded memory), so that all refuse a bad line alike, before any barrier. Part files are per window, not per
-process, so a run may be resumed with another number of processes. Standard output, which one process writes,
-receives each window as soon as it is done.
+An interrupted run keeps its finished windows; `resume=True` continues and gives the same bytes as an uninterrupted
+run (a state that does not match is refused). Under a launcher (`RANK`, `WORLD_SIZE`) process r decodes the windows
+k % N == r; processes meet at two gloo barriers and rank 0 joins the parts. Parts are per window, not per process,
+so a run may be resumed with another number of processes.
 """
 
 from __future__ import annotations

@@ -1,30 +1,14 @@
-"""The translation front end: the rules every decoding engine shares, written once.
+"""The translation front end: the rules every decoding engine (our `generate()`, CTranslate2) shares, written once.
 
-Both engines, our `generate()` (`vaswani_hf.inference.translate`) and CTranslate2
-(`vaswani_hf.export.ctranslate2.CTranslate2Translator`), run their sentences through `translate_lines`, which applies:
+`translate_lines`: an empty or blank sentence translates to "" and is never given to the engine; others are stripped
+before tokenization; every output is one stripped line (any `str.splitlines` boundary becomes a space), so N input
+lines give N output lines. A source longer than the engine's position table (`PositionTable`) or `max_source_tokens`
+(`MAX_SOURCE_TOKENS`: bounded work on unbounded input) is refused before anything is decoded, naming its sentence in
+an `InputLineError`; a sentence of more than that limit times `MAX_CHARS_PER_TOKEN` characters is refused before it
+is even tokenised. An engine provides only `encode` and `decode`.
 
-- a sentence that is empty or only whitespace translates to "" and is never given to the engine (a model would still
-  emit some sentence for a source made of `</s>` alone);
-- other sentences are stripped of leading and trailing whitespace before tokenization;
-- every output is a single stripped line: line breaks an engine may produce (byte-level BPE's newline byte, U+2028,
-  any `str.splitlines` boundary) become spaces, so that N input lines give N output lines, in order;
-- a source longer than the engine's position table (`PositionTable`), or than `max_source_tokens` (default
-  `MAX_SOURCE_TOKENS`: bounded work on unbounded input, a 1 MB line is no sentence), is refused before anything is
-  decoded, naming its sentence (1-based) in a `vaswani_hf.io.InputLineError`, which the translate tool turns into
-  `file:line`;
-- and before anything is even tokenised, a sentence of more characters than that token limit times
-  `MAX_CHARS_PER_TOKEN` (`max_source_chars`: 65,536 characters for the default 1,024 tokens) is refused the same
-  way: it cannot fit, and tokenising a line of megabytes costs the time the limit is there to bound. The bound is
-  generous (a BPE token of natural text has far fewer characters), so that a line it lets through is judged by its
-  token count.
-
-An engine provides only `encode` (the token sequences of the stripped sentences, `</s>` included) and `decode` (the
-translation of each encoded sentence, in order).
-
-Decoding options keep the names of `generate()`. One left unset keeps the model's generation config (for this model
-the paper's, Section 6.1: `vaswani_hf.generation_vaswani.default_generation_config`): `given_options` keeps the ones
-that were set, `resolve_options` fills the others from a generation config. For `max_length_b` None is itself a
-value (no per-sentence limit), so "unset" there is the `UNSET` sentinel.
+Decoding options keep the names of `generate()`; one left unset keeps the model's generation config (the paper's,
+Section 6.1). For `max_length_b` None is itself a value (no per-sentence limit), so "unset" there is `UNSET`.
 """
 
 from __future__ import annotations

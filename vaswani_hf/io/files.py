@@ -1,21 +1,11 @@
 """The declared shape of every file the package reads, checked when it is read.
 
-A file of the right name can have the wrong shape: a `trainer_state.json` that is a list, a `config.json` whose
-`d_model` is a string, a safetensors header whose offsets disagree with its shapes, a `tokenizer.json` that is valid
-JSON but no tokenizer, a truncated CTranslate2 `model.bin`. Each is refused here in one line naming the file and the
-field (`UsageError`, exit status 2), before a library meets it and fails with a traceback deep inside.
-
-- A tiny declarative spec for JSON: a value is a `Setting` (the one form of a value's rule: `leaf(int, min=0)`),
-  held in `ListOf(...)`, `Obj(required=..., optional=..., extra=...)`, `Nullable(...)`, `OneOf(...)`; the fields of
-  a vaswani config.json are `VaswaniConfig`'s settings, and `spec_of(annotation)` builds a spec from a dataclass
-  annotation, so that the fields of transformers' `TrainerState` are declared once, by that class.
-- `read_json(path, shape)`: parse (`vaswani_hf.io.text.read_json`) and check. The shapes: `CONFIG`,
-  `TRAINER_STATE`, `TOKENIZER`, `TOKENIZER_CONFIG`, `SPECIAL_TOKENS_MAP`, `WEIGHTS_INDEX_SHAPE`, `GENERATION_CONFIG`,
-  `CT2_CONFIG`, `CT2_METADATA`.
-- Binary files, header only (hand-written: the libraries read them in native code and report a broken file as a
-  panic or a multi-line error): `check_safetensors` (the safetensors format rules: a JSON-object header of tensors
-  whose dtype, shape and byte ranges agree and cover the data exactly) and `check_ctranslate2_folder` (model.bin's
-  variable table against its bytes, config.json, the vocabulary files).
+A file of the right name can have the wrong shape (a `trainer_state.json` that is a list, a `d_model` that is a
+string, a truncated safetensors or CTranslate2 file): each is refused here in one line naming the file and the field
+(`UsageError`), before a library meets it. JSON shapes are a small spec (`ListOf`, `Obj`, `Nullable`, `OneOf`) whose
+values are `Setting`s, the one form of a value's rule; `spec_of` builds a spec from a dataclass annotation, so that
+transformers' `TrainerState` declares its own fields. Binary files are checked by their header only, by hand: the
+libraries read them in native code and report a broken file as a panic.
 """
 
 from __future__ import annotations
