@@ -173,11 +173,7 @@ def from_marian(marian: MarianMTModel, sinusoid_layout: str = "concatenated", **
     return model.train(marian.training)
 
 
-# ---------------------------------------------------------------------------------------------------------------------
 # A native MarianMTModel folder
-# ---------------------------------------------------------------------------------------------------------------------
-
-
 def marian_generation_config(generation: dict, config) -> GenerationConfig:
     """Our decoding settings restricted to what transformers' built-in `generate` understands."""
     keys = ("num_beams", "length_penalty", "early_stopping", "no_repeat_ngram_size")

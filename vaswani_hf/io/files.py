@@ -147,9 +147,7 @@ class Obj(Spec):
             check_spec(spec or (Spec() if isinstance(self.extra, bool) else self.extra), item, _at(path, key))
 
 
-# ---------------------------------------------------------------------------------------------------------------------
 # Specs from dataclass annotations: a class's fields are declared once, by the class
-# ---------------------------------------------------------------------------------------------------------------------
 def spec_of(annotation: Any, finite: bool = True):
     """The spec of a type annotation (`int | None`, `list[int]`, `dict[str, float]`); others (a library class,
     `Literal`) accept anything."""
@@ -167,9 +165,7 @@ def spec_of(annotation: Any, finite: bool = True):
     return Spec()
 
 
-# ---------------------------------------------------------------------------------------------------------------------
 # The declared JSON files
-# ---------------------------------------------------------------------------------------------------------------------
 STR, INT, COUNT, BOOL = leaf(str), leaf(int), leaf(int, min=0), leaf(bool)
 
 
@@ -274,9 +270,7 @@ def check_tokenizer_file(path: str | os.PathLike, what: str | None = None):
         raise UsageError(f"{path}: not a tokenizer file ({one_line(error, 160)}); {TOKENIZER.advice}") from None
 
 
-# ---------------------------------------------------------------------------------------------------------------------
 # safetensors: the header against the bytes
-# ---------------------------------------------------------------------------------------------------------------------
 # Bits per element of the safetensors dtypes (its format description and `safetensors/src/tensor.rs`)
 SAFETENSORS_DTYPE_BITS = {"BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "I16": 16,
                           "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "I64": 64, "U64": 64,
@@ -331,9 +325,7 @@ def check_safetensors(path: str | os.PathLike) -> dict:
     return header
 
 
-# ---------------------------------------------------------------------------------------------------------------------
 # CTranslate2 model folders
-# ---------------------------------------------------------------------------------------------------------------------
 CT2_DTYPE_BYTES = (4, 1, 2, 4, 2, 2)  # float32 int8 int16 int32 float16 bfloat16 (ctranslate2 DataType order)
 
 

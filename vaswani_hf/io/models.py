@@ -306,9 +306,7 @@ def check_special_ids(config, tokenizer, where: str) -> None:
                              "model: save the tokenizer again")
 
 
-# ---------------------------------------------------------------------------------------------------------------------
 # One vocabulary for tokenizer and weights
-# ---------------------------------------------------------------------------------------------------------------------
 # The model has one embedding matrix shared by source, target and the pre-softmax projection (Section 3.4), indexed by
 # the tokenizer's ids; training sizes it to the tokenizer (`vocab_size = len(tokenizer)`). A tokenizer of another size
 # belongs to another model: its ids would select the wrong rows, or rows that do not exist, and the pair would
