@@ -20,7 +20,7 @@ import torch
 from ..configuration_vaswani import SettingError, VaswaniConfig
 from ..generation_vaswani import GENERATION_SETTINGS
 from ..io import UsageError, atomic_output_dir, check_model_folder, check_output_dir, check_same_vocabulary
-from ..io.files import CONFIG, CT2_METADATA, check_tokenizer_file, read_json
+from ..io.files import CT2_METADATA, check_tokenizer_file, read_json
 from ..modeling_vaswani import VaswaniForConditionalGeneration, sinusoid_table
 
 CT2_METADATA_FILE = "vaswani_ctranslate2.json"
@@ -121,10 +121,7 @@ def _checked_sources(model_or_folder, tokenizer):
         if tokenizer is None:
             raise ValueError("to_ctranslate2: pass `tokenizer=` (a tokenizer or its folder) with an in-memory model.")
     else:
-        model_or_folder = check_model_folder(Path(model_or_folder), tokenizer=tokenizer is None)
-        model_type = read_json(model_or_folder / "config.json", CONFIG)["model_type"]
-        if model_type != "vaswani":
-            raise UsageError(f"{model_or_folder / 'config.json'}: model_type is {model_type!r}, not 'vaswani'")
+        model_or_folder = check_model_folder(Path(model_or_folder), tokenizer=tokenizer is None, vaswani_only=True)
         tokenizer = model_or_folder if tokenizer is None else tokenizer
     check_same_vocabulary(model_or_folder, tokenizer)
     if isinstance(model_or_folder, Path):

@@ -254,14 +254,10 @@ MARIAN_CARD = CardVariant(
 def _check_marian_paths(model_dir, out_dir, overwrite: bool) -> tuple[Path, Path]:
     """Both folders checked before any work: the input is a complete vaswani model folder with a tokenizer of its
     vocabulary (`vaswani_hf.vocabulary`), the output differs from it and is new (or empty, or `overwrite`)."""
-    model_dir = check_model_folder(Path(model_dir), what="model folder")
+    model_dir = check_model_folder(Path(model_dir), what="model folder", vaswani_only=True)
     out_dir = Path(out_dir)
     if out_dir.resolve() == model_dir.resolve():
         raise UsageError(f"output folder {out_dir} is the model folder; choose another")
-    model_type = read_json(model_dir / "config.json").get("model_type")
-    if model_type != "vaswani":
-        raise UsageError(f"{model_dir / 'config.json'}: model_type is {model_type!r}, not 'vaswani'; "
-                         "give a folder saved from VaswaniForConditionalGeneration")
     check_same_vocabulary(model_dir, model_dir)
     return model_dir, check_output_dir(out_dir, overwrite=overwrite, what="Marian output folder", kind=MARIAN_FOLDER)
 

@@ -129,11 +129,12 @@ def _looks_like_hub_id(text: str) -> bool:
             and not Path(text).exists())
 
 
-def check_model_folder(path: str | os.PathLike, *, what: str = "model folder", tokenizer: bool = True) -> Path | str:
-    """A saved model folder, checked cheaply (no weights are loaded): config.json (this model's), generation and
-    tokenizer files have their declared shapes (`vaswani_hf.io.files`), the safetensors weights are complete and
-    floating point. Returns the folder, or the text itself for a Hub id (`org/name`), which loading checks. Raises
-    UsageError naming the missing or broken file."""
+def check_model_folder(path: str | os.PathLike, *, what: str = "model folder", tokenizer: bool = True,
+                       vaswani_only: bool = False) -> Path | str:
+    """A saved model folder, checked cheaply (no weights are loaded): config.json (this model's, or with
+    `vaswani_only` False a translation model of transformers'), generation and tokenizer files have their declared
+    shapes (`vaswani_hf.io.files`), the safetensors weights are complete and floating point. Returns the folder, or
+    the text itself for a Hub id (`org/name`), which loading checks. Raises UsageError naming the broken file."""
     if isinstance(path, str) and _looks_like_hub_id(path):
         return path
     folder = Path(path)
@@ -143,7 +144,7 @@ def check_model_folder(path: str | os.PathLike, *, what: str = "model folder", t
         raise UsageError(f"{what} {folder} is a file; give the folder that holds config.json")
     config = read_json(folder / "config.json", CONFIG, what=f"config.json of {what} {folder} (written by "
                                                                 "save_pretrained)")
-    check_vaswani_config(config, folder / "config.json")
+    check_vaswani_config(config, folder / "config.json", vaswani_only)
     check_tokenizer_configs(folder)
     if (folder / "generation_config.json").is_file():
         check_generation_config_file(folder / "generation_config.json", config.get("vocab_size"))
@@ -171,7 +172,7 @@ def check_model_folder(path: str | os.PathLike, *, what: str = "model folder", t
 MODEL_TYPE, ARCHITECTURE = "vaswani", "VaswaniForConditionalGeneration"
 
 
-def check_vaswani_config(config: dict, path: Path) -> None:
+def check_vaswani_config(config: dict, path: Path, vaswani_only: bool = False) -> None:
     """A config.json of this model, or of one of transformers' translation models that names its class (a
     `MarianMTModel` export, which the decoding tools also take); anything else would load as another model (a long
     load report and a traceback) or be refused with advice about trust_remote_code."""
@@ -181,7 +182,7 @@ def check_vaswani_config(config: dict, path: Path) -> None:
     else:
         expected = MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES.get(model_type) if isinstance(model_type, str) \
             else None
-        if expected is None or names is None:
+        if expected is None or names is None or vaswani_only:
             raise UsageError(f"{path}: field model_type is {json.dumps(model_type)}, not \"{MODEL_TYPE}\": not a "
                              "vaswani_hf model; give a folder written by vaswani-train (save_pretrained)")
     if names is not None and (not isinstance(names, list) or any(n != expected for n in names)):
