@@ -1,14 +1,7 @@
 """Command-line flags from declarations: every flag's value is a `Setting` (configuration_vaswani), so a flag cannot
-disagree with the setting it sets.
-
-The model's and decoding's settings are declared beside what they configure (`configuration_vaswani.MODEL_SETTINGS`,
-`generation_vaswani.GENERATION_SETTINGS`), a recipe's keys in `vaswani_hf.training.recipe`; here they become flags
-(`setting_flag`). A tool's own flag declares its setting in place (`number(int, min=1)`, a `Setting` without a
-name of its own), and `device` checks a torch device, so a value is checked where it is declared and before any
-work: no value reaches torch or transformers unchecked.
-
-Upper bounds exist where a huge value would exhaust memory or overflow a library's integer (a seed beyond 2^32,
-a beam of a million hypotheses) rather than fail with a message; they are far above any real use.
+disagree with the setting it sets (`setting_flag`); a tool's own flag declares its setting in place (`number(int,
+min=1)`), and `device` checks a torch device: no value reaches torch or transformers unchecked. Upper bounds exist
+where a huge value would exhaust memory or overflow a library's integer; they are far above any real use.
 """
 
 from __future__ import annotations

@@ -1,25 +1,15 @@
-"""Translate with a CTranslate2 export of our model (`to_ctranslate2`, re-exported here), with our decoding options.
+"""Translate with a CTranslate2 export of our model (`to_ctranslate2`) with our decoding options (Section 6.1).
 
-CTranslate2 runs the exported network exactly (float32 log-probabilities agree with ours to ~1e-5); what it cannot
-copy one-to-one is the search around it (Section 6.1's beam search), so that part is written here. Options keep the
-names of `vaswani_hf.inference.translate`; how each maps:
-
-- Length penalty (`length_penalty_type`). CTranslate2 ranks finished hypotheses by ``log P(Y) / L ** alpha``, ``L``
-  not counting ``</s>``, and has no GNMT formula. For ``"gnmt"`` (the paper's ``((5 + |Y|) / 6) ** alpha``) and
-  ``"hf"`` (``|Y| ** alpha``) we undo its normalisation exactly (``score * L ** alpha``) and re-rank its
-  ``num_beams`` finished hypotheses with ours, ``|Y|`` counting ``</s>`` as `generate()` does; ``"ctranslate2"``
-  keeps its own ranking. What still differs is the candidate set: CTranslate2 stops a sentence once ``num_beams *
-  patience`` hypotheses have finished (``early_stopping=True``), our default ``"never"`` searches on while a
-  running beam could still win; ``patience`` > 1 narrows the gap.
-- Maximum output length. Our limit is per sentence, ``floor(a * source_length + b)`` tokens with ``</s>`` forced as
-  the last; CTranslate2's ``max_decoding_length`` is one number per call and forces nothing, so it gets ``limit - 1``
-  free tokens, and with ``exact_max_length=True`` (default) sentences are grouped by their limit, which is exact
-  (False: the largest limit for all). ``max_new_tokens`` is a global cap; both are capped by the exported position
-  table (CTranslate2 cannot extend sinusoids). A longer source is an error naming its line, never truncated.
-- ``min_decoding_length=0``: transformers lets ``</s>`` come first. Lines in, lines out by the front end both
-  engines share (`vaswani_hf.translation_frontend.translate_lines`); batches by the package's one batcher
-  (`make_batches`), one `translate_batch` call each. Unset options keep the export's generation config
-  (`vaswani_ctranslate2.json`), else the paper's. ``compute_type="default"`` keeps the exported weight type.
+CTranslate2 runs the exported network exactly; the search around it is mapped here:
+- Length penalty: CTranslate2 ranks finished hypotheses by ``log P(Y) / L ** alpha`` (``L`` without ``</s>``). For
+  ``"gnmt"`` and ``"hf"`` we undo that exactly and re-rank its ``num_beams`` finished hypotheses with ours (``|Y|``
+  with ``</s>``, as `generate()`); ``"ctranslate2"`` keeps its ranking. The candidate set still differs: CTranslate2
+  stops once ``num_beams * patience`` hypotheses finished; ``patience`` > 1 narrows the gap.
+- Maximum length: ours is per sentence, ``floor(a * source_length + b)`` with ``</s>`` forced last; CTranslate2's
+  ``max_decoding_length`` is one number per call, so it gets ``limit - 1`` free tokens and, with
+  ``exact_max_length=True``, sentences are grouped by their limit. Both are capped by the exported position table.
+- ``min_decoding_length=0`` (transformers lets ``</s>`` come first). Lines in, lines out by the shared front end;
+  batches by `make_batches`. Unset options keep the export's generation config, else the paper's.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Exact conversion between `VaswaniForConditionalGeneration` and transformers' `MarianMTModel`.
 
-Marian's architecture is the paper's (post-norm, ReLU, sinusoids, shared scaled embeddings) but for three things,
-each handled exactly: its attention biases and `final_logits_bias` (zeros when `attention_bias=False`; a non-zero
-`final_logits_bias` is refused on import); its [sin | cos] sinusoid layout (the paper's interleaved one differs by a
-permutation of the model dimension, applied to every weight that reads or writes the residual stream, which leaves
-the function unchanged); and its LayerNorm epsilon of 1e-5 (`marian_limits`).
-
-An independent implementation to test ours against, and a way to serve trained weights through a native
-architecture (the Hub widget and Inference Endpoints run no custom code): `export_marian` writes such a folder, its
-ids in Marian's order, `<pad>` last (`marian_vocabulary`). `to_marian` and `from_marian` keep our ids.
+Marian's architecture is the paper's but for three things, each handled exactly: attention biases and
+`final_logits_bias` (zeros without `attention_bias`; a non-zero `final_logits_bias` is refused); its [sin | cos]
+sinusoid layout (the paper's interleaved one is a permutation of the model dimension, applied to every weight that
+reads or writes the residual stream); its LayerNorm epsilon of 1e-5 (`marian_limits`). `export_marian` writes a
+native folder (the Hub widget runs no custom code), `<pad>` last (`marian_vocabulary`).
 """
 
 from __future__ import annotations

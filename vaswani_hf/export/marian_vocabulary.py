@@ -1,11 +1,8 @@
 """The Marian export's token order: `<pad>` is the LAST id, as in OPUS-MT and Marian C++.
 
-Our vocabulary puts `<pad>` first (id 0, the decoder's zero start vector). The OPUS-MT tool chain relies on it being
-last: CTranslate2's own converter (its Marian loader) drops the last vocabulary entry and embedding row, so an export
-with `<pad>` = 0 fails there. The export relabels id i -> (i - pad - 1) mod V, every other token keeping its order:
-embeddings, output projection and bias, the special ids and the tokenizer files together, so the exported model
-computes the same function on the same text (its logits are ours with the last axis permuted). Written here because
-no library relabels a model together with its tokenizer.
+Our `<pad>` is id 0; CTranslate2's Marian converter drops the last vocabulary entry. The export relabels id i ->
+(i - pad - 1) mod V, the others keeping their order, in the weights, special ids and tokenizer files together, so the
+exported model's logits are ours with the last axis permuted. No library relabels a model with its tokenizer.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Model folders (written by `save_pretrained`): checked cheaply before anything is loaded, then loaded strictly.
-
-A missing, truncated or broken file is named in one line before transformers reads anything. Loading is strict: the
-weights hold exactly the tensors the config's model needs, of its shapes (transformers only logs a report and
-initialises missing layers at random), every weight is finite (a NaN from a diverged run translates to empty lines),
-and the tokenizer is the model's vocabulary.
+"""Model folders (written by `save_pretrained`): checked cheaply before anything is loaded, then loaded strictly:
+exactly the tensors the config's model needs, of its shapes (transformers only logs a report and initialises missing
+layers at random), every weight finite, and the tokenizer the model's vocabulary.
 """
 
 from __future__ import annotations
