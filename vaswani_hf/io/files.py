@@ -27,8 +27,7 @@ from .text import read_json as _parse_json
 
 
 class ShapeError(Exception):
-    """A value that does not have its declared shape: `field` (dotted path, "" for the whole file) and what it must
-    be. Becomes a UsageError naming the file in `check_shape`."""
+    """A value not of its declared shape: `field` (dotted path, "" for the whole file) and what it must be."""
 
     def __init__(self, field: str, problem: str, kind_ok: bool = False):
         super().__init__(problem)
@@ -171,8 +170,6 @@ STR, INT, COUNT, BOOL = leaf(str), leaf(int), leaf(int, min=0), leaf(bool)
 
 @dataclasses.dataclass(frozen=True)
 class FileShape:
-    """What a file is (for the message), its spec and what a user does about a wrong one."""
-
     name: str
     spec: Spec | Setting | typing.Callable[[Any], Spec]
     advice: str
@@ -180,15 +177,13 @@ class FileShape:
 
 
 def _config_spec(data: Any) -> Spec:
-    """config.json: an object with a model_type; a vaswani config's settings are VaswaniConfig's declarations
-    (`MODEL_SETTINGS`: type and range; token ids are checked against the vocabulary when the config is built)."""
+    """config.json: an object with a model_type; a vaswani config's settings are `MODEL_SETTINGS`."""
     vaswani = isinstance(data, dict) and data.get("model_type") == "vaswani"
     return Obj(required={"model_type": STR}, optional=MODEL_SETTINGS if vaswani else None)
 
 
 def _trainer_state_spec(data: Any) -> Spec:
-    """trainer_state.json: transformers' `TrainerState` fields only (it refuses others when resuming), global_step
-    required (the step the checkpoint holds)."""
+    """trainer_state.json: `TrainerState`'s fields only (it refuses others when resuming), global_step required."""
     from transformers import TrainerState
 
     saved = {"stateful_callbacks": Nullable(Obj()), "log_history": ListOf(Obj()), "trial_params": Nullable(Obj())}
@@ -253,14 +248,12 @@ def check_shape(data: Any, shape: FileShape, path: str | os.PathLike) -> Any:
 
 
 def read_json(path: str | os.PathLike, shape: FileShape, what: str | None = None) -> Any:
-    """The content of a JSON file of declared `shape`; a UsageError naming the file (and line, or field) if it is
-    missing, not JSON, or of another shape."""
+    """The content of a JSON file of declared `shape`; a UsageError naming the file (and line, or field)."""
     return check_shape(_parse_json(path, what=what or shape.name), shape, path)
 
 
 def check_tokenizer_file(path: str | os.PathLike, what: str | None = None):
-    """The `tokenizers.Tokenizer` of a tokenizer.json, checked: its declared shape, then the library itself (which
-    reports a file of the right shape but broken content in a multi-line message)."""
+    """The `tokenizers.Tokenizer` of a tokenizer.json, checked: its declared shape, then the library itself."""
     data = read_json(path, TOKENIZER, what=what)
     from tokenizers import Tokenizer
 
@@ -284,10 +277,8 @@ SAFETENSORS_HEADER = FileShape("safetensors header", Obj(optional={"__metadata__
 
 
 def check_safetensors(path: str | os.PathLike) -> dict:
-    """The header of a safetensors file, checked by the format's rules without reading the data: 8 bytes of header
-    length, a JSON object of tensors {dtype, shape, data_offsets}, each tensor's bytes = its elements x its dtype's
-    size, and the byte ranges tile the data exactly up to the end of the file (no gap, no overlap, nothing missing:
-    a truncated download is named here, not deep inside a loader). Raises UsageError naming the file and tensor."""
+    """The header of a safetensors file, checked by the format's rules without reading the data: each tensor's bytes
+    = its elements x its dtype's size, and the byte ranges tile the data exactly up to the end of the file."""
     p = Path(path)
     size = p.stat().st_size
     broken = f"{p}: truncated or corrupt safetensors weights"
@@ -330,8 +321,7 @@ CT2_DTYPE_BYTES = (4, 1, 2, 4, 2, 2)  # float32 int8 int16 int32 float16 bfloat1
 
 
 def _ct2_variables(handle, size: int) -> None:
-    """Walk model.bin's variable table (CTranslate2's binary layout, versions 4-6: name, rank, dims, dtype, byte
-    count, bytes), checking each variable's byte count against its dims and the file's length; raises ValueError."""
+    """Walk model.bin's variable table (CTranslate2's layout 4-6), each byte count against its dims and the file."""
     def read(fmt: str):
         data = handle.read(struct.calcsize("<" + fmt))
         if len(data) != struct.calcsize("<" + fmt):
@@ -363,9 +353,8 @@ def _ct2_variables(handle, size: int) -> None:
 
 
 def check_ctranslate2_folder(folder: str | os.PathLike, what: str = "CTranslate2 model folder") -> Path:
-    """A CTranslate2 model folder checked before CTranslate2 reads it (it aborts or prints its own error on a broken
-    one): model.bin complete, config.json an object of its settings, the vocabulary files lists of token strings,
-    our vaswani_ctranslate2.json (if present) of its shape. Raises UsageError naming the file."""
+    """A CTranslate2 model folder checked before CTranslate2 (which aborts on a broken one) reads it: model.bin
+    complete, config.json, the vocabularies and vaswani_ctranslate2.json of their shapes."""
     folder = Path(folder)
     model = folder / "model.bin"
     if not model.is_file():
