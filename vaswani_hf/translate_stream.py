@@ -43,8 +43,8 @@ STATE = "state.json"
 
 @dataclass
 class Engine:
-    """What the streaming needs of a decoding engine: `translate(lines, bar)` (one window -> one single-line
-    translation per line, advancing the tqdm `bar` by lines), and its front end's `encode` and position `table`."""
+    """A decoding engine: `translate(lines, bar)` (a window -> its translations, advancing the tqdm `bar`), and its
+    front end's `encode` and position `table`."""
 
     translate: Callable[[list[str], tqdm], list[str]]
     encode: Callable[[list[str]], list]
@@ -55,8 +55,7 @@ class Engine:
 
 
 class Processes:
-    """This process's place among those a launcher started (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`), with the
-    barriers between them (a gloo process group, made here when there are several and none exists)."""
+    """This process's place among those a launcher started (`RANK`, `WORLD_SIZE`), with gloo barriers between them."""
 
     def __init__(self):
         self.size, self.rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
@@ -87,8 +86,7 @@ class Processes:
         return tensor.tolist()
 
     def device(self, device: str | None) -> str | None:
-        """`device`, or, among several processes, this process's own GPU (`LOCAL_RANK`), or the CPU
-        where there is none or `ACCELERATE_USE_CPU` is set."""
+        """`device`, or among several processes this process's GPU (`LOCAL_RANK`), or the CPU."""
         if device is not None or self.size == 1:
             return device
         use_cpu = os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
@@ -107,8 +105,8 @@ def _windows(path: str | os.PathLike, size: int) -> Iterator[list[str]]:
 
 
 def check_input(path: str | os.PathLike, label: str, engine: Engine, size: int) -> dict:
-    """The check pass: UsageError naming `label`:line for the first line the engine cannot take, before anything is
-    decoded; else the input's fingerprint {"lines", "sha256"} (of its text as read: line ends normalised)."""
+    """The check pass: UsageError naming `label`:line of the first line the engine cannot take; else the input's
+    fingerprint {"lines", "sha256"}."""
     digest, count = hashlib.sha256(), 0
 
     def nothing(encoded: list) -> list[str]:
@@ -160,9 +158,8 @@ def _differences(old: dict, new: dict, prefix: str = "") -> list[str]:
 
 
 def prepare_staging(staging: Path, state: dict, *, resume: bool, overwrite: bool, world: Processes) -> int:
-    """Check the staging folder (every process, before any write), then (rank 0) make it or keep it; returns the
-    number of windows already done. A staging folder left by an earlier run is continued only with `resume` and the
-    same state, replaced only with `overwrite`, and never when this package did not write it."""
+    """Check the staging folder (every process), then (rank 0) make or keep it; returns the windows already done.
+    An earlier run's is continued only with `resume` and the same state, replaced only with `overwrite`."""
     what = f"{staging} (the staging folder of --output)"
     ours = io.written_by(staging) == PARTIAL_KIND
     if staging.exists() and not ours:
@@ -221,9 +218,8 @@ def _kept_on_interrupt(staging: Path, world: Processes):
 def translate_file(source: str | os.PathLike, output: str | os.PathLike | None, engine: Engine, *,
                    buffer_lines: int = BUFFER_LINES, resume: bool = False, overwrite: bool = False,
                    progress: bool = True, world: Processes | None = None) -> dict:
-    """Translate the text file `source` ("-": standard input) into `output` (None or "-": standard output) by the
-    rules of the module docstring; returns {"lines", "tokens", "seconds"}: lines decoded by this run over all
-    processes, their target tokens (`</s>` included), wall time."""
+    """Translate `source` ("-": standard input) into `output` (None or "-": standard output); returns {"lines",
+    "tokens", "seconds"} of this run over all processes."""
     world = world or Processes()
     started = time.perf_counter()
     with ExitStack() as stack:

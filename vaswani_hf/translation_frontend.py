@@ -27,8 +27,7 @@ _NONE_IS_A_VALUE = ("max_length_b",)  # None turns the per-sentence limit off
 
 
 def given_options(**options) -> dict:
-    """The decoding options that were set: None and `UNSET` mean "keep the generation config's value", except for
-    `max_length_b`, where None turns the per-sentence limit off and only `UNSET` keeps the config's value."""
+    """The decoding options that were set: not None nor `UNSET` (for `max_length_b`: not `UNSET`)."""
     return {key: value for key, value in options.items()
             if value is not UNSET and (value is not None or key in _NONE_IS_A_VALUE)}
 
@@ -40,8 +39,7 @@ def resolve_options(defaults: Mapping, **options) -> dict:
 
 @dataclass(frozen=True)
 class PositionTable:
-    """The longest source, in tokens with `</s>`, an engine can embed (`rows`), and how its refusal describes the
-    table: "N source tokens, but {covers} {rows} positions; shorten or split the line{remedy}"."""
+    """The longest source, in tokens with `</s>`, an engine can embed (`rows`), and the words of its refusal."""
 
     rows: int
     covers: str
@@ -56,8 +54,7 @@ class PositionTable:
 
 
 def output_line(text: str) -> str:
-    """A translation as one output line: its lines (any `str.splitlines` boundary) joined with spaces, stripped; its
-    other whitespace kept (`errors.one_line`, for messages, collapses it and shortens)."""
+    """A translation as one output line: its lines joined with spaces, stripped; other whitespace kept."""
     return " ".join(text.splitlines()).strip()
 
 
@@ -73,8 +70,7 @@ def checked_sentences(sentences: Sequence[str]) -> list[str]:
 
 
 def max_source_chars(table: PositionTable | None, max_source_tokens: int | None) -> int | None:
-    """The most characters a sentence may have: the engine's token limit (the smaller of its position table and
-    `max_source_tokens`) times `MAX_CHARS_PER_TOKEN`; None when there is no token limit."""
+    """The most characters a sentence may have: the engine's token limit times `MAX_CHARS_PER_TOKEN` (None: none)."""
     limits = [n for n in (table.rows if table is not None else None, max_source_tokens) if n is not None]
     return min(limits) * MAX_CHARS_PER_TOKEN if limits else None
 
@@ -99,13 +95,9 @@ def _check_characters(sentences: Sequence[str], todo: Sequence[int], table: Posi
 def translate_lines(sentences: Sequence[str], encode: Callable[[list[str]], list[Sequence]],
                     decode: Callable[[list[Sequence]], Sequence[str]],
                     table: PositionTable | None = None, max_source_tokens: int | None = MAX_SOURCE_TOKENS) -> list[str]:
-    """One single-line translation per sentence, in order, by the rules of the module docstring.
-
-    encode: stripped non-empty sentences -> their token sequences (`</s>` included), as the engine takes them.
-    decode: those token sequences -> one translation each, in the same order.
-    table: the engine's position table, if it has a limit (None: sinusoids, any length).
-    max_source_tokens: the longest source a line may have (None: no limit).
-    """
+    """One single-line translation per sentence, in order, by the rules of the module docstring: `encode` stripped
+    sentences to token sequences (`</s>` included), `decode` those to translations; `table`, `max_source_tokens`:
+    the limits (None: none)."""
     sentences = checked_sentences(sentences)
     outputs = [""] * len(sentences)
     todo = [i for i, sentence in enumerate(sentences) if sentence.strip()]
