@@ -33,13 +33,8 @@ def _relabel_id(value, new_of_old: list[int]):
 
 @torch.no_grad()
 def move_pad_last(marian: MarianMTModel) -> list[int]:
-    """Relabel `marian` (from `to_marian`) in place so that `<pad>` is its last id; returns `new_of_old`.
-
-    The rows of the embeddings and of the output projection (one shared matrix, or three with
-    `tie_word_embeddings=False`), the columns of `final_logits_bias`, and the special ids of the config and
-    generation config are permuted together: logits of the relabelled model at Marian id `new_of_old[i]` are the
-    original's at id i.
-    """
+    """Relabel `marian` (from `to_marian`) in place so that `<pad>` is its last id: embeddings, projection,
+    `final_logits_bias` and special ids permuted together. Returns `new_of_old`."""
     config = marian.config
     new_of_old = pad_last_order(config.vocab_size, config.pad_token_id)
     old_of_new = torch.empty(config.vocab_size, dtype=torch.long)
@@ -115,9 +110,8 @@ def relabel_tokenizer_files(folder: Path, new_of_old: list[int]) -> None:
 
 
 def check_relabelled_tokenizer(original, relabelled, new_of_old: list[int], folder: Path) -> None:
-    """The relabelled tokenizer maps every token to `new_of_old` of its original id and encodes text the same way
-    (with the post-processor's special tokens); fail here rather than ship a tokenizer that disagrees with the
-    weights."""
+    """The relabelled tokenizer maps every token to `new_of_old` of its id and encodes text alike: fail here rather
+    than ship a tokenizer that disagrees with the weights."""
     expected = {token: new_of_old[i] for token, i in original.get_vocab().items()}
     sample = "a b ."
     encoded = [new_of_old[i] for i in original(sample)["input_ids"]]
