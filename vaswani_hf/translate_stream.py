@@ -93,11 +93,6 @@ class Processes:
         return f"cuda:{self.local_rank}" if torch.cuda.is_available() and not use_cpu else "cpu"
 
 
-def partial_folder(output: str | os.PathLike) -> Path:
-    """The staging folder of an output file: `<output>.partial`."""
-    return Path(f"{output}.partial")
-
-
 def _windows(path: str | os.PathLike, size: int) -> Iterator[list[str]]:
     lines = io.iter_lines(path)
     while window := list(islice(lines, size)):
@@ -139,10 +134,6 @@ def _spool_stdin(stack: ExitStack) -> Path:
         for line in io.iter_lines(io.STDIO):
             handle.write(line + "\n")
     return folder / "input.txt"
-
-
-def _state(engine: Engine, source: dict, size: int) -> dict:
-    return {"input": source, "buffer_lines": size, **engine.fingerprint}
 
 
 def _differences(old: dict, new: dict, prefix: str = "") -> list[str]:
@@ -227,11 +218,11 @@ def translate_file(source: str | os.PathLike, output: str | os.PathLike | None, 
         fingerprint = check_input(path, str(source), engine, buffer_lines)
         windows = -(-fingerprint["lines"] // buffer_lines)
         to_stdout = output is None or str(output) == io.STDIO
-        staging = None if to_stdout else partial_folder(output)
+        staging = None if to_stdout else Path(f"{output}.partial")
         done = 0
         if staging is not None:
-            done = prepare_staging(staging, _state(engine, fingerprint, buffer_lines), resume=resume,
-                                   overwrite=overwrite, world=world)
+            state = {"input": fingerprint, "buffer_lines": buffer_lines, **engine.fingerprint}
+            done = prepare_staging(staging, state, resume=resume, overwrite=overwrite, world=world)
             stack.enter_context(_kept_on_interrupt(staging, world))
         mine = [k for k in range(windows) if k % world.size == world.rank
                 and (staging is None or not _part(staging, k).is_file())]

@@ -15,8 +15,6 @@ from transformers import MarianMTModel
 
 from ..io import UsageError, read_json
 
-SPECIAL_ID_KEYS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")
-
 
 def pad_last_order(vocab_size: int, pad_token_id: int) -> list[int]:
     """`new_of_old`: the Marian id of each of our ids, with `<pad>` last and every other token in order."""
@@ -48,7 +46,7 @@ def move_pad_last(marian: MarianMTModel) -> list[int]:
     bias = marian.final_logits_bias
     bias.copy_(bias[:, old_of_new.to(bias.device)])
     for settings in (config, marian.generation_config):
-        for key in SPECIAL_ID_KEYS:
+        for key in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
             setattr(settings, key, _relabel_id(getattr(settings, key, None), new_of_old))
     return new_of_old
 

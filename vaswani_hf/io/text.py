@@ -156,12 +156,4 @@ def write_json(path: str | os.PathLike, data: Any, *, overwrite: bool = True) ->
 
 def to_json(data: Any) -> str:
     """Indented JSON text; numbers from numpy/torch and paths written as themselves."""
-    return json.dumps(data, indent=2, default=_json_default)
-
-
-def _json_default(o: Any) -> Any:
-    if isinstance(o, Path):
-        return str(o)
-    if hasattr(o, "item"):
-        return o.item()
-    return str(o)
+    return json.dumps(data, indent=2, default=lambda o: o.item() if hasattr(o, "item") else str(o))
