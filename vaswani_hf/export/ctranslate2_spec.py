@@ -17,7 +17,8 @@ import torch
 from ..configuration_vaswani import SettingError, VaswaniConfig
 from ..generation_vaswani import GENERATION_SETTINGS
 from ..io import UsageError, atomic_output_dir, check_model_folder, check_output_dir, check_same_vocabulary
-from ..io.files import CT2_METADATA, check_tokenizer_file, read_json
+from ..io.files import CT2_METADATA, read_json
+from ..io.models import tokenizer_tokens
 from ..modeling_vaswani import VaswaniForConditionalGeneration, sinusoid_table
 
 CT2_METADATA_FILE = "vaswani_ctranslate2.json"
@@ -54,21 +55,6 @@ def _vocabulary(tokenizer, config: VaswaniConfig) -> list[str]:
         if not isinstance(index, int) or not 0 <= index < config.vocab_size or index not in id_to_token:
             raise UsageError(f"to_ctranslate2: config.{name}={index!r} is not an id of the tokenizer's vocabulary.")
     return tokens
-
-
-def tokenizer_tokens(tokenizer) -> dict[int, str]:
-    """{id: token string} of a tokenizer object or folder (added tokens included)."""
-    if isinstance(tokenizer, (str, os.PathLike)):
-        path = Path(tokenizer) / "tokenizer.json"
-        if path.is_file():
-            vocab = check_tokenizer_file(path).get_vocab(with_added_tokens=True)
-        else:
-            from transformers import AutoTokenizer
-
-            vocab = AutoTokenizer.from_pretrained(str(tokenizer)).get_vocab()
-    else:
-        vocab = tokenizer.get_vocab()
-    return {index: token for token, index in vocab.items()}
 
 
 def check_one_vocabulary(ours: dict[int, str], theirs: dict[int, str], which: str, advice: str) -> None:

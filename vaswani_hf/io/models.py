@@ -297,17 +297,21 @@ def check_special_ids(config, tokenizer, where: str) -> None:
 # with weights checks here, before any work, from the files.
 
 
-def tokenizer_size(tokenizer) -> int:
-    """`len(tokenizer)` of a tokenizer object or of the tokenizer saved in a folder (added tokens included)."""
+def tokenizer_tokens(tokenizer) -> dict[int, str]:
+    """{id: token string} of a tokenizer object or folder (tokenizer.json checked first; added tokens included)."""
     if not isinstance(tokenizer, (str, os.PathLike)):
-        return len(tokenizer)
-    folder = Path(tokenizer)
-    path = folder / "tokenizer.json"
+        return {index: token for token, index in tokenizer.get_vocab().items()}
+    path = Path(tokenizer) / "tokenizer.json"
     if path.is_file():
-        return check_tokenizer_file(path).get_vocab_size(with_added_tokens=True)
+        return {i: t for t, i in check_tokenizer_file(path).get_vocab(with_added_tokens=True).items()}
     from transformers import AutoTokenizer
 
-    return len(AutoTokenizer.from_pretrained(str(folder)))
+    return tokenizer_tokens(AutoTokenizer.from_pretrained(str(tokenizer)))
+
+
+def tokenizer_size(tokenizer) -> int:
+    """`len(tokenizer)` of a tokenizer object or of the tokenizer saved in a folder (added tokens included)."""
+    return len(tokenizer) if not isinstance(tokenizer, (str, os.PathLike)) else len(tokenizer_tokens(tokenizer))
 
 
 def model_vocab_size(model) -> int:
