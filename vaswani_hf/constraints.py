@@ -16,9 +16,8 @@ MAX_TOKENS = 10**9  # token budgets
 
 
 def flag_type(setting: Setting, none: str | None = None):
-    """The argparse type of a flag that sets `setting` (`Setting.parse`; `none`: a word that gives None). The error
-    argparse reports names the flag: "argument --num_beams: must be in [1, 8], got 0". Its `setting` is the
-    declaration it reads."""
+    """The argparse type of a flag that sets `setting` (`none`: a word that gives None); argparse's error names the
+    flag: "argument --num_beams: must be in [1, 8], got 0"."""
     words = (none,) if none else ()
 
     def convert(text: str):
@@ -50,8 +49,7 @@ def setting_flag(setting: Setting, *, none: str | None = None) -> dict:
 
 
 def device(text: str):
-    """An argparse type for `--device`: a torch device this machine has (cpu; cuda / cuda:N with N below the GPU
-    count; mps where available), checked before anything is loaded."""
+    """An argparse type for `--device`: a torch device this machine has, checked before anything is loaded."""
     problem = device_problem(text)
     if problem:
         raise argparse.ArgumentTypeError(problem)

@@ -235,10 +235,8 @@ def to_ctranslate2(model_or_folder, out_dir, quantization: str | None = None, to
     """Write a CTranslate2 model folder computing exactly our model's function (model.bin, vocabulary, tokenizer
     files, `vaswani_ctranslate2.json`), atomically; an existing non-empty `out_dir` only with `force`.
 
-    model_or_folder: a model or a saved folder. quantization: None (float32) or one of QUANTIZATIONS. tokenizer:
-    default the model folder's. max_positions: rows of the exported sinusoid table, the longest source and output
-    (default max(max_position_embeddings, 1024): CTranslate2 cannot extend it). Sources include `</s>`.
-    """
+    max_positions: rows of the exported sinusoid table, the longest source and output (default
+    max(max_position_embeddings, 1024): CTranslate2 cannot extend it). tokenizer: default the model folder's."""
     ctranslate2, _, _ = import_ctranslate2()
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise UsageError(f"quantization {quantization!r} is not one of {', '.join(QUANTIZATIONS)}")

@@ -91,20 +91,18 @@ def relabel_tokenizer_json(spec: dict, new_of_old: list[int], where: Path) -> di
 def relabel_tokenizer_files(folder: Path, new_of_old: list[int]) -> None:
     """Relabel the tokenizer files copied into `folder` in place (`tokenizer.json`, and the ids that
     `tokenizer_config.json` and `added_tokens.json` may hold)."""
+    def write(path: Path, data: dict) -> None:
+        path.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+
     path = folder / "tokenizer.json"
-    spec = relabel_tokenizer_json(read_json(path), new_of_old, path)
-    path.write_text(json.dumps(spec, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-    config_path = folder / "tokenizer_config.json"
-    if config_path.is_file():
-        settings = read_json(config_path)
-        if isinstance(settings.get("added_tokens_decoder"), dict):
-            settings["added_tokens_decoder"] = {str(new_of_old[int(i)]): token
-                                                for i, token in settings["added_tokens_decoder"].items()}
-            config_path.write_text(json.dumps(settings, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    added_path = folder / "added_tokens.json"
-    if added_path.is_file():
-        added = {token: new_of_old[i] for token, i in read_json(added_path).items()}
-        added_path.write_text(json.dumps(added, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write(path, relabel_tokenizer_json(read_json(path), new_of_old, path))
+    settings = read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
+    if isinstance(settings.get("added_tokens_decoder"), dict):
+        write(folder / "tokenizer_config.json", {**settings, "added_tokens_decoder": {
+            str(new_of_old[int(i)]): token for i, token in settings["added_tokens_decoder"].items()}})
+    if (folder / "added_tokens.json").is_file():
+        write(folder / "added_tokens.json",
+              {token: new_of_old[i] for token, i in read_json(folder / "added_tokens.json").items()})
 
 
 def check_relabelled_tokenizer(original, relabelled, new_of_old: list[int], folder: Path) -> None:

@@ -73,9 +73,9 @@ class Spec:
         return None
 
 
+@dataclasses.dataclass(eq=False)
 class Nullable(Spec):
-    def __init__(self, spec):
-        self.spec = spec
+    spec: Any
 
     def describe(self) -> str:
         return f"{self.spec.describe()} or null"
@@ -105,11 +105,12 @@ class OneOf(Spec):
         raise ShapeError(path, f"must be {self.describe()}, got {_got(value)}")
 
 
+@dataclasses.dataclass(eq=False)
 class ListOf(Spec):
     """A list of `item`s, of exactly `length` items when given."""
 
-    def __init__(self, item=Spec(), length: int | None = None):
-        self.item, self.length = item, length
+    item: Any = Spec()
+    length: int | None = None
 
     def describe(self) -> str:
         return f"a list of {self.length} items" if self.length is not None else "a list"
