@@ -137,7 +137,7 @@ def _spool_stdin(stack: ExitStack) -> Path:
 
 
 def _differences(old: dict, new: dict, prefix: str = "") -> list[str]:
-    """The keys whose values differ, those of nested settings as "settings.num_beams"."""
+    """The keys whose values differ ("settings.num_beams" for a nested one)."""
     differ = []
     for key in sorted(set(old) | set(new)):
         a, b = old.get(key), new.get(key)

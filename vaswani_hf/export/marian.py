@@ -66,13 +66,9 @@ def _layer_map(config: VaswaniConfig):
 
 
 def _embedding_map(config: VaswaniConfig):
-    if config.tie_word_embeddings:
-        return [("model.shared.weight", "model.shared.weight", 1)]
-    return [
-        ("model.encoder.embed_tokens.weight", "model.encoder.embed_tokens.weight", 1),
-        ("model.decoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", 1),
-        ("lm_head.weight", "lm_head.weight", 1),
-    ]
+    names = ("model.shared.weight",) if config.tie_word_embeddings else (
+        "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight")
+    return [(name, name, 1) for name in names]
 
 
 def marian_config_from(config: VaswaniConfig) -> MarianConfig:

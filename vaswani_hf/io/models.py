@@ -122,10 +122,9 @@ def _looks_like_hub_id(text: str) -> bool:
 
 def check_model_folder(path: str | os.PathLike, *, what: str = "model folder", tokenizer: bool = True,
                        vaswani_only: bool = False) -> Path | str:
-    """A saved model folder, checked cheaply (no weights are loaded): config.json (this model's, or with
-    `vaswani_only` False a translation model of transformers'), generation and tokenizer files have their declared
-    shapes (`vaswani_hf.io.files`), the safetensors weights are complete and floating point. Returns the folder, or
-    the text itself for a Hub id (`org/name`), which loading checks. Raises UsageError naming the broken file."""
+    """A saved model folder checked without loading weights: config.json (this model's, or unless `vaswani_only` a
+    transformers translation model's) and the other files of their declared shapes, the weights complete and
+    floating point. Returns the folder, or a Hub id (`org/name`) as it is: loading checks it."""
     if isinstance(path, str) and _looks_like_hub_id(path):
         return path
     folder = Path(path)
