@@ -118,8 +118,7 @@ class CTranslate2Translator:
                 o["max_new_tokens"])
 
     def _limits(self, sources, a, b, max_new_tokens) -> tuple[list[int], list[bool]]:
-        """Per sentence: the free tokens CTranslate2 may produce (our limit - 1: generate() forces </s> as the
-        limit-th, or stops after max_new_tokens), and whether our rule forces </s> after them."""
+        """Per sentence: the free tokens CTranslate2 may produce (our limit - 1), and whether we force </s> after."""
         steps, forced_eos = [], []
         for tokens in sources:
             rule = int(a * len(tokens) + b) if b is not None else None
@@ -210,8 +209,7 @@ class CTranslate2Translator:
 def translate_ctranslate2(model_dir: str | os.PathLike, sentences: Sequence[str], *, device: str | None = "cpu",
                           compute_type: str = "default", quantization: str | None = None, inter_threads: int = 1,
                           intra_threads: int = 0, **options) -> list[str]:
-    """Translate with CTranslate2 from an export, or a model folder exported to a temporary folder first
-    (`quantization`); `options` are `CTranslate2Translator.translate`'s."""
+    """Translate with an export, or a model folder exported to a temporary folder (`quantization`) first."""
     import tempfile
 
     loader = dict(device=device, compute_type=compute_type, inter_threads=inter_threads,

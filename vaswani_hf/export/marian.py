@@ -181,8 +181,7 @@ def _copy_tokenizer(model_dir: Path, out_dir: Path, new_of_old: list[int]) -> No
 
 
 def count_marian_parameters(marian: MarianMTModel) -> int:
-    """Parameters of a `MarianMTModel` from `to_marian`, counted as the original's: without the fixed sinusoid tables
-    and the all-zero attention biases, which the paper's model does not have."""
+    """Parameters of a `to_marian` model counted as the original's: no sinusoid tables, no all-zero biases."""
     total = 0
     for name, parameter in marian.named_parameters():
         if "embed_positions" in name:
