@@ -43,8 +43,7 @@ STATE = "state.json"
 
 @dataclass
 class Engine:
-    """A decoding engine: `translate(lines, bar)` (a window -> its translations, advancing the tqdm `bar`), and its
-    front end's `encode` and position `table`."""
+    """A decoding engine: `translate(lines, bar)` (a window's translations), its front end's `encode`, `table`."""
 
     translate: Callable[[list[str], tqdm], list[str]]
     encode: Callable[[list[str]], list]
@@ -100,8 +99,7 @@ def _windows(path: str | os.PathLike, size: int) -> Iterator[list[str]]:
 
 
 def check_input(path: str | os.PathLike, label: str, engine: Engine, size: int) -> dict:
-    """The check pass: UsageError naming `label`:line of the first line the engine cannot take; else the input's
-    fingerprint {"lines", "sha256"}."""
+    """The check pass: UsageError naming `label`:line of a line the engine cannot take; else {"lines", "sha256"}."""
     digest, count = hashlib.sha256(), 0
 
     def nothing(encoded: list) -> list[str]:

@@ -25,8 +25,6 @@ from ..tokenization import declare_plain_tokenizer
 from .marian_limits import marian_refusals
 from .marian_vocabulary import check_relabelled_tokenizer, move_pad_last, relabel_tokenizer_files
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
-
 MARIAN_FOLDER = "MarianMTModel folder"  # what this module writes (vaswani_hf.io.outputs)
 
 
@@ -175,7 +173,8 @@ def marian_generation_config(generation: dict, config) -> GenerationConfig:
 
 def _copy_tokenizer(model_dir: Path, out_dir: Path, new_of_old: list[int]) -> None:
     """The tokenizer files relabelled to the export's order, not re-saved (that would add loader state)."""
-    copy_model_files(model_dir, out_dir, only=TOKENIZER_FILES)  # the rest is converted; junk is named and left out
+    copy_model_files(model_dir, out_dir, only=(  # the rest is converted; junk is named and left out
+        "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"))
     relabel_tokenizer_files(out_dir, new_of_old)
     declare_plain_tokenizer(out_dir)  # serving stacks may run transformers 4
 
