@@ -1,14 +1,7 @@
 """Command-line flags from declarations: every flag's value is a `Setting` (configuration_vaswani), so a flag cannot
-disagree with the setting it sets.
-
-The model's and decoding's settings are declared beside what they configure (`configuration_vaswani.MODEL_SETTINGS`,
-`generation_vaswani.GENERATION_SETTINGS`), a recipe's keys in `vaswani_hf.training.recipe`; here they become flags
-(`setting_flag`). A tool's own flag declares its setting in place (`number(int, min=1)`, a `Setting` without a
-name of its own), and `device` checks a torch device, so a value is checked where it is declared and before any
-work: no value reaches torch or transformers unchecked.
-
-Upper bounds exist where a huge value would exhaust memory or overflow a library's integer (a seed beyond 2^32,
-a beam of a million hypotheses) rather than fail with a message; they are far above any real use.
+disagree with the setting it sets (`setting_flag`); a tool's own flag declares its setting in place (`number(int,
+min=1)`), and `device` checks a torch device: no value reaches torch or transformers unchecked. Upper bounds exist
+where a huge value would exhaust memory or overflow a library's integer; they are far above any real use.
 """
 
 from __future__ import annotations
@@ -23,9 +16,8 @@ MAX_TOKENS = 10**9  # token budgets
 
 
 def flag_type(setting: Setting, none: str | None = None):
-    """The argparse type of a flag that sets `setting` (`Setting.parse`; `none`: a word that gives None). The error
-    argparse reports names the flag: "argument --num_beams: must be in [1, 8], got 0". Its `setting` is the
-    declaration it reads."""
+    """The argparse type of a flag that sets `setting` (`none`: a word that gives None); argparse's error names the
+    flag: "argument --num_beams: must be in [1, 8], got 0"."""
     words = (none,) if none else ()
 
     def convert(text: str):
@@ -57,8 +49,7 @@ def setting_flag(setting: Setting, *, none: str | None = None) -> dict:
 
 
 def device(text: str):
-    """An argparse type for `--device`: a torch device this machine has (cpu; cuda / cuda:N with N below the GPU
-    count; mps where available), checked before anything is loaded."""
+    """An argparse type for `--device`: a torch device this machine has, checked before anything is loaded."""
     problem = device_problem(text)
     if problem:
         raise argparse.ArgumentTypeError(problem)

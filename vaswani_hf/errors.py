@@ -1,11 +1,7 @@
-"""The errors every part of vaswani_hf raises for expected failures, and their exit statuses on the command line.
-
-Bad input is a `UsageError` (exit 2) whose message names the file (and line), flag or recipe key and says what to
-do; an expected failure of the run itself (network, a full disk, a refused upload) is a `RunFailure` (exit 1).
-`vaswani_hf.cli.contract.run_cli` prints either as one line; anything else is a bug and keeps its traceback.
-
-The files copied to the Hub import only torch and transformers, so they declare a refusal by a class attribute
-(`class VaswaniSettingsError(ValueError): exit_code = 2`): `refusal_exit_code` is the one rule the boundary applies.
+"""The errors of expected failures and their exit statuses: bad input is a `UsageError` (exit 2) naming the file,
+line, flag or key and what to do; a failure of the run itself (network, disk) a `RunFailure` (exit 1). Anything else
+is a bug and keeps its traceback. The Hub files import only torch and transformers, so they declare a refusal by a
+class attribute (`exit_code = 2`): `refusal_exit_code` is the one rule the command line applies.
 """
 
 from __future__ import annotations
@@ -62,7 +58,7 @@ _OWN_MODULES = ("vaswani_hf", "transformers_modules")
 
 def refusal_exit_code(error: BaseException) -> int | None:
     """The exit status of an expected failure, or None (a bug): a `VaswaniError`, or an exception whose class (or a
-    base) defined in this package (or its remote-code copies) sets `exit_code` to 1 or 2."""
+    base) of this package or its remote-code copies sets `exit_code` to 1 or 2."""
     if isinstance(error, VaswaniError):
         return error.exit_code
     for cls in type(error).__mro__:
@@ -74,8 +70,7 @@ def refusal_exit_code(error: BaseException) -> int | None:
 
 
 def one_line(error: BaseException | str, limit: int = 400) -> str:
-    """An error message on one line (whitespace runs become one space), at most `limit` characters: a message that
-    quotes user input (a recipe value, a line of text) never floods the terminal."""
+    """An error message on one line, at most `limit` characters: quoted user input never floods the terminal."""
     text = " ".join(str(error).split()) or type(error).__name__
     return text if len(text) <= limit else text[: limit - 5] + " ..."
 

@@ -1,26 +1,15 @@
 """Translating a file of any size: bounded windows, resumable, across processes.
 
-The input is read twice, a window of lines at a time (`buffer_lines`, as fairseq's `--buffer-size`, Marian's
-maxi-batches or CTranslate2's `read_batch_size`), so that memory depends on the window, not on the file:
+The input is read twice, `buffer_lines` at a time (as fairseq's `--buffer-size`), so memory depends on the window:
+1. the check: every window through the front end without decoding, so a bad line is named as file:line before
+   anything is decoded; the same pass counts and hashes the lines (the input's fingerprint);
+2. the decoding: window k is translated and written atomically as one part file of `<output>.partial/`, whose state
+   file records the fingerprint, model and settings; the parts are then joined into `<output>` in one rename.
 
-1. The check: every window is run through the engine's front end without decoding
-   (`translation_frontend.translate_lines` with a decoder that does nothing), so that a line the model cannot take is
-   named as file:line before anything is decoded; no token list is kept. The same pass counts the lines and hashes
-   their text (the fingerprint of the input).
-2. The decoding: window k (lines k*W+1 .. (k+1)*W) is translated by the engine (which length-sorts and batches it,
-   `data.batching.make_batches`) and written whole, atomically, as one part file of the staging folder
-   `<output>.partial/`; its state file records the input's fingerprint, the model and every decoding setting. At the
-   end the parts are joined, in input order, into `<output>` in one rename (`io.replace_atomically`), and the staging
-   folder is removed.
-
-An interrupted run (Ctrl-C, SIGTERM, a crash, a full disk) keeps the finished windows; `resume=True` continues with
-the others and gives the same bytes as an uninterrupted run. A state that does not match (another input, model,
-setting or window) is refused. Under a launcher (`accelerate launch`, `torchrun`: `RANK` and `WORLD_SIZE`), process
-r decodes the windows k with k % N == r on its own device; processes meet at two barriers (torch.distributed over
-gloo: nothing but the barriers and two counts travel between them), and rank 0 joins the parts. Every process
-checks the whole input (tokenising only, in bounded memory), so that all refuse a bad line alike, before any barrier. Part files are per window, not per
-process, so a run may be resumed with another number of processes. Standard output, which one process writes,
-receives each window as soon as it is done.
+An interrupted run keeps its finished windows; `resume=True` continues and gives the same bytes as an uninterrupted
+run (a state that does not match is refused). Under a launcher (`RANK`, `WORLD_SIZE`) process r decodes the windows
+k % N == r; processes meet at two gloo barriers and rank 0 joins the parts. Parts are per window, not per process,
+so a run may be resumed with another number of processes.
 """
 
 from __future__ import annotations
@@ -46,7 +35,6 @@ from tqdm.auto import tqdm
 from . import io
 from .translation_frontend import PositionTable, translate_lines
 
-__all__ = ["BUFFER_LINES", "Engine", "Processes", "translate_file", "partial_folder"]
 
 BUFFER_LINES = 10_000  # lines read, sorted and decoded together: a few MB of text, batches padded as little as sorting
 PARTIAL_KIND = "partial translation"  # the staging folder's marker (io.check_output_dir)
@@ -55,8 +43,7 @@ STATE = "state.json"
 
 @dataclass
 class Engine:
-    """What the streaming needs of a decoding engine: `translate(lines, bar)` (one window -> one single-line
-    translation per line, advancing the tqdm `bar` by lines), and its front end's `encode` and position `table`."""
+    """A decoding engine: `translate(lines, bar)` (a window's translations), its front end's `encode`, `table`."""
 
     translate: Callable[[list[str], tqdm], list[str]]
     encode: Callable[[list[str]], list]
@@ -67,8 +54,7 @@ class Engine:
 
 
 class Processes:
-    """This process's place among those a launcher started (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`), with the
-    barriers between them (a gloo process group, made here when there are several and none exists)."""
+    """This process's place among those a launcher started (`RANK`, `WORLD_SIZE`), with gloo barriers between them."""
 
     def __init__(self):
         self.size, self.rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
@@ -99,17 +85,11 @@ class Processes:
         return tensor.tolist()
 
     def device(self, device: str | None) -> str | None:
-        """`device`, or, among several processes, this process's own GPU (`LOCAL_RANK`), or the CPU
-        where there is none or `ACCELERATE_USE_CPU` is set."""
+        """`device`, or among several processes this process's GPU (`LOCAL_RANK`), or the CPU."""
         if device is not None or self.size == 1:
             return device
         use_cpu = os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
         return f"cuda:{self.local_rank}" if torch.cuda.is_available() and not use_cpu else "cpu"
-
-
-def partial_folder(output: str | os.PathLike) -> Path:
-    """The staging folder of an output file: `<output>.partial`."""
-    return Path(f"{output}.partial")
 
 
 def _windows(path: str | os.PathLike, size: int) -> Iterator[list[str]]:
@@ -119,8 +99,7 @@ def _windows(path: str | os.PathLike, size: int) -> Iterator[list[str]]:
 
 
 def check_input(path: str | os.PathLike, label: str, engine: Engine, size: int) -> dict:
-    """The check pass: UsageError naming `label`:line for the first line the engine cannot take, before anything is
-    decoded; else the input's fingerprint {"lines", "sha256"} (of its text as read: line ends normalised)."""
+    """The check pass: UsageError naming `label`:line of a line the engine cannot take; else {"lines", "sha256"}."""
     digest, count = hashlib.sha256(), 0
 
     def nothing(encoded: list) -> list[str]:
@@ -155,12 +134,8 @@ def _spool_stdin(stack: ExitStack) -> Path:
     return folder / "input.txt"
 
 
-def _state(engine: Engine, source: dict, size: int) -> dict:
-    return {"input": source, "buffer_lines": size, **engine.fingerprint}
-
-
 def _differences(old: dict, new: dict, prefix: str = "") -> list[str]:
-    """The keys whose values differ, those of nested settings as "settings.num_beams"."""
+    """The keys whose values differ ("settings.num_beams" for a nested one)."""
     differ = []
     for key in sorted(set(old) | set(new)):
         a, b = old.get(key), new.get(key)
@@ -172,9 +147,8 @@ def _differences(old: dict, new: dict, prefix: str = "") -> list[str]:
 
 
 def prepare_staging(staging: Path, state: dict, *, resume: bool, overwrite: bool, world: Processes) -> int:
-    """Check the staging folder (every process, before any write), then (rank 0) make it or keep it; returns the
-    number of windows already done. A staging folder left by an earlier run is continued only with `resume` and the
-    same state, replaced only with `overwrite`, and never when this package did not write it."""
+    """Check the staging folder (every process), then (rank 0) make or keep it; returns the windows already done.
+    An earlier run's is continued only with `resume` and the same state, replaced only with `overwrite`."""
     what = f"{staging} (the staging folder of --output)"
     ours = io.written_by(staging) == PARTIAL_KIND
     if staging.exists() and not ours:
@@ -233,9 +207,8 @@ def _kept_on_interrupt(staging: Path, world: Processes):
 def translate_file(source: str | os.PathLike, output: str | os.PathLike | None, engine: Engine, *,
                    buffer_lines: int = BUFFER_LINES, resume: bool = False, overwrite: bool = False,
                    progress: bool = True, world: Processes | None = None) -> dict:
-    """Translate the text file `source` ("-": standard input) into `output` (None or "-": standard output) by the
-    rules of the module docstring; returns {"lines", "tokens", "seconds"}: lines decoded by this run over all
-    processes, their target tokens (`</s>` included), wall time."""
+    """Translate `source` ("-": standard input) into `output` (None or "-": standard output); returns {"lines",
+    "tokens", "seconds"} of this run over all processes."""
     world = world or Processes()
     started = time.perf_counter()
     with ExitStack() as stack:
@@ -243,11 +216,11 @@ def translate_file(source: str | os.PathLike, output: str | os.PathLike | None, 
         fingerprint = check_input(path, str(source), engine, buffer_lines)
         windows = -(-fingerprint["lines"] // buffer_lines)
         to_stdout = output is None or str(output) == io.STDIO
-        staging = None if to_stdout else partial_folder(output)
+        staging = None if to_stdout else Path(f"{output}.partial")
         done = 0
         if staging is not None:
-            done = prepare_staging(staging, _state(engine, fingerprint, buffer_lines), resume=resume,
-                                   overwrite=overwrite, world=world)
+            state = {"input": fingerprint, "buffer_lines": buffer_lines, **engine.fingerprint}
+            done = prepare_staging(staging, state, resume=resume, overwrite=overwrite, world=world)
             stack.enter_context(_kept_on_interrupt(staging, world))
         mine = [k for k in range(windows) if k % world.size == world.rank
                 and (staging is None or not _part(staging, k).is_file())]

@@ -1,25 +1,15 @@
-"""Translate with a CTranslate2 export of our model (`to_ctranslate2`, re-exported here), with our decoding options.
+"""Translate with a CTranslate2 export of our model (`to_ctranslate2`) with our decoding options (Section 6.1).
 
-CTranslate2 runs the exported network exactly (float32 log-probabilities agree with ours to ~1e-5); what it cannot
-copy one-to-one is the search around it (Section 6.1's beam search), so that part is written here. Options keep the
-names of `vaswani_hf.inference.translate`; how each maps:
-
-- Length penalty (`length_penalty_type`). CTranslate2 ranks finished hypotheses by ``log P(Y) / L ** alpha``, ``L``
-  not counting ``</s>``, and has no GNMT formula. For ``"gnmt"`` (the paper's ``((5 + |Y|) / 6) ** alpha``) and
-  ``"hf"`` (``|Y| ** alpha``) we undo its normalisation exactly (``score * L ** alpha``) and re-rank its
-  ``num_beams`` finished hypotheses with ours, ``|Y|`` counting ``</s>`` as `generate()` does; ``"ctranslate2"``
-  keeps its own ranking. What still differs is the candidate set: CTranslate2 stops a sentence once ``num_beams *
-  patience`` hypotheses have finished (``early_stopping=True``), our default ``"never"`` searches on while a
-  running beam could still win; ``patience`` > 1 narrows the gap.
-- Maximum output length. Our limit is per sentence, ``floor(a * source_length + b)`` tokens with ``</s>`` forced as
-  the last; CTranslate2's ``max_decoding_length`` is one number per call and forces nothing, so it gets ``limit - 1``
-  free tokens, and with ``exact_max_length=True`` (default) sentences are grouped by their limit, which is exact
-  (False: the largest limit for all). ``max_new_tokens`` is a global cap; both are capped by the exported position
-  table (CTranslate2 cannot extend sinusoids). A longer source is an error naming its line, never truncated.
-- ``min_decoding_length=0``: transformers lets ``</s>`` come first. Lines in, lines out by the front end both
-  engines share (`vaswani_hf.translation_frontend.translate_lines`); batches by the package's one batcher
-  (`make_batches`), one `translate_batch` call each. Unset options keep the export's generation config
-  (`vaswani_ctranslate2.json`), else the paper's. ``compute_type="default"`` keeps the exported weight type.
+CTranslate2 runs the exported network exactly; the search around it is mapped here:
+- Length penalty: CTranslate2 ranks finished hypotheses by ``log P(Y) / L ** alpha`` (``L`` without ``</s>``). For
+  ``"gnmt"`` and ``"hf"`` we undo that exactly and re-rank its ``num_beams`` finished hypotheses with ours (``|Y|``
+  with ``</s>``, as `generate()`); ``"ctranslate2"`` keeps its ranking. The candidate set still differs: CTranslate2
+  stops once ``num_beams * patience`` hypotheses finished; ``patience`` > 1 narrows the gap.
+- Maximum length: ours is per sentence, ``floor(a * source_length + b)`` with ``</s>`` forced last; CTranslate2's
+  ``max_decoding_length`` is one number per call, so it gets ``limit - 1`` free tokens and, with
+  ``exact_max_length=True``, sentences are grouped by their limit. Both are capped by the exported position table.
+- ``min_decoding_length=0`` (transformers lets ``</s>`` come first). Lines in, lines out by the shared front end;
+  batches by `make_batches`. Unset options keep the export's generation config, else the paper's.
 """
 
 from __future__ import annotations
@@ -63,8 +53,7 @@ def _split_device(device: str | None) -> tuple[str, int]:
 
 
 def _generation_defaults(saved: dict) -> dict:
-    """The decoding options an export was saved with (`vaswani_ctranslate2.json`: None = not recorded), the paper's
-    (`default_generation_config`, Section 6.1) for those it does not record."""
+    """The decoding options an export recorded, the paper's (Section 6.1) for the others."""
     paper = default_generation_config(VaswaniConfig())
     defaults = {key: getattr(paper, key, None) for key in (*GENERATION_KEYS, "max_new_tokens")}
     return {**defaults, **{key: value for key, value in saved.items() if key in GENERATION_KEYS and value is not None}}
@@ -82,10 +71,7 @@ def _check_tokenizer(folder: Path, tokenizer, given: bool) -> None:
 
 
 class CTranslate2Translator:
-    """A loaded CTranslate2 export plus its tokenizer; `translate` maps our decoding options (see module docstring).
-
-    Load once and call `translate` many times (loading is not free: the benchmark keeps it out of the timings).
-    """
+    """A loaded CTranslate2 export plus its tokenizer; `translate` maps our decoding options (module docstring)."""
 
     def __init__(self, model_dir: str | os.PathLike, device: str = "cpu", compute_type: str = "default",
                  inter_threads: int = 1, intra_threads: int = 0, tokenizer=None):
@@ -119,8 +105,7 @@ class CTranslate2Translator:
     # -- translation ---------------------------------------------------------------------------------------------------
 
     def _options(self, **options) -> tuple:
-        """(num_beams, alpha, penalty type, a, b, max_new_tokens): the options set, else the export's generation
-        defaults (`vaswani_hf.translation_frontend.resolve_options`), checked."""
+        """(num_beams, alpha, penalty type, a, b, max_new_tokens): the options set, else the export's, checked."""
         o = resolve_options(self.generation_defaults, **options)
         if o["length_penalty_type"] not in LENGTH_PENALTY_TYPES:
             raise UsageError(f"length_penalty_type must be one of {LENGTH_PENALTY_TYPES}, "
@@ -133,8 +118,7 @@ class CTranslate2Translator:
                 o["max_new_tokens"])
 
     def _limits(self, sources, a, b, max_new_tokens) -> tuple[list[int], list[bool]]:
-        """Per sentence: the free tokens CTranslate2 may produce (our limit - 1: generate() forces </s> as the
-        limit-th, or stops after max_new_tokens), and whether our rule forces </s> after them."""
+        """Per sentence: the free tokens CTranslate2 may produce (our limit - 1), and whether we force </s> after."""
         steps, forced_eos = [], []
         for tokens in sources:
             rule = int(a * len(tokens) + b) if b is not None else None
@@ -152,10 +136,8 @@ class CTranslate2Translator:
                   max_new_tokens: int | None = None, exact_max_length: bool = True, batch_size: int | None = None,
                   max_tokens: int | None = None, patience: float = 1.0,
                   max_input_tokens: int | None = MAX_SOURCE_TOKENS) -> list[str]:
-        """Translate `sentences` (plain text); one single-line string per sentence, in input order. Options have the
-        names and meanings of `vaswani_hf.inference.translate` (None, or an unset `max_length_b`: the export's
-        generation config); how each maps onto CTranslate2 is the module docstring's. A source longer than the
-        exported position table, or than `max_input_tokens`, is a UsageError naming its line."""
+        """One single-line translation per sentence, in order; options as `vaswani_hf.inference.translate`'s (unset:
+        the export's), mapped as the module docstring says."""
         options = self._options(num_beams=num_beams, length_penalty=length_penalty,
                                 length_penalty_type=length_penalty_type, max_length_a=max_length_a,
                                 max_length_b=max_length_b, max_new_tokens=max_new_tokens)
@@ -178,8 +160,7 @@ class CTranslate2Translator:
 
     def _translate_tokens(self, sources, num_beams, alpha, penalty_type, a, b, max_new_tokens, *,
                           exact_max_length, batch_size, max_tokens, patience) -> list[list[str]]:
-        """The best hypothesis (token strings, no `</s>`) of each source, in order: sources grouped by their length
-        limit (`exact_max_length`), each group in `make_batches`' batches, one `_search` per batch."""
+        """The best hypothesis (no `</s>`) of each source: grouped by length limit, batched, one `_search` a batch."""
         steps, forced_eos = self._limits(sources, a, b, max_new_tokens)
         groups: dict[int, list[int]] = defaultdict(list)
         for k, cap in enumerate(steps):
@@ -228,12 +209,7 @@ class CTranslate2Translator:
 def translate_ctranslate2(model_dir: str | os.PathLike, sentences: Sequence[str], *, device: str | None = "cpu",
                           compute_type: str = "default", quantization: str | None = None, inter_threads: int = 1,
                           intra_threads: int = 0, **options) -> list[str]:
-    """Translate with CTranslate2; one single-line string per sentence, in input order.
-
-    `model_dir` is a folder written by `to_ctranslate2` (has model.bin), or a saved Vaswani model folder, which is
-    then exported to a temporary folder first (`quantization`: None = float32, "int8", ...). `options` are
-    `CTranslate2Translator.translate`'s. For repeated calls, build a `CTranslate2Translator` once.
-    """
+    """Translate with an export, or a model folder exported to a temporary folder (`quantization`) first."""
     import tempfile
 
     loader = dict(device=device, compute_type=compute_type, inter_threads=inter_threads,

@@ -1,11 +1,8 @@
 """CTranslate2 export: a `ctranslate2.specs.TransformerSpec` filled directly from our weights.
 
-Hand-written because CTranslate2's own converters do not fit: its Marian converter assumes Marian C++ conventions
-(`<pad>` last in the vocabulary and removed, the decoder started from a zero vector with `</s>`), and its built-in
-sinusoids are OpenNMT-tf's, not the paper's. Filling the spec keeps our vocabulary in our id order, the decoder start
-token <pad>, post-norm layers without final LayerNorms, and writes the position table out in the model's own layout,
-so the exported network computes exactly our function (float32 log-probabilities agree to ~1e-5).
-Translating with the export: `vaswani_hf.export.ctranslate2`.
+CTranslate2's Marian converter assumes Marian C++ conventions (`<pad>` last and removed, a zero start vector) and its
+built-in sinusoids are OpenNMT-tf's, so the spec is filled here: our ids, <pad> as decoder start, post-norm layers,
+the position table in the model's own layout; float32 log-probabilities agree with ours to ~1e-5.
 """
 
 from __future__ import annotations
@@ -20,7 +17,8 @@ import torch
 from ..configuration_vaswani import SettingError, VaswaniConfig
 from ..generation_vaswani import GENERATION_SETTINGS
 from ..io import UsageError, atomic_output_dir, check_model_folder, check_output_dir, check_same_vocabulary
-from ..io.files import CONFIG, CT2_METADATA, check_tokenizer_file, read_json
+from ..io.files import CT2_METADATA, read_json
+from ..io.models import tokenizer_tokens
 from ..modeling_vaswani import VaswaniForConditionalGeneration, sinusoid_table
 
 CT2_METADATA_FILE = "vaswani_ctranslate2.json"
@@ -44,8 +42,7 @@ def import_ctranslate2():
 
 
 def _vocabulary(tokenizer, config: VaswaniConfig) -> list[str]:
-    """Our token strings in id order 0..V-1, exactly as the tokenizer maps them (no reordering, no <pad> removal);
-    ids the tokenizer does not use get unique placeholders."""
+    """Our token strings in id order 0..V-1 (unused ids: unique placeholders)."""
     id_to_token = tokenizer_tokens(tokenizer)
     if id_to_token and max(id_to_token) >= config.vocab_size:
         raise UsageError(f"to_ctranslate2: the tokenizer has ids up to {max(id_to_token)} but the model's vocab_size "
@@ -60,25 +57,8 @@ def _vocabulary(tokenizer, config: VaswaniConfig) -> list[str]:
     return tokens
 
 
-def tokenizer_tokens(tokenizer) -> dict[int, str]:
-    """{id: token string} of a tokenizer object, or of the tokenizer saved in a folder (tokenizer.json checked
-    first; added tokens included)."""
-    if isinstance(tokenizer, (str, os.PathLike)):
-        path = Path(tokenizer) / "tokenizer.json"
-        if path.is_file():
-            vocab = check_tokenizer_file(path).get_vocab(with_added_tokens=True)
-        else:
-            from transformers import AutoTokenizer
-
-            vocab = AutoTokenizer.from_pretrained(str(tokenizer)).get_vocab()
-    else:
-        vocab = tokenizer.get_vocab()
-    return {index: token for token, index in vocab.items()}
-
-
 def check_one_vocabulary(ours: dict[int, str], theirs: dict[int, str], which: str, advice: str) -> None:
-    """UsageError "{which} are not one vocabulary (id 7 is 'a' in one, 'b' in the other); {advice}" unless two
-    {id: token} maps are one vocabulary (ids absent from `ours` match the export's placeholders `<vaswani_unused_N>`):
+    """UsageError "{which} are not one vocabulary (id 7 is ...); {advice}" unless two {id: token} maps agree:
     CTranslate2 maps token strings to rows, so another tokenizer of the same size would translate garbage."""
     for index in sorted(set(ours) | set(theirs)):
         mine, other = ours.get(index, f"<vaswani_unused_{index}>"), theirs.get(index)
@@ -88,9 +68,7 @@ def check_one_vocabulary(ours: dict[int, str], theirs: dict[int, str], which: st
 
 
 def check_metadata(path: str | os.PathLike) -> dict:
-    """vaswani_ctranslate2.json of a CTranslate2 export, checked: the file's shape (`CT2_METADATA`), then each
-    recorded decoding option of "generation" against its declaration (`GENERATION_SETTINGS`: types and bounds;
-    null = not recorded). UsageError naming the file and the field."""
+    """vaswani_ctranslate2.json, checked: its shape, then each recorded decoding option's `GENERATION_SETTINGS`."""
     metadata = read_json(path, CT2_METADATA)
     for key, value in metadata.get("generation", {}).items():
         if key in GENERATION_KEYS and value is not None:
@@ -102,8 +80,7 @@ def check_metadata(path: str | os.PathLike) -> dict:
 
 
 def _check_folder_tokenizer(folder: Path, tokenizer) -> None:
-    """An explicit tokenizer given with a model folder that has its own: both must be one vocabulary (same tokens
-    at the same ids; the sizes alone do not show a retrained tokenizer)."""
+    """A tokenizer given with a model folder that has its own: both one vocabulary (sizes miss a retrained one)."""
     if not (folder / "tokenizer.json").is_file():
         return
     if isinstance(tokenizer, (str, os.PathLike)) and Path(tokenizer).resolve() == folder.resolve():
@@ -115,16 +92,12 @@ def _check_folder_tokenizer(folder: Path, tokenizer) -> None:
 
 
 def _checked_sources(model_or_folder, tokenizer):
-    """(model object or checked folder, tokenizer object or folder), checked before anything is loaded: a complete
-    vaswani model folder, and a tokenizer of the model's vocabulary (`vaswani_hf.vocabulary`)."""
+    """(model or checked folder, tokenizer or folder), checked before anything is loaded."""
     if isinstance(model_or_folder, VaswaniForConditionalGeneration):
         if tokenizer is None:
             raise ValueError("to_ctranslate2: pass `tokenizer=` (a tokenizer or its folder) with an in-memory model.")
     else:
-        model_or_folder = check_model_folder(Path(model_or_folder), tokenizer=tokenizer is None)
-        model_type = read_json(model_or_folder / "config.json", CONFIG)["model_type"]
-        if model_type != "vaswani":
-            raise UsageError(f"{model_or_folder / 'config.json'}: model_type is {model_type!r}, not 'vaswani'")
+        model_or_folder = check_model_folder(Path(model_or_folder), tokenizer=tokenizer is None, vaswani_only=True)
         tokenizer = model_or_folder if tokenizer is None else tokenizer
     check_same_vocabulary(model_or_folder, tokenizer)
     if isinstance(model_or_folder, Path):
@@ -259,17 +232,11 @@ def _metadata(ctranslate2, model, quantization: str | None, max_positions: int) 
 
 def to_ctranslate2(model_or_folder, out_dir, quantization: str | None = None, tokenizer=None, *,
                    max_positions: int | None = None, force: bool = False) -> Path:
-    """Write a CTranslate2 model folder (`ctranslate2.Translator` loads it) computing exactly our model's function:
-    model.bin, config.json, shared_vocabulary.json, the tokenizer files and `vaswani_ctranslate2.json` (position-table
-    size and generation defaults), written beside `out_dir` and renamed into place (an existing non-empty folder only
-    with `force`). Everything is checked before any work.
+    """Write a CTranslate2 model folder computing exactly our model's function (model.bin, vocabulary, tokenizer
+    files, `vaswani_ctranslate2.json`), atomically; an existing non-empty `out_dir` only with `force`.
 
-    model_or_folder: a `VaswaniForConditionalGeneration` or a folder saved by `save_pretrained`. quantization: None
-    (float32) or one of QUANTIZATIONS. tokenizer: a tokenizer or its folder (default: the model folder), of exactly
-    the model's vocabulary. max_positions: rows of the exported sinusoid table, the longest source and output
-    CTranslate2 can process (default max(max_position_embeddings, 1024); it cannot extend the table as our model does).
-    Sources must be given as our tokenizer produces them, `</s>` included (`translate_ctranslate2` does this).
-    """
+    max_positions: rows of the exported sinusoid table, the longest source and output (default
+    max(max_position_embeddings, 1024): CTranslate2 cannot extend it). tokenizer: default the model folder's."""
     ctranslate2, _, _ = import_ctranslate2()
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise UsageError(f"quantization {quantization!r} is not one of {', '.join(QUANTIZATIONS)}")
@@ -288,7 +255,3 @@ def to_ctranslate2(model_or_folder, out_dir, quantization: str | None = None, to
         metadata = _metadata(ctranslate2, model, quantization, max_positions)
         (tmp / CT2_METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
     return out_dir
-
-
-__all__ = ["to_ctranslate2", "import_ctranslate2", "CT2_METADATA_FILE", "GENERATION_KEYS", "QUANTIZATIONS",
-           "tokenizer_tokens", "check_one_vocabulary", "check_metadata"]

@@ -1,14 +1,10 @@
 """Exact conversion between `VaswaniForConditionalGeneration` and transformers' `MarianMTModel`.
 
-Marian's architecture is the paper's (post-norm, ReLU, sinusoids, shared scaled embeddings) but for three things,
-each handled exactly: its attention biases and `final_logits_bias` (zeros when `attention_bias=False`; a non-zero
-`final_logits_bias` is refused on import); its [sin | cos] sinusoid layout (the paper's interleaved one differs by a
-permutation of the model dimension, applied to every weight that reads or writes the residual stream, which leaves
-the function unchanged); and its LayerNorm epsilon of 1e-5 (`marian_limits`).
-
-An independent implementation to test ours against, and a way to serve trained weights through a native
-architecture (the Hub widget and Inference Endpoints run no custom code): `export_marian` writes such a folder, its
-ids in Marian's order, `<pad>` last (`marian_vocabulary`). `to_marian` and `from_marian` keep our ids.
+Marian's architecture is the paper's but for three things, each handled exactly: attention biases and
+`final_logits_bias` (zeros without `attention_bias`; a non-zero `final_logits_bias` is refused); its [sin | cos]
+sinusoid layout (the paper's interleaved one is a permutation of the model dimension, applied to every weight that
+reads or writes the residual stream); its LayerNorm epsilon of 1e-5 (`marian_limits`). `export_marian` writes a
+native folder (the Hub widget runs no custom code), `<pad>` last (`marian_vocabulary`).
 """
 
 from __future__ import annotations
@@ -29,16 +25,12 @@ from ..tokenization import declare_plain_tokenizer
 from .marian_limits import marian_refusals
 from .marian_vocabulary import check_relabelled_tokenizer, move_pad_last, relabel_tokenizer_files
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
-
 MARIAN_FOLDER = "MarianMTModel folder"  # what this module writes (vaswani_hf.io.outputs)
 
 
 def interleaved_to_concatenated(d_model: int) -> torch.Tensor:
-    """Index map `perm` with concatenated[..., perm[j]] == interleaved[..., j] (Section 3.5's two layouts).
-
-    Interleaved dimension 2i holds sin_i and 2i+1 holds cos_i; concatenated holds sin_i at i and cos_i at d/2 + i.
-    """
+    """Index map `perm` with concatenated[..., perm[j]] == interleaved[..., j] (Section 3.5's two layouts: sin_i at
+    2i and cos_i at 2i+1, or sin_i at i and cos_i at d/2 + i)."""
     j = torch.arange(d_model)
     return torch.where(j % 2 == 0, j // 2, d_model // 2 + j // 2)
 
@@ -72,13 +64,9 @@ def _layer_map(config: VaswaniConfig):
 
 
 def _embedding_map(config: VaswaniConfig):
-    if config.tie_word_embeddings:
-        return [("model.shared.weight", "model.shared.weight", 1)]
-    return [
-        ("model.encoder.embed_tokens.weight", "model.encoder.embed_tokens.weight", 1),
-        ("model.decoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", 1),
-        ("lm_head.weight", "lm_head.weight", 1),
-    ]
+    names = ("model.shared.weight",) if config.tie_word_embeddings else (
+        "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight")
+    return [(name, name, 1) for name in names]
 
 
 def marian_config_from(config: VaswaniConfig) -> MarianConfig:
@@ -130,11 +118,8 @@ def to_marian(model: VaswaniForConditionalGeneration) -> MarianMTModel:
 @torch.no_grad()
 def from_marian(marian: MarianMTModel, sinusoid_layout: str = "concatenated", **config_overrides
                 ) -> VaswaniForConditionalGeneration:
-    """A `VaswaniForConditionalGeneration` computing exactly the same function as `marian`.
-
-    With `sinusoid_layout="interleaved"` the model dimension is permuted so that the result uses the paper's layout.
-    The attention biases are kept (`attention_bias=True`) unless they are all zero.
-    """
+    """A `VaswaniForConditionalGeneration` computing exactly the same function as `marian` (model dimension permuted
+    for `sinusoid_layout="interleaved"`; attention biases kept unless all zero)."""
     mc = marian.config
     if mc.activation_function != "relu":
         raise ValueError(f"from_marian: the paper's FFN uses ReLU; this Marian model uses {mc.activation_function!r}.")
@@ -173,40 +158,29 @@ def from_marian(marian: MarianMTModel, sinusoid_layout: str = "concatenated", **
     return model.train(marian.training)
 
 
-# ---------------------------------------------------------------------------------------------------------------------
 # A native MarianMTModel folder
-# ---------------------------------------------------------------------------------------------------------------------
-
-
 def marian_generation_config(generation: dict, config) -> GenerationConfig:
     """Our decoding settings restricted to what transformers' built-in `generate` understands."""
     keys = ("num_beams", "length_penalty", "early_stopping", "no_repeat_ngram_size")
     settings = {key: generation[key] for key in keys if generation.get(key) is not None}
     if settings.get("num_beams", 1) == 1:  # beam-search settings: transformers refuses to save them with greedy search
         settings = {key: value for key, value in settings.items() if key not in ("length_penalty", "early_stopping")}
-    return GenerationConfig(
-        **settings,
-        max_length=config.max_position_embeddings,  # Marian's sinusoid table has this many rows
-        decoder_start_token_id=config.decoder_start_token_id,
-        bos_token_id=config.bos_token_id,
-        eos_token_id=config.eos_token_id,
-        pad_token_id=config.pad_token_id,
-        forced_eos_token_id=None,
-    )
+    return GenerationConfig(  # max_length: Marian's sinusoid table has this many rows
+        **settings, max_length=config.max_position_embeddings, decoder_start_token_id=config.decoder_start_token_id,
+        bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id,
+        forced_eos_token_id=None)
 
 
 def _copy_tokenizer(model_dir: Path, out_dir: Path, new_of_old: list[int]) -> None:
-    """The tokenizer files, relabelled to the export's token order (`marian_vocabulary`) but otherwise as they are
-    (loading and re-saving would add loader state to tokenizer_config.json)."""
-    copy_model_files(model_dir, out_dir, only=TOKENIZER_FILES)  # the rest is converted; junk is named and left out
+    """The tokenizer files relabelled to the export's order, not re-saved (that would add loader state)."""
+    copy_model_files(model_dir, out_dir, only=(  # the rest is converted; junk is named and left out
+        "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"))
     relabel_tokenizer_files(out_dir, new_of_old)
     declare_plain_tokenizer(out_dir)  # serving stacks may run transformers 4
 
 
 def count_marian_parameters(marian: MarianMTModel) -> int:
-    """Parameters of a `MarianMTModel` converted by `to_marian`, counted as the original's: the fixed sinusoid tables
-    (`embed_positions`) and the all-zero attention biases, which Marian stores but the paper's model does not have,
-    are left out."""
+    """Parameters of a `to_marian` model counted as the original's: no sinusoid tables, no all-zero biases."""
     total = 0
     for name, parameter in marian.named_parameters():
         if "embed_positions" in name:
@@ -228,21 +202,15 @@ def _marian_architecture(config: dict) -> Architecture:
 
 
 def _decodes_like_ours(generation: dict) -> bool:
-    """True when transformers' built-in beam search decodes like our `generate` with these settings: transformers'
-    length penalty (or greedy search) and no per-sentence limit."""
-    return (generation.get("length_penalty_type", "hf") == "hf" or generation.get("num_beams", 1) == 1) and (
+    """Whether transformers' beam search decodes as our `generate`: its length penalty, no per-sentence limit."""
+    return (generation.get("length_penalty_type", "hf") == "hf" or generation.get("num_beams", 1) == 1) and \
         generation.get("max_length_b") is None
-    )
 
 
 # How the card of a native Marian folder differs from ours (vaswani_hf.hub.card.CardVariant).
 MARIAN_CARD = CardVariant(
-    name="marian",
-    tags=("marian",),
-    architecture=_marian_architecture,
-    count_parameters=count_marian_parameters,
-    decodes_as_measured=_decodes_like_ours,
-    decoding_note=(
+    name="marian", tags=("marian",), architecture=_marian_architecture, count_parameters=count_marian_parameters,
+    decodes_as_measured=_decodes_like_ours, decoding_note=(
         "The original model decodes with the GNMT length penalty and a per-sentence length limit (input + 50); "
         "`generation_config.json` here keeps the beam size and alpha for transformers' built-in beam search, "
         "which divides by |Y| ** alpha instead and uses one global `max_length`."),
@@ -256,29 +224,20 @@ MARIAN_CARD = CardVariant(
 
 
 def _check_marian_paths(model_dir, out_dir, overwrite: bool) -> tuple[Path, Path]:
-    """Both folders checked before any work: the input is a complete vaswani model folder with a tokenizer of its
-    vocabulary (`vaswani_hf.vocabulary`), the output differs from it and is new (or empty, or `overwrite`)."""
-    model_dir = check_model_folder(Path(model_dir), what="model folder")
+    """Both folders checked before any work: a complete vaswani model folder, and a new output folder."""
+    model_dir = check_model_folder(Path(model_dir), what="model folder", vaswani_only=True)
     out_dir = Path(out_dir)
     if out_dir.resolve() == model_dir.resolve():
         raise UsageError(f"output folder {out_dir} is the model folder; choose another")
-    model_type = read_json(model_dir / "config.json").get("model_type")
-    if model_type != "vaswani":
-        raise UsageError(f"{model_dir / 'config.json'}: model_type is {model_type!r}, not 'vaswani'; "
-                         "give a folder saved from VaswaniForConditionalGeneration")
     check_same_vocabulary(model_dir, model_dir)
     return model_dir, check_output_dir(out_dir, overwrite=overwrite, what="Marian output folder", kind=MARIAN_FOLDER)
 
 
 def export_marian(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *, metrics: Mapping | None = None,
                   training_info: Mapping | None = None, repo_id: str | None = None, overwrite: bool = False) -> Path:
-    """Write a native `MarianMTModel` folder computing exactly the function of the `vaswani_hf` model in `model_dir`:
-    weights with `<pad>` last (`marian_vocabulary`), the relabelled tokenizer, a generation config and a card.
-
-    `metrics` / `training_info` default to `model_dir`'s `metrics.json` (`write_model_card`); without `training_info`
-    no card is written. Both folders are checked before any work; the folder is written beside `out_dir` and renamed
-    into place (an existing non-empty `out_dir` only with `overwrite`). Returns `out_dir`.
-    """
+    """Write a native `MarianMTModel` folder computing exactly the function of the model in `model_dir` (`<pad>`
+    last), with its relabelled tokenizer, generation config and (given `training_info`, default `model_dir`'s
+    metrics.json) a card; atomically, an existing non-empty `out_dir` only with `overwrite`."""
     from transformers import AutoTokenizer
 
     model_dir, out_dir = _check_marian_paths(model_dir, out_dir, overwrite)
@@ -305,7 +264,3 @@ def export_marian(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *, m
                                      widget_examples=record.get("widget_examples"), generation_config=generation)
             card.save(tmp / "README.md")
     return out_dir
-
-
-__all__ = ["interleaved_to_concatenated", "marian_config_from", "to_marian", "from_marian",
-           "marian_generation_config", "count_marian_parameters", "MARIAN_CARD", "export_marian"]

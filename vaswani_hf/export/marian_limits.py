@@ -1,10 +1,8 @@
 """What transformers' `MarianMTModel` can express of our model, checked before an export (`vaswani-export-marian`).
 
-Marian's choices are fixed (`modeling_marian.py`): sinusoidal positions, d_k = d_v = d_model / h, and LayerNorms
-with PyTorch's default epsilon (1e-5), which MarianConfig cannot change. A saved Marian folder therefore reloads with
-1e-5 whatever `to_marian` set in memory, moving the logits by about |eps - 1e-5| / (2 var) relative: within
-EPS_TOLERANCE (our default 1e-6 included) that is the conversion's own accuracy, any other epsilon is refused.
-Kept apart from the conversion: these are the refusals a user's model meets, as `UsageError`s, before any work.
+Marian fixes sinusoidal positions, d_k = d_v = d_model / h and LayerNorm epsilon 1e-5 (MarianConfig cannot change
+it): a saved folder reloads with 1e-5, moving the logits by about |eps - 1e-5| / (2 var) relative, so only an epsilon
+within EPS_TOLERANCE (our default 1e-6 included) is exported.
 """
 
 from __future__ import annotations
@@ -21,16 +19,14 @@ EPS_TOLERANCE = 1e-5  # |eps - Marian's| at most this: the reloaded logits agree
 
 
 def marian_layer_norm_eps() -> float:
-    """The epsilon of every LayerNorm of a reloaded MarianMTModel: PyTorch's default, which Marian's modeling code
-    uses (it passes none)."""
+    """The epsilon of a reloaded MarianMTModel's LayerNorms: PyTorch's default (Marian passes none)."""
     import torch
 
     return float(torch.nn.LayerNorm(1).eps)
 
 
 def marian_refusals(config: Mapping[str, Any] | Any) -> list[str]:
-    """Why a model of `config` (a VaswaniConfig or the dict of its config.json) cannot be exported to a
-    MarianMTModel that computes the same function: one "field: reason" per problem, [] when it can."""
+    """Why a model of `config` (a config or its dict) cannot be exported to MarianMTModel: "field: reason"s."""
     get = config.get if isinstance(config, Mapping) else (lambda key, default=None: getattr(config, key, default))
     d_model, heads = get("d_model", 512), get("num_heads", 8)
     width = d_model // heads if isinstance(d_model, int) and isinstance(heads, int) and heads > 0 else None
@@ -57,6 +53,3 @@ def check_marian_exportable(model_dir: str | os.PathLike) -> None:
     if problems:
         raise UsageError(f"{path}: cannot be exported to MarianMTModel: {problems[0]}; export to CTranslate2 "
                          "(vaswani-export-ctranslate2) or serve the model with its own code")
-
-
-__all__ = ["EPS_TOLERANCE", "marian_layer_norm_eps", "marian_refusals", "check_marian_exportable"]

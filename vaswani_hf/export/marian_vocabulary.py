@@ -1,11 +1,8 @@
 """The Marian export's token order: `<pad>` is the LAST id, as in OPUS-MT and Marian C++.
 
-Our vocabulary puts `<pad>` first (id 0, the decoder's zero start vector). The OPUS-MT tool chain relies on it being
-last: CTranslate2's own converter (its Marian loader) drops the last vocabulary entry and embedding row, so an export
-with `<pad>` = 0 fails there. The export relabels id i -> (i - pad - 1) mod V, every other token keeping its order:
-embeddings, output projection and bias, the special ids and the tokenizer files together, so the exported model
-computes the same function on the same text (its logits are ours with the last axis permuted). Written here because
-no library relabels a model together with its tokenizer.
+Our `<pad>` is id 0; CTranslate2's Marian converter drops the last vocabulary entry. The export relabels id i ->
+(i - pad - 1) mod V, the others keeping their order, in the weights, special ids and tokenizer files together, so the
+exported model's logits are ours with the last axis permuted. No library relabels a model with its tokenizer.
 """
 
 from __future__ import annotations
@@ -17,8 +14,6 @@ import torch
 from transformers import MarianMTModel
 
 from ..io import UsageError, read_json
-
-SPECIAL_ID_KEYS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")
 
 
 def pad_last_order(vocab_size: int, pad_token_id: int) -> list[int]:
@@ -36,13 +31,8 @@ def _relabel_id(value, new_of_old: list[int]):
 
 @torch.no_grad()
 def move_pad_last(marian: MarianMTModel) -> list[int]:
-    """Relabel `marian` (from `to_marian`) in place so that `<pad>` is its last id; returns `new_of_old`.
-
-    The rows of the embeddings and of the output projection (one shared matrix, or three with
-    `tie_word_embeddings=False`), the columns of `final_logits_bias`, and the special ids of the config and
-    generation config are permuted together: logits of the relabelled model at Marian id `new_of_old[i]` are the
-    original's at id i.
-    """
+    """Relabel `marian` (from `to_marian`) in place so that `<pad>` is its last id: embeddings, projection,
+    `final_logits_bias` and special ids permuted together. Returns `new_of_old`."""
     config = marian.config
     new_of_old = pad_last_order(config.vocab_size, config.pad_token_id)
     old_of_new = torch.empty(config.vocab_size, dtype=torch.long)
@@ -56,7 +46,7 @@ def move_pad_last(marian: MarianMTModel) -> list[int]:
     bias = marian.final_logits_bias
     bias.copy_(bias[:, old_of_new.to(bias.device)])
     for settings in (config, marian.generation_config):
-        for key in SPECIAL_ID_KEYS:
+        for key in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
             setattr(settings, key, _relabel_id(getattr(settings, key, None), new_of_old))
     return new_of_old
 
@@ -101,33 +91,26 @@ def relabel_tokenizer_json(spec: dict, new_of_old: list[int], where: Path) -> di
 def relabel_tokenizer_files(folder: Path, new_of_old: list[int]) -> None:
     """Relabel the tokenizer files copied into `folder` in place (`tokenizer.json`, and the ids that
     `tokenizer_config.json` and `added_tokens.json` may hold)."""
+    def write(path: Path, data: dict) -> None:
+        path.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+
     path = folder / "tokenizer.json"
-    spec = relabel_tokenizer_json(read_json(path), new_of_old, path)
-    path.write_text(json.dumps(spec, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-    config_path = folder / "tokenizer_config.json"
-    if config_path.is_file():
-        settings = read_json(config_path)
-        if isinstance(settings.get("added_tokens_decoder"), dict):
-            settings["added_tokens_decoder"] = {str(new_of_old[int(i)]): token
-                                                for i, token in settings["added_tokens_decoder"].items()}
-            config_path.write_text(json.dumps(settings, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    added_path = folder / "added_tokens.json"
-    if added_path.is_file():
-        added = {token: new_of_old[i] for token, i in read_json(added_path).items()}
-        added_path.write_text(json.dumps(added, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write(path, relabel_tokenizer_json(read_json(path), new_of_old, path))
+    settings = read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
+    if isinstance(settings.get("added_tokens_decoder"), dict):
+        write(folder / "tokenizer_config.json", {**settings, "added_tokens_decoder": {
+            str(new_of_old[int(i)]): token for i, token in settings["added_tokens_decoder"].items()}})
+    if (folder / "added_tokens.json").is_file():
+        write(folder / "added_tokens.json",
+              {token: new_of_old[i] for token, i in read_json(folder / "added_tokens.json").items()})
 
 
 def check_relabelled_tokenizer(original, relabelled, new_of_old: list[int], folder: Path) -> None:
-    """The relabelled tokenizer maps every token to `new_of_old` of its original id and encodes text the same way
-    (with the post-processor's special tokens); fail here rather than ship a tokenizer that disagrees with the
-    weights."""
+    """The relabelled tokenizer maps every token to `new_of_old` of its id and encodes text alike: fail here rather
+    than ship a tokenizer that disagrees with the weights."""
     expected = {token: new_of_old[i] for token, i in original.get_vocab().items()}
     sample = "a b ."
     encoded = [new_of_old[i] for i in original(sample)["input_ids"]]
     if relabelled.get_vocab() != expected or relabelled(sample)["input_ids"] != encoded:
         raise UsageError(f"{folder}: the tokenizer could not be relabelled to the Marian order (<pad> last); "
                          "report this with the model folder's tokenizer.json")
-
-
-__all__ = ["pad_last_order", "move_pad_last", "relabel_tokenizer_json", "relabel_tokenizer_files",
-           "check_relabelled_tokenizer"]

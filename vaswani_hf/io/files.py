@@ -1,21 +1,11 @@
 """The declared shape of every file the package reads, checked when it is read.
 
-A file of the right name can have the wrong shape: a `trainer_state.json` that is a list, a `config.json` whose
-`d_model` is a string, a safetensors header whose offsets disagree with its shapes, a `tokenizer.json` that is valid
-JSON but no tokenizer, a truncated CTranslate2 `model.bin`. Each is refused here in one line naming the file and the
-field (`UsageError`, exit status 2), before a library meets it and fails with a traceback deep inside.
-
-- A tiny declarative spec for JSON: a value is a `Setting` (the one form of a value's rule: `leaf(int, min=0)`),
-  held in `ListOf(...)`, `Obj(required=..., optional=..., extra=...)`, `Nullable(...)`, `OneOf(...)`; the fields of
-  a vaswani config.json are `VaswaniConfig`'s settings, and `spec_of(annotation)` builds a spec from a dataclass
-  annotation, so that the fields of transformers' `TrainerState` are declared once, by that class.
-- `read_json(path, shape)`: parse (`vaswani_hf.io.text.read_json`) and check. The shapes: `CONFIG`,
-  `TRAINER_STATE`, `TOKENIZER`, `TOKENIZER_CONFIG`, `SPECIAL_TOKENS_MAP`, `WEIGHTS_INDEX_SHAPE`, `GENERATION_CONFIG`,
-  `CT2_CONFIG`, `CT2_METADATA`.
-- Binary files, header only (hand-written: the libraries read them in native code and report a broken file as a
-  panic or a multi-line error): `check_safetensors` (the safetensors format rules: a JSON-object header of tensors
-  whose dtype, shape and byte ranges agree and cover the data exactly) and `check_ctranslate2_folder` (model.bin's
-  variable table against its bytes, config.json, the vocabulary files).
+A file of the right name can have the wrong shape (a `trainer_state.json` that is a list, a `d_model` that is a
+string, a truncated safetensors or CTranslate2 file): each is refused here in one line naming the file and the field
+(`UsageError`), before a library meets it. JSON shapes are a small spec (`ListOf`, `Obj`, `Nullable`, `OneOf`) whose
+values are `Setting`s, the one form of a value's rule; `spec_of` builds a spec from a dataclass annotation, so that
+transformers' `TrainerState` declares its own fields. Binary files are checked by their header only, by hand: the
+libraries read them in native code and report a broken file as a panic.
 """
 
 from __future__ import annotations
@@ -37,8 +27,7 @@ from .text import read_json as _parse_json
 
 
 class ShapeError(Exception):
-    """A value that does not have its declared shape: `field` (dotted path, "" for the whole file) and what it must
-    be. Becomes a UsageError naming the file in `check_shape`."""
+    """A value not of its declared shape: `field` (dotted path, "" for the whole file) and what it must be."""
 
     def __init__(self, field: str, problem: str, kind_ok: bool = False):
         super().__init__(problem)
@@ -84,9 +73,9 @@ class Spec:
         return None
 
 
+@dataclasses.dataclass(eq=False)
 class Nullable(Spec):
-    def __init__(self, spec):
-        self.spec = spec
+    spec: Any
 
     def describe(self) -> str:
         return f"{self.spec.describe()} or null"
@@ -116,11 +105,12 @@ class OneOf(Spec):
         raise ShapeError(path, f"must be {self.describe()}, got {_got(value)}")
 
 
+@dataclasses.dataclass(eq=False)
 class ListOf(Spec):
     """A list of `item`s, of exactly `length` items when given."""
 
-    def __init__(self, item=Spec(), length: int | None = None):
-        self.item, self.length = item, length
+    item: Any = Spec()
+    length: int | None = None
 
     def describe(self) -> str:
         return f"a list of {self.length} items" if self.length is not None else "a list"
@@ -157,9 +147,7 @@ class Obj(Spec):
             check_spec(spec or (Spec() if isinstance(self.extra, bool) else self.extra), item, _at(path, key))
 
 
-# ---------------------------------------------------------------------------------------------------------------------
 # Specs from dataclass annotations: a class's fields are declared once, by the class
-# ---------------------------------------------------------------------------------------------------------------------
 def spec_of(annotation: Any, finite: bool = True):
     """The spec of a type annotation (`int | None`, `list[int]`, `dict[str, float]`); others (a library class,
     `Literal`) accept anything."""
@@ -177,16 +165,12 @@ def spec_of(annotation: Any, finite: bool = True):
     return Spec()
 
 
-# ---------------------------------------------------------------------------------------------------------------------
 # The declared JSON files
-# ---------------------------------------------------------------------------------------------------------------------
 STR, INT, COUNT, BOOL = leaf(str), leaf(int), leaf(int, min=0), leaf(bool)
 
 
 @dataclasses.dataclass(frozen=True)
 class FileShape:
-    """What a file is (for the message), its spec and what a user does about a wrong one."""
-
     name: str
     spec: Spec | Setting | typing.Callable[[Any], Spec]
     advice: str
@@ -194,15 +178,13 @@ class FileShape:
 
 
 def _config_spec(data: Any) -> Spec:
-    """config.json: an object with a model_type; a vaswani config's settings are VaswaniConfig's declarations
-    (`MODEL_SETTINGS`: type and range; token ids are checked against the vocabulary when the config is built)."""
+    """config.json: an object with a model_type; a vaswani config's settings are `MODEL_SETTINGS`."""
     vaswani = isinstance(data, dict) and data.get("model_type") == "vaswani"
     return Obj(required={"model_type": STR}, optional=MODEL_SETTINGS if vaswani else None)
 
 
 def _trainer_state_spec(data: Any) -> Spec:
-    """trainer_state.json: transformers' `TrainerState` fields only (it refuses others when resuming), global_step
-    required (the step the checkpoint holds)."""
+    """trainer_state.json: `TrainerState`'s fields only (it refuses others when resuming), global_step required."""
     from transformers import TrainerState
 
     saved = {"stateful_callbacks": Nullable(Obj()), "log_history": ListOf(Obj()), "trial_params": Nullable(Obj())}
@@ -267,14 +249,12 @@ def check_shape(data: Any, shape: FileShape, path: str | os.PathLike) -> Any:
 
 
 def read_json(path: str | os.PathLike, shape: FileShape, what: str | None = None) -> Any:
-    """The content of a JSON file of declared `shape`; a UsageError naming the file (and line, or field) if it is
-    missing, not JSON, or of another shape."""
+    """The content of a JSON file of declared `shape`; a UsageError naming the file (and line, or field)."""
     return check_shape(_parse_json(path, what=what or shape.name), shape, path)
 
 
 def check_tokenizer_file(path: str | os.PathLike, what: str | None = None):
-    """The `tokenizers.Tokenizer` of a tokenizer.json, checked: its declared shape, then the library itself (which
-    reports a file of the right shape but broken content in a multi-line message)."""
+    """The `tokenizers.Tokenizer` of a tokenizer.json, checked: its declared shape, then the library itself."""
     data = read_json(path, TOKENIZER, what=what)
     from tokenizers import Tokenizer
 
@@ -284,9 +264,7 @@ def check_tokenizer_file(path: str | os.PathLike, what: str | None = None):
         raise UsageError(f"{path}: not a tokenizer file ({one_line(error, 160)}); {TOKENIZER.advice}") from None
 
 
-# ---------------------------------------------------------------------------------------------------------------------
 # safetensors: the header against the bytes
-# ---------------------------------------------------------------------------------------------------------------------
 # Bits per element of the safetensors dtypes (its format description and `safetensors/src/tensor.rs`)
 SAFETENSORS_DTYPE_BITS = {"BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "I16": 16,
                           "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "I64": 64, "U64": 64,
@@ -300,10 +278,8 @@ SAFETENSORS_HEADER = FileShape("safetensors header", Obj(optional={"__metadata__
 
 
 def check_safetensors(path: str | os.PathLike) -> dict:
-    """The header of a safetensors file, checked by the format's rules without reading the data: 8 bytes of header
-    length, a JSON object of tensors {dtype, shape, data_offsets}, each tensor's bytes = its elements x its dtype's
-    size, and the byte ranges tile the data exactly up to the end of the file (no gap, no overlap, nothing missing:
-    a truncated download is named here, not deep inside a loader). Raises UsageError naming the file and tensor."""
+    """The header of a safetensors file, checked by the format's rules without reading the data: each tensor's bytes
+    = its elements x its dtype's size, and the byte ranges tile the data exactly up to the end of the file."""
     p = Path(path)
     size = p.stat().st_size
     broken = f"{p}: truncated or corrupt safetensors weights"
@@ -341,15 +317,12 @@ def check_safetensors(path: str | os.PathLike) -> dict:
     return header
 
 
-# ---------------------------------------------------------------------------------------------------------------------
 # CTranslate2 model folders
-# ---------------------------------------------------------------------------------------------------------------------
 CT2_DTYPE_BYTES = (4, 1, 2, 4, 2, 2)  # float32 int8 int16 int32 float16 bfloat16 (ctranslate2 DataType order)
 
 
 def _ct2_variables(handle, size: int) -> None:
-    """Walk model.bin's variable table (CTranslate2's binary layout, versions 4-6: name, rank, dims, dtype, byte
-    count, bytes), checking each variable's byte count against its dims and the file's length; raises ValueError."""
+    """Walk model.bin's variable table (CTranslate2's layout 4-6), each byte count against its dims and the file."""
     def read(fmt: str):
         data = handle.read(struct.calcsize("<" + fmt))
         if len(data) != struct.calcsize("<" + fmt):
@@ -381,9 +354,8 @@ def _ct2_variables(handle, size: int) -> None:
 
 
 def check_ctranslate2_folder(folder: str | os.PathLike, what: str = "CTranslate2 model folder") -> Path:
-    """A CTranslate2 model folder checked before CTranslate2 reads it (it aborts or prints its own error on a broken
-    one): model.bin complete, config.json an object of its settings, the vocabulary files lists of token strings,
-    our vaswani_ctranslate2.json (if present) of its shape. Raises UsageError naming the file."""
+    """A CTranslate2 model folder checked before CTranslate2 (which aborts on a broken one) reads it: model.bin
+    complete, config.json, the vocabularies and vaswani_ctranslate2.json of their shapes."""
     folder = Path(folder)
     model = folder / "model.bin"
     if not model.is_file():

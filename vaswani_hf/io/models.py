@@ -1,9 +1,6 @@
-"""Model folders (written by `save_pretrained`): checked cheaply before anything is loaded, then loaded strictly.
-
-A missing, truncated or broken file is named in one line before transformers reads anything. Loading is strict: the
-weights hold exactly the tensors the config's model needs, of its shapes (transformers only logs a report and
-initialises missing layers at random), every weight is finite (a NaN from a diverged run translates to empty lines),
-and the tokenizer is the model's vocabulary.
+"""Model folders (written by `save_pretrained`): checked cheaply before anything is loaded, then loaded strictly:
+exactly the tensors the config's model needs, of its shapes (transformers only logs a report and initialises missing
+layers at random), every weight finite, and the tokenizer the model's vocabulary.
 """
 
 from __future__ import annotations
@@ -37,11 +34,8 @@ WEIGHTS = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
 logger = logging.getLogger(__name__)
 
-# The files of a model folder, declared once (top-level names or patterns): the model's (MODEL_FILES, with the code
-# files its config.json needs: `code_files`) and those a Hub folder holds beside it (HUB_FILES: card, endpoint
-# handler, run report). What averaging, the exports and an upload take from an input folder is chosen among them
-# (`declared_files`, `copy_model_files`); anything else there (training state, pickled weights, a stray *.py, junk)
-# is named and left out.
+# The files of a model folder, declared once: the model's (with the code files its config.json needs: `code_files`)
+# and a Hub folder's (card, handler, run report). Anything else an input folder holds is named and left out.
 MODEL_FILES = (WEIGHTS, "model-*-of-*.safetensors", WEIGHTS_INDEX, "config.json", "generation_config.json",
                "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json",
                "merges.txt", "*.spm")
@@ -51,8 +45,7 @@ _RELATIVE_IMPORT = re.compile(r"^\s*from\s+\.([A-Za-z_][A-Za-z0-9_]*)\s+import\s
 
 
 def code_references(config: Mapping) -> set[tuple[str, str]]:
-    """(module, class) of the code a config.json names: `auto_map` entries ("[repo--]module.Class") and
-    `custom_pipelines` implementations (class "" where a reference names none)."""
+    """(module, class) of the code a config.json's `auto_map` and `custom_pipelines` name (class "" if none)."""
     auto_map = config.get("auto_map") or {}
     references = [ref for value in auto_map.values() for ref in (value if isinstance(value, list) else [value])]
     references += [p.get("impl") for p in (config.get("custom_pipelines") or {}).values() if isinstance(p, Mapping)]
@@ -70,8 +63,7 @@ def relative_imports(path: Path) -> list[str]:
 
 
 def code_files(folder: Path) -> list[str]:
-    """The present code files of `folder` that `trust_remote_code` loads: those config.json names and, transitively,
-    their relative imports (`vaswani_hf.hub.missing_code_files` names the absent)."""
+    """The present code files of `folder` that `trust_remote_code` loads: config.json's and their relative imports."""
     try:
         config = read_json(folder / "config.json", CONFIG) if (folder / "config.json").is_file() else {}
     except UsageError:
@@ -107,9 +99,8 @@ def declared_files(folder: str | os.PathLike) -> tuple[list[str], list[str]]:
 
 def copy_model_files(source: str | os.PathLike, target: str | os.PathLike, *, only: Iterable[str] = MODEL_FILES,
                      exclude: Iterable[str] = (), known: Iterable[str] = ()) -> list[str]:
-    """Copy the declared files of `source` that match `only` (default: the model's and its code) and not `exclude`
-    into `target`, and log one line naming what was left out, except entries matching `known` (a checkpoint's
-    training state). Returns the names copied."""
+    """Copy the declared files of `source` matching `only` (default: the model's and its code) and not `exclude`
+    into `target`; log one line naming what was left out but `known`. Returns the names copied."""
     source, target = Path(source), Path(target)
     kept, left = declared_files(source)
     code = code_files(source) if only is MODEL_FILES else []
@@ -129,11 +120,11 @@ def _looks_like_hub_id(text: str) -> bool:
             and not Path(text).exists())
 
 
-def check_model_folder(path: str | os.PathLike, *, what: str = "model folder", tokenizer: bool = True) -> Path | str:
-    """A saved model folder, checked cheaply (no weights are loaded): config.json (this model's), generation and
-    tokenizer files have their declared shapes (`vaswani_hf.io.files`), the safetensors weights are complete and
-    floating point. Returns the folder, or the text itself for a Hub id (`org/name`), which loading checks. Raises
-    UsageError naming the missing or broken file."""
+def check_model_folder(path: str | os.PathLike, *, what: str = "model folder", tokenizer: bool = True,
+                       vaswani_only: bool = False) -> Path | str:
+    """A saved model folder checked without loading weights: config.json (this model's, or unless `vaswani_only` a
+    transformers translation model's) and the other files of their declared shapes, the weights complete and
+    floating point. Returns the folder, or a Hub id (`org/name`) as it is: loading checks it."""
     if isinstance(path, str) and _looks_like_hub_id(path):
         return path
     folder = Path(path)
@@ -143,7 +134,7 @@ def check_model_folder(path: str | os.PathLike, *, what: str = "model folder", t
         raise UsageError(f"{what} {folder} is a file; give the folder that holds config.json")
     config = read_json(folder / "config.json", CONFIG, what=f"config.json of {what} {folder} (written by "
                                                                 "save_pretrained)")
-    check_vaswani_config(config, folder / "config.json")
+    check_vaswani_config(config, folder / "config.json", vaswani_only)
     check_tokenizer_configs(folder)
     if (folder / "generation_config.json").is_file():
         check_generation_config_file(folder / "generation_config.json", config.get("vocab_size"))
@@ -171,17 +162,16 @@ def check_model_folder(path: str | os.PathLike, *, what: str = "model folder", t
 MODEL_TYPE, ARCHITECTURE = "vaswani", "VaswaniForConditionalGeneration"
 
 
-def check_vaswani_config(config: dict, path: Path) -> None:
-    """A config.json of this model, or of one of transformers' translation models that names its class (a
-    `MarianMTModel` export, which the decoding tools also take); anything else would load as another model (a long
-    load report and a traceback) or be refused with advice about trust_remote_code."""
+def check_vaswani_config(config: dict, path: Path, vaswani_only: bool = False) -> None:
+    """A config.json of this model, or of a transformers translation model naming its class (a Marian export, which
+    the decoding tools also take); anything else would load as another model or fail with a traceback."""
     model_type, names = config.get("model_type"), config.get("architectures")
     if model_type == MODEL_TYPE:
         expected = ARCHITECTURE
     else:
         expected = MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES.get(model_type) if isinstance(model_type, str) \
             else None
-        if expected is None or names is None:
+        if expected is None or names is None or vaswani_only:
             raise UsageError(f"{path}: field model_type is {json.dumps(model_type)}, not \"{MODEL_TYPE}\": not a "
                              "vaswani_hf model; give a folder written by vaswani-train (save_pretrained)")
     if names is not None and (not isinstance(names, list) or any(n != expected for n in names)):
@@ -191,8 +181,8 @@ def check_vaswani_config(config: dict, path: Path) -> None:
 
 
 def check_tokenizer_configs(folder: Path) -> None:
-    """tokenizer_config.json and special_tokens_map.json, where present, of their declared shapes, naming tokens of
-    tokenizer.json (transformers reads them with tracebacks on a wrong field)."""
+    """tokenizer_config.json and special_tokens_map.json, where present, of their shapes, naming tokenizer.json's
+    tokens."""
     vocabulary = None
     for name, shape in (("tokenizer_config.json", TOKENIZER_CONFIG), ("special_tokens_map.json", SPECIAL_TOKENS_MAP)):
         if not (folder / name).is_file():
@@ -211,8 +201,7 @@ def check_tokenizer_configs(folder: Path) -> None:
 
 
 def check_generation_config_file(path: str | os.PathLike, vocab_size: int | None = None) -> dict:
-    """generation_config.json: a JSON object (not silently replaced by transformers' defaults) whose settings meet
-    their declarations (`GENERATION_SETTINGS`, token ids within `vocab_size`); a UsageError names file and setting."""
+    """generation_config.json: an object whose settings meet their declarations (`GENERATION_SETTINGS`)."""
     data = read_json(path, GENERATION_CONFIG)
     vocab = vocab_size if isinstance(vocab_size, int) and not isinstance(vocab_size, bool) else None
     try:
@@ -222,8 +211,7 @@ def check_generation_config_file(path: str | os.PathLike, vocab_size: int | None
     return data
 
 
-# A parameter of this model is floating point; a safetensors dtype of another kind would be cast silently by the
-# loader (integer weights are a damaged or foreign file, not a quantisation this package writes).
+# The loader would cast integer weights silently: they are a damaged or foreign file, not a quantisation of ours.
 _FLOATING = frozenset({"F16", "BF16", "F32", "F64"})
 
 
@@ -237,8 +225,7 @@ def check_weight_dtypes(header: dict, path: Path) -> None:
 
 
 def check_finite_weights(tensors, path) -> None:
-    """Every floating tensor of `tensors` ({name: tensor}) is finite: NaN or infinity (a diverged run, a damaged file)
-    would translate to empty lines and average into every checkpoint without an error."""
+    """Every floating tensor of `tensors` is finite: a NaN would translate to empty lines without an error."""
     import torch
 
     for name, tensor in tensors.items():
@@ -249,8 +236,7 @@ def check_finite_weights(tensors, path) -> None:
 
 def load_model_folder(path: str | os.PathLike, *, device=None, dtype=None, trust_remote_code: bool = False,
                       what: str = "model folder", **model_kwargs):
-    """(model in eval mode on `device`, tokenizer) from a checked model folder or a Hub id, through transformers'
-    Auto classes, loaded strictly (see the module docstring). `dtype`: None for float32."""
+    """(model in eval mode on `device`, tokenizer) from a checked folder or a Hub id, loaded strictly."""
     import torch
     from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
@@ -294,9 +280,7 @@ def check_loading_report(report: dict, where: str) -> None:
 
 
 def check_special_ids(config, tokenizer, where: str) -> None:
-    """The tokenizer's padding, <s> and </s> are the model's (`config`: config.json as a mapping, or a config): a
-    tokenizer_config.json naming another token would pad sources with a token the encoder attends to, or end
-    sentences the model never ends."""
+    """The tokenizer's padding, <s> and </s> are the model's (`config`: a mapping or a config)."""
     for name in ("pad_token_id", "eos_token_id", "bos_token_id"):
         ours = config.get(name) if isinstance(config, Mapping) else getattr(config, name, None)
         ours, theirs = ours[0] if isinstance(ours, list) and ours else ours, getattr(tokenizer, name, None)
@@ -306,28 +290,27 @@ def check_special_ids(config, tokenizer, where: str) -> None:
                              "model: save the tokenizer again")
 
 
-# ---------------------------------------------------------------------------------------------------------------------
 # One vocabulary for tokenizer and weights
-# ---------------------------------------------------------------------------------------------------------------------
-# The model has one embedding matrix shared by source, target and the pre-softmax projection (Section 3.4), indexed by
-# the tokenizer's ids; training sizes it to the tokenizer (`vocab_size = len(tokenizer)`). A tokenizer of another size
-# belongs to another model: its ids would select the wrong rows, or rows that do not exist, and the pair would
-# translate garbage without an error. Every place that pairs a tokenizer with weights (loading, the exports, the
-# upload) checks here, before any work. Sizes are read from the files; nothing is loaded for a folder with a
-# tokenizer.json.
+# One embedding matrix indexed by the tokenizer's ids (Section 3.4), sized `len(tokenizer)`: a tokenizer of another
+# size belongs to another model and would translate garbage without an error. Every place that pairs a tokenizer
+# with weights checks here, before any work, from the files.
+
+
+def tokenizer_tokens(tokenizer) -> dict[int, str]:
+    """{id: token string} of a tokenizer object or folder (tokenizer.json checked first; added tokens included)."""
+    if not isinstance(tokenizer, (str, os.PathLike)):
+        return {index: token for token, index in tokenizer.get_vocab().items()}
+    path = Path(tokenizer) / "tokenizer.json"
+    if path.is_file():
+        return {i: t for t, i in check_tokenizer_file(path).get_vocab(with_added_tokens=True).items()}
+    from transformers import AutoTokenizer
+
+    return tokenizer_tokens(AutoTokenizer.from_pretrained(str(tokenizer)))
 
 
 def tokenizer_size(tokenizer) -> int:
     """`len(tokenizer)` of a tokenizer object or of the tokenizer saved in a folder (added tokens included)."""
-    if not isinstance(tokenizer, (str, os.PathLike)):
-        return len(tokenizer)
-    folder = Path(tokenizer)
-    path = folder / "tokenizer.json"
-    if path.is_file():
-        return check_tokenizer_file(path).get_vocab_size(with_added_tokens=True)
-    from transformers import AutoTokenizer
-
-    return len(AutoTokenizer.from_pretrained(str(folder)))
+    return len(tokenizer) if not isinstance(tokenizer, (str, os.PathLike)) else len(tokenizer_tokens(tokenizer))
 
 
 def model_vocab_size(model) -> int:
@@ -346,8 +329,7 @@ def _label(source, what: str) -> str:
 
 
 def check_same_vocabulary(model, tokenizer) -> None:
-    """UsageError naming both and both sizes unless the tokenizer (object or folder) has exactly as many tokens as the
-    model's (object or folder) vocabulary."""
+    """UsageError naming both sizes unless the tokenizer (object or folder) has the model's vocab_size."""
     tokens, rows = tokenizer_size(tokenizer), model_vocab_size(model)
     if tokens != rows:
         raise UsageError(f"{_label(tokenizer, 'tokenizer')} has {tokens} tokens but {_label(model, 'model')} has "

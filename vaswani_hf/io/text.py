@@ -1,9 +1,8 @@
 """Text files in and out: the one reader and writer of sentences, and JSON.
 
-Strict UTF-8 (a bad byte is an error naming the file and line); a BOM is dropped; "\\r\\n" and "\\r" end a line
-like "\\n" (U+2028/U+0085, which `str.splitlines` would split on, are text). N lines in, N items out; "-" is standard
-input / output. Written files appear whole. An input is a regular file, a pipe or the null device; any other device
-(reading /dev/zero would never end), a socket or a folder is refused by name.
+Strict UTF-8 (a bad byte is named by file and line); a BOM is dropped; "\\r\\n" and "\\r" end a line like "\\n"
+(U+2028/U+0085 are text). N lines in, N items out; "-" is standard input / output; written files appear whole. An
+input is a regular file, a pipe or the null device (reading /dev/zero would never end).
 """
 
 from __future__ import annotations
@@ -104,8 +103,7 @@ def read_lines(path: str | os.PathLike, what: str = "input file") -> list[str]:
 
 def write_lines(path: str | os.PathLike | None, lines: Iterable[str], *, overwrite: bool = False,
                 what: str = "output file") -> None:
-    """One line per item (an item's own line breaks become spaces) to `path` (None or "-": standard output), written
-    atomically; unless `overwrite`, the file must not exist yet."""
+    """One line per item (its line breaks become spaces) to `path` (None or "-": standard output), atomically."""
     text = "".join(" ".join(_split(str(line))) + "\n" for line in lines)  # the reader's line ends only
     if path is None or str(path) == STDIO:
         write_stdout(text)
@@ -117,7 +115,7 @@ def write_lines(path: str | os.PathLike | None, lines: Iterable[str], *, overwri
 
 def write_stdout(text: str) -> None:
     """`text` to standard output, all of it or a BrokenPipeError (Python's text layer silently drops what a closing
-    pipe did not take, so the descriptor is written directly; a stdout without one is written as text)."""
+    pipe did not take, so the descriptor is written directly)."""
     sys.stdout.flush()
     try:
         fd = sys.stdout.fileno()
@@ -158,12 +156,4 @@ def write_json(path: str | os.PathLike, data: Any, *, overwrite: bool = True) ->
 
 def to_json(data: Any) -> str:
     """Indented JSON text; numbers from numpy/torch and paths written as themselves."""
-    return json.dumps(data, indent=2, default=_json_default)
-
-
-def _json_default(o: Any) -> Any:
-    if isinstance(o, Path):
-        return str(o)
-    if hasattr(o, "item"):
-        return o.item()
-    return str(o)
+    return json.dumps(data, indent=2, default=lambda o: o.item() if hasattr(o, "item") else str(o))
