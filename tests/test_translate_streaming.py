@@ -130,6 +130,30 @@ def test_a_folder_not_ours_at_the_staging_path_is_never_replaced(assets, referen
     assert (tmp_path / "out.txt.partial" / "mine.txt").read_text() == "keep me\n"
 
 
+def test_a_running_translation_is_never_replaced_nor_a_file_put_in_its_staging_folder(assets, reference, tmp_path,
+                                                                                      monkeypatch, capfd):
+    """A second translation into the same --output is refused while the first holds the staging folder's lock, even
+    with --overwrite; a user's file later put into an interrupted run's staging folder survives its --resume."""
+    from vaswani_hf.io import FolderLock
+
+    source, expected = reference
+    out, partial = tmp_path / "out.txt", tmp_path / "out.txt.partial"
+    _interrupt_at_call(monkeypatch, 2)
+    assert translate(source, out, assets.model, "--buffer_lines", "10")[0] == 130
+    monkeypatch.undo()
+    capfd.readouterr()
+    with FolderLock(partial):  # as the running translation holds it
+        for extra in ((), ("--overwrite",), ("--resume",)):
+            assert translate(source, out, assets.model, "--buffer_lines", "10", *extra)[0] == 2
+            assert "in use by another translation" in capfd.readouterr().err
+    write(partial / "x.de", "mine\n")
+    assert translate(source, out, assets.model, "--buffer_lines", "10", "--resume")[0] == 2
+    assert "did not write (x.de)" in capfd.readouterr().err
+    (partial / "x.de").rename(tmp_path / "x.de")
+    assert translate(source, out, assets.model, "--buffer_lines", "10", "--resume")[0] == 0
+    assert out.read_bytes() == expected and not partial.exists() and (tmp_path / "x.de").read_text() == "mine\n"
+
+
 def _env() -> dict:
     return dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
                 HF_HUB_OFFLINE="1")

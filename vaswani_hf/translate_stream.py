@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import timedelta
 from itertools import islice
@@ -150,7 +150,13 @@ def prepare_staging(staging: Path, state: dict, *, resume: bool, overwrite: bool
     """Check the staging folder (every process), then (rank 0) make or keep it; returns the windows already done.
     An earlier run's is continued only with `resume` and the same state, replaced only with `overwrite`."""
     what = f"{staging} (the staging folder of --output)"
+    if io.folder_in_use(staging):
+        raise io.UsageError(f"{what} is in use by another translation into the same --output; wait for it to "
+                            "finish, or choose another --output")
     ours = io.written_by(staging) == PARTIAL_KIND
+    if ours and _foreign(staging):
+        raise io.UsageError(f"{what} holds files this tool did not write ({', '.join(_foreign(staging)[:3])}); move "
+                            "them out first, or choose another --output")
     if staging.exists() and not ours:
         io.check_output_dir(staging, overwrite=overwrite, what=what, kind=PARTIAL_KIND)  # names what is there
     done = len(list(staging.glob("window-*.txt"))) if ours else 0
@@ -190,7 +196,24 @@ def _publish(staging: Path, windows: int, output: str | os.PathLike, overwrite: 
         for k in range(windows):
             with open(_part(staging, k), "rb") as part:
                 shutil.copyfileobj(part, handle)
-    shutil.rmtree(staging)
+    _remove_staging(staging)
+
+
+def _foreign(staging: Path) -> list[str]:
+    """What the staging folder holds that this tool did not write there (a user's file is never removed)."""
+    ours = {STATE, io.MARKER}
+    return sorted(p.name for p in staging.iterdir() if p.name not in ours and not
+                  (p.name.startswith("window-") and p.name.endswith(".txt") and p.is_file()))
+
+
+def _remove_staging(staging: Path) -> None:
+    """Remove the staging folder's parts, state and marker, then the folder if nothing else is left in it."""
+    foreign = set(_foreign(staging))
+    for p in staging.iterdir():
+        if p.name not in foreign:
+            p.unlink()
+    with suppress(OSError):
+        staging.rmdir()
 
 
 @contextmanager
@@ -200,7 +223,7 @@ def _kept_on_interrupt(staging: Path, world: Processes):
         yield
     except BaseException:
         if world.rank == 0 and world.size == 1 and staging.is_dir() and not any(staging.glob("window-*.txt")):
-            shutil.rmtree(staging, ignore_errors=True)
+            _remove_staging(staging)
         raise
 
 
@@ -221,6 +244,8 @@ def translate_file(source: str | os.PathLike, output: str | os.PathLike | None, 
         if staging is not None:
             state = {"input": fingerprint, "buffer_lines": buffer_lines, **engine.fingerprint}
             done = prepare_staging(staging, state, resume=resume, overwrite=overwrite, world=world)
+            if world.rank == 0:  # one translation at a time into one --output (another is refused, not replaced)
+                stack.enter_context(io.FolderLock(staging, f"{staging} (the staging folder of --output)"))
             stack.enter_context(_kept_on_interrupt(staging, world))
         mine = [k for k in range(windows) if k % world.size == world.rank
                 and (staging is None or not _part(staging, k).is_file())]
