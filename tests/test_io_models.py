@@ -145,13 +145,15 @@ def test_declared_files_take_only_declared_regular_files_and_the_code_config_jso
     (source / "generation_vaswani.py").write_text("X = 1\n")
     (source / "stray.py").write_text("TOKEN = 'hf_x'\n")
     (source / "secret").write_text("do not copy")
-    (source / "tokenizer.json").symlink_to(source / "secret")
     (source / "README.md").write_text("card")
     assert declared_files(source) == (["README.md", "config.json", "generation_vaswani.py", "modeling_vaswani.py"],
-                                      ["secret", "stray.py", "tokenizer.json"])
+                                      ["secret", "stray.py"])
     with caplog.at_level(logging.WARNING, logger="vaswani_hf.io.models"):
         copied = copy_model_files(source, target)
     assert copied == sorted(p.name for p in target.iterdir()) == ["config.json", "generation_vaswani.py",
                                                                    "modeling_vaswani.py"]
     assert [r.getMessage() for r in caplog.records] == [
-        f"{source}: left out 3 file(s) that are not a model folder's declared files: secret, stray.py, tokenizer.json"]
+        f"{source}: left out 2 file(s) that are not a model folder's declared files: secret, stray.py"]
+    (source / "tokenizer.json").symlink_to(source / "secret")  # a declared name that is a link: never silently
+    with pytest.raises(UsageError, match="tokenizer.json is a symbolic link"):  # left out, nor its target sent
+        declared_files(source)

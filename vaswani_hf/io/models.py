@@ -93,7 +93,11 @@ def declared_files(folder: str | os.PathLike) -> tuple[list[str], list[str]]:
     code = code_files(folder)
     for entry in sorted(os.listdir(folder)):
         wanted = entry in code or _matches(entry, MODEL_FILES + HUB_FILES)
-        (kept if wanted and _regular(folder / entry) else left).append(entry)
+        if wanted and not _regular(folder / entry):  # never silently without the weights, nor sent a link's target
+            raise UsageError(f"{folder / entry} is {'a symbolic link' if (folder / entry).is_symlink() else 'no file'}"
+                             ": a model folder's files are copied and uploaded only as regular files; put the file "
+                             "itself there (cp --remove-destination \"$(readlink -f F)\" F)")
+        (kept if wanted else left).append(entry)
     return kept, left
 
 
