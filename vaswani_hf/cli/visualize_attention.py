@@ -57,9 +57,9 @@ def alignment_links(alignment: str, source: str, target: str) -> list[tuple[int,
     except ValueError as error:
         raise io.UsageError(f"--alignment: {str(error)!r} is not a link 'i-j' (source word i, target word j, "
                             "0-based), e.g. --alignment \"0-0 1-2\"") from None
-    for i, j in pairs:
+    for link, (i, j) in zip(alignment.split(), pairs):
         if i >= words[0] or j >= words[1]:
-            raise io.UsageError(f"--alignment: link '{i}-{j}' pairs source word {i} with target word {j}, but --source "
+            raise io.UsageError(f"--alignment: link {link!r} pairs source word {i} with target word {j}, but --source "
                                 f"has {words[0]} words and --target has {words[1]} (0-based: source 0..{words[0] - 1}, "
                                 f"target 0..{words[1] - 1}); give links within both sentences")
     return pairs
