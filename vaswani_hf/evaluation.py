@@ -1,14 +1,9 @@
-"""Translation quality metrics for the Transformer (Vaswani et al., 2017), each clearly labelled (`DESCRIPTIONS`).
+"""Translation quality metrics, each clearly labelled (`DESCRIPTIONS`): sacreBLEU (comparable across papers),
+chrF, the paper's tokenized BLEU (Section 6.1, comparable only with numbers computed the same way, e.g. Table 2's
+27.3 / 28.4) and BLEU on the given whitespace tokens (pre-tokenized references such as Multi30k's).
 
-:func:`compute_all` reports sacreBLEU (the number comparable across papers), chrF, the paper's tokenized BLEU
-(Section 6.1, tensor2tensor's ``get_ende_bleu.sh``: inflated by compound splitting, comparable only with numbers
-computed the same way, e.g. Table 2's 27.3 / 28.4) and BLEU on the given whitespace tokens (for pre-tokenized
-references such as Multi30k's, the kind of number fairseq reports).
-
-The computations live in ``evaluate`` metric modules shipped in ``vaswani_hf/metrics/<name>/<name>.py`` and
-loaded by path with :func:`load_metric`, which needs no network (``evaluate.load`` of a Hub name fails offline).
-The same modules back :func:`make_compute_metrics` for ``Seq2SeqTrainer``, so training-time and final scores
-come from the same code.
+The computations are ``evaluate`` modules in ``vaswani_hf/metrics/<name>/<name>.py``, loaded by path (no network)
+by :func:`load_metric`; :func:`make_compute_metrics` uses the same modules during training.
 """
 
 from __future__ import annotations

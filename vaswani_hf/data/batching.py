@@ -1,14 +1,8 @@
-"""Token-budget batching (Section 5.1) and collation: the one batcher of the package, for training, evaluation and
-translation.
-
-Vaswani et al. (2017), Section 5.1: "Sentence pairs were batched together by approximate sequence length. Each training
-batch contained a set of sentence pairs containing approximately 25000 source tokens and 25000 target tokens."
-transformers has no token-budget batching (its `train_sampling_strategy="group_by_length"` groups by length but keeps
-a fixed number of *sentences* per batch), so the packing is written here, once: `batch_ends` cuts an order of
-sentences greedily into batches whose padded size (sentences x longest) stays within a budget (`pack_by_tokens`
-gives the batches as lists). `TokenBatchSampler` (training and evaluation: sorted by length, shuffled batch order per
-epoch, sharded across ranks) and `make_batches` (translation: longest first, an over-long sentence alone) both use
-it.
+"""Token-budget batching (Section 5.1) and collation: the one batcher of the package (training, evaluation,
+translation). "Each training batch contained a set of sentence pairs containing approximately 25000 source tokens and
+25000 target tokens." transformers' `group_by_length` keeps a fixed number of *sentences* per batch, so the packing
+is here: `batch_ends` cuts an order of sentences greedily into batches whose padded size (sentences x longest) fits
+a budget; `TokenBatchSampler` (training, evaluation) and `make_batches` (translation) use it.
 """
 
 from __future__ import annotations

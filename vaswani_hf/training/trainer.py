@@ -1,14 +1,10 @@
-"""`VaswaniTrainer`: transformers' `Seq2SeqTrainer` with the paper's batching, objective, schedule and checkpoints.
-
-What it changes, and why each is hand-written:
-- Section 5.1: DataLoaders of `TokenBatchSampler` (token budgets; transformers batches by sentence count only);
-- Section 5.4: the label-smoothed objective through transformers' `compute_loss_func` hook (the model's
-  `forward(labels=...)` stays plain cross-entropy), optionally chunked (`compute_loss`); evaluation reports the
-  smoothed loss (`eval_loss`), the plain NLL (`eval_nll`) and perplexity (`eval_ppl`);
-- Section 5.3: Adam(0.9, 0.98, 1e-9) (fused where it applies) and the exact learning-rate formula;
-- evaluation across processes: transformers' per-batch `all_gather` needs equal shapes (see `evaluation_loop`);
-- atomic checkpoints: transformers writes straight into `checkpoint-N`, and a kill leaves a half-written folder that
-  `--resume` would pick (see `_save_checkpoint`).
+"""`VaswaniTrainer`: transformers' `Seq2SeqTrainer` with the paper's batching, objective, schedule and checkpoints:
+- Section 5.1: DataLoaders of `TokenBatchSampler` (transformers batches by sentence count only);
+- Section 5.4: the label-smoothed loss through the `compute_loss_func` hook, optionally chunked; evaluation reports
+  `eval_loss` (smoothed), `eval_nll` and `eval_ppl`;
+- Section 5.3: Adam(0.9, 0.98, 1e-9) and the exact learning-rate formula;
+- evaluation across processes (`evaluation_loop`: transformers' `all_gather` needs equal shapes) and atomic
+  checkpoints (`_save_checkpoint`: transformers writes straight into `checkpoint-N`).
 """
 
 from __future__ import annotations
