@@ -1,22 +1,15 @@
-"""Shared (joint source + target) BPE vocabulary for the Transformer.
+"""Shared (joint source + target) BPE vocabulary, Section 5.1: "byte-pair encoding [3], which has a shared
+source-target vocabulary of about 37000 tokens"; one vocabulary lets encoder, decoder and pre-softmax projection share
+one embedding matrix (Section 3.4). Built with `tokenizers`, wrapped in a `PreTrainedTokenizerFast`. Choices:
 
-Vaswani et al. (2017), Section 5.1 "Training Data and Batching": "Sentences were encoded using byte-pair encoding
-[3], which has a shared source-target vocabulary of about 37000 tokens" (EN-DE). One vocabulary for both sides is
-what lets the model share one embedding matrix between encoder, decoder and pre-softmax projection (Section 3.4).
-
-Everything here is built from the `tokenizers` library and wrapped in a transformers `PreTrainedTokenizerFast`, so
-that `save_pretrained` / `AutoTokenizer.from_pretrained` and `tok(src, text_target=tgt)` work unchanged. Choices:
-
-* Byte-level BPE, not Metaspace: every input string is representable (never an `<unk>`) and `decode(encode(x)) == x`
-  by construction; a Metaspace BPE maps characters unseen in training to `<unk>` (WMT test sets have them) and with
-  `prepend_scheme="always"` drops a leading space. Cost: `Ġ` marks a space, rare characters cost 2-4 byte tokens.
-* Word-initial tokens are consistent: the normaliser prepends one space (`Prepend(" ")`) and the decoder strips
-  exactly one (`Strip(" ", 1, 0)`), so a line's first word is tokenised like any other and the round trip stays exact.
-* NFC by default, not NFKC: NFC only merges canonically equivalent sequences (the same text); NFKC also folds
-  compatibility characters (NO-BREAK SPACE, "ﬁ", "½"), which is lossy. It is an option (`normalization="NFKC"`),
-  as is `lowercase=True` (off: the paper's BLEU is cased).
-* Fixed special ids, which the model config relies on: `<pad>`=0 (also the decoder start token, tensor2tensor's
-  zero start), `<s>`=1, `</s>`=2, `<unk>`=3. Every sequence gets `</s>` appended (`"$A </s>"`), no `<s>`.
+* Byte-level BPE, not Metaspace: every string is representable (no `<unk>`, WMT test sets have characters unseen in
+  training) and `decode(encode(x)) == x`; the cost is 2-4 tokens for a rare character.
+* The normaliser prepends one space and the decoder strips exactly one, so a line's first word is tokenised like any
+  other and the round trip stays exact.
+* NFC by default (lossless); NFKC (lossy: folds NO-BREAK SPACE, "ﬁ", "½") and `lowercase=True` are options (the
+  paper's BLEU is cased).
+* Fixed special ids the config relies on: `<pad>`=0 (also the decoder start, tensor2tensor's zero start), `<s>`=1,
+  `</s>`=2, `<unk>`=3. Every sequence gets `</s>` appended, no `<s>`.
 """
 
 from __future__ import annotations

@@ -86,20 +86,15 @@ def make_batches(lengths: Sequence[int], max_tokens: int | None = TRANSLATE_MAX_
 
 
 class TokenBatchSampler(Sampler[list[int]]):
-    """Batches of sentence pairs of similar length with at most `max_tokens` padded source and `max_tokens` padded
-    target tokens each (Section 5.1: ~25000 + ~25000), padded size = pairs x longest, `</s>` included (the collator's
-    tensors exactly, so the budget bounds memory).
+    """Batches of sentence pairs of similar length with at most `max_tokens` padded source and target tokens each
+    (Section 5.1), padded size = pairs x longest with `</s>` (the collator's tensors exactly), as fairseq's
+    `batch_by_size`: pairs ordered by source then target length (ties by `seed`), cut by `batch_ends`, built once
+    (stable `__len__` for the Trainer's schedule); `set_epoch` shuffles their order with (seed, epoch).
 
-    fairseq's `batch_by_size`, which neither transformers nor Accelerate has: pairs ordered by source then target
-    length (ties broken with `seed`), cut greedily by `batch_ends`. Batches are built once (`__len__` is stable: the
-    Trainer sizes its schedule from it); each epoch shuffles their order with (seed, epoch) (`set_epoch`).
-
-    Distributed: every rank builds the same batches and takes every `num_replicas`-th of the epoch's order from
-    `rank`: disjoint, together every example once. For training the count is made a multiple of `num_replicas` by
-    halving the most populous batches (no repeated or dropped example); fewer batches' worth of pairs than ranks is
-    a BatchingError, as is a training example that alone exceeds the budget (`filter_pairs` removes them). With
-    `evaluation` such an example gets a batch of its own and ranks may get different counts (the evaluation loop
-    synchronises only at its end). `pad_to_multiple_of`: the collator's, so that the budget counts its rounding.
+    Distributed: every rank builds the same batches and takes every `num_replicas`-th from `rank`. For training the
+    count is made a multiple of `num_replicas` by halving the most populous batches; too few pairs for the ranks, or an
+    example alone over budget, is a BatchingError. With `evaluation` such an example gets its own batch and ranks may
+    get different counts. `pad_to_multiple_of`: the collator's, so that the budget counts its rounding.
     """
 
     def __init__(self, src_lengths: Sequence[int] | np.ndarray, tgt_lengths: Sequence[int] | np.ndarray,

@@ -1,13 +1,10 @@
 """The training objective (Section 5.4): label-smoothed cross-entropy, "label smoothing of value eps_ls = 0.1".
 
-Hand-written because transformers' `LabelSmoother` spreads eps over all V classes: here the target keeps 1 - eps and
-the other V - 1 classes share eps, as t2t v1 and fairseq do; like fairseq (unlike t2t) the smoothed distribution's
-entropy is not subtracted, so eps = 0 is the model's own `forward(labels=...)` loss. Nothing here reads a tensor back
-to the host (no device sync, no graph break under `torch.compile`).
-
-Chunked loss (`loss_chunk_tokens`): a micro-batch's logits are (target tokens x V), 3.7 GB in fp32 at 25k tokens and
-V = 37k, plus their gradient; `chunked_label_smoothed_nll` computes the same loss `chunk` tokens at a time from the
-decoder's hidden states and the projection's weight. It pays where memory binds (a GPU).
+Not transformers' `LabelSmoother`, which spreads eps over all V classes: here the target keeps 1 - eps and the other
+V - 1 share eps (t2t v1, fairseq); the smoothed distribution's entropy is not subtracted, so eps = 0 is the model's own
+`forward(labels=...)` loss. No host read-back (no device sync, no graph break under `torch.compile`).
+`chunked_label_smoothed_nll` computes the same loss `chunk` tokens at a time from the hidden states and the
+projection's weight: the logits of a 25k-token micro-batch at V = 37k are 3.7 GB in fp32, plus their gradient.
 """
 
 from __future__ import annotations
