@@ -39,12 +39,9 @@ def list_upload_files(model_dir: str | os.PathLike) -> list[tuple[str, int]]:
 
 def check_folder(model_dir: str | os.PathLike, files: list[tuple[str, int]] | None = None, *,
                  repo_id: str | None = None, revision: str | None = None) -> list[str]:
-    """Problems that would make the uploaded repository unusable (empty list: none), each naming its file: an
-    invalid `repo_id` or `revision`, an uploaded *.json or *.py that does not parse or compile (`_file_problems`), no
-    or an unparsable card, what loading refuses (`check_model_folder`: config.json, weights, tokenizer files,
-    generation settings; a tokenizer of another vocabulary), a code file that config.json or another code file needs
-    but that is absent or lacks the class auto_map names, and a tokenizer that transformers cannot load or whose
-    special tokens are not the config's."""
+    """Problems that would make the uploaded repository unusable, each naming its file: invalid `repo_id` or
+    `revision`, unparsable *.json / *.py or card, what loading refuses (`check_model_folder`), a needed code file
+    absent or without its auto_map class, a tokenizer transformers cannot load or with other special tokens."""
     model_dir = Path(model_dir)
     names = {name for name, _ in (files if files is not None else list_upload_files(model_dir))}
     problems = []

@@ -76,8 +76,7 @@ def _free_bytes(path: Path) -> int:
 
 @contextmanager
 def checkpoint_write_errors(staged: Path, final: Path) -> Iterator[None]:
-    """A full disk while `torch.save` writes the optimizer or scheduler state into `staged` arrives as a RuntimeError
-    without errno: raised as the OSError(ENOSPC) it is, naming the file, so it is one line like any full disk."""
+    """A full disk under `torch.save` (a RuntimeError without errno) raised as the OSError(ENOSPC) it is."""
     try:
         yield
     except RuntimeError as error:
@@ -100,8 +99,7 @@ def last_checkpoints(output_dir: str | os.PathLike, n: int) -> list[Path]:
 
 
 def rng_state_files(processes: int) -> list[str]:
-    """The RNG-state files a checkpoint of a run on `processes` processes holds: without them a resumed run draws
-    other dropout masks and batch orders than the run it continues."""
+    """The RNG-state files of a run on `processes` processes (a resume draws the same dropout masks and batches)."""
     return ["rng_state.pth"] if processes <= 1 else [f"rng_state_{rank}.pth" for rank in range(processes)]
 
 
@@ -163,10 +161,8 @@ FULL_CHECK_BYTES = 64 << 20  # torch archives up to this size are read whole (CR
 
 
 def torch_archive_problem(path: Path) -> str | None:
-    """Why `path` is not a `torch.save` archive the resume can load, or None; InconsistentCheckpoint when its pickle
-    needs more than torch's safe loader allows. The Trainer reads these only after training started (a traceback):
-    here the zip structure (members within the file; up to FULL_CHECK_BYTES every CRC), then the pickle as the
-    Trainer opens it (`weights_only=True` with its numpy allowlist; memory-mapped)."""
+    """Why `path` is not a `torch.save` archive the resume can load (zip structure, CRCs up to FULL_CHECK_BYTES, then
+    the pickle as the Trainer opens it), or None; InconsistentCheckpoint for a pickle torch's safe loader refuses."""
     try:
         size = path.stat().st_size
         with zipfile.ZipFile(path) as archive:
@@ -198,9 +194,8 @@ def torch_archive_problem(path: Path) -> str | None:
 
 def resumable_checkpoint(output_dir: str | os.PathLike, processes: int = 1,
                          rng: bool = True) -> tuple[Path | None, list[str]]:
-    """The newest checkpoint of `output_dir` that `processes` processes can resume from exactly, and why each newer
-    one was passed over (transformers' `get_last_checkpoint` takes the newest whatever its state, and the run then
-    crashes or continues with other random numbers)."""
+    """The newest checkpoint `processes` processes can resume from exactly, and why each newer one was passed over
+    (transformers' `get_last_checkpoint` takes the newest whatever its state)."""
     skipped = []
     for folder in reversed(checkpoints(output_dir)):
         problem = checkpoint_problem(folder, processes, rng)
@@ -210,9 +205,7 @@ def resumable_checkpoint(output_dir: str | os.PathLike, processes: int = 1,
     return None, skipped
 
 
-# ---------------------------------------------------------------------------------------------------------------------
 # Time-interval checkpoints and the wall-clock budget
-# ---------------------------------------------------------------------------------------------------------------------
 
 
 def _broadcast_code(code: int, device: torch.device | str = "cpu") -> int:
@@ -266,9 +259,7 @@ class WallClockCallback(TrainerCallback):
         self.last_save = time.monotonic()
 
 
-# ---------------------------------------------------------------------------------------------------------------------
 # Section 6.1: checkpoint averaging
-# ---------------------------------------------------------------------------------------------------------------------
 
 
 def _load_weights(folder: Path) -> dict[str, torch.Tensor]:
@@ -280,9 +271,7 @@ def _load_weights(folder: Path) -> dict[str, torch.Tensor]:
     return weights
 
 
-# config.json fields that decide the function a checkpoint's weights compute: the model settings declared as
-# architecture (`VaswaniConfig`'s declarations); they must agree between checkpoints averaged together, while
-# training-only settings (dropout) and bookkeeping (versions, the pipeline, the language pair) may differ.
+# config.json fields that decide the function the weights compute (dropout does not): averaged checkpoints agree
 ARCHITECTURE_FIELDS = frozenset(name for name, s in MODEL_SETTINGS.items() if s.architecture)
 # tokenizer.json fields that do not change which id a text gets (they are set per call)
 _NOT_VOCABULARY = ("truncation", "padding")
@@ -385,8 +374,7 @@ def average_checkpoints(folders: Sequence[str | os.PathLike], one_run: bool = Tr
 
 
 def load_averaged_weights(model, weights: Mapping[str, torch.Tensor]) -> None:
-    """Put averaged `weights` into `model` in place and re-tie the shared embedding / output projection (Section
-    3.4); a tensor the model does not have is an error, tied copies left out are fine."""
+    """Put averaged `weights` into `model` and re-tie the shared embedding / projection (Section 3.4)."""
     _, unexpected = model.load_state_dict(weights, strict=False)
     if unexpected:
         raise UsageError(f"averaged weights have tensors this model does not have: {unexpected[:5]}")
