@@ -133,15 +133,9 @@ def train_bpe_tokenizer(corpus: Any, *, vocab_size: int = DEFAULT_VOCAB_SIZE, mi
                         languages: Sequence[str] | None = None, model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
                         save_dir: str | os.PathLike | None = None,
                         show_progress: bool = True) -> PreTrainedTokenizerFast:
-    """Train one BPE vocabulary on the source and target sides together (paper, Section 5.1).
-
-    `corpus`: see `iter_training_text`; pass both sides (e.g. `[train.en, train.de]`). `vocab_size` counts the 4
-    special tokens and the 256 byte symbols (paper: ~37000 for EN-DE; a few thousand for Multi30k-sized data).
-    `min_frequency`: a pair must occur this often to be merged (2 avoids merges that memorise one sentence).
-    `lowercase` / `normalization`: module docstring. `languages`: with a `datasets.Dataset`, the languages to read.
-    `save_dir`: if given, `save_pretrained` there. Returns a `PreTrainedTokenizerFast` with `<pad>`=0, `<s>`=1,
-    `</s>`=2, `<unk>`=3 that appends `</s>`.
-    """
+    """Train one BPE vocabulary on both sides together (Section 5.1). `corpus`: see `iter_training_text`.
+    `vocab_size` counts the 4 special tokens and 256 byte symbols (paper: ~37000 for EN-DE). `min_frequency` 2 avoids
+    merges that memorise one sentence. `languages`: those to read from a `datasets.Dataset`. `save_dir`: saved there."""
     if vocab_size <= len(SPECIAL_TOKENS) + 256:
         raise ValueError(f"vocab_size={vocab_size} must exceed the 4 special tokens + 256 byte symbols")
     tok = build_bpe_tokenizer(lowercase=lowercase, normalization=normalization)

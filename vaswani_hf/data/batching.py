@@ -35,11 +35,9 @@ class BatchingError(UsageError):
 
 def batch_ends(order: Sequence[int] | np.ndarray, lengths: Sequence[Sequence[int] | np.ndarray],
                max_tokens: int | None, max_sentences: int | None = None) -> list[int]:
-    """Cut `order` (indices) greedily, in that order, into batches, and return where each batch ends (positions in
-    `order`, exclusive): a batch grows while, for every array of `lengths`, (sentences in the batch) x (longest of
-    them) stays within `max_tokens`, and while it holds at most `max_sentences` sentences. A sentence that alone
-    exceeds the budget forms a batch of its own (callers that must refuse it check first). O(N) Python: ~1 s per
-    million sentences (fairseq's `batch_by_size` does the same); the batches themselves are never built as lists."""
+    """Cut `order` greedily into batches; return where each ends (exclusive positions in `order`). A batch grows while,
+    for every array of `lengths`, sentences x longest stays within `max_tokens` and it holds at most `max_sentences`; a
+    sentence alone over budget gets its own batch (callers that must refuse it check first). O(N), ~1 s per million."""
     if not 1 <= len(lengths) <= 2:
         raise ValueError("batch_ends: give one array of lengths (source) or two (source, target)")
     order = np.asarray(order, dtype=np.int64)

@@ -60,11 +60,8 @@ def split_update(tokens_per_step: int, world_size: int, capacity: int) -> tuple[
 
 def tokens_per_device(recipe, world_size: int, config=None, num_parameters: int | None = None,
                       device: torch.device | str = "cpu", local_processes: int = 1) -> tuple[int, int]:
-    """(max_tokens_per_device, gradient_accumulation_steps) of a recipe on `world_size` processes of `device`.
-
-    A number in the recipe is kept, and its accumulation is the recipe's (or "auto": enough micro-batches for
-    `tokens_per_step`). `auto` derives both from `tokens_per_step`, the process count and the device's capacity for
-    the model (`config`, `num_parameters`)."""
+    """(max_tokens_per_device, gradient_accumulation_steps) of a recipe on `world_size` processes of `device`: a number
+    in the recipe is kept; `auto` derives both from `tokens_per_step`, the process count and the device's capacity."""
     if recipe.max_tokens_per_device != "auto":
         budget = int(recipe.max_tokens_per_device)
         if recipe.gradient_accumulation_steps == "auto":

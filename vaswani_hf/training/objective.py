@@ -32,12 +32,8 @@ def label_smoothed_nll(logits: torch.Tensor, labels: torch.Tensor, epsilon: floa
 
 
 class _ChunkedProjectionLoss(torch.autograd.Function):
-    """sum over tokens of label_smoothed_nll(hidden @ weight.T), `chunk` rows at a time; gradients computed in forward.
-
-    Not recomputed in backward (checkpointing per chunk): the gradients of a scalar sum w.r.t. (hidden, weight) are
-    (tokens x d) and (V x d), 19-76 MB for base/big, and computing them chunk by chunk in forward costs the plain
-    path's three (tokens x d x V) matmuls, recomputing four. Backward only scales them by the incoming scalar. Without
-    a gradient needed (evaluation) nothing is stored."""
+    """sum over tokens of label_smoothed_nll(hidden @ weight.T), `chunk` rows at a time, gradients computed in forward
+    (the plain path's three matmuls, not four with recomputation); backward only scales them."""
 
     @staticmethod
     def forward(ctx, hidden, weight, labels, epsilon, chunk, ignore_index):  # noqa: D102 (see the class docstring)

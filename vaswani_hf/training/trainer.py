@@ -84,13 +84,9 @@ def _stack_sentences(sentences: list[tuple[int, list[int], list[int]]], pad_id: 
 
 
 class VaswaniTrainer(Seq2SeqTrainer):
-    """`Seq2SeqTrainer` for the paper's recipe (see the module docstring).
-
-    Each device's batch holds up to `max_tokens` padded source and as many target tokens (`per_device_*_batch_size`
-    is ignored), an evaluation batch `eval_max_tokens` (`budget.evaluation_budget`); the paper's ~25000 + 25000 are
-    `max_tokens x world_size x gradient_accumulation_steps`. Accelerate's `split_batches` and `dispatch_batches`,
-    which re-cut batches by sentence count, are refused. `optimizer_cls_and_kwargs`: `paper_optimizer_cls_and_kwargs`.
-    """
+    """`Seq2SeqTrainer` for the paper's recipe: a device's batch holds up to `max_tokens` padded source and as many
+    target tokens (`per_device_*_batch_size` ignored), an evaluation batch `eval_max_tokens`. Accelerate's
+    `split_batches` / `dispatch_batches` (which re-cut batches by sentence count) are refused."""
 
     def __init__(self, *args: Any, max_tokens: int, eval_max_tokens: int | None = None,
                  max_sentences: int | None = None, paper_warmup_steps: int = 4000,

@@ -75,13 +75,9 @@ def _masks(batch: dict, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
 def attention_diagnostics(model, tokenizer, sources: Sequence[str],
                           targets: Sequence[str] | Sequence[Sequence[int]] | None = None, *, extra_padding: int = 3,
                           num_beams: int | None = None, max_new_tokens: int | None = None) -> dict:
-    """Per-head entropy and padding mass of every attention kind over a right-padded batch (module docstring).
-
-    Besides the padding the batch already has, `extra_padding` masked positions are appended, and the weights are
-    compared with an unpadded pass of each sentence ("padding_invariance": max |difference| on real positions).
-    Returns {"entropy": {kind: (L, H)}, "entropy_normalized": {...}, "padding_mass": {kind: (L, H)},
-    "padding_invariance": {kind: float}, "num_sentences": B}.
-    """
+    """Per-head entropy and padding mass of every kind over a right-padded batch with `extra_padding` masked positions
+    appended, and "padding_invariance" (max |difference| from an unpadded pass on real positions). Returns {"entropy",
+    "entropy_normalized", "padding_mass": {kind: (L, H)}, "padding_invariance": {kind: float}, "num_sentences": B}."""
     padded = batch_attentions(
         model, tokenizer, sources, targets, extra_padding=extra_padding, num_beams=num_beams,
         max_new_tokens=max_new_tokens,
