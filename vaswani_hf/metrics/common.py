@@ -1,9 +1,7 @@
-"""What the three metric modules share: their input schema, sacreBLEU's layout of references, their `MetricInfo`,
-the load-time option `numeric_only`, and BLEU's result fields.
-
-Imported as a module (`from vaswani_hf.metrics import common`): `evaluate.load(path)` copies each metric script into
-its own module folder, where a relative import would not resolve, and takes the first `evaluate.Metric` subclass in
-the script's namespace as the metric, so the base class must not be imported by name.
+"""What the three metric modules share: input schema, sacreBLEU's layout of references, `MetricInfo`, the option
+`numeric_only` and BLEU's result fields. Imported as a module (`from vaswani_hf.metrics import common`):
+`evaluate.load(path)` copies each script into its own folder (no relative import) and takes the first
+`evaluate.Metric` subclass in its namespace as the metric, so the base class must not be imported by name.
 """
 
 import datasets

@@ -1,11 +1,8 @@
-"""Checkpoints (Section 6.1): written atomically at time intervals, found again for `--resume`, and averaged.
+"""Checkpoints (Section 6.1): written atomically at time intervals, found again for `--resume`, and averaged: "we
+used a single model obtained by averaging the last 5 checkpoints, which were written at 10-minute intervals".
 
-"For the base models, we used a single model obtained by averaging the last 5 checkpoints, which were written at
-10-minute intervals. For the big models, we averaged the last 20 checkpoints." (Section 6.1)
-
-Hand-written because transformers has none of them: an atomic checkpoint (it writes into the final folder), saves at
-time intervals (TrainingArguments saves by steps or epochs), the newest checkpoint that loads (`get_last_checkpoint`
-takes the newest, loadable or not) and averaging (fairseq's `average_checkpoints.py` does it for its own format).
+transformers has none of these: it writes into the final folder, saves by steps or epochs, `get_last_checkpoint` takes
+the newest loadable or not, and only fairseq averages (its own format).
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Getting the attention weights of a seq2seq model (Section 3.2.3's three kinds, h heads in each of N layers).
-
-Weights come from one teacher-forced forward pass over (source, target) with `output_attentions=True`; the target is
-a reference or the model's own greedy / beam translation (`model.generate`): the decoder's attention over its own
-translation in a forced pass is the attention it used while generating it (same prefix, same weights, dropout off).
-Only eager attention returns weights (sdpa does not): `eager_attention(model)` switches to it and restores the
-previous implementation and train/eval mode afterwards. Works on any `AutoModelForSeq2SeqLM` model (the package's
-classes or `trust_remote_code`); imports nothing from vaswani_hf (see the package docstring).
+"""Getting the attention weights of a seq2seq model (Section 3.2.3's three kinds, h heads in each of N layers): one
+teacher-forced forward pass with `output_attentions=True` over (source, target), the target a reference or the
+model's own translation (in a forced pass the decoder's attention is the one it used while generating it). Only eager
+attention returns weights: `eager_attention(model)` switches to it and back. Works on any `AutoModelForSeq2SeqLM`.
 """
 
 from __future__ import annotations
