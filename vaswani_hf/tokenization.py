@@ -86,9 +86,8 @@ def _looks_like_file(x: Any) -> bool:
 
 
 def iter_training_text(corpus: Any, languages: Sequence[str] | None = None) -> Iterator[str]:
-    """The training sentences of `corpus`, both sides alike (joint vocabulary): a path or a list of paths to
-    one-sentence-per-line files, a `datasets.Dataset` with a `translation` column (all languages, or `languages`), or
-    any iterable of strings."""
+    """The sentences of `corpus`, both sides alike: path(s) of line files, a `datasets.Dataset` with a `translation`
+    column (`languages` or all), or any iterable of strings."""
     import datasets  # local import: the tokenizer module should not require `datasets` for plain files
 
     if isinstance(corpus, (str, os.PathLike)):

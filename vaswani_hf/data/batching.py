@@ -69,10 +69,8 @@ def pack_by_tokens(order: Sequence[int] | np.ndarray, lengths: Sequence[Sequence
 
 def make_batches(lengths: Sequence[int], max_tokens: int | None = TRANSLATE_MAX_TOKENS,
                  batch_size: int | None = None) -> list[list[int]]:
-    """Translation batches: indices of `lengths`, longest sentences first (ties keep the input order), packed by
-    `pack_by_tokens` within `max_tokens` padded source tokens and at most `batch_size` sentences. A sentence longer
-    than `max_tokens` forms a batch of its own (it is never dropped or truncated). The longest batch comes first, so
-    that running out of memory happens at once rather than at the end."""
+    """Translation batches of `lengths`' indices, longest first (ties in input order; an out-of-memory happens at once),
+    within `max_tokens` padded source tokens and `batch_size` sentences; a longer sentence gets a batch of its own."""
     if max_tokens is None and batch_size is None:
         raise ValueError("make_batches: give max_tokens, batch_size, or both")
     if max_tokens is not None and max_tokens <= 0:
@@ -177,10 +175,9 @@ class TokenBatchSampler(Sampler[list[int]]):
 
 @dataclass
 class Seq2SeqCollator:
-    """Tokenized pairs -> int64 tensors: input_ids and attention_mask (B, S); labels (B, T) padded with -100 and
-    decoder_input_ids = labels shifted right after `decoder_start_token_id` (<pad> = 0, t2t's zero start); rows
-    without `labels` give the source only. Hand-written rather than `DataCollatorForSeq2Seq`, which needs the model's
-    `prepare_decoder_input_ids_from_labels` and pads through `tokenizer.pad` (slower): here three tensor fills."""
+    """Tokenized pairs -> int64 input_ids / attention_mask (B, S), labels (B, T) padded with -100 and
+    decoder_input_ids = labels shifted right after <pad> (t2t's zero start); rows without `labels` give the source only.
+    Not `DataCollatorForSeq2Seq`, which needs the model and pads through `tokenizer.pad` (slower)."""
 
     pad_token_id: int = PAD_ID
     decoder_start_token_id: int = PAD_ID

@@ -42,9 +42,8 @@ def key(*parts: Any, files: Sequence[str | os.PathLike] = ()) -> str:
 
 def arrow_dataset(name: str, build: Callable[[], Iterable[pa.RecordBatch]], features: datasets.Features,
                   info: dict | None = None) -> tuple[datasets.Dataset, dict]:
-    """The dataset cached as `root()/corpora/{name}.arrow`, written from `build()`'s record batches on a miss (one
-    batch in memory at a time; the file appears whole). `info` (e.g. counts of empty pairs) is kept beside it and
-    returned again on a hit."""
+    """The dataset cached as `root()/corpora/{name}.arrow`, written whole from `build()`'s record batches on a miss;
+    `info` is kept beside it and returned again on a hit."""
     path = root() / "corpora" / f"{name}.arrow"
     sidecar = path.with_suffix(".json")
     if not (path.is_file() and sidecar.is_file()):

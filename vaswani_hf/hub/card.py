@@ -97,10 +97,9 @@ class CardVariant:
 
 
 def normalize_metrics(metrics: Mapping | None) -> dict[str, dict]:
-    """Metrics in one form, `{name: {"score": float, "signature": str | None, "description": str | None}}`, from
-    `compute_all`'s result, the evaluation tool's JSON (`{"scores": ...}`), `metrics.json` (`{"metrics": ...}`) or flat
-    numbers (Trainer's `eval_bleu`: the prefix is dropped, losses and throughput skipped). ValueError on a score that is
-    not a finite number: no placeholders."""
+    """Metrics as `{name: {"score", "signature", "description"}}` from `compute_all`, `{"scores": ...}`,
+    `{"metrics": ...}` or flat Trainer numbers (prefix dropped, losses and throughput skipped); ValueError on a
+    score that is not a finite number."""
     if not metrics:
         return {}
     if "scores" in metrics and isinstance(metrics["scores"], Mapping):

@@ -182,10 +182,8 @@ def push_folder(
     commit_description: str | None = None,
     out=None,
 ):
-    """Upload the files of `list_upload_files(model_dir)` to `repo_id` in ONE commit, creating the repository
-    (`private` applies only then) and the branch `revision` if needed; returns the `CommitInfo`. With `dry_run`,
-    prints and returns the files (path, size) without any network call. Raises UsageError (`check_folder`'s
-    problems), RunFailure without a token or when the Hub cannot be reached or refuses the upload."""
+    """Upload `list_upload_files(model_dir)` to `repo_id` in ONE commit, creating the repository (`private` applies only
+    then) and branch `revision` if needed; returns the `CommitInfo`, or with `dry_run` the files, printed, offline."""
     from huggingface_hub import HfApi, get_token
 
     out = out or sys.stdout
