@@ -138,14 +138,10 @@ def train_bpe_tokenizer(corpus: Any, *, vocab_size: int = DEFAULT_VOCAB_SIZE, mi
     if vocab_size <= len(SPECIAL_TOKENS) + 256:
         raise ValueError(f"vocab_size={vocab_size} must exceed the 4 special tokens + 256 byte symbols")
     tok = build_bpe_tokenizer(lowercase=lowercase, normalization=normalization)
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        min_frequency=min_frequency,
-        special_tokens=list(SPECIAL_TOKENS),
-        # All 256 byte symbols are always in the vocabulary: that is what guarantees no <unk> at test time.
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=show_progress,
-    )
+    # All 256 byte symbols are always in the vocabulary: that is what guarantees no <unk> at test time.
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                  special_tokens=list(SPECIAL_TOKENS), show_progress=show_progress,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     t0 = time.perf_counter()
     # `train_from_iterator` streams; the Rust trainer shows its own progress bar.
     tok.train_from_iterator(iter_training_text(corpus, languages), trainer=trainer)

@@ -41,13 +41,12 @@ _NOT_SCORES = {"loss", "runtime", "samples_per_second", "steps_per_second", "epo
 TRAINING_FIELDS = [
     ("dataset_name", "Training data"), ("dataset", "Training data (Hub id)"),
     ("dataset_config", "Dataset configuration"), ("train_examples", "Training sentence pairs"),
-    ("tokenizer", "Tokenizer"), ("steps", "Training steps"),
-    ("epochs", "Epochs"), ("tokens_per_batch", "Tokens per batch"), ("batch_size", "Batch size"),
-    ("optimizer", "Optimizer"), ("learning_rate", "Learning rate"), ("lr_schedule", "Learning-rate schedule"),
-    ("warmup_steps", "Warm-up steps"), ("dropout", "Residual dropout P_drop"),
-    ("label_smoothing", "Label smoothing epsilon_ls"), ("checkpoint_averaging", "Checkpoint averaging"),
-    ("hardware", "Hardware"), ("training_time", "Training time"), ("seed", "Seed"),
-]
+    ("tokenizer", "Tokenizer"), ("steps", "Training steps"), ("epochs", "Epochs"),
+    ("tokens_per_batch", "Tokens per batch"), ("batch_size", "Batch size"), ("optimizer", "Optimizer"),
+    ("learning_rate", "Learning rate"), ("lr_schedule", "Learning-rate schedule"), ("warmup_steps", "Warm-up steps"),
+    ("dropout", "Residual dropout P_drop"), ("label_smoothing", "Label smoothing epsilon_ls"),
+    ("checkpoint_averaging", "Checkpoint averaging"), ("hardware", "Hardware"), ("training_time", "Training time"),
+    ("seed", "Seed")]
 # Keys that describe the run but are rendered elsewhere (metadata, evaluation, title).
 _META_KEYS = {"source_lang", "target_lang", "license", "model_name", "eval_dataset", "widget_examples", "tags",
               "extra_limitations", "summary"}
@@ -183,18 +182,13 @@ def vaswani_architecture(config: dict) -> Architecture:
 
 
 def _architecture_rows(arch: Architecture, num_parameters: int) -> list[tuple[str, str]]:
-    rows = [
-        ("Architecture", arch.name),
-        ("Layers (encoder / decoder), N", f"{arch.encoder_layers} / {arch.decoder_layers}"),
-        ("d_model", str(arch.d_model)),
-        ("d_ff", str(arch.d_ff)),
-        ("Attention heads, h", str(arch.heads)),
-        ("d_k / d_v", f"{arch.d_k} / {arch.d_v}"),
-        ("Positional encoding", arch.positions),
-        ("Vocabulary (shared source/target)", f"{arch.vocab_size:,}"),
-        ("Tied embeddings (encoder, decoder, pre-softmax)", "yes" if arch.tied else "no"),
-        ("Parameters", _format_count(num_parameters)),
-    ]
+    rows = [("Architecture", arch.name),
+            ("Layers (encoder / decoder), N", f"{arch.encoder_layers} / {arch.decoder_layers}"),
+            ("d_model", str(arch.d_model)), ("d_ff", str(arch.d_ff)), ("Attention heads, h", str(arch.heads)),
+            ("d_k / d_v", f"{arch.d_k} / {arch.d_v}"), ("Positional encoding", arch.positions),
+            ("Vocabulary (shared source/target)", f"{arch.vocab_size:,}"),
+            ("Tied embeddings (encoder, decoder, pre-softmax)", "yes" if arch.tied else "no"),
+            ("Parameters", _format_count(num_parameters))]
     if arch.attention_bias:
         rows.append(("Attention projection biases", "yes (not in the paper)"))
     return rows

@@ -171,17 +171,9 @@ def _network_failures(repo_id: str, token: str | None):
         raise RunFailure(f"upload to {repo_id} failed: {text}") from error
 
 
-def push_folder(
-    model_dir: str | os.PathLike,
-    repo_id: str,
-    private: bool = False,
-    revision: str | None = None,
-    token: str | None = None,
-    dry_run: bool = False,
-    commit_message: str = DEFAULT_COMMIT_MESSAGE,
-    commit_description: str | None = None,
-    out=None,
-):
+def push_folder(model_dir: str | os.PathLike, repo_id: str, private: bool = False, revision: str | None = None,
+                token: str | None = None, dry_run: bool = False, commit_message: str = DEFAULT_COMMIT_MESSAGE,
+                commit_description: str | None = None, out=None):
     """Upload `list_upload_files(model_dir)` to `repo_id` in ONE commit, creating the repository (`private` applies only
     then) and branch `revision` if needed; returns the `CommitInfo`, or with `dry_run` the files, printed, offline."""
     from huggingface_hub import HfApi, get_token
@@ -207,7 +199,6 @@ def push_folder(
         info = api.upload_folder(  # exactly the listed files: each name as a pattern that matches only itself
             repo_id=repo_id, folder_path=str(model_dir), repo_type="model", revision=revision,
             commit_message=commit_message, commit_description=commit_description,
-            allow_patterns=[glob.escape(name) for name, _ in files], ignore_patterns=["*/*"],
-        )
+            allow_patterns=[glob.escape(name) for name, _ in files], ignore_patterns=["*/*"])
     print(f"uploaded {len(files)} files to {repo_url} in commit {info.oid}", file=out)
     return info
