@@ -35,9 +35,7 @@ PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 SPECIAL_TOKENS: tuple[str, ...] = (PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)
 
 DEFAULT_VOCAB_SIZE = 37000  # paper, Section 5.1 (EN-DE shared vocabulary)
-# Longest sequence (in tokens, `</s>` included) the tokenizer reports as supported.  The model uses sinusoidal
-# positions (Section 3.5) and has no hard limit; 1024 is a generous bound for sentence-level MT (WMT14 EN-DE
-# sentences are < 250 tokens after the usual length filtering) and only drives truncation warnings.
+# Longest sequence the tokenizer reports (sinusoidal positions, Section 3.5, have no limit): truncation warnings only
 DEFAULT_MODEL_MAX_LENGTH = 1024
 TOKENIZER_FOLDER = "tokenizer folder"  # the kind of output vaswani-train-tokenizer writes (vaswani_hf.io.outputs)
 
@@ -67,8 +65,7 @@ def build_bpe_tokenizer(*, lowercase: bool = False, normalization: str | None = 
 
 
 def _add_post_processor(tok: Tokenizer) -> None:
-    # "$A </s>": every encoded sentence ends with EOS, source and target alike (target EOS is what the decoder learns
-    # to emit to stop; source EOS marks the end for the encoder, as in tensor2tensor and fairseq).
+    # "$A </s>": source and target alike end with EOS, as in tensor2tensor and fairseq
     tok.post_processor = processors.TemplateProcessing(
         single=f"$A {EOS_TOKEN}", pair=f"$A {EOS_TOKEN} $B {EOS_TOKEN}", special_tokens=[(EOS_TOKEN, EOS_ID)]
     )
@@ -103,8 +100,7 @@ def iter_training_text(corpus: Any, languages: Sequence[str] | None = None) -> I
                         raise ValueError(f"language {lang!r} not in the dataset (has {sorted(pair)})")
                     yield pair[lang]
     elif isinstance(corpus, (list, tuple)) and corpus and _looks_like_file(corpus[0]):
-        # A list whose first item is a Path or an existing file is a list of files (a missing one is then an error,
-        # not a sentence).
+        # a list whose first item is a Path or an existing file is a list of files (a missing one: an error)
         for p in corpus:
             yield from iter_lines(p, what="tokenizer training file")
     elif isinstance(corpus, Iterable):
@@ -143,7 +139,6 @@ def train_bpe_tokenizer(corpus: Any, *, vocab_size: int = DEFAULT_VOCAB_SIZE, mi
                                   special_tokens=list(SPECIAL_TOKENS), show_progress=show_progress,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     t0 = time.perf_counter()
-    # `train_from_iterator` streams; the Rust trainer shows its own progress bar.
     tok.train_from_iterator(iter_training_text(corpus, languages), trainer=trainer)
     _add_post_processor(tok)
     logger.info("trained BPE: %d tokens in %.1fs", tok.get_vocab_size(), time.perf_counter() - t0)

@@ -21,9 +21,7 @@ from ..modeling_vaswani import IGNORE_INDEX, shift_tokens_right
 from ..tokenization import PAD_ID
 from .preprocessing import sequence_lengths
 
-# Translation: padded source tokens per batch, as fairseq's --max-tokens. Decoding memory grows with num_beams x batch x
-# (source + target) length; 4096 fits a base model with beam 4 on any GPU and keeps CPU batches around 200 Multi30k
-# sentences.
+# Translation: padded source tokens per batch (fairseq's --max-tokens); fits a base model with beam 4 on any GPU
 TRANSLATE_MAX_TOKENS = 4096
 LABEL_PAD_ID = IGNORE_INDEX  # -100: ignored by torch.nn.CrossEntropyLoss (ignore_index default) and transformers
 EXAMPLE_INDEX = "example_index"  # row of an evaluation example in its dataset, carried through the collator

@@ -30,10 +30,8 @@ class CorpusError(UsageError):
     """Bad parallel-corpus input; the message names the file, line and/or argument at fault."""
 
 
-# The readers below are hand-written rather than `load_dataset("text"/"csv"/"json")` because the required errors
-# (file + line of a bad UTF-8 byte, both files and both counts on a length mismatch, the line of a malformed TSV/JSON
-# record) are not what those builders report, and because `csv` would interpret quote characters that are plain text
-# in MT data.  The result is handed to `datasets` immediately.
+# Not `load_dataset("text"/"csv"/"json")`: those builders do not name the file and line of a bad byte or record, nor
+# both counts of a length mismatch, and `csv` interprets quotes that are plain text in MT data.
 
 
 def read_lines(path: str | os.PathLike, *, strip: bool = True) -> list[str]:

@@ -58,8 +58,7 @@ def publish_checkpoint(staged: Path, final: Path) -> None:
         shutil.rmtree(staged.parent, ignore_errors=True)
 
 
-# How torch.save reports a write that failed (its C++ writer keeps no errno): "[enforce fail at inline_container.cc]
-# unexpected pos N vs M", "PytorchStreamWriter failed writing file ...: file write failed"
+# How torch.save reports a failed write (its C++ writer keeps no errno)
 _TORCH_WRITE_FAILED = ("unexpected pos", "file write failed", "PytorchStreamWriter failed")
 LOW_SPACE_BYTES = 64 << 20  # less free space than this after a failed write: the disk was full
 

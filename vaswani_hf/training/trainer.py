@@ -279,11 +279,10 @@ class VaswaniTrainer(Seq2SeqTrainer):
         return output
 
     # -- evaluation, correct for any number of processes and any token budget ------------------------------------
-    # transformers' `evaluation_loop` gathers every batch with `all_gather`, which needs equal shapes on every rank
-    # (token batches differ: gloo died, NCCL hung), and weights each batch's mean loss by the FIRST batch's size (the
-    # loss then depended on the budget: Multi30k 2.88 at 2,048 tokens, 3.07 at 4,096, 2.82 per target token). Here
-    # each process evaluates its shard with no collective inside the loop, then every process makes the same two
-    # calls: an all-reduce of the loss sums, an all_gather_object of the sentences, scored once each in row order.
+    # transformers' `evaluation_loop` gathers every batch with `all_gather` (equal shapes on every rank: token batches
+    # hung NCCL) and weights each batch's mean loss by the FIRST batch's size (the loss depended on the budget). Here
+    # each process evaluates its shard, then all make two calls: an all-reduce of the loss sums, an all_gather_object
+    # of the sentences, scored once each in row order.
 
     def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None,
                         metric_key_prefix="eval"):
