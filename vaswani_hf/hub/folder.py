@@ -40,9 +40,8 @@ def add_handler(folder: str | os.PathLike) -> Path:
 
 
 def missing_code_files(folder: str | os.PathLike, names: set[str] | None = None) -> list[str]:
-    """Problems that would stop `trust_remote_code` loading of `folder` (empty list: none): a code file config.json
-    names, or a sibling a code file imports (`from .x import`), is absent, or lacks the class auto_map names.
-    `names`: the files that will be there (default: the folder's)."""
+    """Problems that would stop `trust_remote_code` loading of `folder`: a code file config.json names or a code file
+    imports (`from .x import`) absent or without its auto_map class. `names`: the files that will be there."""
     folder = Path(folder)
     names = names if names is not None else {p.name for p in folder.iterdir() if p.is_file()}
     problems = []

@@ -65,9 +65,8 @@ class _ChunkedProjectionLoss(torch.autograd.Function):
 def chunked_label_smoothed_nll(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, epsilon: float,
                                chunk: int = 4096, ignore_index: int = IGNORE_INDEX
                                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`label_smoothed_nll(hidden @ weight.T, labels, epsilon)` with at most `chunk` tokens' logits at once: hidden
-    (B, T, d), weight (V, d) bias-free, labels (B, T). Same value and gradients up to summation order; padding is
-    computed and contributes zero (static shapes)."""
+    """`label_smoothed_nll(hidden @ weight.T, labels, epsilon)` with at most `chunk` tokens' logits at once; same value
+    and gradients up to summation order (padding computed, contributing zero: static shapes)."""
     if chunk <= 0:
         raise ValueError(f"chunk must be positive, got {chunk}")
     if hidden.shape[-1] != weight.shape[-1] or hidden.shape[:-1] != labels.shape:
@@ -84,9 +83,8 @@ def _pass_through(hidden_states: torch.Tensor) -> torch.Tensor:
 
 @contextlib.contextmanager
 def output_projection_deferred(model: nn.Module) -> Iterator[nn.Linear]:
-    """Inside the block `model`'s output projection (a bias-free `nn.Linear`: `lm_head`, tied to the embeddings,
-    Section 3.4) returns its input, so `model(...).logits` are the decoder's hidden states; yields the projection.
-    No second model entry point: the model is still called through its wrappers (DDP hooks, `torch.compile`)."""
+    """Inside the block the bias-free output projection (`lm_head`, Section 3.4) returns its input, so `.logits` are
+    hidden states (the model still called through DDP / `torch.compile` wrappers); yields the projection."""
     head = model.get_output_embeddings()
     biased = getattr(head, "bias", None) is not None or getattr(model, "final_logits_bias", None) is not None
     if not isinstance(head, nn.Linear) or biased:
@@ -99,9 +97,8 @@ def output_projection_deferred(model: nn.Module) -> Iterator[nn.Linear]:
 
 
 class LabelSmoothedLoss:
-    """The Trainer's `compute_loss_func`: the smoothed sum divided by the update's target tokens (`num_items_in_batch`,
-    over accumulation steps and processes: the model's `per_target_token`). With `chunk_tokens` > 0, `outputs.logits`
-    are hidden states (`output_projection_deferred`) and the loss is chunked."""
+    """The Trainer's `compute_loss_func`: the smoothed sum over the update's target tokens (`num_items_in_batch`); with
+    `chunk_tokens` > 0 `outputs.logits` are hidden states (`output_projection_deferred`) and the loss is chunked."""
 
     def __init__(self, epsilon: float = PAPER_LABEL_SMOOTHING, chunk_tokens: int = 0,
                  output_projection: nn.Linear | None = None):
