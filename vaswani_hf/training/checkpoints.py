@@ -395,8 +395,8 @@ AVERAGED = "averaged model folder"  # the kind of output save_averaged_checkpoin
 
 def save_averaged_checkpoint(folders: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
                              overwrite: bool = False, own: bool = False, one_run: bool = True) -> Path:
-    """Average `folders` into a loadable folder appearing whole (averaged weights, the newest checkpoint's declared
-    files, `averaged_from.json`); `out_dir` is replaced with `overwrite` if an `AVERAGED` folder or, `own`, the run's."""
+    """Average `folders` into a loadable folder, appearing whole (averaged weights, the newest checkpoint's declared
+    files, `averaged_from.json`); `out_dir` replaced with `overwrite` if an `AVERAGED` folder or, `own`, the run's."""
     out_dir = check_output_dir(out_dir, overwrite=overwrite, what="averaged model folder",
                                kind=None if own else AVERAGED)
     newest = Path(folders[-1])
