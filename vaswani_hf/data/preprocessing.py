@@ -1,8 +1,5 @@
-"""Tokenisation and filtering of parallel data: a corpus in the common schema -> training examples.
-
-`tokenize_pairs` runs the shared BPE tokenizer (Section 5.1) over both sides with `datasets.Dataset.map` (batched,
-multi-process, cached); `filter_pairs` removes empty and over-long pairs and reports how many (nothing is dropped
-silently); `sequence_lengths` gives the token counts that the token-budget batcher packs.
+"""Parallel data -> training examples: `tokenize_pairs` (the shared BPE of Section 5.1 by `Dataset.map`, cached),
+`filter_pairs` (empty and over-long pairs removed and counted) and `sequence_lengths` (what the batcher packs).
 """
 
 from __future__ import annotations

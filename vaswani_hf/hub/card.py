@@ -1,7 +1,6 @@
-"""The model card: a `huggingface_hub.ModelCard` rendered from the Jinja template `templates/model_card.md` (a link to
-the repository's `model_cards/vaswani_template.md`) with `ModelCardData` metadata; only the body's tables are built
-here. Architecture numbers are read from the model, scores only from the metrics given: without metrics there is no
-results table and no model-index, and invalid scores (NaN, strings) are refused.
+"""The model card: a `huggingface_hub.ModelCard` from the Jinja template `templates/model_card.md` with `ModelCardData`
+metadata; only the body's tables are built here. Architecture numbers come from the model, scores only from the
+metrics given (none: no results table, no model-index; NaN or strings refused).
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
-"""Upload a model folder to the Hugging Face Hub: `HfApi.upload_folder` in one commit with exactly the files
-`list_upload_files` lists (never checkpoints, optimizer states or pickled weights), after `check_folder` refused,
-before any network call (dry run included), a folder that would give an unusable repository. The token (argument,
-`HF_TOKEN` or the cached login) is never printed; network failures are one-line `RunFailure`s.
+"""Upload a model folder to the Hub: `HfApi.upload_folder` in one commit with exactly `list_upload_files` (never
+checkpoints, optimizer states or pickles), after `check_folder` (before any network call, dry run included). The
+token is never printed; network failures are one-line `RunFailure`s.
 """
 
 from __future__ import annotations
