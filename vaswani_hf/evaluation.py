@@ -1,14 +1,9 @@
-"""Translation quality metrics for the Transformer (Vaswani et al., 2017), each clearly labelled (`DESCRIPTIONS`).
+"""Translation quality metrics, each clearly labelled (`DESCRIPTIONS`): sacreBLEU (comparable across papers),
+chrF, the paper's tokenized BLEU (Section 6.1, comparable only with numbers computed the same way, e.g. Table 2's
+27.3 / 28.4) and BLEU on the given whitespace tokens (pre-tokenized references such as Multi30k's).
 
-:func:`compute_all` reports sacreBLEU (the number comparable across papers), chrF, the paper's tokenized BLEU
-(Section 6.1, tensor2tensor's ``get_ende_bleu.sh``: inflated by compound splitting, comparable only with numbers
-computed the same way, e.g. Table 2's 27.3 / 28.4) and BLEU on the given whitespace tokens (for pre-tokenized
-references such as Multi30k's, the kind of number fairseq reports).
-
-The computations live in ``evaluate`` metric modules shipped in ``vaswani_hf/metrics/<name>/<name>.py`` and
-loaded by path with :func:`load_metric`, which needs no network (``evaluate.load`` of a Hub name fails offline).
-The same modules back :func:`make_compute_metrics` for ``Seq2SeqTrainer``, so training-time and final scores
-come from the same code.
+The computations are ``evaluate`` modules in ``vaswani_hf/metrics/<name>/<name>.py``, loaded by path (no network)
+by :func:`load_metric`; :func:`make_compute_metrics` uses the same modules during training.
 """
 
 from __future__ import annotations
@@ -35,11 +30,7 @@ DESCRIPTIONS = {
 
 
 def load_metric(name: str, **kwargs) -> evaluate.EvaluationModule:
-    """``evaluate.load`` of one of the package's metric modules by path (works offline).
-
-    ``name`` is one of ``"sacrebleu_local"``, ``"chrf_local"``, ``"tok_bleu"``. Keyword arguments go to
-    ``evaluate.load``; ``keep_in_memory`` defaults to True (no cache files; pass False for distributed use).
-    """
+    """``evaluate.load`` of one of METRIC_NAMES by path (offline); ``keep_in_memory`` defaults to True."""
     if name not in METRIC_NAMES:
         raise ValueError(f"unknown metric {name!r}; available: {', '.join(METRIC_NAMES)}")
     kwargs.setdefault("keep_in_memory", True)
@@ -47,10 +38,7 @@ def load_metric(name: str, **kwargs) -> evaluate.EvaluationModule:
 
 
 def check_line_counts(hypotheses: tuple[str, list], references: list[tuple[str, list]]) -> None:
-    """Raise ``UsageError`` naming both sides and their counts if a reference has another number of lines.
-
-    Each argument pairs a name (a file name, or a label) with its lines.
-    """
+    """``UsageError`` naming both (name, lines) sides if a reference has another number of lines."""
     hyp_name, hyp_lines = hypotheses
     for ref_name, ref_lines in references:
         if len(ref_lines) != len(hyp_lines):
@@ -71,13 +59,8 @@ def _reference_streams(references) -> list[list[str]]:
 def compute_all(hypotheses: list[str], references: list[str] | list[list[str]], target_lang: str = "de",
                 tokenize: str = "13a", lowercase: bool = False) -> dict:
     """``{name: {"score", "signature", "description", ...details}}`` for ``sacrebleu``, ``chrf``,
-    ``bleu_tok_compound_split`` and ``bleu_tok_none``, via the package's ``evaluate`` modules.
-
-    ``hypotheses``: one detokenized translation per segment; ``references``: one per segment, or several streams as
-    in ``sacrebleu.corpus_bleu``; ``target_lang``: the Moses tokenizer's language for the paper-style BLEU;
-    ``tokenize``: sacreBLEU's tokenizer; ``lowercase``: case-insensitive scores except the paper-style BLEU (cased,
-    as in the paper).
-    """
+    ``bleu_tok_compound_split`` and ``bleu_tok_none``. ``references``: one per segment, or streams as in
+    ``sacrebleu.corpus_bleu``; ``target_lang``: the Moses language of the paper-style BLEU (always cased)."""
     hypotheses = list(hypotheses)
     streams = _reference_streams(references)
     check_line_counts(
@@ -121,12 +104,8 @@ def format_table(scores: dict) -> str:
 
 
 class TranslationMetrics:
-    """``compute_metrics`` for ``Seq2SeqTrainer(predict_with_generate=True)``: sacreBLEU, chrF, mean length.
-
-    Decodes ids and labels (-100 becomes the pad id) without special tokens, scores with ``sacrebleu_local``
-    (tokenizer ``tokenize``) and ``chrf_local``, and returns ``{"bleu", "chrf", "gen_len"}`` (mean non-pad generated
-    tokens); the last signatures are kept in ``signatures`` (the Trainer's metrics are numbers only) for the card.
-    """
+    """``compute_metrics`` for ``Seq2SeqTrainer(predict_with_generate=True)``: ``{"bleu", "chrf", "gen_len"}``; the
+    last signatures are kept in ``signatures`` for the card (the Trainer's metrics are numbers only)."""
 
     def __init__(self, tokenizer, tokenize: str = "13a"):
         self.tokenizer, self.tokenize = tokenizer, tokenize

@@ -1,22 +1,15 @@
-"""Shared (joint source + target) BPE vocabulary for the Transformer.
+"""Shared (joint source + target) BPE vocabulary, Section 5.1: "byte-pair encoding [3], which has a shared
+source-target vocabulary of about 37000 tokens"; one vocabulary lets encoder, decoder and pre-softmax projection share
+one embedding matrix (Section 3.4). Built with `tokenizers`, wrapped in a `PreTrainedTokenizerFast`. Choices:
 
-Vaswani et al. (2017), Section 5.1 "Training Data and Batching": "Sentences were encoded using byte-pair encoding
-[3], which has a shared source-target vocabulary of about 37000 tokens" (EN-DE). One vocabulary for both sides is
-what lets the model share one embedding matrix between encoder, decoder and pre-softmax projection (Section 3.4).
-
-Everything here is built from the `tokenizers` library and wrapped in a transformers `PreTrainedTokenizerFast`, so
-that `save_pretrained` / `AutoTokenizer.from_pretrained` and `tok(src, text_target=tgt)` work unchanged. Choices:
-
-* Byte-level BPE, not Metaspace: every input string is representable (never an `<unk>`) and `decode(encode(x)) == x`
-  by construction; a Metaspace BPE maps characters unseen in training to `<unk>` (WMT test sets have them) and with
-  `prepend_scheme="always"` drops a leading space. Cost: `Ġ` marks a space, rare characters cost 2-4 byte tokens.
-* Word-initial tokens are consistent: the normaliser prepends one space (`Prepend(" ")`) and the decoder strips
-  exactly one (`Strip(" ", 1, 0)`), so a line's first word is tokenised like any other and the round trip stays exact.
-* NFC by default, not NFKC: NFC only merges canonically equivalent sequences (the same text); NFKC also folds
-  compatibility characters (NO-BREAK SPACE, "ﬁ", "½"), which is lossy. It is an option (`normalization="NFKC"`),
-  as is `lowercase=True` (off: the paper's BLEU is cased).
-* Fixed special ids, which the model config relies on: `<pad>`=0 (also the decoder start token, tensor2tensor's
-  zero start), `<s>`=1, `</s>`=2, `<unk>`=3. Every sequence gets `</s>` appended (`"$A </s>"`), no `<s>`.
+* Byte-level BPE, not Metaspace: every string is representable (no `<unk>`, WMT test sets have characters unseen in
+  training) and `decode(encode(x)) == x`; the cost is 2-4 tokens for a rare character.
+* The normaliser prepends one space and the decoder strips exactly one, so a line's first word is tokenised like any
+  other and the round trip stays exact.
+* NFC by default (lossless); NFKC (lossy: folds NO-BREAK SPACE, "ﬁ", "½") and `lowercase=True` are options (the
+  paper's BLEU is cased).
+* Fixed special ids the config relies on: `<pad>`=0 (also the decoder start, tensor2tensor's zero start), `<s>`=1,
+  `</s>`=2, `<unk>`=3. Every sequence gets `</s>` appended, no `<s>`.
 """
 
 from __future__ import annotations
@@ -42,9 +35,7 @@ PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 SPECIAL_TOKENS: tuple[str, ...] = (PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)
 
 DEFAULT_VOCAB_SIZE = 37000  # paper, Section 5.1 (EN-DE shared vocabulary)
-# Longest sequence (in tokens, `</s>` included) the tokenizer reports as supported.  The model uses sinusoidal
-# positions (Section 3.5) and has no hard limit; 1024 is a generous bound for sentence-level MT (WMT14 EN-DE
-# sentences are < 250 tokens after the usual length filtering) and only drives truncation warnings.
+# Longest sequence the tokenizer reports (sinusoidal positions, Section 3.5, have no limit): truncation warnings only
 DEFAULT_MODEL_MAX_LENGTH = 1024
 TOKENIZER_FOLDER = "tokenizer folder"  # the kind of output vaswani-train-tokenizer writes (vaswani_hf.io.outputs)
 
@@ -74,8 +65,7 @@ def build_bpe_tokenizer(*, lowercase: bool = False, normalization: str | None = 
 
 
 def _add_post_processor(tok: Tokenizer) -> None:
-    # "$A </s>": every encoded sentence ends with EOS, source and target alike (target EOS is what the decoder learns
-    # to emit to stop; source EOS marks the end for the encoder, as in tensor2tensor and fairseq).
+    # "$A </s>": source and target alike end with EOS, as in tensor2tensor and fairseq
     tok.post_processor = processors.TemplateProcessing(
         single=f"$A {EOS_TOKEN}", pair=f"$A {EOS_TOKEN} $B {EOS_TOKEN}", special_tokens=[(EOS_TOKEN, EOS_ID)]
     )
@@ -93,9 +83,8 @@ def _looks_like_file(x: Any) -> bool:
 
 
 def iter_training_text(corpus: Any, languages: Sequence[str] | None = None) -> Iterator[str]:
-    """The training sentences of `corpus`, both sides alike (joint vocabulary): a path or a list of paths to
-    one-sentence-per-line files, a `datasets.Dataset` with a `translation` column (all languages, or `languages`), or
-    any iterable of strings."""
+    """The sentences of `corpus`, both sides alike: path(s) of line files, a `datasets.Dataset` with a `translation`
+    column (`languages` or all), or any iterable of strings."""
     import datasets  # local import: the tokenizer module should not require `datasets` for plain files
 
     if isinstance(corpus, (str, os.PathLike)):
@@ -111,8 +100,7 @@ def iter_training_text(corpus: Any, languages: Sequence[str] | None = None) -> I
                         raise ValueError(f"language {lang!r} not in the dataset (has {sorted(pair)})")
                     yield pair[lang]
     elif isinstance(corpus, (list, tuple)) and corpus and _looks_like_file(corpus[0]):
-        # A list whose first item is a Path or an existing file is a list of files (a missing one is then an error,
-        # not a sentence).
+        # a list whose first item is a Path or an existing file is a list of files (a missing one: an error)
         for p in corpus:
             yield from iter_lines(p, what="tokenizer training file")
     elif isinstance(corpus, Iterable):
@@ -140,28 +128,17 @@ def train_bpe_tokenizer(corpus: Any, *, vocab_size: int = DEFAULT_VOCAB_SIZE, mi
                         languages: Sequence[str] | None = None, model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
                         save_dir: str | os.PathLike | None = None,
                         show_progress: bool = True) -> PreTrainedTokenizerFast:
-    """Train one BPE vocabulary on the source and target sides together (paper, Section 5.1).
-
-    `corpus`: see `iter_training_text`; pass both sides (e.g. `[train.en, train.de]`). `vocab_size` counts the 4
-    special tokens and the 256 byte symbols (paper: ~37000 for EN-DE; a few thousand for Multi30k-sized data).
-    `min_frequency`: a pair must occur this often to be merged (2 avoids merges that memorise one sentence).
-    `lowercase` / `normalization`: module docstring. `languages`: with a `datasets.Dataset`, the languages to read.
-    `save_dir`: if given, `save_pretrained` there. Returns a `PreTrainedTokenizerFast` with `<pad>`=0, `<s>`=1,
-    `</s>`=2, `<unk>`=3 that appends `</s>`.
-    """
+    """Train one BPE vocabulary on both sides together (Section 5.1). `corpus`: see `iter_training_text`.
+    `vocab_size` counts the 4 special tokens and 256 byte symbols (paper: ~37000 for EN-DE). `min_frequency` 2 avoids
+    merges that memorise one sentence. `languages`: those to read from a `datasets.Dataset`. `save_dir`: saved there."""
     if vocab_size <= len(SPECIAL_TOKENS) + 256:
         raise ValueError(f"vocab_size={vocab_size} must exceed the 4 special tokens + 256 byte symbols")
     tok = build_bpe_tokenizer(lowercase=lowercase, normalization=normalization)
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        min_frequency=min_frequency,
-        special_tokens=list(SPECIAL_TOKENS),
-        # All 256 byte symbols are always in the vocabulary: that is what guarantees no <unk> at test time.
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=show_progress,
-    )
+    # All 256 byte symbols are always in the vocabulary: that is what guarantees no <unk> at test time.
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                  special_tokens=list(SPECIAL_TOKENS), show_progress=show_progress,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     t0 = time.perf_counter()
-    # `train_from_iterator` streams; the Rust trainer shows its own progress bar.
     tok.train_from_iterator(iter_training_text(corpus, languages), trainer=trainer)
     _add_post_processor(tok)
     logger.info("trained BPE: %d tokens in %.1fs", tok.get_vocab_size(), time.perf_counter() - t0)

@@ -16,7 +16,6 @@ with status 1 if any real token attends to padding (a finding about the model, r
 
 from __future__ import annotations
 
-import re
 import sys
 
 from .. import io
@@ -24,10 +23,10 @@ from ..constraints import device, flag_type, setting_flag
 from ..generation_vaswani import GENERATION_SETTINGS
 from ..inference import position_limit
 from ..visualize import KINDS, MAX_PLOT_TOKENS, visualize
+from ..visualize.diagnostics import word_links
 from .command import MODEL_FOLDER, Command, Paths, Use, output_folder
 from .contract import ArgumentParser
 
-_LINK = re.compile(r"^\d+[-?p]\d+$")
 ATTENTION_FOLDER = "attention plot folder"  # the kind of output this tool writes (vaswani_hf.io.outputs)
 
 
@@ -53,17 +52,16 @@ def alignment_links(alignment: str, source: str, target: str) -> list[tuple[int,
     """The (source word, target word) pairs of a Pharaoh alignment ("i-j", "i?j", "ipj"; 0-based whitespace words),
     each within both sentences (a link past one would silently align nothing), or a UsageError naming the link."""
     words = len(source.split()), len(target.split())
-    pairs = []
-    for link in alignment.split() or ["empty"]:  # an empty --alignment is named as such
-        if not _LINK.match(link):
-            raise io.UsageError(f"--alignment: {link!r} is not a link 'i-j' (source word i, target word j, 0-based), "
-                                "e.g. --alignment \"0-0 1-2\"")
-        i, j = (int(x) for x in re.split(r"[-?p]", link))
+    try:
+        pairs = word_links(alignment.strip() or "empty")  # an empty --alignment is named as such
+    except ValueError as error:
+        raise io.UsageError(f"--alignment: {str(error)!r} is not a link 'i-j' (source word i, target word j, "
+                            "0-based), e.g. --alignment \"0-0 1-2\"") from None
+    for link, (i, j) in zip(alignment.split(), pairs):
         if i >= words[0] or j >= words[1]:
             raise io.UsageError(f"--alignment: link {link!r} pairs source word {i} with target word {j}, but --source "
                                 f"has {words[0]} words and --target has {words[1]} (0-based: source 0..{words[0] - 1}, "
                                 f"target 0..{words[1] - 1}); give links within both sentences")
-        pairs.append((i, j))
     return pairs
 
 

@@ -1,14 +1,8 @@
-"""Token-budget batching (Section 5.1) and collation: the one batcher of the package, for training, evaluation and
-translation.
-
-Vaswani et al. (2017), Section 5.1: "Sentence pairs were batched together by approximate sequence length. Each training
-batch contained a set of sentence pairs containing approximately 25000 source tokens and 25000 target tokens."
-transformers has no token-budget batching (its `train_sampling_strategy="group_by_length"` groups by length but keeps
-a fixed number of *sentences* per batch), so the packing is written here, once: `batch_ends` cuts an order of
-sentences greedily into batches whose padded size (sentences x longest) stays within a budget (`pack_by_tokens`
-gives the batches as lists). `TokenBatchSampler` (training and evaluation: sorted by length, shuffled batch order per
-epoch, sharded across ranks) and `make_batches` (translation: longest first, an over-long sentence alone) both use
-it.
+"""Token-budget batching (Section 5.1) and collation: the one batcher of the package (training, evaluation,
+translation). "Each training batch contained a set of sentence pairs containing approximately 25000 source tokens and
+25000 target tokens." transformers' `group_by_length` keeps a fixed number of *sentences* per batch, so the packing
+is here: `batch_ends` cuts an order of sentences greedily into batches whose padded size (sentences x longest) fits
+a budget; `TokenBatchSampler` (training, evaluation) and `make_batches` (translation) use it.
 """
 
 from __future__ import annotations
@@ -27,9 +21,7 @@ from ..modeling_vaswani import IGNORE_INDEX, shift_tokens_right
 from ..tokenization import PAD_ID
 from .preprocessing import sequence_lengths
 
-# Translation: padded source tokens per batch, as fairseq's --max-tokens. Decoding memory grows with num_beams x batch x
-# (source + target) length; 4096 fits a base model with beam 4 on any GPU and keeps CPU batches around 200 Multi30k
-# sentences.
+# Translation: padded source tokens per batch (fairseq's --max-tokens); fits a base model with beam 4 on any GPU
 TRANSLATE_MAX_TOKENS = 4096
 LABEL_PAD_ID = IGNORE_INDEX  # -100: ignored by torch.nn.CrossEntropyLoss (ignore_index default) and transformers
 EXAMPLE_INDEX = "example_index"  # row of an evaluation example in its dataset, carried through the collator
@@ -41,11 +33,9 @@ class BatchingError(UsageError):
 
 def batch_ends(order: Sequence[int] | np.ndarray, lengths: Sequence[Sequence[int] | np.ndarray],
                max_tokens: int | None, max_sentences: int | None = None) -> list[int]:
-    """Cut `order` (indices) greedily, in that order, into batches, and return where each batch ends (positions in
-    `order`, exclusive): a batch grows while, for every array of `lengths`, (sentences in the batch) x (longest of
-    them) stays within `max_tokens`, and while it holds at most `max_sentences` sentences. A sentence that alone
-    exceeds the budget forms a batch of its own (callers that must refuse it check first). O(N) Python: ~1 s per
-    million sentences (fairseq's `batch_by_size` does the same); the batches themselves are never built as lists."""
+    """Cut `order` greedily into batches; return where each ends (exclusive positions in `order`). A batch grows while,
+    for every array of `lengths`, sentences x longest stays within `max_tokens` and it holds at most `max_sentences`; a
+    sentence alone over budget gets its own batch (callers that must refuse it check first). O(N), ~1 s per million."""
     if not 1 <= len(lengths) <= 2:
         raise ValueError("batch_ends: give one array of lengths (source) or two (source, target)")
     order = np.asarray(order, dtype=np.int64)
@@ -77,10 +67,8 @@ def pack_by_tokens(order: Sequence[int] | np.ndarray, lengths: Sequence[Sequence
 
 def make_batches(lengths: Sequence[int], max_tokens: int | None = TRANSLATE_MAX_TOKENS,
                  batch_size: int | None = None) -> list[list[int]]:
-    """Translation batches: indices of `lengths`, longest sentences first (ties keep the input order), packed by
-    `pack_by_tokens` within `max_tokens` padded source tokens and at most `batch_size` sentences. A sentence longer
-    than `max_tokens` forms a batch of its own (it is never dropped or truncated). The longest batch comes first, so
-    that running out of memory happens at once rather than at the end."""
+    """Translation batches of `lengths`' indices, longest first (ties in input order; an out-of-memory happens at once),
+    within `max_tokens` padded source tokens and `batch_size` sentences; a longer sentence gets a batch of its own."""
     if max_tokens is None and batch_size is None:
         raise ValueError("make_batches: give max_tokens, batch_size, or both")
     if max_tokens is not None and max_tokens <= 0:
@@ -92,20 +80,15 @@ def make_batches(lengths: Sequence[int], max_tokens: int | None = TRANSLATE_MAX_
 
 
 class TokenBatchSampler(Sampler[list[int]]):
-    """Batches of sentence pairs of similar length with at most `max_tokens` padded source and `max_tokens` padded
-    target tokens each (Section 5.1: ~25000 + ~25000), padded size = pairs x longest, `</s>` included (the collator's
-    tensors exactly, so the budget bounds memory).
+    """Batches of sentence pairs of similar length with at most `max_tokens` padded source and target tokens each
+    (Section 5.1), padded size = pairs x longest with `</s>` (the collator's tensors exactly), as fairseq's
+    `batch_by_size`: pairs ordered by source then target length (ties by `seed`), cut by `batch_ends`, built once
+    (stable `__len__` for the Trainer's schedule); `set_epoch` shuffles their order with (seed, epoch).
 
-    fairseq's `batch_by_size`, which neither transformers nor Accelerate has: pairs ordered by source then target
-    length (ties broken with `seed`), cut greedily by `batch_ends`. Batches are built once (`__len__` is stable: the
-    Trainer sizes its schedule from it); each epoch shuffles their order with (seed, epoch) (`set_epoch`).
-
-    Distributed: every rank builds the same batches and takes every `num_replicas`-th of the epoch's order from
-    `rank`: disjoint, together every example once. For training the count is made a multiple of `num_replicas` by
-    halving the most populous batches (no repeated or dropped example); fewer batches' worth of pairs than ranks is
-    a BatchingError, as is a training example that alone exceeds the budget (`filter_pairs` removes them). With
-    `evaluation` such an example gets a batch of its own and ranks may get different counts (the evaluation loop
-    synchronises only at its end). `pad_to_multiple_of`: the collator's, so that the budget counts its rounding.
+    Distributed: every rank builds the same batches and takes every `num_replicas`-th from `rank`. For training the
+    count is made a multiple of `num_replicas` by halving the most populous batches; too few pairs for the ranks, or an
+    example alone over budget, is a BatchingError. With `evaluation` such an example gets its own batch and ranks may
+    get different counts. `pad_to_multiple_of`: the collator's, so that the budget counts its rounding.
     """
 
     def __init__(self, src_lengths: Sequence[int] | np.ndarray, tgt_lengths: Sequence[int] | np.ndarray,
@@ -190,10 +173,9 @@ class TokenBatchSampler(Sampler[list[int]]):
 
 @dataclass
 class Seq2SeqCollator:
-    """Tokenized pairs -> int64 tensors: input_ids and attention_mask (B, S); labels (B, T) padded with -100 and
-    decoder_input_ids = labels shifted right after `decoder_start_token_id` (<pad> = 0, t2t's zero start); rows
-    without `labels` give the source only. Hand-written rather than `DataCollatorForSeq2Seq`, which needs the model's
-    `prepare_decoder_input_ids_from_labels` and pads through `tokenizer.pad` (slower): here three tensor fills."""
+    """Tokenized pairs -> int64 input_ids / attention_mask (B, S), labels (B, T) padded with -100 and
+    decoder_input_ids = labels shifted right after <pad> (t2t's zero start); rows without `labels` give the source only.
+    Not `DataCollatorForSeq2Seq`, which needs the model and pads through `tokenizer.pad` (slower)."""
 
     pad_token_id: int = PAD_ID
     decoder_start_token_id: int = PAD_ID

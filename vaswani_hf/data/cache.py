@@ -1,10 +1,7 @@
-"""Caches that make a second launch on the same corpus cheap and keep memory flat as the corpus grows.
-
-A text corpus is written once as an Arrow file and memory-mapped from then on, as `datasets` does for Hub datasets:
-the main process and the `Dataset.map` workers share its pages (at 0.5M pairs the in-memory corpus and 8 workers
-held ~11 GB). Tokenized splits are `datasets`' own map caches; the joint BPE is kept under a key of the training
-corpus and the tokenizer settings. Everything lives in `vaswani_hf/` under HF_DATASETS_CACHE; a key covers the input
-files' paths, sizes and modification times. With `datasets.disable_caching()` nothing is written.
+"""Caches that make a second launch on the same corpus cheap and keep memory flat as the corpus grows: a text corpus
+is written once as a memory-mapped Arrow file, as `datasets` does, shared by `Dataset.map` workers; tokenized splits
+are `datasets`' map caches; the joint BPE is kept under a key of the corpus and tokenizer settings. All under
+HF_DATASETS_CACHE/vaswani_hf/, keyed by the input files' paths, sizes and mtimes; nothing with `disable_caching()`.
 """
 
 from __future__ import annotations
@@ -45,9 +42,8 @@ def key(*parts: Any, files: Sequence[str | os.PathLike] = ()) -> str:
 
 def arrow_dataset(name: str, build: Callable[[], Iterable[pa.RecordBatch]], features: datasets.Features,
                   info: dict | None = None) -> tuple[datasets.Dataset, dict]:
-    """The dataset cached as `root()/corpora/{name}.arrow`, written from `build()`'s record batches on a miss (one
-    batch in memory at a time; the file appears whole). `info` (e.g. counts of empty pairs) is kept beside it and
-    returned again on a hit."""
+    """The dataset cached as `root()/corpora/{name}.arrow`, written whole from `build()`'s record batches on a miss;
+    `info` is kept beside it and returned again on a hit."""
     path = root() / "corpora" / f"{name}.arrow"
     sidecar = path.with_suffix(".json")
     if not (path.is_file() and sidecar.is_file()):

@@ -1,10 +1,7 @@
-"""Parallel corpora -> one `datasets.Dataset` schema (Section 5.1's training data, from any source): a single column
-`translation: Translation(languages=[src_lang, tgt_lang])`, the schema of the Hub's WMT datasets. Sources: Moses-style
-file pairs (`train.en`, `train.de`), TSV with a header line naming the languages, JSON lines, a Hub dataset or a
-`save_to_disk` folder, and the bundled sample corpus.
-
-A pair with an empty side is kept (row i stays line i) and logged; `filter_pairs` removes and counts them. Text is
-read by `vaswani_hf.io`; the formats' own errors are `CorpusError`s naming the file and line.
+"""Parallel corpora -> one `datasets.Dataset` schema (Section 5.1's training data): a single column `translation:
+Translation(languages=[src_lang, tgt_lang])`, as the Hub's WMT datasets, from Moses-style file pairs, TSV with a
+header naming the languages, JSON lines, a Hub dataset, a `save_to_disk` folder or the bundled sample. A pair with an
+empty side is kept (row i stays line i) and logged; format errors are `CorpusError`s naming file and line.
 """
 
 from __future__ import annotations
@@ -33,10 +30,8 @@ class CorpusError(UsageError):
     """Bad parallel-corpus input; the message names the file, line and/or argument at fault."""
 
 
-# The readers below are hand-written rather than `load_dataset("text"/"csv"/"json")` because the required errors
-# (file + line of a bad UTF-8 byte, both files and both counts on a length mismatch, the line of a malformed TSV/JSON
-# record) are not what those builders report, and because `csv` would interpret quote characters that are plain text
-# in MT data.  The result is handed to `datasets` immediately.
+# Not `load_dataset("text"/"csv"/"json")`: those builders do not name the file and line of a bad byte or record, nor
+# both counts of a length mismatch, and `csv` interprets quotes that are plain text in MT data.
 
 
 def read_lines(path: str | os.PathLike, *, strip: bool = True) -> list[str]:

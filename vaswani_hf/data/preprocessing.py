@@ -1,8 +1,5 @@
-"""Tokenisation and filtering of parallel data: a corpus in the common schema -> training examples.
-
-`tokenize_pairs` runs the shared BPE tokenizer (Section 5.1) over both sides with `datasets.Dataset.map` (batched,
-multi-process, cached); `filter_pairs` removes empty and over-long pairs and reports how many (nothing is dropped
-silently); `sequence_lengths` gives the token counts that the token-budget batcher packs.
+"""Parallel data -> training examples: `tokenize_pairs` (the shared BPE of Section 5.1 by `Dataset.map`, cached),
+`filter_pairs` (empty and over-long pairs removed and counted) and `sequence_lengths` (what the batcher packs).
 """
 
 from __future__ import annotations
@@ -35,10 +32,9 @@ def _tokenize_batch(batch: dict, *, tokenizer: PreTrainedTokenizerBase, src_lang
 def tokenize_pairs(dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, src_lang: str, tgt_lang: str, *,
                    num_proc: int | None = None, batch_size: int = 1000, keep_text: bool = False,
                    cache_dir: str | os.PathLike | None = None, load_from_cache_file: bool = True) -> datasets.Dataset:
-    """`input_ids` (source + `</s>`) and `labels` (target + `</s>`) as int32 lists, by `Dataset.map` (at most one
-    process per CPU); `translation` dropped unless `keep_text`. The fingerprint hashes the tokenizer's content (not
-    the Python object, which differs between a tokenizer just trained and the same one loaded), so a file-backed
-    dataset is tokenized once per launch series; an in-memory one is cached only under `cache_dir`."""
+    """`input_ids` / `labels` (each side + `</s>`) as int32 lists by `Dataset.map`; `translation` dropped unless
+    `keep_text`. The fingerprint hashes the tokenizer's content (not the Python object), so a file-backed dataset is
+    tokenized once per launch series; an in-memory one is cached only under `cache_dir`."""
     for lang in (src_lang, tgt_lang):
         langs = getattr(dataset.features.get("translation"), "languages", None)
         if langs is not None and lang not in langs:

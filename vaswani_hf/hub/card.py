@@ -1,7 +1,6 @@
-"""The model card: a `huggingface_hub.ModelCard` rendered from the Jinja template `templates/model_card.md` (a link to
-the repository's `model_cards/vaswani_template.md`) with `ModelCardData` metadata; only the body's tables are built
-here. Architecture numbers are read from the model, scores only from the metrics given: without metrics there is no
-results table and no model-index, and invalid scores (NaN, strings) are refused.
+"""The model card: a `huggingface_hub.ModelCard` from the Jinja template `templates/model_card.md` with `ModelCardData`
+metadata; only the body's tables are built here. Architecture numbers come from the model, scores only from the
+metrics given (none: no results table, no model-index; NaN or strings refused).
 """
 
 from __future__ import annotations
@@ -22,8 +21,7 @@ from .ids import check_card_identity  # also imported from here by the exports
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 TEMPLATES_DIR = PACKAGE_DIR / "templates"
-# The card template lives in the repository's `model_cards/` folder; `templates/model_card.md` is a link to it, which
-# a wheel build copies into the package. Pass `template_path=` to use another one.
+# A link to the repository's `model_cards/vaswani_template.md`, copied into a wheel
 DEFAULT_CARD_TEMPLATE = TEMPLATES_DIR / "model_card.md"
 METRICS_FILE = "metrics.json"
 
@@ -42,13 +40,12 @@ _NOT_SCORES = {"loss", "runtime", "samples_per_second", "steps_per_second", "epo
 TRAINING_FIELDS = [
     ("dataset_name", "Training data"), ("dataset", "Training data (Hub id)"),
     ("dataset_config", "Dataset configuration"), ("train_examples", "Training sentence pairs"),
-    ("tokenizer", "Tokenizer"), ("steps", "Training steps"),
-    ("epochs", "Epochs"), ("tokens_per_batch", "Tokens per batch"), ("batch_size", "Batch size"),
-    ("optimizer", "Optimizer"), ("learning_rate", "Learning rate"), ("lr_schedule", "Learning-rate schedule"),
-    ("warmup_steps", "Warm-up steps"), ("dropout", "Residual dropout P_drop"),
-    ("label_smoothing", "Label smoothing epsilon_ls"), ("checkpoint_averaging", "Checkpoint averaging"),
-    ("hardware", "Hardware"), ("training_time", "Training time"), ("seed", "Seed"),
-]
+    ("tokenizer", "Tokenizer"), ("steps", "Training steps"), ("epochs", "Epochs"),
+    ("tokens_per_batch", "Tokens per batch"), ("batch_size", "Batch size"), ("optimizer", "Optimizer"),
+    ("learning_rate", "Learning rate"), ("lr_schedule", "Learning-rate schedule"), ("warmup_steps", "Warm-up steps"),
+    ("dropout", "Residual dropout P_drop"), ("label_smoothing", "Label smoothing epsilon_ls"),
+    ("checkpoint_averaging", "Checkpoint averaging"), ("hardware", "Hardware"), ("training_time", "Training time"),
+    ("seed", "Seed")]
 # Keys that describe the run but are rendered elsewhere (metadata, evaluation, title).
 _META_KEYS = {"source_lang", "target_lang", "license", "model_name", "eval_dataset", "widget_examples", "tags",
               "extra_limitations", "summary"}
@@ -83,12 +80,9 @@ class Architecture:
 
 @dataclass(frozen=True)
 class CardVariant:
-    """How a card describes one kind of repository: `name` selects the template's text (introduction, usage),
-    `tags` go to the metadata, `architecture` reads the table from config.json, `count_parameters` counts a model
-    object's parameters as the paper does. `decodes_as_measured(generation config)` says whether the repository's
-    own `generate()` decodes as the scores were measured: if not, the scores stay in the body, out of the
-    model-index, and `results_note` / `decoding_note` say why. `global_max_length`: show a global `max_length` when
-    there is no per-sentence limit."""
+    """How a card describes one kind of repository: `name` selects the template's text, `architecture` reads the
+    table from config.json. If not `decodes_as_measured(generation config)`, the scores stay out of the model-index
+    and `results_note` / `decoding_note` say why. `global_max_length`: show a global `max_length`."""
 
     name: str
     tags: tuple[str, ...]
@@ -101,10 +95,9 @@ class CardVariant:
 
 
 def normalize_metrics(metrics: Mapping | None) -> dict[str, dict]:
-    """Metrics in one form, `{name: {"score": float, "signature": str | None, "description": str | None}}`, from
-    `compute_all`'s result, the evaluation tool's JSON (`{"scores": ...}`), `metrics.json` (`{"metrics": ...}`) or flat
-    numbers (Trainer's `eval_bleu`: the prefix is dropped, losses and throughput skipped). ValueError on a score that is
-    not a finite number: no placeholders."""
+    """Metrics as `{name: {"score", "signature", "description"}}` from `compute_all`, `{"scores": ...}`,
+    `{"metrics": ...}` or flat Trainer numbers (prefix dropped, losses and throughput skipped); ValueError on a
+    score that is not a finite number."""
     if not metrics:
         return {}
     if "scores" in metrics and isinstance(metrics["scores"], Mapping):
@@ -188,18 +181,13 @@ def vaswani_architecture(config: dict) -> Architecture:
 
 
 def _architecture_rows(arch: Architecture, num_parameters: int) -> list[tuple[str, str]]:
-    rows = [
-        ("Architecture", arch.name),
-        ("Layers (encoder / decoder), N", f"{arch.encoder_layers} / {arch.decoder_layers}"),
-        ("d_model", str(arch.d_model)),
-        ("d_ff", str(arch.d_ff)),
-        ("Attention heads, h", str(arch.heads)),
-        ("d_k / d_v", f"{arch.d_k} / {arch.d_v}"),
-        ("Positional encoding", arch.positions),
-        ("Vocabulary (shared source/target)", f"{arch.vocab_size:,}"),
-        ("Tied embeddings (encoder, decoder, pre-softmax)", "yes" if arch.tied else "no"),
-        ("Parameters", _format_count(num_parameters)),
-    ]
+    rows = [("Architecture", arch.name),
+            ("Layers (encoder / decoder), N", f"{arch.encoder_layers} / {arch.decoder_layers}"),
+            ("d_model", str(arch.d_model)), ("d_ff", str(arch.d_ff)), ("Attention heads, h", str(arch.heads)),
+            ("d_k / d_v", f"{arch.d_k} / {arch.d_v}"), ("Positional encoding", arch.positions),
+            ("Vocabulary (shared source/target)", f"{arch.vocab_size:,}"),
+            ("Tied embeddings (encoder, decoder, pre-softmax)", "yes" if arch.tied else "no"),
+            ("Parameters", _format_count(num_parameters))]
     if arch.attention_bias:
         rows.append(("Attention projection biases", "yes (not in the paper)"))
     return rows
@@ -321,18 +309,12 @@ def render_model_card(model_dir_or_model, metrics: Mapping | None, training_info
                       repo_id: str | None = None, template_path: str | os.PathLike | None = None,
                       widget_examples: list[str] | None = None, variant: CardVariant | None = None,
                       generation_config: Mapping | None = None) -> ModelCard:
-    """Render the model card of a trained model from real numbers only; returns a `huggingface_hub.ModelCard`
-    (`card.data` is its `ModelCardData`).
-
-    model_dir_or_model: a saved folder or a model object (an export's with that export's `variant`); architecture
-    and parameter count are read from it. metrics: the run's scores (forms: `normalize_metrics`); none: no results
-    table and no model-index. training_info: `source_lang`, `target_lang` (ISO 639-1) required; with metrics also
-    `eval_dataset = {"name", "id", "config", "split"}` (`name` required: a score without its test set means
-    nothing); optional `license`, `model_name`, `tags`, `widget_examples`, `summary`, `extra_limitations` and the
-    facts of TRAINING_FIELDS (other keys are shown as given). variant: `VASWANI_CARD` by default (this package's
-    model with its code), e.g. `MARIAN_CARD` for the Marian export. generation_config: the decoding the metrics were
-    measured with (default: the model's).
-    """
+    """The `huggingface_hub.ModelCard` of a saved folder or model object (architecture and parameter count read from
+    it), from real numbers only. metrics: forms of `normalize_metrics` (none: no results, no model-index).
+    training_info: `source_lang`, `target_lang` required; with metrics `eval_dataset = {"name", "id", "config",
+    "split"}` (`name` required); optional `license`, `model_name`, `tags`, `widget_examples`, `summary`,
+    `extra_limitations` and TRAINING_FIELDS (other keys shown as given). variant: `VASWANI_CARD` by default.
+    generation_config: the decoding the metrics were measured with (default: the model's)."""
     variant = VASWANI_CARD if variant is None else variant
     info = dict(training_info or {})
     scores = normalize_metrics(metrics)
@@ -376,10 +358,8 @@ def render_model_card(model_dir_or_model, metrics: Mapping | None, training_info
 
 
 def write_model_card(model_dir: str | os.PathLike, metrics: Mapping | None, training_info: Mapping, **kwargs) -> Path:
-    """Render the card for the saved folder `model_dir` and write it as `README.md`; also write `metrics.json`
-    (`{"metrics": normalised scores with signatures, "training_info": ..., "widget_examples": ...}`), the inputs of
-    the card, which the Marian export reuses and the upload carries. Keyword arguments go to `render_model_card`.
-    Returns the README path."""
+    """Write `render_model_card`'s card as `model_dir/README.md` and its inputs as `metrics.json` (reused by the Marian
+    export, carried by the upload); returns the README path."""
     model_dir = Path(model_dir)
     card = render_model_card(model_dir, metrics, training_info, **kwargs)
     readme = model_dir / "README.md"
@@ -392,7 +372,6 @@ def write_model_card(model_dir: str | os.PathLike, metrics: Mapping | None, trai
 
 
 def read_card_inputs(model_dir: str | os.PathLike) -> dict:
-    """The `metrics.json` written by `write_model_card` (empty dict if there is none; a broken one is a UsageError
-    naming it)."""
+    """The `metrics.json` written by `write_model_card` ({} if there is none)."""
     path = Path(model_dir) / METRICS_FILE
     return read_json(path, what=METRICS_FILE) if path.is_file() else {}

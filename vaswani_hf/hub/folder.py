@@ -40,9 +40,8 @@ def add_handler(folder: str | os.PathLike) -> Path:
 
 
 def missing_code_files(folder: str | os.PathLike, names: set[str] | None = None) -> list[str]:
-    """Problems that would stop `trust_remote_code` loading of `folder` (empty list: none): a code file config.json
-    names, or a sibling a code file imports (`from .x import`), is absent, or lacks the class auto_map names.
-    `names`: the files that will be there (default: the folder's)."""
+    """Problems that would stop `trust_remote_code` loading of `folder`: a code file config.json names or a code file
+    imports (`from .x import`) absent or without its auto_map class. `names`: the files that will be there."""
     folder = Path(folder)
     names = names if names is not None else {p.name for p in folder.iterdir() if p.is_file()}
     problems = []
@@ -115,13 +114,10 @@ def save_hub_folder(model, tokenizer, out_dir: str | os.PathLike, *, scores: Map
                     training_info: Mapping | None = None, extra_files: Mapping[str, str | bytes] | None = None,
                     write_extra: Callable[[Path], Any] | None = None, overwrite: bool = False,
                     own: bool = False) -> Path:
-    """Write a Hub-ready model folder at `out_dir` (checked first; replaced only if an earlier `HUB_FOLDER`, or with
-    `own` the caller's own export) and return it: the model (weights, config with auto_map and custom_pipelines, code
-    files saved by `save_pretrained`) with the paper's decoding settings (Section 6.1, not those Seq2SeqTrainer
-    leaves), the tokenizer (of the model's vocabulary), the endpoint handler, `extra_files` (name -> text or bytes),
-    what `write_extra(folder)` writes (plots), and the model card (a minimal README.md if it cannot be rendered).
-    `model` may be a `Trainer`. `training_info`'s `source_lang` / `target_lang` become the config's `langs`, so
-    `pipeline("translation_en_to_de", model=folder, trust_remote_code=True)` works and checks the pair."""
+    """Write and return a Hub-ready folder `out_dir` (replaced only if an earlier `HUB_FOLDER`, or with `own`): the
+    model with its code and the paper's decoding settings (Section 6.1), the tokenizer, the endpoint handler,
+    `extra_files`, what `write_extra(folder)` writes, and the card (a minimal README.md if it cannot be rendered).
+    `model` may be a `Trainer`; `training_info`'s languages become the config's `langs` (for the pipeline's task)."""
     out_dir = check_output_dir(out_dir, overwrite=overwrite, what="Hub folder", kind=None if own else HUB_FOLDER)
     for name in extra_files or {}:
         if Path(name).name != name or name in ("", ".", ".."):

@@ -1,7 +1,6 @@
-"""Upload a model folder to the Hugging Face Hub: `HfApi.upload_folder` in one commit with exactly the files
-`list_upload_files` lists (never checkpoints, optimizer states or pickled weights), after `check_folder` refused,
-before any network call (dry run included), a folder that would give an unusable repository. The token (argument,
-`HF_TOKEN` or the cached login) is never printed; network failures are one-line `RunFailure`s.
+"""Upload a model folder to the Hub: `HfApi.upload_folder` in one commit with exactly `list_upload_files` (never
+checkpoints, optimizer states or pickles), after `check_folder` (before any network call, dry run included). The
+token is never printed; network failures are one-line `RunFailure`s.
 """
 
 from __future__ import annotations
@@ -39,12 +38,9 @@ def list_upload_files(model_dir: str | os.PathLike) -> list[tuple[str, int]]:
 
 def check_folder(model_dir: str | os.PathLike, files: list[tuple[str, int]] | None = None, *,
                  repo_id: str | None = None, revision: str | None = None) -> list[str]:
-    """Problems that would make the uploaded repository unusable (empty list: none), each naming its file: an
-    invalid `repo_id` or `revision`, an uploaded *.json or *.py that does not parse or compile (`_file_problems`), no
-    or an unparsable card, what loading refuses (`check_model_folder`: config.json, weights, tokenizer files,
-    generation settings; a tokenizer of another vocabulary), a code file that config.json or another code file needs
-    but that is absent or lacks the class auto_map names, and a tokenizer that transformers cannot load or whose
-    special tokens are not the config's."""
+    """Problems that would make the uploaded repository unusable, each naming its file: invalid `repo_id` or
+    `revision`, unparsable *.json / *.py or card, what loading refuses (`check_model_folder`), a needed code file
+    absent or without its auto_map class, a tokenizer transformers cannot load or with other special tokens."""
     model_dir = Path(model_dir)
     names = {name for name, _ in (files if files is not None else list_upload_files(model_dir))}
     problems = []
@@ -174,21 +170,11 @@ def _network_failures(repo_id: str, token: str | None):
         raise RunFailure(f"upload to {repo_id} failed: {text}") from error
 
 
-def push_folder(
-    model_dir: str | os.PathLike,
-    repo_id: str,
-    private: bool = False,
-    revision: str | None = None,
-    token: str | None = None,
-    dry_run: bool = False,
-    commit_message: str = DEFAULT_COMMIT_MESSAGE,
-    commit_description: str | None = None,
-    out=None,
-):
-    """Upload the files of `list_upload_files(model_dir)` to `repo_id` in ONE commit, creating the repository
-    (`private` applies only then) and the branch `revision` if needed; returns the `CommitInfo`. With `dry_run`,
-    prints and returns the files (path, size) without any network call. Raises UsageError (`check_folder`'s
-    problems), RunFailure without a token or when the Hub cannot be reached or refuses the upload."""
+def push_folder(model_dir: str | os.PathLike, repo_id: str, private: bool = False, revision: str | None = None,
+                token: str | None = None, dry_run: bool = False, commit_message: str = DEFAULT_COMMIT_MESSAGE,
+                commit_description: str | None = None, out=None):
+    """Upload `list_upload_files(model_dir)` to `repo_id` in ONE commit, creating the repository (`private` applies only
+    then) and branch `revision` if needed; returns the `CommitInfo`, or with `dry_run` the files, printed, offline."""
     from huggingface_hub import HfApi, get_token
 
     out = out or sys.stdout
@@ -212,7 +198,6 @@ def push_folder(
         info = api.upload_folder(  # exactly the listed files: each name as a pattern that matches only itself
             repo_id=repo_id, folder_path=str(model_dir), repo_type="model", revision=revision,
             commit_message=commit_message, commit_description=commit_description,
-            allow_patterns=[glob.escape(name) for name, _ in files], ignore_patterns=["*/*"],
-        )
+            allow_patterns=[glob.escape(name) for name, _ in files], ignore_patterns=["*/*"])
     print(f"uploaded {len(files)} files to {repo_url} in commit {info.oid}", file=out)
     return info

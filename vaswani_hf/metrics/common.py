@@ -1,9 +1,7 @@
-"""What the three metric modules share: their input schema, sacreBLEU's layout of references, their `MetricInfo`,
-the load-time option `numeric_only`, and BLEU's result fields.
-
-Imported as a module (`from vaswani_hf.metrics import common`): `evaluate.load(path)` copies each metric script into
-its own module folder, where a relative import would not resolve, and takes the first `evaluate.Metric` subclass in
-the script's namespace as the metric, so the base class must not be imported by name.
+"""What the three metric modules share: input schema, sacreBLEU's layout of references, `MetricInfo`, the option
+`numeric_only` and BLEU's result fields. Imported as a module (`from vaswani_hf.metrics import common`):
+`evaluate.load(path)` copies each script into its own folder (no relative import) and takes the first
+`evaluate.Metric` subclass in its namespace as the metric, so the base class must not be imported by name.
 """
 
 import datasets
@@ -63,14 +61,9 @@ def _as_float(value):
 
 
 class TranslationMetric(evaluate.Metric):
-    """Base of the three modules: `MetricInfo` from the class attributes, and the load-time option `numeric_only`.
-
-    evaluate's `strategy="bootstrap"` resamples every field a metric returns and passes no arguments to `compute`: it
-    fails on a string and scipy gives NaN intervals (with warnings) for fixed or integer-valued fields. So
-    `load_metric(name, numeric_only=True)` returns only the statistics that vary with the data, as floats; after
-    every `compute` the string fields (the signature, to report with the score) are in `metric.string_fields` and the
-    fixed settings (`SETTINGS`) in `metric.settings`. It must be a bool (`bool("false")` would turn it on).
-    """
+    """Base of the three modules: `MetricInfo` from the class attributes, and the load-time bool `numeric_only`:
+    evaluate's `strategy="bootstrap"` fails on string fields and gives NaN intervals for fixed ones, so it keeps only
+    the statistics that vary, as floats; the signature is then in `metric.string_fields`, SETTINGS in `.settings`."""
 
     SETTINGS: tuple = ()  # result fields that restate the call's settings: fixed, never resampled
     DESCRIPTION = KWARGS_DESCRIPTION = ""

@@ -1,19 +1,11 @@
-"""How many tokens one micro-batch holds, so that an update holds Section 5.1's ~25000 source + 25000 target tokens
-on any number of processes and any device, without editing the recipe.
+"""How many tokens one micro-batch holds, so that an update holds Section 5.1's ~25000 + 25000 tokens on any number
+of processes and any device: tokens per update = max_tokens_per_device x processes x gradient_accumulation_steps.
 
-    tokens per update = max_tokens_per_device x processes x gradient_accumulation_steps   (~ tokens_per_step)
-
-With `max_tokens_per_device: auto` (the WMT recipes) each process must contribute ceil(tokens_per_step / processes)
-tokens per update; if that exceeds what one micro-batch may hold on its device (`device_capacity`), it is split into
-the fewest equal micro-batches that fit, and those are accumulated. One H100 (80 GB) trains the base model with one
-25k-token micro-batch per update; eight GPUs with 3,125 each; a 16 GB GPU accumulates 4 micro-batches of 6,250 on
-its own. The capacity is an estimate (below); a number in the recipe overrides it.
-
-The memory model, measured on CPU for the base model with fused Adam (peak resident memory: 1.86 / 3.05 / 5.33 GB at
-1,000 / 2,000 / 4,000 tokens, i.e. ~0.7 GB + 1.15 MB per token): model state is 16 bytes per parameter (fp32
-weights, gradients and Adam's two moments); activations per token are dominated by the output layer over the
-vocabulary (logits, log-softmax and their gradients, kept in fp32 by the loss) plus the layers' saved inputs, which
-bf16 halves. The estimate is conservative for the big model (1.8 MB per token against ~1.3 MB measured).
+With `max_tokens_per_device: auto` each process contributes ceil(tokens_per_step / processes) tokens per update,
+split into the fewest equal micro-batches that fit its device (`device_capacity`, an estimate; a number in the
+recipe overrides it). Memory model, measured on CPU for the base model with fused Adam (~0.7 GB + 1.15 MB per
+token): 16 bytes per parameter of model state, plus activations dominated by the fp32 output layer over the
+vocabulary; bf16 halves the layers' saved inputs. Conservative for the big model (1.8 MB/token vs ~1.3 measured).
 """
 
 from __future__ import annotations
@@ -68,11 +60,8 @@ def split_update(tokens_per_step: int, world_size: int, capacity: int) -> tuple[
 
 def tokens_per_device(recipe, world_size: int, config=None, num_parameters: int | None = None,
                       device: torch.device | str = "cpu", local_processes: int = 1) -> tuple[int, int]:
-    """(max_tokens_per_device, gradient_accumulation_steps) of a recipe on `world_size` processes of `device`.
-
-    A number in the recipe is kept, and its accumulation is the recipe's (or "auto": enough micro-batches for
-    `tokens_per_step`). `auto` derives both from `tokens_per_step`, the process count and the device's capacity for
-    the model (`config`, `num_parameters`)."""
+    """(max_tokens_per_device, gradient_accumulation_steps) of a recipe on `world_size` processes of `device`: a number
+    in the recipe is kept; `auto` derives both from `tokens_per_step`, the process count and the device's capacity."""
     if recipe.max_tokens_per_device != "auto":
         budget = int(recipe.max_tokens_per_device)
         if recipe.gradient_accumulation_steps == "auto":

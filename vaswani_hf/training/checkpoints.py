@@ -1,11 +1,8 @@
-"""Checkpoints (Section 6.1): written atomically at time intervals, found again for `--resume`, and averaged.
+"""Checkpoints (Section 6.1): written atomically at time intervals, found again for `--resume`, and averaged: "we
+used a single model obtained by averaging the last 5 checkpoints, which were written at 10-minute intervals".
 
-"For the base models, we used a single model obtained by averaging the last 5 checkpoints, which were written at
-10-minute intervals. For the big models, we averaged the last 20 checkpoints." (Section 6.1)
-
-Hand-written because transformers has none of them: an atomic checkpoint (it writes into the final folder), saves at
-time intervals (TrainingArguments saves by steps or epochs), the newest checkpoint that loads (`get_last_checkpoint`
-takes the newest, loadable or not) and averaging (fairseq's `average_checkpoints.py` does it for its own format).
+transformers has none of these: it writes into the final folder, saves by steps or epochs, `get_last_checkpoint` takes
+the newest loadable or not, and only fairseq averages (its own format).
 """
 
 from __future__ import annotations
@@ -61,8 +58,7 @@ def publish_checkpoint(staged: Path, final: Path) -> None:
         shutil.rmtree(staged.parent, ignore_errors=True)
 
 
-# How torch.save reports a write that failed (its C++ writer keeps no errno): "[enforce fail at inline_container.cc]
-# unexpected pos N vs M", "PytorchStreamWriter failed writing file ...: file write failed"
+# How torch.save reports a failed write (its C++ writer keeps no errno)
 _TORCH_WRITE_FAILED = ("unexpected pos", "file write failed", "PytorchStreamWriter failed")
 LOW_SPACE_BYTES = 64 << 20  # less free space than this after a failed write: the disk was full
 
@@ -76,8 +72,7 @@ def _free_bytes(path: Path) -> int:
 
 @contextmanager
 def checkpoint_write_errors(staged: Path, final: Path) -> Iterator[None]:
-    """A full disk while `torch.save` writes the optimizer or scheduler state into `staged` arrives as a RuntimeError
-    without errno: raised as the OSError(ENOSPC) it is, naming the file, so it is one line like any full disk."""
+    """A full disk under `torch.save` (a RuntimeError without errno) raised as the OSError(ENOSPC) it is."""
     try:
         yield
     except RuntimeError as error:
@@ -100,8 +95,7 @@ def last_checkpoints(output_dir: str | os.PathLike, n: int) -> list[Path]:
 
 
 def rng_state_files(processes: int) -> list[str]:
-    """The RNG-state files a checkpoint of a run on `processes` processes holds: without them a resumed run draws
-    other dropout masks and batch orders than the run it continues."""
+    """The RNG-state files of a run on `processes` processes (a resume draws the same dropout masks and batches)."""
     return ["rng_state.pth"] if processes <= 1 else [f"rng_state_{rank}.pth" for rank in range(processes)]
 
 
@@ -163,10 +157,8 @@ FULL_CHECK_BYTES = 64 << 20  # torch archives up to this size are read whole (CR
 
 
 def torch_archive_problem(path: Path) -> str | None:
-    """Why `path` is not a `torch.save` archive the resume can load, or None; InconsistentCheckpoint when its pickle
-    needs more than torch's safe loader allows. The Trainer reads these only after training started (a traceback):
-    here the zip structure (members within the file; up to FULL_CHECK_BYTES every CRC), then the pickle as the
-    Trainer opens it (`weights_only=True` with its numpy allowlist; memory-mapped)."""
+    """Why `path` is not a `torch.save` archive the resume can load (zip structure, CRCs up to FULL_CHECK_BYTES, then
+    the pickle as the Trainer opens it), or None; InconsistentCheckpoint for a pickle torch's safe loader refuses."""
     try:
         size = path.stat().st_size
         with zipfile.ZipFile(path) as archive:
@@ -198,9 +190,8 @@ def torch_archive_problem(path: Path) -> str | None:
 
 def resumable_checkpoint(output_dir: str | os.PathLike, processes: int = 1,
                          rng: bool = True) -> tuple[Path | None, list[str]]:
-    """The newest checkpoint of `output_dir` that `processes` processes can resume from exactly, and why each newer
-    one was passed over (transformers' `get_last_checkpoint` takes the newest whatever its state, and the run then
-    crashes or continues with other random numbers)."""
+    """The newest checkpoint `processes` processes can resume from exactly, and why each newer one was passed over
+    (transformers' `get_last_checkpoint` takes the newest whatever its state)."""
     skipped = []
     for folder in reversed(checkpoints(output_dir)):
         problem = checkpoint_problem(folder, processes, rng)
@@ -210,9 +201,7 @@ def resumable_checkpoint(output_dir: str | os.PathLike, processes: int = 1,
     return None, skipped
 
 
-# ---------------------------------------------------------------------------------------------------------------------
 # Time-interval checkpoints and the wall-clock budget
-# ---------------------------------------------------------------------------------------------------------------------
 
 
 def _broadcast_code(code: int, device: torch.device | str = "cpu") -> int:
@@ -266,9 +255,7 @@ class WallClockCallback(TrainerCallback):
         self.last_save = time.monotonic()
 
 
-# ---------------------------------------------------------------------------------------------------------------------
 # Section 6.1: checkpoint averaging
-# ---------------------------------------------------------------------------------------------------------------------
 
 
 def _load_weights(folder: Path) -> dict[str, torch.Tensor]:
@@ -280,9 +267,7 @@ def _load_weights(folder: Path) -> dict[str, torch.Tensor]:
     return weights
 
 
-# config.json fields that decide the function a checkpoint's weights compute: the model settings declared as
-# architecture (`VaswaniConfig`'s declarations); they must agree between checkpoints averaged together, while
-# training-only settings (dropout) and bookkeeping (versions, the pipeline, the language pair) may differ.
+# config.json fields that decide the function the weights compute (dropout does not): averaged checkpoints agree
 ARCHITECTURE_FIELDS = frozenset(name for name, s in MODEL_SETTINGS.items() if s.architecture)
 # tokenizer.json fields that do not change which id a text gets (they are set per call)
 _NOT_VOCABULARY = ("truncation", "padding")
@@ -385,8 +370,7 @@ def average_checkpoints(folders: Sequence[str | os.PathLike], one_run: bool = Tr
 
 
 def load_averaged_weights(model, weights: Mapping[str, torch.Tensor]) -> None:
-    """Put averaged `weights` into `model` in place and re-tie the shared embedding / output projection (Section
-    3.4); a tensor the model does not have is an error, tied copies left out are fine."""
+    """Put averaged `weights` into `model` and re-tie the shared embedding / projection (Section 3.4)."""
     _, unexpected = model.load_state_dict(weights, strict=False)
     if unexpected:
         raise UsageError(f"averaged weights have tensors this model does not have: {unexpected[:5]}")
@@ -411,9 +395,8 @@ AVERAGED = "averaged model folder"  # the kind of output save_averaged_checkpoin
 
 def save_averaged_checkpoint(folders: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
                              overwrite: bool = False, own: bool = False, one_run: bool = True) -> Path:
-    """Average `folders` into a loadable model folder, appearing whole: averaged weights, the newest checkpoint's
-    declared model files (`copy_model_files`; anything else named and left out) and `averaged_from.json`. An
-    `out_dir` is replaced only with `overwrite` and if it is an `AVERAGED` folder (or, `own`, the run's own)."""
+    """Average `folders` into a loadable folder, appearing whole (averaged weights, the newest checkpoint's declared
+    files, `averaged_from.json`); `out_dir` replaced with `overwrite` if an `AVERAGED` folder or, `own`, the run's."""
     out_dir = check_output_dir(out_dir, overwrite=overwrite, what="averaged model folder",
                                kind=None if own else AVERAGED)
     newest = Path(folders[-1])

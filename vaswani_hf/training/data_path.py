@@ -1,10 +1,7 @@
-"""How training batches travel to the device: DataLoader workers, pinned memory, prefetch, non-blocking copies.
-
-On CUDA the step runs asynchronously (ours reads nothing back to the host), so collating the next batch is free with
-0 workers; what matters is the copy: from pinned memory with `non_blocking=True` it overlaps the running step. So on
-CUDA: `pin_memory` and Accelerate's non-blocking placement. Workers are the recipe's (0 in the bundled recipes: the
-collator's statistics are counted in the process that runs it); -1 chooses 2 per process on CUDA where the CPUs allow,
-persistent, prefetching 4. On the CPU nothing changes.
+"""How training batches travel to the device. On CUDA the step runs asynchronously, so collating with 0 workers is
+free; what matters is the copy, which overlaps the step from pinned memory with `non_blocking=True`. Workers are the
+recipe's (0 in the bundled recipes: batch statistics are counted in the process that collates); -1 chooses 2 per
+process on CUDA where the CPUs allow, persistent, prefetching 4. On the CPU nothing changes.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """The training objective (Section 5.4): label-smoothed cross-entropy, "label smoothing of value eps_ls = 0.1".
 
-Hand-written because transformers' `LabelSmoother` spreads eps over all V classes: here the target keeps 1 - eps and
-the other V - 1 classes share eps, as t2t v1 and fairseq do; like fairseq (unlike t2t) the smoothed distribution's
-entropy is not subtracted, so eps = 0 is the model's own `forward(labels=...)` loss. Nothing here reads a tensor back
-to the host (no device sync, no graph break under `torch.compile`).
-
-Chunked loss (`loss_chunk_tokens`): a micro-batch's logits are (target tokens x V), 3.7 GB in fp32 at 25k tokens and
-V = 37k, plus their gradient; `chunked_label_smoothed_nll` computes the same loss `chunk` tokens at a time from the
-decoder's hidden states and the projection's weight. It pays where memory binds (a GPU).
+Not transformers' `LabelSmoother`, which spreads eps over all V classes: here the target keeps 1 - eps and the other
+V - 1 share eps (t2t v1, fairseq); the smoothed distribution's entropy is not subtracted, so eps = 0 is the model's own
+`forward(labels=...)` loss. No host read-back (no device sync, no graph break under `torch.compile`).
+`chunked_label_smoothed_nll` computes the same loss `chunk` tokens at a time from the hidden states and the
+projection's weight: the logits of a 25k-token micro-batch at V = 37k are 3.7 GB in fp32, plus their gradient.
 """
 
 from __future__ import annotations
@@ -35,12 +32,8 @@ def label_smoothed_nll(logits: torch.Tensor, labels: torch.Tensor, epsilon: floa
 
 
 class _ChunkedProjectionLoss(torch.autograd.Function):
-    """sum over tokens of label_smoothed_nll(hidden @ weight.T), `chunk` rows at a time; gradients computed in forward.
-
-    Not recomputed in backward (checkpointing per chunk): the gradients of a scalar sum w.r.t. (hidden, weight) are
-    (tokens x d) and (V x d), 19-76 MB for base/big, and computing them chunk by chunk in forward costs the plain
-    path's three (tokens x d x V) matmuls, recomputing four. Backward only scales them by the incoming scalar. Without
-    a gradient needed (evaluation) nothing is stored."""
+    """sum over tokens of label_smoothed_nll(hidden @ weight.T), `chunk` rows at a time, gradients computed in forward
+    (the plain path's three matmuls, not four with recomputation); backward only scales them."""
 
     @staticmethod
     def forward(ctx, hidden, weight, labels, epsilon, chunk, ignore_index):  # noqa: D102 (see the class docstring)
@@ -72,9 +65,8 @@ class _ChunkedProjectionLoss(torch.autograd.Function):
 def chunked_label_smoothed_nll(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, epsilon: float,
                                chunk: int = 4096, ignore_index: int = IGNORE_INDEX
                                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`label_smoothed_nll(hidden @ weight.T, labels, epsilon)` with at most `chunk` tokens' logits at once: hidden
-    (B, T, d), weight (V, d) bias-free, labels (B, T). Same value and gradients up to summation order; padding is
-    computed and contributes zero (static shapes)."""
+    """`label_smoothed_nll(hidden @ weight.T, labels, epsilon)` with at most `chunk` tokens' logits at once; same value
+    and gradients up to summation order (padding computed, contributing zero: static shapes)."""
     if chunk <= 0:
         raise ValueError(f"chunk must be positive, got {chunk}")
     if hidden.shape[-1] != weight.shape[-1] or hidden.shape[:-1] != labels.shape:
@@ -91,9 +83,8 @@ def _pass_through(hidden_states: torch.Tensor) -> torch.Tensor:
 
 @contextlib.contextmanager
 def output_projection_deferred(model: nn.Module) -> Iterator[nn.Linear]:
-    """Inside the block `model`'s output projection (a bias-free `nn.Linear`: `lm_head`, tied to the embeddings,
-    Section 3.4) returns its input, so `model(...).logits` are the decoder's hidden states; yields the projection.
-    No second model entry point: the model is still called through its wrappers (DDP hooks, `torch.compile`)."""
+    """Inside the block the bias-free output projection (`lm_head`, Section 3.4) returns its input, so `.logits` are
+    hidden states (the model still called through DDP / `torch.compile` wrappers); yields the projection."""
     head = model.get_output_embeddings()
     biased = getattr(head, "bias", None) is not None or getattr(model, "final_logits_bias", None) is not None
     if not isinstance(head, nn.Linear) or biased:
@@ -106,9 +97,8 @@ def output_projection_deferred(model: nn.Module) -> Iterator[nn.Linear]:
 
 
 class LabelSmoothedLoss:
-    """The Trainer's `compute_loss_func`: the smoothed sum divided by the update's target tokens (`num_items_in_batch`,
-    over accumulation steps and processes: the model's `per_target_token`). With `chunk_tokens` > 0, `outputs.logits`
-    are hidden states (`output_projection_deferred`) and the loss is chunked."""
+    """The Trainer's `compute_loss_func`: the smoothed sum over the update's target tokens (`num_items_in_batch`); with
+    `chunk_tokens` > 0 `outputs.logits` are hidden states (`output_projection_deferred`) and the loss is chunked."""
 
     def __init__(self, epsilon: float = PAPER_LABEL_SMOOTHING, chunk_tokens: int = 0,
                  output_projection: nn.Linear | None = None):

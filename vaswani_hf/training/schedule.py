@@ -1,9 +1,8 @@
 """Section 5.3 "Optimizer": Adam(beta1=0.9, beta2=0.98, eps=1e-9) and the learning rate
 
-    lrate = d_model^-0.5 * min(step_num^-0.5, step_num * warmup_steps^-1.5),   warmup_steps = 4000.
+    lrate = d_model^-0.5 * min(step_num^-0.5, step_num * warmup_steps^-1.5),   warmup_steps = 4000,
 
-Written here because no `lr_scheduler_type` of transformers gives the exact formula: `inverse_sqrt` with the right
-peak is one step behind it and makes the first update with lr 0.
+exactly: transformers' `inverse_sqrt` with the right peak is one step behind it (the first update gets lr 0).
 """
 
 from __future__ import annotations
@@ -39,9 +38,8 @@ def paper_base_lr(d_model: int, multiplier: float = 1.0) -> float:
 
 
 def paper_optimizer_cls_and_kwargs(args, fused: bool | None = None) -> tuple[type, dict]:
-    """`Trainer(optimizer_cls_and_kwargs=...)`: Section 5.3's Adam from the `TrainingArguments` (lr, betas, eps stated
-    once there). torch's `Adam`, not `AdamW`: the paper has no decay, and a recipe's `weight_decay` is coupled L2.
-    `fused`: the plan's choice for the device (None: torch's default)."""
+    """`Trainer(optimizer_cls_and_kwargs=...)`: Section 5.3's Adam (not AdamW: the paper has no decay) from the
+    `TrainingArguments`' lr, betas, eps; `fused`: the plan's choice for the device (None: torch's default)."""
     kwargs = {"lr": args.learning_rate, "betas": (args.adam_beta1, args.adam_beta2), "eps": args.adam_epsilon}
     return torch.optim.Adam, kwargs if fused is None else {**kwargs, "fused": fused}
 
@@ -51,9 +49,8 @@ FUSED_ADAM_DEVICE_TYPES = ("cpu", "cuda")
 
 
 def with_fused_adam(optimizer_kwargs: dict, model: torch.nn.Module) -> dict:
-    """`fused=True` added to Adam's kwargs when every trainable parameter can take torch's fused kernel: the same
-    update to rounding, one kernel (CPU: 3.1 against 16.5 ms per Multi30k update, benchmarks/bench_adam.py). Anything
-    unusual (FSDP2 DTensors, mixed devices) and kwargs naming `fused`/`foreach` are left alone."""
+    """`fused=True` added to Adam's kwargs when every trainable parameter can take torch's fused kernel (same update to
+    rounding, CPU 3.1 vs 16.5 ms per Multi30k update); FSDP2 DTensors, mixed devices, given `fused`/`foreach`: as is."""
     if "fused" in optimizer_kwargs or "foreach" in optimizer_kwargs:
         return optimizer_kwargs
     params = [p for p in model.parameters() if p.requires_grad]

@@ -1,14 +1,10 @@
-"""`VaswaniTrainer`: transformers' `Seq2SeqTrainer` with the paper's batching, objective, schedule and checkpoints.
-
-What it changes, and why each is hand-written:
-- Section 5.1: DataLoaders of `TokenBatchSampler` (token budgets; transformers batches by sentence count only);
-- Section 5.4: the label-smoothed objective through transformers' `compute_loss_func` hook (the model's
-  `forward(labels=...)` stays plain cross-entropy), optionally chunked (`compute_loss`); evaluation reports the
-  smoothed loss (`eval_loss`), the plain NLL (`eval_nll`) and perplexity (`eval_ppl`);
-- Section 5.3: Adam(0.9, 0.98, 1e-9) (fused where it applies) and the exact learning-rate formula;
-- evaluation across processes: transformers' per-batch `all_gather` needs equal shapes (see `evaluation_loop`);
-- atomic checkpoints: transformers writes straight into `checkpoint-N`, and a kill leaves a half-written folder that
-  `--resume` would pick (see `_save_checkpoint`).
+"""`VaswaniTrainer`: transformers' `Seq2SeqTrainer` with the paper's batching, objective, schedule and checkpoints:
+- Section 5.1: DataLoaders of `TokenBatchSampler` (transformers batches by sentence count only);
+- Section 5.4: the label-smoothed loss through the `compute_loss_func` hook, optionally chunked; evaluation reports
+  `eval_loss` (smoothed), `eval_nll` and `eval_ppl`;
+- Section 5.3: Adam(0.9, 0.98, 1e-9) and the exact learning-rate formula;
+- evaluation across processes (`evaluation_loop`: transformers' `all_gather` needs equal shapes) and atomic
+  checkpoints (`_save_checkpoint`: transformers writes straight into `checkpoint-N`).
 """
 
 from __future__ import annotations
@@ -88,13 +84,9 @@ def _stack_sentences(sentences: list[tuple[int, list[int], list[int]]], pad_id: 
 
 
 class VaswaniTrainer(Seq2SeqTrainer):
-    """`Seq2SeqTrainer` for the paper's recipe (see the module docstring).
-
-    Each device's batch holds up to `max_tokens` padded source and as many target tokens (`per_device_*_batch_size`
-    is ignored), an evaluation batch `eval_max_tokens` (`budget.evaluation_budget`); the paper's ~25000 + 25000 are
-    `max_tokens x world_size x gradient_accumulation_steps`. Accelerate's `split_batches` and `dispatch_batches`,
-    which re-cut batches by sentence count, are refused. `optimizer_cls_and_kwargs`: `paper_optimizer_cls_and_kwargs`.
-    """
+    """`Seq2SeqTrainer` for the paper's recipe: a device's batch holds up to `max_tokens` padded source and as many
+    target tokens (`per_device_*_batch_size` ignored), an evaluation batch `eval_max_tokens`. Accelerate's
+    `split_batches` / `dispatch_batches` (which re-cut batches by sentence count) are refused."""
 
     def __init__(self, *args: Any, max_tokens: int, eval_max_tokens: int | None = None,
                  max_sentences: int | None = None, paper_warmup_steps: int = 4000,
@@ -287,11 +279,10 @@ class VaswaniTrainer(Seq2SeqTrainer):
         return output
 
     # -- evaluation, correct for any number of processes and any token budget ------------------------------------
-    # transformers' `evaluation_loop` gathers every batch with `all_gather`, which needs equal shapes on every rank
-    # (token batches differ: gloo died, NCCL hung), and weights each batch's mean loss by the FIRST batch's size (the
-    # loss then depended on the budget: Multi30k 2.88 at 2,048 tokens, 3.07 at 4,096, 2.82 per target token). Here
-    # each process evaluates its shard with no collective inside the loop, then every process makes the same two
-    # calls: an all-reduce of the loss sums, an all_gather_object of the sentences, scored once each in row order.
+    # transformers' `evaluation_loop` gathers every batch with `all_gather` (equal shapes on every rank: token batches
+    # hung NCCL) and weights each batch's mean loss by the FIRST batch's size (the loss depended on the budget). Here
+    # each process evaluates its shard, then all make two calls: an all-reduce of the loss sums, an all_gather_object
+    # of the sentences, scored once each in row order.
 
     def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None,
                         metric_key_prefix="eval"):

@@ -4,34 +4,23 @@ Three kinds of attention (Section 3.2.3), h heads in each of N layers, each row 
 Eq. (1) summing to 1 over the keys it may see: "encoder" (source -> source, (S, S)), "decoder" (masked, target ->
 earlier target, (T, T)) and "cross" (target -> source, (T, S)). The paper's Figures 3-5 draw rows of encoder
 self-attention (layer 5 of 6) for one sentence; this package draws the same matrices as heatmaps labelled with the
-subword tokens, for any `AutoModelForSeq2SeqLM` (forward pass with `output_attentions=True` and `generate` only), and
-imports nothing from `vaswani_hf` outside this folder. Modules: `attention` (the weights), `diagnostics` (numbers
-computed from them), `plots` (figures).
+subword tokens, for any `AutoModelForSeq2SeqLM` (`output_attentions=True` and `generate` only), importing nothing
+from `vaswani_hf` outside this folder. Modules: `attention` (the weights), `diagnostics`, `plots` (figures).
 
-Labels: rows of "decoder" and "cross" are the tokens *produced* at each step (y_1 ... </s>), the columns of "decoder"
-the tokens *fed* (<start>, y_1, ...), so row i sees columns 0..i; the start token <pad> is labelled "<start>".
+Labels: rows of "decoder" and "cross" are the tokens *produced* (y_1 ... </s>), the columns of "decoder" the tokens
+*fed* (<start>, y_1, ...; the start token <pad> is labelled "<start>"), so row i sees columns 0..i.
 
-Diagnostics (`attention_diagnostics`, `alignment_share`):
-* per-head entropy -sum_k p_k log p_k of each real query row (nats), also divided by log(keys the row may see):
-  1 is uniform attention (a head that learned nothing, or a broken scaling), 0 one-hot; one-key rows are left out.
-* padding mass: a real query row's weight on padding keys (by the mask, not the id), which must be exactly 0, with
-  `extra_padding` masked positions added; "padding invariance" compares with the unpadded weights (~0).
-* alignment share of cross-attention (one sentence, heads averaged, per layer): `mass`, the mean share of a target
-  token's attention on its aligned source tokens A(i); `argmax`, how often its most-attended token is in A(i);
-  `uniform`, the chance level mean |A(i)| / S. A(i) is given (token pairs, or a Pharaoh word alignment "i-j" via
-  `token_alignment_from_words`) or the diagonal heuristic round(i (S-1)/(T-1)) +- `window`, which only suits
-  language pairs with similar word order.
+Diagnostics: per-head entropy of each real query row (nats, and divided by log(visible keys): 1 uniform, 0 one-hot;
+one-key rows left out); padding mass, a real row's weight on padding keys (by the mask), which must be 0; padding
+invariance against unpadded weights; the alignment share of cross-attention (per layer, heads averaged): `mass` on the
+aligned source tokens A(i), `argmax` in A(i), `uniform` = mean |A(i)| / S (chance). A(i) is given (token pairs, or a
+Pharaoh word alignment via `token_alignment_from_words`) or the diagonal round(i (S-1)/(T-1)) +- `window`, which
+suits only language pairs with similar word order.
 """
 
-from .attention import KIND_TITLES, KINDS, MAX_PLOT_TOKENS, START_LABEL, Attentions, batch_attentions, \
-    collect_attentions, eager_attention
+from .attention import KINDS, MAX_PLOT_TOKENS, START_LABEL, Attentions, batch_attentions, \
+    collect_attentions  # noqa: F401
 from .diagnostics import _masks, alignment_share, attention_diagnostics, diagonal_alignment, format_diagnostics, \
-    head_entropy, padding_mass, single_sentence_entropy, token_alignment_from_words
-from .plots import CMAP, new_figure, plot_attention_head, plot_cross_alignment, plot_diagnostics, plot_heatmap, \
-    plot_layer_heads, save_figure, visualize
-
-__all__ = ["MAX_PLOT_TOKENS", "KINDS", "Attentions", "eager_attention", "batch_attentions", "collect_attentions",
-           "head_entropy", "single_sentence_entropy", "padding_mass", "attention_diagnostics", "diagonal_alignment",
-           "token_alignment_from_words", "alignment_share", "format_diagnostics", "plot_heatmap",
-           "plot_attention_head", "plot_layer_heads", "plot_cross_alignment", "plot_diagnostics", "new_figure",
-           "save_figure", "visualize"]
+    head_entropy, padding_mass, single_sentence_entropy, token_alignment_from_words  # noqa: F401
+from .plots import new_figure, plot_attention_head, plot_cross_alignment, plot_diagnostics, plot_heatmap, \
+    plot_layer_heads, save_figure, visualize  # noqa: F401

@@ -1,11 +1,7 @@
-"""Getting the attention weights of a seq2seq model (Section 3.2.3's three kinds, h heads in each of N layers).
-
-Weights come from one teacher-forced forward pass over (source, target) with `output_attentions=True`; the target is
-a reference or the model's own greedy / beam translation (`model.generate`): the decoder's attention over its own
-translation in a forced pass is the attention it used while generating it (same prefix, same weights, dropout off).
-Only eager attention returns weights (sdpa does not): `eager_attention(model)` switches to it and restores the
-previous implementation and train/eval mode afterwards. Works on any `AutoModelForSeq2SeqLM` model (the package's
-classes or `trust_remote_code`); imports nothing from vaswani_hf (see the package docstring).
+"""Getting the attention weights of a seq2seq model (Section 3.2.3's three kinds, h heads in each of N layers): one
+teacher-forced forward pass with `output_attentions=True` over (source, target), the target a reference or the
+model's own translation (in a forced pass the decoder's attention is the one it used while generating it). Only eager
+attention returns weights: `eager_attention(model)` switches to it and back. Works on any `AutoModelForSeq2SeqLM`.
 """
 
 from __future__ import annotations
@@ -30,11 +26,8 @@ __all__ = ["MAX_PLOT_TOKENS", "KINDS", "KIND_TITLES", "START_LABEL", "Attentions
 
 @contextlib.contextmanager
 def eager_attention(model) -> Iterator:
-    """Run `model` in eval mode with the eager attention of Eq. (1), which returns its weights; restore afterwards.
-
-    transformers 5 switches implementations in place with `PreTrainedModel.set_attn_implementation` (it updates the
-    config of every sub-model); sdpa and flex attention compute the same output but return no weights.
-    """
+    """Run `model` in eval mode with the eager attention of Eq. (1) (sdpa and flex return no weights) through
+    `set_attn_implementation`; restore implementation and mode afterwards."""
     previous = model.config._attn_implementation
     was_training = model.training
     if previous != "eager":
@@ -83,14 +76,10 @@ def _pad_rows(rows: Sequence[Sequence[int]], pad: int, extra: int) -> tuple[torc
 def batch_attentions(model, tokenizer, sources: Sequence[str],
                      targets: Sequence[str] | Sequence[Sequence[int]] | None = None, *, num_beams: int | None = None,
                      max_new_tokens: int | None = None, extra_padding: int = 0) -> dict:
-    """Attention weights of a right-padded batch in one teacher-forced forward pass, `extra_padding` masked <pad>
-    positions appended to both sides. targets: reference sentences (`</s>` appended if the tokenizer does not), label
-    ids, or None for the model's own translation (`model.generate`; `num_beams` None: its generation config).
-
-    Returns input_ids / attention_mask (B, S), decoder_input_ids / decoder_attention_mask / labels (B, T), label_ids
-    (per sentence, unpadded) and the float32 CPU weights "encoder" (L, B, H, S, S), "decoder" (L, B, H, T, T) and
-    "cross" (L, B, H, T, S).
-    """
+    """Attention weights of a right-padded batch in one teacher-forced pass, `extra_padding` masked <pad> positions
+    appended to both sides. targets: sentences, label ids, or None for the model's own translation (`num_beams` None:
+    its generation config). Returns the (B, S) / (B, T) inputs, per-sentence `label_ids` and float32 CPU weights
+    "encoder" (L, B, H, S, S), "decoder" (L, B, H, T, T), "cross" (L, B, H, T, S)."""
     pad, eos, start = _pad_id(model, tokenizer), _eos_id(model, tokenizer), _start_id(model)
     source_rows = tokenizer(list(sources), add_special_tokens=True)["input_ids"]
     input_ids, attention_mask = _pad_rows(source_rows, pad, extra_padding)

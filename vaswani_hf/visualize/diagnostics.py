@@ -4,6 +4,7 @@ invariance, and the share of cross-attention on aligned source tokens (definitio
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import torch
@@ -11,7 +12,19 @@ import torch
 from .attention import KIND_TITLES, KINDS, Attentions, batch_attentions
 
 __all__ = ["head_entropy", "single_sentence_entropy", "padding_mass", "attention_diagnostics", "diagonal_alignment",
-           "token_alignment_from_words", "alignment_share", "format_diagnostics"]
+           "word_links", "token_alignment_from_words", "alignment_share", "format_diagnostics"]
+
+_LINK = re.compile(r"^(\d+)[-?p](\d+)$")
+
+
+def word_links(pharaoh: str) -> list[tuple[int, int]]:
+    """The (source word i, target word j) pairs of a Pharaoh word alignment "i-j ..." (0-based whitespace words;
+    "p" links "i?j" / "ipj" count as links); ValueError with the first malformed link."""
+    matches = [(_LINK.match(link), link) for link in pharaoh.split()]
+    for match, link in matches:
+        if not match:
+            raise ValueError(link)
+    return [(int(m[1]), int(m[2])) for m, _ in matches]
 
 
 def _visible_keys(kind: str, query_mask: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
@@ -62,13 +75,9 @@ def _masks(batch: dict, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
 def attention_diagnostics(model, tokenizer, sources: Sequence[str],
                           targets: Sequence[str] | Sequence[Sequence[int]] | None = None, *, extra_padding: int = 3,
                           num_beams: int | None = None, max_new_tokens: int | None = None) -> dict:
-    """Per-head entropy and padding mass of every attention kind over a right-padded batch (module docstring).
-
-    Besides the padding the batch already has, `extra_padding` masked positions are appended, and the weights are
-    compared with an unpadded pass of each sentence ("padding_invariance": max |difference| on real positions).
-    Returns {"entropy": {kind: (L, H)}, "entropy_normalized": {...}, "padding_mass": {kind: (L, H)},
-    "padding_invariance": {kind: float}, "num_sentences": B}.
-    """
+    """Per-head entropy and padding mass of every kind over a right-padded batch with `extra_padding` masked positions
+    appended, and "padding_invariance" (max |difference| from an unpadded pass on real positions). Returns {"entropy",
+    "entropy_normalized", "padding_mass": {kind: (L, H)}, "padding_invariance": {kind: float}, "num_sentences": B}."""
     padded = batch_attentions(
         model, tokenizer, sources, targets, extra_padding=extra_padding, num_beams=num_beams,
         max_new_tokens=max_new_tokens,
@@ -117,14 +126,12 @@ def _word_of_token(tokenizer, text: str) -> list[int | None]:
 
 
 def token_alignment_from_words(tokenizer, source: str, target: str, pharaoh: str) -> list[tuple[int, int]]:
-    """Convert a word alignment "i-j ..." (Pharaoh format: source word i, target word j, 0-based, whitespace words,
-    "p" links such as "i?j" or "ipj" accepted as links) into (target token, source token) position pairs: every
+    """Convert a Pharaoh word alignment (`word_links`) into (target token, source token) position pairs: every
     subword of target word j is aligned to every subword of source word i. Needs a fast tokenizer (offsets)."""
     source_words = _word_of_token(tokenizer, source)
     target_words = _word_of_token(tokenizer, target)
     pairs = set()
-    for link in pharaoh.split():
-        i, j = (int(x) for x in link.replace("?", "-").replace("p", "-").split("-"))
+    for i, j in word_links(pharaoh):
         pairs.update((t, s) for t, tw in enumerate(target_words) if tw == j
                      for s, sw in enumerate(source_words) if sw == i)
     return sorted(pairs)

@@ -117,9 +117,8 @@ def _cross_panels(attn: Attentions) -> list[tuple[str, torch.Tensor]]:
 
 def plot_cross_alignment(attn: Attentions, path=None, alignment: Sequence[tuple[int, int]] | None = None,
                          reference: str | None = None) -> Figure:
-    """Encoder-decoder attention averaged over heads, one panel per decoder layer and one averaged over all layers
-    (L_dec + 1 panels + 1 colorbar). Red dots: each target token's most-attended source token; white squares: the
-    alignment A(i) (given, or the diagonal heuristic when None); panel titles give `alignment_share`."""
+    """Cross-attention averaged over heads, a panel per decoder layer and one over all. Red dots: the most-attended
+    source token; white squares: the alignment A(i) (default: diagonal); titles give `alignment_share`."""
     alignment, reference = _alignment(attn, alignment, reference)
     panels = _cross_panels(attn)
     fig, axes = _panel_grid(len(panels), min(len(panels), 4), 1.2 + 0.22 * len(attn.source_tokens),
@@ -173,10 +172,8 @@ def plot_diagnostics(diagnostics: dict, path=None) -> Figure:
 def visualize(model, tokenizer, source: str, target: str | None = None, out_dir: str | os.PathLike = "attention", *,
               fmt: str = "png", num_beams: int | None = None, max_new_tokens: int | None = None, per_head: bool = False,
               word_alignment: str | None = None) -> dict:
-    """Write {kind}_layer{l}.{fmt}, cross_alignment.{fmt}, diagnostics.{fmt} and diagnostics.txt (with `per_head`
-    also {kind}_layer{l}_head{h}.{fmt}) for one sentence pair to `out_dir`; return {"attentions", "diagnostics",
-    "alignment", "report", "files"}. `word_alignment` (Pharaoh "i-j" word pairs) needs the reference `target`;
-    without it the alignment share uses the diagonal heuristic."""
+    """Write the plots and diagnostics.txt of one sentence pair to `out_dir`; return {"attentions", "diagnostics",
+    "alignment", "report", "files"}. `word_alignment` (Pharaoh) needs `target`; without it the diagonal heuristic."""
     os.makedirs(out_dir, exist_ok=True)
     attn = collect_attentions(model, tokenizer, source, target, num_beams=num_beams, max_new_tokens=max_new_tokens)
     files = []

@@ -1,7 +1,5 @@
-"""chrF (and chrF++) via sacreBLEU as an `evaluate` metric module that loads from a local path (no Hub access).
-
-Wraps ``sacrebleu.metrics.CHRF`` and returns the corpus score with sacreBLEU's signature string. chrF is a character
-n-gram F-score (beta=2 by default); ``word_order=2`` gives chrF++.
+"""chrF (character n-gram F-score, beta=2; ``word_order=2``: chrF++) by ``sacrebleu.metrics.CHRF`` with its signature,
+as an `evaluate` module loaded by path (offline).
 """
 
 import sacrebleu

@@ -1,8 +1,5 @@
-"""sacreBLEU corpus BLEU as an `evaluate` metric module that loads from a local path (no Hub access).
-
-The same computation as the Hub's ``evaluate-metric/sacrebleu`` module, self-contained so that
-``evaluate.load("<path>/sacrebleu_local")`` works offline: ``sacrebleu.metrics.BLEU`` with its signature string,
-which names every setting that changes the number. Report the signature with the score.
+"""sacreBLEU corpus BLEU (``sacrebleu.metrics.BLEU``, as the Hub's ``evaluate-metric/sacrebleu``) as an `evaluate`
+module loaded by path (offline), with the signature string that names every setting changing the number.
 """
 
 from sacrebleu.metrics import BLEU

@@ -1,26 +1,11 @@
-"""The paper's tokenized BLEU for EN-DE, as an `evaluate` metric module that loads from a local path.
+"""The paper's tokenized BLEU for EN-DE (Section 6.1, Table 2), as an `evaluate` metric module loaded from a path.
 
-"Attention Is All You Need" (Vaswani et al., 2017), section 6.1 / Table 2, reports BLEU on newstest2014
-as computed by tensor2tensor's ``utils/get_ende_bleu.sh``, which does, on the decoded file::
-
-    perl replace-unicode-punctuation.perl -l de < decodes > decodes.n
-    perl tokenizer.perl -l de < decodes.n > decodes.tok                 # Moses tokenizer
-    perl -ple 's{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g' < decodes.tok > decodes.tok.atat
-    perl -ple 's{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g' < newstest.tok.de > newstest.tok.de.atat
-    perl multi-bleu.perl newstest.tok.de.atat < decodes.tok.atat
-
-("Put compounds in ATAT format (comparable to papers like GNMT, ConvS2S)", following the Stanford NMT
-preprocessing: "rich-text format" -> "rich ##AT##-##AT## text format"). The reference there was already
-Moses-tokenized; here raw references go through the same normalisation and tokenization as the hypotheses
-(``tokenize_references=False`` for references that are already tokenized).
-
-Here in Python: sacremoses' ports of replace-unicode-punctuation.perl and tokenizer.perl (default options: no
-aggressive hyphen splitting, XML escaping), the script's very regex (non-overlapping: ``a-b-c`` becomes
-``a ##AT##-##AT## b-c`` as with perl), and multi-bleu.perl-style BLEU (sacreBLEU with ``tokenize="none"``,
-case-sensitive unless ``lowercase=True``, ``smooth_method="none"``).
-
-Compound splitting inflates BLEU (every hyphenated compound becomes three tokens, mostly matched), so this
-number is only comparable with papers that used the same script; report sacreBLEU as well.
+tensor2tensor's ``utils/get_ende_bleu.sh`` normalises punctuation and Moses-tokenizes the decodes, splits compounds
+("rich-text" -> "rich ##AT##-##AT## text", regex ``s{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g``) in decodes and references,
+then runs multi-bleu.perl. Here: sacremoses' ports of the two perl scripts (default options), the same regex
+(non-overlapping, as with perl) and sacreBLEU with ``tokenize="none"``, ``smooth_method="none"`` (cased unless
+``lowercase=True``). Raw references get the same processing (``tokenize_references=False`` if already tokenized).
+Compound splitting inflates BLEU: comparable only with papers that used the same script; report sacreBLEU as well.
 """
 
 import re
