@@ -317,7 +317,7 @@ def test_cli_replaces_output_only_with_overwrite_and_reports_padding_leaks(saved
         result["diagnostics"]["padding_mass"]["cross"][0, 0] = 0.25
         return result
 
-    monkeypatch.setattr(vaswani_hf.visualize, "visualize", leaking)
+    monkeypatch.setattr(cli, "visualize", leaking)  # the name the tool calls
     capsys.readouterr()
     assert cli.main([*argv, "--overwrite"]) == 1
     captured = capsys.readouterr()
