@@ -38,14 +38,5 @@ VaswaniForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
 register_pipeline_tasks()  # "translation", "text2text-generation" -> VaswaniTranslationPipeline (5 removed both;
 #                           every VaswaniConfig registers them too, with its pair's "translation_xx_to_yy")
 
-__all__ = [
-    "VaswaniConfig",
-    "VaswaniModel",
-    "VaswaniForConditionalGeneration",
-    "VaswaniPreTrainedModel",
-    "translate",
-    "translation_pipeline",
-    "load_for_inference",
-    "save_pretrained_with_pipeline",
-    "register_pipeline",
-]
+__all__ = ["VaswaniConfig", "VaswaniModel", "VaswaniForConditionalGeneration", "VaswaniPreTrainedModel", "translate",
+           "translation_pipeline", "load_for_inference", "save_pretrained_with_pipeline", "register_pipeline"]

@@ -197,13 +197,15 @@ class Setting:
 
     def narrowed(self, **limits) -> "Setting":
         """This setting with fewer allowed values (`min`, `max`, `choices`, a `default` among them, `nullable` False;
-        `help`): what a tool or the Space offers of it, e.g. `GENERATION_SETTINGS["num_beams"].narrowed(max=12)`. A value the
-        narrower setting allows, this one allows: ValueError for limits beyond this setting's."""
+        `help`): what a tool or the Space offers of it, e.g. `GENERATION_SETTINGS["num_beams"].narrowed(max=12)`.
+        A value the narrower setting allows, this one allows: ValueError for limits beyond this setting's."""
         narrow = dataclasses.replace(self, **limits)
-        if set(limits) - {"min", "max", "choices", "default", "help", "nullable"} or narrow.nullable > self.nullable or \
-                any(new is None and old is not None for new, old in ((narrow.min, self.min), (narrow.max, self.max))) or \
-                any(v is not None and self.problem(v) for v in (narrow.min, narrow.max, *narrow.choices,
-                                                                  narrow.default)):
+        unbounded = any(new is None and old is not None for new, old in ((narrow.min, self.min),
+                                                                          (narrow.max, self.max)))
+        wider = any(v is not None and self.problem(v) for v in (narrow.min, narrow.max, *narrow.choices,
+                                                                 narrow.default))
+        if set(limits) - {"min", "max", "choices", "default", "help", "nullable"} or unbounded or wider or \
+                narrow.nullable > self.nullable:
             raise ValueError(f"{self.name}: {limits} does not narrow {self.describe()}")
         return narrow
 
@@ -361,7 +363,8 @@ class VaswaniConfig(PreTrainedConfig):
     def base(cls, **overrides) -> "VaswaniConfig":
         """The paper's base model (Table 3, "base"): N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1 (eps_ls=0.1 is a
         training setting: `vaswani_hf.training.objective`). Every other Table 3 row is an override, e.g.
-        `base(num_heads=16)` (A; d_k = d_v = d_model / h follow), `base(d_k=16)` (B), `base(num_encoder_layers=2, num_decoder_layers=2)` (C), `base(dropout=0.0)` (D),
+        `base(num_heads=16)` (A; d_k = d_v = d_model / h follow), `base(d_k=16)` (B),
+        `base(num_encoder_layers=2, num_decoder_layers=2)` (C), `base(dropout=0.0)` (D),
         `base(position_encoding="learned")` (E).
         """
         return cls(**overrides)

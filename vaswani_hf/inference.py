@@ -41,20 +41,9 @@ from .io import UsageError, load_model_folder
 from .pipeline_vaswani import VaswaniTranslationPipeline, register_pipeline_tasks
 from .translation_frontend import MAX_SOURCE_TOKENS, UNSET, PositionTable, given_options, translate_lines
 
-__all__ = [
-    "DTYPES",
-    "translate",
-    "translate_batch_fn",
-    "front_end",
-    "position_limit",
-    "load_for_inference",
-    "resolve_device",
-    "resolve_dtype",
-    "translation_pipeline",
-    "save_pretrained_with_pipeline",
-    "register_pipeline",
-    "VaswaniTranslationPipeline",
-]
+__all__ = ["DTYPES", "translate", "translate_batch_fn", "front_end", "position_limit", "load_for_inference",
+           "resolve_device", "resolve_dtype", "translation_pipeline", "save_pretrained_with_pipeline",
+           "register_pipeline", "VaswaniTranslationPipeline"]
 
 DTYPES = {
     "fp32": torch.float32,

@@ -43,8 +43,6 @@ MARKER_NOTE = (f"Token labels: **{logic.WORD_START}** marks a token that starts 
                "the word before it (the model reads subword pieces, Section 5.1). `<start>` is the decoder's first "
                "input, `</s>` the end of the sentence.")
 
-__all__ = ["build_demo", "launch", "listen_address", "main", "model_from_readme", "resolve_model", "DEFAULT_MODEL",
-           "MODEL_ENV"]
 
 
 def _gradio():

@@ -21,7 +21,8 @@ from .generation_vaswani import GENERATION_SETTINGS
 from .hub.card import LANGUAGE_NAMES, count_parameters
 from .hub.space import API_EXAMPLE
 from .inference import load_for_inference, translate
-from .visualize import KIND_TITLES, KINDS, MAX_PLOT_TOKENS, Attentions, collect_attentions
+from .visualize import KINDS, MAX_PLOT_TOKENS, Attentions, collect_attentions
+from .visualize.attention import KIND_TITLES
 
 MAX_CHARACTERS = 1000  # a sentence or two: the maps are tokens x tokens cells, and a CPU Space decodes slowly
 MAX_SOURCE_TOKENS = MAX_PLOT_TOKENS  # longer sources make unreadable maps (vaswani-visualize-attention's limit)

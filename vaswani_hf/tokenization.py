@@ -41,8 +41,6 @@ TOKENIZER_FOLDER = "tokenizer folder"  # the kind of output vaswani-train-tokeni
 
 _NORMALIZERS = {"NFC": normalizers.NFC, "NFKC": normalizers.NFKC, "NFD": normalizers.NFD, "NFKD": normalizers.NFKD}
 
-__all__ = ["PAD_ID", "BOS_ID", "EOS_ID", "UNK_ID", "SPECIAL_TOKENS", "build_bpe_tokenizer", "train_bpe_tokenizer",
-           "wrap_tokenizer", "load_tokenizer", "iter_training_text"]
 
 
 def build_bpe_tokenizer(*, lowercase: bool = False, normalization: str | None = "NFC") -> Tokenizer:

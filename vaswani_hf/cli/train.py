@@ -82,7 +82,7 @@ class RecipeParser(HfArgumentParser):
 
     @staticmethod
     def _parse_dataclass_field(parser, field):
-        """HfArgumentParser passes a field's metadata to argparse as keywords: the recipe key's declaration (`setting`) is ours."""
+        """HfArgumentParser passes a field's metadata to argparse as keywords; the declaration (`setting`) is ours."""
         plain = copy.copy(field)
         plain.metadata = types.MappingProxyType({k: v for k, v in field.metadata.items() if k != "setting"})
         HfArgumentParser._parse_dataclass_field(parser, plain)

@@ -41,8 +41,6 @@ def check_card_identity(repo_id: str | None = None, source_lang: str | None = No
 def language_code(text: str) -> str:
     """`text` if it is a language code (the rule of `check_card_identity`), for a flag's `type=`."""
     if not _LANGUAGE_CODE.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a language code: 1-16 letters, digits, '-' or '_' (e.g. 'en', 'de')")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a language code: 1-16 letters, digits, '-' or '_' "
+                                         "(e.g. 'en', 'de')")
     return text
-
-
-__all__ = ["repo_id_problem", "check_card_identity", "language_code"]

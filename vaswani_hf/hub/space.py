@@ -55,8 +55,6 @@ if __name__ == "__main__":
     sys.exit(main(default_model=model_from_readme(__file__)))
 '''
 
-__all__ = ["GRADIO_SDK_VERSION", "SPACE_APP", "space_requirements", "render_space_readme", "write_space_folder",
-           "push_space"]
 
 
 def space_requirements() -> str:

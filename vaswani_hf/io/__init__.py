@@ -14,12 +14,10 @@ from .outputs import (MARKER, FolderLock, apply_umask, atomic_output_dir, check_
                       replace_atomically, written_by)
 from .text import check_input_file, iter_lines, read_json, read_lines, to_json, write_json, write_lines
 
-__all__ = [
-    "STDIO", "VaswaniError", "UsageError", "RunFailure", "InputLineError",
-    "iter_lines", "read_lines", "write_lines", "read_json", "write_json", "to_json", "check_input_file",
-    "check_paths", "check_output_file", "check_output_dir", "replace_atomically", "atomic_output_dir", "fsync_tree",
-    "written_by", "mark", "first_entries", "MARKER", "FolderLock", "folder_in_use", "apply_umask", "file_kind",
-    "path_kind", "WEIGHTS", "WEIGHTS_INDEX", "check_model_folder", "load_model_folder", "check_safetensors",
-    "check_same_vocabulary", "tokenizer_size", "model_vocab_size", "check_generation_config_file",
-    "files", "FileShape", "check_shape", "check_tokenizer_file", "check_ctranslate2_folder",
-]
+__all__ = ["STDIO", "VaswaniError", "UsageError", "RunFailure", "InputLineError", "iter_lines", "read_lines",
+           "write_lines", "read_json", "write_json", "to_json", "check_input_file", "check_paths", "check_output_file",
+           "check_output_dir", "replace_atomically", "atomic_output_dir", "fsync_tree", "written_by", "mark",
+           "first_entries", "MARKER", "FolderLock", "folder_in_use", "apply_umask", "file_kind", "path_kind", "WEIGHTS",
+           "WEIGHTS_INDEX", "check_model_folder", "load_model_folder", "check_safetensors", "check_same_vocabulary",
+           "tokenizer_size", "model_vocab_size", "check_generation_config_file", "files", "FileShape", "check_shape",
+           "check_tokenizer_file", "check_ctranslate2_folder"]

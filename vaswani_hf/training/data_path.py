@@ -52,6 +52,3 @@ def choose_data_path(device: str, num_workers: int = 0, *, processes: int = 1, c
         persistent_workers=cuda and num_workers > 0,
         non_blocking=cuda and (cuda if pin_memory is None else pin_memory),  # a non-blocking copy needs pinned memory
     )
-
-
-__all__ = ["AUTO", "DataPath", "choose_data_path"]

@@ -113,7 +113,3 @@ class LabelSmoothedLoss:
         else:
             loss_sum, _ = label_smoothed_nll(outputs.logits, labels, self.epsilon)
         return per_target_token(loss_sum, labels, num_items_in_batch)
-
-
-__all__ = ["PAPER_LABEL_SMOOTHING", "label_smoothed_nll", "chunked_label_smoothed_nll", "output_projection_deferred",
-           "LabelSmoothedLoss"]

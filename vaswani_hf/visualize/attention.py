@@ -20,8 +20,6 @@ START_LABEL = "<start>"
 
 MAX_PLOT_TOKENS = 200  # a head's plot is tokens x tokens cells; longer sentences make unreadable, huge figures
 
-__all__ = ["MAX_PLOT_TOKENS", "KINDS", "KIND_TITLES", "START_LABEL", "Attentions", "eager_attention",
-           "batch_attentions", "collect_attentions"]
 
 
 @contextlib.contextmanager

@@ -11,8 +11,6 @@ import torch
 
 from .attention import KIND_TITLES, KINDS, Attentions, batch_attentions
 
-__all__ = ["head_entropy", "single_sentence_entropy", "padding_mass", "attention_diagnostics", "diagonal_alignment",
-           "word_links", "token_alignment_from_words", "alignment_share", "format_diagnostics"]
 
 _LINK = re.compile(r"^(\d+)[-?p](\d+)$")
 

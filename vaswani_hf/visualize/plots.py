@@ -20,8 +20,6 @@ from .diagnostics import (alignment_share, attention_diagnostics, diagonal_align
 
 CMAP = "viridis"
 
-__all__ = ["plot_heatmap", "plot_attention_head", "plot_layer_heads", "plot_cross_alignment", "plot_diagnostics",
-           "new_figure", "save_figure", "visualize"]
 
 
 def _fontsize(n: int) -> float:
