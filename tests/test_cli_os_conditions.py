@@ -176,7 +176,7 @@ def test_ctrl_c_while_writing_leaves_no_partial_output(name, assets, tmp_path, c
     created = sorted(changes(before, snapshot(assets.root, tmp_path)))
     if name.startswith("train"):  # the run keeps its complete files; no checkpoint, no staging folder, no lock
         run = tmp_path / "run"
-        partial = [p.name for p in [*run.glob("checkpoint-*"), *run.glob(".*")]]
+        partial = [p.name for p in [*run.glob("checkpoint-*"), *run.glob(".*")] if p.name != ".vaswani_hf.json"]
         assert not partial and not open_descriptors_under(run), f"left behind: {partial}, still open: " \
                                                                  f"{open_descriptors_under(run)}"
     else:

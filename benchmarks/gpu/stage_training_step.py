@@ -94,7 +94,7 @@ def summarise(measured: dict, models: dict, batches, ceiling: float | None) -> d
         out[name] = {"step_ms": round(step * 1e3, 2), "target_tokens_per_s": round(tokens / step),
                      "peak_step_mib": round(measured["peak_step_mib"][name]),
                      "peak_with_state_mib": round(measured["peak_step_mib"][name] + state_mib),
-                     "tflops": float(f"{tflops:.4g}"), "mfu": round(tflops / ceiling, 4) if ceiling else None,
+                     "tflops": float(f"{tflops:.4g}"), "mfu": float(f"{tflops / ceiling:.4g}") if ceiling else None,
                      "attention": getattr(model.config, "_attn_implementation", None)}
     out["ratio_tokens_per_s"] = round(out["ours"]["target_tokens_per_s"] / out["marian"]["target_tokens_per_s"], 3)
     out["ratio_peak_step_memory"] = round(out["ours"]["peak_step_mib"] / max(out["marian"]["peak_step_mib"], 1), 3)

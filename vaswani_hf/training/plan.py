@@ -212,9 +212,8 @@ class RunPlan:
     def lock(self) -> io.FolderLock:
         """This run's hold on its output folder (created if needed, and marked as a run's), while the run writes."""
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        lock = io.FolderLock(self.output_dir, "output_dir").acquire()
-        io.mark(self.output_dir, preflight.TRAINING_RUN)
-        return lock
+        io.mark(self.output_dir, preflight.TRAINING_RUN)  # before the lock: a full disk leaves no descriptor open
+        return io.FolderLock(self.output_dir, "output_dir").acquire()
 
     def describe(self) -> str:
         b = self.batching
