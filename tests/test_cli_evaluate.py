@@ -212,7 +212,7 @@ def _(t, a):
 @case("ctrl-c")
 def _(t, a):
     return Call(evaluate_argv(write(t / "hyp.txt", GERMAN), write(t / "ref.txt", GERMAN), out=t / "s.json"), 130,
-                ("interrupted",), interrupt="vaswani_hf.evaluation.compute_all")
+                ("interrupted",), interrupt="vaswani_hf.cli.evaluate.compute_all")
 
 
 test_cli_contract = case.contract_test()  # every case above

@@ -60,7 +60,7 @@ def test_a_credential_is_never_echoed(tool, tmp_path, monkeypatch, capsys):
 
 
 def test_debug_lets_ctrl_c_through(tmp_path, monkeypatch, assets):
-    monkeypatch.setattr("vaswani_hf.evaluation.compute_all", interrupted)
+    monkeypatch.setattr("vaswani_hf.cli.evaluate.compute_all", interrupted)
     hyp, ref = write(tmp_path / "hyp.txt", GERMAN), write(tmp_path / "ref.txt", GERMAN)
     with pytest.raises(KeyboardInterrupt):
         run_main("evaluate", ["--hypotheses", hyp, "--references", ref, "--debug"])

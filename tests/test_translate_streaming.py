@@ -250,3 +250,9 @@ def test_the_check_pass_token_bound_is_never_below_the_token_count(normalization
     assert bound is not None
     for text in texts:
         assert len(tokenizer(text)["input_ids"]) <= bound(text), text
+
+
+def test_the_batch_function_names_a_missing_column(assets):
+    fn = vaswani_hf.inference.translate_batch_fn(assets.model, column="en", output_column="de")
+    with pytest.raises(KeyError, match=r"no column 'en' in the batch \(its columns: \['fr'\]\)"):
+        fn({"fr": ["x"]})

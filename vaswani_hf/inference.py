@@ -242,6 +242,8 @@ def translate_batch_fn(model, tokenizer=None, *, column: str = "text", output_co
     options = {"progress": False, **options}
 
     def translate_batch(batch: dict) -> dict:
+        if column not in batch:
+            raise KeyError(f"translate_batch_fn: no column {column!r} in the batch (its columns: {sorted(batch)})")
         return {output_column: translate(model, tokenizer, batch[column], device=device, **options)}
 
     return translate_batch

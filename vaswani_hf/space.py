@@ -28,8 +28,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import space_logic as logic
+from .cli.contract import ArgumentParser, run_cli
 from .configuration_vaswani import SettingError
+from .constraints import number
 from .errors import UsageError, one_line
+from .io import check_model_folder
 
 DEFAULT_MODEL = "outputs/default/hub"
 MODEL_ENV = "VASWANI_MODEL"
@@ -309,8 +312,6 @@ def _bind_refusal(error: OSError, host: str, host_from: str, port: int | None, p
 def launch(model: str | None = None, host: str | None = None, port: int | None = None, *,
            default_model: str | None = None, **launch_kwargs):
     """Check the address, load the model, build the page and serve it (blocks unless `prevent_thread_lock=True`)."""
-    from .io import check_model_folder
-
     name = resolve_model(model, default_model)
     host, port = listen_address(host, port)  # before the model: loading it takes a while
     check_model_folder(name)  # cheap: a missing or broken folder is named before Gradio is even imported
@@ -329,9 +330,6 @@ def launch(model: str | None = None, host: str | None = None, port: int | None =
 
 
 def _main(argv: Sequence[str], default_model: str | None = None) -> int:
-    from .cli.contract import ArgumentParser
-    from .constraints import number
-
     parser = ArgumentParser(prog="vaswani-space", description=__doc__)
     parser.add_argument("--model", default=None,
                         help=f"model folder or Hub id (default: ${MODEL_ENV}, else a Space README's models:, "
@@ -348,8 +346,6 @@ def _main(argv: Sequence[str], default_model: str | None = None) -> int:
 def main(argv: Sequence[str] | None = None, default_model: str | None = None) -> int:
     """The command line (`vaswani-space`, `python -m vaswani_hf.space`, a Space's app.py with its README's model as
     `default_model`); refusals are one line, exit status 2."""
-    from .cli.contract import run_cli
-
     return run_cli(lambda args: _main(args, default_model), argv, prog="vaswani-space")
 
 

@@ -25,8 +25,10 @@ from collections.abc import Sequence
 
 from .. import io
 from ..constraints import MAX_POSITIONS, MAX_SENTENCES, device, flag_type, number
+from ..evaluation import check_line_counts, compute_all, format_table
 from ..generation_vaswani import GENERATION_SETTINGS
 from ..hub.ids import language_code
+from ..inference import load_for_inference, resolve_device, translate
 from ..metrics import SACREBLEU_TOKENIZERS
 from ..translation_frontend import MAX_SOURCE_TOKENS
 from .command import OUTPUT_FILE, Command, Paths, Use, run_command
@@ -80,8 +82,6 @@ def _paths(args) -> Paths:
 
 def translate_file(args, sources: list[str]) -> tuple[list[str], int]:
     """Load the model folder and translate `sources`; returns (hypotheses, beam size)."""
-    from ..inference import load_for_inference, resolve_device, translate
-
     model, tokenizer = load_for_inference(args.model, device=args.device)
     num_beams = args.num_beams if args.num_beams is not None else model.generation_config.num_beams
     started = time.perf_counter()
@@ -98,8 +98,6 @@ def translate_file(args, sources: list[str]) -> tuple[list[str], int]:
 
 def _resolve(args, checked):
     """Every input read, the line counts compared and the model folder checked, before anything is translated."""
-    from ..evaluation import check_line_counts
-
     references = [(name, io.read_lines(name, what="reference file")) for name in args.references]
     if args.hypotheses:
         hypotheses = io.read_lines(args.hypotheses, what="hypotheses file")
@@ -112,8 +110,6 @@ def _resolve(args, checked):
 
 
 def _run(plan) -> int:
-    from ..evaluation import compute_all, format_table
-
     args, references, lines = plan
     meta = {"references": args.references}
     if args.hypotheses:
