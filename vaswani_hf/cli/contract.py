@@ -132,9 +132,11 @@ def _run(main: Callable[[list[str]], int | None], argv: list[str], prog: str) ->
         _report(f"{prog}: interrupted" + (f" by {error.name}" if terminated else ""))
         return error.exit_code if terminated else 130
     except Exception as error:  # an expected failure is one line; anything else is a bug and keeps its traceback
-        failure = None if debug else expected_failure(error)
-        if failure is None:
+        failure = expected_failure(error)
+        if failure is None or debug:
             held.replay()
+            if failure is not None:
+                error.exit_status = failure[0]  # the runner exits with it after the traceback (--debug)
             raise
         held.discard()
         if isinstance(error, BrokenPipeError) or getattr(error, "errno", None) == errno.EPIPE:
