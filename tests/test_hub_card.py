@@ -129,3 +129,12 @@ def test_the_hub_package_imports_no_export():
                 assert "export" not in (node.module or "").split("."), (path.name, node.module)
             elif isinstance(node, ast.Import):
                 assert not any("export" in alias.name.split(".") for alias in node.names), path.name
+
+
+@pytest.mark.parametrize("code", [5, ["en"], None.__class__, "de; rm -rf /", ""])
+def test_a_language_code_is_a_short_string_only(code):
+    from vaswani_hf.errors import UsageError
+    from vaswani_hf.hub.ids import check_card_identity
+
+    with pytest.raises(UsageError, match="is not a language code"):
+        check_card_identity(target_lang=code)

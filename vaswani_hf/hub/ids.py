@@ -33,14 +33,14 @@ def check_card_identity(repo_id: str | None = None, source_lang: str | None = No
         raise UsageError(f"repo_id {repo_id!r} is not a Hub repository id ({problem}); give 'name' or 'namespace/name'")
     for name, code in (("source_lang", source_lang), ("target_lang", target_lang)):
         try:
-            code is None or language_code(code if isinstance(code, str) else repr(code))
+            code is None or language_code(code)
         except argparse.ArgumentTypeError as error:
             raise UsageError(f"{name} {error}") from None
 
 
 def language_code(text: str) -> str:
     """`text` if it is a language code (the rule of `check_card_identity`), for a flag's `type=`."""
-    if not _LANGUAGE_CODE.fullmatch(text):
+    if not isinstance(text, str) or not _LANGUAGE_CODE.fullmatch(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a language code: 1-16 letters, digits, '-' or '_' "
                                          "(e.g. 'en', 'de')")
     return text
