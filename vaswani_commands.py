@@ -49,8 +49,10 @@ def working_folder_problem() -> str | None:
             where = ""
         return f"the working folder{where} was deleted; cd into an existing folder and run the command again"
     except OSError as error:
-        return (f"the working folder cannot be read ({os.strerror(error.errno) if error.errno else error}); cd into "
-                "a folder you may read and run the command again")
+        return (
+            f"the working folder cannot be read ({os.strerror(error.errno) if error.errno else error}); cd into "
+            "a folder you may read and run the command again"
+        )
 
 
 def _file_size_limited() -> bool:
@@ -100,8 +102,11 @@ def run(tool: str, argv=None) -> int:
         if missing == module:
             return _refuse(f"no tool {tool!r}; the tools: {', '.join(tools())}", 2)
         if isinstance(error, ModuleNotFoundError) and not missing.startswith("vaswani_hf"):
-            return _refuse(f"the package {missing!r} that vaswani_hf needs is not installed ({sys.executable}); "
-                           "install vaswani_hf with its dependencies (pip install vaswani_hf, or pip install -e .)", 1)
+            return _refuse(
+                f"the package {missing!r} that vaswani_hf needs is not installed ({sys.executable}); "
+                "install vaswani_hf with its dependencies (pip install vaswani_hf, or pip install -e .)",
+                1,
+            )
         if limit_problem(error) is None:
             raise
         return _refuse(limit_problem(error), 1)
@@ -118,8 +123,9 @@ def tools() -> list[str]:
     """The installed tools' names (the console scripts that start here)."""
     from importlib.metadata import entry_points
 
-    return sorted(e.value.split(":")[1] for e in entry_points(group="console_scripts")
-                  if e.value.startswith("vaswani_commands:")) or ["(none installed: pip install -e .)"]
+    return sorted(
+        e.value.split(":")[1] for e in entry_points(group="console_scripts") if e.value.startswith("vaswani_commands:")
+    ) or ["(none installed: pip install -e .)"]
 
 
 def __getattr__(tool: str):
@@ -131,7 +137,9 @@ def __getattr__(tool: str):
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
-        print(f"usage: python -m vaswani_commands <tool> [arguments]; the tools: {', '.join(tools())}", file=sys.stderr)
+        print(
+            f"usage: python -m vaswani_commands <tool> [arguments]; the tools: {', '.join(tools())}", file=sys.stderr
+        )
         sys.exit(2)
     sys.argv = [f"vaswani-{sys.argv[1].replace('_', '-')}", *sys.argv[2:]]
     sys.exit(run(sys.argv[0].removeprefix("vaswani-").replace("-", "_")))

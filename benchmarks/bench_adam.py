@@ -25,8 +25,9 @@ from vaswani_hf.training.schedule import with_fused_adam
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODELS = {
-    "multi30k-en-de": dict(vocab_size=8000, d_model=256, d_ff=512, num_heads=4, num_encoder_layers=3,
-                           num_decoder_layers=3),
+    "multi30k-en-de": dict(
+        vocab_size=8000, d_model=256, d_ff=512, num_heads=4, num_encoder_layers=3, num_decoder_layers=3
+    ),
     "base (37k vocab)": dict(vocab_size=37000),
 }
 KINDS = ("default", "foreach", "fused")
@@ -55,8 +56,13 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    results = {"threads": args.threads, "steps": args.steps, "rounds": args.rounds, "torch": torch.__version__,
-               "models": {}}
+    results = {
+        "threads": args.threads,
+        "steps": args.steps,
+        "rounds": args.rounds,
+        "torch": torch.__version__,
+        "models": {},
+    }
     for name, sizes in MODELS.items():
         config = VaswaniConfig(**sizes)
         pairs = {kind: make(config, kind) for kind in KINDS}
@@ -76,23 +82,31 @@ def main():
         med = {kind: statistics.median(t) for kind, t in times.items()}
         results["models"][name] = {
             "parameters": sum(p.numel() for p in pairs["default"][0].parameters()),
-            "ms_per_step_median": med, "ms_per_step_all": times,
+            "ms_per_step_median": med,
+            "ms_per_step_all": times,
             "speedup_vs_default": {kind: med["default"] / med[kind] for kind in KINDS},
-            "max_abs_weight_diff_fused_vs_default": diff, "updates_compared": 3 + args.rounds * args.steps,
+            "max_abs_weight_diff_fused_vs_default": diff,
+            "updates_compared": 3 + args.rounds * args.steps,
         }
         print(name, {k: round(v, 2) for k, v in med.items()}, f"max |diff| {diff:.2e}", flush=True)
 
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "adam.json").write_text(json.dumps(results, indent=2) + "\n")
-    lines = [f"# Adam update: torch default vs fused ({args.threads} threads, medians of {args.rounds} interleaved "
-             f"measurements of {args.steps} steps, torch {torch.__version__})", "",
-             "| model | parameters | default ms/step | foreach ms/step | fused ms/step | fused speed-up | "
-             "max weight diff, fused vs default |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Adam update: torch default vs fused ({args.threads} threads, medians of {args.rounds} interleaved "
+        f"measurements of {args.steps} steps, torch {torch.__version__})",
+        "",
+        "| model | parameters | default ms/step | foreach ms/step | fused ms/step | fused speed-up | "
+        "max weight diff, fused vs default |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, r in results["models"].items():
         m = r["ms_per_step_median"]
-        lines.append(f"| {name} | {r['parameters'] / 1e6:.1f}M | {m['default']:.1f} | {m['foreach']:.1f} | "
-                     f"{m['fused']:.1f} | {r['speedup_vs_default']['fused']:.1f}x | "
-                     f"{r['max_abs_weight_diff_fused_vs_default']:.1e} after {r['updates_compared']} updates |")
+        lines.append(
+            f"| {name} | {r['parameters'] / 1e6:.1f}M | {m['default']:.1f} | {m['foreach']:.1f} | "
+            f"{m['fused']:.1f} | {r['speedup_vs_default']['fused']:.1f}x | "
+            f"{r['max_abs_weight_diff_fused_vs_default']:.1e} after {r['updates_compared']} updates |"
+        )
     (RESULTS / "adam.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -111,13 +111,15 @@ def main() -> None:
             order = list(LengthGroupedSampler(bsz, lengths=src.tolist(), generator=g))
             return efficiency([order[i : i + bsz] for i in range(0, n, bsz)], src, tgt)
 
-        results.append({
-            "max_tokens": max_tokens,
-            "batch_size_for_baselines": bsz,
-            "token_based": token,
-            "random": mean_over_epochs(random_batches, args.epochs),
-            "group_by_length": mean_over_epochs(grouped_batches, args.epochs),
-        })
+        results.append(
+            {
+                "max_tokens": max_tokens,
+                "batch_size_for_baselines": bsz,
+                "token_based": token,
+                "random": mean_over_epochs(random_batches, args.epochs),
+                "group_by_length": mean_over_epochs(grouped_batches, args.epochs),
+            }
+        )
 
     out = {
         "corpus": "Multi30k train (en-de), raw",
@@ -158,7 +160,8 @@ def main() -> None:
         f"Tokenizer training (train.en + train.de, vocab {args.vocab_size}): {train_seconds:.2f} s.",
         "",
         "Tokenization throughput (pairs/s, `tokenize_pairs` = `Dataset.map` over the transformers tokenizer): "
-        + ", ".join(f"{k}: {v:,.0f}" for k, v in throughput.items()) + ".",
+        + ", ".join(f"{k}: {v:,.0f}" for k, v in throughput.items())
+        + ".",
         "",
         f"Machine: {os.cpu_count()} CPU cores, torch {torch.__version__}. Produced by `benchmarks/bench_batching.py`.",
     ]

@@ -45,7 +45,7 @@ def measure(variant: str, args) -> dict:
     torch.manual_seed(0)
     device = torch.device(args.device)
     hidden = torch.randn(args.tokens, args.d_model, device=device, requires_grad=True)
-    weight = (torch.randn(args.vocab, args.d_model, device=device) * args.d_model ** -0.5).requires_grad_()
+    weight = (torch.randn(args.vocab, args.d_model, device=device) * args.d_model**-0.5).requires_grad_()
     labels = torch.randint(0, args.vocab, (args.tokens,), device=device)
     labels[: args.tokens // 10] = -100
 
@@ -98,22 +98,37 @@ def main() -> None:
             rows.append(measure(variant, args))
         else:  # a fresh process per variant: ru_maxrss is a process's lifetime peak
             command = [sys.executable, __file__, "--variant", variant, *sys.argv[1:]]
-            rows.append(json.loads(subprocess.run(command, check=True, capture_output=True, text=True)
-                                   .stdout.splitlines()[-1]))
+            rows.append(
+                json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
+            )
         print(json.dumps(rows[-1]), flush=True)
     logits_mib = args.tokens * args.vocab * 4 / 2**20
-    result = {"device": args.device, "tokens": args.tokens, "vocab": args.vocab, "d_model": args.d_model,
-              "chunk": args.chunk, "fp32_logits_mib": round(logits_mib, 1), "torch": torch.__version__,
-              "processor": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
-              "load_average": os.getloadavg(), "rows": rows}
+    result = {
+        "device": args.device,
+        "tokens": args.tokens,
+        "vocab": args.vocab,
+        "d_model": args.d_model,
+        "chunk": args.chunk,
+        "fp32_logits_mib": round(logits_mib, 1),
+        "torch": torch.__version__,
+        "processor": platform.processor() or platform.machine(),
+        "threads": torch.get_num_threads(),
+        "load_average": os.getloadavg(),
+        "rows": rows,
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "chunked_loss.json").write_text(json.dumps(result, indent=2) + "\n")
-    lines = [f"# Chunked label-smoothed loss: {args.tokens} tokens x {args.vocab} classes, d_model {args.d_model}, "
-             f"chunk {args.chunk}", "",
-             f"Device {args.device} ({result['processor']}, {result['threads']} threads, load average "
-             f"{result['load_average'][0]:.1f}), torch {torch.__version__}; one fp32 logits tensor is "
-             f"{logits_mib:.0f} MiB. Written by `benchmarks/bench_chunked_loss.py`.", "",
-             "| loss | peak memory above inputs (MiB) | forward + backward (ms, median) |", "|---|---|---|"]
+    lines = [
+        f"# Chunked label-smoothed loss: {args.tokens} tokens x {args.vocab} classes, d_model {args.d_model}, "
+        f"chunk {args.chunk}",
+        "",
+        f"Device {args.device} ({result['processor']}, {result['threads']} threads, load average "
+        f"{result['load_average'][0]:.1f}), torch {torch.__version__}; one fp32 logits tensor is "
+        f"{logits_mib:.0f} MiB. Written by `benchmarks/bench_chunked_loss.py`.",
+        "",
+        "| loss | peak memory above inputs (MiB) | forward + backward (ms, median) |",
+        "|---|---|---|",
+    ]
     lines += [f"| {r['variant']} | {r['peak_mib']:.0f} | {r['step_ms']:.0f} |" for r in rows]
     (args.out / "chunked_loss.md").write_text("\n".join(lines) + "\n")
 

@@ -58,8 +58,12 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model_dir", default=None, help="trained model folder (default: random model, forced lengths)")
     p.add_argument("--data_dir", default=str(DEFAULT_DATA))
-    p.add_argument("--source_file", default=None, help="default: DATA_DIR/test_2016_flickr.en (a model trained on the "
-                   "lowercased tokenized files wants tok/test_2016_flickr.lc.norm.tok.en)")
+    p.add_argument(
+        "--source_file",
+        default=None,
+        help="default: DATA_DIR/test_2016_flickr.en (a model trained on the "
+        "lowercased tokenized files wants tok/test_2016_flickr.lc.norm.tok.en)",
+    )
     p.add_argument("--reference_file", default=None, help="default: DATA_DIR/test_2016_flickr.de")
     p.add_argument("--num_sentences", type=int, default=1000, help="first N sentences of test_2016_flickr")
     p.add_argument("--batch_size", type=int, default=32)
@@ -83,6 +87,7 @@ def read_lines(path: Path, n: int) -> list[str]:
 
 def prepare(args, work: Path) -> dict:
     import torch
+
     from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
     from vaswani_hf.export import to_ctranslate2, to_marian
     from vaswani_hf.tokenization import load_tokenizer, train_bpe_tokenizer
@@ -97,8 +102,9 @@ def prepare(args, work: Path) -> dict:
         data = Path(args.data_dir)
         tokenizer = train_bpe_tokenizer([data / "train.en", data / "train.de"], vocab_size=8000, show_progress=False)
         torch.manual_seed(0)
-        config = VaswaniConfig(vocab_size=len(tokenizer), d_model=256, d_ff=1024, num_heads=4, num_encoder_layers=3,
-                               num_decoder_layers=3)
+        config = VaswaniConfig(
+            vocab_size=len(tokenizer), d_model=256, d_ff=1024, num_heads=4, num_encoder_layers=3, num_decoder_layers=3
+        )
         model = VaswaniForConditionalGeneration(config)
         model.save_pretrained(ours_dir)
         tokenizer.save_pretrained(ours_dir)
@@ -117,11 +123,25 @@ def prepare(args, work: Path) -> dict:
     for quantization in ("fp32", "int8"):
         out = work / f"ct2_native_{quantization}"
         ctranslate2.converters.TransformersConverter(str(native_src)).convert(
-            str(out), quantization=None if quantization == "fp32" else "int8", force=True)
-    return dict(ours=str(ours_dir), marian=str(work / "marian"), parameters=sum(p.numel() for p in model.parameters()),
-                config={k: getattr(model.config, k) for k in ("vocab_size", "d_model", "d_ff", "num_heads",
-                                                              "num_encoder_layers", "num_decoder_layers",
-                                                              "sinusoid_layout")})
+            str(out), quantization=None if quantization == "fp32" else "int8", force=True
+        )
+    return dict(
+        ours=str(ours_dir),
+        marian=str(work / "marian"),
+        parameters=sum(p.numel() for p in model.parameters()),
+        config={
+            k: getattr(model.config, k)
+            for k in (
+                "vocab_size",
+                "d_model",
+                "d_ff",
+                "num_heads",
+                "num_encoder_layers",
+                "num_decoder_layers",
+                "sinusoid_layout",
+            )
+        },
+    )
 
 
 def save_marian_native_convention(marian, tokenizer, folder: Path) -> None:
@@ -167,7 +187,7 @@ def worker(args, spec: dict) -> dict:
             tokenizer = AutoTokenizer.from_pretrained(spec["marian"])
         encoded = tokenizer(sources)["input_ids"]
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
-        batches = [order[i:i + args.batch_size] for i in range(0, len(order), args.batch_size)]
+        batches = [order[i : i + args.batch_size] for i in range(0, len(order), args.batch_size)]
         options = dict(num_beams=args.num_beams, length_penalty=0.6, do_sample=False)
         if forced:
             options.update(min_new_tokens=L, max_new_tokens=L)
@@ -203,8 +223,9 @@ def worker(args, spec: dict) -> dict:
         tokenizer = AutoTokenizer.from_pretrained(str(work / "ct2_fp32"))
         token_lists = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(sources)["input_ids"]]
         # the native (Marian-loader) model has add_source_eos=False too: both get our tokens, </s> included
-        options = dict(max_batch_size=args.batch_size, beam_size=args.num_beams, length_penalty=0.6,
-                       max_input_length=0)
+        options = dict(
+            max_batch_size=args.batch_size, beam_size=args.num_beams, length_penalty=0.6, max_input_length=0
+        )
         if forced:
             options.update(min_decoding_length=L, max_decoding_length=L)
         else:
@@ -215,14 +236,24 @@ def worker(args, spec: dict) -> dict:
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
         hyp_tokens = [r.hypotheses[0] for r in results]
         token_counts = [len(t) + (0 if forced else 1) for t in hyp_tokens]
-        hypotheses = [tokenizer.decode(tokenizer.convert_tokens_to_ids(t), skip_special_tokens=True)
-                      for t in hyp_tokens]
+        hypotheses = [
+            tokenizer.decode(tokenizer.convert_tokens_to_ids(t), skip_special_tokens=True) for t in hyp_tokens
+        ]
     n = len(sources)
     tokens = n * L if forced else sum(token_counts)
-    return dict(engine=engine, sentences=n, target_tokens=tokens, cpu_seconds=cpu, wall_seconds=wall,
-                sentences_per_cpu_s=n / cpu, tokens_per_cpu_s=tokens / cpu,
-                sentences_per_wall_s=n / wall, tokens_per_wall_s=tokens / wall,
-                peak_rss_mb=peak_rss_mb(), hypotheses=hypotheses)
+    return dict(
+        engine=engine,
+        sentences=n,
+        target_tokens=tokens,
+        cpu_seconds=cpu,
+        wall_seconds=wall,
+        sentences_per_cpu_s=n / cpu,
+        tokens_per_cpu_s=tokens / cpu,
+        sentences_per_wall_s=n / wall,
+        tokens_per_wall_s=tokens / wall,
+        peak_rss_mb=peak_rss_mb(),
+        hypotheses=hypotheses,
+    )
 
 
 def peak_rss_mb() -> float:
@@ -257,13 +288,29 @@ def main(argv=None) -> int:
     spec = prepare(args, work)
     (work / "spec.json").write_text(json.dumps(spec))
     prep_seconds = time.perf_counter() - t0
-    references = read_lines(Path(args.reference_file or Path(args.data_dir) / "test_2016_flickr.de"),
-                            args.num_sentences)
+    references = read_lines(
+        Path(args.reference_file or Path(args.data_dir) / "test_2016_flickr.de"), args.num_sentences
+    )
     results = {}
     for engine in args.engines.split(","):
-        command = [sys.executable, __file__, "--worker", engine, "--work_dir", str(work), "--data_dir", args.data_dir,
-                   "--num_sentences", str(args.num_sentences), "--batch_size", str(args.batch_size),
-                   "--num_beams", str(args.num_beams), "--target_length", str(args.target_length)]
+        command = [
+            sys.executable,
+            __file__,
+            "--worker",
+            engine,
+            "--work_dir",
+            str(work),
+            "--data_dir",
+            args.data_dir,
+            "--num_sentences",
+            str(args.num_sentences),
+            "--batch_size",
+            str(args.batch_size),
+            "--num_beams",
+            str(args.num_beams),
+            "--target_length",
+            str(args.target_length),
+        ]
         if args.model_dir:
             command += ["--model_dir", args.model_dir]
         if args.source_file:
@@ -274,9 +321,12 @@ def main(argv=None) -> int:
         result["bleu"] = round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 2)
         result["_hypotheses"] = hypotheses
         results[engine] = result
-        print(f"{engine:16s} {result['sentences_per_cpu_s']:8.1f} sent/CPU-s {result['tokens_per_cpu_s']:9.1f} "
-              f"tok/CPU-s  {result['sentences_per_wall_s']:8.1f} sent/wall-s  rss {result['peak_rss_mb']:7.1f} MB  "
-              f"BLEU {result['bleu']:.2f}", flush=True)
+        print(
+            f"{engine:16s} {result['sentences_per_cpu_s']:8.1f} sent/CPU-s {result['tokens_per_cpu_s']:9.1f} "
+            f"tok/CPU-s  {result['sentences_per_wall_s']:8.1f} sent/wall-s  rss {result['peak_rss_mb']:7.1f} MB  "
+            f"BLEU {result['bleu']:.2f}",
+            flush=True,
+        )
 
     def ratio(a, b, key="sentences_per_cpu_s"):
         return round(results[a][key] / results[b][key], 3) if a in results and b in results else None
@@ -309,33 +359,48 @@ def main(argv=None) -> int:
 
     report = dict(
         date=datetime.datetime.now().isoformat(timespec="seconds"),
-        mode="trained model (natural lengths)" if args.model_dir else
-             f"RANDOM model, every sentence forced to {args.target_length} tokens: BLEU meaningless",
+        mode="trained model (natural lengths)"
+        if args.model_dir
+        else f"RANDOM model, every sentence forced to {args.target_length} tokens: BLEU meaningless",
         data="Multi30k test_2016_flickr EN->DE (first %d sentences)" % args.num_sentences,
         settings=dict(num_beams=args.num_beams, batch_size=args.batch_size, threads=1, length_penalty=0.6),
-        model=spec["config"], parameters=spec["parameters"],
-        versions=dict(torch=torch.__version__, transformers=transformers.__version__,
-                      ctranslate2=ctranslate2.__version__, python=platform.python_version()),
+        model=spec["config"],
+        parameters=spec["parameters"],
+        versions=dict(
+            torch=torch.__version__,
+            transformers=transformers.__version__,
+            ctranslate2=ctranslate2.__version__,
+            python=platform.python_version(),
+        ),
         machine=dict(cpus=os.cpu_count(), load_average=os.getloadavg()),
-        preparation_seconds=round(prep_seconds, 1), engines=results, summary=summary,
+        preparation_seconds=round(prep_seconds, 1),
+        engines=results,
+        summary=summary,
     )
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "ctranslate2.json").write_text(json.dumps(report, indent=2) + "\n")
     lines = [
-        "# CTranslate2 export benchmark", "",
+        "# CTranslate2 export benchmark",
+        "",
         f"{report['date']}, {report['data']}, beam {args.num_beams}, batch {args.batch_size}, 1 thread per engine, "
         f"CPU ({os.cpu_count()} shared cores, load average {report['machine']['load_average'][0]:.1f}).",
         f"Mode: {report['mode']}. Model: {spec['parameters'] / 1e6:.1f}M parameters, {spec['config']}.",
-        "Speeds per second of the engine process's CPU time (the machine is shared; wall time in the JSON).", "",
+        "Speeds per second of the engine process's CPU time (the machine is shared; wall time in the JSON).",
+        "",
         "| engine | sentences/s | target tokens/s | sentences/s (wall) | peak RSS (MB) | BLEU |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for name, r in results.items():
-        lines.append(f"| {name} | {r['sentences_per_cpu_s']:.1f} | {r['tokens_per_cpu_s']:.0f} | "
-                     f"{r['sentences_per_wall_s']:.1f} | {r['peak_rss_mb']:.0f} | {r['bleu']:.2f} |")
+        lines.append(
+            f"| {name} | {r['sentences_per_cpu_s']:.1f} | {r['tokens_per_cpu_s']:.0f} | "
+            f"{r['sentences_per_wall_s']:.1f} | {r['peak_rss_mb']:.0f} | {r['bleu']:.2f} |"
+        )
     lines += ["", "Ratios and agreement:", ""] + [f"- {k}: {v}" for k, v in summary.items()]
-    lines += ["", "ct2_native_*: CTranslate2's own TransformersConverter on the `to_marian` folder (with <pad> moved "
-              "last, the Marian convention that converter requires); ct2_*: `vaswani_hf.export.to_ctranslate2`."]
+    lines += [
+        "",
+        "ct2_native_*: CTranslate2's own TransformersConverter on the `to_marian` folder (with <pad> moved "
+        "last, the Marian convention that converter requires); ct2_*: `vaswani_hf.export.to_ctranslate2`.",
+    ]
     (RESULTS / "ctranslate2.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

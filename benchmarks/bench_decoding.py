@@ -77,16 +77,26 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model_dir", default=None, help="trained model folder (default: random model, forced lengths)")
     p.add_argument("--data_dir", default=str(DEFAULT_DATA), help="Multi30k raw folder (test_2016_flickr.en, train.*)")
-    p.add_argument("--source_file", default=None,
-                   help="source sentences (default: DATA_DIR/test_2016_flickr.en; a model trained on the lowercased "
-                        "tokenized files wants tok/test_2016_flickr.lc.norm.tok.en)")
-    p.add_argument("--reference_file", default=None,
-                   help="trained model: references for BLEU (sacreBLEU tokenize=none on the decoded text)")
+    p.add_argument(
+        "--source_file",
+        default=None,
+        help="source sentences (default: DATA_DIR/test_2016_flickr.en; a model trained on the lowercased "
+        "tokenized files wants tok/test_2016_flickr.lc.norm.tok.en)",
+    )
+    p.add_argument(
+        "--reference_file",
+        default=None,
+        help="trained model: references for BLEU (sacreBLEU tokenize=none on the decoded text)",
+    )
     p.add_argument("--num_sentences", type=int, default=1000, help="first N sentences of the source file")
     p.add_argument("--max_tokens", type=int, default=1024, help="padded source tokens per batch (both models)")
     p.add_argument("--batch_size", type=int, default=64, help="at most this many sentences per batch (both models)")
-    p.add_argument("--target_length", type=int, default=16,
-                   help="random model: new tokens forced per sentence (Multi30k German references: ~16 BPE tokens)")
+    p.add_argument(
+        "--target_length",
+        type=int,
+        default=16,
+        help="random model: new tokens forced per sentence (Multi30k German references: ~16 BPE tokens)",
+    )
     p.add_argument("--vocab_size", type=int, default=8000, help="random model: BPE vocabulary trained on Multi30k")
     p.add_argument("--d_model", type=int, default=256)
     p.add_argument("--d_ff", type=int, default=1024)
@@ -96,8 +106,12 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=1, help="torch threads (1: least sensitive to a loaded machine)")
     p.add_argument("--device", default="cpu", help="cpu or cuda: where both models decode")
     p.add_argument("--settings", default="greedy,beam4_hf,beam4_gnmt")
-    p.add_argument("--force_with", choices=("suppress_eos", "min_new_tokens"), default="suppress_eos",
-                   help="random model: how the target length is forced (see the module docstring)")
+    p.add_argument(
+        "--force_with",
+        choices=("suppress_eos", "min_new_tokens"),
+        default="suppress_eos",
+        help="random model: how the target length is forced (see the module docstring)",
+    )
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "decoding"), help="output path stem")
     args = p.parse_args(argv)
     unknown = [name for name in args.settings.split(",") if name not in SETTING_NAMES]
@@ -117,11 +131,18 @@ def build_random(args, data_dir: Path):
     from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
     from vaswani_hf.tokenization import train_bpe_tokenizer
 
-    tokenizer = train_bpe_tokenizer([str(data_dir / "train.en"), str(data_dir / "train.de")],
-                                    vocab_size=args.vocab_size, show_progress=False)
+    tokenizer = train_bpe_tokenizer(
+        [str(data_dir / "train.en"), str(data_dir / "train.de")], vocab_size=args.vocab_size, show_progress=False
+    )
     torch.manual_seed(0)
-    config = VaswaniConfig(vocab_size=len(tokenizer), d_model=args.d_model, d_ff=args.d_ff, num_heads=args.num_heads,
-                           num_encoder_layers=args.num_layers, num_decoder_layers=args.num_layers)
+    config = VaswaniConfig(
+        vocab_size=len(tokenizer),
+        d_model=args.d_model,
+        d_ff=args.d_ff,
+        num_heads=args.num_heads,
+        num_encoder_layers=args.num_layers,
+        num_decoder_layers=args.num_layers,
+    )
     return VaswaniForConditionalGeneration(config).eval(), tokenizer
 
 
@@ -197,15 +218,21 @@ def run(model, batches, kwargs, eos_id, max_new_from_source: int | None = None):
     if on_gpu:
         torch.cuda.synchronize(model.device)
     cpu_seconds, seconds = clock() - cpu_start, time.perf_counter() - start
-    return (cpu_seconds, seconds, sum(b[0].shape[0] for b in batches), tokens, outputs,
-            model.row_steps.count - row_steps_start)
+    return (
+        cpu_seconds,
+        seconds,
+        sum(b[0].shape[0] for b in batches),
+        tokens,
+        outputs,
+        model.row_steps.count - row_steps_start,
+    )
 
 
 def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    from vaswani_hf.export.marian import to_marian
     from vaswani_hf.data.batching import make_batches
+    from vaswani_hf.export.marian import to_marian
     from vaswani_hf.inference import _pad, load_for_inference
 
     data_dir = Path(args.data_dir)
@@ -226,9 +253,12 @@ def main(argv=None):
     setup_seconds = time.perf_counter() - t0
     config = model.config
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"{mode} model: d_model={config.d_model} d_ff={config.d_ff} heads={config.num_heads} "
-          f"layers={config.num_encoder_layers}+{config.num_decoder_layers} vocab={config.vocab_size} "
-          f"params={n_params / 1e6:.1f}M; setup {setup_seconds:.1f}s", file=sys.stderr)
+    print(
+        f"{mode} model: d_model={config.d_model} d_ff={config.d_ff} heads={config.num_heads} "
+        f"layers={config.num_encoder_layers}+{config.num_decoder_layers} vocab={config.vocab_size} "
+        f"params={n_params / 1e6:.1f}M; setup {setup_seconds:.1f}s",
+        file=sys.stderr,
+    )
 
     encoded = tokenizer([s.strip() for s in sources])["input_ids"]
     batch_ids = make_batches([len(e) for e in encoded], args.max_tokens, args.batch_size)
@@ -240,21 +270,27 @@ def main(argv=None):
         common = dict(min_new_tokens=args.target_length, max_new_tokens=args.target_length)
     lean_common = common
     if mode == "random-forced-length" and args.force_with == "suppress_eos":
-        common = dict(max_new_tokens=args.target_length,
-                      logits_processor=LogitsProcessorList([SuppressTokenInPlace(eos)]))
+        common = dict(
+            max_new_tokens=args.target_length, logits_processor=LogitsProcessorList([SuppressTokenInPlace(eos)])
+        )
         # the lean loops only run with processors they implement themselves (any other processor sends generate()
         # back to transformers' loop): min_new_tokens forbids </s> in place there, the same work as the processor
         lean_common = dict(min_new_tokens=args.target_length, max_new_tokens=args.target_length)
     settings = {
         "greedy": (dict(num_beams=1), dict(num_beams=1)),
-        "beam4_hf": (dict(num_beams=4, length_penalty=0.6, length_penalty_type="hf", early_stopping="never"),
-                     dict(num_beams=4, length_penalty=0.6, early_stopping="never")),
-        "beam4_gnmt": (dict(num_beams=4, length_penalty=0.6, length_penalty_type="gnmt", early_stopping="never"),
-                       dict(num_beams=4, length_penalty=0.6, early_stopping="never")),
+        "beam4_hf": (
+            dict(num_beams=4, length_penalty=0.6, length_penalty_type="hf", early_stopping="never"),
+            dict(num_beams=4, length_penalty=0.6, early_stopping="never"),
+        ),
+        "beam4_gnmt": (
+            dict(num_beams=4, length_penalty=0.6, length_penalty_type="gnmt", early_stopping="never"),
+            dict(num_beams=4, length_penalty=0.6, early_stopping="never"),
+        ),
         # each tool at its own default stopping rule: ours as shipped (the paper's), Marian with transformers'
-        "beam4_default_stopping": (dict(num_beams=4, length_penalty=0.6, length_penalty_type="gnmt",
-                                        early_stopping="never"),
-                                   dict(num_beams=4, length_penalty=0.6, early_stopping=False)),
+        "beam4_default_stopping": (
+            dict(num_beams=4, length_penalty=0.6, length_penalty_type="gnmt", early_stopping="never"),
+            dict(num_beams=4, length_penalty=0.6, early_stopping=False),
+        ),
     }
     assert tuple(settings) == SETTING_NAMES  # the names parse_args accepts
     results = {}
@@ -269,8 +305,11 @@ def main(argv=None):
             ours_kwargs["max_length_b"] = loop_kwargs["max_length_b"] = None
         # ours: generate() as shipped (the lean decoding loops); ours_transformers_loop: the same model with
         # use_lean_decoding=False, i.e. transformers' own _beam_search / _sample loop (with our other speed-ups)
-        contenders = [("ours", model, ours_kwargs, True), ("ours_transformers_loop", model, loop_kwargs, False),
-                      ("marian", marian, marian_kwargs, None)]
+        contenders = [
+            ("ours", model, ours_kwargs, True),
+            ("ours_transformers_loop", model, loop_kwargs, False),
+            ("marian", marian, marian_kwargs, None),
+        ]
         marian_limit = 50 if mode == "trained" else None
         for who, m, kw, lean in contenders:  # warm-up on the first (largest) batch
             if lean is not None:
@@ -282,13 +321,22 @@ def main(argv=None):
                 if lean is not None:
                     m.use_lean_decoding = lean
                 cpu_seconds, seconds, sentences, tokens, outputs, row_steps = run(
-                    m, batches, kw, eos, marian_limit if m is marian else None)
+                    m, batches, kw, eos, marian_limit if m is marian else None
+                )
                 if best[who] is None or cpu_seconds < best[who]["cpu_seconds"]:
-                    best[who] = dict(cpu_seconds=cpu_seconds, wall_seconds=seconds, sentences=sentences,
-                                     target_tokens=tokens, outputs=outputs, row_steps=row_steps)
-                print(f"  {name:10s} {who:6s} cpu {cpu_seconds:7.2f}s wall {seconds:7.2f}s  "
-                      f"{sentences / cpu_seconds:7.1f} sent/cpu-s  {tokens / cpu_seconds:8.1f} tok/cpu-s",
-                      file=sys.stderr)
+                    best[who] = dict(
+                        cpu_seconds=cpu_seconds,
+                        wall_seconds=seconds,
+                        sentences=sentences,
+                        target_tokens=tokens,
+                        outputs=outputs,
+                        row_steps=row_steps,
+                    )
+                print(
+                    f"  {name:10s} {who:6s} cpu {cpu_seconds:7.2f}s wall {seconds:7.2f}s  "
+                    f"{sentences / cpu_seconds:7.1f} sent/cpu-s  {tokens / cpu_seconds:8.1f} tok/cpu-s",
+                    file=sys.stderr,
+                )
         model.use_lean_decoding = True
         same = sum(a == b for a, b in zip(best["ours"]["outputs"], best["marian"]["outputs"]))
         entry = {}
@@ -304,33 +352,47 @@ def main(argv=None):
                 for i, ids in zip(order, best[who]["outputs"]):
                     hyps[i] = tokenizer.decode(ids, skip_special_tokens=True)
                 entry.setdefault("bleu", {})[who] = round(
-                    sacrebleu.BLEU(tokenize="none", force=True).corpus_score(hyps, [refs]).score, 2)
+                    sacrebleu.BLEU(tokenize="none", force=True).corpus_score(hyps, [refs]).score, 2
+                )
         for who in best:
             r = best[who]
-            entry[who] = dict(cpu_seconds=round(r["cpu_seconds"], 3), wall_seconds=round(r["wall_seconds"], 3),
-                              sentences=r["sentences"], target_tokens=r["target_tokens"],
-                              sentences_per_s=round(r["sentences"] / r["cpu_seconds"], 2),
-                              target_tokens_per_s=round(r["target_tokens"] / r["cpu_seconds"], 1),
-                              wall_sentences_per_s=round(r["sentences"] / r["wall_seconds"], 2),
-                              decoder_row_steps=r["row_steps"],
-                              cpu_ms_per_1k_row_steps=round(1e6 * r["cpu_seconds"] / max(r["row_steps"], 1),
-                                                            2))
+            entry[who] = dict(
+                cpu_seconds=round(r["cpu_seconds"], 3),
+                wall_seconds=round(r["wall_seconds"], 3),
+                sentences=r["sentences"],
+                target_tokens=r["target_tokens"],
+                sentences_per_s=round(r["sentences"] / r["cpu_seconds"], 2),
+                target_tokens_per_s=round(r["target_tokens"] / r["cpu_seconds"], 1),
+                wall_sentences_per_s=round(r["sentences"] / r["wall_seconds"], 2),
+                decoder_row_steps=r["row_steps"],
+                cpu_ms_per_1k_row_steps=round(1e6 * r["cpu_seconds"] / max(r["row_steps"], 1), 2),
+            )
         # speed ratio = (Marian's row-steps / ours) x (Marian's CPU time per row-step / ours)
-        entry["row_steps_marian_over_ours"] = round(entry["marian"]["decoder_row_steps"]
-                                                    / max(entry["ours"]["decoder_row_steps"], 1), 3)
-        entry["cost_per_row_step_marian_over_ours"] = round(entry["marian"]["cpu_ms_per_1k_row_steps"]
-                                                            / max(entry["ours"]["cpu_ms_per_1k_row_steps"], 1e-9), 3)
-        entry["ratio_lean_over_transformers_loop"] = dict(sentences_per_s=round(
-            entry["ours"]["sentences_per_s"] / entry["ours_transformers_loop"]["sentences_per_s"], 3))
+        entry["row_steps_marian_over_ours"] = round(
+            entry["marian"]["decoder_row_steps"] / max(entry["ours"]["decoder_row_steps"], 1), 3
+        )
+        entry["cost_per_row_step_marian_over_ours"] = round(
+            entry["marian"]["cpu_ms_per_1k_row_steps"] / max(entry["ours"]["cpu_ms_per_1k_row_steps"], 1e-9), 3
+        )
+        entry["ratio_lean_over_transformers_loop"] = dict(
+            sentences_per_s=round(
+                entry["ours"]["sentences_per_s"] / entry["ours_transformers_loop"]["sentences_per_s"], 3
+            )
+        )
         entry["ratio_ours_over_marian"] = dict(
             sentences_per_s=round(entry["ours"]["sentences_per_s"] / entry["marian"]["sentences_per_s"], 3),
-            target_tokens_per_s=round(entry["ours"]["target_tokens_per_s"] / entry["marian"]["target_tokens_per_s"], 3),
+            target_tokens_per_s=round(
+                entry["ours"]["target_tokens_per_s"] / entry["marian"]["target_tokens_per_s"], 3
+            ),
             wall_sentences_per_s=round(
-                entry["ours"]["wall_sentences_per_s"] / entry["marian"]["wall_sentences_per_s"], 3),
+                entry["ours"]["wall_sentences_per_s"] / entry["marian"]["wall_sentences_per_s"], 3
+            ),
         )
         entry["identical_outputs"] = f"{same}/{len(best['ours']['outputs'])}"
-        entry["generate_kwargs"] = {who: {k: (repr(v) if k == "logits_processor" else v) for k, v in kw.items()}
-                                    for who, _, kw, _ in contenders}
+        entry["generate_kwargs"] = {
+            who: {k: (repr(v) if k == "logits_processor" else v) for k, v in kw.items()}
+            for who, _, kw, _ in contenders
+        }
         results[name] = entry
 
     report = {
@@ -338,20 +400,33 @@ def main(argv=None):
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "mode": mode,
         "model_dir": args.model_dir,
-        "model": dict(d_model=config.d_model, d_ff=config.d_ff, num_heads=config.num_heads,
-                      num_encoder_layers=config.num_encoder_layers, num_decoder_layers=config.num_decoder_layers,
-                      vocab_size=config.vocab_size, parameters=n_params),
+        "model": dict(
+            d_model=config.d_model,
+            d_ff=config.d_ff,
+            num_heads=config.num_heads,
+            num_encoder_layers=config.num_encoder_layers,
+            num_decoder_layers=config.num_decoder_layers,
+            vocab_size=config.vocab_size,
+            parameters=n_params,
+        ),
         "data": f"Multi30k test_2016_flickr.en, first {len(sources)} sentences",
         "batching": dict(max_tokens=args.max_tokens, batch_size=args.batch_size, batches=len(batches)),
         "forced_target_length": args.target_length if mode == "random-forced-length" else None,
         "force_with": args.force_with if mode == "random-forced-length" else None,
         "repeats": args.repeats,
-        "hardware": dict(device=args.device, torch_threads=args.threads, cpu_count=os.cpu_count(),
-                         clock="wall time, CUDA synchronised" if device.type == "cuda" else "process CPU time",
-                         load_average_before=[round(x, 2) for x in load_before],
-                         load_average_after=[round(x, 2) for x in os.getloadavg()]),
-        "versions": dict(python=platform.python_version(), torch=torch.__version__,
-                         transformers=__import__("transformers").__version__),
+        "hardware": dict(
+            device=args.device,
+            torch_threads=args.threads,
+            cpu_count=os.cpu_count(),
+            clock="wall time, CUDA synchronised" if device.type == "cuda" else "process CPU time",
+            load_average_before=[round(x, 2) for x in load_before],
+            load_average_after=[round(x, 2) for x in os.getloadavg()],
+        ),
+        "versions": dict(
+            python=platform.python_version(),
+            torch=torch.__version__,
+            transformers=__import__("transformers").__version__,
+        ),
         "results": results,
     }
     if not results:
@@ -386,10 +461,15 @@ def markdown(report) -> str:
     if report["hardware"].get("clock", "process CPU time") != "process CPU time":
         lines[-1] = f"- speeds are per second of {report['hardware']['clock']} (columns keep their CPU-time names)"
     if report["forced_target_length"]:
-        how = ("min_new_tokens = max_new_tokens" if report.get("force_with") == "min_new_tokens"
-               else "</s> suppressed in place by a logits processor, max_new_tokens")
-        lines.append(f"- random weights: every sentence forced to exactly {report['forced_target_length']} new tokens "
-                     f"({how}) for both models, so both do the same work")
+        how = (
+            "min_new_tokens = max_new_tokens"
+            if report.get("force_with") == "min_new_tokens"
+            else "</s> suppressed in place by a logits processor, max_new_tokens"
+        )
+        lines.append(
+            f"- random weights: every sentence forced to exactly {report['forced_target_length']} new tokens "
+            f"({how}) for both models, so both do the same work"
+        )
     lines += [
         "- beam4_hf: both with |Y|^0.6 (apples to apples); beam4_gnmt: ours with GNMT ((5+|Y|)/6)^0.6, Marian with "
         "|Y|^0.6 (Marian has no GNMT)",
@@ -407,8 +487,9 @@ def markdown(report) -> str:
     for name, r in report["results"].items():
         loop = r.get("ours_transformers_loop", {}).get("sentences_per_s", "-")
         bleu = r.get("bleu", {})
-        bleu_cell = " / ".join(str(bleu.get(w, "-")) for w in ("ours", "ours_transformers_loop", "marian")) \
-            if bleu else "-"
+        bleu_cell = (
+            " / ".join(str(bleu.get(w, "-")) for w in ("ours", "ours_transformers_loop", "marian")) if bleu else "-"
+        )
         lines.append(
             f"| {name} | {r['ours']['sentences_per_s']} | {loop} | {r['marian']['sentences_per_s']} | "
             f"{r['ours']['target_tokens_per_s']} | {r['marian']['target_tokens_per_s']} | "
@@ -430,9 +511,11 @@ def markdown(report) -> str:
             continue
         cost = " / ".join(str(r[w]["cpu_ms_per_1k_row_steps"]) for w in ("ours", "ours_transformers_loop", "marian"))
         loop = r["ours_transformers_loop"]["decoder_row_steps"]
-        lines.append(f"| {name} | {r['ours']['decoder_row_steps']} | {loop} "
-                     f"| {r['marian']['decoder_row_steps']} | {r['row_steps_marian_over_ours']} | {cost} "
-                     f"| {r['cost_per_row_step_marian_over_ours']} |")
+        lines.append(
+            f"| {name} | {r['ours']['decoder_row_steps']} | {loop} "
+            f"| {r['marian']['decoder_row_steps']} | {r['row_steps_marian_over_ours']} | {cost} "
+            f"| {r['cost_per_row_step_marian_over_ours']} |"
+        )
     return "\n".join(lines) + "\n"
 
 

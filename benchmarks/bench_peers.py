@@ -59,30 +59,49 @@ RUN_MARK = ".bench_peers_run"  # a run folder this benchmark made (and may repla
 def build_parser():
     parser = contract.ArgumentParser(description=__doc__)
     parser.add_argument("--minutes", type=float, default=None, help="training budget per system (default 40; smoke 1)")
-    parser.add_argument("--systems", default=",".join(peer_systems.SYSTEMS),
-                        help=f"comma-separated: {', '.join(peer_systems.SYSTEMS)}")
+    parser.add_argument(
+        "--systems", default=",".join(peer_systems.SYSTEMS), help=f"comma-separated: {', '.join(peer_systems.SYSTEMS)}"
+    )
     parser.add_argument("--repeats", type=positive_int, default=1, help="rounds of every system, interleaved")
-    parser.add_argument("--checkpoints", type=positive_int, default=None,
-                        help="checkpoints per run, evenly spaced (default 8; smoke 4)")
-    parser.add_argument("--score", choices=("all", "none"), default="all",
-                        help="score the checkpoints after training (all) or measure speed only (none: no BLEU)")
+    parser.add_argument(
+        "--checkpoints",
+        type=positive_int,
+        default=None,
+        help="checkpoints per run, evenly spaced (default 8; smoke 4)",
+    )
+    parser.add_argument(
+        "--score",
+        choices=("all", "none"),
+        default="all",
+        help="score the checkpoints after training (all) or measure speed only (none: no BLEU)",
+    )
     parser.add_argument("--target_bleu", type=float, default=30.0, help="greedy validation BLEU for time-to-BLEU")
     parser.add_argument("--threads", type=positive_int, default=2)
     parser.add_argument("--max_tokens", type=positive_int, default=1024, help="target tokens per batch")
     parser.add_argument("--smoke", action="store_true", help="1-minute budget on the bundled sample corpus")
     parser.add_argument("--setup", action="store_true", help="create the missing peers' virtual environments")
     parser.add_argument("--eole_version", default="0.6.4")
-    parser.add_argument("--eole_set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a key of the eole config, e.g. training.num_workers=0 (YAML value)")
+    parser.add_argument(
+        "--eole_set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a key of the eole config, e.g. training.num_workers=0 (YAML value)",
+    )
     parser.add_argument("--venvs", default=str(peer_setup.DEFAULT_ROOT), help="where the peers' venvs live")
-    parser.add_argument("--work_dir", default=None, help="runs and shared data (default ~/.cache/vaswani_hf_bench/"
-                                                         "work/<tag>)")
+    parser.add_argument(
+        "--work_dir", default=None, help="runs and shared data (default ~/.cache/vaswani_hf_bench/work/<tag>)"
+    )
     parser.add_argument("--results_dir", default=str(REPO / "benchmarks" / "results"))
     parser.add_argument("--tag", default=None, help="suffix of the result files (default: none; smoke: smoke)")
     parser.add_argument("--multi30k", default=str(MULTI30K), help="Multi30k folder (with tok/)")
     parser.add_argument("--vocab_size", type=positive_int, default=None, help="joint BPE size (8000; smoke 2000)")
-    parser.add_argument("--max_valid", type=int, default=None,
-                        help="score only the first N validation sentences (default: all; smoke: 20)")
+    parser.add_argument(
+        "--max_valid",
+        type=int,
+        default=None,
+        help="score only the first N validation sentences (default: all; smoke: 20)",
+    )
     parser.add_argument("--rerun", action="store_true", help="train again even where a finished run exists")
     parser.add_argument("--report_only", action="store_true", help="write the report from the finished runs")
     return parser
@@ -93,8 +112,9 @@ def check(args) -> None:
     args.systems = list(dict.fromkeys(s.strip() for s in args.systems.split(",") if s.strip()))  # each once
     unknown = [s for s in args.systems if s not in peer_systems.SYSTEMS]
     if unknown or not args.systems:
-        raise io.UsageError(f"--systems: unknown {unknown or 'empty list'}; choose from "
-                            f"{', '.join(peer_systems.SYSTEMS)}")
+        raise io.UsageError(
+            f"--systems: unknown {unknown or 'empty list'}; choose from {', '.join(peer_systems.SYSTEMS)}"
+        )
     args.minutes = args.minutes if args.minutes is not None else (1.0 if args.smoke else 40.0)
     if not math.isfinite(args.minutes) or args.minutes < 0 or (args.minutes == 0 and not args.setup):
         raise io.UsageError(f"--minutes must be > 0 (0 only with --setup, to create the venvs), got {args.minutes:g}")
@@ -168,23 +188,35 @@ def train(system: str, args, shared, spec, out: Path) -> dict:
     root = Path(args.venvs)
     marks = marks_s(args.minutes, args.checkpoints)
     if system == "ours":
-        command = peer_systems.ours_command(shared, out, events, args.minutes, args.minutes / args.checkpoints,
-                                            args.threads, args.max_tokens)
+        command = peer_systems.ours_command(
+            shared, out, events, args.minutes, args.minutes / args.checkpoints, args.threads, args.max_tokens
+        )
     elif system == "eole":
         config = peer_systems.write_eole_config(spec, shared, out, args.eole_overrides)
-        command = peer_systems.eole_command(peer_setup.python(root, "eole"), config, events, args.minutes, marks,
-                                            args.threads)
+        command = peer_systems.eole_command(
+            peer_setup.python(root, "eole"), config, events, args.minutes, marks, args.threads
+        )
     else:
-        command = peer_systems.marian_command(peer_setup.python(root, "marian"), spec, shared, out, events,
-                                              args.minutes, marks, args.threads,
-                                              group_by="target" if system == "marian-target" else "source")
+        command = peer_systems.marian_command(
+            peer_setup.python(root, "marian"),
+            spec,
+            shared,
+            out,
+            events,
+            args.minutes,
+            marks,
+            args.threads,
+            group_by="target" if system == "marian-target" else "source",
+        )
     (out / "command.json").write_text(json.dumps(command, indent=1), encoding="utf-8")
-    watch = run_watched(command, out / "train.log", env=thread_env(args.threads), cwd=str(REPO),
-                        timeout_s=args.minutes * 60 + 1800)
+    watch = run_watched(
+        command, out / "train.log", env=thread_env(args.threads), cwd=str(REPO), timeout_s=args.minutes * 60 + 1800
+    )
     if watch["rc"] != 0:
         tail = (out / "train.log").read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:]
-        raise io.RunFailure(f"{system} training failed (exit {watch['rc']}): {tail[0] if tail else ''} "
-                            f"(log: {out / 'train.log'})")
+        raise io.RunFailure(
+            f"{system} training failed (exit {watch['rc']}): {tail[0] if tail else ''} (log: {out / 'train.log'})"
+        )
     return watch
 
 
@@ -194,8 +226,9 @@ def translate(system: str, checkpoint: str, beams: int, args, shared, out: Path)
         return peer_systems.translate_ours(checkpoint, shared, beams, args.threads)
     if system == "eole":
         return peer_systems.translate_eole(peer_setup.python(root, "eole"), checkpoint, shared, beams, out, env)
-    return peer_systems.translate_marian(peer_setup.python(root, "marian"), checkpoint, shared, beams, out, env,
-                                         args.threads)
+    return peer_systems.translate_marian(
+        peer_setup.python(root, "marian"), checkpoint, shared, beams, out, env, args.threads
+    )
 
 
 def evaluate(system: str, events: list[dict], args, shared, out: Path) -> tuple[list[dict], dict]:
@@ -208,8 +241,11 @@ def evaluate(system: str, events: list[dict], args, shared, out: Path) -> tuple[
     references = read_lines(f"{shared.valid}.de")
     saved = {e["path"]: e for e in events if e["event"] == "checkpoint" and Path(e["path"]).is_dir()}
     points = sorted(saved.values(), key=lambda e: e["train_s"])
-    beam_at = {min(points, key=lambda p: abs(p["train_s"] - f * args.minutes * 60))["path"]
-               for f in BEAM_FRACTIONS} if points else set()
+    beam_at = (
+        {min(points, key=lambda p: abs(p["train_s"] - f * args.minutes * 60))["path"] for f in BEAM_FRACTIONS}
+        if points
+        else set()
+    )
     curve, seconds = [], {"greedy": [], "beam4": []}
     (out / "hypotheses").mkdir(exist_ok=True)
     for point in points:
@@ -218,12 +254,16 @@ def evaluate(system: str, events: list[dict], args, shared, out: Path) -> tuple[
             if beams == 4 and point["path"] not in beam_at:
                 continue
             started = time.perf_counter()
-            hypotheses = [" ".join(h.split()) for h in translate(system, point["path"], beams, args, shared,
-                                                                 out / "hypotheses")]
+            hypotheses = [
+                " ".join(h.split()) for h in translate(system, point["path"], beams, args, shared, out / "hypotheses")
+            ]
             seconds[key].append(round(time.perf_counter() - started, 1))
             entry[key] = round(peer_data.score(hypotheses, references), 2)
-        print(f"  [{system}] {entry['minutes']:.1f} min, step {entry['step']}: greedy {entry['greedy']}"
-              + (f", beam 4 {entry['beam4']}" if entry["beam4"] is not None else ""), flush=True)
+        print(
+            f"  [{system}] {entry['minutes']:.1f} min, step {entry['step']}: greedy {entry['greedy']}"
+            + (f", beam 4 {entry['beam4']}" if entry["beam4"] is not None else ""),
+            flush=True,
+        )
         curve.append(entry)
     return curve, seconds
 
@@ -234,8 +274,10 @@ def run_one(system: str, round_index: int, args, shared, spec) -> dict:
     if done.is_file() and not args.rerun:
         finished = json.loads(done.read_text(encoding="utf-8"))
         if finished.get("score", "all") != args.score:
-            raise io.UsageError(f"the finished run in {out} was made with --score {finished.get('score', 'all')}, "
-                                f"not {args.score}: pass --rerun, or another --tag / --work_dir")
+            raise io.UsageError(
+                f"the finished run in {out} was made with --score {finished.get('score', 'all')}, "
+                f"not {args.score}: pass --rerun, or another --tag / --work_dir"
+            )
         print(f"[{system} round {round_index}] reusing the finished run in {out}", flush=True)
         return finished
     if out.exists():
@@ -248,17 +290,24 @@ def run_one(system: str, round_index: int, args, shared, spec) -> dict:
     events = peer_report.read_events(out / "events.jsonl")
     curve, seconds = evaluate(system, events, args, shared, out) if args.score == "all" else ([], {})
     summary = peer_report.summarize(system, watch, events, curve, args.minutes, args.target_bleu, seconds)
-    summary.update(round=round_index, minutes=args.minutes, checkpoints=args.checkpoints, score=args.score,
-                   started=datetime.datetime.fromtimestamp(watch["launched_at"]).isoformat(timespec="seconds"))
+    summary.update(
+        round=round_index,
+        minutes=args.minutes,
+        checkpoints=args.checkpoints,
+        score=args.score,
+        started=datetime.datetime.fromtimestamp(watch["launched_at"]).isoformat(timespec="seconds"),
+    )
     summary["command"] = json.loads((out / "command.json").read_text(encoding="utf-8"))
     metrics = out / "model" / "metrics.json"
     if system == "ours" and metrics.is_file():  # our run's own account of its stages (run_clock)
         ours = json.loads(metrics.read_text(encoding="utf-8"))
         summary["run_clock"] = ours.get("run_clock")
         summary["own_count"] = {k: ours.get(k) for k in ("train_tgt_tokens", "padding_share_tgt", "global_step")}
-    print(f"  [{system}] {summary['updates']:,} updates, {summary['real_tgt_tokens_per_s']:,.0f} real target "
-          f"tokens/s, padding {summary['padding_share_tgt']:.1%}, peak RSS {summary['peak_rss_gib']:.2f} GiB",
-          flush=True)
+    print(
+        f"  [{system}] {summary['updates']:,} updates, {summary['real_tgt_tokens_per_s']:,.0f} real target "
+        f"tokens/s, padding {summary['padding_share_tgt']:.1%}, peak RSS {summary['peak_rss_gib']:.2f} GiB",
+        flush=True,
+    )
     done.write_text(json.dumps(summary, indent=1), encoding="utf-8")
     return summary
 
@@ -266,8 +315,14 @@ def run_one(system: str, round_index: int, args, shared, spec) -> dict:
 def machine() -> dict:
     """The processor (its name and widest vector unit: the ratios between systems depend on it), platform, load."""
     cpu = processor()
-    return {"cpus": os.cpu_count(), "cpu_model": cpu["cpu_model"], "vector_isa": cpu["vector_isa"], "amx": cpu["amx"],
-            "platform": platform.platform(), "load_at_start": loadavg()}
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": cpu["cpu_model"],
+        "vector_isa": cpu["vector_isa"],
+        "amx": cpu["amx"],
+        "platform": platform.platform(),
+        "load_at_start": loadavg(),
+    }
 
 
 def report(args, runs: list[dict], shared, spec, systems: list[str], started: dict) -> Path:
@@ -275,24 +330,42 @@ def report(args, runs: list[dict], shared, spec, systems: list[str], started: di
     root = Path(args.venvs)
     settings = {(r.get("minutes", args.minutes), r.get("checkpoints", args.checkpoints)) for r in runs}
     if len(settings) > 1:
-        raise io.UsageError(f"the finished runs in {args.work} used different budgets or checkpoint counts "
-                            f"({sorted(settings)}); report them from separate work folders")
+        raise io.UsageError(
+            f"the finished runs in {args.work} used different budgets or checkpoint counts "
+            f"({sorted(settings)}); report them from separate work folders"
+        )
     if runs:
         args.minutes, args.checkpoints = settings.pop()
         started["load_at_start"] = runs[0]["load"]["load_before"]
     versions = {"ours": peer_setup.versions(sys.executable, "ours")}
-    versions.update({s: peer_setup.versions(peer_setup.python(root, peer_systems.VENV[s]), peer_systems.VENV[s])
-                     for s in systems if s != "ours"})
+    versions.update(
+        {
+            s: peer_setup.versions(peer_setup.python(root, peer_systems.VENV[s]), peer_systems.VENV[s])
+            for s in systems
+            if s != "ours"
+        }
+    )
     result = {
         "title_note": "**Smoke run: not a measurement.** " if args.smoke else "",
-        "command": " ".join(args.argv) or "(defaults)", "date": datetime.date.today().isoformat(),
-        "minutes": args.minutes, "checkpoints": args.checkpoints, "threads": args.threads,
-        "target_bleu": args.target_bleu, "spec": spec, "eole_overrides": args.eole_overrides,
+        "command": " ".join(args.argv) or "(defaults)",
+        "date": datetime.date.today().isoformat(),
+        "minutes": args.minutes,
+        "checkpoints": args.checkpoints,
+        "threads": args.threads,
+        "target_bleu": args.target_bleu,
+        "spec": spec,
+        "eole_overrides": args.eole_overrides,
         "score": "none" if any(r.get("score") == "none" or not r.get("curve") for r in runs) else args.score,
-        "data": {"train_pairs": shared.train_pairs, "valid_pairs": shared.valid_pairs,
-                 "vocab_size": shared.vocab_size, "source": str(args.corpus[0])},
-        "machine": started, "versions": versions,
-        "systems": peer_report.aggregate(runs, args.target_bleu), "runs": runs,
+        "data": {
+            "train_pairs": shared.train_pairs,
+            "valid_pairs": shared.valid_pairs,
+            "vocab_size": shared.vocab_size,
+            "source": str(args.corpus[0]),
+        },
+        "machine": started,
+        "versions": versions,
+        "systems": peer_report.aggregate(runs, args.target_bleu),
+        "runs": runs,
     }
     results = Path(args.results_dir)
     results.mkdir(parents=True, exist_ok=True)
@@ -327,8 +400,11 @@ def main(argv: list[str]) -> int:
     if args.report_only and not record.is_file():
         raise io.UsageError(f"--report_only: no finished benchmark data in {args.work} (no {record})")
     args.work.mkdir(parents=True, exist_ok=True)
-    shared = peer_data.SharedData.load(record) if args.report_only else \
-        peer_data.prepare(args.work, *args.corpus, args.vocab_size, args.max_valid)
+    shared = (
+        peer_data.SharedData.load(record)
+        if args.report_only
+        else peer_data.prepare(args.work, *args.corpus, args.vocab_size, args.max_valid)
+    )
     spec = peer_systems.spec_from_recipe(args.max_tokens)
     runs = []
     for round_index in range(1, args.repeats + 1):

@@ -94,11 +94,13 @@ def main() -> None:
     from datasets.utils.logging import disable_progress_bar
 
     disable_progress_bar()
-    tok = train_bpe_tokenizer([args.multi30k / "train.en", args.multi30k / "train.de"], vocab_size=args.vocab_size,
-                              show_progress=False)
+    tok = train_bpe_tokenizer(
+        [args.multi30k / "train.en", args.multi30k / "train.de"], vocab_size=args.vocab_size, show_progress=False
+    )
     data, _ = prepare_dataset(load_corpus("moses", args.multi30k / "train", "en", "de"), tok, "en", "de")
-    config = VaswaniConfig(vocab_size=len(tok), d_model=32, d_ff=64, num_heads=4, num_encoder_layers=1,
-                           num_decoder_layers=1, dropout=0.0)
+    config = VaswaniConfig(
+        vocab_size=len(tok), d_model=32, d_ff=64, num_heads=4, num_encoder_layers=1, num_decoder_layers=1, dropout=0.0
+    )
     torch.manual_seed(0)
     model = VaswaniForConditionalGeneration(config).to(args.device).eval()
     rows = []
@@ -108,29 +110,49 @@ def main() -> None:
         compiles = count_compiles(model, batches, args.backend, dynamic, args.device, args.budget_s)
         real = sum(int((b["labels"] != -100).sum()) for b in batches)
         slots = sum(b["labels"].numel() for b in batches)
-        row = {"pad_to_multiple_of": pad, "dynamic": dynamic, "batches": len(batches),
-               "distinct_shapes": len(set(shapes)), "target_padding_share": round(1 - real / slots, 3),
-               "distinct_shapes_in_batches_run": len(set(shapes[:compiles["batches_run"]])), **compiles}
+        row = {
+            "pad_to_multiple_of": pad,
+            "dynamic": dynamic,
+            "batches": len(batches),
+            "distinct_shapes": len(set(shapes)),
+            "target_padding_share": round(1 - real / slots, 3),
+            "distinct_shapes_in_batches_run": len(set(shapes[: compiles["batches_run"]])),
+            **compiles,
+        }
         print(json.dumps(row), flush=True)
         rows.append(row)
-    result = {"device": args.device, "backend": args.backend, "max_tokens": args.max_tokens, "torch": torch.__version__,
-              "processor": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
-              "load_average": os.getloadavg(), "rows": rows}
+    result = {
+        "device": args.device,
+        "backend": args.backend,
+        "max_tokens": args.max_tokens,
+        "torch": torch.__version__,
+        "processor": platform.processor() or platform.machine(),
+        "threads": torch.get_num_threads(),
+        "load_average": os.getloadavg(),
+        "rows": rows,
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "recompiles.json").write_text(json.dumps(result, indent=2) + "\n")
-    lines = [f"# torch.compile recompiles over {args.batches} Multi30k token batches ({args.max_tokens} tokens, "
-             f"backend {args.backend}, device {args.device}, torch {torch.__version__}, load average "
-             f"{result['load_average'][0]:.1f})", "", "Written by `benchmarks/bench_recompiles.py` (forward only, "
-             "`no_grad`, a 1+1-layer d_model 32 model: the count depends on shapes, not on size). Each setting runs "
-             f"at most {args.budget_s:.0f} s; `batches run` says how far it got (then the graphs are those of the "
-             "batches run, and with static shapes each distinct shape is one graph).", "",
-             "| pad_to_multiple_of | dynamic | distinct shapes (all batches) | batches run | distinct shapes in them | "
-             "graphs compiled | graph breaks | target padding | seconds (compile included) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# torch.compile recompiles over {args.batches} Multi30k token batches ({args.max_tokens} tokens, "
+        f"backend {args.backend}, device {args.device}, torch {torch.__version__}, load average "
+        f"{result['load_average'][0]:.1f})",
+        "",
+        "Written by `benchmarks/bench_recompiles.py` (forward only, "
+        "`no_grad`, a 1+1-layer d_model 32 model: the count depends on shapes, not on size). Each setting runs "
+        f"at most {args.budget_s:.0f} s; `batches run` says how far it got (then the graphs are those of the "
+        "batches run, and with static shapes each distinct shape is one graph).",
+        "",
+        "| pad_to_multiple_of | dynamic | distinct shapes (all batches) | batches run | distinct shapes in them | "
+        "graphs compiled | graph breaks | target padding | seconds (compile included) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['pad_to_multiple_of'] or '-'} | {r['dynamic']} | {r['distinct_shapes']} | "
-                     f"{r['batches_run']} | {r['distinct_shapes_in_batches_run']} | {r['graphs_compiled']} | "
-                     f"{r['graph_breaks']} | {r['target_padding_share']:.1%} | {r['seconds']} |")
+        lines.append(
+            f"| {r['pad_to_multiple_of'] or '-'} | {r['dynamic']} | {r['distinct_shapes']} | "
+            f"{r['batches_run']} | {r['distinct_shapes_in_batches_run']} | {r['graphs_compiled']} | "
+            f"{r['graph_breaks']} | {r['target_padding_share']:.1%} | {r['seconds']} |"
+        )
     (args.out / "recompiles.md").write_text("\n".join(lines) + "\n")
 
 

@@ -46,8 +46,16 @@ def build(variant: str, vocab: int):
     from vaswani_hf.export.marian import to_marian
 
     torch.manual_seed(0)
-    config = VaswaniConfig(vocab_size=vocab, d_model=256, d_ff=512, num_heads=4, num_encoder_layers=3,
-                           num_decoder_layers=3, dropout=0.3, sinusoid_layout="concatenated")
+    config = VaswaniConfig(
+        vocab_size=vocab,
+        d_model=256,
+        d_ff=512,
+        num_heads=4,
+        num_encoder_layers=3,
+        num_decoder_layers=3,
+        dropout=0.3,
+        sinusoid_layout="concatenated",
+    )
     model = VaswaniForConditionalGeneration(config)
     if variant == "marian":
         model = to_marian(model)  # dropout and attention dropout carried over
@@ -67,8 +75,9 @@ def step_function(variant: str, model):
     else:
         from transformers.trainer_pt_utils import LabelSmoother
 
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0,
-                                      fused=True)
+        optimizer = torch.optim.AdamW(
+            model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0, fused=True
+        )
         smoother = LabelSmoother(epsilon=0.1)
 
         def loss_fn(outputs, labels):
@@ -109,19 +118,42 @@ def child(args) -> dict:
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             for _ in range(args.profiled):
                 step(batch)
-        ops = {e.key: round(e.self_cpu_time_total / 1000 / args.profiled, 3) for e in prof.key_averages()
-               if e.self_cpu_time_total > 0}
-        found["variants"][variant] = {"step_ms": round(1000 * statistics.median(times), 2), "target_tokens": tokens,
-                                      "tokens_per_s": round(tokens / statistics.median(times), 1), "ops_ms": ops}
+        ops = {
+            e.key: round(e.self_cpu_time_total / 1000 / args.profiled, 3)
+            for e in prof.key_averages()
+            if e.self_cpu_time_total > 0
+        }
+        found["variants"][variant] = {
+            "step_ms": round(1000 * statistics.median(times), 2),
+            "target_tokens": tokens,
+            "tokens_per_s": round(tokens / statistics.median(times), 1),
+            "ops_ms": ops,
+        }
     return found
 
 
 def run_configuration(isa: str, args) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in CAPPED}  # native: no cap inherited from the caller
     env.update(CAPPED if isa == "avx2" else {})
-    argv = [sys.executable, __file__, "--child", "--threads", str(args.threads), "--steps", str(args.steps),
-            "--warmup", str(args.warmup), "--profiled", str(args.profiled), "--batch", str(args.batch),
-            "--length", str(args.length), "--vocab", str(args.vocab)]
+    argv = [
+        sys.executable,
+        __file__,
+        "--child",
+        "--threads",
+        str(args.threads),
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        "--profiled",
+        str(args.profiled),
+        "--batch",
+        str(args.batch),
+        "--length",
+        str(args.length),
+        "--vocab",
+        str(args.vocab),
+    ]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"the {isa} configuration failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
@@ -133,8 +165,14 @@ def cpu() -> dict:
     from peer_monitor import processor
 
     found = processor()
-    return {"model": found["cpu_model"], "avx512f": found["avx512f"], "avx2": found["avx2"], "amx": found["amx"],
-            "vector_isa": found["vector_isa"], "cpus": os.cpu_count()}
+    return {
+        "model": found["cpu_model"],
+        "avx512f": found["avx512f"],
+        "avx2": found["avx2"],
+        "amx": found["amx"],
+        "vector_isa": found["vector_isa"],
+        "cpus": os.cpu_count(),
+    }
 
 
 def markdown(result: dict) -> str:
@@ -144,7 +182,7 @@ def markdown(result: dict) -> str:
     names = set()
     for isa, variant in columns:
         ops = configs[isa]["variants"][variant]["ops_ms"]
-        names.update(sorted(ops, key=ops.get, reverse=True)[:result["top"]])
+        names.update(sorted(ops, key=ops.get, reverse=True)[: result["top"]])
     order = sorted(names, key=lambda n: -max(configs[i]["variants"][v]["ops_ms"].get(n, 0) for i, v in columns))
     head = " | ".join(f"{v}, {configs[i]['capability']}" for i, v in columns)
     rows = [f"| operator (ms per step, self CPU time) | {head} |", "|---|" + "---:|" * len(columns)]
@@ -155,24 +193,36 @@ def markdown(result: dict) -> str:
     speed = ["| kernels | ours: ms per step | Marian: ms per step | ours / Marian speed |", "|---|---:|---:|---:|"]
     for isa, config in configs.items():
         ours, marian = config["variants"]["ours"], config["variants"]["marian"]
-        speed.append(f"| {config['capability']} ({isa}) | {ours['step_ms']:.1f} | {marian['step_ms']:.1f} | "
-                     f"**{marian['step_ms'] / ours['step_ms']:.2f}x** |")
+        speed.append(
+            f"| {config['capability']} ({isa}) | {ours['step_ms']:.1f} | {marian['step_ms']:.1f} | "
+            f"**{marian['step_ms'] / ours['step_ms']:.2f}x** |"
+        )
     info = result["cpu"]
-    return "\n\n".join([
-        "# The training step, operator by operator: ours and MarianMTModel, native and AVX2-capped kernels",
-        f"`python benchmarks/bench_step_profile.py {result['command']}` ({result['date']}), {info['model']} "
-        f"({info['vector_isa']}{', AMX' if info['amx'] else ''}), "
-        f"{result['threads']} threads, "
-        f"torch {result['torch']}; load average before {result['load_before']}, after {result['load_after']}. "
-        f"Model and batch as the peer benchmark trains them ({result['batch']} x {result['length']} tokens, "
-        f"{result['target_tokens']} real target tokens, vocabulary {result['vocab']}); median of {result['steps']} "
-        f"timed steps after {result['warmup']} warm-up steps, then {result['profiled']} profiled steps per variant. "
-        "AVX2-capped: ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2, MKL_ENABLE_INSTRUCTIONS=AVX2 (an "
-        "emulation of an AVX2-only processor's code paths on this one; see the script's docstring).",
-        "\n".join(speed), "## Operators (the union of each configuration's top operators)", "\n".join(rows),
-        ("The profiler's self CPU time of an operator includes its intra-op threads' work as wall time on the calling "
-         "thread; the profiled steps run slower than the timed ones (the profiler's own cost), so compare columns, "
-         "not the totals with the timed step.")]) + "\n"
+    return (
+        "\n\n".join(
+            [
+                "# The training step, operator by operator: ours and MarianMTModel, native and AVX2-capped kernels",
+                f"`python benchmarks/bench_step_profile.py {result['command']}` ({result['date']}), {info['model']} "
+                f"({info['vector_isa']}{', AMX' if info['amx'] else ''}), "
+                f"{result['threads']} threads, "
+                f"torch {result['torch']}; load average before {result['load_before']}, after {result['load_after']}. "
+                f"Model and batch as the peer benchmark trains them ({result['batch']} x {result['length']} tokens, "
+                f"{result['target_tokens']} real target tokens, vocabulary {result['vocab']}); median of {result['steps']} "
+                f"timed steps after {result['warmup']} warm-up steps, then {result['profiled']} profiled steps per variant. "
+                "AVX2-capped: ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2, MKL_ENABLE_INSTRUCTIONS=AVX2 (an "
+                "emulation of an AVX2-only processor's code paths on this one; see the script's docstring).",
+                "\n".join(speed),
+                "## Operators (the union of each configuration's top operators)",
+                "\n".join(rows),
+                (
+                    "The profiler's self CPU time of an operator includes its intra-op threads' work as wall time on the calling "
+                    "thread; the profiled steps run slower than the timed ones (the profiler's own cost), so compare columns, "
+                    "not the totals with the timed step."
+                ),
+            ]
+        )
+        + "\n"
+    )
 
 
 def parse_args(argv):
@@ -214,11 +264,24 @@ def main(argv: list[str]) -> int:
         speeds = {v: configurations[isa]["variants"][v]["step_ms"] for v in VARIANTS}
         print(f"{isa} ({configurations[isa]['capability']}): step ms {speeds}", flush=True)
     first = configurations[isas[0]]["variants"]["ours"]
-    result = {"command": " ".join(argv) or "(defaults)", "date": datetime.date.today().isoformat(), "cpu": cpu(),
-              "torch": torch.__version__, "threads": args.threads, "steps": args.steps, "warmup": args.warmup,
-              "profiled": args.profiled, "batch": args.batch, "length": args.length, "vocab": args.vocab,
-              "target_tokens": first["target_tokens"], "top": args.top, "load_before": load_before,
-              "load_after": [round(x, 2) for x in os.getloadavg()], "configurations": configurations}
+    result = {
+        "command": " ".join(argv) or "(defaults)",
+        "date": datetime.date.today().isoformat(),
+        "cpu": cpu(),
+        "torch": torch.__version__,
+        "threads": args.threads,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "profiled": args.profiled,
+        "batch": args.batch,
+        "length": args.length,
+        "vocab": args.vocab,
+        "target_tokens": first["target_tokens"],
+        "top": args.top,
+        "load_before": load_before,
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+        "configurations": configurations,
+    }
     out = Path(args.results_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "step_profile.json").write_text(json.dumps(result, indent=1), encoding="utf-8")

@@ -57,8 +57,8 @@ def make_batch(batch: int, length: int, vocab: int, seed: int = 0, device: str |
     src = torch.randint(4, vocab, (batch, length), generator=g)
     labels = torch.randint(4, vocab, (batch, length), generator=g)
     # some padding, as a real length-bucketed batch has
-    src[: batch // 4, -length // 4:] = 0
-    labels[: batch // 4, -length // 4:] = -100
+    src[: batch // 4, -length // 4 :] = 0
+    labels[: batch // 4, -length // 4 :] = -100
     return {k: v.to(device) for k, v in dict(input_ids=src, attention_mask=(src != 0).long(), labels=labels).items()}
 
 
@@ -115,11 +115,16 @@ def run_variant(args) -> dict:
         synchronize(device)
         times.append(time.perf_counter() - start)
     if device.type == "cuda":  # the key keeps its name: the peak memory of this variant's process, on its device
-        peak_mib = torch.cuda.max_memory_allocated(device) / 2 ** 20
+        peak_mib = torch.cuda.max_memory_allocated(device) / 2**20
     else:
         peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"variant": args.variant, "step_seconds": times, "target_tokens": tokens,
-            "tokens_per_second": tokens / statistics.median(times), "peak_rss_mib": peak_mib}
+    return {
+        "variant": args.variant,
+        "step_seconds": times,
+        "target_tokens": tokens,
+        "tokens_per_second": tokens / statistics.median(times),
+        "peak_rss_mib": peak_mib,
+    }
 
 
 def profile_ours(args) -> str:
@@ -140,8 +145,9 @@ def parse_args():
     parser.add_argument("--length", type=int, default=32)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3, help="A/B rounds, each in fresh processes")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads per process (1: steadier on a shared machine)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads per process (1: steadier on a shared machine)"
+    )
     parser.add_argument("--device", default="cpu", help="cpu or cuda (each variant in its own process on it)")
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast around the forward, as --bf16 true trains")
     parser.add_argument("--variant", help=argparse.SUPPRESS)
@@ -160,27 +166,60 @@ def main():
     load_before = os.getloadavg()[0]  # 1-minute load: other work on the machine skews every ratio
     for round_ in range(args.rounds):
         for variant in variants:
-            cmd = [sys.executable, __file__, "--variant", variant, "--preset", args.preset, "--vocab", str(args.vocab),
-                   "--batch", str(args.batch), "--length", str(args.length), "--steps", str(args.steps),
-                   "--threads", str(args.threads), "--device", args.device, *(["--bf16"] if args.bf16 else [])]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--variant",
+                variant,
+                "--preset",
+                args.preset,
+                "--vocab",
+                str(args.vocab),
+                "--batch",
+                str(args.batch),
+                "--length",
+                str(args.length),
+                "--steps",
+                str(args.steps),
+                "--threads",
+                str(args.threads),
+                "--device",
+                args.device,
+                *(["--bf16"] if args.bf16 else []),
+            ]
             out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
             runs[variant].append(json.loads(out))
-            print(f"round {round_ + 1}: {variant:20s} {runs[variant][-1]['tokens_per_second']:8.1f} tok/s "
-                  f"peak {runs[variant][-1]['peak_rss_mib']:.0f} MiB", flush=True)
+            print(
+                f"round {round_ + 1}: {variant:20s} {runs[variant][-1]['tokens_per_second']:8.1f} tok/s "
+                f"peak {runs[variant][-1]['peak_rss_mib']:.0f} MiB",
+                flush=True,
+            )
 
     def median(variant, key):
         return statistics.median(r[key] for r in runs[variant])
 
     speed_ratios = [o["tokens_per_second"] / m["tokens_per_second"] for o, m in zip(runs["ours"], runs["marian"])]
-    same_loss_ratios = [o["tokens_per_second"] / m["tokens_per_second"]
-                        for o, m in zip(runs["ours_no_smoothing"], runs["marian"])]
-    ckpt_time = [c["tokens_per_second"] / o["tokens_per_second"]
-                 for c, o in zip(runs["ours_checkpointing"], runs["ours"])]
+    same_loss_ratios = [
+        o["tokens_per_second"] / m["tokens_per_second"] for o, m in zip(runs["ours_no_smoothing"], runs["marian"])
+    ]
+    ckpt_time = [
+        c["tokens_per_second"] / o["tokens_per_second"] for c, o in zip(runs["ours_checkpointing"], runs["ours"])
+    ]
     summary = {
-        "setup": {"preset": args.preset, "vocab": args.vocab, "batch": args.batch, "length": args.length,
-                  "steps": args.steps, "rounds": args.rounds, "torch": torch.__version__,
-                  "threads": torch.get_num_threads(), "device": args.device, "bf16": args.bf16,
-                  "load_1min_before": load_before, "load_1min_after": os.getloadavg()[0]},
+        "setup": {
+            "preset": args.preset,
+            "vocab": args.vocab,
+            "batch": args.batch,
+            "length": args.length,
+            "steps": args.steps,
+            "rounds": args.rounds,
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+            "device": args.device,
+            "bf16": args.bf16,
+            "load_1min_before": load_before,
+            "load_1min_after": os.getloadavg()[0],
+        },
         "tokens_per_second": {v: median(v, "tokens_per_second") for v in variants},
         "peak_rss_mib": {v: median(v, "peak_rss_mib") for v in variants},
         "speed_ratio_ours_over_marian": statistics.median(speed_ratios),

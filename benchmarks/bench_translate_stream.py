@@ -63,8 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--process_lines", type=int, default=20_000, help="input of the processes comparison (0: off)")
     parser.add_argument("--process_window", type=int, default=5_000, help="--buffer_lines of that comparison")
     parser.add_argument("--refusal_lines", type=int, default=1_000_000, help="lines before the bad one (0: off)")
-    parser.add_argument("--systems", default="streaming,in-memory,ctranslate2",
-                        help="comma-separated: streaming, in-memory, ctranslate2")
+    parser.add_argument(
+        "--systems",
+        default="streaming,in-memory,ctranslate2",
+        help="comma-separated: streaming, in-memory, ctranslate2",
+    )
     parser.add_argument("--work", type=Path, default=Path("/tmp/translate-stream"), help="scratch folder")
     parser.add_argument("--results_dir", type=Path, default=RESULTS)
     return parser
@@ -93,8 +96,11 @@ def make_model(folder: Path) -> Path:
     text = [" ".join(rng.choices(WORDS, k=12)) for _ in range(3000)]
     tokenizer = train_bpe_tokenizer(text, vocab_size=1000, show_progress=False)
     torch.manual_seed(0)
-    model = VaswaniForConditionalGeneration(VaswaniConfig(
-        vocab_size=len(tokenizer), d_model=32, d_ff=64, num_heads=4, num_encoder_layers=2, num_decoder_layers=2))
+    model = VaswaniForConditionalGeneration(
+        VaswaniConfig(
+            vocab_size=len(tokenizer), d_model=32, d_ff=64, num_heads=4, num_encoder_layers=2, num_decoder_layers=2
+        )
+    )
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
@@ -105,27 +111,40 @@ def baseline_tree(work: Path) -> Path:
     tree = work / f"baseline-{BASELINE}"
     if not tree.is_dir():
         tree.mkdir(parents=True)
-        archive = subprocess.run(["git", "-C", str(REPO), "archive", BASELINE, "vaswani_hf", "scripts"],
-                                 capture_output=True, check=True).stdout
+        archive = subprocess.run(
+            ["git", "-C", str(REPO), "archive", BASELINE, "vaswani_hf", "scripts"], capture_output=True, check=True
+        ).stdout
         subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
     return tree
 
 
 def launch(command: list[str], *, threads: int, pythonpath: Path = REPO, **variables: str) -> dict:
     """Run `command`; wall time, exit status, peak RSS of its largest process, the load before it."""
-    env = dict(os.environ, PYTHONPATH=str(pythonpath), OMP_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="false",
-               HF_HUB_OFFLINE="1", **variables)
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(pythonpath),
+        OMP_NUM_THREADS=str(threads),
+        TOKENIZERS_PARALLELISM="false",
+        HF_HUB_OFFLINE="1",
+        **variables,
+    )
     load = os.getloadavg()[0]
     started = time.perf_counter()
-    process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     stderr = process.stderr.read().decode(errors="replace")
     _, status, usage = os.wait4(process.pid, 0)
     seconds = time.perf_counter() - started
     code = os.waitstatus_to_exitcode(status)
-    return {"seconds": round(seconds, 2), "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2), "exit": code,
-            "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
-            "load_1min": round(load, 2), "stderr_tail": stderr.strip().splitlines()[-1:] if code else []}
+    return {
+        "seconds": round(seconds, 2),
+        "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
+        "exit": code,
+        "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
+        "load_1min": round(load, 2),
+        "stderr_tail": stderr.strip().splitlines()[-1:] if code else [],
+    }
 
 
 def median_run(runs: list[dict]) -> dict:
@@ -135,24 +154,47 @@ def median_run(runs: list[dict]) -> dict:
 
 
 def tool(tree: Path, source: Path, model: Path, out: Path, *extra: str) -> list[str]:
-    return [sys.executable, str(tree / "scripts" / "translate.py"), str(source), "--model", str(model), *DECODING,
-            "--output", str(out), "--overwrite", *extra]
+    return [
+        sys.executable,
+        str(tree / "scripts" / "translate.py"),
+        str(source),
+        "--model",
+        str(model),
+        *DECODING,
+        "--output",
+        str(out),
+        "--overwrite",
+        *extra,
+    ]
 
 
-def ctranslate2_command(model: Path, source: Path, out: Path, work: Path, window: int,
-                        threads: int) -> list[str] | None:
+def ctranslate2_command(
+    model: Path, source: Path, out: Path, work: Path, window: int, threads: int
+) -> list[str] | None:
     if importlib.util.find_spec("ctranslate2") is None:
         return None
     export = work / "ct2"
     if not export.is_dir():
-        subprocess.run([sys.executable, str(REPO / "scripts" / "export_ctranslate2.py"), "--model_dir", str(model),
-                        "--out_dir", str(export)], check=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
-    code = ("import sys, ctranslate2; from transformers import AutoTokenizer; t = AutoTokenizer.from_pretrained("
-            f"{str(model)!r}); tr = ctranslate2.Translator({str(export)!r}, intra_threads={threads}); "
-            "tr.translate_file(sys.argv[1], sys.argv[2], max_batch_size=4096, batch_type='tokens', "
-            f"read_batch_size={window}, beam_size=1, max_decoding_length=6, "
-            "source_tokenize_fn=lambda s: t.convert_ids_to_tokens(t(s)['input_ids']), "
-            "target_detokenize_fn=lambda x: t.convert_tokens_to_string(x))")
+        subprocess.run(
+            [
+                sys.executable,
+                str(REPO / "scripts" / "export_ctranslate2.py"),
+                "--model_dir",
+                str(model),
+                "--out_dir",
+                str(export),
+            ],
+            check=True,
+            env=dict(os.environ, PYTHONPATH=str(REPO)),
+        )
+    code = (
+        "import sys, ctranslate2; from transformers import AutoTokenizer; t = AutoTokenizer.from_pretrained("
+        f"{str(model)!r}); tr = ctranslate2.Translator({str(export)!r}, intra_threads={threads}); "
+        "tr.translate_file(sys.argv[1], sys.argv[2], max_batch_size=4096, batch_type='tokens', "
+        f"read_batch_size={window}, beam_size=1, max_decoding_length=6, "
+        "source_tokenize_fn=lambda s: t.convert_ids_to_tokens(t(s)['input_ids']), "
+        "target_detokenize_fn=lambda x: t.convert_tokens_to_string(x))"
+    )
     return [sys.executable, "-c", code, str(source), str(out)]
 
 
@@ -160,25 +202,35 @@ def measure(args) -> dict:
     args.work.mkdir(parents=True, exist_ok=True)
     model = make_model(args.work / "model")
     systems = args.systems.split(",")
-    results = {"date": datetime.datetime.now().isoformat(timespec="minutes"), "cpus": os.cpu_count(),
-               "threads": args.threads, "rounds": args.rounds,
-               "load_before": os.getloadavg(), "sizes": {}, "processes": None, "refusal": None}
+    results = {
+        "date": datetime.datetime.now().isoformat(timespec="minutes"),
+        "cpus": os.cpu_count(),
+        "threads": args.threads,
+        "rounds": args.rounds,
+        "load_before": os.getloadavg(),
+        "sizes": {},
+        "processes": None,
+        "refusal": None,
+    }
     old = baseline_tree(args.work) if "in-memory" in systems or args.refusal_lines else None
 
     def sizes(chosen: list[int]) -> None:
         threads = str(args.threads)
         for size in chosen:
             source, runs = write_input(args.work / f"in-{size}.txt", size), {}
-            commands = {"streaming": (tool(REPO, source, model, args.work / "out.txt", "--threads", threads), REPO),
-                        "in-memory": (tool(old, source, model, args.work / "old.txt"), old) if old else None}
+            commands = {
+                "streaming": (tool(REPO, source, model, args.work / "out.txt", "--threads", threads), REPO),
+                "in-memory": (tool(old, source, model, args.work / "old.txt"), old) if old else None,
+            }
             if "ctranslate2" in systems:
                 command = ctranslate2_command(model, source, args.work / "ct2.txt", args.work, 10_000, args.threads)
                 commands["ctranslate2"] = (command, REPO) if command else None
             for _ in range(args.rounds):  # interleaved: A B C A B C
                 for name in systems:
                     if commands.get(name):
-                        runs.setdefault(name, []).append(launch(commands[name][0], threads=args.threads,
-                                                                pythonpath=commands[name][1]))
+                        runs.setdefault(name, []).append(
+                            launch(commands[name][0], threads=args.threads, pythonpath=commands[name][1])
+                        )
             row = {name: median_run(found) for name, found in runs.items()}
             row.update({name: "not installed" for name in systems if name not in runs})
             results["sizes"][size] = row
@@ -189,10 +241,11 @@ def measure(args) -> dict:
     if args.refusal_lines:
         source = write_input(args.work / f"bad-{args.refusal_lines}.txt", args.refusal_lines, bad_last=True)
         limit = ["--max_input_tokens", "64"]
-        results["refusal"] = {"lines": args.refusal_lines + 1,
-                              "streaming": launch(tool(REPO, source, model, args.work / "r.txt", *limit), threads=2),
-                              "in-memory": launch(tool(old, source, model, args.work / "r.txt", *limit), threads=2,
-                                                  pythonpath=old)}
+        results["refusal"] = {
+            "lines": args.refusal_lines + 1,
+            "streaming": launch(tool(REPO, source, model, args.work / "r.txt", *limit), threads=2),
+            "in-memory": launch(tool(old, source, model, args.work / "r.txt", *limit), threads=2, pythonpath=old),
+        }
         print("refusal", json.dumps(results["refusal"]), flush=True)
         save(args, results)
     if args.process_lines:
@@ -200,13 +253,29 @@ def measure(args) -> dict:
         window = ["--buffer_lines", str(args.process_window)]
         one = launch(tool(REPO, source, model, args.work / "one.txt", "--threads", "2", *window), threads=2)
         port = str(29500 + os.getpid() % 1000)
-        two = launch([sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes",
-                      "2", "--main_process_port", port, *tool(REPO, source, model, args.work / "two.txt",
-                                                               "--threads", "1", *window)[1:]], threads=1,
-                     ACCELERATE_USE_CPU="1")
+        two = launch(
+            [
+                sys.executable,
+                "-m",
+                "accelerate.commands.launch",
+                "--multi_gpu",
+                "--num_processes",
+                "2",
+                "--main_process_port",
+                port,
+                *tool(REPO, source, model, args.work / "two.txt", "--threads", "1", *window)[1:],
+            ],
+            threads=1,
+            ACCELERATE_USE_CPU="1",
+        )
         same = (args.work / "one.txt").read_bytes() == (args.work / "two.txt").read_bytes()
-        results["processes"] = {"lines": args.process_lines, "window": args.process_window,
-                                "1 process x 2 threads": one, "2 processes x 1 thread": two, "identical": same}
+        results["processes"] = {
+            "lines": args.process_lines,
+            "window": args.process_window,
+            "1 process x 2 threads": one,
+            "2 processes x 1 thread": two,
+            "identical": same,
+        }
         print("processes", json.dumps(results["processes"]), flush=True)
         save(args, results)
     sizes(args.sizes[1:])
@@ -216,9 +285,10 @@ def measure(args) -> dict:
 def cell(run) -> str:
     if not isinstance(run, dict):
         return str(run)
-    return f"{run['peak_rss_mib']:,.0f} MiB, {run['seconds']:.1f} s, CPU {run['cpu_seconds']:.1f} s (load " \
-        f"{run['load_1min']})" + \
-        ("" if run["exit"] == 0 else f", exit {run['exit']}")
+    return (
+        f"{run['peak_rss_mib']:,.0f} MiB, {run['seconds']:.1f} s, CPU {run['cpu_seconds']:.1f} s (load "
+        f"{run['load_1min']})" + ("" if run["exit"] == 0 else f", exit {run['exit']}")
+    )
 
 
 def rate(run, lines: int) -> str:
@@ -229,29 +299,47 @@ def rate(run, lines: int) -> str:
 
 
 def report(results: dict) -> str:
-    lines = [f"# Translation at corpus scale ({results['date']}, {results['cpus']} CPUs shared with other work, load "
-             f"{results['load_before'][0]:.2f} at the start)", "",
-             f"Tiny untrained model, greedy, 6 output tokens per sentence, {results['threads']} thread(s) per "
-             f"command (benchmarks/bench_translate_stream.py). Peak RSS of the largest process; wall and CPU time "
-             f"with model loading; the launch of median CPU time of {results['rounds']} interleaved rounds. A "
-             "shared machine: wall time follows the load, CPU time much less.", "",
-             "| lines | streaming | in-memory (before) | ctranslate2 translate_file | sent/s (wall / CPU): streaming | "
-             "in-memory | ctranslate2 |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Translation at corpus scale ({results['date']}, {results['cpus']} CPUs shared with other work, load "
+        f"{results['load_before'][0]:.2f} at the start)",
+        "",
+        f"Tiny untrained model, greedy, 6 output tokens per sentence, {results['threads']} thread(s) per "
+        f"command (benchmarks/bench_translate_stream.py). Peak RSS of the largest process; wall and CPU time "
+        f"with model loading; the launch of median CPU time of {results['rounds']} interleaved rounds. A "
+        "shared machine: wall time follows the load, CPU time much less.",
+        "",
+        "| lines | streaming | in-memory (before) | ctranslate2 translate_file | sent/s (wall / CPU): streaming | "
+        "in-memory | ctranslate2 |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for size, row in results["sizes"].items():
-        lines.append(f"| {int(size):,} | {cell(row.get('streaming', '-'))} | {cell(row.get('in-memory', '-'))} | "
-                     f"{cell(row.get('ctranslate2', '-'))} | {rate(row.get('streaming'), int(size))} | "
-                     f"{rate(row.get('in-memory'), int(size))} | {rate(row.get('ctranslate2'), int(size))} |")
+        lines.append(
+            f"| {int(size):,} | {cell(row.get('streaming', '-'))} | {cell(row.get('in-memory', '-'))} | "
+            f"{cell(row.get('ctranslate2', '-'))} | {rate(row.get('streaming'), int(size))} | "
+            f"{rate(row.get('in-memory'), int(size))} | {rate(row.get('ctranslate2'), int(size))} |"
+        )
     if results["processes"]:
         p = results["processes"]
-        lines += ["", f"Processes ({p['lines']:,} lines, windows of {p['window']:,}; outputs byte-identical: "
-                      f"{p['identical']}):", "", "| layout | peak RSS, time | sent/s (wall / CPU) |", "|---|---|---|"]
+        lines += [
+            "",
+            f"Processes ({p['lines']:,} lines, windows of {p['window']:,}; outputs byte-identical: {p['identical']}):",
+            "",
+            "| layout | peak RSS, time | sent/s (wall / CPU) |",
+            "|---|---|---|",
+        ]
         for layout in ("1 process x 2 threads", "2 processes x 1 thread"):
             lines.append(f"| {layout} | {cell(p[layout])} | {rate(p[layout], p['lines'])} |")
     if results["refusal"]:
         r = results["refusal"]
-        lines += ["", f"Refusal of a too-long last line of {r['lines']:,} (exit 2 expected):", "",
-                  "| tool | peak RSS, time to the refusal |", "|---|---|",
-                  f"| streaming | {cell(r['streaming'])} |", f"| in-memory (before) | {cell(r['in-memory'])} |"]
+        lines += [
+            "",
+            f"Refusal of a too-long last line of {r['lines']:,} (exit 2 expected):",
+            "",
+            "| tool | peak RSS, time to the refusal |",
+            "|---|---|",
+            f"| streaming | {cell(r['streaming'])} |",
+            f"| in-memory (before) | {cell(r['in-memory'])} |",
+        ]
     return "\n".join(lines) + "\n"
 
 

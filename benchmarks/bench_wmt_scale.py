@@ -42,7 +42,7 @@ from synthetic_wmt import write_corpus  # noqa: E402
 
 def du_mb(path: Path) -> float:
     total = sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
-    return round(total / 2 ** 20, 1)
+    return round(total / 2**20, 1)
 
 
 def run_sampled(command: list[str], env: dict, log: Path) -> dict:
@@ -64,17 +64,51 @@ def run_sampled(command: list[str], env: dict, log: Path) -> dict:
             peak_tree, peak_single = max(peak_tree, sum(sizes)), max(peak_single, max(sizes))
             peak_private = max(peak_private, private)
             time.sleep(0.2)
-    return {"exit": proc.returncode, "wall_s": round(time.perf_counter() - started, 1),
-            "peak_tree_rss_mb": round(peak_tree / 2 ** 20, 1), "peak_process_rss_mb": round(peak_single / 2 ** 20, 1),
-            "peak_tree_private_mb": round(peak_private / 2 ** 20, 1)}
+    return {
+        "exit": proc.returncode,
+        "wall_s": round(time.perf_counter() - started, 1),
+        "peak_tree_rss_mb": round(peak_tree / 2**20, 1),
+        "peak_process_rss_mb": round(peak_single / 2**20, 1),
+        "peak_tree_private_mb": round(peak_private / 2**20, 1),
+    }
 
 
 def launch(corpus: Path, out: Path, cache: Path, log: Path, extra: list[str], threads: int) -> dict:
-    command = [sys.executable, str(REPO / "scripts" / "train.py"), "--recipe", "wmt14-en-de-base",
-               "--data_format", "moses", "--data_dir", str(corpus), "--train_data", "train", "--valid_data", "null",
-               "--test_data", "null", "--output_dir", str(out), "--save_steps", "1", "--keep_last", "2",
-               "--average_last", "2", "--eval_steps", "0", "--save_every_minutes", "0", "--logging_steps", "1",
-               "--disable_tqdm", "true", "--torch_threads", str(threads), *extra]
+    command = [
+        sys.executable,
+        str(REPO / "scripts" / "train.py"),
+        "--recipe",
+        "wmt14-en-de-base",
+        "--data_format",
+        "moses",
+        "--data_dir",
+        str(corpus),
+        "--train_data",
+        "train",
+        "--valid_data",
+        "null",
+        "--test_data",
+        "null",
+        "--output_dir",
+        str(out),
+        "--save_steps",
+        "1",
+        "--keep_last",
+        "2",
+        "--average_last",
+        "2",
+        "--eval_steps",
+        "0",
+        "--save_every_minutes",
+        "0",
+        "--logging_steps",
+        "1",
+        "--disable_tqdm",
+        "true",
+        "--torch_threads",
+        str(threads),
+        *extra,
+    ]
     env = dict(os.environ, HF_DATASETS_CACHE=str(cache), TOKENIZERS_PARALLELISM="true", PYTHONUNBUFFERED="1")
     result = run_sampled(command, env, log)
     metrics_file = out / "metrics.json"
@@ -124,9 +158,12 @@ def _stage(launch: dict, name: str) -> float | None:
 def report(results: dict, stem: str) -> None:
     """benchmarks/results/wmt_scale.md (a table) and .png (time and memory against corpus size)."""
     rows = sorted(results["sizes"].items(), key=lambda item: int(item[0]))
-    lines = ["| pairs | corpus | BPE 37k | tokenize + filter | cold: to first update | one update (25k tokens) | "
-             "cold: peak memory (tree / private) | warm: to first update | warm: peak memory | caches | batcher, 1 / 2 "
-             "ranks |", "|" + "---|" * 11]
+    lines = [
+        "| pairs | corpus | BPE 37k | tokenize + filter | cold: to first update | one update (25k tokens) | "
+        "cold: peak memory (tree / private) | warm: to first update | warm: peak memory | caches | batcher, 1 / 2 "
+        "ranks |",
+        "|" + "---|" * 11,
+    ]
     for size, row in rows:
         cold, warm, shard = row["cold"], row["warm"], row.get("sharding", {})
         first = (cold.get("run_clock") or {}).get("first_update", {})
@@ -137,7 +174,8 @@ def report(results: dict, stem: str) -> None:
             f"{first.get('seconds', 0):.0f} s | {cold['peak_tree_rss_mb'] / 1024:.1f} / "
             f"{cold.get('peak_tree_private_mb', 0) / 1024:.1f} GiB | {warm_first.get('started_s', 0):.0f} s | "
             f"{warm['peak_tree_rss_mb'] / 1024:.1f} GiB | {cold['cache_mb'] / 1024:.2f} GiB | "
-            f"{shard.get('ranks1_s', '-')} / {shard.get('ranks2_s', '-')} s |")
+            f"{shard.get('ranks1_s', '-')} / {shard.get('ranks2_s', '-')} s |"
+        )
     Path(stem + ".md").write_text("\n".join(lines) + "\n")
     import matplotlib
 
@@ -146,18 +184,24 @@ def report(results: dict, stem: str) -> None:
 
     sizes = [int(size) / 1e6 for size, _ in rows]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    series = {"cold launch to first update": [(r["cold"].get("run_clock") or {}).get("first_update", {})
-                                              .get("started_s") for _, r in rows],
-              "BPE 37k": [_stage(r["cold"], "tokenizer") for _, r in rows],
-              "tokenize + filter": [_stage(r["cold"], "tokenize and filter") for _, r in rows],
-              "warm launch to first update": [(r["warm"].get("run_clock") or {}).get("first_update", {})
-                                              .get("started_s") for _, r in rows]}
+    series = {
+        "cold launch to first update": [
+            (r["cold"].get("run_clock") or {}).get("first_update", {}).get("started_s") for _, r in rows
+        ],
+        "BPE 37k": [_stage(r["cold"], "tokenizer") for _, r in rows],
+        "tokenize + filter": [_stage(r["cold"], "tokenize and filter") for _, r in rows],
+        "warm launch to first update": [
+            (r["warm"].get("run_clock") or {}).get("first_update", {}).get("started_s") for _, r in rows
+        ],
+    }
     for label, values in series.items():
         left.plot(sizes, [v if v is not None else float("nan") for v in values], "o-", label=label)
     left.set(xlabel="training pairs (millions)", ylabel="seconds", title="Time (2 CPU cores)")
     left.axhline(120, color="grey", ls=":", lw=1)
-    for label, key in (("cold, process tree", "peak_tree_rss_mb"), ("cold, private (without mapped files)",
-                                                                    "peak_tree_private_mb")):
+    for label, key in (
+        ("cold, process tree", "peak_tree_rss_mb"),
+        ("cold, private (without mapped files)", "peak_tree_private_mb"),
+    ):
         right.plot(sizes, [r["cold"].get(key, 0) / 1024 for _, r in rows], "o-", label=label)
     right.plot(sizes, [r["warm"]["peak_tree_rss_mb"] / 1024 for _, r in rows], "o-", label="warm, process tree")
     right.axhline(8, color="grey", ls=":", lw=1)
@@ -179,8 +223,13 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "wmt_scale"), help="result path stem")
     args = parser.parse_args(argv)
     work = Path(args.work)
-    results = {"date": datetime.date.today().isoformat(), "machine": platform.processor() or platform.machine(),
-               "cpus": os.cpu_count(), "load_before": os.getloadavg(), "sizes": {}}
+    results = {
+        "date": datetime.date.today().isoformat(),
+        "machine": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "load_before": os.getloadavg(),
+        "sizes": {},
+    }
     for size in [int(x) for x in args.sizes.split(",")]:
         corpus, cache, out = work / f"corpus-{size}", work / f"cache-{size}", work / f"run-{size}"
         if not (corpus / "train.de").is_file():
@@ -189,8 +238,9 @@ def main(argv=None) -> int:
             print(f"{size:,} pairs written in {time.perf_counter() - started:.0f} s", flush=True)
         row = {"corpus_mb": du_mb(corpus)}
         row["cold"] = launch(corpus, out, cache, work / f"cold-{size}.log", ["--max_steps", "2"], args.threads)
-        row["warm"] = launch(corpus, out, cache, work / f"warm-{size}.log", ["--max_steps", "3", "--resume"],
-                             args.threads)
+        row["warm"] = launch(
+            corpus, out, cache, work / f"warm-{size}.log", ["--max_steps", "3", "--resume"], args.threads
+        )
         row["sharding"] = sharding(corpus, cache, out)
         row["load_after"] = os.getloadavg()
         results["sizes"][str(size)] = row

@@ -49,25 +49,39 @@ def main(argv=None):
     parser.add_argument("--output_dir", default=str(REPO / "outputs" / "bench-multi30k"))
     parser.add_argument("--results_dir", default=str(REPO / "benchmarks" / "results"))
     parser.add_argument("--tag", default="", help="suffix of the result files (e.g. smoke)")
-    parser.add_argument("--score_only", action="store_true",
-                        help="do not train: score the model exported by an earlier run in --output_dir")
-    parser.add_argument("--tune_beams", default="4",
-                        help="comma-separated beam sizes tried on the validation set (Section 6.1 chose beam 4 and "
-                             "alpha 0.6 on the development set); the best pair decodes the test set")
-    parser.add_argument("--tune_alphas", default="0.6",
-                        help="comma-separated GNMT length-penalty alphas tried on the validation set, e.g. "
-                             "0.6,0.8,1.0,1.2 (default: only the paper's 0.6, i.e. no tuning)")
-    parser.add_argument("--tune_average", default="",
-                        help="comma-separated numbers of final checkpoints to average, e.g. 1,2,3,4,5 (each at most "
-                             "the recipe's keep_last), tried on the validation set with the first beam size and "
-                             "alpha of the grid before the grid itself; the best window gives the model that is "
-                             "tuned and scored (default: the recipe's average_last, no tuning)")
+    parser.add_argument(
+        "--score_only",
+        action="store_true",
+        help="do not train: score the model exported by an earlier run in --output_dir",
+    )
+    parser.add_argument(
+        "--tune_beams",
+        default="4",
+        help="comma-separated beam sizes tried on the validation set (Section 6.1 chose beam 4 and "
+        "alpha 0.6 on the development set); the best pair decodes the test set",
+    )
+    parser.add_argument(
+        "--tune_alphas",
+        default="0.6",
+        help="comma-separated GNMT length-penalty alphas tried on the validation set, e.g. "
+        "0.6,0.8,1.0,1.2 (default: only the paper's 0.6, i.e. no tuning)",
+    )
+    parser.add_argument(
+        "--tune_average",
+        default="",
+        help="comma-separated numbers of final checkpoints to average, e.g. 1,2,3,4,5 (each at most "
+        "the recipe's keep_last), tried on the validation set with the first beam size and "
+        "alpha of the grid before the grid itself; the best window gives the model that is "
+        "tuned and scored (default: the recipe's average_last, no tuning)",
+    )
     args, rest = parser.parse_known_args(argv)
     try:  # checked before training, not after it
         grid = [(int(b), float(a)) for b in args.tune_beams.split(",") for a in args.tune_alphas.split(",")]
     except ValueError:
-        parser.error(f"--tune_beams wants integers and --tune_alphas numbers, comma-separated; got "
-                     f"{args.tune_beams!r} and {args.tune_alphas!r}")
+        parser.error(
+            f"--tune_beams wants integers and --tune_alphas numbers, comma-separated; got "
+            f"{args.tune_beams!r} and {args.tune_alphas!r}"
+        )
     try:
         windows = [int(n) for n in args.tune_average.split(",")] if args.tune_average.strip() else []
     except ValueError:
@@ -91,8 +105,9 @@ def main(argv=None):
         except RecipeError as e:
             parser.error(str(e))
         i += 2
-    overrides.update({"output_dir": args.output_dir, "max_train_minutes": args.budget_minutes,
-                      "test_data": None})  # the test set is scored below from the files themselves
+    overrides.update(
+        {"output_dir": args.output_dir, "max_train_minutes": args.budget_minutes, "test_data": None}
+    )  # the test set is scored below from the files themselves
     overrides.setdefault("disable_tqdm", True)
     overrides.setdefault("max_steps", 10**7)  # the budget, not the recipe's step count, ends a benchmark run
     try:
@@ -101,8 +116,10 @@ def main(argv=None):
         print(f"error: {e}", file=sys.stderr)
         return 2
     if windows and 0 < recipe["keep_last"] < max(windows):
-        parser.error(f"--tune_average {args.tune_average} needs --keep_last >= {max(windows)} (the recipe keeps "
-                     f"the last {recipe['keep_last']} checkpoints; 0 keeps all)")
+        parser.error(
+            f"--tune_average {args.tune_average} needs --keep_last >= {max(windows)} (the recipe keeps "
+            f"the last {recipe['keep_last']} checkpoints; 0 keeps all)"
+        )
 
     from vaswani_hf.training.sources import resolve_path
 
@@ -142,8 +159,10 @@ def main(argv=None):
         # metrics.json records the absolute export path; a run folder that was moved since keeps its export inside
         moved = Path(recipe["output_dir"]) / model_dir.name
         if not moved.is_dir():
-            parser.error(f"--score_only: the exported model {model_dir} recorded in {metrics_file} is gone, "
-                         f"and {moved} does not exist either")
+            parser.error(
+                f"--score_only: the exported model {model_dir} recorded in {metrics_file} is gone, "
+                f"and {moved} does not exist either"
+            )
         model_dir = moved
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForSeq2SeqLM.from_pretrained(model_dir)
@@ -156,25 +175,47 @@ def main(argv=None):
     if windows:  # how many final checkpoints to average (6.1 averaged 5 / 20), chosen on the development set
         from safetensors.torch import load_file
 
-        from vaswani_hf.training.checkpoints import (average_checkpoints, last_checkpoints, load_averaged_weights,
-                                                     save_averaged_checkpoint)
+        from vaswani_hf.training.checkpoints import (
+            average_checkpoints,
+            last_checkpoints,
+            load_averaged_weights,
+            save_averaged_checkpoint,
+        )
 
         checkpoints = last_checkpoints(recipe["output_dir"], 0)
         if len(checkpoints) < max(windows):
-            print(f"error: --tune_average {args.tune_average}: {recipe['output_dir']} holds only "
-                  f"{len(checkpoints)} checkpoint(s)", file=sys.stderr)
+            print(
+                f"error: --tune_average {args.tune_average}: {recipe['output_dir']} holds only "
+                f"{len(checkpoints)} checkpoint(s)",
+                file=sys.stderr,
+            )
             return 2
         beams, alpha = grid[0]
         for n in windows:
             load_averaged_weights(model, average_checkpoints(checkpoints[-n:]))
-            valid_hyps = translate(model, tokenizer, valid_src, batch_size=64, num_beams=beams, length_penalty=alpha,
-                                   progress_desc=f"validation, average of the last {n}")
-            average_tuning.append({"average_last": n, "checkpoints": [c.name for c in checkpoints[-n:]],
-                                   "valid_bleu": scorer.corpus_score(valid_hyps, [valid_ref]).score})
-            print(f"validation, average of the last {n} checkpoint(s), beam {beams} alpha {alpha}: "
-                  f"BLEU {average_tuning[-1]['valid_bleu']:.2f}", flush=True)
+            valid_hyps = translate(
+                model,
+                tokenizer,
+                valid_src,
+                batch_size=64,
+                num_beams=beams,
+                length_penalty=alpha,
+                progress_desc=f"validation, average of the last {n}",
+            )
+            average_tuning.append(
+                {
+                    "average_last": n,
+                    "checkpoints": [c.name for c in checkpoints[-n:]],
+                    "valid_bleu": scorer.corpus_score(valid_hyps, [valid_ref]).score,
+                }
+            )
+            print(
+                f"validation, average of the last {n} checkpoint(s), beam {beams} alpha {alpha}: "
+                f"BLEU {average_tuning[-1]['valid_bleu']:.2f}",
+                flush=True,
+            )
         best = max(average_tuning, key=lambda t: t["valid_bleu"])  # ties: the earlier in the list
-        chosen = checkpoints[-best["average_last"]:]
+        chosen = checkpoints[-best["average_last"] :]
         averaged_from = [c.name for c in chosen]
         # the model that is scored, as a loadable folder (the Hub export keeps the recipe's average_last)
         tuned_dir = save_averaged_checkpoint(chosen, Path(recipe["output_dir"]) / f"averaged-tuned-last{len(chosen)}")
@@ -182,10 +223,18 @@ def main(argv=None):
     tuning = []
     if len(grid) > 1:  # the paper's procedure (6.1): beam size and alpha chosen on the development set
         for beams, alpha in grid:
-            valid_hyps = translate(model, tokenizer, valid_src, batch_size=64, num_beams=beams, length_penalty=alpha,
-                                   progress_desc=f"validation, beam {beams}, alpha {alpha}")
-            tuning.append({"num_beams": beams, "alpha": alpha,
-                           "valid_bleu": scorer.corpus_score(valid_hyps, [valid_ref]).score})
+            valid_hyps = translate(
+                model,
+                tokenizer,
+                valid_src,
+                batch_size=64,
+                num_beams=beams,
+                length_penalty=alpha,
+                progress_desc=f"validation, beam {beams}, alpha {alpha}",
+            )
+            tuning.append(
+                {"num_beams": beams, "alpha": alpha, "valid_bleu": scorer.corpus_score(valid_hyps, [valid_ref]).score}
+            )
             print(f"validation beam {beams} alpha {alpha}: BLEU {tuning[-1]['valid_bleu']:.2f}", flush=True)
         best = max(tuning, key=lambda t: t["valid_bleu"])  # ties: the earlier in the grid
         num_beams, alpha = best["num_beams"], best["alpha"]
@@ -207,8 +256,11 @@ def main(argv=None):
     (results_dir / f"{stem}_hypotheses.de").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
 
     history = read_history(Path(recipe["output_dir"]) / "history.jsonl")
-    curve = [{"minutes": h["time_s"] / 60, "step": h["step"], "valid_bleu": h["eval_bleu"]}
-             for h in history if "eval_bleu" in h]
+    curve = [
+        {"minutes": h["time_s"] / 60, "step": h["step"], "valid_bleu": h["eval_bleu"]}
+        for h in history
+        if "eval_bleu" in h
+    ]
     result = {
         "test_bleu_tok_none": bleu.score,
         "bleu_signature": sig,
@@ -236,17 +288,26 @@ def main(argv=None):
         "decoding_tuned_on_valid": tuning,
         "params": metrics.get("params"),
         "time_to_valid_bleu": curve,
-        "machine": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "loadavg_at_start": load,
-                    "platform": platform.platform(), "torch": torch.__version__},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "loadavg_at_start": load,
+            "platform": platform.platform(),
+            "torch": torch.__version__,
+        },
         "recipe": trained_recipe,
     }
     plot_time_to_bleu(curve, result, results_dir / f"{stem}_time_to_bleu.png")
     (results_dir / f"{stem}.json").write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
-    print(f"\nMulti30k EN-DE test_2016_flickr, tokenized lowercased BLEU: {bleu.score:.2f} "
-          f"(published tiny fairseq Transformer: {PUBLISHED_BLEU})  [{sig}]")
-    print(f"training {result['training_minutes']:.1f} min, {result['global_step']} updates, "
-          f"{result['train_tgt_tokens_per_second']:.0f} target tokens/s, padding share "
-          f"{100 * (result['padding_share_tgt'] or 0):.1f}% (target)")
+    print(
+        f"\nMulti30k EN-DE test_2016_flickr, tokenized lowercased BLEU: {bleu.score:.2f} "
+        f"(published tiny fairseq Transformer: {PUBLISHED_BLEU})  [{sig}]"
+    )
+    print(
+        f"training {result['training_minutes']:.1f} min, {result['global_step']} updates, "
+        f"{result['train_tgt_tokens_per_second']:.0f} target tokens/s, padding share "
+        f"{100 * (result['padding_share_tgt'] or 0):.1f}% (target)"
+    )
     print(f"results: {results_dir / (stem + '.json')}")
     return 0
 
@@ -259,12 +320,21 @@ def plot_time_to_bleu(curve, result, path):
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     if curve:
-        ax.plot([c["minutes"] for c in curve], [c["valid_bleu"] for c in curve], "o-",
-                label="validation BLEU (greedy, during training)")
-    ax.plot([result["train_wall_minutes_incl_data_eval_export"]], [result["test_bleu_tok_none"]], "r*", ms=14,
-            label=f"test_2016_flickr, {'averaged' if result['averaged_checkpoints'] else 'final'} model, "
-                  f"beam {result['num_beams']}, alpha {result['length_penalty_alpha']}: "
-                  f"{result['test_bleu_tok_none']:.1f}")
+        ax.plot(
+            [c["minutes"] for c in curve],
+            [c["valid_bleu"] for c in curve],
+            "o-",
+            label="validation BLEU (greedy, during training)",
+        )
+    ax.plot(
+        [result["train_wall_minutes_incl_data_eval_export"]],
+        [result["test_bleu_tok_none"]],
+        "r*",
+        ms=14,
+        label=f"test_2016_flickr, {'averaged' if result['averaged_checkpoints'] else 'final'} model, "
+        f"beam {result['num_beams']}, alpha {result['length_penalty_alpha']}: "
+        f"{result['test_bleu_tok_none']:.1f}",
+    )
     ax.axhline(PUBLISHED_BLEU, color="gray", ls="--", label=f"published tiny fairseq Transformer ({PUBLISHED_BLEU})")
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)

@@ -23,9 +23,23 @@ PUBLISHED_BLEU = 41.0  # tiny fairseq Transformer, Multi30k EN-DE test_2016_flic
 
 # Recipe keys that change what is learned (paths, logging and checkpoint cadence are left out; the budget has its
 # own column).
-QUALITY_KEYS = ["vocab_size", "d_model", "d_ff", "num_heads", "num_encoder_layers", "num_decoder_layers", "dropout",
-                "attention_dropout", "relu_dropout", "label_smoothing", "position_encoding", "warmup_steps",
-                "lr_multiplier", "max_tokens_per_device", "gradient_accumulation_steps"]
+QUALITY_KEYS = [
+    "vocab_size",
+    "d_model",
+    "d_ff",
+    "num_heads",
+    "num_encoder_layers",
+    "num_decoder_layers",
+    "dropout",
+    "attention_dropout",
+    "relu_dropout",
+    "label_smoothing",
+    "position_encoding",
+    "warmup_steps",
+    "lr_multiplier",
+    "max_tokens_per_device",
+    "gradient_accumulation_steps",
+]
 
 # Run names of the result files (the first run predates tags).
 NAMES = {"multi30k_quality": "run 1"}
@@ -127,6 +141,7 @@ def load_runs():
         result["name"] = run_name(path.stem)
         result["file"] = path.name
         runs.append(result)
+
     def order(r):  # numbered runs first, in numeric order (run 10 after run 9), then other tags
         number = re.match(r"run (\d+)", r["name"])
         return (int(number.group(1)) if number else float("inf"), r["name"])
@@ -141,26 +156,34 @@ def valid_bleu(result):
 
 
 def table(runs, current):
-    head = ("| run | differs from the recipe | params | budget (min) | updates | epochs | target tokens/s | "
-            "padding | averaged | beam / alpha | validation BLEU | test BLEU (± 95% bootstrap, where recorded) |")
+    head = (
+        "| run | differs from the recipe | params | budget (min) | updates | epochs | target tokens/s | "
+        "padding | averaged | beam / alpha | validation BLEU | test BLEU (± 95% bootstrap, where recorded) |"
+    )
     rows = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for r in runs:
-        rows.append("| " + " | ".join([
-            f"[{r['name']}]({r['file']})",
-            differences(r["recipe"], current),
-            f"{r['params'] / 1e6:.1f}M",
-            f"{r['budget_minutes']:.0f}",
-            f"{r['global_step']:,}",
-            f"{r['epochs']:.0f}",
-            f"{r['train_tgt_tokens_per_second']:,.0f}",
-            f"{100 * r['padding_share_tgt']:.1f}%",
-            f"last {len(r['averaged_checkpoints'])}" if r["averaged_checkpoints"] else "-",
-            # run 1 predates the alpha grid and decoded with the generation config's paper value, 0.6
-            f"{r['num_beams']} / {r.get('length_penalty_alpha', 0.6)}",
-            f"{valid_bleu(r):.2f}",
-            f"**{r['test_bleu_tok_none']:.2f}**"
-            + (f" ± {r['test_bleu_bootstrap_ci95']:.2f}" if "test_bleu_bootstrap_ci95" in r else ""),
-        ]) + " |")
+        rows.append(
+            "| "
+            + " | ".join(
+                [
+                    f"[{r['name']}]({r['file']})",
+                    differences(r["recipe"], current),
+                    f"{r['params'] / 1e6:.1f}M",
+                    f"{r['budget_minutes']:.0f}",
+                    f"{r['global_step']:,}",
+                    f"{r['epochs']:.0f}",
+                    f"{r['train_tgt_tokens_per_second']:,.0f}",
+                    f"{100 * r['padding_share_tgt']:.1f}%",
+                    f"last {len(r['averaged_checkpoints'])}" if r["averaged_checkpoints"] else "-",
+                    # run 1 predates the alpha grid and decoded with the generation config's paper value, 0.6
+                    f"{r['num_beams']} / {r.get('length_penalty_alpha', 0.6)}",
+                    f"{valid_bleu(r):.2f}",
+                    f"**{r['test_bleu_tok_none']:.2f}**"
+                    + (f" ± {r['test_bleu_bootstrap_ci95']:.2f}" if "test_bleu_bootstrap_ci95" in r else ""),
+                ]
+            )
+            + " |"
+        )
     return "\n".join(rows)
 
 
@@ -176,10 +199,20 @@ def plot(runs, current, path):
         if not curve or is_rescoring(r):  # re-scorings of a run share its curve
             continue
         changed = differences(r["recipe"], current)
-        line, = ax.plot([c["minutes"] for c in curve], [c["valid_bleu"] for c in curve], "o-", ms=3,
-                        label=f"{r['name']}: {'the recipe' if changed == '-' else changed}")
-        ax.plot([r["train_wall_minutes_incl_data_eval_export"]], [r["test_bleu_tok_none"]], "*", ms=11,
-                color=line.get_color())
+        (line,) = ax.plot(
+            [c["minutes"] for c in curve],
+            [c["valid_bleu"] for c in curve],
+            "o-",
+            ms=3,
+            label=f"{r['name']}: {'the recipe' if changed == '-' else changed}",
+        )
+        ax.plot(
+            [r["train_wall_minutes_incl_data_eval_export"]],
+            [r["test_bleu_tok_none"]],
+            "*",
+            ms=11,
+            color=line.get_color(),
+        )
     ax.axhline(PUBLISHED_BLEU, color="gray", ls="--", label=f"published tiny fairseq Transformer ({PUBLISHED_BLEU})")
     ax.set_xlim(left=0)
     ax.set_ylim(25, 43)
@@ -208,8 +241,8 @@ Every run of `benchmarks/multi30k_quality.py`: the `multi30k-en-de` recipe train
 budget on 2 CPU cores, then the average of the last checkpoints decoded with the beam size and length-penalty alpha
 chosen on the validation set. BLEU is sacreBLEU with tokenize=none on the lowercased tokenized references of
 test_2016_flickr, as fairseq computes its number. Published reference: a tiny fairseq Transformer, **{PUBLISHED_BLEU}**.
-Best test here: **{best['test_bleu_tok_none']:.2f}** ({best['name']}); best validation: {valid_bleu(best_valid):.2f}
-({best_valid['name']}). Settings are chosen on validation, never on test, and differences below ~0.5 are noise
+Best test here: **{best["test_bleu_tok_none"]:.2f}** ({best["name"]}); best validation: {valid_bleu(best_valid):.2f}
+({best_valid["name"]}). Settings are chosen on validation, never on test, and differences below ~0.5 are noise
 (see the notes). Rows with a note in brackets re-decode a run's checkpoints
 (a wider tuning grid, or the paper's fixed average of 5 / beam 4 / alpha 0.6). Regenerate with `python benchmarks/multi30k_runs.py`.
 

@@ -26,8 +26,34 @@ TYPES = 100_000
 MEAN_WORDS = 27.0
 MAX_WORDS = 250
 CHUNK = 50_000  # sentences generated and written at a time (bounded memory at any corpus size)
-ONSETS = ["", "b", "br", "ch", "d", "f", "g", "gr", "h", "k", "kl", "l", "m", "n", "p", "pr", "r", "s", "sch", "sp",
-          "st", "t", "tr", "v", "w", "z"]
+ONSETS = [
+    "",
+    "b",
+    "br",
+    "ch",
+    "d",
+    "f",
+    "g",
+    "gr",
+    "h",
+    "k",
+    "kl",
+    "l",
+    "m",
+    "n",
+    "p",
+    "pr",
+    "r",
+    "s",
+    "sch",
+    "sp",
+    "st",
+    "t",
+    "tr",
+    "v",
+    "w",
+    "z",
+]
 NUCLEI = ["a", "e", "i", "o", "u", "au", "ei", "ie", "ea", "ou", "ä", "ö", "ü"]
 CODAS = ["", "", "n", "r", "s", "t", "l", "m", "ng", "ck", "nd", "st"]
 
@@ -39,8 +65,10 @@ def vocabulary(seed: int, types: int = TYPES) -> np.ndarray:
     while len(words) < types:
         rank = len(words)
         syllables = 1 + (rank >= 1_000) + (rank >= 20_000)  # ~5 letters a word on average, as in English text
-        word = "".join(ONSETS[rng.integers(len(ONSETS))] + NUCLEI[rng.integers(len(NUCLEI))]
-                       + CODAS[rng.integers(len(CODAS))] for _ in range(syllables))
+        word = "".join(
+            ONSETS[rng.integers(len(ONSETS))] + NUCLEI[rng.integers(len(NUCLEI))] + CODAS[rng.integers(len(CODAS))]
+            for _ in range(syllables)
+        )
         if word not in seen:
             seen.add(word)
             words.append(word)
@@ -50,7 +78,7 @@ def vocabulary(seed: int, types: int = TYPES) -> np.ndarray:
 def sentence_lengths(rng: np.random.Generator, n: int) -> np.ndarray:
     """Log-normal word counts with mean ~MEAN_WORDS, clipped to [1, MAX_WORDS]."""
     sigma = 0.55
-    mu = np.log(MEAN_WORDS) - sigma ** 2 / 2
+    mu = np.log(MEAN_WORDS) - sigma**2 / 2
     return np.clip(np.rint(rng.lognormal(mu, sigma, n)), 1, MAX_WORDS).astype(np.int64)
 
 
@@ -58,8 +86,10 @@ def write_split(folder: Path, name: str, pairs: int, seed: int, words: dict[str,
     rng = np.random.default_rng(seed)
     zipf = 1.0 / np.arange(1, len(words["en"]) + 1) ** 1.07
     cumulative = np.cumsum(zipf / zipf.sum())
-    with open(folder / f"{name}.en", "w", encoding="utf-8") as en, open(folder / f"{name}.de", "w",
-                                                                        encoding="utf-8") as de:
+    with (
+        open(folder / f"{name}.en", "w", encoding="utf-8") as en,
+        open(folder / f"{name}.de", "w", encoding="utf-8") as de,
+    ):
         for start in range(0, pairs, CHUNK):
             n = min(CHUNK, pairs - start)
             src_len = sentence_lengths(rng, n)
@@ -69,8 +99,8 @@ def write_split(folder: Path, name: str, pairs: int, seed: int, words: dict[str,
             src_start = np.concatenate([[0], np.cumsum(src_len)])
             tgt_start = np.concatenate([[0], np.cumsum(tgt_len)])
             for i in range(n):
-                s = src_ranks[src_start[i]:src_start[i + 1]]
-                t = tgt_ranks[tgt_start[i]:tgt_start[i + 1]]
+                s = src_ranks[src_start[i] : src_start[i + 1]]
+                t = tgt_ranks[tgt_start[i] : tgt_start[i + 1]]
                 shared = min(len(s), len(t))
                 t[:shared] = s[:shared]  # line i of .de depends on line i of .en: the same word ranks
                 en.write(" ".join(words["en"][s]) + ".\n")

@@ -48,8 +48,9 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def make_figure(model, tokenizer, source: str, target: str | None = None,
-                num_beams: int | None = None) -> tuple[Figure, str]:
+def make_figure(
+    model, tokenizer, source: str, target: str | None = None, num_beams: int | None = None
+) -> tuple[Figure, str]:
     """The three-panel README figure (3 heatmaps + 1 colorbar axes) and the diagnostics report."""
     attn = collect_attentions(model, tokenizer, source, target, num_beams=num_beams)
     enc_head = int(single_sentence_entropy(attn, "encoder")[-1].argmin())
@@ -61,13 +62,28 @@ def make_figure(model, tokenizer, source: str, target: str | None = None,
     s, t = len(attn.source_tokens), len(attn.target_tokens)
     fig = new_figure(figsize=(3 * (1.5 + 0.3 * s) + 1.0, 1.8 + 0.3 * max(s, t)), layout="constrained")
     axes = fig.subplots(1, 3)
-    plot_heatmap(axes[0], mean_cross, attn.target_tokens, attn.source_tokens,
-                 "(a) encoder-decoder attention,\nall heads and layers averaged")
+    plot_heatmap(
+        axes[0],
+        mean_cross,
+        attn.target_tokens,
+        attn.source_tokens,
+        "(a) encoder-decoder attention,\nall heads and layers averaged",
+    )
     axes[0].scatter(mean_cross.argmax(-1).numpy(), range(t), s=10, c="red")
-    plot_heatmap(axes[1], attn.encoder[-1, enc_head], attn.source_tokens, attn.source_tokens,
-                 f"(b) encoder self-attention,\nlayer {enc_layers} head {enc_head + 1} (most focused)")
-    image = plot_heatmap(axes[2], attn.cross[-1, cross_head], attn.target_tokens, attn.source_tokens,
-                         f"(c) encoder-decoder attention,\nlayer {dec_layers} head {cross_head + 1} (most focused)")
+    plot_heatmap(
+        axes[1],
+        attn.encoder[-1, enc_head],
+        attn.source_tokens,
+        attn.source_tokens,
+        f"(b) encoder self-attention,\nlayer {enc_layers} head {enc_head + 1} (most focused)",
+    )
+    image = plot_heatmap(
+        axes[2],
+        attn.cross[-1, cross_head],
+        attn.target_tokens,
+        attn.source_tokens,
+        f"(c) encoder-decoder attention,\nlayer {dec_layers} head {cross_head + 1} (most focused)",
+    )
     for ax in axes:
         ax.set_xlabel("keys (attended to)")
     axes[0].set_ylabel("queries (output / current token)")
@@ -84,8 +100,7 @@ def main(argv=None) -> int:
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(args.model_dir, trust_remote_code=True)  # config.json has an auto_map
-    model = AutoModelForSeq2SeqLM.from_pretrained(args.model_dir, trust_remote_code=True,
-                                                  attn_implementation="eager")
+    model = AutoModelForSeq2SeqLM.from_pretrained(args.model_dir, trust_remote_code=True, attn_implementation="eager")
     fig, report = make_figure(model, tokenizer, args.source, args.target, args.num_beams)
     save_figure(fig, args.out, dpi=150)
     print(report)

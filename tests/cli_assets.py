@@ -34,10 +34,18 @@ def _model_folders(root: Path) -> tuple[Path, Path]:
     hub.write_model_card(folder, METRICS, TRAINING_INFO, repo_id=REPO_ID)
 
     c = model.config
-    learned = VaswaniForConditionalGeneration(VaswaniConfig(
-        vocab_size=c.vocab_size, d_model=c.d_model, d_ff=c.d_ff, num_heads=c.num_heads,
-        num_encoder_layers=c.num_encoder_layers, num_decoder_layers=c.num_decoder_layers,
-        position_encoding="learned", max_position_embeddings=32)).eval()
+    learned = VaswaniForConditionalGeneration(
+        VaswaniConfig(
+            vocab_size=c.vocab_size,
+            d_model=c.d_model,
+            d_ff=c.d_ff,
+            num_heads=c.num_heads,
+            num_encoder_layers=c.num_encoder_layers,
+            num_decoder_layers=c.num_decoder_layers,
+            position_encoding="learned",
+            max_position_embeddings=32,
+        )
+    ).eval()
     learned.generation_config = model.generation_config
     learned.save_pretrained(root / "learned")
     tokenizer.save_pretrained(root / "learned")
@@ -52,8 +60,13 @@ def _build_assets(root: Path) -> Assets:
 
     corpus = write_corpus(root / "corpus", n_valid=0)
     recipe = root / "tiny.yaml"
-    recipe.write_text(yaml.safe_dump({**TINY, "data_dir": str(corpus), "output_dir": str(root / "unused"),
-                                      "max_steps": 4, "save_steps": 2}, sort_keys=False), encoding="utf-8")
+    recipe.write_text(
+        yaml.safe_dump(
+            {**TINY, "data_dir": str(corpus), "output_dir": str(root / "unused"), "max_steps": 4, "save_steps": 2},
+            sort_keys=False,
+        ),
+        encoding="utf-8",
+    )
     run = root / "run"
     code, _ = run_main("train", ["--recipe", recipe, "--output_dir", run])
     assert code == 0 and (run / "checkpoint-2").is_dir() and (run / "checkpoint-4").is_dir()

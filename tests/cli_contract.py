@@ -127,17 +127,21 @@ def fresh_logging():
 
 def stdout_has(*fragments):
     """A check: every fragment is in the tool's stdout."""
+
     def check(stdout, stderr):
         for fragment in fragments:
             assert fragment in stdout, (fragment, stdout)
+
     return check
 
 
 def translated(out: Path, expected: list[str]):
     """A check: the file `out` holds exactly the lines `expected`."""
+
     def check(stdout, stderr):
         lines = read_lines(out)
         assert lines == expected, (lines, expected)
+
     return check
 
 
@@ -236,20 +240,25 @@ class Cases:
     def __post_init__(self):
         self.paths = [dataclasses.replace(p, tool=self.tool) for p in self.paths]
         run = self.run
-        self.writers = [dataclasses.replace(w, tool=self.tool, argv=w.argv or (lambda a, t, disk: run(a, disk)))
-                        for w in self.writers]
+        self.writers = [
+            dataclasses.replace(w, tool=self.tool, argv=w.argv or (lambda a, t, disk: run(a, disk)))
+            for w in self.writers
+        ]
 
     def contract_test(self):
         """The test that runs every case of the tool (assigned to `test_cli_contract` at the end of its file)."""
+
         @pytest.mark.parametrize("tool, build", self.params)
         def test_cli_contract(tool, build, tmp_path, assets, capfd, monkeypatch):
             run_case(tool, build, tmp_path, assets, capfd, monkeypatch)
+
         return test_cli_contract
 
     def __call__(self, name: str, *marks):
         def register(build):
             self.params.append(pytest.param(self.tool, build, id=f"{self.tool}-{name}", marks=marks))
             return build
+
         return register
 
 
@@ -320,8 +329,9 @@ def run_case(tool: str, build, tmp_path: Path, assets: Assets, capfd, monkeypatc
     capfd.readouterr()
     code, warned = run_main(tool, call.argv)
     out, err = capfd.readouterr()
-    assert code == call.code, \
+    assert code == call.code, (
         f"exit status {code}, expected {call.code}\nSTDOUT:\n{out[-3000:]}\nSTDERR:\n{err[-3000:]}"
+    )
     if call.code != 0:
         lines = err.splitlines() + warned
         assert len(lines) == 1 and "Traceback" not in err, f"expected one stderr line, got:\n{err}{warned}"

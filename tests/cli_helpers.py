@@ -29,9 +29,15 @@ def run_script(name: str, argv, env: dict | None = None, cwd=None, timeout: int 
     """`python scripts/<name>.py ARGV` in a fresh interpreter (the thin script, as a user runs it)."""
     full_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VASWANI_DEBUG")}
     full_env.update(env or {})
-    return subprocess.run([sys.executable, str(REPO / "scripts" / f"{name}.py"), *map(str, argv)], env=full_env,
-                          cwd=str(cwd or REPO), capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, str(REPO / "scripts" / f"{name}.py"), *map(str, argv)],
+        env=full_env,
+        cwd=str(cwd or REPO),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def assert_script_error(result: subprocess.CompletedProcess, code: int, *fragments: str) -> str:

@@ -27,8 +27,16 @@ def one_torch_thread():
 def tiny_config(**overrides):
     from vaswani_hf import VaswaniConfig
 
-    settings = dict(vocab_size=64, d_model=32, d_ff=64, num_heads=4, num_encoder_layers=2, num_decoder_layers=2,
-                    max_position_embeddings=128, dropout=0.0)
+    settings = dict(
+        vocab_size=64,
+        d_model=32,
+        d_ff=64,
+        num_heads=4,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        max_position_embeddings=128,
+        dropout=0.0,
+    )
     settings.update(overrides)
     return VaswaniConfig(**settings)
 
@@ -111,8 +119,9 @@ def run_python(code: str, cwd, env=None, block_package=False, timeout=300):
     full_env.pop("PYTHONPATH", None)
     full_env.update(env or {})
     source = (BLOCK_PACKAGE if block_package else "") + code
-    result = subprocess.run([sys.executable, "-c", source], cwd=str(cwd), env=full_env, capture_output=True,
-                            text=True, timeout=timeout)
+    result = subprocess.run(
+        [sys.executable, "-c", source], cwd=str(cwd), env=full_env, capture_output=True, text=True, timeout=timeout
+    )
     assert result.returncode == 0, f"subprocess failed:\nSTDOUT:\n{result.stdout}\nSTDERR:\n{result.stderr[-4000:]}"
     return result.stdout
 
@@ -148,11 +157,29 @@ def write_corpus(folder: Path, n_train: int = 64, n_valid: int = 16, seed: int =
 
 
 TINY = {
-    "data_format": "moses", "train_data": "train", "valid_data": None, "test_data": None,
-    "vocab_size": 300, "d_model": 32, "d_ff": 64, "num_heads": 2, "num_encoder_layers": 1, "num_decoder_layers": 1,
-    "warmup_steps": 4, "lr_multiplier": 2.0, "max_tokens_per_device": 4096, "max_sentences": 8,
-    "save_every_minutes": 0.0, "keep_last": 0, "average_last": 0, "logging_steps": 1, "eval_steps": 0,
-    "translate_examples": [], "disable_tqdm": True, "torch_threads": 1, "seed": 7,
+    "data_format": "moses",
+    "train_data": "train",
+    "valid_data": None,
+    "test_data": None,
+    "vocab_size": 300,
+    "d_model": 32,
+    "d_ff": 64,
+    "num_heads": 2,
+    "num_encoder_layers": 1,
+    "num_decoder_layers": 1,
+    "warmup_steps": 4,
+    "lr_multiplier": 2.0,
+    "max_tokens_per_device": 4096,
+    "max_sentences": 8,
+    "save_every_minutes": 0.0,
+    "keep_last": 0,
+    "average_last": 0,
+    "logging_steps": 1,
+    "eval_steps": 0,
+    "translate_examples": [],
+    "disable_tqdm": True,
+    "torch_threads": 1,
+    "seed": 7,
 }
 
 

@@ -13,24 +13,37 @@ from pathlib import Path
 
 import numpy as np
 
-MULTI30K_RAW = Path(os.environ.get("VASWANI_MULTI30K_DIR",
-                                   Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"
-                                   / "raw"))
+MULTI30K_RAW = Path(
+    os.environ.get(
+        "VASWANI_MULTI30K_DIR", Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k" / "raw"
+    )
+)
 
 
 def synthetic_pairs(n: int = 200, seed: int = 0) -> tuple[list[str], list[str]]:
     """Template EN-DE sentences written for these tests (not from any corpus)."""
-    subj = [("The cat", "Die Katze"), ("A tall man", "Ein großer Mann"), ("My sister", "Meine Schwester"),
-            ("The children", "Die Kinder"), ("Nobody", "Niemand")]
+    subj = [
+        ("The cat", "Die Katze"),
+        ("A tall man", "Ein großer Mann"),
+        ("My sister", "Meine Schwester"),
+        ("The children", "Die Kinder"),
+        ("Nobody", "Niemand"),
+    ]
     verb = [("sees", "sieht"), ("paints", "malt"), ("carries", "trägt"), ("wants", "will")]
-    obj = [("a ball", "einen Ball"), ("the blue door", "die blaue Tür"), ("two apples", "zwei Äpfel"),
-           ("an umbrella", "einen Regenschirm"), ("the heavy box on the stairs", "die schwere Kiste auf der Treppe")]
-    tail = [(".", "."), ("!", "!"), (" again.", " schon wieder."), (" \"now\".", " \u201ejetzt\u201c.")]
+    obj = [
+        ("a ball", "einen Ball"),
+        ("the blue door", "die blaue Tür"),
+        ("two apples", "zwei Äpfel"),
+        ("an umbrella", "einen Regenschirm"),
+        ("the heavy box on the stairs", "die schwere Kiste auf der Treppe"),
+    ]
+    tail = [(".", "."), ("!", "!"), (" again.", " schon wieder."), (' "now".', " \u201ejetzt\u201c.")]
     combos = list(itertools.product(subj, verb, obj, tail))
     random.Random(seed).shuffle(combos)
     combos = (combos * (n // len(combos) + 1))[:n]
-    return [f"{s[0]} {v[0]} {o[0]}{t[0]}" for s, v, o, t in combos], \
-           [f"{s[1]} {v[1]} {o[1]}{t[1]}" for s, v, o, t in combos]
+    return [f"{s[0]} {v[0]} {o[0]}{t[0]}" for s, v, o, t in combos], [
+        f"{s[1]} {v[1]} {o[1]}{t[1]}" for s, v, o, t in combos
+    ]
 
 
 def write_text(path: Path, lines: list[str]) -> Path:

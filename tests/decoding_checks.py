@@ -51,11 +51,13 @@ def generated_rows(generated: torch.Tensor, eos: int) -> list[list[int]]:
     return rows
 
 
-def assert_same_generations_or_near_ties(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                                         ours: torch.Tensor, theirs: torch.Tensor) -> None:
+def assert_same_generations_or_near_ties(
+    model, input_ids: torch.Tensor, attention_mask: torch.Tensor, ours: torch.Tensor, theirs: torch.Tensor
+) -> None:
     """`assert_same_or_near_tie` for two batched `generate()` outputs of the same right-padded sources."""
     eos = model.config.eos_token_id
-    for ids, mask, a, b in zip(input_ids.tolist(), attention_mask.tolist(), generated_rows(ours, eos),
-                               generated_rows(theirs, eos)):
+    for ids, mask, a, b in zip(
+        input_ids.tolist(), attention_mask.tolist(), generated_rows(ours, eos), generated_rows(theirs, eos)
+    ):
         source = [token for token, keep in zip(ids, mask) if keep]
         assert_same_or_near_tie(model, source, a, b)

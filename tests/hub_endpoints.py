@@ -17,15 +17,16 @@ from urllib.parse import parse_qs
 
 from hub_store import LFS_PATTERNS, LFS_SIZE_THRESHOLD, TEST_ORGS, TEST_TOKEN, TEST_USER, Repo, git_blob_sha1
 
-
 SPACE_SDKS = ("gradio", "docker", "static")
 
 
 def _in_spaces(endpoint):
     """The same endpoint for a Space (`/api/spaces/...`, `/spaces/...`): the double keeps a Space as the repository
     "spaces/{id}"."""
+
     def space_endpoint(self, repo_id, *args, **kwargs):
         return endpoint(self, f"spaces/{repo_id}", *args, **kwargs)
+
     return space_endpoint
 
 
@@ -77,11 +78,16 @@ class HubEndpoints:
     def whoami(self, body, query):
         if not self._authorized():
             return self._error(401, "Invalid credentials in Authorization header")
-        return self._json(200, {
-            "type": "user", "name": TEST_USER, "fullname": "Test User",
-            "orgs": [{"type": "org", "name": name} for name in TEST_ORGS],
-            "auth": {"type": "access_token", "accessToken": {"displayName": "test-double", "role": "write"}},
-        })
+        return self._json(
+            200,
+            {
+                "type": "user",
+                "name": TEST_USER,
+                "fullname": "Test User",
+                "orgs": [{"type": "org", "name": name} for name in TEST_ORGS],
+                "auth": {"type": "access_token", "accessToken": {"displayName": "test-double", "role": "write"}},
+            },
+        )
 
     def create_repo(self, body, query):
         if not self._authorized():
@@ -123,14 +129,18 @@ class HubEndpoints:
         files = []
         for item in json.loads(body)["files"]:
             sample = base64.b64decode(item["sample"])
-            lfs = (any(fnmatch.fnmatch(item["path"].rsplit("/", 1)[-1], p) for p in LFS_PATTERNS)
-                   or item["size"] >= LFS_SIZE_THRESHOLD or b"\x00" in sample)
+            lfs = (
+                any(fnmatch.fnmatch(item["path"].rsplit("/", 1)[-1], p) for p in LFS_PATTERNS)
+                or item["size"] >= LFS_SIZE_THRESHOLD
+                or b"\x00" in sample
+            )
             existing = current.get(item["path"])
             oid = None
             if existing is not None:
                 oid = existing["sha256"] if existing["lfs"] else existing["oid"]
-            files.append({"path": item["path"], "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False,
-                          "oid": oid})
+            files.append(
+                {"path": item["path"], "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False, "oid": oid}
+            )
         return self._json(200, {"files": files, "commitOid": commit})
 
     def lfs_batch(self, repo_id, body, query):
@@ -149,8 +159,9 @@ class HubEndpoints:
                     "verify": {"href": f"{self._base()}/_lfs/verify"},
                 }
             objects.append(item)
-        return self._json(200, {"transfer": "basic", "objects": objects},
-                          headers={"Content-Type": "application/vnd.git-lfs+json"})
+        return self._json(
+            200, {"transfer": "basic", "objects": objects}, headers={"Content-Type": "application/vnd.git-lfs+json"}
+        )
 
     def lfs_put(self, oid, body, query):
         if hashlib.sha256(body).hexdigest() != oid:
@@ -192,10 +203,15 @@ class HubEndpoints:
                 data = self.server.hub.lfs.get(value["oid"])
                 if data is None:
                     return self._error(422, f"test double: LFS object {value['oid']} was not uploaded")
-                pointer = (f"version https://git-lfs.github.com/spec/v1\noid sha256:{value['oid']}\n"
-                           f"size {len(data)}\n").encode()
-                files[value["path"]] = {"lfs": True, "sha256": value["oid"], "oid": git_blob_sha1(pointer),
-                                        "size": len(data)}
+                pointer = (
+                    f"version https://git-lfs.github.com/spec/v1\noid sha256:{value['oid']}\nsize {len(data)}\n"
+                ).encode()
+                files[value["path"]] = {
+                    "lfs": True,
+                    "sha256": value["oid"],
+                    "oid": git_blob_sha1(pointer),
+                    "size": len(data),
+                }
             elif key == "deletedFile":
                 if files.pop(value["path"], None) is None:
                     return self._error(404, "A file with this name doesn't exist", "EntryNotFound")
@@ -205,8 +221,15 @@ class HubEndpoints:
             else:
                 return self._error(400, f"test double: unsupported commit operation {key!r}")
         oid = self.server.hub.new_commit(repo, revision, files, header.get("summary", ""))
-        return self._json(200, {"success": True, "commitOid": oid, "pullRequestUrl": None,
-                                "commitUrl": f"{self._base()}/{repo_id}/commit/{oid}"})
+        return self._json(
+            200,
+            {
+                "success": True,
+                "commitOid": oid,
+                "pullRequestUrl": None,
+                "commitUrl": f"{self._base()}/{repo_id}/commit/{oid}",
+            },
+        )
 
     def create_branch(self, repo_id, branch, body, query):
         repo = self._repo(repo_id, write=True)
@@ -227,12 +250,24 @@ class HubEndpoints:
             return None
         repo, commit = found
         files = repo.commits[commit]["files"]
-        return self._json(200, {
-            "id": repo_id, "modelId": repo_id, "author": repo_id.split("/")[0], "sha": commit,
-            "private": repo.private, "gated": False, "disabled": False, "downloads": 0, "likes": 0, "tags": [],
-            "createdAt": repo.created_at, "lastModified": repo.commits[commit]["date"],
-            "siblings": [{"rfilename": p} for p in sorted(files)],
-        })
+        return self._json(
+            200,
+            {
+                "id": repo_id,
+                "modelId": repo_id,
+                "author": repo_id.split("/")[0],
+                "sha": commit,
+                "private": repo.private,
+                "gated": False,
+                "disabled": False,
+                "downloads": 0,
+                "likes": 0,
+                "tags": [],
+                "createdAt": repo.created_at,
+                "lastModified": repo.commits[commit]["date"],
+                "siblings": [{"rfilename": p} for p in sorted(files)],
+            },
+        )
 
     def model_info_main(self, repo_id, body, query):
         return self.model_info(repo_id, None, body=body, query=query)
@@ -249,7 +284,7 @@ class HubEndpoints:
         for path in sorted(files):
             if prefix and not path.startswith(prefix + "/"):
                 continue
-            rest = path[len(prefix) + 1:] if prefix else path
+            rest = path[len(prefix) + 1 :] if prefix else path
             if "/" in rest and not recursive:
                 folders.add((prefix + "/" if prefix else "") + rest.split("/", 1)[0])
                 continue
@@ -288,8 +323,13 @@ class HubEndpoints:
         data = self.server.hub.content(entry)
         headers = {"X-Repo-Commit": commit, "Accept-Ranges": "bytes"}
         if entry["lfs"]:
-            headers.update({"ETag": f'"{entry["sha256"]}"', "X-Linked-Etag": f'"{entry["sha256"]}"',
-                            "X-Linked-Size": str(entry["size"])})
+            headers.update(
+                {
+                    "ETag": f'"{entry["sha256"]}"',
+                    "X-Linked-Etag": f'"{entry["sha256"]}"',
+                    "X-Linked-Size": str(entry["size"]),
+                }
+            )
         else:
             headers["ETag"] = f'"{entry["oid"]}"'
         status = 200
@@ -298,7 +338,7 @@ class HubEndpoints:
             start = int(match.group(1))
             end = int(match.group(2)) if match.group(2) else len(data) - 1
             headers["Content-Range"] = f"bytes {start}-{end}/{len(data)}"
-            data, status = data[start:end + 1], 206
+            data, status = data[start : end + 1], 206
         return self._send(status, data, headers, content_type="application/octet-stream", head=head)
 
     def resolve_head(self, repo_id, revision, filename, body, query):

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from hub_server import FakeHubServer
 from hub_store import git_blob_sha1
 
@@ -46,9 +45,12 @@ TRAINING_INFO = {
     "eval_dataset": {"name": "Multi30k test2016", "id": "bentrevett/multi30k", "split": "test"},
 }
 TRAIN_TEXT = [
-    "a man is riding a horse .", "ein mann reitet ein pferd .",
-    "two dogs play in the snow .", "zwei hunde spielen im schnee .",
-    "a woman reads a book in the park .", "eine frau liest ein buch im park .",
+    "a man is riding a horse .",
+    "ein mann reitet ein pferd .",
+    "two dogs play in the snow .",
+    "zwei hunde spielen im schnee .",
+    "a woman reads a book in the park .",
+    "eine frau liest ein buch im park .",
 ] * 10
 
 # Run in a fresh interpreter: load `repo_id` with transformers' Auto classes and print the results as JSON.
@@ -101,8 +103,15 @@ def make_tiny_model(seed: int = 0):
 
     tokenizer = train_bpe_tokenizer(TRAIN_TEXT, vocab_size=300, show_progress=False)
     torch.manual_seed(seed)
-    config = VaswaniConfig(vocab_size=len(tokenizer), d_model=32, d_ff=64, num_heads=4, num_encoder_layers=2,
-                           num_decoder_layers=2, max_position_embeddings=128)
+    config = VaswaniConfig(
+        vocab_size=len(tokenizer),
+        d_model=32,
+        d_ff=64,
+        num_heads=4,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        max_position_embeddings=128,
+    )
     return VaswaniForConditionalGeneration(config).eval(), tokenizer
 
 
@@ -111,8 +120,12 @@ def reference_outputs(model, tokenizer) -> dict:
     with torch.no_grad():
         generated = model.generate(**batch)
         logits = model(**batch, decoder_input_ids=torch.tensor(DECODER_INPUT_IDS)).logits
-    return {"input_ids": batch["input_ids"].tolist(), "generated": generated.tolist(), "logits": logits,
-            "text": tokenizer.batch_decode(generated, skip_special_tokens=True)}
+    return {
+        "input_ids": batch["input_ids"].tolist(),
+        "generated": generated.tolist(),
+        "logits": logits,
+        "text": tokenizer.batch_decode(generated, skip_special_tokens=True),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -148,26 +161,37 @@ def copy_folder(folder: Path, target: Path) -> Path:
 
 def clean_env(**overrides) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_")) and k != "PYTHONPATH"}
-    env.update(HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1", TOKENIZERS_PARALLELISM="false",
-               OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env.update(
+        HF_HUB_DISABLE_TELEMETRY="1",
+        HF_HUB_DISABLE_PROGRESS_BARS="1",
+        TOKENIZERS_PARALLELISM="false",
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+    )
     env.update(overrides)
     return env
 
 
 def run(argv, env, cwd) -> subprocess.CompletedProcess:
-    result = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT,
-                            stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT, stdin=subprocess.DEVNULL
+    )
     assert result.returncode == 0, (
-        f"{argv[:3]} failed:\nSTDOUT:\n{result.stdout[-3000:]}\nSTDERR:\n{result.stderr[-5000:]}")
+        f"{argv[:3]} failed:\nSTDOUT:\n{result.stdout[-3000:]}\nSTDERR:\n{result.stderr[-5000:]}"
+    )
     return result
 
 
-def load_in_subprocess(tmp_path, env, *, block_package: bool, trust_remote_code: bool,
-                       repo_id: str = REPO_ID) -> dict:
+def load_in_subprocess(tmp_path, env, *, block_package: bool, trust_remote_code: bool, repo_id: str = REPO_ID) -> dict:
     script = tmp_path / "load_by_repo_id.py"
     script.write_text(LOADER, encoding="utf-8")
-    args = dict(repo_id=repo_id, sources=SOURCES, decoder_input_ids=DECODER_INPUT_IDS,
-                block_package=block_package, trust_remote_code=trust_remote_code)
+    args = dict(
+        repo_id=repo_id,
+        sources=SOURCES,
+        decoder_input_ids=DECODER_INPUT_IDS,
+        block_package=block_package,
+        trust_remote_code=trust_remote_code,
+    )
     result = run([sys.executable, str(script), json.dumps(args)], env, cwd=tmp_path)
     assert "Do you wish to run the custom code" not in result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])

@@ -71,8 +71,14 @@ class HubRequestHandler(HubEndpoints, BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length else b""
 
-    def _send(self, status: int, body: bytes = b"", headers: dict | None = None, content_type="application/json",
-              head: bool = False):
+    def _send(
+        self,
+        status: int,
+        body: bytes = b"",
+        headers: dict | None = None,
+        content_type="application/json",
+        head: bool = False,
+    ):
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -85,8 +91,9 @@ class HubRequestHandler(HubEndpoints, BaseHTTPRequestHandler):
     def _json(self, status: int, payload, headers: dict | None = None, head: bool = False):
         self._send(status, json.dumps(payload).encode(), headers, head=head)
 
-    def _error(self, status: int, message: str, code: str | None = None, headers: dict | None = None,
-               head: bool = False):
+    def _error(
+        self, status: int, message: str, code: str | None = None, headers: dict | None = None, head: bool = False
+    ):
         extra = dict(headers or {})
         extra["X-Error-Message"] = message
         if code:

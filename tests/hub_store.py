@@ -15,8 +15,23 @@ TEST_USER = "test-user"
 TEST_ORGS = ("org",)
 
 # The Hub's default .gitattributes tracks these with LFS; the Hub also makes LFS any file >= 10 MB or binary.
-LFS_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.ckpt", "*.h5", "*.msgpack", "*.onnx", "*.model",
-                "*.pkl", "*.npy", "*.npz", "*.zip", "*.gz", "*.spm")
+LFS_PATTERNS = (
+    "*.safetensors",
+    "*.bin",
+    "*.pt",
+    "*.pth",
+    "*.ckpt",
+    "*.h5",
+    "*.msgpack",
+    "*.onnx",
+    "*.model",
+    "*.pkl",
+    "*.npy",
+    "*.npz",
+    "*.zip",
+    "*.gz",
+    "*.spm",
+)
 LFS_SIZE_THRESHOLD = 10 * 1024 * 1024
 INITIAL_GITATTRIBUTES = "".join(f"{p} filter=lfs diff=lfs merge=lfs -text\n" for p in LFS_PATTERNS).encode()
 

@@ -58,7 +58,7 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
             base = node.module or ""
             if node.level:
                 here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-                base = ".".join(here[:len(here) - node.level + 1] + ([node.module] if node.module else []))
+                base = ".".join(here[: len(here) - node.level + 1] + ([node.module] if node.module else []))
             targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
         else:
             continue
@@ -73,8 +73,12 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
 def group_of(path: Path, names: dict[str, list[str]]) -> str | None:
     """The node whose most specific name covers `path` (a file named, or a folder it lies in)."""
     relative = path.relative_to(PACKAGE).as_posix()
-    covering = [(len(item), node) for node, items in names.items() for item in items
-                if relative == item or (item.endswith("/") and relative.startswith(item))]
+    covering = [
+        (len(item), node)
+        for node, items in names.items()
+        for item in items
+        if relative == item or (item.endswith("/") and relative.startswith(item))
+    ]
     return max(covering)[1] if covering else None
 
 
@@ -85,8 +89,9 @@ MODULES = modules()
 def test_every_module_is_in_one_group_and_every_name_exists():
     unplaced = sorted(str(path.relative_to(PACKAGE)) for path in MODULES.values() if group_of(path, NAMES) is None)
     assert not unplaced, f"modules in no node of docs/architecture.md's diagram (name them in a node): {unplaced}"
-    absent = sorted(f"{node}: {item}" for node, items in NAMES.items() for item in items
-                    if not (PACKAGE / item).exists())
+    absent = sorted(
+        f"{node}: {item}" for node, items in NAMES.items() for item in items if not (PACKAGE / item).exists()
+    )
     assert not absent, f"the diagram names files or folders that do not exist: {absent}"
     assert {node for node, _ in ARROWS} | {node for _, node in ARROWS} <= set(NAMES), "an arrow names no node"
 
@@ -116,7 +121,7 @@ def test_no_arrow_points_up_and_the_groups_have_no_cycle():
 
     def visit(node):
         if node in path:
-            pytest.fail(f"import cycle between groups: {' --> '.join(path[path.index(node):] + [node])}")
+            pytest.fail(f"import cycle between groups: {' --> '.join(path[path.index(node) :] + [node])}")
         if node not in done:
             path.append(node)
             for after in sorted(following[node]):
@@ -129,7 +134,8 @@ def test_no_arrow_points_up_and_the_groups_have_no_cycle():
 
 
 def test_the_diagram_parser_reads_what_is_drawn():
-    names, floors, arrows = parse_diagram('subgraph top["a"]\n  x["x.py · y/<br/>about x"]\nend\n'
-                                          'subgraph low["b"]\n  z["z/"]\nend\n x & z --> z & x\n')
+    names, floors, arrows = parse_diagram(
+        'subgraph top["a"]\n  x["x.py · y/<br/>about x"]\nend\nsubgraph low["b"]\n  z["z/"]\nend\n x & z --> z & x\n'
+    )
     assert names == {"x": ["x.py", "y/"], "z": ["z/"]} and floors == {"x": 0, "z": 1}
     assert arrows == {("x", "z"), ("x", "x"), ("z", "z"), ("z", "x")}

@@ -109,13 +109,16 @@ def test_lean_greedy_equals_transformers_loop(setting, seed, lean_calls):
     assert torch.equal(lean, loop)
 
 
-@pytest.mark.parametrize("overrides", [
-    dict(sinusoid_layout="concatenated"),
-    dict(position_encoding="learned"),
-    dict(tie_word_embeddings=False),
-    dict(d_k=4, d_v=12),
-    dict(attention_bias=True),
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(sinusoid_layout="concatenated"),
+        dict(position_encoding="learned"),
+        dict(tie_word_embeddings=False),
+        dict(d_k=4, d_v=12),
+        dict(attention_bias=True),
+    ],
+)
 def test_lean_equals_transformers_loop_across_architectures(overrides, lean_calls):
     model = _model(3, **overrides)
     ids, mask = padded_batch([6, 9, 4], vocab_size=VOCAB, seed=5)
@@ -135,14 +138,17 @@ def test_unpadded_batch_and_single_sentence(lean_calls):
     assert len(lean_calls) == 4
 
 
-@pytest.mark.parametrize("kwargs", [
-    dict(no_repeat_ngram_size=2),  # a logits processor the lean loop does not implement
-    dict(return_dict_in_generate=True, output_scores=True),  # per-step outputs
-    dict(do_sample=True, top_k=5),  # beam sampling
-    dict(do_sample=True, num_beams=1),  # sampling
-    dict(num_beams=1, repetition_penalty=1.3),  # greedy with a processor the lean loop does not implement
-    dict(use_cache=False),
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(no_repeat_ngram_size=2),  # a logits processor the lean loop does not implement
+        dict(return_dict_in_generate=True, output_scores=True),  # per-step outputs
+        dict(do_sample=True, top_k=5),  # beam sampling
+        dict(do_sample=True, num_beams=1),  # sampling
+        dict(num_beams=1, repetition_penalty=1.3),  # greedy with a processor the lean loop does not implement
+        dict(use_cache=False),
+    ],
+)
 def test_everything_else_runs_transformers_loop(kwargs, lean_calls):
     model = _model(0)
     ids, mask = padded_batch([6, 4], vocab_size=VOCAB, seed=1)
@@ -172,7 +178,9 @@ def test_finished_sentences_leave_the_batch_and_first_step_is_one_row_per_senten
     for lean in (True, False):
         model.use_lean_decoding = lean
         rows[lean] = []
-        handle = model.lm_head.register_forward_hook(lambda module, args, out, r=rows[lean]: r.append(args[0].shape[0]))
+        handle = model.lm_head.register_forward_hook(
+            lambda module, args, out, r=rows[lean]: r.append(args[0].shape[0])
+        )
         with torch.no_grad():
             out = model.generate(input_ids=ids, attention_mask=mask)
         handle.remove()
@@ -233,7 +241,9 @@ def test_top_candidates_match_topk_over_all_sums(vocab, first_step):
 
 
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
-@pytest.mark.parametrize("overrides", [{}, dict(d_k=4, d_v=12, attention_bias=True), dict(position_encoding="learned")])
+@pytest.mark.parametrize(
+    "overrides", [{}, dict(d_k=4, d_v=12, attention_bias=True), dict(position_encoding="learned")]
+)
 def test_decoder_step_gives_the_logits_of_forward(attn, overrides):
     """The lean loops' `decoder_step` -- the model's own embedding and `VaswaniDecoderLayer.sublayers`, attending over
     preallocated buffers, the source K/V projected once per sentence and queried by a sentence's beams together --
@@ -241,8 +251,9 @@ def test_decoder_step_gives_the_logits_of_forward(attn, overrides):
     Beams of a sentence decode different prefixes; the buffers are reordered between steps as beam search does."""
     beams, steps = 3, 6
     torch.manual_seed(0)
-    model = randomize_norms_and_biases(VaswaniForConditionalGeneration(
-        tiny_config(vocab_size=VOCAB, attn_implementation=attn, **overrides))).eval()
+    model = randomize_norms_and_biases(
+        VaswaniForConditionalGeneration(tiny_config(vocab_size=VOCAB, attn_implementation=attn, **overrides))
+    ).eval()
     ids, mask = padded_batch([7, 4, 9], vocab_size=VOCAB, seed=2)
     prefixes = torch.randint(3, VOCAB, (ids.shape[0] * beams, steps), generator=torch.Generator().manual_seed(1))
     prefixes[:, 0] = model.config.decoder_start_token_id
@@ -253,9 +264,11 @@ def test_decoder_step_gives_the_logits_of_forward(attn, overrides):
         rows = prefixes.shape[0]
         for step in range(steps):
             lean = model.lm_head(decoder_step(model, prefixes[:, step], step, buffers, source, beams))
-            full = model(input_ids=ids.repeat_interleave(beams, 0), attention_mask=mask.repeat_interleave(beams, 0),
-                         decoder_input_ids=prefixes[:, : step + 1]).logits[:, -1]
+            full = model(
+                input_ids=ids.repeat_interleave(beams, 0),
+                attention_mask=mask.repeat_interleave(beams, 0),
+                decoder_input_ids=prefixes[:, : step + 1],
+            ).logits[:, -1]
             torch.testing.assert_close(lean, full, rtol=1e-5, atol=1e-5)
             for buffer in buffers:  # the identity reorder, as beam search does after every step
                 buffer.reorder(rows, step + 1, torch.arange(rows))
-

@@ -13,12 +13,15 @@ def load_benchmark(name):
     return module
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--tune_beams", "4,x"], "--tune_beams wants integers"),
-    (["--tune_alphas", "0.6,high"], "--tune_alphas numbers"),
-    (["--tune_average", "1,five"], "--tune_average wants comma-separated integers"),
-    (["--tune_average", "0,5"], "must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--tune_beams", "4,x"], "--tune_beams wants integers"),
+        (["--tune_alphas", "0.6,high"], "--tune_alphas numbers"),
+        (["--tune_average", "1,five"], "--tune_average wants comma-separated integers"),
+        (["--tune_average", "0,5"], "must be >= 1"),
+    ],
+)
 def test_multi30k_quality_rejects_bad_tuning_values(argv, message, capsys):
     bench = load_benchmark("multi30k_quality")
     with pytest.raises(SystemExit) as exit_info:
@@ -32,8 +35,20 @@ def test_multi30k_quality_needs_enough_kept_checkpoints_for_the_averaging_window
         pytest.skip(f"Multi30k not found at {MULTI30K}")
     bench = load_benchmark("multi30k_quality")
     with pytest.raises(SystemExit) as exit_info:  # the recipe keeps 5 checkpoints; 8 cannot be averaged
-        bench.main(["--tune_average", "5,8", "--budget_minutes", "0.1", "--max_steps", "1",  # if the check broke
-                    "--output_dir", str(tmp_path), "--results_dir", str(tmp_path)])
+        bench.main(
+            [
+                "--tune_average",
+                "5,8",
+                "--budget_minutes",
+                "0.1",
+                "--max_steps",
+                "1",  # if the check broke
+                "--output_dir",
+                str(tmp_path),
+                "--results_dir",
+                str(tmp_path),
+            ]
+        )
     assert exit_info.value.code == 2
     assert "needs --keep_last >= 8" in capsys.readouterr().err
 
@@ -79,14 +94,28 @@ def test_multi30k_runs_table_lists_what_differs_from_the_recipe():
     assert runs.run_name("multi30k_quality") == "run 1"
     assert runs.run_name("multi30k_quality_run4_paper_decoding") == "run 4 (paper decoding)"
     assert runs.run_name("multi30k_quality_smoke") == "smoke"
-    result = {"name": "run 9", "file": "multi30k_quality_run9.json", "recipe": trained, "params": 7.6e6,
-              "budget_minutes": 120.0, "global_step": 6000, "epochs": 46.5, "train_tgt_tokens_per_second": 3000.0,
-              "padding_share_tgt": 0.124, "averaged_checkpoints": ["a", "b", "c"], "num_beams": 6,
-              "length_penalty_alpha": 1.2, "decoding_tuned_on_valid": [{"valid_bleu": 40.0}, {"valid_bleu": 41.5}],
-              "test_bleu_tok_none": 40.5, "test_bleu_bootstrap_ci95": 1.6}
+    result = {
+        "name": "run 9",
+        "file": "multi30k_quality_run9.json",
+        "recipe": trained,
+        "params": 7.6e6,
+        "budget_minutes": 120.0,
+        "global_step": 6000,
+        "epochs": 46.5,
+        "train_tgt_tokens_per_second": 3000.0,
+        "padding_share_tgt": 0.124,
+        "averaged_checkpoints": ["a", "b", "c"],
+        "num_beams": 6,
+        "length_penalty_alpha": 1.2,
+        "decoding_tuned_on_valid": [{"valid_bleu": 40.0}, {"valid_bleu": 41.5}],
+        "test_bleu_tok_none": 40.5,
+        "test_bleu_bootstrap_ci95": 1.6,
+    }
     row = runs.table([result], current).splitlines()[-1]
-    assert row == ("| [run 9](multi30k_quality_run9.json) | d_ff 1024 | 7.6M | 120 | 6,000 | 46 | 3,000 | 12.4% | last 3 "
-                   "| 6 / 1.2 | 41.50 | **40.50** ± 1.60 |")
+    assert row == (
+        "| [run 9](multi30k_quality_run9.json) | d_ff 1024 | 7.6M | 120 | 6,000 | 46 | 3,000 | 12.4% | last 3 "
+        "| 6 / 1.2 | 41.50 | **40.50** ± 1.60 |"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -121,9 +150,19 @@ def test_bench_peers_eole_config_has_the_shared_recipe_and_takes_overrides():
     from peer_systems import eole_config, spec_from_recipe
 
     spec = spec_from_recipe(1024)
-    shared = SharedData(folder="d", train="d/train", valid="d/valid", bpe_dir="d/bpe", train_pieces="d/train.pieces",
-                        valid_pieces="d/valid.pieces", piece_vocab="d/pieces.vocab", vocab_size=8000,
-                        train_pairs=29000, valid_pairs=1014, mean_target_tokens=15.5)
+    shared = SharedData(
+        folder="d",
+        train="d/train",
+        valid="d/valid",
+        bpe_dir="d/bpe",
+        train_pieces="d/train.pieces",
+        valid_pieces="d/valid.pieces",
+        piece_vocab="d/pieces.vocab",
+        vocab_size=8000,
+        train_pairs=29000,
+        valid_pairs=1014,
+        mean_target_tokens=15.5,
+    )
     config = eole_config(spec, shared, "m", {"training.num_workers": 1, "model.layer_norm": "rms"})
     training, model = config["training"], config["model"]
     assert (model["hidden_size"], model["transformer_ff"], model["heads"]) == (256, 512, 4)
@@ -145,8 +184,20 @@ def test_bench_peers_smoke_trains_ours_scores_it_and_skips_absent_peers(tmp_path
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "datasets-cache"))  # our training run's Arrow caches
     bench = load_benchmark("bench_peers")
     results = tmp_path / "results"
-    assert bench.main(["--smoke", "--venvs", str(tmp_path / "venvs"), "--work_dir", str(tmp_path / "work"),
-                       "--results_dir", str(results)]) == 0
+    assert (
+        bench.main(
+            [
+                "--smoke",
+                "--venvs",
+                str(tmp_path / "venvs"),
+                "--work_dir",
+                str(tmp_path / "work"),
+                "--results_dir",
+                str(results),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "skipping eole" in out and "skipping marian" in out
     assert not (tmp_path / "venvs").exists()
@@ -178,17 +229,19 @@ def test_bench_peers_marian_target_grouping_batches_sentences_of_like_target_len
 
     rng = random.Random(0)
     sources, targets = rng.sample(range(1, 200), 64), rng.sample(range(1, 200), 64)  # distinct lengths
-    dataset = datasets.Dataset.from_dict({"input_ids": [[5] * n for n in sources],
-                                          "labels": [[5] * n for n in targets]})
-    fake = SimpleNamespace(args=SimpleNamespace(train_batch_size=4, gradient_accumulation_steps=1),
-                           train_dataset=dataset)
+    dataset = datasets.Dataset.from_dict(
+        {"input_ids": [[5] * n for n in sources], "labels": [[5] * n for n in targets]}
+    )
+    fake = SimpleNamespace(
+        args=SimpleNamespace(train_batch_size=4, gradient_accumulation_steps=1), train_dataset=dataset
+    )
     sampler = target_grouped(Seq2SeqTrainer)._get_train_sampler(fake, dataset)
     assert list(sampler.lengths) == targets and sampler.batch_size == 4
     torch.manual_seed(0)  # the sampler shuffles with torch's global generator
     order = list(sampler)
     assert sorted(order) == list(range(64))
     assert order[0] == targets.index(max(targets))  # the longest target first (memory shows at once)
-    mega = [order[i + 1:i + 16] for i in range(0, 64, 16)]  # 64 // (4 x 4) = 4 mega-batches of 16, each sorted
+    mega = [order[i + 1 : i + 16] for i in range(0, 64, 16)]  # 64 // (4 x 4) = 4 mega-batches of 16, each sorted
     # (the first of each is left out: the longest of all was swapped to the front of the first)
     assert all([targets[i] for i in m] == sorted((targets[i] for i in m), reverse=True) for m in mega)
     assert not all([sources[i] for i in m] == sorted((sources[i] for i in m), reverse=True) for m in mega)
@@ -199,12 +252,28 @@ def _peer_run(system, round_index, seconds_per_update):
     from peer_report import summarize
 
     loop = 100.0
-    events = [{"event": "train_begin", "wall_time": 1.0},
-              {"event": "train_end", "train_s": loop, "step": int(loop / seconds_per_update), "tgt_tokens": 90_000,
-               "tgt_slots": 100_000 * seconds_per_update, "batches": 100, "wall_time": 101.0,
-               "phases": {"forward + backward": 90.0, "data loading": 5.0}}]
-    watch = {"peak_rss_gib": 1.0, "peak_processes": 1, "launched_at": 0.0, "wall_s": 103.0, "load_before": [1, 1, 1],
-             "load_during": {"mean": 2.0, "max": 2.2}, "load_after": [2, 2, 2]}
+    events = [
+        {"event": "train_begin", "wall_time": 1.0},
+        {
+            "event": "train_end",
+            "train_s": loop,
+            "step": int(loop / seconds_per_update),
+            "tgt_tokens": 90_000,
+            "tgt_slots": 100_000 * seconds_per_update,
+            "batches": 100,
+            "wall_time": 101.0,
+            "phases": {"forward + backward": 90.0, "data loading": 5.0},
+        },
+    ]
+    watch = {
+        "peak_rss_gib": 1.0,
+        "peak_processes": 1,
+        "launched_at": 0.0,
+        "wall_s": 103.0,
+        "load_before": [1, 1, 1],
+        "load_during": {"mean": 2.0, "max": 2.2},
+        "load_after": [2, 2, 2],
+    }
     run = summarize(system, watch, events, [], 1.5, 30.0, {})
     run["real_tgt_tokens_per_s"] = round(run["real_tgt_tokens_per_s"] / seconds_per_update, 1)
     run["padded_tgt_slots_per_s"] = None
@@ -216,19 +285,51 @@ def test_bench_peers_speed_rounds_report_ratio_spread_per_round_and_no_bleu_colu
     load_benchmark("bench_peers")
     from peer_report import aggregate, markdown
 
-    runs = [_peer_run("ours", 1, 1.0), _peer_run("eole", 1, 1.25), _peer_run("ours", 2, 1.0),
-            _peer_run("eole", 2, 1.1), _peer_run("ours", 3, 1.0), _peer_run("eole", 3, 1.2)]
+    runs = [
+        _peer_run("ours", 1, 1.0),
+        _peer_run("eole", 1, 1.25),
+        _peer_run("ours", 2, 1.0),
+        _peer_run("eole", 2, 1.1),
+        _peer_run("ours", 3, 1.0),
+        _peer_run("eole", 3, 1.2),
+    ]
     systems = aggregate(runs, 30.0)
     assert systems["ours"]["round_ratios_vs_eole"]["real"] == [1.25, 1.1, 1.2]
     assert systems["ours"]["speed_vs_eole"] == 1.2  # the medians' ratio
-    result = {"title_note": "", "command": "--score none --repeats 3", "date": "2026-11-26", "minutes": 1.5,
-              "checkpoints": 1, "threads": 2, "target_bleu": 30.0, "score": "none", "eole_overrides": {},
-              "spec": {"d_model": 256, "d_ff": 512, "num_heads": 4, "num_encoder_layers": 3, "num_decoder_layers": 3,
-                       "dropout": 0.3, "label_smoothing": 0.1, "warmup_steps": 4000, "max_tokens": 1024},
-              "data": {"train_pairs": 29000, "valid_pairs": 1014, "vocab_size": 8000, "source": "m"},
-              "machine": {"cpus": 2, "cpu_model": "X", "vector_isa": "AVX2", "amx": False, "platform": "p",
-                          "load_at_start": [1, 1, 1]},
-              "versions": {}, "systems": systems, "runs": runs}
+    result = {
+        "title_note": "",
+        "command": "--score none --repeats 3",
+        "date": "2026-11-26",
+        "minutes": 1.5,
+        "checkpoints": 1,
+        "threads": 2,
+        "target_bleu": 30.0,
+        "score": "none",
+        "eole_overrides": {},
+        "spec": {
+            "d_model": 256,
+            "d_ff": 512,
+            "num_heads": 4,
+            "num_encoder_layers": 3,
+            "num_decoder_layers": 3,
+            "dropout": 0.3,
+            "label_smoothing": 0.1,
+            "warmup_steps": 4000,
+            "max_tokens": 1024,
+        },
+        "data": {"train_pairs": 29000, "valid_pairs": 1014, "vocab_size": 8000, "source": "m"},
+        "machine": {
+            "cpus": 2,
+            "cpu_model": "X",
+            "vector_isa": "AVX2",
+            "amx": False,
+            "platform": "p",
+            "load_at_start": [1, 1, 1],
+        },
+        "versions": {},
+        "systems": systems,
+        "runs": runs,
+    }
     page = markdown(result)
     assert "1.20x eole (rounds 1.10-1.25)" in page
     table = page.split("| system |")[1].split("\n\n")[0]
@@ -247,8 +348,27 @@ def test_bench_step_profile_caps_the_kernels_and_profiles_both_steps(tmp_path):
     if not cpuinfo.is_file() or " avx2" not in cpuinfo.read_text():
         pytest.skip("an x86 processor with AVX2 is needed to cap the kernels at AVX2")
     bench = load_benchmark("bench_step_profile")
-    assert bench.main(["--steps", "1", "--warmup", "1", "--profiled", "1", "--batch", "4", "--length", "6",
-                       "--vocab", "64", "--results_dir", str(tmp_path)]) == 0
+    assert (
+        bench.main(
+            [
+                "--steps",
+                "1",
+                "--warmup",
+                "1",
+                "--profiled",
+                "1",
+                "--batch",
+                "4",
+                "--length",
+                "6",
+                "--vocab",
+                "64",
+                "--results_dir",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     result = json.loads((tmp_path / "step_profile.json").read_text())
     assert result["configurations"]["avx2"]["capability"] == "AVX2"
     for config in result["configurations"].values():
@@ -266,17 +386,41 @@ def test_bench_peers_rounds_rotate_and_the_report_names_the_order_and_the_target
     systems = ["ours", "eole", "marian", "marian-target"]
     firsts = [bench.rotated(systems, r)[0] for r in (1, 2, 3, 4, 5)]
     assert firsts == ["ours", "eole", "marian", "marian-target", "ours"]
-    runs = [_peer_run("marian-target", 1, 1.5), _peer_run("ours", 1, 1.0),
-            _peer_run("ours", 2, 1.0), _peer_run("marian-target", 2, 1.25)]
+    runs = [
+        _peer_run("marian-target", 1, 1.5),
+        _peer_run("ours", 1, 1.0),
+        _peer_run("ours", 2, 1.0),
+        _peer_run("marian-target", 2, 1.25),
+    ]
     runs[0]["started"], runs[1]["started"] = "2026-11-26T10:00:00", "2026-11-26T10:09:00"
     runs[2]["started"], runs[3]["started"] = "2026-11-26T10:18:00", "2026-11-26T10:27:00"
-    result = {"title_note": "", "command": "", "date": "2026-11-26", "minutes": 1.5, "checkpoints": 1, "threads": 2,
-              "target_bleu": 30.0, "score": "none", "eole_overrides": {},
-              "spec": {"d_model": 256, "d_ff": 512, "num_heads": 4, "num_encoder_layers": 3, "num_decoder_layers": 3,
-                       "dropout": 0.3, "label_smoothing": 0.1, "warmup_steps": 4000, "max_tokens": 1024},
-              "data": {"train_pairs": 29000, "valid_pairs": 1014, "vocab_size": 8000, "source": "m"},
-              "machine": {"cpus": 2, "cpu_model": "X", "platform": "p", "load_at_start": [1, 1, 1]},
-              "versions": {}, "systems": aggregate(runs, 30.0), "runs": runs}
+    result = {
+        "title_note": "",
+        "command": "",
+        "date": "2026-11-26",
+        "minutes": 1.5,
+        "checkpoints": 1,
+        "threads": 2,
+        "target_bleu": 30.0,
+        "score": "none",
+        "eole_overrides": {},
+        "spec": {
+            "d_model": 256,
+            "d_ff": 512,
+            "num_heads": 4,
+            "num_encoder_layers": 3,
+            "num_decoder_layers": 3,
+            "dropout": 0.3,
+            "label_smoothing": 0.1,
+            "warmup_steps": 4000,
+            "max_tokens": 1024,
+        },
+        "data": {"train_pairs": 29000, "valid_pairs": 1014, "vocab_size": 8000, "source": "m"},
+        "machine": {"cpus": 2, "cpu_model": "X", "platform": "p", "load_at_start": [1, 1, 1]},
+        "versions": {},
+        "systems": aggregate(runs, 30.0),
+        "runs": runs,
+    }
     page = markdown(result)
     assert "in the order marian-target, ours; ours, marian-target." in page
     assert "1.36x marian-target (rounds 1.25-1.50)" in page
@@ -297,8 +441,27 @@ def test_bench_translate_stream_smoke_measures_the_tool_and_the_two_process_layo
     """Tiny sizes: each launch exits 0 with a peak RSS, two processes give the bytes of one, the report has a row
     per size and per layout."""
     bench = load_benchmark("bench_translate_stream")
-    assert bench.main(["--sizes", "30", "--systems", "streaming", "--process_lines", "25", "--process_window", "10",
-                       "--refusal_lines", "0", "--work", str(tmp_path / "w"), "--results_dir", str(tmp_path)]) == 0
+    assert (
+        bench.main(
+            [
+                "--sizes",
+                "30",
+                "--systems",
+                "streaming",
+                "--process_lines",
+                "25",
+                "--process_window",
+                "10",
+                "--refusal_lines",
+                "0",
+                "--work",
+                str(tmp_path / "w"),
+                "--results_dir",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     import json
 
     results = json.loads((tmp_path / "translate_stream.json").read_text())

@@ -12,7 +12,6 @@ import pytest
 from vaswani_hf.cli.contract import ArgumentParser, declare_paths, run_cli
 from vaswani_hf.errors import RunFailure, UsageError
 
-
 # ---------------------------------------------------------------------------------------------------------------------
 # The command-line contract
 # ---------------------------------------------------------------------------------------------------------------------
@@ -26,6 +25,7 @@ def _tool(error: BaseException | None = None, code=None):
         if error is not None:
             raise error
         return code
+
     return main
 
 
@@ -70,21 +70,41 @@ def test_usage_error_is_a_value_error():
     assert issubclass(RunFailure, RuntimeError) and RunFailure.exit_code == 1
 
 
-@pytest.mark.parametrize("error, code, line", [
-    (OSError(errno.ENOSPC, "No space left on device"), 1, "--output out.de: no space left on device"),
-    (OSError(errno.EACCES, "Permission denied", "/x/secret"), 2, "/x/secret: permission denied"),
-    (OSError(errno.ELOOP, "Too many levels", "/x/loop"), 2, "/x/loop: too many levels of symbolic links"),
-    (OSError(errno.EROFS, "Read-only file system", "/ro/f"), 2, "/ro/f: read-only file system"),
-    (BrokenPipeError(errno.EPIPE, "Broken pipe"), 1, "standard output was closed"),
-    (RuntimeError("[enforce fail at inline_container.cc:664] . PytorchStreamWriter failed writing file data/0: "
-                  "file write failed"), 1, "--output out.de: writing failed, no space left on device"),
-    (Exception("No space left on device (os error 28)"), 1, "--output out.de: writing failed"),
-    (MemoryError(), 1, "out of memory (the memory limit, ulimit -v"),
-    (OSError(errno.EMFILE, "Too many open files", "/x/f"), 1, "too many open files (the limit on open descriptors"),
-    (OSError(errno.EFBIG, "File too large", "/x/f"), 1, "/x/f: file too large for the file-size limit (ulimit -f)"),
-    (Exception("Error while serializing: I/O error: File too large (os error 27)"), 1,
-     "--output out.de: file too large for the file-size limit (ulimit -f)"),
-])
+@pytest.mark.parametrize(
+    "error, code, line",
+    [
+        (OSError(errno.ENOSPC, "No space left on device"), 1, "--output out.de: no space left on device"),
+        (OSError(errno.EACCES, "Permission denied", "/x/secret"), 2, "/x/secret: permission denied"),
+        (OSError(errno.ELOOP, "Too many levels", "/x/loop"), 2, "/x/loop: too many levels of symbolic links"),
+        (OSError(errno.EROFS, "Read-only file system", "/ro/f"), 2, "/ro/f: read-only file system"),
+        (BrokenPipeError(errno.EPIPE, "Broken pipe"), 1, "standard output was closed"),
+        (
+            RuntimeError(
+                "[enforce fail at inline_container.cc:664] . PytorchStreamWriter failed writing file data/0: "
+                "file write failed"
+            ),
+            1,
+            "--output out.de: writing failed, no space left on device",
+        ),
+        (Exception("No space left on device (os error 28)"), 1, "--output out.de: writing failed"),
+        (MemoryError(), 1, "out of memory (the memory limit, ulimit -v"),
+        (
+            OSError(errno.EMFILE, "Too many open files", "/x/f"),
+            1,
+            "too many open files (the limit on open descriptors",
+        ),
+        (
+            OSError(errno.EFBIG, "File too large", "/x/f"),
+            1,
+            "/x/f: file too large for the file-size limit (ulimit -f)",
+        ),
+        (
+            Exception("Error while serializing: I/O error: File too large (os error 27)"),
+            1,
+            "--output out.de: file too large for the file-size limit (ulimit -f)",
+        ),
+    ],
+)
 def test_operating_system_conditions_are_one_line(capsys, monkeypatch, error, code, line):
     """What the system reports for a full disk, a refused permission, a link loop, a read-only file system, a closed
     output pipe or an exhausted limit (memory, descriptors, file size: Python ignores SIGXFSZ) is one line naming the file (or the declared outputs, when the system does not name it), never
@@ -151,14 +171,17 @@ def _declared(module: str, code):
     return type("SettingRefused", (ValueError,), {"exit_code": code, "__module__": module})
 
 
-@pytest.mark.parametrize("module, code, expected", [
-    ("vaswani_hf.configuration_vaswani", 2, 2),  # a Hub file's refusal, which cannot import vaswani_hf.errors
-    ("transformers_modules.org.repo.generation_vaswani", 2, 2),  # the same file loaded as remote code
-    ("vaswani_hf.export.marian", 1, 1),
-    ("click.exceptions", 2, None),  # another library's exit_code is not our declaration
-    ("vaswani_hf.configuration_vaswani", 3, None),  # only 1 and 2 are refusals
-    ("vaswani_hf.configuration_vaswani", "2", None),
-])
+@pytest.mark.parametrize(
+    "module, code, expected",
+    [
+        ("vaswani_hf.configuration_vaswani", 2, 2),  # a Hub file's refusal, which cannot import vaswani_hf.errors
+        ("transformers_modules.org.repo.generation_vaswani", 2, 2),  # the same file loaded as remote code
+        ("vaswani_hf.export.marian", 1, 1),
+        ("click.exceptions", 2, None),  # another library's exit_code is not our declaration
+        ("vaswani_hf.configuration_vaswani", 3, None),  # only 1 and 2 are refusals
+        ("vaswani_hf.configuration_vaswani", "2", None),
+    ],
+)
 def test_refusals_are_declared_by_exit_code(module, code, expected, capsys, monkeypatch):
     from vaswani_hf.errors import refusal_exit_code
 
@@ -182,12 +205,18 @@ def test_plain_value_and_type_errors_stay_bugs():
         run_cli(_tool(ValueError("bug")), [], prog="tool")
 
 
-@pytest.mark.parametrize("environment, fragment", [
-    ({"RANK": "abc"}, "RANK='abc'"), ({"WORLD_SIZE": "0"}, "WORLD_SIZE='0'"), ({"LOCAL_RANK": "-1x"}, "LOCAL_RANK"),
-    ({"MASTER_PORT": "99999"}, "MASTER_PORT='99999'"), ({"MASTER_PORT": "0"}, "MASTER_PORT"),
-    ({"RANK": " 1 ", "WORLD_SIZE": "1"}, "RANK=1 is not below WORLD_SIZE=1"),
-    ({"LOCAL_RANK": "4", "LOCAL_WORLD_SIZE": "4"}, "LOCAL_RANK=4 is not below LOCAL_WORLD_SIZE=4"),
-])
+@pytest.mark.parametrize(
+    "environment, fragment",
+    [
+        ({"RANK": "abc"}, "RANK='abc'"),
+        ({"WORLD_SIZE": "0"}, "WORLD_SIZE='0'"),
+        ({"LOCAL_RANK": "-1x"}, "LOCAL_RANK"),
+        ({"MASTER_PORT": "99999"}, "MASTER_PORT='99999'"),
+        ({"MASTER_PORT": "0"}, "MASTER_PORT"),
+        ({"RANK": " 1 ", "WORLD_SIZE": "1"}, "RANK=1 is not below WORLD_SIZE=1"),
+        ({"LOCAL_RANK": "4", "LOCAL_WORLD_SIZE": "4"}, "LOCAL_RANK=4 is not below LOCAL_WORLD_SIZE=4"),
+    ],
+)
 def test_malformed_launcher_variables(environment, fragment):
     from vaswani_hf.cli.surroundings import check_distributed_environment
 
@@ -200,8 +229,17 @@ def test_well_formed_launcher_variables():
     from vaswani_hf.cli.surroundings import check_distributed_environment
 
     check_distributed_environment({})
-    check_distributed_environment({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
-                                   "MASTER_PORT": "29500", "NODE_RANK": "1", "MASTER_ADDR": "10.0.0.1"})
+    check_distributed_environment(
+        {
+            "RANK": "3",
+            "WORLD_SIZE": "4",
+            "LOCAL_RANK": "1",
+            "LOCAL_WORLD_SIZE": "2",
+            "MASTER_PORT": "29500",
+            "NODE_RANK": "1",
+            "MASTER_ADDR": "10.0.0.1",
+        }
+    )
 
 
 def test_a_malformed_rank_is_reported_by_every_process(capsys, monkeypatch):
@@ -239,8 +277,10 @@ def test_closed_streams_are_stand_ins_while_the_tool_runs(capsys, monkeypatch):
 
     assert run_cli(main, [], prog="tool") == 1
     assert seen == {"stdin": "ClosedInput", "stdout": "ClosedOutput"}
-    assert capsys.readouterr().err == "tool: error: standard output is closed (the command ran with >&-); write " \
-                                      "the output to a file instead, or leave standard output open\n"
+    assert (
+        capsys.readouterr().err == "tool: error: standard output is closed (the command ran with >&-); write "
+        "the output to a file instead, or leave standard output open\n"
+    )
     import sys
 
     assert sys.stdin is None and sys.stdout is None  # put back
@@ -308,12 +348,14 @@ def test_library_reports_are_dropped_with_a_refusal_and_shown_after_success(caps
     logging.getLogger("transformers").addHandler(handler)
     monkeypatch.setattr(warnings, "showwarning", lambda message, *args, **kwargs: shown.append(str(message)))
     try:
+
         def speaking(error=None):
             def main(argv):
                 logging.getLogger("transformers.modeling_utils").warning("LOAD REPORT ...")
                 warnings.warn("a library's warning", UserWarning)
                 if error is not None:
                     raise error
+
             return main
 
         assert run_cli(speaking(UsageError("refused")), [], prog="tool") == 2
@@ -340,6 +382,7 @@ def test_a_long_run_releases_what_libraries_said(monkeypatch):
     handler.emit = lambda record: shown.append(record.getMessage())
     logging.getLogger("datasets").addHandler(handler)
     try:
+
         def main(argv):
             logging.getLogger("datasets.builder").warning("before")
             release_library_reports()

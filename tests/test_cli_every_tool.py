@@ -39,8 +39,16 @@ def test_debug_lets_the_error_through(tool, tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-SECRETS = ["--token", "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345", "--hub_token=abcdefghijklmnopqrstuvwxyz0123",
-           "--password", "hunter2-hunter2", "--api-key", "sk-Zyxwvutsrqponmlkjihgfedcba", "Authorization: Bearer Qwerty"]
+SECRETS = [
+    "--token",
+    "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345",
+    "--hub_token=abcdefghijklmnopqrstuvwxyz0123",
+    "--password",
+    "hunter2-hunter2",
+    "--api-key",
+    "sk-Zyxwvutsrqponmlkjihgfedcba",
+    "Authorization: Bearer Qwerty",
+]
 
 
 @pytest.mark.parametrize("tool", TOOLS)
@@ -73,13 +81,15 @@ def test_debug_lets_ctrl_c_through(tmp_path, monkeypatch, assets):
 def test_script_wrapper_one_line_and_debug_traceback(tmp_path):
     hyp, ref = write(tmp_path / "hyp.txt", LATIN1), write(tmp_path / "ref.txt", GERMAN[:2])
     before = snapshot(tmp_path)
-    result = run_script("evaluate_translations",
-                        ["--hypotheses", hyp, "--references", ref, "--out", tmp_path / "s.json"], cwd=tmp_path)
+    result = run_script(
+        "evaluate_translations", ["--hypotheses", hyp, "--references", ref, "--out", tmp_path / "s.json"], cwd=tmp_path
+    )
     assert result.returncode == 2, result.stderr
     assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr, result.stderr
     assert result.stderr.startswith(f"evaluate_translations.py: error: {hyp}:2: not valid UTF-8")
-    debug = run_script("train_tokenizer", ["--files", tmp_path / "absent.txt", "--out_dir", tmp_path / "tok",
-                                           "--debug"], cwd=tmp_path)
+    debug = run_script(
+        "train_tokenizer", ["--files", tmp_path / "absent.txt", "--out_dir", tmp_path / "tok", "--debug"], cwd=tmp_path
+    )
     assert debug.returncode == 2 and "Traceback (most recent call last)" in debug.stderr  # the status of its line
     assert f"UsageError: --files not found: {tmp_path / 'absent.txt'}" in debug.stderr
     assert snapshot(tmp_path) == before
@@ -92,9 +102,22 @@ def test_console_entry_point_one_line_after_loading_the_model(tmp_path, assets):
     source = write(tmp_path / "long.txt", [LINES[0], LONG])
     before = snapshot(tmp_path, assets.root)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VASWANI_DEBUG")}
-    result = subprocess.run([str(Path(sys.executable).parent / "vaswani-translate"), str(source), "--model",
-                             str(assets.learned), "--output", str(tmp_path / "out.txt")], capture_output=True,
-                            text=True, env=env, cwd=tmp_path, timeout=180, stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "vaswani-translate"),
+            str(source),
+            "--model",
+            str(assets.learned),
+            "--output",
+            str(tmp_path / "out.txt"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=180,
+        stdin=subprocess.DEVNULL,
+    )
     assert result.returncode == 2, result.stderr
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"vaswani-translate: error: {source}:2: "), result.stderr
@@ -108,19 +131,45 @@ def test_the_runner_names_what_is_no_tool_and_every_module_form_runs(tmp_path):
     `python -m vaswani_hf.cli.<tool>` runs the tool (not silently nothing)."""
     env = {k: v for k, v in os.environ.items() if k != "VASWANI_DEBUG"}
     for argv in ([], ["no_such_tool"], ["registry"], ["--help"]):
-        result = subprocess.run([sys.executable, "-m", "vaswani_commands", *argv], capture_output=True, text=True,
-                                cwd=tmp_path, env=env, timeout=120, stdin=subprocess.DEVNULL)
+        result = subprocess.run(
+            [sys.executable, "-m", "vaswani_commands", *argv],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
         assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, (argv, result.stderr)
         assert "translate" in result.stderr and "Traceback" not in result.stderr, result.stderr
-    result = subprocess.run([sys.executable, "-m", "vaswani_hf.cli.export_marian", "--model_dir", tmp_path / "absent",
-                             "--out", tmp_path / "out"], capture_output=True, text=True, cwd=tmp_path, env=env,
-                            timeout=120, stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vaswani_hf.cli.export_marian",
+            "--model_dir",
+            tmp_path / "absent",
+            "--out",
+            tmp_path / "out",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     assert result.returncode == 2 and "--model_dir" in result.stderr and "not found" in result.stderr, result.stderr
 
 
-@pytest.mark.parametrize("value, says", [("", "--model is empty"), ("https://user:hf_Secret123@hub.example/org/m",
-                                                                       "--model is a URL"),
-                                         ("org/m?token=hf_Secret123", "--model not found")])
+@pytest.mark.parametrize(
+    "value, says",
+    [
+        ("", "--model is empty"),
+        ("https://user:hf_Secret123@hub.example/org/m", "--model is a URL"),
+        ("org/m?token=hf_Secret123", "--model not found"),
+    ],
+)
 def test_a_path_that_is_empty_or_a_url_is_named_and_its_credentials_masked(value, says, tmp_path, capfd):
     hyp = write(tmp_path / "in.txt", LINES)
     assert run_main("translate", [hyp, "--model", value])[0] == 2

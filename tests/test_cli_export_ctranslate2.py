@@ -6,20 +6,45 @@ bad --max_positions, Ctrl-C. What each case asserts, and the shared assets: cli_
 from __future__ import annotations
 
 import pytest
-from cli_contract import (PAGE, Call, Cases, PathCase, Writer, copy, earlier_output, model_classes,
-                          model_output_classes, write)
+from cli_contract import (
+    PAGE,
+    Call,
+    Cases,
+    PathCase,
+    Writer,
+    copy,
+    earlier_output,
+    model_classes,
+    model_output_classes,
+    write,
+)
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 case = Cases(
-    "export_ctranslate2", refused=lambda t: ["--model_dir", t / "absent", "--out_dir", t / "ct2"],
+    "export_ctranslate2",
+    refused=lambda t: ["--model_dir", t / "absent", "--out_dir", t / "ct2"],
     run=lambda a, t: ["--model_dir", a.model, "--out_dir", t / "ct2"],
-    paths=[PathCase("export_ctranslate2", lambda f, a: {"--model_dir": copy(a.model, f / "model"),
-                                                        "--tokenizer": copy(a.model, f / "tokenizer")},
-                    lambda i, o, w: ["--model_dir", i["--model_dir"], "--tokenizer", i["--tokenizer"], "--out_dir", o,
-                                     *["--overwrite"][:w]], "--out_dir", roles=("--model_dir", "--tokenizer"))],
-    writers=[Writer("export_ctranslate2", None, "--out_dir", 16 * PAGE)])
+    paths=[
+        PathCase(
+            "export_ctranslate2",
+            lambda f, a: {"--model_dir": copy(a.model, f / "model"), "--tokenizer": copy(a.model, f / "tokenizer")},
+            lambda i, o, w: [
+                "--model_dir",
+                i["--model_dir"],
+                "--tokenizer",
+                i["--tokenizer"],
+                "--out_dir",
+                o,
+                *["--overwrite"][:w],
+            ],
+            "--out_dir",
+            roles=("--model_dir", "--tokenizer"),
+        )
+    ],
+    writers=[Writer("export_ctranslate2", None, "--out_dir", 16 * PAGE)],
+)
 
 
 model_classes(case, "--model_dir", lambda t, a, m: ["--model_dir", m, "--out_dir", t / "ct2"])
@@ -29,8 +54,11 @@ model_output_classes(case, "--out_dir", lambda model, out: ["--model_dir", model
 @case("tokenizer-folder-without-tokenizer-json")
 def _(t, a):
     (t / "tok").mkdir()
-    return Call(["--model_dir", a.model, "--tokenizer", t / "tok", "--out_dir", t / "ct2"], 2,
-                ("--tokenizer", str(t / "tok"), "no tokenizer.json"))
+    return Call(
+        ["--model_dir", a.model, "--tokenizer", t / "tok", "--out_dir", t / "ct2"],
+        2,
+        ("--tokenizer", str(t / "tok"), "no tokenizer.json"),
+    )
 
 
 @case("out-dir-exists")
@@ -47,15 +75,20 @@ def _(t, a):
 
     def check(stdout, stderr):
         assert not (t / "ct2" / "mine.txt").exists() and (t / "ct2" / "model.bin").is_file()
-    return Call(["--model_dir", a.model, "--out_dir", t / "ct2", "--overwrite"], 0, may_change=(t / "ct2",),
-                check=check)
+
+    return Call(
+        ["--model_dir", a.model, "--out_dir", t / "ct2", "--overwrite"], 0, may_change=(t / "ct2",), check=check
+    )
 
 
 @case("out-dir-foreign-overwrite")
 def _(t, a):
     write(t / "ct2" / "mine.txt", "precious")
-    return Call(["--model_dir", a.model, "--out_dir", t / "ct2", "--overwrite"], 2,
-                ("--out_dir", "not an earlier CTranslate2 model folder", "mine.txt"))
+    return Call(
+        ["--model_dir", a.model, "--out_dir", t / "ct2", "--overwrite"],
+        2,
+        ("--out_dir", "not an earlier CTranslate2 model folder", "mine.txt"),
+    )
 
 
 @case("out-dir-inside-the-model-dir")
@@ -71,8 +104,12 @@ def _(t, a):
 
 @case("ctrl-c")
 def _(t, a):
-    return Call(["--model_dir", a.model, "--out_dir", t / "ct2"], 130, ("interrupted",),
-                interrupt="vaswani_hf.export.ctranslate2_spec._metadata")  # inside the atomically written folder
+    return Call(
+        ["--model_dir", a.model, "--out_dir", t / "ct2"],
+        130,
+        ("interrupted",),
+        interrupt="vaswani_hf.export.ctranslate2_spec._metadata",
+    )  # inside the atomically written folder
 
 
 test_cli_contract = case.contract_test()  # every case above

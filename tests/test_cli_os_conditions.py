@@ -35,8 +35,20 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_contract import (GERMAN, PAGE, TOOLS, TRANSLATE_OPTIONS, Writer, changes, every_tool, interrupted,
-                          many_lines, run_main, snapshot, write)
+from cli_contract import (
+    GERMAN,
+    PAGE,
+    TOOLS,
+    TRANSLATE_OPTIONS,
+    Writer,
+    changes,
+    every_tool,
+    interrupted,
+    many_lines,
+    run_main,
+    snapshot,
+    write,
+)
 from cli_helpers import REPO
 
 from vaswani_hf.cli.registry import COMMANDS
@@ -88,8 +100,12 @@ def small_disk(tmp_path):
     def mount(free: int) -> Path:
         disk = tmp_path / "disk"
         disk.mkdir()
-        result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={PAGE + free},mode=0755", "tmpfs", str(disk)],
-                                capture_output=True, text=True, check=False)
+        result = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={PAGE + free},mode=0755", "tmpfs", str(disk)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if result.returncode != 0:
             pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
         mounted.append(disk)
@@ -102,9 +118,13 @@ def small_disk(tmp_path):
 
 
 WRITERS = [writer for case in every_tool().values() for writer in case.writers]  # each tool's test file
-DISK_CASES = [pytest.param(w, free, id=f"{w.id}-{free // PAGE}-pages-free",
-                           marks=[pytest.mark.slow] if w.tool == "train" else [])
-              for w in WRITERS for free in sorted({0, w.part})]
+DISK_CASES = [
+    pytest.param(
+        w, free, id=f"{w.id}-{free // PAGE}-pages-free", marks=[pytest.mark.slow] if w.tool == "train" else []
+    )
+    for w in WRITERS
+    for free in sorted({0, w.part})
+]
 
 
 def leftovers(disk: Path, writer: Writer) -> list[str]:
@@ -150,19 +170,44 @@ def test_a_full_disk_stops_the_command_cleanly(writer, free, small_disk, assets,
 BEFORE_THE_RENAME = "vaswani_hf.io.outputs.fsync_tree"
 INTERRUPTED_WRITES = {
     "translate --output": (every_tool()["translate"].run, BEFORE_THE_RENAME),
-    "evaluate --out": (lambda a, t: ["--hypotheses", write(t / "in" / "hyp.txt", GERMAN), "--references",
-                                     write(t / "in" / "ref.txt", GERMAN), "--out", t / "scores.json"],
-                       BEFORE_THE_RENAME),
-    "evaluate --save_hypotheses": (lambda a, t: ["--model", a.model, "--source", a.plain, "--references", a.plain,
-                                                 "--num_beams", "1", "--device", "cpu", "--save_hypotheses",
-                                                 t / "hyp.txt", "--out", t / "scores.json"], BEFORE_THE_RENAME),
+    "evaluate --out": (
+        lambda a, t: [
+            "--hypotheses",
+            write(t / "in" / "hyp.txt", GERMAN),
+            "--references",
+            write(t / "in" / "ref.txt", GERMAN),
+            "--out",
+            t / "scores.json",
+        ],
+        BEFORE_THE_RENAME,
+    ),
+    "evaluate --save_hypotheses": (
+        lambda a, t: [
+            "--model",
+            a.model,
+            "--source",
+            a.plain,
+            "--references",
+            a.plain,
+            "--num_beams",
+            "1",
+            "--device",
+            "cpu",
+            "--save_hypotheses",
+            t / "hyp.txt",
+            "--out",
+            t / "scores.json",
+        ],
+        BEFORE_THE_RENAME,
+    ),
     # the first checkpoint, written completely into the staging folder, before its rename into place
     "train checkpoint": (every_tool()["train"].run, "vaswani_hf.training.trainer.publish_checkpoint"),
 }
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.slow] if n.startswith("train") else [])
-                                  for n in INTERRUPTED_WRITES])
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=[pytest.mark.slow] if n.startswith("train") else []) for n in INTERRUPTED_WRITES]
+)
 def test_ctrl_c_while_writing_leaves_no_partial_output(name, assets, tmp_path, capfd, monkeypatch):
     build, target = INTERRUPTED_WRITES[name]
     monkeypatch.chdir(tmp_path)
@@ -177,8 +222,9 @@ def test_ctrl_c_while_writing_leaves_no_partial_output(name, assets, tmp_path, c
     if name.startswith("train"):  # the run keeps its complete files; no checkpoint, no staging folder, no lock
         run = tmp_path / "run"
         partial = [p.name for p in [*run.glob("checkpoint-*"), *run.glob(".*")] if p.name != ".vaswani_hf.json"]
-        assert not partial and not open_descriptors_under(run), f"left behind: {partial}, still open: " \
-                                                                 f"{open_descriptors_under(run)}"
+        assert not partial and not open_descriptors_under(run), (
+            f"left behind: {partial}, still open: {open_descriptors_under(run)}"
+        )
     else:
         assert created == [], f"left behind: {created}"
 
@@ -198,8 +244,9 @@ def run_into_closed_pipe(argv: list, lines_read: int, cwd: Path) -> tuple[int, s
     read_end, write_end = os.pipe()
     fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, PAGE)
     env = {k: v for k, v in os.environ.items() if k != "VASWANI_DEBUG"}
-    process = subprocess.Popen([str(a) for a in argv], stdout=write_end, stderr=subprocess.PIPE,
-                               stdin=subprocess.DEVNULL, cwd=cwd, env=env)
+    process = subprocess.Popen(
+        [str(a) for a in argv], stdout=write_end, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, cwd=cwd, env=env
+    )
     os.close(write_end)
     with os.fdopen(read_end, "rb", buffering=0) as reader:
         for _ in range(lines_read):
@@ -215,10 +262,19 @@ def run_into_closed_pipe(argv: list, lines_read: int, cwd: Path) -> tuple[int, s
 
 PIPE_CASES = {
     "translate to stdout, reader closes after one line": (
-        lambda a, t: [console_script("translate"), many_lines(t), "--model", a.model, *TRANSLATE_OPTIONS], 1),
+        lambda a, t: [console_script("translate"), many_lines(t), "--model", a.model, *TRANSLATE_OPTIONS],
+        1,
+    ),
     "evaluate table, reader closes at once": (
-        lambda a, t: [console_script("evaluate"), "--hypotheses", write(t / "in" / "hyp.txt", GERMAN), "--references",
-                      write(t / "in" / "ref.txt", GERMAN)], 0),
+        lambda a, t: [
+            console_script("evaluate"),
+            "--hypotheses",
+            write(t / "in" / "hyp.txt", GERMAN),
+            "--references",
+            write(t / "in" / "ref.txt", GERMAN),
+        ],
+        0,
+    ),
 }
 
 
@@ -244,9 +300,16 @@ def run_limited(argv: list, limit: int, value: int, cwd: Path, debug: bool = Fal
     import resource
 
     env = {**{k: v for k, v in os.environ.items() if k != "VASWANI_DEBUG"}, "PYTHONPATH": str(REPO)}
-    result = subprocess.run([sys.executable, *map(str, argv)], cwd=cwd, capture_output=True, text=True, timeout=300,
-                            env={**env, **({"VASWANI_DEBUG": "1"} if debug else {})}, stdin=subprocess.DEVNULL,
-                            preexec_fn=lambda: resource.setrlimit(limit, (value, value)))
+    result = subprocess.run(
+        [sys.executable, *map(str, argv)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**env, **({"VASWANI_DEBUG": "1"} if debug else {})},
+        stdin=subprocess.DEVNULL,
+        preexec_fn=lambda: resource.setrlimit(limit, (value, value)),
+    )
     return result.returncode, result.stderr
 
 

@@ -36,9 +36,15 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 # Each example checks every relation of a family; a failing one is reported as found (not shrunk: each shrinking step
 # would run every relation again, a training run among them).
-PROPERTY_SETTINGS = settings(max_examples=6, deadline=None, derandomize=True, print_blob=True,
-                             phases=(Phase.explicit, Phase.generate), report_multiple_bugs=False,
-                             suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+PROPERTY_SETTINGS = settings(
+    max_examples=6,
+    deadline=None,
+    derandomize=True,
+    print_blob=True,
+    phases=(Phase.explicit, Phase.generate),
+    report_multiple_bugs=False,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -54,13 +60,32 @@ WRITERS = [c for c in COMMANDS if c.output is not None]
 # The relations, generated
 # ---------------------------------------------------------------------------------------------------------------------
 
-OVERLAPS = ("is", "hard-link", "symlink", "symlink-chain", "parent", "ancestor", "symlink-to-ancestor", "inside",
-            "inside-through-symlink", "input-given-through-symlink")  # the output overlaps an input
-NOT_WRITABLE = ("dev-null", "fifo", "dangling-symlink", "symlink-loop", "self-loop", "below-dangling-symlink",
-                "below-dev-null", "below-fifo")  # the output is no file or folder a tool may replace
+OVERLAPS = (
+    "is",
+    "hard-link",
+    "symlink",
+    "symlink-chain",
+    "parent",
+    "ancestor",
+    "symlink-to-ancestor",
+    "inside",
+    "inside-through-symlink",
+    "input-given-through-symlink",
+)  # the output overlaps an input
+NOT_WRITABLE = (
+    "dev-null",
+    "fifo",
+    "dangling-symlink",
+    "symlink-loop",
+    "self-loop",
+    "below-dangling-symlink",
+    "below-dev-null",
+    "below-fifo",
+)  # the output is no file or folder a tool may replace
 SPELLINGS = ("absolute", "relative", "dotted", "trailing-slash")
 NAME = st.text(st.sampled_from("abcxyzÄé019 _-.+"), min_size=1, max_size=8).filter(
-    lambda s: s not in (".", "..") and not s.startswith("-"))
+    lambda s: s not in (".", "..") and not s.startswith("-")
+)
 
 
 @dataclass(frozen=True)
@@ -80,9 +105,15 @@ class Example:
 
 @st.composite
 def examples(draw, command: PathCase) -> Example:
-    return Example(tuple(draw(st.lists(NAME, min_size=1, max_size=2))), draw(st.sampled_from(command.roles)),
-                   draw(NAME), draw(st.integers(0, 3)), draw(st.booleans()), draw(st.sampled_from(SPELLINGS)),
-                   draw(st.booleans()))
+    return Example(
+        tuple(draw(st.lists(NAME, min_size=1, max_size=2))),
+        draw(st.sampled_from(command.roles)),
+        draw(NAME),
+        draw(st.integers(0, 3)),
+        draw(st.booleans()),
+        draw(st.sampled_from(SPELLINGS)),
+        draw(st.booleans()),
+    )
 
 
 def each_relation(command: PathCase, e: Example, family: tuple[str, ...], every_input: bool = True) -> list[Example]:
@@ -214,8 +245,15 @@ def example_folder(tmp_path: Path):
             os.chdir(previous)
 
 
-def assert_refused(command: PathCase, argv: list, e: Example, names: tuple[str, ...], roots: tuple[Path, ...], capfd,
-                   forbid: tuple[str, ...] = ()) -> None:
+def assert_refused(
+    command: PathCase,
+    argv: list,
+    e: Example,
+    names: tuple[str, ...],
+    roots: tuple[Path, ...],
+    capfd,
+    forbid: tuple[str, ...] = (),
+) -> None:
     """The contract for a refused command line: exit status 2, one stderr line holding one of `names`, no traceback,
     nothing under `roots` created, changed or removed."""
     before, assets_before = tree_state(roots[0]), snapshot(*roots[1:])
@@ -224,8 +262,10 @@ def assert_refused(command: PathCase, argv: list, e: Example, names: tuple[str, 
         code, warned = run_main(command.tool, argv)
     except Exception as error:  # in a real process: a traceback
         _, err = capfd.readouterr()
-        raise AssertionError(f"{e}\n{command.tool} {' '.join(map(str, argv))}\nraised {error!r} (in a process: a "
-                             f"traceback)\nSTDERR:\n{err[-2000:]}") from error
+        raise AssertionError(
+            f"{e}\n{command.tool} {' '.join(map(str, argv))}\nraised {error!r} (in a process: a "
+            f"traceback)\nSTDERR:\n{err[-2000:]}"
+        ) from error
     _, err = capfd.readouterr()
     shown = f"{e}\n{command.tool} {' '.join(map(str, argv))}\nexit status {code}\nSTDERR:\n{err[-3000:]}{warned}"
     assert code == 2, shown
@@ -256,8 +296,9 @@ def test_an_output_that_overlaps_an_input_is_refused(command, example, assets, t
             inputs = command.inputs(work.joinpath(*e.layout), assets)
             output = overlapping_output(work, inputs[e.role], e, inputs)
             argv = command.argv(inputs, spelled(output, work, e, output.is_dir()), e.overwrite)
-            assert_refused(command, argv, e, (command.output,), (work, assets.root), capfd,
-                           forbid=("--overwrite to replace",))
+            assert_refused(
+                command, argv, e, (command.output,), (work, assets.root), capfd, forbid=("--overwrite to replace",)
+            )
 
 
 @pytest.mark.parametrize("command", WRITERS, ids=lambda c: c.id)

@@ -15,10 +15,18 @@ pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 case = Cases(
-    "push_to_hub", refused=lambda t: ["--model_dir", t / "absent", "--repo_id", "org/name", "--dry_run"],
+    "push_to_hub",
+    refused=lambda t: ["--model_dir", t / "absent", "--repo_id", "org/name", "--dry_run"],
     run=lambda a, t: ["--model_dir", a.model, "--repo_id", REPO_ID, "--dry_run"],
-    paths=[PathCase("push_to_hub", lambda f, a: {"--model_dir": copy(a.model, f / "model")},
-                    lambda i, o, w: ["--model_dir", i["--model_dir"], "--repo_id", REPO_ID, "--dry_run"], None)])
+    paths=[
+        PathCase(
+            "push_to_hub",
+            lambda f, a: {"--model_dir": copy(a.model, f / "model")},
+            lambda i, o, w: ["--model_dir", i["--model_dir"], "--repo_id", REPO_ID, "--dry_run"],
+            None,
+        )
+    ],
+)
 
 
 def push_argv(model, *extra, repo_id=REPO_ID):
@@ -35,8 +43,7 @@ def _(t, a):
 
 @case("dry-run-lists-and-writes-nothing")
 def _(t, a):
-    return Call(push_argv(a.model, "--dry_run"), 0,
-                check=stdout_has("dry run: would upload", "model.safetensors"))
+    return Call(push_argv(a.model, "--dry_run"), 0, check=stdout_has("dry run: would upload", "model.safetensors"))
 
 
 @case("missing-card")
@@ -50,20 +57,37 @@ def _(t, a):
 def _(t, a):
     def check(stdout, stderr):
         assert TOKEN not in stdout + stderr
-    return Call(push_argv(a.model), 1, (f"upload to {REPO_ID} failed",), check=check, env={"HF_TOKEN": TOKEN},
-                patch={"huggingface_hub.constants.ENDPOINT": "http://127.0.0.1:9"})  # a closed port
+
+    return Call(
+        push_argv(a.model),
+        1,
+        (f"upload to {REPO_ID} failed",),
+        check=check,
+        env={"HF_TOKEN": TOKEN},
+        patch={"huggingface_hub.constants.ENDPOINT": "http://127.0.0.1:9"},
+    )  # a closed port
 
 
 @case("no-token")
 def _(t, a):
-    return Call(push_argv(a.model), 1, ("no Hugging Face token", "HF_TOKEN"),
-                patch={"huggingface_hub.get_token": lambda: None}, env={"HF_TOKEN": None})
+    return Call(
+        push_argv(a.model),
+        1,
+        ("no Hugging Face token", "HF_TOKEN"),
+        patch={"huggingface_hub.get_token": lambda: None},
+        env={"HF_TOKEN": None},
+    )
 
 
 @case("ctrl-c")
 def _(t, a):
-    return Call(push_argv(a.model), 130, ("interrupted",), interrupt="vaswani_hf.cli.push_to_hub.push_folder",
-                env={"HF_TOKEN": TOKEN})
+    return Call(
+        push_argv(a.model),
+        130,
+        ("interrupted",),
+        interrupt="vaswani_hf.cli.push_to_hub.push_folder",
+        env={"HF_TOKEN": TOKEN},
+    )
 
 
 test_cli_contract = case.contract_test()  # every case above

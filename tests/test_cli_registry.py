@@ -7,11 +7,11 @@ from __future__ import annotations
 import ast
 import errno
 import importlib
-import tomllib
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from vaswani_hf.cli.command import OUTPUT_FILE, TEXT_FILE, Command, Kind, Paths, Use, run_command
 from vaswani_hf.cli.contract import ArgumentParser
@@ -45,8 +45,9 @@ def test_each_tool_is_its_module_s_declaration_with_a_shim_and_a_test_file(name)
     assert command.build_parser().prog == command.prog
     shim = REPO / "scripts" / command.script_name
     assert shim.is_file(), f"add {shim.relative_to(REPO)}: `from vaswani_commands import {name}`, sys.exit({name}())"
-    imports = [node for node in ast.walk(ast.parse(shim.read_text(encoding="utf-8")))
-               if isinstance(node, ast.ImportFrom)]
+    imports = [
+        node for node in ast.walk(ast.parse(shim.read_text(encoding="utf-8"))) if isinstance(node, ast.ImportFrom)
+    ]
     assert ("vaswani_commands", [name]) in [(i.module, [a.name for a in i.names]) for i in imports]
     assert (REPO / "tests" / f"test_cli_{name}.py").is_file()
 
@@ -104,12 +105,21 @@ def _recording_command(steps: list, fail: str | None = None, run=None) -> Comman
     def kind(name):
         return Kind(name, lambda path, what, overwrite: step(f"{name} {what}", path))
 
-    return Command("test", "vaswani-test", parser, run or (lambda plan: step("run", 0)),
-                   validate=lambda args: step("validate"),
-                   paths=lambda args: step("paths", Paths(inputs=(Use("--input", args.input, kind("input")),),
-                                                          outputs=(Use("--out", args.out, kind("output")),))),
-                   agree=lambda args, checked: step("agree"),
-                   resolve=lambda args, checked: step("resolve", checked))
+    return Command(
+        "test",
+        "vaswani-test",
+        parser,
+        run or (lambda plan: step("run", 0)),
+        validate=lambda args: step("validate"),
+        paths=lambda args: step(
+            "paths",
+            Paths(
+                inputs=(Use("--input", args.input, kind("input")),), outputs=(Use("--out", args.out, kind("output")),)
+            ),
+        ),
+        agree=lambda args, checked: step("agree"),
+        resolve=lambda args, checked: step("resolve", checked),
+    )
 
 
 def test_the_runner_takes_one_order(tmp_path):
@@ -141,8 +151,9 @@ def test_an_input_marked_first_is_checked_before_the_relations(tmp_path, capsys,
 
     monkeypatch.delenv("VASWANI_DEBUG", raising=False)
     assert run_command(COMMAND, [str(tmp_path), "--model", str(tmp_path / "m"), "--output", str(tmp_path / "o")]) == 2
-    assert capsys.readouterr().err.endswith(f"error: input file {tmp_path} is a folder; give a file (one sentence per "
-                                            "line)\n")
+    assert capsys.readouterr().err.endswith(
+        f"error: input file {tmp_path} is a folder; give a file (one sentence per line)\n"
+    )
 
 
 def test_a_full_disk_names_the_running_declaration_s_outputs(tmp_path, capsys, monkeypatch):
@@ -153,8 +164,10 @@ def test_a_full_disk_names_the_running_declaration_s_outputs(tmp_path, capsys, m
 
     out = tmp_path / "b"
     assert run_command(_recording_command([], run=run), ["--input", str(tmp_path / "a"), "--out", str(out)]) == 1
-    assert capsys.readouterr().err == f"vaswani-test: error: --out {out}: no space left on device; free some space " \
-                                      "or write elsewhere\n"
+    assert (
+        capsys.readouterr().err == f"vaswani-test: error: --out {out}: no space left on device; free some space "
+        "or write elsewhere\n"
+    )
 
 
 def test_the_kinds_are_the_package_s_checks(tmp_path):

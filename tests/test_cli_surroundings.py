@@ -50,8 +50,9 @@ BAD_LAUNCHES = {  # the launcher's variables -> what the one line names
 }
 
 
-def refused_before_any_work(tool: str, argv: list, roots: list[Path], capfd, code: int, *fragments: str,
-                            output: bool = False) -> str:
+def refused_before_any_work(
+    tool: str, argv: list, roots: list[Path], capfd, code: int, *fragments: str, output: bool = False
+) -> str:
     """Run the tool; assert the exit status, one error line holding `fragments`, and nothing changed under `roots`;
     and, unless `output` (a command interrupted while writing may have printed its results and logged its progress),
     nothing on standard output and nothing else on standard error."""
@@ -59,8 +60,9 @@ def refused_before_any_work(tool: str, argv: list, roots: list[Path], capfd, cod
     capfd.readouterr()
     status, warned = run_main(tool, argv)
     out, err = capfd.readouterr()
-    line = assert_one_error_line(err + "".join(f"{w}\n" for w in warned), status, code, *fragments,
-                                 shown=f"{tool} {' '.join(map(str, argv))}")
+    line = assert_one_error_line(
+        err + "".join(f"{w}\n" for w in warned), status, code, *fragments, shown=f"{tool} {' '.join(map(str, argv))}"
+    )
     assert output or (len(err.splitlines()) == 1 and out == ""), (out, err)
     assert not changes(before, snapshot(*roots)), sorted(changes(before, snapshot(*roots)))
     return line
@@ -73,13 +75,19 @@ def test_malformed_launcher_variables_are_one_line(tool, launch, assets, tmp_pat
     monkeypatch.chdir(tmp_path)
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
-    refused_before_any_work(tool, RUNS[tool](assets, tmp_path), [assets.root, tmp_path], capfd, 2, *fragments,
-                            "environment variable")
+    refused_before_any_work(
+        tool, RUNS[tool](assets, tmp_path), [assets.root, tmp_path], capfd, 2, *fragments, "environment variable"
+    )
 
 
 def test_well_formed_launcher_variables_pass(assets, tmp_path, monkeypatch, capfd):
-    for name, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "1"),
-                        ("MASTER_PORT", "29500")):
+    for name, value in (
+        ("RANK", "0"),
+        ("WORLD_SIZE", "1"),
+        ("LOCAL_RANK", "0"),
+        ("LOCAL_WORLD_SIZE", "1"),
+        ("MASTER_PORT", "29500"),
+    ):
         monkeypatch.setenv(name, value)
     assert run_main("evaluate", RUNS["evaluate"](assets, tmp_path))[0] == 0
     assert json.loads((tmp_path / "scores.json").read_text())["scores"]
@@ -91,8 +99,14 @@ def test_a_deleted_working_folder_is_one_line(tool, assets, tmp_path, capfd, mon
     gone.mkdir()
     monkeypatch.chdir(gone)
     gone.rmdir()
-    refused_before_any_work(tool, RUNS[tool](assets, tmp_path), [assets.root, tmp_path], capfd, 2,
-                            f"the working folder {gone} was deleted; cd into an existing folder")
+    refused_before_any_work(
+        tool,
+        RUNS[tool](assets, tmp_path),
+        [assets.root, tmp_path],
+        capfd,
+        2,
+        f"the working folder {gone} was deleted; cd into an existing folder",
+    )
 
 
 @pytest.mark.parametrize("tool", TOOLS)
@@ -122,9 +136,14 @@ def test_a_closed_standard_stream_is_refused_by_its_users(stream, tool, assets, 
     """A closed standard input is bad input (2); a closed standard output is a failure of the run (1)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, stream, None)
-    refused_before_any_work(tool, CLOSED_STREAM_USERS[stream, tool](assets, tmp_path), [assets.root, tmp_path],
-                            capfd, 2 if stream == "stdin" else 1,
-                            f"standard {'input' if stream == 'stdin' else 'output'} is closed")
+    refused_before_any_work(
+        tool,
+        CLOSED_STREAM_USERS[stream, tool](assets, tmp_path),
+        [assets.root, tmp_path],
+        capfd,
+        2 if stream == "stdin" else 1,
+        f"standard {'input' if stream == 'stdin' else 'output'} is closed",
+    )
     assert getattr(sys, stream) is None
 
 
@@ -133,8 +152,15 @@ def test_a_closed_standard_input_does_not_matter_to_a_command_reading_files(asse
     assert run_main("evaluate", RUNS["evaluate"](assets, tmp_path))[0] == 0
 
 
-STOPPED_WRITERS = ("translate", "evaluate", "train_tokenizer", "average_checkpoints", "export_marian",
-                   "export_ctranslate2", "visualize_attention")
+STOPPED_WRITERS = (
+    "translate",
+    "evaluate",
+    "train_tokenizer",
+    "average_checkpoints",
+    "export_marian",
+    "export_ctranslate2",
+    "visualize_attention",
+)
 
 
 @pytest.mark.parametrize("name", ["SIGTERM", "SIGHUP"])
@@ -153,21 +179,30 @@ def test_sigterm_while_writing_interrupts_as_ctrl_c(tool, name, assets, tmp_path
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(outputs, "fsync_tree", signalled)
-    refused_before_any_work(tool, RUNS[tool](assets, tmp_path), [assets.root, tmp_path], capfd, 128 + number,
-                            f"interrupted by {name}", output=True)
+    refused_before_any_work(
+        tool,
+        RUNS[tool](assets, tmp_path),
+        [assets.root, tmp_path],
+        capfd,
+        128 + number,
+        f"interrupted by {name}",
+        output=True,
+    )
     assert signal.getsignal(number) is handler_before
 
 
 # --- in real processes --------------------------------------------------------------------------------------------
 
 
-def run_console(tool: str, argv: list, cwd: Path, shell: str = "", env: dict | None = None,
-                stdin=subprocess.DEVNULL) -> tuple[int, str, str]:
+def run_console(
+    tool: str, argv: list, cwd: Path, shell: str = "", env: dict | None = None, stdin=subprocess.DEVNULL
+) -> tuple[int, str, str]:
     """The console script in a fresh process; `shell`: redirections applied to it (`<&-`, `>&-`, `2>&-`)."""
     command = ["sh", "-c", f'exec "$@" {shell}', "sh", console_script(tool), *map(str, argv)]
     environment = {k: v for k, v in os.environ.items() if k != "VASWANI_DEBUG"}
-    result = subprocess.run(command, cwd=cwd, env={**environment, **(env or {})}, capture_output=True, stdin=stdin,
-                            timeout=300)
+    result = subprocess.run(
+        command, cwd=cwd, env={**environment, **(env or {})}, capture_output=True, stdin=stdin, timeout=300
+    )
     return result.returncode, result.stdout.decode("utf-8", "replace"), result.stderr.decode("utf-8", "replace")
 
 
@@ -188,12 +223,23 @@ def test_surroundings_refused_before_torch_is_imported(assets, tmp_path):
     one line, exit status 2."""
     gone = tmp_path / "gone"
     gone.mkdir()
-    process = subprocess.Popen(["sh", "-c", 'cd "$1" && rmdir "$1" && exec "$2" --hypotheses a --references b', "sh",
-                                str(gone), console_script("evaluate")], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [
+            "sh",
+            "-c",
+            'cd "$1" && rmdir "$1" && exec "$2" --hypotheses a --references b',
+            "sh",
+            str(gone),
+            console_script("evaluate"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
     out, err = process.communicate(timeout=300)
-    assert_one_error_line(err.decode(), process.returncode, 2,
-                          f"the working folder {gone} was deleted; cd into an existing folder")
+    assert_one_error_line(
+        err.decode(), process.returncode, 2, f"the working folder {gone} was deleted; cd into an existing folder"
+    )
     assert len(err.decode().splitlines()) == 1 and out == b""
     code, out, err = run_console("translate", RUNS["translate"](assets, tmp_path), tmp_path, env={"RANK": "abc"})
     assert_one_error_line(err, code, 2, "RANK='abc'")
@@ -236,9 +282,13 @@ def test_a_signal_while_training_a_tokenizer_leaves_no_staged_folder(name, tmp_p
     fifo, parent = tmp_path / "corpus", tmp_path / "out"
     os.mkfifo(fifo)
     parent.mkdir()
-    process = subprocess.Popen([console_script("train_tokenizer"), "--files", fifo, "--vocab_size", "300",
-                                "--out_dir", parent / "tok"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               stdin=subprocess.DEVNULL, cwd=tmp_path)
+    process = subprocess.Popen(
+        [console_script("train_tokenizer"), "--files", fifo, "--vocab_size", "300", "--out_dir", parent / "tok"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        cwd=tmp_path,
+    )
     writer = open_when_read(fifo, process)
     assert writer is not None, process.communicate(timeout=60)
     names = sorted(p.name for p in parent.iterdir())  # staged beside --out_dir, which the run claimed (and locked)

@@ -10,8 +10,21 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_contract import (BOM, GERMAN, LATIN1, LINES, PAGE, Call, Cases, PathCase, Writer, copy, run_main,
-                          stdout_has, write)
+from cli_contract import (
+    BOM,
+    GERMAN,
+    LATIN1,
+    LINES,
+    PAGE,
+    Call,
+    Cases,
+    PathCase,
+    Writer,
+    copy,
+    run_main,
+    stdout_has,
+    write,
+)
 from cli_helpers import truncate
 
 from vaswani_hf.io import check_safetensors
@@ -22,32 +35,59 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 def _path_inputs(f: Path, a) -> dict[str, Path]:
     corpus = copy(a.corpus, f / "corpus")
-    return {"corpus (en)": corpus / "train.en", "corpus (de)": corpus / "train.de",
-            "tokenizer_path": copy(a.model, f / "tokenizer"),
-            "--recipe": copy(a.recipe, f / "recipes" / "recipe.yaml")}  # as a run folder keeps it
+    return {
+        "corpus (en)": corpus / "train.en",
+        "corpus (de)": corpus / "train.de",
+        "tokenizer_path": copy(a.model, f / "tokenizer"),
+        "--recipe": copy(a.recipe, f / "recipes" / "recipe.yaml"),
+    }  # as a run folder keeps it
 
 
 def _path_argv(i: dict[str, Path], *outputs) -> list:
-    return ["--recipe", i["--recipe"], "--data_dir", i["corpus (en)"].parent, "--tokenizer_path", i["tokenizer_path"],
-            *outputs]
+    return [
+        "--recipe",
+        i["--recipe"],
+        "--data_dir",
+        i["corpus (en)"].parent,
+        "--tokenizer_path",
+        i["tokenizer_path"],
+        *outputs,
+    ]
 
 
-_ROLES = dict(roles=("corpus (en)", "corpus (de)", "tokenizer_path", "--recipe"),
-              derived=("corpus (en)", "corpus (de)"))  # the corpus files are found in --data_dir
+_ROLES = dict(
+    roles=("corpus (en)", "corpus (de)", "tokenizer_path", "--recipe"), derived=("corpus (en)", "corpus (de)")
+)  # the corpus files are found in --data_dir
 case = Cases(
-    "train", refused=lambda t: ["--recipe", t / "absent.yaml", "--check"],
+    "train",
+    refused=lambda t: ["--recipe", t / "absent.yaml", "--check"],
     run=lambda a, t: ["--recipe", a.recipe, "--data_dir", a.corpus, "--output_dir", t / "run"],
-    paths=[PathCase("train-output_dir", _path_inputs,
-                    lambda i, o, w: _path_argv(i, "--output_dir", o, *["--overwrite"][:w]), "output_dir", **_ROLES),
-           PathCase("train-export_dir", _path_inputs,
-                    lambda i, o, w: _path_argv(i, "--output_dir", i["tokenizer_path"].parent / "fresh-run",
-                                               "--export_dir", o, *["--overwrite"][:w]), "export_dir", **_ROLES)],
-    writers=[Writer("train", None, "output_dir", 64 * PAGE)])
+    paths=[
+        PathCase(
+            "train-output_dir",
+            _path_inputs,
+            lambda i, o, w: _path_argv(i, "--output_dir", o, *["--overwrite"][:w]),
+            "output_dir",
+            **_ROLES,
+        ),
+        PathCase(
+            "train-export_dir",
+            _path_inputs,
+            lambda i, o, w: _path_argv(
+                i, "--output_dir", i["tokenizer_path"].parent / "fresh-run", "--export_dir", o, *["--overwrite"][:w]
+            ),
+            "export_dir",
+            **_ROLES,
+        ),
+    ],
+    writers=[Writer("train", None, "output_dir", 64 * PAGE)],
+)
 
 
 def train_argv(t, a, *extra, corpus=None, check=True):
-    return ["--recipe", a.recipe, "--data_dir", corpus or a.corpus, "--output_dir", t / "run", *extra] + \
-        (["--check"] if check else [])
+    return ["--recipe", a.recipe, "--data_dir", corpus or a.corpus, "--output_dir", t / "run", *extra] + (
+        ["--check"] if check else []
+    )
 
 
 def moses(t: Path, en, de) -> Path:
@@ -103,15 +143,21 @@ def _(t, a):
 @case("check-line-count-mismatch")
 def _(t, a):
     corpus = moses(t, LINES, GERMAN[:2])
-    return Call(train_argv(t, a, corpus=corpus), 2,
-                (f"{corpus / 'train.en'} has 3 lines", f"{corpus / 'train.de'} has 2 lines"))
+    return Call(
+        train_argv(t, a, corpus=corpus),
+        2,
+        (f"{corpus / 'train.en'} has 3 lines", f"{corpus / 'train.de'} has 2 lines"),
+    )
 
 
 @case("check-tsv-wrong-field-count")
 def _(t, a):
     extra = tsv(t, ["en\tde", f"{LINES[0]}\t{GERMAN[0]}", LINES[1]])
-    return Call(train_argv(t, a, *extra, corpus=t / "corpus"), 2,
-                (f"{t / 'corpus' / 'train.tsv'}:3:", "expected 2 tab-separated fields, found 1"))
+    return Call(
+        train_argv(t, a, *extra, corpus=t / "corpus"),
+        2,
+        (f"{t / 'corpus' / 'train.tsv'}:3:", "expected 2 tab-separated fields, found 1"),
+    )
 
 
 @case("check-tsv-missing-header")
@@ -123,8 +169,9 @@ def _(t, a):
 @case("check-jsonl-bad-json")
 def _(t, a):
     extra = jsonl(t, [json.dumps({"en": LINES[0], "de": GERMAN[0]}), "{'en': 'single quotes'}"])
-    return Call(train_argv(t, a, *extra, corpus=t / "corpus"), 2,
-                (f"{t / 'corpus' / 'train.jsonl'}:2:", "invalid JSON"))
+    return Call(
+        train_argv(t, a, *extra, corpus=t / "corpus"), 2, (f"{t / 'corpus' / 'train.jsonl'}:2:", "invalid JSON")
+    )
 
 
 @case("check-jsonl-missing-language")
@@ -148,8 +195,7 @@ def _(t, a):
 @case("check-bom-crlf-cr-corpus-handled")
 def _(t, a):
     corpus = moses(t, BOM + "\r\n".join(LINES) + "\r\n", "\r".join(GERMAN))
-    return Call(train_argv(t, a, corpus=corpus), 0,
-                check=stdout_has("train_data: 3 pairs (3 usable)"))
+    return Call(train_argv(t, a, corpus=corpus), 0, check=stdout_has("train_data: 3 pairs (3 usable)"))
 
 
 @case("check-corpus-missing")
@@ -161,8 +207,11 @@ def _(t, a):
 @case("check-corpus-is-a-folder")
 def _(t, a):
     (t / "corpus" / "train.tsv").mkdir(parents=True)
-    return Call(train_argv(t, a, "--data_format", "tsv", "--train_data", "train.tsv", corpus=t / "corpus"), 2,
-                ("train_data", str(t / "corpus" / "train.tsv"), "is a folder"))
+    return Call(
+        train_argv(t, a, "--data_format", "tsv", "--train_data", "train.tsv", corpus=t / "corpus"),
+        2,
+        ("train_data", str(t / "corpus" / "train.tsv"), "is a folder"),
+    )
 
 
 @case("check-data-dir-missing")
@@ -200,8 +249,11 @@ BAD_RECIPES = {  # the recipe file's bytes -> what the one line names besides th
     "latin1": (b"description: caf\xe9\n", ()),
 }
 for _name, (_text, _expected) in BAD_RECIPES.items():
-    case(f"recipe-{_name}")(lambda t, a, text=_text, expected=_expected: Call(
-        ["--recipe", write(t / "r.yaml", text), "--check"], 2, (str(t / "r.yaml"), *expected)))
+    case(f"recipe-{_name}")(
+        lambda t, a, text=_text, expected=_expected: Call(
+            ["--recipe", write(t / "r.yaml", text), "--check"], 2, (str(t / "r.yaml"), *expected)
+        )
+    )
 
 
 @case("unknown-flag")
@@ -228,8 +280,11 @@ def _(t, a):
 @case("line-count-mismatch-writes-nothing")
 def _(t, a):
     corpus = moses(t, LINES, GERMAN[:2])
-    return Call(train_argv(t, a, corpus=corpus, check=False), 2,
-                (f"{corpus / 'train.en'} has 3 lines", f"{corpus / 'train.de'} has 2 lines"))
+    return Call(
+        train_argv(t, a, corpus=corpus, check=False),
+        2,
+        (f"{corpus / 'train.en'} has 3 lines", f"{corpus / 'train.de'} has 2 lines"),
+    )
 
 
 @case("zero-usable-pairs-blank-lines")
@@ -247,8 +302,9 @@ def _(t, a):
 @case("previous-run-refused")
 def _(t, a):
     copy(a.run, t / "run")
-    return Call(train_argv(t, a, check=False), 2, ("output_dir", str(t / "run"), "previous run", "--resume",
-                                                  "--overwrite"))
+    return Call(
+        train_argv(t, a, check=False), 2, ("output_dir", str(t / "run"), "previous run", "--resume", "--overwrite")
+    )
 
 
 @case("previous-run-refused-by-check")
@@ -268,8 +324,11 @@ def _(t, a):
     write(t / "run" / "hub" / "mine.txt", "precious")  # names a run writes, in a folder no run wrote
     write(t / "run" / "tokenizer" / "tokenizer.json", "{}")
     write(t / "run" / "metrics.json", "notes")
-    return Call(train_argv(t, a, "--overwrite", check=False), 2,
-                ("output_dir", str(t / "run"), "hub, metrics.json, tokenizer", "choose another output_dir"))
+    return Call(
+        train_argv(t, a, "--overwrite", check=False),
+        2,
+        ("output_dir", str(t / "run"), "hub, metrics.json, tokenizer", "choose another output_dir"),
+    )
 
 
 @case("overwrite-and-resume-refused")
@@ -293,8 +352,11 @@ def _(t, a):
 @case("resume-changed-architecture")
 def _(t, a):
     copy(a.run, t / "run")
-    return Call(train_argv(t, a, "--resume", "--d_model", "64", "--max_steps", "6", check=False), 2,
-                ("--resume", "d_model=32", "64"))
+    return Call(
+        train_argv(t, a, "--resume", "--d_model", "64", "--max_steps", "6", check=False),
+        2,
+        ("--resume", "d_model=32", "64"),
+    )
 
 
 @case("resume-all-checkpoints-corrupt")
@@ -302,8 +364,9 @@ def _(t, a):
     copy(a.run, t / "run")
     for step in (2, 4):
         truncate(t / "run" / f"checkpoint-{step}" / "model.safetensors")
-    return Call(train_argv(t, a, "--resume", "--max_steps", "6", check=False), 2,
-                ("--resume", "no checkpoint", str(t / "run")))
+    return Call(
+        train_argv(t, a, "--resume", "--max_steps", "6", check=False), 2, ("--resume", "no checkpoint", str(t / "run"))
+    )
 
 
 @case("resume-planted-pickle-refused")
@@ -312,8 +375,11 @@ def _(t, a):
 
     run = copy(a.run, t / "run")
     torch.save({"state": {0: Planted()}}, run / "checkpoint-4" / "rng_state.pth")
-    return Call(train_argv(t, a, "--resume", "--max_steps", "6", check=False), 2,
-                (str(run / "checkpoint-4" / "rng_state.pth"), "safe loader refuses", "it calls print"))
+    return Call(
+        train_argv(t, a, "--resume", "--max_steps", "6", check=False),
+        2,
+        (str(run / "checkpoint-4" / "rng_state.pth"), "safe loader refuses", "it calls print"),
+    )
 
 
 class Planted:
@@ -332,6 +398,7 @@ def _(t, a):
         assert state["global_step"] == 6
         check_safetensors(run / "checkpoint-4" / "model.safetensors")  # written again, whole
         assert json.loads((run / "metrics.json").read_text(encoding="utf-8"))["global_step"] == 6
+
     return Call(train_argv(t, a, "--resume", "--max_steps", "6", check=False), 0, may_change=(run,), check=check)
 
 
@@ -346,6 +413,7 @@ def _(t, a):
         assert (run / "notes.txt").read_text(encoding="utf-8") == "mine, not the run's"
         assert not (run / "checkpoint-4" / "stale.txt").exists() and not (run / "checkpoint-8").exists()
         assert (run / "hub" / "model.safetensors").is_file() and (run / "checkpoint-4" / "model.safetensors").is_file()
+
     return Call(train_argv(t, a, "--overwrite", check=False), 0, may_change=(run,), check=check)
 
 

@@ -10,21 +10,45 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_contract import (BOM, GERMAN, LATIN1, LINES, PAGE, Call, Cases, PathCase, Writer, copy, earlier_output,
-                          write)
+from cli_contract import BOM, GERMAN, LATIN1, LINES, PAGE, Call, Cases, PathCase, Writer, copy, earlier_output, write
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 case = Cases(
-    "train_tokenizer", refused=lambda t: ["--files", t / "absent.txt", "--out_dir", t / "tok"],
+    "train_tokenizer",
+    refused=lambda t: ["--files", t / "absent.txt", "--out_dir", t / "tok"],
     run=lambda a, t: ["--files", a.plain, "--vocab_size", "300", "--out_dir", t / "tok"],
-    paths=[PathCase("train_tokenizer", lambda f, a: {"--files (1)": copy(a.plain, f / "a.txt"),
-                                                     "--files (2)": copy(a.corpus / "train.de", f / "b.txt")},
-                    lambda i, o, w: ["--files", i["--files (1)"], i["--files (2)"], "--vocab_size", "300", "--out_dir",
-                                     o, *["--overwrite"][:w]], "--out_dir", roles=("--files (1)", "--files (2)"))],
-    writers=[Writer("train_tokenizer", lambda a, t, d: ["--files", a.plain, a.corpus / "train.de", "--vocab_size",
-                                                        "300", "--out_dir", d / "tok"], "--out_dir", 2 * PAGE)])
+    paths=[
+        PathCase(
+            "train_tokenizer",
+            lambda f, a: {
+                "--files (1)": copy(a.plain, f / "a.txt"),
+                "--files (2)": copy(a.corpus / "train.de", f / "b.txt"),
+            },
+            lambda i, o, w: [
+                "--files",
+                i["--files (1)"],
+                i["--files (2)"],
+                "--vocab_size",
+                "300",
+                "--out_dir",
+                o,
+                *["--overwrite"][:w],
+            ],
+            "--out_dir",
+            roles=("--files (1)", "--files (2)"),
+        )
+    ],
+    writers=[
+        Writer(
+            "train_tokenizer",
+            lambda a, t, d: ["--files", a.plain, a.corpus / "train.de", "--vocab_size", "300", "--out_dir", d / "tok"],
+            "--out_dir",
+            2 * PAGE,
+        )
+    ],
+)
 
 
 TOKENIZER_TEXT = [line for pair in zip(LINES, GERMAN) for line in pair] * 4
@@ -37,16 +61,19 @@ def tokenizer_argv(t, *source, extra=()):
 def same_vocabulary_as_plain(t: Path, files: list[Path]):
     """The tokenizer learned from `files` equals the one learned from the same text with LF line ends and no BOM,
     and no learned token holds a piece of a BOM ("ï»¿") or a CR ("č") in GPT-2's byte-level alphabet."""
+
     def check(stdout, stderr):
         from vaswani_hf.tokenization import train_bpe_tokenizer
 
         vocab = json.loads((t / "tok" / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
-        plain = train_bpe_tokenizer([line for f in files for line in TOKENIZER_TEXT], vocab_size=300,
-                                    show_progress=False)
+        plain = train_bpe_tokenizer(
+            [line for f in files for line in TOKENIZER_TEXT], vocab_size=300, show_progress=False
+        )
         assert vocab == plain.get_vocab() or sorted(vocab) == sorted(plain.get_vocab())
         learned = [token for token in vocab if len(token) > 1 and not token.startswith("<")]
         assert not [token for token in learned if "ï»¿" in token or "»¿" in token or "ï»" in token]
         assert not [token for token in learned if "č" in token]
+
     return check
 
 
@@ -73,14 +100,20 @@ def _(t, a):
 
 @case("files-stdin")
 def _(t, a):
-    return Call(tokenizer_argv(t, "--files", "-"), 0, may_change=(t / "tok",), stdin="\n".join(TOKENIZER_TEXT).encode(),
-                check=lambda out, err: json.loads(out)["vocab_size"] > 0)
+    return Call(
+        tokenizer_argv(t, "--files", "-"),
+        0,
+        may_change=(t / "tok",),
+        stdin="\n".join(TOKENIZER_TEXT).encode(),
+        check=lambda out, err: json.loads(out)["vocab_size"] > 0,
+    )
 
 
 @case("files-stdin-twice")
 def _(t, a):
-    return Call(tokenizer_argv(t, "--files", "-", "-"), 2, ("--files (1) and --files (2)", "standard input"),
-                stdin=b"a b\n")
+    return Call(
+        tokenizer_argv(t, "--files", "-", "-"), 2, ("--files (1) and --files (2)", "standard input"), stdin=b"a b\n"
+    )
 
 
 @case("files-stdin-closed")
@@ -101,17 +134,21 @@ def _(t, a):
 @case("bom-never-learned")
 def _(t, a):
     files = [write(t / f"{i}.txt", BOM + "\n".join(TOKENIZER_TEXT) + "\n") for i in range(4)]
-    return Call(tokenizer_argv(t, "--files", *files), 0, may_change=(t / "tok",),
-                check=same_vocabulary_as_plain(t, files))
+    return Call(
+        tokenizer_argv(t, "--files", *files), 0, may_change=(t / "tok",), check=same_vocabulary_as_plain(t, files)
+    )
 
 
 @case("crlf-and-lone-cr")
 def _(t, a):
-    files = [write(t / "crlf.txt", "\r\n".join(TOKENIZER_TEXT) + "\r\n"),
-             write(t / "cr.txt", "\r".join(TOKENIZER_TEXT))]
+    files = [
+        write(t / "crlf.txt", "\r\n".join(TOKENIZER_TEXT) + "\r\n"),
+        write(t / "cr.txt", "\r".join(TOKENIZER_TEXT)),
+    ]
     files += [write(t / "crlf2.txt", "\r\n".join(TOKENIZER_TEXT)), write(t / "cr2.txt", "\r".join(TOKENIZER_TEXT))]
-    return Call(tokenizer_argv(t, "--files", *files), 0, may_change=(t / "tok",),
-                check=same_vocabulary_as_plain(t, files))
+    return Call(
+        tokenizer_argv(t, "--files", *files), 0, may_change=(t / "tok",), check=same_vocabulary_as_plain(t, files)
+    )
 
 
 @case("latin1")
@@ -196,21 +233,28 @@ def _(t, a):
 
     def check(stdout, stderr):
         assert sorted(p.name for p in (t / "tok").iterdir()) == [MARKER, "tokenizer.json", "tokenizer_config.json"]
+
     return Call(tokenizer_argv(t, "--files", a.plain, extra=["--overwrite"]), 0, may_change=(t / "tok",), check=check)
 
 
 @case("out-dir-foreign-overwrite")
 def _(t, a):
     write(t / "tok" / "mine.txt", "keep")
-    return Call(tokenizer_argv(t, "--files", a.plain, extra=["--overwrite"]), 2,
-                ("--out_dir", "not an earlier tokenizer folder", "mine.txt"))
+    return Call(
+        tokenizer_argv(t, "--files", a.plain, extra=["--overwrite"]),
+        2,
+        ("--out_dir", "not an earlier tokenizer folder", "mine.txt"),
+    )
 
 
 @case("out-dir-holds-the-corpus-overwrite")
 def _(t, a):
     corpus = write(t / "tok" / "corpus.en", LINES)
-    return Call(tokenizer_argv(t, "--files", corpus, extra=["--overwrite"]), 2,
-                ("--out_dir", "contains --files (1)", "whatever --overwrite says"))
+    return Call(
+        tokenizer_argv(t, "--files", corpus, extra=["--overwrite"]),
+        2,
+        ("--out_dir", "contains --files (1)", "whatever --overwrite says"),
+    )
 
 
 @case("out-dir-is-a-file")
@@ -227,8 +271,12 @@ def _(t, a):
 
     (t / "tok").mkdir()
     lock = FolderLock(t / "tok").acquire()
-    return Call(tokenizer_argv(t, "--files", a.plain), 2, ("output folder", str(t / "tok"), "in use by another run"),
-                check=lambda stdout, stderr: lock.release())
+    return Call(
+        tokenizer_argv(t, "--files", a.plain),
+        2,
+        ("output folder", str(t / "tok"), "in use by another run"),
+        check=lambda stdout, stderr: lock.release(),
+    )
 
 
 @case("out-dir-written-by-another-training-meanwhile")
@@ -245,9 +293,15 @@ def _(t, a):
     def check(stdout, stderr):
         assert sorted(p.name for p in (t / "tok").iterdir()) == ["tokenizer.json"]
         assert (t / "tok" / "tokenizer.json").read_text() == "the other run's"
-    return Call(tokenizer_argv(t, "--files", a.plain), 2, ("output folder", str(t / "tok"), "written by another run"),
-                may_change=(t / "tok",), patch={"vaswani_hf.cli.train_tokenizer._corpus": other_run_finishes},
-                check=check)
+
+    return Call(
+        tokenizer_argv(t, "--files", a.plain),
+        2,
+        ("output folder", str(t / "tok"), "written by another run"),
+        may_change=(t / "tok",),
+        patch={"vaswani_hf.cli.train_tokenizer._corpus": other_run_finishes},
+        check=check,
+    )
 
 
 @case("negative-vocab-size")
@@ -257,8 +311,12 @@ def _(t, a):
 
 @case("ctrl-c")
 def _(t, a):
-    return Call(tokenizer_argv(t, "--files", a.plain), 130, ("interrupted",),
-                interrupt="vaswani_hf.cli.train_tokenizer.train_bpe_tokenizer")
+    return Call(
+        tokenizer_argv(t, "--files", a.plain),
+        130,
+        ("interrupted",),
+        interrupt="vaswani_hf.cli.train_tokenizer.train_bpe_tokenizer",
+    )
 
 
 test_cli_contract = case.contract_test()  # every case above

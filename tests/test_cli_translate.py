@@ -7,8 +7,24 @@ cli_contract.py.
 from __future__ import annotations
 
 import pytest
-from cli_contract import (BOM, LATIN1, LINES, LONG, PAGE, TRANSLATE_OPTIONS, Assets, Call, Cases, PathCase, Writer,
-                          copy, many_lines, model_classes, translated, write)
+from cli_contract import (
+    BOM,
+    LATIN1,
+    LINES,
+    LONG,
+    PAGE,
+    TRANSLATE_OPTIONS,
+    Assets,
+    Call,
+    Cases,
+    PathCase,
+    Writer,
+    copy,
+    many_lines,
+    model_classes,
+    translated,
+    write,
+)
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -19,18 +35,41 @@ def _path_inputs(model: str):
 
 
 def _path_argv(*engine):
-    return lambda i, o, w: [i["input"], "--model", i["--model"], *engine, *TRANSLATE_OPTIONS, "--output", o,
-                            *["--overwrite"][:w]]
+    return lambda i, o, w: [
+        i["input"],
+        "--model",
+        i["--model"],
+        *engine,
+        *TRANSLATE_OPTIONS,
+        "--output",
+        o,
+        *["--overwrite"][:w],
+    ]
 
 
 case = Cases(
-    "translate", refused=lambda t: [t / "absent.txt", "--model", t / "absent-model", "--output", t / "o.txt"],
+    "translate",
+    refused=lambda t: [t / "absent.txt", "--model", t / "absent-model", "--output", t / "o.txt"],
     run=lambda a, t: [a.plain, "--model", a.model, *TRANSLATE_OPTIONS, "--output", t / "out.txt"],
-    paths=[PathCase("translate", _path_inputs("model"), _path_argv(), "--output", roles=("input", "--model")),
-           PathCase("translate-ctranslate2", _path_inputs("ct2"), _path_argv("--engine", "ctranslate2"), "--output",
-                    roles=("input", "--model"))],
-    writers=[Writer("translate", lambda a, t, d: [many_lines(t), "--model", a.model, *TRANSLATE_OPTIONS, "--output",
-                                                  d / "out.txt"], "--output", PAGE)])
+    paths=[
+        PathCase("translate", _path_inputs("model"), _path_argv(), "--output", roles=("input", "--model")),
+        PathCase(
+            "translate-ctranslate2",
+            _path_inputs("ct2"),
+            _path_argv("--engine", "ctranslate2"),
+            "--output",
+            roles=("input", "--model"),
+        ),
+    ],
+    writers=[
+        Writer(
+            "translate",
+            lambda a, t, d: [many_lines(t), "--model", a.model, *TRANSLATE_OPTIONS, "--output", d / "out.txt"],
+            "--output",
+            PAGE,
+        )
+    ],
+)
 
 
 def translate_argv(t, a, source, *extra, model=None):
@@ -53,42 +92,66 @@ def _(t, a):
 
 @case("input-0-byte")
 def _(t, a):
-    return Call(translate_argv(t, a, write(t / "in.txt", b""), "--output", t / "o.txt"), 0,
-                may_change=(t / "o.txt",), check=translated(t / "o.txt", []))
+    return Call(
+        translate_argv(t, a, write(t / "in.txt", b""), "--output", t / "o.txt"),
+        0,
+        may_change=(t / "o.txt",),
+        check=translated(t / "o.txt", []),
+    )
 
 
 @case("input-empty-lines")
 def _(t, a):
-    return Call(translate_argv(t, a, write(t / "in.txt", ["", " ", ""]), "--output", t / "o.txt"), 0,
-                may_change=(t / "o.txt",), check=translated(t / "o.txt", ["", "", ""]))
+    return Call(
+        translate_argv(t, a, write(t / "in.txt", ["", " ", ""]), "--output", t / "o.txt"),
+        0,
+        may_change=(t / "o.txt",),
+        check=translated(t / "o.txt", ["", "", ""]),
+    )
 
 
 @case("bom-only-first-line")
 def _(t, a):
     source = write(t / "in.txt", BOM + "\n" + "\n".join(LINES) + "\n")
-    return Call(translate_argv(t, a, source, "--output", t / "o.txt"), 0, may_change=(t / "o.txt",),
-                check=translated(t / "o.txt", ["", *a.translations]))
+    return Call(
+        translate_argv(t, a, source, "--output", t / "o.txt"),
+        0,
+        may_change=(t / "o.txt",),
+        check=translated(t / "o.txt", ["", *a.translations]),
+    )
 
 
 @case("bom-before-text")
 def _(t, a):
     source = write(t / "in.txt", BOM + "\n".join(LINES) + "\n")
-    return Call(translate_argv(t, a, source, "--output", t / "o.txt"), 0, may_change=(t / "o.txt",),
-                check=translated(t / "o.txt", a.translations))
+    return Call(
+        translate_argv(t, a, source, "--output", t / "o.txt"),
+        0,
+        may_change=(t / "o.txt",),
+        check=translated(t / "o.txt", a.translations),
+    )
 
 
 @case("crlf")
 def _(t, a):
     source = write(t / "in.txt", "\r\n".join(LINES) + "\r\n")
-    return Call(translate_argv(t, a, source, "--output", t / "o.txt"), 0, may_change=(t / "o.txt",),
-                check=translated(t / "o.txt", a.translations))
+    return Call(
+        translate_argv(t, a, source, "--output", t / "o.txt"),
+        0,
+        may_change=(t / "o.txt",),
+        check=translated(t / "o.txt", a.translations),
+    )
 
 
 @case("lone-cr")
 def _(t, a):
     source = write(t / "in.txt", "\r".join(LINES))
-    return Call(translate_argv(t, a, source, "--output", t / "o.txt"), 0, may_change=(t / "o.txt",),
-                check=translated(t / "o.txt", a.translations))
+    return Call(
+        translate_argv(t, a, source, "--output", t / "o.txt"),
+        0,
+        may_change=(t / "o.txt",),
+        check=translated(t / "o.txt", a.translations),
+    )
 
 
 @case("latin1")
@@ -104,8 +167,13 @@ def _(t, a):
 
 @case("stdin-bom-crlf")
 def _(t, a):
-    return Call(translate_argv(t, a, "-", "--output", t / "o.txt"), 0, may_change=(t / "o.txt",),
-                stdin=(BOM + "\r\n".join(LINES) + "\r\n").encode(), check=translated(t / "o.txt", a.translations))
+    return Call(
+        translate_argv(t, a, "-", "--output", t / "o.txt"),
+        0,
+        may_change=(t / "o.txt",),
+        stdin=(BOM + "\r\n".join(LINES) + "\r\n").encode(),
+        check=translated(t / "o.txt", a.translations),
+    )
 
 
 @case("over-long-line-learned-positions")
@@ -135,22 +203,29 @@ def _(t, a):
 @case("over-long-line-ctranslate2")
 def _(t, a):
     source = write(t / "long.txt", [LINES[0], LONG])
-    return Call(translate_argv(t, a, source, "--output", t / "o.txt", "--engine", "ctranslate2", model=a.ct2), 2,
-                (f"{source}:2",))
+    return Call(
+        translate_argv(t, a, source, "--output", t / "o.txt", "--engine", "ctranslate2", model=a.ct2),
+        2,
+        (f"{source}:2",),
+    )
 
 
 @case("over-long-line-refused-before-tokenising")  # 1 MB on one line: refused by its characters, before tokenising
 def _(t, a):
     source = write(t / "long.txt", [LINES[0], ("a man is riding a horse . " * 40000)[:1_000_000]])
-    return Call(translate_argv(t, a, source, "--output", t / "o.txt"), 2,
-                (f"{source}:2", "1,000,000 characters", "65,536"))
+    return Call(
+        translate_argv(t, a, source, "--output", t / "o.txt"), 2, (f"{source}:2", "1,000,000 characters", "65,536")
+    )
 
 
 @case("token-indices-warning-never-precedes-the-refusal")  # the tokenizer warns beyond its 1,024 tokens
 def _(t, a):
     source = write(t / "long.txt", [LINES[0], " ".join(["a man is riding a horse ."] * 250)])
-    return Call(translate_argv(t, a, source, "--output", t / "o.txt", "--max_input_tokens", "1100"), 2,
-                (f"{source}:2", "source tokens, more than the 1,100"))
+    return Call(
+        translate_argv(t, a, source, "--output", t / "o.txt", "--max_input_tokens", "1100"),
+        2,
+        (f"{source}:2", "source tokens, more than the 1,100"),
+    )
 
 
 @case("model-missing-a-layer")  # transformers' LOAD REPORT table never precedes the one line
@@ -161,20 +236,28 @@ def _(t, a):
     config = json.loads((folder / "config.json").read_text())
     config["num_encoder_layers"] += 1
     (folder / "config.json").write_text(json.dumps(config))
-    return Call(translate_argv(t, a, a.plain, "--output", t / "o.txt", model=folder), 2,
-                (str(folder), "missing from the weights"))
+    return Call(
+        translate_argv(t, a, a.plain, "--output", t / "o.txt", model=folder),
+        2,
+        (str(folder), "missing from the weights"),
+    )
 
 
 @case("input-dev-null")  # the null device is an empty input, as an empty file is
 def _(t, a):
-    return Call(translate_argv(t, a, "/dev/null", "--output", t / "o.txt"), 0, may_change=(t / "o.txt",),
-                check=translated(t / "o.txt", []))
+    return Call(
+        translate_argv(t, a, "/dev/null", "--output", t / "o.txt"),
+        0,
+        may_change=(t / "o.txt",),
+        check=translated(t / "o.txt", []),
+    )
 
 
 @case("stdin-closed")
 def _(t, a):
-    return Call(translate_argv(t, a, "-", "--output", t / "o.txt"), 2, ("standard input is closed",),
-                patch={"sys.stdin": None})
+    return Call(
+        translate_argv(t, a, "-", "--output", t / "o.txt"), 2, ("standard input is closed",), patch={"sys.stdin": None}
+    )
 
 
 @case("stdout-closed")
@@ -184,14 +267,21 @@ def _(t, a):
 
 @case("output-exists")
 def _(t, a):
-    return Call(translate_argv(t, a, a.plain, "--output", write(t / "o.txt", "mine\n")), 2,
-                ("--output", str(t / "o.txt"), "exists", "--overwrite"))
+    return Call(
+        translate_argv(t, a, a.plain, "--output", write(t / "o.txt", "mine\n")),
+        2,
+        ("--output", str(t / "o.txt"), "exists", "--overwrite"),
+    )
 
 
 @case("output-exists-overwrite")
 def _(t, a):
-    return Call(translate_argv(t, a, a.plain, "--output", write(t / "o.txt", "mine\n"), "--overwrite"), 0,
-                may_change=(t / "o.txt",), check=translated(t / "o.txt", a.translations))
+    return Call(
+        translate_argv(t, a, a.plain, "--output", write(t / "o.txt", "mine\n"), "--overwrite"),
+        0,
+        may_change=(t / "o.txt",),
+        check=translated(t / "o.txt", a.translations),
+    )
 
 
 @case("output-is-a-folder")
@@ -202,8 +292,11 @@ def _(t, a):
 
 @case("output-folder-missing")
 def _(t, a):
-    return Call(translate_argv(t, a, a.plain, "--output", t / "nowhere" / "o.txt"), 2,
-                ("--output", str(t / "nowhere"), "does not exist"))
+    return Call(
+        translate_argv(t, a, a.plain, "--output", t / "nowhere" / "o.txt"),
+        2,
+        ("--output", str(t / "nowhere"), "does not exist"),
+    )
 
 
 @case("bad-flag-value")
@@ -213,8 +306,12 @@ def _(t, a):
 
 @case("ctrl-c")
 def _(t, a):
-    return Call(translate_argv(t, a, a.plain, "--output", t / "o.txt"), 130, ("interrupted",),
-                interrupt="vaswani_hf.inference.translate")
+    return Call(
+        translate_argv(t, a, a.plain, "--output", t / "o.txt"),
+        130,
+        ("interrupted",),
+        interrupt="vaswani_hf.inference.translate",
+    )
 
 
 test_cli_contract = case.contract_test()  # every case above

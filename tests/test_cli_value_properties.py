@@ -31,8 +31,12 @@ from vaswani_hf.training.recipe import NULLS, SETTINGS, read_recipe_file, value_
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-VALUE_SETTINGS = settings(max_examples=12, deadline=None, derandomize=True,
-                          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+VALUE_SETTINGS = settings(
+    max_examples=12,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 # A command line of each tool that parses, and is refused after parsing (a missing input) without any work.
 BASE_ARGV = {tool: case.refused for tool, case in every_tool().items()}
@@ -47,8 +51,12 @@ def flag_of(action: argparse.Action) -> str:
     return max(action.option_strings, key=len)
 
 
-NUMERIC_FLAGS = [(tool, flag_of(a)) for tool in PARSED_TOOLS for a in parser_of(tool)._actions
-                 if getattr(a.type, "setting", None) is not None]
+NUMERIC_FLAGS = [
+    (tool, flag_of(a))
+    for tool in PARSED_TOOLS
+    for a in parser_of(tool)._actions
+    if getattr(a.type, "setting", None) is not None
+]
 DEVICE_FLAGS = [(tool, flag_of(a)) for tool in PARSED_TOOLS for a in parser_of(tool)._actions if a.type is device_type]
 
 
@@ -70,8 +78,13 @@ def kind_of(action: argparse.Action) -> type:
 
 def test_the_introspection_finds_the_flags():
     """The tables above are not empty by accident: the flags every user meets are among them."""
-    assert {("translate", "--num_beams"), ("evaluate", "--batch_size"), ("train_tokenizer", "--vocab_size"),
-            ("average_checkpoints", "--last"), ("export_ctranslate2", "--max_positions")} <= set(NUMERIC_FLAGS)
+    assert {
+        ("translate", "--num_beams"),
+        ("evaluate", "--batch_size"),
+        ("train_tokenizer", "--vocab_size"),
+        ("average_checkpoints", "--last"),
+        ("export_ctranslate2", "--max_positions"),
+    } <= set(NUMERIC_FLAGS)
     assert {tool for tool, _ in DEVICE_FLAGS} == {"translate", "evaluate", "visualize_attention"}
 
 
@@ -90,7 +103,7 @@ def breaks(bound: Setting, value: float) -> bool:
 
 def out_of_bound_numbers(kind: type, bound: Setting) -> st.SearchStrategy:
     """Numbers of `kind` outside `bound`: beyond either end (ends included where exclusive), huge, not finite."""
-    options = [st.sampled_from([10**30, -10**30] if kind is int else [math.nan, math.inf, -math.inf, 1e300])]
+    options = [st.sampled_from([10**30, -(10**30)] if kind is int else [math.nan, math.inf, -math.inf, 1e300])]
     for end, side in ((bound.min, "max_value"), (bound.max, "min_value")):
         if end is None:
             continue
@@ -103,14 +116,26 @@ def out_of_bound_numbers(kind: type, bound: Setting) -> st.SearchStrategy:
 
 def not_a_number(kind: type, allowed_words=()) -> st.SearchStrategy:
     """Text that `kind(text)` does not read (nor a word the flag accepts, like 'none')."""
+
     def unreadable(text: str) -> bool:
         try:
             kind(text)
         except ValueError:
             return text.lower() not in allowed_words
         return False
-    fixed = ["", " ", "abc", "1,000", "0x10", "five", "1.5" if kind is int else "1.5.1", "1e3" if kind is int else "e3",
-             "True", "[1]"]
+
+    fixed = [
+        "",
+        " ",
+        "abc",
+        "1,000",
+        "0x10",
+        "five",
+        "1.5" if kind is int else "1.5.1",
+        "1e3" if kind is int else "e3",
+        "True",
+        "[1]",
+    ]
     characters = st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",))
     return st.one_of(st.sampled_from(fixed), st.text(characters, max_size=12)).filter(unreadable)
 
@@ -122,14 +147,25 @@ def as_text(value) -> str:
 def in_bound_numbers(kind: type, bound: Setting) -> st.SearchStrategy:
     """Numbers of `kind` inside `bound`, its inclusive ends among them."""
     low, high = bound.min, bound.max
-    ends = [e for e, exclusive in ((low, bound.min_exclusive), (high, bound.max_exclusive))
-            if e is not None and not exclusive and (kind is float or e == int(e))]
+    ends = [
+        e
+        for e, exclusive in ((low, bound.min_exclusive), (high, bound.max_exclusive))
+        if e is not None and not exclusive and (kind is float or e == int(e))
+    ]
     if kind is int:
-        inner = st.integers(None if low is None else math.floor(low) + 1 if bound.min_exclusive else math.ceil(low),
-                            None if high is None else math.ceil(high) - 1 if bound.max_exclusive else math.floor(high))
+        inner = st.integers(
+            None if low is None else math.floor(low) + 1 if bound.min_exclusive else math.ceil(low),
+            None if high is None else math.ceil(high) - 1 if bound.max_exclusive else math.floor(high),
+        )
     else:
-        inner = st.floats(low, high, exclude_min=bound.min_exclusive and low is not None,
-                          exclude_max=bound.max_exclusive and high is not None, allow_nan=False, allow_infinity=False)
+        inner = st.floats(
+            low,
+            high,
+            exclude_min=bound.min_exclusive and low is not None,
+            exclude_max=bound.max_exclusive and high is not None,
+            allow_nan=False,
+            allow_infinity=False,
+        )
     return st.one_of(st.sampled_from([kind(e) for e in ends]), inner) if ends else inner
 
 
@@ -171,8 +207,13 @@ def test_a_flag_value_that_breaks_its_bound_is_refused(tool, flag, data, tmp_pat
     action = action_of(tool, flag)
     kind, bound = kind_of(action), action.type.setting
     specials = st.sampled_from(["nan", "inf", "-inf", "NaN", "Infinity", "1e309", str(10**30)])
-    text = data.draw(st.one_of(padded(out_of_bound_numbers(kind, bound).map(as_text)),
-                               not_a_number(kind, accepted_words(action)), padded(specials)))
+    text = data.draw(
+        st.one_of(
+            padded(out_of_bound_numbers(kind, bound).map(as_text)),
+            not_a_number(kind, accepted_words(action)),
+            padded(specials),
+        )
+    )
     argv = BASE_ARGV[tool](tmp_path) + on_command_line(flag, text, data.draw(st.booleans()))
     assert_refused_in_one_line(tool, argv, (flag,), tmp_path, capfd)
 
@@ -184,15 +225,25 @@ def test_a_flag_value_inside_its_bound_is_accepted(tool, flag, data, tmp_path):
     """The parser takes every value the declaration allows, the inclusive ends among them, and gives it unchanged."""
     action = action_of(tool, flag)
     value = data.draw(in_bound_numbers(kind_of(action), action.type.setting))
-    args = parser_of(tool).parse_args([*map(str, BASE_ARGV[tool](tmp_path)), *on_command_line(flag, as_text(value),
-                                                                                              False)])
+    args = parser_of(tool).parse_args(
+        [*map(str, BASE_ARGV[tool](tmp_path)), *on_command_line(flag, as_text(value), False)]
+    )
     assert getattr(args, action.dest) == value
 
 
 def lacking_devices() -> list[str]:
     """Devices this machine lacks, whatever it has: a GPU index past the count, unknown types, malformed names."""
-    lacking = [f"cuda:{torch.cuda.device_count()}", f"cuda:{torch.cuda.device_count() + 6}", "gpu", "tpu", "cuda:x",
-               "cuda:-1", "cpu0", "", "meta"]
+    lacking = [
+        f"cuda:{torch.cuda.device_count()}",
+        f"cuda:{torch.cuda.device_count() + 6}",
+        "gpu",
+        "tpu",
+        "cuda:x",
+        "cuda:-1",
+        "cpu0",
+        "",
+        "meta",
+    ]
     lacking += [] if torch.cuda.is_available() else ["cuda", "cuda:0"]
     return lacking + ([] if torch.backends.mps.is_available() else ["mps"])
 
@@ -248,18 +299,23 @@ def wrong_texts(name: str) -> st.SearchStrategy | None:
     skip = set(NULLS) | {"None"} if s.nullable else set()
     if s.choices:
         return st.one_of(st.sampled_from(["x", "1", "SAMPLE"]), st.text(max_size=8)).filter(
-            lambda t: t not in s.choices and t not in skip)
+            lambda t: t not in s.choices and t not in skip
+        )
     if s.type in (int, float):
         kind = s.type
-        texts = st.one_of(padded(out_of_bound_numbers(kind, s).map(as_text)), not_a_number(float),
-                          padded(st.sampled_from(["nan", "inf", "-inf", "1e309", str(10**30)])))
+        texts = st.one_of(
+            padded(out_of_bound_numbers(kind, s).map(as_text)),
+            not_a_number(float),
+            padded(st.sampled_from(["nan", "inf", "-inf", "1e309", str(10**30)])),
+        )
         if kind is int:  # numbers that are no integers
             texts = st.one_of(texts, st.sampled_from(["1.5", "2.0", "1e3", "auto-x", "true"]))
         return texts.filter(lambda t: t.strip().lower() not in skip and t not in s.words)
     if s.type is bool:
         truthy = {"true", "false", "yes", "no", "1", "0", "on", "off", "t", "f", "y", "n"}
         return st.one_of(st.sampled_from(["maybe", "2", "-1", "nan"]), st.text(max_size=6)).filter(
-            lambda t: t.strip().lower() not in truthy and t.strip() != "" and t.strip().lower() not in skip)
+            lambda t: t.strip().lower() not in truthy and t.strip() != "" and t.strip().lower() not in skip
+        )
     return None
 
 

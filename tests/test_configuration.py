@@ -54,7 +54,10 @@ def test_builds_without_arguments_and_keeps_generation_settings_out():
     "overrides, message",
     [
         (dict(num_heads=7), "d_model=512 is not divisible by num_heads=7"),
-        (dict(sinusoid_layout="sideways"), "sinusoid_layout must be one of 'interleaved', 'concatenated', got 'sideways'"),
+        (
+            dict(sinusoid_layout="sideways"),
+            "sinusoid_layout must be one of 'interleaved', 'concatenated', got 'sideways'",
+        ),
         (dict(position_encoding="rotary"), "position_encoding must be one of 'sinusoidal', 'learned', got 'rotary'"),
         (dict(dropout=-0.1), "dropout must be in [0, 1)"),
         (dict(attention_dropout=1.5), "attention_dropout must be in [0, 1)"),
@@ -69,14 +72,20 @@ def test_bad_settings_raise_a_clear_value_error(overrides, message):
     assert message in str(error.value)
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (dict(layer_norm_eps=float("nan")), "VaswaniConfig: layer_norm_eps must be a finite number in (0, 1], got nan"),
-    (dict(layer_norm_eps=0.0), "layer_norm_eps must be in (0, 1], got 0.0"),
-    (dict(d_model=2**40), "d_model must be in [1, 65,536], got 1099511627776"),
-    (dict(num_heads=True), "num_heads must be an integer in [1, 1024], got True (bool)"),
-    (dict(dropout="0.1"), "dropout must be a number in [0, 1), got '0.1' (str)"),
-    (dict(eos_token_id=37000), "eos_token_id must be a token id of the vocabulary, in [0, 36999], got 37000"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            dict(layer_norm_eps=float("nan")),
+            "VaswaniConfig: layer_norm_eps must be a finite number in (0, 1], got nan",
+        ),
+        (dict(layer_norm_eps=0.0), "layer_norm_eps must be in (0, 1], got 0.0"),
+        (dict(d_model=2**40), "d_model must be in [1, 65,536], got 1099511627776"),
+        (dict(num_heads=True), "num_heads must be an integer in [1, 1024], got True (bool)"),
+        (dict(dropout="0.1"), "dropout must be a number in [0, 1), got '0.1' (str)"),
+        (dict(eos_token_id=37000), "eos_token_id must be a token id of the vocabulary, in [0, 36999], got 37000"),
+    ],
+)
 def test_a_setting_is_checked_against_its_declaration_in_one_line(overrides, message):
     """Every field is declared with its type and range (MODEL_SETTINGS; tests/test_settings_properties.py tries them
     all): NaN, huge values and wrong types are a SettingError (a ValueError) naming the field, not a multi-line

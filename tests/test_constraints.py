@@ -15,12 +15,15 @@ from vaswani_hf.constraints import device, device_problem, number
 from vaswani_hf.generation_vaswani import GENERATION_SETTINGS
 
 
-@pytest.mark.parametrize("limits, good, bad", [
-    (dict(min=0, max=1, max_exclusive=True), [0, 0.5, 0.999], [-0.1, 1, 1.5, math.nan, math.inf, -math.inf]),
-    (dict(min=0, min_exclusive=True), [1e-12, 5, 10**30], [0, -1, math.nan, math.inf]),
-    (dict(max=10), [-(10**9), 10], [11, math.nan]),
-    ({}, [0, -5, 1e300], [math.nan, math.inf]),
-])
+@pytest.mark.parametrize(
+    "limits, good, bad",
+    [
+        (dict(min=0, max=1, max_exclusive=True), [0, 0.5, 0.999], [-0.1, 1, 1.5, math.nan, math.inf, -math.inf]),
+        (dict(min=0, min_exclusive=True), [1e-12, 5, 10**30], [0, -1, math.nan, math.inf]),
+        (dict(max=10), [-(10**9), 10], [11, math.nan]),
+        ({}, [0, -5, 1e300], [math.nan, math.inf]),
+    ],
+)
 def test_a_setting_refuses_non_finite_and_out_of_range_values(limits, good, bad):
     setting = Setting("x", float, **limits)
     for value in good:
@@ -70,15 +73,18 @@ def test_a_flag_type_names_the_problem_and_argparse_names_the_flag():
     parser.add_argument("--num_beams", type=number(int, min=1, max=8))
     parser.add_argument("--max_length_b", type=number(int, min=0, none="none"))
     parser.add_argument("--alpha", type=number(float, min=-10, max=10))
-    assert parser.parse_args(["--num_beams", "4", "--max_length_b", "none", "--alpha", "0.6"]) == \
-        argparse.Namespace(num_beams=4, max_length_b=None, alpha=0.6)
-    for argv, message in ((["--num_beams", "0"], "argument --num_beams: must be in [1, 8], got 0"),
-                          (["--num_beams", "1e3"], "argument --num_beams: must be an integer in [1, 8], got 1000.0"),
-                          (["--num_beams", "99999999999999999999"], "must be in [1, 8]"),
-                          (["--max_length_b", "-5"], "argument --max_length_b: must be >= 0, got -5"),
-                          (["--max_length_b", "x"], "must be an integer >= 0 or 'none', got 'x'"),
-                          (["--alpha", "nan"], "argument --alpha: must be a finite number"),
-                          (["--alpha", "inf"], "must be a finite number")):
+    assert parser.parse_args(["--num_beams", "4", "--max_length_b", "none", "--alpha", "0.6"]) == argparse.Namespace(
+        num_beams=4, max_length_b=None, alpha=0.6
+    )
+    for argv, message in (
+        (["--num_beams", "0"], "argument --num_beams: must be in [1, 8], got 0"),
+        (["--num_beams", "1e3"], "argument --num_beams: must be an integer in [1, 8], got 1000.0"),
+        (["--num_beams", "99999999999999999999"], "must be in [1, 8]"),
+        (["--max_length_b", "-5"], "argument --max_length_b: must be >= 0, got -5"),
+        (["--max_length_b", "x"], "must be an integer >= 0 or 'none', got 'x'"),
+        (["--alpha", "nan"], "argument --alpha: must be a finite number"),
+        (["--alpha", "inf"], "must be a finite number"),
+    ):
         with pytest.raises(argparse.ArgumentError, match=re.escape(message)):
             parser.parse_args(argv)
 

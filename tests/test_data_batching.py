@@ -39,8 +39,7 @@ def reference_sampler_batches(src, tgt, max_tokens, max_sentences, seed):
         s, t = int(src[i]), int(tgt[i])
         ms, mt = max(max_s, s), max(max_t, t)
         k = len(cur) + 1
-        if cur and (k * ms > max_tokens or k * mt > max_tokens or
-                    (max_sentences is not None and k > max_sentences)):
+        if cur and (k * ms > max_tokens or k * mt > max_tokens or (max_sentences is not None and k > max_sentences)):
             batches.append(cur)
             cur, ms, mt = [], s, t
         cur.append(i)
@@ -126,8 +125,10 @@ def test_sampler_gives_the_reference_batches(max_tokens, max_sentences, seed):
     assert sampler.batches == reference_sampler_batches(src, tgt, max_tokens, max_sentences, seed)
 
 
-@pytest.mark.parametrize("max_tokens, batch_size", [(4096, None), (100, None), (50, None), (12, None), (1, None),
-                                                    (None, 1), (None, 7), (100, 5), (300, 16), (7, 2)])
+@pytest.mark.parametrize(
+    "max_tokens, batch_size",
+    [(4096, None), (100, None), (50, None), (12, None), (1, None), (None, 1), (None, 7), (100, 5), (300, 16), (7, 2)],
+)
 def test_make_batches_gives_the_reference_translation_batches(max_tokens, batch_size):
     rng = np.random.default_rng(3)
     lengths = rng.integers(1, 60, size=700).tolist()  # many ties: the order among equals must be kept too
@@ -234,8 +235,10 @@ def test_sampler_max_sentences_and_pad_multiple():
     batches = list(s)
     assert max(len(b) for b in batches) <= 16
     coll = Seq2SeqCollator(pad_to_multiple_of=8)
-    feats = [{"input_ids": [5] * (int(src[i]) - 1) + [EOS_ID], "labels": [6] * (int(tgt[i]) - 1) + [EOS_ID]}
-             for i in range(len(src))]
+    feats = [
+        {"input_ids": [5] * (int(src[i]) - 1) + [EOS_ID], "labels": [6] * (int(tgt[i]) - 1) + [EOS_ID]}
+        for i in range(len(src))
+    ]
     for b in batches:
         out = coll([feats[i] for i in b])
         assert out["input_ids"].shape[1] % 8 == 0 and out["input_ids"].numel() <= 25000
@@ -245,8 +248,9 @@ def test_sampler_multi30k_real_lengths():
     if not (MULTI30K_RAW / "train.en").is_file():
         pytest.skip(f"Multi30k not found at {MULTI30K_RAW} (set VASWANI_MULTI30K_DIR to run this test)")
     ds = load_corpus("moses", MULTI30K_RAW / "train", "en", "de")
-    tok = train_bpe_tokenizer([MULTI30K_RAW / "train.en", MULTI30K_RAW / "train.de"], vocab_size=4000,
-                              show_progress=False)
+    tok = train_bpe_tokenizer(
+        [MULTI30K_RAW / "train.en", MULTI30K_RAW / "train.de"], vocab_size=4000, show_progress=False
+    )
     data, report = prepare_dataset(ds, tok, "en", "de")
     assert report.kept == len(data)
     s = TokenBatchSampler.from_dataset(data, 4096, seed=0, num_replicas=2, rank=0)
@@ -264,8 +268,10 @@ def test_sampler_multi30k_real_lengths():
 
 
 def test_collator_padding_and_shift():
-    feats = [{"input_ids": [7, 8, 9, EOS_ID], "labels": [4, 5, EOS_ID]},
-             {"input_ids": [7, EOS_ID], "labels": [6, 4, 5, 9, EOS_ID]}]
+    feats = [
+        {"input_ids": [7, 8, 9, EOS_ID], "labels": [4, 5, EOS_ID]},
+        {"input_ids": [7, EOS_ID], "labels": [6, 4, 5, 9, EOS_ID]},
+    ]
     out = Seq2SeqCollator()(feats)
     assert out["input_ids"].tolist() == [[7, 8, 9, 2], [7, 2, 0, 0]]
     assert out["attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
@@ -278,8 +284,12 @@ def test_collator_padding_and_shift():
 def test_collator_carries_the_example_index():
     from vaswani_hf.data.batching import EXAMPLE_INDEX
 
-    out = Seq2SeqCollator()([{"input_ids": [3, 2], "labels": [4, 2], EXAMPLE_INDEX: 7},
-                             {"input_ids": [2], "labels": [2], EXAMPLE_INDEX: 2}])
+    out = Seq2SeqCollator()(
+        [
+            {"input_ids": [3, 2], "labels": [4, 2], EXAMPLE_INDEX: 7},
+            {"input_ids": [2], "labels": [2], EXAMPLE_INDEX: 2},
+        ]
+    )
     assert out[EXAMPLE_INDEX].tolist() == [7, 2]
 
 
@@ -298,10 +308,16 @@ def test_compiled_forward_over_batches_padded_to_64_compiles_a_bounded_number_of
 
     rng = np.random.default_rng(0)
     src, tgt = rng.integers(3, 41, size=40), rng.integers(3, 41, size=40)
-    features = [{"input_ids": rng.integers(4, 50, size=s - 1).tolist() + [EOS_ID],
-                 "labels": rng.integers(4, 50, size=t - 1).tolist() + [EOS_ID]} for s, t in zip(src, tgt)]
-    config = VaswaniConfig(vocab_size=50, d_model=16, d_ff=32, num_heads=2, num_encoder_layers=1,
-                           num_decoder_layers=1, dropout=0.0)
+    features = [
+        {
+            "input_ids": rng.integers(4, 50, size=s - 1).tolist() + [EOS_ID],
+            "labels": rng.integers(4, 50, size=t - 1).tolist() + [EOS_ID],
+        }
+        for s, t in zip(src, tgt)
+    ]
+    config = VaswaniConfig(
+        vocab_size=50, d_model=16, d_ff=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, dropout=0.0
+    )
     torch.manual_seed(0)
     model = VaswaniForConditionalGeneration(config).eval()
     sampler = TokenBatchSampler(src, tgt, 256, shuffle=False, pad_to_multiple_of=64)

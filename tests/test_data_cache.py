@@ -53,7 +53,7 @@ class Builder:
         for start in range(0, len(ROWS), 3):
             if self.fail_after is not None and start // 3 == self.fail_after:
                 raise RuntimeError("corpus unreadable")
-            chunk = ROWS[start:start + 3]
+            chunk = ROWS[start : start + 3]
             yield pa.RecordBatch.from_pylist(chunk, schema=FEATURES.arrow_schema)
 
 
@@ -89,9 +89,13 @@ def test_key_changes_with_the_parts_and_the_files(tmp_path):
     a = write_text(tmp_path / "train.en", ["one", "two"])
     b = write_text(tmp_path / "train.de", ["eins", "zwei"])
     base = cache.key("moses", "en", "de", files=[a, b])
-    others = [cache.key("moses", "de", "en", files=[a, b]), cache.key("tsv", "en", "de", files=[a, b]),
-              cache.key("moses", "en", "de", files=[a]), cache.key("moses", "en", "de", files=[b, a]),
-              cache.key("moses", "en", "de")]
+    others = [
+        cache.key("moses", "de", "en", files=[a, b]),
+        cache.key("tsv", "en", "de", files=[a, b]),
+        cache.key("moses", "en", "de", files=[a]),
+        cache.key("moses", "en", "de", files=[b, a]),
+        cache.key("moses", "en", "de"),
+    ]
     assert len({base, *others}) == 1 + len(others)
 
 

@@ -45,9 +45,10 @@ def test_all_formats_give_the_same_dataset(tmp_path, pairs):
     ref.save_to_disk(str(tmp_path / "saved"))
     hub_dir = tmp_path / "hubdata"  # a local dataset read through the real datasets.load_dataset code path
     hub_dir.mkdir()
-    write_text(hub_dir / "train.jsonl",
-               [json.dumps({"id": i, "translation": {"de": d, "en": e, "fr": "-"}}) for i, (e, d) in
-                enumerate(zip(en, de))])
+    write_text(
+        hub_dir / "train.jsonl",
+        [json.dumps({"id": i, "translation": {"de": d, "en": e, "fr": "-"}}) for i, (e, d) in enumerate(zip(en, de))],
+    )
     loaded = {
         "tsv header": load_corpus("tsv", tmp_path / "h.tsv", "en", "de"),
         "tsv no header": load_corpus("tsv", tmp_path / "n.tsv", "en", "de", header=False),
@@ -80,8 +81,12 @@ def test_large_corpus_is_built_in_arrow_chunks(tmp_path, pairs, monkeypatch):
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "other-cache"))
     monkeypatch.setattr("datasets.config.HF_DATASETS_CACHE", tmp_path / "other-cache")
     assert load_corpus("moses", tmp_path / "c", "en", "de").to_list() == whole
-    assert load_corpus("tsv", write_text(tmp_path / "c.tsv", ["en\tde"] + [f"{e}\t{d}" for e, d in zip(en, de)]),
-                    "en", "de").to_list() == whole
+    assert (
+        load_corpus(
+            "tsv", write_text(tmp_path / "c.tsv", ["en\tde"] + [f"{e}\t{d}" for e, d in zip(en, de)]), "en", "de"
+        ).to_list()
+        == whole
+    )
 
 
 def test_a_corpus_file_is_read_once_then_memory_mapped(tmp_path, pairs, monkeypatch, caplog):
@@ -98,6 +103,7 @@ def test_a_corpus_file_is_read_once_then_memory_mapped(tmp_path, pairs, monkeypa
     write_text(tmp_path / "c.de", de)
     first = load_corpus("moses", tmp_path / "c", "en", "de")
     assert first.cache_files and str(tmp_path / "cache") in first.cache_files[0]["filename"]
+
     def unread(*args, **kwargs):  # a generator: fails only if the text is read
         raise AssertionError("read again")
         yield
@@ -185,12 +191,18 @@ def test_unknown_language_code(tmp_path, corpus_dir, pairs):
         load_corpus("moses", corpus_dir / "train", "en", "fr")
     en, de = pairs
     write_text(tmp_path / "h.tsv", ["en\tde"] + [f"{e}\t{d}" for e, d in zip(en, de)])
-    with pytest.raises(CorpusError, match=r"h\.tsv:1: unknown language code 'fr': the header line names the columns "
-                                          r"\['en', 'de'\]"):
+    with pytest.raises(
+        CorpusError,
+        match=r"h\.tsv:1: unknown language code 'fr': the header line names the columns "
+        r"\['en', 'de'\]",
+    ):
         load_corpus("tsv", tmp_path / "h.tsv", "fr", "de")
     write_text(tmp_path / "j.jsonl", [json.dumps({"en": e, "de": d}) for e, d in zip(en, de)])
-    with pytest.raises(CorpusError, match=r"j\.jsonl:1: unknown language code 'fr': the line has keys "
-                                          r"\['de', 'en'\]"):
+    with pytest.raises(
+        CorpusError,
+        match=r"j\.jsonl:1: unknown language code 'fr': the line has keys "
+        r"\['de', 'en'\]",
+    ):
         load_corpus("jsonl", tmp_path / "j.jsonl", "en", "fr")
     with pytest.raises(CorpusError, match="both 'en'"):
         load_corpus("moses", corpus_dir / "train", "en", "en")
@@ -270,8 +282,9 @@ def test_iter_moses_streams_then_names_both_files_and_counts(tmp_path):
     with pytest.raises(CorpusError) as error:
         next(pairs)
     message = str(error.value)
-    assert message.startswith(f"line count mismatch: {tmp_path / 's.en'} has 5 lines but {tmp_path / 's.de'} "
-                              f"has 3 lines")
+    assert message.startswith(
+        f"line count mismatch: {tmp_path / 's.en'} has 5 lines but {tmp_path / 's.de'} has 3 lines"
+    )
     # the other way round: the target is the longer file
     with pytest.raises(CorpusError, match=r"s\.de has 3 lines but .*s\.en has 5 lines"):
         list(iter_moses(tmp_path / "s", "de", "en"))

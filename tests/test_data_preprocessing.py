@@ -56,13 +56,21 @@ def test_tokenize_and_filter(tmp_path, corpus_dir, tok):
 
 def test_filter_rules_by_hand():
     """Each pair counted under the first rule it fails (empty, too long, bad ratio), lengths with </s>."""
-    rows = {"input_ids": [[5, 2], [2], [5] * 9 + [2], [5, 2], [5, 5, 2], [5] * 4 + [2]],
-            "labels": [[6, 2], [6, 2], [6, 2], [6] * 10 + [2], [2], [6, 2]]}
+    rows = {
+        "input_ids": [[5, 2], [2], [5] * 9 + [2], [5, 2], [5, 5, 2], [5] * 4 + [2]],
+        "labels": [[6, 2], [6, 2], [6, 2], [6] * 10 + [2], [2], [6, 2]],
+    }
     ds = datasets.Dataset.from_dict(rows)
     out, report = filter_pairs(ds, max_length=10, max_ratio=3.0)
     # row 0 kept; 1 empty source; 2 ratio 9/1; 3 target 11 tokens > 10; 4 empty target; 5 ratio 4/1
-    assert report == FilterReport(total=6, kept=1, empty=2, too_long=1, bad_ratio=2,
-                                  removed_examples={"empty": [1, 4], "too_long": [3], "bad_ratio": [2, 5]})
+    assert report == FilterReport(
+        total=6,
+        kept=1,
+        empty=2,
+        too_long=1,
+        bad_ratio=2,
+        removed_examples={"empty": [1, 4], "too_long": [3], "bad_ratio": [2, 5]},
+    )
     assert out["input_ids"] == [[5, 2]]
     assert str(report) == "kept 1/6 pairs; removed 2 empty, 1 too long, 2 with a bad length ratio"
     same, nothing = filter_pairs(out)

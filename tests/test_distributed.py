@@ -42,8 +42,9 @@ def _run(command: list[str], cwd: Path, env: dict | None = None, timeout: int = 
 def _two_processes(port: int) -> tuple[list[str], dict]:
     """The README's `ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes 2` (a port of its own, so that
     tests never wait for each other's rendezvous)."""
-    return [*ACCELERATE, "--multi_gpu", "--num_processes", "2", "--main_process_port", str(port)], \
-        dict(_env(), ACCELERATE_USE_CPU="1")
+    return [*ACCELERATE, "--multi_gpu", "--num_processes", "2", "--main_process_port", str(port)], dict(
+        _env(), ACCELERATE_USE_CPU="1"
+    )
 
 
 def _history(out: Path) -> list[dict]:
@@ -61,8 +62,24 @@ def test_readme_two_process_command_trains_evaluates_and_exports(tmp_path):
     every validation sentence once."""
     launch, env = _two_processes(29541)
     out = tmp_path / "outputs" / "default"
-    _run([*launch, str(TRAIN), "--output_dir", str(out), "--max_steps", "120", "--eval_steps", "60",
-          "--save_steps", "40", "--disable_tqdm", "true"], cwd=tmp_path, env=env)
+    _run(
+        [
+            *launch,
+            str(TRAIN),
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            "120",
+            "--eval_steps",
+            "60",
+            "--save_steps",
+            "40",
+            "--disable_tqdm",
+            "true",
+        ],
+        cwd=tmp_path,
+        env=env,
+    )
     assert _world_sizes(out) == [2, 2]
     evaluated = [h["step"] for h in _history(out) if "eval_bleu" in h]
     assert evaluated == [60, 120]
@@ -80,8 +97,11 @@ def test_short_two_process_run_evaluates_at_the_end(tmp_path):
     final averaged model is scored on validation and test by both processes."""
     launch, env = _two_processes(29542)
     out = tmp_path / "short"
-    _run([*launch, str(TRAIN), "--max_steps", "30", "--output_dir", str(out), "--disable_tqdm", "true"],
-         cwd=tmp_path, env=env)
+    _run(
+        [*launch, str(TRAIN), "--max_steps", "30", "--output_dir", str(out), "--disable_tqdm", "true"],
+        cwd=tmp_path,
+        env=env,
+    )
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["global_step"] == 30 and metrics["world_size"] == 2
     assert metrics["valid/loss"] > 0 and "test/bleu" in metrics and (out / "hub" / "model.safetensors").is_file()
@@ -99,7 +119,7 @@ def _uneven_corpus(folder: Path) -> tuple[Path, int]:
     lines = {lang: (sample / f"valid.{lang}").read_text(encoding="utf-8").splitlines() for lang in ("en", "de")}
     for lang in ("en", "de"):
         short = lines[lang][:27]
-        long = [" ".join(lines[lang][27 + 6 * k: 33 + 6 * k]) for k in range(4)]
+        long = [" ".join(lines[lang][27 + 6 * k : 33 + 6 * k]) for k in range(4)]
         mixed = short[:9] + long[:2] + short[9:18] + long[2:] + short[18:]
         (folder / f"valid.{lang}").write_text("\n".join(mixed) + "\n", encoding="utf-8")
     return folder, 31
@@ -112,9 +132,25 @@ def test_two_processes_score_the_same_model_as_one(tmp_path):
     hypothesis, in order, equal the single process's."""
     corpus, n_valid = _uneven_corpus(tmp_path / "corpus")
     out = tmp_path / "run"
-    common = [str(TRAIN), "--data_format", "moses", "--data_dir", str(corpus), "--output_dir", str(out),
-              "--max_steps", "400", "--save_steps", "200", "--eval_steps", "200", "--average_last", "2",
-              "--disable_tqdm", "true"]
+    common = [
+        str(TRAIN),
+        "--data_format",
+        "moses",
+        "--data_dir",
+        str(corpus),
+        "--output_dir",
+        str(out),
+        "--max_steps",
+        "400",
+        "--save_steps",
+        "200",
+        "--eval_steps",
+        "200",
+        "--average_last",
+        "2",
+        "--disable_tqdm",
+        "true",
+    ]
     _run([sys.executable, *common], cwd=tmp_path)
     one = json.loads((out / "metrics.json").read_text())
     one_hypotheses = (out / "valid_hypotheses.txt").read_text(encoding="utf-8").splitlines()
@@ -126,10 +162,18 @@ def test_two_processes_score_the_same_model_as_one(tmp_path):
     from vaswani_hf.data.preprocessing import prepare_dataset
     from vaswani_hf.tokenization import load_tokenizer
 
-    valid, _ = prepare_dataset(load_corpus("moses", corpus / "valid", "en", "de"), load_tokenizer(out / "tokenizer"), "en", "de",
-                               max_length=None, max_ratio=None)
-    shards = [sum(len(b) for b in TokenBatchSampler.from_dataset(valid, 1024, shuffle=False, num_replicas=2, rank=r))
-              for r in (0, 1)]
+    valid, _ = prepare_dataset(
+        load_corpus("moses", corpus / "valid", "en", "de"),
+        load_tokenizer(out / "tokenizer"),
+        "en",
+        "de",
+        max_length=None,
+        max_ratio=None,
+    )
+    shards = [
+        sum(len(b) for b in TokenBatchSampler.from_dataset(valid, 1024, shuffle=False, num_replicas=2, rank=r))
+        for r in (0, 1)
+    ]
     assert sum(shards) == n_valid and shards[0] != shards[1], shards
 
     launch, env = _two_processes(29543)
@@ -151,10 +195,23 @@ def test_fsdp_asked_for_on_the_cpu_is_refused_before_anything_runs(tmp_path):
     silently be plain DDP. It is refused in one line of ours (rank 0's; the launcher then reports that its processes
     failed), before any data is read or anything written."""
     _, env = _two_processes(29547)
-    launch = [*ACCELERATE, "--config_file", str(REPO / "accelerate_configs" / "fsdp_bf16.yaml"), "--num_processes", "2",
-              "--main_process_port", "29547"]
-    proc = subprocess.run([*launch, str(TRAIN), "--output_dir", str(tmp_path / "run"), "--max_steps", "2"],
-                          capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    launch = [
+        *ACCELERATE,
+        "--config_file",
+        str(REPO / "accelerate_configs" / "fsdp_bf16.yaml"),
+        "--num_processes",
+        "2",
+        "--main_process_port",
+        "29547",
+    ]
+    proc = subprocess.run(
+        [*launch, str(TRAIN), "--output_dir", str(tmp_path / "run"), "--max_steps", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
     assert proc.returncode != 0
     ours = [line for line in proc.stderr.splitlines() if line.startswith("train.py: error:")]
     assert len(ours) == 1 and "FSDP was asked for" in ours[0] and "this run is on the CPU" in ours[0], proc.stderr

@@ -54,18 +54,32 @@ def trainer_saved(hub_folder, tokenizer, tmp_path_factory):
     """Two updates of `Seq2SeqTrainer` with `DataCollatorForSeq2Seq` (as run_translation.py trains), then
     `Trainer.save_model`."""
     from datasets import Dataset
-    from transformers import (AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq, Seq2SeqTrainer,
-                              Seq2SeqTrainingArguments)
+    from transformers import AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments
 
     model = AutoModelForSeq2SeqLM.from_pretrained(hub_folder)
     data = Dataset.from_dict({"source": PAIRS, "target": PAIRS}).map(
-        lambda row: tokenizer(row["source"], text_target=row["target"]), remove_columns=["source", "target"])
+        lambda row: tokenizer(row["source"], text_target=row["target"]), remove_columns=["source", "target"]
+    )
     work = tmp_path_factory.mktemp("trainer")
-    args = Seq2SeqTrainingArguments(output_dir=str(work / "run"), max_steps=2, per_device_train_batch_size=8,
-                                    learning_rate=1e-3, use_cpu=True, report_to=[], save_strategy="no",
-                                    logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0)
-    trainer = Seq2SeqTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
-                             data_collator=DataCollatorForSeq2Seq(tokenizer, model=model))
+    args = Seq2SeqTrainingArguments(
+        output_dir=str(work / "run"),
+        max_steps=2,
+        per_device_train_batch_size=8,
+        learning_rate=1e-3,
+        use_cpu=True,
+        report_to=[],
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    trainer = Seq2SeqTrainer(
+        model=model,
+        args=args,
+        train_dataset=data,
+        processing_class=tokenizer,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
+    )
     before = copy.deepcopy(model.state_dict())
     trainer.train()
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())  # it did train
@@ -83,8 +97,9 @@ def peft_merged(hub_folder, tokenizer, tmp_path_factory):
 
     work = tmp_path_factory.mktemp("peft")
     base = AutoModelForSeq2SeqLM.from_pretrained(hub_folder).eval()
-    lora = peft.LoraConfig(task_type="SEQ_2_SEQ_LM", r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
-                           init_lora_weights=False)  # random A and B: the adapter changes the outputs
+    lora = peft.LoraConfig(
+        task_type="SEQ_2_SEQ_LM", r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False
+    )  # random A and B: the adapter changes the outputs
     torch.manual_seed(0)
     adapted = peft.get_peft_model(base, lora).eval()
     with_adapter = _logits(adapted, tokenizer)
@@ -97,7 +112,9 @@ def peft_merged(hub_folder, tokenizer, tmp_path_factory):
     out = work / "peft_merged"
     merged.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    assert torch.equal(_logits(AutoModelForSeq2SeqLM.from_pretrained(out).eval(), tokenizer), _logits(merged, tokenizer))
+    assert torch.equal(
+        _logits(AutoModelForSeq2SeqLM.from_pretrained(out).eval(), tokenizer), _logits(merged, tokenizer)
+    )
     return {"folder": out, "model": merged}
 
 
@@ -107,7 +124,8 @@ def test_every_saved_folder_carries_the_pipeline_its_config_names(hub_folder, re
         assert set(config["custom_pipelines"]) == {"translation"}  # one task: `pipeline(model=folder)` infers it
         assert config["langs"] == ["en", "de"]  # the pair: "translation_en_to_de" and src_lang/tgt_lang checks
         assert {info["impl"] for info in config["custom_pipelines"].values()} == {
-            "pipeline_vaswani.VaswaniTranslationPipeline"}
+            "pipeline_vaswani.VaswaniTranslationPipeline"
+        }
         assert (folder / "pipeline_vaswani.py").read_bytes() == (hub_folder / "pipeline_vaswani.py").read_bytes()
 
 
@@ -131,18 +149,22 @@ print("RESULT" + json.dumps(out))
     assert result == {task: expected for task in ("translation", "text2text-generation", "translation_en_to_de")}
 
 
-def test_resaved_folders_translate_in_a_process_without_the_package(model, tokenizer, hub_folder, resaved,
-                                                                    trainer_saved, peft_merged, tmp_path):
+def test_resaved_folders_translate_in_a_process_without_the_package(
+    model, tokenizer, hub_folder, resaved, trainer_saved, peft_merged, tmp_path
+):
     """Every folder, and one re-saved there by `save_pretrained` of the remote-code model, under every task name,
     gives the in-memory model's translations (the paper's beam search)."""
-    folders = {"hub": (hub_folder, model), "resaved": (resaved["folder"], resaved["model"]),
-               "trainer": (trainer_saved["folder"], trainer_saved["model"]),
-               "peft": (peft_merged["folder"], peft_merged["model"])}
+    folders = {
+        "hub": (hub_folder, model),
+        "resaved": (resaved["folder"], resaved["model"]),
+        "trainer": (trainer_saved["folder"], trainer_saved["model"]),
+        "peft": (peft_merged["folder"], peft_merged["model"]),
+    }
     code = f"""
 import json, sys
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
-sources, folders = {SOURCES!r}, {({k: str(v[0]) for k, v in folders.items()})!r}
+sources, folders = {SOURCES!r}, { ({k: str(v[0]) for k, v in folders.items()})!r}
 remote = AutoModelForSeq2SeqLM.from_pretrained(folders["hub"], trust_remote_code=True)
 remote.save_pretrained({str(tmp_path / "remote_resaved")!r})
 AutoTokenizer.from_pretrained(folders["hub"]).save_pretrained({str(tmp_path / "remote_resaved")!r})

@@ -17,23 +17,26 @@ def batch(batch_size, source_length, target_length, seed):
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(4, 64, (batch_size, source_length), generator=g)
     mask = torch.ones_like(ids)
-    mask[0, source_length - 2:] = 0
+    mask[0, source_length - 2 :] = 0
     labels = torch.randint(4, 64, (batch_size, target_length), generator=g)
-    labels[0, target_length - 2:] = -100
+    labels[0, target_length - 2 :] = -100
     return ids, mask, labels
 
 
 # --- torch.compile -------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("attn_implementation, position_encoding, trainer_inputs",
-                         [("sdpa", "sinusoidal", False), ("eager", "learned", True)])
+@pytest.mark.parametrize(
+    "attn_implementation, position_encoding, trainer_inputs",
+    [("sdpa", "sinusoidal", False), ("eager", "learned", True)],
+)
 def test_a_training_forward_with_labels_is_one_graph(attn_implementation, position_encoding, trainer_inputs):
     """No graph break, so no device-to-host synchronisation either: with dropout and padding, and with what
     Seq2SeqTrainer adds (the target padding mask, `num_items_in_batch` as a tensor) or without it."""
     torch.manual_seed(0)
-    model = VaswaniForConditionalGeneration(tiny_config(dropout=0.1, attn_implementation=attn_implementation,
-                                                        position_encoding=position_encoding)).train()
+    model = VaswaniForConditionalGeneration(
+        tiny_config(dropout=0.1, attn_implementation=attn_implementation, position_encoding=position_encoding)
+    ).train()
     ids, mask, labels = batch(3, 7, 6, seed=1)
     extra = {"decoder_attention_mask": (labels != -100).long(), "num_items_in_batch": torch.tensor(11)}
 
@@ -75,8 +78,9 @@ class Logits(torch.nn.Module):
         self.model = model
 
     def forward(self, input_ids, attention_mask, decoder_input_ids):
-        return self.model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
-                          use_cache=False).logits
+        return self.model(
+            input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, use_cache=False
+        ).logits
 
 
 NAMES = ["input_ids", "attention_mask", "decoder_input_ids"]
@@ -87,24 +91,50 @@ def export(module, path, dynamo):
     example = (ids, mask, labels.clamp(min=0))
     if dynamo:
         source, target, rows = torch.export.Dim("source"), torch.export.Dim("target"), torch.export.Dim("rows")
-        shapes = {"input_ids": {0: rows, 1: source}, "attention_mask": {0: rows, 1: source},
-                  "decoder_input_ids": {0: rows, 1: target}}
+        shapes = {
+            "input_ids": {0: rows, 1: source},
+            "attention_mask": {0: rows, 1: source},
+            "decoder_input_ids": {0: rows, 1: target},
+        }
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the exporter's notes on axis names
-            torch.onnx.export(module, example, str(path), input_names=NAMES, output_names=["logits"], dynamo=True,
-                              dynamic_shapes=shapes, verbose=False)
+            torch.onnx.export(
+                module,
+                example,
+                str(path),
+                input_names=NAMES,
+                output_names=["logits"],
+                dynamo=True,
+                dynamic_shapes=shapes,
+                verbose=False,
+            )
     else:  # the TorchScript exporter with dynamic axes, as most deployment guides show
-        axes = {"input_ids": {0: "rows", 1: "source"}, "attention_mask": {0: "rows", 1: "source"},
-                "decoder_input_ids": {0: "rows", 1: "target"}, "logits": {0: "rows", 1: "target"}}
+        axes = {
+            "input_ids": {0: "rows", 1: "source"},
+            "attention_mask": {0: "rows", 1: "source"},
+            "decoder_input_ids": {0: "rows", 1: "target"},
+            "logits": {0: "rows", 1: "target"},
+        }
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation and tracer warnings
-            torch.onnx.export(module, example, str(path), input_names=NAMES, output_names=["logits"],
-                              dynamic_axes=axes, dynamo=False, opset_version=17)
+            torch.onnx.export(
+                module,
+                example,
+                str(path),
+                input_names=NAMES,
+                output_names=["logits"],
+                dynamic_axes=axes,
+                dynamo=False,
+                opset_version=17,
+            )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dynamo, attn_implementation", [(False, "sdpa"), (False, "eager"), (True, "sdpa")],
-                         ids=["torchscript-sdpa", "torchscript-eager", "dynamo-sdpa"])
+@pytest.mark.parametrize(
+    "dynamo, attn_implementation",
+    [(False, "sdpa"), (False, "eager"), (True, "sdpa")],
+    ids=["torchscript-sdpa", "torchscript-eager", "dynamo-sdpa"],
+)
 def test_onnx_export_runs_other_shapes_with_pytorchs_logits(dynamo, attn_implementation, tmp_path):
     """The exported model on the traced shape and two others (rows, source and target lengths all changed)."""
     ort = pytest.importorskip("onnxruntime")

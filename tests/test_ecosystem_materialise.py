@@ -35,27 +35,45 @@ def test_a_model_moved_to_meta_and_back_translates_as_before(model, tokenizer): 
     moved.load_state_dict(state)
     positions = torch.arange(7)
     assert torch.equal(moved.model.encoder.embed_positions(positions), sinusoid_table(7, model.config.d_model))
-    assert translate(moved.eval(), tokenizer, SOURCES, progress=False) == translate(model, tokenizer, SOURCES,
-                                                                                     progress=False)
+    assert translate(moved.eval(), tokenizer, SOURCES, progress=False) == translate(
+        model, tokenizer, SOURCES, progress=False
+    )
 
 
 def test_marian_survives_the_same_move():
     """The reference: Marian keeps its table in the state dict, so the same calls restore it."""
     from transformers import MarianConfig, MarianMTModel
 
-    marian = MarianMTModel(MarianConfig(vocab_size=50, d_model=16, encoder_ffn_dim=32, decoder_ffn_dim=32,
-                                        encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-                                        decoder_attention_heads=2, pad_token_id=49, decoder_start_token_id=49)).eval()
+    marian = MarianMTModel(
+        MarianConfig(
+            vocab_size=50,
+            d_model=16,
+            encoder_ffn_dim=32,
+            decoder_ffn_dim=32,
+            encoder_layers=1,
+            decoder_layers=1,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            pad_token_id=49,
+            decoder_start_token_id=49,
+        )
+    ).eval()
     ids, decoder_ids = torch.tensor([[5, 6, 7, 2]]), torch.tensor([[49, 5, 6]])
     moved = copy.deepcopy(marian).to("meta").to_empty(device="cpu")
     moved.load_state_dict(marian.state_dict())
-    assert torch.equal(moved(input_ids=ids, decoder_input_ids=decoder_ids).logits,
-                       marian(input_ids=ids, decoder_input_ids=decoder_ids).logits)
+    assert torch.equal(
+        moved(input_ids=ids, decoder_input_ids=decoder_ids).logits,
+        marian(input_ids=ids, decoder_input_ids=decoder_ids).logits,
+    )
 
 
 @pytest.mark.parametrize("device_map", ["auto", {"": "cpu"}])
-def test_init_empty_weights_and_load_checkpoint_and_dispatch_need_no_manual_tie(hub_folder, model, tokenizer,  # noqa: F811
-                                                                                device_map):
+def test_init_empty_weights_and_load_checkpoint_and_dispatch_need_no_manual_tie(
+    hub_folder,
+    model,
+    tokenizer,  # noqa: F811
+    device_map,
+):
     """accelerate's big-model loading: `init_empty_weights` re-creates the shared embedding's parameters (the tie of
     Section 3.4 is lost), the checkpoint holds `model.shared.weight` once; the moved model ties them again."""
     from accelerate import init_empty_weights, load_checkpoint_and_dispatch
@@ -66,8 +84,9 @@ def test_init_empty_weights_and_load_checkpoint_and_dispatch_need_no_manual_tie(
     assert empty.lm_head.weight is not empty.model.shared.weight  # what the loader leaves
     loaded = load_checkpoint_and_dispatch(empty, str(hub_folder), device_map=device_map).eval()
     assert loaded.lm_head.weight is loaded.model.shared.weight is loaded.model.encoder.embed_tokens.weight
-    assert translate(loaded, tokenizer, SOURCES, progress=False) == translate(model, tokenizer, SOURCES,
-                                                                              progress=False)
+    assert translate(loaded, tokenizer, SOURCES, progress=False) == translate(
+        model, tokenizer, SOURCES, progress=False
+    )
 
 
 def test_the_hub_folder_config_says_use_cache_and_a_plain_forward_returns_a_cache(hub_folder, tokenizer):  # noqa: F811
@@ -83,8 +102,9 @@ def test_the_hub_folder_config_says_use_cache_and_a_plain_forward_returns_a_cach
 
 def test_the_tokenizer_loads_without_the_package_and_without_its_code(hub_folder, tokenizer, tmp_path):  # noqa: F811
     """tokenizer_config.json names the plain PreTrainedTokenizerFast (tokenizer.json): no remote code, no prompt."""
-    assert json.loads((hub_folder / "tokenizer_config.json").read_text())["tokenizer_class"] == \
-        "PreTrainedTokenizerFast"
+    assert (
+        json.loads((hub_folder / "tokenizer_config.json").read_text())["tokenizer_class"] == "PreTrainedTokenizerFast"
+    )
     code = f"""
 import json, sys
 from transformers import PreTrainedTokenizerFast

@@ -36,8 +36,9 @@ def model_and_data(tiny):  # noqa: F811
 def evaluate_model(model, tokenizer, data, metric, **options):
     """The documented call: evaluate's `TranslationEvaluator` class (evaluate.evaluator("translation") raises in
     transformers 5) with the model instance and its tokenizer."""
-    return evaluate.TranslationEvaluator().compute(model_or_pipeline=model, tokenizer=tokenizer, data=data,
-                                                   metric=metric, **options)
+    return evaluate.TranslationEvaluator().compute(
+        model_or_pipeline=model, tokenizer=tokenizer, data=data, metric=metric, **options
+    )
 
 
 @pytest.mark.parametrize("name", METRIC_NAMES)
@@ -64,8 +65,9 @@ def test_without_numeric_only_the_result_is_unchanged_and_bootstrap_fails_in_eva
     simple = evaluate_model(model, tokenizer, data, load_metric("sacrebleu_local"))
     assert isinstance(simple["signature"], str) and simple["score"] > 0
     with pytest.raises(TypeError, match="numpy.str_"):
-        evaluate_model(model, tokenizer, data, load_metric("sacrebleu_local"), strategy="bootstrap", n_resamples=5,
-                       random_state=0)
+        evaluate_model(
+            model, tokenizer, data, load_metric("sacrebleu_local"), strategy="bootstrap", n_resamples=5, random_state=0
+        )
 
 
 def test_the_calls_that_fail_in_evaluate_with_transformers_5(model_and_data, tiny):  # noqa: F811
@@ -99,8 +101,9 @@ def test_bootstrap_intervals_are_finite_for_every_returned_field_without_warning
         warnings.simplefilter("error", DegenerateDataWarning)
         result = evaluate_model(model, tokenizer, data, metric, strategy="bootstrap", n_resamples=30, random_state=0)
     fields = {key: value for key, value in result.items() if isinstance(value, dict)}  # the time fields are not
-    expected = {"score"} if name == "chrf_local" else {"score", "counts", "totals", "precisions", "bp", "sys_len",
-                                                         "ref_len"}
+    expected = (
+        {"score"} if name == "chrf_local" else {"score", "counts", "totals", "precisions", "bp", "sys_len", "ref_len"}
+    )
     assert set(fields) == expected
     for key, value in fields.items():
         bounds = [float(x) for bound in value["confidence_interval"] for x in np.atleast_1d(bound)]

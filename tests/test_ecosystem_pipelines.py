@@ -11,8 +11,8 @@ import logging
 import pytest
 from conftest import run_python
 from hub_helpers import clean_env, place_in_hf_cache
-from translation_model import SUBPROCESS_ENV, model, one_thread, tokenizer  # noqa: F401
 from transformers import pipeline
+from translation_model import SUBPROCESS_ENV, model, one_thread, tokenizer  # noqa: F401
 
 from vaswani_hf import VaswaniConfig
 from vaswani_hf.hub import save_hub_folder
@@ -111,8 +111,11 @@ def test_src_lang_and_tgt_lang_are_checked_against_the_models_pair(en_de, tokeni
     assert _texts(pipe(SOURCES)) == expected
     assert _texts(pipe(SOURCES, src_lang="en", tgt_lang="de")) == expected
     assert _texts(pipe(SOURCES, tgt_lang="de")) == expected
-    with pytest.raises(ValueError, match=r"translates en -> de \(config `langs`\), but src_lang/tgt_lang asks for "
-                                         r"fr -> de; drop src_lang/tgt_lang"):
+    with pytest.raises(
+        ValueError,
+        match=r"translates en -> de \(config `langs`\), but src_lang/tgt_lang asks for "
+        r"fr -> de; drop src_lang/tgt_lang",
+    ):
         pipe(SOURCES, src_lang="fr")
     with pytest.raises(ValueError, match="asks for en -> fr"):
         pipeline("translation", model=en_de, tokenizer=tokenizer, tgt_lang="fr")
@@ -156,8 +159,14 @@ def test_config_names_one_task_and_reads_older_config_files():
     assert set(VaswaniConfig().custom_pipelines) == {"translation"}
     entry = {"impl": "pipeline_vaswani.VaswaniTranslationPipeline", "pt": ["AutoModelForSeq2SeqLM"], "type": "text"}
     other = {"impl": "my_pipeline.Mine", "pt": ["AutoModel"], "type": "text"}
-    old = VaswaniConfig(custom_pipelines={"translation": entry, "text2text-generation": entry,
-                                          "translation_en_to_de": entry, "mine": other})
+    old = VaswaniConfig(
+        custom_pipelines={
+            "translation": entry,
+            "text2text-generation": entry,
+            "translation_en_to_de": entry,
+            "mine": other,
+        }
+    )
     assert old.custom_pipelines == {"translation": entry, "mine": other}
     assert old.langs == ["en", "de"]
 
@@ -201,15 +210,22 @@ print("RESULT" + json.dumps(out))
 
 @pytest.mark.slow
 @pytest.mark.parametrize("package", [False, True], ids=["without-package", "with-package"])
-def test_pipeline_without_a_task_for_a_folder_and_an_offline_hub_id(model, tokenizer, hub_folder, package,
-                                                                    tmp_path):
+def test_pipeline_without_a_task_for_a_folder_and_an_offline_hub_id(model, tokenizer, hub_folder, package, tmp_path):
     home = tmp_path / "hf_home"
     place_in_hf_cache(hub_folder, home / "hub", REPO_ID)
-    code = ("import vaswani_hf\n" if package else "") + CALLS.format(sources=SOURCES, folder=str(hub_folder),
-                                                                    repo_id=REPO_ID)
+    code = ("import vaswani_hf\n" if package else "") + CALLS.format(
+        sources=SOURCES, folder=str(hub_folder), repo_id=REPO_ID
+    )
     # a closed port as endpoint: any request that slipped past HF_HUB_OFFLINE would fail loudly
-    env = clean_env(**{**SUBPROCESS_ENV, "HF_HOME": str(home), "HF_HUB_OFFLINE": "1",
-                       "HF_ENDPOINT": "http://127.0.0.1:9", "HF_MODULES_CACHE": str(tmp_path / "modules")})
+    env = clean_env(
+        **{
+            **SUBPROCESS_ENV,
+            "HF_HOME": str(home),
+            "HF_HUB_OFFLINE": "1",
+            "HF_ENDPOINT": "http://127.0.0.1:9",
+            "HF_MODULES_CACHE": str(tmp_path / "modules"),
+        }
+    )
     out = json.loads(run_python(code, cwd=tmp_path, env=env, block_package=not package).split("RESULT", 1)[1])
     expected = translate(model, tokenizer, SOURCES, progress=False)
     leaked = out.pop("leaked")
@@ -220,8 +236,10 @@ def test_pipeline_without_a_task_for_a_folder_and_an_offline_hub_id(model, token
         assert module.startswith("transformers_modules."), name
     assert out["pair"] == expected
     assert "translates en -> de (config `langs`), but src_lang/tgt_lang asks for fr -> de" in out["wrong pair"]
-    assert "translates en -> de (config `langs`), but the task 'translation_de_to_en' asks for de -> en" in out[
-        "wrong pair task"]
+    assert (
+        "translates en -> de (config `langs`), but the task 'translation_de_to_en' asks for de -> en"
+        in out["wrong pair task"]
+    )
     module, texts = out["memory"]
     assert texts == expected
     if package:  # the package's classes win over the folder's copies
@@ -290,8 +308,9 @@ def test_other_models_keep_transformers_refusal_of_the_removed_tasks(tokenizer, 
     tasks = ["translation", "text2text-generation", "translation_fr_to_en", "translation_en_to_de"]
     tokenizer.save_pretrained(tmp_path / "tokenizer")
     code = MARIAN_REFUSALS.format(folder=str(tmp_path / "tokenizer"), tasks=tasks)
-    printed = run_python(code + 'print("RESULT" + json.dumps(out))\n', cwd=tmp_path, env=SUBPROCESS_ENV,
-                         block_package=True)
+    printed = run_python(
+        code + 'print("RESULT" + json.dumps(out))\n', cwd=tmp_path, env=SUBPROCESS_ENV, block_package=True
+    )
     without = json.loads(printed.split("RESULT", 1)[1])
     assert list(without) == tasks and all(task in without[task] for task in tasks)  # each named as given
     register_pipeline_tasks(["en", "de"])

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 import sacrebleu
+import torch
 from sacrebleu.metrics import BLEU, CHRF
 
 from vaswani_hf.evaluation import (
@@ -32,17 +32,17 @@ REPO = Path(__file__).resolve().parents[1]
 
 HYPOTHESES = [
     "Das ist ein rich-text Dokument.",
-    "Der Mann, der \"Hallo\" sagt, ist 3-4 Jahre alt.",
+    'Der Mann, der "Hallo" sagt, ist 3-4 Jahre alt.',
     "Eine Frau geht über die Straße.",
 ]
 REFERENCES = [
     "Das ist ein rich-text Format.",
-    "Der Mann, der \"Hallo\" sagte, ist drei Jahre alt.",
+    'Der Mann, der "Hallo" sagte, ist drei Jahre alt.',
     "Eine Frau überquert die Straße.",
 ]
 REFERENCES_2 = [
     "Dies ist ein rich-text Dokument.",
-    "Ein Mann sagt \"Hallo\", er ist 3-4 Jahre alt.",
+    'Ein Mann sagt "Hallo", er ist 3-4 Jahre alt.',
     "Eine Frau läuft über die Straße.",
 ]
 
@@ -62,7 +62,9 @@ def test_split_compounds_is_the_t2t_regex():
 def test_split_compounds_matches_perl():
     text = "a-b-c x -y z- rich-text 3-4 --a a--b &-x Baden-Württemberg über-alles\n"
     perl = subprocess.run(
-        ["perl", "-ple", r"s{(\S)-(\S)}{$1 ##AT##-##AT## $2}g"], input=text.encode("utf-8"), capture_output=True,
+        ["perl", "-ple", r"s{(\S)-(\S)}{$1 ##AT##-##AT## $2}g"],
+        input=text.encode("utf-8"),
+        capture_output=True,
         check=True,
     ).stdout.decode("utf-8")
     assert split_compounds(text.rstrip("\n")) == perl.rstrip("\n")
@@ -139,7 +141,8 @@ def test_tok_bleu_pretokenized_references():
     # t2t's reference file was already Moses-tokenized: don't tokenize (and escape) it a second time.
     metric = load_metric("tok_bleu")
     result = metric.compute(
-        predictions=['Er sagt "ja" & geht.'], references=["Er sagt &quot; ja &quot; &amp; geht ."],
+        predictions=['Er sagt "ja" & geht.'],
+        references=["Er sagt &quot; ja &quot; &amp; geht ."],
         tokenize_references=False,
     )
     assert result["score"] == pytest.approx(100.0)
@@ -251,8 +254,9 @@ print(json.dumps(out))
         "HF_HOME": str(tmp_path / "hf_home"),  # empty caches: nothing can come from a previous download
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
     }
-    result = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr
     scores = json.loads(result.stdout.strip().splitlines()[-1])
     assert scores["sacrebleu_local"] == pytest.approx(BLEU().corpus_score(HYPOTHESES, [REFERENCES]).score)
@@ -304,7 +308,8 @@ def test_make_compute_metrics(word_tokenizer):
     assert compute_metrics(EvalPrediction(predictions=padded, label_ids=labels)) == metrics
     tokenized = make_compute_metrics(word_tokenizer, tokenize="none")
     assert tokenized(EvalPrediction(predictions=predictions, label_ids=labels))["bleu"] == pytest.approx(
-        BLEU(tokenize="none").corpus_score(HYPOTHESES, [REFERENCES]).score)
+        BLEU(tokenize="none").corpus_score(HYPOTHESES, [REFERENCES]).score
+    )
     assert "tok:none" in tokenized.signatures["bleu"]
 
 
@@ -339,10 +344,19 @@ def test_translate_for_scoring_keeps_order_and_empty_lines(word_tokenizer):
 
 
 def _run_script(args, tmp_path):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([sys.executable, str(REPO / "scripts" / "evaluate_translations.py"), *args], env=env,
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
+    return subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "evaluate_translations.py"), *args],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def _one_error_line(err: str) -> str:
@@ -394,12 +408,31 @@ def test_tool_refuses_to_overwrite_outputs(tmp_path, monkeypatch, capsys):
     assert json.loads((tmp_path / "scores.json").read_text(encoding="utf-8"))["meta"]["num_segments"] == 3
     capsys.readouterr()
     (tmp_path / "hyp.txt").write_text("old", encoding="utf-8")
-    assert cli.main(["--model", "model", "--source", "hyp.de", "--references", "ref.de",
-                     "--save_hypotheses", "hyp.txt"]) == 2  # refused before the (absent) model is looked at
+    assert (
+        cli.main(["--model", "model", "--source", "hyp.de", "--references", "ref.de", "--save_hypotheses", "hyp.txt"])
+        == 2
+    )  # refused before the (absent) model is looked at
     assert "--save_hypotheses hyp.txt exists; pass --overwrite" in _one_error_line(capsys.readouterr().err)
-    assert cli.main(["--model", "model", "--source", "hyp.de", "--references", "ref.de", "--out", "x.json",
-                     "--save_hypotheses", "x.json"]) == 2
-    assert "--out x.json is --save_hypotheses x.json; give the outputs separate places" in _one_error_line(capsys.readouterr().err)
+    assert (
+        cli.main(
+            [
+                "--model",
+                "model",
+                "--source",
+                "hyp.de",
+                "--references",
+                "ref.de",
+                "--out",
+                "x.json",
+                "--save_hypotheses",
+                "x.json",
+            ]
+        )
+        == 2
+    )
+    assert "--out x.json is --save_hypotheses x.json; give the outputs separate places" in _one_error_line(
+        capsys.readouterr().err
+    )
     assert cli.main(["--model", "model", "--source", "hyp.de", "--references", "ref.de", "--out", "new.json"]) == 2
     assert "--model not found: model" in _one_error_line(capsys.readouterr().err)
     assert not (tmp_path / "new.json").exists()
@@ -460,21 +493,48 @@ def test_script_translates_with_a_stand_in_model(tmp_path):
     backend = Tokenizer(WordLevel(vocab, unk_token="<unk>"))
     backend.pre_tokenizer = WhitespaceSplit()
     backend.post_processor = TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="</s>",
-                                        unk_token="<unk>")
-    config = MarianConfig(vocab_size=len(vocab), d_model=16, encoder_layers=1, decoder_layers=1,
-                          encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
-                          decoder_ffn_dim=32, max_position_embeddings=64, pad_token_id=0, eos_token_id=1,
-                          decoder_start_token_id=0)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
+    )
+    config = MarianConfig(
+        vocab_size=len(vocab),
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        eos_token_id=1,
+        decoder_start_token_id=0,
+    )
     model = MarianMTModel(config)
-    model.generation_config = GenerationConfig(num_beams=3, max_length=12, pad_token_id=0, eos_token_id=1,
-                                               decoder_start_token_id=0)
+    model.generation_config = GenerationConfig(
+        num_beams=3, max_length=12, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0
+    )
     model.save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
     (tmp_path / "src.txt").write_text("a b c\n\nd e f g\nb\n", encoding="utf-8")
     (tmp_path / "ref.txt").write_text("a b c\n\nd e f g\nb\n", encoding="utf-8")
-    result = _run_script(["--model", "model", "--source", "src.txt", "--references", "ref.txt", "--out", "s.json",
-                          "--save_hypotheses", "hyp.txt", "--batch_size", "2"], tmp_path)
+    result = _run_script(
+        [
+            "--model",
+            "model",
+            "--source",
+            "src.txt",
+            "--references",
+            "ref.txt",
+            "--out",
+            "s.json",
+            "--save_hypotheses",
+            "hyp.txt",
+            "--batch_size",
+            "2",
+        ],
+        tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads((tmp_path / "s.json").read_text(encoding="utf-8"))
     assert report["meta"]["num_beams"] == 3  # from the model's generation_config

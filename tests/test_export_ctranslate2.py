@@ -22,11 +22,11 @@ ctranslate2 = pytest.importorskip(
     "ctranslate2", reason="ctranslate2 is not installed (optional extra: pip install 'vaswani_hf[ct2]')"
 )
 
+from cli_helpers import assert_one_line_error, truncate  # noqa: E402
+from decoding_checks import assert_same_or_near_tie, assert_same_texts_or_near_ties  # noqa: E402
 from tokenizers import Tokenizer, models, pre_tokenizers, processors  # noqa: E402
 from transformers import PreTrainedTokenizerFast  # noqa: E402
 
-from cli_helpers import assert_one_line_error, truncate  # noqa: E402
-from decoding_checks import assert_same_or_near_tie, assert_same_texts_or_near_ties  # noqa: E402
 from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration  # noqa: E402
 from vaswani_hf.cli import export_ctranslate2 as cli  # noqa: E402
 from vaswani_hf.export.ctranslate2 import CTranslate2Translator, gnmt_length_penalty  # noqa: E402
@@ -46,8 +46,9 @@ def make_tokenizer(words=WORDS) -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 2)])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
-                                   unk_token="<unk>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
 
 
 def toy_pairs(n: int, seed: int) -> list[tuple[str, str]]:
@@ -63,15 +64,22 @@ def toy_pairs(n: int, seed: int) -> list[tuple[str, str]]:
 def trained(tmp_path_factory):
     torch.manual_seed(0)
     tokenizer = make_tokenizer()
-    config = VaswaniConfig(vocab_size=len(SPECIALS) + len(WORDS), d_model=64, d_ff=128, num_heads=4,
-                           num_encoder_layers=2, num_decoder_layers=2, dropout=0.0,
-                           sinusoid_layout="interleaved")
+    config = VaswaniConfig(
+        vocab_size=len(SPECIALS) + len(WORDS),
+        d_model=64,
+        d_ff=128,
+        num_heads=4,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        dropout=0.0,
+        sinusoid_layout="interleaved",
+    )
     model = VaswaniForConditionalGeneration(config)
     optimizer = torch.optim.Adam(model.parameters(), lr=2e-3)
     train = toy_pairs(6000, seed=1)
     model.train()
     for step in range(220):  # ~10 s of CPU
-        batch = train[(step * 48) % len(train):][:48]
+        batch = train[(step * 48) % len(train) :][:48]
         inputs = tokenizer([s for s, _ in batch], padding=True, return_tensors="pt")
         labels = tokenizer([t for _, t in batch], padding=True, return_tensors="pt")["input_ids"]
         labels = labels.masked_fill(labels == tokenizer.pad_token_id, -100)
@@ -89,8 +97,16 @@ def trained(tmp_path_factory):
     test = [s for s, _ in toy_pairs(64, seed=2)]
     model.save_pretrained(root / "model")
     tokenizer.save_pretrained(root / "model")
-    return dict(model=model, tokenizer=tokenizer, root=root, fp32=export, int8=export_int8, test=test,
-                final_loss=float(loss.detach()), folder=root / "model")
+    return dict(
+        model=model,
+        tokenizer=tokenizer,
+        root=root,
+        fp32=export,
+        int8=export_int8,
+        test=test,
+        final_loss=float(loss.detach()),
+        folder=root / "model",
+    )
 
 
 def our_generate(model, tokenizer, sentences, **kwargs) -> list[str]:
@@ -165,8 +181,13 @@ def test_full_distributions_match_along_greedy_path(trained):
     translator = CTranslate2Translator(trained["fp32"])
     sources = trained["test"][:4]
     results = translator.translator.translate_batch(
-        translator.encode(sources), beam_size=1, max_decoding_length=20, min_decoding_length=0,
-        return_logits_vocab=True, return_end_token=True, max_input_length=0,
+        translator.encode(sources),
+        beam_size=1,
+        max_decoding_length=20,
+        min_decoding_length=0,
+        return_logits_vocab=True,
+        return_end_token=True,
+        max_input_length=0,
     )
     for source, result in zip(sources, results):
         theirs = np.stack([np.asarray(step) for step in result.logits[0]])  # (T, V)
@@ -193,10 +214,18 @@ def agreement(a, b) -> float:
 def test_beam4_same_as_generate_with_early_stopping(trained, penalty_type):
     """Same candidate set as transformers' early_stopping=True, re-ranked with our formula: same translations."""
     model, tokenizer = trained["model"], trained["tokenizer"]
-    ours = our_generate(model, tokenizer, trained["test"], num_beams=4, length_penalty=0.6,
-                        length_penalty_type=penalty_type, early_stopping=True)
+    ours = our_generate(
+        model,
+        tokenizer,
+        trained["test"],
+        num_beams=4,
+        length_penalty=0.6,
+        length_penalty_type=penalty_type,
+        early_stopping=True,
+    )
     theirs = CTranslate2Translator(trained["fp32"]).translate(
-        trained["test"], num_beams=4, length_penalty=0.6, length_penalty_type=penalty_type)
+        trained["test"], num_beams=4, length_penalty=0.6, length_penalty_type=penalty_type
+    )
     assert agreement(ours, theirs) >= 0.95, [(a, b) for a, b in zip(ours, theirs) if a != b]
 
 
@@ -238,8 +267,9 @@ def test_outputs_follow_the_front_end_both_engines_share(trained, monkeypatch):
     with line breaks or surrounding spaces comes back as one stripped line; empty lines are not decoded."""
     translator = CTranslate2Translator(trained["fp32"])
     searched = []
-    monkeypatch.setattr(translator, "_search", lambda sources, *args: searched.append(len(sources)) or
-                        [["w1"] for _ in sources])
+    monkeypatch.setattr(
+        translator, "_search", lambda sources, *args: searched.append(len(sources)) or [["w1"] for _ in sources]
+    )
     monkeypatch.setattr(translator, "decode", lambda tokens: " w1\nw2\u2028 ")
     assert translator.translate([" w3 ", "", "\t", "w4"], num_beams=1) == ["w1 w2", "", "", "w1 w2"]
     assert sum(searched) == 2
@@ -258,9 +288,14 @@ def test_unset_options_come_from_the_export_else_from_the_paper(trained, tmp_pat
     metadata_path.write_text(json.dumps(metadata))
     paper = default_generation_config(trained["model"].config)
     defaults = CTranslate2Translator(folder).generation_defaults
-    assert defaults == {"num_beams": paper.num_beams, "length_penalty": 0.25,
-                        "length_penalty_type": paper.length_penalty_type, "max_length_a": paper.max_length_a,
-                        "max_length_b": paper.max_length_b, "max_new_tokens": None}
+    assert defaults == {
+        "num_beams": paper.num_beams,
+        "length_penalty": 0.25,
+        "length_penalty_type": paper.length_penalty_type,
+        "max_length_a": paper.max_length_a,
+        "max_length_b": paper.max_length_b,
+        "max_new_tokens": None,
+    }
 
 
 def test_a_tokenizer_of_another_vocabulary_is_refused_before_any_work(trained, tmp_path):
@@ -270,8 +305,9 @@ def test_a_tokenizer_of_another_vocabulary_is_refused_before_any_work(trained, t
     other.save_pretrained(tmp_path / "tok")
     with pytest.raises(UsageError) as error:
         to_ctranslate2(trained["folder"], tmp_path / "out", tokenizer=tmp_path / "tok")
-    assert str(error.value).startswith(f"the tokenizer in {tmp_path / 'tok'} has 30 tokens but the model in "
-                                       f"{trained['folder']} has vocab_size 28")
+    assert str(error.value).startswith(
+        f"the tokenizer in {tmp_path / 'tok'} has 30 tokens but the model in {trained['folder']} has vocab_size 28"
+    )
     assert not (tmp_path / "out").exists()
 
 
@@ -346,8 +382,9 @@ def test_near_tie_check_catches_a_real_difference(trained):
 
 
 def test_source_longer_than_position_table_is_an_error(trained):
-    folder = to_ctranslate2(trained["model"], trained["root"] / "short", tokenizer=trained["tokenizer"],
-                            max_positions=8, force=True)
+    folder = to_ctranslate2(
+        trained["model"], trained["root"] / "short", tokenizer=trained["tokenizer"], max_positions=8, force=True
+    )
     with pytest.raises(UsageError, match="position") as error:
         CTranslate2Translator(folder).translate(["w1 w2", "", "w1 " * 12], num_beams=1)
     assert str(error.value).startswith("line 3: 13 source tokens")  # names the line; nothing was decoded
@@ -371,15 +408,28 @@ def test_translate_script_ctranslate2_engine_matches_pytorch_engine(trained, tmp
     lines = trained["test"][:10]
     lines.insert(3, "")
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    code = script.main([str(tmp_path / "in.txt"), "--model", str(trained["fp32"]), "--engine", "ctranslate2",
-                        "--num_beams", "1", "--output", str(tmp_path / "out.txt"), "--no_progress"])
+    code = script.main(
+        [
+            str(tmp_path / "in.txt"),
+            "--model",
+            str(trained["fp32"]),
+            "--engine",
+            "ctranslate2",
+            "--num_beams",
+            "1",
+            "--output",
+            str(tmp_path / "out.txt"),
+            "--no_progress",
+        ]
+    )
     assert code in (0, None)
     out = (tmp_path / "out.txt").read_text(encoding="utf-8").split("\n")[:-1]
     sources = [line for line in lines if line]
     expected = our_generate(trained["model"], trained["tokenizer"], sources, num_beams=1)
     assert len(out) == len(lines) and out[3] == ""
-    assert_same_texts_or_near_ties(trained["model"], trained["tokenizer"], sources, expected,
-                                   [line for i, line in enumerate(out) if i != 3])
+    assert_same_texts_or_near_ties(
+        trained["model"], trained["tokenizer"], sources, expected, [line for i, line in enumerate(out) if i != 3]
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -400,21 +450,40 @@ def test_cli_exports_and_replaces_only_with_overwrite(trained, tmp_path, capsys)
         assert json.loads((out / "vaswani_ctranslate2.json").read_text())["quantization"] == "float32"
 
 
-@pytest.mark.parametrize("case", ["missing", "file", "truncated", "config", "tokenizer", "tokenizer_flag",
-                                  "tokenizer_vocabulary", "existing", "same", "max_positions"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "missing",
+        "file",
+        "truncated",
+        "config",
+        "tokenizer",
+        "tokenizer_flag",
+        "tokenizer_vocabulary",
+        "existing",
+        "same",
+        "max_positions",
+    ],
+)
 def test_cli_refusals_are_one_line_exit_2_and_change_nothing(trained, tmp_path, capsys, case):
     import shutil
 
     folder = Path(shutil.copytree(trained["folder"], tmp_path / "model"))
     out, extra = tmp_path / "out", []
-    expected = {"missing": ["--model_dir not found"], "file": ["is a file"],
-                "truncated": ["model.safetensors: truncated or corrupt safetensors weights"],
-                "config": ["config.json:1: invalid JSON"], "tokenizer": ["no tokenizer.json"],
-                "tokenizer_flag": ["--tokenizer folder not found"],
-                "tokenizer_vocabulary": [f"the tokenizer in {tmp_path / 'tok'} has 30 tokens but the model in "
-                                         f"{folder} has vocab_size 28"],
-                "existing": ["--out_dir", "exists and is not empty", "--overwrite"],
-                "same": ["is --model_dir"], "max_positions": ["--max_positions", "must be in [1, 65,536], got 0"]}[case]
+    expected = {
+        "missing": ["--model_dir not found"],
+        "file": ["is a file"],
+        "truncated": ["model.safetensors: truncated or corrupt safetensors weights"],
+        "config": ["config.json:1: invalid JSON"],
+        "tokenizer": ["no tokenizer.json"],
+        "tokenizer_flag": ["--tokenizer folder not found"],
+        "tokenizer_vocabulary": [
+            f"the tokenizer in {tmp_path / 'tok'} has 30 tokens but the model in {folder} has vocab_size 28"
+        ],
+        "existing": ["--out_dir", "exists and is not empty", "--overwrite"],
+        "same": ["is --model_dir"],
+        "max_positions": ["--max_positions", "must be in [1, 65,536], got 0"],
+    }[case]
     if case == "missing":
         folder = tmp_path / "absent"
     elif case == "file":
@@ -438,6 +507,5 @@ def test_cli_refusals_are_one_line_exit_2_and_change_nothing(trained, tmp_path, 
     else:
         extra = ["--max_positions", "0"]
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
-    assert_one_line_error(cli.main, ["--model_dir", str(folder), "--out_dir", str(out), *extra], capsys, 2,
-                          *expected)
+    assert_one_line_error(cli.main, ["--model_dir", str(folder), "--out_dir", str(out), *extra], capsys, 2, *expected)
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before

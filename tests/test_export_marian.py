@@ -96,7 +96,11 @@ def test_marian_export_loads_natively_and_matches(tiny, tmp_path):
     assert tokenizer.get_vocab() == {token: (i - 1) % V for token, i in tiny["tokenizer"].get_vocab().items()}
     config = marian.config
     assert (config.pad_token_id, config.decoder_start_token_id, config.bos_token_id, config.eos_token_id) == (
-        V - 1, V - 1, 0, 1)
+        V - 1,
+        V - 1,
+        0,
+        1,
+    )
     assert marian.generation_config.decoder_start_token_id == V - 1 and marian.generation_config.eos_token_id == 1
     batch = tokenizer(SOURCES, return_tensors="pt", padding=True)
     ours_batch = tiny["tokenizer"](SOURCES, return_tensors="pt", padding=True)
@@ -109,15 +113,16 @@ def test_marian_export_loads_natively_and_matches(tiny, tmp_path):
         greedy_marian = marian.generate(**batch, num_beams=1, max_new_tokens=12)
         greedy_ours = tiny["model"].generate(**ours_batch, num_beams=1, max_new_tokens=12, max_length_b=None)
     old_of_new = torch.argsort(new_of_old)
-    assert_same_generations_or_near_ties(tiny["model"], ours_batch["input_ids"], ours_batch["attention_mask"],
-                                         greedy_ours, old_of_new[greedy_marian])
+    assert_same_generations_or_near_ties(
+        tiny["model"], ours_batch["input_ids"], ours_batch["attention_mask"], greedy_ours, old_of_new[greedy_marian]
+    )
     card = ModelCard((out / "README.md").read_text(encoding="utf-8"))
     assert card.data.pipeline_tag == "translation" and card.data.library_name == "transformers"
     assert "marian" in card.data.tags and "custom_code" not in card.data.tags
     # scores were measured with GNMT-penalty decoding, which built-in generate lacks: body only, no model-index
     assert card.data.eval_results is None and "| sacreBLEU | 12.35 |" in card.text
     assert f"| Parameters | {hub.count_parameters(tiny['model']):,} |" in card.text
-    assert "MarianMTModel.from_pretrained(\"org/vaswani-base-marian\")" in card.text
+    assert 'MarianMTModel.from_pretrained("org/vaswani-base-marian")' in card.text
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # written beside, renamed into place
 
 
@@ -136,8 +141,11 @@ def test_an_untied_model_exports_with_its_three_matrices(tiny, tmp_path):
     assert cli.main(["--model_dir", str(folder), "--out", str(out)]) == 0
     marian = MarianMTModel.from_pretrained(out).eval()
     assert not marian.config.share_encoder_decoder_embeddings and not marian.config.tie_word_embeddings
-    embeddings = (marian.model.encoder.embed_tokens.weight, marian.model.decoder.embed_tokens.weight,
-                  marian.lm_head.weight)
+    embeddings = (
+        marian.model.encoder.embed_tokens.weight,
+        marian.model.decoder.embed_tokens.weight,
+        marian.lm_head.weight,
+    )
     assert len({w.data_ptr() for w in embeddings}) == 3 and not torch.equal(embeddings[1], embeddings[2])
     V = marian.config.vocab_size
     new_of_old = torch.tensor([(i - 1) % V for i in range(V)])
@@ -145,8 +153,11 @@ def test_an_untied_model_exports_with_its_three_matrices(tiny, tmp_path):
     decoder_input_ids = torch.tensor(DECODER_INPUT_IDS)
     with torch.no_grad():
         ours = model(**batch, decoder_input_ids=decoder_input_ids).logits
-        theirs = marian(input_ids=new_of_old[batch["input_ids"]], attention_mask=batch["attention_mask"],
-                        decoder_input_ids=new_of_old[decoder_input_ids]).logits
+        theirs = marian(
+            input_ids=new_of_old[batch["input_ids"]],
+            attention_mask=batch["attention_mask"],
+            decoder_input_ids=new_of_old[decoder_input_ids],
+        ).logits
     torch.testing.assert_close(theirs[..., new_of_old], ours, atol=1e-4, rtol=1e-4)  # Marian reloads eps 1e-5
 
 
@@ -155,25 +166,59 @@ def test_marian_export_without_card_inputs_and_with_languages(tiny, tmp_path, ca
     (folder / "metrics.json").unlink()
     assert cli.main(["--model_dir", str(folder), "--out", str(tmp_path / "bare")]) == 0
     assert not (tmp_path / "bare" / "README.md").exists() and "without card" in capsys.readouterr().out
-    assert cli.main(["--model_dir", str(folder), "--out", str(tmp_path / "carded"), "--source_lang", "en",
-                     "--target_lang", "de"]) == 0
+    assert (
+        cli.main(
+            [
+                "--model_dir",
+                str(folder),
+                "--out",
+                str(tmp_path / "carded"),
+                "--source_lang",
+                "en",
+                "--target_lang",
+                "de",
+            ]
+        )
+        == 0
+    )
     assert ModelCard.load(tmp_path / "carded" / "README.md").data.eval_results is None
 
 
-@pytest.mark.parametrize("case", ["missing", "file", "truncated", "config", "tokenizer", "vocabulary", "metrics",
-                                  "existing", "out_is_file", "same", "one_language"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "missing",
+        "file",
+        "truncated",
+        "config",
+        "tokenizer",
+        "vocabulary",
+        "metrics",
+        "existing",
+        "out_is_file",
+        "same",
+        "one_language",
+    ],
+)
 def test_cli_refusals_are_one_line_exit_2_and_change_nothing(tiny, tmp_path, capsys, case):
     folder = copy_folder(tiny["folder"], tmp_path / "model")
     out, extra = tmp_path / "out", []
-    expected = {"missing": ["--model_dir not found"], "file": ["is a file"],
-                "truncated": ["model.safetensors: truncated or corrupt safetensors weights"],
-                "config": ["config.json:1: invalid JSON"], "tokenizer": ["no tokenizer.json"],
-                "vocabulary": [f"the tokenizer in {folder} has 260 tokens but the model in {folder} has vocab_size "
-                               f"{tiny['model'].config.vocab_size}"],
-                "metrics": ["metrics.json:1: invalid JSON"], "existing": ["--out", "exists and is not empty",
-                                                                          "--overwrite"],
-                "out_is_file": ["--out", "is a file"], "same": ["is --model_dir", "whatever --overwrite says"],
-                "one_language": ["--source_lang and --target_lang"]}[case]
+    expected = {
+        "missing": ["--model_dir not found"],
+        "file": ["is a file"],
+        "truncated": ["model.safetensors: truncated or corrupt safetensors weights"],
+        "config": ["config.json:1: invalid JSON"],
+        "tokenizer": ["no tokenizer.json"],
+        "vocabulary": [
+            f"the tokenizer in {folder} has 260 tokens but the model in {folder} has vocab_size "
+            f"{tiny['model'].config.vocab_size}"
+        ],
+        "metrics": ["metrics.json:1: invalid JSON"],
+        "existing": ["--out", "exists and is not empty", "--overwrite"],
+        "out_is_file": ["--out", "is a file"],
+        "same": ["is --model_dir", "whatever --overwrite says"],
+        "one_language": ["--source_lang and --target_lang"],
+    }[case]
     folder = break_model_folder(folder, case, tmp_path)
     if case == "vocabulary":  # a tokenizer of another vocabulary: exit 0 with a useless export before
         train_bpe_tokenizer(["a b"], vocab_size=300, show_progress=False).save_pretrained(tmp_path / "other")
@@ -227,8 +272,13 @@ def test_a_greedy_generation_config_exports(tiny, tmp_path):
 # the OPUS-MT tool chain: CTranslate2's own converter (`ct2-transformers-converter`) on the export
 # ----------------------------------------------------------------------------------------------------------------------
 
-CT2_SOURCES = ["a man is riding a horse .", "two dogs play in the snow .", "a woman reads a book .", "the dog",
-               "two men ride a horse in the park ."]
+CT2_SOURCES = [
+    "a man is riding a horse .",
+    "two dogs play in the snow .",
+    "a woman reads a book .",
+    "the dog",
+    "two men ride a horse in the park .",
+]
 
 
 @pytest.fixture(scope="module")
@@ -275,8 +325,16 @@ def test_ctranslate2s_own_converter_takes_the_export_and_translates_as_ours(trai
     source_tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in sources]  # with </s>, as Marian's tokenizer
 
     # the same function: CTranslate2's log-probabilities of our greedy output are ours without <pad>
-    targets = [[t for t in model.generate(input_ids=torch.tensor([ids]), num_beams=1, max_new_tokens=20,
-                                          max_length_b=None)[0, 1:].tolist() if t != eos] for ids in sources]
+    targets = [
+        [
+            t
+            for t in model.generate(input_ids=torch.tensor([ids]), num_beams=1, max_new_tokens=20, max_length_b=None)[
+                0, 1:
+            ].tolist()
+            if t != eos
+        ]
+        for ids in sources
+    ]
     scored = translator.score_batch(source_tokens, [tokenizer.convert_ids_to_tokens(t) for t in targets])
     for ids, target, result in zip(sources, targets, scored):  # CTranslate2 scores the target and </s>
         with torch.no_grad():
@@ -289,15 +347,24 @@ def test_ctranslate2s_own_converter_takes_the_export_and_translates_as_ours(trai
     varied = set()
     for beams in (1, 4):
         options = dict(num_beams=beams, max_new_tokens=20, length_penalty=1.0, early_stopping=True)
-        results = translator.translate_batch(source_tokens, beam_size=beams, length_penalty=1.0,
-                                             max_decoding_length=20, min_decoding_length=0)
+        results = translator.translate_batch(
+            source_tokens, beam_size=beams, length_penalty=1.0, max_decoding_length=20, min_decoding_length=0
+        )
         for ids, result in zip(sources, results):
             theirs = tokenizer.convert_tokens_to_ids(result.hypotheses[0])
             theirs += [eos] if len(theirs) < 20 else []  # CTranslate2 leaves </s> out; a cut output has none
-            generated = model.generate(input_ids=torch.tensor([ids]), suppress_tokens=[pad], max_length_b=None,
-                                       length_penalty_type="hf", **options)[0, 1:].tolist()
-            exported = marian.generate(input_ids=torch.tensor([[(i - 1) % len(tokenizer) for i in ids]]),
-                                       suppress_tokens=[marian.config.pad_token_id], **options)[0, 1:].tolist()
+            generated = model.generate(
+                input_ids=torch.tensor([ids]),
+                suppress_tokens=[pad],
+                max_length_b=None,
+                length_penalty_type="hf",
+                **options,
+            )[0, 1:].tolist()
+            exported = marian.generate(
+                input_ids=torch.tensor([[(i - 1) % len(tokenizer) for i in ids]]),
+                suppress_tokens=[marian.config.pad_token_id],
+                **options,
+            )[0, 1:].tolist()
             assert marian_tokenizer.convert_ids_to_tokens(exported) == tokenizer.convert_ids_to_tokens(generated)
             assert_same_or_near_tie(model, ids, generated, theirs)
             varied.add((beams, tuple(theirs)))
@@ -309,13 +376,16 @@ def test_ctranslate2s_own_converter_takes_the_export_and_translates_as_ours(trai
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("change, expected", [
-    ({"position_encoding": "learned"}, "position_encoding is 'learned'"),
-    ({"d_k": 4}, "d_k is 4: MarianMTModel needs d_k = d_v = d_model / num_heads"),
-    ({"d_v": 4}, "d_v is 4"),
-    ({"layer_norm_eps": 1e-3}, "layer_norm_eps is 0.001: a MarianMTModel's LayerNorms reload with 1e-05"),
-    ({"layer_norm_eps": 1e-4}, "layer_norm_eps is 0.0001"),
-])
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        ({"position_encoding": "learned"}, "position_encoding is 'learned'"),
+        ({"d_k": 4}, "d_k is 4: MarianMTModel needs d_k = d_v = d_model / num_heads"),
+        ({"d_v": 4}, "d_v is 4"),
+        ({"layer_norm_eps": 1e-3}, "layer_norm_eps is 0.001: a MarianMTModel's LayerNorms reload with 1e-05"),
+        ({"layer_norm_eps": 1e-4}, "layer_norm_eps is 0.0001"),
+    ],
+)
 def test_cli_refuses_a_model_marian_cannot_express(tiny, tmp_path, capsys, change, expected):
     """Learned positions, d_k != d_model / h, and a LayerNorm epsilon a reloaded Marian would not keep: one line
     naming config.json and the field, exit 2, nothing written (the conversion's own ValueError was a traceback)."""
@@ -323,8 +393,15 @@ def test_cli_refuses_a_model_marian_cannot_express(tiny, tmp_path, capsys, chang
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, **change}))
     out = tmp_path / "out"
-    assert_one_line_error(cli.main, ["--model_dir", str(folder), "--out", str(out)], capsys, 2,
-                          str(folder / "config.json"), "cannot be exported to MarianMTModel", expected)
+    assert_one_line_error(
+        cli.main,
+        ["--model_dir", str(folder), "--out", str(out)],
+        capsys,
+        2,
+        str(folder / "config.json"),
+        "cannot be exported to MarianMTModel",
+        expected,
+    )
     assert not out.exists()
 
 

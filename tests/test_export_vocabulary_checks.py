@@ -12,6 +12,7 @@ import pytest
 pytest.importorskip("ctranslate2")
 
 from hub_helpers import tiny  # noqa: E402,F401
+
 from vaswani_hf.export.ctranslate2 import CTranslate2Translator  # noqa: E402
 from vaswani_hf.export.ctranslate2_spec import to_ctranslate2  # noqa: E402
 from vaswani_hf.export.marian import export_marian  # noqa: E402
@@ -78,11 +79,14 @@ def test_explicit_tokenizer_of_another_vocabulary_is_refused(tiny, tmp_path):  #
     assert not (tmp_path / "ct2_other").exists()
 
 
-@pytest.mark.parametrize("kwargs, named", [
-    (dict(repo_id="bad id!!"), "repo_id"),
-    (dict(training_info={"source_lang": "e n", "target_lang": "de"}), "source_lang"),
-    (dict(training_info={"source_lang": "en", "target_lang": "de\nx"}), "target_lang"),
-])
+@pytest.mark.parametrize(
+    "kwargs, named",
+    [
+        (dict(repo_id="bad id!!"), "repo_id"),
+        (dict(training_info={"source_lang": "e n", "target_lang": "de"}), "source_lang"),
+        (dict(training_info={"source_lang": "en", "target_lang": "de\nx"}), "target_lang"),
+    ],
+)
 def test_marian_export_refuses_bad_card_identity(tiny, tmp_path, kwargs, named):  # noqa: F811
     out = tmp_path / "marian"
     with pytest.raises(UsageError) as error:

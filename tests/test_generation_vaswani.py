@@ -63,15 +63,21 @@ def markov_search(**kwargs):
     torch.manual_seed(0)
     model = MarkovModel(tiny_config(vocab_size=8)).eval()
     ids = torch.tensor([[5, 6, EOS]])
-    settings = dict(num_beams=3, use_cache=False, max_length_a=0.0, max_length_b=4, output_scores=True,
-                    return_dict_in_generate=True)
+    settings = dict(
+        num_beams=3,
+        use_cache=False,
+        max_length_a=0.0,
+        max_length_b=4,
+        output_scores=True,
+        return_dict_in_generate=True,
+    )
     settings.update(kwargs)
     return model.generate(input_ids=ids, **settings)
 
 
 def test_gnmt_formula():
     assert gnmt_length_penalty(1, 0.6) == 1.0
-    assert gnmt_length_penalty(7, 0.6) == pytest.approx(2.0 ** 0.6)
+    assert gnmt_length_penalty(7, 0.6) == pytest.approx(2.0**0.6)
     assert gnmt_length_penalty(13, 0.0) == 1.0
 
 
@@ -85,7 +91,7 @@ def test_gnmt_picks_the_hand_computed_hypothesis_with_its_score(early_stopping):
 def test_transformers_penalty_picks_the_other_hypothesis():
     out = markov_search(length_penalty_type="hf")
     assert out.sequences[0, 1:4].tolist() == [B, C, EOS]
-    assert out.sequences_scores[0].item() == pytest.approx(-1.2 / 3 ** 0.6, abs=1e-4)
+    assert out.sequences_scores[0].item() == pytest.approx(-1.2 / 3**0.6, abs=1e-4)
 
 
 @pytest.mark.parametrize("penalty_type", ["gnmt", "hf"])
@@ -106,16 +112,26 @@ def test_returned_scores_are_log_probability_over_gnmt_penalty_on_a_real_model()
     torch.manual_seed(0)
     model = VaswaniForConditionalGeneration(tiny_config(vocab_size=24)).eval()
     ids, mask = padded_batch([6, 4], vocab_size=24)
-    out = model.generate(input_ids=ids, attention_mask=mask, num_beams=4, num_return_sequences=4, max_length_b=6,
-                         output_scores=True, return_dict_in_generate=True)
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        num_beams=4,
+        num_return_sequences=4,
+        max_length_b=6,
+        output_scores=True,
+        return_dict_in_generate=True,
+    )
     for row in range(out.sequences.shape[0]):
         seq = out.sequences[row]
         generated = seq[1:]
         ends = (generated == EOS).nonzero()
         length = int(ends[0]) + 1 if len(ends) else generated.numel()
         source = row // 4
-        logits = model(input_ids=ids[source:source + 1], attention_mask=mask[source:source + 1],
-                       decoder_input_ids=seq[None, :length]).logits
+        logits = model(
+            input_ids=ids[source : source + 1],
+            attention_mask=mask[source : source + 1],
+            decoder_input_ids=seq[None, :length],
+        ).logits
         logp = torch.log_softmax(logits[0], -1).gather(-1, generated[:length, None]).sum()
         assert out.sequences_scores[row].item() == pytest.approx(
             logp.item() / gnmt_length_penalty(length, 0.6), abs=1e-4
@@ -137,7 +153,7 @@ def test_beam_search_is_the_same_with_and_without_cache_alone_and_batched():
     uncached = model.generate(input_ids=ids, attention_mask=mask, use_cache=False, **settings)
     assert torch.equal(batched, uncached)
     for row, n in enumerate([7, 3, 5, 9]):
-        alone = model.generate(input_ids=ids[row:row + 1, :n], **settings)[0]
+        alone = model.generate(input_ids=ids[row : row + 1, :n], **settings)[0]
         width = alone.shape[0]
         assert torch.equal(alone, batched[row, :width])
         assert (batched[row, width:] == PAD).all() or (batched[row, width:] == EOS).all()
@@ -184,15 +200,17 @@ def test_the_penalty_type_is_per_call_not_state_on_the_model():
     before = set(vars(model)) | set(vars(model.get_decoder()))
     with pytest.MonkeyPatch.context() as m:
         m.setattr(VaswaniGenerationMixin, "_update_finished_beams", spy)
-        model.generate(input_ids=torch.tensor([[5, 6, EOS]]), num_beams=3, use_cache=False, max_length_a=0.0,
-                       max_length_b=4)
+        model.generate(
+            input_ids=torch.tensor([[5, 6, EOS]]), num_beams=3, use_cache=False, max_length_a=0.0, max_length_b=4
+        )
     assert seen and set(seen) == {"gnmt"}
     assert generation._length_penalty_type.get() == "hf"  # reset after the search
     assert set(vars(model)) | set(vars(model.get_decoder())) == before
     real = VaswaniForConditionalGeneration(tiny_config(vocab_size=24)).eval()
     ids, mask = padded_batch([6, 4], vocab_size=24)
-    cache = real.generate(input_ids=ids, attention_mask=mask, max_length_b=3, return_dict_in_generate=True,
-                          output_scores=True).past_key_values
+    cache = real.generate(
+        input_ids=ids, attention_mask=mask, max_length_b=3, return_dict_in_generate=True, output_scores=True
+    ).past_key_values
     assert not [name for name in vars(cache) if name.startswith("_vaswani")]
     with pytest.raises(ValueError, match="length_penalty_type"):
         model.generate(input_ids=torch.tensor([[5, 6, EOS]]), num_beams=3, length_penalty_type="wu")
@@ -221,8 +239,16 @@ def test_top_k_continuations_override_matches_transformers():
     log_probs = torch.randn(batch, beams * 2048)
     sequences = torch.randint(0, 2048, (batch, beams, max_len))
     beam_indices = torch.randint(0, 12, (batch, beams, max_len - 1), dtype=torch.int32)
-    args = dict(accumulated_log_probs=log_probs, running_beam_indices=beam_indices, cur_len=cur_len,
-                decoder_prompt_len=1, do_sample=False, beams_to_keep=keep, num_beams=beams, batch_size=batch)
+    args = dict(
+        accumulated_log_probs=log_probs,
+        running_beam_indices=beam_indices,
+        cur_len=cur_len,
+        decoder_prompt_len=1,
+        do_sample=False,
+        beams_to_keep=keep,
+        num_beams=beams,
+        batch_size=batch,
+    )
     if "vocab_size" in inspect.signature(GenerationMixin._get_top_k_continuations).parameters:
         args["vocab_size"] = 2048  # transformers 5.17 (the GPU image's) still asks for it; later versions do not
     ours = model._get_top_k_continuations(running_sequences=sequences.clone(), **args)
@@ -234,8 +260,9 @@ def test_top_k_continuations_override_matches_transformers():
 def _generate_plain(model, monkeypatch, **kwargs):
     """Generate without our speed-ups of transformers' loops: transformers' own top-k and cache reordering."""
     with monkeypatch.context() as m:
-        m.setattr(VaswaniForConditionalGeneration, "_get_top_k_continuations",
-                  GenerationMixin._get_top_k_continuations)
+        m.setattr(
+            VaswaniForConditionalGeneration, "_get_top_k_continuations", GenerationMixin._get_top_k_continuations
+        )
         m.delattr(VaswaniGenerationMixin, "_reorder_cache")
         assert not hasattr(model, "_reorder_cache")
         return model.generate(**kwargs)
@@ -247,8 +274,15 @@ def test_generate_identical_to_plain_path(monkeypatch, num_beams, penalty):
     torch.manual_seed(0)
     model = randomize_norms_and_biases(VaswaniForConditionalGeneration(tiny_config(vocab_size=2048))).eval()
     ids, mask = padded_batch([7, 4, 9, 6], vocab_size=2048, seed=3)
-    kwargs = dict(input_ids=ids, attention_mask=mask, num_beams=num_beams, max_new_tokens=12,
-                  length_penalty_type=penalty, return_dict_in_generate=True, output_scores=True)
+    kwargs = dict(
+        input_ids=ids,
+        attention_mask=mask,
+        num_beams=num_beams,
+        max_new_tokens=12,
+        length_penalty_type=penalty,
+        return_dict_in_generate=True,
+        output_scores=True,
+    )
     if num_beams > 1:
         kwargs["num_return_sequences"] = 2
     with torch.no_grad():
@@ -267,15 +301,17 @@ def test_lean_loops_only_when_rows_are_repeated():
     torch.manual_seed(0)
     model = VaswaniForConditionalGeneration(tiny_config(vocab_size=40)).eval()
     ids, mask = padded_batch([5, 6, 7, 4, 9, 3, 8, 5], vocab_size=40, seed=1)  # 8 sentences, as if 2 x 4 beams
-    config = GenerationConfig(num_beams=4, num_return_sequences=1, eos_token_id=EOS, pad_token_id=PAD,
-                              decoder_start_token_id=PAD)
+    config = GenerationConfig(
+        num_beams=4, num_return_sequences=1, eos_token_id=EOS, pad_token_id=PAD, decoder_start_token_id=PAD
+    )
     config._eos_token_tensor, config._pad_token_tensor = torch.tensor([EOS]), torch.tensor(PAD)
     criteria = StoppingCriteriaList([MaxLengthCriteria(10)])
     starts = torch.zeros(8, 1, dtype=torch.long)
     with torch.no_grad():
         states = model.get_encoder()(input_ids=ids, attention_mask=mask)
-        repeated = model.get_encoder()(input_ids=ids[::4].repeat_interleave(4, 0),
-                                       attention_mask=mask[::4].repeat_interleave(4, 0))
+        repeated = model.get_encoder()(
+            input_ids=ids[::4].repeat_interleave(4, 0), attention_mask=mask[::4].repeat_interleave(4, 0)
+        )
     different = dict(encoder_outputs=states, attention_mask=mask)
     copies = dict(encoder_outputs=repeated, attention_mask=mask[::4].repeat_interleave(4, 0))
     assert model._lean_decoding_inputs(starts, [], criteria, config, False, different) is None
@@ -289,8 +325,9 @@ def test_learned_positions_cap_the_output_length(num_beams):
     every output by P tokens (</s> included) when the per-sentence limit (input + b) asks for more; an explicit
     max_new_tokens / max_length beyond the table is refused, not silently lowered."""
     torch.manual_seed(0)
-    model = VaswaniForConditionalGeneration(tiny_config(position_encoding="learned",
-                                                        max_position_embeddings=12)).eval()
+    model = VaswaniForConditionalGeneration(
+        tiny_config(position_encoding="learned", max_position_embeddings=12)
+    ).eval()
     input_ids, attention_mask = padded_batch([10, 6])
     out = model.generate(input_ids=input_ids, attention_mask=attention_mask, num_beams=num_beams, max_length_b=50)
     assert out.shape[1] - 1 <= 12  # generated tokens after the start token
@@ -307,8 +344,9 @@ def test_a_padded_batch_without_its_mask_decodes_as_with_it(num_beams):
     model = VaswaniForConditionalGeneration(tiny_config()).eval()
     input_ids, attention_mask = padded_batch([10, 4])
     without = model.generate(input_ids, num_beams=num_beams, max_new_tokens=8)
-    assert torch.equal(without, model.generate(input_ids, attention_mask=attention_mask, num_beams=num_beams,
-                                               max_new_tokens=8))
+    assert torch.equal(
+        without, model.generate(input_ids, attention_mask=attention_mask, num_beams=num_beams, max_new_tokens=8)
+    )
     attention_mask[1] = 0
     with pytest.raises(SettingError, match="row 1 of attention_mask is all zeros"):
         model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=8)
@@ -325,8 +363,9 @@ def test_greedy_with_a_length_penalty_gets_no_transformers_warning(monkeypatch):
     model = VaswaniForConditionalGeneration(tiny_config()).eval()
     input_ids, attention_mask = padded_batch([6, 4])
     out = model.generate(input_ids, attention_mask=attention_mask, num_beams=1, length_penalty=0.0, max_new_tokens=4)
-    assert warned == [] and torch.equal(out, model.generate(input_ids, attention_mask=attention_mask, num_beams=1,
-                                                            max_new_tokens=4))
+    assert warned == [] and torch.equal(
+        out, model.generate(input_ids, attention_mask=attention_mask, num_beams=1, max_new_tokens=4)
+    )
 
 
 def test_a_folder_without_generation_config_decodes_as_the_paper(tmp_path, recwarn):

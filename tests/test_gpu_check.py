@@ -59,8 +59,21 @@ def test_a_stage_that_runs_out_of_time_is_cut_and_the_report_says_so(tmp_path):
     """Isolated stages, as on the GPU. The training-step stage (a model built, stepped and compiled: well over 6 s of
     work) is killed at its 6 s budget; scripts/train.py, which the train stage runs with a timeout of what is left,
     is cut by the stage itself. The report is written either way, each stage marked cut."""
-    done = run_check("--out", str(tmp_path / "out"), "--smoke", "--isolated", "--stages", "training_step,train_script",
-                     "--budget_scale", "0.1", "--total_budget", "30", "--work", str(tmp_path / "work"), timeout=120)
+    done = run_check(
+        "--out",
+        str(tmp_path / "out"),
+        "--smoke",
+        "--isolated",
+        "--stages",
+        "training_step,train_script",
+        "--budget_scale",
+        "0.1",
+        "--total_budget",
+        "30",
+        "--work",
+        str(tmp_path / "work"),
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     report, md = only_report(tmp_path / "out")
     assert list(report["stages"]) == ["training_step", "train_script"]

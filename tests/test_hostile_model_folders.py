@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from hub_helpers import make_tiny_model
+
 from vaswani_hf.configuration_vaswani import SettingError
 from vaswani_hf.io import UsageError, check_model_folder, load_model_folder
 
@@ -54,10 +54,15 @@ def refused(folder: Path, *names: str) -> str:
 
 
 # a known translation model's type over our class: named by the class its type needs (a Marian export is taken)
-@pytest.mark.parametrize("fields, field", [({"model_type": "bart"}, "architectures"),
-                                           ({"model_type": "foo"}, "model_type"),
-                                           ({"architectures": ["MarianMTModel"]}, "architectures"),
-                                           ({"architectures": "VaswaniForConditionalGeneration"}, "architectures")])
+@pytest.mark.parametrize(
+    "fields, field",
+    [
+        ({"model_type": "bart"}, "architectures"),
+        ({"model_type": "foo"}, "model_type"),
+        ({"architectures": ["MarianMTModel"]}, "architectures"),
+        ({"architectures": "VaswaniForConditionalGeneration"}, "architectures"),
+    ],
+)
 def test_a_config_of_another_model_is_refused_before_transformers_loads_it(fields, field, saved, tmp_path):
     folder = copy_of(saved, tmp_path)
     edit_json(folder / "config.json", **fields)
@@ -71,15 +76,23 @@ def test_a_config_of_another_model_is_refused_before_transformers_loads_it(field
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fields, name", [
-    ({"bad_words_ids": [[99999]]}, "bad_words_ids"), ({"bad_words_ids": [[]]}, "bad_words_ids"),
-    ({"bad_words_ids": [5]}, "bad_words_ids"), ({"suppress_tokens": [-1]}, "suppress_tokens"),
-    ({"suppress_tokens": ["a"]}, "suppress_tokens"), ({"begin_suppress_tokens": [300]}, "begin_suppress_tokens"),
-    ({"min_length": 30, "max_length": 10}, "min_length=30 must be at most max_length=10"),
-    ({"min_new_tokens": 9, "max_new_tokens": 3}, "min_new_tokens=9 must be at most max_new_tokens=3"),
-    ({"num_return_sequences": 8, "num_beams": 4}, "num_return_sequences=8 must be at most num_beams=4")])
-def test_generation_settings_out_of_the_vocabulary_or_contradicting_each_other_are_refused(fields, name, saved,
-                                                                                          tmp_path):
+@pytest.mark.parametrize(
+    "fields, name",
+    [
+        ({"bad_words_ids": [[99999]]}, "bad_words_ids"),
+        ({"bad_words_ids": [[]]}, "bad_words_ids"),
+        ({"bad_words_ids": [5]}, "bad_words_ids"),
+        ({"suppress_tokens": [-1]}, "suppress_tokens"),
+        ({"suppress_tokens": ["a"]}, "suppress_tokens"),
+        ({"begin_suppress_tokens": [300]}, "begin_suppress_tokens"),
+        ({"min_length": 30, "max_length": 10}, "min_length=30 must be at most max_length=10"),
+        ({"min_new_tokens": 9, "max_new_tokens": 3}, "min_new_tokens=9 must be at most max_new_tokens=3"),
+        ({"num_return_sequences": 8, "num_beams": 4}, "num_return_sequences=8 must be at most num_beams=4"),
+    ],
+)
+def test_generation_settings_out_of_the_vocabulary_or_contradicting_each_other_are_refused(
+    fields, name, saved, tmp_path
+):
     folder = copy_of(saved, tmp_path)
     edit_json(folder / "generation_config.json", **fields)
     refused(folder, str(folder / "generation_config.json"), name)
@@ -94,8 +107,9 @@ def test_list_of_id_settings_inside_the_vocabulary_are_applied(saved):
     inputs = tokenizer(["a man runs", "a dog"], return_tensors="pt", padding=True)
     plain = model.generate(**inputs, num_beams=1, max_new_tokens=6)
     banned = sorted({int(t) for t in plain[:, 1:].flatten()} - {0, 2})[:3]
-    out = model.generate(**inputs, num_beams=1, max_new_tokens=6, suppress_tokens=banned,
-                         bad_words_ids=[[t] for t in banned])
+    out = model.generate(
+        **inputs, num_beams=1, max_new_tokens=6, suppress_tokens=banned, bad_words_ids=[[t] for t in banned]
+    )
     assert not set(out[:, 1:].flatten().tolist()) & set(banned)
 
 
@@ -120,18 +134,22 @@ def test_a_min_length_no_output_can_reach_is_refused(saved):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name, text, field", [
-    ("tokenizer_config.json", "[1, 2]", "must be an object"),
-    ("tokenizer_config.json", '{"eos_token": {"content": 5}}', "field eos_token.content"),
-    ("tokenizer_config.json", '{"eos_token": ["</s>"]}', "field eos_token"),
-    ("tokenizer_config.json", '{"model_max_length": "big"}', "field model_max_length"),
-    ("tokenizer_config.json", '{"added_tokens_decoder": {"0": "<pad>"}}', "field added_tokens_decoder.0"),
-    ("tokenizer_config.json", '{"tokenizer_class": "BertTokenizer"}', "field tokenizer_class"),
-    ("tokenizer_config.json", '{"eos_token": "<nonexistent>"}', "field eos_token"),
-    ("tokenizer_config.json", '{"eos_token": ', "invalid JSON"),
-    ("tokenizer_config.json", b'{"eos_token": "\xff"}', "not UTF-8"),
-    ("special_tokens_map.json", '{"pad_token": [1, 2]}', "field pad_token"),
-    ("special_tokens_map.json", '{"additional_special_tokens": [3]}', "field additional_special_tokens[0]")])
+@pytest.mark.parametrize(
+    "name, text, field",
+    [
+        ("tokenizer_config.json", "[1, 2]", "must be an object"),
+        ("tokenizer_config.json", '{"eos_token": {"content": 5}}', "field eos_token.content"),
+        ("tokenizer_config.json", '{"eos_token": ["</s>"]}', "field eos_token"),
+        ("tokenizer_config.json", '{"model_max_length": "big"}', "field model_max_length"),
+        ("tokenizer_config.json", '{"added_tokens_decoder": {"0": "<pad>"}}', "field added_tokens_decoder.0"),
+        ("tokenizer_config.json", '{"tokenizer_class": "BertTokenizer"}', "field tokenizer_class"),
+        ("tokenizer_config.json", '{"eos_token": "<nonexistent>"}', "field eos_token"),
+        ("tokenizer_config.json", '{"eos_token": ', "invalid JSON"),
+        ("tokenizer_config.json", b'{"eos_token": "\xff"}', "not UTF-8"),
+        ("special_tokens_map.json", '{"pad_token": [1, 2]}', "field pad_token"),
+        ("special_tokens_map.json", '{"additional_special_tokens": [3]}', "field additional_special_tokens[0]"),
+    ],
+)
 def test_malformed_tokenizer_files_are_named_with_their_field(name, text, field, saved, tmp_path):
     from vaswani_hf.tokenization import load_tokenizer
 
@@ -209,15 +227,20 @@ def test_masks_of_another_shape_than_their_ids_are_refused(saved):
     with pytest.raises(ValueError, match=r"decoder_attention_mask must be .*\(2, 4\).*got \(2, 3\)"):
         model(input_ids=ids, decoder_input_ids=ids[:, :4], decoder_attention_mask=short)
     with torch.no_grad():  # the right shapes pass
-        model(input_ids=ids, attention_mask=torch.ones(2, 9), decoder_input_ids=ids[:, :3],
-              decoder_attention_mask=short)
+        model(
+            input_ids=ids, attention_mask=torch.ones(2, 9), decoder_input_ids=ids[:, :3], decoder_attention_mask=short
+        )
 
 
-@pytest.mark.parametrize("ids, message", [
-    (torch.tensor([[5000, 2]]), "token id 5000, outside the vocabulary of 300 tokens"),
-    (torch.tensor([[-1, 2]]), "token id -1, outside the vocabulary of 300 tokens"),
-    (torch.tensor([[7, 300, 2]]), "token id 300, outside the vocabulary of 300 tokens"),
-    (torch.tensor([5, 2]), r"input_ids must be \(batch, length\)")])
+@pytest.mark.parametrize(
+    "ids, message",
+    [
+        (torch.tensor([[5000, 2]]), "token id 5000, outside the vocabulary of 300 tokens"),
+        (torch.tensor([[-1, 2]]), "token id -1, outside the vocabulary of 300 tokens"),
+        (torch.tensor([[7, 300, 2]]), "token id 300, outside the vocabulary of 300 tokens"),
+        (torch.tensor([5, 2]), r"input_ids must be \(batch, length\)"),
+    ],
+)
 def test_generate_refuses_ids_outside_the_vocabulary_and_ids_of_another_rank(ids, message, saved):
     assert saved["model"].config.vocab_size == 300
     with pytest.raises(SettingError, match=message):

@@ -6,9 +6,9 @@ import json
 import math
 
 import pytest
+from hub_helpers import METRICS, REPO_ID, SIGNATURE, TRAINING_INFO, hub_server, tiny  # noqa: F401
 from huggingface_hub import ModelCard, ModelCardData
 
-from hub_helpers import METRICS, REPO_ID, SIGNATURE, TRAINING_INFO, hub_server, tiny  # noqa: F401
 from vaswani_hf import hub
 from vaswani_hf.hub import card as card_module
 
@@ -33,8 +33,10 @@ def test_card_metadata_is_valid_and_carries_the_real_metrics(tiny, hub_server, m
     results = {r.metric_type: r for r in data.eval_results}
     assert results["sacrebleu"].metric_value == 12.35 and results["chrf"].metric_value == 40.1
     assert results["sacrebleu"].metric_config == SIGNATURE
-    assert all(r.task_type == "translation" and r.dataset_name == "Multi30k test2016" and r.dataset_split == "test"
-               for r in data.eval_results)
+    assert all(
+        r.task_type == "translation" and r.dataset_name == "Multi30k test2016" and r.dataset_split == "test"
+        for r in data.eval_results
+    )
     assert ModelCardData(**data.to_dict()).to_dict() == data.to_dict()
     # body: architecture from the model, scores with signature, both loading ways, citation
     params = hub.count_parameters(tiny["model"])
@@ -55,7 +57,9 @@ def test_card_without_metrics_has_no_results_and_invents_none(tiny):
     assert "No training details were recorded" in str(card)
 
 
-@pytest.mark.parametrize("bad", [{"bleu": float("nan")}, {"bleu": "TBD"}, {"bleu": None}, {"bleu": {"signature": "x"}}])
+@pytest.mark.parametrize(
+    "bad", [{"bleu": float("nan")}, {"bleu": "TBD"}, {"bleu": None}, {"bleu": {"signature": "x"}}]
+)
 def test_card_refuses_placeholder_metrics(tiny, bad):
     with pytest.raises(ValueError):
         hub.render_model_card(tiny["folder"], bad, TRAINING_INFO)
@@ -81,8 +85,14 @@ def test_training_facts_in_order_and_cells_escaped(tiny):
     rows = [line for line in text.splitlines() if line.startswith("| ")]
     labels = [row.split(" | ")[0][2:] for row in rows]
     known = [label for _, label in card_module.TRAINING_FIELDS if label in labels]
-    assert known == ["Training data", "Training data (Hub id)", "Training steps", "Optimizer", "Learning rate",
-                     "Hardware"]
+    assert known == [
+        "Training data",
+        "Training data (Hub id)",
+        "Training steps",
+        "Optimizer",
+        "Learning rate",
+        "Hardware",
+    ]
     assert "| custom\\|key | 1, 2.5, x\\|y |" in text and "| Learning rate | 0.0007 |" in text
     assert "| Optimizer | beta2=0.98 |" in text
 
@@ -101,11 +111,16 @@ def test_a_card_variant_describes_another_kind_of_repository(tiny):
     CardVariant: tags, architecture table, and whether the scores were measured with the repository's own decoding
     (if not: the scores stay in the body, out of the model-index, with the variant's notes)."""
     variant = hub.CardVariant(
-        name="other", tags=("other-architecture",),
-        architecture=lambda config: dataclasses.replace(card_module.vaswani_architecture(config),
-                                                        name="Other (converted)"),
-        count_parameters=lambda model: 7, decodes_as_measured=lambda generation: False,
-        decoding_note="DECODING NOTE", results_note="RESULTS NOTE")
+        name="other",
+        tags=("other-architecture",),
+        architecture=lambda config: dataclasses.replace(
+            card_module.vaswani_architecture(config), name="Other (converted)"
+        ),
+        count_parameters=lambda model: 7,
+        decodes_as_measured=lambda generation: False,
+        decoding_note="DECODING NOTE",
+        results_note="RESULTS NOTE",
+    )
     card = hub.render_model_card(tiny["model"], METRICS, TRAINING_INFO, variant=variant)
     text = str(card)
     assert "other-architecture" in card.data.tags and "custom_code" not in card.data.tags

@@ -8,10 +8,19 @@ import json
 import logging
 
 import pytest
-
 from conftest import run_python
-from hub_helpers import (REPO_ID, SOURCES, assert_same_outputs, clean_env, copy_folder,  # noqa: F401
-                         load_in_subprocess, make_tiny_model, place_in_hf_cache, tiny)
+from hub_helpers import (
+    REPO_ID,
+    SOURCES,
+    assert_same_outputs,
+    clean_env,
+    copy_folder,  # noqa: F401
+    load_in_subprocess,
+    make_tiny_model,
+    place_in_hf_cache,
+    tiny,
+)
+
 from vaswani_hf import hub
 from vaswani_hf.io import UsageError
 
@@ -77,9 +86,15 @@ def hub_folder(tmp_path_factory):
         (folder / "loss.png").write_bytes(b"\x89PNG fake")
 
     out = tmp_path_factory.mktemp("hub") / "folder"
-    returned = hub.save_hub_folder(model, tokenizer, out, scores={"bleu": 12.5}, training_info={
-        **INFO, "eval_dataset": {"name": "tiny test"}}, extra_files={"training_metrics.json": '{"step": 3}',
-                                                                      "blob.bin": b"\x00\x01"}, write_extra=plots)
+    returned = hub.save_hub_folder(
+        model,
+        tokenizer,
+        out,
+        scores={"bleu": 12.5},
+        training_info={**INFO, "eval_dataset": {"name": "tiny test"}},
+        extra_files={"training_metrics.json": '{"step": 3}', "blob.bin": b"\x00\x01"},
+        write_extra=plots,
+    )
     return {"folder": out, "returned": returned, "model": model, "tokenizer": tokenizer}
 
 
@@ -87,9 +102,22 @@ def test_hub_folder_contents(hub_folder):
     folder = hub_folder["folder"]
     assert hub_folder["returned"] == folder
     names = {p.name for p in folder.iterdir()}
-    assert {"model.safetensors", "config.json", "generation_config.json", "configuration_vaswani.py",
-            "modeling_vaswani.py", "pipeline_vaswani.py", "tokenizer.json", "handler.py", "requirements.txt",
-            "README.md", "metrics.json", "training_metrics.json", "blob.bin", "loss.png"} <= names
+    assert {
+        "model.safetensors",
+        "config.json",
+        "generation_config.json",
+        "configuration_vaswani.py",
+        "modeling_vaswani.py",
+        "pipeline_vaswani.py",
+        "tokenizer.json",
+        "handler.py",
+        "requirements.txt",
+        "README.md",
+        "metrics.json",
+        "training_metrics.json",
+        "blob.bin",
+        "loss.png",
+    } <= names
     assert (folder / "blob.bin").read_bytes() == b"\x00\x01"
     assert json.loads((folder / "training_metrics.json").read_text()) == {"step": 3}
     generation = json.loads((folder / "generation_config.json").read_text())
@@ -126,9 +154,14 @@ def test_hub_folder_refuses_existing_output_and_replaces_it_only_with_overwrite(
 
 def test_hub_folder_with_an_unrenderable_card_gets_a_minimal_one(hub_folder, tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
-        out = hub.save_hub_folder(hub_folder["model"], hub_folder["tokenizer"], tmp_path / "minimal",
-                                  scores={"bleu": 20.0}, training_info={"source_lang": "en", "target_lang": "de"},
-                                  extra_files={"training_metrics.json": "{}"})
+        out = hub.save_hub_folder(
+            hub_folder["model"],
+            hub_folder["tokenizer"],
+            tmp_path / "minimal",
+            scores={"bleu": 20.0},
+            training_info={"source_lang": "en", "target_lang": "de"},
+            extra_files={"training_metrics.json": "{}"},
+        )
     text = (out / "README.md").read_text()
     assert "could not be rendered" in caplog.text and "eval_dataset" in caplog.text
     assert text.startswith("---\nlibrary_name: transformers") and "- bleu: 20" in text
@@ -168,23 +201,30 @@ def test_hub_and_averaged_folders_load_with_remote_code_without_the_package(hub_
             checkpoint.model.encoder.layers[0].final_layer_norm.bias.add_(1e-3 * step)
         checkpoint.save_pretrained(tmp_path / "run" / f"checkpoint-{step}")
         tokenizer.save_pretrained(tmp_path / "run" / f"checkpoint-{step}")
-    averaged = save_averaged_checkpoint([tmp_path / "run" / "checkpoint-1", tmp_path / "run" / "checkpoint-2"],
-                                        tmp_path / "averaged")
+    averaged = save_averaged_checkpoint(
+        [tmp_path / "run" / "checkpoint-1", tmp_path / "run" / "checkpoint-2"], tmp_path / "averaged"
+    )
     assert hub.missing_code_files(averaged) == []
     expected = translate(model, tokenizer, SOURCES, num_beams=1, max_new_tokens=8, progress=False)
-    expected_averaged = translate(AutoModelForSeq2SeqLM.from_pretrained(averaged).eval(), tokenizer, SOURCES,
-                                  num_beams=1, max_new_tokens=8, progress=False)
+    expected_averaged = translate(
+        AutoModelForSeq2SeqLM.from_pretrained(averaged).eval(),
+        tokenizer,
+        SOURCES,
+        num_beams=1,
+        max_new_tokens=8,
+        progress=False,
+    )
     code = f"""
 import json
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 out = {{}}
-for name in ({str(hub_folder['folder'])!r}, {str(averaged)!r}):
+for name in ({str(hub_folder["folder"])!r}, {str(averaged)!r}):
     tok = AutoTokenizer.from_pretrained(name, trust_remote_code=True)
     model = AutoModelForSeq2SeqLM.from_pretrained(name, trust_remote_code=True).eval()
     batch = tok({SOURCES!r}, return_tensors="pt", padding=True)
     ids = model.generate(**batch, num_beams=1, max_new_tokens=8)
     out[name] = [model.__module__, [t.strip() for t in tok.batch_decode(ids, skip_special_tokens=True)]]
-pipe = pipeline("translation", model={str(hub_folder['folder'])!r}, trust_remote_code=True)
+pipe = pipeline("translation", model={str(hub_folder["folder"])!r}, trust_remote_code=True)
 out["pipeline"] = [r["translation_text"] for r in pipe({SOURCES!r}, num_beams=1, max_new_tokens=8)]
 print(json.dumps(out))
 """

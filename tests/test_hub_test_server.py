@@ -27,8 +27,14 @@ class Answer:
         return json.loads(self.body)
 
 
-def ask(server: FakeHubServer, method: str, path: str, body: bytes | dict | str | None = None,
-        headers: dict | None = None, token: bool = True) -> Answer:
+def ask(
+    server: FakeHubServer,
+    method: str,
+    path: str,
+    body: bytes | dict | str | None = None,
+    headers: dict | None = None,
+    token: bool = True,
+) -> Answer:
     """One request to the double; a dict body is sent as JSON."""
     if isinstance(body, dict):
         body = json.dumps(body).encode()
@@ -84,11 +90,14 @@ def test_a_created_repository_starts_with_the_hubs_gitattributes(server, repo):
     assert download.headers["etag"] == f'"{git_blob_sha1(INITIAL_GITATTRIBUTES)}"'
 
 
-@pytest.mark.parametrize("payload, status", [
-    ({"name": "x", "organization": "someone-else"}, 403),
-    ({"name": "x", "type": "dataset"}, 400),
-    ({"name": "x", "type": "space"}, 400),  # a Space needs a known sdk
-])
+@pytest.mark.parametrize(
+    "payload, status",
+    [
+        ({"name": "x", "organization": "someone-else"}, 403),
+        ({"name": "x", "type": "dataset"}, 400),
+        ({"name": "x", "type": "space"}, 400),  # a Space needs a known sdk
+    ],
+)
 def test_repository_creation_refuses_what_the_hub_refuses(server, payload, status):
     assert ask(server, "POST", "/api/repos/create", payload).status == status
     assert ask(server, "POST", "/api/repos/create", {"name": "x"}, token=False).status == 401
@@ -105,10 +114,12 @@ def test_a_space_is_kept_apart_from_the_models(server):
 
 
 def test_preupload_chooses_lfs_as_the_hub_does(server, repo):
-    files = [{"path": "model.safetensors", "size": 10, "sample": base64.b64encode(b"abc").decode()},
-             {"path": "config.json", "size": 10, "sample": base64.b64encode(b"{}").decode()},
-             {"path": "blob.dat", "size": 10, "sample": base64.b64encode(b"a\x00b").decode()},
-             {"path": ".gitattributes", "size": 10, "sample": base64.b64encode(b"x").decode()}]
+    files = [
+        {"path": "model.safetensors", "size": 10, "sample": base64.b64encode(b"abc").decode()},
+        {"path": "config.json", "size": 10, "sample": base64.b64encode(b"{}").decode()},
+        {"path": "blob.dat", "size": 10, "sample": base64.b64encode(b"a\x00b").decode()},
+        {"path": ".gitattributes", "size": 10, "sample": base64.b64encode(b"x").decode()},
+    ]
     answer = ask(server, "POST", f"/api/models/{repo}/preupload/main", {"files": files})
     modes = {f["path"]: (f["uploadMode"], f["oid"]) for f in answer.json()["files"]}
     assert modes["model.safetensors"] == ("lfs", None) and modes["blob.dat"] == ("lfs", None)
@@ -182,8 +193,11 @@ def test_listings_info_and_branches(server, repo):
     assert info["id"] == repo and info["sha"] == server.hub.repos[repo].branches["main"]
     assert [s["rfilename"] for s in info["siblings"]] == [".gitattributes", "config.json", "sub/x.txt"]
     top = ask(server, "GET", f"/api/models/{repo}/tree/main").json()
-    assert [(e["type"], e["path"]) for e in top] == [("file", ".gitattributes"), ("file", "config.json"),
-                                                      ("directory", "sub")]
+    assert [(e["type"], e["path"]) for e in top] == [
+        ("file", ".gitattributes"),
+        ("file", "config.json"),
+        ("directory", "sub"),
+    ]
     everything = ask(server, "GET", f"/api/models/{repo}/tree/main?recursive=true").json()
     assert [e["path"] for e in everything] == [".gitattributes", "config.json", "sub/x.txt"]
     assert [e["path"] for e in ask(server, "GET", f"/api/models/{repo}/tree/main/sub").json()] == ["sub/x.txt"]
@@ -198,9 +212,11 @@ def test_listings_info_and_branches(server, repo):
 
 
 def test_downloads_name_what_is_missing(server, repo):
-    for path, code in ((f"/{TEST_USER}/absent/resolve/main/config.json", "RepoNotFound"),
-                       (f"/{repo}/resolve/no-such-rev/config.json", "RevisionNotFound"),
-                       (f"/{repo}/resolve/main/absent.json", "EntryNotFound")):
+    for path, code in (
+        (f"/{TEST_USER}/absent/resolve/main/config.json", "RepoNotFound"),
+        (f"/{repo}/resolve/no-such-rev/config.json", "RevisionNotFound"),
+        (f"/{repo}/resolve/main/absent.json", "EntryNotFound"),
+    ):
         answer = ask(server, "GET", path)
         assert answer.status == 404 and answer.headers["x-error-code"] == code, path
     head = ask(server, "HEAD", f"/{repo}/resolve/main/absent.json")

@@ -7,11 +7,20 @@ import io
 import sys
 
 import pytest
-
 from cli_helpers import assert_one_line_error, assert_script_error, run_script, truncate
-from hub_helpers import (REPO_ID, REPO_ROOT, assert_same_outputs, clean_env, copy_folder, hub_server,  # noqa: F401
-                         load_in_subprocess, run, tiny)
+from hub_helpers import (
+    REPO_ID,
+    REPO_ROOT,
+    assert_same_outputs,
+    clean_env,
+    copy_folder,
+    hub_server,  # noqa: F401
+    load_in_subprocess,
+    run,
+    tiny,
+)
 from hub_store import TEST_TOKEN
+
 from vaswani_hf import hub
 from vaswani_hf.cli import push_to_hub as cli
 from vaswani_hf.io import RunFailure
@@ -31,9 +40,19 @@ def test_dry_run_lists_exactly_the_uploaded_files_and_makes_no_request(tiny, hub
     expected = hub.list_upload_files(folder)
     assert listed == [[name, str(size)] for name, size in expected]
     names = {name for name, _ in expected}
-    assert {"model.safetensors", "config.json", "generation_config.json", "configuration_vaswani.py",
-            "modeling_vaswani.py", "beam_search_vaswani.py", "tokenizer.json", "tokenizer_config.json", "README.md",
-            "metrics.json", "handler.py"} <= names
+    assert {
+        "model.safetensors",
+        "config.json",
+        "generation_config.json",
+        "configuration_vaswani.py",
+        "modeling_vaswani.py",
+        "beam_search_vaswani.py",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "README.md",
+        "metrics.json",
+        "handler.py",
+    } <= names
     assert "pytorch_model.bin" not in names and "not uploaded: checkpoint-10/, pytorch_model.bin" in out
     assert hub_server.requests == []
 
@@ -79,7 +98,9 @@ def test_check_folder_names_a_missing_generation_code_file(tiny, tmp_path):
     """modeling_vaswani.py imports its siblings relatively: each must travel with it (trust_remote_code)."""
     folder = copy_folder(tiny["folder"], tmp_path / "no_sibling")
     modeling = (folder / "modeling_vaswani.py").read_text(encoding="utf-8")
-    sibling = next(name for name in ("generation_vaswani", "beam_search_vaswani") if f"from .{name} import" in modeling)
+    sibling = next(
+        name for name in ("generation_vaswani", "beam_search_vaswani") if f"from .{name} import" in modeling
+    )
     (folder / f"{sibling}.py").unlink()
     assert f"modeling_vaswani.py imports .{sibling}, but {sibling}.py is not in the folder" in hub.check_folder(folder)
 
@@ -105,8 +126,9 @@ def test_cli_refusals_are_one_line_exit_2_and_change_nothing(tiny, tmp_path, cap
         repo_id, expected = "bad repo//x", ["'bad repo//x' is invalid"]
     before = {p.name: p.read_bytes() for p in folder.iterdir()} if folder.is_dir() else None
     for dry_run in ([], ["--dry_run"]):
-        assert_one_line_error(cli.main, ["--model_dir", str(folder), "--repo_id", repo_id, *dry_run], capsys, 2,
-                              *expected)
+        assert_one_line_error(
+            cli.main, ["--model_dir", str(folder), "--repo_id", repo_id, *dry_run], capsys, 2, *expected
+        )
     assert hub_server.requests == []
     if before is not None:
         assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
@@ -117,8 +139,9 @@ def test_ctrl_c_is_exit_130_one_line(tiny, capsys, monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr("vaswani_hf.cli.push_to_hub.push_folder", interrupted)
-    assert_one_line_error(cli.main, ["--model_dir", str(tiny["folder"]), "--repo_id", REPO_ID], capsys, 130,
-                          "interrupted")
+    assert_one_line_error(
+        cli.main, ["--model_dir", str(tiny["folder"]), "--repo_id", REPO_ID], capsys, 130, "interrupted"
+    )
 
 
 def test_push_without_token_fails_clearly(tiny, monkeypatch):
@@ -135,10 +158,26 @@ def test_push_round_trip_through_local_test_double(tiny, hub_server, tmp_path):
     (folder / "checkpoint-10").mkdir()  # a sub-folder's files match "*.py" under fnmatch, and are still not sent
     (folder / "checkpoint-10" / "modeling_vaswani.py").write_text("# an old copy\n", encoding="utf-8")
     (folder / "my_notes.py").write_text('HF_TOKEN = "hf_planted_secret"\n', encoding="utf-8")  # named by nothing
-    env = clean_env(HF_ENDPOINT=hub_server.endpoint, HF_TOKEN=TEST_TOKEN, HF_HOME=str(tmp_path / "pusher_home"),
-                    HF_HUB_DISABLE_XET="1")
-    pushed = run([sys.executable, str(REPO_ROOT / "scripts" / "push_to_hub.py"), "--model_dir", str(folder),
-                  "--repo_id", REPO_ID, "--commit_message", "Upload tiny model"], env, cwd=tmp_path)
+    env = clean_env(
+        HF_ENDPOINT=hub_server.endpoint,
+        HF_TOKEN=TEST_TOKEN,
+        HF_HOME=str(tmp_path / "pusher_home"),
+        HF_HUB_DISABLE_XET="1",
+    )
+    pushed = run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "scripts" / "push_to_hub.py"),
+            "--model_dir",
+            str(folder),
+            "--repo_id",
+            REPO_ID,
+            "--commit_message",
+            "Upload tiny model",
+        ],
+        env,
+        cwd=tmp_path,
+    )
     assert TEST_TOKEN not in pushed.stdout + pushed.stderr
 
     assert hub_server.unhandled == []
@@ -159,16 +198,32 @@ def test_push_round_trip_through_local_test_double(tiny, hub_server, tmp_path):
     assert loaded["model_module"].startswith("transformers_modules.")
     assert_same_outputs(tiny, loaded)
     assert hub_server.unhandled == []
-    assert any(path.endswith("/resolve/" + hub_server.hub.repos[REPO_ID].branches["main"] + "/model.safetensors")
-               for _, path in hub_server.requests)
+    assert any(
+        path.endswith("/resolve/" + hub_server.hub.repos[REPO_ID].branches["main"] + "/model.safetensors")
+        for _, path in hub_server.requests
+    )
 
 
 @pytest.mark.slow
 def test_push_private_to_a_branch(tiny, hub_server, tmp_path):
-    env = clean_env(HF_ENDPOINT=hub_server.endpoint, HF_TOKEN=TEST_TOKEN, HF_HOME=str(tmp_path / "home"),
-                    HF_HUB_DISABLE_XET="1")
-    run([sys.executable, str(REPO_ROOT / "scripts" / "push_to_hub.py"), "--model_dir", str(tiny["folder"]),
-         "--repo_id", "org/vaswani-private", "--private", "--revision", "dev"], env, cwd=tmp_path)
+    env = clean_env(
+        HF_ENDPOINT=hub_server.endpoint, HF_TOKEN=TEST_TOKEN, HF_HOME=str(tmp_path / "home"), HF_HUB_DISABLE_XET="1"
+    )
+    run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "scripts" / "push_to_hub.py"),
+            "--model_dir",
+            str(tiny["folder"]),
+            "--repo_id",
+            "org/vaswani-private",
+            "--private",
+            "--revision",
+            "dev",
+        ],
+        env,
+        cwd=tmp_path,
+    )
     repo = hub_server.hub.repos["org/vaswani-private"]
     assert repo.private
     assert hub_server.history("org/vaswani-private", "main") == ["initial commit"]
@@ -180,14 +235,24 @@ def test_push_private_to_a_branch(tiny, hub_server, tmp_path):
 @pytest.mark.slow
 def test_refused_token_and_unreachable_hub_are_one_line_exit_1(tiny, hub_server, tmp_path):
     wrong = "hf_wrongtoken_abcdefghijklmnop"
-    refused = run_script("push_to_hub", ["--model_dir", tiny["folder"], "--repo_id", REPO_ID],
-                         env=clean_env(HF_ENDPOINT=hub_server.endpoint, HF_TOKEN=wrong, HF_HOME=str(tmp_path / "a"),
-                                       HF_HUB_DISABLE_XET="1"), cwd=tmp_path)
+    refused = run_script(
+        "push_to_hub",
+        ["--model_dir", tiny["folder"], "--repo_id", REPO_ID],
+        env=clean_env(
+            HF_ENDPOINT=hub_server.endpoint, HF_TOKEN=wrong, HF_HOME=str(tmp_path / "a"), HF_HUB_DISABLE_XET="1"
+        ),
+        cwd=tmp_path,
+    )
     assert_script_error(refused, 1, f"upload to {REPO_ID} failed", "Invalid user token")
     assert wrong not in refused.stdout + refused.stderr and REPO_ID not in hub_server.hub.repos
     # a closed port: connection refused
-    unreachable = run_script("push_to_hub", ["--model_dir", tiny["folder"], "--repo_id", REPO_ID],
-                             env=clean_env(HF_ENDPOINT="http://127.0.0.1:9", HF_TOKEN=TEST_TOKEN,
-                                           HF_HOME=str(tmp_path / "b"), HF_HUB_DISABLE_XET="1"), cwd=tmp_path)
+    unreachable = run_script(
+        "push_to_hub",
+        ["--model_dir", tiny["folder"], "--repo_id", REPO_ID],
+        env=clean_env(
+            HF_ENDPOINT="http://127.0.0.1:9", HF_TOKEN=TEST_TOKEN, HF_HOME=str(tmp_path / "b"), HF_HUB_DISABLE_XET="1"
+        ),
+        cwd=tmp_path,
+    )
     line = assert_script_error(unreachable, 1, f"upload to {REPO_ID} failed")
     assert TEST_TOKEN not in unreachable.stdout + unreachable.stderr, line

@@ -7,8 +7,8 @@ import io
 import json
 
 import pytest
-
 from hub_helpers import REPO_ID, copy_folder, hub_server, tiny  # noqa: F401
+
 from vaswani_hf import hub
 from vaswani_hf.hub.upload import revision_problem
 
@@ -22,18 +22,29 @@ def _edit_json(folder, name, change):
 
 BROKEN = {
     "metrics truncated": ("metrics.json", lambda f: (f / "metrics.json").write_text('{"bleu": ', encoding="utf-8")),
-    "training metrics a list": ("training_metrics.json",
-                                lambda f: (f / "training_metrics.json").write_text("[1, 2]", encoding="utf-8")),
-    "num_beams -1": ("generation_config.json",
-                     lambda f: _edit_json(f, "generation_config.json", lambda d: d.update(num_beams=-1))),
+    "training metrics a list": (
+        "training_metrics.json",
+        lambda f: (f / "training_metrics.json").write_text("[1, 2]", encoding="utf-8"),
+    ),
+    "num_beams -1": (
+        "generation_config.json",
+        lambda f: _edit_json(f, "generation_config.json", lambda d: d.update(num_beams=-1)),
+    ),
     "syntax error": ("modeling_vaswani.py", lambda f: (f / "modeling_vaswani.py").write_text("def (:\n")),
     "class missing": ("modeling_vaswani.py", lambda f: (f / "modeling_vaswani.py").write_text("x\n")),
-    "eos_token an object": ("tokenizer_config.json", lambda f: _edit_json(
-        f, "tokenizer_config.json", lambda d: d.update(eos_token={"content": 5}))),
-    "all_results broken": ("all_results.json",
-                            lambda f: (f / "all_results.json").write_text("{", encoding="utf-8")),
-    "tokenizer of another size": ("tokenizer", lambda f: _edit_json(
-        f, "tokenizer.json", lambda d: d["model"]["vocab"].update({"zzz_extra_token": len(d["model"]["vocab"]) + 50}))),
+    "eos_token an object": (
+        "tokenizer_config.json",
+        lambda f: _edit_json(f, "tokenizer_config.json", lambda d: d.update(eos_token={"content": 5})),
+    ),
+    "all_results broken": ("all_results.json", lambda f: (f / "all_results.json").write_text("{", encoding="utf-8")),
+    "tokenizer of another size": (
+        "tokenizer",
+        lambda f: _edit_json(
+            f,
+            "tokenizer.json",
+            lambda d: d["model"]["vocab"].update({"zzz_extra_token": len(d["model"]["vocab"]) + 50}),
+        ),
+    ),
 }
 
 
@@ -52,8 +63,30 @@ def test_broken_folder_is_refused_before_any_request(tiny, tmp_path, hub_server,
     assert hub_server.requests == []
 
 
-@pytest.mark.parametrize("revision", ["bad..rev", "a b", "x/", "/x", "x.", "x.lock", "a~1", "a^", "a:b", "a?",
-                                      "a*", "a[b", "a\\b", "", "@", "a@{b", "a//b", ".hidden", "a/.b"])
+@pytest.mark.parametrize(
+    "revision",
+    [
+        "bad..rev",
+        "a b",
+        "x/",
+        "/x",
+        "x.",
+        "x.lock",
+        "a~1",
+        "a^",
+        "a:b",
+        "a?",
+        "a*",
+        "a[b",
+        "a\\b",
+        "",
+        "@",
+        "a@{b",
+        "a//b",
+        ".hidden",
+        "a/.b",
+    ],
+)
 def test_invalid_revisions_are_refused(revision):
     assert revision_problem(revision) is not None and repr(revision) in revision_problem(revision)
 

@@ -41,8 +41,7 @@ def test_translate_batches_are_make_batches(model, tokenizer, monkeypatch):
     lengths = [len(ids) for ids in tokenizer(texts)["input_ids"]]
     calls = []
     original = model.generate
-    monkeypatch.setattr(model, "generate",
-                        lambda **kw: calls.append(kw["input_ids"].shape) or original(**kw))
+    monkeypatch.setattr(model, "generate", lambda **kw: calls.append(kw["input_ids"].shape) or original(**kw))
     for max_tokens, batch_size in ((40, None), (None, 3), (25, 2)):
         calls.clear()
         translate(model, tokenizer, LINES, num_beams=1, max_tokens=max_tokens, batch_size=batch_size, progress=False)
@@ -82,8 +81,15 @@ def test_position_limit_is_the_learned_table_as_generate_caps_it(tokenizer):
     from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
     from vaswani_hf.export.marian import to_marian
 
-    settings = dict(vocab_size=len(tokenizer), d_model=16, d_ff=32, num_heads=2, num_encoder_layers=1,
-                    num_decoder_layers=1, max_position_embeddings=12)
+    settings = dict(
+        vocab_size=len(tokenizer),
+        d_model=16,
+        d_ff=32,
+        num_heads=2,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        max_position_embeddings=12,
+    )
     learned = VaswaniForConditionalGeneration(VaswaniConfig(position_encoding="learned", **settings)).eval()
     sinusoidal = VaswaniForConditionalGeneration(VaswaniConfig(**settings)).eval()
     assert position_limit(learned) == 12
@@ -93,14 +99,26 @@ def test_position_limit_is_the_learned_table_as_generate_caps_it(tokenizer):
 def test_translate_refuses_a_line_longer_than_learned_positions_before_decoding(tokenizer, monkeypatch):
     from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
 
-    learned = VaswaniForConditionalGeneration(VaswaniConfig(
-        vocab_size=len(tokenizer), d_model=16, d_ff=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
-        position_encoding="learned", max_position_embeddings=12)).eval()
+    learned = VaswaniForConditionalGeneration(
+        VaswaniConfig(
+            vocab_size=len(tokenizer),
+            d_model=16,
+            d_ff=32,
+            num_heads=2,
+            num_encoder_layers=1,
+            num_decoder_layers=1,
+            position_encoding="learned",
+            max_position_embeddings=12,
+        )
+    ).eval()
     calls = []
     monkeypatch.setattr(learned, "generate", lambda **kw: calls.append(kw))
     long_line = " ".join(["water"] * 40)
-    with pytest.raises(InputLineError, match=r"^line 3: \d+ source tokens, but the model's learned position "
-                                             r"embeddings cover 12 positions; shorten or split the line$"):
+    with pytest.raises(
+        InputLineError,
+        match=r"^line 3: \d+ source tokens, but the model's learned position "
+        r"embeddings cover 12 positions; shorten or split the line$",
+    ):
         translate(learned, tokenizer, ["dog", "", long_line], progress=False)
     assert calls == []
 
@@ -108,8 +126,9 @@ def test_translate_refuses_a_line_longer_than_learned_positions_before_decoding(
 def test_load_for_inference(model, tokenizer, saved_folder, tmp_path):
     loaded, loaded_tokenizer = load_for_inference(saved_folder, device="cpu")
     assert not loaded.training and loaded.dtype == torch.float32
-    assert translate(loaded, loaded_tokenizer, LINES, num_beams=1, progress=False) == \
-        translate(model, tokenizer, LINES, num_beams=1, progress=False)
+    assert translate(loaded, loaded_tokenizer, LINES, num_beams=1, progress=False) == translate(
+        model, tokenizer, LINES, num_beams=1, progress=False
+    )
     half, _ = load_for_inference(str(saved_folder), device="cpu", dtype="bf16")
     assert half.dtype == torch.bfloat16
     with pytest.raises(UsageError, match=r"unknown dtype 'int8'; use one of fp32, bf16, fp16"):
@@ -154,8 +173,23 @@ def test_script_keeps_order_and_line_count(model, tokenizer, saved_folder, tmp_p
     source.write_bytes("\r\n".join(LINES).encode("utf-8"))
     output = tmp_path / "out.txt"
     script = _load_script()
-    assert script.main([str(source), "--model", str(saved_folder), "--output", str(output), "--num_beams", "1",
-                        "--max_tokens", "30", "--no_progress"]) == 0
+    assert (
+        script.main(
+            [
+                str(source),
+                "--model",
+                str(saved_folder),
+                "--output",
+                str(output),
+                "--num_beams",
+                "1",
+                "--max_tokens",
+                "30",
+                "--no_progress",
+            ]
+        )
+        == 0
+    )
     got = output.read_text(encoding="utf-8").split("\n")
     assert got[-1] == ""  # ends with a newline
     assert got[:-1] == translate(model, tokenizer, LINES, num_beams=1, progress=False)
@@ -176,8 +210,9 @@ def test_script_refuses_to_overwrite_output(model, tokenizer, saved_folder, tmp_
     assert output.read_text(encoding="utf-8") == "keep me\n"
     assert cli.main(args + ["--overwrite"]) == 0
     capsys.readouterr()
-    assert output.read_text(encoding="utf-8").split("\n")[:-1] == \
-        translate(model, tokenizer, ["dog", "snow"], num_beams=1, progress=False)
+    assert output.read_text(encoding="utf-8").split("\n")[:-1] == translate(
+        model, tokenizer, ["dog", "snow"], num_beams=1, progress=False
+    )
     (tmp_path / "outputs").mkdir()
     assert cli.main([str(source), "--model", str(saved_folder), "--output", str(tmp_path / "outputs")]) == 2
     assert "is a folder" in _one_error_line(capsys.readouterr().err)
@@ -192,7 +227,10 @@ def test_script_stdin_to_stdout_subprocess(model, tokenizer, saved_folder):
     text = "\n".join(LINES) + "\n"
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "--model", str(saved_folder), "--device", "cpu"],
-        input=text.encode("utf-8"), capture_output=True, timeout=120, env={**os.environ, **SUBPROCESS_ENV},
+        input=text.encode("utf-8"),
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, **SUBPROCESS_ENV},
     )
     assert result.returncode == 0, result.stderr.decode()
     lines = result.stdout.decode("utf-8").split("\n")

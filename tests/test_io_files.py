@@ -73,9 +73,16 @@ def _one_line_naming(error: UsageError, path: Path, field: str) -> None:
         assert f"field {field} " in message, message
 
 
-TRAINER_STATE_SAMPLE = {"global_step": 4, "epoch": 1.0, "max_steps": 4, "log_history": [{"loss": 1.5, "step": 2}],
-                        "best_metric": None, "stateful_callbacks": {"TrainerControl": {"args": {}}},
-                        "train_batch_size": 8, "is_world_process_zero": True}
+TRAINER_STATE_SAMPLE = {
+    "global_step": 4,
+    "epoch": 1.0,
+    "max_steps": 4,
+    "log_history": [{"loss": 1.5, "step": 2}],
+    "best_metric": None,
+    "stateful_callbacks": {"TrainerControl": {"args": {}}},
+    "train_batch_size": 8,
+    "is_world_process_zero": True,
+}
 # fields whose declared kind is fixed (not nullable), so any other kind must be refused, naming them
 TRAINER_STATE_TYPED = {"global_step", "epoch", "max_steps", "log_history", "log_history[0]", "is_world_process_zero"}
 
@@ -83,19 +90,38 @@ TRAINER_STATE_TYPED = {"global_step", "epoch", "max_steps", "log_history", "log_
 def _vaswani_config() -> dict:
     from vaswani_hf import VaswaniConfig
 
-    return VaswaniConfig(vocab_size=50, d_model=16, d_ff=32, num_heads=2, num_encoder_layers=1,
-                         num_decoder_layers=1).to_dict()
+    return VaswaniConfig(
+        vocab_size=50, d_model=16, d_ff=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=1
+    ).to_dict()
 
 
-CONFIG_TYPED = {"vocab_size", "d_model", "d_ff", "num_heads", "num_encoder_layers", "num_decoder_layers",
-                "position_encoding", "sinusoid_layout", "attention_bias", "layer_norm_eps", "scale_embedding",
-                "tie_word_embeddings", "max_position_embeddings", "dropout", "model_type"}
+CONFIG_TYPED = {
+    "vocab_size",
+    "d_model",
+    "d_ff",
+    "num_heads",
+    "num_encoder_layers",
+    "num_decoder_layers",
+    "position_encoding",
+    "sinusoid_layout",
+    "attention_bias",
+    "layer_norm_eps",
+    "scale_embedding",
+    "tie_word_embeddings",
+    "max_position_embeddings",
+    "dropout",
+    "model_type",
+}
 
 
-@pytest.mark.parametrize("shape, sample, typed", [
-    (TRAINER_STATE, TRAINER_STATE_SAMPLE, TRAINER_STATE_TYPED),
-    (CONFIG, "vaswani", CONFIG_TYPED),
-], ids=["trainer_state", "config"])
+@pytest.mark.parametrize(
+    "shape, sample, typed",
+    [
+        (TRAINER_STATE, TRAINER_STATE_SAMPLE, TRAINER_STATE_TYPED),
+        (CONFIG, "vaswani", CONFIG_TYPED),
+    ],
+    ids=["trainer_state", "config"],
+)
 def test_a_wrong_json_kind_at_every_level_is_named(shape, sample, typed, tmp_path):
     sample = json.loads(json.dumps(_vaswani_config() if sample == "vaswani" else sample))  # keys as in the file
     path = tmp_path / "file.json"
@@ -114,23 +140,27 @@ def test_a_wrong_json_kind_at_every_level_is_named(shape, sample, typed, tmp_pat
                 if not where:
                     assert "the file must be an object" in str(error)
                 else:  # the field named is the mutated one or the one holding it
-                    assert any(f"field {_dotted(where[:n])} " in str(error) for n in range(1, len(where) + 1)), \
-                        (field, str(error))
+                    assert any(f"field {_dotted(where[:n])} " in str(error) for n in range(1, len(where) + 1)), (
+                        field,
+                        str(error),
+                    )
                 _one_line_naming(error, path, "")
                 continue
             assert field not in typed, f"{field} = {value!r} accepted"
     assert refused > len(typed)
 
 
-@pytest.mark.parametrize("shape, sample, field", [
-    (TRAINER_STATE, {"epoch": 1.0}, "global_step"),
-    (CONFIG, {"d_model": 16}, "model_type"),
-    (TOKENIZER, {"version": "1.0"}, "model"),
-])
+@pytest.mark.parametrize(
+    "shape, sample, field",
+    [
+        (TRAINER_STATE, {"epoch": 1.0}, "global_step"),
+        (CONFIG, {"d_model": 16}, "model_type"),
+        (TOKENIZER, {"version": "1.0"}, "model"),
+    ],
+)
 def test_a_missing_required_field_is_named(shape, sample, field, tmp_path):
     path = _write(tmp_path / "file.json", sample)
-    with pytest.raises(UsageError, match=rf"file\.json: (not a tokenizer file: )?field {field} is missing; ") \
-            as error:
+    with pytest.raises(UsageError, match=rf"file\.json: (not a tokenizer file: )?field {field} is missing; ") as error:
         read_json(path, shape)
     _one_line_naming(error.value, path, field)
 
@@ -144,14 +174,17 @@ def test_extra_fields_follow_the_declaration(tmp_path):
     read_json(_write(tmp_path / "config.json", {**_vaswani_config(), "surprise": [1]}), CONFIG)
 
 
-@pytest.mark.parametrize("field, value, problem", [
-    ("layer_norm_eps", float("nan"), "must be a finite number"),
-    ("d_model", 16.5, "must be an integer"),
-    ("d_model", True, "must be an integer"),
-    ("eos_token_id", [2, "x"], "must be a token id"),
-    ("d_model", -4, r"d_model must be an integer in \[1, 65,536\], got an integer -4"),
-    ("custom_pipelines", [], "must be an object"),
-])
+@pytest.mark.parametrize(
+    "field, value, problem",
+    [
+        ("layer_norm_eps", float("nan"), "must be a finite number"),
+        ("d_model", 16.5, "must be an integer"),
+        ("d_model", True, "must be an integer"),
+        ("eos_token_id", [2, "x"], "must be a token id"),
+        ("d_model", -4, r"d_model must be an integer in \[1, 65,536\], got an integer -4"),
+        ("custom_pipelines", [], "must be an object"),
+    ],
+)
 def test_config_fields_have_vaswani_configs_declarations(field, value, problem, tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**_vaswani_config(), field: value}), encoding="utf-8")  # json writes NaN as NaN
@@ -173,17 +206,22 @@ def _tokenizer(tmp_path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("document, expected", [
-    ({}, "field model is missing"),
-    ([], "not a tokenizer file: the file must be an object"),
-    ("tokenizer", "not a tokenizer file: the file must be an object"),
-    ({"model": []}, "field model must be an object"),
-    ({"model": {"type": 3}}, "field model.type must be a string"),
-    ({"model": {"type": "WordLevel", "vocab": {"a": "zero"}}}, "field model.vocab.a must be an integer"),
-    ({"model": {"type": "WordLevel", "vocab": {}}, "added_tokens": [{"id": -1, "content": "x"}]},
-     r"field added_tokens\[0\].id must be an integer >= 0"),
-    ({"model": {"type": "NoSuchModel"}}, "not a tokenizer file"),  # the right shape, refused by the library
-])
+@pytest.mark.parametrize(
+    "document, expected",
+    [
+        ({}, "field model is missing"),
+        ([], "not a tokenizer file: the file must be an object"),
+        ("tokenizer", "not a tokenizer file: the file must be an object"),
+        ({"model": []}, "field model must be an object"),
+        ({"model": {"type": 3}}, "field model.type must be a string"),
+        ({"model": {"type": "WordLevel", "vocab": {"a": "zero"}}}, "field model.vocab.a must be an integer"),
+        (
+            {"model": {"type": "WordLevel", "vocab": {}}, "added_tokens": [{"id": -1, "content": "x"}]},
+            r"field added_tokens\[0\].id must be an integer >= 0",
+        ),
+        ({"model": {"type": "NoSuchModel"}}, "not a tokenizer file"),  # the right shape, refused by the library
+    ],
+)
 def test_a_tokenizer_json_that_is_no_tokenizer_is_named(document, expected, tmp_path):
     from vaswani_hf.tokenization import load_tokenizer
 
@@ -205,20 +243,30 @@ def _safetensors(tmp_path) -> Path:
     from safetensors.torch import save_file
 
     path = tmp_path / "w.safetensors"
-    save_file({"f": torch.ones(3, 4), "h": torch.zeros(5, dtype=torch.float16), "b": torch.ones(2, dtype=torch.bool),
-               "i": torch.arange(3), "bf": torch.zeros(2, 2, dtype=torch.bfloat16), "empty": torch.zeros(0, 3),
-               "scalar": torch.tensor(1.0)}, str(path), metadata={"format": "pt"})
+    save_file(
+        {
+            "f": torch.ones(3, 4),
+            "h": torch.zeros(5, dtype=torch.float16),
+            "b": torch.ones(2, dtype=torch.bool),
+            "i": torch.arange(3),
+            "bf": torch.zeros(2, 2, dtype=torch.bfloat16),
+            "empty": torch.zeros(0, 3),
+            "scalar": torch.tensor(1.0),
+        },
+        str(path),
+        metadata={"format": "pt"},
+    )
     return path
 
 
 def _rewrite_header(path: Path, change) -> Path:
     data = path.read_bytes()
     length = int.from_bytes(data[:8], "little")
-    header = json.loads(data[8:8 + length])
+    header = json.loads(data[8 : 8 + length])
     changed = change(header)
     header = header if changed is None else changed
     text = json.dumps(header).encode()
-    path.write_bytes(len(text).to_bytes(8, "little") + text + data[8 + length:])
+    path.write_bytes(len(text).to_bytes(8, "little") + text + data[8 + length :])
     return path
 
 
@@ -226,25 +274,32 @@ def _first_tensor(header) -> dict:
     return header[sorted(k for k in header if k != "__metadata__")[0]]
 
 
-@pytest.mark.parametrize("change, expected", [
-    (lambda h: [], "not a safetensors header: the file must be an object"),
-    (lambda h: "weights", "the file must be an object"),
-    (lambda h: _first_tensor(h).pop("dtype") and None, "dtype is missing"),
-    (lambda h: _first_tensor(h).update(dtype="F128"), "dtype must be one of"),
-    (lambda h: _first_tensor(h).update(shape=[-1, 4]), r"shape\[0\] must be an integer >= 0"),
-    (lambda h: _first_tensor(h).update(shape="3x4"), "shape must be a list"),
-    (lambda h: _first_tensor(h).update(data_offsets=[0]), "data_offsets must be a list of 2 items"),
-    (lambda h: _first_tensor(h).update(extra=1), "is not a known field"),
-    (lambda h: h.update(__metadata__={"format": 1}), r"field __metadata__.format must be a string"),
-    # the header lies about its data
-    (lambda h: h["f"].update(shape=[4, 4]), "tensor f: data_offsets .* disagree with its shape"),
-    (lambda h: h["f"].update(dtype="F64"), "tensor f: data_offsets .* disagree with its shape"),
-    (lambda h: h["h"].update(dtype="F32", shape=[5]), "disagree with its shape"),
-    (lambda h: h["i"].update(data_offsets=[h["i"]["data_offsets"][0] + 8, h["i"]["data_offsets"][1] + 8]),
-     "tensor i starts at byte .* (gap|overlap)|tensors overlap|leave a gap"),
-    (lambda h: h["f"].update(data_offsets=[h["f"]["data_offsets"][1], h["f"]["data_offsets"][0]]),
-     "disagree with its shape"),
-])
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (lambda h: [], "not a safetensors header: the file must be an object"),
+        (lambda h: "weights", "the file must be an object"),
+        (lambda h: _first_tensor(h).pop("dtype") and None, "dtype is missing"),
+        (lambda h: _first_tensor(h).update(dtype="F128"), "dtype must be one of"),
+        (lambda h: _first_tensor(h).update(shape=[-1, 4]), r"shape\[0\] must be an integer >= 0"),
+        (lambda h: _first_tensor(h).update(shape="3x4"), "shape must be a list"),
+        (lambda h: _first_tensor(h).update(data_offsets=[0]), "data_offsets must be a list of 2 items"),
+        (lambda h: _first_tensor(h).update(extra=1), "is not a known field"),
+        (lambda h: h.update(__metadata__={"format": 1}), r"field __metadata__.format must be a string"),
+        # the header lies about its data
+        (lambda h: h["f"].update(shape=[4, 4]), "tensor f: data_offsets .* disagree with its shape"),
+        (lambda h: h["f"].update(dtype="F64"), "tensor f: data_offsets .* disagree with its shape"),
+        (lambda h: h["h"].update(dtype="F32", shape=[5]), "disagree with its shape"),
+        (
+            lambda h: h["i"].update(data_offsets=[h["i"]["data_offsets"][0] + 8, h["i"]["data_offsets"][1] + 8]),
+            "tensor i starts at byte .* (gap|overlap)|tensors overlap|leave a gap",
+        ),
+        (
+            lambda h: h["f"].update(data_offsets=[h["f"]["data_offsets"][1], h["f"]["data_offsets"][0]]),
+            "disagree with its shape",
+        ),
+    ],
+)
 def test_a_safetensors_header_of_the_wrong_shape_or_lying_is_named(change, expected, tmp_path):
     path = _safetensors(tmp_path)
     assert set(check_safetensors(path)) >= {"f", "h", "b", "i", "bf", "empty", "scalar"}
@@ -295,16 +350,19 @@ def test_a_real_export_passes_and_a_cut_model_bin_is_named(ct2_export, tmp_path)
     data = (folder / "model.bin").read_bytes()
     for cut in (0, 2, 4, 12, 40, len(data) // 3, len(data) // 2, len(data) - 5, len(data) - 1):
         (folder / "model.bin").write_bytes(data[:cut])
-        with pytest.raises(UsageError, match=r"model\.bin: (truncated or corrupt|not a CTranslate2 model file)") \
-                as error:
+        with pytest.raises(
+            UsageError, match=r"model\.bin: (truncated or corrupt|not a CTranslate2 model file)"
+        ) as error:
             check_ctranslate2_folder(folder)
         _one_line_naming(error.value, folder / "model.bin", "")
 
 
 def _tiny_model_bin(path: Path, num_bytes: int | None = None) -> Path:
     """CTranslate2's binary layout (version 6) with one float32 variable of shape [2, 3]."""
+
     def string(text: str) -> bytes:
         return struct.pack("<H", len(text) + 1) + text.encode() + b"\0"
+
     body = struct.pack("<I", 6) + string("TransformerSpec") + struct.pack("<II", 1, 1)
     body += string("w") + struct.pack("<B", 2) + struct.pack("<II", 2, 3) + struct.pack("<B", 0)
     body += struct.pack("<I", 24 if num_bytes is None else num_bytes) + b"\0" * 24 + struct.pack("<I", 0)
@@ -312,18 +370,21 @@ def _tiny_model_bin(path: Path, num_bytes: int | None = None) -> Path:
     return path
 
 
-@pytest.mark.parametrize("breakage, expected", [
-    (lambda f: _tiny_model_bin(f / "model.bin", num_bytes=20), "variable w: 20 bytes disagree with its shape"),
-    (lambda f: (f / "model.bin").unlink(), "is not a CTranslate2 model folder"),
-    (lambda f: (f / "config.json").unlink(), "config.json of CTranslate2 model folder .* not found"),
-    (lambda f: _write(f / "config.json", []), r"config\.json: not a CTranslate2 config\.json"),
-    (lambda f: _write(f / "config.json", {"add_source_eos": "no"}), "field add_source_eos must be a boolean"),
-    (lambda f: (f / "shared_vocabulary.json").unlink(), "vocabulary of CTranslate2 model folder .* not found"),
-    (lambda f: _write(f / "shared_vocabulary.json", {"a": 0}), "not a CTranslate2 vocabulary"),
-    (lambda f: _write(f / "shared_vocabulary.json", ["a", 1]), r"field \[1\] must be a string"),
-    (lambda f: _write(f / "shared_vocabulary.json", []), "an empty vocabulary"),
-    (lambda f: _write(f / "vaswani_ctranslate2.json", {"max_positions": "24"}), "field max_positions must be"),
-])
+@pytest.mark.parametrize(
+    "breakage, expected",
+    [
+        (lambda f: _tiny_model_bin(f / "model.bin", num_bytes=20), "variable w: 20 bytes disagree with its shape"),
+        (lambda f: (f / "model.bin").unlink(), "is not a CTranslate2 model folder"),
+        (lambda f: (f / "config.json").unlink(), "config.json of CTranslate2 model folder .* not found"),
+        (lambda f: _write(f / "config.json", []), r"config\.json: not a CTranslate2 config\.json"),
+        (lambda f: _write(f / "config.json", {"add_source_eos": "no"}), "field add_source_eos must be a boolean"),
+        (lambda f: (f / "shared_vocabulary.json").unlink(), "vocabulary of CTranslate2 model folder .* not found"),
+        (lambda f: _write(f / "shared_vocabulary.json", {"a": 0}), "not a CTranslate2 vocabulary"),
+        (lambda f: _write(f / "shared_vocabulary.json", ["a", 1]), r"field \[1\] must be a string"),
+        (lambda f: _write(f / "shared_vocabulary.json", []), "an empty vocabulary"),
+        (lambda f: _write(f / "vaswani_ctranslate2.json", {"max_positions": "24"}), "field max_positions must be"),
+    ],
+)
 def test_a_broken_ctranslate2_folder_is_named(breakage, expected, tmp_path):
     folder = tmp_path / "ct2"
     folder.mkdir()
@@ -350,5 +411,12 @@ def test_the_translator_checks_its_folder_first(tmp_path):
 
 def test_every_declared_file_shape_is_exported():
     declared = [name for name in files.__all__ if isinstance(getattr(files, name), files.FileShape)]
-    assert {"CONFIG", "TRAINER_STATE", "TOKENIZER", "SAFETENSORS_HEADER", "CT2_CONFIG", "CT2_METADATA",
-            "GENERATION_CONFIG"} <= set(declared)
+    assert {
+        "CONFIG",
+        "TRAINER_STATE",
+        "TOKENIZER",
+        "SAFETENSORS_HEADER",
+        "CT2_CONFIG",
+        "CT2_METADATA",
+        "GENERATION_CONFIG",
+    } <= set(declared)

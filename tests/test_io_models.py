@@ -14,7 +14,6 @@ from vaswani_hf.io import (
     check_safetensors,
 )
 
-
 # ---------------------------------------------------------------------------------------------------------------------
 # Model folders
 # ---------------------------------------------------------------------------------------------------------------------
@@ -139,21 +138,33 @@ def test_declared_files_take_only_declared_regular_files_and_the_code_config_jso
 
     source, target = tmp_path / "source", tmp_path / "target"
     source.mkdir(), target.mkdir()
-    (source / "config.json").write_text(json.dumps({"model_type": "vaswani", "auto_map": {
-        "AutoModelForSeq2SeqLM": "modeling_vaswani.VaswaniForConditionalGeneration"}}))
+    (source / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "vaswani",
+                "auto_map": {"AutoModelForSeq2SeqLM": "modeling_vaswani.VaswaniForConditionalGeneration"},
+            }
+        )
+    )
     (source / "modeling_vaswani.py").write_text("from .generation_vaswani import X\n")
     (source / "generation_vaswani.py").write_text("X = 1\n")
     (source / "stray.py").write_text("TOKEN = 'hf_x'\n")
     (source / "secret").write_text("do not copy")
     (source / "README.md").write_text("card")
-    assert declared_files(source) == (["README.md", "config.json", "generation_vaswani.py", "modeling_vaswani.py"],
-                                      ["secret", "stray.py"])
+    assert declared_files(source) == (
+        ["README.md", "config.json", "generation_vaswani.py", "modeling_vaswani.py"],
+        ["secret", "stray.py"],
+    )
     with caplog.at_level(logging.WARNING, logger="vaswani_hf.io.models"):
         copied = copy_model_files(source, target)
-    assert copied == sorted(p.name for p in target.iterdir()) == ["config.json", "generation_vaswani.py",
-                                                                   "modeling_vaswani.py"]
+    assert (
+        copied
+        == sorted(p.name for p in target.iterdir())
+        == ["config.json", "generation_vaswani.py", "modeling_vaswani.py"]
+    )
     assert [r.getMessage() for r in caplog.records] == [
-        f"{source}: left out 2 file(s) that are not a model folder's declared files: secret, stray.py"]
+        f"{source}: left out 2 file(s) that are not a model folder's declared files: secret, stray.py"
+    ]
     (source / "tokenizer.json").symlink_to(source / "secret")  # a declared name that is a link: never silently
     with pytest.raises(UsageError, match="tokenizer.json is a symbolic link"):  # left out, nor its target sent
         declared_files(source)

@@ -94,16 +94,19 @@ def _tree(tmp_path: Path) -> dict[str, Path]:
     return {"input": tmp_path / "data" / "in.en", "--model": tmp_path / "model"}
 
 
-@pytest.mark.parametrize("output, relation", [
-    ("data/in.en", "is input"),  # the input itself
-    ("link.en", "is input"),  # a symbolic link to it
-    ("hard.en", "is input"),  # a hard link to it
-    ("data", "contains input"),  # its folder
-    (".", "contains input"),
-    ("model", "is --model"),
-    ("model/out", "lies inside --model"),  # writing into the model folder
-    ("model/sub/deeper", "lies inside --model"),
-])
+@pytest.mark.parametrize(
+    "output, relation",
+    [
+        ("data/in.en", "is input"),  # the input itself
+        ("link.en", "is input"),  # a symbolic link to it
+        ("hard.en", "is input"),  # a hard link to it
+        ("data", "contains input"),  # its folder
+        (".", "contains input"),
+        ("model", "is --model"),
+        ("model/out", "lies inside --model"),  # writing into the model folder
+        ("model/sub/deeper", "lies inside --model"),
+    ],
+)
 def test_an_output_never_overlaps_an_input(tmp_path, output, relation):
     inputs = _tree(tmp_path)
     with pytest.raises(UsageError) as error:

@@ -20,7 +20,6 @@ from vaswani_hf.io import (
     write_lines,
 )
 
-
 # ---------------------------------------------------------------------------------------------------------------------
 # Reading: one item per line, strict UTF-8, BOM dropped, universal newlines
 # ---------------------------------------------------------------------------------------------------------------------
@@ -32,26 +31,29 @@ def _file(tmp_path: Path, data: bytes, name: str = "f.txt") -> Path:
     return path
 
 
-@pytest.mark.parametrize("data, expected", [
-    (b"", []),  # empty file: no line at all
-    (b"\n", [""]),  # one empty line
-    (b"a\nb\n", ["a", "b"]),  # a final newline adds no empty line
-    (b"a\nb", ["a", "b"]),  # no final newline: the last line still counts
-    (b"a\n\n\nb\n\n", ["a", "", "", "b", ""]),  # empty lines kept, N lines in -> N items out
-    ("\ufeffa\nb\n".encode(), ["a", "b"]),  # byte-order mark dropped
-    ("\ufeff\nb\n".encode(), ["", "b"]),  # a BOM-only first line is an empty first item
-    ("\ufeff".encode(), []),  # a file that is only a BOM is empty
-    ("a\ufeff\n".encode(), ["a\ufeff"]),  # only a leading BOM is dropped; elsewhere it is text
-    (b"a\r\nb\r\n", ["a", "b"]),  # CRLF
-    (b"a\r\n\r\nb", ["a", "", "b"]),
-    (b"a\rb\r", ["a", "b"]),  # a lone CR ends a line too (old Mac files)
-    (b"a\rb", ["a", "b"]),
-    (b"a\r\rb\n", ["a", "", "b"]),
-    (b"a\r", ["a"]),
-    (b"\r", [""]),
-    ("x\u2028y\u0085z\x0b\x0c\x1c\n".encode(), ["x\u2028y\u0085z\x0b\x0c\x1c"]),  # not line ends: text
-    ("  spaced\t \n".encode(), ["  spaced\t "]),  # nothing is stripped
-])
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        (b"", []),  # empty file: no line at all
+        (b"\n", [""]),  # one empty line
+        (b"a\nb\n", ["a", "b"]),  # a final newline adds no empty line
+        (b"a\nb", ["a", "b"]),  # no final newline: the last line still counts
+        (b"a\n\n\nb\n\n", ["a", "", "", "b", ""]),  # empty lines kept, N lines in -> N items out
+        ("\ufeffa\nb\n".encode(), ["a", "b"]),  # byte-order mark dropped
+        ("\ufeff\nb\n".encode(), ["", "b"]),  # a BOM-only first line is an empty first item
+        ("\ufeff".encode(), []),  # a file that is only a BOM is empty
+        ("a\ufeff\n".encode(), ["a\ufeff"]),  # only a leading BOM is dropped; elsewhere it is text
+        (b"a\r\nb\r\n", ["a", "b"]),  # CRLF
+        (b"a\r\n\r\nb", ["a", "", "b"]),
+        (b"a\rb\r", ["a", "b"]),  # a lone CR ends a line too (old Mac files)
+        (b"a\rb", ["a", "b"]),
+        (b"a\r\rb\n", ["a", "", "b"]),
+        (b"a\r", ["a"]),
+        (b"\r", [""]),
+        ("x\u2028y\u0085z\x0b\x0c\x1c\n".encode(), ["x\u2028y\u0085z\x0b\x0c\x1c"]),  # not line ends: text
+        ("  spaced\t \n".encode(), ["  spaced\t "]),  # nothing is stripped
+    ],
+)
 def test_reader_rules(tmp_path, data, expected):
     path = _file(tmp_path, data)
     assert read_lines(path) == expected

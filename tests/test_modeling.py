@@ -35,7 +35,9 @@ def test_a_forward_without_decoder_input_says_what_to_pass():
     decoder's "exactly one of input_ids or inputs_embeds" that the caller did pass."""
     model = VaswaniForConditionalGeneration(tiny_config()).eval()
     input_ids, attention_mask = padded_batch([5, 3])
-    with pytest.raises(ValueError, match="no decoder input; pass labels .* decoder_input_ids or decoder_inputs_embeds"):
+    with pytest.raises(
+        ValueError, match="no decoder input; pass labels .* decoder_input_ids or decoder_inputs_embeds"
+    ):
         model(input_ids=input_ids, attention_mask=attention_mask)
 
 
@@ -115,8 +117,12 @@ def test_inputs_embeds_path_equals_input_ids_path():
     dec, dec_mask = decoder_batch([5, 3])
     by_ids = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, decoder_attention_mask=dec_mask).logits
     embed = model.get_input_embeddings()
-    by_embeds = model(inputs_embeds=embed(ids), attention_mask=mask, decoder_inputs_embeds=embed(dec),
-                      decoder_attention_mask=dec_mask).logits
+    by_embeds = model(
+        inputs_embeds=embed(ids),
+        attention_mask=mask,
+        decoder_inputs_embeds=embed(dec),
+        decoder_attention_mask=dec_mask,
+    ).logits
     assert torch.allclose(by_ids, by_embeds, atol=1e-6)
 
 
@@ -147,8 +153,13 @@ def test_output_attentions_returns_every_layer_and_masks_padding():
     model.set_attn_implementation("eager")
     ids, mask = padded_batch([6, 3])
     dec, dec_mask = decoder_batch([4, 2])
-    out = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, decoder_attention_mask=dec_mask,
-                output_attentions=True)
+    out = model(
+        input_ids=ids,
+        attention_mask=mask,
+        decoder_input_ids=dec,
+        decoder_attention_mask=dec_mask,
+        output_attentions=True,
+    )
     assert len(out.encoder_attentions) == len(out.decoder_attentions) == len(out.cross_attentions) == 2
     enc, dec_self, cross = out.encoder_attentions[0], out.decoder_attentions[0], out.cross_attentions[0]
     assert enc.shape == (2, 4, 6, 6) and dec_self.shape == (2, 4, 4, 4) and cross.shape == (2, 4, 4, 6)
@@ -173,8 +184,13 @@ def test_incremental_decoding_with_cache_equals_full_forward(position_encoding, 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for t in range(dec.shape[1]):
-            out = model(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=dec[:, t:t + 1],
-                        use_cache=True, **{cache_argument: past})
+            out = model(
+                encoder_outputs=encoder_outputs,
+                attention_mask=mask,
+                decoder_input_ids=dec[:, t : t + 1],
+                use_cache=True,
+                **{cache_argument: past},
+            )
             past = getattr(out, CACHE_NAME)
             steps.append(out.logits)
     assert (torch.cat(steps, dim=1) - full).abs().max() < 1e-5
@@ -192,7 +208,7 @@ def test_a_sentence_gives_the_same_outputs_alone_and_inside_a_padded_batch():
     dec, dec_mask = decoder_batch([2, 7, 4], seed=6)
     batch = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, decoder_attention_mask=dec_mask).logits
     for row, (src_len, tgt_len) in enumerate([(3, 2), (9, 7), (6, 4)]):
-        alone = model(input_ids=ids[row:row + 1, :src_len], decoder_input_ids=dec[row:row + 1, :tgt_len]).logits
+        alone = model(input_ids=ids[row : row + 1, :src_len], decoder_input_ids=dec[row : row + 1, :tgt_len]).logits
         assert (alone[0] - batch[row, :tgt_len]).abs().max() < 1e-5
 
 
@@ -267,8 +283,10 @@ def test_save_load_round_trip_stores_the_tied_matrix_once(tmp_path):
     again = VaswaniForConditionalGeneration.from_pretrained(tmp_path).eval()
     assert again.lm_head.weight is again.model.shared.weight
     ids, mask = padded_batch([6, 3])
-    assert torch.equal(model(input_ids=ids, attention_mask=mask, decoder_input_ids=ids).logits,
-                       again(input_ids=ids, attention_mask=mask, decoder_input_ids=ids).logits)
+    assert torch.equal(
+        model(input_ids=ids, attention_mask=mask, decoder_input_ids=ids).logits,
+        again(input_ids=ids, attention_mask=mask, decoder_input_ids=ids).logits,
+    )
 
 
 def test_trust_remote_code_load_in_a_fresh_process_without_the_package(tmp_path):
@@ -291,12 +309,12 @@ import torch
 from transformers import AutoModelForSeq2SeqLM
 model = AutoModelForSeq2SeqLM.from_pretrained({str(folder)!r}, trust_remote_code=True).eval()
 assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
-batch = torch.load({str(tmp_path / 'inputs.pt')!r})
+batch = torch.load({str(tmp_path / "inputs.pt")!r})
 logits = model(input_ids=batch["ids"], attention_mask=batch["mask"], decoder_input_ids=batch["ids"]).logits
 with torch.no_grad():
     beam = model.generate(input_ids=batch["ids"], attention_mask=batch["mask"], max_length_b=5)
     greedy = model.generate(input_ids=batch["ids"], attention_mask=batch["mask"], num_beams=1, max_length_b=5)
-torch.save({{"logits": logits, "beam": beam, "greedy": greedy}}, {str(tmp_path / 'outputs.pt')!r})
+torch.save({{"logits": logits, "beam": beam, "greedy": greedy}}, {str(tmp_path / "outputs.pt")!r})
 print(type(model).__name__)
 """
     out = run_python(code, cwd=tmp_path, env={"HF_MODULES_CACHE": str(tmp_path / "modules")}, block_package=True)
@@ -395,8 +413,9 @@ def test_forward_loss_is_the_plain_cross_entropy_of_the_labels():
     labels[1, 4:] = -100
     out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
     decoder_input_ids = shift_tokens_right(labels, model.config.pad_token_id, model.config.decoder_start_token_id)
-    shifted = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels,
-                    decoder_input_ids=decoder_input_ids)
+    shifted = model(
+        input_ids=input_ids, attention_mask=attention_mask, labels=labels, decoder_input_ids=decoder_input_ids
+    )
     reference = torch.nn.functional.cross_entropy(out.logits.reshape(-1, 64), labels.reshape(-1), ignore_index=-100)
     torch.testing.assert_close(shifted.loss, out.loss)
     torch.testing.assert_close(out.loss, reference, rtol=1e-6, atol=1e-7)
@@ -426,12 +445,16 @@ def test_bf16_forward_and_backward_match_fp32_and_never_nan(padding):
     def step(bf16: bool):
         model.zero_grad()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            logits = model(input_ids=input_ids, attention_mask=attention_mask,
-                           decoder_input_ids=shift_tokens_right(labels, 0, 0)).logits
+            logits = model(
+                input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=shift_tokens_right(labels, 0, 0)
+            ).logits
             loss_sum, tokens = label_smoothed_nll(logits, labels, 0.1)
         (loss_sum / tokens).backward()
-        return logits.float(), (loss_sum / tokens).item(), {n: p.grad.clone() for n, p in model.named_parameters()
-                                                          if p.grad is not None}
+        return (
+            logits.float(),
+            (loss_sum / tokens).item(),
+            {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None},
+        )
 
     logits32, loss32, grads32 = step(False)
     logits16, loss16, grads16 = step(True)

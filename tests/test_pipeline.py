@@ -8,7 +8,6 @@ import sys
 import textwrap
 
 import pytest
-
 from translation_model import SUBPROCESS_ENV, model, one_thread, saved_folder, tokenizer  # noqa: F401
 
 from vaswani_hf.inference import register_pipeline, translate, translation_pipeline
@@ -80,8 +79,9 @@ def test_pipeline_from_saved_folder_without_the_package(model, tokenizer, saved_
         print("RESULT" + json.dumps(out))
     """)
     env = {**os.environ, **SUBPROCESS_ENV, "HF_MODULES_CACHE": str(tmp_path / "modules"), "PYTHONPATH": ""}
-    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads(result.stdout.split("RESULT", 1)[1])
     assert out["leaked"] == []
@@ -91,8 +91,9 @@ def test_pipeline_from_saved_folder_without_the_package(model, tokenizer, saved_
     assert out["greedy"] == translate(model, tokenizer, inputs, num_beams=1, progress=False)
 
 
-def test_a_folder_without_generation_config_translates_as_the_paper_through_the_pipeline(model, tokenizer,
-                                                                                           saved_folder, tmp_path):
+def test_a_folder_without_generation_config_translates_as_the_paper_through_the_pipeline(
+    model, tokenizer, saved_folder, tmp_path
+):
     """No generation_config.json: the pipeline decodes with the paper's settings (beam 4, alpha 0.6, input + 50) as
     the model in memory does, not with transformers' max_length 20, and without its warning."""
     import shutil

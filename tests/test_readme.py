@@ -42,7 +42,7 @@ def script_and_arguments(command: str) -> tuple[str, list[str]] | None:
         words = words[1:]
     for i, word in enumerate(words):
         if word.startswith("scripts/") and word.endswith(".py"):
-            return Path(word).name, words[i + 1:]
+            return Path(word).name, words[i + 1 :]
     return None
 
 
@@ -87,8 +87,9 @@ def test_readme_command_parses(command, monkeypatch, capsys, tmp_path):
     monkeypatch.chdir(tmp_path)  # relative output folders land here; data paths fall back to the repository
     module = cli_module(script)
     if module is None:  # not a wrapper of a tool: it must at least start
-        proc = subprocess.run([sys.executable, str(REPO / "scripts" / script), "--help"], capture_output=True,
-                              text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, str(REPO / "scripts" / script), "--help"], capture_output=True, text=True, timeout=120
+        )
         assert proc.returncode == 0, f"{command}\n{proc.stderr[-2000:]}"
     elif script == "train.py":
         code = module.main([*arguments, *multi30k_data_dir(arguments), "--check"])

@@ -41,8 +41,13 @@ def test_no_multi30k_sentence_is_committed():
     assert not found, "Multi30k text in tracked files:\n" + "\n".join(found)
 
 
-HUB_CODE_FILES = ["configuration_vaswani.py", "modeling_vaswani.py", "generation_vaswani.py", "beam_search_vaswani.py",
-                  "pipeline_vaswani.py"]
+HUB_CODE_FILES = [
+    "configuration_vaswani.py",
+    "modeling_vaswani.py",
+    "generation_vaswani.py",
+    "beam_search_vaswani.py",
+    "pipeline_vaswani.py",
+]
 
 
 @pytest.mark.parametrize("name", HUB_CODE_FILES)
@@ -75,8 +80,22 @@ def test_wheel_carries_the_recipes_and_the_sample_corpus(tmp_path):
     import sys
     import zipfile
 
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(REPO),
-                    "-w", str(tmp_path)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            str(REPO),
+            "-w",
+            str(tmp_path),
+        ],
+        check=True,
+        capture_output=True,
+    )
     (wheel,) = tmp_path.glob("vaswani_hf-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     recipes = sorted(p.name for p in (REPO / "recipes").glob("*.yaml"))
@@ -104,8 +123,10 @@ def test_modules_and_functions_stay_short():
             too_long.append(f"{path.relative_to(REPO)}: {len(text.splitlines())} lines (limit {limit})")
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 80:
-                too_long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}: "
-                                f"{node.end_lineno - node.lineno + 1} lines (limit 80)")
+                too_long.append(
+                    f"{path.relative_to(REPO)}:{node.lineno} {node.name}: "
+                    f"{node.end_lineno - node.lineno + 1} lines (limit 80)"
+                )
     assert not too_long, "\n".join(too_long)
 
 
@@ -149,9 +170,14 @@ def test_importing_the_package_leaves_the_process_alone(tmp_path):
     import os
     import sys
 
-    result = subprocess.run(["sh", "-c", 'exec "$0" -c "$1" <&-', sys.executable, IMPORT_CHECK], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    result = subprocess.run(
+        ["sh", "-c", 'exec "$0" -c "$1" <&-', sys.executable, IMPORT_CHECK],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     same, loaded, before, after = ast.literal_eval(result.stderr.strip().splitlines()[-1])
     assert before[0] == "closed" and (same, loaded) == (True, []), (before, after, loaded)
 
@@ -176,7 +202,9 @@ def test_no_library_module_imports_the_command_boundary():
                 names = [module, *(f"{module}.{alias.name}" for alias in node.names)]
             else:
                 continue
-            if any(name.split(".")[:2] == ["vaswani_hf", "cli"] or name.split(".")[0] == "vaswani_commands"
-                   for name in names):
+            if any(
+                name.split(".")[:2] == ["vaswani_hf", "cli"] or name.split(".")[0] == "vaswani_commands"
+                for name in names
+            ):
                 upward.append(f"{relative}:{node.lineno}")
     assert not upward, upward

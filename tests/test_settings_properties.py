@@ -26,15 +26,20 @@ from vaswani_hf.training.recipe import MODEL_KEYS, SETTINGS
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-FEW = settings(max_examples=6, deadline=None, derandomize=True,
-               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FEW = settings(
+    max_examples=6,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 MODEL = list(MODEL_SETTINGS)
 DECODING = list(GENERATION_SETTINGS)
 CONFIG_VOCAB = MODEL_SETTINGS["vocab_size"].default  # token ids of a default config are checked against it
 # Settings that hold for any value of the one under test: explicit head widths, no sinusoid-parity rule, token ids
 # inside every vocabulary.
-NEUTRAL = dict(d_k=8, d_v=8, position_encoding="learned", pad_token_id=0, bos_token_id=0, eos_token_id=0,
-               decoder_start_token_id=0)
+NEUTRAL = dict(
+    d_k=8, d_v=8, position_encoding="learned", pad_token_id=0, bos_token_id=0, eos_token_id=0, decoder_start_token_id=0
+)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -62,15 +67,21 @@ def out_of_bound(s: Setting, vocab_size: int) -> st.SearchStrategy:
     if s.token_id:
         return st.sampled_from([-1, vocab_size, vocab_size + 7, 10**12])
     b = s
-    options = [st.sampled_from([10**30, -10**30] + ([math.nan, math.inf, -math.inf] if s.type is float else []))]
+    options = [st.sampled_from([10**30, -(10**30)] + ([math.nan, math.inf, -math.inf] if s.type is float else []))]
     if b.min is not None:
         low = b.min if b.min_exclusive else b.min - (1 if s.type is int else 1e-6)
-        options.append(st.integers(max_value=math.floor(low)) if s.type is int else
-                       st.floats(max_value=float(low), allow_nan=False))
+        options.append(
+            st.integers(max_value=math.floor(low))
+            if s.type is int
+            else st.floats(max_value=float(low), allow_nan=False)
+        )
     if b.max is not None:
         high = b.max if b.max_exclusive else b.max + (1 if s.type is int else 1e-6)
-        options.append(st.integers(min_value=math.ceil(high)) if s.type is int else
-                       st.floats(min_value=float(high), allow_nan=False))
+        options.append(
+            st.integers(min_value=math.ceil(high))
+            if s.type is int
+            else st.floats(min_value=float(high), allow_nan=False)
+        )
     return st.one_of(options)
 
 
@@ -258,8 +269,7 @@ def test_a_decoding_setting_inside_its_declaration_is_accepted(name, data, tiny_
 @pytest.mark.parametrize("name", DECODING)
 @FEW
 @given(data=st.data())
-def test_a_generation_config_json_that_breaks_a_declaration_is_refused_when_loaded(name, data, model_folder,
-                                                                                 tmp_path):
+def test_a_generation_config_json_that_breaks_a_declaration_is_refused_when_loaded(name, data, model_folder, tmp_path):
     from transformers import AutoModelForSeq2SeqLM
 
     from vaswani_hf.io import load_model_folder
@@ -284,8 +294,11 @@ def test_a_generation_config_json_that_is_not_json_is_refused_not_ignored(model_
 
     folder = tmp_path / "model"
     shutil.copytree(model_folder, folder)
-    for text, message in (("{num_beams: 4", "not a valid JSON file"), ("[1, 2]", "JSON object of settings, got list"),
-                          ("\xff\xfe", "not a valid JSON file")):
+    for text, message in (
+        ("{num_beams: 4", "not a valid JSON file"),
+        ("[1, 2]", "JSON object of settings, got list"),
+        ("\xff\xfe", "not a valid JSON file"),
+    ):
         (folder / "generation_config.json").write_text(text, encoding="latin-1")
         with pytest.raises(SettingError) as error:
             AutoModelForSeq2SeqLM.from_pretrained(folder)
@@ -297,8 +310,11 @@ def test_empty_inputs_are_refused_by_generate_and_give_nothing_through_the_pipel
 
     model, tokenizer = tiny_model
     for shape in ((0, 3), (2, 0)):
-        with pytest.raises(SettingError, match=rf"generate\(\): input_ids of shape \({shape[0]}, {shape[1]}\) hold "
-                                               "no token"):
+        with pytest.raises(
+            SettingError,
+            match=rf"generate\(\): input_ids of shape \({shape[0]}, {shape[1]}\) hold "
+            "no token",
+        ):
             model.generate(input_ids=torch.zeros(shape, dtype=torch.long))
     assert translation_pipeline(model, tokenizer)([]) == []
 
@@ -340,8 +356,9 @@ def test_a_recipe_model_key_that_breaks_its_declaration_is_refused(name, data, t
 
     from vaswani_hf.training.recipe import RecipeError, load_recipe
 
-    value = data.draw(breaking(MODEL_SETTINGS[name], CONFIG_VOCAB).filter(lambda v: not isinstance(v, bytes)),
-                      label=name)
+    value = data.draw(
+        breaking(MODEL_SETTINGS[name], CONFIG_VOCAB).filter(lambda v: not isinstance(v, bytes)), label=name
+    )
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump({name: value}), encoding="utf-8")
     with pytest.raises(RecipeError) as error:
@@ -353,8 +370,14 @@ def test_the_translate_flags_are_the_decoding_declarations():
     from vaswani_hf.cli.translate import build_parser
 
     flags = {a.dest: a for a in build_parser()._actions if a.dest in GENERATION_SETTINGS}
-    assert {"num_beams", "length_penalty", "length_penalty_type", "max_length_a", "max_length_b",
-            "max_new_tokens"} <= set(flags)
+    assert {
+        "num_beams",
+        "length_penalty",
+        "length_penalty_type",
+        "max_length_a",
+        "max_length_b",
+        "max_new_tokens",
+    } <= set(flags)
     for name, action in flags.items():
         declared = GENERATION_SETTINGS[name]
         if declared.choices:
@@ -363,13 +386,16 @@ def test_the_translate_flags_are_the_decoding_declarations():
             assert action.type.setting is declared and action.type.__name__ == declared.type.__name__
 
 
-@pytest.mark.parametrize("content, names", [
-    ({"max_length_b": -5}, ("generation_config.json", "max_length_b must be in [0, 65,536], got -5")),
-    ({"num_beams": 0}, ("generation_config.json", "num_beams must be in [1, 1024], got 0")),
-    ({"eos_token_id": 10**6}, ("generation_config.json", "eos_token_id must be a token id of the vocabulary")),
-    ({"length_penalty_type": "wu"}, ("generation_config.json", "length_penalty_type must be one of 'gnmt', 'hf'")),
-    ("{num_beams: 4", ("generation_config.json",)),
-])
+@pytest.mark.parametrize(
+    "content, names",
+    [
+        ({"max_length_b": -5}, ("generation_config.json", "max_length_b must be in [0, 65,536], got -5")),
+        ({"num_beams": 0}, ("generation_config.json", "num_beams must be in [1, 1024], got 0")),
+        ({"eos_token_id": 10**6}, ("generation_config.json", "eos_token_id must be a token id of the vocabulary")),
+        ({"length_penalty_type": "wu"}, ("generation_config.json", "length_penalty_type must be one of 'gnmt', 'hf'")),
+        ("{num_beams: 4", ("generation_config.json",)),
+    ],
+)
 def test_translate_refuses_a_bad_generation_config_json_in_one_line(content, names, model_folder, tmp_path, capfd):
     from cli_contract import run_main
 

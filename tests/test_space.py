@@ -13,9 +13,9 @@ import re
 import socket
 import subprocess
 import sys
-import tomllib
 
 import pytest
+import tomllib
 import torch
 from cli_helpers import REPO, assert_one_line_error
 from hub_helpers import tiny  # noqa: F401 - the saved tiny model folder
@@ -41,21 +41,24 @@ def space(tiny):  # noqa: F811
 # --- the page's logic, without the page ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, fragments", [
-    ("", ["text box is empty"]),
-    (" \n\t ", ["text box is empty"]),
-    (None, ["text box is empty"]),
-    ("\u200b\u200b\u200d\ufeff \u2060", ["text box is empty"]),  # zero-width spaces, joiner, BOM, word joiner
-    ("\x00 \x07\x1b", ["text box is empty"]),  # NUL and other control characters
-    ("\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069", ["text box is empty"]),  # bidi marks
-    ("😀😀😀 🐶🐱", ["Nothing to translate: the text has no words"]),
-    ("!!! ... ??? ,,, ;;;", ["Nothing to translate: the text has no words"]),
-    ("\u0301\u0301", ["the text has no words"]),  # combining accents, on nothing
-    ("a" * 10_000, ["10,000 characters", f"up to {logic.MAX_CHARACTERS:,}", "Shorten it"]),
-    (CHINESE, ["Chinese/Japanese (CJK) script", "never saw in training", "Latin script only"]),
-    (ARABIC, ["Arabic script", "Latin script only"]),
-    ("Мы идём домой", ["Cyrillic script"]),
-])
+@pytest.mark.parametrize(
+    "text, fragments",
+    [
+        ("", ["text box is empty"]),
+        (" \n\t ", ["text box is empty"]),
+        (None, ["text box is empty"]),
+        ("\u200b\u200b\u200d\ufeff \u2060", ["text box is empty"]),  # zero-width spaces, joiner, BOM, word joiner
+        ("\x00 \x07\x1b", ["text box is empty"]),  # NUL and other control characters
+        ("\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069", ["text box is empty"]),  # bidi marks
+        ("😀😀😀 🐶🐱", ["Nothing to translate: the text has no words"]),
+        ("!!! ... ??? ,,, ;;;", ["Nothing to translate: the text has no words"]),
+        ("\u0301\u0301", ["the text has no words"]),  # combining accents, on nothing
+        ("a" * 10_000, ["10,000 characters", f"up to {logic.MAX_CHARACTERS:,}", "Shorten it"]),
+        (CHINESE, ["Chinese/Japanese (CJK) script", "never saw in training", "Latin script only"]),
+        (ARABIC, ["Arabic script", "Latin script only"]),
+        ("Мы идём домой", ["Cyrillic script"]),
+    ],
+)
 def test_bad_text_is_refused_with_a_message_saying_what_to_do(space, text, fragments):
     with pytest.raises(UsageError) as error:
         logic.translate_text(space, text, 4, 0.6)
@@ -78,7 +81,9 @@ def test_a_sentence_over_the_token_limit_is_refused_in_words_for_the_page(space)
     with pytest.raises(UsageError) as error:
         logic.translate_text(space, text, 1, 0.6)
     message = str(error.value)
-    assert f"source tokens, more than the {logic.MAX_SOURCE_TOKENS})" in message and "too long for this page" in message
+    assert (
+        f"source tokens, more than the {logic.MAX_SOURCE_TOKENS})" in message and "too long for this page" in message
+    )
     assert "a line" not in message and "line 1" not in message and "--max_input_tokens" not in message
 
 
@@ -95,12 +100,19 @@ def test_the_known_script_comes_from_the_vocabulary(space):
     assert set("amnhorse") <= space.known and "我" not in space.known and "\ufffd" not in space.known
 
 
-@pytest.mark.parametrize("beams, alpha, fragment", [
-    (0, 0.6, "beam size: num_beams must be in [1, 12], got 0"), (13, 0.6, "in [1, 12], got 13"),
-    (2.5, 0.6, "num_beams must be an integer in [1, 12], got 2.5 (float)"), ("4", 0.6, "got '4' (str)"),
-    (True, 0.6, "an integer"), (4, -0.1, "alpha: length_penalty must be in [0, 2], got -0.1"),
-    (4, math.nan, "a finite number"), (4, "x", "length_penalty must be a number in [0, 2]"),
-])
+@pytest.mark.parametrize(
+    "beams, alpha, fragment",
+    [
+        (0, 0.6, "beam size: num_beams must be in [1, 12], got 0"),
+        (13, 0.6, "in [1, 12], got 13"),
+        (2.5, 0.6, "num_beams must be an integer in [1, 12], got 2.5 (float)"),
+        ("4", 0.6, "got '4' (str)"),
+        (True, 0.6, "an integer"),
+        (4, -0.1, "alpha: length_penalty must be in [0, 2], got -0.1"),
+        (4, math.nan, "a finite number"),
+        (4, "x", "length_penalty must be a number in [0, 2]"),
+    ],
+)
 def test_decoding_settings_out_of_range_are_refused(beams, alpha, fragment):
     with pytest.raises(SettingError) as error:
         logic.check_decoding(beams, alpha)
@@ -114,16 +126,21 @@ def test_the_pages_ranges_are_narrower_views_of_the_declared_settings():
 
     for name, narrow in logic.PAGE_SETTINGS.items():
         declared = GENERATION_SETTINGS[name]
-        assert (narrow.name, narrow.type, narrow.help, narrow.default) == (declared.name, declared.type,
-                                                                            declared.help, declared.default)
+        assert (narrow.name, narrow.type, narrow.help, narrow.default) == (
+            declared.name,
+            declared.type,
+            declared.help,
+            declared.default,
+        )
         assert declared.min <= narrow.min <= narrow.default <= narrow.max <= declared.max
 
 
 def test_translation_is_the_packages_translate_with_the_chosen_settings(space, tiny):  # noqa: F811
     for beams, alpha in ((1, 0.6), (4, 0.6), (3, 1.5)):
         result = logic.translate_text(space, f"  {SENTENCE} ", beams, alpha)
-        expected = translate(tiny["model"], tiny["tokenizer"], [SENTENCE], num_beams=beams, length_penalty=alpha,
-                             progress=False)[0]
+        expected = translate(
+            tiny["model"], tiny["tokenizer"], [SENTENCE], num_beams=beams, length_penalty=alpha, progress=False
+        )[0]
         assert result.text == expected and (result.num_beams, result.length_penalty) == (beams, alpha)
     assert result.attentions.target_origin == "beam-3"
 
@@ -165,17 +182,25 @@ def test_an_examples_view_is_the_papers_and_fits_the_model(space):
     tokens = attn.source_tokens
     assert shown["kind"] == "encoder" and shown["layer"] == 2 and shown["head"] == "all"
     word_end = next(i for i in range(shown["query"] + 1, len(tokens)) if tokens[i].startswith(logic.WORD_START))
-    assert "".join(tokens[shown["query"]:word_end]) == "▁making"
+    assert "".join(tokens[shown["query"] : word_end]) == "▁making"
     assert logic.word_index(tokens, "absent") is None and logic.word_index(tokens, None) is None
     assert "its" in logic.EXAMPLES[1][0] and logic.EXAMPLES[1][1]["token"] == "its"
 
 
-@pytest.mark.parametrize("view, shown", [
-    ("not json", None), ('["encoder"]', None), ('{"kind": ["x"]}', None), ('{"kind": "self"}', None),
-    ('{"kind": "cross", "layer": "abc", "head": 99, "token": 5}', {"kind": "cross", "layer": 1, "head": "all",
-                                                                  "query": None}),
-    ('{"kind": "decoder", "layer": 9, "head": 3}', {"kind": "decoder", "layer": 2, "head": 3, "query": None}),
-])
+@pytest.mark.parametrize(
+    "view, shown",
+    [
+        ("not json", None),
+        ('["encoder"]', None),
+        ('{"kind": ["x"]}', None),
+        ('{"kind": "self"}', None),
+        (
+            '{"kind": "cross", "layer": "abc", "head": 99, "token": 5}',
+            {"kind": "cross", "layer": 1, "head": "all", "query": None},
+        ),
+        ('{"kind": "decoder", "layer": 9, "head": 3}', {"kind": "decoder", "layer": 2, "head": 3, "query": None}),
+    ],
+)
 def test_a_view_the_page_did_not_write_is_ignored_or_clamped(space, view, shown):
     """The hidden box holds an example's view; whatever a browser sends there, the page translates."""
     import json
@@ -197,16 +222,22 @@ def test_the_api_gives_one_view_as_numbers_with_its_tokens(space):
     torch.testing.assert_close(torch.tensor(every["weights"]), attn.decoder[0], atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize("view, fragment", [
-    (("cross", 3, "all"), "has 2 layers: layer must be a whole number from 1 to 2, not 3"),
-    (("cross", 0, "1"), "from 1 to 2"), (("encoder", 1, "5"), "4 heads per layer"),
-    (("encoder", 1, "x"), "head must be 'all'"), (("self", 1, "1"), "kind must be one of encoder, decoder, cross"),
-    (("cross", 1.5, "1"), "layer must be a whole number from 1 to 2, not 1.5"),
-    (("cross", "1.5", "all"), "layer must be a whole number"), (("cross", math.nan, "all"), "whole number"),
-    (("cross", True, "all"), "whole number"),
-    (("encoder", 1, 1.5), "head must be 'all' or a whole number from 1 to 4, not 1.5"),
-    (("encoder", 1, "2.5"), "whole number"),
-])
+@pytest.mark.parametrize(
+    "view, fragment",
+    [
+        (("cross", 3, "all"), "has 2 layers: layer must be a whole number from 1 to 2, not 3"),
+        (("cross", 0, "1"), "from 1 to 2"),
+        (("encoder", 1, "5"), "4 heads per layer"),
+        (("encoder", 1, "x"), "head must be 'all'"),
+        (("self", 1, "1"), "kind must be one of encoder, decoder, cross"),
+        (("cross", 1.5, "1"), "layer must be a whole number from 1 to 2, not 1.5"),
+        (("cross", "1.5", "all"), "layer must be a whole number"),
+        (("cross", math.nan, "all"), "whole number"),
+        (("cross", True, "all"), "whole number"),
+        (("encoder", 1, 1.5), "head must be 'all' or a whole number from 1 to 4, not 1.5"),
+        (("encoder", 1, "2.5"), "whole number"),
+    ],
+)
 def test_a_view_the_model_does_not_have_is_refused(space, view, fragment):
     with pytest.raises(UsageError, match=re.escape(fragment)):
         logic.check_view(space, *view)
@@ -245,16 +276,17 @@ def test_a_source_in_another_language_is_translated_with_a_warning(space):
             assert translate(german, 1, 0.6)
         with pytest.warns(UserWarning):
             assert "looks like German" in attention(german, "cross", 1, "all", 1, 0.6)["warning"]
-    assert logic.translate_text(space, "The law will never be perfect, but it should be just.", 1, 0.6).warning \
-        is None
+    assert logic.translate_text(space, "The law will never be perfect, but it should be just.", 1, 0.6).warning is None
     assert logic.language_warning("ein Mann", space) is None  # two words: too little to tell
 
 
 def test_the_page_answers_bad_input_with_a_message_and_no_exception(space, monkeypatch):
     from vaswani_hf import space as page
 
-    assert page.on_translate(space, CHINESE, 4, 0.6)[::2] == ("", "") and "CJK" in page.on_translate(
-        space, CHINESE, 4, 0.6)[1]
+    assert (
+        page.on_translate(space, CHINESE, 4, 0.6)[::2] == ("", "")
+        and "CJK" in page.on_translate(space, CHINESE, 4, 0.6)[1]
+    )
     assert "num_beams must be in [1, 12]" in page.on_translate(space, SENTENCE, 40, 0.6)[1]
     monkeypatch.setattr(logic, "translate_text", lambda *a: 1 / 0)  # a bug: logged, the page says so in one line
     translation, message, payload = page.on_translate(space, SENTENCE, 4, 0.6)
@@ -278,8 +310,13 @@ def test_the_api_is_two_named_endpoints_that_answer_bad_values_in_one_sentence(s
     monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path))  # where Gradio would store an upload
     demo = page.build_demo(space).queue(default_concurrency_limit=page.QUEUE_CONCURRENCY)
     port = _free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
-                app_kwargs={"middleware": [Middleware(page.Guard, blocks=demo)]})
+    demo.launch(
+        server_name="127.0.0.1",
+        server_port=port,
+        prevent_thread_lock=True,
+        quiet=True,
+        app_kwargs={"middleware": [Middleware(page.Guard, blocks=demo)]},
+    )
     try:
         client = Client(f"http://127.0.0.1:{port}/", verbose=False)
         api = client.view_api(return_format="dict", print_info=False)
@@ -290,20 +327,29 @@ def test_the_api_is_two_named_endpoints_that_answer_bad_values_in_one_sentence(s
         assert view["translation"] == expected.text and view["keys"] == expected.attentions.source_tokens
         torch.testing.assert_close(torch.tensor(view["weights"]), expected.attentions.cross[1], atol=1e-6, rtol=0)
         if importlib.util.find_spec("py3langid"):  # a text in another language: a "log" status update of the job
-            job = client.submit("Das Gesetz wird niemals perfekt sein, aber seine Anwendung sollte gerecht sein.", 1,
-                                0.6, api_name="/translate")
+            job = client.submit(
+                "Das Gesetz wird niemals perfekt sein, aber seine Anwendung sollte gerecht sein.",
+                1,
+                0.6,
+                api_name="/translate",
+            )
             assert job.result()
             updates = [job.communicator.updates.get_nowait() for _ in range(job.communicator.updates.qsize())]
             assert "looks like German" in str([getattr(update, "log", None) for update in updates])
-        for arguments, name, fragment in (((SENTENCE, "four", 0.6), "/translate", "num_beams must be an integer"),
-                                          ((12345, 4, 0.6), "/translate", "The text must be a string, not int"),
-                                          ((SENTENCE, "self", 1, "all", 2, 0.6), "/attention", "kind must be one of")):
+        for arguments, name, fragment in (
+            ((SENTENCE, "four", 0.6), "/translate", "num_beams must be an integer"),
+            ((12345, 4, 0.6), "/translate", "The text must be a string, not int"),
+            ((SENTENCE, "self", 1, "all", 2, 0.6), "/attention", "kind must be one of"),
+        ):
             with pytest.raises(AppError, match=fragment):
                 client.predict(*arguments, api_name=name)
-        request = urllib.request.Request(f"http://127.0.0.1:{port}/gradio_api/upload", method="POST",
-                                         data=b"--x\r\nContent-Disposition: form-data; name=\"files\"; "
-                                              b"filename=\"big.bin\"\r\n\r\n" + b"0" * 100_000_000 + b"\r\n--x--\r\n",
-                                         headers={"Content-Type": "multipart/form-data; boundary=x"})
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/gradio_api/upload",
+            method="POST",
+            data=b'--x\r\nContent-Disposition: form-data; name="files"; '
+            b'filename="big.bin"\r\n\r\n' + b"0" * 100_000_000 + b"\r\n--x--\r\n",
+            headers={"Content-Type": "multipart/form-data; boundary=x"},
+        )
         with pytest.raises(urllib.error.URLError) as refused:  # 403, or the connection closed mid-upload
             urllib.request.urlopen(request, timeout=120)
         assert getattr(refused.value, "code", 403) == 403 or isinstance(refused.value.reason, ConnectionResetError)
@@ -329,8 +375,11 @@ def test_space_folder_is_what_push_space_writes():
     card = SpaceCard.load(folder / "README.md").data
     assert (card.sdk, card.app_file, card.sdk_version) == ("gradio", "app.py", hub_space.GRADIO_SDK_VERSION)
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    listed = {str(Requirement(line)) for line in hub_space.space_requirements().splitlines()
-              if line and not line.startswith(("#", "-"))}
+    listed = {
+        str(Requirement(line))
+        for line in hub_space.space_requirements().splitlines()
+        if line and not line.startswith(("#", "-"))
+    }
     wanted = project["dependencies"] + [r for r in project["optional-dependencies"]["space"] if "gradio" not in r]
     assert listed == {str(Requirement(r)) for r in wanted}  # reinstall (pip install -e .) if not
     gradio, langid = [Requirement(r) for r in project["optional-dependencies"]["space"]]
@@ -388,14 +437,16 @@ def test_the_address_is_checked_and_named_by_its_flag_or_variable(taken_port, mo
 
     port = _free_port()
     assert page.listen_address(None, port) == ("127.0.0.1", port) and page.listen_address() == ("127.0.0.1", None)
-    cases = [((None, taken_port), {}, f"--port {taken_port}: the port is in use"),
-             (("999.1.1.1", None), {}, "--host '999.1.1.1' is not an address or a host name this machine knows"),
-             (("192.0.2.1", port), {}, "--host '192.0.2.1' is not an address of this machine"),  # TEST-NET-1
-             (("", None), {}, "--host is empty"),
-             ((None, None), {page.PORT_ENV: "abc"}, "GRADIO_SERVER_PORT='abc' is not a port number"),
-             ((None, None), {page.PORT_ENV: "70000"}, "GRADIO_SERVER_PORT='70000' is not a port number"),
-             ((None, None), {page.PORT_ENV: str(taken_port)}, f"GRADIO_SERVER_PORT={taken_port}: the port is in use"),
-             ((None, None), {page.HOST_ENV: "999.1.1.1"}, "GRADIO_SERVER_NAME '999.1.1.1' is not an address")]
+    cases = [
+        ((None, taken_port), {}, f"--port {taken_port}: the port is in use"),
+        (("999.1.1.1", None), {}, "--host '999.1.1.1' is not an address or a host name this machine knows"),
+        (("192.0.2.1", port), {}, "--host '192.0.2.1' is not an address of this machine"),  # TEST-NET-1
+        (("", None), {}, "--host is empty"),
+        ((None, None), {page.PORT_ENV: "abc"}, "GRADIO_SERVER_PORT='abc' is not a port number"),
+        ((None, None), {page.PORT_ENV: "70000"}, "GRADIO_SERVER_PORT='70000' is not a port number"),
+        ((None, None), {page.PORT_ENV: str(taken_port)}, f"GRADIO_SERVER_PORT={taken_port}: the port is in use"),
+        ((None, None), {page.HOST_ENV: "999.1.1.1"}, "GRADIO_SERVER_NAME '999.1.1.1' is not an address"),
+    ]
     for arguments, environment, fragment in cases:
         with monkeypatch.context() as patch:
             for name, value in environment.items():
@@ -408,14 +459,19 @@ def test_the_address_is_checked_and_named_by_its_flag_or_variable(taken_port, mo
 
 
 @pytest.mark.usefixtures("no_gradio_variables")
-def test_command_line_refuses_a_bad_address_before_loading_the_model(tiny, taken_port, capsys,  # noqa: F811
-                                                                     monkeypatch):
+def test_command_line_refuses_a_bad_address_before_loading_the_model(
+    tiny,
+    taken_port,
+    capsys,  # noqa: F811
+    monkeypatch,
+):
     from vaswani_hf import space as page
 
     monkeypatch.setattr(logic, "load_space_model", lambda *a, **k: pytest.fail("the model was loaded first"))
     folder = str(tiny["folder"])
-    assert_one_line_error(page.main, ["--model", folder, "--port", str(taken_port)], capsys, 2,
-                          "vaswani-space: error: --port", "in use")
+    assert_one_line_error(
+        page.main, ["--model", folder, "--port", str(taken_port)], capsys, 2, "vaswani-space: error: --port", "in use"
+    )
     assert_one_line_error(page.main, ["--model", folder, "--host", "999.1.1.1"], capsys, 2, "--host '999.1.1.1'")
     assert_one_line_error(page.main, ["--model", ""], capsys, 2, "--model is empty")
     monkeypatch.setenv(page.PORT_ENV, "abc")
@@ -427,11 +483,19 @@ def test_vaswani_space_with_its_port_taken_is_one_line_exit_2(tiny, taken_port, 
     """The real process: the refusal comes before Gradio is imported and the model loaded (no traceback)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "GRADIO_")) and k != "PYTHONPATH"}
     env.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    for argv, extra, fragment in ((["--port", str(taken_port)], {}, f"--port {taken_port}: the port is in use"),
-                                  ([], {"GRADIO_SERVER_PORT": "abc"}, "GRADIO_SERVER_PORT='abc'")):
-        done = subprocess.run([sys.executable, "-m", "vaswani_hf.space", "--model", str(tiny["folder"]), *argv],
-                              env={**env, **extra}, cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                              stdin=subprocess.DEVNULL)
+    for argv, extra, fragment in (
+        (["--port", str(taken_port)], {}, f"--port {taken_port}: the port is in use"),
+        ([], {"GRADIO_SERVER_PORT": "abc"}, "GRADIO_SERVER_PORT='abc'"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "vaswani_hf.space", "--model", str(tiny["folder"]), *argv],
+            env={**env, **extra},
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
         assert done.returncode == 2 and done.stdout == "", done
         assert done.stderr.count("\n") == 1 and fragment in done.stderr and "Traceback" not in done.stderr
 
@@ -439,8 +503,9 @@ def test_vaswani_space_with_its_port_taken_is_one_line_exit_2(tiny, taken_port, 
 def test_command_line_refuses_a_missing_model_in_one_line(tmp_path, capsys):
     from vaswani_hf import space as page
 
-    assert_one_line_error(page.main, ["--model", str(tmp_path / "absent")], capsys, 2, "vaswani-space: error:",
-                          str(tmp_path / "absent"))
+    assert_one_line_error(
+        page.main, ["--model", str(tmp_path / "absent")], capsys, 2, "vaswani-space: error:", str(tmp_path / "absent")
+    )
     assert_one_line_error(page.main, ["--port", "0"], capsys, 2, "--port")
 
 

@@ -23,7 +23,6 @@ from test_space import ARABIC, CHINESE, SENTENCE, _free_port, space  # noqa: F40
 
 from vaswani_hf import space_logic as logic
 
-
 # --- the page in a real browser --------------------------------------------------------------------------------------
 
 
@@ -65,13 +64,27 @@ def _serve(folder, tmp_path):
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "GRADIO_")) and k != "PYTHONPATH"}
     (tmp_path / "tmp").mkdir(exist_ok=True)  # the server's temporary files
-    env.update(GRADIO_ANALYTICS_ENABLED="False", TMPDIR=str(tmp_path / "tmp"), HF_HUB_OFFLINE="1",
-               HF_HOME=str(tmp_path / "hf"), MPLCONFIGDIR=str(tmp_path / "mpl"), OMP_NUM_THREADS="1",
-               TOKENIZERS_PARALLELISM="false", NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost",
-               PYTHONPATH=str(REPO))
-    server = subprocess.Popen([sys.executable, "-m", "vaswani_hf.space", "--model", str(folder),
-                               "--port", str(port)], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    env.update(
+        GRADIO_ANALYTICS_ENABLED="False",
+        TMPDIR=str(tmp_path / "tmp"),
+        HF_HUB_OFFLINE="1",
+        HF_HOME=str(tmp_path / "hf"),
+        MPLCONFIGDIR=str(tmp_path / "mpl"),
+        OMP_NUM_THREADS="1",
+        TOKENIZERS_PARALLELISM="false",
+        NO_PROXY="127.0.0.1,localhost",
+        no_proxy="127.0.0.1,localhost",
+        PYTHONPATH=str(REPO),
+    )
+    server = subprocess.Popen(
+        [sys.executable, "-m", "vaswani_hf.space", "--model", str(folder), "--port", str(port)],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
     url = f"http://127.0.0.1:{port}/"
     try:
         _wait_for_page(url, server)
@@ -132,8 +145,16 @@ def test_raw_requests_are_refused_in_one_sentence_with_no_traceback_and_no_uploa
         code, text = _post(f"{url}gradio_api/{route}", upload, "multipart/form-data; boundary=x")
         assert code == 403 and "accepts no uploads" in text
     answers = []
-    for fn_index, data in ((0, [[0]]), (0, ["x"]), (0, [99]), (4, [SENTENCE]), (5, [SENTENCE, "cross"]),
-                           (99, [SENTENCE]), ("x", []), (4, [SENTENCE, [4], {}])):
+    for fn_index, data in (
+        (0, [[0]]),
+        (0, ["x"]),
+        (0, [99]),
+        (4, [SENTENCE]),
+        (5, [SENTENCE, "cross"]),
+        (99, [SENTENCE]),
+        ("x", []),
+        (4, [SENTENCE, [4], {}]),
+    ):
         session = f"s{len(answers)}"
         body = json.dumps({"fn_index": fn_index, "data": data, "session_hash": session, "event_data": None})
         code, text = _post(f"{url}gradio_api/queue/join", body.encode())
@@ -160,9 +181,18 @@ def browser(monkeypatch):
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
     profile = tempfile.mkdtemp(prefix="chromium_profile_")
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--window-size=1200,1400", f"--user-data-dir={profile}"):
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1200,1400",
+        f"--user-data-dir={profile}",
+    ):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"performance": "ALL"})  # every request the page makes
     driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
@@ -212,8 +242,11 @@ def _submit(driver, text: str, paste: bool = False) -> None:
     box.send_keys(Keys.CONTROL, "a")  # select all and delete, as a person clears the box (the page sees it)
     box.send_keys(Keys.DELETE)
     if paste:
-        driver.execute_script("arguments[0].value = arguments[1];"
-                              "arguments[0].dispatchEvent(new Event('input', {bubbles: true}));", box, text)
+        driver.execute_script(
+            "arguments[0].value = arguments[1];arguments[0].dispatchEvent(new Event('input', {bubbles: true}));",
+            box,
+            text,
+        )
     elif text:
         box.send_keys(text)
     box.send_keys(Keys.ENTER)
@@ -242,8 +275,11 @@ def _server_requests(driver) -> list[str]:
     """The requests the page sent since the last call (Chromium's performance log is read once)."""
     import json
 
-    return [json.loads(e["message"])["message"]["params"]["request"]["url"] for e in driver.get_log("performance")
-            if json.loads(e["message"])["message"]["method"] == "Network.requestWillBeSent"]
+    return [
+        json.loads(e["message"])["message"]["params"]["request"]["url"]
+        for e in driver.get_log("performance")
+        if json.loads(e["message"])["message"]["method"] == "Network.requestWillBeSent"
+    ]
 
 
 def _open_page(browser, url):
@@ -271,8 +307,10 @@ def test_a_person_translates_and_explores_the_attention_in_the_browser(browser, 
     tip = _hover(browser, cell)
     tokens = expected.attentions.source_tokens
     weight = float(expected.attentions.encoder[0, :, 1, 2].mean())
-    assert f'query "{tokens[1]}" → key "{tokens[2]}": {weight:.3f}' in tip or abs(
-        float(tip.split(": ")[1].split(" ")[0]) - weight) < 2e-3, tip
+    assert (
+        f'query "{tokens[1]}" → key "{tokens[2]}": {weight:.3f}' in tip
+        or abs(float(tip.split(": ")[1].split(" ")[0]) - weight) < 2e-3
+    ), tip
     assert "per head" in tip
 
     _server_requests(browser)  # a change of view asks the server nothing, and the status stays
@@ -288,8 +326,10 @@ def test_a_person_translates_and_explores_the_attention_in_the_browser(browser, 
     assert len(thumbs) == 2 * 4  # every layer and head of this 2-layer, 4-head model
     thumbs[5].click()  # layer 2, head 2, opened large
     _wait(browser, lambda: _cells(browser), "the opened head")
-    assert (_element(browser, "#vz-layer").get_attribute("value"), _element(browser, "#vz-head").get_attribute(
-        "value")) == ("2", "2")
+    assert (
+        _element(browser, "#vz-layer").get_attribute("value"),
+        _element(browser, "#vz-head").get_attribute("value"),
+    ) == ("2", "2")
     browser.find_element("css selector", "#viewer text.vz-q").click()  # a query token: its weights over the keys
     assert "attends to" in _element(browser, "#vz-strip").text
     assert not [u for u in _server_requests(browser) if "127.0.0.1" in u] and _status(browser) == status
@@ -298,8 +338,14 @@ def test_a_person_translates_and_explores_the_attention_in_the_browser(browser, 
     result = logic.translate_text(space, figure, 4, 0.6)
     shown = logic.attention_payload(space, result.attentions, view)["view"]
     browser.find_element("xpath", "//*[@id='examples']//*[contains(text(), 'Figure 3')]").click()
-    _wait(browser, lambda: _element(browser, "#vz-kind").get_attribute("value") == "encoder"
-          and browser.find_elements("css selector", "#vz-strip"), "Figure 3's view")
+    _wait(
+        browser,
+        lambda: (
+            _element(browser, "#vz-kind").get_attribute("value") == "encoder"
+            and browser.find_elements("css selector", "#vz-strip")
+        ),
+        "Figure 3's view",
+    )
     assert _element(browser, "#source textarea").get_attribute("value") == figure
     assert _element(browser, "#vz-layer").get_attribute("value") == str(shown["layer"]) == "2"  # 5 of 6: the last
     assert _element(browser, "#vz-strip b").text == result.attentions.source_tokens[shown["query"]]
@@ -325,8 +371,10 @@ DOCS = REPO / "docs"
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (TRAINED / "config.json").is_file(), reason="train the bundled model first: python "
-                    "scripts/train.py (the screenshots in docs/ show a trained model)")
+@pytest.mark.skipif(
+    not (TRAINED / "config.json").is_file(),
+    reason="train the bundled model first: python scripts/train.py (the screenshots in docs/ show a trained model)",
+)
 def test_the_screenshots_in_docs_show_the_papers_figure_on_a_trained_model(browser, tmp_path):
     """docs/space_screenshot.png (Figure 3's example: head view, a hovered weight) and
     docs/space_screenshot_model_view.png, taken from the page serving the trained bundled model."""

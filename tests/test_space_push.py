@@ -27,10 +27,20 @@ PACKAGE = Path(hub_space.__file__).resolve().parents[1]
 def test_dry_run_lists_the_space_files_and_makes_no_request(hub_server):  # noqa: F811
     out = io.StringIO()
     files = dict(hub_space.push_space(REPO_ID, SPACE_ID, dry_run=True, out=out))
-    assert {"app.py", "README.md", "requirements.txt", "vaswani_hf/__init__.py", "vaswani_hf/space.py",
-            "vaswani_hf/space_logic.py", "vaswani_hf/visualize/attention.py"} <= set(files)
-    assert not [name for name in files if "__pycache__" in name or name.endswith(".pyc")
-                or name.startswith("vaswani_hf/sample_data/")]
+    assert {
+        "app.py",
+        "README.md",
+        "requirements.txt",
+        "vaswani_hf/__init__.py",
+        "vaswani_hf/space.py",
+        "vaswani_hf/space_logic.py",
+        "vaswani_hf/visualize/attention.py",
+    } <= set(files)
+    assert not [
+        name
+        for name in files
+        if "__pycache__" in name or name.endswith(".pyc") or name.startswith("vaswani_hf/sample_data/")
+    ]
     assert files["app.py"] == len(hub_space.SPACE_APP.encode())
     assert f"to the Gradio Space {SPACE_ID}, serving {REPO_ID}" in out.getvalue()
     assert hub_server.requests == []
@@ -44,14 +54,19 @@ def test_the_space_readme_links_the_model_it_serves():
     assert card.sdk_version == hub_space.GRADIO_SDK_VERSION and card.license == "apache-2.0"
 
 
-@pytest.mark.parametrize("argv, fragments", [
-    (["--repo_id", REPO_ID, "--space_id", "bad id//x", "--space_only"], ["--space_id 'bad id//x' is invalid"]),
-    (["--repo_id", REPO_ID, "--space_only"], ["--space_only needs --space_id"]),
-    (["--repo_id", REPO_ID], ["required: --model_dir"]),
-    (["--repo_id", "bad repo//x", "--space_id", SPACE_ID, "--space_only"], ["model repository id 'bad repo//x'"]),
-    (["--model_dir", "outputs/x", "--repo_id", REPO_ID, "--space_id", SPACE_ID, "--space_only"],
-     ["--model_dir and --space_only exclude each other"]),
-])
+@pytest.mark.parametrize(
+    "argv, fragments",
+    [
+        (["--repo_id", REPO_ID, "--space_id", "bad id//x", "--space_only"], ["--space_id 'bad id//x' is invalid"]),
+        (["--repo_id", REPO_ID, "--space_only"], ["--space_only needs --space_id"]),
+        (["--repo_id", REPO_ID], ["required: --model_dir"]),
+        (["--repo_id", "bad repo//x", "--space_id", SPACE_ID, "--space_only"], ["model repository id 'bad repo//x'"]),
+        (
+            ["--model_dir", "outputs/x", "--repo_id", REPO_ID, "--space_id", SPACE_ID, "--space_only"],
+            ["--model_dir and --space_only exclude each other"],
+        ),
+    ],
+)
 def test_bad_space_arguments_are_one_line_exit_2_before_any_request(argv, fragments, capsys, hub_server):  # noqa: F811
     for dry_run in ([], ["--dry_run"]):
         assert_one_line_error(cli.main, [*argv, *dry_run], capsys, 2, *fragments)
@@ -59,22 +74,38 @@ def test_bad_space_arguments_are_one_line_exit_2_before_any_request(argv, fragme
 
 
 def test_a_bad_space_id_is_refused_before_the_model_is_uploaded(tiny, capsys, hub_server):  # noqa: F811
-    assert_one_line_error(cli.main, ["--model_dir", str(tiny["folder"]), "--repo_id", REPO_ID, "--space_id",
-                                     "bad id//x"], capsys, 2, "--space_id 'bad id//x' is invalid")
+    assert_one_line_error(
+        cli.main,
+        ["--model_dir", str(tiny["folder"]), "--repo_id", REPO_ID, "--space_id", "bad id//x"],
+        capsys,
+        2,
+        "--space_id 'bad id//x' is invalid",
+    )
     assert hub_server.requests == []
 
 
-def test_space_only_for_a_model_repository_that_does_not_exist_is_refused(capsys, hub_server,  # noqa: F811
-                                                                          monkeypatch):
+def test_space_only_for_a_model_repository_that_does_not_exist_is_refused(
+    capsys,
+    hub_server,  # noqa: F811
+    monkeypatch,
+):
     """Only a read of the model repository's info: no Space is created for a page that could serve nothing."""
     monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", hub_server.endpoint)
     monkeypatch.setenv("HF_TOKEN", TEST_TOKEN)
-    assert_one_line_error(cli.main, ["--repo_id", "org/absent", "--space_id", SPACE_ID, "--space_only"], capsys, 2,
-                          "the model repository org/absent does not exist on the Hub", "push the model first")
-    assert {method for method, _ in hub_server.requests} == {"GET"} and f"spaces/{SPACE_ID}" not in hub_server.hub.repos
+    assert_one_line_error(
+        cli.main,
+        ["--repo_id", "org/absent", "--space_id", SPACE_ID, "--space_only"],
+        capsys,
+        2,
+        "the model repository org/absent does not exist on the Hub",
+        "push the model first",
+    )
+    assert {method for method, _ in hub_server.requests} == {
+        "GET"
+    } and f"spaces/{SPACE_ID}" not in hub_server.hub.repos
 
 
-SPACE_CHECK = r'''
+SPACE_CHECK = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])  # the Space's folder, as `python app.py` puts it first
 import vaswani_hf
@@ -83,15 +114,28 @@ model = space.resolve_model(None, space.model_from_readme(sys.argv[1] + "/app.py
 page = space_logic.load_space_model(model)
 result = space_logic.translate_text(page, sys.argv[2], 4, 0.6)
 print(json.dumps({"package": vaswani_hf.__file__, "model": model, "text": result.text}))
-'''
+"""
 
 
 @pytest.mark.slow
 def test_push_model_and_space_then_the_space_serves_the_model_by_its_id(tiny, hub_server, tmp_path):  # noqa: F811
-    env = clean_env(HF_ENDPOINT=hub_server.endpoint, HF_TOKEN=TEST_TOKEN, HF_HOME=str(tmp_path / "pusher"),
-                    HF_HUB_DISABLE_XET="1")
-    pushed = run([sys.executable, str(REPO_ROOT / "scripts" / "push_to_hub.py"), "--model_dir", str(tiny["folder"]),
-                  "--repo_id", REPO_ID, "--space_id", SPACE_ID], env, cwd=tmp_path)
+    env = clean_env(
+        HF_ENDPOINT=hub_server.endpoint, HF_TOKEN=TEST_TOKEN, HF_HOME=str(tmp_path / "pusher"), HF_HUB_DISABLE_XET="1"
+    )
+    pushed = run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "scripts" / "push_to_hub.py"),
+            "--model_dir",
+            str(tiny["folder"]),
+            "--repo_id",
+            REPO_ID,
+            "--space_id",
+            SPACE_ID,
+        ],
+        env,
+        cwd=tmp_path,
+    )
     assert TEST_TOKEN not in pushed.stdout + pushed.stderr and "it serves org/vaswani-base" in pushed.stdout
     assert hub_server.unhandled == []
     key = f"spaces/{SPACE_ID}"
@@ -108,13 +152,21 @@ def test_push_model_and_space_then_the_space_serves_the_model_by_its_id(tiny, hu
 
     script = tmp_path / "check_space.py"
     script.write_text(SPACE_CHECK, encoding="utf-8")
-    env = clean_env(HF_ENDPOINT=hub_server.endpoint, HF_HOME=str(tmp_path / "space_home"), HF_HUB_DISABLE_XET="1",
-                    GRADIO_ANALYTICS_ENABLED="False")
-    served = json.loads(run([sys.executable, str(script), str(space_dir), SOURCES[0]], env,
-                            cwd=tmp_path).stdout.strip().splitlines()[-1])
+    env = clean_env(
+        HF_ENDPOINT=hub_server.endpoint,
+        HF_HOME=str(tmp_path / "space_home"),
+        HF_HUB_DISABLE_XET="1",
+        GRADIO_ANALYTICS_ENABLED="False",
+    )
+    served = json.loads(
+        run([sys.executable, str(script), str(space_dir), SOURCES[0]], env, cwd=tmp_path)
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     assert served["package"].startswith(str(space_dir))  # the Space's copy, not the installed package
-    expected = translate(tiny["model"], tiny["tokenizer"], [SOURCES[0]], num_beams=4, length_penalty=0.6,
-                         progress=False)[0]
+    expected = translate(
+        tiny["model"], tiny["tokenizer"], [SOURCES[0]], num_beams=4, length_penalty=0.6, progress=False
+    )[0]
     assert served["model"] == REPO_ID and served["text"] == expected
     assert hub_server.unhandled == []
 
@@ -128,11 +180,23 @@ def test_space_only_updates_an_existing_space_in_a_new_commit(hub_server, tmp_pa
     models = (REPO_ID, "org/other-model")
     for model in models:
         HfApi(endpoint=hub_server.endpoint, token=TEST_TOKEN).create_repo(model)
-    env = clean_env(HF_ENDPOINT=hub_server.endpoint, HF_TOKEN=TEST_TOKEN, HF_HOME=str(tmp_path / "home"),
-                    HF_HUB_DISABLE_XET="1")
+    env = clean_env(
+        HF_ENDPOINT=hub_server.endpoint, HF_TOKEN=TEST_TOKEN, HF_HOME=str(tmp_path / "home"), HF_HUB_DISABLE_XET="1"
+    )
     for model in (REPO_ID, "org/other-model", "org/other-model"):
-        run([sys.executable, str(REPO_ROOT / "scripts" / "push_to_hub.py"), "--repo_id", model, "--space_id",
-             SPACE_ID, "--space_only"], env, cwd=tmp_path)
+        run(
+            [
+                sys.executable,
+                str(REPO_ROOT / "scripts" / "push_to_hub.py"),
+                "--repo_id",
+                model,
+                "--space_id",
+                SPACE_ID,
+                "--space_only",
+            ],
+            env,
+            cwd=tmp_path,
+        )
     assert [hub_server.history(model) for model in models] == [["initial commit"]] * 2  # no model uploaded
     key = f"spaces/{SPACE_ID}"
     assert len(hub_server.history(key)) == 3  # initial, REPO_ID, org/other-model; the unchanged push: no commit

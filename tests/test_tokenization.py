@@ -24,26 +24,52 @@ from vaswani_hf.tokenization import (
     train_bpe_tokenizer,
 )
 
-MULTI30K = Path(os.environ.get("VASWANI_MULTI30K_DIR",
-                               Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k" / "raw"))
+MULTI30K = Path(
+    os.environ.get(
+        "VASWANI_MULTI30K_DIR", Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k" / "raw"
+    )
+)
 
 
 def synthetic_pairs(n: int = 300, seed: int = 0) -> tuple[list[str], list[str]]:
     """Small EN-DE corpus written for these tests (template sentences, not taken from any corpus)."""
-    subj = [("The old man", "Der alte Mann"), ("A young woman", "Eine junge Frau"), ("My brother", "Mein Bruder"),
-            ("The little girl", "Das kleine Mädchen"), ("Our neighbour", "Unser Nachbar"),
-            ("The doctor", "Die Ärztin")]
-    verb = [("is reading", "liest"), ("buys", "kauft"), ("is looking for", "sucht"), ("likes", "mag"),
-            ("forgot", "vergaß")]
-    obj = [("a book", "ein Buch"), ("the red bicycle", "das rote Fahrrad"), ("fresh bread", "frisches Brot"),
-           ("her keys", "ihre Schlüssel"), ("a warm coat", "einen warmen Mantel"), ("the newspaper", "die Zeitung")]
-    tail = [(".", "."), ("!", "!"), (" today.", " heute."), (" in the park.", " im Park."), ("?", "?"),
-            (" at 7:30 a.m.", " um 7:30 Uhr."), (" for €12.50.", " für 12,50 €.")]
+    subj = [
+        ("The old man", "Der alte Mann"),
+        ("A young woman", "Eine junge Frau"),
+        ("My brother", "Mein Bruder"),
+        ("The little girl", "Das kleine Mädchen"),
+        ("Our neighbour", "Unser Nachbar"),
+        ("The doctor", "Die Ärztin"),
+    ]
+    verb = [
+        ("is reading", "liest"),
+        ("buys", "kauft"),
+        ("is looking for", "sucht"),
+        ("likes", "mag"),
+        ("forgot", "vergaß"),
+    ]
+    obj = [
+        ("a book", "ein Buch"),
+        ("the red bicycle", "das rote Fahrrad"),
+        ("fresh bread", "frisches Brot"),
+        ("her keys", "ihre Schlüssel"),
+        ("a warm coat", "einen warmen Mantel"),
+        ("the newspaper", "die Zeitung"),
+    ]
+    tail = [
+        (".", "."),
+        ("!", "!"),
+        (" today.", " heute."),
+        (" in the park.", " im Park."),
+        ("?", "?"),
+        (" at 7:30 a.m.", " um 7:30 Uhr."),
+        (" for €12.50.", " für 12,50 €."),
+    ]
     rng = random.Random(seed)
     combos = list(itertools.product(subj, verb, obj, tail))
     rng.shuffle(combos)
     en, de = [], []
-    for (s, v, o, t) in combos[:n]:
+    for s, v, o, t in combos[:n]:
         en.append(f"{s[0]} {v[0]} {o[0]}{t[0]}")
         de.append(f"{s[1]} {v[1]} {o[1]}{t[1]}")
     return en, de
@@ -88,7 +114,11 @@ def test_special_tokens_fixed(small_tok):
     assert (PAD_ID, BOS_ID, EOS_ID, UNK_ID) == (0, 1, 2, 3)
     assert [small_tok.convert_ids_to_tokens(i) for i in range(4)] == list(SPECIAL_TOKENS)
     assert (small_tok.pad_token_id, small_tok.bos_token_id, small_tok.eos_token_id, small_tok.unk_token_id) == (
-        0, 1, 2, 3)
+        0,
+        1,
+        2,
+        3,
+    )
     assert small_tok.padding_side == "right"
     assert small_tok.model_max_length == 1024
 
@@ -105,13 +135,24 @@ def test_first_word_tokenised_like_inner_word(small_tok):
     # the Prepend(" ") normaliser: "The" at the start and after a space give the same token sequence
     first = small_tok("book", add_special_tokens=False)["input_ids"]
     inner = small_tok("a book", add_special_tokens=False)["input_ids"]
-    assert inner[-len(first):] == first
+    assert inner[-len(first) :] == first
 
 
-@pytest.mark.parametrize("text", [
-    " leading space", "trailing space ", "two  spaces", "tab\there", "emoji 🙂 and 漢字 unseen", "Ünïcödé ß ẞ",
-    "", "€12.50", "no-break\u00a0space", "x",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        " leading space",
+        "trailing space ",
+        "two  spaces",
+        "tab\there",
+        "emoji 🙂 and 漢字 unseen",
+        "Ünïcödé ß ẞ",
+        "",
+        "€12.50",
+        "no-break\u00a0space",
+        "x",
+    ],
+)
 def test_round_trip_edge_cases_and_no_unk(small_tok, text):
     ids = small_tok(text)["input_ids"]
     assert UNK_ID not in ids  # byte-level: every input is representable
@@ -123,8 +164,12 @@ def test_round_trip_sample_corpus(tmp_path):
 
     folder = sample_corpus_path()
     if (folder / "train.en").is_file():
-        lines = {f"{s}.{l}": (folder / f"{s}.{l}").read_text(encoding="utf-8").splitlines()
-                 for s in ("train", "valid", "test") for l in ("en", "de") if (folder / f"{s}.{l}").is_file()}
+        lines = {
+            f"{s}.{l}": (folder / f"{s}.{l}").read_text(encoding="utf-8").splitlines()
+            for s in ("train", "valid", "test")
+            for l in ("en", "de")
+            if (folder / f"{s}.{l}").is_file()
+        }
         train = lines["train.en"] + lines["train.de"]
     else:  # the bundled corpus is not there yet: use the synthetic one
         en, de = synthetic_pairs(400, seed=1)
@@ -229,8 +274,13 @@ def test_load_tokenizer_errors_name_the_folder(tmp_path, small_tok):
         load_tokenizer(tmp_path / "tok")
     from transformers import PreTrainedTokenizerFast
 
-    other = PreTrainedTokenizerFast(tokenizer_object=small_tok.backend_tokenizer, pad_token="</s>",
-                                    eos_token="<pad>", unk_token="<unk>", bos_token="<s>")
+    other = PreTrainedTokenizerFast(
+        tokenizer_object=small_tok.backend_tokenizer,
+        pad_token="</s>",
+        eos_token="<pad>",
+        unk_token="<unk>",
+        bos_token="<s>",
+    )
     other.save_pretrained(tmp_path / "other")
     with pytest.raises(UsageError, match=r"special ids pad/bos/eos/unk=\(2, 1, 0, 3\), expected \(0, 1, 2, 3\)"):
         load_tokenizer(tmp_path / "other")
@@ -250,10 +300,32 @@ def test_cli(tmp_path):
     assert mod.main(files + ["--out_dir", str(tmp_path / "tok")]) == 0
     tok = load_tokenizer(tmp_path / "tok")
     assert tok("The old man.")["input_ids"][-1] == EOS_ID
-    assert mod.main(["--corpus", str(tmp_path / "c"), "--src_lang", "en", "--tgt_lang", "de", "--vocab_size", "400",
-                     "--min_frequency", "1", "--lowercase", "--out_dir", str(tmp_path / "tok2")]) == 0
-    assert load_tokenizer(tmp_path / "tok2").decode(load_tokenizer(tmp_path / "tok2")("ABC")["input_ids"],
-                                                    skip_special_tokens=True) == "abc"
+    assert (
+        mod.main(
+            [
+                "--corpus",
+                str(tmp_path / "c"),
+                "--src_lang",
+                "en",
+                "--tgt_lang",
+                "de",
+                "--vocab_size",
+                "400",
+                "--min_frequency",
+                "1",
+                "--lowercase",
+                "--out_dir",
+                str(tmp_path / "tok2"),
+            ]
+        )
+        == 0
+    )
+    assert (
+        load_tokenizer(tmp_path / "tok2").decode(
+            load_tokenizer(tmp_path / "tok2")("ABC")["input_ids"], skip_special_tokens=True
+        )
+        == "abc"
+    )
 
 
 def test_cli_errors_and_out_dir_guard(tmp_path, capsys):
@@ -288,7 +360,9 @@ def test_cli_errors_and_out_dir_guard(tmp_path, capsys):
     assert cli.main(["--files", str(tmp_path / "c.en"), "--vocab_size", "100", "--out_dir", str(tmp_path / "t3")]) == 2
     assert "argument --vocab_size: must be in [261, 16,777,216], got 100" in one_error_line()
     (tmp_path / "blank.en").write_text("\n\n", encoding="utf-8")
-    assert cli.main(["--files", str(tmp_path / "blank.en"), "--vocab_size", "400", "--out_dir",
-                     str(tmp_path / "t4")]) == 2
+    assert (
+        cli.main(["--files", str(tmp_path / "blank.en"), "--vocab_size", "400", "--out_dir", str(tmp_path / "t4")])
+        == 2
+    )
     assert "no text to learn from (2 lines, all empty)" in one_error_line()
     assert not (tmp_path / "t2").exists() and not (tmp_path / "t3").exists() and not (tmp_path / "t4").exists()

@@ -9,9 +9,6 @@ import pytest
 
 import vaswani_hf
 from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
-from vaswani_hf.training.plan import World, plan_run
-from vaswani_hf.training.recipe import load_recipe
-from vaswani_hf.training.run import build_training_arguments
 from vaswani_hf.training.budget import (
     activation_bytes_per_token,
     approximate_parameters,
@@ -19,14 +16,19 @@ from vaswani_hf.training.budget import (
     split_update,
     tokens_per_device,
 )
+from vaswani_hf.training.plan import World, plan_run
+from vaswani_hf.training.recipe import load_recipe
+from vaswani_hf.training.run import build_training_arguments
 
-GB = 10 ** 9
+GB = 10**9
 
 
 @pytest.mark.parametrize("preset", ["base", "big"])
 def test_parameter_count_without_building_the_model(preset):
     config = getattr(VaswaniConfig, preset)(vocab_size=37000)
-    assert approximate_parameters(config) == sum(p.numel() for p in VaswaniForConditionalGeneration(config).parameters())
+    assert approximate_parameters(config) == sum(
+        p.numel() for p in VaswaniForConditionalGeneration(config).parameters()
+    )
 
 
 @pytest.mark.parametrize("world", [1, 2, 8])
@@ -96,8 +98,10 @@ def test_the_evaluation_budget_and_the_length_filter_each_have_one_rule(tmp_path
     assert [evaluation_budget(4096, e) for e in (0, None, 800)] == [4096, 4096, 800]
     assert [longest_training_pair(4096, m) for m in (None, 100)] == [4096, 100]
     for eval_max_tokens, max_length in ((0, None), (800, 100)):
-        plan = plan_run(tiny_recipe(tmp_path, max_tokens_per_device=2048, eval_max_tokens=eval_max_tokens,
-                                    max_length=max_length), world=World())
+        plan = plan_run(
+            tiny_recipe(tmp_path, max_tokens_per_device=2048, eval_max_tokens=eval_max_tokens, max_length=max_length),
+            world=World(),
+        )
         assert plan.batching.eval_max_tokens == evaluation_budget(2048, eval_max_tokens)
         assert plan.data.max_length == longest_training_pair(2048, max_length)
 
@@ -129,9 +133,14 @@ def test_no_token_budget_default_outside_the_recipe():
     from vaswani_hf.training.trainer import VaswaniTrainer
 
     root = Path(vaswani_hf.__file__).parent
-    holders = [str(p.relative_to(root)) for p in root.rglob("*.py")
-               if any(isinstance(n, ast.Constant) and type(n.value) in (int, float) and n.value == 25000
-                      for n in ast.walk(ast.parse(p.read_text(encoding="utf-8"))))]
+    holders = [
+        str(p.relative_to(root))
+        for p in root.rglob("*.py")
+        if any(
+            isinstance(n, ast.Constant) and type(n.value) in (int, float) and n.value == 25000
+            for n in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+        )
+    ]
     assert holders == []
     for function in (TokenBatchSampler.__init__, TokenBatchSampler.from_dataset, VaswaniTrainer.__init__):
         assert inspect.signature(function).parameters["max_tokens"].default is inspect.Parameter.empty, function

@@ -73,8 +73,9 @@ def loader(sampler: TokenBatchSampler) -> DataLoader:
 
 def epoch_batches(dataloader, epoch: float | None, args) -> list[list[int]]:
     """The batches `dataloader` yields after the callback saw an epoch start at `state.epoch = epoch`."""
-    SamplerEpochCallback().on_epoch_begin(args, TrainerState(epoch=epoch), TrainerControl(),
-                                          train_dataloader=dataloader)
+    SamplerEpochCallback().on_epoch_begin(
+        args, TrainerState(epoch=epoch), TrainerControl(), train_dataloader=dataloader
+    )
     return list(dataloader)
 
 
@@ -138,8 +139,11 @@ def test_history_appends_every_log_with_its_time(tmp_path, clock, args):
     history = HistoryCallback(path)
     state, control = TrainerState(global_step=0), TrainerControl()
     history.on_train_begin(args, state, control)
-    logs = [(1, 2.5, {"loss": 4.25, "learning_rate": 1e-4}), (2, 4.0, {"loss": 3.5, "learning_rate": 2e-4}),
-            (2, 5.25, {"eval_loss": 3.75, "eval_bleu": 1.5})]
+    logs = [
+        (1, 2.5, {"loss": 4.25, "learning_rate": 1e-4}),
+        (2, 4.0, {"loss": 3.5, "learning_rate": 2e-4}),
+        (2, 5.25, {"eval_loss": 3.75, "eval_bleu": 1.5}),
+    ]
     for step, elapsed, values in logs:
         state.global_step, clock.now = step, 1000.0 + elapsed
         history.on_log(args, state, control, logs=dict(values))
@@ -206,9 +210,11 @@ def test_read_history_of_a_missing_file_is_empty_and_blank_lines_are_skipped(tmp
 # ------------------------------------------------------------------------------------------------ BatchStatsCollator
 
 # Hand-built pairs: sources of 3, 2 and 5 tokens, targets of 2, 4 and 1 token.
-FEATURES = [{"input_ids": [5, 6, 2], "labels": [7, 2]},
-            {"input_ids": [8, 2], "labels": [9, 10, 11, 2]},
-            {"input_ids": [4, 5, 6, 7, 2], "labels": [2]}]
+FEATURES = [
+    {"input_ids": [5, 6, 2], "labels": [7, 2]},
+    {"input_ids": [8, 2], "labels": [9, 10, 11, 2]},
+    {"input_ids": [4, 5, 6, 7, 2], "labels": [2]},
+]
 
 
 def test_counts_real_and_padded_tokens_of_each_batch():
@@ -243,8 +249,13 @@ def test_nothing_is_counted_while_inactive_or_before_any_batch(tmp_path):
     without labels count source tokens only."""
     log = tmp_path / "batches.jsonl"
     collator = BatchStatsCollator(Seq2SeqCollator(), log_path=log)
-    assert collator.stats() == {"train_batches": 0, "train_src_tokens": 0, "train_tgt_tokens": 0,
-                                "padding_share_src": 0.0, "padding_share_tgt": 0.0}
+    assert collator.stats() == {
+        "train_batches": 0,
+        "train_src_tokens": 0,
+        "train_tgt_tokens": 0,
+        "padding_share_src": 0.0,
+        "padding_share_tgt": 0.0,
+    }
     collator.active = False
     batch = collator(FEATURES)
     assert batch["labels"].shape == (3, 4)
@@ -298,8 +309,7 @@ def test_stages_record_seconds_and_peak_memory(clock):
 def test_peak_child_memory_is_the_largest_finished_child():
     """A child that held ~200 MiB (e.g. a Dataset.map worker) shows in peak_child_rss_mb once it has finished."""
     run = RunClock()
-    subprocess.run([sys.executable, "-c", "b = b'x' * (200 * 2**20); print(len(b))"], check=True,
-                   capture_output=True)
+    subprocess.run([sys.executable, "-c", "b = b'x' * (200 * 2**20); print(len(b))"], check=True, capture_output=True)
     with run.stage("tokenize"):
         pass
     assert run.stages["tokenize"]["peak_child_rss_mb"] >= 190

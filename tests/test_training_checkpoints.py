@@ -30,7 +30,7 @@ def test_time_interval_checkpoint_callback(monkeypatch):
     cb = WallClockCallback(save_every_minutes=10, max_train_minutes=25)
     args = TrainingArguments(output_dir="unused", use_cpu=True, report_to=[])
     state, control = TrainerState(), TrainerControl()
-    state.max_steps = 10 ** 6
+    state.max_steps = 10**6
     cb.on_train_begin(args, state, control)
     decisions = []
     for minute in range(1, 31):
@@ -75,8 +75,7 @@ def test_resume_reproduces_uninterrupted_run(tmp_path):
 
 def _save_random_model(folder: Path, seed: int):
     torch.manual_seed(seed)
-    config = VaswaniConfig(vocab_size=50, d_model=16, d_ff=32, num_heads=2, num_encoder_layers=1,
-                           num_decoder_layers=1)
+    config = VaswaniConfig(vocab_size=50, d_model=16, d_ff=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=1)
     model = VaswaniForConditionalGeneration(config)
     model.save_pretrained(folder)
     return model
@@ -127,8 +126,11 @@ def test_a_checkpoint_whose_state_belongs_to_another_step_is_refused(tmp_path):
     newest = _checkpoint(tmp_path / "checkpoint-20", 20)
     assert resumable_checkpoint(tmp_path) == (newest, [])
     shutil.copy(tmp_path / "checkpoint-10" / "trainer_state.json", newest / "trainer_state.json")
-    with pytest.raises(InconsistentCheckpoint, match=r"checkpoint-20/trainer_state\.json: field global_step is 10, "
-                                                     r"but the folder is checkpoint-20") as error:
+    with pytest.raises(
+        InconsistentCheckpoint,
+        match=r"checkpoint-20/trainer_state\.json: field global_step is 10, "
+        r"but the folder is checkpoint-20",
+    ) as error:
         resumable_checkpoint(tmp_path)
     assert isinstance(error.value, UsageError) and "\n" not in str(error.value)
 
@@ -146,21 +148,27 @@ def test_resume_refuses_a_checkpoint_whose_state_belongs_to_another_step(tmp_pat
     mark(run, TRAINING_RUN)  # a folder a run took
     newest = _checkpoint(run / "checkpoint-4", 4)
     (newest / "trainer_state.json").write_text(json.dumps({"global_step": 2, "log_history": []}))
-    with pytest.raises(UsageError, match=r"checkpoint-4/trainer_state\.json: field global_step is 2, but the folder "
-                                         r"is checkpoint-4"):
+    with pytest.raises(
+        UsageError,
+        match=r"checkpoint-4/trainer_state\.json: field global_step is 2, but the folder "
+        r"is checkpoint-4",
+    ):
         plan_run(tiny_recipe(tmp_path, max_steps=8, resume=True, output_dir=str(run)))
 
 
-@pytest.mark.parametrize("state, field", [
-    ([], "not a trainer_state.json: the file must be an object"),
-    ({"epoch": 1.0}, "field global_step is missing"),
-    ({"global_step": "20"}, "field global_step must be an integer"),
-    ({"global_step": -1}, "field global_step must be an integer >= 0"),
-    ({"global_step": 20, "log_history": {}}, "field log_history must be a list"),
-    ({"global_step": 20, "log_history": [[]]}, r"field log_history\[0\] must be an object"),
-    ({"global_step": 20, "epoch": "one"}, "field epoch must be a number"),
-    ({"global_step": 20, "surprise": 1}, "field surprise is not a known field"),  # TrainerState refuses it
-])
+@pytest.mark.parametrize(
+    "state, field",
+    [
+        ([], "not a trainer_state.json: the file must be an object"),
+        ({"epoch": 1.0}, "field global_step is missing"),
+        ({"global_step": "20"}, "field global_step must be an integer"),
+        ({"global_step": -1}, "field global_step must be an integer >= 0"),
+        ({"global_step": 20, "log_history": {}}, "field log_history must be a list"),
+        ({"global_step": 20, "log_history": [[]]}, r"field log_history\[0\] must be an object"),
+        ({"global_step": 20, "epoch": "one"}, "field epoch must be a number"),
+        ({"global_step": 20, "surprise": 1}, "field surprise is not a known field"),  # TrainerState refuses it
+    ],
+)
 def test_a_trainer_state_of_the_wrong_shape_is_named_and_passed_over(state, field, tmp_path):
     """Broken like a truncated file: the newer checkpoint is passed over with a reason naming file and field."""
     from vaswani_hf.training.checkpoints import resumable_checkpoint
@@ -198,8 +206,9 @@ def test_a_full_disk_in_torch_save_is_the_os_error_it_is(tmp_path):
                 torch.save({"exp_avg": torch.zeros(100_000)}, staged / "optimizer.pt")
         assert error.value.errno == errno.ENOSPC and error.value.filename == str(final / "optimizer.pt")
         code, line = expected_os_failure(error.value)
-        assert code == 1 and line.endswith("checkpoint-7/optimizer.pt: no space left on device; free some space or "
-                                           "write elsewhere")
+        assert code == 1 and line.endswith(
+            "checkpoint-7/optimizer.pt: no space left on device; free some space or write elsewhere"
+        )
     finally:
         subprocess.run(["umount", "--lazy", str(disk)], capture_output=True, check=False)
     with pytest.raises(RuntimeError, match="a bug"):  # anything else passes unchanged (with plenty of space)

@@ -9,8 +9,8 @@ import dataclasses
 import pytest
 from conftest import tiny_recipe
 
-from vaswani_hf.training.plan import World, plan_run
 from vaswani_hf.training.data_path import DataPath, choose_data_path
+from vaswani_hf.training.plan import World, plan_run
 
 
 def test_cpu_runs_keep_the_plain_data_path():
@@ -25,14 +25,16 @@ def test_cpu_runs_keep_the_plain_data_path():
 def test_cuda_runs_pin_memory_copy_without_blocking_and_prefetch_with_workers():
     assert choose_data_path("cuda:0") == DataPath(pin_memory=True, non_blocking=True)  # the bundled recipes' 0
     auto = choose_data_path("cuda:1", -1, processes=8, cpu_count=32)
-    assert auto == DataPath(num_workers=2, pin_memory=True, prefetch_factor=4, persistent_workers=True,
-                            non_blocking=True)
+    assert auto == DataPath(
+        num_workers=2, pin_memory=True, prefetch_factor=4, persistent_workers=True, non_blocking=True
+    )
     assert choose_data_path("cuda", -1, processes=8, cpu_count=16).num_workers == 1  # 2 cores a GPU: one spare
     assert choose_data_path("cuda", -1, processes=8, cpu_count=8).num_workers == 0  # no spare core: none
     # the recipe overrides every choice; without pinned memory a copy cannot be non-blocking
     manual = choose_data_path("cuda", 4, pin_memory=False, prefetch_factor=2)
-    assert manual == DataPath(num_workers=4, pin_memory=False, prefetch_factor=2, persistent_workers=True,
-                              non_blocking=False)
+    assert manual == DataPath(
+        num_workers=4, pin_memory=False, prefetch_factor=2, persistent_workers=True, non_blocking=False
+    )
     with pytest.raises(ValueError, match="num_workers"):
         choose_data_path("cuda", -2)
 
@@ -47,9 +49,12 @@ def test_the_training_arguments_carry_the_choice(tmp_path, device):
     plan = dataclasses.replace(plan, world=World(device=device))
     args = build_training_arguments(plan)
     want = choose_data_path(device, -1)
-    assert (args.dataloader_num_workers, args.dataloader_pin_memory, args.dataloader_prefetch_factor,
-            args.dataloader_persistent_workers) == (want.num_workers, want.pin_memory, want.prefetch_factor,
-                                                    want.persistent_workers)
+    assert (
+        args.dataloader_num_workers,
+        args.dataloader_pin_memory,
+        args.dataloader_prefetch_factor,
+        args.dataloader_persistent_workers,
+    ) == (want.num_workers, want.pin_memory, want.prefetch_factor, want.persistent_workers)
     assert args.accelerator_config.non_blocking is (device != "cpu")
     if device == "cpu":
         assert want == DataPath()

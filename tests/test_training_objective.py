@@ -33,8 +33,9 @@ def test_training_objective_is_label_smoothed_hand_computed():
     """The trainer's objective (Section 5.4): eps = 0.1 over V = 4 classes: the target keeps 0.9, each other class
     gets 0.1 / 3 (t2t / fairseq), averaged over the target tokens (or over `num_items_in_batch`, the tokens of the
     whole update); the model's own loss stays the plain cross-entropy."""
-    config = VaswaniConfig(vocab_size=4, d_model=8, d_ff=8, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
-                           dropout=0.0)
+    config = VaswaniConfig(
+        vocab_size=4, d_model=8, d_ff=8, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, dropout=0.0
+    )
     torch.manual_seed(0)
     model = VaswaniForConditionalGeneration(config).eval()
     input_ids = torch.tensor([[3, 1, 2]])
@@ -51,8 +52,9 @@ def test_training_objective_is_label_smoothed_hand_computed():
         plain += -logp[y]
         count += 1
     assert smoothed.item() == pytest.approx(total / count, rel=1e-5)
-    assert LabelSmoothedLoss(0.1)(out, labels, num_items_in_batch=torch.tensor(4)).item() == pytest.approx(total / 4,
-                                                                                                        rel=1e-5)
+    assert LabelSmoothedLoss(0.1)(out, labels, num_items_in_batch=torch.tensor(4)).item() == pytest.approx(
+        total / 4, rel=1e-5
+    )
     assert out.loss.item() == pytest.approx(plain / count, rel=1e-5)  # the model's own loss: plain cross-entropy
     # a concrete number: uniform logits -> loss = log(4) whatever the smoothing
     uniform = torch.zeros(1, 1, 4)
@@ -148,14 +150,18 @@ def test_deferred_output_projection_gives_hidden_states_and_the_chunked_trainer_
     the plain objective on the real logits, gradients of every parameter included. Outside, the model is untouched."""
     from vaswani_hf.training.objective import output_projection_deferred
 
-    config = VaswaniConfig(vocab_size=40, d_model=16, d_ff=32, num_heads=2, num_encoder_layers=1,
-                           num_decoder_layers=1, dropout=0.0)
+    config = VaswaniConfig(
+        vocab_size=40, d_model=16, d_ff=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, dropout=0.0
+    )
     torch.manual_seed(0)
     model = VaswaniForConditionalGeneration(config)
     input_ids = torch.tensor([[5, 6, 7, 2], [8, 9, 2, 0]])
     labels = torch.tensor([[11, 12, 13, 2], [14, 2, -100, -100]])
-    inputs = {"input_ids": input_ids, "attention_mask": (input_ids != 0).long(),
-              "decoder_input_ids": model.prepare_decoder_input_ids_from_labels(labels)}
+    inputs = {
+        "input_ids": input_ids,
+        "attention_mask": (input_ids != 0).long(),
+        "decoder_input_ids": model.prepare_decoder_input_ids_from_labels(labels),
+    }
     plain = LabelSmoothedLoss(0.1)(model(**inputs), labels, num_items_in_batch=torch.tensor(9))
     plain_grads = torch.autograd.grad(plain, list(model.parameters()))
     chunked_loss = LabelSmoothedLoss(0.1, chunk_tokens=3, output_projection=model.get_output_embeddings())

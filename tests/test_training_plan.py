@@ -16,8 +16,10 @@ from vaswani_hf.training.sources import FileSource
 def test_the_plan_holds_sources_budget_and_output(tmp_path):
     plan = plan_run(tiny_recipe(tmp_path, max_steps=4), world=World(processes=2, local_processes=2))
     assert isinstance(plan.data.sources["train"], FileSource) and plan.data.sources["valid"] is None
-    assert plan.data.sources["train"].files() == {"train_data (en)": tmp_path / "corpus" / "train.en",
-                                             "train_data (de)": tmp_path / "corpus" / "train.de"}
+    assert plan.data.sources["train"].files() == {
+        "train_data (en)": tmp_path / "corpus" / "train.en",
+        "train_data (de)": tmp_path / "corpus" / "train.de",
+    }
     assert (plan.batching.max_tokens, plan.batching.accumulation, plan.batching.tokens_per_update) == (4096, 1, 8192)
     assert plan.output.start == "new" and plan.export.export_dir == tmp_path / "run" / "hub"
     assert plan.data.tokenizer_dir == tmp_path / "run" / "tokenizer" and plan.model.label_smoothing == 0.1
@@ -38,8 +40,11 @@ def test_an_output_folder_never_holds_or_replaces_the_corpus(tmp_path, where):
 def test_sharding_asked_for_on_the_cpu_is_refused(tmp_path, monkeypatch, flag):
     """Accelerate turns FSDP / DeepSpeed on only for GPU back-ends: on the CPU a run would silently be plain DDP."""
     monkeypatch.setenv(flag, "true")
-    with pytest.raises(RecipeError, match=rf"was asked for \(the accelerate launch config sets {flag}\) but this run "
-                                          "is on the CPU"):
+    with pytest.raises(
+        RecipeError,
+        match=rf"was asked for \(the accelerate launch config sets {flag}\) but this run "
+        "is on the CPU",
+    ):
         plan_run(tiny_recipe(tmp_path), world=World(device="cpu"))
 
 
@@ -49,8 +54,6 @@ def test_device_checks(tmp_path):
     huge = dict(d_model=16384, d_ff=65536, num_heads=16, num_encoder_layers=24, num_decoder_layers=24)
     with pytest.raises(RecipeError, match=r"needs [\d,.]+ GiB for weights, gradients and Adam, more than"):
         plan_run(tiny_recipe(tmp_path, **huge), world=World(device="cpu"))
-
-
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -87,19 +90,22 @@ def test_the_plan_resolves_every_value_and_holds_no_recipe(tmp_path):
     from vaswani_hf.generation_vaswani import GENERATION_SETTINGS
     from vaswani_hf.training.recipe import Recipe
 
-    plan = plan_run(tiny_recipe(tmp_path, max_length=None, eval_max_tokens=0, test_num_beams=0),
-                    world=World(device="cpu"))
+    plan = plan_run(
+        tiny_recipe(tmp_path, max_length=None, eval_max_tokens=0, test_num_beams=0), world=World(device="cpu")
+    )
     assert (plan.batching.max_tokens, plan.batching.eval_max_tokens, plan.data.max_length) == (4096, 4096, 4096)
     assert plan.evaluation.final_num_beams == GENERATION_SETTINGS["num_beams"].default == 4
-    assert plan.optimizer.learning_rate == pytest.approx(2.0 * 32 ** -0.5)  # lr_multiplier 2, d_model 32
+    assert plan.optimizer.learning_rate == pytest.approx(2.0 * 32**-0.5)  # lr_multiplier 2, d_model 32
     assert (plan.optimizer.betas, plan.optimizer.eps, plan.optimizer.fused) == ((0.9, 0.98), 1e-9, True)
     assert plan.export.recipe_name == "default" and "d_model: 32" in plan.export.recipe_text
     assert not any(isinstance(v, Recipe) for v in _values(plan))
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.batching.max_tokens = 1
 
-    plan = plan_run(tiny_recipe(tmp_path, max_length=100, eval_max_tokens=800, test_num_beams=2, adam_beta2=0.997),
-                    world=World(device="mps"))
+    plan = plan_run(
+        tiny_recipe(tmp_path, max_length=100, eval_max_tokens=800, test_num_beams=2, adam_beta2=0.997),
+        world=World(device="mps"),
+    )
     assert (plan.batching.eval_max_tokens, plan.data.max_length, plan.evaluation.final_num_beams) == (800, 100, 2)
     assert plan.optimizer.betas == (0.9, 0.997) and plan.optimizer.fused is False  # no fused kernel on mps
 
@@ -111,8 +117,9 @@ def test_every_section_field_says_what_it_means():
 
     from vaswani_hf.training import plan as plan_module
 
-    sections = [plan_module.World, plan_module.RunPlan] + [f.type for f in dataclasses.fields(plan_module.RunPlan)
-                                                           if f.type.endswith("Plan")]
+    sections = [plan_module.World, plan_module.RunPlan] + [
+        f.type for f in dataclasses.fields(plan_module.RunPlan) if f.type.endswith("Plan")
+    ]
     for section in sections:
         section = getattr(plan_module, section) if isinstance(section, str) else section
         source = inspect.getsource(section)
@@ -129,9 +136,9 @@ def test_run_py_has_no_access_to_the_recipe():
     from vaswani_hf.training import run as run_module
 
     tree = ast.parse(inspect.getsource(run_module))
-    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {a.arg for n in ast.walk(tree)
-                                                                         if isinstance(n, ast.arguments)
-                                                                         for a in n.args + n.kwonlyargs}
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
+        a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in n.args + n.kwonlyargs
+    }
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
     assert not {"recipe", "Recipe", "plan_run", "load_recipe"} & (names | imported)
     assert not any(isinstance(n, ast.Attribute) and n.attr == "recipe" for n in ast.walk(tree))
@@ -152,10 +159,10 @@ def test_a_training_run_is_planned_once_and_reads_no_recipe_key_afterwards(tmp_p
     from conftest import TINY, write_corpus, write_recipe_yaml
 
     from vaswani_hf.cli import train as train_cli
-    from vaswani_hf.training import preflight
-    from vaswani_hf.training.recipe import Recipe
     from vaswani_hf.training import plan as plan_module
+    from vaswani_hf.training import preflight
     from vaswani_hf.training import run as run_module
+    from vaswani_hf.training.recipe import Recipe
 
     calls, reads, planned, budgets = [], [], [], []
     real_plan_run, real_getattr, real_getitem = plan_module.plan_run, Recipe.__getattr__, Recipe.__getitem__
@@ -170,6 +177,7 @@ def test_a_training_run_is_planned_once_and_reads_no_recipe_key_afterwards(tmp_p
         def wrapper(*args, **kwargs):
             calls.append(name)
             return real(*args, **kwargs)
+
         return wrapper
 
     def recording(real):
@@ -177,6 +185,7 @@ def test_a_training_run_is_planned_once_and_reads_no_recipe_key_afterwards(tmp_p
             if planned:
                 reads.append(key)
             return real(self, key)
+
         return read
 
     class SpyTrainer(run_module.VaswaniTrainer):
@@ -191,8 +200,10 @@ def test_a_training_run_is_planned_once_and_reads_no_recipe_key_afterwards(tmp_p
     monkeypatch.setattr(Recipe, "__getitem__", recording(real_getitem))
     monkeypatch.setattr(run_module, "VaswaniTrainer", SpyTrainer)
     corpus = write_corpus(tmp_path / "corpus", n_train=24, n_valid=4)
-    recipe = write_recipe_yaml(tmp_path / "tiny.yaml", {**TINY, "data_dir": str(corpus), "max_steps": 2,
-                                                        "valid_data": "valid", "eval_max_tokens": 512})
+    recipe = write_recipe_yaml(
+        tmp_path / "tiny.yaml",
+        {**TINY, "data_dir": str(corpus), "max_steps": 2, "valid_data": "valid", "eval_max_tokens": 512},
+    )
     argv = ["--recipe", str(recipe), "--output_dir", str(tmp_path / "run")]
     assert train_cli.main([*argv, "--check"]) == 0
     assert sorted(calls) == ["decide_output_dir", "plan_run", "tokens_per_device"]

@@ -23,14 +23,23 @@ def fake_checkpoint(run: Path, step: int, processes: int = 1, *, rng: bool = Tru
     folder.mkdir(parents=True)
     io.mark(run, TRAINING_RUN)
     save_file({"w": torch.zeros(2)}, str(folder / "model.safetensors"))
-    (folder / "config.json").write_text(json.dumps({"model_type": "vaswani", "d_model": 32, "d_ff": 64,
-                                                    "num_heads": 2, "num_encoder_layers": 1,
-                                                    "num_decoder_layers": 1}))
+    (folder / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "vaswani",
+                "d_model": 32,
+                "d_ff": 64,
+                "num_heads": 2,
+                "num_encoder_layers": 1,
+                "num_decoder_layers": 1,
+            }
+        )
+    )
     (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
     for name in ("optimizer.pt", "scheduler.pt"):
         torch.save({"state": 1}, folder / name)
     if rng:
-        for name in (["rng_state.pth"] if processes == 1 else [f"rng_state_{i}.pth" for i in range(processes)]):
+        for name in ["rng_state.pth"] if processes == 1 else [f"rng_state_{i}.pth" for i in range(processes)]:
             torch.save({"cpu": torch.zeros(2)}, folder / name)
     return folder
 
@@ -62,8 +71,10 @@ def test_resuming_a_finished_run_does_nothing(tmp_path):
     assert more.output.start == "resume" and more.output.resume_from == tmp_path / "run" / "checkpoint-4"
     (tmp_path / "run" / "metrics.json").unlink()  # stopped after the last checkpoint, before its final scores
     for processes in (1, 2):  # nothing left to train: no RNG state needed, whatever the process count
-        score = plan_run(tiny_recipe(tmp_path, max_steps=4, resume=True),
-                         world=World(processes=processes, local_processes=processes))
+        score = plan_run(
+            tiny_recipe(tmp_path, max_steps=4, resume=True),
+            world=World(processes=processes, local_processes=processes),
+        )
         assert score.output.start == "score" and score.output.resume_from.name == "checkpoint-4"  # loaded, not trained
 
 
@@ -76,11 +87,16 @@ def test_overwrite_and_resume_take_only_a_run_of_ours(tmp_path):
     (run / "hub" / "mine.txt").write_text("precious")
     (run / "metrics.json").write_text("notes")
     for flags, overwrite in (({}, True), ({"resume": True}, False), ({}, False)):
-        with pytest.raises(RecipeError, match=r"^output_dir .*run is not empty \(hub, metrics\.json\) and holds no "
-                                              r"run of this tool: .*choose another output_dir$"):
+        with pytest.raises(
+            RecipeError,
+            match=r"^output_dir .*run is not empty \(hub, metrics\.json\) and holds no "
+            r"run of this tool: .*choose another output_dir$",
+        ):
             plan_run(tiny_recipe(tmp_path, **flags), overwrite=overwrite)
     assert (run / "hub" / "mine.txt").read_text() == "precious" and sorted(p.name for p in run.iterdir()) == [
-        "hub", "metrics.json"]
+        "hub",
+        "metrics.json",
+    ]
     (run / "hub" / "mine.txt").unlink()
     fake_checkpoint(run, 4)
     (run / io.MARKER).unlink()
@@ -126,8 +142,11 @@ def test_a_checkpoint_without_its_rng_state_is_not_resumed_silently(tmp_path):
     fake_checkpoint(tmp_path / "run", 4, rng=False)
     plan = plan_run(tiny_recipe(tmp_path, max_steps=8, resume=True))
     assert plan.output.resume_from.name == "checkpoint-2"  # the newest checkpoint that resumes exactly
-    with pytest.raises(RecipeError, match=r"no checkpoint .* can be resumed .*no rng_state_0\.pth: it was saved by 1 "
-                                          r"process\(es\) \(rng_state\.pth\), this run has 2"):
+    with pytest.raises(
+        RecipeError,
+        match=r"no checkpoint .* can be resumed .*no rng_state_0\.pth: it was saved by 1 "
+        r"process\(es\) \(rng_state\.pth\), this run has 2",
+    ):
         plan_run(tiny_recipe(tmp_path, max_steps=8, resume=True), world=World(processes=2, local_processes=2))
 
 
@@ -175,8 +194,13 @@ def _truncate(path: Path) -> None:
 
 
 def _random_bytes(path: Path) -> None:
-    path.write_bytes(bytes(torch.randint(0, 256, (path.stat().st_size,), generator=torch.Generator().manual_seed(0),
-                                         dtype=torch.uint8).tolist()))
+    path.write_bytes(
+        bytes(
+            torch.randint(
+                0, 256, (path.stat().st_size,), generator=torch.Generator().manual_seed(0), dtype=torch.uint8
+            ).tolist()
+        )
+    )
 
 
 def _flip_stored_byte(path: Path) -> None:
@@ -191,14 +215,17 @@ def _flip_stored_byte(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("name, damage", [
-    ("optimizer.pt", _truncate),  # a copy or a save cut short
-    ("rng_state.pth", lambda p: p.write_bytes(p.read_bytes()[:100])),
-    ("scheduler.pt", _random_bytes),
-    ("scheduler.pt", lambda p: p.write_text("{}")),  # not a torch archive at all
-    ("rng_state.pth", _flip_stored_byte),
-    ("scaler.pt", lambda p: p.write_bytes(b"\0" * 64)),  # optional, but read when present
-])
+@pytest.mark.parametrize(
+    "name, damage",
+    [
+        ("optimizer.pt", _truncate),  # a copy or a save cut short
+        ("rng_state.pth", lambda p: p.write_bytes(p.read_bytes()[:100])),
+        ("scheduler.pt", _random_bytes),
+        ("scheduler.pt", lambda p: p.write_text("{}")),  # not a torch archive at all
+        ("rng_state.pth", _flip_stored_byte),
+        ("scaler.pt", lambda p: p.write_bytes(b"\0" * 64)),  # optional, but read when present
+    ],
+)
 def test_a_damaged_state_file_makes_the_checkpoint_incomplete(tmp_path, caplog, name, damage):
     """transformers reads optimizer, scheduler, scaler and RNG states only after training started: a damaged one
     ended the run with a traceback. It is passed over like a missing file, with one warning naming it."""
@@ -216,9 +243,11 @@ def test_a_damaged_state_file_makes_the_checkpoint_incomplete(tmp_path, caplog, 
     assert len(warned) == 1 and f"skipping checkpoint-4 ({name} is damaged (" in warned[0], warned
     assert "resume from checkpoint-2" in plan.describe()
     damage(older / name) if name != "scaler.pt" else (older / name).write_bytes(b"\0")
-    refused = (rf"--resume: no checkpoint in .* (is complete|can be resumed exactly) \(checkpoint-4 \({name} is "
-               rf"damaged .*checkpoint-2 \({name} is damaged .*\); remove (them|the damaged checkpoints), or train "
-               r"into another output_dir$")
+    refused = (
+        rf"--resume: no checkpoint in .* (is complete|can be resumed exactly) \(checkpoint-4 \({name} is "
+        rf"damaged .*checkpoint-2 \({name} is damaged .*\); remove (them|the damaged checkpoints), or train "
+        r"into another output_dir$"
+    )
     with pytest.raises(RecipeError, match=refused):
         plan_run(tiny_recipe(tmp_path, max_steps=8, resume=True))
 
@@ -259,8 +288,9 @@ def _other_tokenizer(tok, folder: Path) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("key, value, was", [("vocab_size", 3000, 500), ("bpe_min_frequency", 5, None),
-                                             ("lowercase", True, False)])
+@pytest.mark.parametrize(
+    "key, value, was", [("vocab_size", 3000, 500), ("bpe_min_frequency", 5, None), ("lowercase", True, False)]
+)
 def test_resume_refuses_other_tokenizer_keys(tmp_path, tok, key, value, was):
     run, recipe = _tokenizer_run(tmp_path, tok)
     was = recipe[key] if was is None else was
@@ -280,9 +310,12 @@ def test_resume_refuses_another_tokenizer_of_the_same_size(tmp_path, tok):
     tok.save_pretrained(str(same))
     plan = plan_run(tiny_recipe(tmp_path, max_steps=8, vocab_size=500, resume=True, tokenizer_path=str(same)))
     assert plan.output.resume_from.name == "checkpoint-4"  # a copy of the run's tokenizer elsewhere is the same one
-    with pytest.raises(RecipeError, match=r"^--resume: tokenizer_path .*other_tok holds another tokenizer than "
-                                          r"checkpoint-4 was trained with \(.*other tokens or merges; the run's "
-                                          r"tokenizer_path: None\)"):
+    with pytest.raises(
+        RecipeError,
+        match=r"^--resume: tokenizer_path .*other_tok holds another tokenizer than "
+        r"checkpoint-4 was trained with \(.*other tokens or merges; the run's "
+        r"tokenizer_path: None\)",
+    ):
         plan_run(tiny_recipe(tmp_path, max_steps=8, vocab_size=500, resume=True, tokenizer_path=str(other)))
     _other_tokenizer(tok, run / "tokenizer")  # the run's own folder replaced behind its back
     with pytest.raises(RecipeError, match=r"^--resume: the run's tokenizer folder .*run/tokenizer holds another"):

@@ -61,7 +61,9 @@ def test_bf16_recipe_builds_cpu_training_arguments_without_an_accelerator(monkey
 
 
 def test_bad_recipe_input_errors_clearly(tmp_path):
-    with pytest.raises(RecipeError, match="unknown recipe key 'drpout' \\(did you mean 'dropout'\\?\\).*Valid recipe keys: .*dropout"):
+    with pytest.raises(
+        RecipeError, match="unknown recipe key 'drpout' \\(did you mean 'dropout'\\?\\).*Valid recipe keys: .*dropout"
+    ):
         load_recipe("default", {"drpout": 0.2})
     with pytest.raises(RecipeError, match=r"d_model must be an integer in \[1, 65,536\], got 'wide'"):
         load_recipe("default", {"d_model": "wide"})
@@ -87,8 +89,13 @@ def test_cli_rejects_bad_input_before_training(tmp_path):
         (["--recipe", "multi30k-en-de", "--data_dir", str(tmp_path / "nope")], "data_dir not found"),
     ]
     for extra, message in cases:
-        proc = subprocess.run([sys.executable, str(TRAIN), "--output_dir", str(out), *extra], capture_output=True,
-                              text=True, timeout=120, cwd=tmp_path)
+        proc = subprocess.run(
+            [sys.executable, str(TRAIN), "--output_dir", str(out), *extra],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+        )
         assert proc.returncode == 2, proc.stderr
         assert message in proc.stderr and "Traceback" not in proc.stderr
         assert not out.exists()  # nothing was started
@@ -104,21 +111,27 @@ def test_every_key_declares_its_range_and_the_recipe_checks_it():
     for name in numeric:
         declared = SETTINGS[name]
         assert declared.min is not None and declared.max is not None, f"{name} declares no range"
-        for bad in ([float("nan"), float("inf"), -float("inf")] if declared.type is float else []) + \
-                [declared.max * 10 + 1]:
+        for bad in ([float("nan"), float("inf"), -float("inf")] if declared.type is float else []) + [
+            declared.max * 10 + 1
+        ]:
             with pytest.raises(RecipeError, match=rf"--{name}: {name} must "):
                 load_recipe("default", {name: bad})
     assert "[in [0, 1)]" in format_keys()
 
 
-@pytest.mark.parametrize("text, message", [
-    ("a: &x [1, 2]\nb: *x\n", "YAML aliases (*x) are not allowed"),
-    ("".join(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9 if i else ["lol"] * 9) + "]\n" for i in range(9)),
-     "YAML aliases"),  # the "billion laughs": refused before anything expands
-    ("d_model: [1, 2\n", "invalid YAML"),
-    ("- just\n- a list\n", "a recipe is a mapping of keys to values, got list"),
-    ("d_model: 64\n" * 2 + "x" * 2_000_000, "is not a recipe"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("a: &x [1, 2]\nb: *x\n", "YAML aliases (*x) are not allowed"),
+        (
+            "".join(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9 if i else ["lol"] * 9) + "]\n" for i in range(9)),
+            "YAML aliases",
+        ),  # the "billion laughs": refused before anything expands
+        ("d_model: [1, 2\n", "invalid YAML"),
+        ("- just\n- a list\n", "a recipe is a mapping of keys to values, got list"),
+        ("d_model: 64\n" * 2 + "x" * 2_000_000, "is not a recipe"),
+    ],
+)
 def test_recipe_files_are_read_with_bounded_work(tmp_path, text, message):
     path = tmp_path / "r.yaml"
     path.write_text(text)
@@ -129,12 +142,14 @@ def test_recipe_files_are_read_with_bounded_work(tmp_path, text, message):
 
 
 def test_keys_that_contradict_each_other_are_refused():
-    cases = [({"max_tokens_per_device": 64, "max_length": 128}, "max_tokens_per_device 64 is below max_length 128"),
-             ({"src_lang": "en", "tgt_lang": "en"}, "two different language codes"),
-             ({"bf16": True, "fp16": True}, "at most one of bf16 and fp16"),
-             ({"data_format": "hub"}, "needs hub_dataset"),
-             ({"report_to": "nonsense"}, "unknown integration 'nonsense'"),
-             ({"max_steps": 0, "num_train_epochs": 0.0}, "set max_steps > 0 or num_train_epochs > 0")]
+    cases = [
+        ({"max_tokens_per_device": 64, "max_length": 128}, "max_tokens_per_device 64 is below max_length 128"),
+        ({"src_lang": "en", "tgt_lang": "en"}, "two different language codes"),
+        ({"bf16": True, "fp16": True}, "at most one of bf16 and fp16"),
+        ({"data_format": "hub"}, "needs hub_dataset"),
+        ({"report_to": "nonsense"}, "unknown integration 'nonsense'"),
+        ({"max_steps": 0, "num_train_epochs": 0.0}, "set max_steps > 0 or num_train_epochs > 0"),
+    ]
     for overrides, message in cases:
         with pytest.raises(RecipeError, match=message):
             load_recipe("default", overrides)

@@ -15,20 +15,24 @@ def _recipe(tmp_path, text: str):
     return path
 
 
-@pytest.mark.parametrize("text, key, lines", [
-    ("max_steps: 10\nwarmup_steps: 4\nmax_steps: 20\n", "'max_steps'", (3, 1)),
-    ("a: 1\n\n\n\na: 1\n", "'a'", (5, 1)),  # the same value twice is still a key given twice
-    ("outer:\n  x: 1\n  x: 2\n", "'x'", (3, 2)),  # nested mappings too
-    ("{a: 1, b: 2, a: 3}\n", "'a'", (1, 1)),  # flow style, one line
-    ("1: a\n1: b\n", "1", (2, 1)),
-])
+@pytest.mark.parametrize(
+    "text, key, lines",
+    [
+        ("max_steps: 10\nwarmup_steps: 4\nmax_steps: 20\n", "'max_steps'", (3, 1)),
+        ("a: 1\n\n\n\na: 1\n", "'a'", (5, 1)),  # the same value twice is still a key given twice
+        ("outer:\n  x: 1\n  x: 2\n", "'x'", (3, 2)),  # nested mappings too
+        ("{a: 1, b: 2, a: 3}\n", "'a'", (1, 1)),  # flow style, one line
+        ("1: a\n1: b\n", "1", (2, 1)),
+    ],
+)
 def test_a_key_given_twice_is_refused_naming_the_key_and_both_lines(tmp_path, text, key, lines):
     path = _recipe(tmp_path, text)
     with pytest.raises(UsageError) as error:
         read_yaml_mapping(path, UsageError)
     message = str(error.value)
-    assert message.startswith(f"{path}: invalid YAML: line {lines[0]}: key {key} is given twice "
-                              f"(first on line {lines[1]})"), message
+    assert message.startswith(
+        f"{path}: invalid YAML: line {lines[0]}: key {key} is given twice (first on line {lines[1]})"
+    ), message
     assert "\n" not in message
 
 

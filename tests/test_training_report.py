@@ -12,19 +12,32 @@ from vaswani_hf.training.plan import World, plan_run
 from vaswani_hf.training.recipe import load_recipe
 from vaswani_hf.training.report import card_inputs, distributed_strategy, plot_history, write_hypotheses
 
-METRICS = {"test/bleu": 31.5, "test/chrf": 55.0, "global_step": 800, "tokens_per_update": 1024,
-           "averaged_checkpoints": ["checkpoint-600", "checkpoint-800"], "train_seconds": 120.0, "world_size": 2,
-           "distributed_type": "MULTI_CPU"}
+METRICS = {
+    "test/bleu": 31.5,
+    "test/chrf": 55.0,
+    "global_step": 800,
+    "tokens_per_update": 1024,
+    "averaged_checkpoints": ["checkpoint-600", "checkpoint-800"],
+    "train_seconds": 120.0,
+    "world_size": 2,
+    "distributed_type": "MULTI_CPU",
+}
 
 
 def test_the_card_states_real_test_scores_and_where_they_come_from(tmp_path):
     plan = plan_run(tiny_recipe(tmp_path, test_data="train", bleu_tokenize="none"), world=World())
     scores, info = card_inputs(plan, METRICS, {"bleu": "nrefs:1|tok:none", "chrf": "chrF2"})
-    assert scores == {"bleu_tok_none": {"score": 31.5, "signature": "nrefs:1|tok:none"},
-                      "chrf": {"score": 55.0, "signature": "chrF2"}}
+    assert scores == {
+        "bleu_tok_none": {"score": 31.5, "signature": "nrefs:1|tok:none"},
+        "chrf": {"score": 55.0, "signature": "chrF2"},
+    }
     assert info["eval_dataset"] == plan.data.sources["test"].describe()
-    assert (info["source_lang"], info["target_lang"], info["steps"], info["tokens_per_batch"]) == ("en", "de", 800,
-                                                                                                   1024)
+    assert (info["source_lang"], info["target_lang"], info["steps"], info["tokens_per_batch"]) == (
+        "en",
+        "de",
+        800,
+        1024,
+    )
     assert info["checkpoint_averaging"] == "last 2 checkpoints" and info["label_smoothing"] == 0.1
     assert info["distributed"] == "DDP over gloo (CPU), 2 process(es)"
     assert info["training_time"] == "2.0 min on 2 process(es)"
@@ -46,8 +59,11 @@ def test_distributed_strategy_as_the_card_names_it():
 
 
 def test_plots_are_written_for_what_the_history_holds(tmp_path):
-    history = [{"step": 1, "loss": 5.0, "learning_rate": 1e-4}, {"step": 2, "loss": 4.0, "learning_rate": 2e-4},
-               {"step": 2, "eval_loss": 4.5, "eval_nll": 4.2, "eval_bleu": 3.0, "time_s": 60.0}]
+    history = [
+        {"step": 1, "loss": 5.0, "learning_rate": 1e-4},
+        {"step": 2, "loss": 4.0, "learning_rate": 2e-4},
+        {"step": 2, "eval_loss": 4.5, "eval_nll": 4.2, "eval_bleu": 3.0, "time_s": 60.0},
+    ]
     written = plot_history(history, tmp_path / "plots")
     assert set(written) == {"loss", "learning_rate", "bleu"}
     for path in written.values():

@@ -18,8 +18,9 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 def _model(seed: int) -> VaswaniForConditionalGeneration:
     torch.manual_seed(seed)
-    return VaswaniForConditionalGeneration(VaswaniConfig(vocab_size=40, d_model=16, d_ff=32, num_heads=2,
-                                                         num_encoder_layers=1, num_decoder_layers=1))
+    return VaswaniForConditionalGeneration(
+        VaswaniConfig(vocab_size=40, d_model=16, d_ff=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=1)
+    )
 
 
 def _trainer(tmp_path, model) -> VaswaniTrainer:

@@ -33,14 +33,23 @@ def test_trainer_uses_exact_schedule_and_adam(tmp_path):
     class Spy(TrainerCallback):
         def on_pre_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
             group = optimizer.param_groups[0]
-            seen.append((state.global_step + 1, group["lr"], group["betas"], group["eps"], group["weight_decay"],
-                         type(getattr(optimizer, "optimizer", optimizer)).__name__, group["fused"]))
+            seen.append(
+                (
+                    state.global_step + 1,
+                    group["lr"],
+                    group["betas"],
+                    group["eps"],
+                    group["weight_decay"],
+                    type(getattr(optimizer, "optimizer", optimizer)).__name__,
+                    group["fused"],
+                )
+            )
             stated.append((args.learning_rate, (args.adam_beta1, args.adam_beta2), args.adam_epsilon))
             used.append((group["initial_lr"], tuple(group["betas"]), group["eps"]))
 
     r = tiny_recipe(tmp_path, max_steps=6, warmup_steps=4, lr_multiplier=1.0)
     run_training(plan_run(r), callbacks=[Spy()])
-    assert stated == used and stated[0][0] == pytest.approx(32 ** -0.5)  # lr_multiplier x d_model^-0.5
+    assert stated == used and stated[0][0] == pytest.approx(32**-0.5)  # lr_multiplier x d_model^-0.5
     assert [s[0] for s in seen] == [1, 2, 3, 4, 5, 6]
     for step, lr, betas, eps, wd, name, fused in seen:
         assert lr == pytest.approx(paper_learning_rate(step, 32, 4), rel=1e-9)
@@ -64,9 +73,30 @@ def test_default_recipe_end_to_end(tmp_path):
     translates and exports a Hub folder."""
     out = tmp_path / "default"
     proc = subprocess.run(
-        [sys.executable, str(TRAIN), "--output_dir", str(out), "--max_steps", "150", "--save_steps", "50",
-         "--eval_steps", "0", "--logging_steps", "10", "--disable_tqdm", "true", "--torch_threads", "1"],
-        capture_output=True, text=True, timeout=600, env=_env(), cwd=tmp_path)
+        [
+            sys.executable,
+            str(TRAIN),
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            "150",
+            "--save_steps",
+            "50",
+            "--eval_steps",
+            "0",
+            "--logging_steps",
+            "10",
+            "--disable_tqdm",
+            "true",
+            "--torch_threads",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=_env(),
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["last_logged_loss"] < metrics["first_logged_loss"] - 1.0, metrics
@@ -74,9 +104,19 @@ def test_default_recipe_end_to_end(tmp_path):
     assert "test/bleu" in metrics and "valid/loss" in metrics
     assert "Translations:" in proc.stdout and "->" in proc.stdout
     hub = out / "hub"
-    for name in ("model.safetensors", "config.json", "generation_config.json", "modeling_vaswani.py",
-                 "configuration_vaswani.py", "beam_search_vaswani.py", "tokenizer.json", "README.md", "loss.png",
-                 "learning_rate.png", "training_metrics.json"):
+    for name in (
+        "model.safetensors",
+        "config.json",
+        "generation_config.json",
+        "modeling_vaswani.py",
+        "configuration_vaswani.py",
+        "beam_search_vaswani.py",
+        "tokenizer.json",
+        "README.md",
+        "loss.png",
+        "learning_rate.png",
+        "training_metrics.json",
+    ):
         assert (hub / name).is_file(), name
     config = json.loads((hub / "config.json").read_text())
     assert "auto_map" in config and "translation" in config["custom_pipelines"]
@@ -110,21 +150,67 @@ def test_two_cpu_processes_match_one_process(tmp_path):
     their losses can be compared step by step; the launch paths users run, with the recipes' own batching, are
     tests/test_distributed.py."""
     corpus = write_corpus(tmp_path / "corpus", n_train=64)
-    values = {**TINY, "data_dir": str(corpus), "dropout": 0.0, "max_steps": 3, "debug_log_batches": True,
-              "max_sentences": 4, "save_every_minutes": 60.0,  # exercises the rank-0 broadcast of save decisions
-              "valid_data": "valid"}
+    values = {
+        **TINY,
+        "data_dir": str(corpus),
+        "dropout": 0.0,
+        "max_steps": 3,
+        "debug_log_batches": True,
+        "max_sentences": 4,
+        "save_every_minutes": 60.0,  # exercises the rank-0 broadcast of save decisions
+        "valid_data": "valid",
+    }
     recipe = write_recipe_yaml(tmp_path / "ddp.yaml", values)
     env = _env()
     single = subprocess.run(
-        [sys.executable, str(TRAIN), "--recipe", str(recipe), "--output_dir", str(tmp_path / "one"),
-         "--gradient_accumulation_steps", "2"], capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+        [
+            sys.executable,
+            str(TRAIN),
+            "--recipe",
+            str(recipe),
+            "--output_dir",
+            str(tmp_path / "one"),
+            "--gradient_accumulation_steps",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=tmp_path,
+    )
     assert single.returncode == 0, single.stdout[-3000:] + single.stderr[-3000:]
     ddp_env = dict(env, ACCELERATE_USE_CPU="1")
     ddp = subprocess.run(
-        [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-         "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29533",
-         str(TRAIN), "--recipe", str(recipe), "--output_dir", str(tmp_path / "two"),
-         "--gradient_accumulation_steps", "1"], capture_output=True, text=True, timeout=600, env=ddp_env, cwd=tmp_path)
+        [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--multi_gpu",
+            "--num_processes",
+            "2",
+            "--num_machines",
+            "1",
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+            "--main_process_port",
+            "29533",
+            str(TRAIN),
+            "--recipe",
+            str(recipe),
+            "--output_dir",
+            str(tmp_path / "two"),
+            "--gradient_accumulation_steps",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=ddp_env,
+        cwd=tmp_path,
+    )
     assert ddp.returncode == 0, ddp.stdout[-3000:] + ddp.stderr[-3000:]
 
     info = [json.loads((tmp_path / "two" / f"run_info_rank{r}.json").read_text()) for r in (0, 1)]
@@ -173,9 +259,28 @@ def test_default_recipe_logs_the_recorded_losses(tmp_path):
     reference = json.loads((REPO / "tests" / "data" / "default_recipe_reference.json").read_text())
     out = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, str(TRAIN), "--output_dir", str(out), "--max_steps", "100", "--logging_steps", "5",
-         "--eval_steps", "50", "--save_steps", "50", "--disable_tqdm", "true"],
-        capture_output=True, text=True, timeout=600, env=_env(), cwd=tmp_path)
+        [
+            sys.executable,
+            str(TRAIN),
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            "100",
+            "--logging_steps",
+            "5",
+            "--eval_steps",
+            "50",
+            "--save_steps",
+            "50",
+            "--disable_tqdm",
+            "true",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=_env(),
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     history = read_history(out / "history.jsonl")
     logged = {
@@ -204,13 +309,42 @@ def test_second_launch_on_the_same_corpus_reuses_every_cache(tmp_path):
     corpus = write_corpus(tmp_path / "corpus", n_train=200)
     cache = tmp_path / "datasets-cache"
     env = dict(_env(), HF_DATASETS_CACHE=str(cache))
-    common = ["--recipe", "default", "--data_format", "moses", "--data_dir", str(corpus), "--train_data", "train",
-              "--valid_data", "valid", "--test_data", "null", "--vocab_size", "300", "--max_steps", "2",
-              "--save_steps", "0", "--eval_steps", "0", "--average_last", "0", "--disable_tqdm", "true"]
+    common = [
+        "--recipe",
+        "default",
+        "--data_format",
+        "moses",
+        "--data_dir",
+        str(corpus),
+        "--train_data",
+        "train",
+        "--valid_data",
+        "valid",
+        "--test_data",
+        "null",
+        "--vocab_size",
+        "300",
+        "--max_steps",
+        "2",
+        "--save_steps",
+        "0",
+        "--eval_steps",
+        "0",
+        "--average_last",
+        "0",
+        "--disable_tqdm",
+        "true",
+    ]
     logs, snapshots = [], []
     for name in ("first", "second"):
-        proc = subprocess.run([sys.executable, str(TRAIN), *common, "--output_dir", str(tmp_path / name)],
-                              capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+        proc = subprocess.run(
+            [sys.executable, str(TRAIN), *common, "--output_dir", str(tmp_path / name)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+            cwd=tmp_path,
+        )
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         logs.append(proc.stdout + proc.stderr)
         snapshots.append(_cache_files(cache))

@@ -13,9 +13,9 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 def test_paper_formula_values():
     # lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), computed by hand for d_model = 512, warmup = 4000
-    assert paper_learning_rate(1, 512) == pytest.approx(512 ** -0.5 * 4000 ** -1.5, rel=1e-12)
+    assert paper_learning_rate(1, 512) == pytest.approx(512**-0.5 * 4000**-1.5, rel=1e-12)
     assert paper_learning_rate(4000, 512) == pytest.approx(0.044194173824159216 * 0.015811388300841896, rel=1e-12)
-    assert paper_learning_rate(16000, 512) == pytest.approx(512 ** -0.5 / 126.49110640673517, rel=1e-12)
+    assert paper_learning_rate(16000, 512) == pytest.approx(512**-0.5 / 126.49110640673517, rel=1e-12)
     assert paper_learning_rate(4000, 512) == pytest.approx(6.987712429686844e-04, rel=1e-12)  # the peak
     with pytest.raises(ValueError):
         paper_learning_rate(0, 512)
@@ -25,7 +25,7 @@ def test_paper_formula_values():
 def test_schedule_equals_formula_at_each_update(d_model, warmup, multiplier):
     """The k-th optimizer update runs with lrate(step_num = k): no one-step lag (see paper_lr_lambda)."""
     param = torch.nn.Parameter(torch.zeros(1))
-    opt = torch.optim.Adam([param], lr=multiplier * d_model ** -0.5, betas=(0.9, 0.98), eps=1e-9)
+    opt = torch.optim.Adam([param], lr=multiplier * d_model**-0.5, betas=(0.9, 0.98), eps=1e-9)
     sched = get_paper_schedule(opt, warmup)
     checkpoints = {1, 2, 3, warmup - 1, warmup, warmup + 1, 2 * warmup, 5 * warmup}
     for k in range(1, 5 * warmup + 1):
@@ -44,8 +44,9 @@ def test_fused_adam_matches_default_adam():
     weight; a wrong bias correction or epsilon placement would show at that size).
     """
     torch.manual_seed(0)
-    config = VaswaniConfig(vocab_size=40, d_model=16, d_ff=32, num_heads=2, num_encoder_layers=1,
-                           num_decoder_layers=1, dropout=0.0)
+    config = VaswaniConfig(
+        vocab_size=40, d_model=16, d_ff=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, dropout=0.0
+    )
     ref = VaswaniForConditionalGeneration(config)
     fused = VaswaniForConditionalGeneration(config)
     fused.load_state_dict(ref.state_dict())

@@ -36,22 +36,38 @@ def test_a_split_without_a_usable_pair_is_refused_in_one_place(tmp_path):
     source = plan.data.sources["valid"]
     assert source.files() == {"valid_data (en)": corpus / "empty.en", "valid_data (de)": corpus / "empty.de"}
     for step in (source.scan, source.load):
-        with pytest.raises(RecipeError, match=r"^valid_data: .*empty has no sentence pair with both sides non-empty "
-                                              r"\(2 pairs\); nothing to score$"):
+        with pytest.raises(
+            RecipeError,
+            match=r"^valid_data: .*empty has no sentence pair with both sides non-empty "
+            r"\(2 pairs\); nothing to score$",
+        ):
             step()
     train = plan.data.sources["train"]
     assert train.scan()[0] == len(train.load()) and len(train.load(limit=3)) == 3
     assert train.describe() == {"name": f"{corpus.parent.name}/corpus/train"}
 
 
-@pytest.mark.parametrize("fmt, name, text", [
-    ("tsv", "train.tsv", "en\tde\na b\tc d\n"),
-    ("jsonl", "train.jsonl", '{"en": "a b", "de": "c d"}\n'),
-])
+@pytest.mark.parametrize(
+    "fmt, name, text",
+    [
+        ("tsv", "train.tsv", "en\tde\na b\tc d\n"),
+        ("jsonl", "train.jsonl", '{"en": "a b", "de": "c d"}\n'),
+    ],
+)
 def test_file_formats_read_one_file(tmp_path, fmt, name, text):
     (tmp_path / name).write_text(text)
-    recipe = load_recipe("default", {"data_format": fmt, "data_dir": str(tmp_path), "train_data": name,
-                                     "valid_data": None, "test_data": None, "eval_steps": 0, "output_dir": str(tmp_path / "run")})
+    recipe = load_recipe(
+        "default",
+        {
+            "data_format": fmt,
+            "data_dir": str(tmp_path),
+            "train_data": name,
+            "valid_data": None,
+            "test_data": None,
+            "eval_steps": 0,
+            "output_dir": str(tmp_path / "run"),
+        },
+    )
     source = plan_run(recipe).data.sources["train"]
     assert source.files() == {"train_data": tmp_path / name} and source.scan() == (1, 1)
     assert source.load()[0]["translation"] == {"en": "a b", "de": "c d"}

@@ -65,17 +65,20 @@ def _smoothed_sum(logits: torch.Tensor, labels: torch.Tensor, epsilon: float) ->
 def _args(tmp_path, name, **kwargs):
     from transformers import Seq2SeqTrainingArguments
 
-    return Seq2SeqTrainingArguments(output_dir=str(tmp_path / name), report_to=[], use_cpu=True, disable_tqdm=True,
-                                    **kwargs)
+    return Seq2SeqTrainingArguments(
+        output_dir=str(tmp_path / name), report_to=[], use_cpu=True, disable_tqdm=True, **kwargs
+    )
 
 
 def test_trainer_uses_token_batches(tmp_path, corpus_dir, tok):
     data, _ = prepare_dataset(load_corpus("moses", corpus_dir / "train", "en", "de"), tok, "en", "de")
     model = TinySeq2Seq()
-    args = _args(tmp_path, "out", max_steps=3, per_device_train_batch_size=2, save_strategy="no", logging_steps=1,
-                 seed=5)
-    trainer = VaswaniTrainer(model=model, args=args, train_dataset=data, eval_dataset=data, max_tokens=600,
-                             eval_max_tokens=800)
+    args = _args(
+        tmp_path, "out", max_steps=3, per_device_train_batch_size=2, save_strategy="no", logging_steps=1, seed=5
+    )
+    trainer = VaswaniTrainer(
+        model=model, args=args, train_dataset=data, eval_dataset=data, max_tokens=600, eval_max_tokens=800
+    )
     dl = trainer.get_train_dataloader()
     sampler = TokenBatchSampler.from_dataset(data, 600, seed=5)
     assert len(dl) == len(sampler)
@@ -115,8 +118,9 @@ def test_eval_loss_is_per_target_token_whatever_the_budget(tmp_path, corpus_dir,
     assert abs(smoothed_per_token - per_token) > 1e-3  # two different numbers, told apart by the checks below
     losses, nlls = [], []
     for budget in (200, 800):
-        trainer = VaswaniTrainer(model=model, args=_args(tmp_path, f"out{budget}"), eval_dataset=data,
-                                 max_tokens=budget)
+        trainer = VaswaniTrainer(
+            model=model, args=_args(tmp_path, f"out{budget}"), eval_dataset=data, max_tokens=budget
+        )
         sizes = [b["input_ids"].shape[0] for b in trainer.get_eval_dataloader()]
         assert len(set(sizes)) > 1  # batches of unequal sentence counts: the case the plain Trainer gets wrong
         metrics = trainer.evaluate()
@@ -189,17 +193,32 @@ def _grads_after_one_update(tmp_path, tok, ds, batch_size, accumulation):
             if not grads:
                 grads.update({n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None})
 
-    config = VaswaniConfig(vocab_size=len(tok), d_model=32, d_ff=64, num_heads=2, num_encoder_layers=1,
-                           num_decoder_layers=1, dropout=0.0)
+    config = VaswaniConfig(
+        vocab_size=len(tok), d_model=32, d_ff=64, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, dropout=0.0
+    )
     torch.manual_seed(0)
     model = VaswaniForConditionalGeneration(config)
     args = Seq2SeqTrainingArguments(
-        output_dir=str(tmp_path / f"ga{accumulation}"), per_device_train_batch_size=batch_size,
-        gradient_accumulation_steps=accumulation, max_steps=1, report_to=[], save_strategy="no", seed=0,
-        disable_tqdm=True, use_cpu=True, dataloader_pin_memory=False, learning_rate=1e-3,
+        output_dir=str(tmp_path / f"ga{accumulation}"),
+        per_device_train_batch_size=batch_size,
+        gradient_accumulation_steps=accumulation,
+        max_steps=1,
+        report_to=[],
+        save_strategy="no",
+        seed=0,
+        disable_tqdm=True,
+        use_cpu=True,
+        dataloader_pin_memory=False,
+        learning_rate=1e-3,
     )
-    trainer = Seq2SeqTrainer(model=model, args=args, train_dataset=ds, processing_class=tok,
-                             data_collator=DataCollatorForSeq2Seq(tok, model=model), callbacks=[Capture()])
+    trainer = Seq2SeqTrainer(
+        model=model,
+        args=args,
+        train_dataset=ds,
+        processing_class=tok,
+        data_collator=DataCollatorForSeq2Seq(tok, model=model),
+        callbacks=[Capture()],
+    )
     trainer.train()
     return grads
 
@@ -226,18 +245,37 @@ def test_plain_seq2seq_trainer_trains_and_generates(tmp_path):
 
     tok, ds = _tokenized_corpus(tmp_path, n=64)
     split = ds.train_test_split(test_size=8, seed=0)
-    config = VaswaniConfig(vocab_size=len(tok), d_model=32, d_ff=64, num_heads=2, num_encoder_layers=1,
-                           num_decoder_layers=1, dropout=0.0)
+    config = VaswaniConfig(
+        vocab_size=len(tok), d_model=32, d_ff=64, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, dropout=0.0
+    )
     model = VaswaniForConditionalGeneration(config)
     args = Seq2SeqTrainingArguments(
-        output_dir=str(tmp_path / "plain"), per_device_train_batch_size=8, per_device_eval_batch_size=8,
-        learning_rate=3e-3, max_steps=60, logging_steps=10, report_to=[], save_strategy="no", eval_strategy="no",
-        predict_with_generate=True, generation_num_beams=2, generation_max_length=16, disable_tqdm=True,
-        use_cpu=True, dataloader_pin_memory=False, seed=0,
+        output_dir=str(tmp_path / "plain"),
+        per_device_train_batch_size=8,
+        per_device_eval_batch_size=8,
+        learning_rate=3e-3,
+        max_steps=60,
+        logging_steps=10,
+        report_to=[],
+        save_strategy="no",
+        eval_strategy="no",
+        predict_with_generate=True,
+        generation_num_beams=2,
+        generation_max_length=16,
+        disable_tqdm=True,
+        use_cpu=True,
+        dataloader_pin_memory=False,
+        seed=0,
     )
-    trainer = Seq2SeqTrainer(model=model, args=args, train_dataset=split["train"], eval_dataset=split["test"],
-                             processing_class=tok, data_collator=DataCollatorForSeq2Seq(tok, model=model),
-                             compute_metrics=make_compute_metrics(tok))
+    trainer = Seq2SeqTrainer(
+        model=model,
+        args=args,
+        train_dataset=split["train"],
+        eval_dataset=split["test"],
+        processing_class=tok,
+        data_collator=DataCollatorForSeq2Seq(tok, model=model),
+        compute_metrics=make_compute_metrics(tok),
+    )
     trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     assert losses[-1] < 0.7 * losses[0], losses
@@ -306,11 +344,17 @@ def test_the_loss_chunk_tokens_key_trains_with_the_plain_losses(tmp_path):
 
 
 def test_a_chunked_loss_refuses_a_custom_objective(tmp_path):
-    model = VaswaniForConditionalGeneration(VaswaniConfig(vocab_size=20, d_model=8, d_ff=8, num_heads=2,
-                                                          num_encoder_layers=1, num_decoder_layers=1))
+    model = VaswaniForConditionalGeneration(
+        VaswaniConfig(vocab_size=20, d_model=8, d_ff=8, num_heads=2, num_encoder_layers=1, num_decoder_layers=1)
+    )
     with pytest.raises(ValueError, match="compute_loss_func"):
-        VaswaniTrainer(model=model, args=_args(tmp_path, "x"), max_tokens=64, loss_chunk_tokens=8,
-                       compute_loss_func=lambda outputs, labels, num_items_in_batch=None: outputs.logits.sum())
+        VaswaniTrainer(
+            model=model,
+            args=_args(tmp_path, "x"),
+            max_tokens=64,
+            loss_chunk_tokens=8,
+            compute_loss_func=lambda outputs, labels, num_items_in_batch=None: outputs.logits.sum(),
+        )
 
 
 # transformers' private parts that VaswaniTrainer depends on, where no public mechanism exists. An override of a hook
@@ -331,8 +375,11 @@ PRIVATE_USES = {  # read, set or called: name -> where transformers defines or s
 
 
 def test_the_private_trainer_hooks_overridden_are_still_transformers_own():
-    overridden = {name for name in vars(VaswaniTrainer) if name.startswith("_") and not name.startswith("__")
-                  and hasattr(Seq2SeqTrainer, name)}
+    overridden = {
+        name
+        for name in vars(VaswaniTrainer)
+        if name.startswith("_") and not name.startswith("__") and hasattr(Seq2SeqTrainer, name)
+    }
     assert overridden == set(PRIVATE_HOOKS), "a private hook overridden without being listed here (or no more)"
     loop = inspect.getsource(Trainer)
     for name, parameters in PRIVATE_HOOKS.items():

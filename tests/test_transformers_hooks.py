@@ -10,11 +10,11 @@ import inspect
 import pytest
 import torch
 import transformers.pipelines as pipelines
+from conftest import padded_batch, tiny_config
 from transformers import GenerationMixin, Pipeline
 from transformers.generation import utils as generation_utils
 from transformers.pipelines import base as pipeline_base
 
-from conftest import padded_batch, tiny_config
 from vaswani_hf.generation_vaswani import VaswaniGenerationMixin
 from vaswani_hf.modeling_vaswani import VaswaniForConditionalGeneration
 from vaswani_hf.pipeline_vaswani import VaswaniTranslationPipeline
@@ -22,15 +22,28 @@ from vaswani_hf.pipeline_vaswani import VaswaniTranslationPipeline
 # hook -> the parameters our override reads or passes on by name (a subset of transformers' signature)
 GENERATION_HOOKS = {
     "_beam_search": {"input_ids", "logits_processor", "stopping_criteria", "generation_config", "synced_gpus"},
-    "_sample": {"input_ids", "logits_processor", "stopping_criteria", "generation_config", "synced_gpus",
-                "streamer"},
-    "_get_top_k_continuations": {"accumulated_log_probs", "running_sequences", "running_beam_indices", "cur_len",
-                                 "decoder_prompt_len", "do_sample", "beams_to_keep", "num_beams", "batch_size"},
+    "_sample": {"input_ids", "logits_processor", "stopping_criteria", "generation_config", "synced_gpus", "streamer"},
+    "_get_top_k_continuations": {
+        "accumulated_log_probs",
+        "running_sequences",
+        "running_beam_indices",
+        "cur_len",
+        "decoder_prompt_len",
+        "do_sample",
+        "beams_to_keep",
+        "num_beams",
+        "batch_size",
+    },
     "_update_finished_beams": {"topk_log_probs", "cur_len", "decoder_prompt_len", "length_penalty"},
-    "_check_early_stop_heuristic": {"running_beam_scores", "cur_len", "max_length", "decoder_prompt_len",
-                                    "early_stopping", "length_penalty"},
-    "adjust_generation_fn": {"generation_config", "from_auto_class", "from_pipeline",
-                             "pretrained_model_name_or_path"},
+    "_check_early_stop_heuristic": {
+        "running_beam_scores",
+        "cur_len",
+        "max_length",
+        "decoder_prompt_len",
+        "early_stopping",
+        "length_penalty",
+    },
+    "adjust_generation_fn": {"generation_config", "from_auto_class", "from_pipeline", "pretrained_model_name_or_path"},
     "_gather_beams": {"tensor", "beam_indices"},  # called by our `_get_top_k_continuations`
 }
 
@@ -56,8 +69,7 @@ def test_generate_still_dispatches_to_beam_search_and_sample_by_name():
     assert "GENERATION_MODES_MAPPING[generation_mode]" in inspect.getsource(GenerationMixin.generate)
 
 
-@pytest.mark.parametrize("hook", ["_get_top_k_continuations", "_update_finished_beams",
-                                  "_check_early_stop_heuristic"])
+@pytest.mark.parametrize("hook", ["_get_top_k_continuations", "_update_finished_beams", "_check_early_stop_heuristic"])
 def test_beam_search_still_calls_the_scoring_hooks_with_keywords(hook):
     """Our `_update_finished_beams` / `_check_early_stop_heuristic` take `**kwargs` only: transformers must pass
     every argument by name, as `self.<hook>(name=...)`."""
@@ -91,21 +103,33 @@ def test_transformers_beam_loop_reaches_every_override(monkeypatch):
     """With the lean loop off, one beam search through transformers' own loop runs each of our overrides (mock-call
     spies on the real methods), and greedy decoding runs our `_sample`."""
     calls = []
-    for hook in ("_beam_search", "_sample", "_get_top_k_continuations", "_update_finished_beams",
-                 "_check_early_stop_heuristic", "_reorder_cache"):
+    for hook in (
+        "_beam_search",
+        "_sample",
+        "_get_top_k_continuations",
+        "_update_finished_beams",
+        "_check_early_stop_heuristic",
+        "_reorder_cache",
+    ):
         original = getattr(VaswaniGenerationMixin, hook)
 
         def spy(self, *args, _original=original, _hook=hook, **kwargs):
             calls.append(_hook)
             return _original(self, *args, **kwargs)
+
         monkeypatch.setattr(VaswaniGenerationMixin, hook, spy)
     torch.manual_seed(0)
     model = VaswaniForConditionalGeneration(tiny_config(vocab_size=24)).eval()
     model.use_lean_decoding = False
     ids, mask = padded_batch([5, 3], vocab_size=24)
     model.generate(input_ids=ids, attention_mask=mask, num_beams=3, max_length_b=4, length_penalty_type="gnmt")
-    assert set(calls) >= {"_beam_search", "_get_top_k_continuations", "_update_finished_beams",
-                          "_check_early_stop_heuristic", "_reorder_cache"}, calls
+    assert set(calls) >= {
+        "_beam_search",
+        "_get_top_k_continuations",
+        "_update_finished_beams",
+        "_check_early_stop_heuristic",
+        "_reorder_cache",
+    }, calls
     calls.clear()
     model.generate(input_ids=ids, attention_mask=mask, num_beams=1, max_length_b=4)
     assert calls == ["_sample"]
@@ -113,8 +137,14 @@ def test_transformers_beam_loop_reaches_every_override(monkeypatch):
 
 # --- the pipeline ----------------------------------------------------------------------------------------------------
 
-PIPELINE_FLAGS = ("_pipeline_calls_generate", "_load_tokenizer", "_load_processor", "_load_image_processor",
-                  "_load_feature_extractor", "_load_video_processor")
+PIPELINE_FLAGS = (
+    "_pipeline_calls_generate",
+    "_load_tokenizer",
+    "_load_processor",
+    "_load_image_processor",
+    "_load_feature_extractor",
+    "_load_video_processor",
+)
 
 
 @pytest.mark.parametrize("flag", PIPELINE_FLAGS)
@@ -148,5 +178,9 @@ def test_pipeline_registry_still_works_as_register_pipeline_tasks_patches_it():
     assert "._registered_impl =" in inspect.getsource(pipeline_base.PipelineRegistry.register_pipeline)
     assert "self._registered_impl" in inspect.getsource(Pipeline.save_pretrained)
     assert set(inspect.signature(pipeline_base.PipelineRegistry.register_pipeline).parameters) >= {
-        "task", "pipeline_class", "pt_model", "type"}
+        "task",
+        "pipeline_class",
+        "pt_model",
+        "type",
+    }
     assert issubclass(VaswaniTranslationPipeline, Pipeline)

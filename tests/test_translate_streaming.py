@@ -29,8 +29,14 @@ WORDS = "a man dog woman child ball street red blue runs jumps sits in on the wi
 def corpus(n: int, seed: int = 0, words: int = 9) -> list[str]:
     """`n` lines of 1 to `words` words, some empty or only spaces."""
     rng = random.Random(seed)
-    return ["" if rng.random() < 0.1 else "  " if rng.random() < 0.05 else
-            " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, words))) for _ in range(n)]
+    return [
+        ""
+        if rng.random() < 0.1
+        else "  "
+        if rng.random() < 0.05
+        else " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, words)))
+        for _ in range(n)
+    ]
 
 
 def translate(source, output, model, *extra) -> tuple[int, list]:
@@ -97,8 +103,10 @@ def test_interrupted_run_resumes_to_the_same_bytes(assets, reference, tmp_path, 
     assert translate(source, out, assets.model, "--buffer_lines", "7")[0] == 2
     assert "--resume" in capfd.readouterr().err and len(list(partial.glob("window-*.txt"))) == 3
     # another setting, another window or another input: refused in one line, nothing changed
-    for extra, name in ((["--num_beams", "2", "--buffer_lines", "7"], "settings.num_beams"), (["--buffer_lines", "8"],
-                                                                                      "buffer_lines")):
+    for extra, name in (
+        (["--num_beams", "2", "--buffer_lines", "7"], "settings.num_beams"),
+        (["--buffer_lines", "8"], "buffer_lines"),
+    ):
         assert translate(source, out, assets.model, *extra, "--resume")[0] == 2
         err = capfd.readouterr().err.splitlines()
         assert len(err) == 1 and "--resume" in err[0] and name in err[0], err
@@ -130,8 +138,9 @@ def test_a_folder_not_ours_at_the_staging_path_is_never_replaced(assets, referen
     assert (tmp_path / "out.txt.partial" / "mine.txt").read_text() == "keep me\n"
 
 
-def test_a_running_translation_is_never_replaced_nor_a_file_put_in_its_staging_folder(assets, reference, tmp_path,
-                                                                                      monkeypatch, capfd):
+def test_a_running_translation_is_never_replaced_nor_a_file_put_in_its_staging_folder(
+    assets, reference, tmp_path, monkeypatch, capfd
+):
     """A second translation into the same --output is refused while the first holds the staging folder's lock, even
     with --overwrite; a user's file later put into an interrupted run's staging folder survives its --resume."""
     from vaswani_hf.io import FolderLock
@@ -155,16 +164,27 @@ def test_a_running_translation_is_never_replaced_nor_a_file_put_in_its_staging_f
 
 
 def _env() -> dict:
-    return dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
-                HF_HUB_OFFLINE="1")
+    return dict(
+        os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1"
+    )
 
 
 @pytest.mark.slow
 def test_sigterm_keeps_finished_windows_and_resume_gives_the_same_bytes(assets, tmp_path):
     """A scheduler's stop (SIGTERM) of a real process: exit 143, finished windows kept, --resume completes."""
     source = write(tmp_path / "in.txt", corpus(400, seed=2))
-    command = [sys.executable, str(REPO / "scripts" / "translate.py"), str(source), "--model", str(assets.model),
-               *TRANSLATE_OPTIONS, "--buffer_lines", "20", "--output", str(tmp_path / "out.txt")]
+    command = [
+        sys.executable,
+        str(REPO / "scripts" / "translate.py"),
+        str(source),
+        "--model",
+        str(assets.model),
+        *TRANSLATE_OPTIONS,
+        "--buffer_lines",
+        "20",
+        "--output",
+        str(tmp_path / "out.txt"),
+    ]
     process = subprocess.Popen(command, env=_env(), stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     partial = tmp_path / "out.txt.partial"
     deadline = time.monotonic() + 300
@@ -174,8 +194,9 @@ def test_sigterm_keeps_finished_windows_and_resume_gives_the_same_bytes(assets, 
     _, err = process.communicate(timeout=120)
     assert process.returncode == 143, err
     assert not (tmp_path / "out.txt").exists() and 1 <= len(list(partial.glob("window-*.txt"))) < 20
-    resumed = subprocess.run(command + ["--resume"], env=_env(), capture_output=True, text=True, timeout=300,
-                             stdin=subprocess.DEVNULL)
+    resumed = subprocess.run(
+        command + ["--resume"], env=_env(), capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert translate(source, tmp_path / "whole.txt", assets.model, "--buffer_lines", "1000")[0] == 0
     assert (tmp_path / "out.txt").read_bytes() == (tmp_path / "whole.txt").read_bytes()
@@ -186,18 +207,44 @@ def test_two_processes_give_the_bytes_of_one_and_resume_across_processes(assets,
     """`accelerate launch --num_processes 2` (CPU, gloo) on 53 lines in 8 windows of 7 (shares 4 and 4, the last
     window short), then a run interrupted in one process resumed by two."""
     source, expected = reference
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-              "--main_process_port", str(29500 + os.getpid() % 1000), str(REPO / "scripts" / "translate.py"),
-              str(source), "--model", str(assets.model), *TRANSLATE_OPTIONS, "--buffer_lines", "7"]
+    launch = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--main_process_port",
+        str(29500 + os.getpid() % 1000),
+        str(REPO / "scripts" / "translate.py"),
+        str(source),
+        "--model",
+        str(assets.model),
+        *TRANSLATE_OPTIONS,
+        "--buffer_lines",
+        "7",
+    ]
     env = dict(_env(), ACCELERATE_USE_CPU="1")
-    result = subprocess.run(launch + ["--output", str(tmp_path / "two.txt")], env=env, capture_output=True,
-                            text=True, timeout=600, stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        launch + ["--output", str(tmp_path / "two.txt")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     assert (tmp_path / "two.txt").read_bytes() == expected
     _interrupt_at_call(monkeypatch, 3)
     assert translate(source, tmp_path / "resumed.txt", assets.model, "--buffer_lines", "7")[0] == 130
-    result = subprocess.run(launch + ["--output", str(tmp_path / "resumed.txt"), "--resume"], env=env,
-                            capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        launch + ["--output", str(tmp_path / "resumed.txt"), "--resume"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     assert (tmp_path / "resumed.txt").read_bytes() == expected
     assert sorted(p.name for p in tmp_path.iterdir()) == ["resumed.txt", "two.txt"]
@@ -242,10 +289,21 @@ def test_the_check_pass_token_bound_is_never_below_the_token_count(normalization
     + special tokens) exceeds the limit: the bound must hold for every text, expansions under NFKC included."""
     from vaswani_hf.tokenization import train_bpe_tokenizer
 
-    texts = corpus(300, seed=1) + ["ﷺ ﬁ ½ Ⅻ ㎏ ＡＢＣ", "İstanbul ǅ ß", "x" * 500, "\u0301e\u0301", "日本語の文", "🙂 " * 20,
-                                   "\ufeffbom", "tab\there", "a\u200bb", "ÅÅ" * 40]
-    tokenizer = train_bpe_tokenizer(corpus(300, seed=2) + texts, vocab_size=300, lowercase=lowercase,
-                                    normalization=normalization)
+    texts = corpus(300, seed=1) + [
+        "ﷺ ﬁ ½ Ⅻ ㎏ ＡＢＣ",
+        "İstanbul ǅ ß",
+        "x" * 500,
+        "\u0301e\u0301",
+        "日本語の文",
+        "🙂 " * 20,
+        "\ufeffbom",
+        "tab\there",
+        "a\u200bb",
+        "ÅÅ" * 40,
+    ]
+    tokenizer = train_bpe_tokenizer(
+        corpus(300, seed=2) + texts, vocab_size=300, lowercase=lowercase, normalization=normalization
+    )
     bound = vaswani_hf.inference.token_bound(tokenizer)
     assert bound is not None
     for text in texts:

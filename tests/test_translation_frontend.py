@@ -5,8 +5,14 @@ tests/test_inference.py (our generate()) and tests/test_export_ctranslate2.py (C
 import pytest
 
 from vaswani_hf.io import InputLineError
-from vaswani_hf.translation_frontend import UNSET, PositionTable, given_options, output_line, resolve_options, \
-    translate_lines
+from vaswani_hf.translation_frontend import (
+    UNSET,
+    PositionTable,
+    given_options,
+    output_line,
+    resolve_options,
+    translate_lines,
+)
 
 
 class FakeEngine:
@@ -48,8 +54,10 @@ def test_a_source_longer_than_the_position_table_is_refused_naming_its_line_befo
     lines = ["a b", "", "a b c d", "a b c"]  # "a b" + </s> = 3 tokens fits; "a b c d" + </s> = 5 does not
     with pytest.raises(InputLineError) as error:
         translate_lines(lines, engine.encode, engine.decode, table)
-    assert str(error.value) == ("line 3: 5 source tokens, but the engine's table has 3 positions; shorten or split "
-                                "the line, or use another engine")
+    assert str(error.value) == (
+        "line 3: 5 source tokens, but the engine's table has 3 positions; shorten or split "
+        "the line, or use another engine"
+    )
     assert error.value.line == 3 and engine.decoded == []  # 1-based, counting the empty line; nothing decoded
     assert translate_lines(lines[:2], engine.encode, engine.decode, table) == ["b a", ""]
 
@@ -74,5 +82,8 @@ def test_unset_options_keep_the_generation_config_and_none_turns_the_length_limi
     assert given_options(num_beams=1, max_length_b=None) == {"num_beams": 1, "max_length_b": None}
     paper = {"num_beams": 4, "length_penalty": 0.6, "max_length_b": 50}
     assert resolve_options(paper, num_beams=None, max_length_b=UNSET) == paper
-    assert resolve_options(paper, num_beams=1, max_length_b=None) == {"num_beams": 1, "length_penalty": 0.6,
-                                                                       "max_length_b": None}
+    assert resolve_options(paper, num_beams=1, max_length_b=None) == {
+        "num_beams": 1,
+        "length_penalty": 0.6,
+        "max_length_b": None,
+    }

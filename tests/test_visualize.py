@@ -15,9 +15,12 @@ from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
 from vaswani_hf import visualize as V
 
 SENTENCES = [
-    "A man is riding a bicycle.", "Ein Mann fährt Fahrrad.",
-    "Two children are playing in the park.", "Zwei Kinder spielen im Park.",
-    "The old woman reads a letter.", "Die alte Frau liest einen Brief.",
+    "A man is riding a bicycle.",
+    "Ein Mann fährt Fahrrad.",
+    "Two children are playing in the park.",
+    "Zwei Kinder spielen im Park.",
+    "The old woman reads a letter.",
+    "Die alte Frau liest einen Brief.",
 ]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -34,8 +37,16 @@ def model(tokenizer):
     # Different encoder and decoder depths, so that swapped layer lists would fail. (num_decoder_layers >
     # num_encoder_layers is avoided: generate() then fails in the core model's cache, reported separately.)
     torch.manual_seed(0)
-    config = VaswaniConfig(vocab_size=len(tokenizer), d_model=16, d_ff=32, num_heads=4, num_encoder_layers=3,
-                           num_decoder_layers=2, dropout=0.1, max_position_embeddings=64)
+    config = VaswaniConfig(
+        vocab_size=len(tokenizer),
+        d_model=16,
+        d_ff=32,
+        num_heads=4,
+        num_encoder_layers=3,
+        num_decoder_layers=2,
+        dropout=0.1,
+        max_position_embeddings=64,
+    )
     model = VaswaniForConditionalGeneration(config)  # left in training mode and sdpa: visualize must switch
     model.generation_config.max_length_b = None  # no source-length limit: a short greedy translation
     model.generation_config.max_new_tokens = 6
@@ -90,8 +101,11 @@ def test_padding_columns_get_exactly_zero_attention_in_a_padded_batch(model, tok
     assert (~source_mask[2]).sum() > 2  # and padding of different lengths
     for kind in V.KINDS:
         weights = batch[kind]  # (L, B, H, Tq, Tk)
-        query_mask, key_mask = {"encoder": (source_mask, source_mask), "decoder": (target_mask, target_mask),
-                                "cross": (target_mask, source_mask)}[kind]
+        query_mask, key_mask = {
+            "encoder": (source_mask, source_mask),
+            "decoder": (target_mask, target_mask),
+            "cross": (target_mask, source_mask),
+        }[kind]
         torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
         for b in range(len(sources)):
             on_padding = weights[:, b][:, :, query_mask[b]][..., ~key_mask[b]]  # real queries x padding keys
@@ -121,8 +135,9 @@ def test_entropy_and_alignment_share_by_hand():
     assert V.head_entropy(one_hot, ones_q, ones_k, "cross", normalize=True).item() == pytest.approx(0.0)
     # decoder row i sees i+1 keys: a causal-uniform row is uniform (1); the first row (one key) is left out
     causal = torch.tril(torch.ones(3, 3)) / torch.arange(1, 4).unsqueeze(1)
-    assert V.head_entropy(causal.reshape(1, 1, 1, 3, 3), torch.ones(1, 3), torch.ones(1, 3), "decoder",
-                          normalize=True).item() == pytest.approx(1.0)
+    assert V.head_entropy(
+        causal.reshape(1, 1, 1, 3, 3), torch.ones(1, 3), torch.ones(1, 3), "decoder", normalize=True
+    ).item() == pytest.approx(1.0)
 
     cross = torch.tensor([[0.7, 0.2, 0.1], [0.1, 0.3, 0.6]])  # (T=2, S=3)
     share = V.alignment_share(cross, [(0, 0), (1, 1)])
@@ -153,8 +168,9 @@ def test_panels_and_files_for_the_models_own_translation(model, tokenizer, tmp_p
     attn = result["attentions"]
     assert attn.target_origin == "greedy" and 1 <= len(attn.target_tokens) <= 6
     images = sorted(p.name for p in (tmp_path / "png").glob("*.png"))
-    layer_files = [f"{k}_layer{i}.png" for k, n in (("encoder", 3), ("decoder", 2), ("cross", 2))
-                   for i in range(1, n + 1)]
+    layer_files = [
+        f"{k}_layer{i}.png" for k, n in (("encoder", 3), ("decoder", 2), ("cross", 2)) for i in range(1, n + 1)
+    ]
     assert images == sorted(layer_files + ["cross_alignment.png", "diagnostics.png"])
     for name in images:
         assert (tmp_path / "png" / name).read_bytes()[:8] == PNG_SIGNATURE
@@ -164,8 +180,14 @@ def test_panels_and_files_for_the_models_own_translation(model, tokenizer, tmp_p
     assert len(V.plot_attention_head(attn, "cross", 1, 3, tmp_path / "head.png").axes) == 2
     assert (tmp_path / "head.png").read_bytes()[:8] == PNG_SIGNATURE
     assert len(V.plot_layer_heads(attn, "encoder", 2).axes) == 4 + 1
-    three_heads = V.Attentions(attn.source_tokens, attn.target_tokens, attn.decoder_input_tokens,
-                               attn.encoder[:, :3], attn.decoder[:, :3], attn.cross[:, :3])
+    three_heads = V.Attentions(
+        attn.source_tokens,
+        attn.target_tokens,
+        attn.decoder_input_tokens,
+        attn.encoder[:, :3],
+        attn.decoder[:, :3],
+        attn.cross[:, :3],
+    )
     assert len(V.plot_layer_heads(three_heads, "decoder", 0, ncols=2).axes) == 3 + 1  # the empty cell is removed
     assert len(V.plot_cross_alignment(attn).axes) == 2 + 1 + 1  # per decoder layer, all layers, colorbar
     assert len(V.plot_diagnostics(result["diagnostics"]).axes) == 4 + 1
@@ -186,9 +208,22 @@ def test_scripts_on_a_saved_tiny_model(model, tokenizer, tmp_path, capsys):
         spec.loader.exec_module(module)
         return module
 
-    rc = load("visualize_attention").main([
-        "--model_dir", str(tmp_path / "model"), "--source", SENTENCES[0], "--target", SENTENCES[1],
-        "--alignment", "0-0 1-1 3-2 4-3", "--out", str(tmp_path / "vis"), "--format", "svg"])
+    rc = load("visualize_attention").main(
+        [
+            "--model_dir",
+            str(tmp_path / "model"),
+            "--source",
+            SENTENCES[0],
+            "--target",
+            SENTENCES[1],
+            "--alignment",
+            "0-0 1-1 3-2 4-3",
+            "--out",
+            str(tmp_path / "vis"),
+            "--format",
+            "svg",
+        ]
+    )
     assert rc == 0
     assert len(list((tmp_path / "vis").glob("*.svg"))) == 3 + 2 + 2 + 2
     assert "given alignment" in capsys.readouterr().out
@@ -263,19 +298,38 @@ def saved(model, tokenizer, tmp_path_factory):
     return folder
 
 
-@pytest.mark.parametrize("case", ["missing", "file", "truncated", "config", "tokenizer", "existing", "out_is_file",
-                                  "alignment_without_target", "bad_alignment", "num_beams"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "missing",
+        "file",
+        "truncated",
+        "config",
+        "tokenizer",
+        "existing",
+        "out_is_file",
+        "alignment_without_target",
+        "bad_alignment",
+        "num_beams",
+    ],
+)
 def test_cli_refusals_are_one_line_exit_2_and_change_nothing(saved, tmp_path, capsys, case):
     from vaswani_hf.cli import visualize_attention as cli
 
     folder = shutil.copytree(saved, tmp_path / "model")
     out, extra = tmp_path / "out", []
-    expected = {"missing": ["--model_dir not found"], "file": ["is a file"],
-                "truncated": ["model.safetensors: truncated or corrupt safetensors weights"],
-                "config": ["config.json:1: invalid JSON"], "tokenizer": ["no tokenizer.json"],
-                "existing": ["--out", "exists and is not empty", "--overwrite"], "out_is_file": ["--out", "is a file"],
-                "alignment_without_target": ["--alignment", "--target"],
-                "bad_alignment": ["--alignment", "'0:0'", "i-j"], "num_beams": ["--num_beams"]}[case]
+    expected = {
+        "missing": ["--model_dir not found"],
+        "file": ["is a file"],
+        "truncated": ["model.safetensors: truncated or corrupt safetensors weights"],
+        "config": ["config.json:1: invalid JSON"],
+        "tokenizer": ["no tokenizer.json"],
+        "existing": ["--out", "exists and is not empty", "--overwrite"],
+        "out_is_file": ["--out", "is a file"],
+        "alignment_without_target": ["--alignment", "--target"],
+        "bad_alignment": ["--alignment", "'0:0'", "i-j"],
+        "num_beams": ["--num_beams"],
+    }[case]
     folder = break_model_folder(folder, case, tmp_path)
     if case == "existing":
         out.mkdir()

@@ -14,13 +14,29 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-WORDS = ("man dog woman child ball street red blue green big small runs jumps sits plays "
-         "in on the a with near water park snow").split()
-SUBPROCESS_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-                  "TOKENIZERS_PARALLELISM": "false"}
+WORDS = (
+    "man dog woman child ball street red blue green big small runs jumps sits plays "
+    "in on the a with near water park snow"
+).split()
+SUBPROCESS_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
 # Lines of varied lengths in a non-sorted order, with empty and whitespace-only lines and surrounding spaces.
-LINES = ["a man runs in the park", "", "dog", "   ", "the big red ball near water with a child",
-         "  woman sits  ", "\t", "snow", "blue green", "a small dog jumps on the street"]
+LINES = [
+    "a man runs in the park",
+    "",
+    "dog",
+    "   ",
+    "the big red ball near water with a child",
+    "  woman sits  ",
+    "\t",
+    "snow",
+    "blue green",
+    "a small dog jumps on the street",
+]
 
 
 def sentences(n, seed):
@@ -50,14 +66,21 @@ def model(tokenizer):
     from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
 
     torch.manual_seed(0)
-    config = VaswaniConfig(vocab_size=len(tokenizer), d_model=32, d_ff=64, num_heads=4, num_encoder_layers=2,
-                           num_decoder_layers=2, dropout=0.0)
+    config = VaswaniConfig(
+        vocab_size=len(tokenizer),
+        d_model=32,
+        d_ff=64,
+        num_heads=4,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        dropout=0.0,
+    )
     model = VaswaniForConditionalGeneration(config)
     optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
     data = sentences(2000, 1)
     model.train()
     for step in range(150):
-        batch = data[(step * 32) % len(data):][:32]
+        batch = data[(step * 32) % len(data) :][:32]
         enc = tokenizer(batch, text_target=batch, padding=True, return_tensors="pt")
         labels = enc["labels"].masked_fill(enc["labels"] == tokenizer.pad_token_id, -100)
         loss = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], labels=labels).loss

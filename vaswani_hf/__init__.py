@@ -11,13 +11,6 @@ Nothing else: the process (its descriptors, signals, working folder) is the comm
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
 from .configuration_vaswani import VaswaniConfig
-from .modeling_vaswani import (
-    VaswaniForConditionalGeneration,
-    VaswaniModel,
-    VaswaniPreTrainedModel,
-)
-from .pipeline_vaswani import register_pipeline_tasks
-
 from .inference import (
     load_for_inference,
     register_pipeline,
@@ -25,6 +18,12 @@ from .inference import (
     translate,
     translation_pipeline,
 )
+from .modeling_vaswani import (
+    VaswaniForConditionalGeneration,
+    VaswaniModel,
+    VaswaniPreTrainedModel,
+)
+from .pipeline_vaswani import register_pipeline_tasks
 
 __version__ = "0.1.0"
 
@@ -38,5 +37,14 @@ VaswaniForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
 register_pipeline_tasks()  # "translation", "text2text-generation" -> VaswaniTranslationPipeline (5 removed both;
 #                           every VaswaniConfig registers them too, with its pair's "translation_xx_to_yy")
 
-__all__ = ["VaswaniConfig", "VaswaniModel", "VaswaniForConditionalGeneration", "VaswaniPreTrainedModel", "translate",
-           "translation_pipeline", "load_for_inference", "save_pretrained_with_pipeline", "register_pipeline"]
+__all__ = [
+    "VaswaniConfig",
+    "VaswaniModel",
+    "VaswaniForConditionalGeneration",
+    "VaswaniPreTrainedModel",
+    "translate",
+    "translation_pipeline",
+    "load_for_inference",
+    "save_pretrained_with_pipeline",
+    "register_pipeline",
+]

@@ -28,7 +28,6 @@ from functools import partial
 import torch
 from torch import nn
 
-
 # ---------------------------------------------------------------------------------------------------------------------
 # One decoder step (Section 3.1) over the loops' own K/V storage
 # ---------------------------------------------------------------------------------------------------------------------
@@ -74,8 +73,10 @@ class _SelfAttentionBuffers:
 
 def _buffers(model, rows: int, max_positions: int, dtype, device) -> list[_SelfAttentionBuffers]:
     config = model.config
-    return [_SelfAttentionBuffers(rows, config.num_heads, config.d_k, config.d_v, max_positions, dtype, device)
-            for _ in model.get_decoder().layers]
+    return [
+        _SelfAttentionBuffers(rows, config.num_heads, config.d_k, config.d_v, max_positions, dtype, device)
+        for _ in model.get_decoder().layers
+    ]
 
 
 @dataclass
@@ -89,8 +90,11 @@ class _Source:
 
     def select(self, kept: torch.Tensor) -> "_Source":
         """The sentences still running (`kept`: their current indices)."""
-        return _Source([x[kept] for x in self.keys], [x[kept] for x in self.values],
-                       self.mask[kept] if self.mask is not None else None)
+        return _Source(
+            [x[kept] for x in self.keys],
+            [x[kept] for x in self.values],
+            self.mask[kept] if self.mask is not None else None,
+        )
 
 
 def project_source(model, encoder_hidden_states: torch.Tensor, encoder_attention_mask: torch.Tensor | None) -> _Source:
@@ -116,19 +120,22 @@ def _self_attention(attn, hidden: torch.Tensor, buffer: _SelfAttentionBuffers, s
     return attn.output(out.squeeze(2))  # (rows, D)
 
 
-def _cross_attention(attn, hidden: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None,
-                     group: int) -> torch.Tensor:
+def _cross_attention(
+    attn, hidden: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None, group: int
+) -> torch.Tensor:
     """Encoder-decoder attention (3.2.3): the `group` consecutive rows of a sentence (its beams) query its source K/V,
     (A, H, S, d), together. (rows, D) -> (rows, D)."""
     rows, heads = hidden.shape[0], attn.num_heads
     query = attn.queries(hidden).view(rows // group, group, heads, attn.d_k).transpose(1, 2)  # (A, H, group, d_k)
-    out = nn.functional.scaled_dot_product_attention(query, keys, values, attn_mask=mask,
-                                                     scale=attn.scaling)  # (A, H, group, d_v)
+    out = nn.functional.scaled_dot_product_attention(
+        query, keys, values, attn_mask=mask, scale=attn.scaling
+    )  # (A, H, group, d_v)
     return attn.output(out.transpose(1, 2).reshape(rows, heads, attn.d_v))  # (rows, D)
 
 
-def decoder_step(model, tokens: torch.Tensor, step: int, buffers: list[_SelfAttentionBuffers], source: _Source,
-                 group: int) -> torch.Tensor:
+def decoder_step(
+    model, tokens: torch.Tensor, step: int, buffers: list[_SelfAttentionBuffers], source: _Source, group: int
+) -> torch.Tensor:
     """One decoder position for every running row (Section 3.1; the model is in eval mode, so dropout is off):
     (rows,) last tokens -> (rows, D) final hidden states. The embedding and every layer are the model's own
     (`VaswaniStack.embed`, `VaswaniDecoderLayer.sublayers`); only how attention reads its keys and values is done
@@ -136,8 +143,11 @@ def decoder_step(model, tokens: torch.Tensor, step: int, buffers: list[_SelfAtte
     decoder = model.get_decoder()
     hidden = decoder.embed(tokens[:, None], None, step)[0][:, 0]  # (rows, D) at position `step`
     for layer, buffer, keys, values in zip(decoder.layers, buffers, source.keys, source.values):
-        hidden = layer.sublayers(hidden, partial(_self_attention, buffer=buffer, step=step),
-                                 partial(_cross_attention, keys=keys, values=values, mask=source.mask, group=group))
+        hidden = layer.sublayers(
+            hidden,
+            partial(_self_attention, buffer=buffer, step=step),
+            partial(_cross_attention, keys=keys, values=values, mask=source.mask, group=group),
+        )
     return hidden
 
 
@@ -154,8 +164,9 @@ def force_eos(scores: torch.Tensor, rows: torch.Tensor, eos_token_id: int) -> to
     return torch.where(rows.unsqueeze(-1), forced, scores)
 
 
-def _restrict(scores: torch.Tensor, step: int, min_steps: int, at_limit: torch.Tensor | None,
-              eos_token_id: int) -> torch.Tensor:
+def _restrict(
+    scores: torch.Tensor, step: int, min_steps: int, at_limit: torch.Tensor | None, eos_token_id: int
+) -> torch.Tensor:
     """What transformers' processors would do to the (rows, V) scores: no </s> before `min_steps` tokens
     (MinLength / MinNewTokensLength, in place), and rows at their sentence's length limit may only emit </s>
     (`SourceLengthLimitLogitsProcessor`'s rule)."""
@@ -187,9 +198,10 @@ def top_candidates(log_probs: torch.Tensor, running_scores: torch.Tensor, keep: 
     values = (values + running_scores.gather(1, beams)[:, :, None]).view(alive, keep * chunk)
     offsets = ((beams * vocab + block * chunk)[:, :, None] + torch.arange(chunk, device=device)).view(alive, -1)
     if blocks * chunk < vocab:  # the tokens after the last full block of every beam
-        tail = (log_probs[:, :, blocks * chunk:] + running_scores[:, :, None]).reshape(alive, -1)
-        tail_offsets = (torch.arange(k, device=device)[:, None] * vocab
-                        + torch.arange(blocks * chunk, vocab, device=device)).view(1, -1)
+        tail = (log_probs[:, :, blocks * chunk :] + running_scores[:, :, None]).reshape(alive, -1)
+        tail_offsets = (
+            torch.arange(k, device=device)[:, None] * vocab + torch.arange(blocks * chunk, vocab, device=device)
+        ).view(1, -1)
         values = torch.cat([values, tail], dim=1)
         offsets = torch.cat([offsets, tail_offsets.expand(alive, -1)], dim=1)
     top, picked = torch.topk(values, keep)
@@ -220,18 +232,24 @@ class _Beams:
     def start(cls, batch: int, k: int, max_new: int, fill_value: int, source: _Source, device) -> "_Beams":
         running_scores = torch.full((batch, k), -1.0e9, device=device)
         running_scores[:, 0] = 0.0  # all beams start identical: only the first one may expand at step 1
-        return cls(ids=torch.arange(batch, device=device), running_scores=running_scores,
-                   running_tokens=torch.full((batch, k, max_new), fill_value, dtype=torch.long, device=device),
-                   finished_scores=torch.full((batch, k), -1.0e9, device=device),
-                   finished_tokens=torch.full((batch, k, max_new), fill_value, dtype=torch.long, device=device),
-                   finished_lengths=torch.zeros(batch, k, dtype=torch.long, device=device),
-                   finished_flags=torch.zeros(batch, k, dtype=torch.bool, device=device),
-                   can_improve=torch.ones(batch, dtype=torch.bool, device=device), source=source)
+        return cls(
+            ids=torch.arange(batch, device=device),
+            running_scores=running_scores,
+            running_tokens=torch.full((batch, k, max_new), fill_value, dtype=torch.long, device=device),
+            finished_scores=torch.full((batch, k), -1.0e9, device=device),
+            finished_tokens=torch.full((batch, k, max_new), fill_value, dtype=torch.long, device=device),
+            finished_lengths=torch.zeros(batch, k, dtype=torch.long, device=device),
+            finished_flags=torch.zeros(batch, k, dtype=torch.bool, device=device),
+            can_improve=torch.ones(batch, dtype=torch.bool, device=device),
+            source=source,
+        )
 
     def select(self, kept: torch.Tensor) -> "_Beams":
         """The sentences still running (`kept`: their current indices)."""
-        return _Beams(**{f.name: getattr(self, f.name)[kept] for f in fields(self) if f.name != "source"},
-                      source=self.source.select(kept))
+        return _Beams(
+            **{f.name: getattr(self, f.name)[kept] for f in fields(self) if f.name != "source"},
+            source=self.source.select(kept),
+        )
 
 
 def _candidates(log_probs: torch.Tensor, beams: _Beams, group: int, keep: int, step: int):
@@ -246,8 +264,16 @@ def _candidates(log_probs: torch.Tensor, beams: _Beams, group: int, keep: int, s
     return top_scores, origins, new_tokens, torch.cat([prefixes, new_tokens[:, :, None]], dim=2)
 
 
-def _add_finished(beams: _Beams, top_scores, candidates, just_finished, step: int, length_penalty: Callable,
-                  early_stopping, fill_value: int):
+def _add_finished(
+    beams: _Beams,
+    top_scores,
+    candidates,
+    just_finished,
+    step: int,
+    length_penalty: Callable,
+    early_stopping,
+    fill_value: int,
+):
     """Step 4: candidates among the best k that finished now, scored log P / lp(|Y|), enter the sentence's k best
     finished hypotheses (unless it can no longer improve, or, with `early_stopping=True`, already has k)."""
     alive, keep, _ = candidates.shape
@@ -264,7 +290,8 @@ def _add_finished(beams: _Beams, top_scores, candidates, just_finished, step: in
     padded = torch.full((alive, keep, max_new), fill_value, dtype=torch.long, device=candidates.device)
     padded[:, :, : step + 1] = candidates
     beams.finished_tokens = torch.cat([beams.finished_tokens, padded], dim=1).gather(
-        1, best[:, :, None].expand(alive, k, max_new))
+        1, best[:, :, None].expand(alive, k, max_new)
+    )
     lengths = torch.full((alive, keep), step + 1, dtype=torch.long, device=candidates.device)
     beams.finished_lengths = torch.cat([beams.finished_lengths, lengths], dim=1).gather(1, best)
 
@@ -281,17 +308,29 @@ def _run_on(beams: _Beams, top_scores, hits, candidates, origins, group: int, st
     return source_rows + torch.arange(alive, device=chosen.device)[:, None] * group
 
 
-def _sentences_done(beams: _Beams, step: int, length_bounds, length_penalty: Callable, alpha: float, early_stopping,
-                    num_return_sequences: int, max_length: int) -> torch.Tensor:
+def _sentences_done(
+    beams: _Beams,
+    step: int,
+    length_bounds,
+    length_penalty: Callable,
+    alpha: float,
+    early_stopping,
+    num_return_sequences: int,
+    max_length: int,
+) -> torch.Tensor:
     """Step 5: (A,) True for the sentences whose result is final; updates `beams.can_improve`. log P only falls as a
     beam grows and lp(|Y|) grows with it (alpha > 0), so the best a running beam can finish with is log P / lp(the
     sentence's longest |Y|): `early_stopping="never"` (the paper's t2t bound) compares that with the worst finished
     hypothesis, False the current length (transformers' heuristic); True also stops once k have finished."""
     current_length = torch.full_like(beams.ids, step + 1)
     exact_bound = beams.running_scores[:, 0] / length_penalty(
-        (length_bounds[beams.ids] if alpha > 0.0 else current_length).float())
-    best_possible = exact_bound if early_stopping == "never" else \
-        beams.running_scores[:, 0] / length_penalty(current_length.float())
+        (length_bounds[beams.ids] if alpha > 0.0 else current_length).float()
+    )
+    best_possible = (
+        exact_bound
+        if early_stopping == "never"
+        else beams.running_scores[:, 0] / length_penalty(current_length.float())
+    )
     worst_finished = torch.where(beams.finished_flags, beams.finished_scores.min(1, keepdim=True).values, -1.0e9)
     beams.can_improve = beams.can_improve & (best_possible[:, None] > worst_finished).any(1)
     done = ~beams.can_improve
@@ -307,8 +346,9 @@ def _sentences_done(beams: _Beams, step: int, length_bounds, length_penalty: Cal
     return done | (step + 2 >= max_length)
 
 
-def _sequences(tokens: torch.Tensor, lengths: torch.Tensor, decoder_start_ids: torch.Tensor, n: int,
-               fill_value: int) -> torch.Tensor:
+def _sequences(
+    tokens: torch.Tensor, lengths: torch.Tensor, decoder_start_ids: torch.Tensor, n: int, fill_value: int
+) -> torch.Tensor:
     """(B, >= n, max_new) tokens best first and their lengths -> (B * n, 1 + longest): the start token and the n best
     hypotheses of every sentence, padded with `fill_value`."""
     batch = tokens.shape[0]
@@ -373,11 +413,13 @@ def lean_beam_search(
         hits = (new_tokens == eos_token_id) | (step + 2 >= max_length)  # MaxLengthCriteria: every candidate ends
         just_finished = hits & top_num_beams
         if bool(just_finished.any()):
-            _add_finished(beams, top_scores, candidates, just_finished, step, length_penalty, early_stopping,
-                          fill_value)
+            _add_finished(
+                beams, top_scores, candidates, just_finished, step, length_penalty, early_stopping, fill_value
+            )
         source_rows = _run_on(beams, top_scores, hits, candidates, origins, group, step)  # (A, k)
-        done = _sentences_done(beams, step, length_bounds, length_penalty, alpha, early_stopping,
-                               num_return_sequences, max_length)
+        done = _sentences_done(
+            beams, step, length_bounds, length_penalty, alpha, early_stopping, num_return_sequences, max_length
+        )
         if bool(done.any()):  # sentences that are done leave the batch
             out_tokens[beams.ids[done]] = beams.finished_tokens[done]
             out_lengths[beams.ids[done]] = beams.finished_lengths[done]

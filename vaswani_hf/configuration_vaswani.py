@@ -56,8 +56,14 @@ def _number(x) -> str:
     return f"{x:,}" if isinstance(x, int) and abs(x) >= 10**4 else f"{x:g}" if isinstance(x, float) else str(x)
 
 
-_KIND_NAMES = {int: "an integer", float: "a number", bool: "a boolean", str: "a string", list: "a list",
-               dict: "an object"}
+_KIND_NAMES = {
+    int: "an integer",
+    float: "a number",
+    bool: "a boolean",
+    str: "a string",
+    list: "a list",
+    dict: "an object",
+}
 _TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
 
 
@@ -96,8 +102,10 @@ class Setting:
         """The range as a phrase ("in [1, 1,024]", "> 0", "<= 10"), or "" where there is none."""
         low, high = self.min, self.max
         if low is not None and high is not None:
-            return f"in {'(' if self.min_exclusive else '['}{_number(low)}, {_number(high)}" \
-                   f"{')' if self.max_exclusive else ']'}"
+            return (
+                f"in {'(' if self.min_exclusive else '['}{_number(low)}, {_number(high)}"
+                f"{')' if self.max_exclusive else ']'}"
+            )
         if low is not None:
             return f"{'>' if self.min_exclusive else '>='} {_number(low)}"
         return f"{'<' if self.max_exclusive else '<='} {_number(high)}" if high is not None else ""
@@ -122,7 +130,8 @@ class Setting:
         if self.type is list or (self.many and isinstance(value, (list, tuple))):
             item = int if self.token_id else str
             return isinstance(value, (list, tuple)) and all(
-                isinstance(v, item) and not isinstance(v, bool) for v in value)
+                isinstance(v, item) and not isinstance(v, bool) for v in value
+            )
         if isinstance(value, bool):
             return self.type is bool
         return isinstance(value, (int, float) if self.type is float else self.type)
@@ -182,7 +191,7 @@ class Setting:
         elif self.type is bool and word.lower() in _TRUE + _FALSE:
             value = word.lower() in _TRUE
         elif self.type in (int, float):
-            for read in ((int, float) if self.type is int else (float,)):
+            for read in (int, float) if self.type is int else (float,):
                 try:
                     value = read(word)
                     break
@@ -200,12 +209,18 @@ class Setting:
         `help`): what a tool or the Space offers of it, e.g. `GENERATION_SETTINGS["num_beams"].narrowed(max=12)`.
         A value the narrower setting allows, this one allows: ValueError for limits beyond this setting's."""
         narrow = dataclasses.replace(self, **limits)
-        unbounded = any(new is None and old is not None for new, old in ((narrow.min, self.min),
-                                                                          (narrow.max, self.max)))
-        wider = any(v is not None and self.problem(v) for v in (narrow.min, narrow.max, *narrow.choices,
-                                                                 narrow.default))
-        if set(limits) - {"min", "max", "choices", "default", "help", "nullable"} or unbounded or wider or \
-                narrow.nullable > self.nullable:
+        unbounded = any(
+            new is None and old is not None for new, old in ((narrow.min, self.min), (narrow.max, self.max))
+        )
+        wider = any(
+            v is not None and self.problem(v) for v in (narrow.min, narrow.max, *narrow.choices, narrow.default)
+        )
+        if (
+            set(limits) - {"min", "max", "choices", "default", "help", "nullable"}
+            or unbounded
+            or wider
+            or narrow.nullable > self.nullable
+        ):
             raise ValueError(f"{self.name}: {limits} does not narrow {self.describe()}")
         return narrow
 
@@ -270,59 +285,131 @@ class VaswaniConfig(PreTrainedConfig):
         "activation_dropout": "relu_dropout",
     }
 
-    vocab_size: int = setting(37000, "size of the one vocabulary shared by source and target (Section 3.4)",
-                              min=1, max=2**24, architecture=True)
-    d_model: int = setting(512, "model width (paper: 512 base, 1024 big)", min=1, max=MAX_WIDTH, architecture=True,
-                           recipe=True)
-    d_ff: int = setting(2048, "inner width of the position-wise feed-forward network, Eq. (2) (paper: 2048 / 4096)",
-                        min=1, max=2**20, architecture=True, recipe=True)
+    vocab_size: int = setting(
+        37000,
+        "size of the one vocabulary shared by source and target (Section 3.4)",
+        min=1,
+        max=2**24,
+        architecture=True,
+    )
+    d_model: int = setting(
+        512, "model width (paper: 512 base, 1024 big)", min=1, max=MAX_WIDTH, architecture=True, recipe=True
+    )
+    d_ff: int = setting(
+        2048,
+        "inner width of the position-wise feed-forward network, Eq. (2) (paper: 2048 / 4096)",
+        min=1,
+        max=2**20,
+        architecture=True,
+        recipe=True,
+    )
     num_heads: int = setting(8, "attention heads h (paper: 8 / 16)", min=1, max=1024, architecture=True, recipe=True)
-    d_k: int | None = setting(None, "per-head query/key width; None: d_model // num_heads (Section 3.2.2)", min=1,
-                              max=MAX_WIDTH, architecture=True)
-    d_v: int | None = setting(None, "per-head value width; None: d_model // num_heads (Table 3 (B) changes d_k "
-                                    "alone)", min=1, max=MAX_WIDTH, architecture=True)
-    num_encoder_layers: int = setting(6, "encoder layers N (paper: 6)", min=1, max=1000, architecture=True,
-                                      recipe=True)
-    num_decoder_layers: int = setting(6, "decoder layers N (paper: 6)", min=1, max=1000, architecture=True,
-                                      recipe=True)
-    dropout: float | int = setting(0.1, "residual dropout P_drop, on each sub-layer output and on the "
-                                        "embedding+position sums (Section 5.4; 0.1 base, 0.3 big EN-DE)", recipe=True,
-                                   **PROBABILITY)
-    attention_dropout: float | int = setting(0.0, "dropout on attention weights (not in the paper; t2t v1: 0)",
-                                             recipe=True, **PROBABILITY)
-    relu_dropout: float | int = setting(0.0, "dropout after the ReLU of the feed-forward network (not in the paper; "
-                                             "t2t v1: 0)", recipe=True, **PROBABILITY)
-    max_position_embeddings: int = setting(1024, "rows of the learned position table; sinusoids are computed for "
-                                                 "this many positions and extended on demand (Section 3.5)", min=1,
-                                           max=MAX_POSITIONS, architecture=True)
-    position_encoding: str = setting("sinusoidal", "sinusoidal (Section 3.5) or learned (Table 3, row E)",
-                                     choices=POSITION_ENCODINGS, architecture=True, recipe=True)
-    sinusoid_layout: str = setting("interleaved", "interleaved: the paper's PE(pos, 2i) = sin, PE(pos, 2i+1) = cos; "
-                                                  "concatenated: all sines, then all cosines (tensor2tensor, fairseq, "
-                                                  "Marian)", choices=SINUSOID_LAYOUTS, architecture=True, recipe=True)
-    attention_bias: bool = setting(False, "biases on the Q/K/V/output projections (the paper's Eq. (1) has none)",
-                                   architecture=True)
-    layer_norm_eps: float | int = setting(1e-6, "epsilon of LayerNorm (not in the paper; t2t v1: 1e-6)", min=0,
-                                          min_exclusive=True, max=1, architecture=True)
+    d_k: int | None = setting(
+        None,
+        "per-head query/key width; None: d_model // num_heads (Section 3.2.2)",
+        min=1,
+        max=MAX_WIDTH,
+        architecture=True,
+    )
+    d_v: int | None = setting(
+        None,
+        "per-head value width; None: d_model // num_heads (Table 3 (B) changes d_k alone)",
+        min=1,
+        max=MAX_WIDTH,
+        architecture=True,
+    )
+    num_encoder_layers: int = setting(
+        6, "encoder layers N (paper: 6)", min=1, max=1000, architecture=True, recipe=True
+    )
+    num_decoder_layers: int = setting(
+        6, "decoder layers N (paper: 6)", min=1, max=1000, architecture=True, recipe=True
+    )
+    dropout: float | int = setting(
+        0.1,
+        "residual dropout P_drop, on each sub-layer output and on the "
+        "embedding+position sums (Section 5.4; 0.1 base, 0.3 big EN-DE)",
+        recipe=True,
+        **PROBABILITY,
+    )
+    attention_dropout: float | int = setting(
+        0.0, "dropout on attention weights (not in the paper; t2t v1: 0)", recipe=True, **PROBABILITY
+    )
+    relu_dropout: float | int = setting(
+        0.0,
+        "dropout after the ReLU of the feed-forward network (not in the paper; t2t v1: 0)",
+        recipe=True,
+        **PROBABILITY,
+    )
+    max_position_embeddings: int = setting(
+        1024,
+        "rows of the learned position table; sinusoids are computed for "
+        "this many positions and extended on demand (Section 3.5)",
+        min=1,
+        max=MAX_POSITIONS,
+        architecture=True,
+    )
+    position_encoding: str = setting(
+        "sinusoidal",
+        "sinusoidal (Section 3.5) or learned (Table 3, row E)",
+        choices=POSITION_ENCODINGS,
+        architecture=True,
+        recipe=True,
+    )
+    sinusoid_layout: str = setting(
+        "interleaved",
+        "interleaved: the paper's PE(pos, 2i) = sin, PE(pos, 2i+1) = cos; "
+        "concatenated: all sines, then all cosines (tensor2tensor, fairseq, "
+        "Marian)",
+        choices=SINUSOID_LAYOUTS,
+        architecture=True,
+        recipe=True,
+    )
+    attention_bias: bool = setting(
+        False, "biases on the Q/K/V/output projections (the paper's Eq. (1) has none)", architecture=True
+    )
+    layer_norm_eps: float | int = setting(
+        1e-6,
+        "epsilon of LayerNorm (not in the paper; t2t v1: 1e-6)",
+        min=0,
+        min_exclusive=True,
+        max=1,
+        architecture=True,
+    )
     scale_embedding: bool = setting(True, "multiply embeddings by sqrt(d_model) (Section 3.4)", architecture=True)
-    tie_word_embeddings: bool = setting(True, "one matrix for source embedding, target embedding and the "
-                                              "pre-softmax projection (Section 3.4); false: three", architecture=True,
-                                        recipe=True)
-    init_std: float | int | None = setting(None, "standard deviation of the embedding initialisation; None: "
-                                                 "d_model ** -0.5 as in t2t v1 (embeddings x sqrt(d_model) then have "
-                                                 "unit variance)", min=0, min_exclusive=True, max=100)
-    custom_pipelines: dict | None = setting(None, "the pipelines transformers.pipeline finds; None: this model's "
-                                                  "translation pipeline under \"translation\" alone")
-    langs: list[str] | None = setting(None, "the language pair [source, target] (e.g. [\"en\", \"de\"]); it adds "
-                                            "the task name translation_{source}_to_{target}")
+    tie_word_embeddings: bool = setting(
+        True,
+        "one matrix for source embedding, target embedding and the pre-softmax projection (Section 3.4); false: three",
+        architecture=True,
+        recipe=True,
+    )
+    init_std: float | int | None = setting(
+        None,
+        "standard deviation of the embedding initialisation; None: "
+        "d_model ** -0.5 as in t2t v1 (embeddings x sqrt(d_model) then have "
+        "unit variance)",
+        min=0,
+        min_exclusive=True,
+        max=100,
+    )
+    custom_pipelines: dict | None = setting(
+        None,
+        "the pipelines transformers.pipeline finds; None: this model's "
+        'translation pipeline under "translation" alone',
+    )
+    langs: list[str] | None = setting(
+        None,
+        'the language pair [source, target] (e.g. ["en", "de"]); it adds '
+        "the task name translation_{source}_to_{target}",
+    )
     # Token ids agree with `vaswani_hf.tokenization`: <pad>=0, <s>=1, </s>=2, <unk>=3.
     # The decoder starts from <pad>, whose embedding row is zero and never trained: this is tensor2tensor's
     # "shift right with a zero vector" start (and Marian's), which the paper does not specify.
     pad_token_id: int | None = setting(0, "padding token id", token_id=True, architecture=True)
     bos_token_id: int | None = setting(1, "<s> token id", token_id=True, architecture=True)
     eos_token_id: int | list[int] | None = setting(2, "</s> token id (or ids)", token_id=True, architecture=True)
-    decoder_start_token_id: int | None = setting(0, "the decoder's first input: <pad>, a zero vector",
-                                                 token_id=True, architecture=True)
+    decoder_start_token_id: int | None = setting(
+        0, "the decoder's first input: <pad>, a zero vector", token_id=True, architecture=True
+    )
     is_encoder_decoder: bool = setting(True, "an encoder and a decoder (always)", choices=(True,))
     use_cache: bool = setting(True, "reuse the keys and values of earlier steps when decoding")
 
@@ -347,7 +434,8 @@ class VaswaniConfig(PreTrainedConfig):
             if getattr(self, name) is None and self.d_model % self.num_heads:
                 raise SettingError(
                     f"VaswaniConfig: d_model={self.d_model} is not divisible by num_heads={self.num_heads}, so "
-                    f"{name} cannot default to d_model // num_heads; pass {name} explicitly (Table 3, rows A/B).")
+                    f"{name} cannot default to d_model // num_heads; pass {name} explicitly (Table 3, rows A/B)."
+                )
         super().validate()
 
     def get_text_config(self, decoder=None, encoder=None) -> "VaswaniConfig":
@@ -378,5 +466,14 @@ class VaswaniConfig(PreTrainedConfig):
 
 MODEL_SETTINGS = declared_settings(VaswaniConfig)  # {name: Setting}: the declarations above, in field order
 
-__all__ = ["VaswaniConfig", "Setting", "SettingError", "MODEL_SETTINGS", "MAX_POSITIONS", "PROBABILITY", "setting",
-           "declared_settings", "shown"]
+__all__ = [
+    "VaswaniConfig",
+    "Setting",
+    "SettingError",
+    "MODEL_SETTINGS",
+    "MAX_POSITIONS",
+    "PROBABILITY",
+    "setting",
+    "declared_settings",
+    "shown",
+]

@@ -77,5 +77,16 @@ def device_problem(text: str) -> str | None:
     return f"{text!r}: device type {dev.type} is not supported here (use cpu, cuda or mps)"
 
 
-__all__ = ["Setting", "flag_type", "number", "positive_int", "setting_flag", "device", "device_problem",
-           "MAX_SEED", "MAX_SENTENCES", "MAX_TOKENS", "MAX_POSITIONS"]
+__all__ = [
+    "Setting",
+    "flag_type",
+    "number",
+    "positive_int",
+    "setting_flag",
+    "device",
+    "device_problem",
+    "MAX_SEED",
+    "MAX_SENTENCES",
+    "MAX_TOKENS",
+    "MAX_POSITIONS",
+]

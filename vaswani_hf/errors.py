@@ -42,14 +42,17 @@ class InputLineError(UsageError):
 
 class StandardInputClosed(UsageError):
     def __init__(self):
-        super().__init__("standard input is closed (the command ran with <&-); give the input as a file, or pipe "
-                         "text into it")
+        super().__init__(
+            "standard input is closed (the command ran with <&-); give the input as a file, or pipe text into it"
+        )
 
 
 class StandardOutputClosed(RunFailure):  # fails as a closed pipe does
     def __init__(self):
-        super().__init__("standard output is closed (the command ran with >&-); write the output to a file instead, "
-                         "or leave standard output open")
+        super().__init__(
+            "standard output is closed (the command ran with >&-); write the output to a file instead, "
+            "or leave standard output open"
+        )
 
 
 # The modules whose classes may declare an `exit_code` (this package; its files as remote code under transformers).
@@ -73,4 +76,3 @@ def one_line(error: BaseException | str, limit: int = 400) -> str:
     """An error message on one line, at most `limit` characters: quoted user input never floods the terminal."""
     text = " ".join(str(error).split()) or type(error).__name__
     return text if len(text) <= limit else text[: limit - 5] + " ..."
-

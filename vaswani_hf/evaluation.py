@@ -44,7 +44,8 @@ def check_line_counts(hypotheses: tuple[str, list], references: list[tuple[str, 
         if len(ref_lines) != len(hyp_lines):
             raise UsageError(
                 f"line count mismatch: {hyp_name} has {len(hyp_lines)} lines but {ref_name} has {len(ref_lines)} "
-                "lines; a reference file has one line per segment of the hypotheses")
+                "lines; a reference file has one line per segment of the hypotheses"
+            )
 
 
 def _reference_streams(references) -> list[list[str]]:
@@ -56,16 +57,19 @@ def _reference_streams(references) -> list[list[str]]:
     return [list(stream) for stream in references]
 
 
-def compute_all(hypotheses: list[str], references: list[str] | list[list[str]], target_lang: str = "de",
-                tokenize: str = "13a", lowercase: bool = False) -> dict:
+def compute_all(
+    hypotheses: list[str],
+    references: list[str] | list[list[str]],
+    target_lang: str = "de",
+    tokenize: str = "13a",
+    lowercase: bool = False,
+) -> dict:
     """``{name: {"score", "signature", "description", ...details}}`` for ``sacrebleu``, ``chrf``,
     ``bleu_tok_compound_split`` and ``bleu_tok_none``. ``references``: one per segment, or streams as in
     ``sacrebleu.corpus_bleu``; ``target_lang``: the Moses language of the paper-style BLEU (always cased)."""
     hypotheses = list(hypotheses)
     streams = _reference_streams(references)
-    check_line_counts(
-        ("hypotheses", hypotheses), [(f"references[{i}]", stream) for i, stream in enumerate(streams)]
-    )
+    check_line_counts(("hypotheses", hypotheses), [(f"references[{i}]", stream) for i, stream in enumerate(streams)])
     if not hypotheses:
         raise ValueError("no segments to score")
     per_segment = [list(refs) for refs in zip(*streams)]

@@ -39,6 +39,7 @@ def _decoding(name, kind, default, help, **declaration):  # noqa: A002
 class TokenIdLists(Setting):
     """A list of token ids (`nested`: of non-empty lists of them, as bad_words_ids) in [0, vocab_size): transformers
     indexes the scores with them (an id outside the vocabulary fails mid-search, or does nothing)."""
+
     nested: bool = False
 
     def describe(self) -> str:
@@ -46,14 +47,20 @@ class TokenIdLists(Setting):
 
     def right_type(self, value) -> bool:
         groups = value if self.nested and isinstance(value, (list, tuple)) else [value]
-        return bool(value or not self.nested) and all(isinstance(g, (list, tuple)) and (g or not self.nested) and all(
-            isinstance(t, int) and not isinstance(t, bool) for t in g) for g in groups)
+        return bool(value or not self.nested) and all(
+            isinstance(g, (list, tuple))
+            and (g or not self.nested)
+            and all(isinstance(t, int) and not isinstance(t, bool) for t in g)
+            for g in groups
+        )
 
     def _token_id_problem(self, value, vocab_size):
         if not self.right_type(value):
             return f"be {self.describe()}"
         groups = value if self.nested else [value]
-        return next((p for p in (Setting._token_id_problem(self, list(g), vocab_size) for g in groups if g) if p), None)
+        return next(
+            (p for p in (Setting._token_id_problem(self, list(g), vocab_size) for g in groups if g) if p), None
+        )
 
 
 # The decoding settings, declared once: their defaults are the paper's (Section 6.1; `default_generation_config`
@@ -61,47 +68,107 @@ class TokenIdLists(Setting):
 # when a model is loaded (`adjust_generation_fn`), `generate()`'s arguments and the generation config it runs with;
 # vaswani_hf derives its command-line flags from them. None means "not set" (transformers' default), except for
 # max_length_b, where it turns the per-sentence limit off.
-GENERATION_SETTINGS = {s.name: s for s in (
-    # at most 1024 beams: a beam of a million hypotheses would exhaust memory rather than fail with a message
-    _decoding("num_beams", int, 4, "beam size (Section 6.1: 4; 1: greedy decoding)", min=1, max=1024),
-    _decoding("num_return_sequences", int, None, "hypotheses returned per sentence (at most num_beams)", min=1,
-              max=1024),
-    _decoding("length_penalty", float, 0.6, "alpha of the length penalty (Section 6.1: 0.6)", min=-100, max=100),
-    _decoding("length_penalty_type", str, "gnmt", "gnmt: ((5 + |Y|) / 6) ** alpha, the paper's (through t2t); hf: "
-              "transformers' |Y| ** alpha", choices=LENGTH_PENALTY_TYPES),
-    _decoding("early_stopping", object, "never", "never: stop a sentence once no running beam can beat the worst "
-              "finished one (the paper's \"terminate early when possible\", t2t's rule); true: once num_beams "
-              "hypotheses have finished", choices=(True, False, "never")),
-    _decoding("max_length_a", float, 1.0, "per-sentence limit floor(a * source_length + b) generated tokens, </s> "
-              "included (Section 6.1: a = 1)", min=0, max=100),
-    _decoding("max_length_b", int, 50, "the b of max_length_a (Section 6.1: 50); None ('none' on the command "
-              "line) turns the per-sentence limit off", min=0, max=MAX_POSITIONS),
-    _decoding("max_new_tokens", int, None, "global cap on generated tokens", min=1, max=MAX_POSITIONS),
-    _decoding("max_length", int, None, "global cap on output tokens, the decoder start included (so at least 2)",
-              min=2, max=MAX_POSITIONS + 1),
-    _decoding("min_length", int, None, "no </s> before this many output tokens", min=0, max=MAX_POSITIONS),
-    _decoding("min_new_tokens", int, None, "no </s> before this many generated tokens", min=0, max=MAX_POSITIONS),
-    _decoding("eos_token_id", int, None, "</s>: ends a hypothesis", token_id=True, many=True),
-    _decoding("pad_token_id", int, None, "fills finished rows", token_id=True),
-    _decoding("bos_token_id", int, None, "<s>", token_id=True),
-    _decoding("decoder_start_token_id", int, None, "the decoder's first input", token_id=True),
-    _decoding("forced_bos_token_id", int, None, "the first generated token, forced", token_id=True),
-    _decoding("forced_eos_token_id", int, None, "the token forced at the maximum length", token_id=True, many=True),
-    # transformers' other decoding settings (not the paper's), which it checks late or not at all
-    *(TokenIdLists(name, list, None, help, nullable=True, token_id=True, many=True, nested=name == "bad_words_ids")
-      for name, help in (("bad_words_ids", "token sequences never generated"), ("suppress_tokens", "tokens never "
-                         "generated"), ("begin_suppress_tokens", "tokens not generated first"))),
-    _decoding("do_sample", bool, None, "sample instead of searching (not the paper's decoding)"),
-    _decoding("temperature", float, None, "sampling temperature", min=0, max=100, min_exclusive=True),
-    _decoding("top_k", int, None, "sample among the k most likely tokens (0: all)", min=0, max=2**24),
-    _decoding("top_p", float, None, "nucleus sampling mass", min=0, max=1, min_exclusive=True),
-    _decoding("repetition_penalty", float, None, "CTRL's repetition penalty (1: none)", min=0, max=100,
-              min_exclusive=True),
-    _decoding("no_repeat_ngram_size", int, None, "no n-gram of this size twice (0: off)", min=0, max=MAX_POSITIONS),
-    *(_decoding(name, bool, None, f"transformers' {name}") for name in (
-        "use_cache", "output_scores", "output_logits", "return_dict_in_generate", "output_attentions",
-        "output_hidden_states")),
-)}
+GENERATION_SETTINGS = {
+    s.name: s
+    for s in (
+        # at most 1024 beams: a beam of a million hypotheses would exhaust memory rather than fail with a message
+        _decoding("num_beams", int, 4, "beam size (Section 6.1: 4; 1: greedy decoding)", min=1, max=1024),
+        _decoding(
+            "num_return_sequences", int, None, "hypotheses returned per sentence (at most num_beams)", min=1, max=1024
+        ),
+        _decoding("length_penalty", float, 0.6, "alpha of the length penalty (Section 6.1: 0.6)", min=-100, max=100),
+        _decoding(
+            "length_penalty_type",
+            str,
+            "gnmt",
+            "gnmt: ((5 + |Y|) / 6) ** alpha, the paper's (through t2t); hf: transformers' |Y| ** alpha",
+            choices=LENGTH_PENALTY_TYPES,
+        ),
+        _decoding(
+            "early_stopping",
+            object,
+            "never",
+            "never: stop a sentence once no running beam can beat the worst "
+            "finished one (the paper's \"terminate early when possible\", t2t's rule); true: once num_beams "
+            "hypotheses have finished",
+            choices=(True, False, "never"),
+        ),
+        _decoding(
+            "max_length_a",
+            float,
+            1.0,
+            "per-sentence limit floor(a * source_length + b) generated tokens, </s> included (Section 6.1: a = 1)",
+            min=0,
+            max=100,
+        ),
+        _decoding(
+            "max_length_b",
+            int,
+            50,
+            "the b of max_length_a (Section 6.1: 50); None ('none' on the command "
+            "line) turns the per-sentence limit off",
+            min=0,
+            max=MAX_POSITIONS,
+        ),
+        _decoding("max_new_tokens", int, None, "global cap on generated tokens", min=1, max=MAX_POSITIONS),
+        _decoding(
+            "max_length",
+            int,
+            None,
+            "global cap on output tokens, the decoder start included (so at least 2)",
+            min=2,
+            max=MAX_POSITIONS + 1,
+        ),
+        _decoding("min_length", int, None, "no </s> before this many output tokens", min=0, max=MAX_POSITIONS),
+        _decoding("min_new_tokens", int, None, "no </s> before this many generated tokens", min=0, max=MAX_POSITIONS),
+        _decoding("eos_token_id", int, None, "</s>: ends a hypothesis", token_id=True, many=True),
+        _decoding("pad_token_id", int, None, "fills finished rows", token_id=True),
+        _decoding("bos_token_id", int, None, "<s>", token_id=True),
+        _decoding("decoder_start_token_id", int, None, "the decoder's first input", token_id=True),
+        _decoding("forced_bos_token_id", int, None, "the first generated token, forced", token_id=True),
+        _decoding(
+            "forced_eos_token_id", int, None, "the token forced at the maximum length", token_id=True, many=True
+        ),
+        # transformers' other decoding settings (not the paper's), which it checks late or not at all
+        *(
+            TokenIdLists(
+                name, list, None, help, nullable=True, token_id=True, many=True, nested=name == "bad_words_ids"
+            )
+            for name, help in (
+                ("bad_words_ids", "token sequences never generated"),
+                ("suppress_tokens", "tokens never generated"),
+                ("begin_suppress_tokens", "tokens not generated first"),
+            )
+        ),
+        _decoding("do_sample", bool, None, "sample instead of searching (not the paper's decoding)"),
+        _decoding("temperature", float, None, "sampling temperature", min=0, max=100, min_exclusive=True),
+        _decoding("top_k", int, None, "sample among the k most likely tokens (0: all)", min=0, max=2**24),
+        _decoding("top_p", float, None, "nucleus sampling mass", min=0, max=1, min_exclusive=True),
+        _decoding(
+            "repetition_penalty",
+            float,
+            None,
+            "CTRL's repetition penalty (1: none)",
+            min=0,
+            max=100,
+            min_exclusive=True,
+        ),
+        _decoding(
+            "no_repeat_ngram_size", int, None, "no n-gram of this size twice (0: off)", min=0, max=MAX_POSITIONS
+        ),
+        *(
+            _decoding(name, bool, None, f"transformers' {name}")
+            for name in (
+                "use_cache",
+                "output_scores",
+                "output_logits",
+                "return_dict_in_generate",
+                "output_attentions",
+                "output_hidden_states",
+            )
+        ),
+    )
+}
 
 
 def check_generation_settings(values, vocab_size: int | None, where: str) -> None:
@@ -116,8 +183,11 @@ def check_generation_settings(values, vocab_size: int | None, where: str) -> Non
 
 def _check_pairs(values, where: str) -> None:
     """Settings that bound each other, where both are set: returned hypotheses <= beams, minimum <= maximum."""
-    for low, high in (("num_return_sequences", "num_beams"), ("min_length", "max_length"),
-                      ("min_new_tokens", "max_new_tokens")):
+    for low, high in (
+        ("num_return_sequences", "num_beams"),
+        ("min_length", "max_length"),
+        ("min_new_tokens", "max_new_tokens"),
+    ):
         a, b = values.get(low), values.get(high)
         if a is not None and b is not None and a > b and not (high == "num_beams" and values.get("do_sample")):
             raise SettingError(f"{where}: {low}={a} must be at most {high}={b}")
@@ -135,8 +205,10 @@ def read_generation_file(path: str | os.PathLike) -> dict:
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise SettingError(f"{path}: not a valid JSON file ({error}); fix it, or save the model again") from None
     if not isinstance(data, dict):
-        raise SettingError(f"{path}: a generation config is a JSON object of settings, got {type(data).__name__}; "
-                           "fix it, or save the model again")
+        raise SettingError(
+            f"{path}: a generation config is a JSON object of settings, got {type(data).__name__}; "
+            "fix it, or save the model again"
+        )
     return data
 
 
@@ -147,17 +219,24 @@ def _check_input_ids(input_ids, vocab_size: int) -> None:
         return
     if not isinstance(input_ids, torch.Tensor) or input_ids.is_floating_point() or input_ids.is_complex():
         kind = f"a {input_ids.dtype} tensor" if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
-        raise TypeError(f"generate(): input_ids must be a torch integer tensor (batch, length), got {kind}; convert "
-                        "with torch.as_tensor(ids, dtype=torch.long) or the tokenizer's return_tensors='pt'")
+        raise TypeError(
+            f"generate(): input_ids must be a torch integer tensor (batch, length), got {kind}; convert "
+            "with torch.as_tensor(ids, dtype=torch.long) or the tokenizer's return_tensors='pt'"
+        )
     if input_ids.dim() != 2 or input_ids.numel() == 0:
         shape = tuple(input_ids.shape)
-        raise SettingError(f"generate(): input_ids must be (batch, length), got shape {shape}" if input_ids.dim() != 2
-                           else f"generate(): input_ids of shape {shape} hold no token; give at least one sentence "
-                           "of at least one token (its </s>)")
+        raise SettingError(
+            f"generate(): input_ids must be (batch, length), got shape {shape}"
+            if input_ids.dim() != 2
+            else f"generate(): input_ids of shape {shape} hold no token; give at least one sentence "
+            "of at least one token (its </s>)"
+        )
     bad = input_ids[(input_ids < 0) | (input_ids >= vocab_size)]
     if bad.numel():
-        raise SettingError(f"generate(): input_ids holds token id {int(bad[0])}, outside the vocabulary of "
-                           f"{vocab_size} tokens [0, {vocab_size - 1}]; encode with the model's tokenizer")
+        raise SettingError(
+            f"generate(): input_ids holds token id {int(bad[0])}, outside the vocabulary of "
+            f"{vocab_size} tokens [0, {vocab_size - 1}]; encode with the model's tokenizer"
+        )
 
 
 def gnmt_length_penalty(length, alpha: float):
@@ -218,8 +297,11 @@ def _processors_the_lean_loops_apply(logits_processor, eos: int):
     for processor in logits_processor or []:
         if isinstance(processor, SourceLengthLimitLogitsProcessor) and limiter is None:
             limiter = processor
-        elif (isinstance(processor, (MinLengthLogitsProcessor, MinNewTokensLengthLogitsProcessor))
-              and processor.eos_token_id.numel() == 1 and int(processor.eos_token_id) == eos):
+        elif (
+            isinstance(processor, (MinLengthLogitsProcessor, MinNewTokensLengthLogitsProcessor))
+            and processor.eos_token_id.numel() == 1
+            and int(processor.eos_token_id) == eos
+        ):
             if isinstance(processor, MinLengthLogitsProcessor):  # no </s> while 1 + step < min_length
                 min_steps = max(min_steps, processor.min_length - 1)
             else:  # no </s> while 1 + step - prompt_length_to_skip < min_new_tokens
@@ -235,8 +317,11 @@ def _max_length_of(stopping_criteria, eos: int) -> int | None:
     for criterion in stopping_criteria:
         if isinstance(criterion, MaxLengthCriteria):
             max_length = criterion.max_length
-        elif not (isinstance(criterion, EosTokenCriteria) and criterion.eos_token_id.numel() == 1
-                  and int(criterion.eos_token_id) == eos):
+        elif not (
+            isinstance(criterion, EosTokenCriteria)
+            and criterion.eos_token_id.numel() == 1
+            and int(criterion.eos_token_id) == eos
+        ):
             return None
     return max_length
 
@@ -246,9 +331,14 @@ def _generation_file(source, download_kwargs: dict) -> str | None:
     cache, as `GenerationConfig.from_pretrained` finds it), or None where there is none."""
     names = ("cache_dir", "force_download", "proxies", "local_files_only", "token", "revision", "_commit_hash")
     try:
-        return cached_file(str(source), GENERATION_CONFIG_NAME, subfolder=download_kwargs.get("subfolder") or "",
-                           _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False,
-                           **{k: download_kwargs[k] for k in names if k in download_kwargs})
+        return cached_file(
+            str(source),
+            GENERATION_CONFIG_NAME,
+            subfolder=download_kwargs.get("subfolder") or "",
+            _raise_exceptions_for_missing_entries=False,
+            _raise_exceptions_for_connection_errors=False,
+            **{k: download_kwargs[k] for k in names if k in download_kwargs},
+        )
     except OSError:  # transformers reports what it cannot fetch itself
         return None
 
@@ -273,30 +363,42 @@ class VaswaniGenerationMixin(GenerationMixin):
         a = kwargs.pop("max_length_a", getattr(config, "max_length_a", None))
         b = kwargs.pop("max_length_b", getattr(config, "max_length_b", None))
         if b is not None and (input_ids is not None or attention_mask is not None):
-            source_lengths = attention_mask.sum(-1) if attention_mask is not None else \
-                (input_ids != self.config.pad_token_id).sum(-1)
+            source_lengths = (
+                attention_mask.sum(-1)
+                if attention_mask is not None
+                else (input_ids != self.config.pad_token_id).sum(-1)
+            )
             eos = kwargs.get("eos_token_id", config.eos_token_id)
             eos = eos[0] if isinstance(eos, (list, tuple)) else eos
-            limiter = SourceLengthLimitLogitsProcessor(source_lengths, 1.0 if a is None else a, b, eos,
-                                                       cap=self.learned_positions())
+            limiter = SourceLengthLimitLogitsProcessor(
+                source_lengths, 1.0 if a is None else a, b, eos, cap=self.learned_positions()
+            )
             logits_processor = LogitsProcessorList([*(logits_processor or []), limiter])
             if all(kwargs.get(k, getattr(config, k, None)) is None for k in ("max_new_tokens", "max_length")):
                 # no global cap given: the longest sentence's limit (as max_length: the start token included)
                 prompt = kwargs.get("decoder_input_ids")
                 kwargs["max_length"] = (1 if prompt is None else prompt.shape[-1]) + int(limiter.limits.max())
-                _check_pairs({"min_length": kwargs.get("min_length", getattr(config, "min_length", None)), "max_length":
-                              kwargs["max_length"]}, "generate(): with the per-sentence limit a * source length + b")
+                _check_pairs(
+                    {
+                        "min_length": kwargs.get("min_length", getattr(config, "min_length", None)),
+                        "max_length": kwargs["max_length"],
+                    },
+                    "generate(): with the per-sentence limit a * source length + b",
+                )
         table = self.learned_positions()
         if table is not None:  # the decoder reads positions 0 .. max_length - 2
             for key, bound in (("max_length", table + 1), ("max_new_tokens", table)):
                 if asked[key] is not None and asked[key] > bound:
-                    raise SettingError(f"generate(): {key}={asked[key]}, but this model has {table} learned positions "
-                                       f"(Table 3, row E), so {key} is at most {bound}; ask for fewer")
+                    raise SettingError(
+                        f"generate(): {key}={asked[key]}, but this model has {table} learned positions "
+                        f"(Table 3, row E), so {key} is at most {bound}; ask for fewer"
+                    )
                 given = kwargs.get(key, getattr(config, key, None))
                 if given is not None and given > bound:
                     kwargs[key] = bound
-        return super().generate(inputs, generation_config=generation_config, logits_processor=logits_processor,
-                                **kwargs)
+        return super().generate(
+            inputs, generation_config=generation_config, logits_processor=logits_processor, **kwargs
+        )
 
     def _source_mask(self, input_ids, kwargs, eos):
         """generate()'s attention mask (into `kwargs`): where none is given, inferred from pad tokens as transformers'
@@ -304,13 +406,20 @@ class VaswaniGenerationMixin(GenerationMixin):
         bypass; ValueError for a row that masks every token (it would decode from nothing)."""
         pad, attention_mask = self.config.pad_token_id, kwargs.get("attention_mask")
         eos = eos if isinstance(eos, (list, tuple)) else [eos]
-        if attention_mask is None and isinstance(input_ids, torch.Tensor) and pad is not None and pad not in eos \
-                and bool((input_ids == pad).any()):
+        if (
+            attention_mask is None
+            and isinstance(input_ids, torch.Tensor)
+            and pad is not None
+            and pad not in eos
+            and bool((input_ids == pad).any())
+        ):
             attention_mask = kwargs["attention_mask"] = (input_ids != pad).long()
         empty = [] if attention_mask is None else (attention_mask.reshape(attention_mask.shape[0], -1) == 0).all(-1)
         if any(empty):
-            raise SettingError(f"generate(): row {int(empty.nonzero()[0])} of attention_mask is all zeros: that "
-                               "sentence has no token to attend to; mask padding only (the tokenizer's mask)")
+            raise SettingError(
+                f"generate(): row {int(empty.nonzero()[0])} of attention_mask is all zeros: that "
+                "sentence has no token to attend to; mask padding only (the tokenizer's mask)"
+            )
         return attention_mask
 
     def _check_generate_arguments(self, config, input_ids, kwargs) -> None:
@@ -318,8 +427,11 @@ class VaswaniGenerationMixin(GenerationMixin):
         but `max_length_b=None` turns the limit off) and its input_ids; SettingError naming the one that breaks."""
         vocab = self.config.vocab_size
         check_generation_settings(kwargs, vocab, "generate()")
-        for name in [n for n, v in kwargs.items() if v is None and n in GENERATION_SETTINGS and n != "max_length_b"
-                     and not GENERATION_SETTINGS[n].token_id]:
+        for name in [
+            n
+            for n, v in kwargs.items()
+            if v is None and n in GENERATION_SETTINGS and n != "max_length_b" and not GENERATION_SETTINGS[n].token_id
+        ]:
             del kwargs[name]  # not set (transformers would use the None itself)
         settings = generation_settings_of(config)
         check_generation_settings({k: v for k, v in settings.items() if k not in kwargs}, vocab, "generation_config")
@@ -327,8 +439,9 @@ class VaswaniGenerationMixin(GenerationMixin):
         _check_pairs({**settings, "num_beams": settings.get("num_beams") or 1}, "generate()")
         _check_input_ids(input_ids, vocab)
 
-    def adjust_generation_fn(self, generation_config, from_auto_class, from_pipeline, pretrained_model_name_or_path,
-                             *args, **kwargs):
+    def adjust_generation_fn(
+        self, generation_config, from_auto_class, from_pipeline, pretrained_model_name_or_path, *args, **kwargs
+    ):
         """`from_pretrained` reads generation_config.json here; transformers silently falls back to greedy on an
         unreadable file: it is checked first (SettingError naming it). A folder without one decodes as the paper does
         (`default_generation_config`), not with transformers' model-agnostic max_length 20."""
@@ -337,68 +450,116 @@ class VaswaniGenerationMixin(GenerationMixin):
             path = _generation_file(pretrained_model_name_or_path, kwargs)
             if path is not None:
                 check_generation_settings(read_generation_file(path), self.config.vocab_size, str(path))
-        super().adjust_generation_fn(generation_config, from_auto_class, from_pipeline, pretrained_model_name_or_path,
-                                     *args, **kwargs)
+        super().adjust_generation_fn(
+            generation_config, from_auto_class, from_pipeline, pretrained_model_name_or_path, *args, **kwargs
+        )
         if generation_config is None and path is None:
             self.generation_config = default_generation_config(self.config)
-        check_generation_settings(generation_settings_of(self.generation_config), self.config.vocab_size,
-                                  "generation_config")
+        check_generation_settings(
+            generation_settings_of(self.generation_config), self.config.vocab_size, "generation_config"
+        )
 
     def learned_positions(self) -> int | None:
         """Rows of the learned position table (Table 3, row E), or None for sinusoids."""
         return self.config.max_position_embeddings if self.config.position_encoding == "learned" else None
 
-    def _beam_search(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
-                     **model_kwargs):
+    def _beam_search(
+        self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False, **model_kwargs
+    ):
         """Beam search with the length penalty of `generation_config.length_penalty_type`: the lean loop when
         `_lean_decoding_inputs` allows it, else transformers' loop with the scoring hooks below."""
         penalty_type = getattr(generation_config, "length_penalty_type", None) or "hf"
         GENERATION_SETTINGS["length_penalty_type"].check(penalty_type, "generation_config")
-        lean = self._lean_decoding_inputs(input_ids, logits_processor, stopping_criteria, generation_config,
-                                          synced_gpus, model_kwargs)
+        lean = self._lean_decoding_inputs(
+            input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus, model_kwargs
+        )
         if lean is not None:
             alpha = float(generation_config.length_penalty)
 
             def length_penalty(length):
-                return gnmt_length_penalty(length, alpha) if penalty_type == "gnmt" else length ** alpha
-            return lean_beam_search(self, **lean, num_beams=generation_config.num_beams,
-                                    num_return_sequences=generation_config.num_return_sequences,
-                                    length_penalty=length_penalty, alpha=alpha,
-                                    early_stopping=generation_config.early_stopping)
+                return gnmt_length_penalty(length, alpha) if penalty_type == "gnmt" else length**alpha
+
+            return lean_beam_search(
+                self,
+                **lean,
+                num_beams=generation_config.num_beams,
+                num_return_sequences=generation_config.num_return_sequences,
+                length_penalty=length_penalty,
+                alpha=alpha,
+                early_stopping=generation_config.early_stopping,
+            )
         token = _length_penalty_type.set(penalty_type)
         try:
-            return super()._beam_search(input_ids, logits_processor, stopping_criteria, generation_config,
-                                        synced_gpus=synced_gpus, **model_kwargs)
+            return super()._beam_search(
+                input_ids,
+                logits_processor,
+                stopping_criteria,
+                generation_config,
+                synced_gpus=synced_gpus,
+                **model_kwargs,
+            )
         finally:
             _length_penalty_type.reset(token)
 
-    def _sample(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
-                streamer=None, **model_kwargs):  # greedy: `lean_greedy_search` where it computes the same
+    def _sample(
+        self,
+        input_ids,
+        logits_processor,
+        stopping_criteria,
+        generation_config,
+        synced_gpus=False,
+        streamer=None,
+        **model_kwargs,
+    ):  # greedy: `lean_greedy_search` where it computes the same
         if not generation_config.do_sample and streamer is None:
-            lean = self._lean_decoding_inputs(input_ids, logits_processor, stopping_criteria, generation_config,
-                                              synced_gpus, model_kwargs)
+            lean = self._lean_decoding_inputs(
+                input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus, model_kwargs
+            )
             if lean is not None and generation_config._pad_token_tensor is not None:
                 lean["fill_value"] = int(generation_config._pad_token_tensor)  # transformers pads finished rows
                 return lean_greedy_search(self, **lean)
-        return super()._sample(input_ids, logits_processor, stopping_criteria, generation_config,
-                               synced_gpus=synced_gpus, streamer=streamer, **model_kwargs)
+        return super()._sample(
+            input_ids,
+            logits_processor,
+            stopping_criteria,
+            generation_config,
+            synced_gpus=synced_gpus,
+            streamer=streamer,
+            **model_kwargs,
+        )
 
-    def _lean_decoding_inputs(self, input_ids, logits_processor, stopping_criteria, generation_config,
-                              synced_gpus, model_kwargs) -> dict | None:
+    def _lean_decoding_inputs(
+        self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus, model_kwargs
+    ) -> dict | None:
         """The arguments of `lean_beam_search` (`lean_greedy_search`) when it computes exactly what transformers'
         `_beam_search` (`_sample`) would (eval mode, a cache, sdpa/eager attention, one start token, one </s>, no
         sampling, only length processors and criteria, each sentence's rows `num_beams` copies), else None."""
         config = generation_config
-        if (not self.use_lean_decoding or self.training or synced_gpus or config.do_sample
-                or config.return_dict_in_generate or config.use_cache is False or input_ids.shape[1] != 1
-                or self.config._attn_implementation not in ("sdpa", "eager")
-                or config.num_return_sequences > config.num_beams):
+        if (
+            not self.use_lean_decoding
+            or self.training
+            or synced_gpus
+            or config.do_sample
+            or config.return_dict_in_generate
+            or config.use_cache is False
+            or input_ids.shape[1] != 1
+            or self.config._attn_implementation not in ("sdpa", "eager")
+            or config.num_return_sequences > config.num_beams
+        ):
             return None
         if config._eos_token_tensor is None or config._eos_token_tensor.numel() != 1:
             return None
         eos = int(config._eos_token_tensor.reshape(-1)[0])
-        allowed = {"encoder_outputs", "attention_mask", "cache", "past_key_values", "use_cache", "output_attentions",
-                   "output_hidden_states", "cache_position"}  # the cache is `past_key_values` before transformers 5.24
+        allowed = {
+            "encoder_outputs",
+            "attention_mask",
+            "cache",
+            "past_key_values",
+            "use_cache",
+            "output_attentions",
+            "output_hidden_states",
+            "cache_position",
+        }  # the cache is `past_key_values` before transformers 5.24
         if any(value is not None for key, value in model_kwargs.items() if key not in allowed):
             return None
         cache = model_kwargs.get("cache", model_kwargs.get("past_key_values"))
@@ -411,18 +572,27 @@ class VaswaniGenerationMixin(GenerationMixin):
             return None
         limiter, min_steps = processors
         states, beams, mask = encoder_outputs[0], config.num_beams, model_kwargs.get("attention_mask")  # (B * k, S, D)
-        if (states.shape[0] != input_ids.shape[0] or not _rows_are_repeated(states, mask, beams)
-                or not _rows_are_repeated(input_ids, None, beams)):
+        if (
+            states.shape[0] != input_ids.shape[0]
+            or not _rows_are_repeated(states, mask, beams)
+            or not _rows_are_repeated(input_ids, None, beams)
+        ):
             return None
         limits = limiter.limits if limiter is not None else None
         if limits is not None and limits.shape[0] != states.shape[0] // beams:
             return None
         # transformers pads beam-search output with `pad_token_id or eos_token_id[0]`: </s> when the pad id is 0
         fill = int(config._pad_token_tensor or eos)
-        return dict(encoder_hidden_states=states[::beams],
-                    encoder_attention_mask=mask[::beams] if mask is not None else None,
-                    decoder_start_ids=input_ids[::beams, 0], limits=limits, max_length=max_length,
-                    eos_token_id=eos, fill_value=fill, min_steps=min_steps)
+        return dict(
+            encoder_hidden_states=states[::beams],
+            encoder_attention_mask=mask[::beams] if mask is not None else None,
+            decoder_start_ids=input_ids[::beams, 0],
+            limits=limits,
+            max_length=max_length,
+            eos_token_id=eos,
+            fill_value=fill,
+            min_steps=min_steps,
+        )
 
     def _reorder_cache(self, cache: Cache, beam_idx: torch.LongTensor) -> Cache:
         """The surviving beams' self-attention K/V; the cross-attention K/V, the same for every beam of a sentence, are
@@ -430,13 +600,33 @@ class VaswaniGenerationMixin(GenerationMixin):
         (cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache).reorder_cache(beam_idx)
         return cache
 
-    def _get_top_k_continuations(self, accumulated_log_probs, running_sequences, running_beam_indices, cur_len,
-                                 decoder_prompt_len, do_sample, beams_to_keep, num_beams, batch_size, **kwargs):
+    def _get_top_k_continuations(
+        self,
+        accumulated_log_probs,
+        running_sequences,
+        running_beam_indices,
+        cur_len,
+        decoder_prompt_len,
+        do_sample,
+        beams_to_keep,
+        num_beams,
+        batch_size,
+        **kwargs,
+    ):
         """transformers' top-K step with `fast_topk` for `torch.topk` (same result, several times faster on CPU)."""
         if do_sample:
-            return super()._get_top_k_continuations(accumulated_log_probs, running_sequences, running_beam_indices,
-                                                    cur_len, decoder_prompt_len, do_sample, beams_to_keep, num_beams,
-                                                    batch_size, **kwargs)
+            return super()._get_top_k_continuations(
+                accumulated_log_probs,
+                running_sequences,
+                running_beam_indices,
+                cur_len,
+                decoder_prompt_len,
+                do_sample,
+                beams_to_keep,
+                num_beams,
+                batch_size,
+                **kwargs,
+            )
         topk_log_probs, topk_indices = fast_topk(accumulated_log_probs, beams_to_keep)
         vocab_size = accumulated_log_probs.shape[-1] // num_beams
         topk_current_beam_indices = topk_indices // vocab_size
@@ -468,6 +658,15 @@ class VaswaniGenerationMixin(GenerationMixin):
         return super()._check_early_stop_heuristic(**kwargs)
 
 
-__all__ = ["VaswaniGenerationMixin", "gnmt_length_penalty", "default_generation_config", "fast_topk",
-           "SourceLengthLimitLogitsProcessor", "GENERATION_SETTINGS", "LENGTH_PENALTY_TYPES",
-           "TokenIdLists", "check_generation_settings", "read_generation_file"]
+__all__ = [
+    "VaswaniGenerationMixin",
+    "gnmt_length_penalty",
+    "default_generation_config",
+    "fast_topk",
+    "SourceLengthLimitLogitsProcessor",
+    "GENERATION_SETTINGS",
+    "LENGTH_PENALTY_TYPES",
+    "TokenIdLists",
+    "check_generation_settings",
+    "read_generation_file",
+]

@@ -41,9 +41,20 @@ from .io import UsageError, load_model_folder
 from .pipeline_vaswani import VaswaniTranslationPipeline, register_pipeline_tasks
 from .translation_frontend import MAX_SOURCE_TOKENS, UNSET, PositionTable, given_options, translate_lines
 
-__all__ = ["DTYPES", "translate", "translate_batch_fn", "front_end", "position_limit", "load_for_inference",
-           "resolve_device", "resolve_dtype", "translation_pipeline", "save_pretrained_with_pipeline",
-           "register_pipeline", "VaswaniTranslationPipeline"]
+__all__ = [
+    "DTYPES",
+    "translate",
+    "translate_batch_fn",
+    "front_end",
+    "position_limit",
+    "load_for_inference",
+    "resolve_device",
+    "resolve_dtype",
+    "translation_pipeline",
+    "save_pretrained_with_pipeline",
+    "register_pipeline",
+    "VaswaniTranslationPipeline",
+]
 
 DTYPES = {
     "fp32": torch.float32,
@@ -56,7 +67,7 @@ DTYPES = {
 
 
 def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
-    """"fp32" / "bf16" / "fp16" (or their long names, or a torch.dtype) -> torch.dtype; None stays None."""
+    """ "fp32" / "bf16" / "fp16" (or their long names, or a torch.dtype) -> torch.dtype; None stays None."""
     if dtype is None or isinstance(dtype, torch.dtype):
         return dtype
     key = str(dtype).lower().removeprefix("torch.")
@@ -84,8 +95,13 @@ def _autocast(device: torch.device, dtype: torch.dtype | None):
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
-def load_for_inference(model_dir: str | os.PathLike, device: str | torch.device | None = None,
-                       dtype: str | torch.dtype | None = None, *, trust_remote_code: bool = False):
+def load_for_inference(
+    model_dir: str | os.PathLike,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = None,
+    *,
+    trust_remote_code: bool = False,
+):
     """Load a saved model folder (weights, config, generation config, tokenizer) for decoding.
 
     Args:
@@ -101,8 +117,9 @@ def load_for_inference(model_dir: str | os.PathLike, device: str | torch.device 
     Returns:
         (model in eval mode on `device`, tokenizer).
     """
-    return load_model_folder(model_dir, device=resolve_device(device), dtype=resolve_dtype(dtype),
-                             trust_remote_code=trust_remote_code)
+    return load_model_folder(
+        model_dir, device=resolve_device(device), dtype=resolve_dtype(dtype), trust_remote_code=trust_remote_code
+    )
 
 
 def position_limit(model) -> int | None:
@@ -180,13 +197,31 @@ def translate(
     device = torch.device(device) if device is not None else model.device
     if model.device != device:
         model.to(device)
-    options = given_options(num_beams=num_beams, length_penalty=length_penalty,
-                            length_penalty_type=length_penalty_type, max_length_a=max_length_a,
-                            max_length_b=max_length_b, early_stopping=early_stopping) | generate_kwargs
+    options = (
+        given_options(
+            num_beams=num_beams,
+            length_penalty=length_penalty,
+            length_penalty_type=length_penalty_type,
+            max_length_a=max_length_a,
+            max_length_b=max_length_b,
+            early_stopping=early_stopping,
+        )
+        | generate_kwargs
+    )
 
     def decode(encoded: list[list[int]]) -> list[str]:
-        return _generate(model, tokenizer, encoded, options, device=device, dtype=dtype, max_tokens=max_tokens,
-                         batch_size=batch_size, progress=progress, progress_desc=progress_desc)
+        return _generate(
+            model,
+            tokenizer,
+            encoded,
+            options,
+            device=device,
+            dtype=dtype,
+            max_tokens=max_tokens,
+            batch_size=batch_size,
+            progress=progress,
+            progress_desc=progress_desc,
+        )
 
     encode, table = front_end(model, tokenizer)
     return translate_lines(sentences, encode, decode, table, max_source_tokens=max_input_tokens)
@@ -215,16 +250,22 @@ def token_bound(tokenizer) -> Callable[[str], int] | None:
     normalised text, so the count is at most its UTF-8 length plus the special tokens the post-processor adds.
     None for other tokenizers (then every line is tokenised to be checked)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None or type(backend.model).__name__ != "BPE" or \
-            type(backend.pre_tokenizer).__name__ != "ByteLevel":
+    if backend is None or type(backend.model).__name__ != "BPE" or type(backend.pre_tokenizer).__name__ != "ByteLevel":
         return None
     normalize = backend.normalizer.normalize_str if backend.normalizer is not None else str
     specials = backend.num_special_tokens_to_add(is_pair=False)
     return lambda text: len(normalize(text).encode("utf-8", "surrogatepass")) + specials
 
 
-def translate_batch_fn(model, tokenizer=None, *, column: str = "text", output_column: str = "translation",
-                       device: str | torch.device | None = None, **options) -> Callable[[dict], dict]:
+def translate_batch_fn(
+    model,
+    tokenizer=None,
+    *,
+    column: str = "text",
+    output_column: str = "translation",
+    device: str | torch.device | None = None,
+    **options,
+) -> Callable[[dict], dict]:
     """A function for `datasets.Dataset.map(fn, batched=True)` that translates the column `column` into
     `output_column` with `translate` (`options`: its keywords, e.g. `num_beams=1`, `max_tokens`; progress is off).
 
@@ -249,8 +290,19 @@ def translate_batch_fn(model, tokenizer=None, *, column: str = "text", output_co
     return translate_batch
 
 
-def _generate(model, tokenizer, encoded: list[list[int]], options: dict, *, device: torch.device, dtype,
-              max_tokens: int | None, batch_size: int | None, progress, progress_desc: str) -> list[str]:
+def _generate(
+    model,
+    tokenizer,
+    encoded: list[list[int]],
+    options: dict,
+    *,
+    device: torch.device,
+    dtype,
+    max_tokens: int | None,
+    batch_size: int | None,
+    progress,
+    progress_desc: str,
+) -> list[str]:
     """`model.generate(**options)` over token-budget batches of `encoded`; the decoded best output of each sentence,
     in the order of `encoded`."""
     outputs = [""] * len(encoded)
@@ -258,10 +310,18 @@ def _generate(model, tokenizer, encoded: list[list[int]], options: dict, *, devi
     was_training = model.training
     model.eval()
     try:
-        bar = progress if not isinstance(progress, bool) else tqdm(
-            total=len(encoded), desc=progress_desc, unit="sent", disable=not progress, file=sys.stderr, leave=False)
-        with torch.inference_mode(), _autocast(device, resolve_dtype(dtype)), \
-                contextlib.nullcontext(bar) if bar is progress else bar:
+        bar = (
+            progress
+            if not isinstance(progress, bool)
+            else tqdm(
+                total=len(encoded), desc=progress_desc, unit="sent", disable=not progress, file=sys.stderr, leave=False
+            )
+        )
+        with (
+            torch.inference_mode(),
+            _autocast(device, resolve_dtype(dtype)),
+            contextlib.nullcontext(bar) if bar is progress else bar,
+        ):
             for batch in make_batches([len(ids) for ids in encoded], max_tokens, batch_size):
                 input_ids, attention_mask = _pad([encoded[j] for j in batch], pad_id, device)
                 generated = model.generate(input_ids=input_ids, attention_mask=attention_mask, **options)
@@ -288,8 +348,9 @@ def register_pipeline(langs=None) -> None:
     register_pipeline_tasks(langs)
 
 
-def translation_pipeline(model, tokenizer, *, device: str | torch.device | None = None,
-                         **kwargs) -> VaswaniTranslationPipeline:
+def translation_pipeline(
+    model, tokenizer, *, device: str | torch.device | None = None, **kwargs
+) -> VaswaniTranslationPipeline:
     """A translation pipeline around an in-memory model and tokenizer, for users of this package.
 
     The same as `transformers.pipeline("translation", model=model, tokenizer=tokenizer)`, which works because every
@@ -303,8 +364,11 @@ def translation_pipeline(model, tokenizer, *, device: str | torch.device | None 
     """
     register_pipeline(getattr(model.config, "langs", None))
     return VaswaniTranslationPipeline(
-        model=model, tokenizer=tokenizer, task="translation",
-        device=model.device if device is None else device, **kwargs
+        model=model,
+        tokenizer=tokenizer,
+        task="translation",
+        device=model.device if device is None else device,
+        **kwargs,
     )
 
 

@@ -38,7 +38,6 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 from .configuration_vaswani import VaswaniConfig
 from .generation_vaswani import VaswaniGenerationMixin, default_generation_config
 
-
 # transformers 5.24 renamed the KV cache's argument and output field from `past_key_values` to `cache`. This file runs
 # under whichever 5.x the user has installed, so every forward takes either name and passes on and returns the name
 # the installed version reads.
@@ -111,9 +110,11 @@ class VaswaniLearnedPositionalEmbedding(nn.Embedding):
     def forward(self, position_ids: torch.Tensor, num_positions: int | None = None) -> torch.Tensor:
         num_positions = _num_positions(position_ids, num_positions)
         if num_positions > self.num_embeddings:
-            raise ValueError(f"Sequence of {num_positions} positions is longer than max_position_embeddings="
-                             f"{self.num_embeddings} of this model's learned positional embedding (Table 3, row E). "
-                             "Shorten the input or use position_encoding='sinusoidal', which extrapolates.")
+            raise ValueError(
+                f"Sequence of {num_positions} positions is longer than max_position_embeddings="
+                f"{self.num_embeddings} of this model's learned positional embedding (Table 3, row E). "
+                "Shorten the input or use position_encoding='sinusoidal', which extrapolates."
+            )
         return super().forward(position_ids)
 
 
@@ -138,14 +139,25 @@ def dropout(hidden: torch.Tensor, p: float, training: bool) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def eager_attention_forward(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                            attention_mask: torch.Tensor | None, scaling: float, dropout: float = 0.0, **kwargs):
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+):
     """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, Eq. (1). query (B, H, T_q, d_k), key (B, H, T_k, d_k), value
     (B, H, T_k, d_v), attention_mask additive (B, 1, T_q, T_k) or boolean -> ((B, T_q, H, d_v), (B, H, T_q, T_k))."""
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # (B, H, T_q, T_k)
     if attention_mask is not None:
-        scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min) \
-            if attention_mask.dtype == torch.bool else scores + attention_mask
+        scores = (
+            scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+            if attention_mask.dtype == torch.bool
+            else scores + attention_mask
+        )
     weights = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     weights = nn.functional.dropout(weights, p=dropout, training=module.training)
     output = torch.matmul(weights, value).transpose(1, 2).contiguous()  # (B, T_q, H, d_v)
@@ -168,11 +180,16 @@ class VaswaniAttention(nn.Module):
     `forward` and the lean decoding loops (beam_search_vaswani.py), which attend over their own K/V buffers.
     """
 
-    def __init__(self, config: VaswaniConfig, is_causal: bool = False, is_cross_attention: bool = False,
-                 layer_idx: int | None = None):
+    def __init__(
+        self,
+        config: VaswaniConfig,
+        is_causal: bool = False,
+        is_cross_attention: bool = False,
+        layer_idx: int | None = None,
+    ):
         super().__init__()
         self.config, self.num_heads, self.d_k, self.d_v = config, config.num_heads, config.d_k, config.d_v
-        self.scaling = config.d_k ** -0.5  # the 1/sqrt(d_k) of Eq. (1)
+        self.scaling = config.d_k**-0.5  # the 1/sqrt(d_k) of Eq. (1)
         self.dropout, self.is_causal, self.is_cross_attention = config.attention_dropout, is_causal, is_cross_attention
         self.layer_idx, bias = layer_idx, config.attention_bias
         self.q_proj = nn.Linear(config.d_model, self.num_heads * self.d_k, bias=bias)
@@ -189,12 +206,20 @@ class VaswaniAttention(nn.Module):
     def values(self, x: torch.Tensor) -> torch.Tensor:  # V W^V: (..., L, D) -> (..., L, H, d_v)
         return split_heads(self.v_proj(x), self.num_heads, self.d_v)
 
-    def output(self, heads: torch.Tensor) -> torch.Tensor:  # Concat(head_1, ..., head_h) W^O: (..., H, d_v) -> (..., D)
+    def output(
+        self, heads: torch.Tensor
+    ) -> torch.Tensor:  # Concat(head_1, ..., head_h) W^O: (..., H, d_v) -> (..., D)
         return self.out_proj(heads.flatten(-2))
 
     @renamed_cache_argument
-    def forward(self, hidden_states: torch.Tensor, key_value_states: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None, cache: Cache | None = None, **kwargs):
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        key_value_states: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        **kwargs,
+    ):
         """hidden_states (B, T_q, D); key_value_states (B, S, D): the encoder output, for cross-attention."""
         query = self.queries(hidden_states).transpose(1, 2)  # (B, H, T_q, d_k)
 
@@ -213,10 +238,19 @@ class VaswaniAttention(nn.Module):
                 if self.is_cross_attention:
                     full_cache.is_updated[self.layer_idx] = True
 
-        attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation,
-                                                                    eager_attention_forward)
-        output, weights = attention_interface(self, query, key, value, attention_mask, scaling=self.scaling,
-                                              dropout=self.dropout if self.training else 0.0, **kwargs)
+        attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        output, weights = attention_interface(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            scaling=self.scaling,
+            dropout=self.dropout if self.training else 0.0,
+            **kwargs,
+        )
         return self.output(output), weights  # (B, T_q, D), (B, H, T_q, T_k) or None
 
 
@@ -293,15 +327,24 @@ class VaswaniDecoderLayer(VaswaniLayer):
         super().__init__(config, layer_idx, decoder=True)
 
     @renamed_cache_argument
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                encoder_hidden_states: torch.Tensor | None = None, encoder_attention_mask: torch.Tensor | None = None,
-                cache: Cache | None = None, **kwargs) -> torch.Tensor:
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        **kwargs,
+    ) -> torch.Tensor:
         """hidden_states (B, T, D); attention_mask: causal + target padding; encoder_attention_mask: source padding."""
         cache = pop_cache(cache, kwargs)
         return self.sublayers(
-            hidden_states, lambda attn, x: attn(x, attention_mask=attention_mask, cache=cache, **kwargs)[0],
-            lambda attn, x: attn(x, key_value_states=encoder_hidden_states, attention_mask=encoder_attention_mask,
-                                 cache=cache, **kwargs)[0])
+            hidden_states,
+            lambda attn, x: attn(x, attention_mask=attention_mask, cache=cache, **kwargs)[0],
+            lambda attn, x: attn(
+                x, key_value_states=encoder_hidden_states, attention_mask=encoder_attention_mask, cache=cache, **kwargs
+            )[0],
+        )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -325,7 +368,7 @@ class VaswaniPreTrainedModel(PreTrainedModel):
         """t2t v1 initialisation (the paper gives none): linear weights "uniform unit scaling" U(-a, a), a =
         sqrt(3 / fan_in), biases zero; embeddings N(0, d_model^-0.5) (`config.init_std` overrides) so that embedding *
         sqrt(d_model) has unit variance, the <pad> row (the decoder's start vector) zero; LayerNorm gain 1, bias 0."""
-        std = self.config.init_std if self.config.init_std is not None else self.config.d_model ** -0.5
+        std = self.config.init_std if self.config.init_std is not None else self.config.d_model**-0.5
         if isinstance(module, nn.Linear):
             bound = math.sqrt(3.0 / module.in_features)
             init.uniform_(module.weight, -bound, bound)
@@ -371,8 +414,11 @@ class VaswaniStack(VaswaniPreTrainedModel):
         num_layers = getattr(config, self.num_layers_setting)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.embed_positions = (VaswaniLearnedPositionalEmbedding if config.position_encoding == "learned"
-                                else VaswaniSinusoidalPositionalEncoding)(config)
+        self.embed_positions = (
+            VaswaniLearnedPositionalEmbedding
+            if config.position_encoding == "learned"
+            else VaswaniSinusoidalPositionalEncoding
+        )(config)
         self.dropout = config.dropout
         self.layers = nn.ModuleList([self.layer_class(config, i) for i in range(num_layers)])
         self.gradient_checkpointing = False
@@ -402,14 +448,20 @@ class VaswaniEncoder(VaswaniStack):
 
     @merge_with_config_defaults
     @capture_outputs
-    def forward(self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
-                inputs_embeds: torch.Tensor | None = None, **kwargs) -> BaseModelOutput:
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs,
+    ) -> BaseModelOutput:
         """input_ids (B, S); attention_mask (B, S), 1 for tokens, 0 for padding; inputs_embeds (B, S, D) unscaled."""
         hidden_states, _ = self.embed(input_ids, inputs_embeds)  # (B, S, D)
         check_mask_shape(attention_mask, hidden_states.shape[:2], "attention_mask")
 
-        attention_mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states,
-                                                   attention_mask=attention_mask)
+        attention_mask = create_bidirectional_mask(
+            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
+        )
         for layer in self.layers:
             hidden_states = layer(hidden_states, attention_mask, **kwargs)
         return BaseModelOutput(last_hidden_state=hidden_states)  # (B, S, D); no final LayerNorm (post-norm)
@@ -430,10 +482,17 @@ class VaswaniDecoder(VaswaniStack):
     @merge_with_config_defaults
     @capture_outputs
     @renamed_cache_argument
-    def forward(self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
-                encoder_hidden_states: torch.Tensor | None = None, encoder_attention_mask: torch.Tensor | None = None,
-                cache: Cache | None = None, inputs_embeds: torch.Tensor | None = None, use_cache: bool | None = None,
-                **kwargs) -> BaseModelOutputWithPastAndCrossAttentions:
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
         """input_ids (B, T); attention_mask (B, T_past + T) target padding; encoder_hidden_states (B, S, D);
         encoder_attention_mask (B, S); inputs_embeds (B, T, D) unscaled."""
         cache = pop_cache(cache, kwargs)
@@ -457,12 +516,21 @@ class VaswaniDecoder(VaswaniStack):
                 self.config, hidden_states, attention_mask, self_attn_cache, position_ids=positions.unsqueeze(0)
             )
         encoder_attention_mask = create_bidirectional_mask(
-            config=self.config, inputs_embeds=hidden_states, attention_mask=encoder_attention_mask,
-            encoder_hidden_states=encoder_hidden_states)
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=encoder_attention_mask,
+            encoder_hidden_states=encoder_hidden_states,
+        )
         for layer in self.layers:  # encoder_hidden_states positional, for gradient checkpointing; the cache by the
             # name GradientCheckpointingLayer clears when checkpointing
-            hidden_states = layer(hidden_states, causal_mask, encoder_hidden_states,
-                                  encoder_attention_mask=encoder_attention_mask, **{CACHE_NAME: cache}, **kwargs)
+            hidden_states = layer(
+                hidden_states,
+                causal_mask,
+                encoder_hidden_states,
+                encoder_attention_mask=encoder_attention_mask,
+                **{CACHE_NAME: cache},
+                **kwargs,
+            )
         return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, **{CACHE_NAME: cache})
 
 
@@ -503,15 +571,27 @@ class VaswaniModel(VaswaniPreTrainedModel):
 
     @can_return_tuple
     @renamed_cache_argument
-    def forward(self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
-                decoder_input_ids: torch.LongTensor | None = None, decoder_attention_mask: torch.Tensor | None = None,
-                encoder_outputs: tuple | BaseModelOutput | None = None, cache: Cache | None = None,
-                inputs_embeds: torch.Tensor | None = None, decoder_inputs_embeds: torch.Tensor | None = None,
-                use_cache: bool | None = None, **kwargs) -> Seq2SeqModelOutput:
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: tuple | BaseModelOutput | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> Seq2SeqModelOutput:
         cache = pop_cache(cache, kwargs)
-        if decoder_input_ids is None and decoder_inputs_embeds is None:  # else the decoder's "exactly one of input_ids"
-            raise ValueError("VaswaniModel: no decoder input; pass labels (the model with a head shifts them right), "
-                             "decoder_input_ids or decoder_inputs_embeds; model.generate(...) translates")
+        if (
+            decoder_input_ids is None and decoder_inputs_embeds is None
+        ):  # else the decoder's "exactly one of input_ids"
+            raise ValueError(
+                "VaswaniModel: no decoder input; pass labels (the model with a head shifts them right), "
+                "decoder_input_ids or decoder_inputs_embeds; model.generate(...) translates"
+            )
         if self.training:
             self._keep_pad_row_zero()
         if encoder_outputs is None:
@@ -525,14 +605,25 @@ class VaswaniModel(VaswaniPreTrainedModel):
                 attentions=encoder_outputs[2] if len(encoder_outputs) > 2 else None,
             )
         decoder_outputs = self.decoder(
-            input_ids=decoder_input_ids, attention_mask=decoder_attention_mask, cache=cache, use_cache=use_cache,
-            encoder_hidden_states=encoder_outputs.last_hidden_state, encoder_attention_mask=attention_mask,
-            inputs_embeds=decoder_inputs_embeds, **kwargs)
+            input_ids=decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            cache=cache,
+            use_cache=use_cache,
+            encoder_hidden_states=encoder_outputs.last_hidden_state,
+            encoder_attention_mask=attention_mask,
+            inputs_embeds=decoder_inputs_embeds,
+            **kwargs,
+        )
         return Seq2SeqModelOutput(
-            last_hidden_state=decoder_outputs.last_hidden_state, **{CACHE_NAME: getattr(decoder_outputs, CACHE_NAME)},
-            decoder_hidden_states=decoder_outputs.hidden_states, decoder_attentions=decoder_outputs.attentions,
-            cross_attentions=decoder_outputs.cross_attentions, encoder_hidden_states=encoder_outputs.hidden_states,
-            encoder_last_hidden_state=encoder_outputs.last_hidden_state, encoder_attentions=encoder_outputs.attentions)
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            **{CACHE_NAME: getattr(decoder_outputs, CACHE_NAME)},
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_attentions=encoder_outputs.attentions,
+        )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -547,8 +638,9 @@ def per_target_token(loss_sum: torch.Tensor, labels: torch.Tensor, num_items_in_
     whole update's, so that gradient accumulation equals one large batch); the count stays on the device."""
     if num_items_in_batch is None:
         return loss_sum / (labels != IGNORE_INDEX).sum().clamp(min=1)
-    return loss_sum / (num_items_in_batch.to(loss_sum.device) if isinstance(num_items_in_batch, torch.Tensor)
-                       else num_items_in_batch)
+    return loss_sum / (
+        num_items_in_batch.to(loss_sum.device) if isinstance(num_items_in_batch, torch.Tensor) else num_items_in_batch
+    )
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -582,12 +674,21 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationM
 
     @can_return_tuple
     @renamed_cache_argument
-    def forward(self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
-                decoder_input_ids: torch.LongTensor | None = None, decoder_attention_mask: torch.Tensor | None = None,
-                encoder_outputs: tuple | BaseModelOutput | None = None, cache: Cache | None = None,
-                inputs_embeds: torch.Tensor | None = None, decoder_inputs_embeds: torch.Tensor | None = None,
-                labels: torch.LongTensor | None = None, use_cache: bool | None = None,
-                num_items_in_batch: int | torch.Tensor | None = None, **kwargs) -> Seq2SeqLMOutput:
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: tuple | BaseModelOutput | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        **kwargs,
+    ) -> Seq2SeqLMOutput:
         """input_ids (B, S); decoder_input_ids (B, T); labels (B, T), -100 where ignored."""
         cache = pop_cache(cache, kwargs)
         if labels is not None:
@@ -595,18 +696,45 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationM
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
         outputs: Seq2SeqModelOutput = self.model(
-            input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
-            decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs, cache=cache,
-            inputs_embeds=inputs_embeds, decoder_inputs_embeds=decoder_inputs_embeds, use_cache=use_cache, **kwargs)
+            input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
         logits = self.lm_head(outputs.last_hidden_state)  # (B, T, V)
-        loss = None if labels is None else per_target_token(nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=IGNORE_INDEX,
-            reduction="sum"), labels, num_items_in_batch)
-        return Seq2SeqLMOutput(loss=loss, logits=logits,
-                               **{k: v for k, v in outputs.items() if k != "last_hidden_state"})
+        loss = (
+            None
+            if labels is None
+            else per_target_token(
+                nn.functional.cross_entropy(
+                    logits.reshape(-1, logits.shape[-1]).float(),
+                    labels.reshape(-1),
+                    ignore_index=IGNORE_INDEX,
+                    reduction="sum",
+                ),
+                labels,
+                num_items_in_batch,
+            )
+        )
+        return Seq2SeqLMOutput(
+            loss=loss, logits=logits, **{k: v for k, v in outputs.items() if k != "last_hidden_state"}
+        )
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
-__all__ = ["VaswaniPreTrainedModel", "VaswaniModel", "VaswaniForConditionalGeneration", "sinusoid_table",
-           "per_target_token", "shift_tokens_right"]
+
+__all__ = [
+    "VaswaniPreTrainedModel",
+    "VaswaniModel",
+    "VaswaniForConditionalGeneration",
+    "sinusoid_table",
+    "per_target_token",
+    "shift_tokens_right",
+]

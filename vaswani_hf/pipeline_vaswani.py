@@ -26,8 +26,15 @@ import re
 import torch
 from transformers import Pipeline
 
-__all__ = ["VaswaniTranslationPipeline", "TASK", "TASKS", "custom_pipelines", "pipeline_settings",
-           "register_pipeline_tasks", "pair_task"]
+__all__ = [
+    "VaswaniTranslationPipeline",
+    "TASK",
+    "TASKS",
+    "custom_pipelines",
+    "pipeline_settings",
+    "register_pipeline_tasks",
+    "pair_task",
+]
 
 TASK = "translation"  # the one task config.json names: `pipeline(model=folder)` infers it
 # The task names this pipeline answers to: transformers 4's names for what it did (5 removed them); every
@@ -63,7 +70,7 @@ class _PairTaskAliases(dict):
 
 
 def pair_task(langs) -> str | None:
-    """"translation_{src}_to_{tgt}" for a config's `langs` ([src, tgt]); None where no pair is known."""
+    """ "translation_{src}_to_{tgt}" for a config's `langs` ([src, tgt]); None where no pair is known."""
     if not langs or len(langs) != 2 or not all(isinstance(lang, str) and lang for lang in langs):
         return None
     return f"translation_{langs[0]}_to_{langs[1]}"
@@ -82,8 +89,11 @@ def pipeline_settings(pipelines: dict | None, langs) -> tuple[dict, list | None]
     pipeline under `TASK` only, plus other pipelines it names, and the pair moved to `langs`."""
     if pipelines is None:
         return custom_pipelines(), langs
-    ours = [task for task, info in pipelines.items()
-            if isinstance(info, dict) and str(info.get("impl", "")).endswith(".VaswaniTranslationPipeline")]
+    ours = [
+        task
+        for task, info in pipelines.items()
+        if isinstance(info, dict) and str(info.get("impl", "")).endswith(".VaswaniTranslationPipeline")
+    ]
     if not ours:
         return pipelines, langs
     for task in ours:
@@ -99,8 +109,7 @@ def register_pipeline_tasks(langs=None) -> None:
     "translation_{src}_to_{tgt}", idempotently (module docstring; `langs` is not needed: the class checks the pair).
     `REMOVED_TASKS` exists from transformers 5.2x (5.17 has none). The class's `_registered_impl`, which
     `Pipeline.save_pretrained` writes into config.json, is `TASK` alone."""
-    from transformers import AutoModelForSeq2SeqLM
-    from transformers import pipelines
+    from transformers import AutoModelForSeq2SeqLM, pipelines
 
     registry = pipelines.PIPELINE_REGISTRY
     if not getattr(registry.task_aliases, "vaswani_pair_tasks", False):
@@ -111,10 +120,12 @@ def register_pipeline_tasks(langs=None) -> None:
             registry.task_aliases.removed_advice.setdefault(task, removed.pop(task))
         impl = registry.supported_tasks.get(task, {}).get("impl")
         if getattr(impl, "__name__", None) != VaswaniTranslationPipeline.__name__:
-            registry.register_pipeline(task, pipeline_class=VaswaniTranslationPipeline,
-                                       pt_model=AutoModelForSeq2SeqLM, type="text")
+            registry.register_pipeline(
+                task, pipeline_class=VaswaniTranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
+            )
     VaswaniTranslationPipeline._registered_impl = {
-        TASK: {"impl": VaswaniTranslationPipeline, "pt": (AutoModelForSeq2SeqLM,), "type": "text"}}
+        TASK: {"impl": VaswaniTranslationPipeline, "pt": (AutoModelForSeq2SeqLM,), "type": "text"}
+    }
 
 
 def _transformers_refusal(task: str) -> KeyError:
@@ -126,9 +137,13 @@ def _transformers_refusal(task: str) -> KeyError:
     removed = TASK if _PAIR_TASK.match(task) else task
     advice = getattr(registry.task_aliases, "removed_advice", {})
     if removed in advice:
-        return KeyError(f"The task {task} has been removed from transformers. {advice[removed]} See the migration "
-                        f"guide for more details: {_MIGRATION}")
-    others = sorted(name for name in registry.get_supported_tasks() if name not in TASKS and not _PAIR_TASK.match(name))
+        return KeyError(
+            f"The task {task} has been removed from transformers. {advice[removed]} See the migration "
+            f"guide for more details: {_MIGRATION}"
+        )
+    others = sorted(
+        name for name in registry.get_supported_tasks() if name not in TASKS and not _PAIR_TASK.match(name)
+    )
     return KeyError(f"Unknown task {task}, available tasks are {others}")
 
 
@@ -136,9 +151,11 @@ def _refuse_dict_outputs(generate_kwargs: dict) -> None:
     """A call asking for generate()'s dict outputs (scores, attentions) gets a ValueError saying what to call: they
     are per beam and per step, for the non-empty inputs only, and the pipeline returns texts."""
     if generate_kwargs.get("return_dict_in_generate"):
-        raise ValueError("translation pipeline: return_dict_in_generate is not supported: the pipeline returns "
-                         "texts; call model.generate(**tokenizer(texts, return_tensors=\"pt\", padding=True), "
-                         "return_dict_in_generate=True, output_scores=True) for scores")
+        raise ValueError(
+            "translation pipeline: return_dict_in_generate is not supported: the pipeline returns "
+            'texts; call model.generate(**tokenizer(texts, return_tensors="pt", padding=True), '
+            "return_dict_in_generate=True, output_scores=True) for scores"
+        )
 
 
 class VaswaniTranslationPipeline(Pipeline):
@@ -166,13 +183,19 @@ class VaswaniTranslationPipeline(Pipeline):
             # The names are back for this model only: any other model gets transformers' own refusal, unchanged.
             raise _transformers_refusal(self.task or TASK)
         if self.tokenizer is None:
-            raise ValueError("translation pipeline: no tokenizer; pass `tokenizer=` (the model's, e.g. "
-                             "`AutoTokenizer.from_pretrained(FOLDER)`) to `pipeline(...)`")
+            raise ValueError(
+                "translation pipeline: no tokenizer; pass `tokenizer=` (the model's, e.g. "
+                "`AutoTokenizer.from_pretrained(FOLDER)`) to `pipeline(...)`"
+            )
         self._refuse_constructor_dict_outputs()
         match = _PAIR_TASK.match(self.task or "")
         if match:
-            self._check_languages(match.group(1), match.group(2), f"the task {self.task!r}",
-                                  f'use the task "{TASK}" or a model for that pair')
+            self._check_languages(
+                match.group(1),
+                match.group(2),
+                f"the task {self.task!r}",
+                f'use the task "{TASK}" or a model for that pair',
+            )
 
     def _refuse_constructor_dict_outputs(self) -> None:
         """`_refuse_dict_outputs` for the constructor's generate() arguments: set aside (transformers >= 5.2x), or
@@ -187,8 +210,13 @@ class VaswaniTranslationPipeline(Pipeline):
     def return_name(self) -> str:
         return "generated" if self.task == "text2text-generation" else "translation"
 
-    def _check_languages(self, src_lang, tgt_lang, asked_by="src_lang/tgt_lang",
-                         remedy="drop src_lang/tgt_lang or use a model for that pair") -> None:
+    def _check_languages(
+        self,
+        src_lang,
+        tgt_lang,
+        asked_by="src_lang/tgt_lang",
+        remedy="drop src_lang/tgt_lang or use a model for that pair",
+    ) -> None:
         """Refuse a language pair other than the model's (config `langs`), naming both; accept any where the
         config knows none (the model translates one pair whatever the arguments say)."""
         langs = getattr(self.model.config, "langs", None)
@@ -198,16 +226,31 @@ class VaswaniTranslationPipeline(Pipeline):
         if asked != tuple(langs):
             raise ValueError(
                 f"translation pipeline: this model translates {langs[0]} -> {langs[1]} (config `langs`), but "
-                f"{asked_by} asks for {asked[0]} -> {asked[1]}; {remedy}")
+                f"{asked_by} asks for {asked[0]} -> {asked[1]}; {remedy}"
+            )
 
-    def _sanitize_parameters(self, truncation=None, return_text=None, return_tensors=None,
-                             clean_up_tokenization_spaces=None, src_lang=None, tgt_lang=None, **generate_kwargs):
+    def _sanitize_parameters(
+        self,
+        truncation=None,
+        return_text=None,
+        return_tensors=None,
+        clean_up_tokenization_spaces=None,
+        src_lang=None,
+        tgt_lang=None,
+        **generate_kwargs,
+    ):
         self._check_languages(src_lang, tgt_lang)
         _refuse_dict_outputs(generate_kwargs)
-        postprocess = dict(return_tensors=return_tensors, return_text=return_text,
-                           clean_up_tokenization_spaces=clean_up_tokenization_spaces)
-        return ({} if truncation is None else {"truncation": truncation}, dict(generate_kwargs),
-                {key: value for key, value in postprocess.items() if value is not None})
+        postprocess = dict(
+            return_tensors=return_tensors,
+            return_text=return_text,
+            clean_up_tokenization_spaces=clean_up_tokenization_spaces,
+        )
+        return (
+            {} if truncation is None else {"truncation": truncation},
+            dict(generate_kwargs),
+            {key: value for key, value in postprocess.items() if value is not None},
+        )
 
     def __call__(self, inputs, *args, **kwargs):
         if isinstance(inputs, str):
@@ -225,12 +268,15 @@ class VaswaniTranslationPipeline(Pipeline):
             raise TypeError(f"translation pipeline: expected a string or a list of strings, got {type(text).__name__}")
         stripped = text.strip()
         limit = self.model.config.max_position_embeddings  # the translate tool's limit (1,024 tokens by default)
-        model_inputs = self.tokenizer(stripped, return_tensors="pt", truncation=truncation,
-                                      **({"max_length": limit} if truncation else {}))
+        model_inputs = self.tokenizer(
+            stripped, return_tensors="pt", truncation=truncation, **({"max_length": limit} if truncation else {})
+        )
         model_inputs = {"input_ids": model_inputs["input_ids"], "attention_mask": model_inputs["attention_mask"]}
         if (tokens := model_inputs["input_ids"].shape[-1]) > limit:
-            raise ValueError(f"translation pipeline: an input of {tokens} tokens, but the model takes at most {limit} "
-                             "(config max_position_embeddings); shorten or split it, or pass truncation=True")
+            raise ValueError(
+                f"translation pipeline: an input of {tokens} tokens, but the model takes at most {limit} "
+                "(config max_position_embeddings); shorten or split it, or pass truncation=True"
+            )
         model_inputs["is_empty"] = torch.tensor([not stripped])  # (1,); batched to (B,) by the collate function
         return model_inputs
 
@@ -242,8 +288,12 @@ class VaswaniTranslationPipeline(Pipeline):
             generate_kwargs = self._prepare_generate_kwargs(generate_kwargs)
         elif "generation_config" not in generate_kwargs:  # earlier 5.x (the GPU image's 5.17): the pipeline's own
             generate_kwargs = {"generation_config": self.generation_config, **generate_kwargs}
-        num_return = (generate_kwargs.get("num_return_sequences") or getattr(generate_kwargs.get("generation_config"),
-                      "num_return_sequences", None) or self.model.generation_config.num_return_sequences or 1)
+        num_return = (
+            generate_kwargs.get("num_return_sequences")
+            or getattr(generate_kwargs.get("generation_config"), "num_return_sequences", None)
+            or self.model.generation_config.num_return_sequences
+            or 1
+        )
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         output_ids = torch.full((batch, num_return, 1), pad, dtype=torch.long, device=input_ids.device)
         keep = (~is_empty).nonzero().reshape(-1).to(input_ids.device)
@@ -253,8 +303,9 @@ class VaswaniTranslationPipeline(Pipeline):
             # a generation config that asks generate() for a dict (return_dict_in_generate): its sequences
             generated = getattr(generated, "sequences", generated)
             generated = generated.reshape(keep.numel(), -1, generated.shape[-1])  # (b, n, T)
-            full = torch.full((batch, generated.shape[1], generated.shape[2]), pad, dtype=generated.dtype,
-                              device=generated.device)
+            full = torch.full(
+                (batch, generated.shape[1], generated.shape[2]), pad, dtype=generated.dtype, device=generated.device
+            )
             full[keep] = generated
             output_ids = full
         return {"output_ids": output_ids, "is_empty": is_empty}
@@ -267,9 +318,13 @@ class VaswaniTranslationPipeline(Pipeline):
             if return_tensors:
                 record[f"{self.return_name}_token_ids"] = output_ids.new_zeros(0) if empty else output_ids
             if return_text:
-                text = "" if empty else self.tokenizer.decode(
-                    output_ids, skip_special_tokens=True, clean_up_tokenization_spaces=clean_up_tokenization_spaces
-                ).strip()
+                text = (
+                    ""
+                    if empty
+                    else self.tokenizer.decode(
+                        output_ids, skip_special_tokens=True, clean_up_tokenization_spaces=clean_up_tokenization_spaces
+                    ).strip()
+                )
                 record[f"{self.return_name}_text"] = text
             records.append(record)
         return records

@@ -42,10 +42,11 @@ QUEUE_CONCURRENCY = 1  # one decoding at a time: the model is not shared between
 VIEWER = Path(__file__).resolve().parent / "templates"
 log = logging.getLogger(__name__)
 
-MARKER_NOTE = (f"Token labels: **{logic.WORD_START}** marks a token that starts a word; a label without it continues "
-               "the word before it (the model reads subword pieces, Section 5.1). `<start>` is the decoder's first "
-               "input, `</s>` the end of the sentence.")
-
+MARKER_NOTE = (
+    f"Token labels: **{logic.WORD_START}** marks a token that starts a word; a label without it continues "
+    "the word before it (the model reads subword pieces, Section 5.1). `<start>` is the decoder's first "
+    "input, `</s>` the end of the sentence."
+)
 
 
 def _gradio():
@@ -61,17 +62,24 @@ def _gradio():
 
 def intro(facts: logic.ModelFacts) -> str:
     """The page's heading: what the model is, from its card and config."""
-    pair = (f"{logic.language_name(facts.source_lang)} → {logic.language_name(facts.target_lang)}"
-            if facts.source_lang else "language pair not stated in its card")
-    parts = [pair, f"{facts.parameters / 1e6:.1f}M parameters" if facts.parameters >= 1e5 else
-             f"{facts.parameters:,} parameters"]
+    pair = (
+        f"{logic.language_name(facts.source_lang)} → {logic.language_name(facts.target_lang)}"
+        if facts.source_lang
+        else "language pair not stated in its card"
+    )
+    parts = [
+        pair,
+        f"{facts.parameters / 1e6:.1f}M parameters" if facts.parameters >= 1e5 else f"{facts.parameters:,} parameters",
+    ]
     parts.append(f"BLEU {facts.bleu}" if facts.bleu else "no BLEU in its card")
     if facts.card_url or facts.card_text:
         parts.append(f"[model card]({facts.card_url})" if facts.card_url else "its model card below")
-    return (f"# {facts.title}: the Transformer (Vaswani et al., 2017)\n**{' · '.join(parts)}**. Decoding as in the "
-            "paper (Section 6.1): beam search with length penalty ((5 + |Y|) / 6)<sup>α</sup>, at most input length "
-            "+ 50 tokens. The attention maps show softmax(QK<sup>T</sup>/√d<sub>k</sub>) (Eq. 1): one row per query "
-            "token, one column per key token.")
+    return (
+        f"# {facts.title}: the Transformer (Vaswani et al., 2017)\n**{' · '.join(parts)}**. Decoding as in the "
+        "paper (Section 6.1): beam search with length penalty ((5 + |Y|) / 6)<sup>α</sup>, at most input length "
+        "+ 50 tokens. The attention maps show softmax(QK<sup>T</sup>/√d<sub>k</sub>) (Eq. 1): one row per query "
+        "token, one column per key token."
+    )
 
 
 def _answer(call, what: str):
@@ -83,8 +91,9 @@ def _answer(call, what: str):
         raise gr.Error(one_line(error, limit=600), print_exception=False) from None
     except Exception as error:  # noqa: BLE001 - a bug must not take the page down
         log.exception("%s failed", what)
-        raise gr.Error(f"The server could not {what} this ({type(error).__name__}); try another text.",
-                       print_exception=False) from None
+        raise gr.Error(
+            f"The server could not {what} this ({type(error).__name__}); try another text.", print_exception=False
+        ) from None
 
 
 def on_translate(space: logic.SpaceModel, text, num_beams, length_penalty, view=None):
@@ -94,10 +103,13 @@ def on_translate(space: logic.SpaceModel, text, num_beams, length_penalty, view=
         result = _answer(lambda: logic.translate_text(space, text, num_beams, length_penalty), "translate")
     except Exception as error:  # noqa: BLE001 - gr.Error from _answer: shown in the page's status
         return "", f"**⚠ {error}**", ""
-    penalty = f", length penalty {result.length_penalty:g}" if result.num_beams > 1 else \
-        " (no length penalty with beam 1)"  # greedy decoding compares no hypotheses of different lengths
-    status = (f"{len(result.attentions.source_tokens)} source and {len(result.attentions.target_tokens)} target "
-              f"tokens; beam size {result.num_beams}{penalty}.")
+    penalty = (
+        f", length penalty {result.length_penalty:g}" if result.num_beams > 1 else " (no length penalty with beam 1)"
+    )  # greedy decoding compares no hypotheses of different lengths
+    status = (
+        f"{len(result.attentions.source_tokens)} source and {len(result.attentions.target_tokens)} target "
+        f"tokens; beam size {result.num_beams}{penalty}."
+    )
     if result.warning:
         status = f"**⚠ {result.warning}** {status}"
     try:
@@ -123,14 +135,25 @@ def api_functions(space: logic.SpaceModel):
         """Translate one sentence with beam search (num_beams 1-12) and GNMT's length penalty alpha (0-2)."""
         return _answer(lambda: translated(text, num_beams, alpha).text, "translate")
 
-    def attention(text: str, kind: str = "encoder", layer: int = 1, head: str = logic.ALL_HEADS,
-                  num_beams: int = beams_default, alpha: float = alpha_default) -> dict:
+    def attention(
+        text: str,
+        kind: str = "encoder",
+        layer: int = 1,
+        head: str = logic.ALL_HEADS,
+        num_beams: int = beams_default,
+        alpha: float = alpha_default,
+    ) -> dict:
         """Translate one sentence and return one view of its attention as numbers: kind encoder, decoder or cross,
         1-based layer, head 'all' or 1-based; {translation, warning, kind, layer, head, queries, keys, weights}."""
+
         def call():
             result = translated(text, num_beams, alpha)
-            return {"translation": result.text, "warning": result.warning,
-                    **logic.attention_numbers(space, result.attentions, kind, layer, head)}
+            return {
+                "translation": result.text,
+                "warning": result.warning,
+                **logic.attention_numbers(space, result.attentions, kind, layer, head),
+            }
+
         return _answer(call, "compute the attention of")
 
     return translate, attention
@@ -142,28 +165,53 @@ def build_demo(space: logic.SpaceModel):
     facts, settings = space.facts, logic.PAGE_SETTINGS
     generation = space.model.generation_config
     beams, alpha = settings["num_beams"], settings["length_penalty"]
-    with gr.Blocks(title=f"{facts.title}: translation and attention", analytics_enabled=False,
-                   delete_cache=(3600, 3600)) as demo:
+    with gr.Blocks(
+        title=f"{facts.title}: translation and attention", analytics_enabled=False, delete_cache=(3600, 3600)
+    ) as demo:
         gr.Markdown(intro(facts), elem_id="intro")
-        source = gr.Textbox(label=f"Source sentence ({logic.language_name(facts.source_lang)}); Enter translates",
-                            lines=1, max_lines=4, elem_id="source", submit_btn="Translate",
-                            placeholder="Type a sentence in the model's source language and press Enter")
+        source = gr.Textbox(
+            label=f"Source sentence ({logic.language_name(facts.source_lang)}); Enter translates",
+            lines=1,
+            max_lines=4,
+            elem_id="source",
+            submit_btn="Translate",
+            placeholder="Type a sentence in the model's source language and press Enter",
+        )
         view = gr.Textbox(visible=False)  # the view an example opens (JSON), for the viewer
-        examples = gr.Examples([[text, json.dumps(v) if v else ""] for text, v, _ in logic.EXAMPLES], [source, view],
-                               api_visibility="private", example_labels=[label for _, _, label in logic.EXAMPLES],
-                               elem_id="examples")
+        examples = gr.Examples(
+            [[text, json.dumps(v) if v else ""] for text, v, _ in logic.EXAMPLES],
+            [source, view],
+            api_visibility="private",
+            example_labels=[label for _, _, label in logic.EXAMPLES],
+            elem_id="examples",
+        )
         with gr.Row():
-            num_beams = gr.Slider(beams.min, beams.max, step=1, label=beams.help,
-                                  value=min(max(generation.num_beams or 1, 1), beams.max), elem_id="num_beams")
-            length_penalty = gr.Slider(alpha.min, alpha.max, step=0.1, label=f"α, {alpha.help}",
-                                       value=generation.length_penalty if generation.length_penalty is not None
-                                       else alpha.default, elem_id="alpha")
+            num_beams = gr.Slider(
+                beams.min,
+                beams.max,
+                step=1,
+                label=beams.help,
+                value=min(max(generation.num_beams or 1, 1), beams.max),
+                elem_id="num_beams",
+            )
+            length_penalty = gr.Slider(
+                alpha.min,
+                alpha.max,
+                step=0.1,
+                label=f"α, {alpha.help}",
+                value=generation.length_penalty if generation.length_penalty is not None else alpha.default,
+                elem_id="alpha",
+            )
         translation = gr.Textbox(label="Translation", interactive=False, elem_id="translation")
         status = gr.Markdown(elem_id="status")
         gr.Markdown(MARKER_NOTE, elem_id="marker-note")
-        viewer = gr.HTML("", html_template='<div class="vz"></div>', elem_id="viewer",
-                         css_template=(VIEWER / "space_view.css").read_text(encoding="utf-8"),
-                         js_on_load=(VIEWER / "space_view.js").read_text(encoding="utf-8"))
+        viewer = gr.HTML(
+            "",
+            html_template='<div class="vz"></div>',
+            elem_id="viewer",
+            css_template=(VIEWER / "space_view.css").read_text(encoding="utf-8"),
+            js_on_load=(VIEWER / "space_view.js").read_text(encoding="utf-8"),
+        )
 
         def translate_(text, beams_, alpha_, view_):
             return on_translate(space, text, beams_, alpha_, view_)
@@ -174,8 +222,10 @@ def build_demo(space: logic.SpaceModel):
         source.submit(translate_, inputs, outputs, api_visibility="private")
         source.input(None, None, view, js="() => ''")  # typing forgets the example's view, in the browser
         with gr.Accordion("Use it from Python (gradio_client)", open=False):
-            gr.Markdown(f"{logic.API_EXAMPLE}\nRequests wait in one queue and run {QUEUE_CONCURRENCY} at a time; "
-                        "a bad value is answered with one sentence.")
+            gr.Markdown(
+                f"{logic.API_EXAMPLE}\nRequests wait in one queue and run {QUEUE_CONCURRENCY} at a time; "
+                "a bad value is answered with one sentence."
+            )
         if facts.card_text:  # a model folder's card, in the page (no address to link to)
             with gr.Accordion("Model card", open=False, elem_id="card"):
                 gr.Markdown(facts.card_text)
@@ -219,10 +269,15 @@ class Guard:
         if fn is None:
             return f"This page has no function {repr(index)[:40]}: its API is /translate and /attention."
         if not isinstance(data, list) or len(data) != len(fn.inputs):
-            return (f"The function {fn.api_name or fn.name} needs {len(fn.inputs)} values, got "
-                    f"{len(data) if isinstance(data, list) else 'none'}.")
-        examples = [len(block.samples) for block, value in zip(fn.inputs, data) if hasattr(block, "samples")
-                    and not (type(value) is int and 0 <= value < len(block.samples))]  # gr.Dataset: an index
+            return (
+                f"The function {fn.api_name or fn.name} needs {len(fn.inputs)} values, got "
+                f"{len(data) if isinstance(data, list) else 'none'}."
+            )
+        examples = [
+            len(block.samples)
+            for block, value in zip(fn.inputs, data)
+            if hasattr(block, "samples") and not (type(value) is int and 0 <= value < len(block.samples))
+        ]  # gr.Dataset: an index
         return f"An example is chosen by its index, 0 to {examples[0] - 1}." if examples else None
 
 
@@ -276,19 +331,24 @@ def listen_address(host: str | None = None, port: int | None = None) -> tuple[st
     is a UsageError naming the flag or variable it came from."""
     host_from, port_from = "--host", "--port"
     if host is None:
-        host, host_from = ((os.environ[HOST_ENV], HOST_ENV) if HOST_ENV in os.environ
-                           else (DEFAULT_HOST, "the default host"))
+        host, host_from = (
+            (os.environ[HOST_ENV], HOST_ENV) if HOST_ENV in os.environ else (DEFAULT_HOST, "the default host")
+        )
     if port is None:
         port, port_from = _port_from_environment(), PORT_ENV
     if not host.strip():
-        raise UsageError(f"{host_from} is empty: give an address to listen on, e.g. 127.0.0.1 (this machine only) "
-                         "or 0.0.0.0 (every network interface)")
+        raise UsageError(
+            f"{host_from} is empty: give an address to listen on, e.g. 127.0.0.1 (this machine only) "
+            "or 0.0.0.0 (every network interface)"
+        )
     bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host  # [::1] as a browser writes it
     try:
         family, kind, protocol, _, address = socket.getaddrinfo(bare, port or 0, type=socket.SOCK_STREAM)[0]
     except (socket.gaierror, UnicodeError) as error:
-        raise UsageError(f"{host_from} {host!r} is not an address or a host name this machine knows "
-                         f"({getattr(error, 'strerror', None) or error}); give e.g. 127.0.0.1 or 0.0.0.0") from error
+        raise UsageError(
+            f"{host_from} {host!r} is not an address or a host name this machine knows "
+            f"({getattr(error, 'strerror', None) or error}); give e.g. 127.0.0.1 or 0.0.0.0"
+        ) from error
     with socket.socket(family, kind, protocol) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server will: a port in TIME_WAIT is free
         try:
@@ -309,8 +369,14 @@ def _bind_refusal(error: OSError, host: str, host_from: str, port: int | None, p
     return f"cannot listen on {host} port {port or 'any'} ({error.strerror or error}); choose another --host or --port"
 
 
-def launch(model: str | None = None, host: str | None = None, port: int | None = None, *,
-           default_model: str | None = None, **launch_kwargs):
+def launch(
+    model: str | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    *,
+    default_model: str | None = None,
+    **launch_kwargs,
+):
     """Check the address, load the model, build the page and serve it (blocks unless `prevent_thread_lock=True`)."""
     name = resolve_model(model, default_model)
     host, port = listen_address(host, port)  # before the model: loading it takes a while
@@ -321,23 +387,37 @@ def launch(model: str | None = None, host: str | None = None, port: int | None =
     from starlette.middleware import Middleware  # Gradio's dependency, imported with it
 
     try:
-        demo.launch(server_name=host, server_port=port, show_error=False, footer_links=["api"],
-                    app_kwargs={"middleware": [Middleware(Guard, blocks=demo)]}, **launch_kwargs)
+        demo.launch(
+            server_name=host,
+            server_port=port,
+            show_error=False,
+            footer_links=["api"],
+            app_kwargs={"middleware": [Middleware(Guard, blocks=demo)]},
+            **launch_kwargs,
+        )
     except OSError as error:  # e.g. the port taken since listen_address checked it
-        raise UsageError(f"could not start the page's server on {host} port {port or 'from 7860'} "
-                         f"({str(error).split('. ')[0]}); choose another --port or --host") from error
+        raise UsageError(
+            f"could not start the page's server on {host} port {port or 'from 7860'} "
+            f"({str(error).split('. ')[0]}); choose another --port or --host"
+        ) from error
     return demo
 
 
 def _main(argv: Sequence[str], default_model: str | None = None) -> int:
     parser = ArgumentParser(prog="vaswani-space", description=__doc__)
-    parser.add_argument("--model", default=None,
-                        help=f"model folder or Hub id (default: ${MODEL_ENV}, else a Space README's models:, "
-                             f"else {DEFAULT_MODEL})")
-    parser.add_argument("--host", default=None,
-                        help="address to listen on (default: $GRADIO_SERVER_NAME, else 127.0.0.1; 0.0.0.0: all)")
-    parser.add_argument("--port", type=number(int, min=1, max=65535), default=None,
-                        help="port (default: $GRADIO_SERVER_PORT or 7860)")
+    parser.add_argument(
+        "--model",
+        default=None,
+        help=f"model folder or Hub id (default: ${MODEL_ENV}, else a Space README's models:, else {DEFAULT_MODEL})",
+    )
+    parser.add_argument(
+        "--host",
+        default=None,
+        help="address to listen on (default: $GRADIO_SERVER_NAME, else 127.0.0.1; 0.0.0.0: all)",
+    )
+    parser.add_argument(
+        "--port", type=number(int, min=1, max=65535), default=None, help="port (default: $GRADIO_SERVER_PORT or 7860)"
+    )
     args = parser.parse_args(argv)
     launch(args.model, args.host, args.port, default_model=default_model)
     return 0

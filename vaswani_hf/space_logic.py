@@ -33,33 +33,61 @@ WORD_START = "▁"  # the token labels' mark of a word-initial subword (`vaswani
 
 
 # beam sizes past 12 and alphas past 2 change nothing visible on a page's sentence but the waiting time
-PAGE_SETTINGS = {"num_beams": GENERATION_SETTINGS["num_beams"].narrowed(min=1, max=12, nullable=False),
-                 "length_penalty": GENERATION_SETTINGS["length_penalty"].narrowed(min=0.0, max=2.0, nullable=False)}
+PAGE_SETTINGS = {
+    "num_beams": GENERATION_SETTINGS["num_beams"].narrowed(min=1, max=12, nullable=False),
+    "length_penalty": GENERATION_SETTINGS["length_penalty"].narrowed(min=0.0, max=2.0, nullable=False),
+}
 
 # The paper's attention figures (Figures 3-5: encoder self-attention in layer 5 of 6), each with the view it shows.
 EXAMPLES = [
-    ("It is in this spirit that a majority of American governments have passed new laws since 2009 making the "
-     "registration or voting process more difficult.",
-     {"kind": "encoder", "layer": 5, "head": ALL_HEADS, "token": "making"},
-     "Figure 3: the long-distance dependency of \"making ... more difficult\" (encoder self-attention, layer 5)"),
-    ("The Law will never be perfect, but its application should be just - this is what we are missing, in my "
-     "opinion.", {"kind": "encoder", "layer": 5, "head": ALL_HEADS, "token": "its"},
-     "Figures 4-5: the anaphora of \"its\" (encoder self-attention, layer 5)"),
-    ("A man is riding a horse on the beach.", {"kind": "cross", "layer": 6, "head": ALL_HEADS, "token": None},
-     "Encoder-decoder attention: which source words each target word reads (last layer)"),
+    (
+        "It is in this spirit that a majority of American governments have passed new laws since 2009 making the "
+        "registration or voting process more difficult.",
+        {"kind": "encoder", "layer": 5, "head": ALL_HEADS, "token": "making"},
+        'Figure 3: the long-distance dependency of "making ... more difficult" (encoder self-attention, layer 5)',
+    ),
+    (
+        "The Law will never be perfect, but its application should be just - this is what we are missing, in my "
+        "opinion.",
+        {"kind": "encoder", "layer": 5, "head": ALL_HEADS, "token": "its"},
+        'Figures 4-5: the anaphora of "its" (encoder self-attention, layer 5)',
+    ),
+    (
+        "A man is riding a horse on the beach.",
+        {"kind": "cross", "layer": 6, "head": ALL_HEADS, "token": None},
+        "Encoder-decoder attention: which source words each target word reads (last layer)",
+    ),
     ("Two young children are playing in the snow with their dog.", None, "A Multi30k-like sentence"),
 ]
 
-__all__ = ["API_EXAMPLE", "MAX_CHARACTERS", "MAX_SOURCE_TOKENS", "ALL_HEADS", "PAGE_SETTINGS", "EXAMPLES", "ModelFacts",
-           "SpaceModel", "Translation", "load_space_model", "known_characters", "check_text", "language_warning",
-           "check_decoding", "check_view", "translate_text", "attention_payload", "attention_numbers"]
+__all__ = [
+    "API_EXAMPLE",
+    "MAX_CHARACTERS",
+    "MAX_SOURCE_TOKENS",
+    "ALL_HEADS",
+    "PAGE_SETTINGS",
+    "EXAMPLES",
+    "ModelFacts",
+    "SpaceModel",
+    "Translation",
+    "load_space_model",
+    "known_characters",
+    "check_text",
+    "language_warning",
+    "check_decoding",
+    "check_view",
+    "translate_text",
+    "attention_payload",
+    "attention_numbers",
+]
 
 
 def known_characters(tokenizer) -> frozenset[str]:
     """Every character that some token of the vocabulary decodes to whole (a byte-level piece of a character the
     tokenizer never merged decodes to U+FFFD and is left out): the characters of the training data."""
-    pieces = tokenizer.batch_decode([[i] for i in range(len(tokenizer))], skip_special_tokens=True,
-                                    clean_up_tokenization_spaces=False)
+    pieces = tokenizer.batch_decode(
+        [[i] for i in range(len(tokenizer))], skip_special_tokens=True, clean_up_tokenization_spaces=False
+    )
     return frozenset(ch for piece in pieces for ch in piece if ch != "\ufffd" and not ch.isspace())
 
 
@@ -88,6 +116,7 @@ def language_name(code: str | None) -> str:
 @dataclass
 class ModelFacts:
     """What the page says the model is, from its card (README.md) and config; never where it is stored."""
+
     title: str
     source_lang: str | None = None
     target_lang: str | None = None
@@ -108,20 +137,26 @@ def read_facts(name_or_path: str, model) -> ModelFacts:
     except Exception:  # noqa: BLE001 - no card (or none readable): the page says what the config says
         card = None
     data = card.data if card is not None else None
-    langs = (getattr(data, "language", None) or getattr(model.config, "langs", None) or [None, None])
+    langs = getattr(data, "language", None) or getattr(model.config, "langs", None) or [None, None]
     langs = ([langs] if isinstance(langs, str) else list(langs)) + [None, None]  # the card may give one language
     bleu = next((r for r in (getattr(data, "eval_results", None) or []) if "bleu" in r.metric_type.lower()), None)
-    title = (getattr(data, "model_name", None) or hub_id or folder.resolve().name)
+    title = getattr(data, "model_name", None) or hub_id or folder.resolve().name
     bleu = f"{bleu.metric_value:g} {bleu.metric_name or 'BLEU'} on {bleu.dataset_name}" if bleu else None
-    return ModelFacts(title=str(title), source_lang=langs[0], target_lang=langs[1], bleu=bleu,
-                      parameters=count_parameters(model),
-                      card_url=f"https://huggingface.co/{hub_id}" if hub_id else None,
-                      card_text=card.text if card is not None and hub_id is None else None)
+    return ModelFacts(
+        title=str(title),
+        source_lang=langs[0],
+        target_lang=langs[1],
+        bleu=bleu,
+        parameters=count_parameters(model),
+        card_url=f"https://huggingface.co/{hub_id}" if hub_id else None,
+        card_text=card.text if card is not None and hub_id is None else None,
+    )
 
 
 @dataclass
 class SpaceModel:
     """A loaded model with what the page needs to know about it."""
+
     model: object
     tokenizer: object
     facts: ModelFacts
@@ -139,10 +174,14 @@ def load_space_model(name_or_path: str, device: str | None = "cpu") -> SpaceMode
     """Load a model folder or Hub id (`load_for_inference`: a missing or broken file is a UsageError naming it)."""
     model, tokenizer = load_for_inference(name_or_path, device=device)
     config = model.config  # transformers' common names (VaswaniConfig's attribute_map)
-    return SpaceModel(model=model, tokenizer=tokenizer, facts=read_facts(name_or_path, model),
-                      known=known_characters(tokenizer), heads=config.encoder_attention_heads,
-                      layers={"encoder": config.encoder_layers, "decoder": config.decoder_layers,
-                              "cross": config.decoder_layers})
+    return SpaceModel(
+        model=model,
+        tokenizer=tokenizer,
+        facts=read_facts(name_or_path, model),
+        known=known_characters(tokenizer),
+        heads=config.encoder_attention_heads,
+        layers={"encoder": config.encoder_layers, "decoder": config.decoder_layers, "cross": config.decoder_layers},
+    )
 
 
 def _visible(text: str) -> str:
@@ -159,20 +198,26 @@ def check_text(text, space: SpaceModel) -> str:
     if not text or not _visible(text).strip():
         raise UsageError("Type a sentence to translate: the text box is empty.")
     if not any(ch.isalnum() for ch in text):
-        raise UsageError("Nothing to translate: the text has no words (no letter or digit, only symbols, emoji or "
-                         "punctuation). Type a sentence in the model's source language.")
+        raise UsageError(
+            "Nothing to translate: the text has no words (no letter or digit, only symbols, emoji or "
+            "punctuation). Type a sentence in the model's source language."
+        )
     text = " ".join(text.split())
     if len(text) > MAX_CHARACTERS:
-        raise UsageError(f"The text has {len(text):,} characters; this page translates up to {MAX_CHARACTERS:,} "
-                         "(a sentence or two, so that the attention maps stay readable). Shorten it, or translate "
-                         "long texts with vaswani-translate.")
+        raise UsageError(
+            f"The text has {len(text):,} characters; this page translates up to {MAX_CHARACTERS:,} "
+            "(a sentence or two, so that the attention maps stay readable). Shorten it, or translate "
+            "long texts with vaswani-translate."
+        )
     letters = [ch for ch in text if ch.isalpha()]
     unknown = [ch for ch in letters if ch not in space.known]
     if letters and len(unknown) > UNKNOWN_SHARE * len(letters):
         sample = "".join(dict.fromkeys(unknown))[:8]
-        raise UsageError(f"The text is written in {_script_name(_main_script(unknown))} script ({sample} ...), "
-                         f"whose characters this model never saw in training: it reads "
-                         f"{_script_name(space.script)} script only. Type a sentence in the model's source language.")
+        raise UsageError(
+            f"The text is written in {_script_name(_main_script(unknown))} script ({sample} ...), "
+            f"whose characters this model never saw in training: it reads "
+            f"{_script_name(space.script)} script only. Type a sentence in the model's source language."
+        )
     return text
 
 
@@ -195,9 +240,11 @@ def language_warning(text: str, space: SpaceModel) -> str | None:
     found, probability = identifier.classify(text)
     if found == facts.source_lang.split("-")[0].lower() or probability < LANGUAGE_CONFIDENCE:
         return None
-    return (f"This looks like {language_name(found)}, not {language_name(facts.source_lang)}: the model translates "
-            f"{language_name(facts.source_lang)} to {language_name(facts.target_lang)} and makes no sense of other "
-            "languages.")
+    return (
+        f"This looks like {language_name(found)}, not {language_name(facts.source_lang)}: the model translates "
+        f"{language_name(facts.source_lang)} to {language_name(facts.target_lang)} and makes no sense of other "
+        "languages."
+    )
 
 
 def check_decoding(num_beams, length_penalty) -> tuple[int, float]:
@@ -217,14 +264,18 @@ def check_view(space: SpaceModel, kind, layer, head) -> tuple[str, int, int | No
     layers = space.layers[kind]
     number = _whole_number(layer)
     if number is None or not 1 <= number <= layers:
-        raise UsageError(f"the model's {KIND_TITLES[kind]} has {layers} layers: layer must be a whole number from 1 "
-                         f"to {layers}, not {layer!r}")
+        raise UsageError(
+            f"the model's {KIND_TITLES[kind]} has {layers} layers: layer must be a whole number from 1 "
+            f"to {layers}, not {layer!r}"
+        )
     if head in (None, ALL_HEADS):
         return kind, number - 1, None
     chosen = _whole_number(head)
     if chosen is None or not 1 <= chosen <= space.heads:
-        raise UsageError(f"the model has {space.heads} heads per layer: head must be '{ALL_HEADS}' or a whole "
-                         f"number from 1 to {space.heads}, not {head!r}")
+        raise UsageError(
+            f"the model has {space.heads} heads per layer: head must be '{ALL_HEADS}' or a whole "
+            f"number from 1 to {space.heads}, not {head!r}"
+        )
     return kind, number - 1, chosen - 1
 
 
@@ -254,8 +305,15 @@ def translate_text(space: SpaceModel, text, num_beams, length_penalty) -> Transl
     source = check_text(text, space)
     beams, alpha = check_decoding(num_beams, length_penalty)
     try:
-        translation = translate(space.model, space.tokenizer, [source], num_beams=beams, length_penalty=alpha,
-                                max_input_tokens=MAX_SOURCE_TOKENS, progress=False)[0]
+        translation = translate(
+            space.model,
+            space.tokenizer,
+            [source],
+            num_beams=beams,
+            length_penalty=alpha,
+            max_input_tokens=MAX_SOURCE_TOKENS,
+            progress=False,
+        )[0]
     except InputLineError as error:  # more tokens than the page shows, or than the model has positions for
         too_long = error.message.split("; ")[0].split(" a line")[0]  # worded for a file of lines: its first clause
         raise UsageError(f"The text is too long for this page ({too_long}). Shorten it.") from error
@@ -288,17 +346,25 @@ def attention_payload(space: SpaceModel, attentions: Attentions, view: dict | No
     for kind in KINDS:
         queries, keys = attentions.axis_labels(kind)
         weights = attentions.weights(kind)
-        kinds[kind] = {"title": KIND_TITLES[kind], "queries": queries, "keys": keys,
-                       "shape": list(weights.shape), "data": _packed(weights)}
+        kinds[kind] = {
+            "title": KIND_TITLES[kind],
+            "queries": queries,
+            "keys": keys,
+            "shape": list(weights.shape),
+            "data": _packed(weights),
+        }
     payload = {"kinds": kinds, "heads": space.heads}
     if view and isinstance(view.get("kind"), str) and view["kind"] in kinds:
         kind = view["kind"]
         queries = kinds[kind]["queries"]
         layer = max(1, min(_whole_number(view.get("layer")) or 1, space.layers[kind]))
         head = _whole_number(view.get("head"))
-        payload["view"] = {"kind": kind, "layer": layer,
-                           "head": head if head in range(1, space.heads + 1) else ALL_HEADS,
-                           "query": word_index(queries, view.get("token"))}
+        payload["view"] = {
+            "kind": kind,
+            "layer": layer,
+            "head": head if head in range(1, space.heads + 1) else ALL_HEADS,
+            "query": word_index(queries, view.get("token")),
+        }
     return payload
 
 
@@ -310,5 +376,11 @@ def attention_numbers(space: SpaceModel, attentions: Attentions, kind, layer, he
     weights = attentions.weights(kind)[layer_index]
     if head_index is not None:
         weights = weights[head_index]
-    return {"kind": kind, "layer": layer_index + 1, "head": ALL_HEADS if head_index is None else head_index + 1,
-            "queries": queries, "keys": keys, "weights": np.round(weights.float().numpy(), 6).tolist()}
+    return {
+        "kind": kind,
+        "layer": layer_index + 1,
+        "head": ALL_HEADS if head_index is None else head_index + 1,
+        "queries": queries,
+        "keys": keys,
+        "weights": np.round(weights.float().numpy(), 6).tolist(),
+    }

@@ -42,7 +42,6 @@ TOKENIZER_FOLDER = "tokenizer folder"  # the kind of output vaswani-train-tokeni
 _NORMALIZERS = {"NFC": normalizers.NFC, "NFKC": normalizers.NFKC, "NFD": normalizers.NFD, "NFKD": normalizers.NFKD}
 
 
-
 def build_bpe_tokenizer(*, lowercase: bool = False, normalization: str | None = "NFC") -> Tokenizer:
     """An untrained byte-level BPE `tokenizers.Tokenizer` with this project's pipeline (see module docstring)."""
     norm: list[normalizers.Normalizer] = []
@@ -116,16 +115,30 @@ def wrap_tokenizer(tok: Tokenizer, model_max_length: int = DEFAULT_MODEL_MAX_LEN
         if tok.token_to_id(token) != idx:
             raise ValueError(f"special token {token!r} has id {tok.token_to_id(token)}, expected {idx}")
     # The ByteLevel decoder already restores exact spacing; the legacy clean-up would e.g. turn " ." into ".".
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD_TOKEN, bos_token=BOS_TOKEN, eos_token=EOS_TOKEN,
-                                   unk_token=UNK_TOKEN, model_max_length=model_max_length, padding_side="right",
-                                   clean_up_tokenization_spaces=False)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token=PAD_TOKEN,
+        bos_token=BOS_TOKEN,
+        eos_token=EOS_TOKEN,
+        unk_token=UNK_TOKEN,
+        model_max_length=model_max_length,
+        padding_side="right",
+        clean_up_tokenization_spaces=False,
+    )
 
 
-def train_bpe_tokenizer(corpus: Any, *, vocab_size: int = DEFAULT_VOCAB_SIZE, min_frequency: int = 2,
-                        lowercase: bool = False, normalization: str | None = "NFC",
-                        languages: Sequence[str] | None = None, model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
-                        save_dir: str | os.PathLike | None = None,
-                        show_progress: bool = True) -> PreTrainedTokenizerFast:
+def train_bpe_tokenizer(
+    corpus: Any,
+    *,
+    vocab_size: int = DEFAULT_VOCAB_SIZE,
+    min_frequency: int = 2,
+    lowercase: bool = False,
+    normalization: str | None = "NFC",
+    languages: Sequence[str] | None = None,
+    model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
+    save_dir: str | os.PathLike | None = None,
+    show_progress: bool = True,
+) -> PreTrainedTokenizerFast:
     """Train one BPE vocabulary on both sides together (Section 5.1). `corpus`: see `iter_training_text`.
     `vocab_size` counts the 4 special tokens and 256 byte symbols (paper: ~37000 for EN-DE). `min_frequency` 2 avoids
     merges that memorise one sentence. `languages`: those to read from a `datasets.Dataset`. `save_dir`: saved there."""
@@ -133,9 +146,13 @@ def train_bpe_tokenizer(corpus: Any, *, vocab_size: int = DEFAULT_VOCAB_SIZE, mi
         raise ValueError(f"vocab_size={vocab_size} must exceed the 4 special tokens + 256 byte symbols")
     tok = build_bpe_tokenizer(lowercase=lowercase, normalization=normalization)
     # All 256 byte symbols are always in the vocabulary: that is what guarantees no <unk> at test time.
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                  special_tokens=list(SPECIAL_TOKENS), show_progress=show_progress,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=list(SPECIAL_TOKENS),
+        show_progress=show_progress,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     t0 = time.perf_counter()
     tok.train_from_iterator(iter_training_text(corpus, languages), trainer=trainer)
     _add_post_processor(tok)

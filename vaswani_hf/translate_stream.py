@@ -35,7 +35,6 @@ from tqdm.auto import tqdm
 from . import io
 from .translation_frontend import PositionTable, translate_lines
 
-
 BUFFER_LINES = 10_000  # lines read, sorted and decoded together: a few MB of text, batches padded as little as sorting
 PARTIAL_KIND = "partial translation"  # the staging folder's marker (io.check_output_dir)
 STATE = "state.json"
@@ -151,12 +150,16 @@ def prepare_staging(staging: Path, state: dict, *, resume: bool, overwrite: bool
     An earlier run's is continued only with `resume` and the same state, replaced only with `overwrite`."""
     what = f"{staging} (the staging folder of --output)"
     if io.folder_in_use(staging):
-        raise io.UsageError(f"{what} is in use by another translation into the same --output; wait for it to "
-                            "finish, or choose another --output")
+        raise io.UsageError(
+            f"{what} is in use by another translation into the same --output; wait for it to "
+            "finish, or choose another --output"
+        )
     ours = io.written_by(staging) == PARTIAL_KIND
     if ours and _foreign(staging):
-        raise io.UsageError(f"{what} holds files this tool did not write ({', '.join(_foreign(staging)[:3])}); move "
-                            "them out first, or choose another --output")
+        raise io.UsageError(
+            f"{what} holds files this tool did not write ({', '.join(_foreign(staging)[:3])}); move "
+            "them out first, or choose another --output"
+        )
     if staging.exists() and not ours:
         io.check_output_dir(staging, overwrite=overwrite, what=what, kind=PARTIAL_KIND)  # names what is there
     done = len(list(staging.glob("window-*.txt"))) if ours else 0
@@ -168,12 +171,16 @@ def prepare_staging(staging: Path, state: dict, *, resume: bool, overwrite: bool
             old = {}
         differ = _differences(old, state)
         if differ:
-            raise io.UsageError(f"--resume: {staging} holds a translation whose {', '.join(differ)} differ from this "
-                                "run's; repeat the interrupted command, or start again with --overwrite")
+            raise io.UsageError(
+                f"--resume: {staging} holds a translation whose {', '.join(differ)} differ from this "
+                "run's; repeat the interrupted command, or start again with --overwrite"
+            )
         keep = True
     elif ours and not overwrite:
-        raise io.UsageError(f"{staging} holds an interrupted translation ({done} window(s) done): pass --resume to "
-                            "continue it, or --overwrite to start again")
+        raise io.UsageError(
+            f"{staging} holds an interrupted translation ({done} window(s) done): pass --resume to "
+            "continue it, or --overwrite to start again"
+        )
     world.barrier()  # every process has looked at the folder before rank 0 changes it
     if world.rank == 0:
         if ours and not keep:
@@ -202,8 +209,11 @@ def _publish(staging: Path, windows: int, output: str | os.PathLike, overwrite: 
 def _foreign(staging: Path) -> list[str]:
     """What the staging folder holds that this tool did not write there (a user's file is never removed)."""
     ours = {STATE, io.MARKER}
-    return sorted(p.name for p in staging.iterdir() if p.name not in ours and not
-                  (p.name.startswith("window-") and p.name.endswith(".txt") and p.is_file()))
+    return sorted(
+        p.name
+        for p in staging.iterdir()
+        if p.name not in ours and not (p.name.startswith("window-") and p.name.endswith(".txt") and p.is_file())
+    )
 
 
 def _remove_staging(staging: Path) -> None:
@@ -227,9 +237,17 @@ def _kept_on_interrupt(staging: Path, world: Processes):
         raise
 
 
-def translate_file(source: str | os.PathLike, output: str | os.PathLike | None, engine: Engine, *,
-                   buffer_lines: int = BUFFER_LINES, resume: bool = False, overwrite: bool = False,
-                   progress: bool = True, world: Processes | None = None) -> dict:
+def translate_file(
+    source: str | os.PathLike,
+    output: str | os.PathLike | None,
+    engine: Engine,
+    *,
+    buffer_lines: int = BUFFER_LINES,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: bool = True,
+    world: Processes | None = None,
+) -> dict:
     """Translate `source` ("-": standard input) into `output` (None or "-": standard output); returns {"lines",
     "tokens", "seconds"} of this run over all processes."""
     world = world or Processes()
@@ -247,12 +265,22 @@ def translate_file(source: str | os.PathLike, output: str | os.PathLike | None, 
             if world.rank == 0:  # one translation at a time into one --output (another is refused, not replaced)
                 stack.enter_context(io.FolderLock(staging, f"{staging} (the staging folder of --output)"))
             stack.enter_context(_kept_on_interrupt(staging, world))
-        mine = [k for k in range(windows) if k % world.size == world.rank
-                and (staging is None or not _part(staging, k).is_file())]
+        mine = [
+            k
+            for k in range(windows)
+            if k % world.size == world.rank and (staging is None or not _part(staging, k).is_file())
+        ]
         total = sum(min(buffer_lines, fingerprint["lines"] - k * buffer_lines) for k in mine)
-        bar = stack.enter_context(tqdm(total=total, unit="line", file=sys.stderr, dynamic_ncols=True,
-                                       desc=f"process {world.rank}/{world.size}" if world.size > 1 else "translating",
-                                       disable=not progress or world.rank != 0 or total == 0))
+        bar = stack.enter_context(
+            tqdm(
+                total=total,
+                unit="line",
+                file=sys.stderr,
+                dynamic_ncols=True,
+                desc=f"process {world.rank}/{world.size}" if world.size > 1 else "translating",
+                disable=not progress or world.rank != 0 or total == 0,
+            )
+        )
         if done and world.rank == 0 and progress:
             print(f"resuming {staging}: {done} of {windows} windows done", file=sys.stderr)
         lines = tokens = 0

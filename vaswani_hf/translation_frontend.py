@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 from .io import InputLineError
 
-
 MAX_SOURCE_TOKENS = 1024  # per line, `</s>` included: WMT sentences stay under 250 after the usual filtering
 MAX_CHARS_PER_TOKEN = 64  # characters one source token may cover at most, for the limit checked before tokenising
 
@@ -28,8 +27,11 @@ _NONE_IS_A_VALUE = ("max_length_b",)  # None turns the per-sentence limit off
 
 def given_options(**options) -> dict:
     """The decoding options that were set: not None nor `UNSET` (for `max_length_b`: not `UNSET`)."""
-    return {key: value for key, value in options.items()
-            if value is not UNSET and (value is not None or key in _NONE_IS_A_VALUE)}
+    return {
+        key: value
+        for key, value in options.items()
+        if value is not UNSET and (value is not None or key in _NONE_IS_A_VALUE)
+    }
 
 
 def resolve_options(defaults: Mapping, **options) -> dict:
@@ -49,8 +51,11 @@ class PositionTable:
         """InputLineError naming the first sentence (`lines`: 1-based) longer than the table."""
         for tokens, line in zip(encoded, lines):
             if len(tokens) > self.rows:
-                raise InputLineError(line, f"{len(tokens)} source tokens, but {self.covers} {self.rows} positions; "
-                                           f"shorten or split the line{self.remedy}")
+                raise InputLineError(
+                    line,
+                    f"{len(tokens)} source tokens, but {self.covers} {self.rows} positions; "
+                    f"shorten or split the line{self.remedy}",
+                )
 
 
 def output_line(text: str) -> str:
@@ -75,8 +80,9 @@ def max_source_chars(table: PositionTable | None, max_source_tokens: int | None)
     return min(limits) * MAX_CHARS_PER_TOKEN if limits else None
 
 
-def _check_characters(sentences: Sequence[str], todo: Sequence[int], table: PositionTable | None,
-                      max_source_tokens: int | None) -> None:
+def _check_characters(
+    sentences: Sequence[str], todo: Sequence[int], table: PositionTable | None, max_source_tokens: int | None
+) -> None:
     """InputLineError naming the first sentence of more characters than `max_source_chars` allows."""
     limit = max_source_chars(table, max_source_tokens)
     if limit is None:
@@ -87,14 +93,21 @@ def _check_characters(sentences: Sequence[str], todo: Sequence[int], table: Posi
     for i in todo:
         length = len(sentences[i].strip())
         if length > limit:
-            raise InputLineError(i + 1, f"{length:,} characters, more than the {limit:,} a line of at most {tokens:,} "
-                                        f"source tokens may have ({MAX_CHARS_PER_TOKEN} per token); split the "
-                                        f"line{remedy}")
+            raise InputLineError(
+                i + 1,
+                f"{length:,} characters, more than the {limit:,} a line of at most {tokens:,} "
+                f"source tokens may have ({MAX_CHARS_PER_TOKEN} per token); split the "
+                f"line{remedy}",
+            )
 
 
-def translate_lines(sentences: Sequence[str], encode: Callable[[list[str]], list[Sequence]],
-                    decode: Callable[[list[Sequence]], Sequence[str]],
-                    table: PositionTable | None = None, max_source_tokens: int | None = MAX_SOURCE_TOKENS) -> list[str]:
+def translate_lines(
+    sentences: Sequence[str],
+    encode: Callable[[list[str]], list[Sequence]],
+    decode: Callable[[list[Sequence]], Sequence[str]],
+    table: PositionTable | None = None,
+    max_source_tokens: int | None = MAX_SOURCE_TOKENS,
+) -> list[str]:
     """One single-line translation per sentence, in order, by the rules of the module docstring: `encode` stripped
     sentences to token sequences (`</s>` included), `decode` those to translations; `table`, `max_source_tokens`:
     the limits (None: none)."""
@@ -110,8 +123,11 @@ def translate_lines(sentences: Sequence[str], encode: Callable[[list[str]], list
     if max_source_tokens is not None:
         for tokens, i in zip(encoded, todo):
             if len(tokens) > max_source_tokens:
-                raise InputLineError(i + 1, f"{len(tokens):,} source tokens, more than the {max_source_tokens:,} a "
-                                            "line may have; split the line, or raise the limit (--max_input_tokens)")
+                raise InputLineError(
+                    i + 1,
+                    f"{len(tokens):,} source tokens, more than the {max_source_tokens:,} a "
+                    "line may have; split the line, or raise the limit (--max_input_tokens)",
+                )
     translations = list(decode(encoded))
     if len(translations) != len(todo):  # an engine bug must never silently misalign lines
         raise RuntimeError(f"the engine returned {len(translations)} translations for {len(todo)} sentences")

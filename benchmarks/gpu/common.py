@@ -84,7 +84,7 @@ def peak_memory_mib(device) -> float:
     import torch
 
     if torch.device(device).type == "cuda":
-        return round(torch.cuda.max_memory_allocated(device) / 2 ** 20, 1)
+        return round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
@@ -92,8 +92,20 @@ def versions() -> dict:
     """Versions of what the figures depend on (None: not installed)."""
     from importlib import metadata
 
-    names = ("torch", "transformers", "accelerate", "tokenizers", "datasets", "evaluate", "huggingface_hub",
-             "safetensors", "sacrebleu", "triton", "ctranslate2", "numpy")
+    names = (
+        "torch",
+        "transformers",
+        "accelerate",
+        "tokenizers",
+        "datasets",
+        "evaluate",
+        "huggingface_hub",
+        "safetensors",
+        "sacrebleu",
+        "triton",
+        "ctranslate2",
+        "numpy",
+    )
     found = {"python": sys.version.split()[0]}
     for name in names:
         try:

@@ -27,8 +27,13 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 WHEELS = REPO / ".whl"
 LIMIT_MIB = 40
-PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
-             "manylinux1_x86_64"]
+PLATFORMS = [
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux1_x86_64",
+]
 STUB = Path("/tmp/vaswani_gpu_image_stub")
 
 
@@ -45,9 +50,26 @@ def canonical(name: str) -> str:
 def download(pins: list[str]) -> list[Path]:
     WHEELS.mkdir(exist_ok=True)
     platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                    "--python-version", "3.12", "--implementation", "cp", *platforms, "-d", str(WHEELS), *pins],
-                   check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--python-version",
+            "3.12",
+            "--implementation",
+            "cp",
+            *platforms,
+            "-d",
+            str(WHEELS),
+            *pins,
+        ],
+        check=True,
+    )
     wanted = {canonical(p.split("==")[0]): p.split("==")[1] for p in pins}
     kept = []
     for wheel in sorted(WHEELS.glob("*.whl")):
@@ -91,8 +113,24 @@ def dry_run(python: Path, pins: list[str]) -> list[str]:
     """What pip would install offline from .whl into the stub image: `name==version` of each."""
     report = STUB / "report.json"
     env = dict(os.environ, PIP_CONFIG_FILE=os.devnull)  # no index, no find-links or constraints but ours
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--dry-run", "--no-index", "--find-links",
-                    str(WHEELS), "--report", str(report), *pins], check=True, env=env)
+    subprocess.run(
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--dry-run",
+            "--no-index",
+            "--find-links",
+            str(WHEELS),
+            "--report",
+            str(report),
+            *pins,
+        ],
+        check=True,
+        env=env,
+    )
     installs = json.loads(report.read_text())["install"]
     return sorted(f"{i['metadata']['name']}=={i['metadata']['version']}" for i in installs)
 
@@ -100,9 +138,9 @@ def dry_run(python: Path, pins: list[str]) -> list[str]:
 def main() -> int:
     pins = read_pins(HERE / "wheels.txt")
     wheels = download(pins)
-    total = sum(w.stat().st_size for w in wheels) / 2 ** 20
+    total = sum(w.stat().st_size for w in wheels) / 2**20
     for wheel in wheels:
-        print(f"{wheel.stat().st_size / 2 ** 20:7.2f} MiB  {wheel.name}")
+        print(f"{wheel.stat().st_size / 2**20:7.2f} MiB  {wheel.name}")
     print(f"{total:7.2f} MiB  in all ({len(wheels)} wheels; limit {LIMIT_MIB} MiB)")
     if total >= LIMIT_MIB or len(wheels) != len(pins):
         print(f"fetch_wheels: FAILED: {len(wheels)}/{len(pins)} wheels, {total:.1f} MiB", file=sys.stderr)

@@ -6,10 +6,14 @@ import importlib
 
 
 def markdown(data: dict, stages: list[tuple]) -> str:
-    lines = [f"# GPU check, {data['date']}", "",
-             f"- mode: {data['mode']}; device: {data['device']}; started {data['started_utc']} UTC; "
-             f"{data.get('elapsed_s', 0)} s of a {data['total_budget_s']:.0f} s budget",
-             "- written by `benchmarks/gpu/run.py` (benchmarks/gpu/README.md says what each figure means)", ""]
+    lines = [
+        f"# GPU check, {data['date']}",
+        "",
+        f"- mode: {data['mode']}; device: {data['device']}; started {data['started_utc']} UTC; "
+        f"{data.get('elapsed_s', 0)} s of a {data['total_budget_s']:.0f} s budget",
+        "- written by `benchmarks/gpu/run.py` (benchmarks/gpu/README.md says what each figure means)",
+        "",
+    ]
     for name, module_name, *_ in stages:
         if name not in data["stages"]:
             continue
@@ -17,8 +21,7 @@ def markdown(data: dict, stages: list[tuple]) -> str:
         status = result.get("status", "?")
         if result.get("skipped"):
             status = f"skipped: {result['skipped']}"
-        lines += [f"## {name}", "",
-                  f"*{status}* ({result.get('seconds', 0)} s of {result.get('budget_s', 0)} s)", ""]
+        lines += [f"## {name}", "", f"*{status}* ({result.get('seconds', 0)} s of {result.get('budget_s', 0)} s)", ""]
         try:
             lines += importlib.import_module(module_name).markdown(result)
         except (KeyError, TypeError, ValueError, IndexError) as error:  # a cut stage can leave a partial record

@@ -30,8 +30,8 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from common import REPO, Context, Recorder, SkipStage, first_line  # noqa: E402
 import report  # noqa: E402
+from common import REPO, Context, Recorder, SkipStage, first_line  # noqa: E402
 
 # (name, module, budget in seconds on the GPU, budget in smoke mode): the order is the order of the check. The smoke
 # budgets are generous (a shared CPU can be 5x slower than a quiet one): in-process they only bound the stages'
@@ -56,11 +56,18 @@ def parse_args(argv=None):
     p.add_argument("--device", default=None, help="default: cuda if torch sees one, else cpu (--smoke: cpu)")
     p.add_argument("--stages", default=None, help="comma-separated subset of: " + ",".join(s[0] for s in STAGES))
     p.add_argument("--work", default=None, help="scratch folder (corpora, runs; default: a folder under /tmp)")
-    p.add_argument("--total_budget", type=float, default=None, help=f"seconds for the whole check "
-                   f"(default {TOTAL_BUDGET_S}; smoke: the sum of the smoke budgets)")
+    p.add_argument(
+        "--total_budget",
+        type=float,
+        default=None,
+        help=f"seconds for the whole check (default {TOTAL_BUDGET_S}; smoke: the sum of the smoke budgets)",
+    )
     p.add_argument("--budget_scale", type=float, default=1.0, help="multiply every stage's budget (tests use < 1)")
-    p.add_argument("--isolated", action="store_true",
-                   help="smoke run with every stage in its own process, cut at its budget, as on the GPU")
+    p.add_argument(
+        "--isolated",
+        action="store_true",
+        help="smoke run with every stage in its own process, cut at its budget, as on the GPU",
+    )
     p.add_argument("--stage", help=argparse.SUPPRESS)  # worker mode: run one stage in this process
     p.add_argument("--result", help=argparse.SUPPRESS)
     p.add_argument("--budget", type=float, help=argparse.SUPPRESS)
@@ -79,8 +86,9 @@ def default_device(smoke: bool) -> str:
 def run_stage(args, name: str, budget: float, result: Path, earlier: dict) -> None:
     """One stage in this process; it records into `result` as it goes."""
     module = importlib.import_module(dict((s[0], s[1]) for s in STAGES)[name])
-    ctx = Context(device=args.device, smoke=args.smoke, work=Path(args.work),
-                  deadline=time.monotonic() + budget, earlier=earlier)
+    ctx = Context(
+        device=args.device, smoke=args.smoke, work=Path(args.work), deadline=time.monotonic() + budget, earlier=earlier
+    )
     rec = Recorder(result)
     rec.flush()
     try:
@@ -122,14 +130,35 @@ def launch_stage(args, name: str, budget: float, folder: Path, earlier: dict) ->
     """Run one stage in its own process group, cut at `budget` seconds; returns its record with a `status`."""
     result, earlier_file = folder / f"{name}.json", folder / "earlier.json"
     earlier_file.write_text(json.dumps(earlier, default=str))
-    command = [sys.executable, str(Path(__file__).resolve()), "--out", args.out, "--device", args.device,
-               "--work", args.work, "--stage", name, "--result", str(result), "--budget", str(budget),
-               "--earlier", str(earlier_file), *(["--smoke"] if args.smoke else [])]
+    command = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--out",
+        args.out,
+        "--device",
+        args.device,
+        "--work",
+        args.work,
+        "--stage",
+        name,
+        "--result",
+        str(result),
+        "--budget",
+        str(budget),
+        "--earlier",
+        str(earlier_file),
+        *(["--smoke"] if args.smoke else []),
+    ]
     log = folder / f"{name}.log"
     started = time.monotonic()
     with open(log, "w") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        proc = subprocess.Popen(
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
         try:
             code = proc.wait(timeout=budget)
             cut = False
@@ -172,8 +201,9 @@ def chosen_stages(args) -> list[tuple]:
     wanted = args.stages.split(",")
     unknown = sorted(set(wanted) - {s[0] for s in STAGES})
     if unknown:
-        print(f"--stages: unknown {', '.join(unknown)}; choose from {', '.join(s[0] for s in STAGES)}",
-              file=sys.stderr)
+        print(
+            f"--stages: unknown {', '.join(unknown)}; choose from {', '.join(s[0] for s in STAGES)}", file=sys.stderr
+        )
         sys.exit(2)
     return [s for s in STAGES if s[0] in wanted]
 
@@ -191,9 +221,14 @@ def main(argv=None) -> int:
     folder = Path(args.work) / "stages"
     folder.mkdir(parents=True, exist_ok=True)
     total = args.total_budget or (sum(s[3] for s in stages) * args.budget_scale if args.smoke else TOTAL_BUDGET_S)
-    data = {"date": stamp, "mode": "smoke (CPU, tiny sizes)" if args.smoke else "full", "device": args.device,
-            "started_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "total_budget_s": total, "stages": {}}
+    data = {
+        "date": stamp,
+        "mode": "smoke (CPU, tiny sizes)" if args.smoke else "full",
+        "device": args.device,
+        "started_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "total_budget_s": total,
+        "stages": {},
+    }
     started = time.monotonic()
     for name, _module, gpu_budget, smoke_budget in stages:
         left = total - (time.monotonic() - started)
@@ -210,8 +245,10 @@ def main(argv=None) -> int:
                 data["stages"][name] = {"status": f"failed to start: {first_line(error)}"}
         data["elapsed_s"] = round(time.monotonic() - started, 1)
         write_report(data, out)
-        print(f"[gpu check] {name}: {data['stages'][name]['status']} "
-              f"({data['stages'][name].get('seconds', 0)} s)", flush=True)
+        print(
+            f"[gpu check] {name}: {data['stages'][name]['status']} ({data['stages'][name].get('seconds', 0)} s)",
+            flush=True,
+        )
     print(f"[gpu check] wrote {out / ('gpu_' + stamp)}.md and .json in {data['elapsed_s']} s", flush=True)
     return 0
 

@@ -20,8 +20,13 @@ def nvidia_smi() -> dict:
     if not shutil.which("nvidia-smi"):
         return {"nvidia_smi": "not found"}
     query = "name,driver_version,memory.total,clocks.max.sm,power.limit"
-    out = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"], capture_output=True,
-                         text=True, timeout=20).stdout.strip().splitlines()
+    out = (
+        subprocess.run(
+            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
+        )
+        .stdout.strip()
+        .splitlines()
+    )
     return {"nvidia_smi": out}
 
 
@@ -38,7 +43,7 @@ def matmul_tflops(device: str, n: int, repeats: int) -> float:
     for _ in range(repeats):
         a @ b
     synchronize(device)
-    tflops = 2 * n ** 3 * repeats / (time.perf_counter() - start) / 1e12
+    tflops = 2 * n**3 * repeats / (time.perf_counter() - start) / 1e12
     return float(f"{tflops:.4g}")  # significant digits: a CPU's bf16 products can be far below 0.01 TFLOP/s
 
 
@@ -46,13 +51,25 @@ def run(ctx: Context, rec: Recorder) -> None:
     import torch
 
     rec.set("versions", versions())
-    rec.set("cuda", {"torch_cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
-                     "available": torch.cuda.is_available()})
+    rec.set(
+        "cuda",
+        {
+            "torch_cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version(),
+            "available": torch.cuda.is_available(),
+        },
+    )
     if ctx.on_gpu:
         props = torch.cuda.get_device_properties(ctx.device)
-        rec.set("card", {"name": props.name, "memory_gib": round(props.total_memory / 2 ** 30, 1),
-                         "multiprocessors": props.multi_processor_count,
-                         "capability": f"{props.major}.{props.minor}"})
+        rec.set(
+            "card",
+            {
+                "name": props.name,
+                "memory_gib": round(props.total_memory / 2**30, 1),
+                "multiprocessors": props.multi_processor_count,
+                "capability": f"{props.major}.{props.minor}",
+            },
+        )
         rec.set("driver", nvidia_smi())
         datasheet = next((v for k, v in DATASHEET_BF16_TFLOPS.items() if k in props.name), None)
         rec.set("datasheet_bf16_tflops", datasheet)
@@ -69,9 +86,14 @@ def markdown(result: dict) -> list[str]:
     lines = []
     card = result.get("card", {})
     if card:
-        lines.append(f"- card: {card.get('name')}" + (f", {card['memory_gib']} GiB, {card['multiprocessors']} SMs, "
-                                                     f"compute capability {card['capability']}"
-                                                     if "memory_gib" in card else ""))
+        lines.append(
+            f"- card: {card.get('name')}"
+            + (
+                f", {card['memory_gib']} GiB, {card['multiprocessors']} SMs, compute capability {card['capability']}"
+                if "memory_gib" in card
+                else ""
+            )
+        )
     if "driver" in result:
         lines.append(f"- nvidia-smi: {'; '.join(result['driver'].get('nvidia_smi') or [])}")
     if "versions" in result:
@@ -80,8 +102,9 @@ def markdown(result: dict) -> list[str]:
         lines.append(f"- torch CUDA {result['cuda']['torch_cuda']}, cuDNN {result['cuda']['cudnn']}")
     if "bf16_matmul_tflops" in result:
         m = result["matmul"]
-        lines.append(f"- **bf16 matmul ceiling: {result['bf16_matmul_tflops']} TFLOP/s** ({m['n']}^3 products, mean "
-                     f"of {m['repeats']} after 3 warm-ups; the MFU denominator below)"
-                     + (f"; datasheet {result['datasheet_bf16_tflops']}" if result.get("datasheet_bf16_tflops")
-                        else ""))
+        lines.append(
+            f"- **bf16 matmul ceiling: {result['bf16_matmul_tflops']} TFLOP/s** ({m['n']}^3 products, mean "
+            f"of {m['repeats']} after 3 warm-ups; the MFU denominator below)"
+            + (f"; datasheet {result['datasheet_bf16_tflops']}" if result.get("datasheet_bf16_tflops") else "")
+        )
     return lines

@@ -16,8 +16,11 @@ from common import REPO, Context, Recorder, first_line
 
 def our_frame(error: BaseException) -> str | None:
     """The innermost traceback frame inside this repository (where the synchronising call was made)."""
-    frames = [f for f in traceback.extract_tb(error.__traceback__) if str(REPO) in f.filename
-              and "benchmarks/gpu" not in f.filename]
+    frames = [
+        f
+        for f in traceback.extract_tb(error.__traceback__)
+        if str(REPO) in f.filename and "benchmarks/gpu" not in f.filename
+    ]
     if not frames:
         return None
     f = frames[-1]
@@ -26,9 +29,7 @@ def our_frame(error: BaseException) -> str | None:
 
 def run(ctx: Context, rec: Recorder) -> None:
     import torch
-
     from bench_training_step import build, make_batch, make_optimizer, smoothing_of, train_step
-
     from stage_training_step import SMOKE_SIZES
 
     preset, vocab, rows, length = ("base", 512, 4, 12) if ctx.smoke else ("base", 37000, 64, 32)
@@ -38,9 +39,16 @@ def run(ctx: Context, rec: Recorder) -> None:
     dtype = torch.bfloat16
     for _ in range(2):
         train_step(model, optimizer, batch, smoothing_of("ours"), dtype)
-    rec.set("setup", {"preset": preset, "batch": [rows, length], "autocast": "bfloat16",
-                      "fused_adam": ctx.on_gpu,
-                      "smoke": ctx.smoke})
+    rec.set(
+        "setup",
+        {
+            "preset": preset,
+            "batch": [rows, length],
+            "autocast": "bfloat16",
+            "fused_adam": ctx.on_gpu,
+            "smoke": ctx.smoke,
+        },
+    )
     if not ctx.on_gpu:
         float(train_step(model, optimizer, batch, smoothing_of("ours"), dtype))
         rec.set("skipped", "no CUDA device: set_sync_debug_mode watches CUDA synchronisations only (the step ran)")
@@ -64,9 +72,11 @@ def markdown(result: dict) -> list[str]:
     if "setup" in result:
         s = result["setup"]
         size = " (smoke: tiny sizes)" if s.get("smoke") else ""
-        lines.append(f"- our {s['preset']} model{size}, batch {s['batch'][0]} x {s['batch'][1]}, {s['autocast']} "
-                     f"autocast, "
-                     f"fused Adam {s['fused_adam']}, after 2 warm-up steps")
+        lines.append(
+            f"- our {s['preset']} model{size}, batch {s['batch'][0]} x {s['batch'][1]}, {s['autocast']} "
+            f"autocast, "
+            f"fused Adam {s['fused_adam']}, after 2 warm-up steps"
+        )
     if "result" in result:
         lines.append(f"- **{result['result']}**")
     if result.get("error"):

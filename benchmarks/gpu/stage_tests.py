@@ -14,16 +14,38 @@ import xml.etree.ElementTree as ElementTree
 
 from common import REPO, Context, Recorder
 
-GPU_FILES = ["tests/test_modeling.py", "tests/test_generation_vaswani.py", "tests/test_beam_search.py",
-             "tests/test_pipeline.py", "tests/test_training_trainer.py", "tests/test_training_objective.py"]
+GPU_FILES = [
+    "tests/test_modeling.py",
+    "tests/test_generation_vaswani.py",
+    "tests/test_beam_search.py",
+    "tests/test_pipeline.py",
+    "tests/test_training_trainer.py",
+    "tests/test_training_objective.py",
+]
 SMOKE_FILES = ["tests/test_benchmarks.py::test_decoding_benchmark_counts_rows_of_the_output_projection"]
 
 
 def command(ctx: Context, junit: str) -> list[str]:
     files = SMOKE_FILES if ctx.smoke else GPU_FILES
     parallel = ["-n", "8"] if not ctx.smoke and importlib.util.find_spec("xdist") else ["-p", "no:xdist"]
-    return [sys.executable, "-m", "pytest", "-q", "-o", "addopts=", "-p", "no:cacheprovider", *parallel,
-            "-m", "not slow", "--timeout", "120", "--junitxml", junit, *files]
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-o",
+        "addopts=",
+        "-p",
+        "no:cacheprovider",
+        *parallel,
+        "-m",
+        "not slow",
+        "--timeout",
+        "120",
+        "--junitxml",
+        junit,
+        *files,
+    ]
 
 
 def failures(junit: str) -> tuple[dict, list[dict]]:
@@ -37,8 +59,12 @@ def failures(junit: str) -> tuple[dict, list[dict]]:
             node = case.find(kind)
             if node is not None:
                 message = (node.get("message") or node.text or "").strip().splitlines()
-                failed.append({"test": f"{case.get('classname')}::{case.get('name')}",
-                               "message": (message[0] if message else kind)[:300]})
+                failed.append(
+                    {
+                        "test": f"{case.get('classname')}::{case.get('name')}",
+                        "message": (message[0] if message else kind)[:300],
+                    }
+                )
     return counts, failed
 
 
@@ -49,8 +75,11 @@ def run(ctx: Context, rec: Recorder) -> None:
     try:
         done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=max(ctx.left() - 5, 1))
     except subprocess.TimeoutExpired as timeout:
-        tail = (timeout.stdout or b"").decode(errors="replace") if isinstance(timeout.stdout, bytes) else \
-            (timeout.stdout or "")
+        tail = (
+            (timeout.stdout or b"").decode(errors="replace")
+            if isinstance(timeout.stdout, bytes)
+            else (timeout.stdout or "")
+        )
         rec.set("cut", "pytest ran out of the stage's budget")
         rec.set("output_tail", tail.strip().splitlines()[-8:])
         return
@@ -72,8 +101,10 @@ def markdown(result: dict) -> list[str]:
     if "counts" in result:
         c = result["counts"]
         passed = c["tests"] - c["failures"] - c["errors"] - c["skipped"]
-        lines.append(f"- **{passed} passed, {c['failures']} failed, {c['errors']} errors, {c['skipped']} skipped** "
-                     f"({result.get('summary', '')})")
+        lines.append(
+            f"- **{passed} passed, {c['failures']} failed, {c['errors']} errors, {c['skipped']} skipped** "
+            f"({result.get('summary', '')})"
+        )
         lines += [f"  - FAILED `{f['test']}`: {f['message']}" for f in result.get("failed", [])]
     lines += [f"  > {line}" for line in result.get("output_tail", [])]
     return lines

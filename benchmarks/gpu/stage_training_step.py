@@ -33,15 +33,17 @@ def training_flops(config, batch) -> float:
     src = batch["attention_mask"].sum(1).double()
     tgt = (batch["labels"] != -100).sum(1).double()
     enc = config.num_encoder_layers * (src.sum() * (4 * d * d + 2 * d * d_ff) + 2 * d * (src * src).sum())
-    dec = config.num_decoder_layers * (tgt.sum() * (6 * d * d + 2 * d * d_ff) + src.sum() * 2 * d * d
-                                       + 2 * d * ((tgt * tgt).sum() + (tgt * src).sum()))
+    dec = config.num_decoder_layers * (
+        tgt.sum() * (6 * d * d + 2 * d * d_ff)
+        + src.sum() * 2 * d * d
+        + 2 * d * ((tgt * tgt).sum() + (tgt * src).sum())
+    )
     return float(6 * (enc + dec + tgt.sum() * d * vocab))
 
 
 def fit_batch(models: dict, rows: int, length: int, vocab: int, device, dtype):
     """The batch of `rows` sentences, halved until one step of every model fits in memory: (batches, note)."""
     import torch
-
     from bench_training_step import make_batch, train_step
 
     note = None
@@ -64,7 +66,6 @@ def fit_batch(models: dict, rows: int, length: int, vocab: int, device, dtype):
 def time_steps(models: dict, batches, rounds: int, steps: int, device, dtype) -> dict:
     """Interleaved timing: per round, `steps` steps of each model in turn; step seconds and peak memory per model."""
     import torch
-
     from bench_training_step import train_step
 
     times = {name: [] for name in models}
@@ -72,7 +73,7 @@ def time_steps(models: dict, batches, rounds: int, steps: int, device, dtype) ->
     for _ in range(rounds):
         for name, (model, optimizer, smoothing) in models.items():
             synchronize(device)
-            before = torch.cuda.memory_allocated(device) / 2 ** 20 if torch.device(device).type == "cuda" else 0.0
+            before = torch.cuda.memory_allocated(device) / 2**20 if torch.device(device).type == "cuda" else 0.0
             reset_peak_memory(device)
             for i in range(steps):
                 start = time.perf_counter()
@@ -89,13 +90,17 @@ def summarise(measured: dict, models: dict, batches, ceiling: float | None) -> d
     out = {}
     for name, (model, _optimizer, _smoothing) in models.items():
         step = statistics.median(measured["step_seconds"][name])
-        state_mib = sum(p.numel() for p in model.parameters()) * 16 / 2 ** 20  # fp32 weight, grad, 2 Adam moments
+        state_mib = sum(p.numel() for p in model.parameters()) * 16 / 2**20  # fp32 weight, grad, 2 Adam moments
         tflops = flops / step / 1e12
-        out[name] = {"step_ms": round(step * 1e3, 2), "target_tokens_per_s": round(tokens / step),
-                     "peak_step_mib": round(measured["peak_step_mib"][name]),
-                     "peak_with_state_mib": round(measured["peak_step_mib"][name] + state_mib),
-                     "tflops": float(f"{tflops:.4g}"), "mfu": float(f"{tflops / ceiling:.4g}") if ceiling else None,
-                     "attention": getattr(model.config, "_attn_implementation", None)}
+        out[name] = {
+            "step_ms": round(step * 1e3, 2),
+            "target_tokens_per_s": round(tokens / step),
+            "peak_step_mib": round(measured["peak_step_mib"][name]),
+            "peak_with_state_mib": round(measured["peak_step_mib"][name] + state_mib),
+            "tflops": float(f"{tflops:.4g}"),
+            "mfu": float(f"{tflops / ceiling:.4g}") if ceiling else None,
+            "attention": getattr(model.config, "_attn_implementation", None),
+        }
     out["ratio_tokens_per_s"] = round(out["ours"]["target_tokens_per_s"] / out["marian"]["target_tokens_per_s"], 3)
     out["ratio_peak_step_memory"] = round(out["ours"]["peak_step_mib"] / max(out["marian"]["peak_step_mib"], 1), 3)
     return out
@@ -103,7 +108,6 @@ def summarise(measured: dict, models: dict, batches, ceiling: float | None) -> d
 
 def build_models(preset: str, vocab: int, smoke: bool, device) -> dict:
     import torch
-
     from bench_training_step import build, make_optimizer, smoothing_of
 
     models = {}
@@ -116,7 +120,6 @@ def build_models(preset: str, vocab: int, smoke: bool, device) -> dict:
 def compile_models(models: dict, batches, smoke: bool, device, dtype, eager_step_s: dict) -> dict:
     """Both models through torch.compile (smoke: the `eager` backend, tracing only); returns compile seconds each."""
     import torch
-
     from bench_training_step import train_step
 
     seconds = {}
@@ -138,15 +141,30 @@ def run(ctx: Context, rec: Recorder) -> None:
     rows, length = (4, 12) if ctx.smoke else (round(TARGET_TOKENS / (LENGTH * 15 / 16)), LENGTH)
     rounds, steps = (1, 2) if ctx.smoke else (3, 5)
     dtype = torch.bfloat16
-    rec.set("setup", {"autocast": "bfloat16", "fused_adam": ctx.on_gpu, "rounds": rounds, "steps_per_round": steps,
-                      "batch": [rows, length], "smoke": ctx.smoke, "ceiling_tflops": ceiling})
+    rec.set(
+        "setup",
+        {
+            "autocast": "bfloat16",
+            "fused_adam": ctx.on_gpu,
+            "rounds": rounds,
+            "steps_per_round": steps,
+            "batch": [rows, length],
+            "smoke": ctx.smoke,
+            "ceiling_tflops": ceiling,
+        },
+    )
     built = {}
     for preset, vocab in presets:  # eager first for both presets: the headline figures before any compile time
         models = build_models(preset, vocab, ctx.smoke, ctx.device)
         batches, note = fit_batch(models, rows, length, vocab, ctx.device, dtype)
         measured = time_steps(models, batches, rounds, steps, ctx.device, dtype)
-        result = {"preset": preset, "mode": "eager", "batch": list(batches[0]["labels"].shape), "note": note,
-                  **summarise(measured, models, batches, ceiling)}
+        result = {
+            "preset": preset,
+            "mode": "eager",
+            "batch": list(batches[0]["labels"].shape),
+            "note": note,
+            **summarise(measured, models, batches, ceiling),
+        }
         rec.append("runs", result)
         built[preset] = (models, batches, result)
         if ctx.on_gpu and len(presets) > 1:  # one preset on the card at a time
@@ -161,14 +179,23 @@ def run(ctx: Context, rec: Recorder) -> None:
         else:
             models, batches, eager = built.pop(preset)
         try:
-            compile_s = compile_models(models, batches, ctx.smoke, ctx.device, dtype,
-                                       {n: eager[n]["step_ms"] / 1e3 for n in models})
+            compile_s = compile_models(
+                models, batches, ctx.smoke, ctx.device, dtype, {n: eager[n]["step_ms"] / 1e3 for n in models}
+            )
         except Exception as error:  # noqa: BLE001 - a compile failure is a finding, not the end of the check
             rec.append("runs", {"preset": preset, "mode": "compiled", "error": first_line(error)})
             continue
         measured = time_steps(models, batches, rounds, steps, ctx.device, dtype)
-        rec.append("runs", {"preset": preset, "mode": "compiled", "batch": list(batches[0]["labels"].shape),
-                            "compile_s": compile_s, **summarise(measured, models, batches, ceiling)})
+        rec.append(
+            "runs",
+            {
+                "preset": preset,
+                "mode": "compiled",
+                "batch": list(batches[0]["labels"].shape),
+                "compile_s": compile_s,
+                **summarise(measured, models, batches, ceiling),
+            },
+        )
         del models, batches
         if ctx.on_gpu:
             torch.cuda.empty_cache()
@@ -176,11 +203,14 @@ def run(ctx: Context, rec: Recorder) -> None:
 
 def markdown(result: dict) -> list[str]:
     s = result.get("setup", {})
-    lines = [f"- bf16 autocast, fused Adam {s.get('fused_adam')}, median of {s.get('rounds')} interleaved rounds x "
-             f"{s.get('steps_per_round')} steps; MFU against the measured ceiling of {s.get('ceiling_tflops')} TFLOP/s",
-             "", "| model | mode | batch | who | target tokens/s | step ms | peak step MiB | peak with state MiB "
-             "| TFLOP/s | MFU | ratio ours/Marian tok/s | ratio peak step memory | compile s |",
-             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"- bf16 autocast, fused Adam {s.get('fused_adam')}, median of {s.get('rounds')} interleaved rounds x "
+        f"{s.get('steps_per_round')} steps; MFU against the measured ceiling of {s.get('ceiling_tflops')} TFLOP/s",
+        "",
+        "| model | mode | batch | who | target tokens/s | step ms | peak step MiB | peak with state MiB "
+        "| TFLOP/s | MFU | ratio ours/Marian tok/s | ratio peak step memory | compile s |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in result.get("runs", []):
         if "error" in r:
             lines.append(f"| {r['preset']} | {r['mode']} | - | failed: {r['error']} |||||||||")
@@ -188,12 +218,14 @@ def markdown(result: dict) -> list[str]:
         for who in ("ours", "marian"):
             v = r[who]
             mfu = f"{v['mfu']:.1%}" if v.get("mfu") is not None else "-"
-            lines.append(f"| {r['preset']} | {r['mode']} | {r['batch'][0]} x {r['batch'][1]} | {who} | "
-                         f"{v['target_tokens_per_s']:,} | {v['step_ms']} | {v['peak_step_mib']:,} | "
-                         f"{v['peak_with_state_mib']:,} | {v['tflops']} | {mfu} | "
-                         f"{r['ratio_tokens_per_s'] if who == 'ours' else ''} | "
-                         f"{r['ratio_peak_step_memory'] if who == 'ours' else ''} | "
-                         f"{r.get('compile_s', {}).get(who, '-')} |")
+            lines.append(
+                f"| {r['preset']} | {r['mode']} | {r['batch'][0]} x {r['batch'][1]} | {who} | "
+                f"{v['target_tokens_per_s']:,} | {v['step_ms']} | {v['peak_step_mib']:,} | "
+                f"{v['peak_with_state_mib']:,} | {v['tflops']} | {mfu} | "
+                f"{r['ratio_tokens_per_s'] if who == 'ours' else ''} | "
+                f"{r['ratio_peak_step_memory'] if who == 'ours' else ''} | "
+                f"{r.get('compile_s', {}).get(who, '-')} |"
+            )
         if r.get("note"):
             lines.append(f"| {r['preset']} | note: {r['note']} ||||||||||||")
     return lines

@@ -57,8 +57,12 @@ def _callback(recorder: Recorder):
             recorder.seconds["optimizer step"] += time.perf_counter() - self.optimizer_started
 
         def on_save(self, args, state, control, **kwargs):
-            recorder.event(event="checkpoint", step=state.global_step, train_s=recorder.elapsed(),
-                           path=f"{args.output_dir}/checkpoint-{state.global_step}")
+            recorder.event(
+                event="checkpoint",
+                step=state.global_step,
+                train_s=recorder.elapsed(),
+                path=f"{args.output_dir}/checkpoint-{state.global_step}",
+            )
 
         def on_train_end(self, args, state, control, **kwargs):
             phases = dict(recorder.seconds)
@@ -71,9 +75,14 @@ def _callback(recorder: Recorder):
 def install(events_path: str, trainer_cls, collator_cls) -> Recorder:
     """Wrap `trainer_cls` and `collator_cls` (classes, before any instance exists) to time and count training."""
     recorder = Recorder(events_path)
-    for name, phase in (("get_batch_samples", "data loading"), ("training_step", "forward + backward"),
-                        ("_get_grad_norm", "gradient norm"), ("log", "logging"), ("_evaluate", "evaluation"),
-                        ("_save_checkpoint", "checkpoint writes")):
+    for name, phase in (
+        ("get_batch_samples", "data loading"),
+        ("training_step", "forward + backward"),
+        ("_get_grad_norm", "gradient norm"),
+        ("log", "logging"),
+        ("_evaluate", "evaluation"),
+        ("_save_checkpoint", "checkpoint writes"),
+    ):
         setattr(trainer_cls, name, recorder.timed(phase, getattr(trainer_cls, name)))
 
     original_evaluate = trainer_cls._evaluate

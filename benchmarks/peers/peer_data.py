@@ -30,12 +30,12 @@ class SharedData:
     """Paths (in the work folder) of what every system reads."""
 
     folder: str
-    train: str          # prefix: PREFIX.en / PREFIX.de, raw text (a line a sentence)
-    valid: str          # prefix, the validation split scored at every checkpoint
-    bpe_dir: str        # tokenizer folder (tokenizer.json + tokenizer_config.json)
-    train_pieces: str   # prefix of the space-separated subword pieces (eole)
+    train: str  # prefix: PREFIX.en / PREFIX.de, raw text (a line a sentence)
+    valid: str  # prefix, the validation split scored at every checkpoint
+    bpe_dir: str  # tokenizer folder (tokenizer.json + tokenizer_config.json)
+    train_pieces: str  # prefix of the space-separated subword pieces (eole)
     valid_pieces: str
-    piece_vocab: str    # one piece a line, our special tokens left out (eole adds its own)
+    piece_vocab: str  # one piece a line, our special tokens left out (eole adds its own)
     vocab_size: int
     train_pairs: int
     valid_pairs: int
@@ -60,12 +60,15 @@ def corpus_source(smoke: bool, multi30k_dir: Path) -> tuple[Path, dict[str, str]
 
 
 def missing_corpus_files(folder: Path, splits: dict[str, str]) -> list[str]:
-    return [str(folder / f"{prefix}.{lang}") for prefix in splits.values() for lang in (SRC, TGT)
-            if not (folder / f"{prefix}.{lang}").is_file()]
+    return [
+        str(folder / f"{prefix}.{lang}")
+        for prefix in splits.values()
+        for lang in (SRC, TGT)
+        if not (folder / f"{prefix}.{lang}").is_file()
+    ]
 
 
-def prepare(work: Path, folder: Path, splits: dict[str, str], vocab_size: int,
-            max_valid_pairs: int = 0) -> SharedData:
+def prepare(work: Path, folder: Path, splits: dict[str, str], vocab_size: int, max_valid_pairs: int = 0) -> SharedData:
     """Copy the splits into `work/data` (the first `max_valid_pairs` validation pairs, if > 0), train the joint BPE
     there and write the pieces files; reused when a previous call with the same settings left
     `work/data/shared.json`."""
@@ -75,15 +78,20 @@ def prepare(work: Path, folder: Path, splits: dict[str, str], vocab_size: int,
     data = work / "data"
     record = data / "shared.json"
     settings = {"source": str(folder), "splits": splits, "vocab_size": vocab_size, "max_valid_pairs": max_valid_pairs}
-    if record.is_file() and (data / "settings.json").is_file() and \
-            json.loads((data / "settings.json").read_text()) == settings:
+    if (
+        record.is_file()
+        and (data / "settings.json").is_file()
+        and json.loads((data / "settings.json").read_text()) == settings
+    ):
         return SharedData.load(record)
     if data.exists():
         if not (data / "settings.json").is_file():
             from vaswani_hf.io import UsageError
 
-            raise UsageError(f"{data} exists and was not made by the peer benchmark (no settings.json): move it, or "
-                             "choose another --work_dir")
+            raise UsageError(
+                f"{data} exists and was not made by the peer benchmark (no settings.json): move it, or "
+                "choose another --work_dir"
+            )
         shutil.rmtree(data)  # the benchmark's own folder, from a run with other settings
     data.mkdir(parents=True)
     pairs = {}
@@ -94,25 +102,39 @@ def prepare(work: Path, folder: Path, splits: dict[str, str], vocab_size: int,
         for lang, side in lines.items():
             (data / f"{split}.{lang}").write_text("".join(s + "\n" for s in side), encoding="utf-8")
         pairs[split] = len(lines[SRC])
-    tokenizer = train_bpe_tokenizer([data / f"train.{SRC}", data / f"train.{TGT}"], vocab_size=vocab_size,
-                                    min_frequency=2, save_dir=data / "bpe", show_progress=False)
+    tokenizer = train_bpe_tokenizer(
+        [data / f"train.{SRC}", data / f"train.{TGT}"],
+        vocab_size=vocab_size,
+        min_frequency=2,
+        save_dir=data / "bpe",
+        show_progress=False,
+    )
     backend = tokenizer.backend_tokenizer
     target_tokens = 0
     for split in splits:
         for lang in (SRC, TGT):
             encoded = backend.encode_batch(read_lines(data / f"{split}.{lang}"), add_special_tokens=False)
-            (data / f"{split}.pieces.{lang}").write_text("".join(" ".join(e.tokens) + "\n" for e in encoded),
-                                                         encoding="utf-8")
+            (data / f"{split}.pieces.{lang}").write_text(
+                "".join(" ".join(e.tokens) + "\n" for e in encoded), encoding="utf-8"
+            )
             if split == "train" and lang == TGT:
                 target_tokens = sum(len(e.ids) + 1 for e in encoded)  # + </s>
     pieces = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
     special = set(tokenizer.all_special_tokens)
     (data / "pieces.vocab").write_text("".join(p + "\n" for p, _ in pieces if p not in special), encoding="utf-8")
-    shared = SharedData(folder=str(data), train=str(data / "train"), valid=str(data / "valid"),
-                        bpe_dir=str(data / "bpe"), train_pieces=str(data / "train.pieces"),
-                        valid_pieces=str(data / "valid.pieces"), piece_vocab=str(data / "pieces.vocab"),
-                        vocab_size=len(tokenizer), train_pairs=pairs["train"], valid_pairs=pairs["valid"],
-                        mean_target_tokens=target_tokens / max(1, pairs["train"]))
+    shared = SharedData(
+        folder=str(data),
+        train=str(data / "train"),
+        valid=str(data / "valid"),
+        bpe_dir=str(data / "bpe"),
+        train_pieces=str(data / "train.pieces"),
+        valid_pieces=str(data / "valid.pieces"),
+        piece_vocab=str(data / "pieces.vocab"),
+        vocab_size=len(tokenizer),
+        train_pairs=pairs["train"],
+        valid_pairs=pairs["valid"],
+        mean_target_tokens=target_tokens / max(1, pairs["train"]),
+    )
     shared.save(record)
     (data / "settings.json").write_text(json.dumps(settings), encoding="utf-8")
     return shared

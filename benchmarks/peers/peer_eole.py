@@ -85,8 +85,10 @@ def instrument(clock: Clock) -> None:
         phases = dict(clock.seconds)
         step_total = phases.pop("forward + backward + optimizer step", 0.0)
         phases["forward + backward"] = max(0.0, step_total - phases.get("optimizer step", 0.0))
-        phases["other"] = max(0.0, loop - step_total - sum(v for k, v in phases.items()
-                                                           if k not in ("forward + backward", "optimizer step")))
+        phases["other"] = max(
+            0.0,
+            loop - step_total - sum(v for k, v in phases.items() if k not in ("forward + backward", "optimizer step")),
+        )
         clock.finish(self.optim.training_step - 1, phases)
         return stats
 

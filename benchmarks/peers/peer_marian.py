@@ -32,13 +32,29 @@ def marian_config(spec: dict, vocab_size: int):
     from transformers import MarianConfig
 
     return MarianConfig(
-        vocab_size=vocab_size, decoder_vocab_size=vocab_size, d_model=spec["d_model"],
-        encoder_layers=spec["num_encoder_layers"], decoder_layers=spec["num_decoder_layers"],
-        encoder_attention_heads=spec["num_heads"], decoder_attention_heads=spec["num_heads"],
-        encoder_ffn_dim=spec["d_ff"], decoder_ffn_dim=spec["d_ff"], activation_function="relu",
-        dropout=spec["dropout"], attention_dropout=0.0, activation_dropout=0.0, max_position_embeddings=512,
-        scale_embedding=True, pad_token_id=0, eos_token_id=2, bos_token_id=1, decoder_start_token_id=0,
-        forced_eos_token_id=None, share_encoder_decoder_embeddings=True, tie_word_embeddings=True)
+        vocab_size=vocab_size,
+        decoder_vocab_size=vocab_size,
+        d_model=spec["d_model"],
+        encoder_layers=spec["num_encoder_layers"],
+        decoder_layers=spec["num_decoder_layers"],
+        encoder_attention_heads=spec["num_heads"],
+        decoder_attention_heads=spec["num_heads"],
+        encoder_ffn_dim=spec["d_ff"],
+        decoder_ffn_dim=spec["d_ff"],
+        activation_function="relu",
+        dropout=spec["dropout"],
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        max_position_embeddings=512,
+        scale_embedding=True,
+        pad_token_id=0,
+        eos_token_id=2,
+        bos_token_id=1,
+        decoder_start_token_id=0,
+        forced_eos_token_id=None,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+    )
 
 
 def tokenized_split(prefix: str, tokenizer, max_length: int):
@@ -88,8 +104,9 @@ def target_grouped(trainer_class):
         def _get_train_sampler(self, train_dataset=None):
             dataset = train_dataset if train_dataset is not None else self.train_dataset
             lengths = [len(labels) for labels in dataset["labels"]]
-            return LengthGroupedSampler(self.args.train_batch_size * self.args.gradient_accumulation_steps,
-                                        lengths=lengths)
+            return LengthGroupedSampler(
+                self.args.train_batch_size * self.args.gradient_accumulation_steps, lengths=lengths
+            )
 
     return TargetGrouped
 
@@ -114,23 +131,44 @@ def train(args) -> int:
     model = MarianMTModel(marian_config(spec, len(tokenizer)))
     warmup = spec["warmup_steps"]
     training_args = Seq2SeqTrainingArguments(
-        output_dir=args.out, per_device_train_batch_size=args.batch_sentences,
+        output_dir=args.out,
+        per_device_train_batch_size=args.batch_sentences,
         train_sampling_strategy="group_by_length",
-        learning_rate=spec["d_model"] ** -0.5 * warmup ** -0.5, lr_scheduler_type="inverse_sqrt",
-        warmup_steps=warmup, adam_beta1=spec["adam_beta1"], adam_beta2=spec["adam_beta2"],
-        adam_epsilon=spec["adam_epsilon"], weight_decay=0.0, max_grad_norm=0.0,
-        label_smoothing_factor=spec["label_smoothing"], max_steps=10**7, logging_steps=spec["logging_steps"],
-        save_strategy="no", eval_strategy="no", report_to=[], disable_tqdm=True, use_cpu=True, seed=spec["seed"],
-        dataloader_num_workers=0)
+        learning_rate=spec["d_model"] ** -0.5 * warmup**-0.5,
+        lr_scheduler_type="inverse_sqrt",
+        warmup_steps=warmup,
+        adam_beta1=spec["adam_beta1"],
+        adam_beta2=spec["adam_beta2"],
+        adam_epsilon=spec["adam_epsilon"],
+        weight_decay=0.0,
+        max_grad_norm=0.0,
+        label_smoothing_factor=spec["label_smoothing"],
+        max_steps=10**7,
+        logging_steps=spec["logging_steps"],
+        save_strategy="no",
+        eval_strategy="no",
+        report_to=[],
+        disable_tqdm=True,
+        use_cpu=True,
+        seed=spec["seed"],
+        dataloader_num_workers=0,
+    )
     install(args.events, Seq2SeqTrainer, DataCollatorForSeq2Seq)
     trainer_class = target_grouped(Seq2SeqTrainer) if args.group_by == "target" else Seq2SeqTrainer
     trainer = trainer_class(
-        model=model, args=training_args, train_dataset=train_set, processing_class=tokenizer,
+        model=model,
+        args=training_args,
+        train_dataset=train_set,
+        processing_class=tokenizer,
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
-        callbacks=[budget_callback(args.minutes * 60, [float(m) for m in args.marks.split(",") if m])])
-    print(f"MarianMTModel: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, "
-          f"{args.batch_sentences} sentences a batch grouped by {args.group_by} length, "
-          f"optimizer {training_args.optim}", flush=True)
+        callbacks=[budget_callback(args.minutes * 60, [float(m) for m in args.marks.split(",") if m])],
+    )
+    print(
+        f"MarianMTModel: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, "
+        f"{args.batch_sentences} sentences a batch grouped by {args.group_by} length, "
+        f"optimizer {training_args.optim}",
+        flush=True,
+    )
     trainer.train()
     return 0
 
@@ -148,11 +186,15 @@ def translate(args) -> int:
     outputs: list[str] = [""] * len(sources)
     with torch.inference_mode():
         for start in range(0, len(order), args.batch_size):
-            rows = order[start:start + args.batch_size]
+            rows = order[start : start + args.batch_size]
             batch = tokenizer.pad({"input_ids": [encoded[i] for i in rows]}, return_tensors="pt")
-            generated = model.generate(**batch, num_beams=args.beams, do_sample=False,
-                                       length_penalty=args.length_penalty,
-                                       max_new_tokens=batch["input_ids"].shape[1] + 50)
+            generated = model.generate(
+                **batch,
+                num_beams=args.beams,
+                do_sample=False,
+                length_penalty=args.length_penalty,
+                max_new_tokens=batch["input_ids"].shape[1] + 50,
+            )
             for row, text in zip(rows, tokenizer.batch_decode(generated, skip_special_tokens=True)):
                 outputs[row] = " ".join(text.split())
     Path(args.out).write_text("".join(line + "\n" for line in outputs), encoding="utf-8")
@@ -172,8 +214,12 @@ def main(argv=None) -> int:
     fit.add_argument("--marks", default="", help="training seconds at which to save, comma-separated")
     fit.add_argument("--batch_sentences", type=int, required=True)
     fit.add_argument("--threads", type=int, default=2)
-    fit.add_argument("--group_by", choices=("source", "target"), default="source",
-                     help="group_by_length over source lengths (run_translation.py's) or target lengths")
+    fit.add_argument(
+        "--group_by",
+        choices=("source", "target"),
+        default="source",
+        help="group_by_length over source lengths (run_translation.py's) or target lengths",
+    )
     run = commands.add_parser("translate")
     run.add_argument("--checkpoint", required=True)
     run.add_argument("--bpe", required=True)

@@ -66,8 +66,13 @@ class TreeWatcher(threading.Thread):
             self.stopped.wait(self.interval)
 
 
-def run_watched(command: list[str], log: Path, env: dict[str, str] | None = None, cwd: str | None = None,
-                timeout_s: float | None = None) -> dict:
+def run_watched(
+    command: list[str],
+    log: Path,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    timeout_s: float | None = None,
+) -> dict:
     """Run `command` (stdout and stderr to `log`) and return its exit code, wall time, peak tree RSS and load."""
     before = loadavg()
     launched = time.time()
@@ -84,16 +89,30 @@ def run_watched(command: list[str], log: Path, env: dict[str, str] | None = None
             watcher.stopped.set()
             watcher.join()
     loads = watcher.loads or [before[0]]
-    return {"rc": rc, "launched_at": launched, "wall_s": round(time.time() - launched, 2),
-            "peak_rss_gib": round(watcher.peak_rss / 2**30, 3), "peak_processes": watcher.peak_processes,
-            "load_before": before, "load_after": loadavg(),
-            "load_during": {"min": round(min(loads), 2), "mean": round(sum(loads) / len(loads), 2),
-                            "max": round(max(loads), 2), "samples": len(loads)}}
+    return {
+        "rc": rc,
+        "launched_at": launched,
+        "wall_s": round(time.time() - launched, 2),
+        "peak_rss_gib": round(watcher.peak_rss / 2**30, 3),
+        "peak_processes": watcher.peak_processes,
+        "load_before": before,
+        "load_after": loadavg(),
+        "load_during": {
+            "min": round(min(loads), 2),
+            "mean": round(sum(loads) / len(loads), 2),
+            "max": round(max(loads), 2),
+            "samples": len(loads),
+        },
+    }
 
 
 def thread_env(threads: int) -> dict[str, str]:
     """The environment of every system's processes: `threads` intra-op threads, no tokenizer thread pool."""
     env = dict(os.environ)
-    env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="false",
-               PYTHONUNBUFFERED="1")
+    env.update(
+        OMP_NUM_THREADS=str(threads),
+        MKL_NUM_THREADS=str(threads),
+        TOKENIZERS_PARALLELISM="false",
+        PYTHONUNBUFFERED="1",
+    )
     return env

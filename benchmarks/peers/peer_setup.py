@@ -19,8 +19,11 @@ from pathlib import Path
 DEFAULT_ROOT = Path.home() / ".cache" / "vaswani_hf_bench" / "venvs"
 TORCH = "torch==2.13.0"
 PEERS = ("eole", "marian")
-VERSION_PACKAGES = {"eole": ["torch", "eole", "numpy"], "marian": ["torch", "transformers", "datasets", "accelerate"],
-                    "ours": ["torch", "transformers", "datasets", "accelerate", "vaswani_hf"]}
+VERSION_PACKAGES = {
+    "eole": ["torch", "eole", "numpy"],
+    "marian": ["torch", "transformers", "datasets", "accelerate"],
+    "ours": ["torch", "transformers", "datasets", "accelerate", "vaswani_hf"],
+}
 
 
 def requirements(name: str, eole_version: str) -> list[list[str]]:
@@ -44,13 +47,15 @@ def ready(root: Path, name: str) -> bool:
 
 def versions(interpreter: str | Path, name: str) -> dict[str, str]:
     """Installed versions of the packages that matter for `name`, asked of that environment's interpreter."""
-    code = ("import json, importlib.metadata as m\n"
-            f"names = {VERSION_PACKAGES[name]!r}\n"
-            "found = {}\n"
-            "for n in names:\n"
-            "    try: found[n] = m.version(n)\n"
-            "    except m.PackageNotFoundError: pass\n"
-            "print(json.dumps(found))")
+    code = (
+        "import json, importlib.metadata as m\n"
+        f"names = {VERSION_PACKAGES[name]!r}\n"
+        "found = {}\n"
+        "for n in names:\n"
+        "    try: found[n] = m.version(n)\n"
+        "    except m.PackageNotFoundError: pass\n"
+        "print(json.dumps(found))"
+    )
     done = subprocess.run([str(interpreter), "-c", code], capture_output=True, text=True, check=True)
     return json.loads(done.stdout)
 
@@ -62,12 +67,17 @@ def create(root: Path, name: str, eole_version: str, log: Path) -> dict[str, str
     folder.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a", encoding="utf-8") as out:
         if not python(root, name).is_file():
-            subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True, stdout=out,
-                           stderr=subprocess.STDOUT)
+            subprocess.run(
+                [sys.executable, "-m", "venv", str(folder)], check=True, stdout=out, stderr=subprocess.STDOUT
+            )
         for packages in requirements(name, eole_version):
             print(f"[{name}] pip install {' '.join(packages)}", flush=True)
-            subprocess.run([str(python(root, name)), "-m", "pip", "install", "-q", *packages], check=True,
-                           stdout=out, stderr=subprocess.STDOUT)
+            subprocess.run(
+                [str(python(root, name)), "-m", "pip", "install", "-q", *packages],
+                check=True,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
     found = versions(python(root, name), name)
     (folder / "ready.json").write_text(json.dumps(found, indent=2), encoding="utf-8")
     return found

@@ -26,43 +26,61 @@ HERE = Path(__file__).resolve().parent
 SYSTEMS = ("ours", "eole", "marian", "marian-target")
 PEERS = SYSTEMS[1:]
 VENV = {"eole": "eole", "marian": "marian", "marian-target": "marian"}  # the peer environment each system runs in
-LABELS = {"ours": "ours (scripts/train.py --recipe multi30k-en-de)",
-          "eole": "eole (token batches, noam, pre-norm)",
-          "marian": "Seq2SeqTrainer + MarianMTModel, group_by_length (source lengths)",
-          "marian-target": "Seq2SeqTrainer + MarianMTModel, group_by_length over target lengths"}
-SPEC_KEYS = ("d_model", "d_ff", "num_heads", "num_encoder_layers", "num_decoder_layers", "dropout", "label_smoothing",
-             "warmup_steps", "adam_beta1", "adam_beta2", "adam_epsilon", "max_length", "seed", "logging_steps")
+LABELS = {
+    "ours": "ours (scripts/train.py --recipe multi30k-en-de)",
+    "eole": "eole (token batches, noam, pre-norm)",
+    "marian": "Seq2SeqTrainer + MarianMTModel, group_by_length (source lengths)",
+    "marian-target": "Seq2SeqTrainer + MarianMTModel, group_by_length over target lengths",
+}
+SPEC_KEYS = (
+    "d_model",
+    "d_ff",
+    "num_heads",
+    "num_encoder_layers",
+    "num_decoder_layers",
+    "dropout",
+    "label_smoothing",
+    "warmup_steps",
+    "adam_beta1",
+    "adam_beta2",
+    "adam_epsilon",
+    "max_length",
+    "seed",
+    "logging_steps",
+)
 DIFFERENCES = {
     "ours": "the recipe: post-norm, interleaved sinusoids, one shared embedding x sqrt(d_model), attention without "
-            "biases, t2t initialisation, LayerNorm epsilon 1e-6, dropout 0.3 on sub-layer outputs and embeddings "
-            "only (none inside the feed-forward, none on attention weights: t2t v1), `</s>` at the end of the "
-            "source, label smoothing eps/(V-1), fused Adam, batches of <= 1,024 padded source and target tokens",
+    "biases, t2t initialisation, LayerNorm epsilon 1e-6, dropout 0.3 on sub-layer outputs and embeddings "
+    "only (none inside the feed-forward, none on attention weights: t2t v1), `</s>` at the end of the "
+    "source, label smoothing eps/(V-1), fused Adam, batches of <= 1,024 padded source and target tokens",
     "eole": "dropout 0.3 also inside the feed-forward (after its ReLU: eole's `dropout` covers both), source "
-            "without `</s>` (eole appends none by default), "
-            "pre-norm with a final LayerNorm (eole's decoder has no post-norm layer; `encoder_layer_style: postnorm` "
-            "exists for the encoder only, so the standard pre-norm model is used on both sides), a bias on the "
-            "output projection, decoding starts from <s>, xavier_uniform initialisation; batches: sentences x longest "
-            "side <= 1,024 tokens; one bucket = one epoch (bucket_size = training pairs; eole's default 262,144 "
-            "would read Multi30k 9 times before the first batch). The settings a maintainer would pick on this CPU "
-            "(benchmarks/results/peers_eole_settings.md, single 3-minute runs): `use_amp: false`, so that eole "
-            "builds optimi's Adam rather than torch's single-tensor one (+4% in one run), `num_workers: 0` (speed "
-            "within noise, 0.3 GiB less memory); `torch_compile` fails at eole 0.6.4's first checkpoint save "
-            "(shared embeddings under `_orig_mod.`)",
+    "without `</s>` (eole appends none by default), "
+    "pre-norm with a final LayerNorm (eole's decoder has no post-norm layer; `encoder_layer_style: postnorm` "
+    "exists for the encoder only, so the standard pre-norm model is used on both sides), a bias on the "
+    "output projection, decoding starts from <s>, xavier_uniform initialisation; batches: sentences x longest "
+    "side <= 1,024 tokens; one bucket = one epoch (bucket_size = training pairs; eole's default 262,144 "
+    "would read Multi30k 9 times before the first batch). The settings a maintainer would pick on this CPU "
+    "(benchmarks/results/peers_eole_settings.md, single 3-minute runs): `use_amp: false`, so that eole "
+    "builds optimi's Adam rather than torch's single-tensor one (+4% in one run), `num_workers: 0` (speed "
+    "within noise, 0.3 GiB less memory); `torch_compile` fails at eole 0.6.4's first checkpoint save "
+    "(shared embeddings under `_orig_mod.`)",
     "marian": "post-norm, concatenated sinusoids, attention projections with biases, final_logits_bias, "
-              "transformers' Marian initialisation (normal, std 0.02; embeddings too), LayerNorm epsilon 1e-5, "
-              "transformers' LabelSmoother (eps over all V classes), default fused AdamW (weight decay 0), "
-              "inverse_sqrt schedule = the paper's curve one step late; a fixed number of sentences per batch "
-              "(1,024 / the mean target length) grouped by source length (group_by_length's mega-batches over "
-              "input_ids, run_translation.py's grouping)",
+    "transformers' Marian initialisation (normal, std 0.02; embeddings too), LayerNorm epsilon 1e-5, "
+    "transformers' LabelSmoother (eps over all V classes), default fused AdamW (weight decay 0), "
+    "inverse_sqrt schedule = the paper's curve one step late; a fixed number of sentences per batch "
+    "(1,024 / the mean target length) grouped by source length (group_by_length's mega-batches over "
+    "input_ids, run_translation.py's grouping)",
 }
-_SOURCE_GROUPING = ("grouped by source length (group_by_length's mega-batches over input_ids, run_translation.py's "
-                    "grouping)")
+_SOURCE_GROUPING = (
+    "grouped by source length (group_by_length's mega-batches over input_ids, run_translation.py's grouping)"
+)
 assert _SOURCE_GROUPING in DIFFERENCES["marian"]  # the target-grouped system's text is derived from it
 DIFFERENCES["marian-target"] = DIFFERENCES["marian"].replace(
     _SOURCE_GROUPING,
     "grouped by target length (the same mega-batches over the labels' lengths: `length_column_name` is the "
     "documented way, but transformers 5.24 removes that column before the sampler reads it, so peer_marian.py "
-    "hands the lengths to the sampler itself)")
+    "hands the lengths to the sampler itself)",
+)
 
 
 def spec_from_recipe(max_tokens: int) -> dict:
@@ -79,16 +97,31 @@ def spec_from_recipe(max_tokens: int) -> dict:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def ours_command(shared: SharedData, out: Path, events: Path, minutes: float, save_every: float, threads: int,
-                 max_tokens: int) -> list[str]:
+def ours_command(
+    shared: SharedData, out: Path, events: Path, minutes: float, save_every: float, threads: int, max_tokens: int
+) -> list[str]:
     """scripts/train.py's command line: the recipe, plus the data and tokenizer every system shares, the budget, a
     checkpoint every `save_every` minutes kept (no averaging), no validation during training (scored afterwards,
     outside the budget, like every system's), and the thread count."""
-    overrides = {"output_dir": out / "model", "data_format": "moses", "data_dir": shared.folder,
-                 "train_data": "train", "valid_data": "null", "test_data": "null", "tokenizer_path": shared.bpe_dir,
-                 "max_train_minutes": minutes, "max_steps": 10**7, "save_every_minutes": save_every, "keep_last": 0,
-                 "average_last": 0, "eval_steps": 0, "torch_threads": threads, "disable_tqdm": "true",
-                 "translate_examples": "[]", "max_tokens_per_device": max_tokens}
+    overrides = {
+        "output_dir": out / "model",
+        "data_format": "moses",
+        "data_dir": shared.folder,
+        "train_data": "train",
+        "valid_data": "null",
+        "test_data": "null",
+        "tokenizer_path": shared.bpe_dir,
+        "max_train_minutes": minutes,
+        "max_steps": 10**7,
+        "save_every_minutes": save_every,
+        "keep_last": 0,
+        "average_last": 0,
+        "eval_steps": 0,
+        "torch_threads": threads,
+        "disable_tqdm": "true",
+        "translate_examples": "[]",
+        "max_tokens_per_device": max_tokens,
+    }
     argv = [sys.executable, str(HERE / "peer_ours.py"), str(events), "--recipe", "multi30k-en-de"]
     for key, value in overrides.items():
         argv += [f"--{key}", str(value)]
@@ -98,28 +131,67 @@ def ours_command(shared: SharedData, out: Path, events: Path, minutes: float, sa
 def eole_config(spec: dict, shared: SharedData, model_dir: Path, overrides: dict) -> dict:
     """eole 0.6's YAML for the shared model and recipe (noam with learning_rate 1.0 is Section 5.3's formula)."""
     config = {
-        "seed": spec["seed"], "report_every": spec["logging_steps"], "overwrite": True, "n_sample": 0,
-        "src_vocab": shared.piece_vocab, "tgt_vocab": shared.piece_vocab, "share_vocab": True,
-        "src_vocab_size": shared.vocab_size, "tgt_vocab_size": shared.vocab_size, "vocab_size_multiple": 8,
-        "src_words_min_frequency": 0, "tgt_words_min_frequency": 0,
-        "data": {"corpus_1": {"path_src": f"{shared.train_pieces}.en", "path_tgt": f"{shared.train_pieces}.de",
-                              "transforms": []}},
+        "seed": spec["seed"],
+        "report_every": spec["logging_steps"],
+        "overwrite": True,
+        "n_sample": 0,
+        "src_vocab": shared.piece_vocab,
+        "tgt_vocab": shared.piece_vocab,
+        "share_vocab": True,
+        "src_vocab_size": shared.vocab_size,
+        "tgt_vocab_size": shared.vocab_size,
+        "vocab_size_multiple": 8,
+        "src_words_min_frequency": 0,
+        "tgt_words_min_frequency": 0,
+        "data": {
+            "corpus_1": {
+                "path_src": f"{shared.train_pieces}.en",
+                "path_tgt": f"{shared.train_pieces}.de",
+                "transforms": [],
+            }
+        },
         "training": {
-            "model_path": str(model_dir), "keep_checkpoint": -1, "save_checkpoint_steps": 0, "train_steps": 10**7,
-            "valid_steps": 10**7, "batch_type": "tokens", "batch_size": spec["max_tokens"],
-            "bucket_size": shared.train_pairs, "num_workers": 0, "world_size": 1, "gpu_ranks": [],
-            "use_amp": False, "optim": "adam", "adam_beta1": spec["adam_beta1"], "adam_beta2": spec["adam_beta2"],
-            "adam_eps": spec["adam_epsilon"], "learning_rate": 1.0, "decay_method": "noam",
-            "warmup_steps": spec["warmup_steps"], "max_grad_norm": 0, "label_smoothing": spec["label_smoothing"],
-            "dropout": [spec["dropout"]], "attention_dropout": [0.0], "dropout_steps": [0],
-            "param_init_method": "xavier_uniform", "normalization": "tokens", "compute_dtype": "fp32"},
+            "model_path": str(model_dir),
+            "keep_checkpoint": -1,
+            "save_checkpoint_steps": 0,
+            "train_steps": 10**7,
+            "valid_steps": 10**7,
+            "batch_type": "tokens",
+            "batch_size": spec["max_tokens"],
+            "bucket_size": shared.train_pairs,
+            "num_workers": 0,
+            "world_size": 1,
+            "gpu_ranks": [],
+            "use_amp": False,
+            "optim": "adam",
+            "adam_beta1": spec["adam_beta1"],
+            "adam_beta2": spec["adam_beta2"],
+            "adam_eps": spec["adam_epsilon"],
+            "learning_rate": 1.0,
+            "decay_method": "noam",
+            "warmup_steps": spec["warmup_steps"],
+            "max_grad_norm": 0,
+            "label_smoothing": spec["label_smoothing"],
+            "dropout": [spec["dropout"]],
+            "attention_dropout": [0.0],
+            "dropout_steps": [0],
+            "param_init_method": "xavier_uniform",
+            "normalization": "tokens",
+            "compute_dtype": "fp32",
+        },
         "model": {
-            "architecture": "transformer", "hidden_size": spec["d_model"], "heads": spec["num_heads"],
-            "transformer_ff": spec["d_ff"], "add_ffnbias": True, "norm_eps": 1e-6, "share_embeddings": True,
+            "architecture": "transformer",
+            "hidden_size": spec["d_model"],
+            "heads": spec["num_heads"],
+            "transformer_ff": spec["d_ff"],
+            "add_ffnbias": True,
+            "norm_eps": 1e-6,
+            "share_embeddings": True,
             "share_decoder_embeddings": True,
             "encoder": {"encoder_type": "transformer", "layers": spec["num_encoder_layers"]},
             "decoder": {"decoder_type": "transformer", "layers": spec["num_decoder_layers"]},
-            "embeddings": {"word_vec_size": spec["d_model"], "position_encoding_type": "SinusoidalInterleaved"}},
+            "embeddings": {"word_vec_size": spec["d_model"], "position_encoding_type": "SinusoidalInterleaved"},
+        },
     }
     for dotted, value in overrides.items():  # --eole_set training.num_workers=0
         node = config
@@ -130,26 +202,70 @@ def eole_config(spec: dict, shared: SharedData, model_dir: Path, overrides: dict
     return config
 
 
-def eole_command(python: Path, config_path: Path, events: Path, minutes: float, marks: list[float],
-                 threads: int) -> list[str]:
-    return [str(python), str(HERE / "peer_eole.py"), "--events", str(events), "--minutes", str(minutes),
-            "--marks", ",".join(f"{m:.1f}" for m in marks), "--threads", str(threads), "--", "-config",
-            str(config_path)]
+def eole_command(
+    python: Path, config_path: Path, events: Path, minutes: float, marks: list[float], threads: int
+) -> list[str]:
+    return [
+        str(python),
+        str(HERE / "peer_eole.py"),
+        "--events",
+        str(events),
+        "--minutes",
+        str(minutes),
+        "--marks",
+        ",".join(f"{m:.1f}" for m in marks),
+        "--threads",
+        str(threads),
+        "--",
+        "-config",
+        str(config_path),
+    ]
 
 
-def marian_command(python: Path, spec: dict, shared: SharedData, out: Path, events: Path, minutes: float,
-                   marks: list[float], threads: int, group_by: str = "source") -> list[str]:
+def marian_command(
+    python: Path,
+    spec: dict,
+    shared: SharedData,
+    out: Path,
+    events: Path,
+    minutes: float,
+    marks: list[float],
+    threads: int,
+    group_by: str = "source",
+) -> list[str]:
     sentences = max(1, round(spec["max_tokens"] / shared.mean_target_tokens))
-    return [str(python), str(HERE / "peer_marian.py"), "train", "--spec", json.dumps(spec), "--bpe", shared.bpe_dir,
-            "--train", shared.train, "--out", str(out / "model"), "--events", str(events), "--minutes", str(minutes),
-            "--marks", ",".join(f"{m:.1f}" for m in marks), "--batch_sentences", str(sentences),
-            "--threads", str(threads), "--group_by", group_by]
+    return [
+        str(python),
+        str(HERE / "peer_marian.py"),
+        "train",
+        "--spec",
+        json.dumps(spec),
+        "--bpe",
+        shared.bpe_dir,
+        "--train",
+        shared.train,
+        "--out",
+        str(out / "model"),
+        "--events",
+        str(events),
+        "--minutes",
+        str(minutes),
+        "--marks",
+        ",".join(f"{m:.1f}" for m in marks),
+        "--batch_sentences",
+        str(sentences),
+        "--threads",
+        str(threads),
+        "--group_by",
+        group_by,
+    ]
 
 
 def write_eole_config(spec: dict, shared: SharedData, out: Path, overrides: dict) -> Path:
     path = out / "eole.yaml"
-    path.write_text(yaml.safe_dump(eole_config(spec, shared, out / "model", overrides), sort_keys=False),
-                    encoding="utf-8")
+    path.write_text(
+        yaml.safe_dump(eole_config(spec, shared, out / "model", overrides), sort_keys=False), encoding="utf-8"
+    )
     return path
 
 
@@ -170,31 +286,81 @@ def translate_ours(checkpoint: str, shared: SharedData, beams: int, threads: int
 
     torch.set_num_threads(threads)
     model = AutoModelForSeq2SeqLM.from_pretrained(checkpoint).eval()
-    return translate(model, load_tokenizer(shared.bpe_dir), read_lines(f"{shared.valid}.en"), num_beams=beams,
-                     batch_size=64, progress=False)
+    return translate(
+        model,
+        load_tokenizer(shared.bpe_dir),
+        read_lines(f"{shared.valid}.en"),
+        num_beams=beams,
+        batch_size=64,
+        progress=False,
+    )
 
 
 def translate_eole(python: Path, checkpoint: str, shared: SharedData, beams: int, out: Path, env: dict) -> list[str]:
     """`eole predict` on the pieces file (GNMT length penalty "wu", alpha 0.6), decoded by our tokenizer."""
     hyp = out / f"{Path(checkpoint).name}.beam{beams}.pieces"
     eole = Path(python).parent / "eole"
-    done = subprocess.run([str(eole), "predict", "-model_path", checkpoint, "-src", f"{shared.valid_pieces}.en",
-                           "-output", str(hyp), "-beam_size", str(beams), "-batch_size", "64", "-batch_type", "sents",
-                           "-length_penalty", "wu", "-alpha", "0.6", "-max_length", "250"],
-                          check=False, env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            str(eole),
+            "predict",
+            "-model_path",
+            checkpoint,
+            "-src",
+            f"{shared.valid_pieces}.en",
+            "-output",
+            str(hyp),
+            "-beam_size",
+            str(beams),
+            "-batch_size",
+            "64",
+            "-batch_type",
+            "sents",
+            "-length_penalty",
+            "wu",
+            "-alpha",
+            "0.6",
+            "-max_length",
+            "250",
+        ],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"eole predict failed ({done.returncode}): {done.stderr[-2000:]}")
     return pieces_to_text(hyp.read_text(encoding="utf-8").splitlines(), shared.bpe_dir)
 
 
-def translate_marian(python: Path, checkpoint: str, shared: SharedData, beams: int, out: Path, env: dict,
-                     threads: int) -> list[str]:
+def translate_marian(
+    python: Path, checkpoint: str, shared: SharedData, beams: int, out: Path, env: dict, threads: int
+) -> list[str]:
     """MarianMTModel.generate (beam 4: length_penalty 0.6 on |Y|, transformers' scoring), max input + 50 tokens."""
     hyp = out / f"{Path(checkpoint).name}.beam{beams}.txt"
-    done = subprocess.run([str(python), str(HERE / "peer_marian.py"), "translate", "--checkpoint", checkpoint,
-                           "--bpe", shared.bpe_dir, "--source", f"{shared.valid}.en", "--out", str(hyp),
-                           "--beams", str(beams), "--threads", str(threads)],
-                          check=False, env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            str(python),
+            str(HERE / "peer_marian.py"),
+            "translate",
+            "--checkpoint",
+            checkpoint,
+            "--bpe",
+            shared.bpe_dir,
+            "--source",
+            f"{shared.valid}.en",
+            "--out",
+            str(hyp),
+            "--beams",
+            str(beams),
+            "--threads",
+            str(threads),
+        ],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"peer_marian.py translate failed ({done.returncode}): {done.stderr[-2000:]}")
     return hyp.read_text(encoding="utf-8").splitlines()

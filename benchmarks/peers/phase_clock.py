@@ -51,5 +51,13 @@ class PhaseClock:
 
     def finish(self, step: int, phases: dict[str, float]) -> None:
         """The `train_end` event: the loop's time, its phases and the token counts."""
-        self.event(event="train_end", step=step, train_s=self.elapsed(), phases=phases, tgt_tokens=self.tgt_tokens,
-                   tgt_slots=self.tgt_slots, src_tokens=self.src_tokens, batches=self.batches)
+        self.event(
+            event="train_end",
+            step=step,
+            train_s=self.elapsed(),
+            phases=phases,
+            tgt_tokens=self.tgt_tokens,
+            tgt_slots=self.tgt_slots,
+            src_tokens=self.src_tokens,
+            batches=self.batches,
+        )

@@ -28,13 +28,20 @@ def build_parser() -> ArgumentParser:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--run_dir", help="training output folder holding checkpoint-N folders")
     source.add_argument("--checkpoints", nargs="+", help="explicit checkpoint folders (averaged with equal weight)")
-    parser.add_argument("--last", type=number(int, min=1, max=10**6), default=5,
-                        help="with --run_dir: number of newest checkpoints (default 5)")
+    parser.add_argument(
+        "--last",
+        type=number(int, min=1, max=10**6),
+        default=5,
+        help="with --run_dir: number of newest checkpoints (default 5)",
+    )
     parser.add_argument("--out", required=True, help="output model folder")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
-    parser.add_argument("--allow_other_runs", action="store_true",
-                        help="average checkpoints of independent runs too (refused by default: Section 6.1 averages "
-                             "the last checkpoints of one run; told apart by their trainer_state.json histories)")
+    parser.add_argument(
+        "--allow_other_runs",
+        action="store_true",
+        help="average checkpoints of independent runs too (refused by default: Section 6.1 averages "
+        "the last checkpoints of one run; told apart by their trainer_state.json histories)",
+    )
     return parser
 
 
@@ -48,8 +55,10 @@ def _checkpoints(args) -> tuple[list[Path], str | None]:
         raise io.UsageError(f"--run_dir {run_dir}: {'is a file' if run_dir.exists() else 'folder not found'}")
     for entry in sorted(run_dir.glob("checkpoint-*")):  # a broken entry is named, not silently passed over
         if not entry.is_dir():
-            raise io.UsageError(f"--run_dir {run_dir}: {entry.name} is {io.path_kind(entry)}, not a checkpoint "
-                                "folder; remove it or give the checkpoints with --checkpoints")
+            raise io.UsageError(
+                f"--run_dir {run_dir}: {entry.name} is {io.path_kind(entry)}, not a checkpoint "
+                "folder; remove it or give the checkpoints with --checkpoints"
+            )
     folders = last_checkpoints(run_dir, args.last)
     if not folders:
         raise io.UsageError(f"--run_dir {run_dir} holds no checkpoint-N folder")
@@ -63,8 +72,11 @@ def _paths(args) -> Paths:
     folders, args.warning = _checkpoints(args)
     args.folders = folders
     flag = "--run_dir" if args.run_dir else "--checkpoints"
-    return Paths(inputs=[Use(f"{flag}'s {folder.name}", folder, SAFETENSORS_CHECKPOINT) for folder in folders],
-                 outputs=(Use("--out", args.out, output_folder(AVERAGED)),), overwrite=args.overwrite)
+    return Paths(
+        inputs=[Use(f"{flag}'s {folder.name}", folder, SAFETENSORS_CHECKPOINT) for folder in folders],
+        outputs=(Use("--out", args.out, output_folder(AVERAGED)),),
+        overwrite=args.overwrite,
+    )
 
 
 def _agree(args, checked) -> None:
@@ -79,8 +91,15 @@ def _run(args) -> None:
     print(f"averaged {len(args.folders)} checkpoints ({', '.join(f.name for f in args.folders)}) -> {out}")
 
 
-COMMAND = Command("average_checkpoints", "vaswani-average-checkpoints", build_parser, _run, paths=_paths,
-                  agree=_agree, invoked_name=True)
+COMMAND = Command(
+    "average_checkpoints",
+    "vaswani-average-checkpoints",
+    build_parser,
+    _run,
+    paths=_paths,
+    agree=_agree,
+    invoked_name=True,
+)
 main = COMMAND.main
 
 if __name__ == "__main__":  # python -m vaswani_hf.cli.<tool> (the console script: vaswani_commands)

@@ -28,6 +28,7 @@ from .contract import declare_paths, run_cli
 @dataclass(frozen=True)
 class Kind:
     """What a path must be: `check(path, what, overwrite)` raises UsageError naming `what`, or returns the path."""
+
     name: str
     check: Callable[[Any, str, bool], Any]
 
@@ -65,8 +66,9 @@ def _or_stdio(kind: Kind, name: str) -> Kind:
 
 TEXT_FILE = Kind("text file", lambda p, w, o: io.check_input_file(p, w))
 MODEL_FOLDER = Kind("model folder (model + tokenizer)", lambda p, w, o: io.check_model_folder(Path(p), what=w))
-MODEL_WITHOUT_TOKENIZER = Kind("model folder (tokenizer elsewhere)",
-                               lambda p, w, o: io.check_model_folder(Path(p), what=w, tokenizer=False))
+MODEL_WITHOUT_TOKENIZER = Kind(
+    "model folder (tokenizer elsewhere)", lambda p, w, o: io.check_model_folder(Path(p), what=w, tokenizer=False)
+)
 SAFETENSORS_CHECKPOINT = Kind("checkpoint folder with model.safetensors", _safetensors_checkpoint)
 FOLDER = Kind("folder", _folder)
 TOKENIZER_FOLDER = Kind("tokenizer folder", _tokenizer_folder)
@@ -78,13 +80,13 @@ OUTPUT_FILE_OR_STDOUT = _or_stdio(OUTPUT_FILE, "output file or - (standard outpu
 
 def output_folder(marker: str) -> Kind:
     """An output folder of one kind (`io.check_output_dir`'s marker: replaced only with overwrite and that kind)."""
-    return Kind(f"output folder of {marker}",
-                lambda p, w, o: io.check_output_dir(p, overwrite=o, what=w, kind=marker))
+    return Kind(f"output folder of {marker}", lambda p, w, o: io.check_output_dir(p, overwrite=o, what=w, kind=marker))
 
 
 @dataclass(frozen=True)
 class Use:
     """One path a command reads or writes: its flag, the path, its kind, what a message calls it if not the flag."""
+
     flag: str
     path: Any
     kind: Kind = PATH
@@ -129,9 +131,14 @@ def execute(command: Command, argv: Sequence[str]) -> int | None:
 
     for use in (*paths.inputs, *paths.outputs):  # a path, not nothing and not a URL (this tool reads no network)
         if use.path is not None and (not str(use.path) or re.match(r"[A-Za-z][\w+.-]*://", str(use.path))):
-            raise UsageError(f"{use.flag} is {'empty' if not str(use.path) else 'a URL'}: give a local path"
-                             + (" (download a Hub model first: hf download ORG/NAME --local-dir DIR)"
-                                if use.kind is MODEL_FOLDER and str(use.path) else ""))
+            raise UsageError(
+                f"{use.flag} is {'empty' if not str(use.path) else 'a URL'}: give a local path"
+                + (
+                    " (download a Hub model first: hf download ORG/NAME --local-dir DIR)"
+                    if use.kind is MODEL_FOLDER and str(use.path)
+                    else ""
+                )
+            )
 
     def check(uses: Sequence[Use]) -> None:
         for use in uses:
@@ -139,8 +146,9 @@ def execute(command: Command, argv: Sequence[str]) -> int | None:
                 checked[use.flag] = use.kind.check(use.path, use.what or use.flag, paths.overwrite)
 
     check([use for use in paths.inputs if use.first])
-    declare_paths(inputs={use.flag: use.path for use in paths.inputs},
-                  outputs={use.flag: use.path for use in paths.outputs})
+    declare_paths(
+        inputs={use.flag: use.path for use in paths.inputs}, outputs={use.flag: use.path for use in paths.outputs}
+    )
     check([use for use in paths.inputs if not use.first])
     command.agree(args, checked)
     check(paths.outputs)
@@ -149,4 +157,3 @@ def execute(command: Command, argv: Sequence[str]) -> int | None:
 
 def run_command(command: Command, argv: Sequence[str] | None = None) -> int:
     return run_cli(lambda args: execute(command, args), argv, prog=None if command.invoked_name else command.prog)
-

@@ -50,12 +50,19 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def add_debug_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--debug", action="store_true",
-                        help="show the full traceback of an error (also: environment variable VASWANI_DEBUG=1)")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="show the full traceback of an error (also: environment variable VASWANI_DEBUG=1)",
+    )
 
 
-def declare_paths(inputs: Mapping[str, str | os.PathLike | None],
-                  outputs: Mapping[str, str | os.PathLike | None], *, check: bool = True) -> None:
+def declare_paths(
+    inputs: Mapping[str, str | os.PathLike | None],
+    outputs: Mapping[str, str | os.PathLike | None],
+    *,
+    check: bool = True,
+) -> None:
     """A command's paths by flag: checked by `io.check_paths` (`check=False`: the caller checked them, e.g. a
     training plan), and named when the disk fills (the system names no file then, or the file copied from)."""
     if check:
@@ -96,13 +103,17 @@ def expected_os_failure(error: BaseException) -> tuple[int, str] | None:
         return 1, f"{where}: {limit}" if where and "ulimit -f" in limit else limit
     if any(t in str(error).lower() for t in _DISK_FULL_TEXT):
         where = " and ".join(_declared_outputs.get()) or "an output"
-        return 1, f"{where}: writing failed, no space left on device ({one_line(error, 160)}); free some space or " \
-                  "write elsewhere"
+        return (
+            1,
+            f"{where}: writing failed, no space left on device ({one_line(error, 160)}); free some space or "
+            "write elsewhere",
+        )
     return None
 
 
-def run_cli(main: Callable[[list[str]], int | None], argv: Sequence[str] | None = None,
-            prog: str | None = None) -> int:
+def run_cli(
+    main: Callable[[list[str]], int | None], argv: Sequence[str] | None = None, prog: str | None = None
+) -> int:
     """Run a tool's `main(argv)` under the contract (see the module docstring)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = prog or Path(sys.argv[0]).name
@@ -160,10 +171,16 @@ def expected_failure(error: BaseException) -> tuple[int, str] | None:
 # No credential reaches an error line (argparse echoes an unrecognised `--token hf_...`): a Hugging Face token, a
 # URL's user:password@ or ?token= part, and
 # the value after a flag or header that names a secret (--token, --hub_token, --api_key, ...; Authorization: Bearer)
-_CREDENTIALS = (re.compile(r"\bhf_[A-Za-z0-9]{20,}|(?<=://)[^/\s@]+@|(?<=[?&])(?:\w*token|key|password|secret)=[^&\s]+",
-                           re.IGNORECASE), re.compile(
-    r"((?:--?(?:\w*[_-])?(?:token|password|passwd|secret|api[_-]?key|credentials?)\b['\"]?[\s=]+|"
-    r"(?:authorization|bearer)\b['\"]?[\s=:]+['\"]?(?:bearer\s+)?)['\"]?)[^\s'\",;)]+", re.IGNORECASE))
+_CREDENTIALS = (
+    re.compile(
+        r"\bhf_[A-Za-z0-9]{20,}|(?<=://)[^/\s@]+@|(?<=[?&])(?:\w*token|key|password|secret)=[^&\s]+", re.IGNORECASE
+    ),
+    re.compile(
+        r"((?:--?(?:\w*[_-])?(?:token|password|passwd|secret|api[_-]?key|credentials?)\b['\"]?[\s=]+|"
+        r"(?:authorization|bearer)\b['\"]?[\s=:]+['\"]?(?:bearer\s+)?)['\"]?)[^\s'\",;)]+",
+        re.IGNORECASE,
+    ),
+)
 
 
 def masked(line: str) -> str:
@@ -186,4 +203,3 @@ def _silence_stdout() -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-

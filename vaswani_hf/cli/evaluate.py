@@ -37,28 +37,46 @@ from .contract import ArgumentParser
 
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="vaswani-evaluate", description=__doc__)
-    parser.add_argument("--references", nargs="+", required=True, metavar="FILE",
-                        help="reference file(s), one segment per line")
+    parser.add_argument(
+        "--references", nargs="+", required=True, metavar="FILE", help="reference file(s), one segment per line"
+    )
     parser.add_argument("--hypotheses", metavar="FILE", help="score this output file instead of translating")
     parser.add_argument("--model", metavar="DIR", help="saved model folder (with its tokenizer)")
     parser.add_argument("--source", metavar="FILE", help="source file to translate with --model")
     parser.add_argument("--out", metavar="FILE", help="write the scores as JSON here")
     parser.add_argument("--save_hypotheses", metavar="FILE", help="write the model's translations here")
     parser.add_argument("--overwrite", action="store_true", help="replace existing --out / --save_hypotheses files")
-    parser.add_argument("--num_beams", type=flag_type(GENERATION_SETTINGS["num_beams"]), default=None,
-                        help="beam size (default: the model's generation_config)")
+    parser.add_argument(
+        "--num_beams",
+        type=flag_type(GENERATION_SETTINGS["num_beams"]),
+        default=None,
+        help="beam size (default: the model's generation_config)",
+    )
     parser.add_argument("--batch_size", type=number(int, min=1, max=MAX_SENTENCES), default=32)
-    parser.add_argument("--max_input_tokens", type=number(int, min=1, max=MAX_POSITIONS), default=MAX_SOURCE_TOKENS,
-                        help="a source line with more tokens (</s> included) is refused before anything is "
-                             f"translated (default {MAX_SOURCE_TOKENS})")
-    parser.add_argument("--device", type=device, default=None,
-                        help="torch device (default: the accelerator if any, else cpu)")
-    parser.add_argument("--target_lang", default="de", type=language_code,
-                        help="target language code for the Moses tokenizer of the paper-style BLEU (e.g. de, fr)")
-    parser.add_argument("--tokenize", default="13a", choices=SACREBLEU_TOKENIZERS,
-                        help="sacreBLEU tokenizer for the 'sacrebleu' score")
-    parser.add_argument("--lowercase", action="store_true",
-                        help="case-insensitive sacrebleu, chrf and bleu_tok_none (the paper-style BLEU stays cased)")
+    parser.add_argument(
+        "--max_input_tokens",
+        type=number(int, min=1, max=MAX_POSITIONS),
+        default=MAX_SOURCE_TOKENS,
+        help="a source line with more tokens (</s> included) is refused before anything is "
+        f"translated (default {MAX_SOURCE_TOKENS})",
+    )
+    parser.add_argument(
+        "--device", type=device, default=None, help="torch device (default: the accelerator if any, else cpu)"
+    )
+    parser.add_argument(
+        "--target_lang",
+        default="de",
+        type=language_code,
+        help="target language code for the Moses tokenizer of the paper-style BLEU (e.g. de, fr)",
+    )
+    parser.add_argument(
+        "--tokenize", default="13a", choices=SACREBLEU_TOKENIZERS, help="sacreBLEU tokenizer for the 'sacrebleu' score"
+    )
+    parser.add_argument(
+        "--lowercase",
+        action="store_true",
+        help="case-insensitive sacrebleu, chrf and bleu_tok_none (the paper-style BLEU stays cased)",
+    )
     return parser
 
 
@@ -75,9 +93,11 @@ def _paths(args) -> Paths:
     line counts agree (`_resolve`); the output files before anything is read."""
     inputs = [Use(f"--references ({i + 1})", path) for i, path in enumerate(args.references)]
     inputs += [Use("--hypotheses", args.hypotheses), Use("--source", args.source), Use("--model", args.model)]
-    return Paths(inputs=inputs, outputs=(Use("--out", args.out, OUTPUT_FILE),
-                                         Use("--save_hypotheses", args.save_hypotheses, OUTPUT_FILE)),
-                 overwrite=args.overwrite)
+    return Paths(
+        inputs=inputs,
+        outputs=(Use("--out", args.out, OUTPUT_FILE), Use("--save_hypotheses", args.save_hypotheses, OUTPUT_FILE)),
+        overwrite=args.overwrite,
+    )
 
 
 def translate_file(args, sources: list[str]) -> tuple[list[str], int]:
@@ -86,13 +106,22 @@ def translate_file(args, sources: list[str]) -> tuple[list[str], int]:
     num_beams = args.num_beams if args.num_beams is not None else model.generation_config.num_beams
     started = time.perf_counter()
     try:
-        hypotheses = translate(model, tokenizer, sources, batch_size=args.batch_size, num_beams=num_beams,
-                               max_input_tokens=args.max_input_tokens)
+        hypotheses = translate(
+            model,
+            tokenizer,
+            sources,
+            batch_size=args.batch_size,
+            num_beams=num_beams,
+            max_input_tokens=args.max_input_tokens,
+        )
     except io.InputLineError as error:  # e.g. a line longer than the model's positions: named as file:line
         raise error.in_file(args.source) from error
     # reported after the work, so that a refused source is one line on stderr (translate shows its own progress)
-    print(f"translated {len(sources)} lines of {args.source} on {resolve_device(args.device)} with "
-          f"num_beams={num_beams} in {time.perf_counter() - started:.1f}s", file=sys.stderr)
+    print(
+        f"translated {len(sources)} lines of {args.source} on {resolve_device(args.device)} with "
+        f"num_beams={num_beams} in {time.perf_counter() - started:.1f}s",
+        file=sys.stderr,
+    )
     return hypotheses, num_beams
 
 
@@ -124,8 +153,13 @@ def _run(plan) -> int:
     meta["num_segments"] = len(hypotheses)
     if not hypotheses:
         raise io.UsageError(f"{args.hypotheses or args.source}: no segments to score (the file is empty)")
-    scores = compute_all(hypotheses, [lines for _, lines in references], target_lang=args.target_lang,
-                         tokenize=args.tokenize, lowercase=args.lowercase)
+    scores = compute_all(
+        hypotheses,
+        [lines for _, lines in references],
+        target_lang=args.target_lang,
+        tokenize=args.tokenize,
+        lowercase=args.lowercase,
+    )
     print(format_table(scores))
     if args.out:
         with io.replace_atomically(io.check_output_file(args.out, overwrite=args.overwrite, what="--out")) as tmp:
@@ -134,8 +168,17 @@ def _run(plan) -> int:
     return 0
 
 
-COMMAND = Command("evaluate", "vaswani-evaluate", build_parser, _run, paths=_paths, validate=check_arguments,
-                  resolve=_resolve, script="evaluate_translations.py", invoked_name=True)
+COMMAND = Command(
+    "evaluate",
+    "vaswani-evaluate",
+    build_parser,
+    _run,
+    paths=_paths,
+    validate=check_arguments,
+    resolve=_resolve,
+    script="evaluate_translations.py",
+    invoked_name=True,
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -25,20 +25,26 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--out_dir", required=True, help="CTranslate2 model folder to write")
     parser.add_argument("--quantization", default=None, choices=QUANTIZATIONS, help="weight type (default: float32)")
     parser.add_argument("--tokenizer", default=None, help="tokenizer folder (default: --model_dir)")
-    parser.add_argument("--max_positions", type=number(int, min=1, max=MAX_POSITIONS), default=None,
-                        help="rows of the exported sinusoid table = longest source/output CTranslate2 accepts "
-                             "(default: max(max_position_embeddings, 1024))")
-    parser.add_argument("--overwrite", "--force", action="store_true", help="replace a non-empty --out_dir (--force: "
-                        "its older name)")
+    parser.add_argument(
+        "--max_positions",
+        type=number(int, min=1, max=MAX_POSITIONS),
+        default=None,
+        help="rows of the exported sinusoid table = longest source/output CTranslate2 accepts "
+        "(default: max(max_position_embeddings, 1024))",
+    )
+    parser.add_argument(
+        "--overwrite", "--force", action="store_true", help="replace a non-empty --out_dir (--force: its older name)"
+    )
     return parser
 
 
 def _paths(args) -> Paths:
     model = MODEL_FOLDER if args.tokenizer is None else MODEL_WITHOUT_TOKENIZER
-    return Paths(inputs=(Use("--model_dir", args.model_dir, model),
-                         Use("--tokenizer", args.tokenizer, TOKENIZER_FOLDER)),
-                 outputs=(Use("--out_dir", args.out_dir, output_folder(CT2_FOLDER)),),
-                 overwrite=args.overwrite)
+    return Paths(
+        inputs=(Use("--model_dir", args.model_dir, model), Use("--tokenizer", args.tokenizer, TOKENIZER_FOLDER)),
+        outputs=(Use("--out_dir", args.out_dir, output_folder(CT2_FOLDER)),),
+        overwrite=args.overwrite,
+    )
 
 
 def _resolve(args, checked):
@@ -47,12 +53,21 @@ def _resolve(args, checked):
 
 
 def _run(args) -> None:
-    print(to_ctranslate2(args.model_dir, args.out_dir, quantization=args.quantization, tokenizer=args.tokenizer,
-                         max_positions=args.max_positions, force=args.overwrite))
+    print(
+        to_ctranslate2(
+            args.model_dir,
+            args.out_dir,
+            quantization=args.quantization,
+            tokenizer=args.tokenizer,
+            max_positions=args.max_positions,
+            force=args.overwrite,
+        )
+    )
 
 
-COMMAND = Command("export_ctranslate2", "vaswani-export-ctranslate2", build_parser, _run, paths=_paths,
-                  resolve=_resolve)
+COMMAND = Command(
+    "export_ctranslate2", "vaswani-export-ctranslate2", build_parser, _run, paths=_paths, resolve=_resolve
+)
 main = COMMAND.main
 
 if __name__ == "__main__":  # python -m vaswani_hf.cli.<tool> (the console script: vaswani_commands)

@@ -43,8 +43,11 @@ def _validate(args) -> None:
 
 
 def _paths(args) -> Paths:
-    return Paths(inputs=(Use("--model_dir", args.model_dir, MODEL_FOLDER),),
-                 outputs=(Use("--out", args.out, output_folder(MARIAN_FOLDER)),), overwrite=args.overwrite)
+    return Paths(
+        inputs=(Use("--model_dir", args.model_dir, MODEL_FOLDER),),
+        outputs=(Use("--out", args.out, output_folder(MARIAN_FOLDER)),),
+        overwrite=args.overwrite,
+    )
 
 
 def _agree(args, checked) -> None:
@@ -55,14 +58,16 @@ def _run(args) -> None:
     training_info = read_card_inputs(args.model_dir).get("training_info")
     if training_info is None and args.source_lang:
         training_info = {"source_lang": args.source_lang, "target_lang": args.target_lang}
-    out = export_marian(args.model_dir, args.out, training_info=training_info, repo_id=args.repo_id,
-                        overwrite=args.overwrite)
+    out = export_marian(
+        args.model_dir, args.out, training_info=training_info, repo_id=args.repo_id, overwrite=args.overwrite
+    )
     card = "with README.md" if (out / "README.md").exists() else "without card (give --source_lang/--target_lang)"
     print(f"wrote MarianMTModel folder {out} {card}")
 
 
-COMMAND = Command("export_marian", "vaswani-export-marian", build_parser, _run, paths=_paths, validate=_validate,
-                  agree=_agree)
+COMMAND = Command(
+    "export_marian", "vaswani-export-marian", build_parser, _run, paths=_paths, validate=_validate, agree=_agree
+)
 main = COMMAND.main
 
 if __name__ == "__main__":  # python -m vaswani_hf.cli.<tool> (the console script: vaswani_commands)

@@ -110,4 +110,3 @@ def library_progress_bars_off():
         yield
     finally:
         switch(was_enabled)
-

@@ -26,17 +26,24 @@ from .contract import ArgumentParser
 
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="vaswani-push-to-hub", description=__doc__)
-    parser.add_argument("--model_dir", default=None, help="saved model folder (model + tokenizer + card); required "
-                        "unless --space_only")
+    parser.add_argument(
+        "--model_dir", default=None, help="saved model folder (model + tokenizer + card); required unless --space_only"
+    )
     parser.add_argument("--repo_id", required=True, help="target repository, e.g. org/vaswani-base")
     parser.add_argument("--private", action="store_true", help="create the repository as private (new repos only)")
     parser.add_argument("--revision", default=None, help="branch to commit to (created if missing; default main)")
     parser.add_argument("--dry_run", action="store_true", help="list the files that would be uploaded, and stop")
     parser.add_argument("--commit_message", default=DEFAULT_COMMIT_MESSAGE)
-    parser.add_argument("--space_id", default=None,
-                        help="also create/update a Gradio Space of this id that serves --repo_id (e.g. org/name-demo)")
-    parser.add_argument("--space_only", action="store_true",
-                        help="with --space_id: upload only the Space (the model repository exists already)")
+    parser.add_argument(
+        "--space_id",
+        default=None,
+        help="also create/update a Gradio Space of this id that serves --repo_id (e.g. org/name-demo)",
+    )
+    parser.add_argument(
+        "--space_only",
+        action="store_true",
+        help="with --space_id: upload only the Space (the model repository exists already)",
+    )
     return parser
 
 
@@ -45,8 +52,10 @@ def _validate(args) -> None:
     if args.space_only and args.space_id is None:
         raise io.UsageError("--space_only needs --space_id, the Space to create (see --help)")
     if args.space_only and args.model_dir is not None:
-        raise io.UsageError("--model_dir and --space_only exclude each other: --space_only uploads no model (drop "
-                            "--model_dir to update only the Space, or --space_only to push the model too)")
+        raise io.UsageError(
+            "--model_dir and --space_only exclude each other: --space_only uploads no model (drop "
+            "--model_dir to update only the Space, or --space_only to push the model too)"
+        )
     if args.model_dir is None and not args.space_only:
         raise io.UsageError("the following arguments are required: --model_dir (see --help)")
     if args.space_id is not None:
@@ -61,8 +70,14 @@ def _run(args) -> None:
     """The model (unless --space_only), then the Space: each upload checks its repository id before any network
     call; --dry_run lists and stops."""
     if args.model_dir is not None:
-        push_folder(args.model_dir, args.repo_id, private=args.private, revision=args.revision, dry_run=args.dry_run,
-                    commit_message=args.commit_message)
+        push_folder(
+            args.model_dir,
+            args.repo_id,
+            private=args.private,
+            revision=args.revision,
+            dry_run=args.dry_run,
+            commit_message=args.commit_message,
+        )
     if args.space_id is not None:
         push_space(args.repo_id, args.space_id, private=args.private, dry_run=args.dry_run)
 

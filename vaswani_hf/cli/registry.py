@@ -15,9 +15,20 @@ from .train_tokenizer import COMMAND as TRAIN_TOKENIZER
 from .translate import COMMAND as TRANSLATE
 from .visualize_attention import COMMAND as VISUALIZE_ATTENTION
 
-COMMANDS: dict[str, Command] = {command.name: command for command in (
-    TRAIN, TRANSLATE, EVALUATE, TRAIN_TOKENIZER, AVERAGE_CHECKPOINTS, EXPORT_MARIAN, EXPORT_CTRANSLATE2,
-    VISUALIZE_ATTENTION, PUSH_TO_HUB)}
+COMMANDS: dict[str, Command] = {
+    command.name: command
+    for command in (
+        TRAIN,
+        TRANSLATE,
+        EVALUATE,
+        TRAIN_TOKENIZER,
+        AVERAGE_CHECKPOINTS,
+        EXPORT_MARIAN,
+        EXPORT_CTRANSLATE2,
+        VISUALIZE_ATTENTION,
+        PUSH_TO_HUB,
+    )
+}
 
 OTHER_SCRIPTS = {"vaswani-space": "vaswani_commands:space"}  # the Space's page (a Gradio server)
 
@@ -25,4 +36,3 @@ OTHER_SCRIPTS = {"vaswani-space": "vaswani_commands:space"}  # the Space's page 
 def console_scripts() -> dict[str, str]:
     """[project.scripts] as the registry declares it: prog -> module:main."""
     return {**{c.prog: f"vaswani_commands:{c.name}" for c in COMMANDS.values()}, **OTHER_SCRIPTS}  # the runner
-

@@ -29,15 +29,18 @@ STREAMS = ("stdin", "stdout", "stderr")
 
 
 # The launchers' variables (torchrun, accelerate launch): each a whole number, its range and what it is.
-DISTRIBUTED_VARIABLES = {s.name: s for s in (
-    Setting("RANK", int, help="this process's rank among all processes", min=0),
-    Setting("WORLD_SIZE", int, help="the number of processes", min=1),
-    Setting("LOCAL_RANK", int, help="this process's rank on its machine", min=0),
-    Setting("LOCAL_WORLD_SIZE", int, help="the number of processes on this machine", min=1),
-    Setting("GROUP_RANK", int, help="this machine's rank", min=0),
-    Setting("NODE_RANK", int, help="this machine's rank", min=0),
-    Setting("MASTER_PORT", int, help="the port of the first process's rendezvous", min=1, max=65535),
-)}
+DISTRIBUTED_VARIABLES = {
+    s.name: s
+    for s in (
+        Setting("RANK", int, help="this process's rank among all processes", min=0),
+        Setting("WORLD_SIZE", int, help="the number of processes", min=1),
+        Setting("LOCAL_RANK", int, help="this process's rank on its machine", min=0),
+        Setting("LOCAL_WORLD_SIZE", int, help="the number of processes on this machine", min=1),
+        Setting("GROUP_RANK", int, help="this machine's rank", min=0),
+        Setting("NODE_RANK", int, help="this machine's rank", min=0),
+        Setting("MASTER_PORT", int, help="the port of the first process's rendezvous", min=1, max=65535),
+    )
+}
 RANK_BELOW = (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE"))  # a rank lies below its count
 
 
@@ -111,14 +114,18 @@ def check_distributed_environment(environ: Mapping[str, str] | None = None) -> N
         value = _whole_number(text)
         if value is None or declared.problem(value):
             bounds = f"from {declared.min} to {declared.max}" if declared.max is not None else f">= {declared.min}"
-            raise UsageError(f"environment variable {name}={text[:40]!r} is not a whole number {bounds} "
-                             f"({declared.help}, set by a launcher such as torchrun or accelerate launch); fix or "
-                             "unset it")
+            raise UsageError(
+                f"environment variable {name}={text[:40]!r} is not a whole number {bounds} "
+                f"({declared.help}, set by a launcher such as torchrun or accelerate launch); fix or "
+                "unset it"
+            )
         values[name] = value
     for rank, count in RANK_BELOW:
         if rank in values and count in values and values[rank] >= values[count]:
-            raise UsageError(f"environment variable {rank}={values[rank]} is not below {count}={values[count]}; "
-                             "fix or unset them (a launcher sets both)")
+            raise UsageError(
+                f"environment variable {rank}={values[rank]} is not below {count}={values[count]}; "
+                "fix or unset them (a launcher sets both)"
+            )
 
 
 def process_rank() -> int:
@@ -198,4 +205,3 @@ def raise_if_stopped() -> None:
         if number in STOP_SIGNALS and not received:
             received.append(number)
             raise Terminated(number)
-

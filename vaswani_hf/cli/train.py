@@ -53,13 +53,19 @@ class CommandOptions:
     check: bool = key(False, "validate the recipe, output folder and corpus files (streamed), then exit")
     list_keys: bool = key(False, "print every recipe key with its type, range, default and meaning, then exit")
     list_recipes: bool = key(False, "print the bundled recipes, then exit")
-    overwrite: bool = key(False, "replace a previous run's files in output_dir (without it, a non-empty output_dir "
-                                 "is refused unless --resume)")
+    overwrite: bool = key(
+        False,
+        "replace a previous run's files in output_dir (without it, a non-empty output_dir is refused unless --resume)",
+    )
 
 
 _KEYS = {f.name for section in SECTIONS for f in dataclasses.fields(section)}
-_LISTS = {f.name for section in SECTIONS for f in dataclasses.fields(section)
-          if typing.get_origin(typing.get_type_hints(section)[f.name]) is list}
+_LISTS = {
+    f.name
+    for section in SECTIONS
+    for f in dataclasses.fields(section)
+    if typing.get_origin(typing.get_type_hints(section)[f.name]) is list
+}
 
 
 class RecipeParser(HfArgumentParser):
@@ -67,8 +73,13 @@ class RecipeParser(HfArgumentParser):
     (`load_recipe` merges them over the recipe file); a usage error is a RecipeError (one line, exit 2)."""
 
     def __init__(self):
-        super().__init__((CommandOptions, *SECTIONS), prog="vaswani-train", description=__doc__,
-                         formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+        super().__init__(
+            (CommandOptions, *SECTIONS),
+            prog="vaswani-train",
+            description=__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            allow_abbrev=False,
+        )
         add_debug_argument(self)
         for action in self._actions:
             if action.dest in _KEYS:
@@ -116,8 +127,9 @@ def parse_command_line(argv: Sequence[str]):
         return None, options
     for name in [n for n in values if n in _LISTS]:  # several values, or one in YAML syntax ('["a", "b"]')
         value = values[name]
-        values[name] = value_from_text(name, value[0]) if len(value) == 1 and value[0].lstrip().startswith("[") \
-            else value
+        values[name] = (
+            value_from_text(name, value[0]) if len(value) == 1 and value[0].lstrip().startswith("[") else value
+        )
     return load_recipe(options.recipe, values), options
 
 
@@ -132,7 +144,9 @@ def _resolve(parsed, checked):
     if not options.check:  # the run's log (standard output) shows what planning decides, e.g. a checkpoint skipped
         setup_logging()
     plan = plan_run(recipe, overwrite=options.overwrite)
-    declare_paths(inputs={}, outputs={"output_dir": plan.output_dir, "export_dir": plan.export.export_dir}, check=False)
+    declare_paths(
+        inputs={}, outputs={"output_dir": plan.output_dir, "export_dir": plan.export.export_dir}, check=False
+    )
     if options.check:
         counts = {source.key: source.scan() for source in plan.data.sources.values() if source is not None}
         corpus = ", ".join(f"{k}: {c[0]:,} pairs ({c[1]:,} usable)" for k, c in counts.items() if c is not None)
@@ -148,8 +162,9 @@ def _run(plan) -> None:
     run_training(plan)
 
 
-COMMAND = Command("train", "vaswani-train", RecipeParser, _run, parse=parse_command_line, resolve=_resolve,
-                  invoked_name=True)
+COMMAND = Command(
+    "train", "vaswani-train", RecipeParser, _run, parse=parse_command_line, resolve=_resolve, invoked_name=True
+)
 main = COMMAND.main
 
 if __name__ == "__main__":  # python -m vaswani_hf.cli.<tool> (the console script: vaswani_commands)

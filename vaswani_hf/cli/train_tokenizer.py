@@ -40,23 +40,36 @@ from .surroundings import raise_if_stopped
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="vaswani-train-tokenizer", description=__doc__)
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--files", nargs="+", type=Path,
-                        help=f"plain-text files, one sentence per line (all sides); {io.STDIO} is standard input")
+    source.add_argument(
+        "--files",
+        nargs="+",
+        type=Path,
+        help=f"plain-text files, one sentence per line (all sides); {io.STDIO} is standard input",
+    )
     source.add_argument("--corpus", help="anything vaswani_hf.data.load_parallel reads (needs --src_lang/--tgt_lang)")
     source.add_argument("--sample", action="store_true", help="the bundled EN-DE sample corpus (train split)")
     parser.add_argument("--src_lang", default="en")
     parser.add_argument("--tgt_lang", default="de")
     parser.add_argument("--hub_config", default=None, help="config name for a Hub dataset (e.g. de-en for wmt14)")
     parser.add_argument("--split", default="train")
-    parser.add_argument("--vocab_size", type=number(int, min=len(SPECIAL_TOKENS) + 257, max=2**24),
-                        default=DEFAULT_VOCAB_SIZE,
-                        help=f"more than the {len(SPECIAL_TOKENS)} special tokens + 256 byte symbols")
+    parser.add_argument(
+        "--vocab_size",
+        type=number(int, min=len(SPECIAL_TOKENS) + 257, max=2**24),
+        default=DEFAULT_VOCAB_SIZE,
+        help=f"more than the {len(SPECIAL_TOKENS)} special tokens + 256 byte symbols",
+    )
     parser.add_argument("--min_frequency", type=number(int, min=1, max=10**12), default=2)
     parser.add_argument("--lowercase", action="store_true")
-    parser.add_argument("--normalization", default="NFC", type=str.upper,
-                        choices=("NFC", "NFKC", "NFD", "NFKD", "NONE"),
-                        help="Unicode normalisation: NFC (default), NFKC, NFD, NFKD or none")
-    parser.add_argument("--model_max_length", type=number(int, min=1, max=MAX_TOKENS), default=DEFAULT_MODEL_MAX_LENGTH)
+    parser.add_argument(
+        "--normalization",
+        default="NFC",
+        type=str.upper,
+        choices=("NFC", "NFKC", "NFD", "NFKD", "NONE"),
+        help="Unicode normalisation: NFC (default), NFKC, NFD, NFKD or none",
+    )
+    parser.add_argument(
+        "--model_max_length", type=number(int, min=1, max=MAX_TOKENS), default=DEFAULT_MODEL_MAX_LENGTH
+    )
     parser.add_argument("--out_dir", type=Path, required=True)
     parser.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --out_dir")
     return parser
@@ -94,10 +107,15 @@ def _counted(lines, source: str):
 
 def _paths(args) -> Paths:
     """--files ("-": standard input, as for every tool that reads text), --corpus (checked when loaded), --out_dir."""
-    inputs = [Use(f"--files ({i + 1})", path, TEXT_OR_STDIN, what="--files") for i, path in enumerate(args.files or [])]
+    inputs = [
+        Use(f"--files ({i + 1})", path, TEXT_OR_STDIN, what="--files") for i, path in enumerate(args.files or [])
+    ]
     inputs.append(Use("--corpus", args.corpus))
-    return Paths(inputs=inputs, outputs=(Use("--out_dir", args.out_dir, output_folder(TOKENIZER_FOLDER)),),
-                 overwrite=args.overwrite)
+    return Paths(
+        inputs=inputs,
+        outputs=(Use("--out_dir", args.out_dir, output_folder(TOKENIZER_FOLDER)),),
+        overwrite=args.overwrite,
+    )
 
 
 def _run(args) -> None:
@@ -109,19 +127,29 @@ def _run(args) -> None:
         corpus = _corpus(args)
         # a loaded corpus is checked now (files are streamed: checked when they end, in _counted)
         if not args.files and not any(line.strip() for line in iter_training_text(corpus, languages)):
-            raise io.UsageError(f"{_source(args)}: no text to learn from ({len(corpus)} pairs, all empty); give the "
-                                "training corpus")
+            raise io.UsageError(
+                f"{_source(args)}: no text to learn from ({len(corpus)} pairs, all empty); give the training corpus"
+            )
     lines = _counted(iter_training_text(corpus, languages), _source(args))
     # the tokenizers library's bar ends each stage with a line break on standard output: only on terminals
     interactive = all(getattr(stream, "isatty", lambda: False)() for stream in (sys.stdout, sys.stderr))
     started = time.perf_counter()
     with io.atomic_output_dir(args.out_dir, kind=TOKENIZER_FOLDER, overwrite=args.overwrite) as tmp:
         tok = train_bpe_tokenizer(
-            lines, vocab_size=args.vocab_size, min_frequency=args.min_frequency, lowercase=args.lowercase,
+            lines,
+            vocab_size=args.vocab_size,
+            min_frequency=args.min_frequency,
+            lowercase=args.lowercase,
             normalization=None if args.normalization == "NONE" else args.normalization,
-            model_max_length=args.model_max_length, save_dir=tmp, show_progress=interactive)
-    print(json.dumps({"out_dir": str(args.out_dir), "vocab_size": len(tok),
-                      "seconds": round(time.perf_counter() - started, 2)}))
+            model_max_length=args.model_max_length,
+            save_dir=tmp,
+            show_progress=interactive,
+        )
+    print(
+        json.dumps(
+            {"out_dir": str(args.out_dir), "vocab_size": len(tok), "seconds": round(time.perf_counter() - started, 2)}
+        )
+    )
 
 
 COMMAND = Command("train_tokenizer", "vaswani-train-tokenizer", build_parser, _run, paths=_paths, invoked_name=True)

@@ -54,39 +54,76 @@ from .contract import ArgumentParser
 
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="vaswani-translate", description=__doc__)
-    parser.add_argument("input", nargs="?", default=io.STDIO,
-                        help="text file to translate, one sentence per line (default: '-', standard input)")
-    parser.add_argument("--model", required=True, metavar="DIR", help="model folder (save_pretrained: model + "
-                        "tokenizer), or a CTranslate2 folder with --engine ctranslate2")
+    parser.add_argument(
+        "input",
+        nargs="?",
+        default=io.STDIO,
+        help="text file to translate, one sentence per line (default: '-', standard input)",
+    )
+    parser.add_argument(
+        "--model",
+        required=True,
+        metavar="DIR",
+        help="model folder (save_pretrained: model + tokenizer), or a CTranslate2 folder with --engine ctranslate2",
+    )
     parser.add_argument("--output", "-o", metavar="FILE", help="write translations here (default: standard output)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
-    parser.add_argument("--resume", action="store_true", help="continue the interrupted translation kept in "
-                        "<output>.partial (the same input, model and settings; refused otherwise)")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the interrupted translation kept in "
+        "<output>.partial (the same input, model and settings; refused otherwise)",
+    )
     parser.add_argument("--engine", default="pytorch", choices=("pytorch", "ctranslate2"), help="decoding backend")
     batching = parser.add_argument_group("batching")
-    batching.add_argument("--buffer_lines", type=number(int, min=1, max=10_000_000), default=BUFFER_LINES,
-                          help=f"lines read, length-sorted and decoded together: memory depends on this, not on the "
-                               f"file; each of N processes takes every N-th window (default {BUFFER_LINES:,})")
-    batching.add_argument("--max_tokens", type=number(int, min=1, max=MAX_TOKENS), default=None,
-                          help="padded source tokens per batch (default: 4096, vaswani_hf.data.TRANSLATE_MAX_TOKENS)")
-    batching.add_argument("--batch_size", type=number(int, min=1, max=MAX_SENTENCES), default=None,
-                          help="at most this many sentences per batch")
-    batching.add_argument("--max_input_tokens", type=number(int, min=1, max=MAX_POSITIONS),
-                          default=MAX_SOURCE_TOKENS,
-                          help=f"a line with more source tokens (</s> included) is refused, naming it, before "
-                               f"anything is decoded (default {MAX_SOURCE_TOKENS})")
+    batching.add_argument(
+        "--buffer_lines",
+        type=number(int, min=1, max=10_000_000),
+        default=BUFFER_LINES,
+        help=f"lines read, length-sorted and decoded together: memory depends on this, not on the "
+        f"file; each of N processes takes every N-th window (default {BUFFER_LINES:,})",
+    )
+    batching.add_argument(
+        "--max_tokens",
+        type=number(int, min=1, max=MAX_TOKENS),
+        default=None,
+        help="padded source tokens per batch (default: 4096, vaswani_hf.data.TRANSLATE_MAX_TOKENS)",
+    )
+    batching.add_argument(
+        "--batch_size",
+        type=number(int, min=1, max=MAX_SENTENCES),
+        default=None,
+        help="at most this many sentences per batch",
+    )
+    batching.add_argument(
+        "--max_input_tokens",
+        type=number(int, min=1, max=MAX_POSITIONS),
+        default=MAX_SOURCE_TOKENS,
+        help=f"a line with more source tokens (</s> included) is refused, naming it, before "
+        f"anything is decoded (default {MAX_SOURCE_TOKENS})",
+    )
     decoding = parser.add_argument_group("decoding (default: the model's generation_config)")
     for name in ("num_beams", "length_penalty", "length_penalty_type", "max_length_a", "max_new_tokens"):
         decoding.add_argument(f"--{name}", default=None, **setting_flag(GENERATION_SETTINGS[name]))
-    decoding.add_argument("--max_length_b", default=argparse.SUPPRESS,
-                          **setting_flag(GENERATION_SETTINGS["max_length_b"], none="none"))
+    decoding.add_argument(
+        "--max_length_b", default=argparse.SUPPRESS, **setting_flag(GENERATION_SETTINGS["max_length_b"], none="none")
+    )
     hardware = parser.add_argument_group("hardware")
-    hardware.add_argument("--device", type=device, default=None,
-                          help="cpu, cuda, cuda:1, mps, ... (default: accelerator if any)")
-    hardware.add_argument("--threads", type=number(int, min=1, max=1024), default=None,
-                          help="CPU threads of this process (default: torch's, i.e. OMP_NUM_THREADS, or the cores)")
-    hardware.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
-                          help="compute dtype: bf16/fp16 run under torch.autocast (for GPUs); weights stay fp32")
+    hardware.add_argument(
+        "--device", type=device, default=None, help="cpu, cuda, cuda:1, mps, ... (default: accelerator if any)"
+    )
+    hardware.add_argument(
+        "--threads",
+        type=number(int, min=1, max=1024),
+        default=None,
+        help="CPU threads of this process (default: torch's, i.e. OMP_NUM_THREADS, or the cores)",
+    )
+    hardware.add_argument(
+        "--dtype",
+        choices=("fp32", "bf16", "fp16"),
+        default="fp32",
+        help="compute dtype: bf16/fp16 run under torch.autocast (for GPUs); weights stay fp32",
+    )
     parser.add_argument("--no_progress", action="store_true", help="no progress bar on stderr")
     return parser
 
@@ -105,17 +142,25 @@ def _fingerprint(args) -> dict:
     a resumed run must repeat."""
     folder = Path(args.model).resolve()
     files = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir() if p.is_file())
-    settings = {name: getattr(args, name) for name in ("engine", "max_tokens", "batch_size", "max_input_tokens",
-                                                          "dtype")}
-    return {"model": {"folder": str(folder), "files": [list(f) for f in files]},
-            "settings": settings | decoding_options(args)}
+    settings = {
+        name: getattr(args, name) for name in ("engine", "max_tokens", "batch_size", "max_input_tokens", "dtype")
+    }
+    return {
+        "model": {"folder": str(folder), "files": [list(f) for f in files]},
+        "settings": settings | decoding_options(args),
+    }
 
 
 def pytorch_engine(args, device, stack: ExitStack) -> Engine:
     model, tokenizer = inference.load_for_inference(args.model, device=device)
     encode, table = inference.front_end(model, tokenizer)
-    options = dict(max_tokens=args.max_tokens or TRANSLATE_MAX_TOKENS, batch_size=args.batch_size, dtype=args.dtype,
-                   max_input_tokens=args.max_input_tokens, **decoding_options(args))
+    options = dict(
+        max_tokens=args.max_tokens or TRANSLATE_MAX_TOKENS,
+        batch_size=args.batch_size,
+        dtype=args.dtype,
+        max_input_tokens=args.max_input_tokens,
+        **decoding_options(args),
+    )
 
     def run(lines: list[str], bar) -> list[str]:
         return inference.translate(model, tokenizer, lines, progress=bar, **options)
@@ -132,10 +177,15 @@ def ctranslate2_engine(args, device, stack: ExitStack) -> Engine:
     if not (folder / "model.bin").is_file():
         folder = to_ctranslate2(folder, Path(stack.enter_context(tempfile.TemporaryDirectory())) / "ct2")
     compute_type = {"fp32": "default", "bf16": "bfloat16", "fp16": "float16"}[args.dtype]
-    translator = CTranslate2Translator(folder, device=device or "cpu", compute_type=compute_type,
-                                       intra_threads=args.threads or 0)
-    options = dict(batch_size=args.batch_size, max_tokens=args.max_tokens, max_input_tokens=args.max_input_tokens,
-                   **decoding_options(args))
+    translator = CTranslate2Translator(
+        folder, device=device or "cpu", compute_type=compute_type, intra_threads=args.threads or 0
+    )
+    options = dict(
+        batch_size=args.batch_size,
+        max_tokens=args.max_tokens,
+        max_input_tokens=args.max_input_tokens,
+        **decoding_options(args),
+    )
 
     def run(lines: list[str], bar) -> list[str]:
         return translator.translate(lines, **options)
@@ -154,17 +204,23 @@ def _validate(args) -> None:
         raise io.UsageError("--resume continues an interrupted --output file: give --output")
     processes = Processes().size
     if processes > 1 and (to_stdout or str(args.input) == io.STDIO):
-        raise io.UsageError(f"{processes} processes (WORLD_SIZE) read one input file and write one --output file: "
-                            "give both as files")
+        raise io.UsageError(
+            f"{processes} processes (WORLD_SIZE) read one input file and write one --output file: give both as files"
+        )
 
 
 def _paths(args) -> Paths:
     """The input first (a folder or a device is named as such), the model folder (a CTranslate2 export is a folder
     of its own kind, checked when loaded), --output checked before any work."""
     model = MODEL_FOLDER if args.engine == "pytorch" else FOLDER
-    return Paths(inputs=(Use("input", args.input, TEXT_OR_STDIN, what="input file", first=True),
-                         Use("--model", args.model, model)),
-                 outputs=(Use("--output", args.output, OUTPUT_FILE_OR_STDOUT),), overwrite=args.overwrite)
+    return Paths(
+        inputs=(
+            Use("input", args.input, TEXT_OR_STDIN, what="input file", first=True),
+            Use("--model", args.model, model),
+        ),
+        outputs=(Use("--output", args.output, OUTPUT_FILE_OR_STDOUT),),
+        overwrite=args.overwrite,
+    )
 
 
 def _run(args) -> int:
@@ -172,18 +228,30 @@ def _run(args) -> int:
         torch.set_num_threads(args.threads)
     with Processes() as world, ExitStack() as stack:
         engine = ENGINES[args.engine](args, world.device(args.device), stack)
-        done = translate_file(args.input, args.output, engine, buffer_lines=args.buffer_lines, resume=args.resume,
-                              overwrite=args.overwrite, progress=not args.no_progress, world=world)
+        done = translate_file(
+            args.input,
+            args.output,
+            engine,
+            buffer_lines=args.buffer_lines,
+            resume=args.resume,
+            overwrite=args.overwrite,
+            progress=not args.no_progress,
+            world=world,
+        )
     if not args.no_progress and world.rank == 0:
         seconds = max(done["seconds"], 1e-9)
-        print(f"translated {done['lines']} lines in {seconds:.1f}s with engine {args.engine} on {world.size} "
-              f"process(es): {done['lines'] / seconds:.1f} sentences/s, {done['tokens'] / seconds:.0f} target "
-              "tokens/s", file=sys.stderr)
+        print(
+            f"translated {done['lines']} lines in {seconds:.1f}s with engine {args.engine} on {world.size} "
+            f"process(es): {done['lines'] / seconds:.1f} sentences/s, {done['tokens'] / seconds:.0f} target "
+            "tokens/s",
+            file=sys.stderr,
+        )
     return 0
 
 
-COMMAND = Command("translate", "vaswani-translate", build_parser, _run, paths=_paths, validate=_validate,
-                  invoked_name=True)
+COMMAND = Command(
+    "translate", "vaswani-translate", build_parser, _run, paths=_paths, validate=_validate, invoked_name=True
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -39,8 +39,12 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--num_beams", default=None, **setting_flag(GENERATION_SETTINGS["num_beams"]))
     plot_tokens = GENERATION_SETTINGS["max_new_tokens"].narrowed(max=MAX_PLOT_TOKENS)
-    parser.add_argument("--max_new_tokens", type=flag_type(plot_tokens), default=None,
-                        help=f"cap on the model's own translation (at most {MAX_PLOT_TOKENS}: a plot's size)")
+    parser.add_argument(
+        "--max_new_tokens",
+        type=flag_type(plot_tokens),
+        default=None,
+        help=f"cap on the model's own translation (at most {MAX_PLOT_TOKENS}: a plot's size)",
+    )
     parser.add_argument("--format", default="png", choices=["png", "svg", "pdf"])
     parser.add_argument("--per_head", action="store_true", help="also write one file per head")
     parser.add_argument("--device", type=device, default="cpu")
@@ -55,13 +59,17 @@ def alignment_links(alignment: str, source: str, target: str) -> list[tuple[int,
     try:
         pairs = word_links(alignment.strip() or "empty")  # an empty --alignment is named as such
     except ValueError as error:
-        raise io.UsageError(f"--alignment: {str(error)!r} is not a link 'i-j' (source word i, target word j, "
-                            "0-based), e.g. --alignment \"0-0 1-2\"") from None
+        raise io.UsageError(
+            f"--alignment: {str(error)!r} is not a link 'i-j' (source word i, target word j, "
+            '0-based), e.g. --alignment "0-0 1-2"'
+        ) from None
     for link, (i, j) in zip(alignment.split(), pairs):
         if i >= words[0] or j >= words[1]:
-            raise io.UsageError(f"--alignment: link {link!r} pairs source word {i} with target word {j}, but --source "
-                                f"has {words[0]} words and --target has {words[1]} (0-based: source 0..{words[0] - 1}, "
-                                f"target 0..{words[1] - 1}); give links within both sentences")
+            raise io.UsageError(
+                f"--alignment: link {link!r} pairs source word {i} with target word {j}, but --source "
+                f"has {words[0]} words and --target has {words[1]} (0-based: source 0..{words[0] - 1}, "
+                f"target 0..{words[1] - 1}); give links within both sentences"
+            )
     return pairs
 
 
@@ -90,15 +98,23 @@ def _check_lengths(args, model, tokenizer) -> None:
 
 
 def _paths(args) -> Paths:
-    return Paths(inputs=(Use("--model_dir", args.model_dir, MODEL_FOLDER),),
-                 outputs=(Use("--out", args.out, output_folder(ATTENTION_FOLDER)),), overwrite=args.overwrite)
+    return Paths(
+        inputs=(Use("--model_dir", args.model_dir, MODEL_FOLDER),),
+        outputs=(Use("--out", args.out, output_folder(ATTENTION_FOLDER)),),
+        overwrite=args.overwrite,
+    )
 
 
 def _resolve(args, checked):
     """The model loaded and the sentences' lengths checked, before anything is computed."""
     # trust_remote_code: the folder's own code runs if the package's classes are not registered (any saved model)
-    model, tokenizer = io.load_model_folder(checked["--model_dir"], device=args.device, trust_remote_code=True,
-                                            what="--model_dir", attn_implementation="eager")
+    model, tokenizer = io.load_model_folder(
+        checked["--model_dir"],
+        device=args.device,
+        trust_remote_code=True,
+        what="--model_dir",
+        attn_implementation="eager",
+    )
     _check_lengths(args, model, tokenizer)
     return args, checked["--out"], model, tokenizer
 
@@ -106,9 +122,18 @@ def _resolve(args, checked):
 def _run(plan) -> int:
     args, out, model, tokenizer = plan
     with io.atomic_output_dir(out, kind=ATTENTION_FOLDER, overwrite=args.overwrite) as tmp:
-        result = visualize(model, tokenizer, args.source, args.target, tmp, fmt=args.format,
-                           num_beams=args.num_beams, max_new_tokens=args.max_new_tokens, per_head=args.per_head,
-                           word_alignment=args.alignment)
+        result = visualize(
+            model,
+            tokenizer,
+            args.source,
+            args.target,
+            tmp,
+            fmt=args.format,
+            num_beams=args.num_beams,
+            max_new_tokens=args.max_new_tokens,
+            per_head=args.per_head,
+            word_alignment=args.alignment,
+        )
     print(result["report"])
     print(f"wrote {len(result['files'])} files to {out}")
     leaks = [kind for kind in KINDS if result["diagnostics"]["padding_mass"][kind].max().item() != 0.0]
@@ -118,8 +143,15 @@ def _run(plan) -> int:
     return 0
 
 
-COMMAND = Command("visualize_attention", "vaswani-visualize-attention", build_parser, _run, paths=_paths,
-                  validate=_check_arguments, resolve=_resolve)
+COMMAND = Command(
+    "visualize_attention",
+    "vaswani-visualize-attention",
+    build_parser,
+    _run,
+    paths=_paths,
+    validate=_check_arguments,
+    resolve=_resolve,
+)
 main = COMMAND.main
 
 if __name__ == "__main__":  # python -m vaswani_hf.cli.<tool> (the console script: vaswani_commands)

@@ -31,8 +31,12 @@ class BatchingError(UsageError):
     """Training examples cannot be batched with these settings (the message says which and what to do)."""
 
 
-def batch_ends(order: Sequence[int] | np.ndarray, lengths: Sequence[Sequence[int] | np.ndarray],
-               max_tokens: int | None, max_sentences: int | None = None) -> list[int]:
+def batch_ends(
+    order: Sequence[int] | np.ndarray,
+    lengths: Sequence[Sequence[int] | np.ndarray],
+    max_tokens: int | None,
+    max_sentences: int | None = None,
+) -> list[int]:
     """Cut `order` greedily into batches; return where each ends (exclusive positions in `order`). A batch grows while,
     for every array of `lengths`, sentences x longest stays within `max_tokens` and it holds at most `max_sentences`; a
     sentence alone over budget gets its own batch (callers that must refuse it check first). O(N), ~1 s per million."""
@@ -57,16 +61,21 @@ def batch_ends(order: Sequence[int] | np.ndarray, lengths: Sequence[Sequence[int
     return ends
 
 
-def pack_by_tokens(order: Sequence[int] | np.ndarray, lengths: Sequence[Sequence[int] | np.ndarray],
-                   max_tokens: int | None, max_sentences: int | None = None) -> list[list[int]]:
+def pack_by_tokens(
+    order: Sequence[int] | np.ndarray,
+    lengths: Sequence[Sequence[int] | np.ndarray],
+    max_tokens: int | None,
+    max_sentences: int | None = None,
+) -> list[list[int]]:
     """The batches of `batch_ends`, as lists of indices (for a few thousand sentences, e.g. a file to translate)."""
     order = np.asarray(order, dtype=np.int64)
     starts = [0, *batch_ends(order, lengths, max_tokens, max_sentences)]
     return [order[a:b].tolist() for a, b in zip(starts[:-1], starts[1:])]
 
 
-def make_batches(lengths: Sequence[int], max_tokens: int | None = TRANSLATE_MAX_TOKENS,
-                 batch_size: int | None = None) -> list[list[int]]:
+def make_batches(
+    lengths: Sequence[int], max_tokens: int | None = TRANSLATE_MAX_TOKENS, batch_size: int | None = None
+) -> list[list[int]]:
     """Translation batches of `lengths`' indices, longest first (ties in input order; an out-of-memory happens at once),
     within `max_tokens` padded source tokens and `batch_size` sentences; a longer sentence gets a batch of its own."""
     if max_tokens is None and batch_size is None:
@@ -91,9 +100,20 @@ class TokenBatchSampler(Sampler[list[int]]):
     get different counts. `pad_to_multiple_of`: the collator's, so that the budget counts its rounding.
     """
 
-    def __init__(self, src_lengths: Sequence[int] | np.ndarray, tgt_lengths: Sequence[int] | np.ndarray,
-                 max_tokens: int, *, max_sentences: int | None = None, shuffle: bool = True, seed: int = 0,
-                 num_replicas: int = 1, rank: int = 0, pad_to_multiple_of: int | None = None, evaluation: bool = False):
+    def __init__(
+        self,
+        src_lengths: Sequence[int] | np.ndarray,
+        tgt_lengths: Sequence[int] | np.ndarray,
+        max_tokens: int,
+        *,
+        max_sentences: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        num_replicas: int = 1,
+        rank: int = 0,
+        pad_to_multiple_of: int | None = None,
+        evaluation: bool = False,
+    ):
         src = np.asarray(src_lengths, dtype=np.int64)
         tgt = np.asarray(tgt_lengths, dtype=np.int64)
         if src.shape != tgt.shape or src.ndim != 1:
@@ -108,9 +128,11 @@ class TokenBatchSampler(Sampler[list[int]]):
         too_big = np.flatnonzero((src > max_tokens) | (tgt > max_tokens))
         if too_big.size and not evaluation:
             i = int(too_big[0])
-            raise BatchingError(f"{too_big.size} example(s) exceed max_tokens={max_tokens} on their own, e.g. example "
-                                f"{i} ({src[i]} source / {tgt[i]} target tokens); remove them with "
-                                "filter_pairs(max_length=...) or raise max_tokens")
+            raise BatchingError(
+                f"{too_big.size} example(s) exceed max_tokens={max_tokens} on their own, e.g. example "
+                f"{i} ({src[i]} source / {tgt[i]} target tokens); remove them with "
+                "filter_pairs(max_length=...) or raise max_tokens"
+            )
         self.max_tokens, self.max_sentences = int(max_tokens), max_sentences
         self.shuffle, self.seed, self.epoch = shuffle, int(seed), 0
         self.num_replicas, self.rank = int(num_replicas), int(rank)
@@ -143,8 +165,10 @@ class TokenBatchSampler(Sampler[list[int]]):
         count = len(bounds) - 1
         target = max(r, -(-count // r) * r)
         if target > n:
-            raise BatchingError(f"cannot give {r} ranks the same number of distinct non-empty batches from {n} "
-                                f"examples ({count} batches); use fewer processes or more data")
+            raise BatchingError(
+                f"cannot give {r} ranks the same number of distinct non-empty batches from {n} "
+                f"examples ({count} batches); use fewer processes or more data"
+            )
         while len(bounds) - 1 < target:  # at most r - 1 splits
             sizes = np.diff(bounds)
             j = int(np.argmax(sizes))  # the first of the most populous
@@ -164,7 +188,7 @@ class TokenBatchSampler(Sampler[list[int]]):
         count = len(self._bounds) - 1
         order = np.random.default_rng([self.seed, self.epoch]).permutation(count) if self.shuffle else np.arange(count)
         for j in order[self.rank :: self.num_replicas].tolist():
-            yield self._order[self._bounds[j]:self._bounds[j + 1]].tolist()
+            yield self._order[self._bounds[j] : self._bounds[j + 1]].tolist()
 
     def __len__(self) -> int:
         """Batches per rank per epoch."""

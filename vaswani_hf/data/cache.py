@@ -40,8 +40,9 @@ def key(*parts: Any, files: Sequence[str | os.PathLike] = ()) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
-def arrow_dataset(name: str, build: Callable[[], Iterable[pa.RecordBatch]], features: datasets.Features,
-                  info: dict | None = None) -> tuple[datasets.Dataset, dict]:
+def arrow_dataset(
+    name: str, build: Callable[[], Iterable[pa.RecordBatch]], features: datasets.Features, info: dict | None = None
+) -> tuple[datasets.Dataset, dict]:
     """The dataset cached as `root()/corpora/{name}.arrow`, written whole from `build()`'s record batches on a miss;
     `info` is kept beside it and returned again on a hit."""
     path = root() / "corpora" / f"{name}.arrow"

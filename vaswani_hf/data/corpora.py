@@ -10,8 +10,8 @@ import json
 import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import zip_longest
 from importlib import resources
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +45,9 @@ def _features(src_lang: str, tgt_lang: str) -> datasets.Features:
     return datasets.Features({"translation": datasets.Translation(languages=[src_lang, tgt_lang])})
 
 
-def _pair_batches(pairs: Iterable[tuple[str, str]], src_lang: str, tgt_lang: str, stats: dict,
-                  chunk: int = 500_000) -> Iterator[pa.RecordBatch]:
+def _pair_batches(
+    pairs: Iterable[tuple[str, str]], src_lang: str, tgt_lang: str, stats: dict, chunk: int = 500_000
+) -> Iterator[pa.RecordBatch]:
     """Record batches of the common schema, `chunk` pairs at a time; counts pairs and empty sides into `stats`."""
     names = sorted((src_lang, tgt_lang))  # Translation stores a struct with the languages in sorted order
     src, tgt = [], []
@@ -71,28 +72,36 @@ def _batch(src: list[str], tgt: list[str], src_lang: str, tgt_lang: str, names: 
     return pa.RecordBatch.from_arrays([struct], names=["translation"])
 
 
-def _pair_dataset(pairs: Iterable[tuple[str, str]], src_lang: str, tgt_lang: str, where: str,
-                  cache_name: str | None = None) -> datasets.Dataset:
+def _pair_dataset(
+    pairs: Iterable[tuple[str, str]], src_lang: str, tgt_lang: str, where: str, cache_name: str | None = None
+) -> datasets.Dataset:
     """The common schema from a stream of pairs: cached under `cache_name` (`vaswani_hf.data.cache`), or in memory."""
     if src_lang == tgt_lang:
         raise CorpusError(f"src_lang and tgt_lang are both {src_lang!r}")
     features = _features(src_lang, tgt_lang)
     stats = {"pairs": 0, "empty": 0, "first_empty": []}
     if cache_name is not None and cache.enabled():
-        dataset, stats = cache.arrow_dataset(cache_name, lambda: _pair_batches(pairs, src_lang, tgt_lang, stats),
-                                             features, stats)
+        dataset, stats = cache.arrow_dataset(
+            cache_name, lambda: _pair_batches(pairs, src_lang, tgt_lang, stats), features, stats
+        )
     else:
         table = pa.Table.from_batches(list(_pair_batches(pairs, src_lang, tgt_lang, stats)))
         dataset = datasets.Dataset(table, info=datasets.DatasetInfo(features=features))
     if stats["empty"]:
         first = ", ".join(map(str, stats["first_empty"])) + (", ..." if stats["empty"] > 10 else "")
-        logger.warning("%s: %d of %d pairs have an empty side (line/row %s); kept for now, removed by filter_pairs",
-                       where, stats["empty"], stats["pairs"], first)
+        logger.warning(
+            "%s: %d of %d pairs have an empty side (line/row %s); kept for now, removed by filter_pairs",
+            where,
+            stats["empty"],
+            stats["pairs"],
+            first,
+        )
     return dataset
 
 
-def make_parallel_dataset(src: Sequence[str], tgt: Sequence[str], src_lang: str, tgt_lang: str, *,
-                          where: str = "pairs") -> datasets.Dataset:
+def make_parallel_dataset(
+    src: Sequence[str], tgt: Sequence[str], src_lang: str, tgt_lang: str, *, where: str = "pairs"
+) -> datasets.Dataset:
     """Build the common schema from two aligned lists of sentences."""
     if len(src) != len(tgt):
         raise CorpusError(f"{where}: {len(src)} source sentences but {len(tgt)} target sentences")
@@ -110,17 +119,20 @@ def moses_paths(prefix: str | os.PathLike, src_lang: str, tgt_lang: str) -> tupl
         if os.path.lexists(p) and not p.is_file():  # a device, a FIFO, a link to nothing or a loop
             raise CorpusError(f"corpus file {p} is {io.path_kind(p)}, not a text file; give the corpus file itself")
         if not p.is_file():
-            found = sorted(q.name[len(prefix.name) + 1:] for q in prefix.parent.glob(f"{prefix.name}.*")
-                           if q.is_file())
+            found = sorted(
+                q.name[len(prefix.name) + 1 :] for q in prefix.parent.glob(f"{prefix.name}.*") if q.is_file()
+            )
             if not found:
                 raise CorpusError(f"corpus file not found: {p} (no file matches {prefix}.*)")
-            raise CorpusError(f"unknown language code {lang!r} for prefix {prefix}: {p} not found; languages "
-                              f"available: {found}")
+            raise CorpusError(
+                f"unknown language code {lang!r} for prefix {prefix}: {p} not found; languages available: {found}"
+            )
     return paths
 
 
-def iter_moses(prefix: str | os.PathLike, src_lang: str, tgt_lang: str, *,
-               strip: bool = True) -> Iterator[tuple[str, str]]:
+def iter_moses(
+    prefix: str | os.PathLike, src_lang: str, tgt_lang: str, *, strip: bool = True
+) -> Iterator[tuple[str, str]]:
     """Pairs of Moses-style files `{prefix}.{src_lang}` / `{prefix}.{tgt_lang}`, streamed."""
     src_path, tgt_path = moses_paths(prefix, src_lang, tgt_lang)
     pairs = zip_longest(io.iter_lines(src_path, "corpus file"), io.iter_lines(tgt_path, "corpus file"))
@@ -128,13 +140,16 @@ def iter_moses(prefix: str | os.PathLike, src_lang: str, tgt_lang: str, *,
         if s is None or t is None:
             longer = n + 1 + sum(1 for _ in pairs)
             counts = (n, longer) if s is None else (longer, n)
-            raise CorpusError(f"line count mismatch: {src_path} has {counts[0]} lines but {tgt_path} has "
-                              f"{counts[1]} lines; line i of each file must be the same sentence pair")
+            raise CorpusError(
+                f"line count mismatch: {src_path} has {counts[0]} lines but {tgt_path} has "
+                f"{counts[1]} lines; line i of each file must be the same sentence pair"
+            )
         yield (s.strip(), t.strip()) if strip else (s, t)
 
 
-def iter_tsv(path: str | os.PathLike, src_lang: str, tgt_lang: str, *, header: bool = True,
-             strip: bool = True) -> Iterator[tuple[str, str]]:
+def iter_tsv(
+    path: str | os.PathLike, src_lang: str, tgt_lang: str, *, header: bool = True, strip: bool = True
+) -> Iterator[tuple[str, str]]:
     """Pairs of a tab-separated file: columns picked by the header line's language codes (`en<TAB>de`), or with
     `header=False` exactly two, source then target. Quotes are text."""
     lines = io.iter_lines(path, "corpus file")
@@ -142,12 +157,15 @@ def iter_tsv(path: str | os.PathLike, src_lang: str, tgt_lang: str, *, header: b
     if header:
         columns = [c.strip() for c in next(lines, "").split("\t")]
         if columns == [""]:
-            raise CorpusError(f"{path}:1: empty, expected a header line naming the languages (e.g. "
-                              f"{src_lang}<TAB>{tgt_lang})")
+            raise CorpusError(
+                f"{path}:1: empty, expected a header line naming the languages (e.g. {src_lang}<TAB>{tgt_lang})"
+            )
         for lang in (src_lang, tgt_lang):
             if lang not in columns:
-                raise CorpusError(f"{path}:1: unknown language code {lang!r}: the header line names the columns "
-                                  f"{columns}; a TSV corpus starts with a header such as {src_lang}<TAB>{tgt_lang}")
+                raise CorpusError(
+                    f"{path}:1: unknown language code {lang!r}: the header line names the columns "
+                    f"{columns}; a TSV corpus starts with a header such as {src_lang}<TAB>{tgt_lang}"
+                )
         index_src, index_tgt, width, first = columns.index(src_lang), columns.index(tgt_lang), len(columns), 2
     for number, line in enumerate(lines, first):
         fields = line.split("\t")
@@ -157,8 +175,9 @@ def iter_tsv(path: str | os.PathLike, src_lang: str, tgt_lang: str, *, header: b
         yield (s.strip(), t.strip()) if strip else (s, t)
 
 
-def iter_jsonl(path: str | os.PathLike, src_lang: str, tgt_lang: str, *,
-               strip: bool = True) -> Iterator[tuple[str, str]]:
+def iter_jsonl(
+    path: str | os.PathLike, src_lang: str, tgt_lang: str, *, strip: bool = True
+) -> Iterator[tuple[str, str]]:
     """Pairs of a JSON-lines file: `{"translation": {"en": ..., "de": ...}}` (the Hub schema) or `{"en": ...,
     "de": ...}` per line; no blank lines (they would shift rows)."""
     for number, line in enumerate(io.iter_lines(path, "corpus file"), 1):
@@ -178,8 +197,9 @@ def iter_jsonl(path: str | os.PathLike, src_lang: str, tgt_lang: str, *,
         yield (s.strip(), t.strip()) if strip else (s, t)
 
 
-def load_corpus(format: str, path: str | os.PathLike, src_lang: str, tgt_lang: str, *, header: bool = True,
-              strip: bool = True) -> datasets.Dataset:
+def load_corpus(
+    format: str, path: str | os.PathLike, src_lang: str, tgt_lang: str, *, header: bool = True, strip: bool = True
+) -> datasets.Dataset:
     """A corpus of `format` "moses" (`path` is the prefix of `train.en`, `train.de`), "tsv" or "jsonl" in the common
     schema (see `iter_moses`, `iter_tsv`, `iter_jsonl`), cached under its files' identity."""
     if format == "moses":
@@ -188,8 +208,9 @@ def load_corpus(format: str, path: str | os.PathLike, src_lang: str, tgt_lang: s
         files, where = [io.check_input_file(path, "corpus file")], str(path)
     options = dict(header=header, strip=strip) if format == "tsv" else dict(strip=strip)
     name = f"{format}-{cache.key(format, src_lang, tgt_lang, *options.values(), files=files)}"
-    return _pair_dataset(FILE_FORMATS[format](path, src_lang, tgt_lang, **options), src_lang, tgt_lang, where,
-                         cache_name=name)
+    return _pair_dataset(
+        FILE_FORMATS[format](path, src_lang, tgt_lang, **options), src_lang, tgt_lang, where, cache_name=name
+    )
 
 
 FILE_FORMATS = {"moses": iter_moses, "tsv": iter_tsv, "jsonl": iter_jsonl}
@@ -200,8 +221,10 @@ def usable_pairs(dataset: datasets.Dataset, src_lang: str, tgt_lang: str) -> int
     if len(dataset) == 0:
         return 0
     pairs = dataset.select_columns(["translation"]).with_format("arrow")[:]["translation"]
-    empty = pc.or_(pc.equal(pc.utf8_length(pc.struct_field(pairs, src_lang)), 0),
-                   pc.equal(pc.utf8_length(pc.struct_field(pairs, tgt_lang)), 0))
+    empty = pc.or_(
+        pc.equal(pc.utf8_length(pc.struct_field(pairs, src_lang)), 0),
+        pc.equal(pc.utf8_length(pc.struct_field(pairs, tgt_lang)), 0),
+    )
     return len(dataset) - int(pc.sum(empty).as_py() or 0)
 
 
@@ -215,8 +238,15 @@ def scan_corpus(source: str | os.PathLike, src_lang: str, tgt_lang: str, format:
     return total, usable
 
 
-def load_hub(name: str | os.PathLike, src_lang: str, tgt_lang: str, *, config: str | None = None,
-             split: str = "train", **load_kwargs: Any) -> datasets.Dataset:
+def load_hub(
+    name: str | os.PathLike,
+    src_lang: str,
+    tgt_lang: str,
+    *,
+    config: str | None = None,
+    split: str = "train",
+    **load_kwargs: Any,
+) -> datasets.Dataset:
     """A Hub dataset with a `translation` column (`datasets.load_dataset(name, config, split=split)`), or a
     `save_to_disk` folder; texts kept as they are."""
     p = Path(name)
@@ -230,9 +260,11 @@ def load_hub(name: str | os.PathLike, src_lang: str, tgt_lang: str, *, config: s
         try:
             ds = datasets.load_dataset(str(name), config, split=split, **load_kwargs)
         except FileNotFoundError as error:  # no such local path, and no such dataset on the Hub
-            raise CorpusError(f"corpus not found: {name} is no local corpus (PREFIX.{src_lang} + PREFIX.{tgt_lang}, "
-                              f".tsv, .jsonl, a save_to_disk folder) and no dataset datasets.load_dataset finds "
-                              f"({' '.join(str(error).split())})") from None
+            raise CorpusError(
+                f"corpus not found: {name} is no local corpus (PREFIX.{src_lang} + PREFIX.{tgt_lang}, "
+                f".tsv, .jsonl, a save_to_disk folder) and no dataset datasets.load_dataset finds "
+                f"({' '.join(str(error).split())})"
+            ) from None
     if not isinstance(ds, datasets.Dataset):
         raise CorpusError(f"load_dataset({name!r}, {config!r}, split={split!r}) returned {type(ds).__name__}")
     if "translation" not in ds.column_names:
@@ -244,22 +276,34 @@ def load_hub(name: str | os.PathLike, src_lang: str, tgt_lang: str, *, config: s
             raise CorpusError(f"unknown language code {lang!r}: dataset {name!r} ({config}) has languages {langs}")
     ds = ds.select_columns(["translation"])
     if sorted(langs) != sorted([src_lang, tgt_lang]):  # multilingual data: keep the two requested sides
-        ds = ds.map(lambda b: {"translation": [{src_lang: x[src_lang], tgt_lang: x[tgt_lang]}
-                                               for x in b["translation"]]},
-                    batched=True, features=_features(src_lang, tgt_lang), desc="selecting languages")
+        ds = ds.map(
+            lambda b: {"translation": [{src_lang: x[src_lang], tgt_lang: x[tgt_lang]} for x in b["translation"]]},
+            batched=True,
+            features=_features(src_lang, tgt_lang),
+            desc="selecting languages",
+        )
     ds = ds.cast(_features(src_lang, tgt_lang))
     n_empty = len(ds) - usable_pairs(ds, src_lang, tgt_lang)
     if n_empty:
-        logger.warning("%s: %d of %d pairs have an empty side; kept for now, removed by filter_pairs",
-                       name, n_empty, len(ds))
+        logger.warning(
+            "%s: %d of %d pairs have an empty side; kept for now, removed by filter_pairs", name, n_empty, len(ds)
+        )
     return ds
 
 
 _SUFFIX_FORMATS = {".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
 
 
-def load_parallel(source: str | os.PathLike, src_lang: str, tgt_lang: str, *, format: str = "auto",
-                  config: str | None = None, split: str = "train", **kwargs: Any) -> datasets.Dataset:
+def load_parallel(
+    source: str | os.PathLike,
+    src_lang: str,
+    tgt_lang: str,
+    *,
+    format: str = "auto",
+    config: str | None = None,
+    split: str = "train",
+    **kwargs: Any,
+) -> datasets.Dataset:
     """Parallel data from any source in the common schema. `format`: "moses", "tsv", "jsonl", "hub", or "auto": by
     suffix (.tsv, .jsonl/.json), a folder -> hub, an existing `{source}.{src_lang}` -> moses, else hub."""
     fmt = format

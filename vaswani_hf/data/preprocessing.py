@@ -24,14 +24,28 @@ logger = logging.getLogger(__name__)
 def _tokenize_batch(batch: dict, *, tokenizer: PreTrainedTokenizerBase, src_lang: str, tgt_lang: str) -> dict:
     pairs = batch["translation"]
     # over-long pairs are filtered and counted by filter_pairs, never cut (nor warned of); the collator makes the mask
-    enc = tokenizer([p[src_lang] for p in pairs], text_target=[p[tgt_lang] for p in pairs], truncation=False,
-                    return_attention_mask=False, verbose=False)
+    enc = tokenizer(
+        [p[src_lang] for p in pairs],
+        text_target=[p[tgt_lang] for p in pairs],
+        truncation=False,
+        return_attention_mask=False,
+        verbose=False,
+    )
     return {"input_ids": enc["input_ids"], "labels": enc["labels"]}
 
 
-def tokenize_pairs(dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, src_lang: str, tgt_lang: str, *,
-                   num_proc: int | None = None, batch_size: int = 1000, keep_text: bool = False,
-                   cache_dir: str | os.PathLike | None = None, load_from_cache_file: bool = True) -> datasets.Dataset:
+def tokenize_pairs(
+    dataset: datasets.Dataset,
+    tokenizer: PreTrainedTokenizerBase,
+    src_lang: str,
+    tgt_lang: str,
+    *,
+    num_proc: int | None = None,
+    batch_size: int = 1000,
+    keep_text: bool = False,
+    cache_dir: str | os.PathLike | None = None,
+    load_from_cache_file: bool = True,
+) -> datasets.Dataset:
     """`input_ids` / `labels` (each side + `</s>`) as int32 lists by `Dataset.map`; `translation` dropped unless
     `keep_text`. The fingerprint hashes the tokenizer's content (not the Python object), so a file-backed dataset is
     tokenized once per launch series; an in-memory one is cached only under `cache_dir`."""
@@ -46,7 +60,8 @@ def tokenize_pairs(dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase
     features["input_ids"] = datasets.List(datasets.Value("int32"))
     features["labels"] = datasets.List(datasets.Value("int32"))
     key = datasets.fingerprint.Hasher.hash(
-        [dataset._fingerprint, tokenizer.backend_tokenizer.to_str(), src_lang, tgt_lang, keep_text])
+        [dataset._fingerprint, tokenizer.backend_tokenizer.to_str(), src_lang, tgt_lang, keep_text]
+    )
     cache_file_name = None
     if cache_dir is not None:
         Path(cache_dir).mkdir(parents=True, exist_ok=True)
@@ -55,10 +70,18 @@ def tokenize_pairs(dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase
         # more workers than CPUs only multiplies memory (8 workers on 2 cores held ~11 GB at 0.5M pairs); a small
         # dataset is tokenized faster than the workers start
         num_proc = min(num_proc, os.cpu_count() or 1) if len(dataset) >= 10 * batch_size else None
-    return dataset.map(partial(_tokenize_batch, tokenizer=tokenizer, src_lang=src_lang, tgt_lang=tgt_lang),
-                       batched=True, batch_size=batch_size, num_proc=num_proc, remove_columns=remove,
-                       features=features, cache_file_name=cache_file_name, new_fingerprint=key,
-                       load_from_cache_file=load_from_cache_file, desc=f"tokenizing {src_lang}-{tgt_lang}")
+    return dataset.map(
+        partial(_tokenize_batch, tokenizer=tokenizer, src_lang=src_lang, tgt_lang=tgt_lang),
+        batched=True,
+        batch_size=batch_size,
+        num_proc=num_proc,
+        remove_columns=remove,
+        features=features,
+        cache_file_name=cache_file_name,
+        new_fingerprint=key,
+        load_from_cache_file=load_from_cache_file,
+        desc=f"tokenizing {src_lang}-{tgt_lang}",
+    )
 
 
 def sequence_lengths(dataset: datasets.Dataset, column: str) -> np.ndarray:
@@ -84,12 +107,15 @@ class FilterReport:
         return asdict(self)
 
     def __str__(self) -> str:
-        return (f"kept {self.kept}/{self.total} pairs; removed {self.empty} empty, {self.too_long} too long, "
-                f"{self.bad_ratio} with a bad length ratio")
+        return (
+            f"kept {self.kept}/{self.total} pairs; removed {self.empty} empty, {self.too_long} too long, "
+            f"{self.bad_ratio} with a bad length ratio"
+        )
 
 
-def filter_pairs(dataset: datasets.Dataset, *, max_length: int | None = 256, max_ratio: float | None = 9.0
-                 ) -> tuple[datasets.Dataset, FilterReport]:
+def filter_pairs(
+    dataset: datasets.Dataset, *, max_length: int | None = 256, max_ratio: float | None = 9.0
+) -> tuple[datasets.Dataset, FilterReport]:
     """Remove empty pairs always, and pairs over `max_length` BPE tokens a side (t2t's WMT cap; the paper gives none)
     or with a length ratio over `max_ratio` (Moses `clean-corpus-n.perl`'s 9); None disables a rule. Counts logged
     and returned."""
@@ -104,18 +130,34 @@ def filter_pairs(dataset: datasets.Dataset, *, max_length: int | None = 256, max
         longer, shorter = np.maximum(src, tgt), np.maximum(np.minimum(src, tgt), 1)
         bad_ratio = (longer / shorter > max_ratio) & ~empty & ~too_long
     keep = ~(empty | too_long | bad_ratio)
-    report = FilterReport(len(dataset), int(keep.sum()), int(empty.sum()), int(too_long.sum()), int(bad_ratio.sum()),
-                          {k: np.flatnonzero(m)[:10].tolist() for k, m in
-                           (("empty", empty), ("too_long", too_long), ("bad_ratio", bad_ratio)) if m.any()})
+    report = FilterReport(
+        len(dataset),
+        int(keep.sum()),
+        int(empty.sum()),
+        int(too_long.sum()),
+        int(bad_ratio.sum()),
+        {
+            k: np.flatnonzero(m)[:10].tolist()
+            for k, m in (("empty", empty), ("too_long", too_long), ("bad_ratio", bad_ratio))
+            if m.any()
+        },
+    )
     (logger.warning if report.kept < report.total else logger.info)("filter_pairs: %s", report)
     if report.kept == report.total:
         return dataset, report
     return dataset.select(np.flatnonzero(keep)), report
 
 
-def prepare_dataset(dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, src_lang: str, tgt_lang: str, *,
-                    max_length: int | None = 256, max_ratio: float | None = 9.0, **tokenize_kwargs: Any
-                    ) -> tuple[datasets.Dataset, FilterReport]:
+def prepare_dataset(
+    dataset: datasets.Dataset,
+    tokenizer: PreTrainedTokenizerBase,
+    src_lang: str,
+    tgt_lang: str,
+    *,
+    max_length: int | None = 256,
+    max_ratio: float | None = 9.0,
+    **tokenize_kwargs: Any,
+) -> tuple[datasets.Dataset, FilterReport]:
     """`tokenize_pairs` then `filter_pairs`: the usual path from a loaded corpus to training examples."""
     tokenized = tokenize_pairs(dataset, tokenizer, src_lang, tgt_lang, **tokenize_kwargs)
     return filter_pairs(tokenized, max_length=max_length, max_ratio=max_ratio)

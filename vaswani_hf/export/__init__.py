@@ -7,5 +7,14 @@ from .ctranslate2 import LENGTH_PENALTY_TYPES, CTranslate2Translator, translate_
 from .ctranslate2_spec import to_ctranslate2
 from .marian import export_marian, from_marian, marian_config_from, marian_generation_config, to_marian
 
-__all__ = ["to_marian", "from_marian", "marian_config_from", "marian_generation_config", "export_marian",
-           "to_ctranslate2", "CTranslate2Translator", "translate_ctranslate2", "LENGTH_PENALTY_TYPES"]
+__all__ = [
+    "to_marian",
+    "from_marian",
+    "marian_config_from",
+    "marian_generation_config",
+    "export_marian",
+    "to_ctranslate2",
+    "CTranslate2Translator",
+    "translate_ctranslate2",
+    "LENGTH_PENALTY_TYPES",
+]

@@ -39,12 +39,17 @@ from .ctranslate2_spec import (
 # generate()'s scorings, and CTranslate2's own (its hypotheses as it scored them, not re-ranked)
 LENGTH_PENALTY_TYPES = (*GENERATE_LENGTH_PENALTY_TYPES, "ctranslate2")
 
-__all__ = ["CTranslate2Translator", "translate_ctranslate2", "to_ctranslate2", "gnmt_length_penalty",
-           "LENGTH_PENALTY_TYPES"]
+__all__ = [
+    "CTranslate2Translator",
+    "translate_ctranslate2",
+    "to_ctranslate2",
+    "gnmt_length_penalty",
+    "LENGTH_PENALTY_TYPES",
+]
 
 
 def _split_device(device: str | None) -> tuple[str, int]:
-    """"cpu", "cuda", "cuda:1" -> (CTranslate2 device, device_index)."""
+    """ "cpu", "cuda", "cuda:1" -> (CTranslate2 device, device_index)."""
     device = str(device or "cpu")
     name, _, index = device.partition(":")
     if name not in ("cpu", "cuda", "auto"):
@@ -65,16 +70,26 @@ def _check_tokenizer(folder: Path, tokenizer, given: bool) -> None:
     ours = tokenizer_tokens(tokenizer)
     for path in (folder / f"{name}_vocabulary.json" for name in ("shared", "source", "target")):
         if path.is_file():
-            check_one_vocabulary(ours, dict(enumerate(read_json(path, CT2_VOCABULARY))),
-                                 f"{which} and {path}", "the tokenizer files were replaced: export the model again "
-                                 "(vaswani-export-ctranslate2)")
+            check_one_vocabulary(
+                ours,
+                dict(enumerate(read_json(path, CT2_VOCABULARY))),
+                f"{which} and {path}",
+                "the tokenizer files were replaced: export the model again (vaswani-export-ctranslate2)",
+            )
 
 
 class CTranslate2Translator:
     """A loaded CTranslate2 export plus its tokenizer; `translate` maps our decoding options (module docstring)."""
 
-    def __init__(self, model_dir: str | os.PathLike, device: str = "cpu", compute_type: str = "default",
-                 inter_threads: int = 1, intra_threads: int = 0, tokenizer=None):
+    def __init__(
+        self,
+        model_dir: str | os.PathLike,
+        device: str = "cpu",
+        compute_type: str = "default",
+        inter_threads: int = 1,
+        intra_threads: int = 0,
+        tokenizer=None,
+    ):
         from transformers import AutoTokenizer
 
         ctranslate2, _, _ = import_ctranslate2()
@@ -85,8 +100,12 @@ class CTranslate2Translator:
         self.tokenizer = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(str(self.model_dir))
         _check_tokenizer(self.model_dir, self.tokenizer, given=tokenizer is not None)
         self.translator = ctranslate2.Translator(
-            str(self.model_dir), device=device, device_index=device_index, compute_type=compute_type,
-            inter_threads=inter_threads, intra_threads=intra_threads,
+            str(self.model_dir),
+            device=device,
+            device_index=device_index,
+            compute_type=compute_type,
+            inter_threads=inter_threads,
+            intra_threads=intra_threads,
         )
         self.max_positions = self.metadata.get("max_positions")  # None: unknown (not exported by us), no check
         self.generation_defaults = _generation_defaults(self.metadata.get("generation", {}))
@@ -108,14 +127,21 @@ class CTranslate2Translator:
         """(num_beams, alpha, penalty type, a, b, max_new_tokens): the options set, else the export's, checked."""
         o = resolve_options(self.generation_defaults, **options)
         if o["length_penalty_type"] not in LENGTH_PENALTY_TYPES:
-            raise UsageError(f"length_penalty_type must be one of {LENGTH_PENALTY_TYPES}, "
-                             f"got {o['length_penalty_type']!r}")
+            raise UsageError(
+                f"length_penalty_type must be one of {LENGTH_PENALTY_TYPES}, got {o['length_penalty_type']!r}"
+            )
         if o["num_beams"] < 1:
             raise UsageError(f"num_beams must be >= 1, got {o['num_beams']}")
         if o["max_length_b"] is None and o["max_new_tokens"] is None:
             raise UsageError("max_length_b=None turns the per-sentence limit off: give max_new_tokens as the limit")
-        return (o["num_beams"], o["length_penalty"], o["length_penalty_type"], o["max_length_a"], o["max_length_b"],
-                o["max_new_tokens"])
+        return (
+            o["num_beams"],
+            o["length_penalty"],
+            o["length_penalty_type"],
+            o["max_length_a"],
+            o["max_length_b"],
+            o["max_new_tokens"],
+        )
 
     def _limits(self, sources, a, b, max_new_tokens) -> tuple[list[int], list[bool]]:
         """Per sentence: the free tokens CTranslate2 may produce (our limit - 1), and whether we force </s> after."""
@@ -130,23 +156,44 @@ class CTranslate2Translator:
             forced_eos.append(rule_steps is not None and cap == rule_steps)
         return steps, forced_eos
 
-    def translate(self, sentences: Sequence[str], *, num_beams: int | None = None,
-                  length_penalty: float | None = None, length_penalty_type: str | None = None,
-                  max_length_a: float | None = None, max_length_b: int | None = UNSET,
-                  max_new_tokens: int | None = None, exact_max_length: bool = True, batch_size: int | None = None,
-                  max_tokens: int | None = None, patience: float = 1.0,
-                  max_input_tokens: int | None = MAX_SOURCE_TOKENS) -> list[str]:
+    def translate(
+        self,
+        sentences: Sequence[str],
+        *,
+        num_beams: int | None = None,
+        length_penalty: float | None = None,
+        length_penalty_type: str | None = None,
+        max_length_a: float | None = None,
+        max_length_b: int | None = UNSET,
+        max_new_tokens: int | None = None,
+        exact_max_length: bool = True,
+        batch_size: int | None = None,
+        max_tokens: int | None = None,
+        patience: float = 1.0,
+        max_input_tokens: int | None = MAX_SOURCE_TOKENS,
+    ) -> list[str]:
         """One single-line translation per sentence, in order; options as `vaswani_hf.inference.translate`'s (unset:
         the export's), mapped as the module docstring says."""
-        options = self._options(num_beams=num_beams, length_penalty=length_penalty,
-                                length_penalty_type=length_penalty_type, max_length_a=max_length_a,
-                                max_length_b=max_length_b, max_new_tokens=max_new_tokens)
+        options = self._options(
+            num_beams=num_beams,
+            length_penalty=length_penalty,
+            length_penalty_type=length_penalty_type,
+            max_length_a=max_length_a,
+            max_length_b=max_length_b,
+            max_new_tokens=max_new_tokens,
+        )
         if max_tokens is None and batch_size is None:
             max_tokens = TRANSLATE_MAX_TOKENS
 
         def decode(sources: list[list[str]]) -> list[str]:
-            found = self._translate_tokens(sources, *options, exact_max_length=exact_max_length,
-                                           batch_size=batch_size, max_tokens=max_tokens, patience=patience)
+            found = self._translate_tokens(
+                sources,
+                *options,
+                exact_max_length=exact_max_length,
+                batch_size=batch_size,
+                max_tokens=max_tokens,
+                patience=patience,
+            )
             return [self.decode(tokens) for tokens in found]
 
         return translate_lines(sentences, self.encode, decode, self.position_table, max_source_tokens=max_input_tokens)
@@ -154,12 +201,31 @@ class CTranslate2Translator:
     @property
     def position_table(self) -> PositionTable | None:
         """The longest source the export embeds (None: not exported by us, no check)."""
-        return None if self.max_positions is None else PositionTable(
-            self.max_positions, "this CTranslate2 export has position encodings for",
-            ", or re-export with a larger --max_positions")
+        return (
+            None
+            if self.max_positions is None
+            else PositionTable(
+                self.max_positions,
+                "this CTranslate2 export has position encodings for",
+                ", or re-export with a larger --max_positions",
+            )
+        )
 
-    def _translate_tokens(self, sources, num_beams, alpha, penalty_type, a, b, max_new_tokens, *,
-                          exact_max_length, batch_size, max_tokens, patience) -> list[list[str]]:
+    def _translate_tokens(
+        self,
+        sources,
+        num_beams,
+        alpha,
+        penalty_type,
+        a,
+        b,
+        max_new_tokens,
+        *,
+        exact_max_length,
+        batch_size,
+        max_tokens,
+        patience,
+    ) -> list[list[str]]:
         """The best hypothesis (no `</s>`) of each source: grouped by length limit, batched, one `_search` a batch."""
         steps, forced_eos = self._limits(sources, a, b, max_new_tokens)
         groups: dict[int, list[int]] = defaultdict(list)
@@ -171,8 +237,15 @@ class CTranslate2Translator:
                 continue
             for batch in make_batches([len(sources[k]) for k in members], max_tokens, batch_size):
                 chosen = [members[j] for j in batch]
-                found = self._search([sources[k] for k in chosen], cap, num_beams, alpha, penalty_type, patience,
-                                     [forced_eos[k] and exact_max_length for k in chosen])
+                found = self._search(
+                    [sources[k] for k in chosen],
+                    cap,
+                    num_beams,
+                    alpha,
+                    penalty_type,
+                    patience,
+                    [forced_eos[k] and exact_max_length for k in chosen],
+                )
                 for k, tokens in zip(chosen, found):
                     hypotheses[k] = tokens
         return hypotheses
@@ -180,9 +253,14 @@ class CTranslate2Translator:
     def _search(self, sources, cap, num_beams, alpha, penalty_type, patience, forced_eos):
         """One `translate_batch` call on one of our batches; the best hypothesis of each sentence, our ranking."""
         eos = self.tokenizer.eos_token
-        options = dict(beam_size=num_beams, patience=patience, max_decoding_length=cap, min_decoding_length=0,
-                       max_input_length=0,  # never truncate silently; lengths are checked against the table before
-                       max_batch_size=0)  # our batch as it is: make_batches already sized it
+        options = dict(
+            beam_size=num_beams,
+            patience=patience,
+            max_decoding_length=cap,
+            min_decoding_length=0,
+            max_input_length=0,  # never truncate silently; lengths are checked against the table before
+            max_batch_size=0,
+        )  # our batch as it is: make_batches already sized it
         if num_beams == 1 or alpha == 0 or penalty_type == "ctranslate2":
             results = self.translator.translate_batch(sources, length_penalty=alpha, **options)
             return [result.hypotheses[0] for result in results]
@@ -190,8 +268,13 @@ class CTranslate2Translator:
         # We undo that exactly (score * L ** alpha = log P(Y)) and re-rank the finished beam with our formula, where
         # |Y| counts </s>, also the </s> our generate() forces at the per-sentence limit (log-prob 0 there).
         results = self.translator.translate_batch(
-            sources, length_penalty=alpha, return_end_token=True, return_scores=True, num_hypotheses=num_beams,
-            **options)
+            sources,
+            length_penalty=alpha,
+            return_end_token=True,
+            return_scores=True,
+            num_hypotheses=num_beams,
+            **options,
+        )
         best = []
         for result, forced in zip(results, forced_eos):
             ranked = []
@@ -199,21 +282,29 @@ class CTranslate2Translator:
                 log_prob = score * max(len(tokens), 1) ** alpha
                 ended = bool(tokens) and tokens[-1] == eos
                 our_length = len(tokens) + (0 if ended or not forced else 1)
-                penalty = (gnmt_length_penalty(our_length, alpha) if penalty_type == "gnmt"
-                           else max(our_length, 1) ** alpha)
+                penalty = (
+                    gnmt_length_penalty(our_length, alpha) if penalty_type == "gnmt" else max(our_length, 1) ** alpha
+                )
                 ranked.append((log_prob / penalty, tokens[:-1] if ended else tokens))
             best.append(max(ranked, key=lambda item: item[0])[1])
         return best
 
 
-def translate_ctranslate2(model_dir: str | os.PathLike, sentences: Sequence[str], *, device: str | None = "cpu",
-                          compute_type: str = "default", quantization: str | None = None, inter_threads: int = 1,
-                          intra_threads: int = 0, **options) -> list[str]:
+def translate_ctranslate2(
+    model_dir: str | os.PathLike,
+    sentences: Sequence[str],
+    *,
+    device: str | None = "cpu",
+    compute_type: str = "default",
+    quantization: str | None = None,
+    inter_threads: int = 1,
+    intra_threads: int = 0,
+    **options,
+) -> list[str]:
     """Translate with an export, or a model folder exported to a temporary folder (`quantization`) first."""
     import tempfile
 
-    loader = dict(device=device, compute_type=compute_type, inter_threads=inter_threads,
-                  intra_threads=intra_threads)
+    loader = dict(device=device, compute_type=compute_type, inter_threads=inter_threads, intra_threads=intra_threads)
     if (Path(model_dir) / "model.bin").is_file():
         return CTranslate2Translator(model_dir, **loader).translate(sentences, **options)
     with tempfile.TemporaryDirectory(prefix="vaswani_ct2_") as tmp:

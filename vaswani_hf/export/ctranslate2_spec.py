@@ -36,8 +36,10 @@ def import_ctranslate2():
         import ctranslate2
         from ctranslate2.specs import common_spec, transformer_spec
     except ImportError:  # pragma: no cover - exercised only without the extra
-        raise UsageError("CTranslate2 export and decoding need the optional dependency `ctranslate2`: "
-                         "pip install 'vaswani_hf[ct2]'  (or: pip install ctranslate2)") from None
+        raise UsageError(
+            "CTranslate2 export and decoding need the optional dependency `ctranslate2`: "
+            "pip install 'vaswani_hf[ct2]'  (or: pip install ctranslate2)"
+        ) from None
     return ctranslate2, common_spec, transformer_spec
 
 
@@ -45,8 +47,10 @@ def _vocabulary(tokenizer, config: VaswaniConfig) -> list[str]:
     """Our token strings in id order 0..V-1 (unused ids: unique placeholders)."""
     id_to_token = tokenizer_tokens(tokenizer)
     if id_to_token and max(id_to_token) >= config.vocab_size:
-        raise UsageError(f"to_ctranslate2: the tokenizer has ids up to {max(id_to_token)} but the model's vocab_size "
-                         f"is {config.vocab_size}; they must describe the same vocabulary.")
+        raise UsageError(
+            f"to_ctranslate2: the tokenizer has ids up to {max(id_to_token)} but the model's vocab_size "
+            f"is {config.vocab_size}; they must describe the same vocabulary."
+        )
     tokens = [id_to_token.get(i, f"<vaswani_unused_{i}>") for i in range(config.vocab_size)]
     if len(set(tokens)) != len(tokens):
         raise UsageError("to_ctranslate2: duplicate token strings in the vocabulary ; CTranslate2 maps by string.")
@@ -63,8 +67,10 @@ def check_one_vocabulary(ours: dict[int, str], theirs: dict[int, str], which: st
     for index in sorted(set(ours) | set(theirs)):
         mine, other = ours.get(index, f"<vaswani_unused_{index}>"), theirs.get(index)
         if mine != other:
-            raise UsageError(f"{which} are not one vocabulary (id {index} is {mine!r} in one, "
-                             f"{'absent' if other is None else repr(other)} in the other); {advice}")
+            raise UsageError(
+                f"{which} are not one vocabulary (id {index} is {mine!r} in one, "
+                f"{'absent' if other is None else repr(other)} in the other); {advice}"
+            )
 
 
 def check_metadata(path: str | os.PathLike) -> dict:
@@ -86,9 +92,12 @@ def _check_folder_tokenizer(folder: Path, tokenizer) -> None:
     if isinstance(tokenizer, (str, os.PathLike)) and Path(tokenizer).resolve() == folder.resolve():
         return
     given = f"the tokenizer in {tokenizer}" if isinstance(tokenizer, (str, os.PathLike)) else "the given tokenizer"
-    check_one_vocabulary(tokenizer_tokens(tokenizer), tokenizer_tokens(folder),
-                         f"to_ctranslate2: {given} and the model's own tokenizer ({folder / 'tokenizer.json'})",
-                         "leave the tokenizer out or give the one the model was trained with")
+    check_one_vocabulary(
+        tokenizer_tokens(tokenizer),
+        tokenizer_tokens(folder),
+        f"to_ctranslate2: {given} and the model's own tokenizer ({folder / 'tokenizer.json'})",
+        "leave the tokenizer out or give the one the model was trained with",
+    )
 
 
 def _checked_sources(model_or_folder, tokenizer):
@@ -109,8 +118,11 @@ def _load(model_or_folder, tokenizer):
     """(model in eval mode, tokenizer object) from what `_checked_sources` returned."""
     from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-    model = model_or_folder if isinstance(model_or_folder, VaswaniForConditionalGeneration) else \
-        VaswaniForConditionalGeneration.from_pretrained(model_or_folder, dtype=torch.float32)
+    model = (
+        model_or_folder
+        if isinstance(model_or_folder, VaswaniForConditionalGeneration)
+        else VaswaniForConditionalGeneration.from_pretrained(model_or_folder, dtype=torch.float32)
+    )
     if not isinstance(tokenizer, PreTrainedTokenizerBase):
         tokenizer = AutoTokenizer.from_pretrained(str(tokenizer))
     return model.eval(), tokenizer
@@ -167,26 +179,31 @@ def _spec(model: VaswaniForConditionalGeneration, tokens: list[str], max_positio
     _, common_spec, transformer_spec = import_ctranslate2()
     config = model.config
     if config.d_k != config.d_v:
-        raise UsageError(f"to_ctranslate2: CTranslate2 attention needs d_k == d_v (one head_dim); got "
-                         f"d_k={config.d_k}, d_v={config.d_v} (Table 3, row B).")
+        raise UsageError(
+            f"to_ctranslate2: CTranslate2 attention needs d_k == d_v (one head_dim); got "
+            f"d_k={config.d_k}, d_v={config.d_v} (Table 3, row B)."
+        )
     head_dim = None if config.d_k * config.num_heads == config.d_model else config.d_k
     # Copies: CTranslate2's quantization works in place on numpy views of the tensors it is given.
-    state = {name: tensor.detach().to(torch.float32, copy=True).contiguous()
-             for name, tensor in model.state_dict().items()}
+    state = {
+        name: tensor.detach().to(torch.float32, copy=True).contiguous() for name, tensor in model.state_dict().items()
+    }
     # pre_norm=False: post-norm layers LayerNorm(x + Sublayer(x)) and no final LayerNorm on either stack (CTranslate2
     # creates `layer_norm` at the end of a stack only for pre-norm models).
     kwargs = dict(pre_norm=False, activation=common_spec.Activation.RELU, head_dim=head_dim)
     spec = transformer_spec.TransformerSpec(
         transformer_spec.TransformerEncoderSpec(config.num_encoder_layers, config.num_heads, **kwargs),
-        transformer_spec.TransformerDecoderSpec(config.num_decoder_layers, config.num_heads, **kwargs))
+        transformer_spec.TransformerDecoderSpec(config.num_decoder_layers, config.num_heads, **kwargs),
+    )
     for stack, stack_spec in (("encoder", spec.encoder), ("decoder", spec.decoder)):
         stack_spec.scale_embeddings = math.sqrt(config.d_model) if config.scale_embedding else 1.0
         if config.position_encoding == "sinusoidal":
             # Always written explicitly: CTranslate2's built-in sinusoids are OpenNMT-tf's (timescale denominator
             # d/2 - 1, positions from 1, [sin | cos]), not the paper's. The table is in the model's own layout, so
             # interleaved and concatenated models both export exactly, with no permutation of the weights.
-            stack_spec.position_encodings.encodings = sinusoid_table(max_positions, config.d_model,
-                                                                     config.sinusoid_layout)
+            stack_spec.position_encodings.encodings = sinusoid_table(
+                max_positions, config.d_model, config.sinusoid_layout
+            )
         else:  # learned (Table 3, row E): max_position_embeddings rows
             stack_spec.position_encodings.encodings = state[f"model.{stack}.embed_positions.weight"]
         for i, layer_spec in enumerate(stack_spec.layer):
@@ -209,9 +226,11 @@ def _max_positions(config: VaswaniConfig, max_positions: int | None) -> int:
     if config.position_encoding == "sinusoidal":
         return int(max_positions or max(config.max_position_embeddings, _CT2_DEFAULT_MAX_POSITIONS))
     if max_positions not in (None, config.max_position_embeddings):
-        raise UsageError(f"to_ctranslate2: --max_positions {max_positions}: a model with learned positions exports "
-                         f"exactly its {config.max_position_embeddings} rows (max_position_embeddings); leave "
-                         "--max_positions out")
+        raise UsageError(
+            f"to_ctranslate2: --max_positions {max_positions}: a model with learned positions exports "
+            f"exactly its {config.max_position_embeddings} rows (max_position_embeddings); leave "
+            "--max_positions out"
+        )
     return config.max_position_embeddings
 
 
@@ -230,8 +249,15 @@ def _metadata(ctranslate2, model, quantization: str | None, max_positions: int) 
     }
 
 
-def to_ctranslate2(model_or_folder, out_dir, quantization: str | None = None, tokenizer=None, *,
-                   max_positions: int | None = None, force: bool = False) -> Path:
+def to_ctranslate2(
+    model_or_folder,
+    out_dir,
+    quantization: str | None = None,
+    tokenizer=None,
+    *,
+    max_positions: int | None = None,
+    force: bool = False,
+) -> Path:
     """Write a CTranslate2 model folder computing exactly our model's function (model.bin, vocabulary, tokenizer
     files, `vaswani_ctranslate2.json`), atomically; an existing non-empty `out_dir` only with `force`.
 
@@ -241,8 +267,10 @@ def to_ctranslate2(model_or_folder, out_dir, quantization: str | None = None, to
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise UsageError(f"quantization {quantization!r} is not one of {', '.join(QUANTIZATIONS)}")
     out_dir = check_output_dir(out_dir, overwrite=force, what="CTranslate2 output folder", kind=CT2_FOLDER)
-    if not isinstance(model_or_folder, VaswaniForConditionalGeneration) and \
-            Path(model_or_folder).resolve() == out_dir.resolve():
+    if (
+        not isinstance(model_or_folder, VaswaniForConditionalGeneration)
+        and Path(model_or_folder).resolve() == out_dir.resolve()
+    ):
         raise UsageError(f"output folder {out_dir} is the model folder; choose another")
     model, tokenizer = _load(*_checked_sources(model_or_folder, tokenizer))
     max_positions = _max_positions(model.config, max_positions)

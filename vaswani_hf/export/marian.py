@@ -19,8 +19,8 @@ from transformers import GenerationConfig, MarianConfig, MarianMTModel
 from ..configuration_vaswani import VaswaniConfig
 from ..hub.card import Architecture, CardVariant, check_card_identity, read_card_inputs, render_model_card
 from ..io import UsageError, atomic_output_dir, check_model_folder, check_output_dir, check_same_vocabulary, read_json
-from ..modeling_vaswani import VaswaniForConditionalGeneration
 from ..io.models import copy_model_files
+from ..modeling_vaswani import VaswaniForConditionalGeneration
 from ..tokenization import declare_plain_tokenizer
 from .marian_limits import marian_refusals
 from .marian_vocabulary import check_relabelled_tokenizer, move_pad_last, relabel_tokenizer_files
@@ -51,8 +51,11 @@ def _layer_map(config: VaswaniConfig):
                 for ours, theirs, axis in _ATTENTION:
                     yield f"{prefix}.{attention}.{ours}.weight", f"{prefix}.{attention}.{theirs}.weight", axis
                     # a bias has the output axis only: the D axis for out_proj, none for the input projections
-                    yield (f"{prefix}.{attention}.{ours}.bias", f"{prefix}.{attention}.{theirs}.bias",
-                           0 if ours == "out_proj" else None)
+                    yield (
+                        f"{prefix}.{attention}.{ours}.bias",
+                        f"{prefix}.{attention}.{theirs}.bias",
+                        0 if ours == "out_proj" else None,
+                    )
             for ours, theirs, axis in _FEED_FORWARD:
                 yield f"{prefix}.{ours}.weight", f"{prefix}.{theirs}.weight", axis
                 yield f"{prefix}.{ours}.bias", f"{prefix}.{theirs}.bias", 0 if axis == 0 else None
@@ -64,8 +67,11 @@ def _layer_map(config: VaswaniConfig):
 
 
 def _embedding_map(config: VaswaniConfig):
-    names = ("model.shared.weight",) if config.tie_word_embeddings else (
-        "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight")
+    names = (
+        ("model.shared.weight",)
+        if config.tie_word_embeddings
+        else ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight")
+    )
     return [(name, name, 1) for name in names]
 
 
@@ -75,17 +81,30 @@ def marian_config_from(config: VaswaniConfig) -> MarianConfig:
     problems = [problem for problem in marian_refusals(config) if not problem.startswith("layer_norm_eps")]
     if problems:
         raise ValueError(f"to_marian: {problems[0]}")
-    return MarianConfig(vocab_size=config.vocab_size, decoder_vocab_size=config.vocab_size, d_model=config.d_model,
-                        encoder_layers=config.num_encoder_layers, decoder_layers=config.num_decoder_layers,
-                        encoder_attention_heads=config.num_heads, decoder_attention_heads=config.num_heads,
-                        encoder_ffn_dim=config.d_ff, decoder_ffn_dim=config.d_ff, activation_function="relu",
-                        dropout=config.dropout, attention_dropout=config.attention_dropout,
-                        activation_dropout=config.relu_dropout, max_position_embeddings=config.max_position_embeddings,
-                        scale_embedding=config.scale_embedding, pad_token_id=config.pad_token_id,
-                        eos_token_id=config.eos_token_id, bos_token_id=config.bos_token_id,
-                        decoder_start_token_id=config.decoder_start_token_id, forced_eos_token_id=None,
-                        share_encoder_decoder_embeddings=config.tie_word_embeddings,
-                        tie_word_embeddings=config.tie_word_embeddings)
+    return MarianConfig(
+        vocab_size=config.vocab_size,
+        decoder_vocab_size=config.vocab_size,
+        d_model=config.d_model,
+        encoder_layers=config.num_encoder_layers,
+        decoder_layers=config.num_decoder_layers,
+        encoder_attention_heads=config.num_heads,
+        decoder_attention_heads=config.num_heads,
+        encoder_ffn_dim=config.d_ff,
+        decoder_ffn_dim=config.d_ff,
+        activation_function="relu",
+        dropout=config.dropout,
+        attention_dropout=config.attention_dropout,
+        activation_dropout=config.relu_dropout,
+        max_position_embeddings=config.max_position_embeddings,
+        scale_embedding=config.scale_embedding,
+        pad_token_id=config.pad_token_id,
+        eos_token_id=config.eos_token_id,
+        bos_token_id=config.bos_token_id,
+        decoder_start_token_id=config.decoder_start_token_id,
+        forced_eos_token_id=None,
+        share_encoder_decoder_embeddings=config.tie_word_embeddings,
+        tie_word_embeddings=config.tie_word_embeddings,
+    )
 
 
 @torch.no_grad()
@@ -116,31 +135,45 @@ def to_marian(model: VaswaniForConditionalGeneration) -> MarianMTModel:
 
 
 @torch.no_grad()
-def from_marian(marian: MarianMTModel, sinusoid_layout: str = "concatenated", **config_overrides
-                ) -> VaswaniForConditionalGeneration:
+def from_marian(
+    marian: MarianMTModel, sinusoid_layout: str = "concatenated", **config_overrides
+) -> VaswaniForConditionalGeneration:
     """A `VaswaniForConditionalGeneration` computing exactly the same function as `marian` (model dimension permuted
     for `sinusoid_layout="interleaved"`; attention biases kept unless all zero)."""
     mc = marian.config
     if mc.activation_function != "relu":
         raise ValueError(f"from_marian: the paper's FFN uses ReLU; this Marian model uses {mc.activation_function!r}.")
     if bool(marian.final_logits_bias.abs().max() > 0):
-        raise ValueError("from_marian: non-zero final_logits_bias cannot be represented "
-                         "(the paper has no output bias).")
+        raise ValueError(
+            "from_marian: non-zero final_logits_bias cannot be represented (the paper has no output bias)."
+        )
     if mc.decoder_vocab_size not in (None, mc.vocab_size):
         raise ValueError("from_marian: source and target vocabularies differ; the paper shares one vocabulary.")
     state = marian.state_dict()
     bias_names = [name for name in state if name.endswith(("_proj.bias",)) and "attn" in name]
     attention_bias = any(bool(state[name].abs().max() > 0) for name in bias_names)
     layer_norm_eps = next(m.eps for m in marian.modules() if isinstance(m, torch.nn.LayerNorm))
-    settings = dict(vocab_size=mc.vocab_size, d_model=mc.d_model, d_ff=mc.encoder_ffn_dim,
-                    num_heads=mc.encoder_attention_heads, num_encoder_layers=mc.encoder_layers,
-                    num_decoder_layers=mc.decoder_layers, dropout=mc.dropout, attention_dropout=mc.attention_dropout,
-                    relu_dropout=mc.activation_dropout, max_position_embeddings=mc.max_position_embeddings,
-                    sinusoid_layout=sinusoid_layout, attention_bias=attention_bias, layer_norm_eps=layer_norm_eps,
-                    scale_embedding=mc.scale_embedding,
-                    tie_word_embeddings=bool(mc.share_encoder_decoder_embeddings and mc.tie_word_embeddings),
-                    pad_token_id=mc.pad_token_id, eos_token_id=mc.eos_token_id, bos_token_id=mc.bos_token_id,
-                    decoder_start_token_id=mc.decoder_start_token_id)
+    settings = dict(
+        vocab_size=mc.vocab_size,
+        d_model=mc.d_model,
+        d_ff=mc.encoder_ffn_dim,
+        num_heads=mc.encoder_attention_heads,
+        num_encoder_layers=mc.encoder_layers,
+        num_decoder_layers=mc.decoder_layers,
+        dropout=mc.dropout,
+        attention_dropout=mc.attention_dropout,
+        relu_dropout=mc.activation_dropout,
+        max_position_embeddings=mc.max_position_embeddings,
+        sinusoid_layout=sinusoid_layout,
+        attention_bias=attention_bias,
+        layer_norm_eps=layer_norm_eps,
+        scale_embedding=mc.scale_embedding,
+        tie_word_embeddings=bool(mc.share_encoder_decoder_embeddings and mc.tie_word_embeddings),
+        pad_token_id=mc.pad_token_id,
+        eos_token_id=mc.eos_token_id,
+        bos_token_id=mc.bos_token_id,
+        decoder_start_token_id=mc.decoder_start_token_id,
+    )
     settings.update(config_overrides)
     config = VaswaniConfig(**settings)
     model = VaswaniForConditionalGeneration(config).to(dtype=marian.dtype)
@@ -166,15 +199,28 @@ def marian_generation_config(generation: dict, config) -> GenerationConfig:
     if settings.get("num_beams", 1) == 1:  # beam-search settings: transformers refuses to save them with greedy search
         settings = {key: value for key, value in settings.items() if key not in ("length_penalty", "early_stopping")}
     return GenerationConfig(  # max_length: Marian's sinusoid table has this many rows
-        **settings, max_length=config.max_position_embeddings, decoder_start_token_id=config.decoder_start_token_id,
-        bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id,
-        forced_eos_token_id=None)
+        **settings,
+        max_length=config.max_position_embeddings,
+        decoder_start_token_id=config.decoder_start_token_id,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+        pad_token_id=config.pad_token_id,
+        forced_eos_token_id=None,
+    )
 
 
 def _copy_tokenizer(model_dir: Path, out_dir: Path, new_of_old: list[int]) -> None:
     """The tokenizer files relabelled to the export's order, not re-saved (that would add loader state)."""
-    copy_model_files(model_dir, out_dir, only=(  # the rest is converted; junk is named and left out
-        "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"))
+    copy_model_files(
+        model_dir,
+        out_dir,
+        only=(  # the rest is converted; junk is named and left out
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "special_tokens_map.json",
+            "added_tokens.json",
+        ),
+    )
     relabel_tokenizer_files(out_dir, new_of_old)
     declare_plain_tokenizer(out_dir)  # serving stacks may run transformers 4
 
@@ -195,30 +241,45 @@ def _marian_architecture(config: dict) -> Architecture:
     """The card's architecture table of a `marian` config.json."""
     d_model, heads = config["d_model"], config["encoder_attention_heads"]
     return Architecture(
-        name="MarianMTModel (converted)", encoder_layers=config["encoder_layers"],
-        decoder_layers=config["decoder_layers"], d_model=d_model, d_ff=config["encoder_ffn_dim"], heads=heads,
-        d_k=d_model // heads, d_v=d_model // heads, positions="sinusoidal ([sin | cos] layout)",
-        vocab_size=config["vocab_size"], tied=config.get("tie_word_embeddings", True))
+        name="MarianMTModel (converted)",
+        encoder_layers=config["encoder_layers"],
+        decoder_layers=config["decoder_layers"],
+        d_model=d_model,
+        d_ff=config["encoder_ffn_dim"],
+        heads=heads,
+        d_k=d_model // heads,
+        d_v=d_model // heads,
+        positions="sinusoidal ([sin | cos] layout)",
+        vocab_size=config["vocab_size"],
+        tied=config.get("tie_word_embeddings", True),
+    )
 
 
 def _decodes_like_ours(generation: dict) -> bool:
     """Whether transformers' beam search decodes as our `generate`: its length penalty, no per-sentence limit."""
-    return (generation.get("length_penalty_type", "hf") == "hf" or generation.get("num_beams", 1) == 1) and \
-        generation.get("max_length_b") is None
+    return (
+        generation.get("length_penalty_type", "hf") == "hf" or generation.get("num_beams", 1) == 1
+    ) and generation.get("max_length_b") is None
 
 
 # How the card of a native Marian folder differs from ours (vaswani_hf.hub.card.CardVariant).
 MARIAN_CARD = CardVariant(
-    name="marian", tags=("marian",), architecture=_marian_architecture, count_parameters=count_marian_parameters,
-    decodes_as_measured=_decodes_like_ours, decoding_note=(
+    name="marian",
+    tags=("marian",),
+    architecture=_marian_architecture,
+    count_parameters=count_marian_parameters,
+    decodes_as_measured=_decodes_like_ours,
+    decoding_note=(
         "The original model decodes with the GNMT length penalty and a per-sentence length limit (input + 50); "
         "`generation_config.json` here keeps the beam size and alpha for transformers' built-in beam search, "
-        "which divides by |Y| ** alpha instead and uses one global `max_length`."),
+        "which divides by |Y| ** alpha instead and uses one global `max_length`."
+    ),
     results_note=(
         "These scores were measured with the original implementation's decoding (see Decoding). The native "
         "MarianMTModel computes the same function, but transformers' built-in beam search normalises lengths "
         "differently and has no per-sentence length limit, so its translations, and scores, can differ "
-        "slightly; they are therefore not declared as this repository's model-index results."),
+        "slightly; they are therefore not declared as this repository's model-index results."
+    ),
     global_max_length=True,
 )
 
@@ -233,8 +294,15 @@ def _check_marian_paths(model_dir, out_dir, overwrite: bool) -> tuple[Path, Path
     return model_dir, check_output_dir(out_dir, overwrite=overwrite, what="Marian output folder", kind=MARIAN_FOLDER)
 
 
-def export_marian(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *, metrics: Mapping | None = None,
-                  training_info: Mapping | None = None, repo_id: str | None = None, overwrite: bool = False) -> Path:
+def export_marian(
+    model_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    metrics: Mapping | None = None,
+    training_info: Mapping | None = None,
+    repo_id: str | None = None,
+    overwrite: bool = False,
+) -> Path:
     """Write a native `MarianMTModel` folder computing exactly the function of the model in `model_dir` (`<pad>`
     last), with its relabelled tokenizer, generation config and (given `training_info`, default `model_dir`'s
     metrics.json) a card; atomically, an existing non-empty `out_dir` only with `overwrite`."""
@@ -256,11 +324,19 @@ def export_marian(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *, m
         marian.save_pretrained(tmp)
         _copy_tokenizer(model_dir, tmp, new_of_old)
         # fail here, not on the Hub, if the copy does not load or disagrees with the relabelled weights
-        check_relabelled_tokenizer(AutoTokenizer.from_pretrained(model_dir), AutoTokenizer.from_pretrained(tmp),
-                                   new_of_old, tmp)
+        check_relabelled_tokenizer(
+            AutoTokenizer.from_pretrained(model_dir), AutoTokenizer.from_pretrained(tmp), new_of_old, tmp
+        )
         if training_info:
             # the card's decoding section describes the settings the scores were measured with (the original's)
-            card = render_model_card(marian, metrics, training_info, repo_id=repo_id, variant=MARIAN_CARD,
-                                     widget_examples=record.get("widget_examples"), generation_config=generation)
+            card = render_model_card(
+                marian,
+                metrics,
+                training_info,
+                repo_id=repo_id,
+                variant=MARIAN_CARD,
+                widget_examples=record.get("widget_examples"),
+                generation_config=generation,
+            )
             card.save(tmp / "README.md")
     return out_dir

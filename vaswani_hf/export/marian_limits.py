@@ -32,17 +32,22 @@ def marian_refusals(config: Mapping[str, Any] | Any) -> list[str]:
     width = d_model // heads if isinstance(d_model, int) and isinstance(heads, int) and heads > 0 else None
     problems = []
     if get("position_encoding", "sinusoidal") != "sinusoidal":
-        problems.append(f"position_encoding is {get('position_encoding')!r}: MarianMTModel has only sinusoidal "
-                        "positions (learned ones cannot be exported)")
+        problems.append(
+            f"position_encoding is {get('position_encoding')!r}: MarianMTModel has only sinusoidal "
+            "positions (learned ones cannot be exported)"
+        )
     for field in ("d_k", "d_v"):
         value = get(field)
         if value is not None and (width is None or value != width or width * heads != d_model):
-            problems.append(f"{field} is {value}: MarianMTModel needs d_k = d_v = d_model / num_heads "
-                            f"({d_model} / {heads})")
+            problems.append(
+                f"{field} is {value}: MarianMTModel needs d_k = d_v = d_model / num_heads ({d_model} / {heads})"
+            )
     eps, marian = get("layer_norm_eps", 1e-6), marian_layer_norm_eps()
     if isinstance(eps, (int, float)) and not abs(eps - marian) <= EPS_TOLERANCE:
-        problems.append(f"layer_norm_eps is {eps:g}: a MarianMTModel's LayerNorms reload with {marian:g} (it has no "
-                        f"setting for it), so only an epsilon within {EPS_TOLERANCE:g} of it keeps the model's logits")
+        problems.append(
+            f"layer_norm_eps is {eps:g}: a MarianMTModel's LayerNorms reload with {marian:g} (it has no "
+            f"setting for it), so only an epsilon within {EPS_TOLERANCE:g} of it keeps the model's logits"
+        )
     return problems
 
 
@@ -51,5 +56,7 @@ def check_marian_exportable(model_dir: str | os.PathLike) -> None:
     path = Path(model_dir) / "config.json"
     problems = marian_refusals(read_json(path, CONFIG))
     if problems:
-        raise UsageError(f"{path}: cannot be exported to MarianMTModel: {problems[0]}; export to CTranslate2 "
-                         "(vaswani-export-ctranslate2) or serve the model with its own code")
+        raise UsageError(
+            f"{path}: cannot be exported to MarianMTModel: {problems[0]}; export to CTranslate2 "
+            "(vaswani-export-ctranslate2) or serve the model with its own code"
+        )

@@ -80,8 +80,10 @@ def relabel_tokenizer_json(spec: dict, new_of_old: list[int], where: Path) -> di
         if model.get("unk_id") is not None:
             model["unk_id"] = new_of_old[model["unk_id"]]
     else:
-        raise UsageError(f"{where}: tokenizer model {model.get('type')!r} has no vocabulary this export can reorder; "
-                         "export a model whose tokenizer.json is BPE, WordPiece, WordLevel or Unigram")
+        raise UsageError(
+            f"{where}: tokenizer model {model.get('type')!r} has no vocabulary this export can reorder; "
+            "export a model whose tokenizer.json is BPE, WordPiece, WordLevel or Unigram"
+        )
     for added in spec.get("added_tokens") or []:
         added["id"] = new_of_old[added["id"]]
     _relabel_post_processor(spec.get("post_processor"), new_of_old)
@@ -91,6 +93,7 @@ def relabel_tokenizer_json(spec: dict, new_of_old: list[int], where: Path) -> di
 def relabel_tokenizer_files(folder: Path, new_of_old: list[int]) -> None:
     """Relabel the tokenizer files copied into `folder` in place (`tokenizer.json`, and the ids that
     `tokenizer_config.json` and `added_tokens.json` may hold)."""
+
     def write(path: Path, data: dict) -> None:
         path.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
 
@@ -98,11 +101,20 @@ def relabel_tokenizer_files(folder: Path, new_of_old: list[int]) -> None:
     write(path, relabel_tokenizer_json(read_json(path), new_of_old, path))
     settings = read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
     if isinstance(settings.get("added_tokens_decoder"), dict):
-        write(folder / "tokenizer_config.json", {**settings, "added_tokens_decoder": {
-            str(new_of_old[int(i)]): token for i, token in settings["added_tokens_decoder"].items()}})
+        write(
+            folder / "tokenizer_config.json",
+            {
+                **settings,
+                "added_tokens_decoder": {
+                    str(new_of_old[int(i)]): token for i, token in settings["added_tokens_decoder"].items()
+                },
+            },
+        )
     if (folder / "added_tokens.json").is_file():
-        write(folder / "added_tokens.json",
-              {token: new_of_old[i] for token, i in read_json(folder / "added_tokens.json").items()})
+        write(
+            folder / "added_tokens.json",
+            {token: new_of_old[i] for token, i in read_json(folder / "added_tokens.json").items()},
+        )
 
 
 def check_relabelled_tokenizer(original, relabelled, new_of_old: list[int], folder: Path) -> None:
@@ -112,5 +124,7 @@ def check_relabelled_tokenizer(original, relabelled, new_of_old: list[int], fold
     sample = "a b ."
     encoded = [new_of_old[i] for i in original(sample)["input_ids"]]
     if relabelled.get_vocab() != expected or relabelled(sample)["input_ids"] != encoded:
-        raise UsageError(f"{folder}: the tokenizer could not be relabelled to the Marian order (<pad> last); "
-                         "report this with the model folder's tokenizer.json")
+        raise UsageError(
+            f"{folder}: the tokenizer could not be relabelled to the Marian order (<pad> last); "
+            "report this with the model folder's tokenizer.json"
+        )

@@ -38,17 +38,38 @@ _NOT_SCORES = {"loss", "runtime", "samples_per_second", "steps_per_second", "epo
 
 # Known keys of `training_info`, in the order shown, with their labels. Other keys are shown after them as given.
 TRAINING_FIELDS = [
-    ("dataset_name", "Training data"), ("dataset", "Training data (Hub id)"),
-    ("dataset_config", "Dataset configuration"), ("train_examples", "Training sentence pairs"),
-    ("tokenizer", "Tokenizer"), ("steps", "Training steps"), ("epochs", "Epochs"),
-    ("tokens_per_batch", "Tokens per batch"), ("batch_size", "Batch size"), ("optimizer", "Optimizer"),
-    ("learning_rate", "Learning rate"), ("lr_schedule", "Learning-rate schedule"), ("warmup_steps", "Warm-up steps"),
-    ("dropout", "Residual dropout P_drop"), ("label_smoothing", "Label smoothing epsilon_ls"),
-    ("checkpoint_averaging", "Checkpoint averaging"), ("hardware", "Hardware"), ("training_time", "Training time"),
-    ("seed", "Seed")]
+    ("dataset_name", "Training data"),
+    ("dataset", "Training data (Hub id)"),
+    ("dataset_config", "Dataset configuration"),
+    ("train_examples", "Training sentence pairs"),
+    ("tokenizer", "Tokenizer"),
+    ("steps", "Training steps"),
+    ("epochs", "Epochs"),
+    ("tokens_per_batch", "Tokens per batch"),
+    ("batch_size", "Batch size"),
+    ("optimizer", "Optimizer"),
+    ("learning_rate", "Learning rate"),
+    ("lr_schedule", "Learning-rate schedule"),
+    ("warmup_steps", "Warm-up steps"),
+    ("dropout", "Residual dropout P_drop"),
+    ("label_smoothing", "Label smoothing epsilon_ls"),
+    ("checkpoint_averaging", "Checkpoint averaging"),
+    ("hardware", "Hardware"),
+    ("training_time", "Training time"),
+    ("seed", "Seed"),
+]
 # Keys that describe the run but are rendered elsewhere (metadata, evaluation, title).
-_META_KEYS = {"source_lang", "target_lang", "license", "model_name", "eval_dataset", "widget_examples", "tags",
-              "extra_limitations", "summary"}
+_META_KEYS = {
+    "source_lang",
+    "target_lang",
+    "license",
+    "model_name",
+    "eval_dataset",
+    "widget_examples",
+    "tags",
+    "extra_limitations",
+    "summary",
+}
 
 # Default widget inputs by source language (example inputs, not results).
 DEFAULT_WIDGET_TEXT = {
@@ -56,8 +77,18 @@ DEFAULT_WIDGET_TEXT = {
     "de": ["Das Wetter ist heute schön.", "Mein Freund hat ein neues Haus am Fluss gekauft."],
     "fr": ["Il fait beau aujourd'hui.", "Mon ami a acheté une nouvelle maison près de la rivière."],
 }
-LANGUAGE_NAMES = {"en": "English", "de": "German", "fr": "French", "cs": "Czech", "ro": "Romanian", "ru": "Russian",
-                  "es": "Spanish", "it": "Italian", "zh": "Chinese", "ja": "Japanese"}
+LANGUAGE_NAMES = {
+    "en": "English",
+    "de": "German",
+    "fr": "French",
+    "cs": "Czech",
+    "ro": "Romanian",
+    "ru": "Russian",
+    "es": "Spanish",
+    "it": "Italian",
+    "zh": "Chinese",
+    "ja": "Japanese",
+}
 
 
 @dataclass(frozen=True)
@@ -129,12 +160,19 @@ def count_parameters_in_folder(model_dir: str | os.PathLike) -> int:
     from their checked headers."""
     folder = Path(model_dir)
     index = folder / WEIGHTS_INDEX
-    files = sorted({folder / name for name in read_json(index)["weight_map"].values()}) if index.is_file() \
+    files = (
+        sorted({folder / name for name in read_json(index)["weight_map"].values()})
+        if index.is_file()
         else [folder / WEIGHTS]
+    )
     if not files[0].is_file():
         raise FileNotFoundError(f"no safetensors weights in {model_dir}")
-    return sum(math.prod(entry["shape"]) for file in files for name, entry in check_safetensors(file).items()
-               if name != "__metadata__")
+    return sum(
+        math.prod(entry["shape"])
+        for file in files
+        for name, entry in check_safetensors(file).items()
+        if name != "__metadata__"
+    )
 
 
 def count_parameters(model) -> int:
@@ -173,21 +211,34 @@ def vaswani_architecture(config: dict) -> Architecture:
     if positions == "sinusoidal":
         positions += f" ({config.get('sinusoid_layout', 'interleaved')} layout)"
     return Architecture(
-        name="Transformer encoder-decoder, post-norm", encoder_layers=config["num_encoder_layers"],
-        decoder_layers=config["num_decoder_layers"], d_model=d_model, d_ff=config["d_ff"], heads=heads,
-        d_k=config.get("d_k") or d_model // heads, d_v=config.get("d_v") or d_model // heads, positions=positions,
-        vocab_size=config["vocab_size"], tied=config.get("tie_word_embeddings", True),
-        attention_bias=bool(config.get("attention_bias")))
+        name="Transformer encoder-decoder, post-norm",
+        encoder_layers=config["num_encoder_layers"],
+        decoder_layers=config["num_decoder_layers"],
+        d_model=d_model,
+        d_ff=config["d_ff"],
+        heads=heads,
+        d_k=config.get("d_k") or d_model // heads,
+        d_v=config.get("d_v") or d_model // heads,
+        positions=positions,
+        vocab_size=config["vocab_size"],
+        tied=config.get("tie_word_embeddings", True),
+        attention_bias=bool(config.get("attention_bias")),
+    )
 
 
 def _architecture_rows(arch: Architecture, num_parameters: int) -> list[tuple[str, str]]:
-    rows = [("Architecture", arch.name),
-            ("Layers (encoder / decoder), N", f"{arch.encoder_layers} / {arch.decoder_layers}"),
-            ("d_model", str(arch.d_model)), ("d_ff", str(arch.d_ff)), ("Attention heads, h", str(arch.heads)),
-            ("d_k / d_v", f"{arch.d_k} / {arch.d_v}"), ("Positional encoding", arch.positions),
-            ("Vocabulary (shared source/target)", f"{arch.vocab_size:,}"),
-            ("Tied embeddings (encoder, decoder, pre-softmax)", "yes" if arch.tied else "no"),
-            ("Parameters", _format_count(num_parameters))]
+    rows = [
+        ("Architecture", arch.name),
+        ("Layers (encoder / decoder), N", f"{arch.encoder_layers} / {arch.decoder_layers}"),
+        ("d_model", str(arch.d_model)),
+        ("d_ff", str(arch.d_ff)),
+        ("Attention heads, h", str(arch.heads)),
+        ("d_k / d_v", f"{arch.d_k} / {arch.d_v}"),
+        ("Positional encoding", arch.positions),
+        ("Vocabulary (shared source/target)", f"{arch.vocab_size:,}"),
+        ("Tied embeddings (encoder, decoder, pre-softmax)", "yes" if arch.tied else "no"),
+        ("Parameters", _format_count(num_parameters)),
+    ]
     if arch.attention_bias:
         rows.append(("Attention projection biases", "yes (not in the paper)"))
     return rows
@@ -220,8 +271,9 @@ def _training_rows(info: Mapping) -> list[tuple[str, str]]:
     """The known training facts in TRAINING_FIELDS order, then any other key as given (empty values left out)."""
     rows = [(label, _fmt_value(info[key])) for key, label in TRAINING_FIELDS if info.get(key) not in (None, "", [])]
     known = {key for key, _ in TRAINING_FIELDS} | _META_KEYS
-    rows += [(key, _fmt_value(value)) for key, value in info.items()
-             if key not in known and value not in (None, "", [])]
+    rows += [
+        (key, _fmt_value(value)) for key, value in info.items() if key not in known and value not in (None, "", [])
+    ]
     return rows
 
 
@@ -231,8 +283,7 @@ def _decoding_rows(generation: dict, variant: CardVariant) -> list[tuple[str, st
         rows.append(("Beam size", str(generation["num_beams"])))
     if "length_penalty" in generation:
         kind = generation.get("length_penalty_type", "hf")
-        formula = ("GNMT: score / ((5 + |Y|) / 6) ** alpha" if kind == "gnmt"
-                   else "transformers: score / |Y| ** alpha")
+        formula = "GNMT: score / ((5 + |Y|) / 6) ** alpha" if kind == "gnmt" else "transformers: score / |Y| ** alpha"
         rows.append(("Length penalty alpha", f"{generation['length_penalty']:g} ({formula})"))
     if generation.get("max_length_b") is not None:
         a = generation.get("max_length_a", 1.0)
@@ -253,21 +304,33 @@ def _results(scores: dict, eval_dataset: dict, direction: str, declare: bool) ->
         signature = result["signature"] or ""
         definition = result["description"] or ""
         signature_text = " - ".join(filter(None, [f"`{signature}`" if signature else "", definition])) or "-"
-        rows.append({"label": _cell(label), "score_text": f"{result['score']:.2f}",
-                     "signature_text": _cell(signature_text)})
+        rows.append(
+            {"label": _cell(label), "score_text": f"{result['score']:.2f}", "signature_text": _cell(signature_text)}
+        )
         if declare:
-            eval_results.append(EvalResult(task_type="translation", task_name=f"Translation {direction}",
-                                           dataset_type=eval_dataset.get("id") or eval_dataset["name"],
-                                           dataset_name=eval_dataset["name"], dataset_config=eval_dataset.get("config"),
-                                           dataset_split=eval_dataset.get("split"), metric_type=metric_type,
-                                           metric_name=label, metric_value=round(result["score"], 2),
-                                           metric_config=signature or None))
+            eval_results.append(
+                EvalResult(
+                    task_type="translation",
+                    task_name=f"Translation {direction}",
+                    dataset_type=eval_dataset.get("id") or eval_dataset["name"],
+                    dataset_name=eval_dataset["name"],
+                    dataset_config=eval_dataset.get("config"),
+                    dataset_split=eval_dataset.get("split"),
+                    metric_type=metric_type,
+                    metric_name=label,
+                    metric_value=round(result["score"], 2),
+                    metric_config=signature or None,
+                )
+            )
     return rows, eval_results
 
 
 def _eval_dataset_text(eval_dataset: dict) -> str:
-    return ", ".join(f"{k} `{eval_dataset[k]}`" if k != "name" else str(eval_dataset[k])
-                     for k in ("name", "id", "config", "split") if eval_dataset.get(k))
+    return ", ".join(
+        f"{k} `{eval_dataset[k]}`" if k != "name" else str(eval_dataset[k])
+        for k in ("name", "id", "config", "split")
+        if eval_dataset.get(k)
+    )
 
 
 def _check_card_inputs(variant: CardVariant, info: dict, scores: dict) -> dict:
@@ -286,8 +349,15 @@ def _check_card_inputs(variant: CardVariant, info: dict, scores: dict) -> dict:
     return eval_dataset
 
 
-def _card_data(info: dict, scores: dict, eval_dataset: dict, variant: CardVariant, model_name: str,
-               eval_results: list, widgets: list[str] | None) -> ModelCardData:
+def _card_data(
+    info: dict,
+    scores: dict,
+    eval_dataset: dict,
+    variant: CardVariant,
+    model_name: str,
+    eval_results: list,
+    widgets: list[str] | None,
+) -> ModelCardData:
     """The card's YAML metadata (huggingface_hub's `ModelCardData`)."""
     datasets = info.get("dataset")
     if datasets and isinstance(datasets, str):
@@ -298,17 +368,31 @@ def _card_data(info: dict, scores: dict, eval_dataset: dict, variant: CardVarian
     tags += list(variant.tags)
     tags += list(info.get("tags") or [])
     metric_ids = sorted({METRIC_INFO.get(name, (name, name))[1] for name in scores}) or None
-    return ModelCardData(language=[info["source_lang"], info["target_lang"]], license=info.get("license", "apache-2.0"),
-                         library_name="transformers", pipeline_tag="translation", tags=tags, datasets=datasets or None,
-                         metrics=metric_ids, model_name=model_name if eval_results else None,
-                         eval_results=eval_results or None,
-                         widget=[{"text": text} for text in widgets] if widgets else None)
+    return ModelCardData(
+        language=[info["source_lang"], info["target_lang"]],
+        license=info.get("license", "apache-2.0"),
+        library_name="transformers",
+        pipeline_tag="translation",
+        tags=tags,
+        datasets=datasets or None,
+        metrics=metric_ids,
+        model_name=model_name if eval_results else None,
+        eval_results=eval_results or None,
+        widget=[{"text": text} for text in widgets] if widgets else None,
+    )
 
 
-def render_model_card(model_dir_or_model, metrics: Mapping | None, training_info: Mapping, *,
-                      repo_id: str | None = None, template_path: str | os.PathLike | None = None,
-                      widget_examples: list[str] | None = None, variant: CardVariant | None = None,
-                      generation_config: Mapping | None = None) -> ModelCard:
+def render_model_card(
+    model_dir_or_model,
+    metrics: Mapping | None,
+    training_info: Mapping,
+    *,
+    repo_id: str | None = None,
+    template_path: str | os.PathLike | None = None,
+    widget_examples: list[str] | None = None,
+    variant: CardVariant | None = None,
+    generation_config: Mapping | None = None,
+) -> ModelCard:
     """The `huggingface_hub.ModelCard` of a saved folder or model object (architecture and parameter count read from
     it), from real numbers only. metrics: forms of `normalize_metrics` (none: no results, no model-index).
     training_info: `source_lang`, `target_lang` required; with metrics `eval_dataset = {"name", "id", "config",
@@ -339,8 +423,8 @@ def render_model_card(model_dir_or_model, metrics: Mapping | None, training_info
         template_path=str(template),
         variant=variant.name,
         title=model_name,
-        summary=info.get("summary") or (
-            f"A Transformer ({src_name} to {tgt_name}) trained with the recipe of Vaswani et al. (2017)."),
+        summary=info.get("summary")
+        or (f"A Transformer ({src_name} to {tgt_name}) trained with the recipe of Vaswani et al. (2017)."),
         architecture=_rows(_architecture_rows(variant.architecture(config), num_parameters)),
         training_rows=_rows(_training_rows(info)),
         decoding_rows=_rows(_decoding_rows(generation, variant)),

@@ -74,8 +74,10 @@ def _undefined_references(folder: Path, names: set[str], config: Mapping) -> lis
             continue  # a missing module is reported as missing
         defined = _top_level_names((folder / f"{module}.py").read_text(encoding="utf-8", errors="replace"))
         if defined is not None and attribute not in defined:
-            problems.append(f"{folder / (module + '.py')} does not define {attribute}, which config.json names; "
-                            "copy the code files again (save_hub_folder)")
+            problems.append(
+                f"{folder / (module + '.py')} does not define {attribute}, which config.json names; "
+                "copy the code files again (save_hub_folder)"
+            )
     return problems
 
 
@@ -83,12 +85,21 @@ def _minimal_model_card(scores: Mapping | None, training_info: Mapping | None, f
     """A plain README.md for when the real card cannot be rendered (e.g. the run has no languages or a score is not
     a number): the trained model must not be lost over its description."""
     info = dict(training_info or {})
-    lines = ["---", "library_name: transformers", "tags: [translation, transformer, vaswani2017]",
-             f"language: [{info.get('source_lang', 'en')}, {info.get('target_lang', 'de')}]", "---", "",
-             f"# Transformer ({info.get('model_name', 'vaswani_hf')})", "",
-             "The original Transformer (Vaswani et al., 2017, \"Attention Is All You Need\") trained with "
-             "`vaswani_hf`.",
-             "Load with `AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)`.", "", "## Metrics", ""]
+    lines = [
+        "---",
+        "library_name: transformers",
+        "tags: [translation, transformer, vaswani2017]",
+        f"language: [{info.get('source_lang', 'en')}, {info.get('target_lang', 'de')}]",
+        "---",
+        "",
+        f"# Transformer ({info.get('model_name', 'vaswani_hf')})",
+        "",
+        'The original Transformer (Vaswani et al., 2017, "Attention Is All You Need") trained with `vaswani_hf`.',
+        "Load with `AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)`.",
+        "",
+        "## Metrics",
+        "",
+    ]
     for name, value in sorted((scores or {}).items()):
         value = value.get("score") if isinstance(value, Mapping) else value
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -105,15 +116,24 @@ def _write_card(folder: Path, scores: Mapping | None, training_info: Mapping | N
         if (folder / "README.md").is_file():
             return
     except Exception as error:  # noqa: BLE001 - a card problem (any) must not lose the trained model
-        logger.warning("the model card could not be rendered (%s: %s); writing a minimal README.md",
-                       type(error).__name__, error)
+        logger.warning(
+            "the model card could not be rendered (%s: %s); writing a minimal README.md", type(error).__name__, error
+        )
     (folder / "README.md").write_text(_minimal_model_card(scores, training_info, folder), encoding="utf-8")
 
 
-def save_hub_folder(model, tokenizer, out_dir: str | os.PathLike, *, scores: Mapping | None = None,
-                    training_info: Mapping | None = None, extra_files: Mapping[str, str | bytes] | None = None,
-                    write_extra: Callable[[Path], Any] | None = None, overwrite: bool = False,
-                    own: bool = False) -> Path:
+def save_hub_folder(
+    model,
+    tokenizer,
+    out_dir: str | os.PathLike,
+    *,
+    scores: Mapping | None = None,
+    training_info: Mapping | None = None,
+    extra_files: Mapping[str, str | bytes] | None = None,
+    write_extra: Callable[[Path], Any] | None = None,
+    overwrite: bool = False,
+    own: bool = False,
+) -> Path:
     """Write and return a Hub-ready folder `out_dir` (replaced only if an earlier `HUB_FOLDER`, or with `own`): the
     model with its code and the paper's decoding settings (Section 6.1), the tokenizer, the endpoint handler,
     `extra_files`, what `write_extra(folder)` writes, and the card (a minimal README.md if it cannot be rendered).
@@ -132,8 +152,9 @@ def save_hub_folder(model, tokenizer, out_dir: str | os.PathLike, *, scores: Map
         if info.get("source_lang") and info.get("target_lang"):
             model.config.langs = [info["source_lang"], info["target_lang"]]
         model.config.use_cache = True  # the Trainer writes its args.use_cache (False) into the config it trains
-        model.config.custom_pipelines, model.config.langs = pipeline_settings(model.config.custom_pipelines,
-                                                                              model.config.langs)
+        model.config.custom_pipelines, model.config.langs = pipeline_settings(
+            model.config.custom_pipelines, model.config.langs
+        )
         register_pipeline_tasks(model.config.langs)
     with atomic_output_dir(out_dir, kind=HUB_FOLDER, overwrite=overwrite or own) as tmp:
         model.save_pretrained(tmp)

@@ -23,14 +23,17 @@ def repo_id_problem(repo_id: str) -> str | None:
     return None
 
 
-def check_card_identity(repo_id: str | None = None, source_lang: str | None = None,
-                        target_lang: str | None = None) -> None:
+def check_card_identity(
+    repo_id: str | None = None, source_lang: str | None = None, target_lang: str | None = None
+) -> None:
     """What a card writes into its metadata and usage snippets, checked before any work: `repo_id` a valid Hub id
     (huggingface_hub's `validate_repo_id`), the language codes letters, digits, '-' or '_' (1-16 characters, e.g.
     'en', 'de', 'pt-BR'). UsageError naming the parameter (None: not given, not checked)."""
     problem = None if repo_id is None else repo_id_problem(repo_id)
     if problem:
-        raise UsageError(f"repo_id {repo_id!r} is not a Hub repository id ({problem}); give 'name' or 'namespace/name'")
+        raise UsageError(
+            f"repo_id {repo_id!r} is not a Hub repository id ({problem}); give 'name' or 'namespace/name'"
+        )
     for name, code in (("source_lang", source_lang), ("target_lang", target_lang)):
         try:
             code is None or language_code(code)
@@ -41,6 +44,7 @@ def check_card_identity(repo_id: str | None = None, source_lang: str | None = No
 def language_code(text: str) -> str:
     """`text` if it is a language code (the rule of `check_card_identity`), for a flag's `type=`."""
     if not isinstance(text, str) or not _LANGUAGE_CODE.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a language code: 1-16 letters, digits, '-' or '_' "
-                                         "(e.g. 'en', 'de')")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a language code: 1-16 letters, digits, '-' or '_' (e.g. 'en', 'de')"
+        )
     return text

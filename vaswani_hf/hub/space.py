@@ -56,25 +56,31 @@ if __name__ == "__main__":
 '''
 
 
-
 def space_requirements() -> str:
     """requirements.txt of the Space: the installed package's dependencies and its `space` extra (py3langid for
     the language warning), other extras left out; Gradio comes with the Space's sdk_version."""
     try:
         requires = importlib.metadata.requires(PACKAGE) or []
     except importlib.metadata.PackageNotFoundError as error:
-        raise UsageError(f"{PACKAGE} is not installed (pip install -e .): its dependencies are read from it") from error
+        raise UsageError(
+            f"{PACKAGE} is not installed (pip install -e .): its dependencies are read from it"
+        ) from error
     space = [r.split(";")[0].strip() for r in requires if re.search(r"extra\s*==\s*[\"']space[\"']", r)]
     lines = sorted([r for r in requires if "extra ==" not in r] + [r for r in space if not r.startswith("gradio")])
-    return "\n".join(["# vaswani_hf's dependencies (Gradio comes with the Space's sdk_version)", _TORCH_INDEX,
-                      *lines]) + "\n"
+    return (
+        "\n".join(["# vaswani_hf's dependencies (Gradio comes with the Space's sdk_version)", _TORCH_INDEX, *lines])
+        + "\n"
+    )
 
 
 def render_space_readme(model_repo_id: str | None = None, title: str = "Vaswani Transformer") -> str:
     """The Space's README.md: YAML front matter (the Hub's Space configuration) and a short description."""
     models = f"models:\n  - {model_repo_id}\n" if model_repo_id else ""
-    serves = f"[{model_repo_id}](https://huggingface.co/{model_repo_id})" if model_repo_id else \
-        "the model named by $VASWANI_MODEL (default: outputs/default/hub)"
+    serves = (
+        f"[{model_repo_id}](https://huggingface.co/{model_repo_id})"
+        if model_repo_id
+        else "the model named by $VASWANI_MODEL (default: outputs/default/hub)"
+    )
     return (
         "---\n"
         f"title: {title}\n"
@@ -83,7 +89,7 @@ def render_space_readme(model_repo_id: str | None = None, title: str = "Vaswani 
         "colorTo: purple\n"
         "sdk: gradio\n"
         f"sdk_version: {GRADIO_SDK_VERSION}\n"
-        f"python_version: \"{PYTHON_VERSION}\"\n"
+        f'python_version: "{PYTHON_VERSION}"\n'
         "app_file: app.py\n"
         "license: apache-2.0\n"
         "short_description: Translate and see every attention head (Vaswani et al., 2017)\n"
@@ -91,7 +97,7 @@ def render_space_readme(model_repo_id: str | None = None, title: str = "Vaswani 
         "tags:\n  - translation\n  - attention-visualization\n  - vaswani\n"
         "---\n\n"
         f"# {title}\n\n"
-        f"Translate with {serves}, the original Transformer (Vaswani et al., 2017, \"Attention Is All You Need\"), "
+        f'Translate with {serves}, the original Transformer (Vaswani et al., 2017, "Attention Is All You Need"), '
         "decoded as in the paper (beam search with length penalty; both adjustable), and look at its encoder self-, "
         "decoder self- and encoder-decoder attention in the browser: the weight, query and key under the pointer, "
         "every layer and head at once, the paper's Figures 3-5 as examples, the weights as JSON or CSV. "
@@ -121,13 +127,26 @@ def write_space_folder(folder: str | os.PathLike, model_repo_id: str) -> list[tu
     (folder / "app.py").write_text(SPACE_APP, encoding="utf-8")
     (folder / "README.md").write_text(render_space_readme(model_repo_id), encoding="utf-8")
     (folder / "requirements.txt").write_text(space_requirements(), encoding="utf-8")
-    shutil.copytree(Path(vaswani_hf.__file__).parent, folder / PACKAGE, symlinks=False, dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns(*_PACKAGE_IGNORE))
+    shutil.copytree(
+        Path(vaswani_hf.__file__).parent,
+        folder / PACKAGE,
+        symlinks=False,
+        dirs_exist_ok=True,
+        ignore=shutil.ignore_patterns(*_PACKAGE_IGNORE),
+    )
     return sorted((p.relative_to(folder).as_posix(), p.stat().st_size) for p in folder.rglob("*") if p.is_file())
 
 
-def push_space(model_repo_id: str, space_id: str, *, private: bool = False, token: str | None = None,
-               dry_run: bool = False, commit_message: str = DEFAULT_SPACE_COMMIT_MESSAGE, out=None):
+def push_space(
+    model_repo_id: str,
+    space_id: str,
+    *,
+    private: bool = False,
+    token: str | None = None,
+    dry_run: bool = False,
+    commit_message: str = DEFAULT_SPACE_COMMIT_MESSAGE,
+    out=None,
+):
     """Create (if needed) the Gradio Space `space_id` and upload, in one commit, a page serving `model_repo_id`, which
     must exist on the Hub (checked before the Space is created). Ids are checked before any network call; `dry_run`
     prints and returns the files (path, size) and calls nothing. The token (`token`, HF_TOKEN or the login) is never
@@ -141,8 +160,11 @@ def push_space(model_repo_id: str, space_id: str, *, private: bool = False, toke
         files = write_space_folder(staging, model_repo_id)
         if dry_run:
             total = sum(size for _, size in files)
-            print(f"dry run: would upload {len(files)} files ({_format_size(total)}) to the Gradio Space {space_id}"
-                  f"{' (private)' if private else ''}, serving {model_repo_id}, in one commit:", file=out)
+            print(
+                f"dry run: would upload {len(files)} files ({_format_size(total)}) to the Gradio Space {space_id}"
+                f"{' (private)' if private else ''}, serving {model_repo_id}, in one commit:",
+                file=out,
+            )
             for name, size in files:
                 print(f"  {name}  {size} bytes", file=out)
             return files
@@ -151,11 +173,15 @@ def push_space(model_repo_id: str, space_id: str, *, private: bool = False, toke
         api = HfApi(token=token)
         with _network_failures(space_id, token):
             if not api.repo_exists(model_repo_id, repo_type="model"):
-                raise UsageError(f"the model repository {model_repo_id} does not exist on the Hub (or this token "
-                                 "cannot see it): push the model first (--model_dir), or fix --repo_id")
+                raise UsageError(
+                    f"the model repository {model_repo_id} does not exist on the Hub (or this token "
+                    "cannot see it): push the model first (--model_dir), or fix --repo_id"
+                )
             url = api.create_repo(space_id, repo_type="space", space_sdk="gradio", private=private, exist_ok=True)
-            info = api.upload_folder(repo_id=space_id, repo_type="space", folder_path=staging,
-                                     commit_message=commit_message)
-    print(f"uploaded the Space ({len(files)} files) to {url} in commit {info.oid}; it serves {model_repo_id}",
-          file=out)
+            info = api.upload_folder(
+                repo_id=space_id, repo_type="space", folder_path=staging, commit_message=commit_message
+            )
+    print(
+        f"uploaded the Space ({len(files)} files) to {url} in commit {info.oid}; it serves {model_repo_id}", file=out
+    )
     return info

@@ -19,8 +19,8 @@ from ..io import RunFailure, UsageError, check_model_folder, check_same_vocabula
 from ..io.files import COUNT, FileShape, Obj, check_shape
 from ..io.models import check_special_ids, declared_files
 from .card import METRICS_FILE
-from .ids import repo_id_problem
 from .folder import missing_code_files
+from .ids import repo_id_problem
 
 DEFAULT_COMMIT_MESSAGE = "Upload Vaswani Transformer (weights, code, tokenizer, card)"
 
@@ -30,14 +30,22 @@ def list_upload_files(model_dir: str | os.PathLike) -> list[tuple[str, int]]:
     files (`io.models.declared_files`); anything else stays local and is named by the dry run."""
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
-        raise UsageError(f"model folder not found: {model_dir}" if not model_dir.exists()
-                         else f"model folder {model_dir} is a file; give the folder that holds config.json")
+        raise UsageError(
+            f"model folder not found: {model_dir}"
+            if not model_dir.exists()
+            else f"model folder {model_dir} is a file; give the folder that holds config.json"
+        )
     chosen, _ = declared_files(model_dir)
     return [(name, (model_dir / name).stat().st_size) for name in chosen]
 
 
-def check_folder(model_dir: str | os.PathLike, files: list[tuple[str, int]] | None = None, *,
-                 repo_id: str | None = None, revision: str | None = None) -> list[str]:
+def check_folder(
+    model_dir: str | os.PathLike,
+    files: list[tuple[str, int]] | None = None,
+    *,
+    repo_id: str | None = None,
+    revision: str | None = None,
+) -> list[str]:
     """Problems that would make the uploaded repository unusable, each naming its file: invalid `repo_id` or
     `revision`, unparsable *.json / *.py or card, what loading refuses (`check_model_folder`), a needed code file
     absent or without its auto_map class, a tokenizer transformers cannot load or with other special tokens."""
@@ -61,9 +69,12 @@ def check_folder(model_dir: str | os.PathLike, files: list[tuple[str, int]] | No
     except UsageError as error:
         return problems + [str(error)]
     if config.get("model_type") == "vaswani" and not {"AutoConfig", "AutoModelForSeq2SeqLM"} <= set(
-            config.get("auto_map") or {}):
-        problems.append("config.json has no auto_map for AutoConfig/AutoModelForSeq2SeqLM (import vaswani_hf "
-                        "before save_pretrained: it registers the classes for remote code)")
+        config.get("auto_map") or {}
+    ):
+        problems.append(
+            "config.json has no auto_map for AutoConfig/AutoModelForSeq2SeqLM (import vaswani_hf "
+            "before save_pretrained: it registers the classes for remote code)"
+        )
     problems += missing_code_files(model_dir, names)
     if problems:
         return problems
@@ -72,8 +83,10 @@ def check_folder(model_dir: str | os.PathLike, files: list[tuple[str, int]] | No
     except UsageError as error:
         return [str(error)]
     except Exception as error:  # noqa: BLE001 - transformers raises many kinds on a broken tokenizer file
-        return [f"{model_dir}: the tokenizer (tokenizer.json, tokenizer_config.json) does not load "
-                f"({' '.join(str(error).split())[:200]}); save the tokenizer into the folder again"]
+        return [
+            f"{model_dir}: the tokenizer (tokenizer.json, tokenizer_config.json) does not load "
+            f"({' '.join(str(error).split())[:200]}); save the tokenizer into the folder again"
+        ]
     return []
 
 
@@ -81,9 +94,18 @@ def check_folder(model_dir: str | os.PathLike, files: list[tuple[str, int]] | No
 # `check_model_folder`'s). Any other *.json uploaded must at least parse.
 _FIX = "write the folder again (save_hub_folder / vaswani-train) or fix the file"
 UPLOAD_JSON_SHAPES = {
-    **{name: FileShape(name, Obj(), _FIX) for name in (METRICS_FILE, "training_metrics.json", "all_results.json",
-                                                       "eval_results.json", "train_results.json", "test_results.json",
-                                                       "scores.json")},
+    **{
+        name: FileShape(name, Obj(), _FIX)
+        for name in (
+            METRICS_FILE,
+            "training_metrics.json",
+            "all_results.json",
+            "eval_results.json",
+            "train_results.json",
+            "test_results.json",
+            "scores.json",
+        )
+    },
     **{name: FileShape(name, Obj(extra=COUNT), _FIX) for name in ("added_tokens.json", "vocab.json")},
 }
 # git check-ref-format's rules for a branch name (huggingface_hub does not validate revisions before a request)
@@ -111,8 +133,14 @@ def revision_problem(revision: str | None) -> str | None:
 
 
 # The model folder's own files: `check_model_folder` reads them (each problem is named once)
-_CHECKED_ELSEWHERE = {"config.json", "tokenizer.json", "model.safetensors.index.json", "generation_config.json",
-                      "tokenizer_config.json", "special_tokens_map.json"}
+_CHECKED_ELSEWHERE = {
+    "config.json",
+    "tokenizer.json",
+    "model.safetensors.index.json",
+    "generation_config.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+}
 
 
 def _file_problems(model_dir: Path, names: set[str]) -> list[str]:
@@ -132,8 +160,10 @@ def _file_problems(model_dir: Path, names: set[str]) -> list[str]:
             problems.append(str(error))
         except (SyntaxError, ValueError) as error:  # ValueError: null bytes in the source
             line = f":{error.lineno}" if getattr(error, "lineno", None) else ""
-            problems.append(f"{path}{line}: does not compile ({getattr(error, 'msg', None) or error}); fix the file "
-                            "or write the folder again")
+            problems.append(
+                f"{path}{line}: does not compile ({getattr(error, 'msg', None) or error}); fix the file "
+                "or write the folder again"
+            )
     return problems
 
 
@@ -147,8 +177,11 @@ def _format_size(size: float) -> str:
 
 def _print_dry_run(model_dir: Path, files, repo_id: str, private: bool, revision: str | None, out) -> None:
     total = sum(size for _, size in files)
-    print(f"dry run: would upload {len(files)} files ({_format_size(total)}) to {repo_id}"
-          f"{' (private)' if private else ''} @ {revision or 'main'} in one commit:", file=out)
+    print(
+        f"dry run: would upload {len(files)} files ({_format_size(total)}) to {repo_id}"
+        f"{' (private)' if private else ''} @ {revision or 'main'} in one commit:",
+        file=out,
+    )
     for name, size in files:
         print(f"  {name}  {size} bytes ({_format_size(size)})", file=out)
     skipped = [name + "/" * (model_dir / name).is_dir() for name in declared_files(model_dir)[1]]
@@ -170,9 +203,17 @@ def _network_failures(repo_id: str, token: str | None):
         raise RunFailure(f"upload to {repo_id} failed: {text}") from error
 
 
-def push_folder(model_dir: str | os.PathLike, repo_id: str, private: bool = False, revision: str | None = None,
-                token: str | None = None, dry_run: bool = False, commit_message: str = DEFAULT_COMMIT_MESSAGE,
-                commit_description: str | None = None, out=None):
+def push_folder(
+    model_dir: str | os.PathLike,
+    repo_id: str,
+    private: bool = False,
+    revision: str | None = None,
+    token: str | None = None,
+    dry_run: bool = False,
+    commit_message: str = DEFAULT_COMMIT_MESSAGE,
+    commit_description: str | None = None,
+    out=None,
+):
     """Upload `list_upload_files(model_dir)` to `repo_id` in ONE commit, creating the repository (`private` applies only
     then) and branch `revision` if needed; returns the `CommitInfo`, or with `dry_run` the files, printed, offline."""
     from huggingface_hub import HfApi, get_token
@@ -196,8 +237,14 @@ def push_folder(model_dir: str | os.PathLike, repo_id: str, private: bool = Fals
         if revision not in (None, "main"):
             api.create_branch(repo_id, branch=revision, exist_ok=True, repo_type="model")
         info = api.upload_folder(  # exactly the listed files: each name as a pattern that matches only itself
-            repo_id=repo_id, folder_path=str(model_dir), repo_type="model", revision=revision,
-            commit_message=commit_message, commit_description=commit_description,
-            allow_patterns=[glob.escape(name) for name, _ in files], ignore_patterns=["*/*"])
+            repo_id=repo_id,
+            folder_path=str(model_dir),
+            repo_type="model",
+            revision=revision,
+            commit_message=commit_message,
+            commit_description=commit_description,
+            allow_patterns=[glob.escape(name) for name, _ in files],
+            ignore_patterns=["*/*"],
+        )
     print(f"uploaded {len(files)} files to {repo_url} in commit {info.oid}", file=out)
     return info

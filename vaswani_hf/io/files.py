@@ -37,8 +37,14 @@ class ShapeError(Exception):
 def _got(value: Any) -> str:
     if value is None:
         return "null"
-    name = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
-            dict: "an object"}.get(type(value), type(value).__name__)
+    name = {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "an object",
+    }.get(type(value), type(value).__name__)
     shown = json.dumps(value, ensure_ascii=False, default=str) if isinstance(value, (bool, int, float, str)) else ""
     return f"{name} {one_line(shown, 40)}" if shown else name
 
@@ -117,8 +123,11 @@ class ListOf(Spec):
 
     def check(self, value, path=""):
         if not isinstance(value, list) or (self.length is not None and len(value) != self.length):
-            raise ShapeError(path, f"must be {self.describe()}, got {_got(value)}"
-                                   + (f" of {len(value)} items" if isinstance(value, list) else ""))
+            raise ShapeError(
+                path,
+                f"must be {self.describe()}, got {_got(value)}"
+                + (f" of {len(value)} items" if isinstance(value, list) else ""),
+            )
         for i, item in enumerate(value):
             check_spec(self.item, item, _at(path, i))
 
@@ -193,47 +202,92 @@ def _trainer_state_spec(data: Any) -> Spec:
 
 
 CONFIG = FileShape("config.json", _config_spec, "save the model again (save_pretrained) or fix the field")
-TRAINER_STATE = FileShape("trainer_state.json", _trainer_state_spec,
-                          "the checkpoint is not one this training wrote: remove it or save it again")
+TRAINER_STATE = FileShape(
+    "trainer_state.json",
+    _trainer_state_spec,
+    "the checkpoint is not one this training wrote: remove it or save it again",
+)
 _TOKEN = Obj(required={"id": COUNT, "content": STR})
-TOKENIZER = FileShape("tokenizer.json", Obj(
-    required={"model": Obj(optional={"type": STR, "vocab": OneOf(Obj(extra=COUNT), ListOf())})},
-    optional={"added_tokens": ListOf(_TOKEN), "version": STR,
-              **{k: Nullable(Obj()) for k in ("normalizer", "pre_tokenizer", "post_processor", "decoder",
-                                              "truncation", "padding")}}),
+TOKENIZER = FileShape(
+    "tokenizer.json",
+    Obj(
+        required={"model": Obj(optional={"type": STR, "vocab": OneOf(Obj(extra=COUNT), ListOf())})},
+        optional={
+            "added_tokens": ListOf(_TOKEN),
+            "version": STR,
+            **{
+                k: Nullable(Obj())
+                for k in ("normalizer", "pre_tokenizer", "post_processor", "decoder", "truncation", "padding")
+            },
+        },
+    ),
     "give the tokenizer.json written by tokenizer.save_pretrained (vaswani-train-tokenizer)",
-    prefix="not a tokenizer file: ")
+    prefix="not a tokenizer file: ",
+)
 # tokenizer_config.json / special_tokens_map.json (transformers' tokenizer files beside tokenizer.json): a special
 # token is its text or an AddedToken's fields; transformers meets another shape with a traceback.
 TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")  # what transformers 5 / 4 save for tokenizer.json
-_ADDED_TOKEN = Obj(required={"content": STR}, optional={
-    k: BOOL for k in ("lstrip", "rstrip", "normalized", "single_word", "special")})
+_ADDED_TOKEN = Obj(
+    required={"content": STR}, optional={k: BOOL for k in ("lstrip", "rstrip", "normalized", "single_word", "special")}
+)
 _SPECIAL = OneOf(STR, _ADDED_TOKEN)
 _SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
-_SPECIAL_FIELDS = {**{k: Nullable(_SPECIAL) for k in _SPECIAL_NAMES},
-                   "additional_special_tokens": Nullable(ListOf(_SPECIAL))}
-TOKENIZER_CONFIG = FileShape("tokenizer_config.json", Obj(optional={
-    **_SPECIAL_FIELDS, "model_max_length": leaf(float, min=1, finite=False),
-    "tokenizer_class": Nullable(leaf(str, choices=TOKENIZER_CLASSES)), "clean_up_tokenization_spaces": BOOL,
-    **{k: leaf(str, choices=("right", "left")) for k in ("padding_side", "truncation_side")},
-    "added_tokens_decoder": Obj(extra=_ADDED_TOKEN),
-    "extra_special_tokens": OneOf(ListOf(_SPECIAL), Obj(extra=_SPECIAL)), "backend": STR}),
-    "save the tokenizer again (tokenizer.save_pretrained) or fix the field")
-SPECIAL_TOKENS_MAP = FileShape("special_tokens_map.json", Obj(optional=_SPECIAL_FIELDS),
-                               "save the tokenizer again (tokenizer.save_pretrained) or fix the field")
-WEIGHTS_INDEX_SHAPE = FileShape("model.safetensors.index.json", Obj(
-    required={"weight_map": Obj(extra=STR)}, optional={"metadata": Nullable(Obj())}), "save the model again")
+_SPECIAL_FIELDS = {
+    **{k: Nullable(_SPECIAL) for k in _SPECIAL_NAMES},
+    "additional_special_tokens": Nullable(ListOf(_SPECIAL)),
+}
+TOKENIZER_CONFIG = FileShape(
+    "tokenizer_config.json",
+    Obj(
+        optional={
+            **_SPECIAL_FIELDS,
+            "model_max_length": leaf(float, min=1, finite=False),
+            "tokenizer_class": Nullable(leaf(str, choices=TOKENIZER_CLASSES)),
+            "clean_up_tokenization_spaces": BOOL,
+            **{k: leaf(str, choices=("right", "left")) for k in ("padding_side", "truncation_side")},
+            "added_tokens_decoder": Obj(extra=_ADDED_TOKEN),
+            "extra_special_tokens": OneOf(ListOf(_SPECIAL), Obj(extra=_SPECIAL)),
+            "backend": STR,
+        }
+    ),
+    "save the tokenizer again (tokenizer.save_pretrained) or fix the field",
+)
+SPECIAL_TOKENS_MAP = FileShape(
+    "special_tokens_map.json",
+    Obj(optional=_SPECIAL_FIELDS),
+    "save the tokenizer again (tokenizer.save_pretrained) or fix the field",
+)
+WEIGHTS_INDEX_SHAPE = FileShape(
+    "model.safetensors.index.json",
+    Obj(required={"weight_map": Obj(extra=STR)}, optional={"metadata": Nullable(Obj())}),
+    "save the model again",
+)
 # generation_config.json: the file is an object here; its settings' bounds are the generation settings' own check
 # (`check_generation_config_file` in vaswani_hf.io.models is the hook that calls it).
 GENERATION_CONFIG = FileShape("generation_config.json", Obj(), "save the model again or fix the file")
-CT2_CONFIG = FileShape("CTranslate2 config.json", Obj(optional={
-    "add_source_bos": BOOL, "add_source_eos": BOOL, "bos_token": STR, "eos_token": STR, "unk_token": STR,
-    "decoder_start_token": Nullable(STR), "layer_norm_epsilon": Nullable(leaf(float))}),
-    "export the model again (vaswani-export-ctranslate2)")
-CT2_METADATA = FileShape("vaswani_ctranslate2.json", Obj(optional={
-    "max_positions": Nullable(leaf(int, min=1)), "generation": Obj(), "quantization": STR}),
-    "export the model again (vaswani-export-ctranslate2)")
-CT2_VOCABULARY = FileShape("CTranslate2 vocabulary", ListOf(STR), "export the model again (vaswani-export-ctranslate2)")
+CT2_CONFIG = FileShape(
+    "CTranslate2 config.json",
+    Obj(
+        optional={
+            "add_source_bos": BOOL,
+            "add_source_eos": BOOL,
+            "bos_token": STR,
+            "eos_token": STR,
+            "unk_token": STR,
+            "decoder_start_token": Nullable(STR),
+            "layer_norm_epsilon": Nullable(leaf(float)),
+        }
+    ),
+    "export the model again (vaswani-export-ctranslate2)",
+)
+CT2_METADATA = FileShape(
+    "vaswani_ctranslate2.json",
+    Obj(optional={"max_positions": Nullable(leaf(int, min=1)), "generation": Obj(), "quantization": STR}),
+    "export the model again (vaswani-export-ctranslate2)",
+)
+CT2_VOCABULARY = FileShape(
+    "CTranslate2 vocabulary", ListOf(STR), "export the model again (vaswani-export-ctranslate2)"
+)
 
 
 def check_shape(data: Any, shape: FileShape, path: str | os.PathLike) -> Any:
@@ -242,8 +296,13 @@ def check_shape(data: Any, shape: FileShape, path: str | os.PathLike) -> Any:
     try:
         check_spec(spec, data)
     except ShapeError as error:
-        where = f"field {error.field} " if error.field else \
-            "the file " if shape.prefix else f"not a {shape.name}: the file "
+        where = (
+            f"field {error.field} "
+            if error.field
+            else "the file "
+            if shape.prefix
+            else f"not a {shape.name}: the file "
+        )
         raise UsageError(f"{path}: {shape.prefix}{where}{error.problem}; {shape.advice}") from None
     return data
 
@@ -266,15 +325,42 @@ def check_tokenizer_file(path: str | os.PathLike, what: str | None = None):
 
 # safetensors: the header against the bytes
 # Bits per element of the safetensors dtypes (its format description and `safetensors/src/tensor.rs`)
-SAFETENSORS_DTYPE_BITS = {"BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "I16": 16,
-                          "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "I64": 64, "U64": 64,
-                          "F64": 64, "C64": 64, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6}
+SAFETENSORS_DTYPE_BITS = {
+    "BOOL": 8,
+    "U8": 8,
+    "I8": 8,
+    "F8_E5M2": 8,
+    "F8_E4M3": 8,
+    "F8_E8M0": 8,
+    "I16": 16,
+    "U16": 16,
+    "F16": 16,
+    "BF16": 16,
+    "I32": 32,
+    "U32": 32,
+    "F32": 32,
+    "I64": 64,
+    "U64": 64,
+    "F64": 64,
+    "C64": 64,
+    "F4": 4,
+    "F6_E2M3": 6,
+    "F6_E3M2": 6,
+}
 MAX_SAFETENSORS_HEADER = 100_000_000  # the format's own limit
-_TENSOR = Obj(required={"dtype": leaf(str, choices=tuple(SAFETENSORS_DTYPE_BITS)), "shape": ListOf(COUNT),
-                        "data_offsets": ListOf(COUNT, length=2)}, extra=False)
-SAFETENSORS_HEADER = FileShape("safetensors header", Obj(optional={"__metadata__": Nullable(Obj(extra=STR))},
-                                                         extra=_TENSOR),
-                               "the weights are corrupt: copy or save the model again")
+_TENSOR = Obj(
+    required={
+        "dtype": leaf(str, choices=tuple(SAFETENSORS_DTYPE_BITS)),
+        "shape": ListOf(COUNT),
+        "data_offsets": ListOf(COUNT, length=2),
+    },
+    extra=False,
+)
+SAFETENSORS_HEADER = FileShape(
+    "safetensors header",
+    Obj(optional={"__metadata__": Nullable(Obj(extra=STR))}, extra=_TENSOR),
+    "the weights are corrupt: copy or save the model again",
+)
 
 
 def check_safetensors(path: str | os.PathLike) -> dict:
@@ -303,14 +389,18 @@ def check_safetensors(path: str | os.PathLike) -> dict:
         begin, end = entry["data_offsets"]
         bits = math.prod(entry["shape"]) * SAFETENSORS_DTYPE_BITS[entry["dtype"]]
         if end < begin or end - begin != bits // 8 or bits % 8:
-            raise UsageError(f"{p}: tensor {name}: data_offsets {begin}..{end} ({end - begin} bytes) disagree with "
-                             f"its shape {entry['shape']} of {entry['dtype']} ({bits / 8:g} bytes); {advice}")
+            raise UsageError(
+                f"{p}: tensor {name}: data_offsets {begin}..{end} ({end - begin} bytes) disagree with "
+                f"its shape {entry['shape']} of {entry['dtype']} ({bits / 8:g} bytes); {advice}"
+            )
         spans.append((begin, end, name))
     position = 0
     for begin, end, name in sorted(spans):
         if begin != position:
-            raise UsageError(f"{p}: tensor {name} starts at byte {begin} of the data, expected {position} (the "
-                             f"tensors {'overlap' if begin < position else 'leave a gap'}); {advice}")
+            raise UsageError(
+                f"{p}: tensor {name} starts at byte {begin} of the data, expected {position} (the "
+                f"tensors {'overlap' if begin < position else 'leave a gap'}); {advice}"
+            )
         position = end
     if 8 + length + position != size:
         raise UsageError(f"{broken} ({size} bytes, the header describes {8 + length + position}); {advice}")
@@ -323,6 +413,7 @@ CT2_DTYPE_BYTES = (4, 1, 2, 4, 2, 2)  # float32 int8 int16 int32 float16 bfloat1
 
 def _ct2_variables(handle, size: int) -> None:
     """Walk model.bin's variable table (CTranslate2's layout 4-6), each byte count against its dims and the file."""
+
     def read(fmt: str):
         data = handle.read(struct.calcsize("<" + fmt))
         if len(data) != struct.calcsize("<" + fmt):
@@ -359,8 +450,10 @@ def check_ctranslate2_folder(folder: str | os.PathLike, what: str = "CTranslate2
     folder = Path(folder)
     model = folder / "model.bin"
     if not model.is_file():
-        raise UsageError(f"{folder} is not a {what} (no model.bin); create one with `vaswani-export-ctranslate2 "
-                         "--model_dir ... --out_dir ...`")
+        raise UsageError(
+            f"{folder} is not a {what} (no model.bin); create one with `vaswani-export-ctranslate2 "
+            "--model_dir ... --out_dir ...`"
+        )
     size = model.stat().st_size
     with open(model, "rb") as handle:
         head = handle.read(4)
@@ -373,9 +466,11 @@ def check_ctranslate2_folder(folder: str | os.PathLike, what: str = "CTranslate2
             except (ValueError, struct.error) as error:
                 raise UsageError(f"{model}: truncated or corrupt ({error}); {CT2_CONFIG.advice}") from None
     read_json(folder / "config.json", CT2_CONFIG, what=f"config.json of {what} {folder}")
-    vocabularies = [folder / f"{name}_vocabulary.json" for name in ("shared",)] \
-        if (folder / "shared_vocabulary.json").is_file() or not (folder / "source_vocabulary.json").is_file() \
+    vocabularies = (
+        [folder / f"{name}_vocabulary.json" for name in ("shared",)]
+        if (folder / "shared_vocabulary.json").is_file() or not (folder / "source_vocabulary.json").is_file()
         else [folder / f"{name}_vocabulary.json" for name in ("source", "target")]
+    )
     for path in vocabularies:
         if not path.is_file() and path.with_suffix(".txt").is_file():
             continue  # the older text form: one token per line
@@ -387,8 +482,31 @@ def check_ctranslate2_folder(folder: str | os.PathLike, what: str = "CTranslate2
     return folder
 
 
-__all__ = ["Spec", "leaf", "check_spec", "Nullable", "OneOf", "ListOf", "Obj", "ShapeError", "spec_of",
-           "FileShape", "CONFIG", "TRAINER_STATE", "TOKENIZER", "TOKENIZER_CONFIG",
-           "SPECIAL_TOKENS_MAP", "WEIGHTS_INDEX_SHAPE", "GENERATION_CONFIG",
-           "CT2_CONFIG", "CT2_METADATA", "CT2_VOCABULARY", "SAFETENSORS_HEADER", "check_shape", "read_json",
-           "check_tokenizer_file", "check_safetensors", "check_ctranslate2_folder"]
+__all__ = [
+    "Spec",
+    "leaf",
+    "check_spec",
+    "Nullable",
+    "OneOf",
+    "ListOf",
+    "Obj",
+    "ShapeError",
+    "spec_of",
+    "FileShape",
+    "CONFIG",
+    "TRAINER_STATE",
+    "TOKENIZER",
+    "TOKENIZER_CONFIG",
+    "SPECIAL_TOKENS_MAP",
+    "WEIGHTS_INDEX_SHAPE",
+    "GENERATION_CONFIG",
+    "CT2_CONFIG",
+    "CT2_METADATA",
+    "CT2_VOCABULARY",
+    "SAFETENSORS_HEADER",
+    "check_shape",
+    "read_json",
+    "check_tokenizer_file",
+    "check_safetensors",
+    "check_ctranslate2_folder",
+]

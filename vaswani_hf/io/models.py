@@ -36,11 +36,34 @@ logger = logging.getLogger(__name__)
 
 # The files of a model folder, declared once: the model's (with the code files its config.json needs: `code_files`)
 # and a Hub folder's (card, handler, run report). Anything else an input folder holds is named and left out.
-MODEL_FILES = (WEIGHTS, "model-*-of-*.safetensors", WEIGHTS_INDEX, "config.json", "generation_config.json",
-               "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json",
-               "merges.txt", "*.spm")
-HUB_FILES = ("README.md", "handler.py", "requirements.txt", "metrics.json", "training_metrics.json", "recipe.yaml",
-             "*.png", "all_results.json", "eval_results.json", "train_results.json", "test_results.json", "scores.json")
+MODEL_FILES = (
+    WEIGHTS,
+    "model-*-of-*.safetensors",
+    WEIGHTS_INDEX,
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "*.spm",
+)
+HUB_FILES = (
+    "README.md",
+    "handler.py",
+    "requirements.txt",
+    "metrics.json",
+    "training_metrics.json",
+    "recipe.yaml",
+    "*.png",
+    "all_results.json",
+    "eval_results.json",
+    "train_results.json",
+    "test_results.json",
+    "scores.json",
+)
 _RELATIVE_IMPORT = re.compile(r"^\s*from\s+\.([A-Za-z_][A-Za-z0-9_]*)\s+import\s", re.MULTILINE)
 
 
@@ -94,15 +117,23 @@ def declared_files(folder: str | os.PathLike) -> tuple[list[str], list[str]]:
     for entry in sorted(os.listdir(folder)):
         wanted = entry in code or _matches(entry, MODEL_FILES + HUB_FILES)
         if wanted and not _regular(folder / entry):  # never silently without the weights, nor sent a link's target
-            raise UsageError(f"{folder / entry} is {'a symbolic link' if (folder / entry).is_symlink() else 'no file'}"
-                             ": a model folder's files are copied and uploaded only as regular files; put the file "
-                             "itself there (cp --remove-destination \"$(readlink -f F)\" F)")
+            raise UsageError(
+                f"{folder / entry} is {'a symbolic link' if (folder / entry).is_symlink() else 'no file'}"
+                ": a model folder's files are copied and uploaded only as regular files; put the file "
+                'itself there (cp --remove-destination "$(readlink -f F)" F)'
+            )
         (kept if wanted else left).append(entry)
     return kept, left
 
 
-def copy_model_files(source: str | os.PathLike, target: str | os.PathLike, *, only: Iterable[str] = MODEL_FILES,
-                     exclude: Iterable[str] = (), known: Iterable[str] = ()) -> list[str]:
+def copy_model_files(
+    source: str | os.PathLike,
+    target: str | os.PathLike,
+    *,
+    only: Iterable[str] = MODEL_FILES,
+    exclude: Iterable[str] = (),
+    known: Iterable[str] = (),
+) -> list[str]:
     """Copy the declared files of `source` matching `only` (default: the model's and its code) and not `exclude`
     into `target`; log one line naming what was left out but `known`. Returns the names copied."""
     source, target = Path(source), Path(target)
@@ -113,19 +144,24 @@ def copy_model_files(source: str | os.PathLike, target: str | os.PathLike, *, on
         shutil.copyfile(source / name, target / name)
     left = [n for n in left if not _matches(n, known)]
     if left:
-        logger.warning("%s: left out %d file(s) that are not a model folder's declared files: %s%s", source,
-                       len(left), ", ".join(left[:5]), f", ... ({len(left) - 5} more)" if len(left) > 5 else "")
+        logger.warning(
+            "%s: left out %d file(s) that are not a model folder's declared files: %s%s",
+            source,
+            len(left),
+            ", ".join(left[:5]),
+            f", ... ({len(left) - 5} more)" if len(left) > 5 else "",
+        )
     return copied
 
 
 def _looks_like_hub_id(text: str) -> bool:
     parts = text.split("/")
-    return (len(parts) == 2 and all(parts) and not text.startswith((".", "/", "~"))
-            and not Path(text).exists())
+    return len(parts) == 2 and all(parts) and not text.startswith((".", "/", "~")) and not Path(text).exists()
 
 
-def check_model_folder(path: str | os.PathLike, *, what: str = "model folder", tokenizer: bool = True,
-                       vaswani_only: bool = False) -> Path | str:
+def check_model_folder(
+    path: str | os.PathLike, *, what: str = "model folder", tokenizer: bool = True, vaswani_only: bool = False
+) -> Path | str:
     """A saved model folder checked without loading weights: config.json (this model's, or unless `vaswani_only` a
     transformers translation model's) and the other files of their declared shapes, the weights complete and
     floating point. Returns the folder, or a Hub id (`org/name`) as it is: loading checks it."""
@@ -136,8 +172,9 @@ def check_model_folder(path: str | os.PathLike, *, what: str = "model folder", t
         raise UsageError(f"{what} not found: {folder}")
     if not folder.is_dir():
         raise UsageError(f"{what} {folder} is a file; give the folder that holds config.json")
-    config = read_json(folder / "config.json", CONFIG, what=f"config.json of {what} {folder} (written by "
-                                                                "save_pretrained)")
+    config = read_json(
+        folder / "config.json", CONFIG, what=f"config.json of {what} {folder} (written by save_pretrained)"
+    )
     check_vaswani_config(config, folder / "config.json", vaswani_only)
     check_tokenizer_configs(folder)
     if (folder / "generation_config.json").is_file():
@@ -152,13 +189,18 @@ def check_model_folder(path: str | os.PathLike, *, what: str = "model folder", t
     elif (folder / WEIGHTS).is_file():
         check_weight_dtypes(check_safetensors(folder / WEIGHTS), folder / WEIGHTS)
     else:
-        pickled = " (pytorch_model.bin is not read: save with safetensors)" if \
-            (folder / "pytorch_model.bin").exists() else ""
+        pickled = (
+            " (pytorch_model.bin is not read: save with safetensors)"
+            if (folder / "pytorch_model.bin").exists()
+            else ""
+        )
         raise UsageError(f"{folder}: no {WEIGHTS}{pickled}; give a folder written by save_pretrained")
     if tokenizer:
         if not (folder / "tokenizer.json").is_file():
-            raise UsageError(f"{folder}: no tokenizer.json; save the tokenizer into the model folder "
-                             "(tokenizer.save_pretrained(folder))")
+            raise UsageError(
+                f"{folder}: no tokenizer.json; save the tokenizer into the model folder "
+                "(tokenizer.save_pretrained(folder))"
+            )
         check_tokenizer_file(folder / "tokenizer.json")
     return folder
 
@@ -173,15 +215,20 @@ def check_vaswani_config(config: dict, path: Path, vaswani_only: bool = False) -
     if model_type == MODEL_TYPE:
         expected = ARCHITECTURE
     else:
-        expected = MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES.get(model_type) if isinstance(model_type, str) \
-            else None
+        expected = (
+            MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES.get(model_type) if isinstance(model_type, str) else None
+        )
         if expected is None or names is None or vaswani_only:
-            raise UsageError(f"{path}: field model_type is {json.dumps(model_type)}, not \"{MODEL_TYPE}\": not a "
-                             "vaswani_hf model; give a folder written by vaswani-train (save_pretrained)")
+            raise UsageError(
+                f'{path}: field model_type is {json.dumps(model_type)}, not "{MODEL_TYPE}": not a '
+                "vaswani_hf model; give a folder written by vaswani-train (save_pretrained)"
+            )
     if names is not None and (not isinstance(names, list) or any(n != expected for n in names)):
-        raise UsageError(f"{path}: field architectures is {one_line(json.dumps(names), 80)}, not "
-                         f"[\"{expected}\"] as model_type {json.dumps(model_type)} needs: another model's config; "
-                         "give a folder written by vaswani-train")
+        raise UsageError(
+            f"{path}: field architectures is {one_line(json.dumps(names), 80)}, not "
+            f'["{expected}"] as model_type {json.dumps(model_type)} needs: another model\'s config; '
+            "give a folder written by vaswani-train"
+        )
 
 
 def check_tokenizer_configs(folder: Path) -> None:
@@ -200,8 +247,10 @@ def check_tokenizer_configs(folder: Path) -> None:
             if vocabulary is None:
                 vocabulary = check_tokenizer_file(folder / "tokenizer.json").get_vocab(with_added_tokens=True)
             if token not in vocabulary:  # transformers would add it: a token the model has no row for
-                raise UsageError(f"{folder / name}: field {field} is {json.dumps(token)}, a token tokenizer.json does "
-                                 "not have; save the tokenizer again (tokenizer.save_pretrained) or fix the field")
+                raise UsageError(
+                    f"{folder / name}: field {field} is {json.dumps(token)}, a token tokenizer.json does "
+                    "not have; save the tokenizer again (tokenizer.save_pretrained) or fix the field"
+                )
 
 
 def check_generation_config_file(path: str | os.PathLike, vocab_size: int | None = None) -> dict:
@@ -224,8 +273,10 @@ def check_weight_dtypes(header: dict, path: Path) -> None:
     for name, entry in header.items():
         if name != "__metadata__" and entry["dtype"] not in _FLOATING:
             dtype = entry["dtype"].lower().replace("i", "int").replace("u", "uint").replace("f", "float")
-            raise UsageError(f"{path}: tensor {name} is {dtype}; the model's weights are floating point: the file is "
-                             "damaged or not this model's: save the model again")
+            raise UsageError(
+                f"{path}: tensor {name} is {dtype}; the model's weights are floating point: the file is "
+                "damaged or not this model's: save the model again"
+            )
 
 
 def check_finite_weights(tensors, path) -> None:
@@ -234,12 +285,21 @@ def check_finite_weights(tensors, path) -> None:
 
     for name, tensor in tensors.items():
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-            raise UsageError(f"{path}: tensor {name} holds NaN/inf values; the checkpoint is damaged (a diverged "
-                             "run?): use an earlier checkpoint")
+            raise UsageError(
+                f"{path}: tensor {name} holds NaN/inf values; the checkpoint is damaged (a diverged "
+                "run?): use an earlier checkpoint"
+            )
 
 
-def load_model_folder(path: str | os.PathLike, *, device=None, dtype=None, trust_remote_code: bool = False,
-                      what: str = "model folder", **model_kwargs):
+def load_model_folder(
+    path: str | os.PathLike,
+    *,
+    device=None,
+    dtype=None,
+    trust_remote_code: bool = False,
+    what: str = "model folder",
+    **model_kwargs,
+):
     """(model in eval mode on `device`, tokenizer) from a checked folder or a Hub id, loaded strictly."""
     import torch
     from huggingface_hub.errors import StrictDataclassError
@@ -250,16 +310,23 @@ def load_model_folder(path: str | os.PathLike, *, device=None, dtype=None, trust
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(source), trust_remote_code=trust_remote_code)
         model, report = AutoModelForSeq2SeqLM.from_pretrained(
-            str(source), dtype=dtype or torch.float32, trust_remote_code=trust_remote_code, output_loading_info=True,
-            **model_kwargs)
+            str(source),
+            dtype=dtype or torch.float32,
+            trust_remote_code=trust_remote_code,
+            output_loading_info=True,
+            **model_kwargs,
+        )
     except StrictDataclassError as error:  # a config.json field of the wrong type
-        raise UsageError(f"{where}: config.json does not describe a model ({one_line(error)}); fix the file or "
-                         "save the model again") from error
+        raise UsageError(
+            f"{where}: config.json does not describe a model ({one_line(error)}); fix the file or save the model again"
+        ) from error
     except RuntimeError as error:  # transformers refuses tensors whose shapes differ from the config's
         if "mismatched" not in str(error) and "size" not in str(error):
             raise
-        raise UsageError(f"{where}: the weights do not fit config.json (tensor shapes differ); the config and "
-                         "model.safetensors come from different models: save the model again") from error
+        raise UsageError(
+            f"{where}: the weights do not fit config.json (tensor shapes differ); the config and "
+            "model.safetensors come from different models: save the model again"
+        ) from error
     except (OSError, ValueError, KeyError) as error:  # KeyError: a JSON file without the keys transformers needs
         raise UsageError(f"{where}: cannot be loaded ({one_line(error)})") from error
     check_loading_report(report, where)
@@ -273,14 +340,18 @@ def load_model_folder(path: str | os.PathLike, *, device=None, dtype=None, trust
 
 def check_loading_report(report: dict, where: str) -> None:
     """Refuse a load that left tensors of the model uninitialised or of the weights unused (a layer more or fewer)."""
-    for key, meaning in (("missing_keys", "missing from the weights (they would be random)"),
-                         ("unexpected_keys", "in the weights but not in the model config.json describes"),
-                         ("mismatched_keys", "of another shape than config.json says")):
+    for key, meaning in (
+        ("missing_keys", "missing from the weights (they would be random)"),
+        ("unexpected_keys", "in the weights but not in the model config.json describes"),
+        ("mismatched_keys", "of another shape than config.json says"),
+    ):
         names = sorted(report.get(key) or [])
         if names:
             shown = ", ".join(str(n) for n in names[:3]) + (f", ... ({len(names)} in all)" if len(names) > 3 else "")
-            raise UsageError(f"{where}: config.json and the weights disagree: tensors {meaning}: {shown}; the config "
-                             "and model.safetensors come from different models: save the model again")
+            raise UsageError(
+                f"{where}: config.json and the weights disagree: tensors {meaning}: {shown}; the config "
+                "and model.safetensors come from different models: save the model again"
+            )
 
 
 def check_special_ids(config, tokenizer, where: str) -> None:
@@ -289,9 +360,11 @@ def check_special_ids(config, tokenizer, where: str) -> None:
         ours = config.get(name) if isinstance(config, Mapping) else getattr(config, name, None)
         ours, theirs = ours[0] if isinstance(ours, list) and ours else ours, getattr(tokenizer, name, None)
         if ours is not None and theirs is not None and ours != theirs:
-            raise UsageError(f"{where}: the tokenizer's {name} is {theirs} but config.json's is {ours}; the "
-                             "tokenizer files (tokenizer_config.json, special_tokens_map.json) do not belong to this "
-                             "model: save the tokenizer again")
+            raise UsageError(
+                f"{where}: the tokenizer's {name} is {theirs} but config.json's is {ours}; the "
+                "tokenizer files (tokenizer_config.json, special_tokens_map.json) do not belong to this "
+                "model: save the tokenizer again"
+            )
 
 
 # One vocabulary for tokenizer and weights
@@ -336,6 +409,8 @@ def check_same_vocabulary(model, tokenizer) -> None:
     """UsageError naming both sizes unless the tokenizer (object or folder) has the model's vocab_size."""
     tokens, rows = tokenizer_size(tokenizer), model_vocab_size(model)
     if tokens != rows:
-        raise UsageError(f"{_label(tokenizer, 'tokenizer')} has {tokens} tokens but {_label(model, 'model')} has "
-                         f"vocab_size {rows}: they are not one vocabulary; pair the model with the tokenizer it was "
-                         "trained with")
+        raise UsageError(
+            f"{_label(tokenizer, 'tokenizer')} has {tokens} tokens but {_label(model, 'model')} has "
+            f"vocab_size {rows}: they are not one vocabulary; pair the model with the tokenizer it was "
+            "trained with"
+        )

@@ -30,12 +30,14 @@ def _loop_check(path: Path, what: str) -> None:
     try:
         path.resolve(strict=False)
     except (RuntimeError, OSError):  # Python reports a symlink loop as RuntimeError or OSError(ELOOP)
-        raise UsageError(f"{what} {path}: too many levels of symbolic links (a link loop); fix or remove the "
-                         "link") from None
+        raise UsageError(
+            f"{what} {path}: too many levels of symbolic links (a link loop); fix or remove the link"
+        ) from None
 
 
-def check_paths(inputs: Mapping[str, str | os.PathLike | None],
-                outputs: Mapping[str, str | os.PathLike | None]) -> None:
+def check_paths(
+    inputs: Mapping[str, str | os.PathLike | None], outputs: Mapping[str, str | os.PathLike | None]
+) -> None:
     """Refuse an output that is, contains or lies inside an input or another output, and "-" named by two inputs (or
     outputs): it is one stream. `inputs`, `outputs`: {flag or recipe key: path}; None is skipped, and so is an input
     that does not exist (a Hub id)."""
@@ -43,8 +45,10 @@ def check_paths(inputs: Mapping[str, str | os.PathLike | None],
         streams = [name for name, p in paths.items() if p is not None and str(p) == STDIO]
         if len(streams) > 1:
             stream = "standard input" if role == "inputs" else "standard output"
-            raise UsageError(f"{' and '.join(streams)} all name {stream} ({STDIO}), which holds one stream; give files "
-                             f"for all but one")
+            raise UsageError(
+                f"{' and '.join(streams)} all name {stream} ({STDIO}), which holds one stream; give files "
+                f"for all but one"
+            )
     ins = {name: Path(p) for name, p in inputs.items() if p is not None and str(p) != STDIO}
     outs = {name: Path(p) for name, p in outputs.items() if p is not None and str(p) != STDIO}
     for name, path in {**ins, **outs}.items():
@@ -55,16 +59,19 @@ def check_paths(inputs: Mapping[str, str | os.PathLike | None],
         for in_name, inp in real_in.items():
             relation = _relation(out, inp)
             if relation:
-                raise UsageError(f"{out_name} {outs[out_name]} {relation} {in_name} {ins[in_name]}, which this command "
-                                 f"reads; writing it would destroy the input whatever --overwrite says: choose "
-                                 f"another {out_name}")
+                raise UsageError(
+                    f"{out_name} {outs[out_name]} {relation} {in_name} {ins[in_name]}, which this command "
+                    f"reads; writing it would destroy the input whatever --overwrite says: choose "
+                    f"another {out_name}"
+                )
     names = list(real_out)
     for i, first in enumerate(names):
-        for second in names[i + 1:]:
+        for second in names[i + 1 :]:
             relation = _relation(real_out[first], real_out[second])
             if relation:
-                raise UsageError(f"{first} {outs[first]} {relation} {second} {outs[second]}; give the outputs "
-                                 "separate places")
+                raise UsageError(
+                    f"{first} {outs[first]} {relation} {second} {outs[second]}; give the outputs separate places"
+                )
 
 
 def _relation(out: Path, other: Path) -> str | None:
@@ -80,9 +87,15 @@ def _relation(out: Path, other: Path) -> str | None:
 
 def file_kind(mode: int) -> str:
     """'a character device', 'a FIFO', ... for a stat mode (error messages)."""
-    for test, name in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"),
-                       (stat.S_ISLNK, "a symbolic link"), (stat.S_ISREG, "a regular file")):
+    for test, name in (
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISREG, "a regular file"),
+    ):
         if test(mode):
             return name
     return "not a regular file"
@@ -151,8 +164,14 @@ def written_by(folder: str | os.PathLike) -> str | None:
         return None
 
 
-def check_output_dir(path: str | os.PathLike, *, overwrite: bool = False, what: str = "output folder",
-                     kind: str | None = None, replaced: bool = True) -> Path:
+def check_output_dir(
+    path: str | os.PathLike,
+    *,
+    overwrite: bool = False,
+    what: str = "output folder",
+    kind: str | None = None,
+    replaced: bool = True,
+) -> Path:
     """`path` can become an output folder: absent or empty; or, with `overwrite`, a folder this package wrote as an
     output of `kind` (its marker), or any folder without `kind` (a training run checks its own files). A folder
     written into rather than `replaced` may be a link to a folder."""
@@ -169,8 +188,10 @@ def check_output_dir(path: str | os.PathLike, *, overwrite: bool = False, what: 
             raise UsageError(f"{what} {p} exists and is not empty; pass --overwrite to replace it, or choose another")
         if kind is not None and (found := written_by(p)) != kind:
             owner = f"it holds a {found}" if found else "it was not written by this tool"
-            raise UsageError(f"{what} {p} is not an earlier {kind} ({owner}: {first_entries(p)}); --overwrite "
-                             "replaces only a folder this tool wrote: choose another folder or remove it yourself")
+            raise UsageError(
+                f"{what} {p} is not an earlier {kind} ({owner}: {first_entries(p)}); --overwrite "
+                "replaces only a folder this tool wrote: choose another folder or remove it yourself"
+            )
     return p
 
 
@@ -238,8 +259,10 @@ def atomic_output_dir(target: str | os.PathLike, kind: str | None = None, *, ove
     try:
         with FolderLock(target):
             if not overwrite and any(target.iterdir()):
-                raise UsageError(f"output folder {target} was written by another run while this one worked; it is "
-                                 "not replaced: pass --overwrite to replace it, or choose another folder")
+                raise UsageError(
+                    f"output folder {target} was written by another run while this one worked; it is "
+                    "not replaced: pass --overwrite to replace it, or choose another folder"
+                )
             with replace_atomically(target, folder=True, kind=kind) as temporary:
                 yield temporary
     finally:
@@ -281,8 +304,10 @@ class FolderLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise UsageError(f"{self.what} {self.folder} is in use by another run (it holds the folder's lock); "
-                             "wait for it to finish, or choose another folder") from None
+            raise UsageError(
+                f"{self.what} {self.folder} is in use by another run (it holds the folder's lock); "
+                "wait for it to finish, or choose another folder"
+            ) from None
         self._fd = fd
         return self
 

@@ -30,15 +30,18 @@ def check_input_file(path: str | os.PathLike, what: str = "input file") -> Path:
     try:
         info = p.stat()
     except FileNotFoundError:
-        raise UsageError(f"{what} not found: {p}" + (" (a symlink to a missing file)" if p.is_symlink() else "")) \
-            from None
+        raise UsageError(
+            f"{what} not found: {p}" + (" (a symlink to a missing file)" if p.is_symlink() else "")
+        ) from None
     except OSError as error:  # a symlink loop, a name too long, a folder without search permission
         raise UsageError(f"{what} {p}: {os.strerror(error.errno) if error.errno else error}") from None
     if stat.S_ISDIR(info.st_mode):
         raise UsageError(f"{what} {p} is a folder; give a file (one sentence per line)")
     if not (stat.S_ISREG(info.st_mode) or stat.S_ISFIFO(info.st_mode) or is_null_device(info)):
-        raise UsageError(f"{what} {p} is {file_kind(info.st_mode)}, not a text file; give a regular file "
-                         f"(or {STDIO} for standard input)")
+        raise UsageError(
+            f"{what} {p} is {file_kind(info.st_mode)}, not a text file; give a regular file "
+            f"(or {STDIO} for standard input)"
+        )
     if not os.access(p, os.R_OK):
         raise UsageError(f"{what} {p} is not readable; check its permissions")
     return p
@@ -62,7 +65,8 @@ def _decode(data: bytes, label: str, first_line: int) -> str:
         column = error.start - max(before.rfind(b"\n"), before.rfind(b"\r")) - 1
         raise UsageError(
             f"{label}:{line}: not valid UTF-8 (byte 0x{data[error.start]:02x} at byte {column + 1} of the line); "
-            "re-encode the file as UTF-8, e.g. `iconv -f latin1 -t utf-8`") from None
+            "re-encode the file as UTF-8, e.g. `iconv -f latin1 -t utf-8`"
+        ) from None
 
 
 def _split(text: str) -> list[str]:
@@ -85,7 +89,7 @@ def iter_lines(path: str | os.PathLike, what: str = "input file") -> Iterator[st
             if cut < 0:
                 pending = data
                 continue
-            text, pending = _decode(data[: cut + 1], label, line_number), data[cut + 1:]
+            text, pending = _decode(data[: cut + 1], label, line_number), data[cut + 1 :]
             if first:
                 text, first = text.removeprefix(BOM), False
             lines = _split(text)
@@ -101,8 +105,9 @@ def read_lines(path: str | os.PathLike, what: str = "input file") -> list[str]:
     return list(iter_lines(path, what))
 
 
-def write_lines(path: str | os.PathLike | None, lines: Iterable[str], *, overwrite: bool = False,
-                what: str = "output file") -> None:
+def write_lines(
+    path: str | os.PathLike | None, lines: Iterable[str], *, overwrite: bool = False, what: str = "output file"
+) -> None:
     """One line per item (its line breaks become spaces) to `path` (None or "-": standard output), atomically."""
     text = "".join(" ".join(_split(str(line))) + "\n" for line in lines)  # the reader's line ends only
     if path is None or str(path) == STDIO:
@@ -141,8 +146,10 @@ def read_json(path: str | os.PathLike, what: str = "JSON file") -> Any:
     except UnicodeDecodeError:
         raise UsageError(f"{p}: not UTF-8 text; the file is corrupt, write it again") from None
     except json.JSONDecodeError as error:
-        raise UsageError(f"{p}:{error.lineno}: invalid JSON ({error.msg} at column {error.colno}); "
-                         "the file is corrupt, write it again") from None
+        raise UsageError(
+            f"{p}:{error.lineno}: invalid JSON ({error.msg} at column {error.colno}); "
+            "the file is corrupt, write it again"
+        ) from None
     except RecursionError:
         raise UsageError(f"{p}: JSON nested too deeply to read; the file is corrupt, write it again") from None
 

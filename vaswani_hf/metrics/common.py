@@ -10,10 +10,15 @@ import sacrebleu
 
 # One reference per segment (a string) or several (a list of strings), as evaluate's translation metrics accept.
 TRANSLATION_FEATURES = [
-    datasets.Features({"predictions": datasets.Value("string", id="sequence"),
-                       "references": datasets.Sequence(datasets.Value("string", id="sequence"), id="references")}),
-    datasets.Features({"predictions": datasets.Value("string", id="sequence"),
-                       "references": datasets.Value("string", id="sequence")}),
+    datasets.Features(
+        {
+            "predictions": datasets.Value("string", id="sequence"),
+            "references": datasets.Sequence(datasets.Value("string", id="sequence"), id="references"),
+        }
+    ),
+    datasets.Features(
+        {"predictions": datasets.Value("string", id="sequence"), "references": datasets.Value("string", id="sequence")}
+    ),
 ]
 SACREBLEU = "https://github.com/mjpost/sacrebleu"
 POST_2018 = """\
@@ -44,9 +49,17 @@ def transpose_references(references):
 
 def bleu_fields(result, signature: str) -> dict:
     """The result of a module that scores with `sacrebleu.metrics.BLEU`."""
-    return {"score": result.score, "signature": signature, "counts": result.counts, "totals": result.totals,
-            "precisions": result.precisions, "bp": result.bp, "sys_len": result.sys_len, "ref_len": result.ref_len,
-            "sacrebleu_version": sacrebleu.__version__}
+    return {
+        "score": result.score,
+        "signature": signature,
+        "counts": result.counts,
+        "totals": result.totals,
+        "precisions": result.precisions,
+        "bp": result.bp,
+        "sys_len": result.sys_len,
+        "ref_len": result.ref_len,
+        "sacrebleu_version": sacrebleu.__version__,
+    }
 
 
 def _is_number(value) -> bool:
@@ -73,8 +86,10 @@ class TranslationMetric(evaluate.Metric):
 
     def __init__(self, *args, numeric_only: bool = False, **kwargs):
         if not isinstance(numeric_only, bool):
-            raise ValueError(f"numeric_only must be True or False, got {numeric_only!r} "
-                             f"({type(numeric_only).__name__}); e.g. load_metric(name, numeric_only=True)")
+            raise ValueError(
+                f"numeric_only must be True or False, got {numeric_only!r} "
+                f"({type(numeric_only).__name__}); e.g. load_metric(name, numeric_only=True)"
+            )
         self.numeric_only = numeric_only
         self.string_fields: dict = {}
         self.settings: dict = {}
@@ -82,9 +97,14 @@ class TranslationMetric(evaluate.Metric):
 
     def _info(self):
         return evaluate.MetricInfo(
-            description=self.DESCRIPTION, citation=self.CITATION, homepage=self.HOMEPAGE,
-            inputs_description=self.KWARGS_DESCRIPTION + NUMERIC_ONLY_DOC, features=TRANSLATION_FEATURES,
-            codebase_urls=list(self.CODEBASE_URLS), reference_urls=list(self.REFERENCE_URLS))
+            description=self.DESCRIPTION,
+            citation=self.CITATION,
+            homepage=self.HOMEPAGE,
+            inputs_description=self.KWARGS_DESCRIPTION + NUMERIC_ONLY_DOC,
+            features=TRANSLATION_FEATURES,
+            codebase_urls=list(self.CODEBASE_URLS),
+            reference_urls=list(self.REFERENCE_URLS),
+        )
 
     def _fields(self, result: dict) -> dict:
         """`result`, or (`numeric_only`) its statistics as floats; the string fields are kept in `string_fields`
@@ -93,5 +113,8 @@ class TranslationMetric(evaluate.Metric):
         self.settings = {key: result[key] for key in self.SETTINGS if key in result}
         if not self.numeric_only:
             return result
-        return {key: _as_float(value) for key, value in result.items()
-                if key not in self.string_fields and key not in self.settings}
+        return {
+            key: _as_float(value)
+            for key, value in result.items()
+            if key not in self.string_fields and key not in self.settings
+        }

@@ -39,8 +39,7 @@ def device_memory_bytes(device: torch.device | str, local_processes: int = 1) ->
     return psutil.virtual_memory().total // max(1, local_processes)
 
 
-def device_capacity(config, num_parameters: int, memory_bytes: int, *, bf16: bool = False,
-                    cpu: bool = False) -> int:
+def device_capacity(config, num_parameters: int, memory_bytes: int, *, bf16: bool = False, cpu: bool = False) -> int:
     """Tokens one micro-batch may hold: the memory the model state leaves, times USABLE_FRACTION, over the
     activations per token (and at most CPU_TOKENS_CAP on a CPU)."""
     free = memory_bytes - MODEL_STATE_BYTES_PER_PARAMETER * num_parameters
@@ -58,8 +57,14 @@ def split_update(tokens_per_step: int, world_size: int, capacity: int) -> tuple[
     return math.ceil(share / micro_batches), micro_batches
 
 
-def tokens_per_device(recipe, world_size: int, config=None, num_parameters: int | None = None,
-                      device: torch.device | str = "cpu", local_processes: int = 1) -> tuple[int, int]:
+def tokens_per_device(
+    recipe,
+    world_size: int,
+    config=None,
+    num_parameters: int | None = None,
+    device: torch.device | str = "cpu",
+    local_processes: int = 1,
+) -> tuple[int, int]:
     """(max_tokens_per_device, gradient_accumulation_steps) of a recipe on `world_size` processes of `device`: a number
     in the recipe is kept; `auto` derives both from `tokens_per_step`, the process count and the device's capacity."""
     if recipe.max_tokens_per_device != "auto":
@@ -72,8 +77,13 @@ def tokens_per_device(recipe, world_size: int, config=None, num_parameters: int 
     if num_parameters is None:
         num_parameters = approximate_parameters(config)
     device = torch.device(device)
-    capacity = device_capacity(config, num_parameters, device_memory_bytes(device, local_processes),
-                               bf16=bool(recipe.bf16 or recipe.fp16), cpu=device.type == "cpu")
+    capacity = device_capacity(
+        config,
+        num_parameters,
+        device_memory_bytes(device, local_processes),
+        bf16=bool(recipe.bf16 or recipe.fp16),
+        cpu=device.type == "cpu",
+    )
     return split_update(recipe.tokens_per_step, world_size, capacity)
 
 

@@ -97,16 +97,24 @@ class BatchStatsCollator:
                 self.tgt_tokens += int((labels != LABEL_PAD_ID).sum())
                 self.tgt_slots += labels.numel()
             if self.log_path is not None:
-                rows = [hashlib.sha1(json.dumps([list(map(int, f["input_ids"])), list(map(int, f["labels"]))])
-                                     .encode()).hexdigest()[:16] for f in features]
+                rows = [
+                    hashlib.sha1(
+                        json.dumps([list(map(int, f["input_ids"])), list(map(int, f["labels"]))]).encode()
+                    ).hexdigest()[:16]
+                    for f in features
+                ]
                 with open(self.log_path, "a", encoding="utf-8") as fh:
                     fh.write(json.dumps({"batch": self.batches, "examples": rows}) + "\n")
         return batch
 
     def stats(self) -> dict:
-        return {"train_batches": self.batches, "train_src_tokens": self.src_tokens, "train_tgt_tokens": self.tgt_tokens,
-                "padding_share_src": 1 - self.src_tokens / self.src_slots if self.src_slots else 0.0,
-                "padding_share_tgt": 1 - self.tgt_tokens / self.tgt_slots if self.tgt_slots else 0.0}
+        return {
+            "train_batches": self.batches,
+            "train_src_tokens": self.src_tokens,
+            "train_tgt_tokens": self.tgt_tokens,
+            "padding_share_src": 1 - self.src_tokens / self.src_slots if self.src_slots else 0.0,
+            "padding_share_tgt": 1 - self.tgt_tokens / self.tgt_slots if self.tgt_slots else 0.0,
+        }
 
 
 class RunClock(TrainerCallback):
@@ -134,8 +142,12 @@ class RunClock(TrainerCallback):
         started = time.perf_counter()
         yield
         own, child = self.peak_memory_mb()
-        self.stages[name] = {"seconds": round(time.perf_counter() - started, 3), "peak_rss_mb": round(own, 1),
-                             "peak_child_rss_mb": round(child, 1), "at_s": round(self.since_launch(), 3)}
+        self.stages[name] = {
+            "seconds": round(time.perf_counter() - started, 3),
+            "peak_rss_mb": round(own, 1),
+            "peak_child_rss_mb": round(child, 1),
+            "at_s": round(self.since_launch(), 3),
+        }
 
     def on_step_begin(self, args, state, control, **kwargs):
         if self._update_started is None:
@@ -149,5 +161,9 @@ class RunClock(TrainerCallback):
 
     def report(self) -> dict[str, Any]:
         own, child = self.peak_memory_mb()
-        return {"stages": self.stages, "first_update": self.first_update, "peak_rss_mb": round(own, 1),
-                "peak_child_rss_mb": round(child, 1)}
+        return {
+            "stages": self.stages,
+            "first_update": self.first_update,
+            "peak_rss_mb": round(own, 1),
+            "peak_child_rss_mb": round(child, 1),
+        }

@@ -21,8 +21,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-import torch
 import safetensors.torch
+import torch
 from transformers import TrainerCallback
 from transformers.trainer_pt_utils import safe_globals
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, sort_checkpoints
@@ -119,7 +119,8 @@ def check_checkpoint_state(folder: Path) -> dict:
         raise InconsistentCheckpoint(
             f"{path}: field global_step is {state['global_step']}, but the folder is {folder.name}: the state belongs "
             "to another step (copied from another checkpoint?); remove the checkpoint or restore its own "
-            "trainer_state.json")
+            "trainer_state.json"
+        )
     return state
 
 
@@ -141,8 +142,10 @@ def checkpoint_problem(folder: Path, processes: int = 1, rng: bool = True) -> st
         if not (folder / name).is_file() or (folder / name).stat().st_size == 0:
             saved = sorted(p.name for p in folder.glob("rng_state*.pth"))
             if name.startswith("rng_state") and saved:
-                return f"no {name}: it was saved by {max(1, len(saved))} process(es) ({', '.join(saved)}), this run " \
-                       f"has {processes}"
+                return (
+                    f"no {name}: it was saved by {max(1, len(saved))} process(es) ({', '.join(saved)}), this run "
+                    f"has {processes}"
+                )
             return f"{name} missing or empty"
     optional = [name for name in ("scaler.pt",) if (folder / name).is_file()]
     for name in (*required, *optional):
@@ -180,7 +183,8 @@ def torch_archive_problem(path: Path) -> str | None:
         raise InconsistentCheckpoint(
             f"{path}: holds a pickle that torch's safe loader refuses ({what}); "
             "it was not loaded: remove this checkpoint (a Trainer never writes such a file), or train into another "
-            "output_dir") from None
+            "output_dir"
+        ) from None
     except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OverflowError, RuntimeError) as error:
         return f"not a readable torch archive: {' '.join(str(error).split())[:200]}"
     except OSError as error:
@@ -188,8 +192,9 @@ def torch_archive_problem(path: Path) -> str | None:
     return None
 
 
-def resumable_checkpoint(output_dir: str | os.PathLike, processes: int = 1,
-                         rng: bool = True) -> tuple[Path | None, list[str]]:
+def resumable_checkpoint(
+    output_dir: str | os.PathLike, processes: int = 1, rng: bool = True
+) -> tuple[Path | None, list[str]]:
     """The newest checkpoint `processes` processes can resume from exactly, and why each newer one was passed over
     (transformers' `get_last_checkpoint` takes the newest whatever its state)."""
     skipped = []
@@ -240,8 +245,9 @@ class WallClockCallback(TrainerCallback):
             if time_to_save:
                 control.should_save = True
             if over_budget:
-                logger.info("wall-clock budget of %.1f min reached at step %d: stopping", self.budget / 60,
-                            state.global_step)
+                logger.info(
+                    "wall-clock budget of %.1f min reached at step %d: stopping", self.budget / 60, state.global_step
+                )
                 control.should_training_stop = True
                 control.should_save = True
                 control.should_evaluate = False
@@ -285,9 +291,11 @@ def _check_distinct(folders: Sequence[Path]) -> None:
         ours = folder / WEIGHTS
         for earlier in (f for f in folders[:i] if (f / WEIGHTS).stat().st_size == ours.stat().st_size):
             if os.path.samefile(earlier / WEIGHTS, ours) or _digest(earlier / WEIGHTS) == _digest(ours):
-                raise UsageError(f"{ours} is the same file as, or holds exactly the weights of, {earlier / WEIGHTS}: "
-                                 "one checkpoint given twice (a second name, a link or a copy); give each checkpoint "
-                                 "once")
+                raise UsageError(
+                    f"{ours} is the same file as, or holds exactly the weights of, {earlier / WEIGHTS}: "
+                    "one checkpoint given twice (a second name, a link or a copy); give each checkpoint "
+                    "once"
+                )
 
 
 def vocabulary_fingerprint(folder: Path) -> str | None:
@@ -304,8 +312,10 @@ def vocabulary_fingerprint(folder: Path) -> str | None:
 def _check_one_run(folders: Sequence[Path]) -> None:
     """Checkpoints of one run: an earlier checkpoint's trainer_state.json log history begins the later one's;
     independent runs (another seed) differ from the first logged step. Without one, checkpoints pass."""
-    states = sorted(((read_json(f / TRAINER_STATE.name, TRAINER_STATE), f) for f in folders
-                     if (f / TRAINER_STATE.name).is_file()), key=lambda pair: pair[0]["global_step"])
+    states = sorted(
+        ((read_json(f / TRAINER_STATE.name, TRAINER_STATE), f) for f in folders if (f / TRAINER_STATE.name).is_file()),
+        key=lambda pair: pair[0]["global_step"],
+    )
     for (early, early_folder), (late, late_folder) in zip(states, states[1:]):
         ours, theirs = early.get("log_history") or [], late.get("log_history") or []
         for mine, other in zip(ours, theirs):
@@ -313,7 +323,8 @@ def _check_one_run(folders: Sequence[Path]) -> None:
                 raise UsageError(
                     f"{late_folder} and {early_folder} are checkpoints of different runs (their trainer_state.json "
                     f"log histories differ at step {mine.get('step', '?')}); Section 6.1 averages the last "
-                    "checkpoints of one run: give those, or pass --allow_other_runs to average them anyway")
+                    "checkpoints of one run: give those, or pass --allow_other_runs to average them anyway"
+                )
 
 
 def check_checkpoints_agree(folders: Sequence[str | os.PathLike], one_run: bool = True) -> None:
@@ -329,16 +340,23 @@ def check_checkpoints_agree(folders: Sequence[str | os.PathLike], one_run: bool 
         other = read_json(folder / "config.json", CONFIG)
         for key in sorted((set(config) | set(other)) & ARCHITECTURE_FIELDS):
             if config.get(key) != other.get(key):
-                raise UsageError(f"{folder} and {first} are of different architectures (config.json field {key}: "
-                                 f"{json.dumps(other.get(key))} against {json.dumps(config.get(key))}); average "
-                                 "checkpoints of one run")
+                raise UsageError(
+                    f"{folder} and {first} are of different architectures (config.json field {key}: "
+                    f"{json.dumps(other.get(key))} against {json.dumps(config.get(key))}); average "
+                    "checkpoints of one run"
+                )
         theirs = vocabulary_fingerprint(folder)
         if theirs != vocabulary:
-            detail = (f"has no tokenizer.json, {first} has one" if theirs is None else
-                      f"has a tokenizer.json, {first} has none" if vocabulary is None else
-                      f"and {first} have different tokenizers (tokenizer.json: other tokens or merges)")
-            raise UsageError(f"{folder} {detail}: they may give other ids to the same text; average checkpoints of "
-                             "one run")
+            detail = (
+                f"has no tokenizer.json, {first} has one"
+                if theirs is None
+                else f"has a tokenizer.json, {first} has none"
+                if vocabulary is None
+                else f"and {first} have different tokenizers (tokenizer.json: other tokens or merges)"
+            )
+            raise UsageError(
+                f"{folder} {detail}: they may give other ids to the same text; average checkpoints of one run"
+            )
     if one_run:
         _check_one_run(folders)
 
@@ -359,12 +377,15 @@ def average_checkpoints(folders: Sequence[str | os.PathLike], one_run: bool = Tr
         weights = _load_weights(Path(folder))
         if set(weights) != set(total):
             diff = sorted(set(weights) ^ set(total))[:5]
-            raise UsageError(f"{folder} has other tensors than {folders[0]} (e.g. {diff}); average checkpoints of "
-                             "one run")
+            raise UsageError(
+                f"{folder} has other tensors than {folders[0]} (e.g. {diff}); average checkpoints of one run"
+            )
         for k, v in weights.items():
             if v.shape != total[k].shape:
-                raise UsageError(f"{folder}: {k} has shape {tuple(v.shape)}, expected {tuple(total[k].shape)} as in "
-                                 f"{folders[0]}; average checkpoints of one architecture")
+                raise UsageError(
+                    f"{folder}: {k} has shape {tuple(v.shape)}, expected {tuple(total[k].shape)} as in "
+                    f"{folders[0]}; average checkpoints of one architecture"
+                )
             total[k] += v.to(torch.float64)
     return {k: (v / len(folders)).to(dtypes[k]) for k, v in total.items()}
 
@@ -381,8 +402,13 @@ def _complete_code_files(folder: Path) -> None:
     """Copy from the package the code files config.json needs that `folder` lacks (a checkpoint saved by plain
     `save_pretrained` names `pipeline_vaswani.py` without holding it), so it loads with `trust_remote_code`."""
     package = Path(__file__).resolve().parent.parent
-    for name in ("configuration_vaswani.py", "modeling_vaswani.py", "generation_vaswani.py", "beam_search_vaswani.py",
-                 "pipeline_vaswani.py"):
+    for name in (
+        "configuration_vaswani.py",
+        "modeling_vaswani.py",
+        "generation_vaswani.py",
+        "beam_search_vaswani.py",
+        "pipeline_vaswani.py",
+    ):
         if not (folder / name).is_file() and any(name in problem for problem in missing_code_files(folder)):
             shutil.copy2(package / name, folder / name)
     problems = missing_code_files(folder)
@@ -393,22 +419,32 @@ def _complete_code_files(folder: Path) -> None:
 AVERAGED = "averaged model folder"  # the kind of output save_averaged_checkpoint writes (vaswani_hf.io.outputs)
 
 
-def save_averaged_checkpoint(folders: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
-                             overwrite: bool = False, own: bool = False, one_run: bool = True) -> Path:
+def save_averaged_checkpoint(
+    folders: Sequence[str | os.PathLike],
+    out_dir: str | os.PathLike,
+    *,
+    overwrite: bool = False,
+    own: bool = False,
+    one_run: bool = True,
+) -> Path:
     """Average `folders` into a loadable folder, appearing whole (averaged weights, the newest checkpoint's declared
     files, `averaged_from.json`); `out_dir` replaced with `overwrite` if an `AVERAGED` folder or, `own`, the run's."""
-    out_dir = check_output_dir(out_dir, overwrite=overwrite, what="averaged model folder",
-                               kind=None if own else AVERAGED)
+    out_dir = check_output_dir(
+        out_dir, overwrite=overwrite, what="averaged model folder", kind=None if own else AVERAGED
+    )
     newest = Path(folders[-1])
     if any(Path(f).resolve() in (out_dir.resolve(), *out_dir.resolve().parents) for f in folders):
         raise UsageError(f"--out {out_dir} would replace the checkpoints being averaged; choose another folder")
     averaged = average_checkpoints(folders, one_run)
     with atomic_output_dir(out_dir, kind=AVERAGED, overwrite=overwrite or own) as tmp:
-        copy_model_files(newest, tmp, exclude=("model*.safetensors", WEIGHTS_INDEX),
-                         known=(*TRAINING_STATE_FILES, "rng_state*.pth"))
+        copy_model_files(
+            newest, tmp, exclude=("model*.safetensors", WEIGHTS_INDEX), known=(*TRAINING_STATE_FILES, "rng_state*.pth")
+        )
         _complete_code_files(tmp)
-        safetensors.torch.save_file({k: v.contiguous() for k, v in averaged.items()}, str(tmp / WEIGHTS),
-                                    metadata={"format": "pt"})
+        safetensors.torch.save_file(
+            {k: v.contiguous() for k, v in averaged.items()}, str(tmp / WEIGHTS), metadata={"format": "pt"}
+        )
         (tmp / "averaged_from.json").write_text(
-            "[\n" + ",\n".join(f' "{Path(f).name}"' for f in folders) + "\n]", encoding="utf-8")
+            "[\n" + ",\n".join(f' "{Path(f).name}"' for f in folders) + "\n]", encoding="utf-8"
+        )
     return out_dir

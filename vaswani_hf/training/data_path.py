@@ -33,8 +33,15 @@ class DataPath:
         return args
 
 
-def choose_data_path(device: str, num_workers: int = 0, *, processes: int = 1, cpu_count: int | None = None,
-                     pin_memory: bool | None = None, prefetch_factor: int | None = None) -> DataPath:
+def choose_data_path(
+    device: str,
+    num_workers: int = 0,
+    *,
+    processes: int = 1,
+    cpu_count: int | None = None,
+    pin_memory: bool | None = None,
+    prefetch_factor: int | None = None,
+) -> DataPath:
     """The data path for `device` ("cpu", "cuda:0", ...) and `processes` on this machine; -1 / None choose, other
     values are kept. Reads the device's name, not the hardware."""
     cuda = device.split(":")[0] == "cuda"

@@ -20,14 +20,20 @@ from ..modeling_vaswani import IGNORE_INDEX, per_target_token
 PAPER_LABEL_SMOOTHING = 0.1  # eps_ls, Section 5.4
 
 
-def label_smoothed_nll(logits: torch.Tensor, labels: torch.Tensor, epsilon: float,
-                       ignore_index: int = IGNORE_INDEX) -> tuple[torch.Tensor, torch.Tensor]:
+def label_smoothed_nll(
+    logits: torch.Tensor, labels: torch.Tensor, epsilon: float, ignore_index: int = IGNORE_INDEX
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(summed label-smoothed cross-entropy of the non-ignored targets, their count) of logits (B, T, V) and labels
     (B, T), from fp32 logits. torch's `cross_entropy(label_smoothing=e)` gives the others e/V: e = eps * V / (V - 1)
     makes that eps/(V-1), without materialising the log-probabilities."""
     vocab = logits.shape[-1]
-    loss = nn.functional.cross_entropy(logits.reshape(-1, vocab).float(), labels.reshape(-1), ignore_index=ignore_index,
-                                       reduction="sum", label_smoothing=epsilon * vocab / (vocab - 1))
+    loss = nn.functional.cross_entropy(
+        logits.reshape(-1, vocab).float(),
+        labels.reshape(-1),
+        ignore_index=ignore_index,
+        reduction="sum",
+        label_smoothing=epsilon * vocab / (vocab - 1),
+    )
     return loss, (labels != ignore_index).sum()
 
 
@@ -42,14 +48,15 @@ class _ChunkedProjectionLoss(torch.autograd.Function):
         grad_hidden = torch.empty_like(hidden) if want_hidden else None
         weight_leaf = weight.detach().requires_grad_(want_weight)  # its .grad accumulates over the chunks
         for start in range(0, hidden.shape[0], chunk):
-            rows = hidden[start:start + chunk].detach().requires_grad_(want_hidden)
+            rows = hidden[start : start + chunk].detach().requires_grad_(want_hidden)
             with torch.enable_grad():
-                loss, _ = label_smoothed_nll(nn.functional.linear(rows, weight_leaf), labels[start:start + chunk],
-                                             epsilon, ignore_index)
+                loss, _ = label_smoothed_nll(
+                    nn.functional.linear(rows, weight_leaf), labels[start : start + chunk], epsilon, ignore_index
+                )
             if want_hidden or want_weight:
                 loss.backward()
                 if want_hidden:
-                    grad_hidden[start:start + chunk] = rows.grad
+                    grad_hidden[start : start + chunk] = rows.grad
             total += loss.detach()
         ctx.save_for_backward(grad_hidden, weight_leaf.grad if want_weight else None)
         return total
@@ -57,23 +64,36 @@ class _ChunkedProjectionLoss(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_total):  # noqa: D102
         grad_hidden, grad_weight = ctx.saved_tensors
-        return (None if grad_hidden is None else grad_hidden * grad_total.to(grad_hidden.dtype),
-                None if grad_weight is None else grad_weight * grad_total.to(grad_weight.dtype),
-                None, None, None, None)
+        return (
+            None if grad_hidden is None else grad_hidden * grad_total.to(grad_hidden.dtype),
+            None if grad_weight is None else grad_weight * grad_total.to(grad_weight.dtype),
+            None,
+            None,
+            None,
+            None,
+        )
 
 
-def chunked_label_smoothed_nll(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, epsilon: float,
-                               chunk: int = 4096, ignore_index: int = IGNORE_INDEX
-                               ) -> tuple[torch.Tensor, torch.Tensor]:
+def chunked_label_smoothed_nll(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    epsilon: float,
+    chunk: int = 4096,
+    ignore_index: int = IGNORE_INDEX,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """`label_smoothed_nll(hidden @ weight.T, labels, epsilon)` with at most `chunk` tokens' logits at once; same value
     and gradients up to summation order (padding computed, contributing zero: static shapes)."""
     if chunk <= 0:
         raise ValueError(f"chunk must be positive, got {chunk}")
     if hidden.shape[-1] != weight.shape[-1] or hidden.shape[:-1] != labels.shape:
-        raise ValueError(f"chunked loss: hidden {tuple(hidden.shape)}, weight {tuple(weight.shape)} and labels "
-                         f"{tuple(labels.shape)} do not match ((B, T, d), (V, d), (B, T))")
-    total = _ChunkedProjectionLoss.apply(hidden.reshape(-1, hidden.shape[-1]), weight, labels.reshape(-1),
-                                         epsilon, int(chunk), ignore_index)
+        raise ValueError(
+            f"chunked loss: hidden {tuple(hidden.shape)}, weight {tuple(weight.shape)} and labels "
+            f"{tuple(labels.shape)} do not match ((B, T, d), (V, d), (B, T))"
+        )
+    total = _ChunkedProjectionLoss.apply(
+        hidden.reshape(-1, hidden.shape[-1]), weight, labels.reshape(-1), epsilon, int(chunk), ignore_index
+    )
     return total, (labels != ignore_index).sum()
 
 
@@ -100,16 +120,18 @@ class LabelSmoothedLoss:
     """The Trainer's `compute_loss_func`: the smoothed sum over the update's target tokens (`num_items_in_batch`); with
     `chunk_tokens` > 0 `outputs.logits` are hidden states (`output_projection_deferred`) and the loss is chunked."""
 
-    def __init__(self, epsilon: float = PAPER_LABEL_SMOOTHING, chunk_tokens: int = 0,
-                 output_projection: nn.Linear | None = None):
+    def __init__(
+        self, epsilon: float = PAPER_LABEL_SMOOTHING, chunk_tokens: int = 0, output_projection: nn.Linear | None = None
+    ):
         if chunk_tokens and output_projection is None:
             raise ValueError("a chunked loss (chunk_tokens > 0) needs the model's output_projection")
         self.epsilon, self.chunk_tokens, self.output_projection = epsilon, chunk_tokens, output_projection
 
     def __call__(self, outputs, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
         if self.chunk_tokens:
-            loss_sum, _ = chunked_label_smoothed_nll(outputs.logits, self.output_projection.weight, labels,
-                                                     self.epsilon, self.chunk_tokens)
+            loss_sum, _ = chunked_label_smoothed_nll(
+                outputs.logits, self.output_projection.weight, labels, self.epsilon, self.chunk_tokens
+            )
         else:
             loss_sum, _ = label_smoothed_nll(outputs.logits, labels, self.epsilon)
         return per_target_token(loss_sum, labels, num_items_in_batch)

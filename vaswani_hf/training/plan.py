@@ -50,6 +50,7 @@ _SHARDING = {"FSDP": "ACCELERATE_USE_FSDP", "DeepSpeed": "ACCELERATE_USE_DEEPSPE
 @dataclass(frozen=True)
 class World:
     """The processes a run is launched on, as seen by one of them."""
+
     processes: int = 1  # processes of the run, all machines
     index: int = 0  # this process's rank
     local_processes: int = 1  # processes on this machine (they share its RAM on a CPU)
@@ -70,9 +71,11 @@ class World:
         """Accelerate's `PartialState`, started by the run, is the world this plan was made for."""
         seen = (state.num_processes, state.process_index, torch.device(state.device).type)
         if seen != (self.processes, self.index, torch.device(self.device).type):
-            raise RecipeError(f"the launched processes ({seen[0]} processes, this one {seen[1]}, on {seen[2]}) are not "
-                              f"the ones the run was planned for ({self.processes}, {self.index}, {self.device}): "
-                              "launch with torchrun or accelerate launch, with consistent distributed variables")
+            raise RecipeError(
+                f"the launched processes ({seen[0]} processes, this one {seen[1]}, on {seen[2]}) are not "
+                f"the ones the run was planned for ({self.processes}, {self.index}, {self.device}): "
+                "launch with torchrun or accelerate launch, with consistent distributed variables"
+            )
 
 
 def use_cpu(recipe: Recipe, processes: int = 1) -> bool:
@@ -80,13 +83,18 @@ def use_cpu(recipe: Recipe, processes: int = 1) -> bool:
     CPU-only machine would otherwise each get a world of size 1 from Accelerate, and `TrainingArguments` refuses
     bf16 there unless `use_cpu` is set."""
     has_accelerator = torch.accelerator.is_available() if hasattr(torch, "accelerator") else torch.cuda.is_available()
-    return bool(recipe.use_cpu or parse_flag_from_env("ACCELERATE_USE_CPU")
-                or (processes > 1 and not torch.cuda.is_available()) or not has_accelerator)
+    return bool(
+        recipe.use_cpu
+        or parse_flag_from_env("ACCELERATE_USE_CPU")
+        or (processes > 1 and not torch.cuda.is_available())
+        or not has_accelerator
+    )
 
 
 @dataclass(frozen=True)
 class DataPlan:
     """Section 5.1's data: where each split comes from, which training pairs are kept, the shared BPE."""
+
     sources: MappingProxyType  # split name (train, valid, test) -> its Source, or None where the recipe has none
     src_lang: str  # source language code (a column of every split)
     tgt_lang: str  # target language code
@@ -104,6 +112,7 @@ class DataPlan:
 @dataclass(frozen=True)
 class BatchingPlan:
     """Section 5.1's token batches and how they reach the device."""
+
     max_tokens: int  # padded source (and target) tokens of a training micro-batch, per process
     accumulation: int  # micro-batches per optimizer update
     tokens_per_update: int  # max_tokens x processes x accumulation (the paper's ~25,000 source + target tokens)
@@ -120,6 +129,7 @@ class BatchingPlan:
 @dataclass(frozen=True)
 class ModelPlan:
     """Table 3's model and Section 5.4's objective."""
+
     settings: MappingProxyType  # the VaswaniConfig settings of the recipe's model keys (the vocabulary comes later)
     label_smoothing: float  # eps_ls of the training objective
     loss_chunk_tokens: int  # the training loss computed this many target tokens at a time (0: in one piece)
@@ -132,6 +142,7 @@ class ModelPlan:
 @dataclass(frozen=True)
 class OptimizerPlan:
     """Section 5.3's Adam: stated here once, handed to `TrainingArguments`, from which the optimizer is built."""
+
     learning_rate: float  # Adam's lr: the formula's constant factor, lr_multiplier x d_model^-0.5 (the schedule
     # multiplies it by min(step^-0.5, step x warmup^-1.5))
     betas: tuple[float, float]  # Adam's beta1, beta2
@@ -144,6 +155,7 @@ class OptimizerPlan:
 @dataclass(frozen=True)
 class SchedulePlan:
     """How long the run trains, and Section 5.3's learning-rate formula."""
+
     max_steps: int  # optimizer updates (-1: num_train_epochs decides)
     num_train_epochs: float  # epochs, when max_steps is -1
     warmup_steps: int  # warmup_steps of the formula
@@ -155,6 +167,7 @@ class SchedulePlan:
 @dataclass(frozen=True)
 class EvaluationPlan:
     """Validation during training and the final scores (Section 6)."""
+
     eval_steps: int  # validation every N updates (0: only at the end)
     eval_on_start: bool  # validate before the first update (only with a dev set)
     eval_num_beams: int  # beam size of validation BLEU during training
@@ -166,6 +179,7 @@ class EvaluationPlan:
 @dataclass(frozen=True)
 class CheckpointPlan:
     """Section 6.1's checkpoints and their average."""
+
     save_every_minutes: float  # a checkpoint every N minutes of training (0: off)
     save_steps: int  # also every N updates (0: off)
     keep_last: int  # the last K checkpoints kept (0: all)
@@ -175,6 +189,7 @@ class CheckpointPlan:
 @dataclass(frozen=True)
 class ExportPlan:
     """The Hub-ready folder and what the run records of itself."""
+
     export_dir: Path  # the Hub-ready folder (export_dir, or OUTPUT_DIR/hub)
     recipe_name: str  # the recipe's name (its file's stem)
     recipe_text: str  # the full recipe as YAML, written as recipe.yaml beside the run and into the export
@@ -184,6 +199,7 @@ class ExportPlan:
 @dataclass(frozen=True)
 class ProcessPlan:
     """How each process runs: seed, threads, precision, compilation, reporting."""
+
     seed: int  # model initialisation, dropout and batch order
     torch_threads: int  # torch.set_num_threads per process (0: torch's default)
     bf16: bool  # bf16 mixed precision
@@ -196,6 +212,7 @@ class ProcessPlan:
 @dataclass(frozen=True)
 class RunPlan:
     """Everything a run needs to know, resolved once (see the module docstring)."""
+
     world: World  # the process layout
     output_dir: Path  # checkpoints, logs, metrics and plots
     output: preflight.OutputDecision  # new, resume, overwrite, score or finished
@@ -217,8 +234,10 @@ class RunPlan:
 
     def describe(self) -> str:
         b = self.batching
-        budget = f"{b.max_tokens} tokens/device x {self.world.processes} processes x {b.accumulation} " \
-                 f"accumulation = {b.tokens_per_update} tokens per update"
+        budget = (
+            f"{b.max_tokens} tokens/device x {self.world.processes} processes x {b.accumulation} "
+            f"accumulation = {b.tokens_per_update} tokens per update"
+        )
         return f"output_dir {self.output_dir}: {self.output.describe()}; {budget}"
 
 
@@ -235,77 +254,126 @@ def plan_run(recipe: Recipe, *, overwrite: bool = False, world: World | None = N
     out = Path(recipe.output_dir)
     export = Path(recipe.export_dir) if recipe.export_dir else out / "hub"
     tokenizer_dir = resolve_dir(recipe.tokenizer_path) if recipe.tokenizer_path else out / "tokenizer"
-    inputs = {name: path for source in sources.values() if source is not None
-              for name, path in source.files().items()}
+    inputs = {name: path for source in sources.values() if source is not None for name, path in source.files().items()}
     if recipe.tokenizer_path:
         inputs["tokenizer_path"] = tokenizer_dir
-    if recipe.file:  # a recipe kept in the run's folder would be replaced (recipe.yaml) or left among a new run's files
+    if (
+        recipe.file
+    ):  # a recipe kept in the run's folder would be replaced (recipe.yaml) or left among a new run's files
         inputs["--recipe"] = Path(recipe.file)
     for name, path in {"output_dir": out, "export_dir": export}.items():  # the one output guard, each output against
-        io.check_paths(inputs, {name: path})  # the inputs (export_dir may be in output_dir: preflight), before contents
+        io.check_paths(
+            inputs, {name: path}
+        )  # the inputs (export_dir may be in output_dir: preflight), before contents
     if recipe.tokenizer_path:
         preflight.check_tokenizer_path(tokenizer_dir, recipe.tokenizer_path)
-    output = preflight.decide_output_dir(recipe, out, overwrite=overwrite, processes=world.processes,
-                                         tokenizer_dir=tokenizer_dir)
+    output = preflight.decide_output_dir(
+        recipe, out, overwrite=overwrite, processes=world.processes, tokenizer_dir=tokenizer_dir
+    )
     preflight.check_export_dir(export, out, overwrite=overwrite or recipe.resume)
-    max_tokens, accumulation = tokens_per_device(recipe, world.processes, device=world.device,
-                                                 local_processes=world.local_processes)
+    max_tokens, accumulation = tokens_per_device(
+        recipe, world.processes, device=world.device, local_processes=world.local_processes
+    )
     check_length_fits(max_tokens, recipe.max_length, auto=recipe.max_tokens_per_device == "auto")
     return RunPlan(
-        world=world, output_dir=out, output=output, process=_process(recipe),
+        world=world,
+        output_dir=out,
+        output=output,
+        process=_process(recipe),
         data=_data(recipe, sources, tokenizer_dir, max_tokens),
         batching=_batching(recipe, max_tokens, accumulation, world.processes),
-        model=ModelPlan(MappingProxyType({k: recipe[k] for k in MODEL_KEYS}), recipe.label_smoothing,
-                        recipe.loss_chunk_tokens),
+        model=ModelPlan(
+            MappingProxyType({k: recipe[k] for k in MODEL_KEYS}), recipe.label_smoothing, recipe.loss_chunk_tokens
+        ),
         optimizer=_optimizer(recipe, world),
-        schedule=SchedulePlan(recipe.max_steps if recipe.max_steps > 0 else -1, recipe.num_train_epochs,
-                              recipe.warmup_steps, recipe.lr_multiplier, recipe.max_train_minutes,
-                              recipe.logging_steps),
+        schedule=SchedulePlan(
+            recipe.max_steps if recipe.max_steps > 0 else -1,
+            recipe.num_train_epochs,
+            recipe.warmup_steps,
+            recipe.lr_multiplier,
+            recipe.max_train_minutes,
+            recipe.logging_steps,
+        ),
         evaluation=_evaluation(recipe),
-        checkpoints=CheckpointPlan(recipe.save_every_minutes, recipe.save_steps, recipe.keep_last,
-                                   recipe.average_last),
-        export=_export(recipe, export))
+        checkpoints=CheckpointPlan(
+            recipe.save_every_minutes, recipe.save_steps, recipe.keep_last, recipe.average_last
+        ),
+        export=_export(recipe, export),
+    )
 
 
 def _process(recipe: Recipe) -> ProcessPlan:
     names = tuple(name.strip() for name in recipe.report_to.split(",") if name.strip())
     report_to = () if names == ("none",) else names
-    return ProcessPlan(recipe.seed, recipe.torch_threads, recipe.bf16, recipe.fp16, recipe.torch_compile, report_to,
-                       not recipe.disable_tqdm)
+    return ProcessPlan(
+        recipe.seed,
+        recipe.torch_threads,
+        recipe.bf16,
+        recipe.fp16,
+        recipe.torch_compile,
+        report_to,
+        not recipe.disable_tqdm,
+    )
 
 
 def _data(recipe: Recipe, sources: dict, tokenizer_dir: Path, max_tokens: int) -> DataPlan:
     return DataPlan(
-        sources=MappingProxyType(dict(sources)), src_lang=recipe.src_lang, tgt_lang=recipe.tgt_lang,
-        max_length=longest_training_pair(max_tokens, recipe.max_length), max_length_ratio=recipe.max_length_ratio,
-        train_limit=recipe.max_train_samples, valid_limit=recipe.max_eval_samples,
-        workers=recipe.preprocessing_num_workers, tokenizer_dir=tokenizer_dir, vocab_size=recipe.vocab_size,
-        bpe_min_frequency=recipe.bpe_min_frequency, lowercase=recipe.lowercase)
+        sources=MappingProxyType(dict(sources)),
+        src_lang=recipe.src_lang,
+        tgt_lang=recipe.tgt_lang,
+        max_length=longest_training_pair(max_tokens, recipe.max_length),
+        max_length_ratio=recipe.max_length_ratio,
+        train_limit=recipe.max_train_samples,
+        valid_limit=recipe.max_eval_samples,
+        workers=recipe.preprocessing_num_workers,
+        tokenizer_dir=tokenizer_dir,
+        vocab_size=recipe.vocab_size,
+        bpe_min_frequency=recipe.bpe_min_frequency,
+        lowercase=recipe.lowercase,
+    )
 
 
 def _batching(recipe: Recipe, max_tokens: int, accumulation: int, processes: int) -> BatchingPlan:
     return BatchingPlan(
-        max_tokens=max_tokens, accumulation=accumulation, tokens_per_update=max_tokens * processes * accumulation,
+        max_tokens=max_tokens,
+        accumulation=accumulation,
+        tokens_per_update=max_tokens * processes * accumulation,
         eval_max_tokens=evaluation_budget(max_tokens, recipe.eval_max_tokens),
-        max_sentences=recipe.max_sentences or None, pad_to_multiple_of=recipe.pad_to_multiple_of or None,
-        chosen=recipe.max_tokens_per_device == "auto", num_workers=recipe.dataloader_num_workers,
-        pin_memory=recipe.dataloader_pin_memory, prefetch_factor=recipe.dataloader_prefetch_factor,
-        log_batches=recipe.debug_log_batches)
+        max_sentences=recipe.max_sentences or None,
+        pad_to_multiple_of=recipe.pad_to_multiple_of or None,
+        chosen=recipe.max_tokens_per_device == "auto",
+        num_workers=recipe.dataloader_num_workers,
+        pin_memory=recipe.dataloader_pin_memory,
+        prefetch_factor=recipe.dataloader_prefetch_factor,
+        log_batches=recipe.debug_log_batches,
+    )
 
 
 def _optimizer(recipe: Recipe, world: World) -> OptimizerPlan:
     """Section 5.3's Adam; fused where torch has the kernel for this device and parameters stay plain tensors."""
     fused = torch.device(world.device).type in FUSED_ADAM_DEVICE_TYPES and not any(
-        parse_flag_from_env(flag) for flag in _SHARDING.values())
-    return OptimizerPlan(paper_base_lr(recipe.d_model, recipe.lr_multiplier), (recipe.adam_beta1, recipe.adam_beta2),
-                         recipe.adam_epsilon, recipe.weight_decay, recipe.max_grad_norm, fused)
+        parse_flag_from_env(flag) for flag in _SHARDING.values()
+    )
+    return OptimizerPlan(
+        paper_base_lr(recipe.d_model, recipe.lr_multiplier),
+        (recipe.adam_beta1, recipe.adam_beta2),
+        recipe.adam_epsilon,
+        recipe.weight_decay,
+        recipe.max_grad_norm,
+        fused,
+    )
 
 
 def _evaluation(recipe: Recipe) -> EvaluationPlan:
     paper_beams = GENERATION_SETTINGS["num_beams"].default  # what the exported generation_config.json says
-    return EvaluationPlan(recipe.eval_steps, recipe.eval_on_start and recipe.valid_data is not None,
-                          recipe.eval_num_beams, recipe.test_num_beams or paper_beams, recipe.bleu_tokenize,
-                          tuple(recipe.translate_examples))
+    return EvaluationPlan(
+        recipe.eval_steps,
+        recipe.eval_on_start and recipe.valid_data is not None,
+        recipe.eval_num_beams,
+        recipe.test_num_beams or paper_beams,
+        recipe.bleu_tokenize,
+        tuple(recipe.translate_examples),
+    )
 
 
 def recipe_yaml(recipe: Recipe) -> str:
@@ -314,20 +382,24 @@ def recipe_yaml(recipe: Recipe) -> str:
 
 
 def _export(recipe: Recipe, export: Path) -> ExportPlan:
-    return ExportPlan(export, recipe.name, recipe_yaml(recipe),
-                      str(recipe.hub_dataset or recipe.data_dir or recipe.data_format))
+    return ExportPlan(
+        export, recipe.name, recipe_yaml(recipe), str(recipe.hub_dataset or recipe.data_dir or recipe.data_format)
+    )
 
 
 def check_devices(recipe: Recipe, world: World) -> None:
     """The precision and distributed strategy asked for exist on this device, and the model fits."""
     if recipe.fp16 and world.cpu:
-        raise RecipeError("fp16: fp16 mixed precision needs a CUDA GPU and this run is on the CPU; use bf16 (CPU "
-                          "autocast) or fp32")
+        raise RecipeError(
+            "fp16: fp16 mixed precision needs a CUDA GPU and this run is on the CPU; use bf16 (CPU autocast) or fp32"
+        )
     for strategy, flag in _SHARDING.items():
         if world.cpu and parse_flag_from_env(flag):
-            raise RecipeError(f"{strategy} was asked for (the accelerate launch config sets {flag}) but this run is on "
-                              f"the CPU, where Accelerate runs plain DDP instead: launch on GPUs, or without the "
-                              f"{strategy} config (accelerate_configs/README.md)")
+            raise RecipeError(
+                f"{strategy} was asked for (the accelerate launch config sets {flag}) but this run is on "
+                f"the CPU, where Accelerate runs plain DDP instead: launch on GPUs, or without the "
+                f"{strategy} config (accelerate_configs/README.md)"
+            )
     check_model_fits(recipe, world)
 
 
@@ -337,7 +409,9 @@ def check_model_fits(recipe: Recipe, world: World) -> None:
     needed = MODEL_STATE_BYTES_PER_PARAMETER * parameters
     available = device_memory_bytes(world.device, world.local_processes)
     if needed > available:
-        raise RecipeError(f"the model ({parameters / 1e6:,.0f}M parameters: d_model {recipe.d_model}, d_ff "
-                          f"{recipe.d_ff}, {recipe.num_encoder_layers}+{recipe.num_decoder_layers} layers, vocabulary "
-                          f"{recipe.vocab_size:,}) needs {needed / 2**30:,.1f} GiB for weights, gradients and Adam, "
-                          f"more than the {available / 2**30:,.1f} GiB of {world.device}; choose a smaller model")
+        raise RecipeError(
+            f"the model ({parameters / 1e6:,.0f}M parameters: d_model {recipe.d_model}, d_ff "
+            f"{recipe.d_ff}, {recipe.num_encoder_layers}+{recipe.num_decoder_layers} layers, vocabulary "
+            f"{recipe.vocab_size:,}) needs {needed / 2**30:,.1f} GiB for weights, gradients and Adam, "
+            f"more than the {available / 2**30:,.1f} GiB of {world.device}; choose a smaller model"
+        )

@@ -25,9 +25,22 @@ from .recipe_files import read_yaml_mapping
 logger = logging.getLogger(__name__)
 
 # What a training run writes into its output_dir (names and glob patterns); `--overwrite` removes exactly these.
-RUN_FILES = ("checkpoint-*", STAGING_DIR, "averaged", "hub", "tokenizer", "metrics.json", "history.jsonl",
-             "recipe.yaml", "loss.png", "learning_rate.png", "bleu.png", "run_info_rank*.json",
-             "batches_rank*.jsonl", "*_hypotheses.txt")
+RUN_FILES = (
+    "checkpoint-*",
+    STAGING_DIR,
+    "averaged",
+    "hub",
+    "tokenizer",
+    "metrics.json",
+    "history.jsonl",
+    "recipe.yaml",
+    "loss.png",
+    "learning_rate.png",
+    "bleu.png",
+    "run_info_rank*.json",
+    "batches_rank*.jsonl",
+    "*_hypotheses.txt",
+)
 # The model keys that must agree between a checkpoint and the recipe that resumes it: the recipe's model keys whose
 # VaswaniConfig declaration says the weights' meaning depends on them (dropout may change on resume).
 ARCHITECTURE_KEYS = tuple(name for name in MODEL_KEYS if MODEL_SETTINGS[name].architecture)
@@ -51,10 +64,13 @@ class OutputDecision:
     finished_at: int | None = None
 
     def describe(self) -> str:
-        return {"new": "start from scratch", "overwrite": f"replace the previous run ({len(self.previous)} entries)",
-                "resume": f"resume from {self.resume_from.name if self.resume_from else ''}",
-                "score": f"training finished at update {self.finished_at}: average its checkpoints and score them",
-                "finished": f"the run finished at update {self.finished_at}: nothing to do"}[self.start]
+        return {
+            "new": "start from scratch",
+            "overwrite": f"replace the previous run ({len(self.previous)} entries)",
+            "resume": f"resume from {self.resume_from.name if self.resume_from else ''}",
+            "score": f"training finished at update {self.finished_at}: average its checkpoints and score them",
+            "finished": f"the run finished at update {self.finished_at}: nothing to do",
+        }[self.start]
 
 
 def previous_run_files(output_dir: Path) -> list[Path]:
@@ -62,31 +78,41 @@ def previous_run_files(output_dir: Path) -> list[Path]:
     return sorted({p for pattern in RUN_FILES for p in output_dir.glob(pattern)})
 
 
-def decide_output_dir(recipe: Recipe, out: Path, *, overwrite: bool, processes: int = 1,
-                      tokenizer_dir: Path | None = None) -> OutputDecision:
+def decide_output_dir(
+    recipe: Recipe, out: Path, *, overwrite: bool, processes: int = 1, tokenizer_dir: Path | None = None
+) -> OutputDecision:
     """The output folder decision (see the module docstring), or UsageError. `tokenizer_dir`: the tokenizer folder
     the run would use (tokenizer_path, or OUTPUT_DIR/tokenizer), which a resumed checkpoint's must equal."""
     if overwrite and recipe.resume:
         raise RecipeError("--overwrite replaces the run in output_dir and --resume continues it: pick one")
     io.check_output_dir(out, overwrite=True, what="output_dir", replaced=False)  # a folder, or nothing yet
     if io.folder_in_use(out):
-        raise RecipeError(f"output_dir {out} is in use by another run (it holds the folder's lock); wait for it to "
-                          "finish, or choose another output_dir")
+        raise RecipeError(
+            f"output_dir {out} is in use by another run (it holds the folder's lock); wait for it to "
+            "finish, or choose another output_dir"
+        )
     if not out.is_dir() or not io.first_entries(out):
         if recipe.resume:
             logger.warning("--resume: %s holds no run yet, starting from scratch", out)
         return OutputDecision("new")
-    if not (io.written_by(out) == TRAINING_RUN or (out / "recipe.yaml").is_file() and any(
-            out.glob("checkpoint-*/trainer_state.json"))):  # a run older than the marker: its recipe and checkpoints
-        raise RecipeError(f"output_dir {out} is not empty ({io.first_entries(out)}) and holds no run of this tool: "
-                          "--resume and --overwrite only continue or replace a run it wrote; choose another "
-                          "output_dir")
+    if not (
+        io.written_by(out) == TRAINING_RUN
+        or (out / "recipe.yaml").is_file()
+        and any(out.glob("checkpoint-*/trainer_state.json"))
+    ):  # a run older than the marker: its recipe and checkpoints
+        raise RecipeError(
+            f"output_dir {out} is not empty ({io.first_entries(out)}) and holds no run of this tool: "
+            "--resume and --overwrite only continue or replace a run it wrote; choose another "
+            "output_dir"
+        )
     if recipe.resume:
         return _resume_decision(recipe, out, processes, tokenizer_dir)
     if overwrite:
         return OutputDecision("overwrite", previous=previous_run_files(out))
-    raise RecipeError(f"output_dir {out} holds a previous run ({io.first_entries(out)}); pass --resume to continue "
-                      "it, --overwrite to replace it, or choose another output_dir")
+    raise RecipeError(
+        f"output_dir {out} holds a previous run ({io.first_entries(out)}); pass --resume to continue "
+        "it, --overwrite to replace it, or choose another output_dir"
+    )
 
 
 def _resume_decision(recipe: Recipe, out: Path, processes: int, tokenizer_dir: Path | None) -> OutputDecision:
@@ -94,15 +120,20 @@ def _resume_decision(recipe: Recipe, out: Path, processes: int, tokenizer_dir: P
     to go (else other dropout masks and batch orders); a run whose training is done is "finished" or "score"."""
     checkpoint, skipped = resumable_checkpoint(out, processes, rng=False)
     if checkpoint is None and checkpoints(out):
-        raise RecipeError(f"--resume: no checkpoint in {out} is complete ({'; '.join(skipped)}); remove them, or train "
-                          "into another output_dir")
+        raise RecipeError(
+            f"--resume: no checkpoint in {out} is complete ({'; '.join(skipped)}); remove them, or train "
+            "into another output_dir"
+        )
     if checkpoint is None:
         return OutputDecision("new")
     check_same_architecture(recipe, checkpoint)
     previous = _previous_recipe(out)
     check_same_tokenizer(recipe, out, checkpoint, tokenizer_dir, previous)
-    changed = [f"{k} {previous[k]!r} -> {recipe[k]!r}" for k in recipe if k not in NOT_THE_RUN and k in previous
-               and previous[k] != recipe[k]]
+    changed = [
+        f"{k} {previous[k]!r} -> {recipe[k]!r}"
+        for k in recipe
+        if k not in NOT_THE_RUN and k in previous and previous[k] != recipe[k]
+    ]
     if changed:  # the run resumed is not the run saved (max_steps raised to train on, ...): said, not silent
         logger.warning("--resume: the recipe differs from the run's %s: %s", out / "recipe.yaml", "; ".join(changed))
     step = io.read_json(checkpoint / "trainer_state.json").get("global_step")  # checked: resumable_checkpoint
@@ -111,10 +142,15 @@ def _resume_decision(recipe: Recipe, out: Path, processes: int, tokenizer_dir: P
         return OutputDecision(start, resume_from=checkpoint, finished_at=step)
     exact, skipped = resumable_checkpoint(out, processes)
     if exact is None:
-        advice = "resume with the process count the run was saved with" if any(
-            "process(es)" in reason for reason in skipped) else "remove the damaged checkpoints"
-        raise RecipeError(f"--resume: no checkpoint in {out} can be resumed exactly ({'; '.join(skipped)}); {advice}, "
-                          "or train into another output_dir")
+        advice = (
+            "resume with the process count the run was saved with"
+            if any("process(es)" in reason for reason in skipped)
+            else "remove the damaged checkpoints"
+        )
+        raise RecipeError(
+            f"--resume: no checkpoint in {out} can be resumed exactly ({'; '.join(skipped)}); {advice}, "
+            "or train into another output_dir"
+        )
     for reason in skipped:
         logger.warning("--resume: skipping %s; resuming from %s", reason, exact.name)
     return OutputDecision("resume", resume_from=exact)
@@ -134,13 +170,16 @@ def check_export_dir(export: Path, out: Path, *, overwrite: bool) -> None:
     written: absent, empty, or (with --overwrite or --resume) a Hub folder this package wrote."""
     export_r, out_r = export.resolve(), out.resolve()
     if export_r == out_r or export_r in out_r.parents:
-        raise RecipeError(f"export_dir {export} {'is' if export_r == out_r else 'contains'} output_dir {out}: "
-                          "exporting would replace the run's checkpoints; choose another export_dir")
+        raise RecipeError(
+            f"export_dir {export} {'is' if export_r == out_r else 'contains'} output_dir {out}: "
+            "exporting would replace the run's checkpoints; choose another export_dir"
+        )
     if out_r in export_r.parents:
         first = export_r.relative_to(out_r).parts[0]
         if first != "hub" and any(Path(first).match(pattern) for pattern in RUN_FILES):
-            raise RecipeError(f"export_dir {export} lies inside {first}, which the run writes itself; choose another "
-                              "export_dir")
+            raise RecipeError(
+                f"export_dir {export} lies inside {first}, which the run writes itself; choose another export_dir"
+            )
         if first == "hub" or not export.exists():
             return
     io.check_output_dir(export, overwrite=overwrite, what="export_dir", kind=HUB_FOLDER)
@@ -149,11 +188,16 @@ def check_export_dir(export: Path, out: Path, *, overwrite: bool) -> None:
 def check_same_architecture(recipe: Recipe, checkpoint: Path) -> None:
     """--resume refuses, before writing anything, a recipe whose model differs from the checkpoint's."""
     config = io.read_json(checkpoint / "config.json")
-    different = [f"{k}={config.get(k)!r} in {checkpoint.name}, {recipe[k]!r} in the recipe" for k in ARCHITECTURE_KEYS
-                 if k in config and config[k] != recipe[k]]
+    different = [
+        f"{k}={config.get(k)!r} in {checkpoint.name}, {recipe[k]!r} in the recipe"
+        for k in ARCHITECTURE_KEYS
+        if k in config and config[k] != recipe[k]
+    ]
     if different:
-        raise RecipeError(f"--resume: the recipe's model differs from the checkpoint's ({'; '.join(different)}); "
-                          "resume with the same architecture, or train into another output_dir")
+        raise RecipeError(
+            f"--resume: the recipe's model differs from the checkpoint's ({'; '.join(different)}); "
+            "resume with the same architecture, or train into another output_dir"
+        )
 
 
 def _previous_recipe(out: Path) -> dict:
@@ -164,33 +208,40 @@ def _previous_recipe(out: Path) -> dict:
         return {}
 
 
-def check_same_tokenizer(recipe: Recipe, out: Path, checkpoint: Path, tokenizer_dir: Path | None,
-                         previous: dict) -> None:
+def check_same_tokenizer(
+    recipe: Recipe, out: Path, checkpoint: Path, tokenizer_dir: Path | None, previous: dict
+) -> None:
     """--resume refuses a recipe whose TOKENIZER_KEYS differ from the run's recipe.yaml, and a tokenizer folder whose
     tokenizer.json gives other ids than the checkpoint's (the same size is not enough): the run would record one
     tokenizer and use another, or train on other ids than the weights learned. `previous`: the run's recipe.yaml."""
     for key in TOKENIZER_KEYS:
         if key in previous and previous[key] != recipe[key]:
-            raise RecipeError(f"--resume: {key} is {recipe[key]!r} in the recipe, {previous[key]!r} in the run's "
-                              f"{out / 'recipe.yaml'}; a resumed run keeps its tokenizer: resume with {key}: "
-                              f"{previous[key]!r}, or train into another output_dir")
+            raise RecipeError(
+                f"--resume: {key} is {recipe[key]!r} in the recipe, {previous[key]!r} in the run's "
+                f"{out / 'recipe.yaml'}; a resumed run keeps its tokenizer: resume with {key}: "
+                f"{previous[key]!r}, or train into another output_dir"
+            )
     if tokenizer_dir is None or not (tokenizer_dir / "tokenizer.json").is_file():
         return
     theirs, ours = vocabulary_fingerprint(checkpoint), vocabulary_fingerprint(tokenizer_dir)
     if theirs is not None and theirs != ours:
         key = "tokenizer_path" if recipe.tokenizer_path else "the run's tokenizer folder"
         was = previous.get("tokenizer_path")
-        raise RecipeError(f"--resume: {key} {tokenizer_dir} holds another tokenizer than {checkpoint.name} was trained "
-                          f"with ({tokenizer_dir / 'tokenizer.json'} against {checkpoint / 'tokenizer.json'}: other "
-                          f"tokens or merges; the run's tokenizer_path: {was!r}); resume with the run's tokenizer, or "
-                          "train into another output_dir")
+        raise RecipeError(
+            f"--resume: {key} {tokenizer_dir} holds another tokenizer than {checkpoint.name} was trained "
+            f"with ({tokenizer_dir / 'tokenizer.json'} against {checkpoint / 'tokenizer.json'}: other "
+            f"tokens or merges; the run's tokenizer_path: {was!r}); resume with the run's tokenizer, or "
+            "train into another output_dir"
+        )
 
 
 def check_tokenizer_path(folder: Path, given: str) -> None:
     """tokenizer_path names a folder with a readable tokenizer.json (written by vaswani-train-tokenizer)."""
     if not folder.is_dir():
-        raise RecipeError(f"tokenizer_path {given}: folder not found ({folder}); give a folder written by "
-                          "vaswani-train-tokenizer, or null to train one")
+        raise RecipeError(
+            f"tokenizer_path {given}: folder not found ({folder}); give a folder written by "
+            "vaswani-train-tokenizer, or null to train one"
+        )
     io.check_tokenizer_file(folder / "tokenizer.json", what=f"tokenizer.json of tokenizer_path {folder}")
 
 

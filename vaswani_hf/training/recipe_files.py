@@ -25,8 +25,10 @@ class _NoAliasLoader(yaml.SafeLoader):
     def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
-            raise yaml.YAMLError(f"line {event.start_mark.line + 1}: YAML aliases (*{event.anchor}) are not allowed in "
-                                 "a recipe; write the value out")
+            raise yaml.YAMLError(
+                f"line {event.start_mark.line + 1}: YAML aliases (*{event.anchor}) are not allowed in "
+                "a recipe; write the value out"
+            )
         return super().compose_node(parent, index)
 
     def construct_mapping(self, node, deep=False):
@@ -41,8 +43,9 @@ class _NoAliasLoader(yaml.SafeLoader):
                 except TypeError:  # an unhashable key: PyYAML's own error follows
                     continue
                 if key in seen:
-                    raise yaml.YAMLError(f"line {line}: key {key!r} is given twice (first on line {seen[key]}); "
-                                         "keep one")
+                    raise yaml.YAMLError(
+                        f"line {line}: key {key!r} is given twice (first on line {seen[key]}); keep one"
+                    )
                 seen[key] = line
         return super().construct_mapping(node, deep=deep)
 
@@ -72,8 +75,10 @@ def read_yaml_mapping(path: Path, error: type[Exception]) -> dict[str, Any]:
         raise error(f"recipe {path}: {problem.strerror or problem}") from None
     data = read_yaml_text(text, str(path), error)
     if data is None or data == {}:  # no keys: nothing, blanks, comments, `---`, `null` or `{}`
-        raise error(f"{path} is empty (no keys); a recipe needs at least one key (output_dir, data and model keys: "
-                    "see --list-keys); to start from the bundled defaults pass --recipe default")
+        raise error(
+            f"{path} is empty (no keys); a recipe needs at least one key (output_dir, data and model keys: "
+            "see --list-keys); to start from the bundled defaults pass --recipe default"
+        )
     if not isinstance(data, dict):
         raise error(f"{path}: a recipe is a mapping of keys to values, got {type(data).__name__}")
     return data

@@ -57,23 +57,37 @@ def plot_history(history: Sequence[dict], out_dir: str | os.PathLike) -> dict[st
         written[name] = str(out_dir / f"{name}.png")
 
     step, minutes = (lambda h: h["step"]), (lambda h: h.get("time_s", 0) / 60)
-    losses = [(0, rows("loss"), step, "loss", "-", "train (label-smoothed)"),
-              (0, rows("eval_loss"), step, "eval_loss", "o-", "validation (label-smoothed)"),
-              (0, rows("eval_nll"), step, "eval_nll", "s--", "validation NLL")]
+    losses = [
+        (0, rows("loss"), step, "loss", "-", "train (label-smoothed)"),
+        (0, rows("eval_loss"), step, "eval_loss", "o-", "validation (label-smoothed)"),
+        (0, rows("eval_nll"), step, "eval_nll", "s--", "validation NLL"),
+    ]
     if rows("loss") or rows("eval_loss"):
         plot("loss", "Loss", "loss per target token", [curve for curve in losses if curve[1]])
     if rows("learning_rate"):
-        plot("learning_rate", "Learning rate (Section 5.3)", "learning rate",
-             [(0, rows("learning_rate"), step, "learning_rate", "-", None)])
+        plot(
+            "learning_rate",
+            "Learning rate (Section 5.3)",
+            "learning rate",
+            [(0, rows("learning_rate"), step, "learning_rate", "-", None)],
+        )
     if rows("eval_bleu"):
-        plot("bleu", "Validation BLEU", "validation BLEU", [(0, rows("eval_bleu"), step, "eval_bleu", "o-", None),
-                                                           (1, rows("eval_bleu"), minutes, "eval_bleu", "o-", None)],
-             xlabels=("update", "wall-clock minutes"))
+        plot(
+            "bleu",
+            "Validation BLEU",
+            "validation BLEU",
+            [
+                (0, rows("eval_bleu"), step, "eval_bleu", "o-", None),
+                (1, rows("eval_bleu"), minutes, "eval_bleu", "o-", None),
+            ],
+            xlabels=("update", "wall-clock minutes"),
+        )
     return written
 
 
-def card_inputs(plan: RunPlan, metrics: Mapping[str, Any], signatures: Mapping[str, str] | None = None
-                ) -> tuple[dict, dict]:
+def card_inputs(
+    plan: RunPlan, metrics: Mapping[str, Any], signatures: Mapping[str, str] | None = None
+) -> tuple[dict, dict]:
     """(scores, training_info) for the model card: real test scores only, named by what they are (`bleu_tok_none` for
     pre-tokenized references, else sacreBLEU) with their signatures, and the run's facts."""
     data, optimizer, schedule = plan.data, plan.optimizer, plan.schedule
@@ -92,14 +106,22 @@ def card_inputs(plan: RunPlan, metrics: Mapping[str, Any], signatures: Mapping[s
         "tokens_per_batch": metrics.get("tokens_per_update"),
         "optimizer": f"Adam(beta1={optimizer.betas[0]}, beta2={optimizer.betas[1]}, eps={optimizer.eps})",
         "lr_schedule": "d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (Section 5.3)"
-                       + (f" x {schedule.lr_multiplier}" if schedule.lr_multiplier != 1.0 else ""),
-        "warmup_steps": schedule.warmup_steps, "dropout": plan.model.settings["dropout"],
+        + (f" x {schedule.lr_multiplier}" if schedule.lr_multiplier != 1.0 else ""),
+        "warmup_steps": schedule.warmup_steps,
+        "dropout": plan.model.settings["dropout"],
         "label_smoothing": plan.model.label_smoothing,
-        "checkpoint_averaging": (f"last {len(metrics['averaged_checkpoints'])} checkpoints"
-                                 if metrics.get("averaged_checkpoints") else "none"),
-        "training_time": (f"{metrics['train_seconds'] / 60:.1f} min on {metrics.get('world_size', 1)} process(es)"
-                          if metrics.get("train_seconds") else None),
-        "distributed": distributed_strategy(metrics), "seed": plan.process.seed,
+        "checkpoint_averaging": (
+            f"last {len(metrics['averaged_checkpoints'])} checkpoints"
+            if metrics.get("averaged_checkpoints")
+            else "none"
+        ),
+        "training_time": (
+            f"{metrics['train_seconds'] / 60:.1f} min on {metrics.get('world_size', 1)} process(es)"
+            if metrics.get("train_seconds")
+            else None
+        ),
+        "distributed": distributed_strategy(metrics),
+        "seed": plan.process.seed,
     }
     info.update({k: v for k, v in facts.items() if v is not None})
     return scores, info
@@ -110,18 +132,38 @@ def distributed_strategy(metrics: Mapping[str, Any]) -> str | None:
     kind, processes = metrics.get("distributed_type"), metrics.get("world_size", 1)
     if kind is None:
         return None
-    names = {"NO": "one process", "MULTI_CPU": "DDP over gloo (CPU)", "MULTI_GPU": "DDP (GPUs)", "FSDP": "FSDP",
-             "DEEPSPEED": "DeepSpeed"}
+    names = {
+        "NO": "one process",
+        "MULTI_CPU": "DDP over gloo (CPU)",
+        "MULTI_GPU": "DDP (GPUs)",
+        "FSDP": "FSDP",
+        "DEEPSPEED": "DeepSpeed",
+    }
     return f"{names.get(kind, kind)}, {processes} process(es)"
 
 
-def export_hub_folder(model, tokenizer, plan: RunPlan, metrics: Mapping[str, Any] | None = None, *,
-                      history: Sequence[dict] | None = None, signatures: Mapping[str, str] | None = None) -> Path:
+def export_hub_folder(
+    model,
+    tokenizer,
+    plan: RunPlan,
+    metrics: Mapping[str, Any] | None = None,
+    *,
+    history: Sequence[dict] | None = None,
+    signatures: Mapping[str, str] | None = None,
+) -> Path:
     """The run's Hub-ready folder: `vaswani_hf.hub.save_hub_folder` plus `training_metrics.json`, `recipe.yaml` and
     the plots, written whole; it replaces only this run's own earlier export (the plan checked it)."""
     metrics = dict(metrics or {})
     scores, info = card_inputs(plan, metrics, signatures)
     extra = {"training_metrics.json": to_json(metrics), "recipe.yaml": plan.export.recipe_text}
-    return save_hub_folder(model, tokenizer, plan.export.export_dir, scores=scores, training_info=info,
-                           extra_files=extra, overwrite=True, own=True,
-                           write_extra=(lambda folder: plot_history(history, folder)) if history else None)
+    return save_hub_folder(
+        model,
+        tokenizer,
+        plan.export.export_dir,
+        scores=scores,
+        training_info=info,
+        extra_files=extra,
+        overwrite=True,
+        own=True,
+        write_extra=(lambda folder: plot_history(history, folder)) if history else None,
+    )

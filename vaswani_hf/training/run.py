@@ -51,8 +51,13 @@ logger = logging.getLogger(__name__)
 
 
 def setup_logging(level=logging.INFO) -> None:
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S",
-                        level=level, stream=sys.stdout, force=True)
+    logging.basicConfig(
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        level=level,
+        stream=sys.stdout,
+        force=True,
+    )
     if level <= logging.DEBUG:
         transformers.utils.logging.set_verbosity_info()
     else:
@@ -65,23 +70,46 @@ def build_training_arguments(plan: RunPlan):
     `WallClockCallback`'s, Adam's settings are stated here once and the optimizer built from them."""
     process, schedule, optimizer, evaluation = plan.process, plan.schedule, plan.optimizer, plan.evaluation
     keep, b = plan.checkpoints.keep_last, plan.batching
-    data_path = choose_data_path(plan.world.device, b.num_workers, processes=plan.world.local_processes,
-                                 pin_memory=b.pin_memory, prefetch_factor=b.prefetch_factor)
+    data_path = choose_data_path(
+        plan.world.device,
+        b.num_workers,
+        processes=plan.world.local_processes,
+        pin_memory=b.pin_memory,
+        prefetch_factor=b.prefetch_factor,
+    )
     return Seq2SeqTrainingArguments(
-        output_dir=str(plan.output_dir), max_steps=schedule.max_steps, num_train_epochs=schedule.num_train_epochs,
-        learning_rate=optimizer.learning_rate, weight_decay=optimizer.weight_decay, adam_beta1=optimizer.betas[0],
-        adam_beta2=optimizer.betas[1], adam_epsilon=optimizer.eps, max_grad_norm=optimizer.max_grad_norm,
+        output_dir=str(plan.output_dir),
+        max_steps=schedule.max_steps,
+        num_train_epochs=schedule.num_train_epochs,
+        learning_rate=optimizer.learning_rate,
+        weight_decay=optimizer.weight_decay,
+        adam_beta1=optimizer.betas[0],
+        adam_beta2=optimizer.betas[1],
+        adam_epsilon=optimizer.eps,
+        max_grad_norm=optimizer.max_grad_norm,
         gradient_accumulation_steps=plan.batching.accumulation,
-        logging_steps=schedule.logging_steps, logging_first_step=True,
+        logging_steps=schedule.logging_steps,
+        logging_first_step=True,
         eval_strategy="steps" if evaluation.eval_steps > 0 else "no",
-        eval_steps=evaluation.eval_steps if evaluation.eval_steps > 0 else None, eval_on_start=evaluation.eval_on_start,
+        eval_steps=evaluation.eval_steps if evaluation.eval_steps > 0 else None,
+        eval_on_start=evaluation.eval_on_start,
         save_strategy="no",  # saves are decided by WallClockCallback (time, steps, end of training)
         save_total_limit=keep if keep > 0 else None,
-        predict_with_generate=True, generation_num_beams=evaluation.eval_num_beams, seed=process.seed,
-        report_to=list(process.report_to), disable_tqdm=not process.show_progress,
-        use_cpu=plan.world.cpu, bf16=process.bf16, fp16=process.fp16, ddp_find_unused_parameters=False,
-        **data_path.training_arguments(), torch_compile=process.torch_compile,
-        remove_unused_columns=True, per_device_train_batch_size=1, per_device_eval_batch_size=1)
+        predict_with_generate=True,
+        generation_num_beams=evaluation.eval_num_beams,
+        seed=process.seed,
+        report_to=list(process.report_to),
+        disable_tqdm=not process.show_progress,
+        use_cpu=plan.world.cpu,
+        bf16=process.bf16,
+        fp16=process.fp16,
+        ddp_find_unused_parameters=False,
+        **data_path.training_arguments(),
+        torch_compile=process.torch_compile,
+        remove_unused_columns=True,
+        per_device_train_batch_size=1,
+        per_device_eval_batch_size=1,
+    )
 
 
 @dataclass
@@ -97,8 +125,9 @@ class RunData:
 def load_corpora(plan: RunPlan) -> dict[str, Any]:
     """The raw splits (every line decoded and parsed: a bad file is refused here, before anything is written)."""
     limits = {"train": plan.data.train_limit, "valid": plan.data.valid_limit, "test": 0}
-    return {name: source.load(limits[name]) if source is not None else None
-            for name, source in plan.data.sources.items()}
+    return {
+        name: source.load(limits[name]) if source is not None else None for name, source in plan.data.sources.items()
+    }
 
 
 def prepare_data(plan: RunPlan, splits: dict[str, Any], state, clock: RunClock) -> RunData:
@@ -109,15 +138,28 @@ def prepare_data(plan: RunPlan, splits: dict[str, Any], state, clock: RunClock) 
         tokenizer = shared_bpe(plan, splits["train"])
     prep = dict(num_proc=data.workers)
     with clock.stage("tokenize and filter"), state.main_process_first():  # the others read the main one's cache
-        train, report = prepare_dataset(splits["train"], tokenizer, data.src_lang, data.tgt_lang,
-                                        max_length=data.max_length, max_ratio=data.max_length_ratio, **prep)
-        held_out = {name: prepare_dataset(splits[name], tokenizer, data.src_lang, data.tgt_lang, max_length=None,
-                                          max_ratio=None, **prep)[0] if splits[name] is not None else None
-                    for name in ("valid", "test")}
+        train, report = prepare_dataset(
+            splits["train"],
+            tokenizer,
+            data.src_lang,
+            data.tgt_lang,
+            max_length=data.max_length,
+            max_ratio=data.max_length_ratio,
+            **prep,
+        )
+        held_out = {
+            name: prepare_dataset(
+                splits[name], tokenizer, data.src_lang, data.tgt_lang, max_length=None, max_ratio=None, **prep
+            )[0]
+            if splits[name] is not None
+            else None
+            for name in ("valid", "test")
+        }
     logger.info("training pairs: %s", report)
     if report.kept == 0:
-        raise RecipeError(f"train_data: no usable training pair ({report}); check the corpus, max_length and "
-                          "max_length_ratio")
+        raise RecipeError(
+            f"train_data: no usable training pair ({report}); check the corpus, max_length and max_length_ratio"
+        )
     return RunData(tokenizer, train, held_out["valid"], held_out["test"], report, time.time() - started)
 
 
@@ -126,18 +168,31 @@ def shared_bpe(plan: RunPlan, train_split):
     cached for this corpus and settings (vaswani_hf.data.cache), else trained now and cached."""
     data, folder, name = plan.data, plan.data.tokenizer_dir, None
     if train_split.cache_files and cache.enabled():  # a file-backed corpus has a stable fingerprint
-        name = "bpe-" + cache.key(train_split._fingerprint, data.vocab_size, data.bpe_min_frequency,
-                                  data.lowercase, data.src_lang, data.tgt_lang)
+        name = "bpe-" + cache.key(
+            train_split._fingerprint,
+            data.vocab_size,
+            data.bpe_min_frequency,
+            data.lowercase,
+            data.src_lang,
+            data.tgt_lang,
+        )
     if not folder.is_dir() and name and cache.cached_tokenizer(name):
         shutil.copytree(cache.cached_tokenizer(name), folder)
-        logger.info("joint BPE of this corpus and these settings taken from the cache: %s",
-                    cache.cached_tokenizer(name))
+        logger.info(
+            "joint BPE of this corpus and these settings taken from the cache: %s", cache.cached_tokenizer(name)
+        )
     if folder.is_dir():
         tokenizer = load_tokenizer(folder)
         logger.info("tokenizer loaded from %s (%d tokens)", folder, len(tokenizer))
         return tokenizer
-    tokenizer = train_bpe_tokenizer(train_split, vocab_size=data.vocab_size, min_frequency=data.bpe_min_frequency,
-                                    lowercase=data.lowercase, save_dir=folder, show_progress=plan.process.show_progress)
+    tokenizer = train_bpe_tokenizer(
+        train_split,
+        vocab_size=data.vocab_size,
+        min_frequency=data.bpe_min_frequency,
+        lowercase=data.lowercase,
+        save_dir=folder,
+        show_progress=plan.process.show_progress,
+    )
     logger.info("trained joint BPE: %d tokens -> %s", len(tokenizer), folder)
     if name:
         cache.keep_tokenizer(name, folder)
@@ -148,35 +203,58 @@ def build_model(plan: RunPlan, tokenizer):
     config = plan.model.config(vocab_size=len(tokenizer))
     set_seed(plan.process.seed)  # the same initial weights on every run and rank
     model = VaswaniForConditionalGeneration(config)
-    logger.info("model: d_model=%d d_ff=%d heads=%d layers=%d/%d vocab=%d params=%.2fM", config.d_model, config.d_ff,
-                config.num_heads, config.num_encoder_layers, config.num_decoder_layers, config.vocab_size,
-                sum(p.numel() for p in model.parameters()) / 1e6)
+    logger.info(
+        "model: d_model=%d d_ff=%d heads=%d layers=%d/%d vocab=%d params=%.2fM",
+        config.d_model,
+        config.d_ff,
+        config.num_heads,
+        config.num_encoder_layers,
+        config.num_decoder_layers,
+        config.vocab_size,
+        sum(p.numel() for p in model.parameters()) / 1e6,
+    )
     return model
 
 
 def build_trainer(plan: RunPlan, model, data: RunData, callbacks: Sequence[TrainerCallback]) -> VaswaniTrainer:
     batching, out = plan.batching, plan.output_dir
-    logger.info("batching: %d tokens/device x %d processes x %d accumulation = %d tokens per update (target)%s",
-                batching.max_tokens, plan.world.processes, batching.accumulation, batching.tokens_per_update,
-                " (max_tokens_per_device: auto)" if batching.chosen else "")
+    logger.info(
+        "batching: %d tokens/device x %d processes x %d accumulation = %d tokens per update (target)%s",
+        batching.max_tokens,
+        plan.world.processes,
+        batching.accumulation,
+        batching.tokens_per_update,
+        " (max_tokens_per_device: auto)" if batching.chosen else "",
+    )
     batch_log = out / f"batches_rank{plan.world.index}.jsonl" if batching.log_batches else None
     if batch_log is not None and batch_log.exists() and plan.output.start != "resume":
         batch_log.unlink()
     has_scores = data.valid is not None or data.test is not None
     args = build_training_arguments(plan)
-    wall_clock = WallClockCallback(plan.checkpoints.save_every_minutes, plan.schedule.max_train_minutes,
-                                   plan.checkpoints.save_steps)
+    wall_clock = WallClockCallback(
+        plan.checkpoints.save_every_minutes, plan.schedule.max_train_minutes, plan.checkpoints.save_steps
+    )
     return VaswaniTrainer(
-        model=model, args=args, train_dataset=data.train, eval_dataset=data.valid, processing_class=data.tokenizer,
-        data_collator=BatchStatsCollator(Seq2SeqCollator(pad_to_multiple_of=batching.pad_to_multiple_of),
-                                         log_path=batch_log),
+        model=model,
+        args=args,
+        train_dataset=data.train,
+        eval_dataset=data.valid,
+        processing_class=data.tokenizer,
+        data_collator=BatchStatsCollator(
+            Seq2SeqCollator(pad_to_multiple_of=batching.pad_to_multiple_of), log_path=batch_log
+        ),
         compute_metrics=make_compute_metrics(data.tokenizer, tokenize=plan.evaluation.bleu_tokenize)
-        if has_scores else None,
+        if has_scores
+        else None,
         callbacks=[wall_clock, SamplerEpochCallback(), HistoryCallback(out / "history.jsonl"), *callbacks],
         optimizer_cls_and_kwargs=paper_optimizer_cls_and_kwargs(args, fused=plan.optimizer.fused),
-        max_tokens=batching.max_tokens, eval_max_tokens=batching.eval_max_tokens,
-        max_sentences=batching.max_sentences, paper_warmup_steps=plan.schedule.warmup_steps,
-        label_smoothing=plan.model.label_smoothing, loss_chunk_tokens=plan.model.loss_chunk_tokens)
+        max_tokens=batching.max_tokens,
+        eval_max_tokens=batching.eval_max_tokens,
+        max_sentences=batching.max_sentences,
+        paper_warmup_steps=plan.schedule.warmup_steps,
+        label_smoothing=plan.model.label_smoothing,
+        loss_chunk_tokens=plan.model.loss_chunk_tokens,
+    )
 
 
 def train(trainer: VaswaniTrainer, plan: RunPlan, data: RunData, state) -> dict[str, Any]:
@@ -193,14 +271,22 @@ def train(trainer: VaswaniTrainer, plan: RunPlan, data: RunData, state) -> dict[
         result = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
         metrics = {f"train/{k}": v for k, v in result.metrics.items()}
     seconds = time.time() - started
-    metrics.update(world_size=plan.world.processes, distributed_type=distributed_type(state),
-                   global_step=trainer.state.global_step, gradient_accumulation_steps=plan.batching.accumulation,
-                   max_tokens_per_device=plan.batching.max_tokens, tokens_per_update=plan.batching.tokens_per_update,
-                   params=sum(p.numel() for p in trainer.model.parameters()), data_prep_seconds=data.seconds,
-                   train_seconds=seconds, filter_report=data.filter_report.as_dict())
+    metrics.update(
+        world_size=plan.world.processes,
+        distributed_type=distributed_type(state),
+        global_step=trainer.state.global_step,
+        gradient_accumulation_steps=plan.batching.accumulation,
+        max_tokens_per_device=plan.batching.max_tokens,
+        tokens_per_update=plan.batching.tokens_per_update,
+        params=sum(p.numel() for p in trainer.model.parameters()),
+        data_prep_seconds=data.seconds,
+        train_seconds=seconds,
+        filter_report=data.filter_report.as_dict(),
+    )
     stats = trainer.data_collator.stats()
-    tokens = torch.tensor([stats["train_src_tokens"], stats["train_tgt_tokens"]], dtype=torch.float64,
-                          device=trainer.args.device)
+    tokens = torch.tensor(
+        [stats["train_src_tokens"], stats["train_tgt_tokens"]], dtype=torch.float64, device=trainer.args.device
+    )
     stats["train_src_tokens"], stats["train_tgt_tokens"] = (int(x) for x in trainer.accelerator.reduce(tokens, "sum"))
     stats["train_tgt_tokens_per_second"] = stats["train_tgt_tokens"] / max(seconds, 1e-9)
     metrics.update(stats)
@@ -219,8 +305,9 @@ def average(trainer: VaswaniTrainer, plan: RunPlan, state) -> list[str]:
         return []
     found = last_checkpoints(plan.output_dir, average_last)
     if len(found) < 2:
-        logger.warning("average_last=%d but only %d checkpoint(s) exist: using the final weights", average_last,
-                       len(found))
+        logger.warning(
+            "average_last=%d but only %d checkpoint(s) exist: using the final weights", average_last, len(found)
+        )
         return []
     averaged = plan.output_dir / "averaged"
     if state.is_main_process:
@@ -251,8 +338,14 @@ def finish(trainer: VaswaniTrainer, plan: RunPlan, data: RunData, metrics: dict[
     examples, out = list(plan.evaluation.translate_examples), plan.output_dir
     model = trainer.accelerator.unwrap_model(trainer.model)
     if examples:
-        outputs = translate(model, data.tokenizer, examples, num_beams=plan.evaluation.final_num_beams,
-                            device=trainer.args.device, progress=False)
+        outputs = translate(
+            model,
+            data.tokenizer,
+            examples,
+            num_beams=plan.evaluation.final_num_beams,
+            device=trainer.args.device,
+            progress=False,
+        )
         metrics["examples"] = [{"source": s, "translation": t} for s, t in zip(examples, outputs)]
         print("\nTranslations:")
         for s, t in zip(examples, outputs):
@@ -263,9 +356,21 @@ def finish(trainer: VaswaniTrainer, plan: RunPlan, data: RunData, metrics: dict[
     export_hub_folder(model, data.tokenizer, plan, metrics, history=history, signatures=signatures)
     metrics["export_dir"] = str(plan.export.export_dir)
     io.write_json(out / "metrics.json", metrics)
-    summary = {k: metrics[k] for k in ("first_logged_loss", "last_logged_loss", "valid/loss", "valid/nll",
-                                       "valid/bleu", "test/loss", "test/bleu", "train_tgt_tokens_per_second",
-                                       "padding_share_tgt") if k in metrics}
+    summary = {
+        k: metrics[k]
+        for k in (
+            "first_logged_loss",
+            "last_logged_loss",
+            "valid/loss",
+            "valid/nll",
+            "valid/bleu",
+            "test/loss",
+            "test/bleu",
+            "train_tgt_tokens_per_second",
+            "padding_share_tgt",
+        )
+        if k in metrics
+    }
     logger.info("done: %s", json.dumps(summary, default=str))
     logger.info("model folder: %s | metrics: %s", plan.export.export_dir, out / "metrics.json")
 
@@ -297,11 +402,23 @@ def start(plan: RunPlan, state) -> None:
         with io.replace_atomically(out / "recipe.yaml") as temporary:
             temporary.write_text(plan.export.recipe_text, encoding="utf-8")
     state.wait_for_everyone()
-    io.write_json(out / f"run_info_rank{state.process_index}.json", {
-        "world_size": plan.world.processes, "process_index": plan.world.index, "distributed_type":
-        distributed_type(state), "device": plan.world.device, "torch_threads": torch.get_num_threads()})
-    logger.info("recipe %s | world size %d (%s) | process %d", plan.export.recipe_name, plan.world.processes,
-                distributed_type(state), plan.world.index)
+    io.write_json(
+        out / f"run_info_rank{state.process_index}.json",
+        {
+            "world_size": plan.world.processes,
+            "process_index": plan.world.index,
+            "distributed_type": distributed_type(state),
+            "device": plan.world.device,
+            "torch_threads": torch.get_num_threads(),
+        },
+    )
+    logger.info(
+        "recipe %s | world size %d (%s) | process %d",
+        plan.export.recipe_name,
+        plan.world.processes,
+        distributed_type(state),
+        plan.world.index,
+    )
 
 
 def distributed_type(state) -> str:
@@ -349,8 +466,11 @@ def _run(plan: RunPlan, state, splits, clock: RunClock, callbacks: Sequence[Trai
         logger.info("%s: %s", plan.output_dir, plan.output.describe())
     with clock.stage("training"):
         metrics = train(trainer, plan, data, state)
-    logger.info("first update: started %.1f s after launch, took %.1f s", clock.first_update.get("started_s", -1),
-                clock.first_update.get("seconds", -1))
+    logger.info(
+        "first update: started %.1f s after launch, took %.1f s",
+        clock.first_update.get("started_s", -1),
+        clock.first_update.get("seconds", -1),
+    )
     with clock.stage("averaging"):
         metrics["averaged_checkpoints"] = average(trainer, plan, state)
     with clock.stage("final scores"):

@@ -23,18 +23,19 @@ def paper_lr_lambda(scheduler_step: int, warmup_steps: int) -> float:
     """`LambdaLR`'s factor (base lr `multiplier * d_model^-0.5`). The k-th update runs with lambda(k - 1) (the
     scheduler steps after the optimizer), so the formula is evaluated at scheduler_step + 1, as t2t v1's "noam"."""
     step_num = scheduler_step + 1
-    return min(step_num ** -0.5, step_num * warmup_steps ** -1.5)
+    return min(step_num**-0.5, step_num * warmup_steps**-1.5)
 
 
 def get_paper_schedule(optimizer: torch.optim.Optimizer, warmup_steps: int = 4000, last_epoch: int = -1):
     """`LambdaLR` of Section 5.3 for an optimizer whose lr is `multiplier * d_model^-0.5`; a `partial` (not a lambda)
     so that it pickles and its state is the step count the Trainer saves and resumes."""
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, partial(paper_lr_lambda, warmup_steps=warmup_steps),
-                                             last_epoch=last_epoch)
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, partial(paper_lr_lambda, warmup_steps=warmup_steps), last_epoch=last_epoch
+    )
 
 
 def paper_base_lr(d_model: int, multiplier: float = 1.0) -> float:
-    return multiplier * d_model ** -0.5
+    return multiplier * d_model**-0.5
 
 
 def paper_optimizer_cls_and_kwargs(args, fused: bool | None = None) -> tuple[type, dict]:
@@ -57,7 +58,10 @@ def with_fused_adam(optimizer_kwargs: dict, model: torch.nn.Module) -> dict:
     if not params or any(type(p) is not torch.nn.Parameter and type(p) is not torch.Tensor for p in params):
         return optimizer_kwargs
     devices = {p.device.type for p in params}
-    if len(devices) != 1 or devices.pop() not in FUSED_ADAM_DEVICE_TYPES or not all(
-            p.is_floating_point() for p in params):
+    if (
+        len(devices) != 1
+        or devices.pop() not in FUSED_ADAM_DEVICE_TYPES
+        or not all(p.is_floating_point() for p in params)
+    ):
         return optimizer_kwargs
     return {**optimizer_kwargs, "fused": True}

@@ -10,7 +10,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..data.corpora import load_parallel, load_sample_corpus, moses_paths, sample_corpus_path, scan_corpus, usable_pairs
+from ..data.corpora import (
+    load_parallel,
+    load_sample_corpus,
+    moses_paths,
+    sample_corpus_path,
+    scan_corpus,
+    usable_pairs,
+)
 from ..io import UsageError, check_input_file
 from .recipe import REPO_ROOT, Recipe, RecipeError
 
@@ -72,8 +79,10 @@ class Source:
 def require_usable(source: Source, pairs: int, usable: int) -> None:
     if usable == 0:
         purpose = "train on" if source.key == "train_data" else "score"
-        raise RecipeError(f"{source.key}: {source} has no sentence pair with both sides non-empty ({pairs} pairs); "
-                          f"nothing to {purpose}")
+        raise RecipeError(
+            f"{source.key}: {source} has no sentence pair with both sides non-empty ({pairs} pairs); "
+            f"nothing to {purpose}"
+        )
 
 
 @dataclass
@@ -145,16 +154,19 @@ class HubSource(Source):
     split: str = "train"
 
     def __str__(self) -> str:
-        return f"{self.dataset} ({self.config}) split {self.split}" if self.config else \
-            f"{self.dataset} split {self.split}"
+        return (
+            f"{self.dataset} ({self.config}) split {self.split}"
+            if self.config
+            else f"{self.dataset} split {self.split}"
+        )
 
     def _load(self):
-        return load_parallel(self.dataset, self.src_lang, self.tgt_lang, format="hub", config=self.config,
-                             split=self.split)
+        return load_parallel(
+            self.dataset, self.src_lang, self.tgt_lang, format="hub", config=self.config, split=self.split
+        )
 
     def describe(self) -> dict[str, Any]:
-        return {"name": f"{self.dataset} {self.split}", "id": self.dataset, "config": self.config,
-                "split": self.split}
+        return {"name": f"{self.dataset} {self.split}", "id": self.dataset, "config": self.config, "split": self.split}
 
 
 def split_sources(recipe: Recipe) -> dict[str, Source | None]:
@@ -176,6 +188,9 @@ def split_sources(recipe: Recipe) -> dict[str, Source | None]:
 
 
 def check_data_dir(recipe: Recipe) -> None:
-    if recipe.data_dir is not None and recipe.data_format not in ("sample", "hub") \
-            and not resolve_dir(recipe.data_dir).is_dir():
+    if (
+        recipe.data_dir is not None
+        and recipe.data_format not in ("sample", "hub")
+        and not resolve_dir(recipe.data_dir).is_dir()
+    ):
         raise RecipeError(f"data_dir not found: {recipe.data_dir} (looked in {Path.cwd()} and {REPO_ROOT})")

@@ -58,8 +58,9 @@ def unshard_prepared_loader(prepared: DataLoader, sampler: TokenBatchSampler) ->
     return prepared
 
 
-def _per_sentence(rows: list[int], predictions: torch.Tensor, labels: torch.Tensor | None,
-                  pad_id: int) -> list[tuple[int, list[int], list[int]]]:
+def _per_sentence(
+    rows: list[int], predictions: torch.Tensor, labels: torch.Tensor | None, pad_id: int
+) -> list[tuple[int, list[int], list[int]]]:
     """One (row, prediction ids, label ids) per sentence of a batch, padding removed: (B, T) tensors -> lists."""
     items = []
     for b, row in enumerate(rows):
@@ -88,10 +89,18 @@ class VaswaniTrainer(Seq2SeqTrainer):
     target tokens (`per_device_*_batch_size` ignored), an evaluation batch `eval_max_tokens`. Accelerate's
     `split_batches` / `dispatch_batches` (which re-cut batches by sentence count) are refused."""
 
-    def __init__(self, *args: Any, max_tokens: int, eval_max_tokens: int | None = None,
-                 max_sentences: int | None = None, paper_warmup_steps: int = 4000,
-                 label_smoothing: float = PAPER_LABEL_SMOOTHING, optimizer_cls_and_kwargs=None,
-                 loss_chunk_tokens: int = 0, **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        max_tokens: int,
+        eval_max_tokens: int | None = None,
+        max_sentences: int | None = None,
+        paper_warmup_steps: int = 4000,
+        label_smoothing: float = PAPER_LABEL_SMOOTHING,
+        optimizer_cls_and_kwargs=None,
+        loss_chunk_tokens: int = 0,
+        **kwargs: Any,
+    ):
         if kwargs.get("data_collator") is None:
             kwargs["data_collator"] = Seq2SeqCollator()
         if loss_chunk_tokens and kwargs.get("compute_loss_func") is not None:
@@ -102,10 +111,13 @@ class VaswaniTrainer(Seq2SeqTrainer):
         self.loss_chunk_tokens = loss_chunk_tokens
         if loss_chunk_tokens:
             if self.is_fsdp_enabled or self.is_deepspeed_enabled:
-                raise ValueError("loss_chunk_tokens reads the output projection's weight outside the model's forward, "
-                                 "where FSDP/DeepSpeed ZeRO keep it sharded: set loss_chunk_tokens 0")
-            self.compute_loss_func = LabelSmoothedLoss(label_smoothing, loss_chunk_tokens,
-                                                       self.model.get_output_embeddings())
+                raise ValueError(
+                    "loss_chunk_tokens reads the output projection's weight outside the model's forward, "
+                    "where FSDP/DeepSpeed ZeRO keep it sharded: set loss_chunk_tokens 0"
+                )
+            self.compute_loss_func = LabelSmoothedLoss(
+                label_smoothing, loss_chunk_tokens, self.model.get_output_embeddings()
+            )
         self.label_smoothing = label_smoothing
         self.max_tokens, self.eval_max_tokens = max_tokens, evaluation_budget(max_tokens, eval_max_tokens)
         self.max_sentences = max_sentences
@@ -122,8 +134,10 @@ class VaswaniTrainer(Seq2SeqTrainer):
     def _token_dataloader(self, dataset: datasets.Dataset, *, training: bool, description: str) -> DataLoader:
         cfg = getattr(self.accelerator, "dataloader_config", None)
         if cfg is not None and (cfg.split_batches or cfg.dispatch_batches):
-            raise ValueError("VaswaniTrainer does not support accelerator_config split_batches/dispatch_batches: "
-                             "they re-cut token batches by sentence count")
+            raise ValueError(
+                "VaswaniTrainer does not support accelerator_config split_batches/dispatch_batches: "
+                "they re-cut token batches by sentence count"
+            )
         if not isinstance(dataset, datasets.Dataset):
             raise TypeError(f"token batching needs a tokenized datasets.Dataset, got {type(dataset).__name__}")
         dataset = self._remove_unused_columns(dataset, description=description)
@@ -131,16 +145,26 @@ class VaswaniTrainer(Seq2SeqTrainer):
             dataset = dataset.add_column(EXAMPLE_INDEX, np.arange(len(dataset), dtype=np.int64))
         world, rank = max(1, self.args.world_size), (self.args.process_index if self.args.world_size > 1 else 0)
         sampler = TokenBatchSampler.from_dataset(
-            dataset, self.max_tokens if training else self.eval_max_tokens, max_sentences=self.max_sentences,
-            shuffle=training, seed=self.args.data_seed if self.args.data_seed is not None else self.args.seed,
-            num_replicas=world, rank=rank, pad_to_multiple_of=getattr(self.data_collator, "pad_to_multiple_of", None))
+            dataset,
+            self.max_tokens if training else self.eval_max_tokens,
+            max_sentences=self.max_sentences,
+            shuffle=training,
+            seed=self.args.data_seed if self.args.data_seed is not None else self.args.seed,
+            num_replicas=world,
+            rank=rank,
+            pad_to_multiple_of=getattr(self.data_collator, "pad_to_multiple_of", None),
+        )
         workers = self.args.dataloader_num_workers  # the data path of the run: vaswani_hf.training.data_path
         loader = DataLoader(
-            dataset, batch_sampler=sampler, collate_fn=self.data_collator, num_workers=workers,
+            dataset,
+            batch_sampler=sampler,
+            collate_fn=self.data_collator,
+            num_workers=workers,
             pin_memory=self.args.dataloader_pin_memory,
             prefetch_factor=self.args.dataloader_prefetch_factor if workers > 0 else None,
             persistent_workers=self.args.dataloader_persistent_workers and workers > 0,
-            worker_init_fn=partial(seed_worker, num_workers=workers, rank=rank) if training else None)
+            worker_init_fn=partial(seed_worker, num_workers=workers, rank=rank) if training else None,
+        )
         return unshard_prepared_loader(self.accelerator.prepare(loader), sampler)
 
     def get_train_dataloader(self) -> DataLoader:
@@ -153,8 +177,9 @@ class VaswaniTrainer(Seq2SeqTrainer):
             raise ValueError("Trainer: evaluation requires an eval_dataset.")
         if isinstance(eval_dataset, str):
             eval_dataset = self.eval_dataset[eval_dataset]
-        return self._token_dataloader(eval_dataset if eval_dataset is not None else self.eval_dataset,
-                                      training=False, description="Evaluation")
+        return self._token_dataloader(
+            eval_dataset if eval_dataset is not None else self.eval_dataset, training=False, description="Evaluation"
+        )
 
     def get_test_dataloader(self, test_dataset: datasets.Dataset) -> DataLoader:
         return self._token_dataloader(test_dataset, training=False, description="test")
@@ -184,8 +209,9 @@ class VaswaniTrainer(Seq2SeqTrainer):
         kept = [key for key in missing if not (key in tied and tied[key] not in missing)]
         if len(kept) < len(missing):
             model.tie_weights()
-        super()._issue_warnings_after_load(SimpleNamespace(missing_keys=kept,
-                                                           unexpected_keys=list(load_result.unexpected_keys)))
+        super()._issue_warnings_after_load(
+            SimpleNamespace(missing_keys=kept, unexpected_keys=list(load_result.unexpected_keys))
+        )
 
     # -- atomic checkpoints (Section 6.1's checkpoints are averaged and resumed from) -----------------------------
 
@@ -218,8 +244,12 @@ class VaswaniTrainer(Seq2SeqTrainer):
         finally:
             self._staging = False
         if self.args.should_save:
-            rotate_checkpoints(run_dir, save_total_limit=self.args.save_total_limit,
-                               best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=False)
+            rotate_checkpoints(
+                run_dir,
+                save_total_limit=self.args.save_total_limit,
+                best_model_checkpoint=self.state.best_model_checkpoint,
+                use_mtime=False,
+            )
             logger.info("checkpoint written atomically: %s", final)
         self.accelerator.wait_for_everyone()
 
@@ -284,8 +314,9 @@ class VaswaniTrainer(Seq2SeqTrainer):
     # each process evaluates its shard, then all make two calls: an all-reduce of the loss sums, an all_gather_object
     # of the sentences, scored once each in row order.
 
-    def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None,
-                        metric_key_prefix="eval"):
+    def evaluation_loop(
+        self, dataloader, description, prediction_loss_only=None, ignore_keys=None, metric_key_prefix="eval"
+    ):
         prediction_loss_only = self.args.prediction_loss_only if prediction_loss_only is None else prediction_loss_only
         model = self._prepare_model_for_evaluation()
         self._eval_batches[metric_key_prefix] = len(dataloader)
@@ -309,8 +340,9 @@ class VaswaniTrainer(Seq2SeqTrainer):
             metrics = denumpify_detensorize(self.compute_metrics(EvalPrediction(predictions, label_ids)))
         if tokens > 0:
             metrics.update(loss=smoothed / tokens, nll=nll / tokens, ppl=math.exp(min(nll / tokens, 700.0)))
-        metrics = {(k if k.startswith(f"{metric_key_prefix}_") else f"{metric_key_prefix}_{k}"): v
-                   for k, v in metrics.items()}
+        metrics = {
+            (k if k.startswith(f"{metric_key_prefix}_") else f"{metric_key_prefix}_{k}"): v for k, v in metrics.items()
+        }
         num_samples = len(sentences) if sentences else len(getattr(dataloader, "dataset", None) or [])
         return EvalLoopOutput(predictions=predictions, label_ids=label_ids, metrics=metrics, num_samples=num_samples)
 
@@ -325,8 +357,9 @@ class VaswaniTrainer(Seq2SeqTrainer):
             smoothed, tokens = label_smoothed_nll(logits, labels, self.label_smoothing)
             nll, _ = label_smoothed_nll(logits, labels, 0.0)
             if self._eval_sums is not None:
-                self._eval_sums += torch.stack([smoothed.double(), nll.double(), tokens.double()]
-                                               ).to(self._eval_sums.device)
+                self._eval_sums += torch.stack([smoothed.double(), nll.double(), tokens.double()]).to(
+                    self._eval_sums.device
+                )
             loss = smoothed.detach() / tokens.clamp(min=1)
         if prediction_loss_only or not self.args.predict_with_generate:
             return loss, None, labels
@@ -339,7 +372,9 @@ class VaswaniTrainer(Seq2SeqTrainer):
             gen_kwargs = self._gen_kwargs.copy()
         gen_kwargs = {k: v for k, v in gen_kwargs.items() if not (k in ("num_beams", "max_length") and v is None)}
         gen_kwargs.setdefault("synced_gpus", is_deepspeed_zero3_enabled() or is_fsdp_managed_module(self.model))
-        source = {k: v for k, v in inputs.items() if k not in ("labels", "decoder_input_ids", "decoder_attention_mask")}
+        source = {
+            k: v for k, v in inputs.items() if k not in ("labels", "decoder_input_ids", "decoder_attention_mask")
+        }
         summon = contextlib.nullcontext()
         if torch.distributed.is_available():
             from torch.distributed.fsdp import FullyShardedDataParallel  # only where torch.distributed exists

@@ -14,12 +14,14 @@ import torch
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 KINDS = ("encoder", "decoder", "cross")
-KIND_TITLES = {"encoder": "encoder self-attention", "decoder": "decoder self-attention (masked)",
-               "cross": "encoder-decoder attention"}
+KIND_TITLES = {
+    "encoder": "encoder self-attention",
+    "decoder": "decoder self-attention (masked)",
+    "cross": "encoder-decoder attention",
+}
 START_LABEL = "<start>"
 
 MAX_PLOT_TOKENS = 200  # a head's plot is tokens x tokens cells; longer sentences make unreadable, huge figures
-
 
 
 @contextlib.contextmanager
@@ -71,9 +73,16 @@ def _pad_rows(rows: Sequence[Sequence[int]], pad: int, extra: int) -> tuple[torc
 
 
 @torch.no_grad()
-def batch_attentions(model, tokenizer, sources: Sequence[str],
-                     targets: Sequence[str] | Sequence[Sequence[int]] | None = None, *, num_beams: int | None = None,
-                     max_new_tokens: int | None = None, extra_padding: int = 0) -> dict:
+def batch_attentions(
+    model,
+    tokenizer,
+    sources: Sequence[str],
+    targets: Sequence[str] | Sequence[Sequence[int]] | None = None,
+    *,
+    num_beams: int | None = None,
+    max_new_tokens: int | None = None,
+    extra_padding: int = 0,
+) -> dict:
     """Attention weights of a right-padded batch in one teacher-forced pass, `extra_padding` masked <pad> positions
     appended to both sides. targets: sentences, label ids, or None for the model's own translation (`num_beams` None:
     its generation config). Returns the (B, S) / (B, T) inputs, per-sentence `label_ids` and float32 CPU weights
@@ -86,9 +95,13 @@ def batch_attentions(model, tokenizer, sources: Sequence[str],
     with eager_attention(model):
         if targets is None:
             unpadded, unpadded_mask = _pad_rows(source_rows, pad, 0)
-            generated = model.generate(input_ids=unpadded.to(device), attention_mask=unpadded_mask.to(device),
-                                       num_beams=num_beams or model.generation_config.num_beams or 1,
-                                       do_sample=False, max_new_tokens=max_new_tokens)
+            generated = model.generate(
+                input_ids=unpadded.to(device),
+                attention_mask=unpadded_mask.to(device),
+                num_beams=num_beams or model.generation_config.num_beams or 1,
+                do_sample=False,
+                max_new_tokens=max_new_tokens,
+            )
             label_rows = [_cut_at_eos(seq[1:].tolist(), eos) for seq in generated]  # seq[0] is the start token
         elif all(isinstance(t, str) for t in targets):
             label_rows = tokenizer(text_target=list(targets), add_special_tokens=True)["input_ids"]
@@ -100,18 +113,30 @@ def batch_attentions(model, tokenizer, sources: Sequence[str],
         labels, decoder_attention_mask = _pad_rows(label_rows, pad, extra_padding)
         decoder_input_ids, _ = _pad_rows([[start] + r[:-1] for r in label_rows], pad, extra_padding)
 
-        out = model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
-                    decoder_input_ids=decoder_input_ids.to(device),
-                    decoder_attention_mask=decoder_attention_mask.to(device), output_attentions=True,
-                    use_cache=False, return_dict=True)
+        out = model(
+            input_ids=input_ids.to(device),
+            attention_mask=attention_mask.to(device),
+            decoder_input_ids=decoder_input_ids.to(device),
+            decoder_attention_mask=decoder_attention_mask.to(device),
+            output_attentions=True,
+            use_cache=False,
+            return_dict=True,
+        )
     weights = {}
     for kind, name in zip(KINDS, ("encoder_attentions", "decoder_attentions", "cross_attentions")):
         per_layer = getattr(out, name, None)
         if not per_layer or any(w is None for w in per_layer):
             raise RuntimeError(f"The model returned no {name}; it needs eager attention and output_attentions.")
         weights[kind] = torch.stack([w.detach().float().cpu() for w in per_layer])  # (L, B, H, Tq, Tk)
-    return dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
-                decoder_attention_mask=decoder_attention_mask, labels=labels, label_ids=label_rows, **weights)
+    return dict(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        decoder_input_ids=decoder_input_ids,
+        decoder_attention_mask=decoder_attention_mask,
+        labels=labels,
+        label_ids=label_rows,
+        **weights,
+    )
 
 
 # GPT-2's byte-level alphabet inverted: printable character -> byte
@@ -161,13 +186,24 @@ class Attentions:
         return self.target_tokens, self.source_tokens
 
 
-def collect_attentions(model, tokenizer, source: str, target: str | Sequence[int] | None = None, *,
-                       num_beams: int | None = None, max_new_tokens: int | None = None) -> Attentions:
+def collect_attentions(
+    model,
+    tokenizer,
+    source: str,
+    target: str | Sequence[int] | None = None,
+    *,
+    num_beams: int | None = None,
+    max_new_tokens: int | None = None,
+) -> Attentions:
     """The attention weights for one source sentence and a reference `target` (text or label ids) or, if None, the
     model's own translation: greedy (`num_beams=1`), beam search, or by default as its `generation_config` says."""
     batch = batch_attentions(
-        model, tokenizer, [source], None if target is None else [target],
-        num_beams=num_beams, max_new_tokens=max_new_tokens,
+        model,
+        tokenizer,
+        [source],
+        None if target is None else [target],
+        num_beams=num_beams,
+        max_new_tokens=max_new_tokens,
     )
     source_ids = batch["input_ids"][0].tolist()
     target_ids = batch["label_ids"][0]
@@ -177,8 +213,14 @@ def collect_attentions(model, tokenizer, source: str, target: str | Sequence[int
     else:
         beams = num_beams or model.generation_config.num_beams or 1
         origin = "greedy" if beams == 1 else f"beam-{beams}"
-    return Attentions(source_tokens=_token_labels(tokenizer, source_ids),
-                      target_tokens=_token_labels(tokenizer, target_ids),
-                      decoder_input_tokens=[START_LABEL] + _token_labels(tokenizer, decoder_input_ids[1:]),
-                      encoder=batch["encoder"][:, 0], decoder=batch["decoder"][:, 0], cross=batch["cross"][:, 0],
-                      source_ids=source_ids, target_ids=target_ids, target_origin=origin)
+    return Attentions(
+        source_tokens=_token_labels(tokenizer, source_ids),
+        target_tokens=_token_labels(tokenizer, target_ids),
+        decoder_input_tokens=[START_LABEL] + _token_labels(tokenizer, decoder_input_ids[1:]),
+        encoder=batch["encoder"][:, 0],
+        decoder=batch["decoder"][:, 0],
+        cross=batch["cross"][:, 0],
+        source_ids=source_ids,
+        target_ids=target_ids,
+        target_origin=origin,
+    )

@@ -11,7 +11,6 @@ import torch
 
 from .attention import KIND_TITLES, KINDS, Attentions, batch_attentions
 
-
 _LINK = re.compile(r"^(\d+)[-?p](\d+)$")
 
 
@@ -70,18 +69,35 @@ def _masks(batch: dict, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
     return {"encoder": (source, source), "decoder": (target, target), "cross": (target, source)}[kind]
 
 
-def attention_diagnostics(model, tokenizer, sources: Sequence[str],
-                          targets: Sequence[str] | Sequence[Sequence[int]] | None = None, *, extra_padding: int = 3,
-                          num_beams: int | None = None, max_new_tokens: int | None = None) -> dict:
+def attention_diagnostics(
+    model,
+    tokenizer,
+    sources: Sequence[str],
+    targets: Sequence[str] | Sequence[Sequence[int]] | None = None,
+    *,
+    extra_padding: int = 3,
+    num_beams: int | None = None,
+    max_new_tokens: int | None = None,
+) -> dict:
     """Per-head entropy and padding mass of every kind over a right-padded batch with `extra_padding` masked positions
     appended, and "padding_invariance" (max |difference| from an unpadded pass on real positions). Returns {"entropy",
     "entropy_normalized", "padding_mass": {kind: (L, H)}, "padding_invariance": {kind: float}, "num_sentences": B}."""
     padded = batch_attentions(
-        model, tokenizer, sources, targets, extra_padding=extra_padding, num_beams=num_beams,
+        model,
+        tokenizer,
+        sources,
+        targets,
+        extra_padding=extra_padding,
+        num_beams=num_beams,
         max_new_tokens=max_new_tokens,
     )
-    result = {"entropy": {}, "entropy_normalized": {}, "padding_mass": {}, "padding_invariance": {},
-              "num_sentences": len(sources)}
+    result = {
+        "entropy": {},
+        "entropy_normalized": {},
+        "padding_mass": {},
+        "padding_invariance": {},
+        "num_sentences": len(sources),
+    }
     for kind in KINDS:
         query_mask, key_mask = _masks(padded, kind)
         w = padded[kind]
@@ -130,8 +146,9 @@ def token_alignment_from_words(tokenizer, source: str, target: str, pharaoh: str
     target_words = _word_of_token(tokenizer, target)
     pairs = set()
     for i, j in word_links(pharaoh):
-        pairs.update((t, s) for t, tw in enumerate(target_words) if tw == j
-                     for s, sw in enumerate(source_words) if sw == i)
+        pairs.update(
+            (t, s) for t, tw in enumerate(target_words) if tw == j for s, sw in enumerate(source_words) if sw == i
+        )
     return sorted(pairs)
 
 
@@ -161,8 +178,10 @@ def format_diagnostics(diagnostics: dict, alignment: dict | None = None) -> str:
         entropy, normalized = diagnostics["entropy"][kind], diagnostics["entropy_normalized"][kind]
         pad = diagnostics["padding_mass"][kind].max().item()
         status = "OK" if pad == 0.0 else "NONZERO: the padding mask is not applied"
-        lines.append(f"{KIND_TITLES[kind]}: max attention mass on padding = {pad:.3g} ({status}); "
-                     f"padded vs unpadded max |diff| = {diagnostics['padding_invariance'][kind]:.2g}")
+        lines.append(
+            f"{KIND_TITLES[kind]}: max attention mass on padding = {pad:.3g} ({status}); "
+            f"padded vs unpadded max |diff| = {diagnostics['padding_invariance'][kind]:.2g}"
+        )
         lines.append("  entropy per head in nats (normalised, 1 = uniform):")
         for layer in range(entropy.shape[0]):
             cells = " ".join(f"{e:5.2f}({n:.2f})" for e, n in zip(entropy[layer].tolist(), normalized[layer].tolist()))
@@ -171,6 +190,8 @@ def format_diagnostics(diagnostics: dict, alignment: dict | None = None) -> str:
         lines.append(f"cross-attention on aligned source tokens ({alignment.get('reference', 'alignment')}):")
         for name, share in alignment.items():
             if isinstance(share, dict):
-                lines.append(f"  {name}: mass {share['mass']:.3f}, argmax agreement {share['argmax']:.3f} "
-                             f"(uniform attention: {share['uniform']:.3f}; {share['num_aligned_targets']} targets)")
+                lines.append(
+                    f"  {name}: mass {share['mass']:.3f}, argmax agreement {share['argmax']:.3f} "
+                    f"(uniform attention: {share['uniform']:.3f}; {share['num_aligned_targets']} targets)"
+                )
     return "\n".join(lines)

@@ -15,19 +15,29 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from .attention import KIND_TITLES, KINDS, Attentions, collect_attentions
-from .diagnostics import (alignment_share, attention_diagnostics, diagonal_alignment, format_diagnostics,
-                          token_alignment_from_words)
+from .diagnostics import (
+    alignment_share,
+    attention_diagnostics,
+    diagonal_alignment,
+    format_diagnostics,
+    token_alignment_from_words,
+)
 
 CMAP = "viridis"
-
 
 
 def _fontsize(n: int) -> float:
     return max(4.0, min(9.0, 200.0 / max(n, 1)))
 
 
-def plot_heatmap(ax, matrix: torch.Tensor, row_labels: Sequence[str], col_labels: Sequence[str], title: str,
-             show_labels: bool = True):
+def plot_heatmap(
+    ax,
+    matrix: torch.Tensor,
+    row_labels: Sequence[str],
+    col_labels: Sequence[str],
+    title: str,
+    show_labels: bool = True,
+):
     """Draw one (Tq, Tk) attention matrix on `ax` (rows = queries, columns = keys, colour scale 0..1)."""
     image = ax.imshow(matrix.numpy(), cmap=CMAP, vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
     ax.set_title(title, fontsize=9)
@@ -109,31 +119,41 @@ def _alignment(attn: Attentions, alignment, reference: str | None) -> tuple[list
 def _cross_panels(attn: Attentions) -> list[tuple[str, torch.Tensor]]:
     """(name, (T, S) heads-averaged cross-attention) per decoder layer, then averaged over all layers."""
     per_layer = attn.cross.mean(1)  # (L, T, S)
-    return [*((f"layer {layer + 1}", per_layer[layer]) for layer in range(per_layer.shape[0])),
-            ("all layers", per_layer.mean(0))]
+    return [
+        *((f"layer {layer + 1}", per_layer[layer]) for layer in range(per_layer.shape[0])),
+        ("all layers", per_layer.mean(0)),
+    ]
 
 
-def plot_cross_alignment(attn: Attentions, path=None, alignment: Sequence[tuple[int, int]] | None = None,
-                         reference: str | None = None) -> Figure:
+def plot_cross_alignment(
+    attn: Attentions, path=None, alignment: Sequence[tuple[int, int]] | None = None, reference: str | None = None
+) -> Figure:
     """Cross-attention averaged over heads, a panel per decoder layer and one over all. Red dots: the most-attended
     source token; white squares: the alignment A(i) (default: diagonal); titles give `alignment_share`."""
     alignment, reference = _alignment(attn, alignment, reference)
     panels = _cross_panels(attn)
-    fig, axes = _panel_grid(len(panels), min(len(panels), 4), 1.2 + 0.22 * len(attn.source_tokens),
-                            1.2 + 0.22 * len(attn.target_tokens))
+    fig, axes = _panel_grid(
+        len(panels), min(len(panels), 4), 1.2 + 0.22 * len(attn.source_tokens), 1.2 + 0.22 * len(attn.target_tokens)
+    )
     image = None
     for ax, (name, matrix) in zip(axes, panels):
         share = alignment_share(matrix, alignment)
-        image = plot_heatmap(ax, matrix, attn.target_tokens, attn.source_tokens,
-                         f"{name}: mass {share['mass']:.2f}, argmax {share['argmax']:.2f}")
+        image = plot_heatmap(
+            ax,
+            matrix,
+            attn.target_tokens,
+            attn.source_tokens,
+            f"{name}: mass {share['mass']:.2f}, argmax {share['argmax']:.2f}",
+        )
         best = matrix.argmax(-1)
         ax.scatter(best.numpy(), range(len(best)), s=8, c="red", marker="o")
         t_idx, s_idx = zip(*alignment) if alignment else ((), ())
         ax.scatter(s_idx, t_idx, s=40, facecolors="none", edgecolors="white", marker="s", linewidths=0.6)
         ax.set_xlim(-0.5, matrix.shape[1] - 0.5)
         ax.set_ylim(matrix.shape[0] - 0.5, -0.5)
-    fig.suptitle(f"encoder-decoder attention, heads averaged ({attn.target_origin} target); "
-                 f"red: argmax, squares: {reference}")
+    fig.suptitle(
+        f"encoder-decoder attention, heads averaged ({attn.target_origin} target); red: argmax, squares: {reference}"
+    )
     fig.colorbar(image, ax=[ax for ax in fig.axes], fraction=0.02)
     return save_figure(fig, path)
 
@@ -167,9 +187,19 @@ def plot_diagnostics(diagnostics: dict, path=None) -> Figure:
     return save_figure(fig, path)
 
 
-def visualize(model, tokenizer, source: str, target: str | None = None, out_dir: str | os.PathLike = "attention", *,
-              fmt: str = "png", num_beams: int | None = None, max_new_tokens: int | None = None, per_head: bool = False,
-              word_alignment: str | None = None) -> dict:
+def visualize(
+    model,
+    tokenizer,
+    source: str,
+    target: str | None = None,
+    out_dir: str | os.PathLike = "attention",
+    *,
+    fmt: str = "png",
+    num_beams: int | None = None,
+    max_new_tokens: int | None = None,
+    per_head: bool = False,
+    word_alignment: str | None = None,
+) -> dict:
     """Write the plots and diagnostics.txt of one sentence pair to `out_dir`; return {"attentions", "diagnostics",
     "alignment", "report", "files"}. `word_alignment` (Pharaoh) needs `target`; without it the diagonal heuristic."""
     os.makedirs(out_dir, exist_ok=True)
@@ -190,19 +220,26 @@ def visualize(model, tokenizer, source: str, target: str | None = None, out_dir:
 
     if word_alignment is not None and target is None:
         raise ValueError("word_alignment refers to the words of a reference target: pass target too.")
-    alignment, reference = _alignment(attn, None if word_alignment is None else token_alignment_from_words(
-        tokenizer, source, target, word_alignment), None)
+    alignment, reference = _alignment(
+        attn,
+        None if word_alignment is None else token_alignment_from_words(tokenizer, source, target, word_alignment),
+        None,
+    )
     plot_cross_alignment(attn, out("cross_alignment"), alignment=alignment, reference=reference)
-    shares = {"reference": reference, **{name: alignment_share(matrix, alignment)
-                                         for name, matrix in _cross_panels(attn)}}
+    shares = {
+        "reference": reference,
+        **{name: alignment_share(matrix, alignment) for name, matrix in _cross_panels(attn)},
+    }
 
     diagnostics = attention_diagnostics(model, tokenizer, [source], [attn.target_ids])
     plot_diagnostics(diagnostics, out("diagnostics"))
-    report = "\n".join([
-        f"source: {' '.join(attn.source_tokens)}",
-        f"target ({attn.target_origin}): {' '.join(attn.target_tokens)}",
-        format_diagnostics(diagnostics, shares),
-    ])
+    report = "\n".join(
+        [
+            f"source: {' '.join(attn.source_tokens)}",
+            f"target ({attn.target_origin}): {' '.join(attn.target_tokens)}",
+            format_diagnostics(diagnostics, shares),
+        ]
+    )
     with open(os.path.join(out_dir, "diagnostics.txt"), "w", encoding="utf-8") as f:
         f.write(report + "\n")
     files.append(os.path.join(out_dir, "diagnostics.txt"))

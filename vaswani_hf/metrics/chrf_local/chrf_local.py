@@ -11,7 +11,8 @@ from vaswani_hf.metrics import common
 class ChrfLocal(common.TranslationMetric):
     SETTINGS = ("char_order", "word_order", "beta")  # with numeric_only=True: in `metric.settings`, not the result
     DESCRIPTION = "Corpus-level chrF (character n-gram F-score) computed by sacreBLEU, with its signature.\n"
-    CITATION = """\
+    CITATION = (
+        """\
 @inproceedings{popovic-2015-chrf,
     title = "chr{F}: character n-gram {F}-score for automatic {MT} evaluation",
     author = "Popovi{\\'c}, Maja",
@@ -19,7 +20,9 @@ class ChrfLocal(common.TranslationMetric):
     year = "2015",
     pages = "392--395",
 }
-""" + common.POST_2018
+"""
+        + common.POST_2018
+    )
     REFERENCE_URLS = ("https://github.com/m-popovic/chrF",)
     KWARGS_DESCRIPTION = """
 Args:
@@ -31,11 +34,33 @@ Returns:
     sacrebleu_version (`str`).
 """
 
-    def _compute(self, predictions, references, char_order=CHRF.CHAR_ORDER, word_order=CHRF.WORD_ORDER,
-                 beta=CHRF.BETA, lowercase=False, whitespace=False, eps_smoothing=False):
-        chrf = CHRF(char_order=char_order, word_order=word_order, beta=beta, lowercase=lowercase,
-                    whitespace=whitespace, eps_smoothing=eps_smoothing)
+    def _compute(
+        self,
+        predictions,
+        references,
+        char_order=CHRF.CHAR_ORDER,
+        word_order=CHRF.WORD_ORDER,
+        beta=CHRF.BETA,
+        lowercase=False,
+        whitespace=False,
+        eps_smoothing=False,
+    ):
+        chrf = CHRF(
+            char_order=char_order,
+            word_order=word_order,
+            beta=beta,
+            lowercase=lowercase,
+            whitespace=whitespace,
+            eps_smoothing=eps_smoothing,
+        )
         result = chrf.corpus_score(list(predictions), common.transpose_references(references))
-        return self._fields({"score": result.score, "signature": str(chrf.get_signature()),
-                             "char_order": result.char_order, "word_order": result.word_order, "beta": result.beta,
-                             "sacrebleu_version": sacrebleu.__version__})
+        return self._fields(
+            {
+                "score": result.score,
+                "signature": str(chrf.get_signature()),
+                "char_order": result.char_order,
+                "word_order": result.word_order,
+                "beta": result.beta,
+                "sacrebleu_version": sacrebleu.__version__,
+            }
+        )

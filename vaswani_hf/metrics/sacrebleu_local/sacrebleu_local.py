@@ -8,8 +8,9 @@ from vaswani_hf.metrics import common
 
 
 class SacrebleuLocal(common.TranslationMetric):
-    DESCRIPTION = "Corpus-level BLEU computed by sacreBLEU on detokenized text (default tokenizer 13a), with its " \
-                  "signature.\n"
+    DESCRIPTION = (
+        "Corpus-level BLEU computed by sacreBLEU on detokenized text (default tokenizer 13a), with its signature.\n"
+    )
     KWARGS_DESCRIPTION = """
 Args:
     predictions (`list` of `str`): one hypothesis per segment (detokenized).
@@ -22,9 +23,24 @@ Returns:
     counts, totals, precisions, bp, sys_len, ref_len: sacreBLEU's statistics; sacrebleu_version (`str`).
 """
 
-    def _compute(self, predictions, references, tokenize="13a", lowercase=False, smooth_method="exp",
-                 smooth_value=None, use_effective_order=False, force=False):
-        bleu = BLEU(lowercase=lowercase, force=force, tokenize=tokenize, smooth_method=smooth_method,
-                    smooth_value=smooth_value, effective_order=use_effective_order)
+    def _compute(
+        self,
+        predictions,
+        references,
+        tokenize="13a",
+        lowercase=False,
+        smooth_method="exp",
+        smooth_value=None,
+        use_effective_order=False,
+        force=False,
+    ):
+        bleu = BLEU(
+            lowercase=lowercase,
+            force=force,
+            tokenize=tokenize,
+            smooth_method=smooth_method,
+            smooth_value=smooth_value,
+            effective_order=use_effective_order,
+        )
         result = bleu.corpus_score(list(predictions), common.transpose_references(references))
         return self._fields(common.bleu_fields(result, str(bleu.get_signature())))

@@ -28,9 +28,7 @@ def moses_tokenize(lines, lang="de"):
     """replace-unicode-punctuation.perl then tokenizer.perl -l LANG (sacremoses ports, default options)."""
     normalizer = MosesPunctNormalizer(lang=lang)
     tokenizer = MosesTokenizer(lang=lang)
-    return [
-        tokenizer.tokenize(normalizer.replace_unicode_punct(line), return_str=True, escape=True) for line in lines
-    ]
+    return [tokenizer.tokenize(normalizer.replace_unicode_punct(line), return_str=True, escape=True) for line in lines]
 
 
 def preprocess(lines, lang="de", tokenize=True, compounds=True):
@@ -39,10 +37,11 @@ def preprocess(lines, lang="de", tokenize=True, compounds=True):
     return [split_compounds(line) for line in lines] if compounds else lines
 
 
-
 class TokBleu(common.TranslationMetric):
-    DESCRIPTION = ("Paper-style tokenized BLEU (Vaswani et al. 2017, section 6.1, as tensor2tensor's get_ende_bleu.sh "
-                   "computed it): Moses tokenization, ##AT## compound splitting, multi-bleu-style BLEU.\n")
+    DESCRIPTION = (
+        "Paper-style tokenized BLEU (Vaswani et al. 2017, section 6.1, as tensor2tensor's get_ende_bleu.sh "
+        "computed it): Moses tokenization, ##AT## compound splitting, multi-bleu-style BLEU.\n"
+    )
     CITATION = """\
 @inproceedings{vaswani2017attention,
     title = {Attention Is All You Need},
@@ -68,11 +67,14 @@ Returns:
     signature (`str`): the preprocessing followed by sacreBLEU's signature of the final scoring.
 """
 
-    def _compute(self, predictions, references, lang="de", split_compounds=True, tokenize_references=True,
-                 lowercase=False):
+    def _compute(
+        self, predictions, references, lang="de", split_compounds=True, tokenize_references=True, lowercase=False
+    ):
         hypotheses = preprocess(predictions, lang, tokenize=True, compounds=split_compounds)
-        streams = [preprocess(stream, lang, tokenize=tokenize_references, compounds=split_compounds)
-                   for stream in common.transpose_references(references)]
+        streams = [
+            preprocess(stream, lang, tokenize=tokenize_references, compounds=split_compounds)
+            for stream in common.transpose_references(references)
+        ]
         bleu = BLEU(lowercase=lowercase, tokenize="none", smooth_method="none", force=True)
         result = bleu.corpus_score(hypotheses, streams)
         steps = [f"moses-tok({lang},sacremoses-{sacremoses.__version__})"]
