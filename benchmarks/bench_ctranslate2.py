@@ -362,7 +362,7 @@ def main(argv=None) -> int:
         mode="trained model (natural lengths)"
         if args.model_dir
         else f"RANDOM model, every sentence forced to {args.target_length} tokens: BLEU meaningless",
-        data="Multi30k test_2016_flickr EN->DE (first %d sentences)" % args.num_sentences,
+        data=f"Multi30k test_2016_flickr EN->DE (first {args.num_sentences} sentences)",
         settings=dict(num_beams=args.num_beams, batch_size=args.batch_size, threads=1, length_penalty=0.6),
         model=spec["config"],
         parameters=spec["parameters"],

@@ -50,7 +50,7 @@ class HubRequestHandler(HubEndpoints, BaseHTTPRequestHandler):
     answer in JSON with the Hub's error headers; the endpoints themselves: hub_endpoints.py."""
 
     protocol_version = "HTTP/1.1"
-    server: "FakeHubServer"
+    server: FakeHubServer
 
     # -- plumbing -------------------------------------------------------------------------------------------------
 
@@ -149,7 +149,7 @@ class FakeHubServer(ThreadingHTTPServer):
         self.endpoint = f"http://127.0.0.1:{self.server_address[1]}"
         self._thread: threading.Thread | None = None
 
-    def start(self) -> "FakeHubServer":
+    def start(self) -> FakeHubServer:
         self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
         self._thread.start()
         return self

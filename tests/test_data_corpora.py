@@ -112,7 +112,7 @@ def test_a_corpus_file_is_read_once_then_memory_mapped(tmp_path, pairs, monkeypa
     caplog.clear()
     second = load_corpus("moses", tmp_path / "c", "en", "de")
     assert second.to_list() == first.to_list() and second._fingerprint == first._fingerprint
-    assert "1 of %d pairs have an empty side" % len(en) in caplog.text
+    assert f"1 of {len(en)} pairs have an empty side" in caplog.text
     monkeypatch.undo()
     monkeypatch.setattr("datasets.config.HF_DATASETS_CACHE", tmp_path / "cache")
     write_text(tmp_path / "c.en", en)  # edited: another size or time, another key

@@ -11,7 +11,7 @@ import json
 import pytest
 import torch
 from conftest import run_python
-from translation_model import SUBPROCESS_ENV, model, one_thread, tokenizer  # noqa: F401
+from translation_model import SUBPROCESS_ENV
 
 from vaswani_hf.hub import save_hub_folder
 from vaswani_hf.inference import translate
@@ -19,7 +19,8 @@ from vaswani_hf.inference import translate
 SOURCES = ["dog", "", "the big red ball near water with a child", "a man runs in the park"]
 PAIRS = ["a man runs", "the dog sits in the snow", "a child plays with a ball", "red blue green"] * 4
 
-pytestmark = pytest.mark.slow
+# one torch thread for the module's tiny models (translation_model.one_thread)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
 
 def _logits(model, tokenizer):

@@ -9,11 +9,14 @@ import json
 import pytest
 import torch
 from conftest import run_python
-from translation_model import SUBPROCESS_ENV, model, one_thread, tokenizer  # noqa: F401
+from translation_model import SUBPROCESS_ENV
 
 from vaswani_hf.hub import save_hub_folder
 from vaswani_hf.inference import translate
 from vaswani_hf.modeling_vaswani import sinusoid_table
+
+# one torch thread for the module's tiny models (translation_model.one_thread)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 SOURCES = ["a man runs in the park", "the big red ball near water with a child"]
 

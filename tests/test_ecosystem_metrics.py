@@ -5,7 +5,7 @@ transformers 5 for every model, pinned so that the documentation changes when th
 
 import numpy as np
 import pytest
-from hub_helpers import SOURCES, tiny  # noqa: F401
+from hub_helpers import SOURCES
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from vaswani_hf import translation_pipeline

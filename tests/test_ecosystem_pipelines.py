@@ -12,12 +12,15 @@ import pytest
 from conftest import run_python
 from hub_helpers import clean_env, place_in_hf_cache
 from transformers import pipeline
-from translation_model import SUBPROCESS_ENV, model, one_thread, tokenizer  # noqa: F401
+from translation_model import SUBPROCESS_ENV
 
 from vaswani_hf import VaswaniConfig
 from vaswani_hf.hub import save_hub_folder
 from vaswani_hf.inference import translate
 from vaswani_hf.pipeline_vaswani import TASKS, VaswaniTranslationPipeline, register_pipeline_tasks
+
+# one torch thread for the module's tiny models (translation_model.one_thread)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 SOURCES = ["dog", "", "the big red ball near water with a child", "a man runs in the park"]
 REPO_ID = "org/vaswani-pipeline"

@@ -8,7 +8,7 @@ import torch
 from cli_helpers import assert_one_line_error, break_model_folder
 from conftest import padded_batch, randomize_norms_and_biases, tiny_config
 from decoding_checks import assert_same_generations_or_near_ties, assert_same_or_near_tie
-from hub_helpers import DECODER_INPUT_IDS, SOURCES, copy_folder, tiny  # noqa: F401
+from hub_helpers import DECODER_INPUT_IDS, SOURCES, copy_folder
 from huggingface_hub import ModelCard
 from transformers import AutoTokenizer, MarianMTModel
 

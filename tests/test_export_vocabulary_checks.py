@@ -11,7 +11,6 @@ import pytest
 
 pytest.importorskip("ctranslate2")
 
-from hub_helpers import tiny  # noqa: E402,F401
 
 from vaswani_hf.export.ctranslate2 import CTranslate2Translator  # noqa: E402
 from vaswani_hf.export.ctranslate2_spec import to_ctranslate2  # noqa: E402

@@ -6,7 +6,7 @@ import json
 import math
 
 import pytest
-from hub_helpers import METRICS, REPO_ID, SIGNATURE, TRAINING_INFO, hub_server, tiny  # noqa: F401
+from hub_helpers import METRICS, REPO_ID, SIGNATURE, TRAINING_INFO
 from huggingface_hub import ModelCard, ModelCardData
 
 from vaswani_hf import hub

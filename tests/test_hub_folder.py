@@ -14,11 +14,10 @@ from hub_helpers import (
     SOURCES,
     assert_same_outputs,
     clean_env,
-    copy_folder,  # noqa: F401
+    copy_folder,
     load_in_subprocess,
     make_tiny_model,
     place_in_hf_cache,
-    tiny,
 )
 
 from vaswani_hf import hub

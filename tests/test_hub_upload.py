@@ -8,17 +8,7 @@ import sys
 
 import pytest
 from cli_helpers import assert_one_line_error, assert_script_error, run_script, truncate
-from hub_helpers import (
-    REPO_ID,
-    REPO_ROOT,
-    assert_same_outputs,
-    clean_env,
-    copy_folder,
-    hub_server,  # noqa: F401
-    load_in_subprocess,
-    run,
-    tiny,
-)
+from hub_helpers import REPO_ID, REPO_ROOT, assert_same_outputs, clean_env, copy_folder, load_in_subprocess, run
 from hub_store import TEST_TOKEN
 
 from vaswani_hf import hub

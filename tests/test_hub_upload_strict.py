@@ -7,7 +7,7 @@ import io
 import json
 
 import pytest
-from hub_helpers import REPO_ID, copy_folder, hub_server, tiny  # noqa: F401
+from hub_helpers import REPO_ID, copy_folder
 
 from vaswani_hf import hub
 from vaswani_hf.hub.upload import revision_problem

@@ -12,11 +12,14 @@ import sys
 
 import pytest
 import torch
-from translation_model import LINES, REPO, SUBPROCESS_ENV, model, one_thread, saved_folder, tokenizer  # noqa: F401
+from translation_model import LINES, REPO, SUBPROCESS_ENV
 
 from vaswani_hf.data.batching import make_batches
 from vaswani_hf.inference import load_for_inference, position_limit, resolve_dtype, translate
 from vaswani_hf.io import InputLineError, UsageError
+
+# one torch thread for the module's tiny models (translation_model.one_thread)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 SCRIPT = REPO / "scripts" / "translate.py"
 

@@ -51,7 +51,7 @@ def _file(tmp_path: Path, data: bytes, name: str = "f.txt") -> Path:
         (b"a\r", ["a"]),
         (b"\r", [""]),
         ("x\u2028y\u0085z\x0b\x0c\x1c\n".encode(), ["x\u2028y\u0085z\x0b\x0c\x1c"]),  # not line ends: text
-        ("  spaced\t \n".encode(), ["  spaced\t "]),  # nothing is stripped
+        (b"  spaced\t \n", ["  spaced\t "]),  # nothing is stripped
     ],
 )
 def test_reader_rules(tmp_path, data, expected):

@@ -2,7 +2,7 @@
 refusals: tests/test_export_ctranslate2.py and tests/test_export_marian.py."""
 
 import pytest
-from hub_helpers import copy_folder, tiny  # noqa: F401
+from hub_helpers import copy_folder
 
 from vaswani_hf import hub
 from vaswani_hf.io import UsageError, check_same_vocabulary, model_vocab_size, tokenizer_size

@@ -8,10 +8,13 @@ import sys
 import textwrap
 
 import pytest
-from translation_model import SUBPROCESS_ENV, model, one_thread, saved_folder, tokenizer  # noqa: F401
+from translation_model import SUBPROCESS_ENV
 
 from vaswani_hf.inference import register_pipeline, translate, translation_pipeline
 from vaswani_hf.pipeline_vaswani import TASKS, register_pipeline_tasks
+
+# one torch thread for the module's tiny models (translation_model.one_thread)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_translation_pipeline_helper(model, tokenizer):

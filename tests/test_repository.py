@@ -1,6 +1,7 @@
 """Guards on the repository itself: Multi30k (research-only licence) is read at run time, never committed; the Hub
 code files import only what trust_remote_code provides; the wheel carries the recipes and the sample corpus; modules
-(package, scripts and tests) and functions stay short; no script shadows a library."""
+(package, scripts and tests) and functions stay short; the code is as ruff formats it and its linter is clean; no
+script shadows a library."""
 
 import re
 import subprocess
@@ -128,6 +129,27 @@ def test_modules_and_functions_stay_short():
                     f"{node.end_lineno - node.lineno + 1} lines (limit 80)"
                 )
     assert not too_long, "\n".join(too_long)
+
+
+def ruff(*args: str) -> subprocess.CompletedProcess:
+    """ruff, as pinned by the dev extra, over the whole checkout (its settings: pyproject.toml)."""
+    try:
+        return subprocess.run(["ruff", *args], cwd=REPO, capture_output=True, text=True, timeout=300)
+    except FileNotFoundError:
+        pytest.fail('ruff is not installed: pip install -e ".[dev]" installs the pinned version')
+
+
+def test_code_is_as_the_formatter_writes_it():
+    """Every Python file is as `ruff format` writes it (119 columns, transformers' line length): no packed lines,
+    and no reformatting noise in anyone's diff. Fix with `ruff format .`."""
+    result = ruff("format", "--check", ".")
+    assert result.returncode == 0, f"run `ruff format .`:\n{result.stdout}{result.stderr}"
+
+
+def test_linter_is_clean():
+    """`ruff check .` passes: unused and redefined names, import order, pyupgrade (the rules: pyproject.toml)."""
+    result = ruff("check", "--output-format", "concise", ".")
+    assert result.returncode == 0, f"run `ruff check --fix .`, then fix the rest by hand:\n{result.stdout}"
 
 
 def test_no_script_shadows_a_library():

@@ -18,7 +18,6 @@ import pytest
 import tomllib
 import torch
 from cli_helpers import REPO, assert_one_line_error
-from hub_helpers import tiny  # noqa: F401 - the saved tiny model folder
 
 from vaswani_hf import space_logic as logic
 from vaswani_hf import translate

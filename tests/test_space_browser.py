@@ -18,7 +18,6 @@ import urllib.request
 
 import pytest
 from cli_helpers import REPO
-from hub_helpers import tiny  # noqa: F401 - the saved tiny model folder
 from test_space import ARABIC, CHINESE, SENTENCE, _free_port, space  # noqa: F401 - space: the page's model
 
 from vaswani_hf import space_logic as logic

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import assert_one_line_error
-from hub_helpers import REPO_ID, REPO_ROOT, SOURCES, clean_env, hub_server, run, tiny  # noqa: F401
+from hub_helpers import REPO_ID, REPO_ROOT, SOURCES, clean_env, run
 from hub_store import TEST_TOKEN
 
 from vaswani_hf import translate

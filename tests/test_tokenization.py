@@ -165,10 +165,10 @@ def test_round_trip_sample_corpus(tmp_path):
     folder = sample_corpus_path()
     if (folder / "train.en").is_file():
         lines = {
-            f"{s}.{l}": (folder / f"{s}.{l}").read_text(encoding="utf-8").splitlines()
+            f"{s}.{lang}": (folder / f"{s}.{lang}").read_text(encoding="utf-8").splitlines()
             for s in ("train", "valid", "test")
-            for l in ("en", "de")
-            if (folder / f"{s}.{l}").is_file()
+            for lang in ("en", "de")
+            if (folder / f"{s}.{lang}").is_file()
         }
         train = lines["train.en"] + lines["train.de"]
     else:  # the bundled corpus is not there yet: use the synthetic one

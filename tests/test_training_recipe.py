@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -48,7 +47,6 @@ def test_the_multi30k_recipe_finds_its_data_relative_to_the_repository(tmp_path)
 def test_bf16_recipe_builds_cpu_training_arguments_without_an_accelerator(monkeypatch, tmp_path):
     """transformers refuses bf16=True on a machine without an accelerator unless use_cpu is set; CPU bf16 autocast
     works (and is fast on CPUs with AMX / AVX512-BF16), so a bf16 recipe must still build its arguments there."""
-    import torch
 
     from vaswani_hf.training.run import build_training_arguments
 

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 from conftest import REPO, TINY, losses_by_step, tiny_recipe, write_corpus, write_recipe_yaml
 
 from vaswani_hf.training.callbacks import read_history

@@ -90,7 +90,7 @@ def test_trainer_uses_token_batches(tmp_path, corpus_dir, tok):
     edl = trainer.get_eval_dataloader()
     assert all(b["input_ids"].numel() <= 800 for b in edl)
     metrics = trainer.train().metrics
-    assert len(model.seen) == 3 and all(s[0] * s[1] <= 600 and l[0] * l[1] <= 600 for s, l in model.seen)
+    assert len(model.seen) == 3 and all(s[0] * s[1] <= 600 and t[0] * t[1] <= 600 for s, t in model.seen)
     # the samples' rate counts sentences, not batches x per_device_train_batch_size
     sentences = sum(s[0] for s, _ in model.seen)
     assert metrics["train_samples_per_second"] * metrics["train_runtime"] == pytest.approx(sentences, rel=1e-2)

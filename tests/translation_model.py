@@ -44,7 +44,7 @@ def sentences(n, seed):
     return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 7))) for _ in range(n)]
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(scope="module")
 def one_thread():
     """Tiny models on a shared 2-core machine: one thread avoids oversubscription (10x slower when loaded)."""
     threads = torch.get_num_threads()

@@ -31,7 +31,7 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 import report  # noqa: E402
-from common import REPO, Context, Recorder, SkipStage, first_line  # noqa: E402
+from common import Context, Recorder, SkipStage, first_line  # noqa: E402
 
 # (name, module, budget in seconds on the GPU, budget in smoke mode): the order is the order of the check. The smoke
 # budgets are generous (a shared CPU can be 5x slower than a quiet one): in-process they only bound the stages'

@@ -18,7 +18,7 @@ Pharaoh word alignment via `token_alignment_from_words`) or the diagonal round(i
 suits only language pairs with similar word order.
 """
 
-from .attention import KINDS, MAX_PLOT_TOKENS, START_LABEL, Attentions, batch_attentions, collect_attentions  # noqa: F401
+from .attention import KINDS, MAX_PLOT_TOKENS, START_LABEL, Attentions, batch_attentions, collect_attentions
 from .diagnostics import (
     _masks,
     alignment_share,
@@ -29,7 +29,7 @@ from .diagnostics import (
     padding_mass,
     single_sentence_entropy,
     token_alignment_from_words,
-)  # noqa: F401
+)
 from .plots import (
     new_figure,
     plot_attention_head,
@@ -39,4 +39,32 @@ from .plots import (
     plot_layer_heads,
     save_figure,
     visualize,
-)  # noqa: F401
+)
+
+# The names this package offers (`_masks`, the query and key masks of a batch's weights, is offered to the tests that
+# check the padding mass).
+__all__ = [
+    "KINDS",
+    "MAX_PLOT_TOKENS",
+    "START_LABEL",
+    "Attentions",
+    "batch_attentions",
+    "collect_attentions",
+    "_masks",
+    "alignment_share",
+    "attention_diagnostics",
+    "diagonal_alignment",
+    "format_diagnostics",
+    "head_entropy",
+    "padding_mass",
+    "single_sentence_entropy",
+    "token_alignment_from_words",
+    "new_figure",
+    "plot_attention_head",
+    "plot_cross_alignment",
+    "plot_diagnostics",
+    "plot_heatmap",
+    "plot_layer_heads",
+    "save_figure",
+    "visualize",
+]
