@@ -4,6 +4,7 @@ exactly one line on stderr, without a traceback, with the tool's exit status."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -72,3 +73,10 @@ def break_model_folder(folder: Path, case: str, tmp_path: Path) -> Path:
     elif case == "tokenizer":
         (folder / "tokenizer.json").unlink()
     return folder
+
+
+def free_port() -> int:
+    """A loopback port that nothing listens on now (the system picks it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -11,7 +11,6 @@ weights computed in float32) and, for the CPU's own int8 kernels, with a toleran
 
 import copy
 import json
-import random
 from pathlib import Path
 
 import numpy as np
@@ -23,11 +22,17 @@ ctranslate2 = pytest.importorskip(
 )
 
 from cli_helpers import assert_one_line_error, truncate  # noqa: E402
+from ct2_toy_task import (  # noqa: E402
+    SPECIALS,
+    WORDS,
+    make_tokenizer,
+    our_generate,
+    our_token_log_probs,
+    toy_pairs,
+    train_toy_model,
+)
 from decoding_checks import assert_same_or_near_tie, assert_same_texts_or_near_ties  # noqa: E402
-from tokenizers import Tokenizer, models, pre_tokenizers, processors  # noqa: E402
-from transformers import PreTrainedTokenizerFast  # noqa: E402
 
-from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration  # noqa: E402
 from vaswani_hf.cli import export_ctranslate2 as cli  # noqa: E402
 from vaswani_hf.export.ctranslate2 import CTranslate2Translator, gnmt_length_penalty  # noqa: E402
 from vaswani_hf.export.ctranslate2_spec import to_ctranslate2  # noqa: E402
@@ -37,56 +42,10 @@ from vaswani_hf.io import UsageError  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-WORDS = [f"w{i}" for i in range(24)]
-SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
-
-
-def make_tokenizer(words=WORDS) -> PreTrainedTokenizerFast:
-    vocab = {token: i for i, token in enumerate(SPECIALS + words)}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 2)])
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
-    )
-
-
-def toy_pairs(n: int, seed: int) -> list[tuple[str, str]]:
-    rng = random.Random(seed)
-    pairs = []
-    for _ in range(n):
-        words = [rng.choice(WORDS[:20]) for _ in range(rng.randint(3, 9))]
-        pairs.append((" ".join(words), " ".join(reversed(words))))
-    return pairs
-
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    torch.manual_seed(0)
-    tokenizer = make_tokenizer()
-    config = VaswaniConfig(
-        vocab_size=len(SPECIALS) + len(WORDS),
-        d_model=64,
-        d_ff=128,
-        num_heads=4,
-        num_encoder_layers=2,
-        num_decoder_layers=2,
-        dropout=0.0,
-        sinusoid_layout="interleaved",
-    )
-    model = VaswaniForConditionalGeneration(config)
-    optimizer = torch.optim.Adam(model.parameters(), lr=2e-3)
-    train = toy_pairs(6000, seed=1)
-    model.train()
-    for step in range(220):  # ~10 s of CPU
-        batch = train[(step * 48) % len(train) :][:48]
-        inputs = tokenizer([s for s, _ in batch], padding=True, return_tensors="pt")
-        labels = tokenizer([t for _, t in batch], padding=True, return_tensors="pt")["input_ids"]
-        labels = labels.masked_fill(labels == tokenizer.pad_token_id, -100)
-        loss = model(**inputs, labels=labels).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    model, tokenizer, loss = train_toy_model()
     model.eval()
     root = tmp_path_factory.mktemp("ct2")
     before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
@@ -104,25 +63,9 @@ def trained(tmp_path_factory):
         fp32=export,
         int8=export_int8,
         test=test,
-        final_loss=float(loss.detach()),
+        final_loss=loss,
         folder=root / "model",
     )
-
-
-def our_generate(model, tokenizer, sentences, **kwargs) -> list[str]:
-    batch = tokenizer(sentences, padding=True, return_tensors="pt")
-    with torch.no_grad():
-        out = model.generate(**batch, do_sample=False, **kwargs)
-    return tokenizer.batch_decode(out, skip_special_tokens=True)
-
-
-def our_token_log_probs(model, tokenizer, source: str, target: str) -> np.ndarray:
-    """log p(y_t | y_<t, x) of every target token, </s> included, from our model."""
-    inputs = tokenizer([source], return_tensors="pt")
-    labels = tokenizer([target], return_tensors="pt")["input_ids"]
-    with torch.no_grad():
-        log_probs = model(**inputs, labels=labels).logits.float().log_softmax(-1)[0]
-    return log_probs.gather(-1, labels[0][:, None])[:, 0].numpy()
 
 
 def ct2_token_log_probs(translator: CTranslate2Translator, sources, targets) -> list[np.ndarray]:

@@ -12,13 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from vaswani_hf.io import UsageError, files
+from vaswani_hf.io import UsageError, binary_files, files
+from vaswani_hf.io.binary_files import check_ctranslate2_folder, check_safetensors
 from vaswani_hf.io.files import (
     CONFIG,
     TOKENIZER,
     TRAINER_STATE,
-    check_ctranslate2_folder,
-    check_safetensors,
     check_tokenizer_file,
     read_json,
 )
@@ -410,7 +409,12 @@ def test_the_translator_checks_its_folder_first(tmp_path):
 
 
 def test_every_declared_file_shape_is_exported():
-    declared = [name for name in files.__all__ if isinstance(getattr(files, name), files.FileShape)]
+    declared = [
+        name
+        for module in (files, binary_files)
+        for name in module.__all__
+        if isinstance(getattr(module, name), files.FileShape)
+    ]
     assert {
         "CONFIG",
         "TRAINER_STATE",

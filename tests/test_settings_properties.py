@@ -336,8 +336,9 @@ def test_the_paper_defaults_are_the_declared_ones(tiny_model):
 
 def test_the_recipe_model_keys_are_the_config_declarations():
     """A model setting declared with recipe=True is a recipe key: the same declaration, no list of names."""
+    from vaswani_hf.cli.train import help_text
     from vaswani_hf.training.preflight import ARCHITECTURE_KEYS
-    from vaswani_hf.training.recipe import defaults, help_text
+    from vaswani_hf.training.recipe import defaults
 
     assert set(MODEL_KEYS) == {name for name, s in MODEL_SETTINGS.items() if s.recipe} and "d_model" in MODEL_KEYS
     for name in MODEL_KEYS:

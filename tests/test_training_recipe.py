@@ -102,7 +102,8 @@ def test_cli_rejects_bad_input_before_training(tmp_path):
 def test_every_key_declares_its_range_and_the_recipe_checks_it():
     """Each numeric key refuses NaN and infinity and a value beyond its declared range, naming the key; the bound is
     shown by --list-keys."""
-    from vaswani_hf.training.recipe import SETTINGS, format_keys
+    from vaswani_hf.cli.train import format_keys
+    from vaswani_hf.training.recipe import SETTINGS
 
     numeric = [name for name, s in SETTINGS.items() if s.type in (int, float)]
     assert len(numeric) > 30

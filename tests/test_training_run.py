@@ -133,6 +133,22 @@ def test_default_recipe_end_to_end(tmp_path):
     assert "tok:13a" in card.text and "version:" in card.text
 
 
+def _train_processes(recipe: Path, output_dir: Path, *, processes: int, accumulation: int, cwd: Path) -> None:
+    """scripts/train.py with `recipe` into `output_dir`: one plain process, or `processes` CPU processes started as
+    users start them (`ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu`: real DDP over gloo)."""
+    env = _env()
+    launcher = [sys.executable]
+    if processes > 1:
+        env = dict(env, ACCELERATE_USE_CPU="1")
+        launcher += ["-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes)]
+        launcher += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+        launcher += ["--main_process_port", "29533"]
+    command = [*launcher, str(TRAIN), "--recipe", str(recipe), "--output_dir", str(output_dir)]
+    command += ["--gradient_accumulation_steps", str(accumulation)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=cwd)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
 @pytest.mark.slow
 def test_two_cpu_processes_match_one_process(tmp_path):
     """`ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes 2` is real DDP over gloo (world size 2,
@@ -160,57 +176,8 @@ def test_two_cpu_processes_match_one_process(tmp_path):
         "valid_data": "valid",
     }
     recipe = write_recipe_yaml(tmp_path / "ddp.yaml", values)
-    env = _env()
-    single = subprocess.run(
-        [
-            sys.executable,
-            str(TRAIN),
-            "--recipe",
-            str(recipe),
-            "--output_dir",
-            str(tmp_path / "one"),
-            "--gradient_accumulation_steps",
-            "2",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-        cwd=tmp_path,
-    )
-    assert single.returncode == 0, single.stdout[-3000:] + single.stderr[-3000:]
-    ddp_env = dict(env, ACCELERATE_USE_CPU="1")
-    ddp = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "accelerate.commands.launch",
-            "--multi_gpu",
-            "--num_processes",
-            "2",
-            "--num_machines",
-            "1",
-            "--mixed_precision",
-            "no",
-            "--dynamo_backend",
-            "no",
-            "--main_process_port",
-            "29533",
-            str(TRAIN),
-            "--recipe",
-            str(recipe),
-            "--output_dir",
-            str(tmp_path / "two"),
-            "--gradient_accumulation_steps",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=ddp_env,
-        cwd=tmp_path,
-    )
-    assert ddp.returncode == 0, ddp.stdout[-3000:] + ddp.stderr[-3000:]
+    _train_processes(recipe, tmp_path / "one", processes=1, accumulation=2, cwd=tmp_path)
+    _train_processes(recipe, tmp_path / "two", processes=2, accumulation=1, cwd=tmp_path)
 
     info = [json.loads((tmp_path / "two" / f"run_info_rank{r}.json").read_text()) for r in (0, 1)]
     assert [i["world_size"] for i in info] == [2, 2] and [i["process_index"] for i in info] == [0, 1]

@@ -29,6 +29,7 @@ line) are `vaswani_hf.translation_frontend`'s; `translate` is the engine behind 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -197,32 +198,27 @@ def translate(
     device = torch.device(device) if device is not None else model.device
     if model.device != device:
         model.to(device)
-    options = (
-        given_options(
-            num_beams=num_beams,
-            length_penalty=length_penalty,
-            length_penalty_type=length_penalty_type,
-            max_length_a=max_length_a,
-            max_length_b=max_length_b,
-            early_stopping=early_stopping,
-        )
-        | generate_kwargs
+    options = given_options(
+        num_beams=num_beams,
+        length_penalty=length_penalty,
+        length_penalty_type=length_penalty_type,
+        max_length_a=max_length_a,
+        max_length_b=max_length_b,
+        early_stopping=early_stopping,
     )
-
-    def decode(encoded: list[list[int]]) -> list[str]:
-        return _generate(
-            model,
-            tokenizer,
-            encoded,
-            options,
-            device=device,
-            dtype=dtype,
-            max_tokens=max_tokens,
-            batch_size=batch_size,
-            progress=progress,
-            progress_desc=progress_desc,
-        )
-
+    # the front end hands the token ids of the sentences it decodes to this (the rest of _generate's arguments fixed)
+    decode = functools.partial(
+        _generate,
+        model,
+        tokenizer,
+        options=options | generate_kwargs,
+        device=device,
+        dtype=dtype,
+        max_tokens=max_tokens,
+        batch_size=batch_size,
+        progress=progress,
+        progress_desc=progress_desc,
+    )
     encode, table = front_end(model, tokenizer)
     return translate_lines(sentences, encode, decode, table, max_source_tokens=max_input_tokens)
 

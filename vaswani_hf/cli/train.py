@@ -31,13 +31,11 @@ from transformers import HfArgumentParser
 from ..training.plan import plan_run
 from ..training.recipe import (
     SECTIONS,
+    SETTINGS,
     RecipeError,
-    format_keys,
-    help_text,
     key,
     list_recipes,
     load_recipe,
-    type_name,
     unknown_keys,
     value_from_text,
 )
@@ -57,6 +55,41 @@ class CommandOptions:
         False,
         "replace a previous run's files in output_dir (without it, a non-empty output_dir is refused unless --resume)",
     )
+
+
+# How the command line shows a recipe key: its help with its range, its type, and the text of --list-keys.
+
+
+def help_text(name: str) -> str:
+    """A key's help text with its range, as `--help` and `--list-keys` show it."""
+    limits = SETTINGS[name].limits() if SETTINGS[name].type in (int, float) else ""
+    return SETTINGS[name].help + (f" [{limits}]" if limits else "")
+
+
+def type_name(name: str) -> str:
+    """A key's type as `--list-keys` shows it: "int", "int or auto", "str or null", "one of sample, moses, ..."."""
+    s = SETTINGS[name]
+    text = (
+        "one of " + ", ".join(map(str, s.choices))
+        if s.choices
+        else "list of str"
+        if s.type is list
+        else s.type.__name__
+    )
+    return text + "".join(f" or {w}" for w in s.words) + (" or null" if s.nullable else "")
+
+
+def format_keys() -> str:
+    """The text of `--list-keys`: every key, grouped as in the recipe sections."""
+    lines = []
+    for section in SECTIONS:
+        lines.append(f"# {section._argument_group_name}")
+        for f in dataclasses.fields(section):
+            lines.append(
+                f"--{f.name:<28} {type_name(f.name):<14} default {SETTINGS[f.name].default!r}\n"
+                f"      {help_text(f.name)}"
+            )
+    return "\n".join(lines)
 
 
 _KEYS = {f.name for section in SECTIONS for f in dataclasses.fields(section)}

@@ -24,7 +24,8 @@ from ..data.batching import TRANSLATE_MAX_TOKENS, make_batches
 from ..generation_vaswani import LENGTH_PENALTY_TYPES as GENERATE_LENGTH_PENALTY_TYPES
 from ..generation_vaswani import default_generation_config, gnmt_length_penalty
 from ..io import UsageError
-from ..io.files import CT2_VOCABULARY, check_ctranslate2_folder, read_json
+from ..io.binary_files import check_ctranslate2_folder
+from ..io.files import CT2_VOCABULARY, read_json
 from ..translation_frontend import MAX_SOURCE_TOKENS, UNSET, PositionTable, resolve_options, translate_lines
 from .ctranslate2_spec import (
     CT2_METADATA_FILE,

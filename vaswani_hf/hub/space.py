@@ -22,11 +22,11 @@ from .upload import _format_size, _network_failures
 API_EXAMPLE = """```python
 from gradio_client import Client
 
-client = Client("http://127.0.0.1:7860/")          # or the Space's id, e.g. Client("org/space")
+client = Client("http://127.0.0.1:7860/")  # or the Space's id, e.g. Client("org/space")
 text = client.predict("A man is riding a horse.", 4, 0.6, api_name="/translate")
 view = client.predict("A man is riding a horse.", "cross", 6, "all", 4, 0.6, api_name="/attention")
-view["queries"], view["keys"], view["weights"]      # weights[head][query][key] ("all") or [query][key]
-view["warning"]   # None, or a sentence when the text looks like another language than the model's source
+view["queries"], view["keys"], view["weights"]  # weights[head][query][key] ("all") or [query][key]
+view["warning"]  # None, or a sentence when the text looks like another language than the model's source
 ```
 A text in another language is translated with a warning: /attention's "warning", and for both endpoints a gr.Warning
 (a "log" status update of `client.submit(...)`'s job)."""

@@ -6,7 +6,8 @@ loaded strictly). Their errors are `vaswani_hf.errors`' (`UsageError`: exit 2; `
 
 from ..errors import STDIO, InputLineError, RunFailure, UsageError, VaswaniError
 from . import files
-from .files import FileShape, check_ctranslate2_folder, check_shape, check_tokenizer_file
+from .binary_files import check_ctranslate2_folder
+from .files import FileShape, check_shape, check_tokenizer_file
 from .models import (
     WEIGHTS,
     WEIGHTS_INDEX,

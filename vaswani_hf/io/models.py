@@ -19,13 +19,13 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_SEQ_TO_SEQ_CAUSAL_L
 from ..configuration_vaswani import SettingError
 from ..errors import UsageError, one_line
 from ..generation_vaswani import check_generation_settings
+from .binary_files import check_safetensors
 from .files import (
     CONFIG,
     GENERATION_CONFIG,
     SPECIAL_TOKENS_MAP,
     TOKENIZER_CONFIG,
     WEIGHTS_INDEX_SHAPE,
-    check_safetensors,
     check_tokenizer_file,
     read_json,
 )

@@ -299,25 +299,6 @@ def defaults() -> dict[str, Any]:
     return {name: list(s.default) if isinstance(s.default, list) else s.default for name, s in SETTINGS.items()}
 
 
-def help_text(name: str) -> str:
-    """A key's help text with its range, as `--help` and `--list-keys` show it."""
-    limits = SETTINGS[name].limits() if SETTINGS[name].type in (int, float) else ""
-    return SETTINGS[name].help + (f" [{limits}]" if limits else "")
-
-
-def type_name(name: str) -> str:
-    """A key's type as `--list-keys` shows it: "int", "int or auto", "str or null", "one of sample, moses, ..."."""
-    s = SETTINGS[name]
-    text = (
-        "one of " + ", ".join(map(str, s.choices))
-        if s.choices
-        else "list of str"
-        if s.type is list
-        else s.type.__name__
-    )
-    return text + "".join(f" or {w}" for w in s.words) + (" or null" if s.nullable else "")
-
-
 # ---------------------------------------------------------------------------------------------------------------------
 # Values: the keys' declarations check YAML values, programmatic overrides and command-line text
 # ---------------------------------------------------------------------------------------------------------------------
@@ -505,16 +486,3 @@ def load_recipe(name_or_path: str | os.PathLike | None = None, overrides: Mappin
         own = {**defaults(), **read_recipe_file(saved), **given, "output_dir": values["output_dir"], "resume": True}
         return check_rules(Recipe(own, str(saved)))
     return check_rules(Recipe(values, path.stem, str(path)))
-
-
-def format_keys() -> str:
-    """The text of `--list-keys`: every key, grouped as in the recipe sections."""
-    lines = []
-    for section in SECTIONS:
-        lines.append(f"# {section._argument_group_name}")
-        for f in dataclasses.fields(section):
-            lines.append(
-                f"--{f.name:<28} {type_name(f.name):<14} default {SETTINGS[f.name].default!r}\n"
-                f"      {help_text(f.name)}"
-            )
-    return "\n".join(lines)

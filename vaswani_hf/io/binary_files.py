@@ -1,0 +1,192 @@
+"""The headers of the binary weight files, checked by hand before a library reads them: safetensors (the header
+against the bytes of the file) and CTranslate2's model folders (model.bin's variable table, its JSON files).
+
+The libraries read these files in native code and report a broken one as a panic or an abort, so a truncated or
+corrupt file is refused here in one line naming the file (`UsageError`). The headers' JSON parts are checked by the
+declared shapes of `io.files`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+from pathlib import Path
+
+from ..errors import UsageError
+from .files import (
+    COUNT,
+    CT2_CONFIG,
+    CT2_METADATA,
+    CT2_VOCABULARY,
+    STR,
+    FileShape,
+    ListOf,
+    Nullable,
+    Obj,
+    check_shape,
+    leaf,
+    read_json,
+)
+
+# safetensors: the header against the bytes
+# Bits per element of the safetensors dtypes (its format description and `safetensors/src/tensor.rs`)
+SAFETENSORS_DTYPE_BITS = {
+    "BOOL": 8,
+    "U8": 8,
+    "I8": 8,
+    "F8_E5M2": 8,
+    "F8_E4M3": 8,
+    "F8_E8M0": 8,
+    "I16": 16,
+    "U16": 16,
+    "F16": 16,
+    "BF16": 16,
+    "I32": 32,
+    "U32": 32,
+    "F32": 32,
+    "I64": 64,
+    "U64": 64,
+    "F64": 64,
+    "C64": 64,
+    "F4": 4,
+    "F6_E2M3": 6,
+    "F6_E3M2": 6,
+}
+MAX_SAFETENSORS_HEADER = 100_000_000  # the format's own limit
+_TENSOR = Obj(
+    required={
+        "dtype": leaf(str, choices=tuple(SAFETENSORS_DTYPE_BITS)),
+        "shape": ListOf(COUNT),
+        "data_offsets": ListOf(COUNT, length=2),
+    },
+    extra=False,
+)
+SAFETENSORS_HEADER = FileShape(
+    "safetensors header",
+    Obj(optional={"__metadata__": Nullable(Obj(extra=STR))}, extra=_TENSOR),
+    "the weights are corrupt: copy or save the model again",
+)
+
+
+def check_safetensors(path: str | os.PathLike) -> dict:
+    """The header of a safetensors file, checked by the format's rules without reading the data: each tensor's bytes
+    = its elements x its dtype's size, and the byte ranges tile the data exactly up to the end of the file."""
+    p = Path(path)
+    size = p.stat().st_size
+    broken = f"{p}: truncated or corrupt safetensors weights"
+    advice = "copy or save the model again"
+    with open(p, "rb") as handle:
+        head = handle.read(8)
+        if len(head) < 8:
+            raise UsageError(f"{broken} ({size} bytes); {advice}")
+        length = int.from_bytes(head, "little")
+        if length <= 0 or length > MAX_SAFETENSORS_HEADER or 8 + length > size:
+            raise UsageError(f"{broken} (header of {length} bytes in a file of {size}); {advice}")
+        try:
+            header = json.loads(handle.read(length))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            raise UsageError(f"{broken} (unreadable header); {advice}") from None
+    check_shape(header, SAFETENSORS_HEADER, p)
+    spans = []
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        bits = math.prod(entry["shape"]) * SAFETENSORS_DTYPE_BITS[entry["dtype"]]
+        if end < begin or end - begin != bits // 8 or bits % 8:
+            raise UsageError(
+                f"{p}: tensor {name}: data_offsets {begin}..{end} ({end - begin} bytes) disagree with "
+                f"its shape {entry['shape']} of {entry['dtype']} ({bits / 8:g} bytes); {advice}"
+            )
+        spans.append((begin, end, name))
+    position = 0
+    for begin, end, name in sorted(spans):
+        if begin != position:
+            raise UsageError(
+                f"{p}: tensor {name} starts at byte {begin} of the data, expected {position} (the "
+                f"tensors {'overlap' if begin < position else 'leave a gap'}); {advice}"
+            )
+        position = end
+    if 8 + length + position != size:
+        raise UsageError(f"{broken} ({size} bytes, the header describes {8 + length + position}); {advice}")
+    return header
+
+
+# CTranslate2 model folders
+CT2_DTYPE_BYTES = (4, 1, 2, 4, 2, 2)  # float32 int8 int16 int32 float16 bfloat16 (ctranslate2 DataType order)
+
+
+def _ct2_variables(handle, size: int) -> None:
+    """Walk model.bin's variable table (CTranslate2's layout 4-6), each byte count against its dims and the file."""
+
+    def read(fmt: str):
+        data = handle.read(struct.calcsize("<" + fmt))
+        if len(data) != struct.calcsize("<" + fmt):
+            raise ValueError(f"ends at byte {handle.tell()} inside its variable table")
+        return struct.unpack("<" + fmt, data)
+
+    def string() -> str:
+        (n,) = read("H")
+        data = handle.read(n)
+        if len(data) != n:
+            raise ValueError(f"ends at byte {handle.tell()} inside a name")
+        return data.rstrip(b"\0").decode("utf-8", "replace")
+
+    string(), read("I")  # spec name and revision
+    (count,) = read("I")
+    for _ in range(count):
+        name = string()
+        (rank,) = read("B")
+        dims = read("I" * rank)
+        dtype, num_bytes = read("BI")
+        if dtype >= len(CT2_DTYPE_BYTES) or num_bytes != math.prod(dims) * CT2_DTYPE_BYTES[dtype]:
+            raise ValueError(f"variable {name}: {num_bytes} bytes disagree with its shape {list(dims)}")
+        if handle.tell() + num_bytes > size:
+            raise ValueError(f"variable {name} needs bytes up to {handle.tell() + num_bytes}, the file has {size}")
+        handle.seek(num_bytes, os.SEEK_CUR)
+    (aliases,) = read("I")
+    for _ in range(2 * aliases):
+        string()
+
+
+def check_ctranslate2_folder(folder: str | os.PathLike, what: str = "CTranslate2 model folder") -> Path:
+    """A CTranslate2 model folder checked before CTranslate2 (which aborts on a broken one) reads it: model.bin
+    complete, config.json, the vocabularies and vaswani_ctranslate2.json of their shapes."""
+    folder = Path(folder)
+    model = folder / "model.bin"
+    if not model.is_file():
+        raise UsageError(
+            f"{folder} is not a {what} (no model.bin); create one with `vaswani-export-ctranslate2 "
+            "--model_dir ... --out_dir ...`"
+        )
+    size = model.stat().st_size
+    with open(model, "rb") as handle:
+        head = handle.read(4)
+        version = int.from_bytes(head, "little") if len(head) == 4 else 0
+        if not 1 <= version <= 64:
+            raise UsageError(f"{model}: not a CTranslate2 model file ({size} bytes); {CT2_CONFIG.advice}")
+        if 4 <= version <= 6:  # layouts this check knows; others are left to CTranslate2
+            try:
+                _ct2_variables(handle, size)
+            except (ValueError, struct.error) as error:
+                raise UsageError(f"{model}: truncated or corrupt ({error}); {CT2_CONFIG.advice}") from None
+    read_json(folder / "config.json", CT2_CONFIG, what=f"config.json of {what} {folder}")
+    vocabularies = (
+        [folder / f"{name}_vocabulary.json" for name in ("shared",)]
+        if (folder / "shared_vocabulary.json").is_file() or not (folder / "source_vocabulary.json").is_file()
+        else [folder / f"{name}_vocabulary.json" for name in ("source", "target")]
+    )
+    for path in vocabularies:
+        if not path.is_file() and path.with_suffix(".txt").is_file():
+            continue  # the older text form: one token per line
+        tokens = read_json(path, CT2_VOCABULARY, what=f"vocabulary of {what} {folder}")
+        if not tokens:
+            raise UsageError(f"{path}: an empty vocabulary; {CT2_VOCABULARY.advice}")
+    if (folder / "vaswani_ctranslate2.json").is_file():
+        read_json(folder / "vaswani_ctranslate2.json", CT2_METADATA)
+    return folder
+
+
+__all__ = ["SAFETENSORS_DTYPE_BITS", "SAFETENSORS_HEADER", "check_safetensors", "check_ctranslate2_folder"]
