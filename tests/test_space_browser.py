@@ -17,8 +17,8 @@ import time
 import urllib.request
 
 import pytest
-from cli_helpers import REPO
-from test_space import ARABIC, CHINESE, SENTENCE, _free_port, space  # noqa: F401 - space: the page's model
+from cli_helpers import REPO, free_port
+from test_space import ARABIC, CHINESE, SENTENCE, space  # noqa: F401 - space: the page's model
 
 from vaswani_hf import space_logic as logic
 
@@ -60,7 +60,7 @@ def _wait_for_page(url: str, server: subprocess.Popen, timeout: float = 120.0) -
 def _serve(folder, tmp_path):
     """`python -m vaswani_hf.space --model FOLDER --port P` (this checkout's package) on 127.0.0.1, offline, its
     temporary folder in tmp_path; stopped (by its id) afterwards."""
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "GRADIO_")) and k != "PYTHONPATH"}
     (tmp_path / "tmp").mkdir(exist_ok=True)  # the server's temporary files
     env.update(
