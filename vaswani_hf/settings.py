@@ -98,11 +98,11 @@ class Setting:
     @property
     def arms(self) -> list:
         """The types a value may have besides None (`str` stands for the words where there are words)."""
-        return hub_check._arms(self.kind, self.metadata)
+        return hub_check.value_types(self.kind, self.metadata)
 
     @property
     def nullable(self) -> bool:
-        return hub_check._is_nullable(self.kind)
+        return hub_check.is_nullable(self.kind)
 
     @property
     def type(self) -> type:

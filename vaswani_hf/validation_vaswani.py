@@ -40,7 +40,7 @@ def shown(value, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 4] + " ..."
 
 
-def _arms(kind, declaration: Mapping) -> list:
+def value_types(kind, declaration: Mapping) -> list:
     """The types a value may have besides None (the arms of a union; `str` stands for the `words` where declared)."""
     arms = typing.get_args(kind) if typing.get_origin(kind) in (typing.Union, types.UnionType) else (kind,)
     return [a for a in arms if a is not type(None) and not (a is str and declaration.get("words"))]
@@ -85,7 +85,7 @@ _IDS = "token ids (integers in [0, vocab_size))"
 
 def describe_setting(kind, declaration: Mapping) -> str:
     """What a declared setting may be, as a phrase: "an integer in [1, 1,024]", "one of 'gnmt', 'hf' or None"."""
-    arms = _arms(kind, declaration)
+    arms = value_types(kind, declaration)
     if "choices" in declaration:
         text = "one of " + ", ".join(repr(c) for c in declaration["choices"])
     elif declaration.get("token_id") and int in arms:
@@ -99,10 +99,10 @@ def describe_setting(kind, declaration: Mapping) -> str:
             f" {limits}" if limits else ""
         )
     text += "".join(f" or {word!r}" for word in declaration.get("words", ()))
-    return text + (" or None" if _is_nullable(kind) else "")
+    return text + (" or None" if is_nullable(kind) else "")
 
 
-def _is_nullable(kind) -> bool:
+def is_nullable(kind) -> bool:
     return kind is type(None) or type(None) in typing.get_args(kind)
 
 
@@ -120,9 +120,9 @@ def _token_ids(value, arms: list) -> list | None:
 
 def setting_problem(kind, declaration: Mapping, value, vocab_size: int | None = None) -> str | None:
     """Why `value` breaks the declaration (a phrase to follow "must"), or None. `vocab_size` bounds a token id."""
-    arms = _arms(kind, declaration)
+    arms = value_types(kind, declaration)
     if value is None:
-        return None if _is_nullable(kind) else f"be {describe_setting(kind, declaration)}"
+        return None if is_nullable(kind) else f"be {describe_setting(kind, declaration)}"
     if isinstance(value, str) and value in declaration.get("words", ()):
         return None
     if "choices" in declaration:
@@ -155,7 +155,7 @@ def of_kind(kind, declaration: Mapping, value) -> bool:
     return (
         any(type(value) is type(c) for c in choices)
         if choices
-        else any(_is(value, a) for a in _arms(kind, declaration))
+        else any(_is(value, a) for a in value_types(kind, declaration))
     )
 
 
@@ -181,7 +181,9 @@ __all__ = [
     "declared_fields",
     "describe_limits",
     "describe_setting",
+    "is_nullable",
     "of_kind",
     "setting_problem",
     "shown",
+    "value_types",
 ]
