@@ -1,18 +1,25 @@
-"""What a value may be (`Setting`, and the flags vaswani_hf.constraints derives from it): one form for command-line
-flags, recipe keys, file fields and environment variables. A value out of range is refused naming its flag, before
-any work; a narrower view of a setting allows only values the setting allows."""
+"""What a value may be (`Setting`, and the flags vaswani_hf.constraints derives from it): one form -- a dataclass field
+and its metadata -- for command-line flags, recipe keys, file fields and environment variables. A value out of range
+is refused naming its flag, before any work; a narrower view of a setting allows only values the setting allows."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import re
 
 import pytest
 
-from vaswani_hf.configuration_vaswani import Setting, SettingError
-from vaswani_hf.constraints import device, device_problem, number
-from vaswani_hf.generation_vaswani import GENERATION_SETTINGS
+from vaswani_hf.configuration_vaswani import SettingError
+from vaswani_hf.constraints import device, device_problem, flag, flag_type
+from vaswani_hf.settings import GENERATION_SETTINGS, settings_of
+
+
+def declared(kind, name: str = "x", **metadata):
+    """The `Setting` of one dataclass field of type `kind` with this metadata: the one form of a declaration."""
+    fields = [(name, kind, dataclasses.field(default=None, metadata={"help": f"the {name}", **metadata}))]
+    return settings_of(dataclasses.make_dataclass("One", fields))[name]
 
 
 @pytest.mark.parametrize(
@@ -25,7 +32,7 @@ from vaswani_hf.generation_vaswani import GENERATION_SETTINGS
     ],
 )
 def test_a_setting_refuses_non_finite_and_out_of_range_values(limits, good, bad):
-    setting = Setting("x", float, **limits)
+    setting = declared(float, **limits)
     for value in good:
         assert setting.problem(value) is None, value
     for value in bad:
@@ -35,23 +42,23 @@ def test_a_setting_refuses_non_finite_and_out_of_range_values(limits, good, bad)
 
 
 def test_the_range_reads_as_a_range():
-    assert Setting("x", float, min=0, max=1, max_exclusive=True).limits() == "in [0, 1)"
-    assert Setting("x", int, min=1, max=10**6).limits() == "in [1, 1,000,000]"
-    assert Setting("x", float, min=0, min_exclusive=True).limits() == "> 0"
-    assert Setting("x", int, min=1, words=("auto",)).describe() == "an integer >= 1 or 'auto'"
+    assert declared(float, min=0, max=1, max_exclusive=True).limits() == "in [0, 1)"
+    assert declared(int, min=1, max=10**6).limits() == "in [1, 1,000,000]"
+    assert declared(float, min=0, min_exclusive=True).limits() == "> 0"
+    assert declared(int | str, min=1, words=("auto",)).describe() == "an integer >= 1 or 'auto'"
 
 
 def test_text_is_read_by_the_declaration():
     """One reader of text for flags, recipe keys and environment variables: numbers, words, booleans, None."""
-    count = Setting("n", int, min=1, max=8, words=("auto",), nullable=True)
+    count = declared(int | str | None, "n", min=1, max=8, words=("auto",))
     assert [count.parse(t, "w", none=("none",)) for t in ("4", " 8\n", "auto", "None")] == [4, 8, "auto", None]
     for text in ("0", "1.5", "1e3", "x", "", "nan"):
         with pytest.raises(SettingError, match=r"^w: n must be "):
             count.parse(text, "w")
-    flag = Setting("b", bool)
-    assert [flag.parse(t, "w") for t in ("true", "No", "1", "off")] == [True, False, True, False]
+    switch = declared(bool, "b")
+    assert [switch.parse(t, "w") for t in ("true", "No", "1", "off")] == [True, False, True, False]
     with pytest.raises(SettingError, match="b must be a boolean, got 'maybe'"):
-        flag.parse("maybe", "w")
+        switch.parse("maybe", "w")
 
 
 def test_a_narrower_view_allows_only_what_the_setting_allows():
@@ -70,9 +77,9 @@ def test_a_narrower_view_allows_only_what_the_setting_allows():
 
 def test_a_flag_type_names_the_problem_and_argparse_names_the_flag():
     parser = argparse.ArgumentParser(exit_on_error=False)
-    parser.add_argument("--num_beams", type=number(int, min=1, max=8))
-    parser.add_argument("--max_length_b", type=number(int, min=0, none="none"))
-    parser.add_argument("--alpha", type=number(float, min=-10, max=10))
+    parser.add_argument("--num_beams", type=flag_type(declared(int, min=1, max=8)))
+    parser.add_argument("--max_length_b", type=flag_type(declared(int | None, min=0), none="none"))
+    parser.add_argument("--alpha", type=flag_type(declared(float, min=-10, max=10)))
     assert parser.parse_args(["--num_beams", "4", "--max_length_b", "none", "--alpha", "0.6"]) == argparse.Namespace(
         num_beams=4, max_length_b=None, alpha=0.6
     )
@@ -102,3 +109,15 @@ def test_devices_this_machine_does_not_have_are_refused(monkeypatch):
     assert device_problem("cuda:0") is None and "has 1 CUDA GPU(s)" in device_problem("cuda:3")
     with pytest.raises(argparse.ArgumentTypeError):
         device("cuda:3")
+
+
+def test_a_flag_derives_its_choices_range_default_and_help_from_the_declaration():
+    """`flag(setting)`: the one way a tool writes a flag with a range or choices; `--help` shows the range and the
+    default."""
+    beams = GENERATION_SETTINGS["num_beams"]
+    derived = flag(beams)
+    assert derived["type"].setting is beams and derived["default"] == beams.default
+    assert derived["help"] == f"{beams.help} [in [1, 1024]]"  # its meaning and its range
+    penalty = flag(GENERATION_SETTINGS["length_penalty_type"], default=None)
+    assert penalty["choices"] == ("gnmt", "hf") and penalty["default"] is None and "type" not in penalty
+    assert flag(declared(str, choices=("a", "b")), none="none")["choices"] == ("a", "b", "none")

@@ -108,6 +108,8 @@ def test_hub_folder_contents(hub_folder):
         "configuration_vaswani.py",
         "modeling_vaswani.py",
         "pipeline_vaswani.py",
+        "generation_config_vaswani.py",
+        "validation_vaswani.py",
         "tokenizer.json",
         "handler.py",
         "requirements.txt",

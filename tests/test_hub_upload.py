@@ -14,6 +14,7 @@ from hub_store import TEST_TOKEN
 from vaswani_hf import hub
 from vaswani_hf.cli import push_to_hub as cli
 from vaswani_hf.io import RunFailure
+from vaswani_hf.io.models import CODE_FILES
 
 
 def test_dry_run_lists_exactly_the_uploaded_files_and_makes_no_request(tiny, hub_server, capsys):
@@ -34,9 +35,7 @@ def test_dry_run_lists_exactly_the_uploaded_files_and_makes_no_request(tiny, hub
         "model.safetensors",
         "config.json",
         "generation_config.json",
-        "configuration_vaswani.py",
-        "modeling_vaswani.py",
-        "beam_search_vaswani.py",
+        *CODE_FILES,
         "tokenizer.json",
         "tokenizer_config.json",
         "README.md",
@@ -56,7 +55,7 @@ def test_only_the_code_config_json_needs_is_uploaded_and_the_dry_run_names_the_r
     out = io.StringIO()
     files = hub.push_folder(folder, REPO_ID, dry_run=True, out=out)
     names = {name for name, _ in files}
-    assert {"modeling_vaswani.py", "generation_vaswani.py", "beam_search_vaswani.py", "handler.py"} <= names
+    assert {*CODE_FILES, "handler.py"} <= names
     assert not names & {"my_notes.py", "train_helper.py"}
     assert "not uploaded: my_notes.py, train_helper.py" in out.getvalue()
     listed = {line.split()[0] for line in out.getvalue().splitlines() if line.startswith("  ")}

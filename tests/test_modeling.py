@@ -11,6 +11,7 @@ from conftest import padded_batch, randomize_norms_and_biases, run_python, tiny_
 from safetensors import safe_open
 
 from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
+from vaswani_hf.io.models import CODE_FILES
 from vaswani_hf.modeling_vaswani import CACHE_NAME, shift_tokens_right, sinusoid_table
 from vaswani_hf.training.objective import label_smoothed_nll
 
@@ -291,12 +292,12 @@ def test_save_load_round_trip_stores_the_tied_matrix_once(tmp_path):
 
 def test_trust_remote_code_load_in_a_fresh_process_without_the_package(tmp_path):
     """`save_pretrained` copies the modeling file and every file it imports relatively (generation_vaswani.py,
-    beam_search_vaswani.py, configuration_vaswani.py); a process that cannot import vaswani_hf loads the folder with
+    generation_config_vaswani.py, beam_search_vaswani.py, configuration_vaswani.py); a process that cannot import vaswani_hf loads the folder with
     trust_remote_code and computes the same logits and the same beam-search and greedy translations."""
     model = make_model()
     folder = tmp_path / "model"
     model.save_pretrained(folder)
-    for name in ("configuration_vaswani.py", "modeling_vaswani.py", "generation_vaswani.py", "beam_search_vaswani.py"):
+    for name in CODE_FILES:
         assert (folder / name).is_file(), name
     ids, mask = padded_batch([6, 3])
     expected = model(input_ids=ids, attention_mask=mask, decoder_input_ids=ids).logits

@@ -46,6 +46,8 @@ HUB_CODE_FILES = [
     "configuration_vaswani.py",
     "modeling_vaswani.py",
     "generation_vaswani.py",
+    "generation_config_vaswani.py",
+    "validation_vaswani.py",
     "beam_search_vaswani.py",
     "pipeline_vaswani.py",
 ]

@@ -1,5 +1,5 @@
 """Property tests generated from the declarations of the model's and decoding's settings
-(`configuration_vaswani.MODEL_SETTINGS`, `generation_vaswani.GENERATION_SETTINGS`): for every declared setting, every
+(`vaswani_hf.settings.MODEL_SETTINGS`, `GENERATION_SETTINGS`: `VaswaniConfig`'s and `DecodingSettings`' fields): for every declared setting, every
 entry a value can arrive by -- `VaswaniConfig(...)`, a config.json read by `from_pretrained`, a generation_config.json
 read by `from_pretrained` and by the command line, `generate()`'s arguments and the generation config it runs with,
 the recipe key, the command-line flag -- refuses a value that breaks the declaration (NaN, infinities, beyond either
@@ -20,8 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vaswani_hf import VaswaniConfig
-from vaswani_hf.configuration_vaswani import MODEL_SETTINGS, Setting, SettingError
-from vaswani_hf.generation_vaswani import GENERATION_SETTINGS, check_generation_settings
+from vaswani_hf.configuration_vaswani import SettingError
+from vaswani_hf.generation_config_vaswani import check_generation_settings
+from vaswani_hf.settings import GENERATION_SETTINGS, MODEL_SETTINGS, Setting
 from vaswani_hf.training.recipe import MODEL_KEYS, SETTINGS
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -115,7 +115,7 @@ def test_decoding_settings_out_of_range_are_refused(beams, alpha, fragment):
 def test_the_pages_ranges_are_narrower_views_of_the_declared_settings():
     """The sliders and the checks come from GENERATION_SETTINGS (the same Setting: type, meaning, message), with
     bounds inside the declared ones; no second range check."""
-    from vaswani_hf.generation_vaswani import GENERATION_SETTINGS
+    from vaswani_hf.settings import GENERATION_SETTINGS
 
     for name, narrow in logic.PAGE_SETTINGS.items():
         declared = GENERATION_SETTINGS[name]

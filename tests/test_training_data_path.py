@@ -11,6 +11,7 @@ from conftest import tiny_recipe
 
 from vaswani_hf.training.data_path import DataPath, choose_data_path
 from vaswani_hf.training.plan import World, plan_run
+from vaswani_hf.training.recipe import load_recipe
 
 
 def test_cpu_runs_keep_the_plain_data_path():
@@ -35,8 +36,8 @@ def test_cuda_runs_pin_memory_copy_without_blocking_and_prefetch_with_workers():
     assert manual == DataPath(
         num_workers=4, pin_memory=False, prefetch_factor=2, persistent_workers=True, non_blocking=False
     )
-    with pytest.raises(ValueError, match="num_workers"):
-        choose_data_path("cuda", -2)
+    with pytest.raises(ValueError, match="num_workers"):  # refused where it enters: the recipe (its declaration)
+        load_recipe(overrides={"dataloader_num_workers": -2})
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda:0"])

@@ -87,7 +87,7 @@ def test_the_plan_resolves_every_value_and_holds_no_recipe(tmp_path):
     the plan (resolved from the recipe's keys and the machine), and the plan is frozen and keeps no recipe."""
     import dataclasses
 
-    from vaswani_hf.generation_vaswani import GENERATION_SETTINGS
+    from vaswani_hf.settings import GENERATION_SETTINGS
     from vaswani_hf.training.recipe import Recipe
 
     plan = plan_run(

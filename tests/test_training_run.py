@@ -110,6 +110,8 @@ def test_default_recipe_end_to_end(tmp_path):
         "modeling_vaswani.py",
         "configuration_vaswani.py",
         "beam_search_vaswani.py",
+        "generation_config_vaswani.py",
+        "validation_vaswani.py",
         "tokenizer.json",
         "README.md",
         "loss.png",

@@ -73,4 +73,4 @@ def test_file_formats_read_one_file(tmp_path, fmt, name, text):
     assert source.load()[0]["translation"] == {"en": "a b", "de": "c d"}
     (tmp_path / "folder.tsv").mkdir()
     with pytest.raises(RecipeError, match=f"train_data: .*folder.tsv is a folder; data_format {fmt} expects a file"):
-        plan_run(recipe.__class__({**recipe, "train_data": "folder.tsv"}))
+        plan_run(load_recipe("default", {**recipe, "train_data": "folder.tsv"}))  # the one way to build a recipe

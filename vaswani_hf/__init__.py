@@ -23,7 +23,6 @@ from .modeling_vaswani import (
     VaswaniModel,
     VaswaniPreTrainedModel,
 )
-from .pipeline_vaswani import register_pipeline_tasks
 
 __version__ = "0.1.0"
 
@@ -34,8 +33,8 @@ AutoModelForSeq2SeqLM.register(VaswaniConfig, VaswaniForConditionalGeneration, e
 VaswaniConfig.register_for_auto_class()
 VaswaniModel.register_for_auto_class("AutoModel")
 VaswaniForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
-register_pipeline_tasks()  # "translation", "text2text-generation" -> VaswaniTranslationPipeline (5 removed both;
-#                           every VaswaniConfig registers them too, with its pair's "translation_xx_to_yy")
+# "translation", "text2text-generation" and every "translation_xx_to_yy" -> VaswaniTranslationPipeline (transformers 5
+# removed them): registered once by loading pipeline_vaswani.py, which configuration_vaswani.py imports.
 
 __all__ = [
     "VaswaniConfig",

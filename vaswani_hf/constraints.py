@@ -1,14 +1,17 @@
-"""Command-line flags from declarations: every flag's value is a `Setting` (configuration_vaswani), so a flag cannot
-disagree with the setting it sets (`setting_flag`); a tool's own flag declares its setting in place (`number(int,
-min=1)`), and `device` checks a torch device: no value reaches torch or transformers unchecked. Upper bounds exist
-where a huge value would exhaust memory or overflow a library's integer; they are far above any real use.
+"""Command-line flags from declarations: every flag with a range or choices sets a declared `Setting`
+(`vaswani_hf.settings`: a dataclass field with its metadata), so a flag cannot disagree with the setting it sets;
+`flag(setting)` gives the `add_argument` keywords (its checked type or its choices, its default and its meaning), and
+`device` checks a torch device: no value reaches torch or transformers unchecked. Upper bounds exist where a huge
+value would exhaust memory or overflow a library's integer; they are far above any real use.
 """
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass, field
 
-from .configuration_vaswani import MAX_POSITIONS, Setting, SettingError
+from .configuration_vaswani import MAX_POSITIONS, SettingError
+from .settings import Setting, settings_of
 
 MAX_SEED = 2**32 - 1  # numpy's and Python's seeding accept 0 .. 2^32 - 1
 MAX_SENTENCES = 10**7  # batch sizes, counts of sentences
@@ -31,21 +34,33 @@ def flag_type(setting: Setting, none: str | None = None):
     return convert
 
 
-def number(kind: type = int, *, none: str | None = None, **limits):
-    """The argparse type of a tool's own numeric flag: a `Setting` of `kind` (int or float) within `limits` (`min`,
-    `max`, `min_exclusive`, `max_exclusive`); `none` names a word (e.g. "none") that gives None."""
-    return flag_type(Setting("value", kind, nullable=none is not None, **limits), none)
+_UNSET = object()
 
 
-positive_int = number(int, min=1)
-
-
-def setting_flag(setting: Setting, *, none: str | None = None) -> dict:
-    """`add_argument` keywords of the flag that sets a declared `Setting`: its choices, or its argparse type
-    (`flag_type`), and its meaning as help. `none`: a word that gives None."""
+def flag(setting: Setting, *, none: str | None = None, default=_UNSET, **keywords) -> dict:
+    """`add_argument` keywords of the flag that sets the declared `setting`: its choices, or its checked argparse type
+    (`flag_type`), its meaning and range as help and its declared default (unless `default` says another, e.g. None:
+    "the model's generation_config"; `--help` shows it). `none`: a word that gives None (a choice of its own, which the
+    tool reads as None). `keywords`: argparse's own (metavar, type=str.upper before the choices, ...)."""
+    limits = setting.limits() if setting.type in (int, float) else ""
+    derived = {
+        "help": setting.help + (f" [{limits}]" if limits else ""),
+        "default": setting.default if default is _UNSET else default,
+    }
     if setting.choices:
-        return {"choices": setting.choices, "help": setting.help}
-    return {"type": flag_type(setting, none), "help": setting.help}
+        derived["choices"] = (*setting.choices, none) if none else setting.choices
+    else:
+        derived["type"] = flag_type(setting, none)
+    return {**derived, **keywords}
+
+
+@dataclass
+class _Counts:
+    count: int = field(default=1, metadata={"help": "a whole number >= 1", "min": 1})
+
+
+# The argparse type of a whole number >= 1, for scripts outside the tools (benchmarks) that declare nothing else.
+positive_int = flag_type(settings_of(_Counts)["count"])
 
 
 def device(text: str):
@@ -79,10 +94,9 @@ def device_problem(text: str) -> str | None:
 
 __all__ = [
     "Setting",
+    "flag",
     "flag_type",
-    "number",
     "positive_int",
-    "setting_flag",
     "device",
     "device_problem",
     "MAX_SEED",

@@ -14,202 +14,25 @@ Copied next to the weights and run under `trust_remote_code`: imports only torch
 """
 
 import contextvars
-import json
-import os
-from dataclasses import dataclass
 
 import torch
 from transformers.cache_utils import Cache, EncoderDecoderCache
-from transformers.generation import GenerationConfig, GenerationMixin, LogitsProcessor, LogitsProcessorList
+from transformers.generation import GenerationMixin, LogitsProcessor, LogitsProcessorList
 from transformers.generation.logits_process import MinLengthLogitsProcessor, MinNewTokensLengthLogitsProcessor
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
-from transformers.utils import GENERATION_CONFIG_NAME, cached_file
 
 from .beam_search_vaswani import force_eos, lean_beam_search, lean_greedy_search, top_candidates
-from .configuration_vaswani import MAX_POSITIONS, Setting, SettingError, VaswaniConfig
-
-LENGTH_PENALTY_TYPES = ("gnmt", "hf")
-
-
-def _decoding(name, kind, default, help, **declaration):  # noqa: A002
-    return Setting(name, kind, default, help, nullable=True, **declaration)
-
-
-@dataclass(frozen=True)
-class TokenIdLists(Setting):
-    """A list of token ids (`nested`: of non-empty lists of them, as bad_words_ids) in [0, vocab_size): transformers
-    indexes the scores with them (an id outside the vocabulary fails mid-search, or does nothing)."""
-
-    nested: bool = False
-
-    def describe(self) -> str:
-        return f"a list of {'non-empty lists of ' * self.nested}token ids (integers in [0, vocab_size)) or None"
-
-    def right_type(self, value) -> bool:
-        groups = value if self.nested and isinstance(value, (list, tuple)) else [value]
-        return bool(value or not self.nested) and all(
-            isinstance(g, (list, tuple))
-            and (g or not self.nested)
-            and all(isinstance(t, int) and not isinstance(t, bool) for t in g)
-            for g in groups
-        )
-
-    def _token_id_problem(self, value, vocab_size):
-        if not self.right_type(value):
-            return f"be {self.describe()}"
-        groups = value if self.nested else [value]
-        return next(
-            (p for p in (Setting._token_id_problem(self, list(g), vocab_size) for g in groups if g) if p), None
-        )
-
-
-# The decoding settings, declared once: their defaults are the paper's (Section 6.1; `default_generation_config`
-# writes them into generation_config.json), and every entry checks a value against them -- generation_config.json
-# when a model is loaded (`adjust_generation_fn`), `generate()`'s arguments and the generation config it runs with;
-# vaswani_hf derives its command-line flags from them. None means "not set" (transformers' default), except for
-# max_length_b, where it turns the per-sentence limit off.
-GENERATION_SETTINGS = {
-    s.name: s
-    for s in (
-        # at most 1024 beams: a beam of a million hypotheses would exhaust memory rather than fail with a message
-        _decoding("num_beams", int, 4, "beam size (Section 6.1: 4; 1: greedy decoding)", min=1, max=1024),
-        _decoding(
-            "num_return_sequences", int, None, "hypotheses returned per sentence (at most num_beams)", min=1, max=1024
-        ),
-        _decoding("length_penalty", float, 0.6, "alpha of the length penalty (Section 6.1: 0.6)", min=-100, max=100),
-        _decoding(
-            "length_penalty_type",
-            str,
-            "gnmt",
-            "gnmt: ((5 + |Y|) / 6) ** alpha, the paper's (through t2t); hf: transformers' |Y| ** alpha",
-            choices=LENGTH_PENALTY_TYPES,
-        ),
-        _decoding(
-            "early_stopping",
-            object,
-            "never",
-            "never: stop a sentence once no running beam can beat the worst "
-            "finished one (the paper's \"terminate early when possible\", t2t's rule); true: once num_beams "
-            "hypotheses have finished",
-            choices=(True, False, "never"),
-        ),
-        _decoding(
-            "max_length_a",
-            float,
-            1.0,
-            "per-sentence limit floor(a * source_length + b) generated tokens, </s> included (Section 6.1: a = 1)",
-            min=0,
-            max=100,
-        ),
-        _decoding(
-            "max_length_b",
-            int,
-            50,
-            "the b of max_length_a (Section 6.1: 50); None ('none' on the command "
-            "line) turns the per-sentence limit off",
-            min=0,
-            max=MAX_POSITIONS,
-        ),
-        _decoding("max_new_tokens", int, None, "global cap on generated tokens", min=1, max=MAX_POSITIONS),
-        _decoding(
-            "max_length",
-            int,
-            None,
-            "global cap on output tokens, the decoder start included (so at least 2)",
-            min=2,
-            max=MAX_POSITIONS + 1,
-        ),
-        _decoding("min_length", int, None, "no </s> before this many output tokens", min=0, max=MAX_POSITIONS),
-        _decoding("min_new_tokens", int, None, "no </s> before this many generated tokens", min=0, max=MAX_POSITIONS),
-        _decoding("eos_token_id", int, None, "</s>: ends a hypothesis", token_id=True, many=True),
-        _decoding("pad_token_id", int, None, "fills finished rows", token_id=True),
-        _decoding("bos_token_id", int, None, "<s>", token_id=True),
-        _decoding("decoder_start_token_id", int, None, "the decoder's first input", token_id=True),
-        _decoding("forced_bos_token_id", int, None, "the first generated token, forced", token_id=True),
-        _decoding(
-            "forced_eos_token_id", int, None, "the token forced at the maximum length", token_id=True, many=True
-        ),
-        # transformers' other decoding settings (not the paper's), which it checks late or not at all
-        *(
-            TokenIdLists(
-                name, list, None, help, nullable=True, token_id=True, many=True, nested=name == "bad_words_ids"
-            )
-            for name, help in (
-                ("bad_words_ids", "token sequences never generated"),
-                ("suppress_tokens", "tokens never generated"),
-                ("begin_suppress_tokens", "tokens not generated first"),
-            )
-        ),
-        _decoding("do_sample", bool, None, "sample instead of searching (not the paper's decoding)"),
-        _decoding("temperature", float, None, "sampling temperature", min=0, max=100, min_exclusive=True),
-        _decoding("top_k", int, None, "sample among the k most likely tokens (0: all)", min=0, max=2**24),
-        _decoding("top_p", float, None, "nucleus sampling mass", min=0, max=1, min_exclusive=True),
-        _decoding(
-            "repetition_penalty",
-            float,
-            None,
-            "CTRL's repetition penalty (1: none)",
-            min=0,
-            max=100,
-            min_exclusive=True,
-        ),
-        _decoding(
-            "no_repeat_ngram_size", int, None, "no n-gram of this size twice (0: off)", min=0, max=MAX_POSITIONS
-        ),
-        *(
-            _decoding(name, bool, None, f"transformers' {name}")
-            for name in (
-                "use_cache",
-                "output_scores",
-                "output_logits",
-                "return_dict_in_generate",
-                "output_attentions",
-                "output_hidden_states",
-            )
-        ),
-    )
-}
-
-
-def check_generation_settings(values, vocab_size: int | None, where: str) -> None:
-    """SettingError "{where}: {name} must ..., got ..." for the first declared setting among `values` (a mapping;
-    other keys are transformers' to check) that breaks its declaration; token ids must lie in the vocabulary."""
-    for name, value in values.items():
-        declared = GENERATION_SETTINGS.get(name)
-        if declared is not None:
-            declared.check(value.tolist() if isinstance(value, torch.Tensor) else value, where, vocab_size)
-    _check_pairs(values, where)
-
-
-def _check_pairs(values, where: str) -> None:
-    """Settings that bound each other, where both are set: returned hypotheses <= beams, minimum <= maximum."""
-    for low, high in (
-        ("num_return_sequences", "num_beams"),
-        ("min_length", "max_length"),
-        ("min_new_tokens", "max_new_tokens"),
-    ):
-        a, b = values.get(low), values.get(high)
-        if a is not None and b is not None and a > b and not (high == "num_beams" and values.get("do_sample")):
-            raise SettingError(f"{where}: {low}={a} must be at most {high}={b}")
-
-
-def generation_settings_of(config: GenerationConfig) -> dict:  # unknown keys such as max_length_a are attributes
-    return {name: getattr(config, name) for name in GENERATION_SETTINGS if hasattr(config, name)}
-
-
-def read_generation_file(path: str | os.PathLike) -> dict:
-    """The settings of a generation_config.json; an unreadable one (`from_pretrained` swallows it): SettingError."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise SettingError(f"{path}: not a valid JSON file ({error}); fix it, or save the model again") from None
-    if not isinstance(data, dict):
-        raise SettingError(
-            f"{path}: a generation config is a JSON object of settings, got {type(data).__name__}; "
-            "fix it, or save the model again"
-        )
-    return data
+from .configuration_vaswani import SettingError
+from .generation_config_vaswani import (
+    DECODING_FIELDS,
+    check_decoding_setting,
+    check_generation_settings,
+    check_pairs,
+    default_generation_config,
+    generation_file,
+    generation_settings_of,
+    read_generation_file,
+)
 
 
 def _check_input_ids(input_ids, vocab_size: int) -> None:
@@ -243,14 +66,6 @@ def gnmt_length_penalty(length, alpha: float):
     """lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al., 2016), which the paper's beam search divides log P(Y) by (Section
     6.1, alpha = 0.6); |Y| counts the generated tokens with </s>, as t2t v1."""
     return ((5.0 + length) / 6.0) ** alpha
-
-
-def default_generation_config(config: VaswaniConfig) -> GenerationConfig:
-    """The paper's decoding (Section 6.1), the defaults of `GENERATION_SETTINGS` (beam 4, GNMT alpha 0.6, input length
-    + 50, early_stopping "never": t2t's "terminate early when possible"), with the model's token ids."""
-    paper = {name: s.default for name, s in GENERATION_SETTINGS.items() if s.default is not None}
-    ids = ("decoder_start_token_id", "bos_token_id", "eos_token_id", "pad_token_id")
-    return GenerationConfig(**paper, **{name: getattr(config, name) for name in ids})
 
 
 def fast_topk(scores: torch.Tensor, k: int, chunk: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
@@ -326,23 +141,6 @@ def _max_length_of(stopping_criteria, eos: int) -> int | None:
     return max_length
 
 
-def _generation_file(source, download_kwargs: dict) -> str | None:
-    """The local path of `source`'s generation_config.json (a folder, or a Hub repository through transformers'
-    cache, as `GenerationConfig.from_pretrained` finds it), or None where there is none."""
-    names = ("cache_dir", "force_download", "proxies", "local_files_only", "token", "revision", "_commit_hash")
-    try:
-        return cached_file(
-            str(source),
-            GENERATION_CONFIG_NAME,
-            subfolder=download_kwargs.get("subfolder") or "",
-            _raise_exceptions_for_missing_entries=False,
-            _raise_exceptions_for_connection_errors=False,
-            **{k: download_kwargs[k] for k in names if k in download_kwargs},
-        )
-    except OSError:  # transformers reports what it cannot fetch itself
-        return None
-
-
 class VaswaniGenerationMixin(GenerationMixin):
     """`GenerationMixin` with the paper's decoding (Section 6.1); see the module docstring for what is overridden."""
 
@@ -350,7 +148,7 @@ class VaswaniGenerationMixin(GenerationMixin):
 
     def generate(self, inputs=None, generation_config=None, logits_processor=None, **kwargs):
         """`GenerationMixin.generate` plus the paper's per-sentence maximum length (input length + 50): extra keyword
-        arguments `max_length_a`, `max_length_b`, `length_penalty_type` (`GENERATION_SETTINGS`). `max_new_tokens` /
+        arguments `max_length_a`, `max_length_b`, `length_penalty_type` (`DecodingSettings`). `max_new_tokens` /
         `max_length` stay global caps. Learned positions (Table 3, row E) cap the output at their table's rows: the
         per-sentence limit and the generation config's caps silently, a larger cap passed here is a SettingError."""
         config = generation_config if generation_config is not None else self.generation_config
@@ -378,7 +176,7 @@ class VaswaniGenerationMixin(GenerationMixin):
                 # no global cap given: the longest sentence's limit (as max_length: the start token included)
                 prompt = kwargs.get("decoder_input_ids")
                 kwargs["max_length"] = (1 if prompt is None else prompt.shape[-1]) + int(limiter.limits.max())
-                _check_pairs(
+                check_pairs(
                     {
                         "min_length": kwargs.get("min_length", getattr(config, "min_length", None)),
                         "max_length": kwargs["max_length"],
@@ -430,34 +228,37 @@ class VaswaniGenerationMixin(GenerationMixin):
         for name in [
             n
             for n, v in kwargs.items()
-            if v is None and n in GENERATION_SETTINGS and n != "max_length_b" and not GENERATION_SETTINGS[n].token_id
+            if v is None
+            and n in DECODING_FIELDS
+            and n != "max_length_b"
+            and not DECODING_FIELDS[n].metadata.get("token_id")
         ]:
             del kwargs[name]  # not set (transformers would use the None itself)
         settings = generation_settings_of(config)
         check_generation_settings({k: v for k, v in settings.items() if k not in kwargs}, vocab, "generation_config")
         settings.update(kwargs)
-        _check_pairs({**settings, "num_beams": settings.get("num_beams") or 1}, "generate()")
+        check_pairs({**settings, "num_beams": settings.get("num_beams") or 1}, "generate()")
         _check_input_ids(input_ids, vocab)
 
     def adjust_generation_fn(
         self, generation_config, from_auto_class, from_pipeline, pretrained_model_name_or_path, *args, **kwargs
     ):
         """`from_pretrained` reads generation_config.json here; transformers silently falls back to greedy on an
-        unreadable file: it is checked first (SettingError naming it). A folder without one decodes as the paper does
-        (`default_generation_config`), not with transformers' model-agnostic max_length 20."""
-        path = None
-        if generation_config is None and pretrained_model_name_or_path is not None:
-            path = _generation_file(pretrained_model_name_or_path, kwargs)
+        unreadable file: it is checked first (SettingError naming it), and a `generation_config` given instead is
+        checked as it enters. A folder without one decodes as the paper does (`default_generation_config`), not with
+        transformers' model-agnostic max_length 20."""
+        path, vocab = None, self.config.vocab_size
+        if generation_config is not None:
+            check_generation_settings(generation_settings_of(generation_config), vocab, "generation_config")
+        elif pretrained_model_name_or_path is not None:
+            path = generation_file(pretrained_model_name_or_path, kwargs)
             if path is not None:
-                check_generation_settings(read_generation_file(path), self.config.vocab_size, str(path))
+                check_generation_settings(read_generation_file(path), vocab, str(path))
         super().adjust_generation_fn(
             generation_config, from_auto_class, from_pipeline, pretrained_model_name_or_path, *args, **kwargs
         )
         if generation_config is None and path is None:
             self.generation_config = default_generation_config(self.config)
-        check_generation_settings(
-            generation_settings_of(self.generation_config), self.config.vocab_size, "generation_config"
-        )
 
     def learned_positions(self) -> int | None:
         """Rows of the learned position table (Table 3, row E), or None for sinusoids."""
@@ -469,7 +270,7 @@ class VaswaniGenerationMixin(GenerationMixin):
         """Beam search with the length penalty of `generation_config.length_penalty_type`: the lean loop when
         `_lean_decoding_inputs` allows it, else transformers' loop with the scoring hooks below."""
         penalty_type = getattr(generation_config, "length_penalty_type", None) or "hf"
-        GENERATION_SETTINGS["length_penalty_type"].check(penalty_type, "generation_config")
+        check_decoding_setting("length_penalty_type", penalty_type, "generation_config")
         lean = self._lean_decoding_inputs(
             input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus, model_kwargs
         )
@@ -664,9 +465,6 @@ __all__ = [
     "default_generation_config",
     "fast_topk",
     "SourceLengthLimitLogitsProcessor",
-    "GENERATION_SETTINGS",
-    "LENGTH_PENALTY_TYPES",
-    "TokenIdLists",
     "check_generation_settings",
     "read_generation_file",
 ]

@@ -3,9 +3,11 @@
 transformers 5 removed its `translation`, `translation_xx_to_yy` and `text2text-generation` pipelines. This class
 brings those task names back for this model, with transformers' own mechanisms: config.json names the pipeline
 (`custom_pipelines()`: the one task "translation", so that `pipeline(model=folder, trust_remote_code=True)` infers it),
-and configuration_vaswani.py imports this file, so every `save_pretrained` copies it next to the weights. Every
-`VaswaniConfig` runs `register_pipeline_tasks()`, which registers the class under "translation" and
-"text2text-generation" and makes every "translation_{src}_to_{tgt}" an alias of "translation". Two monkeypatches make
+and configuration_vaswani.py imports this file, so every `save_pretrained` copies it next to the weights. Loading
+this file (with the package, or as remote code when a config is loaded with `trust_remote_code`, before transformers
+resolves the task name) runs `register_pipeline_tasks()` once, which registers the class under "translation" and
+"text2text-generation" and makes every "translation_{src}_to_{tgt}" an alias of "translation"; building a config
+touches nothing outside itself, as any transformers config. Two monkeypatches make
 `pipeline("translation", model=model, tokenizer=tokenizer)` work with objects in memory: the names are taken out of
 `pipelines.REMOVED_TASKS` (checked before the registry), and the registry's `task_aliases` becomes a
 `_PairTaskAliases`. The class then decides: any other model gets transformers' own KeyError for that name, a model
@@ -328,3 +330,8 @@ class VaswaniTranslationPipeline(Pipeline):
                 record[f"{self.return_name}_text"] = text
             records.append(record)
         return records
+
+
+# Loading this file makes its task names known (idempotent; see the module docstring): registered when the code is
+# loaded, as transformers' own classes register themselves, never when a config is built.
+register_pipeline_tasks()

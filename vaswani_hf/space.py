@@ -25,14 +25,16 @@ import os
 import socket
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import space_logic as logic
 from .cli.contract import ArgumentParser, run_cli
 from .configuration_vaswani import SettingError
-from .constraints import number
+from .constraints import flag
 from .errors import UsageError, one_line
 from .io import check_model_folder
+from .settings import settings_of
 
 DEFAULT_MODEL = "outputs/default/hub"
 MODEL_ENV = "VASWANI_MODEL"
@@ -311,18 +313,31 @@ def model_from_readme(app_file: str | os.PathLike) -> str | None:
     return str(models[0]) if models else None
 
 
+@dataclass
+class ServerSettings:
+    """Where the page listens: --port, or $GRADIO_SERVER_PORT."""
+
+    port: int | None = field(
+        default=None,
+        metadata={"help": "port (default: $GRADIO_SERVER_PORT or 7860)", "min": 1, "max": 65535},
+    )
+
+
+SERVER_SETTINGS = settings_of(ServerSettings)
+
+
 def _port_from_environment() -> int | None:
     """$GRADIO_SERVER_PORT as a port number (None when unset), or a UsageError naming it."""
     text = os.environ.get(PORT_ENV)
     if text is None:
         return None
+    port = SERVER_SETTINGS["port"]
     try:
-        port = int(text.strip())
-    except ValueError:
-        port = 0
-    if not 1 <= port <= 65535:
-        raise UsageError(f"{PORT_ENV}={text!r} is not a port number: give a whole number from 1 to 65535, or unset it")
-    return port
+        return port.check(port.read(text, PORT_ENV), PORT_ENV)
+    except SettingError:
+        raise UsageError(
+            f"{PORT_ENV}={text!r} is not a port number: give an integer {port.limits()}, or unset it"
+        ) from None
 
 
 def listen_address(host: str | None = None, port: int | None = None) -> tuple[str, int | None]:
@@ -415,9 +430,7 @@ def _main(argv: Sequence[str], default_model: str | None = None) -> int:
         default=None,
         help="address to listen on (default: $GRADIO_SERVER_NAME, else 127.0.0.1; 0.0.0.0: all)",
     )
-    parser.add_argument(
-        "--port", type=number(int, min=1, max=65535), default=None, help="port (default: $GRADIO_SERVER_PORT or 7860)"
-    )
+    parser.add_argument("--port", **flag(SERVER_SETTINGS["port"]))
     args = parser.parse_args(argv)
     launch(args.model, args.host, args.port, default_model=default_model)
     return 0

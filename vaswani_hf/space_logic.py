@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 
 from .errors import InputLineError, UsageError
-from .generation_vaswani import GENERATION_SETTINGS
 from .hub.card import LANGUAGE_NAMES, count_parameters
 from .hub.space import API_EXAMPLE
 from .inference import load_for_inference, translate
+from .settings import GENERATION_SETTINGS, settings_of
 from .visualize import KINDS, MAX_PLOT_TOKENS, Attentions, collect_attentions
 from .visualize.attention import KIND_TITLES
 
@@ -37,6 +37,21 @@ PAGE_SETTINGS = {
     "num_beams": GENERATION_SETTINGS["num_beams"].narrowed(min=1, max=12, nullable=False),
     "length_penalty": GENERATION_SETTINGS["length_penalty"].narrowed(min=0.0, max=2.0, nullable=False),
 }
+
+
+@dataclass
+class AttentionView:
+    """What the page's attention view may show: its kind, a layer and a head (1-based; every model bounds them by its
+    own counts, `check_view`)."""
+
+    kind: str = field(default="encoder", metadata={"help": "which attention", "choices": KINDS})
+    layer: int = field(default=1, metadata={"help": "the layer, from 1", "min": 1})
+    head: int | str = field(
+        default=ALL_HEADS, metadata={"help": "a head, from 1, or all", "min": 1, "words": (ALL_HEADS,)}
+    )
+
+
+VIEW_SETTINGS = settings_of(AttentionView)
 
 # The paper's attention figures (Figures 3-5: encoder self-attention in layer 5 of 6), each with the view it shows.
 EXAMPLES = [
@@ -259,11 +274,11 @@ def check_decoding(num_beams, length_penalty) -> tuple[int, float]:
 
 def check_view(space: SpaceModel, kind, layer, head) -> tuple[str, int, int | None]:
     """(kind, 0-based layer, 0-based head or None for all heads) from 1-based choices, or a UsageError."""
-    if kind not in KINDS:
+    if VIEW_SETTINGS["kind"].problem(kind):
         raise UsageError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
     layers = space.layers[kind]
     number = _whole_number(layer)
-    if number is None or not 1 <= number <= layers:
+    if number is None or VIEW_SETTINGS["layer"].narrowed(max=layers).problem(number):
         raise UsageError(
             f"the model's {KIND_TITLES[kind]} has {layers} layers: layer must be a whole number from 1 "
             f"to {layers}, not {layer!r}"
@@ -271,7 +286,7 @@ def check_view(space: SpaceModel, kind, layer, head) -> tuple[str, int, int | No
     if head in (None, ALL_HEADS):
         return kind, number - 1, None
     chosen = _whole_number(head)
-    if chosen is None or not 1 <= chosen <= space.heads:
+    if chosen is None or VIEW_SETTINGS["head"].narrowed(max=space.heads).problem(chosen):
         raise UsageError(
             f"the model has {space.heads} heads per layer: head must be '{ALL_HEADS}' or a whole "
             f"number from 1 to {space.heads}, not {head!r}"

@@ -18,14 +18,17 @@ import logging
 import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+from .constraints import MAX_TOKENS
 from .io import UsageError, check_tokenizer_file, iter_lines, read_json, write_json
 from .io.models import check_tokenizer_configs
+from .settings import settings_of
 
 logger = logging.getLogger(__name__)
 
@@ -42,13 +45,51 @@ TOKENIZER_FOLDER = "tokenizer folder"  # the kind of output vaswani-train-tokeni
 _NORMALIZERS = {"NFC": normalizers.NFC, "NFKC": normalizers.NFKC, "NFD": normalizers.NFD, "NFKD": normalizers.NFKD}
 
 
+@dataclass
+class BpeSettings:
+    """How the joint BPE is learned (Section 5.1), declared once: the recipe's tokenizer keys, the flags of
+    vaswani-train-tokenizer and `train_bpe_tokenizer`'s arguments are these."""
+
+    vocab_size: int = field(
+        default=DEFAULT_VOCAB_SIZE,
+        metadata={
+            "help": "joint BPE vocabulary size (paper: ~37000 EN-DE, 32000 EN-FR); more than the 4 special tokens + "
+            "256 byte symbols",
+            "min": len(SPECIAL_TOKENS) + 257,
+            "max": 2**24,
+        },
+    )
+    min_frequency: int = field(
+        default=2, metadata={"help": "minimum pair frequency for a BPE merge", "min": 0, "max": 10**12}
+    )
+    lowercase: bool = field(default=False, metadata={"help": "lowercase in the tokenizer (the paper's BLEU is cased)"})
+    normalization: str | None = field(
+        default="NFC",
+        metadata={
+            "help": "Unicode normalisation: NFC (lossless), NFKC (lossy), NFD, NFKD; None (NONE on the command line): "
+            "none",
+            "choices": tuple(_NORMALIZERS),
+        },
+    )
+    model_max_length: int = field(
+        default=DEFAULT_MODEL_MAX_LENGTH,
+        metadata={
+            "help": "the longest sequence the tokenizer reports (its truncation warnings; no limit of the model's)",
+            "min": 1,
+            "max": MAX_TOKENS,
+        },
+    )
+
+
+BPE_SETTINGS = settings_of(BpeSettings)
+
+
 def build_bpe_tokenizer(*, lowercase: bool = False, normalization: str | None = "NFC") -> Tokenizer:
-    """An untrained byte-level BPE `tokenizers.Tokenizer` with this project's pipeline (see module docstring)."""
+    """An untrained byte-level BPE `tokenizers.Tokenizer` with this project's pipeline (see module docstring);
+    `normalization` in any case."""
     norm: list[normalizers.Normalizer] = []
     if normalization is not None:
-        key = normalization.upper()
-        if key not in _NORMALIZERS:
-            raise ValueError(f"normalization={normalization!r}: expected one of {sorted(_NORMALIZERS)} or None")
+        key = BPE_SETTINGS["normalization"].check(str(normalization).upper(), "build_bpe_tokenizer")
         norm.append(_NORMALIZERS[key]())
     if lowercase:
         norm.append(normalizers.Lowercase())
@@ -142,8 +183,7 @@ def train_bpe_tokenizer(
     """Train one BPE vocabulary on both sides together (Section 5.1). `corpus`: see `iter_training_text`.
     `vocab_size` counts the 4 special tokens and 256 byte symbols (paper: ~37000 for EN-DE). `min_frequency` 2 avoids
     merges that memorise one sentence. `languages`: those to read from a `datasets.Dataset`. `save_dir`: saved there."""
-    if vocab_size <= len(SPECIAL_TOKENS) + 256:
-        raise ValueError(f"vocab_size={vocab_size} must exceed the 4 special tokens + 256 byte symbols")
+    BPE_SETTINGS["vocab_size"].check(vocab_size, "train_bpe_tokenizer")
     tok = build_bpe_tokenizer(lowercase=lowercase, normalization=normalization)
     # All 256 byte symbols are always in the vocabulary: that is what guarantees no <unk> at test time.
     trainer = trainers.BpeTrainer(

@@ -14,12 +14,45 @@ Section 6.1). For `max_length_b` None is itself a value (no per-sentence limit),
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from .constraints import MAX_POSITIONS, MAX_SENTENCES, MAX_TOKENS
 from .io import InputLineError
 
 MAX_SOURCE_TOKENS = 1024  # per line, `</s>` included: WMT sentences stay under 250 after the usual filtering
 MAX_CHARS_PER_TOKEN = 64  # characters one source token may cover at most, for the limit checked before tokenising
+
+
+@dataclass
+class BatchSettings:
+    """What the tools that translate a file (translate, evaluate; either engine) let their user set of the front end
+    and its batches, declared once for their flags."""
+
+    max_tokens: int | None = field(
+        default=None,
+        metadata={
+            "help": "padded source tokens per batch (default: 4096, vaswani_hf.data.TRANSLATE_MAX_TOKENS)",
+            "min": 1,
+            "max": MAX_TOKENS,
+        },
+    )
+    batch_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "at most this many sentences per batch (default: no cap; the token budget decides)",
+            "min": 1,
+            "max": MAX_SENTENCES,
+        },
+    )
+    max_input_tokens: int = field(
+        default=MAX_SOURCE_TOKENS,
+        metadata={
+            "help": "a line with more source tokens (</s> included) is refused, naming it, before anything is decoded",
+            "min": 1,
+            "max": MAX_POSITIONS,
+        },
+    )
+
 
 UNSET = object()  # "keep the generation config's value" where None is itself a meaningful value (max_length_b)
 _NONE_IS_A_VALUE = ("max_length_b",)  # None turns the per-sentence limit off

@@ -14,13 +14,32 @@ refused unless --allow_other_runs.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import io
-from ..constraints import number
+from ..constraints import flag
+from ..settings import settings_of
 from ..training.checkpoints import AVERAGED, check_checkpoints_agree, last_checkpoints, save_averaged_checkpoint
 from .command import SAFETENSORS_CHECKPOINT, Command, Paths, Use, output_folder
 from .contract import ArgumentParser
+
+
+@dataclass
+class AverageOptions:
+    """This tool's own settings."""
+
+    last: int = field(
+        default=5,
+        metadata={
+            "help": "with --run_dir: number of newest checkpoints (Section 6.1: 5, big: 20)",
+            "min": 1,
+            "max": 10**6,
+        },
+    )
+
+
+OPTIONS = settings_of(AverageOptions)
 
 
 def build_parser() -> ArgumentParser:
@@ -28,12 +47,7 @@ def build_parser() -> ArgumentParser:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--run_dir", help="training output folder holding checkpoint-N folders")
     source.add_argument("--checkpoints", nargs="+", help="explicit checkpoint folders (averaged with equal weight)")
-    parser.add_argument(
-        "--last",
-        type=number(int, min=1, max=10**6),
-        default=5,
-        help="with --run_dir: number of newest checkpoints (default 5)",
-    )
+    parser.add_argument("--last", **flag(OPTIONS["last"]))
     parser.add_argument("--out", required=True, help="output model folder")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
     parser.add_argument(
@@ -71,9 +85,9 @@ def _paths(args) -> Paths:
     """The inputs are the checkpoints averaged: --out may be a new folder inside --run_dir, never one of them."""
     folders, args.warning = _checkpoints(args)
     args.folders = folders
-    flag = "--run_dir" if args.run_dir else "--checkpoints"
+    given = "--run_dir" if args.run_dir else "--checkpoints"
     return Paths(
-        inputs=[Use(f"{flag}'s {folder.name}", folder, SAFETENSORS_CHECKPOINT) for folder in folders],
+        inputs=[Use(f"{given}'s {folder.name}", folder, SAFETENSORS_CHECKPOINT) for folder in folders],
         outputs=(Use("--out", args.out, output_folder(AVERAGED)),),
         overwrite=args.overwrite,
     )

@@ -8,7 +8,8 @@
   boundary owns the process's surroundings (`surroundings`) and holds back what libraries report on their own
   while the tool runs (`library_reports`).
 - `ArgumentParser`: argparse whose usage errors are `UsageError`s; flags declare their constraints as argparse types
-  (`vaswani_hf.constraints`), so a bad value names its flag before any work.
+  (`vaswani_hf.constraints`), so a bad value names its flag before any work; `--help` states every flag's default
+  (`HelpFormatter`).
 - `declare_paths(inputs=..., outputs=...)`: checked by the one guard (`vaswani_hf.io.check_paths`) and remembered
   for the messages above (for the running call only).
 """
@@ -36,11 +37,21 @@ from .surroundings import Terminated, check_distributed_environment, own_streams
 _declared_outputs: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("declared_outputs", default=())
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's help with the description's line breaks kept and "(default: X)" after the help of every flag that
+    takes a value and has a default its help does not state (a flag without one says what its absence means)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        help_text = action.help or ""
+        stated = "default" in help_text or action.default in (None, argparse.SUPPRESS) or action.nargs == 0
+        return help_text if stated or action.required else f"{help_text} (default: %(default)s)"
+
+
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse whose usage error is a `UsageError`, with `--debug`; the description keeps its line breaks."""
+    """argparse whose usage error is a `UsageError`, with `--debug`; `--help` shows each flag's default."""
 
     def __init__(self, *args, **kwargs):
-        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        kwargs.setdefault("formatter_class", HelpFormatter)
         kwargs.setdefault("allow_abbrev", False)  # a prefix is no flag: `--token X` must not become `--tokenizer X`
         super().__init__(*args, **kwargs)
         add_debug_argument(self)

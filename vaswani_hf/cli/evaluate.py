@@ -22,17 +22,31 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from .. import io
-from ..constraints import MAX_POSITIONS, MAX_SENTENCES, device, flag_type, number
+from ..constraints import device, flag
 from ..evaluation import check_line_counts, compute_all, format_table
-from ..generation_vaswani import GENERATION_SETTINGS
 from ..hub.ids import language_code
 from ..inference import load_for_inference, resolve_device, translate
 from ..metrics import SACREBLEU_TOKENIZERS
-from ..translation_frontend import MAX_SOURCE_TOKENS
+from ..settings import GENERATION_SETTINGS, settings_of
+from ..translation_frontend import BatchSettings
 from .command import OUTPUT_FILE, Command, Paths, Use, run_command
 from .contract import ArgumentParser
+
+
+@dataclass
+class EvaluateOptions:
+    """This tool's own settings (the batching ones are `BatchSettings`)."""
+
+    tokenize: str = field(
+        default="13a",
+        metadata={"help": "sacreBLEU tokenizer for the 'sacrebleu' score", "choices": SACREBLEU_TOKENIZERS},
+    )
+
+
+OPTIONS = {**settings_of(EvaluateOptions), **settings_of(BatchSettings)}
 
 
 def build_parser() -> ArgumentParser:
@@ -40,26 +54,28 @@ def build_parser() -> ArgumentParser:
     parser.add_argument(
         "--references", nargs="+", required=True, metavar="FILE", help="reference file(s), one segment per line"
     )
-    parser.add_argument("--hypotheses", metavar="FILE", help="score this output file instead of translating")
-    parser.add_argument("--model", metavar="DIR", help="saved model folder (with its tokenizer)")
-    parser.add_argument("--source", metavar="FILE", help="source file to translate with --model")
-    parser.add_argument("--out", metavar="FILE", help="write the scores as JSON here")
-    parser.add_argument("--save_hypotheses", metavar="FILE", help="write the model's translations here")
+    parser.add_argument(
+        "--hypotheses", metavar="FILE", help="score this output file instead of translating (default: translate)"
+    )
+    parser.add_argument(
+        "--model", metavar="DIR", help="saved model folder (with its tokenizer) (default: none, with --hypotheses)"
+    )
+    parser.add_argument(
+        "--source", metavar="FILE", help="source file to translate with --model (default: none, with --hypotheses)"
+    )
+    parser.add_argument(
+        "--out", metavar="FILE", help="write the scores as JSON here (default: the table on standard output only)"
+    )
+    parser.add_argument(
+        "--save_hypotheses", metavar="FILE", help="write the model's translations here (default: not written)"
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace existing --out / --save_hypotheses files")
+    beams = GENERATION_SETTINGS["num_beams"]
     parser.add_argument(
-        "--num_beams",
-        type=flag_type(GENERATION_SETTINGS["num_beams"]),
-        default=None,
-        help="beam size (default: the model's generation_config)",
+        "--num_beams", **flag(beams, default=None, help=f"{beams.help} (default: the model's generation_config)")
     )
-    parser.add_argument("--batch_size", type=number(int, min=1, max=MAX_SENTENCES), default=32)
-    parser.add_argument(
-        "--max_input_tokens",
-        type=number(int, min=1, max=MAX_POSITIONS),
-        default=MAX_SOURCE_TOKENS,
-        help="a source line with more tokens (</s> included) is refused before anything is "
-        f"translated (default {MAX_SOURCE_TOKENS})",
-    )
+    parser.add_argument("--batch_size", **flag(OPTIONS["batch_size"], default=32, help="sentences per batch"))
+    parser.add_argument("--max_input_tokens", **flag(OPTIONS["max_input_tokens"]))
     parser.add_argument(
         "--device", type=device, default=None, help="torch device (default: the accelerator if any, else cpu)"
     )
@@ -69,9 +85,7 @@ def build_parser() -> ArgumentParser:
         type=language_code,
         help="target language code for the Moses tokenizer of the paper-style BLEU (e.g. de, fr)",
     )
-    parser.add_argument(
-        "--tokenize", default="13a", choices=SACREBLEU_TOKENIZERS, help="sacreBLEU tokenizer for the 'sacrebleu' score"
-    )
+    parser.add_argument("--tokenize", **flag(OPTIONS["tokenize"]))
     parser.add_argument(
         "--lowercase",
         action="store_true",

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import sys
 
-from ..constraints import MAX_POSITIONS, number
-from ..export.ctranslate2_spec import CT2_FOLDER, QUANTIZATIONS, import_ctranslate2, to_ctranslate2
+from ..constraints import flag
+from ..export.ctranslate2_spec import CT2_FOLDER, EXPORT_SETTINGS, import_ctranslate2, to_ctranslate2
 from .command import MODEL_FOLDER, MODEL_WITHOUT_TOKENIZER, TOKENIZER_FOLDER, Command, Paths, Use, output_folder
 from .contract import ArgumentParser
 
@@ -23,15 +23,9 @@ def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="vaswani-export-ctranslate2", description=__doc__)
     parser.add_argument("--model_dir", required=True, help="folder saved by save_pretrained (model + tokenizer)")
     parser.add_argument("--out_dir", required=True, help="CTranslate2 model folder to write")
-    parser.add_argument("--quantization", default=None, choices=QUANTIZATIONS, help="weight type (default: float32)")
+    parser.add_argument("--quantization", **flag(EXPORT_SETTINGS["quantization"]))
     parser.add_argument("--tokenizer", default=None, help="tokenizer folder (default: --model_dir)")
-    parser.add_argument(
-        "--max_positions",
-        type=number(int, min=1, max=MAX_POSITIONS),
-        default=None,
-        help="rows of the exported sinusoid table = longest source/output CTranslate2 accepts "
-        "(default: max(max_position_embeddings, 1024))",
-    )
+    parser.add_argument("--max_positions", **flag(EXPORT_SETTINGS["max_positions"]))
     parser.add_argument(
         "--overwrite", "--force", action="store_true", help="replace a non-empty --out_dir (--force: its older name)"
     )

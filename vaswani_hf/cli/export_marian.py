@@ -30,9 +30,15 @@ def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="vaswani-export-marian", description=__doc__)
     parser.add_argument("--model_dir", required=True, help="saved vaswani_hf model folder (with tokenizer)")
     parser.add_argument("--out", required=True, help="output folder for the MarianMTModel repository")
-    parser.add_argument("--repo_id", default=None, help="repository id used in the card's usage snippet")
-    parser.add_argument("--source_lang", default=None, help="source language code (if the folder has no metrics.json)")
-    parser.add_argument("--target_lang", default=None, help="target language code (if the folder has no metrics.json)")
+    parser.add_argument(
+        "--repo_id", default=None, help="repository id used in the card's usage snippet (default: path/to/model)"
+    )
+    parser.add_argument(
+        "--source_lang", default=None, help="source language code (default: the folder's metrics.json)"
+    )
+    parser.add_argument(
+        "--target_lang", default=None, help="target language code (default: the folder's metrics.json)"
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing non-empty --out folder")
     return parser
 

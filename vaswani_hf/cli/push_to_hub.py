@@ -27,17 +27,20 @@ from .contract import ArgumentParser
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="vaswani-push-to-hub", description=__doc__)
     parser.add_argument(
-        "--model_dir", default=None, help="saved model folder (model + tokenizer + card); required unless --space_only"
+        "--model_dir",
+        default=None,
+        help="saved model folder (model + tokenizer + card); required unless --space_only (default: none)",
     )
     parser.add_argument("--repo_id", required=True, help="target repository, e.g. org/vaswani-base")
     parser.add_argument("--private", action="store_true", help="create the repository as private (new repos only)")
     parser.add_argument("--revision", default=None, help="branch to commit to (created if missing; default main)")
     parser.add_argument("--dry_run", action="store_true", help="list the files that would be uploaded, and stop")
-    parser.add_argument("--commit_message", default=DEFAULT_COMMIT_MESSAGE)
+    parser.add_argument("--commit_message", default=DEFAULT_COMMIT_MESSAGE, help="the commit's message")
     parser.add_argument(
         "--space_id",
         default=None,
-        help="also create/update a Gradio Space of this id that serves --repo_id (e.g. org/name-demo)",
+        help="also create/update a Gradio Space of this id that serves --repo_id (e.g. org/name-demo; "
+        "default: no Space)",
     )
     parser.add_argument(
         "--space_only",

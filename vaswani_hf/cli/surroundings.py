@@ -19,28 +19,32 @@ import sys
 import threading
 from collections.abc import Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 from vaswani_commands import occupy_closed_descriptors
 
-from ..configuration_vaswani import Setting
 from ..errors import StandardInputClosed, StandardOutputClosed, UsageError
+from ..settings import settings_of
 
 STREAMS = ("stdin", "stdout", "stderr")
 
 
-# The launchers' variables (torchrun, accelerate launch): each a whole number, its range and what it is.
-DISTRIBUTED_VARIABLES = {
-    s.name: s
-    for s in (
-        Setting("RANK", int, help="this process's rank among all processes", min=0),
-        Setting("WORLD_SIZE", int, help="the number of processes", min=1),
-        Setting("LOCAL_RANK", int, help="this process's rank on its machine", min=0),
-        Setting("LOCAL_WORLD_SIZE", int, help="the number of processes on this machine", min=1),
-        Setting("GROUP_RANK", int, help="this machine's rank", min=0),
-        Setting("NODE_RANK", int, help="this machine's rank", min=0),
-        Setting("MASTER_PORT", int, help="the port of the first process's rendezvous", min=1, max=65535),
+@dataclass
+class LauncherVariables:
+    """The launchers' variables (torchrun, accelerate launch): each a whole number, its range and what it is."""
+
+    RANK: int = field(default=0, metadata={"help": "this process's rank among all processes", "min": 0})
+    WORLD_SIZE: int = field(default=1, metadata={"help": "the number of processes", "min": 1})
+    LOCAL_RANK: int = field(default=0, metadata={"help": "this process's rank on its machine", "min": 0})
+    LOCAL_WORLD_SIZE: int = field(default=1, metadata={"help": "the number of processes on this machine", "min": 1})
+    GROUP_RANK: int = field(default=0, metadata={"help": "this machine's rank", "min": 0})
+    NODE_RANK: int = field(default=0, metadata={"help": "this machine's rank", "min": 0})
+    MASTER_PORT: int = field(
+        default=29500, metadata={"help": "the port of the first process's rendezvous", "min": 1, "max": 65535}
     )
-}
+
+
+DISTRIBUTED_VARIABLES = settings_of(LauncherVariables)
 RANK_BELOW = (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE"))  # a rank lies below its count
 
 

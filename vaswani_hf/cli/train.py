@@ -24,7 +24,7 @@ import sys
 import types
 import typing
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from transformers import HfArgumentParser
 
@@ -33,7 +33,6 @@ from ..training.recipe import (
     SECTIONS,
     SETTINGS,
     RecipeError,
-    key,
     list_recipes,
     load_recipe,
     unknown_keys,
@@ -41,19 +40,28 @@ from ..training.recipe import (
 )
 from ..training.run import run_training, setup_logging
 from .command import Command
-from .contract import add_debug_argument, declare_paths, release_library_reports
+from .contract import HelpFormatter, add_debug_argument, declare_paths, release_library_reports
 
 
 @dataclass
 class CommandOptions:
     _argument_group_name = "command"
-    recipe: str | None = key(None, "bundled recipe name or YAML file (default: default; --resume: the run's own)")
-    check: bool = key(False, "validate the recipe, output folder and corpus files (streamed), then exit")
-    list_keys: bool = key(False, "print every recipe key with its type, range, default and meaning, then exit")
-    list_recipes: bool = key(False, "print the bundled recipes, then exit")
-    overwrite: bool = key(
-        False,
-        "replace a previous run's files in output_dir (without it, a non-empty output_dir is refused unless --resume)",
+    recipe: str | None = field(
+        default=None, metadata={"help": "bundled recipe name or YAML file (default: default; --resume: the run's own)"}
+    )
+    check: bool = field(
+        default=False, metadata={"help": "validate the recipe, output folder and corpus files (streamed), then exit"}
+    )
+    list_keys: bool = field(
+        default=False, metadata={"help": "print every recipe key with its type, range, default and meaning, then exit"}
+    )
+    list_recipes: bool = field(default=False, metadata={"help": "print the bundled recipes, then exit"})
+    overwrite: bool = field(
+        default=False,
+        metadata={
+            "help": "replace a previous run's files in output_dir (without it, a non-empty output_dir is refused "
+            "unless --resume)"
+        },
     )
 
 
@@ -110,7 +118,7 @@ class RecipeParser(HfArgumentParser):
             (CommandOptions, *SECTIONS),
             prog="vaswani-train",
             description=__doc__,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
+            formatter_class=HelpFormatter,
             allow_abbrev=False,
         )
         add_debug_argument(self)
@@ -118,6 +126,10 @@ class RecipeParser(HfArgumentParser):
             if action.dest in _KEYS:
                 action.default = argparse.SUPPRESS  # absent keys keep the recipe file's value
                 action.help = help_text(action.dest)
+                if action.nargs != 0:  # a key's value; `--no_KEY` of a boolean takes none
+                    action.help += (
+                        f" (default: {SETTINGS[action.dest].default!r}, where the recipe file does not set it)"
+                    )
                 if action.dest not in _LISTS and action.type not in (None, bool) and action.nargs != 0:
                     action.type = _text_converter(action.dest)
 
@@ -126,9 +138,10 @@ class RecipeParser(HfArgumentParser):
 
     @staticmethod
     def _parse_dataclass_field(parser, field):
-        """HfArgumentParser passes a field's metadata to argparse as keywords; the declaration (`setting`) is ours."""
+        """HfArgumentParser passes a field's metadata to argparse as keywords: its help only (the declaration's range
+        and choices are checked once, when the recipe is built)."""
         plain = copy.copy(field)
-        plain.metadata = types.MappingProxyType({k: v for k, v in field.metadata.items() if k != "setting"})
+        plain.metadata = types.MappingProxyType({k: v for k, v in field.metadata.items() if k == "help"})
         HfArgumentParser._parse_dataclass_field(parser, plain)
 
 

@@ -21,16 +21,9 @@ import time
 from pathlib import Path
 
 from .. import io
-from ..constraints import MAX_TOKENS, number
+from ..constraints import flag
 from ..data.corpora import load_parallel, load_sample_corpus
-from ..tokenization import (
-    DEFAULT_MODEL_MAX_LENGTH,
-    DEFAULT_VOCAB_SIZE,
-    SPECIAL_TOKENS,
-    TOKENIZER_FOLDER,
-    iter_training_text,
-    train_bpe_tokenizer,
-)
+from ..tokenization import BPE_SETTINGS, TOKENIZER_FOLDER, iter_training_text, train_bpe_tokenizer
 from .command import TEXT_OR_STDIN, Command, Paths, Use, output_folder
 from .contract import ArgumentParser
 from .library_reports import HeldReports
@@ -48,29 +41,17 @@ def build_parser() -> ArgumentParser:
     )
     source.add_argument("--corpus", help="anything vaswani_hf.data.load_parallel reads (needs --src_lang/--tgt_lang)")
     source.add_argument("--sample", action="store_true", help="the bundled EN-DE sample corpus (train split)")
-    parser.add_argument("--src_lang", default="en")
-    parser.add_argument("--tgt_lang", default="de")
-    parser.add_argument("--hub_config", default=None, help="config name for a Hub dataset (e.g. de-en for wmt14)")
-    parser.add_argument("--split", default="train")
+    parser.add_argument("--src_lang", default="en", help="source language of --corpus or --sample")
+    parser.add_argument("--tgt_lang", default="de", help="target language of --corpus or --sample")
     parser.add_argument(
-        "--vocab_size",
-        type=number(int, min=len(SPECIAL_TOKENS) + 257, max=2**24),
-        default=DEFAULT_VOCAB_SIZE,
-        help=f"more than the {len(SPECIAL_TOKENS)} special tokens + 256 byte symbols",
+        "--hub_config", default=None, help="config name for a Hub dataset (e.g. de-en for wmt14; default: none)"
     )
-    parser.add_argument("--min_frequency", type=number(int, min=1, max=10**12), default=2)
-    parser.add_argument("--lowercase", action="store_true")
-    parser.add_argument(
-        "--normalization",
-        default="NFC",
-        type=str.upper,
-        choices=("NFC", "NFKC", "NFD", "NFKD", "NONE"),
-        help="Unicode normalisation: NFC (default), NFKC, NFD, NFKD or none",
-    )
-    parser.add_argument(
-        "--model_max_length", type=number(int, min=1, max=MAX_TOKENS), default=DEFAULT_MODEL_MAX_LENGTH
-    )
-    parser.add_argument("--out_dir", type=Path, required=True)
+    parser.add_argument("--split", default="train", help="split of --corpus read from a Hub dataset")
+    for name in ("vocab_size", "min_frequency", "model_max_length"):
+        parser.add_argument(f"--{name}", **flag(BPE_SETTINGS[name]))
+    parser.add_argument("--lowercase", action="store_true", help=BPE_SETTINGS["lowercase"].help)
+    parser.add_argument("--normalization", **flag(BPE_SETTINGS["normalization"], none="NONE", type=str.upper))
+    parser.add_argument("--out_dir", type=Path, required=True, help="the tokenizer folder to write")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing, non-empty --out_dir")
     return parser
 

@@ -38,18 +38,56 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from .. import inference, io
-from ..constraints import MAX_POSITIONS, MAX_SENTENCES, MAX_TOKENS, device, number, setting_flag
+from ..constraints import device, flag
 from ..data.batching import TRANSLATE_MAX_TOKENS
-from ..generation_vaswani import GENERATION_SETTINGS
+from ..settings import GENERATION_SETTINGS, settings_of
 from ..translate_stream import BUFFER_LINES, Engine, Processes, translate_file
-from ..translation_frontend import MAX_SOURCE_TOKENS
+from ..translation_frontend import BatchSettings
 from .command import FOLDER, MODEL_FOLDER, OUTPUT_FILE_OR_STDOUT, TEXT_OR_STDIN, Command, Paths, Use, run_command
 from .contract import ArgumentParser
+
+
+@dataclass
+class TranslateOptions:
+    """This tool's own settings (the batching ones are `BatchSettings`, the decoding ones `DecodingSettings`)."""
+
+    engine: str = field(
+        default="pytorch", metadata={"help": "decoding backend", "choices": ("pytorch", "ctranslate2")}
+    )
+    buffer_lines: int = field(
+        default=BUFFER_LINES,
+        metadata={
+            "help": "lines read, length-sorted and decoded together: memory depends on this, not on the file; each "
+            "of N processes takes every N-th window",
+            "min": 1,
+            "max": 10_000_000,
+        },
+    )
+    threads: int | None = field(
+        default=None,
+        metadata={
+            "help": "CPU threads of this process (default: torch's, i.e. OMP_NUM_THREADS, or the cores)",
+            "min": 1,
+            "max": 1024,
+        },
+    )
+    dtype: str = field(
+        default="fp32",
+        metadata={
+            "help": "compute dtype: bf16/fp16 run under torch.autocast (for GPUs); weights stay fp32",
+            "choices": ("fp32", "bf16", "fp16"),
+        },
+    )
+
+
+OPTIONS = {**settings_of(TranslateOptions), **settings_of(BatchSettings)}
+DECODING_FLAGS = ("num_beams", "length_penalty", "length_penalty_type", "max_length_a", "max_new_tokens")
 
 
 def build_parser() -> ArgumentParser:
@@ -74,64 +112,39 @@ def build_parser() -> ArgumentParser:
         help="continue the interrupted translation kept in "
         "<output>.partial (the same input, model and settings; refused otherwise)",
     )
-    parser.add_argument("--engine", default="pytorch", choices=("pytorch", "ctranslate2"), help="decoding backend")
+    parser.add_argument("--engine", **flag(OPTIONS["engine"]))
     batching = parser.add_argument_group("batching")
-    batching.add_argument(
-        "--buffer_lines",
-        type=number(int, min=1, max=10_000_000),
-        default=BUFFER_LINES,
-        help=f"lines read, length-sorted and decoded together: memory depends on this, not on the "
-        f"file; each of N processes takes every N-th window (default {BUFFER_LINES:,})",
-    )
-    batching.add_argument(
-        "--max_tokens",
-        type=number(int, min=1, max=MAX_TOKENS),
-        default=None,
-        help="padded source tokens per batch (default: 4096, vaswani_hf.data.TRANSLATE_MAX_TOKENS)",
-    )
-    batching.add_argument(
-        "--batch_size",
-        type=number(int, min=1, max=MAX_SENTENCES),
-        default=None,
-        help="at most this many sentences per batch",
-    )
-    batching.add_argument(
-        "--max_input_tokens",
-        type=number(int, min=1, max=MAX_POSITIONS),
-        default=MAX_SOURCE_TOKENS,
-        help=f"a line with more source tokens (</s> included) is refused, naming it, before "
-        f"anything is decoded (default {MAX_SOURCE_TOKENS})",
-    )
+    for name in ("buffer_lines", "max_tokens", "batch_size", "max_input_tokens"):
+        batching.add_argument(f"--{name}", **flag(OPTIONS[name]))
     decoding = parser.add_argument_group("decoding (default: the model's generation_config)")
-    for name in ("num_beams", "length_penalty", "length_penalty_type", "max_length_a", "max_new_tokens"):
-        decoding.add_argument(f"--{name}", default=None, **setting_flag(GENERATION_SETTINGS[name]))
+    for name in DECODING_FLAGS:
+        decoding.add_argument(f"--{name}", **flag(GENERATION_SETTINGS[name], default=None, help=_unset_help(name)))
     decoding.add_argument(
-        "--max_length_b", default=argparse.SUPPRESS, **setting_flag(GENERATION_SETTINGS["max_length_b"], none="none")
+        "--max_length_b",
+        **flag(
+            GENERATION_SETTINGS["max_length_b"],
+            none="none",
+            default=argparse.SUPPRESS,
+            help=_unset_help("max_length_b"),
+        ),
     )
     hardware = parser.add_argument_group("hardware")
     hardware.add_argument(
         "--device", type=device, default=None, help="cpu, cuda, cuda:1, mps, ... (default: accelerator if any)"
     )
-    hardware.add_argument(
-        "--threads",
-        type=number(int, min=1, max=1024),
-        default=None,
-        help="CPU threads of this process (default: torch's, i.e. OMP_NUM_THREADS, or the cores)",
-    )
-    hardware.add_argument(
-        "--dtype",
-        choices=("fp32", "bf16", "fp16"),
-        default="fp32",
-        help="compute dtype: bf16/fp16 run under torch.autocast (for GPUs); weights stay fp32",
-    )
+    hardware.add_argument("--threads", **flag(OPTIONS["threads"]))
+    hardware.add_argument("--dtype", **flag(OPTIONS["dtype"]))
     parser.add_argument("--no_progress", action="store_true", help="no progress bar on stderr")
     return parser
 
 
+def _unset_help(name: str) -> str:
+    return f"{GENERATION_SETTINGS[name].help} (default: the model's generation_config)"
+
+
 def decoding_options(args) -> dict:
     """The command-line decoding options that were set (unset ones keep the model's generation config)."""
-    names = ("num_beams", "length_penalty", "length_penalty_type", "max_length_a", "max_new_tokens")
-    options = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    options = {name: getattr(args, name) for name in DECODING_FLAGS if getattr(args, name) is not None}
     if hasattr(args, "max_length_b"):  # given, possibly as 'none' (= no per-sentence limit)
         options["max_length_b"] = args.max_length_b
     return options

@@ -17,11 +17,12 @@ with status 1 if any real token attends to padding (a finding about the model, r
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, field
 
 from .. import io
-from ..constraints import device, flag_type, setting_flag
-from ..generation_vaswani import GENERATION_SETTINGS
+from ..constraints import device, flag
 from ..inference import position_limit
+from ..settings import GENERATION_SETTINGS, settings_of
 from ..visualize import KINDS, MAX_PLOT_TOKENS, visualize
 from ..visualize.diagnostics import word_links
 from .command import MODEL_FOLDER, Command, Paths, Use, output_folder
@@ -30,24 +31,44 @@ from .contract import ArgumentParser
 ATTENTION_FOLDER = "attention plot folder"  # the kind of output this tool writes (vaswani_hf.io.outputs)
 
 
+@dataclass
+class PlotOptions:
+    """This tool's own settings."""
+
+    format: str = field(default="png", metadata={"help": "file format of the plots", "choices": ("png", "svg", "pdf")})
+
+
+OPTIONS = settings_of(PlotOptions)
+
+
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="vaswani-visualize-attention", description=__doc__)
     parser.add_argument("--model_dir", required=True, help="saved model folder with its tokenizer")
     parser.add_argument("--source", required=True, help="source sentence")
     parser.add_argument("--target", default=None, help="reference translation (default: the model's translation)")
-    parser.add_argument("--alignment", default=None, help='word alignment of source and --target, e.g. "0-0 1-2"')
+    parser.add_argument(
+        "--alignment",
+        default=None,
+        help='word alignment of source and --target, e.g. "0-0 1-2" (default: the diagonal heuristic)',
+    )
     parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--num_beams", default=None, **setting_flag(GENERATION_SETTINGS["num_beams"]))
+    beams = GENERATION_SETTINGS["num_beams"]
+    parser.add_argument(
+        "--num_beams", **flag(beams, default=None, help=f"{beams.help} (default: the model's generation_config)")
+    )
     plot_tokens = GENERATION_SETTINGS["max_new_tokens"].narrowed(max=MAX_PLOT_TOKENS)
     parser.add_argument(
         "--max_new_tokens",
-        type=flag_type(plot_tokens),
-        default=None,
-        help=f"cap on the model's own translation (at most {MAX_PLOT_TOKENS}: a plot's size)",
+        **flag(
+            plot_tokens,
+            default=None,
+            help=f"cap on the model's own translation (at most {MAX_PLOT_TOKENS}: a plot's size; default: the model's "
+            "generation_config)",
+        ),
     )
-    parser.add_argument("--format", default="png", choices=["png", "svg", "pdf"])
+    parser.add_argument("--format", **flag(OPTIONS["format"]))
     parser.add_argument("--per_head", action="store_true", help="also write one file per head")
-    parser.add_argument("--device", type=device, default="cpu")
+    parser.add_argument("--device", type=device, default="cpu", help="torch device to run the model on")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing non-empty --out folder")
     return parser
 
@@ -74,9 +95,11 @@ def alignment_links(alignment: str, source: str, target: str) -> list[tuple[int,
 
 
 def _check_arguments(args) -> None:
-    for flag, text in (("--source", args.source), ("--target", args.target)):
+    for option, text in (("--source", args.source), ("--target", args.target)):
         if text is not None and not text.strip():
-            raise io.UsageError(f"{flag} is empty; give a sentence{' or leave --target out' * (flag == '--target')}")
+            raise io.UsageError(
+                f"{option} is empty; give a sentence{' or leave --target out' * (option == '--target')}"
+            )
     if args.alignment is not None:
         if not args.target:
             raise io.UsageError("--alignment refers to the words of --target: give --target too")
@@ -92,9 +115,9 @@ def _check_lengths(args, model, tokenizer) -> None:
     lengths = {"--source": len(tokenizer(args.source)["input_ids"])}
     if args.target is not None:
         lengths["--target"] = len(tokenizer(text_target=args.target)["input_ids"])
-    for flag, n in lengths.items():
+    for option, n in lengths.items():
         if n > limit:
-            raise io.UsageError(f"{flag}: {n} tokens (with </s>), but {why}; give a shorter sentence")
+            raise io.UsageError(f"{option}: {n} tokens (with </s>), but {why}; give a shorter sentence")
 
 
 def _paths(args) -> Paths:

@@ -17,15 +17,17 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..configuration_vaswani import VaswaniConfig
+from ..configuration_vaswani import SettingError, VaswaniConfig
 from ..data.batching import TRANSLATE_MAX_TOKENS, make_batches
-from ..generation_vaswani import LENGTH_PENALTY_TYPES as GENERATE_LENGTH_PENALTY_TYPES
+from ..generation_config_vaswani import LENGTH_PENALTY_TYPES as GENERATE_LENGTH_PENALTY_TYPES
 from ..generation_vaswani import default_generation_config, gnmt_length_penalty
 from ..io import UsageError
 from ..io.binary_files import check_ctranslate2_folder
 from ..io.files import CT2_VOCABULARY, read_json
+from ..settings import GENERATION_SETTINGS, settings_of
 from ..translation_frontend import MAX_SOURCE_TOKENS, UNSET, PositionTable, resolve_options, translate_lines
 from .ctranslate2_spec import (
     CT2_METADATA_FILE,
@@ -39,6 +41,22 @@ from .ctranslate2_spec import (
 
 # generate()'s scorings, and CTranslate2's own (its hypotheses as it scored them, not re-ranked)
 LENGTH_PENALTY_TYPES = (*GENERATE_LENGTH_PENALTY_TYPES, "ctranslate2")
+
+
+@dataclass
+class CTranslate2Decoding:
+    """The decoding settings this translator takes beyond `generate()`'s (`DecodingSettings`): one more scoring."""
+
+    length_penalty_type: str = field(
+        default="gnmt",
+        metadata={
+            "help": "gnmt or hf: generate()'s scorings, re-ranked exactly; ctranslate2: CTranslate2's own ranking",
+            "choices": LENGTH_PENALTY_TYPES,
+        },
+    )
+
+
+DECODING = {**GENERATION_SETTINGS, **settings_of(CTranslate2Decoding)}
 
 __all__ = [
     "CTranslate2Translator",
@@ -127,12 +145,11 @@ class CTranslate2Translator:
     def _options(self, **options) -> tuple:
         """(num_beams, alpha, penalty type, a, b, max_new_tokens): the options set, else the export's, checked."""
         o = resolve_options(self.generation_defaults, **options)
-        if o["length_penalty_type"] not in LENGTH_PENALTY_TYPES:
-            raise UsageError(
-                f"length_penalty_type must be one of {LENGTH_PENALTY_TYPES}, got {o['length_penalty_type']!r}"
-            )
-        if o["num_beams"] < 1:
-            raise UsageError(f"num_beams must be >= 1, got {o['num_beams']}")
+        try:
+            for name in ("num_beams", "length_penalty_type"):
+                DECODING[name].check(o[name], "CTranslate2")
+        except SettingError as error:
+            raise UsageError(str(error)) from None
         if o["max_length_b"] is None and o["max_new_tokens"] is None:
             raise UsageError("max_length_b=None turns the per-sentence limit off: give max_new_tokens as the limit")
         return (

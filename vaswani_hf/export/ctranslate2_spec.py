@@ -10,22 +10,44 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from ..configuration_vaswani import SettingError, VaswaniConfig
-from ..generation_vaswani import GENERATION_SETTINGS
+from ..configuration_vaswani import MAX_POSITIONS, SettingError, VaswaniConfig
 from ..io import UsageError, atomic_output_dir, check_model_folder, check_output_dir, check_same_vocabulary
 from ..io.files import CT2_METADATA, read_json
 from ..io.models import tokenizer_tokens
 from ..modeling_vaswani import VaswaniForConditionalGeneration, sinusoid_table
+from ..settings import GENERATION_SETTINGS, settings_of
 
 CT2_METADATA_FILE = "vaswani_ctranslate2.json"
 _CT2_DEFAULT_MAX_POSITIONS = 1024
 # The decoding options the export records for `vaswani_hf.export.ctranslate2` (None: not set in the model's config)
 GENERATION_KEYS = ("num_beams", "length_penalty", "length_penalty_type", "max_length_a", "max_length_b")
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
+
+
+@dataclass
+class ExportSettings:
+    """The settings of an export (`to_ctranslate2`'s arguments, vaswani-export-ctranslate2's flags)."""
+
+    quantization: str | None = field(
+        default=None, metadata={"help": "weight type (default: float32)", "choices": QUANTIZATIONS}
+    )
+    max_positions: int | None = field(
+        default=None,
+        metadata={
+            "help": "rows of the exported sinusoid table = longest source/output CTranslate2 accepts "
+            "(default: max(max_position_embeddings, 1024))",
+            "min": 1,
+            "max": MAX_POSITIONS,
+        },
+    )
+
+
+EXPORT_SETTINGS = settings_of(ExportSettings)
 
 CT2_FOLDER = "CTranslate2 model folder"  # what this module writes (vaswani_hf.io.outputs)
 
@@ -264,8 +286,10 @@ def to_ctranslate2(
     max_positions: rows of the exported sinusoid table, the longest source and output (default
     max(max_position_embeddings, 1024): CTranslate2 cannot extend it). tokenizer: default the model folder's."""
     ctranslate2, _, _ = import_ctranslate2()
-    if quantization is not None and quantization not in QUANTIZATIONS:
-        raise UsageError(f"quantization {quantization!r} is not one of {', '.join(QUANTIZATIONS)}")
+    try:
+        EXPORT_SETTINGS["quantization"].check(quantization, "to_ctranslate2")
+    except SettingError as error:
+        raise UsageError(str(error)) from None
     out_dir = check_output_dir(out_dir, overwrite=force, what="CTranslate2 output folder", kind=CT2_FOLDER)
     if (
         not isinstance(model_or_folder, VaswaniForConditionalGeneration)

@@ -12,9 +12,11 @@ import json
 import math
 import os
 import struct
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UsageError
+from ..settings import settings_of
 from .files import (
     COUNT,
     CT2_CONFIG,
@@ -26,7 +28,6 @@ from .files import (
     Nullable,
     Obj,
     check_shape,
-    leaf,
     read_json,
 )
 
@@ -55,9 +56,19 @@ SAFETENSORS_DTYPE_BITS = {
     "F6_E3M2": 6,
 }
 MAX_SAFETENSORS_HEADER = 100_000_000  # the format's own limit
+
+
+@dataclass
+class TensorHeaderFields:
+    """The field of a safetensors tensor entry with choices (its other fields are counts)."""
+
+    dtype: str = field(default="F32", metadata={"help": "the element type", "choices": tuple(SAFETENSORS_DTYPE_BITS)})
+
+
+_HEADER = settings_of(TensorHeaderFields)
 _TENSOR = Obj(
     required={
-        "dtype": leaf(str, choices=tuple(SAFETENSORS_DTYPE_BITS)),
+        "dtype": _HEADER["dtype"],
         "shape": ListOf(COUNT),
         "data_offsets": ListOf(COUNT, length=2),
     },

@@ -3,8 +3,9 @@
 A file of the right name can have the wrong shape (a `trainer_state.json` that is a list, a `d_model` that is a
 string, a truncated safetensors or CTranslate2 file): each is refused here in one line naming the file and the field
 (`UsageError`), before a library meets it. JSON shapes are a small spec (`ListOf`, `Obj`, `Nullable`, `OneOf`) whose
-values are `Setting`s, the one form of a value's rule; `spec_of` builds a spec from a dataclass annotation, so that
-transformers' `TrainerState` declares its own fields. The binary weight files (safetensors, CTranslate2's model.bin)
+values are `Setting`s, the one form of a value's rule: dataclass fields with their metadata (`JsonValues` for the
+kinds of value, `TokenizerConfigFields` and the like for the fields with a range or choices); `spec_of` builds a spec
+from a dataclass annotation, so that transformers' `TrainerState` declares its own fields. The binary weight files (safetensors, CTranslate2's model.bin)
 are checked by their headers in `io.binary_files`.
 """
 
@@ -16,10 +17,11 @@ import os
 import types
 import typing
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from ..configuration_vaswani import MODEL_SETTINGS, Setting
 from ..errors import UsageError, one_line
+from ..settings import MODEL_SETTINGS, Setting, settings_of
 from .text import read_json as _parse_json
 
 
@@ -50,18 +52,13 @@ def _at(path: str, key: Any) -> str:
     return f"{path}[{key}]" if isinstance(key, int) else (f"{path}.{key}" if path else str(key))
 
 
-def leaf(kind: type, **declaration) -> Setting:
-    """A JSON value of `kind` (int, float, str, bool) and its limits (`min`, `max`, `choices`, `finite`, ...)."""
-    return Setting("value", kind, **declaration)
-
-
 def check_spec(spec, value: Any, path: str = "") -> None:
     """ShapeError naming `path` where `value` breaks `spec` (a Spec, or a Setting for a single value)."""
     if not isinstance(spec, Setting):
         return spec.check(value, path)
     problem = spec.problem(value)
     if problem is not None:
-        kind_ok = spec.right_type(value)
+        kind_ok = spec.of_kind(value)
         phrase = f"be {spec.describe()}" if kind_ok and problem == f"be {spec.limits()}" else problem
         raise ShapeError(path, f"must {phrase}, got {_got(value)}", kind_ok=kind_ok)
 
@@ -153,12 +150,29 @@ class Obj(Spec):
             check_spec(spec or (Spec() if isinstance(self.extra, bool) else self.extra), item, _at(path, key))
 
 
+@dataclass
+class JsonValues:
+    """The kinds of JSON value the shapes below name, each declared as any setting."""
+
+    string: str = field(default="", metadata={"help": "a string"})
+    integer: int = field(default=0, metadata={"help": "an integer"})
+    count: int = field(default=0, metadata={"help": "an integer >= 0", "min": 0})
+    boolean: bool = field(default=False, metadata={"help": "a boolean"})
+    number: float = field(default=0.0, metadata={"help": "a finite number"})
+    any_number: float = field(default=0.0, metadata={"help": "a number, infinities and NaN included", "finite": False})
+
+
+VALUES = settings_of(JsonValues)
+STR, INT, COUNT, BOOL = VALUES["string"], VALUES["integer"], VALUES["count"], VALUES["boolean"]
+_KIND_OF = {str: STR, int: INT, bool: BOOL}
+
+
 # Specs from dataclass annotations: a class's fields are declared once, by the class
 def spec_of(annotation: Any, finite: bool = True):
     """The spec of a type annotation (`int | None`, `list[int]`, `dict[str, float]`); others (a library class,
-    `Literal`) accept anything."""
+    `Literal`) accept anything. `finite`: a float must be finite."""
     if annotation in (int, float, str, bool):
-        return leaf(annotation, finite=finite)
+        return _KIND_OF.get(annotation) or VALUES["number" if finite else "any_number"]
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if annotation is list or origin is list:
         return ListOf(spec_of(args[0], finite) if args else Spec())
@@ -172,7 +186,6 @@ def spec_of(annotation: Any, finite: bool = True):
 
 
 # The declared JSON files
-STR, INT, COUNT, BOOL = leaf(str), leaf(int), leaf(int, min=0), leaf(bool)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,6 +242,30 @@ _ADDED_TOKEN = Obj(
 )
 _SPECIAL = OneOf(STR, _ADDED_TOKEN)
 _SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+
+
+@dataclass
+class TokenizerConfigFields:
+    """The fields of tokenizer_config.json with a range or choices (transformers writes them)."""
+
+    model_max_length: float = field(
+        default=1e30,
+        metadata={
+            "help": "the longest sequence (transformers writes a huge number for none)",
+            "min": 1,
+            "finite": False,
+        },
+    )
+    tokenizer_class: str = field(
+        default="TokenizersBackend", metadata={"help": "the tokenizer class", "choices": TOKENIZER_CLASSES}
+    )
+    padding_side: str = field(default="right", metadata={"help": "where padding goes", "choices": ("right", "left")})
+    truncation_side: str = field(
+        default="right", metadata={"help": "where truncation cuts", "choices": ("right", "left")}
+    )
+
+
+_TOKENIZER_CONFIG = settings_of(TokenizerConfigFields)
 _SPECIAL_FIELDS = {
     **{k: Nullable(_SPECIAL) for k in _SPECIAL_NAMES},
     "additional_special_tokens": Nullable(ListOf(_SPECIAL)),
@@ -238,10 +275,10 @@ TOKENIZER_CONFIG = FileShape(
     Obj(
         optional={
             **_SPECIAL_FIELDS,
-            "model_max_length": leaf(float, min=1, finite=False),
-            "tokenizer_class": Nullable(leaf(str, choices=TOKENIZER_CLASSES)),
+            "model_max_length": _TOKENIZER_CONFIG["model_max_length"],
+            "tokenizer_class": Nullable(_TOKENIZER_CONFIG["tokenizer_class"]),
             "clean_up_tokenization_spaces": BOOL,
-            **{k: leaf(str, choices=("right", "left")) for k in ("padding_side", "truncation_side")},
+            **{k: _TOKENIZER_CONFIG[k] for k in ("padding_side", "truncation_side")},
             "added_tokens_decoder": Obj(extra=_ADDED_TOKEN),
             "extra_special_tokens": OneOf(ListOf(_SPECIAL), Obj(extra=_SPECIAL)),
             "backend": STR,
@@ -272,14 +309,26 @@ CT2_CONFIG = FileShape(
             "eos_token": STR,
             "unk_token": STR,
             "decoder_start_token": Nullable(STR),
-            "layer_norm_epsilon": Nullable(leaf(float)),
+            "layer_norm_epsilon": Nullable(VALUES["number"]),
         }
     ),
     "export the model again (vaswani-export-ctranslate2)",
 )
+
+
+@dataclass
+class CTranslate2MetadataFields:
+    """The fields of vaswani_ctranslate2.json with a range."""
+
+    max_positions: int = field(default=1024, metadata={"help": "rows of the exported position table", "min": 1})
+
+
+_CT2_METADATA = settings_of(CTranslate2MetadataFields)
 CT2_METADATA = FileShape(
     "vaswani_ctranslate2.json",
-    Obj(optional={"max_positions": Nullable(leaf(int, min=1)), "generation": Obj(), "quantization": STR}),
+    Obj(
+        optional={"max_positions": Nullable(_CT2_METADATA["max_positions"]), "generation": Obj(), "quantization": STR}
+    ),
     "export the model again (vaswani-export-ctranslate2)",
 )
 CT2_VOCABULARY = FileShape(
@@ -322,7 +371,8 @@ def check_tokenizer_file(path: str | os.PathLike, what: str | None = None):
 
 __all__ = [
     "Spec",
-    "leaf",
+    "JsonValues",
+    "VALUES",
     "check_spec",
     "Nullable",
     "OneOf",

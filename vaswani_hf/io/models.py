@@ -50,6 +50,17 @@ MODEL_FILES = (
     "merges.txt",
     "*.spm",
 )
+# The package's code files copied next to the weights (they import only torch, transformers and each other and run
+# under trust_remote_code): the config's, the model's and, through their relative imports, the others.
+CODE_FILES = (
+    "configuration_vaswani.py",
+    "modeling_vaswani.py",
+    "generation_vaswani.py",
+    "generation_config_vaswani.py",
+    "validation_vaswani.py",
+    "beam_search_vaswani.py",
+    "pipeline_vaswani.py",
+)
 HUB_FILES = (
     "README.md",
     "handler.py",

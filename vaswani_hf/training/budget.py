@@ -73,7 +73,7 @@ def tokens_per_device(
             return budget, max(1, math.ceil(recipe.tokens_per_step / (budget * world_size)))
         return budget, int(recipe.gradient_accumulation_steps)
     if config is None:
-        config = recipe.model_config(vocab_size=recipe.vocab_size)
+        config = recipe.config
     if num_parameters is None:
         num_parameters = approximate_parameters(config)
     device = torch.device(device)

@@ -27,11 +27,11 @@ from transformers import TrainerCallback
 from transformers.trainer_pt_utils import safe_globals
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, sort_checkpoints
 
-from ..configuration_vaswani import MODEL_SETTINGS
 from ..hub.folder import missing_code_files  # training may import hub (never the other way round)
 from ..io import UsageError, apply_umask, atomic_output_dir, check_output_dir, check_safetensors, fsync_tree
 from ..io.files import CONFIG, TOKENIZER, TRAINER_STATE, read_json
-from ..io.models import WEIGHTS, WEIGHTS_INDEX, check_finite_weights, check_weight_dtypes, copy_model_files
+from ..io.models import CODE_FILES, WEIGHTS, WEIGHTS_INDEX, check_finite_weights, check_weight_dtypes, copy_model_files
+from ..settings import MODEL_SETTINGS
 
 logger = logging.getLogger(__name__)
 
@@ -402,13 +402,7 @@ def _complete_code_files(folder: Path) -> None:
     """Copy from the package the code files config.json needs that `folder` lacks (a checkpoint saved by plain
     `save_pretrained` names `pipeline_vaswani.py` without holding it), so it loads with `trust_remote_code`."""
     package = Path(__file__).resolve().parent.parent
-    for name in (
-        "configuration_vaswani.py",
-        "modeling_vaswani.py",
-        "generation_vaswani.py",
-        "beam_search_vaswani.py",
-        "pipeline_vaswani.py",
-    ):
+    for name in CODE_FILES:
         if not (folder / name).is_file() and any(name in problem for problem in missing_code_files(folder)):
             shutil.copy2(package / name, folder / name)
     problems = missing_code_files(folder)

@@ -43,13 +43,12 @@ def choose_data_path(
     prefetch_factor: int | None = None,
 ) -> DataPath:
     """The data path for `device` ("cpu", "cuda:0", ...) and `processes` on this machine; -1 / None choose, other
-    values are kept. Reads the device's name, not the hardware."""
+    values are kept. Reads the device's name, not the hardware. The values are the recipe's, checked where the recipe
+    is built (`dataloader_num_workers` and its neighbours)."""
     cuda = device.split(":")[0] == "cuda"
     if num_workers == AUTO:
         spare = (cpu_count or os.cpu_count() or 1) // max(1, processes) - 1  # one core per process runs the step
         num_workers = min(CUDA_WORKERS, max(0, spare)) if cuda else 0
-    if num_workers < 0:
-        raise ValueError(f"num_workers must be -1 (auto) or >= 0, got {num_workers}")
     if prefetch_factor is None and cuda and num_workers > 0:
         prefetch_factor = CUDA_PREFETCH
     return DataPath(

@@ -10,6 +10,7 @@ once (`--check` and the run alike) and hands the plan to `run_training`.
 
 from __future__ import annotations
 
+import copy
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ from accelerate.utils import get_int_from_env, parse_flag_from_env
 
 from .. import io
 from ..configuration_vaswani import VaswaniConfig
-from ..generation_vaswani import GENERATION_SETTINGS
+from ..settings import GENERATION_SETTINGS, MODEL_SETTINGS
 from . import preflight
 from .budget import (
     MODEL_STATE_BYTES_PER_PARAMETER,
@@ -32,7 +33,7 @@ from .budget import (
     longest_training_pair,
     tokens_per_device,
 )
-from .recipe import MODEL_KEYS, Recipe, RecipeError
+from .recipe import Recipe, RecipeError
 from .schedule import FUSED_ADAM_DEVICE_TYPES, paper_base_lr
 from .sources import check_data_dir, resolve_dir, split_sources
 
@@ -130,13 +131,18 @@ class BatchingPlan:
 class ModelPlan:
     """Table 3's model and Section 5.4's objective."""
 
-    settings: MappingProxyType  # the VaswaniConfig settings of the recipe's model keys (the vocabulary comes later)
+    config: VaswaniConfig  # the recipe's model (`Recipe.config`), its values checked when the recipe was built
     label_smoothing: float  # eps_ls of the training objective
     loss_chunk_tokens: int  # the training loss computed this many target tokens at a time (0: in one piece)
 
-    def config(self, vocab_size: int) -> VaswaniConfig:
-        """The `VaswaniConfig` of the model, for a tokenizer of `vocab_size` tokens."""
-        return VaswaniConfig(vocab_size=vocab_size, **self.settings)
+    def config_for(self, vocab_size: int) -> VaswaniConfig:
+        """The model's config for a tokenizer of `vocab_size` tokens: a copy of `config` whose vocab_size is the
+        tokenizer's, the one new value, checked as it enters with the settings it bounds (the token ids)."""
+        config = copy.deepcopy(self.config)
+        config.vocab_size = MODEL_SETTINGS["vocab_size"].check(vocab_size, "tokenizer")
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
+            MODEL_SETTINGS[name].check(getattr(config, name), "tokenizer", vocab_size=vocab_size)
+        return config
 
 
 @dataclass(frozen=True)
@@ -282,9 +288,7 @@ def plan_run(recipe: Recipe, *, overwrite: bool = False, world: World | None = N
         process=_process(recipe),
         data=_data(recipe, sources, tokenizer_dir, max_tokens),
         batching=_batching(recipe, max_tokens, accumulation, world.processes),
-        model=ModelPlan(
-            MappingProxyType({k: recipe[k] for k in MODEL_KEYS}), recipe.label_smoothing, recipe.loss_chunk_tokens
-        ),
+        model=ModelPlan(recipe.config, recipe.label_smoothing, recipe.loss_chunk_tokens),
         optimizer=_optimizer(recipe, world),
         schedule=SchedulePlan(
             recipe.max_steps if recipe.max_steps > 0 else -1,
@@ -405,7 +409,7 @@ def check_devices(recipe: Recipe, world: World) -> None:
 
 def check_model_fits(recipe: Recipe, world: World) -> None:
     """Refuse a model whose weights, gradients and Adam moments alone exceed this process's device memory."""
-    parameters = approximate_parameters(recipe.model_config(recipe.vocab_size))
+    parameters = approximate_parameters(recipe.config)
     needed = MODEL_STATE_BYTES_PER_PARAMETER * parameters
     available = device_memory_bytes(world.device, world.local_processes)
     if needed > available:

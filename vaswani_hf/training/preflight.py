@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import io
-from ..configuration_vaswani import MODEL_SETTINGS
 from ..hub.folder import HUB_FOLDER
+from ..settings import MODEL_SETTINGS
 from .checkpoints import STAGING_DIR, checkpoints, resumable_checkpoint, vocabulary_fingerprint
 from .recipe import MODEL_KEYS, Recipe, RecipeError
 from .recipe_files import read_yaml_mapping

@@ -108,7 +108,7 @@ def card_inputs(
         "lr_schedule": "d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (Section 5.3)"
         + (f" x {schedule.lr_multiplier}" if schedule.lr_multiplier != 1.0 else ""),
         "warmup_steps": schedule.warmup_steps,
-        "dropout": plan.model.settings["dropout"],
+        "dropout": plan.model.config.dropout,
         "label_smoothing": plan.model.label_smoothing,
         "checkpoint_averaging": (
             f"last {len(metrics['averaged_checkpoints'])} checkpoints"

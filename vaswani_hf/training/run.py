@@ -200,7 +200,7 @@ def shared_bpe(plan: RunPlan, train_split):
 
 
 def build_model(plan: RunPlan, tokenizer):
-    config = plan.model.config(vocab_size=len(tokenizer))
+    config = plan.model.config_for(len(tokenizer))
     set_seed(plan.process.seed)  # the same initial weights on every run and rank
     model = VaswaniForConditionalGeneration(config)
     logger.info(

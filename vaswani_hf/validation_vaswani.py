@@ -1,0 +1,189 @@
+"""The one check of a setting's value against its declaration, for the files copied next to the weights: the
+model's settings (configuration_vaswani.py) and the decoding settings (generation_config_vaswani.py) are dataclass
+fields whose metadata declares what a value may be, in the form of transformers' own `TrainingArguments`
+(`field(default=..., metadata={"help": ..., "min": 1, "max": 8})`), and `check_setting` judges a value by it. It runs
+under `trust_remote_code` where vaswani_hf is not installed (config.json, generation_config.json and `generate()`'s
+arguments are entries there too); vaswani_hf's `Setting` (`vaswani_hf.settings`) calls the same functions, so that a
+value is judged by one implementation with or without the package.
+
+A declaration is a field's type (`int`, `float | int`, `int | None`, `list[str] | None`, ...) and its metadata:
+`help` (its meaning); `min` <= value <= `max` (`<` with `min_exclusive` / `max_exclusive`; numbers are finite unless
+`finite` is False), or one of `choices`; `words`: text values taken besides ("auto"); `token_id`: a token id of the
+model's vocabulary (`int`), a list of them (`list[int]`) or a list of non-empty lists of them (`list[list[int]]`).
+vaswani_hf reads two more: `architecture` (the weights' meaning depends on it) and `recipe` (a training recipe sets
+it).
+Imports only the standard library.
+"""
+
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Mapping
+
+
+class SettingError(ValueError):
+    """A value that its setting's declaration refuses: one line naming the setting (`name`), the value and what it
+    may be (`phrase`: the part after the setting's name, "must be ..., got ..."). A `ValueError`, so that callers
+    without this package catch it as one."""
+
+    exit_code = 2  # bad input, as the command line reports it
+
+    def __init__(self, message: str, phrase: str | None = None, name: str | None = None):
+        super().__init__(message)
+        self.phrase, self.name = phrase or message, name
+
+
+def shown(value, limit: int = 60) -> str:
+    """A value as an error message quotes it: its repr, cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 4] + " ..."
+
+
+def value_types(kind, declaration: Mapping) -> list:
+    """The types a value may have besides None (the arms of a union; `str` stands for the `words` where declared)."""
+    arms = typing.get_args(kind) if typing.get_origin(kind) in (typing.Union, types.UnionType) else (kind,)
+    return [a for a in arms if a is not type(None) and not (a is str and declaration.get("words"))]
+
+
+def _is(value, kind) -> bool:
+    """Whether `value` has the type `kind`: a bool is no number, an int is a float (as in PEP 484), a tuple a list."""
+    if typing.get_origin(kind) is list:
+        return isinstance(value, (list, tuple)) and all(_is(item, typing.get_args(kind)[0]) for item in value)
+    if isinstance(value, bool):
+        return kind is bool
+    return isinstance(value, (int, float) if kind is float else kind)
+
+
+def _number(x) -> str:
+    return f"{x:,}" if isinstance(x, int) and abs(x) >= 10**4 else f"{x:g}" if isinstance(x, float) else str(x)
+
+
+def describe_limits(declaration: Mapping) -> str:
+    """The range as a phrase ("in [1, 1,024]", "> 0", "<= 10"), or "" where there is none."""
+    low, high = declaration.get("min"), declaration.get("max")
+    opening, closing = (
+        "(" if declaration.get("min_exclusive") else "[",
+        ")" if declaration.get("max_exclusive") else "]",
+    )
+    if low is not None and high is not None:
+        return f"in {opening}{_number(low)}, {_number(high)}{closing}"
+    if low is not None:
+        return f"{'>' if declaration.get('min_exclusive') else '>='} {_number(low)}"
+    return f"{'<' if declaration.get('max_exclusive') else '<='} {_number(high)}" if high is not None else ""
+
+
+_KIND_NAMES = {
+    int: "an integer",
+    bool: "a boolean",
+    str: "a string",
+    dict: "an object",
+    list[str]: "a list of strings",
+}
+_IDS = "token ids (integers in [0, vocab_size))"
+
+
+def describe_setting(kind, declaration: Mapping) -> str:
+    """What a declared setting may be, as a phrase: "an integer in [1, 1,024]", "one of 'gnmt', 'hf' or None"."""
+    arms = value_types(kind, declaration)
+    if "choices" in declaration:
+        text = "one of " + ", ".join(repr(c) for c in declaration["choices"])
+    elif declaration.get("token_id") and int in arms:
+        text = "a token id (an integer in [0, vocab_size))" + (" or a list of them" if list[int] in arms else "")
+    elif declaration.get("token_id"):
+        text = f"a list of {'non-empty lists of ' * (list[list[int]] in arms)}{_IDS}"
+    else:
+        numeric = float in arms or int in arms
+        limits = describe_limits(declaration) if numeric else ""
+        text = ("a number" if float in arms else _KIND_NAMES.get(arms[0], "a value")) + (
+            f" {limits}" if limits else ""
+        )
+    text += "".join(f" or {word!r}" for word in declaration.get("words", ()))
+    return text + (" or None" if is_nullable(kind) else "")
+
+
+def is_nullable(kind) -> bool:
+    return kind is type(None) or type(None) in typing.get_args(kind)
+
+
+def _token_ids(value, arms: list) -> list | None:
+    """The ids of a token-id value of one of the shapes `arms` allow, or None: an id; a list of ids (not empty where
+    it stands for one id, as eos_token_id); a non-empty list of non-empty lists of them (bad_words_ids)."""
+    if int in arms and _is(value, int):
+        return [value]
+    if list[int] in arms and _is(value, list[int]) and (value or int not in arms):
+        return list(value)
+    if list[list[int]] in arms and _is(value, list[list[int]]) and value and all(value):
+        return [token for group in value for token in group]
+    return None
+
+
+def setting_problem(kind, declaration: Mapping, value, vocab_size: int | None = None) -> str | None:
+    """Why `value` breaks the declaration (a phrase to follow "must"), or None. `vocab_size` bounds a token id."""
+    arms = value_types(kind, declaration)
+    if value is None:
+        return None if is_nullable(kind) else f"be {describe_setting(kind, declaration)}"
+    if isinstance(value, str) and value in declaration.get("words", ()):
+        return None
+    if "choices" in declaration:
+        found = any(value is c or (type(value) is type(c) and value == c) for c in declaration["choices"])
+        return None if found else f"be {describe_setting(kind, declaration)}"
+    if declaration.get("token_id"):
+        ids = _token_ids(value, arms)
+        if ids is None:
+            return f"be {describe_setting(kind, declaration)}"
+        if vocab_size is not None and any(not 0 <= token < vocab_size for token in ids):
+            return f"be a token id of the vocabulary, in [0, {vocab_size - 1}]"
+        return "be a token id, an integer >= 0" if any(token < 0 for token in ids) else None
+    if not any(_is(value, arm) for arm in arms):
+        return f"be {describe_setting(kind, declaration)}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    limits = describe_limits(declaration)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if declaration.get("finite") is False else "be a finite number" + (f" {limits}" if limits else "")
+    low, high = declaration.get("min"), declaration.get("max")
+    below = low is not None and (value <= low if declaration.get("min_exclusive") else value < low)
+    above = high is not None and (value >= high if declaration.get("max_exclusive") else value > high)
+    return f"be {limits}" if below or above else None
+
+
+def of_kind(kind, declaration: Mapping, value) -> bool:
+    """Whether `value` has the declared type (one of the choices' types, where there are choices), whatever its
+    range."""
+    choices = declaration.get("choices", ())
+    return (
+        any(type(value) is type(c) for c in choices)
+        if choices
+        else any(_is(value, a) for a in value_types(kind, declaration))
+    )
+
+
+def check_setting(name: str, kind, declaration: Mapping, value, where: str, vocab_size: int | None = None):
+    """`value`, or SettingError "{where}: {name} must ..., got {value}" (with the value's type where it is not the
+    declared one)."""
+    problem = setting_problem(kind, declaration, value, vocab_size)
+    if problem is None:
+        return value
+    named = "" if value is None or of_kind(kind, declaration, value) else f" ({type(value).__name__})"
+    phrase = f"must {problem}, got {shown(value)}{named}"
+    raise SettingError(f"{where}: {name} {phrase}", phrase, name)
+
+
+def declared_fields(cls) -> list[dataclasses.Field]:
+    """The fields of dataclass `cls` declared as settings (with a `help` in their metadata), in order."""
+    return [f for f in dataclasses.fields(cls) if "help" in f.metadata]
+
+
+__all__ = [
+    "SettingError",
+    "check_setting",
+    "declared_fields",
+    "describe_limits",
+    "describe_setting",
+    "is_nullable",
+    "of_kind",
+    "setting_problem",
+    "shown",
+    "value_types",
+]
