@@ -172,6 +172,21 @@ def test_output_attentions_returns_every_layer_and_masks_padding():
 # --- incremental decoding and padding ------------------------------------------------------------------------------
 
 
+def test_every_forward_declares_the_keyword_arguments_transformers_passes():
+    """A forward's `**kwargs` are typed `Unpack[TransformersKwargs]`, as Marian's are: transformers reads from that
+    annotation which of its keyword arguments (output_attentions, output_hidden_states, ...) a model takes, and its
+    common tests skip the output_attentions cases of a model whose `**kwargs` say nothing."""
+    import inspect
+
+    from vaswani_hf import VaswaniModel
+    from vaswani_hf.modeling_vaswani import VaswaniDecoder, VaswaniEncoder
+
+    for model_class in (VaswaniEncoder, VaswaniDecoder, VaswaniModel, VaswaniForConditionalGeneration):
+        annotation = inspect.signature(model_class.forward).parameters["kwargs"].annotation
+        declared = annotation.__args__[0].__annotations__
+        assert {"output_attentions", "output_hidden_states"} <= declared.keys(), model_class.__name__
+
+
 @pytest.mark.parametrize("cache_argument", ["cache", "past_key_values"])  # transformers >= 5.24 / < 5.24
 @pytest.mark.parametrize("position_encoding", ["sinusoidal", "learned"])
 def test_incremental_decoding_with_cache_equals_full_forward(position_encoding, cache_argument):

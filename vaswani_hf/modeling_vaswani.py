@@ -30,7 +30,8 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
-from transformers.utils import can_return_tuple
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs, can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
@@ -334,7 +335,7 @@ class VaswaniDecoderLayer(VaswaniLayer):
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
         cache: Cache | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
         """hidden_states (B, T, D); attention_mask: causal + target padding; encoder_attention_mask: source padding."""
         cache = pop_cache(cache, kwargs)
@@ -453,7 +454,7 @@ class VaswaniEncoder(VaswaniStack):
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
         """input_ids (B, S); attention_mask (B, S), 1 for tokens, 0 for padding; inputs_embeds (B, S, D) unscaled."""
         hidden_states, _ = self.embed(input_ids, inputs_embeds)  # (B, S, D)
@@ -491,7 +492,7 @@ class VaswaniDecoder(VaswaniStack):
         cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         """input_ids (B, T); attention_mask (B, T_past + T) target padding; encoder_hidden_states (B, S, D);
         encoder_attention_mask (B, S); inputs_embeds (B, T, D) unscaled."""
@@ -582,7 +583,7 @@ class VaswaniModel(VaswaniPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
         cache = pop_cache(cache, kwargs)
         if (
@@ -687,7 +688,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationM
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
         """input_ids (B, S); decoder_input_ids (B, T); labels (B, T), -100 where ignored."""
         cache = pop_cache(cache, kwargs)
