@@ -71,6 +71,47 @@ def test_a_config_of_another_model_is_refused_before_transformers_loads_it(field
         load_model_folder(folder)
 
 
+# keys transformers keeps in every config: a newer version's or another library's setting, an older name transformers
+# maps, and a near miss of one of ours (transformers' own model tests write layer_norm_epsilon into every config)
+FOREIGN_KEYS = {
+    "layer_norm_epsilon": 1.0,
+    "a_newer_setting": {"kind": "from the future", "steps": [1, 2]},
+    "torch_dtype": "float32",
+    "peft_type": None,
+}
+
+
+def test_a_config_json_with_keys_of_newer_versions_and_other_libraries_loads_everywhere(saved, tmp_path):
+    """Every entry that reads config.json takes it: the folder check, loading, averaging, the Marian export's check
+    and the real translate tool, which translates as with the file without those keys (they configure nothing here:
+    layer_norm_eps keeps its value)."""
+    from cli_contract import TRANSLATE_OPTIONS
+    from cli_helpers import run_script
+
+    from vaswani_hf.export.marian_limits import check_marian_exportable
+    from vaswani_hf.training.checkpoints import average_checkpoints
+
+    folder = copy_of(saved, tmp_path)
+    edit_json(folder / "config.json", **FOREIGN_KEYS)
+    check_model_folder(folder)
+    model, _ = load_model_folder(folder)
+    assert (model.config.layer_norm_epsilon, model.config.a_newer_setting["steps"]) == (1.0, [1, 2])
+    assert model.config.layer_norm_eps == saved["model"].config.layer_norm_eps
+    other = shutil.copytree(folder, tmp_path / "other")  # a second checkpoint: other weights, the same keys
+    rewrite_weights(other, lambda t: t + 0.01)
+    average_checkpoints([folder, other], one_run=False)
+    check_marian_exportable(folder)
+    source = tmp_path / "in.txt"
+    source.write_text("a man is riding a horse .\ntwo dogs play in the snow .\n", encoding="utf-8")
+    outputs = []
+    for model_folder in (saved["folder"], folder):
+        output = tmp_path / f"{model_folder.name}.txt"
+        result = run_script("translate", [source, "--model", model_folder, *TRANSLATE_OPTIONS, "--output", output])
+        assert result.returncode == 0, result.stderr[-2000:]
+        outputs.append(output.read_text(encoding="utf-8"))
+    assert outputs[1] == outputs[0] and outputs[0].count("\n") == 2
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # generation_config.json
 # ---------------------------------------------------------------------------------------------------------------------
