@@ -15,7 +15,7 @@ torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
 # The shared model fixtures (a trained translation model, a saved tiny Hub folder, the test Hub server): registered
 # here, so that a test names a fixture as an argument and never imports it.
-pytest_plugins = ("translation_model", "hub_helpers")
+pytest_plugins = ("translation_model", "hub_helpers", "transformers_tests")
 
 
 @pytest.fixture(scope="module")
