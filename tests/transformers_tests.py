@@ -191,11 +191,13 @@ def sdist_tests_dir() -> Path:
 
 
 def _register_markers(tests_dir: Path) -> None:
-    """Registers every pytest marker the common test files use, so that `--strict-markers` accepts them."""
+    """Registers every pytest marker the common test files use (a checkout's generation and export tests too), so
+    that `--strict-markers` accepts them."""
     if _pytest_config is None:
         return
     names = set()
-    for path in tests_dir.glob("test_*common*.py"):
+    modules = [tests_dir / (dotted.replace(".", "/") + ".py") for dotted in MISSING_FROM_SDIST]
+    for path in [*tests_dir.glob("test_*common*.py"), *(m for m in modules if m.is_file())]:
         names.update(re.findall(r"\bmark\.([A-Za-z_][A-Za-z0-9_]*)", path.read_text(encoding="utf-8")))
     for name in sorted(names - {"parametrize", "skip", "skipif", "xfail", "usefixtures", "filterwarnings"}):
         _pytest_config.addinivalue_line("markers", f"{name}: a marker of transformers' own common tests")
