@@ -27,12 +27,13 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from itertools import islice
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
-from tqdm.auto import tqdm
 
 from . import io
+from .io.progress import progress_bar
 from .translation_frontend import PositionTable, translate_lines
 
 BUFFER_LINES = 10_000  # lines read, sorted and decoded together: a few MB of text, batches padded as little as sorting
@@ -44,7 +45,7 @@ STATE = "state.json"
 class Engine:
     """A decoding engine: `translate(lines, bar)` (a window's translations), its front end's `encode`, `table`."""
 
-    translate: Callable[[list[str], tqdm], list[str]]
+    translate: Callable[[list[str], Any], list[str]]
     encode: Callable[[list[str]], list]
     table: PositionTable | None
     max_input_tokens: int | None
@@ -272,11 +273,9 @@ def translate_file(
         ]
         total = sum(min(buffer_lines, fingerprint["lines"] - k * buffer_lines) for k in mine)
         bar = stack.enter_context(
-            tqdm(
+            progress_bar(
                 total=total,
                 unit="line",
-                file=sys.stderr,
-                dynamic_ncols=True,
                 desc=f"process {world.rank}/{world.size}" if world.size > 1 else "translating",
                 disable=not progress or world.rank != 0 or total == 0,
             )

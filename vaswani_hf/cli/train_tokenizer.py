@@ -23,6 +23,7 @@ from pathlib import Path
 from .. import io
 from ..constraints import MAX_TOKENS, number
 from ..data.corpora import load_parallel, load_sample_corpus
+from ..io.progress import library_bars
 from ..tokenization import (
     DEFAULT_MODEL_MAX_LENGTH,
     DEFAULT_VOCAB_SIZE,
@@ -131,8 +132,6 @@ def _run(args) -> None:
                 f"{_source(args)}: no text to learn from ({len(corpus)} pairs, all empty); give the training corpus"
             )
     lines = _counted(iter_training_text(corpus, languages), _source(args))
-    # the tokenizers library's bar ends each stage with a line break on standard output: only on terminals
-    interactive = all(getattr(stream, "isatty", lambda: False)() for stream in (sys.stdout, sys.stderr))
     started = time.perf_counter()
     with io.atomic_output_dir(args.out_dir, kind=TOKENIZER_FOLDER, overwrite=args.overwrite) as tmp:
         tok = train_bpe_tokenizer(
@@ -143,7 +142,7 @@ def _run(args) -> None:
             normalization=None if args.normalization == "NONE" else args.normalization,
             model_max_length=args.model_max_length,
             save_dir=tmp,
-            show_progress=interactive,
+            show_progress=library_bars(),
         )
     print(
         json.dumps(

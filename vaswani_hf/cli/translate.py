@@ -124,7 +124,7 @@ def build_parser() -> ArgumentParser:
         default="fp32",
         help="compute dtype: bf16/fp16 run under torch.autocast (for GPUs); weights stay fp32",
     )
-    parser.add_argument("--no_progress", action="store_true", help="no progress bar on stderr")
+    parser.add_argument("--no_progress", action="store_true", help="no progress report on stderr")
     return parser
 
 
