@@ -225,6 +225,23 @@ class Writer:
     tool: str = ""  # set by `Cases`
 
 
+@dataclass(frozen=True)
+class Reads:
+    """A command line that reads text, for the input-kind battery (tests/test_cli_input_kinds.py), which gives it
+    `source` as each kind of input (a file, a named pipe, a process substitution, /dev/stdin, "-", a file removed,
+    replaced or changed while read): `argv(assets, folder, source)`; `text(assets)` the lines `source` holds; `at(folder)`
+    where the input must lie (a corpus file named by its folder; None: anywhere, "-" included); `outputs(folder)` the
+    files whose bytes must not depend on the kind; `stdout`: whether standard output must not either."""
+
+    id: str
+    argv: Callable[[Assets, Path, str], list]
+    text: Callable[[Assets], list[str]]
+    outputs: Callable[[Path], list[Path]] = lambda t: []
+    stdout: bool = False
+    at: Callable[[Path], Path] | None = None
+    tool: str = ""  # set by `Cases`
+
+
 @dataclass
 class Cases:
     """What the batteries need of one tool (see the module docstring), and its cases: `@cases(name, *marks)` registers
@@ -235,10 +252,12 @@ class Cases:
     run: Callable[[Assets, Path], list]  # runs to completion, writing into the case's folder t
     paths: Sequence[PathCase] = ()
     writers: Sequence[Writer] = ()
+    reads: Sequence[Reads] = ()  # its text inputs
     params: list = field(default_factory=list)
 
     def __post_init__(self):
         self.paths = [dataclasses.replace(p, tool=self.tool) for p in self.paths]
+        self.reads = [dataclasses.replace(r, tool=self.tool) for r in self.reads]
         run = self.run
         self.writers = [
             dataclasses.replace(w, tool=self.tool, argv=w.argv or (lambda a, t, disk: run(a, disk)))
@@ -265,6 +284,12 @@ class Cases:
 def every_tool() -> dict[str, Cases]:
     """{tool: its `Cases`} for every tool of the registry (each declared in tests/test_cli_<tool>.py)."""
     return {tool: importlib.import_module(f"test_cli_{tool}").case for tool in TOOLS}
+
+
+def declared(kind: str) -> list:
+    """Every tool's declarations of one kind ("writers", "reads", "paths"), in the registry's order: the
+    tables the batteries run, generated from the registry (a new tool's declarations join them)."""
+    return [item for case in every_tool().values() for item in getattr(case, kind)]
 
 
 def model_classes(case: Cases, flag: str, argv: Callable[[Path, Assets, Path], list]):

@@ -19,6 +19,7 @@ from cli_contract import (
     Call,
     Cases,
     PathCase,
+    Reads,
     Writer,
     copy,
     run_main,
@@ -27,7 +28,7 @@ from cli_contract import (
 )
 from cli_helpers import truncate
 
-from vaswani_hf.io import check_safetensors
+from vaswani_hf.io import check_safetensors, read_lines
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -81,6 +82,25 @@ case = Cases(
         ),
     ],
     writers=[Writer("train", None, "output_dir", 64 * PAGE)],
+    reads=[
+        Reads(
+            "train",
+            lambda a, t, s: [
+                "--recipe",
+                a.recipe,
+                "--data_dir",
+                copy(a.corpus / "train.de", t / "corpus" / "train.de").parent,
+                "--output_dir",
+                t / "run",
+            ],
+            lambda a: read_lines(a.corpus / "train.en"),
+            outputs=lambda t: [
+                t / "run" / "tokenizer" / "tokenizer.json",
+                t / "run" / "checkpoint-4" / "model.safetensors",
+            ],
+            at=lambda t: t / "corpus" / "train.en",
+        )
+    ],
 )
 
 

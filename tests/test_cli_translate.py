@@ -18,6 +18,7 @@ from cli_contract import (
     Call,
     Cases,
     PathCase,
+    Reads,
     Writer,
     copy,
     many_lines,
@@ -27,6 +28,7 @@ from cli_contract import (
 )
 
 pytest_plugins = ["cli_assets"]
+TWENTY = [f"{LINES[i % 3]} {i}" for i in range(20)]  # several windows of 6 or 7 lines, each line its own
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
@@ -68,6 +70,29 @@ case = Cases(
             "--output",
             PAGE,
         )
+    ],
+    reads=[
+        Reads(
+            "translate-output",
+            lambda a, t, s: [
+                s,
+                "--model",
+                a.model,
+                *TRANSLATE_OPTIONS,
+                "--buffer_lines",
+                "7",
+                "--output",
+                t / "o.txt",
+            ],
+            lambda a: TWENTY,
+            outputs=lambda t: [t / "o.txt"],
+        ),
+        Reads(
+            "translate-stdout",
+            lambda a, t, s: [s, "--model", a.model, *TRANSLATE_OPTIONS, "--buffer_lines", "7"],
+            lambda a: TWENTY,
+            stdout=True,
+        ),
     ],
 )
 

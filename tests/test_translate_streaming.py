@@ -163,6 +163,42 @@ def test_a_running_translation_is_never_replaced_nor_a_file_put_in_its_staging_f
     assert out.read_bytes() == expected and not partial.exists() and (tmp_path / "x.de").read_text() == "mine\n"
 
 
+@pytest.mark.timeout(120)
+def test_several_processes_refuse_an_input_read_only_once(assets, tmp_path, monkeypatch, capfd):
+    """Each of N processes reads the whole input: a named pipe (it would be shared out among them, or wait forever)
+    is refused in one line before it is opened."""
+    os.mkfifo(tmp_path / "fifo")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    capfd.readouterr()
+    assert translate(tmp_path / "fifo", tmp_path / "out.txt", assets.model)[0] == 2
+    err = capfd.readouterr().err.splitlines()
+    assert len(err) == 1 and "2 processes (WORLD_SIZE)" in err[0] and "read only once" in err[0], err
+
+
+def test_a_pipe_beyond_the_spool_bound_is_one_line(assets, tmp_path, monkeypatch, capfd):
+    """The copy of an input read only once is bounded (vaswani_hf.io.text.SPOOL_SHARE of TMPDIR's free space): more is
+    refused in one line naming the input, nothing written, the copy removed."""
+    import tempfile
+
+    import vaswani_hf.io.text
+
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    monkeypatch.setattr(vaswani_hf.io.text, "SPOOL_SHARE", 1e-15)
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"a man\n" * 100)
+    os.close(write_end)
+    capfd.readouterr()
+    try:
+        assert translate(f"/dev/fd/{read_end}", tmp_path / "out.txt", assets.model)[0] == 2
+    finally:
+        os.close(read_end)
+    err = capfd.readouterr().err.splitlines()
+    assert len(err) == 1 and f"/dev/fd/{read_end}: more than " in err[0] and "TMPDIR" in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tmp"] and not list((tmp_path / "tmp").iterdir())
+
+
 def _env() -> dict:
     return dict(
         os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1"

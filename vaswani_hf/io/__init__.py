@@ -36,7 +36,19 @@ from .outputs import (
     replace_atomically,
     written_by,
 )
-from .text import check_input_file, iter_lines, read_json, read_lines, to_json, write_json, write_lines
+from .text import (
+    TextInput,
+    check_input_file,
+    check_read_once,
+    format_lines,
+    iter_lines,
+    read_json,
+    read_lines,
+    reads_once,
+    to_json,
+    write_json,
+    write_lines,
+)
 
 __all__ = [
     "STDIO",
@@ -44,9 +56,13 @@ __all__ = [
     "UsageError",
     "RunFailure",
     "InputLineError",
+    "TextInput",
+    "reads_once",
+    "check_read_once",
     "iter_lines",
     "read_lines",
     "write_lines",
+    "format_lines",
     "read_json",
     "write_json",
     "to_json",
