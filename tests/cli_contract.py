@@ -242,6 +242,22 @@ class Reads:
     tool: str = ""  # set by `Cases`
 
 
+@dataclass(frozen=True)
+class Resumable:
+    """A command line whose finished units a resume reuses, for the resume battery (tests/test_cli_resume.py):
+    `argv(assets, folder)` runs; `stop` ("module.attr") raises KeyboardInterrupt once every unit is written;
+    `units(folder)` are the files a resume would reuse (one is damaged); `resume` continues; `output(folder)` is what
+    the resumed run must give byte for byte as an uninterrupted one."""
+
+    id: str
+    argv: Callable[[Assets, Path], list]
+    stop: str
+    units: Callable[[Path], list[Path]]
+    output: Callable[[Path], Path]
+    resume: tuple = ("--resume",)
+    tool: str = ""  # set by `Cases`
+
+
 @dataclass
 class Cases:
     """What the batteries need of one tool (see the module docstring), and its cases: `@cases(name, *marks)` registers
@@ -253,11 +269,13 @@ class Cases:
     paths: Sequence[PathCase] = ()
     writers: Sequence[Writer] = ()
     reads: Sequence[Reads] = ()  # its text inputs
+    resumes: Sequence[Resumable] = ()  # what its resume reuses
     params: list = field(default_factory=list)
 
     def __post_init__(self):
         self.paths = [dataclasses.replace(p, tool=self.tool) for p in self.paths]
         self.reads = [dataclasses.replace(r, tool=self.tool) for r in self.reads]
+        self.resumes = [dataclasses.replace(r, tool=self.tool) for r in self.resumes]
         run = self.run
         self.writers = [
             dataclasses.replace(w, tool=self.tool, argv=w.argv or (lambda a, t, disk: run(a, disk)))
@@ -287,7 +305,7 @@ def every_tool() -> dict[str, Cases]:
 
 
 def declared(kind: str) -> list:
-    """Every tool's declarations of one kind ("writers", "reads", "paths"), in the registry's order: the
+    """Every tool's declarations of one kind ("writers", "reads", "resumes", "paths"), in the registry's order: the
     tables the batteries run, generated from the registry (a new tool's declarations join them)."""
     return [item for case in every_tool().values() for item in getattr(case, kind)]
 

@@ -20,6 +20,7 @@ from cli_contract import (
     Cases,
     PathCase,
     Reads,
+    Resumable,
     Writer,
     copy,
     run_main,
@@ -99,6 +100,15 @@ case = Cases(
                 t / "run" / "checkpoint-4" / "model.safetensors",
             ],
             at=lambda t: t / "corpus" / "train.en",
+        )
+    ],
+    resumes=[
+        Resumable(
+            "train",
+            lambda a, t: ["--recipe", a.recipe, "--data_dir", a.corpus, "--output_dir", t / "run"],
+            "vaswani_hf.training.run.average",  # every checkpoint written, the run not finished
+            lambda t: [t / "run" / "checkpoint-4" / "model.safetensors"],
+            lambda t: t / "run" / "hub" / "model.safetensors",
         )
     ],
 )

@@ -19,6 +19,7 @@ from cli_contract import (
     Cases,
     PathCase,
     Reads,
+    Resumable,
     Writer,
     copy,
     many_lines,
@@ -93,6 +94,24 @@ case = Cases(
             lambda a: TWENTY,
             stdout=True,
         ),
+    ],
+    resumes=[
+        Resumable(
+            "translate",
+            lambda a, t: [
+                write(t / "in" / "in.txt", TWENTY),
+                "--model",
+                a.model,
+                *TRANSLATE_OPTIONS,
+                "--buffer_lines",
+                "6",
+                "--output",
+                t / "out.txt",
+            ],
+            "vaswani_hf.translate_staging.publish",
+            lambda t: sorted((t / "out.txt.partial").glob("window-*.txt")),
+            lambda t: t / "out.txt",
+        )
     ],
 )
 

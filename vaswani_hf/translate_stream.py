@@ -5,11 +5,12 @@ The input (`io.TextInput`, two passes: a pipe is spooled as the first pass reads
 1. the check: every window through the front end without decoding, so a bad line is named as file:line before
    anything is decoded; the same pass counts and hashes the lines (the input's fingerprint, and each window's);
 2. the decoding: each window is first compared with its hash from the check (an input changed meanwhile is refused),
-   translated and written into `<output>.partial/` (`translate_staging`), whose state file records the fingerprint,
-   model and settings; the parts are then joined into `<output>` in one rename.
+   translated and written with its record into `<output>.partial/` (`translate_staging`), whose state file records
+   the fingerprint, model and settings; the parts are then joined, each checked against its record, into `<output>`
+   in one rename.
 
-An interrupted run keeps its finished windows; `resume=True` continues and gives the same bytes as an uninterrupted
-run (a state that does not match is refused). Under a
+An interrupted run keeps its finished windows; `resume=True` continues, reusing only the windows whose parts match
+their records, and gives the same bytes as an uninterrupted run (a state that does not match is refused). Under a
 launcher (`RANK`, `WORLD_SIZE`) process r decodes the windows k % N == r; processes meet at two gloo barriers and
 rank 0 joins the parts. Parts are per window, not per process, so a run may be resumed with another number of
 processes.
@@ -130,11 +131,21 @@ def check_input(text: io.TextInput, label: str, engine: Engine, size: int) -> tu
 
 
 def _todo(staging: Path | None, windows: list[tuple[int, str]], world: Processes, resume: bool) -> list[int]:
-    """This process's windows (k % N == rank) still to translate: all of them, or on a resume those without a part."""
+    """This process's windows (k % N == rank) still to translate: all of them, or on a resume those whose part is
+    absent or unproven (each of those named, then removed)."""
     mine = [k for k in range(len(windows)) if k % world.size == world.rank]
     if staging is None or not resume:
         return mine
-    return [k for k in mine if not staging_files.part(staging, k).is_file()]
+    todo = []
+    for k in mine:
+        problem = staging_files.part_problem(staging, k, *windows[k])
+        if problem is None:
+            continue
+        if problem != "absent":
+            print(f"--resume: {staging_files.part(staging, k)} is translated again: {problem}", file=sys.stderr)
+            staging_files.forget(staging, k)
+        todo.append(k)
+    return todo
 
 
 def _decode(
@@ -164,7 +175,7 @@ def _decode(
         if staging is None:
             io.write_lines(None, translations)
         else:
-            staging_files.write_part(staging, k, translations)
+            staging_files.write_part(staging, k, translations, windows[k][1])
         lines += len(window)
         texts = [t for t in translations if t]
         tokens += sum(len(ids) for ids in engine.encode(texts)) if texts else 0
@@ -215,6 +226,6 @@ def translate_file(
         if staging is not None:
             world.barrier()  # every window is written
             if world.rank == 0:
-                staging_files.publish(staging, len(windows), output, overwrite)
+                staging_files.publish(staging, windows, output, overwrite)
             world.barrier()
     return {"lines": lines, "tokens": tokens, "seconds": time.perf_counter() - started}

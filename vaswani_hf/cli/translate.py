@@ -24,7 +24,9 @@ that window, not on the file. --output appears only when everything is translate
 file is replaced only with --overwrite; meanwhile the finished windows are kept in <output>.partial/, so that an
 interrupted run (Ctrl-C, SIGTERM, a crash, a full disk) continues with --resume and gives the same bytes. A folder
 left by an interrupted run is continued only with --resume (and the same input, model and settings), replaced only
-with --overwrite. Standard output receives each window when it is done. Progress goes to stderr: a bar on a terminal, else a
+with --overwrite. Each finished window is recorded with its line count and SHA-256: --resume reuses only windows
+that match their record (any other is named and translated again), and the join into --output checks every window
+again. Standard output receives each window when it is done. Progress goes to stderr: a bar on a terminal, else a
 plain line every 5% or every minute (vaswani_hf.io.progress).
 
 Several processes, one per GPU (or CPU processes with a few threads each):

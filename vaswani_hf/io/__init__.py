@@ -5,7 +5,7 @@ loaded strictly). Their errors are `vaswani_hf.errors`' (`UsageError`: exit 2; `
 """
 
 from ..errors import STDIO, InputLineError, RunFailure, UsageError, VaswaniError
-from . import files
+from . import files, proofs
 from .binary_files import check_ctranslate2_folder
 from .files import FileShape, check_shape, check_tokenizer_file
 from .models import (
@@ -92,6 +92,7 @@ __all__ = [
     "model_vocab_size",
     "check_generation_config_file",
     "files",
+    "proofs",
     "FileShape",
     "check_shape",
     "check_tokenizer_file",
