@@ -212,16 +212,23 @@ class PathCase:
     tool: str = ""  # set by `Cases`
 
 
+# The last step of an atomic write before the output appears (the whole new content is in its temporary file).
+BEFORE_THE_RENAME = "vaswani_hf.io.outputs.fsync_tree"
+
+
 @dataclass(frozen=True)
 class Writer:
-    """A command line that writes, for the full-disk battery (tests/test_cli_os_conditions.py): `argv(assets, case
-    folder, disk)` (None: the tool's `run` into the disk); `output` names the output in the error line; `part` bytes
-    free let it start and stop part way (measured: its output is larger)."""
+    """A command line that writes, for the batteries of a full disk, an interruption while writing (Ctrl-C, SIGTERM,
+    SIGHUP) (tests/test_cli_os_conditions.py, tests/test_cli_surroundings.py): `argv(assets, case folder, disk)`
+    (None: the tool's `run` into the disk); `output` names the output in the error line; `part` bytes free let it
+    start and stop part way (measured: its output is larger); `interrupt` ("module.attr") is its last step before
+    the output appears, where the interruption batteries stop it."""
 
     id: str
     argv: Callable[[Assets, Path, Path], list] | None
     output: str
     part: int
+    interrupt: str = BEFORE_THE_RENAME
     tool: str = ""  # set by `Cases`
 
 
@@ -240,6 +247,15 @@ class Reads:
     stdout: bool = False
     at: Callable[[Path], Path] | None = None
     tool: str = ""  # set by `Cases`
+
+
+@dataclass(frozen=True)
+class Stdout:
+    """A command line whose result goes to standard output, for the closed-stream batteries (a closed standard
+    output, a reader that closes the pipe after `read_lines` lines): `argv(assets, folder)`."""
+
+    argv: Callable[[Assets, Path], list]
+    read_lines: int = 0
 
 
 @dataclass(frozen=True)
@@ -269,6 +285,7 @@ class Cases:
     paths: Sequence[PathCase] = ()
     writers: Sequence[Writer] = ()
     reads: Sequence[Reads] = ()  # its text inputs
+    stdout: Stdout | None = None  # a result on standard output
     resumes: Sequence[Resumable] = ()  # what its resume reuses
     params: list = field(default_factory=list)
 
@@ -308,6 +325,11 @@ def declared(kind: str) -> list:
     """Every tool's declarations of one kind ("writers", "reads", "resumes", "paths"), in the registry's order: the
     tables the batteries run, generated from the registry (a new tool's declarations join them)."""
     return [item for case in every_tool().values() for item in getattr(case, kind)]
+
+
+def stdout_users() -> dict[str, Stdout]:
+    """{tool: its command line with a result on standard output}."""
+    return {tool: case.stdout for tool, case in every_tool().items() if case.stdout is not None}
 
 
 def model_classes(case: Cases, flag: str, argv: Callable[[Path, Assets, Path], list]):

@@ -21,6 +21,7 @@ from cli_contract import (
     Cases,
     PathCase,
     Reads,
+    Stdout,
     Writer,
     copy,
     many_lines,
@@ -146,6 +147,14 @@ case = Cases(
             stdout=True,
         ),
     ],
+    stdout=Stdout(
+        lambda a, t: [
+            "--hypotheses",
+            write(t / "in" / "hyp.txt", GERMAN),
+            "--references",
+            write(t / "in" / "ref.txt", GERMAN),
+        ]
+    ),
 )
 
 

@@ -82,7 +82,9 @@ case = Cases(
             **_ROLES,
         ),
     ],
-    writers=[Writer("train", None, "output_dir", 64 * PAGE)],
+    writers=[
+        Writer("train", None, "output_dir", 64 * PAGE, interrupt="vaswani_hf.training.trainer.publish_checkpoint")
+    ],
     reads=[
         Reads(
             "train",

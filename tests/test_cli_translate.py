@@ -20,6 +20,7 @@ from cli_contract import (
     PathCase,
     Reads,
     Resumable,
+    Stdout,
     Writer,
     copy,
     many_lines,
@@ -95,6 +96,7 @@ case = Cases(
             stdout=True,
         ),
     ],
+    stdout=Stdout(lambda a, t: [many_lines(t), "--model", a.model, *TRANSLATE_OPTIONS], read_lines=1),
     resumes=[
         Resumable(
             "translate",
