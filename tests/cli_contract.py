@@ -212,16 +212,65 @@ class PathCase:
     tool: str = ""  # set by `Cases`
 
 
+# The last step of an atomic write before the output appears (the whole new content is in its temporary file).
+BEFORE_THE_RENAME = "vaswani_hf.io.outputs.fsync_tree"
+
+
 @dataclass(frozen=True)
 class Writer:
-    """A command line that writes, for the full-disk battery (tests/test_cli_os_conditions.py): `argv(assets, case
-    folder, disk)` (None: the tool's `run` into the disk); `output` names the output in the error line; `part` bytes
-    free let it start and stop part way (measured: its output is larger)."""
+    """A command line that writes, for the batteries of a full disk, an interruption while writing (Ctrl-C, SIGTERM,
+    SIGHUP) (tests/test_cli_os_conditions.py, tests/test_cli_surroundings.py): `argv(assets, case folder, disk)`
+    (None: the tool's `run` into the disk); `output` names the output in the error line; `part` bytes free let it
+    start and stop part way (measured: its output is larger); `interrupt` ("module.attr") is its last step before
+    the output appears, where the interruption batteries stop it."""
 
     id: str
     argv: Callable[[Assets, Path, Path], list] | None
     output: str
     part: int
+    interrupt: str = BEFORE_THE_RENAME
+    tool: str = ""  # set by `Cases`
+
+
+@dataclass(frozen=True)
+class Reads:
+    """A command line that reads text, for the input-kind battery (tests/test_cli_input_kinds.py), which gives it
+    `source` as each kind of input (a file, a named pipe, a process substitution, /dev/stdin, "-", a file removed,
+    replaced or changed while read): `argv(assets, folder, source)`; `text(assets)` the lines `source` holds; `at(folder)`
+    where the input must lie (a corpus file named by its folder; None: anywhere, "-" included); `outputs(folder)` the
+    files whose bytes must not depend on the kind; `stdout`: whether standard output must not either."""
+
+    id: str
+    argv: Callable[[Assets, Path, str], list]
+    text: Callable[[Assets], list[str]]
+    outputs: Callable[[Path], list[Path]] = lambda t: []
+    stdout: bool = False
+    at: Callable[[Path], Path] | None = None
+    tool: str = ""  # set by `Cases`
+
+
+@dataclass(frozen=True)
+class Stdout:
+    """A command line whose result goes to standard output, for the closed-stream batteries (a closed standard
+    output, a reader that closes the pipe after `read_lines` lines): `argv(assets, folder)`."""
+
+    argv: Callable[[Assets, Path], list]
+    read_lines: int = 0
+
+
+@dataclass(frozen=True)
+class Resumable:
+    """A command line whose finished units a resume reuses, for the resume battery (tests/test_cli_resume.py):
+    `argv(assets, folder)` runs; `stop` ("module.attr") raises KeyboardInterrupt once every unit is written;
+    `units(folder)` are the files a resume would reuse (one is damaged); `resume` continues; `output(folder)` is what
+    the resumed run must give byte for byte as an uninterrupted one."""
+
+    id: str
+    argv: Callable[[Assets, Path], list]
+    stop: str
+    units: Callable[[Path], list[Path]]
+    output: Callable[[Path], Path]
+    resume: tuple = ("--resume",)
     tool: str = ""  # set by `Cases`
 
 
@@ -235,10 +284,15 @@ class Cases:
     run: Callable[[Assets, Path], list]  # runs to completion, writing into the case's folder t
     paths: Sequence[PathCase] = ()
     writers: Sequence[Writer] = ()
+    reads: Sequence[Reads] = ()  # its text inputs
+    stdout: Stdout | None = None  # a result on standard output
+    resumes: Sequence[Resumable] = ()  # what its resume reuses
     params: list = field(default_factory=list)
 
     def __post_init__(self):
         self.paths = [dataclasses.replace(p, tool=self.tool) for p in self.paths]
+        self.reads = [dataclasses.replace(r, tool=self.tool) for r in self.reads]
+        self.resumes = [dataclasses.replace(r, tool=self.tool) for r in self.resumes]
         run = self.run
         self.writers = [
             dataclasses.replace(w, tool=self.tool, argv=w.argv or (lambda a, t, disk: run(a, disk)))
@@ -265,6 +319,17 @@ class Cases:
 def every_tool() -> dict[str, Cases]:
     """{tool: its `Cases`} for every tool of the registry (each declared in tests/test_cli_<tool>.py)."""
     return {tool: importlib.import_module(f"test_cli_{tool}").case for tool in TOOLS}
+
+
+def declared(kind: str) -> list:
+    """Every tool's declarations of one kind ("writers", "reads", "resumes", "paths"), in the registry's order: the
+    tables the batteries run, generated from the registry (a new tool's declarations join them)."""
+    return [item for case in every_tool().values() for item in getattr(case, kind)]
+
+
+def stdout_users() -> dict[str, Stdout]:
+    """{tool: its command line with a result on standard output}."""
+    return {tool: case.stdout for tool, case in every_tool().items() if case.stdout is not None}
 
 
 def model_classes(case: Cases, flag: str, argv: Callable[[Path, Assets, Path], list]):

@@ -20,6 +20,8 @@ from cli_contract import (
     Call,
     Cases,
     PathCase,
+    Reads,
+    Stdout,
     Writer,
     copy,
     many_lines,
@@ -111,6 +113,48 @@ case = Cases(
             PAGE,
         ),
     ],
+    reads=[
+        Reads(
+            "evaluate-hypotheses",
+            lambda a, t, s: ["--hypotheses", s, "--references", write(t / "in" / "ref.txt", LINES)],
+            lambda a: GERMAN,
+            stdout=True,
+        ),
+        Reads(
+            "evaluate-references",
+            lambda a, t, s: ["--hypotheses", write(t / "in" / "hyp.txt", GERMAN), "--references", s],
+            lambda a: LINES,
+            stdout=True,
+        ),
+        Reads(
+            "evaluate-source",
+            lambda a, t, s: [
+                "--model",
+                a.model,
+                "--source",
+                s,
+                "--references",
+                write(t / "in" / "ref.txt", GERMAN),
+                "--num_beams",
+                "1",
+                "--device",
+                "cpu",
+                "--save_hypotheses",
+                t / "hyp.txt",
+            ],
+            lambda a: LINES,
+            outputs=lambda t: [t / "hyp.txt"],
+            stdout=True,
+        ),
+    ],
+    stdout=Stdout(
+        lambda a, t: [
+            "--hypotheses",
+            write(t / "in" / "hyp.txt", GERMAN),
+            "--references",
+            write(t / "in" / "ref.txt", GERMAN),
+        ]
+    ),
 )
 
 

@@ -1,5 +1,6 @@
 """The operating system's conditions while a command writes, for every command that writes: a full disk, Ctrl-C in the
-middle of writing, and a standard output closed by its reader.
+middle of writing, and a standard output closed by its reader. The tables are generated from the registry: every
+tool's declared writers (`Cases.writers`) and command lines with a result on standard output (`Cases.stdout`).
 
 - Disk full: the output goes to a small tmpfs (mounted under tmp_path; root only, skipped otherwise) that holds a
   one-page filler and `free` bytes more, so the command starts, writes until the disk is full, and stops: exit status
@@ -7,9 +8,9 @@ middle of writing, and a standard output closed by its reader.
   (no partial output, no temporary file; a training run keeps its complete files, never a partial checkpoint or a
   staging folder), no file descriptor left open on it, and every input unchanged. Each command runs with no byte
   free and with part of its output's size free.
-- Ctrl-C while writing (the writers' last step before the output appears is made to raise KeyboardInterrupt), for
-  the commands whose existing Ctrl-C case (tests/test_cli_<tool>.py) stops them before they write: exit status 130,
-  "interrupted", no partial output left.
+- Ctrl-C while writing (each writer's last step before its output appears, `Writer.interrupt`, is made to raise
+  KeyboardInterrupt): exit status 130, "interrupted", no partial output left (a training run: its complete files
+  only), no descriptor left open.
 - A closed pipe: the console script in a real process, its standard output read by a reader that closes early (after
   one line of a long output through a one-page pipe, or before anything was written): exit status 1, one line
   "broken pipe", no traceback and no "Exception ignored" from Python's final flush.
@@ -36,17 +37,15 @@ from pathlib import Path
 
 import pytest
 from cli_contract import (
-    GERMAN,
     PAGE,
     TOOLS,
-    TRANSLATE_OPTIONS,
     Writer,
     changes,
-    every_tool,
+    declared,
     interrupted,
-    many_lines,
     run_main,
     snapshot,
+    stdout_users,
     write,
 )
 from cli_helpers import REPO
@@ -117,7 +116,8 @@ def small_disk(tmp_path):
         subprocess.run(["umount", "--lazy", str(disk)], capture_output=True, check=False)
 
 
-WRITERS = [writer for case in every_tool().values() for writer in case.writers]  # each tool's test file
+WRITERS = declared("writers")  # each tool's test file
+WRITER_CASES = [pytest.param(w, id=w.id, marks=[pytest.mark.slow] if w.tool == "train" else []) for w in WRITERS]
 DISK_CASES = [
     pytest.param(
         w, free, id=f"{w.id}-{free // PAGE}-pages-free", marks=[pytest.mark.slow] if w.tool == "train" else []
@@ -127,19 +127,23 @@ DISK_CASES = [
 ]
 
 
-def leftovers(disk: Path, writer: Writer) -> list[str]:
-    """What a failed command left on the disk besides the filler: nothing, or for a training run its complete files
-    only (a hidden name is a temporary or staging file; a checkpoint folder without trainer_state.json is partial)."""
+def partial_output(writer: Writer, root: Path, paths) -> list[str]:
+    """Of `paths` (created or changed under `root` by a command that failed or was stopped), what it must not leave:
+    anything, or for a training run, which keeps its complete files, a hidden file or folder (temporary, staging)
+    or a checkpoint folder without trainer_state.json (partial)."""
     left = []
-    for path in sorted(disk.rglob("*")):
-        relative = path.relative_to(disk)
-        if relative == Path("filler"):
-            continue
+    for path in sorted(Path(p) for p in paths):
+        relative = path.relative_to(root)
         hidden = any(part.startswith(".") and part != ".vaswani_hf.json" for part in relative.parts)
         partial = path.is_dir() and path.name.startswith("checkpoint-") and not (path / "trainer_state.json").is_file()
         if writer.tool != "train" or hidden or partial:
             left.append(str(relative))
     return left
+
+
+def leftovers(disk: Path, writer: Writer) -> list[str]:
+    """What a failed command left on the disk besides the filler (`partial_output`)."""
+    return partial_output(writer, disk, [p for p in disk.rglob("*") if p.relative_to(disk) != Path("filler")])
 
 
 @pytest.mark.parametrize("writer, free", DISK_CASES)
@@ -166,67 +170,20 @@ def test_a_full_disk_stops_the_command_cleanly(writer, free, small_disk, assets,
 # Ctrl-C while writing
 # ---------------------------------------------------------------------------------------------------------------------
 
-# The last step of an atomic write before the output appears (the whole new content is in its temporary file).
-BEFORE_THE_RENAME = "vaswani_hf.io.outputs.fsync_tree"
-INTERRUPTED_WRITES = {
-    "translate --output": (every_tool()["translate"].run, BEFORE_THE_RENAME),
-    "evaluate --out": (
-        lambda a, t: [
-            "--hypotheses",
-            write(t / "in" / "hyp.txt", GERMAN),
-            "--references",
-            write(t / "in" / "ref.txt", GERMAN),
-            "--out",
-            t / "scores.json",
-        ],
-        BEFORE_THE_RENAME,
-    ),
-    "evaluate --save_hypotheses": (
-        lambda a, t: [
-            "--model",
-            a.model,
-            "--source",
-            a.plain,
-            "--references",
-            a.plain,
-            "--num_beams",
-            "1",
-            "--device",
-            "cpu",
-            "--save_hypotheses",
-            t / "hyp.txt",
-            "--out",
-            t / "scores.json",
-        ],
-        BEFORE_THE_RENAME,
-    ),
-    # the first checkpoint, written completely into the staging folder, before its rename into place
-    "train checkpoint": (every_tool()["train"].run, "vaswani_hf.training.trainer.publish_checkpoint"),
-}
 
-
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=[pytest.mark.slow] if n.startswith("train") else []) for n in INTERRUPTED_WRITES]
-)
-def test_ctrl_c_while_writing_leaves_no_partial_output(name, assets, tmp_path, capfd, monkeypatch):
-    build, target = INTERRUPTED_WRITES[name]
+@pytest.mark.parametrize("writer", WRITER_CASES)
+def test_ctrl_c_while_writing_leaves_no_partial_output(writer, assets, tmp_path, capfd, monkeypatch):
+    """Every writer (`Cases.writers`), stopped at its last step before the output appears (`Writer.interrupt`)."""
     monkeypatch.chdir(tmp_path)
-    argv = build(assets, tmp_path)
-    monkeypatch.setattr(target, interrupted)
+    argv = writer.argv(assets, tmp_path, tmp_path)
+    monkeypatch.setattr(writer.interrupt, interrupted)
     before = snapshot(assets.root, tmp_path)
     capfd.readouterr()
-    code, warned = run_main(name.split()[0], argv)
+    code, warned = run_main(writer.tool, argv)
     _, err = capfd.readouterr()
-    assert_one_error_line(err + "".join(f"{w}\n" for w in warned), code, 130, "interrupted", shown=name)
-    created = sorted(changes(before, snapshot(assets.root, tmp_path)))
-    if name.startswith("train"):  # the run keeps its complete files; no checkpoint, no staging folder, no lock
-        run = tmp_path / "run"
-        partial = [p.name for p in [*run.glob("checkpoint-*"), *run.glob(".*")] if p.name != ".vaswani_hf.json"]
-        assert not partial and not open_descriptors_under(run), (
-            f"left behind: {partial}, still open: {open_descriptors_under(run)}"
-        )
-    else:
-        assert created == [], f"left behind: {created}"
+    assert_one_error_line(err + "".join(f"{w}\n" for w in warned), code, 130, "interrupted", shown=writer.id)
+    left = partial_output(writer, tmp_path, changes(before, snapshot(assets.root, tmp_path)))
+    assert not left and not open_descriptors_under(tmp_path), (left, open_descriptors_under(tmp_path))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -260,31 +217,15 @@ def run_into_closed_pipe(argv: list, lines_read: int, cwd: Path) -> tuple[int, s
     return process.returncode, err.decode("utf-8", "replace")
 
 
-PIPE_CASES = {
-    "translate to stdout, reader closes after one line": (
-        lambda a, t: [console_script("translate"), many_lines(t), "--model", a.model, *TRANSLATE_OPTIONS],
-        1,
-    ),
-    "evaluate table, reader closes at once": (
-        lambda a, t: [
-            console_script("evaluate"),
-            "--hypotheses",
-            write(t / "in" / "hyp.txt", GERMAN),
-            "--references",
-            write(t / "in" / "ref.txt", GERMAN),
-        ],
-        0,
-    ),
-}
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("name", list(PIPE_CASES))
-def test_a_closed_standard_output_is_one_line(name, assets, tmp_path):
-    build, lines_read = PIPE_CASES[name]
-    argv = build(assets, tmp_path)
+@pytest.mark.parametrize("tool", list(stdout_users()))
+def test_a_closed_standard_output_is_one_line(tool, assets, tmp_path):
+    """Every command line with a result on standard output (`Cases.stdout`), its reader closing the pipe after
+    `read_lines` lines."""
+    use = stdout_users()[tool]
+    argv = [console_script(tool), *use.argv(assets, tmp_path)]
     before = snapshot(assets.root, tmp_path)
-    code, err = run_into_closed_pipe(argv, lines_read, tmp_path)
+    code, err = run_into_closed_pipe(argv, use.read_lines, tmp_path)
     assert_one_error_line(err, code, 1, "broken pipe", shown=" ".join(map(str, argv)))
     assert len(err.splitlines()) == 1, err
     assert not changes(before, snapshot(assets.root, tmp_path))

@@ -8,6 +8,9 @@ owns before any command runs, for every command:
   write to it (exit status 1, as a closed pipe);
 - SIGTERM and SIGHUP while writing interrupt as Ctrl-C does: exit status 143 and 129, one line, no partial output.
 
+The users of standard input and output and the writers are generated from the registry: each tool's declared text
+inputs (`Cases.reads`), result on standard output (`Cases.stdout`) and writers (`Cases.writers`).
+
 In real processes (slow): the closed descriptors themselves, the deleted folder before torch is imported, RANK=abc,
 transformers' LOAD REPORT table (it never precedes the one line), and a signal during tokenizer training (no staged
 folder left beside --out_dir).
@@ -15,6 +18,7 @@ folder left beside --out_dir).
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -25,8 +29,19 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_contract import GERMAN, LINES, TOOLS, TRANSLATE_OPTIONS, changes, every_tool, run_main, snapshot
-from test_cli_os_conditions import assert_one_error_line, console_script
+from cli_contract import (
+    GERMAN,
+    LINES,
+    TOOLS,
+    TRANSLATE_OPTIONS,
+    changes,
+    declared,
+    every_tool,
+    run_main,
+    snapshot,
+    stdout_users,
+)
+from test_cli_os_conditions import WRITER_CASES, assert_one_error_line, console_script, partial_output
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -122,23 +137,24 @@ def test_a_refusal_with_standard_error_closed_writes_nothing(tool, assets, tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
-CLOSED_STREAM_USERS = {  # the commands reading standard input ("-") or writing to standard output
-    ("stdin", "translate"): lambda a, t: ["-", "--model", a.model, *TRANSLATE_OPTIONS, "--output", t / "out.txt"],
-    ("stdin", "evaluate"): lambda a, t: ["--hypotheses", "-", "--references", a.plain],
-    ("stdin", "train_tokenizer"): lambda a, t: ["--files", "-", "--vocab_size", "300", "--out_dir", t / "tok"],
-    ("stdout", "translate"): lambda a, t: [a.plain, "--model", a.model, *TRANSLATE_OPTIONS],
-    ("stdout", "evaluate"): lambda a, t: ["--hypotheses", a.plain, "--references", a.plain],
+# The commands reading standard input ("-": each declared text input that may be anywhere, `Cases.reads`) or writing
+# their result to standard output (`Cases.stdout`), from every tool's test file.
+CLOSED_STREAM_USERS = {
+    **{("stdin", r.id): (r.tool, lambda a, t, r=r: r.argv(a, t, "-")) for r in declared("reads") if r.at is None},
+    **{("stdout", tool): (tool, use.argv) for tool, use in stdout_users().items()},
 }
 
 
-@pytest.mark.parametrize("stream, tool", list(CLOSED_STREAM_USERS))
-def test_a_closed_standard_stream_is_refused_by_its_users(stream, tool, assets, tmp_path, capfd, monkeypatch):
+@pytest.mark.parametrize("stream, user", list(CLOSED_STREAM_USERS))
+def test_a_closed_standard_stream_is_refused_by_its_users(stream, user, assets, tmp_path, capfd, monkeypatch):
     """A closed standard input is bad input (2); a closed standard output is a failure of the run (1)."""
+    tool, argv = CLOSED_STREAM_USERS[stream, user]
     monkeypatch.chdir(tmp_path)
+    argv = argv(assets, tmp_path)  # its other inputs written first: what the command must leave unchanged
     monkeypatch.setattr(sys, stream, None)
     refused_before_any_work(
         tool,
-        CLOSED_STREAM_USERS[stream, tool](assets, tmp_path),
+        argv,
         [assets.root, tmp_path],
         capfd,
         2 if stream == "stdin" else 1,
@@ -152,42 +168,33 @@ def test_a_closed_standard_input_does_not_matter_to_a_command_reading_files(asse
     assert run_main("evaluate", RUNS["evaluate"](assets, tmp_path))[0] == 0
 
 
-STOPPED_WRITERS = (
-    "translate",
-    "evaluate",
-    "train_tokenizer",
-    "average_checkpoints",
-    "export_marian",
-    "export_ctranslate2",
-    "visualize_attention",
-)
-
-
 @pytest.mark.parametrize("name", ["SIGTERM", "SIGHUP"])
-@pytest.mark.parametrize("tool", STOPPED_WRITERS)
-def test_sigterm_while_writing_interrupts_as_ctrl_c(tool, name, assets, tmp_path, capfd, monkeypatch):
-    """The signal arrives when the whole output is in its temporary file, before the rename: exit status 128 + the
-    signal's number, one line, no partial output, and the previous handler back afterwards."""
-    from vaswani_hf.io import outputs
-
-    number, fsync_tree = getattr(signal, name), outputs.fsync_tree
+@pytest.mark.parametrize("writer", WRITER_CASES)
+def test_sigterm_while_writing_interrupts_as_ctrl_c(writer, name, assets, tmp_path, capfd, monkeypatch):
+    """Every writer (`Cases.writers`): the signal arrives at its last step before the output appears
+    (`Writer.interrupt`): exit status 128 + the signal's number, one line, no partial output (a training run: its
+    complete files only), and the previous handler back afterwards."""
+    number = getattr(signal, name)
     handler_before = signal.getsignal(number)
+    module, attribute = writer.interrupt.rsplit(".", 1)
+    step = getattr(importlib.import_module(module), attribute)
 
     def signalled(*args, **kwargs):
         os.kill(os.getpid(), number)
-        return fsync_tree(*args, **kwargs)
+        return step(*args, **kwargs)
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(outputs, "fsync_tree", signalled)
-    refused_before_any_work(
-        tool,
-        RUNS[tool](assets, tmp_path),
-        [assets.root, tmp_path],
-        capfd,
-        128 + number,
-        f"interrupted by {name}",
-        output=True,
+    argv = writer.argv(assets, tmp_path, tmp_path)
+    monkeypatch.setattr(writer.interrupt, signalled)
+    before = snapshot(assets.root, tmp_path)
+    capfd.readouterr()
+    status, warned = run_main(writer.tool, argv)
+    _, err = capfd.readouterr()
+    shown = f"{writer.id} {' '.join(map(str, argv))}"
+    assert_one_error_line(
+        err + "".join(f"{w}\n" for w in warned), status, 128 + number, f"interrupted by {name}", shown=shown
     )
+    assert not partial_output(writer, tmp_path, changes(before, snapshot(assets.root, tmp_path)))
     assert signal.getsignal(number) is handler_before
 
 

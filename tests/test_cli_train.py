@@ -19,6 +19,8 @@ from cli_contract import (
     Call,
     Cases,
     PathCase,
+    Reads,
+    Resumable,
     Writer,
     copy,
     run_main,
@@ -27,7 +29,7 @@ from cli_contract import (
 )
 from cli_helpers import truncate
 
-from vaswani_hf.io import check_safetensors
+from vaswani_hf.io import check_safetensors, read_lines
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -80,7 +82,37 @@ case = Cases(
             **_ROLES,
         ),
     ],
-    writers=[Writer("train", None, "output_dir", 64 * PAGE)],
+    writers=[
+        Writer("train", None, "output_dir", 64 * PAGE, interrupt="vaswani_hf.training.trainer.publish_checkpoint")
+    ],
+    reads=[
+        Reads(
+            "train",
+            lambda a, t, s: [
+                "--recipe",
+                a.recipe,
+                "--data_dir",
+                copy(a.corpus / "train.de", t / "corpus" / "train.de").parent,
+                "--output_dir",
+                t / "run",
+            ],
+            lambda a: read_lines(a.corpus / "train.en"),
+            outputs=lambda t: [
+                t / "run" / "tokenizer" / "tokenizer.json",
+                t / "run" / "checkpoint-4" / "model.safetensors",
+            ],
+            at=lambda t: t / "corpus" / "train.en",
+        )
+    ],
+    resumes=[
+        Resumable(
+            "train",
+            lambda a, t: ["--recipe", a.recipe, "--data_dir", a.corpus, "--output_dir", t / "run"],
+            "vaswani_hf.training.run.average",  # every checkpoint written, the run not finished
+            lambda t: [t / "run" / "checkpoint-4" / "model.safetensors"],
+            lambda t: t / "run" / "hub" / "model.safetensors",
+        )
+    ],
 )
 
 

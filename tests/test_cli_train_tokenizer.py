@@ -10,7 +10,21 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_contract import BOM, GERMAN, LATIN1, LINES, PAGE, Call, Cases, PathCase, Writer, copy, earlier_output, write
+from cli_contract import (
+    BOM,
+    GERMAN,
+    LATIN1,
+    LINES,
+    PAGE,
+    Call,
+    Cases,
+    PathCase,
+    Reads,
+    Writer,
+    copy,
+    earlier_output,
+    write,
+)
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -46,6 +60,14 @@ case = Cases(
             lambda a, t, d: ["--files", a.plain, a.corpus / "train.de", "--vocab_size", "300", "--out_dir", d / "tok"],
             "--out_dir",
             2 * PAGE,
+        )
+    ],
+    reads=[
+        Reads(
+            "train_tokenizer",
+            lambda a, t, s: ["--files", s, "--vocab_size", "300", "--out_dir", t / "tok"],
+            lambda a: TOKENIZER_TEXT,
+            outputs=lambda t: [t / "tok" / "tokenizer.json"],
         )
     ],
 )

@@ -18,6 +18,9 @@ from cli_contract import (
     Call,
     Cases,
     PathCase,
+    Reads,
+    Resumable,
+    Stdout,
     Writer,
     copy,
     many_lines,
@@ -27,6 +30,7 @@ from cli_contract import (
 )
 
 pytest_plugins = ["cli_assets"]
+TWENTY = [f"{LINES[i % 3]} {i}" for i in range(20)]  # several windows of 6 or 7 lines, each line its own
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
@@ -67,6 +71,48 @@ case = Cases(
             lambda a, t, d: [many_lines(t), "--model", a.model, *TRANSLATE_OPTIONS, "--output", d / "out.txt"],
             "--output",
             PAGE,
+        )
+    ],
+    reads=[
+        Reads(
+            "translate-output",
+            lambda a, t, s: [
+                s,
+                "--model",
+                a.model,
+                *TRANSLATE_OPTIONS,
+                "--buffer_lines",
+                "7",
+                "--output",
+                t / "o.txt",
+            ],
+            lambda a: TWENTY,
+            outputs=lambda t: [t / "o.txt"],
+        ),
+        Reads(
+            "translate-stdout",
+            lambda a, t, s: [s, "--model", a.model, *TRANSLATE_OPTIONS, "--buffer_lines", "7"],
+            lambda a: TWENTY,
+            stdout=True,
+        ),
+    ],
+    stdout=Stdout(lambda a, t: [many_lines(t), "--model", a.model, *TRANSLATE_OPTIONS], read_lines=1),
+    resumes=[
+        Resumable(
+            "translate",
+            lambda a, t: [
+                write(t / "in" / "in.txt", TWENTY),
+                "--model",
+                a.model,
+                *TRANSLATE_OPTIONS,
+                "--buffer_lines",
+                "6",
+                "--output",
+                t / "out.txt",
+            ],
+            "vaswani_hf.translate_staging.publish",
+            lambda t: sorted((t / "out.txt.partial").glob("window-*.txt")),
+            lambda t: t / "out.txt",
         )
     ],
 )

@@ -214,3 +214,45 @@ def test_a_full_disk_in_torch_save_is_the_os_error_it_is(tmp_path):
     with pytest.raises(RuntimeError, match="a bug"):  # anything else passes unchanged (with plenty of space)
         with checkpoint_write_errors(tmp_path, tmp_path / "checkpoint-1"):
             raise RuntimeError("a bug: unexpected pos")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A checkpoint proves its files (io.proofs): what a resume or an average reuses is what was written
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_a_checkpoint_changed_since_it_was_written_is_never_trusted(tmp_path, caplog):
+    """publish_checkpoint writes checksums.json (each file's size and SHA-256). A byte of a tensor changed since (the
+    safetensors header intact: no structural check sees it) passes the checkpoint over for --resume, named, and
+    averaging refuses it; a checkpoint without checksums (an earlier version's) is checked by structure only, said."""
+    import logging
+
+    from test_cli_resume import one_byte_changed
+
+    from vaswani_hf.io import UsageError, proofs
+    from vaswani_hf.training.checkpoints import publish_checkpoint, resumable_checkpoint
+
+    for step in (10, 20):
+        publish_checkpoint(
+            _checkpoint(tmp_path / ".staging" / f"checkpoint-{step}", step), tmp_path / f"checkpoint-{step}"
+        )
+    older, newest = tmp_path / "checkpoint-10", tmp_path / "checkpoint-20"
+    listed = json.loads((newest / proofs.MANIFEST).read_text())["files"]
+    assert sorted(listed) == sorted(p.name for p in newest.iterdir() if p.name != proofs.MANIFEST)
+    assert resumable_checkpoint(tmp_path) == (newest, []) and not (tmp_path / ".staging").exists()
+    one_byte_changed(newest / "model.safetensors")
+    found, skipped = resumable_checkpoint(tmp_path)
+    assert found == older and skipped == [
+        "checkpoint-20 (model.safetensors differs from its SHA-256 in checksums.json (changed or damaged since it "
+        "was written))"
+    ]
+    with pytest.raises(
+        UsageError, match=r"checkpoint-20: model\.safetensors differs from its SHA-256 .* not averaged"
+    ):
+        average_checkpoints([older, newest])
+    (older / proofs.MANIFEST).unlink()
+    with caplog.at_level(logging.WARNING, logger="vaswani_hf.training.checkpoints"):
+        assert resumable_checkpoint(tmp_path)[0] == older
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{older} has no checksums.json (written by an earlier version): its files are checked by structure only"
+    ]

@@ -41,6 +41,7 @@ def fake_checkpoint(run: Path, step: int, processes: int = 1, *, rng: bool = Tru
     if rng:
         for name in ["rng_state.pth"] if processes == 1 else [f"rng_state_{i}.pth" for i in range(processes)]:
             torch.save({"cpu": torch.zeros(2)}, folder / name)
+    io.proofs.write_manifest(folder)  # as publish_checkpoint writes it
     return folder
 
 
@@ -257,6 +258,7 @@ def test_intact_state_files_are_not_passed_over(tmp_path):
 
     newest = fake_checkpoint(tmp_path / "run", 4)
     torch.save({"exp_avg": torch.randn(1000), "step": 3}, newest / "optimizer.pt")
+    io.proofs.write_manifest(newest)  # the checkpoint as written
     assert all(torch_archive_problem(newest / n) is None for n in ("optimizer.pt", "scheduler.pt", "rng_state.pth"))
     assert plan_run(tiny_recipe(tmp_path, max_steps=8, resume=True)).output.resume_from == newest
 

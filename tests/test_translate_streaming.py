@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from cli_contract import LONG, TRANSLATE_OPTIONS, run_main, snapshot, write
+from test_cli_resume import one_byte_changed
 
 import vaswani_hf.inference
 
@@ -161,6 +162,83 @@ def test_a_running_translation_is_never_replaced_nor_a_file_put_in_its_staging_f
     (partial / "x.de").rename(tmp_path / "x.de")
     assert translate(source, out, assets.model, "--buffer_lines", "10", "--resume")[0] == 0
     assert out.read_bytes() == expected and not partial.exists() and (tmp_path / "x.de").read_text() == "mine\n"
+
+
+def test_a_part_without_its_record_is_translated_again(assets, reference, tmp_path, monkeypatch, capfd):
+    """A run stopped between writing a window's part and its record (SIGKILL) leaves a part that proves nothing: the
+    resume translates it again and says so."""
+    source, expected = reference
+    out, partial = tmp_path / "out.txt", tmp_path / "out.txt.partial"
+    _interrupt_at_call(monkeypatch, 4)
+    assert translate(source, out, assets.model, "--buffer_lines", "7")[0] == 130
+    monkeypatch.undo()
+    (partial / "window-00000001.json").unlink()
+    capfd.readouterr()
+    assert translate(source, out, assets.model, "--buffer_lines", "7", "--resume")[0] == 0
+    err = capfd.readouterr().err
+    assert f"{partial / 'window-00000001.txt'} is translated again: it has no readable record" in err, err
+    assert "window-00000000" not in err and "window-00000002" not in err  # the proven parts are reused
+    assert out.read_bytes() == expected
+
+
+def test_the_join_refuses_a_part_changed_after_its_check(assets, reference, tmp_path, monkeypatch, capfd):
+    """Nothing unverified reaches --output: a part edited after the resume's check (its line count kept) is found by
+    the join, which writes nothing, removes that part and fails in one line; --resume then completes."""
+    import vaswani_hf.translate_staging as staging
+
+    source, expected = reference
+    out, partial = tmp_path / "out.txt", tmp_path / "out.txt.partial"
+    publish = staging.publish
+
+    def edited_then_joined(folder, *args, **kwargs):
+        one_byte_changed(folder / "window-00000002.txt")
+        return publish(folder, *args, **kwargs)
+
+    monkeypatch.setattr(staging, "publish", edited_then_joined)
+    capfd.readouterr()
+    assert translate(source, out, assets.model, "--buffer_lines", "7")[0] == 1
+    err = capfd.readouterr().err.splitlines()
+    assert len(err) == 1 and f"{partial / 'window-00000002.txt'} changed after it was written" in err[0], err
+    assert not out.exists() and not (partial / "window-00000002.txt").exists()
+    monkeypatch.undo()
+    assert translate(source, out, assets.model, "--buffer_lines", "7", "--resume")[0] == 0
+    assert out.read_bytes() == expected and not partial.exists()
+
+
+@pytest.mark.timeout(120)
+def test_several_processes_refuse_an_input_read_only_once(assets, tmp_path, monkeypatch, capfd):
+    """Each of N processes reads the whole input: a named pipe (it would be shared out among them, or wait forever)
+    is refused in one line before it is opened."""
+    os.mkfifo(tmp_path / "fifo")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    capfd.readouterr()
+    assert translate(tmp_path / "fifo", tmp_path / "out.txt", assets.model)[0] == 2
+    err = capfd.readouterr().err.splitlines()
+    assert len(err) == 1 and "2 processes (WORLD_SIZE)" in err[0] and "read only once" in err[0], err
+
+
+def test_a_pipe_beyond_the_spool_bound_is_one_line(assets, tmp_path, monkeypatch, capfd):
+    """The copy of an input read only once is bounded (vaswani_hf.io.text.SPOOL_SHARE of TMPDIR's free space): more is
+    refused in one line naming the input, nothing written, the copy removed."""
+    import tempfile
+
+    import vaswani_hf.io.text
+
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    monkeypatch.setattr(vaswani_hf.io.text, "SPOOL_SHARE", 1e-15)
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"a man\n" * 100)
+    os.close(write_end)
+    capfd.readouterr()
+    try:
+        assert translate(f"/dev/fd/{read_end}", tmp_path / "out.txt", assets.model)[0] == 2
+    finally:
+        os.close(read_end)
+    err = capfd.readouterr().err.splitlines()
+    assert len(err) == 1 and f"/dev/fd/{read_end}: more than " in err[0] and "TMPDIR" in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tmp"] and not list((tmp_path / "tmp").iterdir())
 
 
 def _env() -> dict:

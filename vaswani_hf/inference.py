@@ -31,14 +31,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from .data.batching import TRANSLATE_MAX_TOKENS, make_batches
 from .io import UsageError, load_model_folder
+from .io.progress import progress_bar
 from .pipeline_vaswani import VaswaniTranslationPipeline, register_pipeline_tasks
 from .translation_frontend import MAX_SOURCE_TOKENS, UNSET, PositionTable, given_options, translate_lines
 
@@ -158,7 +158,7 @@ def translate(
     max_input_tokens: int | None = MAX_SOURCE_TOKENS,
     device: str | torch.device | None = None,
     dtype: str | torch.dtype | None = None,
-    progress: bool | tqdm = True,
+    progress: bool | Any = True,
     progress_desc: str = "translating",
     **generate_kwargs,
 ) -> list[str]:
@@ -185,8 +185,8 @@ def translate(
         device: where to decode; None keeps the model where it is. The model is moved there if needed.
         dtype: None/"fp32" (default), or "bf16"/"fp16" to decode under `torch.autocast` on `device` (meant for GPUs;
             the weights are not cast). See `load_for_inference` to cast the weights instead.
-        progress: show a tqdm progress bar (on stderr), counted in sentences; or a tqdm bar of the caller's to
-            advance.
+        progress: show a progress report on stderr (`io.progress`: a bar on a terminal, plain lines elsewhere),
+            counted in sentences; or a bar of the caller's to advance.
 
     Returns:
         One single-line string per input sentence, in the input order.
@@ -309,9 +309,7 @@ def _generate(
         bar = (
             progress
             if not isinstance(progress, bool)
-            else tqdm(
-                total=len(encoded), desc=progress_desc, unit="sent", disable=not progress, file=sys.stderr, leave=False
-            )
+            else progress_bar(total=len(encoded), desc=progress_desc, unit="sent", disable=not progress, leave=False)
         )
         with (
             torch.inference_mode(),

@@ -76,6 +76,7 @@ PATH = Kind("path (declared for the relation check only; its reader checks it)",
 OUTPUT_FILE = Kind("output file", lambda p, w, o: io.check_output_file(p, overwrite=o, what=w))
 TEXT_OR_STDIN = _or_stdio(TEXT_FILE, "text file or - (standard input)")
 OUTPUT_FILE_OR_STDOUT = _or_stdio(OUTPUT_FILE, "output file or - (standard output)")
+TEXT_KINDS = (TEXT_FILE, TEXT_OR_STDIN)  # read by io.TextInput: any input kind, a pipe read once
 
 
 def output_folder(marker: str) -> Kind:
@@ -150,6 +151,7 @@ def execute(command: Command, argv: Sequence[str]) -> int | None:
         inputs={use.flag: use.path for use in paths.inputs}, outputs={use.flag: use.path for use in paths.outputs}
     )
     check([use for use in paths.inputs if not use.first])
+    io.check_read_once((use.what or use.flag, use.path) for use in paths.inputs if use.kind in TEXT_KINDS and use.path)
     command.agree(args, checked)
     check(paths.outputs)
     return command.run(command.resolve(args, checked))  # None: exit status 0 (`contract.run_cli`)

@@ -32,7 +32,7 @@ from ..inference import load_for_inference, resolve_device, translate
 from ..metrics import SACREBLEU_TOKENIZERS
 from ..settings import GENERATION_SETTINGS, settings_of
 from ..translation_frontend import BatchSettings
-from .command import OUTPUT_FILE, Command, Paths, Use, run_command
+from .command import OUTPUT_FILE, TEXT_OR_STDIN, Command, Paths, Use, run_command
 from .contract import ArgumentParser
 
 
@@ -103,10 +103,18 @@ def check_arguments(args) -> None:
 
 
 def _paths(args) -> Paths:
-    """Text files are checked when read (every line, before anything is translated); the model folder after the
-    line counts agree (`_resolve`); the output files before anything is read."""
-    inputs = [Use(f"--references ({i + 1})", path) for i, path in enumerate(args.references)]
-    inputs += [Use("--hypotheses", args.hypotheses), Use("--source", args.source), Use("--model", args.model)]
+    """Text files are checked before anything is read (a file, "-", a pipe: `io.TextInput`; each line when read, before
+    anything is translated); the model folder after the line counts agree (`_resolve`); the output files before
+    anything is read."""
+    inputs = [
+        Use(f"--references ({i + 1})", path, TEXT_OR_STDIN, what="reference file")
+        for i, path in enumerate(args.references)
+    ]
+    inputs += [
+        Use("--hypotheses", args.hypotheses, TEXT_OR_STDIN, what="hypotheses file"),
+        Use("--source", args.source, TEXT_OR_STDIN, what="source file"),
+        Use("--model", args.model),
+    ]
     return Paths(
         inputs=inputs,
         outputs=(Use("--out", args.out, OUTPUT_FILE), Use("--save_hypotheses", args.save_hypotheses, OUTPUT_FILE)),

@@ -23,6 +23,7 @@ from pathlib import Path
 from .. import io
 from ..constraints import flag
 from ..data.corpora import load_parallel, load_sample_corpus
+from ..io.progress import library_bars
 from ..tokenization import BPE_SETTINGS, TOKENIZER_FOLDER, iter_training_text, train_bpe_tokenizer
 from .command import TEXT_OR_STDIN, Command, Paths, Use, output_folder
 from .contract import ArgumentParser
@@ -112,8 +113,6 @@ def _run(args) -> None:
                 f"{_source(args)}: no text to learn from ({len(corpus)} pairs, all empty); give the training corpus"
             )
     lines = _counted(iter_training_text(corpus, languages), _source(args))
-    # the tokenizers library's bar ends each stage with a line break on standard output: only on terminals
-    interactive = all(getattr(stream, "isatty", lambda: False)() for stream in (sys.stdout, sys.stderr))
     started = time.perf_counter()
     with io.atomic_output_dir(args.out_dir, kind=TOKENIZER_FOLDER, overwrite=args.overwrite) as tmp:
         tok = train_bpe_tokenizer(
@@ -124,7 +123,7 @@ def _run(args) -> None:
             normalization=None if args.normalization == "NONE" else args.normalization,
             model_max_length=args.model_max_length,
             save_dir=tmp,
-            show_progress=interactive,
+            show_progress=library_bars(),
         )
     print(
         json.dumps(

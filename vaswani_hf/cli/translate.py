@@ -13,15 +13,21 @@ whitespace; a translation never contains a line break. Bad paths and flags (a mi
 folder, an existing --output) are reported in one line with exit status 2 before the model is loaded; a bad line (not
 UTF-8, longer than the model's learned positions, than a CTranslate2 export's position table or than
 --max_input_tokens) is named as file:line before anything is decoded, and a line of more characters than that limit
-allows (64 per token: vaswani_hf.translation_frontend) before it is even tokenised. "-" is standard input (copied to
-a temporary file, as it is read twice), /dev/null an empty input.
+allows (64 per token: vaswani_hf.translation_frontend) before it is even tokenised. The input may be a file, "-"
+(standard input), /dev/stdin, a named pipe or a process substitution such as <(zcat corpus.en.gz): an input that can
+be read only once is copied as the check reads it into a temporary file (at most 90% of the space free in TMPDIR),
+which the decoding reads and which is removed at exit (vaswani_hf.io.TextInput); /dev/null is an empty input. A file
+changed while it is read is refused, naming it.
 
 Any size (vaswani_hf.translate_stream): the input is decoded --buffer_lines lines at a time, so memory depends on
 that window, not on the file. --output appears only when everything is translated, in one rename, and an existing
 file is replaced only with --overwrite; meanwhile the finished windows are kept in <output>.partial/, so that an
 interrupted run (Ctrl-C, SIGTERM, a crash, a full disk) continues with --resume and gives the same bytes. A folder
 left by an interrupted run is continued only with --resume (and the same input, model and settings), replaced only
-with --overwrite. Standard output receives each window when it is done.
+with --overwrite. Each finished window is recorded with its line count and SHA-256: --resume reuses only windows
+that match their record (any other is named and translated again), and the join into --output checks every window
+again. Standard output receives each window when it is done. Progress goes to stderr: a bar on a terminal, else a
+plain line every 5% or every minute (vaswani_hf.io.progress).
 
 Several processes, one per GPU (or CPU processes with a few threads each):
 
@@ -134,7 +140,7 @@ def build_parser() -> ArgumentParser:
     )
     hardware.add_argument("--threads", **flag(OPTIONS["threads"]))
     hardware.add_argument("--dtype", **flag(OPTIONS["dtype"]))
-    parser.add_argument("--no_progress", action="store_true", help="no progress bar on stderr")
+    parser.add_argument("--no_progress", action="store_true", help="no progress report on stderr")
     return parser
 
 
@@ -216,9 +222,10 @@ def _validate(args) -> None:
     if args.resume and to_stdout:
         raise io.UsageError("--resume continues an interrupted --output file: give --output")
     processes = Processes().size
-    if processes > 1 and (to_stdout or str(args.input) == io.STDIO):
+    if processes > 1 and (to_stdout or io.reads_once(args.input)):  # each process reads the whole input
         raise io.UsageError(
-            f"{processes} processes (WORLD_SIZE) read one input file and write one --output file: give both as files"
+            f"{processes} processes (WORLD_SIZE) read one input file and write one --output file: give both as files "
+            "(the input a regular file: a pipe or standard input can be read only once)"
         )
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import datasets
 import pyarrow as pa
 
-from ..io import replace_atomically
+from ..io import apply_umask, fsync_tree, replace_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -41,23 +41,45 @@ def key(*parts: Any, files: Sequence[str | os.PathLike] = ()) -> str:
 
 
 def arrow_dataset(
-    name: str, build: Callable[[], Iterable[pa.RecordBatch]], features: datasets.Features, info: dict | None = None
+    name: str | Callable[[], str],
+    build: Callable[[], Iterable[pa.RecordBatch]],
+    features: datasets.Features,
+    info: dict | None = None,
 ) -> tuple[datasets.Dataset, dict]:
     """The dataset cached as `root()/corpora/{name}.arrow`, written whole from `build()`'s record batches on a miss;
-    `info` is kept beside it and returned again on a hit."""
-    path = root() / "corpora" / f"{name}.arrow"
+    `info` is kept beside it and returned again on a hit. `name` may be a function, called once `build()` is read
+    to its end: a corpus that can be read only once (a pipe) is always read, and named after its content."""
+    folder = root() / "corpora"
+    if callable(name):
+        folder.mkdir(parents=True, exist_ok=True)
+        reading = folder / f".reading-{os.getpid()}.arrow"
+        try:
+            _write_batches(reading, build(), features)
+            path = folder / f"{name()}.arrow"
+            apply_umask(reading)
+            fsync_tree(reading)
+            os.replace(reading, path)  # the same content is named the same: a copy read again replaces the first
+        finally:
+            reading.unlink(missing_ok=True)
+    else:
+        path = folder / f"{name}.arrow"
+        if not (path.is_file() and path.with_suffix(".json").is_file()):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with replace_atomically(path) as temporary:
+                _write_batches(temporary, build(), features)
     sidecar = path.with_suffix(".json")
-    if not (path.is_file() and sidecar.is_file()):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with replace_atomically(path) as temporary:
-            with pa.OSFile(str(temporary), "wb") as sink, pa.ipc.new_stream(sink, features.arrow_schema) as writer:
-                for batch in build():
-                    writer.write_batch(batch)
+    if callable(name) or not sidecar.is_file():
         with replace_atomically(sidecar) as temporary:
             temporary.write_text(json.dumps(info or {}), encoding="utf-8")
         logger.info("cached corpus: %s", path)
     dataset = datasets.Dataset.from_file(str(path), info=datasets.DatasetInfo(features=features))
     return dataset, json.loads(sidecar.read_text(encoding="utf-8"))
+
+
+def _write_batches(path: Path, batches: Iterable[pa.RecordBatch], features: datasets.Features) -> None:
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, features.arrow_schema) as writer:
+        for batch in batches:
+            writer.write_batch(batch)
 
 
 def cached_tokenizer(name: str) -> Path | None:

@@ -6,10 +6,11 @@ empty side is kept (row i stays line i) and logged; format errors are `CorpusErr
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from importlib import resources
 from itertools import zip_longest
 from pathlib import Path
@@ -73,7 +74,11 @@ def _batch(src: list[str], tgt: list[str], src_lang: str, tgt_lang: str, names: 
 
 
 def _pair_dataset(
-    pairs: Iterable[tuple[str, str]], src_lang: str, tgt_lang: str, where: str, cache_name: str | None = None
+    pairs: Iterable[tuple[str, str]],
+    src_lang: str,
+    tgt_lang: str,
+    where: str,
+    cache_name: str | Callable[[], str] | None = None,
 ) -> datasets.Dataset:
     """The common schema from a stream of pairs: cached under `cache_name` (`vaswani_hf.data.cache`), or in memory."""
     if src_lang == tgt_lang:
@@ -116,8 +121,9 @@ def moses_paths(prefix: str | os.PathLike, src_lang: str, tgt_lang: str) -> tupl
     for lang, p in zip((src_lang, tgt_lang), paths):
         if p.is_dir():
             raise CorpusError(f"corpus file {p} is a folder; data_format moses expects PREFIX.{lang} files")
-        if os.path.lexists(p) and not p.is_file():  # a device, a FIFO, a link to nothing or a loop
-            raise CorpusError(f"corpus file {p} is {io.path_kind(p)}, not a text file; give the corpus file itself")
+        if os.path.lexists(p) and not p.is_file():  # a named pipe is read as a file; a device, a dangling link: named
+            io.check_input_file(p, "corpus file")
+            continue
         if not p.is_file():
             found = sorted(
                 q.name[len(prefix.name) + 1 :] for q in prefix.parent.glob(f"{prefix.name}.*") if q.is_file()
@@ -207,10 +213,24 @@ def load_corpus(
     else:
         files, where = [io.check_input_file(path, "corpus file")], str(path)
     options = dict(header=header, strip=strip) if format == "tsv" else dict(strip=strip)
-    name = f"{format}-{cache.key(format, src_lang, tgt_lang, *options.values(), files=files)}"
-    return _pair_dataset(
-        FILE_FORMATS[format](path, src_lang, tgt_lang, **options), src_lang, tgt_lang, where, cache_name=name
-    )
+    pairs = FILE_FORMATS[format](path, src_lang, tgt_lang, **options)
+    if any(io.reads_once(f) for f in files):  # a pipe is read once, and its cache entry named after what it held
+        digest = hashlib.sha256()
+        pairs = _hashed(pairs, digest)
+
+        def name() -> str:
+            return f"{format}-{cache.key(format, src_lang, tgt_lang, *options.values(), digest.hexdigest())}"
+
+    else:
+        name = f"{format}-{cache.key(format, src_lang, tgt_lang, *options.values(), files=files)}"
+    return _pair_dataset(pairs, src_lang, tgt_lang, where, cache_name=name)
+
+
+def _hashed(pairs: Iterable[tuple[str, str]], digest) -> Iterator[tuple[str, str]]:
+    """`pairs`, each added to `digest` as it passes."""
+    for s, t in pairs:
+        digest.update(json.dumps([s, t]).encode("utf-8", "surrogatepass") + b"\n")
+        yield s, t
 
 
 FILE_FORMATS = {"moses": iter_moses, "tsv": iter_tsv, "jsonl": iter_jsonl}

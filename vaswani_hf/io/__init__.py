@@ -5,7 +5,7 @@ loaded strictly). Their errors are `vaswani_hf.errors`' (`UsageError`: exit 2; `
 """
 
 from ..errors import STDIO, InputLineError, RunFailure, UsageError, VaswaniError
-from . import files
+from . import files, proofs
 from .binary_files import check_ctranslate2_folder
 from .files import FileShape, check_shape, check_tokenizer_file
 from .models import (
@@ -36,7 +36,19 @@ from .outputs import (
     replace_atomically,
     written_by,
 )
-from .text import check_input_file, iter_lines, read_json, read_lines, to_json, write_json, write_lines
+from .text import (
+    TextInput,
+    check_input_file,
+    check_read_once,
+    format_lines,
+    iter_lines,
+    read_json,
+    read_lines,
+    reads_once,
+    to_json,
+    write_json,
+    write_lines,
+)
 
 __all__ = [
     "STDIO",
@@ -44,9 +56,13 @@ __all__ = [
     "UsageError",
     "RunFailure",
     "InputLineError",
+    "TextInput",
+    "reads_once",
+    "check_read_once",
     "iter_lines",
     "read_lines",
     "write_lines",
+    "format_lines",
     "read_json",
     "write_json",
     "to_json",
@@ -76,6 +92,7 @@ __all__ = [
     "model_vocab_size",
     "check_generation_config_file",
     "files",
+    "proofs",
     "FileShape",
     "check_shape",
     "check_tokenizer_file",

@@ -10,10 +10,12 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import stat
 import sys
+import tempfile
+import weakref
 from collections.abc import Iterable, Iterator
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -77,27 +79,195 @@ def _split(text: str) -> list[str]:
     return lines
 
 
+def _lines_of(blocks: Iterable[bytes], label: str) -> Iterator[str]:
+    """The lines of a stream of byte blocks: whole lines are decoded together (a "\r\n" split across blocks stays
+    together), so that a bad byte is named by its line; a line longer than a block is gathered without copying it
+    again for every block."""
+    pending, line_number, first = bytearray(), 1, True
+    for block in blocks:
+        cut = block.rfind(b"\n")
+        if cut < 0:
+            pending += block
+            continue
+        data = bytes(pending) + block[: cut + 1] if pending else block[: cut + 1]
+        pending = bytearray(block[cut + 1 :])
+        text = _decode(data, label, line_number)
+        if first:
+            text, first = text.removeprefix(BOM), False
+        lines = _split(text)
+        line_number += len(lines)
+        yield from lines
+    if pending:
+        text = _decode(bytes(pending), label, line_number)
+        yield from _split(text.removeprefix(BOM) if first else text)
+
+
+SPOOL_SHARE = 0.9  # an input read only once is spooled into at most this share of the free space of TMPDIR's disk
+
+
+def _input_stat(path: str | os.PathLike) -> os.stat_result | None:
+    """What `path` ("-": standard input) is, looked at without opening it (opening a named pipe waits for its
+    writer); None where it cannot be looked at (absent, or standard input without a descriptor)."""
+    try:
+        return os.fstat(sys.stdin.fileno()) if str(path) == STDIO else os.stat(path)
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def reads_once(path: str | os.PathLike) -> bool:
+    """Whether `path` ("-": standard input) can be read only once: a pipe (named, or a process substitution's
+    /dev/fd/N), a terminal, a socket."""
+    info = _input_stat(path)
+    if info is None:  # standard input replaced by an object without a descriptor: as seekable as that object
+        return str(path) == STDIO and not getattr(getattr(sys.stdin, "buffer", None), "seekable", lambda: False)()
+    return not (stat.S_ISREG(info.st_mode) or is_null_device(info))
+
+
+def check_read_once(inputs: Iterable[tuple[str, str | os.PathLike]]) -> None:
+    """Refuse two names ((what, path) pairs) of one input that can be read only once ("-" and /dev/stdin, a named pipe
+    given twice): the second would wait for text that the first took."""
+    seen = {}
+    for what, path in inputs:
+        info = _input_stat(path)
+        if info is None or not reads_once(path):
+            continue
+        identity = (info.st_dev, info.st_ino)
+        if identity in seen:
+            raise UsageError(
+                f"{what} {path} and {seen[identity]} are the same pipe, which can be read only once; give the text "
+                "as a file"
+            )
+        seen[identity] = f"{what} {path}"
+
+
+class TextInput:
+    """One text input as every tool reads it, opened once and read in at most `passes` passes: a regular file, a
+    named pipe, a process substitution (/dev/fd/N), /dev/stdin, "-" (standard input) or the null device.
+
+    - A regular file (and standard input redirected from one) is read again from where it began, through the
+      descriptor opened first: a file removed or replaced by another meanwhile is still read whole as it was; one
+      changed in place (its size or modification time) is refused, naming it, at the end of a pass or before the next.
+    - An input that can be read only once (a pipe, a terminal) is never opened twice: with `passes` > 1 its bytes are
+      copied, as the first pass reads them, into a spool file in TMPDIR, bounded by SPOOL_SHARE of the free space
+      there (more is refused in one line) and removed when the input is closed, at the latest when the process exits;
+      later passes read the spool.
+    """
+
+    def __init__(self, path: str | os.PathLike, what: str = "input file", *, passes: int = 1):
+        self.path, self.what, self.passes = path, what, passes
+        self.label = "<stdin>" if str(path) == STDIO else str(path)
+        self._handle = None
+        self._own = False
+        self.rereadable = False  # known once open: a regular file (or the null device), or a seekable stream
+        self._identity = None  # (size, mtime) of a regular file when opened
+        self._start = 0
+        self._passes_begun = 0
+        self._spool: Path | None = None
+        self._spooled = False  # the spool holds the whole input
+        self._cleanup = None
+
+    def __enter__(self) -> TextInput:
+        self.open()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def open(self) -> None:
+        if str(self.path) == STDIO:
+            self._handle = sys.stdin.buffer  # a closed standard input refuses here (cli.surroundings.ClosedInput)
+        else:
+            self._handle = open(check_input_file(self.path, self.what), "rb")  # noqa: SIM115 - closed by close()
+            self._own = True
+        try:
+            info = os.fstat(self._handle.fileno())
+        except (AttributeError, OSError, ValueError):  # an in-memory standard input (tests, embedding programs)
+            info = None
+        if info is not None and stat.S_ISREG(info.st_mode):
+            self._identity = (info.st_size, info.st_mtime_ns)
+        self.rereadable = self._handle.seekable() if info is None else not reads_once_info(info, self._handle)
+        self._start = self._handle.tell() if self.rereadable else 0
+
+    def close(self) -> None:
+        if self._own and self._handle is not None:
+            self._handle.close()
+        self._handle = None
+        if self._cleanup is not None:
+            self._cleanup()  # the spool removed
+
+    def lines(self) -> Iterator[str]:
+        """One pass over the lines (see `iter_lines`)."""
+        if self._handle is None:
+            raise RuntimeError(f"{self.label}: TextInput.lines() before open()")
+        number = self._passes_begun
+        if number >= self.passes:
+            raise RuntimeError(f"{self.label} read {number + 1} times, declared {self.passes}")
+        self._passes_begun += 1
+        if number > 0 and not self.rereadable:
+            if not self._spooled:
+                raise RuntimeError(f"{self.label}: a second pass before the first was read to its end")
+            with open(self._spool, "rb") as spool:
+                yield from _lines_of(_blocks(spool), self.label)
+            return
+        if number > 0:
+            self._check_unchanged()
+            self._handle.seek(self._start)
+        blocks = _blocks(self._handle)
+        if self.passes > 1 and not self.rereadable:
+            blocks = self._spooling(blocks)
+        yield from _lines_of(blocks, self.label)
+        self._check_unchanged()
+
+    def _check_unchanged(self) -> None:
+        if self._identity is None:
+            return
+        info = os.fstat(self._handle.fileno())
+        if (info.st_size, info.st_mtime_ns) != self._identity:
+            raise UsageError(
+                f"{self.label}: the file changed while it was read (size {self._identity[0]} -> {info.st_size} "
+                "bytes, or its modification time); give a file that nothing writes to meanwhile, e.g. a copy"
+            )
+
+    def _spooling(self, blocks: Iterable[bytes]) -> Iterator[bytes]:
+        """`blocks`, copied into the spool as they pass (see the class docstring)."""
+        folder = Path(tempfile.mkdtemp(prefix="vaswani_spool_"))
+        self._cleanup = weakref.finalize(self, shutil.rmtree, folder, True)
+        self._spool = folder / "input"
+        bound, written = int(shutil.disk_usage(folder).free * SPOOL_SHARE), 0
+        with open(self._spool, "wb") as spool:
+            for block in blocks:
+                written += len(block)
+                if written > bound:
+                    raise UsageError(
+                        f"{self.label}: more than {bound:,} bytes, the bound of the copy kept of an input that can be "
+                        f"read only once ({SPOOL_SHARE:.0%} of the space free in {folder.parent}); give a regular "
+                        "file, or set TMPDIR to a folder on a larger disk"
+                    )
+                spool.write(block)
+                yield block
+        self._spooled = True
+
+
+def reads_once_info(info: os.stat_result, handle) -> bool:
+    """`reads_once` of an open input: neither a regular file nor the null device, nor seekable."""
+    if stat.S_ISREG(info.st_mode) or is_null_device(info):
+        return False
+    return not handle.seekable()
+
+
+def _blocks(handle) -> Iterator[bytes]:
+    """The bytes of `handle` in blocks of at most CHUNK_BYTES: from a pipe, what it holds (`read1`), so that lines are
+    passed on as they come."""
+    read = getattr(handle, "read1", handle.read)
+    while block := read(CHUNK_BYTES):
+        yield block
+
+
 def iter_lines(path: str | os.PathLike, what: str = "input file") -> Iterator[str]:
-    """The lines of a UTF-8 text file ("-": standard input), streamed; UsageError naming the file (and line)."""
-    stdin = str(path) == STDIO
-    label = "<stdin>" if stdin else str(path)
-    with nullcontext(sys.stdin.buffer) if stdin else open(check_input_file(path, what), "rb") as handle:
-        pending, line_number, first = b"", 1, True
-        for block in iter(lambda: handle.read(CHUNK_BYTES), b""):
-            data = pending + block
-            cut = data.rfind(b"\n")  # decode whole lines only; a "\r\n" split across blocks stays together
-            if cut < 0:
-                pending = data
-                continue
-            text, pending = _decode(data[: cut + 1], label, line_number), data[cut + 1 :]
-            if first:
-                text, first = text.removeprefix(BOM), False
-            lines = _split(text)
-            line_number += len(lines)
-            yield from lines
-        if pending:
-            text = _decode(pending, label, line_number)
-            yield from _split(text.removeprefix(BOM) if first else text)
+    """The lines of a UTF-8 text file ("-": standard input), streamed in one pass (`TextInput`); UsageError naming
+    the file (and line)."""
+    with TextInput(path, what) as text:
+        yield from text.lines()
 
 
 def read_lines(path: str | os.PathLike, what: str = "input file") -> list[str]:
@@ -105,11 +275,16 @@ def read_lines(path: str | os.PathLike, what: str = "input file") -> list[str]:
     return list(iter_lines(path, what))
 
 
+def format_lines(lines: Iterable[str]) -> str:
+    """The text `write_lines` writes: one line per item, its own line breaks (the reader's line ends) made spaces."""
+    return "".join(" ".join(_split(str(line))) + "\n" for line in lines)
+
+
 def write_lines(
     path: str | os.PathLike | None, lines: Iterable[str], *, overwrite: bool = False, what: str = "output file"
 ) -> None:
     """One line per item (its line breaks become spaces) to `path` (None or "-": standard output), atomically."""
-    text = "".join(" ".join(_split(str(line))) + "\n" for line in lines)  # the reader's line ends only
+    text = format_lines(lines)
     if path is None or str(path) == STDIO:
         write_stdout(text)
         return

@@ -15,8 +15,11 @@ from typing import Any
 
 import psutil
 from transformers import TrainerCallback
+from transformers.trainer_callback import ProgressCallback
+from transformers.trainer_utils import has_length
 
 from ..data.batching import LABEL_PAD_ID, TokenBatchSampler
+from ..io.progress import progress_bar
 
 
 def _find_token_batch_sampler(loader) -> Any:
@@ -27,6 +30,24 @@ def _find_token_batch_sampler(loader) -> Any:
         obj = getattr(obj, "batch_sampler", None) or getattr(obj, "base_dataloader", None)
         seen += 1
     return None
+
+
+class TrainingProgress(ProgressCallback):
+    """transformers' progress of training and evaluation through the package's one progress report (`io.progress`):
+    tqdm's bar on a terminal as before; in a log, a plain line every few percent or every minute."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.training_bar = progress_bar(total=state.max_steps, desc="training", unit="update")
+        self.current_step = 0
+
+    def on_prediction_step(self, args, state, control, eval_dataloader=None, **kwargs):
+        if state.is_world_process_zero and has_length(eval_dataloader):
+            if self.prediction_bar is None:
+                self.prediction_bar = progress_bar(
+                    total=len(eval_dataloader), desc="evaluating", unit="batch", leave=self.training_bar is None
+                )
+            self.prediction_bar.update(1)
 
 
 class SamplerEpochCallback(TrainerCallback):

@@ -28,7 +28,7 @@ from transformers.trainer_pt_utils import safe_globals
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, sort_checkpoints
 
 from ..hub.folder import missing_code_files  # training may import hub (never the other way round)
-from ..io import UsageError, apply_umask, atomic_output_dir, check_output_dir, check_safetensors, fsync_tree
+from ..io import UsageError, apply_umask, atomic_output_dir, check_output_dir, check_safetensors, fsync_tree, proofs
 from ..io.files import CONFIG, TOKENIZER, TRAINER_STATE, read_json
 from ..io.models import CODE_FILES, WEIGHTS, WEIGHTS_INDEX, check_finite_weights, check_weight_dtypes, copy_model_files
 from ..settings import MODEL_SETTINGS
@@ -37,7 +37,14 @@ logger = logging.getLogger(__name__)
 
 STAGING_DIR = ".staging"
 # What a checkpoint holds besides the model folder's files; left out of averaged folders.
-TRAINING_STATE_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "trainer_state.json", "training_args.bin")
+TRAINING_STATE_FILES = (
+    "optimizer.pt",
+    "scheduler.pt",
+    "scaler.pt",
+    "trainer_state.json",
+    "training_args.bin",
+    proofs.MANIFEST,
+)
 
 
 def publish_checkpoint(staged: Path, final: Path) -> None:
@@ -45,6 +52,7 @@ def publish_checkpoint(staged: Path, final: Path) -> None:
     half-written checkpoint for `--resume`."""
     earlier = None
     try:
+        proofs.write_manifest(staged)  # resume and averaging check every file against it (io.proofs)
         apply_umask(staged)
         fsync_tree(staged)
         if final.exists():  # the same step saved twice (e.g. a time-interval save at the final step)
@@ -126,7 +134,8 @@ def check_checkpoint_state(folder: Path) -> dict:
 
 def checkpoint_problem(folder: Path, processes: int = 1, rng: bool = True) -> str | None:
     """Why `folder` cannot be resumed from exactly by `processes` processes (a missing, broken or misshapen file;
-    `rng`: its RNG states included), or None. A state of another step raises InconsistentCheckpoint."""
+    `rng`: its RNG states included; a file that differs from its checksum), or None. A state of another step raises
+    InconsistentCheckpoint."""
     if not (folder / WEIGHTS).is_file():
         return f"no {WEIGHTS}"
     try:
@@ -152,7 +161,22 @@ def checkpoint_problem(folder: Path, processes: int = 1, rng: bool = True) -> st
         damage = torch_archive_problem(folder / name)
         if damage is not None:
             return f"{name} is damaged ({damage}); it cannot be loaded"
-    return None
+    return _proof_problem(folder, rng)
+
+
+def _proof_problem(folder: Path, rng: bool) -> str | None:
+    """What the structural checks cannot see: a file changed since the checkpoint was written (a tensor's bytes
+    edited, a file swapped for another of the same kind), by its `checksums.json` (io.proofs). A checkpoint written
+    before these existed is said to be checked by structure only. `rng`: its RNG states included."""
+    proof = proofs.manifest_problem(folder, None if rng else lambda name: not name.startswith("rng_state"))
+    if proof == f"no {proofs.MANIFEST}":
+        logger.warning(
+            "%s has no %s (written by an earlier version): its files are checked by structure only",
+            folder,
+            proofs.MANIFEST,
+        )
+        return None
+    return proof
 
 
 _REFUSED_GLOBAL = re.compile(r"Unsupported global: GLOBAL (\S+)")
@@ -267,6 +291,9 @@ class WallClockCallback(TrainerCallback):
 def _load_weights(folder: Path) -> dict[str, torch.Tensor]:
     """The tensors of a checkpoint's weights, checked: floating point and finite (a NaN of a diverged run would
     average into every tensor it meets)."""
+    proof = proofs.manifest_problem(folder, lambda name: name == WEIGHTS)
+    if proof is not None and proof != f"no {proofs.MANIFEST}":  # a checkpoint changed since it was written
+        raise UsageError(f"{folder}: {proof}; it is not averaged: remove it, or average other checkpoints")
     check_weight_dtypes(check_safetensors(folder / WEIGHTS), folder / WEIGHTS)
     weights = safetensors.torch.load_file(str(folder / WEIGHTS))
     check_finite_weights(weights, folder / WEIGHTS)

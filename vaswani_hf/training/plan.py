@@ -35,7 +35,7 @@ from .budget import (
 )
 from .recipe import Recipe, RecipeError
 from .schedule import FUSED_ADAM_DEVICE_TYPES, paper_base_lr
-from .sources import check_data_dir, resolve_dir, split_sources
+from .sources import check_data_dir, check_read_once, resolve_dir, split_sources
 
 logger = logging.getLogger(__name__)
 
@@ -257,6 +257,7 @@ def plan_run(recipe: Recipe, *, overwrite: bool = False, world: World | None = N
     for source in sources.values():
         if source is not None:
             source.check()
+    check_read_once(sources, world.processes)
     out = Path(recipe.output_dir)
     export = Path(recipe.export_dir) if recipe.export_dir else out / "hub"
     tokenizer_dir = resolve_dir(recipe.tokenizer_path) if recipe.tokenizer_path else out / "tokenizer"

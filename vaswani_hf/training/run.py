@@ -29,6 +29,7 @@ from ..data.batching import Seq2SeqCollator
 from ..data.preprocessing import prepare_dataset
 from ..evaluation import make_compute_metrics
 from ..inference import translate
+from ..io.progress import library_bars
 from ..modeling_vaswani import VaswaniForConditionalGeneration
 from ..tokenization import load_tokenizer, train_bpe_tokenizer
 from .callbacks import BatchStatsCollator, HistoryCallback, RunClock, SamplerEpochCallback, read_history
@@ -191,7 +192,7 @@ def shared_bpe(plan: RunPlan, train_split):
         min_frequency=data.bpe_min_frequency,
         lowercase=data.lowercase,
         save_dir=folder,
-        show_progress=plan.process.show_progress,
+        show_progress=plan.process.show_progress and library_bars(),
     )
     logger.info("trained joint BPE: %d tokens -> %s", len(tokenizer), folder)
     if name:
@@ -442,6 +443,7 @@ def run_training(plan: RunPlan, callbacks: Sequence[TrainerCallback] = ()) -> di
     if not isinstance(plan, RunPlan):
         raise TypeError(f"run_training takes the run's plan (plan_run(recipe)), not a {type(plan).__name__}")
     clock = RunClock()
+    library_bars()  # datasets' own bars (tokenizing, filtering) off in a log: no carriage returns there
     with clock.stage("checks and corpora"):
         state = start_processes(plan)
         if plan.output.start == "finished":

@@ -18,7 +18,7 @@ from ..data.corpora import (
     scan_corpus,
     usable_pairs,
 )
-from ..io import UsageError, check_input_file
+from ..io import UsageError, check_input_file, reads_once
 from .recipe import REPO_ROOT, Recipe, RecipeError
 
 SPLITS = ("train", "valid", "test")
@@ -185,6 +185,19 @@ def split_sources(recipe: Recipe) -> dict[str, Source | None]:
         else:
             found[split] = FileSource(**common, format=recipe.data_format, path=resolve_path(value, recipe.data_dir))
     return found
+
+
+def check_read_once(sources: dict[str, Source | None], processes: int) -> None:
+    """A corpus file that can be read only once (a named pipe) serves one process: each process loads the corpus."""
+    if processes == 1:
+        return
+    for source in sources.values():
+        for name, path in (source.files() if source is not None else {}).items():
+            if reads_once(path):
+                raise RecipeError(
+                    f"{name}: {path} is a pipe, which can be read only once, but each of the {processes} processes "
+                    "reads the corpus; give a regular file"
+                )
 
 
 def check_data_dir(recipe: Recipe) -> None:

@@ -27,6 +27,7 @@ from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer
 from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 from transformers.integrations.fsdp import is_fsdp_managed_module
+from transformers.trainer_callback import ProgressCallback
 from transformers.trainer_utils import (
     PREFIX_CHECKPOINT_DIR,
     EvalLoopOutput,
@@ -39,6 +40,7 @@ from transformers.trainer_utils import (
 from ..data.batching import EXAMPLE_INDEX, LABEL_PAD_ID, Seq2SeqCollator, TokenBatchSampler
 from ..tokenization import PAD_ID
 from .budget import evaluation_budget
+from .callbacks import TrainingProgress
 from .checkpoints import STAGING_DIR, checkpoint_write_errors, publish_checkpoint
 from .objective import PAPER_LABEL_SMOOTHING, LabelSmoothedLoss, label_smoothed_nll, output_projection_deferred
 from .schedule import get_paper_schedule
@@ -108,6 +110,9 @@ class VaswaniTrainer(Seq2SeqTrainer):
         if kwargs.get("compute_loss_func") is None:
             kwargs["compute_loss_func"] = LabelSmoothedLoss(label_smoothing)
         super().__init__(*args, **kwargs)
+        if not self.args.disable_tqdm:  # every tool's progress report (io.progress): plain lines in a log
+            self.remove_callback(ProgressCallback)
+            self.add_callback(TrainingProgress)
         self.loss_chunk_tokens = loss_chunk_tokens
         if loss_chunk_tokens:
             if self.is_fsdp_enabled or self.is_deepspeed_enabled:
