@@ -128,7 +128,7 @@ def execute(command: Command, argv: Sequence[str]) -> int | None:
     command.validate(args)
     paths = command.paths(args)
     checked: dict[str, Any] = {}
-
+    io.check_not_relative({use.flag: use.path for use in (*paths.inputs, *paths.outputs)})  # a deleted working folder
     for use in (*paths.inputs, *paths.outputs):  # a path, not nothing and not a URL (this tool reads no network)
         if use.path is not None and (not str(use.path) or re.match(r"[A-Za-z][\w+.-]*://", str(use.path))):
             raise UsageError(

@@ -21,9 +21,11 @@ from .models import (
 )
 from .outputs import (
     MARKER,
+    UNUSABLE_WORKING_FOLDER,
     FolderLock,
     apply_umask,
     atomic_output_dir,
+    check_not_relative,
     check_output_dir,
     check_output_file,
     check_paths,
@@ -52,6 +54,7 @@ __all__ = [
     "to_json",
     "check_input_file",
     "check_paths",
+    "check_not_relative",
     "check_output_file",
     "check_output_dir",
     "replace_atomically",
@@ -61,6 +64,7 @@ __all__ = [
     "mark",
     "first_entries",
     "MARKER",
+    "UNUSABLE_WORKING_FOLDER",
     "FolderLock",
     "folder_in_use",
     "apply_umask",
