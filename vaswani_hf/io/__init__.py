@@ -18,6 +18,7 @@ from .models import (
     load_model_folder,
     model_vocab_size,
     tokenizer_size,
+    weight_files,
 )
 from .outputs import (
     MARKER,
@@ -72,6 +73,7 @@ __all__ = [
     "path_kind",
     "WEIGHTS",
     "WEIGHTS_INDEX",
+    "weight_files",
     "check_model_folder",
     "load_model_folder",
     "check_safetensors",
