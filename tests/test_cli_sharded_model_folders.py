@@ -1,9 +1,9 @@
 """Every tool that reads a model folder accepts the checkpoint formats transformers writes: a sharded save
 (`save_pretrained(max_shard_size=...)`: model-0000k-of-0000n.safetensors and model.safetensors.index.json) runs as
 the single-file folder does and writes the same files (what a tool prints may name the weight files: an upload's
-dry run lists the shards). Which tools read a model folder is not listed here: a tool
-does where its own declaration (vaswani_hf.cli.registry's `Command.paths`) gives its test file's command line an
-input of a model-folder kind. Averaging sharded checkpoints gives the same average, tensor for tensor.
+dry run lists the shards). Which tools read a model folder is not listed here: every command line of each registered
+tool's test file (its run and its path cases) is taken, and each input its declaration (`Command.paths`) names that
+is a saved model folder is given sharded. Averaging sharded checkpoints gives the same average, tensor for tensor.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import pytest
 import safetensors.torch
 from cli_contract import TOOLS, every_tool, run_main
 
-from vaswani_hf.cli.command import MODEL_FOLDER, MODEL_WITHOUT_TOKENIZER, SAFETENSORS_CHECKPOINT
 from vaswani_hf.cli.registry import COMMANDS
 from vaswani_hf.io import WEIGHTS, WEIGHTS_INDEX, UsageError, weight_files
 from vaswani_hf.training.checkpoints import average_checkpoints
@@ -24,14 +23,23 @@ from vaswani_hf.training.checkpoints import average_checkpoints
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-MODEL_KINDS = (MODEL_FOLDER, MODEL_WITHOUT_TOKENIZER, SAFETENSORS_CHECKPOINT)
-
 
 def model_folder_inputs(tool: str, argv: list[str]) -> list[str]:
-    """The paths of `argv` that the tool declares as model folders (its inputs of a model-folder kind)."""
+    """The inputs the tool declares for `argv` that are saved model folders (config.json and safetensors weights),
+    whatever kind the declaration gives them (evaluate's --model is checked when loaded)."""
     command = COMMANDS[tool]
     args = command.parse(argv) if command.parse else command.build_parser().parse_args(argv)
-    return [str(use.path) for use in command.paths(args).inputs if use.kind in MODEL_KINDS and use.path is not None]
+    paths = [Path(use.path) for use in command.paths(args).inputs if use.path is not None]
+    return [str(path) for path in paths if (path / "config.json").is_file() and weight_files(path)]
+
+
+def command_lines(tool: str, assets, folder: Path) -> list[list[str]]:
+    """The tool's command lines in its test file (`Cases`: its run, then each path case), writing under `folder`."""
+    case = every_tool()[tool]
+    lines = [case.run(assets, folder / "run")]
+    for k, path_case in enumerate(case.paths):
+        lines.append(path_case.argv(path_case.inputs(folder / f"inputs-{k}", assets), str(folder / f"out-{k}"), False))
+    return [[str(a) for a in line] for line in lines]
 
 
 def sharded_copy(folder: Path, out: Path) -> Path:
@@ -57,17 +65,22 @@ def outputs(root: Path) -> dict[str, str]:
 
 @pytest.mark.parametrize("tool", TOOLS)
 def test_every_tool_that_reads_a_model_folder_takes_a_sharded_one(tool, assets, tmp_path, capfd):
-    argv = [str(a) for a in every_tool()[tool].run(assets, tmp_path / "single")]
-    folders = model_folder_inputs(tool, argv)
-    if not folders:
-        pytest.skip(f"{tool} reads no model folder")
-    (tmp_path / "single").mkdir()
-    assert run_main(tool, argv)[0] == 0, capfd.readouterr().err
-    sharded = {f: sharded_copy(Path(f), tmp_path / "sharded" / Path(f).relative_to(assets.root)) for f in folders}
-    argv = [str(a) for a in every_tool()[tool].run(assets, tmp_path / "both")]
-    argv = [str(sharded.get(a, a)) for a in argv]
-    (tmp_path / "both").mkdir()
-    assert run_main(tool, argv)[0] == 0, capfd.readouterr().err
+    single, both = command_lines(tool, assets, tmp_path / "single"), command_lines(tool, assets, tmp_path / "both")
+    runs = [(line, model_folder_inputs(tool, sharded)) for line, sharded in zip(single, both)]
+    if not any(folders for _, folders in runs):
+        pytest.skip(f"no command line of tests/test_cli_{tool}.py reads a model folder")
+    for k, (line, folders) in enumerate(runs):
+        if not folders:
+            continue
+        (tmp_path / "single" / "run").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "both" / "run").mkdir(parents=True, exist_ok=True)
+        assert run_main(tool, line)[0] == 0, (line, capfd.readouterr().err)
+        sharded = {
+            f: str(sharded_copy(Path(f), tmp_path / "sharded" / f"{k}-{i}" / Path(f).name))
+            for i, f in enumerate(folders)
+        }
+        argv = [sharded.get(a, a) for a in both[k]]
+        assert run_main(tool, argv)[0] == 0, (argv, capfd.readouterr().err)
     assert outputs(tmp_path / "both") == outputs(tmp_path / "single")
 
 
