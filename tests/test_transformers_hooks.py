@@ -1,12 +1,13 @@
-"""The private transformers hooks the Hub files rely on, pinned: `VaswaniGenerationMixin` (generation_vaswani.py)
-overrides or calls private `GenerationMixin` methods, and `VaswaniTranslationPipeline` (pipeline_vaswani.py) sets
-private `Pipeline` flags and patches the pipeline registry. transformers may rename, re-sign or stop calling any of
-them in a release; then the override is silently dead (the paper's decoding quietly replaced by transformers' own) or
-breaks deep inside a call. Each test here names the hook and fails loudly instead: the hook still exists, takes the
-arguments we read, and transformers still reaches it on the path we rely on."""
+"""The private transformers hooks the package relies on, pinned. The one list of them, with why each is needed and
+which tests pin it, is tests/transformers_hooks.py (`HOOKS`): the package's code is read here, and a private name of
+transformers (or accelerate) it uses without a line there fails. transformers may rename, re-sign or stop calling any
+of them in a release; then an override is silently dead (the paper's decoding quietly replaced by transformers' own)
+or breaks deep inside a call. Each test here names the hook and fails loudly instead: the hook still exists, takes
+the arguments we read, and transformers still reaches it on the path we rely on."""
 
 import functools
 import inspect
+import re
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from conftest import padded_batch, tiny_config
 from transformers import GenerationMixin, Pipeline
 from transformers.generation import utils as generation_utils
 from transformers.pipelines import base as pipeline_base
+from transformers_hooks import HOOKS, REPO, owner_of, private_library_names_used
 
 from vaswani_hf import generation_vaswani
 from vaswani_hf.generation_vaswani import VaswaniGenerationMixin
@@ -232,3 +234,34 @@ def test_pipeline_registry_still_works_as_register_pipeline_tasks_patches_it():
         "type",
     }
     assert issubclass(VaswaniTranslationPipeline, Pipeline)
+
+
+# --- the one list of private names (tests/transformers_hooks.py) -----------------------------------------------------
+
+
+def test_every_private_library_name_the_package_uses_is_listed_with_why():
+    """Read from the package's code: each private name of transformers or accelerate it overrides, reads, sets,
+    calls or passes is listed in `HOOKS`, for each file that uses it; and each listed name is still used there."""
+    used = private_library_names_used()
+    unlisted = sorted(f"{name} ({', '.join(sorted(files))})" for name, files in used.items() if name not in HOOKS)
+    assert not unlisted, (
+        f"add these to tests/transformers_hooks.py with why and a pin, or use a public mechanism: {unlisted}"
+    )
+    for name, files in used.items():
+        assert files <= set(HOOKS[name].where), (name, files)
+    for name, hook in HOOKS.items():
+        for where in hook.where:
+            assert name in (REPO / "vaswani_hf" / where).read_text(encoding="utf-8"), f"{name} is no longer in {where}"
+        assert hook.use in ("overridden", "read", "set", "called", "keyword", "patched") and hook.why, name
+
+
+@pytest.mark.parametrize("name", sorted(HOOKS))
+def test_each_hook_is_still_where_transformers_keeps_it(name):
+    """The library object the table names still has the name (an attribute, a parameter, or a name its code sets or
+    reads), and every pin the table names is a test that exists."""
+    owner = owner_of(HOOKS[name])
+    source = inspect.getsource(owner)
+    assert hasattr(owner, name) or re.search(rf"\b{name}\b", source), f"{HOOKS[name].owner} no longer has {name}"
+    for pin in HOOKS[name].pinned_by:
+        path, _, test = pin.partition("::")
+        assert re.search(rf"^def {test}\(", (REPO / path).read_text(encoding="utf-8"), re.M), pin
