@@ -116,8 +116,9 @@ def name_exists(name: str) -> bool:
             return True
         if first[:1].isupper() and hasattr(loaded, first) and _walk(getattr(loaded, first), rest):
             return True
-    if not rest and not first[:1].isupper():
-        return first in declared_names()[0] or first in declared_names()[1] or hasattr(builtins, first)
+    if not rest:  # a name the code defines (anywhere, tests' helpers included), or a key it reads or writes
+        names, strings = declared_names()
+        return first in names or (first.islower() and (first in strings or hasattr(builtins, first)))
     return False
 
 
