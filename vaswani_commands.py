@@ -3,10 +3,11 @@
 The package leaves the process alone; what a command must do to the process before importing it (torch,
 transformers), and what can fail during that import, happens here, with the standard library only: a closed
 standard descriptor (0, 1, 2) gets /dev/null, so that no file opened later takes its number; a deleted working
-folder is one line, exit 2; too little memory (`ulimit -v`) or too few descriptors (`ulimit -n`) for the import
-is one line, exit 1. Then `vaswani_hf/cli/<tool>.py`'s `main` runs under `vaswani_hf.cli.contract.run_cli`: the
-console script `vaswani-<tool>` is `vaswani_commands:<tool>` (no line here per tool), and
-`python -m vaswani_commands <tool> ARGS` runs it too.
+folder is left for "/" (torch's import aborts the process without one), so that a command naming only absolute
+paths runs, and one naming a relative path is refused in one line by the path check; too little memory
+(`ulimit -v`) or too few descriptors (`ulimit -n`) for the import is one line, exit 1. Then the tool's module (`TOOLS`)
+runs its `main` under `vaswani_hf.cli.contract.run_cli`. The console script `vaswani-<tool>` is
+`vaswani_commands:<tool>`, a function below; `python -m vaswani_commands <tool> ARGS` runs it too.
 """
 
 from __future__ import annotations
@@ -15,12 +16,27 @@ import errno
 import os
 import sys
 import traceback
+from functools import partial
 from importlib import import_module
 from pathlib import Path
 
 STREAMS = ((0, os.O_RDONLY), (1, os.O_WRONLY), (2, os.O_WRONLY))
-MODULES = {"space": "vaswani_hf.space"}  # a tool that is no vaswani_hf.cli command -> its module
-_TOOLS = Path(__file__).resolve().parent / "vaswani_hf" / "cli"
+
+# Each tool, by the name of its console script's function (pyproject.toml: `vaswani-<name> = "vaswani_commands:<name>"`,
+# dashes for underscores) -> the module whose `main(argv)` runs it. tests/test_cli_registry.py checks this table
+# against vaswani_hf/cli/registry.py (every command's module), pyproject.toml's scripts and scripts/*.py.
+TOOLS = {
+    "train": "vaswani_hf.cli.train",
+    "translate": "vaswani_hf.cli.translate",
+    "evaluate": "vaswani_hf.cli.evaluate",
+    "train_tokenizer": "vaswani_hf.cli.train_tokenizer",
+    "average_checkpoints": "vaswani_hf.cli.average_checkpoints",
+    "export_marian": "vaswani_hf.cli.export_marian",
+    "export_ctranslate2": "vaswani_hf.cli.export_ctranslate2",
+    "visualize_attention": "vaswani_hf.cli.visualize_attention",
+    "push_to_hub": "vaswani_hf.cli.push_to_hub",
+    "space": "vaswani_hf.space",  # the Space's page: a Gradio server, no vaswani_hf.cli command
+}
 
 
 def occupy_closed_descriptors() -> None:
@@ -37,8 +53,9 @@ def occupy_closed_descriptors() -> None:
                 os.set_inheritable(fd, True)
 
 
-def working_folder_problem() -> str | None:
-    """What is wrong with the working folder (deleted, unreadable) and what to do, or None."""
+def working_folder_state() -> str | None:
+    """What is wrong with the working folder ("the working folder /x/y was deleted", "... cannot be read (...)"), or
+    None."""
     try:
         os.getcwd()
         return None
@@ -47,12 +64,33 @@ def working_folder_problem() -> str | None:
             where = " " + os.readlink("/proc/self/cwd").removesuffix(" (deleted)")
         except OSError:
             where = ""
-        return f"the working folder{where} was deleted; cd into an existing folder and run the command again"
+        return f"the working folder{where} was deleted"
     except OSError as error:
-        return (
-            f"the working folder cannot be read ({os.strerror(error.errno) if error.errno else error}); cd into "
-            "a folder you may read and run the command again"
-        )
+        return f"the working folder cannot be read ({os.strerror(error.errno) if error.errno else error})"
+
+
+def working_folder_problem() -> str | None:
+    """What is wrong with the working folder and what to do (one line), or None."""
+    state = working_folder_state()
+    return None if state is None else f"{state}; cd into an existing folder and run the command again"
+
+
+_left = {"state": None}  # what was wrong with the working folder this process left for "/"
+
+
+def leave_an_unusable_working_folder() -> str | None:
+    """Where the working folder was deleted (or cannot be read), work from "/" and return what was wrong with it;
+    None where it is fine. torch's import aborts the process without a working folder, yet a command that names only
+    absolute paths needs none, so it runs; a relative path would now mean a place under "/", and the path check
+    (`vaswani_hf.io.check_paths`) refuses it in one line. The answer holds while the process stays in "/"."""
+    state = working_folder_state()
+    if state is not None:
+        os.chdir(os.sep)
+        sys.path[:] = [entry for entry in sys.path if entry not in ("", ".")]  # they meant the folder left
+        _left["state"] = state
+    elif _left["state"] is not None and os.getcwd() != os.sep:
+        _left["state"] = None  # the process has moved on (an in-process caller changed folders)
+    return _left["state"]
 
 
 def _file_size_limited() -> bool:
@@ -89,18 +127,16 @@ def _refuse(line: str, code: int) -> int:
 def run(tool: str, argv=None) -> int:
     """Prepare the process, import the tool's module and run its `main(argv)` (see the module docstring)."""
     occupy_closed_descriptors()
-    problem = working_folder_problem()
-    if problem:
-        return _refuse(problem, 2)
-    module = MODULES.get(tool, f"vaswani_hf.cli.{tool}")
+    leave_an_unusable_working_folder()
+    if tool not in TOOLS:
+        return _refuse(f"no tool {tool!r}; the tools: {', '.join(tools())}", 2)
+    module = TOOLS[tool]
     try:
-        main = getattr(import_module(module), "main", None)
+        main = import_module(module).main
     except (MemoryError, ImportError, OSError) as error:
         missing = getattr(error, "name", None) or ""
         if debug_requested(sys.argv):
             raise
-        if missing == module:
-            return _refuse(f"no tool {tool!r}; the tools: {', '.join(tools())}", 2)
         if isinstance(error, ModuleNotFoundError) and not missing.startswith("vaswani_hf"):
             return _refuse(
                 f"the package {missing!r} that vaswani_hf needs is not installed ({sys.executable}); "
@@ -110,8 +146,6 @@ def run(tool: str, argv=None) -> int:
         if limit_problem(error) is None:
             raise
         return _refuse(limit_problem(error), 1)
-    if main is None:
-        return _refuse(f"no tool {tool!r}; the tools: {', '.join(tools())}", 2)
     try:
         return main(argv)
     except Exception as error:  # --debug let it through: its traceback, then the status its one line would have had
@@ -120,19 +154,21 @@ def run(tool: str, argv=None) -> int:
 
 
 def tools() -> list[str]:
-    """The installed tools' names (the console scripts that start here)."""
-    from importlib.metadata import entry_points
-
-    return sorted(
-        e.value.split(":")[1] for e in entry_points(group="console_scripts") if e.value.startswith("vaswani_commands:")
-    ) or ["(none installed: pip install -e .)"]
+    """The tools' names (`TOOLS`)."""
+    return sorted(TOOLS)
 
 
-def __getattr__(tool: str):
-    """`vaswani_commands.<tool>`: the console script of vaswani_hf/cli/<tool>.py (or of `MODULES`)."""
-    if tool not in MODULES and not (_TOOLS / f"{tool}.py").is_file() or tool.startswith("_"):
-        raise AttributeError(f"module {__name__!r} has no attribute {tool!r}")
-    return lambda argv=None: run(tool, argv)
+# The console scripts (pyproject.toml's [project.scripts]) and scripts/*.py call these: one per entry of `TOOLS`.
+train = partial(run, "train")
+translate = partial(run, "translate")
+evaluate = partial(run, "evaluate")
+train_tokenizer = partial(run, "train_tokenizer")
+average_checkpoints = partial(run, "average_checkpoints")
+export_marian = partial(run, "export_marian")
+export_ctranslate2 = partial(run, "export_ctranslate2")
+visualize_attention = partial(run, "visualize_attention")
+push_to_hub = partial(run, "push_to_hub")
+space = partial(run, "space")
 
 
 if __name__ == "__main__":

@@ -31,16 +31,31 @@ def test_pyproject_scripts_are_the_registry():
     assert scripts == console_scripts(), f"pyproject.toml's [project.scripts] lacks or differs in: {missing}"
     for target in scripts.values():
         module, name = target.split(":")
-        assert module == "vaswani_commands" and callable(getattr(vaswani_commands, name))
-        assert (REPO / "vaswani_hf" / "cli" / f"{name}.py").is_file() or name in vaswani_commands.MODULES
-    with pytest.raises(AttributeError):
-        vaswani_commands.no_such_tool  # noqa: B018
+        function = getattr(vaswani_commands, name)
+        assert module == "vaswani_commands" and function.func is vaswani_commands.run and function.args == (name,)
+
+
+def test_the_runner_s_table_is_the_registry():
+    """The runner's explicit table (`vaswani_commands.TOOLS`: console script -> module) names each registered
+    command's module and the Space's page, nothing else, and has a console-script function per entry."""
+    import vaswani_commands
+
+    assert vaswani_commands.TOOLS == {
+        **{name: f"vaswani_hf.cli.{name}" for name in COMMANDS},
+        **{entry.split(":")[1]: "vaswani_hf.space" for entry in OTHER_SCRIPTS.values()},
+    }
+    for name, module in vaswani_commands.TOOLS.items():
+        assert callable(importlib.import_module(module).main), module
+        assert getattr(vaswani_commands, name).args == (name,)
+    assert not hasattr(vaswani_commands, "no_such_tool") and not hasattr(vaswani_commands, "__getattr__")
 
 
 @pytest.mark.parametrize("name", COMMANDS)
 def test_each_tool_is_its_module_s_declaration_with_a_shim_and_a_test_file(name):
     command = COMMANDS[name]
-    module = importlib.import_module(f"vaswani_hf.cli.{name}")
+    import vaswani_commands
+
+    module = importlib.import_module(vaswani_commands.TOOLS[name])
     assert module.COMMAND is command and command.name == name
     assert command.build_parser().prog == command.prog
     shim = REPO / "scripts" / command.script_name

@@ -2,7 +2,9 @@
 owns before any command runs, for every command:
 
 - malformed launcher variables (RANK=abc, WORLD_SIZE=0, LOCAL_RANK=-1x, MASTER_PORT=99999, a rank not below its
-  count) and a deleted working folder: one line, exit status 2, before any work, nothing written;
+  count): one line, exit status 2, before any work, nothing written;
+- a deleted working folder: a command naming absolute paths runs; one naming a relative path is one line, exit
+  status 2, before any work, nothing written;
 - standard error closed: a refusal writes nothing anywhere (never onto standard output); a closed standard input is
   refused in one line by the commands that read it (exit status 2), a closed standard output by the commands that
   write to it (exit status 1, as a closed pipe);
@@ -11,7 +13,7 @@ owns before any command runs, for every command:
 The users of standard input and output and the writers are generated from the registry: each tool's declared text
 inputs (`Cases.reads`), result on standard output (`Cases.stdout`) and writers (`Cases.writers`).
 
-In real processes (slow): the closed descriptors themselves, the deleted folder before torch is imported, RANK=abc,
+In real processes (slow): the closed descriptors themselves, the deleted folder (torch's import aborts there), RANK=abc,
 transformers' LOAD REPORT table (it never precedes the one line), and a signal during tokenizer training (no staged
 folder left beside --out_dir).
 """
@@ -108,19 +110,58 @@ def test_well_formed_launcher_variables_pass(assets, tmp_path, monkeypatch, capf
     assert json.loads((tmp_path / "scores.json").read_text())["scores"]
 
 
-@pytest.mark.parametrize("tool", TOOLS)
-def test_a_deleted_working_folder_is_one_line(tool, assets, tmp_path, capfd, monkeypatch):
+def deleted_working_folder(tmp_path: Path, monkeypatch) -> Path:
     gone = tmp_path / "gone"
     gone.mkdir()
-    monkeypatch.chdir(gone)
+    monkeypatch.chdir(gone)  # and back at the end of the test (the boundary leaves the deleted folder for "/")
     gone.rmdir()
+    return gone
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_a_deleted_working_folder_is_no_obstacle_to_absolute_paths(tool, assets, tmp_path, capfd, monkeypatch):
+    """A command that names only absolute paths needs no working folder: it runs as anywhere else (as `cat` would)."""
+    deleted_working_folder(tmp_path, monkeypatch)
+    before = snapshot(assets.root)
+    status, _ = run_main(tool, RUNS[tool](assets, tmp_path))
+    assert status == 0, capfd.readouterr().err
+    assert not changes(before, snapshot(assets.root))
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_a_relative_path_in_a_deleted_working_folder_is_one_line(tool, assets, tmp_path, capfd, monkeypatch):
+    """The same command with one of its paths relative (it names nothing: a deleted folder holds nothing and takes
+    no new entry, and the command works from "/" instead): one line naming the path, exit status 2, nothing
+    written."""
+    gone = deleted_working_folder(tmp_path, monkeypatch)
+    argv = [str(a) for a in RUNS[tool](assets, tmp_path)]
+    paths = [i for root in (tmp_path, assets.root) for i, a in enumerate(argv) if Path(a).is_relative_to(root)]
+    where = paths[0]  # an output where the command writes one (in its folder tmp_path), else an input
+    argv[where] = "relative-path-of-the-test"
     refused_before_any_work(
         tool,
-        RUNS[tool](assets, tmp_path),
+        argv,
         [assets.root, tmp_path],
         capfd,
         2,
-        f"the working folder {gone} was deleted; cd into an existing folder",
+        "relative-path-of-the-test is relative to the working folder, but the working folder "
+        f"{gone} was deleted; give an absolute path",
+    )
+    assert not Path("/relative-path-of-the-test").exists()
+
+
+def test_a_relative_input_checked_first_in_a_deleted_working_folder_is_one_line(assets, tmp_path, capfd, monkeypatch):
+    """translate checks its input file before the relations between paths: a relative one is refused as relative,
+    not as absent."""
+    gone = deleted_working_folder(tmp_path, monkeypatch)
+    argv = ["input.en", "--model", assets.model, *TRANSLATE_OPTIONS, "--output", tmp_path / "out.txt"]
+    refused_before_any_work(
+        "translate",
+        argv,
+        [assets.root, tmp_path],
+        capfd,
+        2,
+        f"input.en is relative to the working folder, but the working folder {gone} was deleted",
     )
 
 
@@ -225,29 +266,39 @@ def test_closed_descriptors_in_real_processes(assets, tmp_path):
 
 
 @pytest.mark.slow
-def test_surroundings_refused_before_torch_is_imported(assets, tmp_path):
-    """A deleted working folder (torch and transformers fail while imported then) and RANK=abc in a real process:
-    one line, exit status 2."""
+def test_surroundings_in_a_real_process(assets, tmp_path):
+    """In a deleted working folder (torch's import aborts the process there) a command naming absolute paths runs,
+    one naming a relative path is one line, exit status 2; RANK=abc is one line, exit status 2."""
     gone = tmp_path / "gone"
-    gone.mkdir()
-    process = subprocess.Popen(
-        [
-            "sh",
-            "-c",
-            'cd "$1" && rmdir "$1" && exec "$2" --hypotheses a --references b',
-            "sh",
-            str(gone),
-            console_script("evaluate"),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-    )
-    out, err = process.communicate(timeout=300)
-    assert_one_error_line(
-        err.decode(), process.returncode, 2, f"the working folder {gone} was deleted; cd into an existing folder"
-    )
-    assert len(err.decode().splitlines()) == 1 and out == b""
+    hypotheses = tmp_path / "hypotheses.txt"
+    hypotheses.write_text("a b c\n", encoding="utf-8")
+    for references, status in ((hypotheses, 0), ("references.txt", 2)):
+        gone.mkdir()
+        process = subprocess.Popen(
+            [
+                "sh",
+                "-c",
+                'cd "$1" && rmdir "$1" && exec "$2" --hypotheses "$3" --references "$4" --out "$5"',
+                "sh",
+                str(gone),
+                console_script("evaluate"),
+                str(hypotheses),
+                str(references),
+                str(tmp_path / "scores.json"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+        )
+        out, err = process.communicate(timeout=300)
+        if status == 0:
+            assert process.returncode == 0, err.decode()
+            assert json.loads((tmp_path / "scores.json").read_text())["scores"]
+        else:
+            assert_one_error_line(
+                err.decode(), process.returncode, 2, f"the working folder {gone} was deleted; give an absolute path"
+            )
+            assert len(err.decode().splitlines()) == 1 and out == b""
     code, out, err = run_console("translate", RUNS["translate"](assets, tmp_path), tmp_path, env={"RANK": "abc"})
     assert_one_error_line(err, code, 2, "RANK='abc'")
     assert len(err.splitlines()) == 1 and not (tmp_path / "out.txt").exists()

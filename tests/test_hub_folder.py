@@ -256,3 +256,55 @@ def test_missing_code_files_names_what_config_json_references(hub_folder, tmp_pa
     problems = hub.missing_code_files(folder)
     assert "code file pipeline_vaswani.py referenced by config.json is missing" in problems
     assert "code file modeling_extra.py referenced by config.json is missing" in problems
+
+
+@pytest.mark.slow
+def test_without_the_package_the_folder_loads_silently_where_transformers_allows(hub_folder, tmp_path):
+    """Where vaswani_hf is not installed, `trust_remote_code=True` loads tokenizer and model without a word, and so
+    does the tokenizer's own class, which needs no code. `AutoTokenizer.from_pretrained(folder)` without
+    `trust_remote_code` cannot be silent in transformers 5.24, for any remote-code model: it reads config.json before
+    tokenizer_config.json, asks whether to run the code (models/auto/configuration_auto.py, resolve_trust_remote_code;
+    15 s on a terminal), and, refused, falls back to the base config class, whose check warns "You are using a model
+    of type `vaswani` to instantiate a model of type ``" (configuration_utils.py). A Marian folder is silent because
+    its model type is transformers' own. This test fails when transformers changes that, so the README can say so."""
+
+    folder = str(hub_folder["folder"])
+    silent = f"""
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedTokenizerFast
+AutoTokenizer.from_pretrained({folder!r}, trust_remote_code=True)
+AutoModelForSeq2SeqLM.from_pretrained({folder!r}, trust_remote_code=True)
+PreTrainedTokenizerFast.from_pretrained({folder!r})
+"""
+    out, err = _without_the_package(silent, tmp_path)
+    # transformers' progress bar of loading weights is printed for every model, Marian too
+    assert out == "" and all(line.startswith("Loading weights") for line in err.strip().splitlines()), (out, err)
+    out, err = _without_the_package(
+        f"import transformers; transformers.AutoTokenizer.from_pretrained({folder!r})", tmp_path
+    )
+    assert "Do you wish to run the custom code?" in out, "AutoTokenizer no longer asks: say so in the README"
+    assert err.strip().startswith(
+        "[transformers] You are using a model of type `vaswani` to instantiate a model of type ``"
+    )
+    assert len(err.strip().splitlines()) == 1, "AutoTokenizer says something else now: update the README"
+
+
+def _without_the_package(code: str, folder) -> tuple[str, str]:
+    """(stdout, stderr) of `code` in a fresh interpreter that cannot import vaswani_hf, offline, standard input empty."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import BLOCK_PACKAGE
+
+    env = {**os.environ, "HF_MODULES_CACHE": str(folder / "modules"), "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
+    result = subprocess.run(
+        [sys.executable, "-c", BLOCK_PACKAGE + code],
+        cwd=folder,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout, result.stderr

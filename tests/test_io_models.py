@@ -109,10 +109,16 @@ def test_check_model_folder_sharded_weights(tmp_path):
     (folder / "model.safetensors").rename(folder / "model-00001-of-00002.safetensors")
     index = {"weight_map": {"w": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
-    with pytest.raises(UsageError, match=r"model-00002-of-00002\.safetensors: weight shard named by .* is missing"):
+    with pytest.raises(
+        UsageError, match=r"names the weight shard 'model-00002-of-00002\.safetensors', which is no file"
+    ):
         check_model_folder(folder)
     _weights(folder / "model-00002-of-00002.safetensors")
     assert check_model_folder(folder) == folder
+    index["weight_map"]["b"] = "../model-00002-of-00002.safetensors"  # a shard elsewhere is not this folder's
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(UsageError, match=r"names the weight shard '\.\./model-00002-of-00002\.safetensors'"):
+        check_model_folder(folder)
 
 
 def test_load_model_folder_names_the_folder(tmp_path):

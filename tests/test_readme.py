@@ -100,3 +100,17 @@ def test_readme_command_parses(command, monkeypatch, capsys, tmp_path):
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
         monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
         module.build_parser().parse_args(arguments)  # a UsageError names the option
+
+
+def test_the_results_table_gives_one_figure_and_a_link_a_row():
+    """The README reads in one pass: each row of its results table gives one figure (in bold) and one link to the
+    result file that holds how it was measured; the caveats live there (benchmarks/results)."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = re.search(r"^## Results\n(.*?)(?=^## )", text, re.S | re.M).group(1)
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| what")]
+    assert len(rows) >= 5, section
+    for row in rows:
+        result = row.rstrip(" |").rsplit(" | ", 1)[1]
+        links = re.findall(r"\]\(([^)]+)\)", result)
+        assert len(re.findall(r"\*\*[^*]+\*\*", result)) == 1 and len(links) == 1, row
+        assert (REPO / links[0]).is_file() and len(result) <= 160, row

@@ -1,11 +1,13 @@
-"""The private transformers hooks the Hub files rely on, pinned: `VaswaniGenerationMixin` (generation_vaswani.py)
-overrides or calls private `GenerationMixin` methods, and `VaswaniTranslationPipeline` (pipeline_vaswani.py) sets
-private `Pipeline` flags and patches the pipeline registry. transformers may rename, re-sign or stop calling any of
-them in a release; then the override is silently dead (the paper's decoding quietly replaced by transformers' own) or
-breaks deep inside a call. Each test here names the hook and fails loudly instead: the hook still exists, takes the
-arguments we read, and transformers still reaches it on the path we rely on."""
+"""The private transformers hooks the package relies on, pinned. The one list of them, with why each is needed and
+which tests pin it, is tests/transformers_hooks.py (`HOOKS`): the package's code is read here, and a private name of
+transformers (or accelerate) it uses without a line there fails. transformers may rename, re-sign or stop calling any
+of them in a release; then an override is silently dead (the paper's decoding quietly replaced by transformers' own)
+or breaks deep inside a call. Each test here names the hook and fails loudly instead: the hook still exists, takes
+the arguments we read, and transformers still reaches it on the path we rely on."""
 
+import functools
 import inspect
+import re
 
 import pytest
 import torch
@@ -14,15 +16,17 @@ from conftest import padded_batch, tiny_config
 from transformers import GenerationMixin, Pipeline
 from transformers.generation import utils as generation_utils
 from transformers.pipelines import base as pipeline_base
+from transformers_hooks import HOOKS, REPO, owner_of, private_library_names_used
 
+from vaswani_hf import generation_vaswani
 from vaswani_hf.generation_vaswani import VaswaniGenerationMixin
 from vaswani_hf.modeling_vaswani import VaswaniForConditionalGeneration
 from vaswani_hf.pipeline_vaswani import VaswaniTranslationPipeline
 
-# hook -> the parameters our override reads or passes on by name (a subset of transformers' signature)
+# hook -> the parameters our override (or paper_decoding's call of transformers' loop) reads or passes on by name
 GENERATION_HOOKS = {
     "_beam_search": {"input_ids", "logits_processor", "stopping_criteria", "generation_config", "synced_gpus"},
-    "_sample": {"input_ids", "logits_processor", "stopping_criteria", "generation_config", "synced_gpus", "streamer"},
+    "_sample": {"input_ids", "logits_processor", "stopping_criteria", "generation_config", "synced_gpus"},
     "_get_top_k_continuations": {
         "accumulated_log_probs",
         "running_sequences",
@@ -61,12 +65,51 @@ def test_each_generation_hook_still_exists_with_the_parameters_we_use(hook):
 
 
 def test_generate_still_dispatches_to_beam_search_and_sample_by_name():
-    """`generate()` looks its decoding loop up by name on the class (our `_beam_search` / `_sample` are reached only
-    that way)."""
+    """paper_decoding falls back to transformers' own loop by its name in GENERATION_MODES_MAPPING, as generate()
+    finds it."""
     mapping = generation_utils.GENERATION_MODES_MAPPING
     assert mapping[generation_utils.GenerationMode.BEAM_SEARCH] == "_beam_search"
     assert mapping[generation_utils.GenerationMode.GREEDY_SEARCH] == "_sample"
     assert "GENERATION_MODES_MAPPING[generation_mode]" in inspect.getsource(GenerationMixin.generate)
+
+
+def test_generate_still_hands_its_loop_to_a_custom_generate_callable():
+    """The public hook `paper_decoding` relies on: generate() takes a callable `custom_generate`, prepares the
+    inputs, processors and criteria, then calls it as the decoding loop with the prepared generation config."""
+    assert "custom_generate" in inspect.signature(GenerationMixin.generate).parameters
+    source = inspect.getsource(GenerationMixin.generate)
+    assert "decoding_method = custom_generate" in source and "result = decoding_method(" in source
+
+
+def test_plain_decoding_runs_paper_decoding_and_a_streamer_runs_transformers_loop(monkeypatch):
+    """Beam search and greedy decoding go through `paper_decoding` (custom_generate); a streamer, which transformers
+    hands only to its own loops, keeps them, and still receives every token."""
+    from transformers.generation.streamers import BaseStreamer
+
+    calls, received = [], []
+    original = generation_vaswani.paper_decoding
+
+    @functools.wraps(original)
+    def spy(*args, **kwargs):
+        calls.append(kwargs["generation_config"].num_beams)
+        return original(*args, **kwargs)
+
+    class Streamer(BaseStreamer):
+        def put(self, value):
+            received.append(value)
+
+        def end(self):
+            received.append("end")
+
+    monkeypatch.setattr(generation_vaswani, "paper_decoding", spy)
+    model = VaswaniForConditionalGeneration(tiny_config(vocab_size=24)).eval()
+    ids, mask = padded_batch([5], vocab_size=24)
+    beam = model.generate(input_ids=ids, attention_mask=mask, num_beams=3, max_length_b=4)
+    greedy = model.generate(input_ids=ids, attention_mask=mask, num_beams=1, max_length_b=4)
+    assert calls == [3, 1] and beam.shape[0] == greedy.shape[0] == 1
+    streamed = model.generate(input_ids=ids, attention_mask=mask, num_beams=1, max_length_b=4, streamer=Streamer())
+    assert calls == [3, 1] and torch.equal(streamed, greedy) and received[-1] == "end"
+    assert len(received) == streamed.shape[1] + 1  # the start token, each generated token, the end
 
 
 @pytest.mark.parametrize("hook", ["_get_top_k_continuations", "_update_finished_beams", "_check_early_stop_heuristic"])
@@ -100,12 +143,10 @@ def test_from_pretrained_still_calls_adjust_generation_fn():
 
 
 def test_transformers_beam_loop_reaches_every_override(monkeypatch):
-    """With the lean loop off, one beam search through transformers' own loop runs each of our overrides (mock-call
-    spies on the real methods), and greedy decoding runs our `_sample`."""
+    """With the lean loop off, `paper_decoding` runs transformers' own beam loop, which reaches each of our overrides
+    (mock-call spies on the real methods); greedy decoding runs transformers' `_sample` the same way."""
     calls = []
     for hook in (
-        "_beam_search",
-        "_sample",
         "_get_top_k_continuations",
         "_update_finished_beams",
         "_check_early_stop_heuristic",
@@ -118,12 +159,21 @@ def test_transformers_beam_loop_reaches_every_override(monkeypatch):
             return _original(self, *args, **kwargs)
 
         monkeypatch.setattr(VaswaniGenerationMixin, hook, spy)
+    for loop in ("_beam_search", "_sample"):
+        original = getattr(GenerationMixin, loop)
+
+        @functools.wraps(original)  # generate() reads _sample's signature to sort a custom loop's arguments
+        def loop_spy(self, *args, _original=original, _loop=loop, **kwargs):
+            calls.append(_loop)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(GenerationMixin, loop, loop_spy)
     torch.manual_seed(0)
     model = VaswaniForConditionalGeneration(tiny_config(vocab_size=24)).eval()
     model.use_lean_decoding = False
     ids, mask = padded_batch([5, 3], vocab_size=24)
     model.generate(input_ids=ids, attention_mask=mask, num_beams=3, max_length_b=4, length_penalty_type="gnmt")
-    assert set(calls) >= {
+    assert set(calls) == {
         "_beam_search",
         "_get_top_k_continuations",
         "_update_finished_beams",
@@ -184,3 +234,34 @@ def test_pipeline_registry_still_works_as_register_pipeline_tasks_patches_it():
         "type",
     }
     assert issubclass(VaswaniTranslationPipeline, Pipeline)
+
+
+# --- the one list of private names (tests/transformers_hooks.py) -----------------------------------------------------
+
+
+def test_every_private_library_name_the_package_uses_is_listed_with_why():
+    """Read from the package's code: each private name of transformers or accelerate it overrides, reads, sets,
+    calls or passes is listed in `HOOKS`, for each file that uses it; and each listed name is still used there."""
+    used = private_library_names_used()
+    unlisted = sorted(f"{name} ({', '.join(sorted(files))})" for name, files in used.items() if name not in HOOKS)
+    assert not unlisted, (
+        f"add these to tests/transformers_hooks.py with why and a pin, or use a public mechanism: {unlisted}"
+    )
+    for name, files in used.items():
+        assert files <= set(HOOKS[name].where), (name, files)
+    for name, hook in HOOKS.items():
+        for where in hook.where:
+            assert name in (REPO / "vaswani_hf" / where).read_text(encoding="utf-8"), f"{name} is no longer in {where}"
+        assert hook.use in ("overridden", "read", "set", "called", "keyword", "patched") and hook.why, name
+
+
+@pytest.mark.parametrize("name", sorted(HOOKS))
+def test_each_hook_is_still_where_transformers_keeps_it(name):
+    """The library object the table names still has the name (an attribute, a parameter, or a name its code sets or
+    reads), and every pin the table names is a test that exists."""
+    owner = owner_of(HOOKS[name])
+    source = inspect.getsource(owner)
+    assert hasattr(owner, name) or re.search(rf"\b{name}\b", source), f"{HOOKS[name].owner} no longer has {name}"
+    for pin in HOOKS[name].pinned_by:
+        path, _, test = pin.partition("::")
+        assert re.search(rf"^def {test}\(", (REPO / path).read_text(encoding="utf-8"), re.M), pin

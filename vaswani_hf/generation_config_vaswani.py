@@ -194,7 +194,7 @@ def read_generation_file(path: str | os.PathLike) -> dict:
 def generation_file(source, download_kwargs: dict) -> str | None:
     """The local path of `source`'s generation_config.json (a folder, or a Hub repository through transformers'
     cache, as `GenerationConfig.from_pretrained` finds it), or None where there is none."""
-    names = ("cache_dir", "force_download", "proxies", "local_files_only", "token", "revision", "_commit_hash")
+    names = ("cache_dir", "force_download", "proxies", "local_files_only", "token", "revision")
     try:
         return cached_file(
             str(source),

@@ -7,19 +7,24 @@ model class inherits it, as Marian inherits `GenerationMixin`). Hand-written, an
   paper does, not with transformers' model-agnostic max_length 20.
 - `_update_finished_beams`, `_check_early_stop_heuristic`: GNMT's ((5 + |Y|) / 6) ** alpha (through tensor2tensor)
   instead of transformers' |Y| ** alpha; private hooks, pinned by tests/test_generation_vaswani.py.
-- `_beam_search`, `_sample`: beam_search_vaswani.py's lean loops (same tokens, less work) where they compute the
-  same; `_get_top_k_continuations`: `fast_topk`; `_reorder_cache`: cross-attention K/V are not copied.
+- `paper_decoding`, handed to `generate()` as `custom_generate` (transformers' public hook for the decoding loop):
+  beam_search_vaswani.py's lean loops (same tokens, less work) where they compute the same, else transformers' own
+  loop; `_get_top_k_continuations`: `fast_topk`; `_reorder_cache`: cross-attention K/V are not copied.
+
+The private transformers names used here, why, and the tests that pin them: tests/test_transformers_hooks.py.
 
 Copied next to the weights and run under `trust_remote_code`: imports only torch, transformers and its siblings.
 """
 
 import contextvars
+import copy
 
 import torch
 from transformers.cache_utils import Cache, EncoderDecoderCache
-from transformers.generation import GenerationMixin, LogitsProcessor, LogitsProcessorList
+from transformers.generation import GenerationConfig, GenerationMixin, LogitsProcessor, LogitsProcessorList
 from transformers.generation.logits_process import MinLengthLogitsProcessor, MinNewTokensLengthLogitsProcessor
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
+from transformers.generation.utils import GENERATION_MODES_MAPPING, GenerationMode
 
 from .beam_search_vaswani import force_eos, lean_beam_search, lean_greedy_search, top_candidates
 from .configuration_vaswani import SettingError
@@ -91,8 +96,8 @@ class SourceLengthLimitLogitsProcessor(LogitsProcessor):
         return force_eos(scores, at_limit, self.eos_token_id) if bool(at_limit.any()) else scores
 
 
-# The length penalty ("gnmt" or "hf") of the running beam search: transformers calls the two scoring hooks without the
-# generation config, so `_beam_search` sets it around transformers' loop (per call and thread, not on the model).
+# The length penalty ("gnmt" or "hf") of the running generate(): transformers calls the two scoring hooks without the
+# generation config, so `generate` sets it around transformers' work (per call and thread, not on the model).
 _length_penalty_type = contextvars.ContextVar("vaswani_length_penalty_type", default="hf")
 
 
@@ -139,6 +144,65 @@ def _max_length_of(stopping_criteria, eos: int) -> int | None:
         ):
             return None
     return max_length
+
+
+def _token_ids(value) -> list[int]:
+    """A generation config's token id setting (an id, a list or a tensor of them, None) as a list."""
+    return [] if value is None else [int(t) for t in torch.as_tensor(value).reshape(-1).tolist()]
+
+
+def _runs_paper_decoding(config: GenerationConfig, kwargs: dict) -> bool:
+    """Whether `generate()` hands its loop to `paper_decoding`: plain beam search or greedy decoding, and nothing that
+    transformers passes only to its own loops (a streamer, an assistant, a tokenizer for stop strings, processes kept
+    in step: `synced_gpus`, or unset in a process group); those run transformers' loops, with the scoring hooks."""
+    if any(kwargs.get(name) is not None for name in ("custom_generate", "streamer", "assistant_model", "tokenizer")):
+        return False
+    group = torch.distributed.is_available() and torch.distributed.is_initialized()
+    if kwargs.get("synced_gpus") or (kwargs.get("synced_gpus") is None and group):
+        return False
+    merged = copy.deepcopy(config)
+    merged.update(**kwargs)  # the call's settings over the config's, as generate() merges them
+    return merged.get_generation_mode() in (GenerationMode.BEAM_SEARCH, GenerationMode.GREEDY_SEARCH)
+
+
+def paper_decoding(model, input_ids, logits_processor, stopping_criteria, generation_config, **model_kwargs):
+    """The decoding loop of `generate()` for plain beam search and greedy decoding, handed to it as `custom_generate`
+    (transformers' public hook: generate() prepares the inputs, the processors and the criteria, then calls this):
+    beam_search_vaswani.py's lean loops where `_lean_decoding_inputs` finds they compute transformers' tokens, else
+    transformers' own loop for the mode, through which the scoring hooks apply the length penalty."""
+    lean = model._lean_decoding_inputs(
+        input_ids, logits_processor, stopping_criteria, generation_config, False, model_kwargs
+    )
+    if lean is not None and generation_config.num_beams > 1:
+        penalty_type = getattr(generation_config, "length_penalty_type", None) or "hf"
+        check_decoding_setting("length_penalty_type", penalty_type, "generation_config")
+        alpha = float(generation_config.length_penalty)
+
+        def length_penalty(length):
+            return gnmt_length_penalty(length, alpha) if penalty_type == "gnmt" else length**alpha
+
+        return lean_beam_search(
+            model,
+            **lean,
+            num_beams=generation_config.num_beams,
+            num_return_sequences=generation_config.num_return_sequences,
+            length_penalty=length_penalty,
+            alpha=alpha,
+            early_stopping=generation_config.early_stopping,
+        )
+    if lean is not None:  # greedy: transformers pads finished rows with the pad id (</s> where there is none)
+        pad = _token_ids(generation_config.pad_token_id)
+        return lean_greedy_search(model, **{**lean, "fill_value": pad[0] if pad else lean["eos_token_id"]})
+    loop = getattr(GenerationMixin, GENERATION_MODES_MAPPING[generation_config.get_generation_mode()])
+    return loop(
+        model,
+        input_ids,
+        logits_processor=logits_processor,
+        stopping_criteria=stopping_criteria,
+        generation_config=generation_config,
+        synced_gpus=False,
+        **model_kwargs,
+    )
 
 
 class VaswaniGenerationMixin(GenerationMixin):
@@ -194,9 +258,16 @@ class VaswaniGenerationMixin(GenerationMixin):
                 given = kwargs.get(key, getattr(config, key, None))
                 if given is not None and given > bound:
                     kwargs[key] = bound
-        return super().generate(
-            inputs, generation_config=generation_config, logits_processor=logits_processor, **kwargs
-        )
+        if _runs_paper_decoding(config, kwargs):
+            kwargs["custom_generate"] = paper_decoding
+        penalty_type = kwargs.get("length_penalty_type", getattr(config, "length_penalty_type", None)) or "hf"
+        token = _length_penalty_type.set(penalty_type)
+        try:
+            return super().generate(
+                inputs, generation_config=generation_config, logits_processor=logits_processor, **kwargs
+            )
+        finally:
+            _length_penalty_type.reset(token)
 
     def _source_mask(self, input_ids, kwargs, eos):
         """generate()'s attention mask (into `kwargs`): where none is given, inferred from pad tokens as transformers'
@@ -264,71 +335,6 @@ class VaswaniGenerationMixin(GenerationMixin):
         """Rows of the learned position table (Table 3, row E), or None for sinusoids."""
         return self.config.max_position_embeddings if self.config.position_encoding == "learned" else None
 
-    def _beam_search(
-        self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False, **model_kwargs
-    ):
-        """Beam search with the length penalty of `generation_config.length_penalty_type`: the lean loop when
-        `_lean_decoding_inputs` allows it, else transformers' loop with the scoring hooks below."""
-        penalty_type = getattr(generation_config, "length_penalty_type", None) or "hf"
-        check_decoding_setting("length_penalty_type", penalty_type, "generation_config")
-        lean = self._lean_decoding_inputs(
-            input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus, model_kwargs
-        )
-        if lean is not None:
-            alpha = float(generation_config.length_penalty)
-
-            def length_penalty(length):
-                return gnmt_length_penalty(length, alpha) if penalty_type == "gnmt" else length**alpha
-
-            return lean_beam_search(
-                self,
-                **lean,
-                num_beams=generation_config.num_beams,
-                num_return_sequences=generation_config.num_return_sequences,
-                length_penalty=length_penalty,
-                alpha=alpha,
-                early_stopping=generation_config.early_stopping,
-            )
-        token = _length_penalty_type.set(penalty_type)
-        try:
-            return super()._beam_search(
-                input_ids,
-                logits_processor,
-                stopping_criteria,
-                generation_config,
-                synced_gpus=synced_gpus,
-                **model_kwargs,
-            )
-        finally:
-            _length_penalty_type.reset(token)
-
-    def _sample(
-        self,
-        input_ids,
-        logits_processor,
-        stopping_criteria,
-        generation_config,
-        synced_gpus=False,
-        streamer=None,
-        **model_kwargs,
-    ):  # greedy: `lean_greedy_search` where it computes the same
-        if not generation_config.do_sample and streamer is None:
-            lean = self._lean_decoding_inputs(
-                input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus, model_kwargs
-            )
-            if lean is not None and generation_config._pad_token_tensor is not None:
-                lean["fill_value"] = int(generation_config._pad_token_tensor)  # transformers pads finished rows
-                return lean_greedy_search(self, **lean)
-        return super()._sample(
-            input_ids,
-            logits_processor,
-            stopping_criteria,
-            generation_config,
-            synced_gpus=synced_gpus,
-            streamer=streamer,
-            **model_kwargs,
-        )
-
     def _lean_decoding_inputs(
         self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus, model_kwargs
     ) -> dict | None:
@@ -348,9 +354,10 @@ class VaswaniGenerationMixin(GenerationMixin):
             or config.num_return_sequences > config.num_beams
         ):
             return None
-        if config._eos_token_tensor is None or config._eos_token_tensor.numel() != 1:
+        eos_ids = _token_ids(config.eos_token_id)
+        if len(eos_ids) != 1:
             return None
-        eos = int(config._eos_token_tensor.reshape(-1)[0])
+        eos = eos_ids[0]
         allowed = {
             "encoder_outputs",
             "attention_mask",
@@ -383,7 +390,8 @@ class VaswaniGenerationMixin(GenerationMixin):
         if limits is not None and limits.shape[0] != states.shape[0] // beams:
             return None
         # transformers pads beam-search output with `pad_token_id or eos_token_id[0]`: </s> when the pad id is 0
-        fill = int(config._pad_token_tensor or eos)
+        fill = _token_ids(config.pad_token_id)[0] if config.pad_token_id is not None else eos
+        fill = fill or eos
         return dict(
             encoder_hidden_states=states[::beams],
             encoder_attention_mask=mask[::beams] if mask is not None else None,
@@ -461,6 +469,7 @@ class VaswaniGenerationMixin(GenerationMixin):
 
 __all__ = [
     "VaswaniGenerationMixin",
+    "paper_decoding",
     "gnmt_length_penalty",
     "default_generation_config",
     "fast_topk",

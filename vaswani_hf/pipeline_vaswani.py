@@ -189,7 +189,10 @@ class VaswaniTranslationPipeline(Pipeline):
                 "translation pipeline: no tokenizer; pass `tokenizer=` (the model's, e.g. "
                 "`AutoTokenizer.from_pretrained(FOLDER)`) to `pipeline(...)`"
             )
-        self._refuse_constructor_dict_outputs()
+        asked = dict(kwargs)  # the constructor's generate() arguments, and those of a generation config it was given
+        if getattr(kwargs.get("generation_config"), "return_dict_in_generate", False):
+            asked["return_dict_in_generate"] = True
+        _refuse_dict_outputs(asked)
         match = _PAIR_TASK.match(self.task or "")
         if match:
             self._check_languages(
@@ -198,15 +201,6 @@ class VaswaniTranslationPipeline(Pipeline):
                 f"the task {self.task!r}",
                 f'use the task "{TASK}" or a model for that pair',
             )
-
-    def _refuse_constructor_dict_outputs(self) -> None:
-        """`_refuse_dict_outputs` for the constructor's generate() arguments: set aside (transformers >= 5.2x), or
-        merged into a copy of the model's generation config (5.17: asked for where it differs from the model's)."""
-        asked = dict(getattr(self, "_generate_kwargs", {}))
-        merged = getattr(getattr(self, "generation_config", None), "return_dict_in_generate", False)
-        if merged and not self.model.generation_config.return_dict_in_generate:
-            asked["return_dict_in_generate"] = True
-        _refuse_dict_outputs(asked)
 
     @property
     def return_name(self) -> str:

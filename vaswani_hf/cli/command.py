@@ -53,8 +53,10 @@ def _tokenizer_folder(path, what, overwrite):
 
 def _safetensors_checkpoint(path, what, overwrite):
     folder = Path(path)
-    if folder.is_dir() and not (folder / "model.safetensors").is_file():
-        raise io.UsageError(f"{folder}: no model.safetensors; averaging needs safetensors checkpoints")
+    if folder.is_dir() and not (folder / io.WEIGHTS).is_file() and not (folder / io.WEIGHTS_INDEX).is_file():
+        raise io.UsageError(
+            f"{folder}: no {io.WEIGHTS} (nor {io.WEIGHTS_INDEX}); averaging needs safetensors checkpoints"
+        )
     # exists, is a folder, config.json (copied to the output) is valid, the weights are complete
     return io.check_model_folder(folder, what="checkpoint folder", tokenizer=False)
 
@@ -69,7 +71,9 @@ MODEL_FOLDER = Kind("model folder (model + tokenizer)", lambda p, w, o: io.check
 MODEL_WITHOUT_TOKENIZER = Kind(
     "model folder (tokenizer elsewhere)", lambda p, w, o: io.check_model_folder(Path(p), what=w, tokenizer=False)
 )
-SAFETENSORS_CHECKPOINT = Kind("checkpoint folder with model.safetensors", _safetensors_checkpoint)
+SAFETENSORS_CHECKPOINT = Kind(
+    "checkpoint folder with safetensors weights (one file or shards)", _safetensors_checkpoint
+)
 FOLDER = Kind("folder", _folder)
 TOKENIZER_FOLDER = Kind("tokenizer folder", _tokenizer_folder)
 PATH = Kind("path (declared for the relation check only; its reader checks it)", lambda p, w, o: p)
@@ -129,7 +133,7 @@ def execute(command: Command, argv: Sequence[str]) -> int | None:
     command.validate(args)
     paths = command.paths(args)
     checked: dict[str, Any] = {}
-
+    io.check_not_relative({use.flag: use.path for use in (*paths.inputs, *paths.outputs)})  # a deleted working folder
     for use in (*paths.inputs, *paths.outputs):  # a path, not nothing and not a URL (this tool reads no network)
         if use.path is not None and (not str(use.path) or re.match(r"[A-Za-z][\w+.-]*://", str(use.path))):
             raise UsageError(

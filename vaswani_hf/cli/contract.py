@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext, suppress
 from pathlib import Path
 
-from vaswani_commands import debug_requested, limit_problem, working_folder_problem
+from vaswani_commands import debug_requested, leave_an_unusable_working_folder, limit_problem, working_folder_problem
 
 from .. import io
 from ..errors import UsageError, one_line, refusal_exit_code
@@ -129,18 +129,18 @@ def run_cli(
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = prog or Path(sys.argv[0]).name
     token = _declared_outputs.set(())
+    left = io.UNUSABLE_WORKING_FOLDER.set(leave_an_unusable_working_folder())  # relative paths refused, if any
     try:
         with own_streams(), signals_as_interrupts():
             return _run(main, argv, prog)
     finally:
+        io.UNUSABLE_WORKING_FOLDER.reset(left)
         _declared_outputs.reset(token)
 
 
 def _run(main: Callable[[list[str]], int | None], argv: list[str], prog: str) -> int:
     debug, held = debug_requested(argv), HeldReports()  # --debug: nothing held, every error let through
     try:
-        if working_folder_problem():
-            raise UsageError(working_folder_problem())
         check_distributed_environment()
         with library_progress_bars_off(), nullcontext() if debug else held:
             code = main(argv)

@@ -16,7 +16,7 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from ..io import WEIGHTS, WEIGHTS_INDEX, check_safetensors, read_json
+from ..io import check_safetensors, read_json, weight_files
 from .ids import check_card_identity  # also imported from here by the exports
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
@@ -158,14 +158,8 @@ def normalize_metrics(metrics: Mapping | None) -> dict[str, dict]:
 def count_parameters_in_folder(model_dir: str | os.PathLike) -> int:
     """Number of parameters stored in the folder's safetensors weights (tied matrices are stored, and counted, once),
     from their checked headers."""
-    folder = Path(model_dir)
-    index = folder / WEIGHTS_INDEX
-    files = (
-        sorted({folder / name for name in read_json(index)["weight_map"].values()})
-        if index.is_file()
-        else [folder / WEIGHTS]
-    )
-    if not files[0].is_file():
+    files = weight_files(model_dir)
+    if not files:
         raise FileNotFoundError(f"no safetensors weights in {model_dir}")
     return sum(
         math.prod(entry["shape"])

@@ -170,6 +170,25 @@ def _looks_like_hub_id(text: str) -> bool:
     return len(parts) == 2 and all(parts) and not text.startswith((".", "/", "~")) and not Path(text).exists()
 
 
+def weight_files(folder: str | os.PathLike) -> list[Path]:
+    """The safetensors files that hold a saved model's weights: the shards its index names, in order (transformers'
+    `save_pretrained(max_shard_size=...)` writes model-0000k-of-0000n.safetensors and model.safetensors.index.json),
+    or the one model.safetensors; [] where there is neither. A shard the index names that is not a file of the folder
+    itself (missing, or a path elsewhere) is a UsageError."""
+    folder = Path(folder)
+    if not (folder / WEIGHTS_INDEX).is_file():
+        return [folder / WEIGHTS] if (folder / WEIGHTS).is_file() else []
+    index = read_json(folder / WEIGHTS_INDEX, WEIGHTS_INDEX_SHAPE)
+    shards = sorted(set(index["weight_map"].values()))
+    for shard in shards:
+        if Path(shard).name != shard or not (folder / shard).is_file():
+            raise UsageError(
+                f"{folder / WEIGHTS_INDEX} names the weight shard {shard!r}, which is no file of {folder}; "
+                "save the model again"
+            )
+    return [folder / shard for shard in shards]
+
+
 def check_model_folder(
     path: str | os.PathLike, *, what: str = "model folder", tokenizer: bool = True, vaswani_only: bool = False
 ) -> Path | str:
@@ -190,16 +209,10 @@ def check_model_folder(
     check_tokenizer_configs(folder)
     if (folder / "generation_config.json").is_file():
         check_generation_config_file(folder / "generation_config.json", config.get("vocab_size"))
-    if (folder / WEIGHTS_INDEX).is_file():
-        index = read_json(folder / WEIGHTS_INDEX, WEIGHTS_INDEX_SHAPE)
-        shards = sorted(set(index["weight_map"].values()))
-        for shard in shards:
-            if not (folder / shard).is_file():
-                raise UsageError(f"{folder / shard}: weight shard named by {WEIGHTS_INDEX} is missing")
-            check_weight_dtypes(check_safetensors(folder / shard), folder / shard)
-    elif (folder / WEIGHTS).is_file():
-        check_weight_dtypes(check_safetensors(folder / WEIGHTS), folder / WEIGHTS)
-    else:
+    files = weight_files(folder)
+    for path in files:
+        check_weight_dtypes(check_safetensors(path), path)
+    if not files:
         pickled = (
             " (pytorch_model.bin is not read: save with safetensors)"
             if (folder / "pytorch_model.bin").exists()

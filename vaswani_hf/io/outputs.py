@@ -1,7 +1,8 @@
 """Outputs: what a command may write, decided before any work; written atomically with the user's umask.
 
 - `check_paths`: an output never is, contains or lies inside an input (links followed) or another output, whatever
-  `--overwrite` says: it means "replace my previous output", never "delete my input".
+  `--overwrite` says: it means "replace my previous output", never "delete my input". Where the working folder was
+  deleted (`UNUSABLE_WORKING_FOLDER`), a relative path is refused: it names nothing that can be read or written.
 - `check_output_file` / `check_output_dir`: an output is absent (or an empty folder), or with `overwrite` a regular
   file, or a folder this package wrote as the same kind of output (its `MARKER`): a link, a device, a downloaded
   model folder or a corpus folder is never replaced.
@@ -19,11 +20,17 @@ import stat
 import tempfile
 from collections.abc import Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from ..errors import STDIO, UsageError
 
 MARKER = ".vaswani_hf.json"  # {"written_by": KIND}: what wrote this folder (see check_output_dir)
+# What was wrong with the working folder ("the working folder /x/y was deleted") when the running command started,
+# or None. The commands' runner then works from "/" (vaswani_commands.leave_an_unusable_working_folder), so that a
+# command naming absolute paths only runs; a relative path would be read against "/" and is refused. Set by the
+# command-line boundary (vaswani_hf.cli.contract.run_cli) for the running command.
+UNUSABLE_WORKING_FOLDER: ContextVar[str | None] = ContextVar("unusable_working_folder", default=None)
 
 
 def _loop_check(path: Path, what: str) -> None:
@@ -35,12 +42,28 @@ def _loop_check(path: Path, what: str) -> None:
         ) from None
 
 
+def check_not_relative(paths: Mapping[str, str | os.PathLike | None]) -> None:
+    """Where the working folder was deleted or cannot be read (`UNUSABLE_WORKING_FOLDER`), refuse a relative path of
+    `paths` ({flag or recipe key: path}; None and "-" are skipped): it names nothing there."""
+    unusable = UNUSABLE_WORKING_FOLDER.get()
+    relative = [
+        f"{name} {path}"
+        for name, path in paths.items()
+        if path is not None and str(path) != STDIO and not Path(path).is_absolute()
+    ]
+    if unusable and relative:
+        raise UsageError(
+            f"{relative[0]} is relative to the working folder, but {unusable}; give an absolute path, or cd into "
+            "an existing folder and run the command again"
+        )
+
+
 def check_paths(
     inputs: Mapping[str, str | os.PathLike | None], outputs: Mapping[str, str | os.PathLike | None]
 ) -> None:
     """Refuse an output that is, contains or lies inside an input or another output, and "-" named by two inputs (or
     outputs): it is one stream. `inputs`, `outputs`: {flag or recipe key: path}; None is skipped, and so is an input
-    that does not exist (a Hub id)."""
+    that does not exist (a Hub id). A relative path where the working folder is gone: `check_not_relative`."""
     for role, paths in (("inputs", inputs), ("outputs", outputs)):
         streams = [name for name, p in paths.items() if p is not None and str(p) == STDIO]
         if len(streams) > 1:
@@ -51,6 +74,7 @@ def check_paths(
             )
     ins = {name: Path(p) for name, p in inputs.items() if p is not None and str(p) != STDIO}
     outs = {name: Path(p) for name, p in outputs.items() if p is not None and str(p) != STDIO}
+    check_not_relative({**ins, **outs})
     for name, path in {**ins, **outs}.items():
         _loop_check(path, name)
     real_in = {name: Path(os.path.realpath(p)) for name, p in ins.items() if os.path.lexists(p)}

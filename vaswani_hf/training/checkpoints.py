@@ -30,7 +30,15 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, sort_checkpoints
 from ..hub.folder import missing_code_files  # training may import hub (never the other way round)
 from ..io import UsageError, apply_umask, atomic_output_dir, check_output_dir, check_safetensors, fsync_tree, proofs
 from ..io.files import CONFIG, TOKENIZER, TRAINER_STATE, read_json
-from ..io.models import CODE_FILES, WEIGHTS, WEIGHTS_INDEX, check_finite_weights, check_weight_dtypes, copy_model_files
+from ..io.models import (
+    CODE_FILES,
+    WEIGHTS,
+    WEIGHTS_INDEX,
+    check_finite_weights,
+    check_weight_dtypes,
+    copy_model_files,
+    weight_files,
+)
 from ..settings import MODEL_SETTINGS
 
 logger = logging.getLogger(__name__)
@@ -289,14 +297,20 @@ class WallClockCallback(TrainerCallback):
 
 
 def _load_weights(folder: Path) -> dict[str, torch.Tensor]:
-    """The tensors of a checkpoint's weights, checked: floating point and finite (a NaN of a diverged run would
-    average into every tensor it meets)."""
-    proof = proofs.manifest_problem(folder, lambda name: name == WEIGHTS)
+    """The tensors of a checkpoint's weights (model.safetensors, or the shards of a sharded save), checked: each
+    file as its checksum recorded it when the checkpoint was written, floating point and finite (a NaN of a diverged
+    run would average into every tensor it meets)."""
+    files = weight_files(folder)
+    names = {path.name for path in files} | {WEIGHTS_INDEX}
+    proof = proofs.manifest_problem(folder, lambda name: name in names)
     if proof is not None and proof != f"no {proofs.MANIFEST}":  # a checkpoint changed since it was written
         raise UsageError(f"{folder}: {proof}; it is not averaged: remove it, or average other checkpoints")
-    check_weight_dtypes(check_safetensors(folder / WEIGHTS), folder / WEIGHTS)
-    weights = safetensors.torch.load_file(str(folder / WEIGHTS))
-    check_finite_weights(weights, folder / WEIGHTS)
+    weights = {}
+    for path in files:
+        check_weight_dtypes(check_safetensors(path), path)
+        shard = safetensors.torch.load_file(str(path))
+        check_finite_weights(shard, path)
+        weights.update(shard)
     return weights
 
 
@@ -306,22 +320,33 @@ ARCHITECTURE_FIELDS = frozenset(name for name, s in MODEL_SETTINGS.items() if s.
 _NOT_VOCABULARY = ("truncation", "padding")
 
 
-def _digest(path: Path) -> str:
-    with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
+def _digest(paths: Sequence[Path]) -> str:
+    digest = hashlib.sha256()
+    for path in paths:
+        with open(path, "rb") as handle:
+            digest.update(hashlib.file_digest(handle, "sha256").digest())
+    return digest.hexdigest()
 
 
 def _check_distinct(folders: Sequence[Path]) -> None:
     """Each checkpoint once: not the same folder under a second name (a `..` path, a symbolic link), nor the same
-    weights (a hard link, a copy), which would weight one checkpoint twice. Only weights of equal size are hashed."""
+    weights (a hard link, a copy), which would weight one checkpoint twice. Only weights of equal size are hashed;
+    a sharded checkpoint and a single-file one never compare equal here (their tensors are compared by value)."""
+    files = {folder: weight_files(folder) for folder in folders}
+    sizes = {folder: [path.stat().st_size for path in paths] for folder, paths in files.items()}
     for i, folder in enumerate(folders):
-        ours = folder / WEIGHTS
-        for earlier in (f for f in folders[:i] if (f / WEIGHTS).stat().st_size == ours.stat().st_size):
-            if os.path.samefile(earlier / WEIGHTS, ours) or _digest(earlier / WEIGHTS) == _digest(ours):
+        ours = files[folder]
+        for earlier in (f for f in folders[:i] if sizes[f] == sizes[folder]):
+            theirs = files[earlier]
+            if all(os.path.samefile(a, b) for a, b in zip(theirs, ours)) or _digest(theirs) == _digest(ours):
+                same = (
+                    f"{ours[0]} is the same file as, or holds exactly the weights of, {theirs[0]}"
+                    if len(ours) == 1
+                    else f"the weight shards of {folder} are the same files as, or hold exactly the weights of, "
+                    f"those of {earlier}"
+                )
                 raise UsageError(
-                    f"{ours} is the same file as, or holds exactly the weights of, {earlier / WEIGHTS}: "
-                    "one checkpoint given twice (a second name, a link or a copy); give each checkpoint "
-                    "once"
+                    f"{same}: one checkpoint given twice (a second name, a link or a copy); give each checkpoint once"
                 )
 
 
@@ -394,8 +419,8 @@ def average_checkpoints(folders: Sequence[str | os.PathLike], one_run: bool = Tr
     if not folders:
         raise UsageError("no checkpoints to average")
     for folder in folders:
-        if not (Path(folder) / WEIGHTS).is_file():
-            raise UsageError(f"{folder}: no {WEIGHTS}; averaging needs safetensors checkpoints")
+        if not weight_files(folder):
+            raise UsageError(f"{folder}: no {WEIGHTS} (nor {WEIGHTS_INDEX}); averaging needs safetensors checkpoints")
     check_checkpoints_agree(folders, one_run)
     weights = _load_weights(Path(folders[0]))  # every tensor floating point (check_weight_dtypes)
     dtypes = {k: v.dtype for k, v in weights.items()}

@@ -18,17 +18,19 @@ from ..data.corpora import (
     scan_corpus,
     usable_pairs,
 )
-from ..io import UsageError, check_input_file, reads_once
+from ..io import UNUSABLE_WORKING_FOLDER, UsageError, check_input_file, reads_once
 from .recipe import REPO_ROOT, Recipe, RecipeError
 
 SPLITS = ("train", "valid", "test")
 
 
 def _look_up(p: Path, found) -> Path:
-    """`p` if absolute; else under the first of the current folder and the repository where `found`, else cwd."""
+    """`p` if absolute; else under the first of the current folder and the repository where `found`, else cwd. A
+    working folder that was deleted holds nothing: then only the repository (`io.UNUSABLE_WORKING_FOLDER`)."""
     if p.is_absolute():
         return p
-    return (next((b for b in (Path.cwd(), REPO_ROOT) if found(b / p)), Path.cwd()) / p).resolve()
+    bases = (REPO_ROOT,) if UNUSABLE_WORKING_FOLDER.get() else (Path.cwd(), REPO_ROOT)
+    return (next((b for b in bases if found(b / p)), bases[0]) / p).resolve()
 
 
 def resolve_dir(path: str | os.PathLike) -> Path:
