@@ -110,10 +110,10 @@ HOOKS = {
         "function; there is a public setter (set_attn_implementation) and no public getter",
     ),
     "_raise_exceptions_for_missing_entries": Hook(
-        ("generation_vaswani.py",), "transformers.utils.hub:cached_files", "keyword", CACHED_FILE
+        ("generation_config_vaswani.py",), "transformers.utils.hub:cached_files", "keyword", CACHED_FILE
     ),
     "_raise_exceptions_for_connection_errors": Hook(
-        ("generation_vaswani.py",), "transformers.utils.hub:cached_files", "keyword", CACHED_FILE
+        ("generation_config_vaswani.py",), "transformers.utils.hub:cached_files", "keyword", CACHED_FILE
     ),
     "_init_weights": Hook(("modeling_vaswani.py",), MODEL, "overridden", MODEL_AUTHOR),
     "_tied_weights_keys": Hook(("modeling_vaswani.py",), MODEL, "set", MODEL_AUTHOR),
@@ -261,7 +261,7 @@ HOOKS = {
         "(a Setting) lives there too and is taken out first",
     ),
     "_argument_group_name": Hook(
-        ("cli/train.py", "training/recipe.py"),
+        ("cli/train.py", "training/recipe_keys.py"),
         "transformers.hf_argparser",
         "set",
         "HfArgumentParser's documented way to give a dataclass's flags a group in --help (its docstring)",
