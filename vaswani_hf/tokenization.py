@@ -1,15 +1,41 @@
-"""Shared (joint source + target) BPE vocabulary, Section 5.1: "byte-pair encoding [3], which has a shared
-source-target vocabulary of about 37000 tokens"; one vocabulary lets encoder, decoder and pre-softmax projection share
-one embedding matrix (Section 3.4). Built with `tokenizers`, wrapped in a `PreTrainedTokenizerFast`. Choices:
+"""Shared (joint source + target) BPE vocabulary for the Transformer.
 
-* Byte-level BPE, not Metaspace: every string is representable (no `<unk>`, WMT test sets have characters unseen in
-  training) and `decode(encode(x)) == x`; the cost is 2-4 tokens for a rare character.
-* The normaliser prepends one space and the decoder strips exactly one, so a line's first word is tokenised like any
-  other and the round trip stays exact.
-* NFC by default (lossless); NFKC (lossy: folds NO-BREAK SPACE, "ﬁ", "½") and `lowercase=True` are options (the
-  paper's BLEU is cased).
-* Fixed special ids the config relies on: `<pad>`=0 (also the decoder start, tensor2tensor's zero start), `<s>`=1,
-  `</s>`=2, `<unk>`=3. Every sequence gets `</s>` appended, no `<s>`.
+Vaswani et al. (2017), Section 5.1 "Training Data and Batching": "Sentences were encoded using byte-pair encoding
+[3], which has a shared source-target vocabulary of about 37000 tokens" (EN-DE). One vocabulary for both sides is
+what lets the model share one embedding matrix between the encoder, the decoder and the pre-softmax projection
+(Section 3.4).
+
+Everything here is built from the `tokenizers` library (training, normalisation, pre-tokenisation, post-processing,
+decoding) and wrapped in a transformers `PreTrainedTokenizerFast` (an alias of `TokenizersBackend` in transformers 5),
+so that `save_pretrained`, `AutoTokenizer.from_pretrained` and `tok(src, text_target=tgt)` work unchanged.
+
+The design choices, and why:
+
+* Byte-level BPE, not Metaspace. Byte-level BPE works on UTF-8 bytes mapped to 256 printable symbols, so every input
+  string is representable: there is never an `<unk>`, and `decode(encode(x)) == x` holds by construction
+  (tests/test_tokenization.py checks it on every raw Multi30k line). A Metaspace ("sentencepiece-style") BPE maps
+  characters unseen in training to `<unk>`, which cannot be turned back into text, and WMT test sets do contain such
+  characters; with `prepend_scheme="always"` it also silently drops a leading space (" a" decodes to "a").
+  Byte-level's regex pre-tokeniser splits punctuation from words ("world." becomes "world" and "."), which the
+  Metaspace splitter does not. The cost is that tokens are less readable (`Ġ` marks a space) and that a rare
+  character costs 2 to 4 byte tokens. With an 8k vocabulary learned on Multi30k's training set, its validation set
+  takes about 5% more tokens than with a Metaspace BPE of the same size.
+* A word is tokenised the same way at the start of a line as inside it. GPT-2's byte-level set-up gives the first word
+  of a line a different token ("Two") from the same word inside the line ("ĠTwo"). The normaliser therefore prepends
+  one space (`Prepend(" ")`) and the decoder strips exactly one leading space (`Strip(" ", 1, 0)`), so the first word
+  is tokenised like any other word and the round trip stays exact (a line that itself starts with a space keeps it).
+* Unicode normalisation defaults to NFC, not NFKC. NFC only merges canonically equivalent sequences (for example "a"
+  followed by a combining diaeresis becomes "ä"), which are the same text: it never changes what a reader sees, and it
+  keeps the vocabulary from spending entries on two spellings of one character. NFKC (sentencepiece's default) also
+  folds compatibility characters (NO-BREAK SPACE to a space, "ﬁ" to "fi", full-width forms, "½" to "1⁄2"). That helps
+  with noisy web text but loses information, so `decode(encode(x)) != x` on such lines (45 of the 93,042 Multi30k
+  lines contain U+00A0). It is available as an option (`normalization="NFKC"`).
+* Lowercasing is off by default, because the paper's BLEU is cased; `lowercase=True` adds a `Lowercase` normaliser,
+  which makes the round trip lossy.
+* The special tokens and their ids are fixed, because the model's config relies on them: `<pad>`=0 (also the decoder's
+  start token, tensor2tensor's zero start vector), `<s>`=1, `</s>`=2, `<unk>`=3. The post-processor appends `</s>` to
+  every sequence (`"$A </s>"`) and prepends no `<s>`: the decoder starts from `<pad>`, and the encoder needs no
+  begin-of-sentence token.
 """
 
 from __future__ import annotations
@@ -34,13 +60,18 @@ logger = logging.getLogger(__name__)
 
 PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN = "<pad>", "<s>", "</s>", "<unk>"
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
-# Order == id: the BPE trainer assigns ids to special tokens in list order, before any learned symbol.
+# The order is the ids' order: the BPE trainer gives the special tokens their ids in list order, before any learned
+# symbol.
 SPECIAL_TOKENS: tuple[str, ...] = (PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)
 
 DEFAULT_VOCAB_SIZE = 37000  # paper, Section 5.1 (EN-DE shared vocabulary)
-# Longest sequence the tokenizer reports (sinusoidal positions, Section 3.5, have no limit): truncation warnings only
+# The longest sequence (in tokens, `</s>` included) the tokenizer reports as supported. The model's sinusoidal positions
+# (Section 3.5) have no hard limit; 1024 is a generous bound for sentence-level translation (WMT14 EN-DE sentences are
+# under 250 tokens after the usual length filtering), and it only drives transformers' truncation warnings.
 DEFAULT_MODEL_MAX_LENGTH = 1024
-TOKENIZER_FOLDER = "tokenizer folder"  # the kind of output vaswani-train-tokenizer writes (vaswani_hf.io.outputs)
+# The kind of output folder vaswani-train-tokenizer writes, recorded in its marker (vaswani_hf.io.outputs), so that
+# `--overwrite` replaces only a folder this tool wrote.
+TOKENIZER_FOLDER = "tokenizer folder"
 
 _NORMALIZERS = {"NFC": normalizers.NFC, "NFKC": normalizers.NFKC, "NFD": normalizers.NFD, "NFKD": normalizers.NFKD}
 
@@ -48,7 +79,7 @@ _NORMALIZERS = {"NFC": normalizers.NFC, "NFKC": normalizers.NFKC, "NFD": normali
 @dataclass
 class BpeSettings:
     """How the joint BPE is learned (Section 5.1), declared once: the recipe's tokenizer keys, the flags of
-    vaswani-train-tokenizer and `train_bpe_tokenizer`'s arguments are these."""
+    vaswani-train-tokenizer and the arguments of `train_bpe_tokenizer` are these fields."""
 
     vocab_size: int = field(
         default=DEFAULT_VOCAB_SIZE,
@@ -85,15 +116,16 @@ BPE_SETTINGS = settings_of(BpeSettings)
 
 
 def build_bpe_tokenizer(*, lowercase: bool = False, normalization: str | None = "NFC") -> Tokenizer:
-    """An untrained byte-level BPE `tokenizers.Tokenizer` with this project's pipeline (see module docstring);
-    `normalization` in any case."""
+    """An untrained byte-level BPE `tokenizers.Tokenizer` with this project's normaliser, pre-tokeniser and decoder
+    (the module docstring says why each is chosen). `normalization` may be given in any case ("nfc" or "NFC")."""
     norm: list[normalizers.Normalizer] = []
     if normalization is not None:
         key = BPE_SETTINGS["normalization"].check(str(normalization).upper(), "build_bpe_tokenizer")
         norm.append(_NORMALIZERS[key]())
     if lowercase:
         norm.append(normalizers.Lowercase())
-    norm.append(normalizers.Prepend(" "))  # first word tokenised like every other word (undone by the decoder)
+    # One leading space, so that the first word is tokenised like every other word; the decoder strips it again.
+    norm.append(normalizers.Prepend(" "))
 
     tok = Tokenizer(models.BPE(unk_token=UNK_TOKEN))
     tok.normalizer = normalizers.Sequence(norm)
@@ -103,7 +135,8 @@ def build_bpe_tokenizer(*, lowercase: bool = False, normalization: str | None = 
 
 
 def _add_post_processor(tok: Tokenizer) -> None:
-    # "$A </s>": source and target alike end with EOS, as in tensor2tensor and fairseq
+    # "$A </s>": every encoded sentence ends with EOS, source and target alike. The target's EOS is what the decoder
+    # learns to emit to stop; the source's marks the end for the encoder, as in tensor2tensor and fairseq.
     tok.post_processor = processors.TemplateProcessing(
         single=f"$A {EOS_TOKEN}", pair=f"$A {EOS_TOKEN} $B {EOS_TOKEN}", special_tokens=[(EOS_TOKEN, EOS_ID)]
     )
@@ -116,14 +149,18 @@ def _looks_like_file(x: Any) -> bool:
         return False
     try:
         return Path(x).is_file()
-    except OSError:  # e.g. "File name too long" for a sentence
+    except OSError:  # for example "File name too long", when the string is a sentence
         return False
 
 
 def iter_training_text(corpus: Any, languages: Sequence[str] | None = None) -> Iterator[str]:
-    """The sentences of `corpus`, both sides alike: path(s) of line files, a `datasets.Dataset` with a `translation`
-    column (`languages` or all), or any iterable of strings."""
-    import datasets  # local import: the tokenizer module should not require `datasets` for plain files
+    """Yield the training sentences of `corpus`, source and target sides alike (one joint vocabulary).
+
+    `corpus` may be a path or a list of paths to plain-text files (one sentence per line, for example `train.en` and
+    `train.de`), a `datasets.Dataset` with a `translation` column (all its languages, or only `languages`), or any
+    iterable of strings.
+    """
+    import datasets  # imported here: training from plain files should not need `datasets` loaded
 
     if isinstance(corpus, (str, os.PathLike)):
         yield from iter_lines(corpus, what="tokenizer training file")
@@ -138,7 +175,8 @@ def iter_training_text(corpus: Any, languages: Sequence[str] | None = None) -> I
                         raise ValueError(f"language {lang!r} not in the dataset (has {sorted(pair)})")
                     yield pair[lang]
     elif isinstance(corpus, (list, tuple)) and corpus and _looks_like_file(corpus[0]):
-        # a list whose first item is a Path or an existing file is a list of files (a missing one: an error)
+        # A list whose first item is a Path or an existing file is a list of files: a missing file later in the list
+        # is then an error, not a sentence.
         for p in corpus:
             yield from iter_lines(p, what="tokenizer training file")
     elif isinstance(corpus, Iterable):
@@ -180,12 +218,29 @@ def train_bpe_tokenizer(
     save_dir: str | os.PathLike | None = None,
     show_progress: bool = True,
 ) -> PreTrainedTokenizerFast:
-    """Train one BPE vocabulary on both sides together (Section 5.1). `corpus`: see `iter_training_text`.
-    `vocab_size` counts the 4 special tokens and 256 byte symbols (paper: ~37000 for EN-DE). `min_frequency` 2 avoids
-    merges that memorise one sentence. `languages`: those to read from a `datasets.Dataset`. `save_dir`: saved there."""
+    """Train one BPE vocabulary on the source and target sides together (Section 5.1).
+
+    Args:
+        corpus: files (a path or a list of paths), an iterable of strings, or a `datasets.Dataset` with a
+            `translation` column (see `iter_training_text`). Pass both sides, for example `[train.en, train.de]`.
+        vocab_size: the final vocabulary size, the 4 special tokens and the 256 byte symbols included (the paper
+            used about 37000 for EN-DE; a few thousand suit a small corpus such as Multi30k).
+        min_frequency: a pair must occur at least this often to be merged; 2 avoids merges that only memorise one
+            sentence.
+        lowercase: lowercase before tokenising (off by default, because the paper reports cased BLEU).
+        normalization: "NFC" (the default, lossless for a reader; see the module docstring), "NFKC", "NFD", "NFKD"
+            or None.
+        languages: with a `datasets.Dataset`, the languages to read (by default all of the `translation` column).
+        model_max_length: recorded in the saved tokenizer config.
+        save_dir: if given, the tokenizer is saved there with `save_pretrained`.
+        show_progress: show the `tokenizers` trainer's progress bar.
+
+    Returns:
+        A `PreTrainedTokenizerFast` with `<pad>`=0, `<s>`=1, `</s>`=2, `<unk>`=3 that appends `</s>` to every sequence.
+    """
     BPE_SETTINGS["vocab_size"].check(vocab_size, "train_bpe_tokenizer")
     tok = build_bpe_tokenizer(lowercase=lowercase, normalization=normalization)
-    # All 256 byte symbols are always in the vocabulary: that is what guarantees no <unk> at test time.
+    # All 256 byte symbols are always in the vocabulary: that is what guarantees that no text ever maps to <unk>.
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         min_frequency=min_frequency,
@@ -204,23 +259,26 @@ def train_bpe_tokenizer(
 
 
 def declare_plain_tokenizer(folder: str | os.PathLike) -> None:
-    """Name `PreTrainedTokenizerFast` in the folder's tokenizer_config.json: transformers 5 saves "TokenizersBackend",
-    a name transformers 4 does not know; both read tokenizer.json with the plain class, which needs no code of ours."""
+    """Name `PreTrainedTokenizerFast` as the tokenizer class in the folder's tokenizer_config.json. transformers 5
+    saves "TokenizersBackend" there, a name transformers 4 does not know; both versions read tokenizer.json with the
+    plain class, which needs no code of ours, so the folder loads under either."""
     path = Path(folder) / "tokenizer_config.json"
     if path.is_file():
         write_json(path, {**read_json(path), "tokenizer_class": "PreTrainedTokenizerFast"})
 
 
 def load_tokenizer(path: str | os.PathLike) -> PreTrainedTokenizerFast:
-    """Load a tokenizer saved by `train_bpe_tokenizer` (a folder or Hub id), checking its tokenizer.json and the fixed
-    special ids. Raises UsageError naming the folder or file."""
+    """Load a tokenizer saved by `train_bpe_tokenizer` (a folder or a Hub id), checking its tokenizer.json and the
+    fixed special ids. A problem raises a UsageError that names the folder or the file."""
     folder = Path(path)
     if folder.exists():
         if not folder.is_dir():
             raise UsageError(f"tokenizer {folder} is a file; give the folder that holds tokenizer.json")
-        # its declared shape and the tokenizers library's own reading (valid JSON is not yet a tokenizer)
+        # The file's declared shape, then the tokenizers library's own reading of it: valid JSON is not yet a
+        # tokenizer.
         check_tokenizer_file(folder / "tokenizer.json", what=f"tokenizer.json of tokenizer folder {folder}")
-        check_tokenizer_configs(folder)  # tokenizer_config.json, special_tokens_map.json: transformers reads them
+        # tokenizer_config.json and special_tokens_map.json are read by transformers too, so they are checked first.
+        check_tokenizer_configs(folder)
     tok = AutoTokenizer.from_pretrained(str(path))
     got = (tok.pad_token_id, tok.bos_token_id, tok.eos_token_id, tok.unk_token_id)
     if got != (PAD_ID, BOS_ID, EOS_ID, UNK_ID):
