@@ -1,14 +1,15 @@
 """What a value may be: `Setting`, the package's view of one declared setting, read from a dataclass field.
 
-Every rule about a value is written one way: a dataclass field whose metadata declares its meaning and the values
+Every rule about a value is written one way: as a dataclass field whose metadata declares its meaning and the values
 it may take, in the form of transformers' `TrainingArguments` (`field(default=..., metadata={"help": ..., "min": 1,
-"max": 8})`; the keys: validation_vaswani.py). The model's settings are `VaswaniConfig`'s fields, the decoding
-settings `DecodingSettings`' (generation_config_vaswani.py), a recipe's keys the fields of its sections
-(`vaswani_hf.training.recipe`), a tool's own flags the fields of its options (`vaswani_hf.cli`), a file's fields and
-the launchers' environment variables theirs. `settings_of(cls)` reads them as `Setting`s, which describe, check and
-read values, narrow (what a tool or the Space offers of a setting), and give command-line flags
-(`vaswani_hf.constraints.flag`). The check itself is the Hub files' `check_setting` (validation_vaswani.py), so that
-a value is judged by one implementation with or without this package.
+"max": 8})`; validation_vaswani.py lists the metadata keys). The model's settings are `VaswaniConfig`'s fields and
+the decoding settings are those of `DecodingSettings` (generation_config_vaswani.py). A recipe's keys are the fields
+of its sections (`vaswani_hf.training.recipe_keys`), a tool's own flags the fields of its options (`vaswani_hf.cli`),
+and the fields of a file the package reads, or the launchers' environment variables, are declared the same way.
+`settings_of(cls)` reads such fields as `Setting`s, which describe, check and read values, narrow a setting to what a
+tool or the Space offers of it, and give command-line flags (`vaswani_hf.constraints.flag`). The check itself is the
+Hub files' `check_setting` (validation_vaswani.py), so that a value is judged by one implementation with or without
+this package.
 """
 
 from __future__ import annotations
@@ -27,15 +28,17 @@ from .generation_config_vaswani import DecodingSettings
 from .validation_vaswani import SettingError, declared_fields, shown
 
 _TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
-# What a narrower view may change: the range, the choices, the default among them, the meaning, None refused.
+# What a narrower view may change: the range, the choices, the default (one of the allowed values), the help text,
+# and whether None is refused.
 _NARROWING = {"min", "max", "choices", "default", "help", "nullable"}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Setting:
-    """One declared setting: its `name`, its annotation (`kind`: `int`, `float | int | None`, `list[str]`, ...), its
-    `default` and its declaration (`metadata`: help, min, max, choices, words, token_id, architecture, recipe, ...),
-    as a dataclass field holds them. Build one with `settings_of`; `narrowed` gives a view with fewer values."""
+    """One declared setting, as a dataclass field holds it: its `name`, its annotation (`kind`: `int`,
+    `float | int | None`, `list[str]`, ...), its `default` and its declaration (`metadata`: help, min, max, choices,
+    words, token_id, architecture, recipe, ...). Build one with `settings_of`. `narrowed` gives a view that allows
+    fewer values, which is what a tool or the Space offers of a setting."""
 
     name: str
     kind: Any
@@ -70,17 +73,17 @@ class Setting:
 
     @property
     def token_id(self) -> bool:
-        """A token id of the model's vocabulary (or a list of them), checked against its size."""
+        """Whether the value is a token id of the model's vocabulary (or a list of them), checked against its size."""
         return bool(self.metadata.get("token_id"))
 
     @property
     def architecture(self) -> bool:
-        """The weights' meaning depends on it: a checkpoint resumes only with the same value."""
+        """Whether the weights' meaning depends on it, so that a checkpoint resumes only with the same value."""
         return bool(self.metadata.get("architecture"))
 
     @property
     def recipe(self) -> bool:
-        """A training recipe sets it (a recipe key of the same name)."""
+        """Whether a training recipe sets it, through a recipe key of the same name."""
         return bool(self.metadata.get("recipe"))
 
     @property
@@ -114,12 +117,12 @@ class Setting:
 
     @property
     def many(self) -> bool:
-        """A list of values is allowed (token ids: several ids, as eos_token_id)."""
+        """Whether a list of values is allowed (for token ids, several ids, as eos_token_id may be)."""
         return any(typing.get_origin(arm) is list for arm in self.arms)
 
     @property
     def nested(self) -> bool:
-        """A list of lists of token ids (bad_words_ids)."""
+        """Whether the value is a list of lists of token ids (as bad_words_ids is)."""
         return list[list[int]] in self.arms
 
     def limits(self) -> str:
@@ -139,14 +142,20 @@ class Setting:
         return hub_check.setting_problem(self.kind, self.metadata, value, vocab_size)
 
     def check(self, value, where: str, vocab_size: int | None = None):
-        """`value`, or SettingError "{where}: {name} must ..., got {value}" (the Hub files' `check_setting`)."""
+        """Return `value` if the declaration allows it, else raise SettingError "{where}: {name} must ..., got
+        {value}". The check is the Hub files' `check_setting`, so a value is judged the same way with or without this
+        package."""
         return hub_check.check_setting(self.name, self.kind, self.metadata, value, where, vocab_size)
 
     def read(self, text: str, where: str, none: tuple = ()):
-        """The value that `text` (a command-line flag's, an environment variable's) spells, not yet checked against
-        the range: a word of `none` ("none", "null") gives None, a word of `words` itself, "true"/"false" (yes/no,
-        1/0, on/off) a boolean, digits a number (an integer setting reads "1.5" and "1e3" as numbers, which its
-        check then refuses); SettingError for text that spells no value of the setting's kind."""
+        """The value that `text` spells (the text of a command-line flag or an environment variable), not yet checked
+        against the range.
+
+        A word of `none` ("none", "null") gives None, and a word of `words` gives itself. For a boolean setting,
+        "true"/"false" (also yes/no, 1/0, on/off) give True or False. Digits give a number: an integer setting reads
+        "1.5" and "1e3" as numbers too, so that its check can then refuse them with its range in the message. Text that
+        spells no value of the setting's kind raises SettingError.
+        """
         word = text.strip()
         if word.lower() in none:
             return None
@@ -164,7 +173,8 @@ class Setting:
         raise SettingError(f"{where}: {self.name} {phrase}", phrase, self.name)
 
     def parse(self, text: str, where: str, none: tuple = ()):
-        """`read`, then checked: the value a flag or an environment variable sets (`none` as in `read`)."""
+        """The value a flag or an environment variable sets: `text` read by `read` (with `none` as there), then
+        checked against the declaration."""
         value = self.read(text, where, none)
         try:
             return self.check(value, where)
@@ -175,13 +185,16 @@ class Setting:
             raise SettingError(f"{where}: {self.name} {phrase}", phrase, self.name) from None
 
     def narrowed(self, **limits) -> Setting:
-        """This setting with fewer allowed values (`min`, `max`, `choices`, a `default` among them, `nullable`
-        False; `help`): what a tool or the Space offers of it, e.g.
+        """This setting with fewer allowed values: what a tool or the Space offers of it, for example
         `GENERATION_SETTINGS["num_beams"].narrowed(max=12)`.
-        A value the narrower setting allows, this one allows: ValueError for limits beyond this setting's."""
+
+        `min`, `max` and `choices` narrow the values, `default` picks one of them, `nullable=False` refuses None and
+        `help` rewords the meaning. Every value the narrower setting allows must be one this setting allows, so
+        limits beyond this setting's raise ValueError.
+        """
         metadata = {**self.metadata, **{k: v for k, v in limits.items() if k not in ("default", "nullable")}}
         kind = self.kind
-        if limits.get("nullable") is False and self.nullable:  # the same arms without None
+        if limits.get("nullable") is False and self.nullable:  # the same types of value, without None
             kind = functools.reduce(operator.or_, self.arms + ([str] if self.words else []))
         narrow = Setting(self.name, kind, limits.get("default", self.default), MappingProxyType(metadata))
         unbounded = any(narrow.metadata.get(k) is None and self.metadata.get(k) is not None for k in ("min", "max"))
@@ -193,14 +206,17 @@ class Setting:
 
 
 def settings_of(cls) -> dict[str, Setting]:
-    """{name: Setting} of the fields of dataclass `cls` declared as settings (a `help` in their metadata), in field
-    order. Types are resolved first, so that a module with `from __future__ import annotations` declares too."""
+    """{name: Setting} for the fields of the dataclass `cls` that are declared as settings (those with a `help` in
+    their metadata), in field order. The annotations are resolved first, so that a module written with
+    `from __future__ import annotations` (where they are strings) declares its settings too."""
     fields = declared_fields(cls)
     hints = typing.get_type_hints(cls) if any(isinstance(f.type, str) for f in fields) else {}
     return {f.name: dataclasses.replace(Setting.of(f), kind=hints.get(f.name, f.type)) for f in fields}
 
 
-MODEL_SETTINGS = settings_of(VaswaniConfig)  # the model's settings: VaswaniConfig's fields
-GENERATION_SETTINGS = settings_of(DecodingSettings)  # the decoding settings: generation_config.json, generate()
+# The model's settings are VaswaniConfig's fields; the decoding settings (generation_config.json and generate()'s
+# arguments) are DecodingSettings' fields.
+MODEL_SETTINGS = settings_of(VaswaniConfig)
+GENERATION_SETTINGS = settings_of(DecodingSettings)
 
 __all__ = ["Setting", "SettingError", "settings_of", "shown", "MODEL_SETTINGS", "GENERATION_SETTINGS"]
