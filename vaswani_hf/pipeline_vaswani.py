@@ -1,26 +1,52 @@
 """A "translation" pipeline for the Transformer (Vaswani et al., 2017), for transformers 5.
 
 transformers 5 removed its `translation`, `translation_xx_to_yy` and `text2text-generation` pipelines. This class
-brings those task names back for this model, with transformers' own mechanisms: config.json names the pipeline
-(`custom_pipelines()`: the one task "translation", so that `pipeline(model=folder, trust_remote_code=True)` infers it),
-and configuration_vaswani.py imports this file, so every `save_pretrained` copies it next to the weights. Loading
-this file (with the package, or as remote code when a config is loaded with `trust_remote_code`, before transformers
-resolves the task name) runs `register_pipeline_tasks()` once, which registers the class under "translation" and
-"text2text-generation" and makes every "translation_{src}_to_{tgt}" an alias of "translation"; building a config
-touches nothing outside itself, as any transformers config. Two monkeypatches make
-`pipeline("translation", model=model, tokenizer=tokenizer)` work with objects in memory: the names are taken out of
-`pipelines.REMOVED_TASKS` (checked before the registry), and the registry's `task_aliases` becomes a
-`_PairTaskAliases`. The class then decides: any other model gets transformers' own KeyError for that name, a model
-whose config knows another pair (`langs`) a ValueError naming both pairs, one that knows no pair is accepted.
+brings those task names back for this model, through two of transformers' own mechanisms:
+
+- config.json names the pipeline in `custom_pipelines` (written by `custom_pipelines()` here) under the one task
+  "translation". transformers infers a task from a config only when it names exactly one, so that
+  `pipeline(model=folder, trust_remote_code=True)` needs no task name. configuration_vaswani.py imports this file, and
+  transformers copies a registered class's relative imports next to the weights, so every `save_pretrained` of the
+  model or its config (`Trainer.save_model`, PEFT's merged model, `Pipeline.save_pretrained`, ...) copies it too.
+- Loading this file runs `register_pipeline_tasks()` once, whether it is loaded from the package or as the remote
+  code of a config loaded with `trust_remote_code` (before transformers resolves the task name). It registers the
+  class in transformers' `PIPELINE_REGISTRY` under "translation" and "text2text-generation", and makes every
+  "translation_{src}_to_{tgt}" name an alias of "translation", whatever the pair. Building a config touches nothing
+  outside it, as with any transformers config.
+
+The registration needs two monkeypatches, both in `register_pipeline_tasks`, because no public mechanism of
+transformers 5 lets a removed task name back in. transformers refuses those names in `_resolve_deprecated_task`
+(from `pipelines.REMOVED_TASKS`) before it looks at the registry, so they are taken out of that dict; and the
+registry's `task_aliases` dict knows exact names only, so it is replaced by a copy, `_PairTaskAliases`, that also maps
+any "translation_{src}_to_{tgt}" to "translation". Without them, `pipeline("translation", model=model,
+tokenizer=tokenizer)` with objects in memory (no config.json to read) cannot work. The class then decides, with the
+task name as given: any other model gets the KeyError transformers itself gives for that name; a model of this type
+whose config knows another pair (`langs`) gets a ValueError naming both pairs; and one whose config knows no pair is
+accepted, since it translates its one pair whatever the name says.
+
+On a machine without `vaswani_hf`:
 
     pipe = transformers.pipeline(model=folder, trust_remote_code=True)   # the task is "translation"
+    pipe("A man is riding a bike.")          # -> [{"translation_text": "..."}]
     pipe(["One.", "", "Two."], batch_size=8)  # -> [{"translation_text": ...}, {"translation_text": ""}, ...]
     transformers.pipeline("text2text-generation", model=folder, trust_remote_code=True)  # -> "generated_text"
+    transformers.pipeline("translation", model=model, tokenizer=tokenizer)  # objects in memory
 
-Decoding follows the model's `generation_config` (Section 6.1: beam 4, alpha 0.6, input length + 50); any
-`generate()` argument overrides it, except `return_dict_in_generate=True` (the pipeline returns texts). An empty or
-whitespace-only input translates to "" without decoding, as in `vaswani_hf.inference.translate`; others are stripped.
-This file imports only torch and transformers (no `vaswani_hf`, no relative imports).
+Names such as `translation_en_to_de` and transformers 4's `src_lang=` / `tgt_lang=` call arguments are checked against
+the pair the config knows (`langs`; the Hub folder of a training run has it). A call may not ask for generate()'s
+extra outputs (`return_dict_in_generate=True`), because the pipeline returns texts; call `model.generate` for scores.
+
+The decoding settings come from the model's `generation_config`, which for this model holds the paper's Section 6.1
+settings (beam size 4, length penalty alpha = 0.6, a maximum output length of the input length + 50, early
+termination). Any `generate()` argument (`num_beams=1`, `length_penalty=...`, `max_new_tokens=...`) can be passed to
+the pipeline's constructor or to a call, and it overrides them.
+
+Empty inputs follow the same rule as `vaswani_hf.inference.translate`: an input that is empty or only whitespace
+translates to "" and is not decoded, because a model fed nothing but `</s>` would still emit some sentence. Other
+inputs are stripped of leading and trailing whitespace before tokenization.
+
+This file imports only torch and transformers (no `vaswani_hf`, no relative imports): it runs under
+`trust_remote_code` where the package is not installed.
 """
 
 import re
@@ -38,22 +64,29 @@ __all__ = [
     "pair_task",
 ]
 
-TASK = "translation"  # the one task config.json names: `pipeline(model=folder)` infers it
-# The task names this pipeline answers to: transformers 4's names for what it did (5 removed them); every
-# "translation_xx_to_yy" name is an alias of TASK (`_PairTaskAliases`).
+TASK = "translation"  # the one task config.json names, so that `pipeline(model=folder)` infers it
+# The task names this pipeline answers to: transformers 4's names for what it does, which transformers 5 removed.
+# Every "translation_xx_to_yy" name is an alias of TASK as well (`_PairTaskAliases`).
 TASKS = (TASK, "text2text-generation")
-_IMPL = "pipeline_vaswani.VaswaniTranslationPipeline"  # module.Class, as `Pipeline.save_pretrained` writes it
+_IMPL = "pipeline_vaswani.VaswaniTranslationPipeline"  # "module.Class", as `Pipeline.save_pretrained` writes it
 _PAIR_TASK = re.compile(r"^translation_(.+)_to_(.+)$")
 _MIGRATION = "https://github.com/huggingface/transformers/blob/main/MIGRATION_GUIDE_V5.md#pipelines"
 
 
 class _PairTaskAliases(dict):
-    """transformers' `PIPELINE_REGISTRY.task_aliases` (the same entries, looked up with `in` and `[]` only) in which
-    every "translation_{src}_to_{tgt}" is also an alias of "translation". It keeps what transformers says of the
-    names taken out of `REMOVED_TASKS` (`removed_advice`), shared by every copy of this file, so that other models
-    still get transformers' own refusal under these names."""
+    """transformers' `PIPELINE_REGISTRY.task_aliases`, with the same entries, in which every
+    "translation_{src}_to_{tgt}" name is also an alias of "translation", so that `pipeline()` hands any such name,
+    unchanged, to the class that "translation" names. The registry looks names up with `in` and `[]` only
+    (`PipelineRegistry.check_task`), so those are what this dict answers.
 
-    vaswani_pair_tasks = True  # the mark `register_pipeline_tasks` checks, whichever copy of this file made it
+    It also keeps what transformers says of the names this file takes out of `REMOVED_TASKS` (`removed_advice`).
+    Every copy of this file that runs (the package's, `trust_remote_code` copies) shares this one dict, so other
+    models still get transformers' own refusal under these names.
+    """
+
+    # The mark `register_pipeline_tasks` looks for, so that the aliases are replaced once whichever copy of this file
+    # made them (a class check would miss another copy's class).
+    vaswani_pair_tasks = True
 
     def __init__(self, aliases=()):
         super().__init__(aliases)
@@ -72,23 +105,26 @@ class _PairTaskAliases(dict):
 
 
 def pair_task(langs) -> str | None:
-    """ "translation_{src}_to_{tgt}" for a config's `langs` ([src, tgt]); None where no pair is known."""
+    """The task name "translation_{src}_to_{tgt}" for a config's `langs` ([src, tgt]), or None where the config
+    knows no pair."""
     if not langs or len(langs) != 2 or not all(isinstance(lang, str) and lang for lang in langs):
         return None
     return f"translation_{langs[0]}_to_{langs[1]}"
 
 
 def custom_pipelines() -> dict:
-    """The `custom_pipelines` entry of config.json, in the form `Pipeline.save_pretrained` writes it: the one task
-    `TASK`. `pipeline(task, model=folder, trust_remote_code=True)` looks a task up there by its exact name, and
-    `pipeline(model=folder, trust_remote_code=True)` takes the only one; the other names come from the registry."""
+    """The `custom_pipelines` entry of config.json, in the form `Pipeline.save_pretrained` writes it, with the one
+    task `TASK`. `pipeline(task, model=folder, trust_remote_code=True)` looks a task up there by its exact name, and
+    `pipeline(model=folder, trust_remote_code=True)` takes the only one there is; the other names come from the
+    registry (`register_pipeline_tasks`)."""
     return {TASK: {"impl": _IMPL, "pt": ["AutoModelForSeq2SeqLM"], "type": "text"}}
 
 
 def pipeline_settings(pipelines: dict | None, langs) -> tuple[dict, list | None]:
-    """A config's (`custom_pipelines`, `langs`): None -> `custom_pipelines()`; a config.json written before
-    `langs` existed (this pipeline under several names, the pair as a "translation_xx_to_yy" key) -> this
-    pipeline under `TASK` only, plus other pipelines it names, and the pair moved to `langs`."""
+    """A config's (`custom_pipelines`, `langs`), brought to today's form. Where `pipelines` is None, the config gets
+    `custom_pipelines()`. A config.json written before `langs` existed named this pipeline under several task names,
+    one of them the pair ("translation_xx_to_yy"): it gets this pipeline under `TASK` only, keeps the other
+    pipelines it names, and has the pair moved to `langs`."""
     if pipelines is None:
         return custom_pipelines(), langs
     ours = [
@@ -108,9 +144,16 @@ def pipeline_settings(pipelines: dict | None, langs) -> tuple[dict, list | None]
 
 def register_pipeline_tasks(langs=None) -> None:
     """Let `transformers.pipeline` build `VaswaniTranslationPipeline` under every name in `TASKS` and every
-    "translation_{src}_to_{tgt}", idempotently (module docstring; `langs` is not needed: the class checks the pair).
-    `REMOVED_TASKS` exists from transformers 5.2x (5.17 has none). The class's `_registered_impl`, which
-    `Pipeline.save_pretrained` writes into config.json, is `TASK` alone."""
+    "translation_{src}_to_{tgt}" name. Running it again changes nothing. `langs` is accepted from older callers but
+    not needed: every pair name resolves, and the class checks the pair.
+
+    The class is registered with transformers' `PIPELINE_REGISTRY.register_pipeline` where no copy of it (the
+    package's, or a `trust_remote_code` copy) holds the name yet. Then come the two monkeypatches the module
+    docstring explains: the names are taken out of `transformers.pipelines.REMOVED_TASKS` (a dict that exists from
+    transformers 5.2x; 5.17 has none), which `pipeline()` checks before the registry, and the registry's
+    `task_aliases` becomes a `_PairTaskAliases` with the same entries. The class's `_registered_impl`, which
+    `Pipeline.save_pretrained` writes into config.json, is `TASK` alone, the one task a config names.
+    """
     from transformers import AutoModelForSeq2SeqLM, pipelines
 
     registry = pipelines.PIPELINE_REGISTRY
@@ -132,7 +175,8 @@ def register_pipeline_tasks(langs=None) -> None:
 
 def _transformers_refusal(task: str) -> KeyError:
     """The KeyError transformers itself gives for `task` (one of `TASKS` or a pair name) where this pipeline is not
-    registered: "has been removed" with transformers' advice (>= 5.2x), or "Unknown task" (earlier 5.x)."""
+    registered: "has been removed" with transformers' advice (from 5.2x), or "Unknown task" (earlier 5.x), so that
+    another model sees exactly what it would see without this file."""
     from transformers import pipelines
 
     registry = pipelines.PIPELINE_REGISTRY
@@ -150,8 +194,9 @@ def _transformers_refusal(task: str) -> KeyError:
 
 
 def _refuse_dict_outputs(generate_kwargs: dict) -> None:
-    """A call asking for generate()'s dict outputs (scores, attentions) gets a ValueError saying what to call: they
-    are per beam and per step, for the non-empty inputs only, and the pipeline returns texts."""
+    """Refuse a call that asks for generate()'s dict outputs (scores, attentions), with a ValueError saying what to
+    call instead. Those outputs are per beam and per step and cover the non-empty inputs only, so they would not line
+    up with the pipeline's inputs, and the pipeline returns texts."""
     if generate_kwargs.get("return_dict_in_generate"):
         raise ValueError(
             "translation pipeline: return_dict_in_generate is not supported: the pipeline returns "
@@ -161,15 +206,28 @@ def _refuse_dict_outputs(generate_kwargs: dict) -> None:
 
 
 class VaswaniTranslationPipeline(Pipeline):
-    """Text -> translated text with `model.generate` (the model's generation config by default).
+    """Translates text with `model.generate`, by default with the model's generation config (beam search with the
+    paper's settings).
 
-    Call arguments (constructor or call): truncation (default False: an input of more tokens than the config's
-    max_position_embeddings, the translate tool's limit, is a ValueError; True cuts it there); return_text /
-    return_tensors (`translation_text`, `translation_token_ids`); clean_up_tokenization_spaces; src_lang / tgt_lang
-    (transformers 4's: checked against the config's `langs`, a different pair is a ValueError); any other keyword is a
-    `generate()` argument. One list of records per input (one per returned sequence); for a list of strings with one
-    sequence each, a flat list, as transformers 4 did. Built as "text2text-generation", the
-    keys are `generated_text` / `generated_token_ids`.
+    Arguments, to the constructor or to a call:
+        truncation: what happens to an input of more tokens than the config's `max_position_embeddings` (the
+            translate tool's limit too). By default (False) such an input is a ValueError naming both numbers; True
+            cuts it to that length.
+        return_text / return_tensors: return `translation_text` (the default) and/or `translation_token_ids`.
+        clean_up_tokenization_spaces: passed to `tokenizer.decode`.
+        src_lang / tgt_lang: transformers 4's translation arguments. The model translates one fixed pair, so they
+            select nothing: they are checked against the pair the model's config knows (`langs`; a task name
+            "translation_xx_to_yy" is checked the same way), and a different pair is a ValueError naming both.
+            Where the config knows no pair they are accepted and ignored.
+        any other keyword: a `generate()` argument (`num_beams`, `length_penalty`, `num_return_sequences`, ...),
+            except `return_dict_in_generate=True`, which is a ValueError because the pipeline returns texts (call
+            `model.generate` for scores). Where the model's own generation config sets it, the pipeline uses the
+            returned sequences.
+
+    Returns one list of records per input, one record per returned sequence. For a list of strings with one sequence
+    each it returns a flat list of records, as the transformers 4 translation pipeline did. The records are keyed
+    `translation_text` / `translation_token_ids`, or `generated_text` / `generated_token_ids` when the pipeline was
+    built as "text2text-generation" (transformers 4's keys for each task).
     """
 
     _pipeline_calls_generate = True
@@ -189,7 +247,8 @@ class VaswaniTranslationPipeline(Pipeline):
                 "translation pipeline: no tokenizer; pass `tokenizer=` (the model's, e.g. "
                 "`AutoTokenizer.from_pretrained(FOLDER)`) to `pipeline(...)`"
             )
-        asked = dict(kwargs)  # the constructor's generate() arguments, and those of a generation config it was given
+        # The constructor's generate() arguments, and those of a generation config it was given.
+        asked = dict(kwargs)
         if getattr(kwargs.get("generation_config"), "return_dict_in_generate", False):
             asked["return_dict_in_generate"] = True
         _refuse_dict_outputs(asked)
@@ -213,8 +272,8 @@ class VaswaniTranslationPipeline(Pipeline):
         asked_by="src_lang/tgt_lang",
         remedy="drop src_lang/tgt_lang or use a model for that pair",
     ) -> None:
-        """Refuse a language pair other than the model's (config `langs`), naming both; accept any where the
-        config knows none (the model translates one pair whatever the arguments say)."""
+        """Refuse a language pair other than the model's (config `langs`) with a ValueError naming both. Where the
+        config knows no pair, any is accepted: the model translates its one pair whatever the arguments say."""
         langs = getattr(self.model.config, "langs", None)
         if pair_task(langs) is None or (src_lang is None and tgt_lang is None):
             return
@@ -252,7 +311,7 @@ class VaswaniTranslationPipeline(Pipeline):
         if isinstance(inputs, str):
             return super().__call__(inputs, *args, **kwargs)
         inputs = list(inputs) if isinstance(inputs, tuple) else inputs
-        if isinstance(inputs, list) and not inputs:  # no sentence, no translation (transformers' call fails on [])
+        if isinstance(inputs, list) and not inputs:  # no sentence, no translation (transformers' own call fails on [])
             return []
         result = super().__call__(inputs, *args, **kwargs)
         if isinstance(inputs, list) and all(isinstance(x, str) for x in inputs) and all(len(r) == 1 for r in result):
@@ -273,16 +332,19 @@ class VaswaniTranslationPipeline(Pipeline):
                 f"translation pipeline: an input of {tokens} tokens, but the model takes at most {limit} "
                 "(config max_position_embeddings); shorten or split it, or pass truncation=True"
             )
-        model_inputs["is_empty"] = torch.tensor([not stripped])  # (1,); batched to (B,) by the collate function
+        # (1,); the pipeline's collate function batches it to (B,), so that _forward knows which rows to skip.
+        model_inputs["is_empty"] = torch.tensor([not stripped])
         return model_inputs
 
     def _forward(self, model_inputs, **generate_kwargs):
         is_empty = model_inputs.pop("is_empty").bool().reshape(-1)  # (B,)
         input_ids = model_inputs["input_ids"]  # (B, S)
         batch = input_ids.shape[0]
-        if hasattr(self, "_prepare_generate_kwargs"):  # transformers >= 5.2x: the call's settings over the init's
+        if hasattr(self, "_prepare_generate_kwargs"):
+            # transformers from 5.2x merges the call's settings over the constructor's itself.
             generate_kwargs = self._prepare_generate_kwargs(generate_kwargs)
-        elif "generation_config" not in generate_kwargs:  # earlier 5.x (the GPU image's 5.17): the pipeline's own
+        elif "generation_config" not in generate_kwargs:
+            # Earlier 5.x (the GPU image's 5.17) does not: the pipeline's own generation config is passed explicitly.
             generate_kwargs = {"generation_config": self.generation_config, **generate_kwargs}
         num_return = (
             generate_kwargs.get("num_return_sequences")
@@ -296,7 +358,7 @@ class VaswaniTranslationPipeline(Pipeline):
         if keep.numel():
             inputs = {key: value[keep] for key, value in model_inputs.items()}
             generated = self.model.generate(**inputs, **generate_kwargs)  # (b * n, T)
-            # a generation config that asks generate() for a dict (return_dict_in_generate): its sequences
+            # A generation config that asks generate() for a dict (return_dict_in_generate): take its sequences.
             generated = getattr(generated, "sequences", generated)
             generated = generated.reshape(keep.numel(), -1, generated.shape[-1])  # (b, n, T)
             full = torch.full(
@@ -326,6 +388,6 @@ class VaswaniTranslationPipeline(Pipeline):
         return records
 
 
-# Loading this file makes its task names known (idempotent; see the module docstring): registered when the code is
-# loaded, as transformers' own classes register themselves, never when a config is built.
+# Loading this file makes its task names known (see the module docstring; running it twice changes nothing). They are
+# registered when the code is loaded, as transformers' own classes register themselves, never when a config is built.
 register_pipeline_tasks()
