@@ -1,16 +1,17 @@
-"""The decoding settings of the paper (Section 6.1: beam size 4, length penalty alpha = 0.6, maximum output length
-input length + 50, "terminate early when possible"), declared once, and their checks: generation_config.json when a
-model is loaded, `generate()`'s arguments and the generation config it runs with. transformers keeps its generation
-config (`generation/configuration_utils.py`) apart from its generation loop (`generation/utils.py`); so does this
-model: the loop is generation_vaswani.py.
+"""The paper's decoding settings (Section 6.1: beam size 4, length penalty alpha = 0.6, a maximum output length of the
+input length + 50, and "terminate early when possible"), declared once, and their checks. They are checked in
+generation_config.json when a model is loaded, in `generate()`'s arguments, and in the generation config `generate()`
+runs with. transformers keeps its generation config (`generation/configuration_utils.py`) apart from its generation
+loop (`generation/utils.py`); so does this model, whose loop is generation_vaswani.py.
 
 Every setting is a field of `DecodingSettings` whose metadata declares its meaning and range, as
-configuration_vaswani.py declares the model's, and is checked by the same `check_setting` (validation_vaswani.py).
-Their defaults are the paper's (`default_generation_config` writes them into generation_config.json); vaswani_hf
-derives its command-line flags from them. None means "not set" (transformers' default), except for max_length_b, where it turns the
-per-sentence limit off.
+configuration_vaswani.py declares the model's settings, and it is checked by the same `check_setting`
+(validation_vaswani.py). The defaults are the paper's (`default_generation_config` writes them into
+generation_config.json), and vaswani_hf derives its command-line flags from these fields. A value of None means "not
+set", so that transformers' default applies, except for max_length_b, where None turns the per-sentence limit off.
 
-Copied next to the weights and run under `trust_remote_code`: imports only torch, transformers and its siblings.
+This file is copied next to the weights and runs under `trust_remote_code`, so it imports only torch, transformers
+and its sibling files.
 """
 
 import json
@@ -30,10 +31,11 @@ _IDS = {"token_id": True}
 
 @dataclass
 class DecodingSettings:
-    """The settings of generation_config.json and `generate()` that this model declares (the paper's first; then
-    transformers' other decoding settings, which it checks late or not at all). A value of None is "not set"."""
+    """The settings of generation_config.json and `generate()` that this model declares: the paper's first, then
+    transformers' other decoding settings, which transformers itself checks late (in the middle of a search) or not
+    at all. A value of None means "not set"."""
 
-    # at most 1024 beams: a beam of a million hypotheses would exhaust memory rather than fail with a message
+    # At most 1024 beams: a beam of a million hypotheses would exhaust the memory rather than fail with a message.
     num_beams: int | None = field(
         default=4, metadata={"help": "beam size (Section 6.1: 4; 1: greedy decoding)", "min": 1, "max": 1024}
     )
@@ -103,7 +105,8 @@ class DecodingSettings:
     forced_eos_token_id: int | list[int] | None = field(
         default=None, metadata={"help": "the token forced at the maximum length", **_IDS}
     )
-    # transformers indexes the scores with these ids: one outside the vocabulary fails mid-search, or does nothing
+    # transformers indexes the scores with these ids, so an id outside the vocabulary fails in the middle of a search
+    # or silently does nothing; declaring them as token ids checks them against the vocabulary first.
     bad_words_ids: list[list[int]] | None = field(
         default=None, metadata={"help": "token sequences never generated", **_IDS}
     )
@@ -140,18 +143,21 @@ class DecodingSettings:
     output_hidden_states: bool | None = field(default=None, metadata={"help": "transformers' output_hidden_states"})
 
 
-DECODING_FIELDS = {f.name: f for f in declared_fields(DecodingSettings)}  # {name: dataclasses.Field}
+DECODING_FIELDS = {f.name: f for f in declared_fields(DecodingSettings)}  # {name: dataclasses.Field}, field order
 
 
 def check_decoding_setting(name: str, value, where: str, vocab_size: int | None = None):
-    """`value` of the declared decoding setting `name` (`DecodingSettings`), or SettingError naming it."""
+    """Return `value` if the decoding setting `name` (a field of `DecodingSettings`) allows it, else raise a
+    SettingError naming the setting."""
     declared = DECODING_FIELDS[name]
     return check_setting(name, declared.type, declared.metadata, value, where, vocab_size)
 
 
 def check_generation_settings(values, vocab_size: int | None, where: str) -> None:
-    """SettingError "{where}: {name} must ..., got ..." for the first declared setting among `values` (a mapping;
-    other keys are transformers' to check) that breaks its declaration; token ids must lie in the vocabulary."""
+    """Raise SettingError "{where}: {name} must ..., got ..." for the first declared setting among `values` (a
+    mapping) that breaks its declaration; token ids must lie in the vocabulary of `vocab_size`. Keys this file does
+    not declare are left for transformers to check. Settings that bound each other are checked last (`check_pairs`).
+    """
     for name, value in values.items():
         if name in DECODING_FIELDS:
             check_decoding_setting(
@@ -161,7 +167,8 @@ def check_generation_settings(values, vocab_size: int | None, where: str) -> Non
 
 
 def check_pairs(values, where: str) -> None:
-    """Settings that bound each other, where both are set: returned hypotheses <= beams, minimum <= maximum."""
+    """Check the settings that bound each other, where both are set: no more returned hypotheses than beams (unless
+    sampling, where each returned sequence is drawn on its own), and no minimum length above the maximum."""
     for low, high in (
         ("num_return_sequences", "num_beams"),
         ("min_length", "max_length"),
@@ -172,12 +179,16 @@ def check_pairs(values, where: str) -> None:
             raise SettingError(f"{where}: {low}={a} must be at most {high}={b}")
 
 
-def generation_settings_of(config: GenerationConfig) -> dict:  # unknown keys such as max_length_a are attributes
+def generation_settings_of(config: GenerationConfig) -> dict:
+    """The declared decoding settings a `GenerationConfig` holds. Keys transformers does not know, such as
+    max_length_a, are attributes of the config too, so they are read the same way."""
     return {name: getattr(config, name) for name in DECODING_FIELDS if hasattr(config, name)}
 
 
 def read_generation_file(path: str | os.PathLike) -> dict:
-    """The settings of a generation_config.json; an unreadable one (`from_pretrained` swallows it): SettingError."""
+    """The settings of a generation_config.json. transformers turns an unreadable file into an OSError that
+    `from_pretrained` swallows (the model then decodes greedily with max_length 20, with no warning), so here it is a
+    SettingError naming the file."""
     try:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
@@ -204,13 +215,16 @@ def generation_file(source, download_kwargs: dict) -> str | None:
             _raise_exceptions_for_connection_errors=False,
             **{k: download_kwargs[k] for k in names if k in download_kwargs},
         )
-    except OSError:  # transformers reports what it cannot fetch itself
+    except OSError:  # what cannot be fetched, transformers reports itself when it loads the file
         return None
 
 
 def default_generation_config(config: VaswaniConfig) -> GenerationConfig:
-    """The paper's decoding (Section 6.1), the defaults of `DecodingSettings` (beam 4, GNMT alpha 0.6, input length
-    + 50, early_stopping "never": t2t's "terminate early when possible"), with the model's token ids."""
+    """The paper's decoding settings (Section 6.1), which are the defaults of `DecodingSettings`, with the model's
+    token ids; they are saved as generation_config.json. They are beam size 4, the GNMT length penalty with alpha =
+    0.6, at most the input length + 50 tokens per sentence, and "terminate early when possible", which is
+    `early_stopping="never"` in transformers' terms (tensor2tensor's rule: stop once no running beam can beat the
+    worst finished one, even at its maximum length)."""
     paper = {name: f.default for name, f in DECODING_FIELDS.items() if f.default is not None}
     ids = ("decoder_start_token_id", "bos_token_id", "eos_token_id", "pad_token_id")
     return GenerationConfig(**paper, **{name: getattr(config, name) for name in ids})
