@@ -185,6 +185,53 @@ def generation_settings_of(config: GenerationConfig) -> dict:
     return {name: getattr(config, name) for name in DECODING_FIELDS if hasattr(config, name)}
 
 
+def check_input_ids(input_ids, vocab_size: int) -> None:
+    """input_ids of `generate()`: a torch integer tensor (else a TypeError here, not deep inside), (batch, length), not
+    empty, ids in [0, vocab_size); once per call, not in the forward (which stays free of host sync)."""
+    if input_ids is None:
+        return
+    if not isinstance(input_ids, torch.Tensor) or input_ids.is_floating_point() or input_ids.is_complex():
+        kind = f"a {input_ids.dtype} tensor" if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
+        raise TypeError(
+            f"generate(): input_ids must be a torch integer tensor (batch, length), got {kind}; convert "
+            "with torch.as_tensor(ids, dtype=torch.long) or the tokenizer's return_tensors='pt'"
+        )
+    if input_ids.dim() != 2 or input_ids.numel() == 0:
+        shape = tuple(input_ids.shape)
+        raise SettingError(
+            f"generate(): input_ids must be (batch, length), got shape {shape}"
+            if input_ids.dim() != 2
+            else f"generate(): input_ids of shape {shape} hold no token; give at least one sentence "
+            "of at least one token (its </s>)"
+        )
+    bad = input_ids[(input_ids < 0) | (input_ids >= vocab_size)]
+    if bad.numel():
+        raise SettingError(
+            f"generate(): input_ids holds token id {int(bad[0])}, outside the vocabulary of "
+            f"{vocab_size} tokens [0, {vocab_size - 1}]; encode with the model's tokenizer"
+        )
+
+
+def check_generate_arguments(config: GenerationConfig, input_ids, kwargs: dict, vocab_size: int) -> None:
+    """The declared settings `generate()` runs with (its arguments over the generation config; None is not set,
+    but `max_length_b=None` turns the limit off) and its input_ids; SettingError naming the one that breaks."""
+    check_generation_settings(kwargs, vocab_size, "generate()")
+    for name in [
+        n
+        for n, v in kwargs.items()
+        if v is None
+        and n in DECODING_FIELDS
+        and n != "max_length_b"
+        and not DECODING_FIELDS[n].metadata.get("token_id")
+    ]:
+        del kwargs[name]  # not set (transformers would use the None itself)
+    settings = generation_settings_of(config)
+    check_generation_settings({k: v for k, v in settings.items() if k not in kwargs}, vocab_size, "generation_config")
+    settings.update(kwargs)
+    check_pairs({**settings, "num_beams": settings.get("num_beams") or 1}, "generate()")
+    check_input_ids(input_ids, vocab_size)
+
+
 def read_generation_file(path: str | os.PathLike) -> dict:
     """The settings of a generation_config.json. transformers turns an unreadable file into an OSError that
     `from_pretrained` swallows (the model then decodes greedily with max_length 20, with no warning), so here it is a
@@ -235,7 +282,9 @@ __all__ = [
     "DECODING_FIELDS",
     "LENGTH_PENALTY_TYPES",
     "check_decoding_setting",
+    "check_generate_arguments",
     "check_generation_settings",
+    "check_input_ids",
     "check_pairs",
     "default_generation_config",
     "generation_file",

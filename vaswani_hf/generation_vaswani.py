@@ -29,8 +29,8 @@ from transformers.generation.utils import GENERATION_MODES_MAPPING, GenerationMo
 from .beam_search_vaswani import force_eos, lean_beam_search, lean_greedy_search, top_candidates
 from .configuration_vaswani import SettingError
 from .generation_config_vaswani import (
-    DECODING_FIELDS,
     check_decoding_setting,
+    check_generate_arguments,
     check_generation_settings,
     check_pairs,
     default_generation_config,
@@ -38,33 +38,6 @@ from .generation_config_vaswani import (
     generation_settings_of,
     read_generation_file,
 )
-
-
-def _check_input_ids(input_ids, vocab_size: int) -> None:
-    """input_ids of `generate()`: a torch integer tensor (else a TypeError here, not deep inside), (batch, length), not
-    empty, ids in [0, vocab_size); once per call, not in the forward (which stays free of host sync)."""
-    if input_ids is None:
-        return
-    if not isinstance(input_ids, torch.Tensor) or input_ids.is_floating_point() or input_ids.is_complex():
-        kind = f"a {input_ids.dtype} tensor" if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
-        raise TypeError(
-            f"generate(): input_ids must be a torch integer tensor (batch, length), got {kind}; convert "
-            "with torch.as_tensor(ids, dtype=torch.long) or the tokenizer's return_tensors='pt'"
-        )
-    if input_ids.dim() != 2 or input_ids.numel() == 0:
-        shape = tuple(input_ids.shape)
-        raise SettingError(
-            f"generate(): input_ids must be (batch, length), got shape {shape}"
-            if input_ids.dim() != 2
-            else f"generate(): input_ids of shape {shape} hold no token; give at least one sentence "
-            "of at least one token (its </s>)"
-        )
-    bad = input_ids[(input_ids < 0) | (input_ids >= vocab_size)]
-    if bad.numel():
-        raise SettingError(
-            f"generate(): input_ids holds token id {int(bad[0])}, outside the vocabulary of "
-            f"{vocab_size} tokens [0, {vocab_size - 1}]; encode with the model's tokenizer"
-        )
 
 
 def gnmt_length_penalty(length, alpha: float):
@@ -217,7 +190,7 @@ class VaswaniGenerationMixin(GenerationMixin):
         per-sentence limit and the generation config's caps silently, a larger cap passed here is a SettingError."""
         config = generation_config if generation_config is not None else self.generation_config
         input_ids = inputs if inputs is not None else kwargs.get("input_ids")
-        self._check_generate_arguments(config, input_ids, kwargs)
+        check_generate_arguments(config, input_ids, kwargs, self.config.vocab_size)
         asked = {key: kwargs.get(key) for key in ("max_length", "max_new_tokens")}
         if kwargs.get("num_beams", config.num_beams) in (None, 1):
             kwargs.pop("length_penalty", None)  # greedy: no penalty to apply, nor transformers' warning that says so
@@ -290,26 +263,6 @@ class VaswaniGenerationMixin(GenerationMixin):
                 "sentence has no token to attend to; mask padding only (the tokenizer's mask)"
             )
         return attention_mask
-
-    def _check_generate_arguments(self, config, input_ids, kwargs) -> None:
-        """The declared settings `generate()` runs with (its arguments over the generation config; None is not set,
-        but `max_length_b=None` turns the limit off) and its input_ids; SettingError naming the one that breaks."""
-        vocab = self.config.vocab_size
-        check_generation_settings(kwargs, vocab, "generate()")
-        for name in [
-            n
-            for n, v in kwargs.items()
-            if v is None
-            and n in DECODING_FIELDS
-            and n != "max_length_b"
-            and not DECODING_FIELDS[n].metadata.get("token_id")
-        ]:
-            del kwargs[name]  # not set (transformers would use the None itself)
-        settings = generation_settings_of(config)
-        check_generation_settings({k: v for k, v in settings.items() if k not in kwargs}, vocab, "generation_config")
-        settings.update(kwargs)
-        check_pairs({**settings, "num_beams": settings.get("num_beams") or 1}, "generate()")
-        _check_input_ids(input_ids, vocab)
 
     def adjust_generation_fn(
         self, generation_config, from_auto_class, from_pipeline, pretrained_model_name_or_path, *args, **kwargs
