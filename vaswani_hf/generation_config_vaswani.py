@@ -186,8 +186,9 @@ def generation_settings_of(config: GenerationConfig) -> dict:
 
 
 def check_input_ids(input_ids, vocab_size: int) -> None:
-    """input_ids of `generate()`: a torch integer tensor (else a TypeError here, not deep inside), (batch, length), not
-    empty, ids in [0, vocab_size); once per call, not in the forward (which stays free of host sync)."""
+    """Check the input_ids of `generate()`: a torch integer tensor of shape (batch, length), not empty, with every id
+    in [0, vocab_size). A wrong kind is a TypeError here rather than an error deep inside transformers, and a bad id a
+    SettingError naming it. The check runs once per call, not in the forward, which stays free of host syncs."""
     if input_ids is None:
         return
     if not isinstance(input_ids, torch.Tensor) or input_ids.is_floating_point() or input_ids.is_complex():
@@ -213,8 +214,9 @@ def check_input_ids(input_ids, vocab_size: int) -> None:
 
 
 def check_generate_arguments(config: GenerationConfig, input_ids, kwargs: dict, vocab_size: int) -> None:
-    """The declared settings `generate()` runs with (its arguments over the generation config; None is not set,
-    but `max_length_b=None` turns the limit off) and its input_ids; SettingError naming the one that breaks."""
+    """Check the declared settings `generate()` runs with (its arguments over the generation config) and its input_ids,
+    raising a SettingError that names the one that breaks its declaration. An argument of None means "not set" and is
+    dropped from `kwargs`, except `max_length_b=None`, which turns the per-sentence limit off."""
     check_generation_settings(kwargs, vocab_size, "generate()")
     for name in [
         n
@@ -224,7 +226,7 @@ def check_generate_arguments(config: GenerationConfig, input_ids, kwargs: dict, 
         and n != "max_length_b"
         and not DECODING_FIELDS[n].metadata.get("token_id")
     ]:
-        del kwargs[name]  # not set (transformers would use the None itself)
+        del kwargs[name]  # not set: transformers would otherwise use the None itself
     settings = generation_settings_of(config)
     check_generation_settings({k: v for k, v in settings.items() if k not in kwargs}, vocab_size, "generation_config")
     settings.update(kwargs)

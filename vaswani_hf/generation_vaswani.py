@@ -1,19 +1,33 @@
-"""Decoding as the paper did it (Section 6.1): beam size 4, length penalty alpha = 0.6, maximum output length input
-length + 50, "terminate early when possible" -- inside transformers' `generate()`, as `VaswaniGenerationMixin` (the
-model class inherits it, as Marian inherits `GenerationMixin`). Hand-written, and why:
+"""Decoding as the paper did it (Section 6.1), inside transformers' `generate()`: beam size 4, length penalty
+alpha = 0.6, a maximum output length of the input length + 50, and "terminate early when possible".
 
-- `generate`: the paper's limit is per sentence (`SourceLengthLimitLogitsProcessor`), transformers' `max_length` global
-  (it stays a cap: the shorter wins). `adjust_generation_fn`: a folder without generation_config.json decodes as the
-  paper does, not with transformers' model-agnostic max_length 20.
-- `_update_finished_beams`, `_check_early_stop_heuristic`: GNMT's ((5 + |Y|) / 6) ** alpha (through tensor2tensor)
-  instead of transformers' |Y| ** alpha; private hooks, pinned by tests/test_generation_vaswani.py.
-- `paper_decoding`, handed to `generate()` as `custom_generate` (transformers' public hook for the decoding loop):
-  beam_search_vaswani.py's lean loops (same tokens, less work) where they compute the same, else transformers' own
-  loop; `_get_top_k_continuations`: `fast_topk`; `_reorder_cache`: cross-attention K/V are not copied.
+`VaswaniForConditionalGeneration` inherits `VaswaniGenerationMixin`, as transformers' Marian inherits `GenerationMixin`
+instead of writing decoding inside its modeling file, so modeling_vaswani.py holds the paper's model only. What is
+hand-written here, and why:
 
-The private transformers names used here, why, and the tests that pin them: tests/test_transformers_hooks.py.
+- `generate`: transformers has one global `max_length`, while the paper's limit is per sentence
+  (`SourceLengthLimitLogitsProcessor`). `max_length` and `max_new_tokens`, from `generate()` or generation_config.json,
+  stay a global cap over it (the shorter wins), and a minimum length above the maximum is refused, since no output
+  could satisfy both.
+- `adjust_generation_fn`: a folder without generation_config.json decodes as the paper does, not with transformers'
+  model-agnostic greedy decoding of at most 20 tokens, and an unreadable file is an error that names it.
+- `_update_finished_beams` and `_check_early_stop_heuristic`: transformers divides a finished hypothesis's score by
+  |Y| ** alpha; the paper (through tensor2tensor) divides by GNMT's ((5 + |Y|) / 6) ** alpha (`gnmt_length_penalty`).
+  Both are private hooks of transformers' beam search, so an upgrade that changes them must fail a test instead of
+  silently changing scores: tests/transformers_hooks.py lists them with their pins, as it lists every private name of
+  transformers used here and why no public mechanism does the job.
+- `paper_decoding` is handed to `generate()` as `custom_generate`, transformers' public hook for the decoding loop
+  (generate() prepares the inputs, the logits processors and the stopping criteria, then calls it). Plain beam search
+  and greedy decoding run the lean loops of beam_search_vaswani.py, which give transformers' tokens with less work,
+  when `_lean_decoding_inputs` finds that they compute the same thing; everything else (sampling, per-step outputs,
+  other logits processors) runs transformers' own loop.
+- `_get_top_k_continuations`: transformers' candidate step, with `fast_topk` in place of `torch.topk`, which is
+  several times faster on CPU.
+- `_reorder_cache`: the cross-attention keys and values are the same for every beam of a sentence, so they are not
+  copied at every step.
 
-Copied next to the weights and run under `trust_remote_code`: imports only torch, transformers and its siblings.
+This file is copied next to the weights with modeling_vaswani.py, which imports it, and runs under `trust_remote_code`
+where vaswani_hf is not installed: it imports only torch, transformers and its sibling files.
 """
 
 import contextvars
@@ -41,41 +55,51 @@ from .generation_config_vaswani import (
 
 
 def gnmt_length_penalty(length, alpha: float):
-    """lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al., 2016), which the paper's beam search divides log P(Y) by (Section
-    6.1, alpha = 0.6); |Y| counts the generated tokens with </s>, as t2t v1."""
+    """GNMT's length penalty lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al., 2016), by which the paper's beam search
+    divides log P(Y) (Section 6.1, alpha = 0.6). |Y| counts the generated tokens with </s>, as tensor2tensor v1 does."""
     return ((5.0 + length) / 6.0) ** alpha
 
 
 def fast_topk(scores: torch.Tensor, k: int, chunk: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
-    """`torch.topk(scores, k)` over a 2D tensor's last dimension, blocked (`top_candidates`): same result, faster."""
+    """`torch.topk(scores, k)` over the last dimension of a 2D tensor, computed in blocks: the lean beam search's
+    `top_candidates` with one beam of score 0. It gives the same values and indices (up to the order of exact ties).
+    It exists for speed: `torch.topk` over rows of beams * V scores is slow on CPU, while ranking the blocks' maxima
+    first and then only the best blocks is several times faster when k is much smaller than beams * V."""
     return top_candidates(scores.unsqueeze(1), scores.new_zeros(scores.shape[0], 1), k, chunk)
 
 
 class SourceLengthLimitLogitsProcessor(LogitsProcessor):
     """Forces </s> once a hypothesis reaches its own sentence's limit `floor(a * source_length + b)` (Section 6.1:
-    "maximum output length to input length + 50"). source_lengths: (B,) non-pad source tokens; rows of `input_ids`:
-    each sentence repeated consecutively, as `generate()` expands them. `cap`: a learned position table's rows."""
+    "maximum output length to input length + 50"); transformers only has a global `max_length`.
+
+    `source_lengths` (B,) holds each sentence's number of non-pad source tokens. The rows of `input_ids` are the B
+    sentences, each repeated `num_beams * num_return_sequences` times consecutively, as `generate()` expands them.
+    `cap` is the number of rows of a learned position table, which no limit may exceed.
+    """
 
     def __init__(self, source_lengths: torch.Tensor, a: float, b: int, eos_token_id: int, cap: int | None = None):
-        self.limits = torch.floor(source_lengths.float() * a + b).long().clamp(min=1, max=cap)  # (B,) incl. </s>
+        # (B,), the generated tokens allowed per sentence, </s> included.
+        self.limits = torch.floor(source_lengths.float() * a + b).long().clamp(min=1, max=cap)
         self.eos_token_id, self.prompt_length = eos_token_id, None
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if self.prompt_length is None:
             self.prompt_length = input_ids.shape[1]  # the decoder start token
-        generated = input_ids.shape[1] - self.prompt_length  # tokens already emitted by every row
+        generated = input_ids.shape[1] - self.prompt_length  # the tokens every row has already emitted
         limits = self.limits.to(scores.device).repeat_interleave(scores.shape[0] // self.limits.shape[0])
-        at_limit = generated + 1 >= limits  # (rows,): the next token is the last one allowed
+        at_limit = generated + 1 >= limits  # (rows,): where the next token is the last one allowed
         return force_eos(scores, at_limit, self.eos_token_id) if bool(at_limit.any()) else scores
 
 
-# The length penalty ("gnmt" or "hf") of the running generate(): transformers calls the two scoring hooks without the
-# generation config, so `generate` sets it around transformers' work (per call and thread, not on the model).
+# The length penalty ("gnmt" or "hf") of the running generate(). transformers calls the two scoring hooks without the
+# generation config, so `generate` sets this variable around transformers' work; a context variable keeps it per call
+# and per thread, where an attribute of the model would leak between concurrent calls.
 _length_penalty_type = contextvars.ContextVar("vaswani_length_penalty_type", default="hf")
 
 
 def _rows_are_repeated(states: torch.Tensor, mask: torch.Tensor | None, group: int) -> bool:
-    """Whether the rows of `states` (and `mask`) are consecutive groups of `group` copies, as `generate()` makes."""
+    """Whether the rows of `states` (and of `mask`) are consecutive groups of `group` identical copies, as
+    `generate()` makes them."""
     rows = states.shape[0]
     if group < 1 or rows % group:
         return False
@@ -84,8 +108,9 @@ def _rows_are_repeated(states: torch.Tensor, mask: torch.Tensor | None, group: i
 
 
 def _processors_the_lean_loops_apply(logits_processor, eos: int):
-    """(the per-sentence limit processor or None, min_steps) when every processor is one the lean loops implement
-    themselves -- the paper's length limit, min_length / min_new_tokens for </s> -- else None."""
+    """(the per-sentence limit processor or None, min_steps) when every logits processor is one that the lean loops
+    implement themselves: the paper's length limit, and min_length / min_new_tokens for </s>. Otherwise None, and
+    transformers' loop runs."""
     limiter, min_steps = None, 0
     for processor in logits_processor or []:
         if isinstance(processor, SourceLengthLimitLogitsProcessor) and limiter is None:
@@ -95,17 +120,18 @@ def _processors_the_lean_loops_apply(logits_processor, eos: int):
             and processor.eos_token_id.numel() == 1
             and int(processor.eos_token_id) == eos
         ):
-            if isinstance(processor, MinLengthLogitsProcessor):  # no </s> while 1 + step < min_length
+            if isinstance(processor, MinLengthLogitsProcessor):  # it forbids </s> while 1 + step < min_length
                 min_steps = max(min_steps, processor.min_length - 1)
-            else:  # no </s> while 1 + step - prompt_length_to_skip < min_new_tokens
+            else:  # it forbids </s> while 1 + step - prompt_length_to_skip < min_new_tokens
                 min_steps = max(min_steps, processor.min_new_tokens + processor.prompt_length_to_skip - 1)
         else:
-            return None  # transformers' loop applies any other processor
+            return None  # any other processor is applied by transformers' loop
     return limiter, min_steps
 
 
 def _max_length_of(stopping_criteria, eos: int) -> int | None:
-    """transformers' global max_length when the only criteria are it and </s>, else None."""
+    """transformers' global max_length when the only stopping criteria are that length and </s>, else None (the
+    lean loops implement no other criterion)."""
     max_length = None
     for criterion in stopping_criteria:
         if isinstance(criterion, MaxLengthCriteria):
@@ -120,29 +146,32 @@ def _max_length_of(stopping_criteria, eos: int) -> int | None:
 
 
 def _token_ids(value) -> list[int]:
-    """A generation config's token id setting (an id, a list or a tensor of them, None) as a list."""
+    """A generation config's token id setting (an id, a list or a tensor of ids, or None) as a list."""
     return [] if value is None else [int(t) for t in torch.as_tensor(value).reshape(-1).tolist()]
 
 
 def _runs_paper_decoding(config: GenerationConfig, kwargs: dict) -> bool:
-    """Whether `generate()` hands its loop to `paper_decoding`: plain beam search or greedy decoding, and nothing that
-    transformers passes only to its own loops (a streamer, an assistant, a tokenizer for stop strings, processes kept
-    in step: `synced_gpus`, or unset in a process group); those run transformers' loops, with the scoring hooks."""
+    """Whether `generate()` hands its loop to `paper_decoding`: for plain beam search or greedy decoding, when the call
+    asks for nothing that transformers passes only to its own loops. Those are a streamer, an assistant model, a
+    tokenizer for stop strings, and processes kept in step (`synced_gpus`, which transformers also turns on when it is
+    unset inside a process group). Such calls run transformers' loops, where the scoring hooks still apply the paper's
+    length penalty."""
     if any(kwargs.get(name) is not None for name in ("custom_generate", "streamer", "assistant_model", "tokenizer")):
         return False
     group = torch.distributed.is_available() and torch.distributed.is_initialized()
     if kwargs.get("synced_gpus") or (kwargs.get("synced_gpus") is None and group):
         return False
     merged = copy.deepcopy(config)
-    merged.update(**kwargs)  # the call's settings over the config's, as generate() merges them
+    merged.update(**kwargs)  # the call's settings over the config's, as generate() itself merges them
     return merged.get_generation_mode() in (GenerationMode.BEAM_SEARCH, GenerationMode.GREEDY_SEARCH)
 
 
 def paper_decoding(model, input_ids, logits_processor, stopping_criteria, generation_config, **model_kwargs):
-    """The decoding loop of `generate()` for plain beam search and greedy decoding, handed to it as `custom_generate`
-    (transformers' public hook: generate() prepares the inputs, the processors and the criteria, then calls this):
-    beam_search_vaswani.py's lean loops where `_lean_decoding_inputs` finds they compute transformers' tokens, else
-    transformers' own loop for the mode, through which the scoring hooks apply the length penalty."""
+    """The decoding loop of `generate()` for plain beam search and greedy decoding, handed to it as `custom_generate`,
+    transformers' public hook: generate() prepares the inputs, the logits processors and the stopping criteria, then
+    calls this. It runs beam_search_vaswani.py's lean loops where `_lean_decoding_inputs` finds that they compute
+    transformers' tokens, and otherwise transformers' own loop for the mode, in which the scoring hooks apply the
+    length penalty."""
     lean = model._lean_decoding_inputs(
         input_ids, logits_processor, stopping_criteria, generation_config, False, model_kwargs
     )
@@ -163,7 +192,7 @@ def paper_decoding(model, input_ids, logits_processor, stopping_criteria, genera
             alpha=alpha,
             early_stopping=generation_config.early_stopping,
         )
-    if lean is not None:  # greedy: transformers pads finished rows with the pad id (</s> where there is none)
+    if lean is not None:  # Greedy: transformers pads finished rows with the pad id, or </s> where there is none.
         pad = _token_ids(generation_config.pad_token_id)
         return lean_greedy_search(model, **{**lean, "fill_value": pad[0] if pad else lean["eos_token_id"]})
     loop = getattr(GenerationMixin, GENERATION_MODES_MAPPING[generation_config.get_generation_mode()])
@@ -181,19 +210,28 @@ def paper_decoding(model, input_ids, logits_processor, stopping_criteria, genera
 class VaswaniGenerationMixin(GenerationMixin):
     """`GenerationMixin` with the paper's decoding (Section 6.1); see the module docstring for what is overridden."""
 
-    use_lean_decoding = True  # False: always transformers' own `_beam_search` / `_sample`, never the lean loops
+    # Set it to False to run transformers' own `_beam_search` / `_sample` always, never the lean loops (the tests compare
+    # the two).
+    use_lean_decoding = True
 
     def generate(self, inputs=None, generation_config=None, logits_processor=None, **kwargs):
-        """`GenerationMixin.generate` plus the paper's per-sentence maximum length (input length + 50): extra keyword
-        arguments `max_length_a`, `max_length_b`, `length_penalty_type` (`DecodingSettings`). `max_new_tokens` /
-        `max_length` stay global caps. Learned positions (Table 3, row E) cap the output at their table's rows: the
-        per-sentence limit and the generation config's caps silently, a larger cap passed here is a SettingError."""
+        """`GenerationMixin.generate` plus the paper's per-sentence maximum length (input length + 50).
+
+        It takes three more keyword arguments, whose defaults come from the generation config (`DecodingSettings`):
+        `max_length_a` and `max_length_b`, which set the limit `floor(a * source_length + b)` of generated tokens,
+        </s> included (`max_length_b=None` turns it off), and `length_penalty_type` ("gnmt" or "hf").
+        `max_new_tokens` and `max_length`, as arguments or in the config, stay global caps. A model with learned
+        positions (Table 3, row E) cannot embed more decoder positions than its table has rows, so its output is
+        capped there: the per-sentence limit and the generation config's caps are lowered silently, and a larger cap
+        passed to this call is a SettingError. Sinusoids extrapolate, so they have no such cap.
+        """
         config = generation_config if generation_config is not None else self.generation_config
         input_ids = inputs if inputs is not None else kwargs.get("input_ids")
         check_generate_arguments(config, input_ids, kwargs, self.config.vocab_size)
         asked = {key: kwargs.get(key) for key in ("max_length", "max_new_tokens")}
         if kwargs.get("num_beams", config.num_beams) in (None, 1):
-            kwargs.pop("length_penalty", None)  # greedy: no penalty to apply, nor transformers' warning that says so
+            # Greedy decoding has no length penalty to apply, and transformers would warn that it is ignored.
+            kwargs.pop("length_penalty", None)
         attention_mask = self._source_mask(input_ids, kwargs, kwargs.get("eos_token_id", config.eos_token_id))
         a = kwargs.pop("max_length_a", getattr(config, "max_length_a", None))
         b = kwargs.pop("max_length_b", getattr(config, "max_length_b", None))
@@ -210,7 +248,8 @@ class VaswaniGenerationMixin(GenerationMixin):
             )
             logits_processor = LogitsProcessorList([*(logits_processor or []), limiter])
             if all(kwargs.get(k, getattr(config, k, None)) is None for k in ("max_new_tokens", "max_length")):
-                # no global cap given: the longest sentence's limit (as max_length: the start token included)
+                # With no global cap given, the cap is the longest sentence's limit (as max_length, which counts the
+                # start token).
                 prompt = kwargs.get("decoder_input_ids")
                 kwargs["max_length"] = (1 if prompt is None else prompt.shape[-1]) + int(limiter.limits.max())
                 check_pairs(
@@ -221,7 +260,7 @@ class VaswaniGenerationMixin(GenerationMixin):
                     "generate(): with the per-sentence limit a * source length + b",
                 )
         table = self.learned_positions()
-        if table is not None:  # the decoder reads positions 0 .. max_length - 2
+        if table is not None:  # the decoder reads positions 0 .. max_length - 2 of the table
             for key, bound in (("max_length", table + 1), ("max_new_tokens", table)):
                 if asked[key] is not None and asked[key] > bound:
                     raise SettingError(
@@ -243,9 +282,10 @@ class VaswaniGenerationMixin(GenerationMixin):
             _length_penalty_type.reset(token)
 
     def _source_mask(self, input_ids, kwargs, eos):
-        """generate()'s attention mask (into `kwargs`): where none is given, inferred from pad tokens as transformers'
-        `_prepare_attention_mask_for_generation` does (pad in the input, pad not </s>), which the lean loops would
-        bypass; ValueError for a row that masks every token (it would decode from nothing)."""
+        """generate()'s attention mask, also written into `kwargs`. Where none is given, it is inferred from the pad
+        tokens as transformers' `_prepare_attention_mask_for_generation` does (when the input holds pad tokens and pad
+        is not </s>), because the lean loops would bypass that step. A row that masks every token is a SettingError
+        (a ValueError): that sentence would be decoded from nothing."""
         pad, attention_mask = self.config.pad_token_id, kwargs.get("attention_mask")
         eos = eos if isinstance(eos, (list, tuple)) else [eos]
         if (
@@ -267,10 +307,10 @@ class VaswaniGenerationMixin(GenerationMixin):
     def adjust_generation_fn(
         self, generation_config, from_auto_class, from_pipeline, pretrained_model_name_or_path, *args, **kwargs
     ):
-        """`from_pretrained` reads generation_config.json here; transformers silently falls back to greedy on an
-        unreadable file: it is checked first (SettingError naming it), and a `generation_config` given instead is
-        checked as it enters. A folder without one decodes as the paper does (`default_generation_config`), not with
-        transformers' model-agnostic max_length 20."""
+        """Where `from_pretrained` reads generation_config.json. transformers silently falls back to greedy decoding
+        when that file is unreadable, so the file is checked first (a SettingError naming it), and a
+        `generation_config` given instead is checked as it enters. A folder without the file decodes as the paper
+        does (`default_generation_config`), not with transformers' model-agnostic max_length 20."""
         path, vocab = None, self.config.vocab_size
         if generation_config is not None:
             check_generation_settings(generation_settings_of(generation_config), vocab, "generation_config")
@@ -285,15 +325,21 @@ class VaswaniGenerationMixin(GenerationMixin):
             self.generation_config = default_generation_config(self.config)
 
     def learned_positions(self) -> int | None:
-        """Rows of the learned position table (Table 3, row E), or None for sinusoids."""
+        """The number of rows of the learned position table (Table 3, row E), or None for sinusoids, which have no
+        limit."""
         return self.config.max_position_embeddings if self.config.position_encoding == "learned" else None
 
     def _lean_decoding_inputs(
         self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus, model_kwargs
     ) -> dict | None:
-        """The arguments of `lean_beam_search` (`lean_greedy_search`) when it computes exactly what transformers'
-        `_beam_search` (`_sample`) would (eval mode, a cache, sdpa/eager attention, one start token, one </s>, no
-        sampling, only length processors and criteria, each sentence's rows `num_beams` copies), else None."""
+        """The arguments of `lean_beam_search` (or `lean_greedy_search`) when it computes exactly what transformers'
+        `_beam_search` (or `_sample`) would, else None, and transformers' loop runs.
+
+        The conditions are: eval mode, a cache, sdpa or eager attention, one decoder start token, one </s>, neither
+        sampling nor `return_dict_in_generate`, no logits processor but the length limit and min_length /
+        min_new_tokens, no stopping criterion but the maximum length and </s>, and every sentence's rows really are
+        `num_beams` copies of one encoder output.
+        """
         config = generation_config
         if (
             not self.use_lean_decoding
@@ -320,7 +366,7 @@ class VaswaniGenerationMixin(GenerationMixin):
             "output_attentions",
             "output_hidden_states",
             "cache_position",
-        }  # the cache is `past_key_values` before transformers 5.24
+        }  # the cache is called `past_key_values` before transformers 5.24
         if any(value is not None for key, value in model_kwargs.items() if key not in allowed):
             return None
         cache = model_kwargs.get("cache", model_kwargs.get("past_key_values"))
@@ -342,7 +388,8 @@ class VaswaniGenerationMixin(GenerationMixin):
         limits = limiter.limits if limiter is not None else None
         if limits is not None and limits.shape[0] != states.shape[0] // beams:
             return None
-        # transformers pads beam-search output with `pad_token_id or eos_token_id[0]`: </s> when the pad id is 0
+        # transformers pads beam-search output with `pad_token_id or eos_token_id[0]`, which is </s> when the pad id
+        # is 0, so the lean loops fill with the same.
         fill = _token_ids(config.pad_token_id)[0] if config.pad_token_id is not None else eos
         fill = fill or eos
         return dict(
@@ -357,8 +404,9 @@ class VaswaniGenerationMixin(GenerationMixin):
         )
 
     def _reorder_cache(self, cache: Cache, beam_idx: torch.LongTensor) -> Cache:
-        """The surviving beams' self-attention K/V; the cross-attention K/V, the same for every beam of a sentence, are
-        not copied at every step as transformers' default reorder does."""
+        """Beam search keeps the surviving beams' self-attention keys and values. The cross-attention keys and values
+        are the same for every beam of a sentence (beams never move across sentences), so they are left in place
+        instead of being copied at every step, as transformers' default reorder does."""
         (cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache).reorder_cache(beam_idx)
         return cache
 
@@ -375,7 +423,9 @@ class VaswaniGenerationMixin(GenerationMixin):
         batch_size,
         **kwargs,
     ):
-        """transformers' top-K step with `fast_topk` for `torch.topk` (same result, several times faster on CPU)."""
+        """transformers' top-K step, with `torch.topk` over the (B, beams * V) scores replaced by `fast_topk`: the
+        same values and indices, several times faster on CPU when K is much smaller than beams * V. The rest is
+        transformers' code unchanged, and sampling runs transformers' own step."""
         if do_sample:
             return super()._get_top_k_continuations(
                 accumulated_log_probs,
@@ -401,16 +451,19 @@ class VaswaniGenerationMixin(GenerationMixin):
         return topk_log_probs, topk_running_sequences, topk_running_beam_indices
 
     def _update_finished_beams(self, **kwargs):
-        """Scores of hypotheses finishing now: log P(Y) / lp(Y) with the GNMT lp when selected."""
+        """The scores of the hypotheses finishing now: log P(Y) / lp(Y), with GNMT's lp when it is selected
+        (Section 6.1)."""
         if _length_penalty_type.get() == "gnmt":
             length = kwargs["cur_len"] + 1 - kwargs["decoder_prompt_len"]
             kwargs["topk_log_probs"] = kwargs["topk_log_probs"] / gnmt_length_penalty(length, kwargs["length_penalty"])
-            kwargs["length_penalty"] = 0.0  # transformers then divides by length ** 0 == 1
+            kwargs["length_penalty"] = 0.0  # transformers then divides by length ** 0, which is 1
         return super()._update_finished_beams(**kwargs)
 
     def _check_early_stop_heuristic(self, **kwargs):
-        """Can the best running beam still beat the worst finished one? With GNMT, its best possible score is
-        log P / lp(max_length) for early_stopping="never" (t2t v1's bound), log P / lp(current length) otherwise."""
+        """Whether the best running beam can still beat the worst finished one. With GNMT's penalty, its best
+        possible score is log P / lp(max_length) for early_stopping="never" (tensor2tensor v1's bound: a running beam
+        only loses log-probability as it grows, while lp grows up to the maximum length), and log P / lp(current
+        length) otherwise."""
         if _length_penalty_type.get() == "gnmt":
             alpha = kwargs["length_penalty"]
             bound = kwargs["max_length" if kwargs["early_stopping"] == "never" and alpha > 0.0 else "cur_len"]
