@@ -193,9 +193,9 @@ def expected_failure(error: BaseException) -> tuple[int, str] | None:
     return expected_os_failure(error)
 
 
-# No credential reaches an error line, since argparse echoes an unrecognised `--token hf_...`. Masked are a Hugging Face
-# token, a URL's user:password@ or ?token= part, and the value after a flag or header that names a secret (--token,
-# --hub_token, --api_key, ...; Authorization: Bearer).
+# No credential reaches an error line, since argparse echoes an unrecognised `--token hf_...`. Masked are a Hugging
+# Face token, a URL's user:password@ or ?token= part, and the value after a flag or header that names a secret
+# (--token, --hub_token, --api_key, ...; Authorization: Bearer).
 _CREDENTIALS = (
     re.compile(
         r"\bhf_[A-Za-z0-9]{20,}|(?<=://)[^/\s@]+@|(?<=[?&])(?:\w*token|key|password|secret)=[^&\s]+", re.IGNORECASE
