@@ -77,8 +77,8 @@ def tokenize_pairs(
         Path(cache_dir).mkdir(parents=True, exist_ok=True)
         cache_file_name = str(Path(cache_dir) / f"tokenized-{key}.arrow")
     if num_proc is not None and (num_proc > (os.cpu_count() or 1) or len(dataset) < 10 * batch_size):
-        # More workers than CPUs only multiply memory (8 workers on 2 cores held about 11 GB at 0.5M pairs), and a small
-        # dataset is tokenized faster than the workers start.
+        # More workers than CPUs only multiply memory (8 workers on 2 cores held about 11 GB at 0.5M pairs), and a
+        # small dataset is tokenized faster than the workers start.
         num_proc = min(num_proc, os.cpu_count() or 1) if len(dataset) >= 10 * batch_size else None
     return dataset.map(
         partial(_tokenize_batch, tokenizer=tokenizer, src_lang=src_lang, tgt_lang=tgt_lang),
