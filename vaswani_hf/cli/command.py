@@ -65,7 +65,7 @@ def _safetensors_checkpoint(path, what, overwrite):
         raise io.UsageError(
             f"{folder}: no {io.WEIGHTS} (nor {io.WEIGHTS_INDEX}); averaging needs safetensors checkpoints"
         )
-    # exists, is a folder, config.json (copied to the output) is valid, the weights are complete
+    # check_model_folder: the folder exists, its config.json (copied to the output) is valid, its weights are complete
     return io.check_model_folder(folder, what="checkpoint folder", tokenizer=False)
 
 
