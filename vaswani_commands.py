@@ -40,7 +40,9 @@ TOOLS = {
 
 
 def occupy_closed_descriptors() -> None:
-    """/dev/null on each closed standard descriptor (`sys.stdin` ... stay None)."""
+    """Put /dev/null on each standard descriptor (0, 1, 2) that is closed, so that no file opened later takes its
+    number. Python's `sys.stdin`, `sys.stdout` and `sys.stderr` stay as they are (None):
+    `vaswani_hf.cli.surroundings.own_streams` gives the tool its stand-ins for them."""
     for fd, mode in STREAMS:
         try:
             os.fstat(fd)
@@ -55,7 +57,7 @@ def occupy_closed_descriptors() -> None:
 
 def working_folder_state() -> str | None:
     """What is wrong with the working folder ("the working folder /x/y was deleted", "... cannot be read (...)"), or
-    None."""
+    None when nothing is."""
     try:
         os.getcwd()
         return None
@@ -125,7 +127,8 @@ def _refuse(line: str, code: int) -> int:
 
 
 def run(tool: str, argv=None) -> int:
-    """Prepare the process, import the tool's module and run its `main(argv)` (see the module docstring)."""
+    """Prepare the process, import the tool's module and run its `main(argv)` (see the module docstring). A module that
+    cannot be imported for a missing package or an operating-system limit is one line, exit status 1."""
     occupy_closed_descriptors()
     leave_an_unusable_working_folder()
     if tool not in TOOLS:

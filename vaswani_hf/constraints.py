@@ -1,8 +1,17 @@
-"""Command-line flags from declarations: every flag with a range or choices sets a declared `Setting`
-(`vaswani_hf.settings`: a dataclass field with its metadata), so a flag cannot disagree with the setting it sets;
-`flag(setting)` gives the `add_argument` keywords (its checked type or its choices, its default and its meaning), and
-`device` checks a torch device: no value reaches torch or transformers unchecked. Upper bounds exist where a huge
-value would exhaust memory or overflow a library's integer; they are far above any real use.
+"""Command-line flags from the declared settings: a flag takes the values, the default and the meaning of the setting
+it sets.
+
+Every rule about a value is declared once, beside what it configures, as a dataclass field with its metadata
+(`vaswani_hf.settings`): the model's settings are `VaswaniConfig`'s fields, the decoding settings those of
+`DecodingSettings`, a recipe's keys the fields of its sections (`vaswani_hf.training.recipe_keys`), and each tool's own
+options the fields of its options class. Every flag that has a range or choices sets such a declared `Setting`, and
+`flag(setting)` gives its `add_argument` keywords: its checked argparse type or its choices, its default, and its
+meaning and range as help. So a flag cannot disagree with the setting it sets, and a bad value is one line naming its
+flag before any work: no value reaches torch or transformers unchecked. `device` checks a torch device in the same way,
+against what this machine has.
+
+Upper bounds exist where a huge value would exhaust memory or overflow a library's integer rather than fail with a
+message (a seed beyond 2^32, a beam of a million hypotheses); they are far above any real use.
 """
 
 from __future__ import annotations
@@ -38,10 +47,11 @@ _UNSET = object()
 
 
 def flag(setting: Setting, *, none: str | None = None, default=_UNSET, **keywords) -> dict:
-    """`add_argument` keywords of the flag that sets the declared `setting`: its choices, or its checked argparse type
-    (`flag_type`), its meaning and range as help and its declared default (unless `default` says another, e.g. None:
-    "the model's generation_config"; `--help` shows it). `none`: a word that gives None (a choice of its own, which the
-    tool reads as None). `keywords`: argparse's own (metavar, type=str.upper before the choices, ...)."""
+    """The `add_argument` keywords of the flag that sets the declared `setting`: its choices, or its checked argparse
+    type (`flag_type`), its meaning and range as help, and its declared default. `default` gives another default where
+    the tool has one of its own, e.g. None for "the model's generation_config"; `--help` shows it. `none` is a word
+    that gives None (a choice of its own, which the tool reads as None). `keywords` are argparse's own (metavar,
+    type=str.upper before the choices, ...)."""
     limits = setting.limits() if setting.type in (int, float) else ""
     derived = {
         "help": setting.help + (f" [{limits}]" if limits else ""),
@@ -64,7 +74,8 @@ positive_int = flag_type(settings_of(_Counts)["count"])
 
 
 def device(text: str):
-    """An argparse type for `--device`: a torch device this machine has, checked before anything is loaded."""
+    """An argparse type for `--device`: a torch device this machine has (cpu; cuda or cuda:N with N below the GPU
+    count; mps where it is available), checked before anything is loaded."""
     problem = device_problem(text)
     if problem:
         raise argparse.ArgumentTypeError(problem)

@@ -1,7 +1,16 @@
-"""The errors of expected failures and their exit statuses: bad input is a `UsageError` (exit 2) naming the file,
-line, flag or key and what to do; a failure of the run itself (network, disk) a `RunFailure` (exit 1). Anything else
-is a bug and keeps its traceback. The Hub files import only torch and transformers, so they declare a refusal by a
-class attribute (`exit_code = 2`): `refusal_exit_code` is the one rule the command line applies.
+"""The errors every part of vaswani_hf raises for expected failures, and their exit statuses on the command line.
+
+Expected bad input is a `UsageError` (exit status 2): its message names the file (and line), the flag or the recipe key
+at fault, and says what to do. An expected failure of the run itself, such as a network error, a full disk or a refused
+upload, is a `RunFailure` (exit status 1). `vaswani_hf.cli.contract.run_cli` prints either as one line without a
+traceback; any other exception is a bug and keeps its traceback.
+
+Code that cannot import this module declares its refusals by a class attribute instead. The files copied next to the
+weights import only torch and transformers, so their check of a setting raises `validation_vaswani.SettingError`, a
+`ValueError` whose class sets `exit_code = 2`. `refusal_exit_code` is the one rule the command line applies: a
+`VaswaniError`, or an exception whose class (or one of its bases) is defined in this package or in its remote-code
+copies (`transformers_modules.*`) and sets `exit_code` to 1 or 2, is an expected failure with that exit status. A plain
+ValueError or TypeError, or one that a library raises, is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -28,7 +37,9 @@ class RunFailure(VaswaniError, RuntimeError):
 
 
 class InputLineError(UsageError):
-    """Bad input at one line (1-based) of a list of sentences whose file is not known here: see `in_file`."""
+    """Bad input at one line (1-based `line`) of a list of sentences, raised where the file is not known, for
+    example a sentence longer than the model's positions. A tool that read the sentences from a file names the file
+    with `in_file`."""
 
     def __init__(self, line: int, message: str):
         super().__init__(f"line {line}: {message}")
@@ -41,13 +52,18 @@ class InputLineError(UsageError):
 
 
 class StandardInputClosed(UsageError):
+    """A tool read from a standard input that the caller closed (`<&-`): bad input, exit status 2."""
+
     def __init__(self):
         super().__init__(
             "standard input is closed (the command ran with <&-); give the input as a file, or pipe text into it"
         )
 
 
-class StandardOutputClosed(RunFailure):  # fails as a closed pipe does
+class StandardOutputClosed(RunFailure):
+    """A tool wrote to a standard output that the caller closed (`>&-`): exit status 1, as a write to a closed pipe
+    fails."""
+
     def __init__(self):
         super().__init__(
             "standard output is closed (the command ran with >&-); write the output to a file instead, "
@@ -60,8 +76,9 @@ _OWN_MODULES = ("vaswani_hf", "transformers_modules")
 
 
 def refusal_exit_code(error: BaseException) -> int | None:
-    """The exit status of an expected failure, or None (a bug): a `VaswaniError`, or an exception whose class (or a
-    base) of this package or its remote-code copies sets `exit_code` to 1 or 2."""
+    """The exit status of an expected failure, or None for a bug. An expected failure is a `VaswaniError`, or an
+    exception whose class (or one of its bases) belongs to this package or its remote-code copies and sets
+    `exit_code` to 1 or 2."""
     if isinstance(error, VaswaniError):
         return error.exit_code
     for cls in type(error).__mro__:
@@ -73,6 +90,7 @@ def refusal_exit_code(error: BaseException) -> int | None:
 
 
 def one_line(error: BaseException | str, limit: int = 400) -> str:
-    """An error message on one line, at most `limit` characters: quoted user input never floods the terminal."""
+    """An error message on one line (each run of whitespace becomes one space), at most `limit` characters, so that
+    a message quoting user input (a recipe value, a line of text) never floods the terminal."""
     text = " ".join(str(error).split()) or type(error).__name__
     return text if len(text) <= limit else text[: limit - 5] + " ..."

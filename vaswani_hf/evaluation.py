@@ -1,9 +1,27 @@
-"""Translation quality metrics, each clearly labelled (`DESCRIPTIONS`): sacreBLEU (comparable across papers),
-chrF, the paper's tokenized BLEU (Section 6.1, comparable only with numbers computed the same way, e.g. Table 2's
-27.3 / 28.4) and BLEU on the given whitespace tokens (pre-tokenized references such as Multi30k's).
+r"""Translation quality metrics for the Transformer (Vaswani et al., 2017), each clearly labelled (`DESCRIPTIONS`).
 
-The computations are ``evaluate`` modules in ``vaswani_hf/metrics/<name>/<name>.py``, loaded by path (no network)
-by :func:`load_metric`; :func:`make_compute_metrics` uses the same modules during training.
+The scores :func:`compute_all` reports:
+
+``sacrebleu``
+    sacreBLEU corpus BLEU on detokenized text (default tokenizer 13a), with its signature (Post, 2018). This is
+    the number that is comparable across papers and toolkits.
+``chrf``
+    chrF (character n-gram F-score, beta=2) through sacreBLEU, with its signature.
+``bleu_tok_compound_split``
+    The paper's tokenized BLEU. Section 6.1 reports newstest2014 EN-DE BLEU as computed by tensor2tensor's
+    ``utils/get_ende_bleu.sh``: Moses ``tokenizer.perl -l de`` (here its port ``sacremoses``, after
+    replace-unicode-punctuation), the compound splitting ``s{(\S)-(\S)}{$1 ##AT##-##AT## $2}g`` on hypothesis
+    and reference, then ``multi-bleu.perl`` (case-sensitive BLEU on whitespace tokens, no smoothing). The
+    splitting inflates it, so it is comparable only with numbers computed the same way, such as the 27.3 and
+    28.4 of the paper's Table 2.
+``bleu_tok_none``
+    BLEU on the whitespace tokens as given (sacreBLEU ``tokenize="none"``), for references that are already
+    tokenized (and lowercased), such as Multi30k's tok files; this is the kind of number fairseq reports.
+
+The computations live in ``evaluate`` metric modules shipped in ``vaswani_hf/metrics/<name>/<name>.py`` and loaded by
+path with :func:`load_metric`, which needs no network (``evaluate.load`` of a Hub name fails offline). The same modules
+back :func:`make_compute_metrics` for ``Seq2SeqTrainer``, so that the scores during training and the final scores come
+from the same code.
 """
 
 from __future__ import annotations
@@ -30,7 +48,12 @@ DESCRIPTIONS = {
 
 
 def load_metric(name: str, **kwargs) -> evaluate.EvaluationModule:
-    """``evaluate.load`` of one of METRIC_NAMES by path (offline); ``keep_in_memory`` defaults to True."""
+    """``evaluate.load`` of one of the package's metric modules by path, which works offline.
+
+    ``name`` is one of ``METRIC_NAMES`` (``"sacrebleu_local"``, ``"chrf_local"``, ``"tok_bleu"``). Keyword arguments go
+    to ``evaluate.load``; ``keep_in_memory`` defaults to True, so that no cache files are written (pass False for
+    distributed use).
+    """
     if name not in METRIC_NAMES:
         raise ValueError(f"unknown metric {name!r}; available: {', '.join(METRIC_NAMES)}")
     kwargs.setdefault("keep_in_memory", True)
@@ -64,9 +87,21 @@ def compute_all(
     tokenize: str = "13a",
     lowercase: bool = False,
 ) -> dict:
-    """``{name: {"score", "signature", "description", ...details}}`` for ``sacrebleu``, ``chrf``,
-    ``bleu_tok_compound_split`` and ``bleu_tok_none``. ``references``: one per segment, or streams as in
-    ``sacrebleu.corpus_bleu``; ``target_lang``: the Moses language of the paper-style BLEU (always cased)."""
+    """All scores with their signatures, computed by the package's ``evaluate`` modules.
+
+    Args:
+        hypotheses: one detokenized translation per segment.
+        references: one reference per segment (a list of str), or several reference streams (a list of such lists,
+            each as long as ``hypotheses``, as in ``sacrebleu.corpus_bleu``).
+        target_lang: the language of the Moses tokenizer of the paper-style BLEU.
+        tokenize: the sacreBLEU tokenizer of ``sacrebleu`` (default "13a").
+        lowercase: case-insensitive ``sacrebleu``, ``chrf`` and ``bleu_tok_none``; the paper-style BLEU stays
+            case-sensitive, as in the paper.
+
+    Returns:
+        ``{name: {"score", "signature", "description", ...details}}`` for the names ``sacrebleu``, ``chrf``,
+        ``bleu_tok_compound_split`` and ``bleu_tok_none``.
+    """
     hypotheses = list(hypotheses)
     streams = _reference_streams(references)
     check_line_counts(("hypotheses", hypotheses), [(f"references[{i}]", stream) for i, stream in enumerate(streams)])
@@ -108,8 +143,15 @@ def format_table(scores: dict) -> str:
 
 
 class TranslationMetrics:
-    """``compute_metrics`` for ``Seq2SeqTrainer(predict_with_generate=True)``: ``{"bleu", "chrf", "gen_len"}``; the
-    last signatures are kept in ``signatures`` for the card (the Trainer's metrics are numbers only)."""
+    """``compute_metrics`` for ``Seq2SeqTrainer(predict_with_generate=True)``: sacreBLEU, chrF and the mean length.
+
+    It decodes the generated ids and the labels (the label positions the collator set to -100, and any -100 in the
+    predictions, become the pad id first), strips special tokens and surrounding whitespace, and scores with the
+    package's ``sacrebleu_local`` (tokenizer ``tokenize``, default 13a) and ``chrf_local`` modules. It returns
+    ``{"bleu", "chrf", "gen_len"}``, where ``gen_len`` is the mean number of non-pad generated tokens. The sacreBLEU
+    signatures of the last computation are kept in ``signatures``, because the Trainer's metrics are numbers only and a
+    model card must name exactly how its scores were computed.
+    """
 
     def __init__(self, tokenizer, tokenize: str = "13a"):
         self.tokenizer, self.tokenize = tokenizer, tokenize

@@ -1,19 +1,22 @@
-"""Translating a file of any size: bounded windows, resumable, across processes.
+"""Translating a file of any size: in bounded windows, resumable, and shared among processes.
 
-The input (`io.TextInput`, two passes: a pipe is spooled as the first pass reads it, never read twice) is read
-`buffer_lines` at a time (as fairseq's `--buffer-size`), so memory depends on the window:
-1. the check: every window through the front end without decoding, so a bad line is named as file:line before
-   anything is decoded; the same pass counts and hashes the lines (the input's fingerprint, and each window's);
-2. the decoding: each window is first compared with its hash from the check (an input changed meanwhile is refused),
-   translated and written with its record into `<output>.partial/` (`translate_staging`), whose state file records
-   the fingerprint, model and settings; the parts are then joined, each checked against its record, into `<output>`
-   in one rename.
+The input (`io.TextInput` with two passes: a pipe is spooled as the first pass reads it, and never read twice) is read
+`buffer_lines` at a time, as fairseq's `--buffer-size` does, so that memory depends on the window and not on the file.
+There are two passes:
 
-An interrupted run keeps its finished windows; `resume=True` continues, reusing only the windows whose parts match
-their records, and gives the same bytes as an uninterrupted run (a state that does not match is refused). Under a
-launcher (`RANK`, `WORLD_SIZE`) process r decodes the windows k % N == r; processes meet at two gloo barriers and
-rank 0 joins the parts. Parts are per window, not per process, so a run may be resumed with another number of
-processes.
+1. The check sends every window through the front end without decoding, so that a bad line is named as file:line before
+   anything is decoded. The same pass counts and hashes the lines, which gives the input's fingerprint and each
+   window's.
+2. The decoding first compares each window with its hash from the check (an input changed meanwhile is refused), then
+   translates it and writes it with its record into `<output>.partial/` (`translate_staging`), whose state file records
+   the fingerprint, the model and the settings. The parts are then joined into `<output>` in one rename, each checked
+   against its record again.
+
+An interrupted run keeps its finished windows. `resume=True` continues it, reusing only the windows whose parts match
+their records, and gives the same bytes as an uninterrupted run; a state that does not match is refused. Under a
+launcher (`RANK`, `WORLD_SIZE`) process r decodes the windows k with k % N == r; the processes meet at two gloo
+barriers, and rank 0 joins the parts. Parts are kept per window, not per process, so that a run may be resumed with
+another number of processes.
 """
 
 from __future__ import annotations
@@ -38,12 +41,15 @@ from . import translate_staging as staging_files
 from .io.progress import progress_bar
 from .translation_frontend import PositionTable, translate_lines
 
-BUFFER_LINES = 10_000  # lines read, sorted and decoded together: a few MB of text, batches padded as little as sorting
+# The lines read, sorted by length and decoded together: a few MB of text, and enough lines for sorting to keep the
+# batches' padding low.
+BUFFER_LINES = 10_000
 
 
 @dataclass
 class Engine:
-    """A decoding engine: `translate(lines, bar)` (a window's translations), its front end's `encode`, `table`."""
+    """A decoding engine as this module uses it: `translate(lines, bar)` gives a window's translations, and `encode`,
+    `table` and `max_input_tokens` are what its front end checks the lines with."""
 
     translate: Callable[[list[str], Any], list[str]]
     encode: Callable[[list[str]], list]
@@ -63,7 +69,7 @@ class Processes:
 
     def __enter__(self) -> Processes:
         if self.size > 1 and not dist.is_initialized():
-            # shares are uneven: a process may wait at the last barrier for as long as the others decode
+            # The shares are uneven, so a process may wait at the last barrier for as long as the others decode.
             dist.init_process_group("gloo", timeout=timedelta(days=7))
             self._own_group = True
         return self
@@ -85,7 +91,9 @@ class Processes:
         return tensor.tolist()
 
     def device(self, device: str | None) -> str | None:
-        """`device`, or among several processes this process's GPU (`LOCAL_RANK`), or the CPU."""
+        """The device this process decodes on: `device` when one was given, and None (the engine's own default) for a
+        single process. Among several processes it is this process's own GPU (`cuda:LOCAL_RANK`), or the CPU where
+        there is no GPU or ACCELERATE_USE_CPU is set."""
         if device is not None or self.size == 1:
             return device
         use_cpu = os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
@@ -102,8 +110,8 @@ def _window_sha256(window: list[str]) -> str:
 
 
 def check_input(text: io.TextInput, label: str, engine: Engine, size: int) -> tuple[dict, list[tuple[int, str]]]:
-    """The check pass over `text` (its first pass): UsageError naming `label`:line of a line the engine cannot take;
-    else the input's fingerprint {"lines", "sha256"} and each window's (lines, SHA-256)."""
+    """The check pass over `text` (its first pass). A line the engine cannot take is a UsageError naming `label`:line;
+    otherwise it returns the input's fingerprint {"lines", "sha256"} and each window's (lines, SHA-256)."""
     digest, count, windows = hashlib.sha256(), 0, []
 
     def nothing(encoded: list) -> list[str]:
@@ -112,7 +120,7 @@ def check_input(text: io.TextInput, label: str, engine: Engine, size: int) -> tu
     limits = [n for n in (engine.table.rows if engine.table else None, engine.max_input_tokens) if n is not None]
     limit = min(limits) if limits else None
 
-    def encode(texts: list[str]) -> list:  # a line that provably fits is not tokenised: a placeholder of one token
+    def encode(texts: list[str]) -> list:  # a line that provably fits is not tokenised: it gets a placeholder token
         if engine.bound is None or limit is None:
             return engine.encode(texts)
         long = [text for text in texts if engine.bound(text) > limit]
@@ -132,7 +140,7 @@ def check_input(text: io.TextInput, label: str, engine: Engine, size: int) -> tu
 
 def _todo(staging: Path | None, windows: list[tuple[int, str]], world: Processes, resume: bool) -> list[int]:
     """This process's windows (k % N == rank) still to translate: all of them, or on a resume those whose part is
-    absent or unproven (each of those named, then removed)."""
+    absent or unproven (each unproven part is named, then removed)."""
     mine = [k for k in range(len(windows)) if k % world.size == world.rank]
     if staging is None or not resume:
         return mine
@@ -151,8 +159,9 @@ def _todo(staging: Path | None, windows: list[tuple[int, str]], world: Processes
 def _decode(
     text: io.TextInput, windows: list[tuple[int, str]], todo: list[int], size: int, engine: Engine, staging, bar
 ) -> tuple[int, int]:
-    """The decoding pass over `text` (its second pass): the windows `todo` translated, each first checked against
-    the check pass (an input changed since is refused), to standard output or into the staging folder."""
+    """The decoding pass over `text` (its second pass): the windows `todo` are translated, each first checked against
+    the check pass (an input that changed since is refused), and written to standard output or into the staging
+    folder."""
     lines = tokens = 0
     todo = set(todo)
     for k, window in enumerate(_windows(text.lines(), size)):

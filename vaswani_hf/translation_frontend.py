@@ -1,14 +1,31 @@
-"""The translation front end: the rules every decoding engine (our `generate()`, CTranslate2) shares, written once.
+"""The translation front end: the rules every decoding engine shares, written once.
 
-`translate_lines`: an empty or blank sentence translates to "" and is never given to the engine; others are stripped
-before tokenization; every output is one stripped line (any `str.splitlines` boundary becomes a space), so N input
-lines give N output lines. A source longer than the engine's position table (`PositionTable`) or `max_source_tokens`
-(`MAX_SOURCE_TOKENS`: bounded work on unbounded input) is refused before anything is decoded, naming its sentence in
-an `InputLineError`; a sentence of more than that limit times `MAX_CHARS_PER_TOKEN` characters is refused before it
-is even tokenised. An engine provides only `encode` and `decode`.
+Both engines, our `generate()` (`vaswani_hf.inference.translate`) and CTranslate2
+(`vaswani_hf.export.ctranslate2.CTranslate2Translator`), run their sentences through `translate_lines`, and so does the
+checking pass of a file to translate (`vaswani_hf.translate_stream`). It applies these rules:
 
-Decoding options keep the names of `generate()`; one left unset keeps the model's generation config (the paper's,
-Section 6.1). For `max_length_b` None is itself a value (no per-sentence limit), so "unset" there is `UNSET`.
+- a sentence that is empty or only whitespace translates to "" and is never given to the engine, because a model would
+  still emit some sentence for a source made of `</s>` alone;
+- other sentences are stripped of leading and trailing whitespace before tokenization;
+- every output is a single stripped line: the line breaks an engine may produce (byte-level BPE's newline byte, U+2028,
+  any `str.splitlines` boundary) become spaces, so that N input lines give N output lines, in order;
+- a source longer than the engine's position table (`PositionTable`), or than `max_source_tokens` (by default
+  `MAX_SOURCE_TOKENS`, so that unbounded input means bounded work: a 1 MB line is no sentence), is refused before
+  anything is decoded, naming its sentence (1-based) in a `vaswani_hf.io.InputLineError`, which the translate tool
+  turns into `file:line`;
+- and before anything is even tokenised, a sentence of more characters than that token limit times
+  `MAX_CHARS_PER_TOKEN` (`max_source_chars`: 65,536 characters for the default 1,024 tokens) is refused in the same
+  way. It cannot fit, and tokenising a line of megabytes would cost the very time the limit is there to bound. The
+  bound is generous (a BPE token of natural text has far fewer characters), so that a line it lets through is judged by
+  its token count.
+
+An engine provides only `encode` (the token sequences of the stripped sentences, `</s>` included) and `decode` (the
+translation of each encoded sentence, in order).
+
+Decoding options keep the names of `generate()`. An option left unset keeps the model's generation config (for this
+model the paper's, Section 6.1: `vaswani_hf.generation_config_vaswani.default_generation_config`): `given_options`
+keeps the options that were set, and `resolve_options` fills the others from a generation config. For `max_length_b`
+None is itself a value (no per-sentence limit), so "unset" there is the `UNSET` sentinel.
 """
 
 from __future__ import annotations
@@ -19,8 +36,8 @@ from dataclasses import dataclass, field
 from .constraints import MAX_POSITIONS, MAX_SENTENCES, MAX_TOKENS
 from .io import InputLineError
 
-MAX_SOURCE_TOKENS = 1024  # per line, `</s>` included: WMT sentences stay under 250 after the usual filtering
-MAX_CHARS_PER_TOKEN = 64  # characters one source token may cover at most, for the limit checked before tokenising
+MAX_SOURCE_TOKENS = 1024  # per line, `</s>` included; WMT sentences stay under 250 after the usual filtering
+MAX_CHARS_PER_TOKEN = 64  # the characters one source token may cover at most, for the limit checked before tokenising
 
 
 @dataclass
@@ -54,12 +71,13 @@ class BatchSettings:
     )
 
 
-UNSET = object()  # "keep the generation config's value" where None is itself a meaningful value (max_length_b)
-_NONE_IS_A_VALUE = ("max_length_b",)  # None turns the per-sentence limit off
+UNSET = object()  # "keep the generation config's value", where None is itself a meaningful value (max_length_b)
+_NONE_IS_A_VALUE = ("max_length_b",)  # for these, None turns the per-sentence limit off
 
 
 def given_options(**options) -> dict:
-    """The decoding options that were set: not None nor `UNSET` (for `max_length_b`: not `UNSET`)."""
+    """The decoding options that were set. None and `UNSET` mean "keep the generation config's value", except for
+    `max_length_b`, where None turns the per-sentence limit off and only `UNSET` keeps the config's value."""
     return {
         key: value
         for key, value in options.items()
@@ -74,7 +92,8 @@ def resolve_options(defaults: Mapping, **options) -> dict:
 
 @dataclass(frozen=True)
 class PositionTable:
-    """The longest source, in tokens with `</s>`, an engine can embed (`rows`), and the words of its refusal."""
+    """The longest source, in tokens with `</s>`, that an engine can embed (`rows`), and how its refusal describes the
+    table: "N source tokens, but {covers} {rows} positions; shorten or split the line{remedy}"."""
 
     rows: int
     covers: str
@@ -108,7 +127,8 @@ def checked_sentences(sentences: Sequence[str]) -> list[str]:
 
 
 def max_source_chars(table: PositionTable | None, max_source_tokens: int | None) -> int | None:
-    """The most characters a sentence may have: the engine's token limit times `MAX_CHARS_PER_TOKEN` (None: none)."""
+    """The most characters a sentence may have: the engine's token limit (the smaller of its position table and
+    `max_source_tokens`) times `MAX_CHARS_PER_TOKEN`; None when there is no token limit."""
     limits = [n for n in (table.rows if table is not None else None, max_source_tokens) if n is not None]
     return min(limits) * MAX_CHARS_PER_TOKEN if limits else None
 
@@ -141,9 +161,14 @@ def translate_lines(
     table: PositionTable | None = None,
     max_source_tokens: int | None = MAX_SOURCE_TOKENS,
 ) -> list[str]:
-    """One single-line translation per sentence, in order, by the rules of the module docstring: `encode` stripped
-    sentences to token sequences (`</s>` included), `decode` those to translations; `table`, `max_source_tokens`:
-    the limits (None: none)."""
+    """One single-line translation per sentence, in order, by the rules of the module docstring.
+
+    Args:
+        encode: the stripped, non-empty sentences to their token sequences (`</s>` included), as the engine takes them.
+        decode: those token sequences to one translation each, in the same order.
+        table: the engine's position table, if it has a limit (None for sinusoids, which embed any length).
+        max_source_tokens: the longest source a line may have (None: no limit).
+    """
     sentences = checked_sentences(sentences)
     outputs = [""] * len(sentences)
     todo = [i for i, sentence in enumerate(sentences) if sentence.strip()]

@@ -1,14 +1,21 @@
-"""A command-line tool is one declaration (`Command`), executed by one runner (`run_command`) in one order, inside
-`contract.run_cli`'s error boundary:
+"""A command-line tool is one declaration (`Command`), executed by one runner (`run_command`) in one order.
 
-    parse -> validate (flags that exclude or need each other) -> [inputs marked `first`] -> paths declared and
-    checked (`declare_paths`: no output is, holds or lies inside an input) -> inputs checked by kind -> agreement
-    (inputs that must agree: checkpoints averaged together) -> outputs checked by kind (overwrite) -> resolve -> run
+A `Command` states what the tool is: its name and program name, its parser, the paths it reads and writes by role and
+kind (`paths`, a function of the parsed arguments, because which paths a command touches can depend on its flags, e.g.
+translate's --engine), the inputs that must agree with each other (`agree`: checkpoints averaged together, a model and
+what the Marian export can express), `resolve(args, checked) -> plan` and `run(plan) -> exit status`. `run_command`
+executes any declaration inside `contract.run_cli`'s one error boundary, always in this order:
 
-so that every bad input is one line before any work, and a new tool is one declaration (vaswani_hf.cli.registry)
-plus its test file. Which paths a command touches may depend on its flags (`paths` is a function of the parsed
-arguments). A tool whose sequencing is its own (train: --check, --resume, the run lock) keeps it in resolve/run.
-A `Kind` is one of the package's own checks of one path (vaswani_hf.io), named here once.
+    parse -> validate (flags that exclude or need each other) -> no relative path where the working folder is
+    gone, no empty path, no URL -> [inputs marked `first`, by kind] -> paths declared and checked (`declare_paths`:
+    no output is, holds or lies inside an input; the declared outputs are what the boundary names when the disk
+    fills) -> inputs checked by kind -> no input that can be read only once named twice -> agreement -> outputs
+    checked by kind (the overwrite rules) -> resolve -> run
+
+so that every bad input is one line before any work, and a new tool is one declaration (vaswani_hf.cli.registry) plus
+its test file. A tool whose sequencing is its own (train: --check, --resume, the run lock; push_to_hub: --dry_run,
+--space_only) keeps it in its resolve and run. The kinds are the package's own checks (vaswani_hf.io), named here once:
+a `Kind` is the check of one path (`Kind.check(path, what, overwrite)` returns the checked value).
 """
 
 from __future__ import annotations
@@ -27,7 +34,8 @@ from .contract import declare_paths, run_cli
 
 @dataclass(frozen=True)
 class Kind:
-    """What a path must be: `check(path, what, overwrite)` raises UsageError naming `what`, or returns the path."""
+    """What a path must be: `check(path, what, overwrite)` raises a UsageError naming `what` (the flag, unless the
+    `Use` says otherwise), or returns the checked path, or what the check makes of it."""
 
     name: str
     check: Callable[[Any, str, bool], Any]
@@ -57,7 +65,7 @@ def _safetensors_checkpoint(path, what, overwrite):
         raise io.UsageError(
             f"{folder}: no {io.WEIGHTS} (nor {io.WEIGHTS_INDEX}); averaging needs safetensors checkpoints"
         )
-    # exists, is a folder, config.json (copied to the output) is valid, the weights are complete
+    # check_model_folder: the folder exists, its config.json (copied to the output) is valid, its weights are complete
     return io.check_model_folder(folder, what="checkpoint folder", tokenizer=False)
 
 
@@ -84,13 +92,15 @@ TEXT_KINDS = (TEXT_FILE, TEXT_OR_STDIN)  # read by io.TextInput: any input kind,
 
 
 def output_folder(marker: str) -> Kind:
-    """An output folder of one kind (`io.check_output_dir`'s marker: replaced only with overwrite and that kind)."""
+    """An output folder that holds one kind of thing: `io.check_output_dir` with this marker, so that an existing
+    folder is replaced only with overwrite, and only if the package wrote it as that kind."""
     return Kind(f"output folder of {marker}", lambda p, w, o: io.check_output_dir(p, overwrite=o, what=w, kind=marker))
 
 
 @dataclass(frozen=True)
 class Use:
-    """One path a command reads or writes: its flag, the path, its kind, what a message calls it if not the flag."""
+    """One path a command reads or writes: the flag that names it, the path, its kind, and what the check's message
+    calls it where that is not the flag."""
 
     flag: str
     path: Any

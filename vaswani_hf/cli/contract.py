@@ -1,17 +1,24 @@
 """The command-line contract every vaswani-* tool runs under: one error boundary, one parser, one declaration of paths.
 
-- `run_cli(main, argv)`: bad input (`UsageError`) is one line on stderr naming the file, line, flag or key and what to
-  do, exit status 2; an expected failure of the run (`RunFailure`, a full disk, a closed pipe) one line, exit 1;
-  Ctrl-C exits 130, SIGTERM 143, SIGHUP 129 (they interrupt as Ctrl-C does, so that the same cleanup runs). The
-  operating system's conditions and limits are one line naming the file, or the declared outputs when the system
-  names none. Anything else is a bug and keeps its traceback (`--debug` or VASWANI_DEBUG=1: every traceback). The
-  boundary owns the process's surroundings (`surroundings`) and holds back what libraries report on their own
-  while the tool runs (`library_reports`).
-- `ArgumentParser`: argparse whose usage errors are `UsageError`s; flags declare their constraints as argparse types
-  (`vaswani_hf.constraints`), so a bad value names its flag before any work; `--help` states every flag's default
-  (`HelpFormatter`).
-- `declare_paths(inputs=..., outputs=...)`: checked by the one guard (`vaswani_hf.io.check_paths`) and remembered
-  for the messages above (for the running call only).
+- `run_cli(main, argv)`: the tool's return value is its exit status. Expected bad input (`UsageError`) is one line on
+  stderr naming the file, line, flag or key and what to do, exit status 2. An expected failure of the run itself
+  (`RunFailure`, a full disk, a closed output pipe) is one line and exit status 1. Ctrl-C is exit status 130, SIGTERM
+  143 and SIGHUP 129; the two signals interrupt as Ctrl-C does, so that the same cleanup runs. A refusal declared by a
+  module that cannot import `vaswani_hf.errors` (a class attribute `exit_code`, read by `errors.refusal_exit_code`) is
+  one line too. The operating system's conditions (no space left, permission denied, a symbolic-link loop, a read-only
+  file system) and its limits (memory, open descriptors, file size) are mapped to one line that names the file, or the
+  outputs the command declared when the system does not say which file. Anything else is a bug and keeps its traceback;
+  `--debug` (or VASWANI_DEBUG=1) shows every traceback.
+- While the tool runs, the boundary owns the process's surroundings (`surroundings`: closed standard streams, malformed
+  launcher variables such as RANK=abc, SIGTERM and SIGHUP) and refuses a relative path where the runner found the
+  working folder deleted. What libraries report on their own (transformers' LOAD REPORT, its warnings) is held back and
+  shown only when the tool succeeds or fails with a bug (`library_reports`), so that a refusal stays one line.
+- `ArgumentParser`: argparse whose usage errors are `UsageError`s. Flags declare their constraints as argparse types
+  (`vaswani_hf.constraints.flag`, `device`), so that a bad value names its flag before any work, and `--help` states
+  every flag's default (`HelpFormatter`).
+- `declare_paths(inputs=..., outputs=...)`: what a command reads and writes, checked by the one guard
+  (`vaswani_hf.io.check_paths`: no output is, contains or lies inside an input) and remembered for the messages above,
+  for the running call only. `command.run_command` calls it with the paths a tool's declaration states.
 """
 
 from __future__ import annotations
@@ -33,7 +40,8 @@ from ..errors import UsageError, one_line, refusal_exit_code
 from .library_reports import HeldReports, library_progress_bars_off, release_library_reports  # noqa: F401
 from .surroundings import Terminated, check_distributed_environment, own_streams, process_rank, signals_as_interrupts
 
-# "--flag path" of the running command's outputs (for OS error messages): set by `declare_paths`, reset by `run_cli`
+# "--flag path" of the running command's outputs, which an operating-system error message names: set by
+# `declare_paths`, reset by `run_cli`.
 _declared_outputs: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("declared_outputs", default=())
 
 
@@ -48,7 +56,9 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse whose usage error is a `UsageError`, with `--debug`; `--help` shows each flag's default."""
+    """argparse, except that a usage error is a `UsageError` (one line through `run_cli`) instead of the usage text and
+    an exit, every tool has `--debug`, and `--help` keeps the description's line breaks (the tool's module docstring)
+    and shows each flag's default (`HelpFormatter`)."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", HelpFormatter)
@@ -74,8 +84,9 @@ def declare_paths(
     *,
     check: bool = True,
 ) -> None:
-    """A command's paths by flag: checked by `io.check_paths` (`check=False`: the caller checked them, e.g. a
-    training plan), and named when the disk fills (the system names no file then, or the file copied from)."""
+    """A command's inputs and outputs by flag: checked by `io.check_paths` before any work (`check=False` where the
+    caller checked them, e.g. a training run's plan), and named by the error boundary when the disk fills, because the
+    system then names no file for the failed write, or names the file being copied from."""
     if check:
         io.check_paths(inputs, outputs)
     _declared_outputs.set(tuple(f"{flag} {path}" for flag, path in outputs.items() if path is not None))
@@ -125,7 +136,9 @@ def expected_os_failure(error: BaseException) -> tuple[int, str] | None:
 def run_cli(
     main: Callable[[list[str]], int | None], argv: Sequence[str] | None = None, prog: str | None = None
 ) -> int:
-    """Run a tool's `main(argv)` under the contract (see the module docstring)."""
+    """Run a tool's `main(argv)` under the contract (see the module docstring), in surroundings the boundary owns
+    (`surroundings`: closed standard streams, the launchers' variables, SIGTERM and SIGHUP; a relative path refused
+    where the working folder is gone) and with the libraries' own reports held back (`library_reports`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = prog or Path(sys.argv[0]).name
     token = _declared_outputs.set(())
@@ -169,8 +182,9 @@ def _run(main: Callable[[list[str]], int | None], argv: list[str], prog: str) ->
 
 
 def expected_failure(error: BaseException) -> tuple[int, str] | None:
-    """(exit status, one line) for a refusal (`errors.refusal_exit_code`), a working folder deleted meanwhile or an
-    operating-system condition; or None (a bug: traceback)."""
+    """(exit status, one line) for an expected failure: a refusal (`errors.refusal_exit_code`: ours, or one that a
+    module of this package declares), a working folder deleted while the tool ran, or an operating-system condition.
+    None for anything else, a bug, which keeps its traceback."""
     code = refusal_exit_code(error)
     if code is not None:
         return code, one_line(error)
@@ -179,9 +193,9 @@ def expected_failure(error: BaseException) -> tuple[int, str] | None:
     return expected_os_failure(error)
 
 
-# No credential reaches an error line (argparse echoes an unrecognised `--token hf_...`): a Hugging Face token, a
-# URL's user:password@ or ?token= part, and
-# the value after a flag or header that names a secret (--token, --hub_token, --api_key, ...; Authorization: Bearer)
+# No credential reaches an error line, since argparse echoes an unrecognised `--token hf_...`. Masked are a Hugging
+# Face token, a URL's user:password@ or ?token= part, and the value after a flag or header that names a secret
+# (--token, --hub_token, --api_key, ...; Authorization: Bearer).
 _CREDENTIALS = (
     re.compile(
         r"\bhf_[A-Za-z0-9]{20,}|(?<=://)[^/\s@]+@|(?<=[?&])(?:\w*token|key|password|secret)=[^&\s]+", re.IGNORECASE
@@ -200,8 +214,9 @@ def masked(line: str) -> str:
 
 
 def _report(line: str) -> None:
-    """The one error line (credentials `masked`) on stderr, if open; under a launcher only rank 0 says it (every
-    process refuses the same input the same way)."""
+    """The one error line, with credentials `masked`, on stderr (dropped when stderr is closed). Under a multi-process
+    launcher every process refuses the same input in the same way, so only the first process (rank 0) says it, and the
+    user reads the line once."""
     stream = sys.stderr  # None when closed (`print(file=None)` would write to standard output)
     if stream is not None and not getattr(stream, "closed", False) and process_rank() == 0:
         print(masked(line), file=stream)
@@ -209,7 +224,8 @@ def _report(line: str) -> None:
 
 
 def _silence_stdout() -> None:
-    """After a broken pipe: /dev/null, so that Python's final flush prints no second error."""
+    """After a broken pipe, point standard output at /dev/null, so that Python's final flush does not print a second
+    error."""
     with suppress(OSError, ValueError, AttributeError):  # stdout is not a real file (tests capture it)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -1,10 +1,16 @@
-"""What libraries (transformers, huggingface_hub, datasets, ...) report on their own while a tool runs: log records
-such as transformers' LOAD REPORT table, and Python warnings.
+"""Libraries that speak first: what transformers, huggingface_hub, datasets, accelerate and evaluate report on their
+own while a tool runs, as log records (transformers' LOAD REPORT table of missing weights, its "Token indices sequence
+length is longer than the specified maximum" warning) and as Python warnings.
 
-The boundary (`contract.run_cli`) holds them back (`HeldReports`): when the tool refuses or fails for an expected
-reason, its one error line is all (a table in front of it would break the one-line rule); when it succeeds or fails
-with a bug, they are shown afterwards, in order. `--debug` holds nothing. A long tool (training) releases them once
-its preparation is done (`release_library_reports`). transformers' progress bars are off while a tool runs.
+The boundary (`contract.run_cli`) holds them back (`HeldReports`) while the tool runs. When the tool refuses its input
+or fails for an expected reason, its one error line says what is wrong and what the libraries said is dropped: a table
+in front of the line would break the one-line rule, and it describes what the line already names. When the tool
+succeeds, or fails with a bug (a traceback), they are shown afterwards, in their order. `--debug` holds nothing back. A
+tool whose work is long (a training run) releases them once its preparation is done (`release_library_reports`), so
+that what libraries say while it trains is shown when it is said.
+
+transformers' progress bars (loading and writing weights) are off while a tool runs (`library_progress_bars_off`),
+because they are not the tool's progress.
 """
 
 from __future__ import annotations
@@ -23,8 +29,10 @@ _active: list[HeldReports] = []  # the hold of the running tool (a stack: a tool
 
 
 class HeldReports:
-    """Hold the records of `loggers` (and, with `hold_warnings`, Python's warnings) from `start()` until `replay()`
-    (show them, in order) or `discard()`; `stop()` routes new ones as before and keeps what was held."""
+    """Hold the log records of `loggers` (and their children) and, with `hold_warnings`, Python's warnings, from
+    `start()` until `replay()` shows them in order or `discard()` drops them; `stop()` routes new ones to their usual
+    places again and keeps what was held. A tool may hold its own loggers' records the same way: train_tokenizer holds
+    the corpus loader's warnings until the corpus is accepted."""
 
     def __init__(self, loggers: tuple[str, ...] = LIBRARY_LOGGERS, hold_warnings: bool = True):
         self.loggers, self.hold_warnings = loggers, hold_warnings
@@ -88,15 +96,17 @@ class HeldReports:
 
 
 def release_library_reports() -> None:
-    """Show what the libraries said so far and stop holding (before a tool's long work)."""
+    """Show what the libraries said so far and stop holding it back. A tool whose preparation is done calls this before
+    its long work (a training run), so that later reports appear when they are made."""
     for held in _active[::-1]:
         held.replay()
 
 
 @contextmanager
 def library_progress_bars_off():
-    """transformers' own progress bars (loading, writing weights) off: not the tool's progress, and a bar before an
-    error line breaks the one-line rule. huggingface_hub's download bars stay; the state is restored afterwards."""
+    """Turn transformers' own progress bars (loading and writing weights) off while a tool runs: they are not the
+    tool's progress, and a bar left on stderr before an error would break the one-line rule. The tools' own bars and
+    huggingface_hub's download bars stay; the previous state is restored afterwards, for in-process callers."""
     was_enabled, hub_was_disabled = transformers_logging.is_progress_bar_enabled(), are_progress_bars_disabled()
 
     def switch(on: bool) -> None:  # transformers' switch also switches the hub's bars: the hub's state is put back

@@ -1,6 +1,9 @@
-"""Every command-line tool, by name: the one list that pyproject.toml's [project.scripts], the `scripts/*.py` shims and
-the tests' batteries are checked against. A new tool is its module (vaswani_hf/cli/<name>.py, a `command.Command`),
-one line here and its test file tests/test_cli_<name>.py. The Space's page is a server: `OTHER_SCRIPTS`."""
+"""Every command-line tool of the package, by name: the one list that pyproject.toml's [project.scripts], the
+`scripts/*.py` shims and the tests' batteries are checked against (tests/test_cli_registry.py). A new tool is one
+declaration (a `command.Command` in its module vaswani_hf/cli/<name>.py) added here in one line, plus its test file
+tests/test_cli_<name>.py. The Space's page (`vaswani-space`, vaswani_hf.space) is a Gradio server, not a command of
+this contract, so it is listed apart, in `OTHER_SCRIPTS`.
+"""
 
 from __future__ import annotations
 

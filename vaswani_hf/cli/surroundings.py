@@ -1,12 +1,21 @@
-"""The process's surroundings, which the command-line boundary (`contract.run_cli`) owns before a tool runs.
+"""The process's surroundings, which the command-line boundary (`contract.run_cli`) owns while a tool runs.
 
-- Standard streams the caller closed (`<&-`, `>&-`, `2>&-`): /dev/null on the free descriptor; a closed standard
-  input refuses when read (exit 2), a closed standard output when written (exit 1), a closed standard error swallows.
-- Launcher variables (`RANK`, `WORLD_SIZE`, ...; `DISTRIBUTED_VARIABLES`), which torch and accelerate read with
-  `int()` deep inside a launch: a malformed one is one line naming it, exit 2, before any of them reads it.
-- SIGTERM and SIGHUP raise `Terminated`, a KeyboardInterrupt, where the program is, so that every cleanup a Ctrl-C
-  runs runs too; exit status 128 + the signal's number, as the shell reports it. A second signal during that
-  cleanup is ignored; a signal the caller ignores (`nohup`) stays ignored.
+- Standard streams. A stream the caller closed (`<&-`, `>&-`, `2>&-`) is None in Python (`sys.stdin`), and its
+  descriptor number is free: the next file opened would take it, and whatever writes to descriptor 1 or 2 below Python
+  (a library's C++ message, a child process) would then write into that file. The runner
+  (`vaswani_commands.occupy_closed_descriptors`) puts /dev/null on each closed descriptor before the package is
+  imported, and `own_streams` does it again for callers in a process. `own_streams` also gives the tool stand-ins for
+  the closed Python streams: a closed standard input refuses in one line when it is read (exit status 2, bad input), a
+  closed standard output refuses when it is written (exit status 1, as a closed pipe fails), and a closed standard
+  error swallows what is written to it (the exit status still tells the caller what happened).
+- Launcher variables (`RANK`, `WORLD_SIZE`, ...; `DISTRIBUTED_VARIABLES` declares each once, with its range). torch and
+  accelerate read them with `int()` deep inside a launch, where a malformed one ends in a traceback;
+  `check_distributed_environment` makes it one line naming the variable, exit status 2, before any of them reads it.
+- Signals. SIGTERM and SIGHUP (a scheduler's stop, a closed terminal) raise `Terminated`, a KeyboardInterrupt, wherever
+  the program is, so that every cleanup a Ctrl-C runs (a staged output removed, a lock released) runs for them too. The
+  exit status is 128 + the signal's number (143 for SIGTERM, 129 for SIGHUP), as the shell reports a process that the
+  signal ended. A second signal while that cleanup runs is ignored, so that the cleanup completes; a signal the caller
+  ignores (`nohup`) stays ignored.
 """
 
 from __future__ import annotations
@@ -80,7 +89,9 @@ class ClosedOutput(io.TextIOBase):
 
 @contextmanager
 def own_streams():
-    """While a tool runs, stand-ins for closed standard streams (see the module docstring)."""
+    """While a tool runs, a closed standard input or output refuses in one line and a closed standard error swallows
+    what is written to it (see the module docstring). The previous objects (None) are put back afterwards, so that an
+    in-process caller finds `sys` as it left it."""
     occupy_closed_descriptors()
     replaced = {}
     for name in STREAMS:
@@ -107,8 +118,8 @@ def _whole_number(text: str) -> int | None:
 
 
 def check_distributed_environment(environ: Mapping[str, str] | None = None) -> None:
-    """UsageError naming the first launcher variable (`DISTRIBUTED_VARIABLES`) that is set but no whole number in its
-    range, or a rank not below its count."""
+    """A UsageError naming the first launcher variable (`DISTRIBUTED_VARIABLES`) that is set but is not a whole number
+    in its range, or a rank that is not below its count."""
     environ = os.environ if environ is None else environ
     values = {}
     for name, declared in DISTRIBUTED_VARIABLES.items():
@@ -133,8 +144,8 @@ def check_distributed_environment(environ: Mapping[str, str] | None = None) -> N
 
 
 def process_rank() -> int:
-    """This process's rank (`RANK`); 0 when unset or when the launchers' variables are malformed (every process
-    says so then)."""
+    """This process's rank (`RANK`); 0 when it is unset or when the launchers' variables are malformed, so that every
+    process reports the malformed variable then."""
     try:
         check_distributed_environment()
     except UsageError:
@@ -159,9 +170,13 @@ _wakeups: list[tuple[int, list]] = []  # (read end of the wakeup pipe, the signa
 
 @contextmanager
 def signals_as_interrupts(signals=STOP_SIGNALS):
-    """While a tool runs (in the main thread), `signals` raise `Terminated`. Python runs a handler when the main
-    thread next runs Python code: a library working in its own threads (the tokenizers library's BPE training) would
-    finish first, so the signal is also written to a pipe (`signal.set_wakeup_fd`) that `raise_if_stopped` reads."""
+    """While a tool runs, `signals` raise `Terminated`. Only the main thread can install handlers in Python, so
+    elsewhere nothing changes; the previous handlers are put back afterwards.
+
+    Python runs a signal's handler in the main thread, when that thread next runs Python code: a library that works in
+    its own threads (the tokenizers library trains a BPE while its threads pull our lines) would finish its whole work
+    first. So the signal's number is also written to a pipe (`signal.set_wakeup_fd`), which `raise_if_stopped` reads
+    from any thread."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -196,8 +211,9 @@ def signals_as_interrupts(signals=STOP_SIGNALS):
 
 
 def raise_if_stopped() -> None:
-    """Raise `Terminated` if SIGTERM or SIGHUP arrived unraised: for loops outside the main thread (one
-    non-blocking read)."""
+    """Raise `Terminated` if SIGTERM or SIGHUP arrived and nothing has raised it yet. This is for loops that may run
+    outside the main thread, where no signal handler runs (see `signals_as_interrupts`). It is cheap (one non-blocking
+    read of the wakeup pipe) and does nothing outside a tool."""
     if not _wakeups:
         return
     read_end, received = _wakeups[-1]

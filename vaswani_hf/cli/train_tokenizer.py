@@ -75,8 +75,9 @@ def _source(args) -> str:
 
 
 def _counted(lines, source: str):
-    """The lines; a text without a non-empty line is refused when it ends. The tokenizers library pulls them from its
-    own threads, where Python runs no signal handler: this stops on SIGTERM/SIGHUP itself (`raise_if_stopped`)."""
+    """The lines, passed on; a text without a non-empty line is refused when it ends. The tokenizers library pulls the
+    lines from its own threads, where Python runs no signal handler, so this generator stops on SIGTERM or SIGHUP
+    itself (`raise_if_stopped`)."""
     count = non_empty = 0
     for count, line in enumerate(lines, 1):
         non_empty += bool(line.strip())
@@ -88,7 +89,8 @@ def _counted(lines, source: str):
 
 
 def _paths(args) -> Paths:
-    """--files ("-": standard input, as for every tool that reads text), --corpus (checked when loaded), --out_dir."""
+    """The paths: --files ("-" is standard input, as for every tool that reads text), --corpus (checked when it is
+    loaded) and --out_dir."""
     inputs = [
         Use(f"--files ({i + 1})", path, TEXT_OR_STDIN, what="--files") for i, path in enumerate(args.files or [])
     ]

@@ -74,8 +74,10 @@ def build_parser() -> ArgumentParser:
 
 
 def alignment_links(alignment: str, source: str, target: str) -> list[tuple[int, int]]:
-    """The (source word, target word) pairs of a Pharaoh alignment ("i-j", "i?j", "ipj"; 0-based whitespace words),
-    each within both sentences (a link past one would silently align nothing), or a UsageError naming the link."""
+    """The (source word, target word) pairs of a Pharaoh word alignment ("i-j", "i?j", "ipj"; 0-based whitespace words,
+    as `vaswani_hf.visualize.diagnostics.token_alignment_from_words` reads them), each checked to lie within the
+    sentences' words, because a link past either sentence would silently align nothing. Raises a UsageError naming the
+    link and both lengths."""
     words = len(source.split()), len(target.split())
     try:
         pairs = word_links(alignment.strip() or "empty")  # an empty --alignment is named as such
@@ -130,7 +132,8 @@ def _paths(args) -> Paths:
 
 def _resolve(args, checked):
     """The model loaded and the sentences' lengths checked, before anything is computed."""
-    # trust_remote_code: the folder's own code runs if the package's classes are not registered (any saved model)
+    # trust_remote_code: the folder's own code runs if the package's classes are not registered (any saved model).
+    # Eager attention, because the fused kernels (SDPA, flash attention) return no attention weights to plot.
     model, tokenizer = io.load_model_folder(
         checked["--model_dir"],
         device=args.device,

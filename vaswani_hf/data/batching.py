@@ -1,8 +1,14 @@
-"""Token-budget batching (Section 5.1) and collation: the one batcher of the package (training, evaluation,
-translation). "Each training batch contained a set of sentence pairs containing approximately 25000 source tokens and
-25000 target tokens." transformers' `group_by_length` keeps a fixed number of *sentences* per batch, so the packing
-is here: `batch_ends` cuts an order of sentences greedily into batches whose padded size (sentences x longest) fits
-a budget; `TokenBatchSampler` (training, evaluation) and `make_batches` (translation) use it.
+"""Token-budget batching (Section 5.1) and collation: the one batcher of the package, for training, evaluation and
+translation.
+
+Vaswani et al. (2017), Section 5.1: "Sentence pairs were batched together by approximate sequence length. Each training
+batch contained a set of sentence pairs containing approximately 25000 source tokens and 25000 target tokens."
+transformers has no token-budget batching: its `train_sampling_strategy="group_by_length"` groups by length but keeps a
+fixed number of *sentences* per batch, and `"batch_rebalance"` keeps a fixed number of sentences per update. So the
+packing is written here, once: `batch_ends` cuts an order of sentences greedily into batches whose padded size
+(sentences x longest) stays within a budget, and `pack_by_tokens` gives those batches as lists. `TokenBatchSampler`
+(training and evaluation: sorted by length, the batch order shuffled per epoch, sharded across ranks) and
+`make_batches` (translation: longest first, an over-long sentence alone) both use it.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from ..modeling_vaswani import IGNORE_INDEX, shift_tokens_right
 from ..tokenization import PAD_ID
 from .preprocessing import sequence_lengths
 
-# Translation: padded source tokens per batch (fairseq's --max-tokens); fits a base model with beam 4 on any GPU
+# Padded source tokens per translation batch (as fairseq's --max-tokens): a base model with beam 4 fits on any GPU.
 TRANSLATE_MAX_TOKENS = 4096
 LABEL_PAD_ID = IGNORE_INDEX  # -100: ignored by torch.nn.CrossEntropyLoss (ignore_index default) and transformers
 EXAMPLE_INDEX = "example_index"  # row of an evaluation example in its dataset, carried through the collator
@@ -37,9 +43,12 @@ def batch_ends(
     max_tokens: int | None,
     max_sentences: int | None = None,
 ) -> list[int]:
-    """Cut `order` greedily into batches; return where each ends (exclusive positions in `order`). A batch grows while,
-    for every array of `lengths`, sentences x longest stays within `max_tokens` and it holds at most `max_sentences`; a
-    sentence alone over budget gets its own batch (callers that must refuse it check first). O(N), ~1 s per million."""
+    """Cut `order` (indices) greedily, in that order, into batches, and return where each batch ends (positions in
+    `order`, exclusive). A batch grows while, for every array of `lengths`, (sentences in the batch) x (longest of
+    them) stays within `max_tokens`, and while it holds at most `max_sentences` sentences. A sentence that alone
+    exceeds the budget forms a batch of its own; callers that must refuse it check first. This is O(N) Python, about 1
+    s per million sentences (fairseq's `batch_by_size` does the same), and the batches themselves are never built as
+    lists."""
     if not 1 <= len(lengths) <= 2:
         raise ValueError("batch_ends: give one array of lengths (source) or two (source, target)")
     order = np.asarray(order, dtype=np.int64)
@@ -76,8 +85,10 @@ def pack_by_tokens(
 def make_batches(
     lengths: Sequence[int], max_tokens: int | None = TRANSLATE_MAX_TOKENS, batch_size: int | None = None
 ) -> list[list[int]]:
-    """Translation batches of `lengths`' indices, longest first (ties in input order; an out-of-memory happens at once),
-    within `max_tokens` padded source tokens and `batch_size` sentences; a longer sentence gets a batch of its own."""
+    """Translation batches: indices of `lengths`, longest sentences first (ties keep the input order), packed by
+    `pack_by_tokens` within `max_tokens` padded source tokens and at most `batch_size` sentences. A sentence longer
+    than `max_tokens` forms a batch of its own: it is never dropped or truncated. The longest batch comes first, so
+    that running out of memory happens at once rather than at the end."""
     if max_tokens is None and batch_size is None:
         raise ValueError("make_batches: give max_tokens, batch_size, or both")
     if max_tokens is not None and max_tokens <= 0:
@@ -89,15 +100,42 @@ def make_batches(
 
 
 class TokenBatchSampler(Sampler[list[int]]):
-    """Batches of sentence pairs of similar length with at most `max_tokens` padded source and target tokens each
-    (Section 5.1), padded size = pairs x longest with `</s>` (the collator's tensors exactly), as fairseq's
-    `batch_by_size`: pairs ordered by source then target length (ties by `seed`), cut by `batch_ends`, built once
-    (stable `__len__` for the Trainer's schedule); `set_epoch` shuffles their order with (seed, epoch).
+    """A batch sampler that packs sentence pairs of similar length into batches of at most `max_tokens` padded source
+    tokens and at most `max_tokens` padded target tokens (Section 5.1: about 25000 + 25000 per batch).
 
-    Distributed: every rank builds the same batches and takes every `num_replicas`-th from `rank`. For training the
-    count is made a multiple of `num_replicas` by halving the most populous batches; too few pairs for the ranks, or an
-    example alone over budget, is a BatchingError. With `evaluation` such an example gets its own batch and ranks may
-    get different counts. `pad_to_multiple_of`: the collator's, so that the budget counts its rounding.
+    The padded tokens of a batch are (number of pairs) x (longest sequence in the batch), `</s>` included: exactly the
+    size of the [batch, seq] tensors the collator builds, so that the budget bounds memory.
+
+    The algorithm is fairseq's `batch_by_size`, written here because neither transformers nor Accelerate has one: order
+    the pairs by source length, then target length, with ties broken randomly by `seed`, and cut that order greedily
+    into batches as large as the budget allows (`batch_ends`). The batches are built once, so that `__len__` is stable
+    (the Trainer sizes its schedule from it); each epoch shuffles only the *order* of the batches, with `(seed,
+    epoch)`. `set_epoch(epoch)` must be called before each epoch (`VaswaniTrainer` does, through its
+    `SamplerEpochCallback`).
+
+    Distributed: every rank builds the same global batch list and takes every `num_replicas`-th batch of the epoch's
+    order, starting at `rank`, so that the ranks get disjoint batches that together cover every example exactly once.
+    In training every update synchronises the ranks, so each rank must get the same number of batches: the list is made
+    a multiple of `num_replicas` at construction by splitting the batches that hold the most pairs in two (a half still
+    fits the budget). This neither repeats batches (which would count examples twice, wrong for evaluation metrics) nor
+    drops them (which would lose data), and it needs at least as many batches' worth of pairs as there are ranks.
+
+    Args:
+        src_lengths, tgt_lengths: tokens per example, shape [N] (see `sequence_lengths`).
+        max_tokens: the budget for padded source tokens and, separately, for padded target tokens per batch.
+        max_sentences: an optional cap on pairs per batch.
+        shuffle: shuffle the batch order per epoch (training); False keeps the length order (evaluation).
+        seed: the base seed; the same seed gives the same batches and the same order on every run.
+        num_replicas, rank: the data-parallel world size and this process's index.
+        pad_to_multiple_of: if the collator rounds lengths up, pass the same value, so that the budget counts the
+            rounding.
+        evaluation: batches for evaluation. An example longer than the budget forms a batch of its own, as in
+            translation (a held-out sentence is never dropped), and ranks may get different numbers of batches (the
+            evaluation loop synchronises only at its end).
+
+    Raises:
+        BatchingError: for training, an example alone exceeds `max_tokens` (filter with `filter_pairs` or raise the
+            budget), or there are fewer batches' worth of examples than ranks.
     """
 
     def __init__(
@@ -146,8 +184,9 @@ class TokenBatchSampler(Sampler[list[int]]):
         return cls(sequence_lengths(dataset, "input_ids"), sequence_lengths(dataset, "labels"), max_tokens, **kwargs)
 
     def _make_batches(self, src: np.ndarray, tgt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(order, bounds): batch j is `order[bounds[j]:bounds[j + 1]]` (two arrays: 4.5M pairs take 36 MB, not
-        ~200 MB of Python lists)."""
+        """(order, bounds): the examples in batch order, and where each batch starts and ends in it (batch j is
+        `order[bounds[j]:bounds[j + 1]]`). Two arrays rather than a list per batch, because 4.5M pairs then take 36 MB
+        instead of about 200 MB of Python lists."""
         rng = np.random.default_rng(self.seed)
         order = rng.permutation(src.size)  # random tie-breaking among equal lengths
         order = order[np.argsort(tgt[order], kind="stable")]
@@ -156,7 +195,8 @@ class TokenBatchSampler(Sampler[list[int]]):
         return order, np.asarray(self._balance([0, *ends], src.size), dtype=np.int64)
 
     def _balance(self, bounds: list[int], n: int) -> list[int]:
-        """Split the most populous batches until the count is a multiple of num_replicas (see class docstring)."""
+        """Split the most populous batches until their count is a multiple of num_replicas (see the class
+        docstring)."""
         r = self.num_replicas
         if n == 0:
             return [0]
@@ -197,9 +237,19 @@ class TokenBatchSampler(Sampler[list[int]]):
 
 @dataclass
 class Seq2SeqCollator:
-    """Tokenized pairs -> int64 input_ids / attention_mask (B, S), labels (B, T) padded with -100 and
-    decoder_input_ids = labels shifted right after <pad> (t2t's zero start); rows without `labels` give the source only.
-    Not `DataCollatorForSeq2Seq`, which needs the model and pads through `tokenizer.pad` (slower)."""
+    """Pad a list of tokenized pairs into tensors for the encoder-decoder.
+
+    It returns, for B pairs whose longest source has S tokens and whose longest target has T tokens, all int64:
+    `input_ids` [B, S] padded with `pad_token_id`, and `attention_mask` [B, S] (1 for a real token); `labels` [B, T]
+    padded with -100, which the loss ignores; and `decoder_input_ids` [B, T], the labels shifted right by one behind
+    `decoder_start_token_id` (`<pad>` = 0, the model's tensor2tensor-style zero start vector), with -100 replaced by
+    pad (`modeling_vaswani.shift_tokens_right`, the model's own rule). Rows without `labels` (inference) give only
+    `input_ids` and `attention_mask`.
+
+    It is hand-written rather than `transformers.DataCollatorForSeq2Seq`, because that one builds `decoder_input_ids`
+    only through a model's `prepare_decoder_input_ids_from_labels` and pads through `tokenizer.pad`, which is slower
+    per batch; here it is three tensor fills.
+    """
 
     pad_token_id: int = PAD_ID
     decoder_start_token_id: int = PAD_ID

@@ -1,7 +1,18 @@
-"""Parallel corpora -> one `datasets.Dataset` schema (Section 5.1's training data): a single column `translation:
-Translation(languages=[src_lang, tgt_lang])`, as the Hub's WMT datasets, from Moses-style file pairs, TSV with a
-header naming the languages, JSON lines, a Hub dataset, a `save_to_disk` folder or the bundled sample. A pair with an
-empty side is kept (row i stays line i) and logged; format errors are `CorpusError`s naming file and line.
+"""Parallel corpora in one `datasets.Dataset` schema: Section 5.1's training data, from any source.
+
+Every source gives the same schema: a `datasets.Dataset` with a single column `translation:
+Translation(languages=[src_lang, tgt_lang])`, that is rows `{"translation": {src_lang: str, tgt_lang: str}}`, the
+schema of the Hub's WMT datasets. The sources are Moses-style file pairs (`train.en`, `train.de`), TSV with a header
+line naming the languages, JSON lines, a Hub dataset or a `save_to_disk` folder, and the bundled sample corpus. A
+corpus read from files is cached as a memory-mapped Arrow file (`vaswani_hf.data.cache`).
+
+Empty lines. An empty line in one file of a parallel pair (or a pair with an empty side in TSV, JSONL or Hub data) is a
+problem of the data, but not a fatal one: the loaders keep the pair, so that row i is still line i when debugging, and
+log how many such pairs there are and where. `filter_pairs` removes them and reports the count, so nothing is dropped
+silently.
+
+Text files are read by `vaswani_hf.io`, the package's one reader. The formats' own errors (a line-count mismatch naming
+both files, a malformed TSV or JSON line) are `CorpusError`s naming the file and line.
 """
 
 from __future__ import annotations
@@ -31,13 +42,16 @@ class CorpusError(UsageError):
     """Bad parallel-corpus input; the message names the file, line and/or argument at fault."""
 
 
-# Not `load_dataset("text"/"csv"/"json")`: those builders do not name the file and line of a bad byte or record, nor
-# both counts of a length mismatch, and `csv` interprets quotes that are plain text in MT data.
+# The file formats are read here rather than by `load_dataset("text"/"csv"/"json")`: those builders do not name the
+# file and line of a bad byte or record, nor both counts of a length mismatch, and `csv` interprets quotes that are
+# plain text in MT data.
 
 
 def read_lines(path: str | os.PathLike, *, strip: bool = True) -> list[str]:
-    """The lines of a one-sentence-per-line corpus file (`vaswani_hf.io.read_lines`), stripped unless `strip` is False
-    (a trailing space would become a token the model must learn to emit)."""
+    """The lines of a one-sentence-per-line corpus file, read by `vaswani_hf.io.read_lines` (strict UTF-8 with
+    file:line errors, the byte-order mark dropped, CRLF and CR normalised, the line count kept). `strip=True` also
+    removes surrounding whitespace: leading and trailing blanks carry no content in a sentence-per-line corpus, and a
+    trailing space would otherwise become a token the model must learn to emit."""
     lines = io.read_lines(path, what="corpus file")
     return [line.strip() for line in lines] if strip else lines
 
@@ -49,7 +63,9 @@ def _features(src_lang: str, tgt_lang: str) -> datasets.Features:
 def _pair_batches(
     pairs: Iterable[tuple[str, str]], src_lang: str, tgt_lang: str, stats: dict, chunk: int = 500_000
 ) -> Iterator[pa.RecordBatch]:
-    """Record batches of the common schema, `chunk` pairs at a time; counts pairs and empty sides into `stats`."""
+    """Record batches of the common schema from a stream of pairs, `chunk` pairs at a time, so that no Python dict is
+    built per row and no list of all sentences is held. Counts the pairs, and the pairs with an empty side, into
+    `stats`."""
     names = sorted((src_lang, tgt_lang))  # Translation stores a struct with the languages in sorted order
     src, tgt = [], []
     for s, t in pairs:
@@ -80,7 +96,9 @@ def _pair_dataset(
     where: str,
     cache_name: str | Callable[[], str] | None = None,
 ) -> datasets.Dataset:
-    """The common schema from a stream of pairs: cached under `cache_name` (`vaswani_hf.data.cache`), or in memory."""
+    """The common schema from a stream of pairs: cached as a memory-mapped Arrow file under `cache_name` (see
+    `vaswani_hf.data.cache`), or in memory. Pairs with an empty side are kept and reported (see the module
+    docstring)."""
     if src_lang == tgt_lang:
         raise CorpusError(f"src_lang and tgt_lang are both {src_lang!r}")
     features = _features(src_lang, tgt_lang)
@@ -121,7 +139,7 @@ def moses_paths(prefix: str | os.PathLike, src_lang: str, tgt_lang: str) -> tupl
     for lang, p in zip((src_lang, tgt_lang), paths):
         if p.is_dir():
             raise CorpusError(f"corpus file {p} is a folder; data_format moses expects PREFIX.{lang} files")
-        if os.path.lexists(p) and not p.is_file():  # a named pipe is read as a file; a device, a dangling link: named
+        if os.path.lexists(p) and not p.is_file():  # a named pipe is read as a file; a device or broken link is named
             io.check_input_file(p, "corpus file")
             continue
         if not p.is_file():
@@ -156,8 +174,10 @@ def iter_moses(
 def iter_tsv(
     path: str | os.PathLike, src_lang: str, tgt_lang: str, *, header: bool = True, strip: bool = True
 ) -> Iterator[tuple[str, str]]:
-    """Pairs of a tab-separated file: columns picked by the header line's language codes (`en<TAB>de`), or with
-    `header=False` exactly two, source then target. Quotes are text."""
+    """Pairs of a tab-separated file. With `header=True` (the default) the first line names the language of each column
+    (e.g. `en<TAB>de`; more columns are allowed), and the columns are picked by language code; with `header=False`
+    there must be exactly two columns, source then target. No quoting is interpreted: quotes are text, as they are in
+    MT data."""
     lines = io.iter_lines(path, "corpus file")
     index_src, index_tgt, width, first = 0, 1, 2, 1
     if header:
@@ -267,8 +287,9 @@ def load_hub(
     split: str = "train",
     **load_kwargs: Any,
 ) -> datasets.Dataset:
-    """A Hub dataset with a `translation` column (`datasets.load_dataset(name, config, split=split)`), or a
-    `save_to_disk` folder; texts kept as they are."""
+    """Load a Hub dataset with a `translation` column through `datasets.load_dataset(name, config, split=split)`, e.g.
+    `load_hub("wmt14", "en", "de", config="de-en")`. A local folder written by `Dataset.save_to_disk` is read with
+    `datasets.load_from_disk`. Texts are kept as they are (no stripping); pairs with an empty side are reported."""
     p = Path(name)
     if p.is_dir() and ((p / "dataset_info.json").is_file() or (p / "dataset_dict.json").is_file()):
         ds = datasets.load_from_disk(str(p))
@@ -324,8 +345,13 @@ def load_parallel(
     split: str = "train",
     **kwargs: Any,
 ) -> datasets.Dataset:
-    """Parallel data from any source in the common schema. `format`: "moses", "tsv", "jsonl", "hub", or "auto": by
-    suffix (.tsv, .jsonl/.json), a folder -> hub, an existing `{source}.{src_lang}` -> moses, else hub."""
+    """Load parallel data from any supported source into the common schema.
+
+    `format` is "moses" (`source` is a prefix), "tsv", "jsonl", "hub" (a Hub name or a `save_to_disk` folder), or
+    "auto", which chooses by what `source` is: an existing `.tsv` file is tsv, an existing `.jsonl` or `.json` file is
+    jsonl, an existing folder is hub (`load_from_disk`), an existing `{source}.{src_lang}` file is moses, and anything
+    else is a Hub name (`datasets.load_dataset(source, config)`), unless it looks like a local file that is missing.
+    """
     fmt = format
     if fmt == "auto":
         s = Path(source)

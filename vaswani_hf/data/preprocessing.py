@@ -1,5 +1,8 @@
-"""Parallel data -> training examples: `tokenize_pairs` (the shared BPE of Section 5.1 by `Dataset.map`, cached),
-`filter_pairs` (empty and over-long pairs removed and counted) and `sequence_lengths` (what the batcher packs).
+"""Tokenisation and filtering of parallel data: a corpus in the common schema becomes training examples.
+
+`tokenize_pairs` runs the shared BPE tokenizer (Section 5.1) over both sides with `datasets.Dataset.map` (batched,
+multi-process, cached); `filter_pairs` removes empty and over-long pairs and reports how many, so that nothing is
+dropped silently; `sequence_lengths` gives the token counts that the token-budget batcher packs.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ logger = logging.getLogger(__name__)
 
 def _tokenize_batch(batch: dict, *, tokenizer: PreTrainedTokenizerBase, src_lang: str, tgt_lang: str) -> dict:
     pairs = batch["translation"]
-    # over-long pairs are filtered and counted by filter_pairs, never cut (nor warned of); the collator makes the mask
+    # Over-long pairs are filtered and counted by filter_pairs, never cut here (nor warned of); the collator builds the
+    # attention mask.
     enc = tokenizer(
         [p[src_lang] for p in pairs],
         text_target=[p[tgt_lang] for p in pairs],
@@ -46,9 +50,15 @@ def tokenize_pairs(
     cache_dir: str | os.PathLike | None = None,
     load_from_cache_file: bool = True,
 ) -> datasets.Dataset:
-    """`input_ids` / `labels` (each side + `</s>`) as int32 lists by `Dataset.map`; `translation` dropped unless
-    `keep_text`. The fingerprint hashes the tokenizer's content (not the Python object), so a file-backed dataset is
-    tokenized once per launch series; an in-memory one is cached only under `cache_dir`."""
+    """Tokenize with `Dataset.map` (batched; multi-process with `num_proc`, at most one process per CPU, and one
+    process for a dataset too small to be worth starting workers).
+
+    Adds `input_ids` (the source, `</s>` appended) and `labels` (the target, `</s>` appended), stored as int32 lists,
+    and drops `translation` unless `keep_text`. Caching: the result's fingerprint is a hash of the data's fingerprint,
+    the tokenizer's content (not the Python object, which differs between a tokenizer just trained and the same one
+    loaded from disk) and the arguments. So a file-backed dataset (a cached corpus, a Hub dataset) is tokenized once
+    and read from `datasets`' cache on the next launch; an in-memory dataset is cached only if `cache_dir` is given.
+    """
     for lang in (src_lang, tgt_lang):
         langs = getattr(dataset.features.get("translation"), "languages", None)
         if langs is not None and lang not in langs:
@@ -67,8 +77,8 @@ def tokenize_pairs(
         Path(cache_dir).mkdir(parents=True, exist_ok=True)
         cache_file_name = str(Path(cache_dir) / f"tokenized-{key}.arrow")
     if num_proc is not None and (num_proc > (os.cpu_count() or 1) or len(dataset) < 10 * batch_size):
-        # more workers than CPUs only multiplies memory (8 workers on 2 cores held ~11 GB at 0.5M pairs); a small
-        # dataset is tokenized faster than the workers start
+        # More workers than CPUs only multiply memory (8 workers on 2 cores held about 11 GB at 0.5M pairs), and a
+        # small dataset is tokenized faster than the workers start.
         num_proc = min(num_proc, os.cpu_count() or 1) if len(dataset) >= 10 * batch_size else None
     return dataset.map(
         partial(_tokenize_batch, tokenizer=tokenizer, src_lang=src_lang, tgt_lang=tgt_lang),
@@ -116,9 +126,12 @@ class FilterReport:
 def filter_pairs(
     dataset: datasets.Dataset, *, max_length: int | None = 256, max_ratio: float | None = 9.0
 ) -> tuple[datasets.Dataset, FilterReport]:
-    """Remove empty pairs always, and pairs over `max_length` BPE tokens a side (t2t's WMT cap; the paper gives none)
-    or with a length ratio over `max_ratio` (Moses `clean-corpus-n.perl`'s 9); None disables a rule. Counts logged
-    and returned."""
+    """Remove empty and over-long pairs from a tokenized dataset, and report the counts (logged and returned).
+
+    The defaults are `max_length=256` tokens per side (tensor2tensor's training cap for WMT; the paper gives none) and
+    `max_ratio=9` (the default of Moses' `clean-corpus-n.perl`), both measured in BPE tokens; None turns a rule off.
+    Empty sides are always removed, because the model cannot learn anything from them.
+    """
     src = sequence_lengths(dataset, "input_ids") - 1  # without </s>
     tgt = sequence_lengths(dataset, "labels") - 1
     empty = (src <= 0) | (tgt <= 0)

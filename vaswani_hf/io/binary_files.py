@@ -31,8 +31,8 @@ from .files import (
     read_json,
 )
 
-# safetensors: the header against the bytes
-# Bits per element of the safetensors dtypes (its format description and `safetensors/src/tensor.rs`)
+# safetensors: the header against the bytes.
+# The bits per element of the safetensors dtypes, from the format's description and `safetensors/src/tensor.rs`.
 SAFETENSORS_DTYPE_BITS = {
     "BOOL": 8,
     "U8": 8,
@@ -82,8 +82,11 @@ SAFETENSORS_HEADER = FileShape(
 
 
 def check_safetensors(path: str | os.PathLike) -> dict:
-    """The header of a safetensors file, checked by the format's rules without reading the data: each tensor's bytes
-    = its elements x its dtype's size, and the byte ranges tile the data exactly up to the end of the file."""
+    """The header of a safetensors file, checked by the format's rules without reading the data: 8 bytes of header
+    length, then a JSON object of tensors {dtype, shape, data_offsets}, where each tensor's bytes are its elements
+    times its dtype's size and the byte ranges tile the data exactly up to the end of the file (no gap, no overlap,
+    nothing missing). So a truncated download is named here, not deep inside a loader. Raises a UsageError naming the
+    file and the tensor."""
     p = Path(path)
     size = p.stat().st_size
     broken = f"{p}: truncated or corrupt safetensors weights"
@@ -125,12 +128,14 @@ def check_safetensors(path: str | os.PathLike) -> dict:
     return header
 
 
-# CTranslate2 model folders
-CT2_DTYPE_BYTES = (4, 1, 2, 4, 2, 2)  # float32 int8 int16 int32 float16 bfloat16 (ctranslate2 DataType order)
+# CTranslate2 model folders.
+CT2_DTYPE_BYTES = (4, 1, 2, 4, 2, 2)  # float32 int8 int16 int32 float16 bfloat16, in CTranslate2's DataType order
 
 
 def _ct2_variables(handle, size: int) -> None:
-    """Walk model.bin's variable table (CTranslate2's layout 4-6), each byte count against its dims and the file."""
+    """Walk model.bin's variable table (CTranslate2's binary layout, versions 4 to 6: name, rank, dims, dtype, byte
+    count, bytes), checking each variable's byte count against its dims and against the file's length; raises
+    ValueError."""
 
     def read(fmt: str):
         data = handle.read(struct.calcsize("<" + fmt))
@@ -163,8 +168,10 @@ def _ct2_variables(handle, size: int) -> None:
 
 
 def check_ctranslate2_folder(folder: str | os.PathLike, what: str = "CTranslate2 model folder") -> Path:
-    """A CTranslate2 model folder checked before CTranslate2 (which aborts on a broken one) reads it: model.bin
-    complete, config.json, the vocabularies and vaswani_ctranslate2.json of their shapes."""
+    """A CTranslate2 model folder, checked before CTranslate2 reads it, because CTranslate2 aborts or prints its own
+    error on a broken one: model.bin is complete, config.json is an object of its settings, the vocabulary files are
+    lists of token strings, and our vaswani_ctranslate2.json (if present) has its shape. Raises a UsageError naming the
+    file."""
     folder = Path(folder)
     model = folder / "model.bin"
     if not model.is_file():

@@ -1,12 +1,20 @@
 """The declared shape of every file the package reads, checked when it is read.
 
-A file of the right name can have the wrong shape (a `trainer_state.json` that is a list, a `d_model` that is a
-string, a truncated safetensors or CTranslate2 file): each is refused here in one line naming the file and the field
-(`UsageError`), before a library meets it. JSON shapes are a small spec (`ListOf`, `Obj`, `Nullable`, `OneOf`) whose
-values are `Setting`s, the one form of a value's rule: dataclass fields with their metadata (`JsonValues` for the
-kinds of value, `TokenizerConfigFields` and the like for the fields with a range or choices); `spec_of` builds a spec
-from a dataclass annotation, so that transformers' `TrainerState` declares its own fields. The binary weight files (safetensors, CTranslate2's model.bin)
-are checked by their headers in `io.binary_files`.
+A file of the right name can have the wrong shape: a `trainer_state.json` that is a list, a `config.json` whose
+`d_model` is a string, a `tokenizer.json` that is valid JSON but no tokenizer, a `tokenizer_config.json` whose special
+token is a number. Each is refused here in one line naming the file and the field (`UsageError`, exit status 2), before
+a library meets it and fails with a traceback deep inside.
+
+- JSON shapes are a small declarative spec (`ListOf(...)`, `Obj(required=..., optional=..., extra=...)`,
+  `Nullable(...)`, `OneOf(...)`) whose single values are `Setting`s, the one form of a value's rule in the package:
+  dataclass fields with their metadata. `JsonValues` declares the kinds of value, and `TokenizerConfigFields` and the
+  like the fields that have a range or choices. Where a class owns a file, its fields are declared once, by that class:
+  a vaswani config.json's settings are `VaswaniConfig`'s (`MODEL_SETTINGS`), and `spec_of` builds the shape of
+  trainer_state.json from the annotations of transformers' `TrainerState`.
+- `read_json(path, shape)` parses (`vaswani_hf.io.text.read_json`) and checks. The shapes are `CONFIG`,
+  `TRAINER_STATE`, `TOKENIZER`, `TOKENIZER_CONFIG`, `SPECIAL_TOKENS_MAP`, `WEIGHTS_INDEX_SHAPE`, `GENERATION_CONFIG`,
+  `CT2_CONFIG`, `CT2_METADATA` and `CT2_VOCABULARY`.
+- The binary weight files (safetensors, CTranslate2's model.bin) are checked by their headers in `io.binary_files`.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ class ShapeError(Exception):
 
     def __init__(self, field: str, problem: str, kind_ok: bool = False):
         super().__init__(problem)
-        self.field, self.problem, self.kind_ok = field, problem, kind_ok  # kind_ok: of the right kind, out of bounds
+        self.field, self.problem, self.kind_ok = field, problem, kind_ok  # kind_ok: the right kind, out of bounds
 
 
 def _got(value: Any) -> str:
@@ -99,7 +107,7 @@ class OneOf(Spec):
                 return check_spec(spec, value, path)
             except ShapeError as error:
                 problems.append(error)
-        closer = [p for p in problems if p.kind_ok or p.field != path]  # the value's kind matched this alternative
+        closer = [p for p in problems if p.kind_ok or p.field != path]  # alternatives whose kind the value matched
         if closer:
             raise closer[0]
         raise ShapeError(path, f"must be {self.describe()}, got {_got(value)}")
@@ -167,7 +175,7 @@ STR, INT, COUNT, BOOL = VALUES["string"], VALUES["integer"], VALUES["count"], VA
 _KIND_OF = {str: STR, int: INT, bool: BOOL}
 
 
-# Specs from dataclass annotations: a class's fields are declared once, by the class
+# Specs from dataclass annotations, so that a class's fields are declared once, by the class.
 def spec_of(annotation: Any, finite: bool = True):
     """The spec of a type annotation (`int | None`, `list[int]`, `dict[str, float]`); others (a library class,
     `Literal`) accept anything. `finite`: a float must be finite."""
@@ -185,7 +193,7 @@ def spec_of(annotation: Any, finite: bool = True):
     return Spec()
 
 
-# The declared JSON files
+# The declared JSON files.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,8 +242,8 @@ TOKENIZER = FileShape(
     "give the tokenizer.json written by tokenizer.save_pretrained (vaswani-train-tokenizer)",
     prefix="not a tokenizer file: ",
 )
-# tokenizer_config.json / special_tokens_map.json (transformers' tokenizer files beside tokenizer.json): a special
-# token is its text or an AddedToken's fields; transformers meets another shape with a traceback.
+# tokenizer_config.json and special_tokens_map.json are transformers' tokenizer files beside tokenizer.json. A special
+# token there is its text or an AddedToken's fields; transformers meets any other shape with a traceback.
 TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")  # what transformers 5 / 4 save for tokenizer.json
 _ADDED_TOKEN = Obj(
     required={"content": STR}, optional={k: BOOL for k in ("lstrip", "rstrip", "normalized", "single_word", "special")}
@@ -296,8 +304,8 @@ WEIGHTS_INDEX_SHAPE = FileShape(
     Obj(required={"weight_map": Obj(extra=STR)}, optional={"metadata": Nullable(Obj())}),
     "save the model again",
 )
-# generation_config.json: the file is an object here; its settings' bounds are the generation settings' own check
-# (`check_generation_config_file` in vaswani_hf.io.models is the hook that calls it).
+# generation_config.json is only an object here: its settings' bounds are the generation settings' own check, which
+# `check_generation_config_file` in vaswani_hf.io.models calls.
 GENERATION_CONFIG = FileShape("generation_config.json", Obj(), "save the model again or fix the file")
 CT2_CONFIG = FileShape(
     "CTranslate2 config.json",
@@ -359,7 +367,8 @@ def read_json(path: str | os.PathLike, shape: FileShape, what: str | None = None
 
 
 def check_tokenizer_file(path: str | os.PathLike, what: str | None = None):
-    """The `tokenizers.Tokenizer` of a tokenizer.json, checked: its declared shape, then the library itself."""
+    """The `tokenizers.Tokenizer` of a tokenizer.json, checked: first its declared shape, then by the library itself,
+    which reports a file of the right shape but broken content in a multi-line message that is made one line here."""
     data = read_json(path, TOKENIZER, what=what)
     from tokenizers import Tokenizer
 

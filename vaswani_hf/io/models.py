@@ -1,6 +1,14 @@
-"""Model folders (written by `save_pretrained`): checked cheaply before anything is loaded, then loaded strictly:
-exactly the tensors the config's model needs, of its shapes (transformers only logs a report and initialises missing
-layers at random), every weight finite, and the tokenizer the model's vocabulary.
+"""Model folders: checked cheaply before anything is loaded, then loaded strictly.
+
+A model folder is what `save_pretrained` writes: config.json, the safetensors weights (one file, or shards and their
+index) and the tokenizer. A missing, truncated or broken file is named in one line before anything is loaded
+(`check_model_folder`): config.json is this model's (model_type "vaswani") or that of a transformers translation model,
+the tokenizer files and generation_config.json have their declared shapes and settings, and every weight tensor is
+floating point. Loading (`load_model_folder`) is strict: every tensor the config's model needs is in the weights, every
+tensor of the weights is used, and their shapes agree. transformers itself only logs a report and initialises missing
+layers at random, which would translate with a dropped or random layer. After loading, every weight is finite (a NaN
+from a diverged run would translate to empty lines), and the tokenizer has exactly the model's vocabulary and special
+tokens.
 """
 
 from __future__ import annotations
@@ -87,7 +95,8 @@ def code_references(config: Mapping) -> set[tuple[str, str]]:
 
 
 def referenced_code_files(config: Mapping) -> list[str]:
-    """The code files a config.json names (`code_references`)."""
+    """The code files a config.json names (`code_references`): the modules of its `auto_map` entries ("module.Class",
+    or "repo--module.Class") and of its `custom_pipelines` implementations."""
     return sorted({f"{module}.py" for module, _ in code_references(config)})
 
 
@@ -192,9 +201,12 @@ def weight_files(folder: str | os.PathLike) -> list[Path]:
 def check_model_folder(
     path: str | os.PathLike, *, what: str = "model folder", tokenizer: bool = True, vaswani_only: bool = False
 ) -> Path | str:
-    """A saved model folder checked without loading weights: config.json (this model's, or unless `vaswani_only` a
-    transformers translation model's) and the other files of their declared shapes, the weights complete and
-    floating point. Returns the folder, or a Hub id (`org/name`) as it is: loading checks it."""
+    """A saved model folder, checked cheaply, without loading weights: config.json is this model's (or, unless
+    `vaswani_only`, a transformers translation model's); generation_config.json, tokenizer_config.json,
+    special_tokens_map.json and (with `tokenizer`) tokenizer.json have their declared shapes (`vaswani_hf.io.files`);
+    the safetensors weights are complete, agree with their headers and are floating point. Returns the folder, or the
+    text itself for a Hub id (`org/name`) that is not a local path, which loading checks. Raises a UsageError naming
+    the missing or broken file."""
     if isinstance(path, str) and _looks_like_hub_id(path):
         return path
     folder = Path(path)
@@ -233,8 +245,11 @@ MODEL_TYPE, ARCHITECTURE = "vaswani", "VaswaniForConditionalGeneration"
 
 
 def check_vaswani_config(config: dict, path: Path, vaswani_only: bool = False) -> None:
-    """A config.json of this model, or of a transformers translation model naming its class (a Marian export, which
-    the decoding tools also take); anything else would load as another model or fail with a traceback."""
+    """A config.json of this package's model (model_type "vaswani", architectures this model's class), or of one of
+    transformers' own translation models that names its class (a `MarianMTModel` export, which the decoding and
+    evaluation tools also take). Anything else, such as another model's type over our weights or a typo, would be
+    loaded by transformers as that model (with a long load report and a traceback), or refused with advice about
+    trust_remote_code."""
     model_type, names = config.get("model_type"), config.get("architectures")
     if model_type == MODEL_TYPE:
         expected = ARCHITECTURE
@@ -278,7 +293,9 @@ def check_tokenizer_configs(folder: Path) -> None:
 
 
 def check_generation_config_file(path: str | os.PathLike, vocab_size: int | None = None) -> dict:
-    """generation_config.json: an object whose settings meet their declarations (`GENERATION_SETTINGS`)."""
+    """The generation_config.json of a model folder: a JSON object (a file that is not one is refused, rather than
+    silently replaced by transformers' defaults), whose settings meet their declarations (`GENERATION_SETTINGS`, token
+    ids within `vocab_size`). A problem is a UsageError naming the file and the setting."""
     data = read_json(path, GENERATION_CONFIG)
     vocab = vocab_size if isinstance(vocab_size, int) and not isinstance(vocab_size, bool) else None
     try:
@@ -288,7 +305,7 @@ def check_generation_config_file(path: str | os.PathLike, vocab_size: int | None
     return data
 
 
-# The loader would cast integer weights silently: they are a damaged or foreign file, not a quantisation of ours.
+# The loader would cast integer weights silently, yet they are a damaged or foreign file, not a quantisation of ours.
 _FLOATING = frozenset({"F16", "BF16", "F32", "F64"})
 
 
@@ -304,7 +321,9 @@ def check_weight_dtypes(header: dict, path: Path) -> None:
 
 
 def check_finite_weights(tensors, path) -> None:
-    """Every floating tensor of `tensors` is finite: a NaN would translate to empty lines without an error."""
+    """Every floating tensor of `tensors` ({name: tensor}) holds only finite values. NaN or infinity (from a diverged
+    run, or a damaged file) would translate to empty lines, and would average into every checkpoint, without an error.
+    It costs one reduction per tensor, which is cheap next to reading the file."""
     import torch
 
     for name, tensor in tensors.items():
@@ -324,7 +343,10 @@ def load_model_folder(
     what: str = "model folder",
     **model_kwargs,
 ):
-    """(model in eval mode on `device`, tokenizer) from a checked folder or a Hub id, loaded strictly."""
+    """(model in eval mode on `device`, tokenizer) from a checked model folder or a Hub id, through transformers' Auto
+    classes, loaded strictly (see the module docstring). This package registers its classes when it is imported;
+    `trust_remote_code` is for folders of models whose code is not installed. `dtype` is the weights' dtype (a
+    torch.dtype, or None for float32)."""
     import torch
     from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
@@ -379,7 +401,9 @@ def check_loading_report(report: dict, where: str) -> None:
 
 
 def check_special_ids(config, tokenizer, where: str) -> None:
-    """The tokenizer's padding, <s> and </s> are the model's (`config`: a mapping or a config)."""
+    """The tokenizer's padding, <s> and </s> ids are the model's (`config`: a mapping or a config). A
+    tokenizer_config.json naming another token would pad sources with a token the encoder attends to, or end sentences
+    where the model never ends them."""
     for name in ("pad_token_id", "eos_token_id", "bos_token_id"):
         ours = config.get(name) if isinstance(config, Mapping) else getattr(config, name, None)
         ours, theirs = ours[0] if isinstance(ours, list) and ours else ours, getattr(tokenizer, name, None)
@@ -391,10 +415,10 @@ def check_special_ids(config, tokenizer, where: str) -> None:
             )
 
 
-# One vocabulary for tokenizer and weights
-# One embedding matrix indexed by the tokenizer's ids (Section 3.4), sized `len(tokenizer)`: a tokenizer of another
-# size belongs to another model and would translate garbage without an error. Every place that pairs a tokenizer
-# with weights checks here, before any work, from the files.
+# One vocabulary for tokenizer and weights. The model has one embedding matrix, indexed by the tokenizer's ids and
+# sized `len(tokenizer)` (Section 3.4): a tokenizer of another size belongs to another model and would translate
+# garbage without an error. Every place that pairs a tokenizer with weights checks here, before any work, from the
+# files.
 
 
 def tokenizer_tokens(tokenizer) -> dict[int, str]:
@@ -430,7 +454,9 @@ def _label(source, what: str) -> str:
 
 
 def check_same_vocabulary(model, tokenizer) -> None:
-    """UsageError naming both sizes unless the tokenizer (object or folder) has the model's vocab_size."""
+    """A UsageError, in one line naming both (their folders, or "the given ...") and both sizes, unless the tokenizer
+    has exactly as many tokens as the model's vocabulary. `model` is a model object or folder; `tokenizer` is a
+    tokenizer object or folder."""
     tokens, rows = tokenizer_size(tokenizer), model_vocab_size(model)
     if tokens != rows:
         raise UsageError(

@@ -1,13 +1,20 @@
-"""Outputs: what a command may write, decided before any work; written atomically with the user's umask.
+"""Outputs: what a command may write, decided before any work, and written atomically with the user's umask.
 
-- `check_paths`: an output never is, contains or lies inside an input (links followed) or another output, whatever
-  `--overwrite` says: it means "replace my previous output", never "delete my input". Where the working folder was
-  deleted (`UNUSABLE_WORKING_FOLDER`), a relative path is refused: it names nothing that can be read or written.
-- `check_output_file` / `check_output_dir`: an output is absent (or an empty folder), or with `overwrite` a regular
-  file, or a folder this package wrote as the same kind of output (its `MARKER`): a link, a device, a downloaded
-  model folder or a corpus folder is never replaced.
-- `replace_atomically`: the new file or folder appears whole, in one rename, with the umask's modes, flushed to disk.
-- `FolderLock`: one run at a time writes into a folder.
+The rules, each written once here and applied to every path a command declares:
+
+- `check_paths(inputs, outputs)`: an output never is, contains or lies inside an input (or another output), whatever
+  `--overwrite` says, because `--overwrite` means "replace my previous output", never "delete my input". Paths are
+  compared after following symbolic links, so that a link to an input is the input. Where the working folder was
+  deleted (`UNUSABLE_WORKING_FOLDER`), a relative path is refused, because it names nothing that can be read or written
+  (`check_not_relative`).
+- `check_output_file`: an output file is absent, or (with `overwrite`) a regular file; a symbolic link, a device, a
+  FIFO or a socket is never replaced by a file.
+- `check_output_dir`: an output folder is absent or empty, or (with `overwrite`) a folder that this package wrote as
+  the same kind of output. Every folder a tool writes carries a small marker (`MARKER`) naming what it is, and a folder
+  without it (a model folder downloaded from the Hub, a corpus folder, a parent of the input) is not replaced.
+- `replace_atomically`: the new file or folder appears whole, in one rename, with the modes the umask gives (not the
+  0600/0700 of temporary files), flushed to disk.
+- `FolderLock`: one run at a time writes into a folder (a training run's folder, the staging folder of a translation).
 """
 
 from __future__ import annotations
@@ -25,10 +32,10 @@ from pathlib import Path
 
 from ..errors import STDIO, UsageError
 
-MARKER = ".vaswani_hf.json"  # {"written_by": KIND}: what wrote this folder (see check_output_dir)
+MARKER = ".vaswani_hf.json"  # {"written_by": KIND}: which tool's output this folder is (see check_output_dir)
 # What was wrong with the working folder ("the working folder /x/y was deleted") when the running command started,
 # or None. The commands' runner then works from "/" (vaswani_commands.leave_an_unusable_working_folder), so that a
-# command naming absolute paths only runs; a relative path would be read against "/" and is refused. Set by the
+# command that names only absolute paths runs; a relative path would be read against "/" and is refused. Set by the
 # command-line boundary (vaswani_hf.cli.contract.run_cli) for the running command.
 UNUSABLE_WORKING_FOLDER: ContextVar[str | None] = ContextVar("unusable_working_folder", default=None)
 
@@ -126,7 +133,8 @@ def file_kind(mode: int) -> str:
 
 
 def path_kind(path: str | os.PathLike) -> str:
-    """What `path` is, as a message says it: "a file", "a FIFO", "a symbolic link to a folder", "nothing", ..."""
+    """What `path` is, as a message says it: "a file", "a folder", "a character device", "a FIFO", ..., "a symbolic
+    link to a folder", "a symbolic link to nothing", "a symbolic-link loop", or "nothing"."""
     p = Path(path)
     if p.is_symlink():
         try:
@@ -196,9 +204,10 @@ def check_output_dir(
     kind: str | None = None,
     replaced: bool = True,
 ) -> Path:
-    """`path` can become an output folder: absent or empty; or, with `overwrite`, a folder this package wrote as an
-    output of `kind` (its marker), or any folder without `kind` (a training run checks its own files). A folder
-    written into rather than `replaced` may be a link to a folder."""
+    """`path` can become an output folder: it is absent or empty, or, with `overwrite`, a folder that this package
+    wrote as an output of `kind` (its marker says so). Without `kind`, `overwrite` accepts any folder, because the
+    callers that replace only their own files in it (a training run) check those themselves. A folder that is written
+    into, rather than `replaced` as a whole, may be a symbolic link to a folder."""
     p = Path(path)
     _loop_check(p, what)
     existing = _existing_kind(p)
@@ -219,14 +228,16 @@ def check_output_dir(
     return p
 
 
-def first_entries(folder: Path, n: int = 3) -> str:  # what a folder holds, its MARKER aside, for a message
+def first_entries(folder: Path, n: int = 3) -> str:
+    """The first `n` names a folder holds, its MARKER aside, for a message."""
     names = sorted(x.name for x in folder.iterdir() if x.name != MARKER)
     return ", ".join(names[:n]) + (", ..." if len(names) > n else "")
 
 
 def apply_umask(path: str | os.PathLike) -> None:
-    """Give a file, or every file and folder of a tree, the modes a plain `open`/`mkdir` would (0666/0777 less the
-    umask), not the 0600/0700 of temporary files: outputs that only their owner can read."""
+    """Give a file, or every file and folder of a tree, the modes a plain `open` or `mkdir` would give (0666 or 0777
+    less the umask). Temporary files and folders are created 0600 and 0700, and libraries that write through them
+    (transformers saves weights that way) would otherwise leave outputs that only their owner can read."""
     mask, path = os.umask(0), Path(path)
     os.umask(mask)  # read, not changed
     trees = os.walk(path) if path.is_dir() and not path.is_symlink() else [(str(path.parent), [], [path.name])]

@@ -1,8 +1,14 @@
 """Text files in and out: the one reader and writer of sentences, and JSON.
 
-Strict UTF-8 (a bad byte is named by file and line); a BOM is dropped; "\\r\\n" and "\\r" end a line like "\\n"
-(U+2028/U+0085 are text). N lines in, N items out; "-" is standard input / output; written files appear whole. An
-input is a regular file, a pipe or the null device (reading /dev/zero would never end).
+Strict UTF-8: a bad byte is an error naming the file and line, never a silent replacement. A UTF-8 byte-order mark at
+the start is dropped, and "\\r\\n" and a lone "\\r" end a line as "\\n" does (Python's universal newlines). The Unicode
+separators U+2028 and U+0085, on which `str.splitlines` would also split, occur inside sentences and are text. One item
+per line, empty lines kept: N lines in, N items out, and a final newline adds no empty line. "-" is standard input or
+output. Written files end every line with "\\n" and appear whole or not at all.
+
+An input (`TextInput`) is a regular file, a pipe (`<(command)`, "-", a named pipe) or the null device (/dev/null, an
+empty input as an empty file would be). Any other device, a socket or a folder is refused by name, because reading
+/dev/zero or /dev/urandom would never end.
 """
 
 from __future__ import annotations
@@ -23,11 +29,12 @@ from ..errors import STDIO, UsageError
 from .outputs import check_output_file, file_kind, replace_atomically
 
 BOM = "\ufeff"
-CHUNK_BYTES = 1 << 24  # text is decoded in 16 MiB blocks: C-speed decoding, bounded memory for WMT-sized corpora
+CHUNK_BYTES = 1 << 24  # text is decoded in 16 MiB blocks: decoding at C speed, in bounded memory for WMT-sized corpora
 
 
 def check_input_file(path: str | os.PathLike, what: str = "input file") -> Path:
-    """The path of an existing regular file (or a pipe), or a UsageError naming it."""
+    """The path of an existing, readable regular file, pipe or null device, or a UsageError naming it and what it is
+    instead."""
     p = Path(path)
     try:
         info = p.stat()
@@ -264,8 +271,9 @@ def _blocks(handle) -> Iterator[bytes]:
 
 
 def iter_lines(path: str | os.PathLike, what: str = "input file") -> Iterator[str]:
-    """The lines of a UTF-8 text file ("-": standard input), streamed in one pass (`TextInput`); UsageError naming
-    the file (and line)."""
+    """The lines of a UTF-8 text file ("-": standard input) without their line ends, streamed in one pass (`TextInput`;
+    see the module docstring for the rules). A missing, unreadable or non-UTF-8 file is a UsageError naming the file
+    (and the line)."""
     with TextInput(path, what) as text:
         yield from text.lines()
 
@@ -283,7 +291,9 @@ def format_lines(lines: Iterable[str]) -> str:
 def write_lines(
     path: str | os.PathLike | None, lines: Iterable[str], *, overwrite: bool = False, what: str = "output file"
 ) -> None:
-    """One line per item (its line breaks become spaces) to `path` (None or "-": standard output), atomically."""
+    """Write one line per item: "\\n" ends every line, and an item's own line breaks become spaces, so that N items
+    give N lines. `path` None or "-" is standard output; a file is written atomically and, unless `overwrite`, must not
+    exist yet (see `check_output_file`)."""
     text = format_lines(lines)
     if path is None or str(path) == STDIO:
         write_stdout(text)
@@ -294,8 +304,10 @@ def write_lines(
 
 
 def write_stdout(text: str) -> None:
-    """`text` to standard output, all of it or a BrokenPipeError (Python's text layer silently drops what a closing
-    pipe did not take, so the descriptor is written directly)."""
+    """`text` to standard output as UTF-8: all of it, or a BrokenPipeError. A pipe whose reader closes during a large
+    write takes part of it, and Python's text layer drops the rest silently, so the descriptor is written directly and
+    every count is checked. A standard output that has no file descriptor (captured by a caller, say) is written as
+    text."""
     sys.stdout.flush()
     try:
         fd = sys.stdout.fileno()
@@ -330,7 +342,8 @@ def read_json(path: str | os.PathLike, what: str = "JSON file") -> Any:
 
 
 def write_json(path: str | os.PathLike, data: Any, *, overwrite: bool = True) -> None:
-    """`to_json(data)` written atomically; replaced unless `overwrite` is False."""
+    """JSON (`to_json`: indented, UTF-8, numbers from numpy or torch and paths written as themselves) written
+    atomically. It is a file of the caller's own run, so it is replaced unless `overwrite` is False."""
     target = check_output_file(path, overwrite=overwrite, what="JSON file") if not overwrite else Path(path)
     with replace_atomically(target) as temporary:
         temporary.write_text(to_json(data) + "\n", encoding="utf-8")

@@ -1,7 +1,8 @@
-"""What the three metric modules share: input schema, sacreBLEU's layout of references, `MetricInfo`, the option
-`numeric_only` and BLEU's result fields. Imported as a module (`from vaswani_hf.metrics import common`):
-`evaluate.load(path)` copies each script into its own folder (no relative import) and takes the first
-`evaluate.Metric` subclass in its namespace as the metric, so the base class must not be imported by name.
+"""What the three metric modules share: the input schema, sacreBLEU's layout of references, the `MetricInfo`, the
+option `numeric_only` and BLEU's result fields. It is imported as a module (`from vaswani_hf.metrics import common`)
+because `evaluate.load(path)` copies each script into a folder of its own (so no relative import works) and takes the
+first `evaluate.Metric` subclass in the script's namespace as the metric, so the base class must not be imported by
+name.
 """
 
 import datasets
@@ -74,9 +75,10 @@ def _as_float(value):
 
 
 class TranslationMetric(evaluate.Metric):
-    """Base of the three modules: `MetricInfo` from the class attributes, and the load-time bool `numeric_only`:
-    evaluate's `strategy="bootstrap"` fails on string fields and gives NaN intervals for fixed ones, so it keeps only
-    the statistics that vary, as floats; the signature is then in `metric.string_fields`, SETTINGS in `.settings`."""
+    """The base of the three modules: their `MetricInfo` from the class attributes, and the load-time option
+    `numeric_only` (a bool). evaluate's `strategy="bootstrap"` fails on string fields and gives NaN intervals for fixed
+    ones, so with `numeric_only=True` a module returns only the statistics that vary, as floats; the signature is then
+    in `metric.string_fields`, and the `SETTINGS` fields in `metric.settings`."""
 
     SETTINGS: tuple = ()  # result fields that restate the call's settings: fixed, never resampled
     DESCRIPTION = KWARGS_DESCRIPTION = ""

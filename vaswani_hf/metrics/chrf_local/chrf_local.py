@@ -1,5 +1,9 @@
-"""chrF (character n-gram F-score, beta=2; ``word_order=2``: chrF++) by ``sacrebleu.metrics.CHRF`` with its signature,
-as an `evaluate` module loaded by path (offline).
+"""chrF (and chrF++) through sacreBLEU, as an `evaluate` metric module that loads from a local path, without Hub
+access.
+
+It wraps ``sacrebleu.metrics.CHRF`` and returns the corpus score with sacreBLEU's signature string, so that
+``evaluate.load("<path>/chrf_local")`` works offline. chrF is a character n-gram F-score (beta=2 by default);
+``word_order=2`` gives chrF++.
 """
 
 import sacrebleu

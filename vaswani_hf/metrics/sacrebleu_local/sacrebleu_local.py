@@ -1,5 +1,9 @@
-"""sacreBLEU corpus BLEU (``sacrebleu.metrics.BLEU``, as the Hub's ``evaluate-metric/sacrebleu``) as an `evaluate`
-module loaded by path (offline), with the signature string that names every setting changing the number.
+"""sacreBLEU corpus BLEU as an `evaluate` metric module that loads from a local path, without Hub access.
+
+This is the same computation as the Hub's ``evaluate-metric/sacrebleu`` module, self-contained so that
+``evaluate.load("<path>/sacrebleu_local")`` works offline. It wraps ``sacrebleu.metrics.BLEU`` and returns the score
+together with sacreBLEU's signature string, which names every setting that changes the number (the number of
+references, case, tokenizer, smoothing, sacreBLEU's version). Report the signature with the score.
 """
 
 from sacrebleu.metrics import BLEU
