@@ -107,7 +107,8 @@ __all__ = [
 
 
 def _split_device(device: str | None) -> tuple[str, int]:
-    """ "cpu", "cuda", "cuda:1" -> (CTranslate2 device, device_index)."""
+    """Map a device name ("cpu", "cuda", "cuda:1") to CTranslate2's (device, device_index); CTranslate2 runs only on
+    the CPU or on CUDA."""
     device = str(device or "cpu")
     name, _, index = device.partition(":")
     if name not in ("cpu", "cuda", "auto"):
@@ -286,7 +287,8 @@ class CTranslate2Translator:
 
     @property
     def position_table(self) -> PositionTable | None:
-        """The longest source the export embeds (None: not exported by us, no check)."""
+        """The longest source the export embeds, which the front end checks; None for an export not written by us,
+        whose table is unknown and not checked."""
         return (
             None
             if self.max_positions is None

@@ -55,7 +55,8 @@ _LAYER_NORMS = ["self_attn_layer_norm", "encoder_attn_layer_norm", "final_layer_
 
 
 def _layer_map(config: VaswaniConfig):
-    """Yield (our name, Marian name, D axis or None) for every per-layer tensor."""
+    """Yield (our name, Marian name, axis) for every per-layer tensor, where the axis is the one along the model
+    dimension D, which the sinusoid layout permutes, or None if the tensor has none."""
     for stack, num_layers in (("encoder", config.num_encoder_layers), ("decoder", config.num_decoder_layers)):
         attentions = ["self_attn"] + (["encoder_attn"] if stack == "decoder" else [])
         for i in range(num_layers):
@@ -212,7 +213,9 @@ def from_marian(
 
 
 def marian_generation_config(generation: dict, config) -> GenerationConfig:
-    """Our decoding settings restricted to what transformers' built-in `generate` understands."""
+    """Our decoding settings restricted to what transformers' built-in `generate` understands. It has no GNMT length
+    penalty and no per-sentence length limit, so only the beam size, alpha, early stopping and the n-gram block carry
+    over, and the length is capped globally."""
     keys = ("num_beams", "length_penalty", "early_stopping", "no_repeat_ngram_size")
     settings = {key: generation[key] for key in keys if generation.get(key) is not None}
     if settings.get("num_beams", 1) == 1:  # beam-search settings: transformers refuses to save them with greedy search
