@@ -1,15 +1,53 @@
-"""Translate with a CTranslate2 export of our model (`to_ctranslate2`) with our decoding options (Section 6.1).
+"""Translate with a CTranslate2 export of our model (`to_ctranslate2`, re-exported here), with our decoding options.
 
-CTranslate2 runs the exported network exactly; the search around it is mapped here:
-- Length penalty: CTranslate2 ranks finished hypotheses by ``log P(Y) / L ** alpha`` (``L`` without ``</s>``). For
-  ``"gnmt"`` and ``"hf"`` we undo that exactly and re-rank its ``num_beams`` finished hypotheses with ours (``|Y|``
-  with ``</s>``, as `generate()`); ``"ctranslate2"`` keeps its ranking. The candidate set still differs: CTranslate2
-  stops once ``num_beams * patience`` hypotheses finished; ``patience`` > 1 narrows the gap.
-- Maximum length: ours is per sentence, ``floor(a * source_length + b)`` with ``</s>`` forced last; CTranslate2's
-  ``max_decoding_length`` is one number per call, so it gets ``limit - 1`` free tokens and, with
-  ``exact_max_length=True``, sentences are grouped by their limit. Both are capped by the exported position table.
-- ``min_decoding_length=0`` (transformers lets ``</s>`` come first). Lines in, lines out by the shared front end;
-  batches by `make_batches`. Unset options keep the export's generation config, else the paper's.
+CTranslate2 runs the exported network exactly: its float32 log-probabilities agree with ours to float32 rounding (the
+tests ask for 1e-4 on every token). What it cannot copy one-to-one is the search around the network, so that part is
+written here. The options keep the names of `vaswani_hf.inference.translate`, and this docstring says how each one
+maps onto CTranslate2 and where the two engines can still differ.
+
+Length penalty (`length_penalty_type`). CTranslate2 ranks finished beam hypotheses by ``log P(Y) / L ** alpha``,
+where ``L`` does not count ``</s>`` (it does with ``return_end_token=True``); it has no GNMT formula.
+
+- ``"gnmt"`` is our `generate()` default and the paper's (Section 6.1): ``lp(Y) = ((5 + |Y|) / 6) ** alpha``, computed
+  by `vaswani_hf.generation_vaswani.gnmt_length_penalty`, the function our own beam search uses.
+- ``"hf"`` is transformers' ``|Y| ** alpha``.
+- For both, ``|Y|`` counts ``</s>``, as our `generate()` does. CTranslate2 returns its ``num_beams`` best finished
+  hypotheses with their scores; we undo its normalisation exactly (``score * L ** alpha`` is ``log P(Y)``) and rank
+  them again with our formula. What is left to differ is the set of candidates. CTranslate2 stops a sentence once
+  ``num_beams * patience`` hypotheses have finished (transformers' ``early_stopping=True``), while our `generate()`
+  default ``early_stopping="never"`` keeps searching while a running beam could still win (tensor2tensor's bound), so
+  it can find a hypothesis that CTranslate2 never finishes. A ``patience`` above 1 narrows that gap at some cost in
+  speed.
+- ``"ctranslate2"`` passes CTranslate2's own ranking through, without ranking again.
+
+With ``alpha = 0`` all three are the plain log-probability, and greedy search (``num_beams=1``) ignores them.
+
+Maximum output length (`max_length_a`, `max_length_b`, `max_new_tokens`). Our rule is per sentence: at most
+``floor(a * source_length + b)`` tokens, ``</s>`` included, where ``source_length`` counts the source tokens with their
+``</s>`` (the paper's "input length + 50", Section 6.1); `generate()` forces ``</s>`` as the last one. CTranslate2's
+``max_decoding_length`` is one number per `translate_batch` call and does not force ``</s>``, so we give it
+``limit - 1`` free tokens; the ``</s>`` our rule forces has log-probability 0 and is counted in ``|Y|`` when ranking
+again. With ``exact_max_length=True`` (the default) the sentences are grouped by their limit, that is by source
+length, and each group gets calls of its own, which is exact. ``exact_max_length=False`` gives every sentence the
+largest limit, so shorter sentences get a looser one; CTranslate2's ``max_input_length`` is no substitute, because it
+truncates the source. The limit only binds for degenerate outputs. ``max_new_tokens`` is a global cap, as in
+`generate()`. Both are also capped by the exported position table (``max_positions`` of `to_ctranslate2`), because
+CTranslate2 cannot extend the sinusoids on demand as our model does; a longer source is refused naming its line,
+never truncated.
+
+Other details:
+
+- ``min_decoding_length=0``: transformers lets ``</s>`` come first, and CTranslate2's default of 1 would forbid it.
+- Lines go in and come out by the front end both engines share, `vaswani_hf.translation_frontend.translate_lines`: an
+  empty or whitespace-only sentence gives "" without being decoded, the others are stripped, and every output is one
+  stripped line.
+- An option left unset keeps the generation config saved with the export (`vaswani_ctranslate2.json`); an option that
+  file does not record takes the paper's value (`default_generation_config`).
+- Batches come from the package's one batcher, `vaswani_hf.data.batching.make_batches`: ``max_tokens`` padded source
+  tokens (4096 by default) and/or ``batch_size`` sentences per batch, longest first. Each batch is one
+  `translate_batch` call, which CTranslate2 does not split again, and the results come back in input order.
+- ``compute_type="default"`` keeps the exported weight type: an int8 export runs int8 matrix products with float32
+  activations on a CPU, and its accuracy then depends on that CPU's int8 kernels; ``"float32"`` dequantises it.
 """
 
 from __future__ import annotations
@@ -39,13 +77,14 @@ from .ctranslate2_spec import (
     tokenizer_tokens,
 )
 
-# generate()'s scorings, and CTranslate2's own (its hypotheses as it scored them, not re-ranked)
+# The scorings of generate(), and CTranslate2's own, which keeps its hypotheses in the order it ranked them.
 LENGTH_PENALTY_TYPES = (*GENERATE_LENGTH_PENALTY_TYPES, "ctranslate2")
 
 
 @dataclass
 class CTranslate2Decoding:
-    """The decoding settings this translator takes beyond `generate()`'s (`DecodingSettings`): one more scoring."""
+    """The decoding setting this translator takes beyond `generate()`'s (`DecodingSettings`): a third scoring,
+    CTranslate2's own."""
 
     length_penalty_type: str = field(
         default="gnmt",
@@ -68,7 +107,8 @@ __all__ = [
 
 
 def _split_device(device: str | None) -> tuple[str, int]:
-    """ "cpu", "cuda", "cuda:1" -> (CTranslate2 device, device_index)."""
+    """Map a device name ("cpu", "cuda", "cuda:1") to CTranslate2's (device, device_index); CTranslate2 runs only on
+    the CPU or on CUDA."""
     device = str(device or "cpu")
     name, _, index = device.partition(":")
     if name not in ("cpu", "cuda", "auto"):
@@ -77,14 +117,20 @@ def _split_device(device: str | None) -> tuple[str, int]:
 
 
 def _generation_defaults(saved: dict) -> dict:
-    """The decoding options an export recorded, the paper's (Section 6.1) for the others."""
+    """The decoding options an export was saved with (`saved`, the "generation" of `vaswani_ctranslate2.json`, where
+    None means not recorded), and the paper's (`default_generation_config`, Section 6.1) for those it does not
+    record."""
     paper = default_generation_config(VaswaniConfig())
     defaults = {key: getattr(paper, key, None) for key in (*GENERATION_KEYS, "max_new_tokens")}
     return {**defaults, **{key: value for key, value in saved.items() if key in GENERATION_KEYS and value is not None}}
 
 
 def _check_tokenizer(folder: Path, tokenizer, given: bool) -> None:
-    """The tokenizer must be the export's vocabulary (`check_one_vocabulary`), naming both files."""
+    """Refuse a tokenizer that is not the export's vocabulary, with a UsageError naming both files and the first id
+    where they differ (`check_one_vocabulary`).
+
+    CTranslate2 maps token strings to rows through its own vocabulary files, so a tokenizer of other tokens, even one
+    of the same size, would translate garbage without any error of its own."""
     which = "the given tokenizer" if given else f"the tokenizer {folder / 'tokenizer.json'}"
     ours = tokenizer_tokens(tokenizer)
     for path in (folder / f"{name}_vocabulary.json" for name in ("shared", "source", "target")):
@@ -98,7 +144,12 @@ def _check_tokenizer(folder: Path, tokenizer, given: bool) -> None:
 
 
 class CTranslate2Translator:
-    """A loaded CTranslate2 export plus its tokenizer; `translate` maps our decoding options (module docstring)."""
+    """A loaded CTranslate2 export and its tokenizer; `translate` maps our decoding options onto CTranslate2's, as the
+    module docstring says.
+
+    Load it once and call `translate` many times: loading reads model.bin and the tokenizer and compares their
+    vocabularies, which is not free.
+    """
 
     def __init__(
         self,
@@ -112,7 +163,8 @@ class CTranslate2Translator:
         from transformers import AutoTokenizer
 
         ctranslate2, _, _ = import_ctranslate2()
-        self.model_dir = check_ctranslate2_folder(model_dir)  # model.bin complete, config, vocabulary: one line
+        # Checked before CTranslate2 reads it, because CTranslate2 aborts the process on a broken folder.
+        self.model_dir = check_ctranslate2_folder(model_dir)
         metadata_path = self.model_dir / CT2_METADATA_FILE
         self.metadata = check_metadata(metadata_path) if metadata_path.is_file() else {}
         device, device_index = _split_device(device)
@@ -126,7 +178,8 @@ class CTranslate2Translator:
             inter_threads=inter_threads,
             intra_threads=intra_threads,
         )
-        self.max_positions = self.metadata.get("max_positions")  # None: unknown (not exported by us), no check
+        # None for an export not written by us: its position table is unknown, so sources are not checked against it.
+        self.max_positions = self.metadata.get("max_positions")
         self.generation_defaults = _generation_defaults(self.metadata.get("generation", {}))
 
     # -- tokenisation --------------------------------------------------------------------------------------------------
@@ -143,7 +196,9 @@ class CTranslate2Translator:
     # -- translation ---------------------------------------------------------------------------------------------------
 
     def _options(self, **options) -> tuple:
-        """(num_beams, alpha, penalty type, a, b, max_new_tokens): the options set, else the export's, checked."""
+        """The options as (num_beams, alpha, penalty type, a, b, max_new_tokens): each one given, else the export's
+        (`resolve_options`). The beam size and the scoring are checked against their declarations, and turning the
+        per-sentence limit off needs `max_new_tokens`, so that no sentence decodes without a limit."""
         o = resolve_options(self.generation_defaults, **options)
         try:
             for name in ("num_beams", "length_penalty_type"):
@@ -162,7 +217,11 @@ class CTranslate2Translator:
         )
 
     def _limits(self, sources, a, b, max_new_tokens) -> tuple[list[int], list[bool]]:
-        """Per sentence: the free tokens CTranslate2 may produce (our limit - 1), and whether we force </s> after."""
+        """Per sentence: how many free tokens CTranslate2 may produce, and whether our rule forces </s> after them.
+
+        Our `generate()` allows `limit` tokens with </s> included, forcing </s> as the limit-th token (the per-sentence
+        rule) or stopping after `max_new_tokens` (a global cap), so CTranslate2 may produce limit - 1 free tokens. The
+        position table caps both; the sources were checked against it before (`translate_lines`)."""
         steps, forced_eos = [], []
         for tokens in sources:
             rule = int(a * len(tokens) + b) if b is not None else None
@@ -190,8 +249,18 @@ class CTranslate2Translator:
         patience: float = 1.0,
         max_input_tokens: int | None = MAX_SOURCE_TOKENS,
     ) -> list[str]:
-        """One single-line translation per sentence, in order; options as `vaswani_hf.inference.translate`'s (unset:
-        the export's), mapped as the module docstring says."""
+        """Translate `sentences` (plain text) into one single-line string per sentence, in input order.
+
+        The options have the names and meanings of `vaswani_hf.inference.translate` and `generate()`, mapped onto
+        CTranslate2 as the module docstring says. An option left as None (or `max_length_b` left unset) keeps the
+        export's generation config, which is the paper's decoding (beam 4, GNMT alpha 0.6, input length + 50) unless
+        the model was saved with another. `num_beams=1` is greedy search. `length_penalty_type` is "gnmt", "hf" or
+        "ctranslate2" (CTranslate2's own ranking). `max_length_a` and `max_length_b` set the per-sentence limit of
+        floor(a * source_length + b) tokens, </s> included; `max_length_b=None` turns it off, and then
+        `max_new_tokens` is required. `exact_max_length` groups the sentences by their limit. `max_tokens` and
+        `batch_size` are the budget of `make_batches` (4096 tokens when neither is given), and `patience` is
+        CTranslate2's beam patience. A source longer than the exported position table, or than `max_input_tokens`,
+        is refused with a UsageError naming its line (1-based)."""
         options = self._options(
             num_beams=num_beams,
             length_penalty=length_penalty,
@@ -218,7 +287,8 @@ class CTranslate2Translator:
 
     @property
     def position_table(self) -> PositionTable | None:
-        """The longest source the export embeds (None: not exported by us, no check)."""
+        """The longest source the export embeds, which the front end checks; None for an export not written by us,
+        whose table is unknown and not checked."""
         return (
             None
             if self.max_positions is None
@@ -244,7 +314,9 @@ class CTranslate2Translator:
         max_tokens,
         patience,
     ) -> list[list[str]]:
-        """The best hypothesis (no `</s>`) of each source: grouped by length limit, batched, one `_search` a batch."""
+        """The best hypothesis of each source as token strings without `</s>`, in order. The sources are grouped by
+        their length limit (all in one group unless `exact_max_length`), each group is cut into `make_batches`'
+        batches, and each batch is one `_search`."""
         steps, forced_eos = self._limits(sources, a, b, max_new_tokens)
         groups: dict[int, list[int]] = defaultdict(list)
         for k, cap in enumerate(steps):
@@ -269,7 +341,8 @@ class CTranslate2Translator:
         return hypotheses
 
     def _search(self, sources, cap, num_beams, alpha, penalty_type, patience, forced_eos):
-        """One `translate_batch` call on one of our batches; the best hypothesis of each sentence, our ranking."""
+        """One `translate_batch` call on one of our batches: the best hypothesis of each sentence, as our length
+        penalty ranks them."""
         eos = self.tokenizer.eos_token
         options = dict(
             beam_size=num_beams,
@@ -319,7 +392,13 @@ def translate_ctranslate2(
     intra_threads: int = 0,
     **options,
 ) -> list[str]:
-    """Translate with an export, or a model folder exported to a temporary folder (`quantization`) first."""
+    """Translate with CTranslate2 into one single-line string per sentence, in input order.
+
+    `model_dir` is a folder written by `to_ctranslate2` (it has model.bin), or a saved Vaswani model folder, which is
+    then exported to a temporary folder first with `quantization` (None: float32 weights). The decoding options go
+    to `CTranslate2Translator.translate` and have the names of `vaswani_hf.inference.translate`; an option left unset
+    keeps the model's generation config. Each call loads the model, so build a `CTranslate2Translator` once for
+    repeated calls."""
     import tempfile
 
     loader = dict(device=device, compute_type=compute_type, inter_threads=inter_threads, intra_threads=intra_threads)

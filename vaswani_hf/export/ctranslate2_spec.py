@@ -1,8 +1,12 @@
 """CTranslate2 export: a `ctranslate2.specs.TransformerSpec` filled directly from our weights.
 
-CTranslate2's Marian converter assumes Marian C++ conventions (`<pad>` last and removed, a zero start vector) and its
-built-in sinusoids are OpenNMT-tf's, so the spec is filled here: our ids, <pad> as decoder start, post-norm layers,
-the position table in the model's own layout; float32 log-probabilities agree with ours to ~1e-5.
+This is hand-written because CTranslate2's own converters do not fit our model. Its Marian converter assumes the
+conventions of Marian C++ (`<pad>` last in the vocabulary and then removed, the decoder started from a zero vector
+with `</s>`), and its built-in sinusoids are OpenNMT-tf's, not the paper's (Section 3.5). Filling the spec ourselves
+keeps our vocabulary in our id order, keeps <pad> as the decoder's start token, builds post-norm layers without a
+final LayerNorm (Section 3.1), and writes the position table out in the model's own layout, so the exported network
+computes exactly our function: its float32 log-probabilities agree with ours to float32 rounding (the tests ask for
+1e-4 on every token). Translating with the export is `vaswani_hf.export.ctranslate2`'s job.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from ..settings import GENERATION_SETTINGS, settings_of
 
 CT2_METADATA_FILE = "vaswani_ctranslate2.json"
 _CT2_DEFAULT_MAX_POSITIONS = 1024
-# The decoding options the export records for `vaswani_hf.export.ctranslate2` (None: not set in the model's config)
+# The decoding options the export records for `vaswani_hf.export.ctranslate2` (None where the model's generation
+# config does not set one).
 GENERATION_KEYS = ("num_beams", "length_penalty", "length_penalty_type", "max_length_a", "max_length_b")
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 
@@ -66,7 +71,11 @@ def import_ctranslate2():
 
 
 def _vocabulary(tokenizer, config: VaswaniConfig) -> list[str]:
-    """Our token strings in id order 0..V-1 (unused ids: unique placeholders)."""
+    """Our token strings in id order 0..V-1, exactly as the tokenizer maps them: nothing is reordered and <pad> is not
+    removed, because CTranslate2 maps the strings to the rows of our embedding by position.
+
+    Ids the tokenizer does not use (gaps in its id range) get unique placeholders; that the sizes agree was checked
+    before (`_checked_sources`)."""
     id_to_token = tokenizer_tokens(tokenizer)
     if id_to_token and max(id_to_token) >= config.vocab_size:
         raise UsageError(
@@ -84,8 +93,11 @@ def _vocabulary(tokenizer, config: VaswaniConfig) -> list[str]:
 
 
 def check_one_vocabulary(ours: dict[int, str], theirs: dict[int, str], which: str, advice: str) -> None:
-    """UsageError "{which} are not one vocabulary (id 7 is ...); {advice}" unless two {id: token} maps agree:
-    CTranslate2 maps token strings to rows, so another tokenizer of the same size would translate garbage."""
+    """Raise a UsageError ("{which} are not one vocabulary (id 7 is ...); {advice}") unless two {id: token} maps
+    agree, where an id absent from `ours` stands for the export's placeholder `<vaswani_unused_N>`.
+
+    CTranslate2 maps token strings to rows, so another tokenizer of the same size would translate garbage; the
+    sizes alone cannot show that."""
     for index in sorted(set(ours) | set(theirs)):
         mine, other = ours.get(index, f"<vaswani_unused_{index}>"), theirs.get(index)
         if mine != other:
@@ -96,7 +108,9 @@ def check_one_vocabulary(ours: dict[int, str], theirs: dict[int, str], which: st
 
 
 def check_metadata(path: str | os.PathLike) -> dict:
-    """vaswani_ctranslate2.json, checked: its shape, then each recorded decoding option's `GENERATION_SETTINGS`."""
+    """The vaswani_ctranslate2.json of a CTranslate2 export, checked: first the file's shape (`CT2_METADATA`), then
+    each decoding option recorded under "generation" against its declaration in `GENERATION_SETTINGS` (its type and
+    bounds; null means not recorded). A problem is a UsageError naming the file and the field."""
     metadata = read_json(path, CT2_METADATA)
     for key, value in metadata.get("generation", {}).items():
         if key in GENERATION_KEYS and value is not None:
@@ -108,7 +122,8 @@ def check_metadata(path: str | os.PathLike) -> dict:
 
 
 def _check_folder_tokenizer(folder: Path, tokenizer) -> None:
-    """A tokenizer given with a model folder that has its own: both one vocabulary (sizes miss a retrained one)."""
+    """A tokenizer given with a model folder that has a tokenizer of its own must be the same vocabulary: the same
+    tokens at the same ids. Comparing the sizes alone would miss a tokenizer retrained to the same size."""
     if not (folder / "tokenizer.json").is_file():
         return
     if isinstance(tokenizer, (str, os.PathLike)) and Path(tokenizer).resolve() == folder.resolve():
@@ -123,7 +138,9 @@ def _check_folder_tokenizer(folder: Path, tokenizer) -> None:
 
 
 def _checked_sources(model_or_folder, tokenizer):
-    """(model or checked folder, tokenizer or folder), checked before anything is loaded."""
+    """The pair (model object or checked folder, tokenizer object or folder), checked before anything is loaded: the
+    folder is a complete vaswani model folder (`check_model_folder`), and the tokenizer has the model's vocabulary
+    size (`check_same_vocabulary`) and, beside a folder with its own tokenizer, its tokens."""
     if isinstance(model_or_folder, VaswaniForConditionalGeneration):
         if tokenizer is None:
             raise ValueError("to_ctranslate2: pass `tokenizer=` (a tokenizer or its folder) with an in-memory model.")
@@ -280,11 +297,23 @@ def to_ctranslate2(
     max_positions: int | None = None,
     force: bool = False,
 ) -> Path:
-    """Write a CTranslate2 model folder computing exactly our model's function (model.bin, vocabulary, tokenizer
-    files, `vaswani_ctranslate2.json`), atomically; an existing non-empty `out_dir` only with `force`.
+    """Write a CTranslate2 model folder (`ctranslate2.Translator` loads it) that computes exactly our model's function.
 
-    max_positions: rows of the exported sinusoid table, the longest source and output (default
-    max(max_position_embeddings, 1024): CTranslate2 cannot extend it). tokenizer: default the model folder's."""
+    `model_or_folder` is a `VaswaniForConditionalGeneration` or a folder saved by `save_pretrained`, which is checked
+    before anything is loaded. `out_dir` receives model.bin, config.json, the vocabulary, the tokenizer files and
+    `vaswani_ctranslate2.json` (the position-table size and the generation defaults). It is written beside and
+    renamed into place; an existing non-empty folder is refused unless `force`, and even then only a CTranslate2
+    folder this package wrote is replaced.
+
+    `quantization` is None (float32 weights) or one of `QUANTIZATIONS`, CTranslate2's weight types; the compute type
+    is chosen when the export is loaded. `tokenizer` is a tokenizer or its folder, by default the model folder's; its
+    files are copied next to the model, and it must be the model's vocabulary. `max_positions` is the number of rows
+    of the exported sinusoid table, that is the longest source and the longest output (start token included) that
+    CTranslate2 can process; the default is max(max_position_embeddings, 1024), because CTranslate2 cannot extend
+    the table on demand as our model does. Learned positions (Table 3, row E) keep their own table.
+
+    CTranslate2 must be given the source sentences as our tokenizer makes them, `</s>` included (the export sets
+    `add_source_eos` to False); `vaswani_hf.export.ctranslate2` does this."""
     ctranslate2, _, _ = import_ctranslate2()
     try:
         EXPORT_SETTINGS["quantization"].check(quantization, "to_ctranslate2")

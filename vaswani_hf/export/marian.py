@@ -1,10 +1,23 @@
 """Exact conversion between `VaswaniForConditionalGeneration` and transformers' `MarianMTModel`.
 
-Marian's architecture is the paper's but for three things, each handled exactly: attention biases and
-`final_logits_bias` (zeros without `attention_bias`; a non-zero `final_logits_bias` is refused); its [sin | cos]
-sinusoid layout (the paper's interleaved one is a permutation of the model dimension, applied to every weight that
-reads or writes the residual stream); its LayerNorm epsilon of 1e-5 (`marian_limits`). `export_marian` writes a
-native folder (the Hub widget runs no custom code), `<pad>` last (`marian_vocabulary`).
+Marian's architecture is the paper's (post-norm layers, ReLU, sinusoids, shared and scaled embeddings; Sections 3.1 to
+3.5) with three differences, each handled exactly here:
+
+- Marian always has attention-projection biases and a `final_logits_bias`. We write zeros into them when
+  `attention_bias=False`, and refuse to import a non-zero `final_logits_bias`, because our model has no output bias.
+- Marian lays its sinusoids out as [sin | cos] ("concatenated"). The paper's interleaved layout differs from it by a
+  fixed permutation of the model dimension; every weight that reads or writes the residual stream is permuted with
+  it, which leaves the function unchanged because LayerNorm is equivariant under a permutation.
+- Marian's LayerNorm epsilon is fixed at 1e-5, where our default is tensor2tensor's 1e-6. The converted model's
+  LayerNorms get our epsilon in memory, so its outputs match ours; a Marian folder saved from it reloads with 1e-5,
+  which is why `marian_limits` exports only an epsilon close enough to it.
+
+This gives an independent implementation to test ours against, and a way to serve trained weights through a native
+architecture, because the Hub widget and Inference Endpoints do not run custom code. `export_marian` writes such a
+folder (the weights, our tokenizer, a generation config that transformers' built-in `generate` understands, and a
+card), with its token ids in Marian's order, `<pad>` last (`marian_vocabulary`), which CTranslate2's own converter
+requires. `to_marian` and `from_marian` keep our ids: they compute the same function on the same ids, which is what
+comparing two implementations needs.
 """
 
 from __future__ import annotations
@@ -42,7 +55,8 @@ _LAYER_NORMS = ["self_attn_layer_norm", "encoder_attn_layer_norm", "final_layer_
 
 
 def _layer_map(config: VaswaniConfig):
-    """Yield (our name, Marian name, D axis or None) for every per-layer tensor."""
+    """Yield (our name, Marian name, axis) for every per-layer tensor, where the axis is the one along the model
+    dimension D, which the sinusoid layout permutes, or None if the tensor has none."""
     for stack, num_layers in (("encoder", config.num_encoder_layers), ("decoder", config.num_decoder_layers)):
         attentions = ["self_attn"] + (["encoder_attn"] if stack == "decoder" else [])
         for i in range(num_layers):
@@ -77,7 +91,8 @@ def _embedding_map(config: VaswaniConfig):
 
 def marian_config_from(config: VaswaniConfig) -> MarianConfig:
     """The `MarianConfig` that computes the same function as `config`."""
-    # the refusals of an export, but for LayerNorm's epsilon, which the converted model keeps in memory
+    # An export's refusals apply, except the one about LayerNorm's epsilon: the converted model keeps ours in memory,
+    # and only a saved folder would reload with Marian's.
     problems = [problem for problem in marian_refusals(config) if not problem.startswith("layer_norm_eps")]
     if problems:
         raise ValueError(f"to_marian: {problems[0]}")
@@ -138,8 +153,11 @@ def to_marian(model: VaswaniForConditionalGeneration) -> MarianMTModel:
 def from_marian(
     marian: MarianMTModel, sinusoid_layout: str = "concatenated", **config_overrides
 ) -> VaswaniForConditionalGeneration:
-    """A `VaswaniForConditionalGeneration` computing exactly the same function as `marian` (model dimension permuted
-    for `sinusoid_layout="interleaved"`; attention biases kept unless all zero)."""
+    """A `VaswaniForConditionalGeneration` computing exactly the same function as `marian`.
+
+    With `sinusoid_layout="interleaved"` the model dimension is permuted so that the result uses the paper's layout.
+    The attention biases are kept (`attention_bias=True`) unless they are all zero, as they are in a model that
+    `to_marian` converted from the paper's."""
     mc = marian.config
     if mc.activation_function != "relu":
         raise ValueError(f"from_marian: the paper's FFN uses ReLU; this Marian model uses {mc.activation_function!r}.")
@@ -191,14 +209,19 @@ def from_marian(
     return model.train(marian.training)
 
 
-# A native MarianMTModel folder
+# A native MarianMTModel folder.
+
+
 def marian_generation_config(generation: dict, config) -> GenerationConfig:
-    """Our decoding settings restricted to what transformers' built-in `generate` understands."""
+    """Our decoding settings restricted to what transformers' built-in `generate` understands. It has no GNMT length
+    penalty and no per-sentence length limit, so only the beam size, alpha, early stopping and the n-gram block carry
+    over, and the length is capped globally."""
     keys = ("num_beams", "length_penalty", "early_stopping", "no_repeat_ngram_size")
     settings = {key: generation[key] for key in keys if generation.get(key) is not None}
     if settings.get("num_beams", 1) == 1:  # beam-search settings: transformers refuses to save them with greedy search
         settings = {key: value for key, value in settings.items() if key not in ("length_penalty", "early_stopping")}
-    return GenerationConfig(  # max_length: Marian's sinusoid table has this many rows
+    # max_length is a global cap because Marian's sinusoid table has max_position_embeddings rows.
+    return GenerationConfig(
         **settings,
         max_length=config.max_position_embeddings,
         decoder_start_token_id=config.decoder_start_token_id,
@@ -210,11 +233,14 @@ def marian_generation_config(generation: dict, config) -> GenerationConfig:
 
 
 def _copy_tokenizer(model_dir: Path, out_dir: Path, new_of_old: list[int]) -> None:
-    """The tokenizer files relabelled to the export's order, not re-saved (that would add loader state)."""
+    """Copy the tokenizer files into `out_dir` and relabel them to the export's token order (`marian_vocabulary`),
+    otherwise as they are: loading and saving the tokenizer again would add loader state to tokenizer_config.json."""
     copy_model_files(
         model_dir,
         out_dir,
-        only=(  # the rest is converted; junk is named and left out
+        # Only the tokenizer's files: the weights and configs are converted, and a file that is not a model
+        # folder's declared file is left out and named in a warning.
+        only=(
             "tokenizer.json",
             "tokenizer_config.json",
             "special_tokens_map.json",
@@ -222,11 +248,14 @@ def _copy_tokenizer(model_dir: Path, out_dir: Path, new_of_old: list[int]) -> No
         ),
     )
     relabel_tokenizer_files(out_dir, new_of_old)
-    declare_plain_tokenizer(out_dir)  # serving stacks may run transformers 4
+    # Serving stacks may run transformers 4, which does not know the tokenizer class that transformers 5 saves.
+    declare_plain_tokenizer(out_dir)
 
 
 def count_marian_parameters(marian: MarianMTModel) -> int:
-    """Parameters of a `to_marian` model counted as the original's: no sinusoid tables, no all-zero biases."""
+    """The parameters of a `MarianMTModel` converted by `to_marian`, counted as the original's. The fixed sinusoid
+    tables (`embed_positions`) and the all-zero attention biases are left out, because Marian stores them but the
+    paper's model does not have them."""
     total = 0
     for name, parameter in marian.named_parameters():
         if "embed_positions" in name:
@@ -256,7 +285,8 @@ def _marian_architecture(config: dict) -> Architecture:
 
 
 def _decodes_like_ours(generation: dict) -> bool:
-    """Whether transformers' beam search decodes as our `generate`: its length penalty, no per-sentence limit."""
+    """Whether transformers' built-in beam search decodes as our `generate` does with these settings: only when they
+    use transformers' length penalty (or greedy search) and no per-sentence length limit."""
     return (
         generation.get("length_penalty_type", "hf") == "hf" or generation.get("num_beams", 1) == 1
     ) and generation.get("max_length_b") is None
@@ -285,7 +315,9 @@ MARIAN_CARD = CardVariant(
 
 
 def _check_marian_paths(model_dir, out_dir, overwrite: bool) -> tuple[Path, Path]:
-    """Both folders checked before any work: a complete vaswani model folder, and a new output folder."""
+    """Both folders, checked before any work. The input must be a complete vaswani model folder whose tokenizer has
+    the model's vocabulary size (`check_same_vocabulary`); the output must differ from it and be new or empty, or
+    else an earlier Marian export when `overwrite` is given."""
     model_dir = check_model_folder(Path(model_dir), what="model folder", vaswani_only=True)
     out_dir = Path(out_dir)
     if out_dir.resolve() == model_dir.resolve():
@@ -303,9 +335,17 @@ def export_marian(
     repo_id: str | None = None,
     overwrite: bool = False,
 ) -> Path:
-    """Write a native `MarianMTModel` folder computing exactly the function of the model in `model_dir` (`<pad>`
-    last), with its relabelled tokenizer, generation config and (given `training_info`, default `model_dir`'s
-    metrics.json) a card; atomically, an existing non-empty `out_dir` only with `overwrite`."""
+    """Write a native `MarianMTModel` folder computing exactly the function of the vaswani model in `model_dir`, with
+    its tokenizer (our `tokenizer.json`, loaded by `AutoTokenizer`), a generation config and a card.
+
+    The folder's token ids follow Marian's order, `<pad>` last (`marian_vocabulary`: id i becomes (i - pad - 1) mod
+    V, in the weights and the tokenizer together), so that CTranslate2's own converter and the rest of the OPUS-MT
+    tool chain accept it; on the same text its logits are ours with the vocabulary axis permuted.
+
+    `metrics` and `training_info` default to the `metrics.json` that `write_model_card` wrote in `model_dir`; without
+    `training_info` (which names the languages) no card is written. Both folders are checked before any work. The
+    folder is written beside `out_dir` and renamed into place, and an existing non-empty `out_dir` is replaced only
+    with `overwrite`. Returns `out_dir`."""
     from transformers import AutoTokenizer
 
     model_dir, out_dir = _check_marian_paths(model_dir, out_dir, overwrite)
@@ -313,22 +353,24 @@ def export_marian(
     metrics = metrics if metrics is not None else record.get("metrics")
     training_info = training_info if training_info is not None else record.get("training_info")
     info = training_info if isinstance(training_info, Mapping) else {}
-    check_card_identity(repo_id, info.get("source_lang"), info.get("target_lang"))  # before any work
+    # The repository id and languages are checked before any work, so that a bad one costs no conversion.
+    check_card_identity(repo_id, info.get("source_lang"), info.get("target_lang"))
     model = VaswaniForConditionalGeneration.from_pretrained(model_dir).eval()
     marian = to_marian(model).eval()
     gen_path = model_dir / "generation_config.json"
     generation = read_json(gen_path) if gen_path.is_file() else model.generation_config.to_dict()
     marian.generation_config = marian_generation_config(generation, model.config)
-    new_of_old = move_pad_last(marian)  # <pad> last, as the OPUS-MT tool chain expects (marian_vocabulary)
+    # <pad> last, as the OPUS-MT tool chain expects (marian_vocabulary).
+    new_of_old = move_pad_last(marian)
     with atomic_output_dir(out_dir, kind=MARIAN_FOLDER, overwrite=overwrite) as tmp:
         marian.save_pretrained(tmp)
         _copy_tokenizer(model_dir, tmp, new_of_old)
-        # fail here, not on the Hub, if the copy does not load or disagrees with the relabelled weights
+        # Fail here, not on the Hub, if the copied tokenizer does not load or disagrees with the relabelled weights.
         check_relabelled_tokenizer(
             AutoTokenizer.from_pretrained(model_dir), AutoTokenizer.from_pretrained(tmp), new_of_old, tmp
         )
         if training_info:
-            # the card's decoding section describes the settings the scores were measured with (the original's)
+            # The card's decoding section describes the settings the scores were measured with: the original's.
             card = render_model_card(
                 marian,
                 metrics,

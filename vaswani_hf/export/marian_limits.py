@@ -1,8 +1,14 @@
 """What transformers' `MarianMTModel` can express of our model, checked before an export (`vaswani-export-marian`).
 
-Marian fixes sinusoidal positions, d_k = d_v = d_model / h and LayerNorm epsilon 1e-5 (MarianConfig cannot change
-it): a saved folder reloads with 1e-5, moving the logits by about |eps - 1e-5| / (2 var) relative, so only an epsilon
-within EPS_TOLERANCE (our default 1e-6 included) is exported.
+Marian's architecture is the paper's with some choices fixed (`transformers/models/marian/modeling_marian.py`): only
+sinusoidal positions, d_k = d_v = d_model / h, and LayerNorms built as `nn.LayerNorm(d_model)`, that is with PyTorch's
+default epsilon of 1e-5, which MarianConfig has no field to change. `to_marian` sets our epsilon on the converted model
+in memory, but a saved Marian folder reloads with 1e-5. LayerNorm divides by sqrt(var + eps), so the reloaded logits
+move by about |eps - 1e-5| / (2 var) relative. Within EPS_TOLERANCE of 1e-5 (our default 1e-6 included) that is the
+conversion's own accuracy, about 1e-6; any other epsilon would reload as another model, so it is refused here.
+
+This is kept apart from `vaswani_hf.export.marian`, the conversion itself: these are the refusals a user's model
+meets, as `UsageError`s naming the file and the field, before any work.
 """
 
 from __future__ import annotations
@@ -15,18 +21,21 @@ from typing import Any
 from ..errors import UsageError
 from ..io.files import CONFIG, read_json
 
-EPS_TOLERANCE = 1e-5  # |eps - Marian's| at most this: the reloaded logits agree to ~1e-6 relative
+# An epsilon at most this far from Marian's reloads with logits that agree to about 1e-6 relative.
+EPS_TOLERANCE = 1e-5
 
 
 def marian_layer_norm_eps() -> float:
-    """The epsilon of a reloaded MarianMTModel's LayerNorms: PyTorch's default (Marian passes none)."""
+    """The epsilon of every LayerNorm of a reloaded MarianMTModel: PyTorch's default, which Marian's modeling code
+    gets because it passes none."""
     import torch
 
     return float(torch.nn.LayerNorm(1).eps)
 
 
 def marian_refusals(config: Mapping[str, Any] | Any) -> list[str]:
-    """Why a model of `config` (a config or its dict) cannot be exported to MarianMTModel: "field: reason"s."""
+    """Why a model of `config` (a VaswaniConfig or the dict of its config.json) cannot be exported to a MarianMTModel
+    that computes the same function: one "field: reason" per problem, and [] when it can."""
     get = config.get if isinstance(config, Mapping) else (lambda key, default=None: getattr(config, key, default))
     d_model, heads = get("d_model", 512), get("num_heads", 8)
     width = d_model // heads if isinstance(d_model, int) and isinstance(heads, int) and heads > 0 else None
@@ -52,7 +61,8 @@ def marian_refusals(config: Mapping[str, Any] | Any) -> list[str]:
 
 
 def check_marian_exportable(model_dir: str | os.PathLike) -> None:
-    """UsageError naming the model folder's config.json and the first field MarianMTModel cannot express."""
+    """Raise a UsageError naming the model folder's config.json and the first field that MarianMTModel cannot
+    express, if there is one."""
     path = Path(model_dir) / "config.json"
     problems = marian_refusals(read_json(path, CONFIG))
     if problems:

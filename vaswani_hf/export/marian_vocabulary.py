@@ -1,8 +1,17 @@
 """The Marian export's token order: `<pad>` is the LAST id, as in OPUS-MT and Marian C++.
 
-Our `<pad>` is id 0; CTranslate2's Marian converter drops the last vocabulary entry. The export relabels id i ->
-(i - pad - 1) mod V, the others keeping their order, in the weights, special ids and tokenizer files together, so the
-exported model's logits are ours with the last axis permuted. No library relabels a model with its tokenizer.
+Our vocabulary puts `<pad>` first (id 0, whose embedding is the decoder's zero start vector). Marian C++ and the
+OPUS-MT models converted to transformers put it last, and the tools of that tool chain rely on it: CTranslate2's own
+converter (`ct2-transformers-converter`, its Marian loader) drops the last vocabulary entry and the last embedding row,
+because it starts the decoder from a zero vector by itself. An export with `<pad>` = 0 fails there ("Source
+vocabulary 0 has size V but the model expected a vocabulary of size V - 1").
+
+So the export relabels the vocabulary with the rotation that moves `<pad>` to the end and keeps every other token in
+order: id i becomes (i - pad - 1) mod V, so that for `<pad>` = 0 every token moves down by one and `<pad>` becomes
+V - 1. The embedding rows, the output projection and its bias, the special ids of the config and generation config,
+and the tokenizer (`tokenizer.json` and the files beside it) are relabelled together, so the exported model computes
+the same function on the same text: its logits are ours with the last axis permuted. This is written here because no
+library relabels a model together with its tokenizer.
 """
 
 from __future__ import annotations
@@ -31,17 +40,22 @@ def _relabel_id(value, new_of_old: list[int]):
 
 @torch.no_grad()
 def move_pad_last(marian: MarianMTModel) -> list[int]:
-    """Relabel `marian` (from `to_marian`) in place so that `<pad>` is its last id: embeddings, projection,
-    `final_logits_bias` and special ids permuted together. Returns `new_of_old`."""
+    """Relabel `marian` (from `to_marian`) in place so that `<pad>` is its last id; returns `new_of_old`.
+
+    The rows of the embeddings and of the output projection (one shared matrix, or three with
+    `tie_word_embeddings=False`), the columns of `final_logits_bias`, and the special ids of the config and
+    generation config are permuted together: the relabelled model's logit at Marian id `new_of_old[i]` is the
+    original's at id i."""
     config = marian.config
     new_of_old = pad_last_order(config.vocab_size, config.pad_token_id)
     old_of_new = torch.empty(config.vocab_size, dtype=torch.long)
     old_of_new[torch.tensor(new_of_old)] = torch.arange(config.vocab_size)
     embeddings = [marian.model.encoder.embed_tokens, marian.model.decoder.embed_tokens, marian.lm_head]
-    if getattr(marian.model, "shared", None) is not None:  # untied models (share_encoder_decoder_embeddings=False)
-        embeddings.append(marian.model.shared)  # have three separate matrices and no `shared`
+    # Untied models (share_encoder_decoder_embeddings=False) have three separate matrices and no `shared`.
+    if getattr(marian.model, "shared", None) is not None:
+        embeddings.append(marian.model.shared)
     weights = {id(module.weight): module.weight for module in embeddings}
-    for weight in weights.values():  # tied weights are one tensor: permute each tensor once
+    for weight in weights.values():  # tied weights are one tensor, so each tensor is permuted once
         weight.copy_(weight[old_of_new.to(weight.device)])
     bias = marian.final_logits_bias
     bias.copy_(bias[:, old_of_new.to(bias.device)])
@@ -52,8 +66,8 @@ def move_pad_last(marian: MarianMTModel) -> list[int]:
 
 
 def _relabel_post_processor(processor: dict | None, new_of_old: list[int]) -> None:
-    """The ids a post-processor inserts: TemplateProcessing's `special_tokens`, Bert / Roberta's `sep` and `cls`,
-    each processor of a Sequence."""
+    """Relabel the ids a post-processor inserts: TemplateProcessing's `special_tokens`, the `sep` and `cls` of Bert's
+    and Roberta's, and those of each processor of a Sequence."""
     if not processor:
         return
     for inner in processor.get("processors") or []:
@@ -118,8 +132,8 @@ def relabel_tokenizer_files(folder: Path, new_of_old: list[int]) -> None:
 
 
 def check_relabelled_tokenizer(original, relabelled, new_of_old: list[int], folder: Path) -> None:
-    """The relabelled tokenizer maps every token to `new_of_old` of its id and encodes text alike: fail here rather
-    than ship a tokenizer that disagrees with the weights."""
+    """Check that the relabelled tokenizer maps every token to `new_of_old` of its old id and encodes a sample text
+    to the relabelled ids: failing here is better than shipping a tokenizer that disagrees with the weights."""
     expected = {token: new_of_old[i] for token, i in original.get_vocab().items()}
     sample = "a b ."
     encoded = [new_of_old[i] for i in original(sample)["input_ids"]]

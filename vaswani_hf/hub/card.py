@@ -1,6 +1,11 @@
-"""The model card: a `huggingface_hub.ModelCard` from the Jinja template `templates/model_card.md` with `ModelCardData`
-metadata; only the body's tables are built here. Architecture numbers come from the model, scores only from the
-metrics given (none: no results table, no model-index; NaN or strings refused).
+"""The model card: a `huggingface_hub.ModelCard` rendered from the Jinja template `vaswani_hf/templates/model_card.md`
+(a link to the repository's `model_cards/vaswani_template.md`) with `ModelCardData` metadata: language, license,
+library_name, pipeline_tag, tags, datasets, metrics, model-index results and widget examples.
+
+The architecture numbers are read from the model (the parameter count from its weights), and the scores come only
+from the metrics given. Nothing is invented: without metrics there is no results table and no model-index, and a
+score that is not a number (NaN, a string) is refused. The card itself (its YAML header, the model-index) is
+huggingface_hub's; only the body's tables are built here.
 """
 
 from __future__ import annotations
@@ -21,11 +26,12 @@ from .ids import check_card_identity  # also imported from here by the exports
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 TEMPLATES_DIR = PACKAGE_DIR / "templates"
-# A link to the repository's `model_cards/vaswani_template.md`, copied into a wheel
+# The card template lives in the repository's `model_cards/` folder; `templates/model_card.md` is a link to it, which a
+# wheel build copies into the package. Pass `template_path=` to use another one.
 DEFAULT_CARD_TEMPLATE = TEMPLATES_DIR / "model_card.md"
 METRICS_FILE = "metrics.json"
 
-# name -> (label in the card, Hub metric id for `metrics:` / model-index `type`)
+# A metric's name -> (its label in the card, its Hub metric id for `metrics:` and the model-index `type`).
 METRIC_INFO = {
     "sacrebleu": ("sacreBLEU", "sacrebleu"),
     "bleu": ("BLEU (sacreBLEU)", "sacrebleu"),
@@ -71,7 +77,7 @@ _META_KEYS = {
     "summary",
 }
 
-# Default widget inputs by source language (example inputs, not results).
+# Default inputs of the Hub widget by source language: example inputs, not results.
 DEFAULT_WIDGET_TEXT = {
     "en": ["The weather is nice today.", "My friend bought a new house near the river."],
     "de": ["Das Wetter ist heute schön.", "Mein Freund hat ein neues Haus am Fluss gekauft."],
@@ -106,14 +112,18 @@ class Architecture:
     positions: str
     vocab_size: int
     tied: bool
-    attention_bias: bool = False  # shown only when there are biases (the paper has none)
+    attention_bias: bool = False  # shown only when the model has biases, because the paper's has none
 
 
 @dataclass(frozen=True)
 class CardVariant:
-    """How a card describes one kind of repository: `name` selects the template's text, `architecture` reads the
-    table from config.json. If not `decodes_as_measured(generation config)`, the scores stay out of the model-index
-    and `results_note` / `decoding_note` say why. `global_max_length`: show a global `max_length`."""
+    """How a card describes one kind of repository.
+
+    `name` selects the template's text (introduction, usage), `tags` go to the metadata, `architecture` reads the
+    table from config.json, and `count_parameters` counts a model object's parameters as the paper does.
+    `decodes_as_measured(generation config)` says whether the repository's own `generate()` decodes as the scores
+    were measured; if it does not, the scores stay in the body but out of the model-index, and `results_note` and
+    `decoding_note` say why. `global_max_length` shows a global `max_length` when there is no per-sentence limit."""
 
     name: str
     tags: tuple[str, ...]
@@ -126,9 +136,13 @@ class CardVariant:
 
 
 def normalize_metrics(metrics: Mapping | None) -> dict[str, dict]:
-    """Metrics as `{name: {"score", "signature", "description"}}` from `compute_all`, `{"scores": ...}`,
-    `{"metrics": ...}` or flat Trainer numbers (prefix dropped, losses and throughput skipped); ValueError on a
-    score that is not a finite number."""
+    """Metrics in one form: `{name: {"score": float, "signature": str | None, "description": str | None}}`.
+
+    The accepted inputs are `vaswani_hf.evaluation.compute_all`'s result (`{name: {"score", "signature", ...}}`),
+    the JSON of the evaluation tool (`{"scores": {...}, "meta": {...}}`), this module's `metrics.json`
+    (`{"metrics": {...}}`), and flat numbers (`{"bleu": 27.3}`, or the Trainer's `{"eval_bleu": 27.3, "eval_loss":
+    ...}`, whose `eval_`, `test_` or `predict_` prefix is dropped; losses and throughput are not scores and are
+    skipped). A score that is not a finite number raises a ValueError, because the card takes no placeholders."""
     if not metrics:
         return {}
     if "scores" in metrics and isinstance(metrics["scores"], Mapping):
@@ -156,8 +170,8 @@ def normalize_metrics(metrics: Mapping | None) -> dict[str, dict]:
 
 
 def count_parameters_in_folder(model_dir: str | os.PathLike) -> int:
-    """Number of parameters stored in the folder's safetensors weights (tied matrices are stored, and counted, once),
-    from their checked headers."""
+    """The number of parameters stored in the folder's safetensors weights, read from their checked headers. Tied
+    matrices are stored once, so they are counted once."""
     files = weight_files(model_dir)
     if not files:
         raise FileNotFoundError(f"no safetensors weights in {model_dir}")
@@ -170,12 +184,14 @@ def count_parameters_in_folder(model_dir: str | os.PathLike) -> int:
 
 
 def count_parameters(model) -> int:
-    """Number of distinct parameters of a model object (a shared tensor counts once, as `parameters()` yields it)."""
+    """The number of distinct parameters of a model object: a shared tensor counts once, as `parameters()` yields
+    it once."""
     return sum(p.numel() for p in model.parameters())
 
 
 def _describe_source(model_dir_or_model, variant: CardVariant) -> tuple[dict, dict, int, Path | None]:
-    """(config dict, generation config dict, parameter count, folder or None)."""
+    """What the card reads from a saved folder or a model object: (config dict, generation config dict, parameter
+    count, the folder or None)."""
     if isinstance(model_dir_or_model, (str, os.PathLike)):
         folder = Path(model_dir_or_model)
         if not (folder / "config.json").is_file():
@@ -238,12 +254,14 @@ def _architecture_rows(arch: Architecture, num_parameters: int) -> list[tuple[st
     return rows
 
 
-# This package's model, with its code in the repository (trust_remote_code): it decodes as the scores were measured.
+# This package's model, with its code in the repository (trust_remote_code), so it decodes as the scores were
+# measured.
 VASWANI_CARD = CardVariant("vaswani", ("custom_code", "vaswani"), vaswani_architecture, count_parameters)
 
 
 def _cell(text: str) -> str:
-    """Markdown table cell: a `|` (sacreBLEU signatures, |Y|) would end the cell, even inside backticks."""
+    """Text made safe for a Markdown table cell: a `|` (in a sacreBLEU signature, or |Y|) would end the cell even
+    inside backticks, so it is escaped, and a line break becomes a space."""
     return str(text).replace("\n", " ").replace("|", "\\|")
 
 
@@ -290,8 +308,8 @@ def _decoding_rows(generation: dict, variant: CardVariant) -> list[tuple[str, st
 
 
 def _results(scores: dict, eval_dataset: dict, direction: str, declare: bool) -> tuple[list[dict], list[EvalResult]]:
-    """(rows of the body's results table, model-index entries). Every score gets a row; it is declared in the
-    model-index only when `declare` (the repository decodes as the scores were measured)."""
+    """The rows of the body's results table and the model-index entries. Every score gets a row; it is declared in
+    the model-index only when `declare`, that is when the repository decodes as the scores were measured."""
     rows, eval_results = [], []
     for name, result in scores.items():
         label, metric_type = METRIC_INFO.get(name, (name, name))
@@ -387,12 +405,23 @@ def render_model_card(
     variant: CardVariant | None = None,
     generation_config: Mapping | None = None,
 ) -> ModelCard:
-    """The `huggingface_hub.ModelCard` of a saved folder or model object (architecture and parameter count read from
-    it), from real numbers only. metrics: forms of `normalize_metrics` (none: no results, no model-index).
-    training_info: `source_lang`, `target_lang` required; with metrics `eval_dataset = {"name", "id", "config",
-    "split"}` (`name` required); optional `license`, `model_name`, `tags`, `widget_examples`, `summary`,
-    `extra_limitations` and TRAINING_FIELDS (other keys shown as given). variant: `VASWANI_CARD` by default.
-    generation_config: the decoding the metrics were measured with (default: the model's)."""
+    """Render the model card of a trained model from real numbers only; returns a `huggingface_hub.ModelCard`, whose
+    `card.data` is its `ModelCardData`.
+
+    `model_dir_or_model` is a saved folder (config.json, safetensors weights, optionally generation_config.json) or a
+    model object (`VaswaniForConditionalGeneration`, or an export's model with that export's `variant`); the
+    architecture and the parameter count are read from it. `metrics` are the scores of the run, in any form
+    `normalize_metrics` accepts; with None or {} the card says there are none and has no model-index.
+    `training_info` needs `source_lang` and `target_lang` (ISO 639-1 codes), and with metrics also `eval_dataset =
+    {"name", "id", "config", "split"}`, where `name` is required because a score without its test set means nothing.
+    Its optional keys are `license` (default "apache-2.0"), `model_name`, `tags`, `widget_examples`, `summary`,
+    `extra_limitations` and the training facts of TRAINING_FIELDS; any other key is shown as given.
+
+    `repo_id` goes into the usage snippets, and `template_path` names another Jinja template. `widget_examples` are
+    the Hub widget's inputs (default: training_info's, else two built-in sentences for en, de or fr). `variant` is
+    the kind of repository: `VASWANI_CARD` by default (this package's model with its code), while an export brings
+    its own, such as `vaswani_hf.export.marian.MARIAN_CARD`. `generation_config` is the decoding the metrics were
+    measured with (default: the model's)."""
     variant = VASWANI_CARD if variant is None else variant
     info = dict(training_info or {})
     scores = normalize_metrics(metrics)
@@ -403,7 +432,8 @@ def render_model_card(
         generation = dict(generation_config)
     src_name, tgt_name = LANGUAGE_NAMES.get(src, src), LANGUAGE_NAMES.get(tgt, tgt)
     model_name = info.get("model_name") or (repo_id.split("/")[-1] if repo_id else f"vaswani-transformer-{src}-{tgt}")
-    # body rows for every score; model-index entries only where this repository decodes as the scores were measured
+    # Every score gets a row in the body, but a model-index entry only where this repository decodes as the scores
+    # were measured.
     decoding_same = variant.decodes_as_measured(generation)
     results, eval_results = _results(scores, eval_dataset, f"{src_name} to {tgt_name}", decoding_same)
     widgets = widget_examples if widget_examples is not None else info.get("widget_examples")
@@ -436,8 +466,11 @@ def render_model_card(
 
 
 def write_model_card(model_dir: str | os.PathLike, metrics: Mapping | None, training_info: Mapping, **kwargs) -> Path:
-    """Write `render_model_card`'s card as `model_dir/README.md` and its inputs as `metrics.json` (reused by the Marian
-    export, carried by the upload); returns the README path."""
+    """Render the card of the saved folder `model_dir` and write it as `README.md`; returns the README path.
+
+    It also writes `metrics.json` (`{"metrics": normalised scores with signatures, "training_info": ...,
+    "widget_examples": ...}`), the inputs of the card, which the Marian export reuses to write its own card and the
+    upload carries. Keyword arguments go to `render_model_card`."""
     model_dir = Path(model_dir)
     card = render_model_card(model_dir, metrics, training_info, **kwargs)
     readme = model_dir / "README.md"
@@ -450,6 +483,7 @@ def write_model_card(model_dir: str | os.PathLike, metrics: Mapping | None, trai
 
 
 def read_card_inputs(model_dir: str | os.PathLike) -> dict:
-    """The `metrics.json` written by `write_model_card` ({} if there is none)."""
+    """The `metrics.json` written by `write_model_card`: {} if there is none, and a UsageError naming the file if it
+    is broken."""
     path = Path(model_dir) / METRICS_FILE
     return read_json(path, what=METRICS_FILE) if path.is_file() else {}

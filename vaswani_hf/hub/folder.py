@@ -1,6 +1,12 @@
 """The Hub-ready model folder: everything a repository needs so that the model loads, translates and is described
-where this package is not installed (`save_hub_folder`), appearing whole; and `missing_code_files`, the code files a
-folder assembled by hand may lack under `trust_remote_code` (the upload refuses it instead of failing on the Hub).
+where this package is not installed, written in one place and appearing whole.
+
+`save_hub_folder` writes the weights (safetensors), config.json with `auto_map` and `custom_pipelines`, the code files
+(transformers' `save_pretrained` copies the registered classes' files and their relative imports, the pipeline's
+included), the tokenizer, the paper's `generation_config.json`, the Inference Endpoints handler (`add_handler`), the
+caller's extra files and the model card. `missing_code_files` checks that a folder carries every code file its
+config.json needs under `trust_remote_code`: transformers copies them, but a folder assembled by hand (with files
+copied from an older run) may lack one, and the upload refuses such a folder instead of failing on the Hub.
 """
 
 from __future__ import annotations
@@ -24,12 +30,14 @@ logger = logging.getLogger(__name__)
 
 HANDLER_TEMPLATE = PACKAGE_DIR / "templates" / "handler.py"
 HANDLER_REQUIREMENTS = "transformers>=5.0,<6\nsafetensors>=0.4\n"
-HUB_FOLDER = "Hub model folder"  # what save_hub_folder writes (its marker: vaswani_hf.io.outputs)
+# The kind of folder save_hub_folder writes, as its marker names it (vaswani_hf.io.outputs).
+HUB_FOLDER = "Hub model folder"
 
 
 def add_handler(folder: str | os.PathLike) -> Path:
-    """Copy the Inference Endpoints handler into `folder` as `handler.py`, and a `requirements.txt` naming
-    transformers 5 (the endpoint image may ship an older one) unless one exists. Returns the handler's path."""
+    """Copy the Inference Endpoints custom handler (`EndpointHandler`) into `folder` as `handler.py`, and write a
+    `requirements.txt` naming transformers 5 unless the folder has one, because the endpoint image may ship an older
+    transformers. Returns the handler's path."""
     folder = Path(folder)
     target = folder / "handler.py"
     shutil.copyfile(HANDLER_TEMPLATE, target)
@@ -40,8 +48,12 @@ def add_handler(folder: str | os.PathLike) -> Path:
 
 
 def missing_code_files(folder: str | os.PathLike, names: set[str] | None = None) -> list[str]:
-    """Problems that would stop `trust_remote_code` loading of `folder`: a code file config.json names or a code file
-    imports (`from .x import`) absent or without its auto_map class. `names`: the files that will be there."""
+    """The problems that would stop `trust_remote_code` from loading `folder`, as an empty list when there are none.
+
+    A problem is a code file that config.json references (`auto_map`, `custom_pipelines`) and that is absent; a code
+    file that imports a sibling (`from .x import`) that is absent, as modeling_vaswani.py imports
+    generation_vaswani.py; or a code file that is present but does not define the class config.json names in it.
+    `names` are the files that will be in the folder (default: the folder's files now)."""
     folder = Path(folder)
     names = names if names is not None else {p.name for p in folder.iterdir() if p.is_file()}
     problems = []
@@ -58,7 +70,8 @@ def missing_code_files(folder: str | os.PathLike, names: set[str] | None = None)
 
 
 def _top_level_names(source: str) -> set[str] | None:
-    """Names a module defines at top level; None if it does not parse (the upload check names that file)."""
+    """The names a module defines at top level (classes, functions, assignments, imports), or None if it does not
+    parse, in which case the upload's check names that file."""
     try:
         table = symtable.symtable(source, "<code file>", "exec")
     except (SyntaxError, ValueError):
@@ -67,11 +80,12 @@ def _top_level_names(source: str) -> set[str] | None:
 
 
 def _undefined_references(folder: Path, names: set[str], config: Mapping) -> list[str]:
-    """A "module.Class" that config.json names whose (present) module does not define Class."""
+    """Each "module.Class" that config.json names whose module is present but does not define Class:
+    trust_remote_code would then fail on the user's machine, not here."""
     problems = []
     for module, attribute in sorted(code_references(config)):
         if not attribute or f"{module}.py" not in names:
-            continue  # a missing module is reported as missing
+            continue  # a missing module is reported as missing by missing_code_files
         defined = _top_level_names((folder / f"{module}.py").read_text(encoding="utf-8", errors="replace"))
         if defined is not None and attribute not in defined:
             problems.append(
@@ -115,7 +129,7 @@ def _write_card(folder: Path, scores: Mapping | None, training_info: Mapping | N
         write_model_card(folder, scores, training_info or {})
         if (folder / "README.md").is_file():
             return
-    except Exception as error:  # noqa: BLE001 - a card problem (any) must not lose the trained model
+    except Exception as error:  # noqa: BLE001 - no problem with the card, of any kind, may lose the trained model
         logger.warning(
             "the model card could not be rendered (%s: %s); writing a minimal README.md", type(error).__name__, error
         )
@@ -134,15 +148,28 @@ def save_hub_folder(
     overwrite: bool = False,
     own: bool = False,
 ) -> Path:
-    """Write and return a Hub-ready folder `out_dir` (replaced only if an earlier `HUB_FOLDER`, or with `own`): the
-    model with its code and the paper's decoding settings (Section 6.1), the tokenizer, the endpoint handler,
-    `extra_files`, what `write_extra(folder)` writes, and the card (a minimal README.md if it cannot be rendered).
-    `model` may be a `Trainer`; `training_info`'s languages become the config's `langs` (for the pipeline's task)."""
+    """Write a Hub-ready model folder at `out_dir` and return it.
+
+    The folder holds the model (weights, config with `auto_map` and `custom_pipelines`, code files) with the paper's
+    decoding settings as its generation config (Section 6.1, not the defaults Seq2SeqTrainer leaves there), the
+    tokenizer, the endpoint handler and requirements.txt (`add_handler`), `extra_files` (file name -> text or bytes),
+    whatever `write_extra(folder)` writes (plots, for example), and the model card of
+    `write_model_card(folder, scores, training_info)`; if the card cannot be rendered, a minimal README.md is written
+    with a warning. `model` may be a `Trainer`, whose unwrapped model is saved. With `source_lang` and `target_lang`
+    in `training_info`, the model's config records the pair (`langs`), so that
+    `pipeline("translation_en_to_de", model=folder, trust_remote_code=True)` works too and the pipeline checks
+    `src_lang` and `tgt_lang` against it; config.json names the one pipeline task "translation", which
+    `pipeline(model=folder, trust_remote_code=True)` infers.
+
+    `out_dir` is checked first. A file, a non-empty folder without `overwrite`, or with it a folder that is not an
+    earlier Hub folder of this package (`HUB_FOLDER`, or with `own` the caller's own earlier export, which it vouches
+    for) is a UsageError, and so is a tokenizer of another vocabulary than the model's. The folder is written beside
+    `out_dir` and renamed into place, so it appears whole or not at all."""
     out_dir = check_output_dir(out_dir, overwrite=overwrite, what="Hub folder", kind=None if own else HUB_FOLDER)
     for name in extra_files or {}:
         if Path(name).name != name or name in ("", ".", ".."):
             raise ValueError(f"extra_files: {name!r} is not a plain file name")
-    if hasattr(model, "model") and hasattr(model, "args") and hasattr(model, "accelerator"):  # a Trainer
+    if hasattr(model, "model") and hasattr(model, "args") and hasattr(model, "accelerator"):  # a Trainer: unwrap it
         model = model.accelerator.unwrap_model(model.model)
     if tokenizer is not None:
         check_same_vocabulary(model, tokenizer)
@@ -151,7 +178,9 @@ def save_hub_folder(
         info = training_info or {}
         if info.get("source_lang") and info.get("target_lang"):
             model.config.langs = [info["source_lang"], info["target_lang"]]
-        model.config.use_cache = True  # the Trainer writes its args.use_cache (False) into the config it trains
+        # The Trainer writes its args.use_cache (False) into the config of the model it trains; the published model
+        # should decode with its key/value cache, so it is set back.
+        model.config.use_cache = True
         model.config.custom_pipelines, model.config.langs = pipeline_settings(
             model.config.custom_pipelines, model.config.langs
         )

@@ -1,6 +1,13 @@
-"""Upload a model folder to the Hub: `HfApi.upload_folder` in one commit with exactly `list_upload_files` (never
-checkpoints, optimizer states or pickles), after `check_folder` (before any network call, dry run included). The
-token is never printed; network failures are one-line `RunFailure`s.
+"""Upload a model folder to the Hugging Face Hub: `HfApi.create_repo`, then `HfApi.upload_folder` in one commit with
+exactly the files `list_upload_files` lists (weights as safetensors, config with auto_map, code, tokenizer, generation
+config, metrics, card, handler; never checkpoints, optimizer states or pickled weights).
+
+`check_folder` refuses, before any network call and in a dry run too, a folder that would give an unusable
+repository: missing or truncated weights, a broken config.json, a missing tokenizer, card or code file, a code file
+that does not compile, a JSON file that does not parse or has the wrong shape, generation settings out of their
+bounds, a tokenizer that does not load or is not the model's; and an invalid repository id or revision. The token
+comes from the `token` argument, `HF_TOKEN` or the cached login (huggingface_hub resolves it) and is never printed;
+network and authentication failures are one-line `RunFailure`s.
 """
 
 from __future__ import annotations
@@ -26,8 +33,9 @@ DEFAULT_COMMIT_MESSAGE = "Upload Vaswani Transformer (weights, code, tokenizer, 
 
 
 def list_upload_files(model_dir: str | os.PathLike) -> list[tuple[str, int]]:
-    """`[(path in repo, size in bytes)]` of the files `push_folder` uploads from `model_dir`, sorted: its declared
-    files (`io.models.declared_files`); anything else stays local and is named by the dry run."""
+    """The files `push_folder` uploads from `model_dir`, as a sorted `[(path in repo, size in bytes)]`: the folder's
+    declared files (`io.models.declared_files`). Anything else (checkpoints, optimizer states, pickled weights, logs)
+    stays local, and the dry run names it."""
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise UsageError(
@@ -46,9 +54,16 @@ def check_folder(
     repo_id: str | None = None,
     revision: str | None = None,
 ) -> list[str]:
-    """Problems that would make the uploaded repository unusable, each naming its file: invalid `repo_id` or
-    `revision`, unparsable *.json / *.py or card, what loading refuses (`check_model_folder`), a needed code file
-    absent or without its auto_map class, a tokenizer transformers cannot load or with other special tokens."""
+    """The problems that would make the uploaded repository unusable, each naming its file; an empty list when there
+    are none.
+
+    They are: an invalid `repo_id` or `revision` (git's rules for a branch name); an uploaded *.json that does not
+    parse or lacks its declared shape (`UPLOAD_JSON_SHAPES`), or a *.py that does not compile; no card, or one whose
+    metadata does not parse; whatever loading would refuse (`check_model_folder`: config.json, missing or truncated
+    safetensors weights, tokenizer.json, generation settings out of their declared bounds), and a tokenizer of
+    another vocabulary size than the model's; a vaswani config.json without its auto_map; a code file that
+    config.json or another code file needs but that is absent or lacks the class auto_map names; and a tokenizer
+    that transformers cannot load, or whose special tokens are not the config's ids."""
     model_dir = Path(model_dir)
     names = {name for name, _ in (files if files is not None else list_upload_files(model_dir))}
     problems = []
@@ -78,7 +93,7 @@ def check_folder(
     problems += missing_code_files(model_dir, names)
     if problems:
         return problems
-    try:  # the tokenizer as transformers loads it, whose special tokens must be the config's ids
+    try:  # the tokenizer as transformers loads it, because its special tokens must be the config's ids
         check_special_ids(config, AutoTokenizer.from_pretrained(str(model_dir)), str(model_dir))
     except UsageError as error:
         return [str(error)]
@@ -108,7 +123,8 @@ UPLOAD_JSON_SHAPES = {
     },
     **{name: FileShape(name, Obj(extra=COUNT), _FIX) for name in ("added_tokens.json", "vocab.json")},
 }
-# git check-ref-format's rules for a branch name (huggingface_hub does not validate revisions before a request)
+# git check-ref-format's rules for a branch name, checked here because huggingface_hub does not validate a revision
+# before it sends a request.
 _BAD_REF_CHARACTERS = set(" ~^:?*[\\\x7f") | {chr(i) for i in range(32)}
 
 
@@ -132,7 +148,8 @@ def revision_problem(revision: str | None) -> str | None:
     return f"revision {revision!r} is not a valid branch name ({problem}); give a name such as 'main' or 'v1'"
 
 
-# The model folder's own files: `check_model_folder` reads them (each problem is named once)
+# The model folder's own files, which `check_model_folder` reads: they are left out of `_file_problems`, so that each
+# problem is named once.
 _CHECKED_ELSEWHERE = {
     "config.json",
     "tokenizer.json",
@@ -144,8 +161,9 @@ _CHECKED_ELSEWHERE = {
 
 
 def _file_problems(model_dir: Path, names: set[str]) -> list[str]:
-    """Every uploaded *.json parses and has its declared shape (`UPLOAD_JSON_SHAPES`); every *.py compiles (the Hub
-    runs them under trust_remote_code: a syntax error would surface only on the user's machine)."""
+    """Check that every uploaded *.json parses and has its declared shape (`UPLOAD_JSON_SHAPES`), and that every *.py
+    compiles: the Hub's users run them under trust_remote_code, where a syntax error would surface only on the
+    user's machine."""
     problems = []
     for name in sorted(names - _CHECKED_ELSEWHERE):
         path = model_dir / name
@@ -191,7 +209,8 @@ def _print_dry_run(model_dir: Path, files, repo_id: str, private: bool, revision
 
 @contextlib.contextmanager
 def _network_failures(repo_id: str, token: str | None):
-    """HTTP, connection and offline-mode errors of huggingface_hub -> one-line RunFailure, the token blanked out."""
+    """Turn huggingface_hub's HTTP, connection and offline-mode errors into a one-line RunFailure, with the token
+    blanked out of the message."""
     try:
         yield
     except (HTTPError, OSError) as error:
@@ -214,8 +233,13 @@ def push_folder(
     commit_description: str | None = None,
     out=None,
 ):
-    """Upload `list_upload_files(model_dir)` to `repo_id` in ONE commit, creating the repository (`private` applies only
-    then) and branch `revision` if needed; returns the `CommitInfo`, or with `dry_run` the files, printed, offline."""
+    """Upload the files of `list_upload_files(model_dir)` to `repo_id` in ONE commit (`HfApi.upload_folder`).
+
+    The repository is created if needed (`private` applies only then), and so is the branch `revision`. The token is
+    `token`, else `HF_TOKEN`, else the cached login (`hf auth login`); it is never printed. With `dry_run` the files
+    (path, size) are printed and returned without any network call. Returns the `CommitInfo` of the commit. Raises
+    UsageError (a ValueError) if the folder or the repository id would give an unusable repository (`check_folder`),
+    and RunFailure (a RuntimeError) without a token or when the Hub cannot be reached or refuses the upload."""
     from huggingface_hub import HfApi, get_token
 
     out = out or sys.stdout
@@ -236,7 +260,8 @@ def push_folder(
         repo_url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
         if revision not in (None, "main"):
             api.create_branch(repo_id, branch=revision, exist_ok=True, repo_type="model")
-        info = api.upload_folder(  # exactly the listed files: each name as a pattern that matches only itself
+        # Exactly the listed files: each name is escaped into a pattern that matches only itself.
+        info = api.upload_folder(
             repo_id=repo_id,
             folder_path=str(model_dir),
             repo_type="model",

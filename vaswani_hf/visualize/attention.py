@@ -1,7 +1,12 @@
-"""Getting the attention weights of a seq2seq model (Section 3.2.3's three kinds, h heads in each of N layers): one
-teacher-forced forward pass with `output_attentions=True` over (source, target), the target a reference or the
-model's own translation (in a forced pass the decoder's attention is the one it used while generating it). Only eager
-attention returns weights: `eager_attention(model)` switches to it and back. Works on any `AutoModelForSeq2SeqLM`.
+"""Getting the attention weights of a seq2seq model: Section 3.2.3's three kinds, with h heads in each of N layers.
+
+The weights come from one teacher-forced forward pass over (source, target) with `output_attentions=True`. The target
+is a reference or the model's own greedy or beam translation (`model.generate`); in a forced pass, the decoder's
+attention over its own translation is the attention it used while generating it, because the prefix, the weights and
+the mode (dropout off) are the same. Only eager attention returns weights (sdpa does not), so `eager_attention(model)`
+switches to it and afterwards restores the previous implementation and the train/eval mode. This works on any
+`AutoModelForSeq2SeqLM` model (the package's classes or `trust_remote_code`), and the module imports nothing from
+vaswani_hf (see the package docstring).
 """
 
 from __future__ import annotations
@@ -21,13 +26,17 @@ KIND_TITLES = {
 }
 START_LABEL = "<start>"
 
-MAX_PLOT_TOKENS = 200  # a head's plot is tokens x tokens cells; longer sentences make unreadable, huge figures
+# A head's plot has tokens x tokens cells, so longer sentences would make huge figures that nobody can read.
+MAX_PLOT_TOKENS = 200
 
 
 @contextlib.contextmanager
 def eager_attention(model) -> Iterator:
-    """Run `model` in eval mode with the eager attention of Eq. (1) (sdpa and flex return no weights) through
-    `set_attn_implementation`; restore implementation and mode afterwards."""
+    """Run `model` in eval mode with the eager attention of Eq. (1), which returns its weights, and restore the
+    previous implementation and mode afterwards.
+
+    transformers 5 switches implementations in place with `PreTrainedModel.set_attn_implementation`, which updates the
+    config of every sub-model; sdpa and flex attention compute the same output but return no weights."""
     previous = model.config._attn_implementation
     was_training = model.training
     if previous != "eager":
@@ -83,10 +92,16 @@ def batch_attentions(
     max_new_tokens: int | None = None,
     extra_padding: int = 0,
 ) -> dict:
-    """Attention weights of a right-padded batch in one teacher-forced pass, `extra_padding` masked <pad> positions
-    appended to both sides. targets: sentences, label ids, or None for the model's own translation (`num_beams` None:
-    its generation config). Returns the (B, S) / (B, T) inputs, per-sentence `label_ids` and float32 CPU weights
-    "encoder" (L, B, H, S, S), "decoder" (L, B, H, T, T), "cross" (L, B, H, T, S)."""
+    """The attention weights of a right-padded batch in one teacher-forced forward pass.
+
+    `targets` are reference sentences (tokenised with `text_target=`, with `</s>` appended if the tokenizer does not
+    add it), target token ids (label ids, such as a previous translation), or None for the model's own translation by
+    `model.generate`: greedy with `num_beams=1`, beam search with `num_beams` > 1, and as the model's
+    `generation_config` says with None. `extra_padding` masked <pad> positions are appended to both sides.
+
+    Returns a dict with input_ids and attention_mask (B, S), decoder_input_ids, decoder_attention_mask and labels
+    (B, T), label_ids (per sentence, unpadded), and the weights "encoder" (L, B, H, S, S), "decoder" (L, B, H, T, T)
+    and "cross" (L, B, H, T, S), as float32 on the CPU."""
     pad, eos, start = _pad_id(model, tokenizer), _eos_id(model, tokenizer), _start_id(model)
     source_rows = tokenizer(list(sources), add_special_tokens=True)["input_ids"]
     input_ids, attention_mask = _pad_rows(source_rows, pad, extra_padding)
@@ -139,7 +154,7 @@ def batch_attentions(
     )
 
 
-# GPT-2's byte-level alphabet inverted: printable character -> byte
+# GPT-2's byte-level alphabet inverted, from printable character to byte, to show the bytes of a partial character.
 _BYTE_OF_CHAR = {char: byte for byte, char in bytes_to_unicode().items()}
 
 
@@ -160,7 +175,8 @@ def _token_labels(tokenizer, ids: Sequence[int]) -> list[str]:
 
 @dataclass
 class Attentions:
-    """All attention weights of one sentence pair, labelled with its tokens (see the module docstring for axes)."""
+    """All the attention weights of one sentence pair, labelled with its tokens; the package docstring explains the
+    axes and their labels."""
 
     source_tokens: list[str]  # S, the encoder's input (with </s>)
     target_tokens: list[str]  # T, the token produced at each decoder step (y_1 ... </s>)
@@ -178,7 +194,7 @@ class Attentions:
         return getattr(self, kind)
 
     def axis_labels(self, kind: str) -> tuple[list[str], list[str]]:
-        """(row labels = queries, column labels = keys)."""
+        """The labels of `kind`'s matrices: (row labels, which are the queries; column labels, which are the keys)."""
         if kind == "encoder":
             return self.source_tokens, self.source_tokens
         if kind == "decoder":
@@ -195,8 +211,9 @@ def collect_attentions(
     num_beams: int | None = None,
     max_new_tokens: int | None = None,
 ) -> Attentions:
-    """The attention weights for one source sentence and a reference `target` (text or label ids) or, if None, the
-    model's own translation: greedy (`num_beams=1`), beam search, or by default as its `generation_config` says."""
+    """The attention weights of one source sentence with a reference `target` (text or label ids) or, if `target` is
+    None, with the model's own translation: greedy (`num_beams=1`), beam search, or by default as its
+    `generation_config` says. The tokens label the axes, and `target_origin` records where the target came from."""
     batch = batch_attentions(
         model,
         tokenizer,

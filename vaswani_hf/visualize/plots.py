@@ -1,6 +1,7 @@
-"""Figures of attention weights and diagnostics (matplotlib's object API on the Agg canvas: no pyplot state, no
-display), and `visualize`, which writes every figure of one sentence. Every figure has one axes per panel plus one
-colorbar axes.
+"""Figures of attention weights and diagnostics, and `visualize`, which writes every figure of one sentence.
+
+The figures use matplotlib's object API on the Agg canvas, so that no pyplot state is shared between calls and no
+display is needed. Every figure has one axes per panel plus one colorbar axes.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def plot_heatmap(
     title: str,
     show_labels: bool = True,
 ):
-    """Draw one (Tq, Tk) attention matrix on `ax` (rows = queries, columns = keys, colour scale 0..1)."""
+    """Draw one (Tq, Tk) attention matrix on `ax`, with the queries as rows, the keys as columns and a colour scale
+    from 0 to 1; returns the image, for a colorbar."""
     image = ax.imshow(matrix.numpy(), cmap=CMAP, vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
     ax.set_title(title, fontsize=9)
     ax.set_xticks(range(len(col_labels)))
@@ -53,7 +55,8 @@ def plot_heatmap(
 
 
 def new_figure(**kwargs) -> Figure:
-    """A matplotlib Figure on the Agg canvas, without pyplot: no global figure state to leak, no display needed."""
+    """A matplotlib Figure on the Agg canvas, made without pyplot, so that no global figure state leaks and no
+    display is needed."""
     fig = Figure(**kwargs)
     FigureCanvasAgg(fig)
     return fig
@@ -68,7 +71,8 @@ def save_figure(fig: Figure, path: str | os.PathLike | None, dpi: int = 120) -> 
 
 
 def plot_attention_head(attn: Attentions, kind: str, layer: int, head: int, path=None) -> Figure:
-    """One head's (Tq, Tk) attention matrix of layer `layer` (0-based), rows = queries, columns = keys."""
+    """One head's (Tq, Tk) attention matrix in layer `layer` (0-based), with the queries as rows and the keys as
+    columns."""
     rows, cols = attn.axis_labels(kind)
     matrix = attn.weights(kind)[layer, head]
     fig = new_figure(figsize=(2.0 + 0.28 * len(cols), 1.5 + 0.28 * len(rows)), layout="constrained")
@@ -81,7 +85,8 @@ def plot_attention_head(attn: Attentions, kind: str, layer: int, head: int, path
 
 
 def _panel_grid(n: int, ncols: int, cell_w: float, cell_h: float) -> tuple[Figure, list]:
-    """A figure with n panels in rows of `ncols` (cells of cell_w x cell_h inches); unused grid cells removed."""
+    """A figure with n panels in rows of `ncols`, each cell cell_w x cell_h inches; the unused cells of the grid are
+    removed."""
     nrows = math.ceil(n / ncols)
     fig = new_figure(figsize=(ncols * cell_w + 1.0, nrows * cell_h + 0.8), layout="constrained")
     axes = [ax for row in fig.subplots(nrows, ncols, squeeze=False) for ax in row]
@@ -91,7 +96,8 @@ def _panel_grid(n: int, ncols: int, cell_w: float, cell_h: float) -> tuple[Figur
 
 
 def plot_layer_heads(attn: Attentions, kind: str, layer: int, path=None, ncols: int = 4) -> Figure:
-    """All h heads of one layer side by side (h panels + 1 colorbar), token labels on the outer panels."""
+    """All h heads of one layer side by side (h panels and one colorbar), with the token labels only on the outer
+    panels, where they do not overlap the neighbouring panels."""
     rows, cols = attn.axis_labels(kind)
     weights = attn.weights(kind)[layer]  # (H, Tq, Tk)
     heads = weights.shape[0]
@@ -100,9 +106,9 @@ def plot_layer_heads(attn: Attentions, kind: str, layer: int, path=None, ncols: 
     image = None
     for h, ax in enumerate(axes):
         image = plot_heatmap(ax, weights[h], rows, cols, f"head {h + 1}")
-        if h % ncols:  # y labels only on the first column
+        if h % ncols:  # the y labels only on the first column
             ax.set_yticklabels([])
-        if h + ncols < heads:  # x labels only on the lowest panel of each column
+        if h + ncols < heads:  # the x labels only on the lowest panel of each column
             ax.set_xticklabels([])
     fig.suptitle(f"{KIND_TITLES[kind]}, layer {layer + 1}, {attn.target_origin} target")
     fig.colorbar(image, ax=[ax for ax in fig.axes], fraction=0.02)
@@ -110,14 +116,15 @@ def plot_layer_heads(attn: Attentions, kind: str, layer: int, path=None, ncols: 
 
 
 def _alignment(attn: Attentions, alignment, reference: str | None) -> tuple[list, str]:
-    """(alignment, its name): the given one, or the diagonal heuristic."""
+    """The alignment and its name: the given one, or else the diagonal heuristic."""
     if alignment is None:
         return diagonal_alignment(len(attn.target_tokens), len(attn.source_tokens)), reference or "diagonal heuristic"
     return alignment, reference or "given alignment"
 
 
 def _cross_panels(attn: Attentions) -> list[tuple[str, torch.Tensor]]:
-    """(name, (T, S) heads-averaged cross-attention) per decoder layer, then averaged over all layers."""
+    """(name, (T, S) cross-attention averaged over the heads) for each decoder layer, then for the average over all
+    layers."""
     per_layer = attn.cross.mean(1)  # (L, T, S)
     return [
         *((f"layer {layer + 1}", per_layer[layer]) for layer in range(per_layer.shape[0])),
@@ -128,8 +135,10 @@ def _cross_panels(attn: Attentions) -> list[tuple[str, torch.Tensor]]:
 def plot_cross_alignment(
     attn: Attentions, path=None, alignment: Sequence[tuple[int, int]] | None = None, reference: str | None = None
 ) -> Figure:
-    """Cross-attention averaged over heads, a panel per decoder layer and one over all. Red dots: the most-attended
-    source token; white squares: the alignment A(i) (default: diagonal); titles give `alignment_share`."""
+    """Encoder-decoder attention averaged over the heads: one panel per decoder layer and one averaged over all
+    layers (L_dec + 1 panels and one colorbar). A red dot marks each target token's most-attended source token, and
+    white squares mark the alignment A(i), which is the given one or else the diagonal heuristic; the panel titles
+    give `alignment_share`."""
     alignment, reference = _alignment(attn, alignment, reference)
     panels = _cross_panels(attn)
     fig, axes = _panel_grid(
@@ -159,8 +168,8 @@ def plot_cross_alignment(
 
 
 def plot_diagnostics(diagnostics: dict, path=None) -> Figure:
-    """Normalised per-head entropy (layers x heads, 1 = uniform) of the three attention kinds, and the largest
-    attention mass on padding per kind (must be 0): 4 panels + 1 colorbar."""
+    """The normalised per-head entropy (layers x heads, where 1 means uniform) of the three attention kinds, and the
+    largest attention mass on padding of each kind, which must be 0: four panels and one colorbar."""
     fig = new_figure(figsize=(13, 3.6), layout="constrained")
     axes = fig.subplots(1, 4)
     image = None
@@ -200,8 +209,15 @@ def visualize(
     per_head: bool = False,
     word_alignment: str | None = None,
 ) -> dict:
-    """Write the plots and diagnostics.txt of one sentence pair to `out_dir`; return {"attentions", "diagnostics",
-    "alignment", "report", "files"}. `word_alignment` (Pharaoh) needs `target`; without it the diagonal heuristic."""
+    """Write all the plots of one sentence pair to `out_dir` and return {"attentions", "diagnostics", "alignment",
+    "report", "files"}.
+
+    The files are {kind}_layer{l}.{fmt} (all heads of each layer, for the three kinds), cross_alignment.{fmt} (heads
+    averaged, per layer), diagnostics.{fmt} and diagnostics.txt, and with `per_head` also
+    {kind}_layer{l}_head{h}.{fmt}. `out_dir` is created if needed, and files of the same names in it are replaced;
+    the command vaswani-visualize-attention writes into a new folder instead, which appears whole. `word_alignment`
+    ("i-j" source-target word pairs in Pharaoh format) refers to the words of the reference `target`, so it needs
+    one; without it the alignment share uses the diagonal heuristic."""
     os.makedirs(out_dir, exist_ok=True)
     attn = collect_attentions(model, tokenizer, source, target, num_beams=num_beams, max_new_tokens=max_new_tokens)
     files = []
