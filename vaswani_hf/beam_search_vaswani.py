@@ -406,7 +406,9 @@ def lean_beam_search(
     for step in range(max_new):
         rows = tokens.shape[0]
         hidden = decoder_step(model, tokens, step, buffers, beams.source, group)
-        log_probs = nn.functional.log_softmax(model.lm_head(hidden).float(), dim=-1)  # (rows, V)
+        # fp32 scores whatever the weights' precision (the sums of log P over steps need its mantissa); the upcast is
+        # log_softmax's own, so a bf16 model writes no fp32 copy of its (rows, V) logits
+        log_probs = nn.functional.log_softmax(model.lm_head(hidden), dim=-1, dtype=torch.float32)  # (rows, V)
         at_limit = (step + 1 >= limits[beams.ids]).repeat_interleave(group) if limits is not None else None
         log_probs = _restrict(log_probs, step, min_steps, at_limit, eos_token_id)
         top_scores, origins, new_tokens, candidates = _candidates(log_probs, beams, group, keep, step)
@@ -463,7 +465,8 @@ def lean_greedy_search(
     tokens, longest = decoder_start_ids.to(device), 0
     for step in range(max_new):
         rows = tokens.shape[0]
-        logits = model.lm_head(decoder_step(model, tokens, step, buffers, source, 1)).float()  # (rows, V)
+        # the argmax of the logits in the model's precision: an upcast would change no comparison
+        logits = model.lm_head(decoder_step(model, tokens, step, buffers, source, 1))  # (rows, V)
         at_limit = step + 1 >= limits[sentence_ids] if limits is not None else None
         tokens = _restrict(logits, step, min_steps, at_limit, eos_token_id).argmax(-1)  # (rows,)
         generated[sentence_ids, 0, step] = tokens
