@@ -23,12 +23,12 @@ import sys
 import time
 from collections.abc import Sequence
 
-from .. import io
-from ..constraints import MAX_POSITIONS, MAX_SENTENCES, device, flag_type, number
+from .. import io, precision
+from ..constraints import MAX_POSITIONS, MAX_SENTENCES, device, flag_type, number, setting_flag
 from ..evaluation import check_line_counts, compute_all, format_table
 from ..generation_vaswani import GENERATION_SETTINGS
 from ..hub.ids import language_code
-from ..inference import load_for_inference, resolve_device, translate
+from ..inference import load_for_decoding, resolve_device, translate
 from ..metrics import SACREBLEU_TOKENIZERS
 from ..translation_frontend import MAX_SOURCE_TOKENS
 from .command import OUTPUT_FILE, Command, Paths, Use, run_command
@@ -63,6 +63,7 @@ def build_parser() -> ArgumentParser:
     parser.add_argument(
         "--device", type=device, default=None, help="torch device (default: the accelerator if any, else cpu)"
     )
+    parser.add_argument("--dtype", default=precision.DTYPE.default, **setting_flag(precision.DTYPE))
     parser.add_argument(
         "--target_lang",
         default="de",
@@ -100,9 +101,12 @@ def _paths(args) -> Paths:
     )
 
 
-def translate_file(args, sources: list[str]) -> tuple[list[str], int]:
-    """Load the model folder and translate `sources`; returns (hypotheses, beam size)."""
-    model, tokenizer = load_for_inference(args.model, device=args.device)
+def translate_file(args, sources: list[str]) -> tuple[list[str], int, str]:
+    """Load the model folder in the precision --dtype chooses and translate `sources`; returns (hypotheses, beam
+    size, the precision's name)."""
+    model, tokenizer, choice = load_for_decoding(args.model, args.device, args.dtype)
+    if args.dtype != precision.DTYPE.default:
+        print(choice.line(), file=sys.stderr)
     num_beams = args.num_beams if args.num_beams is not None else model.generation_config.num_beams
     started = time.perf_counter()
     try:
@@ -122,7 +126,7 @@ def translate_file(args, sources: list[str]) -> tuple[list[str], int]:
         f"num_beams={num_beams} in {time.perf_counter() - started:.1f}s",
         file=sys.stderr,
     )
-    return hypotheses, num_beams
+    return hypotheses, num_beams, choice.name
 
 
 def _resolve(args, checked):
@@ -145,8 +149,8 @@ def _run(plan) -> int:
         hypotheses = lines
         meta["hypotheses"] = args.hypotheses
     else:
-        hypotheses, num_beams = translate_file(args, lines)
-        meta.update(model=args.model, source=args.source, num_beams=num_beams)
+        hypotheses, num_beams, chosen = translate_file(args, lines)
+        meta.update(model=args.model, source=args.source, num_beams=num_beams, precision=chosen)
         if args.save_hypotheses:
             io.write_lines(args.save_hypotheses, hypotheses, overwrite=args.overwrite, what="--save_hypotheses")
             meta["hypotheses"] = args.save_hypotheses
