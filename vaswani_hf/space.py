@@ -30,9 +30,10 @@ from pathlib import Path
 from . import space_logic as logic
 from .cli.contract import ArgumentParser, run_cli
 from .configuration_vaswani import SettingError
-from .constraints import number
+from .constraints import number, setting_flag
 from .errors import UsageError, one_line
 from .io import check_model_folder
+from .precision import DTYPE
 
 DEFAULT_MODEL = "outputs/default/hub"
 MODEL_ENV = "VASWANI_MODEL"
@@ -375,14 +376,16 @@ def launch(
     port: int | None = None,
     *,
     default_model: str | None = None,
+    dtype: str | None = None,
     **launch_kwargs,
 ):
-    """Check the address, load the model, build the page and serve it (blocks unless `prevent_thread_lock=True`)."""
+    """Check the address, load the model (in the precision `dtype`: `vaswani_hf.precision.DTYPE`, default fp32),
+    build the page and serve it (blocks unless `prevent_thread_lock=True`)."""
     name = resolve_model(model, default_model)
     host, port = listen_address(host, port)  # before the model: loading it takes a while
     check_model_folder(name)  # cheap: a missing or broken folder is named before Gradio is even imported
     _gradio()
-    demo = build_demo(logic.load_space_model(name))
+    demo = build_demo(logic.load_space_model(name, dtype=dtype))
     demo.queue(default_concurrency_limit=QUEUE_CONCURRENCY)
     from starlette.middleware import Middleware  # Gradio's dependency, imported with it
 
@@ -418,8 +421,9 @@ def _main(argv: Sequence[str], default_model: str | None = None) -> int:
     parser.add_argument(
         "--port", type=number(int, min=1, max=65535), default=None, help="port (default: $GRADIO_SERVER_PORT or 7860)"
     )
+    parser.add_argument("--dtype", default=None, **setting_flag(DTYPE))
     args = parser.parse_args(argv)
-    launch(args.model, args.host, args.port, default_model=default_model)
+    launch(args.model, args.host, args.port, default_model=default_model, dtype=args.dtype)
     return 0
 
 
