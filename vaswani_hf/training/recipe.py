@@ -33,6 +33,7 @@ from ..constraints import MAX_SEED, MAX_SENTENCES, MAX_TOKENS
 from ..errors import UsageError, one_line
 from ..generation_vaswani import GENERATION_SETTINGS
 from ..metrics import SACREBLEU_TOKENIZERS
+from ..precision import BF16_AUTO
 from .objective import PAPER_LABEL_SMOOTHING
 from .recipe_files import read_yaml_mapping, read_yaml_text
 
@@ -63,7 +64,13 @@ class RunKeys:
     )
     disable_tqdm: bool = setting(False, "hide progress bars")
     use_cpu: bool = setting(False, "train on CPU even if a GPU is present (multi-process CPU DDP over gloo)")
-    bf16: bool = setting(False, "bf16 mixed precision (Accelerate; CPU autocast where there is no GPU)")
+    bf16: bool | str = setting(
+        False,
+        "bf16 mixed precision (Accelerate; CPU autocast where there is no GPU); auto: on a CUDA GPU with bf16, or a "
+        "CPU with bf16 matrix units (AMX, AVX-512 BF16) when the model is large enough to gain "
+        "(vaswani_hf.precision), else fp32",
+        words=(BF16_AUTO,),
+    )
     fp16: bool = setting(False, "fp16 mixed precision (Accelerate; needs a CUDA GPU)")
     torch_compile: bool = setting(
         False, "compile the training step with torch.compile (transformers' own TrainingArguments.torch_compile)"
@@ -382,7 +389,7 @@ def check_rules(recipe: Recipe) -> Recipe:
         )
     if r.eval_steps > 0 and r.valid_data is None:
         raise RecipeError("eval_steps > 0 needs valid_data (a dev set); set eval_steps 0 or give valid_data")
-    if r.bf16 and r.fp16:
+    if r.bf16 is True and r.fp16:  # bf16: auto with fp16: true is fp16 (vaswani_hf.training.plan)
         raise RecipeError("choose at most one of bf16 and fp16")
     if r.data_format == "hub" and not r.hub_dataset:
         raise RecipeError("data_format hub needs hub_dataset (e.g. wmt14) and usually hub_config (e.g. de-en)")
