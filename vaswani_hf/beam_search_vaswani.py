@@ -111,12 +111,27 @@ def project_source(model, encoder_hidden_states: torch.Tensor, encoder_attention
     return _Source(keys, values, mask)
 
 
+def _attend(query, keys, values, mask: torch.Tensor | None, scale: float) -> torch.Tensor:
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (Eq. 1) for one decoding step: (N, H, q, d) queries over
+    (N, H, L, d) keys and values, `mask` additive. SDPA, except for bf16 / fp16 on a CPU: there SDPA's flash kernel
+    runs a small product per (row, head) and was measured 2-3x slower than fp32 at these shapes (one query per row
+    over a strided K/V buffer; 2 and 3 times slower than two batched products in bf16), so reduced precision takes
+    two batched products with the softmax in fp32, in the order of the model's eager attention
+    (`eager_attention_forward`)."""
+    if query.dtype == torch.float32 or query.device.type != "cpu":
+        return nn.functional.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=scale)
+    scores = torch.matmul(query, keys.transpose(-1, -2)) * scale
+    if mask is not None:
+        scores = scores + mask
+    return torch.matmul(nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype), values)
+
+
 def _self_attention(attn, hidden: torch.Tensor, buffer: _SelfAttentionBuffers, step: int) -> torch.Tensor:
     """Masked self-attention (3.2.3) of the new position: its key and value join the row's earlier ones in `buffer`
     and its query attends to all step + 1 of them (no later position exists, so no mask). (rows, D) -> (rows, D)."""
     keys, values = buffer.append(hidden.shape[0], step, attn.keys(hidden), attn.values(hidden))  # (rows, H, step+1, d)
     query = attn.queries(hidden).unsqueeze(2)  # (rows, H, 1, d_k)
-    out = nn.functional.scaled_dot_product_attention(query, keys, values, scale=attn.scaling)  # (rows, H, 1, d_v)
+    out = _attend(query, keys, values, None, attn.scaling)  # (rows, H, 1, d_v)
     return attn.output(out.squeeze(2))  # (rows, D)
 
 
@@ -127,9 +142,7 @@ def _cross_attention(
     (A, H, S, d), together. (rows, D) -> (rows, D)."""
     rows, heads = hidden.shape[0], attn.num_heads
     query = attn.queries(hidden).view(rows // group, group, heads, attn.d_k).transpose(1, 2)  # (A, H, group, d_k)
-    out = nn.functional.scaled_dot_product_attention(
-        query, keys, values, attn_mask=mask, scale=attn.scaling
-    )  # (A, H, group, d_v)
+    out = _attend(query, keys, values, mask, attn.scaling)  # (A, H, group, d_v)
     return attn.output(out.transpose(1, 2).reshape(rows, heads, attn.d_v))  # (rows, D)
 
 
