@@ -169,3 +169,16 @@ def test_evaluate_tool_takes_the_same_dtype(saved_folder, tmp_path, capsys):
     assert "precision: int8 (asked for" in capsys.readouterr().err
     assert _tool("evaluate_translations").main([*argv, "--dtype", "int4"]) == 2
     assert "argument --dtype: invalid choice: 'int4'" in capsys.readouterr().err
+
+
+def test_the_pipeline_and_datasets_map_decode_in_the_asked_precision(saved_folder):
+    """The translation pipeline around a bf16 model, and `translate_batch_fn` loading a folder in int8 (what
+    `Dataset.map` runs), give valid translations."""
+    from vaswani_hf.inference import translate_batch_fn, translation_pipeline
+
+    model, tokenizer, _ = load_for_decoding(saved_folder, "cpu", "bf16")
+    texts = [line.strip() for line in LINES if line.strip()]
+    outputs = [item["translation_text"] for item in translation_pipeline(model, tokenizer)(texts, num_beams=4)]
+    assert len(outputs) == len(texts) and len(set(outputs)) >= 3 and all("\n" not in o for o in outputs)
+    mapped = translate_batch_fn(str(saved_folder), column="en", output_column="de", dtype="int8")({"en": LINES})
+    _valid(mapped["de"])
