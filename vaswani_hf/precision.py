@@ -45,6 +45,7 @@ __all__ = [
     "Hardware",
     "choose",
     "choose_training_bf16",
+    "cpu_record",
     "cpu_capabilities",
     "hardware_of",
     "matrix_units",
@@ -228,7 +229,8 @@ def choose_training_bf16(asked: bool | str, hardware: Hardware, parameters: int)
 def prepare_for_decoding(model: nn.Module, choice: Choice) -> nn.Module:
     """`model` in `choice`'s precision, in place: weights cast once (bf16, fp16), so that decoding casts nothing per
     step; or its linear layers (attention and feed-forward projections, the output projection) replaced by PyTorch's
-    dynamically quantised int8 ones (int8; the embeddings, LayerNorms and attention stay fp32)."""
+    dynamically quantised int8 ones (int8; the embeddings, LayerNorms and attention stay fp32, and the output
+    projection becomes an int8 copy of the shared embedding, which itself stays fp32 for the lookups)."""
     if choice.name == "int8":
         quantize_dynamic = _quantize_dynamic()
         return quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8, inplace=True)
@@ -236,8 +238,9 @@ def prepare_for_decoding(model: nn.Module, choice: Choice) -> nn.Module:
 
 
 def _quantize_dynamic():
-    """torch.ao's `quantize_dynamic` (deprecated in favour of torchao since torch 2.8, still the one int8 path of
-    eager PyTorch without a new dependency): its deprecation warning is silenced here, and its removal named."""
+    """torch.ao's `quantize_dynamic`: deprecated (its warning points to torchao) but still the one int8 path of eager
+    PyTorch without a new dependency, and fast (fbgemm's VNNI kernels). Its warnings are silenced here, and a torch
+    that no longer has it is named in one line."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         try:
@@ -254,3 +257,32 @@ def _quantize_dynamic():
             return quantize_dynamic(*args, **kwargs)
 
     return quantize
+
+
+# The flags that decide bf16 and int8 speed, as a benchmark records them beside its numbers.
+PRECISION_FLAGS = (
+    "avx2",
+    "avx512_f",
+    "avx512_bf16",
+    "avx512_vnni",
+    "avx_vnni",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+    "amx_fp16",
+)
+
+
+def cpu_record(capabilities: Mapping[str, object] | None = None) -> dict:
+    """This processor as a benchmark's result records it: its name, the flags of `PRECISION_FLAGS`, the kernels torch
+    dispatches to (`torch.backends.cpu.get_cpu_capability()`), its bf16 and int8 units, and the logical cores."""
+    capabilities = cpu_capabilities() if capabilities is None else capabilities
+    hardware = hardware_of("cpu", capabilities)
+    return {
+        "name": str(capabilities.get("cpu_name", "")),
+        "flags": {flag: bool(capabilities.get(flag)) for flag in PRECISION_FLAGS},
+        "torch_kernels": torch.backends.cpu.get_cpu_capability(),
+        "bf16_units": hardware.units,
+        "int8_units": hardware.int8,
+        "summary": hardware.report(),
+    }
