@@ -210,7 +210,8 @@ def choose(asked: str, hardware: Hardware, parameters: int) -> Choice:
         return Choice("bf16" if bf16 else "fp32", asked, why)
     if asked == "int8" and hardware.device_type != "cpu":
         raise UsageError(
-            f"dtype int8 (dynamic quantisation) runs on the CPU only, not on {hardware.device_type}: use bf16 or fp16"
+            f"dtype int8 (dynamic quantisation) runs on the CPU only, not on {hardware.device_type}: decode on the "
+            "CPU (--device cpu), or use bf16 or fp16 here"
         )
     if asked == "bf16" and hardware.units == "none":
         return Choice(asked, asked, f"asked for; {hardware.describe()}: emulated, expect it slower than fp32")

@@ -3,7 +3,7 @@
 Translate a source file with a saved model and score it::
 
     vaswani-evaluate --model outputs/model --source newstest2014.en --references newstest2014.de \\
-        --out scores.json [--num_beams 4] [--batch_size 32] [--device cpu] [--save_hypotheses hyp.de]
+        --out scores.json [--num_beams 4] [--batch_size 32] [--device cpu] [--dtype auto] [--save_hypotheses hyp.de]
 
 or score an existing output file::
 
