@@ -152,6 +152,7 @@ def test_translate_tool_decodes_in_the_asked_precision_and_says_so(saved_folder,
     source, output = tmp_path / "in.txt", tmp_path / "out.txt"
     source.write_text("\n".join(LINES) + "\n", encoding="utf-8")
     argv = [str(source), "--model", str(saved_folder), "--output", str(output), "--dtype", dtype, "--no_progress"]
+    argv += ["--device", "cpu"]  # auto's choice on a CPU (a CUDA GPU would choose bf16 for any size)
     assert _tool("translate").main(argv) == 0
     _valid(output.read_text(encoding="utf-8").split("\n")[:-1])
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("precision: ")]
@@ -163,7 +164,7 @@ def test_evaluate_tool_takes_the_same_dtype(saved_folder, tmp_path, capsys):
     texts = [line.strip() for line in LINES if line.strip()]
     source.write_text("\n".join(texts) + "\n", encoding="utf-8")
     references.write_text("\n".join(texts) + "\n", encoding="utf-8")
-    argv = ["--model", str(saved_folder), "--source", str(source), "--references", str(references)]
+    argv = ["--model", str(saved_folder), "--source", str(source), "--references", str(references), "--device", "cpu"]
     assert _tool("evaluate_translations").main([*argv, "--out", str(scores), "--dtype", "int8"]) == 0
     assert '"precision": "int8"' in scores.read_text(encoding="utf-8")
     assert "precision: int8 (asked for" in capsys.readouterr().err
