@@ -102,6 +102,19 @@ def build_parser():
         default=None,
         help="score only the first N validation sentences (default: all; smoke: 20)",
     )
+    parser.add_argument(
+        "--precision",
+        choices=("fp32", "bf16"),
+        default="fp32",
+        help="every system's training precision (bf16: mixed precision, autocast on a CPU); the default tag of a "
+        "bf16 run is bf16, so that its runs never mix with fp32 ones",
+    )
+    parser.add_argument(
+        "--model_size",
+        choices=tuple(peer_systems.MODEL_SIZES),
+        default="multi30k",
+        help="the recipe's 6M model, or the paper's base sizes on the same data (tag default: base)",
+    )
     parser.add_argument("--rerun", action="store_true", help="train again even where a finished run exists")
     parser.add_argument("--report_only", action="store_true", help="write the report from the finished runs")
     return parser
@@ -121,7 +134,11 @@ def check(args) -> None:
     args.checkpoints = args.checkpoints or (4 if args.smoke else 8)
     args.vocab_size = args.vocab_size or (2000 if args.smoke else 8000)
     args.max_valid = args.max_valid if args.max_valid is not None else (20 if args.smoke else 0)
-    args.tag = args.tag if args.tag is not None else ("smoke" if args.smoke else "")
+    default_tag = "_".join(
+        x for x in ("smoke" if args.smoke else "", args.model_size if args.model_size != "multi30k" else "") if x
+    )
+    default_tag += ("_" if default_tag else "") + "bf16" if args.precision == "bf16" else ""
+    args.tag = args.tag if args.tag is not None else default_tag
     overrides = {}
     for item in args.eole_set:
         key, sep, value = item.partition("=")
@@ -189,7 +206,7 @@ def train(system: str, args, shared, spec, out: Path) -> dict:
     marks = marks_s(args.minutes, args.checkpoints)
     if system == "ours":
         command = peer_systems.ours_command(
-            shared, out, events, args.minutes, args.minutes / args.checkpoints, args.threads, args.max_tokens
+            shared, out, events, args.minutes, args.minutes / args.checkpoints, args.threads, spec
         )
     elif system == "eole":
         config = peer_systems.write_eole_config(spec, shared, out, args.eole_overrides)
@@ -405,7 +422,7 @@ def main(argv: list[str]) -> int:
         if args.report_only
         else peer_data.prepare(args.work, *args.corpus, args.vocab_size, args.max_valid)
     )
-    spec = peer_systems.spec_from_recipe(args.max_tokens)
+    spec = peer_systems.spec_from_recipe(args.max_tokens, args.model_size, args.precision == "bf16")
     runs = []
     for round_index in range(1, args.repeats + 1):
         # (finished runs are read in the systems' order; their own start times, where recorded, give the real one)

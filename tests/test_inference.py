@@ -134,8 +134,8 @@ def test_load_for_inference(model, tokenizer, saved_folder, tmp_path):
     )
     half, _ = load_for_inference(str(saved_folder), device="cpu", dtype="bf16")
     assert half.dtype == torch.bfloat16
-    with pytest.raises(UsageError, match=r"unknown dtype 'int8'; use one of fp32, bf16, fp16"):
-        load_for_inference(saved_folder, device="cpu", dtype="int8")
+    with pytest.raises(UsageError, match=r"unknown dtype 'int4'; use one of fp32, bf16, fp16, int8, auto"):
+        load_for_inference(saved_folder, device="cpu", dtype="int4")
     # a missing or broken folder is a UsageError naming it, before transformers is asked
     with pytest.raises(UsageError, match=r"model folder not found: .*absent"):
         load_for_inference(tmp_path / "absent", device="cpu")
@@ -293,8 +293,8 @@ def test_script_bad_options(saved_folder, capsys):
     script = _load_script()
     assert script.main(["-", "--model", str(saved_folder), "--max_length_b", "none"]) == 2  # no limit at all
     assert "--max_length_b none turns the per-sentence limit off" in _one_error_line(capsys.readouterr().err)
-    assert script.main(["-", "--model", str(saved_folder), "--dtype", "int8"]) == 2
-    assert "argument --dtype: invalid choice: 'int8'" in _one_error_line(capsys.readouterr().err)
+    assert script.main(["-", "--model", str(saved_folder), "--dtype", "int4"]) == 2
+    assert "argument --dtype: invalid choice: 'int4'" in _one_error_line(capsys.readouterr().err)
     assert script.main(["-", "--model", str(saved_folder), "--max_tokens", "0"]) == 2
     assert "argument --max_tokens: must be in [1, 1,000,000,000], got 0" in _one_error_line(capsys.readouterr().err)
 

@@ -66,12 +66,16 @@ def test_memory_estimate_matches_the_measured_base_model():
 @pytest.mark.parametrize("world", [1, 2, 8])
 def test_the_wmt_recipe_on_cpu_processes(world, tmp_path):
     """The recipe as shipped, on `world` CPU processes of this machine (their RAM shared): the run's plan holds the
-    per-device budget, and the Trainer's accumulation with it gives ~25000 tokens per update."""
+    per-device budget for the precision it resolved (the recipe's `bf16: auto`: this processor's choice), and the
+    Trainer's accumulation with it gives ~25000 tokens per update."""
     recipe = load_recipe("wmt14-en-de-base", {"output_dir": str(tmp_path / "run")})
     assert recipe.max_tokens_per_device == "auto" and recipe.tokens_per_step == 25000
     plan = plan_run(recipe, world=World(processes=world, local_processes=world))
     tokens, accumulation = plan.batching.max_tokens, plan.batching.accumulation
-    assert (tokens, accumulation) == tokens_per_device(recipe, world, device="cpu", local_processes=world)
+    low_precision = plan.process.bf16
+    assert (tokens, accumulation) == tokens_per_device(
+        recipe, world, device="cpu", local_processes=world, low_precision=low_precision
+    )
     assert tokens <= 4096 and 25000 <= tokens * world * accumulation < 25000 + world * accumulation
     assert plan.batching.tokens_per_update == tokens * world * accumulation
     assert build_training_arguments(plan).gradient_accumulation_steps == accumulation

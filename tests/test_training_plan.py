@@ -213,3 +213,23 @@ def test_a_training_run_is_planned_once_and_reads_no_recipe_key_afterwards(tmp_p
     assert reads == []  # run_training and everything it calls read the plan only
     assert budgets == [(planned[0].batching.max_tokens, 512)] and planned[0].batching.max_tokens == 4096
     assert (tmp_path / "run" / "metrics.json").is_file()
+
+
+@pytest.mark.parametrize("flags, chosen", [({"amx_bf16": True}, True), ({"avx2": True}, False)])
+def test_bf16_auto_is_resolved_once_for_this_processor_and_the_model(tmp_path, monkeypatch, flags, chosen):
+    """`bf16: auto` is true or false in the plan (the processor's capabilities given here, not this machine's: the
+    tiny model gains from bf16 only with the threshold set to 0), the budget and the Trainer's arguments follow it,
+    and the plan's one line says which and why."""
+    from vaswani_hf import precision
+    from vaswani_hf.training.run import build_training_arguments
+
+    monkeypatch.setattr(precision, "cpu_capabilities", lambda: {"cpu_name": "a test CPU", **flags})
+    monkeypatch.setitem(precision.BF16_MIN_PARAMETERS["training"], "amx", 0)
+    plan = plan_run(tiny_recipe(tmp_path, bf16="auto"), world=World(device="cpu"))
+    assert plan.process.bf16 is chosen and build_training_arguments(plan).bf16 is chosen
+    assert f"precision: {'bf16' if chosen else 'fp32'} (bf16: auto: this CPU (a test CPU) has" in plan.describe()
+    monkeypatch.setitem(precision.BF16_MIN_PARAMETERS["training"], "amx", 10**12)
+    assert plan_run(tiny_recipe(tmp_path, bf16="auto"), world=World(device="cpu")).process.bf16 is False
+    assert plan_run(tiny_recipe(tmp_path, bf16=True), world=World(device="cpu")).process.bf16 is True
+    with pytest.raises(RecipeError, match=r"bf16 must be a boolean or 'auto', got 'sometimes'"):
+        tiny_recipe(tmp_path, bf16="sometimes")

@@ -111,12 +111,27 @@ def project_source(model, encoder_hidden_states: torch.Tensor, encoder_attention
     return _Source(keys, values, mask)
 
 
+def _attend(query, keys, values, mask: torch.Tensor | None, scale: float) -> torch.Tensor:
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (Eq. 1) for one decoding step: (N, H, q, d) queries over
+    (N, H, L, d) keys and values, `mask` additive. SDPA, except for bf16 / fp16 on a CPU: there SDPA's flash kernel
+    runs a small product per (row, head) and was measured 2-3x slower than fp32 at these shapes (one query per row
+    over a strided K/V buffer; 2 and 3 times slower than two batched products in bf16), so reduced precision takes
+    two batched products with the softmax in fp32, in the order of the model's eager attention
+    (`eager_attention_forward`)."""
+    if query.dtype == torch.float32 or query.device.type != "cpu":
+        return nn.functional.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=scale)
+    scores = torch.matmul(query, keys.transpose(-1, -2)) * scale
+    if mask is not None:
+        scores = scores + mask
+    return torch.matmul(nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype), values)
+
+
 def _self_attention(attn, hidden: torch.Tensor, buffer: _SelfAttentionBuffers, step: int) -> torch.Tensor:
     """Masked self-attention (3.2.3) of the new position: its key and value join the row's earlier ones in `buffer`
     and its query attends to all step + 1 of them (no later position exists, so no mask). (rows, D) -> (rows, D)."""
     keys, values = buffer.append(hidden.shape[0], step, attn.keys(hidden), attn.values(hidden))  # (rows, H, step+1, d)
     query = attn.queries(hidden).unsqueeze(2)  # (rows, H, 1, d_k)
-    out = nn.functional.scaled_dot_product_attention(query, keys, values, scale=attn.scaling)  # (rows, H, 1, d_v)
+    out = _attend(query, keys, values, None, attn.scaling)  # (rows, H, 1, d_v)
     return attn.output(out.squeeze(2))  # (rows, D)
 
 
@@ -127,9 +142,7 @@ def _cross_attention(
     (A, H, S, d), together. (rows, D) -> (rows, D)."""
     rows, heads = hidden.shape[0], attn.num_heads
     query = attn.queries(hidden).view(rows // group, group, heads, attn.d_k).transpose(1, 2)  # (A, H, group, d_k)
-    out = nn.functional.scaled_dot_product_attention(
-        query, keys, values, attn_mask=mask, scale=attn.scaling
-    )  # (A, H, group, d_v)
+    out = _attend(query, keys, values, mask, attn.scaling)  # (A, H, group, d_v)
     return attn.output(out.transpose(1, 2).reshape(rows, heads, attn.d_v))  # (rows, D)
 
 
@@ -406,7 +419,9 @@ def lean_beam_search(
     for step in range(max_new):
         rows = tokens.shape[0]
         hidden = decoder_step(model, tokens, step, buffers, beams.source, group)
-        log_probs = nn.functional.log_softmax(model.lm_head(hidden).float(), dim=-1)  # (rows, V)
+        # fp32 scores whatever the weights' precision (the sums of log P over steps need its mantissa); on a CPU
+        # log_softmax's dtype= still converts the (rows, V) logits first (~9% of a bf16 beam search, profiled)
+        log_probs = nn.functional.log_softmax(model.lm_head(hidden), dim=-1, dtype=torch.float32)  # (rows, V)
         at_limit = (step + 1 >= limits[beams.ids]).repeat_interleave(group) if limits is not None else None
         log_probs = _restrict(log_probs, step, min_steps, at_limit, eos_token_id)
         top_scores, origins, new_tokens, candidates = _candidates(log_probs, beams, group, keep, step)
@@ -463,7 +478,8 @@ def lean_greedy_search(
     tokens, longest = decoder_start_ids.to(device), 0
     for step in range(max_new):
         rows = tokens.shape[0]
-        logits = model.lm_head(decoder_step(model, tokens, step, buffers, source, 1)).float()  # (rows, V)
+        # the argmax of the logits in the model's precision: an upcast would change no comparison
+        logits = model.lm_head(decoder_step(model, tokens, step, buffers, source, 1))  # (rows, V)
         at_limit = step + 1 >= limits[sentence_ids] if limits is not None else None
         tokens = _restrict(logits, step, min_steps, at_limit, eos_token_id).argmax(-1)  # (rows,)
         generated[sentence_ids, 0, step] = tokens

@@ -17,6 +17,7 @@ Public API:
     translate(model, tokenizer, sentences, ...) -> list[str]
     translate_batch_fn(model_folder or model, ...) -> function for `datasets.Dataset.map(..., batched=True)`
     load_for_inference(model_dir, device=None, dtype=None) -> (model, tokenizer)
+    load_for_decoding(model_dir, device=None, dtype="fp32") -> (model, tokenizer, precision.Choice)
     translation_pipeline(model, tokenizer, ...) -> VaswaniTranslationPipeline
     save_pretrained_with_pipeline(model, tokenizer, save_directory)
     register_pipeline()
@@ -36,6 +37,7 @@ from typing import Any
 
 import torch
 
+from . import precision
 from .data.batching import TRANSLATE_MAX_TOKENS, make_batches
 from .io import UsageError, load_model_folder
 from .io.progress import progress_bar
@@ -49,6 +51,7 @@ __all__ = [
     "front_end",
     "position_limit",
     "load_for_inference",
+    "load_for_decoding",
     "resolve_device",
     "resolve_dtype",
     "translation_pipeline",
@@ -72,9 +75,25 @@ def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
     if dtype is None or isinstance(dtype, torch.dtype):
         return dtype
     key = str(dtype).lower().removeprefix("torch.")
+    if key in ("auto", "int8"):
+        raise UsageError(
+            f"dtype {key} is chosen when the model is loaded: load_for_inference(folder, dtype={key!r}) (or "
+            "load_for_decoding), then translate without dtype"
+        )
     if key not in DTYPES:
         raise UsageError(f"unknown dtype {dtype!r}; use one of fp32, bf16, fp16")
     return DTYPES[key]
+
+
+def precision_name(dtype: str | torch.dtype) -> str:
+    """A precision as `precision.DTYPE` spells it ("fp32", "bf16", "fp16", "int8", "auto") from any of its names or
+    a torch.dtype; UsageError naming the choices otherwise."""
+    if isinstance(dtype, torch.dtype) or str(dtype).lower().removeprefix("torch.") in DTYPES:
+        names = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+        dtype = names.get(resolve_dtype(dtype), dtype)
+    if dtype not in precision.DTYPE.choices:
+        raise UsageError(f"unknown dtype {dtype!r}; use one of {', '.join(precision.DTYPE.choices)}")
+    return dtype
 
 
 def resolve_device(device: str | torch.device | None = None) -> torch.device:
@@ -89,11 +108,17 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
     return torch.device("cpu")
 
 
-def _autocast(device: torch.device, dtype: torch.dtype | None):
-    """Mixed-precision context for `dtype` (bf16/fp16) on `device`; a no-op for None / fp32."""
+def _decoding_mode(device: torch.device, dtype: torch.dtype | None) -> contextlib.ExitStack:
+    """No gradients, and autocast for `dtype` (bf16/fp16) on `device` (None / fp32: none). Under autocast this is
+    `no_grad`, not `inference_mode`: autocast keeps its casts of the fp32 weights only outside inference mode, and
+    inside it cast every weight matrix at every decoding step (measured: ~17% of a CPU beam search)."""
+    stack = contextlib.ExitStack()
     if dtype is None or dtype == torch.float32:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=dtype)
+        stack.enter_context(torch.inference_mode())
+    else:
+        stack.enter_context(torch.no_grad())
+        stack.enter_context(torch.autocast(device_type=device.type, dtype=dtype))
+    return stack
 
 
 def load_for_inference(
@@ -109,18 +134,42 @@ def load_for_inference(
         model_dir: folder written by `save_pretrained` (model and tokenizer), or a Hub id. Checked by
             `vaswani_hf.io.load_model_folder`: a missing or broken file is a UsageError naming it.
         device: where to put the model; None picks the available accelerator, else the CPU.
-        dtype: dtype of the WEIGHTS ("fp32" default, "bf16", "fp16"). Casting the weights halves memory and is the
-            fastest on a GPU; to keep fp32 weights and compute in low precision instead, load in fp32 and pass
-            `dtype=` to `translate` (autocast).
+        dtype: the decoding precision (`vaswani_hf.precision.DTYPE`): None or "fp32" (default), "bf16" or "fp16"
+            (the weights cast once: half the memory, and the fast path on GPUs and on CPUs with bf16 matrix
+            units), "int8" (CPU: the linear layers quantised dynamically), or "auto" (bf16 where this machine and
+            the model's size gain from it, else fp32; `load_for_decoding` also returns the choice and its reason).
+            To keep fp32 weights and compute under autocast instead, load in fp32 and pass `dtype=` to `translate`.
         trust_remote_code: needed only for folders of models whose code is not installed (this package registers
             its own classes with the Auto classes when imported).
 
     Returns:
         (model in eval mode on `device`, tokenizer).
     """
-    return load_model_folder(
-        model_dir, device=resolve_device(device), dtype=resolve_dtype(dtype), trust_remote_code=trust_remote_code
+    model, tokenizer, _ = load_for_decoding(
+        model_dir, device, "fp32" if dtype is None else dtype, trust_remote_code=trust_remote_code
     )
+    return model, tokenizer
+
+
+def load_for_decoding(
+    model_dir: str | os.PathLike,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype = precision.DTYPE.default,
+    *,
+    trust_remote_code: bool = False,
+) -> tuple:
+    """`load_for_inference`, which also returns the precision chosen (`vaswani_hf.precision.Choice`: its `line()`
+    is what the tools print). The model is loaded in fp32 and then put in the chosen precision once
+    (`precision.prepare_for_decoding`), so that `auto` can weigh the model's size; nothing is cast per step."""
+    asked = precision_name(dtype)
+    device = resolve_device(device)
+    hardware = precision.hardware_of(device)
+    precision.choose(asked, hardware, 0)  # an impossible request (int8 on a GPU) is refused before loading
+    model, tokenizer = load_model_folder(
+        model_dir, device=device, dtype=torch.float32, trust_remote_code=trust_remote_code
+    )
+    choice = precision.choose(asked, hardware, model.num_parameters())
+    return precision.prepare_for_decoding(model, choice), tokenizer, choice
 
 
 def position_limit(model) -> int | None:
@@ -183,8 +232,9 @@ def translate(
         max_input_tokens: the longest source a sentence may have, in tokens with `</s>` (None: no limit); a longer
             one is refused before anything is decoded.
         device: where to decode; None keeps the model where it is. The model is moved there if needed.
-        dtype: None/"fp32" (default), or "bf16"/"fp16" to decode under `torch.autocast` on `device` (meant for GPUs;
-            the weights are not cast). See `load_for_inference` to cast the weights instead.
+        dtype: None/"fp32" (default), or "bf16"/"fp16" to decode an fp32 model under `torch.autocast` on `device`
+            (the weights stay fp32 and each is cast once per call). Faster, and what the tools do: cast the weights
+            once when loading (`load_for_inference(folder, dtype="bf16")`, or "auto", "int8") and leave this None.
         progress: show a progress report on stderr (`io.progress`: a bar on a terminal, plain lines elsewhere),
             counted in sentences; or a bar of the caller's to advance.
 
@@ -265,7 +315,9 @@ def translate_batch_fn(
     """A function for `datasets.Dataset.map(fn, batched=True)` that translates the column `column` into
     `output_column` with `translate` (`options`: its keywords, e.g. `num_beams=1`, `max_tokens`; progress is off).
 
-    `model` is a model folder (loaded with `load_for_inference` on `device`) or a model, with its `tokenizer`.
+    `model` is a model folder (loaded with `load_for_inference` on `device`, in the precision `dtype`: "fp32",
+    "bf16", "int8" or "auto", `vaswani_hf.precision`) or a model, with its `tokenizer` (then `dtype` is `translate`'s:
+    autocast).
     `datasets` then does the streaming and the processes: `Dataset.map` works through the rows `batch_size` at a
     time (each batch length-sorted and token-batched here), an `IterableDataset` (`load_dataset(...,
     streaming=True)`) translates lazily as it is read, and `num_proc=N` splits the rows across N processes (give
@@ -275,7 +327,7 @@ def translate_batch_fn(
         dataset = dataset.map(fn, batched=True, batch_size=2000)
     """
     if tokenizer is None:
-        model, tokenizer = load_for_inference(model, device=device)
+        model, tokenizer = load_for_inference(model, device=device, dtype=options.pop("dtype", None))
     options = {"progress": False, **options}
 
     def translate_batch(batch: dict) -> dict:
@@ -312,8 +364,7 @@ def _generate(
             else progress_bar(total=len(encoded), desc=progress_desc, unit="sent", disable=not progress, leave=False)
         )
         with (
-            torch.inference_mode(),
-            _autocast(device, resolve_dtype(dtype)),
+            _decoding_mode(device, resolve_dtype(dtype)),
             contextlib.nullcontext(bar) if bar is progress else bar,
         ):
             for batch in make_batches([len(ids) for ids in encoded], max_tokens, batch_size):

@@ -34,6 +34,7 @@ from .configuration_vaswani import SettingError
 from .constraints import flag
 from .errors import UsageError, one_line
 from .io import check_model_folder
+from .precision import DTYPE
 from .settings import settings_of
 
 DEFAULT_MODEL = "outputs/default/hub"
@@ -390,14 +391,16 @@ def launch(
     port: int | None = None,
     *,
     default_model: str | None = None,
+    dtype: str | None = None,
     **launch_kwargs,
 ):
-    """Check the address, load the model, build the page and serve it (blocks unless `prevent_thread_lock=True`)."""
+    """Check the address, load the model (in the precision `dtype`: `vaswani_hf.precision.DTYPE`, default fp32),
+    build the page and serve it (blocks unless `prevent_thread_lock=True`)."""
     name = resolve_model(model, default_model)
     host, port = listen_address(host, port)  # before the model: loading it takes a while
     check_model_folder(name)  # cheap: a missing or broken folder is named before Gradio is even imported
     _gradio()
-    demo = build_demo(logic.load_space_model(name))
+    demo = build_demo(logic.load_space_model(name, dtype=dtype))
     demo.queue(default_concurrency_limit=QUEUE_CONCURRENCY)
     from starlette.middleware import Middleware  # Gradio's dependency, imported with it
 
@@ -431,8 +434,9 @@ def _main(argv: Sequence[str], default_model: str | None = None) -> int:
         help="address to listen on (default: $GRADIO_SERVER_NAME, else 127.0.0.1; 0.0.0.0: all)",
     )
     parser.add_argument("--port", **flag(SERVER_SETTINGS["port"]))
+    parser.add_argument("--dtype", **flag(DTYPE, default=None))
     args = parser.parse_args(argv)
-    launch(args.model, args.host, args.port, default_model=default_model)
+    launch(args.model, args.host, args.port, default_model=default_model, dtype=args.dtype)
     return 0
 
 

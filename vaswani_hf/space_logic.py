@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import functools
 import math
+import sys
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ import numpy as np
 from .errors import InputLineError, UsageError
 from .hub.card import LANGUAGE_NAMES, count_parameters
 from .hub.space import API_EXAMPLE
-from .inference import load_for_inference, translate
+from .inference import load_for_decoding, translate
 from .settings import GENERATION_SETTINGS, settings_of
 from .visualize import KINDS, MAX_PLOT_TOKENS, Attentions, collect_attentions
 from .visualize.attention import KIND_TITLES
@@ -185,9 +186,12 @@ class SpaceModel:
         return _main_script(self.known)
 
 
-def load_space_model(name_or_path: str, device: str | None = "cpu") -> SpaceModel:
-    """Load a model folder or Hub id (`load_for_inference`: a missing or broken file is a UsageError naming it)."""
-    model, tokenizer = load_for_inference(name_or_path, device=device)
+def load_space_model(name_or_path: str, device: str | None = "cpu", dtype: str | None = None) -> SpaceModel:
+    """Load a model folder or Hub id (`load_for_inference`: a missing or broken file is a UsageError naming it), in
+    the precision `dtype` (`vaswani_hf.precision.DTYPE`; None: fp32), whose choice is printed on stderr when asked."""
+    model, tokenizer, choice = load_for_decoding(name_or_path, device, dtype or "fp32")
+    if dtype is not None:
+        print(choice.line(), file=sys.stderr)
     config = model.config  # transformers' common names (VaswaniConfig's attribute_map)
     return SpaceModel(
         model=model,

@@ -150,6 +150,7 @@ def train(args) -> int:
         report_to=[],
         disable_tqdm=True,
         use_cpu=True,
+        bf16=bool(spec.get("bf16")),  # CPU autocast, as ours trains with --bf16 true
         seed=spec["seed"],
         dataloader_num_workers=0,
     )

@@ -83,12 +83,22 @@ DIFFERENCES["marian-target"] = DIFFERENCES["marian"].replace(
 )
 
 
-def spec_from_recipe(max_tokens: int) -> dict:
+# --model_size: the Multi30k recipe's 6M model, or the paper's base sizes (Table 3) on the same data and recipe
+MODEL_SIZES = {
+    "multi30k": {},
+    "base": dict(d_model=512, d_ff=2048, num_heads=8, num_encoder_layers=6, num_decoder_layers=6),
+}
+MODEL_KEYS = ("d_model", "d_ff", "num_heads", "num_encoder_layers", "num_decoder_layers")
+
+
+def spec_from_recipe(max_tokens: int, model_size: str = "multi30k", bf16: bool = False) -> dict:
+    """The shared hyper-parameters: the multi30k-en-de recipe's, at `model_size`; `bf16`: every system trains in
+    bf16 mixed precision (ours --bf16 true, Marian's Trainer bf16, eole's compute_dtype bf16 with amp)."""
     from vaswani_hf.training.recipe import load_recipe
 
     recipe = load_recipe("multi30k-en-de")
     spec = {key: recipe[key] for key in SPEC_KEYS}
-    spec["max_tokens"] = max_tokens
+    spec.update(MODEL_SIZES[model_size], max_tokens=max_tokens, bf16=bf16)
     return spec
 
 
@@ -98,12 +108,14 @@ def spec_from_recipe(max_tokens: int) -> dict:
 
 
 def ours_command(
-    shared: SharedData, out: Path, events: Path, minutes: float, save_every: float, threads: int, max_tokens: int
+    shared: SharedData, out: Path, events: Path, minutes: float, save_every: float, threads: int, spec: dict
 ) -> list[str]:
     """scripts/train.py's command line: the recipe, plus the data and tokenizer every system shares, the budget, a
     checkpoint every `save_every` minutes kept (no averaging), no validation during training (scored afterwards,
-    outside the budget, like every system's), and the thread count."""
+    outside the budget, like every system's), the thread count, the model's sizes and precision."""
     overrides = {
+        **{key: spec[key] for key in MODEL_KEYS},
+        "bf16": str(bool(spec.get("bf16"))).lower(),
         "output_dir": out / "model",
         "data_format": "moses",
         "data_dir": shared.folder,
@@ -120,7 +132,7 @@ def ours_command(
         "torch_threads": threads,
         "disable_tqdm": "true",
         "translate_examples": "[]",
-        "max_tokens_per_device": max_tokens,
+        "max_tokens_per_device": spec["max_tokens"],
     }
     argv = [sys.executable, str(HERE / "peer_ours.py"), str(events), "--recipe", "multi30k-en-de"]
     for key, value in overrides.items():
@@ -162,7 +174,7 @@ def eole_config(spec: dict, shared: SharedData, model_dir: Path, overrides: dict
             "num_workers": 0,
             "world_size": 1,
             "gpu_ranks": [],
-            "use_amp": False,
+            "use_amp": bool(spec.get("bf16")),  # eole's mixed precision, in compute_dtype below
             "optim": "adam",
             "adam_beta1": spec["adam_beta1"],
             "adam_beta2": spec["adam_beta2"],
@@ -177,7 +189,7 @@ def eole_config(spec: dict, shared: SharedData, model_dir: Path, overrides: dict
             "dropout_steps": [0],
             "param_init_method": "xavier_uniform",
             "normalization": "tokens",
-            "compute_dtype": "fp32",
+            "compute_dtype": "bf16" if spec.get("bf16") else "fp32",
         },
         "model": {
             "architecture": "transformer",

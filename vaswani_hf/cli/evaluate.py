@@ -3,7 +3,7 @@
 Translate a source file with a saved model and score it::
 
     vaswani-evaluate --model outputs/model --source newstest2014.en --references newstest2014.de \\
-        --out scores.json [--num_beams 4] [--batch_size 32] [--device cpu] [--save_hypotheses hyp.de]
+        --out scores.json [--num_beams 4] [--batch_size 32] [--device cpu] [--dtype auto] [--save_hypotheses hyp.de]
 
 or score an existing output file::
 
@@ -24,11 +24,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .. import io
+from .. import io, precision
 from ..constraints import device, flag
 from ..evaluation import check_line_counts, compute_all, format_table
 from ..hub.ids import language_code
-from ..inference import load_for_inference, resolve_device, translate
+from ..inference import load_for_decoding, resolve_device, translate
 from ..metrics import SACREBLEU_TOKENIZERS
 from ..settings import GENERATION_SETTINGS, settings_of
 from ..translation_frontend import BatchSettings
@@ -79,6 +79,7 @@ def build_parser() -> ArgumentParser:
     parser.add_argument(
         "--device", type=device, default=None, help="torch device (default: the accelerator if any, else cpu)"
     )
+    parser.add_argument("--dtype", **flag(precision.DTYPE))
     parser.add_argument(
         "--target_lang",
         default="de",
@@ -122,9 +123,12 @@ def _paths(args) -> Paths:
     )
 
 
-def translate_file(args, sources: list[str]) -> tuple[list[str], int]:
-    """Load the model folder and translate `sources`; returns (hypotheses, beam size)."""
-    model, tokenizer = load_for_inference(args.model, device=args.device)
+def translate_file(args, sources: list[str]) -> tuple[list[str], int, str]:
+    """Load the model folder in the precision --dtype chooses and translate `sources`; returns (hypotheses, beam
+    size, the precision's name)."""
+    model, tokenizer, choice = load_for_decoding(args.model, args.device, args.dtype)
+    if args.dtype != precision.DTYPE.default:
+        print(choice.line(), file=sys.stderr)
     num_beams = args.num_beams if args.num_beams is not None else model.generation_config.num_beams
     started = time.perf_counter()
     try:
@@ -144,7 +148,7 @@ def translate_file(args, sources: list[str]) -> tuple[list[str], int]:
         f"num_beams={num_beams} in {time.perf_counter() - started:.1f}s",
         file=sys.stderr,
     )
-    return hypotheses, num_beams
+    return hypotheses, num_beams, choice.name
 
 
 def _resolve(args, checked):
@@ -167,8 +171,8 @@ def _run(plan) -> int:
         hypotheses = lines
         meta["hypotheses"] = args.hypotheses
     else:
-        hypotheses, num_beams = translate_file(args, lines)
-        meta.update(model=args.model, source=args.source, num_beams=num_beams)
+        hypotheses, num_beams, chosen = translate_file(args, lines)
+        meta.update(model=args.model, source=args.source, num_beams=num_beams, precision=chosen)
         if args.save_hypotheses:
             io.write_lines(args.save_hypotheses, hypotheses, overwrite=args.overwrite, what="--save_hypotheses")
             meta["hypotheses"] = args.save_hypotheses

@@ -49,7 +49,7 @@ from pathlib import Path
 
 import torch
 
-from .. import inference, io
+from .. import inference, io, precision
 from ..constraints import device, flag
 from ..data.batching import TRANSLATE_MAX_TOKENS
 from ..settings import GENERATION_SETTINGS, settings_of
@@ -81,13 +81,6 @@ class TranslateOptions:
             "help": "CPU threads of this process (default: torch's, i.e. OMP_NUM_THREADS, or the cores)",
             "min": 1,
             "max": 1024,
-        },
-    )
-    dtype: str = field(
-        default="fp32",
-        metadata={
-            "help": "compute dtype: bf16/fp16 run under torch.autocast (for GPUs); weights stay fp32",
-            "choices": ("fp32", "bf16", "fp16"),
         },
     )
 
@@ -139,7 +132,7 @@ def build_parser() -> ArgumentParser:
         "--device", type=device, default=None, help="cpu, cuda, cuda:1, mps, ... (default: accelerator if any)"
     )
     hardware.add_argument("--threads", **flag(OPTIONS["threads"]))
-    hardware.add_argument("--dtype", **flag(OPTIONS["dtype"]))
+    hardware.add_argument("--dtype", **flag(precision.DTYPE))
     parser.add_argument("--no_progress", action="store_true", help="no progress report on stderr")
     return parser
 
@@ -171,12 +164,15 @@ def _fingerprint(args) -> dict:
 
 
 def pytorch_engine(args, device, stack: ExitStack) -> Engine:
-    model, tokenizer = inference.load_for_inference(args.model, device=device)
+    """The model in the precision --dtype chooses (weights cast or quantised once, `precision.prepare_for_decoding`:
+    nothing is cast per step), its choice in one line on stderr unless it is the default fp32."""
+    model, tokenizer, choice = inference.load_for_decoding(args.model, device, args.dtype)
+    if args.dtype != precision.DTYPE.default and Processes().rank == 0:
+        print(choice.line(), file=sys.stderr)
     encode, table = inference.front_end(model, tokenizer)
     options = dict(
         max_tokens=args.max_tokens or TRANSLATE_MAX_TOKENS,
         batch_size=args.batch_size,
-        dtype=args.dtype,
         max_input_tokens=args.max_input_tokens,
         **decoding_options(args),
     )
@@ -184,7 +180,9 @@ def pytorch_engine(args, device, stack: ExitStack) -> Engine:
     def run(lines: list[str], bar) -> list[str]:
         return inference.translate(model, tokenizer, lines, progress=bar, **options)
 
-    return Engine(run, encode, table, args.max_input_tokens, _fingerprint(args), inference.token_bound(tokenizer))
+    fingerprint = _fingerprint(args)
+    fingerprint["settings"]["precision"] = choice.name  # what `auto` chose here: a resume elsewhere must agree
+    return Engine(run, encode, table, args.max_input_tokens, fingerprint, inference.token_bound(tokenizer))
 
 
 def ctranslate2_engine(args, device, stack: ExitStack) -> Engine:
@@ -195,7 +193,10 @@ def ctranslate2_engine(args, device, stack: ExitStack) -> Engine:
     folder = Path(args.model)
     if not (folder / "model.bin").is_file():
         folder = to_ctranslate2(folder, Path(stack.enter_context(tempfile.TemporaryDirectory())) / "ct2")
-    compute_type = {"fp32": "default", "bf16": "bfloat16", "fp16": "float16"}[args.dtype]
+    # CTranslate2's own names; its "auto" is the fastest type this device supports, its "default" the export's
+    compute_type = {"fp32": "default", "bf16": "bfloat16", "fp16": "float16", "int8": "int8", "auto": "auto"}[
+        args.dtype
+    ]
     translator = CTranslate2Translator(
         folder, device=device or "cpu", compute_type=compute_type, intra_threads=args.threads or 0
     )

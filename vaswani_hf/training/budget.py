@@ -64,9 +64,12 @@ def tokens_per_device(
     num_parameters: int | None = None,
     device: torch.device | str = "cpu",
     local_processes: int = 1,
+    low_precision: bool | None = None,
 ) -> tuple[int, int]:
     """(max_tokens_per_device, gradient_accumulation_steps) of a recipe on `world_size` processes of `device`: a number
-    in the recipe is kept; `auto` derives both from `tokens_per_step`, the process count and the device's capacity."""
+    in the recipe is kept; `auto` derives both from `tokens_per_step`, the process count and the device's capacity
+    (`low_precision`: the run trains in bf16 or fp16, as its plan resolved `bf16: auto`; None: the recipe's explicit
+    bf16 or fp16)."""
     if recipe.max_tokens_per_device != "auto":
         budget = int(recipe.max_tokens_per_device)
         if recipe.gradient_accumulation_steps == "auto":
@@ -81,7 +84,7 @@ def tokens_per_device(
         config,
         num_parameters,
         device_memory_bytes(device, local_processes),
-        bf16=bool(recipe.bf16 or recipe.fp16),
+        bf16=bool(recipe.bf16 is True or recipe.fp16) if low_precision is None else low_precision,
         cpu=device.type == "cpu",
     )
     return split_update(recipe.tokens_per_step, world_size, capacity)

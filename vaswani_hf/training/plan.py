@@ -20,7 +20,7 @@ import torch
 import yaml
 from accelerate.utils import get_int_from_env, parse_flag_from_env
 
-from .. import io
+from .. import io, precision
 from ..configuration_vaswani import VaswaniConfig
 from ..settings import GENERATION_SETTINGS, MODEL_SETTINGS
 from . import preflight
@@ -208,8 +208,9 @@ class ProcessPlan:
 
     seed: int  # model initialisation, dropout and batch order
     torch_threads: int  # torch.set_num_threads per process (0: torch's default)
-    bf16: bool  # bf16 mixed precision
+    bf16: bool  # bf16 mixed precision (the recipe's bf16, `auto` resolved for this device and model)
     fp16: bool  # fp16 mixed precision
+    precision: str  # the precision and why, one line ("precision: bf16 (bf16: auto: this CPU ...)")
     torch_compile: bool  # the training step compiled with torch.compile
     report_to: tuple[str, ...]  # Trainer integrations (("all",): every one installed; (): none)
     show_progress: bool  # progress bars
@@ -244,7 +245,7 @@ class RunPlan:
             f"{b.max_tokens} tokens/device x {self.world.processes} processes x {b.accumulation} "
             f"accumulation = {b.tokens_per_update} tokens per update"
         )
-        return f"output_dir {self.output_dir}: {self.output.describe()}; {budget}"
+        return f"output_dir {self.output_dir}: {self.output.describe()}; {budget}; {self.process.precision}"
 
 
 def plan_run(recipe: Recipe, *, overwrite: bool = False, world: World | None = None) -> RunPlan:
@@ -278,15 +279,20 @@ def plan_run(recipe: Recipe, *, overwrite: bool = False, world: World | None = N
         recipe, out, overwrite=overwrite, processes=world.processes, tokenizer_dir=tokenizer_dir
     )
     preflight.check_export_dir(export, out, overwrite=overwrite or recipe.resume)
+    process = _process(recipe, world)
     max_tokens, accumulation = tokens_per_device(
-        recipe, world.processes, device=world.device, local_processes=world.local_processes
+        recipe,
+        world.processes,
+        device=world.device,
+        local_processes=world.local_processes,
+        low_precision=process.bf16 or process.fp16,
     )
     check_length_fits(max_tokens, recipe.max_length, auto=recipe.max_tokens_per_device == "auto")
     return RunPlan(
         world=world,
         output_dir=out,
         output=output,
-        process=_process(recipe),
+        process=process,
         data=_data(recipe, sources, tokenizer_dir, max_tokens),
         batching=_batching(recipe, max_tokens, accumulation, world.processes),
         model=ModelPlan(recipe.config, recipe.label_smoothing, recipe.loss_chunk_tokens),
@@ -307,18 +313,29 @@ def plan_run(recipe: Recipe, *, overwrite: bool = False, world: World | None = N
     )
 
 
-def _process(recipe: Recipe) -> ProcessPlan:
+def _process(recipe: Recipe, world: World) -> ProcessPlan:
     names = tuple(name.strip() for name in recipe.report_to.split(",") if name.strip())
     report_to = () if names == ("none",) else names
+    choice = training_precision(recipe, world)
     return ProcessPlan(
         recipe.seed,
         recipe.torch_threads,
-        recipe.bf16,
+        choice.name == "bf16",
         recipe.fp16,
+        choice.line() if not recipe.fp16 else "precision: fp16 (fp16: true)",
         recipe.torch_compile,
         report_to,
         not recipe.disable_tqdm,
     )
+
+
+def training_precision(recipe: Recipe, world: World) -> precision.Choice:
+    """The recipe's `bf16` for this run: true and false as given; `auto` (`precision.choose_training_bf16`) bf16 on a
+    CUDA GPU with bf16, or on a CPU with bf16 matrix units for a model of the measured size, else fp32; with
+    `fp16: true`, auto is not bf16."""
+    asked = False if recipe.fp16 else recipe.bf16
+    parameters = approximate_parameters(recipe.model_config(recipe.vocab_size))
+    return precision.choose_training_bf16(asked, precision.hardware_of(world.device), parameters)
 
 
 def _data(recipe: Recipe, sources: dict, tokenizer_dir: Path, max_tokens: int) -> DataPlan:

@@ -153,7 +153,7 @@ def check_rules(recipe: Recipe) -> Recipe:
         )
     if r.eval_steps > 0 and r.valid_data is None:
         raise RecipeError("eval_steps > 0 needs valid_data (a dev set); set eval_steps 0 or give valid_data")
-    if r.bf16 and r.fp16:
+    if r.bf16 is True and r.fp16:  # bf16: auto with fp16: true is fp16 (vaswani_hf.training.plan)
         raise RecipeError("choose at most one of bf16 and fp16")
     if r.data_format == "hub" and not r.hub_dataset:
         raise RecipeError("data_format hub needs hub_dataset (e.g. wmt14) and usually hub_config (e.g. de-en)")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from ..configuration_vaswani import MAX_POSITIONS, PROBABILITY
 from ..constraints import MAX_SEED, MAX_SENTENCES, MAX_TOKENS
 from ..metrics import SACREBLEU_TOKENIZERS
+from ..precision import BF16_AUTO
 from ..settings import GENERATION_SETTINGS, MODEL_SETTINGS, settings_of
 from ..tokenization import BPE_SETTINGS as _BPE
 from .objective import PAPER_LABEL_SMOOTHING
@@ -47,8 +48,14 @@ class RunKeys:
     use_cpu: bool = field(
         default=False, metadata={"help": "train on CPU even if a GPU is present (multi-process CPU DDP over gloo)"}
     )
-    bf16: bool = field(
-        default=False, metadata={"help": "bf16 mixed precision (Accelerate; CPU autocast where there is no GPU)"}
+    bf16: bool | str = field(
+        default=False,
+        metadata={
+            "help": "bf16 mixed precision (Accelerate; CPU autocast where there is no GPU); auto: on a CUDA GPU with "
+            "bf16, or a CPU with bf16 matrix units (AMX, AVX-512 BF16) when the model is large enough to gain "
+            "(vaswani_hf.precision), else fp32",
+            "words": (BF16_AUTO,),
+        },
     )
     fp16: bool = field(default=False, metadata={"help": "fp16 mixed precision (Accelerate; needs a CUDA GPU)"})
     torch_compile: bool = field(
