@@ -257,7 +257,8 @@ async function draw(chosen = false) {  // chosen: the visitor changed the view (
   if (state.mode === "model") paintThumbs(); else paintHead();
   tip(state.mode === "model" ? "Point at a head, or focus one (Tab, then arrow keys): Enter opens it large."
     : "Point at a cell, or focus the map (Tab) and use the arrow keys: its weight, query and key.");
-  if (had) (state.mode === "model" ? $('.vz-thumb[tabindex="0"]') : $(".vz-cells")).focus({preventScroll: false});
+  if (had) (state.mode === "model" ? $('.vz-thumb[tabindex="0"]') : $(".vz-cells")).focus({preventScroll: true});
+  width = root.clientWidth;
   root.dataset.drawn = String(++draws);  // for the browser test: this view is on screen
   if (chosen) setTimeout(prefetch, 0);
 }
@@ -352,7 +353,7 @@ function follow(q) { state.query = q; draw(); }
 
 function openHead(layer, head) {
   Object.assign(state, {layer, head: String(head), mode: "head", cell: null, thumb: [layer - 1, head - 1]});
-  draw(true).then(() => { const c = $(".vz-cells"); if (c) c.focus(); });
+  draw(true).then(() => { const c = $(".vz-cells"); if (c) c.focus({preventScroll: true}); });
 }
 
 function moveCell(key) {
@@ -424,6 +425,12 @@ element.addEventListener("mouseover", (e) => {
   const thumb = state.data && e.target.closest(".vz-thumb");
   if (thumb) tip(`layer ${thumb.dataset.layer}, head ${thumb.dataset.head}: click to open it large`);
 });
+
+let width = 0;  // the viewer's width when last drawn: a phone turned or a window resized redraws to fit
+new ResizeObserver(() => {
+  const now = box() ? box().clientWidth : 0;
+  if (state.data && now && now !== width) { width = now; draw(); }
+}).observe(element);
 
 function load() {
   state.data = props.value ? JSON.parse(props.value) : null;
