@@ -151,6 +151,8 @@ def test_example_labels_say_when_the_text_lies_outside_the_models_domain():
     captions = logic.ModelFacts("vaswani-multi30k", datasets=["../shared/data/multi30k/raw"])
     news = logic.ModelFacts("org/wmt14-base", datasets=["wmt14"])
     unknown = logic.ModelFacts("some-model")
+    tested = logic.ModelFacts("vaswani-transformer-en-de", bleu="28.96 sacreBLEU on multi30k/raw/test_2016_flickr")
+    assert logic.model_domain(tested) == logic.CAPTIONS  # a card of local data names its test set only
     for example in logic.EXAMPLES:
         for facts, domain in ((captions, logic.CAPTIONS), (news, logic.NEWS)):
             label = logic.example_label(example, facts)

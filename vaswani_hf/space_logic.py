@@ -98,8 +98,8 @@ EXAMPLES = [
 
 
 def model_domain(facts: ModelFacts) -> str | None:
-    """The domain of the model's training data by its card's datasets or title (`DATA_DOMAINS`), or None."""
-    named = " ".join([*facts.datasets, facts.title]).lower()
+    """The domain of the model's data by its card's datasets, title or test set (`DATA_DOMAINS`), or None."""
+    named = " ".join([*facts.datasets, facts.title, facts.bleu or ""]).lower()
     return next((domain for key, domain in DATA_DOMAINS.items() if key in named), None)
 
 

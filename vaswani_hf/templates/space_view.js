@@ -252,7 +252,7 @@ async function draw(chosen = false) {  // chosen: the visitor changed the view (
     if (state.busy !== wanted) return;  // the visitor chose another view meanwhile
   }
   const focused = document.activeElement, had = element.contains(focused) && view.contains(focused);
-  const note = state.note ? `<div class="vz-note" role="note">${esc(state.note)}</div>` : "";
+  const note = state.note && state.mode === "head" ? `<div class="vz-note" role="note">${esc(state.note)}</div>` : "";
   view.innerHTML = note + (state.mode === "model" ? modelView() : headView());
   if (state.mode === "model") paintThumbs(); else paintHead();
   tip(state.mode === "model" ? "Point at a head, or focus one (Tab, then arrow keys): Enter opens it large."
