@@ -1,6 +1,7 @@
-"""The Space's page in a real headless Chromium driven by Selenium, for the browser tests (tests/test_space_browser*.py):
-`serve` runs `python -m vaswani_hf.space` on the loopback address, offline; the `browser` fixture (registered by
-conftest.py) skips, saying why, where Chromium, its driver, Selenium or Gradio is not installed."""
+"""The Space's page in a real headless Chromium driven by Selenium, for the browser tests
+(tests/test_space_browser*.py): `serve` runs `python -m vaswani_hf.space` on the loopback address, offline; the
+`browser` fixture (registered by conftest.py) skips, saying why, where Chromium, its driver, Selenium or Gradio is not
+installed."""
 
 from __future__ import annotations
 
@@ -201,7 +202,7 @@ def hover_cell(driver, query: int, key: int) -> str:
     queries, keys = map_shape(driver)
     x, y = driver.execute_script(
         "const c = document.querySelector('#viewer canvas.vz-cells'), s = c.closest('.vz-scroll');"
-        "const [q, k, Q, K] = arguments, w = c.getBoundingClientRect().width / K, h = c.getBoundingClientRect().height / Q;"
+        "const [q, k, Q, K] = arguments, box = c.getBoundingClientRect(), w = box.width / K, h = box.height / Q;"
         "s.scrollIntoView({block: 'start'}); s.scrollLeft = (k + 0.5) * w - s.clientWidth / 2;"
         "s.scrollTop = (q + 0.5) * h - s.clientHeight / 2;"
         "const r = c.getBoundingClientRect(); return [r.left + (k + 0.5) * w, r.top + (q + 0.5) * h];",

@@ -125,7 +125,7 @@ def _example(driver, words: str):
 
 
 @pytest.mark.slow
-def test_a_person_translates_and_explores_the_attention_in_the_browser(browser, page_server, space, tiny):  # noqa: F811
+def test_a_person_translates_and_explores_the_attention_in_the_browser(browser, page_server, space, tiny):
     url, server = page_server
     expected = logic.translate_text(space, SENTENCE, 4, 0.6)  # the page's defaults: the generation config's
     open_page(browser, url)

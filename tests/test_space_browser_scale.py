@@ -112,7 +112,8 @@ const boxes = [...document.querySelectorAll(arguments[0])].map((e) => e.getBound
 const bad = [];
 for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
   const a = boxes[i], b = boxes[j];
-  if (a.left < b.right - 0.5 && b.left < a.right - 0.5 && a.top < b.bottom - 0.5 && b.top < a.bottom - 0.5) bad.push([i, j]);
+  const sideBySide = a.right - 0.5 <= b.left || b.right - 0.5 <= a.left;
+  if (!sideBySide && !(a.bottom - 0.5 <= b.top || b.bottom - 0.5 <= a.top)) bad.push([i, j]);
 }
 return [boxes.length, bad.slice(0, 5)];
 """

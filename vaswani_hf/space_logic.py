@@ -108,7 +108,10 @@ def example_label(example: Example, facts: ModelFacts) -> str:
     domain = model_domain(facts)
     if domain is None or domain == example.domain:
         return example.label
-    return f"{example.label}. A {example.domain} sentence, outside this model's domain ({domain}): expect a rough translation"
+    return (
+        f"{example.label}. A {example.domain} sentence, outside this model's domain ({domain}): expect a rough "
+        "translation"
+    )
 
 
 __all__ = [

@@ -114,7 +114,9 @@ function labels(tokens, size, axis, width = 0) {  // each `step`-th token's labe
   for (let i = 0; i < tokens.length; i += step) {
     const where = axis === "row" ? `top:${i * size + off}px;max-width:${width - 6}px` : `left:${i * size + off}px`;
     const on = axis === "row" && i === state.query ? " on" : "";
-    out += `<span class="vz-${axis === "row" ? "q" : "k"}${on}" data-i="${i}" style="${where}" title="${esc(tokens[i])}">${esc(tokens[i])}</span>`;
+    const label = esc(tokens[i]);
+    out += `<span class="vz-${axis === "row" ? "q" : "k"}${on}" data-i="${i}" style="${where}" title="${label}">` +
+      `${label}</span>`;
   }
   return out;
 }
@@ -129,7 +131,8 @@ function headView() {
     "focus a cell for its query and key." : "";
   const html = `<div class="vz-caption">${esc(k.title)}, layer ${state.layer}, ${headName(head)}: rows are queries, ` +
     `columns keys (darkest: ${map.top.toFixed(3)}).${thinned}</div>${strip()}` +
-    `<div class="vz-scroll"><div class="vz-plot" style="grid-template-columns:${LEFT}px ${w}px;grid-template-rows:${TOP}px ${h}px">` +
+    '<div class="vz-scroll"><div class="vz-plot" ' +
+    `style="grid-template-columns:${LEFT}px ${w}px;grid-template-rows:${TOP}px ${h}px">` +
     `<div class="vz-corner"></div><div class="vz-cols" style="width:${w}px">${labels(k.keys, size, "col")}</div>` +
     `<div class="vz-rows" style="height:${h}px;width:${LEFT}px">${labels(k.queries, size, "row", LEFT)}</div>` +
     `<div class="vz-cellbox"><canvas class="vz-cells" tabindex="0" role="application" aria-roledescription="attention map" ` +
@@ -191,8 +194,9 @@ function thumbSize() {  // every head of a layer side by side, from 24 to 72 px 
 
 function modelView() {
   const [L, H] = shape(state.kind), size = thumbSize();
-  let grid = `<div class="vz-grid" role="group" aria-label="every layer and head" style="grid-template-columns:26px repeat(${H},${size}px)">` +
-    '<canvas class="vz-sprite" width="0" height="0"></canvas><span></span>' + Array.from({length: H}, (_, h) => `<span class="vz-hh">H${h + 1}</span>`).join("");
+  let grid = '<div class="vz-grid" role="group" aria-label="every layer and head" ' +
+    `style="grid-template-columns:26px repeat(${H},${size}px)"><canvas class="vz-sprite" width="0" height="0"></canvas>` +
+    "<span></span>" + Array.from({length: H}, (_, h) => `<span class="vz-hh">H${h + 1}</span>`).join("");
   const [fl, fh] = state.thumb;
   for (let l = 0; l < L; l++) {
     grid += `<span class="vz-lh">L${l + 1}</span>`;
@@ -204,7 +208,8 @@ function modelView() {
   }
   return `<div class="vz-caption">${esc(state.data.kinds[state.kind].title)}: every layer (rows) and head (columns), ` +
     `each map shrunk to at most ${state.data.kinds[state.kind].thumb.join(" x ")} cells (the largest weight of each ` +
-    `patch); click one, or focus it (arrow keys) and press Enter, to open it large.</div><div class="vz-gridbox">${grid}</div></div>`;
+    "patch); click one, or focus it (arrow keys) and press Enter, to open it large.</div>" +
+    `<div class="vz-gridbox">${grid}</div></div>`;
 }
 
 function paintThumbs() {  // every head's thumbnail, one pixel a cell, then each drawn under its head's button
@@ -229,7 +234,8 @@ function paintThumbs() {  // every head's thumbnail, one pixel a cell, then each
   ctx.imageSmoothingEnabled = false;
   element.querySelectorAll(".vz-thumb").forEach((t) => {
     const l = Number(t.dataset.layer) - 1, h = Number(t.dataset.head) - 1;
-    ctx.drawImage(sprite, h * tk, l * tq, tk, tq, (t.offsetLeft + 1) * ratio, (t.offsetTop + 1) * ratio, size * ratio, size * ratio);
+    const x = (t.offsetLeft + 1) * ratio, y = (t.offsetTop + 1) * ratio;  // inside the button's 1 px border
+    ctx.drawImage(sprite, h * tk, l * tq, tk, tq, x, y, size * ratio, size * ratio);
   });
 }
 
