@@ -15,6 +15,7 @@ const state = {data: null, kind: "encoder", layer: 1, head: "all", query: null, 
   note: null, busy: null};
 const blocks = new Map();  // block name -> base64 text, decoded to a Uint8Array on first use
 const inflight = new Map();  // block name -> the request that brings it
+const sprites = new Map();  // kind -> its thumbnails' picture (sprite)
 let map = null, draws = 0;  // the head view on screen: {kind, layer, head, Q, K, size, values, top}
 const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]));
 const $ = (css) => element.querySelector(css);
@@ -212,9 +213,10 @@ function modelView() {
     `<div class="vz-gridbox">${grid}</div></div>`;
 }
 
-function paintThumbs() {  // every head's thumbnail, one pixel a cell, then each drawn under its head's button
-  const [L, H] = shape(state.kind), [tq, tk] = state.data.kinds[state.kind].thumb, b = block(`${state.kind}:thumbs`);
-  const sprite = document.createElement("canvas"), image = new ImageData(H * tk, L * tq), px = image.data;
+function sprite(kind) {  // every head's thumbnail of a kind in one picture, one pixel a cell, made once per translation
+  if (sprites.has(kind)) return sprites.get(kind);
+  const [L, H] = shape(kind), [tq, tk] = state.data.kinds[kind].thumb, b = block(`${kind}:thumbs`);
+  const picture = document.createElement("canvas"), image = new ImageData(H * tk, L * tq), px = image.data;
   for (let l = 0; l < L; l++) for (let h = 0; h < H; h++) {
     const from = (l * H + h) * tq * tk;
     let top = 0;
@@ -224,8 +226,14 @@ function paintThumbs() {  // every head's thumbnail, one pixel a cell, then each
       px[j] = 255 - 225 * a; px[j + 1] = 255 - 165 * a; px[j + 2] = 255 - 55 * a; px[j + 3] = 255;
     }
   }
-  Object.assign(sprite, {width: image.width, height: image.height});
-  sprite.getContext("2d").putImageData(image, 0, 0);
+  Object.assign(picture, {width: image.width, height: image.height});
+  picture.getContext("2d").putImageData(image, 0, 0);
+  sprites.set(kind, picture);
+  return picture;
+}
+
+function paintThumbs() {  // each head's part of the kind's picture, drawn under its head's button
+  const [tq, tk] = state.data.kinds[state.kind].thumb, picture = sprite(state.kind);
   const grid = $(".vz-grid"), canvas = $(".vz-sprite"), ratio = window.devicePixelRatio || 1, size = thumbSize();
   const width = grid.offsetWidth, height = grid.offsetHeight;  // the grid's own box (the canvas is out of its flow)
   Object.assign(canvas, {width: Math.ceil(width * ratio), height: Math.ceil(height * ratio)});
@@ -235,7 +243,7 @@ function paintThumbs() {  // every head's thumbnail, one pixel a cell, then each
   element.querySelectorAll(".vz-thumb").forEach((t) => {
     const l = Number(t.dataset.layer) - 1, h = Number(t.dataset.head) - 1;
     const x = (t.offsetLeft + 1) * ratio, y = (t.offsetTop + 1) * ratio;  // inside the button's 1 px border
-    ctx.drawImage(sprite, h * tk, l * tq, tk, tq, x, y, size * ratio, size * ratio);
+    ctx.drawImage(picture, h * tk, l * tq, tk, tq, x, y, size * ratio, size * ratio);
   });
 }
 
@@ -442,6 +450,7 @@ function load() {
   state.data = props.value ? JSON.parse(props.value) : null;
   blocks.clear();
   inflight.clear();
+  sprites.clear();
   map = null;
   const root = box();
   if (root) root.innerHTML = "";  // new controls for the new translation's shapes
