@@ -1,8 +1,9 @@
 """A Hugging Face Space (Gradio): translate with the original Transformer and look at its attention.
 
 The model is --model, else $VASWANI_MODEL, else the first entry of `models:` in this folder's README.md, else
-outputs/default/hub (the bundled model of `python scripts/train.py`). Locally: python space/app.py [--model FOLDER],
-or vaswani-space --model FOLDER. The page itself is vaswani_hf.space; this file only starts it.
+outputs/multi30k-en-de-space/hub (python scripts/train.py --recipe multi30k-en-de-space), else outputs/default/hub.
+Locally: python space/app.py [--model FOLDER], or vaswani-space --model FOLDER. The page itself is vaswani_hf.space;
+this file only starts it.
 """
 
 import sys

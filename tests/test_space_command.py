@@ -53,7 +53,12 @@ def test_model_comes_from_the_flag_the_environment_the_readme_then_the_bundled_f
     from vaswani_hf import space as page
 
     monkeypatch.delenv(page.MODEL_ENV, raising=False)
-    assert page.resolve_model(None) == "outputs/default/hub"
+    monkeypatch.chdir(tmp_path)  # the recipes' outputs/ folders, relative to where the page starts
+    assert page.resolve_model(None) == "outputs/multi30k-en-de-space/hub"  # none built: the one to build, named
+    (tmp_path / "outputs" / "default" / "hub").mkdir(parents=True)
+    assert page.resolve_model(None) == "outputs/default/hub"  # the demo model, the only one there
+    (tmp_path / "outputs" / "multi30k-en-de-space" / "hub").mkdir(parents=True)
+    assert page.resolve_model(None) == "outputs/multi30k-en-de-space/hub"  # the Space's model first
     (tmp_path / "README.md").write_text(hub_space.render_space_readme("org/vaswani-base"), encoding="utf-8")
     readme_model = page.model_from_readme(tmp_path / "app.py")
     assert readme_model == "org/vaswani-base" and page.model_from_readme(REPO / "space" / "app.py") is None
@@ -161,9 +166,14 @@ def test_vaswani_space_with_its_port_taken_is_one_line_exit_2(tiny, taken_port, 
         assert done.stderr.count("\n") == 1 and fragment in done.stderr and "Traceback" not in done.stderr
 
 
-def test_command_line_refuses_a_missing_model_in_one_line(tmp_path, capsys):
+def test_command_line_refuses_a_missing_model_in_one_line(tmp_path, capsys, monkeypatch):
     from vaswani_hf import space as page
 
+    monkeypatch.delenv(page.MODEL_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert_one_line_error(
+        page.main, [], capsys, 2, "outputs/multi30k-en-de-space/hub not found", "--recipe multi30k-en-de-space"
+    )
     assert_one_line_error(
         page.main, ["--model", str(tmp_path / "absent")], capsys, 2, "vaswani-space: error:", str(tmp_path / "absent")
     )

@@ -37,6 +37,19 @@ def test_bundled_recipes_load_and_have_the_paper_settings():
     load_recipe("default")
 
 
+def test_the_space_recipe_trains_on_cased_text_and_translates_the_pages_examples():
+    """The Space's model (recipes/multi30k-en-de-space.yaml) reads the raw, cased Multi30k text that the page's examples
+    are written like, is scored with sacreBLEU's default tokenizer, prints the page's examples, and writes the folder
+    the page serves by default."""
+    from vaswani_hf import space, space_logic
+
+    recipe = load_recipe(space.SPACE_RECIPE)
+    assert recipe["data_dir"].endswith("multi30k/raw") and not recipe["lowercase"] and recipe["bleu_tokenize"] == "13a"
+    assert (recipe["train_data"], recipe["test_data"], recipe["torch_threads"]) == ("train", "test_2016_flickr", 1)
+    assert sorted(recipe["translate_examples"]) == sorted(example.text for example in space_logic.EXAMPLES)
+    assert f"{recipe['output_dir']}/hub" == space.DEFAULT_MODELS[0]
+
+
 def test_the_multi30k_recipe_finds_its_data_relative_to_the_repository(tmp_path):
     plan = plan_run(load_recipe("multi30k-en-de", {"output_dir": str(tmp_path / "run")}))
     if not plan.data.sources["train"].path.parent.is_dir():

@@ -4,14 +4,19 @@
     python -m vaswani_hf.space --model org/name          (a Hub id works too)
 
 The page says what the model is (from its card and config, never where it is stored), offers examples (among them
-the paper's attention figures 3-5), translates with the paper's decoding (Section 6.1; beam size and alpha are sliders,
-narrower views of the declared settings), warns when the text looks like another language than the model's source,
-and draws every attention weight (Section 3.2.3) in the browser (templates/space_view.js): a change of view sends the
-server nothing. The API (gradio_client): `/translate` and `/attention`; a bad value is one sentence (gr.Error), a
-text in another language a warning (gr.Warning; /attention's "warning"). No upload is accepted (`Guard`).
+the paper's attention figures 3-5, marked when their text lies outside the model's domain), translates with the paper's
+decoding (Section 6.1; beam size and alpha are sliders, narrower views of the declared settings) and says how long it
+took, warns when the text looks like another language than the model's source, and draws every attention weight
+(Section 3.2.3) in the browser (templates/space_view.js). What a translation sends the page is bounded by design
+(vaswani_hf.space_payload: one byte a weight, the first view's blocks first, at most ~1.5 MB); a view that needs
+weights not yet sent asks the viewer's server function once, every other change of view is drawn in the browser. The
+API (gradio_client): `/translate` and `/attention`; a bad value is one sentence (gr.Error), a text in another language
+a warning (gr.Warning; /attention's "warning"). No upload is accepted (`Guard`).
 
-The model: --model, else $VASWANI_MODEL, else (in a Space) its README's `models:`, else outputs/default/hub. No request
-leaves the machine (Gradio's analytics off). The address is checked before the model is loaded: one line, exit 2.
+The model: --model, else $VASWANI_MODEL, else (in a Space) its README's `models:`, else the first folder of
+`DEFAULT_MODELS` that exists: the Space's model (recipes/multi30k-en-de-space.yaml), then the demo model of
+`python scripts/train.py`. No request leaves the machine (Gradio's analytics off). The address is checked before the
+model is loaded: one line, exit 2.
 Needs the `space` extra: pip install "vaswani_hf[space]". The testable parts: `vaswani_hf.space_logic`.
 """
 
@@ -24,6 +29,7 @@ import logging
 import os
 import socket
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,8 +42,11 @@ from .errors import UsageError, one_line
 from .io import check_model_folder
 from .precision import DTYPE
 from .settings import settings_of
+from .space_payload import answer_blocks
 
-DEFAULT_MODEL = "outputs/default/hub"
+# Where the recipes write their models: the Space's (a model worth trying, `SPACE_RECIPE`), then the demo model
+SPACE_RECIPE = "multi30k-en-de-space"
+DEFAULT_MODELS = (f"outputs/{SPACE_RECIPE}/hub", "outputs/default/hub")
 MODEL_ENV = "VASWANI_MODEL"
 HOST_ENV, PORT_ENV = "GRADIO_SERVER_NAME", "GRADIO_SERVER_PORT"  # Gradio's own variables, honoured as defaults
 DEFAULT_HOST = "127.0.0.1"
@@ -102,6 +111,7 @@ def _answer(call, what: str):
 def on_translate(space: logic.SpaceModel, text, num_beams, length_penalty, view=None):
     """Enter, the button or an example: (translation, status, the viewer's weights as JSON); a refusal is the
     status."""
+    started = time.perf_counter()
     try:
         result = _answer(lambda: logic.translate_text(space, text, num_beams, length_penalty), "translate")
     except Exception as error:  # noqa: BLE001 - gr.Error from _answer: shown in the page's status
@@ -109,23 +119,24 @@ def on_translate(space: logic.SpaceModel, text, num_beams, length_penalty, view=
     penalty = (
         f", length penalty {result.length_penalty:g}" if result.num_beams > 1 else " (no length penalty with beam 1)"
     )  # greedy decoding compares no hypotheses of different lengths
-    status = (
-        f"{len(result.attentions.source_tokens)} source and {len(result.attentions.target_tokens)} target "
-        f"tokens; beam size {result.num_beams}{penalty}."
-    )
-    if result.warning:
-        status = f"**⚠ {result.warning}** {status}"
     try:
         chosen = json.loads(view) if view else None  # an example's view, from the page's hidden box
     except ValueError:
         chosen = None
     payload = logic.attention_payload(space, result.attentions, chosen if isinstance(chosen, dict) else None)
+    seconds = time.perf_counter() - started  # the translation, its attention and their packing; not the network
+    status = (
+        f"{len(result.attentions.source_tokens)} source and {len(result.attentions.target_tokens)} target "
+        f"tokens; beam size {result.num_beams}{penalty}; computed in {seconds:.2f} s."
+    )
+    if result.warning:
+        status = f"**⚠ {result.warning}** {status}"
     return result.text, status, json.dumps(payload, separators=(",", ":"))
 
 
 def api_functions(space: logic.SpaceModel):
     """The public endpoints, typed for gradio_client: /translate and /attention."""
-    gr, settings = _gradio(), logic.PAGE_SETTINGS
+    gr, settings, api = _gradio(), logic.PAGE_SETTINGS, logic.API_SETTINGS
     beams_default, alpha_default = settings["num_beams"].default, settings["length_penalty"].default
 
     def translated(text, num_beams, alpha) -> logic.Translation:
@@ -145,21 +156,38 @@ def api_functions(space: logic.SpaceModel):
         head: str = logic.ALL_HEADS,
         num_beams: int = beams_default,
         alpha: float = alpha_default,
+        decimals: int = api["decimals"].default,
+        packed_bits: int = api["packed_bits"].default,
     ) -> dict:
-        """Translate one sentence and return one view of its attention as numbers: kind encoder, decoder or cross,
-        1-based layer, head 'all' or 1-based; {translation, warning, kind, layer, head, queries, keys, weights}."""
+        """Translate one sentence and return one view of its attention: kind encoder, decoder or cross, 1-based
+        layer, head 'all' or 1-based; {translation, warning, kind, layer, head, queries, keys, shape, weights}, the
+        weights rounded to `decimals` places (1-8), or with packed_bits 8 or 16 as base64 codes in `packed`
+        (read as `code` says)."""
 
         def call():
             result = translated(text, num_beams, alpha)
             return {
                 "translation": result.text,
                 "warning": result.warning,
-                **logic.attention_numbers(space, result.attentions, kind, layer, head),
+                **logic.attention_numbers(space, result.attentions, kind, layer, head, decimals, packed_bits),
             }
 
         return _answer(call, "compute the attention of")
 
     return translate, attention
+
+
+def example_buttons(facts: logic.ModelFacts) -> list:
+    """[(button, example)]: one button per example, its whole label on it (gr.Examples cuts a label at 60
+    characters), marked when its text lies outside the model's domain."""
+    gr = _gradio()
+    with gr.Column(elem_id="examples"):
+        gr.Markdown("Examples (each opens the view it names):", elem_id="examples-title")
+        with gr.Row():
+            return [
+                (gr.Button(logic.example_label(e, facts), size="sm", elem_classes="example"), e)
+                for e in logic.EXAMPLES
+            ]
 
 
 def build_demo(space: logic.SpaceModel):
@@ -181,13 +209,7 @@ def build_demo(space: logic.SpaceModel):
             placeholder="Type a sentence in the model's source language and press Enter",
         )
         view = gr.Textbox(visible=False)  # the view an example opens (JSON), for the viewer
-        examples = gr.Examples(
-            [[text, json.dumps(v) if v else ""] for text, v, _ in logic.EXAMPLES],
-            [source, view],
-            api_visibility="private",
-            example_labels=[label for _, _, label in logic.EXAMPLES],
-            elem_id="examples",
-        )
+        examples = example_buttons(facts)
         with gr.Row():
             num_beams = gr.Slider(
                 beams.min,
@@ -208,12 +230,17 @@ def build_demo(space: logic.SpaceModel):
         translation = gr.Textbox(label="Translation", interactive=False, elem_id="translation")
         status = gr.Markdown(elem_id="status")
         gr.Markdown(MARKER_NOTE, elem_id="marker-note")
+
+        def attention_blocks(request):  # the viewer's requests for weights it was not sent (space_payload)
+            return answer_blocks(space.cache, request)
+
         viewer = gr.HTML(
             "",
             html_template='<div class="vz"></div>',
             elem_id="viewer",
             css_template=(VIEWER / "space_view.css").read_text(encoding="utf-8"),
             js_on_load=(VIEWER / "space_view.js").read_text(encoding="utf-8"),
+            server_functions=[attention_blocks],
         )
 
         def translate_(text, beams_, alpha_, view_):
@@ -221,7 +248,11 @@ def build_demo(space: logic.SpaceModel):
 
         outputs = [translation, status, viewer]
         inputs = [source, num_beams, length_penalty, view]
-        examples.load_input_event.then(translate_, inputs, outputs, api_visibility="private")
+        for button, example in examples:  # the example's text and view, set in the browser, then translated
+            chosen = json.dumps([example.text, json.dumps(example.view) if example.view else ""])
+            button.click(None, None, [source, view], js=f"() => {chosen}", api_visibility="private").then(
+                translate_, inputs, outputs, api_visibility="private"
+            )
         source.submit(translate_, inputs, outputs, api_visibility="private")
         source.input(None, None, view, js="() => ''")  # typing forgets the example's view, in the browser
         with gr.Accordion("Use it from Python (gradio_client)", open=False):
@@ -239,8 +270,9 @@ def build_demo(space: logic.SpaceModel):
 
 class Guard:
     """ASGI middleware before Gradio's routes (`Middleware(Guard, blocks=demo)`, launch's app_kwargs): refuses every
-    upload (the page has no file input) and a queued call (.../queue/join) of a function the page lacks, with the
-    wrong number of values or an example it lacks, in one sentence where Gradio would print a traceback."""
+    upload (the page has no file input) and a queued call (.../queue/join) of a function the server lacks (one that
+    runs in the browser only, too) or with the wrong number of values, in one sentence where Gradio would print a
+    traceback."""
 
     def __init__(self, app, blocks):
         self.app, self.blocks = app, blocks
@@ -269,19 +301,14 @@ class Guard:
         except (ValueError, AttributeError):
             return None
         fn = self.blocks.fns.get(index) if isinstance(index, int) else None
-        if fn is None:
-            return f"This page has no function {repr(index)[:40]}: its API is /translate and /attention."
+        if fn is None or fn.fn is None:  # none, or one that runs in the browser only (an example's choice)
+            return f"This page has no function {repr(index)[:40]} on its server: its API is /translate and /attention."
         if not isinstance(data, list) or len(data) != len(fn.inputs):
             return (
                 f"The function {fn.api_name or fn.name} needs {len(fn.inputs)} values, got "
                 f"{len(data) if isinstance(data, list) else 'none'}."
             )
-        examples = [
-            len(block.samples)
-            for block, value in zip(fn.inputs, data)
-            if hasattr(block, "samples") and not (type(value) is int and 0 <= value < len(block.samples))
-        ]  # gr.Dataset: an index
-        return f"An example is chosen by its index, 0 to {examples[0] - 1}." if examples else None
+        return None
 
 
 async def _replay(messages: list, receive):  # the request's body, read once, then the connection's messages
@@ -289,8 +316,9 @@ async def _replay(messages: list, receive):  # the request's body, read once, th
 
 
 def resolve_model(argument: str | None, default: str | None = None) -> str:
-    """--model, else $VASWANI_MODEL, else `default` (a Space's README), else the bundled model folder; an empty one is
-    refused (it would silently serve another model)."""
+    """--model, else $VASWANI_MODEL, else `default` (a Space's README), else the first of `DEFAULT_MODELS` that
+    exists (the Space's model when none does, so that the refusal says how to build it); an empty name is refused (it
+    would silently serve another model)."""
     if argument is not None:
         if not argument.strip():
             raise UsageError("--model is empty: give a model folder or a Hub id (org/name)")
@@ -300,7 +328,7 @@ def resolve_model(argument: str | None, default: str | None = None) -> str:
         if not from_environment.strip():
             raise UsageError(f"{MODEL_ENV} is set but empty: give a model folder or a Hub id, or unset it")
         return from_environment
-    return default or DEFAULT_MODEL
+    return default or next((m for m in DEFAULT_MODELS if Path(m).is_dir()), DEFAULT_MODELS[0])
 
 
 def model_from_readme(app_file: str | os.PathLike) -> str | None:
@@ -398,6 +426,11 @@ def launch(
     build the page and serve it (blocks unless `prevent_thread_lock=True`)."""
     name = resolve_model(model, default_model)
     host, port = listen_address(host, port)  # before the model: loading it takes a while
+    if name in DEFAULT_MODELS and not Path(name).exists():
+        raise UsageError(
+            f"no model to serve: {name} not found; build the Space's model with python scripts/train.py --recipe "
+            f"{SPACE_RECIPE} (about 90 minutes on one CPU core), or give --model FOLDER or a Hub id"
+        )
     check_model_folder(name)  # cheap: a missing or broken folder is named before Gradio is even imported
     _gradio()
     demo = build_demo(logic.load_space_model(name, dtype=dtype))
@@ -426,7 +459,8 @@ def _main(argv: Sequence[str], default_model: str | None = None) -> int:
     parser.add_argument(
         "--model",
         default=None,
-        help=f"model folder or Hub id (default: ${MODEL_ENV}, else a Space README's models:, else {DEFAULT_MODEL})",
+        help=f"model folder or Hub id (default: ${MODEL_ENV}, else a Space README's models:, else the first of "
+        f"{', '.join(DEFAULT_MODELS)} that exists)",
     )
     parser.add_argument(
         "--host",

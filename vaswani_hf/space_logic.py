@@ -22,6 +22,7 @@ from .hub.card import LANGUAGE_NAMES, count_parameters
 from .hub.space import API_EXAMPLE
 from .inference import load_for_decoding, translate
 from .settings import GENERATION_SETTINGS, settings_of
+from .space_payload import API_SETTINGS, CODES, PageWeights, WeightCache, codes, page_kinds
 from .visualize import KINDS, MAX_PLOT_TOKENS, Attentions, collect_attentions
 from .visualize.attention import KIND_TITLES
 
@@ -54,27 +55,68 @@ class AttentionView:
 
 VIEW_SETTINGS = settings_of(AttentionView)
 
-# The paper's attention figures (Figures 3-5: encoder self-attention in layer 5 of 6), each with the view it shows.
+
+LAST = "last"  # an example's layer: the model's last, whatever its depth
+
+
+@dataclass(frozen=True)
+class Example:
+    """A sentence the page offers, the view it opens (kind, 1-based layer or LAST, head, token to follow) and the
+    domain of its text, so that the page can say when it lies outside the model's."""
+
+    text: str
+    view: dict | None
+    label: str
+    domain: str
+
+
+NEWS, CAPTIONS = "news", "image captions"
+# The training data whose domain the page can name: a card's `datasets` entry (or title) containing the key.
+DATA_DOMAINS = {"multi30k": CAPTIONS, "flickr": CAPTIONS, "wmt": NEWS, "newstest": NEWS, "europarl": NEWS}
+
+# The paper's attention figures (Figures 3-5: encoder self-attention in layer 5 of 6), each with the view it shows,
+# and two sentences of Multi30k's kind (image captions: the Space's model's domain).
 EXAMPLES = [
-    (
+    Example(
         "It is in this spirit that a majority of American governments have passed new laws since 2009 making the "
         "registration or voting process more difficult.",
         {"kind": "encoder", "layer": 5, "head": ALL_HEADS, "token": "making"},
         'Figure 3: the long-distance dependency of "making ... more difficult" (encoder self-attention, layer 5)',
+        NEWS,
     ),
-    (
+    Example(
         "The Law will never be perfect, but its application should be just - this is what we are missing, in my "
         "opinion.",
         {"kind": "encoder", "layer": 5, "head": ALL_HEADS, "token": "its"},
         'Figures 4-5: the anaphora of "its" (encoder self-attention, layer 5)',
+        NEWS,
     ),
-    (
+    Example(
         "A man is riding a horse on the beach.",
-        {"kind": "cross", "layer": 6, "head": ALL_HEADS, "token": None},
+        {"kind": "cross", "layer": LAST, "head": ALL_HEADS, "token": None},
         "Encoder-decoder attention: which source words each target word reads (last layer)",
+        CAPTIONS,
     ),
-    ("Two young children are playing in the snow with their dog.", None, "A Multi30k-like sentence"),
+    Example("Two young children are playing in the snow with their dog.", None, "An image caption", CAPTIONS),
 ]
+
+
+def model_domain(facts: ModelFacts) -> str | None:
+    """The domain of the model's data by its card's datasets, title or test set (`DATA_DOMAINS`), or None."""
+    named = " ".join([*facts.datasets, facts.title, facts.bleu or ""]).lower()
+    return next((domain for key, domain in DATA_DOMAINS.items() if key in named), None)
+
+
+def example_label(example: Example, facts: ModelFacts) -> str:
+    """The example's label, marked when its text lies outside the domain of the model's training data."""
+    domain = model_domain(facts)
+    if domain is None or domain == example.domain:
+        return example.label
+    return (
+        f"{example.label}. A {example.domain} sentence, outside this model's domain ({domain}): expect a rough "
+        "translation"
+    )
+
 
 __all__ = [
     "API_EXAMPLE",
@@ -82,7 +124,11 @@ __all__ = [
     "MAX_SOURCE_TOKENS",
     "ALL_HEADS",
     "PAGE_SETTINGS",
+    "API_SETTINGS",
     "EXAMPLES",
+    "Example",
+    "example_label",
+    "model_domain",
     "ModelFacts",
     "SpaceModel",
     "Translation",
@@ -140,6 +186,7 @@ class ModelFacts:
     bleu: str | None = None  # "27.3 sacreBLEU on newstest2014", as the card's model-index declares it
     card_url: str | None = None  # the card on the Hub, for a Hub id
     card_text: str | None = None  # the card's text, for a model folder (shown in the page)
+    datasets: list = field(default_factory=list)  # the card's training data (names or Hub ids)
 
 
 def read_facts(name_or_path: str, model) -> ModelFacts:
@@ -166,7 +213,12 @@ def read_facts(name_or_path: str, model) -> ModelFacts:
         parameters=count_parameters(model),
         card_url=f"https://huggingface.co/{hub_id}" if hub_id else None,
         card_text=card.text if card is not None and hub_id is None else None,
+        datasets=[str(d) for d in _as_list(getattr(data, "datasets", None))],
     )
+
+
+def _as_list(value) -> list:
+    return [] if value is None else [value] if isinstance(value, str) else list(value)
 
 
 @dataclass
@@ -179,6 +231,7 @@ class SpaceModel:
     known: frozenset = field(default_factory=frozenset)
     layers: dict = field(default_factory=dict)  # kind -> number of layers
     heads: int = 0
+    cache: WeightCache = field(default_factory=WeightCache)  # the last translations' weights, for the page
 
     @property
     def script(self) -> str:
@@ -352,54 +405,81 @@ def word_index(tokens: list[str], word: str | None) -> int | None:
     return None
 
 
-def _packed(weights) -> str:
-    """Weights in [0, 1] as base64 of little-endian uint16 (steps of 1/65535: the page shows 3 decimals)."""
-    quantised = np.rint(weights.float().clamp(0, 1).numpy() * 65535).astype("<u2")
-    return base64.b64encode(quantised.tobytes()).decode("ascii")
+def _shown_view(space: SpaceModel, kinds: dict, view: dict | None) -> dict | None:
+    """`view` (kind, 1-based layer, head, token: an example's figure) clamped to this model's layers and found among
+    the tokens; a layer the model lacks is replaced by its last, and `note` says so."""
+    if not (view and isinstance(view.get("kind"), str) and view["kind"] in kinds):
+        return None
+    kind = view["kind"]
+    layers = space.layers[kind]
+    asked = layers if view.get("layer") == LAST else _whole_number(view.get("layer"))
+    layer = max(1, min(asked or 1, layers))
+    head = _whole_number(view.get("head"))
+    shown = {
+        "kind": kind,
+        "layer": layer,
+        "head": head if head in range(1, space.heads + 1) else ALL_HEADS,
+        "query": word_index(kinds[kind]["queries"], view.get("token")),
+    }
+    if asked is not None and asked > layers:
+        shown["note"] = (
+            f"The paper's figure shows layer {asked}; this model's {KIND_TITLES[kind]} has {layers} "
+            f"layer{'s' if layers > 1 else ''}, so its last, layer {layer}, is shown."
+        )
+    return shown
 
 
 def attention_payload(space: SpaceModel, attentions: Attentions, view: dict | None = None) -> dict:
-    """Every weight of every kind, layer and head with its tokens, for the page's script to draw; `view` (kind,
-    1-based layer, head, token: an example's figure) is clamped to this model's layers and found among the tokens."""
-    kinds = {}
-    for kind in KINDS:
-        queries, keys = attentions.axis_labels(kind)
-        weights = attentions.weights(kind)
-        kinds[kind] = {
-            "title": KIND_TITLES[kind],
-            "queries": queries,
-            "keys": keys,
-            "shape": list(weights.shape),
-            "data": _packed(weights),
-        }
-    payload = {"kinds": kinds, "heads": space.heads}
-    if view and isinstance(view.get("kind"), str) and view["kind"] in kinds:
-        kind = view["kind"]
-        queries = kinds[kind]["queries"]
-        layer = max(1, min(_whole_number(view.get("layer")) or 1, space.layers[kind]))
-        head = _whole_number(view.get("head"))
-        payload["view"] = {
-            "kind": kind,
-            "layer": layer,
-            "head": head if head in range(1, space.heads + 1) else ALL_HEADS,
-            "query": word_index(queries, view.get("token")),
-        }
+    """What the page's script gets for a translation: each kind's tokens and shape, the key its later requests name,
+    and the blocks of weights its first view needs first, within `PAGE_BUDGET` (`vaswani_hf.space_payload`); the
+    weights are kept in `space.cache` for the rest."""
+    weights = PageWeights.of(attentions)
+    space.cache.add(weights)
+    payload = {"key": weights.key, "kinds": page_kinds(attentions), "heads": space.heads, "code": CODES[8]}
+    shown = _shown_view(space, payload["kinds"], view)
+    kind, layer, head = "encoder", 0, None
+    if shown is not None:
+        payload["view"] = shown
+        kind, layer = shown["kind"], shown["layer"] - 1
+        head = None if shown["head"] == ALL_HEADS else shown["head"] - 1
+    payload["blocks"] = weights.packed(kind, layer, head)
     return payload
 
 
-def attention_numbers(space: SpaceModel, attentions: Attentions, kind, layer, head) -> dict:
-    """One view's weights as numbers: {kind, layer, head, queries, keys, weights}; weights[q][k] for one head,
-    weights[h][q][k] for all heads (1-based layer and head, as given)."""
+def attention_numbers(
+    space: SpaceModel,
+    attentions: Attentions,
+    kind,
+    layer,
+    head,
+    decimals=API_SETTINGS["decimals"].default,
+    packed_bits=API_SETTINGS["packed_bits"].default,
+) -> dict:
+    """One view's weights for the API: {kind, layer, head, queries, keys, shape, weights}; weights[q][k] for one head,
+    weights[h][q][k] for all heads (1-based layer and head, as given), as numbers rounded to `decimals` places, or
+    with `packed_bits` 8 (the page's code) or 16 as `packed`, base64 of the codes in that shape, and `code`, how to
+    read them (`vaswani_hf.space_payload.CODES`)."""
     kind, layer_index, head_index = check_view(space, kind, layer, head)
+    decimals = API_SETTINGS["decimals"].check(decimals, "/attention")
+    bits = API_SETTINGS["packed_bits"].check(packed_bits, "/attention")
     queries, keys = attentions.axis_labels(kind)
     weights = attentions.weights(kind)[layer_index]
     if head_index is not None:
         weights = weights[head_index]
-    return {
+    answer = {
         "kind": kind,
         "layer": layer_index + 1,
         "head": ALL_HEADS if head_index is None else head_index + 1,
         "queries": queries,
         "keys": keys,
-        "weights": np.round(weights.float().numpy(), 6).tolist(),
+        "shape": list(weights.shape),
     }
+    if bits:
+        return {
+            **answer,
+            "weights": None,
+            "packed": base64.b64encode(codes(weights, bits)).decode(),
+            "code": CODES[bits],
+        }
+    # rounded as float64, so that JSON writes 0.4653, not float32's 0.4652999937534332
+    return {**answer, "weights": np.round(weights.double().numpy(), decimals).tolist()}

@@ -25,8 +25,10 @@ from gradio_client import Client
 client = Client("http://127.0.0.1:7860/")  # or the Space's id, e.g. Client("org/space")
 text = client.predict("A man is riding a horse.", 4, 0.6, api_name="/translate")
 view = client.predict("A man is riding a horse.", "cross", 6, "all", 4, 0.6, api_name="/attention")
-view["queries"], view["keys"], view["weights"]  # weights[head][query][key] ("all") or [query][key]
+view["queries"], view["keys"], view["weights"]  # weights[head][query][key] ("all") or [query][key], 4 decimals
 view["warning"]  # None, or a sentence when the text looks like another language than the model's source
+packed = client.predict("A man is riding a horse.", "cross", 6, "all", 4, 0.6, 4, 8, api_name="/attention")
+packed["packed"], packed["shape"], packed["code"]  # base64 of one byte a weight (the page's form), and how to read it
 ```
 A text in another language is translated with a warning: /attention's "warning", and for both endpoints a gr.Warning
 (a "log" status update of `client.submit(...)`'s job)."""
@@ -43,8 +45,9 @@ SPACE_APP = '''\
 """A Hugging Face Space (Gradio): translate with the original Transformer and look at its attention.
 
 The model is --model, else $VASWANI_MODEL, else the first entry of `models:` in this folder's README.md, else
-outputs/default/hub (the bundled model of `python scripts/train.py`). Locally: python space/app.py [--model FOLDER],
-or vaswani-space --model FOLDER. The page itself is vaswani_hf.space; this file only starts it.
+outputs/multi30k-en-de-space/hub (python scripts/train.py --recipe multi30k-en-de-space), else outputs/default/hub.
+Locally: python space/app.py [--model FOLDER], or vaswani-space --model FOLDER. The page itself is vaswani_hf.space;
+this file only starts it.
 """
 
 import sys
@@ -79,7 +82,7 @@ def render_space_readme(model_repo_id: str | None = None, title: str = "Vaswani 
     serves = (
         f"[{model_repo_id}](https://huggingface.co/{model_repo_id})"
         if model_repo_id
-        else "the model named by $VASWANI_MODEL (default: outputs/default/hub)"
+        else "the model named by $VASWANI_MODEL (default: the one recipes/multi30k-en-de-space.yaml builds)"
     )
     return (
         "---\n"
@@ -104,9 +107,11 @@ def render_space_readme(model_repo_id: str | None = None, title: str = "Vaswani 
         "Built with vaswani_hf (`vaswani_hf.space`).\n\n"
         "## API\n\n"
         "Two endpoints, `/translate` (text, num_beams 1-12, alpha 0-2 -> the translation) and `/attention` (text, "
-        "kind `encoder`/`decoder`/`cross`, 1-based layer, head `all` or 1-based, num_beams, alpha -> the "
-        "translation and the weights with their tokens). A bad value is answered with one sentence. Requests are "
-        "queued and run one at a time; the page accepts no uploads (403).\n\n"
+        "kind `encoder`/`decoder`/`cross`, 1-based layer, head `all` or 1-based, num_beams, alpha, decimals 1-8 "
+        "(default 4), packed_bits 0, 8 or 16 -> the translation and the weights with their tokens: numbers rounded "
+        "to `decimals` places, or with packed_bits 8 (one byte a weight, as the page gets them) or 16 base64 codes "
+        "and how to read them). A bad value is answered with one sentence. Requests are queued and run one at a "
+        "time; the page accepts no uploads (403).\n\n"
         f"{API_EXAMPLE}\n"
     )
 
