@@ -334,7 +334,7 @@ def training_precision(recipe: Recipe, world: World) -> precision.Choice:
     CUDA GPU with bf16, or on a CPU with bf16 matrix units for a model of the measured size, else fp32; with
     `fp16: true`, auto is not bf16."""
     asked = False if recipe.fp16 else recipe.bf16
-    parameters = approximate_parameters(recipe.model_config(recipe.vocab_size))
+    parameters = approximate_parameters(recipe.config)
     return precision.choose_training_bf16(asked, precision.hardware_of(world.device), parameters)
 
 
