@@ -75,8 +75,10 @@ def test_translate_outputs_are_single_lines(model, tokenizer, monkeypatch):
 def test_translate_refuses_a_single_string_and_non_strings(model, tokenizer):
     with pytest.raises(TypeError, match="not a single string"):
         translate(model, tokenizer, "dog", progress=False)
-    with pytest.raises(TypeError, match="sentence 1 is a int"):
-        translate(model, tokenizer, ["dog", 3], progress=False)
+    with pytest.raises(TypeError, match="sentence 2 is an int, not a str"):
+        translate(model, tokenizer, ["a", 3], progress=False)
+    with pytest.raises(TypeError, match="`sentences` must be a sequence of strings, not a NoneType"):
+        translate(model, tokenizer, None, progress=False)
 
 
 def test_position_limit_is_the_learned_table_as_generate_caps_it(tokenizer):
@@ -145,6 +147,11 @@ def test_load_for_inference(model, tokenizer, saved_folder, tmp_path):
         (broken / name).write_bytes((saved_folder / name).read_bytes())
     with pytest.raises(UsageError, match=r"broken: no tokenizer\.json"):
         load_for_inference(broken, device="cpu")
+    # a device this machine lacks is named as the tools' --device names it, not an error from inside torch
+    with pytest.raises(UsageError, match=r"device 'cuda:99': this machine has"):
+        load_for_inference(saved_folder, device="cuda:99")
+    with pytest.raises(UsageError, match=r"device 'gpu' is not a torch device"):
+        load_for_inference(saved_folder, device="gpu")
 
 
 def test_resolve_dtype():

@@ -272,6 +272,8 @@ def test_the_page_answers_bad_input_with_a_message_and_no_exception(space, monke
         and "CJK" in page.on_translate(space, CHINESE, 4, 0.6)[1]
     )
     assert "num_beams must be in [1, 12]" in page.on_translate(space, SENTENCE, 40, 0.6)[1]
+    # the sentence itself, not the repr of gr.Error's message (which adds Python's quotes)
+    assert page.on_translate(space, "", 4, 0.6)[1] == "**⚠ Type a sentence to translate: the text box is empty.**"
     monkeypatch.setattr(logic, "translate_text", lambda *a: 1 / 0)  # a bug: logged, the page says so in one line
     translation, message, payload = page.on_translate(space, SENTENCE, 4, 0.6)
     assert translation == payload == "" and "could not translate this (ZeroDivisionError)" in message

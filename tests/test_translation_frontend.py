@@ -72,8 +72,10 @@ def test_a_single_string_or_a_non_string_is_a_type_error():
     engine = FakeEngine()
     with pytest.raises(TypeError, match="not a single string"):
         translate_lines("a b", engine.encode, engine.decode)
-    with pytest.raises(TypeError, match="sentence 1 is a int"):
+    with pytest.raises(TypeError, match="sentence 2 is an int, not a str"):
         translate_lines(["a", 3], engine.encode, engine.decode)
+    with pytest.raises(TypeError, match="`sentences` must be a sequence of strings, not a NoneType"):
+        translate_lines(None, engine.encode, engine.decode)
     assert engine.encoded == []
 
 

@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from . import precision
+from .constraints import device_problem
 from .data.batching import TRANSLATE_MAX_TOKENS, make_batches
 from .io import UsageError, load_model_folder
 from .io.progress import progress_bar
@@ -97,9 +98,18 @@ def precision_name(dtype: str | torch.dtype) -> str:
 
 
 def resolve_device(device: str | torch.device | None = None) -> torch.device:
-    """`device`, or the available accelerator (CUDA, MPS, XPU, ...) when None, else the CPU."""
+    """`device`, or the available accelerator (CUDA, MPS, XPU, ...) when None, else the CPU. A device this machine
+    does not have is a UsageError naming it (the same check as the tools' `--device`), not an error from deep inside
+    torch when the first tensor moves there."""
     if device is not None:
-        return torch.device(device)
+        try:
+            chosen = torch.device(device)
+        except (RuntimeError, ValueError, TypeError):
+            raise UsageError(f"device {device!r} is not a torch device (e.g. cpu, cuda, cuda:1, mps)") from None
+        problem = device_problem(str(chosen)) if chosen.type in ("cuda", "mps") else None
+        if problem:
+            raise UsageError(f"device {problem}")
+        return chosen
     accelerator = getattr(torch, "accelerator", None)
     if accelerator is not None and accelerator.is_available():
         return accelerator.current_accelerator()

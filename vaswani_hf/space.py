@@ -115,7 +115,8 @@ def on_translate(space: logic.SpaceModel, text, num_beams, length_penalty, view=
     try:
         result = _answer(lambda: logic.translate_text(space, text, num_beams, length_penalty), "translate")
     except Exception as error:  # noqa: BLE001 - gr.Error from _answer: shown in the page's status
-        return "", f"**⚠ {error}**", ""
+        # gr.Error's str() is the repr of its message, quotes included: the page shows the sentence itself.
+        return "", f"**⚠ {getattr(error, 'message', error)}**", ""
     penalty = (
         f", length penalty {result.length_penalty:g}" if result.num_beams > 1 else " (no length penalty with beam 1)"
     )  # greedy decoding compares no hypotheses of different lengths

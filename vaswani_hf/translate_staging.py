@@ -89,7 +89,7 @@ def publish(staging: Path, windows: list[tuple[int, str]], output: str | os.Path
     (`windows`: each window's lines and input SHA-256); then the staging folder removed. A part that differs is
     removed and refused: `--resume` translates it again."""
     target = io.check_output_file(output, overwrite=overwrite, what="--output")
-    with io.replace_atomically(target) as temporary, open(temporary, "wb") as handle:
+    with io.replace_atomically(target, overwrite=overwrite) as temporary, open(temporary, "wb") as handle:
         for k, (lines, source_sha256) in enumerate(windows):
             proof = _read_record(staging, k)
             digest, copied = hashlib.sha256(), 0

@@ -116,14 +116,25 @@ def output_line(text: str) -> str:
 
 
 def checked_sentences(sentences: Sequence[str]) -> list[str]:
-    """`sentences` as a list of str; a single string or a non-str item is a TypeError (a caller's bug)."""
+    """`sentences` as a list of str. A single string, something that is not a collection, or an item that is not a
+    str is a TypeError (a caller's bug), which names the item as the other messages do, counting from 1."""
     if isinstance(sentences, str):
         raise TypeError("translate: `sentences` must be a sequence of strings, not a single string")
-    sentences = list(sentences)
-    for i, sentence in enumerate(sentences):
+    try:
+        sentences = list(sentences)
+    except TypeError:
+        raise TypeError(
+            f"translate: `sentences` must be a sequence of strings, not {_a(type(sentences).__name__)}"
+        ) from None
+    for i, sentence in enumerate(sentences, start=1):
         if not isinstance(sentence, str):
-            raise TypeError(f"translate: sentence {i} is a {type(sentence).__name__}, not a str")
+            raise TypeError(f"translate: sentence {i} is {_a(type(sentence).__name__)}, not a str")
     return sentences
+
+
+def _a(noun: str) -> str:
+    """`noun` with its indefinite article: "an int", "a NoneType"."""
+    return ("an " if noun[:1].lower() in "aeiou" else "a ") + noun
 
 
 def max_source_chars(table: PositionTable | None, max_source_tokens: int | None) -> int | None:

@@ -188,7 +188,8 @@ def _run(plan) -> int:
     )
     print(format_table(scores))
     if args.out:
-        with io.replace_atomically(io.check_output_file(args.out, overwrite=args.overwrite, what="--out")) as tmp:
+        target = io.check_output_file(args.out, overwrite=args.overwrite, what="--out")
+        with io.replace_atomically(target, overwrite=args.overwrite) as tmp:
             tmp.write_text(json.dumps({"scores": scores, "meta": meta}, indent=2) + "\n", encoding="utf-8")
         print(f"\nwrote {args.out}", file=sys.stderr)
     return 0

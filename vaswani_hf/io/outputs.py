@@ -252,10 +252,16 @@ def apply_umask(path: str | os.PathLike) -> None:
 
 
 @contextmanager
-def replace_atomically(target: str | os.PathLike, *, folder: bool = False, kind: str | None = None):
+def replace_atomically(
+    target: str | os.PathLike, *, folder: bool = False, kind: str | None = None, overwrite: bool = True
+):
     """Yield a temporary file (or folder) beside `target` to write into; on success it replaces `target` in one
     rename (the old content removed only after), with the umask's modes and, for a folder of `kind`, the marker; on
-    failure it is removed and `target` is untouched."""
+    failure it is removed and `target` is untouched.
+
+    With `overwrite` False a file is published only if nothing is at `target` yet (`_publish_new_file`): a file that
+    another run wrote there after this run's checks is kept, and this run is refused. A folder needs no such care
+    here, because `atomic_output_dir` claims and locks it before any work."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     if folder:
@@ -275,12 +281,36 @@ def replace_atomically(target: str | os.PathLike, *, folder: bool = False, kind:
             os.rename(target, old)
             os.rename(temporary, target)
             shutil.rmtree(old) if old.is_dir() else old.unlink()
+        elif not overwrite and not folder:
+            _publish_new_file(temporary, target)
         else:
             os.replace(temporary, target)
         fsync_tree(target.parent, recursive=False)
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True) if temporary.is_dir() else temporary.unlink(missing_ok=True)
         raise
+
+
+def _publish_new_file(temporary: Path, target: Path) -> None:
+    """Give `temporary` the name `target` only if that name is still free. A hard link is created or refused in one
+    step by the file system, so two runs that both found the name free cannot both take it: the later one is told
+    that its output was written by another run, and that run's file is kept. Where the file system has no hard links
+    (some network and FUSE file systems), the name is checked just before the rename, which narrows the window but
+    cannot close it."""
+    taken = UsageError(
+        f"{target} was written by another run while this one worked; it is not replaced: pass --overwrite to "
+        "replace it, or choose another file"
+    )
+    try:
+        os.link(temporary, target)
+    except FileExistsError:
+        raise taken from None
+    except OSError:
+        if os.path.lexists(target):
+            raise taken from None
+        os.replace(temporary, target)
+        return
+    temporary.unlink()
 
 
 @contextmanager

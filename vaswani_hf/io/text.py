@@ -299,7 +299,7 @@ def write_lines(
         write_stdout(text)
         return
     target = check_output_file(path, overwrite=overwrite, what=what)
-    with replace_atomically(target) as temporary:
+    with replace_atomically(target, overwrite=overwrite) as temporary:
         temporary.write_text(text, encoding="utf-8", newline="\n")
 
 
@@ -345,7 +345,7 @@ def write_json(path: str | os.PathLike, data: Any, *, overwrite: bool = True) ->
     """JSON (`to_json`: indented, UTF-8, numbers from numpy or torch and paths written as themselves) written
     atomically. It is a file of the caller's own run, so it is replaced unless `overwrite` is False."""
     target = check_output_file(path, overwrite=overwrite, what="JSON file") if not overwrite else Path(path)
-    with replace_atomically(target) as temporary:
+    with replace_atomically(target, overwrite=overwrite) as temporary:
         temporary.write_text(to_json(data) + "\n", encoding="utf-8")
 
 
