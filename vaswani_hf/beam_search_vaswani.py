@@ -38,7 +38,7 @@ class _SelfAttentionBuffers:
     that a row's prefix is one contiguous block; attention reads them as the (rows, H, length, d) views SDPA expects.
     There are two buffers per tensor: `reorder` copies the kept rows' prefixes from one into the other with
     `index_select(out=...)`, a single copy of one block per row (with heads before positions, each row would be H
-    blocks, ~1.6x slower). The capacity starts small and doubles, up to `max_positions`, when the prefix outgrows it."""
+    blocks, ~1.6x slower). The capacity starts small and doubles, up to `max_positions`, as the prefix outgrows it."""
 
     def __init__(self, rows: int, heads: int, d_k: int, d_v: int, max_positions: int, dtype, device):
         self.max_positions = max_positions
