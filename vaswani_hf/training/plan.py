@@ -70,7 +70,8 @@ class World:
 
     @classmethod
     def from_environment(cls, recipe: Recipe) -> World:
-        """From the launcher's environment, without a process group (`run_training` checks Accelerate's agrees)."""
+        """Read from the launcher's environment without starting a process group; `run_training` later checks that
+        Accelerate's world agrees (`check_state`)."""
         processes = get_int_from_env(_PROCESSES, 1)
         device = "cpu" if use_cpu(recipe, processes) else f"cuda:{get_int_from_env(_LOCAL_RANK, 0)}"
         return cls(processes, get_int_from_env(_RANK, 0), get_int_from_env(_LOCAL_PROCESSES, processes), device)
@@ -429,7 +430,9 @@ def _export(recipe: Recipe, export: Path) -> ExportPlan:
 
 
 def check_devices(recipe: Recipe, world: World) -> None:
-    """The precision and distributed strategy asked for exist on this device, and the model fits."""
+    """Check that the precision and the distributed strategy asked for exist on this device, and that the model
+    fits."""
+
     if recipe.fp16 and world.cpu:
         raise RecipeError(
             "fp16: fp16 mixed precision needs a CUDA GPU and this run is on the CPU; use bf16 (CPU autocast) or fp32"

@@ -168,7 +168,7 @@ class TokenizerKeys:
     tokenizer_path: str | None = field(
         default=None, metadata={"help": "existing tokenizer folder; null: train a joint BPE on the training data"}
     )
-    # These are the BPE's own declarations (vaswani_hf.tokenization.BpeSettings), as the model keys are VaswaniConfig's.
+    # The BPE's own declarations (vaswani_hf.tokenization.BpeSettings), as the model keys are VaswaniConfig's own.
 
     vocab_size: int = field(default=_BPE["vocab_size"].default, metadata=_BPE["vocab_size"].metadata)
     bpe_min_frequency: int = field(default=_BPE["min_frequency"].default, metadata=_BPE["min_frequency"].metadata)
