@@ -35,9 +35,10 @@ from torch import nn
 
 class _SelfAttentionBuffers:
     """Self-attention keys and values of one decoder layer for every running row, stored (rows, capacity, H, d) so
-    that a row's prefix is one contiguous block (read as the (rows, H, length, d) views SDPA expects). Two buffers
-    per tensor: `reorder` copies the kept rows' prefixes from one into the other with `index_select(out=...)`, one
-    block per row (heads before positions would be H blocks: ~1.6x slower); the capacity doubles as needed."""
+    that a row's prefix is one contiguous block; attention reads them as the (rows, H, length, d) views SDPA expects.
+    There are two buffers per tensor: `reorder` copies the kept rows' prefixes from one into the other with
+    `index_select(out=...)`, a single copy of one block per row (with heads before positions, each row would be H
+    blocks, ~1.6x slower). The capacity starts small and doubles, up to `max_positions`, as the prefix outgrows it."""
 
     def __init__(self, rows: int, heads: int, d_k: int, d_v: int, max_positions: int, dtype, device):
         self.max_positions = max_positions
@@ -113,11 +114,10 @@ def project_source(model, encoder_hidden_states: torch.Tensor, encoder_attention
 
 def _attend(query, keys, values, mask: torch.Tensor | None, scale: float) -> torch.Tensor:
     """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (Eq. 1) for one decoding step: (N, H, q, d) queries over
-    (N, H, L, d) keys and values, `mask` additive. SDPA, except for bf16 / fp16 on a CPU: there SDPA's flash kernel
-    runs a small product per (row, head) and was measured 2-3x slower than fp32 at these shapes (one query per row
-    over a strided K/V buffer; 2 and 3 times slower than two batched products in bf16), so reduced precision takes
-    two batched products with the softmax in fp32, in the order of the model's eager attention
-    (`eager_attention_forward`)."""
+    (N, H, L, d) keys and values, with an additive `mask`. This is SDPA, except for bf16 and fp16 on a CPU: there
+    SDPA's flash kernel runs one small product per (row, head), measured 2-3x slower than fp32 and than two batched
+    bf16 products at these shapes (one query per row over a strided K/V buffer). So reduced precision on a CPU takes
+    two batched products with the softmax in fp32, in the order of the model's `eager_attention_forward`."""
     if query.dtype == torch.float32 or query.device.type != "cpu":
         return nn.functional.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=scale)
     scores = torch.matmul(query, keys.transpose(-1, -2)) * scale
@@ -197,7 +197,8 @@ def top_candidates(log_probs: torch.Tensor, running_scores: torch.Tensor, keep: 
 
     log_probs: (A, k, V), running_scores: (A, k). Rounding is monotone, so the best sum in a block of `chunk` tokens is
     the block's best log-prob plus the beam's score; the `keep` best sums lie in the `keep` best blocks or in each
-    row's < `chunk` leftover tokens, and only those are summed and ranked. Plain `torch.topk` off CPU / short rows."""
+    row's < `chunk` leftover tokens, and only those are summed and ranked. Off CPU, or with fewer than `keep` blocks
+    per row, it is the plain sum and `torch.topk`."""
     alive, k, vocab = log_probs.shape
     blocks = vocab // chunk
     if blocks < keep or log_probs.device.type != "cpu":
@@ -331,10 +332,10 @@ def _sentences_done(
     num_return_sequences: int,
     max_length: int,
 ) -> torch.Tensor:
-    """Step 5: (A,) True for the sentences whose result is final; updates `beams.can_improve`. log P only falls as a
-    beam grows and lp(|Y|) grows with it (alpha > 0), so the best a running beam can finish with is log P / lp(the
-    sentence's longest |Y|): `early_stopping="never"` (the paper's t2t bound) compares that with the worst finished
-    hypothesis, False the current length (transformers' heuristic); True also stops once k have finished."""
+    """Step 5: (A,) True for the sentences whose result is final; updates `beams.can_improve`. A beam's log P only
+    falls as it grows and, for alpha > 0, lp(|Y|) grows with it, so the best it can still reach is log P / lp(its
+    sentence's longest |Y|). `early_stopping="never"` (the paper's t2t bound) compares that with the worst finished
+    hypothesis; False uses the current length (transformers' heuristic); True also stops once k have finished."""
     current_length = torch.full_like(beams.ids, step + 1)
     exact_bound = beams.running_scores[:, 0] / length_penalty(
         (length_bounds[beams.ids] if alpha > 0.0 else current_length).float()
@@ -390,12 +391,14 @@ def lean_beam_search(
     alpha: float,
     early_stopping: bool | str,
 ) -> torch.Tensor:
-    """Beam search over `model`'s decoder (a VaswaniForConditionalGeneration in eval mode). Per step and sentence,
-    as transformers' `GenerationMixin._beam_search` (v5): log P of every next token (</s> forced at the length limit,
-    forbidden before `min_steps`); the 2k best candidates (`_candidates`); the best k unfinished run on (`_run_on`);
-    finished ones among the best k enter the k best hypotheses by log P / lp(|Y|) (`_add_finished`); a sentence is
-    done by `early_stopping`'s rule or once its `num_return_sequences` best are final (`_sentences_done`), and leaves
-    the batch.
+    """Beam search over `model`'s decoder (a VaswaniForConditionalGeneration in eval mode), step by step for each
+    running sentence as transformers' `GenerationMixin._beam_search` (v5) does. (1) Each beam scores every next token
+    by log P; a beam at its sentence's length limit may only emit </s>, and none may before `min_steps` tokens. (2) The
+    2k best (beam, token) candidates by accumulated log P are kept (`_candidates`). (3) The best k that did not finish
+    run on (`_run_on`). (4) Those among the best k that finished enter the sentence's k finished hypotheses if log P /
+    lp(|Y|) ranks among the k best so far (`_add_finished`). (5) A sentence is done by `early_stopping`'s rule or once
+    its `num_return_sequences` best are final (`_sentences_done`), and leaves the batch.
+
 
     Returns (B * num_return_sequences, 1 + longest) ids: the start token, the best hypotheses in descending score
     order, padded with `fill_value` (as transformers pads)."""
@@ -404,7 +407,8 @@ def lean_beam_search(
     k, keep = num_beams, 2 * num_beams  # transformers keeps (1 + number of eos ids) * k candidates per step
     max_new = max_length - 1  # generated tokens after the start token
     limits = limits.to(device) if limits is not None else None  # (B,) a beam at its limit may only emit </s>
-    # (B,) no hypothesis can be longer (for the early-stop bound)
+    # (B,) the length no hypothesis can exceed, for the early-stop bound
+
     length_bounds = limits.clamp(max=max_new) if limits is not None else torch.full((batch,), max_new, device=device)
     alpha = float(alpha)
     source = project_source(model, encoder_hidden_states, encoder_attention_mask)

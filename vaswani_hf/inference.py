@@ -72,7 +72,8 @@ DTYPES = {
 
 
 def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
-    """ "fp32" / "bf16" / "fp16" (or their long names, or a torch.dtype) -> torch.dtype; None stays None."""
+    """The torch.dtype of "fp32", "bf16" or "fp16" (or of their long names; a torch.dtype is returned as it is),
+    and None for None. "auto" and "int8" are refused here: they are chosen when the model is loaded."""
     if dtype is None or isinstance(dtype, torch.dtype):
         return dtype
     key = str(dtype).lower().removeprefix("torch.")
@@ -121,7 +122,7 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
 def _decoding_mode(device: torch.device, dtype: torch.dtype | None) -> contextlib.ExitStack:
     """No gradients, and autocast for `dtype` (bf16/fp16) on `device` (None / fp32: none). Under autocast this is
     `no_grad`, not `inference_mode`: autocast keeps its casts of the fp32 weights only outside inference mode, and
-    inside it cast every weight matrix at every decoding step (measured: ~17% of a CPU beam search)."""
+    inside it would cast every weight matrix again at every decoding step (measured: ~17% of a CPU beam search)."""
     stack = contextlib.ExitStack()
     if dtype is None or dtype == torch.float32:
         stack.enter_context(torch.inference_mode())
@@ -191,7 +192,7 @@ def position_limit(model) -> int | None:
 
 
 def _pad(sequences: list[list[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad token lists -> (input_ids (B, S), attention_mask (B, S))."""
+    """The token lists padded on the right to the longest, as (input_ids (B, S), attention_mask (B, S))."""
     longest = max(len(s) for s in sequences)
     input_ids = torch.full((len(sequences), longest), pad_id, dtype=torch.long)
     attention_mask = torch.zeros((len(sequences), longest), dtype=torch.long)
@@ -325,10 +326,12 @@ def translate_batch_fn(
     """A function for `datasets.Dataset.map(fn, batched=True)` that translates the column `column` into
     `output_column` with `translate` (`options`: its keywords, e.g. `num_beams=1`, `max_tokens`; progress is off).
 
-    `model` is a model folder (loaded with `load_for_inference` on `device`, in the precision `dtype`: "fp32",
-    "bf16", "int8" or "auto", `vaswani_hf.precision`) or a model, with its `tokenizer` (then `dtype` is `translate`'s:
-    autocast).
+    `model` is a model folder, loaded with `load_for_inference` on `device` in the precision `dtype` ("fp32", "bf16",
+    "int8" or "auto": `vaswani_hf.precision`), or a model given with its `tokenizer`, in which case `dtype` is
+    `translate`'s (autocast).
+
     `datasets` then does the streaming and the processes: `Dataset.map` works through the rows `batch_size` at a
+
     time (each batch length-sorted and token-batched here), an `IterableDataset` (`load_dataset(...,
     streaming=True)`) translates lazily as it is read, and `num_proc=N` splits the rows across N processes (give
     each a device with `with_rank=True` and your own function, or use CPU threads: `torch.set_num_threads`):

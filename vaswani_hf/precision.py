@@ -11,13 +11,14 @@ is emulated by conversions and is slower than fp32. So the choice depends on the
   /proc/cpuinfo): "amx" (Intel AMX tiles: `amx_bf16`; Sapphire Rapids and later), "avx512_bf16" (AVX-512 BF16
   dot products: `avx512_bf16`, e.g. Cooper Lake, AMD Zen 4), or "none" (AVX2, AVX-512 without BF16, other
   processors); "cuda" for a CUDA GPU with bf16 (compute capability 8.0+).
-- thresholds per kind (`BF16_MIN_PARAMETERS`), measured by benchmarks/bench_precision.py (decoding) and
-  benchmarks/bench_training_step.py (training): below them bf16 gains nothing. On a CUDA GPU auto means bf16.
+- `BF16_MIN_PARAMETERS`: per kind of units, the model size below which bf16 gains nothing. They are set from
+  benchmarks/bench_precision.py (decoding) and benchmarks/bench_training_step.py (training); today's values are
+  placeholders until those are run on a quiet machine of each kind (see the constant). On a CUDA GPU auto means bf16.
 - `choose`: the dtype and its reason in one line (`Choice.line`), which every tool prints.
 
-int8 (`--dtype int8`, CPU only) is PyTorch's dynamic quantisation of the linear layers (`prepare_for_decoding`):
-int8 weights, activations quantised per batch, matrix products on fbgemm's VNNI kernels where the processor has
-them. It is asked for, never chosen by `auto`.
+int8 (`--dtype int8`, CPU only) is PyTorch's dynamic quantisation of the linear layers (`prepare_for_decoding`): the
+weights are int8, the activations are quantised per batch, and the matrix products run on fbgemm's VNNI kernels where
+the processor has them. It is only used when asked for, never chosen by `auto`.
 
 No test depends on this processor: the choice takes the capabilities as an argument (tests pass the flags of an AMX,
 a Zen 4 and an AVX2-only machine), and only what a user sees (the line, valid translations) is checked.
@@ -175,7 +176,8 @@ def hardware_of(device: str | torch.device, capabilities: Mapping[str, object] |
 
 @dataclass(frozen=True)
 class Choice:
-    """A precision and why: `name` is "fp32", "bf16", "fp16" or "int8"; `asked` what was asked ("auto", ...)."""
+    """A precision and the reason for it: `name` is "fp32", "bf16", "fp16" or "int8", `asked` is what was asked for
+    ("auto", ...), and `reason` says why `name` was chosen."""
 
     name: str
     asked: str

@@ -9,15 +9,16 @@ decoding (Section 6.1; beam size and alpha are sliders, narrower views of the de
 took, warns when the text looks like another language than the model's source, and draws every attention weight
 (Section 3.2.3) in the browser (templates/space_view.js). What a translation sends the page is bounded by design
 (vaswani_hf.space_payload: one byte a weight, the first view's blocks first, at most ~1.5 MB); a view that needs
-weights not yet sent asks the viewer's server function once, every other change of view is drawn in the browser. The
-API (gradio_client): `/translate` and `/attention`; a bad value is one sentence (gr.Error), a text in another language
-a warning (gr.Warning; /attention's "warning"). No upload is accepted (`Guard`).
+weights not yet sent asks the viewer's server function once, and every other change of view is drawn in the browser.
+The API, for gradio_client, has two endpoints, `/translate` and `/attention`. A bad value is answered with one
+sentence (gr.Error), a text in another language with a warning (gr.Warning, and /attention's "warning"). No upload
+is accepted (`Guard`).
 
-The model: --model, else $VASWANI_MODEL, else (in a Space) its README's `models:`, else the first folder of
+The model served is --model, else $VASWANI_MODEL, else (in a Space) its README's `models:`, else the first folder of
 `DEFAULT_MODELS` that exists: the Space's model (recipes/multi30k-en-de-space.yaml), then the demo model of
-`python scripts/train.py`. No request leaves the machine (Gradio's analytics off). The address is checked before the
-model is loaded: one line, exit 2.
-Needs the `space` extra: pip install "vaswani_hf[space]". The testable parts: `vaswani_hf.space_logic`.
+`python scripts/train.py`. No request leaves the machine (Gradio's analytics are off). The address is checked before
+the model is loaded, which takes a while: a bad one is one line, exit status 2.
+The page needs the `space` extra: pip install "vaswani_hf[space]". Its testable parts are in `vaswani_hf.space_logic`.
 """
 
 from __future__ import annotations
@@ -109,8 +110,8 @@ def _answer(call, what: str):
 
 
 def on_translate(space: logic.SpaceModel, text, num_beams, length_penalty, view=None):
-    """Enter, the button or an example: (translation, status, the viewer's weights as JSON); a refusal is the
-    status."""
+    """What Enter, the Translate button or an example returns: the translation, the status line and the viewer's
+    weights as JSON. A refusal is shown as the status, with an empty translation."""
     started = time.perf_counter()
     try:
         result = _answer(lambda: logic.translate_text(space, text, num_beams, length_penalty), "translate")
@@ -147,7 +148,8 @@ def api_functions(space: logic.SpaceModel):
         return result
 
     def translate(text: str, num_beams: int = beams_default, alpha: float = alpha_default) -> str:
-        """Translate one sentence with beam search (num_beams 1-12) and GNMT's length penalty alpha (0-2)."""
+        """Translate one sentence with the paper's decoding (Section 6.1): beam search with num_beams from 1 to 12
+        (1 is greedy) and GNMT's length penalty with alpha from 0 to 2. Returns the translation as one line."""
         return _answer(lambda: translated(text, num_beams, alpha).text, "translate")
 
     def attention(
@@ -160,10 +162,10 @@ def api_functions(space: logic.SpaceModel):
         decimals: int = api["decimals"].default,
         packed_bits: int = api["packed_bits"].default,
     ) -> dict:
-        """Translate one sentence and return one view of its attention: kind encoder, decoder or cross, 1-based
-        layer, head 'all' or 1-based; {translation, warning, kind, layer, head, queries, keys, shape, weights}, the
-        weights rounded to `decimals` places (1-8), or with packed_bits 8 or 16 as base64 codes in `packed`
-        (read as `code` says)."""
+        """Translate one sentence and return one view of its attention (Section 3.2.3). kind is encoder, decoder or
+        cross; layer is 1-based; head is 'all' or 1-based. The answer is {translation, warning, kind, layer, head,
+        queries, keys, shape, weights}, with the weights rounded to `decimals` places (1-8); with packed_bits 8 or 16
+        they come instead as base64 codes in `packed`, read as `code` says."""
 
         def call():
             result = translated(text, num_beams, alpha)
@@ -372,8 +374,10 @@ def _port_from_environment() -> int | None:
 
 def listen_address(host: str | None = None, port: int | None = None) -> tuple[str, int | None]:
     """(host, port) the page will listen on: --host, else $GRADIO_SERVER_NAME, else 127.0.0.1; --port, else
-    $GRADIO_SERVER_PORT, else None (Gradio's first free port from 7860). Checked by binding a test socket: a refusal
-    is a UsageError naming the flag or variable it came from."""
+    $GRADIO_SERVER_PORT, else None (then Gradio takes the first free port from 7860). They are checked by binding a
+    test socket before the model is loaded, which takes a while: an unknown host, an address of another machine, or a
+    port in use or reserved is a UsageError naming the flag or variable it came from."""
+
     host_from, port_from = "--host", "--port"
     if host is None:
         host, host_from = (

@@ -1,7 +1,22 @@
-"""What the Space's page does, without the page: what the model is (`read_facts`), the checks of a text and of the
-decoding settings, translation with the paper's decoding (Section 6.1), and every attention weight of it (Section
-3.2.3), packed for the page's script (`attention_payload`) or one view as numbers for the API (`attention_numbers`).
-A refusal is a `UsageError` (or the declarations' `SettingError`): one sentence the page shows.
+"""What the Space's page does, without the page. `vaswani_hf.space` puts these functions behind a Gradio page; they
+need no web framework, so tests call them directly.
+
+The page says what the model is (`read_facts`, from `vaswani_hf.space_facts`) and checks the text and the decoding
+settings before any work. Translation is `vaswani_hf.inference.translate`, i.e. `model.generate` with the model's
+generation config (for this model the paper's Section 6.1 decoding: beam search with GNMT's length penalty
+((5 + |Y|) / 6) ** alpha, and at most input length + 50 tokens), with the page's beam size and alpha.
+`collect_attentions` (`vaswani_hf.visualize`) then runs one teacher-forced pass over (source, translation) with
+`output_attentions=True`, which gives every weight of encoder self-, decoder self- and encoder-decoder attention in
+every layer (Section 3.2.3). The forced pass reads the translation's tokens as the tokenizer writes them; the
+decoder's weights over that prefix are the ones it used while generating it (same prefix, dropout off).
+`attention_payload` packs those weights for the page's script (`vaswani_hf.space_payload`), and `attention_numbers`
+gives one view of them as numbers for the API.
+
+A page cannot refuse input with an exit status, so every expected refusal is a `UsageError` (or, for a decoding
+setting, the declarations' `SettingError`) whose one sentence the page shows: empty text, more than `MAX_CHARACTERS`
+characters, text whose letters are mostly characters the model never saw in training (another script than its
+source language's: the tokenizer's vocabulary says which characters it knows), a source longer than the page's
+token limit or the model's positions, or a setting out of range.
 """
 
 from __future__ import annotations
@@ -13,15 +28,26 @@ import sys
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from .errors import InputLineError, UsageError
-from .hub.card import LANGUAGE_NAMES, count_parameters
 from .hub.space import API_EXAMPLE
 from .inference import load_for_decoding, translate
 from .settings import GENERATION_SETTINGS, settings_of
+from .space_facts import (
+    ALL_HEADS,
+    CAPTIONS,
+    EXAMPLES,
+    LAST,
+    NEWS,
+    Example,
+    ModelFacts,
+    example_label,
+    language_name,
+    model_domain,
+    read_facts,
+)
 from .space_payload import API_SETTINGS, CODES, PageWeights, WeightCache, codes, page_kinds
 from .visualize import KINDS, MAX_PLOT_TOKENS, Attentions, collect_attentions
 from .visualize.attention import KIND_TITLES
@@ -30,7 +56,6 @@ MAX_CHARACTERS = 1000  # a sentence or two: the maps are tokens x tokens cells, 
 MAX_SOURCE_TOKENS = MAX_PLOT_TOKENS  # longer sources make unreadable maps (vaswani-visualize-attention's limit)
 UNKNOWN_SHARE = 0.5  # refuse text when more than this share of its letters are characters the model never saw
 LANGUAGE_CONFIDENCE = 0.9  # warn when the identifier is this sure that the text is in another language
-ALL_HEADS = "all"
 WORD_START = "▁"  # the token labels' mark of a word-initial subword (`vaswani_hf.visualize`)
 
 
@@ -56,68 +81,6 @@ class AttentionView:
 VIEW_SETTINGS = settings_of(AttentionView)
 
 
-LAST = "last"  # an example's layer: the model's last, whatever its depth
-
-
-@dataclass(frozen=True)
-class Example:
-    """A sentence the page offers, the view it opens (kind, 1-based layer or LAST, head, token to follow) and the
-    domain of its text, so that the page can say when it lies outside the model's."""
-
-    text: str
-    view: dict | None
-    label: str
-    domain: str
-
-
-NEWS, CAPTIONS = "news", "image captions"
-# The training data whose domain the page can name: a card's `datasets` entry (or title) containing the key.
-DATA_DOMAINS = {"multi30k": CAPTIONS, "flickr": CAPTIONS, "wmt": NEWS, "newstest": NEWS, "europarl": NEWS}
-
-# The paper's attention figures (Figures 3-5: encoder self-attention in layer 5 of 6), each with the view it shows,
-# and two sentences of Multi30k's kind (image captions: the Space's model's domain).
-EXAMPLES = [
-    Example(
-        "It is in this spirit that a majority of American governments have passed new laws since 2009 making the "
-        "registration or voting process more difficult.",
-        {"kind": "encoder", "layer": 5, "head": ALL_HEADS, "token": "making"},
-        'Figure 3: the long-distance dependency of "making ... more difficult" (encoder self-attention, layer 5)',
-        NEWS,
-    ),
-    Example(
-        "The Law will never be perfect, but its application should be just - this is what we are missing, in my "
-        "opinion.",
-        {"kind": "encoder", "layer": 5, "head": ALL_HEADS, "token": "its"},
-        'Figures 4-5: the anaphora of "its" (encoder self-attention, layer 5)',
-        NEWS,
-    ),
-    Example(
-        "A man is riding a horse on the beach.",
-        {"kind": "cross", "layer": LAST, "head": ALL_HEADS, "token": None},
-        "Encoder-decoder attention: which source words each target word reads (last layer)",
-        CAPTIONS,
-    ),
-    Example("Two young children are playing in the snow with their dog.", None, "An image caption", CAPTIONS),
-]
-
-
-def model_domain(facts: ModelFacts) -> str | None:
-    """The domain of the model's data by its card's datasets, title or test set (`DATA_DOMAINS`), or None."""
-    named = " ".join([*facts.datasets, facts.title, facts.bleu or ""]).lower()
-    return next((domain for key, domain in DATA_DOMAINS.items() if key in named), None)
-
-
-def example_label(example: Example, facts: ModelFacts) -> str:
-    """The example's label, marked when its text lies outside the domain of the model's training data."""
-    domain = model_domain(facts)
-    if domain is None or domain == example.domain:
-        return example.label
-    return (
-        f"{example.label}. A {example.domain} sentence, outside this model's domain ({domain}): expect a rough "
-        "translation"
-    )
-
-
 __all__ = [
     "API_EXAMPLE",
     "MAX_CHARACTERS",
@@ -129,6 +92,10 @@ __all__ = [
     "Example",
     "example_label",
     "model_domain",
+    "NEWS",
+    "CAPTIONS",
+    "read_facts",
+    "language_name",
     "ModelFacts",
     "SpaceModel",
     "Translation",
@@ -171,56 +138,6 @@ def _main_script(characters) -> str:
     return letters.most_common(1)[0][0] if letters else "unnamed"
 
 
-def language_name(code: str | None) -> str:
-    return LANGUAGE_NAMES.get(code, code) if code else "an unknown language"
-
-
-@dataclass
-class ModelFacts:
-    """What the page says the model is, from its card (README.md) and config; never where it is stored."""
-
-    title: str
-    source_lang: str | None = None
-    target_lang: str | None = None
-    parameters: int = 0
-    bleu: str | None = None  # "27.3 sacreBLEU on newstest2014", as the card's model-index declares it
-    card_url: str | None = None  # the card on the Hub, for a Hub id
-    card_text: str | None = None  # the card's text, for a model folder (shown in the page)
-    datasets: list = field(default_factory=list)  # the card's training data (names or Hub ids)
-
-
-def read_facts(name_or_path: str, model) -> ModelFacts:
-    """The model's title, language pair, size and BLEU from its card and config; a Hub id links to its card."""
-    from huggingface_hub import ModelCard
-
-    folder = Path(name_or_path)
-    hub_id = None if folder.exists() else str(name_or_path)
-    try:
-        card = ModelCard.load(folder / "README.md" if hub_id is None else hub_id)
-    except Exception:  # noqa: BLE001 - no card (or none readable): the page says what the config says
-        card = None
-    data = card.data if card is not None else None
-    langs = getattr(data, "language", None) or getattr(model.config, "langs", None) or [None, None]
-    langs = ([langs] if isinstance(langs, str) else list(langs)) + [None, None]  # the card may give one language
-    bleu = next((r for r in (getattr(data, "eval_results", None) or []) if "bleu" in r.metric_type.lower()), None)
-    title = getattr(data, "model_name", None) or hub_id or folder.resolve().name
-    bleu = f"{bleu.metric_value:g} {bleu.metric_name or 'BLEU'} on {bleu.dataset_name}" if bleu else None
-    return ModelFacts(
-        title=str(title),
-        source_lang=langs[0],
-        target_lang=langs[1],
-        bleu=bleu,
-        parameters=count_parameters(model),
-        card_url=f"https://huggingface.co/{hub_id}" if hub_id else None,
-        card_text=card.text if card is not None and hub_id is None else None,
-        datasets=[str(d) for d in _as_list(getattr(data, "datasets", None))],
-    )
-
-
-def _as_list(value) -> list:
-    return [] if value is None else [value] if isinstance(value, str) else list(value)
-
-
 @dataclass
 class SpaceModel:
     """A loaded model with what the page needs to know about it."""
@@ -240,8 +157,10 @@ class SpaceModel:
 
 
 def load_space_model(name_or_path: str, device: str | None = "cpu", dtype: str | None = None) -> SpaceModel:
-    """Load a model folder or Hub id (`load_for_inference`: a missing or broken file is a UsageError naming it), in
-    the precision `dtype` (`vaswani_hf.precision.DTYPE`; None: fp32), whose choice is printed on stderr when asked."""
+    """Load a model folder or Hub id with `load_for_decoding` (as `load_for_inference` does, a missing or broken file
+    is a UsageError naming it), in the precision `dtype` (`vaswani_hf.precision.DTYPE`; None means fp32). When a
+    precision was asked for, the choice made is printed on stderr."""
+
     model, tokenizer, choice = load_for_decoding(name_or_path, device, dtype or "fp32")
     if dtype is not None:
         print(choice.line(), file=sys.stderr)
@@ -257,14 +176,17 @@ def load_space_model(name_or_path: str, device: str | None = "cpu", dtype: str |
 
 
 def _visible(text: str) -> str:
-    """`text` without the characters that show nothing: control (Cc, whitespace aside) and format characters (Cf:
-    zero-width spaces and joiners, the byte order mark, bidirectional marks and overrides)."""
+    """`text` without the characters that show nothing: control characters (Unicode category Cc, such as NUL and ESC,
+    whitespace aside) and format characters (category Cf: the zero-width spaces and joiners U+200B-U+200D and U+2060,
+    the byte order mark U+FEFF, and the bidirectional marks and overrides U+200E/F, U+202A-E and U+2066-9)."""
     return "".join(ch for ch in text if ch.isspace() or unicodedata.category(ch) not in ("Cc", "Cf"))
 
 
 def check_text(text, space: SpaceModel) -> str:
-    """The text to translate, as one stripped line, or a UsageError saying what is wrong with it: not a text, nothing
-    visible, no letter or digit, too long, or a script the model never saw."""
+    """The text to translate, as one stripped line, or a UsageError saying what is wrong with it: it is not a string,
+    it shows nothing (the box looks empty), it has no word at all (no letter or digit: emoji or punctuation only), it
+    is too long, or it is written in a script the model never saw. Invisible characters inside a real sentence are
+    left to the tokenizer."""
     if text is not None and not isinstance(text, str):
         raise UsageError(f"The text must be a string, not {type(text).__name__}.")
     if not text or not _visible(text).strip():
@@ -330,7 +252,9 @@ def check_decoding(num_beams, length_penalty) -> tuple[int, float]:
 
 
 def check_view(space: SpaceModel, kind, layer, head) -> tuple[str, int, int | None]:
-    """(kind, 0-based layer, 0-based head or None for all heads) from 1-based choices, or a UsageError."""
+    """(kind, 0-based layer, 0-based head or None for all heads) from the 1-based choices of a page or an API call,
+    or a UsageError that names the model's own numbers of layers and heads."""
+
     if VIEW_SETTINGS["kind"].problem(kind):
         raise UsageError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
     layers = space.layers[kind]
@@ -406,8 +330,10 @@ def word_index(tokens: list[str], word: str | None) -> int | None:
 
 
 def _shown_view(space: SpaceModel, kinds: dict, view: dict | None) -> dict | None:
-    """`view` (kind, 1-based layer, head, token: an example's figure) clamped to this model's layers and found among
-    the tokens; a layer the model lacks is replaced by its last, and `note` says so."""
+    """The view an example opens (kind, 1-based layer, head and the token to follow, as in the paper's figure),
+    fitted to this model: the token is looked up among the queries, and a layer the model lacks is replaced by its
+    last, which the view's `note` says."""
+
     if not (view and isinstance(view.get("kind"), str) and view["kind"] in kinds):
         return None
     kind = view["kind"]
@@ -431,8 +357,8 @@ def _shown_view(space: SpaceModel, kinds: dict, view: dict | None) -> dict | Non
 
 def attention_payload(space: SpaceModel, attentions: Attentions, view: dict | None = None) -> dict:
     """What the page's script gets for a translation: each kind's tokens and shape, the key its later requests name,
-    and the blocks of weights its first view needs first, within `PAGE_BUDGET` (`vaswani_hf.space_payload`); the
-    weights are kept in `space.cache` for the rest."""
+    and the blocks of weights its first view needs, sent first within `PAGE_BUDGET` (`vaswani_hf.space_payload`).
+    All the weights are kept in `space.cache`, so that the page can ask for the rest later."""
     weights = PageWeights.of(attentions)
     space.cache.add(weights)
     payload = {"key": weights.key, "kinds": page_kinds(attentions), "heads": space.heads, "code": CODES[8]}
@@ -455,10 +381,10 @@ def attention_numbers(
     decimals=API_SETTINGS["decimals"].default,
     packed_bits=API_SETTINGS["packed_bits"].default,
 ) -> dict:
-    """One view's weights for the API: {kind, layer, head, queries, keys, shape, weights}; weights[q][k] for one head,
-    weights[h][q][k] for all heads (1-based layer and head, as given), as numbers rounded to `decimals` places, or
-    with `packed_bits` 8 (the page's code) or 16 as `packed`, base64 of the codes in that shape, and `code`, how to
-    read them (`vaswani_hf.space_payload.CODES`)."""
+    """One view's weights for the API, as {kind, layer, head, queries, keys, shape, weights}, with the layer and head
+    1-based as given. The weights are weights[q][k] for one head and weights[h][q][k] for all heads, as numbers
+    rounded to `decimals` places. With `packed_bits` 8 (the page's code) or 16 they come instead as `packed`, the
+    base64 of the codes in that shape, with `code` saying how to read them (`vaswani_hf.space_payload.CODES`)."""
     kind, layer_index, head_index = check_view(space, kind, layer, head)
     decimals = API_SETTINGS["decimals"].check(decimals, "/attention")
     bits = API_SETTINGS["packed_bits"].check(packed_bits, "/attention")

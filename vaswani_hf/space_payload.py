@@ -87,7 +87,7 @@ def _b64(data: bytes) -> str:
 
 
 def block_id(kind: str, layer: int | None = None, head: int | None = None) -> str:
-    """ "kind:layer:head" (0-based) for one head's map, "kind:thumbs" for a kind's thumbnails."""
+    """The name of a block: "kind:layer:head" (0-based) for one head's map, "kind:thumbs" for a kind's thumbnails."""
     return f"{kind}:{THUMBS}" if layer is None else f"{kind}:{layer}:{head}"
 
 
@@ -135,7 +135,8 @@ class PageWeights:
 
     def view_order(self, kind: str, layer: int, head: int | None) -> list[str]:
         """Every block, in the order a page opened at (kind, 0-based layer, head or None for all) needs them: that
-        view, its kind's thumbnails, the others' thumbnails, its kind's other layers nearest first, other kinds."""
+        view first, then its kind's thumbnails and the other kinds' thumbnails, then its kind's other layers, nearest
+        first, and last the other kinds' layers."""
         layers, heads = self.weights[kind].shape[:2]
         first = [head] if head is not None else []
         order = [block_id(kind, layer, h) for h in first + [h for h in range(heads) if h not in first]]
@@ -148,7 +149,7 @@ class PageWeights:
         return order
 
     def blocks(self, names, bits: int = 8) -> dict[str, str]:
-        """{name: base64} for the page's request; ValueError for a bad name or bit width."""
+        """The blocks `names` as {name: base64}, for the page's request; a bad name or bit width is a ValueError."""
         if bits not in BITS:
             raise ValueError(f"bits must be one of {BITS}, not {str(bits)[:20]!r}")
         return {name: self.block(name, bits) for name in names}
@@ -197,8 +198,10 @@ class WeightCache:
 
 
 def answer_blocks(cache: WeightCache, request) -> dict:
-    """The viewer's server function: `request` {"key", "blocks": [names], "bits": 8 or 16} -> {"blocks": {name:
-    base64}}, or {"error": one sentence} (a request the page did not write, or weights no longer kept)."""
+    """The viewer's server function. `request` is {"key", "blocks": [names], "bits": 8 or 16}; the answer is
+    {"blocks": {name: base64}}, or {"error": one sentence} for a request the page did not write or for weights the
+    server no longer keeps."""
+
     if not isinstance(request, dict):
         return {"error": "A request for attention weights is an object {key, blocks, bits}."}
     weights = cache.get(request.get("key"))

@@ -9,8 +9,8 @@ or score an existing output file::
 
     vaswani-evaluate --hypotheses hyp.de --references newstest2014.de --out scores.json
 
-Several reference files may follow --references (multi-reference BLEU). Prints a table and writes the scores with
-their signatures as JSON. Text files are read as every tool of the package reads them (strict UTF-8 with file:line
+Several reference files may follow --references (multi-reference BLEU). The tool prints a table and writes the scores
+with their signatures as JSON. Text files are read as every tool of the package reads them (strict UTF-8 with file:line
 errors, byte-order mark dropped, CRLF/CR accepted); every input is read and every output checked before anything is
 translated; existing --out / --save_hypotheses files are replaced only with --overwrite. See vaswani_hf.evaluation
 for what each score is.
@@ -96,7 +96,7 @@ def build_parser() -> ArgumentParser:
 
 
 def check_arguments(args) -> None:
-    """The flags' combination, before any path is looked at."""
+    """Refuse a combination of flags that cannot work, before any path is looked at."""
     if args.hypotheses and (args.model or args.source):
         raise io.UsageError("give either --hypotheses, or --model with --source, not both")
     if not args.hypotheses and not (args.model and args.source):
@@ -104,9 +104,9 @@ def check_arguments(args) -> None:
 
 
 def _paths(args) -> Paths:
-    """Text files are checked before anything is read (a file, "-", a pipe: `io.TextInput`; each line when read, before
-    anything is translated); the model folder after the line counts agree (`_resolve`); the output files before
-    anything is read."""
+    """The paths and when they are checked: the text files (a file, "-" or a pipe: `io.TextInput`) and the output
+    files before anything is read, each text line as it is read, before anything is translated, and the model folder
+    once the line counts agree (`_resolve`)."""
     inputs = [
         Use(f"--references ({i + 1})", path, TEXT_OR_STDIN, what="reference file")
         for i, path in enumerate(args.references)
@@ -152,7 +152,8 @@ def translate_file(args, sources: list[str]) -> tuple[list[str], int, str]:
 
 
 def _resolve(args, checked):
-    """Every input read, the line counts compared and the model folder checked, before anything is translated."""
+    """Read every input, compare the line counts and check the model folder, all before anything is translated."""
+
     references = [(name, io.read_lines(name, what="reference file")) for name in args.references]
     if args.hypotheses:
         hypotheses = io.read_lines(args.hypotheses, what="hypotheses file")

@@ -6,7 +6,7 @@
 Decoding defaults come from the model's generation config: the paper's Section 6.1 settings (beam 4, GNMT length
 penalty alpha = 0.6, maximum output length = input length + 50, early termination). Options override them.
 
-Line rule: the output has exactly one line per input line, in the same order. Input is read as every tool of the
+The line rule: the output has exactly one line per input line, in the same order. Input is read as every tool of the
 package reads text (vaswani_hf.io: strict UTF-8, byte-order mark dropped, CRLF/CR line ends accepted). A line that is
 empty or only whitespace gives an empty output line without being decoded; other lines are stripped of surrounding
 whitespace; a translation never contains a line break. Bad paths and flags (a missing input, a folder, a broken model
@@ -19,15 +19,15 @@ be read only once is copied as the check reads it into a temporary file (at most
 which the decoding reads and which is removed at exit (vaswani_hf.io.TextInput); /dev/null is an empty input. A file
 changed while it is read is refused, naming it.
 
-Any size (vaswani_hf.translate_stream): the input is decoded --buffer_lines lines at a time, so memory depends on
-that window, not on the file. --output appears only when everything is translated, in one rename, and an existing
-file is replaced only with --overwrite; meanwhile the finished windows are kept in <output>.partial/, so that an
-interrupted run (Ctrl-C, SIGTERM, a crash, a full disk) continues with --resume and gives the same bytes. A folder
-left by an interrupted run is continued only with --resume (and the same input, model and settings), replaced only
-with --overwrite. Each finished window is recorded with its line count and SHA-256: --resume reuses only windows
+Files of any size are translated (vaswani_hf.translate_stream): the input is decoded --buffer_lines lines at a time, so
+memory depends on that window, not on the file. --output appears only when everything is translated, in one rename, and
+an existing file is replaced only with --overwrite; meanwhile the finished windows are kept in <output>.partial/, so
+that an interrupted run (Ctrl-C, SIGTERM, a crash, a full disk) continues with --resume and gives the same bytes. A
+folder left by an interrupted run is continued only with --resume (and the same input, model and settings), replaced
+only with --overwrite. Each finished window is recorded with its line count and SHA-256: --resume reuses only windows
 that match their record (any other is named and translated again), and the join into --output checks every window
-again. Standard output receives each window when it is done. Progress goes to stderr: a bar on a terminal, else a
-plain line every 5% or every minute (vaswani_hf.io.progress).
+again. Standard output receives each window when it is done. Progress goes to stderr: a bar on a terminal, else a plain
+line every 5% or every minute (vaswani_hf.io.progress).
 
 Several processes, one per GPU (or CPU processes with a few threads each):
 
@@ -164,8 +164,9 @@ def _fingerprint(args) -> dict:
 
 
 def pytorch_engine(args, device, stack: ExitStack) -> Engine:
-    """The model in the precision --dtype chooses (weights cast or quantised once, `precision.prepare_for_decoding`:
-    nothing is cast per step), its choice in one line on stderr unless it is the default fp32."""
+    """The PyTorch engine: the model in the precision --dtype chooses, with the weights cast or quantised once
+    (`precision.prepare_for_decoding`) so that nothing is cast per step. The choice is printed in one line on stderr
+    unless it is the default, fp32."""
     model, tokenizer, choice = inference.load_for_decoding(args.model, device, args.dtype)
     if args.dtype != precision.DTYPE.default and Processes().rank == 0:
         print(choice.line(), file=sys.stderr)
@@ -186,8 +187,9 @@ def pytorch_engine(args, device, stack: ExitStack) -> Engine:
 
 
 def ctranslate2_engine(args, device, stack: ExitStack) -> Engine:
-    """CTranslate2 (`pip install vaswani_hf[ct2]`): a folder from vaswani-export-ctranslate2, or a model folder,
-    exported on the fly. Differences from `generate()` are documented in vaswani_hf/export/ctranslate2.py."""
+    """The CTranslate2 engine (`pip install vaswani_hf[ct2]`) for a folder from vaswani-export-ctranslate2, or for a
+    model folder, which is exported on the fly. Its differences from `generate()` are documented in
+    vaswani_hf/export/ctranslate2.py."""
     from ..export.ctranslate2 import CTranslate2Translator, to_ctranslate2  # optional dependency: ctranslate2
 
     folder = Path(args.model)
@@ -231,8 +233,9 @@ def _validate(args) -> None:
 
 
 def _paths(args) -> Paths:
-    """The input first (a folder or a device is named as such), the model folder (a CTranslate2 export is a folder
-    of its own kind, checked when loaded), --output checked before any work."""
+    """The paths checked before any work: the input first (a folder or a device is named as such), then the model
+    folder (a CTranslate2 export is a folder of its own kind, checked when it is loaded), then --output."""
+
     model = MODEL_FOLDER if args.engine == "pytorch" else FOLDER
     return Paths(
         inputs=(

@@ -1,7 +1,17 @@
-"""Create or update a Gradio Space that serves a model repository of the Hub (the page: `vaswani_hf.space`). One
-commit holds `app.py` (`SPACE_APP`, the repository's space/app.py), `README.md` (`render_space_readme`: sdk_version
-`GRADIO_SDK_VERSION` and `models: [MODEL_REPO_ID]`, the Hub's link to the model, which app.py reads), `requirements.txt`
-(`space_requirements`, from the installed metadata) and `vaswani_hf/`, this package's source.
+"""Create or update a Gradio Space that serves a model repository of the Hub with `vaswani_hf.space`, the page that
+translates and draws the attention maps.
+
+The Space is written in one commit (`HfApi.create_repo(repo_type="space", space_sdk="gradio")`, then
+`HfApi.upload_folder`), which holds these files:
+
+- `app.py` is `SPACE_APP`, a few lines that start `vaswani_hf.space` (the same file as the repository's space/app.py).
+- `README.md` is the Space's YAML front matter (`render_space_readme`): sdk gradio at `GRADIO_SDK_VERSION`, the app
+  file, the licence, and `models: [MODEL_REPO_ID]`. That entry is the Hub's link from a Space to the model it uses,
+  and app.py reads the model id from it (the environment variable VASWANI_MODEL overrides it).
+- `requirements.txt` lists the package's own dependencies, read from its installed metadata (`space_requirements`);
+  Gradio itself comes with the Space's sdk_version.
+- `vaswani_hf/` is this package's source, without caches or the sample corpus, since the Hub does not install it
+  otherwise.
 """
 
 from __future__ import annotations
@@ -60,8 +70,8 @@ if __name__ == "__main__":
 
 
 def space_requirements() -> str:
-    """requirements.txt of the Space: the installed package's dependencies and its `space` extra (py3langid for
-    the language warning), other extras left out; Gradio comes with the Space's sdk_version."""
+    """The Space's requirements.txt: the installed package's dependencies and its `space` extra (py3langid, for the
+    language warning), with the other extras left out. Gradio itself comes with the Space's sdk_version."""
     try:
         requires = importlib.metadata.requires(PACKAGE) or []
     except importlib.metadata.PackageNotFoundError as error:
@@ -117,7 +127,9 @@ def render_space_readme(model_repo_id: str | None = None, title: str = "Vaswani 
 
 
 def check_repo_id(repo_id: str, what: str) -> None:
-    """A repository id (`what`: the flag or parameter naming it) valid on the Hub, else one line."""
+    """Refuse, in one line, a repository id that is not valid on the Hub; `what` is the flag or parameter that
+    named it."""
+
     problem = repo_id_problem(repo_id)
     if problem:
         raise UsageError(f"{what} {repo_id!r} is invalid ({problem}); give 'namespace/name'")
@@ -152,10 +164,13 @@ def push_space(
     commit_message: str = DEFAULT_SPACE_COMMIT_MESSAGE,
     out=None,
 ):
-    """Create (if needed) the Gradio Space `space_id` and upload, in one commit, a page serving `model_repo_id`, which
-    must exist on the Hub (checked before the Space is created). Ids are checked before any network call; `dry_run`
-    prints and returns the files (path, size) and calls nothing. The token (`token`, HF_TOKEN or the login) is never
-    printed; network failures are a one-line RunFailure. Returns the commit's `CommitInfo`."""
+    """Create (if needed) the Gradio Space `space_id` and upload, in one commit, a page serving `model_repo_id`.
+
+    Both ids are checked before any network call (UsageError). With `dry_run`, the files (path, size) are printed
+    and returned without any network call. Otherwise `model_repo_id` must exist on the Hub, which is checked before
+    the Space is created: a page serving a missing model would only fail when someone opens it. The token is
+    `token`, else HF_TOKEN, else the cached login, and it is never printed. Network and authentication failures are a
+    one-line RunFailure. Returns the commit's `CommitInfo`."""
     from huggingface_hub import HfApi, get_token
 
     out = out or sys.stdout

@@ -1,11 +1,20 @@
-"""How many tokens one micro-batch holds, so that an update holds Section 5.1's ~25000 + 25000 tokens on any number
-of processes and any device: tokens per update = max_tokens_per_device x processes x gradient_accumulation_steps.
+"""How many tokens one micro-batch holds, so that an update holds Section 5.1's ~25000 source + 25000 target tokens
+on any number of processes and any device, without editing the recipe:
 
-With `max_tokens_per_device: auto` each process contributes ceil(tokens_per_step / processes) tokens per update,
-split into the fewest equal micro-batches that fit its device (`device_capacity`, an estimate; a number in the
-recipe overrides it). Memory model, measured on CPU for the base model with fused Adam (~0.7 GB + 1.15 MB per
-token): 16 bytes per parameter of model state, plus activations dominated by the fp32 output layer over the
-vocabulary; bf16 halves the layers' saved inputs. Conservative for the big model (1.8 MB/token vs ~1.3 measured).
+    tokens per update = max_tokens_per_device x processes x gradient_accumulation_steps   (~ tokens_per_step)
+
+With `max_tokens_per_device: auto` (the WMT recipes) each process must contribute ceil(tokens_per_step / processes)
+tokens per update. If that exceeds what one micro-batch may hold on its device (`device_capacity`), it is split into
+the fewest equal micro-batches that fit, and those are accumulated. One 80 GB GPU trains the base model with one
+25k-token micro-batch per update, eight GPUs with 3,125 tokens each, and one 16 GiB GPU in fp32 accumulates three
+micro-batches of 8,334 tokens on its own. The capacity is an estimate (below); a number in the recipe overrides it.
+
+The memory model was measured on a CPU for the base model with fused Adam: peak resident memory was 1.86, 3.05 and
+5.33 GB at 1,000, 2,000 and 4,000 tokens, i.e. about 0.7 GB + 1.15 MB per token. The model state takes 16 bytes per
+parameter (fp32 weights, gradients and Adam's two moments). The activations per token are dominated by the output
+layer over the vocabulary (logits, log-softmax and their gradients, which the loss keeps in fp32), plus the layers'
+saved inputs, which bf16 halves. The estimate is conservative for the big model (1.8 MB per token against ~1.3 MB
+measured).
 """
 
 from __future__ import annotations
@@ -66,10 +75,13 @@ def tokens_per_device(
     local_processes: int = 1,
     low_precision: bool | None = None,
 ) -> tuple[int, int]:
-    """(max_tokens_per_device, gradient_accumulation_steps) of a recipe on `world_size` processes of `device`: a number
-    in the recipe is kept; `auto` derives both from `tokens_per_step`, the process count and the device's capacity
-    (`low_precision`: the run trains in bf16 or fp16, as its plan resolved `bf16: auto`; None: the recipe's explicit
-    bf16 or fp16)."""
+    """(max_tokens_per_device, gradient_accumulation_steps) of a recipe on `world_size` processes of `device`.
+
+    A number in the recipe is kept, and its accumulation is the recipe's (or, with "auto", enough micro-batches for
+    `tokens_per_step`). `auto` derives both from `tokens_per_step`, the process count and the device's capacity for
+    the model (`config`, `num_parameters`). `low_precision` says whether the run trains in bf16 or fp16, as its plan
+    resolved `bf16: auto`; None reads the recipe's explicit bf16 or fp16 instead."""
+
     if recipe.max_tokens_per_device != "auto":
         budget = int(recipe.max_tokens_per_device)
         if recipe.gradient_accumulation_steps == "auto":

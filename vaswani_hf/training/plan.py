@@ -1,11 +1,22 @@
 """A run's plan: what a recipe means on this machine, resolved once, before any work.
 
-`plan_run(recipe)` reads the (checked) recipe with the world it runs in and the file system, and returns a frozen
-`RunPlan` that every later step only reads: the process layout (`World`, from the launcher's variables as Accelerate
-reads them), each split's source, the files read and written (the one output guard, `io.check_paths`), what happens
-to the output folder (`preflight`), the token budgets and length filter (Section 5.1, `budget`), the model, objective
-(5.4), Adam and its learning rate (5.3), beams, checkpoints (6.1) and export, and the device checks. The CLI plans
-once (`--check` and the run alike) and hands the plan to `run_training`.
+`plan_run(recipe)` reads the recipe (already checked: `vaswani_hf.training.recipe`) together with the world it runs
+in (processes, device, memory) and the file system, and returns a frozen `RunPlan` that every later step only reads
+(`vaswani_hf.training.run` never sees the recipe). The plan holds:
+
+- the process layout (`World`: processes, rank, device), read from the launcher's variables as Accelerate reads them;
+- the data sources of each split, and the files the run reads and writes, checked by the one output guard
+  (`vaswani_hf.io.check_paths`: output_dir and export_dir never are, contain or lie inside an input);
+- what happens to the output folder: new, resume, overwrite, score, or nothing for a finished run (`preflight`);
+- both token budgets (the training micro-batch and the evaluation batch), the micro-batches per update and the
+  length filter (Section 5.1), each rule written once in `budget`;
+- the model's settings, the objective (Section 5.4), Adam and its learning rate (Section 5.3: the formula's constant
+  factor, betas, epsilon, fused kernel or not), the beam sizes, the checkpoints (Section 6.1) and the export;
+- the training precision (the recipe's `bf16`, with `auto` resolved for this device and model);
+- the device checks: the precision and the distributed strategy asked for exist here, and the model fits.
+
+`RunPlan.lock()` then takes the output folder for this run alone. The CLI plans once (`--check` and the run alike)
+and hands the plan to `run_training`.
 """
 
 from __future__ import annotations
@@ -59,7 +70,8 @@ class World:
 
     @classmethod
     def from_environment(cls, recipe: Recipe) -> World:
-        """From the launcher's environment, without a process group (`run_training` checks Accelerate's agrees)."""
+        """Read from the launcher's environment without starting a process group; `run_training` later checks that
+        Accelerate's world agrees (`check_state`)."""
         processes = get_int_from_env(_PROCESSES, 1)
         device = "cpu" if use_cpu(recipe, processes) else f"cuda:{get_int_from_env(_LOCAL_RANK, 0)}"
         return cls(processes, get_int_from_env(_RANK, 0), get_int_from_env(_LOCAL_PROCESSES, processes), device)
@@ -80,9 +92,13 @@ class World:
 
 
 def use_cpu(recipe: Recipe, processes: int = 1) -> bool:
-    """CPU training if the recipe or `ACCELERATE_USE_CPU` asks, or there is no accelerator: several processes on a
-    CPU-only machine would otherwise each get a world of size 1 from Accelerate, and `TrainingArguments` refuses
-    bf16 there unless `use_cpu` is set."""
+    """Whether the run trains on the CPU: when the recipe asks, when `ACCELERATE_USE_CPU` is set, when several
+    processes were launched on a machine without CUDA, or when there is no accelerator at all.
+
+    Accelerate's `PartialState(cpu=False)` would otherwise give every process of `accelerate launch --multi_gpu
+    --num_processes 2` on a CPU-only machine its own world of size 1 (independent rank-0 runs); with cpu=True they
+    form one MULTI_CPU (gloo) group. On a machine with no accelerator, `TrainingArguments` refuses `bf16=True` unless
+    `use_cpu` is set, although bf16 autocast on the CPU is supported."""
     has_accelerator = torch.accelerator.is_available() if hasattr(torch, "accelerator") else torch.cuda.is_available()
     return bool(
         recipe.use_cpu
@@ -249,8 +265,9 @@ class RunPlan:
 
 
 def plan_run(recipe: Recipe, *, overwrite: bool = False, world: World | None = None) -> RunPlan:
-    """Resolve `recipe` on this machine and file system (see the module docstring). UsageError (one line naming
-    the key or path) for anything that would fail later. `world`: the process layout (default: the launcher's)."""
+    """Resolve `recipe` on this machine and file system (see the module docstring). Anything that would fail later
+    is a UsageError now, one line naming the key or path. `world` is the process layout (by default, the
+    launcher's)."""
     world = world or World.from_environment(recipe)
     check_devices(recipe, world)
     check_data_dir(recipe)
@@ -265,14 +282,14 @@ def plan_run(recipe: Recipe, *, overwrite: bool = False, world: World | None = N
     inputs = {name: path for source in sources.values() if source is not None for name, path in source.files().items()}
     if recipe.tokenizer_path:
         inputs["tokenizer_path"] = tokenizer_dir
-    if (
-        recipe.file
-    ):  # a recipe kept in the run's folder would be replaced (recipe.yaml) or left among a new run's files
+    # The recipe file is an input: one kept in the run's folder would be replaced (recipe.yaml) or left among a new
+    # run's files.
+    if recipe.file:
         inputs["--recipe"] = Path(recipe.file)
-    for name, path in {"output_dir": out, "export_dir": export}.items():  # the one output guard, each output against
-        io.check_paths(
-            inputs, {name: path}
-        )  # the inputs (export_dir may be in output_dir: preflight), before contents
+    # The one output guard checks each output against the inputs before anything looks at the outputs' contents.
+    # Each is checked alone, since export_dir may lie inside output_dir (preflight decides whether it may).
+    for name, path in {"output_dir": out, "export_dir": export}.items():
+        io.check_paths(inputs, {name: path})
     if recipe.tokenizer_path:
         preflight.check_tokenizer_path(tokenizer_dir, recipe.tokenizer_path)
     output = preflight.decide_output_dir(
@@ -330,9 +347,10 @@ def _process(recipe: Recipe, world: World) -> ProcessPlan:
 
 
 def training_precision(recipe: Recipe, world: World) -> precision.Choice:
-    """The recipe's `bf16` for this run: true and false as given; `auto` (`precision.choose_training_bf16`) bf16 on a
-    CUDA GPU with bf16, or on a CPU with bf16 matrix units for a model of the measured size, else fp32; with
-    `fp16: true`, auto is not bf16."""
+    """The recipe's `bf16` resolved for this run. true and false are kept as given. `auto`
+    (`precision.choose_training_bf16`) means bf16 on a CUDA GPU with bf16, or on a CPU with bf16 matrix units for a
+    model that reaches that kind's size threshold (`precision.BF16_MIN_PARAMETERS`), and fp32 otherwise. With
+    `fp16: true` the answer is never bf16."""
     asked = False if recipe.fp16 else recipe.bf16
     parameters = approximate_parameters(recipe.config)
     return precision.choose_training_bf16(asked, precision.hardware_of(world.device), parameters)
@@ -372,7 +390,9 @@ def _batching(recipe: Recipe, max_tokens: int, accumulation: int, processes: int
 
 
 def _optimizer(recipe: Recipe, world: World) -> OptimizerPlan:
-    """Section 5.3's Adam; fused where torch has the kernel for this device and parameters stay plain tensors."""
+    """Section 5.3's Adam. It uses torch's fused kernel where torch has it for this device and the parameters stay
+    plain tensors (not sharded by FSDP or DeepSpeed): the same update up to float rounding, in one kernel for all
+    parameters."""
     fused = torch.device(world.device).type in FUSED_ADAM_DEVICE_TYPES and not any(
         parse_flag_from_env(flag) for flag in _SHARDING.values()
     )
@@ -410,7 +430,9 @@ def _export(recipe: Recipe, export: Path) -> ExportPlan:
 
 
 def check_devices(recipe: Recipe, world: World) -> None:
-    """The precision and distributed strategy asked for exist on this device, and the model fits."""
+    """Check that the precision and the distributed strategy asked for exist on this device, and that the model
+    fits."""
+
     if recipe.fp16 and world.cpu:
         raise RecipeError(
             "fp16: fp16 mixed precision needs a CUDA GPU and this run is on the CPU; use bf16 (CPU autocast) or fp32"
@@ -426,7 +448,9 @@ def check_devices(recipe: Recipe, world: World) -> None:
 
 
 def check_model_fits(recipe: Recipe, world: World) -> None:
-    """Refuse a model whose weights, gradients and Adam moments alone exceed this process's device memory."""
+    """Refuse a model whose weights, gradients and Adam moments alone (16 bytes a parameter) exceed the memory of this
+    process's device: it would otherwise be killed for memory after minutes of data preparation."""
+
     parameters = approximate_parameters(recipe.config)
     needed = MODEL_STATE_BYTES_PER_PARAMETER * parameters
     available = device_memory_bytes(world.device, world.local_processes)

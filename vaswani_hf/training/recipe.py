@@ -1,15 +1,16 @@
 """Recipes: every setting of a training run, declared once as a dataclass field with its default, meaning and range.
 
-A recipe is a YAML file of keys (`recipes/*.yaml`, or any path) whose values override the declared defaults (the paper's
-base model, Section 5 and Table 3); any key can be overridden again on the command line (`--dropout 0.2`). A key is
-one declaration and its consumer: the run's keys (`field(default=0.1, metadata={"help": ..., "min": 0})`, in the
-sections of `vaswani_hf.training.recipe_keys`, as transformers' `TrainingArguments` declares its own), the model's in
-`VaswaniConfig` (its settings declared with `recipe: True`). The declarations give the command line (`vaswani_hf.cli.train`), `--list-keys`, and
+A recipe is a YAML file of keys (`recipes/*.yaml`, or any path) whose values override the declared defaults (the
+paper's base model, Section 5 and Table 3); any key can be overridden again on the command line (`--dropout 0.2`).
+Each key is declared once, beside what consumes it. The run's keys are dataclass fields
+(`field(default=0.1, metadata={"help": ..., "min": 0})`) in the sections of `vaswani_hf.training.recipe_keys`, as
+transformers' `TrainingArguments` declares its own; the model's keys are `VaswaniConfig`'s settings declared with
+`recipe: True`. From the declarations come the command line (`vaswani_hf.cli.train`), `--list-keys`, and
 `load_recipe`, the one way a recipe is built: unknown keys, wrong types, values out of range and contradictory keys
 are refused with the file or key named, before anything is loaded. A value is checked once, where it enters: a run
-key against its declaration (`check_value`), the model keys by building the recipe's `VaswaniConfig` (`Recipe.config`,
-which the run then trains), each error naming the file or flag the value came from. What the recipe means for a run
-on this machine is resolved once by `vaswani_hf.training.plan`.
+key against its declaration (`check_value`), and the model keys by building the recipe's `VaswaniConfig`
+(`Recipe.config`, which the run then trains). Each error names the file or flag the value came from. What the recipe
+means for a run on this machine is resolved once, by `vaswani_hf.training.plan`.
 
 Where the paper is silent, defaults follow tensor2tensor's first release (t2t v1) and say so.
 """
@@ -89,9 +90,9 @@ def check_value(name: str, value: Any, where: str) -> Any:
 
 
 def value_from_text(name: str, text: str) -> Any:
-    """A command-line value (text) -> Python by the key's declaration (`Setting.read`: `null` for None, true/false
-    for booleans; YAML syntax for lists); text that spells no value of the key's type is a RecipeError. The range is
-    checked once, when the recipe is built (`load_recipe`)."""
+    """The Python value of a command-line value (text), read by the key's declaration (`Setting.read`: `null` for
+    None, true/false for booleans, YAML syntax for lists); text that spells no value of the key's type is a
+    RecipeError. The range is checked once, when the recipe is built (`load_recipe`)."""
     if name not in SETTINGS:
         raise unknown_keys([name], "command line")
     where, declared = f"--{name}", SETTINGS[name]
@@ -127,8 +128,8 @@ def unknown_keys(names: Sequence[str], where: str) -> RecipeError:
 
 
 def check_rules(recipe: Recipe) -> Recipe:
-    """The rules that involve several run keys (the model's are its config's: `model_config`). RecipeError naming the
-    keys otherwise. Values are already in range (`check_value`)."""
+    """Check the rules that involve several run keys (the model's rules are its config's: `model_config`); a broken
+    rule is a RecipeError naming the keys. The values are already in range (`check_value`)."""
     r = recipe
     if r.max_steps <= 0 and r.num_train_epochs <= 0:
         raise RecipeError("set max_steps > 0 or num_train_epochs > 0")
@@ -164,8 +165,8 @@ def check_rules(recipe: Recipe) -> Recipe:
 def model_config(values: Mapping[str, Any], origins: Mapping[str, str]) -> VaswaniConfig:
     """The `VaswaniConfig` of a recipe's model keys, which checks each of them once, as it checks any config's values
     (a SettingError names the file or flag the value came from, `origins`), and the rules between them. Its
-    vocab_size is the BPE's, already checked as the recipe key `vocab_size` (a narrower range): set, not checked
-    again; `plan.ModelPlan.config_for` gives it the trained tokenizer's."""
+    vocab_size is the BPE's, which was already checked as the recipe key `vocab_size` (a narrower range), so it is
+    set without a second check; `plan.ModelPlan.config_for` later gives it the trained tokenizer's."""
     try:
         config = VaswaniConfig(**{name: values[name] for name in MODEL_KEYS})
     except SettingError as error:
@@ -228,7 +229,8 @@ def list_recipes() -> list[str]:
 
 
 def recipe_path(name_or_path: str | os.PathLike) -> Path:
-    """A recipe name (`default`, `wmt14-en-de-base`, ...) or a path to a YAML file -> the file's path."""
+    """The path of a recipe's file, from a bundled recipe's name (`default`, `wmt14-en-de-base`, ...) or a path to a
+    YAML file."""
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml") or p.exists():
         if not p.is_file():
@@ -270,10 +272,12 @@ def load_recipe(name_or_path: str | os.PathLike | None = None, overrides: Mappin
     if name_or_path is None and values["resume"] and saved.is_file():  # no file: the run rewrites its recipe.yaml
         own = {**defaults(), **read_recipe_file(saved), **given, "output_dir": values["output_dir"], "resume": True}
         values, name, file = own, str(saved), None
+    # Where each value came from, for the errors of the model's config.
     origins = {
         **dict.fromkeys(values, file or name),
         **{key: f"--{key}" for key in given},
-    }  # where each value came from
+    }
+
     recipe = check_rules(Recipe(values, name, file))
     recipe.config = model_config(values, origins)
     return recipe

@@ -1,9 +1,10 @@
 """Every key of a training recipe, declared once as a dataclass field with its default, meaning and range, in sections
 (the groups of `vaswani-train --help` and `--list-keys`), as transformers' `TrainingArguments` declares its own:
 `field(default=0.1, metadata={"help": "...", "min": 0, "max": 1})` (the metadata's keys: validation_vaswani.py). The
-model's keys are `VaswaniConfig`'s settings declared with `recipe: True`, the tokenizer's the BPE's own
-(`vaswani_hf.tokenization.BpeSettings`): the same declarations, no second copy. `vaswani_hf.training.recipe` builds
-a recipe from them. Where the paper is silent, defaults follow tensor2tensor's first release (t2t v1) and say so.
+model's keys are `VaswaniConfig`'s settings declared with `recipe: True`, and the tokenizer's are the BPE's own
+(`vaswani_hf.tokenization.BpeSettings`): the same declarations, with no second copy. `vaswani_hf.training.recipe`
+builds a recipe from them. Where the paper is silent, defaults follow tensor2tensor's first release (t2t v1) and say
+so.
 """
 
 import dataclasses
@@ -167,14 +168,16 @@ class TokenizerKeys:
     tokenizer_path: str | None = field(
         default=None, metadata={"help": "existing tokenizer folder; null: train a joint BPE on the training data"}
     )
-    # the BPE's own declarations (vaswani_hf.tokenization.BpeSettings), as the model keys are VaswaniConfig's
+    # The BPE's own declarations (vaswani_hf.tokenization.BpeSettings), as the model keys are VaswaniConfig's own.
+
     vocab_size: int = field(default=_BPE["vocab_size"].default, metadata=_BPE["vocab_size"].metadata)
     bpe_min_frequency: int = field(default=_BPE["min_frequency"].default, metadata=_BPE["min_frequency"].metadata)
     lowercase: bool = field(default=_BPE["lowercase"].default, metadata=_BPE["lowercase"].metadata)
 
 
-# The model's settings a recipe sets: those VaswaniConfig declares with `recipe: True` (type, default -- the base
-# model, Table 3 --, meaning and range are that declaration; a section of their own for the command line's groups).
+# The model's settings that a recipe sets are those VaswaniConfig declares with `recipe: True`. Their type, default
+# (the base model, Table 3), meaning and range are that declaration; they are a section of their own here only for
+# the command line's groups.
 ModelKeys = dataclasses.make_dataclass(
     "ModelKeys",
     [
@@ -353,7 +356,8 @@ class EvaluationKeys:
 
 
 SECTIONS = (RunKeys, DataKeys, TokenizerKeys, ModelKeys, OptimizationKeys, CheckpointKeys, EvaluationKeys)
-SETTINGS = {  # {key: Setting}; a model key's is VaswaniConfig's own
+# Every key's Setting, by name; a model key's Setting is VaswaniConfig's own declaration.
+SETTINGS = {
     name: MODEL_SETTINGS.get(name, s) if section is ModelKeys else s
     for section in SECTIONS
     for name, s in settings_of(section).items()
