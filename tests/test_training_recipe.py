@@ -11,7 +11,7 @@ import torch
 from conftest import REPO, write_recipe_yaml
 
 from vaswani_hf.training.plan import World, plan_run
-from vaswani_hf.training.recipe import RecipeError, load_recipe
+from vaswani_hf.training.recipe import RECIPES_DIR, RecipeError, load_recipe
 
 TRAIN = REPO / "scripts" / "train.py"
 
@@ -34,7 +34,12 @@ def test_bundled_recipes_load_and_have_the_paper_settings():
     assert base["max_tokens_per_device"] == "auto"  # 25000 tokens per update on any device: test_training_budget.py
     m30k = load_recipe("multi30k-en-de")
     assert m30k["bleu_tokenize"] == "none" and "tok" in m30k["data_dir"]
-    load_recipe("default")
+
+
+@pytest.mark.parametrize("path", sorted(RECIPES_DIR.glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_bundled_recipe_loads_by_its_name(path):
+    """A recipe added to recipes/ is checked without a case written for it: it loads by the name --recipe takes."""
+    assert load_recipe(path.stem)["data_format"]
 
 
 def test_the_space_recipe_trains_on_cased_text_and_translates_the_pages_examples():
