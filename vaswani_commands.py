@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import sys
 import traceback
 from functools import partial
@@ -120,10 +121,21 @@ def debug_requested(argv) -> bool:
     return "--debug" in argv or os.environ.get("VASWANI_DEBUG", "").lower() in ("1", "true", "yes")
 
 
+def _program() -> str:
+    return Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "vaswani"
+
+
 def _refuse(line: str, code: int) -> int:
     if sys.stderr is not None:
-        print(f"{Path(sys.argv[0]).name if sys.argv and sys.argv[0] else 'vaswani'}: error: {line}", file=sys.stderr)
+        print(f"{_program()}: error: {line}", file=sys.stderr)
     return code
+
+
+def _interrupted() -> int:
+    """The line and exit status of Ctrl-C (128 + SIGINT), as the tools' boundary gives them."""
+    if sys.stderr is not None:
+        print(f"{_program()}: interrupted", file=sys.stderr)
+    return 128 + signal.SIGINT
 
 
 def run(tool: str, argv=None) -> int:
@@ -136,6 +148,12 @@ def run(tool: str, argv=None) -> int:
     module = TOOLS[tool]
     try:
         main = import_module(module).main
+    except KeyboardInterrupt:
+        # Ctrl-C while the tool's libraries load (torch alone takes seconds on a busy machine) comes before the tool's
+        # own boundary exists; it ends the command as an interruption anywhere later would: one line, status 130.
+        if debug_requested(sys.argv):
+            raise
+        return _interrupted()
     except (MemoryError, ImportError, OSError) as error:
         missing = getattr(error, "name", None) or ""
         if debug_requested(sys.argv):

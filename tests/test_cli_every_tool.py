@@ -175,3 +175,21 @@ def test_a_path_that_is_empty_or_a_url_is_named_and_its_credentials_masked(value
     assert run_main("translate", [hyp, "--model", value])[0] == 2
     err = capfd.readouterr().err
     assert len(err.splitlines()) == 1 and says in err and "Secret123" not in err, err
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_ctrl_c_while_the_tool_loads_is_an_interruption(tool, monkeypatch, capfd):
+    """Ctrl-C before the tool's own boundary exists (its libraries still loading) ends the command as an
+    interruption anywhere else does: one line, exit status 130, no traceback."""
+    import vaswani_commands
+
+    def loading(name):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(vaswani_commands, "import_module", loading)
+    monkeypatch.setattr(sys, "argv", [f"vaswani-{tool}"])
+    monkeypatch.delenv("VASWANI_DEBUG", raising=False)
+    capfd.readouterr()
+    assert vaswani_commands.run(tool, []) == 130
+    err = capfd.readouterr().err
+    assert err.splitlines() == [f"vaswani-{tool}: interrupted"], err

@@ -25,6 +25,7 @@ from cli_contract import (
     copy,
     many_lines,
     model_classes,
+    run_main,
     translated,
     write,
 )
@@ -361,3 +362,35 @@ def _(t, a):
 
 
 test_cli_contract = case.contract_test()  # every case above
+
+
+def test_ctranslate2_names_the_compute_types_it_supports_and_the_one_it_chose(assets, tmp_path, capfd, monkeypatch):
+    """--dtype with the CTranslate2 engine: a type this build cannot run here is one line naming the ones it can (as
+    a CPU build without bfloat16 answers bf16), and a precision asked for is answered in one line, as the PyTorch
+    engine does. The supported types are given to the test, so that it means the same on every processor."""
+    import ctranslate2
+
+    monkeypatch.setattr(ctranslate2, "get_supported_compute_types", lambda device, device_index=0: {"float32", "int8"})
+    source = write(tmp_path / "in.txt", LINES[:2])
+    argv = translate_argv(tmp_path, assets, source, "--engine", "ctranslate2", model=assets.ct2)
+    capfd.readouterr()
+    code, _ = run_main("translate", [*argv, "--dtype", "bf16", "--output", tmp_path / "bf16.txt"])
+    err = capfd.readouterr().err
+    assert code == 2 and "cannot compute in bfloat16 on cpu here; it supports float32, int8" in err, err
+    assert "Traceback" not in err and not (tmp_path / "bf16.txt").exists()
+    code, _ = run_main("translate", [*argv, "--dtype", "auto", "--output", tmp_path / "auto.txt"])
+    err = capfd.readouterr().err
+    assert code == 0 and "precision: CTranslate2 compute type" in err and "fastest type" in err, err
+    assert len((tmp_path / "auto.txt").read_text(encoding="utf-8").splitlines()) == 2
+
+
+def test_an_output_name_of_the_longest_legal_length_is_written(assets, tmp_path, capfd):
+    """A file name of 250 bytes is legal (the limit is 255); the tool's own temporary and staging names beside it
+    must not take it over that limit."""
+    source = write(tmp_path / "in.txt", LINES[:2])
+    output = tmp_path / ("d" * 246 + ".txt")
+    code, _ = run_main("translate", [*translate_argv(tmp_path, assets, source), "--output", output])
+    err = capfd.readouterr().err
+    assert code == 0, err
+    assert len(output.read_text(encoding="utf-8").splitlines()) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["in.txt", output.name]), "left beside the output"

@@ -67,6 +67,8 @@ def test_the_lines_read_as_a_log():
     assert lines[0].endswith("0:02 elapsed, 0:47 left") and lines[-1].endswith("(100%), 20.0 lines/s, 0:50 elapsed")
     written, text = _report(None, [(1, 30.0)] * 10, unit="update")  # unknown size: every minute
     assert [count for _, count in written] == [2, 4, 6, 8, 10] and text.startswith("translating: 2 updates, ")
+    _, text = _report(20, [(1, 0.5)] * 20, unit="batch")  # "batches", not "batchs"
+    assert text.splitlines()[-1].startswith("translating: 20/20 batches (100%), 2.0 batches/s,")
 
 
 def test_a_bar_on_a_terminal_and_lines_elsewhere(monkeypatch):

@@ -181,3 +181,13 @@ def test_label_smoothing_is_stated_once():
     assert defaults()["label_smoothing"] == PAPER_LABEL_SMOOTHING
     for path in sorted(RECIPES_DIR.glob("*.yaml")):
         assert read_recipe_file(path).get("label_smoothing") != PAPER_LABEL_SMOOTHING, path
+
+
+def test_a_rule_between_model_keys_names_where_each_came_from_and_its_advice_works(tmp_path):
+    """num_heads that does not divide d_model: the refusal names the file of each key it involves, and the way out it
+    gives (d_k, d_v: Table 3's rows A and B vary them) is a recipe key."""
+    path = write_recipe_yaml(tmp_path / "heads.yaml", {"d_model": 64, "d_ff": 64, "num_heads": 5})
+    with pytest.raises(RecipeError, match=rf"d_model from {path}, num_heads from {path}\): .*pass d_k explicitly"):
+        load_recipe(str(path))
+    config = load_recipe(str(path), {"d_k": 16, "d_v": "16"}).config
+    assert (config.num_heads, config.d_k, config.d_v) == (5, 16, 16)

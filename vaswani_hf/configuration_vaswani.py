@@ -118,6 +118,7 @@ class VaswaniConfig(PreTrainedConfig):
             "min": 1,
             "max": MAX_WIDTH,
             "architecture": True,
+            "recipe": True,
         },
     )
     d_v: int | None = field(
@@ -127,6 +128,7 @@ class VaswaniConfig(PreTrainedConfig):
             "min": 1,
             "max": MAX_WIDTH,
             "architecture": True,
+            "recipe": True,
         },
     )
     num_encoder_layers: int = field(

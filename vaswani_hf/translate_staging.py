@@ -23,6 +23,7 @@ from . import io
 PARTIAL_KIND = "partial translation"  # the staging folder's marker (io.check_output_dir)
 STATE = "state.json"
 COPY_BYTES = 1 << 20
+MAX_NAME_BYTES = 255  # the longest file name of Linux file systems, in bytes
 
 
 def part(staging: Path, k: int) -> Path:
@@ -76,6 +77,18 @@ def part_problem(staging: Path, k: int, lines: int, source_sha256: str) -> str |
     if found["sha256"] != proof["sha256"]:
         return "the part's bytes differ from its record (edited?)"
     return None
+
+
+def staging_folder(output: str | os.PathLike) -> Path:
+    """The staging folder of a translation into `output`: `<output>.partial` beside it. A name of up to 255 bytes is
+    legal, and the suffix may take it over that limit; then the name is cut and a hash of the whole name keeps it
+    apart from any other output's staging folder."""
+    output = Path(output)
+    name = f"{output.name}.partial"
+    if len(os.fsencode(name)) > MAX_NAME_BYTES:
+        digest = hashlib.sha256(os.fsencode(output.name)).hexdigest()[:16]
+        name = f"{io.shortened(output.name, 200)}-{digest}.partial"
+    return output.with_name(name)
 
 
 def forget(staging: Path, k: int) -> None:

@@ -210,7 +210,7 @@ def translate_file(
         text = stack.enter_context(io.TextInput(source, "input file", passes=2))
         fingerprint, windows = check_input(text, str(source), engine, buffer_lines)
         to_stdout = output is None or str(output) == io.STDIO
-        staging = None if to_stdout else Path(f"{output}.partial")
+        staging = None if to_stdout else staging_files.staging_folder(output)
         kept = False
         if staging is not None:
             state = {"input": fingerprint, "buffer_lines": buffer_lines, **engine.fingerprint}

@@ -202,6 +202,11 @@ def ctranslate2_engine(args, device, stack: ExitStack) -> Engine:
     translator = CTranslate2Translator(
         folder, device=device or "cpu", compute_type=compute_type, intra_threads=args.threads or 0
     )
+    if args.dtype != precision.DTYPE.default and Processes().rank == 0:
+        # As the PyTorch engine does, the precision asked for is answered in one line: CTranslate2's own choice.
+        chosen = translator.translator.compute_type
+        reason = "CTranslate2's fastest type on this device" if args.dtype == "auto" else f"--dtype {args.dtype}"
+        print(f"precision: CTranslate2 compute type {chosen} ({reason})", file=sys.stderr)
     options = dict(
         batch_size=args.batch_size,
         max_tokens=args.max_tokens,

@@ -143,6 +143,21 @@ def _check_tokenizer(folder: Path, tokenizer, given: bool) -> None:
             )
 
 
+def _check_compute_type(ctranslate2, compute_type: str, device: str) -> None:
+    """Refuse, in one line, a compute type that this CTranslate2 build cannot run on `device`. CTranslate2 raises a
+    ValueError for it only when the translator is built, and its CPU builds have no bfloat16 even on processors with
+    bf16 units, so the supported types are named here for the user to choose from. "default" (the export's own type)
+    and "auto" (CTranslate2's fastest here) always run."""
+    if compute_type in ("default", "auto"):
+        return
+    supported = sorted(ctranslate2.get_supported_compute_types(device))
+    if compute_type not in supported:
+        raise UsageError(
+            f"CTranslate2 cannot compute in {compute_type} on {device} here; it supports {', '.join(supported)} "
+            "(--dtype fp32 keeps the export's own type, --dtype auto takes the fastest of them)"
+        )
+
+
 class CTranslate2Translator:
     """A loaded CTranslate2 export and its tokenizer; `translate` maps our decoding options onto CTranslate2's, as the
     module docstring says.
@@ -168,6 +183,7 @@ class CTranslate2Translator:
         metadata_path = self.model_dir / CT2_METADATA_FILE
         self.metadata = check_metadata(metadata_path) if metadata_path.is_file() else {}
         device, device_index = _split_device(device)
+        _check_compute_type(ctranslate2, compute_type, device)
         self.tokenizer = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(str(self.model_dir))
         _check_tokenizer(self.model_dir, self.tokenizer, given=tokenizer is not None)
         self.translator = ctranslate2.Translator(

@@ -50,6 +50,7 @@ from .outputs import (
     mark,
     path_kind,
     replace_atomically,
+    shortened,
     written_by,
 )
 from .text import (
@@ -88,6 +89,7 @@ __all__ = [
     "check_output_file",
     "check_output_dir",
     "replace_atomically",
+    "shortened",
     "atomic_output_dir",
     "fsync_tree",
     "written_by",

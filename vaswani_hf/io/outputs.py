@@ -251,6 +251,14 @@ def apply_umask(path: str | os.PathLike) -> None:
         os.chmod(path, 0o777 & ~mask)
 
 
+def shortened(name: str, limit: int = 100) -> str:
+    """`name` cut to at most `limit` bytes (whole characters): the part of an output's name that its temporary files
+    and folders carry, so that a legal name of up to 255 bytes still leaves room for their prefix and suffix."""
+    while len(os.fsencode(name)) > limit:
+        name = name[:-1]
+    return name
+
+
 @contextmanager
 def replace_atomically(
     target: str | os.PathLike, *, folder: bool = False, kind: str | None = None, overwrite: bool = True
@@ -265,9 +273,9 @@ def replace_atomically(
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     if folder:
-        temporary = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        temporary = Path(tempfile.mkdtemp(prefix=f".{shortened(target.name)}.", dir=target.parent))
     else:
-        handle, name = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        handle, name = tempfile.mkstemp(prefix=f".{shortened(target.name)}.", dir=target.parent)
         os.close(handle)
         temporary = Path(name)
     try:
@@ -277,7 +285,7 @@ def replace_atomically(
         apply_umask(temporary)
         fsync_tree(temporary)
         if folder and target.exists():
-            old = target.with_name(f".{target.name}.old-{os.getpid()}")
+            old = target.with_name(f".{shortened(target.name)}.old-{os.getpid()}")
             os.rename(target, old)
             os.rename(temporary, target)
             shutil.rmtree(old) if old.is_dir() else old.unlink()

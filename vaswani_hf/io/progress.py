@@ -87,10 +87,10 @@ class LineProgress:
         rate = self.n / elapsed
         parts = [f"{self.desc}: " if self.desc else "", f"{self.n:,}"]
         if self.total:
-            parts.append(f"/{self.total:,} {self.unit}s ({100 * self.n / self.total:.0f}%)")
+            parts.append(f"/{self.total:,} {_plural(self.unit)} ({100 * self.n / self.total:.0f}%)")
         else:
-            parts.append(f" {self.unit}s")
-        parts.append(f", {rate:,.1f} {self.unit}s/s, {_duration(elapsed)} elapsed")
+            parts.append(f" {_plural(self.unit)}")
+        parts.append(f", {rate:,.1f} {_plural(self.unit)}/s, {_duration(elapsed)} elapsed")
         if self.total and rate > 0 and self.n < self.total:
             parts.append(f", {_duration((self.total - self.n) / rate)} left")
         self._print("".join(parts))
@@ -114,6 +114,11 @@ class LineProgress:
         if not self.disable and self.n != self.last_n:
             self._line(self.clock())
         self.disable = True
+
+
+def _plural(unit: str) -> str:
+    """The plural of a unit in a report line: "batch" gives "batches", "window" gives "windows"."""
+    return unit + ("es" if unit.endswith(("s", "x", "ch", "sh")) else "s")
 
 
 def progress_bar(total: int | None = None, desc: str = "", unit: str = "it", *, disable: bool = False, **options):

@@ -188,10 +188,12 @@ def check_export_dir(export: Path, out: Path, *, overwrite: bool) -> None:
 def check_same_architecture(recipe: Recipe, checkpoint: Path) -> None:
     """--resume refuses, before writing anything, a recipe whose model differs from the checkpoint's."""
     config = io.read_json(checkpoint / "config.json")
+    # The recipe's config holds the values the model is built with: d_k's None there is d_model // num_heads.
+    built = {k: getattr(recipe.config, k) for k in ARCHITECTURE_KEYS}
     different = [
-        f"{k}={config.get(k)!r} in {checkpoint.name}, {recipe[k]!r} in the recipe"
+        f"{k}={config.get(k)!r} in {checkpoint.name}, {built[k]!r} in the recipe"
         for k in ARCHITECTURE_KEYS
-        if k in config and config[k] != recipe[k]
+        if k in config and config[k] != built[k]
     ]
     if different:
         raise RecipeError(

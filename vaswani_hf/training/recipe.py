@@ -17,6 +17,7 @@ Where the paper is silent, defaults follow tensor2tensor's first release (t2t v1
 
 import difflib
 import os
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -172,7 +173,10 @@ def model_config(values: Mapping[str, Any], origins: Mapping[str, str]) -> Vaswa
     except SettingError as error:
         if error.name in MODEL_KEYS:
             raise RecipeError(f"{origins.get(error.name, 'recipe')}: {error.name} {error.phrase}") from None
-        raise RecipeError(f"model settings: {one_line(error)}") from None
+        # A rule between settings names no one of them: say where each setting it names came from.
+        named = [key for key in MODEL_KEYS if values[key] is not None and re.search(rf"\b{key}\b", str(error))]
+        where = ", ".join(f"{key} from {origins.get(key, 'recipe')}" for key in named)
+        raise RecipeError(f"model settings ({where}): {one_line(error)}" if where else one_line(error)) from None
     except (ValueError, TypeError) as error:
         raise RecipeError(f"model settings: {one_line(error)}") from None
     config.vocab_size = values["vocab_size"]
