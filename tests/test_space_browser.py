@@ -198,6 +198,7 @@ def test_a_person_translates_and_explores_the_attention_in_the_browser(browser, 
 
 SPACE_MODEL = REPO / page.DEFAULT_MODELS[0]  # python scripts/train.py --recipe multi30k-en-de-space
 DOCS = REPO / "docs"
+PHONE = 390  # px: a phone's viewport width, as tests/test_space_browser_scale.py checks it
 
 
 @pytest.mark.slow
@@ -206,25 +207,47 @@ DOCS = REPO / "docs"
     reason=f"build the Space's model first: python scripts/train.py --recipe {page.SPACE_RECIPE} (the screenshots "
     "in docs/ show it)",
 )
-def test_the_screenshots_in_docs_show_the_papers_figure_on_the_spaces_model(browser, tmp_path):
-    """docs/space_screenshot.png (Figure 3's example: head view, a hovered weight) and
-    docs/space_screenshot_model_view.png, taken from the page serving the Space's model."""
+def test_the_screenshots_in_docs_show_the_spaces_model_translating_an_image_caption(browser, tmp_path):
+    """The screenshots of README.md, taken from the page serving the Space's model (outputs/multi30k-en-de-space/hub)
+    on its image-caption example with the encoder-decoder attention view: docs/space_screenshot.png (the head view,
+    pointing at the weight from "Pferd" to the source token it reads most), docs/space_screenshot_model_view.png
+    (every layer and head) and docs/space_screenshot_phone.png (the head view's controls and map on a 390 px phone).
+    A caption, not Figure 3's news sentence: the model's domain is Multi30k's, so this is a translation a visitor
+    sees working. Retake them after building the model with
+    `python -m pytest -n0 tests/test_space_browser.py -k screenshots`."""
+    space = logic.load_space_model(str(SPACE_MODEL))
+    caption = next(e for e in logic.EXAMPLES if e.view and e.view["kind"] == "cross")
+    expected = logic.translate_text(space, caption.text, 4, 0.6)  # the page's defaults: the generation config's
+    sources, targets = expected.attentions.source_tokens, expected.attentions.target_tokens
+    query = next((i for i, token in enumerate(targets) if token.startswith("▁Pferd")), len(targets) // 2)
+    key = int(expected.attentions.cross[-1, :, query].mean(0).argmax())  # the last layer, the heads' mean
     with serve(SPACE_MODEL, tmp_path) as (url, _):
         browser.set_window_size(1200, 1700)
         open_page(browser, url)
-        _example(browser, "Figure 3").click()
-        wait(
-            browser,
-            lambda: browser.find_elements("css selector", "#vz-strip .vz-chip") and map_shape(browser),
-            "Figure 3",
-        )
-        query = element(browser, "#vz-strip b").text  # the first subword of "making"
-        assert query.startswith("▁") and "making".startswith(query[1:])
-        queries, keys = map_shape(browser)
-        hover_cell(browser, queries // 3, keys // 2)
+        _example(browser, caption.label[:30]).click()
+        wait(browser, lambda: translation(browser) == expected.text, "the caption's translation")
+        wait(browser, lambda: map_shape(browser) == (len(targets), len(sources)), "the encoder-decoder attention")
+        assert element(browser, "#vz-kind").get_attribute("value") == "cross"
+        tip = hover_cell(browser, query, key)
+        assert f'"{targets[query]}" → key {key + 1} "{sources[key]}"' in tip, tip
         browser.execute_script("document.querySelector('#source').scrollIntoView()")
         browser.save_screenshot(str(DOCS / "space_screenshot.png"))
         element(browser, "#vz-mode-model").click()
-        hover(browser, browser.find_elements("css selector", "#viewer .vz-thumb")[0])
+        thumbs = browser.find_elements("css selector", "#viewer .vz-thumb")
+        assert len(thumbs) == space.layers["cross"] * space.heads
+        hover(browser, thumbs[-1])  # the last layer's last head
         browser.execute_script("document.querySelector('#translation').scrollIntoView()")
         browser.save_screenshot(str(DOCS / "space_screenshot_model_view.png"))
+        element(browser, "#vz-mode-head").click()
+        wait(browser, lambda: map_shape(browser), "the head view again")
+        browser.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": PHONE, "height": 844, "deviceScaleFactor": 2, "mobile": True},
+        )
+        wait(
+            browser,
+            lambda: browser.execute_script("return document.querySelector('#viewer .vz').clientWidth") < PHONE,
+            "the phone's width",
+        )
+        browser.execute_script("document.querySelector('#viewer').scrollIntoView()")  # its controls and map
+        browser.save_screenshot(str(DOCS / "space_screenshot_phone.png"))
