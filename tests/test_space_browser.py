@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import signal
 import urllib.request
 
@@ -198,6 +199,9 @@ def test_a_person_translates_and_explores_the_attention_in_the_browser(browser, 
 
 SPACE_MODEL = REPO / page.DEFAULT_MODELS[0]  # python scripts/train.py --recipe multi30k-en-de-space
 DOCS = REPO / "docs"
+# The screenshots are written into docs/ only when asked (VASWANI_SCREENSHOTS=1), so that a test run never changes a
+# file of the checkout; otherwise the test still drives the page and writes them into its temporary folder.
+SHOTS_ENV = "VASWANI_SCREENSHOTS"
 PHONE = 390  # px: a phone's viewport width, as tests/test_space_browser_scale.py checks it
 
 
@@ -214,7 +218,8 @@ def test_the_screenshots_in_docs_show_the_spaces_model_translating_an_image_capt
     (every layer and head) and docs/space_screenshot_phone.png (the head view's controls and map on a 390 px phone).
     A caption, not Figure 3's news sentence: the model's domain is Multi30k's, so this is a translation a visitor
     sees working. Retake them after building the model with
-    `python -m pytest -n0 tests/test_space_browser.py -k screenshots`."""
+    `VASWANI_SCREENSHOTS=1 python -m pytest -n0 tests/test_space_browser.py -k screenshots`."""
+    shots = DOCS if os.environ.get(SHOTS_ENV) == "1" else tmp_path
     space = logic.load_space_model(str(SPACE_MODEL))
     caption = next(e for e in logic.EXAMPLES if e.view and e.view["kind"] == "cross")
     expected = logic.translate_text(space, caption.text, 4, 0.6)  # the page's defaults: the generation config's
@@ -231,13 +236,13 @@ def test_the_screenshots_in_docs_show_the_spaces_model_translating_an_image_capt
         tip = hover_cell(browser, query, key)
         assert f'"{targets[query]}" → key {key + 1} "{sources[key]}"' in tip, tip
         browser.execute_script("document.querySelector('#source').scrollIntoView()")
-        browser.save_screenshot(str(DOCS / "space_screenshot.png"))
+        browser.save_screenshot(str(shots / "space_screenshot.png"))
         element(browser, "#vz-mode-model").click()
         thumbs = browser.find_elements("css selector", "#viewer .vz-thumb")
         assert len(thumbs) == space.layers["cross"] * space.heads
         hover(browser, thumbs[-1])  # the last layer's last head
         browser.execute_script("document.querySelector('#translation').scrollIntoView()")
-        browser.save_screenshot(str(DOCS / "space_screenshot_model_view.png"))
+        browser.save_screenshot(str(shots / "space_screenshot_model_view.png"))
         element(browser, "#vz-mode-head").click()
         wait(browser, lambda: map_shape(browser), "the head view again")
         browser.execute_cdp_cmd(
@@ -250,4 +255,4 @@ def test_the_screenshots_in_docs_show_the_spaces_model_translating_an_image_capt
             "the phone's width",
         )
         browser.execute_script("document.querySelector('#viewer').scrollIntoView()")  # its controls and map
-        browser.save_screenshot(str(DOCS / "space_screenshot_phone.png"))
+        browser.save_screenshot(str(shots / "space_screenshot_phone.png"))
