@@ -143,8 +143,8 @@ class DecodingSettings:
     output_hidden_states: bool | None = field(default=None, metadata={"help": "transformers' output_hidden_states"})
 
 
-DECODING_FIELDS = {f.name: f for f in declared_fields(DecodingSettings)}  # Each setting's field by name, in field
-order.
+# Each declared setting's field by its name, in field order.
+DECODING_FIELDS = {f.name: f for f in declared_fields(DecodingSettings)}
 
 
 def check_decoding_setting(name: str, value, where: str, vocab_size: int | None = None):
