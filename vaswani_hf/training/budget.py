@@ -26,7 +26,7 @@ import torch
 from .recipe import check_length_fits  # noqa: F401 - plan.py uses this rule between budget and max_length.
 
 MODEL_STATE_BYTES_PER_PARAMETER = 16
-USABLE_FRACTION = 0.6  # Use this share of what the model state leaves; fragmentation, temporaries and CUDA take the rest.
+USABLE_FRACTION = 0.6  # Use this share of what the model state leaves; the rest is fragmentation, temporaries, CUDA.
 CPU_TOKENS_CAP = 4096  # On a CPU larger micro-batches run no faster per token, and memory is shared.
 
 
