@@ -51,7 +51,7 @@ class _NoAliasLoader(yaml.SafeLoader):
 
 
 def read_yaml_text(text: str, where: str, error: type[Exception] = ValueError) -> Any:
-    """Parse YAML `text` (a recipe or a command-line value) without aliases; on failure raise `error` naming `where`."""
+    """Parse YAML `text` (a recipe or a command-line value) without aliases; on failure, raise `error` at `where`."""
     try:
         return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - it is a SafeLoader subclass
     except yaml.YAMLError as problem:
