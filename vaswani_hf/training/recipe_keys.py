@@ -4,9 +4,8 @@ The keys are grouped in sections (the groups of `vaswani-train --help` and `--li
 `TrainingArguments` declares its own, `field(default=0.1, metadata={"help": "...", "min": 0, "max": 1})`;
 validation_vaswani.py lists the metadata's keys. The model's keys are `VaswaniConfig`'s settings declared with
 `recipe: True`, and the tokenizer's are the BPE's own (`vaswani_hf.tokenization.BpeSettings`): the same declarations,
-with no second copy. `vaswani_hf.training.recipe`
-builds a recipe from them. Where the paper is silent, defaults follow tensor2tensor's first release (t2t v1) and say
-so.
+with no second copy. `vaswani_hf.training.recipe` builds a recipe from them. Where the paper is silent, defaults
+follow tensor2tensor's first release (t2t v1) and say so.
 """
 
 import dataclasses
