@@ -331,9 +331,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
         model = self._prepare_model_for_evaluation()
         self._eval_batches[metric_key_prefix] = len(dataloader)
         self.callback_handler.eval_dataloader = dataloader
-        self._eval_sums = torch.zeros(
-            3, dtype=torch.float64, device=self.args.device
-        )  # The sums of the smoothed loss, the NLL and the tokens.
+        self._eval_sums = torch.zeros(3, dtype=torch.float64, device=self.args.device)  # Loss, NLL, token sums.
         sentences: list[tuple[int, list[int], list[int]]] = []  # (row index, prediction ids, label ids)
         for inputs in dataloader:
             rows = inputs.pop(EXAMPLE_INDEX).tolist()
