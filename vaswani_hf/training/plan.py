@@ -255,9 +255,7 @@ class RunPlan:
         """Take this run's hold on its output folder, creating it if needed and marking it as a run's, while the run
         writes."""
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        io.mark(
-            self.output_dir, preflight.TRAINING_RUN
-        )  # Mark before locking, so a full disk leaves no descriptor open.
+        io.mark(self.output_dir, preflight.TRAINING_RUN)  # Marked first: a full disk leaves no descriptor open.
         return io.FolderLock(self.output_dir, "output_dir").acquire()
 
     def describe(self) -> str:
