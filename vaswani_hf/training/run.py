@@ -1,7 +1,8 @@
 """Run a training run end to end, as the paper's recipe has it: the data and shared BPE (5.1), the model (Table 3),
 training with token batches, Adam and the warm-up schedule (5.1-5.4), checkpoint averaging (6.1), validation and test
 scores of the averaged model, and a Hub-ready folder. Each step reads only the run's plan (`vaswani_hf.training.plan`);
-every process runs every step, and what writes files runs on the main process while the others wait."""
+every process runs every step, and what writes files runs on the main process while the others wait.
+"""
 
 from __future__ import annotations
 
