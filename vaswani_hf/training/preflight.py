@@ -5,7 +5,8 @@ A new run needs an absent or empty `output_dir`. A previous run there (a folder 
 it took it) is continued with `--resume`, from the newest checkpoint that loads, with the RNG state for this number of
 processes and the same architecture; a key changed since the run's recipe.yaml is named. With `--overwrite` it is
 replaced instead, its `RUN_FILES` only. A folder another run holds, or anything else, is refused in one line. The
-export folder is replaced only when it is this run's own or a Hub folder this package wrote."""
+export folder is replaced only when it is this run's own or a Hub folder this package wrote.
+"""
 
 from __future__ import annotations
 
