@@ -166,9 +166,8 @@ class ModelPlan:
 class OptimizerPlan:
     """Hold Section 5.3's Adam, stated here once and handed to `TrainingArguments`, which builds the optimizer."""
 
-    # Adam's lr is the formula's constant factor, lr_multiplier x d_model^-0.5; the schedule multiplies it by
-    # min(step^-0.5, step x warmup^-1.5).
-    learning_rate: float
+    # The schedule multiplies learning_rate by min(step^-0.5, step x warmup^-1.5) at every update.
+    learning_rate: float  # Adam's lr is lr_multiplier x d_model^-0.5, the formula's constant factor.
     betas: tuple[float, float]  # Adam's beta1, beta2
     eps: float  # Adam's epsilon
     weight_decay: float  # Coupled L2 decay; the paper has none.
