@@ -1,4 +1,4 @@
-"""Configuration of the original Transformer ("Attention Is All You Need", Vaswani et al., 2017).
+"""Configure the original Transformer ("Attention Is All You Need", Vaswani et al., 2017) and check its settings.
 
 This file is copied next to the weights when a model is saved, and runs under `trust_remote_code=True` on machines
 without `vaswani_hf`. It therefore imports only `transformers` and two sibling files: validation_vaswani.py, which

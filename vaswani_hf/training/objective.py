@@ -1,4 +1,4 @@
-"""The training objective of Section 5.4: label-smoothed cross-entropy, with "label smoothing of value eps_ls = 0.1".
+"""Compute Section 5.4's training objective, label-smoothed cross-entropy ("label smoothing of value eps_ls = 0.1").
 
 This is not transformers' `LabelSmoother`, which spreads eps over all V classes. Here the target keeps 1 - eps and the
 other V - 1 classes share eps, as in t2t v1 and fairseq. The smoothed distribution's entropy is not subtracted, so
