@@ -1,4 +1,5 @@
-"""Implement the original Transformer ("Attention Is All You Need", Vaswani et al., 2017) as a transformers model.
+"""Implement the original Transformer ("Attention Is All You Need", Vaswani et al., 2017) as a native transformers
+model.
 
 Read top to bottom, this file follows the paper's Section 3: the positional encodings (3.5), attention (3.2, Eq. 1),
 the feed-forward network (3.3, Eq. 2), the encoder and decoder layers (3.1) with residual dropout (5.4), the encoder
