@@ -1,11 +1,11 @@
-"""Lean decoding loops for the Transformer's decoder (Section 6.1 decoding), used by
-`VaswaniForConditionalGeneration.generate()` (generation_vaswani.py) in place of transformers' generic `_beam_search`
-and greedy `_sample`.
+"""Decode with the Transformer's decoder in lean loops (Section 6.1), which
+`VaswaniForConditionalGeneration.generate()` (generation_vaswani.py) runs in place of transformers' generic
+`_beam_search` and greedy `_sample`.
 
 They compute what transformers' loops compute -- for beam search the same candidates (top 2k of k beams x V tokens),
 the same rule for which hypotheses finish and which beams go on, the same length-normalised scores; for greedy the
-same argmax -- so their translations are those of the generic loops (tests/test_beam_search.py checks this). Why they
-are hand-written: the work they leave out.
+same argmax -- so their translations are those of the generic loops (tests/test_beam_search.py checks this). They
+are hand-written for the work they leave out:
 
 - sentences leave the batch as soon as their result is final (transformers keeps computing every sentence until the
   last one is done, so a batch costs as much as its longest translation);
@@ -17,7 +17,7 @@ are hand-written: the work they leave out.
   concatenation;
 - sequence bookkeeping touches only the generated prefix, not a (batch, 2k, max_length) tensor per step.
 
-Shapes: A sentences still running, k beams, rows = A * k (A at the first step), V vocabulary, H heads.
+Shapes name A the sentences still running, k the beams, rows = A * k (A at the first step), V the vocabulary, H heads.
 This file is copied next to the weights with the modeling files (a relative import), so it imports only torch.
 """
 
@@ -34,11 +34,11 @@ from torch import nn
 
 
 class _SelfAttentionBuffers:
-    """Self-attention keys and values of one decoder layer for every running row, stored (rows, capacity, H, d) so
+    """Hold one decoder layer's self-attention keys and values for every running row, stored (rows, capacity, H, d) so
     that a row's prefix is one contiguous block; attention reads them as the (rows, H, length, d) views SDPA expects.
-    There are two buffers per tensor: `reorder` copies the kept rows' prefixes from one into the other with
-    `index_select(out=...)`, a single copy of one block per row (with heads before positions, each row would be H
-    blocks, ~1.6x slower). The capacity starts small and doubles, up to `max_positions`, as the prefix outgrows it."""
+    Each tensor has two buffers: `reorder` copies the kept rows' prefixes from one into the other with
+    `index_select(out=...)`, one block per row (with heads before positions each row would be H blocks, and the copy
+    about 1.6 times slower). The capacity starts small and doubles, up to `max_positions`, as the prefix grows."""
 
     def __init__(self, rows: int, heads: int, d_k: int, d_v: int, max_positions: int, dtype, device):
         self.max_positions = max_positions
@@ -65,7 +65,7 @@ class _SelfAttentionBuffers:
         return keys[:rows, : position + 1].transpose(1, 2), values[:rows, : position + 1].transpose(1, 2)
 
     def reorder(self, rows: int, length: int, source_rows: torch.Tensor):
-        """Row r of the next step is row `source_rows[r]` of this one (beam selection, finished sentences)."""
+        """Reorder the rows so that row r of the next step is row `source_rows[r]` of this one (beams, sentences)."""
         nxt, new_rows = 1 - self.current, source_rows.shape[0]
         for both in (self.keys, self.values):
             torch.index_select(both[self.current][:rows, :length], 0, source_rows, out=both[nxt][:new_rows, :length])
@@ -82,15 +82,15 @@ def _buffers(model, rows: int, max_positions: int, dtype, device) -> list[_SelfA
 
 @dataclass
 class _Source:
-    """Every decoder layer's source keys and values, (A, H, S, d), projected once per sentence, and the additive
-    padding mask (A, 1, 1, S), or None when nothing is padded."""
+    """Hold every decoder layer's (A, H, S, d) source keys and values, projected once per sentence, and the additive
+    (A, 1, 1, S) padding mask, or None when nothing is padded."""
 
     keys: list[torch.Tensor]
     values: list[torch.Tensor]
     mask: torch.Tensor | None
 
     def select(self, kept: torch.Tensor) -> "_Source":
-        """The sentences still running (`kept`: their current indices)."""
+        """Return the sentences still running, whose current indices are `kept`."""
         return _Source(
             [x[kept] for x in self.keys],
             [x[kept] for x in self.values],
@@ -99,7 +99,7 @@ class _Source:
 
 
 def project_source(model, encoder_hidden_states: torch.Tensor, encoder_attention_mask: torch.Tensor | None) -> _Source:
-    """The source K/V of every decoder layer's encoder-decoder attention (3.2.3) from the (A, S, D) encoder output."""
+    """Project every decoder layer's source K/V (3.2.3) from the (A, S, D) encoder output, with the padding mask."""
     dtype = encoder_hidden_states.dtype
     layers = model.get_decoder().layers
     keys = [layer.encoder_attn.keys(encoder_hidden_states).transpose(1, 2) for layer in layers]  # (A, H, S, d_k)
@@ -113,9 +113,9 @@ def project_source(model, encoder_hidden_states: torch.Tensor, encoder_attention
 
 
 def _attend(query, keys, values, mask: torch.Tensor | None, scale: float) -> torch.Tensor:
-    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (Eq. 1) for one decoding step: (N, H, q, d) queries over
-    (N, H, L, d) keys and values, with an additive `mask`. This is SDPA, except for bf16 and fp16 on a CPU: there
-    SDPA's flash kernel runs one small product per (row, head), measured 2-3x slower than fp32 and than two batched
+    """Compute Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (Eq. 1) for one step: (N, H, q, d) queries attend
+    over (N, H, L, d) keys and values, with an additive `mask`. This is SDPA, except for bf16 and fp16 on a CPU, where
+    SDPA's flash kernel runs one small product per (row, head) and measured 2-3x slower than fp32 and than two batched
     bf16 products at these shapes (one query per row over a strided K/V buffer). So reduced precision on a CPU takes
     two batched products with the softmax in fp32, in the order of the model's `eager_attention_forward`."""
     if query.dtype == torch.float32 or query.device.type != "cpu":
@@ -127,8 +127,8 @@ def _attend(query, keys, values, mask: torch.Tensor | None, scale: float) -> tor
 
 
 def _self_attention(attn, hidden: torch.Tensor, buffer: _SelfAttentionBuffers, step: int) -> torch.Tensor:
-    """Masked self-attention (3.2.3) of the new position: its key and value join the row's earlier ones in `buffer`
-    and its query attends to all step + 1 of them (no later position exists, so no mask). (rows, D) -> (rows, D)."""
+    """Return the (rows, D) masked self-attention (3.2.3) of the new position: its key and value join the row's
+    earlier ones in `buffer`, and its query attends to all step + 1 of them (no later position exists: no mask)."""
     keys, values = buffer.append(hidden.shape[0], step, attn.keys(hidden), attn.values(hidden))  # (rows, H, step+1, d)
     query = attn.queries(hidden).unsqueeze(2)  # (rows, H, 1, d_k)
     out = _attend(query, keys, values, None, attn.scaling)  # (rows, H, 1, d_v)
@@ -138,8 +138,8 @@ def _self_attention(attn, hidden: torch.Tensor, buffer: _SelfAttentionBuffers, s
 def _cross_attention(
     attn, hidden: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None, group: int
 ) -> torch.Tensor:
-    """Encoder-decoder attention (3.2.3): the `group` consecutive rows of a sentence (its beams) query its source K/V,
-    (A, H, S, d), together. (rows, D) -> (rows, D)."""
+    """Return the (rows, D) encoder-decoder attention (3.2.3): the `group` consecutive rows of a sentence (its
+    beams) query its (A, H, S, d) source K/V together."""
     rows, heads = hidden.shape[0], attn.num_heads
     query = attn.queries(hidden).view(rows // group, group, heads, attn.d_k).transpose(1, 2)  # (A, H, group, d_k)
     out = _attend(query, keys, values, mask, attn.scaling)  # (A, H, group, d_v)
@@ -149,10 +149,10 @@ def _cross_attention(
 def decoder_step(
     model, tokens: torch.Tensor, step: int, buffers: list[_SelfAttentionBuffers], source: _Source, group: int
 ) -> torch.Tensor:
-    """One decoder position for every running row (Section 3.1; the model is in eval mode, so dropout is off):
-    (rows,) last tokens -> (rows, D) final hidden states. The embedding and every layer are the model's own
-    (`VaswaniStack.embed`, `VaswaniDecoderLayer.sublayers`); only how attention reads its keys and values is done
-    here, on (rows, D) states (one position: no sequence dimension). Rows are sentences x `group` consecutive beams."""
+    """Run one decoder position for every running row (Section 3.1; the model is in eval mode, so dropout is off),
+    returning the (rows, D) final hidden states for the (rows,) last tokens. The embedding and every layer are the
+    model's own (`VaswaniStack.embed`, `VaswaniDecoderLayer.sublayers`); only how attention reads its keys and values
+    is done here, on (rows, D) states (one position: no sequence dimension). Rows are sentences x `group` beams."""
     decoder = model.get_decoder()
     hidden = decoder.embed(tokens[:, None], None, step)[0][:, 0]  # (rows, D) at position `step`
     for layer, buffer, keys, values in zip(decoder.layers, buffers, source.keys, source.values):
@@ -170,8 +170,8 @@ def decoder_step(
 
 
 def force_eos(scores: torch.Tensor, rows: torch.Tensor, eos_token_id: int) -> torch.Tensor:
-    """(N, V) scores with the rows where `rows` (N,) is True replaced by 0 for </s> and -inf elsewhere: those rows can
-    only end (the per-sentence length limit; `SourceLengthLimitLogitsProcessor` and both loops use it)."""
+    """Return the (N, V) scores with the rows where `rows` (N,) is True set to 0 for </s> and -inf elsewhere, so that
+    they can only end: the per-sentence length limit, as `SourceLengthLimitLogitsProcessor` and both loops use it."""
     forced = torch.full_like(scores[0], -float("inf"))
     forced[eos_token_id] = 0.0
     return torch.where(rows.unsqueeze(-1), forced, scores)
@@ -180,8 +180,8 @@ def force_eos(scores: torch.Tensor, rows: torch.Tensor, eos_token_id: int) -> to
 def _restrict(
     scores: torch.Tensor, step: int, min_steps: int, at_limit: torch.Tensor | None, eos_token_id: int
 ) -> torch.Tensor:
-    """What transformers' processors would do to the (rows, V) scores: no </s> before `min_steps` tokens
-    (MinLength / MinNewTokensLength, in place), and rows at their sentence's length limit may only emit </s>
+    """Do to the (rows, V) scores what transformers' processors would: forbid </s> before `min_steps` tokens
+    (MinLength / MinNewTokensLength, in place), and let rows at their sentence's length limit emit only </s>
     (`SourceLengthLimitLogitsProcessor`'s rule)."""
     if step < min_steps:
         scores[:, eos_token_id] = -float("inf")
@@ -191,14 +191,14 @@ def _restrict(
 
 
 def top_candidates(log_probs: torch.Tensor, running_scores: torch.Tensor, keep: int, chunk: int = 128):
-    """The `keep` best (beam, token) candidates of each sentence by accumulated log P: what
-    `torch.topk((log_probs + running_scores[..., None]).view(A, k * V), keep)` gives (values, flat indices beam * V +
-    token; equal up to the order of exact ties), without adding the beam scores to all k * V log-probs.
+    """Return the `keep` best (beam, token) candidates of each sentence by accumulated log P, as
+    `torch.topk((log_probs + running_scores[..., None]).view(A, k * V), keep)` gives them (values, and flat indices
+    beam * V + token; equal up to the order of exact ties), without adding the beam scores to all k * V log-probs.
 
-    log_probs: (A, k, V), running_scores: (A, k). Rounding is monotone, so the best sum in a block of `chunk` tokens is
-    the block's best log-prob plus the beam's score; the `keep` best sums lie in the `keep` best blocks or in each
-    row's < `chunk` leftover tokens, and only those are summed and ranked. Off CPU, or with fewer than `keep` blocks
-    per row, it is the plain sum and `torch.topk`."""
+    `log_probs` is (A, k, V) and `running_scores` (A, k). Rounding is monotone, so the best sum in a block of `chunk`
+    tokens is the block's best log-prob plus the beam's score; the `keep` best sums lie in the `keep` best blocks or in
+    each row's < `chunk` leftover tokens, and only those are summed and ranked. Off CPU, or with fewer than `keep`
+    blocks per row, it is the plain sum and `torch.topk`."""
     alive, k, vocab = log_probs.shape
     blocks = vocab // chunk
     if blocks < keep or log_probs.device.type != "cpu":
@@ -211,7 +211,7 @@ def top_candidates(log_probs: torch.Tensor, running_scores: torch.Tensor, keep: 
     values = main[torch.arange(alive, device=device)[:, None], beams, block]  # (A, keep, chunk)
     values = (values + running_scores.gather(1, beams)[:, :, None]).view(alive, keep * chunk)
     offsets = ((beams * vocab + block * chunk)[:, :, None] + torch.arange(chunk, device=device)).view(alive, -1)
-    if blocks * chunk < vocab:  # the tokens after the last full block of every beam
+    if blocks * chunk < vocab:  # Add each beam's tokens after its last full block.
         tail = (log_probs[:, :, blocks * chunk :] + running_scores[:, :, None]).reshape(alive, -1)
         tail_offsets = (
             torch.arange(k, device=device)[:, None] * vocab + torch.arange(blocks * chunk, vocab, device=device)
@@ -229,23 +229,23 @@ def top_candidates(log_probs: torch.Tensor, running_scores: torch.Tensor, keep: 
 
 @dataclass
 class _Beams:
-    """What beam search keeps per running sentence: A sentences (original index `ids`), k beams, at most `max_new`
-    generated tokens. Finished hypotheses are kept best first, scored log P / length_penalty(|Y|)."""
+    """Hold what beam search keeps per running sentence: A sentences (original index `ids`), k beams, at most
+    `max_new` generated tokens. Finished hypotheses are kept best first, scored log P / length_penalty(|Y|)."""
 
     ids: torch.Tensor  # (A,)
-    running_scores: torch.Tensor  # (A, k) accumulated log P
+    running_scores: torch.Tensor  # (A, k): each beam's accumulated log P
     running_tokens: torch.Tensor  # (A, k, max_new)
     finished_scores: torch.Tensor  # (A, k)
     finished_tokens: torch.Tensor  # (A, k, max_new)
     finished_lengths: torch.Tensor  # (A, k)
-    finished_flags: torch.Tensor  # (A, k) a real hypothesis (not a -1e9 placeholder)
-    can_improve: torch.Tensor  # (A,) a running beam may still beat the worst finished hypothesis
+    finished_flags: torch.Tensor  # (A, k): True for a real hypothesis, not a -1e9 placeholder
+    can_improve: torch.Tensor  # (A,): True while a running beam may beat the worst finished one
     source: _Source
 
     @classmethod
     def start(cls, batch: int, k: int, max_new: int, fill_value: int, source: _Source, device) -> "_Beams":
         running_scores = torch.full((batch, k), -1.0e9, device=device)
-        running_scores[:, 0] = 0.0  # all beams start identical: only the first one may expand at step 1
+        running_scores[:, 0] = 0.0  # All beams start identical, so only the first may expand at step 1.
         return cls(
             ids=torch.arange(batch, device=device),
             running_scores=running_scores,
@@ -259,7 +259,7 @@ class _Beams:
         )
 
     def select(self, kept: torch.Tensor) -> "_Beams":
-        """The sentences still running (`kept`: their current indices)."""
+        """Return the sentences still running, whose current indices are `kept`."""
         return _Beams(
             **{f.name: getattr(self, f.name)[kept] for f in fields(self) if f.name != "source"},
             source=self.source.select(kept),
@@ -267,11 +267,11 @@ class _Beams:
 
 
 def _candidates(log_probs: torch.Tensor, beams: _Beams, group: int, keep: int, step: int):
-    """Step 2: the `keep` = 2k best (beam, token) candidates of each sentence by accumulated log P: their scores,
-    beams of origin and new tokens (A, 2k), and their token sequences (A, 2k, step + 1)."""
+    """Do step 2: return the `keep` = 2k best (beam, token) candidates of each sentence by accumulated log P, as their
+    scores, beams of origin and new tokens (A, 2k), and their token sequences (A, 2k, step + 1)."""
     alive, k = beams.running_scores.shape
     vocab = log_probs.shape[-1]
-    log_probs = log_probs.view(alive, group, vocab).expand(alive, k, vocab)  # group 1: k identical beams
+    log_probs = log_probs.view(alive, group, vocab).expand(alive, k, vocab)  # With group 1, the k beams are identical.
     top_scores, top_indices = top_candidates(log_probs, beams.running_scores, keep)  # (A, 2k)
     origins, new_tokens = top_indices // vocab, top_indices % vocab
     prefixes = beams.running_tokens[:, :, :step].gather(1, origins[:, :, None].expand(alive, keep, step))
@@ -288,8 +288,8 @@ def _add_finished(
     early_stopping,
     fill_value: int,
 ):
-    """Step 4: candidates among the best k that finished now, scored log P / lp(|Y|), enter the sentence's k best
-    finished hypotheses (unless it can no longer improve, or, with `early_stopping=True`, already has k)."""
+    """Do step 4: the candidates among the best k that finished now, scored log P / lp(|Y|), enter the sentence's k
+    best finished hypotheses (unless it can no longer improve, or, with `early_stopping=True`, already has k)."""
     alive, keep, _ = candidates.shape
     k, max_new = beams.finished_tokens.shape[1:]
     normalised = top_scores / length_penalty(step + 1)
@@ -311,8 +311,8 @@ def _add_finished(
 
 
 def _run_on(beams: _Beams, top_scores, hits, candidates, origins, group: int, step: int) -> torch.Tensor:
-    """Step 3: the k best candidates that did not finish run on. Returns (A, k): the row of this step each of them
-    continues (for reordering the self-attention buffers)."""
+    """Do step 3: the k best candidates that did not finish run on. Return, as (A, k), the row of this step that each
+    of them continues, for reordering the self-attention buffers."""
     alive, k = beams.running_scores.shape
     running_all = top_scores + hits.float() * -1.0e9
     chosen = torch.topk(running_all, k).indices  # (A, k)
@@ -332,10 +332,10 @@ def _sentences_done(
     num_return_sequences: int,
     max_length: int,
 ) -> torch.Tensor:
-    """Step 5: (A,) True for the sentences whose result is final; updates `beams.can_improve`. A beam's log P only
-    falls as it grows and, for alpha > 0, lp(|Y|) grows with it, so the best it can still reach is log P / lp(its
-    sentence's longest |Y|). `early_stopping="never"` (the paper's t2t bound) compares that with the worst finished
-    hypothesis; False uses the current length (transformers' heuristic); True also stops once k have finished."""
+    """Do step 5: update `beams.can_improve` and return (A,) True for the sentences whose result is final. A beam's log
+    P only falls as it grows and, for alpha > 0, lp(|Y|) grows with it, so the best it can still reach is log P /
+    lp(its sentence's longest |Y|). `early_stopping="never"` (the paper's t2t bound) compares that with the worst
+    finished hypothesis; False uses the current length (transformers' heuristic); True also stops once k finished."""
     current_length = torch.full_like(beams.ids, step + 1)
     exact_bound = beams.running_scores[:, 0] / length_penalty(
         (length_bounds[beams.ids] if alpha > 0.0 else current_length).float()
@@ -363,8 +363,8 @@ def _sentences_done(
 def _sequences(
     tokens: torch.Tensor, lengths: torch.Tensor, decoder_start_ids: torch.Tensor, n: int, fill_value: int
 ) -> torch.Tensor:
-    """(B, >= n, max_new) tokens best first and their lengths -> (B * n, 1 + longest): the start token and the n best
-    hypotheses of every sentence, padded with `fill_value`."""
+    """Return (B * n, 1 + longest) ids, the start token and the n best hypotheses of every sentence padded with
+    `fill_value`, from the (B, >= n, max_new) `tokens`, best first, and their `lengths`."""
     batch = tokens.shape[0]
     longest = int(lengths[:, :n].max()) if batch else 0
     sequences = torch.full((batch * n, 1 + longest), fill_value, dtype=torch.long, device=tokens.device)
@@ -377,21 +377,21 @@ def _sequences(
 def lean_beam_search(
     model: nn.Module,
     encoder_hidden_states: torch.Tensor,  # (B, S, D): one copy per sentence
-    encoder_attention_mask: torch.Tensor | None,  # (B, S), 1 = real token
+    encoder_attention_mask: torch.Tensor | None,  # (B, S), 1 for a real token
     decoder_start_ids: torch.Tensor,  # (B,)
     *,
     num_beams: int,
     num_return_sequences: int,
-    limits: torch.Tensor | None,  # (B,) generated tokens allowed per sentence, </s> included (None: no limit)
-    max_length: int,  # transformers' global max_length: start token + generated tokens
+    limits: torch.Tensor | None,  # (B,) tokens each sentence may generate, </s> included, or None
+    max_length: int,  # transformers' global max_length, start token included
     eos_token_id: int,
     fill_value: int,
     min_steps: int = 0,  # </s> is forbidden before this many tokens (min_length / min_new_tokens)
-    length_penalty: Callable,  # number of generated tokens (int or tensor) -> the divisor of log P(Y)
+    length_penalty: Callable,  # It maps a length (int or tensor) to log P's divisor.
     alpha: float,
     early_stopping: bool | str,
 ) -> torch.Tensor:
-    """Beam search over `model`'s decoder (a VaswaniForConditionalGeneration in eval mode), step by step for each
+    """Run beam search over `model`'s decoder (a VaswaniForConditionalGeneration in eval mode), step by step for each
     running sentence as transformers' `GenerationMixin._beam_search` (v5) does. (1) Each beam scores every next token
     by log P; a beam at its sentence's length limit may only emit </s>, and none may before `min_steps` tokens. (2) The
     2k best (beam, token) candidates by accumulated log P are kept (`_candidates`). (3) The best k that did not finish
@@ -399,37 +399,36 @@ def lean_beam_search(
     lp(|Y|) ranks among the k best so far (`_add_finished`). (5) A sentence is done by `early_stopping`'s rule or once
     its `num_return_sequences` best are final (`_sentences_done`), and leaves the batch.
 
-
-    Returns (B * num_return_sequences, 1 + longest) ids: the start token, the best hypotheses in descending score
+    It returns (B * num_return_sequences, 1 + longest) ids: the start token, the best hypotheses in descending score
     order, padded with `fill_value` (as transformers pads)."""
     device, dtype = encoder_hidden_states.device, encoder_hidden_states.dtype
     batch = encoder_hidden_states.shape[0]
     k, keep = num_beams, 2 * num_beams  # transformers keeps (1 + number of eos ids) * k candidates per step
-    max_new = max_length - 1  # generated tokens after the start token
+    max_new = max_length - 1  # At most this many tokens follow the start token.
     limits = limits.to(device) if limits is not None else None  # (B,) a beam at its limit may only emit </s>
-    # (B,) the length no hypothesis can exceed, for the early-stop bound
-
+    # (B,): the length no hypothesis can exceed, which bounds early stopping.
     length_bounds = limits.clamp(max=max_new) if limits is not None else torch.full((batch,), max_new, device=device)
     alpha = float(alpha)
     source = project_source(model, encoder_hidden_states, encoder_attention_mask)
     beams = _Beams.start(batch, k, max_new, fill_value, source, device)
-    out_tokens = torch.full((batch, k, max_new), fill_value, dtype=torch.long, device=device)  # by original index
+    # The results are stored by each sentence's original index.
+    out_tokens = torch.full((batch, k, max_new), fill_value, dtype=torch.long, device=device)
     out_lengths = torch.zeros(batch, k, dtype=torch.long, device=device)
     buffers = _buffers(model, batch * k, max_new, dtype, device)
-    top_num_beams = torch.arange(keep, device=device) < k  # only the best k candidates may finish (transformers)
+    top_num_beams = torch.arange(keep, device=device) < k  # Only the best k may finish, as in transformers.
 
     tokens = decoder_start_ids.to(device)  # (rows,) the last token of every running beam
-    group = 1  # rows per sentence: 1 at the first step (identical beams), then k
+    group = 1  # Rows per sentence: 1 at the first step (identical beams), then k.
     for step in range(max_new):
         rows = tokens.shape[0]
         hidden = decoder_step(model, tokens, step, buffers, beams.source, group)
-        # fp32 scores whatever the weights' precision (the sums of log P over steps need its mantissa); on a CPU
-        # log_softmax's dtype= still converts the (rows, V) logits first (~9% of a bf16 beam search, profiled)
+        # Scores are fp32 whatever the weights' precision: sums of log P over steps need its mantissa. On a CPU,
+        # log_softmax's dtype= still converts the (rows, V) logits first (about 9% of a bf16 beam search, profiled).
         log_probs = nn.functional.log_softmax(model.lm_head(hidden), dim=-1, dtype=torch.float32)  # (rows, V)
         at_limit = (step + 1 >= limits[beams.ids]).repeat_interleave(group) if limits is not None else None
         log_probs = _restrict(log_probs, step, min_steps, at_limit, eos_token_id)
         top_scores, origins, new_tokens, candidates = _candidates(log_probs, beams, group, keep, step)
-        hits = (new_tokens == eos_token_id) | (step + 2 >= max_length)  # MaxLengthCriteria: every candidate ends
+        hits = (new_tokens == eos_token_id) | (step + 2 >= max_length)  # All end at max_length (MaxLengthCriteria).
         just_finished = hits & top_num_beams
         if bool(just_finished.any()):
             _add_finished(
@@ -439,7 +438,7 @@ def lean_beam_search(
         done = _sentences_done(
             beams, step, length_bounds, length_penalty, alpha, early_stopping, num_return_sequences, max_length
         )
-        if bool(done.any()):  # sentences that are done leave the batch
+        if bool(done.any()):  # Sentences that are done leave the batch.
             out_tokens[beams.ids[done]] = beams.finished_tokens[done]
             out_lengths[beams.ids[done]] = beams.finished_lengths[done]
             if bool(done.all()):
@@ -466,11 +465,11 @@ def lean_greedy_search(
     fill_value: int,
     min_steps: int = 0,
 ) -> torch.Tensor:
-    """Greedy decoding (`num_beams=1`) as transformers' `_sample` computes it without sampling -- the argmax of the
+    """Decode greedily (`num_beams=1`) as transformers' `_sample` does without sampling -- the argmax of the
     logits, </s> forced at a sentence's length limit and forbidden before `min_steps` tokens -- with a sentence leaving
     the batch at its </s> (transformers keeps computing it, emitting padding, until the last sentence ends).
 
-    Returns (B, 1 + longest): the start token and the generated tokens, padded with `fill_value` (the pad id)."""
+    It returns (B, 1 + longest) ids: the start token and the generated tokens, padded with `fill_value` (pad id)."""
     device, dtype = encoder_hidden_states.device, encoder_hidden_states.dtype
     batch = encoder_hidden_states.shape[0]
     max_new = max_length - 1
@@ -482,7 +481,7 @@ def lean_greedy_search(
     tokens, longest = decoder_start_ids.to(device), 0
     for step in range(max_new):
         rows = tokens.shape[0]
-        # the argmax of the logits in the model's precision: an upcast would change no comparison
+        # The argmax is taken in the model's precision, since an upcast would change no comparison.
         logits = model.lm_head(decoder_step(model, tokens, step, buffers, source, 1))  # (rows, V)
         at_limit = step + 1 >= limits[sentence_ids] if limits is not None else None
         tokens = _restrict(logits, step, min_steps, at_limit, eos_token_id).argmax(-1)  # (rows,)

@@ -1,14 +1,14 @@
-"""Configuration of the original Transformer ("Attention Is All You Need", Vaswani et al., 2017).
+"""Configure the original Transformer ("Attention Is All You Need", Vaswani et al., 2017) and check its settings.
 
-This file is copied next to the weights when a model is saved, and is run by `trust_remote_code=True` on machines
-without `vaswani_hf`: it imports only `transformers` and its siblings validation_vaswani.py (the check of a value) and
-pipeline_vaswani.py, whose pipeline every config names (`custom_pipelines`): the relative imports are what make every
-`save_pretrained`, by any client, copy those files too (transformers copies a saved class's relative imports).
+This file is copied next to the weights when a model is saved, and runs under `trust_remote_code=True` on machines
+without `vaswani_hf`. It therefore imports only `transformers` and two sibling files: validation_vaswani.py, which
+checks a value, and pipeline_vaswani.py, whose pipeline every config names (`custom_pipelines`). Because transformers
+copies a saved class's relative imports, these imports make every `save_pretrained`, by any client, copy them too.
 
 Every setting is a dataclass field whose metadata declares its meaning and the values it may take, in the form of
 transformers' own `TrainingArguments` (`field(default=..., metadata={"help": ..., "min": ..., "choices": ...})`).
-validation_vaswani.py's `check_setting` is the one check of a value against such a declaration: the config runs it on
-every field when it is built and before it is saved; vaswani_hf, which derives its recipe keys, command-line flags
+validation_vaswani.py's `check_setting` is the one check of a value against such a declaration. The config runs it on
+every field when it is built and before it is saved, and vaswani_hf, which derives its recipe keys, command-line flags
 and file fields from the same metadata (`vaswani_hf.settings`), calls it too.
 
 Field names follow the paper (Section 3 and Table 3); transformers' generic names (`hidden_size`,
@@ -30,33 +30,33 @@ logger = logging.get_logger(__name__)
 
 POSITION_ENCODINGS = ("sinusoidal", "learned")
 SINUSOID_LAYOUTS = ("interleaved", "concatenated")
-PROBABILITY = {"min": 0.0, "max": 1.0, "max_exclusive": True}  # a probability that must leave something: [0, 1)
-MAX_WIDTH = 65536  # widths of the model (d_model, d_k, d_v): far above any real model, below an allocation failure
-MAX_POSITIONS = 65536  # rows of a position table, and the longest output a decoding setting may ask for
+PROBABILITY = {"min": 0.0, "max": 1.0, "max_exclusive": True}  # A probability in [0, 1): 1 would leave nothing.
+MAX_WIDTH = 65536  # The widest d_model, d_k or d_v: far above any real model, below an allocation failure.
+MAX_POSITIONS = 65536  # The most rows of a position table, and the longest output a decoding setting may ask for.
 
 
 class VaswaniConfig(PreTrainedConfig):
     r"""
-    Configuration of [`VaswaniModel`] / [`VaswaniForConditionalGeneration`]. The defaults are the paper's base model
-    (Table 3, first row) with the ~37k shared BPE vocabulary of its EN-DE experiments (Section 5.1).
+    Hold the settings of [`VaswaniModel`] and [`VaswaniForConditionalGeneration`]. The defaults are the paper's base
+    model (Table 3, first row) with the ~37k shared BPE vocabulary of its EN-DE experiments (Section 5.1).
 
-    Every setting is a field below with its meaning and the values it may take in its metadata (`architecture`: the
-    weights' meaning depends on it, so a checkpoint resumes only with the same value; `recipe`: a training recipe
-    sets it). `validate()` checks them all (`check_setting`), and the rules between them, once when a config is built
-    (by keyword, by a generic name of `attribute_map`, from config.json) and again before it is saved
-    (transformers' `save_pretrained` calls it), so that an edited attribute is checked too: a value that breaks its
-    declaration is a `SettingError` (a `ValueError`) naming it. (Not `@strict`, whose wrappers would turn that one
-    line into a multi-line error that is no `ValueError`.) A key that is no setting is kept, as transformers keeps
-    it (a config.json of a newer version or of another tool must load); one that looks like a misspelt setting is
-    logged as a warning.
+    Every setting is a field below whose metadata gives its meaning and the values it may take. Metadata
+    `architecture` marks a setting on which the weights' meaning depends, so a checkpoint resumes only with the same
+    value; `recipe` marks one that a training recipe sets. `validate()` checks every setting (`check_setting`) and the
+    rules between them, once when a config is built (by keyword, by a generic name of `attribute_map` or from
+    config.json) and again before it is saved (transformers' `save_pretrained` calls it), so that an edited attribute
+    is checked too. A value that breaks its declaration raises a `SettingError`, a `ValueError` that names the
+    setting. The class does not use `@strict`, whose wrappers would turn that one line into a multi-line error that is
+    no `ValueError`. A key that is no setting is kept, as transformers keeps it, because a config.json of a newer
+    version or of another tool must load; a key that looks like a misspelt setting is logged as a warning.
 
-    `custom_pipelines`: the pipelines `transformers.pipeline(task, model=folder, trust_remote_code=True)` finds in
-    config.json (`pipeline_vaswani.custom_pipelines`); `langs`: the language pair `[source, target]`, as FSMT's
-    config names it, checked against the pipeline's `src_lang` / `tgt_lang`.
+    `custom_pipelines` lists the pipelines that `transformers.pipeline(task, model=folder, trust_remote_code=True)`
+    finds in config.json (`pipeline_vaswani.custom_pipelines`). `langs` is the language pair `[source, target]`, as
+    FSMT's config names it, and is checked against the pipeline's `src_lang` and `tgt_lang`.
     """
 
     model_type = "vaswani"
-    # the cache's output name from / before transformers 5.24
+    # The cache's output name, from transformers 5.24 on and before it.
     keys_to_ignore_at_inference = ["cache", "past_key_values"]
     attribute_map = {
         "hidden_size": "d_model",
@@ -269,17 +269,18 @@ class VaswaniConfig(PreTrainedConfig):
 
     def __post_init__(self, **kwargs):
         settings = [f.name for f in declared_fields(type(self))]
-        for key in kwargs.keys() - self.attribute_map.keys():  # kept, as transformers keeps unknown keys
+        for key in kwargs.keys() - self.attribute_map.keys():  # Unknown keys are kept, as transformers keeps them.
             if near := difflib.get_close_matches(key, settings, n=1, cutoff=0.85):
                 logger.warning(f"VaswaniConfig: {key!r} is no setting (kept as given); did you mean {near[0]}?")
-        super().__post_init__(**kwargs)  # transformers' part; it sets generic names (attribute_map) onto settings
+        super().__post_init__(**kwargs)  # transformers' part sets generic names (attribute_map) onto settings.
         self.validate()
         self.d_k, self.d_v = (self.d_model // self.num_heads if d is None else d for d in (self.d_k, self.d_v))
         self.custom_pipelines, self.langs = pipeline_settings(self.custom_pipelines, self.langs)
 
     def validate(self):
-        """Every declared setting against its declaration (`check_setting`; token ids against vocab_size), the rules
-        between settings, then transformers' own checks; SettingError naming the setting otherwise."""
+        """Check every declared setting against its declaration (`check_setting`, token ids against vocab_size), then
+        the rules between settings, then transformers' own checks; raise a SettingError naming the setting that
+        fails."""
         for declared in declared_fields(type(self)):
             value = getattr(self, declared.name)
             check_setting(declared.name, declared.type, declared.metadata, value, "VaswaniConfig", self.vocab_size)
@@ -294,8 +295,9 @@ class VaswaniConfig(PreTrainedConfig):
         super().validate()
 
     def get_text_config(self, decoder=None, encoder=None) -> "VaswaniConfig":
-        """transformers sizes decoder caches from `get_text_config(decoder=True).num_hidden_layers`, which the
-        attribute map points at the encoder: answer with a copy whose layer count is the decoder's."""
+        """Return the config that transformers reads text settings from; for the decoder alone, a copy whose layer
+        count is the decoder's. transformers sizes decoder caches from the `num_hidden_layers` of
+        `get_text_config(decoder=True)`, which the attribute map points at the encoder's layer count."""
         if decoder and not encoder and self.num_decoder_layers != self.num_encoder_layers:
             decoder_view = copy.deepcopy(self)
             decoder_view.num_encoder_layers = self.num_decoder_layers
@@ -304,18 +306,19 @@ class VaswaniConfig(PreTrainedConfig):
 
     @classmethod
     def base(cls, **overrides) -> "VaswaniConfig":
-        """The paper's base model (Table 3, "base"): N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1 (eps_ls=0.1 is a
-        training setting: `vaswani_hf.training.objective`). Every other Table 3 row is an override, e.g.
-        `base(num_heads=16)` (A; d_k = d_v = d_model / h follow), `base(d_k=16)` (B),
-        `base(num_encoder_layers=2, num_decoder_layers=2)` (C), `base(dropout=0.0)` (D),
-        `base(position_encoding="learned")` (E).
+        """Return the paper's base model (Table 3, "base"): N=6, d_model=512, d_ff=2048, h=8 and P_drop=0.1, with
+        `overrides` applied. (Its eps_ls=0.1 is a training setting, in `vaswani_hf.training.objective`.)
+
+        Every other row of Table 3 is an override, for example `base(num_heads=16)` for row A (d_k = d_v = d_model / h
+        follow), `base(d_k=16)` for B, `base(num_encoder_layers=2, num_decoder_layers=2)` for C, `base(dropout=0.0)`
+        for D and `base(position_encoding="learned")` for E.
         """
         return cls(**overrides)
 
     @classmethod
     def big(cls, **overrides) -> "VaswaniConfig":
-        """The paper's big model (Table 3, "big"): d_model=1024, d_ff=4096, h=16, P_drop=0.3 (EN-DE; 0.1 for
-        EN-FR, Section 6.1)."""
+        """Return the paper's big model (Table 3, "big"): d_model=1024, d_ff=4096, h=16 and P_drop=0.3, with
+        `overrides` applied. P_drop=0.3 is the EN-DE value; EN-FR used 0.1 (Section 6.1)."""
         return cls(**{"d_model": 1024, "d_ff": 4096, "num_heads": 16, "dropout": 0.3, **overrides})
 
 

@@ -1,5 +1,5 @@
-"""The paper's decoding settings (Section 6.1: beam size 4, length penalty alpha = 0.6, a maximum output length of the
-input length + 50, and "terminate early when possible"), declared once, and their checks. They are checked in
+"""Declare the paper's decoding settings once, and check them (Section 6.1: beam size 4, length penalty alpha = 0.6,
+a maximum output length of the input length + 50, and "terminate early when possible"). They are checked in
 generation_config.json when a model is loaded, in `generate()`'s arguments, and in the generation config `generate()`
 runs with. transformers keeps its generation config (`generation/configuration_utils.py`) apart from its generation
 loop (`generation/utils.py`); so does this model, whose loop is generation_vaswani.py.
@@ -31,9 +31,9 @@ _IDS = {"token_id": True}
 
 @dataclass
 class DecodingSettings:
-    """The settings of generation_config.json and `generate()` that this model declares: the paper's first, then
-    transformers' other decoding settings, which transformers itself checks late (in the middle of a search) or not
-    at all. A value of None means "not set"."""
+    """Declare the settings of generation_config.json and `generate()` that this model checks: the paper's first, then
+    transformers' other decoding settings, which transformers itself checks late (in the middle of a search) or not at
+    all. A value of None means "not set"."""
 
     # At most 1024 beams: a beam of a million hypotheses would exhaust the memory rather than fail with a message.
     num_beams: int | None = field(
@@ -143,7 +143,8 @@ class DecodingSettings:
     output_hidden_states: bool | None = field(default=None, metadata={"help": "transformers' output_hidden_states"})
 
 
-DECODING_FIELDS = {f.name: f for f in declared_fields(DecodingSettings)}  # {name: dataclasses.Field}, field order
+# Each declared setting's field by its name, in field order.
+DECODING_FIELDS = {f.name: f for f in declared_fields(DecodingSettings)}
 
 
 def check_decoding_setting(name: str, value, where: str, vocab_size: int | None = None):
@@ -180,7 +181,7 @@ def check_pairs(values, where: str) -> None:
 
 
 def generation_settings_of(config: GenerationConfig) -> dict:
-    """The declared decoding settings a `GenerationConfig` holds. Keys transformers does not know, such as
+    """Return the declared decoding settings that a `GenerationConfig` holds. Keys transformers does not know, such as
     max_length_a, are attributes of the config too, so they are read the same way."""
     return {name: getattr(config, name) for name in DECODING_FIELDS if hasattr(config, name)}
 
@@ -226,7 +227,7 @@ def check_generate_arguments(config: GenerationConfig, input_ids, kwargs: dict, 
         and n != "max_length_b"
         and not DECODING_FIELDS[n].metadata.get("token_id")
     ]:
-        del kwargs[name]  # not set: transformers would otherwise use the None itself
+        del kwargs[name]  # None means "not set"; transformers would otherwise use the None itself.
     settings = generation_settings_of(config)
     check_generation_settings({k: v for k, v in settings.items() if k not in kwargs}, vocab_size, "generation_config")
     settings.update(kwargs)
@@ -235,9 +236,9 @@ def check_generate_arguments(config: GenerationConfig, input_ids, kwargs: dict, 
 
 
 def read_generation_file(path: str | os.PathLike) -> dict:
-    """The settings of a generation_config.json. transformers turns an unreadable file into an OSError that
-    `from_pretrained` swallows (the model then decodes greedily with max_length 20, with no warning), so here it is a
-    SettingError naming the file."""
+    """Read and return the settings of a generation_config.json, or raise a SettingError naming the file if it is not
+    valid JSON or not a JSON object. transformers turns such a file into an OSError that `from_pretrained` swallows,
+    and the model then decodes greedily with max_length 20, without a warning."""
     try:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
@@ -252,8 +253,8 @@ def read_generation_file(path: str | os.PathLike) -> dict:
 
 
 def generation_file(source, download_kwargs: dict) -> str | None:
-    """The local path of `source`'s generation_config.json (a folder, or a Hub repository through transformers'
-    cache, as `GenerationConfig.from_pretrained` finds it), or None where there is none."""
+    """Return the local path of the generation_config.json of `source`, a folder or a Hub repository (through
+    transformers' cache, as `GenerationConfig.from_pretrained` finds it), or None where there is none."""
     names = ("cache_dir", "force_download", "proxies", "local_files_only", "token", "revision")
     try:
         return cached_file(
@@ -264,13 +265,13 @@ def generation_file(source, download_kwargs: dict) -> str | None:
             _raise_exceptions_for_connection_errors=False,
             **{k: download_kwargs[k] for k in names if k in download_kwargs},
         )
-    except OSError:  # what cannot be fetched, transformers reports itself when it loads the file
+    except OSError:  # transformers reports what cannot be fetched when it loads the file.
         return None
 
 
 def default_generation_config(config: VaswaniConfig) -> GenerationConfig:
-    """The paper's decoding settings (Section 6.1), which are the defaults of `DecodingSettings`, with the model's
-    token ids; they are saved as generation_config.json. They are beam size 4, the GNMT length penalty with alpha =
+    """Return the paper's decoding settings (Section 6.1), the defaults of `DecodingSettings`, with the model's token
+    ids; they are saved as generation_config.json. They are beam size 4, the GNMT length penalty with alpha =
     0.6, at most the input length + 50 tokens per sentence, and "terminate early when possible", which is
     `early_stopping="never"` in transformers' terms (tensor2tensor's rule: stop once no running beam can beat the
     worst finished one, even at its maximum length)."""

@@ -1,4 +1,4 @@
-"""Decoding as the paper did it (Section 6.1), inside transformers' `generate()`: beam size 4, length penalty
+"""Decode as the paper did (Section 6.1), inside transformers' `generate()`: with beam size 4, length penalty
 alpha = 0.6, a maximum output length of the input length + 50, and "terminate early when possible".
 
 `VaswaniForConditionalGeneration` inherits `VaswaniGenerationMixin`, as transformers' Marian inherits `GenerationMixin`
@@ -55,21 +55,22 @@ from .generation_config_vaswani import (
 
 
 def gnmt_length_penalty(length, alpha: float):
-    """GNMT's length penalty lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al., 2016), by which the paper's beam search
-    divides log P(Y) (Section 6.1, alpha = 0.6). |Y| counts the generated tokens with </s>, as tensor2tensor v1 does."""
+    """Return GNMT's length penalty lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al., 2016), by which the paper's beam
+    search divides log P(Y) (Section 6.1, alpha = 0.6). |Y| counts the generated tokens with </s>, as tensor2tensor v1
+    does."""
     return ((5.0 + length) / 6.0) ** alpha
 
 
 def fast_topk(scores: torch.Tensor, k: int, chunk: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
-    """`torch.topk(scores, k)` over the last dimension of a 2D tensor, computed in blocks: the lean beam search's
-    `top_candidates` with one beam of score 0. It gives the same values and indices (up to the order of exact ties).
-    It exists for speed: `torch.topk` over rows of beams * V scores is slow on CPU, while ranking the blocks' maxima
-    first and then only the best blocks is several times faster when k is much smaller than beams * V."""
+    """Return what `torch.topk(scores, k)` returns over the last dimension of a 2D tensor, computed in blocks by the
+    lean beam search's `top_candidates` with one beam of score 0. It gives the same values and indices (up to the order
+    of exact ties). It exists for speed: `torch.topk` over rows of beams * V scores is slow on CPU, while ranking the
+    blocks' maxima first and then only the best blocks is several times faster when k is far below beams * V."""
     return top_candidates(scores.unsqueeze(1), scores.new_zeros(scores.shape[0], 1), k, chunk)
 
 
 class SourceLengthLimitLogitsProcessor(LogitsProcessor):
-    """Forces </s> once a hypothesis reaches its own sentence's limit `floor(a * source_length + b)` (Section 6.1:
+    """Force </s> once a hypothesis reaches its own sentence's limit `floor(a * source_length + b)` (Section 6.1:
     "maximum output length to input length + 50"); transformers only has a global `max_length`.
 
     `source_lengths` (B,) holds each sentence's number of non-pad source tokens. The rows of `input_ids` are the B
@@ -78,16 +79,16 @@ class SourceLengthLimitLogitsProcessor(LogitsProcessor):
     """
 
     def __init__(self, source_lengths: torch.Tensor, a: float, b: int, eos_token_id: int, cap: int | None = None):
-        # (B,), the generated tokens allowed per sentence, </s> included.
+        # The (B,) number of tokens each sentence may generate, </s> included.
         self.limits = torch.floor(source_lengths.float() * a + b).long().clamp(min=1, max=cap)
         self.eos_token_id, self.prompt_length = eos_token_id, None
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if self.prompt_length is None:
-            self.prompt_length = input_ids.shape[1]  # the decoder start token
-        generated = input_ids.shape[1] - self.prompt_length  # the tokens every row has already emitted
+            self.prompt_length = input_ids.shape[1]  # This is the decoder start token.
+        generated = input_ids.shape[1] - self.prompt_length  # Every row has emitted this many tokens.
         limits = self.limits.to(scores.device).repeat_interleave(scores.shape[0] // self.limits.shape[0])
-        at_limit = generated + 1 >= limits  # (rows,): where the next token is the last one allowed
+        at_limit = generated + 1 >= limits  # True in the rows whose next token is the last allowed.
         return force_eos(scores, at_limit, self.eos_token_id) if bool(at_limit.any()) else scores
 
 
@@ -98,7 +99,7 @@ _length_penalty_type = contextvars.ContextVar("vaswani_length_penalty_type", def
 
 
 def _rows_are_repeated(states: torch.Tensor, mask: torch.Tensor | None, group: int) -> bool:
-    """Whether the rows of `states` (and of `mask`) are consecutive groups of `group` identical copies, as
+    """Return whether the rows of `states` (and of `mask`) are consecutive groups of `group` identical copies, as
     `generate()` makes them."""
     rows = states.shape[0]
     if group < 1 or rows % group:
@@ -108,9 +109,11 @@ def _rows_are_repeated(states: torch.Tensor, mask: torch.Tensor | None, group: i
 
 
 def _processors_the_lean_loops_apply(logits_processor, eos: int):
-    """(the per-sentence limit processor or None, min_steps) when every logits processor is one that the lean loops
-    implement themselves: the paper's length limit, and min_length / min_new_tokens for </s>. Otherwise None, and
-    transformers' loop runs."""
+    """Return the per-sentence limit processor (or None) and `min_steps` if the lean loops implement every logits
+    processor themselves; otherwise return None, and transformers' loop runs.
+
+    The lean loops implement only the paper's length limit and min_length / min_new_tokens for </s>. `min_steps` is
+    the number of steps during which </s> is forbidden."""
     limiter, min_steps = None, 0
     for processor in logits_processor or []:
         if isinstance(processor, SourceLengthLimitLogitsProcessor) and limiter is None:
@@ -120,18 +123,18 @@ def _processors_the_lean_loops_apply(logits_processor, eos: int):
             and processor.eos_token_id.numel() == 1
             and int(processor.eos_token_id) == eos
         ):
-            if isinstance(processor, MinLengthLogitsProcessor):  # it forbids </s> while 1 + step < min_length
+            if isinstance(processor, MinLengthLogitsProcessor):  # It forbids </s> while 1 + step < min_length.
                 min_steps = max(min_steps, processor.min_length - 1)
-            else:  # it forbids </s> while 1 + step - prompt_length_to_skip < min_new_tokens
+            else:  # It forbids </s> while 1 + step - prompt_length_to_skip < min_new_tokens.
                 min_steps = max(min_steps, processor.min_new_tokens + processor.prompt_length_to_skip - 1)
         else:
-            return None  # any other processor is applied by transformers' loop
+            return None  # transformers' loop applies any other processor.
     return limiter, min_steps
 
 
 def _max_length_of(stopping_criteria, eos: int) -> int | None:
-    """transformers' global max_length when the only stopping criteria are that length and </s>, else None (the
-    lean loops implement no other criterion)."""
+    """Return transformers' global max_length if the only stopping criteria are that length and </s>, else None,
+    since the lean loops implement no other criterion."""
     max_length = None
     for criterion in stopping_criteria:
         if isinstance(criterion, MaxLengthCriteria):
@@ -146,32 +149,32 @@ def _max_length_of(stopping_criteria, eos: int) -> int | None:
 
 
 def _token_ids(value) -> list[int]:
-    """A generation config's token id setting (an id, a list or a tensor of ids, or None) as a list."""
+    """Return a generation config's token id setting (an id, a list or a tensor of ids, or None) as a list."""
     return [] if value is None else [int(t) for t in torch.as_tensor(value).reshape(-1).tolist()]
 
 
 def _runs_paper_decoding(config: GenerationConfig, kwargs: dict) -> bool:
-    """Whether `generate()` hands its loop to `paper_decoding`: for plain beam search or greedy decoding, when the call
-    asks for nothing that transformers passes only to its own loops. Those are a streamer, an assistant model, a
-    tokenizer for stop strings, and processes kept in step (`synced_gpus`, which transformers also turns on when it is
-    unset inside a process group). Such calls run transformers' loops, where the scoring hooks still apply the paper's
-    length penalty."""
+    """Return whether `generate()` hands its loop to `paper_decoding`: it does for plain beam search or greedy
+    decoding, when the call asks for nothing that transformers passes only to its own loops. Those are a streamer, an
+    assistant model, a tokenizer for stop strings, and processes kept in step (`synced_gpus`, which transformers also
+    turns on when it is unset inside a process group). Such calls run transformers' loops, where the scoring hooks
+    still apply the paper's length penalty."""
     if any(kwargs.get(name) is not None for name in ("custom_generate", "streamer", "assistant_model", "tokenizer")):
         return False
     group = torch.distributed.is_available() and torch.distributed.is_initialized()
     if kwargs.get("synced_gpus") or (kwargs.get("synced_gpus") is None and group):
         return False
     merged = copy.deepcopy(config)
-    merged.update(**kwargs)  # the call's settings over the config's, as generate() itself merges them
+    merged.update(**kwargs)  # The call's settings override the config's, as in generate().
     return merged.get_generation_mode() in (GenerationMode.BEAM_SEARCH, GenerationMode.GREEDY_SEARCH)
 
 
 def paper_decoding(model, input_ids, logits_processor, stopping_criteria, generation_config, **model_kwargs):
-    """The decoding loop of `generate()` for plain beam search and greedy decoding, handed to it as `custom_generate`,
-    transformers' public hook: generate() prepares the inputs, the logits processors and the stopping criteria, then
-    calls this. It runs beam_search_vaswani.py's lean loops where `_lean_decoding_inputs` finds that they compute
-    transformers' tokens, and otherwise transformers' own loop for the mode, in which the scoring hooks apply the
-    length penalty."""
+    """Run the decoding loop of `generate()` for plain beam search and greedy decoding, handed to it as
+    `custom_generate`, transformers' public hook: generate() prepares the inputs, the logits processors and the
+    stopping criteria, then calls this. It runs beam_search_vaswani.py's lean loops where `_lean_decoding_inputs` finds
+    that they compute transformers' tokens, and otherwise transformers' own loop for the mode, in which the scoring
+    hooks apply the length penalty."""
     lean = model._lean_decoding_inputs(
         input_ids, logits_processor, stopping_criteria, generation_config, False, model_kwargs
     )
@@ -208,14 +211,14 @@ def paper_decoding(model, input_ids, logits_processor, stopping_criteria, genera
 
 
 class VaswaniGenerationMixin(GenerationMixin):
-    """`GenerationMixin` with the paper's decoding (Section 6.1); see the module docstring for what is overridden."""
+    """Add the paper's decoding (Section 6.1) to `GenerationMixin`; the module docstring says what is overridden."""
 
-    # Set it to False to run transformers' own `_beam_search` / `_sample` always, never the lean loops (the tests compare
-    # the two).
+    # Set it to False to run transformers' own `_beam_search` or `_sample` always, never the lean loops (the tests
+    # compare the two).
     use_lean_decoding = True
 
     def generate(self, inputs=None, generation_config=None, logits_processor=None, **kwargs):
-        """`GenerationMixin.generate` plus the paper's per-sentence maximum length (input length + 50).
+        """Generate as `GenerationMixin.generate` does, adding the paper's per-sentence limit (input length + 50).
 
         It takes three more keyword arguments, whose defaults come from the generation config (`DecodingSettings`):
         `max_length_a` and `max_length_b`, which set the limit `floor(a * source_length + b)` of generated tokens,
@@ -260,7 +263,7 @@ class VaswaniGenerationMixin(GenerationMixin):
                     "generate(): with the per-sentence limit a * source length + b",
                 )
         table = self.learned_positions()
-        if table is not None:  # the decoder reads positions 0 .. max_length - 2 of the table
+        if table is not None:  # The decoder reads positions 0 to max_length - 2.
             for key, bound in (("max_length", table + 1), ("max_new_tokens", table)):
                 if asked[key] is not None and asked[key] > bound:
                     raise SettingError(
@@ -282,10 +285,10 @@ class VaswaniGenerationMixin(GenerationMixin):
             _length_penalty_type.reset(token)
 
     def _source_mask(self, input_ids, kwargs, eos):
-        """generate()'s attention mask, also written into `kwargs`. Where none is given, it is inferred from the pad
-        tokens as transformers' `_prepare_attention_mask_for_generation` does (when the input holds pad tokens and pad
-        is not </s>), because the lean loops would bypass that step. A row that masks every token is a SettingError
-        (a ValueError): that sentence would be decoded from nothing."""
+        """Return generate()'s attention mask, which is also written into `kwargs`. Where none is given, it is inferred
+        from the pad tokens as transformers' `_prepare_attention_mask_for_generation` does (when the input holds pad
+        tokens and pad is not </s>), because the lean loops would bypass that step. A row that masks every token is a
+        SettingError (a ValueError): that sentence would be decoded from nothing."""
         pad, attention_mask = self.config.pad_token_id, kwargs.get("attention_mask")
         eos = eos if isinstance(eos, (list, tuple)) else [eos]
         if (
@@ -307,10 +310,12 @@ class VaswaniGenerationMixin(GenerationMixin):
     def adjust_generation_fn(
         self, generation_config, from_auto_class, from_pipeline, pretrained_model_name_or_path, *args, **kwargs
     ):
-        """Where `from_pretrained` reads generation_config.json. transformers silently falls back to greedy decoding
-        when that file is unreadable, so the file is checked first (a SettingError naming it), and a
-        `generation_config` given instead is checked as it enters. A folder without the file decodes as the paper
-        does (`default_generation_config`), not with transformers' model-agnostic max_length 20."""
+        """Check generation_config.json, or the `generation_config` given instead, where `from_pretrained` reads it.
+
+        transformers silently falls back to greedy decoding when that file is unreadable, so the file is checked first
+        and a bad one raises a SettingError naming it; a `generation_config` given instead is checked as it enters. A
+        folder without the file decodes as the paper does (`default_generation_config`), not with transformers'
+        model-agnostic max_length 20."""
         path, vocab = None, self.config.vocab_size
         if generation_config is not None:
             check_generation_settings(generation_settings_of(generation_config), vocab, "generation_config")
@@ -325,15 +330,15 @@ class VaswaniGenerationMixin(GenerationMixin):
             self.generation_config = default_generation_config(self.config)
 
     def learned_positions(self) -> int | None:
-        """The number of rows of the learned position table (Table 3, row E), or None for sinusoids, which have no
-        limit."""
+        """Return the number of rows of the learned position table (Table 3, row E), or None for sinusoids, which
+        have no limit."""
         return self.config.max_position_embeddings if self.config.position_encoding == "learned" else None
 
     def _lean_decoding_inputs(
         self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus, model_kwargs
     ) -> dict | None:
-        """The arguments of `lean_beam_search` (or `lean_greedy_search`) when it computes exactly what transformers'
-        `_beam_search` (or `_sample`) would, else None, and transformers' loop runs.
+        """Return the arguments of `lean_beam_search` (or `lean_greedy_search`) if it computes exactly what
+        transformers' `_beam_search` (or `_sample`) would; else return None, and transformers' loop runs.
 
         The conditions are: eval mode, a cache, sdpa or eager attention, one decoder start token, one </s>, neither
         sampling nor `return_dict_in_generate`, no logits processor but the length limit and min_length /
@@ -366,7 +371,7 @@ class VaswaniGenerationMixin(GenerationMixin):
             "output_attentions",
             "output_hidden_states",
             "cache_position",
-        }  # the cache is called `past_key_values` before transformers 5.24
+        }  # The cache is called `past_key_values` before transformers 5.24.
         if any(value is not None for key, value in model_kwargs.items() if key not in allowed):
             return None
         cache = model_kwargs.get("cache", model_kwargs.get("past_key_values"))
@@ -404,7 +409,7 @@ class VaswaniGenerationMixin(GenerationMixin):
         )
 
     def _reorder_cache(self, cache: Cache, beam_idx: torch.LongTensor) -> Cache:
-        """Beam search keeps the surviving beams' self-attention keys and values. The cross-attention keys and values
+        """Keep the surviving beams' self-attention keys and values, as beam search does. The cross-attention ones
         are the same for every beam of a sentence (beams never move across sentences), so they are left in place
         instead of being copied at every step, as transformers' default reorder does."""
         (cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache).reorder_cache(beam_idx)
@@ -423,9 +428,9 @@ class VaswaniGenerationMixin(GenerationMixin):
         batch_size,
         **kwargs,
     ):
-        """transformers' top-K step, with `torch.topk` over the (B, beams * V) scores replaced by `fast_topk`: the
-        same values and indices, several times faster on CPU when K is much smaller than beams * V. The rest is
-        transformers' code unchanged, and sampling runs transformers' own step."""
+        """Run transformers' top-K step, with `torch.topk` over the (B, beams * V) scores replaced by `fast_topk`,
+        which gives the same values and indices several times faster on CPU when K is much smaller than beams * V. The
+        rest is transformers' code unchanged, and sampling runs transformers' own step."""
         if do_sample:
             return super()._get_top_k_continuations(
                 accumulated_log_probs,
@@ -451,8 +456,8 @@ class VaswaniGenerationMixin(GenerationMixin):
         return topk_log_probs, topk_running_sequences, topk_running_beam_indices
 
     def _update_finished_beams(self, **kwargs):
-        """The scores of the hypotheses finishing now: log P(Y) / lp(Y), with GNMT's lp when it is selected
-        (Section 6.1)."""
+        """Update the finished hypotheses as transformers does, but score those finishing now by log P(Y) / lp(Y)
+        with GNMT's lp when it is selected (Section 6.1)."""
         if _length_penalty_type.get() == "gnmt":
             length = kwargs["cur_len"] + 1 - kwargs["decoder_prompt_len"]
             kwargs["topk_log_probs"] = kwargs["topk_log_probs"] / gnmt_length_penalty(length, kwargs["length_penalty"])
@@ -460,10 +465,10 @@ class VaswaniGenerationMixin(GenerationMixin):
         return super()._update_finished_beams(**kwargs)
 
     def _check_early_stop_heuristic(self, **kwargs):
-        """Whether the best running beam can still beat the worst finished one. With GNMT's penalty, its best
-        possible score is log P / lp(max_length) for early_stopping="never" (tensor2tensor v1's bound: a running beam
-        only loses log-probability as it grows, while lp grows up to the maximum length), and log P / lp(current
-        length) otherwise."""
+        """Return whether the best running beam can still beat the worst finished one. With GNMT's penalty, its best
+        possible score is log P / lp(max_length) for early_stopping="never" and alpha > 0 (tensor2tensor v1's bound: a
+        running beam only loses log-probability as it grows, while lp grows up to the maximum length), and log P /
+        lp(current length) otherwise."""
         if _length_penalty_type.get() == "gnmt":
             alpha = kwargs["length_penalty"]
             bound = kwargs["max_length" if kwargs["early_stopping"] == "never" and alpha > 0.0 else "cur_len"]

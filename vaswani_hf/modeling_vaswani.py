@@ -1,17 +1,19 @@
-"""The original Transformer ("Attention Is All You Need", Vaswani et al., 2017) as a native transformers model.
+"""Implement the original Transformer ("Attention Is All You Need", Vaswani et al., 2017) as a native transformers
+model.
 
-Read top to bottom, this file follows the paper's Section 3:
-    positions (3.5) -> attention (3.2, Eq. 1) -> feed-forward (3.3, Eq. 2) -> encoder / decoder layers (3.1) with
-    residual dropout (5.4) -> encoder / decoder stacks with shared, scaled embeddings (3.4) -> the seq2seq model with
-    the plain cross-entropy of transformers' models (the paper's label-smoothed objective is a training setting:
-    vaswani_hf/training/objective.py).
-Decoding (Section 6.1) is `VaswaniGenerationMixin` (generation_vaswani.py), inherited as Marian inherits
-`GenerationMixin`; its lean loops (beam_search_vaswani.py) run the same `VaswaniLayer.sublayers` as `forward`.
+Read top to bottom, this file follows the paper's Section 3: the positional encodings (3.5), attention (3.2, Eq. 1),
+the feed-forward network (3.3, Eq. 2), the encoder and decoder layers (3.1) with residual dropout (5.4), the encoder
+and decoder stacks with shared, scaled embeddings (3.4), and finally the seq2seq model. The model's own loss is the
+plain cross-entropy that every transformers model computes; the paper's label-smoothed objective is a training
+setting, in vaswani_hf/training/objective.py.
+Decoding (Section 6.1) lives in `VaswaniGenerationMixin` (generation_vaswani.py), which the model inherits as Marian
+inherits `GenerationMixin`. Its lean loops (beam_search_vaswani.py) run the same `VaswaniLayer.sublayers` as `forward`.
 
-Shapes: B batch, S source length, T target length, D d_model, H heads, V vocabulary.
+Shapes name B the batch, S the source length, T the target length, D d_model, H the heads and V the vocabulary.
 
-Copied next to the weights and run under `trust_remote_code=True`: imports only torch, transformers and its siblings.
-Where the paper is silent we follow tensor2tensor's first release (t2t v1, June 2017) and say so.
+This file is copied next to the weights and runs under `trust_remote_code=True`, so it imports only torch,
+transformers and its sibling files. Where the paper is silent we follow tensor2tensor's first release (t2t v1, June
+2017) and say so.
 """
 
 import math
@@ -46,13 +48,15 @@ CACHE_NAME = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "pa
 
 
 def pop_cache(cache: Cache | None, kwargs: dict) -> Cache | None:
-    """The cache given as `cache` or, by transformers < 5.24, as `past_key_values` (removed from kwargs)."""
+    """Return the cache given as `cache`, or else the one given as `past_key_values` (the name that transformers
+    before 5.24 uses), which is removed from `kwargs` either way."""
     legacy = kwargs.pop("past_key_values", None)
     return cache if cache is not None else legacy
 
 
 def renamed_cache_argument(forward: Callable) -> Callable:
-    """From 5.24, `past_key_values=` still works and warns (transformers' `deprecate_kwarg`, as Marian's forwards)."""
+    """Wrap `forward` so that from transformers 5.24 on `past_key_values=` still works but warns, through
+    transformers' `deprecate_kwarg` as Marian's forwards do; before 5.24, return `forward` unchanged."""
     if CACHE_NAME == "cache":
         return deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")(forward)
     return forward
@@ -64,9 +68,12 @@ def renamed_cache_argument(forward: Callable) -> Callable:
 
 
 def sinusoid_table(num_positions: int, d_model: int, layout: str = "interleaved") -> torch.Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)) (Section 3.5), as
-    (num_positions, d_model) float32: "interleaved" is the paper's; "concatenated" puts the sines first (t2t, fairseq,
-    Marian), with the paper's frequencies (t2t and fairseq divide by d_model/2 - 1)."""
+    """Return the sinusoidal positional encodings of Section 3.5 as a (num_positions, d_model) float32 table.
+
+    The paper's formula is PE(pos, 2i) = sin(pos / 10000^(2i/d_model)) and PE(pos, 2i+1) = cos(pos /
+    10000^(2i/d_model)). The "interleaved" layout is the paper's. The "concatenated" layout puts all the sines first,
+    as t2t, fairseq and Marian do, but keeps the paper's frequencies (t2t and fairseq divide by d_model/2 - 1 instead
+    of d_model). Any other layout raises a ValueError."""
     position = torch.arange(num_positions, dtype=torch.float64).unsqueeze(1)  # (P, 1)
     inv_freq = torch.pow(10000.0, -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (D/2,)
     angles = position * inv_freq  # (P, D/2)
@@ -84,26 +91,29 @@ def _num_positions(position_ids: torch.Tensor, known: int | None) -> int:
 
 
 class VaswaniSinusoidalPositionalEncoding(nn.Module):
-    """Fixed sinusoids (Section 3.5), computed once per device and grown on demand for longer inputs; held outside the
-    module's state, so that no checkpoint, move or materialisation (`to_empty`, as accelerate does) leaves it stale."""
+    """Encode positions with the fixed sinusoids of Section 3.5, computed once per device and grown on demand for
+    longer inputs. The table is held outside the module's state (it is not a buffer), so that no checkpoint, move or
+    materialisation (`to_empty`, as accelerate does) can leave it stale."""
 
     def __init__(self, config: VaswaniConfig):
         super().__init__()
         self.size, self.layout = [config.max_position_embeddings, config.d_model], config.sinusoid_layout
-        self.tables = {}  # device -> (positions, d_model) float32
+        self.tables = {}  # Maps each device to its (positions, d_model) float32 table.
 
     def forward(self, position_ids: torch.Tensor, num_positions: int | None = None) -> torch.Tensor:
-        """position_ids: (T,) or (B, T) -> (..., D); `num_positions` (max id + 1), if known, saves a device read."""
+        """Return the (..., D) encodings of `position_ids`, a (T,) or (B, T) tensor. A caller that knows
+        `num_positions`, the largest id plus one, saves reading the ids back from the device."""
         needed = _num_positions(position_ids, num_positions)
         device, table = position_ids.device, self.tables.get(position_ids.device)
-        if table is None or needed > table.shape[0]:  # extrapolate to lengths unseen in training, as the paper allows
+        if table is None or needed > table.shape[0]:  # Extend to lengths unseen in training, as the paper allows.
             self.size[0] = max(self.size[0], needed)
             table = self.tables[device] = sinusoid_table(*self.size, self.layout).to(device)
         return table[position_ids]
 
 
 class VaswaniLearnedPositionalEmbedding(nn.Embedding):
-    """Learned positions, Table 3 row (E). Limited to `max_position_embeddings` positions."""
+    """Learn one embedding per position (Table 3, row E). It holds only `max_position_embeddings` positions: a longer
+    input raises a ValueError that suggests the sinusoidal encoding, which extrapolates."""
 
     def __init__(self, config: VaswaniConfig):
         super().__init__(config.max_position_embeddings, config.d_model)
@@ -125,13 +135,17 @@ class VaswaniLearnedPositionalEmbedding(nn.Embedding):
 
 
 def dropout(hidden: torch.Tensor, p: float, training: bool) -> torch.Tensor:
-    """Dropout (Section 5.4), the distribution of `nn.functional.dropout`. Hand-written on CPU: its `bernoulli_`
-    keep-mask is ~2.3x slower over forward + backward than `rand >= p` (~13% of a d_model-256 training step)."""
+    """Apply dropout (Section 5.4) with the same distribution as `nn.functional.dropout`.
+
+    It returns `hidden` unchanged outside training or when p is 0. On CPU it is written by hand: torch's dropout draws
+    its keep-mask with `bernoulli_`, which made forward plus backward about 2.3 times slower than comparing a uniform
+    draw with p (`rand >= p`), a difference of about 13% of a whole training step at d_model 256. On other devices,
+    and for p >= 1, it calls `nn.functional.dropout`."""
     if not training or p == 0.0:
         return hidden
     if hidden.device.type != "cpu" or p >= 1.0:
         return nn.functional.dropout(hidden, p=p, training=True)
-    keep = torch.rand(hidden.shape, device=hidden.device) >= p  # float32 draw even for bf16 activations
+    keep = torch.rand(hidden.shape, device=hidden.device) >= p  # The draw is float32 even for bf16 activations.
     return hidden * keep.to(hidden.dtype).mul_(1.0 / (1.0 - p))
 
 
@@ -150,8 +164,12 @@ def eager_attention_forward(
     dropout: float = 0.0,
     **kwargs,
 ):
-    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, Eq. (1). query (B, H, T_q, d_k), key (B, H, T_k, d_k), value
-    (B, H, T_k, d_v), attention_mask additive (B, 1, T_q, T_k) or boolean -> ((B, T_q, H, d_v), (B, H, T_q, T_k))."""
+    """Compute scaled dot-product attention, Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (Eq. 1).
+
+    `query` is (B, H, T_q, d_k), `key` (B, H, T_k, d_k) and `value` (B, H, T_k, d_v). `attention_mask` is either
+    additive, (B, 1, T_q, T_k), or boolean, True where attending is allowed. The softmax is taken in float32, and in
+    training `dropout` drops attention weights. It returns the output as a (B, T_q, H, d_v) tensor and the weights as
+    a (B, H, T_q, T_k) tensor."""
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # (B, H, T_q, T_k)
     if attention_mask is not None:
         scores = (
@@ -166,19 +184,23 @@ def eager_attention_forward(
 
 
 def split_heads(projected: torch.Tensor, heads: int, width: int) -> torch.Tensor:
-    """(..., L, H * width) -> (..., L, H, width), a view. Length `-1`, so that the TorchScript ONNX exporter keeps
-    every length dynamic (with `unflatten` it fixed the traced length and another source length failed in
-    onnxruntime; torch 2.13). L may be the lean loops' rows of one position."""
+    """Split the last dimension of a (..., L, H * width) tensor into heads and return a (..., L, H, width) view.
+
+    The length is given as -1 so that the TorchScript ONNX exporter keeps every length dynamic: with `unflatten` it
+    fixed the traced length, and a source of another length then failed in onnxruntime (torch 2.13). L may also be the
+    lean decoding loops' rows of one position."""
     return projected.view(*projected.shape[:-2], -1, heads, width)
 
 
 class VaswaniAttention(nn.Module):
-    """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V) (3.2.2).
+    """Compute multi-head attention (Section 3.2.2), MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O, where
+    head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
 
-    The h projections of each kind are one linear layer (W^Q, W^K: D -> h*d_k, W^V: D -> h*d_v, W^O: h*d_v -> D),
-    without bias in the paper. Cross-attention K/V come from the encoder output, computed once per source sentence
-    during generation (the cross-attention cache). `queries`, `keys`, `values`, `output` (heads split / merged) serve
-    `forward` and the lean decoding loops (beam_search_vaswani.py), which attend over their own K/V buffers.
+    The h projections of each kind are one linear layer: W^Q and W^K map D to h*d_k, W^V maps D to h*d_v, and W^O
+    maps h*d_v back to D, without bias in the paper. In cross-attention the keys and values come from the encoder
+    output; during generation they are computed once per source sentence and kept in the cross-attention cache. The
+    methods `queries`, `keys` and `values` (which split the heads) and `output` (which merges them) serve both
+    `forward` and the lean decoding loops of beam_search_vaswani.py, which attend over their own key/value buffers.
     """
 
     def __init__(
@@ -198,18 +220,20 @@ class VaswaniAttention(nn.Module):
         self.v_proj = nn.Linear(config.d_model, self.num_heads * self.d_v, bias=bias)
         self.out_proj = nn.Linear(self.num_heads * self.d_v, config.d_model, bias=bias)
 
-    def queries(self, x: torch.Tensor) -> torch.Tensor:  # Q W^Q for every head: (..., L, D) -> (..., L, H, d_k)
+    def queries(self, x: torch.Tensor) -> torch.Tensor:
+        """Return Q W^Q for every head, as (..., L, H, d_k), from a (..., L, D) input."""
         return split_heads(self.q_proj(x), self.num_heads, self.d_k)
 
-    def keys(self, x: torch.Tensor) -> torch.Tensor:  # K W^K: (..., L, D) -> (..., L, H, d_k)
+    def keys(self, x: torch.Tensor) -> torch.Tensor:
+        """Return K W^K for every head, as (..., L, H, d_k), from a (..., L, D) input."""
         return split_heads(self.k_proj(x), self.num_heads, self.d_k)
 
-    def values(self, x: torch.Tensor) -> torch.Tensor:  # V W^V: (..., L, D) -> (..., L, H, d_v)
+    def values(self, x: torch.Tensor) -> torch.Tensor:
+        """Return V W^V for every head, as (..., L, H, d_v), from a (..., L, D) input."""
         return split_heads(self.v_proj(x), self.num_heads, self.d_v)
 
-    def output(
-        self, heads: torch.Tensor
-    ) -> torch.Tensor:  # Concat(head_1, ..., head_h) W^O: (..., H, d_v) -> (..., D)
+    def output(self, heads: torch.Tensor) -> torch.Tensor:
+        """Return Concat(head_1, ..., head_h) W^O, as (..., D), from the heads' (..., H, d_v) outputs."""
         return self.out_proj(heads.flatten(-2))
 
     @renamed_cache_argument
@@ -221,7 +245,9 @@ class VaswaniAttention(nn.Module):
         cache: Cache | None = None,
         **kwargs,
     ):
-        """hidden_states (B, T_q, D); key_value_states (B, S, D): the encoder output, for cross-attention."""
+        """Attend from `hidden_states`, a (B, T_q, D) tensor, and return the output and the attention weights.
+        In cross-attention `key_value_states` is the (B, S, D) encoder output. The output is (B, T_q, D); the weights
+        are (B, H, T_q, T_k), or None when the attention implementation does not return them."""
         query = self.queries(hidden_states).transpose(1, 2)  # (B, H, T_q, d_k)
 
         cache = full_cache = pop_cache(cache, kwargs)
@@ -229,7 +255,7 @@ class VaswaniAttention(nn.Module):
             cache = full_cache.cross_attention_cache if self.is_cross_attention else full_cache.self_attention_cache
 
         if self.is_cross_attention and cache is not None and full_cache.is_updated.get(self.layer_idx):
-            # the source's K/V were projected at the first decoding step: reuse them
+            # The source's keys and values were projected at the first decoding step, so they are reused.
             key, value = cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values
         else:
             source = key_value_states if self.is_cross_attention else hidden_states
@@ -252,7 +278,7 @@ class VaswaniAttention(nn.Module):
             dropout=self.dropout if self.training else 0.0,
             **kwargs,
         )
-        return self.output(output), weights  # (B, T_q, D), (B, H, T_q, T_k) or None
+        return self.output(output), weights
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -261,8 +287,9 @@ class VaswaniAttention(nn.Module):
 
 
 class VaswaniFeedForward(nn.Module):
-    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, Eq. (2); inner width d_ff. `relu_dropout` (not in the paper, t2t v1
-    default 0.0) drops the ReLU output."""
+    """Apply the position-wise feed-forward network of Eq. (2), FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, of inner width
+    d_ff. `relu_dropout` drops the ReLU's output. The paper has no such dropout; t2t v1 has it, with 0.0 as its
+    default."""
 
     def __init__(self, config: VaswaniConfig):
         super().__init__()
@@ -279,17 +306,19 @@ class VaswaniFeedForward(nn.Module):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-# How a layer attends: (attention module, (..., D) queries' input) -> (..., D) sub-layer output.
+# An `Attend` function says how a layer attends: given the attention module and the (..., D) input of the queries, it
+# returns the (..., D) output of the sub-layer.
 Attend = Callable[[VaswaniAttention, torch.Tensor], torch.Tensor]
 
 
 class VaswaniLayer(GradientCheckpointingLayer):
-    """Self-attention, [encoder-decoder attention,] feed-forward, each wrapped post-norm as
-    LayerNorm(x + Dropout(Sublayer(x))) (Section 3.1, "Add & Norm" in Figure 1; residual dropout, 5.4).
+    """Run self-attention, then (in the decoder) encoder-decoder attention, then the feed-forward network, each
+    wrapped post-norm as LayerNorm(x + Dropout(Sublayer(x))) (Section 3.1, "Add & Norm" in Figure 1; residual
+    dropout, Section 5.4).
 
-    `sublayers` is the layer's structure, with how attention is computed left to the caller: `forward` attends with
+    `sublayers` holds the layer's structure and leaves to its caller how attention is computed. `forward` attends with
     transformers' cache objects and masks; the lean decoding loops of beam_search_vaswani.py attend over their own
-    preallocated K/V for one new position. Both run this one layer.
+    preallocated keys and values for one new position. Both run this one layer.
     """
 
     def __init__(self, config: VaswaniConfig, layer_idx: int | None = None, decoder: bool = False):
@@ -307,7 +336,8 @@ class VaswaniLayer(GradientCheckpointingLayer):
         return norm(x + dropout(sublayer_output, self.dropout, self.training))
 
     def sublayers(self, hidden: torch.Tensor, self_attend: Attend, cross_attend: Attend | None = None):
-        """(B, T, D) -> (B, T, D), or (rows, D) for the lean loops' one position."""
+        """Run the sub-layers on `hidden`, (B, T, D) or the lean loops' (rows, D), and return a tensor of its shape.
+        `self_attend` and `cross_attend` say how to attend (see `Attend`); the encoder passes no `cross_attend`."""
         hidden = self.add_and_norm(self.self_attn_layer_norm, hidden, self_attend(self.self_attn, hidden))
         if cross_attend is not None:
             hidden = self.add_and_norm(self.encoder_attn_layer_norm, hidden, cross_attend(self.encoder_attn, hidden))
@@ -315,14 +345,15 @@ class VaswaniLayer(GradientCheckpointingLayer):
 
 
 class VaswaniEncoderLayer(VaswaniLayer):
-    """Self-attention, then feed-forward (3.1)."""
+    """Run an encoder layer (Section 3.1): self-attention, then the feed-forward network."""
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
         return self.sublayers(hidden_states, lambda attn, x: attn(x, attention_mask=attention_mask, **kwargs)[0])
 
 
 class VaswaniDecoderLayer(VaswaniLayer):
-    """Masked self-attention, encoder-decoder attention, feed-forward (3.1, 3.2.3)."""
+    """Run a decoder layer (Sections 3.1, 3.2.3): masked self-attention, encoder-decoder attention, then the
+    feed-forward network."""
 
     def __init__(self, config: VaswaniConfig, layer_idx: int | None = None):
         super().__init__(config, layer_idx, decoder=True)
@@ -337,7 +368,8 @@ class VaswaniDecoderLayer(VaswaniLayer):
         cache: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
-        """hidden_states (B, T, D); attention_mask: causal + target padding; encoder_attention_mask: source padding."""
+        """Return the layer's (B, T, D) output for `hidden_states`, (B, T, D). `attention_mask` combines the causal
+        mask with the target's padding; `encoder_attention_mask` masks the source's padding."""
         cache = pop_cache(cache, kwargs)
         return self.sublayers(
             hidden_states,
@@ -361,14 +393,17 @@ class VaswaniPreTrainedModel(PreTrainedModel):
     _no_split_modules = ["VaswaniEncoderLayer", "VaswaniDecoderLayer"]
     _supports_sdpa = True
     _supports_flex_attn = True
-    _supports_flash_attn = False  # d_k may differ from d_v (Table 3, row B)
+    _supports_flash_attn = False  # Flash attention is off because d_k may differ from d_v (Table 3, row B).
     _can_compile_fullgraph = False
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
-        """t2t v1 initialisation (the paper gives none): linear weights "uniform unit scaling" U(-a, a), a =
-        sqrt(3 / fan_in), biases zero; embeddings N(0, d_model^-0.5) (`config.init_std` overrides) so that embedding *
-        sqrt(d_model) has unit variance, the <pad> row (the decoder's start vector) zero; LayerNorm gain 1, bias 0."""
+        """Initialise `module` as t2t v1 does, since the paper gives no initialisation.
+
+        Linear weights are "uniform unit scaling", U(-a, a) with a = sqrt(3 / fan_in), and biases are zero.
+        Embeddings are drawn from a normal distribution of mean 0 and standard deviation d_model^-0.5
+        (`config.init_std` overrides it), so that an embedding times sqrt(d_model) has unit variance; the <pad> row,
+        which is the decoder's start vector, is zero. LayerNorm gains are 1 and biases 0."""
         std = self.config.init_std if self.config.init_std is not None else self.config.d_model**-0.5
         if isinstance(module, nn.Linear):
             bound = math.sqrt(3.0 / module.in_features)
@@ -398,17 +433,18 @@ class VaswaniPreTrainedModel(PreTrainedModel):
 
 
 def check_mask_shape(mask, shape: tuple, name: str) -> None:
-    """A 2D padding mask of another shape than (batch, length) would broadcast into a wrong result silently."""
+    """Raise a ValueError naming `name` if a padding mask is not (batch, length) = `shape`, which would otherwise
+    broadcast silently into a wrong result. A missing mask and a 4D mask pass unchecked."""
     if mask is not None and mask.dim() != 4 and tuple(mask.shape) != tuple(shape):
         raise ValueError(f"{name} must be (batch, length) = {tuple(shape)} of its ids, got {tuple(mask.shape)}")
 
 
 class VaswaniStack(VaswaniPreTrainedModel):
-    """What the encoder and decoder stacks share: N layers over Dropout(Embedding(x) * sqrt(d_model) + PE)
-    (Sections 3.1, 3.4, 3.5, 5.4)."""
+    """Hold what the encoder and decoder stacks share: N layers over Dropout(Embedding(x) * sqrt(d_model) + PE)
+    (Sections 3.1, 3.4, 3.5 and 5.4)."""
 
     layer_class: type[nn.Module]
-    num_layers_setting: str  # the config's layer count N of this stack
+    num_layers_setting: str  # The name of the config setting that holds this stack's layer count N.
 
     def __init__(self, config: VaswaniConfig):
         super().__init__(config)
@@ -426,7 +462,9 @@ class VaswaniStack(VaswaniPreTrainedModel):
         self.post_init()
 
     def embed(self, input_ids, inputs_embeds, first_position: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, L) ids or (B, L, D) unscaled embeddings -> (B, L, D) layer input, and the (L,) positions used."""
+        """Return the first layer's (B, L, D) input and the (L,) positions it used. Pass exactly one of `input_ids`,
+        (B, L), or unscaled `inputs_embeds`, (B, L, D); otherwise it raises a ValueError. Positions start at
+        `first_position`, the length of the cached past."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError(f"{type(self).__name__}: pass exactly one of input_ids or inputs_embeds.")
         if inputs_embeds is None:
@@ -438,7 +476,8 @@ class VaswaniStack(VaswaniPreTrainedModel):
 
 
 class VaswaniEncoder(VaswaniStack):
-    """N identical layers over Dropout(Embedding(x) * sqrt(d_model) + PE) (Sections 3.1, 3.4, 3.5, 5.4)."""
+    """Encode the source with N identical layers over Dropout(Embedding(x) * sqrt(d_model) + PE) (Sections 3.1, 3.4,
+    3.5 and 5.4)."""
 
     _can_record_outputs = {
         "hidden_states": VaswaniEncoderLayer,
@@ -456,7 +495,8 @@ class VaswaniEncoder(VaswaniStack):
         inputs_embeds: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
-        """input_ids (B, S); attention_mask (B, S), 1 for tokens, 0 for padding; inputs_embeds (B, S, D) unscaled."""
+        """Return the (B, S, D) encoder output for `input_ids`, (B, S), or for unscaled `inputs_embeds`, (B, S, D);
+        `attention_mask` is (B, S), 1 for tokens and 0 for padding."""
         hidden_states, _ = self.embed(input_ids, inputs_embeds)  # (B, S, D)
         check_mask_shape(attention_mask, hidden_states.shape[:2], "attention_mask")
 
@@ -465,12 +505,13 @@ class VaswaniEncoder(VaswaniStack):
         )
         for layer in self.layers:
             hidden_states = layer(hidden_states, attention_mask, **kwargs)
-        return BaseModelOutput(last_hidden_state=hidden_states)  # (B, S, D); no final LayerNorm (post-norm)
+        # There is no final LayerNorm: with post-norm every layer already ends with one.
+        return BaseModelOutput(last_hidden_state=hidden_states)
 
 
 class VaswaniDecoder(VaswaniStack):
-    """N identical layers over Dropout(Embedding(y_shifted) * sqrt(d_model) + PE), masked so that position i sees only
-    positions < i+1 (Section 3.1), attending to the encoder output."""
+    """Decode with N identical layers over Dropout(Embedding(y_shifted) * sqrt(d_model) + PE) that attend to the
+    encoder output; self-attention is masked so that position i sees only positions up to i (Section 3.1)."""
 
     _can_record_outputs = {
         "hidden_states": VaswaniDecoderLayer,
@@ -494,8 +535,12 @@ class VaswaniDecoder(VaswaniStack):
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
-        """input_ids (B, T); attention_mask (B, T_past + T) target padding; encoder_hidden_states (B, S, D);
-        encoder_attention_mask (B, S); inputs_embeds (B, T, D) unscaled."""
+        """Return the decoder's (B, T, D) output for the new target positions, with the cache.
+
+        Pass `input_ids`, (B, T), or unscaled `inputs_embeds`, (B, T, D). `attention_mask` is the target's (B,
+        T_past + T) padding mask, cached positions included. `encoder_hidden_states` is the (B, S, D) encoder output
+        and `encoder_attention_mask` its (B, S) padding mask. With `use_cache` and no cache given, an empty one is
+        started."""
         cache = pop_cache(cache, kwargs)
         if use_cache and cache is None:
             cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
@@ -507,12 +552,12 @@ class VaswaniDecoder(VaswaniStack):
             check_mask_shape(encoder_attention_mask, encoder_hidden_states.shape[:2], "attention_mask (source)")
 
         if attention_mask is None and length == 1:
-            causal_mask = None  # one new query without target padding may see every earlier position
+            causal_mask = None  # One new query without target padding sees every earlier position: no mask.
         else:
             if attention_mask is None:
                 attention_mask = torch.ones(batch, past_length + length, device=hidden_states.device, dtype=torch.long)
             self_attn_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
-            # the cache positionally: its keyword is `past_key_values` before transformers 5.24, `cache` after
+            # The cache goes positionally: its keyword is `past_key_values` before transformers 5.24, `cache` after.
             causal_mask = create_causal_mask(
                 self.config, hidden_states, attention_mask, self_attn_cache, position_ids=positions.unsqueeze(0)
             )
@@ -522,8 +567,10 @@ class VaswaniDecoder(VaswaniStack):
             attention_mask=encoder_attention_mask,
             encoder_hidden_states=encoder_hidden_states,
         )
-        for layer in self.layers:  # encoder_hidden_states positional, for gradient checkpointing; the cache by the
-            # name GradientCheckpointingLayer clears when checkpointing
+        # encoder_hidden_states is passed positionally, because gradient checkpointing propagates gradients only to
+        # positional inputs. The cache is passed by its keyword (CACHE_NAME), the name that GradientCheckpointingLayer
+        # looks for to drop the cache while it checkpoints.
+        for layer in self.layers:
             hidden_states = layer(
                 hidden_states,
                 causal_mask,
@@ -536,8 +583,8 @@ class VaswaniDecoder(VaswaniStack):
 
 
 class VaswaniModel(VaswaniPreTrainedModel):
-    """Encoder-decoder without the output projection. With `tie_word_embeddings` (the paper, Section 3.4) one matrix
-    `shared` serves as source and target embedding."""
+    """Run the encoder and the decoder, without the output projection. With `tie_word_embeddings` (the paper, Section
+    3.4), one matrix, `shared`, serves as both source and target embedding."""
 
     def __init__(self, config: VaswaniConfig):
         super().__init__(config)
@@ -561,8 +608,9 @@ class VaswaniModel(VaswaniPreTrainedModel):
         self.encoder.embed_tokens = value
 
     def _keep_pad_row_zero(self):
-        """The <pad> row is the decoder's start vector and stays zero (t2t's zero start vector): with tied weights the
-        output projection would train it despite `padding_idx`, so a gradient hook (once per parameter) zeroes it."""
+        """Register a gradient hook, once per embedding weight, that keeps the <pad> row at zero. That row is the
+        decoder's start vector and stays zero, as t2t's start vector is. `padding_idx` alone does not keep it there:
+        with tied weights the output projection would train the row through the shared matrix."""
         pad = self.config.pad_token_id
         for embedding in {id(m): m for m in (self.encoder.embed_tokens, self.decoder.embed_tokens)}.values():
             weight = embedding.weight
@@ -586,9 +634,8 @@ class VaswaniModel(VaswaniPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
         cache = pop_cache(cache, kwargs)
-        if (
-            decoder_input_ids is None and decoder_inputs_embeds is None
-        ):  # else the decoder's "exactly one of input_ids"
+        # Without this check the user would see the decoder's less helpful "exactly one of input_ids" error.
+        if decoder_input_ids is None and decoder_inputs_embeds is None:
             raise ValueError(
                 "VaswaniModel: no decoder input; pass labels (the model with a head shifts them right), "
                 "decoder_input_ids or decoder_inputs_embeds; model.generate(...) translates"
@@ -635,8 +682,9 @@ IGNORE_INDEX = -100  # label of a padded target position (transformers' conventi
 
 
 def per_target_token(loss_sum: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
-    """A summed loss divided by the batch's target tokens, or by `num_items_in_batch` when `Trainer` passes it (the
-    whole update's, so that gradient accumulation equals one large batch); the count stays on the device."""
+    """Return `loss_sum` divided by the batch's number of target tokens, or by `num_items_in_batch` when `Trainer`
+    passes it. Trainer's count covers the whole update, so that gradient accumulation gives the loss of one large
+    batch. The count stays on the device, so nothing is read back to the host."""
     if num_items_in_batch is None:
         return loss_sum / (labels != IGNORE_INDEX).sum().clamp(min=1)
     return loss_sum / (
@@ -645,8 +693,9 @@ def per_target_token(loss_sum: torch.Tensor, labels: torch.Tensor, num_items_in_
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
-    """Teacher forcing input (3.1): labels (B, T), -100 where ignored, shifted one step right after
-    `decoder_start_token_id` -> (B, T) decoder input ids."""
+    """Return the (B, T) decoder input ids for teacher forcing (Section 3.1). `labels` is (B, T), -100 where a position
+    is ignored. The result is `labels` shifted one step right behind `decoder_start_token_id`, with -100 replaced by
+    `pad_token_id`."""
     shifted = labels.new_full(labels.shape, pad_token_id)
     shifted[:, 1:] = labels[:, :-1]
     shifted[:, 0] = decoder_start_token_id
@@ -654,9 +703,11 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
 
 
 class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationMixin):
-    """The Transformer for translation: `VaswaniModel` plus the pre-softmax projection, which shares the embedding
-    matrix (Section 3.4). `forward(..., labels=...)` returns the plain cross-entropy per target token, as every
-    transformers model does; the paper's label-smoothed objective (5.4) is `vaswani_hf.training.objective`."""
+    """Translate with the Transformer, which is `VaswaniModel` plus the pre-softmax projection that shares the
+    embedding matrix (Section 3.4).
+
+    `forward(..., labels=...)` returns the plain cross-entropy per target token, as every transformers model does; the
+    paper's label-smoothed objective (Section 5.4) is in `vaswani_hf.training.objective`."""
 
     _tied_weights_keys = {
         "lm_head.weight": "model.shared.weight",
@@ -690,7 +741,11 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationM
         num_items_in_batch: int | torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
-        """input_ids (B, S); decoder_input_ids (B, T); labels (B, T), -100 where ignored."""
+        """Return the (B, T, V) logits and, given `labels`, the plain cross-entropy per target token.
+
+        `input_ids` is (B, S) and `decoder_input_ids` (B, T). `labels` is (B, T), -100 where a position is ignored;
+        with labels the cache is not used, and without a decoder input the labels shifted right become it.
+        `num_items_in_batch` is Trainer's count of target tokens over the whole update (see `per_target_token`)."""
         cache = pop_cache(cache, kwargs)
         if labels is not None:
             use_cache = False

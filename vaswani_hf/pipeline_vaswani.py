@@ -1,4 +1,4 @@
-"""A "translation" pipeline for the Transformer (Vaswani et al., 2017), for transformers 5.
+"""Translate with the Transformer (Vaswani et al., 2017) through a "translation" pipeline, in transformers 5.
 
 transformers 5 removed its `translation`, `translation_xx_to_yy` and `text2text-generation` pipelines. This class
 brings those task names back for this model, through two of transformers' own mechanisms:
@@ -64,17 +64,17 @@ __all__ = [
     "pair_task",
 ]
 
-TASK = "translation"  # the one task config.json names, so that `pipeline(model=folder)` infers it
+TASK = "translation"  # config.json names this one task, so that `pipeline(model=folder)` infers it.
 # The task names this pipeline answers to: transformers 4's names for what it does, which transformers 5 removed.
 # Every "translation_xx_to_yy" name is an alias of TASK as well (`_PairTaskAliases`).
 TASKS = (TASK, "text2text-generation")
-_IMPL = "pipeline_vaswani.VaswaniTranslationPipeline"  # "module.Class", as `Pipeline.save_pretrained` writes it
+_IMPL = "pipeline_vaswani.VaswaniTranslationPipeline"  # The "module.Class" form Pipeline.save_pretrained writes.
 _PAIR_TASK = re.compile(r"^translation_(.+)_to_(.+)$")
 _MIGRATION = "https://github.com/huggingface/transformers/blob/main/MIGRATION_GUIDE_V5.md#pipelines"
 
 
 class _PairTaskAliases(dict):
-    """transformers' `PIPELINE_REGISTRY.task_aliases`, with the same entries, in which every
+    """Replace transformers' `PIPELINE_REGISTRY.task_aliases` with a dict of the same entries in which every
     "translation_{src}_to_{tgt}" name is also an alias of "translation", so that `pipeline()` hands any such name,
     unchanged, to the class that "translation" names. The registry looks names up with `in` and `[]` only
     (`PipelineRegistry.check_task`), so those are what this dict answers.
@@ -105,25 +105,25 @@ class _PairTaskAliases(dict):
 
 
 def pair_task(langs) -> str | None:
-    """The task name "translation_{src}_to_{tgt}" for a config's `langs` ([src, tgt]), or None where the config
-    knows no pair."""
+    """Return the task name "translation_{src}_to_{tgt}" for a config's `langs` ([src, tgt]), or None where the
+    config knows no pair."""
     if not langs or len(langs) != 2 or not all(isinstance(lang, str) and lang for lang in langs):
         return None
     return f"translation_{langs[0]}_to_{langs[1]}"
 
 
 def custom_pipelines() -> dict:
-    """The `custom_pipelines` entry of config.json, in the form `Pipeline.save_pretrained` writes it, with the one
-    task `TASK`. `pipeline(task, model=folder, trust_remote_code=True)` looks a task up there by its exact name, and
-    `pipeline(model=folder, trust_remote_code=True)` takes the only one there is; the other names come from the
+    """Return the `custom_pipelines` entry of config.json, in the form `Pipeline.save_pretrained` writes it, with the
+    one task `TASK`. `pipeline(task, model=folder, trust_remote_code=True)` looks a task up there by its exact name,
+    and `pipeline(model=folder, trust_remote_code=True)` takes the only one there is; the other names come from the
     registry (`register_pipeline_tasks`)."""
     return {TASK: {"impl": _IMPL, "pt": ["AutoModelForSeq2SeqLM"], "type": "text"}}
 
 
 def pipeline_settings(pipelines: dict | None, langs) -> tuple[dict, list | None]:
-    """A config's (`custom_pipelines`, `langs`), brought to today's form. Where `pipelines` is None, the config gets
-    `custom_pipelines()`. A config.json written before `langs` existed named this pipeline under several task names,
-    one of them the pair ("translation_xx_to_yy"): it gets this pipeline under `TASK` only, keeps the other
+    """Return a config's `custom_pipelines` and `langs`, brought to today's form. Where `pipelines` is None, the config
+    gets `custom_pipelines()`. A config.json written before `langs` existed named this pipeline under several task
+    names, one of them the pair ("translation_xx_to_yy"): it gets this pipeline under `TASK` only, keeps the other
     pipelines it names, and has the pair moved to `langs`."""
     if pipelines is None:
         return custom_pipelines(), langs
@@ -174,8 +174,8 @@ def register_pipeline_tasks(langs=None) -> None:
 
 
 def _transformers_refusal(task: str) -> KeyError:
-    """The KeyError transformers itself gives for `task` (one of `TASKS` or a pair name) where this pipeline is not
-    registered: "has been removed" with transformers' advice (from 5.2x), or "Unknown task" (earlier 5.x), so that
+    """Return the KeyError transformers itself gives for `task` (one of `TASKS` or a pair name) where this pipeline is
+    not registered: "has been removed" with transformers' advice (from 5.2x), or "Unknown task" (earlier 5.x), so that
     another model sees exactly what it would see without this file."""
     from transformers import pipelines
 
@@ -206,7 +206,7 @@ def _refuse_dict_outputs(generate_kwargs: dict) -> None:
 
 
 class VaswaniTranslationPipeline(Pipeline):
-    """Translates text with `model.generate`, by default with the model's generation config (beam search with the
+    """Translate text with `model.generate`, by default with the model's generation config (beam search with the
     paper's settings).
 
     Arguments, to the constructor or to a call:
@@ -311,7 +311,7 @@ class VaswaniTranslationPipeline(Pipeline):
         if isinstance(inputs, str):
             return super().__call__(inputs, *args, **kwargs)
         inputs = list(inputs) if isinstance(inputs, tuple) else inputs
-        if isinstance(inputs, list) and not inputs:  # no sentence, no translation (transformers' own call fails on [])
+        if isinstance(inputs, list) and not inputs:  # Nothing to translate; transformers' own call fails on [].
             return []
         result = super().__call__(inputs, *args, **kwargs)
         if isinstance(inputs, list) and all(isinstance(x, str) for x in inputs) and all(len(r) == 1 for r in result):
@@ -322,7 +322,7 @@ class VaswaniTranslationPipeline(Pipeline):
         if not isinstance(text, str):
             raise TypeError(f"translation pipeline: expected a string or a list of strings, got {type(text).__name__}")
         stripped = text.strip()
-        limit = self.model.config.max_position_embeddings  # the translate tool's limit (1,024 tokens by default)
+        limit = self.model.config.max_position_embeddings  # The translate tool's limit too (1,024 by default).
         model_inputs = self.tokenizer(
             stripped, return_tensors="pt", truncation=truncation, **({"max_length": limit} if truncation else {})
         )
@@ -332,7 +332,7 @@ class VaswaniTranslationPipeline(Pipeline):
                 f"translation pipeline: an input of {tokens} tokens, but the model takes at most {limit} "
                 "(config max_position_embeddings); shorten or split it, or pass truncation=True"
             )
-        # (1,); the pipeline's collate function batches it to (B,), so that _forward knows which rows to skip.
+        # A (1,) flag; the pipeline's collate function batches it to (B,), so that _forward knows which rows to skip.
         model_inputs["is_empty"] = torch.tensor([not stripped])
         return model_inputs
 

@@ -1,4 +1,5 @@
-"""What a value may be: `Setting`, the package's view of one declared setting, read from a dataclass field.
+"""Describe what a value may be with `Setting`, the package's view of one declared setting, read from a dataclass
+field.
 
 Every rule about a value is written one way: as a dataclass field whose metadata declares its meaning and the values
 it may take, in the form of transformers' `TrainingArguments` (`field(default=..., metadata={"help": ..., "min": 1,
@@ -28,15 +29,15 @@ from .generation_config_vaswani import DecodingSettings
 from .validation_vaswani import SettingError, declared_fields, shown
 
 _TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
-# What a narrower view may change: the range, the choices, the default (one of the allowed values), the help text,
-# and whether None is refused.
+# A narrower view may change the range, the choices, the default (one of the allowed values), the help text, and
+# whether None is refused.
 _NARROWING = {"min", "max", "choices", "default", "help", "nullable"}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Setting:
-    """One declared setting, as a dataclass field holds it: its `name`, its annotation (`kind`: `int`,
-    `float | int | None`, `list[str]`, ...), its `default` and its declaration (`metadata`: help, min, max, choices,
+    """Describe one declared setting as a dataclass field holds it: its `name`, its annotation `kind` (`int`,
+    `float | int | None`, `list[str]`, ...), its `default` and its declaration `metadata` (help, min, max, choices,
     words, token_id, architecture, recipe, ...). Build one with `settings_of`. `narrowed` gives a view that allows
     fewer values, which is what a tool or the Space offers of a setting."""
 
@@ -47,7 +48,7 @@ class Setting:
 
     @classmethod
     def of(cls, declared: dataclasses.Field) -> Setting:
-        """The setting a dataclass field declares."""
+        """Return the setting that a dataclass field declares."""
         default = declared.default_factory() if declared.default is dataclasses.MISSING else declared.default
         return cls(declared.name, declared.type, default, MappingProxyType(dict(declared.metadata)))
 
@@ -73,17 +74,19 @@ class Setting:
 
     @property
     def token_id(self) -> bool:
-        """Whether the value is a token id of the model's vocabulary (or a list of them), checked against its size."""
+        """Tell whether the value is a token id of the model's vocabulary (or a list of them), checked against its
+        size."""
         return bool(self.metadata.get("token_id"))
 
     @property
     def architecture(self) -> bool:
-        """Whether the weights' meaning depends on it, so that a checkpoint resumes only with the same value."""
+        """Tell whether the weights' meaning depends on the setting, so that a checkpoint resumes only with the same
+        value."""
         return bool(self.metadata.get("architecture"))
 
     @property
     def recipe(self) -> bool:
-        """Whether a training recipe sets it, through a recipe key of the same name."""
+        """Tell whether a training recipe sets the setting, through a recipe key of the same name."""
         return bool(self.metadata.get("recipe"))
 
     @property
@@ -100,7 +103,7 @@ class Setting:
 
     @property
     def arms(self) -> list:
-        """The types a value may have besides None (`str` stands for the words where there are words)."""
+        """Return the types a value may have besides None, without `str` where it stands for the declared words."""
         return hub_check.value_types(self.kind, self.metadata)
 
     @property
@@ -109,7 +112,7 @@ class Setting:
 
     @property
     def type(self) -> type:
-        """The setting's kind of value: int, float (an int is taken as one), bool, str, list or dict."""
+        """Return the setting's kind of value: int, float (an int is taken as one), bool, str, list or dict."""
         arms = self.arms
         if float in arms:
             return float
@@ -117,28 +120,29 @@ class Setting:
 
     @property
     def many(self) -> bool:
-        """Whether a list of values is allowed (for token ids, several ids, as eos_token_id may be)."""
+        """Tell whether a list of values is allowed (for token ids, several ids, as eos_token_id may be)."""
         return any(typing.get_origin(arm) is list for arm in self.arms)
 
     @property
     def nested(self) -> bool:
-        """Whether the value is a list of lists of token ids (as bad_words_ids is)."""
+        """Tell whether the value is a list of lists of token ids (as bad_words_ids is)."""
         return list[list[int]] in self.arms
 
     def limits(self) -> str:
-        """The range as a phrase ("in [1, 1,024]", "> 0", "<= 10"), or "" where there is none."""
+        """Return the range as a phrase, such as "in [1, 1,024]", "> 0" or "<= 10", or "" where there is none."""
         return hub_check.describe_limits(self.metadata)
 
     def of_kind(self, value) -> bool:
-        """Whether `value` has the declared type (a bool is no number; an int is a float), whatever its range."""
+        """Return whether `value` has the declared type (a bool is no number; an int is a float), whatever its
+        range."""
         return hub_check.of_kind(self.kind, self.metadata, value)
 
     def describe(self) -> str:
-        """What the setting may be, as a phrase: "an integer in [1, 1,024]", "one of 'gnmt', 'hf'"."""
+        """Return what the setting may be, as a phrase such as "an integer in [1, 1,024]" or "one of 'gnmt', 'hf'"."""
         return hub_check.describe_setting(self.kind, self.metadata)
 
     def problem(self, value, vocab_size: int | None = None) -> str | None:
-        """Why `value` breaks the declaration (a phrase to follow "must"), or None."""
+        """Return why `value` breaks the declaration, as a phrase to follow "must", or None if it does not."""
         return hub_check.setting_problem(self.kind, self.metadata, value, vocab_size)
 
     def check(self, value, where: str, vocab_size: int | None = None):
@@ -148,8 +152,8 @@ class Setting:
         return hub_check.check_setting(self.name, self.kind, self.metadata, value, where, vocab_size)
 
     def read(self, text: str, where: str, none: tuple = ()):
-        """The value that `text` spells (the text of a command-line flag or an environment variable), not yet checked
-        against the range.
+        """Return the value that `text` spells (the text of a command-line flag or an environment variable), not yet
+        checked against the range.
 
         A word of `none` ("none", "null") gives None, and a word of `words` gives itself. For a boolean setting,
         "true"/"false" (also yes/no, 1/0, on/off) give True or False. Digits give a number: an integer setting reads
@@ -173,8 +177,8 @@ class Setting:
         raise SettingError(f"{where}: {self.name} {phrase}", phrase, self.name)
 
     def parse(self, text: str, where: str, none: tuple = ()):
-        """The value a flag or an environment variable sets: `text` read by `read` (with `none` as there), then
-        checked against the declaration."""
+        """Return the value that a flag or an environment variable sets: `text` read by `read` (with `none` as
+        there), then checked against the declaration, which raises a SettingError if it breaks it."""
         value = self.read(text, where, none)
         try:
             return self.check(value, where)
@@ -185,7 +189,7 @@ class Setting:
             raise SettingError(f"{where}: {self.name} {phrase}", phrase, self.name) from None
 
     def narrowed(self, **limits) -> Setting:
-        """This setting with fewer allowed values: what a tool or the Space offers of it, for example
+        """Return this setting with fewer allowed values, which is what a tool or the Space offers of it, for example
         `GENERATION_SETTINGS["num_beams"].narrowed(max=12)`.
 
         `min`, `max` and `choices` narrow the values, `default` picks one of them, `nullable=False` refuses None and
@@ -194,7 +198,7 @@ class Setting:
         """
         metadata = {**self.metadata, **{k: v for k, v in limits.items() if k not in ("default", "nullable")}}
         kind = self.kind
-        if limits.get("nullable") is False and self.nullable:  # the same types of value, without None
+        if limits.get("nullable") is False and self.nullable:  # Keep the same types of value, without None.
             kind = functools.reduce(operator.or_, self.arms + ([str] if self.words else []))
         narrow = Setting(self.name, kind, limits.get("default", self.default), MappingProxyType(metadata))
         unbounded = any(narrow.metadata.get(k) is None and self.metadata.get(k) is not None for k in ("min", "max"))
@@ -206,8 +210,8 @@ class Setting:
 
 
 def settings_of(cls) -> dict[str, Setting]:
-    """{name: Setting} for the fields of the dataclass `cls` that are declared as settings (those with a `help` in
-    their metadata), in field order. The annotations are resolved first, so that a module written with
+    """Return a `Setting` by name for each field of the dataclass `cls` that is declared as a setting (with a `help`
+    in its metadata), in field order. The annotations are resolved first, so that a module written with
     `from __future__ import annotations` (where they are strings) declares its settings too."""
     fields = declared_fields(cls)
     hints = typing.get_type_hints(cls) if any(isinstance(f.type, str) for f in fields) else {}

@@ -1,18 +1,19 @@
-"""The one check of a setting's value against its declaration, for the files copied next to the weights: the
-model's settings (configuration_vaswani.py) and the decoding settings (generation_config_vaswani.py) are dataclass
-fields whose metadata declares what a value may be, in the form of transformers' own `TrainingArguments`
-(`field(default=..., metadata={"help": ..., "min": 1, "max": 8})`), and `check_setting` judges a value by it. It runs
-under `trust_remote_code` where vaswani_hf is not installed (config.json, generation_config.json and `generate()`'s
-arguments are entries there too); vaswani_hf's `Setting` (`vaswani_hf.settings`) calls the same functions, so that a
-value is judged by one implementation with or without the package.
+"""Check a setting's value against its declaration: the one such check, for the files copied next to the weights.
 
-A declaration is a field's type (`int`, `float | int`, `int | None`, `list[str] | None`, ...) and its metadata:
-`help` (its meaning); `min` <= value <= `max` (`<` with `min_exclusive` / `max_exclusive`; numbers are finite unless
-`finite` is False), or one of `choices`; `words`: text values taken besides ("auto"); `token_id`: a token id of the
-model's vocabulary (`int`), a list of them (`list[int]`) or a list of non-empty lists of them (`list[list[int]]`).
-vaswani_hf reads two more: `architecture` (the weights' meaning depends on it) and `recipe` (a training recipe sets
-it).
-Imports only the standard library.
+The model's settings (configuration_vaswani.py) and the decoding settings (generation_config_vaswani.py) are dataclass
+fields whose metadata declares what a value may be, in the form of transformers' own `TrainingArguments`
+(`field(default=..., metadata={"help": ..., "min": 1, "max": 8})`), and `check_setting` judges a value by it. This
+file runs under `trust_remote_code` where vaswani_hf is not installed, because config.json, generation_config.json
+and `generate()`'s arguments are entries there too. vaswani_hf's `Setting` (`vaswani_hf.settings`) calls the same
+functions, so that one implementation judges a value with or without the package.
+
+A declaration is a field's type (`int`, `float | int`, `int | None`, `list[str] | None`, ...) and its metadata. `help`
+gives the setting's meaning. A value must lie in `min` <= value <= `max` (with `<` instead where `min_exclusive` or
+`max_exclusive` is set; numbers must be finite unless `finite` is False), or be one of `choices`. `words` lists text
+values accepted besides, such as "auto". `token_id` marks a token id of the model's vocabulary (`int`), a list of them
+(`list[int]`) or a list of non-empty lists of them (`list[list[int]]`). vaswani_hf reads two more keys: `architecture`
+(the weights' meaning depends on the setting) and `recipe` (a training recipe sets it).
+The file imports only the standard library.
 """
 
 import dataclasses
@@ -23,11 +24,13 @@ from collections.abc import Mapping
 
 
 class SettingError(ValueError):
-    """A value that its setting's declaration refuses: one line naming the setting (`name`), the value and what it
-    may be (`phrase`: the part after the setting's name, "must be ..., got ..."). A `ValueError`, so that callers
-    without this package catch it as one."""
+    """Report a value that its setting's declaration refuses, in one line naming the setting, the value and what it
+    may be.
 
-    exit_code = 2  # bad input, as the command line reports it
+    `name` is the setting's name and `phrase` the part of the message after it ("must be ..., got ..."). The class is
+    a `ValueError`, so that callers without this package catch it as one."""
+
+    exit_code = 2  # The command line reports it as bad input, with exit status 2.
 
     def __init__(self, message: str, phrase: str | None = None, name: str | None = None):
         super().__init__(message)
@@ -35,19 +38,21 @@ class SettingError(ValueError):
 
 
 def shown(value, limit: int = 60) -> str:
-    """A value as an error message quotes it: its repr, cut to `limit` characters."""
+    """Return `value` as an error message quotes it: its repr, cut to `limit` characters."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 4] + " ..."
 
 
 def value_types(kind, declaration: Mapping) -> list:
-    """The types a value may have besides None (the arms of a union; `str` stands for the `words` where declared)."""
+    """Return the types a value of `kind` may have besides None: the arms of a union, without `str` where it stands
+    for the declared `words`."""
     arms = typing.get_args(kind) if typing.get_origin(kind) in (typing.Union, types.UnionType) else (kind,)
     return [a for a in arms if a is not type(None) and not (a is str and declaration.get("words"))]
 
 
 def _is(value, kind) -> bool:
-    """Whether `value` has the type `kind`: a bool is no number, an int is a float (as in PEP 484), a tuple a list."""
+    """Return whether `value` has the type `kind`. A bool is no number, an int counts as a float (as in PEP 484) and
+    a tuple as a list."""
     if typing.get_origin(kind) is list:
         return isinstance(value, (list, tuple)) and all(_is(item, typing.get_args(kind)[0]) for item in value)
     if isinstance(value, bool):
@@ -60,7 +65,7 @@ def _number(x) -> str:
 
 
 def describe_limits(declaration: Mapping) -> str:
-    """The range as a phrase ("in [1, 1,024]", "> 0", "<= 10"), or "" where there is none."""
+    """Return the declared range as a phrase, such as "in [1, 1,024]", "> 0" or "<= 10", or "" where there is none."""
     low, high = declaration.get("min"), declaration.get("max")
     opening, closing = (
         "(" if declaration.get("min_exclusive") else "[",
@@ -84,7 +89,8 @@ _IDS = "token ids (integers in [0, vocab_size))"
 
 
 def describe_setting(kind, declaration: Mapping) -> str:
-    """What a declared setting may be, as a phrase: "an integer in [1, 1,024]", "one of 'gnmt', 'hf' or None"."""
+    """Return what a declared setting may be, as a phrase such as "an integer in [1, 1,024]" or "one of 'gnmt', 'hf'
+    or None"."""
     arms = value_types(kind, declaration)
     if "choices" in declaration:
         text = "one of " + ", ".join(repr(c) for c in declaration["choices"])
@@ -107,8 +113,10 @@ def is_nullable(kind) -> bool:
 
 
 def _token_ids(value, arms: list) -> list | None:
-    """The ids of a token-id value of one of the shapes `arms` allow, or None: an id; a list of ids (not empty where
-    it stands for one id, as eos_token_id); a non-empty list of non-empty lists of them (bad_words_ids)."""
+    """Return the ids in a token-id value of a shape that `arms` allows, or None if its shape is not allowed.
+
+    The shapes are an id; a list of ids, which must not be empty where it may also be a single id (as eos_token_id);
+    and a non-empty list of non-empty lists of ids (as bad_words_ids)."""
     if int in arms and _is(value, int):
         return [value]
     if list[int] in arms and _is(value, list[int]) and (value or int not in arms):
@@ -119,7 +127,8 @@ def _token_ids(value, arms: list) -> list | None:
 
 
 def setting_problem(kind, declaration: Mapping, value, vocab_size: int | None = None) -> str | None:
-    """Why `value` breaks the declaration (a phrase to follow "must"), or None. `vocab_size` bounds a token id."""
+    """Return why `value` breaks the declaration, as a phrase to follow "must", or None if it does not.
+    `vocab_size`, where given, bounds a token id."""
     arms = value_types(kind, declaration)
     if value is None:
         return None if is_nullable(kind) else f"be {describe_setting(kind, declaration)}"
@@ -149,8 +158,8 @@ def setting_problem(kind, declaration: Mapping, value, vocab_size: int | None = 
 
 
 def of_kind(kind, declaration: Mapping, value) -> bool:
-    """Whether `value` has the declared type (one of the choices' types, where there are choices), whatever its
-    range."""
+    """Return whether `value` has the declared type, or one of the choices' types where there are choices, whatever
+    its range."""
     choices = declaration.get("choices", ())
     return (
         any(type(value) is type(c) for c in choices)
@@ -160,8 +169,8 @@ def of_kind(kind, declaration: Mapping, value) -> bool:
 
 
 def check_setting(name: str, kind, declaration: Mapping, value, where: str, vocab_size: int | None = None):
-    """`value`, or SettingError "{where}: {name} must ..., got {value}" (with the value's type where it is not the
-    declared one)."""
+    """Return `value` if its declaration allows it; otherwise raise a SettingError "{where}: {name} must ..., got
+    {value}", which adds the value's type where that is not the declared one."""
     problem = setting_problem(kind, declaration, value, vocab_size)
     if problem is None:
         return value
@@ -171,7 +180,8 @@ def check_setting(name: str, kind, declaration: Mapping, value, where: str, voca
 
 
 def declared_fields(cls) -> list[dataclasses.Field]:
-    """The fields of dataclass `cls` declared as settings (with a `help` in their metadata), in order."""
+    """Return the fields of dataclass `cls` that are declared as settings (with a `help` in their metadata), in
+    order."""
     return [f for f in dataclasses.fields(cls) if "help" in f.metadata]
 
 

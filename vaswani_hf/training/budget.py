@@ -1,5 +1,5 @@
-"""How many tokens one micro-batch holds, so that an update holds Section 5.1's ~25000 source + 25000 target tokens
-on any number of processes and any device, without editing the recipe:
+"""Decide how many tokens one micro-batch holds, so that an update holds Section 5.1's ~25000 source + 25000 target
+tokens on any number of processes and any device, without editing the recipe:
 
     tokens per update = max_tokens_per_device x processes x gradient_accumulation_steps   (~ tokens_per_step)
 
@@ -23,23 +23,23 @@ import math
 
 import torch
 
-from .recipe import check_length_fits  # noqa: F401 - the rule between the budget and max_length (plan.py uses it)
+from .recipe import check_length_fits  # noqa: F401 - plan.py uses this rule between budget and max_length.
 
 MODEL_STATE_BYTES_PER_PARAMETER = 16
-USABLE_FRACTION = 0.6  # of what the model state leaves: allocator fragmentation, temporaries, the CUDA context
-CPU_TOKENS_CAP = 4096  # on a CPU, larger micro-batches do not run faster per token (and memory is shared)
+USABLE_FRACTION = 0.6  # Use this share of what the model state leaves; the rest is fragmentation, temporaries, CUDA.
+CPU_TOKENS_CAP = 4096  # On a CPU larger micro-batches run no faster per token, and memory is shared.
 
 
 def activation_bytes_per_token(config, bf16: bool = False) -> float:
-    """Estimated training memory per padded token of a micro-batch (see the module docstring)."""
+    """Return the estimated training memory, in bytes, per padded token of a micro-batch (see the module docstring)."""
     layers = 16 * config.d_model * (config.num_encoder_layers + 1.5 * config.num_decoder_layers)
     layers += 2 * config.d_ff * (config.num_encoder_layers + config.num_decoder_layers)
-    output = 3 * config.vocab_size * 4  # fp32 in the loss whatever the precision
+    output = 3 * config.vocab_size * 4  # The loss keeps these in fp32 whatever the precision.
     return output + layers * (2 if bf16 else 4)
 
 
 def device_memory_bytes(device: torch.device | str, local_processes: int = 1) -> int:
-    """The memory one process may use: its GPU's, or its share of the machine's RAM on a CPU."""
+    """Return the memory in bytes that one process may use: its GPU's, or on a CPU its share of the machine's RAM."""
     device = torch.device(device)
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).total_memory
@@ -49,8 +49,8 @@ def device_memory_bytes(device: torch.device | str, local_processes: int = 1) ->
 
 
 def device_capacity(config, num_parameters: int, memory_bytes: int, *, bf16: bool = False, cpu: bool = False) -> int:
-    """Tokens one micro-batch may hold: the memory the model state leaves, times USABLE_FRACTION, over the
-    activations per token (and at most CPU_TOKENS_CAP on a CPU)."""
+    """Return how many tokens one micro-batch may hold: the memory the model state leaves, times USABLE_FRACTION,
+    divided by the activations per token. The result is at most CPU_TOKENS_CAP on a CPU, and at least 256."""
     free = memory_bytes - MODEL_STATE_BYTES_PER_PARAMETER * num_parameters
     tokens = int(USABLE_FRACTION * max(free, 0) / activation_bytes_per_token(config, bf16))
     if cpu:
@@ -59,8 +59,8 @@ def device_capacity(config, num_parameters: int, memory_bytes: int, *, bf16: boo
 
 
 def split_update(tokens_per_step: int, world_size: int, capacity: int) -> tuple[int, int]:
-    """(tokens per micro-batch, micro-batches per update) for one process: its share of the update,
-    ceil(tokens_per_step / world_size), in the fewest equal micro-batches of at most `capacity` tokens."""
+    """Return one process's tokens per micro-batch and micro-batches per update: its share of the update,
+    ceil(tokens_per_step / world_size), split into the fewest equal micro-batches of at most `capacity` tokens."""
     share = math.ceil(tokens_per_step / world_size)
     micro_batches = math.ceil(share / capacity)
     return math.ceil(share / micro_batches), micro_batches
@@ -75,7 +75,8 @@ def tokens_per_device(
     local_processes: int = 1,
     low_precision: bool | None = None,
 ) -> tuple[int, int]:
-    """(max_tokens_per_device, gradient_accumulation_steps) of a recipe on `world_size` processes of `device`.
+    """Return a recipe's max_tokens_per_device and gradient_accumulation_steps on `world_size` processes of
+    `device`.
 
     A number in the recipe is kept, and its accumulation is the recipe's (or, with "auto", enough micro-batches for
     `tokens_per_step`). `auto` derives both from `tokens_per_step`, the process count and the device's capacity for
@@ -103,23 +104,23 @@ def tokens_per_device(
 
 
 def longest_training_pair(max_tokens: int, max_length: int | None) -> int:
-    """The length filter of the training pairs: `max_length` (which fits a micro-batch: `recipe.check_length_fits`), or
-    with none, what one micro-batch of `max_tokens` holds."""
+    """Return the longest training pair the length filter keeps: `max_length`, which `recipe.check_length_fits` has
+    checked to fit a micro-batch, or without one, what one micro-batch of `max_tokens` holds."""
     return max_tokens if max_length is None else max_length
 
 
 def evaluation_budget(max_tokens: int, eval_max_tokens: int | None) -> int:
-    """Padded tokens of an evaluation batch: `eval_max_tokens` where given (> 0), else the training micro-batch's
-    `max_tokens` (evaluation keeps no gradients, so what trains fits)."""
+    """Return the padded tokens of an evaluation batch: `eval_max_tokens` where given (> 0), else the training
+    micro-batch's `max_tokens`, which fits because evaluation keeps no gradients."""
     return eval_max_tokens if eval_max_tokens else max_tokens
 
 
 def approximate_parameters(config) -> int:
-    """Parameters of a VaswaniConfig without building the model (Table 3's count: 65M base, 213M big)."""
+    """Count the parameters of a VaswaniConfig without building the model (Table 3 counts 65M base, 213M big)."""
     d, f, v = config.d_model, config.d_ff, config.vocab_size
     attention = 4 * d * d
     feed_forward = 2 * d * f + d + f
-    norm = 2 * d  # LayerNorm gain and bias
+    norm = 2 * d  # A LayerNorm has a gain and a bias.
     encoder = config.num_encoder_layers * (attention + feed_forward + 2 * norm)
     decoder = config.num_decoder_layers * (2 * attention + feed_forward + 3 * norm)
     embeddings = v * d * (1 if config.tie_word_embeddings else 3)

@@ -1,5 +1,5 @@
-"""Trainer callbacks and the statistics collator of a training run: batch order per epoch, the history of every
-logged value with wall-clock time, and the tokens and padding of the training batches."""
+"""Follow a training run with Trainer callbacks and a statistics collator: they set the batch order per epoch, keep
+the history of every logged value with wall-clock time, and count the tokens and padding of the training batches."""
 
 from __future__ import annotations
 
@@ -33,8 +33,9 @@ def _find_token_batch_sampler(loader) -> Any:
 
 
 class TrainingProgress(ProgressCallback):
-    """transformers' progress of training and evaluation through the package's one progress report (`io.progress`):
-    tqdm's bar on a terminal as before; in a log, a plain line every few percent or every minute."""
+    """Show transformers' progress of training and evaluation through the package's one progress report
+    (`io.progress`): tqdm's bar on a terminal, as before, and in a log a plain line every few percent or every
+    minute."""
 
     def on_train_begin(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
@@ -51,8 +52,9 @@ class TrainingProgress(ProgressCallback):
 
 
 class SamplerEpochCallback(TrainerCallback):
-    """The token batch sampler's epoch set from `state.epoch` at each epoch start: after `skip_first_batches`
-    (resume) the wrapper chain is one level deeper and transformers' `set_epoch` can miss it (epoch 0's order)."""
+    """Set the token batch sampler's epoch from `state.epoch` at each epoch start. After `skip_first_batches` (on
+    resume) the wrapper chain is one level deeper, and transformers' `set_epoch` can miss the sampler, which would then
+    repeat epoch 0's order."""
 
     def on_epoch_begin(self, args, state, control, train_dataloader=None, **kwargs):
         sampler = _find_token_batch_sampler(train_dataloader)
@@ -61,8 +63,8 @@ class SamplerEpochCallback(TrainerCallback):
 
 
 class HistoryCallback(TrainerCallback):
-    """Every log with wall-clock seconds appended to `history.jsonl` (`state.log_history` has no times); a resumed
-    run keeps its history up to its checkpoint and continues its clock."""
+    """Append every log, with wall-clock seconds, to `history.jsonl`, since `state.log_history` has no times. A
+    resumed run keeps its history up to its checkpoint and continues its clock."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
@@ -73,7 +75,7 @@ class HistoryCallback(TrainerCallback):
         self.t0 = time.monotonic()
         if not state.is_world_process_zero or not self.path.is_file():
             return
-        # a fresh run in an old folder starts a new history; a resumed one drops what came after its checkpoint
+        # A fresh run in an old folder starts a new history; a resumed one drops what came after its checkpoint.
         records = [rec for rec in read_history(self.path) if rec.get("step", 0) <= state.global_step]
         if state.global_step == 0:
             records = []
@@ -95,8 +97,9 @@ def read_history(path: str | os.PathLike) -> list[dict]:
 
 
 class BatchStatsCollator:
-    """A collator that counts the training batches' tokens and padding (off during evaluation: `VaswaniTrainer`) and
-    can log a hash of every example per process (`debug_log_batches`: no batch seen twice across ranks)."""
+    """Collate batches with `inner`, counting the training batches' tokens and padding; `VaswaniTrainer` turns the
+    count off during evaluation. With `log_path` (`debug_log_batches`) it also logs a hash of every example per
+    process, which shows that no batch is seen twice across ranks."""
 
     def __init__(self, inner, log_path: str | os.PathLike | None = None):
         self.inner = inner
@@ -139,8 +142,8 @@ class BatchStatsCollator:
 
 
 class RunClock(TrainerCallback):
-    """Wall seconds and peak resident memory (this process, its largest child) of each named stage, and the time
-    from launch to the first update, for metrics.json: what a launch costs before the GPU hours start."""
+    """Measure the wall seconds and peak resident memory (of this process and its largest child) of each named stage,
+    and the time from launch to the first update, for metrics.json: what a launch costs before the GPU hours start."""
 
     def __init__(self):
         self.launched = psutil.Process().create_time()
@@ -150,7 +153,7 @@ class RunClock(TrainerCallback):
 
     @staticmethod
     def peak_memory_mb() -> tuple[float, float]:
-        """(peak RSS of this process, peak RSS of its largest finished child) in MiB (Linux reports KiB)."""
+        """Return the peak RSS of this process and of its largest finished child, in MiB (Linux reports KiB)."""
         own, child = (resource.getrusage(w).ru_maxrss / 1024 for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
         return own, child
 
@@ -159,7 +162,7 @@ class RunClock(TrainerCallback):
 
     @contextlib.contextmanager
     def stage(self, name: str):
-        """Times one stage of the run."""
+        """Time one stage of the run and record its peak memory."""
         started = time.perf_counter()
         yield
         own, child = self.peak_memory_mb()

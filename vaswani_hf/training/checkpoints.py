@@ -1,8 +1,8 @@
-"""Checkpoints (Section 6.1): written atomically at time intervals, found again for `--resume`, and averaged: "we
-used a single model obtained by averaging the last 5 checkpoints, which were written at 10-minute intervals".
+"""Write checkpoints atomically at time intervals, find them again for `--resume`, and average them (Section 6.1: "we
+used a single model obtained by averaging the last 5 checkpoints, which were written at 10-minute intervals").
 
-transformers has none of these: it writes into the final folder, saves by steps or epochs, `get_last_checkpoint` takes
-the newest loadable or not, and only fairseq averages (its own format).
+transformers does none of this: it writes into the final folder, saves by steps or epochs, and `get_last_checkpoint`
+takes the newest checkpoint whether it loads or not; only fairseq averages, in its own format.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from transformers import TrainerCallback
 from transformers.trainer_pt_utils import safe_globals
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, sort_checkpoints
 
-from ..hub.folder import missing_code_files  # training may import hub (never the other way round)
+from ..hub.folder import missing_code_files  # training may import hub, never the reverse.
 from ..io import UsageError, apply_umask, atomic_output_dir, check_output_dir, check_safetensors, fsync_tree, proofs
 from ..io.files import CONFIG, TOKENIZER, TRAINER_STATE, read_json
 from ..io.models import (
@@ -44,7 +44,7 @@ from ..settings import MODEL_SETTINGS
 logger = logging.getLogger(__name__)
 
 STAGING_DIR = ".staging"
-# What a checkpoint holds besides the model folder's files; left out of averaged folders.
+# A checkpoint holds these besides the model folder's files; averaged folders leave them out.
 TRAINING_STATE_FILES = (
     "optimizer.pt",
     "scheduler.pt",
@@ -56,27 +56,27 @@ TRAINING_STATE_FILES = (
 
 
 def publish_checkpoint(staged: Path, final: Path) -> None:
-    """Move a complete `OUTPUT/.staging/checkpoint-N` to `OUTPUT/checkpoint-N` in one rename: a kill never leaves a
-    half-written checkpoint for `--resume`."""
+    """Move a complete `OUTPUT/.staging/checkpoint-N` to `OUTPUT/checkpoint-N` in one rename, so that a kill never
+    leaves a half-written checkpoint for `--resume`."""
     earlier = None
     try:
-        proofs.write_manifest(staged)  # resume and averaging check every file against it (io.proofs)
+        proofs.write_manifest(staged)  # Resume and averaging check every file against it.
         apply_umask(staged)
         fsync_tree(staged)
-        if final.exists():  # the same step saved twice (e.g. a time-interval save at the final step)
+        if final.exists():  # The same step was saved twice (e.g. on time at the final step).
             earlier = staged.parent / f"{final.name}.earlier"
             os.rename(final, earlier)
         os.rename(staged, final)
         fsync_tree(final.parent, recursive=False)
-    finally:  # whatever happened (Ctrl-C included): a checkpoint-N in place, and no staged part behind
+    finally:  # Whatever happened (Ctrl-C too), leave a checkpoint-N in place and no staged part behind.
         if earlier is not None and earlier.exists() and not final.exists():
             os.rename(earlier, final)
         shutil.rmtree(staged.parent, ignore_errors=True)
 
 
-# How torch.save reports a failed write (its C++ writer keeps no errno)
+# These messages are how torch.save reports a failed write, since its C++ writer keeps no errno.
 _TORCH_WRITE_FAILED = ("unexpected pos", "file write failed", "PytorchStreamWriter failed")
-LOW_SPACE_BYTES = 64 << 20  # less free space than this after a failed write: the disk was full
+LOW_SPACE_BYTES = 64 << 20  # Less free space after a failed write means the disk was full.
 
 
 def _free_bytes(path: Path) -> int:
@@ -88,7 +88,7 @@ def _free_bytes(path: Path) -> int:
 
 @contextmanager
 def checkpoint_write_errors(staged: Path, final: Path) -> Iterator[None]:
-    """A full disk under `torch.save` (a RuntimeError without errno) raised as the OSError(ENOSPC) it is."""
+    """Re-raise a full disk under `torch.save`, a RuntimeError without errno there, as OSError(ENOSPC)."""
     try:
         yield
     except RuntimeError as error:
@@ -100,34 +100,35 @@ def checkpoint_write_errors(staged: Path, final: Path) -> Iterator[None]:
 
 
 def checkpoints(output_dir: str | os.PathLike) -> list[Path]:
-    """The `checkpoint-N` folders of `output_dir` (none if it does not exist), oldest first (by step number)."""
+    """Return the `checkpoint-N` folders of `output_dir` (none if it does not exist), oldest step first."""
     return [Path(p) for p in sort_checkpoints(str(output_dir), PREFIX_CHECKPOINT_DIR, use_mtime=False)]
 
 
 def last_checkpoints(output_dir: str | os.PathLike, n: int) -> list[Path]:
-    """The `n` newest `checkpoint-N` folders of `output_dir` by step number, oldest first (n <= 0: all)."""
+    """Return the `n` newest `checkpoint-N` folders of `output_dir` by step, oldest first; n <= 0 returns all."""
     found = checkpoints(output_dir)
     return found[-n:] if n > 0 else found
 
 
 def rng_state_files(processes: int) -> list[str]:
-    """The RNG-state files of a run on `processes` processes (a resume draws the same dropout masks and batches)."""
+    """Return the RNG-state files of `processes` processes, so a resume redraws the same dropout masks and batches."""
     return ["rng_state.pth"] if processes <= 1 else [f"rng_state_{rank}.pth" for rank in range(processes)]
 
 
 class InconsistentCheckpoint(UsageError):
-    """A checkpoint refused, not passed over: its trainer_state.json is of another step (resuming would continue
-    another run's state silently), or a file holds a pickle torch's safe loader refuses (planted code)."""
+    """Refuse a checkpoint rather than pass over it: its trainer_state.json is of another step, so resuming would
+    silently continue another run's state, or a file holds a pickle that torch's safe loader refuses (planted code)."""
 
 
 def checkpoint_step(folder: Path) -> int | None:
-    """N of a `checkpoint-N` folder, or None for another name."""
+    """Return the N of a `checkpoint-N` folder, or None for another name."""
     match = re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)", Path(folder).name)
     return int(match.group(1)) if match else None
 
 
 def check_checkpoint_state(folder: Path) -> dict:
-    """The checkpoint's trainer_state.json (`TRAINER_STATE`), which must be of its own step N (`checkpoint-N`)."""
+    """Return the checkpoint's trainer_state.json (`TRAINER_STATE`), or raise InconsistentCheckpoint if it is not of
+    the folder's own step N (`checkpoint-N`)."""
     path = folder / "trainer_state.json"
     state = read_json(path, TRAINER_STATE)
     step = checkpoint_step(folder)
@@ -141,9 +142,9 @@ def check_checkpoint_state(folder: Path) -> dict:
 
 
 def checkpoint_problem(folder: Path, processes: int = 1, rng: bool = True) -> str | None:
-    """Why `folder` cannot be resumed from exactly by `processes` processes (a missing, broken or misshapen file;
-    `rng`: its RNG states included; a file that differs from its checksum), or None. A state of another step raises
-    InconsistentCheckpoint."""
+    """Return why `processes` processes cannot resume exactly from `folder`, or None if they can. The reason is a
+    missing, broken or misshapen file (its RNG states included with `rng`) or one that differs from its checksum. A
+    state of another step raises InconsistentCheckpoint."""
     if not (folder / WEIGHTS).is_file():
         return f"no {WEIGHTS}"
     try:
@@ -173,9 +174,9 @@ def checkpoint_problem(folder: Path, processes: int = 1, rng: bool = True) -> st
 
 
 def _proof_problem(folder: Path, rng: bool) -> str | None:
-    """What the structural checks cannot see: a file changed since the checkpoint was written (a tensor's bytes
-    edited, a file swapped for another of the same kind), by its `checksums.json` (io.proofs). A checkpoint written
-    before these existed is said to be checked by structure only. `rng`: its RNG states included."""
+    """Return what the structural checks cannot see, by `checksums.json` (io.proofs): a file changed since the
+    checkpoint was written (a tensor's bytes edited, or a file swapped for another of the same kind). A checkpoint
+    written before checksums existed is logged as checked by structure only. `rng` includes its RNG states."""
     proof = proofs.manifest_problem(folder, None if rng else lambda name: not name.startswith("rng_state"))
     if proof == f"no {proofs.MANIFEST}":
         logger.warning(
@@ -188,12 +189,12 @@ def _proof_problem(folder: Path, rng: bool) -> str | None:
 
 
 _REFUSED_GLOBAL = re.compile(r"Unsupported global: GLOBAL (\S+)")
-FULL_CHECK_BYTES = 64 << 20  # torch archives up to this size are read whole (CRC of every member); larger: structure
+FULL_CHECK_BYTES = 64 << 20  # Smaller archives are read whole (each CRC); larger ones by structure.
 
 
 def torch_archive_problem(path: Path) -> str | None:
-    """Why `path` is not a `torch.save` archive the resume can load (zip structure, CRCs up to FULL_CHECK_BYTES, then
-    the pickle as the Trainer opens it), or None; InconsistentCheckpoint for a pickle torch's safe loader refuses."""
+    """Return why `path` is no `torch.save` archive a resume can load (zip structure, CRCs up to FULL_CHECK_BYTES, the
+    pickle as the Trainer opens it), or None. A pickle torch's safe loader refuses raises InconsistentCheckpoint."""
     try:
         size = path.stat().st_size
         with zipfile.ZipFile(path) as archive:
@@ -227,8 +228,8 @@ def torch_archive_problem(path: Path) -> str | None:
 def resumable_checkpoint(
     output_dir: str | os.PathLike, processes: int = 1, rng: bool = True
 ) -> tuple[Path | None, list[str]]:
-    """The newest checkpoint `processes` processes can resume from exactly, and why each newer one was passed over
-    (transformers' `get_last_checkpoint` takes the newest whatever its state)."""
+    """Return the newest checkpoint that `processes` processes can resume from exactly, and why each newer one was
+    passed over (transformers' `get_last_checkpoint` takes the newest whatever its state)."""
     skipped = []
     for folder in reversed(checkpoints(output_dir)):
         problem = checkpoint_problem(folder, processes, rng)
@@ -242,7 +243,7 @@ def resumable_checkpoint(
 
 
 def _broadcast_code(code: int, device: torch.device | str = "cpu") -> int:
-    """Rank 0's decision for every rank (clocks differ; all ranks must save the same step together)."""
+    """Return rank 0's decision on every rank, since clocks differ and all ranks must save the same step together."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
@@ -255,8 +256,8 @@ def _broadcast_code(code: int, device: torch.device | str = "cpu") -> int:
 
 
 class WallClockCallback(TrainerCallback):
-    """Time-interval checkpoints (the paper wrote one every 10 minutes, Section 6.1) and a wall-clock budget. Rank 0
-    decides for all processes; the last step and a budget stop are saved too, for averaging and `--resume`."""
+    """Save checkpoints at time intervals (the paper: every 10 minutes, Section 6.1) and stop at a wall-clock budget.
+    Rank 0 decides for all processes; the last step and a budget stop are saved too, for averaging and `--resume`."""
 
     def __init__(self, save_every_minutes: float = 10.0, max_train_minutes: float = 0.0, save_steps: int = 0):
         self.save_every = save_every_minutes * 60.0
@@ -297,13 +298,13 @@ class WallClockCallback(TrainerCallback):
 
 
 def _load_weights(folder: Path) -> dict[str, torch.Tensor]:
-    """The tensors of a checkpoint's weights (model.safetensors, or the shards of a sharded save), checked: each
-    file as its checksum recorded it when the checkpoint was written, floating point and finite (a NaN of a diverged
-    run would average into every tensor it meets)."""
+    """Return the tensors of a checkpoint's weights (model.safetensors, or a sharded save's shards), after checking
+    that each file matches its checksum from when the checkpoint was written and that every tensor is floating point
+    and finite: a NaN of a diverged run would average into every tensor it meets."""
     files = weight_files(folder)
     names = {path.name for path in files} | {WEIGHTS_INDEX}
     proof = proofs.manifest_problem(folder, lambda name: name in names)
-    if proof is not None and proof != f"no {proofs.MANIFEST}":  # a checkpoint changed since it was written
+    if proof is not None and proof != f"no {proofs.MANIFEST}":  # The checkpoint changed since it was written.
         raise UsageError(f"{folder}: {proof}; it is not averaged: remove it, or average other checkpoints")
     weights = {}
     for path in files:
@@ -314,9 +315,9 @@ def _load_weights(folder: Path) -> dict[str, torch.Tensor]:
     return weights
 
 
-# config.json fields that decide the function the weights compute (dropout does not): averaged checkpoints agree
+# These config.json fields decide the function the weights compute (dropout does not); averaged checkpoints agree.
 ARCHITECTURE_FIELDS = frozenset(name for name, s in MODEL_SETTINGS.items() if s.architecture)
-# tokenizer.json fields that do not change which id a text gets (they are set per call)
+# These tokenizer.json fields do not change which id a text gets: they are set per call.
 _NOT_VOCABULARY = ("truncation", "padding")
 
 
@@ -329,9 +330,10 @@ def _digest(paths: Sequence[Path]) -> str:
 
 
 def _check_distinct(folders: Sequence[Path]) -> None:
-    """Each checkpoint once: not the same folder under a second name (a `..` path, a symbolic link), nor the same
-    weights (a hard link, a copy), which would weight one checkpoint twice. Only weights of equal size are hashed;
-    a sharded checkpoint and a single-file one never compare equal here (their tensors are compared by value)."""
+    """Check that each checkpoint is given once: not the same folder under a second name (a `..` path, a symbolic
+    link), nor the same weights (a hard link, a copy), which would weight one checkpoint twice. Only weights of equal
+    size are hashed; a sharded checkpoint and a single-file one never compare equal here (their tensors are compared by
+    value)."""
     files = {folder: weight_files(folder) for folder in folders}
     sizes = {folder: [path.stat().st_size for path in paths] for folder, paths in files.items()}
     for i, folder in enumerate(folders):
@@ -351,8 +353,8 @@ def _check_distinct(folders: Sequence[Path]) -> None:
 
 
 def vocabulary_fingerprint(folder: Path) -> str | None:
-    """A hash of what decides the token ids of `folder`'s tokenizer.json (None: the folder has none): two
-    tokenizers of the same size but other merges or tokens give other ids to the same text."""
+    """Return a hash of what decides the token ids in `folder`'s tokenizer.json, or None without one. Two tokenizers
+    of the same size but other merges or tokens give other ids to the same text."""
     path = folder / "tokenizer.json"
     if not path.is_file():
         return None
@@ -362,8 +364,8 @@ def vocabulary_fingerprint(folder: Path) -> str | None:
 
 
 def _check_one_run(folders: Sequence[Path]) -> None:
-    """Checkpoints of one run: an earlier checkpoint's trainer_state.json log history begins the later one's;
-    independent runs (another seed) differ from the first logged step. Without one, checkpoints pass."""
+    """Check that the checkpoints are of one run: an earlier one's trainer_state.json log history begins the later
+    one's, while independent runs (another seed) differ from the first logged step. Those without the file pass."""
     states = sorted(
         ((read_json(f / TRAINER_STATE.name, TRAINER_STATE), f) for f in folders if (f / TRAINER_STATE.name).is_file()),
         key=lambda pair: pair[0]["global_step"],
@@ -380,9 +382,9 @@ def _check_one_run(folders: Sequence[Path]) -> None:
 
 
 def check_checkpoints_agree(folders: Sequence[str | os.PathLike], one_run: bool = True) -> None:
-    """Checkpoints averaged together (Section 6.1: the last of one run) must be distinct, of one architecture
-    (ARCHITECTURE_FIELDS: other sinusoid layouts give tensors of the same shapes and another function), of one
-    tokenizer and, with `one_run`, of one run. Raises UsageError naming both and the first difference."""
+    """Check that checkpoints averaged together (Section 6.1: the last of one run) are distinct, of one architecture
+    (ARCHITECTURE_FIELDS; other sinusoid layouts give tensors of the same shapes but another function), of one
+    tokenizer and, with `one_run`, of one run. Otherwise raise UsageError naming both and the first difference."""
     folders = [Path(f) for f in folders]
     _check_distinct(folders)
     first = folders[0]
@@ -414,15 +416,15 @@ def check_checkpoints_agree(folders: Sequence[str | os.PathLike], one_run: bool 
 
 
 def average_checkpoints(folders: Sequence[str | os.PathLike], one_run: bool = True) -> dict[str, torch.Tensor]:
-    """Element-wise mean of the weights of agreeing checkpoints (Section 6.1), accumulated in float64, returned in
-    each tensor's dtype."""
+    """Return the element-wise mean of the weights of agreeing checkpoints (Section 6.1), accumulated in float64 and
+    returned in each tensor's dtype."""
     if not folders:
         raise UsageError("no checkpoints to average")
     for folder in folders:
         if not weight_files(folder):
             raise UsageError(f"{folder}: no {WEIGHTS} (nor {WEIGHTS_INDEX}); averaging needs safetensors checkpoints")
     check_checkpoints_agree(folders, one_run)
-    weights = _load_weights(Path(folders[0]))  # every tensor floating point (check_weight_dtypes)
+    weights = _load_weights(Path(folders[0]))  # Every tensor is floating point.
     dtypes = {k: v.dtype for k, v in weights.items()}
     total = {k: v.to(torch.float64) for k, v in weights.items()}
     for folder in folders[1:]:
@@ -462,7 +464,7 @@ def _complete_code_files(folder: Path) -> None:
         raise UsageError(f"{folder}: {problems[0]}; the checkpoint's config names code this package does not have")
 
 
-AVERAGED = "averaged model folder"  # the kind of output save_averaged_checkpoint writes (vaswani_hf.io.outputs)
+AVERAGED = "averaged model folder"  # The kind of output that save_averaged_checkpoint writes.
 
 
 def save_averaged_checkpoint(
@@ -473,8 +475,9 @@ def save_averaged_checkpoint(
     own: bool = False,
     one_run: bool = True,
 ) -> Path:
-    """Average `folders` into a loadable folder, appearing whole (averaged weights, the newest checkpoint's declared
-    files, `averaged_from.json`); `out_dir` replaced with `overwrite` if an `AVERAGED` folder or, `own`, the run's."""
+    """Average `folders` into a loadable folder that appears whole: the averaged weights, the newest checkpoint's
+    declared files and `averaged_from.json`. An existing `out_dir` is replaced only with `overwrite` if it is an
+    `AVERAGED` folder, or with `own` if it is the run's own."""
     out_dir = check_output_dir(
         out_dir, overwrite=overwrite, what="averaged model folder", kind=None if own else AVERAGED
     )

@@ -1,10 +1,13 @@
-"""The training objective (Section 5.4): label-smoothed cross-entropy, "label smoothing of value eps_ls = 0.1".
+"""Compute Section 5.4's training objective, label-smoothed cross-entropy ("label smoothing of value eps_ls = 0.1").
 
-Not transformers' `LabelSmoother`, which spreads eps over all V classes: here the target keeps 1 - eps and the other
-V - 1 share eps (t2t v1, fairseq); the smoothed distribution's entropy is not subtracted, so eps = 0 is the model's own
-`forward(labels=...)` loss. No host read-back (no device sync, no graph break under `torch.compile`).
-`chunked_label_smoothed_nll` computes the same loss `chunk` tokens at a time from the hidden states and the
-projection's weight: the logits of a 25k-token micro-batch at V = 37k are 3.7 GB in fp32, plus their gradient.
+This is not transformers' `LabelSmoother`, which spreads eps over all V classes. Here the target keeps 1 - eps and the
+other V - 1 classes share eps, as in t2t v1 and fairseq. The smoothed distribution's entropy is not subtracted, so
+with eps = 0 the loss equals the model's own `forward(labels=...)` loss. Nothing is read back to the host, so the loss
+causes no device sync and no graph break under `torch.compile`.
+
+`chunked_label_smoothed_nll` computes the same loss `chunk` tokens at a time from the hidden states and the output
+projection's weight, because whole logits are too large: those of a 25k-token micro-batch at V = 37k take 3.7 GB in
+fp32, and their gradient as much again.
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ PAPER_LABEL_SMOOTHING = 0.1  # eps_ls, Section 5.4
 def label_smoothed_nll(
     logits: torch.Tensor, labels: torch.Tensor, epsilon: float, ignore_index: int = IGNORE_INDEX
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(summed label-smoothed cross-entropy of the non-ignored targets, their count) of logits (B, T, V) and labels
-    (B, T), from fp32 logits. torch's `cross_entropy(label_smoothing=e)` gives the others e/V: e = eps * V / (V - 1)
-    makes that eps/(V-1), without materialising the log-probabilities."""
+    """Return the summed label-smoothed cross-entropy of the targets that are not ignored, and their count.
+
+    `logits` is (B, T, V) and `labels` (B, T); the loss is computed from fp32 logits. torch's
+    `cross_entropy(label_smoothing=e)` gives each other class e/V, so passing e = eps * V / (V - 1) gives them
+    eps/(V-1), as intended, without materialising the log-probabilities."""
     vocab = logits.shape[-1]
     loss = nn.functional.cross_entropy(
         logits.reshape(-1, vocab).float(),
@@ -38,15 +43,17 @@ def label_smoothed_nll(
 
 
 class _ChunkedProjectionLoss(torch.autograd.Function):
-    """sum over tokens of label_smoothed_nll(hidden @ weight.T), `chunk` rows at a time, gradients computed in forward
-    (the plain path's three matmuls, not four with recomputation); backward only scales them."""
+    """Sum `label_smoothed_nll(hidden @ weight.T)` over the tokens, `chunk` rows at a time.
+
+    Forward also computes the gradients, chunk by chunk, so that the work is the plain path's three matrix products
+    rather than four with recomputation; backward only scales the saved gradients by the incoming one."""
 
     @staticmethod
     def forward(ctx, hidden, weight, labels, epsilon, chunk, ignore_index):  # noqa: D102 (see the class docstring)
         want_hidden, want_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         grad_hidden = torch.empty_like(hidden) if want_hidden else None
-        weight_leaf = weight.detach().requires_grad_(want_weight)  # its .grad accumulates over the chunks
+        weight_leaf = weight.detach().requires_grad_(want_weight)  # Its .grad accumulates over the chunks.
         for start in range(0, hidden.shape[0], chunk):
             rows = hidden[start : start + chunk].detach().requires_grad_(want_hidden)
             with torch.enable_grad():
@@ -82,8 +89,12 @@ def chunked_label_smoothed_nll(
     chunk: int = 4096,
     ignore_index: int = IGNORE_INDEX,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`label_smoothed_nll(hidden @ weight.T, labels, epsilon)` with at most `chunk` tokens' logits at once; same value
-    and gradients up to summation order (padding computed, contributing zero: static shapes)."""
+    """Return what `label_smoothed_nll(hidden @ weight.T, labels, epsilon)` returns, with at most `chunk` tokens'
+    logits in memory at once.
+
+    The value and the gradients are the same up to summation order. Padded positions are computed too and contribute
+    zero, so that shapes stay static. It raises a ValueError if `chunk` is not positive or if the shapes of `hidden`
+    (B, T, d), `weight` (V, d) and `labels` (B, T) do not match."""
     if chunk <= 0:
         raise ValueError(f"chunk must be positive, got {chunk}")
     if hidden.shape[-1] != weight.shape[-1] or hidden.shape[:-1] != labels.shape:
@@ -103,13 +114,15 @@ def _pass_through(hidden_states: torch.Tensor) -> torch.Tensor:
 
 @contextlib.contextmanager
 def output_projection_deferred(model: nn.Module) -> Iterator[nn.Linear]:
-    """Inside the block the bias-free output projection (`lm_head`, Section 3.4) returns its input, so `.logits` are
-    hidden states (the model still called through DDP / `torch.compile` wrappers); yields the projection."""
+    """Make the model's output projection (`lm_head`, Section 3.4) return its input inside the block, and yield it.
+
+    Inside the block the model's `.logits` are therefore its hidden states, while the model is still called through
+    its DDP or `torch.compile` wrappers. It raises a ValueError unless the projection is a bias-free nn.Linear."""
     head = model.get_output_embeddings()
     biased = getattr(head, "bias", None) is not None or getattr(model, "final_logits_bias", None) is not None
     if not isinstance(head, nn.Linear) or biased:
         raise ValueError(f"the chunked loss needs a bias-free nn.Linear output projection, got {type(head).__name__}")
-    head.forward = _pass_through  # one function object: a compiled model guards on it once, not once per call
+    head.forward = _pass_through  # One shared function, so that a compiled model guards on it once, not every call.
     try:
         yield head
     finally:
@@ -117,8 +130,11 @@ def output_projection_deferred(model: nn.Module) -> Iterator[nn.Linear]:
 
 
 class LabelSmoothedLoss:
-    """The Trainer's `compute_loss_func`: the smoothed sum over the update's target tokens (`num_items_in_batch`); with
-    `chunk_tokens` > 0 `outputs.logits` are hidden states (`output_projection_deferred`) and the loss is chunked."""
+    """Compute the loss as the Trainer's `compute_loss_func`: the label-smoothed sum over the batch's targets, divided
+    by the update's number of target tokens (`num_items_in_batch`).
+
+    With `chunk_tokens` > 0, `outputs.logits` are hidden states (see `output_projection_deferred`) and the loss is
+    computed in chunks through `output_projection`, which must then be given."""
 
     def __init__(
         self, epsilon: float = PAPER_LABEL_SMOOTHING, chunk_tokens: int = 0, output_projection: nn.Linear | None = None

@@ -1,4 +1,4 @@
-"""A run's plan: what a recipe means on this machine, resolved once, before any work.
+"""Plan a run: resolve what a recipe means on this machine once, before any work.
 
 `plan_run(recipe)` reads the recipe (already checked: `vaswani_hf.training.recipe`) together with the world it runs
 in (processes, device, memory) and the file system, and returns a frozen `RunPlan` that every later step only reads
@@ -50,28 +50,28 @@ from .sources import check_data_dir, check_read_once, resolve_dir, split_sources
 
 logger = logging.getLogger(__name__)
 
-# The launchers' variables as Accelerate reads them (torchrun / accelerate launch, then MPI's for multi-CPU runs)
+# The launchers' variables as Accelerate reads them: torchrun's and accelerate launch's, then MPI's for multi-CPU runs.
 _PROCESSES = ["WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"]
 _RANK = ["RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK"]
 _LOCAL_PROCESSES = ["LOCAL_WORLD_SIZE", "MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE"]
 _LOCAL_RANK = ["LOCAL_RANK", "MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK"]
-# The sharding strategies an Accelerate launch config asks for (parameters then are not plain tensors)
+# The sharding strategies an Accelerate launch config may ask for; with them, parameters are not plain tensors.
 _SHARDING = {"FSDP": "ACCELERATE_USE_FSDP", "DeepSpeed": "ACCELERATE_USE_DEEPSPEED"}
 
 
 @dataclass(frozen=True)
 class World:
-    """The processes a run is launched on, as seen by one of them."""
+    """Describe the processes a run is launched on, as one of them sees them."""
 
-    processes: int = 1  # processes of the run, all machines
+    processes: int = 1  # The run's processes on all machines.
     index: int = 0  # this process's rank
-    local_processes: int = 1  # processes on this machine (they share its RAM on a CPU)
+    local_processes: int = 1  # The processes on this machine, which share its RAM on a CPU.
     device: str = "cpu"  # this process's device: "cpu" or "cuda:N"
 
     @classmethod
     def from_environment(cls, recipe: Recipe) -> World:
-        """Read from the launcher's environment without starting a process group; `run_training` later checks that
-        Accelerate's world agrees (`check_state`)."""
+        """Read the world from the launcher's environment without starting a process group; `run_training` later
+        checks that Accelerate's world agrees (`check_state`)."""
         processes = get_int_from_env(_PROCESSES, 1)
         device = "cpu" if use_cpu(recipe, processes) else f"cuda:{get_int_from_env(_LOCAL_RANK, 0)}"
         return cls(processes, get_int_from_env(_RANK, 0), get_int_from_env(_LOCAL_PROCESSES, processes), device)
@@ -81,7 +81,8 @@ class World:
         return self.device.startswith("cpu")
 
     def check_state(self, state) -> None:
-        """Accelerate's `PartialState`, started by the run, is the world this plan was made for."""
+        """Check that Accelerate's `PartialState`, started by the run, is the world this plan was made for, and raise
+        RecipeError otherwise."""
         seen = (state.num_processes, state.process_index, torch.device(state.device).type)
         if seen != (self.processes, self.index, torch.device(self.device).type):
             raise RecipeError(
@@ -92,8 +93,8 @@ class World:
 
 
 def use_cpu(recipe: Recipe, processes: int = 1) -> bool:
-    """Whether the run trains on the CPU: when the recipe asks, when `ACCELERATE_USE_CPU` is set, when several
-    processes were launched on a machine without CUDA, or when there is no accelerator at all.
+    """Return whether the run trains on the CPU: it does when the recipe asks, when `ACCELERATE_USE_CPU` is set, when
+    several processes were launched on a machine without CUDA, or when there is no accelerator at all.
 
     Accelerate's `PartialState(cpu=False)` would otherwise give every process of `accelerate launch --multi_gpu
     --num_processes 2` on a CPU-only machine its own world of size 1 (independent rank-0 runs); with cpu=True they
@@ -110,16 +111,16 @@ def use_cpu(recipe: Recipe, processes: int = 1) -> bool:
 
 @dataclass(frozen=True)
 class DataPlan:
-    """Section 5.1's data: where each split comes from, which training pairs are kept, the shared BPE."""
+    """Hold Section 5.1's data: where each split comes from, which training pairs are kept, and the shared BPE."""
 
-    sources: MappingProxyType  # split name (train, valid, test) -> its Source, or None where the recipe has none
+    sources: MappingProxyType  # Each split's Source by name (train, valid, test), or None.
     src_lang: str  # source language code (a column of every split)
     tgt_lang: str  # target language code
-    max_length: int  # training pairs with a side longer than this many BPE tokens are dropped (fits a micro-batch)
-    max_length_ratio: float | None  # training pairs whose length ratio exceeds this are dropped (None: kept)
-    train_limit: int  # the first N training pairs are used (0: all)
-    valid_limit: int  # the first N dev pairs are scored (0: all)
-    workers: int | None  # processes of the tokenisation's Dataset.map (None: one)
+    max_length: int  # Drop training pairs with a side of more BPE tokens than this.
+    max_length_ratio: float | None  # Drop training pairs of a greater length ratio (None keeps them).
+    train_limit: int  # Use the first N training pairs (0 for all).
+    valid_limit: int  # Score the first N dev pairs (0 for all).
+    workers: int | None  # Processes of the tokenisation's Dataset.map (None for one).
     tokenizer_dir: Path  # the shared BPE's folder: tokenizer_path, or OUTPUT_DIR/tokenizer (trained when missing)
     vocab_size: int  # size of a BPE trained here
     bpe_min_frequency: int  # minimum pair frequency of a BPE merge trained here
@@ -128,32 +129,32 @@ class DataPlan:
 
 @dataclass(frozen=True)
 class BatchingPlan:
-    """Section 5.1's token batches and how they reach the device."""
+    """Hold Section 5.1's token batches and how they reach the device."""
 
     max_tokens: int  # padded source (and target) tokens of a training micro-batch, per process
     accumulation: int  # micro-batches per optimizer update
     tokens_per_update: int  # max_tokens x processes x accumulation (the paper's ~25,000 source + target tokens)
     eval_max_tokens: int  # padded tokens of an evaluation batch
-    max_sentences: int | None  # at most this many pairs a micro-batch (None: no cap)
-    pad_to_multiple_of: int | None  # batch lengths padded up to a multiple of this (None: to the longest)
-    chosen: bool  # max_tokens and accumulation were derived from tokens_per_step and the device (`auto`)
-    num_workers: int  # DataLoader workers asked for (-1: chosen for the device, `data_path`)
-    pin_memory: bool | None  # pinned host memory asked for (None: chosen for the device)
-    prefetch_factor: int | None  # batches each worker loads ahead (None: chosen for the device)
+    max_sentences: int | None  # At most this many pairs a micro-batch (None for no cap).
+    pad_to_multiple_of: int | None  # Pad batch lengths to a multiple of this (None: to the longest).
+    chosen: bool  # True if `auto` derived max_tokens and accumulation here.
+    num_workers: int  # DataLoader workers asked for; -1 lets `data_path` choose.
+    pin_memory: bool | None  # Pinned host memory asked for; None chooses by device.
+    prefetch_factor: int | None  # Batches each worker loads ahead; None chooses by device.
     log_batches: bool  # write a hash of every training example seen, per process
 
 
 @dataclass(frozen=True)
 class ModelPlan:
-    """Table 3's model and Section 5.4's objective."""
+    """Hold Table 3's model and Section 5.4's objective."""
 
     config: VaswaniConfig  # the recipe's model (`Recipe.config`), its values checked when the recipe was built
     label_smoothing: float  # eps_ls of the training objective
-    loss_chunk_tokens: int  # the training loss computed this many target tokens at a time (0: in one piece)
+    loss_chunk_tokens: int  # Compute the loss this many target tokens at a time (0: at once).
 
     def config_for(self, vocab_size: int) -> VaswaniConfig:
-        """The model's config for a tokenizer of `vocab_size` tokens: a copy of `config` whose vocab_size is the
-        tokenizer's, the one new value, checked as it enters with the settings it bounds (the token ids)."""
+        """Return the model's config for a tokenizer of `vocab_size` tokens: a copy of `config` whose vocab_size, the
+        one new value, is the tokenizer's, checked as it enters together with the token ids it bounds."""
         config = copy.deepcopy(self.config)
         config.vocab_size = MODEL_SETTINGS["vocab_size"].check(vocab_size, "tokenizer")
         for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
@@ -163,54 +164,54 @@ class ModelPlan:
 
 @dataclass(frozen=True)
 class OptimizerPlan:
-    """Section 5.3's Adam: stated here once, handed to `TrainingArguments`, from which the optimizer is built."""
+    """Hold Section 5.3's Adam, stated here once and handed to `TrainingArguments`, which builds the optimizer."""
 
-    learning_rate: float  # Adam's lr: the formula's constant factor, lr_multiplier x d_model^-0.5 (the schedule
-    # multiplies it by min(step^-0.5, step x warmup^-1.5))
+    # The schedule multiplies learning_rate by min(step^-0.5, step x warmup^-1.5) at every update.
+    learning_rate: float  # Adam's lr is lr_multiplier x d_model^-0.5, the formula's constant factor.
     betas: tuple[float, float]  # Adam's beta1, beta2
     eps: float  # Adam's epsilon
-    weight_decay: float  # coupled L2 decay (the paper: none)
-    max_grad_norm: float  # gradient clipping (0: none)
-    fused: bool  # torch's fused Adam kernel (one kernel for all parameters; plain tensors on CPU or CUDA only)
+    weight_decay: float  # Coupled L2 decay; the paper has none.
+    max_grad_norm: float  # Gradient clipping (0 for none).
+    fused: bool  # Use torch's fused Adam kernel, one for all parameters (plain tensors on CPU or CUDA only).
 
 
 @dataclass(frozen=True)
 class SchedulePlan:
-    """How long the run trains, and Section 5.3's learning-rate formula."""
+    """Hold how long the run trains, and Section 5.3's learning-rate formula."""
 
-    max_steps: int  # optimizer updates (-1: num_train_epochs decides)
+    max_steps: int  # Optimizer updates; with -1, num_train_epochs decides.
     num_train_epochs: float  # epochs, when max_steps is -1
     warmup_steps: int  # warmup_steps of the formula
     lr_multiplier: float  # the factor in front of the formula (the card states it)
-    max_train_minutes: float  # stop after this wall-clock budget (0: none)
+    max_train_minutes: float  # Stop after this wall-clock budget (0 for none).
     logging_steps: int  # log loss and learning rate every N updates
 
 
 @dataclass(frozen=True)
 class EvaluationPlan:
-    """Validation during training and the final scores (Section 6)."""
+    """Hold the validation during training and the final scores (Section 6)."""
 
-    eval_steps: int  # validation every N updates (0: only at the end)
+    eval_steps: int  # Validate every N updates (0: only at the end).
     eval_on_start: bool  # validate before the first update (only with a dev set)
     eval_num_beams: int  # beam size of validation BLEU during training
     final_num_beams: int  # beam size of the final scores and example translations (test_num_beams, or the paper's)
-    bleu_tokenize: str  # sacreBLEU tokenizer ("none": pre-tokenized references)
+    bleu_tokenize: str  # sacreBLEU's tokenizer; "none" for pre-tokenized references.
     translate_examples: tuple[str, ...]  # sentences translated and printed at the end
 
 
 @dataclass(frozen=True)
 class CheckpointPlan:
-    """Section 6.1's checkpoints and their average."""
+    """Hold Section 6.1's checkpoints and their average."""
 
-    save_every_minutes: float  # a checkpoint every N minutes of training (0: off)
-    save_steps: int  # also every N updates (0: off)
-    keep_last: int  # the last K checkpoints kept (0: all)
-    average_last: int  # the last N checkpoints averaged at the end (0 or 1: the final weights)
+    save_every_minutes: float  # Save every N minutes of training (0 turns it off).
+    save_steps: int  # Save also every N updates (0 turns it off).
+    keep_last: int  # Keep the last K checkpoints (0 keeps all).
+    average_last: int  # Average the last N at the end (0 or 1: the final weights).
 
 
 @dataclass(frozen=True)
 class ExportPlan:
-    """The Hub-ready folder and what the run records of itself."""
+    """Hold the Hub-ready folder and what the run records of itself."""
 
     export_dir: Path  # the Hub-ready folder (export_dir, or OUTPUT_DIR/hub)
     recipe_name: str  # the recipe's name (its file's stem)
@@ -220,21 +221,21 @@ class ExportPlan:
 
 @dataclass(frozen=True)
 class ProcessPlan:
-    """How each process runs: seed, threads, precision, compilation, reporting."""
+    """Hold how each process runs: its seed, threads, precision, compilation and reporting."""
 
-    seed: int  # model initialisation, dropout and batch order
-    torch_threads: int  # torch.set_num_threads per process (0: torch's default)
+    seed: int  # It seeds the initialisation, dropout and batch order.
+    torch_threads: int  # torch.set_num_threads per process (0: torch's default).
     bf16: bool  # bf16 mixed precision (the recipe's bf16, `auto` resolved for this device and model)
     fp16: bool  # fp16 mixed precision
     precision: str  # the precision and why, one line ("precision: bf16 (bf16: auto: this CPU ...)")
     torch_compile: bool  # the training step compiled with torch.compile
-    report_to: tuple[str, ...]  # Trainer integrations (("all",): every one installed; (): none)
+    report_to: tuple[str, ...]  # Trainer integrations; ("all",) is every one installed, () none.
     show_progress: bool  # progress bars
 
 
 @dataclass(frozen=True)
 class RunPlan:
-    """Everything a run needs to know, resolved once (see the module docstring)."""
+    """Hold everything a run needs to know, resolved once (see the module docstring)."""
 
     world: World  # the process layout
     output_dir: Path  # checkpoints, logs, metrics and plots
@@ -250,9 +251,10 @@ class RunPlan:
     export: ExportPlan
 
     def lock(self) -> io.FolderLock:
-        """This run's hold on its output folder (created if needed, and marked as a run's), while the run writes."""
+        """Take this run's hold on its output folder, creating it if needed and marking it as a run's, while the run
+        writes."""
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        io.mark(self.output_dir, preflight.TRAINING_RUN)  # before the lock: a full disk leaves no descriptor open
+        io.mark(self.output_dir, preflight.TRAINING_RUN)  # Marked first: a full disk leaves no descriptor open.
         return io.FolderLock(self.output_dir, "output_dir").acquire()
 
     def describe(self) -> str:
@@ -265,9 +267,9 @@ class RunPlan:
 
 
 def plan_run(recipe: Recipe, *, overwrite: bool = False, world: World | None = None) -> RunPlan:
-    """Resolve `recipe` on this machine and file system (see the module docstring). Anything that would fail later
-    is a UsageError now, one line naming the key or path. `world` is the process layout (by default, the
-    launcher's)."""
+    """Resolve `recipe` on this machine and file system and return its plan (see the module docstring). Anything that
+    would fail later raises a UsageError now, one line naming the key or path. `world` is the process layout (by
+    default, the launcher's)."""
     world = world or World.from_environment(recipe)
     check_devices(recipe, world)
     check_data_dir(recipe)
@@ -347,7 +349,7 @@ def _process(recipe: Recipe, world: World) -> ProcessPlan:
 
 
 def training_precision(recipe: Recipe, world: World) -> precision.Choice:
-    """The recipe's `bf16` resolved for this run. true and false are kept as given. `auto`
+    """Return the recipe's `bf16` resolved for this run. true and false are kept as given. `auto`
     (`precision.choose_training_bf16`) means bf16 on a CUDA GPU with bf16, or on a CPU with bf16 matrix units for a
     model that reaches that kind's size threshold (`precision.BF16_MIN_PARAMETERS`), and fp32 otherwise. With
     `fp16: true` the answer is never bf16."""
@@ -390,9 +392,9 @@ def _batching(recipe: Recipe, max_tokens: int, accumulation: int, processes: int
 
 
 def _optimizer(recipe: Recipe, world: World) -> OptimizerPlan:
-    """Section 5.3's Adam. It uses torch's fused kernel where torch has it for this device and the parameters stay
-    plain tensors (not sharded by FSDP or DeepSpeed): the same update up to float rounding, in one kernel for all
-    parameters."""
+    """Return Section 5.3's Adam for this run. It uses torch's fused kernel where torch has it for this device and the
+    parameters stay plain tensors (not sharded by FSDP or DeepSpeed): the same update up to float rounding, in one
+    kernel for all parameters."""
     fused = torch.device(world.device).type in FUSED_ADAM_DEVICE_TYPES and not any(
         parse_flag_from_env(flag) for flag in _SHARDING.values()
     )
@@ -407,7 +409,7 @@ def _optimizer(recipe: Recipe, world: World) -> OptimizerPlan:
 
 
 def _evaluation(recipe: Recipe) -> EvaluationPlan:
-    paper_beams = GENERATION_SETTINGS["num_beams"].default  # what the exported generation_config.json says
+    paper_beams = GENERATION_SETTINGS["num_beams"].default  # The exported generation_config.json's beam size.
     return EvaluationPlan(
         recipe.eval_steps,
         recipe.eval_on_start and recipe.valid_data is not None,
@@ -419,7 +421,8 @@ def _evaluation(recipe: Recipe) -> EvaluationPlan:
 
 
 def recipe_yaml(recipe: Recipe) -> str:
-    """The full recipe as YAML (every key, defaults included): recipe.yaml beside the run and in its export."""
+    """Return the full recipe as YAML, every key and default included, for recipe.yaml beside the run and in its
+    export."""
     return yaml.safe_dump(dict(recipe), sort_keys=False)
 
 

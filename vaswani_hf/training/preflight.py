@@ -1,11 +1,11 @@
-"""What a training run may do with its output, export and tokenizer folders, decided before any data is read, any
+"""Decide what a training run may do with its output, export and tokenizer folders, before any data is read, any
 model is built or any file is written.
 
-A new run needs an absent or empty `output_dir`; a previous run there (a folder a run marked `TRAINING_RUN` when it
-took it) is continued with `--resume` (the newest checkpoint that loads, with the RNG state for this number of
-processes and the same architecture; a key changed since the run's recipe.yaml is named) or replaced with
-`--overwrite` (its `RUN_FILES` only); a folder another run holds, or anything else, is refused in one line. The export
-folder is replaced only when it is this run's own or a Hub folder this package wrote.
+A new run needs an absent or empty `output_dir`. A previous run there (a folder that a run marked `TRAINING_RUN` when
+it took it) is continued with `--resume`, from the newest checkpoint that loads, with the RNG state for this number of
+processes and the same architecture; a key changed since the run's recipe.yaml is named. With `--overwrite` it is
+replaced instead, its `RUN_FILES` only. A folder another run holds, or anything else, is refused in one line. The
+export folder is replaced only when it is this run's own or a Hub folder this package wrote.
 """
 
 from __future__ import annotations
@@ -50,13 +50,14 @@ ARCHITECTURE_KEYS = tuple(name for name in MODEL_KEYS if MODEL_SETTINGS[name].ar
 TOKENIZER_KEYS = ("vocab_size", "bpe_min_frequency", "lowercase")
 # The keys that do not change what a resumed run computes: a change of any other is named when the run resumes.
 NOT_THE_RUN = ("output_dir", "resume", "description", "disable_tqdm", "report_to")
-TRAINING_RUN = "training run"  # the marker of an output_dir a run took (io.mark): --overwrite replaces only such
+TRAINING_RUN = "training run"  # A run marks its output_dir with this; --overwrite replaces only such folders.
 
 
 @dataclass
 class OutputDecision:
-    """What the run does with its output folder: "new", "resume" (from `resume_from`), "overwrite" (removing
-    `previous`), "score" (trained to `finished_at`: average and score) or "finished" (nothing to do)."""
+    """Say what the run does with its output folder: "new", "resume" (from `resume_from`), "overwrite" (removing
+    `previous`), "score" (the run trained to `finished_at`, and only averages and scores) or "finished" (nothing to
+    do)."""
 
     start: str
     resume_from: Path | None = None
@@ -74,18 +75,19 @@ class OutputDecision:
 
 
 def previous_run_files(output_dir: Path) -> list[Path]:
-    """The files and folders of a previous training run in `output_dir` (see RUN_FILES)."""
+    """Return the files and folders of a previous training run in `output_dir` (see RUN_FILES)."""
     return sorted({p for pattern in RUN_FILES for p in output_dir.glob(pattern)})
 
 
 def decide_output_dir(
     recipe: Recipe, out: Path, *, overwrite: bool, processes: int = 1, tokenizer_dir: Path | None = None
 ) -> OutputDecision:
-    """The output folder decision (see the module docstring), or UsageError. `tokenizer_dir`: the tokenizer folder
-    the run would use (tokenizer_path, or OUTPUT_DIR/tokenizer), which a resumed checkpoint's must equal."""
+    """Return the decision on the output folder (see the module docstring), or raise UsageError. `tokenizer_dir` is
+    the tokenizer folder the run would use (tokenizer_path, or OUTPUT_DIR/tokenizer); a resumed checkpoint's must
+    equal it."""
     if overwrite and recipe.resume:
         raise RecipeError("--overwrite replaces the run in output_dir and --resume continues it: pick one")
-    io.check_output_dir(out, overwrite=True, what="output_dir", replaced=False)  # a folder, or nothing yet
+    io.check_output_dir(out, overwrite=True, what="output_dir", replaced=False)  # It is a folder, or nothing yet.
     if io.folder_in_use(out):
         raise RecipeError(
             f"output_dir {out} is in use by another run (it holds the folder's lock); wait for it to "
@@ -99,7 +101,7 @@ def decide_output_dir(
         io.written_by(out) == TRAINING_RUN
         or (out / "recipe.yaml").is_file()
         and any(out.glob("checkpoint-*/trainer_state.json"))
-    ):  # a run older than the marker: its recipe and checkpoints
+    ):  # A run older than the marker is known by its recipe and checkpoints.
         raise RecipeError(
             f"output_dir {out} is not empty ({io.first_entries(out)}) and holds no run of this tool: "
             "--resume and --overwrite only continue or replace a run it wrote; choose another "
@@ -116,8 +118,9 @@ def decide_output_dir(
 
 
 def _resume_decision(recipe: Recipe, out: Path, processes: int, tokenizer_dir: Path | None) -> OutputDecision:
-    """--resume: the newest complete checkpoint, with its RNG state for this number of processes when training is
-    to go (else other dropout masks and batch orders); a run whose training is done is "finished" or "score"."""
+    """Decide `--resume`: from the newest complete checkpoint, with its RNG state for this number of processes when
+    training is to go on (else dropout masks and batch orders would differ); a run whose training is done is
+    "finished" or "score"."""
     checkpoint, skipped = resumable_checkpoint(out, processes, rng=False)
     if checkpoint is None and checkpoints(out):
         raise RecipeError(
@@ -134,10 +137,10 @@ def _resume_decision(recipe: Recipe, out: Path, processes: int, tokenizer_dir: P
         for k in recipe
         if k not in NOT_THE_RUN and k in previous and previous[k] != recipe[k]
     ]
-    if changed:  # the run resumed is not the run saved (max_steps raised to train on, ...): said, not silent
+    if changed:  # Say so when the run resumed is not the run saved (e.g. a raised max_steps).
         logger.warning("--resume: the recipe differs from the run's %s: %s", out / "recipe.yaml", "; ".join(changed))
-    step = io.read_json(checkpoint / "trainer_state.json").get("global_step")  # checked: resumable_checkpoint
-    if recipe.max_steps > 0 and step >= recipe.max_steps:  # done; its final scores too if metrics.json says so
+    step = io.read_json(checkpoint / "trainer_state.json").get("global_step")  # resumable_checkpoint checked it.
+    if recipe.max_steps > 0 and step >= recipe.max_steps:  # Training is done; scoring too if metrics.json says so.
         start = "finished" if _recorded_end(out) == step else "score"
         return OutputDecision(start, resume_from=checkpoint, finished_at=step)
     exact, skipped = resumable_checkpoint(out, processes)
@@ -157,7 +160,8 @@ def _resume_decision(recipe: Recipe, out: Path, processes: int, tokenizer_dir: P
 
 
 def _recorded_end(out: Path) -> int | None:
-    """The update at which the run's metrics.json records the end of training (None: absent or unreadable)."""
+    """Return the update at which the run's metrics.json records the end of training, or None if the file is absent
+    or unreadable."""
     try:
         metrics = io.read_json(out / "metrics.json")
     except io.UsageError:
@@ -166,8 +170,8 @@ def _recorded_end(out: Path) -> int | None:
 
 
 def check_export_dir(export: Path, out: Path, *, overwrite: bool) -> None:
-    """export_dir is this run's own folder (inside output_dir, beside the run's other files), or a folder that may be
-    written: absent, empty, or (with --overwrite or --resume) a Hub folder this package wrote."""
+    """Check that export_dir is this run's own folder (inside output_dir, beside the run's other files) or a folder
+    that may be written: absent, empty, or (with --overwrite or --resume) a Hub folder this package wrote."""
     export_r, out_r = export.resolve(), out.resolve()
     if export_r == out_r or export_r in out_r.parents:
         raise RecipeError(
@@ -186,7 +190,7 @@ def check_export_dir(export: Path, out: Path, *, overwrite: bool) -> None:
 
 
 def check_same_architecture(recipe: Recipe, checkpoint: Path) -> None:
-    """--resume refuses, before writing anything, a recipe whose model differs from the checkpoint's."""
+    """Refuse on --resume, before writing anything, a recipe whose model differs from the checkpoint's."""
     config = io.read_json(checkpoint / "config.json")
     # The recipe's config holds the values the model is built with: d_k's None there is d_model // num_heads.
     built = {k: getattr(recipe.config, k) for k in ARCHITECTURE_KEYS}
@@ -203,7 +207,8 @@ def check_same_architecture(recipe: Recipe, checkpoint: Path) -> None:
 
 
 def _previous_recipe(out: Path) -> dict:
-    """The recipe the run in `out` was started with (OUTPUT_DIR/recipe.yaml; {} when absent or unreadable)."""
+    """Return the recipe the run in `out` was started with (OUTPUT_DIR/recipe.yaml), or {} when it is absent or
+    unreadable."""
     try:
         return read_yaml_mapping(out / "recipe.yaml", io.UsageError) if (out / "recipe.yaml").is_file() else {}
     except io.UsageError:
@@ -213,9 +218,9 @@ def _previous_recipe(out: Path) -> dict:
 def check_same_tokenizer(
     recipe: Recipe, out: Path, checkpoint: Path, tokenizer_dir: Path | None, previous: dict
 ) -> None:
-    """--resume refuses a recipe whose TOKENIZER_KEYS differ from the run's recipe.yaml, and a tokenizer folder whose
+    """Refuse on --resume a recipe whose TOKENIZER_KEYS differ from the run's recipe.yaml, and a tokenizer folder whose
     tokenizer.json gives other ids than the checkpoint's (the same size is not enough): the run would record one
-    tokenizer and use another, or train on other ids than the weights learned. `previous`: the run's recipe.yaml."""
+    tokenizer and use another, or train on other ids than the weights learned. `previous` is the run's recipe.yaml."""
     for key in TOKENIZER_KEYS:
         if key in previous and previous[key] != recipe[key]:
             raise RecipeError(
@@ -238,7 +243,7 @@ def check_same_tokenizer(
 
 
 def check_tokenizer_path(folder: Path, given: str) -> None:
-    """tokenizer_path names a folder with a readable tokenizer.json (written by vaswani-train-tokenizer)."""
+    """Check that tokenizer_path names a folder with a readable tokenizer.json (written by vaswani-train-tokenizer)."""
     if not folder.is_dir():
         raise RecipeError(
             f"tokenizer_path {given}: folder not found ({folder}); give a folder written by "
@@ -248,7 +253,8 @@ def check_tokenizer_path(folder: Path, given: str) -> None:
 
 
 def clear_previous_run(output_dir: Path) -> list[str]:
-    """`--overwrite`: remove the previous run's files (RUN_FILES only; anything else stays). Returns their names."""
+    """Remove the previous run's files for `--overwrite` (RUN_FILES only; anything else stays) and return their
+    names."""
     removed = []
     for path in previous_run_files(output_dir):
         shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()

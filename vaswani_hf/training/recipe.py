@@ -1,16 +1,17 @@
-"""Recipes: every setting of a training run, declared once as a dataclass field with its default, meaning and range.
+"""Build recipes, which hold every setting of a training run, each declared once as a dataclass field with its
+default, meaning and range.
 
 A recipe is a YAML file of keys (`recipes/*.yaml`, or any path) whose values override the declared defaults (the
-paper's base model, Section 5 and Table 3); any key can be overridden again on the command line (`--dropout 0.2`).
-Each key is declared once, beside what consumes it. The run's keys are dataclass fields
-(`field(default=0.1, metadata={"help": ..., "min": 0})`) in the sections of `vaswani_hf.training.recipe_keys`, as
-transformers' `TrainingArguments` declares its own; the model's keys are `VaswaniConfig`'s settings declared with
-`recipe: True`. From the declarations come the command line (`vaswani_hf.cli.train`), `--list-keys`, and
-`load_recipe`, the one way a recipe is built: unknown keys, wrong types, values out of range and contradictory keys
-are refused with the file or key named, before anything is loaded. A value is checked once, where it enters: a run
-key against its declaration (`check_value`), and the model keys by building the recipe's `VaswaniConfig`
-(`Recipe.config`, which the run then trains). Each error names the file or flag the value came from. What the recipe
-means for a run on this machine is resolved once, by `vaswani_hf.training.plan`.
+paper's base model, Section 5 and Table 3); any key can be overridden again on the command line (`--dropout 0.2`). Each
+key is declared once, beside what consumes it. The run's keys are dataclass fields (`field(default=0.1,
+metadata={"help": ..., "min": 0})`) in the sections of `vaswani_hf.training.recipe_keys`, as transformers'
+`TrainingArguments` declares its own; the model's keys are `VaswaniConfig`'s settings declared with `recipe: True`.
+From the declarations come the command line (`vaswani_hf.cli.train`), `--list-keys`, and `load_recipe`, the one way a
+recipe is built, which refuses unknown keys, wrong types, values out of range and contradictory keys with the file or
+key named, before anything is loaded. A value is checked once, where it enters: a run key against its declaration
+(`check_value`), and the model keys by building the recipe's `VaswaniConfig` (`Recipe.config`, which the run then
+trains). Each error names the file or flag the value came from. What the recipe means for a run on this machine is
+resolved once, by `vaswani_hf.training.plan`.
 
 Where the paper is silent, defaults follow tensor2tensor's first release (t2t v1) and say so.
 """
@@ -25,23 +26,23 @@ from typing import Any
 from ..configuration_vaswani import SettingError, VaswaniConfig, shown
 from ..errors import UsageError, one_line
 from .recipe_files import read_yaml_mapping, read_yaml_text
-from .recipe_keys import MODEL_KEYS, SECTIONS, SETTINGS, ModelKeys  # noqa: F401 - the keys, read from here too
+from .recipe_keys import MODEL_KEYS, SECTIONS, SETTINGS, ModelKeys  # noqa: F401 - the keys are read from here too
 
 # `vaswani_hf/recipes` is a link to the repository's `recipes/`, so that a built wheel carries the recipes as package
 # data (pyproject.toml) and `--recipe NAME` works from an installed package too.
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 REPO_ROOT = Path(__file__).resolve().parents[2]
-NULLS = ("null", "none", "~")  # command-line words for None (any case)
+NULLS = ("null", "none", "~")  # These command-line words mean None, in any case.
 
 
 class RecipeError(UsageError):
-    """A recipe (YAML file or command-line override) is invalid; raised before any data is read or model built."""
+    """Report an invalid recipe (a YAML file or a command-line override), before any data is read or model built."""
 
 
 class Recipe(Mapping):
-    """A checked recipe: every key's value, read as `recipe.d_model` or `recipe["d_model"]` (a read-only mapping of
-    all keys, so `dict(recipe)` and `yaml.safe_dump(dict(recipe))` give the full recipe), and `config`, the
-    `VaswaniConfig` its model keys describe (with the BPE's vocab_size). Build one with `load_recipe`."""
+    """Hold a checked recipe: every key's value, read as `recipe.d_model` or `recipe["d_model"]`, and `config`, the
+    `VaswaniConfig` its model keys describe (with the BPE's vocab_size). It is a read-only mapping of all keys, so
+    `dict(recipe)` and `yaml.safe_dump(dict(recipe))` give the full recipe. Build one with `load_recipe`."""
 
     def __init__(self, values: Mapping[str, Any], name: str = "custom", file: str | None = None, config=None):
         self._values = {name: values[name] for name in SETTINGS}
@@ -66,7 +67,7 @@ class Recipe(Mapping):
 
 
 def defaults() -> dict[str, Any]:
-    """Every key with its default."""
+    """Return every key with its default."""
     return {name: list(s.default) if isinstance(s.default, list) else s.default for name, s in SETTINGS.items()}
 
 
@@ -76,9 +77,9 @@ def defaults() -> dict[str, Any]:
 
 
 def check_value(name: str, value: Any, where: str) -> Any:
-    """`value` for run key `name`, checked against its declaration where it enters (an int is taken as a float where a
-    float is declared); RecipeError otherwise, naming `where` (a file, `--key`) and the key. A model key is checked
-    by the config it builds (`model_config`), not here."""
+    """Return `value` for run key `name`, checked against its declaration where it enters (an int is taken as a float
+    where a float is declared), or raise RecipeError naming `where` (a file, `--key`) and the key. A model key is
+    checked by the config it builds (`model_config`), not here."""
     if name not in SETTINGS:
         raise unknown_keys([name], where)
     if name in MODEL_KEYS:
@@ -91,8 +92,8 @@ def check_value(name: str, value: Any, where: str) -> Any:
 
 
 def value_from_text(name: str, text: str) -> Any:
-    """The Python value of a command-line value (text), read by the key's declaration (`Setting.read`: `null` for
-    None, true/false for booleans, YAML syntax for lists); text that spells no value of the key's type is a
+    """Return the Python value of a command-line value (text), read by the key's declaration (`Setting.read`: `null`
+    for None, true/false for booleans, YAML syntax for lists); text that spells no value of the key's type raises
     RecipeError. The range is checked once, when the recipe is built (`load_recipe`)."""
     if name not in SETTINGS:
         raise unknown_keys([name], "command line")
@@ -129,8 +130,8 @@ def unknown_keys(names: Sequence[str], where: str) -> RecipeError:
 
 
 def check_rules(recipe: Recipe) -> Recipe:
-    """Check the rules that involve several run keys (the model's rules are its config's: `model_config`); a broken
-    rule is a RecipeError naming the keys. The values are already in range (`check_value`)."""
+    """Check the rules that involve several run keys (the model's rules are its config's: `model_config`), and raise
+    a RecipeError naming the keys of a broken one. The values are already in range (`check_value`)."""
     r = recipe
     if r.max_steps <= 0 and r.num_train_epochs <= 0:
         raise RecipeError("set max_steps > 0 or num_train_epochs > 0")
@@ -146,7 +147,7 @@ def check_rules(recipe: Recipe) -> Recipe:
         raise RecipeError(
             "max_tokens_per_device: auto chooses the accumulation too: set gradient_accumulation_steps: auto"
         )
-    if r.max_tokens_per_device != "auto":  # auto's number is checked when the run is planned, by the same rule
+    if r.max_tokens_per_device != "auto":  # auto's number is checked by the same rule when the run is planned.
         check_length_fits(r.max_tokens_per_device, r.max_length)
     if r.average_last > 1 and 0 < r.keep_last < r.average_last:
         raise RecipeError(
@@ -155,7 +156,7 @@ def check_rules(recipe: Recipe) -> Recipe:
         )
     if r.eval_steps > 0 and r.valid_data is None:
         raise RecipeError("eval_steps > 0 needs valid_data (a dev set); set eval_steps 0 or give valid_data")
-    if r.bf16 is True and r.fp16:  # bf16: auto with fp16: true is fp16 (vaswani_hf.training.plan)
+    if r.bf16 is True and r.fp16:  # bf16: auto with fp16: true means fp16 (training.plan).
         raise RecipeError("choose at most one of bf16 and fp16")
     if r.data_format == "hub" and not r.hub_dataset:
         raise RecipeError("data_format hub needs hub_dataset (e.g. wmt14) and usually hub_config (e.g. de-en)")
@@ -164,8 +165,9 @@ def check_rules(recipe: Recipe) -> Recipe:
 
 
 def model_config(values: Mapping[str, Any], origins: Mapping[str, str]) -> VaswaniConfig:
-    """The `VaswaniConfig` of a recipe's model keys, which checks each of them once, as it checks any config's values
-    (a SettingError names the file or flag the value came from, `origins`), and the rules between them. Its
+    """Return the `VaswaniConfig` of a recipe's model keys. Building it checks each key once, as any config's values
+    are checked, and the rules between them; a failure raises RecipeError naming the file or flag the value came
+    from (`origins`). Its
     vocab_size is the BPE's, which was already checked as the recipe key `vocab_size` (a narrower range), so it is
     set without a second check; `plan.ModelPlan.config_for` later gives it the trained tokenizer's."""
     try:
@@ -184,9 +186,10 @@ def model_config(values: Mapping[str, Any], origins: Mapping[str, str]) -> Vaswa
 
 
 def check_length_fits(max_tokens: int, max_length: int | None, *, auto: bool = False) -> None:
-    """The one rule between the two: a training pair of `max_length` tokens must fit one micro-batch of `max_tokens`
-    padded tokens, or no batch could hold it. RecipeError naming the keys otherwise (a number in the recipe is
-    refused when the recipe is loaded; `auto`'s number, `budget.tokens_per_device`, when the run is planned)."""
+    """Check the one rule between the two: a training pair of `max_length` tokens must fit one micro-batch of
+    `max_tokens` padded tokens, or no batch could hold it. Otherwise raise RecipeError naming the keys; a number in the
+    recipe is refused when the recipe is loaded, and `auto`'s number (`budget.tokens_per_device`) when the run is
+    planned."""
     if max_length is None or max_tokens >= max_length:
         return
     if auto:
@@ -202,7 +205,8 @@ def check_length_fits(max_tokens: int, max_length: int | None, *, auto: bool = F
 
 
 def check_report_to(value: str) -> None:
-    """report_to names Trainer integrations that are installed ("none", "all", or a comma-separated list)."""
+    """Check that report_to names Trainer integrations that are installed ("none", "all", or a comma-separated
+    list), and raise RecipeError otherwise."""
     names = [n.strip() for n in value.split(",") if n.strip()]
     if names in (["none"], ["all"]):
         return
@@ -228,13 +232,13 @@ def check_report_to(value: str) -> None:
 
 
 def list_recipes() -> list[str]:
-    """Names of the recipes bundled in `recipes/`."""
+    """Return the names of the recipes bundled in `recipes/`."""
     return sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
 
 
 def recipe_path(name_or_path: str | os.PathLike) -> Path:
-    """The path of a recipe's file, from a bundled recipe's name (`default`, `wmt14-en-de-base`, ...) or a path to a
-    YAML file."""
+    """Return the path of a recipe's file, from a bundled recipe's name (`default`, `wmt14-en-de-base`, ...) or a path
+    to a YAML file."""
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml") or p.exists():
         if not p.is_file():
@@ -250,8 +254,8 @@ def recipe_path(name_or_path: str | os.PathLike) -> Path:
 
 
 def read_recipe_file(path: Path) -> dict[str, Any]:
-    """The key/value pairs of a recipe file (not yet merged with the defaults), the run keys checked (the model keys
-    are checked by the recipe's config, `model_config`)."""
+    """Return the key/value pairs of a recipe file, not yet merged with the defaults, with the run keys checked (the
+    recipe's config checks the model keys: `model_config`)."""
     data = read_yaml_mapping(path, RecipeError)
     unknown = [k for k in data if k not in SETTINGS]
     if unknown:
@@ -260,9 +264,10 @@ def read_recipe_file(path: Path) -> dict[str, Any]:
 
 
 def load_recipe(name_or_path: str | os.PathLike | None = None, overrides: Mapping[str, Any] | None = None) -> Recipe:
-    """The one way to build a recipe: a bundled name or a YAML file (None: `default`, or when `overrides` resume a run,
-    the run's own OUTPUT_DIR/recipe.yaml, so that it goes on as planned), then `overrides` (typed values, or text as
-    on the command line), every value checked once where it enters and every rule. Paths are not looked at here:
+    """Build a recipe, the one way: from a bundled name or a YAML file, then `overrides` (typed values, or text as on
+    the command line), checking every value once where it enters and every rule. Without a name, the recipe is
+    `default`, or, when `overrides` resume a run, the run's own OUTPUT_DIR/recipe.yaml, so that it goes on as
+    planned. Paths are not looked at here:
     `vaswani_hf.training.plan` resolves them. Raises RecipeError naming the file or key."""
     path, given = recipe_path(name_or_path or "default"), {}
     for name, value in (overrides or {}).items():
@@ -273,7 +278,7 @@ def load_recipe(name_or_path: str | os.PathLike | None = None, overrides: Mappin
         given[name] = check_value(name, value, f"--{name}")
     values = {**defaults(), **read_recipe_file(path), **given}
     name, file, saved = path.stem, str(path), Path(values["output_dir"]) / "recipe.yaml"
-    if name_or_path is None and values["resume"] and saved.is_file():  # no file: the run rewrites its recipe.yaml
+    if name_or_path is None and values["resume"] and saved.is_file():  # Else the run rewrites its recipe.yaml.
         own = {**defaults(), **read_recipe_file(saved), **given, "output_dir": values["output_dir"], "resume": True}
         values, name, file = own, str(saved), None
     # Where each value came from, for the errors of the model's config.

@@ -1,4 +1,4 @@
-"""Reading recipe YAML safely: bounded work on any input, and one value per key.
+"""Read recipe YAML safely, with bounded work on any input and one value per key.
 
 PyYAML's safe loader builds plain data only, but it still expands aliases: a 1 KB file of nested aliases ("billion
 laughs") describes billions of nodes, and rendering such a value in an error message never ends. A recipe is a flat
@@ -15,12 +15,12 @@ from typing import Any
 
 import yaml
 
-MAX_RECIPE_BYTES = 1 << 20  # a recipe is a few kilobytes
+MAX_RECIPE_BYTES = 1 << 20  # A real recipe is a few kilobytes.
 
 
 class _NoAliasLoader(yaml.SafeLoader):
-    """yaml.SafeLoader that refuses aliases (`*name`): a recipe needs none, and they are how a tiny file expands into
-    an enormous value."""
+    """Load YAML as yaml.SafeLoader does, but refuse aliases (`*name`): a recipe needs none, and they are how a tiny
+    file expands into an enormous value."""
 
     def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
@@ -32,7 +32,7 @@ class _NoAliasLoader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
     def construct_mapping(self, node, deep=False):
-        """A mapping whose keys are given once: the second of two equal keys is refused, naming both lines."""
+        """Build a mapping whose keys are given once; the second of two equal keys is refused, naming both lines."""
         if isinstance(node, yaml.MappingNode):
             seen: dict[Any, int] = {}
             for key_node, _ in node.value:
@@ -40,7 +40,7 @@ class _NoAliasLoader(yaml.SafeLoader):
                 line = key_node.start_mark.line + 1
                 try:
                     hash(key)
-                except TypeError:  # an unhashable key: PyYAML's own error follows
+                except TypeError:  # For an unhashable key, PyYAML's own error follows.
                     continue
                 if key in seen:
                     raise yaml.YAMLError(
@@ -51,9 +51,9 @@ class _NoAliasLoader(yaml.SafeLoader):
 
 
 def read_yaml_text(text: str, where: str, error: type[Exception] = ValueError) -> Any:
-    """Parse YAML `text` (a recipe or a command-line value) without aliases; `error` names `where` on failure."""
+    """Parse YAML `text` (a recipe or a command-line value) without aliases; on failure, raise `error` at `where`."""
     try:
-        return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - it is a SafeLoader subclass
     except yaml.YAMLError as problem:
         raise error(f"{where}: invalid YAML: {' '.join(str(problem).split())[:300]}") from None
     except RecursionError:
@@ -61,9 +61,10 @@ def read_yaml_text(text: str, where: str, error: type[Exception] = ValueError) -
 
 
 def read_yaml_mapping(path: Path, error: type[Exception]) -> dict[str, Any]:
-    """The mapping a recipe file holds, or `error` naming the file: not found, too large, not UTF-8, invalid YAML
-    (aliases included), not a mapping, or empty (a file with no keys would silently train with the code defaults:
-    the base model's 100k updates into outputs/run, which no one asks for by writing nothing)."""
+    """Return the mapping a recipe file holds, or raise `error` naming the file if it is not found, too large, not
+    UTF-8, invalid YAML (aliases included), not a mapping, or empty. An empty file is refused because it would
+    silently train with the code defaults: the base model's 100k updates into outputs/run, which no one asks for by
+    writing nothing."""
     try:
         size = path.stat().st_size
         if size > MAX_RECIPE_BYTES:
@@ -74,7 +75,7 @@ def read_yaml_mapping(path: Path, error: type[Exception]) -> dict[str, Any]:
     except OSError as problem:
         raise error(f"recipe {path}: {problem.strerror or problem}") from None
     data = read_yaml_text(text, str(path), error)
-    if data is None or data == {}:  # no keys: nothing, blanks, comments, `---`, `null` or `{}`
+    if data is None or data == {}:  # Nothing, blanks, comments, `---`, `null` and `{}` hold no keys.
         raise error(
             f"{path} is empty (no keys); a recipe needs at least one key (output_dir, data and model keys: "
             "see --list-keys); to start from the bundled defaults pass --recipe default"

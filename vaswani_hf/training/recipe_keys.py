@@ -1,10 +1,11 @@
-"""Every key of a training recipe, declared once as a dataclass field with its default, meaning and range, in sections
-(the groups of `vaswani-train --help` and `--list-keys`), as transformers' `TrainingArguments` declares its own:
-`field(default=0.1, metadata={"help": "...", "min": 0, "max": 1})` (the metadata's keys: validation_vaswani.py). The
-model's keys are `VaswaniConfig`'s settings declared with `recipe: True`, and the tokenizer's are the BPE's own
-(`vaswani_hf.tokenization.BpeSettings`): the same declarations, with no second copy. `vaswani_hf.training.recipe`
-builds a recipe from them. Where the paper is silent, defaults follow tensor2tensor's first release (t2t v1) and say
-so.
+"""Declare every key of a training recipe once, as a dataclass field with its default, meaning and range.
+
+The keys are grouped in sections (the groups of `vaswani-train --help` and `--list-keys`) and declared as transformers'
+`TrainingArguments` declares its own, `field(default=0.1, metadata={"help": "...", "min": 0, "max": 1})`;
+validation_vaswani.py lists the metadata's keys. The model's keys are `VaswaniConfig`'s settings declared with
+`recipe: True`, and the tokenizer's are the BPE's own (`vaswani_hf.tokenization.BpeSettings`): the same declarations,
+with no second copy. `vaswani_hf.training.recipe` builds a recipe from them. Where the paper is silent, defaults
+follow tensor2tensor's first release (t2t v1) and say so.
 """
 
 import dataclasses
@@ -18,7 +19,7 @@ from ..settings import GENERATION_SETTINGS, MODEL_SETTINGS, settings_of
 from ..tokenization import BPE_SETTINGS as _BPE
 from .objective import PAPER_LABEL_SMOOTHING
 
-BIG = 10**12  # the ceiling of counts that only cost time (steps, samples)
+BIG = 10**12  # The ceiling of counts that only cost time, such as steps and samples.
 
 
 @dataclass

@@ -1,5 +1,5 @@
-"""What a training run leaves for people to read: plots, metrics JSON, hypotheses, and the Hub-ready folder (the
-`vaswani_hf.hub` model folder plus `training_metrics.json`, `recipe.yaml` and the plots).
+"""Write what a training run leaves for people to read: plots, metrics JSON, hypotheses, and the Hub-ready folder,
+which is the `vaswani_hf.hub` model folder plus `training_metrics.json`, `recipe.yaml` and the plots.
 """
 
 from __future__ import annotations
@@ -19,15 +19,16 @@ logger = logging.getLogger(__name__)
 
 
 def write_hypotheses(path: str | os.PathLike, tokenizer, predictions) -> None:
-    """The decoded translations of an evaluation, one line per sentence in corpus order (this run's file: replaced)."""
+    """Write the decoded translations of an evaluation, one line per sentence in corpus order, replacing the file
+    (it is this run's own)."""
     texts = tokenizer.batch_decode(predictions, skip_special_tokens=True)
     write_lines(path, [t.strip() for t in texts], overwrite=True)
 
 
 def plot_history(history: Sequence[dict], out_dir: str | os.PathLike) -> dict[str, str]:
-    """PNG plots of the training loss (and validation loss), the learning rate and validation BLEU (by step and by
-    wall-clock time). Returns {name: path} of the files written."""
-    import matplotlib  # the backend is chosen before pyplot is imported
+    """Plot the training loss (and validation loss), the learning rate and validation BLEU, by step and by wall-clock
+    time, as PNG files in `out_dir`, and return the path of each file written by its name."""
+    import matplotlib  # The backend is chosen before pyplot is imported.
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -40,7 +41,7 @@ def plot_history(history: Sequence[dict], out_dir: str | os.PathLike) -> dict[st
         return [h for h in history if key in h]
 
     def plot(name: str, title: str, ylabel: str, curves: list[tuple], xlabels=("update",)) -> None:
-        """One PNG: `curves` are (panel, rows, x key, y key, style, label); a panel per x label."""
+        """Write one PNG with a panel per x label; each of `curves` is (panel, rows, x key, y key, style, label)."""
         fig, axes = plt.subplots(1, len(xlabels), figsize=(6 if len(xlabels) == 1 else 10, 4), squeeze=False)
         for panel, points, x, y, style, label in curves:
             axes[0][panel].plot([x(h) for h in points], [h[y] for h in points], style, label=label)
@@ -88,8 +89,8 @@ def plot_history(history: Sequence[dict], out_dir: str | os.PathLike) -> dict[st
 def card_inputs(
     plan: RunPlan, metrics: Mapping[str, Any], signatures: Mapping[str, str] | None = None
 ) -> tuple[dict, dict]:
-    """(scores, training_info) for the model card: real test scores only, named by what they are (`bleu_tok_none` for
-    pre-tokenized references, else sacreBLEU) with their signatures, and the run's facts."""
+    """Return the scores and the training facts for the model card. The scores are real test scores only, with their
+    signatures, named by what they are: `bleu_tok_none` for pre-tokenized references, else `sacrebleu`."""
     data, optimizer, schedule = plan.data, plan.optimizer, plan.schedule
     scores = {}
     bleu_name = "bleu_tok_none" if plan.evaluation.bleu_tokenize == "none" else "sacrebleu"
@@ -128,7 +129,7 @@ def card_inputs(
 
 
 def distributed_strategy(metrics: Mapping[str, Any]) -> str | None:
-    """How the run was spread over processes, as the card states it (Accelerate's distributed type)."""
+    """Return how the run was spread over processes (Accelerate's distributed type), as the card states it."""
     kind, processes = metrics.get("distributed_type"), metrics.get("world_size", 1)
     if kind is None:
         return None
@@ -151,8 +152,8 @@ def export_hub_folder(
     history: Sequence[dict] | None = None,
     signatures: Mapping[str, str] | None = None,
 ) -> Path:
-    """The run's Hub-ready folder: `vaswani_hf.hub.save_hub_folder` plus `training_metrics.json`, `recipe.yaml` and
-    the plots, written whole; it replaces only this run's own earlier export (the plan checked it)."""
+    """Write the run's Hub-ready folder, whole: `vaswani_hf.hub.save_hub_folder` plus `training_metrics.json`,
+    `recipe.yaml` and the plots. It replaces only this run's own earlier export, which the plan checked."""
     metrics = dict(metrics or {})
     scores, info = card_inputs(plan, metrics, signatures)
     extra = {"training_metrics.json": to_json(metrics), "recipe.yaml": plan.export.recipe_text}

@@ -1,7 +1,7 @@
-"""A training run end to end, as the paper's recipe has it: data and shared BPE (5.1), model (Table 3), training with
-token batches, Adam and the warm-up schedule (5.1-5.4), checkpoint averaging (6.1), validation and test scores of
-the averaged model, and a Hub-ready folder. Each step reads only the run's plan (`vaswani_hf.training.plan`); every
-process runs every step, and what writes files runs on the main process while the others wait.
+"""Run a training run end to end, as the paper's recipe has it: the data and shared BPE (5.1), the model (Table 3),
+training with token batches, Adam and the warm-up schedule (5.1-5.4), checkpoint averaging (6.1), validation and test
+scores of the averaged model, and a Hub-ready folder. Each step reads only the run's plan (`vaswani_hf.training.plan`);
+every process runs every step, and what writes files runs on the main process while the others wait.
 """
 
 from __future__ import annotations
@@ -67,8 +67,8 @@ def setup_logging(level=logging.INFO) -> None:
 
 
 def build_training_arguments(plan: RunPlan):
-    """The `Seq2SeqTrainingArguments` of a plan: batch sizes are the trainer's token budgets, saving is
-    `WallClockCallback`'s, Adam's settings are stated here once and the optimizer built from them."""
+    """Return the `Seq2SeqTrainingArguments` of a plan. The batch sizes are the trainer's token budgets, saving is
+    left to `WallClockCallback`, and Adam's settings are stated here once, for the optimizer to be built from them."""
     process, schedule, optimizer, evaluation = plan.process, plan.schedule, plan.optimizer, plan.evaluation
     keep, b = plan.checkpoints.keep_last, plan.batching
     data_path = choose_data_path(
@@ -94,7 +94,7 @@ def build_training_arguments(plan: RunPlan):
         eval_strategy="steps" if evaluation.eval_steps > 0 else "no",
         eval_steps=evaluation.eval_steps if evaluation.eval_steps > 0 else None,
         eval_on_start=evaluation.eval_on_start,
-        save_strategy="no",  # saves are decided by WallClockCallback (time, steps, end of training)
+        save_strategy="no",  # WallClockCallback decides saves (time, steps, the end).
         save_total_limit=keep if keep > 0 else None,
         predict_with_generate=True,
         generation_num_beams=evaluation.eval_num_beams,
@@ -124,7 +124,8 @@ class RunData:
 
 
 def load_corpora(plan: RunPlan) -> dict[str, Any]:
-    """The raw splits (every line decoded and parsed: a bad file is refused here, before anything is written)."""
+    """Load the raw splits, decoding and parsing every line, so that a bad file is refused before anything is
+    written."""
     limits = {"train": plan.data.train_limit, "valid": plan.data.valid_limit, "test": 0}
     return {
         name: source.load(limits[name]) if source is not None else None for name, source in plan.data.sources.items()
@@ -132,13 +133,13 @@ def load_corpora(plan: RunPlan) -> dict[str, Any]:
 
 
 def prepare_data(plan: RunPlan, splits: dict[str, Any], state, clock: RunClock) -> RunData:
-    """Shared BPE and the tokenized splits: over-long training pairs dropped and counted (none left: refused),
-    held-out pairs all kept."""
+    """Return the shared BPE and the tokenized splits. Over-long training pairs are dropped and counted, and a corpus
+    with none left is refused; held-out pairs are all kept."""
     data, started = plan.data, time.time()
     with clock.stage("tokenizer"), state.main_process_first():
         tokenizer = shared_bpe(plan, splits["train"])
     prep = dict(num_proc=data.workers)
-    with clock.stage("tokenize and filter"), state.main_process_first():  # the others read the main one's cache
+    with clock.stage("tokenize and filter"), state.main_process_first():  # The others read the main process's cache.
         train, report = prepare_dataset(
             splits["train"],
             tokenizer,
@@ -165,10 +166,10 @@ def prepare_data(plan: RunPlan, splits: dict[str, Any], state, clock: RunClock) 
 
 
 def shared_bpe(plan: RunPlan, train_split):
-    """Section 5.1's one BPE vocabulary for source and target: the plan's tokenizer folder if it exists, else the one
-    cached for this corpus and settings (vaswani_hf.data.cache), else trained now and cached."""
+    """Return Section 5.1's one BPE vocabulary for source and target: the plan's tokenizer folder if it exists, else
+    the one cached for this corpus and settings (vaswani_hf.data.cache), else one trained now and cached."""
     data, folder, name = plan.data, plan.data.tokenizer_dir, None
-    if train_split.cache_files and cache.enabled():  # a file-backed corpus has a stable fingerprint
+    if train_split.cache_files and cache.enabled():  # A file-backed corpus has a stable fingerprint.
         name = "bpe-" + cache.key(
             train_split._fingerprint,
             data.vocab_size,
@@ -202,7 +203,7 @@ def shared_bpe(plan: RunPlan, train_split):
 
 def build_model(plan: RunPlan, tokenizer):
     config = plan.model.config_for(len(tokenizer))
-    set_seed(plan.process.seed)  # the same initial weights on every run and rank
+    set_seed(plan.process.seed)  # Every run and rank starts from the same weights.
     model = VaswaniForConditionalGeneration(config)
     logger.info(
         "model: d_model=%d d_ff=%d heads=%d layers=%d/%d vocab=%d params=%.2fM",
@@ -259,8 +260,9 @@ def build_trainer(plan: RunPlan, model, data: RunData, callbacks: Sequence[Train
 
 
 def train(trainer: VaswaniTrainer, plan: RunPlan, data: RunData, state) -> dict[str, Any]:
-    """Train and return losses, speed (target tokens/s over all processes) and padding. A run stopped before its
-    final scores ("score") loads its last state and weights instead (transformers would take one more update)."""
+    """Train, and return the losses, the speed (target tokens/s over all processes) and the padding. A run stopped
+    before its final scores ("score") loads its last state and weights instead (transformers would take one more
+    update)."""
     started = time.time()
     if plan.output.start == "score":
         checkpoint = plan.output.resume_from
@@ -268,7 +270,7 @@ def train(trainer: VaswaniTrainer, plan: RunPlan, data: RunData, state) -> dict[
         load_averaged_weights(trainer.model, load_file(str(checkpoint / "model.safetensors")))
         metrics: dict[str, Any] = {}
     else:
-        resume_from = plan.output.resume_from  # None for a new run or an overwrite
+        resume_from = plan.output.resume_from  # It is None for a new run or an overwrite.
         result = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
         metrics = {f"train/{k}": v for k, v in result.metrics.items()}
     seconds = time.time() - started
@@ -298,8 +300,8 @@ def train(trainer: VaswaniTrainer, plan: RunPlan, data: RunData, state) -> dict[
 
 
 def average(trainer: VaswaniTrainer, plan: RunPlan, state) -> list[str]:
-    """Section 6.1: the last N checkpoints averaged into OUTPUT/averaged and loaded on every process; returns
-    their names (none: the final weights are kept)."""
+    """Average the last N checkpoints into OUTPUT/averaged (Section 6.1), load them on every process and return their
+    names; with none returned, the final weights are kept."""
     trainer.accelerator.wait_for_everyone()
     average_last = plan.checkpoints.average_last
     if average_last <= 1:
@@ -312,7 +314,7 @@ def average(trainer: VaswaniTrainer, plan: RunPlan, state) -> list[str]:
         return []
     averaged = plan.output_dir / "averaged"
     if state.is_main_process:
-        save_averaged_checkpoint(found, averaged, overwrite=True, own=True)  # this run's own folder
+        save_averaged_checkpoint(found, averaged, overwrite=True, own=True)  # It is this run's own folder.
     trainer.accelerator.wait_for_everyone()
     model = trainer.accelerator.unwrap_model(trainer.model)
     load_averaged_weights(model, load_file(str(averaged / "model.safetensors")))
@@ -321,7 +323,8 @@ def average(trainer: VaswaniTrainer, plan: RunPlan, state) -> list[str]:
 
 
 def final_scores(trainer: VaswaniTrainer, plan: RunPlan, data: RunData, state) -> dict[str, Any]:
-    """Validation and test scores of the final model with the final beam size; hypotheses in corpus order."""
+    """Return the validation and test scores of the final model with the final beam size, and write its hypotheses
+    in corpus order."""
     num_beams = plan.evaluation.final_num_beams
     metrics: dict[str, Any] = {"final_num_beams": num_beams}
     for split, dataset in (("valid", data.valid), ("test", data.test)):
@@ -335,7 +338,7 @@ def final_scores(trainer: VaswaniTrainer, plan: RunPlan, data: RunData, state) -
 
 
 def finish(trainer: VaswaniTrainer, plan: RunPlan, data: RunData, metrics: dict[str, Any]) -> None:
-    """Main process: example translations, plots, metrics.json and the Hub-ready folder."""
+    """Write, on the main process, the example translations, plots, metrics.json and the Hub-ready folder."""
     examples, out = list(plan.evaluation.translate_examples), plan.output_dir
     model = trainer.accelerator.unwrap_model(trainer.model)
     if examples:
@@ -377,9 +380,9 @@ def finish(trainer: VaswaniTrainer, plan: RunPlan, data: RunData, metrics: dict[
 
 
 def take_folder(plan: RunPlan, state) -> io.FolderLock | None:
-    """The main process locks the output folder (one run at a time) and every process learns whether it got it."""
+    """Lock the output folder on the main process (one run at a time), and tell every process whether it got it."""
     lock, refusal = None, [None]
-    state.wait_for_everyone()  # every process has checked the folder (its lock probe) before the main one takes it
+    state.wait_for_everyone()  # All have probed the lock before the main one takes it.
     if state.is_main_process:
         try:
             lock = plan.lock()
@@ -393,12 +396,12 @@ def take_folder(plan: RunPlan, state) -> io.FolderLock | None:
 
 
 def start(plan: RunPlan, state) -> None:
-    """The main process clears a run it replaces and writes the recipe; then every process its run info."""
+    """Clear a run it replaces and write the recipe on the main process; then write every process's run info."""
     out = plan.output_dir
     if state.is_main_process:
         if plan.output.start == "overwrite" and (removed := clear_previous_run(out)):
             logger.warning("--overwrite: removed the previous run's %s", ", ".join(removed))
-        if (out / STAGING_DIR).exists():  # leftovers of a save interrupted by a crash
+        if (out / STAGING_DIR).exists():  # A crash left a save's parts here.
             shutil.rmtree(out / STAGING_DIR)
         with io.replace_atomically(out / "recipe.yaml") as temporary:
             temporary.write_text(plan.export.recipe_text, encoding="utf-8")
@@ -423,12 +426,13 @@ def start(plan: RunPlan, state) -> None:
 
 
 def distributed_type(state) -> str:
-    """How Accelerate spread the run (NO, MULTI_CPU, MULTI_GPU, FSDP, ...): what it did, recorded, not planned."""
+    """Return how Accelerate spread the run (NO, MULTI_CPU, MULTI_GPU, FSDP, ...), as it did it, not as planned."""
     return str(state.distributed_type).split(".")[-1]
 
 
 def start_processes(plan: RunPlan):
-    """Logging, threads and the distributed state of the plan's world (checked to be that world)."""
+    """Set up logging, threads and the distributed state of the plan's world, check that it is that world, and
+    return the state."""
     setup_logging()
     if plan.process.torch_threads > 0:
         torch.set_num_threads(plan.process.torch_threads)
@@ -438,12 +442,13 @@ def start_processes(plan: RunPlan):
 
 
 def run_training(plan: RunPlan, callbacks: Sequence[TrainerCallback] = ()) -> dict:
-    """Run a plan (`plan_run`) end to end; `callbacks` are added to the Trainer's. Returns the final metrics (also
-    OUTPUT_DIR/metrics.json, with each stage's time and memory); a finished run returns its metrics untouched."""
+    """Run a plan (`plan_run`) end to end, adding `callbacks` to the Trainer's, and return the final metrics (also
+    written to OUTPUT_DIR/metrics.json, with each stage's time and memory). A finished run returns its metrics
+    untouched."""
     if not isinstance(plan, RunPlan):
         raise TypeError(f"run_training takes the run's plan (plan_run(recipe)), not a {type(plan).__name__}")
     clock = RunClock()
-    library_bars()  # datasets' own bars (tokenizing, filtering) off in a log: no carriage returns there
+    library_bars()  # In a log, datasets' own bars are off: no carriage returns.
     with clock.stage("checks and corpora"):
         state = start_processes(plan)
         if plan.output.start == "finished":

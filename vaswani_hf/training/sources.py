@@ -1,6 +1,8 @@
-"""Where a run's data comes from (Section 5.1's training data, a dev set, a test set): one `Source` per split, made by
-`split_sources(recipe)`, the only place that branches on `data_format`. A source names its local `files` (for the
-output guard), `check`s them cheaply, `scan`s every line (`--check`), `load`s the split and `describe`s itself.
+"""Say where a run's data comes from (Section 5.1's training data, a dev set, a test set), with one `Source` per split.
+
+`split_sources(recipe)` makes the sources, and is the only place that branches on `data_format`. A source names its
+local `files` (for the output guard), `check`s them cheaply, `scan`s every line (`--check`), `load`s the split and
+`describe`s itself.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ SPLITS = ("train", "valid", "test")
 
 
 def _look_up(p: Path, found) -> Path:
-    """`p` if absolute; else under the first of the current folder and the repository where `found`, else cwd. A
-    working folder that was deleted holds nothing: then only the repository (`io.UNUSABLE_WORKING_FOLDER`)."""
+    """Return `p` if it is absolute. Otherwise return it under the first of the current folder and the repository
+    where `found` holds, or else under the current folder. A deleted working folder holds nothing, so then only the
+    repository is searched (`io.UNUSABLE_WORKING_FOLDER`)."""
     if p.is_absolute():
         return p
     bases = (REPO_ROOT,) if UNUSABLE_WORKING_FOLDER.get() else (Path.cwd(), REPO_ROOT)
@@ -34,12 +37,13 @@ def _look_up(p: Path, found) -> Path:
 
 
 def resolve_dir(path: str | os.PathLike) -> Path:
-    """A folder path: absolute as given; relative, looked up in the current folder, then in the repository."""
+    """Return a folder path: an absolute one as given, a relative one looked up in the current folder, then in the
+    repository."""
     return _look_up(Path(os.path.expanduser(str(path))), Path.is_dir)
 
 
 def resolve_path(path: str | os.PathLike, data_dir: str | os.PathLike | None = None) -> Path:
-    """A corpus path (a file or a Moses prefix) joined to `data_dir`, looked up as `resolve_dir` does."""
+    """Return a corpus path (a file or a Moses prefix) joined to `data_dir` and looked up as `resolve_dir` does."""
     p = Path(os.path.expanduser(str(path)))
     if not p.is_absolute() and data_dir is not None:
         p = resolve_dir(data_dir) / p
@@ -48,7 +52,7 @@ def resolve_path(path: str | os.PathLike, data_dir: str | os.PathLike | None = N
 
 @dataclass
 class Source:
-    """One split of a run's data. `key` is its recipe key (train_data, ...)."""
+    """Describe one split of a run's data; `key` is its recipe key (train_data, ...)."""
 
     key: str
     src_lang: str
@@ -58,23 +62,24 @@ class Source:
         return {}
 
     def check(self) -> None:
-        """Cheap: what the split needs exists (before any work)."""
+        """Check cheaply, before any work, that what the split needs exists."""
 
     def scan(self) -> tuple[int, int] | None:
-        """(pairs, pairs with both sides non-empty) from every line, streamed; None where only loading can tell."""
+        """Count the pairs, and those with both sides non-empty, streaming every line; None where only loading can
+        tell."""
         return None
 
     def _load(self):
         raise NotImplementedError
 
     def load(self, limit: int = 0):
-        """The split's first `limit` pairs (0: all); a split without one usable pair is refused."""
+        """Return the split's first `limit` pairs (0 for all), and refuse a split without one usable pair."""
         dataset = self._load()
         require_usable(self, len(dataset), usable_pairs(dataset, self.src_lang, self.tgt_lang))
         return dataset.select(range(min(limit, len(dataset)))) if limit > 0 else dataset
 
     def describe(self) -> dict[str, Any]:
-        """The split as a model card names its evaluation data."""
+        """Return the split as a model card names its evaluation data."""
         return {"name": str(self)}
 
 
@@ -89,7 +94,7 @@ def require_usable(source: Source, pairs: int, usable: int) -> None:
 
 @dataclass
 class SampleSource(Source):
-    """A split of the bundled sample corpus."""
+    """Read a split of the bundled sample corpus."""
 
     split: str = "train"
 
@@ -111,7 +116,7 @@ class SampleSource(Source):
 
 @dataclass
 class FileSource(Source):
-    """Local files: a Moses prefix (PREFIX.SRC + PREFIX.TGT), a TSV or a JSONL file."""
+    """Read local files: a Moses prefix (PREFIX.SRC + PREFIX.TGT), a TSV or a JSONL file."""
 
     format: str = "moses"
     path: Path = Path()
@@ -149,7 +154,7 @@ class FileSource(Source):
 
 @dataclass
 class HubSource(Source):
-    """A split of a `datasets` dataset (the Hub, or its cache offline)."""
+    """Read a split of a `datasets` dataset, from the Hub or, offline, its cache."""
 
     dataset: str = ""
     config: str | None = None
@@ -172,7 +177,7 @@ class HubSource(Source):
 
 
 def split_sources(recipe: Recipe) -> dict[str, Source | None]:
-    """{"train"|"valid"|"test": its Source, or None for a split the recipe leaves out (null)}."""
+    """Return the Source of each split ("train", "valid", "test"), or None for a split the recipe leaves out (null)."""
     found: dict[str, Source | None] = {}
     for split in SPLITS:
         key = f"{split}_data"
@@ -190,7 +195,8 @@ def split_sources(recipe: Recipe) -> dict[str, Source | None]:
 
 
 def check_read_once(sources: dict[str, Source | None], processes: int) -> None:
-    """A corpus file that can be read only once (a named pipe) serves one process: each process loads the corpus."""
+    """Refuse a corpus file that can be read only once (a named pipe) when several processes run, since each process
+    loads the corpus."""
     if processes == 1:
         return
     for source in sources.values():

@@ -1,10 +1,11 @@
-"""`VaswaniTrainer`: transformers' `Seq2SeqTrainer` with the paper's batching, objective, schedule and checkpoints:
-- Section 5.1: DataLoaders of `TokenBatchSampler` (transformers batches by sentence count only);
-- Section 5.4: the label-smoothed loss through the `compute_loss_func` hook, optionally chunked; evaluation reports
-  `eval_loss` (smoothed), `eval_nll` and `eval_ppl`;
-- Section 5.3: Adam(0.9, 0.98, 1e-9) and the exact learning-rate formula;
-- evaluation across processes (`evaluation_loop`: transformers' `all_gather` needs equal shapes) and atomic
-  checkpoints (`_save_checkpoint`: transformers writes straight into `checkpoint-N`).
+"""Train with `VaswaniTrainer`, transformers' `Seq2SeqTrainer` with the paper's batching, objective, schedule and
+checkpoints:
+- Section 5.1: the DataLoaders use `TokenBatchSampler`, since transformers batches by sentence count only;
+- Section 5.4: the label-smoothed loss goes through the `compute_loss_func` hook, optionally chunked, and evaluation
+  reports `eval_loss` (smoothed), `eval_nll` and `eval_ppl`;
+- Section 5.3: Adam(0.9, 0.98, 1e-9) runs with the exact learning-rate formula;
+- evaluation works across processes (`evaluation_loop`), where transformers' `all_gather` needs equal shapes, and
+  checkpoints are atomic (`_save_checkpoint`), where transformers writes straight into `checkpoint-N`.
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ logger = logging.getLogger(__name__)
 
 
 def unshard_prepared_loader(prepared: DataLoader, sampler: TokenBatchSampler) -> DataLoader:
-    """Make the `BatchSamplerShard` Accelerate wraps around `sampler` in multi-process runs a pass-through: the
-    sampler is already rank-aware."""
+    """Make the `BatchSamplerShard` that Accelerate wraps around `sampler` in multi-process runs a pass-through, since
+    the sampler is already rank-aware."""
     shard = getattr(prepared, "batch_sampler", None)
     if shard is sampler:
         return prepared
@@ -63,7 +64,8 @@ def unshard_prepared_loader(prepared: DataLoader, sampler: TokenBatchSampler) ->
 def _per_sentence(
     rows: list[int], predictions: torch.Tensor, labels: torch.Tensor | None, pad_id: int
 ) -> list[tuple[int, list[int], list[int]]]:
-    """One (row, prediction ids, label ids) per sentence of a batch, padding removed: (B, T) tensors -> lists."""
+    """Return one (row, prediction ids, label ids) per sentence of a batch, as lists without padding, from the
+    batch's (B, T) tensors."""
     items = []
     for b, row in enumerate(rows):
         prediction = predictions[b].tolist()
@@ -75,7 +77,8 @@ def _per_sentence(
 
 
 def _stack_sentences(sentences: list[tuple[int, list[int], list[int]]], pad_id: int):
-    """(predictions (N, T) padded with `pad_id`, labels (N, L) padded with -100) as numpy, or (None, None)."""
+    """Return the sentences' predictions as an (N, T) numpy array padded with `pad_id` and their labels as an
+    (N, L) one padded with -100, or (None, None) without sentences."""
     if not sentences:
         return None, None
     predictions = np.full((len(sentences), max(1, max(len(p) for _, p, _ in sentences))), pad_id, dtype=np.int64)
@@ -87,9 +90,9 @@ def _stack_sentences(sentences: list[tuple[int, list[int], list[int]]], pad_id: 
 
 
 class VaswaniTrainer(Seq2SeqTrainer):
-    """`Seq2SeqTrainer` for the paper's recipe: a device's batch holds up to `max_tokens` padded source and as many
-    target tokens (`per_device_*_batch_size` ignored), an evaluation batch `eval_max_tokens`. Accelerate's
-    `split_batches` / `dispatch_batches` (which re-cut batches by sentence count) are refused."""
+    """Train as `Seq2SeqTrainer` does, with the paper's recipe: a device's batch holds up to `max_tokens` padded source
+    and as many target tokens (`per_device_*_batch_size` is ignored), and an evaluation batch `eval_max_tokens`.
+    Accelerate's `split_batches` / `dispatch_batches` (which re-cut batches by sentence count) are refused."""
 
     def __init__(
         self,
@@ -110,7 +113,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
         if kwargs.get("compute_loss_func") is None:
             kwargs["compute_loss_func"] = LabelSmoothedLoss(label_smoothing)
         super().__init__(*args, **kwargs)
-        if not self.args.disable_tqdm:  # every tool's progress report (io.progress): plain lines in a log
+        if not self.args.disable_tqdm:  # Use every tool's progress report, with plain lines in a log.
             self.remove_callback(ProgressCallback)
             self.add_callback(TrainingProgress)
         self.loss_chunk_tokens = loss_chunk_tokens
@@ -127,7 +130,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
         self.max_tokens, self.eval_max_tokens = max_tokens, evaluation_budget(max_tokens, eval_max_tokens)
         self.max_sentences = max_sentences
         self.paper_warmup_steps = paper_warmup_steps
-        if optimizer_cls_and_kwargs is not None:  # Seq2SeqTrainer's __init__ does not forward Trainer's argument
+        if optimizer_cls_and_kwargs is not None:  # Seq2SeqTrainer's __init__ does not forward it.
             self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
         self._eval_batches: dict[str, int] = {}
         self._eval_sums: torch.Tensor | None = None
@@ -146,7 +149,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
         if not isinstance(dataset, datasets.Dataset):
             raise TypeError(f"token batching needs a tokenized datasets.Dataset, got {type(dataset).__name__}")
         dataset = self._remove_unused_columns(dataset, description=description)
-        if not training:  # evaluation_loop keys every sentence's result by its row
+        if not training:  # evaluation_loop keys each sentence's result by its row.
             dataset = dataset.add_column(EXAMPLE_INDEX, np.arange(len(dataset), dtype=np.int64))
         world, rank = max(1, self.args.world_size), (self.args.process_index if self.args.world_size > 1 else 0)
         sampler = TokenBatchSampler.from_dataset(
@@ -159,7 +162,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
             rank=rank,
             pad_to_multiple_of=getattr(self.data_collator, "pad_to_multiple_of", None),
         )
-        workers = self.args.dataloader_num_workers  # the data path of the run: vaswani_hf.training.data_path
+        workers = self.args.dataloader_num_workers  # The run's data path comes from training.data_path.
         loader = DataLoader(
             dataset,
             batch_sampler=sampler,
@@ -198,16 +201,16 @@ class VaswaniTrainer(Seq2SeqTrainer):
         return self.lr_scheduler
 
     def _get_grad_norm(self, model, grad_norm=None):
-        """Without clipping (the paper's `max_grad_norm` 0) the norm transformers logs is not computed (a full pass
-        over every gradient: 1-2% of a Multi30k CPU step)."""
+        """Return the gradient norm for transformers' log, but skip it without clipping (the paper's `max_grad_norm`
+        0): it is a full pass over every gradient, 1-2% of a Multi30k CPU step."""
         if grad_norm is None and self.args.max_grad_norm <= 0:
             return None
         return super()._get_grad_norm(model, grad_norm=grad_norm)
 
     def _issue_warnings_after_load(self, load_result) -> None:
-        """safetensors keeps one name of tied tensors (Section 3.4: embeddings and pre-softmax projection), so every
-        clean resume would warn "missing keys ... lm_head.weight": a key tied to a loaded tensor is re-tied, not
-        reported; any other key is still reported by transformers' own warning."""
+        """Re-tie, rather than report, a missing key that is tied to a loaded tensor; report any other key with
+        transformers' own warning. safetensors keeps one name of tied tensors (Section 3.4: the embeddings and the
+        pre-softmax projection), so otherwise every clean resume would warn "missing keys ... lm_head.weight"."""
         model = self.accelerator.unwrap_model(self.model)
         tied = dict(getattr(model, "all_tied_weights_keys", None) or {})
         missing = list(load_result.missing_keys)
@@ -225,8 +228,8 @@ class VaswaniTrainer(Seq2SeqTrainer):
         return os.path.join(run_dir, STAGING_DIR) if self._staging else run_dir
 
     def _save_checkpoint(self, model, trial):
-        """transformers' own save (every rank) into `OUTPUT/.staging/checkpoint-N`; then rank 0 renames it into place
-        and rotates the kept checkpoints by step. A failed or interrupted save leaves no staged part."""
+        """Save with transformers' own save (on every rank) into `OUTPUT/.staging/checkpoint-N`; then rank 0 renames it
+        into place and rotates the kept checkpoints by step. A failed or interrupted save leaves no staged part."""
         run_dir = super()._get_output_dir(trial)
         name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         staging = Path(run_dir, STAGING_DIR)
@@ -236,7 +239,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
         self.accelerator.wait_for_everyone()
         self._staging = True
         try:
-            with checkpoint_write_errors(staged, final):  # a full disk in torch.save: one line, not a traceback
+            with checkpoint_write_errors(staged, final):  # A full disk gives one line, not a traceback.
                 super()._save_checkpoint(model, trial)
             self._staging = False
             self.accelerator.wait_for_everyone()
@@ -261,8 +264,9 @@ class VaswaniTrainer(Seq2SeqTrainer):
     # -- the training loss, optionally chunked ----------------------------------------------------------------------
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        """transformers' own `compute_loss`; with `loss_chunk_tokens` the output projection is deferred, so `logits`
-        are hidden states that the objective projects chunk by chunk (also in `return_outputs`)."""
+        """Compute the loss with transformers' own `compute_loss`. With `loss_chunk_tokens` the output projection is
+        deferred, so `logits` are hidden states that the objective projects chunk by chunk (also in
+        `return_outputs`)."""
         if not self.loss_chunk_tokens:
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         with output_projection_deferred(self.model):
@@ -281,8 +285,9 @@ class VaswaniTrainer(Seq2SeqTrainer):
                 metrics[f"{prefix}_steps_per_second"] = round(batches / runtime, 3)
 
     def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
-        """`train_samples_per_second` counts the sentences trained, summed over processes (the end of `train`, on
-        every process), and the evaluation rates count this process's real batches."""
+        """Log as transformers does, but count the sentences trained, summed over processes, in
+        `train_samples_per_second` (at the end of `train`, on every process), and this process's real batches in the
+        evaluation rates."""
         self._fix_steps_per_second(logs)
         if "train_samples_per_second" in logs and logs.get("train_runtime"):
             sentences = torch.tensor([self._train_sentences], device=self.args.device)
@@ -293,7 +298,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
 
     @contextlib.contextmanager
     def _not_counting(self):
-        """Batch statistics (tokens/s, padding) count training batches only."""
+        """Stop the batch statistics (tokens/s, padding) inside the block, so that they count training batches only."""
         collator, old = self.data_collator, getattr(self.data_collator, "active", None)
         if old is not None:
             collator.active = False
@@ -314,10 +319,10 @@ class VaswaniTrainer(Seq2SeqTrainer):
         return output
 
     # -- evaluation, correct for any number of processes and any token budget ------------------------------------
-    # transformers' `evaluation_loop` gathers every batch with `all_gather` (equal shapes on every rank: token batches
-    # hung NCCL) and weights each batch's mean loss by the FIRST batch's size (the loss depended on the budget). Here
-    # each process evaluates its shard, then all make two calls: an all-reduce of the loss sums, an all_gather_object
-    # of the sentences, scored once each in row order.
+    # transformers' `evaluation_loop` gathers every batch with `all_gather`, which needs equal shapes on every rank, so
+    # token batches hung NCCL; and it weights each batch's mean loss by the FIRST batch's size, so the loss depended on
+    # the budget. Here each process evaluates its shard, then all make two calls: an all-reduce of the loss sums, and
+    # an all_gather_object of the sentences, which are scored once each in row order.
 
     def evaluation_loop(
         self, dataloader, description, prediction_loss_only=None, ignore_keys=None, metric_key_prefix="eval"
@@ -326,7 +331,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
         model = self._prepare_model_for_evaluation()
         self._eval_batches[metric_key_prefix] = len(dataloader)
         self.callback_handler.eval_dataloader = dataloader
-        self._eval_sums = torch.zeros(3, dtype=torch.float64, device=self.args.device)  # smoothed, nll, tokens
+        self._eval_sums = torch.zeros(3, dtype=torch.float64, device=self.args.device)  # Loss, NLL, token sums.
         sentences: list[tuple[int, list[int], list[int]]] = []  # (row index, prediction ids, label ids)
         for inputs in dataloader:
             rows = inputs.pop(EXAMPLE_INDEX).tolist()
@@ -352,8 +357,8 @@ class VaswaniTrainer(Seq2SeqTrainer):
         return EvalLoopOutput(predictions=predictions, label_ids=label_ids, metrics=metrics, num_samples=num_samples)
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
-        """(mean smoothed loss, generated ids or None, labels); the smoothed loss and plain NLL sums of one forward
-        pass are added to the evaluation's sums."""
+        """Return the mean smoothed loss, the generated ids (or None) and the labels of one batch, and add the
+        smoothed loss and plain NLL sums of its forward pass to the evaluation's sums."""
         inputs = self._prepare_inputs(inputs)
         labels, loss = inputs.get("labels"), None
         if labels is not None:
@@ -371,8 +376,8 @@ class VaswaniTrainer(Seq2SeqTrainer):
         return loss, self._generate(inputs, gen_kwargs), labels
 
     def _generate(self, inputs: dict, gen_kwargs: dict) -> torch.Tensor:
-        """`model.generate` as `Seq2SeqTrainer.prediction_step` calls it (its settings, synced GPUs under FSDP/ZeRO-3),
-        on the source only."""
+        """Call `model.generate` on the source only, as `Seq2SeqTrainer.prediction_step` calls it (its settings,
+        synced GPUs under FSDP/ZeRO-3)."""
         if not gen_kwargs and hasattr(self, "_gen_kwargs"):
             gen_kwargs = self._gen_kwargs.copy()
         gen_kwargs = {k: v for k, v in gen_kwargs.items() if not (k in ("num_beams", "max_length") and v is None)}
@@ -382,7 +387,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
         }
         summon = contextlib.nullcontext()
         if torch.distributed.is_available():
-            from torch.distributed.fsdp import FullyShardedDataParallel  # only where torch.distributed exists
+            from torch.distributed.fsdp import FullyShardedDataParallel  # This import needs torch.distributed.
 
             if isinstance(self.model, FullyShardedDataParallel):
                 summon = FullyShardedDataParallel.summon_full_params(self.model)
@@ -390,8 +395,8 @@ class VaswaniTrainer(Seq2SeqTrainer):
             return self.model.generate(**source, **gen_kwargs)
 
     def _prepare_model_for_evaluation(self):
-        """The model transformers' `evaluation_loop` would run (unwrapped under DDP; prepared once under
-        FSDP/DeepSpeed when evaluating without training)."""
+        """Return the model transformers' `evaluation_loop` would run: unwrapped under DDP, and prepared once under
+        FSDP/DeepSpeed when evaluating without training."""
         model = self._wrap_model(self.model, training=False)
         if len(self.accelerator._models) == 0 and model is self.model:
             if self.is_deepspeed_enabled or self.is_fsdp_enabled:
