@@ -167,9 +167,9 @@ def check_rules(recipe: Recipe) -> Recipe:
 def model_config(values: Mapping[str, Any], origins: Mapping[str, str]) -> VaswaniConfig:
     """Return the `VaswaniConfig` of a recipe's model keys. Building it checks each key once, as any config's values
     are checked, and the rules between them; a failure raises RecipeError naming the file or flag the value came
-    from (`origins`). Its
-    vocab_size is the BPE's, which was already checked as the recipe key `vocab_size` (a narrower range), so it is
-    set without a second check; `plan.ModelPlan.config_for` later gives it the trained tokenizer's."""
+    from (`origins`), and a rule between keys names where each of its keys came from. The config's vocab_size is
+    the BPE's, which was already checked as the recipe key `vocab_size` (a narrower range), so it is set without a
+    second check; `plan.ModelPlan.config_for` later gives it the trained tokenizer's."""
     try:
         config = VaswaniConfig(**{name: values[name] for name in MODEL_KEYS})
     except SettingError as error:
