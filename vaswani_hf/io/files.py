@@ -110,7 +110,7 @@ class OneOf(Spec):
                 return check_spec(spec, value, path)
             except ShapeError as error:
                 problems.append(error)
-        closer = [p for p in problems if p.kind_ok or p.field != path]  # alternatives whose kind the value had
+        closer = [p for p in problems if p.kind_ok or p.field != path]  # prefer alternatives of the value's own kind
         if closer:
             raise closer[0]
         raise ShapeError(path, f"must be {self.describe()}, got {_got(value)}")
