@@ -1,4 +1,4 @@
-"""`evaluate` metric modules shipped inside the package and loaded by path, so that they work offline.
+"""Ship `evaluate` metric modules inside the package, to be loaded by path so that they work offline.
 
 Each sub-folder holds one script named like the folder, which is `evaluate.load`'s rule for local modules:
 
