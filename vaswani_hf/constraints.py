@@ -69,7 +69,8 @@ class _Counts:
     count: int = field(default=1, metadata={"help": "a whole number >= 1", "min": 1})
 
 
-# The argparse type of a whole number >= 1, for scripts outside the tools (benchmarks) that declare nothing else.
+# positive_int is the argparse type of a whole number >= 1, for scripts outside the tools (benchmarks) that declare
+# nothing else.
 positive_int = flag_type(settings_of(_Counts)["count"])
 
 

@@ -281,7 +281,7 @@ def _quantize_dynamic():
     return quantize
 
 
-# The flags that decide bf16 and int8 speed, as a benchmark records them beside its numbers.
+# These are the flags that decide bf16 and int8 speed; a benchmark records them beside its numbers.
 PRECISION_FLAGS = (
     "avx2",
     "avx512_f",

@@ -65,13 +65,13 @@ PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 SPECIAL_TOKENS: tuple[str, ...] = (PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)
 
 DEFAULT_VOCAB_SIZE = 37000  # the size of the paper's shared EN-DE vocabulary (Section 5.1)
-# The longest sequence (in tokens, `</s>` included) the tokenizer reports as supported. The model's sinusoidal
-# positions (Section 3.5) have no hard limit; 1024 is a generous bound for sentence-level translation (WMT14 EN-DE
-# sentences are under 250 tokens after the usual length filtering), and it only drives transformers' truncation
-# warnings.
+# DEFAULT_MODEL_MAX_LENGTH is the longest sequence (in tokens, `</s>` included) that the tokenizer reports as
+# supported. The model's sinusoidal positions (Section 3.5) have no hard limit; 1024 is a generous bound for
+# sentence-level translation (WMT14 EN-DE sentences are under 250 tokens after the usual length filtering), and it only
+# drives transformers' truncation warnings.
 DEFAULT_MODEL_MAX_LENGTH = 1024
-# The kind of output folder vaswani-train-tokenizer writes, recorded in its marker (vaswani_hf.io.outputs), so that
-# `--overwrite` replaces only a folder this tool wrote.
+# TOKENIZER_FOLDER names the kind of output folder vaswani-train-tokenizer writes. It is recorded in the folder's marker
+# (vaswani_hf.io.outputs), so that `--overwrite` replaces only a folder this tool wrote.
 TOKENIZER_FOLDER = "tokenizer folder"
 
 _NORMALIZERS = {"NFC": normalizers.NFC, "NFKC": normalizers.NFKC, "NFD": normalizers.NFD, "NFKD": normalizers.NFKD}
@@ -126,7 +126,7 @@ def build_bpe_tokenizer(*, lowercase: bool = False, normalization: str | None = 
         norm.append(_NORMALIZERS[key]())
     if lowercase:
         norm.append(normalizers.Lowercase())
-    # One leading space, so that the first word is tokenised like every other word; the decoder strips it again.
+    # Prepend one space, so that the first word is tokenised like every other word; the decoder strips it again.
     norm.append(normalizers.Prepend(" "))
 
     tok = Tokenizer(models.BPE(unk_token=UNK_TOKEN))

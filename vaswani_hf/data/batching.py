@@ -53,7 +53,7 @@ def batch_ends(
     if not 1 <= len(lengths) <= 2:
         raise ValueError("batch_ends: give one array of lengths (source) or two (source, target)")
     order = np.asarray(order, dtype=np.int64)
-    first = np.asarray(lengths[0], dtype=np.int64)[order].tolist()  # Python ints in order: fast to index
+    first = np.asarray(lengths[0], dtype=np.int64)[order].tolist()  # Python ints, in order, are fast to index
     second = np.asarray(lengths[-1], dtype=np.int64)[order].tolist() if len(lengths) == 2 else first
     budget = max_tokens if max_tokens is not None else float("inf")
     cap = max_sentences if max_sentences is not None else float("inf")

@@ -138,7 +138,7 @@ def moses_paths(prefix: str | os.PathLike, src_lang: str, tgt_lang: str) -> tupl
     for lang, p in zip((src_lang, tgt_lang), paths):
         if p.is_dir():
             raise CorpusError(f"corpus file {p} is a folder; data_format moses expects PREFIX.{lang} files")
-        if os.path.lexists(p) and not p.is_file():  # a named pipe is read as a file, and a device or broken link named
+        if os.path.lexists(p) and not p.is_file():  # a named pipe is read as a file; a device or broken link is named
             io.check_input_file(p, "corpus file")
             continue
         if not p.is_file():

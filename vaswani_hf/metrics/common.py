@@ -9,7 +9,8 @@ import datasets
 import evaluate
 import sacrebleu
 
-# One reference per segment (a string) or several (a list of strings), as evaluate's translation metrics accept.
+# The inputs have one reference per segment (a string) or several (a list of strings), as evaluate's translation
+# metrics accept.
 TRANSLATION_FEATURES = [
     datasets.Features(
         {
