@@ -70,8 +70,8 @@ DEFAULT_VOCAB_SIZE = 37000  # the size of the paper's shared EN-DE vocabulary (S
 # sentence-level translation (WMT14 EN-DE sentences are under 250 tokens after the usual length filtering), and it only
 # drives transformers' truncation warnings.
 DEFAULT_MODEL_MAX_LENGTH = 1024
-# TOKENIZER_FOLDER names the kind of output folder vaswani-train-tokenizer writes. It is recorded in the folder's marker
-# (vaswani_hf.io.outputs), so that `--overwrite` replaces only a folder this tool wrote.
+# TOKENIZER_FOLDER names the kind of output folder vaswani-train-tokenizer writes. It is recorded in the folder's
+# marker (vaswani_hf.io.outputs), so that `--overwrite` replaces only a folder this tool wrote.
 TOKENIZER_FOLDER = "tokenizer folder"
 
 _NORMALIZERS = {"NFC": normalizers.NFC, "NFKC": normalizers.NFKC, "NFD": normalizers.NFD, "NFKD": normalizers.NFKD}
