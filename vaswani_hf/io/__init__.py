@@ -2,7 +2,7 @@
 and guards its outputs through this package, so that each rule is written once.
 
 - `io.text` is the one text reader and writer (strict UTF-8 naming the file and line, the byte-order mark, CRLF and CR,
-  one item per line). It reads every input kind once (`TextInput`), reads and writes JSON, and says what counts as an
+  one item per line). It opens every input kind once (`TextInput`), reads and writes JSON, and says what counts as an
   input file.
 - `io.progress` makes every tool's progress report: a bar on a terminal, and plain lines in a log.
 - `io.proofs` proves that what a resume reuses is what was written (sizes, lines and SHA-256).
