@@ -1,5 +1,5 @@
-"""Command-line flags from the declared settings: a flag takes the values, the default and the meaning of the setting
-it sets.
+"""Build command-line flags from the declared settings, so that a flag takes the values, the default and the meaning of
+the setting it sets.
 
 Every rule about a value is declared once, beside what it configures, as a dataclass field with its metadata
 (`vaswani_hf.settings`): the model's settings are `VaswaniConfig`'s fields, the decoding settings those of
@@ -23,13 +23,13 @@ from .configuration_vaswani import MAX_POSITIONS, SettingError
 from .settings import Setting, settings_of
 
 MAX_SEED = 2**32 - 1  # numpy's and Python's seeding accept 0 .. 2^32 - 1
-MAX_SENTENCES = 10**7  # batch sizes, counts of sentences
-MAX_TOKENS = 10**9  # token budgets
+MAX_SENTENCES = 10**7  # the upper bound of batch sizes and of counts of sentences
+MAX_TOKENS = 10**9  # the upper bound of token budgets
 
 
 def flag_type(setting: Setting, none: str | None = None):
-    """The argparse type of a flag that sets `setting` (`none`: a word that gives None); argparse's error names the
-    flag: "argument --num_beams: must be in [1, 8], got 0"."""
+    """Return the argparse type of a flag that sets `setting`; `none` is a word that gives None. argparse's error then
+    names the flag, as in "argument --num_beams: must be in [1, 8], got 0"."""
     words = (none,) if none else ()
 
     def convert(text: str):
@@ -47,11 +47,11 @@ _UNSET = object()
 
 
 def flag(setting: Setting, *, none: str | None = None, default=_UNSET, **keywords) -> dict:
-    """The `add_argument` keywords of the flag that sets the declared `setting`: its choices, or its checked argparse
-    type (`flag_type`), its meaning and range as help, and its declared default. `default` gives another default where
-    the tool has one of its own, e.g. None for "the model's generation_config"; `--help` shows it. `none` is a word
-    that gives None (a choice of its own, which the tool reads as None). `keywords` are argparse's own (metavar,
-    type=str.upper before the choices, ...)."""
+    """Return the `add_argument` keywords of the flag that sets the declared `setting`: its choices, or its checked
+    argparse type (`flag_type`), its meaning and range as help, and its declared default. `default` gives another
+    default where the tool has one of its own, e.g. None for "the model's generation_config"; `--help` shows it. `none`
+    is a word that gives None (a choice of its own, which the tool reads as None). `keywords` are argparse's own
+    (metavar, type=str.upper before the choices, ...)."""
     limits = setting.limits() if setting.type in (int, float) else ""
     derived = {
         "help": setting.help + (f" [{limits}]" if limits else ""),
@@ -69,13 +69,14 @@ class _Counts:
     count: int = field(default=1, metadata={"help": "a whole number >= 1", "min": 1})
 
 
-# The argparse type of a whole number >= 1, for scripts outside the tools (benchmarks) that declare nothing else.
+# positive_int is the argparse type of a whole number >= 1, for scripts outside the tools (benchmarks) that declare
+# nothing else.
 positive_int = flag_type(settings_of(_Counts)["count"])
 
 
 def device(text: str):
-    """An argparse type for `--device`: a torch device this machine has (cpu; cuda or cuda:N with N below the GPU
-    count; mps where it is available), checked before anything is loaded."""
+    """Check a `--device` value as an argparse type, before anything is loaded, and return it. It must be a torch
+    device this machine has: cpu; cuda, or cuda:N with N below the GPU count; or mps where it is available."""
     problem = device_problem(text)
     if problem:
         raise argparse.ArgumentTypeError(problem)
@@ -83,8 +84,8 @@ def device(text: str):
 
 
 def device_problem(text: str) -> str | None:
-    """Why the torch device `text` cannot be used on this machine, or None."""
-    import torch  # imported when a device is checked: `--help` and a refused flag stay fast
+    """Return why the torch device `text` cannot be used on this machine, or None if it can be."""
+    import torch  # imported only when a device is checked, so that `--help` and a refused flag stay fast
 
     try:
         dev = torch.device(text)

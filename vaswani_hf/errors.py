@@ -1,4 +1,5 @@
-"""The errors every part of vaswani_hf raises for expected failures, and their exit statuses on the command line.
+"""Define the errors that every part of vaswani_hf raises for expected failures, and their exit statuses on the command
+line.
 
 Expected bad input is a `UsageError` (exit status 2): its message names the file (and line), the flag or the recipe key
 at fault, and says what to do. An expected failure of the run itself, such as a network error, a full disk or a refused
@@ -17,42 +18,44 @@ from __future__ import annotations
 
 import os
 
-STDIO = "-"  # the file name of standard input / output on every command line
+STDIO = "-"  # the file name that means standard input or output on every command line
 
 
 class VaswaniError(Exception):
-    """An expected failure, reported as one line without a traceback by the command line."""
+    """Raised for an expected failure, which the command line reports as one line without a traceback."""
 
     exit_code = 1
 
 
 class UsageError(VaswaniError, ValueError):
-    """Bad arguments or bad input (a file, a line, a key): exit status 2."""
+    """Raised for bad arguments or bad input (a file, a line, a key); the command line exits with status 2."""
 
     exit_code = 2
 
 
 class RunFailure(VaswaniError, RuntimeError):
-    """The run itself failed for an expected reason outside the input (network, disk, a refused upload): exit 1."""
+    """Raised when the run itself fails for an expected reason outside the input (the network, the disk, a refused
+    upload); the command line exits with status 1."""
 
 
 class InputLineError(UsageError):
-    """Bad input at one line (1-based `line`) of a list of sentences, raised where the file is not known, for
-    example a sentence longer than the model's positions. A tool that read the sentences from a file names the file
-    with `in_file`."""
+    """Raised for bad input at one line (`line`, counted from 1) of a list of sentences where the file is not known,
+    for example a sentence longer than the model's positions. A tool that read the sentences from a file names the
+    file with `in_file`."""
 
     def __init__(self, line: int, message: str):
         super().__init__(f"line {line}: {message}")
         self.line, self.message = line, message
 
     def in_file(self, label: str | os.PathLike) -> UsageError:
-        """The same error naming the file as `file:line: ...` ("-" is standard input)."""
+        """Return the same error naming the file, as `file:line: ...`; "-" is named <stdin>."""
         label = "<stdin>" if str(label) == STDIO else str(label)
         return UsageError(f"{label}:{self.line}: {self.message}")
 
 
 class StandardInputClosed(UsageError):
-    """A tool read from a standard input that the caller closed (`<&-`): bad input, exit status 2."""
+    """Raised when a tool reads from a standard input that the caller closed (`<&-`); that is bad input, exit status
+    2."""
 
     def __init__(self):
         super().__init__(
@@ -61,8 +64,8 @@ class StandardInputClosed(UsageError):
 
 
 class StandardOutputClosed(RunFailure):
-    """A tool wrote to a standard output that the caller closed (`>&-`): exit status 1, as a write to a closed pipe
-    fails."""
+    """Raised when a tool writes to a standard output that the caller closed (`>&-`); the exit status is 1, as when a
+    write to a closed pipe fails."""
 
     def __init__(self):
         super().__init__(
@@ -71,12 +74,13 @@ class StandardOutputClosed(RunFailure):
         )
 
 
-# The modules whose classes may declare an `exit_code` (this package; its files as remote code under transformers).
+# Classes of these modules may declare an `exit_code`: this package's, and its files loaded as remote code by
+# transformers.
 _OWN_MODULES = ("vaswani_hf", "transformers_modules")
 
 
 def refusal_exit_code(error: BaseException) -> int | None:
-    """The exit status of an expected failure, or None for a bug. An expected failure is a `VaswaniError`, or an
+    """Return the exit status of an expected failure, or None for a bug. An expected failure is a `VaswaniError`, or an
     exception whose class (or one of its bases) belongs to this package or its remote-code copies and sets
     `exit_code` to 1 or 2."""
     if isinstance(error, VaswaniError):
@@ -90,7 +94,7 @@ def refusal_exit_code(error: BaseException) -> int | None:
 
 
 def one_line(error: BaseException | str, limit: int = 400) -> str:
-    """An error message on one line (each run of whitespace becomes one space), at most `limit` characters, so that
-    a message quoting user input (a recipe value, a line of text) never floods the terminal."""
+    """Return an error message on one line (each run of whitespace becomes one space) and cut to at most `limit`
+    characters, so that a message quoting user input (a recipe value, a line of text) never floods the terminal."""
     text = " ".join(str(error).split()) or type(error).__name__
     return text if len(text) <= limit else text[: limit - 5] + " ..."

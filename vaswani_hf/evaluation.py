@@ -1,12 +1,13 @@
-r"""Translation quality metrics for the Transformer (Vaswani et al., 2017), each clearly labelled (`DESCRIPTIONS`).
+r"""Compute translation quality metrics for the Transformer (Vaswani et al., 2017), each clearly labelled
+(`DESCRIPTIONS`).
 
 The scores :func:`compute_all` reports:
 
 ``sacrebleu``
-    sacreBLEU corpus BLEU on detokenized text (default tokenizer 13a), with its signature (Post, 2018). This is
-    the number that is comparable across papers and toolkits.
+    sacreBLEU's corpus BLEU on detokenized text (by default with the tokenizer 13a), reported with its signature
+    (Post, 2018). This is the number that is comparable across papers and toolkits.
 ``chrf``
-    chrF (character n-gram F-score, beta=2) through sacreBLEU, with its signature.
+    chrF (the character n-gram F-score, with beta=2), computed by sacreBLEU and reported with its signature.
 ``bleu_tok_compound_split``
     The paper's tokenized BLEU. Section 6.1 reports newstest2014 EN-DE BLEU as computed by tensor2tensor's
     ``utils/get_ende_bleu.sh``: Moses ``tokenizer.perl -l de`` (here its port ``sacremoses``, after
@@ -48,7 +49,7 @@ DESCRIPTIONS = {
 
 
 def load_metric(name: str, **kwargs) -> evaluate.EvaluationModule:
-    """``evaluate.load`` of one of the package's metric modules by path, which works offline.
+    """Load one of the package's metric modules with ``evaluate.load`` by its path, which works offline, and return it.
 
     ``name`` is one of ``METRIC_NAMES`` (``"sacrebleu_local"``, ``"chrf_local"``, ``"tok_bleu"``). Keyword arguments go
     to ``evaluate.load``; ``keep_in_memory`` defaults to True, so that no cache files are written (pass False for
@@ -61,7 +62,8 @@ def load_metric(name: str, **kwargs) -> evaluate.EvaluationModule:
 
 
 def check_line_counts(hypotheses: tuple[str, list], references: list[tuple[str, list]]) -> None:
-    """``UsageError`` naming both (name, lines) sides if a reference has another number of lines."""
+    """Raise a ``UsageError`` naming both sides if a reference has another number of lines than the hypotheses; each
+    side is given as (name, lines)."""
     hyp_name, hyp_lines = hypotheses
     for ref_name, ref_lines in references:
         if len(ref_lines) != len(hyp_lines):
@@ -72,7 +74,8 @@ def check_line_counts(hypotheses: tuple[str, list], references: list[tuple[str, 
 
 
 def _reference_streams(references) -> list[list[str]]:
-    """Accept one reference stream (list of str) or several (list of lists, sacreBLEU's layout)."""
+    """Return the references as a list of streams, given one reference stream (a list of str) or several (a list of
+    lists, sacreBLEU's layout). A string or an empty list raises a ValueError."""
     if isinstance(references, (str, bytes)) or not len(references):
         raise ValueError("references must be a non-empty list of strings or a list of reference streams")
     if isinstance(references[0], str):
@@ -87,7 +90,7 @@ def compute_all(
     tokenize: str = "13a",
     lowercase: bool = False,
 ) -> dict:
-    """All scores with their signatures, computed by the package's ``evaluate`` modules.
+    """Compute every score with its signature through the package's ``evaluate`` modules, and return them.
 
     Args:
         hypotheses: one detokenized translation per segment.
@@ -95,12 +98,16 @@ def compute_all(
             each as long as ``hypotheses``, as in ``sacrebleu.corpus_bleu``).
         target_lang: the language of the Moses tokenizer of the paper-style BLEU.
         tokenize: the sacreBLEU tokenizer of ``sacrebleu`` (default "13a").
-        lowercase: case-insensitive ``sacrebleu``, ``chrf`` and ``bleu_tok_none``; the paper-style BLEU stays
+        lowercase: whether ``sacrebleu``, ``chrf`` and ``bleu_tok_none`` ignore case; the paper-style BLEU stays
             case-sensitive, as in the paper.
 
     Returns:
         ``{name: {"score", "signature", "description", ...details}}`` for the names ``sacrebleu``, ``chrf``,
         ``bleu_tok_compound_split`` and ``bleu_tok_none``.
+
+    Raises:
+        UsageError: a reference stream has another number of lines than the hypotheses.
+        ValueError: there are no segments to score, or no references.
     """
     hypotheses = list(hypotheses)
     streams = _reference_streams(references)
@@ -130,7 +137,8 @@ def compute_all(
 
 
 def format_table(scores: dict) -> str:
-    """A readable table of :func:`compute_all`'s result: name, score, signature, then what each one is."""
+    """Return a readable table of :func:`compute_all`'s result: each score's name, value and signature, then what each
+    score is."""
     width = max(len(name) for name in scores)
     lines = [f"{'metric':<{width}}  {'score':>6}  signature", "-" * (width + 2 + 6 + 2 + 60)]
     for name, result in scores.items():
@@ -143,7 +151,8 @@ def format_table(scores: dict) -> str:
 
 
 class TranslationMetrics:
-    """``compute_metrics`` for ``Seq2SeqTrainer(predict_with_generate=True)``: sacreBLEU, chrF and the mean length.
+    """Compute the metrics of ``Seq2SeqTrainer(predict_with_generate=True)``, as its ``compute_metrics``: sacreBLEU,
+    chrF and the mean output length.
 
     It decodes the generated ids and the labels (the label positions the collator set to -100, and any -100 in the
     predictions, become the pad id first), strips special tokens and surrounding whitespace, and scores with the
@@ -176,5 +185,6 @@ class TranslationMetrics:
 
 
 def make_compute_metrics(tokenizer, tokenize: str = "13a") -> TranslationMetrics:
-    """The Trainer's ``compute_metrics`` (see `TranslationMetrics`)."""
+    """Return the Trainer's ``compute_metrics``, a `TranslationMetrics` that scores with sacreBLEU's tokenizer
+    `tokenize`."""
     return TranslationMetrics(tokenizer, tokenize)

@@ -1,30 +1,31 @@
-"""Translating text with a trained Transformer (Vaswani et al., 2017): loading, batched decoding, the pipeline.
+"""Translate text with a trained Transformer (Vaswani et al., 2017): load the model, decode in batches, and build the
+translation pipeline.
 
 The decoding itself is `model.generate`, whose defaults for this model are the paper's Section 6.1 settings, stored
-in the model's `generation_config` (see `generation_vaswani.default_generation_config`):
-
-    beam size 4, length penalty alpha = 0.6 with GNMT's lp(Y) = ((5 + |Y|) / 6) ** alpha
-    (`length_penalty_type="gnmt"`; "hf" is transformers' |Y| ** alpha), maximum output length = input length + 50
-    per sentence (`max_length_a * source_length + max_length_b` with a = 1, b = 50), and early termination
-    (`early_stopping="never"`: a sentence stops once no running beam can beat its worst finished hypothesis).
+in the model's `generation_config` (see `generation_vaswani.default_generation_config`). They are a beam size of 4; a
+length penalty with alpha = 0.6 and GNMT's lp(Y) = ((5 + |Y|) / 6) ** alpha (`length_penalty_type="gnmt"`, where "hf"
+would be transformers' |Y| ** alpha); a maximum output length of the input length + 50 per sentence
+(`max_length_a * source_length + max_length_b` with a = 1 and b = 50); and early termination (`early_stopping="never"`,
+under which a sentence stops once no running beam can beat its worst finished hypothesis).
 
 This module adds what the paper's decoder did around that: sentences are grouped into batches by a token budget
 (as tensor2tensor and fairseq batch by tokens, not sentences; the package's one batcher,
 `vaswani_hf.data.batching.make_batches`), sorted by length so that little padding is decoded, and returned in their
 original order.
 
-Public API:
-    translate(model, tokenizer, sentences, ...) -> list[str]
-    translate_batch_fn(model_folder or model, ...) -> function for `datasets.Dataset.map(..., batched=True)`
-    load_for_inference(model_dir, device=None, dtype=None) -> (model, tokenizer)
-    load_for_decoding(model_dir, device=None, dtype="fp32") -> (model, tokenizer, precision.Choice)
-    translation_pipeline(model, tokenizer, ...) -> VaswaniTranslationPipeline
-    save_pretrained_with_pipeline(model, tokenizer, save_directory)
-    register_pipeline()
+The public API:
 
-Lines in, lines out: the rules every engine shares (an empty or whitespace-only sentence gives "" without decoding,
-others are stripped, every output is one line, a source longer than a learned position table is refused naming its
-line) are `vaswani_hf.translation_frontend`'s; `translate` is the engine behind them.
+- `translate(model, tokenizer, sentences, ...)` returns one translation (a str) per sentence;
+- `translate_batch_fn(model_folder or model, ...)` returns a function for `datasets.Dataset.map(..., batched=True)`;
+- `load_for_inference(model_dir, device=None, dtype=None)` returns (model, tokenizer);
+- `load_for_decoding(model_dir, device=None, dtype="fp32")` returns (model, tokenizer, precision.Choice);
+- `translation_pipeline(model, tokenizer, ...)` returns a VaswaniTranslationPipeline;
+- `save_pretrained_with_pipeline(model, tokenizer, save_directory)` saves both through the pipeline;
+- `register_pipeline()` registers the pipeline's task names with transformers.
+
+The rules every engine shares live in `vaswani_hf.translation_frontend`, so that N lines in give N lines out: an empty
+or whitespace-only sentence gives "" without decoding, other sentences are stripped, every output is one line, and a
+source longer than a learned position table is refused, naming its line. `translate` is the engine behind them.
 """
 
 from __future__ import annotations
@@ -72,8 +73,9 @@ DTYPES = {
 
 
 def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
-    """The torch.dtype of "fp32", "bf16" or "fp16" (or of their long names; a torch.dtype is returned as it is),
-    and None for None. "auto" and "int8" are refused here: they are chosen when the model is loaded."""
+    """Return the torch.dtype of "fp32", "bf16" or "fp16" (or of their long names), a torch.dtype as it is, and None
+    for None. "auto" and "int8" raise a UsageError here, because they are chosen when the model is loaded, and so does
+    an unknown name."""
     if dtype is None or isinstance(dtype, torch.dtype):
         return dtype
     key = str(dtype).lower().removeprefix("torch.")
@@ -88,8 +90,8 @@ def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
 
 
 def precision_name(dtype: str | torch.dtype) -> str:
-    """A precision as `precision.DTYPE` spells it ("fp32", "bf16", "fp16", "int8", "auto") from any of its names or
-    a torch.dtype; UsageError naming the choices otherwise."""
+    """Return a precision spelled as `precision.DTYPE` spells it ("fp32", "bf16", "fp16", "int8", "auto"), given any
+    of its names or a torch.dtype; any other value raises a UsageError naming the choices."""
     if isinstance(dtype, torch.dtype) or str(dtype).lower().removeprefix("torch.") in DTYPES:
         names = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
         dtype = names.get(resolve_dtype(dtype), dtype)
@@ -99,9 +101,10 @@ def precision_name(dtype: str | torch.dtype) -> str:
 
 
 def resolve_device(device: str | torch.device | None = None) -> torch.device:
-    """`device`, or the available accelerator (CUDA, MPS, XPU, ...) when None, else the CPU. A device this machine
-    does not have is a UsageError naming it (the same check as the tools' `--device`), not an error from deep inside
-    torch when the first tensor moves there."""
+    """Return `device` as a torch.device or, when it is None, the available accelerator (CUDA, MPS, XPU, ...), or
+    else the CPU. A name that is no torch device, or a device this machine does not have, raises a UsageError naming
+    it (the same check as the tools' `--device`), rather than an error from deep inside torch when the first tensor
+    moves there."""
     if device is not None:
         try:
             chosen = torch.device(device)
@@ -120,9 +123,10 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
 
 
 def _decoding_mode(device: torch.device, dtype: torch.dtype | None) -> contextlib.ExitStack:
-    """No gradients, and autocast for `dtype` (bf16/fp16) on `device` (None / fp32: none). Under autocast this is
-    `no_grad`, not `inference_mode`: autocast keeps its casts of the fp32 weights only outside inference mode, and
-    inside it would cast every weight matrix again at every decoding step (measured: ~17% of a CPU beam search)."""
+    """Return a context that turns gradients off and, when `dtype` is bf16 or fp16, runs autocast to it on `device`
+    (None or fp32 means no autocast). Under autocast the context is `no_grad`, not `inference_mode`, because autocast
+    keeps its casts of the fp32 weights only outside inference mode: inside it, every weight matrix would be cast
+    again at every decoding step, which measured about 17% of the time of a CPU beam search."""
     stack = contextlib.ExitStack()
     if dtype is None or dtype == torch.float32:
         stack.enter_context(torch.inference_mode())
@@ -142,19 +146,20 @@ def load_for_inference(
     """Load a saved model folder (weights, config, generation config, tokenizer) for decoding.
 
     Args:
-        model_dir: folder written by `save_pretrained` (model and tokenizer), or a Hub id. Checked by
-            `vaswani_hf.io.load_model_folder`: a missing or broken file is a UsageError naming it.
-        device: where to put the model; None picks the available accelerator, else the CPU.
-        dtype: the decoding precision (`vaswani_hf.precision.DTYPE`): None or "fp32" (default), "bf16" or "fp16"
-            (the weights cast once: half the memory, and the fast path on GPUs and on CPUs with bf16 matrix
-            units), "int8" (CPU: the linear layers quantised dynamically), or "auto" (bf16 where this machine and
-            the model's size gain from it, else fp32; `load_for_decoding` also returns the choice and its reason).
-            To keep fp32 weights and compute under autocast instead, load in fp32 and pass `dtype=` to `translate`.
+        model_dir: a folder written by `save_pretrained` (model and tokenizer), or a Hub id. It is checked by
+            `vaswani_hf.io.load_model_folder`, and a missing or broken file raises a UsageError naming it.
+        device: where to put the model; None picks the available accelerator, or else the CPU.
+        dtype: the decoding precision (`vaswani_hf.precision.DTYPE`). It is None or "fp32" (the default); "bf16" or
+            "fp16", which cast the weights once, halving the memory, and are the fast path on GPUs and on CPUs with
+            bf16 matrix units; "int8", which on the CPU quantises the linear layers dynamically; or "auto", which
+            picks bf16 where this machine and the model's size gain from it and fp32 otherwise (`load_for_decoding`
+            also returns the choice and its reason). To keep fp32 weights and compute under autocast instead, load
+            in fp32 and pass `dtype=` to `translate`.
         trust_remote_code: needed only for folders of models whose code is not installed (this package registers
             its own classes with the Auto classes when imported).
 
     Returns:
-        (model in eval mode on `device`, tokenizer).
+        (model, tokenizer), the model in eval mode on `device`.
     """
     model, tokenizer, _ = load_for_decoding(
         model_dir, device, "fp32" if dtype is None else dtype, trust_remote_code=trust_remote_code
@@ -169,9 +174,10 @@ def load_for_decoding(
     *,
     trust_remote_code: bool = False,
 ) -> tuple:
-    """`load_for_inference`, which also returns the precision chosen (`vaswani_hf.precision.Choice`: its `line()`
-    is what the tools print). The model is loaded in fp32 and then put in the chosen precision once
-    (`precision.prepare_for_decoding`), so that `auto` can weigh the model's size; nothing is cast per step."""
+    """Load a model folder as `load_for_inference` does, and return (model, tokenizer, choice), where `choice` is the
+    precision chosen (a `vaswani_hf.precision.Choice`, whose `line()` is what the tools print). The model is loaded in
+    fp32 and then put in the chosen precision once (`precision.prepare_for_decoding`), so that "auto" can weigh the
+    model's size; nothing is cast per step."""
     asked = precision_name(dtype)
     device = resolve_device(device)
     hardware = precision.hardware_of(device)
@@ -184,15 +190,16 @@ def load_for_decoding(
 
 
 def position_limit(model) -> int | None:
-    """The longest sequence (in tokens, `</s>` included) the model can embed: the rows of a learned position table
-    (Table 3, row E), as `generate()` caps its outputs there; None for sinusoids, which extend to any length
-    (Section 3.5), and for models without our generation mixin."""
-    learned_positions = getattr(model, "learned_positions", None)  # generation_vaswani.VaswaniGenerationMixin
+    """Return the longest sequence (in tokens, `</s>` included) that the model can embed: the number of rows of a
+    learned position table (Table 3, row E), where `generate()` also caps its outputs. Return None for sinusoids,
+    which extend to any length (Section 3.5), and for models without our generation mixin."""
+    learned_positions = getattr(model, "learned_positions", None)  # defined by generation_vaswani's mixin
     return learned_positions() if callable(learned_positions) else None
 
 
 def _pad(sequences: list[list[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The token lists padded on the right to the longest, as (input_ids (B, S), attention_mask (B, S))."""
+    """Pad the token lists on the right to the longest one, and return (input_ids, attention_mask) as two (B, S)
+    tensors on `device`."""
     longest = max(len(s) for s in sequences)
     input_ids = torch.full((len(sequences), longest), pad_id, dtype=torch.long)
     attention_mask = torch.zeros((len(sequences), longest), dtype=torch.long)
@@ -226,35 +233,34 @@ def translate(
 
     Decoding settings left as None come from `model.generation_config` (for this model the paper's, Section 6.1);
     any `generate()` argument can be added as a keyword (e.g. `max_new_tokens`, `num_beams=1` for greedy decoding).
-    Lines in, lines out by `vaswani_hf.translation_frontend.translate_lines`: empty / whitespace-only sentences give
-    "" without decoding, others are stripped, every output is one line.
+    Lines go in and out through `vaswani_hf.translation_frontend.translate_lines`: an empty or whitespace-only
+    sentence gives "" without decoding, other sentences are stripped, and every output is one line.
 
     Args:
         model: a seq2seq model (`VaswaniForConditionalGeneration`, or any `AutoModelForSeq2SeqLM`).
-        tokenizer: its tokenizer (appends `</s>` to the source, as in training).
+        tokenizer: the model's tokenizer, which appends `</s>` to the source, as in training.
         sentences: the source sentences.
-        max_tokens: budget of padded source tokens per batch (see `make_batches`); None for no budget.
-        batch_size: at most this many sentences per batch (None: only the token budget limits it).
+        max_tokens: the budget of padded source tokens per batch (see `make_batches`), or None for no budget.
+        batch_size: at most this many sentences per batch; None lets only the token budget limit it.
         num_beams, length_penalty, early_stopping: as in `generate()`; None keeps the generation config's value.
-        length_penalty_type: "gnmt" (the paper, ((5+|Y|)/6)^alpha) or "hf" (|Y|^alpha); Vaswani models only.
-        max_length_a, max_length_b: per-sentence limit floor(a * source_length + b) tokens (paper: a=1, b=50);
-            Vaswani models only. Unset keeps the generation config's; `max_length_b=None` turns the limit off
-            (then give `max_new_tokens`, or transformers' global default `max_length=20` applies).
-        max_input_tokens: the longest source a sentence may have, in tokens with `</s>` (None: no limit); a longer
-            one is refused before anything is decoded.
+        length_penalty_type: "gnmt" (the paper's ((5+|Y|)/6)^alpha) or "hf" (|Y|^alpha), for Vaswani models only.
+        max_length_a, max_length_b: the per-sentence limit of floor(a * source_length + b) tokens (the paper has
+            a=1, b=50), for Vaswani models only; unset, they keep the generation config's values. `max_length_b=None`
+            turns the limit off (then give `max_new_tokens`, or transformers' global default `max_length=20` applies).
+        max_input_tokens: the most source tokens (`</s>` included) a sentence may have, or None for no limit.
         device: where to decode; None keeps the model where it is. The model is moved there if needed.
-        dtype: None/"fp32" (default), or "bf16"/"fp16" to decode an fp32 model under `torch.autocast` on `device`
-            (the weights stay fp32 and each is cast once per call). Faster, and what the tools do: cast the weights
-            once when loading (`load_for_inference(folder, dtype="bf16")`, or "auto", "int8") and leave this None.
-        progress: show a progress report on stderr (`io.progress`: a bar on a terminal, plain lines elsewhere),
-            counted in sentences; or a bar of the caller's to advance.
+        dtype: None or "fp32" (the default), or "bf16" or "fp16" to decode an fp32 model under `torch.autocast` on
+            `device`, each fp32 weight cast once per call. The tools instead cast the weights once when loading, which
+            is faster (`load_for_inference(folder, dtype="bf16")`, or "auto" or "int8"), and leave this None.
+        progress: True to show a progress report on stderr, counted in sentences (`io.progress`: a bar on a
+            terminal, plain lines elsewhere), or a bar of the caller's to advance.
 
     Returns:
         One single-line string per input sentence, in the input order.
 
     Raises:
-        InputLineError (a UsageError) naming the sentence (1-based) when a model with learned positions cannot embed
-        it (`position_limit`), before anything is decoded.
+        InputLineError: a UsageError naming the sentence (counted from 1) that a model with learned positions cannot
+            embed (`position_limit`), or that is longer than `max_input_tokens`, before anything is decoded.
     """
     device = torch.device(device) if device is not None else model.device
     if model.device != device:
@@ -267,7 +273,8 @@ def translate(
         max_length_b=max_length_b,
         early_stopping=early_stopping,
     )
-    # the front end hands the token ids of the sentences it decodes to this (the rest of _generate's arguments fixed)
+    # The front end hands the token ids of the sentences it decodes to this function; _generate's other arguments are
+    # fixed here.
     decode = functools.partial(
         _generate,
         model,
@@ -285,11 +292,12 @@ def translate(
 
 
 def front_end(model, tokenizer) -> tuple:
-    """What `translation_frontend.translate_lines` needs of this engine besides decoding: `encode` (texts -> token
-    ids, `</s>` included) and the position table of a model with learned positions (None for sinusoids). A fast
-    tokenizer's ids come straight from its `tokenizers` backend while that pads and truncates nothing (a call with
-    `padding=True` leaves padding set there): the ids of `tokenizer(texts)`, which calls it, without building a
-    BatchEncoding (3x faster)."""
+    """Return what `translation_frontend.translate_lines` needs of this engine besides decoding, as (encode, table).
+    `encode` returns the token ids of texts, `</s>` included, and `table` is the position table of a model with learned
+    positions, or None for sinusoids. While a fast tokenizer's `tokenizers` backend pads and truncates nothing,
+    `encode` takes the ids straight from the backend: they are the ids `tokenizer(texts)` would return, since it calls
+    the backend, but without building a BatchEncoding, which is 3x faster. A call with `padding=True` leaves padding
+    set in the backend, and then `encode` calls the tokenizer."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
 
     def encode(texts: list[str]) -> list[list[int]]:
@@ -302,10 +310,10 @@ def front_end(model, tokenizer) -> tuple:
 
 
 def token_bound(tokenizer) -> Callable[[str], int] | None:
-    """An upper bound on the token count of a text (`</s>` included) without tokenising it, for a byte-level BPE
-    tokenizer (Section 5.1's shared vocabulary, `tokenization.py`): every token covers at least one byte of the
-    normalised text, so the count is at most its UTF-8 length plus the special tokens the post-processor adds.
-    None for other tokenizers (then every line is tokenised to be checked)."""
+    """Return a function that bounds from above the token count of a text (`</s>` included) without tokenising it,
+    for a byte-level BPE tokenizer (Section 5.1's shared vocabulary, `tokenization.py`). Every token covers at least
+    one byte of the normalised text, so the count is at most its UTF-8 length plus the special tokens the
+    post-processor adds. For other tokenizers return None; then every line is tokenised to be checked."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None or type(backend.model).__name__ != "BPE" or type(backend.pre_tokenizer).__name__ != "ByteLevel":
         return None
@@ -323,18 +331,20 @@ def translate_batch_fn(
     device: str | torch.device | None = None,
     **options,
 ) -> Callable[[dict], dict]:
-    """A function for `datasets.Dataset.map(fn, batched=True)` that translates the column `column` into
-    `output_column` with `translate` (`options`: its keywords, e.g. `num_beams=1`, `max_tokens`; progress is off).
+    """Return a function for `datasets.Dataset.map(fn, batched=True)` that translates the column `column` into
+    `output_column` with `translate`.
 
-    `model` is a model folder, loaded with `load_for_inference` on `device` in the precision `dtype` ("fp32", "bf16",
-    "int8" or "auto": `vaswani_hf.precision`), or a model given with its `tokenizer`, in which case `dtype` is
-    `translate`'s (autocast).
+    `model` is a model folder or a model object. A folder is loaded with `load_for_inference` on `device`, in the
+    precision that a `dtype` keyword names ("fp32", "bf16", "fp16", "int8" or "auto", as in `vaswani_hf.precision`).
+    A model object comes with its `tokenizer`, and then a `dtype` keyword goes to `translate`, which decodes under
+    autocast. The other keywords of `options` go to `translate` (for example `num_beams=1` or `max_tokens`), with its
+    progress report off. The function raises a KeyError naming the batch's columns if a batch has no `column`.
 
-    `datasets` then does the streaming and the processes: `Dataset.map` works through the rows `batch_size` at a
-
-    time (each batch length-sorted and token-batched here), an `IterableDataset` (`load_dataset(...,
-    streaming=True)`) translates lazily as it is read, and `num_proc=N` splits the rows across N processes (give
-    each a device with `with_rank=True` and your own function, or use CPU threads: `torch.set_num_threads`):
+    `datasets` then does the streaming and the processes. `Dataset.map` works through the rows `batch_size` at a
+    time, and each batch is sorted by length and split by the token budget here. An `IterableDataset`
+    (`load_dataset(..., streaming=True)`) is translated lazily as it is read, and `num_proc=N` splits the rows across
+    N processes; give each its own device with `with_rank=True` and a function of your own, or use CPU threads
+    (`torch.set_num_threads`). For example:
 
         fn = translate_batch_fn("runs/base/hub", column="en", output_column="de", num_beams=4)
         dataset = dataset.map(fn, batched=True, batch_size=2000)
@@ -364,8 +374,8 @@ def _generate(
     progress,
     progress_desc: str,
 ) -> list[str]:
-    """`model.generate(**options)` over token-budget batches of `encoded`; the decoded best output of each sentence,
-    in the order of `encoded`."""
+    """Run `model.generate(**options)` over token-budget batches of `encoded`, and return the decoded best output of
+    each sentence, in the order of `encoded`."""
     outputs = [""] * len(encoded)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else model.config.pad_token_id
     was_training = model.training
@@ -384,7 +394,7 @@ def _generate(
                 input_ids, attention_mask = _pad([encoded[j] for j in batch], pad_id, device)
                 generated = model.generate(input_ids=input_ids, attention_mask=attention_mask, **options)
                 texts = tokenizer.batch_decode(generated, skip_special_tokens=True)
-                per_input = len(texts) // len(batch)  # num_return_sequences > 1: keep the best (first) one
+                per_input = len(texts) // len(batch)  # with num_return_sequences > 1, keep the best (first) output
                 for j, text in zip(batch, texts[::per_input]):
                     outputs[j] = text
                 bar.update(len(batch))
@@ -394,28 +404,28 @@ def _generate(
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# The "translation" pipeline (transformers 5 removed its own)
+# The "translation" pipeline: transformers 5 removed its own, so this package provides one.
 # ---------------------------------------------------------------------------------------------------------------------
 
 
 def register_pipeline(langs=None) -> None:
     """Register `VaswaniTranslationPipeline` in transformers' `PIPELINE_REGISTRY` under every task name it answers
-    ("translation", "text2text-generation", and "translation_{src}_to_{tgt}" for `langs` = [src, tgt]):
-    `pipeline_vaswani.register_pipeline_tasks`, which importing the package and building any `VaswaniConfig`
-    already did. Idempotent."""
+    ("translation", "text2text-generation", and "translation_{src}_to_{tgt}" for `langs` = [src, tgt]). It calls
+    `pipeline_vaswani.register_pipeline_tasks`, which importing the package and building any `VaswaniConfig` have
+    already done; calling it again changes nothing."""
     register_pipeline_tasks(langs)
 
 
 def translation_pipeline(
     model, tokenizer, *, device: str | torch.device | None = None, **kwargs
 ) -> VaswaniTranslationPipeline:
-    """A translation pipeline around an in-memory model and tokenizer, for users of this package.
+    """Return a translation pipeline around an in-memory model and tokenizer, for users of this package.
 
-    The same as `transformers.pipeline("translation", model=model, tokenizer=tokenizer)`, which works because every
-    `VaswaniConfig` registers the task (`register_pipeline`), but also where transformers refuses the name (a model
-    whose code predates that registration: "The task translation has been removed from transformers"), as it builds
-    the class directly. `device` defaults to the model's device; other keywords go to the pipeline (e.g.
-    `batch_size=32`, `num_beams=1`).
+    It is the same as `transformers.pipeline("translation", model=model, tokenizer=tokenizer)`, which works because
+    every `VaswaniConfig` registers the task (`register_pipeline`), but it also works where transformers refuses the
+    name (for a model whose code predates that registration: "The task translation has been removed from
+    transformers"), because it builds the class directly. `device` defaults to the model's device; other keywords go to
+    the pipeline (e.g. `batch_size=32`, `num_beams=1`).
 
         pipe = translation_pipeline(model, tokenizer)
         pipe(["A dog runs.", "Two men talk."], batch_size=16)  # -> [{"translation_text": ...}, ...]
@@ -431,9 +441,10 @@ def translation_pipeline(
 
 
 def save_pretrained_with_pipeline(model, tokenizer, save_directory: str | os.PathLike, **kwargs) -> None:
-    """`model.save_pretrained` + `tokenizer.save_pretrained` in one folder, through the translation pipeline's own
-    `save_pretrained` (transformers' mechanism for a custom pipeline). A plain `model.save_pretrained` already writes
-    `pipeline_vaswani.py` and `custom_pipelines` (configuration_vaswani.py imports the pipeline, and transformers
-    copies a saved class's relative imports), so the folder loads with `pipeline(model=folder,
-    trust_remote_code=True)` either way. Keywords go to `save_pretrained` (e.g. `push_to_hub`)."""
+    """Save the model and the tokenizer into one folder through the translation pipeline's own `save_pretrained`,
+    transformers' mechanism for a custom pipeline, which calls `model.save_pretrained` and `tokenizer.save_pretrained`.
+    A plain `model.save_pretrained` already writes `pipeline_vaswani.py` and `custom_pipelines`
+    (configuration_vaswani.py imports the pipeline, and transformers copies a saved class's relative imports), so the
+    folder loads with `pipeline(model=folder, trust_remote_code=True)` either way. Keywords go to `save_pretrained`
+    (e.g. `push_to_hub`)."""
     translation_pipeline(model, tokenizer).save_pretrained(str(save_directory), **kwargs)

@@ -1,20 +1,20 @@
-"""The numeric precision of decoding and training on this machine: what its processor offers for bf16 and int8
-matrix products, and the one choice behind `--dtype auto` (translate, evaluate, the Space, `translate_batch_fn`) and
-the recipes' `bf16: auto`.
+"""Choose the numeric precision of decoding and training on this machine: find what its processor offers for bf16 and
+int8 matrix products, and make the one choice behind `--dtype auto` (translate, evaluate, the Space,
+`translate_batch_fn`) and the recipes' `bf16: auto`.
 
 The paper trained and decoded in fp32 on P100s. On a processor with bf16 matrix units a bf16 product runs several
 times faster than fp32, and a model of the base size decodes about twice as fast; on a processor without them bf16
 is emulated by conversions and is slower than fp32. So the choice depends on the processor and on the model's size
 (a small model spends its time outside the matrix products), and it is made here, once, from what was found:
 
-- `matrix_units`: the kind of bf16 units, read from the processor's flags (`torch.cpu.get_capabilities()`, else
-  /proc/cpuinfo): "amx" (Intel AMX tiles: `amx_bf16`; Sapphire Rapids and later), "avx512_bf16" (AVX-512 BF16
+- `matrix_units` returns the kind of bf16 units, read from the processor's flags (`torch.cpu.get_capabilities()`, or
+  else /proc/cpuinfo): "amx" (Intel AMX tiles: `amx_bf16`; Sapphire Rapids and later), "avx512_bf16" (AVX-512 BF16
   dot products: `avx512_bf16`, e.g. Cooper Lake, AMD Zen 4), or "none" (AVX2, AVX-512 without BF16, other
   processors); "cuda" for a CUDA GPU with bf16 (compute capability 8.0+).
-- `BF16_MIN_PARAMETERS`: per kind of units, the model size below which bf16 gains nothing. They are set from
+- `BF16_MIN_PARAMETERS` holds, per kind of units, the model size below which bf16 gains nothing. The sizes are set from
   benchmarks/bench_precision.py (decoding) and benchmarks/bench_training_step.py (training); today's values are
   placeholders until those are run on a quiet machine of each kind (see the constant). On a CUDA GPU auto means bf16.
-- `choose`: the dtype and its reason in one line (`Choice.line`), which every tool prints.
+- `choose` returns the dtype and its reason, as one line (`Choice.line`) that every tool prints.
 
 int8 (`--dtype int8`, CPU only) is PyTorch's dynamic quantisation of the linear layers (`prepare_for_decoding`): the
 weights are int8, the activations are quantised per batch, and the matrix products run on fbgemm's VNNI kernels where
@@ -56,7 +56,8 @@ __all__ = [
 
 @dataclass
 class PrecisionSettings:
-    """The decoding precision, declared once for every tool's --dtype (translate, evaluate, the Space) and the API."""
+    """Declare the decoding precision once, for every tool's --dtype (translate, evaluate, the Space) and for the
+    API."""
 
     dtype: str = field(
         default="fp32",
@@ -72,13 +73,15 @@ class PrecisionSettings:
 
 DTYPE = settings_of(PrecisionSettings)["dtype"]
 
-# The word of a recipe's `bf16` key (true, false or auto: vaswani_hf.training.recipe) that leaves the choice here.
+# A recipe's `bf16` key (true, false or auto; see vaswani_hf.training.recipe) leaves the choice to this module when it
+# is this word.
 BF16_AUTO = "auto"
 
-# Parameters from which bf16 is faster than fp32, per kind of units and use. PLACEHOLDERS until measured on a quiet
-# machine of each kind (benchmarks/bench_precision.py, benchmarks/bench_training_step.py --precisions): issue 53
-# measured on an AMX Xeon (2 threads) 2.06x for base-size decoding (63M parameters) and 0.97x for training the 6M
-# Multi30k model, 1.30x for training the base model. A kind that is missing never chooses bf16.
+# BF16_MIN_PARAMETERS holds the model size, in parameters, from which bf16 is faster than fp32, per kind of units and
+# per use. The values are PLACEHOLDERS until they are measured on a quiet machine of each kind
+# (benchmarks/bench_precision.py, benchmarks/bench_training_step.py --precisions). Issue 53 measured speed-ups on an
+# AMX Xeon (2 threads) of 2.06x for base-size decoding (63M parameters), 0.97x for training the 6M Multi30k model and
+# 1.30x for training the base model. A kind of units that is missing never chooses bf16.
 BF16_MIN_PARAMETERS = {
     "decoding": {"amx": 20_000_000, "avx512_bf16": 20_000_000, "cuda": 0},
     "training": {"amx": 20_000_000, "avx512_bf16": 20_000_000, "cuda": 0},
@@ -98,8 +101,9 @@ INT8_NAMES = {
 
 
 def cpu_capabilities() -> Mapping[str, object]:
-    """This processor's features by torch's names (`amx_bf16`, `avx512_bf16`, `avx512_vnni`, `avx2`, ...): torch's
-    own detection (cpuinfo, torch >= 2.9), else the Linux flags of /proc/cpuinfo, else nothing."""
+    """Return this processor's features by torch's names (`amx_bf16`, `avx512_bf16`, `avx512_vnni`, `avx2`, ...),
+    from torch's own detection (cpuinfo, torch >= 2.9), or else from the Linux flags of /proc/cpuinfo, or else
+    none."""
     get = getattr(getattr(torch, "cpu", None), "get_capabilities", None)
     if get is not None:
         with contextlib.suppress(Exception):
@@ -110,8 +114,8 @@ def cpu_capabilities() -> Mapping[str, object]:
 
 
 def capabilities_of_cpuinfo(text: str) -> dict[str, object]:
-    """The features of Linux's /proc/cpuinfo text by torch's names (the kernel writes `avx512f`, torch `avx512_f`;
-    the other flags that matter here are spelled alike), with the processor's name."""
+    """Return the features in Linux's /proc/cpuinfo text by torch's names, with the processor's name. The kernel
+    writes `avx512f` where torch writes `avx512_f`; the other flags that matter here are spelled alike."""
     capabilities: dict[str, object] = {}
     for line in text.splitlines():
         key, _, value = line.partition(":")
@@ -123,7 +127,7 @@ def capabilities_of_cpuinfo(text: str) -> dict[str, object]:
 
 
 def matrix_units(capabilities: Mapping[str, object]) -> str:
-    """The kind of bf16 matrix units of a processor with these capabilities: "amx", "avx512_bf16" or "none"."""
+    """Return the kind of bf16 matrix units of a processor with these capabilities: "amx", "avx512_bf16" or "none"."""
     if capabilities.get("amx_bf16"):
         return "amx"
     if capabilities.get("avx512_bf16"):
@@ -132,7 +136,8 @@ def matrix_units(capabilities: Mapping[str, object]) -> str:
 
 
 def int8_units(capabilities: Mapping[str, object]) -> str:
-    """What int8 products run on: "amx_int8", "vnni" (AVX-512 VNNI or AVX-VNNI dot products), "avx2" or "none"."""
+    """Return what int8 products run on: "amx_int8", "vnni" (AVX-512 VNNI or AVX-VNNI dot products), "avx2" or
+    "none"."""
     if capabilities.get("amx_int8"):
         return "amx_int8"
     if capabilities.get("avx512_vnni") or capabilities.get("avx_vnni"):
@@ -142,28 +147,29 @@ def int8_units(capabilities: Mapping[str, object]) -> str:
 
 @dataclass(frozen=True)
 class Hardware:
-    """Where a model runs, as far as precision is concerned."""
+    """Describe where a model runs, as far as precision is concerned."""
 
     device_type: str  # "cpu", "cuda", "mps", ...
     units: str  # bf16 matrix units: "amx", "avx512_bf16", "cuda" or "none"
-    int8: str  # int8 products on a CPU: "amx_int8", "vnni", "avx2", "none" ("none" off the CPU)
+    int8: str  # what int8 products run on: "amx_int8", "vnni", "avx2" or "none" (always "none" off the CPU)
     name: str = ""  # the processor's or GPU's name
 
     def describe(self) -> str:
-        """What decides bf16, as a phrase: 'this CPU (AMD EPYC) has AVX-512 BF16 (avx512_bf16)'."""
+        """Return what decides bf16, as a phrase such as 'this CPU (AMD EPYC) has AVX-512 BF16 (avx512_bf16)'."""
         where = "this CPU" if self.device_type == "cpu" else f"this {self.device_type} device"
         where += f" ({self.name})" if self.name else ""
         return f"{where} has {UNIT_NAMES[self.units]}"
 
     def report(self) -> str:
-        """Both kinds of units, for a benchmark's report: 'AMD EPYC: bf16 on AVX-512 BF16 (avx512_bf16), int8 on
-        VNNI dot products'."""
+        """Return both kinds of units for a benchmark's report, as in 'AMD EPYC: bf16 on AVX-512 BF16 (avx512_bf16),
+        int8 on VNNI dot products'."""
         int8 = f", int8 on {INT8_NAMES[self.int8]}" if self.device_type == "cpu" else ""
         return f"{self.name or self.device_type}: bf16 on {UNIT_NAMES[self.units]}{int8}"
 
 
 def hardware_of(device: str | torch.device, capabilities: Mapping[str, object] | None = None) -> Hardware:
-    """The `Hardware` of `device`; a CPU's from `capabilities` (default: this processor's, `cpu_capabilities`)."""
+    """Return the `Hardware` of `device`; a CPU's is read from `capabilities` (by default this processor's, from
+    `cpu_capabilities`)."""
     device = torch.device(device)
     if device.type == "cuda":
         bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
@@ -176,8 +182,8 @@ def hardware_of(device: str | torch.device, capabilities: Mapping[str, object] |
 
 @dataclass(frozen=True)
 class Choice:
-    """A precision and the reason for it: `name` is "fp32", "bf16", "fp16" or "int8", `asked` is what was asked for
-    ("auto", ...), and `reason` says why `name` was chosen."""
+    """Hold a precision and the reason for it: `name` is "fp32", "bf16", "fp16" or "int8", `asked` is what was asked
+    for ("auto", ...), and `reason` says why `name` was chosen."""
 
     name: str
     asked: str
@@ -185,11 +191,11 @@ class Choice:
 
     @property
     def dtype(self) -> torch.dtype:
-        """The dtype of the weights and activations (int8 keeps fp32 activations around its int8 products)."""
+        """Return the dtype of the weights and activations; int8 keeps fp32 activations around its int8 products."""
         return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.name, torch.float32)
 
     def line(self) -> str:
-        """The one line a tool prints: 'precision: bf16 (auto: ...)'."""
+        """Return the one line a tool prints, such as 'precision: bf16 (auto: ...)'."""
         asked = f"{self.asked}: " if self.asked != self.name else ""
         return f"precision: {self.name} ({asked}{self.reason})"
 
@@ -199,7 +205,8 @@ def _millions(parameters: int) -> str:
 
 
 def _bf16_or_fp32(hardware: Hardware, parameters: int, use: str) -> tuple[bool, str]:
-    """Whether bf16 gains for a model of `parameters` on `hardware` (`use`: "decoding" or "training"), and why."""
+    """Return whether bf16 gains for a model of `parameters` on `hardware` (`use` is "decoding" or "training"), and
+    the reason."""
     threshold = BF16_MIN_PARAMETERS[use].get(hardware.units)
     what = hardware.describe()
     if threshold is None:
@@ -211,10 +218,10 @@ def _bf16_or_fp32(hardware: Hardware, parameters: int, use: str) -> tuple[bool, 
 
 
 def choose(asked: str, hardware: Hardware, parameters: int) -> Choice:
-    """The decoding precision for `asked` (a value of `DTYPE`) on `hardware` for a model of `parameters`. An
-    explicit precision is kept, with a warning in the reason where it cannot pay (bf16 without units); `auto` is
-    bf16 where `_bf16_or_fp32` says it gains, else fp32. int8 off the CPU is refused (UsageError), as PyTorch's
-    dynamic quantisation runs on the CPU."""
+    """Return the decoding precision for `asked` (a value of `DTYPE`) on `hardware` for a model of `parameters`. An
+    explicit precision is kept, with a warning in the reason where it cannot pay (bf16 without units); "auto" gives
+    bf16 where `_bf16_or_fp32` says it gains, and fp32 otherwise. int8 off the CPU raises a UsageError, because
+    PyTorch's dynamic quantisation runs on the CPU only."""
     DTYPE.check(asked, "dtype")
     if asked == "auto":
         bf16, why = _bf16_or_fp32(hardware, parameters, "decoding")
@@ -231,7 +238,8 @@ def choose(asked: str, hardware: Hardware, parameters: int) -> Choice:
 
 
 def choose_training_bf16(asked: bool | str, hardware: Hardware, parameters: int) -> Choice:
-    """The training precision for a recipe's `bf16` (true, false or "auto"): "bf16" (autocast) or "fp32"."""
+    """Return the training precision for a recipe's `bf16` value (true, false or "auto"): "bf16" (autocast) or
+    "fp32"."""
     if asked != BF16_AUTO:
         return Choice("bf16" if asked else "fp32", "bf16" if asked else "fp32", f"bf16: {str(bool(asked)).lower()}")
     bf16, why = _bf16_or_fp32(hardware, parameters, "training")
@@ -239,10 +247,11 @@ def choose_training_bf16(asked: bool | str, hardware: Hardware, parameters: int)
 
 
 def prepare_for_decoding(model: nn.Module, choice: Choice) -> nn.Module:
-    """`model` in `choice`'s precision, in place: weights cast once (bf16, fp16), so that decoding casts nothing per
-    step; or its linear layers (attention and feed-forward projections, the output projection) replaced by PyTorch's
-    dynamically quantised int8 ones (int8; the embeddings, LayerNorms and attention stay fp32, and the output
-    projection becomes an int8 copy of the shared embedding, which itself stays fp32 for the lookups)."""
+    """Put `model` in `choice`'s precision, in place, and return it. For bf16 and fp16 the weights are cast once, so
+    that decoding casts nothing per step. For int8 the linear layers (the attention and feed-forward projections, and
+    the output projection) are replaced by PyTorch's dynamically quantised int8 ones; the embeddings, LayerNorms and
+    attention stay fp32, and the output projection becomes an int8 copy of the shared embedding, which itself stays
+    fp32 for the lookups."""
     if choice.name == "int8":
         quantize_dynamic = _quantize_dynamic()
         return quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8, inplace=True)
@@ -250,9 +259,10 @@ def prepare_for_decoding(model: nn.Module, choice: Choice) -> nn.Module:
 
 
 def _quantize_dynamic():
-    """torch.ao's `quantize_dynamic`: deprecated (its warning points to torchao) but still the one int8 path of eager
-    PyTorch without a new dependency, and fast (fbgemm's VNNI kernels). Its warnings are silenced here, and a torch
-    that no longer has it is named in one line."""
+    """Return torch.ao's `quantize_dynamic`, wrapped so that its deprecation warnings are silenced. It is deprecated
+    (its warning points to torchao), but it is still the one int8 path of eager PyTorch that needs no new dependency,
+    and it is fast (fbgemm's VNNI kernels). A torch that no longer has it raises a UsageError that says so in one
+    line."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         try:
@@ -263,7 +273,7 @@ def _quantize_dynamic():
             ) from error
 
     def quantize(*args, **kwargs):
-        with warnings.catch_warnings():  # the same notice, about its quantised tensors
+        with warnings.catch_warnings():  # silences the same notice, which it gives again about its quantised tensors
             warnings.simplefilter("ignore", DeprecationWarning)
             warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*", category=UserWarning)
             return quantize_dynamic(*args, **kwargs)
@@ -271,7 +281,7 @@ def _quantize_dynamic():
     return quantize
 
 
-# The flags that decide bf16 and int8 speed, as a benchmark records them beside its numbers.
+# These are the flags that decide bf16 and int8 speed; a benchmark records them beside its numbers.
 PRECISION_FLAGS = (
     "avx2",
     "avx512_f",
@@ -286,8 +296,8 @@ PRECISION_FLAGS = (
 
 
 def cpu_record(capabilities: Mapping[str, object] | None = None) -> dict:
-    """This processor as a benchmark's result records it: its name, the flags of `PRECISION_FLAGS`, the kernels torch
-    dispatches to (`torch.backends.cpu.get_cpu_capability()`), its bf16 and int8 units, and the logical cores."""
+    """Return this processor as a benchmark's result records it: its name, the flags of `PRECISION_FLAGS`, the kernels
+    torch dispatches to (`torch.backends.cpu.get_cpu_capability()`), its bf16 and int8 units, and the logical cores."""
     capabilities = cpu_capabilities() if capabilities is None else capabilities
     hardware = hardware_of("cpu", capabilities)
     return {

@@ -1,4 +1,4 @@
-"""Shared (joint source + target) BPE vocabulary for the Transformer.
+"""Train, wrap and load the Transformer's shared BPE vocabulary, one vocabulary for source and target together.
 
 Vaswani et al. (2017), Section 5.1 "Training Data and Batching": "Sentences were encoded using byte-pair encoding
 [3], which has a shared source-target vocabulary of about 37000 tokens" (EN-DE). One vocabulary for both sides is
@@ -64,13 +64,14 @@ PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 # symbol.
 SPECIAL_TOKENS: tuple[str, ...] = (PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)
 
-DEFAULT_VOCAB_SIZE = 37000  # paper, Section 5.1 (EN-DE shared vocabulary)
-# The longest sequence (in tokens, `</s>` included) the tokenizer reports as supported. The model's sinusoidal positions
-# (Section 3.5) have no hard limit; 1024 is a generous bound for sentence-level translation (WMT14 EN-DE sentences are
-# under 250 tokens after the usual length filtering), and it only drives transformers' truncation warnings.
+DEFAULT_VOCAB_SIZE = 37000  # the size of the paper's shared EN-DE vocabulary (Section 5.1)
+# DEFAULT_MODEL_MAX_LENGTH is the longest sequence (in tokens, `</s>` included) that the tokenizer reports as
+# supported. The model's sinusoidal positions (Section 3.5) have no hard limit; 1024 is a generous bound for
+# sentence-level translation (WMT14 EN-DE sentences are under 250 tokens after the usual length filtering), and it only
+# drives transformers' truncation warnings.
 DEFAULT_MODEL_MAX_LENGTH = 1024
-# The kind of output folder vaswani-train-tokenizer writes, recorded in its marker (vaswani_hf.io.outputs), so that
-# `--overwrite` replaces only a folder this tool wrote.
+# TOKENIZER_FOLDER names the kind of output folder vaswani-train-tokenizer writes. It is recorded in the folder's
+# marker (vaswani_hf.io.outputs), so that `--overwrite` replaces only a folder this tool wrote.
 TOKENIZER_FOLDER = "tokenizer folder"
 
 _NORMALIZERS = {"NFC": normalizers.NFC, "NFKC": normalizers.NFKC, "NFD": normalizers.NFD, "NFKD": normalizers.NFKD}
@@ -78,7 +79,7 @@ _NORMALIZERS = {"NFC": normalizers.NFC, "NFKC": normalizers.NFKC, "NFD": normali
 
 @dataclass
 class BpeSettings:
-    """How the joint BPE is learned (Section 5.1), declared once: the recipe's tokenizer keys, the flags of
+    """Declare once how the joint BPE is learned (Section 5.1): the recipe's tokenizer keys, the flags of
     vaswani-train-tokenizer and the arguments of `train_bpe_tokenizer` are these fields."""
 
     vocab_size: int = field(
@@ -116,15 +117,16 @@ BPE_SETTINGS = settings_of(BpeSettings)
 
 
 def build_bpe_tokenizer(*, lowercase: bool = False, normalization: str | None = "NFC") -> Tokenizer:
-    """An untrained byte-level BPE `tokenizers.Tokenizer` with this project's normaliser, pre-tokeniser and decoder
-    (the module docstring says why each is chosen). `normalization` may be given in any case ("nfc" or "NFC")."""
+    """Return an untrained byte-level BPE `tokenizers.Tokenizer` with this project's normaliser, pre-tokeniser and
+    decoder (the module docstring says why each is chosen). `normalization` may be given in any case ("nfc" or
+    "NFC")."""
     norm: list[normalizers.Normalizer] = []
     if normalization is not None:
         key = BPE_SETTINGS["normalization"].check(str(normalization).upper(), "build_bpe_tokenizer")
         norm.append(_NORMALIZERS[key]())
     if lowercase:
         norm.append(normalizers.Lowercase())
-    # One leading space, so that the first word is tokenised like every other word; the decoder strips it again.
+    # Prepend one space, so that the first word is tokenised like every other word; the decoder strips it again.
     norm.append(normalizers.Prepend(" "))
 
     tok = Tokenizer(models.BPE(unk_token=UNK_TOKEN))
@@ -160,7 +162,7 @@ def iter_training_text(corpus: Any, languages: Sequence[str] | None = None) -> I
     `train.de`), a `datasets.Dataset` with a `translation` column (all its languages, or only `languages`), or any
     iterable of strings.
     """
-    import datasets  # imported here: training from plain files should not need `datasets` loaded
+    import datasets  # imported here, because training from plain files should not need `datasets` loaded
 
     if isinstance(corpus, (str, os.PathLike)):
         yield from iter_lines(corpus, what="tokenizer training file")
@@ -231,9 +233,9 @@ def train_bpe_tokenizer(
         normalization: "NFC" (the default, lossless for a reader; see the module docstring), "NFKC", "NFD", "NFKD"
             or None.
         languages: with a `datasets.Dataset`, the languages to read (by default all of the `translation` column).
-        model_max_length: recorded in the saved tokenizer config.
+        model_max_length: the longest sequence the tokenizer reports, recorded in its saved config.
         save_dir: if given, the tokenizer is saved there with `save_pretrained`.
-        show_progress: show the `tokenizers` trainer's progress bar.
+        show_progress: whether to show the `tokenizers` trainer's progress bar.
 
     Returns:
         A `PreTrainedTokenizerFast` with `<pad>`=0, `<s>`=1, `</s>`=2, `<unk>`=3 that appends `</s>` to every sequence.
@@ -274,8 +276,8 @@ def load_tokenizer(path: str | os.PathLike) -> PreTrainedTokenizerFast:
     if folder.exists():
         if not folder.is_dir():
             raise UsageError(f"tokenizer {folder} is a file; give the folder that holds tokenizer.json")
-        # The file's declared shape, then the tokenizers library's own reading of it: valid JSON is not yet a
-        # tokenizer.
+        # This checks the file's declared shape and then lets the tokenizers library read it, because valid JSON is
+        # not yet a tokenizer.
         check_tokenizer_file(folder / "tokenizer.json", what=f"tokenizer.json of tokenizer folder {folder}")
         # tokenizer_config.json and special_tokens_map.json are read by transformers too, so they are checked first.
         check_tokenizer_configs(folder)

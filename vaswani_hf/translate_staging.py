@@ -1,8 +1,9 @@
-"""The staging folder of a translation into a file, `<output>.partial/`: what a resumed run may reuse, and proof of it.
+"""Keep the staging folder of a translation into a file, `<output>.partial/`, which holds what a resumed run may reuse
+and the proof of it.
 
 Each finished window k is two files: its translations (`window-k.txt`) and, written after them, its record
-(`window-k.json`: the window's number of lines, the SHA-256 of the part's bytes and of the input lines it
-translates). A resumed run reuses a part only if its bytes match its record and the record matches this run's input
+(`window-k.json`, which holds the window's number of lines and the SHA-256 of the part's bytes and of the input lines
+it translates). A resumed run reuses a part only if its bytes match its record and the record matches this run's input
 window; any other part (cut short, edited, without a record because the run stopped between the two writes, of another
 input) is translated again and named. The join into `--output` hashes every part as it copies it and refuses one that
 differs from its record: nothing unverified reaches the output. `state.json` holds what the whole run must repeat (the
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from . import io
 
-PARTIAL_KIND = "partial translation"  # the staging folder's marker (io.check_output_dir)
+PARTIAL_KIND = "partial translation"  # the kind that the staging folder's marker names (see io.check_output_dir)
 STATE = "state.json"
 COPY_BYTES = 1 << 20
 MAX_NAME_BYTES = 255  # the longest file name of Linux file systems, in bytes
@@ -35,7 +36,8 @@ def record(staging: Path, k: int) -> Path:
 
 
 def write_part(staging: Path, k: int, translations: list[str], source_sha256: str) -> None:
-    """Window k's translations, then its record (each atomically): a part without its record is never reused."""
+    """Write window k's translations and then its record, each atomically. A part without its record is never
+    reused, so a run that stopped between the two writes translates the window again."""
     data = io.format_lines(translations).encode("utf-8")
     with io.replace_atomically(part(staging, k)) as temporary:
         temporary.write_bytes(data)
@@ -59,8 +61,8 @@ def _read_record(staging: Path, k: int) -> dict | None:
 
 
 def part_problem(staging: Path, k: int, lines: int, source_sha256: str) -> str | None:
-    """Why window k's part cannot be reused for an input window of `lines` lines hashing to `source_sha256`, or None
-    (reusable). "absent": neither part nor record (the window was never finished)."""
+    """Return why window k's part cannot be reused for an input window of `lines` lines hashing to `source_sha256`,
+    or None if it can be. "absent" means that there is neither a part nor a record: the window was never finished."""
     has_part, has_record = part(staging, k).is_file(), record(staging, k).exists()
     if not has_part and not has_record:
         return "absent"
@@ -98,9 +100,9 @@ def forget(staging: Path, k: int) -> None:
 
 
 def publish(staging: Path, windows: list[tuple[int, str]], output: str | os.PathLike, overwrite: bool) -> None:
-    """The parts joined, in input order, into `output` in one rename, each checked against its record as it is copied
-    (`windows`: each window's lines and input SHA-256); then the staging folder removed. A part that differs is
-    removed and refused: `--resume` translates it again."""
+    """Join the parts, in input order, into `output` in one rename, checking each against its record as it is copied,
+    and then remove the staging folder. `windows` holds each window's number of lines and input SHA-256. A part that
+    differs from its record is removed and a RunFailure is raised, so that `--resume` translates it again."""
     target = io.check_output_file(output, overwrite=overwrite, what="--output")
     with io.replace_atomically(target, overwrite=overwrite) as temporary, open(temporary, "wb") as handle:
         for k, (lines, source_sha256) in enumerate(windows):
@@ -122,7 +124,8 @@ def publish(staging: Path, windows: list[tuple[int, str]], output: str | os.Path
 
 
 def differences(old: dict, new: dict, prefix: str = "") -> list[str]:
-    """The keys whose values differ ("settings.num_beams" for a nested one)."""
+    """Return the keys whose values differ between `old` and `new`; a key inside "settings" is named with that
+    prefix, as "settings.num_beams"."""
     differ = []
     for key in sorted(set(old) | set(new)):
         a, b = old.get(key), new.get(key)
@@ -134,7 +137,8 @@ def differences(old: dict, new: dict, prefix: str = "") -> list[str]:
 
 
 def foreign(staging: Path) -> list[str]:
-    """What the staging folder holds that this tool did not write there (a user's file is never removed)."""
+    """Return the names of the entries of the staging folder that this tool did not write there, so that a user's
+    file is never removed."""
     ours = {STATE, io.MARKER}
     return sorted(
         p.name
@@ -156,7 +160,8 @@ def remove(staging: Path) -> None:
 
 @contextmanager
 def kept_on_interrupt(staging: Path, rank: int, size: int):
-    """Finished windows stay on an interruption; a staging folder with none is removed (nothing to resume)."""
+    """Keep the finished windows when the body is interrupted, but remove a staging folder that holds none, since
+    there is nothing to resume; only a run of a single process removes it."""
     try:
         yield
     except BaseException:
@@ -166,8 +171,12 @@ def kept_on_interrupt(staging: Path, rank: int, size: int):
 
 
 def prepare(staging: Path, state: dict, *, resume: bool, overwrite: bool, world) -> bool:
-    """Check the staging folder (every process), then (rank 0) make or keep it; whether an earlier run's is kept.
-    An earlier run's is continued only with `resume` and the same state, replaced only with `overwrite`."""
+    """Check the staging folder on every process, then create it or keep it on rank 0, and return whether an earlier
+    run's folder is kept.
+
+    An earlier run's folder is continued only with `resume` and when its state.json matches `state`, and it is
+    replaced only with `overwrite`. Otherwise, and also when another translation is using the folder or it holds files
+    this tool did not write, a UsageError says what to do."""
     what = f"{staging} (the staging folder of --output)"
     if io.folder_in_use(staging):
         raise io.UsageError(
@@ -181,7 +190,7 @@ def prepare(staging: Path, state: dict, *, resume: bool, overwrite: bool, world)
             "them out first, or choose another --output"
         )
     if staging.exists() and not ours:
-        io.check_output_dir(staging, overwrite=overwrite, what=what, kind=PARTIAL_KIND)  # names what is there
+        io.check_output_dir(staging, overwrite=overwrite, what=what, kind=PARTIAL_KIND)  # it names what is there
     keep = False
     if resume and ours:
         try:

@@ -1,7 +1,8 @@
-"""Translating a file of any size: in bounded windows, resumable, and shared among processes.
+"""Translate a file of any size in bounded windows, resumably, with the work shared among processes.
 
-The input (`io.TextInput` with two passes: a pipe is spooled as the first pass reads it, and never read twice) is read
-`buffer_lines` at a time, as fairseq's `--buffer-size` does, so that memory depends on the window and not on the file.
+The input is an `io.TextInput` with two passes (a pipe is spooled as the first pass reads it, and never read twice).
+It is read `buffer_lines` at a time, as fairseq's `--buffer-size` does, so that memory depends on the window and not on
+the file.
 There are two passes:
 
 1. The check sends every window through the front end without decoding, so that a bad line is named as file:line before
@@ -41,26 +42,27 @@ from . import translate_staging as staging_files
 from .io.progress import progress_bar
 from .translation_frontend import PositionTable, translate_lines
 
-# The lines read, sorted by length and decoded together: a few MB of text, and enough lines for sorting to keep the
-# batches' padding low.
+# BUFFER_LINES lines are read, sorted by length and decoded together: they are a few MB of text, and enough lines for
+# sorting to keep the batches' padding low.
 BUFFER_LINES = 10_000
 
 
 @dataclass
 class Engine:
-    """A decoding engine as this module uses it: `translate(lines, bar)` gives a window's translations, and `encode`,
-    `table` and `max_input_tokens` are what its front end checks the lines with."""
+    """Hold a decoding engine as this module uses it: `translate(lines, bar)` returns a window's translations, and
+    `encode`, `table` and `max_input_tokens` are what its front end checks the lines with."""
 
     translate: Callable[[list[str], Any], list[str]]
     encode: Callable[[list[str]], list]
     table: PositionTable | None
     max_input_tokens: int | None
-    fingerprint: dict = field(default_factory=dict)  # model and decoding settings: what a resumed run must repeat
-    bound: Callable[[str], int] | None = None  # an upper bound on a text's tokens (`inference.token_bound`), if known
+    fingerprint: dict = field(default_factory=dict)  # the model and decoding settings, which a resumed run must repeat
+    bound: Callable[[str], int] | None = None  # bounds a text's token count from above (`inference.token_bound`)
 
 
 class Processes:
-    """This process's place among those a launcher started (`RANK`, `WORLD_SIZE`), with gloo barriers between them."""
+    """Find this process's place among the processes a launcher started (`RANK`, `WORLD_SIZE`), and meet them at gloo
+    barriers."""
 
     def __init__(self):
         self.size, self.rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
@@ -83,7 +85,7 @@ class Processes:
             dist.barrier()
 
     def total(self, *values: int) -> list[int]:
-        """The sums over all processes of `values`."""
+        """Return the sums of `values` over all processes."""
         if self.size == 1:
             return list(values)
         tensor = torch.tensor(values, dtype=torch.long)
@@ -91,9 +93,9 @@ class Processes:
         return tensor.tolist()
 
     def device(self, device: str | None) -> str | None:
-        """The device this process decodes on: `device` when one was given, and None (the engine's own default) for a
-        single process. Among several processes it is this process's own GPU (`cuda:LOCAL_RANK`), or the CPU where
-        there is no GPU or ACCELERATE_USE_CPU is set."""
+        """Return the device this process decodes on: `device` when one was given, and otherwise None (the engine's
+        own default) for a single process. Among several processes it is this process's own GPU (`cuda:LOCAL_RANK`),
+        or the CPU where there is no GPU or ACCELERATE_USE_CPU is set."""
         if device is not None or self.size == 1:
             return device
         use_cpu = os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
@@ -110,8 +112,8 @@ def _window_sha256(window: list[str]) -> str:
 
 
 def check_input(text: io.TextInput, label: str, engine: Engine, size: int) -> tuple[dict, list[tuple[int, str]]]:
-    """The check pass over `text` (its first pass). A line the engine cannot take is a UsageError naming `label`:line;
-    otherwise it returns the input's fingerprint {"lines", "sha256"} and each window's (lines, SHA-256)."""
+    """Run the check pass over `text` (its first pass), and return the input's fingerprint {"lines", "sha256"} and
+    each window's (lines, SHA-256). A line the engine cannot take raises a UsageError naming `label`:line."""
     digest, count, windows = hashlib.sha256(), 0, []
 
     def nothing(encoded: list) -> list[str]:
@@ -120,7 +122,7 @@ def check_input(text: io.TextInput, label: str, engine: Engine, size: int) -> tu
     limits = [n for n in (engine.table.rows if engine.table else None, engine.max_input_tokens) if n is not None]
     limit = min(limits) if limits else None
 
-    def encode(texts: list[str]) -> list:  # a line that provably fits is not tokenised: it gets a placeholder token
+    def encode(texts: list[str]) -> list:  # a line that provably fits is not tokenised but gets a placeholder token
         if engine.bound is None or limit is None:
             return engine.encode(texts)
         long = [text for text in texts if engine.bound(text) > limit]
@@ -139,8 +141,8 @@ def check_input(text: io.TextInput, label: str, engine: Engine, size: int) -> tu
 
 
 def _todo(staging: Path | None, windows: list[tuple[int, str]], world: Processes, resume: bool) -> list[int]:
-    """This process's windows (k % N == rank) still to translate: all of them, or on a resume those whose part is
-    absent or unproven (each unproven part is named, then removed)."""
+    """Return this process's windows (k % N == rank) that are still to translate: all of them, or, on a resume, those
+    whose part is absent or unproven. Each unproven part is named, then removed."""
     mine = [k for k in range(len(windows)) if k % world.size == world.rank]
     if staging is None or not resume:
         return mine
@@ -159,9 +161,9 @@ def _todo(staging: Path | None, windows: list[tuple[int, str]], world: Processes
 def _decode(
     text: io.TextInput, windows: list[tuple[int, str]], todo: list[int], size: int, engine: Engine, staging, bar
 ) -> tuple[int, int]:
-    """The decoding pass over `text` (its second pass): the windows `todo` are translated, each first checked against
-    the check pass (an input that changed since is refused), and written to standard output or into the staging
-    folder."""
+    """Run the decoding pass over `text` (its second pass), and return the number of lines translated and of tokens
+    in their translations. Each window of `todo` is first checked against the check pass (an input that changed since
+    raises a UsageError), then translated and written to standard output or into the staging folder."""
     lines = tokens = 0
     todo = set(todo)
     for k, window in enumerate(_windows(text.lines(), size)):
@@ -178,7 +180,7 @@ def _decode(
             continue
         before = bar.n
         translations = engine.translate(window, bar)
-        bar.update(len(window) - (bar.n - before))  # the lines the engine did not count (empty ones)
+        bar.update(len(window) - (bar.n - before))  # counts the lines the engine did not count (the empty ones)
         if len(translations) != len(window):  # an engine bug must never silently misalign lines
             raise RuntimeError(f"the engine returned {len(translations)} lines for {len(window)} inputs")
         if staging is None:
@@ -202,8 +204,9 @@ def translate_file(
     progress: bool = True,
     world: Processes | None = None,
 ) -> dict:
-    """Translate `source` ("-": standard input; any input kind `io.TextInput` reads, a pipe read once) into `output`
-    (None or "-": standard output); returns {"lines", "tokens", "seconds"} of this run over all processes."""
+    """Translate `source` into `output`, and return {"lines", "tokens", "seconds"} of this run over all processes.
+    `source` is "-" for standard input or any input kind that `io.TextInput` reads (a pipe is read once), and an
+    `output` of None or "-" means standard output."""
     world = world or Processes()
     started = time.perf_counter()
     with ExitStack() as stack:
@@ -215,7 +218,7 @@ def translate_file(
         if staging is not None:
             state = {"input": fingerprint, "buffer_lines": buffer_lines, **engine.fingerprint}
             kept = staging_files.prepare(staging, state, resume=resume, overwrite=overwrite, world=world)
-            if world.rank == 0:  # one translation at a time into one --output (another is refused, not replaced)
+            if world.rank == 0:  # one translation at a time writes into an --output; another is refused, not replaced
                 stack.enter_context(io.FolderLock(staging, f"{staging} (the staging folder of --output)"))
             stack.enter_context(staging_files.kept_on_interrupt(staging, world.rank, world.size))
         todo = _todo(staging, windows, world, kept)

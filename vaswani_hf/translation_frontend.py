@@ -1,4 +1,4 @@
-"""The translation front end: the rules every decoding engine shares, written once.
+"""Apply the rules that every decoding engine shares, written once: this module is the translation front end.
 
 Both engines, our `generate()` (`vaswani_hf.inference.translate`) and CTranslate2
 (`vaswani_hf.export.ctranslate2.CTranslate2Translator`), run their sentences through `translate_lines`, and so does the
@@ -19,8 +19,8 @@ checking pass of a file to translate (`vaswani_hf.translate_stream`). It applies
   bound is generous (a BPE token of natural text has far fewer characters), so that a line it lets through is judged by
   its token count.
 
-An engine provides only `encode` (the token sequences of the stripped sentences, `</s>` included) and `decode` (the
-translation of each encoded sentence, in order).
+An engine provides only `encode`, which returns the token sequences of the stripped sentences (`</s>` included), and
+`decode`, which returns the translation of each encoded sentence, in order.
 
 Decoding options keep the names of `generate()`. An option left unset keeps the model's generation config (for this
 model the paper's, Section 6.1: `vaswani_hf.generation_config_vaswani.default_generation_config`): `given_options`
@@ -36,14 +36,17 @@ from dataclasses import dataclass, field
 from .constraints import MAX_POSITIONS, MAX_SENTENCES, MAX_TOKENS
 from .io import InputLineError
 
-MAX_SOURCE_TOKENS = 1024  # per line, `</s>` included; WMT sentences stay under 250 after the usual filtering
-MAX_CHARS_PER_TOKEN = 64  # the characters one source token may cover at most, for the limit checked before tokenising
+# A line may have at most this many source tokens, `</s>` included; WMT sentences stay under 250 after the usual
+# filtering.
+MAX_SOURCE_TOKENS = 1024
+# One source token may cover at most this many characters; this sets the limit that is checked before tokenising.
+MAX_CHARS_PER_TOKEN = 64
 
 
 @dataclass
 class BatchSettings:
-    """What the tools that translate a file (translate, evaluate; either engine) let their user set of the front end
-    and its batches, declared once for their flags."""
+    """Declare, once for their flags, the settings of the front end and its batches that the tools which translate a
+    file (translate and evaluate, with either engine) let their user set."""
 
     max_tokens: int | None = field(
         default=None,
@@ -71,13 +74,14 @@ class BatchSettings:
     )
 
 
-UNSET = object()  # "keep the generation config's value", where None is itself a meaningful value (max_length_b)
+# UNSET means "keep the generation config's value" for an option where None is itself a value (max_length_b).
+UNSET = object()
 _NONE_IS_A_VALUE = ("max_length_b",)  # for these, None turns the per-sentence limit off
 
 
 def given_options(**options) -> dict:
-    """The decoding options that were set. None and `UNSET` mean "keep the generation config's value", except for
-    `max_length_b`, where None turns the per-sentence limit off and only `UNSET` keeps the config's value."""
+    """Return the decoding options that were set. None and `UNSET` mean "keep the generation config's value", except
+    for `max_length_b`, where None turns the per-sentence limit off and only `UNSET` keeps the config's value."""
     return {
         key: value
         for key, value in options.items()
@@ -86,21 +90,23 @@ def given_options(**options) -> dict:
 
 
 def resolve_options(defaults: Mapping, **options) -> dict:
-    """Every option of `defaults` (a generation config's values), replaced by those of `options` that were set."""
+    """Return every option of `defaults` (a generation config's values), with the options of `options` that were set
+    put in their place."""
     return {**defaults, **given_options(**options)}
 
 
 @dataclass(frozen=True)
 class PositionTable:
-    """The longest source, in tokens with `</s>`, that an engine can embed (`rows`), and how its refusal describes the
-    table: "N source tokens, but {covers} {rows} positions; shorten or split the line{remedy}"."""
+    """Hold the longest source, counted in tokens with `</s>`, that an engine can embed (`rows`), and the words its
+    refusal uses for the table: "N source tokens, but {covers} {rows} positions; shorten or split the line{remedy}"."""
 
     rows: int
     covers: str
     remedy: str = ""
 
     def check(self, encoded: Sequence[Sequence], lines: Sequence[int]) -> None:
-        """InputLineError naming the first sentence (`lines`: 1-based) longer than the table."""
+        """Raise an InputLineError naming the first sentence that is longer than the table; `lines` holds the
+        sentences' numbers, counted from 1."""
         for tokens, line in zip(encoded, lines):
             if len(tokens) > self.rows:
                 raise InputLineError(
@@ -111,13 +117,14 @@ class PositionTable:
 
 
 def output_line(text: str) -> str:
-    """A translation as one output line: its lines joined with spaces, stripped; other whitespace kept."""
+    """Return a translation as one output line: its lines are joined with spaces and the result is stripped, while
+    other whitespace is kept."""
     return " ".join(text.splitlines()).strip()
 
 
 def checked_sentences(sentences: Sequence[str]) -> list[str]:
-    """`sentences` as a list of str. A single string, something that is not a collection, or an item that is not a
-    str is a TypeError (a caller's bug), which names the item as the other messages do, counting from 1."""
+    """Return `sentences` as a list of str. A single string, something that is not a collection, or an item that is
+    not a str raises a TypeError (a caller's bug), which names the item as the other messages do, counting from 1."""
     if isinstance(sentences, str):
         raise TypeError("translate: `sentences` must be a sequence of strings, not a single string")
     try:
@@ -133,13 +140,13 @@ def checked_sentences(sentences: Sequence[str]) -> list[str]:
 
 
 def _a(noun: str) -> str:
-    """`noun` with its indefinite article: "an int", "a NoneType"."""
+    """Return `noun` with its indefinite article, as in "an int" or "a NoneType"."""
     return ("an " if noun[:1].lower() in "aeiou" else "a ") + noun
 
 
 def max_source_chars(table: PositionTable | None, max_source_tokens: int | None) -> int | None:
-    """The most characters a sentence may have: the engine's token limit (the smaller of its position table and
-    `max_source_tokens`) times `MAX_CHARS_PER_TOKEN`; None when there is no token limit."""
+    """Return the most characters a sentence may have: the engine's token limit (the smaller of its position table
+    and `max_source_tokens`) times `MAX_CHARS_PER_TOKEN`, or None when there is no token limit."""
     limits = [n for n in (table.rows if table is not None else None, max_source_tokens) if n is not None]
     return min(limits) * MAX_CHARS_PER_TOKEN if limits else None
 
@@ -147,7 +154,9 @@ def max_source_chars(table: PositionTable | None, max_source_tokens: int | None)
 def _check_characters(
     sentences: Sequence[str], todo: Sequence[int], table: PositionTable | None, max_source_tokens: int | None
 ) -> None:
-    """InputLineError naming the first sentence of more characters than `max_source_chars` allows."""
+    """Raise an InputLineError naming the first sentence, of those whose indexes `todo` lists, that has more
+    characters once stripped than `max_source_chars` allows. This runs before tokenising, so that a line of megabytes
+    is refused without the time tokenising it would cost (see the module docstring)."""
     limit = max_source_chars(table, max_source_tokens)
     if limit is None:
         return
@@ -172,13 +181,19 @@ def translate_lines(
     table: PositionTable | None = None,
     max_source_tokens: int | None = MAX_SOURCE_TOKENS,
 ) -> list[str]:
-    """One single-line translation per sentence, in order, by the rules of the module docstring.
+    """Translate `sentences` and return one single-line translation per sentence, in order, by the rules of the
+    module docstring.
 
     Args:
-        encode: the stripped, non-empty sentences to their token sequences (`</s>` included), as the engine takes them.
-        decode: those token sequences to one translation each, in the same order.
+        encode: a function that returns the token sequences (`</s>` included) of the stripped, non-empty sentences, as
+            the engine takes them.
+        decode: a function that returns one translation for each of those token sequences, in the same order.
         table: the engine's position table, if it has a limit (None for sinusoids, which embed any length).
-        max_source_tokens: the longest source a line may have (None: no limit).
+        max_source_tokens: the most source tokens a line may have; None means no limit.
+
+    Raises:
+        InputLineError: a sentence is too long, named by its number counted from 1.
+        TypeError: `sentences` is not a collection of strings.
     """
     sentences = checked_sentences(sentences)
     outputs = [""] * len(sentences)

@@ -1,8 +1,8 @@
-"""Parallel data for the Transformer (Section 5.1): corpora, then tokenized and filtered examples, then token-budget
-batches.
+"""Prepare the parallel data for the Transformer (Section 5.1): read the corpora, tokenize and filter the examples, and
+batch them by a token budget.
 
-- `corpora`: Moses file pairs, TSV, JSON lines, Hub datasets and the bundled sample corpus, read into one `datasets`
+- `corpora` reads Moses file pairs, TSV, JSON lines, Hub datasets and the bundled sample corpus into one `datasets`
   schema (cached by `cache`);
-- `preprocessing`: tokenisation with the shared BPE (`Dataset.map`), and the filtering of empty and over-long pairs;
-- `batching`: the one token-budget batcher (for training, evaluation and translation) and the collator.
+- `preprocessing` tokenises with the shared BPE (`Dataset.map`) and filters out empty and over-long pairs;
+- `batching` holds the one token-budget batcher (for training, evaluation and translation) and the collator.
 """

@@ -1,5 +1,5 @@
-"""Token-budget batching (Section 5.1) and collation: the one batcher of the package, for training, evaluation and
-translation.
+"""Batch by a token budget (Section 5.1) and collate the batches: this is the one batcher of the package, for
+training, evaluation and translation.
 
 Vaswani et al. (2017), Section 5.1: "Sentence pairs were batched together by approximate sequence length. Each training
 batch contained a set of sentence pairs containing approximately 25000 source tokens and 25000 target tokens."
@@ -27,14 +27,15 @@ from ..modeling_vaswani import IGNORE_INDEX, shift_tokens_right
 from ..tokenization import PAD_ID
 from .preprocessing import sequence_lengths
 
-# Padded source tokens per translation batch (as fairseq's --max-tokens): a base model with beam 4 fits on any GPU.
+# A translation batch holds at most this many padded source tokens by default (as fairseq's --max-tokens); such a batch
+# of a base model with beam 4 fits on any GPU.
 TRANSLATE_MAX_TOKENS = 4096
-LABEL_PAD_ID = IGNORE_INDEX  # -100: ignored by torch.nn.CrossEntropyLoss (ignore_index default) and transformers
-EXAMPLE_INDEX = "example_index"  # row of an evaluation example in its dataset, carried through the collator
+LABEL_PAD_ID = IGNORE_INDEX  # -100, which torch.nn.CrossEntropyLoss (its default ignore_index) and transformers ignore
+EXAMPLE_INDEX = "example_index"  # the column that carries an evaluation example's row through the collator
 
 
 class BatchingError(UsageError):
-    """Training examples cannot be batched with these settings (the message says which and what to do)."""
+    """Raised when training examples cannot be batched with these settings; the message says which and what to do."""
 
 
 def batch_ends(
@@ -52,7 +53,7 @@ def batch_ends(
     if not 1 <= len(lengths) <= 2:
         raise ValueError("batch_ends: give one array of lengths (source) or two (source, target)")
     order = np.asarray(order, dtype=np.int64)
-    first = np.asarray(lengths[0], dtype=np.int64)[order].tolist()  # Python ints in order: fast to index
+    first = np.asarray(lengths[0], dtype=np.int64)[order].tolist()  # Python ints, in order, are fast to index
     second = np.asarray(lengths[-1], dtype=np.int64)[order].tolist() if len(lengths) == 2 else first
     budget = max_tokens if max_tokens is not None else float("inf")
     cap = max_sentences if max_sentences is not None else float("inf")
@@ -76,7 +77,8 @@ def pack_by_tokens(
     max_tokens: int | None,
     max_sentences: int | None = None,
 ) -> list[list[int]]:
-    """The batches of `batch_ends`, as lists of indices (for a few thousand sentences, e.g. a file to translate)."""
+    """Return the batches of `batch_ends` as lists of indices, for a few thousand sentences such as a file to
+    translate."""
     order = np.asarray(order, dtype=np.int64)
     starts = [0, *batch_ends(order, lengths, max_tokens, max_sentences)]
     return [order[a:b].tolist() for a, b in zip(starts[:-1], starts[1:])]
@@ -85,10 +87,11 @@ def pack_by_tokens(
 def make_batches(
     lengths: Sequence[int], max_tokens: int | None = TRANSLATE_MAX_TOKENS, batch_size: int | None = None
 ) -> list[list[int]]:
-    """Translation batches: indices of `lengths`, longest sentences first (ties keep the input order), packed by
-    `pack_by_tokens` within `max_tokens` padded source tokens and at most `batch_size` sentences. A sentence longer
-    than `max_tokens` forms a batch of its own: it is never dropped or truncated. The longest batch comes first, so
-    that running out of memory happens at once rather than at the end."""
+    """Return the translation batches as lists of indices of `lengths`, longest sentences first (ties keep the input
+    order), packed by `pack_by_tokens` within `max_tokens` padded source tokens and at most `batch_size` sentences. A
+    sentence longer than `max_tokens` forms a batch of its own: it is never dropped or truncated. The longest batch
+    comes first, so that running out of memory happens at once rather than at the end. Giving neither limit, or one
+    that is not positive, raises a ValueError."""
     if max_tokens is None and batch_size is None:
         raise ValueError("make_batches: give max_tokens, batch_size, or both")
     if max_tokens is not None and max_tokens <= 0:
@@ -113,25 +116,26 @@ class TokenBatchSampler(Sampler[list[int]]):
     epoch)`. `set_epoch(epoch)` must be called before each epoch (`VaswaniTrainer` does, through its
     `SamplerEpochCallback`).
 
-    Distributed: every rank builds the same global batch list and takes every `num_replicas`-th batch of the epoch's
-    order, starting at `rank`, so that the ranks get disjoint batches that together cover every example exactly once.
-    In training every update synchronises the ranks, so each rank must get the same number of batches: the list is made
-    a multiple of `num_replicas` at construction by splitting the batches that hold the most pairs in two (a half still
-    fits the budget). This neither repeats batches (which would count examples twice, wrong for evaluation metrics) nor
-    drops them (which would lose data), and it needs at least as many batches' worth of pairs as there are ranks.
+    In a distributed run every rank builds the same global batch list and takes every `num_replicas`-th batch of the
+    epoch's order, starting at `rank`, so that the ranks get disjoint batches that together cover every example
+    exactly once. In training every update synchronises the ranks, so each rank must get the same number of batches:
+    the list is made a multiple of `num_replicas` at construction by splitting the batches that hold the most pairs in
+    two (a half still fits the budget). This neither repeats batches (which would count examples twice, wrong for
+    evaluation metrics) nor drops them (which would lose data), and it needs at least as many batches' worth of pairs
+    as there are ranks.
 
     Args:
-        src_lengths, tgt_lengths: tokens per example, shape [N] (see `sequence_lengths`).
+        src_lengths, tgt_lengths: the tokens of each example, as arrays of shape [N] (see `sequence_lengths`).
         max_tokens: the budget for padded source tokens and, separately, for padded target tokens per batch.
         max_sentences: an optional cap on pairs per batch.
-        shuffle: shuffle the batch order per epoch (training); False keeps the length order (evaluation).
+        shuffle: whether to shuffle the batch order per epoch (training); False keeps the length order (evaluation).
         seed: the base seed; the same seed gives the same batches and the same order on every run.
         num_replicas, rank: the data-parallel world size and this process's index.
         pad_to_multiple_of: if the collator rounds lengths up, pass the same value, so that the budget counts the
             rounding.
-        evaluation: batches for evaluation. An example longer than the budget forms a batch of its own, as in
-            translation (a held-out sentence is never dropped), and ranks may get different numbers of batches (the
-            evaluation loop synchronises only at its end).
+        evaluation: whether the batches are for evaluation. Then an example longer than the budget forms a batch of
+            its own, as in translation (a held-out sentence is never dropped), and ranks may get different numbers of
+            batches (the evaluation loop synchronises only at its end).
 
     Raises:
         BatchingError: for training, an example alone exceeds `max_tokens` (filter with `filter_pairs` or raise the
@@ -180,11 +184,11 @@ class TokenBatchSampler(Sampler[list[int]]):
 
     @classmethod
     def from_dataset(cls, dataset: datasets.Dataset, max_tokens: int, **kwargs: Any) -> TokenBatchSampler:
-        """Lengths from the `input_ids` and `labels` columns of a tokenized dataset."""
+        """Build a sampler from the lengths of the `input_ids` and `labels` columns of a tokenized dataset."""
         return cls(sequence_lengths(dataset, "input_ids"), sequence_lengths(dataset, "labels"), max_tokens, **kwargs)
 
     def _make_batches(self, src: np.ndarray, tgt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(order, bounds): the examples in batch order, and where each batch starts and ends in it (batch j is
+        """Return (order, bounds): the examples in batch order, and where each batch starts and ends in it (batch j is
         `order[bounds[j]:bounds[j + 1]]`). Two arrays rather than a list per batch, because 4.5M pairs then take 36 MB
         instead of about 200 MB of Python lists."""
         rng = np.random.default_rng(self.seed)
@@ -195,12 +199,12 @@ class TokenBatchSampler(Sampler[list[int]]):
         return order, np.asarray(self._balance([0, *ends], src.size), dtype=np.int64)
 
     def _balance(self, bounds: list[int], n: int) -> list[int]:
-        """Split the most populous batches until their count is a multiple of num_replicas (see the class
-        docstring)."""
+        """Split the most populous batches until their count is a multiple of num_replicas (see the class docstring),
+        and return the new bounds."""
         r = self.num_replicas
         if n == 0:
             return [0]
-        if self.evaluation:  # each rank evaluates its share with no collective per batch: counts may differ
+        if self.evaluation:  # each rank evaluates its share with no collective per batch, so counts may differ
             return bounds
         count = len(bounds) - 1
         target = max(r, -(-count // r) * r)
@@ -212,12 +216,13 @@ class TokenBatchSampler(Sampler[list[int]]):
         while len(bounds) - 1 < target:  # at most r - 1 splits
             sizes = np.diff(bounds)
             j = int(np.argmax(sizes))  # the first of the most populous
-            bounds.insert(j + 1, bounds[j] + int(sizes[j]) // 2)  # keep length order: halves stay adjacent
+            bounds.insert(j + 1, bounds[j] + int(sizes[j]) // 2)  # the halves stay adjacent, in length order
         return bounds
 
     @property
     def batches(self) -> list[list[int]]:
-        """Every batch as a list of example indices, in length order (for inspection: O(N) Python objects)."""
+        """Return every batch as a list of example indices, in length order; it builds O(N) Python objects, so it is
+        meant for inspection."""
         return [self._order[a:b].tolist() for a, b in zip(self._bounds[:-1], self._bounds[1:])]
 
     def set_epoch(self, epoch: int) -> None:
@@ -231,7 +236,7 @@ class TokenBatchSampler(Sampler[list[int]]):
             yield self._order[self._bounds[j] : self._bounds[j + 1]].tolist()
 
     def __len__(self) -> int:
-        """Batches per rank per epoch."""
+        """Return the number of batches per rank per epoch."""
         return (len(self._bounds) - 1) // self.num_replicas
 
 
@@ -278,6 +283,6 @@ class Seq2SeqCollator:
                 labels[i, : len(y)] = torch.as_tensor(y, dtype=torch.long)
             batch["labels"] = labels
             batch["decoder_input_ids"] = shift_tokens_right(labels, self.pad_token_id, self.decoder_start_token_id)
-        if EXAMPLE_INDEX in features[0]:  # evaluation: which dataset row each batch row is
+        if EXAMPLE_INDEX in features[0]:  # in evaluation, record which dataset row each batch row is
             batch[EXAMPLE_INDEX] = torch.tensor([int(f[EXAMPLE_INDEX]) for f in features], dtype=torch.long)
         return batch

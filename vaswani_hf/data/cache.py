@@ -1,4 +1,5 @@
-"""Caches that make a second launch on the same corpus cheap, and keep memory flat as the corpus grows.
+"""Cache corpora and tokenizers, so that a second launch on the same corpus is cheap and memory stays flat as the
+corpus grows.
 
 A corpus read from text files is written once as an Arrow file and memory-mapped from then on (`datasets` does the same
 for Hub datasets). The main process and the `Dataset.map` workers then read pages of one file instead of each holding
@@ -33,17 +34,17 @@ FORMAT_VERSION = 1  # raise it when what a cached corpus or tokenizer holds chan
 
 
 def enabled() -> bool:
-    """Whether anything is cached: `datasets`' own switch (`datasets.disable_caching()`)."""
+    """Return whether anything is cached, by `datasets`' own switch (`datasets.disable_caching()`)."""
     return datasets.is_caching_enabled()
 
 
 def root() -> Path:
-    """The cache's folder, `vaswani_hf/` under `datasets`' cache folder (HF_DATASETS_CACHE)."""
+    """Return the cache's folder, `vaswani_hf/` under `datasets`' cache folder (HF_DATASETS_CACHE)."""
     return Path(datasets.config.HF_DATASETS_CACHE) / "vaswani_hf"
 
 
 def key(*parts: Any, files: Sequence[str | os.PathLike] = ()) -> str:
-    """A short hash of `parts` and of each file's resolved path, size and modification time."""
+    """Return a short hash of `parts` and of each file's resolved path, size and modification time."""
     identity = [[str(Path(f).resolve()), os.stat(f).st_size, os.stat(f).st_mtime_ns] for f in files]
     text = json.dumps([FORMAT_VERSION, identity, *parts], default=str, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
@@ -55,8 +56,9 @@ def arrow_dataset(
     features: datasets.Features,
     info: dict | None = None,
 ) -> tuple[datasets.Dataset, dict]:
-    """The dataset cached as `root()/corpora/{name}.arrow`, written whole from `build()`'s record batches on a miss;
-    `info` is kept beside it and returned again on a hit. `name` may be a function, called once `build()` has been read
+    """Return the dataset cached as `root()/corpora/{name}.arrow`, and its `info`. On a miss the file is written whole
+    from `build()`'s record batches, and `info` is kept beside it, to be returned again on a hit. `name` may be a
+    function, called once `build()` has been read
     to its end: a corpus that can be read only once (a pipe) is then always read, and named after its content."""
     folder = root() / "corpora"
     if callable(name):
@@ -92,13 +94,14 @@ def _write_batches(path: Path, batches: Iterable[pa.RecordBatch], features: data
 
 
 def cached_tokenizer(name: str) -> Path | None:
-    """The folder of a tokenizer cached under `name`, if there is one."""
+    """Return the folder of a tokenizer cached under `name`, or None if there is none."""
     folder = root() / "tokenizers" / name
     return folder if (folder / "tokenizer.json").is_file() else None
 
 
 def keep_tokenizer(name: str, folder: str | os.PathLike) -> None:
-    """Copy a trained tokenizer folder into the cache under `name` (whole or not at all)."""
+    """Copy a trained tokenizer folder into the cache under `name`, whole or not at all; with caching off, do
+    nothing."""
     if not enabled():
         return
     target = root() / "tokenizers" / name

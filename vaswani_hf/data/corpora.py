@@ -1,4 +1,4 @@
-"""Parallel corpora in one `datasets.Dataset` schema: Section 5.1's training data, from any source.
+"""Read parallel corpora from any source into one `datasets.Dataset` schema, as Section 5.1's training data.
 
 Every source gives the same schema: a `datasets.Dataset` with a single column `translation:
 Translation(languages=[src_lang, tgt_lang])`, that is rows `{"translation": {src_lang: str, tgt_lang: str}}`, the
@@ -6,10 +6,9 @@ schema of the Hub's WMT datasets. The sources are Moses-style file pairs (`train
 line naming the languages, JSON lines, a Hub dataset or a `save_to_disk` folder, and the bundled sample corpus. A
 corpus read from files is cached as a memory-mapped Arrow file (`vaswani_hf.data.cache`).
 
-Empty lines. An empty line in one file of a parallel pair (or a pair with an empty side in TSV, JSONL or Hub data) is a
-problem of the data, but not a fatal one: the loaders keep the pair, so that row i is still line i when debugging, and
-log how many such pairs there are and where. `filter_pairs` removes them and reports the count, so nothing is dropped
-silently.
+An empty line in one file of a parallel pair (or a pair with an empty side in TSV, JSONL or Hub data) is a problem of
+the data, but not a fatal one. The loaders keep the pair, so that row i is still line i when debugging, and log how
+many such pairs there are and where. `filter_pairs` removes them and reports the count, so nothing is dropped silently.
 
 Text files are read by `vaswani_hf.io`, the package's one reader. The formats' own errors (a line-count mismatch naming
 both files, a malformed TSV or JSON line) are `CorpusError`s naming the file and line.
@@ -39,7 +38,7 @@ logger = logging.getLogger(__name__)
 
 
 class CorpusError(UsageError):
-    """Bad parallel-corpus input; the message names the file, line and/or argument at fault."""
+    """Raised for bad parallel-corpus input; the message names the file, the line or the argument at fault."""
 
 
 # The file formats are read here rather than by `load_dataset("text"/"csv"/"json")`: those builders do not name the
@@ -48,7 +47,7 @@ class CorpusError(UsageError):
 
 
 def read_lines(path: str | os.PathLike, *, strip: bool = True) -> list[str]:
-    """The lines of a one-sentence-per-line corpus file, read by `vaswani_hf.io.read_lines` (strict UTF-8 with
+    """Return the lines of a one-sentence-per-line corpus file, read by `vaswani_hf.io.read_lines` (strict UTF-8 with
     file:line errors, the byte-order mark dropped, CRLF and CR normalised, the line count kept). `strip=True` also
     removes surrounding whitespace: leading and trailing blanks carry no content in a sentence-per-line corpus, and a
     trailing space would otherwise become a token the model must learn to emit."""
@@ -63,9 +62,9 @@ def _features(src_lang: str, tgt_lang: str) -> datasets.Features:
 def _pair_batches(
     pairs: Iterable[tuple[str, str]], src_lang: str, tgt_lang: str, stats: dict, chunk: int = 500_000
 ) -> Iterator[pa.RecordBatch]:
-    """Record batches of the common schema from a stream of pairs, `chunk` pairs at a time, so that no Python dict is
-    built per row and no list of all sentences is held. Counts the pairs, and the pairs with an empty side, into
-    `stats`."""
+    """Yield record batches of the common schema from a stream of pairs, `chunk` pairs at a time, so that no Python
+    dict is built per row and no list of all sentences is held. The pairs, and the pairs with an empty side, are
+    counted into `stats`."""
     names = sorted((src_lang, tgt_lang))  # Translation stores a struct with the languages in sorted order
     src, tgt = [], []
     for s, t in pairs:
@@ -96,9 +95,9 @@ def _pair_dataset(
     where: str,
     cache_name: str | Callable[[], str] | None = None,
 ) -> datasets.Dataset:
-    """The common schema from a stream of pairs: cached as a memory-mapped Arrow file under `cache_name` (see
-    `vaswani_hf.data.cache`), or in memory. Pairs with an empty side are kept and reported (see the module
-    docstring)."""
+    """Return a dataset of the common schema built from a stream of pairs, cached as a memory-mapped Arrow file under
+    `cache_name` (see `vaswani_hf.data.cache`) or held in memory. Pairs with an empty side are kept and reported (see
+    the module docstring)."""
     if src_lang == tgt_lang:
         raise CorpusError(f"src_lang and tgt_lang are both {src_lang!r}")
     features = _features(src_lang, tgt_lang)
@@ -132,8 +131,8 @@ def make_parallel_dataset(
 
 
 def moses_paths(prefix: str | os.PathLike, src_lang: str, tgt_lang: str) -> tuple[Path, Path]:
-    """`{prefix}.{src_lang}` and `{prefix}.{tgt_lang}`, or a CorpusError naming the missing file and the languages
-    found."""
+    """Return the paths `{prefix}.{src_lang}` and `{prefix}.{tgt_lang}`, or raise a CorpusError naming the missing
+    file and the languages found."""
     prefix = Path(prefix)
     paths = (Path(f"{prefix}.{src_lang}"), Path(f"{prefix}.{tgt_lang}"))
     for lang, p in zip((src_lang, tgt_lang), paths):
@@ -157,7 +156,8 @@ def moses_paths(prefix: str | os.PathLike, src_lang: str, tgt_lang: str) -> tupl
 def iter_moses(
     prefix: str | os.PathLike, src_lang: str, tgt_lang: str, *, strip: bool = True
 ) -> Iterator[tuple[str, str]]:
-    """Pairs of Moses-style files `{prefix}.{src_lang}` / `{prefix}.{tgt_lang}`, streamed."""
+    """Yield the pairs of the Moses-style files `{prefix}.{src_lang}` and `{prefix}.{tgt_lang}`, streamed. Files with
+    different line counts raise a CorpusError naming both counts."""
     src_path, tgt_path = moses_paths(prefix, src_lang, tgt_lang)
     pairs = zip_longest(io.iter_lines(src_path, "corpus file"), io.iter_lines(tgt_path, "corpus file"))
     for n, (s, t) in enumerate(pairs):
@@ -174,10 +174,10 @@ def iter_moses(
 def iter_tsv(
     path: str | os.PathLike, src_lang: str, tgt_lang: str, *, header: bool = True, strip: bool = True
 ) -> Iterator[tuple[str, str]]:
-    """Pairs of a tab-separated file. With `header=True` (the default) the first line names the language of each column
-    (e.g. `en<TAB>de`; more columns are allowed), and the columns are picked by language code; with `header=False`
-    there must be exactly two columns, source then target. No quoting is interpreted: quotes are text, as they are in
-    MT data."""
+    """Yield the pairs of a tab-separated file. With `header=True` (the default) the first line names the language of
+    each column (e.g. `en<TAB>de`; more columns are allowed), and the columns are picked by language code; with
+    `header=False` there must be exactly two columns, source then target. No quoting is interpreted: quotes are text,
+    as they are in MT data."""
     lines = io.iter_lines(path, "corpus file")
     index_src, index_tgt, width, first = 0, 1, 2, 1
     if header:
@@ -204,8 +204,8 @@ def iter_tsv(
 def iter_jsonl(
     path: str | os.PathLike, src_lang: str, tgt_lang: str, *, strip: bool = True
 ) -> Iterator[tuple[str, str]]:
-    """Pairs of a JSON-lines file: `{"translation": {"en": ..., "de": ...}}` (the Hub schema) or `{"en": ...,
-    "de": ...}` per line; no blank lines (they would shift rows)."""
+    """Yield the pairs of a JSON-lines file, whose lines are each `{"translation": {"en": ..., "de": ...}}` (the Hub
+    schema) or `{"en": ..., "de": ...}`. A blank line is an error, since skipping it would shift the rows."""
     for number, line in enumerate(io.iter_lines(path, "corpus file"), 1):
         try:
             obj = json.loads(line)
@@ -226,15 +226,15 @@ def iter_jsonl(
 def load_corpus(
     format: str, path: str | os.PathLike, src_lang: str, tgt_lang: str, *, header: bool = True, strip: bool = True
 ) -> datasets.Dataset:
-    """A corpus of `format` "moses" (`path` is the prefix of `train.en`, `train.de`), "tsv" or "jsonl" in the common
-    schema (see `iter_moses`, `iter_tsv`, `iter_jsonl`), cached under its files' identity."""
+    """Load a corpus of `format` "moses" (`path` is the prefix of `train.en`, `train.de`), "tsv" or "jsonl" into the
+    common schema (see `iter_moses`, `iter_tsv`, `iter_jsonl`), cached under its files' identity, and return it."""
     if format == "moses":
         files, where = moses_paths(path, src_lang, tgt_lang), f"{path}.{{{src_lang},{tgt_lang}}}"
     else:
         files, where = [io.check_input_file(path, "corpus file")], str(path)
     options = dict(header=header, strip=strip) if format == "tsv" else dict(strip=strip)
     pairs = FILE_FORMATS[format](path, src_lang, tgt_lang, **options)
-    if any(io.reads_once(f) for f in files):  # a pipe is read once, and its cache entry named after what it held
+    if any(io.reads_once(f) for f in files):  # a pipe is read once, and its cache entry is named after its content
         digest = hashlib.sha256()
         pairs = _hashed(pairs, digest)
 
@@ -247,7 +247,7 @@ def load_corpus(
 
 
 def _hashed(pairs: Iterable[tuple[str, str]], digest) -> Iterator[tuple[str, str]]:
-    """`pairs`, each added to `digest` as it passes."""
+    """Yield `pairs` unchanged, adding each to `digest` as it passes."""
     for s, t in pairs:
         digest.update(json.dumps([s, t]).encode("utf-8", "surrogatepass") + b"\n")
         yield s, t
@@ -257,7 +257,8 @@ FILE_FORMATS = {"moses": iter_moses, "tsv": iter_tsv, "jsonl": iter_jsonl}
 
 
 def usable_pairs(dataset: datasets.Dataset, src_lang: str, tgt_lang: str) -> int:
-    """Pairs of a dataset in the common schema with both sides non-empty (computed in Arrow)."""
+    """Return the number of pairs of a dataset in the common schema whose sides are both non-empty, computed in
+    Arrow."""
     if len(dataset) == 0:
         return 0
     pairs = dataset.select_columns(["translation"]).with_format("arrow")[:]["translation"]
@@ -269,8 +270,8 @@ def usable_pairs(dataset: datasets.Dataset, src_lang: str, tgt_lang: str) -> int
 
 
 def scan_corpus(source: str | os.PathLike, src_lang: str, tgt_lang: str, format: str) -> tuple[int, int]:
-    """(pairs, pairs with both sides non-empty) of a corpus file (or Moses prefix), streamed, raising every error
-    loading would (`--check`)."""
+    """Count the pairs of a corpus file (or Moses prefix), streamed, and return (pairs, pairs with both sides
+    non-empty). It raises every error that loading would, for `--check`."""
     total = usable = 0
     for s, t in FILE_FORMATS[format](source, src_lang, tgt_lang):
         total += 1
@@ -316,7 +317,7 @@ def load_hub(
         if lang not in langs:
             raise CorpusError(f"unknown language code {lang!r}: dataset {name!r} ({config}) has languages {langs}")
     ds = ds.select_columns(["translation"])
-    if sorted(langs) != sorted([src_lang, tgt_lang]):  # multilingual data: keep the two requested sides
+    if sorted(langs) != sorted([src_lang, tgt_lang]):  # for multilingual data, keep the two requested sides
         ds = ds.map(
             lambda b: {"translation": [{src_lang: x[src_lang], tgt_lang: x[tgt_lang]} for x in b["translation"]]},
             batched=True,
@@ -373,12 +374,13 @@ def load_parallel(
 
 
 def sample_corpus_path() -> Path:
-    """Folder of the bundled EN-DE sample corpus (`{train,valid,test}.{en,de}`, package data of `vaswani_hf`)."""
+    """Return the folder of the bundled EN-DE sample corpus (`{train,valid,test}.{en,de}`, package data of
+    `vaswani_hf`)."""
     return Path(str(resources.files("vaswani_hf") / "sample_data"))
 
 
 def load_sample_corpus(split: str = "train", src_lang: str = "en", tgt_lang: str = "de") -> datasets.Dataset:
-    """The bundled sample corpus split ("train", "valid" or "test") in the common schema."""
+    """Load a split ("train", "valid" or "test") of the bundled sample corpus in the common schema, and return it."""
     folder = sample_corpus_path()
     if not Path(f"{folder / split}.{src_lang}").is_file():
         raise CorpusError(f"sample corpus split {split!r} not found in {folder} (expected {split}.{src_lang})")

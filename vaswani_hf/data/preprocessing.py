@@ -1,4 +1,4 @@
-"""Tokenisation and filtering of parallel data: a corpus in the common schema becomes training examples.
+"""Tokenize and filter parallel data, turning a corpus in the common schema into training examples.
 
 `tokenize_pairs` runs the shared BPE tokenizer (Section 5.1) over both sides with `datasets.Dataset.map` (batched,
 multi-process, cached); `filter_pairs` removes empty and over-long pairs and reports how many, so that nothing is
@@ -50,11 +50,13 @@ def tokenize_pairs(
     cache_dir: str | os.PathLike | None = None,
     load_from_cache_file: bool = True,
 ) -> datasets.Dataset:
-    """Tokenize with `Dataset.map` (batched; multi-process with `num_proc`, at most one process per CPU, and one
-    process for a dataset too small to be worth starting workers).
+    """Tokenize both sides of `dataset` with `Dataset.map` and return the result. The map is batched, and it runs in
+    several processes with `num_proc`: at most one process per CPU, and one process for a dataset too small to be
+    worth starting workers.
 
-    Adds `input_ids` (the source, `</s>` appended) and `labels` (the target, `</s>` appended), stored as int32 lists,
-    and drops `translation` unless `keep_text`. Caching: the result's fingerprint is a hash of the data's fingerprint,
+    It adds `input_ids` (the source, `</s>` appended) and `labels` (the target, `</s>` appended), stored as int32
+    lists, and drops `translation` unless `keep_text`. A language code the dataset lacks raises a CorpusError. For
+    caching, the result's fingerprint is a hash of the data's fingerprint,
     the tokenizer's content (not the Python object, which differs between a tokenizer just trained and the same one
     loaded from disk) and the arguments. So a file-backed dataset (a cached corpus, a Hub dataset) is tokenized once
     and read from `datasets`' cache on the next launch; an in-memory dataset is cached only if `cache_dir` is given.
@@ -95,7 +97,8 @@ def tokenize_pairs(
 
 
 def sequence_lengths(dataset: datasets.Dataset, column: str) -> np.ndarray:
-    """Token count of every row of a list column, shape [len(dataset)], int64; computed in Arrow (no Python loop)."""
+    """Return the token count of every row of a list column, as an int64 array of shape [len(dataset)], computed in
+    Arrow without a Python loop."""
     if column not in dataset.column_names:
         raise ValueError(f"dataset has no {column!r} column (columns: {dataset.column_names}); tokenize it first")
     col = dataset.select_columns([column]).with_format("arrow")[:][column]
@@ -104,14 +107,15 @@ def sequence_lengths(dataset: datasets.Dataset, column: str) -> np.ndarray:
 
 @dataclass
 class FilterReport:
-    """What `filter_pairs` removed; every pair is counted under the first rule it fails (in this order)."""
+    """Count what `filter_pairs` removed; every pair is counted under the first rule it fails, in the order of the
+    fields below."""
 
     total: int
     kept: int
     empty: int  # a side with no token besides </s>
     too_long: int  # a side longer than max_length tokens (</s> included)
-    bad_ratio: int  # longer side / shorter side > max_ratio (tokens, </s> excluded)
-    removed_examples: dict[str, list[int]] = field(default_factory=dict)  # first row indices per rule
+    bad_ratio: int  # the longer side has more than max_ratio times the shorter side's tokens (</s> excluded)
+    removed_examples: dict[str, list[int]] = field(default_factory=dict)  # the first 10 rows each rule removed
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -126,7 +130,8 @@ class FilterReport:
 def filter_pairs(
     dataset: datasets.Dataset, *, max_length: int | None = 256, max_ratio: float | None = 9.0
 ) -> tuple[datasets.Dataset, FilterReport]:
-    """Remove empty and over-long pairs from a tokenized dataset, and report the counts (logged and returned).
+    """Remove empty and over-long pairs from a tokenized dataset, and return (dataset, report); the report's counts are
+    also logged.
 
     The defaults are `max_length=256` tokens per side (tensor2tensor's training cap for WMT; the paper gives none) and
     `max_ratio=9` (the default of Moses' `clean-corpus-n.perl`), both measured in BPE tokens; None turns a rule off.
@@ -171,6 +176,7 @@ def prepare_dataset(
     max_ratio: float | None = 9.0,
     **tokenize_kwargs: Any,
 ) -> tuple[datasets.Dataset, FilterReport]:
-    """`tokenize_pairs` then `filter_pairs`: the usual path from a loaded corpus to training examples."""
+    """Run `tokenize_pairs` and then `filter_pairs`, the usual path from a loaded corpus to training examples, and
+    return (dataset, report)."""
     tokenized = tokenize_pairs(dataset, tokenizer, src_lang, tgt_lang, **tokenize_kwargs)
     return filter_pairs(tokenized, max_length=max_length, max_ratio=max_ratio)

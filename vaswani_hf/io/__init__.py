@@ -1,20 +1,23 @@
-"""Files in and out, in one place: every tool and loader of vaswani_hf reads text, checks and loads model folders and
-guards its outputs through this package, so that each rule is written once.
+"""Read and write files in one place: every tool and loader of vaswani_hf reads text, checks and loads model folders
+and guards its outputs through this package, so that each rule is written once.
 
-- `io.text`: the one text reader and writer (strict UTF-8 naming the file and line, the byte-order mark, CRLF and CR,
-  one item per line), every input kind read once (`TextInput`), JSON, and what counts as an input file.
-- `io.progress`: every tool's progress report, a bar on a terminal and plain lines in a log.
-- `io.proofs`: proof that what a resume reuses is what was written (sizes, lines and SHA-256).
-- `io.outputs`: what a command may write (an output never is, contains or lies inside an input; only regular files and
-  folders this package wrote are replaced, and only with `--overwrite`), atomic writes with the umask's modes, and the
-  lock of a folder that one run at a time writes into.
-- `io.files`: the declared shape of every file the package reads (config.json, trainer_state.json, tokenizer.json,
-  CTranslate2's JSON files, ...), checked when it is read: one line naming the file and the field. `io.binary_files`
-  checks the headers of the binary weight files (safetensors, CTranslate2's model.bin) in the same way.
-- `io.models`: model folders, checked cheaply and loaded strictly; the tokenizer and the weights of one vocabulary.
+- `io.text` is the one text reader and writer (strict UTF-8 naming the file and line, the byte-order mark, CRLF and CR,
+  one item per line). It opens every input kind once (`TextInput`), reads and writes JSON, and says what counts as an
+  input file.
+- `io.progress` makes every tool's progress report: a bar on a terminal, and plain lines in a log.
+- `io.proofs` proves that what a resume reuses is what was written (sizes, lines and SHA-256).
+- `io.outputs` decides what a command may write: an output never is, contains or lies inside an input, and only regular
+  files and folders this package wrote are replaced, and only with `--overwrite`. It also writes atomically with the
+  umask's modes, and locks a folder so that one run at a time writes into it.
+- `io.files` declares the shape of every file the package reads (config.json, trainer_state.json, tokenizer.json,
+  CTranslate2's JSON files, ...) and checks it when the file is read, refusing a bad file in one line naming the file
+  and the field. `io.binary_files` checks the headers of the binary weight files (safetensors, CTranslate2's
+  model.bin) in the same way.
+- `io.models` checks model folders cheaply and loads them strictly, and checks that a tokenizer and weights share one
+  vocabulary.
 
-The errors they raise (`UsageError`: exit status 2; `RunFailure`: 1) are those of `vaswani_hf.errors`; the command-line
-contract that reports them is `vaswani_hf.cli.contract`.
+The errors they raise are those of `vaswani_hf.errors`: a `UsageError` exits with status 2 and a `RunFailure` with 1.
+The command-line contract that reports them is `vaswani_hf.cli.contract`.
 """
 
 from ..errors import STDIO, InputLineError, RunFailure, UsageError, VaswaniError

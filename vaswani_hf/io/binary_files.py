@@ -1,5 +1,5 @@
-"""The headers of the binary weight files, checked by hand before a library reads them: safetensors (the header
-against the bytes of the file) and CTranslate2's model folders (model.bin's variable table, its JSON files).
+"""Check the headers of the binary weight files by hand before a library reads them: a safetensors file's header
+against the bytes of the file, and CTranslate2's model folders (model.bin's variable table and the JSON files).
 
 The libraries read these files in native code and report a broken one as a panic or an abort, so a truncated or
 corrupt file is refused here in one line naming the file (`UsageError`). The headers' JSON parts are checked by the
@@ -31,8 +31,9 @@ from .files import (
     read_json,
 )
 
-# safetensors: the header against the bytes.
-# The bits per element of the safetensors dtypes, from the format's description and `safetensors/src/tensor.rs`.
+# safetensors files: the header is checked against the bytes.
+# These are the bits per element of the safetensors dtypes, from the format's description and
+# `safetensors/src/tensor.rs`.
 SAFETENSORS_DTYPE_BITS = {
     "BOOL": 8,
     "U8": 8,
@@ -60,7 +61,7 @@ MAX_SAFETENSORS_HEADER = 100_000_000  # the format's own limit
 
 @dataclass
 class TensorHeaderFields:
-    """The field of a safetensors tensor entry with choices (its other fields are counts)."""
+    """Declare the field of a safetensors tensor entry that has choices; its other fields are counts."""
 
     dtype: str = field(default="F32", metadata={"help": "the element type", "choices": tuple(SAFETENSORS_DTYPE_BITS)})
 
@@ -82,11 +83,12 @@ SAFETENSORS_HEADER = FileShape(
 
 
 def check_safetensors(path: str | os.PathLike) -> dict:
-    """The header of a safetensors file, checked by the format's rules without reading the data: 8 bytes of header
-    length, then a JSON object of tensors {dtype, shape, data_offsets}, where each tensor's bytes are its elements
-    times its dtype's size and the byte ranges tile the data exactly up to the end of the file (no gap, no overlap,
-    nothing missing). So a truncated download is named here, not deep inside a loader. Raises a UsageError naming the
-    file and the tensor."""
+    """Check the header of a safetensors file by the format's rules, without reading the data, and return it.
+
+    The file starts with 8 bytes of header length, then a JSON object of tensors {dtype, shape, data_offsets}. Each
+    tensor's bytes must be its elements times its dtype's size, and the byte ranges must tile the data exactly up to
+    the end of the file (no gap, no overlap, nothing missing). So a truncated download is named here, not deep inside
+    a loader. A problem raises a UsageError naming the file and the tensor."""
     p = Path(path)
     size = p.stat().st_size
     broken = f"{p}: truncated or corrupt safetensors weights"
@@ -128,14 +130,15 @@ def check_safetensors(path: str | os.PathLike) -> dict:
     return header
 
 
-# CTranslate2 model folders.
-CT2_DTYPE_BYTES = (4, 1, 2, 4, 2, 2)  # float32 int8 int16 int32 float16 bfloat16, in CTranslate2's DataType order
+# CTranslate2 model folders: these are the bytes per element of float32, int8, int16, int32, float16 and bfloat16, in
+# CTranslate2's DataType order.
+CT2_DTYPE_BYTES = (4, 1, 2, 4, 2, 2)
 
 
 def _ct2_variables(handle, size: int) -> None:
     """Walk model.bin's variable table (CTranslate2's binary layout, versions 4 to 6: name, rank, dims, dtype, byte
-    count, bytes), checking each variable's byte count against its dims and against the file's length; raises
-    ValueError."""
+    count, bytes), checking each variable's byte count against its dims and against the file's length. A problem
+    raises a ValueError."""
 
     def read(fmt: str):
         data = handle.read(struct.calcsize("<" + fmt))
@@ -150,7 +153,7 @@ def _ct2_variables(handle, size: int) -> None:
             raise ValueError(f"ends at byte {handle.tell()} inside a name")
         return data.rstrip(b"\0").decode("utf-8", "replace")
 
-    string(), read("I")  # spec name and revision
+    string(), read("I")  # the spec's name and revision
     (count,) = read("I")
     for _ in range(count):
         name = string()
@@ -168,10 +171,10 @@ def _ct2_variables(handle, size: int) -> None:
 
 
 def check_ctranslate2_folder(folder: str | os.PathLike, what: str = "CTranslate2 model folder") -> Path:
-    """A CTranslate2 model folder, checked before CTranslate2 reads it, because CTranslate2 aborts or prints its own
-    error on a broken one: model.bin is complete, config.json is an object of its settings, the vocabulary files are
-    lists of token strings, and our vaswani_ctranslate2.json (if present) has its shape. Raises a UsageError naming the
-    file."""
+    """Check a CTranslate2 model folder before CTranslate2 reads it, and return it; CTranslate2 itself aborts or
+    prints its own error on a broken one. The checks: model.bin is complete, config.json is an object of its
+    settings, the vocabulary files are lists of token strings, and our vaswani_ctranslate2.json (if present) has its
+    shape. A problem raises a UsageError naming the file."""
     folder = Path(folder)
     model = folder / "model.bin"
     if not model.is_file():
@@ -185,7 +188,7 @@ def check_ctranslate2_folder(folder: str | os.PathLike, what: str = "CTranslate2
         version = int.from_bytes(head, "little") if len(head) == 4 else 0
         if not 1 <= version <= 64:
             raise UsageError(f"{model}: not a CTranslate2 model file ({size} bytes); {CT2_CONFIG.advice}")
-        if 4 <= version <= 6:  # layouts this check knows; others are left to CTranslate2
+        if 4 <= version <= 6:  # this check knows these layouts, and leaves others to CTranslate2
             try:
                 _ct2_variables(handle, size)
             except (ValueError, struct.error) as error:
@@ -198,7 +201,7 @@ def check_ctranslate2_folder(folder: str | os.PathLike, what: str = "CTranslate2
     )
     for path in vocabularies:
         if not path.is_file() and path.with_suffix(".txt").is_file():
-            continue  # the older text form: one token per line
+            continue  # the older text form, one token per line, is left to CTranslate2
         tokens = read_json(path, CT2_VOCABULARY, what=f"vocabulary of {what} {folder}")
         if not tokens:
             raise UsageError(f"{path}: an empty vocabulary; {CT2_VOCABULARY.advice}")

@@ -1,17 +1,17 @@
-"""The declared shape of every file the package reads, checked when it is read.
+"""Declare the shape of every file the package reads, and check it when the file is read.
 
 A file of the right name can have the wrong shape: a `trainer_state.json` that is a list, a `config.json` whose
 `d_model` is a string, a `tokenizer.json` that is valid JSON but no tokenizer, a `tokenizer_config.json` whose special
 token is a number. Each is refused here in one line naming the file and the field (`UsageError`, exit status 2), before
 a library meets it and fails with a traceback deep inside.
 
-- JSON shapes are a small declarative spec (`ListOf(...)`, `Obj(required=..., optional=..., extra=...)`,
-  `Nullable(...)`, `OneOf(...)`) whose single values are `Setting`s, the one form of a value's rule in the package:
-  dataclass fields with their metadata. `JsonValues` declares the kinds of value, and `TokenizerConfigFields` and the
-  like the fields that have a range or choices. Where a class owns a file, its fields are declared once, by that class:
-  a vaswani config.json's settings are `VaswaniConfig`'s (`MODEL_SETTINGS`), and `spec_of` builds the shape of
+- JSON shapes are written in a small declarative spec (`ListOf(...)`, `Obj(required=..., optional=..., extra=...)`,
+  `Nullable(...)`, `OneOf(...)`). Its single values are `Setting`s, the package's one form of a value's rule: dataclass
+  fields with their metadata. `JsonValues` declares the kinds of value, and `TokenizerConfigFields` and the like
+  declare the fields that have a range or choices. Where a class owns a file, its fields are declared once, by that
+  class: a vaswani config.json's settings are `VaswaniConfig`'s (`MODEL_SETTINGS`), and `spec_of` builds the shape of
   trainer_state.json from the annotations of transformers' `TrainerState`.
-- `read_json(path, shape)` parses (`vaswani_hf.io.text.read_json`) and checks. The shapes are `CONFIG`,
+- `read_json(path, shape)` parses a file (with `vaswani_hf.io.text.read_json`) and checks it. The shapes are `CONFIG`,
   `TRAINER_STATE`, `TOKENIZER`, `TOKENIZER_CONFIG`, `SPECIAL_TOKENS_MAP`, `WEIGHTS_INDEX_SHAPE`, `GENERATION_CONFIG`,
   `CT2_CONFIG`, `CT2_METADATA` and `CT2_VOCABULARY`.
 - The binary weight files (safetensors, CTranslate2's model.bin) are checked by their headers in `io.binary_files`.
@@ -34,11 +34,13 @@ from .text import read_json as _parse_json
 
 
 class ShapeError(Exception):
-    """A value not of its declared shape: `field` (dotted path, "" for the whole file) and what it must be."""
+    """Raised when a value does not have its declared shape. `field` is the value's dotted path ("" for the whole
+    file), and `problem` says what the value must be."""
 
     def __init__(self, field: str, problem: str, kind_ok: bool = False):
         super().__init__(problem)
-        self.field, self.problem, self.kind_ok = field, problem, kind_ok  # kind_ok: the right kind, out of bounds
+        # kind_ok says that the value is of the right kind but out of bounds.
+        self.field, self.problem, self.kind_ok = field, problem, kind_ok
 
 
 def _got(value: Any) -> str:
@@ -61,7 +63,7 @@ def _at(path: str, key: Any) -> str:
 
 
 def check_spec(spec, value: Any, path: str = "") -> None:
-    """ShapeError naming `path` where `value` breaks `spec` (a Spec, or a Setting for a single value)."""
+    """Raise a ShapeError naming `path` if `value` breaks `spec`, which is a Spec, or a Setting for a single value."""
     if not isinstance(spec, Setting):
         return spec.check(value, path)
     problem = spec.problem(value)
@@ -72,7 +74,8 @@ def check_spec(spec, value: Any, path: str = "") -> None:
 
 
 class Spec:
-    """The shape of a JSON value that holds others; `check(value, path)` raises ShapeError."""
+    """Describe the shape of a JSON value that holds others; `check(value, path)` raises a ShapeError where the value
+    breaks it. The base class accepts any value."""
 
     def describe(self) -> str:
         return "a value"
@@ -107,7 +110,7 @@ class OneOf(Spec):
                 return check_spec(spec, value, path)
             except ShapeError as error:
                 problems.append(error)
-        closer = [p for p in problems if p.kind_ok or p.field != path]  # alternatives whose kind the value matched
+        closer = [p for p in problems if p.kind_ok or p.field != path]  # prefer alternatives of the value's own kind
         if closer:
             raise closer[0]
         raise ShapeError(path, f"must be {self.describe()}, got {_got(value)}")
@@ -115,7 +118,7 @@ class OneOf(Spec):
 
 @dataclasses.dataclass(eq=False)
 class ListOf(Spec):
-    """A list of `item`s, of exactly `length` items when given."""
+    """Describe a list whose items have the shape `item`, of exactly `length` items when `length` is given."""
 
     item: Any = Spec()
     length: int | None = None
@@ -135,8 +138,8 @@ class ListOf(Spec):
 
 
 class Obj(Spec):
-    """A JSON object: `required` and `optional` fields with their specs; any other field matches `extra` (a spec),
-    is allowed (True) or refused (False)."""
+    """Describe a JSON object with `required` and `optional` fields, each with its spec. Any other field must match
+    `extra` when that is a spec; it is allowed when `extra` is True and refused when it is False."""
 
     def __init__(self, required: Mapping | None = None, optional: Mapping | None = None, extra=True):
         self.required, self.optional, self.extra = dict(required or {}), dict(optional or {}), extra
@@ -160,7 +163,7 @@ class Obj(Spec):
 
 @dataclass
 class JsonValues:
-    """The kinds of JSON value the shapes below name, each declared as any setting."""
+    """Declare the kinds of JSON value that the shapes below name, each as a setting like any other."""
 
     string: str = field(default="", metadata={"help": "a string"})
     integer: int = field(default=0, metadata={"help": "an integer"})
@@ -175,10 +178,11 @@ STR, INT, COUNT, BOOL = VALUES["string"], VALUES["integer"], VALUES["count"], VA
 _KIND_OF = {str: STR, int: INT, bool: BOOL}
 
 
-# Specs from dataclass annotations, so that a class's fields are declared once, by the class.
+# Specs are built from dataclass annotations, so that a class's fields are declared once, by the class.
 def spec_of(annotation: Any, finite: bool = True):
-    """The spec of a type annotation (`int | None`, `list[int]`, `dict[str, float]`); others (a library class,
-    `Literal`) accept anything. `finite`: a float must be finite."""
+    """Return the spec of a type annotation such as `int | None`, `list[int]` or `dict[str, float]`. Any other
+    annotation (a library class, a `Literal`) gives a spec that accepts anything. When `finite` is true, a float must
+    be finite."""
     if annotation in (int, float, str, bool):
         return _KIND_OF.get(annotation) or VALUES["number" if finite else "any_number"]
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
@@ -193,7 +197,7 @@ def spec_of(annotation: Any, finite: bool = True):
     return Spec()
 
 
-# The declared JSON files.
+# The declared JSON files follow.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,17 +205,19 @@ class FileShape:
     name: str
     spec: Spec | Setting | typing.Callable[[Any], Spec]
     advice: str
-    prefix: str = ""  # said before the field ("not a tokenizer file: "), where the file is more than its fields
+    prefix: str = ""  # said before the field (as "not a tokenizer file: ") of a file that is more than its fields
 
 
 def _config_spec(data: Any) -> Spec:
-    """config.json: an object with a model_type; a vaswani config's settings are `MODEL_SETTINGS`."""
+    """Return the shape of a config.json: an object with a model_type, whose settings, in a vaswani config, are
+    declared by `MODEL_SETTINGS`."""
     vaswani = isinstance(data, dict) and data.get("model_type") == "vaswani"
     return Obj(required={"model_type": STR}, optional=MODEL_SETTINGS if vaswani else None)
 
 
 def _trainer_state_spec(data: Any) -> Spec:
-    """trainer_state.json: `TrainerState`'s fields only (it refuses others when resuming), global_step required."""
+    """Return the shape of a trainer_state.json: global_step is required, and every other field must be one of
+    `TrainerState`'s, because transformers refuses other fields when it resumes a run."""
     from transformers import TrainerState
 
     saved = {"stateful_callbacks": Nullable(Obj()), "log_history": ListOf(Obj()), "trial_params": Nullable(Obj())}
@@ -244,7 +250,8 @@ TOKENIZER = FileShape(
 )
 # tokenizer_config.json and special_tokens_map.json are transformers' tokenizer files beside tokenizer.json. A special
 # token there is its text or an AddedToken's fields; transformers meets any other shape with a traceback.
-TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")  # what transformers 5 / 4 save for tokenizer.json
+# TOKENIZER_CLASSES are the classes that transformers 5 and 4 save for a tokenizer.json.
+TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
 _ADDED_TOKEN = Obj(
     required={"content": STR}, optional={k: BOOL for k in ("lstrip", "rstrip", "normalized", "single_word", "special")}
 )
@@ -254,7 +261,7 @@ _SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token
 
 @dataclass
 class TokenizerConfigFields:
-    """The fields of tokenizer_config.json with a range or choices (transformers writes them)."""
+    """Declare the fields of tokenizer_config.json, as transformers writes them, that have a range or choices."""
 
     model_max_length: float = field(
         default=1e30,
@@ -326,7 +333,7 @@ CT2_CONFIG = FileShape(
 
 @dataclass
 class CTranslate2MetadataFields:
-    """The fields of vaswani_ctranslate2.json with a range."""
+    """Declare the fields of vaswani_ctranslate2.json that have a range."""
 
     max_positions: int = field(default=1024, metadata={"help": "rows of the exported position table", "min": 1})
 
@@ -345,7 +352,8 @@ CT2_VOCABULARY = FileShape(
 
 
 def check_shape(data: Any, shape: FileShape, path: str | os.PathLike) -> Any:
-    """`data` (read from `path`) if it has `shape`, else a UsageError naming the file and the field."""
+    """Return `data` (read from `path`) if it has `shape`, and otherwise raise a UsageError naming the file and the
+    field."""
     spec = shape.spec(data) if callable(shape.spec) else shape.spec
     try:
         check_spec(spec, data)
@@ -362,13 +370,15 @@ def check_shape(data: Any, shape: FileShape, path: str | os.PathLike) -> Any:
 
 
 def read_json(path: str | os.PathLike, shape: FileShape, what: str | None = None) -> Any:
-    """The content of a JSON file of declared `shape`; a UsageError naming the file (and line, or field)."""
+    """Return the content of a JSON file after checking it against its declared `shape`; a problem raises a UsageError
+    naming the file (and the line, or the field)."""
     return check_shape(_parse_json(path, what=what or shape.name), shape, path)
 
 
 def check_tokenizer_file(path: str | os.PathLike, what: str | None = None):
-    """The `tokenizers.Tokenizer` of a tokenizer.json, checked: first its declared shape, then by the library itself,
-    which reports a file of the right shape but broken content in a multi-line message that is made one line here."""
+    """Return the `tokenizers.Tokenizer` of a tokenizer.json after checking the file, first against its declared shape
+    and then by loading it with the library itself. The library reports a file of the right shape but broken content
+    in a multi-line message, which becomes one line of a UsageError here."""
     data = read_json(path, TOKENIZER, what=what)
     from tokenizers import Tokenizer
 

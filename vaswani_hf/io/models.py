@@ -1,4 +1,4 @@
-"""Model folders: checked cheaply before anything is loaded, then loaded strictly.
+"""Check model folders cheaply before anything is loaded, then load them strictly.
 
 A model folder is what `save_pretrained` writes: config.json, the safetensors weights (one file, or shards and their
 index) and the tokenizer. A missing, truncated or broken file is named in one line before anything is loaded
@@ -42,8 +42,9 @@ WEIGHTS = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
 logger = logging.getLogger(__name__)
 
-# The files of a model folder, declared once: the model's (with the code files its config.json needs: `code_files`)
-# and a Hub folder's (card, handler, run report). Anything else an input folder holds is named and left out.
+# The files a model folder may hold are declared here, once. MODEL_FILES are the model's own files (`code_files` finds
+# the code files its config.json needs), and HUB_FILES are those a Hub folder adds (the card, the handler and the run's
+# report). Any other file of an input folder is named in a warning and left out.
 MODEL_FILES = (
     WEIGHTS,
     "model-*-of-*.safetensors",
@@ -58,8 +59,9 @@ MODEL_FILES = (
     "merges.txt",
     "*.spm",
 )
-# The package's code files copied next to the weights (they import only torch, transformers and each other and run
-# under trust_remote_code): the config's, the model's and, through their relative imports, the others.
+# These are the package's code files that are copied next to the weights. They import only torch, transformers and
+# each other, because they run under trust_remote_code. config.json names the configuration's and the model's files;
+# the others come along through their relative imports.
 CODE_FILES = (
     "configuration_vaswani.py",
     "modeling_vaswani.py",
@@ -87,7 +89,8 @@ _RELATIVE_IMPORT = re.compile(r"^\s*from\s+\.([A-Za-z_][A-Za-z0-9_]*)\s+import\s
 
 
 def code_references(config: Mapping) -> set[tuple[str, str]]:
-    """(module, class) of the code a config.json's `auto_map` and `custom_pipelines` name (class "" if none)."""
+    """Return the (module, class) pairs of the code that a config.json's `auto_map` and `custom_pipelines` name. A
+    "repo--" prefix is dropped, and the class is "" where a reference names only a module."""
     auto_map = config.get("auto_map") or {}
     references = [ref for value in auto_map.values() for ref in (value if isinstance(value, list) else [value])]
     references += [p.get("impl") for p in (config.get("custom_pipelines") or {}).values() if isinstance(p, Mapping)]
@@ -95,18 +98,20 @@ def code_references(config: Mapping) -> set[tuple[str, str]]:
 
 
 def referenced_code_files(config: Mapping) -> list[str]:
-    """The code files a config.json names (`code_references`): the modules of its `auto_map` entries ("module.Class",
-    or "repo--module.Class") and of its `custom_pipelines` implementations."""
+    """Return the sorted names of the code files that a config.json names: the modules (`code_references`) of its
+    `auto_map` entries ("module.Class" or "repo--module.Class") and of its `custom_pipelines` implementations."""
     return sorted({f"{module}.py" for module, _ in code_references(config)})
 
 
 def relative_imports(path: Path) -> list[str]:
-    """The sibling files a code file imports (`from .x import`): transformers copies and loads them with it."""
+    """Return the sibling files that a code file imports with `from .x import`; transformers copies and loads them
+    along with it."""
     return [f"{module}.py" for module in _RELATIVE_IMPORT.findall(path.read_text(encoding="utf-8", errors="replace"))]
 
 
 def code_files(folder: Path) -> list[str]:
-    """The present code files of `folder` that `trust_remote_code` loads: config.json's and their relative imports."""
+    """Return the sorted code files of `folder` that `trust_remote_code` loads: the regular files config.json names
+    and, recursively, their relative imports. A config.json that cannot be read counts as naming no code."""
     try:
         config = read_json(folder / "config.json", CONFIG) if (folder / "config.json").is_file() else {}
     except UsageError:
@@ -121,7 +126,8 @@ def code_files(folder: Path) -> list[str]:
 
 
 def _regular(path: Path) -> bool:
-    """A regular file, not a symbolic link (a link named tokenizer.json may point at any file of the machine)."""
+    """Return whether `path` is a regular file and not a symbolic link; a link named tokenizer.json could point at any
+    file of the machine."""
     return path.is_file() and not path.is_symlink()
 
 
@@ -130,13 +136,14 @@ def _matches(name: str, patterns: Iterable[str]) -> bool:
 
 
 def declared_files(folder: str | os.PathLike) -> tuple[list[str], list[str]]:
-    """(declared, left out): the regular top-level files of `folder` that MODEL_FILES, HUB_FILES or `code_files`
-    name, and every other entry of the folder, sorted."""
+    """Split the entries of `folder` into its declared files (those MODEL_FILES, HUB_FILES or `code_files` name) and
+    the rest, and return the two lists, sorted. A declared name that is a symbolic link or not a file raises a
+    UsageError: skipping it would silently leave the weights out, and following a link would send its target."""
     folder, kept, left = Path(folder), [], []
     code = code_files(folder)
     for entry in sorted(os.listdir(folder)):
         wanted = entry in code or _matches(entry, MODEL_FILES + HUB_FILES)
-        if wanted and not _regular(folder / entry):  # never silently without the weights, nor sent a link's target
+        if wanted and not _regular(folder / entry):
             raise UsageError(
                 f"{folder / entry} is {'a symbolic link' if (folder / entry).is_symlink() else 'no file'}"
                 ": a model folder's files are copied and uploaded only as regular files; put the file "
@@ -154,8 +161,9 @@ def copy_model_files(
     exclude: Iterable[str] = (),
     known: Iterable[str] = (),
 ) -> list[str]:
-    """Copy the declared files of `source` matching `only` (default: the model's and its code) and not `exclude`
-    into `target`; log one line naming what was left out but `known`. Returns the names copied."""
+    """Copy into `target` the declared files of `source` that match `only` and not `exclude`, and return their names.
+    By default `only` is MODEL_FILES, and then the code files config.json needs are copied as well. One warning line
+    names the entries of `source` that are not declared files, except those that match `known`."""
     source, target = Path(source), Path(target)
     kept, left = declared_files(source)
     code = code_files(source) if only is MODEL_FILES else []
@@ -180,10 +188,10 @@ def _looks_like_hub_id(text: str) -> bool:
 
 
 def weight_files(folder: str | os.PathLike) -> list[Path]:
-    """The safetensors files that hold a saved model's weights: the shards its index names, in order (transformers'
-    `save_pretrained(max_shard_size=...)` writes model-0000k-of-0000n.safetensors and model.safetensors.index.json),
-    or the one model.safetensors; [] where there is neither. A shard the index names that is not a file of the folder
-    itself (missing, or a path elsewhere) is a UsageError."""
+    """Return the safetensors files that hold a saved model's weights: the shards the index names, sorted
+    (transformers' `save_pretrained(max_shard_size=...)` writes model-0000k-of-0000n.safetensors and
+    model.safetensors.index.json), or else the one model.safetensors, or [] where there is neither. A shard the index
+    names that is not a file of the folder itself (missing, or a path elsewhere) raises a UsageError."""
     folder = Path(folder)
     if not (folder / WEIGHTS_INDEX).is_file():
         return [folder / WEIGHTS] if (folder / WEIGHTS).is_file() else []
@@ -201,12 +209,13 @@ def weight_files(folder: str | os.PathLike) -> list[Path]:
 def check_model_folder(
     path: str | os.PathLike, *, what: str = "model folder", tokenizer: bool = True, vaswani_only: bool = False
 ) -> Path | str:
-    """A saved model folder, checked cheaply, without loading weights: config.json is this model's (or, unless
-    `vaswani_only`, a transformers translation model's); generation_config.json, tokenizer_config.json,
-    special_tokens_map.json and (with `tokenizer`) tokenizer.json have their declared shapes (`vaswani_hf.io.files`);
-    the safetensors weights are complete, agree with their headers and are floating point. Returns the folder, or the
-    text itself for a Hub id (`org/name`) that is not a local path, which loading checks. Raises a UsageError naming
-    the missing or broken file."""
+    """Check a saved model folder cheaply, without loading its weights, and return it. The checks: config.json is this
+    model's (or, unless `vaswani_only`, a transformers translation model's); generation_config.json,
+    tokenizer_config.json, special_tokens_map.json and (when `tokenizer` is true) tokenizer.json exist where required
+    and have their declared shapes (`vaswani_hf.io.files`); the safetensors weights exist, are complete, agree with
+    their headers and are floating point. The function returns the folder as a Path, or the text itself for a Hub id
+    (`org/name`) that is not a local path, which is checked when it is loaded. It raises a UsageError naming the
+    missing or broken file."""
     if isinstance(path, str) and _looks_like_hub_id(path):
         return path
     folder = Path(path)
@@ -245,11 +254,13 @@ MODEL_TYPE, ARCHITECTURE = "vaswani", "VaswaniForConditionalGeneration"
 
 
 def check_vaswani_config(config: dict, path: Path, vaswani_only: bool = False) -> None:
-    """A config.json of this package's model (model_type "vaswani", architectures this model's class), or of one of
-    transformers' own translation models that names its class (a `MarianMTModel` export, which the decoding and
-    evaluation tools also take). Anything else, such as another model's type over our weights or a typo, would be
-    loaded by transformers as that model (with a long load report and a traceback), or refused with advice about
-    trust_remote_code."""
+    """Check that `config` is a config.json of this package's model, and raise a UsageError naming the field if not.
+
+    This package's model has model_type "vaswani" and, if listed, architectures of this model's class. Unless
+    `vaswani_only`, the config of one of transformers' own translation models that names its class is accepted too (a
+    `MarianMTModel` export, which the decoding and evaluation tools also take). Anything else, such as another model's
+    type over our weights or a typo, would be loaded by transformers as that model (with a long load report and a
+    traceback), or refused with advice about trust_remote_code."""
     model_type, names = config.get("model_type"), config.get("architectures")
     if model_type == MODEL_TYPE:
         expected = ARCHITECTURE
@@ -271,8 +282,9 @@ def check_vaswani_config(config: dict, path: Path, vaswani_only: bool = False) -
 
 
 def check_tokenizer_configs(folder: Path) -> None:
-    """tokenizer_config.json and special_tokens_map.json, where present, of their shapes, naming tokenizer.json's
-    tokens."""
+    """Check that tokenizer_config.json and special_tokens_map.json, where present, have their declared shapes, and
+    that the special tokens they name (bos, eos, unk, pad) are tokens of tokenizer.json. A problem raises a UsageError
+    naming the file and the field."""
     vocabulary = None
     for name, shape in (("tokenizer_config.json", TOKENIZER_CONFIG), ("special_tokens_map.json", SPECIAL_TOKENS_MAP)):
         if not (folder / name).is_file():
@@ -285,7 +297,7 @@ def check_tokenizer_configs(folder: Path) -> None:
                 continue
             if vocabulary is None:
                 vocabulary = check_tokenizer_file(folder / "tokenizer.json").get_vocab(with_added_tokens=True)
-            if token not in vocabulary:  # transformers would add it: a token the model has no row for
+            if token not in vocabulary:  # transformers would add the token, which has no row in the model's embedding
                 raise UsageError(
                     f"{folder / name}: field {field} is {json.dumps(token)}, a token tokenizer.json does "
                     "not have; save the tokenizer again (tokenizer.save_pretrained) or fix the field"
@@ -293,9 +305,10 @@ def check_tokenizer_configs(folder: Path) -> None:
 
 
 def check_generation_config_file(path: str | os.PathLike, vocab_size: int | None = None) -> dict:
-    """The generation_config.json of a model folder: a JSON object (a file that is not one is refused, rather than
-    silently replaced by transformers' defaults), whose settings meet their declarations (`GENERATION_SETTINGS`, token
-    ids within `vocab_size`). A problem is a UsageError naming the file and the setting."""
+    """Check the generation_config.json of a model folder and return its contents. The file must hold a JSON object;
+    one that does not is refused rather than silently replaced by transformers' defaults. Its settings must meet their
+    declarations (`GENERATION_SETTINGS`), and its token ids must lie within `vocab_size` when that is known. A problem
+    raises a UsageError naming the file and the setting."""
     data = read_json(path, GENERATION_CONFIG)
     vocab = vocab_size if isinstance(vocab_size, int) and not isinstance(vocab_size, bool) else None
     try:
@@ -305,12 +318,14 @@ def check_generation_config_file(path: str | os.PathLike, vocab_size: int | None
     return data
 
 
-# The loader would cast integer weights silently, yet they are a damaged or foreign file, not a quantisation of ours.
+# transformers' loader would cast integer weights to floating point silently, yet integer weights mean a damaged or
+# foreign file: this package never saves a quantised model.
 _FLOATING = frozenset({"F16", "BF16", "F32", "F64"})
 
 
 def check_weight_dtypes(header: dict, path: Path) -> None:
-    """Every tensor of a safetensors header (`check_safetensors`) is floating point, as the model's parameters."""
+    """Check that every tensor of a safetensors header (from `check_safetensors`) is floating point, as the model's
+    parameters are, and raise a UsageError naming the first tensor that is not."""
     for name, entry in header.items():
         if name != "__metadata__" and entry["dtype"] not in _FLOATING:
             dtype = entry["dtype"].lower().replace("i", "int").replace("u", "uint").replace("f", "float")
@@ -321,9 +336,10 @@ def check_weight_dtypes(header: dict, path: Path) -> None:
 
 
 def check_finite_weights(tensors, path) -> None:
-    """Every floating tensor of `tensors` ({name: tensor}) holds only finite values. NaN or infinity (from a diverged
-    run, or a damaged file) would translate to empty lines, and would average into every checkpoint, without an error.
-    It costs one reduction per tensor, which is cheap next to reading the file."""
+    """Check that every floating-point tensor of `tensors` (a {name: tensor} mapping) holds only finite values, and
+    raise a UsageError naming the first one that does not. NaN or infinity (from a diverged run, or a damaged file)
+    would translate to empty lines, and would average into every checkpoint, without an error. The check costs one
+    reduction per tensor, which is cheap next to reading the file."""
     import torch
 
     for name, tensor in tensors.items():
@@ -343,10 +359,14 @@ def load_model_folder(
     what: str = "model folder",
     **model_kwargs,
 ):
-    """(model in eval mode on `device`, tokenizer) from a checked model folder or a Hub id, through transformers' Auto
-    classes, loaded strictly (see the module docstring). This package registers its classes when it is imported;
-    `trust_remote_code` is for folders of models whose code is not installed. `dtype` is the weights' dtype (a
-    torch.dtype, or None for float32)."""
+    """Load a model and its tokenizer from a model folder or a Hub id, and return them as (model, tokenizer).
+
+    The folder is checked first (`check_model_folder`) and then loaded through transformers' Auto classes, strictly,
+    as the module docstring describes. The model is returned in eval mode, moved to `device` when one is given.
+    `dtype` is the weights' dtype (a torch.dtype, or None for float32), and `model_kwargs` go to
+    `from_pretrained`. This package registers its classes when it is imported, so `trust_remote_code` is needed only
+    for folders of models whose code is not installed. A folder that cannot be loaded, or whose weights, config or
+    tokenizer disagree, raises a UsageError naming it."""
     import torch
     from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
@@ -373,7 +393,7 @@ def load_model_folder(
             f"{where}: the weights do not fit config.json (tensor shapes differ); the config and "
             "model.safetensors come from different models: save the model again"
         ) from error
-    except (OSError, ValueError, KeyError) as error:  # KeyError: a JSON file without the keys transformers needs
+    except (OSError, ValueError, KeyError) as error:  # a KeyError means a JSON file lacks keys transformers needs
         raise UsageError(f"{where}: cannot be loaded ({one_line(error)})") from error
     check_loading_report(report, where)
     check_finite_weights(dict(model.named_parameters()), source / WEIGHTS if isinstance(source, Path) else where)
@@ -401,9 +421,9 @@ def check_loading_report(report: dict, where: str) -> None:
 
 
 def check_special_ids(config, tokenizer, where: str) -> None:
-    """The tokenizer's padding, <s> and </s> ids are the model's (`config`: a mapping or a config). A
-    tokenizer_config.json naming another token would pad sources with a token the encoder attends to, or end sentences
-    where the model never ends them."""
+    """Check that the tokenizer's padding, <s> and </s> ids are the model's, and raise a UsageError naming the first
+    that differs. `config` is a mapping or a config object. A tokenizer_config.json that named another token would pad
+    sources with a token the encoder attends to, or end sentences where the model never ends them."""
     for name in ("pad_token_id", "eos_token_id", "bos_token_id"):
         ours = config.get(name) if isinstance(config, Mapping) else getattr(config, name, None)
         ours, theirs = ours[0] if isinstance(ours, list) and ours else ours, getattr(tokenizer, name, None)
@@ -415,14 +435,16 @@ def check_special_ids(config, tokenizer, where: str) -> None:
             )
 
 
-# One vocabulary for tokenizer and weights. The model has one embedding matrix, indexed by the tokenizer's ids and
-# sized `len(tokenizer)` (Section 3.4): a tokenizer of another size belongs to another model and would translate
-# garbage without an error. Every place that pairs a tokenizer with weights checks here, before any work, from the
-# files.
+# The tokenizer and the weights share one vocabulary. The model has one embedding matrix, indexed by the tokenizer's
+# ids and sized `len(tokenizer)` (Section 3.4): a tokenizer of another size belongs to another model and would
+# translate garbage without an error. Every place that pairs a tokenizer with weights checks here, before any work,
+# from the files.
 
 
 def tokenizer_tokens(tokenizer) -> dict[int, str]:
-    """{id: token string} of a tokenizer object or folder (tokenizer.json checked first; added tokens included)."""
+    """Return {id: token string} of a tokenizer object or of the tokenizer saved in a folder, added tokens included. A
+    folder's tokenizer.json is checked (`check_tokenizer_file`) before it is read; a folder without one is loaded
+    with AutoTokenizer."""
     if not isinstance(tokenizer, (str, os.PathLike)):
         return {index: token for token, index in tokenizer.get_vocab().items()}
     path = Path(tokenizer) / "tokenizer.json"
@@ -434,12 +456,13 @@ def tokenizer_tokens(tokenizer) -> dict[int, str]:
 
 
 def tokenizer_size(tokenizer) -> int:
-    """`len(tokenizer)` of a tokenizer object or of the tokenizer saved in a folder (added tokens included)."""
+    """Return `len(tokenizer)` of a tokenizer object or of the tokenizer saved in a folder, counting added tokens."""
     return len(tokenizer) if not isinstance(tokenizer, (str, os.PathLike)) else len(tokenizer_tokens(tokenizer))
 
 
 def model_vocab_size(model) -> int:
-    """`vocab_size` of a model object (its config), or of the `config.json` in a model folder."""
+    """Return the `vocab_size` of a model object (from its config) or of the config.json in a model folder; a folder
+    whose field is missing or not an integer raises a UsageError."""
     if not isinstance(model, (str, os.PathLike)):
         return int(model.config.vocab_size)
     path = Path(model) / "config.json"
@@ -454,9 +477,9 @@ def _label(source, what: str) -> str:
 
 
 def check_same_vocabulary(model, tokenizer) -> None:
-    """A UsageError, in one line naming both (their folders, or "the given ...") and both sizes, unless the tokenizer
-    has exactly as many tokens as the model's vocabulary. `model` is a model object or folder; `tokenizer` is a
-    tokenizer object or folder."""
+    """Check that the tokenizer has exactly as many tokens as the model's vocabulary, and otherwise raise a UsageError,
+    in one line naming both (their folders, or "the given ...") and both sizes. `model` is a model object or folder;
+    `tokenizer` is a tokenizer object or folder."""
     tokens, rows = tokenizer_size(tokenizer), model_vocab_size(model)
     if tokens != rows:
         raise UsageError(

@@ -1,20 +1,22 @@
-"""Outputs: what a command may write, decided before any work, and written atomically with the user's umask.
+"""Decide what a command may write before any work, and write it atomically with the user's umask.
 
-The rules, each written once here and applied to every path a command declares:
+The rules are each written once here and applied to every path a command declares:
 
-- `check_paths(inputs, outputs)`: an output never is, contains or lies inside an input (or another output), whatever
-  `--overwrite` says, because `--overwrite` means "replace my previous output", never "delete my input". Paths are
-  compared after following symbolic links, so that a link to an input is the input. Where the working folder was
-  deleted (`UNUSABLE_WORKING_FOLDER`), a relative path is refused, because it names nothing that can be read or written
-  (`check_not_relative`).
-- `check_output_file`: an output file is absent, or (with `overwrite`) a regular file; a symbolic link, a device, a
-  FIFO or a socket is never replaced by a file.
-- `check_output_dir`: an output folder is absent or empty, or (with `overwrite`) a folder that this package wrote as
-  the same kind of output. Every folder a tool writes carries a small marker (`MARKER`) naming what it is, and a folder
-  without it (a model folder downloaded from the Hub, a corpus folder, a parent of the input) is not replaced.
-- `replace_atomically`: the new file or folder appears whole, in one rename, with the modes the umask gives (not the
-  0600/0700 of temporary files), flushed to disk.
-- `FolderLock`: one run at a time writes into a folder (a training run's folder, the staging folder of a translation).
+- `check_paths(inputs, outputs)` ensures that an output never is, contains or lies inside an input (or another
+  output), whatever `--overwrite` says, because `--overwrite` means "replace my previous output", never "delete my
+  input". Paths are compared after following symbolic links, so that a link to an input is the input. Where the working
+  folder was deleted (`UNUSABLE_WORKING_FOLDER`), a relative path is refused, because it names nothing that can be read
+  or written (`check_not_relative`).
+- `check_output_file` accepts an output file that is absent, or (with `overwrite`) a regular file; a symbolic link, a
+  device, a FIFO or a socket is never replaced by a file.
+- `check_output_dir` accepts an output folder that is absent or empty, or (with `overwrite`) a folder that this
+  package wrote as the same kind of output. Every folder a tool writes carries a small marker (`MARKER`) naming what it
+  is, and a folder without it (a model folder downloaded from the Hub, a corpus folder, a parent of the input) is not
+  replaced.
+- `replace_atomically` makes the new file or folder appear whole, in one rename, with the modes the umask gives (not
+  the 0600/0700 of temporary files), flushed to disk.
+- `FolderLock` lets one run at a time write into a folder (a training run's folder, the staging folder of a
+  translation).
 """
 
 from __future__ import annotations
@@ -32,11 +34,11 @@ from pathlib import Path
 
 from ..errors import STDIO, UsageError
 
-MARKER = ".vaswani_hf.json"  # {"written_by": KIND}: which tool's output this folder is (see check_output_dir)
-# What was wrong with the working folder ("the working folder /x/y was deleted") when the running command started,
-# or None. The commands' runner then works from "/" (vaswani_commands.leave_an_unusable_working_folder), so that a
-# command that names only absolute paths runs; a relative path would be read against "/" and is refused. Set by the
-# command-line boundary (vaswani_hf.cli.contract.run_cli) for the running command.
+MARKER = ".vaswani_hf.json"  # holds {"written_by": KIND}: which tool's output the folder is (see check_output_dir)
+# This holds what was wrong with the working folder ("the working folder /x/y was deleted") when the running command
+# started, or None. The commands' runner then works from "/" (vaswani_commands.leave_an_unusable_working_folder), so
+# that a command that names only absolute paths runs; a relative path would be read against "/" and is refused. The
+# command-line boundary (vaswani_hf.cli.contract.run_cli) sets it for the running command.
 UNUSABLE_WORKING_FOLDER: ContextVar[str | None] = ContextVar("unusable_working_folder", default=None)
 
 
@@ -50,8 +52,9 @@ def _loop_check(path: Path, what: str) -> None:
 
 
 def check_not_relative(paths: Mapping[str, str | os.PathLike | None]) -> None:
-    """Where the working folder was deleted or cannot be read (`UNUSABLE_WORKING_FOLDER`), refuse a relative path of
-    `paths` ({flag or recipe key: path}; None and "-" are skipped): it names nothing there."""
+    """Where the working folder was deleted or cannot be read (`UNUSABLE_WORKING_FOLDER`), raise a UsageError naming
+    the first relative path of `paths`, since it names nothing there. `paths` maps a flag or recipe key to its path;
+    None and "-" are skipped."""
     unusable = UNUSABLE_WORKING_FOLDER.get()
     relative = [
         f"{name} {path}"
@@ -68,9 +71,10 @@ def check_not_relative(paths: Mapping[str, str | os.PathLike | None]) -> None:
 def check_paths(
     inputs: Mapping[str, str | os.PathLike | None], outputs: Mapping[str, str | os.PathLike | None]
 ) -> None:
-    """Refuse an output that is, contains or lies inside an input or another output, and "-" named by two inputs (or
-    outputs): it is one stream. `inputs`, `outputs`: {flag or recipe key: path}; None is skipped, and so is an input
-    that does not exist (a Hub id). A relative path where the working folder is gone: `check_not_relative`."""
+    """Raise a UsageError for an output that is, contains or lies inside an input or another output, and for "-"
+    named by two inputs (or two outputs), since it is one stream. `inputs` and `outputs` map a flag or recipe key to
+    its path; None is skipped, and so is an input that does not exist (a Hub id). A relative path where the working
+    folder is gone is refused by `check_not_relative`."""
     for role, paths in (("inputs", inputs), ("outputs", outputs)):
         streams = [name for name, p in paths.items() if p is not None and str(p) == STDIO]
         if len(streams) > 1:
@@ -106,7 +110,8 @@ def check_paths(
 
 
 def _relation(out: Path, other: Path) -> str | None:
-    """How output `out` overlaps path `other` (both resolved), as a phrase, or None."""
+    """Return how output `out` overlaps path `other` (both resolved), as the phrase "is", "contains" or "lies
+    inside", or None where they do not overlap."""
     if out == other or (out.exists() and other.exists() and os.path.samefile(out, other)):
         return "is"
     if out in other.parents:
@@ -117,7 +122,7 @@ def _relation(out: Path, other: Path) -> str | None:
 
 
 def file_kind(mode: int) -> str:
-    """'a character device', 'a FIFO', ... for a stat mode (error messages)."""
+    """Return what a stat mode describes, for error messages: 'a character device', 'a FIFO', ..."""
     for test, name in (
         (stat.S_ISCHR, "a character device"),
         (stat.S_ISBLK, "a block device"),
@@ -133,8 +138,8 @@ def file_kind(mode: int) -> str:
 
 
 def path_kind(path: str | os.PathLike) -> str:
-    """What `path` is, as a message says it: "a file", "a folder", "a character device", "a FIFO", ..., "a symbolic
-    link to a folder", "a symbolic link to nothing", "a symbolic-link loop", or "nothing"."""
+    """Return what `path` is, as a message says it: "a file", "a folder", "a character device", "a FIFO", ..., "a
+    symbolic link to a folder", "a symbolic link to nothing", "a symbolic-link loop", or "nothing"."""
     p = Path(path)
     if p.is_symlink():
         try:
@@ -149,14 +154,16 @@ def path_kind(path: str | os.PathLike) -> str:
 
 
 def _existing_kind(path: Path) -> str | None:
-    """`path_kind(path)` for a link or something neither file nor folder; else None."""
+    """Return `path_kind(path)` for a symbolic link or for something that is neither a file nor a folder, and None
+    otherwise."""
     if path.is_symlink() or (os.path.lexists(path) and not (path.is_file() or path.is_dir())):
         return path_kind(path)
     return None
 
 
 def _check_parent(path: Path, what: str) -> None:
-    """The nearest existing folder above `path` is a folder we may write into; anything else there is named."""
+    """Check that the nearest existing entry above `path` is a folder we may write into, and otherwise raise a
+    UsageError naming what is there."""
     for parent in path.absolute().parents:
         if os.path.lexists(parent):
             if not parent.is_dir():
@@ -167,7 +174,8 @@ def _check_parent(path: Path, what: str) -> None:
 
 
 def check_output_file(path: str | os.PathLike, *, overwrite: bool = False, what: str = "output file") -> Path:
-    """`path` can be written: its folder exists, and it is absent or (with `overwrite`) a regular file."""
+    """Check that `path` can be written, and return it: its folder exists, and it is absent or (with `overwrite`) a
+    regular file. A problem raises a UsageError naming the path."""
     p = Path(path)
     _loop_check(p, what)
     kind = _existing_kind(p)
@@ -189,7 +197,7 @@ def mark(folder: str | os.PathLike, kind: str) -> None:
 
 
 def written_by(folder: str | os.PathLike) -> str | None:
-    """The kind of output that this package wrote into `folder` (its marker), or None."""
+    """Return the kind of output that this package wrote into `folder`, read from its marker, or None."""
     try:
         return json.loads((Path(folder) / MARKER).read_text(encoding="utf-8")).get("written_by")
     except (OSError, ValueError, AttributeError):
@@ -204,10 +212,10 @@ def check_output_dir(
     kind: str | None = None,
     replaced: bool = True,
 ) -> Path:
-    """`path` can become an output folder: it is absent or empty, or, with `overwrite`, a folder that this package
-    wrote as an output of `kind` (its marker says so). Without `kind`, `overwrite` accepts any folder, because the
-    callers that replace only their own files in it (a training run) check those themselves. A folder that is written
-    into, rather than `replaced` as a whole, may be a symbolic link to a folder."""
+    """Check that `path` can become an output folder, and return it: it is absent or empty, or, with `overwrite`, a
+    folder that this package wrote as an output of `kind` (its marker says so). Without `kind`, `overwrite` accepts any
+    folder, because the callers that replace only their own files in it (a training run) check those themselves. A
+    folder that is written into, rather than `replaced` as a whole, may be a symbolic link to a folder."""
     p = Path(path)
     _loop_check(p, what)
     existing = _existing_kind(p)
@@ -229,7 +237,7 @@ def check_output_dir(
 
 
 def first_entries(folder: Path, n: int = 3) -> str:
-    """The first `n` names a folder holds, its MARKER aside, for a message."""
+    """Return the first `n` names a folder holds, its MARKER aside, for a message."""
     names = sorted(x.name for x in folder.iterdir() if x.name != MARKER)
     return ", ".join(names[:n]) + (", ..." if len(names) > n else "")
 
@@ -239,7 +247,7 @@ def apply_umask(path: str | os.PathLike) -> None:
     less the umask). Temporary files and folders are created 0600 and 0700, and libraries that write through them
     (transformers saves weights that way) would otherwise leave outputs that only their owner can read."""
     mask, path = os.umask(0), Path(path)
-    os.umask(mask)  # read, not changed
+    os.umask(mask)  # the umask can be read only by setting it, so the old one is put back
     trees = os.walk(path) if path.is_dir() and not path.is_symlink() else [(str(path.parent), [], [path.name])]
     for root, folders, files in trees:
         for name in files:
@@ -323,9 +331,9 @@ def _publish_new_file(temporary: Path, target: Path) -> None:
 
 @contextmanager
 def atomic_output_dir(target: str | os.PathLike, kind: str | None = None, *, overwrite: bool = False):
-    """`replace_atomically(target, folder=True, kind=kind)`, one writer at a time: the folder is claimed (created
-    empty, locked) on entry, a folder another run filled since the checks is not replaced without `overwrite`, and
-    one left empty by a failure is removed again."""
+    """Work as `replace_atomically(target, folder=True, kind=kind)` does, with one writer at a time. The folder is
+    claimed (created empty, and locked) on entry; a folder that another run filled since the checks is not replaced
+    without `overwrite`; and a folder this call created that a failure left empty is removed again."""
     target = Path(target)
     created = not os.path.lexists(target)
     target.mkdir(parents=True, exist_ok=True)
@@ -365,8 +373,8 @@ def fsync_tree(path: str | os.PathLike, recursive: bool = True) -> None:
 
 
 class FolderLock:
-    """An exclusive `flock` on the folder itself while a run writes into it: no lock file, and a killed run leaves
-    no stale lock. A second run into the same folder is refused in one line."""
+    """Hold an exclusive `flock` on the folder itself while a run writes into it, so that there is no lock file and a
+    killed run leaves no stale lock. A second run into the same folder is refused in one line."""
 
     def __init__(self, folder: str | os.PathLike, what: str = "output folder"):
         self.folder, self.what, self._fd = Path(folder), what, None
@@ -396,7 +404,7 @@ class FolderLock:
 
 
 def folder_in_use(folder: str | os.PathLike) -> bool:
-    """Whether another run holds `folder`'s lock (a read-only probe, for `--check`)."""
+    """Return whether another run holds `folder`'s lock, found by a read-only probe (for `--check`)."""
     if not Path(folder).is_dir():
         return False
     try:

@@ -1,13 +1,12 @@
-"""Progress as every tool reports it, on standard error: one decision, one form.
+"""Report progress the way every tool does, on standard error, with one decision and one form.
 
-On a terminal, tqdm's bar. Anywhere else (a log file, a pipe, a batch scheduler's capture of standard error) a bar's
-carriage-return updates would pile up in the log, so a progress report is plain lines, no carriage return: one when
-the work has advanced by another PERCENT of its total, or when SECONDS have passed since the last line (for work of
-unknown size, only the latter), and one at the end; never more often. Every tool's progress goes through
+On a terminal the report is tqdm's bar. Anywhere else (a log file, a pipe, a batch scheduler's capture of standard
+error) a bar's carriage-return updates would pile up in the log, so a progress report is plain lines, no carriage
+return: one when the work has advanced by another PERCENT of its total, or when SECONDS have passed since the last line
+(for work of unknown size, only the latter), and one at the end; never more often. Every tool's progress goes through
 `progress_bar` (translate's windows, `inference.translate`'s sentences, the training loop through
-`training.callbacks.TrainingProgress`), and `library_bars` turns the libraries' own bars (datasets, tokenizers)
-off where they would write carriage returns.
-"""
+`training.callbacks.TrainingProgress`), and `library_bars` turns the libraries' own bars (datasets, tokenizers) off
+where they would write carriage returns."""
 
 from __future__ import annotations
 
@@ -21,19 +20,19 @@ SECONDS = 60.0  # ... or after a minute without one
 
 
 def interactive(stream: TextIO | None = None) -> bool:
-    """Whether `stream` (default: standard error) is a terminal, where a bar redraws itself in place, or a Jupyter
-    notebook's, where tqdm draws a widget."""
+    """Return whether `stream` (by default standard error) is a terminal, where a bar redraws itself in place, or
+    whether this process is a Jupyter notebook's kernel, where tqdm draws a widget."""
     stream = sys.stderr if stream is None else stream
     if _notebook():
         return True
     try:
         return bool(stream.isatty())
-    except (AttributeError, ValueError, OSError):  # closed, replaced by an object without isatty
+    except (AttributeError, ValueError, OSError):  # the stream is closed, or an object without isatty
         return False
 
 
 def _notebook() -> bool:
-    """Whether this process is a Jupyter kernel (tqdm.auto's own test: IPython's shell of a kernel)."""
+    """Return whether this process is a Jupyter kernel, by tqdm.auto's own test: IPython's shell is a kernel's."""
     ipython = sys.modules.get("IPython")
     shell = getattr(ipython, "get_ipython", lambda: None)() if ipython is not None else None
     return type(shell).__name__ == "ZMQInteractiveShell"
@@ -46,8 +45,9 @@ def _duration(seconds: float) -> str:
 
 
 class LineProgress:
-    """tqdm's interface as the package uses it (`update`, `n`, `total`, `write`, `close`, a context manager), written
-    as plain lines (see the module docstring). `clock` is the time source (a test's clock)."""
+    """Offer tqdm's interface as the package uses it (`update`, `n`, `total`, `write`, `close`, a context manager),
+    and write the progress as plain lines (see the module docstring). `clock` is the time source, which a test may
+    replace."""
 
     def __init__(
         self,
@@ -58,7 +58,7 @@ class LineProgress:
         file: TextIO | None = None,
         disable: bool = False,
         clock: Callable[[], float] = time.monotonic,
-        **ignored: Any,  # tqdm's display options (dynamic_ncols, leave, ...): nothing to draw
+        **ignored: Any,  # tqdm's display options (dynamic_ncols, leave, ...), ignored because nothing is drawn
     ):
         self.total, self.desc, self.unit, self.disable = total, desc, unit, disable
         self.file, self.clock = file, clock
@@ -102,13 +102,14 @@ class LineProgress:
             print(text, file=stream, flush=True)
 
     def write(self, text: str, file: TextIO | None = None) -> None:
-        """A line of its own, by default on standard output as tqdm.write's (the training loop's log lines)."""
+        """Write `text` as a line of its own, by default on standard output as tqdm.write does (the training loop's
+        log lines)."""
         stream = sys.stdout if file is None else file
         if stream is not None:
             print(text, file=stream, flush=True)
 
     def set_postfix_str(self, *args, **kwargs) -> None:
-        """tqdm's live suffix: nothing to redraw here."""
+        """Accept tqdm's live suffix and ignore it, since nothing is redrawn here."""
 
     def close(self) -> None:
         if not self.disable and self.n != self.last_n:
@@ -122,7 +123,8 @@ def _plural(unit: str) -> str:
 
 
 def progress_bar(total: int | None = None, desc: str = "", unit: str = "it", *, disable: bool = False, **options):
-    """The package's progress report on standard error: tqdm's bar on a terminal, `LineProgress` elsewhere."""
+    """Return the package's progress report on standard error: tqdm's bar on a terminal, and a `LineProgress`
+    elsewhere."""
     if interactive():
         from tqdm.auto import tqdm
 
@@ -131,9 +133,10 @@ def progress_bar(total: int | None = None, desc: str = "", unit: str = "it", *, 
 
 
 def library_bars() -> bool:
-    """Whether the libraries' own progress bars may draw: standard error and standard output are terminals (the
-    tokenizers library's trainer ends each stage with a line on standard output). Where not, datasets' bars are turned
-    off for this process; the tokenizers library takes this value as its `show_progress`."""
+    """Return whether the libraries' own progress bars may draw, which they may when standard error and standard
+    output are both terminals (the tokenizers library's trainer ends each stage with a line on standard output).
+    Otherwise datasets' bars are turned off for this process; the tokenizers library takes the value returned as its
+    `show_progress`."""
     if interactive() and interactive(sys.stdout):
         return True
     import datasets

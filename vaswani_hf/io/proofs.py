@@ -1,10 +1,11 @@
-"""Proof that what a resume reuses is what was written: each finished unit's size, line count and SHA-256, recorded
+"""Prove that what a resume reuses is what was written. Each finished unit's size, line count and SHA-256 are recorded
 when it is written and compared before it is reused, so that a unit cut short, edited or damaged since is never
 trusted by its name alone.
 
-Two forms, one digest (`digest`): a file's record beside it (translate's windows: `translate_staging`), and a folder's
-manifest, `checksums.json`, written into a folder before it is published (training checkpoints:
-`training.checkpoints.publish_checkpoint`) and checked before the folder is resumed from or averaged.
+The proof has two forms, built from one digest (`digest`). One is a file's record beside it (translate's windows, in
+`translate_staging`). The other is a folder's manifest, `checksums.json`, which is written into a folder before it is
+published (training checkpoints, in `training.checkpoints.publish_checkpoint`) and checked before the folder is resumed
+from or averaged.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ BLOCK_BYTES = 1 << 20
 
 
 def digest(path: str | os.PathLike) -> dict:
-    """{"bytes", "lines", "sha256"} of a file's content."""
+    """Return {"bytes", "lines", "sha256"} of a file's content."""
     sha256, size, lines = hashlib.sha256(), 0, 0
     with open(path, "rb") as handle:
         while block := handle.read(BLOCK_BYTES):
@@ -36,8 +37,8 @@ def _files(folder: Path) -> list[Path]:
 
 
 def write_manifest(folder: str | os.PathLike) -> None:
-    """`folder/checksums.json`: every regular file under `folder`, its size and SHA-256 (call it when the folder is
-    complete, before it is published)."""
+    """Write `folder/checksums.json`, which lists every regular file under `folder` with its size and SHA-256. Call it
+    when the folder is complete, before it is published."""
     folder = Path(folder)
     entries = {}
     for path in _files(folder):
@@ -61,8 +62,9 @@ def _manifest(folder: Path) -> dict | None:
 
 
 def manifest_problem(folder: str | os.PathLike, select: Callable[[str], bool] | None = None) -> str | None:
-    """Why `folder`'s files (those listed in its manifest, or only those `select` keeps) differ from the manifest,
-    or None. A folder without a manifest is "no checksums.json"; the caller decides what that means."""
+    """Return why `folder`'s files (those listed in its manifest, or only those `select` keeps) differ from the
+    manifest, or None if they match. A folder without a manifest gives "no checksums.json", and the caller decides
+    what that means."""
     folder = Path(folder)
     if not (folder / MANIFEST).is_file():
         return f"no {MANIFEST}"
@@ -87,5 +89,6 @@ def manifest_problem(folder: str | os.PathLike, select: Callable[[str], bool] | 
 
 @functools.lru_cache(maxsize=256)
 def _sha256(path: str, size: int, mtime_ns: int, inode: int) -> str:
-    """A file's SHA-256, computed once per version of it in a process (a resume looks at a checkpoint twice)."""
+    """Return a file's SHA-256, computed once per version of the file in a process, since a resume looks at a
+    checkpoint twice."""
     return digest(path)["sha256"]

@@ -1,10 +1,10 @@
-"""Text files in and out: the one reader and writer of sentences, and JSON.
+"""Read and write text files: this module is the one reader and writer of sentences, and of JSON.
 
-Strict UTF-8: a bad byte is an error naming the file and line, never a silent replacement. A UTF-8 byte-order mark at
-the start is dropped, and "\\r\\n" and a lone "\\r" end a line as "\\n" does (Python's universal newlines). The Unicode
-separators U+2028 and U+0085, on which `str.splitlines` would also split, occur inside sentences and are text. One item
-per line, empty lines kept: N lines in, N items out, and a final newline adds no empty line. "-" is standard input or
-output. Written files end every line with "\\n" and appear whole or not at all.
+Text is strict UTF-8: a bad byte is an error naming the file and line, never a silent replacement. A UTF-8 byte-order
+mark at the start is dropped, and "\\r\\n" and a lone "\\r" end a line as "\\n" does (Python's universal newlines). The
+Unicode separators U+2028 and U+0085, on which `str.splitlines` would also split, occur inside sentences and are text.
+Each line is one item and empty lines are kept, so N lines give N items; a final newline adds no empty line. "-" names
+standard input or output. Written files end every line with "\\n" and appear whole or not at all.
 
 An input (`TextInput`) is a regular file, a pipe (`<(command)`, "-", a named pipe) or the null device (/dev/null, an
 empty input as an empty file would be). Any other device, a socket or a folder is refused by name, because reading
@@ -29,12 +29,13 @@ from ..errors import STDIO, UsageError
 from .outputs import check_output_file, file_kind, replace_atomically
 
 BOM = "\ufeff"
-CHUNK_BYTES = 1 << 24  # text is decoded in 16 MiB blocks: decoding at C speed, in bounded memory for WMT-sized corpora
+# Text is decoded in 16 MiB blocks, so that decoding runs at C speed and in bounded memory even for WMT-sized corpora.
+CHUNK_BYTES = 1 << 24
 
 
 def check_input_file(path: str | os.PathLike, what: str = "input file") -> Path:
-    """The path of an existing, readable regular file, pipe or null device, or a UsageError naming it and what it is
-    instead."""
+    """Return the path of an existing, readable regular file, pipe or null device, and otherwise raise a UsageError
+    naming the path and saying what it is instead."""
     p = Path(path)
     try:
         info = p.stat()
@@ -57,7 +58,7 @@ def check_input_file(path: str | os.PathLike, what: str = "input file") -> Path:
 
 
 def is_null_device(info: os.stat_result) -> bool:
-    """Whether `info` (a stat result) is the null device, which reads as empty."""
+    """Return whether `info` (a stat result) is that of the null device, which reads as empty."""
     try:
         null = os.stat(os.devnull)
     except OSError:
@@ -79,7 +80,7 @@ def _decode(data: bytes, label: str, first_line: int) -> str:
 
 
 def _split(text: str) -> list[str]:
-    """Lines of `text` (universal newlines); a final line end adds no line."""
+    """Return the lines of `text`, split at universal newlines; a final line end adds no empty line."""
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     if lines[-1] == "":
         lines.pop()
@@ -87,9 +88,9 @@ def _split(text: str) -> list[str]:
 
 
 def _lines_of(blocks: Iterable[bytes], label: str) -> Iterator[str]:
-    """The lines of a stream of byte blocks: whole lines are decoded together (a "\r\n" split across blocks stays
-    together), so that a bad byte is named by its line; a line longer than a block is gathered without copying it
-    again for every block."""
+    """Yield the lines of a stream of byte blocks. Whole lines are decoded together (a "\\r\\n" split across blocks
+    stays together), so that a bad byte is named by its line, and a line longer than a block is gathered without being
+    copied again for every block."""
     pending, line_number, first = bytearray(), 1, True
     for block in blocks:
         cut = block.rfind(b"\n")
@@ -113,8 +114,9 @@ SPOOL_SHARE = 0.9  # an input read only once is spooled into at most this share 
 
 
 def _input_stat(path: str | os.PathLike) -> os.stat_result | None:
-    """What `path` ("-": standard input) is, looked at without opening it (opening a named pipe waits for its
-    writer); None where it cannot be looked at (absent, or standard input without a descriptor)."""
+    """Return the stat result of `path` ("-" meaning standard input), taken without opening it, because opening a
+    named pipe waits for its writer. Return None where it cannot be taken: the path is absent, or standard input has
+    no descriptor."""
     try:
         return os.fstat(sys.stdin.fileno()) if str(path) == STDIO else os.stat(path)
     except (AttributeError, OSError, ValueError):
@@ -122,17 +124,18 @@ def _input_stat(path: str | os.PathLike) -> os.stat_result | None:
 
 
 def reads_once(path: str | os.PathLike) -> bool:
-    """Whether `path` ("-": standard input) can be read only once: a pipe (named, or a process substitution's
-    /dev/fd/N), a terminal, a socket."""
+    """Return whether `path` ("-" meaning standard input) can be read only once, as a pipe (named, or a process
+    substitution's /dev/fd/N), a terminal or a socket can; a regular file and the null device can be read again."""
     info = _input_stat(path)
-    if info is None:  # standard input replaced by an object without a descriptor: as seekable as that object
+    if info is None:
+        # Standard input was replaced by an object without a descriptor: it reads once unless that object is seekable.
         return str(path) == STDIO and not getattr(getattr(sys.stdin, "buffer", None), "seekable", lambda: False)()
     return not (stat.S_ISREG(info.st_mode) or is_null_device(info))
 
 
 def check_read_once(inputs: Iterable[tuple[str, str | os.PathLike]]) -> None:
-    """Refuse two names ((what, path) pairs) of one input that can be read only once ("-" and /dev/stdin, a named pipe
-    given twice): the second would wait for text that the first took."""
+    """Raise a UsageError if two of `inputs` ((what, path) pairs) name one input that can be read only once, such as
+    "-" and /dev/stdin, or a named pipe given twice: the second reader would wait for text that the first took."""
     seen = {}
     for what, path in inputs:
         info = _input_stat(path)
@@ -148,8 +151,9 @@ def check_read_once(inputs: Iterable[tuple[str, str | os.PathLike]]) -> None:
 
 
 class TextInput:
-    """One text input as every tool reads it, opened once and read in at most `passes` passes: a regular file, a
-    named pipe, a process substitution (/dev/fd/N), /dev/stdin, "-" (standard input) or the null device.
+    """Read one text input the way every tool reads it: open it once, and read it in at most `passes` passes. The
+    input may be a regular file, a named pipe, a process substitution (/dev/fd/N), /dev/stdin, "-" (standard input) or
+    the null device.
 
     - A regular file (and standard input redirected from one) is read again from where it began, through the
       descriptor opened first: a file removed or replaced by another meanwhile is still read whole as it was; one
@@ -165,12 +169,12 @@ class TextInput:
         self.label = "<stdin>" if str(path) == STDIO else str(path)
         self._handle = None
         self._own = False
-        self.rereadable = False  # known once open: a regular file (or the null device), or a seekable stream
-        self._identity = None  # (size, mtime) of a regular file when opened
+        self.rereadable = False  # set by open(): true for a regular file, the null device or a seekable stream
+        self._identity = None  # the (size, mtime) that a regular file had when it was opened
         self._start = 0
         self._passes_begun = 0
         self._spool: Path | None = None
-        self._spooled = False  # the spool holds the whole input
+        self._spooled = False  # becomes true once the spool holds the whole input
         self._cleanup = None
 
     def __enter__(self) -> TextInput:
@@ -182,13 +186,14 @@ class TextInput:
 
     def open(self) -> None:
         if str(self.path) == STDIO:
-            self._handle = sys.stdin.buffer  # a closed standard input refuses here (cli.surroundings.ClosedInput)
+            self._handle = sys.stdin.buffer  # a closed standard input (cli.surroundings.ClosedInput) refuses here
         else:
             self._handle = open(check_input_file(self.path, self.what), "rb")  # noqa: SIM115 - closed by close()
             self._own = True
+        # An in-memory standard input, as tests and embedding programs use, has no descriptor.
         try:
             info = os.fstat(self._handle.fileno())
-        except (AttributeError, OSError, ValueError):  # an in-memory standard input (tests, embedding programs)
+        except (AttributeError, OSError, ValueError):
             info = None
         if info is not None and stat.S_ISREG(info.st_mode):
             self._identity = (info.st_size, info.st_mtime_ns)
@@ -200,10 +205,11 @@ class TextInput:
             self._handle.close()
         self._handle = None
         if self._cleanup is not None:
-            self._cleanup()  # the spool removed
+            self._cleanup()  # removes the spool
 
     def lines(self) -> Iterator[str]:
-        """One pass over the lines (see `iter_lines`)."""
+        """Yield the lines of one pass over the input (see `iter_lines`); a pass more than `passes` is a
+        RuntimeError."""
         if self._handle is None:
             raise RuntimeError(f"{self.label}: TextInput.lines() before open()")
         number = self._passes_begun
@@ -236,7 +242,8 @@ class TextInput:
             )
 
     def _spooling(self, blocks: Iterable[bytes]) -> Iterator[bytes]:
-        """`blocks`, copied into the spool as they pass (see the class docstring)."""
+        """Yield `blocks` unchanged while copying them into the spool file (see the class docstring); more bytes than
+        the spool's bound raise a UsageError."""
         folder = Path(tempfile.mkdtemp(prefix="vaswani_spool_"))
         self._cleanup = weakref.finalize(self, shutil.rmtree, folder, True)
         self._spool = folder / "input"
@@ -256,35 +263,37 @@ class TextInput:
 
 
 def reads_once_info(info: os.stat_result, handle) -> bool:
-    """`reads_once` of an open input: neither a regular file nor the null device, nor seekable."""
+    """Return whether an open input can be read only once, as `reads_once` does for a path. `info` is the stat result
+    of `handle`; the input can be read again if it is a regular file, the null device or a seekable stream."""
     if stat.S_ISREG(info.st_mode) or is_null_device(info):
         return False
     return not handle.seekable()
 
 
 def _blocks(handle) -> Iterator[bytes]:
-    """The bytes of `handle` in blocks of at most CHUNK_BYTES: from a pipe, what it holds (`read1`), so that lines are
-    passed on as they come."""
+    """Yield the bytes of `handle` in blocks of at most CHUNK_BYTES. From a pipe each block is what the pipe holds at
+    that moment (`read1`), so that lines are passed on as they come."""
     read = getattr(handle, "read1", handle.read)
     while block := read(CHUNK_BYTES):
         yield block
 
 
 def iter_lines(path: str | os.PathLike, what: str = "input file") -> Iterator[str]:
-    """The lines of a UTF-8 text file ("-": standard input) without their line ends, streamed in one pass (`TextInput`;
-    see the module docstring for the rules). A missing, unreadable or non-UTF-8 file is a UsageError naming the file
-    (and the line)."""
+    """Yield the lines of a UTF-8 text file ("-" meaning standard input) without their line ends, streamed in one pass
+    through `TextInput`; the module docstring gives the rules. A missing, unreadable or non-UTF-8 file raises a
+    UsageError naming the file (and the line)."""
     with TextInput(path, what) as text:
         yield from text.lines()
 
 
 def read_lines(path: str | os.PathLike, what: str = "input file") -> list[str]:
-    """`iter_lines` as a list."""
+    """Return the lines of a text file as a list (see `iter_lines`)."""
     return list(iter_lines(path, what))
 
 
 def format_lines(lines: Iterable[str]) -> str:
-    """The text `write_lines` writes: one line per item, its own line breaks (the reader's line ends) made spaces."""
+    """Return the text that `write_lines` writes: one line per item, with the item's own line breaks (those the reader
+    would split at) turned into spaces."""
     return "".join(" ".join(_split(str(line))) + "\n" for line in lines)
 
 
@@ -292,8 +301,8 @@ def write_lines(
     path: str | os.PathLike | None, lines: Iterable[str], *, overwrite: bool = False, what: str = "output file"
 ) -> None:
     """Write one line per item: "\\n" ends every line, and an item's own line breaks become spaces, so that N items
-    give N lines. `path` None or "-" is standard output; a file is written atomically and, unless `overwrite`, must not
-    exist yet (see `check_output_file`)."""
+    give N lines. A `path` of None or "-" means standard output; a file is written atomically and, unless `overwrite`,
+    must not exist yet (see `check_output_file`)."""
     text = format_lines(lines)
     if path is None or str(path) == STDIO:
         write_stdout(text)
@@ -304,10 +313,10 @@ def write_lines(
 
 
 def write_stdout(text: str) -> None:
-    """`text` to standard output as UTF-8: all of it, or a BrokenPipeError. A pipe whose reader closes during a large
-    write takes part of it, and Python's text layer drops the rest silently, so the descriptor is written directly and
-    every count is checked. A standard output that has no file descriptor (captured by a caller, say) is written as
-    text."""
+    """Write all of `text` to standard output as UTF-8, or raise a BrokenPipeError. A pipe whose reader closes during a
+    large write takes part of it, and Python's text layer drops the rest silently, so the descriptor is written
+    directly and every count is checked. A standard output that has no file descriptor (captured by a caller, say) is
+    written as text."""
     sys.stdout.flush()
     try:
         fd = sys.stdout.fileno()
@@ -324,7 +333,7 @@ def write_stdout(text: str) -> None:
 
 
 def read_json(path: str | os.PathLike, what: str = "JSON file") -> Any:
-    """A JSON file's content, or a UsageError naming the file, line and column of the problem."""
+    """Return a JSON file's content, or raise a UsageError naming the file, and the line and column of the problem."""
     p = Path(path)
     if not p.is_file():
         raise UsageError(f"{what} not found: {p}")
@@ -342,13 +351,14 @@ def read_json(path: str | os.PathLike, what: str = "JSON file") -> Any:
 
 
 def write_json(path: str | os.PathLike, data: Any, *, overwrite: bool = True) -> None:
-    """JSON (`to_json`: indented, UTF-8, numbers from numpy or torch and paths written as themselves) written
-    atomically. It is a file of the caller's own run, so it is replaced unless `overwrite` is False."""
+    """Write `data` to `path` atomically as UTF-8 JSON text made by `to_json`. The file belongs to the caller's own
+    run, so an existing one is replaced, unless `overwrite` is False."""
     target = check_output_file(path, overwrite=overwrite, what="JSON file") if not overwrite else Path(path)
     with replace_atomically(target, overwrite=overwrite) as temporary:
         temporary.write_text(to_json(data) + "\n", encoding="utf-8")
 
 
 def to_json(data: Any) -> str:
-    """Indented JSON text; numbers from numpy/torch and paths written as themselves."""
+    """Return `data` as indented JSON text. Numbers from numpy or torch (anything with `.item()`) are written as
+    numbers, and any other value JSON lacks, such as a path, as its string."""
     return json.dumps(data, indent=2, default=lambda o: o.item() if hasattr(o, "item") else str(o))

@@ -1,4 +1,4 @@
-"""`evaluate` metric modules shipped inside the package and loaded by path, so that they work offline.
+"""Ship `evaluate` metric modules inside the package, to be loaded by path so that they work offline.
 
 Each sub-folder holds one script named like the folder, which is `evaluate.load`'s rule for local modules:
 
@@ -15,6 +15,6 @@ keeps the signature in ``metric.string_fields`` and the fixed settings (chrF's `
 ``metric.settings`` (`common.TranslationMetric`).
 """
 
-# The sacreBLEU tokenizers that the recipe key `bleu_tokenize` and evaluate's `--tokenize` accept, checked before
-# anything is translated.
+# These are the sacreBLEU tokenizers that the recipe key `bleu_tokenize` and evaluate's `--tokenize` accept; the value
+# is checked before anything is translated.
 SACREBLEU_TOKENIZERS = ("13a", "none", "intl", "char", "zh", "ja-mecab", "ko-mecab", "flores101", "flores200")

@@ -1,4 +1,4 @@
-"""What the three metric modules share: the input schema, sacreBLEU's layout of references, the `MetricInfo`, the
+"""Hold what the three metric modules share: the input schema, sacreBLEU's layout of references, the `MetricInfo`, the
 option `numeric_only` and BLEU's result fields. It is imported as a module (`from vaswani_hf.metrics import common`)
 because `evaluate.load(path)` copies each script into a folder of its own (so no relative import works) and takes the
 first `evaluate.Metric` subclass in the script's namespace as the metric, so the base class must not be imported by
@@ -9,7 +9,8 @@ import datasets
 import evaluate
 import sacrebleu
 
-# One reference per segment (a string) or several (a list of strings), as evaluate's translation metrics accept.
+# The inputs have one reference per segment (a string) or several (a list of strings), as evaluate's translation
+# metrics accept.
 TRANSLATION_FEATURES = [
     datasets.Features(
         {
@@ -31,7 +32,7 @@ POST_2018 = """\
     pages = "186--191",
 }
 """
-# The fields every module's docstring ends with.
+# Every module's description of its inputs ends with this text.
 NUMERIC_ONLY_DOC = """
     Loaded with `numeric_only=True` (for evaluate's bootstrap strategy): only the statistics that vary with the
     data, all as floats; the string fields are then in `metric.string_fields` and fixed settings in `metric.settings`.
@@ -39,7 +40,8 @@ NUMERIC_ONLY_DOC = """
 
 
 def transpose_references(references):
-    """Per-segment references (a str or a list of str per segment) -> sacreBLEU's reference streams."""
+    """Return sacreBLEU's reference streams for per-segment references (a str or a list of str per segment); a
+    segment with another number of references than the first raises a ValueError."""
     if references and isinstance(references[0], str):
         references = [[ref] for ref in references]
     references_per_prediction = len(references[0]) if references else 0
@@ -49,7 +51,8 @@ def transpose_references(references):
 
 
 def bleu_fields(result, signature: str) -> dict:
-    """The result of a module that scores with `sacrebleu.metrics.BLEU`."""
+    """Return the result fields of a module that scores with `sacrebleu.metrics.BLEU`: the score, the signature, and
+    sacreBLEU's statistics and version."""
     return {
         "score": result.score,
         "signature": signature,
@@ -70,17 +73,18 @@ def _is_number(value) -> bool:
 
 
 def _as_float(value):
-    """A statistic as float(s): scipy's bootstrap (BCa) gives NaN intervals for integer-valued statistics."""
+    """Return a statistic, or each statistic of a list, as a float, because scipy's bootstrap (BCa) gives NaN
+    intervals for integer-valued statistics."""
     return [float(v) for v in value] if isinstance(value, (list, tuple)) else float(value)
 
 
 class TranslationMetric(evaluate.Metric):
-    """The base of the three modules: their `MetricInfo` from the class attributes, and the load-time option
-    `numeric_only` (a bool). evaluate's `strategy="bootstrap"` fails on string fields and gives NaN intervals for fixed
-    ones, so with `numeric_only=True` a module returns only the statistics that vary, as floats; the signature is then
-    in `metric.string_fields`, and the `SETTINGS` fields in `metric.settings`."""
+    """Serve as the base class of the three modules: build their `MetricInfo` from the class attributes, and take the
+    load-time option `numeric_only` (a bool). evaluate's `strategy="bootstrap"` fails on string fields and gives NaN
+    intervals for fixed ones, so with `numeric_only=True` a module returns only the statistics that vary, as floats;
+    the signature is then in `metric.string_fields`, and the `SETTINGS` fields in `metric.settings`."""
 
-    SETTINGS: tuple = ()  # result fields that restate the call's settings: fixed, never resampled
+    SETTINGS: tuple = ()  # the result fields that restate the call's settings, which are fixed and never resampled
     DESCRIPTION = KWARGS_DESCRIPTION = ""
     CITATION = POST_2018
     HOMEPAGE = SACREBLEU
@@ -109,8 +113,8 @@ class TranslationMetric(evaluate.Metric):
         )
 
     def _fields(self, result: dict) -> dict:
-        """`result`, or (`numeric_only`) its statistics as floats; the string fields are kept in `string_fields`
-        and the fixed settings in `settings` either way."""
+        """Return `result`, or, with `numeric_only`, only its statistics as floats. Either way the string fields are
+        kept in `string_fields` and the fixed settings in `settings`."""
         self.string_fields = {key: value for key, value in result.items() if not _is_number(value)}
         self.settings = {key: result[key] for key in self.SETTINGS if key in result}
         if not self.numeric_only:

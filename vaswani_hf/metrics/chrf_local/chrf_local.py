@@ -1,5 +1,5 @@
-"""chrF (and chrF++) through sacreBLEU, as an `evaluate` metric module that loads from a local path, without Hub
-access.
+"""Compute chrF (and chrF++) through sacreBLEU, as an `evaluate` metric module that loads from a local path, without
+Hub access.
 
 It wraps ``sacrebleu.metrics.CHRF`` and returns the corpus score with sacreBLEU's signature string, so that
 ``evaluate.load("<path>/chrf_local")`` works offline. chrF is a character n-gram F-score (beta=2 by default);
@@ -13,7 +13,7 @@ from vaswani_hf.metrics import common
 
 
 class ChrfLocal(common.TranslationMetric):
-    SETTINGS = ("char_order", "word_order", "beta")  # with numeric_only=True: in `metric.settings`, not the result
+    SETTINGS = ("char_order", "word_order", "beta")  # with numeric_only=True these go to `metric.settings`
     DESCRIPTION = "Corpus-level chrF (character n-gram F-score) computed by sacreBLEU, with its signature.\n"
     CITATION = (
         """\

@@ -1,4 +1,4 @@
-"""sacreBLEU corpus BLEU as an `evaluate` metric module that loads from a local path, without Hub access.
+"""Compute sacreBLEU's corpus BLEU as an `evaluate` metric module that loads from a local path, without Hub access.
 
 This is the same computation as the Hub's ``evaluate-metric/sacrebleu`` module, self-contained so that
 ``evaluate.load("<path>/sacrebleu_local")`` works offline. It wraps ``sacrebleu.metrics.BLEU`` and returns the score

@@ -1,4 +1,4 @@
-r"""The paper's tokenized BLEU for EN-DE, as an `evaluate` metric module that loads from a local path.
+r"""Compute the paper's tokenized BLEU for EN-DE, as an `evaluate` metric module that loads from a local path.
 
 "Attention Is All You Need" (Vaswani et al., 2017), Section 6.1 and Table 2, reports BLEU on newstest2014 as computed
 by tensor2tensor's ``utils/get_ende_bleu.sh``, which does, on the decoded file::
@@ -37,23 +37,26 @@ from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
 from vaswani_hf.metrics import common
 
-_COMPOUND = re.compile(r"(\S)-(\S)", flags=re.ASCII)  # ASCII \S = perl's byte semantics in the t2t script
+_COMPOUND = re.compile(r"(\S)-(\S)", flags=re.ASCII)  # an ASCII \S matches as perl's byte semantics in the t2t script
 
 
 def split_compounds(text):
-    """tensor2tensor's ``perl -ple 's{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g'`` (non-overlapping, left to right)."""
+    """Split hyphenated compounds as tensor2tensor's ``perl -ple 's{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g'`` does:
+    with non-overlapping matches, from left to right."""
     return _COMPOUND.sub(r"\1 ##AT##-##AT## \2", text)
 
 
 def moses_tokenize(lines, lang="de"):
-    """replace-unicode-punctuation.perl then tokenizer.perl -l LANG (sacremoses ports, default options)."""
+    """Return `lines` normalised as by replace-unicode-punctuation.perl and then tokenised as by tokenizer.perl -l
+    LANG, through their sacremoses ports with the default options."""
     normalizer = MosesPunctNormalizer(lang=lang)
     tokenizer = MosesTokenizer(lang=lang)
     return [tokenizer.tokenize(normalizer.replace_unicode_punct(line), return_str=True, escape=True) for line in lines]
 
 
 def preprocess(lines, lang="de", tokenize=True, compounds=True):
-    """The text transformation of get_ende_bleu.sh before multi-bleu.perl."""
+    """Return `lines` transformed as get_ende_bleu.sh transforms text before multi-bleu.perl: Moses-tokenised when
+    `tokenize` is true, then with compounds split when `compounds` is true."""
     lines = moses_tokenize(lines, lang) if tokenize else list(lines)
     return [split_compounds(line) for line in lines] if compounds else lines
 
