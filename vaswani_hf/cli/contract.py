@@ -181,7 +181,8 @@ def _run(main: Callable[[list[str]], int | None], argv: list[str], prog: str) ->
         with library_progress_bars_off(), nullcontext() if debug else held:
             code = main(argv)
             with suppress(ValueError, AttributeError):  # stdout is already closed, or None.
-                sys.stdout.flush()  # Flushed here so that a closed pipe is reported by the boundary, not at interpreter exit.
+                # Flushed here so that a closed pipe is reported by the boundary, not at interpreter exit.
+                sys.stdout.flush()
     except KeyboardInterrupt as error:
         if debug:
             raise

@@ -3,10 +3,11 @@
     vaswani-export-marian --model_dir outputs/model --out outputs/model-marian [--repo_id org/name-marian]
         [--source_lang en --target_lang de] [--overwrite]
 
-The conversion is exact (`vaswani_hf.export.marian.to_marian`): the Marian model computes the same function, and its
-fp32 logits agree with ours to about 1e-6 (Marian reloads its LayerNorms with eps 1e-5). The folder loads with plain `MarianMTModel.from_pretrained` and
-`AutoTokenizer.from_pretrained` (our byte-level BPE tokenizer.json; Marian's SentencePiece `MarianTokenizer` does
-not apply), so the Hub widget and Inference Endpoints, which run only built-in architectures, can serve it.
+The conversion is exact (`vaswani_hf.export.marian.to_marian`): the Marian model computes the same function, and
+its fp32 logits agree with ours to about 1e-6 (Marian reloads its LayerNorms with eps 1e-5). The folder loads with
+plain `MarianMTModel.from_pretrained` and `AutoTokenizer.from_pretrained` (our byte-level BPE tokenizer.json, since
+Marian's SentencePiece `MarianTokenizer` does not apply), so the Hub widget and Inference Endpoints, which run only
+built-in architectures, can serve it.
 The card reuses `metrics.json` of the model folder (written by `vaswani_hf.hub.write_model_card`); without it,
 give --source_lang/--target_lang for a card without scores. Push the result with vaswani-push-to-hub.
 A model Marian cannot express (learned positions, d_k != d_model / num_heads, or a LayerNorm epsilon farther than

@@ -3,14 +3,13 @@
     vaswani-push-to-hub --model_dir outputs/model --repo_id org/name [--private] [--revision BRANCH] [--dry_run]
         [--commit_message "..."] [--space_id org/name-demo [--space_only]]
 
-The tool uploads exactly the files that --dry_run lists (`vaswani_hf.hub.upload.list_upload_files`, the files the
-model folder declares): the safetensors weights, config.json with auto_map, the model's code files, the tokenizer
-files, generation_config.json, the metrics and the README.md model card. The folder and the repository id are checked before
+The tool uploads exactly the files that --dry_run lists (`vaswani_hf.hub.upload.list_upload_files`, the files the model
+folder declares): the safetensors weights, config.json with auto_map, the model's code files, the tokenizer files,
+generation_config.json, the metrics and the README.md model card. The folder and the repository id are checked before
 any network call, and a missing, truncated or broken file, a missing code file or an invalid id is one line with exit
-status 2.
-The token comes from HF_TOKEN or the cached login (`hf auth login`) and is never printed; a network or authentication
-failure is one line with exit status 1. --dry_run makes no network call. The Hub address is huggingface_hub's (set
-HF_ENDPOINT to point elsewhere).
+status 2. The token comes from HF_TOKEN or the cached login (`hf auth login`) and is never printed; a network or
+authentication failure is one line with exit status 1. --dry_run makes no network call. The Hub address is
+huggingface_hub's (set HF_ENDPOINT to point elsewhere).
 
 --space_id also creates (or updates) a Gradio Space of that id serving --repo_id: a page that translates with the
 paper's decoding and draws every attention head (`vaswani_hf.space`, with its files written by `vaswani_hf.hub.space`).

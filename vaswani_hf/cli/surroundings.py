@@ -61,7 +61,10 @@ RANK_BELOW = (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE"))  # Eac
 
 
 class ClosedInput(io.TextIOBase):
-    """Stand in for `sys.stdin` of a process started with `<&-`, raising `StandardInputClosed` (exit status 2) on read."""
+    """Stand in for `sys.stdin` of a process started with `<&-`, raising `StandardInputClosed` when read.
+
+    The exit status is then 2, as for bad input.
+    """
 
     encoding = "utf-8"
 
@@ -115,7 +118,10 @@ def own_streams():
 
 @functools.cache
 def _sink():
-    """Return /dev/null as a text stream, opened once and never closed, because a library's handler may still write to it."""
+    """Return /dev/null as a text stream, opened once and never closed.
+
+    It stays open because a handler that a library bound to it meanwhile may still write to it.
+    """
     return open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - it stays open for the process's life.
 
 
