@@ -189,9 +189,8 @@ def pytorch_engine(args, device, stack: ExitStack) -> Engine:
         return inference.translate(model, tokenizer, lines, progress=bar, **options)
 
     fingerprint = _fingerprint(args)
-    fingerprint["settings"]["precision"] = (
-        choice.name
-    )  # Records what `auto` chose here, so that a resume elsewhere must agree.
+    # Record what `auto` chose here, so that a resume elsewhere must agree.
+    fingerprint["settings"]["precision"] = choice.name
     return Engine(run, encode, table, args.max_input_tokens, fingerprint, inference.token_bound(tokenizer))
 
 
