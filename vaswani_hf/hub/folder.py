@@ -49,7 +49,7 @@ def add_handler(folder: str | os.PathLike) -> Path:
 
 
 def missing_code_files(folder: str | os.PathLike, names: set[str] | None = None) -> list[str]:
-    """Return the problems that would stop `trust_remote_code` from loading `folder`, or an empty list if there are none.
+    """Return the problems that would stop `trust_remote_code` from loading `folder`, or an empty list if none.
 
     A problem is one of three things: a code file that config.json references (`auto_map`, `custom_pipelines`) is
     absent; a code file imports a sibling (`from .x import`) that is absent, as modeling_vaswani.py imports
@@ -172,7 +172,8 @@ def save_hub_folder(
     `out_dir` is checked first. It raises a UsageError if it is a file, or a non-empty folder without `overwrite`, or,
     with `overwrite`, a folder that is not an earlier Hub folder of this package (`HUB_FOLDER`, or with `own` the
     caller's own earlier export, which it vouches for). A tokenizer of another vocabulary than the model's is a
-    UsageError too. The folder is written beside `out_dir` and renamed into place, so it appears whole or not at all."""
+    UsageError too. The folder is written beside `out_dir` and renamed into place, so it appears whole or not at
+    all."""
     out_dir = check_output_dir(out_dir, overwrite=overwrite, what="Hub folder", kind=None if own else HUB_FOLDER)
     for name in extra_files or {}:
         if Path(name).name != name or name in ("", ".", ".."):
