@@ -285,7 +285,7 @@ def _fmt_value(value: Any) -> str:
 
 
 def _training_rows(info: Mapping) -> list[tuple[str, str]]:
-    """Return rows for the known training facts in TRAINING_FIELDS order, then for other keys, leaving out empty ones."""
+    """Return rows for the known training facts in TRAINING_FIELDS order, then other keys, leaving out empty ones."""
     rows = [(label, _fmt_value(info[key])) for key, label in TRAINING_FIELDS if info.get(key) not in (None, "", [])]
     known = {key for key, _ in TRAINING_FIELDS} | _META_KEYS
     rows += [
