@@ -88,7 +88,7 @@ def _checkpoints(args) -> tuple[list[Path], str | None]:
 
 
 def _paths(args) -> Paths:
-    """Declare the checkpoints averaged as the inputs and --out as the output, and remember the folders in `args`.
+    """Declare the checkpoints averaged as inputs and --out as the output; keep the folders and warning in `args`.
 
     Declaring the checkpoints rather than --run_dir lets --out be a new folder inside --run_dir, while it still may
     never be one of the checkpoints.

@@ -130,7 +130,7 @@ def translate_file(args, sources: list[str]) -> tuple[list[str], int, str]:
     """Load the model folder in the precision --dtype chooses, translate `sources`, and return the result.
 
     Returns (hypotheses, beam size, the precision's name). A source line the model refuses (one longer than its
-    positions, for example) is raised as an InputLineError naming --source and the line.
+    positions, for example) is raised as an InputLineError naming the source file and the line.
     """
     model, tokenizer, choice = load_for_decoding(args.model, args.device, args.dtype)
     if args.dtype != precision.DTYPE.default:
