@@ -1,13 +1,15 @@
-"""The commands' runner: every vaswani-* console script and `scripts/*.py` starts here, before vaswani_hf is imported.
+"""Run the commands: every vaswani-* console script and `scripts/*.py` starts here, before vaswani_hf is imported.
 
-The package leaves the process alone; what a command must do to the process before importing it (torch,
-transformers), and what can fail during that import, happens here, with the standard library only: a closed
-standard descriptor (0, 1, 2) gets /dev/null, so that no file opened later takes its number; a deleted working
-folder is left for "/" (torch's import aborts the process without one), so that a command naming only absolute
-paths runs, and one naming a relative path is refused in one line by the path check; too little memory
-(`ulimit -v`) or too few descriptors (`ulimit -n`) for the import is one line, exit 1. Then the tool's module (`TOOLS`)
-runs its `main` under `vaswani_hf.cli.contract.run_cli`. The console script `vaswani-<tool>` is
-`vaswani_commands:<tool>`, a function below; `python -m vaswani_commands <tool> ARGS` runs it too.
+The package leaves the process alone. What a command must do to the process before importing the package (and
+torch and transformers), and what can fail during that import, is handled here with the standard library only:
+
+- A closed standard descriptor (0, 1, 2) gets /dev/null, so that no file opened later takes its number.
+- A deleted working folder is left for "/", because torch's import aborts the process without one. A command naming
+  only absolute paths then runs, and one naming a relative path is refused in one line by the path check.
+- Too little memory (`ulimit -v`) or too few descriptors (`ulimit -n`) for the import is one line with exit status 1.
+
+Then the tool's module (`TOOLS`) runs its `main` under `vaswani_hf.cli.contract.run_cli`. The console script
+`vaswani-<tool>` is `vaswani_commands:<tool>`, a function below; `python -m vaswani_commands <tool> ARGS` runs it too.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from pathlib import Path
 
 STREAMS = ((0, os.O_RDONLY), (1, os.O_WRONLY), (2, os.O_WRONLY))
 
-# Each tool, by the name of its console script's function (pyproject.toml: `vaswani-<name> = "vaswani_commands:<name>"`,
-# dashes for underscores) -> the module whose `main(argv)` runs it. tests/test_cli_registry.py checks this table
-# against vaswani_hf/cli/registry.py (every command's module), pyproject.toml's scripts and scripts/*.py.
+# Maps each tool, by the name of its console script's function, to the module whose `main(argv)` runs it. In
+# pyproject.toml that is `vaswani-<name> = "vaswani_commands:<name>"`, with dashes for underscores.
+# tests/test_cli_registry.py checks this table against vaswani_hf/cli/registry.py (every command's module),
+# pyproject.toml's scripts and scripts/*.py.
 TOOLS = {
     "train": "vaswani_hf.cli.train",
     "translate": "vaswani_hf.cli.translate",
@@ -36,19 +39,22 @@ TOOLS = {
     "export_ctranslate2": "vaswani_hf.cli.export_ctranslate2",
     "visualize_attention": "vaswani_hf.cli.visualize_attention",
     "push_to_hub": "vaswani_hf.cli.push_to_hub",
-    "space": "vaswani_hf.space",  # the Space's page: a Gradio server, no vaswani_hf.cli command
+    "space": "vaswani_hf.space",  # The Space's page is a Gradio server, not a vaswani_hf.cli command.
 }
 
 
 def occupy_closed_descriptors() -> None:
     """Put /dev/null on each standard descriptor (0, 1, 2) that is closed, so that no file opened later takes its
-    number. Python's `sys.stdin`, `sys.stdout` and `sys.stderr` stay as they are (None):
+    number.
+
+    Python's `sys.stdin`, `sys.stdout` and `sys.stderr` stay as they are (None), and
     `vaswani_hf.cli.surroundings.own_streams` gives the tool its stand-ins for them."""
     for fd, mode in STREAMS:
         try:
             os.fstat(fd)
         except OSError:
-            null = os.open(os.devnull, mode)  # the lowest free number: `fd` itself unless a lower one is free too
+            # open() takes the lowest free number, which is `fd` itself unless a lower one is free too.
+            null = os.open(os.devnull, mode)
             if null != fd:
                 os.dup2(null, fd)
                 os.close(null)
@@ -57,13 +63,16 @@ def occupy_closed_descriptors() -> None:
 
 
 def working_folder_state() -> str | None:
-    """What is wrong with the working folder ("the working folder /x/y was deleted", "... cannot be read (...)"), or
-    None when nothing is."""
+    """Return what is wrong with the working folder, or None when nothing is.
+
+    The answer reads "the working folder /x/y was deleted" or "the working folder cannot be read (...)".
+    """
     try:
         os.getcwd()
         return None
     except FileNotFoundError:
-        try:  # Linux names the deleted folder ("/x/y (deleted)"); $PWD may be a parent process's
+        # Linux names the deleted folder ("/x/y (deleted)"); $PWD is not used, since it may be a parent process's.
+        try:
             where = " " + os.readlink("/proc/self/cwd").removesuffix(" (deleted)")
         except OSError:
             where = ""
@@ -73,39 +82,43 @@ def working_folder_state() -> str | None:
 
 
 def working_folder_problem() -> str | None:
-    """What is wrong with the working folder and what to do (one line), or None."""
+    """Return one line saying what is wrong with the working folder and what to do, or None when nothing is."""
     state = working_folder_state()
     return None if state is None else f"{state}; cd into an existing folder and run the command again"
 
 
-_left = {"state": None}  # what was wrong with the working folder this process left for "/"
+_left = {"state": None}  # What was wrong with the working folder this process left for "/".
 
 
 def leave_an_unusable_working_folder() -> str | None:
-    """Where the working folder was deleted (or cannot be read), work from "/" and return what was wrong with it;
-    None where it is fine. torch's import aborts the process without a working folder, yet a command that names only
-    absolute paths needs none, so it runs; a relative path would now mean a place under "/", and the path check
+    """Move to "/" if the working folder was deleted or cannot be read, and return what was wrong with it, or None.
+
+    torch's import aborts the process without a working folder, yet a command that names only absolute paths needs
+    none, so it runs. A relative path would now mean a place under "/", and the path check
     (`vaswani_hf.io.check_paths`) refuses it in one line. The answer holds while the process stays in "/"."""
     state = working_folder_state()
     if state is not None:
         os.chdir(os.sep)
-        sys.path[:] = [entry for entry in sys.path if entry not in ("", ".")]  # they meant the folder left
+        sys.path[:] = [entry for entry in sys.path if entry not in ("", ".")]  # They meant the folder that was left.
         _left["state"] = state
     elif _left["state"] is not None and os.getcwd() != os.sep:
-        _left["state"] = None  # the process has moved on (an in-process caller changed folders)
+        _left["state"] = None  # The process has moved on, because an in-process caller changed folders.
     return _left["state"]
 
 
 def _file_size_limited() -> bool:
     try:
-        import resource  # Unix only
+        import resource  # The resource module exists on Unix only.
     except ImportError:
         return False
     return resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY
 
 
 def limit_problem(error: BaseException) -> str | None:
-    """Which operating-system limit (memory, descriptors, file size) stopped the command and what to do, or None."""
+    """Return which operating-system limit (memory, descriptors, file size) stopped the command and what to do.
+
+    None means no such limit was the cause.
+    """
     text, number = str(error).lower(), getattr(error, "errno", None)
     if isinstance(error, MemoryError) or number == errno.ENOMEM or "failed to map segment" in text:
         return "out of memory (the memory limit, ulimit -v, or the machine's); raise the limit or free memory"
@@ -117,7 +130,7 @@ def limit_problem(error: BaseException) -> str | None:
 
 
 def debug_requested(argv) -> bool:
-    """--debug among the arguments, or VASWANI_DEBUG=1: every traceback is shown."""
+    """Return whether every traceback is to be shown: --debug is among the arguments, or VASWANI_DEBUG=1 (or true)."""
     return "--debug" in argv or os.environ.get("VASWANI_DEBUG", "").lower() in ("1", "true", "yes")
 
 
@@ -139,8 +152,10 @@ def _interrupted() -> int:
 
 
 def run(tool: str, argv=None) -> int:
-    """Prepare the process, import the tool's module and run its `main(argv)` (see the module docstring). A module that
-    cannot be imported for a missing package or an operating-system limit is one line, exit status 1."""
+    """Prepare the process, import the tool's module, run its `main(argv)` and return its exit status.
+
+    The module docstring describes the preparation. A module that cannot be imported for a missing package or an
+    operating-system limit is reported in one line with exit status 1, and an unknown tool with exit status 2."""
     occupy_closed_descriptors()
     leave_an_unusable_working_folder()
     if tool not in TOOLS:
@@ -169,17 +184,18 @@ def run(tool: str, argv=None) -> int:
         return _refuse(limit_problem(error), 1)
     try:
         return main(argv)
-    except Exception as error:  # --debug let it through: its traceback, then the status its one line would have had
+    # --debug let the error through: print its traceback, then return the status its one line would have had.
+    except Exception as error:
         traceback.print_exc()
-        return getattr(error, "exit_status", 1)  # set by the boundary (vaswani_hf.cli.contract) on an expected one
+        return getattr(error, "exit_status", 1)  # The boundary (cli.contract) sets it on an expected failure.
 
 
 def tools() -> list[str]:
-    """The tools' names (`TOOLS`)."""
+    """Return the tools' names (the keys of `TOOLS`), sorted."""
     return sorted(TOOLS)
 
 
-# The console scripts (pyproject.toml's [project.scripts]) and scripts/*.py call these: one per entry of `TOOLS`.
+# The console scripts (pyproject.toml's [project.scripts]) and scripts/*.py call these, one per entry of `TOOLS`.
 train = partial(run, "train")
 translate = partial(run, "translate")
 evaluate = partial(run, "evaluate")

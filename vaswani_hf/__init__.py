@@ -1,11 +1,12 @@
-"""vaswani_hf: the original Transformer (Vaswani et al., 2017) as a native Hugging Face transformers model.
+"""Provide the original Transformer (Vaswani et al., 2017) as a native Hugging Face transformers model.
 
 Importing the package registers the model with transformers' Auto classes, so that
 `AutoModelForSeq2SeqLM.from_pretrained(folder)` works without `trust_remote_code`, and marks the classes for
 `save_pretrained` to write `auto_map` and copy the configuration/modeling files (and, through their relative imports,
 the decoding and pipeline files), so that the same folder also loads with `trust_remote_code=True` on a machine
 without this package, where `pipeline(model=folder, trust_remote_code=True)` (task "translation") works too.
-Nothing else: the process (its descriptors, signals, working folder) is the commands' runner's (vaswani_commands).
+Importing does nothing else: the process (its descriptors, signals and working folder) belongs to the commands'
+runner, vaswani_commands.
 """
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
@@ -33,8 +34,9 @@ AutoModelForSeq2SeqLM.register(VaswaniConfig, VaswaniForConditionalGeneration, e
 VaswaniConfig.register_for_auto_class()
 VaswaniModel.register_for_auto_class("AutoModel")
 VaswaniForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
-# "translation", "text2text-generation" and every "translation_xx_to_yy" -> VaswaniTranslationPipeline (transformers 5
-# removed them): registered once by loading pipeline_vaswani.py, which configuration_vaswani.py imports.
+# The tasks "translation", "text2text-generation" and every "translation_xx_to_yy", which transformers 5 removed, map
+# to VaswaniTranslationPipeline. They are registered once, by loading pipeline_vaswani.py, which
+# configuration_vaswani.py imports.
 
 __all__ = [
     "VaswaniConfig",

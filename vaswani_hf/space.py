@@ -1,4 +1,4 @@
-"""A page to try a model in a browser and look at its attention: a Gradio app, run locally or as a Hugging Face Space.
+"""Serve a page to try a model in a browser and look at its attention, as a Gradio app, locally or as a Space.
 
     vaswani-space --model outputs/default/hub [--host 127.0.0.1] [--port 7860]
     python -m vaswani_hf.space --model org/name          (a Hub id works too)
@@ -8,8 +8,8 @@ the paper's attention figures 3-5, marked when their text lies outside the model
 decoding (Section 6.1; beam size and alpha are sliders, narrower views of the declared settings) and says how long it
 took, warns when the text looks like another language than the model's source, and draws every attention weight
 (Section 3.2.3) in the browser (templates/space_view.js). What a translation sends the page is bounded by design
-(vaswani_hf.space_payload: one byte a weight, the first view's blocks first, at most ~1.5 MB); a view that needs
-weights not yet sent asks the viewer's server function once, and every other change of view is drawn in the browser.
+(vaswani_hf.space_payload sends one byte a weight, the first view's blocks first, at most about 1.5 MB). A view that
+needs weights not yet sent asks the viewer's server function once; every other change of view is drawn in the browser.
 The API, for gradio_client, has two endpoints, `/translate` and `/attention`. A bad value is answered with one
 sentence (gr.Error), a text in another language with a warning (gr.Warning, and /attention's "warning"). No upload
 is accepted (`Guard`).
@@ -17,7 +17,7 @@ is accepted (`Guard`).
 The model served is --model, else $VASWANI_MODEL, else (in a Space) its README's `models:`, else the first folder of
 `DEFAULT_MODELS` that exists: the Space's model (recipes/multi30k-en-de-space.yaml), then the demo model of
 `python scripts/train.py`. No request leaves the machine (Gradio's analytics are off). The address is checked before
-the model is loaded, which takes a while: a bad one is one line, exit status 2.
+the model is loaded, which takes a while, and a bad one is refused in one line with exit status 2.
 The page needs the `space` extra: pip install "vaswani_hf[space]". Its testable parts are in `vaswani_hf.space_logic`.
 """
 
@@ -45,13 +45,13 @@ from .precision import DTYPE
 from .settings import settings_of
 from .space_payload import answer_blocks
 
-# Where the recipes write their models: the Space's (a model worth trying, `SPACE_RECIPE`), then the demo model
+# Where the recipes write their models: first the Space's (a model worth trying, `SPACE_RECIPE`), then the demo model.
 SPACE_RECIPE = "multi30k-en-de-space"
 DEFAULT_MODELS = (f"outputs/{SPACE_RECIPE}/hub", "outputs/default/hub")
 MODEL_ENV = "VASWANI_MODEL"
-HOST_ENV, PORT_ENV = "GRADIO_SERVER_NAME", "GRADIO_SERVER_PORT"  # Gradio's own variables, honoured as defaults
+HOST_ENV, PORT_ENV = "GRADIO_SERVER_NAME", "GRADIO_SERVER_PORT"  # Gradio's own variables, honoured as defaults.
 DEFAULT_HOST = "127.0.0.1"
-QUEUE_CONCURRENCY = 1  # one decoding at a time: the model is not shared between requests
+QUEUE_CONCURRENCY = 1  # One decoding at a time, because the model is not shared between requests.
 VIEWER = Path(__file__).resolve().parent / "templates"
 log = logging.getLogger(__name__)
 
@@ -63,9 +63,9 @@ MARKER_NOTE = (
 
 
 def _gradio():
-    """Gradio, imported with its analytics off (read at import: no telemetry, no version check over the network)."""
+    """Import Gradio with its analytics off and return it, so that no telemetry or version check uses the network."""
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-    _port_from_environment()  # Gradio reads it at import and fails there with a traceback
+    _port_from_environment()  # Gradio reads it at import and would fail there with a traceback.
     try:
         import gradio
     except ImportError as error:
@@ -74,7 +74,7 @@ def _gradio():
 
 
 def intro(facts: logic.ModelFacts) -> str:
-    """The page's heading: what the model is, from its card and config."""
+    """Return the page's heading, which says what the model is, from its card and config."""
     pair = (
         f"{logic.language_name(facts.source_lang)} → {logic.language_name(facts.target_lang)}"
         if facts.source_lang
@@ -96,13 +96,13 @@ def intro(facts: logic.ModelFacts) -> str:
 
 
 def _answer(call, what: str):
-    """`call()`; a refusal is one sentence (gr.Error), a bug one line whose traceback goes to the log only."""
+    """Return `call()`, turning a refusal into one sentence (gr.Error) and a bug into one line; log the traceback."""
     gr = _gradio()
     try:
         return call()
     except (UsageError, SettingError) as error:
         raise gr.Error(one_line(error, limit=600), print_exception=False) from None
-    except Exception as error:  # noqa: BLE001 - a bug must not take the page down
+    except Exception as error:  # noqa: BLE001 - a bug must not take the page down.
         log.exception("%s failed", what)
         raise gr.Error(
             f"The server could not {what} this ({type(error).__name__}); try another text.", print_exception=False
@@ -110,23 +110,24 @@ def _answer(call, what: str):
 
 
 def on_translate(space: logic.SpaceModel, text, num_beams, length_penalty, view=None):
-    """What Enter, the Translate button or an example returns: the translation, the status line and the viewer's
-    weights as JSON. A refusal is shown as the status, with an empty translation."""
+    """Return what Enter, the Translate button or an example shows: the translation, status line and viewer's JSON.
+
+    A refusal is shown as the status, with an empty translation."""
     started = time.perf_counter()
     try:
         result = _answer(lambda: logic.translate_text(space, text, num_beams, length_penalty), "translate")
-    except Exception as error:  # noqa: BLE001 - gr.Error from _answer: shown in the page's status
+    except Exception as error:  # noqa: BLE001 - _answer's gr.Error is shown as the status.
         # gr.Error's str() is the repr of its message, quotes included: the page shows the sentence itself.
         return "", f"**⚠ {getattr(error, 'message', error)}**", ""
     penalty = (
         f", length penalty {result.length_penalty:g}" if result.num_beams > 1 else " (no length penalty with beam 1)"
-    )  # greedy decoding compares no hypotheses of different lengths
+    )  # Greedy decoding compares no hypotheses of different lengths.
     try:
-        chosen = json.loads(view) if view else None  # an example's view, from the page's hidden box
+        chosen = json.loads(view) if view else None  # An example's view, from the page's hidden box.
     except ValueError:
         chosen = None
     payload = logic.attention_payload(space, result.attentions, chosen if isinstance(chosen, dict) else None)
-    seconds = time.perf_counter() - started  # the translation, its attention and their packing; not the network
+    seconds = time.perf_counter() - started  # Translation, attention and packing; not the network.
     status = (
         f"{len(result.attentions.source_tokens)} source and {len(result.attentions.target_tokens)} target "
         f"tokens; beam size {result.num_beams}{penalty}; computed in {seconds:.2f} s."
@@ -137,13 +138,14 @@ def on_translate(space: logic.SpaceModel, text, num_beams, length_penalty, view=
 
 
 def api_functions(space: logic.SpaceModel):
-    """The public endpoints, typed for gradio_client: /translate and /attention."""
+    """Return the public endpoints, /translate and /attention, typed for gradio_client."""
     gr, settings, api = _gradio(), logic.PAGE_SETTINGS, logic.API_SETTINGS
     beams_default, alpha_default = settings["num_beams"].default, settings["length_penalty"].default
 
     def translated(text, num_beams, alpha) -> logic.Translation:
         result = logic.translate_text(space, text, num_beams, alpha)
-        if result.warning:  # gradio_client: a "log" status update of the job (warnings.warn outside a request)
+        # gradio_client gets the warning as a "log" status update of the job (warnings.warn outside a request).
+        if result.warning:
             gr.Warning(result.warning)
         return result
 
@@ -181,7 +183,7 @@ def api_functions(space: logic.SpaceModel):
 
 
 def example_buttons(facts: logic.ModelFacts) -> list:
-    """[(button, example)]: one button per example, its whole label on it (gr.Examples cuts a label at 60
+    """Return [(button, example)], one button per example, with its whole label (gr.Examples cuts one at 60
     characters), marked when its text lies outside the model's domain."""
     gr = _gradio()
     with gr.Column(elem_id="examples"):
@@ -194,7 +196,7 @@ def example_buttons(facts: logic.ModelFacts) -> list:
 
 
 def build_demo(space: logic.SpaceModel):
-    """The Gradio page (gradio.Blocks) for a loaded model."""
+    """Build and return the Gradio page (gradio.Blocks) for a loaded model."""
     gr = _gradio()
     facts, settings = space.facts, logic.PAGE_SETTINGS
     generation = space.model.generation_config
@@ -211,7 +213,7 @@ def build_demo(space: logic.SpaceModel):
             submit_btn="Translate",
             placeholder="Type a sentence in the model's source language and press Enter",
         )
-        view = gr.Textbox(visible=False)  # the view an example opens (JSON), for the viewer
+        view = gr.Textbox(visible=False)  # The view an example opens, as JSON, for the viewer.
         examples = example_buttons(facts)
         with gr.Row():
             num_beams = gr.Slider(
@@ -234,7 +236,7 @@ def build_demo(space: logic.SpaceModel):
         status = gr.Markdown(elem_id="status")
         gr.Markdown(MARKER_NOTE, elem_id="marker-note")
 
-        def attention_blocks(request):  # the viewer's requests for weights it was not sent (space_payload)
+        def attention_blocks(request):  # The viewer's requests for weights it was not sent (see space_payload).
             return answer_blocks(space.cache, request)
 
         viewer = gr.HTML(
@@ -251,19 +253,19 @@ def build_demo(space: logic.SpaceModel):
 
         outputs = [translation, status, viewer]
         inputs = [source, num_beams, length_penalty, view]
-        for button, example in examples:  # the example's text and view, set in the browser, then translated
+        for button, example in examples:  # The example's text and view are set in the browser, then translated.
             chosen = json.dumps([example.text, json.dumps(example.view) if example.view else ""])
             button.click(None, None, [source, view], js=f"() => {chosen}", api_visibility="private").then(
                 translate_, inputs, outputs, api_visibility="private"
             )
         source.submit(translate_, inputs, outputs, api_visibility="private")
-        source.input(None, None, view, js="() => ''")  # typing forgets the example's view, in the browser
+        source.input(None, None, view, js="() => ''")  # Typing forgets the example's view, in the browser.
         with gr.Accordion("Use it from Python (gradio_client)", open=False):
             gr.Markdown(
                 f"{logic.API_EXAMPLE}\nRequests wait in one queue and run {QUEUE_CONCURRENCY} at a time; "
                 "a bad value is answered with one sentence."
             )
-        if facts.card_text:  # a model folder's card, in the page (no address to link to)
+        if facts.card_text:  # A model folder's card is shown in the page, since there is no address to link to.
             with gr.Accordion("Model card", open=False, elem_id="card"):
                 gr.Markdown(facts.card_text)
         for fn in api_functions(space):
@@ -272,19 +274,20 @@ def build_demo(space: logic.SpaceModel):
 
 
 class Guard:
-    """ASGI middleware before Gradio's routes (`Middleware(Guard, blocks=demo)`, launch's app_kwargs): refuses every
-    upload (the page has no file input) and a queued call (.../queue/join) of a function the server lacks (one that
-    runs in the browser only, too) or with the wrong number of values, in one sentence where Gradio would print a
-    traceback."""
+    """Refuse, in one sentence where Gradio would print a traceback, requests the page never makes.
+
+    This ASGI middleware runs before Gradio's routes (`Middleware(Guard, blocks=demo)` in launch's app_kwargs). It
+    refuses every upload (the page has no file input), and a queued call (.../queue/join) of a function the server
+    lacks (including one that runs in the browser only) or with the wrong number of values."""
 
     def __init__(self, app, blocks):
         self.app, self.blocks = app, blocks
 
     async def __call__(self, scope, receive, send):
-        from starlette.responses import JSONResponse  # Gradio's dependency (the optional `space` extra)
+        from starlette.responses import JSONResponse  # Gradio's dependency, from the optional `space` extra.
 
         path = scope["path"].rstrip("/") if scope["type"] == "http" and scope["method"] == "POST" else ""
-        if path.endswith(("/upload", "/process_recording")):  # Gradio's two routes that store a sent file
+        if path.endswith(("/upload", "/process_recording")):  # Gradio's two routes that store a sent file.
             return await JSONResponse({"detail": "This page accepts no uploads."}, 403)(scope, receive, send)
         if path.endswith("/queue/join"):
             body, message = b"", {"more_body": True}
@@ -297,14 +300,14 @@ class Guard:
         await self.app(scope, receive, send)
 
     def problem(self, body: bytes) -> str | None:
-        """The fault of a /queue/join request in one sentence, or None (a body that is not a JSON object: Gradio's)."""
+        """Return the fault of a /queue/join request in one sentence, or None (Gradio answers a non-JSON body)."""
         try:
             request = json.loads(body)
             index, data = request.get("fn_index"), request.get("data")
         except (ValueError, AttributeError):
             return None
         fn = self.blocks.fns.get(index) if isinstance(index, int) else None
-        if fn is None or fn.fn is None:  # none, or one that runs in the browser only (an example's choice)
+        if fn is None or fn.fn is None:  # No function, or one that runs in the browser only (an example's choice).
             return f"This page has no function {repr(index)[:40]} on its server: its API is /translate and /attention."
         if not isinstance(data, list) or len(data) != len(fn.inputs):
             return (
@@ -314,14 +317,15 @@ class Guard:
         return None
 
 
-async def _replay(messages: list, receive):  # the request's body, read once, then the connection's messages
+async def _replay(messages: list, receive):  # Gives the request's body, read once, then the connection's messages.
     return messages.pop() if messages else await receive()
 
 
 def resolve_model(argument: str | None, default: str | None = None) -> str:
-    """--model, else $VASWANI_MODEL, else `default` (a Space's README), else the first of `DEFAULT_MODELS` that
-    exists (the Space's model when none does, so that the refusal says how to build it); an empty name is refused (it
-    would silently serve another model)."""
+    """Return the model to serve: --model, else $VASWANI_MODEL, else `default` (a Space's README), else a default.
+
+    The default is the first of `DEFAULT_MODELS` that exists, or the Space's model when none does, so that the refusal
+    says how to build it. An empty name raises a UsageError, because it would silently serve another model."""
     if argument is not None:
         if not argument.strip():
             raise UsageError("--model is empty: give a model folder or a Hub id (org/name)")
@@ -335,7 +339,7 @@ def resolve_model(argument: str | None, default: str | None = None) -> str:
 
 
 def model_from_readme(app_file: str | os.PathLike) -> str | None:
-    """The first `models:` entry of the README.md next to `app_file` (a Space's link to its model), or None."""
+    """Return the first `models:` entry of the README.md next to `app_file` (a Space's link to its model), or None."""
     from huggingface_hub import SpaceCard
 
     readme = Path(app_file).resolve().parent / "README.md"
@@ -347,7 +351,7 @@ def model_from_readme(app_file: str | os.PathLike) -> str | None:
 
 @dataclass
 class ServerSettings:
-    """Where the page listens: --port, or $GRADIO_SERVER_PORT."""
+    """Declare where the page listens: --port, or $GRADIO_SERVER_PORT."""
 
     port: int | None = field(
         default=None,
@@ -359,7 +363,7 @@ SERVER_SETTINGS = settings_of(ServerSettings)
 
 
 def _port_from_environment() -> int | None:
-    """$GRADIO_SERVER_PORT as a port number (None when unset), or a UsageError naming it."""
+    """Return $GRADIO_SERVER_PORT as a port number, or None when unset; a bad value raises a UsageError naming it."""
     text = os.environ.get(PORT_ENV)
     if text is None:
         return None
@@ -373,10 +377,11 @@ def _port_from_environment() -> int | None:
 
 
 def listen_address(host: str | None = None, port: int | None = None) -> tuple[str, int | None]:
-    """(host, port) the page will listen on: --host, else $GRADIO_SERVER_NAME, else 127.0.0.1; --port, else
-    $GRADIO_SERVER_PORT, else None (then Gradio takes the first free port from 7860). They are checked by binding a
-    test socket before the model is loaded, which takes a while: an unknown host, an address of another machine, or a
-    port in use or reserved is a UsageError naming the flag or variable it came from."""
+    """Return the (host, port) the page will listen on, checked by binding a test socket before the model is loaded.
+
+    The host is --host, else $GRADIO_SERVER_NAME, else 127.0.0.1. The port is --port, else $GRADIO_SERVER_PORT, else
+    None, and Gradio then takes the first free port from 7860. The model takes a while to load, so an unknown host, an
+    address of another machine, or a port in use or reserved is first a UsageError naming its flag or variable."""
 
     host_from, port_from = "--host", "--port"
     if host is None:
@@ -390,7 +395,7 @@ def listen_address(host: str | None = None, port: int | None = None) -> tuple[st
             f"{host_from} is empty: give an address to listen on, e.g. 127.0.0.1 (this machine only) "
             "or 0.0.0.0 (every network interface)"
         )
-    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host  # [::1] as a browser writes it
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host  # [::1], as a browser writes it.
     try:
         family, kind, protocol, _, address = socket.getaddrinfo(bare, port or 0, type=socket.SOCK_STREAM)[0]
     except (socket.gaierror, UnicodeError) as error:
@@ -399,7 +404,7 @@ def listen_address(host: str | None = None, port: int | None = None) -> tuple[st
             f"({getattr(error, 'strerror', None) or error}); give e.g. 127.0.0.1 or 0.0.0.0"
         ) from error
     with socket.socket(family, kind, protocol) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server will: a port in TIME_WAIT is free
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # As the server will: a port in TIME_WAIT is free.
         try:
             probe.bind(address)
         except OSError as error:
@@ -427,20 +432,20 @@ def launch(
     dtype: str | None = None,
     **launch_kwargs,
 ):
-    """Check the address, load the model (in the precision `dtype`: `vaswani_hf.precision.DTYPE`, default fp32),
-    build the page and serve it (blocks unless `prevent_thread_lock=True`)."""
+    """Check the address, load the model in the precision `dtype` (`vaswani_hf.precision.DTYPE`, default fp32), build
+    the page, serve it and return it; the call blocks unless `prevent_thread_lock=True` is given."""
     name = resolve_model(model, default_model)
-    host, port = listen_address(host, port)  # before the model: loading it takes a while
+    host, port = listen_address(host, port)  # Checked before the model, because loading it takes a while.
     if name in DEFAULT_MODELS and not Path(name).exists():
         raise UsageError(
             f"no model to serve: {name} not found; build the Space's model with python scripts/train.py --recipe "
             f"{SPACE_RECIPE} (about 90 minutes on one CPU core), or give --model FOLDER or a Hub id"
         )
-    check_model_folder(name)  # cheap: a missing or broken folder is named before Gradio is even imported
+    check_model_folder(name)  # Cheap, so a missing or broken folder is named before Gradio is imported.
     _gradio()
     demo = build_demo(logic.load_space_model(name, dtype=dtype))
     demo.queue(default_concurrency_limit=QUEUE_CONCURRENCY)
-    from starlette.middleware import Middleware  # Gradio's dependency, imported with it
+    from starlette.middleware import Middleware  # Gradio's dependency, already imported with it.
 
     try:
         demo.launch(
@@ -451,7 +456,7 @@ def launch(
             app_kwargs={"middleware": [Middleware(Guard, blocks=demo)]},
             **launch_kwargs,
         )
-    except OSError as error:  # e.g. the port taken since listen_address checked it
+    except OSError as error:  # For example, the port was taken after listen_address checked it.
         raise UsageError(
             f"could not start the page's server on {host} port {port or 'from 7860'} "
             f"({str(error).split('. ')[0]}); choose another --port or --host"
@@ -480,8 +485,9 @@ def _main(argv: Sequence[str], default_model: str | None = None) -> int:
 
 
 def main(argv: Sequence[str] | None = None, default_model: str | None = None) -> int:
-    """The command line (`vaswani-space`, `python -m vaswani_hf.space`, a Space's app.py with its README's model as
-    `default_model`); refusals are one line, exit status 2."""
+    """Run the command line of `vaswani-space`, `python -m vaswani_hf.space` or a Space's app.py; return its status.
+
+    A Space's app.py passes its README's model as `default_model`. Refusals are one line with exit status 2."""
     return run_cli(lambda args: _main(args, default_model), argv, prog="vaswani-space")
 
 

@@ -1,4 +1,4 @@
-"""What the Space's page says before it translates: what the model is, and the sentences it offers.
+"""Gather what the Space's page says before it translates: what the model is, and the sentences it offers.
 
 `read_facts` reads the model's title, language pair, size and BLEU from its card (README.md) and config, never where
 it is stored. `EXAMPLES` are the sentences the page offers as buttons: the paper's attention figures (Figures 3-5,
@@ -15,41 +15,47 @@ from pathlib import Path
 
 from .hub.card import LANGUAGE_NAMES, count_parameters
 
-ALL_HEADS = "all"  # a view's head that means every head of the layer (the examples', the page's and the API's)
+ALL_HEADS = "all"  # The head of a view that means every head of the layer, in the examples, the page and the API.
 
 
 def language_name(code: str | None) -> str:
-    """The English name of a language code ("de" -> "German"), the code itself when it is not in the table."""
+    """Return the English name of a language code ("German" for "de"), or the code itself if the table lacks it.
+
+    A missing code gives "an unknown language".
+    """
     return LANGUAGE_NAMES.get(code, code) if code else "an unknown language"
 
 
 @dataclass
 class ModelFacts:
-    """What the page says the model is, from its card (README.md) and config; never where it is stored."""
+    """Hold what the page says the model is, read from its card (README.md) and config, never where it is stored."""
 
     title: str
     source_lang: str | None = None
     target_lang: str | None = None
     parameters: int = 0
-    bleu: str | None = None  # "27.3 sacreBLEU on newstest2014", as the card's model-index declares it
-    card_url: str | None = None  # the card on the Hub, for a Hub id
-    card_text: str | None = None  # the card's text, for a model folder (shown in the page)
-    datasets: list = field(default_factory=list)  # the card's training data (names or Hub ids)
+    bleu: str | None = None  # For example "27.3 sacreBLEU on newstest2014", as the card's model-index declares it.
+    card_url: str | None = None  # The card's address on the Hub, for a Hub id.
+    card_text: str | None = None  # The card's text, for a model folder; the page shows it.
+    datasets: list = field(default_factory=list)  # The card's training data, as names or Hub ids.
 
 
 def read_facts(name_or_path: str, model) -> ModelFacts:
-    """The model's title, language pair, size and BLEU from its card and config; a Hub id links to its card."""
+    """Return the model's title, language pair, size and BLEU, read from its card and config.
+
+    For a Hub id the facts also link to its card.
+    """
     from huggingface_hub import ModelCard
 
     folder = Path(name_or_path)
     hub_id = None if folder.exists() else str(name_or_path)
     try:
         card = ModelCard.load(folder / "README.md" if hub_id is None else hub_id)
-    except Exception:  # noqa: BLE001 - no card (or none readable): the page says what the config says
+    except Exception:  # noqa: BLE001 - without a readable card, the page says what the config says.
         card = None
     data = card.data if card is not None else None
     langs = getattr(data, "language", None) or getattr(model.config, "langs", None) or [None, None]
-    langs = ([langs] if isinstance(langs, str) else list(langs)) + [None, None]  # the card may give one language
+    langs = ([langs] if isinstance(langs, str) else list(langs)) + [None, None]  # The card may give only one language.
     bleu = next((r for r in (getattr(data, "eval_results", None) or []) if "bleu" in r.metric_type.lower()), None)
     title = getattr(data, "model_name", None) or hub_id or folder.resolve().name
     bleu = f"{bleu.metric_value:g} {bleu.metric_name or 'BLEU'} on {bleu.dataset_name}" if bleu else None
@@ -69,13 +75,16 @@ def _as_list(value) -> list:
     return [] if value is None else [value] if isinstance(value, str) else list(value)
 
 
-LAST = "last"  # an example's layer: the model's last, whatever its depth
+LAST = "last"  # An example's layer meaning the model's last, whatever its depth.
 
 
 @dataclass(frozen=True)
 class Example:
-    """A sentence the page offers, the view it opens (kind, 1-based layer or LAST, head, token to follow) and the
-    domain of its text, so that the page can say when it lies outside the model's."""
+    """Hold a sentence the page offers, the view it opens and the domain of its text.
+
+    The view names the kind, the 1-based layer or LAST, the head and the token to follow. The domain lets the page
+    say when the sentence lies outside the model's.
+    """
 
     text: str
     view: dict | None
@@ -84,11 +93,11 @@ class Example:
 
 
 NEWS, CAPTIONS = "news", "image captions"
-# The training data whose domain the page can name: a card's `datasets` entry (or title) containing the key.
+# The training data whose domain the page can name, found when a card's `datasets` entry (or title) contains the key.
 DATA_DOMAINS = {"multi30k": CAPTIONS, "flickr": CAPTIONS, "wmt": NEWS, "newstest": NEWS, "europarl": NEWS}
 
-# The paper's attention figures (Figures 3-5: encoder self-attention in layer 5 of 6), each with the view it shows,
-# and two sentences of Multi30k's kind (image captions: the Space's model's domain).
+# The paper's attention figures (Figures 3-5, encoder self-attention in layer 5 of 6), each with the view it shows,
+# and two image captions of Multi30k's kind, which is the domain of the Space's model.
 EXAMPLES = [
     Example(
         "It is in this spirit that a majority of American governments have passed new laws since 2009 making the "
@@ -115,13 +124,16 @@ EXAMPLES = [
 
 
 def model_domain(facts: ModelFacts) -> str | None:
-    """The domain of the model's data by its card's datasets, title or test set (`DATA_DOMAINS`), or None."""
+    """Return the domain of the model's data, named by its card's datasets, title or test set, or None if unknown.
+
+    The domains are those of `DATA_DOMAINS`.
+    """
     named = " ".join([*facts.datasets, facts.title, facts.bleu or ""]).lower()
     return next((domain for key, domain in DATA_DOMAINS.items() if key in named), None)
 
 
 def example_label(example: Example, facts: ModelFacts) -> str:
-    """The example's label, marked when its text lies outside the domain of the model's training data."""
+    """Return the example's label, marked when its text lies outside the domain of the model's training data."""
     domain = model_domain(facts)
     if domain is None or domain == example.domain:
         return example.label

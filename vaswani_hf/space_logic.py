@@ -1,5 +1,7 @@
-"""What the Space's page does, without the page. `vaswani_hf.space` puts these functions behind a Gradio page; they
-need no web framework, so tests call them directly.
+"""Do what the Space's page does, without the page.
+
+`vaswani_hf.space` puts these functions behind a Gradio page. They need no web framework, so tests call them
+directly.
 
 The page says what the model is (`read_facts`, from `vaswani_hf.space_facts`) and checks the text and the decoding
 settings before any work. Translation is `vaswani_hf.inference.translate`, i.e. `model.generate` with the model's
@@ -15,8 +17,8 @@ gives one view of them as numbers for the API.
 A page cannot refuse input with an exit status, so every expected refusal is a `UsageError` (or, for a decoding
 setting, the declarations' `SettingError`) whose one sentence the page shows: empty text, more than `MAX_CHARACTERS`
 characters, text whose letters are mostly characters the model never saw in training (another script than its
-source language's: the tokenizer's vocabulary says which characters it knows), a source longer than the page's
-token limit or the model's positions, or a setting out of range.
+source language's, as the tokenizer's vocabulary tells), a source longer than the page's token limit or the model's
+positions, or a setting out of range.
 """
 
 from __future__ import annotations
@@ -52,14 +54,14 @@ from .space_payload import API_SETTINGS, CODES, PageWeights, WeightCache, codes,
 from .visualize import KINDS, MAX_PLOT_TOKENS, Attentions, collect_attentions
 from .visualize.attention import KIND_TITLES
 
-MAX_CHARACTERS = 1000  # a sentence or two: the maps are tokens x tokens cells, and a CPU Space decodes slowly
-MAX_SOURCE_TOKENS = MAX_PLOT_TOKENS  # longer sources make unreadable maps (vaswani-visualize-attention's limit)
-UNKNOWN_SHARE = 0.5  # refuse text when more than this share of its letters are characters the model never saw
-LANGUAGE_CONFIDENCE = 0.9  # warn when the identifier is this sure that the text is in another language
-WORD_START = "▁"  # the token labels' mark of a word-initial subword (`vaswani_hf.visualize`)
+MAX_CHARACTERS = 1000  # A sentence or two, because the maps are tokens x tokens cells and a CPU Space decodes slowly.
+MAX_SOURCE_TOKENS = MAX_PLOT_TOKENS  # Longer sources make unreadable maps (vaswani-visualize-attention's limit too).
+UNKNOWN_SHARE = 0.5  # Text is refused when more than this share of its letters are characters the model never saw.
+LANGUAGE_CONFIDENCE = 0.9  # The page warns when the identifier is this sure that the text is in another language.
+WORD_START = "▁"  # The token labels' mark of a word-initial subword (see `vaswani_hf.visualize`).
 
 
-# beam sizes past 12 and alphas past 2 change nothing visible on a page's sentence but the waiting time
+# Beam sizes past 12 and alphas past 2 change nothing visible on a page's sentence except the waiting time.
 PAGE_SETTINGS = {
     "num_beams": GENERATION_SETTINGS["num_beams"].narrowed(min=1, max=12, nullable=False),
     "length_penalty": GENERATION_SETTINGS["length_penalty"].narrowed(min=0.0, max=2.0, nullable=False),
@@ -68,8 +70,10 @@ PAGE_SETTINGS = {
 
 @dataclass
 class AttentionView:
-    """What the page's attention view may show: its kind, a layer and a head (1-based; every model bounds them by its
-    own counts, `check_view`)."""
+    """Declare what the page's attention view may show: its kind, a layer and a head, both counted from 1.
+
+    Each model bounds the layer and head by its own counts (`check_view`).
+    """
 
     kind: str = field(default="encoder", metadata={"help": "which attention", "choices": KINDS})
     layer: int = field(default=1, metadata={"help": "the layer, from 1", "min": 1})
@@ -112,8 +116,9 @@ __all__ = [
 
 
 def known_characters(tokenizer) -> frozenset[str]:
-    """Every character that some token of the vocabulary decodes to whole (a byte-level piece of a character the
-    tokenizer never merged decodes to U+FFFD and is left out): the characters of the training data."""
+    """Return every character that some token of the vocabulary decodes to whole: the characters of the training data.
+
+    A byte-level piece of a character the tokenizer never merged decodes to U+FFFD and is left out."""
     pieces = tokenizer.batch_decode(
         [[i] for i in range(len(tokenizer))], skip_special_tokens=True, clean_up_tokenization_spaces=False
     )
@@ -121,7 +126,7 @@ def known_characters(tokenizer) -> frozenset[str]:
 
 
 def _script(ch: str) -> str:
-    """The script of a letter by its Unicode name's first word: "LATIN", "CYRILLIC", "ARABIC", "CJK", ..."""
+    """Return the script of a letter, the first word of its Unicode name, such as "LATIN", "CYRILLIC" or "CJK"."""
     name = unicodedata.name(ch, "")
     return name.split(" ", 1)[0] if name else "unnamed"
 
@@ -129,7 +134,7 @@ def _script(ch: str) -> str:
 _SCRIPT_NAMES = {"CJK": "Chinese/Japanese (CJK)", "HANGUL": "Korean (Hangul)"}
 
 
-def _script_name(script: str) -> str:  # "LATIN" -> "Latin", "CJK" -> "Chinese/Japanese (CJK)"
+def _script_name(script: str) -> str:  # For example "Latin" for "LATIN", "Chinese/Japanese (CJK)" for "CJK".
     return _SCRIPT_NAMES.get(script, script.capitalize())
 
 
@@ -140,31 +145,34 @@ def _main_script(characters) -> str:
 
 @dataclass
 class SpaceModel:
-    """A loaded model with what the page needs to know about it."""
+    """Hold a loaded model with what the page needs to know about it."""
 
     model: object
     tokenizer: object
     facts: ModelFacts
     known: frozenset = field(default_factory=frozenset)
-    layers: dict = field(default_factory=dict)  # kind -> number of layers
+    layers: dict = field(default_factory=dict)  # The number of layers of each kind.
     heads: int = 0
-    cache: WeightCache = field(default_factory=WeightCache)  # the last translations' weights, for the page
+    cache: WeightCache = field(default_factory=WeightCache)  # The last translations' weights, kept for the page.
 
     @property
     def script(self) -> str:
-        """The script most of the known letters belong to, e.g. "LATIN" for an English-German model."""
+        """Return the script most of the known letters belong to, e.g. "LATIN" for an English-German model."""
         return _main_script(self.known)
 
 
 def load_space_model(name_or_path: str, device: str | None = "cpu", dtype: str | None = None) -> SpaceModel:
-    """Load a model folder or Hub id with `load_for_decoding` (as `load_for_inference` does, a missing or broken file
-    is a UsageError naming it), in the precision `dtype` (`vaswani_hf.precision.DTYPE`; None means fp32). When a
-    precision was asked for, the choice made is printed on stderr."""
+    """Load a model folder or Hub id with `load_for_decoding`, in the precision `dtype`, and return its `SpaceModel`.
+
+    As with `load_for_inference`, a missing or broken file raises a UsageError naming it. `dtype` is one of
+    `vaswani_hf.precision.DTYPE`, and None means fp32. When a precision was asked for, the choice made is printed on
+    stderr.
+    """
 
     model, tokenizer, choice = load_for_decoding(name_or_path, device, dtype or "fp32")
     if dtype is not None:
         print(choice.line(), file=sys.stderr)
-    config = model.config  # transformers' common names (VaswaniConfig's attribute_map)
+    config = model.config  # These are transformers' common names (VaswaniConfig's attribute_map).
     return SpaceModel(
         model=model,
         tokenizer=tokenizer,
@@ -176,17 +184,22 @@ def load_space_model(name_or_path: str, device: str | None = "cpu", dtype: str |
 
 
 def _visible(text: str) -> str:
-    """`text` without the characters that show nothing: control characters (Unicode category Cc, such as NUL and ESC,
-    whitespace aside) and format characters (category Cf: the zero-width spaces and joiners U+200B-U+200D and U+2060,
-    the byte order mark U+FEFF, and the bidirectional marks and overrides U+200E/F, U+202A-E and U+2066-9)."""
+    """Return `text` without the characters that show nothing.
+
+    These are the control characters (Unicode category Cc, such as NUL and ESC), except whitespace, and the format
+    characters (category Cf), such as the zero-width spaces and joiners U+200B-U+200D and U+2060, the byte order mark
+    U+FEFF, and the bidirectional marks and overrides U+200E/F, U+202A-E and U+2066-9.
+    """
     return "".join(ch for ch in text if ch.isspace() or unicodedata.category(ch) not in ("Cc", "Cf"))
 
 
 def check_text(text, space: SpaceModel) -> str:
-    """The text to translate, as one stripped line, or a UsageError saying what is wrong with it: it is not a string,
-    it shows nothing (the box looks empty), it has no word at all (no letter or digit: emoji or punctuation only), it
-    is too long, or it is written in a script the model never saw. Invisible characters inside a real sentence are
-    left to the tokenizer."""
+    """Return the text to translate as one stripped line, or raise a UsageError saying what is wrong with it.
+
+    The text is refused when it is not a string, when it shows nothing (the box looks empty), when it has no word at
+    all (no letter or digit, only emoji or punctuation), when it has more than `MAX_CHARACTERS` characters, or when it
+    is written in a script the model never saw. Invisible characters inside a real sentence are left to the tokenizer.
+    """
     if text is not None and not isinstance(text, str):
         raise UsageError(f"The text must be a string, not {type(text).__name__}.")
     if not text or not _visible(text).strip():
@@ -217,20 +230,23 @@ def check_text(text, space: SpaceModel) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _language_identifier():
-    """py3langid's identifier with probabilities, or None without the optional package (the `space` extra)."""
+    """Return py3langid's identifier with probabilities, or None without that optional package (the `space` extra)."""
     try:
-        from py3langid.langid import MODEL_FILE, LanguageIdentifier  # optional: the `space` extra
+        from py3langid.langid import MODEL_FILE, LanguageIdentifier  # An optional package, from the `space` extra.
     except ImportError:
         return None
     return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
 
 
 def language_warning(text: str, space: SpaceModel) -> str | None:
-    """A sentence warning that `text` looks like another language than the model's source language (py3langid at
-    `LANGUAGE_CONFIDENCE`), or None: the model translates anything into something."""
+    """Return a sentence warning that `text` looks like another language than the model's source language, or None.
+
+    The warning matters because the model translates anything into something. py3langid must be at least
+    `LANGUAGE_CONFIDENCE` sure of the other language.
+    """
     facts, identifier = space.facts, _language_identifier()
     if not facts.source_lang or identifier is None or len(text.split()) < 3:
-        return None  # a word or two is too little to tell a language
+        return None  # A word or two is too little to tell a language.
     found, probability = identifier.classify(text)
     if found == facts.source_lang.split("-")[0].lower() or probability < LANGUAGE_CONFIDENCE:
         return None
@@ -242,8 +258,10 @@ def language_warning(text: str, space: SpaceModel) -> str | None:
 
 
 def check_decoding(num_beams, length_penalty) -> tuple[int, float]:
-    """(beam size, length penalty alpha) within `PAGE_SETTINGS`, or the declarations' SettingError. A whole float
-    (the page's sliders send 4.0) counts as an integer."""
+    """Return (beam size, length penalty alpha) checked against `PAGE_SETTINGS`, which raise a SettingError otherwise.
+
+    A whole float counts as an integer, because the page's sliders send 4.0.
+    """
     if isinstance(num_beams, float) and math.isfinite(num_beams) and num_beams == int(num_beams):
         num_beams = int(num_beams)
     beams = PAGE_SETTINGS["num_beams"].check(num_beams, "beam size")
@@ -252,8 +270,11 @@ def check_decoding(num_beams, length_penalty) -> tuple[int, float]:
 
 
 def check_view(space: SpaceModel, kind, layer, head) -> tuple[str, int, int | None]:
-    """(kind, 0-based layer, 0-based head or None for all heads) from the 1-based choices of a page or an API call,
-    or a UsageError that names the model's own numbers of layers and heads."""
+    """Turn the 1-based choices of a page or an API call into (kind, 0-based layer, 0-based head or None).
+
+    A head of None means all heads. A bad choice raises a UsageError that names the model's own numbers of layers and
+    heads.
+    """
 
     if VIEW_SETTINGS["kind"].problem(kind):
         raise UsageError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
@@ -276,7 +297,7 @@ def check_view(space: SpaceModel, kind, layer, head) -> tuple[str, int, int | No
 
 
 def _whole_number(value) -> int | None:
-    """`value` (a number, or its text) as an int if it is a whole number, else None: 1.5 is refused, not truncated."""
+    """Return `value` (a number, or its text) as an int if it is a whole number, else None, so 1.5 is not truncated."""
     if isinstance(value, bool):
         return None
     try:
@@ -297,7 +318,7 @@ class Translation:
 
 
 def translate_text(space: SpaceModel, text, num_beams, length_penalty) -> Translation:
-    """Check the input, translate it (`vaswani_hf.inference.translate`) and collect its attention weights."""
+    """Check the input, translate it (`vaswani_hf.inference.translate`) and return it with its attention weights."""
     source = check_text(text, space)
     beams, alpha = check_decoding(num_beams, length_penalty)
     try:
@@ -310,8 +331,10 @@ def translate_text(space: SpaceModel, text, num_beams, length_penalty) -> Transl
             max_input_tokens=MAX_SOURCE_TOKENS,
             progress=False,
         )[0]
-    except InputLineError as error:  # more tokens than the page shows, or than the model has positions for
-        too_long = error.message.split("; ")[0].split(" a line")[0]  # worded for a file of lines: its first clause
+    # The source has more tokens than the page shows, or than the model has positions for. The message is worded for a
+    # file of lines, so only its first clause is kept.
+    except InputLineError as error:
+        too_long = error.message.split("; ")[0].split(" a line")[0]
         raise UsageError(f"The text is too long for this page ({too_long}). Shorten it.") from error
     attentions = collect_attentions(space.model, space.tokenizer, source, translation)
     attentions.target_origin = f"beam-{beams}" if beams > 1 else "greedy"
@@ -319,7 +342,7 @@ def translate_text(space: SpaceModel, text, num_beams, length_penalty) -> Transl
 
 
 def word_index(tokens: list[str], word: str | None) -> int | None:
-    """The index of the first subword of `word` (case-insensitive) among token labels, or None."""
+    """Return the index of the first subword of `word` (case-insensitive) among the token labels, or None."""
     if not isinstance(word, str) or not word:
         return None
     starts = [i for i, t in enumerate(tokens) if t.startswith(WORD_START) or i == 0] + [len(tokens)]
@@ -330,9 +353,11 @@ def word_index(tokens: list[str], word: str | None) -> int | None:
 
 
 def _shown_view(space: SpaceModel, kinds: dict, view: dict | None) -> dict | None:
-    """The view an example opens (kind, 1-based layer, head and the token to follow, as in the paper's figure),
-    fitted to this model: the token is looked up among the queries, and a layer the model lacks is replaced by its
-    last, which the view's `note` says."""
+    """Return the view an example opens, fitted to this model, or None when the view names no kind the page shows.
+
+    The view holds the kind, the 1-based layer, the head and the token to follow, as in the paper's figure. The token
+    is looked up among the queries, and a layer the model lacks is replaced by its last, which the view's `note` says.
+    """
 
     if not (view and isinstance(view.get("kind"), str) and view["kind"] in kinds):
         return None
@@ -356,9 +381,11 @@ def _shown_view(space: SpaceModel, kinds: dict, view: dict | None) -> dict | Non
 
 
 def attention_payload(space: SpaceModel, attentions: Attentions, view: dict | None = None) -> dict:
-    """What the page's script gets for a translation: each kind's tokens and shape, the key its later requests name,
-    and the blocks of weights its first view needs, sent first within `PAGE_BUDGET` (`vaswani_hf.space_payload`).
-    All the weights are kept in `space.cache`, so that the page can ask for the rest later."""
+    """Return what the page's script gets for a translation, and keep all its weights in `space.cache`.
+
+    The payload holds each kind's tokens and shape, the key the page's later requests name, and the blocks of weights
+    its first view needs, sent first within `PAGE_BUDGET` (`vaswani_hf.space_payload`). The cache lets the page ask
+    for the rest later."""
     weights = PageWeights.of(attentions)
     space.cache.add(weights)
     payload = {"key": weights.key, "kinds": page_kinds(attentions), "heads": space.heads, "code": CODES[8]}
@@ -381,10 +408,12 @@ def attention_numbers(
     decimals=API_SETTINGS["decimals"].default,
     packed_bits=API_SETTINGS["packed_bits"].default,
 ) -> dict:
-    """One view's weights for the API, as {kind, layer, head, queries, keys, shape, weights}, with the layer and head
-    1-based as given. The weights are weights[q][k] for one head and weights[h][q][k] for all heads, as numbers
-    rounded to `decimals` places. With `packed_bits` 8 (the page's code) or 16 they come instead as `packed`, the
-    base64 of the codes in that shape, with `code` saying how to read them (`vaswani_hf.space_payload.CODES`)."""
+    """Return one view's weights for the API, as {kind, layer, head, queries, keys, shape, weights}.
+
+    The layer and head are 1-based, as given. The weights are weights[q][k] for one head and weights[h][q][k] for all
+    heads, as numbers rounded to `decimals` places. With `packed_bits` 8 (the page's code) or 16 they come instead as
+    `packed`, the base64 of the codes in that shape, with `code` saying how to read them
+    (`vaswani_hf.space_payload.CODES`)."""
     kind, layer_index, head_index = check_view(space, kind, layer, head)
     decimals = API_SETTINGS["decimals"].check(decimals, "/attention")
     bits = API_SETTINGS["packed_bits"].check(packed_bits, "/attention")
@@ -407,5 +436,5 @@ def attention_numbers(
             "packed": base64.b64encode(codes(weights, bits)).decode(),
             "code": CODES[bits],
         }
-    # rounded as float64, so that JSON writes 0.4653, not float32's 0.4652999937534332
+    # Rounded as float64, so that JSON writes 0.4653 rather than float32's 0.4652999937534332.
     return {**answer, "weights": np.round(weights.double().numpy(), decimals).tolist()}

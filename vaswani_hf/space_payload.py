@@ -1,20 +1,21 @@
-"""The attention weights the Space's page draws (Section 3.2.3: softmax(QK^T/sqrt(d_k)) of every kind, layer and
-head), packed so that what a translation sends the page is bounded by design, whatever the model's size or the
-sentence's length.
+"""Pack the attention weights the Space's page draws, so that what a translation sends the page is bounded.
 
-* Codes. The server keeps a weight w in [0, 1] as 16 bits, c = round(65535 w) (error at most 1/131070: what
-  downloads and the API's 16-bit packed form get). It travels to the page as one byte, c = round(255 sqrt(w)), read
-  back as (c / 255)^2: the error is at most sqrt(w) / 255 + 1/260100 + 1/131070, so 0.0004 below w = 0.01 (the many
-  small weights of a long sentence keep their third decimal) and 0.004 at w = 1.
-* Blocks. The unit the page receives is a block: one head's map in one layer ("encoder:2:5", 0-based layer and head)
-  or a kind's thumbnails for the model view ("encoder:thumbs": every layer and head max-pooled to at most
-  `THUMB` x `THUMB`, so that a sharp pattern of a long sentence stays visible).
+The weights are Section 3.2.3's softmax(QK^T/sqrt(d_k)) of every kind, layer and head. The packing bounds what a
+translation sends by design, whatever the model's size or the sentence's length.
+
+* Codes. The server keeps a weight w in [0, 1] as 16 bits, c = round(65535 w), with an error of at most 1/131070;
+  downloads and the API's 16-bit packed form get this. It travels to the page as one byte, c = round(255 sqrt(w)),
+  read back as (c / 255)^2. The error is then at most sqrt(w) / 255 + 1/260100 + 1/131070, which is 0.0004 below
+  w = 0.01 (so the many small weights of a long sentence keep their third decimal) and 0.004 at w = 1.
+* Blocks. The unit the page receives is a block. A block is one head's map in one layer ("encoder:2:5", with
+  0-based layer and head), or a kind's thumbnails for the model view ("encoder:thumbs"), in which every layer and
+  head is max-pooled to at most `THUMB` x `THUMB` cells, so that a sharp pattern of a long sentence stays visible.
 * Payload. A translation's payload carries the blocks its first view needs, then the model view's thumbnails, then
-  the other heads nearest to that view, until `PAGE_BUDGET` characters; a short sentence on a small model fits whole
-  and a change of view asks the server nothing. The page asks for a missing block when a view first needs it
-  (`PageWeights.blocks` through the viewer's server function; no endpoint of the API).
+  the other heads nearest to that view, until `PAGE_BUDGET` characters are used. A short sentence on a small model
+  fits whole, and a change of view then asks the server nothing. The page asks for a missing block when a view first
+  needs it, through the viewer's server function (`PageWeights.blocks`), which is no endpoint of the API.
 * Cache. The server keeps the weights of its last `CACHE_TRANSLATIONS` translations (16 bits, at most `CACHE_BYTES`)
-  for those requests; an older one is gone and the page says to translate again.
+  for those requests. An older translation's weights are gone, and the page then says to translate again.
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ from .settings import settings_of
 from .visualize import KINDS, Attentions
 from .visualize.attention import KIND_TITLES
 
-PAGE_BUDGET = 1_500_000  # base64 characters of weights per translation: the page's JSON, tokens and all, under 2 MB
-THUMB = 48  # a thumbnail's largest side in cells: 48 x 48 bytes per head (the model view draws 28-72 pixels)
-CACHE_TRANSLATIONS = 16  # translations whose weights the server keeps for the page's later requests
-CACHE_BYTES = 256 * 2**20  # and at most this much of them (a base-size model at 200 tokens: ~15 MB each)
+PAGE_BUDGET = 1_500_000  # Base64 characters of weights per translation, so the page's JSON stays under 2 MB.
+THUMB = 48  # A thumbnail's largest side in cells, so 48 x 48 bytes per head; the model view draws 28-72 pixels.
+CACHE_TRANSLATIONS = 16  # The number of translations whose weights the server keeps for the page's later requests.
+CACHE_BYTES = 256 * 2**20  # The most bytes they may take; a base-size model at 200 tokens takes about 15 MB.
 BITS = (8, 16)
 CODES = {
     8: "uint8 c: weight (c / 255) ** 2 (within 0.0004 below 0.01, 0.004 at 1)",
@@ -45,7 +46,7 @@ CODES = {
 
 @dataclass
 class AttentionAnswer:
-    """/attention's form of the weights: numbers to a stated precision, or the page's compact codes."""
+    """Declare the form of /attention's weights: numbers to a stated precision, or the page's compact codes."""
 
     decimals: int = field(
         default=4, metadata={"help": "decimal places of /attention's weights as numbers", "min": 1, "max": 8}
@@ -61,13 +62,15 @@ class AttentionAnswer:
 
 API_SETTINGS = settings_of(AttentionAnswer)
 
-ERRORS = {8: "sqrt(w) / 255 + 1/260100 + 1/131070", 16: "1/131070"}  # the largest error of a code, as a formula
+ERRORS = {8: "sqrt(w) / 255 + 1/260100 + 1/131070", 16: "1/131070"}  # The largest error of a code, as a formula.
 THUMBS = "thumbs"
 
 
 def codes(weights, bits: int) -> bytes:
-    """`weights` (a tensor or array in [0, 1]) as codes: 8 bits on a square-root scale, 16 bits linear (module
-    docstring)."""
+    """Return `weights` (a tensor or array in [0, 1]) as codes, 8 bits on a square-root scale or 16 bits linear.
+
+    The module docstring gives the codes and their errors.
+    """
     w = np.clip(np.asarray(weights, dtype=np.float32), 0, 1)
     if bits == 8:
         return np.rint(np.sqrt(w) * 255).astype(np.uint8).tobytes()
@@ -75,7 +78,7 @@ def codes(weights, bits: int) -> bytes:
 
 
 def decode(data: str, bits: int) -> np.ndarray:
-    """The weights that base64 `data` of `codes(..., bits)` stands for (flat float64), as the page reads them."""
+    """Return the weights that base64 `data` of `codes(..., bits)` stands for, as flat float64, as the page does."""
     raw = base64.b64decode(data)
     if bits == 8:
         return (np.frombuffer(raw, dtype=np.uint8) / 255.0) ** 2
@@ -87,7 +90,7 @@ def _b64(data: bytes) -> str:
 
 
 def block_id(kind: str, layer: int | None = None, head: int | None = None) -> str:
-    """The name of a block: "kind:layer:head" (0-based) for one head's map, "kind:thumbs" for a kind's thumbnails."""
+    """Return the name of a block: "kind:layer:head" (0-based) for one head's map, "kind:thumbs" for thumbnails."""
     return f"{kind}:{THUMBS}" if layer is None else f"{kind}:{layer}:{head}"
 
 
@@ -97,8 +100,10 @@ def thumb_shape(queries: int, keys: int) -> tuple[int, int]:
 
 @dataclass
 class PageWeights:
-    """One translation's weights as the server keeps them for the page: `weights[kind]` is (layers, heads, queries,
-    keys) of 16-bit codes, `key` the random name the page asks for its blocks by."""
+    """Hold one translation's weights as the server keeps them for the page.
+
+    `weights[kind]` is a (layers, heads, queries, keys) array of 16-bit codes, and `key` is the random name the page
+    asks for its blocks by."""
 
     key: str
     weights: dict
@@ -116,7 +121,7 @@ class PageWeights:
         return sum(w.nbytes for w in self.weights.values())
 
     def block(self, name: str, bits: int = 8) -> str:
-        """The block `name` (see `block_id`) as base64 of its codes, or a ValueError naming what is wrong."""
+        """Return the block `name` (see `block_id`) as base64 of its codes; raise a ValueError naming what is wrong."""
         parts = name.split(":") if isinstance(name, str) else []
         if len(parts) not in (2, 3) or parts[0] not in self.weights:
             raise ValueError(f"no block {str(name)[:60]!r}: blocks are named KIND:LAYER:HEAD or KIND:{THUMBS}")
@@ -134,9 +139,10 @@ class PageWeights:
         return _b64(one.tobytes() if bits == 16 else codes(one.astype(np.float32) / 65535, 8))
 
     def view_order(self, kind: str, layer: int, head: int | None) -> list[str]:
-        """Every block, in the order a page opened at (kind, 0-based layer, head or None for all) needs them: that
-        view first, then its kind's thumbnails and the other kinds' thumbnails, then its kind's other layers, nearest
-        first, and last the other kinds' layers."""
+        """Return every block's name, in the order a page opened at (kind, 0-based layer, head) needs them.
+
+        A head of None means all heads. The view itself comes first, then its kind's thumbnails and the other kinds'
+        thumbnails, then its kind's other layers, nearest first, and last the other kinds' layers."""
         layers, heads = self.weights[kind].shape[:2]
         first = [head] if head is not None else []
         order = [block_id(kind, layer, h) for h in first + [h for h in range(heads) if h not in first]]
@@ -149,14 +155,15 @@ class PageWeights:
         return order
 
     def blocks(self, names, bits: int = 8) -> dict[str, str]:
-        """The blocks `names` as {name: base64}, for the page's request; a bad name or bit width is a ValueError."""
+        """Return the blocks `names` as {name: base64}; a bad name or bit width raises a ValueError."""
         if bits not in BITS:
             raise ValueError(f"bits must be one of {BITS}, not {str(bits)[:20]!r}")
         return {name: self.block(name, bits) for name in names}
 
     def packed(self, kind: str, layer: int, head: int | None, budget: int = PAGE_BUDGET) -> dict[str, str]:
-        """The blocks a page opened at this view gets with the translation: in `view_order`, each that still fits
-        in `budget` base64 characters."""
+        """Return the blocks a page opened at this view gets with the translation, as {name: base64}.
+
+        They are taken in `view_order`, each one that still fits in `budget` base64 characters."""
         chosen, used = {}, 0
         for name in self.view_order(kind, layer, head):
             size = self._b64_size(name)
@@ -173,8 +180,9 @@ class PageWeights:
 
 
 class WeightCache:
-    """The last translations' `PageWeights`, by key, bounded by count and bytes (oldest dropped first); shared by
-    the queue's worker and the page's requests, so guarded by a lock."""
+    """Keep the last translations' `PageWeights` by key, bounded by count and bytes, dropping the oldest first.
+
+    The queue's worker and the page's requests share the cache, so a lock guards it."""
 
     def __init__(self, translations: int = CACHE_TRANSLATIONS, max_bytes: int = CACHE_BYTES):
         self.translations, self.max_bytes = translations, max_bytes
@@ -198,9 +206,10 @@ class WeightCache:
 
 
 def answer_blocks(cache: WeightCache, request) -> dict:
-    """The viewer's server function. `request` is {"key", "blocks": [names], "bits": 8 or 16}; the answer is
-    {"blocks": {name: base64}}, or {"error": one sentence} for a request the page did not write or for weights the
-    server no longer keeps."""
+    """Answer the viewer's request for blocks; this is the viewer's server function.
+
+    `request` is {"key", "blocks": [names], "bits": 8 or 16}. The answer is {"blocks": {name: base64}}, or
+    {"error": one sentence} for a request the page did not write or for weights the server no longer keeps."""
 
     if not isinstance(request, dict):
         return {"error": "A request for attention weights is an object {key, blocks, bits}."}
@@ -220,7 +229,7 @@ def answer_blocks(cache: WeightCache, request) -> dict:
 
 
 def page_kinds(attentions: Attentions) -> dict:
-    """Each kind's title, tokens and shapes, for the page (the weights travel as blocks)."""
+    """Return each kind's title, tokens and shapes for the page; the weights themselves travel as blocks."""
     kinds = {}
     for kind in KINDS:
         queries, keys = attentions.axis_labels(kind)

@@ -1,14 +1,16 @@
-"""Average the weights of the last N checkpoints of a run (Vaswani et al. 2017, Section 6.1: "we used a single
-model obtained by averaging the last 5 checkpoints, which were written at 10-minute intervals"; 20 for big models).
+"""Average the weights of the last N checkpoints of a run, as the paper does for its results.
+
+Vaswani et al. 2017, Section 6.1: "we used a single model obtained by averaging the last 5 checkpoints, which were
+written at 10-minute intervals"; the big models averaged the last 20.
 
     vaswani-average-checkpoints --run_dir outputs/wmt14-en-de-base --last 5 --out outputs/avg5
     vaswani-average-checkpoints --checkpoints outputs/run/checkpoint-900 outputs/run/checkpoint-1000 --out avg
 
 The output folder holds the averaged `model.safetensors` and the newest checkpoint's config, generation config,
-tokenizer and code files, so it loads with `AutoModelForSeq2SeqLM.from_pretrained(out)` (no optimizer state); only
-a model folder's declared files are copied, anything else is named and left out. An existing --out is replaced only
-with --overwrite. Checkpoints of different runs (another seed: their trainer_state.json histories differ) are
-refused unless --allow_other_runs.
+tokenizer and code files, so it loads with `AutoModelForSeq2SeqLM.from_pretrained(out)`; it holds no optimizer state.
+Only the files a model folder declares are copied; any other file is named and left out. An existing --out is
+replaced only with --overwrite. Checkpoints of different runs (for example another seed, which shows as differing
+trainer_state.json histories) are refused unless --allow_other_runs is given.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from .contract import ArgumentParser
 
 @dataclass
 class AverageOptions:
-    """This tool's own settings."""
+    """Hold the settings that belong to this tool alone."""
 
     last: int = field(
         default=5,
@@ -60,14 +62,18 @@ def build_parser() -> ArgumentParser:
 
 
 def _checkpoints(args) -> tuple[list[Path], str | None]:
-    """The checkpoint folders to average (--checkpoints, or the newest --last of --run_dir) and a warning when
-    --run_dir holds fewer."""
+    """Return the checkpoint folders to average and a warning, or None, for the user.
+
+    The folders are those of --checkpoints, or else the newest --last checkpoint-N folders of --run_dir. The warning
+    says so when --run_dir holds fewer than --last. Raises a UsageError when --run_dir is missing, is a file, holds
+    no checkpoint, or holds a checkpoint-* entry that is not a folder.
+    """
     if not args.run_dir:
         return [Path(p) for p in args.checkpoints], None
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():
         raise io.UsageError(f"--run_dir {run_dir}: {'is a file' if run_dir.exists() else 'folder not found'}")
-    for entry in sorted(run_dir.glob("checkpoint-*")):  # a broken entry is named, not silently passed over
+    for entry in sorted(run_dir.glob("checkpoint-*")):  # A broken entry is named rather than silently passed over.
         if not entry.is_dir():
             raise io.UsageError(
                 f"--run_dir {run_dir}: {entry.name} is {io.path_kind(entry)}, not a checkpoint "
@@ -82,7 +88,11 @@ def _checkpoints(args) -> tuple[list[Path], str | None]:
 
 
 def _paths(args) -> Paths:
-    """The inputs are the checkpoints averaged: --out may be a new folder inside --run_dir, never one of them."""
+    """Declare the checkpoints averaged as inputs and --out as the output; keep the folders and warning in `args`.
+
+    Declaring the checkpoints rather than --run_dir lets --out be a new folder inside --run_dir, while it still may
+    never be one of the checkpoints.
+    """
     folders, args.warning = _checkpoints(args)
     args.folders = folders
     given = "--run_dir" if args.run_dir else "--checkpoints"
@@ -94,7 +104,10 @@ def _paths(args) -> Paths:
 
 
 def _agree(args, checked) -> None:
-    """One run's checkpoints: distinct, of one architecture and one tokenizer (and one run, unless allowed)."""
+    """Check that the checkpoints are distinct and share one architecture and one tokenizer.
+
+    They must also come from one run unless --allow_other_runs is given.
+    """
     check_checkpoints_agree(args.folders, one_run=not args.allow_other_runs)
 
 
@@ -116,5 +129,5 @@ COMMAND = Command(
 )
 main = COMMAND.main
 
-if __name__ == "__main__":  # python -m vaswani_hf.cli.<tool> (the console script: vaswani_commands)
+if __name__ == "__main__":  # For python -m vaswani_hf.cli.<tool>; the console script goes through vaswani_commands.
     sys.exit(main())

@@ -3,19 +3,24 @@
 A `Command` states what the tool is: its name and program name, its parser, the paths it reads and writes by role and
 kind (`paths`, a function of the parsed arguments, because which paths a command touches can depend on its flags, e.g.
 translate's --engine), the inputs that must agree with each other (`agree`: checkpoints averaged together, a model and
-what the Marian export can express), `resolve(args, checked) -> plan` and `run(plan) -> exit status`. `run_command`
-executes any declaration inside `contract.run_cli`'s one error boundary, always in this order:
+what the Marian export can express), `resolve(args, checked)`, which returns the plan, and `run(plan)`, which returns
+the exit status. `run_command` executes any declaration inside `contract.run_cli`'s one error boundary, always in this
+order:
 
-    parse -> validate (flags that exclude or need each other) -> no relative path where the working folder is
-    gone, no empty path, no URL -> [inputs marked `first`, by kind] -> paths declared and checked (`declare_paths`:
-    no output is, holds or lies inside an input; the declared outputs are what the boundary names when the disk
-    fills) -> inputs checked by kind -> no input that can be read only once named twice -> agreement -> outputs
-    checked by kind (the overwrite rules) -> resolve -> run
+    1. Parse the arguments, and validate the flags that exclude or need each other.
+    2. Refuse a relative path where the working folder is gone, an empty path, and a URL.
+    3. Check the inputs marked `first`, by kind.
+    4. Declare and check the paths (`declare_paths`): no output may be, hold or lie inside an input. The declared
+       outputs are what the boundary names when the disk fills.
+    5. Check the other inputs by kind, and refuse an input that can be read only once if it is named twice.
+    6. Check that the inputs agree, then check the outputs by kind (the overwrite rules).
+    7. Resolve the plan and run it.
 
-so that every bad input is one line before any work, and a new tool is one declaration (vaswani_hf.cli.registry) plus
-its test file. A tool whose sequencing is its own (train: --check, --resume, the run lock; push_to_hub: --dry_run,
---space_only) keeps it in its resolve and run. The kinds are the package's own checks (vaswani_hf.io), named here once:
-a `Kind` is the check of one path (`Kind.check(path, what, overwrite)` returns the checked value).
+This order makes every bad input one line before any work, and a new tool is one declaration
+(vaswani_hf.cli.registry) plus its test file. A tool that sequences some steps its own way keeps them in its resolve
+and run (train: --check, --resume and the run lock; push_to_hub: --dry_run and --space_only). The kinds are the
+package's own checks (vaswani_hf.io), named here once: a `Kind` is the check of one path, and
+`Kind.check(path, what, overwrite)` returns the checked value.
 """
 
 from __future__ import annotations
@@ -34,8 +39,11 @@ from .contract import declare_paths, run_cli
 
 @dataclass(frozen=True)
 class Kind:
-    """What a path must be: `check(path, what, overwrite)` raises a UsageError naming `what` (the flag, unless the
-    `Use` says otherwise), or returns the checked path, or what the check makes of it."""
+    """Describe what one path must be, with the check that enforces it.
+
+    `check(path, what, overwrite)` either returns the checked path (or what the check makes of it) or raises a
+    UsageError naming `what`, which is the flag unless the `Use` names it otherwise.
+    """
 
     name: str
     check: Callable[[Any, str, bool], Any]
@@ -65,12 +73,13 @@ def _safetensors_checkpoint(path, what, overwrite):
         raise io.UsageError(
             f"{folder}: no {io.WEIGHTS} (nor {io.WEIGHTS_INDEX}); averaging needs safetensors checkpoints"
         )
-    # check_model_folder: the folder exists, its config.json (copied to the output) is valid, its weights are complete
+    # check_model_folder checks that the folder exists, that its config.json (copied to the output) is valid and
+    # that its weights are complete.
     return io.check_model_folder(folder, what="checkpoint folder", tokenizer=False)
 
 
 def _or_stdio(kind: Kind, name: str) -> Kind:
-    """`kind`, or "-": standard input or output."""
+    """Return a kind that accepts what `kind` accepts, or "-" for standard input or output."""
     return Kind(name, lambda p, w, o: p if str(p) == io.STDIO else kind.check(p, w, o))
 
 
@@ -88,47 +97,64 @@ PATH = Kind("path (declared for the relation check only; its reader checks it)",
 OUTPUT_FILE = Kind("output file", lambda p, w, o: io.check_output_file(p, overwrite=o, what=w))
 TEXT_OR_STDIN = _or_stdio(TEXT_FILE, "text file or - (standard input)")
 OUTPUT_FILE_OR_STDOUT = _or_stdio(OUTPUT_FILE, "output file or - (standard output)")
-TEXT_KINDS = (TEXT_FILE, TEXT_OR_STDIN)  # read by io.TextInput: any input kind, a pipe read once
+TEXT_KINDS = (
+    TEXT_FILE,
+    TEXT_OR_STDIN,
+)  # These are read by io.TextInput, which takes any input kind and reads a pipe only once.
 
 
 def output_folder(marker: str) -> Kind:
-    """An output folder that holds one kind of thing: `io.check_output_dir` with this marker, so that an existing
-    folder is replaced only with overwrite, and only if the package wrote it as that kind."""
+    """Return the kind of an output folder that holds one kind of thing, named by `marker`.
+
+    Its check is `io.check_output_dir` with this marker, so an existing folder is replaced only with overwrite, and
+    only if the package wrote it as that same kind.
+    """
     return Kind(f"output folder of {marker}", lambda p, w, o: io.check_output_dir(p, overwrite=o, what=w, kind=marker))
 
 
 @dataclass(frozen=True)
 class Use:
-    """One path a command reads or writes: the flag that names it, the path, its kind, and what the check's message
-    calls it where that is not the flag."""
+    """Describe one path a command reads or writes.
+
+    It holds the flag that names the path, the path itself, its kind, and, where the check's message should not call
+    it by the flag, the name to use instead.
+    """
 
     flag: str
     path: Any
     kind: Kind = PATH
     what: str | None = None
-    first: bool = False  # checked before the paths' relations: its kind is the clearer message (translate's input)
+    first: bool = (
+        False  # Checked before the paths' relations, because its kind gives the clearer message (translate's input).
+    )
 
 
 @dataclass(frozen=True)
 class Paths:
     inputs: Sequence[Use] = ()
     outputs: Sequence[Use] = ()
-    overwrite: bool = False  # the command's --overwrite: whether an existing output may be replaced
+    overwrite: bool = False  # The command's --overwrite: whether an existing output may be replaced.
 
 
 @dataclass(frozen=True)
 class Command:
-    name: str  # module name: vaswani_hf.cli.<name>, tests/test_cli_<name>.py, scripts/<script>
-    prog: str  # the console script, [project.scripts] in pyproject.toml
+    name: str  # Names the module vaswani_hf.cli.<name>, tests/test_cli_<name>.py and, by default, scripts/<name>.py.
+    prog: str  # The console script, as listed in [project.scripts] of pyproject.toml.
     build_parser: Callable[[], argparse.ArgumentParser]
     run: Callable[[Any], int | None]
     paths: Callable[[Any], Paths] = lambda args: Paths()
     validate: Callable[[Any], None] = lambda args: None
     agree: Callable[[Any, Mapping[str, Any]], None] = lambda args, checked: None
-    resolve: Callable[[Any, Mapping[str, Any]], Any] = lambda args, checked: args  # the plan: the arguments
-    parse: Callable[[Sequence[str]], Any] | None = None  # a parser of its own (train: recipe keys); default argparse
-    script: str | None = None  # scripts/<script> (default <name>.py)
-    invoked_name: bool = False  # error lines start with the name it was invoked by (sys.argv[0]), not prog
+    resolve: Callable[[Any, Mapping[str, Any]], Any] = lambda args, checked: (
+        args
+    )  # By default the plan is the arguments.
+    parse: Callable[[Sequence[str]], Any] | None = (
+        None  # A parser of its own (train's takes recipe keys); None means argparse.
+    )
+    script: str | None = None  # The file scripts/<script>; None means <name>.py.
+    invoked_name: bool = (
+        False  # If true, error lines start with the name it was invoked by (sys.argv[0]) instead of prog.
+    )
 
     @property
     def script_name(self) -> str:
@@ -143,8 +169,13 @@ def execute(command: Command, argv: Sequence[str]) -> int | None:
     command.validate(args)
     paths = command.paths(args)
     checked: dict[str, Any] = {}
-    io.check_not_relative({use.flag: use.path for use in (*paths.inputs, *paths.outputs)})  # a deleted working folder
-    for use in (*paths.inputs, *paths.outputs):  # a path, not nothing and not a URL (this tool reads no network)
+    io.check_not_relative(
+        {use.flag: use.path for use in (*paths.inputs, *paths.outputs)}
+    )  # Refuses relative paths when the working folder is deleted.
+    for use in (
+        *paths.inputs,
+        *paths.outputs,
+    ):  # Each path must be non-empty and not a URL, since no tool reads the network.
         if use.path is not None and (not str(use.path) or re.match(r"[A-Za-z][\w+.-]*://", str(use.path))):
             raise UsageError(
                 f"{use.flag} is {'empty' if not str(use.path) else 'a URL'}: give a local path"
@@ -168,7 +199,7 @@ def execute(command: Command, argv: Sequence[str]) -> int | None:
     io.check_read_once((use.what or use.flag, use.path) for use in paths.inputs if use.kind in TEXT_KINDS and use.path)
     command.agree(args, checked)
     check(paths.outputs)
-    return command.run(command.resolve(args, checked))  # None: exit status 0 (`contract.run_cli`)
+    return command.run(command.resolve(args, checked))  # `contract.run_cli` turns None into exit status 0.
 
 
 def run_command(command: Command, argv: Sequence[str] | None = None) -> int:

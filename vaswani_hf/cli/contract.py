@@ -1,4 +1,4 @@
-"""The command-line contract every vaswani-* tool runs under: one error boundary, one parser, one declaration of paths.
+"""Define the command-line contract every vaswani-* tool runs under: one error boundary, parser and path declaration.
 
 - `run_cli(main, argv)`: the tool's return value is its exit status. Expected bad input (`UsageError`) is one line on
   stderr naming the file, line, flag or key and what to do, exit status 2. An expected failure of the run itself
@@ -46,8 +46,11 @@ _declared_outputs: contextvars.ContextVar[tuple[str, ...]] = contextvars.Context
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """argparse's help with the description's line breaks kept and "(default: X)" after the help of every flag that
-    takes a value and has a default its help does not state (a flag without one says what its absence means)."""
+    """Format argparse's help keeping the description's line breaks, and add each flag's default.
+
+    "(default: X)" is added after the help of every flag that takes a value and has a default its help does not
+    already state. A flag without a default is expected to say in its help what leaving it out means.
+    """
 
     def _get_help_string(self, action: argparse.Action) -> str:
         help_text = action.help or ""
@@ -56,13 +59,17 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse, except that a usage error is a `UsageError` (one line through `run_cli`) instead of the usage text and
-    an exit, every tool has `--debug`, and `--help` keeps the description's line breaks (the tool's module docstring)
-    and shows each flag's default (`HelpFormatter`)."""
+    """Parse arguments as argparse does, but raise a `UsageError` for a usage error instead of printing and exiting.
+
+    Through `run_cli` that error becomes one line. Every tool also gets `--debug`, and `--help` keeps the line breaks
+    of the description (the tool's module docstring) and shows each flag's default (`HelpFormatter`).
+    """
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", HelpFormatter)
-        kwargs.setdefault("allow_abbrev", False)  # a prefix is no flag: `--token X` must not become `--tokenizer X`
+        kwargs.setdefault(
+            "allow_abbrev", False
+        )  # A prefix is not accepted as a flag, so that `--token X` cannot become `--tokenizer X`.
         super().__init__(*args, **kwargs)
         add_debug_argument(self)
 
@@ -84,15 +91,18 @@ def declare_paths(
     *,
     check: bool = True,
 ) -> None:
-    """A command's inputs and outputs by flag: checked by `io.check_paths` before any work (`check=False` where the
-    caller checked them, e.g. a training run's plan), and named by the error boundary when the disk fills, because the
-    system then names no file for the failed write, or names the file being copied from."""
+    """Declare a command's inputs and outputs by flag, check them with `io.check_paths`, and remember the outputs.
+
+    The check runs before any work; `check=False` skips it where the caller has checked the paths already (a training
+    run's plan, for example). The error boundary names the remembered outputs when the disk fills, because the system
+    then names no file for the failed write, or names the file being copied from.
+    """
     if check:
         io.check_paths(inputs, outputs)
     _declared_outputs.set(tuple(f"{flag} {path}" for flag, path in outputs.items() if path is not None))
 
 
-# What the operating system reports -> (exit status, what it means, what to do)
+# Maps what the operating system reports to (exit status, what it means, what to do).
 OS_CONDITIONS = {
     errno.ENOSPC: (1, "no space left on device", "free some space or write elsewhere"),
     errno.EDQUOT: (1, "disk quota exceeded", "free some space or write elsewhere"),
@@ -110,7 +120,10 @@ _DISK_FULL_TEXT = ("no space left on device", "os error 28", "disk quota exceede
 
 
 def expected_os_failure(error: BaseException) -> tuple[int, str] | None:
-    """(exit status, one line) for an operating-system condition a user can act on, or None (a bug: traceback)."""
+    """Return (exit status, one line) for an operating-system condition a user can act on, or None otherwise.
+
+    None means the error is treated as a bug, which keeps its traceback.
+    """
     if isinstance(error, BrokenPipeError) or getattr(error, "errno", None) == errno.EPIPE:
         return 1, "standard output was closed before all output was written (broken pipe)"
     if isinstance(error, OSError) and error.errno in OS_CONDITIONS and (error.errno != errno.ENOENT or error.filename):
@@ -119,7 +132,9 @@ def expected_os_failure(error: BaseException) -> tuple[int, str] | None:
         if error.errno in (errno.ENOSPC, errno.EDQUOT) and _declared_outputs.get():
             where = " and ".join(_declared_outputs.get())
         return code, f"{where}: {meaning}; {action}" if where else f"{meaning}; {action}"
-    limit = limit_problem(error)  # memory, descriptors, file size (the runner reports them at import the same way)
+    limit = limit_problem(
+        error
+    )  # Memory, descriptors and file size; the runner reports these limits the same way at import.
     if limit is not None:
         where = getattr(error, "filename", None) or " and ".join(_declared_outputs.get())
         return 1, f"{where}: {limit}" if where and "ulimit -f" in limit else limit
@@ -136,13 +151,18 @@ def expected_os_failure(error: BaseException) -> tuple[int, str] | None:
 def run_cli(
     main: Callable[[list[str]], int | None], argv: Sequence[str] | None = None, prog: str | None = None
 ) -> int:
-    """Run a tool's `main(argv)` under the contract (see the module docstring), in surroundings the boundary owns
-    (`surroundings`: closed standard streams, the launchers' variables, SIGTERM and SIGHUP; a relative path refused
-    where the working folder is gone) and with the libraries' own reports held back (`library_reports`)."""
+    """Run a tool's `main(argv)` under the contract the module docstring describes, and return its exit status.
+
+    While it runs, the boundary owns the process's surroundings (`surroundings`): closed standard streams, the
+    launchers' variables, SIGTERM and SIGHUP, and the refusal of a relative path where the working folder is gone. The
+    libraries' own reports are held back meanwhile (`library_reports`).
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = prog or Path(sys.argv[0]).name
     token = _declared_outputs.set(())
-    left = io.UNUSABLE_WORKING_FOLDER.set(leave_an_unusable_working_folder())  # relative paths refused, if any
+    left = io.UNUSABLE_WORKING_FOLDER.set(
+        leave_an_unusable_working_folder()
+    )  # Relative paths are refused from here on if the working folder is unusable.
     try:
         with own_streams(), signals_as_interrupts():
             return _run(main, argv, prog)
@@ -152,13 +172,17 @@ def run_cli(
 
 
 def _run(main: Callable[[list[str]], int | None], argv: list[str], prog: str) -> int:
-    debug, held = debug_requested(argv), HeldReports()  # --debug: nothing held, every error let through
+    debug, held = (
+        debug_requested(argv),
+        HeldReports(),
+    )  # With --debug nothing is held back and every error is let through.
     try:
         check_distributed_environment()
         with library_progress_bars_off(), nullcontext() if debug else held:
             code = main(argv)
-            with suppress(ValueError, AttributeError):  # stdout already closed, or None
-                sys.stdout.flush()  # here: a closed pipe is reported by the boundary, not at interpreter exit
+            with suppress(ValueError, AttributeError):  # stdout is already closed, or None.
+                # Flushed here so that a closed pipe is reported by the boundary, not at interpreter exit.
+                sys.stdout.flush()
     except KeyboardInterrupt as error:
         if debug:
             raise
@@ -166,12 +190,12 @@ def _run(main: Callable[[list[str]], int | None], argv: list[str], prog: str) ->
         terminated = isinstance(error, Terminated)
         _report(f"{prog}: interrupted" + (f" by {error.name}" if terminated else ""))
         return error.exit_code if terminated else 130
-    except Exception as error:  # an expected failure is one line; anything else is a bug and keeps its traceback
+    except Exception as error:  # An expected failure is one line; anything else is a bug and keeps its traceback.
         failure = expected_failure(error)
         if failure is None or debug:
             held.replay()
             if failure is not None:
-                error.exit_status = failure[0]  # the runner exits with it after the traceback (--debug)
+                error.exit_status = failure[0]  # With --debug, the runner exits with this status after the traceback.
             raise
         held.discard()
         if isinstance(error, BrokenPipeError) or getattr(error, "errno", None) == errno.EPIPE:
@@ -182,9 +206,11 @@ def _run(main: Callable[[list[str]], int | None], argv: list[str], prog: str) ->
 
 
 def expected_failure(error: BaseException) -> tuple[int, str] | None:
-    """(exit status, one line) for an expected failure: a refusal (`errors.refusal_exit_code`: ours, or one that a
-    module of this package declares), a working folder deleted while the tool ran, or an operating-system condition.
-    None for anything else, a bug, which keeps its traceback."""
+    """Return (exit status, one line) for an expected failure, or None for a bug, which keeps its traceback.
+
+    Expected failures are a refusal (one `errors.refusal_exit_code` recognises: ours, or one that a module of this
+    package declares), a working folder deleted while the tool ran, and an operating-system condition.
+    """
     code = refusal_exit_code(error)
     if code is not None:
         return code, one_line(error)
@@ -193,9 +219,9 @@ def expected_failure(error: BaseException) -> tuple[int, str] | None:
     return expected_os_failure(error)
 
 
-# No credential reaches an error line, since argparse echoes an unrecognised `--token hf_...`. Masked are a Hugging
-# Face token, a URL's user:password@ or ?token= part, and the value after a flag or header that names a secret
-# (--token, --hub_token, --api_key, ...; Authorization: Bearer).
+# No credential may reach an error line, and argparse echoes an unrecognised `--token hf_...`. These patterns mask a
+# Hugging Face token, a URL's user:password@ or ?token= part, and the value after a flag or header that names a
+# secret (--token, --hub_token, --api_key and the like, or Authorization: Bearer).
 _CREDENTIALS = (
     re.compile(
         r"\bhf_[A-Za-z0-9]{20,}|(?<=://)[^/\s@]+@|(?<=[?&])(?:\w*token|key|password|secret)=[^&\s]+", re.IGNORECASE
@@ -209,24 +235,25 @@ _CREDENTIALS = (
 
 
 def masked(line: str) -> str:
-    """`line` with every credential-looking value replaced by ***."""
+    """Return `line` with every value that looks like a credential replaced by ***."""
     return _CREDENTIALS[1].sub(r"\1***", _CREDENTIALS[0].sub("***", line))
 
 
 def _report(line: str) -> None:
-    """The one error line, with credentials `masked`, on stderr (dropped when stderr is closed). Under a multi-process
-    launcher every process refuses the same input in the same way, so only the first process (rank 0) says it, and the
-    user reads the line once."""
-    stream = sys.stderr  # None when closed (`print(file=None)` would write to standard output)
+    """Print the one error line on stderr with its credentials `masked`, or drop it when stderr is closed.
+
+    Under a multi-process launcher every process refuses the same input in the same way, so only the first process
+    (rank 0) prints the line, and the user reads it once.
+    """
+    stream = sys.stderr  # It is None when closed, and `print(file=None)` would write to standard output.
     if stream is not None and not getattr(stream, "closed", False) and process_rank() == 0:
         print(masked(line), file=stream)
         stream.flush()
 
 
 def _silence_stdout() -> None:
-    """After a broken pipe, point standard output at /dev/null, so that Python's final flush does not print a second
-    error."""
-    with suppress(OSError, ValueError, AttributeError):  # stdout is not a real file (tests capture it)
+    """Point standard output at /dev/null after a broken pipe, so that Python's final flush prints no second error."""
+    with suppress(OSError, ValueError, AttributeError):  # stdout may not be a real file, as when tests capture it.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)

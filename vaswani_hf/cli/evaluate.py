@@ -1,4 +1,4 @@
-"""Score translations: sacreBLEU, chrF, the paper's tokenized BLEU (compound split) and tokenized BLEU.
+"""Score translations with sacreBLEU, chrF, the paper's tokenized BLEU (with compounds split) and tokenized BLEU.
 
 Translate a source file with a saved model and score it::
 
@@ -11,9 +11,9 @@ or score an existing output file::
 
 Several reference files may follow --references (multi-reference BLEU). The tool prints a table and writes the scores
 with their signatures as JSON. Text files are read as every tool of the package reads them (strict UTF-8 with file:line
-errors, byte-order mark dropped, CRLF/CR accepted); every input is read and every output checked before anything is
-translated; existing --out / --save_hypotheses files are replaced only with --overwrite. See vaswani_hf.evaluation
-for what each score is.
+errors, byte-order mark dropped, CRLF/CR accepted). Every input is read and every output checked before anything is
+translated, and existing --out or --save_hypotheses files are replaced only with --overwrite. See
+vaswani_hf.evaluation for what each score is.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from .contract import ArgumentParser
 
 @dataclass
 class EvaluateOptions:
-    """This tool's own settings (the batching ones are `BatchSettings`)."""
+    """Hold the settings that belong to this tool alone; the batching settings are in `BatchSettings`."""
 
     tokenize: str = field(
         default="13a",
@@ -104,9 +104,12 @@ def check_arguments(args) -> None:
 
 
 def _paths(args) -> Paths:
-    """The paths and when they are checked: the text files (a file, "-" or a pipe: `io.TextInput`) and the output
-    files before anything is read, each text line as it is read, before anything is translated, and the model folder
-    once the line counts agree (`_resolve`)."""
+    """Declare the tool's paths, which are checked in three steps.
+
+    The text files (a file, "-" or a pipe, read by `io.TextInput`) and the output files are checked before anything is
+    read. Each text line is checked as it is read, before anything is translated. The model folder is checked once the
+    line counts agree (in `_resolve`).
+    """
     inputs = [
         Use(f"--references ({i + 1})", path, TEXT_OR_STDIN, what="reference file")
         for i, path in enumerate(args.references)
@@ -124,8 +127,11 @@ def _paths(args) -> Paths:
 
 
 def translate_file(args, sources: list[str]) -> tuple[list[str], int, str]:
-    """Load the model folder in the precision --dtype chooses and translate `sources`; returns (hypotheses, beam
-    size, the precision's name)."""
+    """Load the model folder in the precision --dtype chooses, translate `sources`, and return the result.
+
+    Returns (hypotheses, beam size, the precision's name). A source line the model refuses (one longer than its
+    positions, for example) is raised as an InputLineError naming the source file and the line.
+    """
     model, tokenizer, choice = load_for_decoding(args.model, args.device, args.dtype)
     if args.dtype != precision.DTYPE.default:
         print(choice.line(), file=sys.stderr)
@@ -140,9 +146,9 @@ def translate_file(args, sources: list[str]) -> tuple[list[str], int, str]:
             num_beams=num_beams,
             max_input_tokens=args.max_input_tokens,
         )
-    except io.InputLineError as error:  # e.g. a line longer than the model's positions: named as file:line
+    except io.InputLineError as error:  # For example a line longer than the model's positions, named as file:line.
         raise error.in_file(args.source) from error
-    # reported after the work, so that a refused source is one line on stderr (translate shows its own progress)
+    # Reported after the work, so that a refused source stays one line on stderr; translate shows its own progress.
     print(
         f"translated {len(sources)} lines of {args.source} on {resolve_device(args.device)} with "
         f"num_beams={num_beams} in {time.perf_counter() - started:.1f}s",
@@ -152,7 +158,11 @@ def translate_file(args, sources: list[str]) -> tuple[list[str], int, str]:
 
 
 def _resolve(args, checked):
-    """Read every input, compare the line counts and check the model folder, all before anything is translated."""
+    """Read every input, compare the line counts and check the model folder, all before anything is translated.
+
+    Returns the plan (args, references, lines), where references pairs each reference file's name with its lines and
+    lines are the hypotheses, or the source lines when the model is to translate them.
+    """
 
     references = [(name, io.read_lines(name, what="reference file")) for name in args.references]
     if args.hypotheses:

@@ -6,7 +6,7 @@
 The folder loads with `ctranslate2.Translator(out_dir)`; translate with
 `vaswani-translate --engine ctranslate2 --model out_dir` or `vaswani_hf.export.ctranslate2.translate_ctranslate2`.
 Source tokens must be given as our tokenizer (copied into the folder) makes them, `</s>` included. --out_dir
-appears whole; an existing non-empty one is replaced only with --overwrite (or its older name --force).
+appears whole, and an existing non-empty one is replaced only with --overwrite (or its older name --force).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def _paths(args) -> Paths:
 
 
 def _resolve(args, checked):
-    import_ctranslate2()  # the optional dependency, before any work
+    import_ctranslate2()  # The optional dependency is checked before any work.
     return args
 
 
@@ -64,5 +64,5 @@ COMMAND = Command(
 )
 main = COMMAND.main
 
-if __name__ == "__main__":  # python -m vaswani_hf.cli.<tool> (the console script: vaswani_commands)
+if __name__ == "__main__":  # For python -m vaswani_hf.cli.<tool>; the console script goes through vaswani_commands.
     sys.exit(main())

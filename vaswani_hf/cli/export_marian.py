@@ -3,15 +3,16 @@
     vaswani-export-marian --model_dir outputs/model --out outputs/model-marian [--repo_id org/name-marian]
         [--source_lang en --target_lang de] [--overwrite]
 
-The conversion is exact (`vaswani_hf.export.marian.to_marian`: same function, fp32 logits agree to ~1e-6; Marian
-reloads its LayerNorms with eps 1e-5). The folder loads with plain `MarianMTModel.from_pretrained` and
-`AutoTokenizer.from_pretrained` (our byte-level BPE tokenizer.json; Marian's SentencePiece `MarianTokenizer` does
-not apply), so the Hub widget and Inference Endpoints, which run only built-in architectures, can serve it.
+The conversion is exact (`vaswani_hf.export.marian.to_marian`): the Marian model computes the same function, and
+its fp32 logits agree with ours to about 1e-6 (Marian reloads its LayerNorms with eps 1e-5). The folder loads with
+plain `MarianMTModel.from_pretrained` and `AutoTokenizer.from_pretrained` (our byte-level BPE tokenizer.json, since
+Marian's SentencePiece `MarianTokenizer` does not apply), so the Hub widget and Inference Endpoints, which run only
+built-in architectures, can serve it.
 The card reuses `metrics.json` of the model folder (written by `vaswani_hf.hub.write_model_card`); without it,
 give --source_lang/--target_lang for a card without scores. Push the result with vaswani-push-to-hub.
-A model Marian cannot express (learned positions, d_k != d_model / num_heads, a LayerNorm epsilon other than
-Marian's 1e-5 within 1e-5) is refused naming the config.json field. --out appears whole; an existing non-empty
---out is replaced only with --overwrite.
+A model Marian cannot express (learned positions, d_k != d_model / num_heads, or a LayerNorm epsilon farther than
+1e-5 from Marian's 1e-5) is refused with a message naming the config.json field. --out appears whole, and an existing
+non-empty --out is replaced only with --overwrite.
 """
 
 from __future__ import annotations
@@ -76,5 +77,5 @@ COMMAND = Command(
 )
 main = COMMAND.main
 
-if __name__ == "__main__":  # python -m vaswani_hf.cli.<tool> (the console script: vaswani_commands)
+if __name__ == "__main__":  # For python -m vaswani_hf.cli.<tool>; the console script goes through vaswani_commands.
     sys.exit(main())

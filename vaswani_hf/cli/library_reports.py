@@ -1,6 +1,8 @@
-"""Libraries that speak first: what transformers, huggingface_hub, datasets, accelerate and evaluate report on their
-own while a tool runs, as log records (transformers' LOAD REPORT table of missing weights, its "Token indices sequence
-length is longer than the specified maximum" warning) and as Python warnings.
+"""Hold back what libraries report on their own while a tool runs, so that a refusal stays one line.
+
+transformers, huggingface_hub, datasets, accelerate and evaluate report things as log records (transformers' LOAD
+REPORT table of missing weights, its "Token indices sequence length is longer than the specified maximum" warning)
+and as Python warnings.
 
 The boundary (`contract.run_cli`) holds them back (`HeldReports`) while the tool runs. When the tool refuses its input
 or fails for an expected reason, its one error line says what is wrong and what the libraries said is dropped: a table
@@ -25,14 +27,18 @@ from transformers.utils import logging as transformers_logging
 # The loggers of the libraries whose reports are held (each library logs under its package name).
 LIBRARY_LOGGERS = ("transformers", "huggingface_hub", "datasets", "accelerate", "evaluate", "torch", "tokenizers")
 
-_active: list[HeldReports] = []  # the hold of the running tool (a stack: a tool may run another in-process)
+_active: list[
+    HeldReports
+] = []  # The holds of the running tools, as a stack, because a tool may run another one in-process.
 
 
 class HeldReports:
-    """Hold the log records of `loggers` (and their children) and, with `hold_warnings`, Python's warnings, from
-    `start()` until `replay()` shows them in order or `discard()` drops them; `stop()` routes new ones to their usual
-    places again and keeps what was held. A tool may hold its own loggers' records the same way: train_tokenizer holds
-    the corpus loader's warnings until the corpus is accepted."""
+    """Hold the log records of `loggers` (and their children) and, with `hold_warnings`, Python's warnings.
+
+    Holding starts with `start()` and lasts until `replay()` shows what was held, in order, or `discard()` drops it.
+    `stop()` routes new records and warnings to their usual places again and keeps what was held. A tool may hold its
+    own loggers' records the same way: train_tokenizer holds the corpus loader's warnings until the corpus is accepted.
+    """
 
     def __init__(self, loggers: tuple[str, ...] = LIBRARY_LOGGERS, hold_warnings: bool = True):
         self.loggers, self.hold_warnings = loggers, hold_warnings
@@ -41,7 +47,7 @@ class HeldReports:
         self._routes: dict[str, tuple[list, bool]] = {}
         self._showwarning = None
         self._handler = logging.Handler()
-        self._handler.emit = self.records.append  # a record is held as it is
+        self._handler.emit = self.records.append  # A record is held unchanged.
 
     def start(self) -> HeldReports:
         for name in self.loggers:
@@ -58,7 +64,7 @@ class HeldReports:
         self.warnings.append((args, kwargs))
 
     def stop(self) -> None:
-        """Route records and warnings as before `start()` (handlers a library added meanwhile are kept)."""
+        """Route records and warnings as they were routed before `start()`, keeping handlers a library added since."""
         for name, (handlers, propagate) in self._routes.items():
             logger = logging.getLogger(name)
             added = [h for h in logger.handlers if h is not self._handler and h not in handlers]
@@ -70,7 +76,7 @@ class HeldReports:
             _active.remove(self)
 
     def replay(self) -> None:
-        """Stop holding, and show what was held, in order."""
+        """Stop holding, and show what was held in the order it came."""
         records, held_warnings = self.records[:], self.warnings[:]
         self.discard()
         for record in records:
@@ -88,7 +94,10 @@ class HeldReports:
         return self.start()
 
     def __exit__(self, kind, error, traceback) -> None:
-        """Success (or SystemExit: --help) shows what was held; after an exception the caller chooses."""
+        """Show what was held on success or SystemExit (as --help exits); after an exception, stop holding and keep it.
+
+        After an exception the caller chooses whether to replay or discard what was held.
+        """
         if kind is None or not issubclass(kind, (Exception, KeyboardInterrupt)):
             self.replay()
         else:
@@ -96,21 +105,27 @@ class HeldReports:
 
 
 def release_library_reports() -> None:
-    """Show what the libraries said so far and stop holding it back. A tool whose preparation is done calls this before
-    its long work (a training run), so that later reports appear when they are made."""
+    """Show what the libraries said so far and stop holding it back.
+
+    A tool whose preparation is done calls this before its long work (a training run), so that later reports appear
+    when they are made.
+    """
     for held in _active[::-1]:
         held.replay()
 
 
 @contextmanager
 def library_progress_bars_off():
-    """Turn transformers' own progress bars (loading and writing weights) off while a tool runs: they are not the
-    tool's progress, and a bar left on stderr before an error would break the one-line rule. The tools' own bars and
-    huggingface_hub's download bars stay; the previous state is restored afterwards, for in-process callers."""
+    """Turn transformers' own progress bars (loading and writing weights) off while a tool runs.
+
+    They are not the tool's progress, and a bar left on stderr before an error would break the one-line rule. The
+    tools' own bars and huggingface_hub's download bars stay on. The previous state is restored afterwards, for
+    in-process callers.
+    """
     was_enabled, hub_was_disabled = transformers_logging.is_progress_bar_enabled(), are_progress_bars_disabled()
 
-    def switch(on: bool) -> None:  # transformers' switch also switches the hub's bars: the hub's state is put back
-        with warnings.catch_warnings():  # the hub warns when HF_HUB_DISABLE_PROGRESS_BARS forbids a change
+    def switch(on: bool) -> None:  # transformers' switch also switches the hub's bars, so the hub's state is put back.
+        with warnings.catch_warnings():  # The hub warns when HF_HUB_DISABLE_PROGRESS_BARS forbids a change.
             warnings.simplefilter("ignore")
             (transformers_logging.enable_progress_bar if on else transformers_logging.disable_progress_bar)()
             (disable_progress_bars if hub_was_disabled else enable_progress_bars)()

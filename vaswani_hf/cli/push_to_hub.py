@@ -3,18 +3,18 @@
     vaswani-push-to-hub --model_dir outputs/model --repo_id org/name [--private] [--revision BRANCH] [--dry_run]
         [--commit_message "..."] [--space_id org/name-demo [--space_only]]
 
-Uploads exactly the files that --dry_run lists (`vaswani_hf.hub.upload.list_upload_files`, the model folder's declared
-files): the safetensors weights, config.json with auto_map, the model's code files, the tokenizer files,
+The tool uploads exactly the files that --dry_run lists (`vaswani_hf.hub.upload.list_upload_files`, the files the model
+folder declares): the safetensors weights, config.json with auto_map, the model's code files, the tokenizer files,
 generation_config.json, the metrics and the README.md model card. The folder and the repository id are checked before
-any network call: a missing, truncated or broken file, a missing code file or an invalid id is one line, exit status 2.
-The token comes from HF_TOKEN or the cached login (`hf auth login`) and is never printed; a network or authentication
-failure is one line, exit status 1. --dry_run makes no network call. The Hub address is huggingface_hub's (set
-HF_ENDPOINT to point elsewhere).
+any network call, and a missing, truncated or broken file, a missing code file or an invalid id is one line with exit
+status 2. The token comes from HF_TOKEN or the cached login (`hf auth login`) and is never printed; a network or
+authentication failure is one line with exit status 1. --dry_run makes no network call. The Hub address is
+huggingface_hub's (set HF_ENDPOINT to point elsewhere).
 
 --space_id also creates (or updates) a Gradio Space of that id serving --repo_id: a page that translates with the
-paper's decoding and draws every attention head (`vaswani_hf.space`; its files: `vaswani_hf.hub.space`). It is uploaded
-in one commit after the model. --space_only uploads only the Space, for a model repository that exists already (checked
-before the upload; no --model_dir then).
+paper's decoding and draws every attention head (`vaswani_hf.space`, with its files written by `vaswani_hf.hub.space`).
+It is uploaded in one commit after the model. --space_only uploads only the Space, for a model repository that exists
+already; the repository is checked before the upload, and --model_dir is not given then.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def build_parser() -> ArgumentParser:
 
 
 def _validate(args) -> None:
-    """The flags' combination, and the Space's id before the model is uploaded."""
+    """Check that the flags can be combined, and check the Space's id before the model is uploaded."""
     if args.space_only and args.space_id is None:
         raise io.UsageError("--space_only needs --space_id, the Space to create (see --help)")
     if args.space_only and args.model_dir is not None:
@@ -70,12 +70,14 @@ def _validate(args) -> None:
 
 
 def _paths(args) -> Paths:
-    return Paths(inputs=(Use("--model_dir", args.model_dir, MODEL_FOLDER),))  # None with --space_only
+    return Paths(inputs=(Use("--model_dir", args.model_dir, MODEL_FOLDER),))  # --model_dir is None with --space_only.
 
 
 def _run(args) -> None:
-    """The model (unless --space_only), then the Space: each upload checks its repository id before any network
-    call; --dry_run lists and stops."""
+    """Upload the model (unless --space_only), then the Space, or with --dry_run only list what would be uploaded.
+
+    Each upload checks its repository id before any network call.
+    """
     if args.model_dir is not None:
         push_folder(
             args.model_dir,
@@ -92,5 +94,5 @@ def _run(args) -> None:
 COMMAND = Command("push_to_hub", "vaswani-push-to-hub", build_parser, _run, paths=_paths, validate=_validate)
 main = COMMAND.main
 
-if __name__ == "__main__":  # python -m vaswani_hf.cli.<tool> (the console script: vaswani_commands)
+if __name__ == "__main__":  # For python -m vaswani_hf.cli.<tool>; the console script goes through vaswani_commands.
     sys.exit(main())

@@ -1,8 +1,10 @@
-"""Every command-line tool of the package, by name: the one list that pyproject.toml's [project.scripts], the
-`scripts/*.py` shims and the tests' batteries are checked against (tests/test_cli_registry.py). A new tool is one
-declaration (a `command.Command` in its module vaswani_hf/cli/<name>.py) added here in one line, plus its test file
-tests/test_cli_<name>.py. The Space's page (`vaswani-space`, vaswani_hf.space) is a Gradio server, not a command of
-this contract, so it is listed apart, in `OTHER_SCRIPTS`.
+"""List every command-line tool of the package by name.
+
+This is the one list that pyproject.toml's [project.scripts], the `scripts/*.py` shims and the tests' batteries are
+checked against (tests/test_cli_registry.py). A new tool
+is one declaration (a `command.Command` in its module vaswani_hf/cli/<name>.py) added here in one line, plus its test
+file tests/test_cli_<name>.py. The Space's page (`vaswani-space`, vaswani_hf.space) is a Gradio server, not a command
+of this contract, so it is listed apart, in `OTHER_SCRIPTS`.
 """
 
 from __future__ import annotations
@@ -33,9 +35,12 @@ COMMANDS: dict[str, Command] = {
     )
 }
 
-OTHER_SCRIPTS = {"vaswani-space": "vaswani_commands:space"}  # the Space's page (a Gradio server)
+OTHER_SCRIPTS = {"vaswani-space": "vaswani_commands:space"}  # The Space's page, a Gradio server.
 
 
 def console_scripts() -> dict[str, str]:
-    """[project.scripts] as the registry declares it: prog -> module:main."""
-    return {**{c.prog: f"vaswani_commands:{c.name}" for c in COMMANDS.values()}, **OTHER_SCRIPTS}  # the runner
+    """Return [project.scripts] as the registry declares it, mapping each program name to "module:function"."""
+    return {
+        **{c.prog: f"vaswani_commands:{c.name}" for c in COMMANDS.values()},
+        **OTHER_SCRIPTS,
+    }  # Every tool starts through the runner.

@@ -1,4 +1,6 @@
-"""The process's surroundings, which the command-line boundary (`contract.run_cli`) owns while a tool runs.
+"""Own the process's surroundings for the command-line boundary (`contract.run_cli`) while a tool runs.
+
+The surroundings are of three kinds.
 
 - Standard streams. A stream the caller closed (`<&-`, `>&-`, `2>&-`) is None in Python (`sys.stdin`), and its
   descriptor number is free: the next file opened would take it, and whatever writes to descriptor 1 or 2 below Python
@@ -8,9 +10,10 @@
   the closed Python streams: a closed standard input refuses in one line when it is read (exit status 2, bad input), a
   closed standard output refuses when it is written (exit status 1, as a closed pipe fails), and a closed standard
   error swallows what is written to it (the exit status still tells the caller what happened).
-- Launcher variables (`RANK`, `WORLD_SIZE`, ...; `DISTRIBUTED_VARIABLES` declares each once, with its range). torch and
-  accelerate read them with `int()` deep inside a launch, where a malformed one ends in a traceback;
-  `check_distributed_environment` makes it one line naming the variable, exit status 2, before any of them reads it.
+- Launcher variables (`RANK`, `WORLD_SIZE` and the like, each declared once with its range in
+  `DISTRIBUTED_VARIABLES`). torch and accelerate read them with `int()` deep inside a launch, where a malformed one
+  ends in a traceback. `check_distributed_environment` makes that one line naming the variable, with exit status 2,
+  before either library reads it.
 - Signals. SIGTERM and SIGHUP (a scheduler's stop, a closed terminal) raise `Terminated`, a KeyboardInterrupt, wherever
   the program is, so that every cleanup a Ctrl-C runs (a staged output removed, a lock released) runs for them too. The
   exit status is 128 + the signal's number (143 for SIGTERM, 129 for SIGHUP), as the shell reports a process that the
@@ -40,7 +43,7 @@ STREAMS = ("stdin", "stdout", "stderr")
 
 @dataclass
 class LauncherVariables:
-    """The launchers' variables (torchrun, accelerate launch): each a whole number, its range and what it is."""
+    """Declare the variables the launchers set (torchrun, accelerate launch), each a whole number with its range."""
 
     RANK: int = field(default=0, metadata={"help": "this process's rank among all processes", "min": 0})
     WORLD_SIZE: int = field(default=1, metadata={"help": "the number of processes", "min": 1})
@@ -54,11 +57,14 @@ class LauncherVariables:
 
 
 DISTRIBUTED_VARIABLES = settings_of(LauncherVariables)
-RANK_BELOW = (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE"))  # a rank lies below its count
+RANK_BELOW = (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE"))  # Each rank must lie below its count.
 
 
 class ClosedInput(io.TextIOBase):
-    """`sys.stdin` of a process started with `<&-`: reading it is a `StandardInputClosed` (exit status 2)."""
+    """Stand in for `sys.stdin` of a process started with `<&-`, raising `StandardInputClosed` when read.
+
+    The exit status is then 2, as for bad input.
+    """
 
     encoding = "utf-8"
 
@@ -73,8 +79,10 @@ class ClosedInput(io.TextIOBase):
 
 
 class ClosedOutput(io.TextIOBase):
-    """`sys.stdout` of a process started with `>&-`: writing to it is a `StandardOutputClosed` (exit status 1, as
-    for a closed pipe); flushing nothing is fine."""
+    """Stand in for `sys.stdout` of a process started with `>&-`, raising `StandardOutputClosed` when written to.
+
+    The exit status is then 1, as for a closed pipe. Writing an empty string, as a flush does, is accepted.
+    """
 
     encoding = "utf-8"
 
@@ -89,9 +97,11 @@ class ClosedOutput(io.TextIOBase):
 
 @contextmanager
 def own_streams():
-    """While a tool runs, a closed standard input or output refuses in one line and a closed standard error swallows
-    what is written to it (see the module docstring). The previous objects (None) are put back afterwards, so that an
-    in-process caller finds `sys` as it left it."""
+    """Give a closed standard stream a stand-in while a tool runs, as the module docstring describes.
+
+    A closed standard input or output then refuses in one line, and a closed standard error swallows what is written
+    to it. The previous objects (None) are put back afterwards, so that an in-process caller finds `sys` as it left it.
+    """
     occupy_closed_descriptors()
     replaced = {}
     for name in STREAMS:
@@ -108,8 +118,11 @@ def own_streams():
 
 @functools.cache
 def _sink():
-    """/dev/null as a text stream, opened once: a handler that a library bound to it meanwhile may still write."""
-    return open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - kept open for the process
+    """Return /dev/null as a text stream, opened once and never closed.
+
+    It stays open because a handler that a library bound to it meanwhile may still write to it.
+    """
+    return open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - it stays open for the process's life.
 
 
 def _whole_number(text: str) -> int | None:
@@ -118,8 +131,10 @@ def _whole_number(text: str) -> int | None:
 
 
 def check_distributed_environment(environ: Mapping[str, str] | None = None) -> None:
-    """A UsageError naming the first launcher variable (`DISTRIBUTED_VARIABLES`) that is set but is not a whole number
-    in its range, or a rank that is not below its count."""
+    """Check the launchers' variables (`DISTRIBUTED_VARIABLES`) and raise a UsageError naming the first bad one.
+
+    A variable is bad when it is set but is not a whole number in its range, or when it is a rank not below its count.
+    """
     environ = os.environ if environ is None else environ
     values = {}
     for name, declared in DISTRIBUTED_VARIABLES.items():
@@ -144,8 +159,10 @@ def check_distributed_environment(environ: Mapping[str, str] | None = None) -> N
 
 
 def process_rank() -> int:
-    """This process's rank (`RANK`); 0 when it is unset or when the launchers' variables are malformed, so that every
-    process reports the malformed variable then."""
+    """Return this process's rank (`RANK`), or 0 when it is unset or the launchers' variables are malformed.
+
+    Returning 0 for malformed variables makes every process report them, since no process can trust its rank then.
+    """
     try:
         check_distributed_environment()
     except UsageError:
@@ -157,25 +174,29 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM or SIGHUP, raised where the program is (see the module docstring)."""
+    """Signal that SIGTERM or SIGHUP arrived; it is raised wherever the program is (see the module docstring)."""
 
     def __init__(self, signum: int):
         self.signum, self.name = int(signum), signal.Signals(signum).name
-        self.exit_code = 128 + self.signum  # as the shell reports a process the signal ended
+        self.exit_code = 128 + self.signum  # This is how the shell reports a process the signal ended.
         super().__init__(self.name)
 
 
-_wakeups: list[tuple[int, list]] = []  # (read end of the wakeup pipe, the signals received) of the running tool
+_wakeups: list[
+    tuple[int, list]
+] = []  # For each running tool, the read end of its wakeup pipe and the signals it received.
 
 
 @contextmanager
 def signals_as_interrupts(signals=STOP_SIGNALS):
-    """While a tool runs, `signals` raise `Terminated`. Only the main thread can install handlers in Python, so
-    elsewhere nothing changes; the previous handlers are put back afterwards.
+    """Make `signals` raise `Terminated` while a tool runs, and put the previous handlers back afterwards.
 
-    Python runs a signal's handler in the main thread, when that thread next runs Python code: a library that works in
-    its own threads (the tokenizers library trains a BPE while its threads pull our lines) would finish its whole work
-    first. So the signal's number is also written to a pipe (`signal.set_wakeup_fd`), which `raise_if_stopped` reads
+    Only the main thread can install handlers in Python, so in any other thread nothing changes. A signal the caller
+    ignores stays ignored.
+
+    Python runs a signal's handler in the main thread, when that thread next runs Python code, so a library that works
+    in its own threads (the tokenizers library trains a BPE while its threads pull our lines) would finish its whole
+    work first. The signal's number is also written to a pipe (`signal.set_wakeup_fd`), which `raise_if_stopped` reads
     from any thread."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -183,7 +204,7 @@ def signals_as_interrupts(signals=STOP_SIGNALS):
     received: list[int] = []
 
     def handler(signum, frame):
-        if received:  # already stopping: let the cleanup finish
+        if received:  # Already stopping, so let the cleanup finish.
             return
         received.append(signum)
         raise Terminated(signum)
@@ -211,15 +232,17 @@ def signals_as_interrupts(signals=STOP_SIGNALS):
 
 
 def raise_if_stopped() -> None:
-    """Raise `Terminated` if SIGTERM or SIGHUP arrived and nothing has raised it yet. This is for loops that may run
-    outside the main thread, where no signal handler runs (see `signals_as_interrupts`). It is cheap (one non-blocking
-    read of the wakeup pipe) and does nothing outside a tool."""
+    """Raise `Terminated` if SIGTERM or SIGHUP arrived and nothing has raised it yet.
+
+    This is for loops that may run outside the main thread, where no signal handler runs (see `signals_as_interrupts`).
+    It is cheap (one non-blocking read of the wakeup pipe) and does nothing outside a tool.
+    """
     if not _wakeups:
         return
     read_end, received = _wakeups[-1]
     try:
         numbers = os.read(read_end, 256)
-    except OSError:  # nothing arrived (EAGAIN), or the tool just ended
+    except OSError:  # Nothing arrived (EAGAIN), or the tool just ended.
         return
     for number in numbers:
         if number in STOP_SIGNALS and not received:

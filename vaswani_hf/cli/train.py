@@ -7,12 +7,12 @@
     accelerate launch --config_file accelerate_configs/multi_gpu.yaml scripts/train.py --recipe wmt14-en-de-base
     ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes 2 scripts/train.py   # 2 CPU processes (gloo)
 
-Every recipe key can be overridden with `--key value` (lists as several values or in YAML syntax:
-`--translate_examples '["a", "b"]'`, null with `--key null`). `--list-keys` prints all keys with their types,
-ranges, defaults and meaning; `--list-recipes` the bundled recipes; `--check` validates the recipe, the output
-folder and every line of the corpus files, then exits. A folder that holds a previous run is continued with
-`--resume` or replaced with `--overwrite`; a finished run resumed does nothing and says so; a folder another run is
-writing into is refused.
+Every recipe key can be overridden with `--key value`. A list is given as several values or in YAML syntax
+(`--translate_examples '["a", "b"]'`), and null as `--key null`. `--list-keys` prints all keys with their types,
+ranges, defaults and meaning, and `--list-recipes` prints the bundled recipes. `--check` validates the recipe, the
+output folder and every line of the corpus files, then exits. A folder that holds a previous run is continued with
+`--resume` or replaced with `--overwrite`. A finished run that is resumed does nothing and says so, and a folder
+another run is writing into is refused.
 """
 
 from __future__ import annotations
@@ -69,13 +69,13 @@ class CommandOptions:
 
 
 def help_text(name: str) -> str:
-    """A key's help text with its range, as `--help` and `--list-keys` show it."""
+    """Return a key's help text with its range, as `--help` and `--list-keys` show it."""
     limits = SETTINGS[name].limits() if SETTINGS[name].type in (int, float) else ""
     return SETTINGS[name].help + (f" [{limits}]" if limits else "")
 
 
 def type_name(name: str) -> str:
-    """A key's type as `--list-keys` shows it: "int", "int or auto", "str or null", "one of sample, moses, ..."."""
+    """Return a key's type as `--list-keys` shows it, such as "int", "int or auto", "str or null" or "one of ..."."""
     s = SETTINGS[name]
     text = (
         "one of " + ", ".join(map(str, s.choices))
@@ -88,7 +88,7 @@ def type_name(name: str) -> str:
 
 
 def format_keys() -> str:
-    """The text of `--list-keys`: every key, grouped as in the recipe sections."""
+    """Return the text `--list-keys` prints: every key, grouped as in the recipe sections."""
     lines = []
     for section in SECTIONS:
         lines.append(f"# {section._argument_group_name}")
@@ -110,8 +110,11 @@ _LISTS = {
 
 
 class RecipeParser(HfArgumentParser):
-    """HfArgumentParser over the recipe sections and the command's options: only the keys given are returned
-    (`load_recipe` merges them over the recipe file); a usage error is a RecipeError (one line, exit 2)."""
+    """Parse the recipe sections' keys and the command's options with HfArgumentParser, returning only the keys given.
+
+    `load_recipe` merges the given keys over the recipe file. A usage error raises a RecipeError, which the boundary
+    reports in one line with exit status 2.
+    """
 
     def __init__(self):
         super().__init__(
@@ -124,9 +127,9 @@ class RecipeParser(HfArgumentParser):
         add_debug_argument(self)
         for action in self._actions:
             if action.dest in _KEYS:
-                action.default = argparse.SUPPRESS  # absent keys keep the recipe file's value
+                action.default = argparse.SUPPRESS  # A key that is not given keeps the recipe file's value.
                 action.help = help_text(action.dest)
-                if action.nargs != 0:  # a key's value; `--no_KEY` of a boolean takes none
+                if action.nargs != 0:  # A key that takes a value; a boolean's `--no_KEY` takes none.
                     action.help += (
                         f" (default: {SETTINGS[action.dest].default!r}, where the recipe file does not set it)"
                     )
@@ -138,8 +141,11 @@ class RecipeParser(HfArgumentParser):
 
     @staticmethod
     def _parse_dataclass_field(parser, field):
-        """HfArgumentParser passes a field's metadata to argparse as keywords: its help only (the declaration's range
-        and choices are checked once, when the recipe is built)."""
+        """Add a field to the parser passing only its help on to argparse, and none of its other metadata.
+
+        HfArgumentParser would pass all of a field's metadata to argparse as keywords. The declaration's range and
+        choices are checked once instead, when the recipe is built.
+        """
         plain = copy.copy(field)
         plain.metadata = types.MappingProxyType({k: v for k, v in field.metadata.items() if k == "help"})
         HfArgumentParser._parse_dataclass_field(parser, plain)
@@ -157,8 +163,10 @@ def _text_converter(name: str):
 
 
 def parse_command_line(argv: Sequence[str]):
-    """`--recipe NAME_OR_PATH` and `--key value` pairs -> (the checked Recipe, the command's options). The recipe is
-    None for --list-keys and --list-recipes."""
+    """Parse `--recipe NAME_OR_PATH` and `--key value` pairs, and return (the checked Recipe, the command's options).
+
+    The recipe is None for --list-keys and --list-recipes. An unknown key or argument raises a RecipeError.
+    """
     parser = RecipeParser()
     namespace, remaining = parser.parse_known_args(list(argv))
     if remaining:
@@ -171,7 +179,9 @@ def parse_command_line(argv: Sequence[str]):
     values.pop("debug", None)
     if options.list_keys or options.list_recipes:
         return None, options
-    for name in [n for n in values if n in _LISTS]:  # several values, or one in YAML syntax ('["a", "b"]')
+    for name in [
+        n for n in values if n in _LISTS
+    ]:  # A list is given as several values, or as one in YAML syntax ('["a", "b"]').
         value = values[name]
         values[name] = (
             value_from_text(name, value[0]) if len(value) == 1 and value[0].lstrip().startswith("[") else value
@@ -180,14 +190,19 @@ def parse_command_line(argv: Sequence[str]):
 
 
 def _resolve(parsed, checked):
-    """A listing to print, or the one plan of the run (`plan_run` checks every path; its outputs are what the error
-    boundary names when the disk fills)."""
+    """Return the text to print (a listing, or --check's verdict), or else the one plan of the run.
+
+    `plan_run` checks every path, and the plan's outputs are declared as what the error boundary names when the disk
+    fills.
+    """
     recipe, options = parsed
     if options.list_keys:
         return format_keys()
     if options.list_recipes:
         return "\n".join(list_recipes())
-    if not options.check:  # the run's log (standard output) shows what planning decides, e.g. a checkpoint skipped
+    if (
+        not options.check
+    ):  # The run's log (standard output) then shows what planning decides, such as a checkpoint skipped.
         setup_logging()
     plan = plan_run(recipe, overwrite=options.overwrite)
     declare_paths(
@@ -201,10 +216,10 @@ def _resolve(parsed, checked):
 
 
 def _run(plan) -> None:
-    if isinstance(plan, str):  # a listing, or --check's verdict
+    if isinstance(plan, str):  # A listing, or --check's verdict.
         print(plan)
         return
-    release_library_reports()  # the run's plan holds: what libraries say while it trains is shown when said
+    release_library_reports()  # The run's plan holds, so what libraries say while it trains is shown when it is said.
     run_training(plan)
 
 
@@ -213,5 +228,5 @@ COMMAND = Command(
 )
 main = COMMAND.main
 
-if __name__ == "__main__":  # python -m vaswani_hf.cli.<tool> (the console script: vaswani_commands)
+if __name__ == "__main__":  # For python -m vaswani_hf.cli.<tool>; the console script goes through vaswani_commands.
     sys.exit(main())

@@ -8,8 +8,9 @@
     vaswani-train-tokenizer --corpus data/train --src_lang en --tgt_lang de --out_dir outputs/tok
 
 Text files are read as every tool of the package reads them (strict UTF-8 with file:line errors, byte-order mark
-dropped, CRLF/CR accepted; "-" is standard input, /dev/null an empty file). --out_dir must be absent or empty
-unless --overwrite; it appears whole when training is done (Ctrl-C, SIGTERM or SIGHUP leave nothing behind).
+dropped, CRLF/CR accepted); "-" is standard input, and /dev/null is an empty file. --out_dir must be absent or empty
+unless --overwrite is given. It appears whole when training is done, and Ctrl-C, SIGTERM or SIGHUP leave nothing
+behind.
 """
 
 from __future__ import annotations
@@ -58,8 +59,10 @@ def build_parser() -> ArgumentParser:
 
 
 def _corpus(args):
-    """The training text: files (checked by the runner, streamed when training), or a parallel corpus loaded in full
-    (which checks every line)."""
+    """Return the training text: the --files paths, or a parallel corpus (--sample or --corpus) loaded in full.
+
+    The files were checked by the runner and are streamed while training; loading a corpus checks every line.
+    """
     if args.files:
         return args.files
     if args.sample:
@@ -68,16 +71,18 @@ def _corpus(args):
 
 
 def _source(args) -> str:
-    """The training text as the command line named it (for error messages)."""
+    """Return the training text as the command line named it, for error messages."""
     if args.files:
         return "--files " + ", ".join(map(str, args.files))
     return f"--corpus {args.corpus}" if args.corpus else "--sample"
 
 
 def _counted(lines, source: str):
-    """The lines, passed on; a text without a non-empty line is refused when it ends. The tokenizers library pulls the
-    lines from its own threads, where Python runs no signal handler, so this generator stops on SIGTERM or SIGHUP
-    itself (`raise_if_stopped`)."""
+    """Yield `lines` unchanged, and raise a UsageError at the end if none of them held any text.
+
+    The tokenizers library pulls the lines from its own threads, where Python runs no signal handler, so this
+    generator stops on SIGTERM or SIGHUP itself (`raise_if_stopped`).
+    """
     count = non_empty = 0
     for count, line in enumerate(lines, 1):
         non_empty += bool(line.strip())
@@ -89,8 +94,10 @@ def _counted(lines, source: str):
 
 
 def _paths(args) -> Paths:
-    """The paths: --files ("-" is standard input, as for every tool that reads text), --corpus (checked when it is
-    loaded) and --out_dir."""
+    """Declare the tool's paths: --files, --corpus and --out_dir.
+
+    In --files, "-" is standard input, as for every tool that reads text. --corpus is checked when it is loaded.
+    """
     inputs = [
         Use(f"--files ({i + 1})", path, TEXT_OR_STDIN, what="--files") for i, path in enumerate(args.files or [])
     ]
@@ -105,11 +112,11 @@ def _paths(args) -> Paths:
 def _run(args) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     languages = None if args.files else [args.src_lang, args.tgt_lang]
-    # the corpus loader's warnings (e.g. about empty sides) are shown once the corpus is accepted: a refused corpus
-    # is one line on stderr
+    # The corpus loader's warnings (about empty sides, for example) are shown only once the corpus is accepted, so
+    # that a refused corpus is one line on stderr.
     with HeldReports(("vaswani_hf.data",), hold_warnings=False):
         corpus = _corpus(args)
-        # a loaded corpus is checked now (files are streamed: checked when they end, in _counted)
+        # A loaded corpus is checked now; files are streamed, and checked when they end, in _counted.
         if not args.files and not any(line.strip() for line in iter_training_text(corpus, languages)):
             raise io.UsageError(
                 f"{_source(args)}: no text to learn from ({len(corpus)} pairs, all empty); give the training corpus"
@@ -137,5 +144,5 @@ def _run(args) -> None:
 COMMAND = Command("train_tokenizer", "vaswani-train-tokenizer", build_parser, _run, paths=_paths, invoked_name=True)
 main = COMMAND.main
 
-if __name__ == "__main__":  # python -m vaswani_hf.cli.<tool> (the console script: vaswani_commands)
+if __name__ == "__main__":  # For python -m vaswani_hf.cli.<tool>; the console script goes through vaswani_commands.
     sys.exit(main())

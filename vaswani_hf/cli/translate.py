@@ -10,14 +10,14 @@ The line rule: the output has exactly one line per input line, in the same order
 package reads text (vaswani_hf.io: strict UTF-8, byte-order mark dropped, CRLF/CR line ends accepted). A line that is
 empty or only whitespace gives an empty output line without being decoded; other lines are stripped of surrounding
 whitespace; a translation never contains a line break. Bad paths and flags (a missing input, a folder, a broken model
-folder, an existing --output) are reported in one line with exit status 2 before the model is loaded; a bad line (not
-UTF-8, longer than the model's learned positions, than a CTranslate2 export's position table or than
---max_input_tokens) is named as file:line before anything is decoded, and a line of more characters than that limit
-allows (64 per token: vaswani_hf.translation_frontend) before it is even tokenised. The input may be a file, "-"
-(standard input), /dev/stdin, a named pipe or a process substitution such as <(zcat corpus.en.gz): an input that can
-be read only once is copied as the check reads it into a temporary file (at most 90% of the space free in TMPDIR),
-which the decoding reads and which is removed at exit (vaswani_hf.io.TextInput); /dev/null is an empty input. A file
-changed while it is read is refused, naming it.
+folder, an existing --output) are reported in one line with exit status 2 before the model is loaded. A bad line is
+named as file:line before anything is decoded: one that is not UTF-8, or that has more tokens than the model's learned
+positions, a CTranslate2 export's position table or --max_input_tokens allow. A line with more characters than that
+token limit can hold (64 per token, see vaswani_hf.translation_frontend) is named before it is even tokenised. The
+input may be a file, "-" (standard input), /dev/stdin, a named pipe or a process substitution such as <(zcat
+corpus.en.gz): an input that can be read only once is copied as the check reads it into a temporary file (at most 90%
+of the space free in TMPDIR), which the decoding reads and which is removed at exit (vaswani_hf.io.TextInput);
+/dev/null is an empty input. A file changed while it is read is refused, naming it.
 
 Files of any size are translated (vaswani_hf.translate_stream): the input is decoded --buffer_lines lines at a time, so
 memory depends on that window, not on the file. --output appears only when everything is translated, in one rename, and
@@ -61,7 +61,10 @@ from .contract import ArgumentParser
 
 @dataclass
 class TranslateOptions:
-    """This tool's own settings (the batching ones are `BatchSettings`, the decoding ones `DecodingSettings`)."""
+    """Hold the settings that belong to this tool alone.
+
+    The batching settings are in `BatchSettings` and the decoding settings in `DecodingSettings`.
+    """
 
     engine: str = field(
         default="pytorch", metadata={"help": "decoding backend", "choices": ("pytorch", "ctranslate2")}
@@ -142,16 +145,18 @@ def _unset_help(name: str) -> str:
 
 
 def decoding_options(args) -> dict:
-    """The command-line decoding options that were set (unset ones keep the model's generation config)."""
+    """Return the decoding options set on the command line; those not set keep the model's generation config."""
     options = {name: getattr(args, name) for name in DECODING_FLAGS if getattr(args, name) is not None}
-    if hasattr(args, "max_length_b"):  # given, possibly as 'none' (= no per-sentence limit)
+    if hasattr(args, "max_length_b"):  # It was given, possibly as 'none', which means no per-sentence limit.
         options["max_length_b"] = args.max_length_b
     return options
 
 
 def _fingerprint(args) -> dict:
-    """The model folder (path, and name, size and time of each file) and every setting that decides the output: what
-    a resumed run must repeat."""
+    """Return what a resumed run must repeat: the model folder and every setting that decides the output.
+
+    The folder is recorded by its path and the name, size and modification time of each file in it.
+    """
     folder = Path(args.model).resolve()
     files = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir() if p.is_file())
     settings = {
@@ -164,9 +169,11 @@ def _fingerprint(args) -> dict:
 
 
 def pytorch_engine(args, device, stack: ExitStack) -> Engine:
-    """The PyTorch engine: the model in the precision --dtype chooses, with the weights cast or quantised once
-    (`precision.prepare_for_decoding`) so that nothing is cast per step. The choice is printed in one line on stderr
-    unless it is the default, fp32."""
+    """Return the PyTorch engine, which runs the model in the precision --dtype chooses.
+
+    The weights are cast or quantised once (`precision.prepare_for_decoding`), so that nothing is cast per step. The
+    choice is printed in one line on stderr unless it is the default, fp32.
+    """
     model, tokenizer, choice = inference.load_for_decoding(args.model, device, args.dtype)
     if args.dtype != precision.DTYPE.default and Processes().rank == 0:
         print(choice.line(), file=sys.stderr)
@@ -182,20 +189,24 @@ def pytorch_engine(args, device, stack: ExitStack) -> Engine:
         return inference.translate(model, tokenizer, lines, progress=bar, **options)
 
     fingerprint = _fingerprint(args)
-    fingerprint["settings"]["precision"] = choice.name  # what `auto` chose here: a resume elsewhere must agree
+    # Record what `auto` chose here, so that a resume elsewhere must agree.
+    fingerprint["settings"]["precision"] = choice.name
     return Engine(run, encode, table, args.max_input_tokens, fingerprint, inference.token_bound(tokenizer))
 
 
 def ctranslate2_engine(args, device, stack: ExitStack) -> Engine:
-    """The CTranslate2 engine (`pip install vaswani_hf[ct2]`) for a folder from vaswani-export-ctranslate2, or for a
-    model folder, which is exported on the fly. Its differences from `generate()` are documented in
-    vaswani_hf/export/ctranslate2.py."""
-    from ..export.ctranslate2 import CTranslate2Translator, to_ctranslate2  # optional dependency: ctranslate2
+    """Return the CTranslate2 engine (`pip install vaswani_hf[ct2]`) for a CTranslate2 folder or a model folder.
+
+    A folder from vaswani-export-ctranslate2 is used as it is; a model folder is exported on the fly into a temporary
+    folder. The engine's differences from `generate()` are documented in vaswani_hf/export/ctranslate2.py.
+    """
+    from ..export.ctranslate2 import CTranslate2Translator, to_ctranslate2  # ctranslate2 is an optional dependency.
 
     folder = Path(args.model)
     if not (folder / "model.bin").is_file():
         folder = to_ctranslate2(folder, Path(stack.enter_context(tempfile.TemporaryDirectory())) / "ct2")
-    # CTranslate2's own names; its "auto" is the fastest type this device supports, its "default" the export's
+    # These are CTranslate2's own names. Its "auto" is the fastest type this device supports, and its "default" is the
+    # type the export was saved in.
     compute_type = {"fp32": "default", "bf16": "bfloat16", "fp16": "float16", "int8": "int8", "auto": "auto"}[
         args.dtype
     ]
@@ -230,7 +241,7 @@ def _validate(args) -> None:
     if args.resume and to_stdout:
         raise io.UsageError("--resume continues an interrupted --output file: give --output")
     processes = Processes().size
-    if processes > 1 and (to_stdout or io.reads_once(args.input)):  # each process reads the whole input
+    if processes > 1 and (to_stdout or io.reads_once(args.input)):  # Each process reads the whole input.
         raise io.UsageError(
             f"{processes} processes (WORLD_SIZE) read one input file and write one --output file: give both as files "
             "(the input a regular file: a pipe or standard input can be read only once)"
@@ -238,8 +249,11 @@ def _validate(args) -> None:
 
 
 def _paths(args) -> Paths:
-    """The paths checked before any work: the input first (a folder or a device is named as such), then the model
-    folder (a CTranslate2 export is a folder of its own kind, checked when it is loaded), then --output."""
+    """Declare the paths checked before any work: the input first, then the model folder, then --output.
+
+    An input that is a folder or a device is named as such. A CTranslate2 export is a folder of its own kind, which is
+    checked when it is loaded.
+    """
 
     model = MODEL_FOLDER if args.engine == "pytorch" else FOLDER
     return Paths(

@@ -28,12 +28,12 @@ from ..visualize.diagnostics import word_links
 from .command import MODEL_FOLDER, Command, Paths, Use, output_folder
 from .contract import ArgumentParser
 
-ATTENTION_FOLDER = "attention plot folder"  # the kind of output this tool writes (vaswani_hf.io.outputs)
+ATTENTION_FOLDER = "attention plot folder"  # The kind of output this tool writes (see vaswani_hf.io.outputs).
 
 
 @dataclass
 class PlotOptions:
-    """This tool's own settings."""
+    """Hold the settings that belong to this tool alone (the plots' file format)."""
 
     format: str = field(default="png", metadata={"help": "file format of the plots", "choices": ("png", "svg", "pdf")})
 
@@ -74,13 +74,16 @@ def build_parser() -> ArgumentParser:
 
 
 def alignment_links(alignment: str, source: str, target: str) -> list[tuple[int, int]]:
-    """The (source word, target word) pairs of a Pharaoh word alignment ("i-j", "i?j", "ipj"; 0-based whitespace words,
-    as `vaswani_hf.visualize.diagnostics.token_alignment_from_words` reads them), each checked to lie within the
-    sentences' words, because a link past either sentence would silently align nothing. Raises a UsageError naming the
-    link and both lengths."""
+    """Return the (source word, target word) pairs of a Pharaoh word alignment, each checked against the sentences.
+
+    The links are written "i-j", "i?j" or "ipj", and count whitespace-separated words from 0, as
+    `vaswani_hf.visualize.diagnostics.token_alignment_from_words` reads them. Each link must lie within both
+    sentences' words, because a link past either sentence would silently align nothing. Raises a UsageError naming a
+    link that cannot be read, or naming the link and both sentences' lengths when it lies outside them.
+    """
     words = len(source.split()), len(target.split())
     try:
-        pairs = word_links(alignment.strip() or "empty")  # an empty --alignment is named as such
+        pairs = word_links(alignment.strip() or "empty")  # An empty --alignment is reported as "empty".
     except ValueError as error:
         raise io.UsageError(
             f"--alignment: {str(error)!r} is not a link 'i-j' (source word i, target word j, "
@@ -109,7 +112,11 @@ def _check_arguments(args) -> None:
 
 
 def _check_lengths(args, model, tokenizer) -> None:
-    """A sentence longer than a plot shows, or than a learned-position table, is refused before any work."""
+    """Refuse, before any work, a sentence with more tokens than a plot shows or than the model has positions for.
+
+    The position limit applies only to a model with learned position embeddings. Raises a UsageError naming the flag,
+    its token count (with </s>) and the limit it passes.
+    """
     limit, why = MAX_PLOT_TOKENS, f"an attention plot shows at most {MAX_PLOT_TOKENS} tokens"
     positions = position_limit(model)
     if positions is not None and positions < limit:
@@ -131,9 +138,14 @@ def _paths(args) -> Paths:
 
 
 def _resolve(args, checked):
-    """The model loaded and the sentences' lengths checked, before anything is computed."""
-    # trust_remote_code: the folder's own code runs if the package's classes are not registered (any saved model).
-    # Eager attention, because the fused kernels (SDPA, flash attention) return no attention weights to plot.
+    """Load the model and tokenizer, check the sentences' lengths, and return the plan (args, out, model, tokenizer).
+
+    `out` is the checked --out folder. Everything here runs before anything is computed, so a sentence that is too
+    long is refused before the model translates or plots anything.
+    """
+    # trust_remote_code lets the folder's own code run when the package's classes are not registered, so that any
+    # saved model loads. Eager attention is asked for because the fused kernels (SDPA, flash attention) return no
+    # attention weights to plot.
     model, tokenizer = io.load_model_folder(
         checked["--model_dir"],
         device=args.device,
@@ -180,5 +192,5 @@ COMMAND = Command(
 )
 main = COMMAND.main
 
-if __name__ == "__main__":  # python -m vaswani_hf.cli.<tool> (the console script: vaswani_commands)
+if __name__ == "__main__":  # For python -m vaswani_hf.cli.<tool>; the console script goes through vaswani_commands.
     sys.exit(main())

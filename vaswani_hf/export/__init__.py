@@ -1,5 +1,7 @@
-"""Other formats of a trained model: transformers' native `MarianMTModel` (`marian`: exact conversion both ways and
-a Hub-ready Marian folder) and CTranslate2 (`ctranslate2_spec`: the export; `ctranslate2`: translating with it).
+"""Export a trained model to other formats: transformers' native `MarianMTModel` and CTranslate2.
+
+`marian` converts exactly to and from `MarianMTModel` and writes a Hub-ready Marian folder. `ctranslate2_spec` writes
+the CTranslate2 export, and `ctranslate2` translates with it.
 
 CTranslate2 is an optional dependency (`pip install 'vaswani_hf[ct2]'`), imported only when used."""
 

@@ -1,4 +1,6 @@
-"""Translate with a CTranslate2 export of our model (`to_ctranslate2`, re-exported here), with our decoding options.
+"""Translate with a CTranslate2 export of our model, using our decoding options and their names.
+
+`to_ctranslate2`, which writes the export, is re-exported here.
 
 CTranslate2 runs the exported network exactly: its float32 log-probabilities agree with ours to float32 rounding (the
 tests ask for 1e-4 on every token). What it cannot copy one-to-one is the search around the network, so that part is
@@ -6,7 +8,7 @@ written here. The options keep the names of `vaswani_hf.inference.translate`, an
 maps onto CTranslate2 and where the two engines can still differ.
 
 Length penalty (`length_penalty_type`). CTranslate2 ranks finished beam hypotheses by ``log P(Y) / L ** alpha``,
-where ``L`` does not count ``</s>`` (it does with ``return_end_token=True``); it has no GNMT formula.
+where ``L`` does not count ``</s>`` unless ``return_end_token=True`` is given. It has no GNMT formula.
 
 - ``"gnmt"`` is our `generate()` default and the paper's (Section 6.1): ``lp(Y) = ((5 + |Y|) / 6) ** alpha``, computed
   by `vaswani_hf.generation_vaswani.gnmt_length_penalty`, the function our own beam search uses.
@@ -37,17 +39,18 @@ never truncated.
 
 Other details:
 
-- ``min_decoding_length=0``: transformers lets ``</s>`` come first, and CTranslate2's default of 1 would forbid it.
+- ``min_decoding_length`` is set to 0, because transformers lets ``</s>`` come first and CTranslate2's default of 1
+  would forbid it.
 - Lines go in and come out by the front end both engines share, `vaswani_hf.translation_frontend.translate_lines`: an
   empty or whitespace-only sentence gives "" without being decoded, the others are stripped, and every output is one
   stripped line.
 - An option left unset keeps the generation config saved with the export (`vaswani_ctranslate2.json`); an option that
   file does not record takes the paper's value (`default_generation_config`).
 - Batches come from the package's one batcher, `vaswani_hf.data.batching.make_batches`: ``max_tokens`` padded source
-  tokens (4096 by default) and/or ``batch_size`` sentences per batch, longest first. Each batch is one
+  tokens (4096 by default), ``batch_size`` sentences, or both, per batch, longest first. Each batch is one
   `translate_batch` call, which CTranslate2 does not split again, and the results come back in input order.
-- ``compute_type="default"`` keeps the exported weight type: an int8 export runs int8 matrix products with float32
-  activations on a CPU, and its accuracy then depends on that CPU's int8 kernels; ``"float32"`` dequantises it.
+- ``compute_type="default"`` keeps the exported weight type. An int8 export then runs int8 matrix products with
+  float32 activations on a CPU, and its accuracy depends on that CPU's int8 kernels; ``"float32"`` dequantises it.
 """
 
 from __future__ import annotations
@@ -77,14 +80,16 @@ from .ctranslate2_spec import (
     tokenizer_tokens,
 )
 
-# The scorings of generate(), and CTranslate2's own, which keeps its hypotheses in the order it ranked them.
+# The scorings of generate(), and CTranslate2's own, which keeps the hypotheses in the order CTranslate2 ranked them.
 LENGTH_PENALTY_TYPES = (*GENERATE_LENGTH_PENALTY_TYPES, "ctranslate2")
 
 
 @dataclass
 class CTranslate2Decoding:
-    """The decoding setting this translator takes beyond `generate()`'s (`DecodingSettings`): a third scoring,
-    CTranslate2's own."""
+    """Declare the one decoding setting this translator takes beyond `generate()`'s (`DecodingSettings`).
+
+    It adds a third scoring, CTranslate2's own, to the length-penalty types.
+    """
 
     length_penalty_type: str = field(
         default="gnmt",
@@ -107,8 +112,10 @@ __all__ = [
 
 
 def _split_device(device: str | None) -> tuple[str, int]:
-    """Map a device name ("cpu", "cuda", "cuda:1") to CTranslate2's (device, device_index); CTranslate2 runs only on
-    the CPU or on CUDA."""
+    """Map a device name ("cpu", "cuda", "cuda:1") to CTranslate2's (device, device_index).
+
+    CTranslate2 runs only on the CPU or on CUDA.
+    """
     device = str(device or "cpu")
     name, _, index = device.partition(":")
     if name not in ("cpu", "cuda", "auto"):
@@ -117,9 +124,11 @@ def _split_device(device: str | None) -> tuple[str, int]:
 
 
 def _generation_defaults(saved: dict) -> dict:
-    """The decoding options an export was saved with (`saved`, the "generation" of `vaswani_ctranslate2.json`, where
-    None means not recorded), and the paper's (`default_generation_config`, Section 6.1) for those it does not
-    record."""
+    """Return the decoding options an export was saved with, filling in the paper's for those it does not record.
+
+    `saved` is the "generation" entry of `vaswani_ctranslate2.json`, where None means not recorded. The paper's
+    options come from `default_generation_config` (Section 6.1).
+    """
     paper = default_generation_config(VaswaniConfig())
     defaults = {key: getattr(paper, key, None) for key in (*GENERATION_KEYS, "max_new_tokens")}
     return {**defaults, **{key: value for key, value in saved.items() if key in GENERATION_KEYS and value is not None}}
@@ -159,8 +168,9 @@ def _check_compute_type(ctranslate2, compute_type: str, device: str) -> None:
 
 
 class CTranslate2Translator:
-    """A loaded CTranslate2 export and its tokenizer; `translate` maps our decoding options onto CTranslate2's, as the
-    module docstring says.
+    """Hold a loaded CTranslate2 export and its tokenizer, and translate with our decoding options.
+
+    `translate` maps our decoding options onto CTranslate2's, as the module docstring says.
 
     Load it once and call `translate` many times: loading reads model.bin and the tokenizer and compares their
     vocabularies, which is not free.
@@ -194,27 +204,34 @@ class CTranslate2Translator:
             inter_threads=inter_threads,
             intra_threads=intra_threads,
         )
-        # None for an export not written by us: its position table is unknown, so sources are not checked against it.
+        # It is None for an export not written by us, whose position table is unknown, so sources are not checked
+        # against it.
         self.max_positions = self.metadata.get("max_positions")
         self.generation_defaults = _generation_defaults(self.metadata.get("generation", {}))
 
     # -- tokenisation --------------------------------------------------------------------------------------------------
 
     def encode(self, sentences: Sequence[str]) -> list[list[str]]:
-        """Source token strings as our tokenizer makes them, `</s>` included (the export sets add_source_eos=False)."""
+        """Return the source token strings as our tokenizer makes them, `</s>` included.
+
+        The tokenizer adds `</s>` because the export sets add_source_eos=False.
+        """
         ids = self.tokenizer(list(sentences), add_special_tokens=True)["input_ids"]
         return [self.tokenizer.convert_ids_to_tokens(x) for x in ids]
 
     def decode(self, tokens: list[str]) -> str:
-        """The text of target token strings (the front end makes it one line)."""
+        """Return the text of target token strings; the front end then makes it one line."""
         return self.tokenizer.decode(self.tokenizer.convert_tokens_to_ids(tokens), skip_special_tokens=True)
 
     # -- translation ---------------------------------------------------------------------------------------------------
 
     def _options(self, **options) -> tuple:
-        """The options as (num_beams, alpha, penalty type, a, b, max_new_tokens): each one given, else the export's
-        (`resolve_options`). The beam size and the scoring are checked against their declarations, and turning the
-        per-sentence limit off needs `max_new_tokens`, so that no sentence decodes without a limit."""
+        """Return the options as (num_beams, alpha, penalty type, a, b, max_new_tokens).
+
+        Each option is the one given, else the export's (`resolve_options`). The beam size and the scoring are checked
+        against their declarations, and turning the per-sentence limit off needs `max_new_tokens`, so that no sentence
+        decodes without a limit; a problem raises a UsageError.
+        """
         o = resolve_options(self.generation_defaults, **options)
         try:
             for name in ("num_beams", "length_penalty_type"):
@@ -233,7 +250,7 @@ class CTranslate2Translator:
         )
 
     def _limits(self, sources, a, b, max_new_tokens) -> tuple[list[int], list[bool]]:
-        """Per sentence: how many free tokens CTranslate2 may produce, and whether our rule forces </s> after them.
+        """Return, per sentence, the free tokens CTranslate2 may produce and whether our rule forces </s> after them.
 
         Our `generate()` allows `limit` tokens with </s> included, forcing </s> as the limit-th token (the per-sentence
         rule) or stopping after `max_new_tokens` (a global cap), so CTranslate2 may produce limit - 1 free tokens. The
@@ -244,7 +261,7 @@ class CTranslate2Translator:
             rule_steps = max(rule, 1) - 1 if rule is not None else None
             cap = min(x for x in (rule_steps, max_new_tokens) if x is not None)
             if self.max_positions is not None:
-                cap = min(cap, self.max_positions)  # decoder input positions 0 .. cap - 1
+                cap = min(cap, self.max_positions)  # The decoder's input positions run from 0 to cap - 1.
             steps.append(cap)
             forced_eos.append(rule_steps is not None and cap == rule_steps)
         return steps, forced_eos
@@ -303,8 +320,10 @@ class CTranslate2Translator:
 
     @property
     def position_table(self) -> PositionTable | None:
-        """The longest source the export embeds, which the front end checks; None for an export not written by us,
-        whose table is unknown and not checked."""
+        """Return the longest source the export embeds, which the front end checks, or None if it is unknown.
+
+        It is unknown, and not checked, for an export not written by us.
+        """
         return (
             None
             if self.max_positions is None
@@ -330,16 +349,18 @@ class CTranslate2Translator:
         max_tokens,
         patience,
     ) -> list[list[str]]:
-        """The best hypothesis of each source as token strings without `</s>`, in order. The sources are grouped by
-        their length limit (all in one group unless `exact_max_length`), each group is cut into `make_batches`'
-        batches, and each batch is one `_search`."""
+        """Return the best hypothesis of each source as token strings without `</s>`, in input order.
+
+        The sources are grouped by their length limit (all in one group unless `exact_max_length`), each group is cut
+        into `make_batches`' batches, and each batch is one `_search`.
+        """
         steps, forced_eos = self._limits(sources, a, b, max_new_tokens)
         groups: dict[int, list[int]] = defaultdict(list)
         for k, cap in enumerate(steps):
             groups[cap if exact_max_length else max(steps)].append(k)
         hypotheses: list[list[str]] = [[] for _ in sources]
         for cap, members in groups.items():
-            if cap <= 0:  # the rule leaves room for </s> only
+            if cap <= 0:  # The rule leaves room for </s> only.
                 continue
             for batch in make_batches([len(sources[k]) for k in members], max_tokens, batch_size):
                 chosen = [members[j] for j in batch]
@@ -357,17 +378,19 @@ class CTranslate2Translator:
         return hypotheses
 
     def _search(self, sources, cap, num_beams, alpha, penalty_type, patience, forced_eos):
-        """One `translate_batch` call on one of our batches: the best hypothesis of each sentence, as our length
-        penalty ranks them."""
+        """Run one `translate_batch` call on one of our batches and return each sentence's best hypothesis.
+
+        The best hypothesis is the one our length penalty ranks first.
+        """
         eos = self.tokenizer.eos_token
         options = dict(
             beam_size=num_beams,
             patience=patience,
             max_decoding_length=cap,
             min_decoding_length=0,
-            max_input_length=0,  # never truncate silently; lengths are checked against the table before
-            max_batch_size=0,
-        )  # our batch as it is: make_batches already sized it
+            max_input_length=0,  # Never truncate silently; the lengths were checked against the table before.
+            max_batch_size=0,  # Pass our batch as it is, because make_batches already sized it.
+        )
         if num_beams == 1 or alpha == 0 or penalty_type == "ctranslate2":
             results = self.translator.translate_batch(sources, length_penalty=alpha, **options)
             return [result.hypotheses[0] for result in results]

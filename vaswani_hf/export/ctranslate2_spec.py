@@ -1,4 +1,4 @@
-"""CTranslate2 export: a `ctranslate2.specs.TransformerSpec` filled directly from our weights.
+"""Export our model to CTranslate2 by filling a `ctranslate2.specs.TransformerSpec` directly from our weights.
 
 This is hand-written because CTranslate2's own converters do not fit our model. Its Marian converter assumes the
 conventions of Marian C++ (`<pad>` last in the vocabulary and then removed, the decoder started from a zero vector
@@ -28,15 +28,15 @@ from ..settings import GENERATION_SETTINGS, settings_of
 
 CT2_METADATA_FILE = "vaswani_ctranslate2.json"
 _CT2_DEFAULT_MAX_POSITIONS = 1024
-# The decoding options the export records for `vaswani_hf.export.ctranslate2` (None where the model's generation
-# config does not set one).
+# The decoding options the export records for `vaswani_hf.export.ctranslate2`. Each is None where the model's
+# generation config does not set it.
 GENERATION_KEYS = ("num_beams", "length_penalty", "length_penalty_type", "max_length_a", "max_length_b")
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 
 
 @dataclass
 class ExportSettings:
-    """The settings of an export (`to_ctranslate2`'s arguments, vaswani-export-ctranslate2's flags)."""
+    """Declare the settings of an export: `to_ctranslate2`'s arguments and vaswani-export-ctranslate2's flags."""
 
     quantization: str | None = field(
         default=None, metadata={"help": "weight type (default: float32)", "choices": QUANTIZATIONS}
@@ -54,15 +54,18 @@ class ExportSettings:
 
 EXPORT_SETTINGS = settings_of(ExportSettings)
 
-CT2_FOLDER = "CTranslate2 model folder"  # what this module writes (vaswani_hf.io.outputs)
+CT2_FOLDER = "CTranslate2 model folder"  # The kind of folder this module writes (see vaswani_hf.io.outputs).
 
 
 def import_ctranslate2():
-    """(ctranslate2, common_spec, transformer_spec), or a UsageError saying how to install the optional extra."""
+    """Import and return (ctranslate2, common_spec, transformer_spec).
+
+    Without the optional extra, raise a UsageError saying how to install it.
+    """
     try:
         import ctranslate2
         from ctranslate2.specs import common_spec, transformer_spec
-    except ImportError:  # pragma: no cover - exercised only without the extra
+    except ImportError:  # pragma: no cover - this runs only without the extra.
         raise UsageError(
             "CTranslate2 export and decoding need the optional dependency `ctranslate2`: "
             "pip install 'vaswani_hf[ct2]'  (or: pip install ctranslate2)"
@@ -71,11 +74,11 @@ def import_ctranslate2():
 
 
 def _vocabulary(tokenizer, config: VaswaniConfig) -> list[str]:
-    """Our token strings in id order 0..V-1, exactly as the tokenizer maps them: nothing is reordered and <pad> is not
-    removed, because CTranslate2 maps the strings to the rows of our embedding by position.
+    """Return our token strings in id order 0..V-1, exactly as the tokenizer maps them.
 
-    Ids the tokenizer does not use (gaps in its id range) get unique placeholders; that the sizes agree was checked
-    before (`_checked_sources`)."""
+    Nothing is reordered and <pad> is not removed, because CTranslate2 maps the strings to the rows of our embedding
+    by position. Ids the tokenizer does not use (gaps in its id range) get unique placeholders. That the sizes agree
+    was checked before, in `_checked_sources`."""
     id_to_token = tokenizer_tokens(tokenizer)
     if id_to_token and max(id_to_token) >= config.vocab_size:
         raise UsageError(
@@ -93,10 +96,12 @@ def _vocabulary(tokenizer, config: VaswaniConfig) -> list[str]:
 
 
 def check_one_vocabulary(ours: dict[int, str], theirs: dict[int, str], which: str, advice: str) -> None:
-    """Raise a UsageError ("{which} are not one vocabulary (id 7 is ...); {advice}") unless two {id: token} maps
-    agree, where an id absent from `ours` stands for the export's placeholder `<vaswani_unused_N>`.
+    """Check that two {id: token} maps are one vocabulary, and raise a UsageError naming the first id that differs.
 
-    CTranslate2 maps token strings to rows, so another tokenizer of the same size would translate garbage; the
+    The message reads "{which} are not one vocabulary (id 7 is ...); {advice}". An id absent from `ours` stands for
+    the export's placeholder `<vaswani_unused_N>`.
+
+    CTranslate2 maps token strings to rows, so another tokenizer of the same size would translate garbage, and the
     sizes alone cannot show that."""
     for index in sorted(set(ours) | set(theirs)):
         mine, other = ours.get(index, f"<vaswani_unused_{index}>"), theirs.get(index)
@@ -108,9 +113,11 @@ def check_one_vocabulary(ours: dict[int, str], theirs: dict[int, str], which: st
 
 
 def check_metadata(path: str | os.PathLike) -> dict:
-    """The vaswani_ctranslate2.json of a CTranslate2 export, checked: first the file's shape (`CT2_METADATA`), then
-    each decoding option recorded under "generation" against its declaration in `GENERATION_SETTINGS` (its type and
-    bounds; null means not recorded). A problem is a UsageError naming the file and the field."""
+    """Read and check the vaswani_ctranslate2.json of a CTranslate2 export, and return its content.
+
+    First the file's shape is checked (`CT2_METADATA`), then each decoding option recorded under "generation" against
+    its declaration in `GENERATION_SETTINGS` (its type and bounds; null means not recorded). A problem raises a
+    UsageError naming the file and the field."""
     metadata = read_json(path, CT2_METADATA)
     for key, value in metadata.get("generation", {}).items():
         if key in GENERATION_KEYS and value is not None:
@@ -122,8 +129,11 @@ def check_metadata(path: str | os.PathLike) -> dict:
 
 
 def _check_folder_tokenizer(folder: Path, tokenizer) -> None:
-    """A tokenizer given with a model folder that has a tokenizer of its own must be the same vocabulary: the same
-    tokens at the same ids. Comparing the sizes alone would miss a tokenizer retrained to the same size."""
+    """Check that a tokenizer given with a model folder has the vocabulary of the folder's own tokenizer, if any.
+
+    The same vocabulary means the same tokens at the same ids; a difference raises a UsageError
+    (`check_one_vocabulary`). Comparing the sizes alone would miss a tokenizer retrained to the same size.
+    """
     if not (folder / "tokenizer.json").is_file():
         return
     if isinstance(tokenizer, (str, os.PathLike)) and Path(tokenizer).resolve() == folder.resolve():
@@ -138,9 +148,12 @@ def _check_folder_tokenizer(folder: Path, tokenizer) -> None:
 
 
 def _checked_sources(model_or_folder, tokenizer):
-    """The pair (model object or checked folder, tokenizer object or folder), checked before anything is loaded: the
-    folder is a complete vaswani model folder (`check_model_folder`), and the tokenizer has the model's vocabulary
-    size (`check_same_vocabulary`) and, beside a folder with its own tokenizer, its tokens."""
+    """Check the model and tokenizer before anything is loaded, and return them as (model or folder, tokenizer).
+
+    A folder must be a complete vaswani model folder (`check_model_folder`). The tokenizer must have the model's
+    vocabulary size (`check_same_vocabulary`) and, beside a folder with its own tokenizer, the same tokens. An
+    in-memory model without a tokenizer raises a ValueError.
+    """
     if isinstance(model_or_folder, VaswaniForConditionalGeneration):
         if tokenizer is None:
             raise ValueError("to_ctranslate2: pass `tokenizer=` (a tokenizer or its folder) with an in-memory model.")
@@ -154,7 +167,7 @@ def _checked_sources(model_or_folder, tokenizer):
 
 
 def _load(model_or_folder, tokenizer):
-    """(model in eval mode, tokenizer object) from what `_checked_sources` returned."""
+    """Load what `_checked_sources` returned, and return (model in eval mode, tokenizer object)."""
     from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
     model = (
@@ -168,9 +181,11 @@ def _load(model_or_folder, tokenizer):
 
 
 def _linear(state: dict, linear_spec, prefixes: list[str]) -> None:
-    """One CTranslate2 linear layer from one or more of ours, fused along the output axis (Q|K|V, K|V)."""
+    """Fill one CTranslate2 linear layer from one or more of ours, fused along the output axis (Q|K|V, K|V)."""
     linear_spec.weight = torch.cat([state[f"{p}.weight"] for p in prefixes], dim=0)
-    if f"{prefixes[0]}.bias" in state:  # the paper's projections have none: CTranslate2's bias stays unset
+    if (
+        f"{prefixes[0]}.bias" in state
+    ):  # The paper's projections have no bias, and then CTranslate2's bias stays unset.
         linear_spec.bias = torch.cat([state[f"{p}.bias"] for p in prefixes], dim=0)
 
 
@@ -223,12 +238,12 @@ def _spec(model: VaswaniForConditionalGeneration, tokens: list[str], max_positio
             f"d_k={config.d_k}, d_v={config.d_v} (Table 3, row B)."
         )
     head_dim = None if config.d_k * config.num_heads == config.d_model else config.d_k
-    # Copies: CTranslate2's quantization works in place on numpy views of the tensors it is given.
+    # Copies are given, because CTranslate2's quantization works in place on numpy views of the tensors it is given.
     state = {
         name: tensor.detach().to(torch.float32, copy=True).contiguous() for name, tensor in model.state_dict().items()
     }
-    # pre_norm=False: post-norm layers LayerNorm(x + Sublayer(x)) and no final LayerNorm on either stack (CTranslate2
-    # creates `layer_norm` at the end of a stack only for pre-norm models).
+    # pre_norm=False gives post-norm layers LayerNorm(x + Sublayer(x)) and no final LayerNorm on either stack, because
+    # CTranslate2 creates `layer_norm` at the end of a stack only for pre-norm models.
     kwargs = dict(pre_norm=False, activation=common_spec.Activation.RELU, head_dim=head_dim)
     spec = transformer_spec.TransformerSpec(
         transformer_spec.TransformerEncoderSpec(config.num_encoder_layers, config.num_heads, **kwargs),
@@ -243,7 +258,7 @@ def _spec(model: VaswaniForConditionalGeneration, tokens: list[str], max_positio
             stack_spec.position_encodings.encodings = sinusoid_table(
                 max_positions, config.d_model, config.sinusoid_layout
             )
-        else:  # learned (Table 3, row E): max_position_embeddings rows
+        else:  # Learned positions (Table 3, row E) have max_position_embeddings rows.
             stack_spec.position_encodings.encodings = state[f"model.{stack}.embed_positions.weight"]
         for i, layer_spec in enumerate(stack_spec.layer):
             _fill_layer(state, layer_spec, f"model.{stack}.layers.{i}", decoder=stack == "decoder")
@@ -254,7 +269,7 @@ def _spec(model: VaswaniForConditionalGeneration, tokens: list[str], max_positio
         projection = state["lm_head.weight"]
     spec.encoder.embeddings[0].weight = source
     spec.decoder.embeddings.weight = target
-    spec.decoder.projection.weight = projection  # no output bias; identical tensors are aliased on save
+    spec.decoder.projection.weight = projection  # There is no output bias, and identical tensors are aliased on save.
     # The decoder starts from the real embedding of decoder_start_token (<pad>, whose row is zero in our models),
     # so `start_from_zero_embedding` stays False and a non-zero start row would also be reproduced exactly.
     _set_tokens(spec, tokens, config, unk_token)
@@ -274,7 +289,7 @@ def _max_positions(config: VaswaniConfig, max_positions: int | None) -> int:
 
 
 def _metadata(ctranslate2, model, quantization: str | None, max_positions: int) -> dict:
-    """What `vaswani_hf.export.ctranslate2` reads back: the position-table size and the generation defaults."""
+    """Return the metadata `vaswani_hf.export.ctranslate2` reads back, such as the position-table size and decoding."""
     generation = getattr(model, "generation_config", None)
     return {
         "format": "vaswani_hf CTranslate2 export",

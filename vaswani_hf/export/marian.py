@@ -1,4 +1,4 @@
-"""Exact conversion between `VaswaniForConditionalGeneration` and transformers' `MarianMTModel`.
+"""Convert exactly between `VaswaniForConditionalGeneration` and transformers' `MarianMTModel`, in both directions.
 
 Marian's architecture is the paper's (post-norm layers, ReLU, sinusoids, shared and scaled embeddings; Sections 3.1 to
 3.5) with three differences, each handled exactly here:
@@ -38,17 +38,20 @@ from ..tokenization import declare_plain_tokenizer
 from .marian_limits import marian_refusals
 from .marian_vocabulary import check_relabelled_tokenizer, move_pad_last, relabel_tokenizer_files
 
-MARIAN_FOLDER = "MarianMTModel folder"  # what this module writes (vaswani_hf.io.outputs)
+MARIAN_FOLDER = "MarianMTModel folder"  # The kind of folder this module writes (see vaswani_hf.io.outputs).
 
 
 def interleaved_to_concatenated(d_model: int) -> torch.Tensor:
-    """Index map `perm` with concatenated[..., perm[j]] == interleaved[..., j] (Section 3.5's two layouts: sin_i at
-    2i and cos_i at 2i+1, or sin_i at i and cos_i at d/2 + i)."""
+    """Return the index map `perm` with concatenated[..., perm[j]] == interleaved[..., j].
+
+    These are Section 3.5's sinusoids in two layouts: interleaved puts sin_i at 2i and cos_i at 2i+1, and
+    concatenated puts sin_i at i and cos_i at d/2 + i."""
     j = torch.arange(d_model)
     return torch.where(j % 2 == 0, j // 2, d_model // 2 + j // 2)
 
 
-# (our parameter suffix, Marian parameter suffix, axes along the model dimension D of the weight / bias)
+# Each entry holds our parameter suffix, Marian's parameter suffix, and the axes of the weight and of the bias that
+# lie along the model dimension D.
 _ATTENTION = [("q_proj", "q_proj", 1), ("k_proj", "k_proj", 1), ("v_proj", "v_proj", 1), ("out_proj", "out_proj", 0)]
 _FEED_FORWARD = [("feed_forward.fc1", "fc1", 1), ("feed_forward.fc2", "fc2", 0)]
 _LAYER_NORMS = ["self_attn_layer_norm", "encoder_attn_layer_norm", "final_layer_norm"]
@@ -64,7 +67,7 @@ def _layer_map(config: VaswaniConfig):
             for attention in attentions:
                 for ours, theirs, axis in _ATTENTION:
                     yield f"{prefix}.{attention}.{ours}.weight", f"{prefix}.{attention}.{theirs}.weight", axis
-                    # a bias has the output axis only: the D axis for out_proj, none for the input projections
+                    # A bias has the output axis only: the D axis for out_proj, and none for the input projections.
                     yield (
                         f"{prefix}.{attention}.{ours}.bias",
                         f"{prefix}.{attention}.{theirs}.bias",
@@ -90,7 +93,7 @@ def _embedding_map(config: VaswaniConfig):
 
 
 def marian_config_from(config: VaswaniConfig) -> MarianConfig:
-    """The `MarianConfig` that computes the same function as `config`."""
+    """Return the `MarianConfig` of a model that computes the same function as one of `config`."""
     # An export's refusals apply, except the one about LayerNorm's epsilon: the converted model keeps ours in memory,
     # and only a saved folder would reload with Marian's.
     problems = [problem for problem in marian_refusals(config) if not problem.startswith("layer_norm_eps")]
@@ -124,14 +127,14 @@ def marian_config_from(config: VaswaniConfig) -> MarianConfig:
 
 @torch.no_grad()
 def to_marian(model: VaswaniForConditionalGeneration) -> MarianMTModel:
-    """A `MarianMTModel` computing exactly the same function as `model` (fp32 logits agree to ~1e-6)."""
+    """Return a `MarianMTModel` that computes exactly the same function as `model`; fp32 logits agree to about 1e-6."""
     config = model.config
     marian = MarianMTModel(marian_config_from(config)).to(dtype=model.dtype)
     ours = model.state_dict()
     theirs = marian.state_dict()
     perm = interleaved_to_concatenated(config.d_model) if config.sinusoid_layout == "interleaved" else None
     for our_name, marian_name, axis in [*_embedding_map(config), *_layer_map(config)]:
-        if our_name not in ours:  # no attention bias in the paper's model: Marian's stays zero
+        if our_name not in ours:  # The paper's model has no attention bias, so Marian's stays zero.
             theirs[marian_name].zero_()
             continue
         tensor = ours[our_name]
@@ -153,7 +156,7 @@ def to_marian(model: VaswaniForConditionalGeneration) -> MarianMTModel:
 def from_marian(
     marian: MarianMTModel, sinusoid_layout: str = "concatenated", **config_overrides
 ) -> VaswaniForConditionalGeneration:
-    """A `VaswaniForConditionalGeneration` computing exactly the same function as `marian`.
+    """Return a `VaswaniForConditionalGeneration` that computes exactly the same function as `marian`.
 
     With `sinusoid_layout="interleaved"` the model dimension is permuted so that the result uses the paper's layout.
     The attention biases are kept (`attention_bias=True`) unless they are all zero, as they are in a model that
@@ -213,12 +216,14 @@ def from_marian(
 
 
 def marian_generation_config(generation: dict, config) -> GenerationConfig:
-    """Our decoding settings restricted to what transformers' built-in `generate` understands. It has no GNMT length
-    penalty and no per-sentence length limit, so only the beam size, alpha, early stopping and the n-gram block carry
-    over, and the length is capped globally."""
+    """Return our decoding settings restricted to what transformers' built-in `generate` understands.
+
+    It has no GNMT length penalty and no per-sentence length limit, so only the beam size, alpha, early stopping and
+    the n-gram block carry over, and the length is capped globally."""
     keys = ("num_beams", "length_penalty", "early_stopping", "no_repeat_ngram_size")
     settings = {key: generation[key] for key in keys if generation.get(key) is not None}
-    if settings.get("num_beams", 1) == 1:  # beam-search settings: transformers refuses to save them with greedy search
+    # Beam-search settings are dropped for greedy search, because transformers refuses to save them with it.
+    if settings.get("num_beams", 1) == 1:
         settings = {key: value for key, value in settings.items() if key not in ("length_penalty", "early_stopping")}
     # max_length is a global cap because Marian's sinusoid table has max_position_embeddings rows.
     return GenerationConfig(
@@ -233,8 +238,10 @@ def marian_generation_config(generation: dict, config) -> GenerationConfig:
 
 
 def _copy_tokenizer(model_dir: Path, out_dir: Path, new_of_old: list[int]) -> None:
-    """Copy the tokenizer files into `out_dir` and relabel them to the export's token order (`marian_vocabulary`),
-    otherwise as they are: loading and saving the tokenizer again would add loader state to tokenizer_config.json."""
+    """Copy the tokenizer files into `out_dir` and relabel them to the export's token order (`marian_vocabulary`).
+
+    The files are otherwise copied as they are, because loading and saving the tokenizer again would add loader state
+    to tokenizer_config.json."""
     copy_model_files(
         model_dir,
         out_dir,
@@ -253,9 +260,10 @@ def _copy_tokenizer(model_dir: Path, out_dir: Path, new_of_old: list[int]) -> No
 
 
 def count_marian_parameters(marian: MarianMTModel) -> int:
-    """The parameters of a `MarianMTModel` converted by `to_marian`, counted as the original's. The fixed sinusoid
-    tables (`embed_positions`) and the all-zero attention biases are left out, because Marian stores them but the
-    paper's model does not have them."""
+    """Count the parameters of a `MarianMTModel` converted by `to_marian` as the original's are counted.
+
+    The fixed sinusoid tables (`embed_positions`) and the all-zero attention biases are left out, because Marian
+    stores them but the paper's model does not have them."""
     total = 0
     for name, parameter in marian.named_parameters():
         if "embed_positions" in name:
@@ -267,7 +275,7 @@ def count_marian_parameters(marian: MarianMTModel) -> int:
 
 
 def _marian_architecture(config: dict) -> Architecture:
-    """The card's architecture table of a `marian` config.json."""
+    """Return the card's architecture table for a `marian` config.json."""
     d_model, heads = config["d_model"], config["encoder_attention_heads"]
     return Architecture(
         name="MarianMTModel (converted)",
@@ -285,8 +293,10 @@ def _marian_architecture(config: dict) -> Architecture:
 
 
 def _decodes_like_ours(generation: dict) -> bool:
-    """Whether transformers' built-in beam search decodes as our `generate` does with these settings: only when they
-    use transformers' length penalty (or greedy search) and no per-sentence length limit."""
+    """Return whether transformers' built-in beam search decodes as our `generate` does with these settings.
+
+    It does only when they use transformers' length penalty (or greedy search) and no per-sentence length limit.
+    """
     return (
         generation.get("length_penalty_type", "hf") == "hf" or generation.get("num_beams", 1) == 1
     ) and generation.get("max_length_b") is None
@@ -315,9 +325,12 @@ MARIAN_CARD = CardVariant(
 
 
 def _check_marian_paths(model_dir, out_dir, overwrite: bool) -> tuple[Path, Path]:
-    """Both folders, checked before any work. The input must be a complete vaswani model folder whose tokenizer has
-    the model's vocabulary size (`check_same_vocabulary`); the output must differ from it and be new or empty, or
-    else an earlier Marian export when `overwrite` is given."""
+    """Check both folders before any work and return them as checked paths, raising a UsageError for a bad one.
+
+    The input must be a complete vaswani model folder whose tokenizer has the model's vocabulary size
+    (`check_same_vocabulary`). The output must differ from it and be new or empty, or else an earlier Marian export
+    when `overwrite` is given.
+    """
     model_dir = check_model_folder(Path(model_dir), what="model folder", vaswani_only=True)
     out_dir = Path(out_dir)
     if out_dir.resolve() == model_dir.resolve():
@@ -335,15 +348,17 @@ def export_marian(
     repo_id: str | None = None,
     overwrite: bool = False,
 ) -> Path:
-    """Write a native `MarianMTModel` folder computing exactly the function of the vaswani model in `model_dir`, with
-    its tokenizer (our `tokenizer.json`, loaded by `AutoTokenizer`), a generation config and a card.
+    """Write a native `MarianMTModel` folder that computes exactly the function of the vaswani model in `model_dir`.
 
-    The folder's token ids follow Marian's order, `<pad>` last (`marian_vocabulary`: id i becomes (i - pad - 1) mod
-    V, in the weights and the tokenizer together), so that CTranslate2's own converter and the rest of the OPUS-MT
-    tool chain accept it; on the same text its logits are ours with the vocabulary axis permuted.
+    The folder also holds its tokenizer (our `tokenizer.json`, loaded by `AutoTokenizer`), a generation config and a
+    card.
 
-    `metrics` and `training_info` default to the `metrics.json` that `write_model_card` wrote in `model_dir`; without
-    `training_info` (which names the languages) no card is written. Both folders are checked before any work. The
+    The folder's token ids follow Marian's order, with `<pad>` last: `marian_vocabulary` turns id i into
+    (i - pad - 1) mod V in the weights and the tokenizer together, so that CTranslate2's own converter and the rest of
+    the OPUS-MT tool chain accept it. On the same text its logits are ours with the vocabulary axis permuted.
+
+    `metrics` and `training_info` default to the `metrics.json` that `write_model_card` wrote in `model_dir`. Without
+    `training_info`, which names the languages, no card is written. Both folders are checked before any work. The
     folder is written beside `out_dir` and renamed into place, and an existing non-empty `out_dir` is replaced only
     with `overwrite`. Returns `out_dir`."""
     from transformers import AutoTokenizer

@@ -1,4 +1,4 @@
-"""What transformers' `MarianMTModel` can express of our model, checked before an export (`vaswani-export-marian`).
+"""Check, before an export (`vaswani-export-marian`), that transformers' `MarianMTModel` can express our model.
 
 Marian's architecture is the paper's with some choices fixed (`transformers/models/marian/modeling_marian.py`): only
 sinusoidal positions, d_k = d_v = d_model / h, and LayerNorms built as `nn.LayerNorm(d_model)`, that is with PyTorch's
@@ -26,16 +26,19 @@ EPS_TOLERANCE = 1e-5
 
 
 def marian_layer_norm_eps() -> float:
-    """The epsilon of every LayerNorm of a reloaded MarianMTModel: PyTorch's default, which Marian's modeling code
-    gets because it passes none."""
+    """Return the epsilon of every LayerNorm of a reloaded MarianMTModel.
+
+    It is PyTorch's default, which Marian's modeling code gets because it passes none."""
     import torch
 
     return float(torch.nn.LayerNorm(1).eps)
 
 
 def marian_refusals(config: Mapping[str, Any] | Any) -> list[str]:
-    """Why a model of `config` (a VaswaniConfig or the dict of its config.json) cannot be exported to a MarianMTModel
-    that computes the same function: one "field: reason" per problem, and [] when it can."""
+    """Return why a model of `config` cannot be exported to a MarianMTModel that computes the same function.
+
+    `config` is a VaswaniConfig or the dict of its config.json. The result holds one "field: reason" per problem, and
+    is [] when the model can be exported."""
     get = config.get if isinstance(config, Mapping) else (lambda key, default=None: getattr(config, key, default))
     d_model, heads = get("d_model", 512), get("num_heads", 8)
     width = d_model // heads if isinstance(d_model, int) and isinstance(heads, int) and heads > 0 else None

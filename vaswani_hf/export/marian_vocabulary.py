@@ -1,4 +1,4 @@
-"""The Marian export's token order: `<pad>` is the LAST id, as in OPUS-MT and Marian C++.
+"""Relabel the Marian export's token ids so that `<pad>` is the LAST id, as in OPUS-MT and Marian C++.
 
 Our vocabulary puts `<pad>` first (id 0, whose embedding is the decoder's zero start vector). Marian C++ and the
 OPUS-MT models converted to transformers put it last, and the tools of that tool chain rely on it: CTranslate2's own
@@ -26,7 +26,7 @@ from ..io import UsageError, read_json
 
 
 def pad_last_order(vocab_size: int, pad_token_id: int) -> list[int]:
-    """`new_of_old`: the Marian id of each of our ids, with `<pad>` last and every other token in order."""
+    """Return `new_of_old`, the Marian id of each of our ids, with `<pad>` last and every other token in order."""
     return [(i - pad_token_id - 1) % vocab_size for i in range(vocab_size)]
 
 
@@ -35,12 +35,12 @@ def _relabel_id(value, new_of_old: list[int]):
         return new_of_old[value]
     if isinstance(value, list):
         return [_relabel_id(v, new_of_old) for v in value]
-    return value  # None
+    return value  # Anything else, such as None, is kept.
 
 
 @torch.no_grad()
 def move_pad_last(marian: MarianMTModel) -> list[int]:
-    """Relabel `marian` (from `to_marian`) in place so that `<pad>` is its last id; returns `new_of_old`.
+    """Relabel `marian` (from `to_marian`) in place so that `<pad>` is its last id, and return `new_of_old`.
 
     The rows of the embeddings and of the output projection (one shared matrix, or three with
     `tie_word_embeddings=False`), the columns of `final_logits_bias`, and the special ids of the config and
@@ -55,7 +55,7 @@ def move_pad_last(marian: MarianMTModel) -> list[int]:
     if getattr(marian.model, "shared", None) is not None:
         embeddings.append(marian.model.shared)
     weights = {id(module.weight): module.weight for module in embeddings}
-    for weight in weights.values():  # tied weights are one tensor, so each tensor is permuted once
+    for weight in weights.values():  # Tied weights are one tensor, so each tensor is permuted once.
         weight.copy_(weight[old_of_new.to(weight.device)])
     bias = marian.final_logits_bias
     bias.copy_(bias[:, old_of_new.to(bias.device)])
@@ -80,8 +80,10 @@ def _relabel_post_processor(processor: dict | None, new_of_old: list[int]) -> No
 
 
 def relabel_tokenizer_json(spec: dict, new_of_old: list[int], where: Path) -> dict:
-    """A `tokenizers` JSON spec with every id relabelled: the model's vocabulary (a token -> id map for BPE,
-    WordPiece and WordLevel; a list in id order for Unigram), the added tokens and the post-processor."""
+    """Return a `tokenizers` JSON spec with every id relabelled.
+
+    The ids relabelled are those of the model's vocabulary (a map from token to id for BPE, WordPiece and WordLevel,
+    or a list in id order for Unigram), of the added tokens and of the post-processor."""
     model = spec["model"]
     vocab = model.get("vocab")
     if isinstance(vocab, dict):
@@ -132,8 +134,11 @@ def relabel_tokenizer_files(folder: Path, new_of_old: list[int]) -> None:
 
 
 def check_relabelled_tokenizer(original, relabelled, new_of_old: list[int], folder: Path) -> None:
-    """Check that the relabelled tokenizer maps every token to `new_of_old` of its old id and encodes a sample text
-    to the relabelled ids: failing here is better than shipping a tokenizer that disagrees with the weights."""
+    """Check that the relabelled tokenizer agrees with the relabelled weights, and raise a UsageError if not.
+
+    It must map every token to `new_of_old` of its old id and encode a sample text to the relabelled ids. Failing here
+    is better than shipping a tokenizer that disagrees with the weights.
+    """
     expected = {token: new_of_old[i] for token, i in original.get_vocab().items()}
     sample = "a b ."
     encoded = [new_of_old[i] for i in original(sample)["input_ids"]]

@@ -1,6 +1,8 @@
-"""Hugging Face Hub integration: the model card (`card`), the Hub-ready model folder with its Inference Endpoints
-handler (`folder`), and the one-commit upload (`upload`). Exports that write Hub folders of other architectures
-(`vaswani_hf.export.marian`) build on these; nothing here imports them."""
+"""Integrate with the Hugging Face Hub: write the model card, the Hub-ready model folder, and upload it in one commit.
+
+The modules are `card` (the model card), `folder` (the Hub-ready model folder with its Inference Endpoints handler)
+and `upload` (the one-commit upload). Exports that write Hub folders of other architectures
+(`vaswani_hf.export.marian`) build on these, but nothing here imports them."""
 
 from .card import (
     VASWANI_CARD,

@@ -1,6 +1,8 @@
-"""The model card: a `huggingface_hub.ModelCard` rendered from the Jinja template `vaswani_hf/templates/model_card.md`
-(a link to the repository's `model_cards/vaswani_template.md`) with `ModelCardData` metadata: language, license,
-library_name, pipeline_tag, tags, datasets, metrics, model-index results and widget examples.
+"""Render the model card, a `huggingface_hub.ModelCard`, from real numbers only.
+
+The card is rendered from the Jinja template `vaswani_hf/templates/model_card.md` (a link to the repository's
+`model_cards/vaswani_template.md`), with `ModelCardData` metadata: language, license, library_name, pipeline_tag,
+tags, datasets, metrics, model-index results and widget examples.
 
 The architecture numbers are read from the model (the parameter count from its weights), and the scores come only
 from the metrics given. Nothing is invented: without metrics there is no results table and no model-index, and a
@@ -22,7 +24,7 @@ from typing import Any
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..io import check_safetensors, read_json, weight_files
-from .ids import check_card_identity  # also imported from here by the exports
+from .ids import check_card_identity  # The exports also import it from here.
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 TEMPLATES_DIR = PACKAGE_DIR / "templates"
@@ -31,7 +33,7 @@ TEMPLATES_DIR = PACKAGE_DIR / "templates"
 DEFAULT_CARD_TEMPLATE = TEMPLATES_DIR / "model_card.md"
 METRICS_FILE = "metrics.json"
 
-# A metric's name -> (its label in the card, its Hub metric id for `metrics:` and the model-index `type`).
+# Maps a metric's name to its label in the card and its Hub metric id (for `metrics:` and the model-index `type`).
 METRIC_INFO = {
     "sacrebleu": ("sacreBLEU", "sacrebleu"),
     "bleu": ("BLEU (sacreBLEU)", "sacrebleu"),
@@ -39,7 +41,7 @@ METRIC_INFO = {
     "bleu_tok_compound_split": ("BLEU, tokenized + compound split (paper-style)", "bleu"),
     "bleu_tok_none": ("BLEU on given tokens (tokenize=none)", "bleu"),
 }
-# Trainer-only quantities that are not translation-quality scores: kept out of the results table.
+# Trainer-only quantities that are not translation-quality scores, kept out of the results table.
 _NOT_SCORES = {"loss", "runtime", "samples_per_second", "steps_per_second", "epoch", "gen_len", "step"}
 
 # Known keys of `training_info`, in the order shown, with their labels. Other keys are shown after them as given.
@@ -77,7 +79,7 @@ _META_KEYS = {
     "summary",
 }
 
-# Default inputs of the Hub widget by source language: example inputs, not results.
+# The Hub widget's default inputs by source language. They are example inputs, not results.
 DEFAULT_WIDGET_TEXT = {
     "en": ["The weather is nice today.", "My friend bought a new house near the river."],
     "de": ["Das Wetter ist heute schön.", "Mein Freund hat ein neues Haus am Fluss gekauft."],
@@ -99,7 +101,7 @@ LANGUAGE_NAMES = {
 
 @dataclass(frozen=True)
 class Architecture:
-    """The card's architecture table, read from a config.json (`CardVariant.architecture`)."""
+    """Hold the card's architecture table, as `CardVariant.architecture` reads it from a config.json."""
 
     name: str
     encoder_layers: int
@@ -112,12 +114,12 @@ class Architecture:
     positions: str
     vocab_size: int
     tied: bool
-    attention_bias: bool = False  # shown only when the model has biases, because the paper's has none
+    attention_bias: bool = False  # Shown only when the model has biases, because the paper's has none.
 
 
 @dataclass(frozen=True)
 class CardVariant:
-    """How a card describes one kind of repository.
+    """Describe how a card presents one kind of repository.
 
     `name` selects the template's text (introduction, usage), `tags` go to the metadata, `architecture` reads the
     table from config.json, and `count_parameters` counts a model object's parameters as the paper does.
@@ -136,7 +138,7 @@ class CardVariant:
 
 
 def normalize_metrics(metrics: Mapping | None) -> dict[str, dict]:
-    """Metrics in one form: `{name: {"score": float, "signature": str | None, "description": str | None}}`.
+    """Return metrics in one form, `{name: {"score": float, "signature": str | None, "description": str | None}}`.
 
     The accepted inputs are `vaswani_hf.evaluation.compute_all`'s result (`{name: {"score", "signature", ...}}`),
     the JSON of the evaluation tool (`{"scores": {...}, "meta": {...}}`), this module's `metrics.json`
@@ -170,8 +172,9 @@ def normalize_metrics(metrics: Mapping | None) -> dict[str, dict]:
 
 
 def count_parameters_in_folder(model_dir: str | os.PathLike) -> int:
-    """The number of parameters stored in the folder's safetensors weights, read from their checked headers. Tied
-    matrices are stored once, so they are counted once."""
+    """Return the number of parameters stored in the folder's safetensors weights, read from their checked headers.
+
+    Tied matrices are stored once, so they are counted once."""
     files = weight_files(model_dir)
     if not files:
         raise FileNotFoundError(f"no safetensors weights in {model_dir}")
@@ -184,14 +187,15 @@ def count_parameters_in_folder(model_dir: str | os.PathLike) -> int:
 
 
 def count_parameters(model) -> int:
-    """The number of distinct parameters of a model object: a shared tensor counts once, as `parameters()` yields
-    it once."""
+    """Return the number of distinct parameters of a model object; a shared tensor counts once, as `parameters()`
+    yields it once."""
     return sum(p.numel() for p in model.parameters())
 
 
 def _describe_source(model_dir_or_model, variant: CardVariant) -> tuple[dict, dict, int, Path | None]:
-    """What the card reads from a saved folder or a model object: (config dict, generation config dict, parameter
-    count, the folder or None)."""
+    """Return what the card reads from a saved folder or a model object.
+
+    That is (config dict, generation config dict, parameter count, the folder or None for a model object)."""
     if isinstance(model_dir_or_model, (str, os.PathLike)):
         folder = Path(model_dir_or_model)
         if not (folder / "config.json").is_file():
@@ -215,7 +219,7 @@ def _format_count(n: int) -> str:
 
 
 def vaswani_architecture(config: dict) -> Architecture:
-    """The architecture table of a `vaswani` config.json."""
+    """Return the architecture table of a `vaswani` config.json."""
     d_model, heads = config["d_model"], config["num_heads"]
     positions = config.get("position_encoding", "sinusoidal")
     if positions == "sinusoidal":
@@ -254,14 +258,15 @@ def _architecture_rows(arch: Architecture, num_parameters: int) -> list[tuple[st
     return rows
 
 
-# This package's model, with its code in the repository (trust_remote_code), so it decodes as the scores were
+# This package's model, whose code is in the repository (trust_remote_code), so that it decodes as the scores were
 # measured.
 VASWANI_CARD = CardVariant("vaswani", ("custom_code", "vaswani"), vaswani_architecture, count_parameters)
 
 
 def _cell(text: str) -> str:
-    """Text made safe for a Markdown table cell: a `|` (in a sacreBLEU signature, or |Y|) would end the cell even
-    inside backticks, so it is escaped, and a line break becomes a space."""
+    """Return `text` made safe for a Markdown table cell: `|` escaped and each line break turned into a space.
+
+    A `|` (in a sacreBLEU signature, or |Y|) would end the cell even inside backticks."""
     return str(text).replace("\n", " ").replace("|", "\\|")
 
 
@@ -280,7 +285,7 @@ def _fmt_value(value: Any) -> str:
 
 
 def _training_rows(info: Mapping) -> list[tuple[str, str]]:
-    """The known training facts in TRAINING_FIELDS order, then any other key as given (empty values left out)."""
+    """Return rows for the known training facts in TRAINING_FIELDS order, then other keys, leaving out empty ones."""
     rows = [(label, _fmt_value(info[key])) for key, label in TRAINING_FIELDS if info.get(key) not in (None, "", [])]
     known = {key for key, _ in TRAINING_FIELDS} | _META_KEYS
     rows += [
@@ -308,8 +313,10 @@ def _decoding_rows(generation: dict, variant: CardVariant) -> list[tuple[str, st
 
 
 def _results(scores: dict, eval_dataset: dict, direction: str, declare: bool) -> tuple[list[dict], list[EvalResult]]:
-    """The rows of the body's results table and the model-index entries. Every score gets a row; it is declared in
-    the model-index only when `declare`, that is when the repository decodes as the scores were measured."""
+    """Return the rows of the body's results table and the model-index entries.
+
+    Every score gets a row, but it is declared in the model-index only when `declare` is true, that is when the
+    repository decodes as the scores were measured."""
     rows, eval_results = [], []
     for name, result in scores.items():
         label, metric_type = METRIC_INFO.get(name, (name, name))
@@ -346,7 +353,7 @@ def _eval_dataset_text(eval_dataset: dict) -> str:
 
 
 def _check_card_inputs(variant: CardVariant, info: dict, scores: dict) -> dict:
-    """The evaluation set of `info`, after refusing what would make a misleading card (ValueError)."""
+    """Return the evaluation set of `info`, raising a ValueError for anything that would make a misleading card."""
     if not isinstance(variant, CardVariant):
         raise ValueError(f"variant must be a CardVariant (VASWANI_CARD, or an export's), got {variant!r}")
     if not info.get("source_lang") or not info.get("target_lang"):
@@ -370,7 +377,7 @@ def _card_data(
     eval_results: list,
     widgets: list[str] | None,
 ) -> ModelCardData:
-    """The card's YAML metadata (huggingface_hub's `ModelCardData`)."""
+    """Return the card's YAML metadata as huggingface_hub's `ModelCardData`."""
     datasets = info.get("dataset")
     if datasets and isinstance(datasets, str):
         datasets = [datasets]
@@ -405,8 +412,9 @@ def render_model_card(
     variant: CardVariant | None = None,
     generation_config: Mapping | None = None,
 ) -> ModelCard:
-    """Render the model card of a trained model from real numbers only; returns a `huggingface_hub.ModelCard`, whose
-    `card.data` is its `ModelCardData`.
+    """Render the model card of a trained model from real numbers only, and return it as a `huggingface_hub.ModelCard`.
+
+    The card's `card.data` is its `ModelCardData`.
 
     `model_dir_or_model` is a saved folder (config.json, safetensors weights, optionally generation_config.json) or a
     model object (`VaswaniForConditionalGeneration`, or an export's model with that export's `variant`); the
@@ -417,11 +425,11 @@ def render_model_card(
     Its optional keys are `license` (default "apache-2.0"), `model_name`, `tags`, `widget_examples`, `summary`,
     `extra_limitations` and the training facts of TRAINING_FIELDS; any other key is shown as given.
 
-    `repo_id` goes into the usage snippets, and `template_path` names another Jinja template. `widget_examples` are
-    the Hub widget's inputs (default: training_info's, else two built-in sentences for en, de or fr). `variant` is
-    the kind of repository: `VASWANI_CARD` by default (this package's model with its code), while an export brings
+    `repo_id` goes into the usage snippets, and `template_path` names another Jinja template. `widget_examples` are the
+    Hub widget's inputs; by default they are training_info's, else two built-in sentences for en, de or fr. `variant`
+    is the kind of repository: `VASWANI_CARD` by default (this package's model with its code), while an export brings
     its own, such as `vaswani_hf.export.marian.MARIAN_CARD`. `generation_config` is the decoding the metrics were
-    measured with (default: the model's)."""
+    measured with, by default the model's."""
     variant = VASWANI_CARD if variant is None else variant
     info = dict(training_info or {})
     scores = normalize_metrics(metrics)
@@ -466,7 +474,7 @@ def render_model_card(
 
 
 def write_model_card(model_dir: str | os.PathLike, metrics: Mapping | None, training_info: Mapping, **kwargs) -> Path:
-    """Render the card of the saved folder `model_dir` and write it as `README.md`; returns the README path.
+    """Render the card of the saved folder `model_dir`, write it as `README.md`, and return the README's path.
 
     It also writes `metrics.json` (`{"metrics": normalised scores with signatures, "training_info": ...,
     "widget_examples": ...}`), the inputs of the card, which the Marian export reuses to write its own card and the
@@ -483,7 +491,8 @@ def write_model_card(model_dir: str | os.PathLike, metrics: Mapping | None, trai
 
 
 def read_card_inputs(model_dir: str | os.PathLike) -> dict:
-    """The `metrics.json` written by `write_model_card`: {} if there is none, and a UsageError naming the file if it
-    is broken."""
+    """Return the `metrics.json` that `write_model_card` wrote, or {} if there is none.
+
+    A broken file raises a UsageError naming it."""
     path = Path(model_dir) / METRICS_FILE
     return read_json(path, what=METRICS_FILE) if path.is_file() else {}

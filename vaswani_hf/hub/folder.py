@@ -1,12 +1,13 @@
-"""The Hub-ready model folder: everything a repository needs so that the model loads, translates and is described
-where this package is not installed, written in one place and appearing whole.
+"""Write the Hub-ready model folder, which holds everything a repository needs where this package is not installed.
+
+With it the model loads, translates and is described. The folder is written in one place and appears whole.
 
 `save_hub_folder` writes the weights (safetensors), config.json with `auto_map` and `custom_pipelines`, the code files
 (transformers' `save_pretrained` copies the registered classes' files and their relative imports, the pipeline's
 included), the tokenizer, the paper's `generation_config.json`, the Inference Endpoints handler (`add_handler`), the
 caller's extra files and the model card. `missing_code_files` checks that a folder carries every code file its
-config.json needs under `trust_remote_code`: transformers copies them, but a folder assembled by hand (with files
-copied from an older run) may lack one, and the upload refuses such a folder instead of failing on the Hub.
+config.json needs under `trust_remote_code`. transformers copies them, but a folder assembled by hand (with files
+copied from an older run) may lack one, and the upload refuses such a folder rather than fail on the Hub.
 """
 
 from __future__ import annotations
@@ -48,12 +49,12 @@ def add_handler(folder: str | os.PathLike) -> Path:
 
 
 def missing_code_files(folder: str | os.PathLike, names: set[str] | None = None) -> list[str]:
-    """The problems that would stop `trust_remote_code` from loading `folder`, as an empty list when there are none.
+    """Return the problems that would stop `trust_remote_code` from loading `folder`, or an empty list if none.
 
-    A problem is a code file that config.json references (`auto_map`, `custom_pipelines`) and that is absent; a code
-    file that imports a sibling (`from .x import`) that is absent, as modeling_vaswani.py imports
-    generation_vaswani.py; or a code file that is present but does not define the class config.json names in it.
-    `names` are the files that will be in the folder (default: the folder's files now)."""
+    A problem is one of three things: a code file that config.json references (`auto_map`, `custom_pipelines`) is
+    absent; a code file imports a sibling (`from .x import`) that is absent, as modeling_vaswani.py imports
+    generation_vaswani.py; or a code file is present but does not define the class config.json names in it. `names`
+    are the files that will be in the folder; by default they are the folder's files now."""
     folder = Path(folder)
     names = names if names is not None else {p.name for p in folder.iterdir() if p.is_file()}
     problems = []
@@ -70,8 +71,10 @@ def missing_code_files(folder: str | os.PathLike, names: set[str] | None = None)
 
 
 def _top_level_names(source: str) -> set[str] | None:
-    """The names a module defines at top level (classes, functions, assignments, imports), or None if it does not
-    parse, in which case the upload's check names that file."""
+    """Return the names a module defines at top level (classes, functions, assignments, imports), or None.
+
+    None means the module does not parse, and the upload's check then names that file.
+    """
     try:
         table = symtable.symtable(source, "<code file>", "exec")
     except (SyntaxError, ValueError):
@@ -80,12 +83,14 @@ def _top_level_names(source: str) -> set[str] | None:
 
 
 def _undefined_references(folder: Path, names: set[str], config: Mapping) -> list[str]:
-    """Each "module.Class" that config.json names whose module is present but does not define Class:
-    trust_remote_code would then fail on the user's machine, not here."""
+    """Return each "module.Class" that config.json names whose module is present but does not define Class.
+
+    Such a reference is caught here because trust_remote_code would otherwise fail on the user's machine.
+    """
     problems = []
     for module, attribute in sorted(code_references(config)):
         if not attribute or f"{module}.py" not in names:
-            continue  # a missing module is reported as missing by missing_code_files
+            continue  # A missing module is reported as missing by missing_code_files.
         defined = _top_level_names((folder / f"{module}.py").read_text(encoding="utf-8", errors="replace"))
         if defined is not None and attribute not in defined:
             problems.append(
@@ -96,8 +101,11 @@ def _undefined_references(folder: Path, names: set[str], config: Mapping) -> lis
 
 
 def _minimal_model_card(scores: Mapping | None, training_info: Mapping | None, folder: Path) -> str:
-    """A plain README.md for when the real card cannot be rendered (e.g. the run has no languages or a score is not
-    a number): the trained model must not be lost over its description."""
+    """Return a plain README.md for when the real card cannot be rendered.
+
+    That happens, for example, when the run has no languages or a score is not a number; the trained model must not
+    be lost over its description.
+    """
     info = dict(training_info or {})
     lines = [
         "---",
@@ -129,7 +137,7 @@ def _write_card(folder: Path, scores: Mapping | None, training_info: Mapping | N
         write_model_card(folder, scores, training_info or {})
         if (folder / "README.md").is_file():
             return
-    except Exception as error:  # noqa: BLE001 - no problem with the card, of any kind, may lose the trained model
+    except Exception as error:  # noqa: BLE001 - no problem of any kind with the card may lose the trained model.
         logger.warning(
             "the model card could not be rendered (%s: %s); writing a minimal README.md", type(error).__name__, error
         )
@@ -152,24 +160,27 @@ def save_hub_folder(
 
     The folder holds the model (weights, config with `auto_map` and `custom_pipelines`, code files) with the paper's
     decoding settings as its generation config (Section 6.1, not the defaults Seq2SeqTrainer leaves there), the
-    tokenizer, the endpoint handler and requirements.txt (`add_handler`), `extra_files` (file name -> text or bytes),
-    whatever `write_extra(folder)` writes (plots, for example), and the model card of
+    tokenizer, the endpoint handler and requirements.txt (`add_handler`), `extra_files` (a mapping from file name to
+    text or bytes), whatever `write_extra(folder)` writes (plots, for example), and the model card of
     `write_model_card(folder, scores, training_info)`; if the card cannot be rendered, a minimal README.md is written
-    with a warning. `model` may be a `Trainer`, whose unwrapped model is saved. With `source_lang` and `target_lang`
-    in `training_info`, the model's config records the pair (`langs`), so that
-    `pipeline("translation_en_to_de", model=folder, trust_remote_code=True)` works too and the pipeline checks
-    `src_lang` and `tgt_lang` against it; config.json names the one pipeline task "translation", which
-    `pipeline(model=folder, trust_remote_code=True)` infers.
+    with a warning. `model` may be a `Trainer`, whose unwrapped model is saved. With `source_lang` and `target_lang` in
+    `training_info`, the model's config records the pair (`langs`), so that `pipeline("translation_en_to_de",
+    model=folder, trust_remote_code=True)` works too and the pipeline checks `src_lang` and `tgt_lang` against it.
+    config.json names the one pipeline task "translation", which `pipeline(model=folder, trust_remote_code=True)`
+    infers.
 
-    `out_dir` is checked first. A file, a non-empty folder without `overwrite`, or with it a folder that is not an
-    earlier Hub folder of this package (`HUB_FOLDER`, or with `own` the caller's own earlier export, which it vouches
-    for) is a UsageError, and so is a tokenizer of another vocabulary than the model's. The folder is written beside
-    `out_dir` and renamed into place, so it appears whole or not at all."""
+    `out_dir` is checked first. It raises a UsageError if it is a file, or a non-empty folder without `overwrite`, or,
+    with `overwrite`, a folder that is not an earlier Hub folder of this package (`HUB_FOLDER`, or with `own` the
+    caller's own earlier export, which it vouches for). A tokenizer of another vocabulary than the model's is a
+    UsageError too. The folder is written beside `out_dir` and renamed into place, so it appears whole or not at
+    all."""
     out_dir = check_output_dir(out_dir, overwrite=overwrite, what="Hub folder", kind=None if own else HUB_FOLDER)
     for name in extra_files or {}:
         if Path(name).name != name or name in ("", ".", ".."):
             raise ValueError(f"extra_files: {name!r} is not a plain file name")
-    if hasattr(model, "model") and hasattr(model, "args") and hasattr(model, "accelerator"):  # a Trainer: unwrap it
+    if (
+        hasattr(model, "model") and hasattr(model, "args") and hasattr(model, "accelerator")
+    ):  # A Trainer is unwrapped to its model.
         model = model.accelerator.unwrap_model(model.model)
     if tokenizer is not None:
         check_same_vocabulary(model, tokenizer)

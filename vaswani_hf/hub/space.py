@@ -43,12 +43,12 @@ packed["packed"], packed["shape"], packed["code"]  # base64 of one byte a weight
 A text in another language is translated with a warning: /attention's "warning", and for both endpoints a gr.Warning
 (a "log" status update of `client.submit(...)`'s job)."""
 
-GRADIO_SDK_VERSION = "6.31.0"  # the Gradio the page is tested with (the `space` extra allows 6.x)
+GRADIO_SDK_VERSION = "6.31.0"  # The Gradio version the page is tested with; the `space` extra allows any 6.x.
 PYTHON_VERSION = "3.11"
 DEFAULT_SPACE_COMMIT_MESSAGE = "Upload the Vaswani Transformer Space (translation and attention maps)"
 PACKAGE = "vaswani_hf"
 _PACKAGE_IGNORE = ("__pycache__", "*.pyc", "sample_data")
-# CPU wheels of torch: a Space on the free CPU hardware needs no CUDA libraries (pip prefers the +cpu build).
+# CPU wheels of torch, because a Space on the free CPU hardware needs no CUDA libraries (pip prefers the +cpu build).
 _TORCH_INDEX = "--extra-index-url https://download.pytorch.org/whl/cpu"
 
 SPACE_APP = '''\
@@ -70,8 +70,11 @@ if __name__ == "__main__":
 
 
 def space_requirements() -> str:
-    """The Space's requirements.txt: the installed package's dependencies and its `space` extra (py3langid, for the
-    language warning), with the other extras left out. Gradio itself comes with the Space's sdk_version."""
+    """Return the Space's requirements.txt, listing the installed package's dependencies and its `space` extra.
+
+    The `space` extra brings py3langid, for the language warning; the other extras are left out. Gradio itself comes
+    with the Space's sdk_version.
+    """
     try:
         requires = importlib.metadata.requires(PACKAGE) or []
     except importlib.metadata.PackageNotFoundError as error:
@@ -87,7 +90,7 @@ def space_requirements() -> str:
 
 
 def render_space_readme(model_repo_id: str | None = None, title: str = "Vaswani Transformer") -> str:
-    """The Space's README.md: YAML front matter (the Hub's Space configuration) and a short description."""
+    """Return the Space's README.md: YAML front matter (the Hub's Space configuration) and a short description."""
     models = f"models:\n  - {model_repo_id}\n" if model_repo_id else ""
     serves = (
         f"[{model_repo_id}](https://huggingface.co/{model_repo_id})"
@@ -127,8 +130,10 @@ def render_space_readme(model_repo_id: str | None = None, title: str = "Vaswani 
 
 
 def check_repo_id(repo_id: str, what: str) -> None:
-    """Refuse, in one line, a repository id that is not valid on the Hub; `what` is the flag or parameter that
-    named it."""
+    """Refuse, with a one-line UsageError, a repository id that is not valid on the Hub.
+
+    `what` is the flag or parameter that named the id, and the message names it.
+    """
 
     problem = repo_id_problem(repo_id)
     if problem:
@@ -136,7 +141,7 @@ def check_repo_id(repo_id: str, what: str) -> None:
 
 
 def write_space_folder(folder: str | os.PathLike, model_repo_id: str) -> list[tuple[str, int]]:
-    """Write the Space's files into `folder` (see the module docstring); returns [(path, size)], sorted."""
+    """Write the Space's files into `folder` (see the module docstring) and return their sorted [(path, size)]."""
     import vaswani_hf
 
     folder = Path(folder)
@@ -166,11 +171,11 @@ def push_space(
 ):
     """Create (if needed) the Gradio Space `space_id` and upload, in one commit, a page serving `model_repo_id`.
 
-    Both ids are checked before any network call (UsageError). With `dry_run`, the files (path, size) are printed
-    and returned without any network call. Otherwise `model_repo_id` must exist on the Hub, which is checked before
-    the Space is created: a page serving a missing model would only fail when someone opens it. The token is
-    `token`, else HF_TOKEN, else the cached login, and it is never printed. Network and authentication failures are a
-    one-line RunFailure. Returns the commit's `CommitInfo`."""
+    Both ids are checked before any network call, and a bad one raises a UsageError. With `dry_run`, the files (path,
+    size) are printed and returned without any network call. Otherwise `model_repo_id` must exist on the Hub, which is
+    checked before the Space is created, because a page serving a missing model would only fail when someone opens it.
+    The token is `token`, else HF_TOKEN, else the cached login, and it is never printed. Network and authentication
+    failures raise a one-line RunFailure. Returns the commit's `CommitInfo`."""
     from huggingface_hub import HfApi, get_token
 
     out = out or sys.stdout

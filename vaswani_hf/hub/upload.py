@@ -1,13 +1,15 @@
-"""Upload a model folder to the Hugging Face Hub: `HfApi.create_repo`, then `HfApi.upload_folder` in one commit with
-exactly the files `list_upload_files` lists (weights as safetensors, config with auto_map, code, tokenizer, generation
-config, metrics, card, handler; never checkpoints, optimizer states or pickled weights).
+"""Upload a model folder to the Hugging Face Hub in one commit, after checking that it gives a usable repository.
+
+The upload calls `HfApi.create_repo`, then `HfApi.upload_folder` in one commit with exactly the files
+`list_upload_files` lists: weights as safetensors, config with auto_map, code, tokenizer, generation config, metrics,
+card and handler. Checkpoints, optimizer states and pickled weights are never uploaded.
 
 `check_folder` refuses, before any network call and in a dry run too, a folder that would give an unusable
 repository: missing or truncated weights, a broken config.json, a missing tokenizer, card or code file, a code file
 that does not compile, a JSON file that does not parse or has the wrong shape, generation settings out of their
-bounds, a tokenizer that does not load or is not the model's; and an invalid repository id or revision. The token
-comes from the `token` argument, `HF_TOKEN` or the cached login (huggingface_hub resolves it) and is never printed;
-network and authentication failures are one-line `RunFailure`s.
+bounds, a tokenizer that does not load or is not the model's, and an invalid repository id or revision. The token
+comes from the `token` argument, `HF_TOKEN` or the cached login (huggingface_hub resolves it) and is never printed.
+Network and authentication failures raise one-line `RunFailure`s.
 """
 
 from __future__ import annotations
@@ -33,9 +35,11 @@ DEFAULT_COMMIT_MESSAGE = "Upload Vaswani Transformer (weights, code, tokenizer, 
 
 
 def list_upload_files(model_dir: str | os.PathLike) -> list[tuple[str, int]]:
-    """The files `push_folder` uploads from `model_dir`, as a sorted `[(path in repo, size in bytes)]`: the folder's
-    declared files (`io.models.declared_files`). Anything else (checkpoints, optimizer states, pickled weights, logs)
-    stays local, and the dry run names it."""
+    """Return the files `push_folder` uploads from `model_dir`, as a sorted list of (path in repo, size in bytes).
+
+    They are the folder's declared files (`io.models.declared_files`). Anything else (checkpoints, optimizer states,
+    pickled weights, logs) stays local, and the dry run names it.
+    """
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise UsageError(
@@ -54,16 +58,21 @@ def check_folder(
     repo_id: str | None = None,
     revision: str | None = None,
 ) -> list[str]:
-    """The problems that would make the uploaded repository unusable, each naming its file; an empty list when there
-    are none.
+    """Return the problems that would make the uploaded repository unusable, each naming its file, or an empty list.
 
-    They are: an invalid `repo_id` or `revision` (git's rules for a branch name); an uploaded *.json that does not
-    parse or lacks its declared shape (`UPLOAD_JSON_SHAPES`), or a *.py that does not compile; no card, or one whose
-    metadata does not parse; whatever loading would refuse (`check_model_folder`: config.json, missing or truncated
-    safetensors weights, tokenizer.json, generation settings out of their declared bounds), and a tokenizer of
-    another vocabulary size than the model's; a vaswani config.json without its auto_map; a code file that
-    config.json or another code file needs but that is absent or lacks the class auto_map names; and a tokenizer
-    that transformers cannot load, or whose special tokens are not the config's ids."""
+    The problems checked for are:
+
+    - an invalid `repo_id`, or a `revision` that breaks git's rules for a branch name;
+    - an uploaded *.json that does not parse or lacks its declared shape (`UPLOAD_JSON_SHAPES`), or a *.py that does
+      not compile;
+    - no card, or a card whose metadata does not parse;
+    - whatever loading would refuse (`check_model_folder` checks config.json, missing or truncated safetensors
+      weights, tokenizer.json and generation settings out of their declared bounds), and a tokenizer of another
+      vocabulary size than the model's;
+    - a vaswani config.json without its auto_map;
+    - a code file that config.json or another code file needs, but that is absent or lacks the class auto_map names;
+    - a tokenizer that transformers cannot load, or whose special tokens are not the config's ids.
+    """
     model_dir = Path(model_dir)
     names = {name for name, _ in (files if files is not None else list_upload_files(model_dir))}
     problems = []
@@ -76,7 +85,7 @@ def check_folder(
     else:
         try:
             ModelCard((model_dir / "README.md").read_text(encoding="utf-8"))
-        except Exception as error:  # noqa: BLE001 - report any parse error of the card
+        except Exception as error:  # noqa: BLE001 - any parse error of the card is reported.
             problems.append(f"README.md metadata does not parse: {' '.join(str(error).split())}")
     try:
         config = read_json(check_model_folder(model_dir) / "config.json")
@@ -93,11 +102,11 @@ def check_folder(
     problems += missing_code_files(model_dir, names)
     if problems:
         return problems
-    try:  # the tokenizer as transformers loads it, because its special tokens must be the config's ids
+    try:  # Load the tokenizer as transformers loads it, because its special tokens must be the config's ids.
         check_special_ids(config, AutoTokenizer.from_pretrained(str(model_dir)), str(model_dir))
     except UsageError as error:
         return [str(error)]
-    except Exception as error:  # noqa: BLE001 - transformers raises many kinds on a broken tokenizer file
+    except Exception as error:  # noqa: BLE001 - transformers raises many kinds of error on a broken tokenizer file.
         return [
             f"{model_dir}: the tokenizer (tokenizer.json, tokenizer_config.json) does not load "
             f"({' '.join(str(error).split())[:200]}); save the tokenizer into the folder again"
@@ -129,7 +138,10 @@ _BAD_REF_CHARACTERS = set(" ~^:?*[\\\x7f") | {chr(i) for i in range(32)}
 
 
 def revision_problem(revision: str | None) -> str | None:
-    """Why `revision` is not a valid git branch name (git check-ref-format's rules), None if it is (or is None)."""
+    """Return why `revision` is not a valid git branch name by git check-ref-format's rules, or None if it is valid.
+
+    A `revision` of None is valid.
+    """
     if revision is None:
         return None
     problem = None
@@ -161,9 +173,11 @@ _CHECKED_ELSEWHERE = {
 
 
 def _file_problems(model_dir: Path, names: set[str]) -> list[str]:
-    """Check that every uploaded *.json parses and has its declared shape (`UPLOAD_JSON_SHAPES`), and that every *.py
-    compiles: the Hub's users run them under trust_remote_code, where a syntax error would surface only on the
-    user's machine."""
+    """Return the problems of the uploaded *.json and *.py files that `check_model_folder` does not read.
+
+    Each *.json must parse and have its declared shape (`UPLOAD_JSON_SHAPES`), and each *.py must compile. The Hub's
+    users run the code files under trust_remote_code, where a syntax error would surface only on the user's machine.
+    """
     problems = []
     for name in sorted(names - _CHECKED_ELSEWHERE):
         path = model_dir / name
@@ -176,7 +190,7 @@ def _file_problems(model_dir: Path, names: set[str]) -> list[str]:
                 compile(path.read_bytes(), str(path), "exec")
         except UsageError as error:
             problems.append(str(error))
-        except (SyntaxError, ValueError) as error:  # ValueError: null bytes in the source
+        except (SyntaxError, ValueError) as error:  # A ValueError means null bytes in the source.
             line = f":{error.lineno}" if getattr(error, "lineno", None) else ""
             problems.append(
                 f"{path}{line}: does not compile ({getattr(error, 'msg', None) or error}); fix the file "

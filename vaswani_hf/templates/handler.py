@@ -1,4 +1,4 @@
-"""Inference Endpoints custom handler for a vaswani_hf Transformer repository.
+"""Serve a vaswani_hf Transformer repository on Inference Endpoints as a custom handler.
 
 `vaswani_hf.hub.add_handler` copies this file into the model folder as `handler.py`. Inference Endpoints instantiates
 `EndpointHandler(path)` with the repository's local path and calls it with the request's JSON body:
@@ -8,8 +8,8 @@
 It returns `[{"translation_text": ...}, ...]`, one entry per input, which is the output format of transformers'
 translation pipeline. Decoding follows the repository's `generation_config.json`, the paper's decoding (beam 4, GNMT
 length penalty 0.6, maximum length input + 50; Section 6.1), and `parameters` override it per request with any
-`generate()` keyword. The one parameter that is not a `generate()` keyword is `batch_size` (16 by default): how many
-sentences are translated at once.
+`generate()` keyword. The one parameter that is not a `generate()` keyword is `batch_size` (16 by default), the
+number of sentences translated at once.
 
 The model code is loaded from the repository (`trust_remote_code=True`), because the endpoint image need not have
 vaswani_hf installed; that is also why this file imports only torch and transformers.
@@ -37,7 +37,7 @@ class EndpointHandler:
             texts = inputs
         else:
             raise ValueError('expected {"inputs": str | list[str], "parameters": {...}}')
-        batch_size = int(parameters.pop("batch_size", 16))  # the handler's own parameter, not a generate() keyword
+        batch_size = int(parameters.pop("batch_size", 16))  # The handler's own parameter, not a generate() keyword.
         outputs = []
         with torch.inference_mode():
             for start in range(0, len(texts), batch_size):

@@ -1,10 +1,11 @@
-"""Attention visualisation and attention diagnostics for the Transformer (Vaswani et al., 2017).
+"""Draw the attention weights of the Transformer (Vaswani et al., 2017) and compute diagnostics from them.
 
 The model has three kinds of attention (Section 3.2.3), each with h heads in each of N layers:
 
-* "encoder": encoder self-attention, source -> source, (S, S) per head;
-* "decoder": masked decoder self-attention, target -> earlier target, (T, T) per head, zero above the diagonal;
-* "cross": encoder-decoder attention, target -> source, (T, S) per head.
+* "encoder" is encoder self-attention, where source tokens attend to source tokens, giving an (S, S) matrix per head.
+* "decoder" is masked decoder self-attention, where each target token attends to itself and the earlier target tokens,
+  giving a (T, T) matrix per head that is zero above the diagonal.
+* "cross" is encoder-decoder attention, where target tokens attend to source tokens, giving a (T, S) matrix per head.
 
 Each matrix is the softmax(Q K^T / sqrt(d_k)) of Eq. (1): one row per query, summing to 1 over the keys that query may
 see. The paper's Figures 3-5 draw rows of encoder self-attention in layer 5 of 6: Figure 3 for the sentence "It is in
@@ -20,7 +21,7 @@ weights), `diagnostics` (numbers computed from them) and `plots` (the figures).
 
 The weights come from one teacher-forced forward pass over (source, target), where the target is a reference or the
 model's own greedy or beam translation (`attention` explains why a forced pass shows the attention used while
-generating). The labels: the rows of "decoder" and "cross" are the tokens *produced* at each step (y_1 ... </s>), and
+generating). The rows of "decoder" and "cross" are labelled with the tokens *produced* at each step (y_1 ... </s>), and
 the columns of "decoder" are the tokens *fed* at each step (<start>, y_1, ...), so row i sees columns 0..i. In this
 package's models the decoder's start token is <pad> (id 0, tensor2tensor's zero start vector); its column is labelled
 "<start>" because it is not padding. Only eager attention returns weights (sdpa does not), so
@@ -71,8 +72,8 @@ from .plots import (
     visualize,
 )
 
-# The names this package offers (`_masks`, the query and key masks of a batch's weights, is offered to the tests that
-# check the padding mass).
+# The names this package offers. `_masks`, which returns the query and key masks of a batch's weights, is offered to
+# the tests that check the padding mass.
 __all__ = [
     "KINDS",
     "MAX_PLOT_TOKENS",

@@ -1,4 +1,4 @@
-"""Getting the attention weights of a seq2seq model: Section 3.2.3's three kinds, with h heads in each of N layers.
+"""Get the attention weights of a seq2seq model: Section 3.2.3's three kinds, with h heads in each of N layers.
 
 The weights come from one teacher-forced forward pass over (source, target) with `output_attentions=True`. The target
 is a reference or the model's own greedy or beam translation (`model.generate`); in a forced pass, the decoder's
@@ -92,7 +92,7 @@ def batch_attentions(
     max_new_tokens: int | None = None,
     extra_padding: int = 0,
 ) -> dict:
-    """The attention weights of a right-padded batch in one teacher-forced forward pass.
+    """Return the attention weights of a right-padded batch, from one teacher-forced forward pass.
 
     `targets` are reference sentences (tokenised with `text_target=`, with `</s>` appended if the tokenizer does not
     add it), target token ids (label ids, such as a previous translation), or None for the model's own translation by
@@ -117,7 +117,8 @@ def batch_attentions(
                 do_sample=False,
                 max_new_tokens=max_new_tokens,
             )
-            label_rows = [_cut_at_eos(seq[1:].tolist(), eos) for seq in generated]  # seq[0] is the start token
+            # seq[0] is the start token, which is not a label.
+            label_rows = [_cut_at_eos(seq[1:].tolist(), eos) for seq in generated]
         elif all(isinstance(t, str) for t in targets):
             label_rows = tokenizer(text_target=list(targets), add_special_tokens=True)["input_ids"]
             label_rows = [list(r) if r and r[-1] == eos else list(r) + [eos] for r in label_rows]
@@ -159,13 +160,14 @@ _BYTE_OF_CHAR = {char: byte for byte, char in bytes_to_unicode().items()}
 
 
 def _token_labels(tokenizer, ids: Sequence[int]) -> list[str]:
-    """Readable subword labels: the decoded text of each token, "▁" marking a word-initial token (byte-level "Ġ" or
-    sentencepiece "▁"). A byte-level token holding part of a multi-byte character shows the missing bytes escaped,
-    e.g. "▁f\\xc3" + "\\xa4hr" for "▁fähr"."""
+    """Return a readable label for each subword token: its decoded text, with "▁" marking a word-initial token.
+
+    A token is word-initial when it starts with byte-level "Ġ" or sentencepiece "▁". A byte-level token holding part
+    of a multi-byte character shows the missing bytes escaped, e.g. "▁f\\xc3" + "\\xa4hr" for "▁fähr"."""
     labels = []
     for i, raw in zip(ids, tokenizer.convert_ids_to_tokens(list(ids))):
         text = tokenizer.decode([int(i)], skip_special_tokens=False, clean_up_tokenization_spaces=False).strip()
-        if "\ufffd" in text and all(ch in _BYTE_OF_CHAR for ch in raw):  # part of a multi-byte character
+        if "\ufffd" in text and all(ch in _BYTE_OF_CHAR for ch in raw):  # Part of a multi-byte character.
             text = bytes(_BYTE_OF_CHAR[ch] for ch in raw).decode("utf-8", errors="backslashreplace").strip()
         if raw.startswith(("Ġ", "▁")):
             text = "▁" + text
@@ -175,18 +177,19 @@ def _token_labels(tokenizer, ids: Sequence[int]) -> list[str]:
 
 @dataclass
 class Attentions:
-    """All the attention weights of one sentence pair, labelled with its tokens; the package docstring explains the
-    axes and their labels."""
+    """Hold all the attention weights of one sentence pair, labelled with its tokens.
 
-    source_tokens: list[str]  # S, the encoder's input (with </s>)
-    target_tokens: list[str]  # T, the token produced at each decoder step (y_1 ... </s>)
-    decoder_input_tokens: list[str]  # T, the token fed at each decoder step (<start>, y_1, ...)
+    The package docstring explains the axes and their labels."""
+
+    source_tokens: list[str]  # The S tokens of the encoder's input, with </s>.
+    target_tokens: list[str]  # The T tokens produced at the decoder's steps (y_1 ... </s>).
+    decoder_input_tokens: list[str]  # The T tokens fed at the decoder's steps (<start>, y_1, ...).
     encoder: torch.Tensor  # (L_enc, H, S, S)
     decoder: torch.Tensor  # (L_dec, H, T, T)
     cross: torch.Tensor  # (L_dec, H, T, S)
     source_ids: list[int] = field(default_factory=list)
     target_ids: list[int] = field(default_factory=list)
-    target_origin: str = "reference"  # "reference", "greedy" or "beam-<k>"
+    target_origin: str = "reference"  # Where the target came from: "reference", "greedy" or "beam-<k>".
 
     def weights(self, kind: str) -> torch.Tensor:
         if kind not in KINDS:
@@ -194,7 +197,7 @@ class Attentions:
         return getattr(self, kind)
 
     def axis_labels(self, kind: str) -> tuple[list[str], list[str]]:
-        """The labels of `kind`'s matrices: (row labels, which are the queries; column labels, which are the keys)."""
+        """Return the labels of `kind`'s matrices as (row labels, for the queries; column labels, for the keys)."""
         if kind == "encoder":
             return self.source_tokens, self.source_tokens
         if kind == "decoder":
@@ -211,9 +214,11 @@ def collect_attentions(
     num_beams: int | None = None,
     max_new_tokens: int | None = None,
 ) -> Attentions:
-    """The attention weights of one source sentence with a reference `target` (text or label ids) or, if `target` is
-    None, with the model's own translation: greedy (`num_beams=1`), beam search, or by default as its
-    `generation_config` says. The tokens label the axes, and `target_origin` records where the target came from."""
+    """Return the `Attentions` of one source sentence with a target, labelled with the tokens.
+
+    The target is a reference `target` (text or label ids) or, if `target` is None, the model's own translation:
+    greedy (`num_beams=1`), beam search, or by default as its `generation_config` says. `target_origin` records
+    where the target came from."""
     batch = batch_attentions(
         model,
         tokenizer,

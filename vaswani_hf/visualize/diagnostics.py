@@ -1,5 +1,5 @@
-"""Attention diagnostics computed from the weights: per-head entropy, attention mass on padding, padding
-invariance, and the share of cross-attention on aligned source tokens (the package docstring defines each one).
+"""Compute attention diagnostics from the weights: per-head entropy, attention mass on padding, padding invariance,
+and the share of cross-attention on aligned source tokens (the package docstring defines each one).
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ _LINK = re.compile(r"^(\d+)[-?p](\d+)$")
 
 
 def word_links(pharaoh: str) -> list[tuple[int, int]]:
-    """The (source word i, target word j) pairs of a Pharaoh word alignment "i-j ...", whose words are 0-based and
-    separated by whitespace. Possible links ("i?j" or "ipj") count as links. A malformed link raises a ValueError
-    naming the first one."""
+    """Return the (source word i, target word j) pairs of a Pharaoh word alignment "i-j ...".
+
+    The words are counted from 0 and separated by whitespace. Possible links ("i?j" or "ipj") count as links. A
+    malformed link raises a ValueError naming the first one."""
     matches = [(_LINK.match(link), link) for link in pharaoh.split()]
     for match, link in matches:
         if not match:
@@ -26,8 +27,10 @@ def word_links(pharaoh: str) -> list[tuple[int, int]]:
 
 
 def _visible_keys(kind: str, query_mask: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
-    """A (B, Tq, Tk) bool tensor of the keys each query may attend to: those the key padding mask keeps, and for the
-    decoder only the earlier ones (the causal mask of Section 3.2.3)."""
+    """Return a (B, Tq, Tk) bool tensor of the keys each query may attend to.
+
+    Those are the keys the key padding mask keeps and, for the decoder, only the query's own and earlier positions
+    (the causal mask of Section 3.2.3)."""
     visible = key_mask.bool()[:, None, :].expand(-1, query_mask.shape[1], -1)
     if kind == "decoder":
         visible = visible & torch.ones(query_mask.shape[1], key_mask.shape[1], dtype=torch.bool).tril()
@@ -35,7 +38,7 @@ def _visible_keys(kind: str, query_mask: torch.Tensor, key_mask: torch.Tensor) -
 
 
 def single_sentence_entropy(attn: Attentions, kind: str) -> torch.Tensor:
-    """The (L, H) normalised entropy of one sentence's heads, where there is no padding; 1 means uniform attention."""
+    """Return the (L, H) normalised entropy of one sentence's heads, without padding; 1 means uniform attention."""
     weights = attn.weights(kind).unsqueeze(1)  # (L, 1, H, Tq, Tk)
     query_mask = torch.ones(1, weights.shape[-2], dtype=torch.long)
     key_mask = torch.ones(1, weights.shape[-1], dtype=torch.long)
@@ -45,11 +48,13 @@ def single_sentence_entropy(attn: Attentions, kind: str) -> torch.Tensor:
 def head_entropy(
     weights: torch.Tensor, query_mask: torch.Tensor, key_mask: torch.Tensor, kind: str, normalize: bool = False
 ) -> torch.Tensor:
-    """The (L, H) mean entropy of the real query rows of (L, B, H, Tq, Tk) weights, in nats. With `normalize`, each
+    """Return the (L, H) mean entropy, in nats, of the real query rows of (L, B, H, Tq, Tk) weights.
+
+    With `normalize`, each
     row's entropy is divided by log(the number of keys it may see), so that 1 means uniform attention, and rows that
     see only one key are left out, because their entropy is 0 whatever the head learned."""
     p = weights.clamp_min(0)
-    entropy = -(p * torch.log(p.clamp_min(1e-30))).sum(-1)  # (L, B, H, Tq), taking 0 log 0 as 0
+    entropy = -(p * torch.log(p.clamp_min(1e-30))).sum(-1)  # (L, B, H, Tq), taking 0 log 0 as 0.
     rows = query_mask.bool()  # (B, Tq)
     if normalize:
         n_visible = _visible_keys(kind, query_mask, key_mask).sum(-1).float()  # (B, Tq)
@@ -60,7 +65,8 @@ def head_entropy(
 
 
 def padding_mass(weights: torch.Tensor, query_mask: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
-    """The (L, H) largest attention mass that a real query row of (L, B, H, Tq, Tk) weights puts on padding keys.
+    """Return the (L, H) largest attention mass that a real query row of (L, B, H, Tq, Tk) weights puts on padding.
+
     Padding is what the attention mask says, not the <pad> id, because the decoder's start token has the <pad> id."""
     on_padding = (weights * (~key_mask.bool())[None, :, None, None, :].float()).sum(-1)  # (L, B, H, Tq)
     on_padding = on_padding * query_mask.bool()[None, :, None, :].float()
@@ -82,12 +88,13 @@ def attention_diagnostics(
     num_beams: int | None = None,
     max_new_tokens: int | None = None,
 ) -> dict:
-    """The per-head entropy and padding mass of every attention kind over a right-padded batch, as the package
-    docstring defines them.
+    """Compute the per-head entropy and padding mass of every attention kind over a right-padded batch.
+
+    The package docstring defines both.
 
     Besides the padding the batch already has, `extra_padding` masked positions are appended, and the weights are
-    compared with an unpadded pass of each sentence ("padding_invariance": the largest |difference| on the real
-    positions). Returns {"entropy": {kind: (L, H)}, "entropy_normalized": {kind: (L, H)}, "padding_mass": {kind:
+    compared with an unpadded pass of each sentence; "padding_invariance" is the largest |difference| on the real
+    positions. Returns {"entropy": {kind: (L, H)}, "entropy_normalized": {kind: (L, H)}, "padding_mass": {kind:
     (L, H)}, "padding_invariance": {kind: float}, "num_sentences": B}."""
     padded = batch_attentions(
         model,
@@ -112,7 +119,7 @@ def attention_diagnostics(
         result["entropy_normalized"][kind] = head_entropy(w, query_mask, key_mask, kind, normalize=True)
         result["padding_mass"][kind] = padding_mass(w, query_mask, key_mask)
         result["padding_invariance"][kind] = 0.0
-    for b, source in enumerate(sources):  # each sentence alone, without any padding, on the same target tokens
+    for b, source in enumerate(sources):  # Each sentence alone, without any padding, on the same target tokens.
         alone = batch_attentions(model, tokenizer, [source], [padded["label_ids"][b]])
         for kind in KINDS:
             q, k = alone[kind].shape[-2:]
@@ -122,7 +129,7 @@ def attention_diagnostics(
 
 
 def diagonal_alignment(target_len: int, source_len: int, window: int = 1) -> list[tuple[int, int]]:
-    """The heuristic alignment A(i) = {j : |j - round(i (S-1)/(T-1))| <= window} as (target, source) pairs."""
+    """Return the heuristic alignment A(i) = {j : |j - round(i (S-1)/(T-1))| <= window} as (target, source) pairs."""
     pairs = []
     for i in range(target_len):
         centre = round(i * (source_len - 1) / (target_len - 1)) if target_len > 1 else 0
@@ -131,8 +138,9 @@ def diagonal_alignment(target_len: int, source_len: int, window: int = 1) -> lis
 
 
 def _word_of_token(tokenizer, text: str) -> list[int | None]:
-    """The whitespace-word index of each token of `text` (None for special tokens), from the fast tokenizer's
-    offsets."""
+    """Return the whitespace-word index of each token of `text`, or None for a special token.
+
+    The indices come from the fast tokenizer's offsets."""
     char_word, word = [None] * len(text), -1
     for c, ch in enumerate(text):
         if not ch.isspace() and (c == 0 or text[c - 1].isspace()):
@@ -141,17 +149,18 @@ def _word_of_token(tokenizer, text: str) -> list[int | None]:
     words = []
     for start, end in tokenizer(text, return_offsets_mapping=True)["offset_mapping"]:
         inside = [char_word[c] for c in range(start, end) if char_word[c] is not None]
-        if not inside and end > start:  # a token of only the space before a word (byte-level "Ġ") joins that word
+        if not inside and end > start:  # A token of only the space before a word (byte-level "Ġ") joins that word.
             inside = [w for w in char_word[end:] if w is not None][:1]
-        words.append(inside[0] if inside else None)  # a special token has an empty span, so it belongs to no word
+        words.append(inside[0] if inside else None)  # A special token has an empty span, so it belongs to no word.
     return words
 
 
 def token_alignment_from_words(tokenizer, source: str, target: str, pharaoh: str) -> list[tuple[int, int]]:
-    """Convert a word alignment "i-j ..." in Pharaoh format (source word i, target word j, 0-based whitespace words;
-    possible links such as "i?j" or "ipj" are accepted as links, `word_links`) into (target token, source token)
-    position pairs: every subword of target word j is aligned to every subword of source word i. It needs a fast
-    tokenizer, whose offsets map tokens to words."""
+    """Convert a Pharaoh word alignment "i-j ..." into (target token, source token) position pairs.
+
+    In "i-j", i is a source word and j a target word, both whitespace words counted from 0; possible links such as
+    "i?j" or "ipj" are accepted as links (`word_links`). Every subword of target word j is aligned to every subword
+    of source word i. It needs a fast tokenizer, whose offsets map tokens to words."""
     source_words = _word_of_token(tokenizer, source)
     target_words = _word_of_token(tokenizer, target)
     pairs = set()
@@ -163,7 +172,7 @@ def token_alignment_from_words(tokenizer, source: str, target: str, pharaoh: str
 
 
 def alignment_share(cross: torch.Tensor, alignment: Sequence[tuple[int, int]]) -> dict:
-    """The share of cross-attention that falls on aligned source tokens, as the package docstring defines it.
+    """Return the share of cross-attention that falls on aligned source tokens, as the package docstring defines it.
 
     `cross` is a (T, S) matrix whose rows sum to 1, such as `attn.cross[layer].mean(0)`, and `alignment` holds
     (target position, source position) pairs. Returns {"mass", "argmax", "uniform", "num_aligned_targets"}, all NaN
@@ -184,8 +193,8 @@ def alignment_share(cross: torch.Tensor, alignment: Sequence[tuple[int, int]]) -
 
 
 def format_diagnostics(diagnostics: dict, alignment: dict | None = None) -> str:
-    """A readable text report of `attention_diagnostics`' result, and of per-layer `alignment_share` results when
-    they are given."""
+    """Return a readable text report of `attention_diagnostics`' result, and of per-layer `alignment_share` results
+    when they are given."""
     lines = [f"attention diagnostics over {diagnostics['num_sentences']} sentence(s)"]
     for kind in KINDS:
         entropy, normalized = diagnostics["entropy"][kind], diagnostics["entropy_normalized"][kind]

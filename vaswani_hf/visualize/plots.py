@@ -1,4 +1,4 @@
-"""Figures of attention weights and diagnostics, and `visualize`, which writes every figure of one sentence.
+"""Draw figures of attention weights and diagnostics; `visualize` writes every figure of one sentence.
 
 The figures use matplotlib's object API on the Agg canvas, so that no pyplot state is shared between calls and no
 display is needed. Every figure has one axes per panel plus one colorbar axes.
@@ -39,8 +39,9 @@ def plot_heatmap(
     title: str,
     show_labels: bool = True,
 ):
-    """Draw one (Tq, Tk) attention matrix on `ax`, with the queries as rows, the keys as columns and a colour scale
-    from 0 to 1; returns the image, for a colorbar."""
+    """Draw one (Tq, Tk) attention matrix on `ax` and return the image, for a colorbar.
+
+    The queries are the rows, the keys the columns, and the colour scale runs from 0 to 1."""
     image = ax.imshow(matrix.numpy(), cmap=CMAP, vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
     ax.set_title(title, fontsize=9)
     ax.set_xticks(range(len(col_labels)))
@@ -55,15 +56,16 @@ def plot_heatmap(
 
 
 def new_figure(**kwargs) -> Figure:
-    """A matplotlib Figure on the Agg canvas, made without pyplot, so that no global figure state leaks and no
-    display is needed."""
+    """Return a matplotlib Figure on the Agg canvas, made without pyplot.
+
+    Avoiding pyplot means that no global figure state leaks and no display is needed."""
     fig = Figure(**kwargs)
     FigureCanvasAgg(fig)
     return fig
 
 
 def save_figure(fig: Figure, path: str | os.PathLike | None, dpi: int = 120) -> Figure:
-    """Write `fig` if `path` is given; the format follows the suffix (.png, .svg, .pdf)."""
+    """Write `fig` to `path` if one is given, in the format its suffix names (.png, .svg, .pdf), and return `fig`."""
     if path is not None:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         fig.savefig(path, dpi=dpi)
@@ -71,8 +73,8 @@ def save_figure(fig: Figure, path: str | os.PathLike | None, dpi: int = 120) -> 
 
 
 def plot_attention_head(attn: Attentions, kind: str, layer: int, head: int, path=None) -> Figure:
-    """One head's (Tq, Tk) attention matrix in layer `layer` (0-based), with the queries as rows and the keys as
-    columns."""
+    """Plot one head's (Tq, Tk) attention matrix in layer `layer` (0-based), with the queries as rows and the keys
+    as columns, and return the figure."""
     rows, cols = attn.axis_labels(kind)
     matrix = attn.weights(kind)[layer, head]
     fig = new_figure(figsize=(2.0 + 0.28 * len(cols), 1.5 + 0.28 * len(rows)), layout="constrained")
@@ -85,8 +87,9 @@ def plot_attention_head(attn: Attentions, kind: str, layer: int, head: int, path
 
 
 def _panel_grid(n: int, ncols: int, cell_w: float, cell_h: float) -> tuple[Figure, list]:
-    """A figure with n panels in rows of `ncols`, each cell cell_w x cell_h inches; the unused cells of the grid are
-    removed."""
+    """Return a figure with n panels in rows of `ncols`, each cell cell_w x cell_h inches.
+
+    The unused cells of the grid are removed."""
     nrows = math.ceil(n / ncols)
     fig = new_figure(figsize=(ncols * cell_w + 1.0, nrows * cell_h + 0.8), layout="constrained")
     axes = [ax for row in fig.subplots(nrows, ncols, squeeze=False) for ax in row]
@@ -96,8 +99,9 @@ def _panel_grid(n: int, ncols: int, cell_w: float, cell_h: float) -> tuple[Figur
 
 
 def plot_layer_heads(attn: Attentions, kind: str, layer: int, path=None, ncols: int = 4) -> Figure:
-    """All h heads of one layer side by side (h panels and one colorbar), with the token labels only on the outer
-    panels, where they do not overlap the neighbouring panels."""
+    """Plot all h heads of one layer side by side (h panels and one colorbar), and return the figure.
+
+    The token labels are drawn only on the outer panels, where they do not overlap the neighbouring panels."""
     rows, cols = attn.axis_labels(kind)
     weights = attn.weights(kind)[layer]  # (H, Tq, Tk)
     heads = weights.shape[0]
@@ -106,9 +110,9 @@ def plot_layer_heads(attn: Attentions, kind: str, layer: int, path=None, ncols: 
     image = None
     for h, ax in enumerate(axes):
         image = plot_heatmap(ax, weights[h], rows, cols, f"head {h + 1}")
-        if h % ncols:  # the y labels only on the first column
+        if h % ncols:  # The y labels go only on the first column.
             ax.set_yticklabels([])
-        if h + ncols < heads:  # the x labels only on the lowest panel of each column
+        if h + ncols < heads:  # The x labels go only on the lowest panel of each column.
             ax.set_xticklabels([])
     fig.suptitle(f"{KIND_TITLES[kind]}, layer {layer + 1}, {attn.target_origin} target")
     fig.colorbar(image, ax=[ax for ax in fig.axes], fraction=0.02)
@@ -116,15 +120,14 @@ def plot_layer_heads(attn: Attentions, kind: str, layer: int, path=None, ncols: 
 
 
 def _alignment(attn: Attentions, alignment, reference: str | None) -> tuple[list, str]:
-    """The alignment and its name: the given one, or else the diagonal heuristic."""
+    """Return the alignment and its name: the given one, or else the diagonal heuristic."""
     if alignment is None:
         return diagonal_alignment(len(attn.target_tokens), len(attn.source_tokens)), reference or "diagonal heuristic"
     return alignment, reference or "given alignment"
 
 
 def _cross_panels(attn: Attentions) -> list[tuple[str, torch.Tensor]]:
-    """(name, (T, S) cross-attention averaged over the heads) for each decoder layer, then for the average over all
-    layers."""
+    """Return (name, (T, S) cross-attention averaged over the heads) for each decoder layer, then for all layers."""
     per_layer = attn.cross.mean(1)  # (L, T, S)
     return [
         *((f"layer {layer + 1}", per_layer[layer]) for layer in range(per_layer.shape[0])),
@@ -135,10 +138,11 @@ def _cross_panels(attn: Attentions) -> list[tuple[str, torch.Tensor]]:
 def plot_cross_alignment(
     attn: Attentions, path=None, alignment: Sequence[tuple[int, int]] | None = None, reference: str | None = None
 ) -> Figure:
-    """Encoder-decoder attention averaged over the heads: one panel per decoder layer and one averaged over all
-    layers (L_dec + 1 panels and one colorbar). A red dot marks each target token's most-attended source token, and
-    white squares mark the alignment A(i), which is the given one or else the diagonal heuristic; the panel titles
-    give `alignment_share`."""
+    """Plot encoder-decoder attention averaged over the heads, and return the figure.
+
+    There is one panel per decoder layer and one averaged over all layers (L_dec + 1 panels and one colorbar). A red
+    dot marks each target token's most-attended source token, and white squares mark the alignment A(i), which is the
+    given one or else the diagonal heuristic; the panel titles give `alignment_share`."""
     alignment, reference = _alignment(attn, alignment, reference)
     panels = _cross_panels(attn)
     fig, axes = _panel_grid(
@@ -168,8 +172,10 @@ def plot_cross_alignment(
 
 
 def plot_diagnostics(diagnostics: dict, path=None) -> Figure:
-    """The normalised per-head entropy (layers x heads, where 1 means uniform) of the three attention kinds, and the
-    largest attention mass on padding of each kind, which must be 0: four panels and one colorbar."""
+    """Plot the diagnostics in four panels and one colorbar, and return the figure.
+
+    The panels show the normalised per-head entropy (layers x heads, where 1 means uniform) of the three attention
+    kinds, and the largest attention mass on padding of each kind, which must be 0."""
     fig = new_figure(figsize=(13, 3.6), layout="constrained")
     axes = fig.subplots(1, 4)
     image = None
