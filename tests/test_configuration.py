@@ -1,6 +1,7 @@
 import pytest
 
 from vaswani_hf import VaswaniConfig
+from vaswani_hf.validation_vaswani import SettingError
 
 
 def test_base_and_big_presets_are_the_papers_models():
@@ -139,3 +140,14 @@ def test_a_near_miss_of_a_setting_is_kept_with_a_warning_as_other_unknown_keys_a
     config.save_pretrained(tmp_path)
     loaded = VaswaniConfig.from_pretrained(tmp_path)
     assert (loaded.num_heads, loaded.my_note, loaded.architectures) == (4, "kept", ["VaswaniForConditionalGeneration"])
+
+
+def test_a_setting_given_twice_with_two_values_is_refused_not_silently_resolved():
+    """d_model=64 with hidden_size=128 (transformers' generic name of it) would silently build a 128-wide model: one
+    of the two values is a mistake, and the config names both. The same value twice, or one name alone, is fine."""
+    with pytest.raises(SettingError, match=r"d_model=64 and hidden_size=128 name the same setting, d_model"):
+        VaswaniConfig(d_model=64, hidden_size=128, num_heads=4)
+    with pytest.raises(SettingError, match=r"encoder_layers=2 and num_hidden_layers=3 name the same setting"):
+        VaswaniConfig(encoder_layers=2, num_hidden_layers=3)
+    assert VaswaniConfig(d_model=128, hidden_size=128, num_heads=4).d_model == 128
+    assert VaswaniConfig(hidden_size=128, num_heads=4).d_model == 128

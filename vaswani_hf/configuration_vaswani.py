@@ -272,10 +272,28 @@ class VaswaniConfig(PreTrainedConfig):
         for key in kwargs.keys() - self.attribute_map.keys():  # Unknown keys are kept, as transformers keeps them.
             if near := difflib.get_close_matches(key, settings, n=1, cutoff=0.85):
                 logger.warning(f"VaswaniConfig: {key!r} is no setting (kept as given); did you mean {near[0]}?")
+        self._check_other_names(kwargs)
         super().__post_init__(**kwargs)  # transformers' part sets generic names (attribute_map) onto settings.
         self.validate()
         self.d_k, self.d_v = (self.d_model // self.num_heads if d is None else d for d in (self.d_k, self.d_v))
         self.custom_pipelines, self.langs = pipeline_settings(self.custom_pipelines, self.langs)
+
+    def _check_other_names(self, kwargs: dict) -> None:
+        """Refuse a setting given twice with two values, once by its name and once by a generic name of
+        `attribute_map` (d_model=64 with hidden_size=128), or by two generic names. transformers would silently keep
+        the generic one; a setting given as 512, its default, cannot be told from one not given, and is not
+        refused."""
+        defaults = {f.name: f.default for f in declared_fields(type(self))}
+        given = {alias: kwargs[alias] for alias in kwargs.keys() & self.attribute_map.keys()}
+        for alias, value in sorted(given.items()):
+            name = self.attribute_map[alias]
+            current = getattr(self, name)
+            twice = [(other, given[other]) for other in given if self.attribute_map[other] == name]
+            if current != defaults.get(name) and current != value:
+                twice.append((name, current))
+            if len({repr(v) for _, v in twice}) > 1:
+                shown_twice = " and ".join(f"{n}={v!r}" for n, v in sorted(twice))
+                raise SettingError(f"VaswaniConfig: {shown_twice} name the same setting, {name}; give it once")
 
     def validate(self):
         """Check every declared setting against its declaration (`check_setting`, token ids against vocab_size), then
