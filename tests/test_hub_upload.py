@@ -147,6 +147,11 @@ def test_push_round_trip_through_local_test_double(tiny, hub_server, tmp_path):
     (folder / "checkpoint-10").mkdir()  # a sub-folder's files match "*.py" under fnmatch, and are still not sent
     (folder / "checkpoint-10" / "modeling_vaswani.py").write_text("# an old copy\n", encoding="utf-8")
     (folder / "my_notes.py").write_text('HF_TOKEN = "hf_planted_secret"\n', encoding="utf-8")  # named by nothing
+    # a card written before the repository was known, as scripts/train.py writes it
+    readme = folder / "README.md"
+    readme.write_text(
+        readme.read_text(encoding="utf-8").replace(f'"{REPO_ID}"', f'"{hub.card.LOCAL_REPO_ID}"'), encoding="utf-8"
+    )
     env = clean_env(
         HF_ENDPOINT=hub_server.endpoint,
         HF_TOKEN=TEST_TOKEN,
@@ -175,8 +180,14 @@ def test_push_round_trip_through_local_test_double(tiny, hub_server, tmp_path):
     expected = dict(hub.list_upload_files(folder))
     assert set(remote) == set(expected) | {".gitattributes"}
     assert "my_notes.py" not in remote
+    card = (folder / "README.md").read_text(encoding="utf-8")
+    assert f'"{hub.card.LOCAL_REPO_ID}"' in card  # kept as it was
     for name in expected:
-        assert hub_server.hub.content(remote[name]) == (folder / name).read_bytes(), name
+        sent = (folder / name).read_bytes()
+        if name == "README.md":  # the published card's snippets load this repository; the folder's file is kept
+            sent = card.replace(f'"{hub.card.LOCAL_REPO_ID}"', f'"{REPO_ID}"').encode("utf-8")
+            assert hub.card.LOCAL_REPO_ID not in sent.decode() and f'from_pretrained("{REPO_ID}"' in sent.decode()
+        assert hub_server.hub.content(remote[name]) == sent, name
     assert remote["model.safetensors"]["lfs"] and not remote["config.json"]["lfs"]
     assert ("POST", f"/{REPO_ID}.git/info/lfs/objects/batch") in hub_server.requests
 

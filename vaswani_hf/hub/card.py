@@ -32,6 +32,8 @@ TEMPLATES_DIR = PACKAGE_DIR / "templates"
 # wheel build copies into the package. Pass `template_path=` to use another one.
 DEFAULT_CARD_TEMPLATE = TEMPLATES_DIR / "model_card.md"
 METRICS_FILE = "metrics.json"
+# The repository id a card's usage snippets show until the folder is pushed (`hub.upload` then writes the pushed id).
+LOCAL_REPO_ID = "path/to/model"
 
 # Maps a metric's name to its label in the card and its Hub metric id (for `metrics:` and the model-index `type`).
 METRIC_INFO = {
@@ -464,7 +466,7 @@ def render_model_card(
         results=results,
         results_note=variant.results_note if scores and not decoding_same else "",
         eval_dataset_text=_eval_dataset_text(eval_dataset),
-        repo_id=repo_id or "path/to/model",
+        repo_id=repo_id or LOCAL_REPO_ID,
         example_literal=repr(widgets[:1]) if widgets else repr(["..."]),
         direction=f"{src_name} to {tgt_name}",
         has_pipeline=bool(config.get("custom_pipelines")),

@@ -1,8 +1,10 @@
 """Upload a model folder to the Hugging Face Hub in one commit, after checking that it gives a usable repository.
 
-The upload calls `HfApi.create_repo`, then `HfApi.upload_folder` in one commit with exactly the files
-`list_upload_files` lists: weights as safetensors, config with auto_map, code, tokenizer, generation config, metrics,
-card and handler. Checkpoints, optimizer states and pickled weights are never uploaded.
+The upload calls `HfApi.create_repo`, then `HfApi.create_commit` with exactly the files `list_upload_files` lists,
+in one commit: weights as safetensors, config with auto_map, code, tokenizer, generation config, metrics, card and
+handler. Checkpoints, optimizer states and pickled weights are never uploaded. A card written before the repository
+was known shows `path/to/model` in its usage snippets; the uploaded card names the repository instead (the folder's
+own file is left as it is).
 
 `check_folder` refuses, before any network call and in a dry run too, a folder that would give an unusable
 repository: missing or truncated weights, a broken config.json, a missing tokenizer, card or code file, a code file
@@ -15,7 +17,6 @@ Network and authentication failures raise one-line `RunFailure`s.
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
 import sys
 from pathlib import Path
@@ -27,7 +28,7 @@ from transformers import AutoTokenizer
 from ..io import RunFailure, UsageError, check_model_folder, check_same_vocabulary, read_json
 from ..io.files import COUNT, FileShape, Obj, check_shape
 from ..io.models import check_special_ids, declared_files
-from .card import METRICS_FILE
+from .card import LOCAL_REPO_ID, METRICS_FILE
 from .folder import missing_code_files
 from .ids import repo_id_problem
 
@@ -207,6 +208,16 @@ def _format_size(size: float) -> str:
     return f"{size:.1f} GB"
 
 
+def _uploaded_content(model_dir: Path, name: str, repo_id: str) -> str | bytes:
+    """Return what is uploaded as `name`: the file's path, or for the card, its text with the usage snippets naming
+    `repo_id` where they still show the local placeholder, so that the published instructions load this repository."""
+    path = model_dir / name
+    if name != "README.md":
+        return str(path)
+    text = path.read_text(encoding="utf-8")
+    return text.replace(f'"{LOCAL_REPO_ID}"', f'"{repo_id}"').encode("utf-8")
+
+
 def _print_dry_run(model_dir: Path, files, repo_id: str, private: bool, revision: str | None, out) -> None:
     total = sum(size for _, size in files)
     print(
@@ -254,7 +265,7 @@ def push_folder(
     (path, size) are printed and returned without any network call. Returns the `CommitInfo` of the commit. Raises
     UsageError (a ValueError) if the folder or the repository id would give an unusable repository (`check_folder`),
     and RunFailure (a RuntimeError) without a token or when the Hub cannot be reached or refuses the upload."""
-    from huggingface_hub import HfApi, get_token
+    from huggingface_hub import CommitOperationAdd, HfApi, get_token
 
     out = out or sys.stdout
     model_dir = Path(model_dir)
@@ -274,16 +285,16 @@ def push_folder(
         repo_url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
         if revision not in (None, "main"):
             api.create_branch(repo_id, branch=revision, exist_ok=True, repo_type="model")
-        # Exactly the listed files: each name is escaped into a pattern that matches only itself.
-        info = api.upload_folder(
+        info = api.create_commit(
             repo_id=repo_id,
-            folder_path=str(model_dir),
+            operations=[
+                CommitOperationAdd(path_in_repo=name, path_or_fileobj=_uploaded_content(model_dir, name, repo_id))
+                for name, _ in files
+            ],
             repo_type="model",
             revision=revision,
             commit_message=commit_message,
             commit_description=commit_description,
-            allow_patterns=[glob.escape(name) for name, _ in files],
-            ignore_patterns=["*/*"],
         )
     print(f"uploaded {len(files)} files to {repo_url} in commit {info.oid}", file=out)
     return info
