@@ -229,8 +229,8 @@ def top_candidates(log_probs: torch.Tensor, running_scores: torch.Tensor, keep: 
 
 @dataclass
 class _Beams:
-    """Hold what beam search keeps per running sentence: A sentences (original index `ids`), k beams, at most
-    `max_new` generated tokens. Finished hypotheses are kept best first, scored log P / length_penalty(|Y|)."""
+    """Hold beam search's state for the A sentences still running (`ids`: their places in the batch), each with k
+    beams of at most `max_new` tokens, and their finished hypotheses, best first by log P / length_penalty(|Y|)."""
 
     ids: torch.Tensor  # (A,)
     running_scores: torch.Tensor  # (A, k): each beam's accumulated log P
@@ -267,8 +267,9 @@ class _Beams:
 
 
 def _candidates(log_probs: torch.Tensor, beams: _Beams, group: int, keep: int, step: int):
-    """Do step 2: return the `keep` = 2k best (beam, token) candidates of each sentence by accumulated log P, as their
-    scores, beams of origin and new tokens (A, 2k), and their token sequences (A, 2k, step + 1)."""
+    """Return each sentence's `keep` = 2k best (beam, token) candidates by accumulated log P (step 2 of
+    `lean_beam_search`). Their scores, beams of origin and new tokens come as (A, 2k) tensors, and their token
+    sequences as (A, 2k, step + 1)."""
     alive, k = beams.running_scores.shape
     vocab = log_probs.shape[-1]
     log_probs = log_probs.view(alive, group, vocab).expand(alive, k, vocab)  # With group 1, the k beams are identical.

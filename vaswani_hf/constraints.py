@@ -49,9 +49,10 @@ _UNSET = object()
 def flag(setting: Setting, *, none: str | None = None, default=_UNSET, **keywords) -> dict:
     """Return the `add_argument` keywords of the flag that sets the declared `setting`: its choices, or its checked
     argparse type (`flag_type`), its meaning and range as help, and its declared default. `default` gives another
-    default where the tool has one of its own, e.g. None for "the model's generation_config"; `--help` shows it. `none`
-    is a word that gives None (a choice of its own, which the tool reads as None). `keywords` are argparse's own
-    (metavar, type=str.upper before the choices, ...)."""
+    default where the tool has one of its own, e.g. None for "the model's generation_config"; `--help` shows it.
+    `none` names a word that the user may type to mean None, such as "none" for `--max_length_b none`: it is added to
+    the choices, or the type turns it into None. `keywords` are passed to argparse as they are (metavar, or
+    type=str.upper to apply before the choices are checked)."""
     limits = setting.limits() if setting.type in (int, float) else ""
     derived = {
         "help": setting.help + (f" [{limits}]" if limits else ""),

@@ -177,8 +177,9 @@ class Setting:
         raise SettingError(f"{where}: {self.name} {phrase}", phrase, self.name)
 
     def parse(self, text: str, where: str, none: tuple = ()):
-        """Return the value that a flag or an environment variable sets: `text` read by `read` (with `none` as
-        there), then checked against the declaration, which raises a SettingError if it breaks it."""
+        """Return the value that a flag or an environment variable sets. The text is first turned into a value by
+        `read` (where the words in `none` mean None), and the value is then checked against the declaration, which
+        raises a SettingError if the value breaks it."""
         value = self.read(text, where, none)
         try:
             return self.check(value, where)

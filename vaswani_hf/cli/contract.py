@@ -153,9 +153,10 @@ def run_cli(
 ) -> int:
     """Run a tool's `main(argv)` under the contract the module docstring describes, and return its exit status.
 
-    While it runs, the boundary owns the process's surroundings (`surroundings`): closed standard streams, the
-    launchers' variables, SIGTERM and SIGHUP, and the refusal of a relative path where the working folder is gone. The
-    libraries' own reports are held back meanwhile (`library_reports`).
+    While the tool runs, this function also deals with the process around it (`surroundings`): it gives closed
+    standard streams a harmless target, checks the variables that launchers such as torchrun set, turns SIGTERM and
+    SIGHUP into a clean interruption, and refuses a relative path when the working folder has been deleted. The
+    libraries' own log messages and warnings are held back until the tool can no longer refuse (`library_reports`).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = prog or Path(sys.argv[0]).name

@@ -192,8 +192,8 @@ def parse_command_line(argv: Sequence[str]):
 def _resolve(parsed, checked):
     """Return the text to print (a listing, or --check's verdict), or else the one plan of the run.
 
-    `plan_run` checks every path, and the plan's outputs are declared as what the error boundary names when the disk
-    fills.
+    `plan_run` checks every path the run reads or writes. The plan's output folders are then declared to the error
+    boundary, so that if the disk fills during the run, its one-line message can name the folder being written.
     """
     recipe, options = parsed
     if options.list_keys:
