@@ -2,24 +2,24 @@
 
 A `Command` states what the tool is: its name and program name, its parser, the paths it reads and writes by role and
 kind (`paths`, a function of the parsed arguments, because which paths a command touches can depend on its flags, e.g.
-translate's --engine), the inputs that must agree with each other (`agree`: checkpoints averaged together, a model and
-what the Marian export can express), `resolve(args, checked)`, which returns the plan, and `run(plan)`, which returns
-the exit status. `run_command` executes any declaration inside `contract.run_cli`'s one error boundary, always in this
-order:
+translate's --engine), the inputs that must agree with each other (`agree`, for example the checkpoints that are
+averaged together, or a model and what the Marian export can express), `resolve(args, checked)`, which returns the
+plan, and `run(plan)`, which returns the exit status. `run_command` runs any declaration inside `contract.run_cli`,
+which turns expected errors into one line, always in this order:
 
     1. Parse the arguments, and validate the flags that exclude or need each other.
     2. Refuse a relative path where the working folder is gone, an empty path, and a URL.
     3. Check the inputs marked `first`, by kind.
-    4. Declare and check the paths (`declare_paths`): no output may be, hold or lie inside an input. The declared
-       outputs are what the boundary names when the disk fills.
+    4. Declare and check the paths (`declare_paths`), refusing an output that is, holds or lies inside an input.
+       When the disk fills and the system names no file, the error message names these declared outputs.
     5. Check the other inputs by kind, and refuse an input that can be read only once if it is named twice.
     6. Check that the inputs agree, then check the outputs by kind (the overwrite rules).
     7. Resolve the plan and run it.
 
 This order makes every bad input one line before any work, and a new tool is one declaration
 (vaswani_hf.cli.registry) plus its test file. A tool that sequences some steps its own way keeps them in its resolve
-and run (train: --check, --resume and the run lock; push_to_hub: --dry_run and --space_only). The kinds are the
-package's own checks (vaswani_hf.io), named here once: a `Kind` is the check of one path, and
+and run steps: train handles --check, --resume and its run lock there, and push_to_hub handles --dry_run and
+--space_only. Each `Kind` wraps one of the package's path checks from vaswani_hf.io, and
 `Kind.check(path, what, overwrite)` returns the checked value.
 """
 

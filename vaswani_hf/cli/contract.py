@@ -9,16 +9,17 @@
   file system) and its limits (memory, open descriptors, file size) are mapped to one line that names the file, or the
   outputs the command declared when the system does not say which file. Anything else is a bug and keeps its traceback;
   `--debug` (or VASWANI_DEBUG=1) shows every traceback.
-- While the tool runs, the boundary owns the process's surroundings (`surroundings`: closed standard streams, malformed
-  launcher variables such as RANK=abc, SIGTERM and SIGHUP) and refuses a relative path where the runner found the
-  working folder deleted. What libraries report on their own (transformers' LOAD REPORT, its warnings) is held back and
+- While the tool runs, `run_cli` also guards it against the state of the process around it, using the module
+  `surroundings`: it handles closed standard streams, rejects malformed launcher variables such as RANK=abc, and turns
+  SIGTERM and SIGHUP into interruptions. It also refuses a relative path when the runner found the working folder
+  deleted. What libraries report on their own (transformers' LOAD REPORT, its warnings) is held back and
   shown only when the tool succeeds or fails with a bug (`library_reports`), so that a refusal stays one line.
 - `ArgumentParser`: argparse whose usage errors are `UsageError`s. Flags declare their constraints as argparse types
   (`vaswani_hf.constraints.flag`, `device`), so that a bad value names its flag before any work, and `--help` states
   every flag's default (`HelpFormatter`).
-- `declare_paths(inputs=..., outputs=...)`: what a command reads and writes, checked by the one guard
-  (`vaswani_hf.io.check_paths`: no output is, contains or lies inside an input) and remembered for the messages above,
-  for the running call only. `command.run_command` calls it with the paths a tool's declaration states.
+- `declare_paths(inputs=..., outputs=...)` declares what a command reads and writes. It checks the paths with
+  `vaswani_hf.io.check_paths`, which refuses an output that is, contains or lies inside an input, and remembers the
+  outputs for the full-disk message above, for the running call only. `command.run_command` calls it with the paths a tool's declaration states.
 """
 
 from __future__ import annotations
@@ -94,8 +95,8 @@ def declare_paths(
     """Declare a command's inputs and outputs by flag, check them with `io.check_paths`, and remember the outputs.
 
     The check runs before any work; `check=False` skips it where the caller has checked the paths already (a training
-    run's plan, for example). The error boundary names the remembered outputs when the disk fills, because the system
-    then names no file for the failed write, or names the file being copied from.
+    run's plan, for example). When the disk fills, `run_cli`'s one-line message names the remembered outputs, because
+    the system then names no file for the failed write, or names the file being copied from.
     """
     if check:
         io.check_paths(inputs, outputs)
@@ -241,7 +242,7 @@ def masked(line: str) -> str:
 
 
 def _report(line: str) -> None:
-    """Print the one error line on stderr with its credentials `masked`, or drop it when stderr is closed.
+    """Print the one error line on stderr with any credentials in it masked, or drop it when stderr is closed.
 
     Under a multi-process launcher every process refuses the same input in the same way, so only the first process
     (rank 0) prints the line, and the user reads it once.

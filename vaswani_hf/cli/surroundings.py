@@ -1,6 +1,6 @@
-"""Own the process's surroundings for the command-line boundary (`contract.run_cli`) while a tool runs.
+"""Protect a running tool from the state of the process around it; `contract.run_cli` uses this module.
 
-The surroundings are of three kinds.
+It handles three things that the caller or the system controls, not the tool.
 
 - Standard streams. A stream the caller closed (`<&-`, `>&-`, `2>&-`) is None in Python (`sys.stdin`), and its
   descriptor number is free: the next file opened would take it, and whatever writes to descriptor 1 or 2 below Python

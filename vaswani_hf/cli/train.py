@@ -112,7 +112,7 @@ _LISTS = {
 class RecipeParser(HfArgumentParser):
     """Parse the recipe sections' keys and the command's options with HfArgumentParser, returning only the keys given.
 
-    `load_recipe` merges the given keys over the recipe file. A usage error raises a RecipeError, which the boundary
+    `load_recipe` merges the given keys over the recipe file. A usage error raises a RecipeError, which `run_cli`
     reports in one line with exit status 2.
     """
 

@@ -5,15 +5,17 @@ in (processes, device, memory) and the file system, and returns a frozen `RunPla
 (`vaswani_hf.training.run` never sees the recipe). The plan holds:
 
 - the process layout (`World`: processes, rank, device), read from the launcher's variables as Accelerate reads them;
-- the data sources of each split, and the files the run reads and writes, checked by the one output guard
-  (`vaswani_hf.io.check_paths`: output_dir and export_dir never are, contain or lie inside an input);
+- the data sources of each split, and the files the run reads and writes, checked by `vaswani_hf.io.check_paths`,
+  which refuses an output_dir or export_dir that is, contains or lies inside an input;
 - what happens to the output folder: new, resume, overwrite, score, or nothing for a finished run (`preflight`);
 - both token budgets (the training micro-batch and the evaluation batch), the micro-batches per update and the
   length filter (Section 5.1), each rule written once in `budget`;
-- the model's settings, the objective (Section 5.4), Adam and its learning rate (Section 5.3: the formula's constant
-  factor, betas, epsilon, fused kernel or not), the beam sizes, the checkpoints (Section 6.1) and the export;
+- the model's settings, the objective (Section 5.4), Adam and its learning rate (Section 5.3), meaning the formula's
+  constant factor, the betas, epsilon and whether the fused kernel is used, the beam sizes, the checkpoints
+  (Section 6.1) and the export;
 - the training precision (the recipe's `bf16`, with `auto` resolved for this device and model);
-- the device checks: the precision and the distributed strategy asked for exist here, and the model fits.
+- the result of the device checks, which confirm that the precision and the distributed strategy asked for exist
+  here and that the model fits.
 
 `RunPlan.lock()` then takes the output folder for this run alone. The CLI plans once (`--check` and the run alike)
 and hands the plan to `run_training`.
@@ -153,8 +155,10 @@ class ModelPlan:
     loss_chunk_tokens: int  # Compute the loss this many target tokens at a time (0: at once).
 
     def config_for(self, vocab_size: int) -> VaswaniConfig:
-        """Return the model's config for a tokenizer of `vocab_size` tokens: a copy of `config` whose vocab_size, the
-        one new value, is the tokenizer's, checked as it enters together with the token ids it bounds."""
+        """Return a copy of `config` whose vocab_size is the tokenizer's `vocab_size`; nothing else changes.
+
+        The new vocab_size is checked against its declared range, and the pad, bos, eos and decoder-start token ids
+        are checked to lie below it."""
         config = copy.deepcopy(self.config)
         config.vocab_size = MODEL_SETTINGS["vocab_size"].check(vocab_size, "tokenizer")
         for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):

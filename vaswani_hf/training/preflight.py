@@ -118,9 +118,11 @@ def decide_output_dir(
 
 
 def _resume_decision(recipe: Recipe, out: Path, processes: int, tokenizer_dir: Path | None) -> OutputDecision:
-    """Decide `--resume`: from the newest complete checkpoint, with its RNG state for this number of processes when
-    training is to go on (else dropout masks and batch orders would differ); a run whose training is done is
-    "finished" or "score"."""
+    """Decide what `--resume` does, and return that decision.
+
+    Training goes on from the newest complete checkpoint, with its RNG state for this number of processes, because
+    otherwise the dropout masks and batch orders would differ. A run whose training is done is "finished" or
+    "score"."""
     checkpoint, skipped = resumable_checkpoint(out, processes, rng=False)
     if checkpoint is None and checkpoints(out):
         raise RecipeError(

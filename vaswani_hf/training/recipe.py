@@ -92,9 +92,9 @@ def check_value(name: str, value: Any, where: str) -> Any:
 
 
 def value_from_text(name: str, text: str) -> Any:
-    """Return the Python value of a command-line value (text), read by the key's declaration (`Setting.read`: `null`
-    for None, true/false for booleans, YAML syntax for lists); text that spells no value of the key's type raises
-    RecipeError. The range is checked once, when the recipe is built (`load_recipe`)."""
+    """Return the Python value of a command-line value (text), parsed as the key's declaration parses it
+    (`Setting.read`). The text `null` gives None, true and false give booleans, and lists are written in YAML syntax.
+    Text that spells no value of the key's type raises RecipeError. The range is checked once, when the recipe is built (`load_recipe`)."""
     if name not in SETTINGS:
         raise unknown_keys([name], "command line")
     where, declared = f"--{name}", SETTINGS[name]
@@ -130,8 +130,8 @@ def unknown_keys(names: Sequence[str], where: str) -> RecipeError:
 
 
 def check_rules(recipe: Recipe) -> Recipe:
-    """Check the rules that involve several run keys (the model's rules are its config's: `model_config`), and raise
-    a RecipeError naming the keys of a broken one. The values are already in range (`check_value`)."""
+    """Check the rules that involve several run keys, and raise a RecipeError naming the keys of a broken one. The
+    rules between model keys are checked by the model's config instead (`model_config`). The values are already in range (`check_value`)."""
     r = recipe
     if r.max_steps <= 0 and r.num_train_epochs <= 0:
         raise RecipeError("set max_steps > 0 or num_train_epochs > 0")
@@ -186,8 +186,8 @@ def model_config(values: Mapping[str, Any], origins: Mapping[str, str]) -> Vaswa
 
 
 def check_length_fits(max_tokens: int, max_length: int | None, *, auto: bool = False) -> None:
-    """Check the one rule between the two: a training pair of `max_length` tokens must fit one micro-batch of
-    `max_tokens` padded tokens, or no batch could hold it. Otherwise raise RecipeError naming the keys; a number in the
+    """Check that a training pair of `max_length` tokens fits one micro-batch of `max_tokens` padded tokens, since
+    otherwise no batch could hold it. Otherwise raise RecipeError naming the keys; a number in the
     recipe is refused when the recipe is loaded, and `auto`'s number (`budget.tokens_per_device`) when the run is
     planned."""
     if max_length is None or max_tokens >= max_length:
@@ -254,8 +254,8 @@ def recipe_path(name_or_path: str | os.PathLike) -> Path:
 
 
 def read_recipe_file(path: Path) -> dict[str, Any]:
-    """Return the key/value pairs of a recipe file, not yet merged with the defaults, with the run keys checked (the
-    recipe's config checks the model keys: `model_config`)."""
+    """Return the key/value pairs of a recipe file, not yet merged with the defaults, with the run keys checked. The
+    model keys are checked later, when `model_config` builds the recipe's config."""
     data = read_yaml_mapping(path, RecipeError)
     unknown = [k for k in data if k not in SETTINGS]
     if unknown:

@@ -1,7 +1,7 @@
 """Say where a run's data comes from (Section 5.1's training data, a dev set, a test set), with one `Source` per split.
 
 `split_sources(recipe)` makes the sources, and is the only place that branches on `data_format`. A source names its
-local `files` (for the output guard), `check`s them cheaply, `scan`s every line (`--check`), `load`s the split and
+local `files` (so that `io.check_paths` can refuse an output that overlaps them), `check`s them cheaply, `scan`s every line (`--check`), `load`s the split and
 `describe`s itself.
 """
 
