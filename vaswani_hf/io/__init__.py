@@ -1,8 +1,8 @@
 """Read and write files in one place: every tool and loader of vaswani_hf reads text, checks and loads model folders
 and guards its outputs through this package, so that each rule is written once.
 
-- `io.text` is the one text reader and writer (strict UTF-8 naming the file and line, the byte-order mark, CRLF and CR,
-  one item per line). It opens every input kind once (`TextInput`), reads and writes JSON, and says what counts as an
+- `io.text` is the one text reader and writer. It reads strict UTF-8 and names the file and line of a bad byte, drops
+  a byte-order mark, treats CRLF and CR as line ends, and reads one item per line. It opens every input kind once (`TextInput`), reads and writes JSON, and says what counts as an
   input file.
 - `io.progress` makes every tool's progress report: a bar on a terminal, and plain lines in a log.
 - `io.proofs` proves that what a resume reuses is what was written (sizes, lines and SHA-256).

@@ -136,9 +136,11 @@ CT2_DTYPE_BYTES = (4, 1, 2, 4, 2, 2)
 
 
 def _ct2_variables(handle, size: int) -> None:
-    """Walk model.bin's variable table (CTranslate2's binary layout, versions 4 to 6: name, rank, dims, dtype, byte
-    count, bytes), checking each variable's byte count against its dims and against the file's length. A problem
-    raises a ValueError."""
+    """Walk model.bin's variable table and check each variable's byte count against its dims and the file's length.
+
+    In CTranslate2's binary layout (versions 4 to 6) each variable is stored as its name, rank, dims, dtype, byte
+    count and bytes. A problem raises a ValueError.
+    """
 
     def read(fmt: str):
         data = handle.read(struct.calcsize("<" + fmt))
@@ -172,9 +174,9 @@ def _ct2_variables(handle, size: int) -> None:
 
 def check_ctranslate2_folder(folder: str | os.PathLike, what: str = "CTranslate2 model folder") -> Path:
     """Check a CTranslate2 model folder before CTranslate2 reads it, and return it; CTranslate2 itself aborts or
-    prints its own error on a broken one. The checks: model.bin is complete, config.json is an object of its
-    settings, the vocabulary files are lists of token strings, and our vaswani_ctranslate2.json (if present) has its
-    shape. A problem raises a UsageError naming the file."""
+    prints its own error on a broken one. It checks that model.bin is complete, that config.json is an object of
+    CTranslate2's settings, that the vocabulary files are lists of token strings, and that our vaswani_ctranslate2.json
+    (if present) has its declared shape. A problem raises a UsageError naming the file."""
     folder = Path(folder)
     model = folder / "model.bin"
     if not model.is_file():

@@ -209,11 +209,12 @@ def weight_files(folder: str | os.PathLike) -> list[Path]:
 def check_model_folder(
     path: str | os.PathLike, *, what: str = "model folder", tokenizer: bool = True, vaswani_only: bool = False
 ) -> Path | str:
-    """Check a saved model folder cheaply, without loading its weights, and return it. The checks: config.json is this
-    model's (or, unless `vaswani_only`, a transformers translation model's); generation_config.json,
-    tokenizer_config.json, special_tokens_map.json and (when `tokenizer` is true) tokenizer.json exist where required
-    and have their declared shapes (`vaswani_hf.io.files`); the safetensors weights exist, are complete, agree with
-    their headers and are floating point. The function returns the folder as a Path, or the text itself for a Hub id
+    """Check a saved model folder cheaply, without loading its weights, and return it.
+
+    It checks that config.json is this model's (or, unless `vaswani_only`, a transformers translation model's). It
+    checks that generation_config.json, tokenizer_config.json, special_tokens_map.json and (when `tokenizer` is true)
+    tokenizer.json exist where required and have their declared shapes (`vaswani_hf.io.files`). It checks that the
+    safetensors weights exist, are complete, agree with their headers and are floating point. The function returns the folder as a Path, or the text itself for a Hub id
     (`org/name`) that is not a local path, which is checked when it is loaded. It raises a UsageError naming the
     missing or broken file."""
     if isinstance(path, str) and _looks_like_hub_id(path):

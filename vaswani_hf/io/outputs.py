@@ -260,8 +260,11 @@ def apply_umask(path: str | os.PathLike) -> None:
 
 
 def shortened(name: str, limit: int = 100) -> str:
-    """`name` cut to at most `limit` bytes (whole characters): the part of an output's name that its temporary files
-    and folders carry, so that a legal name of up to 255 bytes still leaves room for their prefix and suffix."""
+    """Return `name` cut to at most `limit` bytes, dropping whole characters from its end.
+
+    Temporary files and folders carry this part of their output's name, so that an output name of up to 255 bytes,
+    the legal maximum, still leaves room for their prefix and suffix.
+    """
     while len(os.fsencode(name)) > limit:
         name = name[:-1]
     return name

@@ -118,7 +118,7 @@ class LineProgress:
 
 
 def _plural(unit: str) -> str:
-    """The plural of a unit in a report line: "batch" gives "batches", "window" gives "windows"."""
+    """Return the plural of a unit in a report line: "batch" gives "batches", "window" gives "windows"."""
     return unit + ("es" if unit.endswith(("s", "x", "ch", "sh")) else "s")
 
 
