@@ -28,8 +28,12 @@ MAX_TOKENS = 10**9  # the upper bound of token budgets
 
 
 def flag_type(setting: Setting, none: str | None = None):
-    """Return the argparse type of a flag that sets `setting`; `none` is a word that gives None. argparse's error then
-    names the flag, as in "argument --num_beams: must be in [1, 8], got 0"."""
+    """Return the argparse type of a flag that sets `setting`, which reads and checks the flag's text.
+
+    When `none` is given (for example "none"), a user who types that word as the flag's value gets None. A bad value
+    raises argparse.ArgumentTypeError, so argparse's error names the flag, as in "argument --num_beams: must be in
+    [1, 8], got 0".
+    """
     words = (none,) if none else ()
 
     def convert(text: str):

@@ -3,11 +3,11 @@
     vaswani-space --model outputs/default/hub [--host 127.0.0.1] [--port 7860]
     python -m vaswani_hf.space --model org/name          (a Hub id works too)
 
-The page says what the model is (from its card and config, never where it is stored), offers examples (among them
-the paper's attention figures 3-5, marked when their text lies outside the model's domain), translates with the paper's
-decoding (Section 6.1; beam size and alpha are sliders, narrower views of the declared settings) and says how long it
-took, warns when the text looks like another language than the model's source, and draws every attention weight
-(Section 3.2.3) in the browser (templates/space_view.js). What a translation sends the page is bounded by design
+The page says what the model is, from its card and config, never where it is stored. It offers examples, among them
+the paper's attention figures 3-5, and marks those whose text lies outside the model's domain. It translates with the
+paper's decoding (Section 6.1), where beam size and alpha are sliders whose ranges lie within the declared settings'
+ranges, and says how long it took. It warns when the text looks like another language than the model's source, and it
+draws every attention weight (Section 3.2.3) in the browser (templates/space_view.js). What a translation sends the page is bounded by design
 (vaswani_hf.space_payload sends one byte a weight, the first view's blocks first, at most about 1.5 MB). A view that
 needs weights not yet sent asks the viewer's server function once; every other change of view is drawn in the browser.
 The API, for gradio_client, has two endpoints, `/translate` and `/attention`. A bad value is answered with one
@@ -300,7 +300,10 @@ class Guard:
         await self.app(scope, receive, send)
 
     def problem(self, body: bytes) -> str | None:
-        """Return the fault of a /queue/join request in one sentence, or None (Gradio answers a non-JSON body)."""
+        """Return what is wrong with a /queue/join request in one sentence, or None to let Gradio handle it.
+
+        A body that is not a JSON object is also left to Gradio, which answers it itself.
+        """
         try:
             request = json.loads(body)
             index, data = request.get("fn_index"), request.get("data")

@@ -82,9 +82,10 @@ def part_problem(staging: Path, k: int, lines: int, source_sha256: str) -> str |
 
 
 def staging_folder(output: str | os.PathLike) -> Path:
-    """The staging folder of a translation into `output`: `<output>.partial` beside it. A name of up to 255 bytes is
-    legal, and the suffix may take it over that limit; then the name is cut and a hash of the whole name keeps it
-    apart from any other output's staging folder."""
+    """Return the staging folder of a translation into `output`, which is `<output>.partial` beside it.
+
+    A file name may have up to 255 bytes, and the suffix may take the name over that limit. In that case the name is
+    cut, and a hash of the whole name is added to keep it apart from any other output's staging folder."""
     output = Path(output)
     name = f"{output.name}.partial"
     if len(os.fsencode(name)) > MAX_NAME_BYTES:
