@@ -171,7 +171,7 @@ def decoder_step(
 
 def force_eos(scores: torch.Tensor, rows: torch.Tensor, eos_token_id: int) -> torch.Tensor:
     """Return the (N, V) scores with the rows where `rows` (N,) is True set to 0 for </s> and -inf elsewhere, so that
-    they can only end: the per-sentence length limit, as `SourceLengthLimitLogitsProcessor` and both loops use it."""
+    those rows can only end. `SourceLengthLimitLogitsProcessor` and both loops use it for the per-sentence limit."""
     forced = torch.full_like(scores[0], -float("inf"))
     forced[eos_token_id] = 0.0
     return torch.where(rows.unsqueeze(-1), forced, scores)
@@ -289,8 +289,8 @@ def _add_finished(
     early_stopping,
     fill_value: int,
 ):
-    """Do step 4: the candidates among the best k that finished now, scored log P / lp(|Y|), enter the sentence's k
-    best finished hypotheses (unless it can no longer improve, or, with `early_stopping=True`, already has k)."""
+    """Merge those of the k best candidates that finished now, scored log P / lp(|Y|), into each sentence's k best
+    finished hypotheses (step 4 of `lean_beam_search`), unless it cannot improve or has k and early_stopping=True."""
     alive, keep, _ = candidates.shape
     k, max_new = beams.finished_tokens.shape[1:]
     normalised = top_scores / length_penalty(step + 1)
@@ -312,8 +312,8 @@ def _add_finished(
 
 
 def _run_on(beams: _Beams, top_scores, hits, candidates, origins, group: int, step: int) -> torch.Tensor:
-    """Do step 3: the k best candidates that did not finish run on. Return, as (A, k), the row of this step that each
-    of them continues, for reordering the self-attention buffers."""
+    """Make the k best candidates that did not finish the running beams (step 3 of `lean_beam_search`). Return, as
+    (A, k), the row of this step that each of them continues, for reordering the self-attention buffers."""
     alive, k = beams.running_scores.shape
     running_all = top_scores + hits.float() * -1.0e9
     chosen = torch.topk(running_all, k).indices  # (A, k)
@@ -333,10 +333,10 @@ def _sentences_done(
     num_return_sequences: int,
     max_length: int,
 ) -> torch.Tensor:
-    """Do step 5: update `beams.can_improve` and return (A,) True for the sentences whose result is final. A beam's log
-    P only falls as it grows and, for alpha > 0, lp(|Y|) grows with it, so the best it can still reach is log P /
-    lp(its sentence's longest |Y|). `early_stopping="never"` (the paper's t2t bound) compares that with the worst
-    finished hypothesis; False uses the current length (transformers' heuristic); True also stops once k finished."""
+    """Update `beams.can_improve`, and return (A,) True where a sentence's result is final (lean_beam_search's step 5).
+    A beam's log P only falls as it grows, and for alpha > 0 lp(|Y|) grows with it, so its best reachable score is log
+    P / lp(longest |Y| of its sentence). `early_stopping="never"` (the paper's t2t bound) compares that with the worst
+    finished hypothesis, False uses the current length (transformers' heuristic), and True also stops once k end."""
     current_length = torch.full_like(beams.ids, step + 1)
     exact_bound = beams.running_scores[:, 0] / length_penalty(
         (length_bounds[beams.ids] if alpha > 0.0 else current_length).float()
@@ -364,8 +364,8 @@ def _sentences_done(
 def _sequences(
     tokens: torch.Tensor, lengths: torch.Tensor, decoder_start_ids: torch.Tensor, n: int, fill_value: int
 ) -> torch.Tensor:
-    """Return (B * n, 1 + longest) ids, the start token and the n best hypotheses of every sentence padded with
-    `fill_value`, from the (B, >= n, max_new) `tokens`, best first, and their `lengths`."""
+    """Return (B * n, 1 + longest) ids: each sentence's n best hypotheses from the (B, >= n, max_new) `tokens`, best
+    first, each after the start token and padded with `fill_value` to the longest of their `lengths`."""
     batch = tokens.shape[0]
     longest = int(lengths[:, :n].max()) if batch else 0
     sequences = torch.full((batch * n, 1 + longest), fill_value, dtype=torch.long, device=tokens.device)
