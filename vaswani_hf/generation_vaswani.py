@@ -16,8 +16,8 @@ hand-written here, and why:
   Both are private hooks of transformers' beam search, so an upgrade that changes them must fail a test instead of
   silently changing scores: tests/transformers_hooks.py lists them with their pins, as it lists every private name of
   transformers used here and why no public mechanism does the job.
-- `paper_decoding` is handed to `generate()` as `custom_generate`, transformers' public hook for the decoding loop
-  (generate() prepares the inputs, the logits processors and the stopping criteria, then calls it). Plain beam search
+- `paper_decoding` is handed to `generate()` as `custom_generate`, transformers' public hook for the decoding loop:
+  generate() prepares the inputs, the logits processors and the stopping criteria, and then calls it. Plain beam search
   and greedy decoding run the lean loops of beam_search_vaswani.py, which give transformers' tokens with less work,
   when `_lean_decoding_inputs` finds that they compute the same thing; everything else (sampling, per-step outputs,
   other logits processors) runs transformers' own loop.

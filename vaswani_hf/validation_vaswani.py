@@ -8,8 +8,9 @@ and `generate()`'s arguments are entries there too. vaswani_hf's `Setting` (`vas
 functions, so that one implementation judges a value with or without the package.
 
 A declaration is a field's type (`int`, `float | int`, `int | None`, `list[str] | None`, ...) and its metadata. `help`
-gives the setting's meaning. A value must lie in `min` <= value <= `max` (with `<` instead where `min_exclusive` or
-`max_exclusive` is set; numbers must be finite unless `finite` is False), or be one of `choices`. `words` lists text
+gives the setting's meaning. A value must lie in `min` <= value <= `max`, or be one of `choices`. Where
+`min_exclusive` or `max_exclusive` is set, that bound is strict (`<`). Numbers must be finite unless `finite` is
+False. `words` lists text
 values accepted besides, such as "auto". `token_id` marks a token id of the model's vocabulary (`int`), a list of them
 (`list[int]`) or a list of non-empty lists of them (`list[list[int]]`). vaswani_hf reads two more keys: `architecture`
 (the weights' meaning depends on the setting) and `recipe` (a training recipe sets it).
