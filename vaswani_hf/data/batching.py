@@ -6,9 +6,10 @@ batch contained a set of sentence pairs containing approximately 25000 source to
 transformers has no token-budget batching: its `train_sampling_strategy="group_by_length"` groups by length but keeps a
 fixed number of *sentences* per batch, and `"batch_rebalance"` keeps a fixed number of sentences per update. So the
 packing is written here, once: `batch_ends` cuts an order of sentences greedily into batches whose padded size
-(sentences x longest) stays within a budget, and `pack_by_tokens` gives those batches as lists. `TokenBatchSampler`
-(training and evaluation: sorted by length, the batch order shuffled per epoch, sharded across ranks) and
-`make_batches` (translation: longest first, an over-long sentence alone) both use it.
+(sentences x longest) stays within a budget, and `pack_by_tokens` gives those batches as lists. Both batchers
+use it. `TokenBatchSampler`, for training and evaluation, sorts by length, shuffles the batch order per epoch and
+shards the batches across ranks. `make_batches`, for translation, puts the longest sentences first and an over-long
+sentence in a batch alone.
 """
 
 from __future__ import annotations
@@ -103,8 +104,8 @@ def make_batches(
 
 
 class TokenBatchSampler(Sampler[list[int]]):
-    """A batch sampler that packs sentence pairs of similar length into batches of at most `max_tokens` padded source
-    tokens and at most `max_tokens` padded target tokens (Section 5.1: about 25000 + 25000 per batch).
+    """Pack sentence pairs of similar length into batches of at most `max_tokens` padded source tokens and at most
+    `max_tokens` padded target tokens (Section 5.1: about 25000 + 25000 per batch), as a batch sampler.
 
     The padded tokens of a batch are (number of pairs) x (longest sequence in the batch), `</s>` included: exactly the
     size of the [batch, seq] tensors the collator builds, so that the budget bounds memory.

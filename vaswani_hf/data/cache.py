@@ -58,8 +58,8 @@ def arrow_dataset(
 ) -> tuple[datasets.Dataset, dict]:
     """Return the dataset cached as `root()/corpora/{name}.arrow`, and its `info`. On a miss the file is written whole
     from `build()`'s record batches, and `info` is kept beside it, to be returned again on a hit. `name` may be a
-    function, called once `build()` has been read
-    to its end: a corpus that can be read only once (a pipe) is then always read, and named after its content."""
+    function, which is called once `build()` has been read to its end. A corpus that can be read only once (a pipe)
+    is then always read, and its cache file is named after its content."""
     folder = root() / "corpora"
     if callable(name):
         folder.mkdir(parents=True, exist_ok=True)

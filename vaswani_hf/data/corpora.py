@@ -47,8 +47,9 @@ class CorpusError(UsageError):
 
 
 def read_lines(path: str | os.PathLike, *, strip: bool = True) -> list[str]:
-    """Return the lines of a one-sentence-per-line corpus file, read by `vaswani_hf.io.read_lines` (strict UTF-8 with
-    file:line errors, the byte-order mark dropped, CRLF and CR normalised, the line count kept). `strip=True` also
+    """Return the lines of a one-sentence-per-line corpus file, read by `vaswani_hf.io.read_lines`. That reader
+    requires strict UTF-8 and names file:line on an error, drops the byte-order mark, treats CRLF and CR as line ends,
+    and keeps the line count. `strip=True` also
     removes surrounding whitespace: leading and trailing blanks carry no content in a sentence-per-line corpus, and a
     trailing space would otherwise become a token the model must learn to emit."""
     lines = io.read_lines(path, what="corpus file")
