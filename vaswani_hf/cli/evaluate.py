@@ -10,8 +10,8 @@ or score an existing output file::
     vaswani-evaluate --hypotheses hyp.de --references newstest2014.de --out scores.json
 
 Several reference files may follow --references (multi-reference BLEU). The tool prints a table and writes the scores
-with their signatures as JSON. Text files are read as every tool of the package reads them (strict UTF-8 with file:line
-errors, byte-order mark dropped, CRLF/CR accepted). Every input is read and every output checked before anything is
+with their signatures as JSON. Text files are read as every tool of the package reads them: they must be strict UTF-8
+(a bad byte is named by file:line), a byte-order mark is dropped, and CRLF and CR line ends are accepted. Every input is read and every output checked before anything is
 translated, and existing --out or --save_hypotheses files are replaced only with --overwrite. See
 vaswani_hf.evaluation for what each score is.
 """

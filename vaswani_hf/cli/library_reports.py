@@ -4,7 +4,8 @@ transformers, huggingface_hub, datasets, accelerate and evaluate report things a
 REPORT table of missing weights, its "Token indices sequence length is longer than the specified maximum" warning)
 and as Python warnings.
 
-The boundary (`contract.run_cli`) holds them back (`HeldReports`) while the tool runs. When the tool refuses its input
+`contract.run_cli`, which runs every tool and turns its expected errors into one line, holds them back
+(`HeldReports`) while the tool runs. When the tool refuses its input
 or fails for an expected reason, its one error line says what is wrong and what the libraries said is dropped: a table
 in front of the line would break the one-line rule, and it describes what the line already names. When the tool
 succeeds, or fails with a bug (a traceback), they are shown afterwards, in their order. `--debug` holds nothing back. A

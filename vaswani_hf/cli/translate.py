@@ -7,7 +7,8 @@ Decoding defaults come from the model's generation config: the paper's Section 6
 penalty alpha = 0.6, maximum output length = input length + 50, early termination). Options override them.
 
 The line rule: the output has exactly one line per input line, in the same order. Input is read as every tool of the
-package reads text (vaswani_hf.io: strict UTF-8, byte-order mark dropped, CRLF/CR line ends accepted). A line that is
+package reads text (vaswani_hf.io): it must be strict UTF-8, a byte-order mark is dropped, and CRLF and CR line ends
+are accepted. A line that is
 empty or only whitespace gives an empty output line without being decoded; other lines are stripped of surrounding
 whitespace; a translation never contains a line break. Bad paths and flags (a missing input, a folder, a broken model
 folder, an existing --output) are reported in one line with exit status 2 before the model is loaded. A bad line is
