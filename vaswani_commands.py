@@ -145,7 +145,7 @@ def _refuse(line: str, code: int) -> int:
 
 
 def _interrupted() -> int:
-    """The line and exit status of Ctrl-C (128 + SIGINT), as the tools' boundary gives them."""
+    """Print "<program>: interrupted" on stderr and return Ctrl-C's exit status (128 + SIGINT), as `run_cli` does."""
     if sys.stderr is not None:
         print(f"{_program()}: interrupted", file=sys.stderr)
     return 128 + signal.SIGINT

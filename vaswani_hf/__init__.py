@@ -1,12 +1,12 @@
 """Provide the original Transformer (Vaswani et al., 2017) as a native Hugging Face transformers model.
 
 Importing the package registers the model with transformers' Auto classes, so that
-`AutoModelForSeq2SeqLM.from_pretrained(folder)` works without `trust_remote_code`, and marks the classes for
-`save_pretrained` to write `auto_map` and copy the configuration/modeling files (and, through their relative imports,
-the decoding and pipeline files), so that the same folder also loads with `trust_remote_code=True` on a machine
+`AutoModelForSeq2SeqLM.from_pretrained(folder)` works without `trust_remote_code`. It also marks the classes so that
+`save_pretrained` writes `auto_map` and copies the configuration and modeling files, and, through their relative
+imports, the decoding and pipeline files. The same folder then also loads with `trust_remote_code=True` on a machine
 without this package, where `pipeline(model=folder, trust_remote_code=True)` (task "translation") works too.
-Importing does nothing else: the process (its descriptors, signals and working folder) belongs to the commands'
-runner, vaswani_commands.
+Importing does nothing else: it leaves the process's descriptors, signals and working folder to the commands' runner,
+vaswani_commands.
 """
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM

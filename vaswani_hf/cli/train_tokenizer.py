@@ -7,8 +7,8 @@
     # any format vaswani_hf.data.load_parallel reads (prefix, .tsv with a header line, .jsonl, Hub name)
     vaswani-train-tokenizer --corpus data/train --src_lang en --tgt_lang de --out_dir outputs/tok
 
-Text files are read as every tool of the package reads them (strict UTF-8 with file:line errors, byte-order mark
-dropped, CRLF/CR accepted); "-" is standard input, and /dev/null is an empty file. --out_dir must be absent or empty
+Text files are read as every tool of the package reads them: they must be strict UTF-8 (a bad byte is named by
+file:line), a byte-order mark is dropped, and CRLF and CR line ends are accepted; "-" is standard input, and /dev/null is an empty file. --out_dir must be absent or empty
 unless --overwrite is given. It appears whole when training is done, and Ctrl-C, SIGTERM or SIGHUP leave nothing
 behind.
 """
