@@ -6,7 +6,8 @@
 
 Without --target the model's own translation is plotted (decoded as its generation_config says, or with
 --num_beams). --alignment is a word alignment of source and --target in Pharaoh format ("i-j"), counting
-whitespace-separated words from 0. Without it, the share of cross-attention on aligned tokens uses the diagonal heuristic (see vaswani_hf/visualize/).
+whitespace-separated words from 0. Without it, the share of cross-attention on aligned tokens uses the diagonal
+heuristic (see vaswani_hf/visualize/).
 
 Writes to --out: {encoder,decoder,cross}_layer{l}.{fmt} (all heads of a layer), cross_alignment.{fmt} (heads
 averaged, per layer), diagnostics.{fmt} (per-head entropy, attention mass on padding) and diagnostics.txt, whose
