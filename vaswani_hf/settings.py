@@ -155,10 +155,10 @@ class Setting:
         """Return the value that `text` spells (the text of a command-line flag or an environment variable), not yet
         checked against the range.
 
-        A word of `none` ("none", "null") gives None, and a word of `words` gives itself. For a boolean setting,
-        "true"/"false" (also yes/no, 1/0, on/off) give True or False. Digits give a number: an integer setting reads
-        "1.5" and "1e3" as numbers too, so that its check can then refuse them with its range in the message. Text that
-        spells no value of the setting's kind raises SettingError.
+        Any of the words in `none` (such as "none" or "null") gives None, and any word in `words` is returned as it
+        is. For a boolean setting, "true"/"false" (also yes/no, 1/0, on/off) give True or False. Digits give a number:
+        an integer setting reads "1.5" and "1e3" as numbers too, so that its check can then refuse them with its range
+        in the message. Text that spells no value of the setting's kind raises SettingError.
         """
         word = text.strip()
         if word.lower() in none:

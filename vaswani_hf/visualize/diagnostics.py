@@ -50,9 +50,8 @@ def head_entropy(
 ) -> torch.Tensor:
     """Return the (L, H) mean entropy, in nats, of the real query rows of (L, B, H, Tq, Tk) weights.
 
-    With `normalize`, each
-    row's entropy is divided by log(the number of keys it may see), so that 1 means uniform attention, and rows that
-    see only one key are left out, because their entropy is 0 whatever the head learned."""
+    With `normalize`, each row's entropy is divided by log(the number of keys it may see), so that 1 means uniform
+    attention, and rows that see only one key are left out, because their entropy is 0 whatever the head learned."""
     p = weights.clamp_min(0)
     entropy = -(p * torch.log(p.clamp_min(1e-30))).sum(-1)  # (L, B, H, Tq), taking 0 log 0 as 0.
     rows = query_mask.bool()  # (B, Tq)
