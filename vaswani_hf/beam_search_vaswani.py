@@ -138,8 +138,8 @@ def _self_attention(attn, hidden: torch.Tensor, buffer: _SelfAttentionBuffers, s
 def _cross_attention(
     attn, hidden: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None, group: int
 ) -> torch.Tensor:
-    """Return the (rows, D) encoder-decoder attention (3.2.3): the `group` consecutive rows of a sentence (its
-    beams) query its (A, H, S, d) source K/V together."""
+    """Return the encoder-decoder attention (3.2.3) of the decoder's rows (each a beam), shape (rows, D). A sentence's
+    `group` beams lie in consecutive rows and share its projected source keys and values, shape (A, H, S, d)."""
     rows, heads = hidden.shape[0], attn.num_heads
     query = attn.queries(hidden).view(rows // group, group, heads, attn.d_k).transpose(1, 2)  # (A, H, group, d_k)
     out = _attend(query, keys, values, mask, attn.scaling)  # (A, H, group, d_v)

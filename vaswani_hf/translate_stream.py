@@ -49,8 +49,10 @@ BUFFER_LINES = 10_000
 
 @dataclass
 class Engine:
-    """Hold a decoding engine as this module uses it: `translate(lines, bar)` returns a window's translations, and
-    `encode`, `table` and `max_input_tokens` are what its front end checks the lines with."""
+    """Hold a decoding engine (PyTorch or CTranslate2) as this module uses it. `translate(lines, bar)` translates one
+    window (a block of input lines decoded together) and advances the progress report `bar`. Before any decoding,
+    every line is checked against the engine's limits: `encode` turns lines into token ids, `table` is the model's
+    position table (None if unknown), and `max_input_tokens` is the user's limit on a source's length."""
 
     translate: Callable[[list[str], Any], list[str]]
     encode: Callable[[list[str]], list]

@@ -334,9 +334,11 @@ def _publish_new_file(temporary: Path, target: Path) -> None:
 
 @contextmanager
 def atomic_output_dir(target: str | os.PathLike, kind: str | None = None, *, overwrite: bool = False):
-    """Work as `replace_atomically(target, folder=True, kind=kind)` does, with one writer at a time. The folder is
-    claimed (created empty, and locked) on entry; a folder that another run filled since the checks is not replaced
-    without `overwrite`; and a folder this call created that a failure left empty is removed again."""
+    """Write a new output folder in place of `target` in one rename, as `replace_atomically(target, folder=True)`
+    does, and let only one run write it. On entry the folder is created empty if needed and locked, so a second run
+    into it is refused. If another run filled it between this run's checks of its paths and this call, it is not
+    replaced unless `overwrite` is given. If this call created the folder and the run fails, the empty folder is
+    removed again."""
     target = Path(target)
     created = not os.path.lexists(target)
     target.mkdir(parents=True, exist_ok=True)

@@ -288,9 +288,10 @@ class VaswaniTrainer(Seq2SeqTrainer):
                 metrics[f"{prefix}_steps_per_second"] = round(batches / runtime, 3)
 
     def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
-        """Log as transformers does, but count the sentences trained, summed over processes, in
-        `train_samples_per_second` (at the end of `train`, on every process), and this process's real batches in the
-        evaluation rates."""
+        """Log as transformers does, with two rates counted by what was really done. At the end of `train`,
+        `train_samples_per_second` counts the sentences trained, summed over processes. The evaluation's
+        `steps_per_second` counts the batches this process evaluated, because transformers derives it from a fixed
+        batch size, which token batches do not have."""
         self._fix_steps_per_second(logs)
         if "train_samples_per_second" in logs and logs.get("train_runtime"):
             sentences = torch.tensor([self._train_sentences], device=self.args.device)
