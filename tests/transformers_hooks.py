@@ -333,6 +333,15 @@ def private_library_names_used() -> dict[str, set[str]]:
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef) and not subclasses[id(node)]:
                 own |= set(_class_names(node))
+                # and the attributes such a class sets on its instances (self._items = ... in __init__)
+                own |= {
+                    n.attr
+                    for n in ast.walk(node)
+                    if isinstance(n, ast.Attribute)
+                    and isinstance(n.ctx, ast.Store)
+                    and isinstance(n.value, ast.Name)
+                    and n.value.id == "self"
+                }
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.col_offset == 0:
                 own.add(node.name)
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
