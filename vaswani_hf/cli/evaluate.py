@@ -29,7 +29,7 @@ from ..constraints import device, flag
 from ..evaluation import check_line_counts, compute_all, format_table
 from ..hub.ids import language_code
 from ..inference import load_for_decoding, resolve_device, translate
-from ..metrics import SACREBLEU_TOKENIZERS
+from ..metrics import SACREBLEU_TOKENIZERS, check_sacrebleu_tokenizer
 from ..settings import GENERATION_SETTINGS, settings_of
 from ..translation_frontend import BatchSettings
 from .command import OUTPUT_FILE, TEXT_OR_STDIN, Command, Paths, Use, run_command
@@ -96,11 +96,13 @@ def build_parser() -> ArgumentParser:
 
 
 def check_arguments(args) -> None:
-    """Refuse a combination of flags that cannot work, before any path is looked at."""
+    """Refuse a combination of flags that cannot work, or a sacreBLEU tokenizer whose packages are not installed,
+    before any path is looked at."""
     if args.hypotheses and (args.model or args.source):
         raise io.UsageError("give either --hypotheses, or --model with --source, not both")
     if not args.hypotheses and not (args.model and args.source):
         raise io.UsageError("give --hypotheses FILE, or --model DIR and --source FILE")
+    check_sacrebleu_tokenizer(args.tokenize, "--tokenize")
 
 
 def _paths(args) -> Paths:
