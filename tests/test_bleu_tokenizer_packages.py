@@ -18,9 +18,9 @@ import pytest
 from cli_contract import GERMAN, run_main, snapshot, write
 from conftest import TINY, tiny_recipe, write_corpus, write_recipe_yaml
 
-from vaswani_hf.evaluation import TranslationMetrics, compute_all, load_metric
 from vaswani_hf.io import UsageError
 from vaswani_hf.metrics import SACREBLEU_TOKENIZERS, TOKENIZER_PACKAGES, check_sacrebleu_tokenizer
+from vaswani_hf.metrics.scores import TranslationMetrics, compute_all, load_metric
 from vaswani_hf.training.plan import World, plan_run
 
 JA = 'pip install "sacrebleu[ja]"'

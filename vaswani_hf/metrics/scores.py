@@ -32,10 +32,10 @@ from pathlib import Path
 import evaluate
 import numpy as np
 
-from .io import UsageError
-from .metrics import check_sacrebleu_tokenizer
+from ..io import UsageError
+from . import check_sacrebleu_tokenizer
 
-METRICS_DIR = Path(__file__).resolve().parent / "metrics"
+METRICS_DIR = Path(__file__).resolve().parent  # the metric scripts' folders sit beside this module
 METRIC_NAMES = ("sacrebleu_local", "chrf_local", "tok_bleu")
 
 DESCRIPTIONS = {
