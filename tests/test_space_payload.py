@@ -133,6 +133,67 @@ def test_a_translations_payload_is_bounded_by_design_at_any_size(layers, heads, 
     assert len(rest["blocks"]) + len(sent) == len(order)
 
 
+def page_needs(kind: str, layer: int, head: int | None, weights: payloads.PageWeights) -> list[str]:
+    """The blocks the page's head view needs (view.js's `needs`), at a 0-based layer it clamps to the kind's last."""
+    layers, heads = weights.weights[kind].shape[:2]
+    return [payloads.block_id(kind, min(layer, layers - 1), h) for h in ([head] if head is not None else range(heads))]
+
+
+@pytest.mark.parametrize("head", [None, 2])
+def test_a_change_of_kind_needs_no_block_the_translation_did_not_bring(head):
+    """The page keeps the layer and the head when the visitor switches kind, so the translation brings that layer of
+    every kind, before the thumbnails and the other layers: with a budget that holds only those layers, a switch to
+    either other kind finds every block it needs."""
+    layers, heads = 6, 8
+    weights = payloads.PageWeights.of(random_attentions(layers, heads, 60, 70))
+    layer = 3
+    needed = [n for kind in ("decoder", "encoder", "cross") for n in page_needs(kind, layer, head, weights)]
+    budget = sum(weights._b64_size(name) for name in needed)
+    sent = weights.packed("decoder", layer, head, budget=budget)
+    assert sorted(sent) == sorted(needed)
+    assert weights.view_order("decoder", layer, head)[: len(needed)] == needed  # the view, then the other kinds
+    if head is None:  # then the thumbnails, the view's kind's first
+        more = weights.packed("decoder", layer, head, budget=budget + weights._b64_size("decoder:thumbs"))
+        assert set(more) - set(sent) == {"decoder:thumbs"}
+    else:  # then the other heads of the three layers
+        assert weights.view_order("decoder", layer, head)[len(needed)] == "decoder:3:0"
+
+
+def test_a_kind_with_fewer_layers_brings_its_last_layer():
+    """A model with fewer decoder layers than encoder layers: a switch from the encoder's layer 5 to the decoder (2
+    layers) shows the decoder's last layer, which the translation brings."""
+    encoder, decoder = random_attentions(6, 2, 5, 4), random_attentions(2, 2, 5, 4)
+    attentions = Attentions(
+        encoder.source_tokens,
+        decoder.target_tokens,
+        decoder.decoder_input_tokens,
+        encoder.encoder,
+        decoder.decoder,
+        decoder.cross,
+    )
+    weights = payloads.PageWeights.of(attentions)
+    order = weights.view_order("encoder", 4, None)
+    assert order[:6] == ["encoder:4:0", "encoder:4:1", "decoder:1:0", "decoder:1:1", "cross:1:0", "cross:1:1"]
+    assert len(order) == len(set(order)) == (6 + 2 + 2) * 2 + 3
+
+
+def test_at_the_longest_sentence_the_other_kinds_layers_are_sent_as_far_as_the_budget_holds():
+    """The base model's shape at the page's longest sentence: the three kinds' current layers (1.63 million base64
+    characters) exceed the budget (1.5 million), so the view's layer and the encoder's are sent whole and as many
+    of the cross-attention's heads as fit; the thumbnails, which no longer fit, come on request."""
+    layers, heads = 6, 8
+    space = page_model(layers, heads)
+    view = {"kind": "decoder", "layer": 2, "head": "all", "token": None}
+    payload = logic.attention_payload(space, random_attentions(layers, heads, 200, 250), view)
+    weights = space.cache.get(payload["key"])
+    current = {kind: page_needs(kind, 1, None, weights) for kind in ("decoder", "encoder", "cross")}
+    assert sum(weights._b64_size(n) for names in current.values() for n in names) > payloads.PAGE_BUDGET
+    sent = set(payload["blocks"])
+    assert set(current["decoder"]) <= sent and set(current["encoder"]) <= sent
+    assert [n in sent for n in current["cross"]] == [True] * 6 + [False] * 2
+    assert sent == {*current["decoder"], *current["encoder"], *current["cross"][:6]}
+
+
 def test_an_examples_view_that_the_model_lacks_says_which_layer_it_shows():
     space = page_model(3, 4)
     attn = random_attentions(3, 4, 5, 4)
