@@ -261,7 +261,7 @@ HOOKS = {
         "(a Setting) lives there too and is taken out first",
     ),
     "_argument_group_name": Hook(
-        ("cli/train.py", "training/recipe_keys.py"),
+        ("cli/train.py", "training/recipe.py"),
         "transformers.hf_argparser",
         "set",
         "HfArgumentParser's documented way to give a dataclass's flags a group in --help (its docstring)",

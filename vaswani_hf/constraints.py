@@ -3,7 +3,7 @@ the setting it sets.
 
 Every rule about a value is declared once, beside what it configures, as a dataclass field with its metadata
 (`vaswani_hf.settings`): the model's settings are `VaswaniConfig`'s fields, the decoding settings those of
-`DecodingSettings`, a recipe's keys the fields of its sections (`vaswani_hf.training.recipe_keys`), and each tool's own
+`DecodingSettings`, a recipe's keys the fields of its sections (`vaswani_hf.training.recipe`), and each tool's own
 options the fields of its options class. Every flag that has a range or choices sets such a declared `Setting`, and
 `flag(setting)` gives its `add_argument` keywords: its checked argparse type or its choices, its default, and its
 meaning and range as help. So a flag cannot disagree with the setting it sets, and a bad value is one line naming its
