@@ -1,4 +1,4 @@
-"""What the Space's page receives (vaswani_hf.space_payload): every weight as a one-byte code within its stated error,
+"""What the Space's page receives (vaswani_hf.space.payload): every weight as a one-byte code within its stated error,
 a translation's payload bounded by design at any model size or sentence length, the first view's weights in it, the
 rest answered on the page's request, and /attention's stated precision and packed form. The page in a browser:
 tests/test_space_browser.py."""
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from vaswani_hf import space_logic as logic
-from vaswani_hf import space_payload as payloads
 from vaswani_hf.configuration_vaswani import SettingError
+from vaswani_hf.space import logic
+from vaswani_hf.space import payload as payloads
 from vaswani_hf.visualize import Attentions
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -22,7 +22,7 @@ SENTENCE = "a man is riding a horse ."
 
 
 def code_error(w: np.ndarray, bits: int) -> np.ndarray:
-    """The stated bound of a code's error (space_payload.ERRORS), and float32's rounding."""
+    """The stated bound of a code's error (space.payload.ERRORS), and float32's rounding."""
     assert payloads.ERRORS == {8: "sqrt(w) / 255 + 1/260100 + 1/131070", 16: "1/131070"}
     bound = np.sqrt(w) / 255 + 1 / 260100 + 1 / 131070 if bits == 8 else np.full_like(w, 1 / 131070)
     return bound + 1e-7

@@ -15,7 +15,7 @@
   deleted. What libraries report on their own (transformers' LOAD REPORT, its warnings) is held back and
   shown only when the tool succeeds or fails with a bug (`library_reports`), so that a refusal stays one line.
 - `ArgumentParser`: argparse whose usage errors are `UsageError`s. Flags declare their constraints as argparse types
-  (`vaswani_hf.constraints.flag`, `device`), so that a bad value names its flag before any work, and `--help` states
+  (`vaswani_hf.settings.flag`, `device`), so that a bad value names its flag before any work, and `--help` states
   every flag's default (`HelpFormatter`).
 - `declare_paths(inputs=..., outputs=...)` declares what a command reads and writes. It checks the paths with
   `vaswani_hf.io.check_paths`, which refuses an output that is, contains or lies inside an input, and remembers the

@@ -7,7 +7,7 @@ Each sub-folder holds one script named like the folder, which is `evaluate.load`
 - ``tok_bleu``: the paper's tokenized BLEU for EN-DE as tensor2tensor's ``get_ende_bleu.sh`` computed it (Moses
   tokenization, ``##AT##`` compound splitting, multi-bleu-style BLEU).
 
-Load them with :func:`vaswani_hf.evaluation.load_metric` (``evaluate.load(<folder path>)``); the sub-folders are also
+Load them with :func:`vaswani_hf.metrics.scores.load_metric` (``evaluate.load(<folder path>)``); the sub-folders are also
 regular Python packages, so that their helpers can be imported directly, and what they share is
 `vaswani_hf.metrics.common`. Loaded with ``numeric_only=True`` (``load_metric(name, numeric_only=True)``), a module
 returns only the statistics that vary with the data, as floats, which evaluate's ``strategy="bootstrap"`` needs; it

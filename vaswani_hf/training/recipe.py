@@ -38,11 +38,10 @@ from typing import Any
 import yaml
 
 from ..configuration_vaswani import MAX_POSITIONS, PROBABILITY, SettingError, VaswaniConfig, shown
-from ..constraints import MAX_SEED, MAX_SENTENCES, MAX_TOKENS
 from ..errors import UsageError, one_line
 from ..metrics import SACREBLEU_TOKENIZERS
 from ..precision import BF16_AUTO
-from ..settings import GENERATION_SETTINGS, MODEL_SETTINGS, Setting, settings_of
+from ..settings import GENERATION_SETTINGS, MAX_SEED, MAX_SENTENCES, MAX_TOKENS, MODEL_SETTINGS, Setting, settings_of
 from ..tokenization import BPE_SETTINGS as _BPE
 from .objective import PAPER_LABEL_SMOOTHING
 

@@ -15,9 +15,9 @@ from typing import Any
 
 from .. import io
 from ..hub import save_hub_folder
-from ..inference import translate
 from ..io import to_json, write_lines
 from ..settings import GENERATION_SETTINGS
+from ..translation.inference import translate
 from .callbacks import read_history
 from .plan import RunPlan
 

@@ -49,7 +49,7 @@ from transformers.trainer_utils import (
 )
 
 from ..data.batching import EXAMPLE_INDEX, LABEL_PAD_ID, Seq2SeqCollator, TokenBatchSampler
-from ..evaluation import make_compute_metrics
+from ..metrics.scores import make_compute_metrics
 from ..modeling_vaswani import VaswaniForConditionalGeneration
 from ..settings import MODEL_SETTINGS
 from ..tokenization import PAD_ID

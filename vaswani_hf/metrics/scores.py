@@ -32,9 +32,9 @@ from pathlib import Path
 import evaluate
 import numpy as np
 
-from .io import UsageError
+from ..io import UsageError
 
-METRICS_DIR = Path(__file__).resolve().parent / "metrics"
+METRICS_DIR = Path(__file__).resolve().parent  # the metric scripts' folders sit beside this module
 METRIC_NAMES = ("sacrebleu_local", "chrf_local", "tok_bleu")
 
 DESCRIPTIONS = {

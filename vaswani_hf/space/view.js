@@ -1,6 +1,6 @@
 // The attention viewer of vaswani_hf.space, run by the page (Gradio's gr.HTML js_on_load, with `element`, `props`,
 // `watch` and `server`). A translation brings each kind's tokens and the blocks of weights its first view needs
-// (vaswani_hf/space_payload.py: one byte a weight, (c / 255)^2); a view that needs a block the payload lacked asks
+// (vaswani_hf/space/payload.py: one byte a weight, (c / 255)^2); a view that needs a block the payload lacked asks
 // the server for it once (server.attention_blocks), and every other change of view is drawn here, on canvases.
 // Head view: one layer's map (one head, or the mean of its heads) whose labels stay in place while it scrolls and
 // are thinned so that they never overlap; the weight, query and key under the pointer or the keyboard's cell are

@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .settings import settings_of
-from .visualize import KINDS, Attentions
-from .visualize.attention import KIND_TITLES
+from ..settings import settings_of
+from ..visualize import KINDS, Attentions
+from ..visualize.attention import KIND_TITLES
 
 PAGE_BUDGET = 1_500_000  # Base64 characters of weights per translation, so the page's JSON stays under 2 MB.
 THUMB = 48  # A thumbnail's largest side in cells, so 48 x 48 bytes per head; the model view draws 28-72 pixels.
