@@ -57,6 +57,19 @@ def test_auto_model_for_causal_lm_loads_every_weight_of_the_decoder_and_its_shar
     assert seq2seq.config.is_encoder_decoder and not seq2seq.config.is_decoder  # the caller's config is left as it was
 
 
+def test_untied_embeddings_load_as_the_decoders_own_embedding_and_output_projection(tmp_path):
+    """With `tie_word_embeddings=False` (three matrices instead of the paper's one) the decoder's embedding and the
+    output projection load as two matrices, and no shared one is made."""
+    torch.manual_seed(0)
+    seq2seq = VaswaniForConditionalGeneration(tiny_config(tie_word_embeddings=False))
+    seq2seq.save_pretrained(tmp_path)
+    model, info = AutoModelForCausalLM.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    assert not hasattr(model.model, "shared") and model.lm_head.weight is not model.model.decoder.embed_tokens.weight
+    assert torch.equal(model.lm_head.weight, seq2seq.lm_head.weight)
+    assert torch.equal(model.model.decoder.embed_tokens.weight, seq2seq.model.decoder.embed_tokens.weight)
+
+
 def test_given_the_encoder_output_the_causal_lm_computes_the_translation_models_logits(translation_folder):
     seq2seq, folder = translation_folder
     model = AutoModelForCausalLM.from_pretrained(folder).eval()

@@ -290,7 +290,9 @@ class VaswaniConfig(PreTrainedConfig):
         },
     )
     # The two settings transformers' decoders read (Marian's config declares `is_decoder`, BERT's reads both), set by
-    # VaswaniForCausalLM and by EncoderDecoderModel on the config of the decoder it composes.
+    # VaswaniForCausalLM and by EncoderDecoderModel on the config of the decoder it composes. Neither is marked
+    # `architecture`: a translation model has encoder-decoder attention whatever they say, so its checkpoints stay
+    # comparable with those saved before these settings existed (checkpoint averaging compares architecture fields).
     is_decoder: bool = field(
         default=False,
         metadata={"help": "the decoder stack alone, as a language model (VaswaniForCausalLM sets it)"},
@@ -299,8 +301,7 @@ class VaswaniConfig(PreTrainedConfig):
         default=False,
         metadata={
             "help": "give the decoder alone its encoder-decoder attention (Section 3.2.3), to attend to another "
-            "model's encoder (EncoderDecoderModel sets it); a seq2seq model always has it",
-            "architecture": True,
+            "model's encoder (EncoderDecoderModel sets it); a seq2seq model always has it"
         },
     )
     use_cache: bool = field(
