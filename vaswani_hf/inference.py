@@ -411,8 +411,8 @@ def _generate(
 def register_pipeline(langs=None) -> None:
     """Register `VaswaniTranslationPipeline` in transformers' `PIPELINE_REGISTRY` under every task name it answers
     ("translation", "text2text-generation", and "translation_{src}_to_{tgt}" for `langs` = [src, tgt]). It calls
-    `pipeline_vaswani.register_pipeline_tasks`, which importing the package and building any `VaswaniConfig` have
-    already done; calling it again changes nothing."""
+    `pipeline_vaswani.register_pipeline_tasks`, which importing the package has already done; calling it again
+    changes nothing."""
     register_pipeline_tasks(langs)
 
 
@@ -422,7 +422,7 @@ def translation_pipeline(
     """Return a translation pipeline around an in-memory model and tokenizer, for users of this package.
 
     It is the same as `transformers.pipeline("translation", model=model, tokenizer=tokenizer)`, which works because
-    every `VaswaniConfig` registers the task (`register_pipeline`), but it also works where transformers refuses the
+    importing the package registers the task (`register_pipeline`), but it also works where transformers refuses the
     name (for a model whose code predates that registration: "The task translation has been removed from
     transformers"), because it builds the class directly. `device` defaults to the model's device; other keywords go to
     the pipeline (e.g. `batch_size=32`, `num_beams=1`).
