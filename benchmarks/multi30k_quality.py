@@ -151,8 +151,8 @@ def main(argv=None):
     import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    from vaswani_hf.inference import translate
     from vaswani_hf.io import read_lines
+    from vaswani_hf.translation.inference import translate
 
     model_dir = Path(metrics["export_dir"])
     if args.score_only and not model_dir.is_dir():

@@ -229,7 +229,7 @@ def test_the_name_parser_reads_what_is_written():
     assert names_in_span("number(int, min=1)") == ["number"]
     assert names_in_span('position_encoding="learned"') == ["position_encoding"]
     assert names_in_span("tests/cli_contract.Cases") == ["tests/cli_contract.py", "tests.cli_contract.Cases"]
-    assert names_in_span("templates/space_view.js") == ["templates/space_view.js"]
+    assert names_in_span("space/view.js") == ["space/view.js"]
     assert names_in_span("config.json") == []
     for value in ("--resume", '"gnmt"', "checkpoint-N", "OUTPUT/tokenizer", "import vaswani_hf", "<pad>", "eps/(V-1)"):
         assert names_in_span(value) == [], value

@@ -46,7 +46,8 @@ def test_the_space_recipe_trains_on_cased_text_and_translates_the_pages_examples
     """The Space's model (recipes/multi30k-en-de-space.yaml) reads the raw, cased Multi30k text that the page's examples
     are written like, is scored with sacreBLEU's default tokenizer, prints the page's examples, and writes the folder
     the page serves by default."""
-    from vaswani_hf import space, space_logic
+    from vaswani_hf.space import logic as space_logic
+    from vaswani_hf.space import page as space
 
     recipe = load_recipe(space.SPACE_RECIPE)
     assert recipe["data_dir"].endswith("multi30k/raw") and not recipe["lowercase"] and recipe["bleu_tokenize"] == "13a"

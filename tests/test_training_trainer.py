@@ -241,7 +241,7 @@ def test_plain_seq2seq_trainer_trains_and_generates(tmp_path):
         Seq2SeqTrainingArguments,
     )
 
-    from vaswani_hf.evaluation import make_compute_metrics
+    from vaswani_hf.metrics.scores import make_compute_metrics
 
     tok, ds = _tokenized_corpus(tmp_path, n=64)
     split = ds.train_test_split(test_size=8, seed=0)

@@ -292,9 +292,9 @@ def translate_ours(checkpoint: str, shared: SharedData, beams: int, threads: int
     from transformers import AutoModelForSeq2SeqLM
 
     import vaswani_hf  # noqa: F401 - registers the classes with the Auto classes
-    from vaswani_hf.inference import translate
     from vaswani_hf.io import read_lines
     from vaswani_hf.tokenization import load_tokenizer
+    from vaswani_hf.translation.inference import translate
 
     torch.set_num_threads(threads)
     model = AutoModelForSeq2SeqLM.from_pretrained(checkpoint).eval()

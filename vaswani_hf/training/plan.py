@@ -35,6 +35,7 @@ from accelerate.utils import get_int_from_env, parse_flag_from_env
 
 from .. import io, precision
 from ..configuration_vaswani import VaswaniConfig
+from ..metrics import check_sacrebleu_tokenizer
 from ..settings import GENERATION_SETTINGS, MODEL_SETTINGS
 from . import preflight
 from .budget import (
@@ -413,6 +414,9 @@ def _optimizer(recipe: Recipe, world: World) -> OptimizerPlan:
 
 
 def _evaluation(recipe: Recipe) -> EvaluationPlan:
+    # The BLEU tokenizer's packages are checked here, before the data is read: sacreBLEU would first import them at
+    # the first validation, or when the test set is scored after training.
+    check_sacrebleu_tokenizer(recipe.bleu_tokenize, "bleu_tokenize")
     paper_beams = GENERATION_SETTINGS["num_beams"].default  # The exported generation_config.json's beam size.
     return EvaluationPlan(
         recipe.eval_steps,

@@ -12,10 +12,9 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ..configuration_vaswani import MAX_POSITIONS, PROBABILITY
-from ..constraints import MAX_SEED, MAX_SENTENCES, MAX_TOKENS
 from ..metrics import SACREBLEU_TOKENIZERS
 from ..precision import BF16_AUTO
-from ..settings import GENERATION_SETTINGS, MODEL_SETTINGS, settings_of
+from ..settings import GENERATION_SETTINGS, MAX_SEED, MAX_SENTENCES, MAX_TOKENS, MODEL_SETTINGS, settings_of
 from ..tokenization import BPE_SETTINGS as _BPE
 from .objective import PAPER_LABEL_SMOOTHING
 

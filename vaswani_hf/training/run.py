@@ -27,11 +27,11 @@ from .. import io
 from ..data import cache
 from ..data.batching import Seq2SeqCollator
 from ..data.preprocessing import prepare_dataset
-from ..evaluation import make_compute_metrics
-from ..inference import translate
 from ..io.progress import library_bars
+from ..metrics.scores import make_compute_metrics
 from ..modeling_vaswani import VaswaniForConditionalGeneration
 from ..tokenization import load_tokenizer, train_bpe_tokenizer
+from ..translation.inference import translate
 from .callbacks import BatchStatsCollator, HistoryCallback, RunClock, SamplerEpochCallback, read_history
 from .checkpoints import (
     STAGING_DIR,
