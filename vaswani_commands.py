@@ -9,7 +9,8 @@ torch and transformers), and what can fail during that import, is handled here w
 - Too little memory (`ulimit -v`) or too few descriptors (`ulimit -n`) for the import is one line with exit status 1.
 
 Then the tool's module (`TOOLS`) runs its `main` under `vaswani_hf.cli.contract.run_cli`. The console script
-`vaswani-<tool>` is `vaswani_commands:<tool>`, a function below; `python -m vaswani_commands <tool> ARGS` runs it too.
+`vaswani-<tool>` is `vaswani_commands:<tool>`, a function this module makes for each tool on request (`__getattr__`);
+`python -m vaswani_commands <tool> ARGS` runs it too.
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from pathlib import Path
 
 STREAMS = ((0, os.O_RDONLY), (1, os.O_WRONLY), (2, os.O_WRONLY))
 
-# Maps each tool, by the name of its console script's function, to the module whose `main(argv)` runs it. In
-# pyproject.toml that is `vaswani-<name> = "vaswani_commands:<name>"`, with dashes for underscores.
-# tests/test_cli_registry.py checks this table against vaswani_hf/cli/registry.py (every command's module),
-# pyproject.toml's scripts and scripts/*.py.
+# The one list of the tools: each tool, by the name of its console script's function, maps to the module whose
+# `main(argv)` runs it. Everything else follows from it: the function `vaswani_commands.<name>` (`__getattr__`), the
+# commands of vaswani_hf/cli/registry.py (the tools whose module is a vaswani_hf.cli command), and what packaging needs
+# written out, which tests/test_cli_registry.py checks against this table: pyproject.toml's
+# `vaswani-<name> = "vaswani_commands:<name>"` (`console_scripts()`, dashes for underscores) and the scripts/*.py
+# shims that `accelerate launch scripts/train.py` runs.
 TOOLS = {
     "train": "vaswani_hf.cli.train",
     "translate": "vaswani_hf.cli.translate",
@@ -195,17 +198,19 @@ def tools() -> list[str]:
     return sorted(TOOLS)
 
 
-# The console scripts (pyproject.toml's [project.scripts]) and scripts/*.py call these, one per entry of `TOOLS`.
-train = partial(run, "train")
-translate = partial(run, "translate")
-evaluate = partial(run, "evaluate")
-train_tokenizer = partial(run, "train_tokenizer")
-average_checkpoints = partial(run, "average_checkpoints")
-export_marian = partial(run, "export_marian")
-export_ctranslate2 = partial(run, "export_ctranslate2")
-visualize_attention = partial(run, "visualize_attention")
-push_to_hub = partial(run, "push_to_hub")
-space = partial(run, "space")
+def console_scripts() -> dict[str, str]:
+    """Return what pyproject.toml's [project.scripts] must say, mapping each program to "module:function"."""
+    return {f"vaswani-{name.replace('_', '-')}": f"vaswani_commands:{name}" for name in TOOLS}
+
+
+def __getattr__(name: str):
+    """Return the console-script function of the tool `name` (`run` with that tool), which pyproject.toml's
+    [project.scripts] and scripts/*.py import as `vaswani_commands.<name>`.
+
+    The functions are made on request (PEP 562), so that `TOOLS` stays the only place a tool's name is written."""
+    if name in TOOLS:
+        return partial(run, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 if __name__ == "__main__":

@@ -201,6 +201,15 @@ HOOKS = {
         "every translation_{src}_to_{tgt} name is an alias of translation, which no registration can say",
         (HOOK_TESTS + "test_pipeline_registry_still_works_as_register_pipeline_tasks_patches_it",),
     ),
+    "_from_pipeline": Hook(
+        ("configuration_vaswani.py",),
+        "transformers.pipelines:pipeline",
+        "read",
+        "the one sign that transformers.pipeline (not a user or save_pretrained) loads the config, before it resolves "
+        "the task name: the config then registers the pipeline's task names, and loading it for anything else leaves "
+        "transformers as it is",
+        (HOOK_TESTS + "test_pipeline_still_loads_the_config_with_from_pipeline_before_it_resolves_the_task",),
+    ),
     "_get_grad_norm": Hook(
         ("training/trainer.py",),
         TRAINER,
