@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_contract import GERMAN, TOOLS, TRANSLATE_OPTIONS, every_tool, run_main, snapshot, write
+from cli_contract import GERMAN, LINES, TOOLS, TRANSLATE_OPTIONS, every_tool, run_main, snapshot, write
 from cli_helpers import REPO
 
 from vaswani_hf.errors import as_typed
@@ -240,3 +240,24 @@ def test_a_ctranslate2_or_tokenizer_folder_whose_name_is_not_utf8_is_refused_bef
     assert_shown_as_typed(err)
     assert named.encode() in err and b"not UTF-8" in err, err
     assert snapshot(tmp_path) == before
+
+
+def test_train_bpe_tokenizer_saves_into_a_folder_whose_name_is_not_utf8(tmp_path):
+    """The Python API's save_dir: the tokenizer is written there, and loads once the folder has a UTF-8 name."""
+    from vaswani_hf.tokenization import load_tokenizer, train_bpe_tokenizer
+
+    trained = train_bpe_tokenizer(LINES, vocab_size=300, save_dir=tmp_path / NAME / "tok", show_progress=False)
+    renamed = (tmp_path / NAME).rename(tmp_path / "renamed") / "tok"
+    assert load_tokenizer(renamed)(LINES[0])["input_ids"] == trained(LINES[0])["input_ids"]
+
+
+def test_without_descriptor_names_an_output_folder_whose_name_is_not_utf8_is_refused(tmp_path, monkeypatch):
+    """Where /proc is missing, no library can be given the folder: check_output_dir refuses it before any work, and
+    still accepts a UTF-8 name."""
+    from vaswani_hf.errors import UsageError
+    from vaswani_hf.io import check_output_dir
+
+    monkeypatch.setattr("vaswani_hf.io.outputs.descriptor_names_work", lambda: False)
+    with pytest.raises(UsageError, match="not UTF-8"):
+        check_output_dir(tmp_path / NAME / "out")
+    assert check_output_dir(tmp_path / "out") == tmp_path / "out"
