@@ -1,12 +1,13 @@
 """Provide the original Transformer (Vaswani et al., 2017) as a native Hugging Face transformers model.
 
 Importing the package registers the model with transformers' Auto classes, so that
-`AutoModelForSeq2SeqLM.from_pretrained(folder)` works without `trust_remote_code`. It also marks the classes so that
-`save_pretrained` writes `auto_map` and copies the configuration and modeling files, and, through their relative
-imports, the decoding and pipeline files. The same folder then also loads with `trust_remote_code=True` on a machine
-without this package, where `pipeline(model=folder, trust_remote_code=True)` (task "translation") works too.
-Importing does nothing else: it leaves the process's descriptors, signals and working folder to the commands' runner,
-vaswani_commands.
+`AutoModelForSeq2SeqLM.from_pretrained(folder)` works without `trust_remote_code`, and so does
+`AutoModelForCausalLM.from_pretrained(folder)`, which loads the decoder stack alone (`VaswaniForCausalLM`). It also
+marks the classes so that `save_pretrained` writes `auto_map` and copies the configuration and modeling files, and,
+through their relative imports, the decoding and pipeline files. The same folder then also loads with
+`trust_remote_code=True` on a machine without this package, where `pipeline(model=folder, trust_remote_code=True)`
+(task "translation") works too. Importing does nothing else: it leaves the process's descriptors, signals and working
+folder to the commands' runner, vaswani_commands.
 """
 
 import importlib
@@ -14,10 +15,11 @@ import importlib.abc
 import importlib.util
 import sys
 
-from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
 from .configuration_vaswani import VaswaniConfig
 from .modeling_vaswani import (
+    VaswaniForCausalLM,
     VaswaniForConditionalGeneration,
     VaswaniModel,
     VaswaniPreTrainedModel,
@@ -37,10 +39,12 @@ __version__ = "0.1.0"
 AutoConfig.register(VaswaniConfig.model_type, VaswaniConfig, exist_ok=True)
 AutoModel.register(VaswaniConfig, VaswaniModel, exist_ok=True)
 AutoModelForSeq2SeqLM.register(VaswaniConfig, VaswaniForConditionalGeneration, exist_ok=True)
+AutoModelForCausalLM.register(VaswaniConfig, VaswaniForCausalLM, exist_ok=True)
 
 VaswaniConfig.register_for_auto_class()
 VaswaniModel.register_for_auto_class("AutoModel")
 VaswaniForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
+VaswaniForCausalLM.register_for_auto_class("AutoModelForCausalLM")
 # The tasks "translation", "text2text-generation" and every "translation_xx_to_yy", which transformers 5 removed, map
 # to VaswaniTranslationPipeline. They are registered once, by loading pipeline_vaswani.py, which
 # configuration_vaswani.py imports.
@@ -89,6 +93,7 @@ __all__ = [
     "VaswaniConfig",
     "VaswaniModel",
     "VaswaniForConditionalGeneration",
+    "VaswaniForCausalLM",
     "VaswaniPreTrainedModel",
     "translate",
     "translate_batch_fn",

@@ -5,7 +5,7 @@ Every rule about a value is written one way: as a dataclass field whose metadata
 it may take, in the form of transformers' `TrainingArguments` (`field(default=..., metadata={"help": ..., "min": 1,
 "max": 8})`; validation_vaswani.py lists the metadata keys). The model's settings are `VaswaniConfig`'s fields and
 the decoding settings are those of `DecodingSettings` (generation_config_vaswani.py). A recipe's keys are the fields
-of its sections (`vaswani_hf.training.recipe_keys`), a tool's own flags the fields of its options (`vaswani_hf.cli`),
+of its sections (`vaswani_hf.training.recipe`), a tool's own flags the fields of its options (`vaswani_hf.cli`),
 and the fields of a file the package reads, or the launchers' environment variables, are declared the same way.
 `settings_of(cls)` reads such fields as `Setting`s, which describe, check and read values, narrow a setting to what a
 tool or the Space offers of it, and give command-line flags (`flag`, below). The check itself is the

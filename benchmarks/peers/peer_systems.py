@@ -96,7 +96,7 @@ def spec_from_recipe(max_tokens: int, model_size: str = "multi30k", bf16: bool =
     bf16 mixed precision (ours --bf16 true, Marian's Trainer bf16, eole's compute_dtype bf16 with amp)."""
     from vaswani_hf.training.recipe import load_recipe
 
-    recipe = load_recipe("multi30k-en-de")
+    recipe = load_recipe("multi30k-en-de").flat()
     spec = {key: recipe[key] for key in SPEC_KEYS}
     spec.update(MODEL_SIZES[model_size], max_tokens=max_tokens, bf16=bf16)
     return spec
