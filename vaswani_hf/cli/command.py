@@ -61,6 +61,7 @@ def _tokenizer_folder(path, what, overwrite):
         raise io.UsageError(f"{what} folder not found: {folder}")
     if not folder.is_dir():
         raise io.UsageError(f"{what} {folder} is a file; give the folder that holds tokenizer.json")
+    io.check_library_input(folder, f"{what} {folder}", "the tokenizers library")
     if not (folder / "tokenizer.json").is_file():
         raise io.UsageError(f"{what} {folder}: no tokenizer.json; give a folder written by tokenizer.save_pretrained")
     io.check_tokenizer_file(folder / "tokenizer.json")

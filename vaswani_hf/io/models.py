@@ -34,6 +34,7 @@ from .files import (
     SPECIAL_TOKENS_MAP,
     TOKENIZER_CONFIG,
     WEIGHTS_INDEX_SHAPE,
+    check_library_input,
     check_tokenizer_file,
     read_json,
 )
@@ -224,6 +225,7 @@ def check_model_folder(
         raise UsageError(f"{what} not found: {folder}")
     if not folder.is_dir():
         raise UsageError(f"{what} {folder} is a file; give the folder that holds config.json")
+    check_library_input(folder, f"{what} {folder}")
     config = read_json(
         folder / "config.json", CONFIG, what=f"config.json of {what} {folder} (written by save_pretrained)"
     )
