@@ -417,11 +417,13 @@ def test_the_paper_decoding_and_greedy_decoding_still_run_the_lean_loops(model, 
         assert _run(model, monkeypatch, "max_length_b", Case(50, True, extra), lean=True)[2]
 
 
+@pytest.mark.parametrize("argument", ["cache", "past_key_values"])
 @pytest.mark.parametrize("num_beams", [1, 4])
-def test_a_cache_the_caller_passes_is_filled_as_marians_is(num_beams):
+def test_a_cache_the_caller_passes_is_filled_as_marians_is(num_beams, argument):
     """The caller's EncoderDecoderCache comes back holding what transformers' loop puts in it, as MarianMTModel's
     does: self-attention keys and values of every decoder position fed (start token and all generated tokens but the
-    last), cross-attention ones of the source, for every row decoded (sentences x beams)."""
+    last), cross-attention ones of the source, for every row decoded (sentences x beams). It is passed as `cache`
+    or by its name before transformers 5.24, `past_key_values`."""
     sizes = dict(d_model=32, num_heads=4, layers=2, vocab=VOCAB)
     ids, mask = padded_batch([6, 4, 7], vocab_size=VOCAB, seed=1)
     request = dict(attention_mask=mask, num_beams=num_beams, min_new_tokens=10, max_new_tokens=10, length_penalty=1.0)
@@ -449,7 +451,7 @@ def test_a_cache_the_caller_passes_is_filled_as_marians_is(num_beams):
     ours = _model()
     cache = _empty_cache(ours, None)
     with torch.no_grad():
-        out = ours.generate(ids, cache=cache, max_length_b=None, **request)
+        out = ours.generate(ids, max_length_b=None, **request, **{argument: cache})
     assert out.shape == marian_out.shape == (3, 11)
     assert cache.get_seq_length() == theirs.get_seq_length() == 10
     for part in ("self_attention_cache", "cross_attention_cache"):

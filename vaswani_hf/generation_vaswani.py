@@ -609,6 +609,9 @@ class VaswaniGenerationMixin(GenerationMixin):
 __all__ = [
     "VaswaniGenerationMixin",
     "paper_decoding",
+    "lean_loop_can_run",
+    "lean_loop_refusal",
+    "LEAN_SETTINGS",
     "gnmt_length_penalty",
     "default_generation_config",
     "fast_topk",
