@@ -94,6 +94,19 @@ HOOKS = {
         "reorders the cross-attention K/V too, the same for every beam, and the cache classes take no option",
         (HOOK_TESTS + "test_beam_search_still_reorders_the_cache_through_the_model",),
     ),
+    "_get_default_generation_params": Hook(
+        ("generation_vaswani.py",),
+        "transformers.generation.configuration_utils:GenerationConfig",
+        "called",
+        "the values generate() gives the settings a call leaves unset (its _prepare_generation_config reads them "
+        "here): a setting at that value asks for nothing, so lean_loop_refusal lets the lean loops run, and the mode "
+        "generate() will find is read from the settings with them; GenerationConfig() itself leaves them None",
+        (
+            "tests/test_generation_options.py::"
+            "test_generate_still_fills_unset_settings_with_the_values_lean_loop_refusal_compares_with",
+            "tests/test_generation_options.py::test_the_paper_decoding_and_greedy_decoding_still_run_the_lean_loops",
+        ),
+    ),
     "GENERATION_MODES_MAPPING": Hook(
         ("generation_vaswani.py",),
         "transformers.generation.utils",
