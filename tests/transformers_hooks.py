@@ -130,6 +130,7 @@ HOOKS = {
     ),
     "_init_weights": Hook(("modeling_vaswani.py",), MODEL, "overridden", MODEL_AUTHOR),
     "_tied_weights_keys": Hook(("modeling_vaswani.py",), MODEL, "set", MODEL_AUTHOR),
+    "_keys_to_ignore_on_load_unexpected": Hook(("modeling_vaswani.py",), MODEL, "set", MODEL_AUTHOR),
     "_no_split_modules": Hook(("modeling_vaswani.py",), MODEL, "set", MODEL_AUTHOR),
     "_supports_sdpa": Hook(("modeling_vaswani.py",), MODEL, "set", MODEL_AUTHOR),
     "_supports_flash_attn": Hook(("modeling_vaswani.py",), MODEL, "set", MODEL_AUTHOR),
