@@ -251,24 +251,20 @@ def _as_run_here(command: list[str], out: Path) -> list[str]:
 
 @pytest.mark.parametrize("name", _launch_files())
 def test_every_launch_file_trains_the_processes_it_names(name, tmp_path):
-    """Each file of accelerate_configs/, launched as its README writes the command, trains in as many processes as
-    the file names (`world_size` in metrics.json). A file whose first line says it needs GPUs runs only where there
-    are as many GPUs on one machine; everywhere else it is skipped, in so many words."""
-    import torch
+    """Each file of accelerate_configs/ that runs on the CPU, launched as its README writes the command, trains in as
+    many processes as the file names (`world_size` in metrics.json), on the CPU. A file whose first line says that it
+    needs GPUs is skipped, in so many words (its README command trains a WMT recipe on several GPUs); that Accelerate
+    starts its processes is checked below for every file."""
     import yaml
 
     text = (CONFIGS / name).read_text(encoding="utf-8")
-    config = yaml.safe_load(text)
     if text.startswith(GPU_ONLY):
-        if config["num_machines"] > 1 or torch.cuda.device_count() < config["num_processes"]:
-            pytest.skip(f"{name} needs {config['num_processes']} GPUs on {config['num_machines']} machine(s)")
+        pytest.skip(f"{name}: {text.splitlines()[0]}")
     out = tmp_path / "run"
     _run(_as_run_here(_readme_commands()[name], out), cwd=tmp_path)
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["world_size"] == config["num_processes"], metrics
-    assert metrics["global_step"] == 4
-    if not text.startswith(GPU_ONLY):
-        assert metrics["distributed_type"] == "MULTI_CPU"
+    assert metrics["world_size"] == yaml.safe_load(text)["num_processes"], metrics
+    assert metrics["global_step"] == 4 and metrics["distributed_type"] == "MULTI_CPU"
 
 
 @pytest.mark.parametrize("name", _launch_files())
