@@ -45,7 +45,7 @@ TOOLS = {
     "export_ctranslate2": "vaswani_hf.cli.export_ctranslate2",
     "visualize_attention": "vaswani_hf.cli.visualize_attention",
     "push_to_hub": "vaswani_hf.cli.push_to_hub",
-    "space": "vaswani_hf.space",  # The Space's page is a Gradio server, not a vaswani_hf.cli command.
+    "space": "vaswani_hf.space.page",  # The Space's page is a Gradio server, not a vaswani_hf.cli command.
 }
 
 

@@ -42,7 +42,7 @@ def test_the_runner_s_table_is_the_registry():
 
     assert vaswani_commands.TOOLS == {
         **{name: f"vaswani_hf.cli.{name}" for name in COMMANDS},
-        **{entry.split(":")[1]: "vaswani_hf.space" for entry in OTHER_SCRIPTS.values()},
+        **{entry.split(":")[1]: "vaswani_hf.space.page" for entry in OTHER_SCRIPTS.values()},
     }
     for name, module in vaswani_commands.TOOLS.items():
         assert callable(importlib.import_module(module).main), module

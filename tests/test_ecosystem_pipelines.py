@@ -16,8 +16,8 @@ from translation_model import SUBPROCESS_ENV
 
 from vaswani_hf import VaswaniConfig
 from vaswani_hf.hub import save_hub_folder
-from vaswani_hf.inference import translate
 from vaswani_hf.pipeline_vaswani import TASKS, VaswaniTranslationPipeline, register_pipeline_tasks
+from vaswani_hf.translation.inference import translate
 
 # one torch thread for the module's tiny models (translation_model.one_thread)
 pytestmark = pytest.mark.usefixtures("one_thread")

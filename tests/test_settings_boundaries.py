@@ -45,7 +45,7 @@ def test_a_recipe_value_is_checked_once_where_it_enters_and_once_where_it_leaves
     from vaswani_hf.cli.train import parse_command_line
     from vaswani_hf.tokenization import train_bpe_tokenizer
     from vaswani_hf.training.plan import plan_run
-    from vaswani_hf.training.run import build_model
+    from vaswani_hf.training.trainer import build_model
 
     corpus = write_corpus(tmp_path / "corpus")
     argv = ["--recipe", "default", "--data_dir", str(corpus), "--output_dir", str(tmp_path / "run")]

@@ -260,8 +260,16 @@ HOOKS = {
         "HfArgumentParser passes a field's metadata to argparse as keywords; the recipe's declaration of each key "
         "(a Setting) lives there too and is taken out first",
     ),
+    "_add_dataclass_arguments": Hook(
+        ("cli/train.py",),
+        "transformers.hf_argparser:HfArgumentParser",
+        "overridden",
+        "the recipe's model section is VaswaniConfig itself, of which only the settings declared with recipe: True "
+        "are flags; HfArgumentParser would add every field of the dataclass, so for it the parser adds those alone "
+        "(each through HfArgumentParser's own _parse_dataclass_field), and every other section as HfArgumentParser does",
+    ),
     "_argument_group_name": Hook(
-        ("cli/train.py", "training/recipe_keys.py"),
+        ("cli/train.py", "training/recipe.py"),
         "transformers.hf_argparser",
         "set",
         "HfArgumentParser's documented way to give a dataclass's flags a group in --help (its docstring)",

@@ -35,10 +35,32 @@ MAX_WIDTH = 65536  # The widest d_model, d_k or d_v: far above any real model, b
 MAX_POSITIONS = 65536  # The most rows of a position table, and the longest output a decoding setting may ask for.
 
 
+def completed_auto_map(auto_map: dict, is_encoder_decoder: bool) -> dict:
+    """Return a copy of config.json's `auto_map` that names `VaswaniForCausalLM` under `AutoModelForCausalLM`
+    beside the translation model it names under `AutoModelForSeq2SeqLM`, from the same modeling file (with the same
+    `repo--` prefix, which transformers adds to a model loaded from the Hub). For a config of the decoder alone
+    (`is_encoder_decoder=False`) it drops the encoder-decoder classes (`AutoModel`, `AutoModelForSeq2SeqLM`), whose
+    encoder such a folder does not hold.
+
+    transformers writes into config.json only the Auto class of the model that was saved, so a translation model's
+    folder would name its seq2seq class alone. The decoder stack of that folder is also a language model (Marian's
+    folders load as `MarianForCausalLM`), and with this entry `AutoModelForCausalLM.from_pretrained(folder,
+    trust_remote_code=True)` loads it on a machine without this package. An entry already there is kept."""
+    completed = dict(auto_map)
+    seq2seq = auto_map.get("AutoModelForSeq2SeqLM")
+    if isinstance(seq2seq, str) and seq2seq.endswith(".VaswaniForConditionalGeneration"):
+        completed.setdefault("AutoModelForCausalLM", seq2seq.rsplit(".", 1)[0] + ".VaswaniForCausalLM")
+    if not is_encoder_decoder:
+        for name in ("AutoModel", "AutoModelForSeq2SeqLM"):
+            completed.pop(name, None)
+    return completed
+
+
 class VaswaniConfig(PreTrainedConfig):
     r"""
-    Hold the settings of [`VaswaniModel`] and [`VaswaniForConditionalGeneration`]. The defaults are the paper's base
-    model (Table 3, first row) with the ~37k shared BPE vocabulary of its EN-DE experiments (Section 5.1).
+    Hold the settings of [`VaswaniModel`], [`VaswaniForConditionalGeneration`] and the decoder alone,
+    [`VaswaniForCausalLM`]. The defaults are the paper's base model (Table 3, first row) with the ~37k shared BPE
+    vocabulary of its EN-DE experiments (Section 5.1).
 
     Every setting is a field below whose metadata gives its meaning and the values it may take. Metadata
     `architecture` marks a setting on which the weights' meaning depends, so a checkpoint resumes only with the same
@@ -261,7 +283,26 @@ class VaswaniConfig(PreTrainedConfig):
         metadata={"help": "the decoder's first input: <pad>, a zero vector", "token_id": True, "architecture": True},
     )
     is_encoder_decoder: bool = field(
-        default=True, metadata={"help": "an encoder and a decoder (always)", "choices": (True,)}
+        default=True,
+        metadata={
+            "help": "an encoder and a decoder (the paper's model); false: the decoder stack alone "
+            "(VaswaniForCausalLM sets it)"
+        },
+    )
+    # The two settings transformers' decoders read (Marian's config declares `is_decoder`, BERT's reads both), set by
+    # VaswaniForCausalLM and by EncoderDecoderModel on the config of the decoder it composes. Neither is marked
+    # `architecture`: a translation model has encoder-decoder attention whatever they say, so its checkpoints stay
+    # comparable with those saved before these settings existed (checkpoint averaging compares architecture fields).
+    is_decoder: bool = field(
+        default=False,
+        metadata={"help": "the decoder stack alone, as a language model (VaswaniForCausalLM sets it)"},
+    )
+    add_cross_attention: bool = field(
+        default=False,
+        metadata={
+            "help": "give the decoder alone its encoder-decoder attention (Section 3.2.3), to attend to another "
+            "model's encoder (EncoderDecoderModel sets it); a seq2seq model always has it"
+        },
     )
     use_cache: bool = field(
         default=True, metadata={"help": "reuse the keys and values of earlier steps when decoding"}
@@ -321,6 +362,14 @@ class VaswaniConfig(PreTrainedConfig):
             decoder_view.num_encoder_layers = self.num_decoder_layers
             return decoder_view
         return super().get_text_config(decoder=decoder, encoder=encoder)
+
+    def to_dict(self) -> dict:
+        """Return transformers' dictionary of this config (what config.json holds), its `auto_map` completed by
+        `completed_auto_map`."""
+        output = super().to_dict()
+        if output.get("auto_map"):
+            output["auto_map"] = completed_auto_map(output["auto_map"], self.is_encoder_decoder)
+        return output
 
     @classmethod
     def base(cls, **overrides) -> "VaswaniConfig":

@@ -41,7 +41,7 @@ settings (beam size 4, length penalty alpha = 0.6, a maximum output length of th
 termination). Any `generate()` argument (`num_beams=1`, `length_penalty=...`, `max_new_tokens=...`) can be passed to
 the pipeline's constructor or to a call, and it overrides them.
 
-Empty inputs follow the same rule as `vaswani_hf.inference.translate`: an input that is empty or only whitespace
+Empty inputs follow the same rule as `vaswani_hf.translation.inference.translate`: an input that is empty or only whitespace
 translates to "" and is not decoded, because a model fed nothing but `</s>` would still emit some sentence. Other
 inputs are stripped of leading and trailing whitespace before tokenization.
 

@@ -51,10 +51,9 @@ from typing import Any
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from .constraints import MAX_TOKENS
 from .io import UsageError, check_tokenizer_file, iter_lines, read_json, write_json
 from .io.models import check_tokenizer_configs
-from .settings import settings_of
+from .settings import MAX_TOKENS, settings_of
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,8 @@ and guards its outputs through this package, so that each rule is written once.
 - `io.files` declares the shape of every file the package reads (config.json, trainer_state.json, tokenizer.json,
   CTranslate2's JSON files, ...) and checks it when the file is read, refusing a bad file in one line naming the file
   and the field. `io.binary_files` checks the headers of the binary weight files (safetensors, CTranslate2's
-  model.bin) in the same way.
+  model.bin) in the same way. `io.panics` calls into the tokenizers library (Rust) so that a panic there becomes a
+  refusal like any other, without Rust's report on the terminal.
 - `io.models` checks model folders cheaply and loads them strictly, and checks that a tokenizer and weights share one
   vocabulary.
 

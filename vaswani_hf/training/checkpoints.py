@@ -1,5 +1,6 @@
 """Write checkpoints atomically at time intervals, find them again for `--resume`, and average them (Section 6.1: "we
-used a single model obtained by averaging the last 5 checkpoints, which were written at 10-minute intervals").
+used a single model obtained by averaging the last 5 checkpoints, which were written at 10-minute intervals"); at the
+end of a run, `average_last` averages its last checkpoints and loads the average.
 
 transformers does none of this: it writes into the final folder, saves by steps or epochs, and `get_last_checkpoint`
 takes the newest checkpoint whether it loads or not; only fairseq averages, in its own format.
@@ -20,6 +21,7 @@ import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import safetensors.torch
 import torch
@@ -40,6 +42,9 @@ from ..io.models import (
     weight_files,
 )
 from ..settings import MODEL_SETTINGS
+
+if TYPE_CHECKING:  # The plan's preflight reads the checkpoints, so this module does not import it.
+    from .plan import RunPlan
 
 logger = logging.getLogger(__name__)
 
@@ -498,3 +503,24 @@ def save_averaged_checkpoint(
             "[\n" + ",\n".join(f' "{Path(f).name}"' for f in folders) + "\n]", encoding="utf-8"
         )
     return out_dir
+
+
+def average_last(trainer, plan: RunPlan, state) -> list[str]:
+    """Average the run's last N checkpoints (the recipe's average_last) into OUTPUT/averaged (Section 6.1), load them
+    on every process and return their names; with none returned, the final weights are kept."""
+    trainer.accelerator.wait_for_everyone()
+    count = plan.recipe.checkpoints.average_last
+    if count <= 1:
+        return []
+    found = last_checkpoints(plan.output_dir, count)
+    if len(found) < 2:
+        logger.warning("average_last=%d but only %d checkpoint(s) exist: using the final weights", count, len(found))
+        return []
+    averaged = plan.output_dir / "averaged"
+    if state.is_main_process:
+        save_averaged_checkpoint(found, averaged, overwrite=True, own=True)  # It is this run's own folder.
+    trainer.accelerator.wait_for_everyone()
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    load_averaged_weights(model, safetensors.torch.load_file(str(averaged / WEIGHTS)))
+    logger.info("averaged %d checkpoints: %s", len(found), ", ".join(f.name for f in found))
+    return [f.name for f in found]

@@ -23,7 +23,7 @@ The public API:
 - `save_pretrained_with_pipeline(model, tokenizer, save_directory)` saves both through the pipeline;
 - `register_pipeline()` registers the pipeline's task names with transformers.
 
-The rules every engine shares live in `vaswani_hf.translation_frontend`, so that N lines in give N lines out: an empty
+The rules every engine shares live in `vaswani_hf.translation.frontend`, so that N lines in give N lines out: an empty
 or whitespace-only sentence gives "" without decoding, other sentences are stripped, every output is one line, and a
 source longer than a learned position table is refused, naming its line. `translate` is the engine behind them.
 """
@@ -38,13 +38,13 @@ from typing import Any
 
 import torch
 
-from . import precision
-from .constraints import device_problem
-from .data.batching import TRANSLATE_MAX_TOKENS, make_batches
-from .io import UsageError, load_model_folder
-from .io.progress import progress_bar
-from .pipeline_vaswani import VaswaniTranslationPipeline, register_pipeline_tasks
-from .translation_frontend import MAX_SOURCE_TOKENS, UNSET, PositionTable, given_options, translate_lines
+from .. import precision
+from ..data.batching import TRANSLATE_MAX_TOKENS, make_batches
+from ..io import UsageError, load_model_folder
+from ..io.progress import progress_bar
+from ..pipeline_vaswani import VaswaniTranslationPipeline, register_pipeline_tasks
+from ..settings import device_problem
+from .frontend import MAX_SOURCE_TOKENS, UNSET, PositionTable, given_options, translate_lines
 
 __all__ = [
     "DTYPES",
@@ -233,7 +233,7 @@ def translate(
 
     Decoding settings left as None come from `model.generation_config` (for this model the paper's, Section 6.1);
     any `generate()` argument can be added as a keyword (e.g. `max_new_tokens`, `num_beams=1` for greedy decoding).
-    Lines go in and out through `vaswani_hf.translation_frontend.translate_lines`: an empty or whitespace-only
+    Lines go in and out through `vaswani_hf.translation.frontend.translate_lines`: an empty or whitespace-only
     sentence gives "" without decoding, other sentences are stripped, and every output is one line.
 
     Args:
@@ -292,7 +292,7 @@ def translate(
 
 
 def front_end(model, tokenizer) -> tuple:
-    """Return what `translation_frontend.translate_lines` needs of this engine besides decoding, as (encode, table).
+    """Return what `frontend.translate_lines` needs of this engine besides decoding, as (encode, table).
     `encode` returns the token ids of texts, `</s>` included, and `table` is the position table of a model with learned
     positions, or None for sinusoids. While a fast tokenizer's `tokenizers` backend pads and truncates nothing,
     `encode` takes the ids straight from the backend: they are the ids `tokenizer(texts)` would return, since it calls
