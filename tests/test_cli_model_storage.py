@@ -177,8 +177,8 @@ def test_every_tool_reads_a_model_folder_however_it_is_stored(
 def test_the_spaces_page_loads_a_model_folder_however_it_is_stored(kind, tmp_path, assets):
     """What `vaswani-space --model FOLDER` does before serving: the cheap check, then the model, its card's facts and
     a translation, the same as from the folder as written."""
-    from vaswani_hf import space_logic
     from vaswani_hf.io import check_model_folder
+    from vaswani_hf.space import logic as space_logic
 
     model = stored(kind, assets.model, tmp_path, "model")
     try:
