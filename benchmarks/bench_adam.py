@@ -1,6 +1,6 @@
 """Adam update time: torch's default implementation vs its fused kernel, which `VaswaniTrainer` picks on CPU / CUDA.
 
-`vaswani_hf.training.schedule.with_fused_adam` adds `fused=True` to the paper's Adam(0.9, 0.98, 1e-9). On CPU torch's default
+`vaswani_hf.training.objective.with_fused_adam` adds `fused=True` to the paper's Adam(0.9, 0.98, 1e-9). On CPU torch's default
 is its per-parameter loop (`foreach` is only chosen for CUDA tensors), so this measures, on this machine:
 - milliseconds per `optimizer.step()` for the default, `foreach=True` and `fused=True`, on the `multi30k-en-de`
   model (6.0M parameters) and the paper's base model (37k vocabulary), interleaved A B C A B C ... and reported as
@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
-from vaswani_hf.training.schedule import with_fused_adam
+from vaswani_hf.training.objective import with_fused_adam
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODELS = {

@@ -233,7 +233,7 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     from vaswani_hf.data.batching import make_batches
     from vaswani_hf.export.marian import to_marian
-    from vaswani_hf.inference import _pad, load_for_inference
+    from vaswani_hf.translation.inference import _pad, load_for_inference
 
     data_dir = Path(args.data_dir)
     source_path = Path(args.source_file) if args.source_file else data_dir / "test_2016_flickr.en"

@@ -48,7 +48,7 @@ from peer_monitor import loadavg, processor, run_watched, thread_env  # noqa: E4
 
 from vaswani_hf import io  # noqa: E402
 from vaswani_hf.cli import contract  # noqa: E402
-from vaswani_hf.constraints import positive_int  # noqa: E402
+from vaswani_hf.settings import positive_int  # noqa: E402
 
 CACHE = Path.home() / ".cache" / "vaswani_hf_bench"
 MULTI30K = Path(os.environ.get("VASWANI_MULTI30K_DIR", REPO.parent / "shared" / "data" / "multi30k"))

@@ -233,7 +233,7 @@ def agreement(args, folder: Path, sources: list[str], references: list[str]) -> 
     """Greedy and beam-4 translations of the held-out text in each precision: identical lines and BLEU."""
     import sacrebleu
 
-    from vaswani_hf.inference import load_for_decoding, translate
+    from vaswani_hf.translation.inference import load_for_decoding, translate
 
     torch.set_num_threads(max(args.threads))
     found = {}
@@ -286,7 +286,7 @@ def ct2_engines(args, folder: Path, threads: int, trained: bool) -> dict:
 def speed(args, folder: Path, sources: list[str]) -> dict:
     """Sentences/s of ours in each precision and of CTranslate2 in each compute type, interleaved, per thread
     count; the best of `--rounds` (wall clock), with CPU seconds beside."""
-    from vaswani_hf.inference import load_for_decoding, translate
+    from vaswani_hf.translation.inference import load_for_decoding, translate
 
     trained = args.model_dir is not None
     lines = sources[: args.num_sentences]

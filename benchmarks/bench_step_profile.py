@@ -228,7 +228,7 @@ def markdown(result: dict) -> str:
 def parse_args(argv):
     from vaswani_hf import io
     from vaswani_hf.cli import contract
-    from vaswani_hf.constraints import positive_int
+    from vaswani_hf.settings import positive_int
 
     parser = contract.ArgumentParser(description=__doc__)
     parser.add_argument("--isa", choices=("both", "native", "avx2"), default="both")

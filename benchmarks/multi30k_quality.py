@@ -111,17 +111,18 @@ def main(argv=None):
     overrides.setdefault("disable_tqdm", True)
     overrides.setdefault("max_steps", 10**7)  # the budget, not the recipe's step count, ends a benchmark run
     try:
-        recipe = load_recipe("multi30k-en-de", overrides)
+        built = load_recipe("multi30k-en-de", overrides)
     except RecipeError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    recipe = built.flat()  # every key by name, as the run's recipe.yaml holds it
     if windows and 0 < recipe["keep_last"] < max(windows):
         parser.error(
             f"--tune_average {args.tune_average} needs --keep_last >= {max(windows)} (the recipe keeps "
             f"the last {recipe['keep_last']} checkpoints; 0 keeps all)"
         )
 
-    from vaswani_hf.training.sources import resolve_path
+    from vaswani_hf.training.data import resolve_path
 
     test_prefix = resolve_path("test_2016_flickr.lc.norm.tok", recipe["data_dir"])
     src_file = Path(f"{test_prefix}.{recipe['src_lang']}")
@@ -144,15 +145,15 @@ def main(argv=None):
             trained_recipe = yaml.safe_load(trained_file.read_text())
         train_wall = metrics.get("data_prep_seconds", 0) + metrics.get("train_seconds", 0)
     else:
-        metrics = run_training(plan_run(recipe))
+        metrics = run_training(plan_run(built))
         train_wall = time.time() - t0
 
     import sacrebleu
     import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    from vaswani_hf.inference import translate
     from vaswani_hf.io import read_lines
+    from vaswani_hf.translation.inference import translate
 
     model_dir = Path(metrics["export_dir"])
     if args.score_only and not model_dir.is_dir():

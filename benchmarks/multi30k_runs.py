@@ -230,7 +230,7 @@ def plot(runs, current, path):
 def main():
     from vaswani_hf.training.recipe import load_recipe
 
-    current = load_recipe("multi30k-en-de")  # the recipe file with every default filled in
+    current = load_recipe("multi30k-en-de").flat()  # the recipe file with every default filled in
     runs = load_runs()
     trained = [r for r in runs if not is_rescoring(r)]
     best = max(trained, key=lambda r: r["test_bleu_tok_none"])

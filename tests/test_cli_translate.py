@@ -111,7 +111,7 @@ case = Cases(
                 "--output",
                 t / "out.txt",
             ],
-            "vaswani_hf.translate_staging.publish",
+            "vaswani_hf.translation.staging.publish",
             lambda t: sorted((t / "out.txt.partial").glob("window-*.txt")),
             lambda t: t / "out.txt",
         )
@@ -357,7 +357,7 @@ def _(t, a):
         translate_argv(t, a, a.plain, "--output", t / "o.txt"),
         130,
         ("interrupted",),
-        interrupt="vaswani_hf.inference.translate",
+        interrupt="vaswani_hf.translation.inference.translate",
     )
 
 

@@ -24,8 +24,8 @@ from cli_contract import TOOLS, changes, every_tool, run_main, snapshot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vaswani_hf.constraints import device as device_type
 from vaswani_hf.settings import Setting
+from vaswani_hf.settings import device as device_type
 from vaswani_hf.training.recipe import NULLS, SETTINGS, read_recipe_file, value_from_text
 
 pytest_plugins = ["cli_assets"]

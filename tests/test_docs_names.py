@@ -7,7 +7,7 @@ How a name is found: a path (`training/plan.py`, `metrics/`) is a file or folder
 dotted name starts with one of the package's modules named by its tail (`io.check_paths`, `plan.plan_run`,
 `cli.contract.run_cli`), a name defined in the package (`VaswaniTrainer`, `VaswaniConfig.base`) or a library the
 package builds on (`Seq2SeqTrainer`, `Dataset.map`), and each further part is an attribute of it; where it goes on
-through an instance (`plan.batching.max_tokens`), each further part is an attribute some class of the package
+through an instance (`plan.recipe.optimization.warmup_steps`), each further part is an attribute some class of the package
 declares. A bare lower-case word is a name defined in the package, or a key the code writes or reads
 (`auto_map`, a recipe key). Values, flags and shell words (`--resume`, `"gnmt"`, `checkpoint-N`) are not names.
 """
@@ -229,7 +229,7 @@ def test_the_name_parser_reads_what_is_written():
     assert names_in_span("number(int, min=1)") == ["number"]
     assert names_in_span('position_encoding="learned"') == ["position_encoding"]
     assert names_in_span("tests/cli_contract.Cases") == ["tests/cli_contract.py", "tests.cli_contract.Cases"]
-    assert names_in_span("templates/space_view.js") == ["templates/space_view.js"]
+    assert names_in_span("space/view.js") == ["space/view.js"]
     assert names_in_span("config.json") == []
     for value in ("--resume", '"gnmt"', "checkpoint-N", "OUTPUT/tokenizer", "import vaswani_hf", "<pad>", "eps/(V-1)"):
         assert names_in_span(value) == [], value
@@ -239,7 +239,9 @@ def test_the_name_parser_reads_what_is_written():
         "vaswani_hf/io/outputs",
         "io.iter_lines",
     ]
-    assert exists("io.check_paths") and exists("plan.batching.max_tokens") and exists("VaswaniConfig.base")
+    assert (
+        exists("io.check_paths") and exists("plan.recipe.optimization.warmup_steps") and exists("VaswaniConfig.base")
+    )
     assert exists("Dataset.map") and exists("training/plan.py") and exists("vaswani_hf/io/text or vaswani_hf/x/text")
     assert not exists("io.no_such_function") and not exists("cli.surroundings.distributed_variables")
     assert not exists("training/no_such_module.py") and not exists("NoSuchClass") and not exists("datasets.map")

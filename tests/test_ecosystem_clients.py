@@ -14,7 +14,7 @@ from conftest import run_python
 from translation_model import SUBPROCESS_ENV
 
 from vaswani_hf.hub import save_hub_folder
-from vaswani_hf.inference import translate
+from vaswani_hf.translation.inference import translate
 
 SOURCES = ["dog", "", "the big red ball near water with a child", "a man runs in the park"]
 PAIRS = ["a man runs", "the dog sits in the snow", "a child plays with a ball", "red blue green"] * 4

@@ -12,8 +12,8 @@ from conftest import run_python
 from translation_model import SUBPROCESS_ENV
 
 from vaswani_hf.hub import save_hub_folder
-from vaswani_hf.inference import translate
 from vaswani_hf.modeling_vaswani import sinusoid_table
+from vaswani_hf.translation.inference import translate
 
 # one torch thread for the module's tiny models (translation_model.one_thread)
 pytestmark = pytest.mark.usefixtures("one_thread")

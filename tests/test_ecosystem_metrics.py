@@ -9,7 +9,7 @@ from hub_helpers import SOURCES
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from vaswani_hf import translation_pipeline
-from vaswani_hf.evaluation import METRIC_NAMES, load_metric
+from vaswani_hf.metrics.scores import METRIC_NAMES, load_metric
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 pytest.importorskip("scipy", reason="evaluate's evaluators need scipy (pip install evaluate[evaluator])")

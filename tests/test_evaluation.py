@@ -1,4 +1,4 @@
-"""Tests of vaswani_hf.evaluation and its evaluate metric modules (no trained model); the evaluate tool end to end:
+"""Tests of vaswani_hf.metrics.scores and its evaluate metric modules (no trained model); the evaluate tool end to end:
 tests/test_evaluation_script.py."""
 
 import json
@@ -15,7 +15,8 @@ import sacrebleu
 import torch
 from sacrebleu.metrics import BLEU, CHRF
 
-from vaswani_hf.evaluation import (
+from vaswani_hf.io import UsageError
+from vaswani_hf.metrics.scores import (
     METRIC_NAMES,
     METRICS_DIR,
     check_line_counts,
@@ -24,9 +25,8 @@ from vaswani_hf.evaluation import (
     load_metric,
     make_compute_metrics,
 )
-from vaswani_hf.inference import translate
-from vaswani_hf.io import UsageError
 from vaswani_hf.metrics.tok_bleu.tok_bleu import moses_tokenize, split_compounds
+from vaswani_hf.translation.inference import translate
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -238,7 +238,7 @@ def test_metric_dirs_follow_evaluates_naming_rule():
 def test_evaluate_load_by_path_offline(tmp_path):
     code = f"""
 import json, evaluate
-from vaswani_hf.evaluation import load_metric, METRICS_DIR
+from vaswani_hf.metrics.scores import load_metric, METRICS_DIR
 out = {{}}
 for name in ("sacrebleu_local", "chrf_local", "tok_bleu"):
     metric = evaluate.load(str(METRICS_DIR / name))  # plain evaluate.load of the folder, cache files on disk

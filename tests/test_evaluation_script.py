@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from test_evaluation import HYPOTHESES, REFERENCES, REFERENCES_2
 
-from vaswani_hf.evaluation import compute_all
+from vaswani_hf.metrics.scores import compute_all
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -206,7 +206,7 @@ def test_empty_lines_rule(trained):
 
 
 def test_outputs_follow_the_front_end_both_engines_share(trained, monkeypatch):
-    """Lines in, lines out by vaswani_hf.translation_frontend, as for our generate(): an output the tokenizer decodes
+    """Lines in, lines out by vaswani_hf.translation.frontend, as for our generate(): an output the tokenizer decodes
     with line breaks or surrounding spaces comes back as one stripped line; empty lines are not decoded."""
     translator = CTranslate2Translator(trained["fp32"])
     searched = []

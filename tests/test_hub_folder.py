@@ -192,8 +192,8 @@ def test_hub_and_averaged_folders_load_with_remote_code_without_the_package(hub_
     import torch
     from transformers import AutoModelForSeq2SeqLM
 
-    from vaswani_hf.inference import translate
     from vaswani_hf.training.checkpoints import save_averaged_checkpoint
+    from vaswani_hf.translation.inference import translate
 
     model, tokenizer = hub_folder["model"], hub_folder["tokenizer"]
     for step in (1, 2):  # two "checkpoints" as the Trainer writes them (save_pretrained of the registered classes)

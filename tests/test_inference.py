@@ -1,4 +1,4 @@
-"""Translating with a trained model: `vaswani_hf.inference` (translate, load_for_inference) and the translate tool
+"""Translating with a trained model: `vaswani_hf.translation.inference` (translate, load_for_inference) and the translate tool
 (`vaswani_hf.cli.translate`, run through its thin wrapper scripts/translate.py).
 
 (GNMT scoring, cache and the per-sentence maximum length: tests/test_generation_vaswani.py; the translation
@@ -15,8 +15,8 @@ import torch
 from translation_model import LINES, REPO, SUBPROCESS_ENV
 
 from vaswani_hf.data.batching import make_batches
-from vaswani_hf.inference import load_for_inference, position_limit, resolve_dtype, translate
 from vaswani_hf.io import InputLineError, UsageError
+from vaswani_hf.translation.inference import load_for_inference, position_limit, resolve_dtype, translate
 
 # one torch thread for the module's tiny models (translation_model.one_thread)
 pytestmark = pytest.mark.usefixtures("one_thread")

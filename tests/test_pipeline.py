@@ -1,4 +1,4 @@
-"""The "translation" pipeline (`vaswani_hf.pipeline_vaswani`, built and saved by `vaswani_hf.inference`): it gives what
+"""The "translation" pipeline (`vaswani_hf.pipeline_vaswani`, built and saved by `vaswani_hf.translation.inference`): it gives what
 `translate` gives, in this process and from a saved folder in a process that cannot import vaswani_hf."""
 
 import json
@@ -10,8 +10,8 @@ import textwrap
 import pytest
 from translation_model import SUBPROCESS_ENV
 
-from vaswani_hf.inference import register_pipeline, translate, translation_pipeline
 from vaswani_hf.pipeline_vaswani import TASKS, register_pipeline_tasks
+from vaswani_hf.translation.inference import register_pipeline, translate, translation_pipeline
 
 # one torch thread for the module's tiny models (translation_model.one_thread)
 pytestmark = pytest.mark.usefixtures("one_thread")

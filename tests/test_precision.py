@@ -18,7 +18,7 @@ from translation_model import LINES, REPO
 from vaswani_hf import precision
 from vaswani_hf.configuration_vaswani import SettingError
 from vaswani_hf.errors import UsageError
-from vaswani_hf.inference import load_for_decoding, translate
+from vaswani_hf.translation.inference import load_for_decoding, translate
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -175,7 +175,7 @@ def test_evaluate_tool_takes_the_same_dtype(saved_folder, tmp_path, capsys):
 def test_the_pipeline_and_datasets_map_decode_in_the_asked_precision(saved_folder):
     """The translation pipeline around a bf16 model, and `translate_batch_fn` loading a folder in int8 (what
     `Dataset.map` runs), give valid translations."""
-    from vaswani_hf.inference import translate_batch_fn, translation_pipeline
+    from vaswani_hf.translation.inference import translate_batch_fn, translation_pipeline
 
     model, tokenizer, _ = load_for_decoding(saved_folder, "cpu", "bf16")
     texts = [line.strip() for line in LINES if line.strip()]

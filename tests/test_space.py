@@ -1,4 +1,4 @@
-"""The Space (vaswani_hf.space, vaswani_hf.space_logic, space/): the page's checks, translation and attention maps
+"""The Space (vaswani_hf.space, vaswani_hf.space.logic, space/): the page's checks, translation and attention maps
 in this process, and the page itself as a person uses it: `python -m vaswani_hf.space` serving a tiny model on the
 loopback address, driven by a real headless Chromium through Selenium (skipped, saying why, where Chromium, its
 driver, Selenium or Gradio is not installed). Nothing leaves the machine: Gradio's analytics are off, the Hub is
@@ -14,10 +14,10 @@ import pytest
 import torch
 from cli_helpers import free_port
 
-from vaswani_hf import space_logic as logic
 from vaswani_hf import translate
 from vaswani_hf.configuration_vaswani import SettingError
 from vaswani_hf.errors import UsageError
+from vaswani_hf.space import logic
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -81,7 +81,7 @@ def test_a_sentence_over_the_token_limit_is_refused_in_words_for_the_page(space)
 
 
 def test_the_status_line_says_no_length_penalty_with_beam_1(space):
-    from vaswani_hf import space as page
+    from vaswani_hf.space import page
 
     note = page.on_translate(space, SENTENCE, 1, 0.6)[1]
     assert re.search(r"beam size 1 \(no length penalty with beam 1\); computed in \d+\.\d\d s\.$", note), note
@@ -200,7 +200,7 @@ def test_a_view_the_page_did_not_write_is_ignored_or_clamped(space, view, shown)
     """The hidden box holds an example's view; whatever a browser sends there, the page translates."""
     import json
 
-    from vaswani_hf import space as page
+    from vaswani_hf.space import page
 
     translation, _, payload = page.on_translate(space, SENTENCE, 1, 0.6, view)
     assert translation and json.loads(payload).get("view") == shown
@@ -228,7 +228,7 @@ def test_a_view_the_model_does_not_have_is_refused(space, view, fragment):
 
 
 def test_the_page_says_what_the_model_is_never_where_it_is(space, tiny):  # noqa: F811
-    from vaswani_hf import space as page
+    from vaswani_hf.space import page
 
     facts = space.facts
     assert (facts.source_lang, facts.target_lang, facts.title) == ("en", "de", "vaswani-base")
@@ -253,7 +253,7 @@ def test_a_source_in_another_language_is_translated_with_a_warning(space):
     german = "Das Gesetz wird niemals perfekt sein, aber seine Anwendung sollte gerecht sein."
     assert "looks like German, not English" in logic.translate_text(space, german, 1, 0.6).warning
     if importlib.util.find_spec("gradio"):  # the API says it too: gr.Warning (outside a request: warnings.warn)
-        from vaswani_hf import space as page
+        from vaswani_hf.space import page
 
         translate, attention = page.api_functions(space)
         with pytest.warns(UserWarning, match="looks like German"):
@@ -265,7 +265,7 @@ def test_a_source_in_another_language_is_translated_with_a_warning(space):
 
 
 def test_the_page_answers_bad_input_with_a_message_and_no_exception(space, monkeypatch):
-    from vaswani_hf import space as page
+    from vaswani_hf.space import page
 
     assert (
         page.on_translate(space, CHINESE, 4, 0.6)[::2] == ("", "")
@@ -291,7 +291,7 @@ def test_the_api_is_two_named_endpoints_that_answer_bad_values_in_one_sentence(s
     from gradio_client.exceptions import AppError
     from starlette.middleware import Middleware
 
-    from vaswani_hf import space as page
+    from vaswani_hf.space import page
 
     monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path))  # where Gradio would store an upload
     demo = page.build_demo(space).queue(default_concurrency_limit=page.QUEUE_CONCURRENCY)

@@ -32,8 +32,7 @@ from browser_helpers import (
 from cli_helpers import REPO
 from test_space import ARABIC, CHINESE, SENTENCE
 
-from vaswani_hf import space as page
-from vaswani_hf import space_logic as logic
+from vaswani_hf.space import logic, page
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +115,7 @@ def _expect_refusal(driver, text: str, fragment: str, paste: bool = False) -> No
 
 
 def _close(tip: str, weight: float) -> bool:
-    """The tip's weight is `weight` within the page's one-byte code (space_payload.ERRORS) and 3 decimals."""
+    """The tip's weight is `weight` within the page's one-byte code (space.payload.ERRORS) and 3 decimals."""
     shown = float(tip.split(": ")[1].split(" ")[0])
     return abs(shown - weight) <= weight**0.5 / 255 + 1 / 260100 + 1 / 131070 + 5e-4
 

@@ -18,7 +18,7 @@ from browser_helpers import element, focused, map_shape, open_page, press, submi
 from cli_helpers import REPO
 from hub_helpers import TRAIN_TEXT
 
-from vaswani_hf import space_logic as logic
+from vaswani_hf.space import logic
 
 LAYERS, HEADS = 6, 8  # the base model's (Table 3)
 TIMINGS = REPO / "outputs" / "space_page_timings.json"

@@ -1,4 +1,4 @@
-"""The Space's files and command line: space/ is what `push_space` writes, where the model comes from (flag,
+"""The Space's files and command line: what `push_space` writes, where the model comes from (flag,
 environment, the Space's README, the bundled folder), and `vaswani-space` refusing a bad address, a taken port or a
 missing model in one line before the model is loaded (vaswani_hf.space). The page itself: tests/test_space.py and
 tests/test_space_browser.py."""
@@ -14,25 +14,28 @@ import pytest
 import tomllib
 from cli_helpers import REPO, assert_one_line_error, free_port
 
-from vaswani_hf import space_logic as logic
 from vaswani_hf.errors import UsageError
-from vaswani_hf.hub import space as hub_space
+from vaswani_hf.space import logic, page
+from vaswani_hf.space import push as hub_space
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-# --- the files of space/ and the command line ------------------------------------------------------------------------
+# --- the Space's files and the command line ------------------------------------------------------------------------
 
 
-def test_space_folder_is_what_push_space_writes():
-    """space/ in the repository is the Space `push_space` uploads (less the model id and the package source)."""
+def test_the_space_files_are_the_package_s_app_and_its_declared_dependencies(tmp_path):
+    """The Space `push_space` uploads (less the model id and the package source): app.py is vaswani_hf/space/app.py
+    as it is, the README's front matter configures a Gradio Space, and requirements.txt lists pyproject's
+    dependencies and the `space` extra."""
     from huggingface_hub import SpaceCard
     from packaging.requirements import Requirement
     from packaging.specifiers import SpecifierSet
 
-    folder = REPO / "space"
-    assert (folder / "app.py").read_text(encoding="utf-8") == hub_space.SPACE_APP
-    assert (folder / "README.md").read_text(encoding="utf-8") == hub_space.render_space_readme()
-    assert (folder / "requirements.txt").read_text(encoding="utf-8") == hub_space.space_requirements()
+    folder = tmp_path / "space"
+    folder.mkdir()
+    (folder / "README.md").write_text(hub_space.render_space_readme(), encoding="utf-8")
+    assert "from vaswani_hf.space.page import main, model_from_readme" in hub_space.SPACE_APP
+    assert callable(page.main) and callable(page.model_from_readme)  # what the Space's app.py starts
     card = SpaceCard.load(folder / "README.md").data
     assert (card.sdk, card.app_file, card.sdk_version) == ("gradio", "app.py", hub_space.GRADIO_SDK_VERSION)
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
@@ -50,7 +53,7 @@ def test_space_folder_is_what_push_space_writes():
 
 
 def test_model_comes_from_the_flag_the_environment_the_readme_then_the_bundled_folder(tmp_path, monkeypatch):
-    from vaswani_hf import space as page
+    from vaswani_hf.space import page
 
     monkeypatch.delenv(page.MODEL_ENV, raising=False)
     monkeypatch.chdir(tmp_path)  # the recipes' outputs/ folders, relative to where the page starts
@@ -61,7 +64,9 @@ def test_model_comes_from_the_flag_the_environment_the_readme_then_the_bundled_f
     assert page.resolve_model(None) == "outputs/multi30k-en-de-space/hub"  # the Space's model first
     (tmp_path / "README.md").write_text(hub_space.render_space_readme("org/vaswani-base"), encoding="utf-8")
     readme_model = page.model_from_readme(tmp_path / "app.py")
-    assert readme_model == "org/vaswani-base" and page.model_from_readme(REPO / "space" / "app.py") is None
+    assert (
+        readme_model == "org/vaswani-base" and page.model_from_readme(REPO / "vaswani_hf" / "space" / "app.py") is None
+    )
     assert page.resolve_model(None, readme_model) == "org/vaswani-base"
     monkeypatch.setenv(page.MODEL_ENV, "env/model")
     assert page.resolve_model(None, readme_model) == "env/model"
@@ -69,7 +74,7 @@ def test_model_comes_from_the_flag_the_environment_the_readme_then_the_bundled_f
 
 
 def test_an_empty_model_name_is_refused_not_replaced(monkeypatch):
-    from vaswani_hf import space as page
+    from vaswani_hf.space import page
 
     monkeypatch.setenv(page.MODEL_ENV, "env/model")
     for empty in ("", "  "):
@@ -91,7 +96,7 @@ def taken_port():
 
 @pytest.fixture
 def no_gradio_variables(monkeypatch):
-    from vaswani_hf import space as page
+    from vaswani_hf.space import page
 
     for name in (page.HOST_ENV, page.PORT_ENV):
         monkeypatch.delenv(name, raising=False)
@@ -99,7 +104,7 @@ def no_gradio_variables(monkeypatch):
 
 @pytest.mark.usefixtures("no_gradio_variables")
 def test_the_address_is_checked_and_named_by_its_flag_or_variable(taken_port, monkeypatch):
-    from vaswani_hf import space as page
+    from vaswani_hf.space import page
 
     port = free_port()
     assert page.listen_address(None, port) == ("127.0.0.1", port) and page.listen_address() == ("127.0.0.1", None)
@@ -131,7 +136,7 @@ def test_command_line_refuses_a_bad_address_before_loading_the_model(
     capsys,  # noqa: F811
     monkeypatch,
 ):
-    from vaswani_hf import space as page
+    from vaswani_hf.space import page
 
     monkeypatch.setattr(logic, "load_space_model", lambda *a, **k: pytest.fail("the model was loaded first"))
     folder = str(tiny["folder"])
@@ -167,7 +172,7 @@ def test_vaswani_space_with_its_port_taken_is_one_line_exit_2(tiny, taken_port, 
 
 
 def test_command_line_refuses_a_missing_model_in_one_line(tmp_path, capsys, monkeypatch):
-    from vaswani_hf import space as page
+    from vaswani_hf.space import page
 
     monkeypatch.delenv(page.MODEL_ENV, raising=False)
     monkeypatch.chdir(tmp_path)

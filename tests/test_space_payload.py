@@ -1,4 +1,4 @@
-"""What the Space's page receives (vaswani_hf.space_payload): every weight as a one-byte code within its stated error,
+"""What the Space's page receives (vaswani_hf.space.payload): every weight as a one-byte code within its stated error,
 a translation's payload bounded by design at any model size or sentence length, the first view's weights in it, the
 rest answered on the page's request, and /attention's stated precision and packed form. The page in a browser:
 tests/test_space_browser.py."""
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from vaswani_hf import space_logic as logic
-from vaswani_hf import space_payload as payloads
 from vaswani_hf.configuration_vaswani import SettingError
+from vaswani_hf.space import logic
+from vaswani_hf.space import payload as payloads
 from vaswani_hf.visualize import Attentions
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -22,7 +22,7 @@ SENTENCE = "a man is riding a horse ."
 
 
 def code_error(w: np.ndarray, bits: int) -> np.ndarray:
-    """The stated bound of a code's error (space_payload.ERRORS), and float32's rounding."""
+    """The stated bound of a code's error (space.payload.ERRORS), and float32's rounding."""
     assert payloads.ERRORS == {8: "sqrt(w) / 255 + 1/260100 + 1/131070", 16: "1/131070"}
     bound = np.sqrt(w) / 255 + 1 / 260100 + 1 / 131070 if bits == 8 else np.full_like(w, 1 / 131070)
     return bound + 1e-7
@@ -131,6 +131,67 @@ def test_a_translations_payload_is_bounded_by_design_at_any_size(layers, heads, 
     assert sent and sent[0] == order[0] and set(payload["blocks"]) <= set(order)
     rest = payloads.answer_blocks(space.cache, {"key": payload["key"], "blocks": [n for n in order if n not in sent]})
     assert len(rest["blocks"]) + len(sent) == len(order)
+
+
+def page_needs(kind: str, layer: int, head: int | None, weights: payloads.PageWeights) -> list[str]:
+    """The blocks the page's head view needs (view.js's `needs`), at a 0-based layer it clamps to the kind's last."""
+    layers, heads = weights.weights[kind].shape[:2]
+    return [payloads.block_id(kind, min(layer, layers - 1), h) for h in ([head] if head is not None else range(heads))]
+
+
+@pytest.mark.parametrize("head", [None, 2])
+def test_a_change_of_kind_needs_no_block_the_translation_did_not_bring(head):
+    """The page keeps the layer and the head when the visitor switches kind, so the translation brings that layer of
+    every kind, before the thumbnails and the other layers: with a budget that holds only those layers, a switch to
+    either other kind finds every block it needs."""
+    layers, heads = 6, 8
+    weights = payloads.PageWeights.of(random_attentions(layers, heads, 60, 70))
+    layer = 3
+    needed = [n for kind in ("decoder", "encoder", "cross") for n in page_needs(kind, layer, head, weights)]
+    budget = sum(weights._b64_size(name) for name in needed)
+    sent = weights.packed("decoder", layer, head, budget=budget)
+    assert sorted(sent) == sorted(needed)
+    assert weights.view_order("decoder", layer, head)[: len(needed)] == needed  # the view, then the other kinds
+    if head is None:  # then the thumbnails, the view's kind's first
+        more = weights.packed("decoder", layer, head, budget=budget + weights._b64_size("decoder:thumbs"))
+        assert set(more) - set(sent) == {"decoder:thumbs"}
+    else:  # then the other heads of the three layers
+        assert weights.view_order("decoder", layer, head)[len(needed)] == "decoder:3:0"
+
+
+def test_a_kind_with_fewer_layers_brings_its_last_layer():
+    """A model with fewer decoder layers than encoder layers: a switch from the encoder's layer 5 to the decoder (2
+    layers) shows the decoder's last layer, which the translation brings."""
+    encoder, decoder = random_attentions(6, 2, 5, 4), random_attentions(2, 2, 5, 4)
+    attentions = Attentions(
+        encoder.source_tokens,
+        decoder.target_tokens,
+        decoder.decoder_input_tokens,
+        encoder.encoder,
+        decoder.decoder,
+        decoder.cross,
+    )
+    weights = payloads.PageWeights.of(attentions)
+    order = weights.view_order("encoder", 4, None)
+    assert order[:6] == ["encoder:4:0", "encoder:4:1", "decoder:1:0", "decoder:1:1", "cross:1:0", "cross:1:1"]
+    assert len(order) == len(set(order)) == (6 + 2 + 2) * 2 + 3
+
+
+def test_at_the_longest_sentence_the_other_kinds_layers_are_sent_as_far_as_the_budget_holds():
+    """The base model's shape at the page's longest sentence: the three kinds' current layers (1.63 million base64
+    characters) exceed the budget (1.5 million), so the view's layer and the encoder's are sent whole and as many
+    of the cross-attention's heads as fit; the thumbnails, which no longer fit, come on request."""
+    layers, heads = 6, 8
+    space = page_model(layers, heads)
+    view = {"kind": "decoder", "layer": 2, "head": "all", "token": None}
+    payload = logic.attention_payload(space, random_attentions(layers, heads, 200, 250), view)
+    weights = space.cache.get(payload["key"])
+    current = {kind: page_needs(kind, 1, None, weights) for kind in ("decoder", "encoder", "cross")}
+    assert sum(weights._b64_size(n) for names in current.values() for n in names) > payloads.PAGE_BUDGET
+    sent = set(payload["blocks"])
+    assert set(current["decoder"]) <= sent and set(current["encoder"]) <= sent
+    assert [n in sent for n in current["cross"]] == [True] * 6 + [False] * 2
+    assert sent == {*current["decoder"], *current["encoder"], *current["cross"][:6]}
 
 
 def test_an_examples_view_that_the_model_lacks_says_which_layer_it_shows():

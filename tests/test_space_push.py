@@ -1,4 +1,4 @@
-"""Creating the Space on the Hub (vaswani_hf.hub.space.push_space, vaswani-push-to-hub --space_id): the dry run
+"""Creating the Space on the Hub (vaswani_hf.space.push.push_space, vaswani-push-to-hub --space_id): the dry run
 lists the files without a request, bad ids are refused before any request, and a real push through the
 `huggingface_hub` client against the loopback test double (tests/hub_server.py) gives a Gradio Space, in one commit,
 whose app serves the model repository by its id: the Space's own copy of the package, in a fresh interpreter, loads
@@ -18,7 +18,7 @@ from hub_store import TEST_TOKEN
 
 from vaswani_hf import translate
 from vaswani_hf.cli import push_to_hub as cli
-from vaswani_hf.hub import space as hub_space
+from vaswani_hf.space import push as hub_space
 
 SPACE_ID = "org/vaswani-demo"
 PACKAGE = Path(hub_space.__file__).resolve().parents[1]
@@ -32,8 +32,8 @@ def test_dry_run_lists_the_space_files_and_makes_no_request(hub_server):  # noqa
         "README.md",
         "requirements.txt",
         "vaswani_hf/__init__.py",
-        "vaswani_hf/space.py",
-        "vaswani_hf/space_logic.py",
+        "vaswani_hf/space/page.py",
+        "vaswani_hf/space/logic.py",
         "vaswani_hf/visualize/attention.py",
     } <= set(files)
     assert not [
@@ -109,7 +109,8 @@ SPACE_CHECK = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])  # the Space's folder, as `python app.py` puts it first
 import vaswani_hf
-from vaswani_hf import space, space_logic
+from vaswani_hf.space import page as space
+from vaswani_hf.space import logic as space_logic
 model = space.resolve_model(None, space.model_from_readme(sys.argv[1] + "/app.py"))
 page = space_logic.load_space_model(model)
 result = space_logic.translate_text(page, sys.argv[2], 4, 0.6)
@@ -148,7 +149,9 @@ def test_push_model_and_space_then_the_space_serves_the_model_by_its_id(tiny, hu
         (space_dir / name).parent.mkdir(parents=True, exist_ok=True)
         (space_dir / name).write_bytes(hub_server.hub.content(entry))
     assert (space_dir / "app.py").read_text(encoding="utf-8") == hub_space.SPACE_APP
-    assert (space_dir / "vaswani_hf" / "space_logic.py").read_bytes() == (PACKAGE / "space_logic.py").read_bytes()
+    assert (space_dir / "vaswani_hf" / "space" / "logic.py").read_bytes() == (
+        PACKAGE / "space" / "logic.py"
+    ).read_bytes()
 
     script = tmp_path / "check_space.py"
     script.write_text(SPACE_CHECK, encoding="utf-8")

@@ -1,5 +1,5 @@
 """Section 5.1's ~25000 tokens per update on any number of processes and any device, without editing a recipe
-(`max_tokens_per_device: auto`, vaswani_hf/training/budget.py)."""
+(`max_tokens_per_device: auto`, planned in vaswani_hf/training/plan.py)."""
 
 from __future__ import annotations
 
@@ -9,16 +9,17 @@ import pytest
 
 import vaswani_hf
 from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
-from vaswani_hf.training.budget import (
+from vaswani_hf.training.plan import (
+    World,
     activation_bytes_per_token,
     approximate_parameters,
     device_capacity,
+    plan_run,
     split_update,
     tokens_per_device,
 )
-from vaswani_hf.training.plan import World, plan_run
 from vaswani_hf.training.recipe import load_recipe
-from vaswani_hf.training.run import build_training_arguments
+from vaswani_hf.training.trainer import build_training_arguments
 
 GB = 10**9
 
@@ -55,7 +56,7 @@ def test_one_large_gpu_takes_the_whole_update_and_eight_share_it():
 
 
 def test_memory_estimate_matches_the_measured_base_model():
-    """Measured on CPU (module docstring of budget.py): ~1.15 MB per token for the base model in fp32, the big model's
+    """Measured on CPU (module docstring of plan.py): ~1.15 MB per token for the base model in fp32, the big model's
     per-token cost higher, and bf16 lower."""
     base, big = VaswaniConfig.base(vocab_size=37000), VaswaniConfig.big(vocab_size=37000)
     assert 1.0e6 < activation_bytes_per_token(base) < 1.3e6
@@ -69,15 +70,15 @@ def test_the_wmt_recipe_on_cpu_processes(world, tmp_path):
     per-device budget for the precision it resolved (the recipe's `bf16: auto`: this processor's choice), and the
     Trainer's accumulation with it gives ~25000 tokens per update."""
     recipe = load_recipe("wmt14-en-de-base", {"output_dir": str(tmp_path / "run")})
-    assert recipe.max_tokens_per_device == "auto" and recipe.tokens_per_step == 25000
+    assert recipe.optimization.max_tokens_per_device == "auto" and recipe.optimization.tokens_per_step == 25000
     plan = plan_run(recipe, world=World(processes=world, local_processes=world))
-    tokens, accumulation = plan.batching.max_tokens, plan.batching.accumulation
-    low_precision = plan.process.bf16
+    tokens, accumulation = plan.max_tokens, plan.accumulation
+    low_precision = plan.bf16
     assert (tokens, accumulation) == tokens_per_device(
         recipe, world, device="cpu", local_processes=world, low_precision=low_precision
     )
     assert tokens <= 4096 and 25000 <= tokens * world * accumulation < 25000 + world * accumulation
-    assert plan.batching.tokens_per_update == tokens * world * accumulation
+    assert plan.tokens_per_update == tokens * world * accumulation
     assert build_training_arguments(plan).gradient_accumulation_steps == accumulation
 
 
@@ -94,10 +95,10 @@ def test_a_number_in_the_recipe_wins():
 
 def test_the_evaluation_budget_and_the_length_filter_each_have_one_rule(tmp_path):
     """The evaluation budget falls back to the training micro-batch's; the length filter is max_length, or with none
-    what one micro-batch holds. The plan applies the rules of `budget`, and the trainer the same one."""
+    what one micro-batch holds. The plan applies the rules of `plan`, and the trainer the same one."""
     from conftest import tiny_recipe
 
-    from vaswani_hf.training.budget import evaluation_budget, longest_training_pair
+    from vaswani_hf.training.plan import evaluation_budget, longest_training_pair
 
     assert [evaluation_budget(4096, e) for e in (0, None, 800)] == [4096, 4096, 800]
     assert [longest_training_pair(4096, m) for m in (None, 100)] == [4096, 100]
@@ -106,14 +107,14 @@ def test_the_evaluation_budget_and_the_length_filter_each_have_one_rule(tmp_path
             tiny_recipe(tmp_path, max_tokens_per_device=2048, eval_max_tokens=eval_max_tokens, max_length=max_length),
             world=World(),
         )
-        assert plan.batching.eval_max_tokens == evaluation_budget(2048, eval_max_tokens)
-        assert plan.data.max_length == longest_training_pair(2048, max_length)
+        assert plan.eval_tokens == evaluation_budget(2048, eval_max_tokens)
+        assert plan.longest_pair == longest_training_pair(2048, max_length)
 
 
 def test_a_budget_below_max_length_is_refused_by_one_rule(tmp_path, monkeypatch):
     """A number in the recipe is refused when it is loaded, `auto`'s number when the run is planned: one rule
     (`recipe.check_length_fits`), and no other module words it."""
-    from vaswani_hf.training import budget
+    from vaswani_hf.training import plan as budget
     from vaswani_hf.training.recipe import RecipeError
 
     with pytest.raises(RecipeError, match="max_tokens_per_device 64 is below max_length 128"):

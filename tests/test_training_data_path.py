@@ -1,4 +1,4 @@
-"""The data path of a run (vaswani_hf.training.data_path): pinned memory, non-blocking copies, workers and prefetch
+"""The data path of a run (vaswani_hf.training.plan's DataPath): pinned memory, non-blocking copies, workers and prefetch
 chosen for CUDA runs, CPU runs unchanged, and the recipe's keys override; checked without a GPU (the choice reads
 the device's name, and the training arguments are built for a plan whose world says cuda)."""
 
@@ -9,8 +9,7 @@ import dataclasses
 import pytest
 from conftest import tiny_recipe
 
-from vaswani_hf.training.data_path import DataPath, choose_data_path
-from vaswani_hf.training.plan import World, plan_run
+from vaswani_hf.training.plan import DataPath, World, choose_data_path, plan_run
 from vaswani_hf.training.recipe import load_recipe
 
 
@@ -42,12 +41,14 @@ def test_cuda_runs_pin_memory_copy_without_blocking_and_prefetch_with_workers():
 
 @pytest.mark.parametrize("device", ["cpu", "cuda:0"])
 def test_the_training_arguments_carry_the_choice(tmp_path, device):
-    """`build_training_arguments` of a plan on `device`: the DataLoader settings and Accelerate's non-blocking
-    placement are the chooser's (on CPU exactly as before: workers 0, no pinning)."""
-    from vaswani_hf.training.run import build_training_arguments
+    """The plan chooses the data path for its device once, and `build_training_arguments` of a plan on `device`
+    carries it: the DataLoader settings and Accelerate's non-blocking placement are the chooser's (on CPU exactly as
+    before: workers 0, no pinning)."""
+    from vaswani_hf.training.trainer import build_training_arguments
 
     plan = plan_run(tiny_recipe(tmp_path, max_steps=1, dataloader_num_workers=-1), world=World(device="cpu"))
-    plan = dataclasses.replace(plan, world=World(device=device))
+    assert plan.data_path == choose_data_path("cpu", -1)
+    plan = dataclasses.replace(plan, world=World(device=device), data_path=choose_data_path(device, -1))
     args = build_training_arguments(plan)
     want = choose_data_path(device, -1)
     assert (

@@ -1,4 +1,4 @@
-"""A run's plan (vaswani_hf.training.plan, .preflight, .sources): what a recipe means on this machine, resolved once
+"""A run's plan (vaswani_hf.training.plan, .preflight, .data): what a recipe means on this machine, resolved once
 before any work. Every refusal here happens before anything is written; every decision is the one the run then
 follows."""
 
@@ -8,21 +8,21 @@ import pytest
 from conftest import tiny_recipe
 
 from vaswani_hf.io import UsageError
+from vaswani_hf.training.data import FileSource
 from vaswani_hf.training.plan import World, plan_run
 from vaswani_hf.training.recipe import RecipeError
-from vaswani_hf.training.sources import FileSource
 
 
 def test_the_plan_holds_sources_budget_and_output(tmp_path):
     plan = plan_run(tiny_recipe(tmp_path, max_steps=4), world=World(processes=2, local_processes=2))
-    assert isinstance(plan.data.sources["train"], FileSource) and plan.data.sources["valid"] is None
-    assert plan.data.sources["train"].files() == {
+    assert isinstance(plan.sources["train"], FileSource) and plan.sources["valid"] is None
+    assert plan.sources["train"].files() == {
         "train_data (en)": tmp_path / "corpus" / "train.en",
         "train_data (de)": tmp_path / "corpus" / "train.de",
     }
-    assert (plan.batching.max_tokens, plan.batching.accumulation, plan.batching.tokens_per_update) == (4096, 1, 8192)
-    assert plan.output.start == "new" and plan.export.export_dir == tmp_path / "run" / "hub"
-    assert plan.data.tokenizer_dir == tmp_path / "run" / "tokenizer" and plan.model.label_smoothing == 0.1
+    assert (plan.max_tokens, plan.accumulation, plan.tokens_per_update) == (4096, 1, 8192)
+    assert plan.output.start == "new" and plan.export_folder == tmp_path / "run" / "hub"
+    assert plan.tokenizer_dir == tmp_path / "run" / "tokenizer" and plan.recipe.optimization.label_smoothing == 0.1
     assert not (tmp_path / "run").exists()  # planning writes nothing
 
 
@@ -57,57 +57,31 @@ def test_device_checks(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Planned once: the plan carries every value the run uses, and the run reads nothing else
+# Planned once: the plan holds what this machine decides, and refers to the recipe for every key
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def _values(obj, seen=None):
-    """Every value reachable from a plan: dataclass fields, mapping values, sequence items (a Recipe is a Mapping)."""
-    import dataclasses
-    from collections.abc import Mapping
-
-    seen = set() if seen is None else seen
-    if id(obj) in seen:
-        return
-    seen.add(id(obj))
-    yield obj
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        for f in dataclasses.fields(obj):
-            yield from _values(getattr(obj, f.name), seen)
-    elif isinstance(obj, Mapping):
-        for v in obj.values():
-            yield from _values(v, seen)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            yield from _values(v, seen)
-
-
-def test_the_plan_resolves_every_value_and_holds_no_recipe(tmp_path):
-    """Both token budgets, the length filter, the final beam size, Adam's settings and the folders are values of
-    the plan (resolved from the recipe's keys and the machine), and the plan is frozen and keeps no recipe."""
+def test_the_plan_holds_what_this_machine_decides_and_refers_to_the_recipe(tmp_path):
+    """Both token budgets, the length filter, the precision, the data path, the fused kernel and the folders are the
+    plan's own values, resolved from the recipe and the machine; every key stays in the recipe the plan refers to,
+    under its one name (no field of the plan is named as a recipe key), and the plan is frozen."""
     import dataclasses
 
-    from vaswani_hf.settings import GENERATION_SETTINGS
-    from vaswani_hf.training.recipe import Recipe
+    from vaswani_hf.training.recipe import KEYS
 
-    plan = plan_run(
-        tiny_recipe(tmp_path, max_length=None, eval_max_tokens=0, test_num_beams=0), world=World(device="cpu")
-    )
-    assert (plan.batching.max_tokens, plan.batching.eval_max_tokens, plan.data.max_length) == (4096, 4096, 4096)
-    assert plan.evaluation.final_num_beams == GENERATION_SETTINGS["num_beams"].default == 4
-    assert plan.optimizer.learning_rate == pytest.approx(2.0 * 32**-0.5)  # lr_multiplier 2, d_model 32
-    assert (plan.optimizer.betas, plan.optimizer.eps, plan.optimizer.fused) == ((0.9, 0.98), 1e-9, True)
-    assert plan.export.recipe_name == "default" and "d_model: 32" in plan.export.recipe_text
-    assert not any(isinstance(v, Recipe) for v in _values(plan))
+    recipe = tiny_recipe(tmp_path, max_length=None, eval_max_tokens=0, test_num_beams=0)
+    plan = plan_run(recipe, world=World(device="cpu"))
+    assert plan.recipe is recipe and not {f.name for f in dataclasses.fields(plan)} & set(KEYS)
+    assert (plan.max_tokens, plan.eval_tokens, plan.longest_pair) == (4096, 4096, 4096)
+    assert plan.fused_adam is True and plan.precision.name == "fp32" and plan.data_path.pin_memory is False
     with pytest.raises(dataclasses.FrozenInstanceError):
-        plan.batching.max_tokens = 1
+        plan.max_tokens = 1
 
     plan = plan_run(
         tiny_recipe(tmp_path, max_length=100, eval_max_tokens=800, test_num_beams=2, adam_beta2=0.997),
         world=World(device="mps"),
     )
-    assert (plan.batching.eval_max_tokens, plan.data.max_length, plan.evaluation.final_num_beams) == (800, 100, 2)
-    assert plan.optimizer.betas == (0.9, 0.997) and plan.optimizer.fused is False  # no fused kernel on mps
+    assert (plan.eval_tokens, plan.longest_pair, plan.fused_adam) == (800, 100, False)  # no fused kernel on mps
 
 
 def test_every_section_field_says_what_it_means():
@@ -128,20 +102,28 @@ def test_every_section_field_says_what_it_means():
             assert "#" in line or dataclasses.is_dataclass(getattr(plan_module, f.type, None)), (section, f.name)
 
 
-def test_run_py_has_no_access_to_the_recipe():
-    """`run.py` executes a plan: it imports neither the recipe's type nor the planner, and names no recipe."""
+def test_the_package_docstring_names_every_station_in_the_order_the_run_calls_them():
+    """training/__init__.py tells the run's stations in order, one module each; `run_training` (run.py, the line)
+    imports them in that order, and no module of the folder goes untold."""
     import ast
     import inspect
+    import re
+    from pathlib import Path
 
+    import vaswani_hf.training as training
     from vaswani_hf.training import run as run_module
 
-    tree = ast.parse(inspect.getsource(run_module))
-    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
-        a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in n.args + n.kwonlyargs
-    }
-    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
-    assert not {"recipe", "Recipe", "plan_run", "load_recipe"} & (names | imported)
-    assert not any(isinstance(n, ast.Attribute) and n.attr == "recipe" for n in ast.walk(tree))
+    told = re.findall(r"`(\w+)`", training.__doc__)
+    modules = sorted(p.stem for p in Path(training.__file__).parent.glob("*.py") if p.stem != "__init__")
+    assert sorted(set(told) & set(modules)) == modules
+    imported = [
+        n.module
+        for n in ast.walk(ast.parse(inspect.getsource(run_module)))
+        if isinstance(n, ast.ImportFrom) and n.level == 1
+    ]
+    stations = [name for name in dict.fromkeys(told) if name in imported]
+    order = ["recipe", "plan", "data", "trainer", "checkpoints", "report"]
+    assert [name for name in stations if name in order] == [name for name in order if name in stations]
 
 
 def test_run_training_takes_a_plan(tmp_path):
@@ -154,18 +136,16 @@ def test_run_training_takes_a_plan(tmp_path):
 @pytest.mark.usefixtures("one_torch_thread")
 def test_a_training_run_is_planned_once_and_reads_no_recipe_key_afterwards(tmp_path, monkeypatch):
     """`scripts/train.py` through the CLI's main, in this process: `--check` and the run each call `plan_run` once
-    (and the budget and output-folder decisions inside it once); after planning, no recipe key is read (every read
-    of a Recipe's key is recorded); the trainer gets the plan's two token budgets."""
+    (and the budget and output-folder decisions inside it once); the trainer gets the plan's two token budgets."""
     from conftest import TINY, write_corpus, write_recipe_yaml
 
     from vaswani_hf.cli import train as train_cli
     from vaswani_hf.training import plan as plan_module
     from vaswani_hf.training import preflight
-    from vaswani_hf.training import run as run_module
-    from vaswani_hf.training.recipe import Recipe
+    from vaswani_hf.training import trainer as trainer_module
 
-    calls, reads, planned, budgets = [], [], [], []
-    real_plan_run, real_getattr, real_getitem = plan_module.plan_run, Recipe.__getattr__, Recipe.__getitem__
+    calls, planned, budgets = [], [], []
+    real_plan_run = plan_module.plan_run
 
     def counting_plan_run(*args, **kwargs):
         calls.append("plan_run")
@@ -180,15 +160,7 @@ def test_a_training_run_is_planned_once_and_reads_no_recipe_key_afterwards(tmp_p
 
         return wrapper
 
-    def recording(real):
-        def read(self, key):
-            if planned:
-                reads.append(key)
-            return real(self, key)
-
-        return read
-
-    class SpyTrainer(run_module.VaswaniTrainer):
+    class SpyTrainer(trainer_module.VaswaniTrainer):
         def __init__(self, *args, **kwargs):
             budgets.append((kwargs["max_tokens"], kwargs["eval_max_tokens"]))
             super().__init__(*args, **kwargs)
@@ -196,9 +168,7 @@ def test_a_training_run_is_planned_once_and_reads_no_recipe_key_afterwards(tmp_p
     monkeypatch.setattr(train_cli, "plan_run", counting_plan_run)
     monkeypatch.setattr(plan_module, "tokens_per_device", counted("tokens_per_device", plan_module.tokens_per_device))
     monkeypatch.setattr(preflight, "decide_output_dir", counted("decide_output_dir", preflight.decide_output_dir))
-    monkeypatch.setattr(Recipe, "__getattr__", recording(real_getattr))
-    monkeypatch.setattr(Recipe, "__getitem__", recording(real_getitem))
-    monkeypatch.setattr(run_module, "VaswaniTrainer", SpyTrainer)
+    monkeypatch.setattr(trainer_module, "VaswaniTrainer", SpyTrainer)
     corpus = write_corpus(tmp_path / "corpus", n_train=24, n_valid=4)
     recipe = write_recipe_yaml(
         tmp_path / "tiny.yaml",
@@ -210,8 +180,7 @@ def test_a_training_run_is_planned_once_and_reads_no_recipe_key_afterwards(tmp_p
     calls.clear(), planned.clear()
     assert train_cli.main(argv) == 0
     assert sorted(calls) == ["decide_output_dir", "plan_run", "tokens_per_device"]
-    assert reads == []  # run_training and everything it calls read the plan only
-    assert budgets == [(planned[0].batching.max_tokens, 512)] and planned[0].batching.max_tokens == 4096
+    assert budgets == [(planned[0].max_tokens, 512)] and planned[0].max_tokens == 4096
     assert (tmp_path / "run" / "metrics.json").is_file()
 
 
@@ -221,15 +190,15 @@ def test_bf16_auto_is_resolved_once_for_this_processor_and_the_model(tmp_path, m
     tiny model gains from bf16 only with the threshold set to 0), the budget and the Trainer's arguments follow it,
     and the plan's one line says which and why."""
     from vaswani_hf import precision
-    from vaswani_hf.training.run import build_training_arguments
+    from vaswani_hf.training.trainer import build_training_arguments
 
     monkeypatch.setattr(precision, "cpu_capabilities", lambda: {"cpu_name": "a test CPU", **flags})
     monkeypatch.setitem(precision.BF16_MIN_PARAMETERS["training"], "amx", 0)
     plan = plan_run(tiny_recipe(tmp_path, bf16="auto"), world=World(device="cpu"))
-    assert plan.process.bf16 is chosen and build_training_arguments(plan).bf16 is chosen
+    assert plan.bf16 is chosen and build_training_arguments(plan).bf16 is chosen
     assert f"precision: {'bf16' if chosen else 'fp32'} (bf16: auto: this CPU (a test CPU) has" in plan.describe()
     monkeypatch.setitem(precision.BF16_MIN_PARAMETERS["training"], "amx", 10**12)
-    assert plan_run(tiny_recipe(tmp_path, bf16="auto"), world=World(device="cpu")).process.bf16 is False
-    assert plan_run(tiny_recipe(tmp_path, bf16=True), world=World(device="cpu")).process.bf16 is True
+    assert plan_run(tiny_recipe(tmp_path, bf16="auto"), world=World(device="cpu")).bf16 is False
+    assert plan_run(tiny_recipe(tmp_path, bf16=True), world=World(device="cpu")).bf16 is True
     with pytest.raises(RecipeError, match=r"bf16 must be a boolean or 'auto', got 'sometimes'"):
         tiny_recipe(tmp_path, bf16="sometimes")

@@ -12,7 +12,7 @@ from conftest import tiny_recipe
 from safetensors.torch import save_file
 
 from vaswani_hf import io
-from vaswani_hf.training.plan import World, plan_run, recipe_yaml
+from vaswani_hf.training.plan import World, plan_run
 from vaswani_hf.training.preflight import TRAINING_RUN
 from vaswani_hf.training.recipe import RecipeError, load_recipe
 
@@ -101,7 +101,7 @@ def test_overwrite_and_resume_take_only_a_run_of_ours(tmp_path):
     (run / "hub" / "mine.txt").unlink()
     fake_checkpoint(run, 4)
     (run / io.MARKER).unlink()
-    (run / "recipe.yaml").write_text(recipe_yaml(tiny_recipe(tmp_path)))
+    (run / "recipe.yaml").write_text(tiny_recipe(tmp_path).to_yaml())
     assert plan_run(tiny_recipe(tmp_path), overwrite=True).output.start == "overwrite"
     assert plan_run(tiny_recipe(tmp_path, max_steps=8, resume=True)).output.start == "resume"
     plan_run(tiny_recipe(tmp_path), overwrite=True).lock().release()  # a run takes the folder: marked
@@ -121,21 +121,25 @@ def test_resume_without_a_recipe_continues_the_run_as_saved(tmp_path, caplog):
     import logging
 
     run = finished_run(tmp_path, steps=4)
-    saved = recipe_yaml(tiny_recipe(tmp_path, max_steps=4))
+    saved = tiny_recipe(tmp_path, max_steps=4).to_yaml()
     (run / "recipe.yaml").write_text(saved)
     own = load_recipe(overrides={"output_dir": str(run), "resume": True})
-    assert own.max_steps == 4 and own.file is None and (own.d_model, own.vocab_size) == (32, 300)
+    assert (
+        own.optimization.max_steps == 4 and own.file is None and (own.model.d_model, own.model.vocab_size) == (32, 300)
+    )
     with caplog.at_level(logging.WARNING, logger="vaswani_hf.training.preflight"):
         assert plan_run(own).output.start == "finished"
         assert not caplog.records
         more = plan_run(load_recipe(None, {"output_dir": str(run), "resume": "true", "max_steps": 8}))
-        assert more.output.start == "resume" and more.schedule.max_steps == 8
+        assert more.output.start == "resume" and more.recipe.optimization.max_steps == 8
         plan_run(tiny_recipe(tmp_path, max_steps=8, resume=True, warmup_steps=3, disable_tqdm=True))
     changed = [r.getMessage() for r in caplog.records]
     assert len(changed) == 2 and changed[0].endswith("recipe.yaml: max_steps 4 -> 8"), changed
     assert changed[1].endswith("max_steps 4 -> 8; warmup_steps 4 -> 3"), changed
     assert (run / "recipe.yaml").read_text() == saved
-    assert load_recipe(overrides={"output_dir": str(run)}).max_steps == 800  # not resuming: the default recipe
+    assert (
+        load_recipe(overrides={"output_dir": str(run)}).optimization.max_steps == 800
+    )  # not resuming: the default recipe
 
 
 def test_a_checkpoint_without_its_rng_state_is_not_resumed_silently(tmp_path):
@@ -275,7 +279,7 @@ def _tokenizer_run(tmp_path: Path, tok) -> tuple[Path, dict]:
     checkpoint = fake_checkpoint(run, 4)
     tok.save_pretrained(str(run / "tokenizer"))
     tok.save_pretrained(str(checkpoint))
-    (run / "recipe.yaml").write_text(recipe_yaml(recipe))
+    (run / "recipe.yaml").write_text(recipe.to_yaml())
     return run, recipe
 
 
@@ -295,7 +299,7 @@ def _other_tokenizer(tok, folder: Path) -> Path:
 )
 def test_resume_refuses_other_tokenizer_keys(tmp_path, tok, key, value, was):
     run, recipe = _tokenizer_run(tmp_path, tok)
-    was = recipe[key] if was is None else was
+    was = recipe.flat()[key] if was is None else was
     plan = plan_run(tiny_recipe(tmp_path, max_steps=8, vocab_size=500, resume=True))
     assert plan.output.resume_from.name == "checkpoint-4"
     with pytest.raises(RecipeError) as error:
@@ -344,3 +348,35 @@ def test_a_state_file_the_safe_loader_refuses_is_refused_before_any_work(tmp_pat
     message = str(refused.value)
     assert message.startswith(f"{newest / name}: holds a pickle that torch's safe loader refuses (it calls ")
     assert "\n" not in message and "PLANTED" not in capsys.readouterr().out
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_run_folder_written_before_the_recipe_had_sections_resumes_with_its_recipe_yaml(tmp_path, capfd):
+    """A run folder whose recipe.yaml is the flat mapping the package wrote before recipes had sections (the file
+    kept in tests/data, written by that version for the tiny recipe at 2 updates) goes on with `vaswani-train
+    --output_dir RUN --resume --max_steps 4`, as a user resumes it: its recipe.yaml is read as the run's recipe, no
+    key is reported as changed but max_steps, and the recipe.yaml written back is the same flat mapping."""
+    import functools
+
+    from conftest import REPO
+
+    from vaswani_hf.cli.train import main
+    from vaswani_hf.training.run import run_training
+
+    first = tiny_recipe(tmp_path, max_steps=2)
+    assert run_training(plan_run(first))["global_step"] == 2
+    run = Path(first.run.output_dir)
+    before = (REPO / "tests" / "data" / "run_recipe_flat_v1.yaml").read_text(encoding="utf-8")
+    assert "warmup_steps: 4" in before and "d_model: 32" in before and "max_steps: 2" in before
+    corpus = first.data.data_dir
+    (run / "recipe.yaml").write_text(before.replace("/RUN", str(run)).replace("/CORPUS", corpus), encoding="utf-8")
+    assert load_recipe(run / "recipe.yaml").flat() == first.flat()  # the same recipe, read from the old file
+    capfd.readouterr()
+    assert main(["--output_dir", str(run), "--resume", "--max_steps", "4"]) == 0
+    out, err = capfd.readouterr()
+    assert "resume from checkpoint-2" in out + err and "max_steps 2 -> 4" in out + err, (out + err)[-3000:]
+    assert io.read_json(run / "metrics.json")["global_step"] == 4
+    written = (run / "recipe.yaml").read_text(encoding="utf-8")
+    resumed = {"max_steps: 2": "max_steps: 4", "resume: false": "resume: true"}
+    expected = before.replace("/RUN", str(run)).replace("/CORPUS", corpus)
+    assert written == functools.reduce(lambda text, pair: text.replace(*pair), resumed.items(), expected)

@@ -19,9 +19,9 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_bundled_recipes_load_and_have_the_paper_settings():
-    base = load_recipe("wmt14-en-de-base")
-    big = load_recipe("wmt14-en-de-big")
-    fr = load_recipe("wmt14-en-fr-big")
+    base = load_recipe("wmt14-en-de-base").flat()
+    big = load_recipe("wmt14-en-de-big").flat()
+    fr = load_recipe("wmt14-en-fr-big").flat()
     for r in (base, big, fr):
         assert (r["adam_beta1"], r["adam_beta2"], r["adam_epsilon"], r["warmup_steps"]) == (0.9, 0.98, 1e-9, 4000)
         assert r["hub_dataset"] == "wmt14" and r["label_smoothing"] == 0.1 and r["weight_decay"] == 0.0
@@ -32,23 +32,24 @@ def test_bundled_recipes_load_and_have_the_paper_settings():
     assert (fr["max_steps"], fr["dropout"], fr["average_last"], fr["vocab_size"]) == (300000, 0.1, 20, 32000)
     assert fr["tgt_lang"] == "fr" and fr["hub_config"] == "fr-en"
     assert base["max_tokens_per_device"] == "auto"  # 25000 tokens per update on any device: test_training_budget.py
-    m30k = load_recipe("multi30k-en-de")
+    m30k = load_recipe("multi30k-en-de").flat()
     assert m30k["bleu_tokenize"] == "none" and "tok" in m30k["data_dir"]
 
 
 @pytest.mark.parametrize("path", sorted(RECIPES_DIR.glob("*.yaml")), ids=lambda p: p.stem)
 def test_every_bundled_recipe_loads_by_its_name(path):
     """A recipe added to recipes/ is checked without a case written for it: it loads by the name --recipe takes."""
-    assert load_recipe(path.stem)["data_format"]
+    assert load_recipe(path.stem).data.data_format
 
 
 def test_the_space_recipe_trains_on_cased_text_and_translates_the_pages_examples():
     """The Space's model (recipes/multi30k-en-de-space.yaml) reads the raw, cased Multi30k text that the page's examples
     are written like, is scored with sacreBLEU's default tokenizer, prints the page's examples, and writes the folder
     the page serves by default."""
-    from vaswani_hf import space, space_logic
+    from vaswani_hf.space import logic as space_logic
+    from vaswani_hf.space import page as space
 
-    recipe = load_recipe(space.SPACE_RECIPE)
+    recipe = load_recipe(space.SPACE_RECIPE).flat()
     assert recipe["data_dir"].endswith("multi30k/raw") and not recipe["lowercase"] and recipe["bleu_tokenize"] == "13a"
     assert (recipe["train_data"], recipe["test_data"], recipe["torch_threads"]) == ("train", "test_2016_flickr", 1)
     assert sorted(recipe["translate_examples"]) == sorted(example.text for example in space_logic.EXAMPLES)
@@ -57,16 +58,16 @@ def test_the_space_recipe_trains_on_cased_text_and_translates_the_pages_examples
 
 def test_the_multi30k_recipe_finds_its_data_relative_to_the_repository(tmp_path):
     plan = plan_run(load_recipe("multi30k-en-de", {"output_dir": str(tmp_path / "run")}))
-    if not plan.data.sources["train"].path.parent.is_dir():
+    if not plan.sources["train"].path.parent.is_dir():
         pytest.skip("Multi30k not found")
-    assert plan.data.sources["train"].path.name == "train.lc.norm.tok"
+    assert plan.sources["train"].path.name == "train.lc.norm.tok"
 
 
 def test_bf16_recipe_builds_cpu_training_arguments_without_an_accelerator(monkeypatch, tmp_path):
     """transformers refuses bf16=True on a machine without an accelerator unless use_cpu is set; CPU bf16 autocast
     works (and is fast on CPUs with AMX / AVX512-BF16), so a bf16 recipe must still build its arguments there."""
 
-    from vaswani_hf.training.run import build_training_arguments
+    from vaswani_hf.training.trainer import build_training_arguments
 
     if hasattr(torch, "accelerator"):
         monkeypatch.setattr(torch.accelerator, "is_available", lambda: False)
@@ -189,5 +190,38 @@ def test_a_rule_between_model_keys_names_where_each_came_from_and_its_advice_wor
     path = write_recipe_yaml(tmp_path / "heads.yaml", {"d_model": 64, "d_ff": 64, "num_heads": 5})
     with pytest.raises(RecipeError, match=rf"d_model from {path}, num_heads from {path}\): .*pass d_k explicitly"):
         load_recipe(str(path))
-    config = load_recipe(str(path), {"d_k": 16, "d_v": "16"}).config
+    config = load_recipe(str(path), {"d_k": 16, "d_v": "16"}).model
     assert (config.num_heads, config.d_k, config.d_v) == (5, 16, 16)
+
+
+def test_a_recipe_is_its_sections_and_its_model_section_is_the_config_the_run_trains(tmp_path):
+    """Each flat key of a recipe file lands in one typed section under its own name (`KEYS`), the model section is
+    the VaswaniConfig built (and checked) when the recipe is read, and `flat()` gives back the flat mapping a recipe
+    file and a run's recipe.yaml hold: reading it again builds the same recipe."""
+    from vaswani_hf import VaswaniConfig
+    from vaswani_hf.training.recipe import KEYS, SECTIONS
+
+    recipe = load_recipe("default", {"warmup_steps": 16, "d_model": 64, "d_ff": 64, "num_heads": 4})
+    assert recipe.optimization.warmup_steps == 16 and isinstance(recipe.model, VaswaniConfig)
+    assert (recipe.model.d_model, recipe.model.d_k, recipe.model.vocab_size) == (64, 16, recipe.tokenizer.vocab_size)
+    assert (
+        set(KEYS.values()) == set(SECTIONS) and KEYS["warmup_steps"] == "optimization" and KEYS["d_model"] == "model"
+    )
+    flat = recipe.flat()
+    assert list(flat) == list(KEYS) and flat["d_k"] is None and flat["warmup_steps"] == 16
+    again = load_recipe(write_recipe_yaml(tmp_path / "again.yaml", flat))
+    assert again.flat() == flat and again.model.to_dict() == recipe.model.to_dict()
+
+
+@pytest.mark.parametrize(
+    "value, shown",
+    [(True, "got true (a boolean)"), (None, "got null"), ([1, 2], "got [1, 2] (a list)"), ("wide", "got 'wide'")],
+)
+def test_a_wrong_value_in_a_recipe_file_is_shown_as_its_yaml_writes_it(tmp_path, value, shown):
+    """The one-line refusal names the file and the key, and quotes the value as the recipe's author wrote it in YAML
+    (`true`, `null`, `[1, 2]`), not as Python prints it (`True`, `None`)."""
+    path = write_recipe_yaml(tmp_path / "r.yaml", {"d_model": value})
+    with pytest.raises(RecipeError) as error:
+        load_recipe(path)
+    assert str(error.value).startswith(f"{path}: d_model must be an integer in [1, 65,536], {shown}")
+    assert "True" not in str(error.value) and "None" not in str(error.value)

@@ -1,12 +1,11 @@
-"""vaswani_hf.training.recipe_files: recipe YAML read with bounded work, one value per key, a mapping at the top."""
+"""vaswani_hf.training.recipe: recipe YAML read with bounded work, one value per key, a mapping at the top."""
 
 from __future__ import annotations
 
 import pytest
 
 from vaswani_hf.io import UsageError
-from vaswani_hf.training.recipe import RecipeError, load_recipe
-from vaswani_hf.training.recipe_files import MAX_RECIPE_BYTES, read_yaml_mapping, read_yaml_text
+from vaswani_hf.training.recipe import MAX_RECIPE_BYTES, RecipeError, load_recipe, read_yaml_mapping, read_yaml_text
 
 
 def _recipe(tmp_path, text: str):

@@ -31,7 +31,7 @@ def test_the_card_states_real_test_scores_and_where_they_come_from(tmp_path):
         "bleu_tok_none": {"score": 31.5, "signature": "nrefs:1|tok:none"},
         "chrf": {"score": 55.0, "signature": "chrF2"},
     }
-    assert info["eval_dataset"] == plan.data.sources["test"].describe()
+    assert info["eval_dataset"] == plan.sources["test"].describe()
     assert (info["source_lang"], info["target_lang"], info["steps"], info["tokens_per_batch"]) == (
         "en",
         "de",

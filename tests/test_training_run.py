@@ -13,9 +13,9 @@ import pytest
 from conftest import REPO, TINY, losses_by_step, tiny_recipe, write_corpus, write_recipe_yaml
 
 from vaswani_hf.training.callbacks import read_history
+from vaswani_hf.training.objective import paper_learning_rate
 from vaswani_hf.training.plan import plan_run
 from vaswani_hf.training.run import run_training
-from vaswani_hf.training.schedule import paper_learning_rate
 
 TRAIN = REPO / "scripts" / "train.py"
 
@@ -54,7 +54,7 @@ def test_trainer_uses_exact_schedule_and_adam(tmp_path):
         assert lr == pytest.approx(paper_learning_rate(step, 32, 4), rel=1e-9)
         assert tuple(betas) == (0.9, 0.98) and eps == 1e-9 and wd == 0.0 and name == "Adam"
         assert fused is True  # CPU parameters: torch's fused kernel, not its per-parameter loop
-    history = read_history(Path(r["output_dir"]) / "history.jsonl")
+    history = read_history(Path(r.run.output_dir) / "history.jsonl")
     logged = {h["step"]: h["learning_rate"] for h in history if "learning_rate" in h}
     assert logged[1] == pytest.approx(paper_learning_rate(1, 32, 4), rel=1e-6)  # the log shows the lr used
     assert not any("grad_norm" in h for h in history)  # no clipping (the paper's): the norm is not computed

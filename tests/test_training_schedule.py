@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
-from vaswani_hf.training.schedule import get_paper_schedule, paper_learning_rate, with_fused_adam
+from vaswani_hf.training.objective import get_paper_schedule, paper_learning_rate, with_fused_adam
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -1,19 +1,19 @@
-"""Where each split of a run comes from (vaswani_hf.training.sources): one Source per split and data_format."""
+"""Where each split of a run comes from (vaswani_hf.training.data): one Source per split and data_format."""
 
 from __future__ import annotations
 
 import pytest
 from conftest import tiny_recipe
 
+from vaswani_hf.training.data import HubSource, SampleSource
 from vaswani_hf.training.plan import plan_run
 from vaswani_hf.training.recipe import RecipeError, load_recipe
-from vaswani_hf.training.sources import HubSource, SampleSource
 
 
 def test_sources_of_every_format(tmp_path):
-    sample = plan_run(load_recipe("default", {"output_dir": str(tmp_path / "a")})).data.sources
+    sample = plan_run(load_recipe("default", {"output_dir": str(tmp_path / "a")})).sources
     assert isinstance(sample["test"], SampleSource) and sample["test"].describe()["name"].endswith("test split")
-    hub = plan_run(load_recipe("wmt14-en-de-base", {"output_dir": str(tmp_path / "b")})).data.sources
+    hub = plan_run(load_recipe("wmt14-en-de-base", {"output_dir": str(tmp_path / "b")})).sources
     assert isinstance(hub["valid"], HubSource)
     assert hub["test"].describe() == {"name": "wmt14 test", "id": "wmt14", "config": "de-en", "split": "test"}
 
@@ -33,7 +33,7 @@ def test_a_split_without_a_usable_pair_is_refused_in_one_place(tmp_path):
     (corpus / "empty.en").write_text("\n \n")
     (corpus / "empty.de").write_text("x\n\n")
     plan = plan_run(tiny_recipe(tmp_path, valid_data="empty"))
-    source = plan.data.sources["valid"]
+    source = plan.sources["valid"]
     assert source.files() == {"valid_data (en)": corpus / "empty.en", "valid_data (de)": corpus / "empty.de"}
     for step in (source.scan, source.load):
         with pytest.raises(
@@ -42,7 +42,7 @@ def test_a_split_without_a_usable_pair_is_refused_in_one_place(tmp_path):
             r"\(2 pairs\); nothing to score$",
         ):
             step()
-    train = plan.data.sources["train"]
+    train = plan.sources["train"]
     assert train.scan()[0] == len(train.load()) and len(train.load(limit=3)) == 3
     assert train.describe() == {"name": f"{corpus.parent.name}/corpus/train"}
 
@@ -68,9 +68,11 @@ def test_file_formats_read_one_file(tmp_path, fmt, name, text):
             "output_dir": str(tmp_path / "run"),
         },
     )
-    source = plan_run(recipe).data.sources["train"]
+    source = plan_run(recipe).sources["train"]
     assert source.files() == {"train_data": tmp_path / name} and source.scan() == (1, 1)
     assert source.load()[0]["translation"] == {"en": "a b", "de": "c d"}
     (tmp_path / "folder.tsv").mkdir()
     with pytest.raises(RecipeError, match=f"train_data: .*folder.tsv is a folder; data_format {fmt} expects a file"):
-        plan_run(load_recipe("default", {**recipe, "train_data": "folder.tsv"}))  # the one way to build a recipe
+        plan_run(
+            load_recipe("default", {**recipe.flat(), "train_data": "folder.tsv"})
+        )  # the one way to build a recipe

@@ -241,7 +241,7 @@ def test_plain_seq2seq_trainer_trains_and_generates(tmp_path):
         Seq2SeqTrainingArguments,
     )
 
-    from vaswani_hf.evaluation import make_compute_metrics
+    from vaswani_hf.metrics.scores import make_compute_metrics
 
     tok, ds = _tokenized_corpus(tmp_path, n=64)
     split = ds.train_test_split(test_size=8, seed=0)
@@ -294,11 +294,11 @@ def test_the_torch_compile_key_compiles_the_step_through_the_trainer_and_it_equa
     from conftest import losses_by_step, tiny_recipe
     from torch._dynamo.utils import counters
 
-    from vaswani_hf.training import run as run_module
+    from vaswani_hf.training import trainer as trainer_module
     from vaswani_hf.training.plan import plan_run
     from vaswani_hf.training.run import run_training
 
-    build = run_module.build_training_arguments
+    build = trainer_module.build_training_arguments
 
     def aot_eager(plan):
         args = build(plan)
@@ -306,14 +306,14 @@ def test_the_torch_compile_key_compiles_the_step_through_the_trainer_and_it_equa
             args.torch_compile_backend = "aot_eager"
         return args
 
-    monkeypatch.setattr(run_module, "build_training_arguments", aot_eager)
+    monkeypatch.setattr(trainer_module, "build_training_arguments", aot_eager)
     losses = {}
     for compiled in (False, True):
         torch._dynamo.reset()
         counters.clear()
         recipe = tiny_recipe(tmp_path / str(compiled), max_steps=4, torch_compile=compiled, dropout=0.0)
         assert run_training(plan_run(recipe))["global_step"] == 4
-        losses[compiled] = losses_by_step(recipe.output_dir)
+        losses[compiled] = losses_by_step(recipe.run.output_dir)
         if compiled:
             assert counters["stats"]["unique_graphs"] >= 1  # the step ran compiled
             assert not counters["graph_break"], dict(counters["graph_break"])
@@ -337,7 +337,7 @@ def test_the_loss_chunk_tokens_key_trains_with_the_plain_losses(tmp_path):
     for chunk in (0, 5):
         recipe = tiny_recipe(tmp_path / str(chunk), max_steps=4, dropout=0.0, loss_chunk_tokens=chunk)
         assert run_training(plan_run(recipe))["global_step"] == 4
-        losses[chunk] = losses_by_step(recipe.output_dir)
+        losses[chunk] = losses_by_step(recipe.run.output_dir)
     assert list(losses[5]) == list(losses[0]) == [1, 2, 3, 4]
     for step, loss in losses[0].items():
         assert losses[5][step] == pytest.approx(loss, rel=1e-5), step

@@ -1,4 +1,4 @@
-"""Translation at corpus scale (vaswani_hf.translate_stream, `vaswani-translate --buffer_lines/--resume`): windows
+"""Translation at corpus scale (vaswani_hf.translation.stream, `vaswani-translate --buffer_lines/--resume`): windows
 give the bytes of one whole-file pass, a bad last line is named before anything is decoded, an interrupted run
 continues with --resume to the same bytes (and only with the same input and settings), several processes give the
 bytes of one, and `inference.translate_batch_fn` translates a `datasets.Dataset` column.
@@ -18,7 +18,7 @@ import pytest
 from cli_contract import LONG, TRANSLATE_OPTIONS, run_main, snapshot, write
 from test_cli_resume import one_byte_changed
 
-import vaswani_hf.inference
+import vaswani_hf.translation.inference
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -70,7 +70,7 @@ def test_bad_last_line_is_named_before_anything_is_decoded(assets, tmp_path, cap
     def decoded(*args, **kwargs):
         raise AssertionError("decoding started before the bad line was named")
 
-    monkeypatch.setattr(vaswani_hf.inference, "translate", decoded)
+    monkeypatch.setattr(vaswani_hf.translation.inference, "translate", decoded)
     before = snapshot(tmp_path)
     capfd.readouterr()
     assert translate(source, tmp_path / "out.txt", assets.learned, "--buffer_lines", "6")[0] == 2
@@ -81,7 +81,7 @@ def test_bad_last_line_is_named_before_anything_is_decoded(assets, tmp_path, cap
 
 def _interrupt_at_call(monkeypatch, call: int) -> None:
     """`inference.translate` raises KeyboardInterrupt (as SIGTERM and Ctrl-C do) at its `call`-th window."""
-    real, calls = vaswani_hf.inference.translate, []
+    real, calls = vaswani_hf.translation.inference.translate, []
 
     def translate_or_stop(*args, **kwargs):
         calls.append(1)
@@ -89,7 +89,7 @@ def _interrupt_at_call(monkeypatch, call: int) -> None:
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(vaswani_hf.inference, "translate", translate_or_stop)
+    monkeypatch.setattr(vaswani_hf.translation.inference, "translate", translate_or_stop)
 
 
 def test_interrupted_run_resumes_to_the_same_bytes(assets, reference, tmp_path, monkeypatch, capfd):
@@ -184,7 +184,7 @@ def test_a_part_without_its_record_is_translated_again(assets, reference, tmp_pa
 def test_the_join_refuses_a_part_changed_after_its_check(assets, reference, tmp_path, monkeypatch, capfd):
     """Nothing unverified reaches --output: a part edited after the resume's check (its line count kept) is found by
     the join, which writes nothing, removes that part and fails in one line; --resume then completes."""
-    import vaswani_hf.translate_staging as staging
+    import vaswani_hf.translation.staging as staging
 
     source, expected = reference
     out, partial = tmp_path / "out.txt", tmp_path / "out.txt.partial"
@@ -331,7 +331,7 @@ def test_two_processes_give_the_bytes_of_one_and_resume_across_processes(assets,
 def test_translate_batch_fn_translates_a_dataset_column(assets, reference):
     import datasets
 
-    from vaswani_hf.inference import load_for_inference, translate, translate_batch_fn
+    from vaswani_hf.translation.inference import load_for_inference, translate, translate_batch_fn
 
     source, _ = reference
     lines = source.read_text().splitlines()[:12]
@@ -349,7 +349,7 @@ def test_front_end_ids_are_the_tokenizers_even_after_a_padded_call(assets):
     padding set on the backend."""
     from transformers import AutoTokenizer
 
-    from vaswani_hf.inference import front_end
+    from vaswani_hf.translation.inference import front_end
 
     tokenizer = AutoTokenizer.from_pretrained(assets.model)
     texts = ["a man", "a red ball near the water with a dog"]
@@ -382,13 +382,13 @@ def test_the_check_pass_token_bound_is_never_below_the_token_count(normalization
     tokenizer = train_bpe_tokenizer(
         corpus(300, seed=2) + texts, vocab_size=300, lowercase=lowercase, normalization=normalization
     )
-    bound = vaswani_hf.inference.token_bound(tokenizer)
+    bound = vaswani_hf.translation.inference.token_bound(tokenizer)
     assert bound is not None
     for text in texts:
         assert len(tokenizer(text)["input_ids"]) <= bound(text), text
 
 
 def test_the_batch_function_names_a_missing_column(assets):
-    fn = vaswani_hf.inference.translate_batch_fn(assets.model, column="en", output_column="de")
+    fn = vaswani_hf.translation.inference.translate_batch_fn(assets.model, column="en", output_column="de")
     with pytest.raises(KeyError, match=r"no column 'en' in the batch \(its columns: \['fr'\]\)"):
         fn({"fr": ["x"]})

@@ -1,11 +1,11 @@
-"""The translation front end both engines share (vaswani_hf.translation_frontend): what an engine is given, what comes
+"""The translation front end both engines share (vaswani_hf.translation.frontend): what an engine is given, what comes
 back, and which decoding options count as set. The engines' own tests check that they run through it:
 tests/test_inference.py (our generate()) and tests/test_export_ctranslate2.py (CTranslate2)."""
 
 import pytest
 
 from vaswani_hf.io import InputLineError
-from vaswani_hf.translation_frontend import (
+from vaswani_hf.translation.frontend import (
     UNSET,
     PositionTable,
     given_options,

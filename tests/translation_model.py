@@ -121,7 +121,7 @@ def model(tokenizer, copy_task_weights):
 
 @pytest.fixture(scope="module")
 def saved_folder(model, tokenizer, tmp_path_factory):
-    from vaswani_hf.inference import save_pretrained_with_pipeline
+    from vaswani_hf.translation.inference import save_pretrained_with_pipeline
 
     folder = tmp_path_factory.mktemp("vaswani_model")
     save_pretrained_with_pipeline(model, tokenizer, folder)

@@ -1,9 +1,12 @@
 """Configure the original Transformer ("Attention Is All You Need", Vaswani et al., 2017) and check its settings.
 
 This file is copied next to the weights when a model is saved, and runs under `trust_remote_code=True` on machines
-without `vaswani_hf`. It therefore imports only `transformers` and two sibling files: validation_vaswani.py, which
-checks a value, and pipeline_vaswani.py, whose pipeline every config names (`custom_pipelines`). Because transformers
-copies a saved class's relative imports, these imports make every `save_pretrained`, by any client, copy them too.
+without `vaswani_hf`. It therefore imports only `transformers` and validation_vaswani.py, which checks a value.
+pipeline_vaswani.py, whose pipeline every config names (`custom_pipelines`), is imported only where a pipeline loads
+the config (`VaswaniConfig.from_pretrained`), so that building or loading a config changes nothing in transformers, as
+with any of transformers' own configs. Because transformers copies the files a saved class's code imports relatively
+(it reads the import lines, wherever they stand), both imports make every `save_pretrained`, by any client, copy the
+two files too.
 
 Every setting is a dataclass field whose metadata declares its meaning and the values it may take, in the form of
 transformers' own `TrainingArguments` (`field(default=..., metadata={"help": ..., "min": ..., "choices": ...})`).
@@ -18,12 +21,12 @@ Where the paper is silent we follow tensor2tensor's first release (`transformer_
 
 import copy
 import difflib
+import re
 from dataclasses import field
 
 from transformers.configuration_utils import PreTrainedConfig
 from transformers.utils import logging
 
-from .pipeline_vaswani import pipeline_settings
 from .validation_vaswani import SettingError, check_setting, declared_fields, shown
 
 logger = logging.get_logger(__name__)
@@ -33,12 +36,77 @@ SINUSOID_LAYOUTS = ("interleaved", "concatenated")
 PROBABILITY = {"min": 0.0, "max": 1.0, "max_exclusive": True}  # A probability in [0, 1): 1 would leave nothing.
 MAX_WIDTH = 65536  # The widest d_model, d_k or d_v: far above any real model, below an allocation failure.
 MAX_POSITIONS = 65536  # The most rows of a position table, and the longest output a decoding setting may ask for.
+TASK = "translation"  # config.json names this one task, so that `pipeline(model=folder)` infers it.
+PIPELINE_IMPL = (
+    "pipeline_vaswani.VaswaniTranslationPipeline"  # The "module.Class" form Pipeline.save_pretrained writes.
+)
+PAIR_TASK = re.compile(r"^translation_(.+)_to_(.+)$")
+
+
+def pair_task(langs) -> str | None:
+    """Return the task name "translation_{src}_to_{tgt}" for a config's `langs` ([src, tgt]), or None where the
+    config knows no pair."""
+    if not langs or len(langs) != 2 or not all(isinstance(lang, str) and lang for lang in langs):
+        return None
+    return f"translation_{langs[0]}_to_{langs[1]}"
+
+
+def custom_pipelines() -> dict:
+    """Return the `custom_pipelines` entry of config.json, in the form `Pipeline.save_pretrained` writes it, with the
+    one task `TASK`. `pipeline(task, model=folder, trust_remote_code=True)` looks a task up there by its exact name,
+    and `pipeline(model=folder, trust_remote_code=True)` takes the only one there is; the other names come from the
+    registry (`pipeline_vaswani.register_pipeline_tasks`, which `from_pretrained` runs for a pipeline)."""
+    return {TASK: {"impl": PIPELINE_IMPL, "pt": ["AutoModelForSeq2SeqLM"], "type": "text"}}
+
+
+def pipeline_settings(pipelines: dict | None, langs) -> tuple[dict, list | None]:
+    """Return a config's `custom_pipelines` and `langs`, brought to today's form. Where `pipelines` is None, the config
+    gets `custom_pipelines()`. A config.json written before `langs` existed named this pipeline under several task
+    names, one of them the pair ("translation_xx_to_yy"): it gets this pipeline under `TASK` only, keeps the other
+    pipelines it names, and has the pair moved to `langs`."""
+    if pipelines is None:
+        return custom_pipelines(), langs
+    ours = [
+        task
+        for task, info in pipelines.items()
+        if isinstance(info, dict) and str(info.get("impl", "")).endswith(".VaswaniTranslationPipeline")
+    ]
+    if not ours:
+        return pipelines, langs
+    for task in ours:
+        match = PAIR_TASK.match(task)
+        if match and not langs:
+            langs = [match.group(1), match.group(2)]
+    kept = {task: info for task, info in pipelines.items() if task not in ours}
+    return {**custom_pipelines(), **kept}, langs
+
+
+def completed_auto_map(auto_map: dict, is_encoder_decoder: bool) -> dict:
+    """Return a copy of config.json's `auto_map` that names `VaswaniForCausalLM` under `AutoModelForCausalLM`
+    beside the translation model it names under `AutoModelForSeq2SeqLM`, from the same modeling file (with the same
+    `repo--` prefix, which transformers adds to a model loaded from the Hub). For a config of the decoder alone
+    (`is_encoder_decoder=False`) it drops the encoder-decoder classes (`AutoModel`, `AutoModelForSeq2SeqLM`), whose
+    encoder such a folder does not hold.
+
+    transformers writes into config.json only the Auto class of the model that was saved, so a translation model's
+    folder would name its seq2seq class alone. The decoder stack of that folder is also a language model (Marian's
+    folders load as `MarianForCausalLM`), and with this entry `AutoModelForCausalLM.from_pretrained(folder,
+    trust_remote_code=True)` loads it on a machine without this package. An entry already there is kept."""
+    completed = dict(auto_map)
+    seq2seq = auto_map.get("AutoModelForSeq2SeqLM")
+    if isinstance(seq2seq, str) and seq2seq.endswith(".VaswaniForConditionalGeneration"):
+        completed.setdefault("AutoModelForCausalLM", seq2seq.rsplit(".", 1)[0] + ".VaswaniForCausalLM")
+    if not is_encoder_decoder:
+        for name in ("AutoModel", "AutoModelForSeq2SeqLM"):
+            completed.pop(name, None)
+    return completed
 
 
 class VaswaniConfig(PreTrainedConfig):
     r"""
-    Hold the settings of [`VaswaniModel`] and [`VaswaniForConditionalGeneration`]. The defaults are the paper's base
-    model (Table 3, first row) with the ~37k shared BPE vocabulary of its EN-DE experiments (Section 5.1).
+    Hold the settings of [`VaswaniModel`], [`VaswaniForConditionalGeneration`] and the decoder alone,
+    [`VaswaniForCausalLM`]. The defaults are the paper's base model (Table 3, first row) with the ~37k shared BPE
+    vocabulary of its EN-DE experiments (Section 5.1).
 
     Every setting is a field below whose metadata gives its meaning and the values it may take. Metadata
     `architecture` marks a setting on which the weights' meaning depends, so a checkpoint resumes only with the same
@@ -51,7 +119,7 @@ class VaswaniConfig(PreTrainedConfig):
     version or of another tool must load; a key that looks like a misspelt setting is logged as a warning.
 
     `custom_pipelines` lists the pipelines that `transformers.pipeline(task, model=folder, trust_remote_code=True)`
-    finds in config.json (`pipeline_vaswani.custom_pipelines`). `langs` is the language pair `[source, target]`, as
+    finds in config.json (`custom_pipelines()` below). `langs` is the language pair `[source, target]`, as
     FSMT's config names it, and is checked against the pipeline's `src_lang` and `tgt_lang`.
     """
 
@@ -261,11 +329,45 @@ class VaswaniConfig(PreTrainedConfig):
         metadata={"help": "the decoder's first input: <pad>, a zero vector", "token_id": True, "architecture": True},
     )
     is_encoder_decoder: bool = field(
-        default=True, metadata={"help": "an encoder and a decoder (always)", "choices": (True,)}
+        default=True,
+        metadata={
+            "help": "an encoder and a decoder (the paper's model); false: the decoder stack alone "
+            "(VaswaniForCausalLM sets it)"
+        },
+    )
+    # The two settings transformers' decoders read (Marian's config declares `is_decoder`, BERT's reads both), set by
+    # VaswaniForCausalLM and by EncoderDecoderModel on the config of the decoder it composes. Neither is marked
+    # `architecture`: a translation model has encoder-decoder attention whatever they say, so its checkpoints stay
+    # comparable with those saved before these settings existed (checkpoint averaging compares architecture fields).
+    is_decoder: bool = field(
+        default=False,
+        metadata={"help": "the decoder stack alone, as a language model (VaswaniForCausalLM sets it)"},
+    )
+    add_cross_attention: bool = field(
+        default=False,
+        metadata={
+            "help": "give the decoder alone its encoder-decoder attention (Section 3.2.3), to attend to another "
+            "model's encoder (EncoderDecoderModel sets it); a seq2seq model always has it"
+        },
     )
     use_cache: bool = field(
         default=True, metadata={"help": "reuse the keys and values of earlier steps when decoding"}
     )
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """Load a config as transformers does; where a pipeline loads it (`transformers.pipeline` passes
+        `_from_pipeline`), first register the pipeline's task names (`pipeline_vaswani.register_pipeline_tasks`).
+
+        transformers 5 refuses the names "text2text-generation" and "translation_xx_to_yy" before it builds any
+        pipeline, so they must be known before `pipeline()` resolves the task, and loading the config is the one step
+        of `pipeline(task, model=folder, trust_remote_code=True)` that comes before. Loading a config for anything
+        else leaves transformers as it is."""
+        if "_from_pipeline" in kwargs:
+            from .pipeline_vaswani import register_pipeline_tasks
+
+            register_pipeline_tasks()
+        return super().from_pretrained(*args, **kwargs)
 
     def __post_init__(self, **kwargs):
         settings = [f.name for f in declared_fields(type(self))]
@@ -321,6 +423,14 @@ class VaswaniConfig(PreTrainedConfig):
             decoder_view.num_encoder_layers = self.num_decoder_layers
             return decoder_view
         return super().get_text_config(decoder=decoder, encoder=encoder)
+
+    def to_dict(self) -> dict:
+        """Return transformers' dictionary of this config (what config.json holds), its `auto_map` completed by
+        `completed_auto_map`."""
+        output = super().to_dict()
+        if output.get("auto_map"):
+            output["auto_map"] = completed_auto_map(output["auto_map"], self.is_encoder_decoder)
+        return output
 
     @classmethod
     def base(cls, **overrides) -> "VaswaniConfig":

@@ -16,7 +16,9 @@ ValueError or TypeError, or one that a library raises, is a bug and keeps its tr
 
 from __future__ import annotations
 
+import codecs
 import os
+import re
 
 STDIO = "-"  # the file name that means standard input or output on every command line
 
@@ -98,3 +100,45 @@ def one_line(error: BaseException | str, limit: int = 400) -> str:
     characters, so that a message quoting user input (a recipe value, a line of text) never floods the terminal."""
     text = " ".join(str(error).split()) or type(error).__name__
     return text if len(text) <= limit else text[: limit - 5] + " ..."
+
+
+# A byte of a file name that is not UTF-8 reaches Python as a lone surrogate, U+DC80 to U+DCFF (PEP 383: os.fsdecode,
+# sys.argv and os.listdir decode such names with the "surrogateescape" error handler).
+_ESCAPED_BYTES = re.compile("[\udc80-\udcff]+")
+
+
+def as_typed(text: str) -> str:
+    """Return `text` with each run of file-name bytes that are not UTF-8 written in the shell's quoting `$'\\xHH'`.
+
+    A file name given as bytes that are not UTF-8 (`corpus` + byte 0xFF + `.txt`) is held by Python as
+    "corpus\\udcff.txt" (PEP 383). Printed as it is, it would show as `corpus\\udcff.txt` (Python's escape on standard
+    error) or as a replacement character on a terminal; `corpus$'\\xff'.txt` is what the user types in bash, zsh or
+    ksh to name that file, so the name can be copied back into a command line. GNU coreutils' diagnostics quote such
+    names in the same way (their "shell-escape" quoting).
+    """
+    return _ESCAPED_BYTES.sub(lambda m: "$'" + "".join(f"\\x{ord(c) - 0xDC00:02x}" for c in m.group()) + "'", text)
+
+
+def as_typed_errors(fallback: str) -> str:
+    """Return the name of a codec error handler that writes file-name bytes that are not UTF-8 as `as_typed` does.
+
+    Any other character the stream's encoding cannot write is left to the handler `fallback` (the stream's own:
+    "strict" for standard output, "backslashreplace" for standard error). A stream reconfigured with this handler
+    (`TextIOWrapper.reconfigure(errors=...)`) shows every such file name as typed, whoever prints it: our messages,
+    the progress lines, a library's log.
+    """
+    name = f"vaswani_as_typed+{fallback}"
+    try:
+        codecs.lookup_error(name)
+    except LookupError:
+        otherwise = codecs.lookup_error(fallback)
+
+        def handler(error: UnicodeError):
+            if isinstance(error, UnicodeEncodeError):
+                run = _ESCAPED_BYTES.match(error.object, error.start, error.end)
+                if run:
+                    return as_typed(run.group()), run.end()
+            return otherwise(error)
+
+        codecs.register_error(name, handler)
+    return name

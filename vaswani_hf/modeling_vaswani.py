@@ -16,6 +16,7 @@ transformers and its sibling files. Where the paper is silent we follow tensor2t
 2017) and say so.
 """
 
+import copy
 import math
 from collections.abc import Callable
 
@@ -23,11 +24,13 @@ import torch
 from torch import nn
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.generation import GenerationMixin
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
     BaseModelOutputWithPastAndCrossAttentions,
+    CausalLMOutputWithCrossAttentions,
     Seq2SeqLMOutput,
     Seq2SeqModelOutput,
 )
@@ -311,6 +314,13 @@ class VaswaniFeedForward(nn.Module):
 Attend = Callable[[VaswaniAttention, torch.Tensor], torch.Tensor]
 
 
+def has_cross_attention(config: VaswaniConfig) -> bool:
+    """Return whether the decoder's layers have encoder-decoder attention (Section 3.2.3). The seq2seq model always
+    has it. The decoder alone (`VaswaniForCausalLM`) has it with `add_cross_attention`, which EncoderDecoderModel sets
+    and which a translation model's folder implies, so that every weight of its decoder loads."""
+    return bool(config.is_encoder_decoder or config.add_cross_attention)
+
+
 class VaswaniLayer(GradientCheckpointingLayer):
     """Run self-attention, then (in the decoder) encoder-decoder attention, then the feed-forward network, each
     wrapped post-norm as LayerNorm(x + Dropout(Sublayer(x))) (Section 3.1, "Add & Norm" in Figure 1; residual
@@ -325,7 +335,7 @@ class VaswaniLayer(GradientCheckpointingLayer):
         super().__init__()
         self.self_attn = VaswaniAttention(config, is_causal=decoder, layer_idx=layer_idx)
         self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        if decoder:
+        if decoder and has_cross_attention(config):
             self.encoder_attn = VaswaniAttention(config, is_cross_attention=True, layer_idx=layer_idx)
             self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.feed_forward = VaswaniFeedForward(config)
@@ -353,7 +363,8 @@ class VaswaniEncoderLayer(VaswaniLayer):
 
 class VaswaniDecoderLayer(VaswaniLayer):
     """Run a decoder layer (Sections 3.1, 3.2.3): masked self-attention, encoder-decoder attention, then the
-    feed-forward network."""
+    feed-forward network. Without an encoder output (the decoder alone, as a language model) the encoder-decoder
+    attention is skipped, as Marian's decoder layer skips it."""
 
     def __init__(self, config: VaswaniConfig, layer_idx: int | None = None):
         super().__init__(config, layer_idx, decoder=True)
@@ -369,12 +380,20 @@ class VaswaniDecoderLayer(VaswaniLayer):
         **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
         """Return the layer's (B, T, D) output for `hidden_states`, (B, T, D). `attention_mask` combines the causal
-        mask with the target's padding; `encoder_attention_mask` masks the source's padding."""
+        mask with the target's padding; `encoder_attention_mask` masks the source's padding. Given
+        `encoder_hidden_states` without encoder-decoder attention, it raises a ValueError that names the setting."""
         cache = pop_cache(cache, kwargs)
+        if encoder_hidden_states is not None and not hasattr(self, "encoder_attn"):
+            raise ValueError(
+                "This decoder has no encoder-decoder attention to take encoder_hidden_states: build it with "
+                "add_cross_attention=True (EncoderDecoderModel.from_encoder_decoder_pretrained sets it)"
+            )
         return self.sublayers(
             hidden_states,
             lambda attn, x: attn(x, attention_mask=attention_mask, cache=cache, **kwargs)[0],
-            lambda attn, x: attn(
+            None
+            if encoder_hidden_states is None
+            else lambda attn, x: attn(
                 x, key_value_states=encoder_hidden_states, attention_mask=encoder_attention_mask, cache=cache, **kwargs
             )[0],
         )
@@ -540,10 +559,15 @@ class VaswaniDecoder(VaswaniStack):
         Pass `input_ids`, (B, T), or unscaled `inputs_embeds`, (B, T, D). `attention_mask` is the target's (B,
         T_past + T) padding mask, cached positions included. `encoder_hidden_states` is the (B, S, D) encoder output
         and `encoder_attention_mask` its (B, S) padding mask. With `use_cache` and no cache given, an empty one is
-        started."""
+        started: an encoder-decoder cache, or for the decoder alone without an encoder output, the self-attention
+        cache alone (as Marian's decoder starts them)."""
         cache = pop_cache(cache, kwargs)
         if use_cache and cache is None:
-            cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+            cache = (
+                EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+                if encoder_hidden_states is not None or self.config.is_encoder_decoder
+                else DynamicCache(config=self.config)
+            )
         past_length = cache.get_seq_length() if cache is not None else 0
         hidden_states, positions = self.embed(input_ids, inputs_embeds, past_length)  # (B, T, D), (T,)
         batch, length = hidden_states.shape[:2]
@@ -582,11 +606,27 @@ class VaswaniDecoder(VaswaniStack):
         return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, **{CACHE_NAME: cache})
 
 
+def keep_pad_row_zero(embeddings: list[nn.Embedding], pad: int | None) -> None:
+    """Register a gradient hook, once per embedding weight, that keeps the <pad> row at zero. That row is the
+    decoder's start vector and stays zero, as t2t's start vector is. `padding_idx` alone does not keep it there: with
+    tied weights the output projection would train the row through the shared matrix."""
+    for embedding in {id(m): m for m in embeddings}.values():
+        weight = embedding.weight
+        if pad is not None and weight.requires_grad and not getattr(weight, "_vaswani_pad_hook", False):
+            weight.register_hook(lambda grad: grad.index_fill(0, grad.new_tensor([pad], dtype=torch.long), 0.0))
+            weight._vaswani_pad_hook = True
+
+
 class VaswaniModel(VaswaniPreTrainedModel):
     """Run the encoder and the decoder, without the output projection. With `tie_word_embeddings` (the paper, Section
     3.4), one matrix, `shared`, serves as both source and target embedding."""
 
     def __init__(self, config: VaswaniConfig):
+        if not config.is_encoder_decoder:
+            raise ValueError(
+                f"{type(self).__name__}: this config has is_encoder_decoder=False, the decoder alone's; load it with "
+                "VaswaniForCausalLM (AutoModelForCausalLM), or set is_encoder_decoder=True for a translation model"
+            )
         super().__init__(config)
         if config.tie_word_embeddings:
             self.shared = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
@@ -606,17 +646,6 @@ class VaswaniModel(VaswaniPreTrainedModel):
             self.shared = value
             self.decoder.embed_tokens = value
         self.encoder.embed_tokens = value
-
-    def _keep_pad_row_zero(self):
-        """Register a gradient hook, once per embedding weight, that keeps the <pad> row at zero. That row is the
-        decoder's start vector and stays zero, as t2t's start vector is. `padding_idx` alone does not keep it there:
-        with tied weights the output projection would train the row through the shared matrix."""
-        pad = self.config.pad_token_id
-        for embedding in {id(m): m for m in (self.encoder.embed_tokens, self.decoder.embed_tokens)}.values():
-            weight = embedding.weight
-            if pad is not None and weight.requires_grad and not getattr(weight, "_vaswani_pad_hook", False):
-                weight.register_hook(lambda grad: grad.index_fill(0, grad.new_tensor([pad], dtype=torch.long), 0.0))
-                weight._vaswani_pad_hook = True
 
     @can_return_tuple
     @renamed_cache_argument
@@ -641,7 +670,7 @@ class VaswaniModel(VaswaniPreTrainedModel):
                 "decoder_input_ids or decoder_inputs_embeds; model.generate(...) translates"
             )
         if self.training:
-            self._keep_pad_row_zero()
+            keep_pad_row_zero([self.encoder.embed_tokens, self.decoder.embed_tokens], self.config.pad_token_id)
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
                 input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
@@ -786,10 +815,140 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationM
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
 
+# ---------------------------------------------------------------------------------------------------------------------
+# The decoder stack alone (Section 3.1), as a language model and as the decoder of transformers' EncoderDecoderModel
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class VaswaniDecoderWrapper(VaswaniPreTrainedModel):
+    """Hold the decoder under the names it has in `VaswaniModel`, so that the weights of a translation model's folder
+    (`model.decoder.*`, and with tied weights the one matrix `model.shared`) load into `VaswaniForCausalLM` as they
+    are, as Marian's `MarianDecoderWrapper` keeps `model.decoder.*`."""
+
+    def __init__(self, config: VaswaniConfig):
+        super().__init__(config)
+        if config.tie_word_embeddings:
+            self.shared = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+            self._tied_weights_keys = {"decoder.embed_tokens.weight": "shared.weight"}
+        self.decoder = VaswaniDecoder(config)
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.decoder.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        if self.config.tie_word_embeddings:
+            self.shared = value
+        self.decoder.embed_tokens = value
+
+    def forward(self, *args, **kwargs):
+        return self.decoder(*args, **kwargs)
+
+
+def slice_to_keep(hidden_states: torch.Tensor, logits_to_keep: int | torch.Tensor) -> torch.Tensor:
+    """Return the (B, T', D) positions of `hidden_states` whose logits are wanted: the last `logits_to_keep` (0: all
+    of them), or the positions a tensor lists. generate() asks for the last one alone, so that the (V, D) projection
+    runs on one position per step. (transformers' `slice_logits_to_keep` is this, but is not in every 5.x.)"""
+    if isinstance(logits_to_keep, int):
+        return hidden_states[:, -logits_to_keep:, :] if logits_to_keep else hidden_states
+    return hidden_states[:, logits_to_keep, :]
+
+
+class VaswaniForCausalLM(VaswaniPreTrainedModel, GenerationMixin):
+    """Run the paper's decoder stack alone (Section 3.1): N post-norm layers over Dropout(Embedding(y) * sqrt(d_model) +
+    PE), masked so that position i sees only positions up to i, and the pre-softmax projection that shares the
+    embedding matrix (Section 3.4). There is no final LayerNorm, since each post-norm layer ends with one.
+
+    It is what `AutoModelForCausalLM.from_pretrained(folder)` loads from a translation model's folder, the decoder and
+    its shared embedding, as Marian's folders load as `MarianForCausalLM`; the encoder's weights are not read. Without
+    an encoder output the encoder-decoder attention (Section 3.2.3) is skipped; given `encoder_hidden_states`, as
+    transformers' `EncoderDecoderModel` passes them, the decoder attends to them. A config of its own builds that
+    attention only with `add_cross_attention=True`, the setting EncoderDecoderModel gives its decoder.
+
+    `forward(labels=...)` returns transformers' causal-LM loss (`self.loss_function`): `labels` are the input ids,
+    and position t is scored on token t + 1, as GPT-2 and Llama score them (Marian's causal LM expects them shifted
+    already); Trainer's `num_items_in_batch` and a pre-shifted `shift_labels` are honoured."""
+
+    _keys_to_ignore_on_load_unexpected = [r"^model\.encoder\."]  # A translation model's encoder is not used here.
+    _tied_weights_keys = {
+        "lm_head.weight": "model.shared.weight",
+        "model.decoder.embed_tokens.weight": "model.shared.weight",
+    }
+
+    def __init__(self, config: VaswaniConfig):
+        if config.is_encoder_decoder or not config.is_decoder:
+            # A copy, so that the caller's config (a translation model's, perhaps in use) is left as it was.
+            config = copy.deepcopy(config)
+            config.add_cross_attention = has_cross_attention(config)
+            config.is_decoder, config.is_encoder_decoder = True, False
+        super().__init__(config)
+        self.model = VaswaniDecoderWrapper(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        if not config.tie_word_embeddings:
+            self._tied_weights_keys = {}
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.model.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.model.set_input_embeddings(value)
+
+    @can_return_tuple
+    @renamed_cache_argument
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> CausalLMOutputWithCrossAttentions:
+        """Return the (B, T, V) logits of the next token at each position and, given `labels`, the causal-LM loss.
+
+        Pass `input_ids`, (B, T), or unscaled `inputs_embeds`, (B, T, D); `attention_mask` is (B, T_past + T).
+        `encoder_hidden_states`, (B, S, D), and its (B, S) `encoder_attention_mask` come from an encoder, as in
+        EncoderDecoderModel. `labels` is (B, T), -100 where a position is ignored. `logits_to_keep` projects only the
+        last positions (see `slice_to_keep`)."""
+        cache = pop_cache(cache, kwargs)
+        if labels is not None:
+            use_cache = False
+        if self.training:
+            keep_pad_row_zero([self.model.decoder.embed_tokens], self.config.pad_token_id)
+        outputs: BaseModelOutputWithPastAndCrossAttentions = self.model.decoder(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            encoder_hidden_states=encoder_hidden_states,
+            encoder_attention_mask=encoder_attention_mask,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        logits = self.lm_head(slice_to_keep(outputs.last_hidden_state, logits_to_keep))  # (B, T', V)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
+        return CausalLMOutputWithCrossAttentions(
+            loss=loss,
+            logits=logits,
+            **{CACHE_NAME: getattr(outputs, CACHE_NAME)},
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+            cross_attentions=outputs.cross_attentions,
+        )
+
+
 __all__ = [
     "VaswaniPreTrainedModel",
     "VaswaniModel",
     "VaswaniForConditionalGeneration",
+    "VaswaniForCausalLM",
     "sinusoid_table",
     "per_target_token",
     "shift_tokens_right",

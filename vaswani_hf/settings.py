@@ -5,16 +5,26 @@ Every rule about a value is written one way: as a dataclass field whose metadata
 it may take, in the form of transformers' `TrainingArguments` (`field(default=..., metadata={"help": ..., "min": 1,
 "max": 8})`; validation_vaswani.py lists the metadata keys). The model's settings are `VaswaniConfig`'s fields and
 the decoding settings are those of `DecodingSettings` (generation_config_vaswani.py). A recipe's keys are the fields
-of its sections (`vaswani_hf.training.recipe_keys`), a tool's own flags the fields of its options (`vaswani_hf.cli`),
+of its sections (`vaswani_hf.training.recipe`), a tool's own flags the fields of its options (`vaswani_hf.cli`),
 and the fields of a file the package reads, or the launchers' environment variables, are declared the same way.
 `settings_of(cls)` reads such fields as `Setting`s, which describe, check and read values, narrow a setting to what a
-tool or the Space offers of it, and give command-line flags (`vaswani_hf.constraints.flag`). The check itself is the
+tool or the Space offers of it, and give command-line flags (`flag`, below). The check itself is the
 Hub files' `check_setting` (validation_vaswani.py), so that a value is judged by one implementation with or without
 this package.
+
+The second half of this module builds command-line flags from these settings, so that a flag takes the values, the
+default and the meaning of the setting it sets: `flag(setting)` gives its `add_argument` keywords, its checked argparse
+type or its choices, its default, and its meaning and range as help. So a flag cannot disagree with the setting it
+sets, and a bad value is one line naming its flag before any work: no value reaches torch or transformers unchecked.
+`device` checks a torch device in the same way, against what this machine has.
+
+Upper bounds exist where a huge value would exhaust memory or overflow a library's integer rather than fail with a
+message (a seed beyond 2^32, a beam of a million hypotheses); they are far above any real use.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import functools
 import operator
@@ -24,7 +34,7 @@ from types import MappingProxyType
 from typing import Any
 
 from . import validation_vaswani as hub_check
-from .configuration_vaswani import VaswaniConfig
+from .configuration_vaswani import MAX_POSITIONS, VaswaniConfig
 from .generation_config_vaswani import DecodingSettings
 from .validation_vaswani import SettingError, declared_fields, shown
 
@@ -224,4 +234,110 @@ def settings_of(cls) -> dict[str, Setting]:
 MODEL_SETTINGS = settings_of(VaswaniConfig)
 GENERATION_SETTINGS = settings_of(DecodingSettings)
 
-__all__ = ["Setting", "SettingError", "settings_of", "shown", "MODEL_SETTINGS", "GENERATION_SETTINGS"]
+
+# Command-line flags built from the declared settings.
+
+MAX_SEED = 2**32 - 1  # numpy's and Python's seeding accept 0 .. 2^32 - 1
+MAX_SENTENCES = 10**7  # the upper bound of batch sizes and of counts of sentences
+MAX_TOKENS = 10**9  # the upper bound of token budgets
+
+
+def flag_type(setting: Setting, none: str | None = None):
+    """Return the argparse type of a flag that sets `setting`, which reads and checks the flag's text.
+
+    When `none` is given (for example "none"), a user who types that word as the flag's value gets None. A bad value
+    raises argparse.ArgumentTypeError, so argparse's error names the flag, as in "argument --num_beams: must be in
+    [1, 8], got 0".
+    """
+    words = (none,) if none else ()
+
+    def convert(text: str):
+        try:
+            return setting.parse(text, "", none=words)
+        except SettingError as error:
+            raise argparse.ArgumentTypeError(error.phrase) from None
+
+    convert.__name__ = setting.type.__name__
+    convert.setting = setting
+    return convert
+
+
+_UNSET = object()
+
+
+def flag(setting: Setting, *, none: str | None = None, default=_UNSET, **keywords) -> dict:
+    """Return the `add_argument` keywords of the flag that sets the declared `setting`: its choices, or its checked
+    argparse type (`flag_type`), its meaning and range as help, and its declared default. `default` gives another
+    default where the tool has one of its own, e.g. None for "the model's generation_config"; `--help` shows it.
+    `none` names a word that the user may type to mean None, such as "none" for `--max_length_b none`: it is added to
+    the choices, or the type turns it into None. `keywords` are passed to argparse as they are (metavar, or
+    type=str.upper to apply before the choices are checked)."""
+    limits = setting.limits() if setting.type in (int, float) else ""
+    derived = {
+        "help": setting.help + (f" [{limits}]" if limits else ""),
+        "default": setting.default if default is _UNSET else default,
+    }
+    if setting.choices:
+        derived["choices"] = (*setting.choices, none) if none else setting.choices
+    else:
+        derived["type"] = flag_type(setting, none)
+    return {**derived, **keywords}
+
+
+@dataclasses.dataclass
+class _Counts:
+    count: int = dataclasses.field(default=1, metadata={"help": "a whole number >= 1", "min": 1})
+
+
+# positive_int is the argparse type of a whole number >= 1, for scripts outside the tools (benchmarks) that declare
+# nothing else.
+positive_int = flag_type(settings_of(_Counts)["count"])
+
+
+def device(text: str):
+    """Check a `--device` value as an argparse type, before anything is loaded, and return it. It must be a torch
+    device this machine has: cpu; cuda, or cuda:N with N below the GPU count; or mps where it is available."""
+    problem = device_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
+def device_problem(text: str) -> str | None:
+    """Return why the torch device `text` cannot be used on this machine, or None if it can be."""
+    import torch  # imported only when a device is checked, so that `--help` and a refused flag stay fast
+
+    try:
+        dev = torch.device(text)
+    except (RuntimeError, ValueError):
+        return f"{text!r} is not a torch device (e.g. cpu, cuda, cuda:1, mps)"
+    if dev.type == "cpu":
+        return None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            return f"{text!r}: this machine has no CUDA GPU (torch.cuda.is_available() is False); use cpu"
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            return f"{text!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s), numbered from 0"
+        return None
+    if dev.type == "mps":
+        return None if torch.backends.mps.is_available() else f"{text!r}: MPS is not available on this machine"
+    return f"{text!r}: device type {dev.type} is not supported here (use cpu, cuda or mps)"
+
+
+__all__ = [
+    "Setting",
+    "SettingError",
+    "settings_of",
+    "shown",
+    "MODEL_SETTINGS",
+    "GENERATION_SETTINGS",
+    "flag",
+    "flag_type",
+    "positive_int",
+    "device",
+    "device_problem",
+    "MAX_SEED",
+    "MAX_SENTENCES",
+    "MAX_TOKENS",
+    "MAX_POSITIONS",
+]

@@ -62,7 +62,7 @@ def run(ctx: Context, rec: Recorder) -> None:
     from common import synchronize
 
     from vaswani_hf.export import to_ctranslate2
-    from vaswani_hf.inference import _pad
+    from vaswani_hf.translation.inference import _pad
 
     ctranslate2 = check_available(ctx)
     sizes = SMOKE if ctx.smoke else GPU

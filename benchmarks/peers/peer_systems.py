@@ -96,7 +96,7 @@ def spec_from_recipe(max_tokens: int, model_size: str = "multi30k", bf16: bool =
     bf16 mixed precision (ours --bf16 true, Marian's Trainer bf16, eole's compute_dtype bf16 with amp)."""
     from vaswani_hf.training.recipe import load_recipe
 
-    recipe = load_recipe("multi30k-en-de")
+    recipe = load_recipe("multi30k-en-de").flat()
     spec = {key: recipe[key] for key in SPEC_KEYS}
     spec.update(MODEL_SIZES[model_size], max_tokens=max_tokens, bf16=bf16)
     return spec
@@ -292,9 +292,9 @@ def translate_ours(checkpoint: str, shared: SharedData, beams: int, threads: int
     from transformers import AutoModelForSeq2SeqLM
 
     import vaswani_hf  # noqa: F401 - registers the classes with the Auto classes
-    from vaswani_hf.inference import translate
     from vaswani_hf.io import read_lines
     from vaswani_hf.tokenization import load_tokenizer
+    from vaswani_hf.translation.inference import translate
 
     torch.set_num_threads(threads)
     model = AutoModelForSeq2SeqLM.from_pretrained(checkpoint).eval()

@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import io
-from ..constraints import flag
-from ..settings import settings_of
+from ..settings import flag, settings_of
 from ..training.checkpoints import AVERAGED, check_checkpoints_agree, last_checkpoints, save_averaged_checkpoint
 from .command import SAFETENSORS_CHECKPOINT, Command, Paths, Use, output_folder
 from .contract import ArgumentParser

@@ -15,7 +15,7 @@
   deleted. What libraries report on their own (transformers' LOAD REPORT, its warnings) is held back and
   shown only when the tool succeeds or fails with a bug (`library_reports`), so that a refusal stays one line.
 - `ArgumentParser`: argparse whose usage errors are `UsageError`s. Flags declare their constraints as argparse types
-  (`vaswani_hf.constraints.flag`, `device`), so that a bad value names its flag before any work, and `--help` states
+  (`vaswani_hf.settings.flag`, `device`), so that a bad value names its flag before any work, and `--help` states
   every flag's default (`HelpFormatter`).
 - `declare_paths(inputs=..., outputs=...)` declares what a command reads and writes. It checks the paths with
   `vaswani_hf.io.check_paths`, which refuses an output that is, contains or lies inside an input, and remembers the
@@ -37,7 +37,7 @@ from pathlib import Path
 from vaswani_commands import debug_requested, leave_an_unusable_working_folder, limit_problem, working_folder_problem
 
 from .. import io
-from ..errors import UsageError, one_line, refusal_exit_code
+from ..errors import UsageError, as_typed, one_line, refusal_exit_code
 from .library_reports import HeldReports, library_progress_bars_off, release_library_reports  # noqa: F401
 from .surroundings import Terminated, check_distributed_environment, own_streams, process_rank, signals_as_interrupts
 
@@ -244,12 +244,15 @@ def masked(line: str) -> str:
 def _report(line: str) -> None:
     """Print the one error line on stderr with any credentials in it masked, or drop it when stderr is closed.
 
+    A file name in it that is not UTF-8 is written as the user types it in the shell (`errors.as_typed`), whatever
+    stream stands in for stderr.
+
     Under a multi-process launcher every process refuses the same input in the same way, so only the first process
     (rank 0) prints the line, and the user reads it once.
     """
     stream = sys.stderr  # It is None when closed, and `print(file=None)` would write to standard output.
     if stream is not None and not getattr(stream, "closed", False) and process_rank() == 0:
-        print(masked(line), file=stream)
+        print(as_typed(masked(line)), file=stream)
         stream.flush()
 
 

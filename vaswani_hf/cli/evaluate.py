@@ -13,7 +13,7 @@ Several reference files may follow --references (multi-reference BLEU). The tool
 with their signatures as JSON. Text files are read as every tool of the package reads them: they must be strict UTF-8
 (a bad byte is named by file:line), a byte-order mark is dropped, and CRLF and CR line ends are accepted. Every input is read and every output checked before anything is
 translated, and existing --out or --save_hypotheses files are replaced only with --overwrite. See
-vaswani_hf.evaluation for what each score is.
+vaswani_hf.metrics.scores for what each score is.
 """
 
 from __future__ import annotations
@@ -25,13 +25,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .. import io, precision
-from ..constraints import device, flag
-from ..evaluation import check_line_counts, compute_all, format_table
 from ..hub.ids import language_code
-from ..inference import load_for_decoding, resolve_device, translate
-from ..metrics import SACREBLEU_TOKENIZERS
-from ..settings import GENERATION_SETTINGS, settings_of
-from ..translation_frontend import BatchSettings
+from ..metrics import SACREBLEU_TOKENIZERS, check_sacrebleu_tokenizer
+from ..metrics.scores import check_line_counts, compute_all, format_table
+from ..settings import GENERATION_SETTINGS, device, flag, settings_of
+from ..translation.frontend import BatchSettings
+from ..translation.inference import load_for_decoding, resolve_device, translate
 from .command import OUTPUT_FILE, TEXT_OR_STDIN, Command, Paths, Use, run_command
 from .contract import ArgumentParser
 
@@ -96,11 +95,13 @@ def build_parser() -> ArgumentParser:
 
 
 def check_arguments(args) -> None:
-    """Refuse a combination of flags that cannot work, before any path is looked at."""
+    """Refuse a combination of flags that cannot work, or a sacreBLEU tokenizer whose packages are not installed,
+    before any path is looked at."""
     if args.hypotheses and (args.model or args.source):
         raise io.UsageError("give either --hypotheses, or --model with --source, not both")
     if not args.hypotheses and not (args.model and args.source):
         raise io.UsageError("give --hypotheses FILE, or --model DIR and --source FILE")
+    check_sacrebleu_tokenizer(args.tokenize, "--tokenize")
 
 
 def _paths(args) -> Paths:

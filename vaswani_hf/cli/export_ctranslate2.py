@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import sys
 
-from ..constraints import flag
 from ..export.ctranslate2_spec import CT2_FOLDER, EXPORT_SETTINGS, import_ctranslate2, to_ctranslate2
+from ..settings import flag
 from .command import MODEL_FOLDER, MODEL_WITHOUT_TOKENIZER, TOKENIZER_FOLDER, Command, Paths, Use, output_folder
 from .contract import ArgumentParser
 

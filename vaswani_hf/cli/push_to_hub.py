@@ -12,7 +12,7 @@ authentication failure is one line with exit status 1. --dry_run makes no networ
 huggingface_hub's (set HF_ENDPOINT to point elsewhere).
 
 --space_id also creates (or updates) a Gradio Space of that id serving --repo_id: a page that translates with the
-paper's decoding and draws every attention head (`vaswani_hf.space`, with its files written by `vaswani_hf.hub.space`).
+paper's decoding and draws every attention head (`vaswani_hf.space`, with its files written by `vaswani_hf.space.push`).
 It is uploaded in one commit after the model. --space_only uploads only the Space, for a model repository that exists
 already; the repository is checked before the upload, and --model_dir is not given then.
 """
@@ -22,8 +22,8 @@ from __future__ import annotations
 import sys
 
 from .. import io
-from ..hub.space import check_repo_id, push_space
 from ..hub.upload import DEFAULT_COMMIT_MESSAGE, push_folder
+from ..space.push import check_repo_id, push_space
 from .command import MODEL_FOLDER, Command, Paths, Use
 from .contract import ArgumentParser
 

@@ -10,6 +10,10 @@ It handles three things that the caller or the system controls, not the tool.
   the closed Python streams: a closed standard input refuses in one line when it is read (exit status 2, bad input), a
   closed standard output refuses when it is written (exit status 1, as a closed pipe fails), and a closed standard
   error swallows what is written to it (the exit status still tells the caller what happened).
+- File names that are not UTF-8. Python holds each byte of a file name that is not UTF-8 as a lone surrogate (PEP
+  383), which standard output cannot write (a traceback) and standard error writes as `\\udcff`. `own_streams` gives
+  both streams the error handler `errors.as_typed_errors`, which writes such a name as the user types it in the shell
+  (`corpus$'\\xff'.txt`), whoever prints it.
 - Launcher variables (`RANK`, `WORLD_SIZE` and the like, each declared once with its range in
   `DISTRIBUTED_VARIABLES`). torch and accelerate read them with `int()` deep inside a launch, where a malformed one
   ends in a traceback. `check_distributed_environment` makes that one line naming the variable, with exit status 2,
@@ -30,12 +34,12 @@ import signal
 import sys
 import threading
 from collections.abc import Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 
 from vaswani_commands import occupy_closed_descriptors
 
-from ..errors import StandardInputClosed, StandardOutputClosed, UsageError
+from ..errors import StandardInputClosed, StandardOutputClosed, UsageError, as_typed_errors
 from ..settings import settings_of
 
 STREAMS = ("stdin", "stdout", "stderr")
@@ -100,7 +104,9 @@ def own_streams():
     """Give a closed standard stream a stand-in while a tool runs, as the module docstring describes.
 
     A closed standard input or output then refuses in one line, and a closed standard error swallows what is written
-    to it. The previous objects (None) are put back afterwards, so that an in-process caller finds `sys` as it left it.
+    to it. Standard output and error write a file name that is not UTF-8 as it is typed (`errors.as_typed_errors`).
+    The previous objects (None) and error handlers are put back afterwards, so that an in-process caller finds `sys`
+    as it left it.
     """
     occupy_closed_descriptors()
     replaced = {}
@@ -108,12 +114,33 @@ def own_streams():
         if getattr(sys, name) is None:
             replaced[name] = {"stdin": ClosedInput, "stdout": ClosedOutput}.get(name, _sink)()
             setattr(sys, name, replaced[name])
+    handlers = {stream: _write_as_typed(stream) for stream in (sys.stdout, sys.stderr)}
     try:
         yield
     finally:
+        for stream, previous in handlers.items():
+            if previous is not None:
+                with suppress(ValueError, OSError):  # The stream was closed meanwhile.
+                    stream.reconfigure(errors=previous)
         for name, stand_in in replaced.items():
             if getattr(sys, name) is stand_in:
                 setattr(sys, name, None)
+
+
+def _write_as_typed(stream) -> str | None:
+    """Give a text stream the error handler that writes file names as typed, and return its previous handler.
+
+    None means the stream keeps its handler: it is no `io.TextIOWrapper` (a stand-in, or a caller's own object) or it
+    already has this handler.
+    """
+    previous = getattr(stream, "errors", None)
+    if not isinstance(stream, io.TextIOWrapper) or not isinstance(previous, str) or "vaswani_as_typed" in previous:
+        return None
+    try:
+        stream.reconfigure(errors=as_typed_errors(previous))
+    except (ValueError, OSError, LookupError):  # A closed stream, or a handler that codecs does not know.
+        return None
+    return previous
 
 
 @functools.cache

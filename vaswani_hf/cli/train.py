@@ -22,7 +22,6 @@ import copy
 import dataclasses
 import sys
 import types
-import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -30,11 +29,15 @@ from transformers import HfArgumentParser
 
 from ..training.plan import plan_run
 from ..training.recipe import (
+    KEYS,
+    MODEL_SECTION,
     SECTIONS,
     SETTINGS,
     RecipeError,
     list_recipes,
     load_recipe,
+    section_keys,
+    section_title,
     unknown_keys,
     value_from_text,
 )
@@ -91,34 +94,28 @@ def format_keys() -> str:
     """Return the text `--list-keys` prints: every key, grouped as in the recipe sections."""
     lines = []
     for section in SECTIONS:
-        lines.append(f"# {section._argument_group_name}")
-        for f in dataclasses.fields(section):
+        lines.append(f"# {section_title(section)}")
+        for name in section_keys(section):
             lines.append(
-                f"--{f.name:<28} {type_name(f.name):<14} default {SETTINGS[f.name].default!r}\n"
-                f"      {help_text(f.name)}"
+                f"--{name:<28} {type_name(name):<14} default {SETTINGS[name].default!r}\n      {help_text(name)}"
             )
     return "\n".join(lines)
 
 
-_KEYS = {f.name for section in SECTIONS for f in dataclasses.fields(section)}
-_LISTS = {
-    f.name
-    for section in SECTIONS
-    for f in dataclasses.fields(section)
-    if typing.get_origin(typing.get_type_hints(section)[f.name]) is list
-}
+_LISTS = {name for name, s in SETTINGS.items() if s.type is list}
 
 
 class RecipeParser(HfArgumentParser):
     """Parse the recipe sections' keys and the command's options with HfArgumentParser, returning only the keys given.
 
     `load_recipe` merges the given keys over the recipe file. A usage error raises a RecipeError, which `run_cli`
-    reports in one line with exit status 2.
+    reports in one line with exit status 2. The model section is `VaswaniConfig`, of which only the settings a recipe
+    sets are flags (`_add_dataclass_arguments`).
     """
 
     def __init__(self):
         super().__init__(
-            (CommandOptions, *SECTIONS),
+            (CommandOptions, *SECTIONS.values()),
             prog="vaswani-train",
             description=__doc__,
             formatter_class=HelpFormatter,
@@ -126,7 +123,7 @@ class RecipeParser(HfArgumentParser):
         )
         add_debug_argument(self)
         for action in self._actions:
-            if action.dest in _KEYS:
+            if action.dest in KEYS:
                 action.default = argparse.SUPPRESS  # A key that is not given keeps the recipe file's value.
                 action.help = help_text(action.dest)
                 if action.nargs != 0:  # A key that takes a value; a boolean's `--no_KEY` takes none.
@@ -138,6 +135,19 @@ class RecipeParser(HfArgumentParser):
 
     def error(self, message: str):
         raise RecipeError(f"{message} (see --help)")
+
+    def _add_dataclass_arguments(self, dtype):
+        """Add a section's keys as HfArgumentParser adds a dataclass's fields; of the model section, `VaswaniConfig`,
+        only the settings a recipe sets, each typed by its declaration's kind of value."""
+        if dtype is not SECTIONS["model"]:
+            return super()._add_dataclass_arguments(dtype)
+        group = self.add_argument_group(MODEL_SECTION)
+        for declared in dataclasses.fields(dtype):
+            if declared.name in section_keys("model"):
+                plain = copy.copy(declared)
+                setting = SETTINGS[declared.name]
+                plain.type = str if setting.choices else setting.type
+                self._parse_dataclass_field(group, plain)
 
     @staticmethod
     def _parse_dataclass_field(parser, field):
@@ -205,11 +215,9 @@ def _resolve(parsed, checked):
     ):  # The run's log (standard output) then shows what planning decides, such as a checkpoint skipped.
         setup_logging()
     plan = plan_run(recipe, overwrite=options.overwrite)
-    declare_paths(
-        inputs={}, outputs={"output_dir": plan.output_dir, "export_dir": plan.export.export_dir}, check=False
-    )
+    declare_paths(inputs={}, outputs={"output_dir": plan.output_dir, "export_dir": plan.export_folder}, check=False)
     if options.check:
-        counts = {source.key: source.scan() for source in plan.data.sources.values() if source is not None}
+        counts = {source.key: source.scan() for source in plan.sources.values() if source is not None}
         corpus = ", ".join(f"{k}: {c[0]:,} pairs ({c[1]:,} usable)" for k, c in counts.items() if c is not None)
         return f"recipe {recipe.name} OK; {plan.describe()}" + (f"; {corpus}" if corpus else "")
     return plan

@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 
 from .. import io
-from ..constraints import flag
 from ..data.corpora import load_parallel, load_sample_corpus
 from ..io.progress import library_bars
+from ..settings import flag
 from ..tokenization import BPE_SETTINGS, TOKENIZER_FOLDER, iter_training_text, train_bpe_tokenizer
 from .command import TEXT_OR_STDIN, Command, Paths, Use, output_folder
 from .contract import ArgumentParser

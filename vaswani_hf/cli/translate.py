@@ -14,13 +14,13 @@ whitespace; a translation never contains a line break. Bad paths and flags (a mi
 folder, an existing --output) are reported in one line with exit status 2 before the model is loaded. A bad line is
 named as file:line before anything is decoded: one that is not UTF-8, or that has more tokens than the model's learned
 positions, a CTranslate2 export's position table or --max_input_tokens allow. A line with more characters than that
-token limit can hold (64 per token, see vaswani_hf.translation_frontend) is named before it is even tokenised. The
+token limit can hold (64 per token, see vaswani_hf.translation.frontend) is named before it is even tokenised. The
 input may be a file, "-" (standard input), /dev/stdin, a named pipe or a process substitution such as <(zcat
 corpus.en.gz): an input that can be read only once is copied as the check reads it into a temporary file (at most 90%
 of the space free in TMPDIR), which the decoding reads and which is removed at exit (vaswani_hf.io.TextInput);
 /dev/null is an empty input. A file changed while it is read is refused, naming it.
 
-Files of any size are translated (vaswani_hf.translate_stream): the input is decoded --buffer_lines lines at a time, so
+Files of any size are translated (vaswani_hf.translation.stream): the input is decoded --buffer_lines lines at a time, so
 memory depends on that window, not on the file. --output appears only when everything is translated, in one rename, and
 an existing file is replaced only with --overwrite; meanwhile the finished windows are kept in <output>.partial/, so
 that an interrupted run (Ctrl-C, SIGTERM, a crash, a full disk) continues with --resume and gives the same bytes. A
@@ -50,12 +50,12 @@ from pathlib import Path
 
 import torch
 
-from .. import inference, io, precision
-from ..constraints import device, flag
+from .. import io, precision
 from ..data.batching import TRANSLATE_MAX_TOKENS
-from ..settings import GENERATION_SETTINGS, settings_of
-from ..translate_stream import BUFFER_LINES, Engine, Processes, translate_file
-from ..translation_frontend import BatchSettings
+from ..settings import GENERATION_SETTINGS, device, flag, settings_of
+from ..translation import inference
+from ..translation.frontend import BatchSettings
+from ..translation.stream import BUFFER_LINES, Engine, Processes, translate_file
 from .command import FOLDER, MODEL_FOLDER, OUTPUT_FILE_OR_STDOUT, TEXT_OR_STDIN, Command, Paths, Use, run_command
 from .contract import ArgumentParser
 

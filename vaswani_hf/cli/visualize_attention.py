@@ -21,9 +21,8 @@ import sys
 from dataclasses import dataclass, field
 
 from .. import io
-from ..constraints import device, flag
-from ..inference import position_limit
-from ..settings import GENERATION_SETTINGS, settings_of
+from ..settings import GENERATION_SETTINGS, device, flag, settings_of
+from ..translation.inference import position_limit
 from ..visualize import KINDS, MAX_PLOT_TOKENS, visualize
 from ..visualize.diagnostics import word_links
 from .command import MODEL_FOLDER, Command, Paths, Use, output_folder

@@ -4,7 +4,7 @@
 
 CTranslate2 runs the exported network exactly: its float32 log-probabilities agree with ours to float32 rounding (the
 tests ask for 1e-4 on every token). What it cannot copy one-to-one is the search around the network, so that part is
-written here. The options keep the names of `vaswani_hf.inference.translate`, and this docstring says how each one
+written here. The options keep the names of `vaswani_hf.translation.inference.translate`, and this docstring says how each one
 maps onto CTranslate2 and where the two engines can still differ.
 
 Length penalty (`length_penalty_type`). CTranslate2 ranks finished beam hypotheses by ``log P(Y) / L ** alpha``,
@@ -41,7 +41,7 @@ Other details:
 
 - ``min_decoding_length`` is set to 0, because transformers lets ``</s>`` come first and CTranslate2's default of 1
   would forbid it.
-- Lines go in and come out by the front end both engines share, `vaswani_hf.translation_frontend.translate_lines`: an
+- Lines go in and come out by the front end both engines share, `vaswani_hf.translation.frontend.translate_lines`: an
   empty or whitespace-only sentence gives "" without being decoded, the others are stripped, and every output is one
   stripped line.
 - An option left unset keeps the generation config saved with the export (`vaswani_ctranslate2.json`); an option that
@@ -69,7 +69,7 @@ from ..io import UsageError
 from ..io.binary_files import check_ctranslate2_folder
 from ..io.files import CT2_VOCABULARY, read_json
 from ..settings import GENERATION_SETTINGS, settings_of
-from ..translation_frontend import MAX_SOURCE_TOKENS, UNSET, PositionTable, resolve_options, translate_lines
+from ..translation.frontend import MAX_SOURCE_TOKENS, UNSET, PositionTable, resolve_options, translate_lines
 from .ctranslate2_spec import (
     CT2_METADATA_FILE,
     GENERATION_KEYS,
@@ -284,7 +284,7 @@ class CTranslate2Translator:
     ) -> list[str]:
         """Translate `sentences` (plain text) into one single-line string per sentence, in input order.
 
-        The options have the names and meanings of `vaswani_hf.inference.translate` and `generate()`, mapped onto
+        The options have the names and meanings of `vaswani_hf.translation.inference.translate` and `generate()`, mapped onto
         CTranslate2 as the module docstring says. An option left as None (or `max_length_b` left unset) keeps the
         export's generation config, which is the paper's decoding (beam 4, GNMT alpha 0.6, input length + 50) unless
         the model was saved with another. `num_beams=1` is greedy search. `length_penalty_type` is "gnmt", "hf" or
@@ -435,7 +435,7 @@ def translate_ctranslate2(
 
     `model_dir` is a folder written by `to_ctranslate2` (it has model.bin), or a saved Vaswani model folder, which is
     then exported to a temporary folder first with `quantization` (None: float32 weights). The decoding options go
-    to `CTranslate2Translator.translate` and have the names of `vaswani_hf.inference.translate`; an option left unset
+    to `CTranslate2Translator.translate` and have the names of `vaswani_hf.translation.inference.translate`; an option left unset
     keeps the model's generation config. Each call loads the model, so build a `CTranslate2Translator` once for
     repeated calls."""
     import tempfile

@@ -142,7 +142,7 @@ class CardVariant:
 def normalize_metrics(metrics: Mapping | None) -> dict[str, dict]:
     """Return metrics in one form, `{name: {"score": float, "signature": str | None, "description": str | None}}`.
 
-    The accepted inputs are `vaswani_hf.evaluation.compute_all`'s result (`{name: {"score", "signature", ...}}`),
+    The accepted inputs are `vaswani_hf.metrics.scores.compute_all`'s result (`{name: {"score", "signature", ...}}`),
     the JSON of the evaluation tool (`{"scores": {...}, "meta": {...}}`), this module's `metrics.json`
     (`{"metrics": {...}}`), and flat numbers (`{"bleu": 27.3}`, or the Trainer's `{"eval_bleu": 27.3, "eval_loss":
     ...}`, whose `eval_`, `test_` or `predict_` prefix is dropped; losses and throughput are not scores and are

@@ -12,7 +12,8 @@ and guards its outputs through this package, so that each rule is written once.
 - `io.files` declares the shape of every file the package reads (config.json, trainer_state.json, tokenizer.json,
   CTranslate2's JSON files, ...) and checks it when the file is read, refusing a bad file in one line naming the file
   and the field. `io.binary_files` checks the headers of the binary weight files (safetensors, CTranslate2's
-  model.bin) in the same way.
+  model.bin) in the same way. `io.panics` calls into the tokenizers library (Rust) so that a panic there becomes a
+  refusal like any other, without Rust's report on the terminal.
 - `io.models` checks model folders cheaply and loads them strictly, and checks that a tokenizer and weights share one
   vocabulary.
 
@@ -23,7 +24,7 @@ The command-line contract that reports them is `vaswani_hf.cli.contract`.
 from ..errors import STDIO, InputLineError, RunFailure, UsageError, VaswaniError
 from . import files, proofs
 from .binary_files import check_ctranslate2_folder
-from .files import FileShape, check_shape, check_tokenizer_file
+from .files import FileShape, check_library_input, check_shape, check_tokenizer_file
 from .models import (
     WEIGHTS,
     WEIGHTS_INDEX,
@@ -50,10 +51,12 @@ from .outputs import (
     first_entries,
     folder_in_use,
     fsync_tree,
+    library_path,
     mark,
     path_kind,
     replace_atomically,
     shortened,
+    utf8_name,
     written_by,
 )
 from .text import (
@@ -94,6 +97,9 @@ __all__ = [
     "replace_atomically",
     "shortened",
     "atomic_output_dir",
+    "library_path",
+    "utf8_name",
+    "check_library_input",
     "fsync_tree",
     "written_by",
     "mark",

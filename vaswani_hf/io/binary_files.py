@@ -27,7 +27,9 @@ from .files import (
     ListOf,
     Nullable,
     Obj,
+    check_library_input,
     check_shape,
+    check_tokenizer_file,
     read_json,
 )
 
@@ -176,8 +178,10 @@ def check_ctranslate2_folder(folder: str | os.PathLike, what: str = "CTranslate2
     """Check a CTranslate2 model folder before CTranslate2 reads it, and return it; CTranslate2 itself aborts or
     prints its own error on a broken one. It checks that model.bin is complete, that config.json is an object of
     CTranslate2's settings, that the vocabulary files are lists of token strings, and that our vaswani_ctranslate2.json
-    (if present) has its declared shape. A problem raises a UsageError naming the file."""
+    (if present) has its declared shape, and that its tokenizer.json (if present) is a tokenizer the library reads
+    (`check_tokenizer_file`). A problem raises a UsageError naming the file."""
     folder = Path(folder)
+    check_library_input(folder, f"{what} {folder}", "CTranslate2 and the tokenizers library")
     model = folder / "model.bin"
     if not model.is_file():
         raise UsageError(
@@ -209,6 +213,8 @@ def check_ctranslate2_folder(folder: str | os.PathLike, what: str = "CTranslate2
             raise UsageError(f"{path}: an empty vocabulary; {CT2_VOCABULARY.advice}")
     if (folder / "vaswani_ctranslate2.json").is_file():
         read_json(folder / "vaswani_ctranslate2.json", CT2_METADATA)
+    if (folder / "tokenizer.json").is_file():
+        check_tokenizer_file(folder / "tokenizer.json", what=f"tokenizer.json of {what} {folder}")
     return folder
 
 

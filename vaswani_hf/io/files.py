@@ -29,7 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UsageError, one_line
-from ..settings import MODEL_SETTINGS, Setting, settings_of
+from ..settings import MODEL_SETTINGS, Setting, settings_of, shown
+from .outputs import utf8_name
+from .panics import RustPanic, rust_call
 from .text import read_json as _parse_json
 
 
@@ -375,17 +377,91 @@ def read_json(path: str | os.PathLike, shape: FileShape, what: str | None = None
     return check_shape(_parse_json(path, what=what or shape.name), shape, path)
 
 
+def check_library_input(
+    path: str | os.PathLike, named: str, readers: str = "the tokenizers and safetensors libraries"
+) -> None:
+    """Raise a UsageError where the path of a model, tokenizer or CTranslate2 folder (or of its tokenizer.json) is not
+    UTF-8, since the libraries that read these files (`readers`) take only UTF-8 paths. The tokenizers library's
+    `Tokenizer.from_file` (which transformers' `from_pretrained` calls) raises UnicodeEncodeError for any other,
+    safetensors refuses to open the weights, and CTranslate2 refuses the argument, so the folder could not be read
+    part way through the work. The whole absolute path counts, because a folder above it can be the one whose name is
+    not UTF-8. `named` is how the message names the path (the flag or key and the path)."""
+    if not utf8_name(path):
+        raise UsageError(
+            f"{named}: its name is not UTF-8, and {readers} can read only a UTF-8 path; rename it (or the folder "
+            "above it that is not UTF-8), or copy it to a UTF-8 path"
+        )
+
+
 def check_tokenizer_file(path: str | os.PathLike, what: str | None = None):
     """Return the `tokenizers.Tokenizer` of a tokenizer.json after checking the file, first against its declared shape
     and then by loading it with the library itself. The library reports a file of the right shape but broken content
-    in a multi-line message, which becomes one line of a UsageError here."""
+    in a multi-line message, which becomes one line of a UsageError here, and a regular expression of the file that
+    makes the library panic (`regex_fields`, `probe_regexes`) is refused in one line too, and so is a path that the
+    library cannot take (`check_library_input`)."""
+    check_library_input(path, what or f"tokenizer file {path}", "the tokenizers library")
     data = read_json(path, TOKENIZER, what=what)
     from tokenizers import Tokenizer
 
     try:
-        return Tokenizer.from_str(json.dumps(data))
-    except Exception as error:  # noqa: BLE001 - the tokenizers library raises a plain Exception
+        tokenizer = rust_call(lambda: Tokenizer.from_str(json.dumps(data)))
+    except Exception as error:  # noqa: BLE001 - the tokenizers library raises a plain Exception (or panics: RustPanic)
         raise UsageError(f"{path}: not a tokenizer file ({one_line(error, 160)}); {TOKENIZER.advice}") from None
+    probe_regexes(tokenizer, data, path)
+    return tokenizer
+
+
+def regex_fields(value: Any, at: str = "") -> dict[str, str]:
+    """Return {field: pattern} for every regular expression (`{"Regex": pattern}`) in a tokenizer.json's value, its
+    field written as a dotted path ("pre_tokenizer.pretokenizers.0.pattern")."""
+    if isinstance(value, Mapping):
+        if set(value) == {"Regex"} and isinstance(value["Regex"], str):
+            return {at: value["Regex"]}
+        return {k: v for key, item in value.items() for k, v in regex_fields(item, _at(at, key)).items()}
+    if isinstance(value, list):
+        return {k: v for index, item in enumerate(value) for k, v in regex_fields(item, _at(at, index)).items()}
+    return {}
+
+
+# Each probe is one character repeated this often, then a character that may end no match: a pattern that backtracks
+# exponentially, such as `((a+)+)+c`, exceeds Oniguruma's retry limit (10 million steps) on 40 of its characters.
+PROBE_REPEATS = 48
+
+
+def probe_texts(patterns: list[str]) -> list[str]:
+    """Return the probe sentences for the patterns: each letter or digit that the patterns name (`a` of `(a+)+`, `s`
+    of `\\s`, `L` of `\\p{L}`), and a letter, a digit, a space and a full stop, repeated `PROBE_REPEATS` times and
+    followed by "!" or a line end."""
+    characters = sorted({c for pattern in patterns for c in pattern if c.isalnum()} | set("a0 ."))
+    return [c * PROBE_REPEATS + end for c in characters for end in ("!", "\n")]
+
+
+def probe_regexes(tokenizer, data: Mapping, path: str | os.PathLike) -> None:
+    """Encode and decode probe sentences (`probe_texts`) with a tokenizer whose file has regular expressions, and
+    raise a UsageError naming the file and the patterns' fields if the library panics on one.
+
+    The tokenizers library compiles a pattern when the file is loaded, so an invalid pattern fails the load, but it
+    finds a pattern that backtracks without end only when a sentence makes it give up, and then panics
+    (`io.panics`): in a translation, in the middle of a training run's data preparation, or in the Space. The probes
+    find it while the file is checked, before any work; a probe costs microseconds unless the pattern backtracks.
+    """
+    fields = {
+        k: v
+        for part in ("normalizer", "pre_tokenizer", "decoder")
+        for k, v in regex_fields(data.get(part), part).items()
+    }
+    if not fields:
+        return
+    for text in probe_texts(list(fields.values())):
+        try:
+            rust_call(lambda text=text: tokenizer.decode(tokenizer.encode(text).ids))
+        except RustPanic as panic:
+            named = ", ".join(f"{field} {shown(pattern, 40)}" for field, pattern in list(fields.items())[:3])
+            raise UsageError(
+                f"{path}: a regular expression of the tokenizer backtracks without end ({named}): the tokenizers "
+                f"library panicked on the probe {shown(text[0] * 8)}... ({one_line(panic.message, 80)}); fix the "
+                "pattern, or use a tokenizer without it"
+            ) from None
 
 
 __all__ = [

@@ -3,7 +3,7 @@ when it is written and compared before it is reused, so that a unit cut short, e
 trusted by its name alone.
 
 The proof has two forms, built from one digest (`digest`). One is a file's record beside it (translate's windows, in
-`translate_staging`). The other is a folder's manifest, `checksums.json`, which is written into a folder before it is
+`translation.staging`). The other is a folder's manifest, `checksums.json`, which is written into a folder before it is
 published (training checkpoints, in `training.checkpoints.publish_checkpoint`) and checked before the folder is resumed
 from or averaged.
 """

@@ -1,5 +1,6 @@
 """Write checkpoints atomically at time intervals, find them again for `--resume`, and average them (Section 6.1: "we
-used a single model obtained by averaging the last 5 checkpoints, which were written at 10-minute intervals").
+used a single model obtained by averaging the last 5 checkpoints, which were written at 10-minute intervals"); at the
+end of a run, `average_last` averages its last checkpoints and loads the average.
 
 transformers does none of this: it writes into the final folder, saves by steps or epochs, and `get_last_checkpoint`
 takes the newest checkpoint whether it loads or not; only fairseq averages, in its own format.
@@ -20,6 +21,7 @@ import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import safetensors.torch
 import torch
@@ -40,6 +42,9 @@ from ..io.models import (
     weight_files,
 )
 from ..settings import MODEL_SETTINGS
+
+if TYPE_CHECKING:  # The plan's preflight reads the checkpoints, so this module does not import it.
+    from .plan import RunPlan
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +93,12 @@ def _free_bytes(path: Path) -> int:
 
 @contextmanager
 def checkpoint_write_errors(staged: Path, final: Path) -> Iterator[None]:
-    """Re-raise as OSError(ENOSPC) a full disk that `torch.save` reports as a RuntimeError without an errno."""
+    """Re-raise a full disk met by `torch.save` inside the block as OSError(ENOSPC), so that it reads as one.
+
+    `torch.save` reports a failed write as a RuntimeError without an errno. When such an error comes while the staging
+    folder's disk has at most LOW_SPACE_BYTES free, it is re-raised as OSError(ENOSPC) naming the final path of the
+    newest staged file; any other RuntimeError passes through unchanged.
+    """
     try:
         yield
     except RuntimeError as error:
@@ -174,8 +184,9 @@ def checkpoint_problem(folder: Path, processes: int = 1, rng: bool = True) -> st
 
 
 def _proof_problem(folder: Path, rng: bool) -> str | None:
-    """Return a problem the structural checks cannot see, or None: a file that differs from its `checksums.json` entry
-    (io.proofs), for example a tensor's bytes edited or a file swapped for another of the same kind. A checkpoint
+    """Return a problem that the structural checks cannot see, or None: a file that differs from its entry in
+    `checksums.json` (io.proofs) because it changed after the checkpoint was written, for example a tensor's bytes
+    edited or a file swapped for another of the same kind. A checkpoint
     written before checksums existed is logged as checked by structure only. `rng` includes its RNG states."""
     proof = proofs.manifest_problem(folder, None if rng else lambda name: not name.startswith("rng_state"))
     if proof == f"no {proofs.MANIFEST}":
@@ -193,9 +204,11 @@ FULL_CHECK_BYTES = 64 << 20  # Smaller archives are read whole (each CRC); large
 
 
 def torch_archive_problem(path: Path) -> str | None:
-    """Return why `path` is not a `torch.save` archive that a resume can load, or None if it is. It checks the zip
-    structure, every member's CRC when the file is at most FULL_CHECK_BYTES, and the pickle, loaded as the Trainer
-    loads it. A pickle that torch's safe loader refuses raises InconsistentCheckpoint."""
+    """Return why `path` is not a `torch.save` archive that a resume can load, or None if it is.
+
+    It checks the zip structure, every member's CRC when the file is at most FULL_CHECK_BYTES, and the pickle, loaded
+    as the Trainer loads it. A pickle that torch's safe loader refuses raises InconsistentCheckpoint.
+    """
     try:
         size = path.stat().st_size
         with zipfile.ZipFile(path) as archive:
@@ -498,3 +511,24 @@ def save_averaged_checkpoint(
             "[\n" + ",\n".join(f' "{Path(f).name}"' for f in folders) + "\n]", encoding="utf-8"
         )
     return out_dir
+
+
+def average_last(trainer, plan: RunPlan, state) -> list[str]:
+    """Average the run's last N checkpoints (the recipe's average_last) into OUTPUT/averaged (Section 6.1), load them
+    on every process and return their names; with none returned, the final weights are kept."""
+    trainer.accelerator.wait_for_everyone()
+    count = plan.recipe.checkpoints.average_last
+    if count <= 1:
+        return []
+    found = last_checkpoints(plan.output_dir, count)
+    if len(found) < 2:
+        logger.warning("average_last=%d but only %d checkpoint(s) exist: using the final weights", count, len(found))
+        return []
+    averaged = plan.output_dir / "averaged"
+    if state.is_main_process:
+        save_averaged_checkpoint(found, averaged, overwrite=True, own=True)  # It is this run's own folder.
+    trainer.accelerator.wait_for_everyone()
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    load_averaged_weights(model, safetensors.torch.load_file(str(averaged / WEIGHTS)))
+    logger.info("averaged %d checkpoints: %s", len(found), ", ".join(f.name for f in found))
+    return [f.name for f in found]

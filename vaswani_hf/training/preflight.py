@@ -19,8 +19,7 @@ from .. import io
 from ..hub.folder import HUB_FOLDER
 from ..settings import MODEL_SETTINGS
 from .checkpoints import STAGING_DIR, checkpoints, resumable_checkpoint, vocabulary_fingerprint
-from .recipe import MODEL_KEYS, Recipe, RecipeError
-from .recipe_files import read_yaml_mapping
+from .recipe import MODEL_KEYS, Recipe, RecipeError, read_yaml_mapping
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +84,7 @@ def decide_output_dir(
     """Return the decision on the output folder (see the module docstring), or raise UsageError. `tokenizer_dir` is
     the tokenizer folder the run would use (tokenizer_path, or OUTPUT_DIR/tokenizer); a resumed checkpoint's must
     equal it."""
-    if overwrite and recipe.resume:
+    if overwrite and recipe.run.resume:
         raise RecipeError("--overwrite replaces the run in output_dir and --resume continues it: pick one")
     io.check_output_dir(out, overwrite=True, what="output_dir", replaced=False)  # It is a folder, or nothing yet.
     if io.folder_in_use(out):
@@ -94,7 +93,7 @@ def decide_output_dir(
             "finish, or choose another output_dir"
         )
     if not out.is_dir() or not io.first_entries(out):
-        if recipe.resume:
+        if recipe.run.resume:
             logger.warning("--resume: %s holds no run yet, starting from scratch", out)
         return OutputDecision("new")
     if not (
@@ -107,7 +106,7 @@ def decide_output_dir(
             "--resume and --overwrite only continue or replace a run it wrote; choose another "
             "output_dir"
         )
-    if recipe.resume:
+    if recipe.run.resume:
         return _resume_decision(recipe, out, processes, tokenizer_dir)
     if overwrite:
         return OutputDecision("overwrite", previous=previous_run_files(out))
@@ -134,15 +133,17 @@ def _resume_decision(recipe: Recipe, out: Path, processes: int, tokenizer_dir: P
     check_same_architecture(recipe, checkpoint)
     previous = _previous_recipe(out)
     check_same_tokenizer(recipe, out, checkpoint, tokenizer_dir, previous)
+    now = recipe.flat()
     changed = [
-        f"{k} {previous[k]!r} -> {recipe[k]!r}"
-        for k in recipe
-        if k not in NOT_THE_RUN and k in previous and previous[k] != recipe[k]
+        f"{k} {previous[k]!r} -> {now[k]!r}"
+        for k in now
+        if k not in NOT_THE_RUN and k in previous and previous[k] != now[k]
     ]
     if changed:  # Say so when the run resumed is not the run saved (e.g. a raised max_steps).
         logger.warning("--resume: the recipe differs from the run's %s: %s", out / "recipe.yaml", "; ".join(changed))
     step = io.read_json(checkpoint / "trainer_state.json").get("global_step")  # resumable_checkpoint checked it.
-    if recipe.max_steps > 0 and step >= recipe.max_steps:  # Training is done; scoring too if metrics.json says so.
+    max_steps = recipe.optimization.max_steps
+    if max_steps > 0 and step >= max_steps:  # Training is done; scoring too if metrics.json says so.
         start = "finished" if _recorded_end(out) == step else "score"
         return OutputDecision(start, resume_from=checkpoint, finished_at=step)
     exact, skipped = resumable_checkpoint(out, processes)
@@ -195,7 +196,7 @@ def check_same_architecture(recipe: Recipe, checkpoint: Path) -> None:
     """Refuse on --resume, before writing anything, a recipe whose model differs from the checkpoint's."""
     config = io.read_json(checkpoint / "config.json")
     # The recipe's config holds the values the model is built with: d_k's None there is d_model // num_heads.
-    built = {k: getattr(recipe.config, k) for k in ARCHITECTURE_KEYS}
+    built = {k: getattr(recipe.model, k) for k in ARCHITECTURE_KEYS}
     different = [
         f"{k}={config.get(k)!r} in {checkpoint.name}, {built[k]!r} in the recipe"
         for k in ARCHITECTURE_KEYS
@@ -224,9 +225,9 @@ def check_same_tokenizer(
     tokenizer.json gives other ids than the checkpoint's (the same size is not enough): the run would record one
     tokenizer and use another, or train on other ids than the weights learned. `previous` is the run's recipe.yaml."""
     for key in TOKENIZER_KEYS:
-        if key in previous and previous[key] != recipe[key]:
+        if key in previous and previous[key] != getattr(recipe.tokenizer, key):
             raise RecipeError(
-                f"--resume: {key} is {recipe[key]!r} in the recipe, {previous[key]!r} in the run's "
+                f"--resume: {key} is {getattr(recipe.tokenizer, key)!r} in the recipe, {previous[key]!r} in the run's "
                 f"{out / 'recipe.yaml'}; a resumed run keeps its tokenizer: resume with {key}: "
                 f"{previous[key]!r}, or train into another output_dir"
             )
@@ -234,7 +235,7 @@ def check_same_tokenizer(
         return
     theirs, ours = vocabulary_fingerprint(checkpoint), vocabulary_fingerprint(tokenizer_dir)
     if theirs is not None and theirs != ours:
-        key = "tokenizer_path" if recipe.tokenizer_path else "the run's tokenizer folder"
+        key = "tokenizer_path" if recipe.tokenizer.tokenizer_path else "the run's tokenizer folder"
         was = previous.get("tokenizer_path")
         raise RecipeError(
             f"--resume: {key} {tokenizer_dir} holds another tokenizer than {checkpoint.name} was trained "

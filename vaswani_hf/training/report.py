@@ -1,9 +1,11 @@
-"""Write what a training run leaves for people to read: plots, metrics JSON, hypotheses, and the Hub-ready folder,
-which is the `vaswani_hf.hub` model folder plus `training_metrics.json`, `recipe.yaml` and the plots.
+"""Report what a training run produced: the final scores of the (averaged) model on the dev and test sets with their
+hypotheses, the example translations, the plots, metrics.json, and the Hub-ready folder, which is the
+`vaswani_hf.hub` model folder plus `training_metrics.json`, `recipe.yaml` and the plots.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -11,8 +13,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .. import io
 from ..hub import save_hub_folder
 from ..io import to_json, write_lines
+from ..settings import GENERATION_SETTINGS
+from ..translation.inference import translate
+from .callbacks import read_history
 from .plan import RunPlan
 
 logger = logging.getLogger(__name__)
@@ -91,26 +97,26 @@ def card_inputs(
 ) -> tuple[dict, dict]:
     """Return the scores and the training facts for the model card. The scores are real test scores only, with their
     signatures, named by what they are: `bleu_tok_none` for pre-tokenized references, else `sacrebleu`."""
-    data, optimizer, schedule = plan.data, plan.optimizer, plan.schedule
+    recipe, opt = plan.recipe, plan.recipe.optimization
     scores = {}
-    bleu_name = "bleu_tok_none" if plan.evaluation.bleu_tokenize == "none" else "sacrebleu"
+    bleu_name = "bleu_tok_none" if recipe.evaluation.bleu_tokenize == "none" else "sacrebleu"
     for key, name, metric in (("test/bleu", bleu_name, "bleu"), ("test/chrf", "chrf", "chrf")):
         v = metrics.get(key)
         if isinstance(v, (int, float)) and math.isfinite(v):
             scores[name] = {"score": float(v), "signature": (signatures or {}).get(metric)}
-    info: dict[str, Any] = {"source_lang": data.src_lang, "target_lang": data.tgt_lang}
-    if scores and plan.data.sources.get("test") is not None:
-        info["eval_dataset"] = plan.data.sources["test"].describe()
+    info: dict[str, Any] = {"source_lang": recipe.data.src_lang, "target_lang": recipe.data.tgt_lang}
+    if scores and plan.sources.get("test") is not None:
+        info["eval_dataset"] = plan.sources["test"].describe()
     facts = {
-        "dataset_name": plan.export.dataset_name,
+        "dataset_name": str(recipe.data.hub_dataset or recipe.data.data_dir or recipe.data.data_format),
         "steps": metrics.get("global_step"),
         "tokens_per_batch": metrics.get("tokens_per_update"),
-        "optimizer": f"Adam(beta1={optimizer.betas[0]}, beta2={optimizer.betas[1]}, eps={optimizer.eps})",
+        "optimizer": f"Adam(beta1={opt.adam_beta1}, beta2={opt.adam_beta2}, eps={opt.adam_epsilon})",
         "lr_schedule": "d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (Section 5.3)"
-        + (f" x {schedule.lr_multiplier}" if schedule.lr_multiplier != 1.0 else ""),
-        "warmup_steps": schedule.warmup_steps,
-        "dropout": plan.model.config.dropout,
-        "label_smoothing": plan.model.label_smoothing,
+        + (f" x {opt.lr_multiplier}" if opt.lr_multiplier != 1.0 else ""),
+        "warmup_steps": opt.warmup_steps,
+        "dropout": recipe.model.dropout,
+        "label_smoothing": opt.label_smoothing,
         "checkpoint_averaging": (
             f"last {len(metrics['averaged_checkpoints'])} checkpoints"
             if metrics.get("averaged_checkpoints")
@@ -122,7 +128,7 @@ def card_inputs(
             else None
         ),
         "distributed": distributed_strategy(metrics),
-        "seed": plan.process.seed,
+        "seed": recipe.run.seed,
     }
     info.update({k: v for k, v in facts.items() if v is not None})
     return scores, info
@@ -156,11 +162,11 @@ def export_hub_folder(
     `recipe.yaml` and the plots. It replaces only this run's own earlier export, which the plan checked."""
     metrics = dict(metrics or {})
     scores, info = card_inputs(plan, metrics, signatures)
-    extra = {"training_metrics.json": to_json(metrics), "recipe.yaml": plan.export.recipe_text}
+    extra = {"training_metrics.json": to_json(metrics), "recipe.yaml": plan.recipe.to_yaml()}
     return save_hub_folder(
         model,
         tokenizer,
-        plan.export.export_dir,
+        plan.export_folder,
         scores=scores,
         training_info=info,
         extra_files=extra,
@@ -168,3 +174,65 @@ def export_hub_folder(
         own=True,
         write_extra=(lambda folder: plot_history(history, folder)) if history else None,
     )
+
+
+def final_num_beams(plan: RunPlan) -> int:
+    """Return the beam size of the final scores and example translations: test_num_beams, or else the exported
+    generation_config.json's (the paper's 4)."""
+    return plan.recipe.evaluation.test_num_beams or GENERATION_SETTINGS["num_beams"].default
+
+
+def final_scores(trainer, plan: RunPlan, data, state) -> dict[str, Any]:
+    """Return the validation and test scores of the final model with the final beam size, and write its hypotheses
+    in corpus order."""
+    num_beams = final_num_beams(plan)
+    metrics: dict[str, Any] = {"final_num_beams": num_beams}
+    for split, dataset in (("valid", data.valid), ("test", data.test)):
+        if dataset is None:
+            continue
+        prediction = trainer.predict(dataset, metric_key_prefix=split, num_beams=num_beams)
+        metrics.update({k.replace(f"{split}_", f"{split}/", 1): v for k, v in prediction.metrics.items()})
+        if state.is_main_process and prediction.predictions is not None:
+            write_hypotheses(plan.output_dir / f"{split}_hypotheses.txt", data.tokenizer, prediction.predictions)
+    return metrics
+
+
+SUMMARY = (
+    "first_logged_loss",
+    "last_logged_loss",
+    "valid/loss",
+    "valid/nll",
+    "valid/bleu",
+    "test/loss",
+    "test/bleu",
+    "train_tgt_tokens_per_second",
+    "padding_share_tgt",
+)  # The metrics the run's last log line shows.
+
+
+def finish(trainer, plan: RunPlan, data, metrics: dict[str, Any]) -> None:
+    """Write, on the main process, the example translations, plots, metrics.json and the Hub-ready folder."""
+    examples, out = list(plan.recipe.run.translate_examples), plan.output_dir
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    if examples:
+        outputs = translate(
+            model,
+            data.tokenizer,
+            examples,
+            num_beams=final_num_beams(plan),
+            device=trainer.args.device,
+            progress=False,
+        )
+        metrics["examples"] = [{"source": s, "translation": t} for s, t in zip(examples, outputs)]
+        print("\nTranslations:")
+        for s, t in zip(examples, outputs):
+            print(f"  {s}\n    -> {t}")
+    history = read_history(out / "history.jsonl") or trainer.state.log_history
+    metrics["plots"] = plot_history(history, out)
+    signatures = getattr(trainer.compute_metrics, "signatures", None)
+    export_hub_folder(model, data.tokenizer, plan, metrics, history=history, signatures=signatures)
+    metrics["export_dir"] = str(plan.export_folder)
+    io.write_json(out / "metrics.json", metrics)
+    summary = {k: metrics[k] for k in SUMMARY if k in metrics}
+    logger.info("done: %s", json.dumps(summary, default=str))
+    logger.info("model folder: %s | metrics: %s", plan.export_folder, out / "metrics.json")

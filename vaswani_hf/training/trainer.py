@@ -1,5 +1,11 @@
-"""Train with `VaswaniTrainer`, transformers' `Seq2SeqTrainer` with the paper's batching, objective, schedule and
-checkpoints:
+"""Build the model and train it with `VaswaniTrainer`, transformers' `Seq2SeqTrainer` with the paper's batching,
+objective, schedule and checkpoints.
+
+`build_model` builds the recipe's model (`recipe.model`, the `VaswaniConfig` checked when the recipe was read) at the
+tokenizer's vocabulary size; `build_trainer` states the run's `Seq2SeqTrainingArguments` once and builds the trainer
+around the model, with `vaswani_hf.training.objective`'s loss, Adam and learning rate; `train` trains (or, for a run
+whose training is done, loads its last state) and returns what training measured. The trainer departs from
+transformers' where the paper asks for it:
 - Section 5.1: the DataLoaders use `TokenBatchSampler`, since transformers batches by sentence count only;
 - Section 5.4: the label-smoothed loss goes through the `compute_loss_func` hook, optionally chunked, and evaluation
   reports `eval_loss` (smoothed), `eval_nll` and `eval_ppl`;
@@ -11,21 +17,25 @@ checkpoints:
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import math
 import os
 import shutil
+import time
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import datasets
 import numpy as np
 import torch
 from accelerate.utils import gather_object
+from safetensors.torch import load_file
 from torch.utils.data import DataLoader
-from transformers import Seq2SeqTrainer
+from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, TrainerCallback, TrainerState, set_seed
 from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 from transformers.integrations.fsdp import is_fsdp_managed_module
 from transformers.trainer_callback import ProgressCallback
@@ -39,12 +49,32 @@ from transformers.trainer_utils import (
 )
 
 from ..data.batching import EXAMPLE_INDEX, LABEL_PAD_ID, Seq2SeqCollator, TokenBatchSampler
+from ..metrics.scores import make_compute_metrics
+from ..modeling_vaswani import VaswaniForConditionalGeneration
+from ..settings import MODEL_SETTINGS
 from ..tokenization import PAD_ID
-from .budget import evaluation_budget
-from .callbacks import TrainingProgress
-from .checkpoints import STAGING_DIR, checkpoint_write_errors, publish_checkpoint
-from .objective import PAPER_LABEL_SMOOTHING, LabelSmoothedLoss, label_smoothed_nll, output_projection_deferred
-from .schedule import get_paper_schedule
+from .callbacks import BatchStatsCollator, HistoryCallback, SamplerEpochCallback, TrainingProgress
+from .checkpoints import (
+    STAGING_DIR,
+    WallClockCallback,
+    checkpoint_write_errors,
+    load_averaged_weights,
+    publish_checkpoint,
+)
+from .objective import (
+    PAPER_LABEL_SMOOTHING,
+    LabelSmoothedLoss,
+    get_paper_schedule,
+    label_smoothed_nll,
+    output_projection_deferred,
+    paper_base_lr,
+    paper_optimizer_cls_and_kwargs,
+)
+from .plan import RunPlan, evaluation_budget
+from .recipe import report_integrations
+
+if TYPE_CHECKING:
+    from .data import RunData
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +130,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
         max_tokens: int,
         eval_max_tokens: int | None = None,
         max_sentences: int | None = None,
-        paper_warmup_steps: int = 4000,
+        warmup_steps: int = 4000,
         label_smoothing: float = PAPER_LABEL_SMOOTHING,
         optimizer_cls_and_kwargs=None,
         loss_chunk_tokens: int = 0,
@@ -129,7 +159,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
         self.label_smoothing = label_smoothing
         self.max_tokens, self.eval_max_tokens = max_tokens, evaluation_budget(max_tokens, eval_max_tokens)
         self.max_sentences = max_sentences
-        self.paper_warmup_steps = paper_warmup_steps
+        self.warmup_steps = warmup_steps
         if optimizer_cls_and_kwargs is not None:  # Seq2SeqTrainer's __init__ does not forward it.
             self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
         self._eval_batches: dict[str, int] = {}
@@ -162,7 +192,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
             rank=rank,
             pad_to_multiple_of=getattr(self.data_collator, "pad_to_multiple_of", None),
         )
-        workers = self.args.dataloader_num_workers  # The run's data path comes from training.data_path.
+        workers = self.args.dataloader_num_workers  # The run's data path comes from training.plan.
         loader = DataLoader(
             dataset,
             batch_sampler=sampler,
@@ -196,7 +226,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
         if self.lr_scheduler is None:
-            self.lr_scheduler = get_paper_schedule(optimizer or self.optimizer, self.paper_warmup_steps)
+            self.lr_scheduler = get_paper_schedule(optimizer or self.optimizer, self.warmup_steps)
             self._created_lr_scheduler = True
         return self.lr_scheduler
 
@@ -417,3 +447,162 @@ class VaswaniTrainer(Seq2SeqTrainer):
     def _pad_id(self) -> int:
         pad = getattr(self.processing_class, "pad_token_id", None)
         return PAD_ID if pad is None else int(pad)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The run's model, trainer and training
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def build_model(plan: RunPlan, tokenizer) -> VaswaniForConditionalGeneration:
+    """Return the recipe's model (Table 3) at the tokenizer's vocabulary size, with the same weights on every run and
+    rank of one seed. The config is the recipe's, checked when it was read; what is new here is the tokenizer's size,
+    checked against its declared range, with the special token ids checked to lie below it."""
+    config = copy.deepcopy(plan.recipe.model)
+    vocab_size = config.vocab_size = MODEL_SETTINGS["vocab_size"].check(len(tokenizer), "tokenizer")
+    for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
+        MODEL_SETTINGS[name].check(getattr(config, name), "tokenizer", vocab_size=vocab_size)
+    set_seed(plan.recipe.run.seed)  # Every run and rank starts from the same weights.
+    model = VaswaniForConditionalGeneration(config)
+    logger.info(
+        "model: d_model=%d d_ff=%d heads=%d layers=%d/%d vocab=%d params=%.2fM",
+        config.d_model,
+        config.d_ff,
+        config.num_heads,
+        config.num_encoder_layers,
+        config.num_decoder_layers,
+        config.vocab_size,
+        sum(p.numel() for p in model.parameters()) / 1e6,
+    )
+    return model
+
+
+def build_training_arguments(plan: RunPlan) -> Seq2SeqTrainingArguments:
+    """Return the `Seq2SeqTrainingArguments` of a plan. The batch sizes are the trainer's token budgets, saving is
+    left to `WallClockCallback`, and Adam's settings (Section 5.3: its learning rate is the formula's constant factor,
+    lr_multiplier x d_model^-0.5) are stated here once, for the optimizer to be built from them."""
+    run, opt, evaluation, keep = plan.recipe.run, plan.recipe.optimization, plan.recipe.evaluation, None
+    if plan.recipe.checkpoints.keep_last > 0:
+        keep = plan.recipe.checkpoints.keep_last
+    return Seq2SeqTrainingArguments(
+        output_dir=str(plan.output_dir),
+        max_steps=opt.max_steps if opt.max_steps > 0 else -1,
+        num_train_epochs=opt.num_train_epochs,
+        learning_rate=paper_base_lr(plan.recipe.model.d_model, opt.lr_multiplier),
+        weight_decay=opt.weight_decay,
+        adam_beta1=opt.adam_beta1,
+        adam_beta2=opt.adam_beta2,
+        adam_epsilon=opt.adam_epsilon,
+        max_grad_norm=opt.max_grad_norm,
+        gradient_accumulation_steps=plan.accumulation,
+        logging_steps=run.logging_steps,
+        logging_first_step=True,
+        eval_strategy="steps" if evaluation.eval_steps > 0 else "no",
+        eval_steps=evaluation.eval_steps if evaluation.eval_steps > 0 else None,
+        eval_on_start=evaluation.eval_on_start and plan.sources["valid"] is not None,
+        save_strategy="no",  # WallClockCallback decides saves (time, steps, the end).
+        save_total_limit=keep,
+        predict_with_generate=True,
+        generation_num_beams=evaluation.eval_num_beams,
+        seed=run.seed,
+        report_to=list(report_integrations(run.report_to)),
+        disable_tqdm=run.disable_tqdm,
+        use_cpu=plan.world.cpu,
+        bf16=plan.bf16,
+        fp16=plan.fp16,
+        ddp_find_unused_parameters=False,
+        **plan.data_path.training_arguments(),
+        torch_compile=run.torch_compile,
+        remove_unused_columns=True,
+        per_device_train_batch_size=1,
+        per_device_eval_batch_size=1,
+    )
+
+
+def build_trainer(plan: RunPlan, model, data: RunData, callbacks: Sequence[TrainerCallback] = ()) -> VaswaniTrainer:
+    """Return the run's trainer: the plan's token budgets, Section 5.3's Adam and schedule, Section 5.4's objective,
+    Section 6.1's checkpoints at time intervals, the run's history and batch statistics, and `callbacks`."""
+    recipe, out = plan.recipe, plan.output_dir
+    logger.info(
+        "batching: %d tokens/device x %d processes x %d accumulation = %d tokens per update (target)%s",
+        plan.max_tokens,
+        plan.world.processes,
+        plan.accumulation,
+        plan.tokens_per_update,
+        " (max_tokens_per_device: auto)" if recipe.optimization.max_tokens_per_device == "auto" else "",
+    )
+    batch_log = out / f"batches_rank{plan.world.index}.jsonl" if recipe.run.debug_log_batches else None
+    if batch_log is not None and batch_log.exists() and plan.output.start != "resume":
+        batch_log.unlink()
+    has_scores = data.valid is not None or data.test is not None
+    args = build_training_arguments(plan)
+    saves = recipe.checkpoints
+    wall_clock = WallClockCallback(saves.save_every_minutes, saves.max_train_minutes, saves.save_steps)
+    return VaswaniTrainer(
+        model=model,
+        args=args,
+        train_dataset=data.train,
+        eval_dataset=data.valid,
+        processing_class=data.tokenizer,
+        data_collator=BatchStatsCollator(
+            Seq2SeqCollator(pad_to_multiple_of=recipe.optimization.pad_to_multiple_of or None), log_path=batch_log
+        ),
+        compute_metrics=make_compute_metrics(data.tokenizer, tokenize=recipe.evaluation.bleu_tokenize)
+        if has_scores
+        else None,
+        callbacks=[wall_clock, SamplerEpochCallback(), HistoryCallback(out / "history.jsonl"), *callbacks],
+        optimizer_cls_and_kwargs=paper_optimizer_cls_and_kwargs(args, fused=plan.fused_adam),
+        max_tokens=plan.max_tokens,
+        eval_max_tokens=plan.eval_tokens,
+        max_sentences=recipe.optimization.max_sentences or None,
+        warmup_steps=recipe.optimization.warmup_steps,
+        label_smoothing=recipe.optimization.label_smoothing,
+        loss_chunk_tokens=recipe.optimization.loss_chunk_tokens,
+    )
+
+
+def train(trainer: VaswaniTrainer, plan: RunPlan, data: RunData) -> dict[str, Any]:
+    """Train, and return the losses, the precision, the speed (target tokens/s over all processes) and the padding.
+    A run stopped before its final scores ("score") loads its last state and weights instead (transformers would
+    take one more update)."""
+    started = time.time()
+    if plan.output.start == "score":
+        checkpoint = plan.output.resume_from
+        trainer.state = TrainerState.load_from_json(str(checkpoint / "trainer_state.json"))
+        load_averaged_weights(trainer.model, load_file(str(checkpoint / "model.safetensors")))
+        metrics: dict[str, Any] = {}
+    else:
+        resume_from = plan.output.resume_from  # It is None for a new run or an overwrite.
+        result = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+        metrics = {f"train/{k}": v for k, v in result.metrics.items()}
+    seconds = time.time() - started
+    metrics.update(
+        world_size=plan.world.processes,
+        distributed_type=distributed_type(trainer.accelerator.state),
+        precision=plan.precision.name,
+        precision_reason=plan.precision.line(),
+        global_step=trainer.state.global_step,
+        gradient_accumulation_steps=plan.accumulation,
+        max_tokens_per_device=plan.max_tokens,
+        tokens_per_update=plan.tokens_per_update,
+        params=sum(p.numel() for p in trainer.model.parameters()),
+        data_prep_seconds=data.seconds,
+        train_seconds=seconds,
+        filter_report=data.filter_report.as_dict(),
+    )
+    stats = trainer.data_collator.stats()
+    tokens = torch.tensor(
+        [stats["train_src_tokens"], stats["train_tgt_tokens"]], dtype=torch.float64, device=trainer.args.device
+    )
+    stats["train_src_tokens"], stats["train_tgt_tokens"] = (int(x) for x in trainer.accelerator.reduce(tokens, "sum"))
+    stats["train_tgt_tokens_per_second"] = stats["train_tgt_tokens"] / max(seconds, 1e-9)
+    metrics.update(stats)
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    if losses:
+        metrics["first_logged_loss"], metrics["last_logged_loss"] = losses[0], losses[-1]
+    return metrics
+
+
+def distributed_type(state) -> str:
+    """Return how Accelerate spread the run (NO, MULTI_CPU, MULTI_GPU, FSDP, ...), as it did it, not as planned."""
+    return str(state.distributed_type).split(".")[-1]

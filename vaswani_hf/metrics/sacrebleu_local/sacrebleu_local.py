@@ -8,7 +8,7 @@ references, case, tokenizer, smoothing, sacreBLEU's version). Report the signatu
 
 from sacrebleu.metrics import BLEU
 
-from vaswani_hf.metrics import common
+from vaswani_hf.metrics import check_sacrebleu_tokenizer, common
 
 
 class SacrebleuLocal(common.TranslationMetric):
@@ -38,6 +38,7 @@ Returns:
         use_effective_order=False,
         force=False,
     ):
+        check_sacrebleu_tokenizer(tokenize, "tokenize")
         bleu = BLEU(
             lowercase=lowercase,
             force=force,

@@ -9,7 +9,7 @@ There are two passes:
    anything is decoded. The same pass counts and hashes the lines, which gives the input's fingerprint and each
    window's.
 2. The decoding first compares each window with its hash from the check (an input changed meanwhile is refused), then
-   translates it and writes it with its record into `<output>.partial/` (`translate_staging`), whose state file records
+   translates it and writes it with its record into `<output>.partial/` (`vaswani_hf.translation.staging`), whose state file records
    the fingerprint, the model and the settings. The parts are then joined into `<output>` in one rename, each checked
    against its record again.
 
@@ -37,10 +37,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from . import io
-from . import translate_staging as staging_files
-from .io.progress import progress_bar
-from .translation_frontend import PositionTable, translate_lines
+from .. import io
+from ..io.progress import progress_bar
+from . import staging as staging_files
+from .frontend import PositionTable, translate_lines
 
 # BUFFER_LINES lines are read, sorted by length and decoded together: they are a few MB of text, and enough lines for
 # sorting to keep the batches' padding low.

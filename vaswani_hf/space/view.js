@@ -1,6 +1,6 @@
 // The attention viewer of vaswani_hf.space, run by the page (Gradio's gr.HTML js_on_load, with `element`, `props`,
-// `watch` and `server`). A translation brings each kind's tokens and the blocks of weights its first view needs
-// (vaswani_hf/space_payload.py: one byte a weight, (c / 255)^2); a view that needs a block the payload lacked asks
+// `watch` and `server`). A translation brings each kind's tokens and the blocks of weights its first view needs,
+// and that layer of the other kinds (vaswani_hf/space/payload.py: one byte a weight, (c / 255)^2); a view that needs a block the payload lacked asks
 // the server for it once (server.attention_blocks), and every other change of view is drawn here, on canvases.
 // Head view: one layer's map (one head, or the mean of its heads) whose labels stay in place while it scrolls and
 // are thinned so that they never overlap; the weight, query and key under the pointer or the keyboard's cell are
@@ -52,10 +52,15 @@ async function ensure(names) {  // the blocks a view needs: those the translatio
   return state.data === data;
 }
 
-function prefetch() {  // after the visitor opened a layer: the layers next to it, fetched while they read it
+function prefetch() {  // after the visitor opened a layer, fetched while they read it: this layer and head of the
+  // other kinds (a change of kind keeps them, as the translation's blocks do: space/payload.py's view_order), the
+  // kind's thumbnails (the model view), and the layers next to it
   if (state.mode !== "head" || !state.data) return;
   const L = shape(state.kind)[0], next = [state.layer - 2, state.layer].filter((l) => l >= 0 && l < L);
-  const names = next.flatMap((l) => headBlocks(state.kind, l, "all")).filter((n) => !blocks.has(n));
+  const others = Object.keys(state.data.kinds).filter((k) => k !== state.kind)
+    .flatMap((k) => headBlocks(k, Math.min(state.layer, shape(k)[0]) - 1, headIndex()));
+  const names = [...others, `${state.kind}:thumbs`, ...next.flatMap((l) => headBlocks(state.kind, l, "all"))]
+    .filter((n) => !blocks.has(n));
   if (names.length) ensure(names).catch(() => {});  // a failure shows when that layer is opened
 }
 

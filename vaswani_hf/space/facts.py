@@ -4,7 +4,7 @@
 it is stored. `EXAMPLES` are the sentences the page offers as buttons: the paper's attention figures (Figures 3-5,
 encoder self-attention in layer 5), each with the view it opens, and two image captions of Multi30k's kind. Each
 example names the domain of its text, so that `example_label` can say when it lies outside the domain of the model's
-training data (`model_domain`, read from the card). `vaswani_hf.space_logic` imports these names again, so that the
+training data (`model_domain`, read from the card). `vaswani_hf.space.logic` imports these names again, so that the
 page's testable parts are all reachable from that one module.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .hub.card import LANGUAGE_NAMES, count_parameters
+from ..hub.card import LANGUAGE_NAMES, count_parameters
 
 ALL_HEADS = "all"  # The head of a view that means every head of the layer, in the examples, the page and the API.
 

@@ -1,17 +1,25 @@
-"""Say where a run's data comes from (Section 5.1's training data, a dev set, a test set), with one `Source` per split.
+"""Prepare a run's data (Section 5.1): where each split comes from, the one BPE vocabulary shared by source and
+target, and the tokenized splits, with over-long training pairs dropped.
 
-`split_sources(recipe)` makes the sources, and is the only place that branches on `data_format`. A source names its
-local `files` (so that `io.check_paths` can refuse an output that overlaps them), `check`s them cheaply, `scan`s every line (`--check`), `load`s the split and
-`describe`s itself.
+Each split (the training data, a dev set, a test set) has one `Source`. `split_sources(recipe)` makes them when the
+run is planned, and is the only place that branches on `data_format`. A source names its local `files` (so that
+`io.check_paths` can refuse an output that overlaps them), `check`s them cheaply, `scan`s every line (`--check`),
+`load`s the split and `describe`s itself. When the run starts, `load_corpora` reads every split, so that a bad file is
+refused before anything is written, and `prepare_data` gives the shared BPE (`shared_bpe`: the plan's tokenizer
+folder, the one cached for this corpus, or one trained now) and the tokenized splits.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..data import cache
 from ..data.corpora import (
     load_parallel,
     load_sample_corpus,
@@ -20,8 +28,16 @@ from ..data.corpora import (
     scan_corpus,
     usable_pairs,
 )
+from ..data.preprocessing import prepare_dataset
 from ..io import UNUSABLE_WORKING_FOLDER, UsageError, check_input_file, reads_once
+from ..io.progress import library_bars
+from ..tokenization import load_tokenizer, train_bpe_tokenizer
 from .recipe import REPO_ROOT, Recipe, RecipeError
+
+if TYPE_CHECKING:  # The plan holds the sources made here, so this module does not import it.
+    from .plan import RunPlan
+
+logger = logging.getLogger(__name__)
 
 SPLITS = ("train", "valid", "test")
 
@@ -179,18 +195,19 @@ class HubSource(Source):
 def split_sources(recipe: Recipe) -> dict[str, Source | None]:
     """Return the Source of each split ("train", "valid", "test"), or None for a split the recipe leaves out (null)."""
     found: dict[str, Source | None] = {}
+    data = recipe.data
     for split in SPLITS:
         key = f"{split}_data"
-        value = recipe[key]
-        common = dict(key=key, src_lang=recipe.src_lang, tgt_lang=recipe.tgt_lang)
+        value = getattr(data, key)
+        common = dict(key=key, src_lang=data.src_lang, tgt_lang=data.tgt_lang)
         if value is None:
             found[split] = None
-        elif recipe.data_format == "sample":
+        elif data.data_format == "sample":
             found[split] = SampleSource(**common, split=value)
-        elif recipe.data_format == "hub":
-            found[split] = HubSource(**common, dataset=recipe.hub_dataset, config=recipe.hub_config, split=value)
+        elif data.data_format == "hub":
+            found[split] = HubSource(**common, dataset=data.hub_dataset, config=data.hub_config, split=value)
         else:
-            found[split] = FileSource(**common, format=recipe.data_format, path=resolve_path(value, recipe.data_dir))
+            found[split] = FileSource(**common, format=data.data_format, path=resolve_path(value, data.data_dir))
     return found
 
 
@@ -209,9 +226,106 @@ def check_read_once(sources: dict[str, Source | None], processes: int) -> None:
 
 
 def check_data_dir(recipe: Recipe) -> None:
+    """Check that the recipe's data_dir, where its files are looked up, is a folder."""
+    data = recipe.data
     if (
-        recipe.data_dir is not None
-        and recipe.data_format not in ("sample", "hub")
-        and not resolve_dir(recipe.data_dir).is_dir()
+        data.data_dir is not None
+        and data.data_format not in ("sample", "hub")
+        and not resolve_dir(data.data_dir).is_dir()
     ):
-        raise RecipeError(f"data_dir not found: {recipe.data_dir} (looked in {Path.cwd()} and {REPO_ROOT})")
+        raise RecipeError(f"data_dir not found: {data.data_dir} (looked in {Path.cwd()} and {REPO_ROOT})")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# When the run starts: the corpora, the shared BPE and the tokenized splits
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunData:
+    """Hold what the data station gives the trainer: the shared BPE, the tokenized splits (valid and test may be
+    None), the length filter's report and the seconds the preparation took."""
+
+    tokenizer: Any
+    train: Any
+    valid: Any
+    test: Any
+    filter_report: Any
+    seconds: float
+
+
+def load_corpora(plan: RunPlan) -> dict[str, Any]:
+    """Load the raw splits, decoding and parsing every line, so that a bad file is refused before anything is
+    written."""
+    data = plan.recipe.data
+    limits = {"train": data.max_train_samples, "valid": data.max_eval_samples, "test": 0}
+    return {name: source.load(limits[name]) if source is not None else None for name, source in plan.sources.items()}
+
+
+def prepare_data(plan: RunPlan, splits: dict[str, Any], state, clock) -> RunData:
+    """Return the shared BPE and the tokenized splits. Over-long training pairs are dropped and counted, and a corpus
+    with none left is refused; held-out pairs are all kept."""
+    data, started = plan.recipe.data, time.time()
+    with clock.stage("tokenizer"), state.main_process_first():
+        tokenizer = shared_bpe(plan, splits["train"])
+    prep = dict(num_proc=data.preprocessing_num_workers)
+    with clock.stage("tokenize and filter"), state.main_process_first():  # The others read the main process's cache.
+        train, report = prepare_dataset(
+            splits["train"],
+            tokenizer,
+            data.src_lang,
+            data.tgt_lang,
+            max_length=plan.longest_pair,
+            max_ratio=data.max_length_ratio,
+            **prep,
+        )
+        held_out = {
+            name: prepare_dataset(
+                splits[name], tokenizer, data.src_lang, data.tgt_lang, max_length=None, max_ratio=None, **prep
+            )[0]
+            if splits[name] is not None
+            else None
+            for name in ("valid", "test")
+        }
+    logger.info("training pairs: %s", report)
+    if report.kept == 0:
+        raise RecipeError(
+            f"train_data: no usable training pair ({report}); check the corpus, max_length and max_length_ratio"
+        )
+    return RunData(tokenizer, train, held_out["valid"], held_out["test"], report, time.time() - started)
+
+
+def shared_bpe(plan: RunPlan, train_split):
+    """Return Section 5.1's one BPE vocabulary for source and target: the plan's tokenizer folder if it exists, else
+    the one cached for this corpus and settings (vaswani_hf.data.cache), else one trained now and cached."""
+    bpe, data, folder, name = plan.recipe.tokenizer, plan.recipe.data, plan.tokenizer_dir, None
+    if train_split.cache_files and cache.enabled():  # A file-backed corpus has a stable fingerprint.
+        name = "bpe-" + cache.key(
+            train_split._fingerprint,
+            bpe.vocab_size,
+            bpe.bpe_min_frequency,
+            bpe.lowercase,
+            data.src_lang,
+            data.tgt_lang,
+        )
+    if not folder.is_dir() and name and cache.cached_tokenizer(name):
+        shutil.copytree(cache.cached_tokenizer(name), folder)
+        logger.info(
+            "joint BPE of this corpus and these settings taken from the cache: %s", cache.cached_tokenizer(name)
+        )
+    if folder.is_dir():
+        tokenizer = load_tokenizer(folder)
+        logger.info("tokenizer loaded from %s (%d tokens)", folder, len(tokenizer))
+        return tokenizer
+    tokenizer = train_bpe_tokenizer(
+        train_split,
+        vocab_size=bpe.vocab_size,
+        min_frequency=bpe.bpe_min_frequency,
+        lowercase=bpe.lowercase,
+        save_dir=folder,
+        show_progress=not plan.recipe.run.disable_tqdm and library_bars(),
+    )
+    logger.info("trained joint BPE: %d tokens -> %s", len(tokenizer), folder)
+    if name:
+        cache.keep_tokenizer(name, folder)
+    return tokenizer

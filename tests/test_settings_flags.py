@@ -1,4 +1,4 @@
-"""What a value may be (`Setting`, and the flags vaswani_hf.constraints derives from it): one form -- a dataclass field
+"""What a value may be (`Setting`, and the flags vaswani_hf.settings derives from it): one form -- a dataclass field
 and its metadata -- for command-line flags, recipe keys, file fields and environment variables. A value out of range
 is refused naming its flag, before any work; a narrower view of a setting allows only values the setting allows."""
 
@@ -12,8 +12,7 @@ import re
 import pytest
 
 from vaswani_hf.configuration_vaswani import SettingError
-from vaswani_hf.constraints import device, device_problem, flag, flag_type
-from vaswani_hf.settings import GENERATION_SETTINGS, settings_of
+from vaswani_hf.settings import GENERATION_SETTINGS, device, device_problem, flag, flag_type, settings_of
 
 
 def declared(kind, name: str = "x", **metadata):

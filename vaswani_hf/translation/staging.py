@@ -19,7 +19,7 @@ import sys
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from . import io
+from .. import io
 
 PARTIAL_KIND = "partial translation"  # the kind that the staging folder's marker names (see io.check_output_dir)
 STATE = "state.json"

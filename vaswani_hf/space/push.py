@@ -4,7 +4,7 @@ translates and draws the attention maps.
 The Space is written in one commit (`HfApi.create_repo(repo_type="space", space_sdk="gradio")`, then
 `HfApi.upload_folder`), which holds these files:
 
-- `app.py` is `SPACE_APP`, a few lines that start `vaswani_hf.space` (the same file as the repository's space/app.py).
+- `app.py` is `SPACE_APP`, a few lines that start `vaswani_hf.space` (vaswani_hf/space/app.py, copied as it is).
 - `README.md` is the Space's YAML front matter (`render_space_readme`): sdk gradio at `GRADIO_SDK_VERSION`, the app
   file, the licence, and `models: [MODEL_REPO_ID]`. That entry is the Hub's link from a Space to the model it uses,
   and app.py reads the model id from it (the environment variable VASWANI_MODEL overrides it).
@@ -24,9 +24,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..hub.ids import repo_id_problem
+from ..hub.upload import _format_size, _network_failures
 from ..io import RunFailure, UsageError
-from .ids import repo_id_problem
-from .upload import _format_size, _network_failures
 
 # How a program calls the Space's two named endpoints (its README and the page show it).
 API_EXAMPLE = """```python
@@ -51,22 +51,8 @@ _PACKAGE_IGNORE = ("__pycache__", "*.pyc", "sample_data")
 # CPU wheels of torch, because a Space on the free CPU hardware needs no CUDA libraries (pip prefers the +cpu build).
 _TORCH_INDEX = "--extra-index-url https://download.pytorch.org/whl/cpu"
 
-SPACE_APP = '''\
-"""A Hugging Face Space (Gradio): translate with the original Transformer and look at its attention.
-
-The model is --model, else $VASWANI_MODEL, else the first entry of `models:` in this folder's README.md, else
-outputs/multi30k-en-de-space/hub (python scripts/train.py --recipe multi30k-en-de-space), else outputs/default/hub.
-Locally: python space/app.py [--model FOLDER], or vaswani-space --model FOLDER. The page itself is vaswani_hf.space;
-this file only starts it.
-"""
-
-import sys
-
-from vaswani_hf.space import main, model_from_readme
-
-if __name__ == "__main__":
-    sys.exit(main(default_model=model_from_readme(__file__)))
-'''
+# The Space's app.py is the file beside this one, copied as it is.
+SPACE_APP = (Path(__file__).resolve().parent / "app.py").read_text(encoding="utf-8")
 
 
 def space_requirements() -> str:

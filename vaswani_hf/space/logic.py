@@ -3,15 +3,15 @@
 `vaswani_hf.space` puts these functions behind a Gradio page. They need no web framework, so tests call them
 directly.
 
-The page says what the model is (`read_facts`, from `vaswani_hf.space_facts`) and checks the text and the decoding
-settings before any work. Translation is `vaswani_hf.inference.translate`, i.e. `model.generate` with the model's
+The page says what the model is (`read_facts`, from `vaswani_hf.space.facts`) and checks the text and the decoding
+settings before any work. Translation is `vaswani_hf.translation.inference.translate`, i.e. `model.generate` with the model's
 generation config (for this model the paper's Section 6.1 decoding: beam search with GNMT's length penalty
 ((5 + |Y|) / 6) ** alpha, and at most input length + 50 tokens), with the page's beam size and alpha.
 `collect_attentions` (`vaswani_hf.visualize`) then runs one teacher-forced pass over (source, translation) with
 `output_attentions=True`, which gives every weight of encoder self-, decoder self- and encoder-decoder attention in
 every layer (Section 3.2.3). The forced pass reads the translation's tokens as the tokenizer writes them; the
 decoder's weights over that prefix are the ones it used while generating it (same prefix, dropout off).
-`attention_payload` packs those weights for the page's script (`vaswani_hf.space_payload`), and `attention_numbers`
+`attention_payload` packs those weights for the page's script (`vaswani_hf.space.payload`), and `attention_numbers`
 gives one view of them as numbers for the API.
 
 A page cannot refuse input with an exit status, so every expected refusal is a `UsageError` (or, for a decoding
@@ -33,11 +33,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import InputLineError, UsageError
-from .hub.space import API_EXAMPLE
-from .inference import load_for_decoding, translate
-from .settings import GENERATION_SETTINGS, settings_of
-from .space_facts import (
+from ..errors import InputLineError, UsageError
+from ..settings import GENERATION_SETTINGS, settings_of
+from ..translation.inference import load_for_decoding, translate
+from ..visualize import KINDS, MAX_PLOT_TOKENS, Attentions, collect_attentions
+from ..visualize.attention import KIND_TITLES
+from .facts import (
     ALL_HEADS,
     CAPTIONS,
     EXAMPLES,
@@ -50,9 +51,8 @@ from .space_facts import (
     model_domain,
     read_facts,
 )
-from .space_payload import API_SETTINGS, CODES, PageWeights, WeightCache, codes, page_kinds
-from .visualize import KINDS, MAX_PLOT_TOKENS, Attentions, collect_attentions
-from .visualize.attention import KIND_TITLES
+from .payload import API_SETTINGS, CODES, PageWeights, WeightCache, codes, page_kinds
+from .push import API_EXAMPLE
 
 MAX_CHARACTERS = 1000  # A sentence or two, because the maps are tokens x tokens cells and a CPU Space decodes slowly.
 MAX_SOURCE_TOKENS = MAX_PLOT_TOKENS  # Longer sources make unreadable maps (vaswani-visualize-attention's limit too).
@@ -318,7 +318,7 @@ class Translation:
 
 
 def translate_text(space: SpaceModel, text, num_beams, length_penalty) -> Translation:
-    """Check the input, translate it (`vaswani_hf.inference.translate`) and return it with its attention weights."""
+    """Check the input, translate it (`vaswani_hf.translation.inference.translate`) and return it with its attention weights."""
     source = check_text(text, space)
     beams, alpha = check_decoding(num_beams, length_penalty)
     try:
@@ -384,7 +384,7 @@ def attention_payload(space: SpaceModel, attentions: Attentions, view: dict | No
     """Return what the page's script gets for a translation, and keep all its weights in `space.cache`.
 
     The payload holds each kind's tokens and shape, the key the page's later requests name, and the blocks of weights
-    its first view needs, sent first within `PAGE_BUDGET` (`vaswani_hf.space_payload`). The cache lets the page ask
+    its first view needs, sent first within `PAGE_BUDGET` (`vaswani_hf.space.payload`). The cache lets the page ask
     for the rest later."""
     weights = PageWeights.of(attentions)
     space.cache.add(weights)
@@ -413,7 +413,7 @@ def attention_numbers(
     The layer and head are 1-based, as given. The weights are weights[q][k] for one head and weights[h][q][k] for all
     heads, as numbers rounded to `decimals` places. With `packed_bits` 8 (the page's code) or 16 they come instead as
     `packed`, the base64 of the codes in that shape, with `code` saying how to read them
-    (`vaswani_hf.space_payload.CODES`)."""
+    (`vaswani_hf.space.payload.CODES`)."""
     kind, layer_index, head_index = check_view(space, kind, layer, head)
     decimals = API_SETTINGS["decimals"].check(decimals, "/attention")
     bits = API_SETTINGS["packed_bits"].check(packed_bits, "/attention")

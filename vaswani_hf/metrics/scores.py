@@ -32,9 +32,10 @@ from pathlib import Path
 import evaluate
 import numpy as np
 
-from .io import UsageError
+from ..io import UsageError
+from . import check_sacrebleu_tokenizer
 
-METRICS_DIR = Path(__file__).resolve().parent / "metrics"
+METRICS_DIR = Path(__file__).resolve().parent  # the metric scripts' folders sit beside this module
 METRIC_NAMES = ("sacrebleu_local", "chrf_local", "tok_bleu")
 
 DESCRIPTIONS = {
@@ -106,9 +107,11 @@ def compute_all(
         ``bleu_tok_compound_split`` and ``bleu_tok_none``.
 
     Raises:
-        UsageError: a reference stream has another number of lines than the hypotheses.
+        UsageError: a reference stream has another number of lines than the hypotheses, or the packages of the
+            sacreBLEU tokenizer ``tokenize`` are not installed (``metrics.check_sacrebleu_tokenizer``).
         ValueError: there are no segments to score, or no references.
     """
+    check_sacrebleu_tokenizer(tokenize, "tokenize")
     hypotheses = list(hypotheses)
     streams = _reference_streams(references)
     check_line_counts(("hypotheses", hypotheses), [(f"references[{i}]", stream) for i, stream in enumerate(streams)])
@@ -163,7 +166,8 @@ class TranslationMetrics:
     """
 
     def __init__(self, tokenizer, tokenize: str = "13a"):
-        self.tokenizer, self.tokenize = tokenizer, tokenize
+        # Checked when the Trainer is built, so that a missing package is not found at the first validation.
+        self.tokenizer, self.tokenize = tokenizer, check_sacrebleu_tokenizer(tokenize, "tokenize")
         self.bleu_metric, self.chrf_metric = load_metric("sacrebleu_local"), load_metric("chrf_local")
         self.signatures: dict[str, str] = {}
 

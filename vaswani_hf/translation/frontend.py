@@ -1,8 +1,8 @@
 """Apply the rules that every decoding engine shares, written once: this module is the translation front end.
 
-Both engines, our `generate()` (`vaswani_hf.inference.translate`) and CTranslate2
+Both engines, our `generate()` (`vaswani_hf.translation.inference.translate`) and CTranslate2
 (`vaswani_hf.export.ctranslate2.CTranslate2Translator`), run their sentences through `translate_lines`, and so does the
-checking pass of a file to translate (`vaswani_hf.translate_stream`). It applies these rules:
+checking pass of a file to translate (`vaswani_hf.translation.stream`). It applies these rules:
 
 - a sentence that is empty or only whitespace translates to "" and is never given to the engine, because a model would
   still emit some sentence for a source made of `</s>` alone;
@@ -33,8 +33,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .constraints import MAX_POSITIONS, MAX_SENTENCES, MAX_TOKENS
-from .io import InputLineError
+from ..io import InputLineError
+from ..settings import MAX_POSITIONS, MAX_SENTENCES, MAX_TOKENS
 
 # A line may have at most this many source tokens, `</s>` included; WMT sentences stay under 250 after the usual
 # filtering.

@@ -7,8 +7,8 @@ The page says what the model is, from its card and config, never where it is sto
 the paper's attention figures 3-5, and marks those whose text lies outside the model's domain. It translates with the
 paper's decoding (Section 6.1), where beam size and alpha are sliders whose ranges lie within the declared settings'
 ranges, and says how long it took. It warns when the text looks like another language than the model's source, and it
-draws every attention weight (Section 3.2.3) in the browser (templates/space_view.js). What a translation sends the page is bounded by design
-(vaswani_hf.space_payload sends one byte a weight, the first view's blocks first, at most about 1.5 MB). A view that
+draws every attention weight (Section 3.2.3) in the browser (view.js, beside this file). What a translation sends the page is bounded by design
+(vaswani_hf.space.payload sends one byte a weight, the first view's blocks first, at most about 1.5 MB). A view that
 needs weights not yet sent asks the viewer's server function once; every other change of view is drawn in the browser.
 The API, for gradio_client, has two endpoints, `/translate` and `/attention`. A bad value is answered with one
 sentence (gr.Error), a text in another language with a warning (gr.Warning, and /attention's "warning"). No upload
@@ -18,7 +18,7 @@ The model served is --model, else $VASWANI_MODEL, else (in a Space) its README's
 `DEFAULT_MODELS` that exists: the Space's model (recipes/multi30k-en-de-space.yaml), then the demo model of
 `python scripts/train.py`. No request leaves the machine (Gradio's analytics are off). The address is checked before
 the model is loaded, which takes a while, and a bad one is refused in one line with exit status 2.
-The page needs the `space` extra: pip install "vaswani_hf[space]". Its testable parts are in `vaswani_hf.space_logic`.
+The page needs the `space` extra: pip install "vaswani_hf[space]". Its testable parts are in `vaswani_hf.space.logic`.
 """
 
 from __future__ import annotations
@@ -29,21 +29,19 @@ import json
 import logging
 import os
 import socket
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import space_logic as logic
-from .cli.contract import ArgumentParser, run_cli
-from .configuration_vaswani import SettingError
-from .constraints import flag
-from .errors import UsageError, one_line
-from .io import check_model_folder
-from .precision import DTYPE
-from .settings import settings_of
-from .space_payload import answer_blocks
+from ..cli.contract import ArgumentParser, run_cli
+from ..configuration_vaswani import SettingError
+from ..errors import UsageError, one_line
+from ..io import check_model_folder
+from ..precision import DTYPE
+from ..settings import flag, settings_of
+from . import logic
+from .payload import answer_blocks
 
 # Where the recipes write their models: first the Space's (a model worth trying, `SPACE_RECIPE`), then the demo model.
 SPACE_RECIPE = "multi30k-en-de-space"
@@ -52,7 +50,7 @@ MODEL_ENV = "VASWANI_MODEL"
 HOST_ENV, PORT_ENV = "GRADIO_SERVER_NAME", "GRADIO_SERVER_PORT"  # Gradio's own variables, honoured as defaults.
 DEFAULT_HOST = "127.0.0.1"
 QUEUE_CONCURRENCY = 1  # One decoding at a time, because the model is not shared between requests.
-VIEWER = Path(__file__).resolve().parent / "templates"
+VIEWER = Path(__file__).resolve().parent  # view.css and view.js, the page's drawing code
 log = logging.getLogger(__name__)
 
 MARKER_NOTE = (
@@ -236,15 +234,15 @@ def build_demo(space: logic.SpaceModel):
         status = gr.Markdown(elem_id="status")
         gr.Markdown(MARKER_NOTE, elem_id="marker-note")
 
-        def attention_blocks(request):  # The viewer's requests for weights it was not sent (see space_payload).
+        def attention_blocks(request):  # The viewer's requests for weights it was not sent (see space.payload).
             return answer_blocks(space.cache, request)
 
         viewer = gr.HTML(
             "",
             html_template='<div class="vz"></div>',
             elem_id="viewer",
-            css_template=(VIEWER / "space_view.css").read_text(encoding="utf-8"),
-            js_on_load=(VIEWER / "space_view.js").read_text(encoding="utf-8"),
+            css_template=(VIEWER / "view.css").read_text(encoding="utf-8"),
+            js_on_load=(VIEWER / "view.js").read_text(encoding="utf-8"),
             server_functions=[attention_blocks],
         )
 
@@ -492,7 +490,3 @@ def main(argv: Sequence[str] | None = None, default_model: str | None = None) ->
 
     A Space's app.py passes its README's model as `default_model`. Refusals are one line with exit status 2."""
     return run_cli(lambda args: _main(args, default_model), argv, prog="vaswani-space")
-
-
-if __name__ == "__main__":
-    sys.exit(main())
