@@ -16,9 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import datasets
 import numpy as np
 import torch
 from torch.utils.data import Sampler
@@ -26,7 +25,9 @@ from torch.utils.data import Sampler
 from ..errors import UsageError
 from ..modeling_vaswani import IGNORE_INDEX, shift_tokens_right
 from ..tokenization import PAD_ID
-from .preprocessing import sequence_lengths
+
+if TYPE_CHECKING:
+    import datasets
 
 # A translation batch holds at most this many padded source tokens by default (as fairseq's --max-tokens); such a batch
 # of a base model with beam 4 fits on any GPU.
@@ -186,6 +187,10 @@ class TokenBatchSampler(Sampler[list[int]]):
     @classmethod
     def from_dataset(cls, dataset: datasets.Dataset, max_tokens: int, **kwargs: Any) -> TokenBatchSampler:
         """Build a sampler from the lengths of the `input_ids` and `labels` columns of a tokenized dataset."""
+        # Imported here, not at the top: the translation tools import this module for `make_batches`, and
+        # preprocessing imports `datasets` (about 2 CPU-seconds a process) that only training and evaluation need.
+        from .preprocessing import sequence_lengths
+
         return cls(sequence_lengths(dataset, "input_ids"), sequence_lengths(dataset, "labels"), max_tokens, **kwargs)
 
     def _make_batches(self, src: np.ndarray, tgt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
