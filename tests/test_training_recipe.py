@@ -213,6 +213,25 @@ def test_a_recipe_is_its_sections_and_its_model_section_is_the_config_the_run_tr
     assert again.flat() == flat and again.model.to_dict() == recipe.model.to_dict()
 
 
+def test_a_recipe_reads_as_the_mapping_of_its_flat_keys_as_it_did_before_the_sections():
+    """Code written when a recipe was a flat mapping (users' scripts, the benchmarks) still works: `recipe["key"]`
+    reads the value its section holds, `in`, `len`, iteration and `dict(recipe)` see every flat key in the sections'
+    order, `dict(recipe)` is the recipe.yaml a run writes, and the mapping is read-only."""
+    from vaswani_hf.training.recipe import KEYS
+
+    recipe = load_recipe("default", {"warmup_steps": 16, "d_model": 64, "d_ff": 64, "num_heads": 4, "seed": 7})
+    assert dict(recipe) == recipe.flat() and list(recipe) == list(KEYS) and len(recipe) == len(KEYS)
+    assert recipe["warmup_steps"] is recipe.optimization.warmup_steps == 16
+    assert recipe["d_model"] is recipe.model.d_model == 64 and recipe["seed"] is recipe.run.seed == 7
+    assert recipe["d_k"] is None and recipe.model.d_k == 16  # written as the recipe wrote it, resolved in the config
+    assert "d_model" in recipe and "model" not in recipe and recipe.get("no_such_key", "absent") == "absent"
+    assert dict(recipe.items())["output_dir"] == recipe.run.output_dir
+    with pytest.raises(KeyError):
+        recipe["optimization"]
+    with pytest.raises(TypeError):
+        recipe["seed"] = 1
+
+
 @pytest.mark.parametrize(
     "value, shown",
     [(True, "got true (a boolean)"), (None, "got null"), ([1, 2], "got [1, 2] (a list)"), ("wide", "got 'wide'")],

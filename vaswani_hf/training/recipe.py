@@ -30,7 +30,7 @@ import difflib
 import math
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -439,10 +439,15 @@ SETTINGS = {name: setting for section in SECTIONS for name, setting in section_k
 
 
 @dataclass(frozen=True)
-class Recipe:
+class Recipe(Mapping):
     """Hold a checked recipe: its sections, each key read as `recipe.optimization.warmup_steps`, and its `name` and
     `file`. `model` is the `VaswaniConfig` the run trains, whose vocab_size is the BPE's (`tokenizer.vocab_size`).
-    Build one with `load_recipe`; `flat()` gives the flat mapping of every key, as a recipe file writes it."""
+    Build one with `load_recipe`.
+
+    A recipe is also a read-only mapping of its flat keys, as a recipe file and the command line name them, so
+    `recipe["warmup_steps"]` is `recipe.optimization.warmup_steps`, `"d_model" in recipe` holds, and `dict(recipe)`
+    (or `flat()`) is the recipe.yaml a run writes. The mapping reads through `KEYS`, the one table of which section
+    holds each key, so the two forms cannot disagree."""
 
     run: RunSettings
     data: DataSettings
@@ -473,14 +478,26 @@ class Recipe:
                 raise RecipeError(f"{section} settings: {one_line(error)}") from None
         return check_rules(cls(**built, name=name, file=file))
 
+    def __getitem__(self, name: str) -> Any:
+        """Return the value of flat key `name` as a recipe file writes it, from the section that holds it (`KEYS`).
+        The config resolves d_k and d_v of None to d_model // num_heads; that value reads as null, as a recipe writes
+        it, and a tuple reads as a list."""
+        if name not in KEYS:
+            raise KeyError(name)
+        value = getattr(getattr(self, KEYS[name]), name)
+        if name in ("d_k", "d_v") and value == self.model.d_model // self.model.num_heads:
+            return None
+        return list(value) if isinstance(value, tuple) else value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(KEYS)
+
+    def __len__(self) -> int:
+        return len(KEYS)
+
     def flat(self) -> dict[str, Any]:
-        """Return every key by name with its value, in the sections' order: the recipe.yaml a run writes. The config
-        resolves d_k and d_v of None to d_model // num_heads; that value is written as null, as a recipe writes it."""
-        values = {name: getattr(getattr(self, section), name) for name, section in KEYS.items()}
-        for name in ("d_k", "d_v"):
-            if values[name] == self.model.d_model // self.model.num_heads:
-                values[name] = None
-        return {name: list(value) if isinstance(value, tuple) else value for name, value in values.items()}
+        """Return every key by name with its value, in the sections' order: the recipe.yaml a run writes."""
+        return dict(self)
 
     def to_yaml(self) -> str:
         """Return the full recipe as YAML, every key and default included, for recipe.yaml beside the run and in its
