@@ -143,6 +143,16 @@ def _(t, a):
     return Call(train_argv(t, a), 0, check=stdout_has("recipe tiny OK"))
 
 
+@case("check-bad-recipe-value-overridden-by-flag")
+def _(t, a):
+    write(t / "bad.yaml", "d_model: -1\n")
+    return Call(
+        ["--recipe", t / "bad.yaml", "--d_model", "32", "--output_dir", t / "run", "--check"],
+        2,
+        (f"{t / 'bad.yaml'}: d_model must be", "got -1"),
+    )
+
+
 @case("check-output-dir-is-a-file")
 def _(t, a):
     write(t / "run", "x")
