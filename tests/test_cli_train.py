@@ -108,7 +108,7 @@ case = Cases(
         Resumable(
             "train",
             lambda a, t: ["--recipe", a.recipe, "--data_dir", a.corpus, "--output_dir", t / "run"],
-            "vaswani_hf.training.run.average",  # every checkpoint written, the run not finished
+            "vaswani_hf.training.run.average_last",  # every checkpoint written, the run not finished
             lambda t: [t / "run" / "checkpoint-4" / "model.safetensors"],
             lambda t: t / "run" / "hub" / "model.safetensors",
         )
