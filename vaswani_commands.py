@@ -7,9 +7,14 @@ torch and transformers), and what can fail during that import, is handled here w
 - A deleted working folder is left for "/", because torch's import aborts the process without one. A command naming
   only absolute paths then runs, and one naming a relative path is refused in one line by the path check.
 - Too little memory (`ulimit -v`) or too few descriptors (`ulimit -n`) for the import is one line with exit status 1.
+- A cache folder that cannot be written (a read-only HOME or ~/.cache, a HOME that is no folder) is moved to a folder
+  of this user's under the temporary folder, by the variable each library reads when it is imported (`CACHES`), and
+  one line on standard error names it. Otherwise datasets, evaluate and huggingface_hub fail part way (a training run
+  refuses its corpus cache), and matplotlib prints its own warning.
 
 Then the tool's module (`TOOLS`) runs its `main` under `vaswani_hf.cli.contract.run_cli`. The console script
-`vaswani-<tool>` is `vaswani_commands:<tool>`, a function below; `python -m vaswani_commands <tool> ARGS` runs it too.
+`vaswani-<tool>` is `vaswani_commands:<tool>`, a function this module makes for each tool on request (`__getattr__`);
+`python -m vaswani_commands <tool> ARGS` runs it too.
 """
 
 from __future__ import annotations
@@ -17,7 +22,9 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import stat
 import sys
+import tempfile
 import traceback
 from functools import partial
 from importlib import import_module
@@ -25,10 +32,12 @@ from pathlib import Path
 
 STREAMS = ((0, os.O_RDONLY), (1, os.O_WRONLY), (2, os.O_WRONLY))
 
-# Maps each tool, by the name of its console script's function, to the module whose `main(argv)` runs it. In
-# pyproject.toml that is `vaswani-<name> = "vaswani_commands:<name>"`, with dashes for underscores.
-# tests/test_cli_registry.py checks this table against vaswani_hf/cli/registry.py (every command's module),
-# pyproject.toml's scripts and scripts/*.py.
+# The one list of the tools: each tool, by the name of its console script's function, maps to the module whose
+# `main(argv)` runs it. Everything else follows from it: the function `vaswani_commands.<name>` (`__getattr__`), the
+# commands of vaswani_hf/cli/registry.py (the tools whose module is a vaswani_hf.cli command), and what packaging needs
+# written out, which tests/test_cli_registry.py checks against this table: pyproject.toml's
+# `vaswani-<name> = "vaswani_commands:<name>"` (`console_scripts()`, dashes for underscores) and the scripts/*.py
+# shims that `accelerate launch scripts/train.py` runs.
 TOOLS = {
     "train": "vaswani_hf.cli.train",
     "translate": "vaswani_hf.cli.translate",
@@ -106,6 +115,107 @@ def leave_an_unusable_working_folder() -> str | None:
     return _left["state"]
 
 
+def _below_home(env, *parts: str) -> Path | None:
+    if env.get("HOME"):
+        return Path(env["HOME"], *parts)
+    try:
+        return Path.home().joinpath(*parts)  # the password entry's
+    except RuntimeError:  # No HOME and no password entry.
+        return None
+
+
+def _below(base: Path | None, *parts: str) -> Path | None:
+    return base.joinpath(*parts) if base is not None else None
+
+
+def cache_location(variable: str, environ=os.environ) -> Path | None:
+    """Return the folder that the cache variable `variable` of `CACHES` (or a folder one depends on) stands for: its
+    value, or where the library puts it when it is unset. None means it cannot be known (no home folder)."""
+    if environ.get(variable):
+        return Path(environ[variable])
+    return dict(CACHES + _BASES)[variable](environ)
+
+
+# The cache folders that the libraries write, each by the variable that moves it and the folder the library uses when
+# it is unset. They are resolved in this order, so that a moved XDG_CACHE_HOME carries the caches below it:
+# huggingface_hub's HF_HOME (the Hub cache, the token), datasets' corpora and maps (below HF_HOME, as evaluate's metric
+# modules are), torch's hub, matplotlib's font cache. Triton's kernels, matplotlib's configuration and sacrebleu's test
+# sets lie outside it.
+CACHES = (
+    ("XDG_CACHE_HOME", lambda env: _below_home(env, ".cache")),
+    ("HF_HOME", lambda env: _below(cache_location("XDG_CACHE_HOME", env), "huggingface")),
+    ("HF_DATASETS_CACHE", lambda env: _below(cache_location("HF_HOME", env), "datasets")),
+    ("TORCH_HOME", lambda env: _below(cache_location("XDG_CACHE_HOME", env), "torch")),
+    ("TRITON_CACHE_DIR", lambda env: _below(cache_location("TRITON_HOME", env), ".triton", "cache")),
+    ("MPLCONFIGDIR", lambda env: _below(cache_location("XDG_CONFIG_HOME", env), "matplotlib")),
+    ("SACREBLEU", lambda env: _below_home(env, ".sacrebleu")),
+)
+_BASES = (  # folders that the caches lie below, which no library writes itself
+    ("TRITON_HOME", lambda env: _below_home(env)),
+    ("XDG_CONFIG_HOME", lambda env: _below_home(env, ".config")),
+)
+
+
+def writable(folder: Path | None) -> bool:
+    """Return whether `folder` is a folder this process can write into, or can be created: its nearest existing
+    ancestor is a folder it can write into. A part of the path that is a file, or a read-only file system, makes it
+    unwritable for the superuser too."""
+    if folder is None:
+        return False
+    for place in (folder, *folder.absolute().parents):
+        if os.path.lexists(place):
+            return place.is_dir() and os.access(place, os.W_OK | os.X_OK)
+    return False
+
+
+def private_folder() -> Path | None:
+    """Return this user's cache folder under the temporary folder (TMPDIR), made if need be: one folder for every
+    process and every run of this user, so that a launch's processes share their caches. One that another user could
+    have made or changed (not this user's, a link, open to others) is not used; a fresh one is made instead."""
+    folder = Path(tempfile.gettempdir(), f"vaswani_hf-caches-{os.getuid()}")
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        info = os.lstat(folder)
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077:
+            return folder
+        return Path(tempfile.mkdtemp(prefix="vaswani_hf-caches-"))
+    except OSError:
+        return None
+
+
+def move_unwritable_caches(environ=os.environ) -> str | None:
+    """Point every cache of `CACHES` that cannot be written at a folder of `private_folder()`, by setting its variable
+    before the libraries are imported (they read it then), and return the line that says so, or None when every cache
+    can be written (or no temporary folder can be made either: then the libraries report it as before)."""
+    moved, folder = [], None
+    for variable, _ in CACHES:
+        current = cache_location(variable, environ)
+        if writable(current):
+            continue
+        folder = folder or private_folder()
+        if folder is None:
+            return None
+        if variable == "HF_HOME" and current is not None:
+            keep_the_hub_files(current, environ)
+        environ[variable] = str(folder / variable.lower())
+        moved.append(f"{variable} {current}" if current is not None else f"{variable} (no home folder)")
+    if not moved:
+        return None
+    return f"caches in {folder}, since these cannot be written: {', '.join(moved)}"
+
+
+def keep_the_hub_files(hf_home: Path, environ) -> None:
+    """Keep reading what an unwritable HF_HOME holds: the models of its Hub cache and the token of `hf auth login`
+    (huggingface_hub reads both through their own variables, HF_HUB_CACHE and HF_TOKEN_PATH, where they are set)."""
+    for variable, path in (("HF_HUB_CACHE", hf_home / "hub"), ("HF_TOKEN_PATH", hf_home / "token")):
+        if not environ.get(variable) and path.exists():
+            environ[variable] = str(path)
+
+
+def _main_process() -> bool:
+    return all(os.environ.get(name, "0") == "0" for name in ("RANK", "LOCAL_RANK"))
+
+
 def _file_size_limited() -> bool:
     try:
         import resource  # The resource module exists on Unix only.
@@ -158,6 +268,9 @@ def run(tool: str, argv=None) -> int:
     operating-system limit is reported in one line with exit status 1, and an unknown tool with exit status 2."""
     occupy_closed_descriptors()
     leave_an_unusable_working_folder()
+    moved = move_unwritable_caches()
+    if moved and _main_process() and sys.stderr is not None:
+        print(f"{_program()}: {moved}", file=sys.stderr)
     if tool not in TOOLS:
         return _refuse(f"no tool {tool!r}; the tools: {', '.join(tools())}", 2)
     module = TOOLS[tool]
@@ -195,17 +308,19 @@ def tools() -> list[str]:
     return sorted(TOOLS)
 
 
-# The console scripts (pyproject.toml's [project.scripts]) and scripts/*.py call these, one per entry of `TOOLS`.
-train = partial(run, "train")
-translate = partial(run, "translate")
-evaluate = partial(run, "evaluate")
-train_tokenizer = partial(run, "train_tokenizer")
-average_checkpoints = partial(run, "average_checkpoints")
-export_marian = partial(run, "export_marian")
-export_ctranslate2 = partial(run, "export_ctranslate2")
-visualize_attention = partial(run, "visualize_attention")
-push_to_hub = partial(run, "push_to_hub")
-space = partial(run, "space")
+def console_scripts() -> dict[str, str]:
+    """Return what pyproject.toml's [project.scripts] must say, mapping each program to "module:function"."""
+    return {f"vaswani-{name.replace('_', '-')}": f"vaswani_commands:{name}" for name in TOOLS}
+
+
+def __getattr__(name: str):
+    """Return the console-script function of the tool `name` (`run` with that tool), which pyproject.toml's
+    [project.scripts] and scripts/*.py import as `vaswani_commands.<name>`.
+
+    The functions are made on request (PEP 562), so that `TOOLS` stays the only place a tool's name is written."""
+    if name in TOOLS:
+        return partial(run, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 if __name__ == "__main__":

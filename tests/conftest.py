@@ -17,6 +17,27 @@ torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 # browser): registered here, so that a test names a fixture as an argument and never imports it.
 pytest_plugins = ("translation_model", "hub_helpers", "transformers_tests", "browser_helpers")
 
+# The test files that take the most CPU time, heaviest first (measured one file at a time on 2 cores: user + system
+# seconds, the processes a file starts included). The parallel run sends each worker whole files (setup.cfg:
+# `--dist loadfile`, so that a file's module fixtures are built once, not once per worker) in the order below, then
+# every other file in collection order: started first, the long files never keep one worker busy while the other has
+# finished. The order only schedules; every test runs whatever this list says, and a file missing from it only
+# starts later.
+HEAVIEST_FIRST = (
+    "test_distributed.py",
+    "test_training_run.py",
+    "test_space_browser.py",
+    "test_space_browser_scale.py",
+    "test_transformers_common.py",
+    "test_cli_every_tool.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Puts the files of HEAVIEST_FIRST first, in its order; the tests of a file keep their order."""
+    rank = {name: position for position, name in enumerate(HEAVIEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
 
 @pytest.fixture(scope="module")
 def one_torch_thread():

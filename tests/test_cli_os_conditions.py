@@ -31,6 +31,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -303,3 +304,86 @@ def test_no_descriptor_left_is_one_line(assets, tmp_path):
     argv = ["-c", NO_DESCRIPTOR_LEFT, "--hypotheses", assets.plain, "--references", assets.plain]
     code, err = run_limited(argv, resource.RLIMIT_NOFILE, 64, tmp_path)
     assert_one_error_line(err, code, 1, "vaswani-evaluate: error: too many open files", "ulimit -n")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A home folder whose caches cannot be written
+# ---------------------------------------------------------------------------------------------------------------------
+
+CACHE_VARIABLES = ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "HF_HOME", "HF_DATASETS_CACHE", "HF_HUB_CACHE",
+                   "HF_TOKEN_PATH", "TORCH_HOME", "TRITON_HOME", "TRITON_CACHE_DIR", "MPLCONFIGDIR", "SACREBLEU")  # fmt: skip
+
+
+def run_with_home(argv: list, home: Path, tmp: Path, cwd: Path) -> subprocess.CompletedProcess:
+    """`python ARGV` in a fresh process whose HOME is `home`, with no cache variable set (every cache where the
+    libraries put it by default, below HOME) and its own temporary folder `tmp` (TMPDIR)."""
+    env = {k: v for k, v in os.environ.items() if k not in (*CACHE_VARIABLES, "VASWANI_DEBUG")}
+    env.update(HOME=str(home), TMPDIR=str(tmp), PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    tmp.mkdir(exist_ok=True)
+    return subprocess.run(
+        [sys.executable, *map(str, argv)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tool", TOOLS)
+def test_a_home_whose_caches_cannot_be_written_moves_them_to_a_temporary_folder(tool, assets, tmp_path):
+    """HOME is a file, so that no folder below it can be made: ~/.cache, ~/.config, ~/.triton and ~/.sacrebleu cannot
+    be written, for the superuser too (a read-only HOME would bind only other users: root writes through permissions,
+    and a read-only bind mount needs privileges the tests do not take). The command runs to the end (exit status 0),
+    with its caches in this user's folder below the temporary folder, said in one line; no library complains about
+    its cache (no other line names the home folder, none is a warning)."""
+    from test_cli_surroundings import RUNS
+
+    home = write(tmp_path / "home", "a file, not a folder")
+    (tmp_path / "work").mkdir()
+    result = run_with_home([script(tool), *RUNS[tool](assets, tmp_path / "work")], home, tmp_path / "tmp", tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stderr.splitlines()
+    said = [line for line in lines if "caches in" in line]
+    folder = tmp_path / "tmp" / f"vaswani_hf-caches-{os.getuid()}"
+    assert said == [
+        f"{script(tool).name}: caches in {folder}, since these cannot be written: XDG_CACHE_HOME {home}/.cache, "
+        f"TRITON_CACHE_DIR {home}/.triton/cache, MPLCONFIGDIR {home}/.config/matplotlib, SACREBLEU {home}/.sacrebleu"
+    ], result.stderr[-3000:]
+    others = [line for line in lines if line not in said]
+    assert not [line for line in others if str(home) in line or "warn" in line.lower()], result.stderr[-3000:]
+    assert folder.is_dir() and not stat.S_IMODE(folder.stat().st_mode) & 0o077
+
+
+def test_caches_that_can_be_written_stay_where_they_are_and_nothing_is_said(assets, tmp_path):
+    """A home folder that can be written: no cache is moved, and no line is added."""
+    (tmp_path / "home").mkdir()
+    result = run_with_home([script("evaluate"), "--hypotheses", assets.plain, "--references", assets.plain],
+                           tmp_path / "home", tmp_path / "tmp", tmp_path)  # fmt: skip
+    assert result.returncode == 0 and "caches in" not in result.stderr, result.stderr[-3000:]
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_an_unwritable_hf_home_keeps_its_hub_cache_and_token_readable(tmp_path, monkeypatch):
+    """HF_HOME that holds downloaded models and the login token but cannot be written (as root, only a read-only file
+    system does that, so the check of writability is made to say so): the caches move, yet huggingface_hub still finds
+    the models and the token where they are (HF_HUB_CACHE, HF_TOKEN_PATH), so that offline loading and pushing work."""
+    import vaswani_commands
+
+    hf_home = tmp_path / "hf"
+    (hf_home / "hub").mkdir(parents=True)
+    write(hf_home / "token", "hf_x")
+    (tmp_path / "home").mkdir()
+    monkeypatch.setattr(vaswani_commands, "writable", lambda folder: hf_home not in (folder, *folder.parents))
+    monkeypatch.setattr(vaswani_commands, "private_folder", lambda: tmp_path / "tmp")
+    env = {"HOME": str(tmp_path / "home"), "HF_HOME": str(hf_home)}
+    line = vaswani_commands.move_unwritable_caches(env)
+    assert line == f"caches in {tmp_path / 'tmp'}, since these cannot be written: HF_HOME {hf_home}"
+    assert env == {
+        "HOME": str(tmp_path / "home"),
+        "HF_HOME": str(tmp_path / "tmp" / "hf_home"),
+        "HF_HUB_CACHE": str(hf_home / "hub"),
+        "HF_TOKEN_PATH": str(hf_home / "token"),
+    }

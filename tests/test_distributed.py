@@ -216,3 +216,73 @@ def test_fsdp_asked_for_on_the_cpu_is_refused_before_anything_runs(tmp_path):
     ours = [line for line in proc.stderr.splitlines() if line.startswith("train.py: error:")]
     assert len(ours) == 1 and "FSDP was asked for" in ours[0] and "this run is on the CPU" in ours[0], proc.stderr
     assert not (tmp_path / "run").exists()
+
+
+CONFIGS = REPO / "accelerate_configs"
+GPU_ONLY = "# GPUs only:"
+
+
+def _readme_commands() -> dict[str, list[str]]:
+    """The command accelerate_configs/README.md gives for each launch file (its table: file, setup, command)."""
+    commands = {}
+    for line in (CONFIGS / "README.md").read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`") and cells[0].endswith(".yaml`"):
+            command = next(part for part in cells[2].split("`") if part.startswith("accelerate launch"))
+            commands[cells[0].strip("`")] = command.split()
+    return commands
+
+
+def _launch_files() -> list[str]:
+    return sorted(p.name for p in CONFIGS.glob("*.yaml"))
+
+
+def test_the_readme_gives_a_command_for_every_launch_file():
+    assert sorted(_readme_commands()) == _launch_files()
+
+
+def _as_run_here(command: list[str], out: Path) -> list[str]:
+    """The README's command (written from the repository root) with the repository's paths made absolute, on the
+    sample corpus of the default recipe shortened to 4 updates (one checkpoint, the final scoring unchanged)."""
+    assert command[:2] == ["accelerate", "launch"], command
+    words = [str(REPO / w) if (REPO / w).exists() and "/" in w else w for w in command[2:]]
+    return [*ACCELERATE, *words, "--output_dir", str(out), "--max_steps", "4", "--disable_tqdm", "true"]
+
+
+@pytest.mark.parametrize("name", _launch_files())
+def test_every_launch_file_trains_the_processes_it_names(name, tmp_path):
+    """Each file of accelerate_configs/ that runs on the CPU, launched as its README writes the command, trains in as
+    many processes as the file names (`world_size` in metrics.json), on the CPU. A file whose first line says that it
+    needs GPUs is skipped, in so many words (its README command trains a WMT recipe on several GPUs); that Accelerate
+    starts its processes is checked below for every file."""
+    import yaml
+
+    text = (CONFIGS / name).read_text(encoding="utf-8")
+    if text.startswith(GPU_ONLY):
+        pytest.skip(f"{name}: {text.splitlines()[0]}")
+    out = tmp_path / "run"
+    _run(_as_run_here(_readme_commands()[name], out), cwd=tmp_path)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["world_size"] == yaml.safe_load(text)["num_processes"], metrics
+    assert metrics["global_step"] == 4 and metrics["distributed_type"] == "MULTI_CPU"
+
+
+@pytest.mark.parametrize("name", _launch_files())
+def test_accelerate_would_start_as_many_processes_as_each_launch_file_names(name, monkeypatch):
+    """On any machine, GPUs or not: the launcher Accelerate picks for each file, given the README's command, starts
+    the file's `num_processes` over all its machines (torchrun's processes per machine x machines), never its
+    one-process launcher (which a `MULTI_CPU` file without an MPI host file gets). The launcher is stopped where it
+    would start the processes; the README's placeholders (machine rank k, HOST0) are filled in."""
+    import yaml
+    from accelerate.commands import launch
+
+    started = []
+    monkeypatch.setattr(
+        launch, "_run_torchrun", lambda args: started.append(int(args.nproc_per_node) * args.num_machines)
+    )
+    monkeypatch.setattr(launch, "simple_launcher", lambda args: started.append(1))
+    monkeypatch.setattr("accelerate.utils.launch.is_port_in_use", lambda port: False)
+    placeholders = {"k": "0", "HOST0": "127.0.0.1"}
+    words = [placeholders.get(w, str(REPO / w) if "/" in w else w) for w in _readme_commands()[name][2:]]
+    launch.launch_command(launch.launch_command_parser().parse_args(words))
+    assert started == [yaml.safe_load((CONFIGS / name).read_text(encoding="utf-8"))["num_processes"]]

@@ -200,6 +200,7 @@ try:
 except ValueError as error:
     out["wrong pair"] = str(error)
 memory = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)  # the objects after fine-tuning
+# The pipelines asked for above registered the task names, so objects in memory find them without the package too.
 pipe = pipeline("translation", model=memory, tokenizer=AutoTokenizer.from_pretrained(folder))
 out["memory"] = [type(pipe).__module__, [r["translation_text"] for r in pipe(sources)]]
 try:
@@ -320,3 +321,52 @@ def test_other_models_keep_transformers_refusal_of_the_removed_tasks(tokenizer, 
     namespace = {}
     exec(code, namespace)  # the same calls in this process, with the package imported and our pipeline registered
     assert namespace["out"] == without
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the Hub files change nothing in transformers on loading; a pipeline asked for registers the task names
+# ---------------------------------------------------------------------------------------------------------------------
+
+SNAPSHOTS = """
+import json
+from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, pipeline, pipelines
+
+def snapshot():
+    registry = pipelines.PIPELINE_REGISTRY
+    return repr((
+        sorted((task, repr(entry.get("impl"))) for task, entry in pipelines.SUPPORTED_TASKS.items()),
+        sorted((task, repr(entry.get("impl"))) for task, entry in registry.supported_tasks.items()),
+        type(registry.task_aliases).__name__, sorted(dict(registry.task_aliases).items()),
+        sorted(getattr(pipelines, "REMOVED_TASKS", {{}}).items()),
+    ))
+
+folder, out = {folder!r}, {{}}
+before = snapshot()
+config = AutoConfig.from_pretrained(folder, trust_remote_code=True)  # imports the folder's configuration_vaswani
+out["config"] = [type(config).__module__, snapshot() == before]
+model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)  # and its modeling and decoding files
+out["model"] = snapshot() == before
+try:  # objects in memory, before any pipeline was asked for: transformers' own answer, as for a Marian model
+    pipeline("translation", model=model, tokenizer=AutoTokenizer.from_pretrained(folder))
+except KeyError as error:
+    out["memory"] = str(error)
+pipe = pipeline("translation_en_to_de", model=folder, trust_remote_code=True, device="cpu")
+out["pipeline"] = [type(pipe).__name__, snapshot() == before]
+print("RESULT" + json.dumps(out))
+"""
+
+
+def test_loading_the_hub_files_changes_nothing_in_transformers_until_a_pipeline_is_asked_for(hub_folder, tmp_path):
+    """In a fresh interpreter without the package, loading a folder's config and model with `trust_remote_code` (the
+    Hub files configuration_vaswani.py, modeling_vaswani.py, ...) leaves transformers' task tables (SUPPORTED_TASKS,
+    the registry's tasks and aliases, REMOVED_TASKS) exactly as they were, as loading a Marian model would, and the
+    objects in memory get transformers' own refusal of "translation". Asking `transformers.pipeline` for a folder's
+    pipeline is what registers the task names."""
+    env = {**SUBPROCESS_ENV, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
+    printed = run_python(SNAPSHOTS.format(folder=str(hub_folder)), cwd=tmp_path, env=env, block_package=True)
+    out = json.loads(printed.split("RESULT", 1)[1])
+    module, unchanged = out["config"]
+    assert module.startswith("transformers_modules.") and unchanged
+    assert out["model"] is True
+    assert "The task translation has been removed from transformers" in out["memory"]
+    assert out["pipeline"] == ["VaswaniTranslationPipeline", False]  # registered where the pipeline was asked for

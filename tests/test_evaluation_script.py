@@ -1,5 +1,9 @@
 """The evaluate tool (`vaswani_hf.cli.evaluate`) end to end, run through its thin wrapper
-scripts/evaluate_translations.py as users run it (no trained model: a stand-in model where one must translate)."""
+scripts/evaluate_translations.py as users run it (no trained model: a stand-in model where one must translate).
+A scoring run and a translating run start the script in a fresh process; the refusals and the second scoring run call
+what the script calls (`vaswani_commands.evaluate`) in this process, since each process costs seconds of CPU to import
+torch and transformers and the fresh process's own guarantees are checked once, here and in
+tests/test_cli_every_tool.py."""
 
 import json
 import os
@@ -31,6 +35,21 @@ def _run_script(args, tmp_path):
         text=True,
         timeout=300,
     )
+
+
+def _run_entry(args, tmp_path, monkeypatch, capsys) -> tuple[int, str, str]:
+    """What the script runs (`vaswani_commands.evaluate(argv)`), in this process: (exit status, stdout, stderr).
+    For the cases that check what the tool says, not the fresh process (that one is checked by the runs of
+    `_run_script` here and for every script by tests/test_cli_every_tool.py): a process costs an import of torch and
+    transformers."""
+    from vaswani_commands import evaluate
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", [str(REPO / "scripts" / "evaluate_translations.py"), *args])
+    capsys.readouterr()
+    code = evaluate(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
 def _one_error_line(err: str) -> str:
@@ -113,15 +132,18 @@ def test_tool_refuses_to_overwrite_outputs(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.slow
-def test_script_scores_hypotheses_file(tmp_path):
+def test_script_scores_hypotheses_file(tmp_path, monkeypatch, capsys):
     (tmp_path / "hyp.de").write_text("\n".join(HYPOTHESES) + "\n", encoding="utf-8")
     (tmp_path / "ref.de").write_text("\n".join(REFERENCES) + "\n", encoding="utf-8")
     (tmp_path / "ref2.de").write_text("\n".join(REFERENCES_2) + "\n", encoding="utf-8")
     # a missing folder for --out is refused before any work, not created (vaswani_hf.io's output guard: one rule for
     # every tool)
-    refused = _run_script(["--hypotheses", "hyp.de", "--references", "ref.de", "--out", "out/scores.json"], tmp_path)
-    assert refused.returncode == 2
-    assert "--out out/scores.json: folder out does not exist; create it first" in _one_error_line(refused.stderr)
+    code, _, err = _run_entry(
+        ["--hypotheses", "hyp.de", "--references", "ref.de", "--out", "out/scores.json"], tmp_path, monkeypatch, capsys
+    )
+    assert code == 2
+    assert "--out out/scores.json: folder out does not exist; create it first" in _one_error_line(err)
+    assert not (tmp_path / "out").exists()
     (tmp_path / "out").mkdir()
     result = _run_script(["--hypotheses", "hyp.de", "--references", "ref.de", "--out", "out/scores.json"], tmp_path)
     assert result.returncode == 0, result.stderr
@@ -133,25 +155,29 @@ def test_script_scores_hypotheses_file(tmp_path):
         assert name in result.stdout and expected[name]["signature"] in result.stdout
     assert report["meta"] == {"references": ["ref.de"], "hypotheses": "hyp.de", "num_segments": 3}
 
-    multi = _run_script(["--hypotheses", "hyp.de", "--references", "ref.de", "ref2.de", "--out", "m.json"], tmp_path)
-    assert multi.returncode == 0, multi.stderr
+    code, _, err = _run_entry(
+        ["--hypotheses", "hyp.de", "--references", "ref.de", "ref2.de", "--out", "m.json"],
+        tmp_path,
+        monkeypatch,
+        capsys,
+    )
+    assert code == 0, err
     scores = json.loads((tmp_path / "m.json").read_text(encoding="utf-8"))["scores"]
     assert scores["sacrebleu"]["signature"].startswith("nrefs:2|")
 
 
-@pytest.mark.slow
-def test_script_errors_clearly(tmp_path):
+def test_script_errors_clearly(tmp_path, monkeypatch, capsys):
     (tmp_path / "hyp.de").write_text("\n".join(HYPOTHESES) + "\n", encoding="utf-8")
     (tmp_path / "short.de").write_text("\n".join(REFERENCES[:2]) + "\n", encoding="utf-8")
-    mismatch = _run_script(["--hypotheses", "hyp.de", "--references", "short.de"], tmp_path)
-    assert mismatch.returncode == 2
-    assert "hyp.de has 3 lines but short.de has 2 lines" in _one_error_line(mismatch.stderr)
+    code, _, err = _run_entry(["--hypotheses", "hyp.de", "--references", "short.de"], tmp_path, monkeypatch, capsys)
+    assert code == 2
+    assert "hyp.de has 3 lines but short.de has 2 lines" in _one_error_line(err)
 
-    missing = _run_script(["--hypotheses", "nope.de", "--references", "short.de"], tmp_path)
-    assert missing.returncode == 2 and "file not found: nope.de" in _one_error_line(missing.stderr)
+    code, _, err = _run_entry(["--hypotheses", "nope.de", "--references", "short.de"], tmp_path, monkeypatch, capsys)
+    assert code == 2 and "file not found: nope.de" in _one_error_line(err)
 
-    neither = _run_script(["--references", "short.de"], tmp_path)
-    assert neither.returncode == 2 and "--hypotheses" in _one_error_line(neither.stderr)
+    code, _, err = _run_entry(["--references", "short.de"], tmp_path, monkeypatch, capsys)
+    assert code == 2 and "--hypotheses" in _one_error_line(err)
 
 
 @pytest.mark.slow

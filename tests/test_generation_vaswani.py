@@ -314,8 +314,8 @@ def test_lean_loops_only_when_rows_are_repeated():
         )
     different = dict(encoder_outputs=states, attention_mask=mask)
     copies = dict(encoder_outputs=repeated, attention_mask=mask[::4].repeat_interleave(4, 0))
-    assert model._lean_decoding_inputs(starts, [], criteria, config, False, different) is None
-    lean = model._lean_decoding_inputs(starts, [], criteria, config, False, copies)
+    assert model._lean_decoding_inputs(starts, [], criteria, config, different) is None
+    lean = model._lean_decoding_inputs(starts, [], criteria, config, copies)
     assert lean is not None and lean["encoder_hidden_states"].shape[0] == 2
 
 

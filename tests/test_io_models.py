@@ -133,10 +133,11 @@ def test_load_model_folder_names_the_folder(tmp_path):
         io.load_model_folder(folder, what="--model")
 
 
-def test_declared_files_take_only_declared_regular_files_and_the_code_config_json_needs(tmp_path, caplog):
-    """One declared list for every copy: a link named like a model file (it may point anywhere), a code file no
-    config.json entry reaches, and junk are left out and named in one line; a referenced code file and its relative
-    imports are taken."""
+def test_declared_files_take_only_declared_files_and_the_code_config_json_needs(tmp_path, caplog):
+    """One declared list for every copy: a code file no config.json entry reaches, and junk, are left out and named in
+    one line; a referenced code file and its relative imports are taken. A declared name that is a symbolic link to a
+    file (as in a Hub-cache snapshot) stands for that file and is copied as a file; one that links to nothing or to a
+    folder is refused, naming what it is (left out, the copy would silently lack the file)."""
     import json
     import logging
 
@@ -171,6 +172,17 @@ def test_declared_files_take_only_declared_regular_files_and_the_code_config_jso
     assert [r.getMessage() for r in caplog.records] == [
         f"{source}: left out 2 file(s) that are not a model folder's declared files: secret, stray.py"
     ]
-    (source / "tokenizer.json").symlink_to(source / "secret")  # a declared name that is a link: never silently
-    with pytest.raises(UsageError, match="tokenizer.json is a symbolic link"):  # left out, nor its target sent
-        declared_files(source)
+    (tmp_path / "blob").write_text("{}")
+    (source / "generation_config.json").symlink_to(tmp_path / "blob")
+    assert "generation_config.json" in declared_files(source)[0]
+    copy_model_files(source, target, only=["generation_config.json"])
+    assert not (target / "generation_config.json").is_symlink()
+    assert (target / "generation_config.json").read_text() == "{}"
+    for points_at, kind in (
+        (tmp_path / "nothing", "a symbolic link to nothing"),
+        (tmp_path, "a symbolic link to a folder"),
+    ):
+        (source / "tokenizer.json").unlink(missing_ok=True)
+        (source / "tokenizer.json").symlink_to(points_at)
+        with pytest.raises(UsageError, match=f"tokenizer.json is {kind}, not a file"):
+            declared_files(source)

@@ -10,8 +10,10 @@ not matter). Both in-process: no interpreter per command. A command that reads M
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -47,11 +49,14 @@ def script_and_arguments(command: str) -> tuple[str, list[str]] | None:
 
 
 def cli_module(script: str):
-    """The vaswani_hf.cli module a thin scripts/ wrapper runs (None for a script that is not a wrapper)."""
+    """The vaswani_hf.cli module a thin scripts/ wrapper runs (`from vaswani_commands import <tool> as main`, the tool's
+    module in `vaswani_commands.TOOLS`), or None for a script that is not a wrapper."""
     import importlib
 
-    found = re.search(r"from (vaswani_hf\.cli\.\w+) import main", (REPO / "scripts" / script).read_text())
-    return importlib.import_module(found.group(1)) if found else None
+    import vaswani_commands
+
+    found = re.search(r"from vaswani_commands import (\w+) as main", (REPO / "scripts" / script).read_text())
+    return importlib.import_module(vaswani_commands.TOOLS[found.group(1)]) if found else None
 
 
 def multi30k_data_dir(arguments: list[str]) -> list[str]:
@@ -75,8 +80,59 @@ COMMANDS = [c for c in readme_commands() if script_and_arguments(c) is not None]
 
 def test_the_readme_shows_commands():
     assert any("scripts/train.py" in c for c in COMMANDS) and any("accelerate launch" in c for c in COMMANDS)
-    assert "python -m pytest" in readme_commands()
     assert all((REPO / "scripts" / script_and_arguments(c)[0]).is_file() for c in COMMANDS)
+
+
+def set_up_commands() -> list[str]:
+    """The commands of the first ```bash block of the README's Set-up section, comments dropped."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = re.search(r"^## Set-up[^\n]*\n(.*?)(?=^## )", text, re.S | re.M).group(1)
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    return [re.sub(r"\s+#.*$", "", line).strip() for line in block.splitlines() if line.strip()]
+
+
+def make_dry_run(target: str, venv: Path) -> list[str]:
+    """The commands `make TARGET VENV=venv` would run (make -n), one a line."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    # Under `make test`, the outer make's settings (MAKEFLAGS, and VENV or PYTEST_ARGS given to it) are not these.
+    ours = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "VENV", "PYTHON", "TORCH", "ARGS", "PYTEST_ARGS")
+    env = {k: v for k, v in os.environ.items() if k not in ours}
+    argv = ["make", "-n", "--no-print-directory", target, f"VENV={venv}"]
+    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_the_set_up_is_two_commands_the_makefile_s_targets_and_ci_runs_the_second(tmp_path):
+    """The README's first screen shows exactly `make train` and `make test`. On a machine without the environment,
+    each creates it, installs torch first and then the package, and runs the main job or the suite; with the
+    environment installed it only runs them, and a changed pyproject.toml installs again. `.ci/run` ends with the
+    README's test command."""
+    assert set_up_commands() == ["make train", "make test"]
+    readme = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+    assert re.findall(r"^## (.*)$", "\n".join(readme), re.M)[0].startswith("Set-up")
+    first_screen = readme[:24]  # a terminal's height
+    assert all(any(line.startswith(command) for line in first_screen) for command in ("make train", "make test"))
+    venv = tmp_path / "venv"
+    runs = {"train": f"{venv}/bin/python scripts/train.py", "test": f"{venv}/bin/python -m pytest"}
+    for target, command in runs.items():
+        fresh = make_dry_run(target, venv)
+        assert fresh[0] == f"python3 -m venv {venv}" and fresh[-1].rstrip().endswith(command), fresh
+        installs = [line for line in fresh if " pip install " in line]
+        assert "torch==2.13.0" in installs[-2] and installs[-1].endswith('-e ".[dev]"'), installs
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").touch()
+    (venv / ".installed").touch()
+    pyproject = (REPO / "pyproject.toml").stat().st_mtime
+    os.utime(venv / ".installed", (pyproject + 60, pyproject + 60))
+    assert [line.rstrip() for line in make_dry_run("test", venv)][-1].endswith(runs["test"])
+    assert len(make_dry_run("test", venv)) == 1  # installed and up to date: nothing but the suite
+    os.utime(venv / ".installed", (pyproject - 60, pyproject - 60))
+    again = make_dry_run("train", venv)
+    assert not any(" -m venv " in line for line in again) and any('-e ".[dev]"' in line for line in again), again
+    ci = [line.strip() for line in (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
+    assert [line for line in ci if line and not line.startswith("#")][-1] == 'make test VENV="$venv"'
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -74,8 +74,8 @@ def test_a_config_json_value_is_checked_once_when_the_model_is_loaded(tmp_path, 
 
 
 def test_building_a_config_leaves_the_pipeline_registry_as_transformers_has_it(monkeypatch):
-    """The pipeline's task names are registered when its code is loaded (pipeline_vaswani.py), never when a config is
-    built: a process whose registry is transformers' own keeps it so, whatever configs it builds."""
+    """The pipeline's task names are registered where vaswani_hf is imported or a pipeline is asked for, never when a
+    config is built: a process whose registry is transformers' own keeps it so, whatever configs it builds."""
     from transformers import pipelines
 
     registry = pipelines.PIPELINE_REGISTRY

@@ -66,11 +66,15 @@ def _env():
     return env
 
 
-@pytest.mark.slow
-def test_default_recipe_end_to_end(tmp_path):
-    """`python scripts/train.py` (the default recipe, shortened) trains, the loss falls, it averages, evaluates,
-    translates and exports a Hub folder."""
-    out = tmp_path / "default"
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory):
+    """`python scripts/train.py` on the default recipe, shortened, as a user runs it: the command of the run recorded
+    in tests/data/default_recipe_reference.json (100 updates, a loss logged every 5, evaluation every 50) with a
+    checkpoint every 25 updates instead of 50, so that the last 3 are averaged as the recipe asks (saving changes
+    no number of the run). One run for the two tests below (each launch trains for tens of CPU seconds): their
+    command's output folder and the process's result."""
+    tmp_path = tmp_path_factory.mktemp("default_recipe")
+    out = tmp_path / "run"
     proc = subprocess.run(
         [
             sys.executable,
@@ -78,17 +82,15 @@ def test_default_recipe_end_to_end(tmp_path):
             "--output_dir",
             str(out),
             "--max_steps",
-            "150",
-            "--save_steps",
-            "50",
-            "--eval_steps",
-            "0",
+            "100",
             "--logging_steps",
-            "10",
+            "5",
+            "--eval_steps",
+            "50",
+            "--save_steps",
+            "25",
             "--disable_tqdm",
             "true",
-            "--torch_threads",
-            "1",
         ],
         capture_output=True,
         text=True,
@@ -97,9 +99,17 @@ def test_default_recipe_end_to_end(tmp_path):
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out, proc
+
+
+@pytest.mark.slow
+def test_default_recipe_end_to_end(default_run):
+    """`python scripts/train.py` (the default recipe, shortened) trains, the loss falls, it averages, evaluates,
+    translates and exports a Hub folder."""
+    out, proc = default_run
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["last_logged_loss"] < metrics["first_logged_loss"] - 1.0, metrics
-    assert metrics["averaged_checkpoints"] == ["checkpoint-50", "checkpoint-100", "checkpoint-150"]
+    assert metrics["averaged_checkpoints"] == ["checkpoint-50", "checkpoint-75", "checkpoint-100"]
     assert "test/bleu" in metrics and "valid/loss" in metrics
     assert "Translations:" in proc.stdout and "->" in proc.stdout
     hub = out / "hub"
@@ -217,39 +227,15 @@ def test_two_cpu_processes_match_one_process(tmp_path):
 
 
 @pytest.mark.slow
-def test_default_recipe_logs_the_recorded_losses(tmp_path):
+def test_default_recipe_logs_the_recorded_losses(default_run):
     """Behaviour is unchanged by refactoring: `python scripts/train.py` with a fixed seed logs the training losses,
     learning rates and validation losses of a run recorded before the package was restructured
-    (tests/data/default_recipe_reference.json; the command is in the file). Tolerance 1e-3 relative: the same
-    computation on another CPU differs only in float rounding (~1e-7 per operation, grown over 100 updates), while a
-    change of objective, schedule, initialisation or batch order moves these numbers by far more (a one-step lag of
-    the schedule changes the loss at update 5 by ~1%)."""
+    (tests/data/default_recipe_reference.json; the command is in the file, run by `default_run`). Tolerance 1e-3
+    relative: the same computation on another CPU differs only in float rounding (~1e-7 per operation, grown over 100
+    updates), while a change of objective, schedule, initialisation or batch order moves these numbers by far more (a
+    one-step lag of the schedule changes the loss at update 5 by ~1%)."""
     reference = json.loads((REPO / "tests" / "data" / "default_recipe_reference.json").read_text())
-    out = tmp_path / "run"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(TRAIN),
-            "--output_dir",
-            str(out),
-            "--max_steps",
-            "100",
-            "--logging_steps",
-            "5",
-            "--eval_steps",
-            "50",
-            "--save_steps",
-            "50",
-            "--disable_tqdm",
-            "true",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=_env(),
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out, _ = default_run
     history = read_history(out / "history.jsonl")
     logged = {
         "train_loss": {str(h["step"]): h["loss"] for h in history if "loss" in h},

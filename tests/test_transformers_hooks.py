@@ -236,6 +236,20 @@ def test_pipeline_registry_still_works_as_register_pipeline_tasks_patches_it():
     assert issubclass(VaswaniTranslationPipeline, Pipeline)
 
 
+def test_pipeline_still_loads_the_config_with_from_pipeline_before_it_resolves_the_task():
+    """`pipeline()` loads a folder's config with `_from_pipeline=task` before it refuses a removed task name, and
+    AutoConfig hands its keywords on to a remote config class's `from_pretrained` (`VaswaniConfig.from_pretrained`
+    registers the task names there)."""
+    from transformers.models.auto.configuration_auto import AutoConfig
+
+    source = inspect.getsource(pipelines.pipeline)
+    assert "AutoConfig.from_pretrained(model, _from_pipeline=task" in source
+    assert source.index("_from_pipeline=task") < source.index("_resolve_deprecated_task(task)")
+    assert "config_class.from_pretrained(pretrained_model_name_or_path, **kwargs)" in inspect.getsource(
+        AutoConfig.from_pretrained
+    )
+
+
 # --- the one list of private names (tests/transformers_hooks.py) -----------------------------------------------------
 
 

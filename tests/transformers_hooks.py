@@ -94,6 +94,19 @@ HOOKS = {
         "reorders the cross-attention K/V too, the same for every beam, and the cache classes take no option",
         (HOOK_TESTS + "test_beam_search_still_reorders_the_cache_through_the_model",),
     ),
+    "_get_default_generation_params": Hook(
+        ("generation_vaswani.py",),
+        "transformers.generation.configuration_utils:GenerationConfig",
+        "called",
+        "the values generate() gives the settings a call leaves unset (its _prepare_generation_config reads them "
+        "here): a setting at that value asks for nothing, so lean_loop_refusal lets the lean loops run, and the mode "
+        "generate() will find is read from the settings with them; GenerationConfig() itself leaves them None",
+        (
+            "tests/test_generation_options.py::"
+            "test_generate_still_fills_unset_settings_with_the_values_lean_loop_refusal_compares_with",
+            "tests/test_generation_options.py::test_the_paper_decoding_and_greedy_decoding_still_run_the_lean_loops",
+        ),
+    ),
     "GENERATION_MODES_MAPPING": Hook(
         ("generation_vaswani.py",),
         "transformers.generation.utils",
@@ -117,6 +130,7 @@ HOOKS = {
     ),
     "_init_weights": Hook(("modeling_vaswani.py",), MODEL, "overridden", MODEL_AUTHOR),
     "_tied_weights_keys": Hook(("modeling_vaswani.py",), MODEL, "set", MODEL_AUTHOR),
+    "_keys_to_ignore_on_load_unexpected": Hook(("modeling_vaswani.py",), MODEL, "set", MODEL_AUTHOR),
     "_no_split_modules": Hook(("modeling_vaswani.py",), MODEL, "set", MODEL_AUTHOR),
     "_supports_sdpa": Hook(("modeling_vaswani.py",), MODEL, "set", MODEL_AUTHOR),
     "_supports_flash_attn": Hook(("modeling_vaswani.py",), MODEL, "set", MODEL_AUTHOR),
@@ -200,6 +214,15 @@ HOOKS = {
         "patched",
         "every translation_{src}_to_{tgt} name is an alias of translation, which no registration can say",
         (HOOK_TESTS + "test_pipeline_registry_still_works_as_register_pipeline_tasks_patches_it",),
+    ),
+    "_from_pipeline": Hook(
+        ("configuration_vaswani.py",),
+        "transformers.pipelines:pipeline",
+        "read",
+        "the one sign that transformers.pipeline (not a user or save_pretrained) loads the config, before it resolves "
+        "the task name: the config then registers the pipeline's task names, and loading it for anything else leaves "
+        "transformers as it is",
+        (HOOK_TESTS + "test_pipeline_still_loads_the_config_with_from_pipeline_before_it_resolves_the_task",),
     ),
     "_get_grad_norm": Hook(
         ("training/trainer.py",),

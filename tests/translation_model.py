@@ -53,40 +53,69 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
+def train_tokenizer():
     from vaswani_hf.tokenization import train_bpe_tokenizer
 
     return train_bpe_tokenizer(sentences(400, 0), vocab_size=300, show_progress=False)
 
 
 @pytest.fixture(scope="module")
-def model(tokenizer):
-    """A tiny Transformer trained ~150 steps to copy its input (enough for input-dependent outputs)."""
+def tokenizer():
+    return train_tokenizer()
+
+
+def train_copy_model(tokenizer):
+    """A tiny Transformer trained ~150 steps to copy its input (enough for input-dependent outputs), with one torch
+    thread (as fast for a model this size, and the same weights whatever thread count the calling module uses)."""
     from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
 
-    torch.manual_seed(0)
-    config = VaswaniConfig(
-        vocab_size=len(tokenizer),
-        d_model=32,
-        d_ff=64,
-        num_heads=4,
-        num_encoder_layers=2,
-        num_decoder_layers=2,
-        dropout=0.0,
-    )
-    model = VaswaniForConditionalGeneration(config)
-    optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
-    data = sentences(2000, 1)
-    model.train()
-    for step in range(150):
-        batch = data[(step * 32) % len(data) :][:32]
-        enc = tokenizer(batch, text_target=batch, padding=True, return_tensors="pt")
-        labels = enc["labels"].masked_fill(enc["labels"] == tokenizer.pad_token_id, -100)
-        loss = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], labels=labels).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(0)
+        config = VaswaniConfig(
+            vocab_size=len(tokenizer),
+            d_model=32,
+            d_ff=64,
+            num_heads=4,
+            num_encoder_layers=2,
+            num_decoder_layers=2,
+            dropout=0.0,
+        )
+        model = VaswaniForConditionalGeneration(config)
+        optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
+        data = sentences(2000, 1)
+        model.train()
+        for step in range(150):
+            batch = data[(step * 32) % len(data) :][:32]
+            enc = tokenizer(batch, text_target=batch, padding=True, return_tensors="pt")
+            labels = enc["labels"].masked_fill(enc["labels"] == tokenizer.pad_token_id, -100)
+            loss = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], labels=labels).loss
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    finally:
+        torch.set_num_threads(threads)
+    return model.eval()
+
+
+@pytest.fixture(scope="session")
+def copy_task_weights():
+    """The copy-task training, done once per test process (each pytest-xdist worker) instead of once per module that
+    uses `model` (7 modules, ~7 CPU seconds each): its config and weights, from which each module builds its own
+    model, so that no module sees what another changed on its model."""
+    trained = train_copy_model(train_tokenizer())
+    return trained.config.to_dict(), {name: tensor.clone() for name, tensor in trained.state_dict().items()}
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer, copy_task_weights):
+    """A tiny Transformer trained ~150 steps to copy its input (train_copy_model), this module's own object."""
+    from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
+
+    config, weights = copy_task_weights
+    model = VaswaniForConditionalGeneration(VaswaniConfig.from_dict(config))
+    model.load_state_dict(weights)
     return model.eval()
 
 

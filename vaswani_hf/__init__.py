@@ -6,8 +6,11 @@ Importing the package registers the model with transformers' Auto classes, so th
 marks the classes so that `save_pretrained` writes `auto_map` and copies the configuration and modeling files, and,
 through their relative imports, the decoding and pipeline files. The same folder then also loads with
 `trust_remote_code=True` on a machine without this package, where `pipeline(model=folder, trust_remote_code=True)`
-(task "translation") works too. Importing does nothing else: it leaves the process's descriptors, signals and working
-folder to the commands' runner, vaswani_commands.
+(task "translation") works too. Importing also registers the pipeline's task names ("translation",
+"text2text-generation", "translation_xx_to_yy"), which transformers 5 removed, so that
+`pipeline("translation", model=model, tokenizer=tokenizer)` works with objects in memory
+(`pipeline_vaswani.register_pipeline_tasks`). Importing does nothing else: it leaves the process's descriptors,
+signals and working folder to the commands' runner, vaswani_commands.
 """
 
 import importlib
@@ -24,6 +27,7 @@ from .modeling_vaswani import (
     VaswaniModel,
     VaswaniPreTrainedModel,
 )
+from .pipeline_vaswani import register_pipeline_tasks
 from .translation import (
     load_for_decoding,
     load_for_inference,
@@ -46,8 +50,10 @@ VaswaniModel.register_for_auto_class("AutoModel")
 VaswaniForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
 VaswaniForCausalLM.register_for_auto_class("AutoModelForCausalLM")
 # The tasks "translation", "text2text-generation" and every "translation_xx_to_yy", which transformers 5 removed, map
-# to VaswaniTranslationPipeline. They are registered once, by loading pipeline_vaswani.py, which
-# configuration_vaswani.py imports.
+# to VaswaniTranslationPipeline, so that `pipeline("translation", model=model, tokenizer=tokenizer)` works with
+# objects in memory. Importing the package registers them; its Hub files alone register them only where a pipeline
+# loads a config (pipeline_vaswani.py says why).
+register_pipeline_tasks()
 
 # Where each module of the decoding wing, the Space and the scores lived before they became folders. Users' code, the
 # docs of earlier releases and saved scripts import these names; each old name is the new module itself (the same

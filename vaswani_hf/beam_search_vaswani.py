@@ -1,6 +1,7 @@
 """Decode with the Transformer's decoder in lean loops (Section 6.1), which
 `VaswaniForConditionalGeneration.generate()` (generation_vaswani.py) runs in place of transformers' generic
-`_beam_search` and greedy `_sample`.
+`_beam_search` and greedy `_sample` where they carry out the whole request (`lean_loop_can_run` there, from the
+settings they implement, `LEAN_SETTINGS`); every other request runs transformers' loop.
 
 They compute what transformers' loops compute -- for beam search the same candidates (top 2k of k beams x V tokens),
 the same rule for which hypotheses finish and which beams go on, the same length-normalised scores; for greedy the

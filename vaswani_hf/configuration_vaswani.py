@@ -1,9 +1,12 @@
 """Configure the original Transformer ("Attention Is All You Need", Vaswani et al., 2017) and check its settings.
 
 This file is copied next to the weights when a model is saved, and runs under `trust_remote_code=True` on machines
-without `vaswani_hf`. It therefore imports only `transformers` and two sibling files: validation_vaswani.py, which
-checks a value, and pipeline_vaswani.py, whose pipeline every config names (`custom_pipelines`). Because transformers
-copies a saved class's relative imports, these imports make every `save_pretrained`, by any client, copy them too.
+without `vaswani_hf`. It therefore imports only `transformers` and validation_vaswani.py, which checks a value.
+pipeline_vaswani.py, whose pipeline every config names (`custom_pipelines`), is imported only where a pipeline loads
+the config (`VaswaniConfig.from_pretrained`), so that building or loading a config changes nothing in transformers, as
+with any of transformers' own configs. Because transformers copies the files a saved class's code imports relatively
+(it reads the import lines, wherever they stand), both imports make every `save_pretrained`, by any client, copy the
+two files too.
 
 Every setting is a dataclass field whose metadata declares its meaning and the values it may take, in the form of
 transformers' own `TrainingArguments` (`field(default=..., metadata={"help": ..., "min": ..., "choices": ...})`).
@@ -18,12 +21,12 @@ Where the paper is silent we follow tensor2tensor's first release (`transformer_
 
 import copy
 import difflib
+import re
 from dataclasses import field
 
 from transformers.configuration_utils import PreTrainedConfig
 from transformers.utils import logging
 
-from .pipeline_vaswani import pipeline_settings
 from .validation_vaswani import SettingError, check_setting, declared_fields, shown
 
 logger = logging.get_logger(__name__)
@@ -33,6 +36,49 @@ SINUSOID_LAYOUTS = ("interleaved", "concatenated")
 PROBABILITY = {"min": 0.0, "max": 1.0, "max_exclusive": True}  # A probability in [0, 1): 1 would leave nothing.
 MAX_WIDTH = 65536  # The widest d_model, d_k or d_v: far above any real model, below an allocation failure.
 MAX_POSITIONS = 65536  # The most rows of a position table, and the longest output a decoding setting may ask for.
+TASK = "translation"  # config.json names this one task, so that `pipeline(model=folder)` infers it.
+PIPELINE_IMPL = (
+    "pipeline_vaswani.VaswaniTranslationPipeline"  # The "module.Class" form Pipeline.save_pretrained writes.
+)
+PAIR_TASK = re.compile(r"^translation_(.+)_to_(.+)$")
+
+
+def pair_task(langs) -> str | None:
+    """Return the task name "translation_{src}_to_{tgt}" for a config's `langs` ([src, tgt]), or None where the
+    config knows no pair."""
+    if not langs or len(langs) != 2 or not all(isinstance(lang, str) and lang for lang in langs):
+        return None
+    return f"translation_{langs[0]}_to_{langs[1]}"
+
+
+def custom_pipelines() -> dict:
+    """Return the `custom_pipelines` entry of config.json, in the form `Pipeline.save_pretrained` writes it, with the
+    one task `TASK`. `pipeline(task, model=folder, trust_remote_code=True)` looks a task up there by its exact name,
+    and `pipeline(model=folder, trust_remote_code=True)` takes the only one there is; the other names come from the
+    registry (`pipeline_vaswani.register_pipeline_tasks`, which `from_pretrained` runs for a pipeline)."""
+    return {TASK: {"impl": PIPELINE_IMPL, "pt": ["AutoModelForSeq2SeqLM"], "type": "text"}}
+
+
+def pipeline_settings(pipelines: dict | None, langs) -> tuple[dict, list | None]:
+    """Return a config's `custom_pipelines` and `langs`, brought to today's form. Where `pipelines` is None, the config
+    gets `custom_pipelines()`. A config.json written before `langs` existed named this pipeline under several task
+    names, one of them the pair ("translation_xx_to_yy"): it gets this pipeline under `TASK` only, keeps the other
+    pipelines it names, and has the pair moved to `langs`."""
+    if pipelines is None:
+        return custom_pipelines(), langs
+    ours = [
+        task
+        for task, info in pipelines.items()
+        if isinstance(info, dict) and str(info.get("impl", "")).endswith(".VaswaniTranslationPipeline")
+    ]
+    if not ours:
+        return pipelines, langs
+    for task in ours:
+        match = PAIR_TASK.match(task)
+        if match and not langs:
+            langs = [match.group(1), match.group(2)]
+    kept = {task: info for task, info in pipelines.items() if task not in ours}
+    return {**custom_pipelines(), **kept}, langs
 
 
 def completed_auto_map(auto_map: dict, is_encoder_decoder: bool) -> dict:
@@ -73,7 +119,7 @@ class VaswaniConfig(PreTrainedConfig):
     version or of another tool must load; a key that looks like a misspelt setting is logged as a warning.
 
     `custom_pipelines` lists the pipelines that `transformers.pipeline(task, model=folder, trust_remote_code=True)`
-    finds in config.json (`pipeline_vaswani.custom_pipelines`). `langs` is the language pair `[source, target]`, as
+    finds in config.json (`custom_pipelines()` below). `langs` is the language pair `[source, target]`, as
     FSMT's config names it, and is checked against the pipeline's `src_lang` and `tgt_lang`.
     """
 
@@ -307,6 +353,21 @@ class VaswaniConfig(PreTrainedConfig):
     use_cache: bool = field(
         default=True, metadata={"help": "reuse the keys and values of earlier steps when decoding"}
     )
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """Load a config as transformers does; where a pipeline loads it (`transformers.pipeline` passes
+        `_from_pipeline`), first register the pipeline's task names (`pipeline_vaswani.register_pipeline_tasks`).
+
+        transformers 5 refuses the names "text2text-generation" and "translation_xx_to_yy" before it builds any
+        pipeline, so they must be known before `pipeline()` resolves the task, and loading the config is the one step
+        of `pipeline(task, model=folder, trust_remote_code=True)` that comes before. Loading a config for anything
+        else leaves transformers as it is."""
+        if "_from_pipeline" in kwargs:
+            from .pipeline_vaswani import register_pipeline_tasks
+
+            register_pipeline_tasks()
+        return super().from_pretrained(*args, **kwargs)
 
     def __post_init__(self, **kwargs):
         settings = [f.name for f in declared_fields(type(self))]

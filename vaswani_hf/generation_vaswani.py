@@ -19,8 +19,11 @@ hand-written here, and why:
 - `paper_decoding` is handed to `generate()` as `custom_generate`, transformers' public hook for the decoding loop:
   generate() prepares the inputs, the logits processors and the stopping criteria, and then calls it. Plain beam search
   and greedy decoding run the lean loops of beam_search_vaswani.py, which give transformers' tokens with less work,
-  when `_lean_decoding_inputs` finds that they compute the same thing; everything else (sampling, per-step outputs,
-  other logits processors) runs transformers' own loop.
+  when `lean_loop_can_run` finds that they carry out the whole request: every setting of the generation config is one
+  the lean loops implement (`LEAN_SETTINGS`) or is at the value generate() gives it when unset, and the call hands in
+  no cache of its own. Everything else (sampling, per-step outputs, other logits processors, a cache the caller passes,
+  `cache_implementation="static"`, `compile_config`, and any setting a later transformers adds) runs transformers'
+  own loop, with the paper's scoring hooks below.
 - `_get_top_k_continuations`: transformers' candidate step, with `fast_topk` in place of `torch.topk`, which is
   several times faster on CPU.
 - `_reorder_cache`: the cross-attention keys and values are the same for every beam of a sentence, so they are not
@@ -32,6 +35,8 @@ where vaswani_hf is not installed: it imports only torch, transformers and its s
 
 import contextvars
 import copy
+import functools
+from collections.abc import Callable
 
 import torch
 from transformers.cache_utils import Cache, EncoderDecoderCache
@@ -153,30 +158,173 @@ def _token_ids(value) -> list[int]:
     return [] if value is None else [int(t) for t in torch.as_tensor(value).reshape(-1).tolist()]
 
 
-def _runs_paper_decoding(config: GenerationConfig, kwargs: dict) -> bool:
+def _any_value(value, config: GenerationConfig) -> bool:
+    return True
+
+
+def _one_token_id(value, config: GenerationConfig) -> bool:
+    return len(_token_ids(value)) == 1
+
+
+def _off(value, config: GenerationConfig) -> bool:
+    return value is None or value is False
+
+
+def _no_more_than_the_beams(value, config: GenerationConfig) -> bool:
+    return value is None or value <= (config.num_beams or 1)
+
+
+# The settings of a generation config that the lean loops of beam_search_vaswani.py implement, each with a test of the
+# values they implement (given the whole config). It is the one source of `lean_loop_can_run`: a setting of
+# transformers' GenerationConfig that is not here runs transformers' loop whenever it is set to anything but the value
+# generate() gives it when unset, so a setting a later transformers release adds is handed over, never dropped
+# (tests/test_generation_options.py runs every field of the installed GenerationConfig both ways).
+LEAN_SETTINGS: dict[str, Callable[[object, GenerationConfig], bool]] = {
+    # Beam search (Section 6.1) or greedy decoding; sampling is transformers' loop.
+    "num_beams": _any_value,
+    "do_sample": _off,
+    # The n best of the k beams (beam search), or the one output of greedy decoding.
+    "num_return_sequences": _no_more_than_the_beams,
+    # log P / lp(|Y|), with transformers' |Y| ** alpha or GNMT's lp (`length_penalty_type`).
+    "length_penalty": _any_value,
+    "length_penalty_type": _any_value,
+    # True, False and "never": the three stopping rules of transformers' beam search.
+    "early_stopping": _any_value,
+    # transformers' global length: its MaxLengthCriteria, which generate() builds from either.
+    "max_length": _any_value,
+    "max_new_tokens": _any_value,
+    # </s> forbidden before these lengths: transformers' MinLength / MinNewTokensLength processors.
+    "min_length": _any_value,
+    "min_new_tokens": _any_value,
+    # The paper's per-sentence limit floor(a * source length + b) (`SourceLengthLimitLogitsProcessor`).
+    "max_length_a": _any_value,
+    "max_length_b": _any_value,
+    # One </s> ends a hypothesis; the pad id fills finished rows; the loops start from the decoder start token that
+    # generate() puts in input_ids; the <s> id only makes an input where none is given, before the loop.
+    "eos_token_id": _one_token_id,
+    "pad_token_id": _any_value,
+    "decoder_start_token_id": _any_value,
+    "bos_token_id": _any_value,
+    # The lean loops keep their own keys and values, which only a call with a cache would (without one, transformers
+    # recomputes every position, which gives the same tokens only up to rounding). transformers' default cache, a
+    # DynamicCache, is what they replace: the caller never sees it, since per-step outputs hand over.
+    "use_cache": lambda value, config: value is not False,
+    "cache_implementation": lambda value, config: value in (None, "dynamic"),
+    # The lean loops compile nothing; transformers' loop compiles only with a compile_config or a static cache, which
+    # hand over, so turning compilation off changes nothing.
+    "disable_compile": _any_value,
+    # Only the token ids come back: per-step outputs (scores, logits, attentions, hidden states, the cache) are
+    # transformers' loop.
+    "return_dict_in_generate": _off,
+    "output_scores": _off,
+    "output_logits": _off,
+    "output_attentions": _off,
+    "output_hidden_states": _off,
+}
+
+# The settings of the installed transformers' GenerationConfig, and the values generate() gives those left unset:
+# GenerationConfig() leaves them None and generate() fills in its global defaults (a transformers whose
+# GenerationConfig() holds the defaults itself has no such method, and its values are the unset ones).
+_UNSET_CONFIG = vars(GenerationConfig())
+TRANSFORMERS_SETTINGS = frozenset(
+    name for name in _UNSET_CONFIG if not name.startswith("_") and name != "transformers_version"
+)
+UNSET_VALUES = {
+    **{name: _UNSET_CONFIG[name] for name in TRANSFORMERS_SETTINGS},
+    **getattr(GenerationConfig, "_get_default_generation_params", dict)(),
+}
+
+# The model inputs the lean loops read from generate()'s model_kwargs, or that they replace (the cache, called
+# `past_key_values` before transformers 5.24, and the positions in it that older versions track), each of them or
+# None; any other input runs transformers' loop. The cache itself is checked in `lean_loop_refusal`.
+LEAN_MODEL_INPUTS = frozenset(
+    {"encoder_outputs", "attention_mask", "cache", "past_key_values", "use_cache", "cache_position"}
+)
+
+
+def _is_unset(name: str, value) -> bool:
+    """Return whether a transformers setting holds the value generate() gives it when unset (None counts, as
+    generate() then fills it in)."""
+    if value is None:
+        return True
+    unset = UNSET_VALUES.get(name)
+    return unset is not None and type(value) is type(unset) and value == unset
+
+
+def lean_loop_refusal(generation_config: GenerationConfig, model_kwargs: dict, caller_cache=None) -> str | None:
+    """Return why the lean loops cannot carry out this generate() request exactly as transformers' loop would (the
+    first setting or input they do not implement, as "name=value"), or None where they can.
+
+    `generation_config` is the one generate() prepared for the loop, `model_kwargs` the inputs it passes the loop, and
+    `caller_cache` the cache the caller handed generate(), if any: transformers' loop fills it, and the caller reads it
+    afterwards, while the lean loops keep their keys and values to themselves. A setting is implemented when it is in
+    `LEAN_SETTINGS` at a value they implement, or is a setting of transformers at the value generate() gives it when
+    unset; any other entry of the config is one transformers' loop does not read either."""
+    if caller_cache is not None:
+        return f"the cache the caller passed ({type(caller_cache).__name__}), which transformers' loop fills"
+    for name, value in vars(generation_config).items():
+        implemented = LEAN_SETTINGS.get(name)
+        if implemented is not None and not implemented(value, generation_config):
+            return f"{name}={value!r}"
+        if implemented is None and name in TRANSFORMERS_SETTINGS and not _is_unset(name, value):
+            return f"{name}={value!r}"
+    for name, value in model_kwargs.items():
+        if value is not None and name not in LEAN_MODEL_INPUTS:
+            return f"{name}= (a model input)"
+    cache = model_kwargs.get("cache", model_kwargs.get("past_key_values"))
+    if cache is not None and cache.get_seq_length() > 0:
+        return "a cache that already holds positions"
+    return None
+
+
+def lean_loop_can_run(generation_config: GenerationConfig, model_kwargs: dict, caller_cache=None) -> bool:
+    """Return whether the lean loops give exactly what transformers' loop would for everything this generate() call
+    asks (`lean_loop_refusal` says what they would not)."""
+    return lean_loop_refusal(generation_config, model_kwargs, caller_cache) is None
+
+
+# The generate() arguments that transformers passes only to its own loops, never to a `custom_generate` callable.
+_OWN_LOOP_ARGUMENTS = ("custom_generate", "streamer", "assistant_model", "tokenizer", "assistant_tokenizer")
+# The names a caller's cache takes in generate() (`cache` from transformers 5.24, the older two still accepted).
+_CACHE_ARGUMENTS = ("cache", "past_key_values", "cache_params")
+
+
+def _runs_paper_decoding(model, generation_config, kwargs: dict) -> bool:
     """Return whether `generate()` hands its loop to `paper_decoding`: it does for plain beam search or greedy
     decoding, when the call asks for nothing that transformers passes only to its own loops. Those are a streamer, an
-    assistant model, a tokenizer for stop strings, and processes kept in step (`synced_gpus`, which transformers also
-    turns on when it is unset inside a process group). Such calls run transformers' loops, where the scoring hooks
-    still apply the paper's length penalty."""
-    if any(kwargs.get(name) is not None for name in ("custom_generate", "streamer", "assistant_model", "tokenizer")):
+    assistant model, tokenizers (for stop strings and assisted decoding), and processes kept in step (`synced_gpus`,
+    which transformers also turns on when it is unset inside a process group). Such calls run transformers' loops,
+    where the scoring hooks still apply the paper's length penalty. The mode is the one generate() will find: the
+    call's settings over the given config, over the model's, over the values generate() gives unset settings (with
+    contrastive search, for one, where penalty_alpha meets transformers' top_k of 50)."""
+    if any(kwargs.get(name) is not None for name in _OWN_LOOP_ARGUMENTS):
         return False
     group = torch.distributed.is_available() and torch.distributed.is_initialized()
     if kwargs.get("synced_gpus") or (kwargs.get("synced_gpus") is None and group):
         return False
-    merged = copy.deepcopy(config)
+    merged = copy.deepcopy(generation_config if generation_config is not None else model.generation_config)
     merged.update(**kwargs)  # The call's settings override the config's, as in generate().
+    # Then the unset ones are filled in, as generate() fills them (set directly: `update` would validate the config
+    # again and warn about settings the call did not make).
+    fallbacks = [model.generation_config.to_dict()] if generation_config is not None else []
+    for values in (*fallbacks, UNSET_VALUES):
+        for name, value in values.items():
+            if hasattr(merged, name) and getattr(merged, name) is None:
+                setattr(merged, name, value)
     return merged.get_generation_mode() in (GenerationMode.BEAM_SEARCH, GenerationMode.GREEDY_SEARCH)
 
 
-def paper_decoding(model, input_ids, logits_processor, stopping_criteria, generation_config, **model_kwargs):
+def paper_decoding(
+    model, input_ids, logits_processor, stopping_criteria, generation_config, caller_cache=None, **model_kwargs
+):
     """Run the decoding loop of `generate()` for plain beam search and greedy decoding, handed to it as
     `custom_generate`, transformers' public hook: generate() prepares the inputs, the logits processors and the
-    stopping criteria, then calls this. It runs beam_search_vaswani.py's lean loops where `_lean_decoding_inputs` finds
-    that they compute transformers' tokens, and otherwise transformers' own loop for the mode, in which the scoring
-    hooks apply the length penalty."""
+    stopping criteria, then calls this. `caller_cache` is the cache the caller passed generate() (the wrapper binds
+    it), which also reaches this function among `model_kwargs`. It runs beam_search_vaswani.py's lean loops where
+    `_lean_decoding_inputs` finds that they carry out the whole request, and otherwise transformers' own loop for the
+    mode, with every input generate() prepared, in which the scoring hooks apply the length penalty."""
     lean = model._lean_decoding_inputs(
-        input_ids, logits_processor, stopping_criteria, generation_config, False, model_kwargs
+        input_ids, logits_processor, stopping_criteria, generation_config, model_kwargs, caller_cache
     )
     if lean is not None and generation_config.num_beams > 1:
         penalty_type = getattr(generation_config, "length_penalty_type", None) or "hf"
@@ -213,8 +361,8 @@ def paper_decoding(model, input_ids, logits_processor, stopping_criteria, genera
 class VaswaniGenerationMixin(GenerationMixin):
     """Add the paper's decoding (Section 6.1) to `GenerationMixin`; the module docstring says what is overridden."""
 
-    # Set it to False to run transformers' own `_beam_search` or `_sample` always, never the lean loops (the tests
-    # compare the two).
+    # Set it to False to run transformers' own generate() dispatch always (`_beam_search` or `_sample` with the
+    # scoring hooks), never `paper_decoding` and its lean loops (the tests compare the two).
     use_lean_decoding = True
 
     def generate(self, inputs=None, generation_config=None, logits_processor=None, **kwargs):
@@ -273,8 +421,9 @@ class VaswaniGenerationMixin(GenerationMixin):
                 given = kwargs.get(key, getattr(config, key, None))
                 if given is not None and given > bound:
                     kwargs[key] = bound
-        if _runs_paper_decoding(config, kwargs):
-            kwargs["custom_generate"] = paper_decoding
+        if self.use_lean_decoding and _runs_paper_decoding(self, generation_config, kwargs):
+            caller_cache = next((kwargs[k] for k in _CACHE_ARGUMENTS if kwargs.get(k) is not None), None)
+            kwargs["custom_generate"] = functools.partial(paper_decoding, caller_cache=caller_cache)
         penalty_type = kwargs.get("length_penalty_type", getattr(config, "length_penalty_type", None)) or "hf"
         token = _length_penalty_type.set(penalty_type)
         try:
@@ -335,48 +484,27 @@ class VaswaniGenerationMixin(GenerationMixin):
         return self.config.max_position_embeddings if self.config.position_encoding == "learned" else None
 
     def _lean_decoding_inputs(
-        self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus, model_kwargs
+        self, input_ids, logits_processor, stopping_criteria, generation_config, model_kwargs, caller_cache=None
     ) -> dict | None:
         """Return the arguments of `lean_beam_search` (or `lean_greedy_search`) if it computes exactly what
         transformers' `_beam_search` (or `_sample`) would; else return None, and transformers' loop runs.
 
-        The conditions are: eval mode, a cache, sdpa or eager attention, one decoder start token, one </s>, neither
-        sampling nor `return_dict_in_generate`, no logits processor but the length limit and min_length /
-        min_new_tokens, no stopping criterion but the maximum length and </s>, and every sentence's rows really are
-        `num_beams` copies of one encoder output.
+        The request must be one the lean loops carry out (`lean_loop_can_run`: their settings, no cache of the
+        caller's, no other model input). The model and its inputs must be in eval mode, with sdpa or eager attention,
+        one decoder start token, no logits processor but the length limit and min_length / min_new_tokens (a caller's
+        `logits_processor` included), no stopping criterion but the maximum length and </s>, and every sentence's rows
+        really `num_beams` copies of one encoder output.
         """
         config = generation_config
         if (
-            not self.use_lean_decoding
+            not self.use_lean_decoding  # also read here: a model switched off while generate() runs
             or self.training
-            or synced_gpus
-            or config.do_sample
-            or config.return_dict_in_generate
-            or config.use_cache is False
             or input_ids.shape[1] != 1
             or self.config._attn_implementation not in ("sdpa", "eager")
-            or config.num_return_sequences > config.num_beams
+            or not lean_loop_can_run(config, model_kwargs, caller_cache)
         ):
             return None
-        eos_ids = _token_ids(config.eos_token_id)
-        if len(eos_ids) != 1:
-            return None
-        eos = eos_ids[0]
-        allowed = {
-            "encoder_outputs",
-            "attention_mask",
-            "cache",
-            "past_key_values",
-            "use_cache",
-            "output_attentions",
-            "output_hidden_states",
-            "cache_position",
-        }  # The cache is called `past_key_values` before transformers 5.24.
-        if any(value is not None for key, value in model_kwargs.items() if key not in allowed):
-            return None
-        cache = model_kwargs.get("cache", model_kwargs.get("past_key_values"))
-        if cache is not None and cache.get_seq_length() > 0:
-            return None
+        eos = _token_ids(config.eos_token_id)[0]
         processors = _processors_the_lean_loops_apply(logits_processor, eos)
         max_length = _max_length_of(stopping_criteria, eos)
         encoder_outputs = model_kwargs.get("encoder_outputs")
@@ -481,6 +609,9 @@ class VaswaniGenerationMixin(GenerationMixin):
 __all__ = [
     "VaswaniGenerationMixin",
     "paper_decoding",
+    "lean_loop_can_run",
+    "lean_loop_refusal",
+    "LEAN_SETTINGS",
     "gnmt_length_penalty",
     "default_generation_config",
     "fast_topk",

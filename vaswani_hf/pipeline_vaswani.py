@@ -3,16 +3,20 @@
 transformers 5 removed its `translation`, `translation_xx_to_yy` and `text2text-generation` pipelines. This class
 brings those task names back for this model, through two of transformers' own mechanisms:
 
-- config.json names the pipeline in `custom_pipelines` (written by `custom_pipelines()` here) under the one task
-  "translation". transformers infers a task from a config only when it names exactly one, so that
-  `pipeline(model=folder, trust_remote_code=True)` needs no task name. configuration_vaswani.py imports this file, and
-  transformers copies a registered class's relative imports next to the weights, so every `save_pretrained` of the
-  model or its config (`Trainer.save_model`, PEFT's merged model, `Pipeline.save_pretrained`, ...) copies it too.
-- Loading this file runs `register_pipeline_tasks()` once, whether it is loaded from the package or as the remote
-  code of a config loaded with `trust_remote_code` (before transformers resolves the task name). It registers the
-  class in transformers' `PIPELINE_REGISTRY` under "translation" and "text2text-generation", and makes every
-  "translation_{src}_to_{tgt}" name an alias of "translation", whatever the pair. Building a config touches nothing
-  outside it, as with any transformers config.
+- config.json names the pipeline in `custom_pipelines` (written by `configuration_vaswani.custom_pipelines`) under
+  the one task "translation", the form `Pipeline.save_pretrained` writes. `pipeline(model=folder,
+  trust_remote_code=True)` and `pipeline("translation", model=folder, trust_remote_code=True)` then load this class
+  from the folder through transformers' own dynamic pipelines, with nothing registered; transformers infers a task
+  from a config only when it names exactly one, so that the first call needs no task name. configuration_vaswani.py
+  imports this file where a pipeline loads the config, and transformers copies a saved class's relative imports next
+  to the weights, so every `save_pretrained` of the model or its config (`Trainer.save_model`, PEFT's merged model,
+  `Pipeline.save_pretrained`, ...) copies it too.
+- `register_pipeline_tasks()` registers the class in transformers' `PIPELINE_REGISTRY` under "translation" and
+  "text2text-generation", and makes every "translation_{src}_to_{tgt}" name an alias of "translation", whatever the
+  pair. It runs where a pipeline is asked for or where vaswani_hf is imported, never on loading this file: `import
+  vaswani_hf` runs it, and so does `VaswaniConfig.from_pretrained` where `transformers.pipeline` loads the config of a
+  folder or Hub id (before transformers resolves the task name). Building or loading a config for anything else, or
+  loading this file, changes nothing in transformers, as with any of transformers' own models.
 
 The registration needs two monkeypatches, both in `register_pipeline_tasks`, because no public mechanism of
 transformers 5 lets a removed task name back in. transformers refuses those names in `_resolve_deprecated_task`
@@ -30,7 +34,9 @@ On a machine without `vaswani_hf`:
     pipe("A man is riding a bike.")          # -> [{"translation_text": "..."}]
     pipe(["One.", "", "Two."], batch_size=8)  # -> [{"translation_text": ...}, {"translation_text": ""}, ...]
     transformers.pipeline("text2text-generation", model=folder, trust_remote_code=True)  # -> "generated_text"
-    transformers.pipeline("translation", model=model, tokenizer=tokenizer)  # objects in memory
+    transformers.pipeline("translation", model=model, tokenizer=tokenizer)  # objects in memory, once a pipeline
+    # of a folder has registered the task names (with vaswani_hf, importing it has); before that, transformers
+    # answers as for any model whose task it removed
 
 Names such as `translation_en_to_de` and transformers 4's `src_lang=` / `tgt_lang=` call arguments are checked against
 the pair the config knows (`langs`; the Hub folder of a training run has it). A call may not ask for generate()'s
@@ -45,14 +51,14 @@ Empty inputs follow the same rule as `vaswani_hf.translation.inference.translate
 translates to "" and is not decoded, because a model fed nothing but `</s>` would still emit some sentence. Other
 inputs are stripped of leading and trailing whitespace before tokenization.
 
-This file imports only torch and transformers (no `vaswani_hf`, no relative imports): it runs under
-`trust_remote_code` where the package is not installed.
+This file imports only torch, transformers and configuration_vaswani.py (the task names a config holds; no
+`vaswani_hf`): it runs under `trust_remote_code` where the package is not installed.
 """
-
-import re
 
 import torch
 from transformers import Pipeline
+
+from .configuration_vaswani import PAIR_TASK, TASK, custom_pipelines, pair_task, pipeline_settings
 
 __all__ = [
     "VaswaniTranslationPipeline",
@@ -64,12 +70,10 @@ __all__ = [
     "pair_task",
 ]
 
-TASK = "translation"  # config.json names this one task, so that `pipeline(model=folder)` infers it.
 # The task names this pipeline answers to: transformers 4's names for what it does, which transformers 5 removed.
-# Every "translation_xx_to_yy" name is an alias of TASK as well (`_PairTaskAliases`).
+# TASK is the one that config.json names (configuration_vaswani.custom_pipelines); every "translation_xx_to_yy" name
+# is an alias of TASK as well (`_PairTaskAliases`).
 TASKS = (TASK, "text2text-generation")
-_IMPL = "pipeline_vaswani.VaswaniTranslationPipeline"  # The "module.Class" form Pipeline.save_pretrained writes.
-_PAIR_TASK = re.compile(r"^translation_(.+)_to_(.+)$")
 _MIGRATION = "https://github.com/huggingface/transformers/blob/main/MIGRATION_GUIDE_V5.md#pipelines"
 
 
@@ -93,53 +97,15 @@ class _PairTaskAliases(dict):
         self.removed_advice: dict = dict(getattr(aliases, "removed_advice", {}))
 
     def __contains__(self, task) -> bool:
-        return dict.__contains__(self, task) or (isinstance(task, str) and _PAIR_TASK.match(task) is not None)
+        return dict.__contains__(self, task) or (isinstance(task, str) and PAIR_TASK.match(task) is not None)
 
     def __missing__(self, task):
-        if isinstance(task, str) and _PAIR_TASK.match(task):
+        if isinstance(task, str) and PAIR_TASK.match(task):
             return TASK
         raise KeyError(task)
 
     def get(self, task, default=None):
         return self[task] if task in self else default
-
-
-def pair_task(langs) -> str | None:
-    """Return the task name "translation_{src}_to_{tgt}" for a config's `langs` ([src, tgt]), or None where the
-    config knows no pair."""
-    if not langs or len(langs) != 2 or not all(isinstance(lang, str) and lang for lang in langs):
-        return None
-    return f"translation_{langs[0]}_to_{langs[1]}"
-
-
-def custom_pipelines() -> dict:
-    """Return the `custom_pipelines` entry of config.json, in the form `Pipeline.save_pretrained` writes it, with the
-    one task `TASK`. `pipeline(task, model=folder, trust_remote_code=True)` looks a task up there by its exact name,
-    and `pipeline(model=folder, trust_remote_code=True)` takes the only one there is; the other names come from the
-    registry (`register_pipeline_tasks`)."""
-    return {TASK: {"impl": _IMPL, "pt": ["AutoModelForSeq2SeqLM"], "type": "text"}}
-
-
-def pipeline_settings(pipelines: dict | None, langs) -> tuple[dict, list | None]:
-    """Return a config's `custom_pipelines` and `langs`, brought to today's form. Where `pipelines` is None, the config
-    gets `custom_pipelines()`. A config.json written before `langs` existed named this pipeline under several task
-    names, one of them the pair ("translation_xx_to_yy"): it gets this pipeline under `TASK` only, keeps the other
-    pipelines it names, and has the pair moved to `langs`."""
-    if pipelines is None:
-        return custom_pipelines(), langs
-    ours = [
-        task
-        for task, info in pipelines.items()
-        if isinstance(info, dict) and str(info.get("impl", "")).endswith(".VaswaniTranslationPipeline")
-    ]
-    if not ours:
-        return pipelines, langs
-    for task in ours:
-        match = _PAIR_TASK.match(task)
-        if match and not langs:
-            langs = [match.group(1), match.group(2)]
-    kept = {task: info for task, info in pipelines.items() if task not in ours}
-    return {**custom_pipelines(), **kept}, langs
 
 
 def register_pipeline_tasks(langs=None) -> None:
@@ -180,16 +146,14 @@ def _transformers_refusal(task: str) -> KeyError:
     from transformers import pipelines
 
     registry = pipelines.PIPELINE_REGISTRY
-    removed = TASK if _PAIR_TASK.match(task) else task
+    removed = TASK if PAIR_TASK.match(task) else task
     advice = getattr(registry.task_aliases, "removed_advice", {})
     if removed in advice:
         return KeyError(
             f"The task {task} has been removed from transformers. {advice[removed]} See the migration "
             f"guide for more details: {_MIGRATION}"
         )
-    others = sorted(
-        name for name in registry.get_supported_tasks() if name not in TASKS and not _PAIR_TASK.match(name)
-    )
+    others = sorted(name for name in registry.get_supported_tasks() if name not in TASKS and not PAIR_TASK.match(name))
     return KeyError(f"Unknown task {task}, available tasks are {others}")
 
 
@@ -252,7 +216,7 @@ class VaswaniTranslationPipeline(Pipeline):
         if getattr(kwargs.get("generation_config"), "return_dict_in_generate", False):
             asked["return_dict_in_generate"] = True
         _refuse_dict_outputs(asked)
-        match = _PAIR_TASK.match(self.task or "")
+        match = PAIR_TASK.match(self.task or "")
         if match:
             self._check_languages(
                 match.group(1),
@@ -386,8 +350,3 @@ class VaswaniTranslationPipeline(Pipeline):
                 record[f"{self.return_name}_text"] = text
             records.append(record)
         return records
-
-
-# Loading this file makes its task names known (see the module docstring; running it twice changes nothing). They are
-# registered when the code is loaded, as transformers' own classes register themselves, never when a config is built.
-register_pipeline_tasks()

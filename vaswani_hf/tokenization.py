@@ -53,6 +53,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from .io import UsageError, check_tokenizer_file, iter_lines, read_json, write_json
 from .io.models import check_tokenizer_configs
+from .io.outputs import library_path
 from .settings import MAX_TOKENS, settings_of
 
 logger = logging.getLogger(__name__)
@@ -233,7 +234,8 @@ def train_bpe_tokenizer(
             or None.
         languages: with a `datasets.Dataset`, the languages to read (by default all of the `translation` column).
         model_max_length: the longest sequence the tokenizer reports, recorded in its saved config.
-        save_dir: if given, the tokenizer is saved there with `save_pretrained`.
+        save_dir: if given, the tokenizer is saved there with `save_pretrained` (a folder whose name is not UTF-8
+            included).
         show_progress: whether to show the `tokenizers` trainer's progress bar.
 
     Returns:
@@ -255,7 +257,11 @@ def train_bpe_tokenizer(
     logger.info("trained BPE: %d tokens in %.1fs", tok.get_vocab_size(), time.perf_counter() - t0)
     hf_tok = wrap_tokenizer(tok, model_max_length=model_max_length)
     if save_dir is not None:
-        hf_tok.save_pretrained(save_dir)
+        # The tokenizers library writes tokenizer.json, and takes only a UTF-8 path: a folder whose name is not UTF-8
+        # is given to it by its descriptor's name (`library_path`).
+        Path(save_dir).mkdir(parents=True, exist_ok=True)
+        with library_path(save_dir) as folder:
+            hf_tok.save_pretrained(folder)
     return hf_tok
 
 

@@ -16,8 +16,8 @@ which turns expected errors into one line, always in this order:
     6. Check that the inputs agree, then check the outputs by kind (the overwrite rules).
     7. Resolve the plan and run it.
 
-This order makes every bad input one line before any work, and a new tool is one declaration
-(vaswani_hf.cli.registry) plus its test file. A tool that sequences some steps its own way keeps them in its resolve
+This order makes every bad input one line before any work, and a new tool is one declaration, listed in
+`vaswani_commands.TOOLS` (vaswani_hf.cli.registry takes the commands from it), plus its test file. A tool that sequences some steps its own way keeps them in its resolve
 and run steps: train handles --check, --resume and its run lock there, and push_to_hub handles --dry_run and
 --space_only. Each `Kind` wraps one of the package's path checks from vaswani_hf.io, and
 `Kind.check(path, what, overwrite)` returns the checked value.
@@ -61,6 +61,7 @@ def _tokenizer_folder(path, what, overwrite):
         raise io.UsageError(f"{what} folder not found: {folder}")
     if not folder.is_dir():
         raise io.UsageError(f"{what} {folder} is a file; give the folder that holds tokenizer.json")
+    io.check_library_input(folder, f"{what} {folder}", "the tokenizers library")
     if not (folder / "tokenizer.json").is_file():
         raise io.UsageError(f"{what} {folder}: no tokenizer.json; give a folder written by tokenizer.save_pretrained")
     io.check_tokenizer_file(folder / "tokenizer.json")

@@ -20,10 +20,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..configuration_vaswani import pipeline_settings
 from ..generation_vaswani import default_generation_config
 from ..io import atomic_output_dir, check_output_dir, check_same_vocabulary, read_json
 from ..io.models import code_references, referenced_code_files, relative_imports
-from ..pipeline_vaswani import pipeline_settings, register_pipeline_tasks
+from ..pipeline_vaswani import register_pipeline_tasks
 from ..tokenization import declare_plain_tokenizer
 from .card import PACKAGE_DIR, write_model_card
 

@@ -24,7 +24,7 @@ The command-line contract that reports them is `vaswani_hf.cli.contract`.
 from ..errors import STDIO, InputLineError, RunFailure, UsageError, VaswaniError
 from . import files, proofs
 from .binary_files import check_ctranslate2_folder
-from .files import FileShape, check_shape, check_tokenizer_file
+from .files import FileShape, check_library_input, check_shape, check_tokenizer_file
 from .models import (
     WEIGHTS,
     WEIGHTS_INDEX,
@@ -51,10 +51,12 @@ from .outputs import (
     first_entries,
     folder_in_use,
     fsync_tree,
+    library_path,
     mark,
     path_kind,
     replace_atomically,
     shortened,
+    utf8_name,
     written_by,
 )
 from .text import (
@@ -95,6 +97,9 @@ __all__ = [
     "replace_atomically",
     "shortened",
     "atomic_output_dir",
+    "library_path",
+    "utf8_name",
+    "check_library_input",
     "fsync_tree",
     "written_by",
     "mark",

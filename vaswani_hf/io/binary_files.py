@@ -27,6 +27,7 @@ from .files import (
     ListOf,
     Nullable,
     Obj,
+    check_library_input,
     check_shape,
     check_tokenizer_file,
     read_json,
@@ -180,6 +181,7 @@ def check_ctranslate2_folder(folder: str | os.PathLike, what: str = "CTranslate2
     (if present) has its declared shape, and that its tokenizer.json (if present) is a tokenizer the library reads
     (`check_tokenizer_file`). A problem raises a UsageError naming the file."""
     folder = Path(folder)
+    check_library_input(folder, f"{what} {folder}", "CTranslate2 and the tokenizers library")
     model = folder / "model.bin"
     if not model.is_file():
         raise UsageError(

@@ -32,6 +32,7 @@ from typing import Any
 
 from ..errors import UsageError, one_line
 from ..settings import MODEL_SETTINGS, Setting, settings_of, shown
+from .outputs import utf8_name
 from .panics import RustPanic, rust_call
 from .text import read_json as _parse_json
 
@@ -378,11 +379,29 @@ def read_json(path: str | os.PathLike, shape: FileShape, what: str | None = None
     return check_shape(_parse_json(path, what=what or shape.name), shape, path)
 
 
+def check_library_input(
+    path: str | os.PathLike, named: str, readers: str = "the tokenizers and safetensors libraries"
+) -> None:
+    """Raise a UsageError where the path of a model, tokenizer or CTranslate2 folder (or of its tokenizer.json) is not
+    UTF-8, since the libraries that read these files (`readers`) take only UTF-8 paths. The tokenizers library's
+    `Tokenizer.from_file` (which transformers' `from_pretrained` calls) raises UnicodeEncodeError for any other,
+    safetensors refuses to open the weights, and CTranslate2 refuses the argument, so the folder could not be read
+    part way through the work. The whole absolute path counts, because a folder above it can be the one whose name is
+    not UTF-8. `named` is how the message names the path (the flag or key and the path)."""
+    if not utf8_name(path):
+        raise UsageError(
+            f"{named}: its name is not UTF-8, and {readers} can read only a UTF-8 path; rename it (or the folder "
+            "above it that is not UTF-8), or copy it to a UTF-8 path"
+        )
+
+
 def check_tokenizer_file(path: str | os.PathLike, what: str | None = None):
     """Return the `tokenizers.Tokenizer` of a tokenizer.json after checking the file, first against its declared shape
     and then by loading it with the library itself. The library reports a file of the right shape but broken content
     in a multi-line message, which becomes one line of a UsageError here, and a regular expression of the file that
-    makes the library panic (`regex_fields`, `probe_regexes`) is refused in one line too."""
+    makes the library panic (`regex_fields`, `probe_regexes`) is refused in one line too, and so is a path that the
+    library cannot take (`check_library_input`)."""
+    check_library_input(path, what or f"tokenizer file {path}", "the tokenizers library")
     data = read_json(path, TOKENIZER, what=what)
     from tokenizers import Tokenizer
 

@@ -1,7 +1,12 @@
 """Check model folders cheaply before anything is loaded, then load them strictly.
 
 A model folder is what `save_pretrained` writes: config.json, the safetensors weights (one file, or shards and their
-index) and the tokenizer. A missing, truncated or broken file is named in one line before anything is loaded
+index) and the tokenizer. It is a model folder however it is stored: its files may be symbolic links (a snapshot of
+huggingface_hub's cache, models--org--name/snapshots/<commit>/, links every file into ../../blobs/; a user may link a
+folder's files into another folder) and it may be read-only. Every tool reads a file through its link, as
+`from_pretrained` does, and copies or uploads what the link points at; only what a declared name resolves to must be a
+regular file. The guard against symbolic links belongs to outputs (`vaswani_hf.io.outputs`): nothing is written into or
+through a link. A missing, truncated or broken file is named in one line before anything is loaded
 (`check_model_folder`): config.json is this model's (model_type "vaswani") or that of a transformers translation model,
 the tokenizer files and generation_config.json have their declared shapes and settings, and every weight tensor is
 floating point. Loading (`load_model_folder`) is strict: every tensor the config's model needs is in the weights, every
@@ -34,9 +39,11 @@ from .files import (
     SPECIAL_TOKENS_MAP,
     TOKENIZER_CONFIG,
     WEIGHTS_INDEX_SHAPE,
+    check_library_input,
     check_tokenizer_file,
     read_json,
 )
+from .outputs import path_kind
 
 WEIGHTS = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
@@ -119,16 +126,10 @@ def code_files(folder: Path) -> list[str]:
     todo, found = referenced_code_files(config), set()
     while todo:
         name = todo.pop()
-        if name not in found and _regular(folder / name):
+        if name not in found and (folder / name).is_file():
             found.add(name)
             todo += relative_imports(folder / name)
     return sorted(found)
-
-
-def _regular(path: Path) -> bool:
-    """Return whether `path` is a regular file and not a symbolic link; a link named tokenizer.json could point at any
-    file of the machine."""
-    return path.is_file() and not path.is_symlink()
 
 
 def _matches(name: str, patterns: Iterable[str]) -> bool:
@@ -137,17 +138,18 @@ def _matches(name: str, patterns: Iterable[str]) -> bool:
 
 def declared_files(folder: str | os.PathLike) -> tuple[list[str], list[str]]:
     """Split the entries of `folder` into its declared files (those MODEL_FILES, HUB_FILES or `code_files` name) and
-    the rest, and return the two lists, sorted. A declared name that is a symbolic link or not a file raises a
-    UsageError: skipping it would silently leave the weights out, and following a link would send its target."""
+    the rest, and return the two lists, sorted. A declared name may be a symbolic link to a regular file (a Hub-cache
+    snapshot links every file into its blobs/): it stands for the file it points at, which is what is copied or
+    uploaded. A declared name that is not a regular file, itself or through its link (a folder, a FIFO, a link to
+    nothing), raises a UsageError: skipping it would silently leave the weights out."""
     folder, kept, left = Path(folder), [], []
     code = code_files(folder)
     for entry in sorted(os.listdir(folder)):
         wanted = entry in code or _matches(entry, MODEL_FILES + HUB_FILES)
-        if wanted and not _regular(folder / entry):
+        if wanted and not (folder / entry).is_file():
             raise UsageError(
-                f"{folder / entry} is {'a symbolic link' if (folder / entry).is_symlink() else 'no file'}"
-                ": a model folder's files are copied and uploaded only as regular files; put the file "
-                'itself there (cp --remove-destination "$(readlink -f F)" F)'
+                f"{folder / entry} is {path_kind(folder / entry)}, not a file: a model folder's files are read, "
+                "copied and uploaded as files; put the file itself there"
             )
         (kept if wanted else left).append(entry)
     return kept, left
@@ -224,6 +226,7 @@ def check_model_folder(
         raise UsageError(f"{what} not found: {folder}")
     if not folder.is_dir():
         raise UsageError(f"{what} {folder} is a file; give the folder that holds config.json")
+    check_library_input(folder, f"{what} {folder}")
     config = read_json(
         folder / "config.json", CONFIG, what=f"config.json of {what} {folder} (written by save_pretrained)"
     )

@@ -15,6 +15,12 @@ The rules are each written once here and applied to every path a command declare
   replaced.
 - `replace_atomically` makes the new file or folder appear whole, in one rename, with the modes the umask gives (not
   the 0600/0700 of temporary files), flushed to disk.
+- A folder's name that is not UTF-8 (on Linux a name is bytes) cannot be given to the libraries written in Rust: the
+  tokenizers library raises UnicodeEncodeError for it, and transformers' `save_pretrained` of a tokenizer calls it. A
+  folder published whole (`replace_atomically(folder=True)`, `atomic_output_dir`) is therefore handed to the writer by
+  its descriptor's name, /proc/self/fd/N (`library_path`), and is written as asked. A folder written into in place
+  (a training run's, where the Trainer saves checkpoints and reads them back through the same libraries) is refused by
+  `check_output_dir` before any work, as is any such folder where Linux's descriptor names are missing.
 - `FolderLock` lets one run at a time write into a folder (a training run's folder, the staging folder of a
   translation).
 """
@@ -224,6 +230,7 @@ def check_output_dir(
     if p.exists() and not p.is_dir():
         raise UsageError(f"{what} {p} is a file; give a folder")
     _check_parent(p, what)
+    check_library_name(p, what, written_into=not replaced)
     if p.is_dir() and any(p.iterdir()):
         if not overwrite:
             raise UsageError(f"{what} {p} exists and is not empty; pass --overwrite to replace it, or choose another")
@@ -234,6 +241,20 @@ def check_output_dir(
                 "replaces only a folder this tool wrote: choose another folder or remove it yourself"
             )
     return p
+
+
+def check_library_name(path: str | os.PathLike, what: str, *, written_into: bool) -> None:
+    """Raise a UsageError where the libraries that write an output folder could not address it: its absolute name is
+    not UTF-8 and either the folder is written into in place (a training run's folder, whose checkpoints the
+    transformers Trainer saves and reads back through the tokenizers and safetensors libraries, which take only UTF-8
+    paths) or it is published whole but Linux's descriptor names are missing (`library_path`)."""
+    if utf8_name(path) or (not written_into and descriptor_names_work()):
+        return
+    raise UsageError(
+        f"{what} {path}: its name is not UTF-8, and the tokenizers and safetensors libraries, which write and read "
+        "the files of this folder, take only UTF-8 paths; choose a folder whose path is UTF-8 (or rename the folder "
+        "that is not)"
+    )
 
 
 def first_entries(folder: Path, n: int = 3) -> str:
@@ -290,7 +311,11 @@ def replace_atomically(
         os.close(handle)
         temporary = Path(name)
     try:
-        yield temporary
+        if folder:
+            with library_path(temporary) as name:
+                yield name
+        else:
+            yield temporary
         if folder and kind is not None:
             mark(temporary, kind)
         apply_umask(temporary)
@@ -308,6 +333,55 @@ def replace_atomically(
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True) if temporary.is_dir() else temporary.unlink(missing_ok=True)
         raise
+
+
+def utf8_name(path: str | os.PathLike) -> bool:
+    """Return whether the absolute name of `path` is UTF-8, as the libraries that take only UTF-8 paths need."""
+    try:
+        name = os.path.abspath(path)
+    except OSError:  # the working folder is gone: a relative path is refused elsewhere (check_not_relative)
+        name = os.fspath(path)
+    try:
+        os.fsdecode(name).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+# Linux names every descriptor a process holds /proc/self/fd/N (proc(5)); for a folder's descriptor, a path through
+# that name reaches the folder's entries.
+_DESCRIPTORS = "/proc/self/fd"
+
+
+def descriptor_names_work() -> bool:
+    """Return whether a folder can be named by its descriptor (`library_path`): on Linux with /proc mounted."""
+    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        return os.path.isdir(os.path.join(_DESCRIPTORS, str(fd)))
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def library_path(folder: str | os.PathLike):
+    """Yield a name of the existing `folder` that every library accepts: `folder` itself where its absolute name is
+    UTF-8, and otherwise /proc/self/fd/N, N being a descriptor of the folder held open until the block ends.
+
+    On Linux a file name is bytes, and the libraries written in Rust take only a UTF-8 path: the tokenizers library
+    (`Tokenizer.save`, which transformers' `save_pretrained` of a tokenizer calls, and `Tokenizer.from_file`) raises
+    UnicodeEncodeError for any other, and safetensors refuses to open one. The descriptor's name is ASCII and reaches
+    the same folder, so a folder whose name is not UTF-8 is written in place, by the same libraries, and the file names
+    inside it are the ones they choose. Where no such name exists (no /proc), `check_output_dir` has refused the
+    folder before any work."""
+    folder = Path(folder)
+    if utf8_name(folder):
+        yield folder
+        return
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        yield Path(_DESCRIPTORS, str(fd))
+    finally:
+        os.close(fd)
 
 
 def _publish_new_file(temporary: Path, target: Path) -> None:

@@ -84,7 +84,12 @@ def _free_bytes(path: Path) -> int:
 
 @contextmanager
 def checkpoint_write_errors(staged: Path, final: Path) -> Iterator[None]:
-    """Re-raise as OSError(ENOSPC) a full disk that `torch.save` reports as a RuntimeError without an errno."""
+    """Re-raise a full disk met by `torch.save` inside the block as OSError(ENOSPC), so that it reads as one.
+
+    `torch.save` reports a failed write as a RuntimeError without an errno. When such an error comes while the staging
+    folder's disk has at most LOW_SPACE_BYTES free, it is re-raised as OSError(ENOSPC) naming the final path of the
+    newest staged file; any other RuntimeError passes through unchanged.
+    """
     try:
         yield
     except RuntimeError as error:
@@ -170,8 +175,9 @@ def checkpoint_problem(folder: Path, processes: int = 1, rng: bool = True) -> st
 
 
 def _proof_problem(folder: Path, rng: bool) -> str | None:
-    """Return a problem the structural checks cannot see, or None: a file that differs from its `checksums.json` entry
-    (io.proofs), for example a tensor's bytes edited or a file swapped for another of the same kind. A checkpoint
+    """Return a problem that the structural checks cannot see, or None: a file that differs from its entry in
+    `checksums.json` (io.proofs) because it changed after the checkpoint was written, for example a tensor's bytes
+    edited or a file swapped for another of the same kind. A checkpoint
     written before checksums existed is logged as checked by structure only. `rng` includes its RNG states."""
     proof = proofs.manifest_problem(folder, None if rng else lambda name: not name.startswith("rng_state"))
     if proof == f"no {proofs.MANIFEST}":
@@ -189,9 +195,11 @@ FULL_CHECK_BYTES = 64 << 20  # Smaller archives are read whole (each CRC); large
 
 
 def torch_archive_problem(path: Path) -> str | None:
-    """Return why `path` is not a `torch.save` archive that a resume can load, or None if it is. It checks the zip
-    structure, every member's CRC when the file is at most FULL_CHECK_BYTES, and the pickle, loaded as the Trainer
-    loads it. A pickle that torch's safe loader refuses raises InconsistentCheckpoint."""
+    """Return why `path` is not a `torch.save` archive that a resume can load, or None if it is.
+
+    It checks the zip structure, every member's CRC when the file is at most FULL_CHECK_BYTES, and the pickle, loaded
+    as the Trainer loads it. A pickle that torch's safe loader refuses raises InconsistentCheckpoint.
+    """
     try:
         size = path.stat().st_size
         with zipfile.ZipFile(path) as archive:

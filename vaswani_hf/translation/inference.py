@@ -243,15 +243,19 @@ def translate(
         max_tokens: the budget of padded source tokens per batch (see `make_batches`), or None for no budget.
         batch_size: at most this many sentences per batch; None lets only the token budget limit it.
         num_beams, length_penalty, early_stopping: as in `generate()`; None keeps the generation config's value.
-        length_penalty_type: "gnmt" (the paper's ((5+|Y|)/6)^alpha) or "hf" (|Y|^alpha), for Vaswani models only.
-        max_length_a, max_length_b: the per-sentence limit of floor(a * source_length + b) tokens (the paper has
-            a=1, b=50), for Vaswani models only; unset, they keep the generation config's values. `max_length_b=None`
-            turns the limit off (then give `max_new_tokens`, or transformers' global default `max_length=20` applies).
-        max_input_tokens: the most source tokens (`</s>` included) a sentence may have, or None for no limit.
+        length_penalty_type: "gnmt" (the paper's ((5+|Y|)/6)^alpha) or "hf" (|Y|^alpha); only Vaswani models take
+            it.
+        max_length_a, max_length_b: the per-sentence limit of floor(a * source_length + b) tokens (the paper uses
+            a=1 and b=50); only Vaswani models take them. Left unset, they keep the generation config's values;
+            `max_length_b=None` turns the limit off (then give `max_new_tokens`, or transformers' global default
+            `max_length=20` applies).
+        max_input_tokens: the most source tokens, `</s>` included, a sentence may have, or None for no limit; a
+            longer sentence is refused before anything is decoded.
         device: where to decode; None keeps the model where it is. The model is moved there if needed.
         dtype: None or "fp32" (the default), or "bf16" or "fp16" to decode an fp32 model under `torch.autocast` on
-            `device`, each fp32 weight cast once per call. The tools instead cast the weights once when loading, which
-            is faster (`load_for_inference(folder, dtype="bf16")`, or "auto" or "int8"), and leave this None.
+            `device`; the weights stay fp32, and each is cast once per call. It is faster, and what the tools do, to
+            cast the weights once when loading (`load_for_inference(folder, dtype="bf16")`, or "auto" or "int8") and
+            leave this None.
         progress: True to show a progress report on stderr, counted in sentences (`io.progress`: a bar on a
             terminal, plain lines elsewhere), or a bar of the caller's to advance.
 
@@ -261,6 +265,7 @@ def translate(
     Raises:
         InputLineError: a UsageError naming the sentence (counted from 1) that a model with learned positions cannot
             embed (`position_limit`), or that is longer than `max_input_tokens`, before anything is decoded.
+        TypeError: `sentences` is not a collection of strings.
     """
     device = torch.device(device) if device is not None else model.device
     if model.device != device:
@@ -411,8 +416,8 @@ def _generate(
 def register_pipeline(langs=None) -> None:
     """Register `VaswaniTranslationPipeline` in transformers' `PIPELINE_REGISTRY` under every task name it answers
     ("translation", "text2text-generation", and "translation_{src}_to_{tgt}" for `langs` = [src, tgt]). It calls
-    `pipeline_vaswani.register_pipeline_tasks`, which importing the package and building any `VaswaniConfig` have
-    already done; calling it again changes nothing."""
+    `pipeline_vaswani.register_pipeline_tasks`, which importing the package has already done; calling it again
+    changes nothing."""
     register_pipeline_tasks(langs)
 
 
@@ -422,7 +427,7 @@ def translation_pipeline(
     """Return a translation pipeline around an in-memory model and tokenizer, for users of this package.
 
     It is the same as `transformers.pipeline("translation", model=model, tokenizer=tokenizer)`, which works because
-    every `VaswaniConfig` registers the task (`register_pipeline`), but it also works where transformers refuses the
+    importing the package registers the task (`register_pipeline`), but it also works where transformers refuses the
     name (for a model whose code predates that registration: "The task translation has been removed from
     transformers"), because it builds the class directly. `device` defaults to the model's device; other keywords go to
     the pipeline (e.g. `batch_size=32`, `num_beams=1`).
