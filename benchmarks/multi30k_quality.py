@@ -176,12 +176,8 @@ def main(argv=None):
     if windows:  # how many final checkpoints to average (6.1 averaged 5 / 20), chosen on the development set
         from safetensors.torch import load_file
 
-        from vaswani_hf.training.checkpoints import (
-            average_checkpoints,
-            last_checkpoints,
-            load_averaged_weights,
-            save_averaged_checkpoint,
-        )
+        from vaswani_hf.io.averaging import average_checkpoints
+        from vaswani_hf.training.checkpoints import last_checkpoints, load_averaged_weights, save_averaged_checkpoint
 
         checkpoints = last_checkpoints(recipe["output_dir"], 0)
         if len(checkpoints) < max(windows):

@@ -148,7 +148,7 @@ def edit_json(path: Path, change) -> None:
 def test_checkpoints_of_other_architectures_with_the_same_tensors_are_refused(field, value, tmp_path, assets):
     """Interleaved against concatenated sinusoids (and any other field that changes the function) give tensors of
     the same names and shapes: only config.json tells them apart."""
-    from vaswani_hf.training.checkpoints import check_checkpoints_agree
+    from vaswani_hf.io.averaging import check_checkpoints_agree
 
     run = run_copy(tmp_path, assets)
     edit_json(run / "checkpoint-4" / "config.json", lambda c: c.update({field: value}))

@@ -18,7 +18,7 @@ from cli_contract import TOOLS, every_tool, run_main
 
 from vaswani_hf.cli.registry import COMMANDS
 from vaswani_hf.io import WEIGHTS, WEIGHTS_INDEX, UsageError, weight_files
-from vaswani_hf.training.checkpoints import average_checkpoints
+from vaswani_hf.io.averaging import average_checkpoints
 
 pytest_plugins = ["cli_assets"]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -108,7 +108,7 @@ case = Cases(
         Resumable(
             "train",
             lambda a, t: ["--recipe", a.recipe, "--data_dir", a.corpus, "--output_dir", t / "run"],
-            "vaswani_hf.training.run.average",  # every checkpoint written, the run not finished
+            "vaswani_hf.training.run.average_last",  # every checkpoint written, the run not finished
             lambda t: [t / "run" / "checkpoint-4" / "model.safetensors"],
             lambda t: t / "run" / "hub" / "model.safetensors",
         )
@@ -141,6 +141,16 @@ def jsonl(t: Path, lines) -> list:
 @case("check-ok-writes-nothing")
 def _(t, a):
     return Call(train_argv(t, a), 0, check=stdout_has("recipe tiny OK"))
+
+
+@case("check-bad-recipe-value-overridden-by-flag")
+def _(t, a):
+    write(t / "bad.yaml", "d_model: -1\n")
+    return Call(
+        ["--recipe", t / "bad.yaml", "--d_model", "32", "--output_dir", t / "run", "--check"],
+        2,
+        (f"{t / 'bad.yaml'}: d_model must be", "got -1"),
+    )
 
 
 @case("check-output-dir-is-a-file")

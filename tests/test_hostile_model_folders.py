@@ -89,7 +89,7 @@ def test_a_config_json_with_keys_of_newer_versions_and_other_libraries_loads_eve
     from cli_helpers import run_script
 
     from vaswani_hf.export.marian_limits import check_marian_exportable
-    from vaswani_hf.training.checkpoints import average_checkpoints
+    from vaswani_hf.io.averaging import average_checkpoints
 
     folder = copy_of(saved, tmp_path)
     edit_json(folder / "config.json", **FOREIGN_KEYS)
@@ -228,7 +228,7 @@ def test_integer_weights_are_refused_not_cast(saved, tmp_path):
     folder = copy_of(saved, tmp_path)
     name = rewrite_weights(folder, lambda t: t.to(torch.int32))
     refused(folder, str(folder / "model.safetensors"), f"tensor {name} is int32", "floating point")
-    from vaswani_hf.training.checkpoints import average_checkpoints
+    from vaswani_hf.io.averaging import average_checkpoints
 
     with pytest.raises(UsageError, match=f"tensor {name} is int32"):
         average_checkpoints([saved["folder"], folder])
@@ -236,7 +236,7 @@ def test_integer_weights_are_refused_not_cast(saved, tmp_path):
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 def test_non_finite_weights_are_refused_when_loaded_and_averaged(bad, saved, tmp_path):
-    from vaswani_hf.training.checkpoints import average_checkpoints
+    from vaswani_hf.io.averaging import average_checkpoints
 
     folder = copy_of(saved, tmp_path)
 

@@ -15,7 +15,8 @@ import torch
 from conftest import losses_by_step, tiny_recipe
 
 from vaswani_hf import VaswaniConfig, VaswaniForConditionalGeneration
-from vaswani_hf.training.checkpoints import WallClockCallback, average_checkpoints, last_checkpoints
+from vaswani_hf.io.averaging import average_checkpoints
+from vaswani_hf.training.checkpoints import WallClockCallback, last_checkpoints
 from vaswani_hf.training.plan import plan_run
 from vaswani_hf.training.run import run_training
 

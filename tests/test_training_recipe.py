@@ -213,6 +213,25 @@ def test_a_recipe_is_its_sections_and_its_model_section_is_the_config_the_run_tr
     assert again.flat() == flat and again.model.to_dict() == recipe.model.to_dict()
 
 
+def test_a_recipe_reads_as_the_mapping_of_its_flat_keys_as_it_did_before_the_sections():
+    """Code written when a recipe was a flat mapping (users' scripts, the benchmarks) still works: `recipe["key"]`
+    reads the value its section holds, `in`, `len`, iteration and `dict(recipe)` see every flat key in the sections'
+    order, `dict(recipe)` is the recipe.yaml a run writes, and the mapping is read-only."""
+    from vaswani_hf.training.recipe import KEYS
+
+    recipe = load_recipe("default", {"warmup_steps": 16, "d_model": 64, "d_ff": 64, "num_heads": 4, "seed": 7})
+    assert dict(recipe) == recipe.flat() and list(recipe) == list(KEYS) and len(recipe) == len(KEYS)
+    assert recipe["warmup_steps"] is recipe.optimization.warmup_steps == 16
+    assert recipe["d_model"] is recipe.model.d_model == 64 and recipe["seed"] is recipe.run.seed == 7
+    assert recipe["d_k"] is None and recipe.model.d_k == 16  # written as the recipe wrote it, resolved in the config
+    assert "d_model" in recipe and "model" not in recipe and recipe.get("no_such_key", "absent") == "absent"
+    assert dict(recipe.items())["output_dir"] == recipe.run.output_dir
+    with pytest.raises(KeyError):
+        recipe["optimization"]
+    with pytest.raises(TypeError):
+        recipe["seed"] = 1
+
+
 @pytest.mark.parametrize(
     "value, shown",
     [(True, "got true (a boolean)"), (None, "got null"), ([1, 2], "got [1, 2] (a list)"), ("wide", "got 'wide'")],
@@ -225,3 +244,40 @@ def test_a_wrong_value_in_a_recipe_file_is_shown_as_its_yaml_writes_it(tmp_path,
         load_recipe(path)
     assert str(error.value).startswith(f"{path}: d_model must be an integer in [1, 65,536], {shown}")
     assert "True" not in str(error.value) and "None" not in str(error.value)
+
+
+def test_a_bad_value_in_a_recipe_file_is_refused_even_where_an_override_replaces_it(tmp_path):
+    """Each value of a recipe file is checked as the file is read, naming the file and the key, so a file that is
+    wrong stays refused whatever a flag (or a Python override) puts over it; the override is checked too."""
+    path = write_recipe_yaml(tmp_path / "bad.yaml", {"d_model": -1, "warmup_steps": 8})
+    with pytest.raises(RecipeError, match=rf"^{path}: d_model must be in \[1, 65,536\], got -1$"):
+        load_recipe(path, {"d_model": 32})
+    good = write_recipe_yaml(tmp_path / "good.yaml", {"d_model": 32, "d_ff": 32, "num_heads": 4})
+    with pytest.raises(RecipeError, match=r"^--warmup_steps: warmup_steps must be in \[1, "):
+        load_recipe(good, {"warmup_steps": "0"})
+
+
+def test_a_bad_value_in_a_run_folders_recipe_yaml_is_refused_on_resume_naming_that_file(tmp_path):
+    """On resume without --recipe, the run's own recipe.yaml is read, and its values are checked as they are read,
+    naming that file, even where the command line gives the key again."""
+    run = tmp_path / "run"
+    run.mkdir()
+    saved = write_recipe_yaml(run / "recipe.yaml", {**load_recipe("default").flat(), "label_smoothing": 1.5})
+    with pytest.raises(RecipeError, match=rf"^{saved}: label_smoothing must be "):
+        load_recipe(None, {"output_dir": str(run), "resume": True, "label_smoothing": 0.1})
+
+
+def test_a_recipe_built_in_python_holds_the_rules_between_its_keys():
+    """`Recipe(...)` and `dataclasses.replace` check what `load_recipe` checks: each section checks its values when
+    it is built, the recipe checks the rules between keys and that each section is of its type."""
+    import dataclasses
+
+    from vaswani_hf.configuration_vaswani import SettingError
+
+    recipe = load_recipe("default")
+    with pytest.raises(RecipeError, match="src_lang and tgt_lang must be two different language codes"):
+        dataclasses.replace(recipe, data=dataclasses.replace(recipe.data, tgt_lang="en"))
+    with pytest.raises(SettingError, match=r"^recipe: warmup_steps must be in \[1, "):
+        dataclasses.replace(recipe.optimization, warmup_steps=0)
+    with pytest.raises(TypeError, match="optimization section must be a OptimizationSettings, got a dict"):
+        dataclasses.replace(recipe, optimization={"warmup_steps": 8})

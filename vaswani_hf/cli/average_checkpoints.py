@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import io
+from ..io.averaging import check_checkpoints_agree
 from ..settings import flag, settings_of
-from ..training.checkpoints import AVERAGED, check_checkpoints_agree, last_checkpoints, save_averaged_checkpoint
+from ..training.checkpoints import AVERAGED, last_checkpoints, save_averaged_checkpoint
 from .command import SAFETENSORS_CHECKPOINT, Command, Paths, Use, output_folder
 from .contract import ArgumentParser
 

@@ -20,12 +20,14 @@ a library meets it and fails with a traceback deep inside.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError, one_line
@@ -490,3 +492,18 @@ __all__ = [
     "read_json",
     "check_tokenizer_file",
 ]
+
+
+# These tokenizer.json fields do not change which id a text gets: they are set per call.
+_NOT_VOCABULARY = ("truncation", "padding")
+
+
+def vocabulary_fingerprint(folder: os.PathLike) -> str | None:
+    """Return a hash of what decides the token ids in `folder`'s tokenizer.json, or None without one. Two tokenizers
+    of the same size but other merges or tokens give other ids to the same text."""
+    path = Path(folder) / "tokenizer.json"
+    if not path.is_file():
+        return None
+    data = read_json(path, TOKENIZER)
+    kept = {k: v for k, v in data.items() if k not in _NOT_VOCABULARY}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()

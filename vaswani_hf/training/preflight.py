@@ -17,8 +17,9 @@ from pathlib import Path
 
 from .. import io
 from ..hub.folder import HUB_FOLDER
+from ..io.files import vocabulary_fingerprint
 from ..settings import MODEL_SETTINGS
-from .checkpoints import STAGING_DIR, checkpoints, resumable_checkpoint, vocabulary_fingerprint
+from .checkpoints import STAGING_DIR, checkpoints, resumable_checkpoint
 from .recipe import MODEL_KEYS, Recipe, RecipeError, read_yaml_mapping
 
 logger = logging.getLogger(__name__)

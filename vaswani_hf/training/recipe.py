@@ -12,7 +12,9 @@ validation_vaswani.py lists the metadata's keys). `KEYS` maps each flat key to i
 declarations, and `Recipe.flat()` gives the flat mapping back, which is what a run's recipe.yaml holds.
 
 `load_recipe` is the one way a recipe is built. It refuses unknown keys, wrong types, values out of range and
-contradictory keys, naming the file (or the `--key`) each value came from, before anything is loaded. Each section
+contradictory keys, naming the file (or the `--key`) each value came from, before anything is loaded. Every value is
+checked where it enters: each value of a recipe file (or of a run's recipe.yaml, on `--resume`) as the file is read,
+so that a bad value in a file is refused even where a flag overrides it, and each override as it is given. Each section
 checks its values when it is built, as `VaswaniConfig` does, with the same check (`check_setting`); a key keeps its
 name from the file to where it is used. What the recipe means on this machine is decided once, by
 `vaswani_hf.training.plan`.
@@ -30,7 +32,7 @@ import difflib
 import math
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -439,10 +441,15 @@ SETTINGS = {name: setting for section in SECTIONS for name, setting in section_k
 
 
 @dataclass(frozen=True)
-class Recipe:
+class Recipe(Mapping):
     """Hold a checked recipe: its sections, each key read as `recipe.optimization.warmup_steps`, and its `name` and
     `file`. `model` is the `VaswaniConfig` the run trains, whose vocab_size is the BPE's (`tokenizer.vocab_size`).
-    Build one with `load_recipe`; `flat()` gives the flat mapping of every key, as a recipe file writes it."""
+    Build one with `load_recipe`.
+
+    A recipe is also a read-only mapping of its flat keys, as a recipe file and the command line name them, so
+    `recipe["warmup_steps"]` is `recipe.optimization.warmup_steps`, `"d_model" in recipe` holds, and `dict(recipe)`
+    (or `flat()`) is the recipe.yaml a run writes. The mapping reads through `KEYS`, the one table of which section
+    holds each key, so the two forms cannot disagree."""
 
     run: RunSettings
     data: DataSettings
@@ -471,16 +478,37 @@ class Recipe:
                 raise refusal(error, values, origins) from None
             except (ValueError, TypeError) as error:  # transformers' own checks of a config
                 raise RecipeError(f"{section} settings: {one_line(error)}") from None
-        return check_rules(cls(**built, name=name, file=file))
+        return cls(**built, name=name, file=file)
+
+    def __post_init__(self):
+        """Check a recipe however it is built (`load_recipe`, or `Recipe(...)` from sections in Python): each section
+        is of its declared type, which checked its own values when it was built, and the rules between keys hold."""
+        for section, declared in SECTIONS.items():
+            if not isinstance(getattr(self, section), declared):
+                got = type(getattr(self, section)).__name__
+                raise TypeError(f"Recipe's {section} section must be a {declared.__name__}, got a {got}")
+        check_rules(self)
+
+    def __getitem__(self, name: str) -> Any:
+        """Return the value of flat key `name` as a recipe file writes it, from the section that holds it (`KEYS`).
+        The config resolves d_k and d_v of None to d_model // num_heads; that value reads as null, as a recipe writes
+        it, and a tuple reads as a list."""
+        if name not in KEYS:
+            raise KeyError(name)
+        value = getattr(getattr(self, KEYS[name]), name)
+        if name in ("d_k", "d_v") and value == self.model.d_model // self.model.num_heads:
+            return None
+        return list(value) if isinstance(value, tuple) else value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(KEYS)
+
+    def __len__(self) -> int:
+        return len(KEYS)
 
     def flat(self) -> dict[str, Any]:
-        """Return every key by name with its value, in the sections' order: the recipe.yaml a run writes. The config
-        resolves d_k and d_v of None to d_model // num_heads; that value is written as null, as a recipe writes it."""
-        values = {name: getattr(getattr(self, section), name) for name, section in KEYS.items()}
-        for name in ("d_k", "d_v"):
-            if values[name] == self.model.d_model // self.model.num_heads:
-                values[name] = None
-        return {name: list(value) if isinstance(value, tuple) else value for name, value in values.items()}
+        """Return every key by name with its value, in the sections' order: the recipe.yaml a run writes."""
+        return dict(self)
 
     def to_yaml(self) -> str:
         """Return the full recipe as YAML, every key and default included, for recipe.yaml beside the run and in its
@@ -758,13 +786,28 @@ def recipe_path(name_or_path: str | os.PathLike) -> Path:
 
 
 def read_recipe_file(path: Path) -> dict[str, Any]:
-    """Return the key/value pairs of a recipe file, not yet merged with the defaults, refusing an unknown key. The
-    values are checked when the recipe is built (`Recipe.build`)."""
+    """Return the key/value pairs of a recipe file, not yet merged with the defaults, refusing an unknown key and
+    checking each value against its declaration as it is read (`check_values`): a bad value in the file is refused
+    naming the file even where a flag overrides it, since the file is wrong whatever the flag says. The rules between
+    keys are checked when the recipe is built (`Recipe.build`)."""
     data = read_yaml_mapping(path, RecipeError)
     unknown = [k for k in data if k not in SETTINGS]
     if unknown:
         raise unknown_keys([str(k) for k in unknown], str(path))
-    return data
+    return check_values(data, str(path))
+
+
+def check_values(values: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Return `values` (recipe keys), each checked alone against its declaration (`Setting.check`, the check its
+    section runs again when it is built), or raise the RecipeError of the first bad one, naming `where` (a file,
+    `--key`) and the key. A rule between keys, such as a token id below the vocabulary size, is checked once the
+    values are merged (`Recipe.build`), since another source may give the other key."""
+    for name, value in values.items():
+        try:
+            SETTINGS[name].check(value, where)
+        except SettingError as error:
+            raise refusal(error, {name: value}, {name: where}) from None
+    return dict(values)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -782,9 +825,8 @@ def load_recipe(name_or_path: str | os.PathLike | None = None, overrides: Mappin
     for name, value in (overrides or {}).items():
         if name not in SETTINGS:
             raise unknown_keys([name], "overrides")
-        given[name] = (
-            value_from_text(name, value) if isinstance(value, str) and SETTINGS[name].type is not str else value
-        )
+        value = value_from_text(name, value) if isinstance(value, str) and SETTINGS[name].type is not str else value
+        given.update(check_values({name: value}, f"--{name}"))
     values = {**defaults(), **read_recipe_file(path), **given}
     name, file, saved = path.stem, str(path), Path(values["output_dir"]) / "recipe.yaml"
     if name_or_path is None and values["resume"] and saved.is_file():  # Else the run rewrites its recipe.yaml.

@@ -150,7 +150,7 @@ def _run(plan: RunPlan, state, splits, clock: RunClock, callbacks: Sequence[Trai
     with clock.stage("averaging"):
         metrics["averaged_checkpoints"] = average_last(trainer, plan, state)
     with clock.stage("final scores"):
-        metrics.update(final_scores(trainer, plan, data, state))
+        metrics |= final_scores(trainer, plan, data, state)
     if state.is_main_process:
         metrics["run_clock"] = clock.report()
         finish(trainer, plan, data, metrics)
