@@ -216,7 +216,8 @@ def test_a_recipe_is_its_sections_and_its_model_section_is_the_config_the_run_tr
 def test_a_recipe_reads_as_the_mapping_of_its_flat_keys_as_it_did_before_the_sections():
     """Code written when a recipe was a flat mapping (users' scripts, the benchmarks) still works: `recipe["key"]`
     reads the value its section holds, `in`, `len`, iteration and `dict(recipe)` see every flat key in the sections'
-    order, `dict(recipe)` is the recipe.yaml a run writes, and the mapping is read-only."""
+    order, `dict(recipe)` is the recipe.yaml a run writes, `recipe.warmup_steps` reads the key as an attribute, and
+    the mapping is read-only."""
     from vaswani_hf.training.recipe import KEYS
 
     recipe = load_recipe("default", {"warmup_steps": 16, "d_model": 64, "d_ff": 64, "num_heads": 4, "seed": 7})
@@ -230,6 +231,13 @@ def test_a_recipe_reads_as_the_mapping_of_its_flat_keys_as_it_did_before_the_sec
         recipe["optimization"]
     with pytest.raises(TypeError):
         recipe["seed"] = 1
+    assert recipe.warmup_steps == 16 and recipe.d_model == 64  # the attribute form of the flat keys too
+    with pytest.raises(AttributeError, match="no_such_key"):
+        recipe.no_such_key
+    import copy
+    import pickle
+
+    assert pickle.loads(pickle.dumps(recipe)).flat() == copy.deepcopy(recipe).flat() == recipe.flat()
 
 
 @pytest.mark.parametrize(

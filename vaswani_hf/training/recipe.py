@@ -500,6 +500,14 @@ class Recipe(Mapping):
             return None
         return list(value) if isinstance(value, tuple) else value
 
+    def __getattr__(self, name: str) -> Any:
+        """Return flat key `name` read as an attribute (`recipe.warmup_steps`), as a recipe was read before it had
+        sections, so that users' scripts keep working; only names that are not the recipe's own attributes come
+        here."""
+        if name in KEYS:
+            return self[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     def __iter__(self) -> Iterator[str]:
         return iter(KEYS)
 
