@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_contract import LINES, changes, copy, every_tool, run_main, snapshot
+from cli_contract import LINES, TRANSLATE_OPTIONS, changes, copy, every_tool, run_main, snapshot
 from hub_helpers import place_in_hf_cache
 
 pytest_plugins = ["cli_assets"]
@@ -194,7 +194,7 @@ def test_the_spaces_page_loads_a_model_folder_however_it_is_stored(kind, tmp_pat
 def test_a_hub_id_of_the_offline_cache_is_read_by_the_tools_that_take_one(tmp_path, assets):
     """HF_HUB_OFFLINE=1 with HF_HOME at a cache holding org/model (huggingface_hub reads both when it is imported, so
     in a process of their own): `vaswani-evaluate --model org/model` loads it from the cache, as `from_pretrained`
-    does, and scores what the folder as written scores."""
+    does, and scores what the folder as written scores; `vaswani-translate --model org/model` translates with it."""
     stored("hub-cache-snapshot", assets.model, tmp_path, "model")
     env = dict(os.environ, HF_HOME=str(tmp_path / "HF_HOME"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     scores = {}
@@ -214,6 +214,14 @@ def test_a_hub_id_of_the_offline_cache_is_read_by_the_tools_that_take_one(tmp_pa
     assert scores["by-id"]["meta"].pop("model") == "org/model"
     assert scores["plain"]["meta"].pop("model") == str(assets.model)
     assert scores["by-id"] == scores["plain"]
+    # translate takes a Hub id too (its --model is a model folder or a Hub id, as for from_pretrained).
+    proc = subprocess.run(
+        [sys.executable, "-m", "vaswani_commands", "translate", str(assets.plain), "--model", "org/model",
+         "--output", str(tmp_path / "by-id.txt"), *map(str, TRANSLATE_OPTIONS)],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "by-id.txt").read_text(encoding="utf-8").splitlines() == assets.translations
 
 
 FOLDER_WRITERS = {  # a model reader whose output is a folder it creates as a whole, and the flag naming it

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -289,3 +290,17 @@ def test_a_recipe_built_in_python_holds_the_rules_between_its_keys():
         dataclasses.replace(recipe.optimization, warmup_steps=0)
     with pytest.raises(TypeError, match="optimization section must be a OptimizationSettings, got a dict"):
         dataclasses.replace(recipe, optimization={"warmup_steps": 8})
+
+
+def test_a_folder_named_like_a_bundled_recipe_does_not_hide_it(tmp_path, monkeypatch):
+    """`--recipe default` run where outputs/default/ exists (cd outputs after the default run) is the bundled recipe;
+    a file of that name is still taken as the recipe file, and a folder given as a path is still refused."""
+    from vaswani_hf.training.recipe import RECIPES_DIR, RecipeError, recipe_path
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "default").mkdir()
+    assert recipe_path("default") == RECIPES_DIR / "default.yaml"
+    with pytest.raises(RecipeError, match="is not a file"):
+        recipe_path("./default")
+    (tmp_path / "multi30k-en-de").write_text("seed: 3\n", encoding="utf-8")
+    assert recipe_path("multi30k-en-de") == Path("multi30k-en-de")

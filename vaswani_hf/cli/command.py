@@ -85,9 +85,11 @@ def _or_stdio(kind: Kind, name: str) -> Kind:
 
 
 TEXT_FILE = Kind("text file", lambda p, w, o: io.check_input_file(p, w))
-MODEL_FOLDER = Kind("model folder (model + tokenizer)", lambda p, w, o: io.check_model_folder(Path(p), what=w))
+# The model's path is passed on as the user typed it: check_model_folder takes text that names no local path and looks
+# like a Hub id (org/name) for one, to be loaded from the Hub or its cache as from_pretrained loads it.
+MODEL_FOLDER = Kind("model folder (model + tokenizer) or Hub id", lambda p, w, o: io.check_model_folder(p, what=w))
 MODEL_WITHOUT_TOKENIZER = Kind(
-    "model folder (tokenizer elsewhere)", lambda p, w, o: io.check_model_folder(Path(p), what=w, tokenizer=False)
+    "model folder (tokenizer elsewhere) or Hub id", lambda p, w, o: io.check_model_folder(p, what=w, tokenizer=False)
 )
 SAFETENSORS_CHECKPOINT = Kind(
     "checkpoint folder with safetensors weights (one file or shards)", _safetensors_checkpoint

@@ -156,9 +156,14 @@ def decoding_options(args) -> dict:
 def _fingerprint(args) -> dict:
     """Return what a resumed run must repeat: the model folder and every setting that decides the output.
 
-    The folder is recorded by its path and the name, size and modification time of each file in it.
+    The folder is recorded by its path and the name, size and modification time of each file in it. A Hub id is
+    recorded by the snapshot of the Hub's cache it was loaded from (loading it put it there).
     """
     folder = Path(args.model).resolve()
+    if isinstance(args.model, str) and not folder.exists():
+        from huggingface_hub import snapshot_download
+
+        folder = Path(snapshot_download(args.model, local_files_only=True)).resolve()
     files = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir() if p.is_file())
     settings = {
         name: getattr(args, name) for name in ("engine", "max_tokens", "batch_size", "max_input_tokens", "dtype")

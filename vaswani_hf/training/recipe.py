@@ -778,8 +778,12 @@ def list_recipes() -> list[str]:
 
 def recipe_path(name_or_path: str | os.PathLike) -> Path:
     """Return the path of a recipe's file, from a bundled recipe's name (`default`, `wmt14-en-de-base`, ...) or a path
-    to a YAML file."""
+    to a YAML file. A bundled recipe's name means that recipe unless a file of that name is here: a folder of that
+    name (outputs/default after the default run, say) does not hide it."""
     p = Path(name_or_path)
+    bundled = RECIPES_DIR / f"{p.name}.yaml"
+    if str(name_or_path) == p.name and p.suffix not in (".yaml", ".yml") and not p.is_file() and bundled.is_file():
+        return bundled
     if p.suffix in (".yaml", ".yml") or p.exists():
         if not p.is_file():
             raise RecipeError(f"recipe file not found: {p}" if not p.exists() else f"recipe {p} is not a file")
