@@ -55,7 +55,7 @@ VaswaniForCausalLM.register_for_auto_class("AutoModelForCausalLM")
 # loads a config (pipeline_vaswani.py says why).
 register_pipeline_tasks()
 
-# Where each module of the decoding wing, the Space and the scores lived before they became folders. Users' code, the
+# Where each module of the decoding wing, the Space, the scores and the training line lived before they moved. Users' code, the
 # docs of earlier releases and saved scripts import these names; each old name is the new module itself (the same
 # object in sys.modules), so that a monkeypatch or an isinstance check through either name sees the same thing.
 MOVED_MODULES = {
@@ -69,6 +69,13 @@ MOVED_MODULES = {
     "vaswani_hf.hub.space": "vaswani_hf.space.push",
     "vaswani_hf.evaluation": "vaswani_hf.metrics.scores",
     "vaswani_hf.constraints": "vaswani_hf.settings",
+    # The training line's stations, one a file: what a run's smaller modules held now lives in the station using it.
+    "vaswani_hf.training.recipe_keys": "vaswani_hf.training.recipe",
+    "vaswani_hf.training.recipe_files": "vaswani_hf.training.recipe",
+    "vaswani_hf.training.sources": "vaswani_hf.training.data",
+    "vaswani_hf.training.budget": "vaswani_hf.training.plan",
+    "vaswani_hf.training.data_path": "vaswani_hf.training.plan",
+    "vaswani_hf.training.schedule": "vaswani_hf.training.objective",
 }
 
 
