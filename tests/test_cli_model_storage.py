@@ -194,7 +194,8 @@ def test_the_spaces_page_loads_a_model_folder_however_it_is_stored(kind, tmp_pat
 def test_a_hub_id_of_the_offline_cache_is_read_by_the_tools_that_take_one(tmp_path, assets):
     """HF_HUB_OFFLINE=1 with HF_HOME at a cache holding org/model (huggingface_hub reads both when it is imported, so
     in a process of their own): `vaswani-evaluate --model org/model` loads it from the cache, as `from_pretrained`
-    does, and scores what the folder as written scores; `vaswani-translate --model org/model` translates with it."""
+    does, and scores what the folder as written scores; `vaswani-translate --model org/model` translates with it, and `vaswani-export-marian --model_dir org/model`
+    reads its files from the cache's snapshot."""
     stored("hub-cache-snapshot", assets.model, tmp_path, "model")
     env = dict(os.environ, HF_HOME=str(tmp_path / "HF_HOME"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     scores = {}
@@ -222,6 +223,22 @@ def test_a_hub_id_of_the_offline_cache_is_read_by_the_tools_that_take_one(tmp_pa
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "by-id.txt").read_text(encoding="utf-8").splitlines() == assets.translations
+    # A tool that reads the model's files itself (export_marian) reads them from the cache's snapshot.
+    proc = subprocess.run(
+        [sys.executable, "-m", "vaswani_commands", "export_marian", "--model_dir", "org/model",
+         "--out", str(tmp_path / "marian")],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0 and (tmp_path / "marian" / "config.json").is_file(), proc.stderr[-3000:]
+    proc = subprocess.run(
+        [sys.executable, "-m", "vaswani_commands", "export_marian", "--model_dir", "org/absent",
+         "--out", str(tmp_path / "absent")],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "vaswani-export-marian: error: --model_dir not found: org/absent is no folder here, and not in the Hub's "
+        "cache, and HF_HUB_OFFLINE is set"
+    ]
 
 
 FOLDER_WRITERS = {  # a model reader whose output is a folder it creates as a whole, and the flag naming it

@@ -85,11 +85,33 @@ def _or_stdio(kind: Kind, name: str) -> Kind:
 
 
 TEXT_FILE = Kind("text file", lambda p, w, o: io.check_input_file(p, w))
-# The model's path is passed on as the user typed it: check_model_folder takes text that names no local path and looks
-# like a Hub id (org/name) for one, to be loaded from the Hub or its cache as from_pretrained loads it.
-MODEL_FOLDER = Kind("model folder (model + tokenizer) or Hub id", lambda p, w, o: io.check_model_folder(p, what=w))
+
+
+def _model_folder(path, what: str, tokenizer: bool = True) -> Path:
+    """Check a model folder and return it; a Hub id (org/name, naming no local path) is first fetched as
+    from_pretrained fetches it, into the Hub's cache (from the cache alone with HF_HUB_OFFLINE=1), and its snapshot
+    folder is what the tool reads and what is checked."""
+    checked = io.check_model_folder(path, what=what, tokenizer=tokenizer)
+    if isinstance(checked, Path):
+        return checked
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+    try:
+        snapshot = Path(snapshot_download(checked))
+    except (LocalEntryNotFoundError, RepositoryNotFoundError, HfHubHTTPError, OSError) as error:
+        reason = (
+            "not in the Hub's cache, and HF_HUB_OFFLINE is set"
+            if isinstance(error, LocalEntryNotFoundError)
+            else (f"no such model on the Hub ({type(error).__name__})")
+        )
+        raise io.UsageError(f"{what} not found: {checked} is no folder here, and {reason}") from None
+    return io.check_model_folder(snapshot, what=f"{what} {checked}", tokenizer=tokenizer)
+
+
+MODEL_FOLDER = Kind("model folder (model + tokenizer) or Hub id", lambda p, w, o: _model_folder(p, w))
 MODEL_WITHOUT_TOKENIZER = Kind(
-    "model folder (tokenizer elsewhere) or Hub id", lambda p, w, o: io.check_model_folder(p, what=w, tokenizer=False)
+    "model folder (tokenizer elsewhere) or Hub id", lambda p, w, o: _model_folder(p, w, tokenizer=False)
 )
 SAFETENSORS_CHECKPOINT = Kind(
     "checkpoint folder with safetensors weights (one file or shards)", _safetensors_checkpoint

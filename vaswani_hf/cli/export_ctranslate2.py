@@ -43,6 +43,7 @@ def _paths(args) -> Paths:
 
 def _resolve(args, checked):
     import_ctranslate2()  # The optional dependency is checked before any work.
+    args.model_dir = checked["--model_dir"]  # The folder itself, for a Hub id its snapshot in the Hub's cache.
     return args
 
 

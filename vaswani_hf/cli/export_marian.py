@@ -59,6 +59,7 @@ def _paths(args) -> Paths:
 
 def _agree(args, checked) -> None:
     check_marian_exportable(checked["--model_dir"])
+    args.model_dir = checked["--model_dir"]  # The folder itself, for a Hub id its snapshot in the Hub's cache.
 
 
 def _run(args) -> None:
