@@ -173,7 +173,10 @@ print(type(model).__name__)
     out = run_python(code, cwd=tmp_path, env={"HF_MODULES_CACHE": str(tmp_path / "modules")}, block_package=True)
     assert "VaswaniForCausalLM" in out
     remote = torch.load(tmp_path / "out.pt")
-    assert torch.equal(remote["logits"], expected) and torch.equal(remote["greedy"], greedy)
+    # The same weights and code in another process: equal up to float rounding, since that process may pick other
+    # kernels or thread counts (summation order), and the same greedy tokens.
+    torch.testing.assert_close(remote["logits"], expected, rtol=1e-5, atol=1e-6)
+    assert torch.equal(remote["greedy"], greedy)
 
 
 # --- a language model -------------------------------------------------------------------------------------------------

@@ -798,15 +798,14 @@ def recipe_path(name_or_path: str | os.PathLike) -> Path:
 
 
 def read_recipe_file(path: Path) -> dict[str, Any]:
-    """Return the key/value pairs of a recipe file, not yet merged with the defaults, refusing an unknown key and
-    checking each value against its declaration as it is read (`check_values`): a bad value in the file is refused
-    naming the file even where a flag overrides it, since the file is wrong whatever the flag says. The rules between
-    keys are checked when the recipe is built (`Recipe.build`)."""
+    """Return the key/value pairs of a recipe file, not yet merged with the defaults, refusing an unknown key. Each
+    value is checked once: where the recipe is built (`Recipe.build`), or, for a value a flag replaces, by `load_recipe`
+    as the file is merged (the file is wrong whatever the flag says)."""
     data = read_yaml_mapping(path, RecipeError)
     unknown = [k for k in data if k not in SETTINGS]
     if unknown:
         raise unknown_keys([str(k) for k in unknown], str(path))
-    return check_values(data, str(path))
+    return dict(data)
 
 
 def check_values(values: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -827,6 +826,14 @@ def check_values(values: Mapping[str, Any], where: str) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+def file_values(path: Path, given: Mapping[str, Any]) -> dict[str, Any]:
+    """Return a recipe file's values (`read_recipe_file`), checking those that the flags `given` replace: the build
+    never sees them, and a bad value in the file is refused naming the file even where a flag overrides it."""
+    values = read_recipe_file(path)
+    check_values({key: value for key, value in values.items() if key in given}, str(path))
+    return values
+
+
 def load_recipe(name_or_path: str | os.PathLike | None = None, overrides: Mapping[str, Any] | None = None) -> Recipe:
     """Build a recipe, the one way: from a bundled name or a YAML file, then `overrides` (typed values, or text as on
     the command line), checking every value once and every rule (`Recipe.build`). Without a name, the recipe is
@@ -838,11 +845,12 @@ def load_recipe(name_or_path: str | os.PathLike | None = None, overrides: Mappin
         if name not in SETTINGS:
             raise unknown_keys([name], "overrides")
         value = value_from_text(name, value) if isinstance(value, str) and SETTINGS[name].type is not str else value
-        given.update(check_values({name: value}, f"--{name}"))
-    values = {**defaults(), **read_recipe_file(path), **given}
-    name, file, saved = path.stem, str(path), Path(values["output_dir"]) / "recipe.yaml"
-    if name_or_path is None and values["resume"] and saved.is_file():  # Else the run rewrites its recipe.yaml.
-        own = {**defaults(), **read_recipe_file(saved), **given, "output_dir": values["output_dir"], "resume": True}
+        given[name] = value  # Checked where the recipe is built, which names the flag.
+    values = {**defaults(), **file_values(path, given), **given}
+    name, file, out = path.stem, str(path), values["output_dir"]
+    saved = Path(out) / "recipe.yaml" if isinstance(out, str) else None  # Else the build refuses it in one line.
+    if name_or_path is None and values["resume"] is True and saved and saved.is_file():  # Else the run rewrites it.
+        own = {**defaults(), **file_values(saved, given), **given, "output_dir": out, "resume": True}
         values, name, file = own, str(saved), None
     origins = {**dict.fromkeys(values, file or name), **{key: f"--{key}" for key in given}}
     return Recipe.build(values, origins, name, file)
