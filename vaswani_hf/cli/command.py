@@ -95,10 +95,17 @@ def _model_folder(path, what: str, tokenizer: bool = True) -> Path:
     if isinstance(checked, Path):
         return checked
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
+    from huggingface_hub.errors import (
+        HfHubHTTPError,
+        HFValidationError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+    )
 
     try:
         snapshot = Path(snapshot_download(checked))
+    except HFValidationError:
+        raise io.UsageError(f"{what} not found: {checked} is no folder here, nor a valid Hub id (org/name)") from None
     except (LocalEntryNotFoundError, RepositoryNotFoundError, HfHubHTTPError, OSError) as error:
         reason = (
             "not in the Hub's cache, and HF_HUB_OFFLINE is set"
